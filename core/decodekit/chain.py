@@ -1,0 +1,279 @@
+"""`Chain`: the logits-processor pipeline, an ordered list of processors plus one selector.
+
+Built in code, from a JSON-serialisable spec, or from a one-line string:
+``"repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"``.
+The order is the user's and is never changed. When a stage truncates to a few
+candidates, the stages after it that can work on candidates do so (see
+`decodekit.stage`); the result is the same as running every stage on the full
+vocabulary, which `process` and `trace` do.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from decodekit.context import DecodeContext
+from decodekit.errors import ChainSpecError, NumericsError
+from decodekit.plugins import create, sampler_entry
+from decodekit.stage import Candidates, SelectorBase, Stage, densify
+
+__all__ = ["Chain", "Processor", "Selector", "parse_chain_string"]
+
+
+@runtime_checkable
+class Processor(Protocol):
+    """`processor(logits [B, V], ctx) -> logits [B, V]`; pure, -inf means removed."""
+
+    def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor: ...
+
+
+@runtime_checkable
+class Selector(Protocol):
+    """`selector(logits [B, V], ctx) -> LongTensor [B]`."""
+
+    def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor: ...
+
+
+_ToCandidates = Callable[[Tensor, DecodeContext], "Candidates | None"]
+_OnCandidates = Callable[[Candidates, DecodeContext], Candidates]
+
+
+class Chain:
+    """An ordered list of processors and one selector (default: `sample`)."""
+
+    def __init__(self, processors: Iterable[Processor] = (), selector: Selector | None = None) -> None:
+        procs = list(processors)
+        if selector is None and procs and isinstance(procs[-1], SelectorBase):
+            selector = procs.pop()
+        for i, p in enumerate(procs):
+            if isinstance(p, SelectorBase):
+                raise ChainSpecError(
+                    f"Chain: stage {i} ({p!r}) is a selector; a selector must be the last stage "
+                    "(or be given as selector=)"
+                )
+            if not callable(p):
+                raise ChainSpecError(f"Chain: stage {i} ({p!r}) is not callable; allowed: processor(logits, ctx)")
+        if selector is not None and not callable(selector):
+            raise ChainSpecError(f"Chain: selector {selector!r} is not callable; allowed: selector(logits, ctx)")
+        self.processors: tuple[Processor, ...] = tuple(procs)
+        self.selector: Selector = selector if selector is not None else create("sample")
+        # The fast-path methods, looked up once here rather than on every step.
+        self._to_candidates: list[_ToCandidates | None] = [getattr(p, "to_candidates", None) for p in procs]
+        self._on_candidates: list[_OnCandidates | None] = [getattr(p, "on_candidates", None) for p in procs]
+        self._select_candidates: Callable[[Candidates, DecodeContext], Tensor] | None = getattr(
+            self.selector, "select_candidates", None
+        )
+
+    # -- construction from specs and strings -------------------------------------------
+
+    @classmethod
+    def from_spec(cls, spec: Sequence[Any] | str) -> Chain:
+        """Build from a list of `{"name": ..., "params": {...}}` (a JSON string of one is accepted)."""
+        if isinstance(spec, str):
+            try:
+                spec = json.loads(spec)
+            except json.JSONDecodeError as exc:
+                raise ChainSpecError(f"chain spec: not valid JSON: {exc}") from None
+        if not isinstance(spec, Sequence) or isinstance(spec, str):
+            raise ChainSpecError(f"chain spec: {spec!r}; allowed: a list of stage objects")
+        stages = []
+        for i, item in enumerate(spec):
+            if isinstance(item, str):
+                item = {"name": item}
+            if not isinstance(item, dict) or "name" not in item or set(item) - {"name", "params"}:
+                raise ChainSpecError(f"chain spec: stage {i} is {item!r}; allowed: {{'name': str, 'params': {{...}}}}")
+            params = item.get("params") or {}
+            if not isinstance(params, dict):
+                raise ChainSpecError(f"chain spec: stage {i} params is {params!r}; allowed: an object")
+            stages.append(create(item["name"], **params))
+        return cls._from_stages(stages)
+
+    @classmethod
+    def parse(cls, text: str) -> Chain:
+        """Build from `"name(arg, key=value) | name | ..."`; positional values fill parameters in order."""
+        stages = [create(name, *args, **kwargs) for name, args, kwargs in parse_chain_string(text)]
+        return cls._from_stages(stages)
+
+    @classmethod
+    def _from_stages(cls, stages: list[Any]) -> Chain:
+        selector = None
+        if stages and sampler_entry(stages[-1].name).kind == "selector":
+            selector = stages.pop()
+        for i, s in enumerate(stages):
+            if sampler_entry(s.name).kind == "selector":
+                raise ChainSpecError(f"chain: stage {i} ({s!r}) is a selector; only the last stage may be one")
+        return cls(stages, selector=selector)
+
+    def to_spec(self) -> list[dict[str, Any]]:
+        """The JSON-serialisable spec; `Chain.from_spec(chain.to_spec())` rebuilds the same chain."""
+        out = []
+        for stage in (*self.processors, self.selector):
+            if not isinstance(stage, Stage):
+                raise ChainSpecError(
+                    f"chain: stage {stage!r} is not a registered sampler; only registered samplers serialise"
+                )
+            out.append(stage.spec())
+        return out
+
+    def __str__(self) -> str:
+        """The one-line form, e.g. `temperature(value=0.8) | sample`; `Chain.parse` reads it back."""
+        parts = []
+        for stage in (*self.processors, self.selector):
+            if isinstance(stage, Stage):
+                args = ", ".join(f"{k}={v!r}" for k, v in stage.params.model_dump().items())
+                parts.append(f"{stage.name}({args})" if args else stage.name)
+            else:
+                parts.append(getattr(stage, "__name__", repr(stage)))
+        return " | ".join(parts)
+
+    def __repr__(self) -> str:
+        return f"Chain({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Chain):
+            return NotImplemented
+        try:
+            return self.to_spec() == other.to_spec()
+        except ChainSpecError:
+            return self is other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # -- running -----------------------------------------------------------------------
+
+    def init_state(self, ctx: DecodeContext) -> None:
+        """Create each stateful stage's per-generation state in `ctx` (the decode loop calls this)."""
+        for stage in (*self.processors, self.selector):
+            if isinstance(stage, Stage):
+                ctx.state_for(stage)
+
+    def process(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        """Run every processor on the full vocabulary: `[B, V] -> [B, V]`."""
+        for p in self.processors:
+            logits = p(logits, ctx)
+        return logits
+
+    def trace(self, logits: Tensor, ctx: DecodeContext) -> list[tuple[str, Tensor]]:
+        """The logits after each stage, starting with the input: `[("input", x), (str(stage), x'), ...]`."""
+        out = [("input", logits)]
+        for p in self.processors:
+            logits = p(logits, ctx)
+            out.append((str(p) if isinstance(p, Stage) else getattr(p, "__name__", repr(p)), logits))
+        return out
+
+    def process_fast(self, logits: Tensor, ctx: DecodeContext) -> Tensor | Candidates:
+        """The processors, on candidates once a stage has truncated and the next can follow.
+
+        Equal to `process` (as `densify` shows); what the decode loop runs.
+        """
+        x: Tensor | Candidates = logits
+        for p, to_c, on_c in zip(self.processors, self._to_candidates, self._on_candidates):
+            if isinstance(x, Candidates):
+                if on_c is not None:
+                    x = on_c(x, ctx)
+                    continue
+                x = densify(x, logits.shape[-1])
+            if to_c is not None:
+                c = to_c(x, ctx)
+                if c is not None:
+                    x = c
+                    continue
+            x = p(x, ctx)
+        return x
+
+    def select(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        """Token ids `[B]`, with -1 for a row whose processed logits are NaN or all removed.
+
+        Never syncs with the device; the decode loop turns -1 into a `NumericsError`.
+        """
+        return self.pick(self.process_fast(logits, ctx), logits.shape[-1], ctx)
+
+    def pick(self, x: Tensor | Candidates, vocab_size: int, ctx: DecodeContext) -> Tensor:
+        """Run the selector on processed logits or candidates; -1 marks a row that cannot be sampled."""
+        if isinstance(x, Candidates):
+            top = x.values[:, 0]  # candidates are sorted: the first is the row's maximum
+            if self._select_candidates is not None:
+                tokens = self._select_candidates(x, ctx)
+            else:
+                tokens = self.selector(densify(x, vocab_size), ctx)
+        else:
+            top = x.amax(-1)  # NaN anywhere in a row makes its max NaN
+            tokens = self.selector(x, ctx)
+        return torch.where(torch.isfinite(top), tokens, -1)
+
+    def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        """Token ids `[B]`; raises `NumericsError` naming the row when a row cannot be sampled."""
+        tokens = self.select(logits, ctx)
+        bad = (tokens < 0).nonzero().flatten().tolist()
+        if bad:
+            raise numerics_error(logits, self.process(logits, ctx), bad[0], ctx.step)
+        return tokens
+
+
+def numerics_error(raw: Tensor, processed: Tensor, row: int, step: int) -> NumericsError:
+    """Explain why `row` could not be sampled at `step`."""
+    if torch.isnan(raw[row]).any():
+        why = "the model's logits contain NaN"
+    elif torch.isnan(processed[row]).any():
+        why = "the chain produced NaN"
+    elif torch.isposinf(processed[row]).any():
+        why = "the logits contain +inf"
+    else:
+        why = "every token was removed by the chain"
+    return NumericsError(f"step {step}, row {row}: cannot pick a token: {why}")
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on `|` outside brackets and string literals."""
+    parts: list[str] = []
+    depth, quote, start = 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote and text[i - 1] != "\\":
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def parse_chain_string(text: str) -> list[tuple[str, list[Any], dict[str, Any]]]:
+    """`"a(1, x=2) | b"` -> `[("a", [1], {"x": 2}), ("b", [], {})]`; values are Python literals."""
+    stages: list[tuple[str, list[Any], dict[str, Any]]] = []
+    for i, raw in enumerate(_split_top_level(text)):
+        part = raw.strip()
+        if not part:
+            raise ChainSpecError(f"chain {text!r}: stage {i} is empty; allowed: name or name(args) between '|'")
+        try:
+            node = ast.parse(part, mode="eval").body
+        except SyntaxError:
+            raise ChainSpecError(f"chain {text!r}: stage {i} {part!r} is not name(args)") from None
+        if isinstance(node, ast.Name):
+            stages.append((node.id, [], {}))
+            continue
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            raise ChainSpecError(f"chain {text!r}: stage {i} {part!r} is not name(args)")
+        try:
+            args = [ast.literal_eval(a) for a in node.args]
+            kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg is not None}
+        except ValueError:
+            raise ChainSpecError(
+                f"chain {text!r}: stage {i} {part!r}: arguments must be literals (numbers, strings, lists)"
+            ) from None
+        if len(kwargs) != len(node.keywords):
+            raise ChainSpecError(f"chain {text!r}: stage {i} {part!r}: ** arguments are not allowed")
+        stages.append((node.func.id, args, kwargs))
+    return stages

@@ -1,0 +1,103 @@
+"""`DecodeContext`: what a processor or selector may read at one decode step."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["DecodeContext", "row_generators"]
+
+_SEED_MIX = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: spreads (seed, row) pairs apart
+_SEED_MASK = (1 << 63) - 1
+
+
+def row_generators(
+    seeds: int | Sequence[int] | None, batch_size: int, device: torch.device | str = "cpu"
+) -> list[torch.Generator]:
+    """One generator per row. Row `b`'s stream depends only on `seeds` and `b`, never on the batch.
+
+    `seeds` may be one int (row `b` gets `mix(seed, b)`), one int per row (used as is), or
+    None (fresh nondeterministic seeds).
+    """
+    if seeds is None:
+        row_seeds = [int(torch.randint(0, 2**62, ()).item()) for _ in range(batch_size)]
+    elif isinstance(seeds, int):
+        row_seeds = [((seeds * _SEED_MIX) ^ (b + 1) * 0xBF58476D1CE4E5B9) & _SEED_MASK for b in range(batch_size)]
+    else:
+        row_seeds = [int(s) for s in seeds]
+        if len(row_seeds) != batch_size:
+            from decodekit.errors import ParameterError
+
+            raise ParameterError(
+                f"seed: {len(row_seeds)} per-row seeds given; allowed: one int, or one seed per row ({batch_size})"
+            )
+    gens = []
+    for s in row_seeds:
+        g = torch.Generator(device=device)
+        g.manual_seed(s)
+        gens.append(g)
+    return gens
+
+
+@dataclass(eq=False)
+class DecodeContext:
+    """The history and per-row state a processor may read; only `tokens` is required.
+
+    `tokens` `[B, T]` is the prompt plus what was generated so far. Ragged prompts are
+    left-padded: row `b`'s real tokens are its last `prompt_lengths[b] + step` columns
+    (`valid_mask()`), and the last `step` columns are the generated tokens of every row.
+    """
+
+    tokens: Tensor
+    prompt_lengths: Tensor | None = None  # [B] real prompt tokens per row; None: no padding
+    step: int = 0  # tokens generated so far for every row
+    generators: Sequence[torch.Generator] | None = None  # one per row, for stochastic stages
+    state: dict[int, Any] = field(default_factory=dict)  # per-stage slot, see state_for()
+
+    def __post_init__(self) -> None:
+        if self.tokens.dim() != 2:
+            from decodekit.errors import ParameterError
+
+            raise ParameterError(f"DecodeContext: tokens of shape {tuple(self.tokens.shape)}; allowed: [B, T]")
+
+    @property
+    def batch_size(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def generated(self) -> Tensor:
+        """The generated tokens `[B, step]` (never padded)."""
+        return self.tokens[:, self.tokens.shape[1] - self.step :]
+
+    def valid_mask(self) -> Tensor | None:
+        """Boolean `[B, T]`, True at real (non-padding) tokens; None when no row is padded."""
+        if self.prompt_lengths is None:
+            return None
+        T = self.tokens.shape[1]
+        starts = T - self.step - self.prompt_lengths.to(self.tokens.device)  # [B] first real column
+        return torch.arange(T, device=self.tokens.device) >= starts[:, None]
+
+    def uniform(self) -> Tensor:
+        """One uniform draw in [0, 1) per row `[B]`, each from its row's own generator."""
+        B = self.batch_size
+        out = torch.empty(B, device=self.tokens.device)
+        if self.generators is None:
+            return out.uniform_()
+        for b, g in enumerate(self.generators):
+            out[b : b + 1].uniform_(generator=g)
+        return out
+
+    def state_for(self, stage: Any) -> Any:
+        """The state of a stateful `stage` for this generation.
+
+        The decode loop creates it before the first step with `stage.init_state(ctx)`;
+        a context built by hand gets it from the same call on first use.
+        """
+        key = id(stage)
+        if key not in self.state:
+            self.state[key] = stage.init_state(self)
+        return self.state[key]

@@ -1,0 +1,46 @@
+"""The exceptions decodekit raises; each names what was wrong and what is allowed."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CacheCapacityError",
+    "ChainSpecError",
+    "ContextLengthError",
+    "DecodekitError",
+    "NumericsError",
+    "ParameterError",
+    "PluginError",
+    "UnknownNameError",
+]
+
+
+class DecodekitError(Exception):
+    """Base class of every error decodekit raises on purpose."""
+
+
+class ParameterError(DecodekitError, ValueError):
+    """A sampler, cache or decode-loop parameter is out of its allowed range."""
+
+
+class UnknownNameError(DecodekitError, LookupError):
+    """A sampler, cache backend or model name that no installed plugin registers."""
+
+
+class ChainSpecError(DecodekitError, ValueError):
+    """A chain spec (JSON list or `a(1) | b` string) that cannot be parsed."""
+
+
+class PluginError(DecodekitError):
+    """A plugin failed to load, or two plugins registered the same name."""
+
+
+class CacheCapacityError(DecodekitError, IndexError):
+    """A write past the capacity a KV cache was created with."""
+
+
+class ContextLengthError(DecodekitError, ValueError):
+    """A prompt or generation longer than the model's context."""
+
+
+class NumericsError(DecodekitError, FloatingPointError):
+    """NaN logits, or a row whose every token was removed by the chain."""

@@ -1,0 +1,1 @@
+"""Reference models that speak decodekit's model protocol."""

@@ -1,0 +1,67 @@
+"""Parameter models: pydantic, bounds declared once, errors that name parameter, value and range."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import annotated_types
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic.fields import FieldInfo
+
+from decodekit.errors import ParameterError
+
+__all__ = ["NoParams", "Params", "allowed_values", "validate_params"]
+
+
+class Params(BaseModel):
+    """Base of every sampler's parameter model: unknown keys are errors, instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NoParams(Params):
+    """For samplers that take no parameters."""
+
+
+def allowed_values(name: str, field: FieldInfo) -> str:
+    """A human description of what `field` accepts, built from its declared bounds."""
+    lower = upper = ""
+    for m in field.metadata:
+        if isinstance(m, annotated_types.Gt):
+            lower = f"{m.gt} < "
+        elif isinstance(m, annotated_types.Ge):
+            lower = f"{m.ge} <= "
+        elif isinstance(m, annotated_types.Lt):
+            upper = f" < {m.lt}"
+        elif isinstance(m, annotated_types.Le):
+            upper = f" <= {m.le}"
+    ann = field.annotation
+    type_name = getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
+    if lower or upper:
+        return f"{type_name} {lower}{name}{upper}"
+    return type_name
+
+
+def validate_params(owner: str, model: type[Params], values: Mapping[str, Any]) -> Params:
+    """Build `model` from `values`, turning pydantic's report into one clear `ParameterError`."""
+    fields = model.model_fields
+    unknown = [k for k in values if k not in fields]
+    if unknown:
+        allowed = ", ".join(fields) or "none"
+        k = unknown[0]
+        raise ParameterError(f"{owner}: unknown parameter {k}={values[k]!r}; allowed parameters: {allowed}")
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            key = str(err["loc"][0]) if err["loc"] else ""
+            field = fields.get(key)
+            if err["type"] == "missing":
+                problems.append(f"missing required parameter {loc}")
+                continue
+            allowed = f"; allowed: {allowed_values(key, field)}" if field is not None else ""
+            problems.append(f"{loc}={err.get('input')!r} is invalid: {err['msg']}{allowed}")
+        raise ParameterError(f"{owner}: " + "; ".join(problems)) from None

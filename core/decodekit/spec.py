@@ -1,0 +1,96 @@
+"""Shapes of models and caches: `ModelSpec` and `CacheSpec`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from decodekit.errors import ParameterError
+
+__all__ = ["CacheSpec", "ModelSpec"]
+
+
+def _check_positive(owner: str, **values: int) -> None:
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ParameterError(f"{owner}: {name}={value!r} is invalid; allowed: an integer >= 1")
+
+
+def _check_heads(owner: str, n_heads: int, n_kv_heads: int) -> None:
+    if n_heads % n_kv_heads != 0:
+        raise ParameterError(f"{owner}: n_kv_heads={n_kv_heads} is invalid; allowed: a divisor of n_heads={n_heads}")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the decode loop and the cache backends need to know about a model."""
+
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    max_positions: int
+
+    def __post_init__(self) -> None:
+        _check_positive(
+            "ModelSpec",
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            n_kv_heads=self.n_kv_heads,
+            head_dim=self.head_dim,
+            vocab_size=self.vocab_size,
+            max_positions=self.max_positions,
+        )
+        _check_heads("ModelSpec", self.n_heads, self.n_kv_heads)
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """Everything a cache backend needs to preallocate its buffers."""
+
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    batch_size: int
+    capacity: int
+    dtype: torch.dtype = torch.float32
+    device: torch.device | str = "cpu"
+
+    def __post_init__(self) -> None:
+        _check_positive(
+            "CacheSpec",
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            n_kv_heads=self.n_kv_heads,
+            head_dim=self.head_dim,
+            batch_size=self.batch_size,
+            capacity=self.capacity,
+        )
+        _check_heads("CacheSpec", self.n_heads, self.n_kv_heads)
+        if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
+            raise ParameterError(f"CacheSpec: dtype={self.dtype!r} is invalid; allowed: a floating torch.dtype")
+
+    @classmethod
+    def for_model(
+        cls,
+        spec: ModelSpec,
+        *,
+        batch_size: int,
+        capacity: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> CacheSpec:
+        """The cache shape that serves `spec` for `batch_size` rows of up to `capacity` tokens."""
+        return cls(
+            n_layers=spec.n_layers,
+            n_heads=spec.n_heads,
+            n_kv_heads=spec.n_kv_heads,
+            head_dim=spec.head_dim,
+            batch_size=batch_size,
+            capacity=capacity,
+            dtype=dtype,
+            device=device,
+        )

@@ -1,0 +1,94 @@
+"""Base classes for samplers: processors (`[B, V] -> [B, V]`) and selectors (`[B, V] -> [B]`).
+
+Any callable with the right signature can stand in a chain; these bases add what the
+registry, specs and the chain's fast path need: a name, validated parameters, and
+optional candidate-set methods.
+
+The candidate fast path: once a truncation (top-k, top-p, ...) has kept a few tokens,
+the rest of the chain need not touch the whole vocabulary. A stage may offer
+  - `to_candidates(logits, ctx) -> Candidates | None`: its own result as a candidate set
+    (None: not cheaply possible this time; the chain then calls it densely);
+  - `on_candidates(c, ctx) -> Candidates`: its result on logits that are -inf outside `c`;
+  - (selectors) `select_candidates(c, ctx) -> LongTensor [B]`.
+Each must agree exactly with the dense `__call__`; the conformance kit checks it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar, cast
+
+import torch
+from torch import Tensor
+
+from decodekit.params import NoParams, Params, validate_params
+
+if TYPE_CHECKING:
+    from decodekit.context import DecodeContext
+
+__all__ = ["Candidates", "ProcessorBase", "SelectorBase", "Stage", "densify"]
+
+P = TypeVar("P", bound=Params)
+
+
+class Candidates(NamedTuple):
+    """The tokens a truncation kept; every other token is -inf.
+
+    values: [B, K] logits, sorted descending within each row (-inf entries last)
+    indices: [B, K] their token ids
+    """
+
+    values: Tensor
+    indices: Tensor
+
+
+def densify(c: Candidates, vocab_size: int) -> Tensor:
+    """The `[B, V]` logits a candidate set stands for."""
+    out = torch.full((c.values.shape[0], vocab_size), float("-inf"), dtype=c.values.dtype, device=c.values.device)
+    return out.scatter_(1, c.indices, c.values)
+
+
+class Stage(Generic[P]):
+    """A named sampler stage with validated parameters (`params_model`)."""
+
+    name: ClassVar[str]
+    params_model: ClassVar[type[Params]] = NoParams
+    kind: ClassVar[str]
+
+    def __init__(self, params: P | None = None, /, **kwargs: Any) -> None:
+        if params is not None and kwargs:
+            raise TypeError(f"{self.name}: pass a params model or keyword parameters, not both")
+        if params is None:
+            params = cast(P, validate_params(self.name, self.params_model, kwargs))
+        elif not isinstance(params, self.params_model):
+            raise TypeError(f"{self.name}: params must be a {self.params_model.__name__}, got {type(params).__name__}")
+        self.params: P = params
+
+    def spec(self) -> dict[str, Any]:
+        """JSON-serialisable description: `{"name": ..., "params": {...}}`."""
+        return {"name": self.name, "params": self.params.model_dump(mode="json")}
+
+    def init_state(self, ctx: DecodeContext) -> Any:
+        """Per-generation state of a stateful stage (see `DecodeContext.state_for`); None if stateless."""
+        return None
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.model_dump().items())
+        return f"{self.name}({args})"
+
+
+class ProcessorBase(Stage[P]):
+    """A registered processor: `logits [B, V] -> logits [B, V]`, pure, -inf means removed."""
+
+    kind: ClassVar[str] = "processor"
+
+    def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        raise NotImplementedError
+
+
+class SelectorBase(Stage[P]):
+    """A registered selector: `logits [B, V] -> token ids LongTensor [B]`."""
+
+    kind: ClassVar[str] = "selector"
+
+    def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        raise NotImplementedError

@@ -1,0 +1,238 @@
+"""Plugin discovery: entry points, failure isolation, strict mode, allowlist, name conflicts."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import decodekit as dk
+from decodekit.plugins import STANDARD_PLUGINS
+
+STANDARD_SAMPLER_DISTS = {
+    "greedy": "decodekit-greedy",
+    "temperature": "decodekit-temperature",
+    "top_k": "decodekit-top-k",
+    "top_p": "decodekit-top-p",
+    "repetition_penalty": "decodekit-repetition-penalty",
+}
+
+
+def fake_distribution(site: Path, dist: str, module: str, body: str) -> None:
+    """Lay out an installed distribution (dist-info + module) with one `decodekit` entry point."""
+    (site / f"{module}.py").write_text(textwrap.dedent(body))
+    info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[decodekit]\n{module} = {module}\n")
+
+
+REGISTERS_SAMPLER = """
+    import decodekit as dk
+    from decodekit.stage import ProcessorBase
+
+    class Shift(ProcessorBase[dk.NoParams]):
+        name = "{name}"
+
+        def __call__(self, logits, ctx):
+            return logits + 1.0
+
+    @dk.hookimpl
+    def register_samplers(register):
+        register("{name}", Shift, description="adds one")
+"""
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A directory on sys.path acting as site-packages; the registry is rebuilt around the test."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    yield tmp_path
+    monkeypatch.undo()
+    for mod in [m for m in sys.modules if m.startswith("fake_")]:
+        del sys.modules[mod]
+    dk.reload_plugins()
+
+
+def test_standard_plugins_are_discovered_through_entry_points() -> None:
+    registry = dk.reload_plugins()
+    for name, dist in STANDARD_SAMPLER_DISTS.items():
+        if name in registry.samplers:
+            assert registry.samplers[name].distribution == dist
+            assert STANDARD_PLUGINS[name] == dist
+    assert registry.samplers["sample"].distribution == "decodekit"
+    assert {"dense", "gqa"} <= set(registry.caches)
+    info = registry.plugins["decodekit-cache-gqa"]
+    assert info.cache_backends == ["gqa"] and info.version == "0.1.0"
+
+
+def test_a_plugin_that_fails_to_import_is_reported_and_the_rest_work(site: Path) -> None:
+    fake_distribution(site, "fake-broken", "fake_broken", "raise RuntimeError('boom: missing dependency')\n")
+    fake_distribution(site, "fake-good", "fake_good", REGISTERS_SAMPLER.format(name="fake_shift"))
+    with pytest.warns(RuntimeWarning, match="fake-broken 1.0 .*boom"):
+        registry = dk.reload_plugins()
+    [failure] = [f for f in registry.failures if f.distribution == "fake-broken"]
+    assert failure.version == "1.0" and "RuntimeError: boom: missing dependency" in failure.error
+    assert "fake_shift" in registry.samplers  # the others keep working
+    assert "dense" in registry.caches
+
+
+def test_a_plugin_whose_hook_raises_is_isolated(site: Path) -> None:
+    body = """
+        import decodekit as dk
+
+        @dk.hookimpl
+        def register_samplers(register):
+            raise ValueError("bad registration")
+    """
+    fake_distribution(site, "fake-hookfail", "fake_hookfail", body)
+    with pytest.warns(RuntimeWarning, match="fake-hookfail"):
+        registry = dk.reload_plugins()
+    assert any("bad registration" in f.error for f in registry.failures)
+    assert "sample" in registry.samplers
+
+
+def test_strict_mode_makes_a_failure_fatal(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_distribution(site, "fake-broken", "fake_broken", "raise ImportError('no module named torchvision')\n")
+    monkeypatch.setenv("DECODEKIT_STRICT_PLUGINS", "1")
+    with pytest.raises(dk.PluginError, match="fake-broken 1.0 .*torchvision.*DECODEKIT_STRICT_PLUGINS"):
+        dk.reload_plugins()
+
+
+def test_allowlist_filters_before_import(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = site / "imported.txt"
+    body = f"open({str(marker)!r}, 'w').write('imported')\n" + textwrap.dedent(
+        REGISTERS_SAMPLER.format(name="fake_loud")
+    )
+    fake_distribution(site, "fake-loud", "fake_loud", body)
+    monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", "decodekit-cache-dense")
+    registry = dk.reload_plugins()
+    assert not marker.exists(), "a distribution outside the allowlist was imported"
+    assert set(registry.caches) == {"dense"}
+    assert set(registry.samplers) == {"sample"}  # the core's own registrations always load
+    monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", "")
+    assert set(dk.reload_plugins().caches) == set()
+    monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", "fake_loud")  # names are normalised (PEP 503)
+    assert "fake_loud" in dk.reload_plugins().samplers and marker.exists()
+
+
+def test_two_plugins_registering_one_name_is_an_error_naming_both(site: Path) -> None:
+    fake_distribution(site, "fake-one", "fake_one", REGISTERS_SAMPLER.format(name="fake_dup"))
+    fake_distribution(site, "fake-two", "fake_two", REGISTERS_SAMPLER.format(name="fake_dup"))
+    with pytest.raises(dk.PluginError, match="'fake_dup' is registered by two distributions: fake-one and fake-two"):
+        dk.reload_plugins()
+
+
+def test_a_plugin_cannot_silently_replace_a_core_sampler(site: Path) -> None:
+    fake_distribution(site, "fake-sample", "fake_sample", REGISTERS_SAMPLER.format(name="sample"))
+    with pytest.raises(dk.PluginError, match="'sample' is registered by two distributions: decodekit and fake-sample"):
+        dk.reload_plugins()
+
+
+def test_unknown_names_list_what_is_installed_and_how_to_get_standard_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", "")  # the core alone
+    try:
+        dk.reload_plugins()
+        with pytest.raises(dk.UnknownNameError) as err:
+            dk.Chain.parse("top_k(50) | sample")
+        assert "installed: sample" in str(err.value)
+        assert "pip install decodekit-top-k" in str(err.value)
+        with pytest.raises(dk.UnknownNameError, match="pip install decodekit-cache-gqa"):
+            dk.create_cache("gqa", dk.CacheSpec(1, 1, 1, 1, 1, 1))
+        with pytest.raises(dk.UnknownNameError, match="did you mean 'sample'"):
+            dk.create("sampel")
+    finally:
+        monkeypatch.delenv("DECODEKIT_LOAD_PLUGINS")
+        dk.reload_plugins()
+
+
+def test_register_plugin_in_code() -> None:
+    class MyPlugin:
+        @dk.hookimpl
+        def register_samplers(self, register: object) -> None:
+            from decodekit.stage import ProcessorBase
+
+            class Half(ProcessorBase[dk.NoParams]):
+                name = "half"
+
+                def __call__(self, logits, ctx):  # type: ignore[no-untyped-def]
+                    return logits / 2
+
+            register("half", Half, description="halves logits")  # type: ignore[operator]
+
+    plugin = MyPlugin()
+    dk.register_plugin(plugin, name="my-plugin")
+    try:
+        assert dk.get_registry().samplers["half"].distribution == "my-plugin"
+        assert repr(dk.Chain.parse("half | sample")) == "Chain('half | sample')"
+    finally:
+        dk.unregister_plugin(plugin)
+    assert "half" not in dk.get_registry().samplers
+
+
+@pytest.mark.slow
+def test_broken_distribution_installed_with_pip(tmp_path: Path) -> None:
+    """A real, pip-installed broken plugin in a separate target directory; a fresh interpreter reports it."""
+    src = tmp_path / "src"
+    (src / "decodekit_broken").mkdir(parents=True)
+    (src / "decodekit_broken" / "__init__.py").write_text("")
+    (src / "decodekit_broken" / "plugin.py").write_text("import a_module_that_does_not_exist\n")
+    (src / "pyproject.toml").write_text(
+        textwrap.dedent(
+            """
+            [build-system]
+            requires = ["setuptools>=68"]
+            build-backend = "setuptools.build_meta"
+            [project]
+            name = "decodekit-broken"
+            version = "0.0.1"
+            [project.entry-points.decodekit]
+            broken = "decodekit_broken.plugin"
+            """
+        )
+    )
+    target = tmp_path / "target"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    probe = (
+        "import json, warnings, decodekit as dk\n"
+        "warnings.simplefilter('ignore')\n"
+        "r = dk.get_registry()\n"
+        "print(json.dumps({'failures': [[f.distribution, f.version, f.error] for f in r.failures],"
+        " 'samplers': sorted(r.samplers)}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    report = json.loads(out.stdout)
+    assert report["failures"] == [
+        ["decodekit-broken", "0.0.1", "ModuleNotFoundError: No module named 'a_module_that_does_not_exist'"]
+    ]
+    assert "sample" in report["samplers"]
+    strict = subprocess.run(
+        [sys.executable, "-c", probe], env={**env, "DECODEKIT_STRICT_PLUGINS": "1"}, capture_output=True, text=True
+    )
+    assert strict.returncode != 0 and "decodekit-broken 0.0.1" in strict.stderr
