@@ -7,6 +7,8 @@ name that needs them, so plugin listings and ``decodekit --help`` stay fast.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from decodekit.errors import (
@@ -23,6 +25,7 @@ from decodekit.hookspecs import hookimpl
 from decodekit.params import NoParams, Params
 
 if TYPE_CHECKING:
+    from decodekit.beam import beam_search
     from decodekit.cache import KVCache, PreallocatedKVCache
     from decodekit.chain import Chain, Processor, Selector
     from decodekit.context import DecodeContext
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
     from decodekit.plugins import (
         create,
         create_cache,
+        decode,
         get_registry,
         load_model,
         register_plugin,
@@ -42,6 +46,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LAZY = {
+    "beam_search": "decodekit.beam",
     "KVCache": "decodekit.cache",
     "PreallocatedKVCache": "decodekit.cache",
     "Chain": "decodekit.chain",
@@ -54,6 +59,7 @@ _LAZY = {
     "stream": "decodekit.generate",
     "create": "decodekit.plugins",
     "create_cache": "decodekit.plugins",
+    "decode": "decodekit.plugins",
     "get_registry": "decodekit.plugins",
     "load_model": "decodekit.plugins",
     "register_plugin": "decodekit.plugins",
@@ -92,8 +98,10 @@ __all__ = [
     "Stage",
     "TokenEvent",
     "UnknownNameError",
+    "beam_search",
     "create",
     "create_cache",
+    "decode",
     "generate",
     "get_registry",
     "hookimpl",
@@ -116,3 +124,17 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(__all__)
+
+
+class _Package(types.ModuleType):
+    """Importing a submodule sets it as an attribute of its package, so the first import of
+    `decodekit.generate` (by `decodekit.beam`, say) would hide the function `dk.generate` behind
+    the module of the same name. Lazy names keep their lazy value."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

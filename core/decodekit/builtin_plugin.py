@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decodekit.hookspecs import SamplerRegistrar, hookimpl
+from decodekit.hookspecs import SamplerRegistrar, StrategyRegistrar, hookimpl
 
 
 @hookimpl
@@ -13,3 +13,9 @@ def register_samplers(register: SamplerRegistrar) -> None:
         description="Draw a token from softmax(logits) with the row's own generator",
         kind="selector",
     )
+
+
+@hookimpl
+def register_strategies(register: StrategyRegistrar) -> None:
+    register("sample", "decodekit.generate:generate", description="One token per step from the chain's selector")
+    register("beam", "decodekit.beam:beam_search", description="Beam search (Hugging Face semantics)")

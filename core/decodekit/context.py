@@ -56,7 +56,7 @@ class DecodeContext:
     prompt_lengths: Tensor | None = None  # [B] real prompt tokens per row; None: no padding
     step: int = 0  # tokens generated so far for every row
     generators: Sequence[torch.Generator] | None = None  # one per row, for stochastic stages
-    state: dict[int, Any] = field(default_factory=dict)  # per-stage slot, see state_for()
+    state: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # id(stage) -> (stage, state)
 
     def __post_init__(self) -> None:
         if self.tokens.dim() != 2:
@@ -95,9 +95,10 @@ class DecodeContext:
         """The state of a stateful `stage` for this generation.
 
         The decode loop creates it before the first step with `stage.init_state(ctx)`;
-        a context built by hand gets it from the same call on first use.
+        a context built by hand gets it from the same call on first use. The context keeps
+        a reference to the stage, so its id cannot be reused by another stage meanwhile.
         """
-        key = id(stage)
-        if key not in self.state:
-            self.state[key] = stage.init_state(self)
-        return self.state[key]
+        entry = self.state.get(id(stage))
+        if entry is None or entry[0] is not stage:
+            entry = self.state[id(stage)] = (stage, stage.init_state(self))
+        return entry[1]

@@ -165,6 +165,27 @@ def _logprobs(raw: Tensor, processed: Tensor | Candidates, tokens: Tensor, n: in
     return out
 
 
+def left_pad(rows: Sequence[Sequence[int]], total: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """`buf [B, total]`: each prompt right-aligned at column P (the longest prompt), id 0 before it;
+    `positions [B, total]`: column minus the row's padding, so negative on the padding."""
+    P = max(len(r) for r in rows)
+    buf = torch.zeros(len(rows), total, dtype=torch.long, device=device)
+    for b, r in enumerate(rows):
+        buf[b, P - len(r) : P] = torch.tensor(r, dtype=torch.long)
+    pads = torch.tensor([P - len(r) for r in rows], device=device)  # [B] padding columns per row
+    positions = torch.arange(total, device=device)[None, :] - pads[:, None]
+    return buf, positions
+
+
+def uncached_last_logits(model: Any, buf: Tensor, positions: Tensor, filled: int) -> Tensor:
+    """Last-column logits `[B, V]` recomputed from `buf[:, :filled]`, cropped to the model's last
+    `max_positions` columns, positions re-based so each row's window starts at 0 (the notes' crop)."""
+    start = max(0, filled - model.spec.max_positions)
+    pos = positions[:, start:filled]
+    logits: Tensor = model(buf[:, start:filled], pos - pos[:, :1].clamp(min=0), None)[:, -1]
+    return logits
+
+
 class _TextTracker:
     """Incremental text of one row: finds stop strings across token boundaries and holds back
     text that might be the start of one, so streamed text never shows a stop string."""
@@ -248,19 +269,11 @@ def stream(
             )
         kv = create_cache(cache, CacheSpec.for_model(spec, batch_size=B, capacity=total, dtype=dtype, device=device))
 
-    # buf: [B, P + max_new_tokens] history, prompts left-padded with id 0.
-    buf = torch.zeros(B, total, dtype=torch.long, device=device)
-    for b, r in enumerate(rows):
-        buf[b, P - len(r) : P] = torch.tensor(r, dtype=torch.long)
-    pads = torch.tensor([P - n for n in lens], device=device)  # [B] padding columns per row
-    cols = torch.arange(total, device=device)
-    positions = cols[None, :] - pads[:, None]  # [B, total]; negative on padding
+    # buf, positions: [B, P + max_new_tokens]; history with prompts left-padded, and each column's position.
+    buf, positions = left_pad(rows, total, device)
 
     def uncached_logits(filled: int) -> Tensor:
-        start = max(0, filled - spec.max_positions)  # crop to the model's context
-        pos = cols[None, start:filled] - torch.clamp(pads, min=start)[:, None]
-        logits: Tensor = model(buf[:, start:filled], pos, None)[:, -1]
-        return logits
+        return uncached_last_logits(model, buf, positions, filled)
 
     ragged = len(set(lens)) > 1
     ctx = DecodeContext(

@@ -10,11 +10,13 @@ __all__ = [
     "CacheRegistrar",
     "ModelRegistrar",
     "SamplerRegistrar",
+    "StrategyRegistrar",
     "hookimpl",
     "hookspec",
     "register_cache_backends",
     "register_models",
     "register_samplers",
+    "register_strategies",
 ]
 
 hookspec = pluggy.HookspecMarker("decodekit")
@@ -60,3 +62,16 @@ def register_cache_backends(register: CacheRegistrar) -> None:
 @hookspec
 def register_models(register: ModelRegistrar) -> None:
     """Register models, one `register(...)` call each."""
+
+
+class StrategyRegistrar(Protocol):
+    def __call__(self, name: str, impl: object, description: str = "") -> None:
+        """Register one decode strategy: `impl(model, prompts, **options) -> Generation`, or its import path.
+
+        `dk.decode(model, prompts, strategy="name", **options)` calls it.
+        """
+
+
+@hookspec
+def register_strategies(register: StrategyRegistrar) -> None:
+    """Register decode strategies (sampling, beam search, ...), one `register(...)` call each."""

@@ -62,6 +62,9 @@ def validate_params(owner: str, model: type[Params], values: Mapping[str, Any]) 
             if err["type"] == "missing":
                 problems.append(f"missing required parameter {loc}")
                 continue
-            allowed = f"; allowed: {allowed_values(key, field)}" if field is not None else ""
+            # Bounds are described for top-level parameters; a nested location (an item of a
+            # list or dict parameter) is described by pydantic's message alone.
+            nested = len(err["loc"]) > 1
+            allowed = f"; allowed: {allowed_values(key, field)}" if field is not None and not nested else ""
             problems.append(f"{loc}={err.get('input')!r} is invalid: {err['msg']}{allowed}")
         raise ParameterError(f"{owner}: " + "; ".join(problems)) from None

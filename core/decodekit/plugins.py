@@ -27,6 +27,7 @@ from decodekit.params import NoParams, Params, validate_params
 
 if TYPE_CHECKING:
     from decodekit.cache import KVCache
+    from decodekit.generate import Generation
     from decodekit.spec import CacheSpec
 
 __all__ = [
@@ -38,8 +39,10 @@ __all__ = [
     "PluginInfo",
     "Registry",
     "SamplerEntry",
+    "StrategyEntry",
     "create",
     "create_cache",
+    "decode",
     "get_registry",
     "load_model",
     "register_plugin",
@@ -131,6 +134,19 @@ class ModelEntry:
 
 
 @dataclass
+class StrategyEntry:
+    name: str
+    impl: object  # `(model, prompts, **options) -> Generation` or "module:attr"
+    description: str
+    distribution: str
+    version: str
+
+    def factory(self) -> Callable[..., Generation]:
+        resolved: Callable[..., Generation] = _resolve(self.impl, f"strategy {self.name!r}", self.distribution)
+        return resolved
+
+
+@dataclass
 class PluginInfo:
     """One loaded plugin distribution and what it registered."""
 
@@ -140,6 +156,7 @@ class PluginInfo:
     samplers: list[str] = field(default_factory=list)
     cache_backends: list[str] = field(default_factory=list)
     models: list[str] = field(default_factory=list)
+    strategies: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -157,6 +174,7 @@ class Registry:
     samplers: dict[str, SamplerEntry] = field(default_factory=dict)
     caches: dict[str, CacheEntry] = field(default_factory=dict)
     models: dict[str, ModelEntry] = field(default_factory=dict)
+    strategies: dict[str, StrategyEntry] = field(default_factory=dict)
     plugins: dict[str, PluginInfo] = field(default_factory=dict)
     failures: list[PluginFailure] = field(default_factory=list)
 
@@ -228,6 +246,7 @@ class _Loader:
                 ("register_samplers", self._sampler_registrar(info)),
                 ("register_cache_backends", self._cache_registrar(info)),
                 ("register_models", self._model_registrar(info)),
+                ("register_strategies", self._strategy_registrar(info)),
             ):
                 for impl in getattr(pm.hook, hook_name).get_hookimpls():
                     impl.function(add)
@@ -278,6 +297,15 @@ class _Loader:
                 raise self._conflict("model", name, self.registry.models[name].distribution, info.distribution)
             self.registry.models[name] = ModelEntry(name, loader, description, info.distribution, info.version)
             info.models.append(name)
+
+        return register
+
+    def _strategy_registrar(self, info: PluginInfo) -> hookspecs.StrategyRegistrar:
+        def register(name: str, impl: object, description: str = "") -> None:
+            if name in self.registry.strategies:
+                raise self._conflict("strategy", name, self.registry.strategies[name].distribution, info.distribution)
+            self.registry.strategies[name] = StrategyEntry(name, impl, description, info.distribution, info.version)
+            info.strategies.append(name)
 
         return register
 
@@ -388,3 +416,13 @@ def load_model(name: str) -> Any:
     except KeyError:
         raise _unknown("model", key, registry.models) from None
     return entry.factory()(argument if key != name else None)
+
+
+def decode(model: Any, prompts: Any, *, strategy: str = "sample", **options: Any) -> Generation:
+    """Decode with the registered strategy `strategy` ("sample": `generate`, "beam": `beam_search`, ...)."""
+    registry = get_registry()
+    try:
+        entry = registry.strategies[strategy]
+    except KeyError:
+        raise _unknown("strategy", strategy, registry.strategies) from None
+    return entry.factory()(model, prompts, **options)

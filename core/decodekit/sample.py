@@ -41,5 +41,8 @@ class Sample(SelectorBase[NoParams]):
         return inverse_cdf(logits, ctx.uniform())
 
     def select_candidates(self, c: Candidates, ctx: DecodeContext) -> Tensor:
-        picked = inverse_cdf(c.values, ctx.uniform())
-        return c.indices.gather(1, picked[:, None]).squeeze(1)
+        # Walk the candidates in vocabulary order, as the dense call walks the vocabulary:
+        # the same uniform then picks the same token on either path.
+        indices, order = c.indices.sort(-1)
+        picked = inverse_cdf(c.values.gather(1, order), ctx.uniform())
+        return indices.gather(1, picked[:, None]).squeeze(1)

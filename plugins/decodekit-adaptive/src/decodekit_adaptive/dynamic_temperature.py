@@ -1,0 +1,55 @@
+"""Dynamic (entropy-scaled) temperature, exactly llama.cpp's `temp_ext` (`llama_sampler_temp_ext_apply`).
+
+With delta > 0 and n > 1 candidate tokens (finite logits):
+    H_norm = H(softmax(x)) / log(n)                         (entropy over its maximum)
+    T      = low + (high - low) * H_norm ** exponent,       low = max(0, temp - delta), high = temp + delta
+    x     -> x / T        (T <= 0: only the argmax survives)
+A flat distribution is sampled hot, a peaked one cold. With delta = 0 it is a plain
+temperature (temp = 0: only the argmax survives); with one candidate it changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from decodekit.stage import ProcessorBase
+from decodekit_adaptive.params import DynamicTemperatureParams
+
+if TYPE_CHECKING:
+    from decodekit.context import DecodeContext
+
+__all__ = ["DynamicTemperature"]
+
+NEG_INF = float("-inf")
+
+
+def keep_argmax(x: Tensor) -> Tensor:
+    """`x` with every entry but each row's first maximum at -inf (temperature 0)."""
+    keep = torch.zeros_like(x, dtype=torch.bool).scatter_(-1, x.argmax(-1, keepdim=True), True)
+    return x.masked_fill(~keep, NEG_INF)
+
+
+class DynamicTemperature(ProcessorBase[DynamicTemperatureParams]):
+    """Divide the logits by a temperature that grows with the distribution's normalised entropy."""
+
+    name = "dynamic_temperature"
+    params_model = DynamicTemperatureParams
+
+    def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        prm = self.params
+        if prm.delta == 0:
+            return logits / prm.temp if prm.temp > 0 else keep_argmax(logits)
+        low, high = max(0.0, prm.temp - prm.delta), prm.temp + prm.delta
+        x = logits.float()
+        n = (x > NEG_INF).sum(-1, keepdim=True)  # [B, 1] candidates
+        logp = x.log_softmax(-1)
+        entropy = -(logp.exp() * logp).nansum(-1, keepdim=True)  # 0 * -inf terms of removed tokens skipped
+        temp = low + (high - low) * (entropy / n.clamp(min=2).log()).pow(prm.exponent)  # [B, 1]
+        temp = torch.where(n > 1, temp, 1.0)  # a single candidate is left alone
+        out = x / temp
+        if low == 0:  # temperature 0 is possible (entropy 0): only the argmax survives
+            out = torch.where(temp > 0, out, keep_argmax(x))
+        return out.to(logits.dtype)

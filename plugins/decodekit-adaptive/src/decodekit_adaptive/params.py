@@ -1,0 +1,30 @@
+"""Parameter models of the adaptive samplers; bounds as the reference implementations use them."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from decodekit.params import NoParams, Params
+
+__all__ = ["DynamicTemperatureParams", "GumbelParams", "MirostatV2Params"]
+
+
+class DynamicTemperatureParams(Params):
+    temp: float = Field(
+        ge=0, allow_inf_nan=False, description="centre of the temperature range (0 with delta 0: greedy)"
+    )
+    delta: float = Field(
+        ge=0, allow_inf_nan=False, description="the temperature ranges over [max(0, temp - delta), temp + delta]"
+    )
+    exponent: float = Field(
+        1.0, ge=0, allow_inf_nan=False, description="temperature = low + (high - low) * normalised_entropy ** exponent"
+    )
+
+
+class MirostatV2Params(Params):
+    tau: float = Field(5.0, ge=0, allow_inf_nan=False, description="target surprise in bits; mu starts at 2 * tau")
+    eta: float = Field(0.1, ge=0, le=1, allow_inf_nan=False, description="learning rate of mu")
+
+
+class GumbelParams(NoParams):
+    """Gumbel-max takes no parameters."""

@@ -1,0 +1,31 @@
+"""Registers the adaptive samplers; imports no torch (implementations load on first use)."""
+
+from __future__ import annotations
+
+from decodekit import hookimpl
+from decodekit.hookspecs import SamplerRegistrar
+from decodekit_adaptive.params import DynamicTemperatureParams, GumbelParams, MirostatV2Params
+
+
+@hookimpl
+def register_samplers(register: SamplerRegistrar) -> None:
+    register(
+        "dynamic_temperature",
+        "decodekit_adaptive.dynamic_temperature:DynamicTemperature",
+        DynamicTemperatureParams,
+        "Temperature scaled by the normalised entropy, within temp +- delta (llama.cpp temp_ext)",
+    )
+    register(
+        "mirostat_v2",
+        "decodekit_adaptive.mirostat_v2:MirostatV2",
+        MirostatV2Params,
+        "Mirostat v2: truncate by surprise > mu, sample, steer mu towards the target surprise tau",
+        kind="selector",
+    )
+    register(
+        "gumbel",
+        "decodekit_adaptive.gumbel:Gumbel",
+        GumbelParams,
+        "Gumbel-max: argmax(logits + Gumbel noise) with per-row generators; distributed as sample",
+        kind="selector",
+    )

@@ -1,0 +1,43 @@
+"""The conformance kit on the adaptive samplers, with the chi-square test of each selector."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+import decodekit as dk
+from decodekit.testing import ProcessorConformance, SelectorConformance
+
+
+class TestDynamicTemperature(ProcessorConformance):
+    dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.bfloat16)
+
+    def make(self) -> Any:
+        return dk.create("dynamic_temperature", temp=0.7, delta=0.5, exponent=1.5)
+
+
+class TestDynamicTemperatureGreedy(ProcessorConformance):
+    def make(self) -> Any:
+        return dk.create("dynamic_temperature", temp=0.0, delta=0.0)
+
+
+class TestGumbel(SelectorConformance):
+    def make(self) -> Any:
+        return dk.create("gumbel")
+
+    def distribution(self, logits: Tensor) -> Tensor:
+        return logits.double().softmax(-1)
+
+
+class TestMirostatV2(SelectorConformance):
+    """A fresh context per draw: mu = 2 * tau = 4 bits, so tokens with p < 1/16 are cut before sampling."""
+
+    def make(self) -> Any:
+        return dk.create("mirostat_v2", tau=2.0, eta=0.1)
+
+    def distribution(self, logits: Tensor) -> Tensor:
+        p = logits.double().softmax(-1)
+        p = torch.where(p >= 2.0**-4, p, 0.0)
+        return p / p.sum(-1, keepdim=True)

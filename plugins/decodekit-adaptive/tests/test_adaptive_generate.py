@@ -1,0 +1,44 @@
+"""The adaptive samplers in the decode loop: Mirostat's state starts afresh each generation, rows stay apart."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import decodekit as dk
+from decodekit.models.gpt import GPT, GPTConfig
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """A model this small runs fastest on one thread (two threads on a busy machine spin for milliseconds)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_gpt() -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=50, block_size=64, n_layer=1, n_head=2, n_embd=16)).eval()
+
+
+PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
+
+
+def test_mirostat_state_resets_each_generation() -> None:
+    model, chain = tiny_gpt(), dk.Chain.parse("mirostat_v2(3.0, 0.5)")
+    first = dk.generate(model, PROMPTS, chain=chain, max_new_tokens=12, cache="none", seed=3)
+    second = dk.generate(model, PROMPTS, chain=chain, max_new_tokens=12, cache="none", seed=3)
+    assert first.tokens == second.tokens  # same chain object: mu started at 2 * tau both times
+
+
+def test_first_row_alone_equals_the_first_row_of_a_ragged_batch() -> None:
+    # Row 0's generator comes from (seed, row 0) whatever the batch; its mu is its own.
+    model = tiny_gpt()
+    for text in ("mirostat_v2(3.0, 0.5)", "dynamic_temperature(1.0, 0.5) | gumbel"):
+        batch = dk.generate(model, PROMPTS, chain=text, max_new_tokens=12, cache="none", seed=5)
+        alone = dk.generate(model, PROMPTS[:1], chain=text, max_new_tokens=12, cache="none", seed=5)
+        assert alone.tokens[0] == batch.tokens[0], text

@@ -1,0 +1,128 @@
+"""DRY, "don't repeat yourself" (pi6am, koboldcpp PR 982; llama.cpp `llama_sampler_dry_apply`).
+
+If the context ends with a sequence that already occurred earlier, the token that followed
+the earlier occurrence would extend the repeat. With L the length of the longest such
+repeat a token would extend, its logit drops by
+
+    multiplier * base ** (L - allowed_length)        when L >= allowed_length
+
+(the exponent clamped so the power stays below float max, as llama.cpp does). A repeat
+never reaches back across a sequence breaker, and a single-token breaker is never penalised.
+The context is the whole history (prompt included, as llama.cpp's server feeds it), or its
+last `last_n` tokens.
+
+Vectorised over the batch and over the earlier occurrences: with the context reversed
+(r[0] the last token), the repeat ending k tokens before the end has length
+z_k = longest common prefix of r and r[k:] (llama.cpp computes the same with the Z-algorithm);
+the loop below extends all z_k together, a block of offsets at a time, and stops when none grows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from decodekit.stage import ProcessorBase
+from decodekit_penalties.context_window import context_window
+from decodekit_penalties.params import DRYParams
+
+if TYPE_CHECKING:
+    from decodekit.context import DecodeContext
+
+__all__ = ["DRY"]
+
+_FLOAT_MAX_LOG = 88.7228391  # log(float32 max), as llama.cpp
+
+
+class DRY(ProcessorBase[DRYParams]):
+    """Penalise tokens that would extend a repeat of the context, exponentially in its length."""
+
+    name = "dry"
+    params_model = DRYParams
+
+    def __init__(self, params: DRYParams | None = None, /, **kwargs: Any) -> None:
+        super().__init__(params, **kwargs)
+        base = self.params.base
+        self._max_exponent = int(_FLOAT_MAX_LOG / math.log(base)) if base > 1.000001 else None
+        breakers = self.params.sequence_breakers
+        self._breakers = [(b[0], b[1:]) for b in breakers]  # (head, tail)
+        self._single_token_breakers = sorted({b[0] for b in breakers if len(b) == 1})
+
+    def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        prm = self.params
+        tokens, lengths = context_window(ctx, prm.last_n)
+        T = tokens.shape[1]
+        if prm.multiplier == 0 or prm.allowed_length >= T:
+            return logits
+        r = tokens.flip(1)  # r[:, i]: the i-th token from the end; real for i < lengths
+        limit = self._repeat_limit(r, lengths)  # [B]
+        z = self._repeat_lengths(r, lengths, limit)  # [B, T-1]: z[:, k-1] for k = 1..T-1
+        active = (lengths > prm.allowed_length) & (limit >= prm.allowed_length)  # [B]
+        penalised = (z >= prm.allowed_length) & active[:, None]
+        if not bool(penalised.any()):
+            return logits
+        exponent = (z - prm.allowed_length).clamp(min=0, max=self._max_exponent).float()
+        penalty = torch.where(penalised, prm.multiplier * torch.pow(prm.base, exponent), 0.0)  # [B, T-1]
+        # The repeat ending k tokens before the end was followed by r[k-1]: that token would extend it.
+        # Each token takes its longest repeat; ids past the vocabulary go to a spare column V.
+        V = logits.shape[-1]
+        next_ids = r[:, : T - 1].clamp(max=V).to(logits.device)
+        per_token = torch.zeros(r.shape[0], V + 1, device=logits.device)
+        per_token.scatter_reduce_(1, next_ids, penalty.to(logits.device), reduce="amax")
+        if self._single_token_breakers:
+            per_token[:, [t for t in self._single_token_breakers if t < V]] = 0.0
+        return logits - per_token[:, :V].to(logits.dtype)
+
+    def _repeat_limit(self, r: Tensor, lengths: Tensor) -> Tensor:
+        """`[B]`: how far back a repeat may reach: up to the nearest sequence breaker, else the whole context.
+
+        A breaker (head, tail...) found with its head i tokens from the end covers r[i], r[i-1], ...,
+        r[i-len(tail)]; the repeat may then use only the i - len(tail) tokens after it.
+        The nearest breaker wins; of several at the same head, the longest.
+        """
+        B, T = r.shape
+        if not self._breakers:
+            return lengths
+        best = torch.full((B, T), -1, dtype=torch.long, device=r.device)  # longest breaker with head at i
+        inside = torch.arange(T, device=r.device)[None, :] < lengths[:, None]
+        for head, tail in self._breakers:
+            s = len(tail)
+            if s >= T:
+                continue
+            found = (r == head) & inside
+            found[:, :s] = False  # the tail must fit before the end
+            for off, token in enumerate(tail):
+                found[:, s:] &= r[:, s - 1 - off : T - 1 - off] == token
+            best = torch.where(found & (best < s), s, best)
+        has = best >= 0
+        nearest = has.to(torch.uint8).argmax(-1, keepdim=True)  # first True: the smallest i
+        limit = (nearest - best.gather(1, nearest)).squeeze(1)
+        return torch.where(has.any(-1), limit, lengths)
+
+    @staticmethod
+    def _repeat_lengths(r: Tensor, lengths: Tensor, limit: Tensor) -> Tensor:
+        """`[B, T-1]`: z_k = length of the repeat that ends k tokens before the end, capped at `limit`.
+
+        z_k is the longest common prefix of r and r[k:] within each row's real tokens. It is
+        extended a block of offsets j at a time (8, 16, 32, ... wide), so a context whose longest
+        repeat is L costs about log2(L) iterations, each one comparison of shape [B, T-1, block].
+        """
+        B, T = r.shape
+        shifts = torch.arange(1, T, device=r.device)[:, None]  # k = 1..T-1, [T-1, 1]
+        z = torch.zeros(B, T - 1, dtype=torch.long, device=r.device)
+        growing = torch.ones(B, T - 1, dtype=torch.bool, device=r.device)  # r[:j] == r[k:k+j] so far
+        end, j, width = min(T - 1, int(limit.max())), 0, 8
+        while j < end:
+            offsets = torch.arange(j, min(j + width, end), device=r.device)  # [J]
+            pos = offsets + shifts  # [T-1, J]: compare r[j] with r[j + k]
+            same = (r[:, offsets][:, None, :] == r[:, pos.clamp(max=T - 1)]) & (pos < lengths[:, None, None])
+            run = same.cumprod(-1)  # [B, T-1, J]: 1 while every offset so far matched
+            z += growing * run.sum(-1)
+            growing &= run[..., -1].bool()
+            if not bool(growing.any()):
+                break
+            j, width = j + width, width * 2
+        return torch.minimum(z, limit[:, None])

@@ -1,0 +1,35 @@
+"""Frequency penalty (OpenAI, vLLM `frequency_penalty`): logit -= count * penalty.
+
+`count` is how often the token occurs among the generated tokens (the prompt does not
+count), optionally only the last `last_n` of them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from decodekit.stage import ProcessorBase
+from decodekit_penalties.counts import generated_window, token_counts
+from decodekit_penalties.params import FrequencyPenaltyParams
+
+if TYPE_CHECKING:
+    from decodekit.context import DecodeContext
+
+__all__ = ["FrequencyPenalty"]
+
+
+class FrequencyPenalty(ProcessorBase[FrequencyPenaltyParams]):
+    """Subtract `penalty` from a token's logit once per time it was generated."""
+
+    name = "frequency_penalty"
+    params_model = FrequencyPenaltyParams
+
+    def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        tokens = generated_window(ctx, self.params.last_n)
+        if tokens.shape[1] == 0 or self.params.penalty == 0:
+            return logits
+        counts = token_counts(tokens.to(logits.device), logits.shape[-1], logits.dtype)
+        return torch.add(logits, counts, alpha=-self.params.penalty)

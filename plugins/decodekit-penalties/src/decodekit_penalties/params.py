@@ -1,0 +1,48 @@
+"""Parameter models of the penalty samplers; bounds as the reference implementations use them.
+
+Every penalty takes an optional window `last_n`: only the last n tokens of what it looks at count.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from decodekit.params import Params
+
+__all__ = ["DRYParams", "FrequencyPenaltyParams", "NoRepeatNGramParams", "PresencePenaltyParams"]
+
+TokenId = Annotated[int, Field(ge=0)]
+_LAST_N = "only the last n tokens count (None: all of them)"
+
+
+class FrequencyPenaltyParams(Params):
+    penalty: float = Field(
+        ge=-2, le=2, allow_inf_nan=False, description="subtracted once per occurrence in the generated tokens"
+    )
+    last_n: int | None = Field(None, ge=1, description=_LAST_N)
+
+
+class PresencePenaltyParams(Params):
+    penalty: float = Field(
+        ge=-2, le=2, allow_inf_nan=False, description="subtracted once from every token already generated"
+    )
+    last_n: int | None = Field(None, ge=1, description=_LAST_N)
+
+
+class NoRepeatNGramParams(Params):
+    ngram_size: int = Field(ge=1, description="no n-gram of this size may occur twice in the context")
+    last_n: int | None = Field(None, ge=1, description=_LAST_N)
+
+
+class DRYParams(Params):
+    multiplier: float = Field(ge=0, allow_inf_nan=False, description="penalty scale (0: no-op)")
+    base: float = Field(
+        1.75, ge=1, allow_inf_nan=False, description="penalty = multiplier * base ** (repeat length - allowed_length)"
+    )
+    allowed_length: int = Field(2, ge=1, description="repeats up to this long are not penalised")
+    last_n: int | None = Field(None, ge=1, description=_LAST_N + "; llama.cpp's penalty_last_n")
+    sequence_breakers: tuple[Annotated[tuple[TokenId, ...], Field(min_length=1)], ...] = Field(
+        (), description="token-id sequences that end a repeat (a repeat never spans one)"
+    )

@@ -1,0 +1,35 @@
+"""Presence penalty (OpenAI, vLLM `presence_penalty`): logit -= penalty if the token was generated.
+
+Only the generated tokens count (not the prompt), optionally only the last `last_n`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torch import Tensor
+
+from decodekit.stage import ProcessorBase
+from decodekit_penalties.counts import generated_window
+from decodekit_penalties.params import PresencePenaltyParams
+
+if TYPE_CHECKING:
+    from decodekit.context import DecodeContext
+
+__all__ = ["PresencePenalty"]
+
+
+class PresencePenalty(ProcessorBase[PresencePenaltyParams]):
+    """Subtract `penalty` once from the logit of every token generated so far."""
+
+    name = "presence_penalty"
+    params_model = PresencePenaltyParams
+
+    def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        tokens = generated_window(ctx, self.params.last_n).to(logits.device)
+        if tokens.shape[1] == 0 or self.params.penalty == 0:
+            return logits
+        out = logits.clone()
+        # Every occurrence of a token writes the same value (its original logit - penalty),
+        # so a repeated token is penalised exactly once.
+        return out.scatter_(1, tokens, logits.gather(1, tokens) - self.params.penalty)

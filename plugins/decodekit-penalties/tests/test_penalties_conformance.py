@@ -1,0 +1,47 @@
+"""The conformance kit on every penalty sampler; a 6-token vocabulary so the random histories repeat."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+import decodekit as dk
+from decodekit.testing import ProcessorConformance
+
+
+class _Penalty(ProcessorConformance):
+    vocab_size: ClassVar[int] = 6
+    dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.bfloat16)
+    spec: ClassVar[tuple[str, dict[str, Any]]]
+
+    def make(self) -> Any:
+        name, params = self.spec
+        return dk.create(name, **params)
+
+
+class TestFrequencyPenalty(_Penalty):
+    spec = ("frequency_penalty", {"penalty": 0.7})
+
+
+class TestPresencePenalty(_Penalty):
+    spec = ("presence_penalty", {"penalty": -0.7, "last_n": 2})
+
+
+class TestNoRepeatNGram(_Penalty):
+    spec = ("no_repeat_ngram", {"ngram_size": 2})
+
+
+class TestNoRepeatNGramWindow(_Penalty):
+    spec = ("no_repeat_ngram", {"ngram_size": 1, "last_n": 4})
+
+
+class TestDRY(_Penalty):
+    spec = ("dry", {"multiplier": 0.8, "allowed_length": 1})
+
+
+class TestDRYBreakers(_Penalty):
+    spec = (
+        "dry",
+        {"multiplier": 0.8, "base": 2.0, "allowed_length": 1, "last_n": 8, "sequence_breakers": [[0], [3, 4]]},
+    )

@@ -1,0 +1,60 @@
+"""Registration, chain strings and specs, and parameter errors of the penalty samplers."""
+
+from __future__ import annotations
+
+import pytest
+
+import decodekit as dk
+
+CHAINS = {
+    "frequency_penalty": ("frequency_penalty(0.5)", {"penalty": 0.5, "last_n": None}),
+    "presence_penalty": ("presence_penalty(0.5, 64)", {"penalty": 0.5, "last_n": 64}),
+    "no_repeat_ngram": ("no_repeat_ngram(3)", {"ngram_size": 3, "last_n": None}),
+    "dry": (
+        "dry(0.8, 1.75, 2, 256, [[10], [11, 12]])",
+        {"multiplier": 0.8, "base": 1.75, "allowed_length": 2, "last_n": 256, "sequence_breakers": ((10,), (11, 12))},
+    ),
+}
+
+
+def test_registered_by_this_distribution() -> None:
+    registry = dk.get_registry()
+    for name in CHAINS:
+        entry = registry.samplers[name]
+        assert entry.distribution == "decodekit-penalties"
+        assert entry.kind == "processor" and entry.description
+
+
+@pytest.mark.parametrize("name", CHAINS)
+def test_chain_string_fills_parameters_in_order_and_round_trips(name: str) -> None:
+    text, params = CHAINS[name]
+    chain = dk.Chain.parse(f"{text} | sample")
+    assert chain.processors[0].params.model_dump() == params  # type: ignore[attr-defined]
+    assert dk.Chain.from_spec(chain.to_spec()) == chain
+    assert dk.Chain.parse(str(chain)) == chain
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "expected"),
+    [
+        ("frequency_penalty", {"penalty": 2.5}, ["penalty=2.5", "-2 <= penalty <= 2"]),
+        ("presence_penalty", {"penalty": -3.0}, ["penalty=-3.0", "-2 <= penalty <= 2"]),
+        ("presence_penalty", {"penalty": 1.0, "last_n": 0}, ["last_n=0", "1 <= last_n"]),
+        ("no_repeat_ngram", {"ngram_size": 0}, ["ngram_size=0", "1 <= ngram_size"]),
+        ("dry", {"multiplier": -1.0}, ["multiplier=-1.0", "0 <= multiplier"]),
+        ("dry", {"multiplier": 0.8, "base": 0.9}, ["base=0.9", "1 <= base"]),
+        ("dry", {"multiplier": 0.8, "allowed_length": 0}, ["allowed_length=0", "1 <= allowed_length"]),
+        (
+            "dry",
+            {"multiplier": 0.8, "sequence_breakers": [[-1]]},
+            ["sequence_breakers.0.0=-1", "greater than or equal to 0"],
+        ),
+    ],
+)
+def test_bad_parameters_name_parameter_value_and_range(
+    name: str, params: dict[str, object], expected: list[str]
+) -> None:
+    with pytest.raises(dk.ParameterError) as info:
+        dk.create(name, **params)
+    for text in expected:
+        assert text in str(info.value)

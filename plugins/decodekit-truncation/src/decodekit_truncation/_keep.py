@@ -1,0 +1,51 @@
+"""Helpers shared by the truncation samplers.
+
+Most truncations here are a per-row threshold on the logits: compute the threshold `[B, 1]`
+from a few reductions, then remove what lies below it (`remove_below`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["NEG_INF", "as_float32", "entropy", "keep_where_nonnegative", "kth_largest", "remove_below"]
+
+NEG_INF = float("-inf")
+
+
+def as_float32(logits: Tensor) -> Tensor:
+    """The logits in float32 for the arithmetic (a no-op when they already are)."""
+    return logits if logits.dtype == torch.float32 else logits.float()
+
+
+def kth_largest(x: Tensor, k: int) -> Tensor:
+    """The k-th largest value of each row of `x` `[B, V]`, `[B, 1]`; keeping x >= it keeps the k largest (and ties)."""
+    k = min(k, x.shape[-1])
+    if k == 1:
+        return x.amax(-1, keepdim=True)
+    return x.topk(k, dim=-1).values[:, -1:]
+
+
+def remove_below(logits: Tensor, score: Tensor, threshold: Tensor) -> Tensor:
+    """`logits` with -inf wherever `score` (their float32 copy, or log-probabilities) < `threshold` `[B, 1]`."""
+    return keep_where_nonnegative(logits, score - threshold)
+
+
+def keep_where_nonnegative(logits: Tensor, margin: Tensor) -> Tensor:
+    """`logits` where `margin` >= 0, -inf where it is < 0.
+
+    Branch-free: min(logits, +-inf) with the sign of the margin (x - x is +0 in IEEE arithmetic,
+    so a tie is kept). On CPU `masked_fill` with a mask that is neither mostly True nor mostly
+    False runs several times slower than these three passes. NaN in `logits` stays NaN.
+    """
+    cap = torch.copysign(torch.tensor(torch.inf, device=margin.device), margin)
+    return torch.minimum(logits, cap if cap.dtype == logits.dtype else cap.to(logits.dtype))
+
+
+def entropy(logp: Tensor) -> Tensor:
+    """Shannon entropy in nats `[B, 1]` from log-probabilities `[B, V]`.
+
+    Removed tokens have p = 0 and logp = -inf; their 0 * -inf = NaN terms are skipped.
+    """
+    return -logp.exp().mul_(logp).nansum(-1, keepdim=True)

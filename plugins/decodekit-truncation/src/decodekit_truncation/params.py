@@ -1,0 +1,75 @@
+"""Parameter models of the truncation samplers; bounds as the reference implementations use them.
+
+The main parameter comes first, so `Chain.parse("min_p(0.05)")` fills it by position.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from decodekit.params import Params
+
+__all__ = [
+    "EpsilonParams",
+    "EtaParams",
+    "MinPParams",
+    "TopAParams",
+    "TopNSigmaParams",
+    "TypicalParams",
+    "XTCParams",
+]
+
+_MIN_KEEP = "keep at least this many of the most probable tokens"
+
+
+class MinPParams(Params):
+    p: float = Field(
+        ge=0, le=1, allow_inf_nan=False, description="keep tokens with probability >= p * p_max (0: no-op)"
+    )
+    min_keep: int = Field(1, ge=1, description=_MIN_KEEP)
+
+
+class TypicalParams(Params):
+    mass: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="probability mass of the most typical tokens to keep (1: no-op)",
+    )
+    min_keep: int = Field(1, ge=1, description=_MIN_KEEP)
+
+
+class EpsilonParams(Params):
+    epsilon: float = Field(gt=0, lt=1, allow_inf_nan=False, description="remove tokens with probability < epsilon")
+    min_keep: int = Field(1, ge=1, description=_MIN_KEEP)
+
+
+class EtaParams(Params):
+    epsilon: float = Field(
+        gt=0, lt=1, allow_inf_nan=False, description="eta = min(epsilon, sqrt(epsilon) * exp(-entropy))"
+    )
+    min_keep: int = Field(1, ge=1, description=_MIN_KEEP)
+
+
+class TopNSigmaParams(Params):
+    n: float = Field(ge=0, allow_inf_nan=False, description="keep logits >= max - n * std (0: no-op, as in llama.cpp)")
+
+
+class TopAParams(Params):
+    a: float = Field(
+        ge=0, le=1, allow_inf_nan=False, description="keep tokens with probability >= a * p_max**2 (0: no-op)"
+    )
+    min_keep: int = Field(1, ge=1, description=_MIN_KEEP)
+
+
+class XTCParams(Params):
+    probability: float = Field(ge=0, le=1, allow_inf_nan=False, description="chance per row and step that XTC applies")
+    threshold: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="tokens with probability >= threshold are the top choices (> 0.5: no-op)",
+    )
+    min_keep: int = Field(1, ge=1, description="apply only if at least this many tokens remain")

@@ -1,0 +1,64 @@
+"""XTC, "exclude top choices" (text-generation-webui; llama.cpp `llama_sampler_xtc_apply`).
+
+With chance `probability` per row and step, remove every token with p >= `threshold`
+except the least probable of them, so a less obvious token is sampled while a coherent
+one (the last top choice) stays available. Nothing happens when fewer than two tokens
+reach the threshold, or when fewer than `min_keep` tokens would remain.
+
+At most 1/threshold tokens can have p >= threshold, so the top choices lie among the
+floor(1/threshold) + 1 largest logits: XTC looks only there (a partial top-k, no sort),
+plus one logsumexp for the probabilities. With m the least probable top choice it removes
+the tokens above m (at least one, or nothing happens).
+
+Randomness: one uniform draw per row per call, from the row's own generator
+(`ctx.uniform()`), drawn whether or not the row then applies XTC, so a row's stream
+never depends on the other rows. Ties: llama.cpp keeps one of several tokens tied at the
+least probable top choice (whichever its sort puts last); this keeps all of them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from decodekit.stage import ProcessorBase
+from decodekit_truncation._keep import NEG_INF, as_float32
+from decodekit_truncation.params import XTCParams
+
+if TYPE_CHECKING:
+    from decodekit.context import DecodeContext
+
+__all__ = ["XTC"]
+
+
+class XTC(ProcessorBase[XTCParams]):
+    """With chance `probability`, remove all tokens with p >= threshold except the least probable of them."""
+
+    name = "xtc"
+    params_model = XTCParams
+
+    def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        prm = self.params
+        if prm.probability == 0 or prm.threshold > 0.5:
+            return logits  # llama.cpp: never applies
+        applies = ctx.uniform().to(logits.device)[:, None] < prm.probability  # [B, 1], one draw per row
+        x = as_float32(logits)
+        V = x.shape[-1]
+        if prm.threshold == 0:  # every candidate (not a removed token) is a top choice
+            values, ids = x.sort(-1, descending=True)
+            top = values > NEG_INF
+        else:
+            values, ids = x.topk(min(V, int(1 / prm.threshold) + 1), dim=-1)  # [B, K], descending
+            top = values >= math.log(prm.threshold) + torch.logsumexp(x, -1, keepdim=True)  # p >= threshold
+        least_top = torch.where(top, values, torch.inf).amin(-1, keepdim=True)  # the top choice that survives
+        remove = values > least_top  # [B, K]: top choices (and only those) above it
+        applies &= remove.any(-1, keepdim=True)  # at least two top choices
+        if prm.min_keep > 1:
+            left = (x > NEG_INF).sum(-1, keepdim=True) - remove.sum(-1, keepdim=True)
+            applies &= left >= prm.min_keep
+        out = logits.clone()
+        removed = torch.full_like(values, NEG_INF, dtype=logits.dtype)
+        return out.scatter_(1, ids, torch.where(remove & applies, removed, logits.gather(1, ids)))

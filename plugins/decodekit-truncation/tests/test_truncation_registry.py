@@ -1,0 +1,58 @@
+"""Registration, chain strings and specs, and parameter errors of the truncation samplers."""
+
+from __future__ import annotations
+
+import pytest
+
+import decodekit as dk
+
+CHAINS = {
+    "min_p": ("min_p(0.05)", {"p": 0.05, "min_keep": 1}),
+    "typical": ("typical(0.95, 2)", {"mass": 0.95, "min_keep": 2}),
+    "epsilon": ("epsilon(0.0003)", {"epsilon": 0.0003, "min_keep": 1}),
+    "eta": ("eta(0.002)", {"epsilon": 0.002, "min_keep": 1}),
+    "top_n_sigma": ("top_n_sigma(1.0)", {"n": 1.0}),
+    "top_a": ("top_a(0.2)", {"a": 0.2, "min_keep": 1}),
+    "xtc": ("xtc(0.5, 0.1)", {"probability": 0.5, "threshold": 0.1, "min_keep": 1}),
+}
+
+
+def test_registered_by_this_distribution() -> None:
+    registry = dk.get_registry()
+    for name in CHAINS:
+        entry = registry.samplers[name]
+        assert entry.distribution == "decodekit-truncation"
+        assert entry.kind == "processor" and entry.description
+
+
+@pytest.mark.parametrize("name", CHAINS)
+def test_chain_string_fills_parameters_in_order_and_round_trips(name: str) -> None:
+    text, params = CHAINS[name]
+    chain = dk.Chain.parse(f"{text} | sample")
+    assert chain.processors[0].params.model_dump() == params  # type: ignore[attr-defined]
+    assert dk.Chain.from_spec(chain.to_spec()) == chain
+    assert dk.Chain.parse(str(chain)) == chain
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "expected"),
+    [
+        ("min_p", {"p": 1.5}, ["min_p", "p=1.5", "0 <= p <= 1"]),
+        ("min_p", {"p": 0.1, "min_keep": 0}, ["min_keep=0", "1 <= min_keep"]),
+        ("typical", {"mass": 0.0}, ["mass=0.0", "0 < mass <= 1"]),
+        ("epsilon", {"epsilon": 1.0}, ["epsilon=1.0", "0 < epsilon < 1"]),
+        ("eta", {"epsilon": -0.1}, ["epsilon=-0.1", "0 < epsilon < 1"]),
+        ("top_n_sigma", {"n": -1.0}, ["n=-1.0", "0 <= n"]),
+        ("top_a", {"a": 2.0}, ["a=2.0", "0 <= a <= 1"]),
+        ("xtc", {"probability": 1.5}, ["probability=1.5", "0 <= probability <= 1"]),
+        ("xtc", {"probability": 0.5, "threshold": -0.1}, ["threshold=-0.1", "0 <= threshold <= 1"]),
+        ("min_p", {"p": 0.1, "k": 3}, ["unknown parameter k=3", "p, min_keep"]),
+    ],
+)
+def test_bad_parameters_name_parameter_value_and_range(
+    name: str, params: dict[str, object], expected: list[str]
+) -> None:
+    with pytest.raises(dk.ParameterError) as info:
+        dk.create(name, **params)
+    for text in expected:
+        assert text in str(info.value)

@@ -1,0 +1,391 @@
+"""Beam search: hand-worked cases on a lookup-table model, greedy parity, HF parity, strategies."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import torch
+
+import decodekit as dk
+from decodekit.beam import BeamGeneration
+from decodekit.cache import KVCache, PreallocatedKVCache
+from decodekit.generate import Generation
+from decodekit.models.gpt import GPT
+from tinymodels import CharTokenizer, tiny_gpt
+
+PROMPTS = [[5, 17, 3, 9, 44, 2], [7, 8], [90, 1, 33]]
+
+# The lookup-table model's vocabulary: EOS, content tokens, and one start token per hand-worked tree.
+EOS, A, B, C, D, E, X, Y, Z, S1, S2, S3 = range(12)
+
+# Next-token probabilities keyed by the whole history (prompt + generated); unlisted histories
+# (beams extended with a zero-probability token) get a uniform distribution.
+TABLE: dict[tuple[int, ...], dict[int, float]] = {
+    # S1, 2 new tokens: greedy takes A (.6) then X (.4): A·X = .24. Beam search (2 beams) also
+    # keeps B (.4), whose best continuation X (.9) gives B·X = .36 > A·X = .24.
+    (S1,): {A: 0.6, B: 0.4},
+    (S1, A): {X: 0.4, Y: 0.35, Z: 0.25},
+    (S1, B): {X: 0.9, Y: 0.1},
+    # S2, 3 new tokens, stop at EOS: finished hypotheses and their sums of log-probs
+    #   [EOS] .4 -> -0.916;  [A, EOS] .6·.2 = .12 -> -2.120;
+    #   [A, B, EOS] .6·.8·.7 = .336 -> -1.091;  [A, B, C] .6·.8·.3 = .144 -> -1.938.
+    # length_penalty 0 (raw sums): [EOS] wins. length_penalty 1 (per token):
+    #   [EOS] -0.916, [A, EOS] -1.060, [A, B, EOS] -0.364, [A, B, C] -0.646: [A, B, EOS] wins.
+    # early_stopping=True stops after step 1, when [EOS] and [A, EOS] fill both slots: [EOS] wins.
+    (S2,): {A: 0.6, EOS: 0.4},
+    (S2, A): {B: 0.8, EOS: 0.2},
+    (S2, A, B): {EOS: 0.7, C: 0.3},
+    # S3, 4 new tokens, stop at EOS, length_penalty 1:
+    #   step 0: [EOS] .5 finishes (-0.693); A (.32) and C (.18) run.
+    #   step 1: [A, EOS] .192 finishes (-1.650 / 2 = -0.825); C·D (.18) and A·B (.128) run.
+    #     Both slots are full. False: the best running beam at its current length, -1.715 / 2 = -0.857,
+    #     cannot beat the worst kept -0.825: stop, [EOS] wins. True: full, stop. "never": at the
+    #     longest length, -1.715 / 4 = -0.429 > -0.825: go on.
+    #   step 2: [A, B, EOS] .128 finishes (-2.056 / 3 = -0.685) and evicts [A, EOS].
+    #   step 3: [C, D, E, EOS] .18 finishes (-1.715 / 4 = -0.429) and wins.
+    (S3,): {EOS: 0.5, A: 0.32, C: 0.18},
+    (S3, A): {EOS: 0.6, B: 0.4},
+    (S3, C): {D: 1.0},
+    (S3, C, D): {E: 1.0},
+    (S3, A, B): {EOS: 1.0},
+    (S3, C, D, E): {EOS: 1.0},
+}
+
+
+class TableModel:
+    """A model protocol implementation whose next-token distribution is `TABLE[history]`.
+
+    It writes (token, position) pairs to the KV cache as keys and reads the history back from
+    what the cache returns, so a cache that does not follow the beams gives other histories.
+    """
+
+    spec = dk.ModelSpec(n_layers=1, n_heads=1, n_kv_heads=1, head_dim=2, vocab_size=12, max_positions=32)
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+        kv = torch.stack([input_ids, positions], -1).float()[:, None]  # [B, 1, T, 2]: (token, position)
+        if cache is not None:
+            kv, _ = cache.update(0, kv, kv)  # [B, 1, S, 2]: every slot the cache holds
+        Bsz, T = input_ids.shape
+        S = kv.shape[2]
+        logits = torch.zeros(Bsz, T, self.spec.vocab_size)
+        for b in range(Bsz):
+            for i in range(T):
+                slots = kv[b, 0, : S - T + i + 1].tolist()
+                history = tuple(int(tok) for tok, pos in slots if pos >= 0)  # padding has negative positions
+                probs = TABLE.get(history)
+                if probs is not None:  # log-probabilities, -inf for the tokens it does not list
+                    logits[b, i] = float("-inf")
+                    for token, p in probs.items():
+                        logits[b, i, token] = math.log(p)
+        return logits
+
+
+def _lp(*probs: float) -> float:
+    return sum(math.log(p) for p in probs)
+
+
+@pytest.mark.parametrize("cache", ["dense", "gqa", "none"])
+def test_beam_finds_the_sequence_greedy_misses(cache: str) -> None:
+    m = TableModel()
+    greedy = dk.generate(m, [[S1]], chain=dk.Chain([], selector=_argmax), max_new_tokens=2, cache=cache)
+    assert greedy.tokens == [[A, X]]
+    out = dk.beam_search(m, [[S1]], num_beams=2, max_new_tokens=2, num_return_sequences=2, cache=cache)
+    assert out.tokens == [[B, X]] and out.finish_reasons == ["length"]
+    assert out.sequences == [[[B, X], [A, X]]]
+    assert out.scores[0] == pytest.approx([_lp(0.4, 0.9) / 2, _lp(0.6, 0.4) / 2], abs=1e-6)
+
+
+def test_the_table_model_catches_a_cache_that_does_not_follow_the_beams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """S3 swaps its beams at step 1 (C·D came from beam 1, A·B from beam 0): without reorder it goes wrong."""
+    options: dict[str, Any] = {"num_beams": 2, "max_new_tokens": 4, "early_stopping": "never", "stop_tokens": [EOS]}
+    assert dk.beam_search(TableModel(), [[S3]], **options).tokens == [[C, D, E, EOS]]
+    monkeypatch.setattr(PreallocatedKVCache, "reorder", lambda self, index: None)
+    assert dk.beam_search(TableModel(), [[S3]], **options).tokens != [[C, D, E, EOS]]
+
+
+@pytest.mark.parametrize(
+    ("length_penalty", "early_stopping", "expected", "probs"),
+    [
+        (1.0, False, [[A, B, EOS], [A, B, C]], [(0.6, 0.8, 0.7), (0.6, 0.8, 0.3)]),
+        (0.0, False, [[EOS], [A, B, EOS]], [(0.4,), (0.6, 0.8, 0.7)]),
+        (1.0, True, [[EOS], [A, EOS]], [(0.4,), (0.6, 0.2)]),
+        (1.0, "never", [[A, B, EOS], [A, B, C]], [(0.6, 0.8, 0.7), (0.6, 0.8, 0.3)]),
+    ],
+)
+def test_length_penalty_and_early_stopping_pick_the_hand_worked_winner(
+    length_penalty: float, early_stopping: bool | str, expected: list[list[int]], probs: list[tuple[float, ...]]
+) -> None:
+    out = dk.beam_search(
+        TableModel(),
+        [[S2]],
+        num_beams=2,
+        max_new_tokens=3,
+        length_penalty=length_penalty,
+        early_stopping=early_stopping,  # type: ignore[arg-type]
+        num_return_sequences=2,
+        stop_tokens=[EOS],
+    )
+    assert out.sequences == [expected]
+    assert out.scores[0] == pytest.approx([_lp(*p) / len(p) ** length_penalty for p in probs], abs=1e-6)
+    assert out.finish_reasons == ["stop"] and out.stopped_by == [EOS]
+
+
+@pytest.mark.parametrize(
+    ("early_stopping", "expected", "probs"),
+    [
+        (False, [[EOS], [A, EOS]], [(0.5,), (0.32, 0.6)]),
+        (True, [[EOS], [A, EOS]], [(0.5,), (0.32, 0.6)]),
+        ("never", [[C, D, E, EOS], [A, B, EOS]], [(0.18, 1.0, 1.0, 1.0), (0.32, 0.4, 1.0)]),
+    ],
+)
+def test_early_stopping_false_stops_where_never_goes_on(
+    early_stopping: bool | str, expected: list[list[int]], probs: list[tuple[float, ...]]
+) -> None:
+    out = dk.beam_search(
+        TableModel(),
+        [[S3]],
+        num_beams=2,
+        max_new_tokens=4,
+        early_stopping=early_stopping,  # type: ignore[arg-type]
+        num_return_sequences=2,
+        stop_tokens=[EOS],
+    )
+    assert out.sequences == [expected]
+    assert out.scores[0] == pytest.approx([_lp(*p) / len(p) for p in probs], abs=1e-6)
+
+
+def _argmax(logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
+    return logits.argmax(-1)
+
+
+@pytest.mark.parametrize("cache", ["none", "dense", "gqa"])
+def test_one_beam_is_greedy(cache: str) -> None:
+    model = tiny_gpt(2)
+    greedy = dk.Chain([], selector=_argmax)
+    free = dk.generate(model, PROMPTS, chain=greedy, max_new_tokens=12, cache=cache)
+    stop = free.tokens[0][4]
+    ref = dk.generate(model, PROMPTS, chain=greedy, max_new_tokens=12, cache=cache, stop_tokens=[stop])
+    out = dk.beam_search(model, PROMPTS, num_beams=1, max_new_tokens=12, cache=cache, stop_tokens=[stop])
+    assert out.tokens == ref.tokens
+    assert out.finish_reasons == ref.finish_reasons
+    assert out.finish_reasons[0] == "stop"
+
+
+def test_ragged_rows_equal_searching_each_row_alone() -> None:
+    m = tiny_gpt(2)
+    batch = dk.beam_search(m, PROMPTS, num_beams=3, max_new_tokens=10, num_return_sequences=3)
+    for b, prompt in enumerate(PROMPTS):
+        alone = dk.beam_search(m, [prompt], num_beams=3, max_new_tokens=10, num_return_sequences=3)
+        assert alone.sequences[0] == batch.sequences[b]
+        assert alone.scores[0] == pytest.approx(batch.scores[b], abs=1e-5)
+
+
+def test_processors_run_on_log_probs_and_the_selector_is_ignored() -> None:
+    """Without X, S1's candidates are A·Y .21, A·Z .15, B·Y .04: the two best are both after A.
+
+    The processor's output is not renormalised (as in HF): A·Y scores log(.6 · .35) / 2.
+    """
+
+    def no_x(logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
+        assert torch.allclose(logits.exp().sum(-1), torch.ones(logits.shape[0]))  # log-probabilities come in
+        return logits.index_fill(1, torch.tensor([X]), float("-inf"))
+
+    def never(logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
+        raise AssertionError("beam search called the selector")
+
+    chain = dk.Chain([no_x], selector=never)
+    out = dk.beam_search(TableModel(), [[S1]], num_beams=2, max_new_tokens=2, num_return_sequences=2, chain=chain)
+    assert out.sequences == [[[A, Y], [A, Z]]]
+    assert out.scores[0] == pytest.approx([_lp(0.6, 0.35) / 2, _lp(0.6, 0.25) / 2], abs=1e-6)
+
+
+def _hf_gpt2(eos: int) -> Any:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=100,
+        n_positions=64,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        pad_token_id=0,
+        initializer_range=0.5,  # peaked distributions, so beams are far from ties
+    )
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+class HFAdapter:
+    """A transformers causal LM behind the model protocol, recomputing the whole context (cache="none")."""
+
+    def __init__(self, hf: Any) -> None:
+        self.hf = hf
+        c = hf.config
+        self.spec = dk.ModelSpec(c.n_layer, c.n_head, c.n_head, c.n_embd // c.n_head, c.vocab_size, c.n_positions)
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+        assert cache is None
+        mask = (positions >= 0).long()  # left padding: negative positions
+        logits: torch.Tensor = self.hf(
+            input_ids=input_ids, attention_mask=mask, position_ids=positions.clamp(min=0)
+        ).logits
+        return logits
+
+
+@pytest.mark.slow
+def test_matches_transformers_beam_search() -> None:
+    eos = 58  # a token this random model often predicts, so some hypotheses end with it
+    hf = _hf_gpt2(eos)
+    prompts = [[5, 17, 3, 9, 44, 2], [90, 1, 33], [11, 12, 13, 14]]
+    P = max(map(len, prompts))
+    ids = torch.tensor([[0] * (P - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompts])
+    reasons: set[str] = set()
+    for length_penalty, early_stopping in [(1.0, False), (0.5, True), (2.0, "never")]:
+        with torch.no_grad():
+            ref = hf.generate(
+                ids,
+                attention_mask=mask,
+                num_beams=4,
+                do_sample=False,
+                max_new_tokens=16,
+                length_penalty=length_penalty,
+                early_stopping=early_stopping,
+                num_return_sequences=2,
+                use_cache=False,
+                output_scores=True,
+                return_dict_in_generate=True,
+            )
+            out = dk.beam_search(
+                HFAdapter(hf),
+                prompts,
+                num_beams=4,
+                max_new_tokens=16,
+                length_penalty=length_penalty,
+                early_stopping=early_stopping,  # type: ignore[arg-type]
+                num_return_sequences=2,
+                cache="none",
+                stop_tokens=[eos],
+            )
+        expected = [_cut_at(row, eos) for row in ref.sequences[:, P:].tolist()]
+        assert [s for seqs in out.sequences for s in seqs] == expected, (length_penalty, early_stopping)
+        assert [s for sc in out.scores for s in sc] == pytest.approx(ref.sequences_scores.tolist(), rel=1e-5)
+        reasons.update(out.finish_reasons)
+    assert reasons == {"stop", "length"}  # both ways of finishing were exercised
+
+
+def _cut_at(row: Sequence[int], eos: int) -> list[int]:
+    """HF pads a sequence after its EOS; ours ends at it."""
+    return list(row[: row.index(eos) + 1]) if eos in row else list(row)
+
+
+def test_decode_dispatches_to_the_registered_strategy() -> None:
+    m = tiny_gpt(2)
+    beam = dk.decode(m, PROMPTS, strategy="beam", num_beams=2, max_new_tokens=6)
+    assert isinstance(beam, BeamGeneration)
+    assert beam.tokens == dk.beam_search(m, PROMPTS, num_beams=2, max_new_tokens=6).tokens
+    sample = dk.decode(m, PROMPTS, max_new_tokens=6, seed=1)  # "sample" is the default
+    assert sample.tokens == dk.generate(m, PROMPTS, max_new_tokens=6, seed=1).tokens
+    registry = dk.get_registry()
+    assert registry.plugins["decodekit"].strategies == ["sample", "beam"]
+    with pytest.raises(
+        dk.UnknownNameError, match="unknown strategy 'beem'; installed: beam, sample; did you mean 'beam'"
+    ):
+        dk.decode(m, PROMPTS, strategy="beem")
+
+
+def _echo(model: Any, prompts: Sequence[Sequence[int]], *, times: int = 1) -> Generation:
+    """A custom strategy: "generates" each prompt `times` over."""
+    rows = [list(p) for p in prompts]
+    return Generation(tokens=[r * times for r in rows], finish_reasons=["length"] * len(rows), prompt_tokens=rows)
+
+
+class EchoPlugin:
+    @dk.hookimpl
+    def register_strategies(self, register: Any) -> None:
+        register("echo", _echo, description="repeats the prompt")
+
+
+class BeamAgainPlugin:
+    @dk.hookimpl
+    def register_strategies(self, register: Any) -> None:
+        register("beam", "decodekit.beam:beam_search", description="a second beam")
+
+
+def test_a_plugin_adds_a_strategy_by_name() -> None:
+    plugin = EchoPlugin()
+    dk.register_plugin(plugin, name="echo-plugin")
+    try:
+        assert dk.decode(tiny_gpt(2), [[1, 2], [3]], strategy="echo", times=2).tokens == [[1, 2, 1, 2], [3, 3]]
+        registry = dk.get_registry()
+        assert registry.strategies["echo"].distribution == "echo-plugin"
+        assert registry.plugins["echo-plugin"].strategies == ["echo"]
+    finally:
+        dk.unregister_plugin(plugin)
+    assert "echo" not in dk.get_registry().strategies
+
+
+def test_two_plugins_registering_one_strategy_name_is_an_error_naming_both() -> None:
+    plugin = BeamAgainPlugin()
+    try:
+        with pytest.raises(dk.PluginError, match="'beam' is registered by two distributions: decodekit and beam-again"):
+            dk.register_plugin(plugin, name="beam-again")
+    finally:
+        dk.unregister_plugin(plugin)
+    assert dk.get_registry().strategies["beam"].distribution == "decodekit"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"num_beams": 0}, r"num_beams=0 is invalid; allowed: an integer >= 1"),
+        ({"num_beams": 2, "num_return_sequences": 3}, r"num_return_sequences=3 .* <= num_beams=2"),
+        ({"length_penalty": float("inf")}, r"length_penalty=inf is invalid; allowed: a finite number"),
+        ({"length_penalty": float("nan")}, r"length_penalty=nan is invalid"),
+        ({"early_stopping": "sometimes"}, r"early_stopping='sometimes' is invalid; allowed: True, False or 'never'"),
+        ({"max_new_tokens": -1}, r"max_new_tokens=-1 is invalid"),
+    ],
+)
+def test_bad_parameters_are_clear_errors(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(dk.ParameterError, match=message):
+        dk.beam_search(tiny_gpt(2), PROMPTS, **options)
+
+
+def test_nan_names_step_row_and_beam() -> None:
+    def poison(logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
+        if ctx.step == 2:
+            logits = logits.clone()
+            logits[2 * 2 + 1] = float("nan")  # row 2, beam 1
+        return logits
+
+    with pytest.raises(dk.NumericsError, match=r"step 2, row 2: .*NaN.*\(beam 1\)"):
+        dk.beam_search(tiny_gpt(2), PROMPTS, num_beams=2, max_new_tokens=5, chain=dk.Chain([poison]))
+
+
+def test_zero_new_tokens() -> None:
+    out = dk.beam_search(tiny_gpt(2), PROMPTS, max_new_tokens=0)
+    assert out.tokens == [[], [], []] and out.finish_reasons == ["length"] * 3
+
+
+def test_text_prompts_and_text_without_the_stop_token(text_model: GPT) -> None:
+    free = dk.beam_search(text_model, ["To be", "or"], num_beams=3, max_new_tokens=8)
+    stop = free.tokens[0][2]
+    out = dk.beam_search(text_model, ["To be", "or"], num_beams=3, max_new_tokens=8, stop_tokens=[stop])
+    assert out.text is not None
+    for tokens, text, reason in zip(out.tokens, out.text, out.finish_reasons):
+        kept = tokens[:-1] if reason == "stop" else tokens
+        assert text == CharTokenizer().decode(kept)
+    assert out.finish_reasons[0] == "stop" or len(out.tokens[0]) == 8
+
+
+def test_importing_the_generate_module_does_not_hide_dk_generate() -> None:
+    """`decodekit.beam` imports the module `decodekit.generate`; Python then sets the package attribute
+    `generate` to that module, which would hide the function (`dk.beam_search(...)` then `dk.generate(...)`)."""
+    module = importlib.import_module("decodekit.generate")
+    setattr(dk, "generate", module)  # noqa: B010 (what the import system does on a submodule's first import)
+    assert dk.generate is module.generate

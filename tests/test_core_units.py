@@ -1,0 +1,110 @@
+"""Unit checks of the core's small pieces: the attention mask, GQA, params, specs, the context."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pydantic import Field
+from tinymodels import tiny_gpt
+
+import decodekit as dk
+from decodekit.context import row_generators
+from decodekit.models.gpt import GPT, GPTConfig, attention_mask
+from decodekit.params import validate_params
+
+
+def test_attention_mask_by_hand() -> None:
+    # Row 0 unpadded, row 1 with one padding column; 2 cached slots, 2 new queries.
+    # Slots 0..3; queries sit in slots 2 and 3. Row 1's position 0 is in slot 1.
+    positions = torch.tensor([[2, 3], [1, 2]])
+    mask = attention_mask(positions, offset=2)[:, 0].int()
+    assert mask.tolist() == [
+        [[1, 1, 1, 0], [1, 1, 1, 1]],
+        [[0, 1, 1, 0], [0, 1, 1, 1]],
+    ]
+    # A padding query (negative position) sees itself only, so its softmax row is never empty.
+    pad = attention_mask(torch.tensor([[-1, 0]]), offset=0)[0, 0].int()
+    assert pad.tolist() == [[1, 0], [0, 1]]
+
+
+def test_gqa_equals_mha_with_repeated_kv_heads() -> None:
+    """A GQA model and the MHA model whose kv projections repeat each group give the same logits."""
+    gqa = tiny_gpt(2)
+    torch.manual_seed(1)
+    mha = GPT(GPTConfig(vocab_size=101, block_size=64, n_layer=2, n_head=4, n_kv_head=None, n_embd=32)).eval()
+    state = gqa.state_dict()
+    D, C = 8, 32
+    for layer in range(2):
+        for kind in ("weight", "bias"):
+            w = state[f"h.{layer}.attn.c_attn.{kind}"]
+            q, k, v = w.split([C, 2 * D, 2 * D], dim=0)
+            rep = [t.view(2, D, *t.shape[1:]).repeat_interleave(2, dim=0).reshape(4 * D, *t.shape[1:]) for t in (k, v)]
+            state[f"h.{layer}.attn.c_attn.{kind}"] = torch.cat([q, *rep])
+    mha.load_state_dict(state)
+    ids = torch.randint(0, 101, (2, 12))
+    pos = torch.arange(12)[None].expand(2, 12)
+    torch.testing.assert_close(mha(ids, pos, None), gqa(ids, pos, None), atol=1e-5, rtol=1e-5)
+
+
+def test_padded_row_matches_unpadded_logits() -> None:
+    m = tiny_gpt(1)
+    ids = torch.tensor([[0, 0, 5, 6, 7]])
+    padded = m(ids, torch.tensor([[-2, -1, 0, 1, 2]]), None)[0, 2:]
+    alone = m(ids[:, 2:], torch.arange(3)[None], None)[0]
+    torch.testing.assert_close(padded, alone, atol=1e-5, rtol=1e-5)
+
+
+def test_training_path_equals_masked_path() -> None:
+    m = tiny_gpt(2)
+    ids = torch.randint(0, 101, (3, 10))
+    torch.testing.assert_close(m(ids), m(ids, torch.arange(10)[None].expand(3, 10)), atol=1e-5, rtol=1e-5)
+
+
+class KParams(dk.Params):
+    k: int = Field(ge=1, le=100, description="how many")
+    scale: float = Field(1.0, gt=0)
+
+
+def test_param_errors_name_parameter_value_and_range() -> None:
+    with pytest.raises(dk.ParameterError, match=r"^demo: k=0 is invalid: .*; allowed: int 1 <= k <= 100$"):
+        validate_params("demo", KParams, {"k": 0})
+    with pytest.raises(dk.ParameterError, match=r"scale=-2.0 is invalid.*allowed: float 0 < scale"):
+        validate_params("demo", KParams, {"k": 3, "scale": -2.0})
+    with pytest.raises(dk.ParameterError, match="unknown parameter q=3; allowed parameters: k, scale"):
+        validate_params("demo", KParams, {"k": 3, "q": 3})
+    with pytest.raises(dk.ParameterError, match="missing required parameter k"):
+        validate_params("demo", KParams, {})
+    with pytest.raises(dk.ParameterError, match="k='many' is invalid"):
+        validate_params("demo", KParams, {"k": "many"})
+    assert validate_params("demo", KParams, {"k": 3}) == KParams(k=3, scale=1.0)
+
+
+def test_specs_reject_bad_shapes() -> None:
+    with pytest.raises(dk.ParameterError, match="n_kv_heads=3 is invalid; allowed: a divisor of n_heads=4"):
+        dk.CacheSpec(n_layers=1, n_heads=4, n_kv_heads=3, head_dim=8, batch_size=1, capacity=4)
+    with pytest.raises(dk.ParameterError, match="capacity=0 is invalid; allowed: an integer >= 1"):
+        dk.CacheSpec(n_layers=1, n_heads=4, n_kv_heads=2, head_dim=8, batch_size=1, capacity=0)
+    with pytest.raises(dk.ParameterError, match="n_kv_head=3 is invalid"):
+        GPTConfig(n_head=4, n_kv_head=3, n_embd=32)
+
+
+def test_decode_context_defaults_and_views() -> None:
+    tokens = torch.tensor([[0, 0, 5, 6, 9], [1, 2, 3, 4, 8]])
+    ctx = dk.DecodeContext(tokens=tokens)
+    assert ctx.step == 0 and ctx.valid_mask() is None and ctx.generated.shape == (2, 0)
+    ragged = dk.DecodeContext(tokens=tokens, prompt_lengths=torch.tensor([2, 4]), step=1)
+    assert ragged.generated.tolist() == [[9], [8]]
+    assert ragged.valid_mask().int().tolist() == [[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]  # type: ignore[union-attr]
+    with pytest.raises(dk.ParameterError, match=r"tokens of shape \(5,\)"):
+        dk.DecodeContext(tokens=tokens[0])
+
+
+def test_row_generators_are_batch_invariant() -> None:
+    a = row_generators(42, 1)
+    b = row_generators(42, 3)
+    assert torch.rand(4, generator=a[0]).tolist() == torch.rand(4, generator=b[0]).tolist()
+    assert torch.rand(4, generator=b[1]).tolist() != torch.rand(4, generator=row_generators(42, 3)[2]).tolist()
+    per_row = row_generators([7, 8], 2)
+    assert torch.rand(2, generator=per_row[1]).tolist() == torch.rand(2, generator=row_generators([8], 1)[0]).tolist()
+    with pytest.raises(dk.ParameterError, match="2 per-row seeds given"):
+        row_generators([1, 2], 3)
