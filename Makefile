@@ -8,7 +8,7 @@ PLUGINS := $(sort $(wildcard plugins/*))
 # The CPU build of torch (a range would pull a multi-GB CUDA build).
 TORCH  ?= torch==2.13.0
 PROMPT ?= ROMEO:
-ARGS   ?= --max-new-tokens 400 --seed 0
+ARGS   ?= --max-new-tokens 240 --seed 0
 
 .PHONY: install install-dev run test lint bench clean
 
@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS)) | $(B
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(BIN)/python -m pip install -q --no-build-isolation -e '.[test,dev]' matplotlib
+	$(BIN)/python -m pip install -q --no-build-isolation -e '.[test,dev]'
 	touch $@
 
 install: $(VENV)/.installed

@@ -7,8 +7,6 @@ name that needs them, so plugin listings and ``decodekit --help`` stay fast.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 from decodekit.errors import (
@@ -29,7 +27,7 @@ if TYPE_CHECKING:
     from decodekit.cache import KVCache, PreallocatedKVCache
     from decodekit.chain import Chain, Processor, Selector
     from decodekit.context import DecodeContext
-    from decodekit.generate import Generation, TokenEvent, generate, stream
+    from decodekit.decoding import Generation, TokenEvent, generate, stream
     from decodekit.plugins import (
         create,
         create_cache,
@@ -53,10 +51,10 @@ _LAZY = {
     "Processor": "decodekit.chain",
     "Selector": "decodekit.chain",
     "DecodeContext": "decodekit.context",
-    "Generation": "decodekit.generate",
-    "TokenEvent": "decodekit.generate",
-    "generate": "decodekit.generate",
-    "stream": "decodekit.generate",
+    "Generation": "decodekit.decoding",
+    "TokenEvent": "decodekit.decoding",
+    "generate": "decodekit.decoding",
+    "stream": "decodekit.decoding",
     "create": "decodekit.plugins",
     "create_cache": "decodekit.plugins",
     "decode": "decodekit.plugins",
@@ -124,17 +122,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(__all__)
-
-
-class _Package(types.ModuleType):
-    """Importing a submodule sets it as an attribute of its package, so the first import of
-    `decodekit.generate` (by `decodekit.beam`, say) would hide the function `dk.generate` behind
-    the module of the same name. Lazy names keep their lazy value."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _LAZY and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -14,7 +14,7 @@ The semantics are those of Hugging Face transformers 5 (`GenerationMixin._beam_s
   (`early_stopping`, see `beam_search`).
 
 The KV cache holds `B · num_beams` rows (row `b · num_beams + i` is beam `i` of prompt `b`) and
-follows the beams with `reorder(index)`. Ragged prompts are left-padded as in `decodekit.generate`.
+follows the beams with `reorder(index)`. Ragged prompts are left-padded as in `decodekit.decoding`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from torch import Tensor
 from decodekit.chain import Chain, numerics_error
 from decodekit.context import DecodeContext
 from decodekit.errors import ContextLengthError, NumericsError, ParameterError
-from decodekit.generate import (
+from decodekit.decoding import (
     FinishReason,
     Generation,
     Prompts,

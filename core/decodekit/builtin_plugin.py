@@ -17,5 +17,5 @@ def register_samplers(register: SamplerRegistrar) -> None:
 
 @hookimpl
 def register_strategies(register: StrategyRegistrar) -> None:
-    register("sample", "decodekit.generate:generate", description="One token per step from the chain's selector")
+    register("sample", "decodekit.decoding:generate", description="One token per step from the chain's selector")
     register("beam", "decodekit.beam:beam_search", description="Beam search (Hugging Face semantics)")

@@ -205,14 +205,15 @@ class Chain:
         else:
             top = x.amax(-1)  # NaN anywhere in a row makes its max NaN
             tokens = self.selector(x, ctx)
-        return torch.where(torch.isfinite(top), tokens, -1)
+        # top - top is 0 for a finite maximum and NaN for NaN or ±inf: two ops, where isfinite takes four.
+        return tokens.masked_fill((top - top).ne(0), -1)
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         """Token ids `[B]`; raises `NumericsError` naming the row when a row cannot be sampled."""
         tokens = self.select(logits, ctx)
-        bad = (tokens < 0).nonzero().flatten().tolist()
-        if bad:
-            raise numerics_error(logits, self.process(logits, ctx), bad[0], ctx.step)
+        if bool((tokens < 0).any()):
+            row = int((tokens < 0).nonzero()[0, 0])
+            raise numerics_error(logits, self.process(logits, ctx), row, ctx.step)
         return tokens
 
 

@@ -83,13 +83,11 @@ class DecodeContext:
 
     def uniform(self) -> Tensor:
         """One uniform draw in [0, 1) per row `[B]`, each from its row's own generator."""
-        B = self.batch_size
-        out = torch.empty(B, device=self.tokens.device)
+        device = self.tokens.device
         if self.generators is None:
-            return out.uniform_()
-        for b, g in enumerate(self.generators):
-            out[b : b + 1].uniform_(generator=g)
-        return out
+            return torch.rand(self.batch_size, device=device)
+        draws = [torch.rand(1, generator=g, device=device) for g in self.generators]
+        return draws[0] if len(draws) == 1 else torch.cat(draws)
 
     def state_for(self, stage: Any) -> Any:
         """The state of a stateful `stage` for this generation.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,7 +38,10 @@ def allowed_values(name: str, field: FieldInfo) -> str:
         elif isinstance(m, annotated_types.Le):
             upper = f" <= {m.le}"
     ann = field.annotation
-    type_name = getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
+    plain = getattr(ann, "__name__", None)
+    type_name = plain if plain and typing.get_origin(ann) is None else str(ann).replace("typing.", "")
+    if type_name.endswith(" | None"):
+        type_name = f"None, or {type_name[: -len(' | None')]}"
     if lower or upper:
         return f"{type_name} {lower}{name}{upper}"
     return type_name

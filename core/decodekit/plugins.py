@@ -27,7 +27,7 @@ from decodekit.params import NoParams, Params, validate_params
 
 if TYPE_CHECKING:
     from decodekit.cache import KVCache
-    from decodekit.generate import Generation
+    from decodekit.decoding import Generation
     from decodekit.spec import CacheSpec
 
 __all__ = [

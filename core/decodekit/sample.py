@@ -16,6 +16,18 @@ if TYPE_CHECKING:
 __all__ = ["Sample", "inverse_cdf"]
 
 
+# u < 1 is at most 1 - 2**-24 in float32; scaled by this, u · total rounds strictly below
+# total, so the search always lands on a token whose CDF step is non-empty.
+_BELOW_ONE = 1.0 - 2.0**-23
+
+
+def _search(cdf: Tensor, u: Tensor) -> Tensor:
+    """Index `[B]` of the first CDF entry above `u · total`, for `cdf` `[B, K]` and `u` `[B]` in [0, 1)."""
+    target = (u.to(cdf.dtype) * _BELOW_ONE).unsqueeze_(1).mul_(cdf[:, -1:])
+    # A NaN or all -inf row (flagged by the chain) would search past the end: stay in range.
+    return torch.searchsorted(cdf, target, right=True).squeeze_(1).clamp_(max=cdf.shape[1] - 1)
+
+
 def inverse_cdf(logits: Tensor, u: Tensor) -> Tensor:
     """Index `[B]` drawn from softmax(`logits` `[B, V]`) by inverting the CDF at `u` `[B]` in [0, 1).
 
@@ -23,13 +35,8 @@ def inverse_cdf(logits: Tensor, u: Tensor) -> Tensor:
     (`torch.multinomial`, the exponential race): on a 50,257-token row this costs
     about three softmaxes. Tokens at -inf have zero width in the CDF, so they are never drawn.
     """
-    weights = (logits - logits.amax(-1, keepdim=True)).exp_()  # unnormalised probabilities
-    cdf = weights.cumsum_(-1)
-    total = cdf[:, -1:]
-    # u * total can round up to total; stay strictly below it so the search lands on a token
-    # whose CDF step is non-empty.
-    x = torch.minimum(u.to(cdf.dtype)[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(cdf, x, right=True).squeeze(1)
+    cdf = (logits - logits.amax(-1, keepdim=True)).exp_().cumsum_(-1)  # unnormalised
+    return _search(cdf, u)
 
 
 class Sample(SelectorBase[NoParams]):
@@ -43,6 +50,7 @@ class Sample(SelectorBase[NoParams]):
     def select_candidates(self, c: Candidates, ctx: DecodeContext) -> Tensor:
         # Walk the candidates in vocabulary order, as the dense call walks the vocabulary:
         # the same uniform then picks the same token on either path.
+        weights = (c.values - c.values[:, :1]).exp_()  # candidates are sorted: column 0 is the max
         indices, order = c.indices.sort(-1)
-        picked = inverse_cdf(c.values.gather(1, order), ctx.uniform())
-        return indices.gather(1, picked[:, None]).squeeze(1)
+        picked = _search(weights.gather(1, order).cumsum_(-1), ctx.uniform())
+        return indices.gather(1, picked[:, None]).squeeze_(1)

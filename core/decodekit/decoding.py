@@ -259,55 +259,59 @@ def stream(
     total = P + max_new_tokens
     device, dtype = _model_device_dtype(model)
 
-    kv: KVCache | None = None
-    if cache != "none":
-        if total > spec.max_positions:
-            raise ContextLengthError(
-                f"prompt of {P} tokens + max_new_tokens={max_new_tokens} = {total} tokens exceeds the model's "
-                f"context of {spec.max_positions} positions; shorten the prompt, lower max_new_tokens, or use "
-                "cache='none', which crops the context to the last max_positions tokens"
-            )
-        kv = create_cache(cache, CacheSpec.for_model(spec, batch_size=B, capacity=total, dtype=dtype, device=device))
-
-    # buf, positions: [B, P + max_new_tokens]; history with prompts left-padded, and each column's position.
-    buf, positions = left_pad(rows, total, device)
-
-    def uncached_logits(filled: int) -> Tensor:
-        return uncached_last_logits(model, buf, positions, filled)
-
-    ragged = len(set(lens)) > 1
-    ctx = DecodeContext(
-        tokens=buf[:, :P],
-        prompt_lengths=torch.tensor(lens, device=device) if ragged else None,
-        generators=row_generators(seed, B, device),
-    )
-    chain.init_state(ctx)
+    if cache != "none" and total > spec.max_positions:
+        raise ContextLengthError(
+            f"prompt of {P} tokens + max_new_tokens={max_new_tokens} = {total} tokens exceeds the model's "
+            f"context of {spec.max_positions} positions; shorten the prompt, lower max_new_tokens, or use "
+            "cache='none', which crops the context to the last max_positions tokens"
+        )
     stops = _stop_sets(stop_tokens, B)
     texts = [_TextTracker(tokenizer, stop_strings) for _ in range(B)] if tokenizer is not None else None
     done = [False] * B
-
     if max_new_tokens == 0:
         return
-    # Prefill: the whole prompt in one call; left padding puts every row's last token in column P-1.
-    logits = model(buf[:, :P], positions[:, :P], kv)[:, -1] if kv is not None else uncached_logits(P)
-    for step in range(max_new_tokens):
-        ctx.tokens, ctx.step = buf[:, : P + step], step
-        raw = logits.float()
-        if logprobs is None:
-            next_tokens = chain.select(raw, ctx)
-            lps = None
+
+    # Tensor work runs in inference mode, entered and left around each block so that the
+    # caller's code between two events runs in its own mode.
+    with torch.inference_mode():
+        kv: KVCache | None = None
+        if cache != "none":
+            spec_ = CacheSpec.for_model(spec, batch_size=B, capacity=total, dtype=dtype, device=device)
+            kv = create_cache(cache, spec_)
+        # buf, positions: [B, P + max_new_tokens]; history with prompts left-padded, and each column's position.
+        buf, positions = left_pad(rows, total, device)
+        ctx = DecodeContext(
+            tokens=buf[:, :P],
+            prompt_lengths=torch.tensor(lens, device=device) if len(set(lens)) > 1 else None,
+            generators=row_generators(seed, B, device),
+        )
+        chain.init_state(ctx)
+        # Prefill: the whole prompt in one call; left padding puts every row's last token in column P-1.
+        if kv is None:
+            logits = uncached_last_logits(model, buf, positions, P)
         else:
-            processed = chain.process_fast(raw, ctx)
-            next_tokens = chain.pick(processed, raw.shape[-1], ctx)
-            lps = _logprobs(raw, processed, next_tokens.clamp(min=0), logprobs)
-        buf[:, P + step] = next_tokens
-        host = next_tokens.tolist()  # the one host sync per step
+            logits = model(buf[:, :P], positions[:, :P], kv)[:, -1]
+
+    for step in range(max_new_tokens):
+        with torch.inference_mode():
+            ctx.tokens, ctx.step = buf[:, : P + step], step
+            raw = logits if logits.dtype == torch.float32 else logits.float()  # work in float32
+            if logprobs is None:
+                next_tokens = chain.select(raw, ctx)
+                lps = None
+            else:
+                processed = chain.process_fast(raw, ctx)
+                next_tokens = chain.pick(processed, raw.shape[-1], ctx)
+                lps = _logprobs(raw, processed, next_tokens.clamp(min=0), logprobs)
+            buf[:, P + step] = next_tokens
+            host = next_tokens.tolist()  # the one host sync per step
+            bad = next((b for b, token in enumerate(host) if token < 0 and not done[b]), None)
+            if bad is not None:
+                raise numerics_error(raw, chain.process(raw, ctx), bad, step)
         last = step == max_new_tokens - 1
         for b, token in enumerate(host):
             if done[b]:
                 continue
-            if token < 0:
-                raise numerics_error(raw, chain.process(raw, ctx), b, step)
             stopped_by: int | str | None = token if token in stops[b] else None
             reason: FinishReason | None = "stop" if stopped_by is not None else ("length" if last else None)
             text = None
@@ -324,10 +328,11 @@ def stream(
         if all(done):
             return
         filled = P + step + 1
-        if kv is None:
-            logits = uncached_logits(filled)
-        else:
-            logits = model(buf[:, filled - 1 : filled], positions[:, filled - 1 : filled], kv)[:, -1]
+        with torch.inference_mode():
+            if kv is None:
+                logits = uncached_last_logits(model, buf, positions, filled)
+            else:
+                logits = model(buf[:, filled - 1 : filled], positions[:, filled - 1 : filled], kv)[:, -1]
 
 
 def generate(

@@ -1,0 +1,294 @@
+"""The `decodekit` commands and how they report errors.
+
+This module imports no torch: each command imports what it needs when it runs, so
+`decodekit --help` and `decodekit plugins` start quickly.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Protocol, cast
+
+import typer
+
+from decodekit.cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
+from decodekit.cli.errors import EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error, report_warning
+
+__all__ = ["app", "run"]
+
+SAMPLING = "Sampling (choose --chain or the flags)"
+
+app = typer.Typer(
+    name="decodekit",
+    help="Sample from autoregressive language models with composable, plugin-provided samplers.",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# Options shared by `generate` and `explain`.
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help=f"Registered model name, or prefix:argument (e.g. hf:/path). Default: {DEFAULT_MODEL}.",
+    ),
+]
+ChainOption = Annotated[
+    str | None,
+    typer.Option(
+        "--chain",
+        "-c",
+        help='Sampler chain, e.g. "repetition_penalty(1.1) | temperature(0.8) | top_p(0.9)". '
+        "A final selector (sample, greedy) is optional; sample is the default.",
+        rich_help_panel=SAMPLING,
+    ),
+]
+TemperatureOption = Annotated[
+    float | None, typer.Option("--temperature", help="Divide logits by T (0: greedy).", rich_help_panel=SAMPLING)
+]
+TopKOption = Annotated[
+    int | None, typer.Option("--top-k", help="Keep the k most likely tokens.", rich_help_panel=SAMPLING)
+]
+TopPOption = Annotated[
+    float | None,
+    typer.Option("--top-p", help="Keep the smallest set of tokens with probability >= p.", rich_help_panel=SAMPLING),
+]
+RepetitionPenaltyOption = Annotated[
+    float | None,
+    typer.Option(
+        "--repetition-penalty", help="Penalise tokens already in the context (1: none).", rich_help_panel=SAMPLING
+    ),
+]
+SeedOption = Annotated[int | None, typer.Option("--seed", "-s", help="Random seed; the same seed gives the same text.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+FLAGS_HELP = (
+    "The sampling flags build the chain in Hugging Face's order: repetition_penalty, temperature, "
+    f"top_k, top_p, then sample. With neither --chain nor flags the chain is `{DEFAULT_CHAIN} | sample`."
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from decodekit import __version__
+
+        typer.echo(f"decodekit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit."),
+    ] = False,
+) -> None:
+    """Sample from autoregressive language models with composable, plugin-provided samplers."""
+    from decodekit.cli.extra_plugins import register_extra_plugins
+
+    with warnings.catch_warnings():
+        if ctx.invoked_subcommand == "plugins":  # it lists load failures itself
+            warnings.simplefilter("ignore", RuntimeWarning)
+        register_extra_plugins()
+
+
+@app.command(help="Generate text from a prompt, streaming it as it is sampled.\n\n" + FLAGS_HELP)
+def generate(
+    prompt: Annotated[
+        str | None,
+        typer.Argument(help="Text to continue; '-' reads it from stdin. Default: a newline.", show_default=False),
+    ] = None,
+    model: ModelOption = None,
+    chain: ChainOption = None,
+    temperature: TemperatureOption = None,
+    top_k: TopKOption = None,
+    top_p: TopPOption = None,
+    repetition_penalty: RepetitionPenaltyOption = None,
+    max_new_tokens: Annotated[
+        int, typer.Option("--max-new-tokens", min=0, help="Tokens to generate per sample.")
+    ] = 100,
+    seed: SeedOption = None,
+    cache: Annotated[
+        str | None,
+        typer.Option(
+            "--cache",
+            help="KV-cache backend: none (recompute every step), dense, gqa, or any installed backend. "
+            "Default: dense when installed, else none.",
+        ),
+    ] = None,
+    num_samples: Annotated[
+        int, typer.Option("--num-samples", "-n", min=1, help="Samples of the same prompt, each with its own seed.")
+    ] = 1,
+    stop: Annotated[
+        list[str] | None, typer.Option("--stop", help="Stop a sample when its text contains this (repeatable).")
+    ] = None,
+    json_output: JsonOption = False,
+    echo: Annotated[bool, typer.Option("--echo/--no-echo", help="Print the prompt before the generated text.")] = True,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            "--threads",
+            min=1,
+            help="CPU threads for torch. Default: 1 for models under 20M parameters (their per-token "
+            "work is too small to split, and a busy second core stalls every step), else torch's default.",
+        ),
+    ] = None,
+) -> None:
+    from decodekit.cli.generate_command import GenerateRequest, run_generate
+
+    request = GenerateRequest(
+        prompt=prompt,
+        model=model,
+        chain=chain,
+        flags=_flags(temperature, top_k, top_p, repetition_penalty),
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        cache=cache,
+        num_samples=num_samples,
+        stop=tuple(stop or ()),
+        json_output=json_output,
+        echo=echo,
+        threads=threads,
+    )
+    raise typer.Exit(run_generate(request))
+
+
+@app.command(
+    help="Show how each stage of a chain reshapes the next-token distribution, step by step.\n\n"
+    "For every generated step: the tokens that survive each stage (finite logits), the entropy "
+    "in nats, and the most likely candidates with their probabilities. " + FLAGS_HELP
+)
+def explain(
+    prompt: Annotated[str, typer.Argument(help="Text to continue.")],
+    model: ModelOption = None,
+    chain: ChainOption = None,
+    temperature: TemperatureOption = None,
+    top_k: TopKOption = None,
+    top_p: TopPOption = None,
+    repetition_penalty: RepetitionPenaltyOption = None,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Tokens to generate and explain.")] = 5,
+    top: Annotated[int, typer.Option("--top", min=1, help="Candidates to show per stage.")] = 5,
+    seed: SeedOption = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Write a PNG: top-candidate probabilities after each stage at --plot-step."),
+    ] = None,
+    plot_step: Annotated[int, typer.Option("--plot-step", min=0, help="The step --plot draws.")] = 0,
+    json_output: JsonOption = False,
+) -> None:
+    from decodekit.cli.explain_command import ExplainRequest, run_explain
+
+    request = ExplainRequest(
+        prompt=prompt,
+        model=model,
+        chain=chain,
+        flags=_flags(temperature, top_k, top_p, repetition_penalty),
+        steps=steps,
+        top=top,
+        seed=seed,
+        plot=plot,
+        plot_step=plot_step,
+        json_output=json_output,
+    )
+    raise typer.Exit(run_explain(request))
+
+
+@app.command(help="List the installed plugin distributions, what each registers, and plugins that failed to load.")
+def plugins(json_output: JsonOption = False) -> None:
+    from decodekit.cli.json_output import print_json
+    from decodekit.cli.listing import plugins_report, render_plugins
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # load failures are part of the listing
+        report = plugins_report()
+    if json_output:
+        print_json(report)
+    else:
+        render_plugins(report)
+
+
+@app.command(
+    help="List every registered sampler with its parameters, bounds and defaults, the cache backends "
+    "and the decode strategies."
+)
+def samplers(json_output: JsonOption = False) -> None:
+    from decodekit.cli.json_output import print_json
+    from decodekit.cli.listing import render_samplers, samplers_report
+
+    report = samplers_report()
+    if json_output:
+        print_json(report)
+    else:
+        render_samplers(report)
+
+
+def _flags(
+    temperature: float | None, top_k: int | None, top_p: float | None, repetition_penalty: float | None
+) -> dict[str, float | int | None]:
+    """The flat sampling flags by option name (the chain builder knows their order)."""
+    return {
+        "--repetition-penalty": repetition_penalty,
+        "--temperature": temperature,
+        "--top-k": top_k,
+        "--top-p": top_p,
+    }
+
+
+def _show_warning(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    report_warning(str(message))
+
+
+class _UsageError(Protocol):
+    exit_code: int
+    ctx: Any  # the click context of the command, when known
+
+    def format_message(self) -> str: ...
+
+
+def _usage_errors() -> tuple[type[Exception], ...]:
+    """The usage-error base class of the click that typer runs on: its vendored copy (typer >= 0.2x)
+    or click itself (older typer). An except clause evaluates this only when an exception arrives."""
+    try:
+        from typer.exceptions import TyperException
+
+        return (TyperException,)
+    except ImportError:
+        import click
+
+        return (click.ClickException,)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status. Errors are one line on stderr, never a traceback."""
+    from decodekit.errors import DecodekitError
+
+    args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
+    previous = warnings.showwarning
+    warnings.showwarning = _show_warning
+    try:
+        status = typer.main.get_command(app).main(args=args, prog_name="decodekit", standalone_mode=False)
+    except _usage_errors() as exc:
+        usage = cast(_UsageError, exc)
+        hint = f" (see '{usage.ctx.command_path} --help')" if getattr(usage, "ctx", None) is not None else ""
+        report_error(usage.format_message() + hint)
+        return usage.exit_code
+    except (typer.Abort, KeyboardInterrupt):  # Ctrl-C outside generation
+        report_error("interrupted")
+        return EXIT_INTERRUPTED
+    except CliError as exc:
+        report_error(str(exc))
+        return exc.exit_code
+    except DecodekitError as exc:
+        report_error(str(exc))
+        return EXIT_USAGE
+    finally:
+        warnings.showwarning = previous
+    return status if isinstance(status, int) else 0

@@ -1,0 +1,8 @@
+"""Defaults of the `generate` and `explain` commands (shown in --help, so kept free of torch)."""
+
+from __future__ import annotations
+
+__all__ = ["DEFAULT_CHAIN", "DEFAULT_MODEL"]
+
+DEFAULT_CHAIN = "temperature(0.8) | top_p(0.95)"  # with no sampling options; `sample` selects
+DEFAULT_MODEL = "tiny-shakespeare"

@@ -1,0 +1,32 @@
+"""How the command line reports problems: one line on stderr, `decodekit: error: ...`."""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["EXIT_INTERRUPTED", "EXIT_USAGE", "CliError", "report_error", "report_warning"]
+
+EXIT_USAGE = 2  # bad flags, bad chain strings, unknown names (click's usage-error status)
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+
+
+class CliError(Exception):
+    """A problem with what the user asked for; reported without a traceback."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
+def report_error(message: str) -> None:
+    print(f"decodekit: error: {_one_line(message)}", file=sys.stderr)
+
+
+def report_warning(message: str) -> None:
+    text = _one_line(message)
+    text = text.removeprefix("decodekit: ")
+    print(f"decodekit: warning: {text}", file=sys.stderr)

@@ -1,0 +1,77 @@
+"""Rendering `explain_steps` reports: a rich table per step, JSON, and a grouped-bar PNG of one step."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rich.columns import Columns
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from decodekit.cli.errors import CliError
+from decodekit.cli.explain import StepReport
+
+__all__ = ["plot_step", "render_steps", "steps_json", "token_label"]
+
+
+def token_label(token: int, text: str | None) -> str:
+    """How a token is shown: its text quoted (escapes visible), or `#id` without a tokenizer."""
+    return repr(text) if text is not None else f"#{token}"
+
+
+def render_steps(console: Console, reports: list[StepReport], top: int) -> None:
+    for r in reports:
+        final = r.stages[-1]
+        p = final.probs[r.candidates.index(r.token)]
+        table = Table(
+            title=Text(f"step {r.step}: picked {token_label(r.token, r.text)} (p = {p:.3f} after the chain)"),
+            title_justify="left",
+            title_style="bold",
+        )
+        table.add_column("stage", overflow="fold")
+        table.add_column("tokens", justify="right", no_wrap=True)
+        table.add_column("entropy", justify="right", no_wrap=True)
+        table.add_column(f"top {top} (probability)", ratio=1)
+        labels = dict(zip(r.candidates, (token_label(t, x) for t, x in zip(r.candidates, r.texts))))
+        for stage in r.stages:
+            cells = [
+                Text(f"{labels[token]} {prob:.3f}", style="bold green" if token == r.token else "", no_wrap=True)
+                for token, prob in stage.top(r.candidates, top)
+            ]
+            table.add_row(
+                Text(stage.stage), str(stage.survivors), f"{stage.entropy:.3f}", Columns(cells, padding=(0, 2))
+            )
+        console.print(table)
+
+
+def steps_json(reports: list[StepReport], **header: Any) -> dict[str, Any]:
+    return {**header, "steps": [{**asdict(r), "text": r.text} for r in reports]}
+
+
+def plot_step(report: StepReport, path: Path, title: str = "") -> None:
+    """Write a PNG: for each candidate token, one bar per stage with its probability after that stage."""
+    try:
+        from matplotlib.figure import Figure  # the object API: no pyplot state, renders with Agg
+    except ImportError:
+        raise CliError("--plot needs matplotlib: pip install matplotlib") from None
+
+    n_stages, n_tokens = len(report.stages), len(report.candidates)
+    width = 0.8 / n_stages
+    fig = Figure(figsize=(max(7.0, 0.35 * n_tokens * max(2, n_stages) ** 0.5 + 2), 4.8), layout="constrained")
+    ax = fig.add_subplot()
+    for s, stage in enumerate(report.stages):
+        xs = [i + (s - (n_stages - 1) / 2) * width for i in range(n_tokens)]
+        ax.bar(xs, stage.probs, width=width, label=f"{stage.stage} ({stage.survivors} tokens)")
+    ax.set_xticks(range(n_tokens))
+    labels = [token_label(t, x) for t, x in zip(report.candidates, report.texts)]
+    ax.set_xticklabels(labels, rotation=45 if n_tokens > 10 else 0, ha="right" if n_tokens > 10 else "center")
+    picked = report.candidates.index(report.token)
+    ax.get_xticklabels()[picked].set_fontweight("bold")
+    ax.set_ylabel("probability")
+    ax.set_ylim(0, 1.05 * max(max(stage.probs) for stage in report.stages))
+    ax.set_title(title or f"step {report.step}: probability after each stage (picked {labels[picked]})")
+    fig.legend(loc="outside lower center", ncols=min(3, n_stages), fontsize="small", frameon=False)
+    fig.savefig(path, dpi=110)

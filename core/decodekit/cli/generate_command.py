@@ -1,0 +1,219 @@
+"""`decodekit generate`: sample text with `dk.stream`, stream it, report it as text or JSON.
+
+Options are checked before torch is imported, so a bad flag fails at once.
+
+Ctrl-C ends generation cleanly: what was generated so far is printed (or put in the JSON,
+with `"interrupted": true`) and the exit status is 130.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import decodekit as dk
+from decodekit.cli.errors import EXIT_INTERRUPTED, CliError
+from decodekit.cli.json_output import print_json
+from decodekit.cli.live_text import SampleWriter, TextOutput
+from decodekit.cli.options import build_chain, load_named_model, model_name, prompt_text, resolve_cache
+
+__all__ = ["GenerateRequest", "SampleResult", "StreamResult", "run_generate", "stream_samples"]
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """The options of `decodekit generate`, as given."""
+
+    prompt: str | None
+    model: str | None
+    chain: str | None
+    flags: dict[str, float | int | None]
+    max_new_tokens: int
+    seed: int | None
+    cache: str | None
+    num_samples: int
+    stop: tuple[str, ...]
+    json_output: bool
+    echo: bool
+    threads: int | None = None
+
+
+SMALL_MODEL_PARAMETERS = 20_000_000
+
+
+def set_threads(model: object, threads: int | None) -> None:
+    """Use `threads` CPU threads; by default one for a small model (see `--threads`)."""
+    import torch
+
+    if threads is None:
+        parameters = getattr(model, "parameters", None)
+        size = sum(p.numel() for p in parameters()) if callable(parameters) else SMALL_MODEL_PARAMETERS
+        threads = 1 if size < SMALL_MODEL_PARAMETERS else None
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
+@dataclass
+class SampleResult:
+    """One sample: its tokens, its text (None without a tokenizer) and why it ended."""
+
+    tokens: list[int] = field(default_factory=list)
+    text: str | None = None
+    finish_reason: str | None = None  # "stop", "length", or None when interrupted first
+    stopped_by: int | str | None = None
+    seconds: float = 0.0  # from the start until this sample ended
+
+
+@dataclass
+class StreamResult:
+    samples: list[SampleResult]
+    seconds: float
+    interrupted: bool
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s.tokens) for s in self.samples)
+
+
+def _rate(tokens: int, seconds: float) -> float:
+    return tokens / seconds if seconds > 0 else 0.0
+
+
+def stream_samples(
+    model: Any,
+    prompt: str,
+    chain: dk.Chain,
+    *,
+    num_samples: int,
+    max_new_tokens: int,
+    cache: str,
+    seed: int | None,
+    stop: tuple[str, ...],
+    on_text: Callable[[int, str], None],
+    on_finish: Callable[[int], None],
+    on_token: Callable[[int, float], None],
+) -> StreamResult:
+    """Run `dk.stream` over `num_samples` copies of `prompt`; Ctrl-C ends it early, keeping the samples."""
+    import torch
+
+    has_text = getattr(model, "tokenizer", None) is not None
+    samples = [SampleResult(text="" if has_text else None) for _ in range(num_samples)]
+    start = time.perf_counter()
+    total = 0
+    interrupted = False
+    events = dk.stream(
+        model,
+        [prompt] * num_samples,
+        chain=chain,
+        max_new_tokens=max_new_tokens,
+        cache=cache,
+        stop_strings=stop,
+        seed=seed,
+    )
+    try:
+        with torch.inference_mode():
+            for ev in events:
+                sample = samples[ev.row]
+                sample.tokens.append(ev.token)
+                total += 1
+                if ev.text is not None:
+                    sample.text = (sample.text or "") + ev.text
+                    on_text(ev.row, ev.text)
+                else:  # no tokenizer: show the token ids
+                    on_text(ev.row, f"{ev.token} ")
+                if ev.finish_reason is not None:
+                    sample.finish_reason, sample.stopped_by = ev.finish_reason, ev.stopped_by
+                    sample.seconds = time.perf_counter() - start
+                    on_finish(ev.row)
+                on_token(total, time.perf_counter() - start)
+    except KeyboardInterrupt:
+        interrupted = True
+    seconds = time.perf_counter() - start
+    for sample in samples:
+        if sample.finish_reason is None:
+            sample.seconds = seconds
+    return StreamResult(samples, seconds, interrupted)
+
+
+def _status_line(tokens: int, seconds: float, num_samples: int) -> str:
+    rows = f" ({num_samples} samples)" if num_samples > 1 else ""
+    return f"{tokens} tokens{rows} · {seconds:.1f} s · {_rate(tokens, seconds):.1f} tokens/s"
+
+
+def _json_document(
+    request: GenerateRequest, model: str, prompt: str, chain: dk.Chain, cache: str, result: StreamResult
+) -> dict[str, Any]:
+    return {
+        "model": model,
+        "prompt": prompt,
+        "chain": str(chain),
+        "chain_spec": chain.to_spec(),
+        "cache": cache,
+        "seed": request.seed,
+        "max_new_tokens": request.max_new_tokens,
+        "stop": list(request.stop),
+        "samples": [
+            {
+                "text": s.text,
+                "tokens": s.tokens,
+                "finish_reason": s.finish_reason,
+                "stopped_by": s.stopped_by,
+                "tokens_per_second": round(_rate(len(s.tokens), s.seconds), 2),
+            }
+            for s in result.samples
+        ],
+        "tokens_per_second": round(_rate(result.num_tokens, result.seconds), 2),
+        "seconds": round(result.seconds, 4),
+        "interrupted": result.interrupted,
+    }
+
+
+@contextmanager
+def _cli_hints() -> Iterator[None]:
+    """Say how to do on the command line what a library error suggests."""
+    try:
+        yield
+    except dk.ContextLengthError as exc:
+        raise CliError(f"{exc} (on the command line: --cache none)") from None
+
+
+def run_generate(request: GenerateRequest) -> int:
+    """Run the command; return its exit status."""
+    cache = resolve_cache(request.cache)
+    name = model_name(request.model)
+    chain = build_chain(request.chain, request.flags)
+    prompt = prompt_text(request.prompt)
+    model = load_named_model(name)
+    set_threads(model, request.threads)
+
+    with TextOutput(text=not request.json_output) as out, _cli_hints():
+        writer = None if request.json_output else SampleWriter(out, request.num_samples, prompt if request.echo else "")
+        result = stream_samples(
+            model,
+            prompt,
+            chain,
+            num_samples=request.num_samples,
+            max_new_tokens=request.max_new_tokens,
+            cache=cache,
+            seed=request.seed,
+            stop=request.stop,
+            on_text=writer.text if writer else lambda row, delta: None,
+            on_finish=writer.finish if writer else lambda row: None,
+            on_token=lambda tokens, seconds: out.status(_status_line(tokens, seconds, request.num_samples)),
+        )
+        if writer is not None:
+            writer.close()
+
+    if request.json_output:
+        print_json(_json_document(request, name, prompt, chain, cache, result))
+    if out.show_status:
+        out.console.print(
+            _status_line(result.num_tokens, result.seconds, request.num_samples), style="dim", highlight=False
+        )
+    if result.interrupted:
+        out.console.print(f"decodekit: interrupted after {result.num_tokens} tokens", highlight=False)
+        return EXIT_INTERRUPTED
+    return 0

@@ -1,0 +1,171 @@
+"""`decodekit plugins` and `decodekit samplers`: the registry as plain data, and as rich tables.
+
+Building the reports imports no torch (plugins register by import path); resolving a sampler's
+kind may import its module when the plugin did not declare it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict
+from typing import Any, get_origin
+
+from pydantic.fields import FieldInfo
+from rich.console import Console, RenderableType
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from decodekit.errors import PluginError
+from decodekit.params import allowed_values
+from decodekit.plugins import CacheEntry, SamplerEntry, StrategyEntry, get_registry
+
+__all__ = ["plugins_report", "render_plugins", "render_samplers", "samplers_report"]
+
+
+def plugins_report() -> dict[str, Any]:
+    """Each loaded plugin distribution with what it registers, and each that failed to load."""
+    registry = get_registry()
+    return {
+        "plugins": [asdict(info) for info in registry.plugins.values()],
+        "failures": [asdict(failure) for failure in registry.failures],
+    }
+
+
+def _type_name(field: FieldInfo) -> str:
+    ann = field.annotation
+    name = getattr(ann, "__name__", None)
+    if get_origin(ann) is None and name is not None:  # a plain class: "float", not "<class 'float'>"
+        return str(name)
+    return str(ann).replace("typing.", "")  # "int | None", "tuple[int, ...]"
+
+
+def _param_report(name: str, field: FieldInfo) -> dict[str, Any]:
+    required = field.is_required()
+    return {
+        "name": name,
+        "type": _type_name(field),
+        "allowed": allowed_values(name, field),
+        "required": required,
+        "default": None if required else field.get_default(call_default_factory=True),
+        "description": field.description or "",
+    }
+
+
+def _kind(entry: SamplerEntry) -> tuple[str | None, str | None]:
+    """(kind, error): the kind needs the implementation when the plugin did not declare it."""
+    try:
+        return entry.kind, None
+    except PluginError as exc:
+        return None, str(exc)
+
+
+def samplers_report() -> dict[str, Any]:
+    """Every registered sampler with its parameters, every cache backend and decode strategy."""
+    registry = get_registry()
+    samplers = []
+    for name in sorted(registry.samplers):
+        entry = registry.samplers[name]
+        kind, error = _kind(entry)
+        item: dict[str, Any] = {
+            "name": name,
+            "kind": kind,
+            "description": entry.description,
+            "distribution": entry.distribution,
+            "version": entry.version,
+            "params": [_param_report(k, f) for k, f in entry.params_model.model_fields.items()],
+        }
+        if error is not None:
+            item["error"] = error
+        samplers.append(item)
+    return {
+        "samplers": samplers,
+        "cache_backends": _entries(registry.caches.values()),
+        "strategies": _entries(registry.strategies.values()),
+    }
+
+
+def _entries(entries: Iterable[CacheEntry | StrategyEntry]) -> list[dict[str, str]]:
+    return [
+        {"name": e.name, "description": e.description, "distribution": e.distribution, "version": e.version}
+        for e in sorted(entries, key=lambda e: e.name)
+    ]
+
+
+def _plain(*cells: str) -> list[Text]:
+    """Table cells shown as given: plugin texts may contain `[...]`, which rich would read as markup."""
+    return [Text(c) for c in cells]
+
+
+def _registers(p: dict[str, Any]) -> str:
+    kinds = (("samplers", "samplers"), ("cache_backends", "cache backends"), ("models", "models"))
+    lines = [f"{label}: {', '.join(p[key])}" for key, label in kinds if p[key]]
+    if p.get("strategies"):
+        lines.append(f"strategies: {', '.join(p['strategies'])}")
+    return "\n".join(lines) or "nothing"
+
+
+def render_plugins(report: dict[str, Any]) -> None:
+    console = Console()
+    table = Table(title="Plugins", title_justify="left", title_style="bold")
+    table.add_column("distribution", no_wrap=True, style="bold cyan")
+    table.add_column("version", no_wrap=True)
+    table.add_column("registers")
+    for p in report["plugins"]:
+        table.add_row(*_plain(p["distribution"], p["version"], _registers(p)))
+    console.print(table)
+    if report["failures"]:
+        failed = Table(title="Failed to load", title_justify="left", title_style="bold red")
+        failed.add_column("distribution", no_wrap=True, style="bold")
+        failed.add_column("version", no_wrap=True)
+        failed.add_column("entry point", no_wrap=True)
+        failed.add_column("error", style="red")
+        for f in report["failures"]:
+            failed.add_row(*_plain(f["distribution"], f["version"], f["entry_point"], f["error"]))
+        console.print(failed)
+
+
+def _default(p: dict[str, Any]) -> str:
+    return "required" if p["required"] else f"default {p['default']!r}"
+
+
+def _indented(renderable: RenderableType, by: int) -> Padding:
+    return Padding(renderable, (0, 0, 0, by))
+
+
+def render_samplers(report: dict[str, Any]) -> None:
+    """One block per sampler: name, kind and plugin, its description, then a row per parameter."""
+    console = Console()
+    console.print(Text("Samplers", style="bold"))
+    for s in report["samplers"]:
+        kind = s["kind"] or f"kind unknown: {s['error']}"
+        console.print(Text.assemble((s["name"], "bold cyan"), f"  {kind} · {s['distribution']} {s['version']}"))
+        if s["description"]:
+            console.print(_indented(Text(s["description"]), 2))
+        if s["params"]:
+            params = Table(box=None, show_header=False, padding=(0, 2, 0, 0), pad_edge=False)
+            params.add_column(no_wrap=True, style="green")
+            params.add_column(no_wrap=True)
+            params.add_column(no_wrap=True)
+            params.add_column(style="dim")
+            for p in s["params"]:
+                params.add_row(*_plain(p["name"], p["allowed"], _default(p), p["description"]))
+            console.print(_indented(params, 4))
+    console.print()
+    console.print(Text("Cache backends", style="bold"))
+    none = {"name": "none", "description": "No cache: recompute the whole context every step", "distribution": ""}
+    console.print(_indented(_entry_table([none, *report["cache_backends"]]), 2))
+    if report["strategies"]:
+        console.print()
+        console.print(Text("Decode strategies", style="bold"))
+        console.print(_indented(_entry_table(report["strategies"]), 2))
+
+
+def _entry_table(entries: list[dict[str, str]]) -> Table:
+    table = Table(box=None, show_header=False, padding=(0, 2, 0, 0), pad_edge=False)
+    table.add_column(no_wrap=True, style="bold cyan")
+    table.add_column()
+    table.add_column(no_wrap=True)
+    for e in entries:
+        table.add_row(*_plain(e["name"], e["description"], e["distribution"]))
+    return table

@@ -1,0 +1,133 @@
+"""Load the shipped `tiny-shakespeare` weights (safetensors, no pickle) and measure loss."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from decodekit.errors import ParameterError
+from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_shakespeare.tokenizer import CharTokenizer
+
+__all__ = [
+    "CONFIG_NAME",
+    "WEIGHTS_NAME",
+    "ShakespeareGPT",
+    "load_config",
+    "load_tiny_shakespeare",
+    "loss_per_char",
+]
+
+WEIGHTS_NAME = "tiny_shakespeare.safetensors"
+CONFIG_NAME = "config.json"
+
+
+class ShakespeareGPT(GPT):
+    """The reference `GPT` with the `CharTokenizer` it was trained with attached."""
+
+    tokenizer: CharTokenizer
+
+
+def _package_dir() -> Path:
+    return Path(str(resources.files("decodekit_shakespeare")))
+
+
+def load_config(directory: Path | None = None) -> tuple[GPTConfig, CharTokenizer, dict[str, Any]]:
+    """`GPTConfig`, tokenizer and the raw JSON of `config.json` in `directory` (default: shipped)."""
+    path = (directory or _package_dir()) / CONFIG_NAME
+    raw: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    names = {f.name for f in fields(GPTConfig)}
+    config = GPTConfig(**{k: v for k, v in raw.items() if k in names})
+    tokenizer = CharTokenizer(raw["alphabet"])
+    if tokenizer.vocab_size != config.vocab_size:
+        raise ParameterError(
+            f"{path}: alphabet has {tokenizer.vocab_size} characters but vocab_size={config.vocab_size}; "
+            "allowed: equal sizes"
+        )
+    return config, tokenizer, raw
+
+
+def load_tiny_shakespeare(argument: str | None = None) -> ShakespeareGPT:
+    """The `tiny-shakespeare` model in eval mode, fp32, on CPU, with `.tokenizer` attached.
+
+    argument: None for the shipped weights; or a directory holding `config.json` and
+    `tiny_shakespeare.safetensors` (what `train.py --export DIR` writes); or a `.safetensors`
+    file of weights for the shipped config. fp16/bf16 files are upcast to fp32.
+    """
+    directory: Path | None = None
+    weights: Path
+    if argument is None or argument == "":
+        weights = _package_dir() / WEIGHTS_NAME
+    else:
+        path = Path(argument).expanduser()
+        if path.is_dir():
+            directory, weights = path, path / WEIGHTS_NAME
+        elif path.is_file() and path.suffix == ".safetensors":
+            weights = path
+        else:
+            raise ParameterError(
+                f"tiny-shakespeare: argument {argument!r} is invalid; allowed: nothing (shipped weights), "
+                f"a directory with {CONFIG_NAME} and {WEIGHTS_NAME}, or a .safetensors file"
+            )
+    config, tokenizer, _ = load_config(directory)
+    if not weights.is_file():
+        raise ParameterError(f"tiny-shakespeare: weights file {weights} is missing")
+    state = {k: v.float() if v.is_floating_point() else v for k, v in load_file(str(weights)).items()}
+    state.pop("lm_head.weight", None)  # tied to wte.weight; re-tied by the constructor
+    model = ShakespeareGPT(config)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing_keys = sorted(set(missing) - {"lm_head.weight"})
+    if missing_keys or unexpected:
+        raise ParameterError(
+            f"tiny-shakespeare: {weights} does not fit the config: missing {missing_keys}, "
+            f"unexpected {sorted(unexpected)}"
+        )
+    if model.lm_head.weight is not model.wte.weight:  # pragma: no cover - guarded by GPT itself
+        model.lm_head.weight = model.wte.weight
+    model.tokenizer = tokenizer
+    model.requires_grad_(False)
+    return model.eval()
+
+
+@torch.no_grad()
+def loss_per_char(model: GPT, ids: list[int] | torch.Tensor, batch_size: int = 16) -> float:
+    """Mean next-character cross-entropy (nats/char) of `ids` under `model`, in eval mode.
+
+    The text is cut into non-overlapping windows of `block_size` inputs; window `i` predicts
+    characters `i*block_size + 1 .. (i+1)*block_size` from the ones before it in the window,
+    so every character but the first is scored exactly once (the last window may be shorter).
+    """
+    data = torch.as_tensor(ids, dtype=torch.long)
+    n = data.numel() - 1
+    if n < 1:
+        raise ParameterError("loss_per_char: need at least 2 tokens")
+    T = model.config.block_size
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    try:
+        full = n // T
+        if full:
+            x = data[: full * T].view(full, T)
+            y = data[1 : full * T + 1].view(full, T)
+            for i in range(0, full, batch_size):
+                logits = model(x[i : i + batch_size])
+                total += F.cross_entropy(logits.flatten(0, 1), y[i : i + batch_size].flatten(), reduction="sum").item()
+        if n > full * T:
+            x = data[full * T : n].unsqueeze(0)
+            y = data[full * T + 1 : n + 1].unsqueeze(0)
+            total += F.cross_entropy(model(x).flatten(0, 1), y.flatten(), reduction="sum").item()
+    finally:
+        model.train(was_training)
+    loss = total / n
+    if not math.isfinite(loss):
+        raise ParameterError("loss_per_char: the loss is not finite; the weights are broken")
+    return loss

@@ -1,0 +1,17 @@
+"""The decodekit entry point: registers `tiny-shakespeare` by import path (imports no torch)."""
+
+from __future__ import annotations
+
+from decodekit import hookimpl
+from decodekit.hookspecs import ModelRegistrar
+
+__all__ = ["register_models"]
+
+
+@hookimpl
+def register_models(register: ModelRegistrar) -> None:
+    register(
+        "tiny-shakespeare",
+        "decodekit_shakespeare.model:load_tiny_shakespeare",
+        "Character-level GPT (GQA 8/2 heads) trained on Shakespeare's works",
+    )

@@ -1,0 +1,163 @@
+"""top_k: hand-worked cases, ties, the candidate search against torch.topk, HF parity, the kit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from decodekit_top_k import TopK, TopKParams, top_candidates
+from decodekit_top_k.candidates import _grid_rows
+
+import decodekit as dk
+from decodekit.stage import Candidates, densify
+from decodekit.testing import ProcessorConformance, check_processor
+
+NEG = float("-inf")
+
+
+def ctx_for(batch: int = 1) -> dk.DecodeContext:
+    return dk.DecodeContext(tokens=torch.zeros(batch, 1, dtype=torch.long))
+
+
+def reference(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep every logit >= the k-th largest (sorting the whole row)."""
+    kth = x.sort(-1, descending=True).values[:, k - 1 : k]
+    return torch.where(x >= kth, x, NEG)
+
+
+def test_keeps_the_k_largest() -> None:
+    x = torch.tensor([[1.0, 4.0, 2.0, 3.0, 0.5]])
+    assert torch.equal(TopK(k=2)(x, ctx_for()), torch.tensor([[NEG, 4.0, NEG, 3.0, NEG]]))
+    assert torch.equal(TopK(k=1)(x, ctx_for()), torch.tensor([[NEG, 4.0, NEG, NEG, NEG]]))
+
+
+def test_keeps_every_tie_at_the_kth_value() -> None:
+    x = torch.tensor([[3.0, 1.0, 2.0, 2.0, 0.0, 2.0]])
+    # the 2nd largest is 2.0, shared by tokens 2, 3 and 5: all are kept, 4 tokens in all
+    assert torch.equal(TopK(k=2)(x, ctx_for()), torch.tensor([[3.0, NEG, 2.0, 2.0, NEG, 2.0]]))
+    c = TopK(k=2).to_candidates(x, ctx_for())
+    assert c is not None
+    assert c.values.tolist() == [[3.0, 2.0, 2.0, 2.0]]
+    assert sorted(c.indices[0, 1:].tolist()) == [2, 3, 5]
+
+
+def test_k_at_least_vocab_is_a_no_op() -> None:
+    x = torch.tensor([[1.0, NEG, 2.0]])
+    assert TopK(k=3)(x, ctx_for()) is x
+    assert TopK(k=10)(x, ctx_for()) is x
+    assert TopK(k=3).to_candidates(x, ctx_for()) is None
+
+
+def test_rows_with_fewer_than_k_finite_tokens_keep_them() -> None:
+    x = torch.tensor([[1.0, NEG, 2.0, NEG], [0.0, 1.0, 2.0, 3.0]])
+    out = TopK(k=3)(x, ctx_for(2))
+    assert torch.equal(out, torch.tensor([[1.0, NEG, 2.0, NEG], [NEG, 1.0, 2.0, 3.0]]))
+    on = TopK(k=3).on_candidates(Candidates(*x.topk(4)), ctx_for(2))
+    assert torch.equal(densify(on, 4), out)
+
+
+def test_nan_stays_visible() -> None:
+    x = torch.tensor([[float("nan"), 1.0, 2.0, 0.0]])
+    assert torch.isnan(TopK(k=2)(x, ctx_for())).any()
+
+
+@pytest.mark.parametrize("vocab", [1000, 1009, 4096, 50_257])  # grid without and with a tail
+@pytest.mark.parametrize("ties", [False, True])
+def test_candidate_search_equals_a_full_sort(vocab: int, ties: bool) -> None:
+    g = torch.Generator().manual_seed(vocab)
+    x = torch.randn(3, vocab, generator=g) * 3
+    if ties:  # bfloat16-like logits: many tokens share the k-th value
+        x = (x * 2).round() / 2
+    x[1, : vocab // 2] = NEG
+    for k in (1, 5, 20):
+        c = top_candidates(x, k)
+        assert torch.equal(densify(c, vocab), reference(x, k)), (vocab, ties, k)
+        assert bool((c.values[:, 1:] <= c.values[:, :-1]).all())
+
+
+def test_candidate_search_when_a_tie_is_outside_the_pooled_groups() -> None:
+    vocab = 1024
+    R = _grid_rows(vocab)
+    C = vocab // R
+    x = torch.zeros(1, vocab)
+    x[0, :3] = torch.tensor([9.0, 8.0, 7.0])  # groups 0, 1, 2
+    x[0, C + 3] = 7.0  # group 3, tied with the 3rd largest: must be found although only 3 groups are pooled
+    c = top_candidates(x, 3)
+    assert sorted(zip(c.values[0].tolist(), c.indices[0].tolist()), reverse=True)[:4] == [
+        (9.0, 0),
+        (8.0, 1),
+        (7.0, C + 3),
+        (7.0, 2),
+    ]
+    assert torch.equal(densify(c, vocab), reference(x, 3))
+
+
+def test_candidate_search_on_a_constant_row_keeps_everything() -> None:
+    x = torch.ones(2, 2048)
+    c = top_candidates(x, 4)
+    assert c.values.shape == (2, 2048) and bool((c.values == 1).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision(dtype: torch.dtype) -> None:
+    x = (torch.randn(2, 4096, generator=torch.Generator().manual_seed(1)) * 4).to(dtype)
+    c = top_candidates(x, 10)
+    assert c.values.dtype == dtype
+    assert torch.equal(densify(c, 4096), TopK(k=10)(x, ctx_for(2)))
+
+
+def test_matches_transformers() -> None:
+    from transformers import TopKLogitsWarper
+
+    x = torch.randn(5, 300, generator=torch.Generator().manual_seed(0)) * 2
+    ids = torch.zeros(5, 1, dtype=torch.long)
+    for k in (1, 7, 40):
+        assert torch.equal(TopK(k=k)(x, ctx_for(5)), TopKLogitsWarper(top_k=k)(ids, x.clone()))
+
+
+def test_created_by_name_and_in_a_chain() -> None:
+    p = dk.create("top_k", k=5)
+    assert isinstance(p, TopK) and p.params == TopKParams(k=5)
+    assert dk.create("top_k", 5).spec() == {"name": "top_k", "params": {"k": 5}}
+    assert dk.Chain.parse("top_k(5) | greedy").to_spec()[0] == p.spec()
+
+
+@pytest.mark.parametrize("bad", [{"k": 0}, {"k": -3}, {"k": 2.5}])
+def test_bad_k_names_parameter_value_and_range(bad: dict[str, object]) -> None:
+    with pytest.raises(dk.ParameterError) as e:
+        dk.create("top_k", **bad)
+    msg = str(e.value)
+    assert "k=" in msg and repr(bad["k"]) in msg and "1 <= k" in msg
+    with pytest.raises(dk.ParameterError):
+        TopK(**bad)
+
+
+def test_unknown_parameter() -> None:
+    with pytest.raises(dk.ParameterError, match=r"unknown parameter p=0\.5; allowed parameters: k"):
+        dk.create("top_k", p=0.5)
+
+
+class TestTopKConformance(ProcessorConformance):
+    dtypes = (torch.float32, torch.float16, torch.bfloat16)
+
+    def make(self) -> TopK:
+        return TopK(k=3)
+
+
+class TestTopKGridConformance(ProcessorConformance):
+    vocab_size = 1000  # large enough for the grouped search
+
+    def make(self) -> TopK:
+        return TopK(k=5)
+
+
+class DropsTies(TopK):
+    """A broken top-k: exactly k tokens, ties at the k-th dropped by position."""
+
+    def __call__(self, logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
+        idx = logits.topk(self.params.k).indices
+        return torch.full_like(logits, NEG).scatter(1, idx, logits.gather(1, idx))
+
+
+def test_the_kit_catches_a_top_k_that_drops_ties() -> None:
+    with pytest.raises(AssertionError, match="removed"):
+        check_processor(DropsTies(k=3))

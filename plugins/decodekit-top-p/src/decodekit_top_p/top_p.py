@@ -1,0 +1,91 @@
+"""`TopP`: nucleus truncation (Holtzman et al. 2020) without sorting the vocabulary when it can.
+
+Rule, on the tokens sorted by logit: token i is dropped when the probability of the tokens
+before it already reaches p (`cum[i-1] >= p`). So the token that crosses p stays, the most
+probable token always stays, and the kept tokens are a prefix: every logit >= the last
+kept one (its ties included). At least `min_keep` tokens (and their ties) are kept.
+
+The nucleus lies in the K most probable tokens when the cut falls among them and the
+(K+1)-th logit is below the last kept one (no tie reaches past them). Partial `topk`s of
+64, 512 and 4,096 tokens are tried first; the vocabulary is sorted only when none holds
+every row's nucleus. Deciding so reads one boolean back from the device per try.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from decodekit.stage import Candidates, ProcessorBase
+from decodekit_top_p.params import TopPParams
+
+if TYPE_CHECKING:
+    from decodekit.context import DecodeContext
+
+__all__ = ["TopP", "last_kept"]
+
+_PREFIXES = (64, 512, 4096)  # partial sorts tried before sorting the whole vocabulary
+
+
+def last_kept(cum: Tensor, p: float, min_keep: int) -> Tensor:
+    """Position `[B, 1]` of the last token the nucleus keeps, from the sorted cumulative mass `cum` `[B, K]`.
+
+    Token i stays while the mass before it, `cum[i-1]`, is < p: the last one kept is the
+    first whose own `cum[i]` reaches p, at the position that counts the `cum` entries below p.
+    """
+    target = torch.full((cum.shape[0], 1), p, dtype=cum.dtype, device=cum.device)
+    return torch.searchsorted(cum, target).clamp_(min=min_keep - 1, max=cum.shape[1] - 1)
+
+
+def _keep(values: Tensor, floor: Tensor) -> Tensor:
+    return values.masked_fill(values < floor, float("-inf"))  # NaN is never < floor: it stays visible
+
+
+class TopP(ProcessorBase[TopPParams]):
+    """Keep the smallest most-probable prefix whose probability reaches p; `p = 1` is a no-op."""
+
+    name = "top_p"
+    params_model = TopPParams
+
+    def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        if self.params.p >= 1.0:
+            return logits
+        _, _, floor = self._nucleus(logits)
+        return _keep(logits, floor)
+
+    def to_candidates(self, logits: Tensor, ctx: DecodeContext) -> Candidates | None:
+        """The nucleus as candidates; None when p = 1 (nothing is removed)."""
+        if self.params.p >= 1.0:
+            return None
+        values, ids, floor = self._nucleus(logits)
+        if values.shape[1] == logits.shape[1]:  # the vocabulary was sorted: cut the -inf tail
+            count = max(int((values >= floor).sum(-1).amax()), 1)  # host sync
+            values, ids = values[:, :count], ids[:, :count]
+        return Candidates(_keep(values, floor), ids)
+
+    def on_candidates(self, c: Candidates, ctx: DecodeContext) -> Candidates:
+        if self.params.p >= 1.0:
+            return c
+        cum = c.values.softmax(-1, dtype=torch.float32).cumsum_(-1)  # [B, K]: candidates are sorted
+        floor = c.values.gather(1, last_kept(cum, self.params.p, self.params.min_keep))
+        return Candidates(_keep(c.values, floor), c.indices)
+
+    def _nucleus(self, logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """`(values, ids, floor)`: a sorted prefix `[B, K]` holding every row's nucleus, and its last kept logit."""
+        p, min_keep = self.params.p, self.params.min_keep
+        probs = logits.softmax(-1, dtype=torch.float32)  # [B, V]
+        for size in _PREFIXES:
+            if size * 2 > logits.shape[1] or size < min_keep:
+                break
+            values, ids = logits.topk(size + 1)  # the prefix, and the largest logit past it
+            cum = probs.gather(1, ids).cumsum_(-1)  # [B, size+1] mass of the most probable tokens
+            last = last_kept(cum, p, min_keep)
+            floor = values.gather(1, last)
+            # known when the cut falls within the prefix and the logit past it is below the floor
+            if bool(((last < size) & (floor > values[:, size:])).all()):  # host sync
+                return values, ids, floor
+        values, ids = logits.sort(-1, descending=True)
+        cum = probs.gather(1, ids).cumsum_(-1)
+        return values, ids, values.gather(1, last_kept(cum, p, min_keep))

@@ -1,0 +1,203 @@
+"""top_p: the notes' A/B/C example and other hand-worked cases, ties, the partial-sort paths, HF parity, the kit."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from decodekit_top_p import TopP, TopPParams
+
+import decodekit as dk
+from decodekit.stage import Candidates, densify
+from decodekit.testing import ProcessorConformance, check_processor
+
+NEG = float("-inf")
+
+
+def ctx_for(batch: int = 1) -> dk.DecodeContext:
+    return dk.DecodeContext(tokens=torch.zeros(batch, 1, dtype=torch.long))
+
+
+def log_probs(*probs: float) -> torch.Tensor:
+    return torch.tensor([[math.log(q) for q in probs]])
+
+
+def kept(x: torch.Tensor, p: float, min_keep: int = 1) -> list[int]:
+    out = TopP(p=p, min_keep=min_keep)(x, ctx_for(x.shape[0]))
+    return torch.isfinite(out[0]).nonzero().flatten().tolist()
+
+
+def reference(x: torch.Tensor, p: float, min_keep: int = 1) -> torch.Tensor:
+    """Token i stays iff the mass of the tokens strictly more probable than it is < p (or it is among
+    the min_keep most probable, ties included); in float64, without any shortcut."""
+    probs = x.double().softmax(-1)
+    asc = x.sort(-1).values
+    greater = x.shape[1] - torch.searchsorted(asc, x, right=True)  # [B, V] tokens strictly above each one
+    desc_probs = probs.sort(-1, descending=True).values
+    before = torch.cat([torch.zeros(x.shape[0], 1, dtype=torch.float64), desc_probs.cumsum(-1)], 1)
+    mass_above = before.gather(1, greater)
+    keep = (mass_above < p) | (greater < min_keep)
+    return x.masked_fill(~keep, NEG)
+
+
+def test_the_notes_example() -> None:
+    # A = 0.6, B = 0.25, C = 0.1, the rest 0.05: p = 0.8 keeps {A, B}
+    x = log_probs(0.6, 0.25, 0.1, 0.05)
+    assert kept(x, 0.8) == [0, 1]
+    # the rest spread over five tokens changes nothing
+    assert kept(log_probs(0.6, 0.25, 0.1, 0.01, 0.01, 0.01, 0.01, 0.01), 0.8) == [0, 1]
+    # the same distribution shuffled: the rule is about probability, not position
+    assert kept(log_probs(0.1, 0.05, 0.25, 0.6), 0.8) == [2, 3]
+
+
+def test_the_token_that_crosses_p_is_kept() -> None:
+    x = log_probs(0.6, 0.25, 0.1, 0.05)
+    assert kept(x, 0.59) == [0]  # A alone reaches 0.59
+    assert kept(x, 0.61) == [0, 1]  # A falls short of 0.61; B crosses it and stays
+    assert kept(x, 0.86) == [0, 1, 2]  # A + B = 0.85 < 0.86; C crosses
+    assert kept(x, 0.96) == [0, 1, 2, 3]
+
+
+def test_the_most_probable_token_is_never_removed() -> None:
+    x = log_probs(0.6, 0.25, 0.1, 0.05)
+    assert kept(x, 1e-6) == [0]
+    assert kept(log_probs(0.3, 0.7), 0.01) == [1]
+
+
+def test_min_keep() -> None:
+    x = log_probs(0.6, 0.25, 0.1, 0.05)
+    assert kept(x, 0.5, min_keep=3) == [0, 1, 2]
+    assert kept(x, 0.8, min_keep=1) == [0, 1]
+    assert kept(x, 0.5, min_keep=10) == [0, 1, 2, 3]
+
+
+def test_ties_with_the_last_kept_token_are_kept() -> None:
+    # A = 0.4, then three tokens of 0.2: the mass above each 0.2 token is 0.4 < 0.5
+    assert kept(log_probs(0.4, 0.2, 0.2, 0.2), 0.5) == [0, 1, 2, 3]
+    assert kept(log_probs(0.4, 0.2, 0.2, 0.2), 0.39) == [0]
+
+
+def test_p_one_is_a_no_op() -> None:
+    x = torch.tensor([[0.0, -30.0, NEG, -100.0]])
+    assert TopP(p=1.0)(x, ctx_for()) is x
+    assert TopP(p=1.0).to_candidates(x, ctx_for()) is None
+
+
+def test_removed_tokens_stay_removed_and_values_are_unchanged() -> None:
+    x = torch.tensor([[1.0, NEG, 0.5, 3.0, NEG]])
+    out = TopP(p=0.9)(x, ctx_for())
+    assert torch.isneginf(out[0, [1, 4]]).all()
+    finite = torch.isfinite(out)
+    assert torch.equal(out[finite], x[finite])
+
+
+def peaked(vocab: int, exponent: float, seed: int) -> torch.Tensor:
+    """Zipf-like logits `-exponent · log(rank)`, shuffled, with a little noise."""
+    g = torch.Generator().manual_seed(seed)
+    base = -exponent * torch.log(torch.arange(1, vocab + 1, dtype=torch.float32))
+    return torch.stack([base[torch.randperm(vocab, generator=g)] + 0.01 * torch.randn(vocab, generator=g)])
+
+
+@pytest.mark.parametrize(
+    ("exponent", "prefix"),
+    [(1.5, 64), (1.3, 512), (1.2, 4096), (1.05, 20_000), (0.3, 20_000)],  # nucleus ~50, ~400, ~1,400, ~5,300, ~17,000
+)
+def test_each_search_path_equals_the_reference(exponent: float, prefix: int) -> None:
+    x = peaked(20_000, exponent, seed=3)
+    p = 0.9
+    c = TopP(p=p).to_candidates(x, ctx_for())
+    assert c is not None
+    n_kept = int(torch.isfinite(reference(x, p)).sum())
+    # the candidates: the first partial topk (of prefix + 1) that held the nucleus; after a full sort, the nucleus
+    assert c.values.shape[1] == (prefix + 1 if prefix < 20_000 else n_kept)
+    assert torch.equal(densify(c, 20_000), reference(x, p))
+    assert torch.equal(TopP(p=p)(x, ctx_for()), reference(x, p))
+
+
+def test_does_not_sort_the_vocabulary_when_a_partial_topk_suffices(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = peaked(50_257, 1.5, seed=0)
+    expected = reference(x, 0.9)
+
+    def no_sort(*args: object, **kwargs: object) -> None:
+        raise AssertionError("sorted the whole vocabulary")
+
+    monkeypatch.setattr(torch.Tensor, "sort", no_sort)
+    assert torch.equal(TopP(p=0.9)(x, ctx_for()), expected)
+
+
+def test_on_candidates_renormalises_over_the_candidates() -> None:
+    # after a truncation to {0.6, 0.25, 0.1} (renormalised: 0.632, 0.263, 0.105), p = 0.8 keeps 2, p = 0.9 all 3
+    c = Candidates(torch.log(torch.tensor([[0.6, 0.25, 0.1]])), torch.tensor([[7, 2, 5]]))
+    assert torch.isfinite(TopP(p=0.8).on_candidates(c, ctx_for()).values).tolist() == [[True, True, False]]
+    assert torch.isfinite(TopP(p=0.9).on_candidates(c, ctx_for()).values).tolist() == [[True, True, True]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_input(dtype: torch.dtype) -> None:
+    x = peaked(5000, 1.2, seed=1).to(dtype)
+    out = TopP(p=0.9)(x, ctx_for())
+    assert out.dtype == dtype
+    assert torch.equal(torch.isfinite(out), torch.isfinite(reference(x.float(), 0.9)))
+
+
+@pytest.mark.parametrize("min_keep", [1, 5])
+@pytest.mark.parametrize("p", [0.3, 0.7, 0.9, 0.95])
+def test_matches_transformers(p: float, min_keep: int) -> None:
+    from transformers import TopPLogitsWarper
+
+    x = torch.randn(6, 400, generator=torch.Generator().manual_seed(int(p * 100) + min_keep)) * 2  # no ties
+    ours = TopP(p=p, min_keep=min_keep)(x, ctx_for(6))
+    theirs = TopPLogitsWarper(top_p=p, min_tokens_to_keep=min_keep)(torch.zeros(6, 1, dtype=torch.long), x.clone())
+    assert torch.equal(torch.isneginf(ours), torch.isneginf(theirs))
+    assert torch.equal(ours, theirs)
+
+
+def test_created_by_name_with_defaults() -> None:
+    p = dk.create("top_p", p=0.9)
+    assert isinstance(p, TopP) and p.params == TopPParams(p=0.9, min_keep=1)
+    assert dk.create("top_p", 0.9, 2).params.min_keep == 2
+
+
+@pytest.mark.parametrize(
+    ("bad", "allowed"),
+    [({"p": 1.5}, "0 < p <= 1"), ({"p": 0}, "0 < p <= 1"), ({"p": 0.9, "min_keep": 0}, "1 <= min_keep")],
+)
+def test_bad_parameters_name_parameter_value_and_range(bad: dict[str, object], allowed: str) -> None:
+    name, value = list(bad.items())[-1]
+    with pytest.raises(dk.ParameterError) as e:
+        dk.create("top_p", **bad)
+    assert f"{name}={value!r}" in str(e.value) and allowed in str(e.value)
+    with pytest.raises(dk.ParameterError):
+        TopP(**bad)
+
+
+def test_unknown_parameter() -> None:
+    with pytest.raises(dk.ParameterError, match=r"unknown parameter top_p=0\.9; allowed parameters: p, min_keep"):
+        dk.create("top_p", top_p=0.9)
+
+
+class TestTopPConformance(ProcessorConformance):
+    dtypes = (torch.float32, torch.float16, torch.bfloat16)
+
+    def make(self) -> TopP:
+        return TopP(p=0.8)
+
+
+class TestTopPMinKeepConformance(ProcessorConformance):
+    vocab_size = 600  # large enough for the partial-topk search
+
+    def make(self) -> TopP:
+        return TopP(p=0.5, min_keep=3)
+
+
+class RevivesRemoved(TopP):
+    """A broken top-p: renormalises removed tokens back to a finite floor."""
+
+    def __call__(self, logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
+        return super().__call__(logits, ctx).clamp(min=-1e4)
+
+
+def test_the_kit_catches_a_processor_that_revives_removed_tokens() -> None:
+    with pytest.raises(AssertionError, match="revived removed"):
+        check_processor(RevivesRemoved(p=0.9))

@@ -1,0 +1,298 @@
+"""Chains: built in code, from specs and strings (all agreeing), order, errors, numerics, fast path == dense path."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+
+import pytest
+import torch
+from decodekit_greedy import Greedy
+from decodekit_repetition_penalty import RepetitionPenalty
+from decodekit_temperature import Temperature
+from decodekit_top_k import TopK
+from decodekit_top_p import TopP
+
+import decodekit as dk
+from decodekit.context import row_generators
+from decodekit.sample import Sample
+
+NEG = float("-inf")
+FULL = "repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"
+
+
+def ctx_for(batch: int, *, seed: int = 0, step: int = 0, history: int = 1) -> dk.DecodeContext:
+    tokens = torch.arange(batch * history).view(batch, history) % 97
+    return dk.DecodeContext(tokens=tokens, step=step, generators=row_generators(seed, batch))
+
+
+def full_chain() -> dk.Chain:
+    return dk.Chain(
+        [
+            dk.create("repetition_penalty", penalty=1.1),
+            dk.create("temperature", value=0.8),
+            dk.create("top_k", k=50),
+            dk.create("top_p", p=0.9),
+        ]
+    )
+
+
+def ban_token_zero(logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
+    """A third party's processor: a plain function, never registered."""
+    return logits.index_fill(1, torch.tensor([0]), NEG)
+
+
+# -- building chains ---------------------------------------------------------------------
+
+
+def test_create_classes_and_spec_build_the_same_chain() -> None:
+    by_name = full_chain()
+    by_class = dk.Chain(
+        [RepetitionPenalty(penalty=1.1), Temperature(value=0.8), TopK(k=50), TopP(p=0.9)], selector=Sample()
+    )
+    assert by_name == by_class
+    assert [type(p) for p in by_name.processors] == [RepetitionPenalty, Temperature, TopK, TopP]
+    assert isinstance(by_name.selector, Sample)
+    x = torch.randn(4, 300, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(by_name(x, ctx_for(4, history=5)), by_class(x, ctx_for(4, history=5)))
+
+
+def test_a_plain_function_processor_works_in_code() -> None:
+    chain = dk.Chain([ban_token_zero, TopK(k=2)], selector=Greedy())
+    x = torch.tensor([[9.0, 1.0, 5.0, 5.0, 2.0]])
+    assert chain(x, ctx_for(1)).tolist() == [2]  # token 0 banned; 2 and 3 tie, the lowest id wins
+    assert torch.equal(chain.process(x, ctx_for(1)), torch.tensor([[NEG, NEG, 5.0, 5.0, NEG]]))
+    assert "ban_token_zero" in str(chain)
+
+
+def test_spec_round_trips_exactly() -> None:
+    chain = full_chain()
+    spec = chain.to_spec()
+    assert spec == [
+        {"name": "repetition_penalty", "params": {"penalty": 1.1, "last_n": None, "include_prompt": True}},
+        {"name": "temperature", "params": {"value": 0.8}},
+        {"name": "top_k", "params": {"k": 50}},
+        {"name": "top_p", "params": {"p": 0.9, "min_keep": 1}},
+        {"name": "sample", "params": {}},
+    ]
+    assert dk.Chain.from_spec(spec) == chain
+    assert dk.Chain.from_spec(spec).to_spec() == spec
+    assert dk.Chain.from_spec(json.loads(json.dumps(spec))).to_spec() == spec
+    assert dk.Chain.from_spec(json.dumps(spec)) == chain  # a JSON string of the spec
+
+
+def test_parse_equals_the_chain_built_in_code() -> None:
+    assert dk.Chain.parse(FULL) == full_chain()
+    assert dk.Chain.parse("temperature(value=0.8) | top_p(0.9, min_keep=2) | greedy").to_spec() == [
+        {"name": "temperature", "params": {"value": 0.8}},
+        {"name": "top_p", "params": {"p": 0.9, "min_keep": 2}},
+        {"name": "greedy", "params": {}},
+    ]
+
+
+def test_string_form_round_trips() -> None:
+    chain = full_chain()
+    assert str(chain) == (
+        "repetition_penalty(penalty=1.1, last_n=None, include_prompt=True) | temperature(value=0.8) | "
+        "top_k(k=50) | top_p(p=0.9, min_keep=1) | sample"
+    )
+    assert dk.Chain.parse(str(chain)) == chain
+    greedy = dk.Chain.parse("top_k(3) | greedy")
+    assert dk.Chain.parse(str(greedy)) == greedy
+
+
+def test_the_selector_defaults_to_sample() -> None:
+    assert isinstance(dk.Chain.parse("top_k(3)").selector, Sample)
+    assert dk.Chain.parse("top_k(3)") == dk.Chain.parse("top_k(3) | sample")
+
+
+# -- order ---------------------------------------------------------------------------------
+
+
+def test_order_is_kept_and_matters() -> None:
+    # probabilities 0.55, 0.3, 0.15. top_p(0.6) first keeps {0, 1} (the mass before token 1 is 0.55);
+    # temperature(0.5) first sharpens them to 0.729, 0.217, 0.054, and top_p(0.6) keeps {0} alone.
+    x = torch.log(torch.tensor([[0.55, 0.3, 0.15]]))
+    temperature_first = dk.Chain.parse("temperature(0.5) | top_p(0.6)")
+    truncation_first = dk.Chain.parse("top_p(0.6) | temperature(0.5)")
+    assert [type(p) for p in temperature_first.processors] == [Temperature, TopP]
+    assert [type(p) for p in truncation_first.processors] == [TopP, Temperature]
+    assert torch.isfinite(temperature_first.process(x, ctx_for(1))).tolist() == [[True, False, False]]
+    assert torch.isfinite(truncation_first.process(x, ctx_for(1))).tolist() == [[True, True, False]]
+    assert torch.allclose(truncation_first.process(x, ctx_for(1))[0, :2], 2 * x[0, :2])
+
+
+def test_temperature_and_top_k_commute() -> None:
+    # top_k keeps the same tokens whatever the (positive) temperature: the two orders agree
+    x = torch.tensor([[1.0, 4.0, 2.0, 3.0]])
+    a = dk.Chain.parse("temperature(0.5) | top_k(2)").process(x, ctx_for(1))
+    b = dk.Chain.parse("top_k(2) | temperature(0.5)").process(x, ctx_for(1))
+    assert torch.equal(a, b) and torch.equal(a, torch.tensor([[NEG, 8.0, NEG, 6.0]]))
+
+
+# -- errors --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def only_greedy_installed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", "decodekit-greedy")
+    dk.reload_plugins()
+    yield
+    monkeypatch.delenv("DECODEKIT_LOAD_PLUGINS")
+    dk.reload_plugins()
+
+
+def test_a_standard_sampler_not_installed_names_its_pip_install(only_greedy_installed: None) -> None:
+    with pytest.raises(dk.UnknownNameError) as e:
+        dk.Chain.parse("top_k(5) | greedy")
+    msg = str(e.value)
+    assert "unknown sampler 'top_k'" in msg and "installed: greedy, sample" in msg
+    assert "pip install decodekit-top-k" in msg
+
+
+def test_an_unknown_sampler_lists_the_installed_ones() -> None:
+    with pytest.raises(dk.UnknownNameError) as e:
+        dk.Chain.parse("topk(5) | sample")
+    msg = str(e.value)
+    assert "unknown sampler 'topk'" in msg and "did you mean 'top_k'" in msg
+    for name in ("greedy", "repetition_penalty", "sample", "temperature", "top_k", "top_p"):
+        assert name in msg
+    with pytest.raises(dk.UnknownNameError):
+        dk.Chain.from_spec([{"name": "topk", "params": {}}])
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("top_k(5", "is not name\\(args\\)"),
+        ("top_k(5) || sample", "stage 1 is empty"),
+        ("top_k(5) |", "stage 1 is empty"),
+        ("1 + 2", "is not name\\(args\\)"),
+        ("top_k(k=n) | sample", "arguments must be literals"),
+        ("top_k(**{'k': 5})", "arguments"),
+        ("greedy | top_k(5)", "selector"),
+        ("sample | greedy", "selector"),
+    ],
+)
+def test_bad_chain_strings(text: str, match: str) -> None:
+    with pytest.raises(dk.ChainSpecError, match=match):
+        dk.Chain.parse(text)
+
+
+def test_a_selector_must_be_last() -> None:
+    with pytest.raises(dk.ChainSpecError, match="selector"):
+        dk.Chain([Greedy(), TopK(k=5)])
+    with pytest.raises(dk.ChainSpecError, match="selector"):
+        dk.Chain.from_spec([{"name": "sample"}, {"name": "top_k", "params": {"k": 5}}])
+
+
+def test_bad_specs() -> None:
+    for spec in ([{"params": {"k": 5}}], [{"name": "top_k", "params": [5]}], [{"name": "top_k", "extra": 1}], "[1,"):
+        with pytest.raises(dk.ChainSpecError):
+            dk.Chain.from_spec(spec)  # type: ignore[arg-type]
+
+
+def test_bad_parameters_in_a_string_name_the_parameter() -> None:
+    with pytest.raises(dk.ParameterError, match=r"top_p: p=1\.5 is invalid.*0 < p <= 1"):
+        dk.Chain.parse("top_p(1.5)")
+    with pytest.raises(dk.ParameterError, match="top_k: 2 positional values"):
+        dk.Chain.parse("top_k(5, 6)")
+
+
+def test_an_unregistered_callable_does_not_serialise() -> None:
+    chain = dk.Chain([ban_token_zero, TopK(k=5)])
+    with pytest.raises(dk.ChainSpecError, match="ban_token_zero.*not a registered sampler"):
+        chain.to_spec()
+
+
+# -- numerics --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "temperature(0.8) | sample",
+        "top_k(5) | top_p(0.9) | sample",
+        "top_k(3) | greedy",
+    ],
+)
+def test_a_nan_row_is_an_error_naming_step_and_row(text: str) -> None:
+    x = torch.randn(3, 100, generator=torch.Generator().manual_seed(0))
+    x[1, 17] = math.nan
+    with pytest.raises(dk.NumericsError, match=r"step 7, row 1: .*NaN"):
+        dk.Chain.parse(text)(x, ctx_for(3, step=7))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "temperature(0.8) | sample",
+        "top_k(5) | sample",
+        "top_k(5) | top_p(0.5) | greedy",
+    ],
+)
+def test_a_row_with_every_token_removed_is_an_error_naming_step_and_row(text: str) -> None:
+    def remove_row_2(logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
+        return logits.index_fill(0, torch.tensor([2]), NEG)
+
+    parsed = dk.Chain.parse(text)
+    chain = dk.Chain([remove_row_2, *parsed.processors], selector=parsed.selector)
+    x = torch.randn(4, 100, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(dk.NumericsError, match=r"step 3, row 2: .*every token was removed"):
+        chain(x, ctx_for(4, step=3))
+
+
+# -- fast path == dense path -------------------------------------------------------------------
+
+FAST_PATH_CHAINS = [
+    "repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9)",
+    "temperature(0.8) | top_p(0.9)",
+    "top_k(40) | temperature(0.7) | top_p(0.8)",
+    "top_p(0.95) | top_k(20) | repetition_penalty(1.5) | temperature(1.3)",
+    "temperature(0) | top_k(5)",
+    "top_k(100) | temperature(0)",
+]
+
+
+def peaked_logits(batch: int, vocab: int = 50_257, *, ties: bool = False) -> torch.Tensor:
+    """Shuffled Zipf-like rows, `-1.2 · log(rank) + noise`; with ties, rounded as bfloat16 would."""
+    g = torch.Generator().manual_seed(batch)
+    base = -1.2 * torch.log(torch.arange(1, vocab + 1, dtype=torch.float32))
+    x = torch.stack(
+        [base[torch.randperm(vocab, generator=g)] + 0.1 * torch.randn(vocab, generator=g) for _ in range(batch)]
+    )
+    return x.bfloat16().float() if ties else x
+
+
+def fast_and_dense(text: str, selector: dk.Selector, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens from `chain.select` (candidates) and from `chain.process` + the selector, same seeds."""
+    chain = dk.Chain(dk.Chain.parse(text).processors, selector=selector)
+    fast = chain.select(x, ctx_for(x.shape[0], seed=11, step=2, history=40))
+    ctx = ctx_for(x.shape[0], seed=11, step=2, history=40)
+    return fast, chain.selector(chain.process(x, ctx), ctx)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("text", FAST_PATH_CHAINS)
+def test_fast_path_picks_what_the_dense_path_picks_greedy(text: str, ties: bool) -> None:
+    fast, dense = fast_and_dense(text, Greedy(), peaked_logits(6, ties=ties))
+    assert torch.equal(fast, dense)
+
+
+def test_fast_path_picks_what_the_dense_path_picks_sample() -> None:
+    for text in FAST_PATH_CHAINS:
+        fast, dense = fast_and_dense(text, Sample(), peaked_logits(6))
+        assert torch.equal(fast, dense), text
+
+
+@pytest.mark.parametrize("text", FAST_PATH_CHAINS)
+def test_fast_path_processes_what_the_dense_path_processes(text: str) -> None:
+    from decodekit.stage import Candidates, densify
+
+    chain = dk.Chain.parse(text)
+    x = peaked_logits(4, ties=True)
+    fast = chain.process_fast(x, ctx_for(4, history=40))
+    assert isinstance(fast, Candidates)  # every chain here truncates
+    dense = chain.process(x, ctx_for(4, history=40))
+    assert torch.equal(densify(fast, x.shape[1]), dense)

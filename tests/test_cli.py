@@ -1,0 +1,365 @@
+"""The `decodekit` command line, run as a subprocess (`python -m decodekit.cli`).
+
+The model is `cli-test-gpt` from `tests/cli_testplugin.py`, loaded into each subprocess with
+`DECODEKIT_EXTRA_PLUGINS`; `tiny-shakespeare` is exercised too when it is installed with weights.
+Independent subprocesses run concurrently (`cli_many`) to keep the suite fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import decodekit as dk
+from decodekit.context import DecodeContext
+
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))
+import cli_testplugin  # noqa: E402
+
+MODEL = cli_testplugin.MODEL_NAME
+PROMPT = "ROMEO: "
+CHAIN = "repetition_penalty(1.3) | temperature(0.7) | top_k(12) | top_p(0.8)"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), *filter(None, [env.get("PYTHONPATH")])])
+    env["DECODEKIT_EXTRA_PLUGINS"] = "cli_testplugin"
+    env["COLUMNS"] = "400"  # rich wraps tables at the terminal width; keep lines whole
+    env.pop("DECODEKIT_LOAD_PLUGINS", None)
+    env.update(extra)
+    return env
+
+
+def _popen(args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "decodekit.cli", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        # A shell without job control starts background jobs with SIGINT ignored, and children
+        # inherit that; restore it so Ctrl-C tests see Python's KeyboardInterrupt.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def cli_many(*commands: Sequence[str], **env: str) -> list[subprocess.CompletedProcess[str]]:
+    """Run several `decodekit` commands at once; their results, in order."""
+    procs = [(args, _popen(args, _env(**env))) for args in commands]
+    results = []
+    for args, p in procs:
+        out, err = p.communicate(timeout=180)
+        results.append(subprocess.CompletedProcess(list(args), p.returncode, out, err))
+    return results
+
+
+def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return cli_many(args, **env)[0]
+
+
+def ok_json(result: subprocess.CompletedProcess[str]) -> Any:
+    assert result.returncode == 0, (result.args, result.stderr)
+    assert "Traceback" not in result.stderr
+    return json.loads(result.stdout)
+
+
+def generate_args(*extra: str, model: str | None = MODEL) -> list[str]:
+    return ["generate", PROMPT, *(["--model", model] if model else []), "--json", *extra]
+
+
+# -- generate ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cache_runs() -> dict[str, Any]:
+    """`generate --json` with each cache backend; same seed, flat flags, two samples."""
+    caches = ("none", "dense", "gqa")
+    args = ("--temperature", "0.9", "--top-k", "20", "--seed", "5", "-n", "2", "--max-new-tokens", "12")
+    results = cli_many(*(generate_args("--cache", c, *args) for c in caches))
+    return {c: ok_json(r) for c, r in zip(caches, results)}
+
+
+@pytest.mark.parametrize("cache", ["none", "dense", "gqa"])
+def test_generate_json_shape_with_each_cache(cache_runs: dict[str, Any], cache: str) -> None:
+    doc = cache_runs[cache]
+    assert doc["model"] == MODEL and doc["prompt"] == PROMPT and doc["cache"] == cache
+    assert doc["chain"] == "temperature(value=0.9) | top_k(k=20) | sample"  # the flags, in HF's order
+    assert [s["name"] for s in doc["chain_spec"]] == ["temperature", "top_k", "sample"]
+    assert doc["seed"] == 5 and doc["max_new_tokens"] == 12 and doc["interrupted"] is False
+    assert len(doc["samples"]) == 2
+    tokenizer = cli_testplugin.CharTokenizer()
+    for sample in doc["samples"]:
+        assert len(sample["tokens"]) == 12 and sample["finish_reason"] == "length"
+        assert sample["text"] == tokenizer.decode(sample["tokens"])
+        assert sample["tokens_per_second"] > 0
+    assert doc["tokens_per_second"] > 0 and doc["seconds"] > 0
+
+
+def test_generate_caches_agree_and_match_the_library(cache_runs: dict[str, Any]) -> None:
+    tokens = {c: [s["tokens"] for s in doc["samples"]] for c, doc in cache_runs.items()}
+    assert tokens["none"] == tokens["dense"] == tokens["gqa"]
+    model = cli_testplugin.load_model()
+    out = dk.generate(model, [PROMPT] * 2, chain="temperature(0.9) | top_k(20)", max_new_tokens=12, seed=5)
+    assert out.tokens == tokens["dense"]
+
+
+def test_generate_text_streams_samples_and_seeds_reproduce(cache_runs: dict[str, Any]) -> None:
+    flags = ("--temperature", "0.9", "--top-k", "20", "--max-new-tokens", "12")
+    text, other = cli_many(
+        ["generate", PROMPT, "-m", MODEL, "--seed", "5", "-n", "2", *flags],
+        generate_args("--seed", "6", *flags),
+    )
+    texts = [s["text"] for s in cache_runs["dense"]["samples"]]
+    assert texts[0] != texts[1]  # each sample has its own seed stream
+    # The same seed gives the same text; text mode prints the samples one after another.
+    assert text.returncode == 0 and "Traceback" not in text.stderr
+    assert text.stdout == f"--- sample 1/2 ---\n{PROMPT}{texts[0]}\n--- sample 2/2 ---\n{PROMPT}{texts[1]}\n"
+    # Another seed, other text (sample 0 alone: its stream does not depend on the batch).
+    assert ok_json(other)["samples"][0]["text"] != texts[0]
+
+
+def test_generate_stop_string_ends_the_sample(cache_runs: dict[str, Any]) -> None:
+    full = cache_runs["dense"]["samples"][0]["text"]
+    stop = full[4:6]
+    flags = ("--temperature", "0.9", "--top-k", "20", "--seed", "5", "--max-new-tokens", "12")
+    doc = ok_json(cli(*generate_args(*flags, "--stop", stop, "--stop", "never-generated")))
+    sample = doc["samples"][0]
+    assert doc["stop"] == [stop, "never-generated"]
+    assert sample["finish_reason"] == "stop" and sample["stopped_by"] == stop
+    assert sample["text"] == full[: full.index(stop)]
+
+
+def _interrupt(marker: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    args = ["generate", PROMPT, "-m", MODEL, "--cache", "none", "--max-new-tokens", "100000", "--seed", "1", *extra]
+    p = _popen(args, _env(DECODEKIT_CLI_TEST_MARKER=str(marker)))
+    deadline = time.monotonic() + 120
+    while not marker.exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    return subprocess.CompletedProcess(args, p.returncode, out, err)
+
+
+def test_ctrl_c_keeps_what_was_generated(tmp_path: Path) -> None:
+    result = _interrupt(tmp_path / "json-started", "--json", "-n", "2")
+    assert result.returncode == 130
+    assert "Traceback" not in result.stderr and "interrupted" in result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["interrupted"] is True and len(doc["samples"]) == 2
+    tokenizer = cli_testplugin.CharTokenizer()
+    for sample in doc["samples"]:
+        assert sample["finish_reason"] is None
+        assert sample["text"] == tokenizer.decode(sample["tokens"])
+    assert all(len(s["tokens"]) >= 2 for s in doc["samples"])  # the marker comes after two tokens
+
+    text = _interrupt(tmp_path / "text-started", "-n", "2")
+    assert text.returncode == 130 and "Traceback" not in text.stderr
+    assert text.stdout.startswith(f"--- sample 1/2 ---\n{PROMPT}") and "--- sample 2/2 ---" in text.stdout
+
+
+# -- errors --------------------------------------------------------------------------
+
+
+def test_bad_options_fail_with_one_line_and_status_2() -> None:
+    generate = ["generate", PROMPT, "-m", MODEL]
+    cases: dict[str, tuple[list[str], str]] = {
+        "syntax": ([*generate, "--chain", "temperature(0.8"], "is not name(args)"),
+        "unknown sampler": ([*generate, "--chain", "temprature(0.8)"], "unknown sampler 'temprature'"),
+        "top_p out of range": ([*generate, "--top-p", "1.5"], "p=1.5"),
+        "chain and flags": ([*generate, "--chain", "top_k(5)", "--temperature", "0.8"], "cannot be combined with"),
+        "unknown cache": ([*generate, "--cache", "paged"], "--cache 'paged'"),
+        "not a number": ([*generate, "--top-k", "many"], "Invalid value for '--top-k'"),
+    }
+    results = cli_many(*(args for args, _ in cases.values()))
+    for (name, (_, expected)), r in zip(cases.items(), results):
+        lines = r.stderr.splitlines()
+        assert r.returncode == 2, (name, r.stderr)
+        assert len(lines) == 1 and lines[0].startswith("decodekit: error: "), (name, r.stderr)
+        assert expected in lines[0], (name, lines[0])
+        assert r.stdout == "", name
+
+
+def test_checks_that_need_no_model_run_in_process(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from decodekit.cli import main
+
+    png = tmp_path / "x.png"
+    assert main(["explain", PROMPT, "-m", MODEL, "--steps", "2", "--plot", str(png), "--plot-step", "2"]) == 2
+    assert main(["generate", PROMPT, "--model", "no-such-model"]) == 2
+    assert main(["generate", PROMPT, "--max-new-tokens", "-1"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and all(line.startswith("decodekit: error: ") for line in err)
+    assert "--plot-step 2" in err[0] and "unknown model 'no-such-model'" in err[1] and "'--max-new-tokens'" in err[2]
+    assert not png.exists()
+
+
+def test_missing_default_model_lists_installed_models() -> None:
+    # Load only the samplers of the default chain: tiny-shakespeare is absent, cli-test-gpt is there.
+    r = cli("generate", PROMPT, DECODEKIT_LOAD_PLUGINS="decodekit-temperature,decodekit-top-p")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
+    assert "tiny-shakespeare" in r.stderr and "installed models: cli-test-gpt" in r.stderr
+
+
+# -- listings ------------------------------------------------------------------------
+
+
+def test_plugins_and_samplers_listings() -> None:
+    env = {"DECODEKIT_EXTRA_PLUGINS": "cli_testplugin,cli_testplugin:broken"}
+    plugins_text, plugins_json, samplers_text, samplers_json = cli_many(
+        ["plugins"], ["plugins", "--json"], ["samplers"], ["samplers", "--json"], **env
+    )
+    plugins = ok_json(plugins_json)
+    by_dist = {p["distribution"]: p for p in plugins["plugins"]}
+    assert by_dist["decodekit"]["samplers"] == ["sample"]
+    assert by_dist["cli_testplugin"]["models"] == [MODEL]
+    assert by_dist["decodekit-temperature"]["samplers"] == ["temperature"]
+    assert by_dist["decodekit-cache-gqa"]["cache_backends"] == ["gqa"]
+    [failure] = plugins["failures"]
+    assert failure["distribution"] == "cli_testplugin:broken" and "boom" in failure["error"]
+
+    assert plugins_text.returncode == 0 and plugins_text.stderr == ""  # failures are listed, not warned
+    for p in plugins["plugins"]:
+        assert p["distribution"] in plugins_text.stdout and p["version"] in plugins_text.stdout
+        for name in p["samplers"] + p["cache_backends"] + p["models"]:
+            assert name in plugins_text.stdout
+    assert "Failed to load" in plugins_text.stdout and "RuntimeError: boom" in plugins_text.stdout
+
+    report = ok_json(samplers_json)
+    samplers = {s["name"]: s for s in report["samplers"]}
+    assert samplers["sample"]["kind"] == samplers["greedy"]["kind"] == "selector"
+    assert samplers["temperature"]["kind"] == samplers["top_p"]["kind"] == "processor"
+    top_p = {p["name"]: p for p in samplers["top_p"]["params"]}
+    assert top_p["p"]["required"] is True and top_p["p"]["type"] == "float"
+    assert top_p["p"]["allowed"] == "float 0 < p <= 1"
+    assert top_p["min_keep"]["required"] is False and top_p["min_keep"]["default"] == 1
+    assert {"dense", "gqa"} <= {c["name"] for c in report["cache_backends"]}
+
+    assert samplers_text.returncode == 0
+    for s in report["samplers"]:
+        assert s["name"] in samplers_text.stdout and s["description"] in samplers_text.stdout
+        for p in s["params"]:
+            assert p["allowed"] in samplers_text.stdout
+    for c in report["cache_backends"]:
+        assert c["description"] in samplers_text.stdout
+
+
+TORCH_FREE = """
+import contextlib, io, json, sys, traceback
+importers = []
+class Spy:  # records who imports torch, then lets the normal import go on
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            stack = [f"{f.filename}:{f.lineno}" for f in traceback.extract_stack()[:-1]]
+            importers.append([s for s in stack if "importlib" not in s][-3:])
+        return None
+sys.meta_path.insert(0, Spy())
+from decodekit.cli import main
+codes = []
+with contextlib.redirect_stdout(io.StringIO()):
+    for argv in (["--help"], ["generate", "--help"], ["plugins"], ["plugins", "--json"]):
+        codes.append(main(argv))
+print(json.dumps({"codes": codes, "torch": "torch" in sys.modules, "importers": importers}))
+"""
+
+
+def _torch_free_run(**env: str) -> Any:
+    r = subprocess.run([sys.executable, "-c", TORCH_FREE], capture_output=True, text=True, env=_env(**env), timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_help_and_plugins_do_not_import_torch() -> None:
+    # The CLI and the core: only the test plugin, which registers its model by import path.
+    result = _torch_free_run(DECODEKIT_LOAD_PLUGINS="")
+    assert result["codes"] == [0, 0, 0, 0]
+    assert not result["torch"], result["importers"]
+
+
+def test_installed_plugins_do_not_import_torch_when_listed() -> None:
+    result = _torch_free_run()
+    assert result["codes"] == [0, 0, 0, 0]
+    assert not result["torch"], f"a plugin imports torch when it is loaded: {result['importers']}"
+
+
+# -- explain -------------------------------------------------------------------------
+
+
+def test_explain_agrees_with_chain_process_stage_by_stage(tmp_path: Path) -> None:
+    png = tmp_path / "step2.png"
+    explain = ["explain", PROMPT, "-m", MODEL, "--chain", CHAIN, "--seed", "7"]
+    explain_json, explain_text, generated = cli_many(
+        [*explain, "--steps", "4", "--top", "5", "--json"],
+        [*explain, "--steps", "2", "--plot", str(png), "--plot-step", "1"],
+        generate_args("--chain", CHAIN, "--seed", "7", "--max-new-tokens", "4", "--cache", "none"),
+    )
+    doc = ok_json(explain_json)
+    steps = doc["steps"]
+    assert len(steps) == 4 and doc["model"] == MODEL
+    # The tokens explain picks are the ones generate picks with the same seed.
+    assert [s["token"] for s in steps] == ok_json(generated)["samples"][0]["tokens"]
+
+    model = cli_testplugin.load_model()
+    chain = dk.Chain.parse(CHAIN)
+    ids = model.tokenizer.encode(PROMPT)
+    for k, step in enumerate(steps):
+        history = torch.tensor([ids + [s["token"] for s in steps[:k]]])
+        with torch.no_grad():
+            raw = model(history, torch.arange(history.shape[1])[None], None)[:, -1].float()
+        ctx = DecodeContext(tokens=history, step=k)
+        names = ["input"] + [s["stage"] for s in step["stages"][1:]]
+        assert names[1:] == ["repetition_penalty(penalty=1.3)", "temperature(value=0.7)", "top_k(k=12)", "top_p(p=0.8)"]
+        assert step["token"] in step["candidates"]
+        for i, stage in enumerate(step["stages"]):
+            logits = dk.Chain(chain.processors[:i]).process(raw, ctx)[0]
+            probs = torch.softmax(logits, -1)
+            assert stage["survivors"] == int(torch.isfinite(logits).sum())
+            p = probs[probs > 0]
+            assert stage["entropy"] == pytest.approx(float(-(p * p.log()).sum()), abs=1e-4)
+            torch.testing.assert_close(torch.tensor(stage["probs"]), probs[step["candidates"]], atol=1e-5, rtol=1e-4)
+        assert step["stages"][-1]["survivors"] < step["stages"][0]["survivors"]  # top_k/top_p truncated
+
+    assert explain_text.returncode == 0 and "Traceback" not in explain_text.stderr
+    for name in ("step 0: picked", "step 1: picked", "repetition_penalty(penalty=1.3)", "top_p(p=0.8)", "entropy"):
+        assert name in explain_text.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+# -- tiny-shakespeare, when installed with its weights --------------------------------
+
+
+@pytest.fixture(scope="module")
+def shakespeare() -> Any:
+    if "tiny-shakespeare" not in dk.get_registry().models:
+        pytest.skip("decodekit-shakespeare is not installed")
+    try:
+        return dk.load_model("tiny-shakespeare")
+    except dk.DecodekitError as exc:
+        pytest.skip(f"tiny-shakespeare cannot be loaded: {exc}")
+
+
+def test_tiny_shakespeare_is_the_default_model(shakespeare: Any) -> None:
+    runs = cli_many(
+        *(generate_args("--cache", c, "--seed", "0", "--max-new-tokens", "24", model=None) for c in ("dense", "gqa")),
+        ["explain", "ROMEO:", "--chain", CHAIN, "--steps", "2", "--seed", "0", "--json"],
+    )
+    docs = [ok_json(r) for r in runs[:2]]
+    assert all(d["model"] == "tiny-shakespeare" for d in docs)
+    [dense], [gqa] = (d["samples"] for d in docs)
+    assert dense["tokens"] == gqa["tokens"] and len(dense["tokens"]) == 24  # a GQA model: 8 heads, 2 kv-heads
+    # The default chain, as --help states it.
+    out = dk.generate(shakespeare, PROMPT, chain="temperature(0.8) | top_p(0.95)", max_new_tokens=24, seed=0)
+    assert out.tokens == [dense["tokens"]] and out.text == [dense["text"]]
+    explained = ok_json(runs[2])
+    assert explained["model"] == "tiny-shakespeare" and len(explained["steps"]) == 2

@@ -1,0 +1,131 @@
+"""The core `sample` selector: distribution (chi-square), -inf never drawn, per-row generators, no sync; the kit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import decodekit as dk
+from decodekit.context import row_generators
+from decodekit.sample import Sample, inverse_cdf
+from decodekit.stage import Candidates
+from decodekit.testing import SelectorConformance, check_selector
+from decodekit.testing.samplers import check_selector_distribution
+
+NEG = float("-inf")
+
+
+def ctx_for(batch: int, seed: int = 0) -> dk.DecodeContext:
+    return dk.DecodeContext(tokens=torch.zeros(batch, 1, dtype=torch.long), generators=row_generators(seed, batch))
+
+
+def softmax(logits: torch.Tensor) -> torch.Tensor:
+    return logits.double().softmax(-1)
+
+
+def test_draws_a_hand_made_four_token_distribution() -> None:
+    # probabilities 0.1, 0.2, 0.3, 0.4: 20,000 seeded draws, dense and on candidates, chi-square p > 1e-3
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.3, 0.4]]))
+    check_selector_distribution(Sample(), softmax, logits=logits, draws=20_000, seed=1)
+
+
+def test_the_chi_square_test_rejects_a_wrong_distribution() -> None:
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.3, 0.4]]))
+
+    def sharper(x: torch.Tensor) -> torch.Tensor:  # what sample at temperature 0.8 would draw
+        return (x.double() / 0.8).softmax(-1)
+
+    with pytest.raises(AssertionError, match="do not fit"):
+        check_selector_distribution(Sample(), sharper, logits=logits, draws=20_000, seed=1)
+
+
+def test_removed_tokens_are_never_drawn() -> None:
+    logits = torch.tensor(
+        [
+            [NEG, 0.0, NEG, 0.0, NEG],  # removed tokens around and between the kept ones
+            [NEG, NEG, NEG, NEG, 3.0],  # only the last token
+            [3.0, NEG, NEG, NEG, NEG],  # only the first token
+            [3.0e38, NEG, 3.0e38, NEG, NEG],  # extreme: exp overflows unless shifted
+            [-3.0e38, NEG, 3.0e38, NEG, -1.0e30],  # extreme spread: the shift underflows to -inf
+            [-1.0e4, NEG, -1.0e4 + 1, NEG, NEG],  # all very negative
+        ]
+    )
+    allowed = [{1, 3}, {4}, {0}, {0, 2}, {2}, {0, 2}]
+    n = 2000
+    tokens = Sample()(logits.repeat(n, 1), ctx_for(6 * n)).view(n, 6)
+    for row, ok in enumerate(allowed):
+        assert set(tokens[:, row].tolist()) <= ok, (row, set(tokens[:, row].tolist()))
+    assert set(tokens[:, 0].tolist()) == {1, 3}
+
+
+def test_uniform_draws_at_the_edges_never_land_on_a_removed_token() -> None:
+    logits = torch.tensor([[1.0, 2.0, NEG, NEG], [NEG, 5.0, NEG, NEG], [1e-3, 0.0, 1e-3, NEG]])
+    for u in (0.0, 0.5, 1.0 - 2.0**-24, 1.0):  # 1.0 is out of range but must still be safe
+        picked = inverse_cdf(logits, torch.full((3,), u))
+        assert picked.tolist()[1] == 1
+        assert bool(torch.isfinite(logits.gather(1, picked[:, None])).all()), u
+
+
+def test_inverse_cdf_hand_worked() -> None:
+    # probabilities 0.1, 0.2, 0.3, 0.4: CDF 0.1, 0.3, 0.6, 1.0
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.3, 0.4]]))
+    for u, expected in ((0.05, 0), (0.15, 1), (0.29, 1), (0.31, 2), (0.59, 2), (0.61, 3), (0.99, 3)):
+        assert inverse_cdf(logits, torch.tensor([u])).tolist() == [expected], u
+
+
+def test_a_rows_draws_do_not_depend_on_the_other_rows() -> None:
+    g = torch.Generator().manual_seed(0)
+    alone_logits = torch.randn(1, 50, generator=g)
+    batch_logits = torch.cat([alone_logits, torch.randn(4, 50, generator=g)])
+    alone, batch = ctx_for(1, seed=7), ctx_for(5, seed=7)
+    for _ in range(30):  # thirty steps: the row's stream advances the same way in both
+        assert Sample()(alone_logits, alone).item() == Sample()(batch_logits, batch)[0].item()
+
+
+def test_same_seed_same_draws_other_seed_other_draws() -> None:
+    logits = torch.zeros(64, 100)
+    a = Sample()(logits, ctx_for(64, seed=3))
+    assert torch.equal(a, Sample()(logits, ctx_for(64, seed=3)))
+    assert not torch.equal(a, Sample()(logits, ctx_for(64, seed=4)))
+
+
+@pytest.fixture
+def no_host_sync(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Make every tensor -> Python conversion (a device sync on an accelerator) fail."""
+
+    def sync(*args: object, **kwargs: object) -> None:
+        raise AssertionError("host sync")
+
+    for name in ("item", "tolist", "__bool__", "__int__", "__float__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, sync)
+    yield
+
+
+def test_sample_does_not_sync(no_host_sync: None) -> None:
+    ctx = ctx_for(3)  # built before: creating generators from seeds is not part of the step
+    logits = torch.randn(3, 1000)
+    Sample()(logits, ctx)
+    values, indices = logits.topk(10)
+    Sample().select_candidates(Candidates(values, indices), ctx)
+
+
+def test_registered_as_the_default_selector() -> None:
+    s = dk.create("sample")
+    assert isinstance(s, Sample) and s.spec() == {"name": "sample", "params": {}}
+    assert isinstance(dk.Chain([]).selector, Sample)
+
+
+class TestSampleConformance(SelectorConformance):
+    dtypes = (torch.float32, torch.float16, torch.bfloat16)
+
+    def make(self) -> Sample:
+        return Sample()
+
+    def distribution(self, logits: torch.Tensor) -> torch.Tensor:
+        return softmax(logits)
+
+
+def test_check_selector_passes_on_sample() -> None:
+    check_selector(Sample(), distribution=softmax)
