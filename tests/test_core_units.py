@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 from pydantic import Field
-from tinymodels import tiny_gpt
 
 import decodekit as dk
 from decodekit.context import row_generators
 from decodekit.models.gpt import GPT, GPTConfig, attention_mask
 from decodekit.params import validate_params
+from tinymodels import tiny_gpt
 
 
 def test_attention_mask_by_hand() -> None:

@@ -29,7 +29,6 @@ from torch import Tensor
 
 from decodekit.chain import Chain, numerics_error
 from decodekit.context import DecodeContext
-from decodekit.errors import ContextLengthError, NumericsError, ParameterError
 from decodekit.decoding import (
     FinishReason,
     Generation,
@@ -41,6 +40,7 @@ from decodekit.decoding import (
     left_pad,
     uncached_last_logits,
 )
+from decodekit.errors import ContextLengthError, NumericsError, ParameterError
 from decodekit.plugins import create_cache
 from decodekit.spec import CacheSpec
 

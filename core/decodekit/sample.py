@@ -23,7 +23,9 @@ _BELOW_ONE = 1.0 - 2.0**-23
 
 def _search(cdf: Tensor, u: Tensor) -> Tensor:
     """Index `[B]` of the first CDF entry above `u · total`, for `cdf` `[B, K]` and `u` `[B]` in [0, 1)."""
-    target = (u.to(cdf.dtype) * _BELOW_ONE).unsqueeze_(1).mul_(cdf[:, -1:])
+    if u.dtype != cdf.dtype:
+        u = u.to(cdf.dtype)
+    target = (u * _BELOW_ONE).unsqueeze_(1).mul_(cdf[:, -1:])
     # A NaN or all -inf row (flagged by the chain) would search past the end: stay in range.
     return torch.searchsorted(cdf, target, right=True).squeeze_(1).clamp_(max=cdf.shape[1] - 1)
 
@@ -50,7 +52,7 @@ class Sample(SelectorBase[NoParams]):
     def select_candidates(self, c: Candidates, ctx: DecodeContext) -> Tensor:
         # Walk the candidates in vocabulary order, as the dense call walks the vocabulary:
         # the same uniform then picks the same token on either path.
-        weights = (c.values - c.values[:, :1]).exp_()  # candidates are sorted: column 0 is the max
         indices, order = c.indices.sort(-1)
-        picked = _search(weights.gather(1, order).cumsum_(-1), ctx.uniform())
-        return indices.gather(1, picked[:, None]).squeeze_(1)
+        values = c.values.gather(1, order)
+        cdf = values.sub_(c.values[:, :1]).exp_().cumsum_(-1)  # candidates are sorted: column 0 is the max
+        return indices.gather(1, _search(cdf, ctx.uniform()).unsqueeze_(1)).squeeze_(1)
