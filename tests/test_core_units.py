@@ -108,3 +108,13 @@ def test_row_generators_are_batch_invariant() -> None:
     assert torch.rand(2, generator=per_row[1]).tolist() == torch.rand(2, generator=row_generators([8], 1)[0]).tolist()
     with pytest.raises(dk.ParameterError, match="2 per-row seeds given"):
         row_generators([1, 2], 3)
+
+
+def test_last_only_is_the_last_column_of_the_full_logits() -> None:
+    m = tiny_gpt(2)
+    ids = torch.randint(0, 101, (2, 9))
+    pos = torch.tensor([list(range(9)), [-2, -1, *range(7)]])
+    full = m(ids, pos, None)
+    last = m(ids, pos, None, last_only=True)
+    assert last.shape == (2, 1, 101)
+    torch.testing.assert_close(last, full[:, -1:], atol=1e-5, rtol=1e-5)

@@ -36,7 +36,11 @@ class Tokenizer(Protocol):
 
 
 class Model(Protocol):
-    """`model(input_ids [B, T], positions [B, T], cache) -> logits [B, T, V]`, plus `model.spec`."""
+    """`model(input_ids [B, T], positions [B, T], cache) -> logits [B, T, V]`, plus `model.spec`.
+
+    A model whose `supports_last_only` is True also takes `last_only=True` and then returns only
+    the last column `[B, 1, V]`; the loop asks for it wherever it reads only `[:, -1]`.
+    """
 
     spec: ModelSpec
 
@@ -182,8 +186,17 @@ def uncached_last_logits(model: Any, buf: Tensor, positions: Tensor, filled: int
     `max_positions` columns, positions re-based so each row's window starts at 0 (the notes' crop)."""
     start = max(0, filled - model.spec.max_positions)
     pos = positions[:, start:filled]
-    logits: Tensor = model(buf[:, start:filled], pos - pos[:, :1].clamp(min=0), None)[:, -1]
+    logits: Tensor = model(buf[:, start:filled], pos - pos[:, :1].clamp(min=0), None, **last_only(model))[:, -1]
     return logits
+
+
+def last_only(model: Any) -> dict[str, bool]:
+    """`{"last_only": True}` for a model that can return only the last column, else `{}`.
+
+    The loop reads only `logits[:, -1]` after a prefill or a recomputation; a model whose
+    `supports_last_only` is True then skips the output projection of every other column.
+    """
+    return {"last_only": True} if getattr(model, "supports_last_only", False) else {}
 
 
 class _TextTracker:
@@ -290,7 +303,7 @@ def stream(
         if kv is None:
             logits = uncached_last_logits(model, buf, positions, P)
         else:
-            logits = model(buf[:, :P], positions[:, :P], kv)[:, -1]
+            logits = model(buf[:, :P], positions[:, :P], kv, **last_only(model))[:, -1]
 
     for step in range(max_new_tokens):
         with torch.inference_mode():

@@ -139,6 +139,8 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """A GPT-2-style decoder with tied input/output embeddings; it has no weights of its own."""
 
+    supports_last_only = True  # forward(..., last_only=True) projects only the last column
+
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = config
@@ -179,11 +181,19 @@ class GPT(nn.Module):
             max_positions=c.block_size,
         )
 
-    def forward(self, input_ids: Tensor, positions: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+    def forward(
+        self,
+        input_ids: Tensor,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+        *,
+        last_only: bool = False,
+    ) -> Tensor:
         """Logits `[B, T, V]` for `input_ids` `[B, T]` at `positions` `[B, T]` (negative: padding).
 
         `positions=None` (training, no cache) means unpadded rows at positions `0..T-1`,
-        served by the plain causal kernel.
+        served by the plain causal kernel. `last_only=True` returns `[B, 1, V]`, the logits of
+        the last column only (what a prefill needs).
         """
         offset = 0 if cache is None else cache.length
         T = input_ids.shape[1]
@@ -203,6 +213,8 @@ class GPT(nn.Module):
         x = self.drop(self.wte(input_ids) + pos_emb)
         for block in self.h:
             x = block(x, mask, cache)
+        if last_only:
+            x = x[:, -1:]  # [B, 1, C]: the caller reads only the last column
         return self._output(self.ln_f(x))
 
     def _output(self, x: Tensor) -> Tensor:

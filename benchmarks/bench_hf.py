@@ -1,0 +1,194 @@
+"""decodekit vs transformers' `generate()` on the same random-init GPT-2 weights, CPU, 2 threads.
+
+For each model size, batch size and chain, three ways to produce 128 tokens after a 32-token prompt:
+  (a) `dk.generate` on decodekit's reference GPT holding the weights (`load_gpt2`),
+  (b) `dk.generate` on the transformers model through `decodekit_hf.HFModel`,
+  (c) the transformers model's own `generate()`.
+Each is warmed up once, then the repeats are interleaved (a, b, c, then b, c, a, ...) so that load
+on a shared machine hits all three alike; the figure is the median. Ratios are to (c).
+
+    .venv/bin/python benchmarks/bench_hf.py            # full run, writes docs/img/hf_speed.png
+    .venv/bin/python benchmarks/bench_hf.py --quick    # smoke run: small model, one repeat
+    .venv/bin/python benchmarks/bench_hf.py --profile small:8:full   # cProfile one case, each way
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from decodekit_hf import HFModel
+from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
+
+import decodekit as dk
+from decodekit.models.gpt2_weights import load_gpt2
+
+PROMPT, NEW, VOCAB = 32, 128, 50257
+SIZES: dict[str, dict[str, Any]] = {
+    "small": dict(n_layer=2, n_embd=128, n_head=4),
+    "gpt2": dict(n_layer=12, n_embd=768, n_head=12),
+}
+CHAINS: dict[str, tuple[str, dict[str, Any]]] = {
+    "greedy": ("greedy", dict(do_sample=False)),
+    "full": (
+        "repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample",
+        dict(do_sample=True, repetition_penalty=1.1, temperature=0.8, top_k=50, top_p=0.9),
+    ),
+}
+WAYS = ("dk_gpt", "dk_hf", "hf")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Result:
+    size: str
+    batch: int
+    chain: str
+    repeats: int
+    seconds: dict[str, list[float]]  # wall-clock time of each timed run, per way
+
+    @property
+    def tokens_per_s(self) -> dict[str, float]:
+        """Median tokens per second, per way."""
+        return {way: self.batch * NEW / statistics.median(t) for way, t in self.seconds.items()}
+
+    def ratio(self, way: str) -> float:
+        return self.tokens_per_s[way] / self.tokens_per_s["hf"]
+
+
+def runners(hf_model: Any, batch: int, chain_name: str) -> dict[str, Callable[[], None]]:
+    """One zero-argument call per way, each generating NEW tokens for `batch` rows."""
+    chain, hf_options = CHAINS[chain_name]
+    gpt, wrapped = load_gpt2(hf_model), HFModel(hf_model)
+    ids = torch.randint(0, VOCAB, (batch, PROMPT), generator=torch.Generator().manual_seed(batch))
+    config = GenerationConfig(  # type: ignore[no-untyped-call]
+        max_new_tokens=NEW, min_length=0, eos_token_id=None, pad_token_id=0, bos_token_id=None, **hf_options
+    )
+
+    def dk_gpt() -> None:
+        dk.generate(gpt, ids, chain=chain, max_new_tokens=NEW, seed=0)
+
+    def dk_hf() -> None:
+        dk.generate(wrapped, ids, chain=chain, max_new_tokens=NEW, seed=0)
+
+    def hf() -> None:
+        torch.manual_seed(0)
+        out = hf_model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
+        assert out.shape == (batch, PROMPT + NEW)
+
+    return {"dk_gpt": dk_gpt, "dk_hf": dk_hf, "hf": hf}
+
+
+def measure(hf_model: Any, size: str, batch: int, chain_name: str, repeats: int) -> Result:
+    calls = runners(hf_model, batch, chain_name)
+    for call in calls.values():
+        call()  # warm-up
+    times: dict[str, list[float]] = {way: [] for way in WAYS}
+    for r in range(repeats):
+        order = WAYS[r % 3 :] + WAYS[: r % 3]  # rotate, so no way always runs first
+        for way in order:
+            start = time.perf_counter()
+            calls[way]()
+            times[way].append(time.perf_counter() - start)
+    return Result(size, batch, chain_name, repeats, times)
+
+
+def make_model(size: str) -> Any:
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, **SIZES[size])).eval()  # type: ignore[no-untyped-call]
+
+
+def table(results: list[Result]) -> str:
+    lines = [
+        "| model | batch | chain | (a) dk + reference GPT | (b) dk + HFModel | (c) HF generate | (a)/(c) | (b)/(c) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        t = r.tokens_per_s
+        lines.append(
+            f"| {r.size} | {r.batch} | {r.chain} | {t['dk_gpt']:.0f} | {t['dk_hf']:.0f} | {t['hf']:.0f} "
+            f"| {r.ratio('dk_gpt'):.2f}x | {r.ratio('dk_hf'):.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def plot(results: list[Result], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r.size}\nB={r.batch}\n{r.chain}" for r in results]
+    x = range(len(results))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(results)), 4.2))
+    width = 0.38
+    for i, (way, name) in enumerate((("dk_gpt", "(a) dk + reference GPT"), ("dk_hf", "(b) dk + HFModel"))):
+        ax.bar([j + (i - 0.5) * width for j in x], [r.ratio(way) for r in results], width, label=name)
+    ax.axhline(1.0, color="black", linewidth=1, label="(c) HF generate = 1")
+    ax.axhline(1.3, color="grey", linewidth=1, linestyle="--", label="1.3x target (small, full chain)")
+    ax.set_xticks(list(x), labels, fontsize=8)
+    ax.set_ylabel("tokens/s relative to HF generate")
+    ax.set_title("decodekit vs transformers generate(): GPT-2 weights, CPU, 2 threads, 32 + 128 tokens")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def profile(hf_model: Any, batch: int, chain_name: str, top: int = 18) -> None:
+    """cProfile one run of each way (after a warm-up), sorted by own time."""
+    for way, call in runners(hf_model, batch, chain_name).items():
+        call()
+        prof = cProfile.Profile()
+        prof.enable()
+        call()
+        prof.disable()
+        print(f"\n=== {way}: batch {batch}, {chain_name} ===")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smoke run: small model only, one repeat")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per case, small model (default 5)")
+    parser.add_argument("--gpt2-repeats", type=int, default=3, help="timed repeats per case, 12-layer model")
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "hf_speed.png")
+    parser.add_argument("--profile", metavar="SIZE:BATCH:CHAIN", help="profile one case instead of timing")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+
+    if args.profile:
+        size, batch, chain_name = args.profile.split(":")
+        profile(make_model(size), int(batch), chain_name)
+        return
+    sizes = ["small"] if args.quick else args.sizes
+    results = []
+    for size in sizes:
+        model = make_model(size)
+        repeats = 1 if args.quick else (args.repeats if size == "small" else args.gpt2_repeats)
+        for batch in (1, 8):
+            for chain_name in CHAINS:
+                results.append(measure(model, size, batch, chain_name, repeats))
+                print(table(results[-1:]).splitlines()[-1], flush=True)
+    print()
+    print(table(results))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) | {"tokens_per_s": r.tokens_per_s} for r in results], indent=2))
+    if not args.quick:
+        plot(results, args.plot)
+        print(f"plot: {args.plot}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""`HFModel`: any transformers causal LM behind decodekit's model protocol, and the `hf:` loader.
+
+The protocol is `model(input_ids [B, T], positions [B, T], cache) -> logits [B, T, V]`. The decode
+loop left-pads ragged prompts and gives padding negative positions; a new query `i` sits in
+cache slot `cache.length + i`, so row `b` has `slot - position` padding slots. transformers
+wants the same facts as a 2-D `attention_mask` `[B, past + T]` (0 on padding) and
+`position_ids` (here: the positions clamped at 0; what a padding token sees never reaches a
+real one). When no row is padded no mask is passed, so transformers keeps its unmasked kernel.
+decodekit's cache reaches the model as a transformers `Cache` (`DecodekitCache`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from decodekit.cache import KVCache
+from decodekit.errors import ParameterError
+from decodekit.spec import ModelSpec
+from decodekit_hf.cache_bridge import DecodekitCache
+from decodekit_hf.tokenizer import HFTokenizer, eos_token_ids
+
+__all__ = ["HFModel", "load_hf", "model_spec"]
+
+# Layer types whose cache is plain keys and values: full attention, or a sliding window that the
+# mask applies over keys the decodekit cache keeps in full.
+_ATTENTION_LAYERS = ("full_attention", "sliding_attention")
+
+
+def model_spec(config: Any) -> ModelSpec:
+    """The `ModelSpec` of a transformers config (the decoder's, for a composite model)."""
+    c = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    n_heads = int(c.num_attention_heads)
+    max_positions = getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None)
+    if max_positions is None:
+        raise ParameterError(
+            f"HFModel: {type(c).__name__} has neither max_position_embeddings nor n_positions; "
+            "the decode loop needs the model's context length"
+        )
+    layer_types = getattr(c, "layer_types", None) or ()
+    other = sorted(set(layer_types) - set(_ATTENTION_LAYERS))
+    if other:
+        raise ParameterError(
+            f"HFModel: layer type {other[0]!r} of {type(c).__name__} is not served; decodekit caches hold "
+            f"keys and values of attention layers ({', '.join(_ATTENTION_LAYERS)})"
+        )
+    return ModelSpec(
+        n_layers=int(c.num_hidden_layers),
+        n_heads=n_heads,
+        n_kv_heads=int(getattr(c, "num_key_value_heads", None) or n_heads),
+        head_dim=int(getattr(c, "head_dim", None) or c.hidden_size // n_heads),
+        vocab_size=int(c.vocab_size),
+        max_positions=int(max_positions),
+    )
+
+
+class HFModel(nn.Module):
+    """A transformers causal LM (`AutoModelForCausalLM`) that speaks decodekit's model protocol.
+
+    model: the transformers model; it is put in eval mode. tokenizer: an optional transformers
+    tokenizer, exposed as `self.tokenizer` (decodekit's encode/decode). `self.stop_tokens` holds
+    the end-of-sequence ids, to pass as `dk.generate(..., stop_tokens=model.stop_tokens)`.
+    """
+
+    spec: ModelSpec
+    tokenizer: HFTokenizer | None
+    stop_tokens: tuple[int, ...]
+    supports_last_only = True  # forward(..., last_only=True) returns the last column only
+
+    def __init__(self, model: Any, tokenizer: Any = None) -> None:
+        super().__init__()
+        self.hf = model.eval()
+        self.spec = model_spec(model.config)
+        self.tokenizer = None if tokenizer is None else HFTokenizer(tokenizer)
+        self.stop_tokens = eos_token_ids(model, tokenizer, self.spec.vocab_size)
+        # transformers 5.x renamed forward's `past_key_values` to `cache`; ask the signature once.
+        params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._keeps_logits = "logits_to_keep" in params
+
+    def forward(
+        self, input_ids: Tensor, positions: Tensor, cache: KVCache | None = None, *, last_only: bool = False
+    ) -> Tensor:
+        """Logits `[B, T, V]` (the model's dtype) for `input_ids` at `positions` (negative: padding).
+
+        last_only: return only the last column, `[B, 1, V]`: the output projection then runs on
+        one position per row (transformers' `logits_to_keep=1`), which is what a prefill needs.
+        """
+        past = 0 if cache is None else cache.length
+        T = input_ids.shape[1]
+        first = positions[:, :1]  # [B, 1] position of each row's first new query, in slot `past`
+        attention_mask = None  # no row padded: transformers may use its unmasked causal kernel
+        if int(first.min()) < past:  # slot - position = the row's padding slots (one host read)
+            slots = torch.arange(past + T, device=input_ids.device)  # [S]
+            attention_mask = (slots >= past - first).long()  # [B, S]: 0 on padding
+            positions = positions.clamp(min=0)
+        kwargs: dict[str, Any] = {self._cache_arg: None if cache is None else DecodekitCache(cache)}
+        if last_only and self._keeps_logits:
+            kwargs["logits_to_keep"] = 1
+        with torch.no_grad():
+            out = self.hf(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=positions,
+                use_cache=cache is not None,
+                **kwargs,
+            )
+        logits: Tensor = out.logits
+        return logits[:, -1:] if last_only else logits
+
+
+def _has_tokenizer(path: Path) -> bool:
+    names = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+    return any((path / name).is_file() for name in names)
+
+
+def load_hf(argument: str | None) -> HFModel:
+    """The `hf` model loader: `dk.load_model("hf:/path")` loads a local checkpoint directory.
+
+    Local files only (`local_files_only=True`): the model with `AutoModelForCausalLM`, and its
+    tokenizer with `AutoTokenizer` when the directory has tokenizer files.
+    """
+    if not argument:
+        raise ParameterError("hf: no checkpoint path; allowed: dk.load_model('hf:/path/to/local/checkpoint')")
+    path = Path(argument).expanduser()
+    if not path.is_dir():
+        raise ParameterError(f"hf: {argument!r} is not a directory; allowed: a local checkpoint directory")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True) if _has_tokenizer(path) else None
+    return HFModel(model, tokenizer)

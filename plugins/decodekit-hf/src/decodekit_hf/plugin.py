@@ -1,0 +1,17 @@
+"""The decodekit entry point: registers the `hf` model loader by import path (imports no torch or transformers)."""
+
+from __future__ import annotations
+
+from decodekit import hookimpl
+from decodekit.hookspecs import ModelRegistrar
+
+__all__ = ["register_models"]
+
+
+@hookimpl
+def register_models(register: ModelRegistrar) -> None:
+    register(
+        "hf",
+        "decodekit_hf.model:load_hf",
+        "A local Hugging Face transformers causal LM: dk.load_model('hf:/path/to/checkpoint')",
+    )

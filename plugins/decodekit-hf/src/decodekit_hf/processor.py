@@ -1,0 +1,86 @@
+"""`as_logits_processor(chain)`: a decodekit chain's processors inside transformers' `generate()`.
+
+transformers calls a `LogitsProcessor` once per generated token with `input_ids` `[B, T]`
+(prompt + generated so far) and `scores` `[B, V]`. The processor turns that into a
+`DecodeContext`: `tokens=input_ids`, `step = T - T0` where `T0` is the width of `input_ids`
+at the first call of the generation, and one `state` dict for the whole generation, so
+stateful stages carry their state from token to token.
+
+A call that does not continue the current generation (a different batch size, or a width
+other than one more than the last call's) starts a new one: the same processor object can
+serve successive `generate()` calls. `reset()` forces a new start.
+
+Padding: transformers left-pads a ragged batch with its own pad token, and `input_ids`
+holds those pads. Without `prompt_lengths`, every column counts as a real token (so, as with
+transformers' own `RepetitionPenaltyLogitsProcessor`, a repetition penalty sees the pad id);
+pass `prompt_lengths` (e.g. `attention_mask.sum(-1)`) to mark the pads as padding.
+
+Selection stays with transformers: `do_sample=False` takes the argmax of the processed
+scores, `do_sample=True` draws from their softmax. The chain's selector is not run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+from transformers import LogitsProcessor
+
+from decodekit.chain import Chain, numerics_error
+from decodekit.context import DecodeContext
+from decodekit.stage import Candidates, densify
+
+__all__ = ["ChainLogitsProcessor", "as_logits_processor"]
+
+
+class ChainLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
+    """Runs `chain.processors` on transformers' scores; see the module docstring."""
+
+    def __init__(self, chain: Chain, prompt_lengths: Tensor | None = None) -> None:
+        self.chain = chain
+        self.prompt_lengths = prompt_lengths
+        self._ctx: DecodeContext | None = None
+        self._prompt_width = 0  # T0: the width of input_ids at the generation's first call
+
+    def reset(self) -> None:
+        """Forget the current generation; the next call starts a new one."""
+        self._ctx = None
+
+    def _context(self, input_ids: Tensor) -> DecodeContext:
+        B, T = input_ids.shape
+        ctx = self._ctx
+        if ctx is not None and ctx.batch_size == B and self._prompt_width + ctx.step + 1 == T:
+            ctx.tokens, ctx.step = input_ids, ctx.step + 1
+            return ctx
+        lengths = None if self.prompt_lengths is None else self.prompt_lengths.to(input_ids.device)
+        ctx = DecodeContext(tokens=input_ids, prompt_lengths=lengths)
+        self.chain.init_state(ctx)
+        self._ctx, self._prompt_width = ctx, T
+        return ctx
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        ctx = self._context(input_ids)
+        logits = scores.float()
+        x = self.chain.process_fast(logits, ctx)
+        out = densify(x, logits.shape[-1]) if isinstance(x, Candidates) else x
+        bad = (~torch.isfinite(out.amax(-1))).nonzero().flatten().tolist()  # NaN, +inf or all removed
+        if bad:
+            raise numerics_error(logits, self.chain.process(logits, ctx), bad[0], ctx.step)
+        return out
+
+
+def as_logits_processor(
+    chain: Chain | str | Sequence[object], prompt_lengths: Tensor | None = None
+) -> ChainLogitsProcessor:
+    """A transformers `LogitsProcessor` running `chain`'s processors, for `generate(logits_processor=[...])`.
+
+    chain: a `Chain`, a chain string (`"repetition_penalty(1.3) | top_k(50)"`) or a spec list.
+    prompt_lengths: real prompt tokens per row `[B]`, to tell a left-padded batch's pads apart;
+    None treats every column of `input_ids` as a token.
+    """
+    if isinstance(chain, str):
+        chain = Chain.parse(chain)
+    elif not isinstance(chain, Chain):
+        chain = Chain.from_spec(list(chain))
+    return ChainLogitsProcessor(chain, prompt_lengths)

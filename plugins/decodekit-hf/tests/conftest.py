@@ -1,0 +1,142 @@
+"""Fixtures: tiny random-init transformers models (GPT-2, and a Llama with 4 heads sharing 2 kv-heads),
+a character tokenizer, a neutral generation config and left-padded batches for `model.generate`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+VOCAB = 96  # the character tokenizer's 95 printable ASCII characters and <eos>
+# Weights ten times GPT-2's usual 0.02: logits with a spread of a few units, so temperatures and
+# penalties change the outcome and no two tokens are near a tie.
+INIT = 0.2
+PROMPTS = [[5, 17, 3, 9, 44, 2, 8, 8, 9, 60], [7, 8], [90, 1, 33, 33, 12]]
+
+LeftPad = Callable[[Sequence[Sequence[int]]], tuple[torch.Tensor, torch.Tensor]]
+GenConfig = Callable[..., GenerationConfig]
+
+
+def make_gpt2(seed: int = 0, **overrides: Any) -> Any:
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        n_layer=2,
+        n_head=4,
+        n_embd=32,
+        vocab_size=VOCAB,
+        n_positions=128,
+        bos_token_id=VOCAB - 1,
+        eos_token_id=VOCAB - 1,
+        initializer_range=INIT,
+        **overrides,
+    )
+    return GPT2LMHeadModel(config).eval()  # type: ignore[no-untyped-call]
+
+
+def make_llama(seed: int = 0) -> Any:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        hidden_size=32,
+        intermediate_size=64,
+        vocab_size=VOCAB,
+        max_position_embeddings=128,
+        bos_token_id=VOCAB - 1,
+        eos_token_id=VOCAB - 1,
+        initializer_range=INIT,
+    )
+    return LlamaForCausalLM(config).eval()  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture(scope="session")
+def gpt2() -> Any:
+    return make_gpt2()
+
+
+@pytest.fixture(scope="session")
+def llama() -> Any:
+    return make_llama()
+
+
+@pytest.fixture(scope="session", params=["gpt2", "llama"])
+def hf_model(request: pytest.FixtureRequest) -> Any:
+    """Each architecture: GPT-2 (multi-head) and Llama (grouped-query, 4 heads / 2 kv-heads)."""
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(scope="session")
+def char_tokenizer() -> Any:
+    """Printable ASCII, one id per character (' ' is 0), plus <eos> = 95."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {chr(i): i - 32 for i in range(32, 127)} | {"<eos>": VOCAB - 1}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
+    tk.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tk.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<eos>", pad_token="<eos>")  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture(scope="session")
+def gen_config() -> GenConfig:
+    """A `GenerationConfig` with every default that could differ from decodekit's loop made explicit:
+    no EOS stop, no minimum length, no processors beyond what the caller asks for."""
+
+    def make(**kwargs: Any) -> GenerationConfig:
+        base: dict[str, Any] = dict(
+            do_sample=False,
+            max_new_tokens=64,
+            min_length=0,
+            min_new_tokens=None,
+            eos_token_id=None,
+            pad_token_id=0,
+            bos_token_id=None,
+            temperature=None,
+            top_k=None,
+            top_p=None,
+            repetition_penalty=None,
+            num_beams=1,
+            use_cache=True,
+        )
+        return GenerationConfig(**(base | kwargs))  # type: ignore[no-untyped-call]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def left_pad() -> LeftPad:
+    """`(input_ids, attention_mask)` for `model.generate`: rows left-padded with id 0 and masked."""
+
+    def pad(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(p) for p in prompts)
+        ids = torch.zeros(len(prompts), width, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for b, p in enumerate(prompts):
+            ids[b, width - len(p) :] = torch.tensor(p)
+            mask[b, width - len(p) :] = 1
+        return ids, mask
+
+    return pad
+
+
+@pytest.fixture
+def saved_gpt2(tmp_path: Path, gpt2: Any, char_tokenizer: Any) -> Path:
+    """A local checkpoint directory: the GPT-2 fixture and the character tokenizer."""
+    gpt2.save_pretrained(tmp_path)
+    char_tokenizer.save_pretrained(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """These models are tiny: one intra-op thread is fastest, and kinder to a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

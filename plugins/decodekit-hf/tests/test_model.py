@@ -1,0 +1,177 @@
+"""`HFModel`: the spec from the config, logits equal transformers' own forward (padded, cached or not),
+the cache bridge allocates nothing, the tokenizer and stop tokens."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from decodekit_hf import DecodekitCache, HFModel, model_spec
+
+import decodekit as dk
+
+PROMPTS = [[5, 17, 3, 9, 44, 2, 8, 8, 9, 60], [7, 8], [90, 1, 33, 33, 12]]
+
+
+def test_spec_from_gpt2_config(gpt2: Any) -> None:
+    assert HFModel(gpt2).spec == dk.ModelSpec(
+        n_layers=2, n_heads=4, n_kv_heads=4, head_dim=8, vocab_size=96, max_positions=128
+    )
+
+
+def test_spec_from_llama_config_has_kv_heads(llama: Any) -> None:
+    assert HFModel(llama).spec == dk.ModelSpec(
+        n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, vocab_size=96, max_positions=128
+    )
+
+
+def test_spec_rejects_non_attention_layers() -> None:
+    config = SimpleNamespace(
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        hidden_size=32,
+        vocab_size=96,
+        max_position_embeddings=64,
+        layer_types=["full_attention", "linear_attention"],
+    )
+    with pytest.raises(dk.ParameterError, match="linear_attention"):
+        model_spec(config)
+
+
+def _padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """decodekit's layout: left-padded ids, negative positions on padding; and transformers' 2-D mask."""
+    width = max(map(len, prompts))
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, width - len(p) :] = torch.tensor(p)
+    pads = torch.tensor([width - len(p) for p in prompts])
+    positions = torch.arange(width)[None] - pads[:, None]
+    return ids, positions, (positions >= 0).long()
+
+
+@pytest.mark.parametrize("cache", ["dense", "gqa"])
+def test_cached_logits_equal_transformers_forward(hf_model: Any, cache: str) -> None:
+    """Prefill a ragged batch, then 6 one-token steps; every real position's logits match one full forward."""
+    model = HFModel(hf_model)
+    extra = torch.tensor([[11, 12, 13, 14, 15, 16]] * 3)
+    ids, positions, mask = _padded(PROMPTS)
+    full_ids = torch.cat([ids, extra], 1)
+    full_mask = torch.cat([mask, torch.ones_like(extra)], 1)
+    with torch.no_grad():
+        ref = hf_model(full_ids, attention_mask=full_mask, position_ids=(full_mask.cumsum(1) - 1).clamp(min=0)).logits
+    kv = dk.create_cache(cache, dk.CacheSpec.for_model(model.spec, batch_size=3, capacity=full_ids.shape[1]))
+    steps = [model(ids, positions, kv)]
+    P = ids.shape[1]
+    for t in range(extra.shape[1]):
+        pos = positions[:, -1:] + t + 1
+        steps.append(model(full_ids[:, P + t : P + t + 1], pos, kv))
+    got = torch.cat(steps, 1)
+    real = full_mask.bool()
+    torch.testing.assert_close(got[real], ref[real], atol=1e-5, rtol=1e-5)
+    assert kv.length == full_ids.shape[1]
+
+
+@pytest.mark.parametrize("cache", ["dense", None])
+def test_last_only_returns_the_last_column(hf_model: Any, cache: str | None) -> None:
+    """`last_only=True` (a prefill that reads only `[:, -1]`) gives `[B, 1, V]` equal to the full call's last column."""
+    model = HFModel(hf_model)
+    ids, positions, _ = _padded(PROMPTS)
+
+    def kv() -> dk.KVCache | None:
+        spec = dk.CacheSpec.for_model(model.spec, batch_size=3, capacity=16)
+        return None if cache is None else dk.create_cache(cache, spec)
+
+    last = model(ids, positions, kv(), last_only=True)
+    assert last.shape == (3, 1, model.spec.vocab_size)
+    torch.testing.assert_close(last, model(ids, positions, kv())[:, -1:], atol=1e-5, rtol=1e-5)
+
+
+def test_uncached_logits_equal_transformers_forward(hf_model: Any) -> None:
+    ids, positions, mask = _padded(PROMPTS)
+    with torch.no_grad():
+        ref = hf_model(ids, attention_mask=mask, position_ids=positions.clamp(min=0)).logits
+    got = HFModel(hf_model)(ids, positions, None)
+    real = mask.bool()
+    torch.testing.assert_close(got[real], ref[real], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cache", ["dense", "gqa"])
+def test_bridge_returns_views_of_the_decodekit_cache(llama: Any, cache: str) -> None:
+    """transformers attends over the decodekit cache's own buffers (kv-heads only), and nbytes is the formula."""
+    spec = HFModel(llama).spec
+    kv = dk.create_cache(cache, dk.CacheSpec.for_model(spec, batch_size=2, capacity=16))
+    stored = spec.n_heads if cache == "dense" else spec.n_kv_heads
+    assert kv.nbytes == 2 * spec.n_layers * 2 * 16 * stored * spec.head_dim * 4
+    bridge = DecodekitCache(kv)
+    k_new = torch.randn(2, spec.n_kv_heads, 3, spec.head_dim)
+    v_new = torch.randn(2, spec.n_kv_heads, 3, spec.head_dim)
+    for layer in range(spec.n_layers):
+        assert bridge.get_mask_sizes(3, layer) == (3, 0)
+        k, v = bridge.update(k_new, v_new, layer)
+        assert k.shape == v.shape == (2, spec.n_kv_heads, 3, spec.head_dim)
+        torch.testing.assert_close(k, k_new, rtol=0, atol=0)
+        torch.testing.assert_close(v, v_new, rtol=0, atol=0)
+        assert k.untyped_storage().data_ptr() == kv.keys[layer].untyped_storage().data_ptr()  # type: ignore[attr-defined]
+    assert bridge.get_seq_length() == kv.length == 3
+    assert bridge.get_mask_sizes(1, 0) == (4, 0)
+    bridge.crop(-1)  # transformers 5.x: drop one token
+    assert kv.length == 2
+    bridge.crop(1)  # transformers 5.0: keep one token
+    assert kv.length == 1
+    bridge.reset()
+    assert kv.length == 0
+
+
+def test_tokenizer_text_and_stop_tokens(gpt2: Any, char_tokenizer: Any) -> None:
+    model = HFModel(gpt2, char_tokenizer)
+    assert model.stop_tokens == (95,)
+    assert model.tokenizer is not None
+    assert model.tokenizer.encode("Hi!") == [40, 73, 1]
+    assert model.tokenizer.decode([40, 73, 1]) == "Hi!"
+    out = dk.generate(model, "To be", chain="greedy", max_new_tokens=12, stop_tokens=model.stop_tokens)
+    assert out.text is not None
+    assert out.text[0] == model.tokenizer.decode([t for t in out.tokens[0] if t != 95])
+
+
+def test_stop_tokens_outside_the_vocabulary_are_dropped() -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    m = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=40, n_positions=16))
+    assert m.config.eos_token_id == 50256  # GPT-2's default, outside this vocabulary
+    assert HFModel(m).stop_tokens == ()
+
+
+def test_sliding_window_model_equals_transformers_recomputation() -> None:
+    """Mistral with a 5-token window: decodekit keeps every key and transformers' mask applies the window.
+
+    The reference is transformers' own forward over the whole sequence at every step (greedy):
+    its `generate()` with its sliding-window cache was seen to drift from that recomputation.
+    """
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    config = MistralConfig(
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        hidden_size=32,
+        intermediate_size=64,
+        vocab_size=96,
+        max_position_embeddings=128,
+        sliding_window=5,
+        initializer_range=0.2,
+    )
+    mistral = MistralForCausalLM(config).eval()  # type: ignore[no-untyped-call]
+    ids, _, mask = _padded(PROMPTS)
+    expected = []
+    with torch.no_grad():
+        for _ in range(20):
+            logits = mistral(ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0)).logits
+            token = logits[:, -1].argmax(-1, keepdim=True)
+            expected.append(token)
+            ids, mask = torch.cat([ids, token], 1), torch.cat([mask, torch.ones_like(token)], 1)
+    for cache in ("dense", "gqa", "none"):
+        out = dk.generate(HFModel(mistral), PROMPTS, chain="greedy", max_new_tokens=20, cache=cache)
+        assert out.tokens == torch.cat(expected, 1).tolist()
