@@ -52,12 +52,14 @@ def load_model(argument: str | None = None) -> Any:
         tokenizer: CharTokenizer
         calls = 0
 
-        def forward(self, input_ids: Tensor, positions: Tensor | None = None, cache: Any = None) -> Tensor:
+        def forward(
+            self, input_ids: Tensor, positions: Tensor | None = None, cache: Any = None, *, last_only: bool = False
+        ) -> Tensor:
             self.calls += 1
             marker = os.environ.get("DECODEKIT_CLI_TEST_MARKER")
             if marker and self.calls == 3:
                 Path(marker).touch()
-            return super().forward(input_ids, positions, cache)
+            return super().forward(input_ids, positions, cache, last_only=last_only)
 
     config = GPTConfig(vocab_size=len(ALPHABET), block_size=128, n_layer=2, n_head=4, n_kv_head=2, n_embd=32)
     with torch.random.fork_rng():

@@ -49,3 +49,17 @@ def test_entry_point_imports_neither_torch_nor_transformers() -> None:
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_command_line_generates_from_a_local_checkpoint(saved_gpt2: Path, gpt2: Any) -> None:
+    """`decodekit generate --model hf:/path`: the CLI loads it and gives the library's greedy text."""
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "decodekit.cli", "generate", "Hi", "--model", f"hf:{saved_gpt2}"]
+    cmd += ["--chain", "greedy", "--max-new-tokens", "6", "--cache", "gqa", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    report = json.loads(out.stdout)
+    expected = dk.generate(dk.load_model(f"hf:{saved_gpt2}"), ["Hi"], chain="greedy", max_new_tokens=6)
+    assert report["samples"][0]["tokens"] == expected.tokens[0]
