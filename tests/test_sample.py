@@ -129,3 +129,25 @@ class TestSampleConformance(SelectorConformance):
 
 def test_check_selector_passes_on_sample() -> None:
     check_selector(Sample(), distribution=softmax)
+
+
+def test_a_row_that_cannot_be_sampled_gets_minus_one_on_both_paths() -> None:
+    nan, inf = float("nan"), float("inf")
+    logits = torch.tensor([[0.0, nan, 1.0], [0.0, inf, 1.0], [NEG, NEG, NEG], [0.0, 1.0, NEG]])
+    dense = Sample()(logits, ctx_for(4))
+    assert dense.tolist()[:3] == [-1, -1, -1] and dense.tolist()[3] in (0, 1)
+    assert inverse_cdf(logits, torch.full((4,), 0.5)).tolist()[:3] == [-1, -1, -1]
+    values, indices = logits.sort(-1, descending=True)  # NaN sorts first, as the max
+    fast = Sample().select_candidates(Candidates(values, indices), ctx_for(4))
+    assert torch.equal(fast, dense)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_logits_are_summed_in_float32(dtype: torch.dtype) -> None:
+    # 50,000 tokens: a CDF summed in bfloat16 stops growing long before the end of the row
+    # (8 bits of mantissa), which would make the tail tokens undrawable.
+    logits = torch.randn(2, 50_000, generator=torch.Generator().manual_seed(0)).to(dtype)
+    for seed in range(5):
+        assert torch.equal(Sample()(logits, ctx_for(2, seed)), Sample()(logits.float(), ctx_for(2, seed)))
+        u = torch.rand(2, generator=torch.Generator().manual_seed(seed))
+        assert torch.equal(inverse_cdf(logits, u), inverse_cdf(logits.float(), u))

@@ -42,6 +42,8 @@ class Selector(Protocol):
 
 _ToCandidates = Callable[[Tensor, DecodeContext], "Candidates | None"]
 _OnCandidates = Callable[[Candidates, DecodeContext], Candidates]
+_MonotoneMap = Callable[[DecodeContext], "Callable[[Tensor], Tensor] | None"]
+_ToCandidatesAfter = Callable[[Tensor, "Callable[[Tensor], Tensor]", DecodeContext], "Candidates | None"]
 
 
 class Chain:
@@ -66,9 +68,21 @@ class Chain:
         # The fast-path methods, looked up once here rather than on every step.
         self._to_candidates: list[_ToCandidates | None] = [getattr(p, "to_candidates", None) for p in procs]
         self._on_candidates: list[_OnCandidates | None] = [getattr(p, "on_candidates", None) for p in procs]
+        self._in_place: list[Callable[[Tensor, DecodeContext], Tensor] | None] = [
+            getattr(p, "process_", None) for p in procs
+        ]
+        # A monotone elementwise stage right before a stage that can find its candidates through
+        # such a map (top_k after temperature): the pair runs as one, the map on the kept tokens only.
+        self._fused: list[tuple[_MonotoneMap, _ToCandidatesAfter] | None] = [None] * len(procs)
+        for i in range(len(procs) - 1):
+            monotone_map = getattr(procs[i], "monotone_map", None)
+            after = getattr(procs[i + 1], "to_candidates_after", None)
+            if monotone_map is not None and after is not None:
+                self._fused[i] = (monotone_map, after)
         self._select_candidates: Callable[[Candidates, DecodeContext], Tensor] | None = getattr(
             self.selector, "select_candidates", None
         )
+        self._marks_unsampleable = bool(getattr(self.selector, "marks_unsampleable", False))
 
     # -- construction from specs and strings -------------------------------------------
 
@@ -167,41 +181,68 @@ class Chain:
             out.append((str(p) if isinstance(p, Stage) else getattr(p, "__name__", repr(p)), logits))
         return out
 
-    def process_fast(self, logits: Tensor, ctx: DecodeContext) -> Tensor | Candidates:
+    def process_fast(self, logits: Tensor, ctx: DecodeContext, *, consume: bool = False) -> Tensor | Candidates:
         """The processors, on candidates once a stage has truncated and the next can follow.
 
-        Equal to `process` (as `densify` shows); what the decode loop runs.
+        Equal to `process` (as `densify` shows); what the decode loop runs. `consume=True`
+        hands `logits` over to the chain, whose stages may then overwrite it (see
+        `decodekit.stage`); otherwise it is left untouched.
         """
         x: Tensor | Candidates = logits
-        for p, to_c, on_c in zip(self.processors, self._to_candidates, self._on_candidates):
+        owned = consume  # may a stage overwrite x?
+        i, n = 0, len(self.processors)
+        while i < n:
+            p = self.processors[i]
             if isinstance(x, Candidates):
+                on_c = self._on_candidates[i]
                 if on_c is not None:
-                    x = on_c(x, ctx)
+                    x, i = on_c(x, ctx), i + 1
                     continue
-                x = densify(x, logits.shape[-1])
+                x, owned = densify(x, logits.shape[-1]), True
+            fused = self._fused[i]
+            if fused is not None:
+                f = fused[0](ctx)
+                c = None if f is None else fused[1](x, f, ctx)
+                if c is not None:
+                    x, i = c, i + 2
+                    continue
+            to_c = self._to_candidates[i]
             if to_c is not None:
                 c = to_c(x, ctx)
                 if c is not None:
-                    x = c
+                    x, i = c, i + 1
                     continue
-            x = p(x, ctx)
+            in_place = self._in_place[i]
+            if in_place is None:
+                x, owned = p(x, ctx), False
+            elif owned:
+                x = in_place(x, ctx)
+            else:
+                y = p(x, ctx)  # a stage with an in-place form returns its input or a fresh tensor
+                x, owned = y, y is not x
+            i += 1
         return x
 
-    def select(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+    def select(self, logits: Tensor, ctx: DecodeContext, *, consume: bool = False) -> Tensor:
         """Token ids `[B]`, with -1 for a row whose processed logits are NaN or all removed.
 
         Never syncs with the device; the decode loop turns -1 into a `NumericsError`.
+        `consume=True`: the chain may overwrite `logits` (see `process_fast`).
         """
-        return self.pick(self.process_fast(logits, ctx), logits.shape[-1], ctx)
+        return self.pick(self.process_fast(logits, ctx, consume=consume), logits.shape[-1], ctx)
 
     def pick(self, x: Tensor | Candidates, vocab_size: int, ctx: DecodeContext) -> Tensor:
         """Run the selector on processed logits or candidates; -1 marks a row that cannot be sampled."""
         if isinstance(x, Candidates):
-            top = x.values[:, 0]  # candidates are sorted: the first is the row's maximum
             if self._select_candidates is not None:
                 tokens = self._select_candidates(x, ctx)
             else:
                 tokens = self.selector(densify(x, vocab_size), ctx)
+            if self._marks_unsampleable:
+                return tokens
+            top = x.values[:, 0]  # candidates are sorted: the first is the row's maximum
+        elif self._marks_unsampleable:
+            return self.selector(x, ctx)
         else:
             top = x.amax(-1)  # NaN anywhere in a row makes its max NaN
             tokens = self.selector(x, ctx)

@@ -81,13 +81,19 @@ class DecodeContext:
         starts = T - self.step - self.prompt_lengths.to(self.tokens.device)  # [B] first real column
         return torch.arange(T, device=self.tokens.device) >= starts[:, None]
 
-    def uniform(self) -> Tensor:
-        """One uniform draw in [0, 1) per row `[B]`, each from its row's own generator."""
+    def uniform(self, *, keepdim: bool = False) -> Tensor:
+        """One float32 uniform draw in [0, 1) per row, `[B]` (`[B, 1]` with `keepdim`).
+
+        Each row's draw comes from its own generator. The result is a new tensor the caller may modify.
+        """
         device = self.tokens.device
+        shape = (self.batch_size, 1) if keepdim else (self.batch_size,)
         if self.generators is None:
-            return torch.rand(self.batch_size, device=device)
+            return torch.rand(shape, device=device)
+        if len(self.generators) == 1:
+            return torch.rand(shape, generator=self.generators[0], device=device)
         draws = [torch.rand(1, generator=g, device=device) for g in self.generators]
-        return draws[0] if len(draws) == 1 else torch.cat(draws)
+        return torch.cat(draws).view(shape)
 
     def state_for(self, stage: Any) -> Any:
         """The state of a stateful `stage` for this generation.

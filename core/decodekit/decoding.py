@@ -310,7 +310,9 @@ def stream(
             ctx.tokens, ctx.step = buf[:, : P + step], step
             raw = logits if logits.dtype == torch.float32 else logits.float()  # work in float32
             if logprobs is None:
-                next_tokens = chain.select(raw, ctx)
+                # The step's logits are the loop's own: the chain may overwrite them. In-place
+                # stages never make NaN, so a NaN left in `raw` still tells the model's NaN apart.
+                next_tokens = chain.select(raw, ctx, consume=True)
                 lps = None
             else:
                 processed = chain.process_fast(raw, ctx)

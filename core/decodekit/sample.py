@@ -16,18 +16,38 @@ if TYPE_CHECKING:
 __all__ = ["Sample", "inverse_cdf"]
 
 
-# u < 1 is at most 1 - 2**-24 in float32; scaled by this, u · total rounds strictly below
-# total, so the search always lands on a token whose CDF step is non-empty.
+# A float32 u < 1 is at most 1 - 2**-24, and then u · total rounds strictly below any total
+# >= 1 (the CDF's total is: its maximum contributes exp(0) = 1), so the search always lands
+# on a token whose CDF step is non-empty. `inverse_cdf` scales a caller's u by this first,
+# which keeps even u = 1 in range.
 _BELOW_ONE = 1.0 - 2.0**-23
 
 
-def _search(cdf: Tensor, u: Tensor) -> Tensor:
-    """Index `[B]` of the first CDF entry above `u · total`, for `cdf` `[B, K]` and `u` `[B]` in [0, 1)."""
+def _cdf(shifted: Tensor) -> Tensor:
+    """Unnormalised CDF, in place, of logits already shifted by their row maximum (float32 at least)."""
+    return shifted.exp_().cumsum_(-1)
+
+
+def _draw(cdf: Tensor, u: Tensor, ids: Tensor | None = None) -> Tensor:
+    """Per row `[B]`, the first position of `cdf` `[B, K]` above `u · total` (its token id in `ids` when given).
+
+    `u` `[B, 1]` holds fresh float32 draws in [0, 1) and is overwritten. A row whose total is
+    NaN (a NaN logit, +inf, or no finite logit: see `inverse_cdf`) cannot be sampled and gets -1.
+    """
     if u.dtype != cdf.dtype:
         u = u.to(cdf.dtype)
-    target = (u * _BELOW_ONE).unsqueeze_(1).mul_(cdf[:, -1:])
-    # A NaN or all -inf row (flagged by the chain) would search past the end: stay in range.
-    return torch.searchsorted(cdf, target, right=True).squeeze_(1).clamp_(max=cdf.shape[1] - 1)
+    target = u.mul_(cdf[:, -1:])
+    # A NaN target searches anywhere, past the end too: stay in range, then mark the row.
+    pos = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.shape[1] - 1)
+    tokens = pos if ids is None else ids.gather(1, pos)
+    # target >= 0 unless NaN. (where and > rather than isnan and masked_fill: kernels a chain's
+    # processors run too, so they are warm when the selector runs.)
+    return torch.where(target > -1.0, tokens, -1).view(-1)
+
+
+def _working(logits: Tensor) -> Tensor:
+    """The logits in the precision the CDF is summed in: float32, or float64 when given."""
+    return logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
 
 
 def inverse_cdf(logits: Tensor, u: Tensor) -> Tensor:
@@ -36,23 +56,28 @@ def inverse_cdf(logits: Tensor, u: Tensor) -> Tensor:
     One uniform per row instead of one random number per vocabulary entry
     (`torch.multinomial`, the exponential race): on a 50,257-token row this costs
     about three softmaxes. Tokens at -inf have zero width in the CDF, so they are never drawn.
+    Half-precision logits are summed in float32. A row that cannot be sampled gets -1: a NaN
+    logit, a +inf one, or none finite (after the shift by the row's maximum, its total is NaN).
     """
-    cdf = (logits - logits.amax(-1, keepdim=True)).exp_().cumsum_(-1)  # unnormalised
-    return _search(cdf, u)
+    logits = _working(logits)
+    cdf = _cdf(logits - logits.amax(-1, keepdim=True))
+    return _draw(cdf, (u.float() * _BELOW_ONE).view(-1, 1))
 
 
 class Sample(SelectorBase[NoParams]):
-    """Categorical draw from softmax(logits), from each row's own generator."""
+    """Categorical draw from softmax(logits), from each row's own generator; -1 for a row that cannot be sampled."""
 
     name = "sample"
+    marks_unsampleable = True
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        return inverse_cdf(logits, ctx.uniform())
+        logits = _working(logits)
+        return _draw(_cdf(logits - logits.amax(-1, keepdim=True)), ctx.uniform(keepdim=True))
 
     def select_candidates(self, c: Candidates, ctx: DecodeContext) -> Tensor:
         # Walk the candidates in vocabulary order, as the dense call walks the vocabulary:
         # the same uniform then picks the same token on either path.
         indices, order = c.indices.sort(-1)
-        values = c.values.gather(1, order)
-        cdf = values.sub_(c.values[:, :1]).exp_().cumsum_(-1)  # candidates are sorted: column 0 is the max
-        return indices.gather(1, _search(cdf, ctx.uniform()).unsqueeze_(1)).squeeze_(1)
+        values = _working(c.values)
+        cdf = _cdf(values.gather(1, order).sub_(values[:, :1]))  # candidates are sorted: column 0 is the max
+        return _draw(cdf, ctx.uniform(keepdim=True), indices)

@@ -11,6 +11,25 @@ the rest of the chain need not touch the whole vocabulary. A stage may offer
   - `on_candidates(c, ctx) -> Candidates`: its result on logits that are -inf outside `c`;
   - (selectors) `select_candidates(c, ctx) -> LongTensor [B]`.
 Each must agree exactly with the dense `__call__`; the conformance kit checks it.
+
+A monotone map ahead of a rank truncation: a processor whose call is one non-decreasing
+function f applied to every logit (temperature: x / T) may offer
+  - `monotone_map(ctx) -> Callable[[Tensor], Tensor] | None`: f, computing each element
+    exactly as it would in the whole tensor (true of +, -, *, / by a number); None when not
+    this time;
+and a truncation whose kept set depends only on the order of the logits (top-k) may offer
+  - `to_candidates_after(logits, f, ctx) -> Candidates | None`: its candidates on f(logits),
+    with f applied to the kept tokens only (None: not this time; the chain then runs both).
+When the first stands right before the second, the chain runs the pair as one.
+
+The in-place form: a processor may offer `process_(logits, ctx) -> Tensor`, its result
+written into `logits` and `logits` returned. A stage that offers it promises that its
+`__call__` returns either its input itself or a new tensor sharing no memory with anything.
+The chain calls `process_` only on a tensor it owns: one an earlier stage made, or the
+caller's logits when the caller hands them over (`Chain.select(..., consume=True)`, as the
+decode loop does with the model's fresh logits). An in-place form must not turn a non-NaN
+logit into NaN (the decode loop's diagnosis of a NaN row relies on it). The kit checks
+both forms agree and that the out-of-place result is fresh.
 """
 
 from __future__ import annotations
@@ -86,9 +105,15 @@ class ProcessorBase(Stage[P]):
 
 
 class SelectorBase(Stage[P]):
-    """A registered selector: `logits [B, V] -> token ids LongTensor [B]`."""
+    """A registered selector: `logits [B, V] -> token ids LongTensor [B]`.
+
+    `marks_unsampleable = True` promises that the selector itself returns -1 for a row that
+    cannot be sampled (a NaN logit, +inf, or every token removed), on the dense call and on
+    `select_candidates`; the chain then skips its own check. The conformance kit tests the promise.
+    """
 
     kind: ClassVar[str] = "selector"
+    marks_unsampleable: ClassVar[bool] = False
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         raise NotImplementedError

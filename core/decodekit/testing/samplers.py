@@ -14,11 +14,12 @@ What is checked, for a processor: shape, dtype and device kept; the input not mo
 -inf stays -inf; no NaN made; the same output for the same input; each row computed as if
 it were alone in the batch (also for left-padded ragged histories at step > 0, where the
 lone row has no padding at all) and independent of row order; and the candidate methods
-(`to_candidates`, `on_candidates`) agree with the dense call, on continuous logits and on
-logits with many ties. For a selector: token ids `[B]` in range that are never -inf; the
-same tokens for the same per-row seeds, whatever the other rows; `select_candidates`
-equal to the dense call; and, given the distribution it should draw from, a chi-square
-goodness-of-fit test over many seeded draws.
+(`to_candidates`, `on_candidates`, `to_candidates_after`, `monotone_map`) and the in-place
+form (`process_`) agree with the dense call, on continuous logits and on logits with many
+ties. For a selector: token ids `[B]` in range that are never -inf; the same tokens for
+the same per-row seeds, whatever the other rows; `select_candidates` equal to the dense call; -1 for rows that cannot be
+sampled when it promises to mark them (`marks_unsampleable`); and, given the distribution
+it should draw from, a chi-square goodness-of-fit test over many seeded draws.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ __all__ = [
     "assert_same_logits",
     "candidates_from",
     "check_candidates",
+    "check_in_place",
+    "check_monotone",
     "check_processor",
     "check_processor_contract",
     "check_rows_independent",
@@ -50,6 +53,7 @@ __all__ = [
     "check_selector_candidates",
     "check_selector_contract",
     "check_selector_distribution",
+    "check_selector_unsampleable",
     "check_spec_round_trip",
     "random_logits",
 ]
@@ -240,6 +244,25 @@ def check_processor_contract(processor: Any, logits: Tensor, make_ctx: Callable[
     return out
 
 
+def check_in_place(processor: Any, logits: Tensor, make_ctx: Callable[[], DecodeContext]) -> None:
+    """`process_`, where defined, writes the call's result into its argument and returns it; the call
+    itself returns its input or a tensor that shares no memory with it (the chain may overwrite that)."""
+    process_ = getattr(processor, "process_", None)
+    if process_ is None:
+        return
+    what = f"{processor!r}.process_ on {logits.dtype} logits {tuple(logits.shape)}"
+    out = processor(logits, make_ctx())
+    if out is not logits:
+        assert out.untyped_storage().data_ptr() != logits.untyped_storage().data_ptr(), (
+            f"{processor!r}: the call returned a view of its input; "
+            "with process_ it must return its input or a new tensor"
+        )
+    target = logits.clone()
+    result = process_(target, make_ctx())
+    assert result is target, f"{what}: returned a different tensor, expected its argument, overwritten"
+    assert_same_logits(target, out, f"{what} vs the call", rtol=0.0, atol=0.0)
+
+
 def check_rows_independent(
     processor: Any, logits: Tensor, out: Tensor, history: TokenHistory, factory: ContextFactory
 ) -> None:
@@ -257,6 +280,44 @@ def check_rows_independent(
     assert_same_logits(
         permuted, out[perm], f"{processor!r}: rows reversed vs the batch's rows{padded}", rtol=rtol, atol=atol
     )
+
+
+_MAPS: tuple[tuple[str, Callable[[Tensor], Tensor]], ...] = (
+    ("x / 0.7", lambda x: x / 0.7),
+    ("x * 1e-30 (makes ties)", lambda x: x * 1e-30),
+    ("x * 0 (ties everything)", lambda x: x * 0.0),
+)
+
+
+def check_monotone(processor: Any, logits: Tensor, history: TokenHistory, factory: ContextFactory) -> None:
+    """`monotone_map`, where defined: f(logits) is the call's result, f is non-decreasing and gives each
+    element as it does in the whole tensor; `to_candidates_after`, where defined, equals
+    `to_candidates` after the map, for maps that keep, make and merge ties."""
+    monotone_map = getattr(processor, "monotone_map", None)
+    if monotone_map is not None:
+        what = f"{processor!r}.monotone_map on {logits.dtype} logits"
+        f = monotone_map(history.context(factory))
+        if f is not None:
+            full = f(logits.clone())
+            dense = processor(logits.clone(), history.context(factory))
+            assert_same_logits(full, dense, f"{what}: f(logits) vs the call", rtol=0.0, atol=0.0)
+            part = f(logits[:, 1 : logits.shape[1] // 2 + 2].clone())
+            assert_same_logits(part, full[:, 1 : logits.shape[1] // 2 + 2], f"{what}: f on a slice", rtol=0.0, atol=0.0)
+            ordered = logits.sort(-1).values
+            mapped = f(ordered)
+            assert not bool((mapped[:, 1:] < mapped[:, :-1]).any()), f"{what}: f is not non-decreasing"
+    after = getattr(processor, "to_candidates_after", None)
+    if after is not None:
+        B, V = logits.shape
+        for name, f in _MAPS:
+            what = f"{processor!r}.to_candidates_after({name}) on {logits.dtype} logits"
+            x = logits.clone()
+            c = after(x, f, history.context(factory))
+            assert torch.equal(x, logits), f"{what}: modified its input in place"
+            if c is not None:
+                _assert_candidates_valid(c, B, V, logits.dtype, what)
+                dense = processor(f(logits.clone()), history.context(factory))
+                assert_same_logits(densify(c, V), dense, f"{what} vs the call after the map", rtol=0.0, atol=0.0)
 
 
 def check_candidates(processor: Any, logits: Tensor, history: TokenHistory, factory: ContextFactory) -> None:
@@ -311,6 +372,8 @@ def check_processor(
             out = check_processor_contract(processor, logits, partial(history.context, factory))
             check_rows_independent(processor, logits, out, history, factory)
             check_candidates(processor, logits, history, factory)
+            check_monotone(processor, logits, history, factory)
+            check_in_place(processor, logits, partial(history.context, factory))
 
 
 # -- selectors -------------------------------------------------------------------------
@@ -370,6 +433,40 @@ def check_selector_candidates(selector: Any, logits: Tensor, history: TokenHisto
     assert torch.equal(fast, dense), (
         f"{what}: picked {fast.tolist()}, the dense call on the same logits and seeds {dense.tolist()}"
     )
+
+
+def check_selector_unsampleable(
+    selector: Any, vocab_size: int, history: TokenHistory, factory: ContextFactory, dtype: torch.dtype, seed: int = 0
+) -> None:
+    """A selector with `marks_unsampleable = True` returns -1 exactly for the rows that cannot be
+    sampled (a NaN logit, +inf, every token removed), dense and on candidates, and still picks
+    the others' tokens."""
+    if not getattr(selector, "marks_unsampleable", False):
+        return
+    B = history.tokens.shape[0]
+    logits = _selector_logits(B, vocab_size, seed=seed, dtype=dtype)
+    bad = {0: float("nan"), 1: float("inf")}  # one logit of row 0 NaN, one of row 1 +inf; row 2 all removed
+    for row, value in bad.items():
+        if row < B:
+            logits[row, vocab_size // 3] = value
+    if B > 2:
+        logits[2] = float("-inf")
+    expected = [-1 if b < 3 else None for b in range(B)]
+    runs: list[tuple[str, Callable[[], Tensor]]] = [
+        ("dense", lambda: selector(logits.clone(), history.context(factory)))
+    ]
+    select_candidates = getattr(selector, "select_candidates", None)
+    if select_candidates is not None:
+        c = candidates_from(logits, max(2, vocab_size // 4))
+        runs.append(("select_candidates", lambda: select_candidates(c, history.context(factory))))
+    for path, run in runs:
+        tokens = run().tolist()
+        what = f"{selector!r} ({path}, marks_unsampleable) on {dtype} logits"
+        for b, (token, want) in enumerate(zip(tokens, expected)):
+            if want is not None:
+                assert token == want, f"{what}: row {b} cannot be sampled but got token {token}, expected -1"
+            else:
+                assert 0 <= token < vocab_size, f"{what}: row {b} got {token}, expected a token id"
 
 
 DISTRIBUTION_LOGITS = torch.tensor([[2.0, 1.0, 0.5, float("-inf"), -1.0, 1.0]])
@@ -449,6 +546,7 @@ def check_selector(
             )
     for logits, history in _cases(batch_size, vocab_size, dtypes, seed, ragged=False):
         check_selector_candidates(selector, logits, history, factory)
+        check_selector_unsampleable(selector, vocab_size, history, factory, logits.dtype, seed)
     if distribution is not None:
         check_selector_distribution(selector, distribution, seed=seed, ctx_factory=factory)
 
@@ -496,6 +594,14 @@ class ProcessorConformance(_Conformance):
         for ragged in (False, True):
             self._each(ragged, lambda p, x, h: check_candidates(p, x, h, self.make_context))
 
+    def test_monotone_map_and_candidates_after_agree(self) -> None:
+        for ragged in (False, True):
+            self._each(ragged, lambda p, x, h: check_monotone(p, x, h, self.make_context))
+
+    def test_in_place_form_agrees(self) -> None:
+        for ragged in (False, True):
+            self._each(ragged, lambda p, x, h: check_in_place(p, x, partial(h.context, self.make_context)))
+
 
 class SelectorConformance(_Conformance):
     """Subclass and define `make()` (and `distribution()` for the chi-square test)."""
@@ -518,6 +624,17 @@ class SelectorConformance(_Conformance):
         selector = self.make()
         for logits, history in _cases(self.batch_size, self.vocab_size, self.dtypes, self.seed, False):
             check_selector_candidates(selector, logits, history, self.make_context)
+
+    def test_unsampleable_rows_marked(self) -> None:
+        selector = self.make()
+        if not getattr(selector, "marks_unsampleable", False):
+            import pytest
+
+            pytest.skip("the selector does not mark unsampleable rows itself (the chain checks them)")
+        for dtype in self.dtypes:
+            check_selector_unsampleable(
+                selector, self.vocab_size, self._history(False), self.make_context, dtype, self.seed
+            )
 
     def test_distribution(self) -> None:
         import pytest

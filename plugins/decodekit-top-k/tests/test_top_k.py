@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from decodekit_top_k import TopK, TopKParams, top_candidates
-from decodekit_top_k.candidates import _grid_rows
+from decodekit_top_k import TopK, TopKParams
 
 import decodekit as dk
 from decodekit.stage import Candidates, densify
@@ -16,12 +15,6 @@ NEG = float("-inf")
 
 def ctx_for(batch: int = 1) -> dk.DecodeContext:
     return dk.DecodeContext(tokens=torch.zeros(batch, 1, dtype=torch.long))
-
-
-def reference(x: torch.Tensor, k: int) -> torch.Tensor:
-    """Keep every logit >= the k-th largest (sorting the whole row)."""
-    kth = x.sort(-1, descending=True).values[:, k - 1 : k]
-    return torch.where(x >= kth, x, NEG)
 
 
 def test_keeps_the_k_largest() -> None:
@@ -58,51 +51,6 @@ def test_rows_with_fewer_than_k_finite_tokens_keep_them() -> None:
 def test_nan_stays_visible() -> None:
     x = torch.tensor([[float("nan"), 1.0, 2.0, 0.0]])
     assert torch.isnan(TopK(k=2)(x, ctx_for())).any()
-
-
-@pytest.mark.parametrize("vocab", [1000, 1009, 4096, 50_257])  # grid without and with a tail
-@pytest.mark.parametrize("ties", [False, True])
-def test_candidate_search_equals_a_full_sort(vocab: int, ties: bool) -> None:
-    g = torch.Generator().manual_seed(vocab)
-    x = torch.randn(3, vocab, generator=g) * 3
-    if ties:  # bfloat16-like logits: many tokens share the k-th value
-        x = (x * 2).round() / 2
-    x[1, : vocab // 2] = NEG
-    for k in (1, 5, 20):
-        c = top_candidates(x, k)
-        assert torch.equal(densify(c, vocab), reference(x, k)), (vocab, ties, k)
-        assert bool((c.values[:, 1:] <= c.values[:, :-1]).all())
-
-
-def test_candidate_search_when_a_tie_is_outside_the_pooled_groups() -> None:
-    vocab = 1024
-    R = _grid_rows(vocab)
-    C = vocab // R
-    x = torch.zeros(1, vocab)
-    x[0, :3] = torch.tensor([9.0, 8.0, 7.0])  # groups 0, 1, 2
-    x[0, C + 3] = 7.0  # group 3, tied with the 3rd largest: must be found although only 3 groups are pooled
-    c = top_candidates(x, 3)
-    assert sorted(zip(c.values[0].tolist(), c.indices[0].tolist()), reverse=True)[:4] == [
-        (9.0, 0),
-        (8.0, 1),
-        (7.0, C + 3),
-        (7.0, 2),
-    ]
-    assert torch.equal(densify(c, vocab), reference(x, 3))
-
-
-def test_candidate_search_on_a_constant_row_keeps_everything() -> None:
-    x = torch.ones(2, 2048)
-    c = top_candidates(x, 4)
-    assert c.values.shape == (2, 2048) and bool((c.values == 1).all())
-
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision(dtype: torch.dtype) -> None:
-    x = (torch.randn(2, 4096, generator=torch.Generator().manual_seed(1)) * 4).to(dtype)
-    c = top_candidates(x, 10)
-    assert c.values.dtype == dtype
-    assert torch.equal(densify(c, 4096), TopK(k=10)(x, ctx_for(2)))
 
 
 def test_matches_transformers() -> None:

@@ -67,14 +67,17 @@ class DRY(ProcessorBase[DRYParams]):
         exponent = (z - prm.allowed_length).clamp(min=0, max=self._max_exponent).float()
         penalty = torch.where(penalised, prm.multiplier * torch.pow(prm.base, exponent), 0.0)  # [B, T-1]
         # The repeat ending k tokens before the end was followed by r[k-1]: that token would extend it.
-        # Each token takes its longest repeat; ids past the vocabulary go to a spare column V.
+        # Each token takes its longest repeat, i.e. the smallest `logit - penalty` among its
+        # repeats (subtraction is monotone, so that is `logit - largest penalty` exactly); a
+        # single-token breaker, and an id past the vocabulary, takes none.
         V = logits.shape[-1]
-        next_ids = r[:, : T - 1].clamp(max=V).to(logits.device)
-        per_token = torch.zeros(r.shape[0], V + 1, device=logits.device)
-        per_token.scatter_reduce_(1, next_ids, penalty.to(logits.device), reduce="amax")
+        next_ids = r[:, : T - 1].to(logits.device)
+        exempt = next_ids >= V
         if self._single_token_breakers:
-            per_token[:, [t for t in self._single_token_breakers if t < V]] = 0.0
-        return logits - per_token[:, :V].to(logits.dtype)
+            exempt |= torch.isin(next_ids, torch.tensor(self._single_token_breakers, device=logits.device))
+        next_ids = next_ids.clamp(max=V - 1)
+        penalty = torch.where(exempt, 0.0, penalty.to(logits.device)).to(logits.dtype)
+        return logits.scatter_reduce(1, next_ids, logits.gather(1, next_ids) - penalty, reduce="amin")
 
     def _repeat_limit(self, r: Tensor, lengths: Tensor) -> Tensor:
         """`[B]`: how far back a repeat may reach: up to the nearest sequence breaker, else the whole context.

@@ -33,6 +33,13 @@ class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
     params_model = RepetitionPenaltyParams
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        return self._apply(logits, ctx, in_place=False)
+
+    def process_(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        """The call's result written into `logits` (see `decodekit.stage`)."""
+        return self._apply(logits, ctx, in_place=True)
+
+    def _apply(self, logits: Tensor, ctx: DecodeContext, *, in_place: bool) -> Tensor:
         if self.params.penalty == 1.0:
             return logits
         ids, has_real = self._context_ids(ctx)  # [B, T'], [B, 1] or None
@@ -42,7 +49,7 @@ class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
         penalised = self._penalise(seen)
         if has_real is not None:
             penalised = torch.where(has_real, penalised, seen)
-        return logits.scatter(1, ids, penalised)
+        return logits.scatter_(1, ids, penalised) if in_place else logits.scatter(1, ids, penalised)
 
     def on_candidates(self, c: Candidates, ctx: DecodeContext) -> Candidates:
         """Penalise the candidates found in the context, then sort them again."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -42,6 +43,22 @@ class Temperature(ProcessorBase[TemperatureParams]):
             top = logits.argmax(-1, keepdim=True)  # [B, 1] the first maximum (NaN counts as one)
             return torch.full_like(logits, float("-inf")).scatter_(1, top, logits.gather(1, top))
         return logits / T
+
+    def process_(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        """The call's result written into `logits` (see `decodekit.stage`)."""
+        T = self.params.value
+        if T == 1.0:
+            return logits
+        if T == 0.0:
+            return logits.copy_(self(logits, ctx))
+        return logits.div_(T)
+
+    def monotone_map(self, ctx: DecodeContext) -> Callable[[Tensor], Tensor] | None:
+        """`x / T` for 0 < T != 1, which a following top_k may apply to its kept tokens only (see `decodekit.stage`)."""
+        T = self.params.value
+        if T == 0.0 or T == 1.0:
+            return None
+        return lambda x: x / T  # the very operation of the call
 
     def to_candidates(self, logits: Tensor, ctx: DecodeContext) -> Candidates | None:
         """For T = 0, the argmax as a one-token candidate set; None otherwise (the division is dense)."""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from torch import Tensor
 
+from decodekit.candidates import top_candidates, top_candidates_after
 from decodekit.stage import Candidates, ProcessorBase
-from decodekit_top_k.candidates import top_candidates
 from decodekit_top_k.params import TopKParams
 
 if TYPE_CHECKING:
@@ -34,6 +35,14 @@ class TopK(ProcessorBase[TopKParams]):
         if self.params.k >= logits.shape[-1]:
             return None
         return top_candidates(logits, self.params.k)
+
+    def to_candidates_after(
+        self, logits: Tensor, f: Callable[[Tensor], Tensor], ctx: DecodeContext
+    ) -> Candidates | None:
+        """Its candidates on `f(logits)` for a monotone map `f` (temperature), f applied to the kept tokens only."""
+        if self.params.k >= logits.shape[-1]:
+            return None
+        return top_candidates_after(logits, self.params.k, f)
 
     def on_candidates(self, c: Candidates, ctx: DecodeContext) -> Candidates:
         k = self.params.k

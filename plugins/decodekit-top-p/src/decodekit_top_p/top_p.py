@@ -13,7 +13,7 @@ every row's nucleus. Deciding so reads one boolean back from the device per try.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -29,18 +29,22 @@ __all__ = ["TopP", "last_kept"]
 _PREFIXES = (64, 512, 4096)  # partial sorts tried before sorting the whole vocabulary
 
 
-def last_kept(cum: Tensor, p: float, min_keep: int) -> Tensor:
+def last_kept(cum: Tensor, p: float, min_keep: int, target: Tensor | None = None) -> Tensor:
     """Position `[B, 1]` of the last token the nucleus keeps, from the sorted cumulative mass `cum` `[B, K]`.
 
     Token i stays while the mass before it, `cum[i-1]`, is < p: the last one kept is the
     first whose own `cum[i]` reaches p, at the position that counts the `cum` entries below p.
+    `target`: p as a `[B, 1]` tensor like `cum`, when the caller has one at hand.
     """
-    target = torch.full((cum.shape[0], 1), p, dtype=cum.dtype, device=cum.device)
+    if target is None:
+        target = torch.full((cum.shape[0], 1), p, dtype=cum.dtype, device=cum.device)
     return torch.searchsorted(cum, target).clamp_(min=min_keep - 1, max=cum.shape[1] - 1)
 
 
 def _keep(values: Tensor, floor: Tensor) -> Tensor:
-    return values.masked_fill(values < floor, float("-inf"))  # NaN is never < floor: it stays visible
+    # NaN is never below floor: it stays visible. (where and > rather than masked_fill and <: the
+    # kernels repetition_penalty runs too, already warm in a chain's step.)
+    return torch.where(floor > values, float("-inf"), values)
 
 
 class TopP(ProcessorBase[TopPParams]):
@@ -48,6 +52,10 @@ class TopP(ProcessorBase[TopPParams]):
 
     name = "top_p"
     params_model = TopPParams
+
+    def __init__(self, params: TopPParams | None = None, /, **kwargs: Any) -> None:
+        super().__init__(params, **kwargs)
+        self._targets: dict[tuple[int, torch.device], Tensor] = {}
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         if self.params.p >= 1.0:
@@ -69,8 +77,18 @@ class TopP(ProcessorBase[TopPParams]):
         if self.params.p >= 1.0:
             return c
         cum = c.values.softmax(-1, dtype=torch.float32).cumsum_(-1)  # [B, K]: candidates are sorted
-        floor = c.values.gather(1, last_kept(cum, self.params.p, self.params.min_keep))
+        floor = c.values.gather(1, last_kept(cum, self.params.p, self.params.min_keep, self._target(cum)))
         return Candidates(_keep(c.values, floor), c.indices)
+
+    def _target(self, cum: Tensor) -> Tensor:
+        """p as a `[B, 1]` float32 tensor on `cum`'s device, made once per batch size and device (read only)."""
+        key = (cum.shape[0], cum.device)
+        target = self._targets.get(key)
+        if target is None:
+            target = torch.full((cum.shape[0], 1), self.params.p, dtype=cum.dtype, device=cum.device)
+            if len(self._targets) < 16:
+                self._targets[key] = target
+        return target
 
     def _nucleus(self, logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """`(values, ids, floor)`: a sorted prefix `[B, K]` holding every row's nucleus, and its last kept logit."""
@@ -81,11 +99,11 @@ class TopP(ProcessorBase[TopPParams]):
                 break
             values, ids = logits.topk(size + 1)  # the prefix, and the largest logit past it
             cum = probs.gather(1, ids).cumsum_(-1)  # [B, size+1] mass of the most probable tokens
-            last = last_kept(cum, p, min_keep)
+            last = last_kept(cum, p, min_keep, self._target(cum))
             floor = values.gather(1, last)
             # known when the cut falls within the prefix and the logit past it is below the floor
             if bool(((last < size) & (floor > values[:, size:])).all()):  # host sync
                 return values, ids, floor
         values, ids = logits.sort(-1, descending=True)
         cum = probs.gather(1, ids).cumsum_(-1)
-        return values, ids, values.gather(1, last_kept(cum, p, min_keep))
+        return values, ids, values.gather(1, last_kept(cum, p, min_keep, self._target(cum)))

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from decodekit.candidates import top_candidates
+
 __all__ = ["NEG_INF", "as_float32", "entropy", "keep_where_nonnegative", "kth_largest", "remove_below"]
 
 NEG_INF = float("-inf")
@@ -24,7 +26,9 @@ def kth_largest(x: Tensor, k: int) -> Tensor:
     k = min(k, x.shape[-1])
     if k == 1:
         return x.amax(-1, keepdim=True)
-    return x.topk(k, dim=-1).values[:, -1:]
+    if k == x.shape[-1]:
+        return x.amin(-1, keepdim=True)
+    return top_candidates(x, k).values[:, k - 1 : k]  # sorted, ties included: entry k-1 is the k-th largest
 
 
 def remove_below(logits: Tensor, score: Tensor, threshold: Tensor) -> Tensor:

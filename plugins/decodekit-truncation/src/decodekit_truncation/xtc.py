@@ -6,9 +6,10 @@ one (the last top choice) stays available. Nothing happens when fewer than two t
 reach the threshold, or when fewer than `min_keep` tokens would remain.
 
 At most 1/threshold tokens can have p >= threshold, so the top choices lie among the
-floor(1/threshold) + 1 largest logits: XTC looks only there (a partial top-k, no sort),
-plus one logsumexp for the probabilities. With m the least probable top choice it removes
-the tokens above m (at least one, or nothing happens).
+floor(1/threshold) + 1 largest logits: XTC looks only there (the grid search of
+`decodekit.candidates.top_candidates`, no sort), plus one logsumexp for the probabilities.
+With m the least probable top choice it removes the tokens above m (at least one, or
+nothing happens).
 
 Randomness: one uniform draw per row per call, from the row's own generator
 (`ctx.uniform()`), drawn whether or not the row then applies XTC, so a row's stream
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from decodekit.candidates import top_candidates
 from decodekit.stage import ProcessorBase
 from decodekit_truncation._keep import NEG_INF, as_float32
 from decodekit_truncation.params import XTCParams
@@ -47,11 +49,14 @@ class XTC(ProcessorBase[XTCParams]):
         applies = ctx.uniform().to(logits.device)[:, None] < prm.probability  # [B, 1], one draw per row
         x = as_float32(logits)
         V = x.shape[-1]
-        if prm.threshold == 0:  # every candidate (not a removed token) is a top choice
+        K = V if prm.threshold == 0 else int(1 / prm.threshold) + 1
+        if K >= V:
             values, ids = x.sort(-1, descending=True)
+        else:  # [B, K'] descending, K' >= K (ties at the K-th kept, short rows padded with -inf)
+            values, ids = top_candidates(x, K)
+        if prm.threshold == 0:  # every candidate (not a removed token) is a top choice
             top = values > NEG_INF
         else:
-            values, ids = x.topk(min(V, int(1 / prm.threshold) + 1), dim=-1)  # [B, K], descending
             top = values >= math.log(prm.threshold) + torch.logsumexp(x, -1, keepdim=True)  # p >= threshold
         least_top = torch.where(top, values, torch.inf).amin(-1, keepdim=True)  # the top choice that survives
         remove = values > least_top  # [B, K]: top choices (and only those) above it

@@ -18,6 +18,7 @@ Telling the two apart reads two values per row back to the host.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
 import torch
@@ -25,7 +26,7 @@ from torch import Tensor
 
 from decodekit.stage import Candidates
 
-__all__ = ["top_candidates"]
+__all__ = ["top_candidates", "top_candidates_after"]
 
 _GROUP_TARGET = 32  # tokens per group: R·(k+1) pooled tokens against V / R group maxima
 _MIN_GAIN = 4  # use the grid only when the pool is at most V / 4 tokens
@@ -64,10 +65,31 @@ def top_candidates(logits: Tensor, k: int) -> Candidates:
     logits: [B, V] with 1 <= k < V. Rows keeping fewer tokens than the widest row are padded
     with -inf. Reads two values per row back from the device (two counts more after a tie).
     """
+    if k * _grid_rows(logits.shape[1]) * _MIN_GAIN > logits.shape[1]:
+        return _by_topk(logits, k)
+    c = _search(logits, k, None)
+    assert c is not None  # without a map the search always finds the candidates
+    return c
+
+
+def top_candidates_after(logits: Tensor, k: int, f: Callable[[Tensor], Tensor]) -> Candidates | None:
+    """`top_candidates(f(logits), k)` for a non-decreasing elementwise `f`, computing f on k + 1 values per row.
+
+    f keeps the order, so the top k of f(logits) are the top k of logits; it may make a tie
+    (two logits, one value) but never break one. So when f of the (k+1)-th largest logit is
+    below f of the k-th, no other token ties with the k-th after f either. None when that
+    does not hold for every row (or the vocabulary is too small for the grid search): then
+    apply f and call `top_candidates`.
+    """
+    if k * _grid_rows(logits.shape[1]) * _MIN_GAIN > logits.shape[1]:
+        return None
+    return _search(logits, k, f)
+
+
+def _search(logits: Tensor, k: int, f: Callable[[Tensor], Tensor] | None) -> Candidates | None:
+    """The grid search of the module docstring; with a map `f`, None wherever the plain search would sync again."""
     B, V = logits.shape
     R = _grid_rows(V)
-    if k * R * _MIN_GAIN > V:
-        return _by_topk(logits, k)
     C = V // R
     n = R * C
     grid = (logits if n == V else logits[:, :n]).reshape(B, R, C)  # [b, r, c] = token r·C + c; group c = column c
@@ -75,39 +97,33 @@ def top_candidates(logits: Tensor, k: int) -> Candidates:
     # Pool the k+1 groups with the largest maxima (and the tokens past the grid). The pool holds
     # k+1 group maxima >= m_(k+1), so its (k+1)-th value is >= m_(k+1) >= every group left out:
     # when that value is below the pool's k-th, nothing left out can tie with the k-th either.
-    index = group_max.topk(k + 1).indices.unsqueeze(1).expand(B, R, k + 1)  # [B, R, k+1]
-    pool = grid.gather(2, index).view(B, R * (k + 1))
-    if n < V:
-        pool = torch.cat([pool, logits[:, n:]], 1)
+    pool, ids = _pool(logits, R, C, group_max.topk(k + 1).indices)
     values, pos = pool.topk(k + 1)
+    if f is not None:
+        values = f(values)  # the order stays; ties may appear, and the check below sees them
     boundary = values[:, k - 1 : k + 1].tolist()  # host sync: the k-th and (k+1)-th value of each row
     if all(after < kth for kth, after in boundary):  # nothing ties with the k-th value (NaN fails too)
-        ids = (_row_offsets(R, C, logits.device) + index).view(B, R * (k + 1))
-        if n < V:
-            ids = torch.cat([ids, torch.arange(n, V, device=logits.device).expand(B, -1)], 1)
         return Candidates(values[:, :k], ids.gather(1, pos[:, :k]))
-
+    if f is not None:
+        return None
     # Ties at the k-th value (or rows with fewer than k finite logits): pool every group that
     # can hold a kept token, keep every token tied with the k-th.
     floor = _floor(values[:, k - 1 : k])
     n_groups = max(int((group_max >= floor).sum(-1).amax()), k)  # host sync
-    pool, pool_ids = _pool(logits, grid, group_max.topk(n_groups).indices)
+    pool, ids = _pool(logits, R, C, group_max.topk(n_groups).indices)
     count = min(max(int((pool >= floor).sum(-1).amax()), k), pool.shape[1])  # host sync
     values, pos = pool.topk(count)
-    return _keep_at_least(values, pool_ids.gather(1, pos), floor)
+    return _keep_at_least(values, ids.gather(1, pos), floor)
 
 
-def _pool(logits: Tensor, grid: Tensor, groups: Tensor) -> tuple[Tensor, Tensor]:
-    """The logits of the chosen `groups` [B, G] and of the tokens past the grid `[B, P]`, and their token ids."""
-    B, R, C = grid.shape
-    index = groups[:, None, :].expand(B, R, groups.shape[1])  # [B, R, G]
-    values = grid.gather(2, index).view(B, -1)
-    ids = (_row_offsets(R, C, logits.device) + index).view(B, -1)
-    V = logits.shape[1]
-    if V > R * C:  # the V mod R tokens past the grid are always pooled
-        values = torch.cat([values, logits[:, R * C :]], 1)
-        ids = torch.cat([ids, torch.arange(R * C, V, device=logits.device).expand(B, -1)], 1)
-    return values, ids
+def _pool(logits: Tensor, rows: int, cols: int, groups: Tensor) -> tuple[Tensor, Tensor]:
+    """The logits `[B, R·G + P]` of the chosen `groups` `[B, G]` of the R x C grid (R = rows, C = cols),
+    and of the P = V - R·C tokens past it (always pooled), and their token ids."""
+    B, V = logits.shape
+    ids = (_row_offsets(rows, cols, logits.device) + groups.unsqueeze(1)).view(B, -1)  # [B, R, G]: r·C + group
+    if rows * cols < V:
+        ids = torch.cat([ids, torch.arange(rows * cols, V, device=logits.device).expand(B, -1)], 1)
+    return logits.gather(1, ids), ids
 
 
 def _by_topk(logits: Tensor, k: int) -> Candidates:
