@@ -2,11 +2,15 @@
 
 Reference GPT: 2 layers, 128 dims, 4 heads, vocabulary 50,257; batch 1, 32-token prompt,
 128 new tokens. The minimal loop is forward + argmax and nothing else. Both run in this
-process, interleaved, and the figure reported is the ratio of medians (time per token of
-decodekit / time per token of the minimal loop). Also: the cost of appending one token to a
-dense cache at position 2,000 relative to position 20.
+process, interleaved round by round (the order rotating), and the figure reported is the
+median over rounds of each round's ratio (decodekit's time / the minimal loop's time, 128
+tokens each), with the quartiles of those ratios. A second table times every decode step on
+its own (forward + argmax; forward + chain + the loop's bookkeeping, between two events of
+`dk.stream`, which `dk.generate` collects) and compares median steps: a burst of load on a
+shared machine then costs a few steps rather than a whole run. Also: the cost of appending
+one token to a dense cache at position 2,000 relative to position 20.
 
-    python benchmarks/bench_generate.py [--repeats 15] [--threads 2]
+    python benchmarks/bench_generate.py [--repeats 15] [--threads 1]
 """
 
 from __future__ import annotations
@@ -25,17 +29,46 @@ FULL_CHAIN = "repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9
 
 
 def minimal_loop(model: GPT, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    """Prefill, then forward + argmax per token against a dense cache: nothing else."""
+    """Prefill (the last column's logits only, as `dk.generate` asks), then forward + argmax per
+    token against a dense cache: nothing else."""
     spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=prompt.shape[1] + new_tokens)
     cache = dk.create_cache("dense", spec)
     pos = torch.arange(prompt.shape[1] + new_tokens)[None]
     T = prompt.shape[1]
-    tok = model(prompt, pos[:, :T], cache)[:, -1].argmax(-1, keepdim=True)
+    tok = model(prompt, pos[:, :T], cache, last_only=True)[:, -1].argmax(-1, keepdim=True)
     out = [tok]
     for t in range(T, T + new_tokens - 1):
         tok = model(tok, pos[:, t : t + 1], cache)[:, -1].argmax(-1, keepdim=True)
         out.append(tok)
     return torch.cat(out, 1)
+
+
+def minimal_step_times(model: GPT, prompt: torch.Tensor, new_tokens: int) -> list[float]:
+    """`minimal_loop`, timing each decode step (forward + argmax) after the prefill."""
+    spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=prompt.shape[1] + new_tokens)
+    cache = dk.create_cache("dense", spec)
+    pos = torch.arange(prompt.shape[1] + new_tokens)[None]
+    T = prompt.shape[1]
+    tok = model(prompt, pos[:, :T], cache, last_only=True)[:, -1].argmax(-1, keepdim=True)
+    times, prev = [], time.perf_counter()
+    for t in range(T, T + new_tokens - 1):
+        tok = model(tok, pos[:, t : t + 1], cache)[:, -1].argmax(-1, keepdim=True)
+        now = time.perf_counter()
+        times.append(now - prev)
+        prev = now
+    return times
+
+
+def dk_step_times(model: GPT, prompt: torch.Tensor, chain: dk.Chain, new_tokens: int) -> list[float]:
+    """`dk.stream` (the loop `dk.generate` collects), timing each token after the first: forward + chain + loop."""
+    events = dk.stream(model, prompt, chain=chain, max_new_tokens=new_tokens, seed=0)
+    next(events)  # the prefill and the first token
+    times, prev = [], time.perf_counter()
+    for _ in events:
+        now = time.perf_counter()
+        times.append(now - prev)
+        prev = now
+    return times
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -44,7 +77,7 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def bench_loop(repeats: int) -> dict[str, float]:
+def bench_loop(repeats: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=50257, block_size=1024, n_layer=2, n_head=4, n_embd=128)).eval()
     prompt = torch.randint(0, 50257, (1, 32))
@@ -61,14 +94,38 @@ def bench_loop(repeats: int) -> dict[str, float]:
         dk.generate(model, prompt, chain=greedy, max_new_tokens=new).tokens[0]
         == minimal_loop(model, prompt, new)[0].tolist()
     )
+    stepwise: dict[str, Callable[[], list[float]]] = {
+        "minimal loop": lambda: minimal_step_times(model, prompt, new),
+        "dk greedy": lambda: dk_step_times(model, prompt, greedy, new),
+        "dk full chain": lambda: dk_step_times(model, prompt, full, new),
+    }
     times: dict[str, list[float]] = {k: [] for k in cases}
+    steps: dict[str, list[float]] = {k: [] for k in cases}
+    names = list(cases)
     with torch.inference_mode():
         for fn in cases.values():
             fn()  # warm-up
-        for _ in range(repeats):
-            for name, fn in cases.items():
-                times[name].append(timed(fn))
-    return {k: statistics.median(v) for k, v in times.items()}
+        for r in range(repeats):
+            order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
+            for name in order:
+                times[name].append(timed(cases[name]))
+            for name in order:
+                steps[name].extend(stepwise[name]())
+    return times, steps
+
+
+def summarise(times: dict[str, list[float]], base: str) -> dict[str, tuple[float, float, float, float]]:
+    """Per case: (median seconds, median of the per-round ratios to `base`, its lower and upper quartile).
+
+    A round runs every case once, back to back, so its ratios share the machine's state at that
+    moment; their median is steadier on a shared machine than a ratio of overall medians.
+    """
+    out = {}
+    for name, seconds in times.items():
+        ratios = sorted(t / b for t, b in zip(seconds, times[base]))
+        q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
+        out[name] = (statistics.median(seconds), statistics.median(ratios), q1, q3)
+    return out
 
 
 def bench_cache_append(repeats: int) -> tuple[float, float]:
@@ -102,15 +159,22 @@ def bench_cache_append(repeats: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    t = bench_loop(args.repeats)
-    base = t["minimal loop"]
-    print("| loop (batch 1, 32-token prompt, 128 new tokens) | ms/token | ratio to minimal loop |")
+    times, steps = bench_loop(args.repeats)
+    summary = summarise(times, "minimal loop")
+    print("| whole runs (batch 1, 32-token prompt, 128 new tokens) | ms/token | ratio to minimal loop | middle half |")
+    print("|---|---|---|---|")
+    for name, (seconds, ratio, q1, q3) in summary.items():
+        print(f"| {name} | {seconds / 128 * 1e3:.3f} | {ratio:.3f}x | {q1:.3f}x – {q3:.3f}x |")
+    print()
+    base_step = statistics.median(steps["minimal loop"])
+    print("| one decode step (median of every step of every round) | ms | ratio to minimal loop |")
     print("|---|---|---|")
-    for name, seconds in t.items():
-        print(f"| {name} | {seconds / 128 * 1e3:.3f} | {seconds / base:.3f}x |")
+    for name, seconds_per_step in steps.items():
+        step = statistics.median(seconds_per_step)
+        print(f"| {name} | {step * 1e3:.3f} | {step / base_step:.3f}x |")
     at20, at2000 = bench_cache_append(args.repeats)
     print()
     print("| dense cache append, 12 layers | µs | ratio |")

@@ -215,6 +215,40 @@ def test_nan_logits_name_step_and_row() -> None:
         dk.generate(m, PROMPTS, chain=dk.Chain([remove_all]), max_new_tokens=5)
 
 
+class NaNAtStep:
+    """A model whose logits for `row` are NaN from decode step `at` on (the prefill gives step 0)."""
+
+    def __init__(self, model: GPT, row: int, at: int) -> None:
+        self.model, self.row, self.at, self.calls = model, row, at, 0
+        self.spec = model.spec
+
+    def __call__(self, ids: torch.Tensor, positions: torch.Tensor, cache: object = None) -> torch.Tensor:
+        logits = self.model(ids, positions, cache)
+        self.calls += 1
+        if self.calls > self.at:
+            logits[self.row] = float("nan")
+        return logits
+
+
+@pytest.mark.parametrize(
+    "chain", ["repetition_penalty(1.3) | temperature(0.7) | sample", "greedy", "top_k(5) | sample"]
+)
+def test_the_models_nan_is_named_as_such_after_in_place_stages(chain: str) -> None:
+    model = NaNAtStep(tiny_gpt(2), row=1, at=3)
+    with pytest.raises(dk.NumericsError, match="step 3, row 1: .*the model's logits contain NaN"):
+        dk.generate(model, PROMPTS, chain=chain, max_new_tokens=6, seed=0)
+
+
+def test_a_finished_row_that_cannot_be_sampled_does_not_stop_the_others() -> None:
+    m = tiny_gpt(2)
+    first = dk.generate(m, PROMPTS, chain="greedy", max_new_tokens=1).tokens
+    model = NaNAtStep(m, row=0, at=2)  # row 0 stops at step 0 on its own first token; NaN from step 2
+    out = dk.generate(model, PROMPTS, chain="greedy", max_new_tokens=5, stop_tokens=[[first[0][0]], [], []])
+    assert out.tokens[0] == first[0] and out.finish_reasons[0] == "stop"
+    assert [len(t) for t in out.tokens[1:]] == [5, 5]
+    assert out.tokens[1:] == dk.generate(m, PROMPTS[1:], chain="greedy", max_new_tokens=5).tokens
+
+
 def test_stateful_stage_state_is_per_generation() -> None:
     """init_state runs once per generation; the stage sees the same object every step."""
     m = tiny_gpt(2)

@@ -306,7 +306,13 @@ def stream(
             logits = model(buf[:, :P], positions[:, :P], kv, **last_only(model))[:, -1]
 
     for step in range(max_new_tokens):
-        with torch.inference_mode():
+        with torch.inference_mode():  # one block per step: the forward (after the first) and the chain
+            if step > 0:
+                filled = P + step  # the last column written is the token just picked
+                if kv is None:
+                    logits = uncached_last_logits(model, buf, positions, filled)
+                else:
+                    logits = model(buf[:, filled - 1 : filled], positions[:, filled - 1 : filled], kv)[:, -1]
             ctx.tokens, ctx.step = buf[:, : P + step], step
             raw = logits if logits.dtype == torch.float32 else logits.float()  # work in float32
             if logprobs is None:
@@ -318,11 +324,13 @@ def stream(
                 processed = chain.process_fast(raw, ctx)
                 next_tokens = chain.pick(processed, raw.shape[-1], ctx)
                 lps = _logprobs(raw, processed, next_tokens.clamp(min=0), logprobs)
-            buf[:, P + step] = next_tokens
             host = next_tokens.tolist()  # the one host sync per step
-            bad = next((b for b, token in enumerate(host) if token < 0 and not done[b]), None)
-            if bad is not None:
-                raise numerics_error(raw, chain.process(raw, ctx), bad, step)
+            if min(host) < 0:  # -1: a row that cannot be sampled; an error unless the row is done
+                bad = next((b for b, token in enumerate(host) if token < 0 and not done[b]), None)
+                if bad is not None:
+                    raise numerics_error(raw, chain.process(raw, ctx), bad, step)
+                next_tokens = next_tokens.clamp(min=0)  # a done row's column is never read, but is embedded
+            buf.select(1, P + step).copy_(next_tokens)
         last = step == max_new_tokens - 1
         for b, token in enumerate(host):
             if done[b]:
@@ -342,12 +350,6 @@ def stream(
             yield TokenEvent(b, step, token, text, reason, None if lps is None else lps[b], stopped_by)
         if all(done):
             return
-        filled = P + step + 1
-        with torch.inference_mode():
-            if kv is None:
-                logits = uncached_last_logits(model, buf, positions, filled)
-            else:
-                logits = model(buf[:, filled - 1 : filled], positions[:, filled - 1 : filled], kv)[:, -1]
 
 
 def generate(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import torch
@@ -13,44 +14,71 @@ from decodekit.stage import Candidates, SelectorBase
 if TYPE_CHECKING:
     from decodekit.context import DecodeContext
 
-__all__ = ["Greedy", "first_argmax"]
+__all__ = ["Greedy", "first_argmax", "first_max"]
 
-_CHUNK = 1024  # tokens per chunk of the two-level search
+_CHUNK = 1024  # tokens per chunk of the two-level search (a divisor of V near it when there is one)
+_TWO_LEVEL_MIN = 100_000  # logits per call from which the two-level search pays off in a decode loop
 
 
-def first_argmax(logits: Tensor) -> Tensor:
-    """`logits.argmax(-1)` `[B]` (the first maximum; NaN counts as maximal), in two levels.
+@lru_cache(maxsize=64)
+def _chunk_size(vocab_size: int) -> int:
+    """A divisor of V in [512, 4096] nearest 1,024 (no tail chunk), else 1,024."""
+    divisors = [c for c in range(512, 4097) if vocab_size % c == 0]
+    return min(divisors, key=lambda c: abs(c - _CHUNK)) if divisors else _CHUNK
+
+
+@lru_cache(maxsize=64)
+def _arange(n: int, device: torch.device) -> Tensor:
+    return torch.arange(n, device=device)
+
+
+def first_max(logits: Tensor) -> tuple[Tensor, Tensor]:
+    """`(logits.argmax(-1, keepdim=True), the row maximum)`, both `[B, 1]`; NaN counts as maximal.
 
     On a CPU `argmax` over a 50,257-token row is a scalar loop (~45 µs) while `amax` is
-    vectorised (~4 µs): take the maximum of each chunk of 1,024 tokens, the first chunk
-    holding the row's maximum (`argmax` over ~50 values), then the first maximum inside it.
-    The first chunk with the maximum holds its first occurrence, so ties resolve as argmax does.
+    vectorised (~4 µs): take the maximum of each chunk of ~1,000 tokens, the first chunk
+    holding the row's maximum (`argmax` over a few dozen values), then the first maximum
+    inside it. The first chunk with the maximum holds its first occurrence, so ties resolve
+    as argmax does. That search is ten small ops, which in a decode loop (their code evicted
+    by the model's forward) cost about as much as scanning 50,000 logits: below
+    `_TWO_LEVEL_MIN` logits in all, one `max` does it.
     """
     B, V = logits.shape
-    if V < 4 * _CHUNK or not logits.is_contiguous():
-        return logits.argmax(-1)
-    R = V // _CHUNK
-    grid = logits.as_strided((B, R, _CHUNK), (V, _CHUNK, 1))  # the first R·C tokens, as chunks
-    chunk_max = grid.amax(-1)  # [B, R]
-    if R * _CHUNK < V:
-        chunk_max = torch.cat([chunk_max, logits[:, R * _CHUNK :].amax(-1, keepdim=True)], 1)
+    if B * V < _TWO_LEVEL_MIN or V < 4 * _CHUNK or not logits.is_contiguous():
+        top, ids = logits.max(-1, keepdim=True)  # one op: the first maximum and its value
+        return ids, top
+    C = _chunk_size(V)
+    R = V // C
+    chunk_max = logits.as_strided((B, R, C), (V, C, 1)).amax(-1)  # [B, R]: the first R·C tokens, as chunks
+    if R * C < V:
+        chunk_max = torch.cat([chunk_max, logits[:, R * C :].amax(-1, keepdim=True)], 1)
     first = chunk_max.argmax(-1, keepdim=True)  # [B, 1] the first chunk holding the maximum
     # Token ids of that chunk; past the end of the row they repeat the last id, which can only
     # be found after the real occurrence.
-    ids = (first * _CHUNK + torch.arange(_CHUNK, device=logits.device)).clamp_(max=V - 1)  # [B, C]
-    return ids.gather(1, logits.gather(1, ids).argmax(-1, keepdim=True)).squeeze_(1)
+    ids = first * C + _arange(C, logits.device)  # [B, C]
+    if R * C < V:
+        ids = ids.clamp_(max=V - 1)
+    return ids.gather(1, logits.gather(1, ids).argmax(-1, keepdim=True)), chunk_max.gather(1, first)
+
+
+def first_argmax(logits: Tensor) -> Tensor:
+    """`logits.argmax(-1)` `[B]` (the first maximum; NaN counts as maximal), in two levels (see `first_max`)."""
+    return first_max(logits)[0].view(-1)
 
 
 class Greedy(SelectorBase[NoParams]):
-    """The token with the largest logit; the lowest token id on ties. Draws no random numbers."""
+    """The token with the largest logit; the lowest token id on ties; -1 for a row that cannot be
+    sampled (its maximum NaN or infinite). Draws no random numbers."""
 
     name = "greedy"
+    marks_unsampleable = True
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        return first_argmax(logits)
+        ids, top = first_max(logits)
+        return torch.where(top - top == 0, ids, -1).view(-1)  # top - top is NaN unless top is finite
 
     def select_candidates(self, c: Candidates, ctx: DecodeContext) -> Tensor:
         """Among the candidates equal to the row's maximum, the lowest token id."""
         top = c.values[:, :1]  # candidates are sorted; ties among maxima come in any token order
-        ids = torch.where(c.values == top, c.indices, torch.iinfo(c.indices.dtype).max).amin(-1)
-        return torch.where(torch.isnan(top[:, 0]), c.indices[:, 0], ids)  # NaN equals nothing
+        ids = torch.where(c.values == top, c.indices, torch.iinfo(c.indices.dtype).max).amin(-1, keepdim=True)
+        return torch.where(top - top == 0, ids, -1).view(-1)

@@ -38,7 +38,7 @@ def last_kept(cum: Tensor, p: float, min_keep: int, target: Tensor | None = None
     """
     if target is None:
         target = torch.full((cum.shape[0], 1), p, dtype=cum.dtype, device=cum.device)
-    return torch.searchsorted(cum, target).clamp_(min=min_keep - 1, max=cum.shape[1] - 1)
+    return torch.searchsorted(cum, target).clamp(min=min_keep - 1, max=cum.shape[1] - 1)
 
 
 def _keep(values: Tensor, floor: Tensor) -> Tensor:
