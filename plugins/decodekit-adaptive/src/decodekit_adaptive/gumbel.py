@@ -1,10 +1,14 @@
 """Gumbel-max sampling: argmax(logits + G), G ~ Gumbel(0, 1) i.i.d. per token.
 
 The argmax of Gumbel-perturbed logits is distributed exactly as softmax(logits), so this
-selector is distribution-equal to `sample`. G = -log(E) with E ~ Exp(1) drawn from each row's
-own generator, which makes this the exponential race argmax(p / E). It costs one random
-number per vocabulary entry, by definition. There is no candidate fast path: it would draw
-fewer numbers than the dense call and so could not pick the same token from the same seeds.
+selector is distribution-equal to `sample`. With G = -log(E), E ~ Exp(1), the argmax is the
+exponential race argmax(p / E); here E = -log(U), U uniform in [0, 1) from each row's own
+generator, so the pick is argmin(p / log U) (log U <= 0: one log and one division over the
+row, no negation). U = 0 gives log U = -inf and a quotient of -0, which never wins; a removed
+token (p = 0) gives 0 or -0, which never wins either. It costs one random number per
+vocabulary entry, by definition (on a CPU, drawing 50,257 of them costs several softmaxes).
+There is no candidate fast path: it would draw fewer numbers than the dense call and so could
+not pick the same token from the same seeds.
 """
 
 from __future__ import annotations
@@ -20,19 +24,24 @@ from decodekit_adaptive.params import GumbelParams
 if TYPE_CHECKING:
     from decodekit.context import DecodeContext
 
-__all__ = ["Gumbel", "gumbel_noise"]
+__all__ = ["Gumbel", "gumbel_noise", "uniforms"]
+
+
+def uniforms(shape: torch.Size, ctx: DecodeContext, device: torch.device) -> Tensor:
+    """Uniform [0, 1) draws `[B, N]` in float32, row b from `ctx.generators[b]` (the global generator if None)."""
+    if ctx.generators is None:
+        return torch.rand(shape, device=device)
+    u = torch.empty(shape, device=device)
+    for b, g in enumerate(ctx.generators):
+        u[b].uniform_(generator=g)
+    return u
 
 
 def gumbel_noise(shape: torch.Size, ctx: DecodeContext, device: torch.device) -> Tensor:
-    """Gumbel(0, 1) noise `[B, N]`, row b drawn from `ctx.generators[b]` (the global generator if None)."""
-    e = torch.empty(shape, device=device)
-    if ctx.generators is None:
-        e.exponential_()
-    else:
-        for b, g in enumerate(ctx.generators):
-            e[b].exponential_(generator=g)
-    # E = 0 would give G = +inf, and -inf + inf = NaN on a removed token: keep E > 0.
-    return e.clamp_(min=torch.finfo(e.dtype).tiny).log_().neg_()
+    """Gumbel(0, 1) noise `[B, N]`: -log(-log U), from the same draws as the selector."""
+    u = uniforms(shape, ctx, device)
+    # U = 0 would give G = -inf: keep U > 0 (a shift of 2**-126, far below the draws' 2**-24 step).
+    return u.clamp_(min=torch.finfo(u.dtype).tiny).log_().neg_().log_().neg_()
 
 
 class Gumbel(SelectorBase[GumbelParams]):
@@ -42,5 +51,5 @@ class Gumbel(SelectorBase[GumbelParams]):
     params_model = GumbelParams
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        x = logits.float()
-        return (x + gumbel_noise(x.shape, ctx, x.device)).argmax(-1)
+        p = logits.float().softmax(-1)  # the race is scale-free: normalised or not, the same winner
+        return p.div_(uniforms(p.shape, ctx, p.device).log_()).argmin(-1)  # in place: one row-sized buffer less
