@@ -6,9 +6,10 @@ probable token always stays, and the kept tokens are a prefix: every logit >= th
 kept one (its ties included). At least `min_keep` tokens (and their ties) are kept.
 
 The nucleus lies in the K most probable tokens when the cut falls among them and the
-(K+1)-th logit is below the last kept one (no tie reaches past them). Partial `topk`s of
-64, 512 and 4,096 tokens are tried first; the vocabulary is sorted only when none holds
-every row's nucleus. Deciding so reads one boolean back from the device per try.
+(K+1)-th logit is below the last kept one (no tie reaches past them). Partial top-k's of
+64, 512 and 4,096 tokens are tried first (the core's grid search,
+`decodekit.candidates.top_candidates`, where it pays); the vocabulary is sorted only when
+none holds every row's nucleus. Deciding so reads a few values back from the device per try.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from decodekit.candidates import top_candidates
 from decodekit.stage import Candidates, ProcessorBase
 from decodekit_top_p.params import TopPParams
 
@@ -97,7 +99,8 @@ class TopP(ProcessorBase[TopPParams]):
         for size in _PREFIXES:
             if size * 2 > logits.shape[1] or size < min_keep:
                 break
-            values, ids = logits.topk(size + 1)  # the prefix, and the largest logit past it
+            values, ids = top_candidates(logits, size + 1)  # the prefix, and the largest logit past it
+            values, ids = values[:, : size + 1], ids[:, : size + 1]  # (ties past it are checked below)
             cum = probs.gather(1, ids).cumsum_(-1)  # [B, size+1] mass of the most probable tokens
             last = last_kept(cum, p, min_keep, self._target(cum))
             floor = values.gather(1, last)
