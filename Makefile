@@ -43,6 +43,7 @@ lint: install-dev
 bench: install-dev
 	$(BIN)/python benchmarks/bench_generate.py
 	$(BIN)/python benchmarks/bench_chain.py
+	$(BIN)/python benchmarks/bench_catalogue.py
 
 clean:
 	rm -rf $(VENV) build core/*.egg-info plugins/*/src/*.egg-info

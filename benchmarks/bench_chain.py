@@ -97,7 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=50, help="calls per round at batch 1 (a tenth at batch 32)")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, for stable numbers)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
