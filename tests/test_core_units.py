@@ -118,3 +118,23 @@ def test_last_only_is_the_last_column_of_the_full_logits() -> None:
     last = m(ids, pos, None, last_only=True)
     assert last.shape == (2, 1, 101)
     torch.testing.assert_close(last, full[:, -1:], atol=1e-5, rtol=1e-5)
+
+
+def test_constant_is_a_cached_exact_stand_in_for_a_python_number() -> None:
+    from decodekit.stage import constant
+
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.float64):
+        x = torch.randn(1000, generator=g, dtype=dtype) * 10
+        with torch.inference_mode():
+            c = constant(0.8, x)
+        assert isinstance(c, torch.Tensor) and c.dim() == 0 and c.dtype == dtype
+        assert not c.is_inference()  # usable outside inference mode, autograd included
+        assert constant(0.8, x) is c  # made once
+        for value in (0.8, 1.1, 1 / 3, 7.0):
+            k = constant(value, x)
+            assert torch.equal(x / k, x / value) and torch.equal(x * k, x * value)
+            assert torch.equal(x > k, x > value)
+    assert constant(-1, torch.zeros(2, dtype=torch.long)).dtype == torch.long
+    half = torch.randn(10).bfloat16()
+    assert constant(0.8, half) == 0.8 and not isinstance(constant(0.8, half), torch.Tensor)

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from decodekit.params import NoParams
-from decodekit.stage import Candidates, SelectorBase
+from decodekit.stage import Candidates, SelectorBase, constant
 
 if TYPE_CHECKING:
     from decodekit.context import DecodeContext
@@ -45,7 +45,7 @@ def _draw(cdf: Tensor, u: Tensor, ids: Tensor | None = None) -> Tensor:
     tokens = pos if ids is None else ids.gather(1, pos)
     # target >= 0 unless NaN. (where and > rather than isnan and masked_fill: kernels a chain's
     # processors run too, so they are warm when the selector runs.)
-    return torch.where(target > -1.0, tokens, -1).view(-1)
+    return torch.where(target > constant(-1.0, target), tokens, constant(-1, tokens)).view(-1)
 
 
 def _working(logits: Tensor) -> Tensor:

@@ -34,6 +34,7 @@ both forms agree and that the out-of-place result is fresh.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar, cast
 
 import torch
@@ -44,7 +45,7 @@ from decodekit.params import NoParams, Params, validate_params
 if TYPE_CHECKING:
     from decodekit.context import DecodeContext
 
-__all__ = ["Candidates", "ProcessorBase", "SelectorBase", "Stage", "densify"]
+__all__ = ["Candidates", "ProcessorBase", "SelectorBase", "Stage", "constant", "densify"]
 
 P = TypeVar("P", bound=Params)
 
@@ -58,6 +59,29 @@ class Candidates(NamedTuple):
 
     values: Tensor
     indices: Tensor
+
+
+_CONSTANT_DTYPES = (torch.float32, torch.float64, torch.int64, torch.int32)
+
+
+@lru_cache(maxsize=256)
+def _constant(value: float, dtype: torch.dtype, device: torch.device) -> Tensor:
+    with torch.inference_mode(False):  # a normal tensor: usable with autograd too
+        return torch.tensor(value, dtype=dtype, device=device)
+
+
+def constant(value: float, like: Tensor) -> Tensor | float:
+    """`value` as a cached 0-dim tensor of `like`'s dtype and device, for use in place of a
+    Python number in a per-step op (`x / constant(T, x)`).
+
+    PyTorch turns a Python number operand into a tensor on every call (three more dispatched
+    ops: wrap, convert, copy); a 0-dim tensor of the same dtype computes the same values.
+    For half-precision `like` (where a kernel reads a Python number in float32 but a 0-dim
+    half tensor in half precision) the number itself is returned.
+    """
+    if like.dtype in _CONSTANT_DTYPES:
+        return _constant(value, like.dtype, like.device)
+    return value
 
 
 def densify(c: Candidates, vocab_size: int) -> Tensor:

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from decodekit.params import NoParams
-from decodekit.stage import Candidates, SelectorBase
+from decodekit.stage import Candidates, SelectorBase, constant
 
 if TYPE_CHECKING:
     from decodekit.context import DecodeContext
@@ -66,6 +66,11 @@ def first_argmax(logits: Tensor) -> Tensor:
     return first_max(logits)[0].view(-1)
 
 
+def _mark(ids: Tensor, top: Tensor) -> Tensor:
+    """`ids` `[B, 1]` as `[B]`, -1 where the row's maximum `top` is not finite (top - top is NaN then)."""
+    return torch.where(top - top == constant(0.0, top), ids, constant(-1, ids)).view(-1)
+
+
 class Greedy(SelectorBase[NoParams]):
     """The token with the largest logit; the lowest token id on ties; -1 for a row that cannot be
     sampled (its maximum NaN or infinite). Draws no random numbers."""
@@ -75,10 +80,10 @@ class Greedy(SelectorBase[NoParams]):
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         ids, top = first_max(logits)
-        return torch.where(top - top == 0, ids, -1).view(-1)  # top - top is NaN unless top is finite
+        return _mark(ids, top)
 
     def select_candidates(self, c: Candidates, ctx: DecodeContext) -> Tensor:
         """Among the candidates equal to the row's maximum, the lowest token id."""
         top = c.values[:, :1]  # candidates are sorted; ties among maxima come in any token order
         ids = torch.where(c.values == top, c.indices, torch.iinfo(c.indices.dtype).max).amin(-1, keepdim=True)
-        return torch.where(top - top == 0, ids, -1).view(-1)
+        return _mark(ids, top)

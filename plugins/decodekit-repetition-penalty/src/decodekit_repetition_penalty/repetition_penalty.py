@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from decodekit.stage import Candidates, ProcessorBase
+from decodekit.stage import Candidates, ProcessorBase, constant
 from decodekit_repetition_penalty.params import RepetitionPenaltyParams
 
 if TYPE_CHECKING:
@@ -65,8 +65,8 @@ class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
         return Candidates(values, c.indices.gather(1, order))
 
     def _penalise(self, x: Tensor) -> Tensor:
-        penalty = self.params.penalty
-        return torch.where(x > 0, x / penalty, x * penalty)  # -inf * penalty stays -inf
+        penalty = constant(self.params.penalty, x)
+        return torch.where(x > constant(0.0, x), x / penalty, x * penalty)  # -inf * penalty stays -inf
 
     def _context_ids(self, ctx: DecodeContext) -> tuple[Tensor, Tensor | None]:
         """The token ids that count `[B, T']`, padding redirected, and `[B, 1]` "row has a real token".

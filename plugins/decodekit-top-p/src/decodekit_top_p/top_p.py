@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from decodekit.candidates import top_candidates
-from decodekit.stage import Candidates, ProcessorBase
+from decodekit.stage import Candidates, ProcessorBase, constant
 from decodekit_top_p.params import TopPParams
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def last_kept(cum: Tensor, p: float, min_keep: int, target: Tensor | None = None
 def _keep(values: Tensor, floor: Tensor) -> Tensor:
     # NaN is never below floor: it stays visible. (where and > rather than masked_fill and <: the
     # kernels repetition_penalty runs too, already warm in a chain's step.)
-    return torch.where(floor > values, float("-inf"), values)
+    return torch.where(floor > values, constant(float("-inf"), values), values)
 
 
 class TopP(ProcessorBase[TopPParams]):
