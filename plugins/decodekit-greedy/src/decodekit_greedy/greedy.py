@@ -33,7 +33,7 @@ def _arange(n: int, device: torch.device) -> Tensor:
 
 
 def first_max(logits: Tensor) -> tuple[Tensor, Tensor]:
-    """`(logits.argmax(-1, keepdim=True), the row maximum)`, both `[B, 1]`; NaN counts as maximal.
+    """`(logits.argmax(-1), the row maximum)`, both `[B]`; NaN counts as maximal.
 
     On a CPU `argmax` over a 50,257-token row is a scalar loop (~45 µs) while `amax` is
     vectorised (~4 µs): take the maximum of each chunk of ~1,000 tokens, the first chunk
@@ -45,7 +45,7 @@ def first_max(logits: Tensor) -> tuple[Tensor, Tensor]:
     """
     B, V = logits.shape
     if B * V < _TWO_LEVEL_MIN or V < 4 * _CHUNK or not logits.is_contiguous():
-        top, ids = logits.max(-1, keepdim=True)  # one op: the first maximum and its value
+        top, ids = logits.max(-1)  # one op: the first maximum and its value
         return ids, top
     C = _chunk_size(V)
     R = V // C
@@ -58,17 +58,18 @@ def first_max(logits: Tensor) -> tuple[Tensor, Tensor]:
     ids = first * C + _arange(C, logits.device)  # [B, C]
     if R * C < V:
         ids = ids.clamp_(max=V - 1)
-    return ids.gather(1, logits.gather(1, ids).argmax(-1, keepdim=True)), chunk_max.gather(1, first)
+    pos = logits.gather(1, ids).argmax(-1, keepdim=True)
+    return ids.gather(1, pos).view(B), chunk_max.gather(1, first).view(B)
 
 
 def first_argmax(logits: Tensor) -> Tensor:
     """`logits.argmax(-1)` `[B]` (the first maximum; NaN counts as maximal), in two levels (see `first_max`)."""
-    return first_max(logits)[0].view(-1)
+    return first_max(logits)[0]
 
 
 def _mark(ids: Tensor, top: Tensor) -> Tensor:
-    """`ids` `[B, 1]` as `[B]`, -1 where the row's maximum `top` is not finite (top - top is NaN then)."""
-    return torch.where(top - top == constant(0.0, top), ids, constant(-1, ids)).view(-1)
+    """`ids` `[B]`, -1 where the row's maximum `top` `[B]` is not finite (top - top is NaN then)."""
+    return torch.where(top - top == constant(0.0, top), ids, constant(-1, ids))
 
 
 class Greedy(SelectorBase[NoParams]):
@@ -85,5 +86,5 @@ class Greedy(SelectorBase[NoParams]):
     def select_candidates(self, c: Candidates, ctx: DecodeContext) -> Tensor:
         """Among the candidates equal to the row's maximum, the lowest token id."""
         top = c.values[:, :1]  # candidates are sorted; ties among maxima come in any token order
-        ids = torch.where(c.values == top, c.indices, torch.iinfo(c.indices.dtype).max).amin(-1, keepdim=True)
-        return _mark(ids, top)
+        ids = torch.where(c.values == top, c.indices, torch.iinfo(c.indices.dtype).max).amin(-1)
+        return _mark(ids, c.values[:, 0])
