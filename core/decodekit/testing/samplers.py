@@ -17,9 +17,10 @@ lone row has no padding at all) and independent of row order; and the candidate 
 (`to_candidates`, `on_candidates`, `to_candidates_after`, `monotone_map`) and the in-place
 form (`process_`) agree with the dense call, on continuous logits and on logits with many
 ties. For a selector: token ids `[B]` in range that are never -inf; the same tokens for
-the same per-row seeds, whatever the other rows; `select_candidates` equal to the dense call; -1 for rows that cannot be
-sampled when it promises to mark them (`marks_unsampleable`); and, given the distribution
-it should draw from, a chi-square goodness-of-fit test over many seeded draws.
+the same per-row seeds, whatever the other rows; `select_candidates` equal to the dense
+call; -1 for rows that cannot be sampled when it promises to mark them
+(`marks_unsampleable`); and, given the distribution it should draw from, a chi-square
+goodness-of-fit test over many seeded draws.
 """
 
 from __future__ import annotations
@@ -285,7 +286,7 @@ def check_rows_independent(
 _MAPS: tuple[tuple[str, Callable[[Tensor], Tensor]], ...] = (
     ("x / 0.7", lambda x: x / 0.7),
     ("x * 1e-30 (makes ties)", lambda x: x * 1e-30),
-    ("x * 0 (ties everything)", lambda x: x * 0.0),
+    ("x > 0 as 0 or 1 (ties nearly everything)", lambda x: (x > 0).to(x.dtype)),
 )
 
 
