@@ -36,8 +36,8 @@ test: install-dev
 	$(BIN)/python -m pytest
 
 lint: install-dev
-	$(BIN)/ruff check core plugins tests examples benchmarks
-	$(BIN)/ruff format --check core plugins tests examples benchmarks
+	$(BIN)/ruff check core plugins tests examples benchmarks conftest.py
+	$(BIN)/ruff format --check core plugins tests examples benchmarks conftest.py
 	$(BIN)/mypy core/decodekit $(addsuffix /src,$(PLUGINS)) examples benchmarks
 
 bench: install-dev

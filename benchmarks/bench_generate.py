@@ -28,34 +28,32 @@ from decodekit.models.gpt import GPT, GPTConfig
 FULL_CHAIN = "repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"
 
 
-def minimal_loop(model: GPT, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
+def minimal_loop(
+    model: GPT, prompt: torch.Tensor, new_tokens: int, step_times: list[float] | None = None
+) -> torch.Tensor:
     """Prefill (the last column's logits only, as `dk.generate` asks), then forward + argmax per
-    token against a dense cache: nothing else."""
+    token against a dense cache: nothing else. `step_times` collects each decode step's seconds."""
     spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=prompt.shape[1] + new_tokens)
     cache = dk.create_cache("dense", spec)
     pos = torch.arange(prompt.shape[1] + new_tokens)[None]
     T = prompt.shape[1]
     tok = model(prompt, pos[:, :T], cache, last_only=True)[:, -1].argmax(-1, keepdim=True)
     out = [tok]
+    prev = time.perf_counter()
     for t in range(T, T + new_tokens - 1):
         tok = model(tok, pos[:, t : t + 1], cache)[:, -1].argmax(-1, keepdim=True)
         out.append(tok)
+        if step_times is not None:
+            now = time.perf_counter()
+            step_times.append(now - prev)
+            prev = now
     return torch.cat(out, 1)
 
 
 def minimal_step_times(model: GPT, prompt: torch.Tensor, new_tokens: int) -> list[float]:
-    """`minimal_loop`, timing each decode step (forward + argmax) after the prefill."""
-    spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=prompt.shape[1] + new_tokens)
-    cache = dk.create_cache("dense", spec)
-    pos = torch.arange(prompt.shape[1] + new_tokens)[None]
-    T = prompt.shape[1]
-    tok = model(prompt, pos[:, :T], cache, last_only=True)[:, -1].argmax(-1, keepdim=True)
-    times, prev = [], time.perf_counter()
-    for t in range(T, T + new_tokens - 1):
-        tok = model(tok, pos[:, t : t + 1], cache)[:, -1].argmax(-1, keepdim=True)
-        now = time.perf_counter()
-        times.append(now - prev)
-        prev = now
+    """`minimal_loop`'s decode steps (forward + argmax after the prefill), each timed."""
+    times: list[float] = []
+    minimal_loop(model, prompt, new_tokens, times)
     return times
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +20,11 @@ import decodekit as dk
 from decodekit.errors import ParameterError
 from decodekit.models.gpt import GPT
 from decodekit.models.gpt2_weights import load_gpt2
+from tinymodels import greedy_generation_config, left_padded
 
 transformers = pytest.importorskip("transformers")
 
 PROMPTS = [[5, 17, 3, 9, 44, 2, 8, 8, 9, 60], [7, 8], [90, 1, 33, 33, 12]]
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -97,23 +89,9 @@ def _argmax(logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
 
 @pytest.mark.parametrize("prompts", [PROMPTS[:1], PROMPTS], ids=["single", "ragged"])
 def test_greedy_tokens_equal_transformers(hf_gpt2: Any, saved: Path, prompts: list[list[int]]) -> None:
-    width = max(map(len, prompts))
-    ids = torch.zeros(len(prompts), width, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for b, p in enumerate(prompts):
-        ids[b, width - len(p) :], mask[b, width - len(p) :] = torch.tensor(p), 1
-    config = transformers.GenerationConfig(
-        do_sample=False,
-        max_new_tokens=48,
-        min_length=0,
-        eos_token_id=None,
-        pad_token_id=0,
-        bos_token_id=None,
-        temperature=None,
-        top_k=None,
-        top_p=None,
-        repetition_penalty=None,
-    )
+    ids, mask = left_padded(prompts)
+    width = ids.shape[1]
+    config = greedy_generation_config(max_new_tokens=48)
     theirs = hf_gpt2.generate(ids, attention_mask=mask, generation_config=config)[:, width:].tolist()
     chain = dk.Chain([], selector=_argmax)
     for cache in ("dense", "none"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -25,3 +26,37 @@ def tiny_gpt(n_kv_head: int | None = None, *, vocab_size: int = 101, block_size:
         vocab_size=vocab_size, block_size=block_size, n_layer=2, n_head=4, n_kv_head=n_kv_head, n_embd=32
     )
     return GPT(config).eval()
+
+
+def left_padded(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(input_ids, attention_mask)` for transformers' `model.generate`: rows left-padded with id 0, masked."""
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, p in enumerate(prompts):
+        ids[b, width - len(p) :] = torch.tensor(p)
+        mask[b, width - len(p) :] = 1
+    return ids, mask
+
+
+def greedy_generation_config(**overrides: Any) -> Any:
+    """A transformers `GenerationConfig` with every default that could differ from decodekit's loop
+    made explicit: greedy, no EOS stop, no minimum length, no processors beyond `overrides`."""
+    from transformers import GenerationConfig
+
+    base: dict[str, Any] = dict(
+        do_sample=False,
+        max_new_tokens=64,
+        min_length=0,
+        min_new_tokens=None,
+        eos_token_id=None,
+        pad_token_id=0,
+        bos_token_id=None,
+        temperature=None,
+        top_k=None,
+        top_p=None,
+        repetition_penalty=None,
+        num_beams=1,
+        use_cache=True,
+    )
+    return GenerationConfig(**(base | overrides))  # type: ignore[no-untyped-call]

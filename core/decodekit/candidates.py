@@ -65,11 +65,8 @@ def top_candidates(logits: Tensor, k: int) -> Candidates:
     logits: [B, V] with 1 <= k < V. Rows keeping fewer tokens than the widest row are padded
     with -inf. Reads two values per row back from the device (two counts more after a tie).
     """
-    if k * _grid_rows(logits.shape[1]) * _MIN_GAIN > logits.shape[1]:
-        return _by_topk(logits, k)
     c = _search(logits, k, None)
-    assert c is not None  # without a map the search always finds the candidates
-    return c
+    return _by_topk(logits, k) if c is None else c
 
 
 def top_candidates_after(logits: Tensor, k: int, f: Callable[[Tensor], Tensor]) -> Candidates | None:
@@ -81,15 +78,16 @@ def top_candidates_after(logits: Tensor, k: int, f: Callable[[Tensor], Tensor]) 
     does not hold for every row (or the vocabulary is too small for the grid search): then
     apply f and call `top_candidates`.
     """
-    if k * _grid_rows(logits.shape[1]) * _MIN_GAIN > logits.shape[1]:
-        return None
     return _search(logits, k, f)
 
 
 def _search(logits: Tensor, k: int, f: Callable[[Tensor], Tensor] | None) -> Candidates | None:
-    """The grid search of the module docstring; with a map `f`, None wherever the plain search would sync again."""
+    """The grid search of the module docstring. None when the vocabulary is too small for the grid
+    to pay (`_MIN_GAIN`), and, with a map `f`, wherever the plain search would sync again."""
     B, V = logits.shape
     R = _grid_rows(V)
+    if k * R * _MIN_GAIN > V:
+        return None
     C = V // R
     n = R * C
     grid = (logits if n == V else logits[:, :n]).reshape(B, R, C)  # [b, r, c] = token r·C + c; group c = column c

@@ -2,7 +2,8 @@
 
 Each `check_*` function raises `AssertionError` with a message naming the sampler, the row
 and the tokens involved. `ProcessorConformance` and `SelectorConformance` turn them into
-pytest tests: subclass one, define `make()`, and the checks run against your sampler::
+pytest tests: subclass one, define `make()` (or set `spec = (name, params)` for a registered
+sampler), and the checks run against your sampler::
 
     class TestTopK(ProcessorConformance):
         dtypes = (torch.float32, torch.bfloat16)
@@ -560,10 +561,16 @@ class _Conformance:
     batch_size: ClassVar[int] = 4
     dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32,)
     seed: ClassVar[int] = 0
+    spec: ClassVar[tuple[str, dict[str, Any]] | None] = None  # (name, params) of a registered sampler
 
     def make(self) -> Any:
-        """The sampler under test; a subclass must define it."""
-        raise NotImplementedError(f"{type(self).__name__} must define make() returning the sampler to check")
+        """The sampler under test: `dk.create(name, **params)` for `spec = (name, params)`, or define make()."""
+        if self.spec is None:
+            raise NotImplementedError(f"{type(self).__name__} must set spec or define make() returning the sampler")
+        from decodekit.plugins import create
+
+        name, params = self.spec
+        return create(name, **params)
 
     def make_context(self, **fields: Any) -> DecodeContext:
         """Wraps each history the checks build (tokens, prompt_lengths, step, generators) in a context."""

@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 import torch
 
 import decodekit as dk
 from decodekit.models.gpt import GPT, GPTConfig
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """A model this small runs fastest on one thread (two threads on a busy machine spin for milliseconds)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def tiny_gpt() -> GPT:

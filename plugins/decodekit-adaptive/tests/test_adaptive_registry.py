@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import decodekit as dk
+from decodekit.testing.registry import check_bad_parameters, check_chain_string, check_registered
 
 CHAINS = {
     "dynamic_temperature": ("dynamic_temperature(1.0, 0.5)", {"temp": 1.0, "delta": 0.5, "exponent": 1.0}),
@@ -15,21 +16,13 @@ KINDS = {"dynamic_temperature": "processor", "mirostat_v2": "selector", "gumbel"
 
 
 def test_registered_by_this_distribution() -> None:
-    registry = dk.get_registry()
     for name, kind in KINDS.items():
-        entry = registry.samplers[name]
-        assert entry.distribution == "decodekit-adaptive"
-        assert entry.kind == kind and entry.description
+        check_registered(name, distribution="decodekit-adaptive", kind=kind)
 
 
 @pytest.mark.parametrize("name", CHAINS)
 def test_chain_string_fills_parameters_in_order_and_round_trips(name: str) -> None:
-    text, params = CHAINS[name]
-    chain = dk.Chain.parse(text if KINDS[name] == "selector" else f"{text} | sample")
-    stage = chain.selector if KINDS[name] == "selector" else chain.processors[0]
-    assert stage.params.model_dump() == params  # type: ignore[attr-defined]
-    assert dk.Chain.from_spec(chain.to_spec()) == chain
-    assert dk.Chain.parse(str(chain)) == chain
+    check_chain_string(*CHAINS[name])
 
 
 def test_selectors_end_a_chain() -> None:
@@ -53,7 +46,4 @@ def test_selectors_end_a_chain() -> None:
 def test_bad_parameters_name_parameter_value_and_range(
     name: str, params: dict[str, object], expected: list[str]
 ) -> None:
-    with pytest.raises(dk.ParameterError) as info:
-        dk.create(name, **params)
-    for text in expected:
-        assert text in str(info.value)
+    check_bad_parameters(name, params, expected)

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
-import decodekit as dk
 from decodekit.testing import ProcessorConformance
 
 
 class _Constraint(ProcessorConformance):
     vocab_size: ClassVar[int] = 6
     dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.bfloat16)
-    spec: ClassVar[tuple[str, dict[str, Any]]]
-
-    def make(self) -> Any:
-        name, params = self.spec
-        return dk.create(name, **params)
 
 
 class TestLogitBias(_Constraint):

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pytest
 
-import decodekit as dk
+from decodekit.testing.registry import check_bad_parameters, check_chain_string, check_registered
 
 CHAINS = {
     "logit_bias": ("logit_bias({50256: -100.0, 3: 2.5})", {"bias": {50256: -100.0, 3: 2.5}}),
@@ -19,26 +16,13 @@ CHAINS = {
 
 
 def test_registered_by_this_distribution() -> None:
-    registry = dk.get_registry()
     for name in CHAINS:
-        entry = registry.samplers[name]
-        assert entry.distribution == "decodekit-constraints"
-        assert entry.kind == "processor" and entry.description
+        check_registered(name, distribution="decodekit-constraints", kind="processor")
 
 
 @pytest.mark.parametrize("name", CHAINS)
 def test_chain_string_fills_parameters_in_order_and_round_trips(name: str) -> None:
-    text, params = CHAINS[name]
-    chain = dk.Chain.parse(f"{text} | sample")
-    assert chain.processors[0].params.model_dump() == params  # type: ignore[attr-defined]
-    assert dk.Chain.from_spec(chain.to_spec()) == chain
-    assert dk.Chain.from_spec(json_round_trip(chain.to_spec())) == chain  # JSON object keys are strings
-    assert dk.Chain.parse(str(chain)) == chain
-
-
-def json_round_trip(spec: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    result: list[dict[str, Any]] = json.loads(json.dumps(spec))
-    return result
+    check_chain_string(*CHAINS[name])
 
 
 @pytest.mark.parametrize(
@@ -57,7 +41,4 @@ def json_round_trip(spec: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_bad_parameters_name_parameter_value_and_range(
     name: str, params: dict[str, object], expected: list[str]
 ) -> None:
-    with pytest.raises(dk.ParameterError) as info:
-        dk.create(name, **params)
-    for text in expected:
-        assert text in str(info.value), str(info.value)
+    check_bad_parameters(name, params, expected)

@@ -3,13 +3,15 @@ a character tokenizer, a neutral generation config and left-padded batches for `
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from tinymodels import greedy_generation_config, left_padded
 
 VOCAB = 96  # the character tokenizer's 95 printable ASCII characters and <eos>
 # Weights ten times GPT-2's usual 0.02: logits with a spread of a few units, so temperatures and
@@ -85,44 +87,14 @@ def char_tokenizer() -> Any:
 
 @pytest.fixture(scope="session")
 def gen_config() -> GenConfig:
-    """A `GenerationConfig` with every default that could differ from decodekit's loop made explicit:
-    no EOS stop, no minimum length, no processors beyond what the caller asks for."""
-
-    def make(**kwargs: Any) -> GenerationConfig:
-        base: dict[str, Any] = dict(
-            do_sample=False,
-            max_new_tokens=64,
-            min_length=0,
-            min_new_tokens=None,
-            eos_token_id=None,
-            pad_token_id=0,
-            bos_token_id=None,
-            temperature=None,
-            top_k=None,
-            top_p=None,
-            repetition_penalty=None,
-            num_beams=1,
-            use_cache=True,
-        )
-        return GenerationConfig(**(base | kwargs))  # type: ignore[no-untyped-call]
-
-    return make
+    """`tinymodels.greedy_generation_config`: greedy, no EOS stop, no minimum length, no processors."""
+    return greedy_generation_config
 
 
 @pytest.fixture(scope="session")
 def left_pad() -> LeftPad:
     """`(input_ids, attention_mask)` for `model.generate`: rows left-padded with id 0 and masked."""
-
-    def pad(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(len(p) for p in prompts)
-        ids = torch.zeros(len(prompts), width, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for b, p in enumerate(prompts):
-            ids[b, width - len(p) :] = torch.tensor(p)
-            mask[b, width - len(p) :] = 1
-        return ids, mask
-
-    return pad
+    return left_padded
 
 
 @pytest.fixture
@@ -131,12 +103,3 @@ def saved_gpt2(tmp_path: Path, gpt2: Any, char_tokenizer: Any) -> Path:
     gpt2.save_pretrained(tmp_path)
     char_tokenizer.save_pretrained(tmp_path)
     return tmp_path
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """These models are tiny: one intra-op thread is fastest, and kinder to a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)

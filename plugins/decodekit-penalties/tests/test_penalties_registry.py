@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import decodekit as dk
+from decodekit.testing.registry import check_bad_parameters, check_chain_string, check_registered
 
 CHAINS = {
     "frequency_penalty": ("frequency_penalty(0.5)", {"penalty": 0.5, "last_n": None}),
@@ -18,20 +18,13 @@ CHAINS = {
 
 
 def test_registered_by_this_distribution() -> None:
-    registry = dk.get_registry()
     for name in CHAINS:
-        entry = registry.samplers[name]
-        assert entry.distribution == "decodekit-penalties"
-        assert entry.kind == "processor" and entry.description
+        check_registered(name, distribution="decodekit-penalties", kind="processor")
 
 
 @pytest.mark.parametrize("name", CHAINS)
 def test_chain_string_fills_parameters_in_order_and_round_trips(name: str) -> None:
-    text, params = CHAINS[name]
-    chain = dk.Chain.parse(f"{text} | sample")
-    assert chain.processors[0].params.model_dump() == params  # type: ignore[attr-defined]
-    assert dk.Chain.from_spec(chain.to_spec()) == chain
-    assert dk.Chain.parse(str(chain)) == chain
+    check_chain_string(*CHAINS[name])
 
 
 @pytest.mark.parametrize(
@@ -54,7 +47,4 @@ def test_chain_string_fills_parameters_in_order_and_round_trips(name: str) -> No
 def test_bad_parameters_name_parameter_value_and_range(
     name: str, params: dict[str, object], expected: list[str]
 ) -> None:
-    with pytest.raises(dk.ParameterError) as info:
-        dk.create(name, **params)
-    for text in expected:
-        assert text in str(info.value)
+    check_bad_parameters(name, params, expected)

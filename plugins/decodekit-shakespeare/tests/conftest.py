@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
@@ -9,20 +8,6 @@ import pytest
 from decodekit_shakespeare.tokenizer import CharTokenizer
 
 DATA = Path(__file__).parent / "data"
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """Run each test on one intra-op thread (this tiny model is fastest so, above all on a busy
-    machine), and give the rest of the suite back the thread count it had."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

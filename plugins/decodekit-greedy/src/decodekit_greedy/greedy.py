@@ -14,7 +14,7 @@ from decodekit.stage import Candidates, SelectorBase, constant
 if TYPE_CHECKING:
     from decodekit.context import DecodeContext
 
-__all__ = ["Greedy", "first_argmax", "first_max"]
+__all__ = ["Greedy", "argmax_and_max", "first_argmax"]
 
 _CHUNK = 1024  # tokens per chunk of the two-level search (a divisor of V near it when there is one)
 _TWO_LEVEL_MIN = 100_000  # logits per call from which the two-level search pays off in a decode loop
@@ -32,7 +32,7 @@ def _arange(n: int, device: torch.device) -> Tensor:
     return torch.arange(n, device=device)
 
 
-def first_max(logits: Tensor) -> tuple[Tensor, Tensor]:
+def argmax_and_max(logits: Tensor) -> tuple[Tensor, Tensor]:
     """`(logits.argmax(-1), the row maximum)`, both `[B]`; NaN counts as maximal.
 
     On a CPU `argmax` over a 50,257-token row is a scalar loop (~45 µs) while `amax` is
@@ -63,8 +63,8 @@ def first_max(logits: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def first_argmax(logits: Tensor) -> Tensor:
-    """`logits.argmax(-1)` `[B]` (the first maximum; NaN counts as maximal), in two levels (see `first_max`)."""
-    return first_max(logits)[0]
+    """`logits.argmax(-1)` `[B]` (the first maximum; NaN counts as maximal), in two levels (see `argmax_and_max`)."""
+    return argmax_and_max(logits)[0]
 
 
 def _mark(ids: Tensor, top: Tensor) -> Tensor:
@@ -80,7 +80,7 @@ class Greedy(SelectorBase[NoParams]):
     marks_unsampleable = True
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        ids, top = first_max(logits)
+        ids, top = argmax_and_max(logits)
         return _mark(ids, top)
 
     def select_candidates(self, c: Candidates, ctx: DecodeContext) -> Tensor:

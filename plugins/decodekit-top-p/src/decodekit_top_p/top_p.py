@@ -14,13 +14,13 @@ none holds every row's nucleus. Deciding so reads a few values back from the dev
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from decodekit.candidates import top_candidates
-from decodekit.stage import Candidates, ProcessorBase, constant
+from decodekit.stage import Candidates, ProcessorBase, constant, filled
 from decodekit_top_p.params import TopPParams
 
 if TYPE_CHECKING:
@@ -31,15 +31,13 @@ __all__ = ["TopP", "last_kept"]
 _PREFIXES = (64, 512, 4096)  # partial sorts tried before sorting the whole vocabulary
 
 
-def last_kept(cum: Tensor, p: float, min_keep: int, target: Tensor | None = None) -> Tensor:
+def last_kept(cum: Tensor, p: float, min_keep: int) -> Tensor:
     """Position `[B, 1]` of the last token the nucleus keeps, from the sorted cumulative mass `cum` `[B, K]`.
 
     Token i stays while the mass before it, `cum[i-1]`, is < p: the last one kept is the
     first whose own `cum[i]` reaches p, at the position that counts the `cum` entries below p.
-    `target`: p as a `[B, 1]` tensor like `cum`, when the caller has one at hand.
     """
-    if target is None:
-        target = torch.full((cum.shape[0], 1), p, dtype=cum.dtype, device=cum.device)
+    target = filled(p, (cum.shape[0], 1), cum)
     return torch.searchsorted(cum, target).clamp(min=min_keep - 1, max=cum.shape[1] - 1)
 
 
@@ -54,10 +52,6 @@ class TopP(ProcessorBase[TopPParams]):
 
     name = "top_p"
     params_model = TopPParams
-
-    def __init__(self, params: TopPParams | None = None, /, **kwargs: Any) -> None:
-        super().__init__(params, **kwargs)
-        self._targets: dict[tuple[int, torch.device], Tensor] = {}
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         if self.params.p >= 1.0:
@@ -79,18 +73,8 @@ class TopP(ProcessorBase[TopPParams]):
         if self.params.p >= 1.0:
             return c
         cum = c.values.softmax(-1, dtype=torch.float32).cumsum_(-1)  # [B, K]: candidates are sorted
-        floor = c.values.gather(1, last_kept(cum, self.params.p, self.params.min_keep, self._target(cum)))
+        floor = c.values.gather(1, last_kept(cum, self.params.p, self.params.min_keep))
         return Candidates(_keep(c.values, floor), c.indices)
-
-    def _target(self, cum: Tensor) -> Tensor:
-        """p as a `[B, 1]` float32 tensor on `cum`'s device, made once per batch size and device (read only)."""
-        key = (cum.shape[0], cum.device)
-        target = self._targets.get(key)
-        if target is None:
-            target = torch.full((cum.shape[0], 1), self.params.p, dtype=cum.dtype, device=cum.device)
-            if len(self._targets) < 16:
-                self._targets[key] = target
-        return target
 
     def _nucleus(self, logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """`(values, ids, floor)`: a sorted prefix `[B, K]` holding every row's nucleus, and its last kept logit."""
@@ -102,11 +86,11 @@ class TopP(ProcessorBase[TopPParams]):
             values, ids = top_candidates(logits, size + 1)  # the prefix, and the largest logit past it
             values, ids = values[:, : size + 1], ids[:, : size + 1]  # (ties past it are checked below)
             cum = probs.gather(1, ids).cumsum_(-1)  # [B, size+1] mass of the most probable tokens
-            last = last_kept(cum, p, min_keep, self._target(cum))
+            last = last_kept(cum, p, min_keep)
             floor = values.gather(1, last)
             # known when the cut falls within the prefix and the logit past it is below the floor
             if bool(((last < size) & (floor > values[:, size:])).all()):  # host sync
                 return values, ids, floor
         values, ids = logits.sort(-1, descending=True)
         cum = probs.gather(1, ids).cumsum_(-1)
-        return values, ids, values.gather(1, last_kept(cum, p, min_keep, self._target(cum)))
+        return values, ids, values.gather(1, last_kept(cum, p, min_keep))

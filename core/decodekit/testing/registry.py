@@ -1,0 +1,50 @@
+"""Registry checks for a plugin's samplers: registered by its distribution, chain strings and
+specs that round-trip, and parameter errors that name the parameter, the value and the range.
+
+    check_registered("min_p", distribution="decodekit-truncation", kind="processor")
+    check_chain_string("min_p(0.05)", {"p": 0.05, "min_keep": 1})
+    check_bad_parameters("min_p", {"p": 1.5}, ["p=1.5", "0 <= p <= 1"])
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from decodekit.chain import Chain
+from decodekit.errors import ParameterError
+from decodekit.plugins import create, get_registry
+
+__all__ = ["check_bad_parameters", "check_chain_string", "check_registered"]
+
+
+def check_registered(name: str, *, distribution: str, kind: str) -> None:
+    """`name` is registered by `distribution` as a `kind` ("processor" or "selector") with a description."""
+    entry = get_registry().samplers[name]
+    assert entry.distribution == distribution, f"{name}: registered by {entry.distribution}, expected {distribution}"
+    assert entry.kind == kind, f"{name}: registered as a {entry.kind}, expected a {kind}"
+    assert entry.description, f"{name}: registered without a description"
+
+
+def check_chain_string(text: str, params: dict[str, Any]) -> None:
+    """`text` (one stage, a processor or a selector) parses into a stage with `params`, and the chain
+    round-trips through its spec (also through JSON, where object keys become strings) and its string."""
+    chain = Chain.parse(text)
+    stage = chain.processors[0] if chain.processors else chain.selector
+    assert stage.params.model_dump() == params, f"{text}: parsed as {stage!r}"  # type: ignore[attr-defined]
+    assert Chain.from_spec(chain.to_spec()) == chain, f"{text}: the spec does not rebuild the chain"
+    assert Chain.from_spec(json.loads(json.dumps(chain.to_spec()))) == chain, f"{text}: the spec's JSON does not"
+    assert Chain.parse(str(chain)) == chain, f"{text}: the string form {str(chain)!r} does not"
+
+
+def check_bad_parameters(name: str, params: dict[str, Any], expected: Sequence[str]) -> None:
+    """`create(name, **params)` raises a `ParameterError` whose message contains every string of `expected`."""
+    try:
+        create(name, **params)
+    except ParameterError as error:
+        message = str(error)
+    else:
+        raise AssertionError(f"{name}({params}): no ParameterError")
+    for text in expected:
+        assert text in message, f"{name}({params}): {text!r} not in the error {message!r}"
