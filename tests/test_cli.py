@@ -296,6 +296,20 @@ def test_installed_plugins_do_not_import_torch_when_listed() -> None:
 # -- explain -------------------------------------------------------------------------
 
 
+def test_explain_traces_random_stages_with_the_draws_of_the_real_step() -> None:
+    """XTC applies at random: the trace must see the draw the step then uses, so the picked token
+    is never one the trace shows removed (a trace drawing its own numbers disagreed on 12 of 100 steps)."""
+    from decodekit.cli.explain import explain_steps
+
+    model = cli_testplugin.load_model()
+    chain = dk.Chain.parse("temperature(3.0) | xtc(probability=0.5, threshold=0.01) | sample")
+    reports = explain_steps(model, PROMPT, chain, steps=100, top=5, seed=3)
+    removed = [r.step for r in reports if r.stages[-1].probs[r.candidates.index(r.token)] == 0]
+    assert removed == []
+    applied = [r.stages[2].survivors < r.stages[1].survivors for r in reports]
+    assert 20 < sum(applied) < 80  # XTC applied on some steps and not on others
+
+
 def test_explain_agrees_with_chain_process_stage_by_stage(tmp_path: Path) -> None:
     png = tmp_path / "step2.png"
     explain = ["explain", PROMPT, "-m", MODEL, "--chain", CHAIN, "--seed", "7"]

@@ -110,6 +110,54 @@ def test_row_generators_are_batch_invariant() -> None:
         row_generators([1, 2], 3)
 
 
+def test_uniform_draws_come_in_blocks_in_the_generators_own_order() -> None:
+    from decodekit.context import UNIFORM_BLOCK
+
+    n = UNIFORM_BLOCK + 5  # across a refill
+    for rows in (1, 3):
+        ctx = dk.DecodeContext(tokens=torch.zeros(rows, 2, dtype=torch.long), generators=row_generators(9, rows))
+        draws = torch.cat([ctx.uniform(keepdim=True) for _ in range(n)], 1)  # [rows, n]
+        assert draws.dtype == torch.float32 and draws.shape == (rows, n)
+        # Each row's draws are its generator's own sequence, one value at a time.
+        for b, g in enumerate(row_generators(9, rows)):
+            assert draws[b].tolist() == torch.cat([torch.rand(1, generator=g) for _ in range(n)]).tolist()
+        assert ctx.uniform().shape == (rows,)
+    # A row's draws do not depend on the batch (row 0 alone and in a batch of 3).
+    alone = dk.DecodeContext(tokens=torch.zeros(1, 2, dtype=torch.long), generators=row_generators(9, 1))
+    batch = dk.DecodeContext(tokens=torch.zeros(3, 2, dtype=torch.long), generators=row_generators(9, 3))
+    assert [alone.uniform()[0].item() for _ in range(n)] == [batch.uniform()[0].item() for _ in range(n)]
+    # Modifying a returned draw changes no other draw.
+    ctx = dk.DecodeContext(tokens=torch.zeros(1, 2, dtype=torch.long), generators=row_generators(9, 1))
+    ctx.uniform().fill_(5.0)
+    assert ctx.uniform().item() == torch.rand(2, generator=row_generators(9, 1)[0])[1].item()
+
+
+def test_fork_draws_what_the_context_will_and_changes_nothing_in_it() -> None:
+    from decodekit.stage import ProcessorBase
+
+    class Counter(ProcessorBase[dk.NoParams]):
+        name = "counter"
+
+        def init_state(self, ctx: dk.DecodeContext) -> list[int]:
+            return [0]
+
+        def __call__(self, logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
+            ctx.state_for(self)[0] += 1
+            return logits
+
+    stage = Counter()
+    ctx = dk.DecodeContext(tokens=torch.zeros(2, 3, dtype=torch.long), step=4, generators=row_generators(3, 2))
+    ctx.state_for(stage)
+    stage(torch.zeros(2, 5), ctx)
+    ctx.uniform()  # part-way through a block
+    fork = ctx.fork()
+    assert fork.step == 4 and fork.tokens is ctx.tokens
+    forked = [fork.uniform().tolist() for _ in range(70)]  # past the block the context drew
+    stage(torch.zeros(2, 5), fork)
+    assert fork.state_for(stage) == [2] and ctx.state_for(stage) == [1]  # the same state, copied
+    assert [ctx.uniform().tolist() for _ in range(70)] == forked  # the context then draws the same
+
+
 def test_last_only_is_the_last_column_of_the_full_logits() -> None:
     m = tiny_gpt(2)
     ids = torch.randint(0, 101, (2, 9))

@@ -277,7 +277,27 @@ def stream(
         and the top-n alternatives, raw and after the chain.
     """
     rows = _prompt_rows(model, prompts)
-    chain = _as_chain(chain)
+    for event in _decode(model, rows, chain, max_new_tokens, cache, stop_tokens, stop_strings, seed, logprobs):
+        yield TokenEvent(*event)
+
+
+_Event = tuple[int, int, int, str | None, FinishReason | None, TokenLogprobs | None, int | str | None]
+"""`TokenEvent`'s fields as a plain tuple: what the loop yields, `stream` wraps and `generate` reads."""
+
+
+def _decode(
+    model: Any,
+    rows: list[list[int]],
+    chain_arg: Chain | str | Sequence[Any] | None,
+    max_new_tokens: int,
+    cache: str,
+    stop_tokens: Sequence[int] | Sequence[Sequence[int]],
+    stop_strings: Sequence[str],
+    seed: int | Sequence[int] | None,
+    logprobs: int | None,
+) -> Iterator[_Event]:
+    """The decode loop behind `stream` and `generate` (see `stream`), on prompts already turned into ids."""
+    chain = _as_chain(chain_arg)
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ParameterError(f"max_new_tokens={max_new_tokens!r} is invalid; allowed: an integer >= 0")
     if logprobs is not None and not 0 <= logprobs <= model.spec.vocab_size:
@@ -304,8 +324,9 @@ def stream(
         return
 
     # Tensor work runs in inference mode, entered and left around each block so that the
-    # caller's code between two events runs in its own mode.
-    with torch.inference_mode():
+    # caller's code between two events runs in its own mode (one mode object, reused).
+    inference = torch.inference_mode()
+    with inference:
         kv: KVCache | None = None
         if cache != "none":
             spec_ = CacheSpec.for_model(spec, batch_size=B, capacity=total, dtype=dtype, device=device)
@@ -325,14 +346,14 @@ def stream(
             logits = model(buf[:, :P], positions[:, :P], kv, **last_only(model))[:, -1]
 
     for step in range(max_new_tokens):
-        with torch.inference_mode():  # one block per step: the forward (after the first) and the chain
+        with inference:  # one block per step: the forward (after the first) and the chain
             if step > 0:
                 filled = P + step  # the last column written is the token just picked
+                ctx.tokens, ctx.step = buf[:, :filled], step
                 if kv is None:
                     logits = uncached_last_logits(model, buf, positions, filled)
                 else:
                     logits = model(buf[:, filled - 1 : filled], positions[:, filled - 1 : filled], kv)[:, -1]
-            ctx.tokens, ctx.step = buf[:, : P + step], step
             raw = logits if logits.dtype == torch.float32 else logits.float()  # work in float32
             if logprobs is None:
                 # The step's logits are the loop's own: the chain may overwrite them. In-place
@@ -343,7 +364,7 @@ def stream(
                 processed = chain.process_fast(raw, ctx)
                 next_tokens = chain.pick(processed, raw.shape[-1], ctx)
                 lps = _logprobs(raw, processed, next_tokens.clamp(min=0), logprobs)
-            host = next_tokens.tolist()  # the one host sync per step
+            host: list[int] = next_tokens.tolist()  # the one host sync per step
             if min(host) < 0:  # -1: a row that cannot be sampled; an error unless the row is done
                 bad = next((b for b, token in enumerate(host) if token < 0 and not done[b]), None)
                 if bad is not None:
@@ -366,7 +387,7 @@ def stream(
                     reason, stopped_by = "stop", hit
             if reason is not None:
                 done[b] = True
-            yield TokenEvent(b, step, token, text, reason, None if lps is None else lps[b], stopped_by)
+            yield b, step, token, text, reason, None if lps is None else lps[b], stopped_by
         if all(done):
             return
 
@@ -391,24 +412,15 @@ def generate(
     stopped_by: list[int | str | None] = [None] * B
     texts: list[list[str]] = [[] for _ in range(B)]
     lps: list[list[TokenLogprobs]] = [[] for _ in range(B)]
-    for ev in stream(
-        model,
-        rows,
-        chain=chain,
-        max_new_tokens=max_new_tokens,
-        cache=cache,
-        stop_tokens=stop_tokens,
-        stop_strings=stop_strings,
-        seed=seed,
-        logprobs=logprobs,
-    ):
-        tokens[ev.row].append(ev.token)
-        if ev.text is not None:
-            texts[ev.row].append(ev.text)
-        if ev.logprobs is not None:
-            lps[ev.row].append(ev.logprobs)
-        if ev.finish_reason is not None:
-            reasons[ev.row], stopped_by[ev.row] = ev.finish_reason, ev.stopped_by
+    events = _decode(model, rows, chain, max_new_tokens, cache, stop_tokens, stop_strings, seed, logprobs)
+    for row, _, token, text, reason, token_lps, stopped in events:
+        tokens[row].append(token)
+        if text is not None:
+            texts[row].append(text)
+        if token_lps is not None:
+            lps[row].append(token_lps)
+        if reason is not None:
+            reasons[row], stopped_by[row] = reason, stopped
     has_text = getattr(model, "tokenizer", None) is not None
     return Generation(
         tokens=tokens,

@@ -45,7 +45,7 @@ from decodekit.params import NoParams, Params, validate_params
 if TYPE_CHECKING:
     from decodekit.context import DecodeContext
 
-__all__ = ["Candidates", "ProcessorBase", "SelectorBase", "Stage", "constant", "densify", "filled"]
+__all__ = ["Candidates", "ProcessorBase", "SelectorBase", "Stage", "constant", "densify"]
 
 P = TypeVar("P", bound=Params)
 
@@ -65,9 +65,9 @@ _CONSTANT_DTYPES = (torch.float32, torch.float64, torch.int64, torch.int32)
 
 
 @lru_cache(maxsize=256)
-def _constant(value: float, dtype: torch.dtype, device: torch.device, shape: tuple[int, ...] = ()) -> Tensor:
+def _constant(value: float, dtype: torch.dtype, device: torch.device) -> Tensor:
     with torch.inference_mode(False):  # a normal tensor: usable with autograd too
-        return torch.full(shape, value, dtype=dtype, device=device)
+        return torch.full((), value, dtype=dtype, device=device)
 
 
 def constant(value: float, like: Tensor) -> Tensor | float:
@@ -82,12 +82,6 @@ def constant(value: float, like: Tensor) -> Tensor | float:
     if like.dtype in _CONSTANT_DTYPES:
         return _constant(value, like.dtype, like.device)
     return value
-
-
-def filled(value: float, shape: tuple[int, ...], like: Tensor) -> Tensor:
-    """A cached tensor of `shape` full of `value`, with `like`'s dtype and device; shared, so read only
-    (`torch.searchsorted(cum, filled(p, (B, 1), cum))`)."""
-    return _constant(value, like.dtype, like.device, shape)
 
 
 def densify(c: Candidates, vocab_size: int) -> Tensor:

@@ -10,7 +10,6 @@ Rendering lives in `decodekit.cli.explain_render`.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -114,12 +113,9 @@ def explain_steps(
         for step in range(steps):
             ctx.tokens, ctx.step = torch.tensor([ids], device=device), step
             raw = _next_logits(model, ids, device)
-            # The trace runs on a copy of the per-stage state, so stateful stages see exactly
-            # what the real step below sees, and advance once per step.
-            scratch = DecodeContext(
-                tokens=ctx.tokens, step=step, generators=ctx.generators, state=copy.deepcopy(ctx.state)
-            )
-            trace = chain.trace(raw, scratch)  # [("input", logits), (repr(stage), logits), ...]
+            # The trace runs on a fork: stateful and random stages see exactly what the real step
+            # below sees (the same state, the same draws), and advance once per step.
+            trace = chain.trace(raw, ctx.fork())  # [("input", logits), (repr(stage), logits), ...]
             token = int(chain(raw, ctx)[0])  # as the decode loop picks it; NumericsError if impossible
             named = [(name, logits) for name, (_, logits) in zip(names, trace)]
             reports.append(_step_report(step, token, named, top, tokenizer))

@@ -24,8 +24,15 @@ def log_probs(*probs: float) -> torch.Tensor:
 
 
 def kept(x: torch.Tensor, p: float, min_keep: int = 1) -> list[int]:
-    out = TopP(p=p, min_keep=min_keep)(x, ctx_for(x.shape[0]))
-    return torch.isfinite(out[0]).nonzero().flatten().tolist()
+    """The tokens row 0 keeps, by the dense call, checked against the candidate path (which sums
+    unnormalised mass against p times its total instead of a softmax) on every token as a candidate."""
+    stage = TopP(p=p, min_keep=min_keep)
+    out = stage(x, ctx_for(x.shape[0]))
+    values, ids = x.sort(-1, descending=True)
+    fast = densify(stage.on_candidates(Candidates(values, ids), ctx_for(x.shape[0])), x.shape[1])
+    dense = torch.isfinite(out[0]).nonzero().flatten().tolist()
+    assert torch.isfinite(fast[0]).nonzero().flatten().tolist() == dense, (x, p, min_keep)
+    return dense
 
 
 def reference(x: torch.Tensor, p: float, min_keep: int = 1) -> torch.Tensor:

@@ -32,21 +32,21 @@ def _arange(n: int, device: torch.device) -> Tensor:
     return torch.arange(n, device=device)
 
 
-def argmax_and_max(logits: Tensor) -> tuple[Tensor, Tensor]:
-    """`(logits.argmax(-1), the row maximum)`, both `[B]`; NaN counts as maximal.
+def argmax_and_max(logits: Tensor) -> tuple[Tensor, Tensor | None]:
+    """`(logits.argmax(-1), the row maximum or None)`, `[B]`; NaN counts as maximal.
 
     On a CPU `argmax` over a 50,257-token row is a scalar loop (~45 µs) while `amax` is
     vectorised (~4 µs): take the maximum of each chunk of ~1,000 tokens, the first chunk
     holding the row's maximum (`argmax` over a few dozen values), then the first maximum
     inside it. The first chunk with the maximum holds its first occurrence, so ties resolve
-    as argmax does. That search is ten small ops, which in a decode loop (their code evicted
-    by the model's forward) cost about as much as scanning 50,000 logits: below
-    `_TWO_LEVEL_MIN` logits in all, one `max` does it.
+    as argmax does; the maximum comes with it. That search is ten small ops, which in a
+    decode loop (their code evicted by the model's forward) cost about as much as scanning
+    50,000 logits: below `_TWO_LEVEL_MIN` logits in all, one `argmax` does it (and the
+    maximum is None: read it with `logits.gather` where needed).
     """
     B, V = logits.shape
     if B * V < _TWO_LEVEL_MIN or V < 4 * _CHUNK or not logits.is_contiguous():
-        top, ids = logits.max(-1)  # one op: the first maximum and its value
-        return ids, top
+        return logits.argmax(-1), None
     C = _chunk_size(V)
     R = V // C
     chunk_max = logits.as_strided((B, R, C), (V, C, 1)).amax(-1)  # [B, R]: the first R·C tokens, as chunks
@@ -72,6 +72,20 @@ def _mark(ids: Tensor, top: Tensor) -> Tensor:
     return torch.where(top - top == constant(0.0, top), ids, constant(-1, ids))
 
 
+def _mark_on_host(logits: Tensor, ids: Tensor, top: Tensor | None) -> Tensor:
+    """`_mark` for logits in CPU memory: read the B chosen logits and rebuild `ids` only if one is
+    not finite. Three reads instead of three kernels (whose code a decode loop's forward has
+    just evicted from the CPU's caches)."""
+    if top is not None:
+        values = top.tolist()
+    elif ids.shape[0] == 1:
+        values = [logits[0, int(ids)].item()]
+    else:
+        values = logits.gather(1, ids[:, None]).view(-1).tolist()
+    bad = [b for b, v in enumerate(values) if v - v != 0]  # NaN, or +-inf (inf - inf is NaN)
+    return ids.index_fill(0, torch.tensor(bad, device=ids.device), -1) if bad else ids
+
+
 class Greedy(SelectorBase[NoParams]):
     """The token with the largest logit; the lowest token id on ties; -1 for a row that cannot be
     sampled (its maximum NaN or infinite). Draws no random numbers."""
@@ -81,7 +95,9 @@ class Greedy(SelectorBase[NoParams]):
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         ids, top = argmax_and_max(logits)
-        return _mark(ids, top)
+        if logits.is_cpu:
+            return _mark_on_host(logits, ids, top)
+        return _mark(ids, logits.gather(1, ids[:, None]).view(-1) if top is None else top)
 
     def select_candidates(self, c: Candidates, ctx: DecodeContext) -> Tensor:
         """Among the candidates equal to the row's maximum, the lowest token id."""

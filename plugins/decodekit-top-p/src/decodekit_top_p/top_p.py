@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from decodekit.candidates import top_candidates
-from decodekit.stage import Candidates, ProcessorBase, constant, filled
+from decodekit.stage import Candidates, ProcessorBase, constant
 from decodekit_top_p.params import TopPParams
 
 if TYPE_CHECKING:
@@ -31,13 +31,13 @@ __all__ = ["TopP", "last_kept"]
 _PREFIXES = (64, 512, 4096)  # partial sorts tried before sorting the whole vocabulary
 
 
-def last_kept(cum: Tensor, p: float, min_keep: int) -> Tensor:
-    """Position `[B, 1]` of the last token the nucleus keeps, from the sorted cumulative mass `cum` `[B, K]`.
+def last_kept(cum: Tensor, target: Tensor, min_keep: int) -> Tensor:
+    """Position `[B, 1]` of the last token the nucleus keeps, from the sorted cumulative mass `cum`
+    `[B, K]` and `target` `[B, 1]`, p times the row's total mass.
 
-    Token i stays while the mass before it, `cum[i-1]`, is < p: the last one kept is the
-    first whose own `cum[i]` reaches p, at the position that counts the `cum` entries below p.
+    Token i stays while the mass before it, `cum[i-1]`, is < target: the last one kept is the
+    first whose own `cum[i]` reaches it, at the position that counts the `cum` entries below it.
     """
-    target = filled(p, (cum.shape[0], 1), cum)
     return torch.searchsorted(cum, target).clamp(min=min_keep - 1, max=cum.shape[1] - 1)
 
 
@@ -72,25 +72,30 @@ class TopP(ProcessorBase[TopPParams]):
     def on_candidates(self, c: Candidates, ctx: DecodeContext) -> Candidates:
         if self.params.p >= 1.0:
             return c
-        cum = c.values.softmax(-1, dtype=torch.float32).cumsum_(-1)  # [B, K]: candidates are sorted
-        floor = c.values.gather(1, last_kept(cum, self.params.p, self.params.min_keep))
+        # Unnormalised mass, exp(logit - row max), against p times its total rather than a softmax:
+        # the kernels `sample` runs next, so a decode step has one kernel less to load into the caches.
+        v = c.values if c.values.dtype in (torch.float32, torch.float64) else c.values.float()
+        cum = (v - v[:, :1]).exp_().cumsum_(-1)  # [B, K]: candidates are sorted, the first is the maximum
+        target = cum[:, -1:] * constant(self.params.p, cum)
+        floor = c.values.gather(1, last_kept(cum, target, self.params.min_keep))
         return Candidates(_keep(c.values, floor), c.indices)
 
     def _nucleus(self, logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """`(values, ids, floor)`: a sorted prefix `[B, K]` holding every row's nucleus, and its last kept logit."""
         p, min_keep = self.params.p, self.params.min_keep
         probs = logits.softmax(-1, dtype=torch.float32)  # [B, V]
+        target = probs.new_full((probs.shape[0], 1), p)
         for size in _PREFIXES:
             if size * 2 > logits.shape[1] or size < min_keep:
                 break
             values, ids = top_candidates(logits, size + 1)  # the prefix, and the largest logit past it
             values, ids = values[:, : size + 1], ids[:, : size + 1]  # (ties past it are checked below)
             cum = probs.gather(1, ids).cumsum_(-1)  # [B, size+1] mass of the most probable tokens
-            last = last_kept(cum, p, min_keep)
+            last = last_kept(cum, target, min_keep)
             floor = values.gather(1, last)
             # known when the cut falls within the prefix and the logit past it is below the floor
             if bool(((last < size) & (floor > values[:, size:])).all()):  # host sync
                 return values, ids, floor
         values, ids = logits.sort(-1, descending=True)
         cum = probs.gather(1, ids).cumsum_(-1)
-        return values, ids, values.gather(1, last_kept(cum, p, min_keep))
+        return values, ids, values.gather(1, last_kept(cum, target, min_keep))
