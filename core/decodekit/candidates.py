@@ -91,7 +91,7 @@ def _search(logits: Tensor, k: int, f: Callable[[Tensor], Tensor] | None) -> Can
     C = V // R
     n = R * C
     grid = (logits if n == V else logits[:, :n]).reshape(B, R, C)  # [b, r, c] = token r·C + c; group c = column c
-    group_max = grid.amax(1)  # [B, C]
+    group_max = grid.amax(1, keepdim=True)  # [B, 1, C]
     # Pool the k+1 groups with the largest maxima (and the tokens past the grid). The pool holds
     # k+1 group maxima >= m_(k+1), so its (k+1)-th value is >= m_(k+1) >= every group left out:
     # when that value is below the pool's k-th, nothing left out can tie with the k-th either.
@@ -107,7 +107,7 @@ def _search(logits: Tensor, k: int, f: Callable[[Tensor], Tensor] | None) -> Can
     # Ties at the k-th value (or rows with fewer than k finite logits): pool every group that
     # can hold a kept token, keep every token tied with the k-th.
     floor = _floor(values[:, k - 1 : k])
-    n_groups = max(int((group_max >= floor).sum(-1).amax()), k)  # host sync
+    n_groups = max(int((group_max[:, 0] >= floor).sum(-1).amax()), k)  # host sync
     pool, ids = _pool(logits, R, C, group_max.topk(n_groups).indices)
     count = min(max(int((pool >= floor).sum(-1).amax()), k), pool.shape[1])  # host sync
     values, pos = pool.topk(count)
@@ -115,10 +115,10 @@ def _search(logits: Tensor, k: int, f: Callable[[Tensor], Tensor] | None) -> Can
 
 
 def _pool(logits: Tensor, rows: int, cols: int, groups: Tensor) -> tuple[Tensor, Tensor]:
-    """The logits `[B, R·G + P]` of the chosen `groups` `[B, G]` of the R x C grid (R = rows, C = cols),
+    """The logits `[B, R·G + P]` of the chosen `groups` `[B, 1, G]` of the R x C grid (R = rows, C = cols),
     and of the P = V - R·C tokens past it (always pooled), and their token ids."""
     B, V = logits.shape
-    ids = (_row_offsets(rows, cols, logits.device) + groups.unsqueeze(1)).view(B, -1)  # [B, R, G]: r·C + group
+    ids = (_row_offsets(rows, cols, logits.device) + groups).view(B, -1)  # [B, R, G]: r·C + group
     if rows * cols < V:
         ids = torch.cat([ids, torch.arange(rows * cols, V, device=logits.device).expand(B, -1)], 1)
     return logits.gather(1, ids), ids
