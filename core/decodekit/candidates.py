@@ -54,9 +54,11 @@ def _keep_at_least(values: Tensor, indices: Tensor, floor: Tensor) -> Candidates
 
 
 @lru_cache(maxsize=64)
-def _row_offsets(rows: int, cols: int, device: torch.device) -> Tensor:
-    """The token id of each grid row's first column, `[1, rows, 1]`."""
-    return torch.arange(0, rows * cols, cols, device=device)[None, :, None]
+def _grid(vocab_size: int, device: torch.device) -> tuple[int, int, Tensor]:
+    """(R, C, the token id of each grid row's first column `[1, R, 1]`) for a vocabulary on `device`."""
+    R = _grid_rows(vocab_size)
+    C = vocab_size // R  # 0 for a vocabulary smaller than R, where the grid is never used
+    return R, C, torch.arange(0, R * C, max(C, 1), device=device)[None, :, None]
 
 
 def top_candidates(logits: Tensor, k: int) -> Candidates:
@@ -85,17 +87,16 @@ def _search(logits: Tensor, k: int, f: Callable[[Tensor], Tensor] | None) -> Can
     """The grid search of the module docstring. None when the vocabulary is too small for the grid
     to pay (`_MIN_GAIN`), and, with a map `f`, wherever the plain search would sync again."""
     B, V = logits.shape
-    R = _grid_rows(V)
+    R, C, offsets = _grid(V, logits.device)
     if k * R * _MIN_GAIN > V:
         return None
-    C = V // R
     n = R * C
     grid = (logits if n == V else logits[:, :n]).reshape(B, R, C)  # [b, r, c] = token r·C + c; group c = column c
     group_max = grid.amax(1, keepdim=True)  # [B, 1, C]
     # Pool the k+1 groups with the largest maxima (and the tokens past the grid). The pool holds
     # k+1 group maxima >= m_(k+1), so its (k+1)-th value is >= m_(k+1) >= every group left out:
     # when that value is below the pool's k-th, nothing left out can tie with the k-th either.
-    pool, ids = _pool(logits, R, C, group_max.topk(k + 1).indices)
+    pool, ids = _pool(logits, offsets, n, group_max.topk(k + 1).indices)
     values, pos = pool.topk(k + 1)
     if f is not None:
         values = f(values)  # the order stays; ties may appear, and the check below sees them
@@ -108,19 +109,20 @@ def _search(logits: Tensor, k: int, f: Callable[[Tensor], Tensor] | None) -> Can
     # can hold a kept token, keep every token tied with the k-th.
     floor = _floor(values[:, k - 1 : k])
     n_groups = max(int((group_max[:, 0] >= floor).sum(-1).amax()), k)  # host sync
-    pool, ids = _pool(logits, R, C, group_max.topk(n_groups).indices)
+    pool, ids = _pool(logits, offsets, n, group_max.topk(n_groups).indices)
     count = min(max(int((pool >= floor).sum(-1).amax()), k), pool.shape[1])  # host sync
     values, pos = pool.topk(count)
     return _keep_at_least(values, ids.gather(1, pos), floor)
 
 
-def _pool(logits: Tensor, rows: int, cols: int, groups: Tensor) -> tuple[Tensor, Tensor]:
-    """The logits `[B, R·G + P]` of the chosen `groups` `[B, 1, G]` of the R x C grid (R = rows, C = cols),
-    and of the P = V - R·C tokens past it (always pooled), and their token ids."""
+def _pool(logits: Tensor, offsets: Tensor, grid_end: int, groups: Tensor) -> tuple[Tensor, Tensor]:
+    """The logits `[B, R·G + P]` of the chosen `groups` `[B, 1, G]` of the grid whose rows start at
+    token ids `offsets` `[1, R, 1]`, and of the P tokens from `grid_end` on (past the grid, always
+    pooled), and their token ids."""
     B, V = logits.shape
-    ids = (_row_offsets(rows, cols, logits.device) + groups).view(B, -1)  # [B, R, G]: r·C + group
-    if rows * cols < V:
-        ids = torch.cat([ids, torch.arange(rows * cols, V, device=logits.device).expand(B, -1)], 1)
+    ids = (offsets + groups).view(B, -1)  # [B, R, G]: r·C + group
+    if grid_end < V:
+        ids = torch.cat([ids, torch.arange(grid_end, V, device=logits.device).expand(B, -1)], 1)
     return logits.gather(1, ids), ids
 
 

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from decodekit.params import NoParams
-from decodekit.stage import Candidates, SelectorBase, constant
+from decodekit.stage import Candidates, Constants, SelectorBase
 
 if TYPE_CHECKING:
     from decodekit.context import DecodeContext
@@ -21,6 +21,10 @@ __all__ = ["Sample", "inverse_cdf"]
 # on a token whose CDF step is non-empty. `inverse_cdf` scales a caller's u by this first,
 # which keeps even u = 1 in range.
 _BELOW_ONE = 1.0 - 2.0**-23
+
+
+_BELOW_ANY_TARGET = Constants(-1.0)  # every target but NaN is above it
+_UNSAMPLEABLE = Constants(-1)  # the token id of a row that cannot be sampled
 
 
 def _cdf(shifted: Tensor) -> Tensor:
@@ -45,7 +49,9 @@ def _draw(cdf: Tensor, u: Tensor, ids: Tensor | None = None) -> Tensor:
     tokens = pos if ids is None else ids.gather(1, pos)
     # target >= 0 unless NaN. (where and > rather than isnan and masked_fill: kernels a chain's
     # processors run too, so they are warm when the selector runs.)
-    return torch.where(target > constant(-1.0, target), tokens, constant(-1, tokens)).view(-1)
+    (below,) = _BELOW_ANY_TARGET.like(target)
+    (unsampleable,) = _UNSAMPLEABLE.like(tokens)
+    return torch.where(target > below, tokens, unsampleable).view(-1)
 
 
 def _working(logits: Tensor) -> Tensor:

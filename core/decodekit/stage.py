@@ -45,7 +45,7 @@ from decodekit.params import NoParams, Params, validate_params
 if TYPE_CHECKING:
     from decodekit.context import DecodeContext
 
-__all__ = ["Candidates", "ProcessorBase", "SelectorBase", "Stage", "constant", "densify"]
+__all__ = ["Candidates", "Constants", "ProcessorBase", "SelectorBase", "Stage", "constant", "densify"]
 
 P = TypeVar("P", bound=Params)
 
@@ -82,6 +82,27 @@ def constant(value: float, like: Tensor) -> Tensor | float:
     if like.dtype in _CONSTANT_DTYPES:
         return _constant(value, like.dtype, like.device)
     return value
+
+
+class Constants:
+    """Numbers a stage uses in every step, as `constant`s of the tensor it meets: one lookup per
+    step for all of them (`zero, penalty = self._constants.like(x)`), not one cached call each.
+
+    Keeps the last dtype and device it was asked for; another one builds the tensors again.
+    """
+
+    __slots__ = ("_cache", "values")
+
+    def __init__(self, *values: float) -> None:
+        self.values = values
+        self._cache: tuple[tuple[torch.dtype, torch.device], tuple[Tensor | float, ...]] | None = None
+
+    def like(self, x: Tensor) -> tuple[Tensor | float, ...]:
+        key = (x.dtype, x.device)
+        cache = self._cache  # read once: another thread may replace it (whole, never in part)
+        if cache is None or cache[0] != key:
+            cache = self._cache = (key, tuple(constant(v, x) for v in self.values))
+        return cache[1]
 
 
 def densify(c: Candidates, vocab_size: int) -> Tensor:

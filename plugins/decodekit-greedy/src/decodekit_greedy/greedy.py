@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from decodekit.params import NoParams
-from decodekit.stage import Candidates, SelectorBase, constant
+from decodekit.stage import Candidates, Constants, SelectorBase
 
 if TYPE_CHECKING:
     from decodekit.context import DecodeContext
@@ -67,9 +67,15 @@ def first_argmax(logits: Tensor) -> Tensor:
     return argmax_and_max(logits)[0]
 
 
+_ZERO = Constants(0.0)
+_UNSAMPLEABLE = Constants(-1)
+
+
 def _mark(ids: Tensor, top: Tensor) -> Tensor:
     """`ids` `[B]`, -1 where the row's maximum `top` `[B]` is not finite (top - top is NaN then)."""
-    return torch.where(top - top == constant(0.0, top), ids, constant(-1, ids))
+    (zero,) = _ZERO.like(top)
+    (unsampleable,) = _UNSAMPLEABLE.like(ids)
+    return torch.where(top - top == zero, ids, unsampleable)
 
 
 def _mark_on_host(logits: Tensor, ids: Tensor, top: Tensor | None) -> Tensor:

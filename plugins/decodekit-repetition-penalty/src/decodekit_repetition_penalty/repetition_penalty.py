@@ -12,12 +12,13 @@ rewrites a value the row writes anyway; a row without any real token is left as 
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from decodekit.stage import Candidates, ProcessorBase, constant
+from decodekit.stage import Candidates, Constants, ProcessorBase
 from decodekit_repetition_penalty.params import RepetitionPenaltyParams
 
 if TYPE_CHECKING:
@@ -64,9 +65,13 @@ class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
         values, order = torch.where(in_context, self._penalise(c.values), c.values).sort(-1, descending=True)
         return Candidates(values, c.indices.gather(1, order))
 
+    @cached_property
+    def _constants(self) -> Constants:
+        return Constants(0.0, self.params.penalty)
+
     def _penalise(self, x: Tensor) -> Tensor:
-        penalty = constant(self.params.penalty, x)
-        return torch.where(x > constant(0.0, x), x / penalty, x * penalty)  # -inf * penalty stays -inf
+        zero, penalty = self._constants.like(x)
+        return torch.where(x > zero, x / penalty, x * penalty)  # -inf * penalty stays -inf
 
     def _context_ids(self, ctx: DecodeContext) -> tuple[Tensor, Tensor | None]:
         """The token ids that count `[B, T']`, padding redirected, and `[B, 1]` "row has a real token".

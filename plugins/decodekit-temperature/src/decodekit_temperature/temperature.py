@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from decodekit.stage import Candidates, ProcessorBase, constant
+from decodekit.stage import Candidates, Constants, ProcessorBase
 from decodekit_temperature.params import TemperatureParams
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class Temperature(ProcessorBase[TemperatureParams]):
         if T == 0.0:
             top = logits.argmax(-1, keepdim=True)  # [B, 1] the first maximum (NaN counts as one)
             return torch.full_like(logits, float("-inf")).scatter_(1, top, logits.gather(1, top))
-        return logits / constant(T, logits)
+        return self._divide(logits)
 
     def process_(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         """The call's result written into `logits` (see `decodekit.stage`)."""
@@ -51,14 +52,22 @@ class Temperature(ProcessorBase[TemperatureParams]):
             return logits
         if T == 0.0:
             return logits.copy_(self(logits, ctx))
-        return logits.div_(constant(T, logits))
+        return logits.div_(self._temperature.like(logits)[0])
 
     def monotone_map(self, ctx: DecodeContext) -> Callable[[Tensor], Tensor] | None:
         """`x / T` for 0 < T != 1, which a following top_k may apply to its kept tokens only (see `decodekit.stage`)."""
         T = self.params.value
         if T == 0.0 or T == 1.0:
             return None
-        return lambda x: x / constant(T, x)  # the very operation of the call
+        return self._divide  # the very operation of the call
+
+    @cached_property
+    def _temperature(self) -> Constants:
+        return Constants(self.params.value)
+
+    def _divide(self, x: Tensor) -> Tensor:
+        """`x / T`."""
+        return x / self._temperature.like(x)[0]
 
     def to_candidates(self, logits: Tensor, ctx: DecodeContext) -> Candidates | None:
         """For T = 0, the argmax as a one-token candidate set; None otherwise (the division is dense)."""
@@ -74,4 +83,4 @@ class Temperature(ProcessorBase[TemperatureParams]):
         if T == 0.0:
             pos = first_max(c)
             return Candidates(c.values.gather(1, pos), c.indices.gather(1, pos))
-        return Candidates(c.values / constant(T, c.values), c.indices)  # dividing by T > 0 keeps the order
+        return Candidates(self._divide(c.values), c.indices)  # dividing by T > 0 keeps the order

@@ -14,13 +14,14 @@ none holds every row's nucleus. Deciding so reads a few values back from the dev
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from decodekit.candidates import top_candidates
-from decodekit.stage import Candidates, ProcessorBase, constant
+from decodekit.stage import Candidates, Constants, ProcessorBase
 from decodekit_top_p.params import TopPParams
 
 if TYPE_CHECKING:
@@ -41,10 +42,14 @@ def last_kept(cum: Tensor, target: Tensor, min_keep: int) -> Tensor:
     return torch.searchsorted(cum, target).clamp(min=min_keep - 1, max=cum.shape[1] - 1)
 
 
+_REMOVED = Constants(float("-inf"))
+
+
 def _keep(values: Tensor, floor: Tensor) -> Tensor:
     # NaN is never below floor: it stays visible. (where and > rather than masked_fill and <: the
     # kernels repetition_penalty runs too, already warm in a chain's step.)
-    return torch.where(floor > values, constant(float("-inf"), values), values)
+    (removed,) = _REMOVED.like(values)
+    return torch.where(floor > values, removed, values)
 
 
 class TopP(ProcessorBase[TopPParams]):
@@ -76,9 +81,14 @@ class TopP(ProcessorBase[TopPParams]):
         # the kernels `sample` runs next, so a decode step has one kernel less to load into the caches.
         v = c.values if c.values.dtype in (torch.float32, torch.float64) else c.values.float()
         cum = (v - v[:, :1]).exp_().cumsum_(-1)  # [B, K]: candidates are sorted, the first is the maximum
-        target = cum[:, -1:] * constant(self.params.p, cum)
+        (p,) = self._p.like(cum)
+        target = cum[:, -1:] * p
         floor = c.values.gather(1, last_kept(cum, target, self.params.min_keep))
         return Candidates(_keep(c.values, floor), c.indices)
+
+    @cached_property
+    def _p(self) -> Constants:
+        return Constants(self.params.p)
 
     def _nucleus(self, logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """`(values, ids, floor)`: a sorted prefix `[B, K]` holding every row's nucleus, and its last kept logit."""
