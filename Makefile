@@ -44,6 +44,7 @@ bench: install-dev
 	$(BIN)/python benchmarks/bench_generate.py
 	$(BIN)/python benchmarks/bench_chain.py
 	$(BIN)/python benchmarks/bench_catalogue.py
+	$(BIN)/python benchmarks/bench_step_anatomy.py
 
 clean:
 	rm -rf $(VENV) build core/*.egg-info plugins/*/src/*.egg-info
