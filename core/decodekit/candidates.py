@@ -67,41 +67,44 @@ def top_candidates(logits: Tensor, k: int) -> Candidates:
     logits: [B, V] with 1 <= k < V. Rows keeping fewer tokens than the widest row are padded
     with -inf. Reads two values per row back from the device (two counts more after a tie).
     """
-    c = _search(logits, k, None)
+    c = top_candidates_after(logits, k, None)
     return _by_topk(logits, k) if c is None else c
 
 
-def top_candidates_after(logits: Tensor, k: int, f: Callable[[Tensor], Tensor]) -> Candidates | None:
+def top_candidates_after(logits: Tensor, k: int, f: Callable[[Tensor], Tensor] | None) -> Candidates | None:
     """`top_candidates(f(logits), k)` for a non-decreasing elementwise `f`, computing f on k + 1 values per row.
 
     f keeps the order, so the top k of f(logits) are the top k of logits; it may make a tie
     (two logits, one value) but never break one. So when f of the (k+1)-th largest logit is
     below f of the k-th, no other token ties with the k-th after f either. None when that
-    does not hold for every row (or the vocabulary is too small for the grid search): then
-    apply f and call `top_candidates`.
+    does not hold for every row (or the vocabulary is too small for the grid search to pay,
+    `_MIN_GAIN`): then apply f and call `top_candidates`. `f=None` is the identity, and then
+    ties are resolved here: None only when the grid does not pay.
+
+    This is the grid search of the module docstring.
     """
-    return _search(logits, k, f)
-
-
-def _search(logits: Tensor, k: int, f: Callable[[Tensor], Tensor] | None) -> Candidates | None:
-    """The grid search of the module docstring. None when the vocabulary is too small for the grid
-    to pay (`_MIN_GAIN`), and, with a map `f`, wherever the plain search would sync again."""
     B, V = logits.shape
     R, C, offsets = _grid(V, logits.device)
     if k * R * _MIN_GAIN > V:
         return None
     n = R * C
-    grid = (logits if n == V else logits[:, :n]).reshape(B, R, C)  # [b, r, c] = token r·C + c; group c = column c
+    # [b, r, c] = token r·C + c; group c = column c. (Splitting a dimension is always a view.)
+    grid = logits.view(B, R, C) if n == V else logits[:, :n].reshape(B, R, C)
     group_max = grid.amax(1, keepdim=True)  # [B, 1, C]
     # Pool the k+1 groups with the largest maxima (and the tokens past the grid). The pool holds
     # k+1 group maxima >= m_(k+1), so its (k+1)-th value is >= m_(k+1) >= every group left out:
     # when that value is below the pool's k-th, nothing left out can tie with the k-th either.
-    pool, ids = _pool(logits, offsets, n, group_max.topk(k + 1).indices)
-    values, pos = pool.topk(k + 1)
+    # (This first pool is `_pool` written out: the common case, once per decode step.)
+    ids = (offsets + group_max.topk(k + 1).indices).view(B, -1)  # [B, R·(k+1)]: r·C + group
+    if n < V:
+        ids = torch.cat([ids, torch.arange(n, V, device=logits.device).expand(B, -1)], 1)
+    values, pos = logits.gather(1, ids).topk(k + 1)
     if f is not None:
         values = f(values)  # the order stays; ties may appear, and the check below sees them
-    boundary = values[:, k - 1 : k + 1].tolist()  # host sync: the k-th and (k+1)-th value of each row
-    if all(after < kth for kth, after in boundary):  # nothing ties with the k-th value (NaN fails too)
+    for kth, after in values[:, k - 1 : k + 1].tolist():  # host sync: the k-th and (k+1)-th value of each row
+        if not after < kth:  # a tie with the k-th value (NaN fails too)
+            break
+    else:
         return Candidates(values[:, :k], ids.gather(1, pos[:, :k]))
     if f is not None:
         return None

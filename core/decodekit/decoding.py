@@ -9,6 +9,7 @@ the model's last `max_positions` tokens (the uncached loop of the course notes).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -277,7 +278,8 @@ def stream(
         and the top-n alternatives, raw and after the chain.
     """
     rows = _prompt_rows(model, prompts)
-    for event in _decode(model, rows, chain, max_new_tokens, cache, stop_tokens, stop_strings, seed, logprobs):
+    events = _decode(model, rows, chain, max_new_tokens, cache, stop_tokens, stop_strings, seed, logprobs, True)
+    for event in events:
         yield TokenEvent(*event)
 
 
@@ -295,8 +297,14 @@ def _decode(
     stop_strings: Sequence[str],
     seed: int | Sequence[int] | None,
     logprobs: int | None,
+    mode_per_step: bool,
 ) -> Iterator[_Event]:
-    """The decode loop behind `stream` and `generate` (see `stream`), on prompts already turned into ids."""
+    """The decode loop behind `stream` and `generate` (see `stream`), on prompts already turned into ids.
+
+    `mode_per_step`: enter inference mode for each step's tensor work and leave it before yielding,
+    so that the caller's code between two events runs in its own mode (`stream`). False: the caller
+    runs the whole loop in inference mode itself (`generate`, which saves the switch in every step).
+    """
     chain = _as_chain(chain_arg)
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ParameterError(f"max_new_tokens={max_new_tokens!r} is invalid; allowed: an integer >= 0")
@@ -323,9 +331,9 @@ def _decode(
     if max_new_tokens == 0:
         return
 
-    # Tensor work runs in inference mode, entered and left around each block so that the
-    # caller's code between two events runs in its own mode (one mode object, reused).
-    inference = torch.inference_mode()
+    # Tensor work runs in inference mode: entered and left around each block (one mode object,
+    # reused), or held by the caller throughout.
+    inference = torch.inference_mode() if mode_per_step else contextlib.nullcontext()
     with inference:
         kv: KVCache | None = None
         if cache != "none":
@@ -412,15 +420,16 @@ def generate(
     stopped_by: list[int | str | None] = [None] * B
     texts: list[list[str]] = [[] for _ in range(B)]
     lps: list[list[TokenLogprobs]] = [[] for _ in range(B)]
-    events = _decode(model, rows, chain, max_new_tokens, cache, stop_tokens, stop_strings, seed, logprobs)
-    for row, _, token, text, reason, token_lps, stopped in events:
-        tokens[row].append(token)
-        if text is not None:
-            texts[row].append(text)
-        if token_lps is not None:
-            lps[row].append(token_lps)
-        if reason is not None:
-            reasons[row], stopped_by[row] = reason, stopped
+    with torch.inference_mode():  # for the whole loop: no code of the caller's runs in between
+        events = _decode(model, rows, chain, max_new_tokens, cache, stop_tokens, stop_strings, seed, logprobs, False)
+        for row, _, token, text, reason, token_lps, stopped in events:
+            tokens[row].append(token)
+            if text is not None:
+                texts[row].append(text)
+            if token_lps is not None:
+                lps[row].append(token_lps)
+            if reason is not None:
+                reasons[row], stopped_by[row] = reason, stopped
     has_text = getattr(model, "tokenizer", None) is not None
     return Generation(
         tokens=tokens,

@@ -41,11 +41,13 @@ def _draw(cdf: Tensor, u: Tensor, ids: Tensor | None = None) -> Tensor:
     if u.dtype != cdf.dtype:
         u = u.to(cdf.dtype)
     target = u * cdf[:, -1:]
-    # A NaN target searches past the end: stay in range, then mark the row. (Out-of-place
-    # mul, clamp and sub here: in a decode loop the model's forward or the chain's processors
-    # have just run those kernels, not their in-place forms, and a kernel whose code is still
-    # in the CPU's caches costs several microseconds less.)
-    pos = torch.searchsorted(cdf, target, right=True).clamp(max=cdf.shape[1] - 1)
+    # Searching all but the last entry lands in [0, K-1] (a NaN target on K-1) with no clamp;
+    # that slice is contiguous for one row, and for several rows the clamp is cheaper than a copy.
+    head = cdf[:, :-1]
+    if head.is_contiguous():
+        pos = torch.searchsorted(head, target, right=True)
+    else:
+        pos = torch.searchsorted(cdf, target, right=True).clamp(max=cdf.shape[1] - 1)
     tokens = pos if ids is None else ids.gather(1, pos)
     # target >= 0 unless NaN. (where and > rather than isnan and masked_fill: kernels a chain's
     # processors run too, so they are warm when the selector runs.)
@@ -87,6 +89,7 @@ class Sample(SelectorBase[NoParams]):
         # Walk the candidates in vocabulary order, as the dense call walks the vocabulary:
         # the same uniform then picks the same token on either path.
         indices, order = c.indices.sort(-1)
-        values = _working(c.values)
-        cdf = _cdf(values.gather(1, order) - values[:, :1])  # candidates are sorted: column 0 is the max
+        values = c.values if c.values.dtype in (torch.float32, torch.float64) else c.values.float()  # `_working`
+        # `_cdf` of the logits shifted by the maximum: candidates are sorted, column 0 is the max.
+        cdf = (values.gather(1, order) - values[:, :1]).exp_().cumsum_(-1)
         return _draw(cdf, ctx.uniform(keepdim=True), indices)

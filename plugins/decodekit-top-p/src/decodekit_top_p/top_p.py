@@ -79,16 +79,23 @@ class TopP(ProcessorBase[TopPParams]):
             return c
         # Unnormalised mass, exp(logit - row max), against p times its total rather than a softmax:
         # the kernels `sample` runs next, so a decode step has one kernel less to load into the caches.
-        v = c.values if c.values.dtype in (torch.float32, torch.float64) else c.values.float()
+        # (`last_kept` and `_keep` written out: this runs once per decode step.)
+        values = c.values
+        v = values if values.dtype in (torch.float32, torch.float64) else values.float()
         cum = (v - v[:, :1]).exp_().cumsum_(-1)  # [B, K]: candidates are sorted, the first is the maximum
-        (p,) = self._p.like(cum)
+        p, removed = self._constants.like(cum)
         target = cum[:, -1:] * p
-        floor = c.values.gather(1, last_kept(cum, target, self.params.min_keep))
-        return Candidates(_keep(c.values, floor), c.indices)
+        head = cum[:, :-1]
+        if self.params.min_keep == 1 and head.is_contiguous():  # (one row: a slice of a row is contiguous)
+            last = torch.searchsorted(head, target)  # = last_kept: K-1 entries give a position in [0, K-1]
+        else:
+            last = last_kept(cum, target, self.params.min_keep)
+        # NaN is never below floor: it stays visible. (A -inf of cum's dtype: where keeps values' dtype.)
+        return Candidates(torch.where(values.gather(1, last) > values, removed, values), c.indices)
 
     @cached_property
-    def _p(self) -> Constants:
-        return Constants(self.params.p)
+    def _constants(self) -> Constants:
+        return Constants(self.params.p, float("-inf"))
 
     def _nucleus(self, logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """`(values, ids, floor)`: a sorted prefix `[B, K]` holding every row's nucleus, and its last kept logit."""
