@@ -5,9 +5,9 @@ Reference GPT: 2 layers, 128 dims, 4 heads, vocabulary 50,257; batch 1, 32-token
 process, interleaved round by round (the order rotating), and the figure reported is the
 median over rounds of each round's ratio (decodekit's time / the minimal loop's time, 128
 tokens each), with the quartiles of those ratios. A second table times every decode step on
-its own (forward + argmax; forward + chain + the loop's bookkeeping, between two events of
-`dk.stream`, which `dk.generate` collects) and compares median steps: a burst of load on a
-shared machine then costs a few steps rather than a whole run. Also: the cost of appending
+its own (forward + argmax; forward + chain + the loop's bookkeeping: from the start of one
+forward to the start of the next, in both loops, see `StepClock`) and compares median steps:
+a burst of load on a shared machine then costs a few steps rather than a whole run. Also: the cost of appending
 one token to a dense cache at position 2,000 relative to position 20.
 
     python benchmarks/bench_generate.py [--repeats 15] [--threads 1]
@@ -19,6 +19,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -28,45 +29,58 @@ from decodekit.models.gpt import GPT, GPTConfig
 FULL_CHAIN = "repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"
 
 
-def minimal_loop(
-    model: GPT, prompt: torch.Tensor, new_tokens: int, step_times: list[float] | None = None
-) -> torch.Tensor:
+class StepClock:
+    """A model that notes when each of its calls starts; everything else is the wrapped model's.
+
+    A decode step, in any loop, is then the time from one forward's start to the next's: the
+    forward, the selection and the loop's bookkeeping, measured the same way in every loop and
+    without touching the loop itself (`dk.generate` is timed as it is).
+    """
+
+    def __init__(self, model: GPT) -> None:
+        self.model = model
+        self.starts: list[float] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        self.starts.append(time.perf_counter())
+        out: torch.Tensor = self.model(*args, **kwargs)
+        return out
+
+    def __getattr__(self, name: str) -> Any:  # spec, parameters, supports_last_only, ...
+        return getattr(self.model, name)
+
+    def decode_steps(self) -> list[float]:
+        """Seconds of each decode step whose next forward started (the prefill is call 0)."""
+        return [b - a for a, b in zip(self.starts[1:], self.starts[2:])]
+
+
+def minimal_loop(model: GPT | StepClock, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
     """Prefill (the last column's logits only, as `dk.generate` asks), then forward + argmax per
-    token against a dense cache: nothing else. `step_times` collects each decode step's seconds."""
+    token against a dense cache: nothing else."""
     spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=prompt.shape[1] + new_tokens)
     cache = dk.create_cache("dense", spec)
     pos = torch.arange(prompt.shape[1] + new_tokens)[None]
     T = prompt.shape[1]
     tok = model(prompt, pos[:, :T], cache, last_only=True)[:, -1].argmax(-1, keepdim=True)
     out = [tok]
-    prev = time.perf_counter()
     for t in range(T, T + new_tokens - 1):
         tok = model(tok, pos[:, t : t + 1], cache)[:, -1].argmax(-1, keepdim=True)
         out.append(tok)
-        if step_times is not None:
-            now = time.perf_counter()
-            step_times.append(now - prev)
-            prev = now
     return torch.cat(out, 1)
 
 
 def minimal_step_times(model: GPT, prompt: torch.Tensor, new_tokens: int) -> list[float]:
-    """`minimal_loop`'s decode steps (forward + argmax after the prefill), each timed."""
-    times: list[float] = []
-    minimal_loop(model, prompt, new_tokens, times)
-    return times
+    """`minimal_loop`'s decode steps (forward + argmax), each timed by a `StepClock`."""
+    clock = StepClock(model)
+    minimal_loop(clock, prompt, new_tokens)
+    return clock.decode_steps()
 
 
 def dk_step_times(model: GPT, prompt: torch.Tensor, chain: dk.Chain, new_tokens: int) -> list[float]:
-    """`dk.stream` (the loop `dk.generate` collects), timing each token after the first: forward + chain + loop."""
-    events = dk.stream(model, prompt, chain=chain, max_new_tokens=new_tokens, seed=0)
-    next(events)  # the prefill and the first token
-    times, prev = [], time.perf_counter()
-    for _ in events:
-        now = time.perf_counter()
-        times.append(now - prev)
-        prev = now
-    return times
+    """`dk.generate`'s decode steps (forward + chain + the loop's bookkeeping), each timed by a `StepClock`."""
+    clock = StepClock(model)
+    dk.generate(clock, prompt, chain=chain, max_new_tokens=new_tokens, seed=0)
+    return clock.decode_steps()
 
 
 def timed(fn: Callable[[], object]) -> float:

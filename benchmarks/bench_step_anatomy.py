@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from bench_generate import dk_step_times, minimal_step_times
+from bench_generate import StepClock, dk_step_times, minimal_step_times
 
 import decodekit as dk
 from decodekit.context import row_generators
@@ -142,33 +142,30 @@ def plain_chain(use_topk: bool) -> Callable[[torch.Tensor, dk.DecodeContext], to
 
 
 def plain_step_times(model: GPT, prompt: torch.Tensor, step: Callable[..., torch.Tensor]) -> list[float]:
-    """A decode loop like `dk.stream`'s (history buffer, one host read per step) around `step`."""
+    """A decode loop like `dk.generate`'s (history buffer, one host read per step) around `step`,
+    its steps timed as `bench_generate` times every loop (`StepClock`)."""
+    clock = StepClock(model)
     cache = dk.create_cache("dense", dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=PROMPT + NEW))
     buf = torch.zeros(1, PROMPT + NEW, dtype=torch.long)
     buf[:, :PROMPT] = prompt
     pos = torch.arange(PROMPT + NEW)[None]
     ctx = dk.DecodeContext(tokens=buf[:, :PROMPT], generators=row_generators(0, 1))
-    logits = model(buf[:, :PROMPT], pos[:, :PROMPT], cache, last_only=True)[:, -1]
-    times, prev = [], None
+    logits = clock(buf[:, :PROMPT], pos[:, :PROMPT], cache, last_only=True)[:, -1]
     for t in range(PROMPT, PROMPT + NEW):
         ctx.tokens = buf[:, :t]
         tok = step(logits, ctx)
         tok.tolist()
         buf.select(1, t).copy_(tok)
         if t < PROMPT + NEW - 1:
-            logits = model(buf[:, t : t + 1], pos[:, t : t + 1], cache)[:, -1]
-        now = time.perf_counter()
-        if prev is not None:
-            times.append(now - prev)
-        prev = now
-    return times
+            logits = clock(buf[:, t : t + 1], pos[:, t : t + 1], cache)[:, -1]
+    return clock.decode_steps()
 
 
 def bench_chain_in_loop(model: GPT, prompt: torch.Tensor, rounds: int) -> None:
     chain = dk.Chain.parse(FULL_CHAIN)
     cases: dict[str, Callable[[], list[float]]] = {
         "minimal loop (forward + argmax)": lambda: minimal_step_times(model, prompt, NEW),
-        "dk.stream, full chain": lambda: dk_step_times(model, prompt, chain, NEW),
+        "dk.generate, full chain": lambda: dk_step_times(model, prompt, chain, NEW),
         "the same ops as one plain function": lambda: plain_step_times(model, prompt, plain_chain(False)),
         "that function, torch.topk for the grid": lambda: plain_step_times(model, prompt, plain_chain(True)),
     }
