@@ -6,9 +6,9 @@ process, interleaved round by round (the order rotating), and the figure reporte
 median over rounds of each round's ratio (decodekit's time / the minimal loop's time, 128
 tokens each), with the quartiles of those ratios. A second table times every decode step on
 its own (forward + argmax; forward + chain + the loop's bookkeeping: from the start of one
-forward to the start of the next, in both loops, see `StepClock`) and compares median steps:
-a burst of load on a shared machine then costs a few steps rather than a whole run. Also: the cost of appending
-one token to a dense cache at position 2,000 relative to position 20.
+forward to the start of the next, in both loops, see `StepClock`) and compares median
+steps: a burst of load on a shared machine then costs a few steps rather than a whole run.
+Also: the cost of appending one token to a dense cache at position 2,000 relative to 20.
 
     python benchmarks/bench_generate.py [--repeats 15] [--threads 1]
 """

@@ -6,12 +6,16 @@ Reference GPT of `bench_generate.py` (2 layers, 128 dims, vocabulary 50,257), ba
 1. Small ops right after a forward. Every decode step of a minimal loop (forward + argmax) runs
    one variant, rotating step by step, timed alone; and the forward after it, timed too. The
    variants: nothing; one small op; the same small op 20 times; 20 different small ops; seven
-   cached `constant()` calls; one `Constants` lookup of seven numbers. The same variants are
-   timed warm (back to back) for comparison.
-2. The full chain in the loop against the same ops written as one plain function (no stages,
-   no candidate objects, constants made once), and that function with `torch.topk` over the row
-   in place of the grid search: per-step medians, each round's ratio to the minimal loop in the
-   same round (order rotating), median and middle half over rounds.
+   cached `constant()` calls; one `Constants` lookup of seven numbers; `top_k`'s pool `topk`
+   followed by ordering 50 ids with `sort`, or with a `topk` of all 50 (what `sample` does);
+   entering and leaving inference mode (what `dk.stream` does each step). The same variants
+   are timed warm (back to back) for comparison.
+2. `dk.generate` with the full chain against the same ops written as one plain function (no
+   stages, no candidate objects, constants made once) in a bare loop with the same history
+   buffer and host read, and that function with `torch.topk` over the row in place of the grid
+   search; every loop's steps timed as `bench_generate.py` times them (`StepClock`): per-step
+   medians, each round's ratio to the minimal loop in the same round (order rotating), median
+   and middle half over rounds.
 
     python benchmarks/bench_step_anatomy.py [--rounds 16] [--threads 1]
 """
@@ -41,6 +45,13 @@ def small_op_variants() -> dict[str, Callable[[], object]]:
     c = torch.tensor(2.0)
     idx = torch.randint(0, 51, (1, 51))
     seven = Constants(0.0, 1.1, 0.8, 0.9, -1.0, 2.0, 3.0)
+    pool = torch.randn(1, R * (K + 1))  # top_k's pool, then the 50 ids `sample` orders
+    ids = torch.randperm(V)[:K][None]
+    mode = torch.inference_mode()
+
+    def mode_switch() -> None:
+        with mode:  # what `dk.stream` does around each step (`dk.generate` holds the mode throughout)
+            pass
 
     def twenty_different() -> None:
         a = x.add(c)
@@ -65,6 +76,9 @@ def small_op_variants() -> dict[str, Callable[[], object]]:
         "20 different small ops": twenty_different,
         "7 cached constant() calls": lambda: [constant(v, x) for v in (0.0, 1.1, 0.8, 0.9, -1.0, 2.0, 3.0)],
         "one Constants lookup of 7": lambda: seven.like(x),
+        "topk of the 1,479-value pool, then sort 50 ids": lambda: (pool.topk(K + 1), ids.sort(-1)),
+        "the same topk, then a topk of the 50 smallest ids": lambda: (pool.topk(K + 1), ids.topk(K, largest=False)),
+        "inference mode entered and left": mode_switch,
     }
 
 
@@ -121,7 +135,7 @@ def plain_chain(use_topk: bool) -> Callable[[torch.Tensor, dk.DecodeContext], to
         if use_topk:
             v, ids = x.topk(K + 1)
         else:
-            groups = x.view(1, R, C).amax(1, keepdim=True).topk(K + 1).indices
+            groups = x.view(1, R, C).amax(1, keepdim=True).topk(K + 1, sorted=False).indices
             pool_ids = (offsets + groups).view(1, -1)
             v, pos = x.gather(1, pool_ids).topk(K + 1)
             ids = pool_ids.gather(1, pos)
@@ -130,12 +144,12 @@ def plain_chain(use_topk: bool) -> Callable[[torch.Tensor, dk.DecodeContext], to
         assert after < kth  # no tie at the k-th value on these logits
         v, ids = v[:, :K], ids[:, :K]
         cum = (v - v[:, :1]).exp_().cumsum_(-1)
-        last = torch.searchsorted(cum, cum[:, -1:] * p).clamp(max=K - 1)
+        last = torch.searchsorted(cum[:, :-1], cum[:, -1:] * p)
         v = torch.where(v.gather(1, last) > v, removed, v)
-        ids, order = ids.sort(-1)
+        ids, order = ids.topk(K, largest=False)
         cdf = (v.gather(1, order) - v[:, :1]).exp_().cumsum_(-1)
         target = ctx.uniform(keepdim=True) * cdf[:, -1:]
-        pick = torch.searchsorted(cdf, target, right=True).clamp(max=K - 1)
+        pick = torch.searchsorted(cdf[:, :-1], target, right=True)
         return torch.where(target > below, ids.gather(1, pick), none).view(-1)
 
     return step

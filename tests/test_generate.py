@@ -270,3 +270,30 @@ def test_stateful_stage_state_is_per_generation() -> None:
     chain = dk.Chain([counter])
     dk.generate(m, PROMPTS, chain=chain, max_new_tokens=6, seed=0)
     dk.generate(m, PROMPTS, chain=chain, max_new_tokens=6, seed=0)  # fresh state: the assert holds again
+
+
+class _ModeRecorder:
+    """A model that notes whether each of its calls ran in inference mode."""
+
+    def __init__(self, model: GPT) -> None:
+        self.model = model
+        self.spec = model.spec
+        self.modes: list[bool] = []
+
+    def __call__(self, *args: object, **kwargs: object) -> torch.Tensor:
+        self.modes.append(torch.is_inference_mode_enabled())
+        out: torch.Tensor = self.model(*args, **kwargs)
+        return out
+
+    def parameters(self) -> object:
+        return self.model.parameters()
+
+
+def test_stream_leaves_inference_mode_between_events_and_generate_holds_it() -> None:
+    model = _ModeRecorder(tiny_gpt())
+    between = [torch.is_inference_mode_enabled() for _ in dk.stream(model, [[1, 2, 3]], max_new_tokens=5, seed=0)]
+    assert between == [False] * 5 and model.modes == [True] * 5  # the prefill and four decode steps
+    model.modes = []
+    out = dk.generate(model, [[1, 2, 3]], max_new_tokens=5, seed=0)
+    assert model.modes == [True] * 5 and not torch.is_inference_mode_enabled()
+    assert out.tokens == dk.generate(tiny_gpt(), [[1, 2, 3]], max_new_tokens=5, seed=0).tokens

@@ -10,7 +10,7 @@ import torch
 import decodekit as dk
 from decodekit.context import row_generators
 from decodekit.sample import Sample, inverse_cdf
-from decodekit.stage import Candidates
+from decodekit.stage import Candidates, densify
 from decodekit.testing import SelectorConformance, check_selector
 from decodekit.testing.samplers import check_selector_distribution
 
@@ -140,6 +140,31 @@ def test_a_row_that_cannot_be_sampled_gets_minus_one_on_both_paths() -> None:
     values, indices = logits.sort(-1, descending=True)  # NaN sorts first, as the max
     fast = Sample().select_candidates(Candidates(values, indices), ctx_for(4))
     assert torch.equal(fast, dense)
+
+
+def test_candidates_pick_the_same_token_alone_in_a_batch_and_densely() -> None:
+    # One row searches its CDF without a clamp (a contiguous slice), several rows with one: the
+    # two must agree, with each other and with the dense call, at every draw, including a row
+    # that cannot be sampled (NaN), one whose only candidate is finite and one with -inf padding.
+    nan = float("nan")
+    g = torch.Generator().manual_seed(3)
+    values = torch.randn(4, 6, generator=g).sort(-1, descending=True).values
+    values[1] = torch.tensor([nan, 2.0, 1.0, 0.0, -1.0, -2.0])
+    values[2, 1:] = NEG
+    values[3, 4:] = NEG
+    ids = torch.stack([torch.randperm(50, generator=g)[:6] for _ in range(4)])
+    seeds = [11, 12, 13, 14]
+    batch, alone = dk.DecodeContext(tokens=torch.zeros(4, 1, dtype=torch.long), generators=row_generators(seeds, 4)), [
+        dk.DecodeContext(tokens=torch.zeros(1, 1, dtype=torch.long), generators=row_generators([s], 1)) for s in seeds
+    ]
+    dense_ctx = dk.DecodeContext(tokens=torch.zeros(4, 1, dtype=torch.long), generators=row_generators(seeds, 4))
+    dense_logits = densify(Candidates(values, ids), 50)
+    for _ in range(200):  # past a block of drawn-ahead uniforms
+        in_batch = Sample().select_candidates(Candidates(values, ids), batch).tolist()
+        rows = [Sample().select_candidates(Candidates(values[b : b + 1], ids[b : b + 1]), alone[b]).item() for b in range(4)]
+        assert in_batch == rows
+        assert Sample()(dense_logits, dense_ctx).tolist() == in_batch
+        assert in_batch[1] == -1 and in_batch[2] == ids[2, 0].item() and in_batch[3] in ids[3, :4].tolist()
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -140,6 +140,23 @@ def test_on_candidates_renormalises_over_the_candidates() -> None:
     assert torch.isfinite(TopP(p=0.9).on_candidates(c, ctx_for()).values).tolist() == [[True, True, True]]
 
 
+@pytest.mark.parametrize("min_keep", [1, 3])
+def test_on_candidates_a_row_keeps_the_same_alone_and_in_a_batch(min_keep: int) -> None:
+    # One row searches its cumulative mass without a clamp (a contiguous slice), several rows
+    # (or min_keep > 1) through `last_kept`: every row keeps the same tokens either way, and
+    # the same as the dense call.
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 40, generator=g) * torch.tensor([[0.5], [1.0], [2.0], [4.0], [8.0], [0.1]])
+    values, ids = x.sort(-1, descending=True)
+    stage = TopP(p=0.7, min_keep=min_keep)
+    batch = stage.on_candidates(Candidates(values, ids), ctx_for(6)).values
+    for b in range(6):
+        alone = stage.on_candidates(Candidates(values[b : b + 1], ids[b : b + 1]), ctx_for()).values
+        assert torch.equal(alone[0], batch[b]), b
+    dense = stage(x, ctx_for(6))
+    assert torch.equal(densify(Candidates(batch, ids), 40), dense)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_input(dtype: torch.dtype) -> None:
     x = peaked(5000, 1.2, seed=1).to(dtype)
