@@ -154,14 +154,18 @@ def test_candidates_pick_the_same_token_alone_in_a_batch_and_densely() -> None:
     values[3, 4:] = NEG
     ids = torch.stack([torch.randperm(50, generator=g)[:6] for _ in range(4)])
     seeds = [11, 12, 13, 14]
-    batch, alone = dk.DecodeContext(tokens=torch.zeros(4, 1, dtype=torch.long), generators=row_generators(seeds, 4)), [
-        dk.DecodeContext(tokens=torch.zeros(1, 1, dtype=torch.long), generators=row_generators([s], 1)) for s in seeds
-    ]
-    dense_ctx = dk.DecodeContext(tokens=torch.zeros(4, 1, dtype=torch.long), generators=row_generators(seeds, 4))
+
+    def ctx_of(row_seeds: list[int]) -> dk.DecodeContext:  # row b's generator from its own seed only
+        n = len(row_seeds)
+        return dk.DecodeContext(tokens=torch.zeros(n, 1, dtype=torch.long), generators=row_generators(row_seeds, n))
+
+    batch, alone, dense_ctx = ctx_of(seeds), [ctx_of([s]) for s in seeds], ctx_of(seeds)
     dense_logits = densify(Candidates(values, ids), 50)
     for _ in range(200):  # past a block of drawn-ahead uniforms
         in_batch = Sample().select_candidates(Candidates(values, ids), batch).tolist()
-        rows = [Sample().select_candidates(Candidates(values[b : b + 1], ids[b : b + 1]), alone[b]).item() for b in range(4)]
+        rows = [
+            Sample().select_candidates(Candidates(values[b : b + 1], ids[b : b + 1]), alone[b]).item() for b in range(4)
+        ]
         assert in_batch == rows
         assert Sample()(dense_logits, dense_ctx).tolist() == in_batch
         assert in_batch[1] == -1 and in_batch[2] == ids[2, 0].item() and in_batch[3] in ids[3, :4].tolist()
