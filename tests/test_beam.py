@@ -15,7 +15,7 @@ from decodekit.beam import BeamGeneration
 from decodekit.cache import KVCache, PreallocatedKVCache
 from decodekit.decoding import Generation
 from decodekit.models.gpt import GPT
-from tinymodels import CharTokenizer, tiny_gpt
+from tinymodels import CharTokenizer, left_padded, tiny_gpt
 
 PROMPTS = [[5, 17, 3, 9, 44, 2], [7, 8], [90, 1, 33]]
 
@@ -242,9 +242,8 @@ def test_matches_transformers_beam_search() -> None:
     eos = 58  # a token this random model often predicts, so some hypotheses end with it
     hf = _hf_gpt2(eos)
     prompts = [[5, 17, 3, 9, 44, 2], [90, 1, 33], [11, 12, 13, 14]]
-    P = max(map(len, prompts))
-    ids = torch.tensor([[0] * (P - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompts])
+    ids, mask = left_padded(prompts)
+    P = ids.shape[1]
     reasons: set[str] = set()
     for length_penalty, early_stopping in [(1.0, False), (0.5, True), (2.0, "never")]:
         with torch.no_grad():

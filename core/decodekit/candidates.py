@@ -94,12 +94,9 @@ def top_candidates_after(logits: Tensor, k: int, f: Callable[[Tensor], Tensor] |
     # Pool the k+1 groups with the largest maxima (and the tokens past the grid). The pool holds
     # k+1 group maxima >= m_(k+1), so its (k+1)-th value is >= m_(k+1) >= every group left out:
     # when that value is below the pool's k-th, nothing left out can tie with the k-th either.
-    # (This first pool is `_pool` written out: the common case, once per decode step. The groups
-    # in any order: the pool's topk sorts what is kept, and equal values may come in any order.)
-    ids = (offsets + group_max.topk(k + 1, sorted=False).indices).view(B, -1)  # [B, R·(k+1)]: r·C + group
-    if n < V:
-        ids = torch.cat([ids, torch.arange(n, V, device=logits.device).expand(B, -1)], 1)
-    values, pos = logits.gather(1, ids).topk(k + 1)
+    # (The groups in any order: the pool's topk sorts what is kept, equal values in any order.)
+    pool, ids = _pool(logits, offsets, n, group_max.topk(k + 1, sorted=False).indices)
+    values, pos = pool.topk(k + 1)
     if f is not None:
         values = f(values)  # the order stays; ties may appear, and the check below sees them
     for kth, after in values[:, k - 1 : k + 1].tolist():  # host sync: the k-th and (k+1)-th value of each row

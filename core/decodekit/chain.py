@@ -229,13 +229,7 @@ class Chain:
         Never syncs with the device; the decode loop turns -1 into a `NumericsError`.
         `consume=True`: the chain may overwrite `logits` (see `process_fast`).
         """
-        x = self.process_fast(logits, ctx, consume=consume) if self.processors else logits
-        if self._marks_unsampleable:  # the selector marks what it cannot sample: `pick` would only dispatch
-            if not isinstance(x, Candidates):
-                return self.selector(x, ctx)
-            if self._select_candidates is not None:
-                return self._select_candidates(x, ctx)
-        return self.pick(x, logits.shape[-1], ctx)
+        return self.pick(self.process_fast(logits, ctx, consume=consume), logits.shape[-1], ctx)
 
     def pick(self, x: Tensor | Candidates, vocab_size: int, ctx: DecodeContext) -> Tensor:
         """Run the selector on processed logits or candidates; -1 marks a row that cannot be sampled."""

@@ -92,7 +92,6 @@ class Sample(SelectorBase[NoParams]):
         # step, where the model's forward has just evicted every kernel's code from the caches,
         # a few microseconds less: `top_k` has just run the float one.)
         indices, order = c.indices.topk(c.indices.shape[1], largest=False)
-        values = c.values if c.values.dtype in (torch.float32, torch.float64) else c.values.float()  # `_working`
-        # `_cdf` of the logits shifted by the maximum: candidates are sorted, column 0 is the max.
-        cdf = (values.gather(1, order) - values[:, :1]).exp_().cumsum_(-1)
+        values = _working(c.values)
+        cdf = _cdf(values.gather(1, order) - values[:, :1])  # candidates are sorted: column 0 is the max
         return _draw(cdf, ctx.uniform(keepdim=True), indices)

@@ -142,9 +142,9 @@ def test_on_candidates_renormalises_over_the_candidates() -> None:
 
 @pytest.mark.parametrize("min_keep", [1, 3])
 def test_on_candidates_a_row_keeps_the_same_alone_and_in_a_batch(min_keep: int) -> None:
-    # One row searches its cumulative mass without a clamp (a contiguous slice), several rows
-    # (or min_keep > 1) through `last_kept`: every row keeps the same tokens either way, and
-    # the same as the dense call.
+    # `last_kept` searches one row's cumulative mass without a clamp (a contiguous slice), several
+    # rows (or min_keep > 1) with one: every row keeps the same tokens either way, and the same as
+    # the dense call.
     g = torch.Generator().manual_seed(5)
     x = torch.randn(6, 40, generator=g) * torch.tensor([[0.5], [1.0], [2.0], [4.0], [8.0], [0.1]])
     values, ids = x.sort(-1, descending=True)

@@ -100,12 +100,9 @@ class Greedy(SelectorBase[NoParams]):
     marks_unsampleable = True
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        if logits.is_cpu:
-            B, V = logits.shape
-            if B * V < _TWO_LEVEL_MIN:  # `argmax_and_max`'s one argmax, without the call
-                return _mark_on_host(logits, logits.argmax(-1), None)
-            return _mark_on_host(logits, *argmax_and_max(logits))
         ids, top = argmax_and_max(logits)
+        if logits.is_cpu:
+            return _mark_on_host(logits, ids, top)
         return _mark(ids, logits.gather(1, ids[:, None]).view(-1) if top is None else top)
 
     def select_candidates(self, c: Candidates, ctx: DecodeContext) -> Tensor:

@@ -34,28 +34,23 @@ class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
     params_model = RepetitionPenaltyParams
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        if self.params.penalty == 1.0 or self._context_ids(ctx)[0].shape[1] == 0:
-            return logits  # nothing to penalise: the input itself
-        # A scatter out of place copies the logits anyway: the copy, then the in-place form.
-        return self.process_(logits.clone(), ctx)
+        return self._apply(logits, ctx, in_place=False)
 
     def process_(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         """The call's result written into `logits` (see `decodekit.stage`)."""
-        params = self.params
-        if params.penalty == 1.0:
+        return self._apply(logits, ctx, in_place=True)
+
+    def _apply(self, logits: Tensor, ctx: DecodeContext, *, in_place: bool) -> Tensor:
+        if self.params.penalty == 1.0:
             return logits
-        if params.include_prompt and params.last_n is None and ctx.prompt_lengths is None:
-            ids, has_real = ctx.tokens, None  # the whole context, unpadded: the decode loop's usual case
-        else:
-            ids, has_real = self._context_ids(ctx)  # [B, T'], [B, 1] or None
+        ids, has_real = self._context_ids(ctx)  # [B, T'], [B, 1] or None
         if ids.shape[1] == 0:
             return logits
         seen = logits.gather(1, ids)  # [B, T'] logits of the context tokens
-        zero, penalty = self._constants.like(seen)
-        penalised = torch.where(seen > zero, seen / penalty, seen * penalty)  # `_penalise`, written out
+        penalised = self._penalise(seen)
         if has_real is not None:
             penalised = torch.where(has_real, penalised, seen)
-        return logits.scatter_(1, ids, penalised)
+        return logits.scatter_(1, ids, penalised) if in_place else logits.scatter(1, ids, penalised)
 
     def on_candidates(self, c: Candidates, ctx: DecodeContext) -> Candidates:
         """Penalise the candidates found in the context, then sort them again."""

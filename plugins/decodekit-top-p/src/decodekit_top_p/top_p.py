@@ -38,7 +38,12 @@ def last_kept(cum: Tensor, target: Tensor, min_keep: int) -> Tensor:
 
     Token i stays while the mass before it, `cum[i-1]`, is < target: the last one kept is the
     first whose own `cum[i]` reaches it, at the position that counts the `cum` entries below it.
+    Searching the first K-1 entries lands in [0, K-1] without a clamp (for one row that slice is
+    contiguous; for several rows a clamp is cheaper than the copy searchsorted would make).
     """
+    head = cum[:, :-1]
+    if min_keep == 1 and head.is_contiguous():
+        return torch.searchsorted(head, target)
     return torch.searchsorted(cum, target).clamp(min=min_keep - 1, max=cum.shape[1] - 1)
 
 
@@ -79,23 +84,15 @@ class TopP(ProcessorBase[TopPParams]):
             return c
         # Unnormalised mass, exp(logit - row max), against p times its total rather than a softmax:
         # the kernels `sample` runs next, so a decode step has one kernel less to load into the caches.
-        # (`last_kept` and `_keep` written out: this runs once per decode step.)
-        values = c.values
-        v = values if values.dtype in (torch.float32, torch.float64) else values.float()
+        v = c.values if c.values.dtype in (torch.float32, torch.float64) else c.values.float()
         cum = (v - v[:, :1]).exp_().cumsum_(-1)  # [B, K]: candidates are sorted, the first is the maximum
-        p, removed = self._constants.like(cum)
-        target = cum[:, -1:] * p
-        head = cum[:, :-1]
-        if self.params.min_keep == 1 and head.is_contiguous():  # (one row: a slice of a row is contiguous)
-            last = torch.searchsorted(head, target)  # = last_kept: K-1 entries give a position in [0, K-1]
-        else:
-            last = last_kept(cum, target, self.params.min_keep)
-        # NaN is never below floor: it stays visible. (A -inf of cum's dtype: where keeps values' dtype.)
-        return Candidates(torch.where(values.gather(1, last) > values, removed, values), c.indices)
+        (p,) = self._p.like(cum)
+        floor = c.values.gather(1, last_kept(cum, cum[:, -1:] * p, self.params.min_keep))
+        return Candidates(_keep(c.values, floor), c.indices)
 
     @cached_property
-    def _constants(self) -> Constants:
-        return Constants(self.params.p, float("-inf"))
+    def _p(self) -> Constants:
+        return Constants(self.params.p)
 
     def _nucleus(self, logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """`(values, ids, floor)`: a sorted prefix `[B, K]` holding every row's nucleus, and its last kept logit."""
