@@ -62,6 +62,7 @@ class TrainArgs:
     n_kv_head: int = 2
     n_embd: int = 192
     dropout: float = 0.0
+    position: str = "rope"  # "rope" or "learned" (GPT-2's position embeddings)
     eval_every: int = 250
     eval_windows: int = 64
     save_every: int = 250
@@ -96,6 +97,7 @@ def model_config(args: TrainArgs, vocab_size: int) -> GPTConfig:
         n_embd=args.n_embd,
         bias=True,
         dropout=args.dropout,
+        position="rope" if args.position == "rope" else "learned",
     )
 
 

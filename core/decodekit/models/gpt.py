@@ -1,4 +1,4 @@
-"""The reference GPT: learned positional embeddings, causal attention, optional GQA/MQA.
+"""The reference GPT: learned or rotary positions, causal attention, optional GQA/MQA.
 
 It speaks the model protocol: ``model(input_ids [B, T], positions [B, T], cache) -> logits [B, T, V]``.
 Positions carry the padding: the decode loop left-pads ragged prompts and gives
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -19,12 +20,17 @@ from decodekit.cache import KVCache
 from decodekit.errors import ContextLengthError, ParameterError
 from decodekit.spec import ModelSpec
 
-__all__ = ["GPT", "GPTConfig", "attention_mask"]
+__all__ = ["GPT", "GPTConfig", "apply_rope", "attention_mask", "rope_angles"]
 
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """Shape of a reference GPT. `n_kv_head=None` means one kv-head per head (MHA); 1 is MQA."""
+    """Shape of a reference GPT. `n_kv_head=None` means one kv-head per head (MHA); 1 is MQA.
+
+    `position="learned"` adds GPT-2's learned position embeddings; `"rope"` rotates queries and
+    keys instead (RoFormer, Su et al. 2021; the rotate-half layout of GPT-NeoX and Llama) with
+    frequencies `rope_base ** (-2i / head_dim)`.
+    """
 
     vocab_size: int = 50257
     block_size: int = 1024
@@ -35,8 +41,14 @@ class GPTConfig:
     bias: bool = True
     dropout: float = 0.0
     layer_norm_epsilon: float = 1e-5
+    position: Literal["learned", "rope"] = "learned"
+    rope_base: float = 10000.0
 
     def __post_init__(self) -> None:
+        if self.position not in ("learned", "rope"):
+            raise ParameterError(f"GPTConfig: position={self.position!r} is invalid; allowed: 'learned' or 'rope'")
+        if self.position == "rope" and self.head_dim % 2 != 0:
+            raise ParameterError(f"GPTConfig: head_dim={self.head_dim} is invalid with rope; allowed: an even number")
         if self.n_embd % self.n_head != 0:
             raise ParameterError(
                 f"GPTConfig: n_embd={self.n_embd} is invalid; allowed: a multiple of n_head={self.n_head}"
@@ -74,6 +86,21 @@ def attention_mask(positions: Tensor, offset: int) -> Tensor:
     return mask.unsqueeze(1)
 
 
+def rope_angles(positions: Tensor, head_dim: int, base: float) -> tuple[Tensor, Tensor]:
+    """`cos`, `sin` `[B, 1, T, head_dim]` of the rotary angles `position · base^(-2i/head_dim)`."""
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    angles = positions.to(torch.float32).unsqueeze(-1) * inv_freq  # [B, T, D/2]
+    angles = torch.cat([angles, angles], dim=-1).unsqueeze(1)  # [B, 1, T, D]
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate `x` `[B, H, T, D]` by the angles: pairs `(x_i, x_{i+D/2})` turn as 2-d vectors."""
+    x1, x2 = x.chunk(2, dim=-1)
+    rotated = torch.cat([-x2, x1], dim=-1)
+    return (x * cos + rotated * sin).to(x.dtype)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig, layer: int) -> None:
         super().__init__()
@@ -87,13 +114,17 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = config.dropout
 
-    def forward(self, x: Tensor, mask: Tensor | None, cache: KVCache | None) -> Tensor:
+    def forward(
+        self, x: Tensor, mask: Tensor | None, cache: KVCache | None, rope: tuple[Tensor, Tensor] | None = None
+    ) -> Tensor:
         B, T, C = x.shape
         kv_dim = self.n_kv_head * self.head_dim
         q, k, v = self.c_attn(x).split([C, kv_dim, kv_dim], dim=2)
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # [B, H, T, D]
         k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # [B, H_kv, T, D]
         v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         if cache is not None:
             k, v = cache.update(self.layer, k, v)  # [B, H_kv or H, S, D]
         y = F.scaled_dot_product_attention(
@@ -130,8 +161,10 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x: Tensor, mask: Tensor | None, cache: KVCache | None) -> Tensor:
-        x = x + self.attn(self.ln_1(x), mask, cache)
+    def forward(
+        self, x: Tensor, mask: Tensor | None, cache: KVCache | None, rope: tuple[Tensor, Tensor] | None = None
+    ) -> Tensor:
+        x = x + self.attn(self.ln_1(x), mask, cache, rope)
         out: Tensor = x + self.mlp(self.ln_2(x))
         return out
 
@@ -145,7 +178,7 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.position == "learned" else None
         self.drop = nn.Dropout(config.dropout)
         self.h = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
@@ -206,13 +239,19 @@ class GPT(nn.Module):
             if cache is not None:
                 raise ParameterError("GPT: positions=None is only allowed without a cache")
             mask = None
-            pos_emb = self.wpe.weight[:T]
+            real = torch.arange(T, device=input_ids.device).unsqueeze(0)  # [1, T]
         else:
             mask = attention_mask(positions, offset)
-            pos_emb = self.wpe(positions.clamp(min=0))
-        x = self.drop(self.wte(input_ids) + pos_emb)
+            real = positions.clamp(min=0)
+        x = self.wte(input_ids)
+        rope = None
+        if self.wpe is not None:
+            x = x + self.wpe(real)
+        else:
+            rope = rope_angles(real, self.config.head_dim, self.config.rope_base)
+        x = self.drop(x)
         for block in self.h:
-            x = block(x, mask, cache)
+            x = block(x, mask, cache, rope)
         if last_only:
             x = x[:, -1:]  # [B, 1, C]: the caller reads only the last column
         return self._output(self.ln_f(x))
