@@ -1,24 +1,19 @@
-"""`top_candidates`: the exact top k of each row, ties at the k-th included, as `Candidates`.
+"""`top_candidates`: the n largest logits of each row, and a bound on every logit left out.
 
-`torch.topk` over a 50,257-token row costs about three softmaxes on a CPU. One `amax` over
-a view of the row, and two `topk`s over a few thousand values, find the same tokens:
+A truncation keeps every logit >= a per-row floor. From the n largest values and a bound
+that no other logit exceeds, it knows its kept set exactly when floor > bound, with static
+shapes and no host read; `keep_at_least` marks the other rows (ties reaching past the n) as
+NaN, for the chain to redo them on the dense path.
 
-    View the row as a grid of R rows and C = V // R columns; group c is column c (tokens
-    c, C + c, 2C + c, ...). Let m_1 >= m_2 >= ... be the group maxima. Pool the k+1 groups
-    with the largest maxima, R·(k+1) tokens, and the V mod R tokens past the grid. The pool
-    holds k+1 group maxima, so its (k+1)-th largest value p_(k+1) is >= m_(k+1), which is
-    >= every token left out. So when p_(k+1) < p_k, the pool's top k are the row's top k and
-    nothing left out ties with the k-th.
-
-Otherwise (a tie at the k-th value, or fewer than k finite logits) p_k is still the row's
-k-th largest value v_k (every token > m_(k+1) is pooled, and if v_k <= m_(k+1) the pool's
-k+1 maxima make p_k >= v_k), and a wider pass pools every group whose maximum reaches v_k.
-Telling the two apart reads two values per row back to the host.
+On a CPU `torch.topk` over a 50,257-token row costs about three softmaxes; a grid search finds
+the same values for a few small ops: view the row as R rows of C = V // R columns, group c
+being column c. With m_1 >= m_2 >= ... the group maxima, pool the n+1 groups with the largest
+maxima (and the V mod R tokens past the grid). The pool holds n+1 group maxima, so its
+(n+1)-th largest value is >= m_(n+1) >= every token left out: that value is the bound.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import lru_cache
 
 import torch
@@ -26,112 +21,53 @@ from torch import Tensor
 
 from decodekit.stage import Candidates
 
-__all__ = ["top_candidates", "top_candidates_after"]
+__all__ = ["first_max", "keep_at_least", "top_candidates"]
 
-_GROUP_TARGET = 32  # tokens per group: R·(k+1) pooled tokens against V / R group maxima
+_GROUP_TARGET = 32  # tokens per group: R·(n+1) pooled tokens against V / R group maxima
 _MIN_GAIN = 4  # use the grid only when the pool is at most V / 4 tokens
 
 
 @lru_cache(maxsize=64)
-def _grid_rows(vocab_size: int) -> int:
-    """R, the rows of the grid: a divisor of V near 32 when there is one (no tail), else 32."""
-    divisors = [r for r in range(16, 65) if vocab_size % r == 0]
-    return min(divisors, key=lambda r: abs(r - _GROUP_TARGET)) if divisors else _GROUP_TARGET
-
-
-def _floor(kth: Tensor) -> Tensor:
-    """The smallest logit to keep: the k-th largest, or the smallest finite value when that is -inf.
-
-    A row with fewer than k finite logits keeps just its finite ones; NaN stays NaN, so the
-    row still reads as NaN to the chain's check.
-    """
-    return kth.clamp(min=torch.finfo(kth.dtype).min)
-
-
-def _keep_at_least(values: Tensor, indices: Tensor, floor: Tensor) -> Candidates:
-    """Candidates from sorted `values` [B, K]: entries below the row's `floor` [B, 1] become -inf."""
-    return Candidates(values.masked_fill(values < floor, float("-inf")), indices)
-
-
-@lru_cache(maxsize=64)
 def _grid(vocab_size: int, device: torch.device) -> tuple[int, int, Tensor]:
-    """(R, C, the token id of each grid row's first column `[1, R, 1]`) for a vocabulary on `device`."""
-    R = _grid_rows(vocab_size)
-    C = vocab_size // R  # 0 for a vocabulary smaller than R, where the grid is never used
+    """(R, C, the token id of each grid row's first column `[1, R, 1]`); R a divisor of V near 32 if any."""
+    divisors = [r for r in range(16, 65) if vocab_size % r == 0]
+    R = min(divisors, key=lambda r: abs(r - _GROUP_TARGET)) if divisors else _GROUP_TARGET
+    C = vocab_size // R
     return R, C, torch.arange(0, R * C, max(C, 1), device=device)[None, :, None]
 
 
-def top_candidates(logits: Tensor, k: int) -> Candidates:
-    """Every token whose logit is >= its row's k-th largest (ties included), sorted descending.
-
-    logits: [B, V] with 1 <= k < V. Rows keeping fewer tokens than the widest row are padded
-    with -inf. Reads two values per row back from the device (two counts more after a tie).
-    """
-    c = top_candidates_after(logits, k, None)
-    return _by_topk(logits, k) if c is None else c
-
-
-def top_candidates_after(logits: Tensor, k: int, f: Callable[[Tensor], Tensor] | None) -> Candidates | None:
-    """`top_candidates(f(logits), k)` for a non-decreasing elementwise `f`, computing f on k + 1 values per row.
-
-    f keeps the order, so the top k of f(logits) are the top k of logits; it may make a tie
-    (two logits, one value) but never break one. So when f of the (k+1)-th largest logit is
-    below f of the k-th, no other token ties with the k-th after f either. None when that
-    does not hold for every row (or the vocabulary is too small for the grid search to pay,
-    `_MIN_GAIN`): then apply f and call `top_candidates`. `f=None` is the identity, and then
-    ties are resolved here: None only when the grid does not pay.
-
-    This is the grid search of the module docstring.
-    """
+def top_candidates(logits: Tensor, n: int) -> tuple[Candidates, Tensor]:
+    """The n largest logits of each row of `logits` `[B, V]`, sorted descending, and a bound `[B, 1]`
+    that no logit left out exceeds (-inf when n >= V: the whole row is listed). NaN counts as largest."""
     B, V = logits.shape
+    if n >= V:
+        values, ids = logits.sort(-1, descending=True)
+        return Candidates(values, ids), values.new_full((B, 1), float("-inf"))
     R, C, offsets = _grid(V, logits.device)
-    if k * R * _MIN_GAIN > V:
-        return None
-    n = R * C
-    # [b, r, c] = token r·C + c; group c = column c. (Splitting a dimension is always a view.)
-    grid = logits.view(B, R, C) if n == V else logits[:, :n].reshape(B, R, C)
-    group_max = grid.amax(1, keepdim=True)  # [B, 1, C]
-    # Pool the k+1 groups with the largest maxima (and the tokens past the grid). The pool holds
-    # k+1 group maxima >= m_(k+1), so its (k+1)-th value is >= m_(k+1) >= every group left out:
-    # when that value is below the pool's k-th, nothing left out can tie with the k-th either.
-    # (The groups in any order: the pool's topk sorts what is kept, equal values in any order.)
-    pool, ids = _pool(logits, offsets, n, group_max.topk(k + 1, sorted=False).indices)
-    values, pos = pool.topk(k + 1)
-    if f is not None:
-        values = f(values)  # the order stays; ties may appear, and the check below sees them
-    for kth, after in values[:, k - 1 : k + 1].tolist():  # host sync: the k-th and (k+1)-th value of each row
-        if not after < kth:  # a tie with the k-th value (NaN fails too)
-            break
+    if (n + 1) * R * _MIN_GAIN > V:
+        values, ids = logits.topk(n + 1)
     else:
-        return Candidates(values[:, :k], ids.gather(1, pos[:, :k]))
-    if f is not None:
-        return None
-    # Ties at the k-th value (or rows with fewer than k finite logits): pool every group that
-    # can hold a kept token, keep every token tied with the k-th.
-    floor = _floor(values[:, k - 1 : k])
-    n_groups = max(int((group_max[:, 0] >= floor).sum(-1).amax()), k)  # host sync
-    pool, ids = _pool(logits, offsets, n, group_max.topk(n_groups).indices)
-    count = min(max(int((pool >= floor).sum(-1).amax()), k), pool.shape[1])  # host sync
-    values, pos = pool.topk(count)
-    return _keep_at_least(values, ids.gather(1, pos), floor)
+        grid_end = R * C
+        grid = logits.view(B, R, C) if grid_end == V else logits[:, :grid_end].reshape(B, R, C)
+        groups = grid.amax(1, keepdim=True).topk(n + 1, sorted=False).indices  # [B, 1, n+1]
+        pool_ids = (offsets + groups).view(B, -1)  # token r·C + group, for each grid row r
+        if grid_end < V:  # the tokens past the grid are always pooled
+            tail = torch.arange(grid_end, V, device=logits.device).expand(B, -1)
+            pool_ids = torch.cat([pool_ids, tail], 1)
+        values, pos = logits.gather(1, pool_ids).topk(n + 1)
+        ids = pool_ids.gather(1, pos)
+    return Candidates(values[:, :n], ids[:, :n]), values[:, n:]
 
 
-def _pool(logits: Tensor, offsets: Tensor, grid_end: int, groups: Tensor) -> tuple[Tensor, Tensor]:
-    """The logits `[B, R·G + P]` of the chosen `groups` `[B, 1, G]` of the grid whose rows start at
-    token ids `offsets` `[1, R, 1]`, and of the P tokens from `grid_end` on (past the grid, always
-    pooled), and their token ids."""
-    B, V = logits.shape
-    ids = (offsets + groups).view(B, -1)  # [B, R, G]: r·C + group
-    if grid_end < V:
-        ids = torch.cat([ids, torch.arange(grid_end, V, device=logits.device).expand(B, -1)], 1)
-    return logits.gather(1, ids), ids
+def keep_at_least(c: Candidates, floor: Tensor, held: Tensor) -> Candidates:
+    """The candidates >= each row's `floor` `[B, 1]`, and NaN in the rows not `held` `[B, 1]`: those
+    whose kept set may reach past the candidates (for a floor, where it is not above the bound)."""
+    values = c.values.masked_fill(c.values < floor, float("-inf"))
+    return Candidates(values.masked_fill(~held, float("nan")), c.indices)
 
 
-def _by_topk(logits: Tensor, k: int) -> Candidates:
-    """`torch.topk` over the full row, widened to the ties at the k-th value."""
-    values, ids = logits.topk(k)
-    floor = _floor(values[:, -1:])
-    count = int((logits >= floor).sum(-1).amax())  # host sync
-    if count > k:
-        values, ids = logits.topk(count)
-    return _keep_at_least(values, ids, floor)
+def first_max(c: Candidates) -> Tensor:
+    """Per row `[B, 1]`, the position in `c` of the largest value with the lowest token id (what
+    argmax picks on the dense row). Candidates are sorted by value; tied maxima come in any order."""
+    ids = torch.where(c.values == c.values[:, :1], c.indices, torch.iinfo(c.indices.dtype).max)
+    return ids.argmin(-1, keepdim=True)

@@ -6,6 +6,10 @@ The order is the user's and is never changed. When a stage truncates to a few
 candidates, the stages after it that can work on candidates do so (see
 `decodekit.stage`); the result is the same as running every stage on the full
 vocabulary, which `process` and `trace` do.
+
+A decode step (`select`) reads nothing back from the device. It marks with -1 the rows it could
+not pick: NaN, +inf or no token left, or more ties than a candidate set holds. `resolve`, which
+`__call__` and the decode loop run after their one host read, redoes those on the dense path.
 """
 
 from __future__ import annotations
@@ -42,8 +46,6 @@ class Selector(Protocol):
 
 _ToCandidates = Callable[[Tensor, DecodeContext], "Candidates | None"]
 _OnCandidates = Callable[[Candidates, DecodeContext], Candidates]
-_MonotoneMap = Callable[[DecodeContext], "Callable[[Tensor], Tensor] | None"]
-_ToCandidatesAfter = Callable[[Tensor, "Callable[[Tensor], Tensor]", DecodeContext], "Candidates | None"]
 
 
 class Chain:
@@ -68,21 +70,11 @@ class Chain:
         # The fast-path methods, looked up once here rather than on every step.
         self._to_candidates: list[_ToCandidates | None] = [getattr(p, "to_candidates", None) for p in procs]
         self._on_candidates: list[_OnCandidates | None] = [getattr(p, "on_candidates", None) for p in procs]
-        self._in_place: list[Callable[[Tensor, DecodeContext], Tensor] | None] = [
-            getattr(p, "process_", None) for p in procs
-        ]
-        # A monotone elementwise stage right before a stage that can find its candidates through
-        # such a map (top_k after temperature): the pair runs as one, the map on the kept tokens only.
-        self._fused: list[tuple[_MonotoneMap, _ToCandidatesAfter] | None] = [None] * len(procs)
-        for i in range(len(procs) - 1):
-            monotone_map = getattr(procs[i], "monotone_map", None)
-            after = getattr(procs[i + 1], "to_candidates_after", None)
-            if monotone_map is not None and after is not None:
-                self._fused[i] = (monotone_map, after)
         self._select_candidates: Callable[[Candidates, DecodeContext], Tensor] | None = getattr(
             self.selector, "select_candidates", None
         )
-        self._marks_unsampleable = bool(getattr(self.selector, "marks_unsampleable", False))
+        # Only a candidate set can leave a row for the dense path to redo.
+        self.may_redo = any(to_c is not None for to_c in self._to_candidates)
 
     # -- construction from specs and strings -------------------------------------------
 
@@ -181,81 +173,71 @@ class Chain:
             out.append((str(p) if isinstance(p, Stage) else getattr(p, "__name__", repr(p)), logits))
         return out
 
-    def process_fast(self, logits: Tensor, ctx: DecodeContext, *, consume: bool = False) -> Tensor | Candidates:
+    def process_fast(self, logits: Tensor, ctx: DecodeContext) -> Tensor | Candidates:
         """The processors, on candidates once a stage has truncated and the next can follow.
 
-        Equal to `process` (as `densify` shows); what the decode loop runs. `consume=True`
-        hands `logits` over to the chain, whose stages may then overwrite it (see
-        `decodekit.stage`); otherwise it is left untouched.
+        Equal to `process` (as `densify` shows) but on rows a candidate set could not hold,
+        which are NaN. Reads nothing back from the device.
         """
         x: Tensor | Candidates = logits
-        owned = consume  # may a stage overwrite x?
-        i, n = 0, len(self.processors)
-        while i < n:
-            p = self.processors[i]
+        for p, to_c, on_c in zip(self.processors, self._to_candidates, self._on_candidates):
             if isinstance(x, Candidates):
-                on_c = self._on_candidates[i]
                 if on_c is not None:
-                    x, i = on_c(x, ctx), i + 1
+                    x = on_c(x, ctx)
                     continue
-                x, owned = densify(x, logits.shape[-1]), True
-            fused = self._fused[i]
-            if fused is not None:
-                f = fused[0](ctx)
-                c = None if f is None else fused[1](x, f, ctx)
-                if c is not None:
-                    x, i = c, i + 2
-                    continue
-            to_c = self._to_candidates[i]
-            if to_c is not None:
-                c = to_c(x, ctx)
-                if c is not None:
-                    x, i = c, i + 1
-                    continue
-            in_place = self._in_place[i]
-            if in_place is None:
-                x, owned = p(x, ctx), False
-            elif owned:
-                x = in_place(x, ctx)
-            else:
-                y = p(x, ctx)  # a stage with an in-place form returns its input or a fresh tensor
-                x, owned = y, y is not x
-            i += 1
+                x = densify(x, logits.shape[-1])
+            c = None if to_c is None else to_c(x, ctx)
+            x = p(x, ctx) if c is None else c
         return x
 
-    def select(self, logits: Tensor, ctx: DecodeContext, *, consume: bool = False) -> Tensor:
-        """Token ids `[B]`, with -1 for a row whose processed logits are NaN or all removed.
-
-        Never syncs with the device; the decode loop turns -1 into a `NumericsError`.
-        `consume=True`: the chain may overwrite `logits` (see `process_fast`).
-        """
-        return self.pick(self.process_fast(logits, ctx, consume=consume), logits.shape[-1], ctx)
+    def select(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        """One decode step: token ids `[B]`, -1 for a row it could not pick (see `resolve`). No host read."""
+        return self.pick(self.process_fast(logits, ctx), logits.shape[-1], ctx)
 
     def pick(self, x: Tensor | Candidates, vocab_size: int, ctx: DecodeContext) -> Tensor:
-        """Run the selector on processed logits or candidates; -1 marks a row that cannot be sampled."""
+        """The selector on processed logits or candidates; -1 for a row whose maximum is not finite
+        (a NaN logit, +inf, every token removed): the one check of unsampleable rows."""
         if isinstance(x, Candidates):
             if self._select_candidates is not None:
                 tokens = self._select_candidates(x, ctx)
             else:
                 tokens = self.selector(densify(x, vocab_size), ctx)
-            if self._marks_unsampleable:
-                return tokens
-            top = x.values[:, 0]  # candidates are sorted: the first is the row's maximum
-        elif self._marks_unsampleable:
-            return self.selector(x, ctx)
+            top = x.values.amax(-1)
         else:
-            top = x.amax(-1)  # NaN anywhere in a row makes its max NaN
             tokens = self.selector(x, ctx)
-        # top - top is 0 for a finite maximum and NaN for NaN or ±inf: two ops, where isfinite takes four.
-        return tokens.masked_fill((top - top).ne(0), -1)
+            top = x.amax(-1)  # NaN anywhere in a row makes its max NaN
+        return tokens.masked_fill(~torch.isfinite(top), -1)
+
+    def resolve(
+        self,
+        logits: Tensor,
+        tokens: Tensor,
+        before: DecodeContext | None,
+        ctx: DecodeContext,
+        done: Sequence[bool] = (),
+    ) -> tuple[Tensor, Tensor | None]:
+        """`select`'s `tokens` with its -1 rows settled, and the dense logits if it redid the step.
+
+        `before` is a fork of `ctx` taken before the step (None when `may_redo` is False: then
+        a -1 is final). The step is redone on the dense path from it, and `ctx` takes over its
+        draws and states. A row that still cannot be picked raises a `NumericsError`, unless
+        `done[row]` (a finished row of the decode loop, whose token is never read).
+        """
+        processed = None
+        if before is not None and bool((tokens < 0).any()):
+            processed = self.process(logits, before)
+            tokens = self.pick(processed, logits.shape[-1], before)
+            ctx.adopt(before)
+        for row, token in enumerate(tokens.tolist()):
+            if token < 0 and not (row < len(done) and done[row]):
+                dense = processed if processed is not None else self.process(logits, ctx.fork())
+                raise numerics_error(logits, dense, row, ctx.step)
+        return tokens, processed
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         """Token ids `[B]`; raises `NumericsError` naming the row when a row cannot be sampled."""
-        tokens = self.select(logits, ctx)
-        if bool((tokens < 0).any()):
-            row = int((tokens < 0).nonzero()[0, 0])
-            raise numerics_error(logits, self.process(logits, ctx), row, ctx.step)
-        return tokens
+        before = ctx.fork() if self.may_redo else None
+        return self.resolve(logits, self.select(logits, ctx), before, ctx)[0]
 
 
 def numerics_error(raw: Tensor, processed: Tensor, row: int, step: int) -> NumericsError:

@@ -10,10 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["UNIFORM_BLOCK", "DecodeContext", "row_generators"]
-
-UNIFORM_BLOCK = 64
-"""Uniforms drawn at a time per row by `DecodeContext.uniform`."""
+__all__ = ["DecodeContext", "row_generators"]
 
 _SEED_MIX = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: spreads (seed, row) pairs apart
 _SEED_MASK = (1 << 63) - 1
@@ -61,8 +58,6 @@ class DecodeContext:
     step: int = 0  # tokens generated so far for every row
     generators: Sequence[torch.Generator] | None = None  # one per row, for stochastic stages
     state: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # id(stage) -> (stage, state)
-    _uniforms: Tensor | None = field(default=None, init=False, repr=False)  # see `uniform`
-    _next_uniform: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.tokens.dim() != 2:
@@ -88,34 +83,12 @@ class DecodeContext:
         return torch.arange(T, device=self.tokens.device) >= starts[:, None]
 
     def uniform(self, *, keepdim: bool = False) -> Tensor:
-        """One float32 uniform draw in [0, 1) per row, `[B]` (`[B, 1]` with `keepdim`).
-
-        Each row's draw comes from its own generator. With generators, draws are made
-        `UNIFORM_BLOCK` at a time per row and handed out in order: on a CPU a generator gives
-        the same sequence either way (so do the tokens), while a decode step then costs one view
-        instead of one `torch.rand` per row. A stage that also draws from `generators` directly
-        sees them up to a block ahead. The result is the caller's to modify: no other draw shares
-        its values.
-        """
-        if self.generators is None:
-            shape = (self.batch_size, 1) if keepdim else (self.batch_size,)
-            return torch.rand(shape, device=self.tokens.device)
-        block, i = self._uniforms, self._next_uniform
-        if block is None or i == block.shape[1]:
-            block, i = self._draw_uniforms(), 0
-        self._next_uniform = i + 1
-        return block[:, i : i + 1] if keepdim else block[:, i]
-
-    def _draw_uniforms(self) -> Tensor:
-        """The next `UNIFORM_BLOCK` draws of every row's generator, `[B, UNIFORM_BLOCK]`."""
-        assert self.generators is not None
+        """One float32 uniform draw in [0, 1) per row, `[B]` (`[B, 1]` with `keepdim`), each from its row's generator."""
+        shape = (self.batch_size, 1) if keepdim else (self.batch_size,)
         device = self.tokens.device
-        if len(self.generators) == 1:
-            block = torch.rand((1, UNIFORM_BLOCK), generator=self.generators[0], device=device)
-        else:
-            block = torch.stack([torch.rand(UNIFORM_BLOCK, generator=g, device=device) for g in self.generators])
-        self._uniforms = block
-        return block
+        if self.generators is None:
+            return torch.rand(shape, device=device)
+        return torch.cat([torch.rand(1, generator=g, device=device) for g in self.generators]).view(shape)
 
     def state_for(self, stage: Any) -> Any:
         """The state of a stateful `stage` for this generation.
@@ -131,9 +104,9 @@ class DecodeContext:
 
     def fork(self) -> DecodeContext:
         """An independent copy to try a step on: the same history, a copy of every stage's state,
-        and generators (with the uniforms drawn ahead) in the same state. A stage run on the fork
+        and generators in the same state. A stage run on the fork
         sees exactly what it would see on this context, draws the same numbers, and changes
-        nothing here (`decodekit explain` traces each step on a fork, then takes it for real)."""
+        nothing here (`decodekit explain` traces each step on a fork; a chain redoes a step on one)."""
         generators = None
         if self.generators is not None:
             generators = []
@@ -142,7 +115,8 @@ class DecodeContext:
                 twin.set_state(g.get_state())
                 generators.append(twin)
         state = {key: (stage, copy.deepcopy(value)) for key, (stage, value) in self.state.items()}
-        twin_ctx = DecodeContext(self.tokens, self.prompt_lengths, self.step, generators, state)
-        twin_ctx._uniforms = None if self._uniforms is None else self._uniforms.clone()
-        twin_ctx._next_uniform = self._next_uniform
-        return twin_ctx
+        return DecodeContext(self.tokens, self.prompt_lengths, self.step, generators, state)
+
+    def adopt(self, other: DecodeContext) -> None:
+        """Take `other`'s generators and stage states (a fork that ran the step this context should have)."""
+        self.generators, self.state = other.generators, other.state

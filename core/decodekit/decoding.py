@@ -18,7 +18,8 @@ import torch
 from torch import Tensor
 
 from decodekit.cache import KVCache
-from decodekit.chain import Chain, numerics_error
+from decodekit.chain import Chain
+from decodekit.compiling import compiled_step
 from decodekit.context import DecodeContext, row_generators
 from decodekit.errors import ContextLengthError, ParameterError
 from decodekit.plugins import create_cache
@@ -266,6 +267,7 @@ def stream(
     stop_strings: Sequence[str] = (),
     seed: int | Sequence[int] | None = None,
     logprobs: int | None = None,
+    compile: bool = False,
 ) -> Iterator[TokenEvent]:
     """Yield one `TokenEvent` per row per generated token, as soon as it is sampled.
 
@@ -275,10 +277,13 @@ def stream(
         is the row's last token. stop_strings: end a row when its decoded text contains one
         (needs a tokenizer). seed: one int (row b gets its own stream derived from it and b),
         one seed per row, or None. logprobs: also report the chosen token's log-probability
-        and the top-n alternatives, raw and after the chain.
+        and the top-n alternatives, raw and after the chain. compile: run the model's decode step
+        and the chain's step under `torch.compile` (see `decodekit.compiling`).
     """
     rows = _prompt_rows(model, prompts)
-    events = _decode(model, rows, chain, max_new_tokens, cache, stop_tokens, stop_strings, seed, logprobs, True)
+    events = _decode(
+        model, rows, chain, max_new_tokens, cache, stop_tokens, stop_strings, seed, logprobs, True, compile
+    )
     for event in events:
         yield TokenEvent(*event)
 
@@ -298,6 +303,7 @@ def _decode(
     seed: int | Sequence[int] | None,
     logprobs: int | None,
     mode_per_step: bool,
+    compile: bool = False,
 ) -> Iterator[_Event]:
     """The decode loop behind `stream` and `generate` (see `stream`), on prompts already turned into ids.
 
@@ -306,6 +312,7 @@ def _decode(
     runs the whole loop in inference mode itself (`generate`, which saves the switch in every step).
     """
     chain = _as_chain(chain_arg)
+    forward, select = compiled_step(model, chain) if compile else (model, chain.select)
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ParameterError(f"max_new_tokens={max_new_tokens!r} is invalid; allowed: an integer >= 0")
     if logprobs is not None and not 0 <= logprobs <= model.spec.vocab_size:
@@ -361,23 +368,22 @@ def _decode(
                 if kv is None:
                     logits = uncached_last_logits(model, buf, positions, filled)
                 else:
-                    logits = model(buf[:, filled - 1 : filled], positions[:, filled - 1 : filled], kv)[:, -1]
+                    logits = forward(buf[:, filled - 1 : filled], positions[:, filled - 1 : filled], kv)[:, -1]
             raw = logits if logits.dtype == torch.float32 else logits.float()  # work in float32
+            before = ctx.fork() if chain.may_redo else None  # where a redo of the step starts
+            processed: Tensor | Candidates | None = None
             if logprobs is None:
-                # The step's logits are the loop's own: the chain may overwrite them. In-place
-                # stages never make NaN, so a NaN left in `raw` still tells the model's NaN apart.
-                next_tokens = chain.select(raw, ctx, consume=True)
-                lps = None
+                next_tokens = select(raw, ctx)
             else:
                 processed = chain.process_fast(raw, ctx)
                 next_tokens = chain.pick(processed, raw.shape[-1], ctx)
-                lps = _logprobs(raw, processed, next_tokens.clamp(min=0), logprobs)
-            host: list[int] = next_tokens.tolist()  # the one host sync per step
-            if min(host) < 0:  # -1: a row that cannot be sampled; an error unless the row is done
-                bad = next((b for b, token in enumerate(host) if token < 0 and not done[b]), None)
-                if bad is not None:
-                    raise numerics_error(raw, chain.process(raw, ctx), bad, step)
+            host: list[int] = next_tokens.tolist()  # the one host read per step
+            if min(host) < 0:  # -1: a row the step could not pick: redone densely; an error unless done
+                next_tokens, dense = chain.resolve(raw, next_tokens, before, ctx, done)
+                processed = processed if dense is None else dense
+                host = next_tokens.tolist()
                 next_tokens = next_tokens.clamp(min=0)  # a done row's column is never read, but is embedded
+            lps = None if logprobs is None or processed is None else _logprobs(raw, processed, next_tokens, logprobs)
             buf.select(1, P + step).copy_(next_tokens)
         last = step == max_new_tokens - 1
         for b, token in enumerate(host):
@@ -411,6 +417,7 @@ def generate(
     stop_strings: Sequence[str] = (),
     seed: int | Sequence[int] | None = None,
     logprobs: int | None = None,
+    compile: bool = False,
 ) -> Generation:
     """Generate up to `max_new_tokens` per row; see `stream` for the parameters."""
     rows = _prompt_rows(model, prompts)
@@ -421,7 +428,9 @@ def generate(
     texts: list[list[str]] = [[] for _ in range(B)]
     lps: list[list[TokenLogprobs]] = [[] for _ in range(B)]
     with torch.inference_mode():  # for the whole loop: no code of the caller's runs in between
-        events = _decode(model, rows, chain, max_new_tokens, cache, stop_tokens, stop_strings, seed, logprobs, False)
+        events = _decode(
+            model, rows, chain, max_new_tokens, cache, stop_tokens, stop_strings, seed, logprobs, False, compile
+        )
         for row, _, token, text, reason, token_lps, stopped in events:
             tokens[row].append(token)
             if text is not None:

@@ -7,21 +7,24 @@ Use the functions directly, or subclass the pytest suites::
     class TestMyProcessor(ProcessorConformance):
         def make(self):
             return MyProcessor(strength=0.5)
+
+Modules: `inputs` (logits, histories, `ctx_for` and `NEG` for hand-made tests), `processors`,
+`selectors`, `caches`, `registry`.
 """
 
 from decodekit.testing.caches import CacheConformance, check_cache
-from decodekit.testing.samplers import (
-    ProcessorConformance,
-    SelectorConformance,
-    check_processor,
-    check_selector,
-)
+from decodekit.testing.inputs import NEG, ctx_for, random_logits
+from decodekit.testing.processors import ProcessorConformance, check_processor
+from decodekit.testing.selectors import SelectorConformance, check_selector
 
 __all__ = [
+    "NEG",
     "CacheConformance",
     "ProcessorConformance",
     "SelectorConformance",
     "check_cache",
     "check_processor",
     "check_selector",
+    "ctx_for",
+    "random_logits",
 ]

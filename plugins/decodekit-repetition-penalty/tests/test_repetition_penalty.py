@@ -8,9 +8,8 @@ from decodekit_repetition_penalty import RepetitionPenalty, RepetitionPenaltyPar
 
 import decodekit as dk
 from decodekit.stage import Candidates
-from decodekit.testing import ProcessorConformance, check_processor
+from decodekit.testing import NEG, check_processor, ProcessorConformance
 
-NEG = float("-inf")
 X = torch.tensor([[2.0, -1.0, 0.5, 3.0, -0.2, NEG]])
 
 
@@ -111,8 +110,9 @@ def test_created_by_name_with_defaults() -> None:
 @pytest.mark.parametrize(
     ("bad", "allowed"),
     [
-        ({"penalty": 0}, "0 < penalty"),
-        ({"penalty": -1.5}, "0 < penalty"),
+        ({"penalty": 0}, "0.0001 <= penalty <= 10000.0"),
+        ({"penalty": -1.5}, "0.0001 <= penalty"),
+        ({"penalty": 3.4e38}, "penalty <= 10000.0"),
         ({"penalty": 1.1, "last_n": 0}, "1 <= last_n"),
     ],
 )

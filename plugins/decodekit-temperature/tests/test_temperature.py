@@ -9,13 +9,9 @@ from decodekit_temperature import Temperature, TemperatureParams
 import decodekit as dk
 from decodekit.context import row_generators
 from decodekit.stage import Candidates
-from decodekit.testing import ProcessorConformance, check_processor
-
-NEG = float("-inf")
+from decodekit.testing import NEG, check_processor, ctx_for, ProcessorConformance
 
 
-def ctx_for(batch: int = 1) -> dk.DecodeContext:
-    return dk.DecodeContext(tokens=torch.zeros(batch, 1, dtype=torch.long))
 
 
 def test_divides_by_t() -> None:

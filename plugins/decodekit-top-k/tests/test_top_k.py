@@ -8,13 +8,9 @@ from decodekit_top_k import TopK, TopKParams
 
 import decodekit as dk
 from decodekit.stage import Candidates, densify
-from decodekit.testing import ProcessorConformance, check_processor
-
-NEG = float("-inf")
+from decodekit.testing import NEG, check_processor, ctx_for, ProcessorConformance
 
 
-def ctx_for(batch: int = 1) -> dk.DecodeContext:
-    return dk.DecodeContext(tokens=torch.zeros(batch, 1, dtype=torch.long))
 
 
 def test_keeps_the_k_largest() -> None:

@@ -10,8 +10,13 @@ __all__ = ["RepetitionPenaltyParams"]
 
 
 class RepetitionPenaltyParams(Params):
+    # Bounded so that the penalty, and 1 / penalty, are normal numbers in every float dtype's
+    # range that logits come in (float16's smallest normal is 6.1e-5).
     penalty: float = Field(
-        gt=0, allow_inf_nan=False, description="positive logits are divided by it, negative ones multiplied; 1: no-op"
+        ge=1e-4,
+        le=1e4,
+        allow_inf_nan=False,
+        description="positive logits are divided by it, negative ones multiplied; 1: no-op",
     )
     last_n: int | None = Field(None, ge=1, description="only the last n tokens of the context count; None: all")
     include_prompt: bool = Field(True, description="False: only the generated tokens count")

@@ -6,19 +6,18 @@ One gather and one scatter over the context's token ids, never a loop over token
 that occurs twice is written twice with the same value.
 
 Ragged batches are left-padded, and the pad id is a real token id too. A padding position
-is pointed at its row's last token (real whenever the row has any real token), so it
-rewrites a value the row writes anyway; a row without any real token is left as it is.
+(or an id outside the vocabulary) is pointed at a counting id of its row, so it rewrites a
+value the row writes anyway; a row without any counting token is left as it is.
 """
 
 from __future__ import annotations
 
-from functools import cached_property
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from decodekit.stage import Candidates, Constants, ProcessorBase
+from decodekit.stage import Candidates, ProcessorBase
 from decodekit_repetition_penalty.params import RepetitionPenaltyParams
 
 if TYPE_CHECKING:
@@ -34,29 +33,22 @@ class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
     params_model = RepetitionPenaltyParams
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        return self._apply(logits, ctx, in_place=False)
-
-    def process_(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        """The call's result written into `logits` (see `decodekit.stage`)."""
-        return self._apply(logits, ctx, in_place=True)
-
-    def _apply(self, logits: Tensor, ctx: DecodeContext, *, in_place: bool) -> Tensor:
         if self.params.penalty == 1.0:
             return logits
-        ids, has_real = self._context_ids(ctx)  # [B, T'], [B, 1] or None
+        ids, has_real = self._context_ids(ctx, logits.shape[-1])  # [B, T'], [B, 1] or None
         if ids.shape[1] == 0:
             return logits
         seen = logits.gather(1, ids)  # [B, T'] logits of the context tokens
         penalised = self._penalise(seen)
         if has_real is not None:
             penalised = torch.where(has_real, penalised, seen)
-        return logits.scatter_(1, ids, penalised) if in_place else logits.scatter(1, ids, penalised)
+        return logits.scatter(1, ids, penalised)
 
     def on_candidates(self, c: Candidates, ctx: DecodeContext) -> Candidates:
         """Penalise the candidates found in the context, then sort them again."""
         if self.params.penalty == 1.0:
             return c
-        ids, has_real = self._context_ids(ctx)
+        ids, has_real = self._context_ids(ctx, None)
         if ids.shape[1] == 0:
             return c
         in_context = (c.indices[:, :, None] == ids[:, None, :]).any(-1)  # [B, K]
@@ -65,18 +57,16 @@ class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
         values, order = torch.where(in_context, self._penalise(c.values), c.values).sort(-1, descending=True)
         return Candidates(values, c.indices.gather(1, order))
 
-    @cached_property
-    def _constants(self) -> Constants:
-        return Constants(0.0, self.params.penalty)
-
     def _penalise(self, x: Tensor) -> Tensor:
-        zero, penalty = self._constants.like(x)
-        return torch.where(x > zero, x / penalty, x * penalty)  # -inf * penalty stays -inf
+        penalty = self.params.penalty
+        return torch.where(x > 0, x / penalty, x * penalty)  # -inf * penalty stays -inf
 
-    def _context_ids(self, ctx: DecodeContext) -> tuple[Tensor, Tensor | None]:
-        """The token ids that count `[B, T']`, padding redirected, and `[B, 1]` "row has a real token".
+    def _context_ids(self, ctx: DecodeContext, vocab_size: int | None) -> tuple[Tensor, Tensor | None]:
+        """The token ids that count `[B, T']`, and `[B, 1]` whether the row has any (None: all count).
 
-        The second is None when no row is padded.
+        Padding does not count, nor (given `vocab_size`) an id outside the vocabulary, which the
+        model cannot produce. Such a position is pointed at a counting id of its row, so it
+        rewrites the value that id gets anyway.
         """
         if self.params.include_prompt:
             ids, valid = ctx.tokens, ctx.valid_mask()
@@ -85,7 +75,11 @@ class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
         if self.params.last_n is not None:
             ids = ids[:, -self.params.last_n :]
             valid = None if valid is None else valid[:, -self.params.last_n :]
-        if valid is None or ids.shape[1] == 0:
+        counts = valid
+        if vocab_size is not None:
+            in_range = (ids >= 0) & (ids < vocab_size)
+            counts = in_range if counts is None else counts & in_range
+        if counts is None or ids.shape[1] == 0:
             return ids, None
-        # valid is a suffix of each row, so the last column is real iff the row has a real token
-        return torch.where(valid, ids, ids[:, -1:]), valid[:, -1:]
+        stand_in = torch.where(counts, ids, -1).amax(-1, keepdim=True)  # [B, 1] a counting id, -1 if none
+        return torch.where(counts, ids, stand_in.clamp(min=0)), stand_in >= 0

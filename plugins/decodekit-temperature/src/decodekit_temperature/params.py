@@ -6,8 +6,14 @@ from pydantic import Field
 
 from decodekit.params import Params
 
-__all__ = ["TemperatureParams"]
+__all__ = ["GREEDY_BELOW", "TemperatureParams"]
+
+GREEDY_BELOW = 1e-5
+"""A temperature below this is greedy (vLLM's rule): dividing by it would overflow any logit
+above ~3e33, and it underflows half precision's range."""
 
 
 class TemperatureParams(Params):
-    value: float = Field(ge=0, allow_inf_nan=False, description="the temperature T; 0 keeps only the argmax")
+    value: float = Field(
+        ge=0, le=1e4, allow_inf_nan=False, description="the temperature T; below 1e-5 (0 too) keeps only the argmax"
+    )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import torch
 from torch import Tensor
 
-from decodekit.candidates import top_candidates, top_candidates_after
+from decodekit.candidates import keep_at_least, top_candidates
 from decodekit.stage import Candidates, ProcessorBase
 from decodekit_top_k.params import TopKParams
 
@@ -15,6 +15,12 @@ if TYPE_CHECKING:
     from decodekit.context import DecodeContext
 
 __all__ = ["TopK"]
+
+
+def _floor(kth: Tensor) -> Tensor:
+    """The smallest logit kept: the k-th largest, or the smallest finite value in a row with fewer
+    than k finite logits (which keeps just those). NaN stays NaN."""
+    return kth.clamp(min=torch.finfo(kth.dtype).min)
 
 
 class TopK(ProcessorBase[TopKParams]):
@@ -27,22 +33,17 @@ class TopK(ProcessorBase[TopKParams]):
         k = self.params.k
         if k >= logits.shape[-1]:
             return logits
-        kth = logits.topk(k).values[:, -1:]  # [B, 1]
+        kth = _floor(logits.topk(k).values[:, -1:])  # [B, 1]
         return logits.masked_fill(logits < kth, float("-inf"))  # NaN is never < kth: it stays visible
 
     def to_candidates(self, logits: Tensor, ctx: DecodeContext) -> Candidates | None:
-        """The kept tokens as candidates (one host sync, see `top_candidates`); None when k >= V."""
-        if self.params.k >= logits.shape[-1]:
+        """The kept tokens, with room for k ties at the k-th value; None when k >= V."""
+        k = self.params.k
+        if k >= logits.shape[-1]:
             return None
-        return top_candidates(logits, self.params.k)
-
-    def to_candidates_after(
-        self, logits: Tensor, f: Callable[[Tensor], Tensor], ctx: DecodeContext
-    ) -> Candidates | None:
-        """Its candidates on `f(logits)` for a monotone map `f` (temperature), f applied to the kept tokens only."""
-        if self.params.k >= logits.shape[-1]:
-            return None
-        return top_candidates_after(logits, self.params.k, f)
+        c, bound = top_candidates(logits, 2 * k)
+        floor = _floor(c.values[:, k - 1 : k])
+        return keep_at_least(c, floor, floor > bound)  # NaN is not > bound: such a row is redone densely
 
     def on_candidates(self, c: Candidates, ctx: DecodeContext) -> Candidates:
         k = self.params.k

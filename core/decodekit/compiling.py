@@ -1,0 +1,25 @@
+"""`compile=True` of `dk.generate` / `dk.stream`: the model's decode step and the chain's step
+under `torch.compile`.
+
+Shapes that grow every step (the history, the cache's length) are marked dynamic, so each
+compiles once per chain and model, not once per step. Code that cannot be traced (a stage
+drawing from its row's `torch.Generator`) runs eagerly between compiled pieces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from decodekit.chain import Chain
+from decodekit.context import DecodeContext
+
+__all__ = ["compiled_step"]
+
+
+def compiled_step(model: Any, chain: Chain) -> tuple[Callable[..., Tensor], Callable[[Tensor, DecodeContext], Tensor]]:
+    """`(forward, select)`: `model` and `chain.select`, compiled."""
+    return torch.compile(model, dynamic=True), torch.compile(chain.select, dynamic=True)

@@ -1,0 +1,278 @@
+"""Conformance checks for selectors (`[B, V] -> LongTensor [B]`) and their pytest suite.
+
+What is checked, in every float dtype: token ids `[B]` in range that are never -inf; the same
+tokens for the same per-row seeds, whatever the other rows; a view as input; `select_candidates`
+equal to the dense call; no failure on rows that cannot be sampled (which a chain then reports);
+and, given the distribution it should draw from, a chi-square goodness-of-fit test over many
+seeded draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from decodekit.context import DecodeContext, row_generators
+from decodekit.stage import Candidates, densify
+from decodekit.testing.assertions import first_rows
+from decodekit.testing.inputs import (
+    DISTRIBUTION_LOGITS,
+    FLOAT_DTYPES,
+    NEG,
+    ContextFactory,
+    TokenHistory,
+    candidates_from,
+    cases,
+    selector_logits,
+)
+from decodekit.testing.suite import Conformance, check_spec_round_trip
+
+__all__ = [
+    "SelectorConformance",
+    "check_selector",
+    "check_selector_candidates",
+    "check_selector_contract",
+    "check_selector_distribution",
+    "check_selector_unsampleable",
+    "check_selector_view_input",
+]
+
+_DRAWS = 20_000  # draws of the chi-square test
+_MIN_P_VALUE = 1e-3
+
+
+def check_selector_contract(selector: Any, logits: Tensor, history: TokenHistory, factory: ContextFactory) -> Tensor:
+    """LongTensor `[B]` in range, never a removed token, repeatable, rows independent. Returns the tokens."""
+    B, V = logits.shape
+    what = f"{selector!r} on {logits.dtype} logits {tuple(logits.shape)}"
+    before = logits.clone()
+    tokens = selector(logits, history.context(factory))
+    assert torch.equal(logits, before), f"{what}: modified its input in place"
+    assert isinstance(tokens, Tensor) and tokens.dtype == torch.long, (
+        f"{what}: returned {tokens!r}, expected a LongTensor"
+    )
+    assert tokens.shape == (B,), f"{what}: returned shape {tuple(tokens.shape)}, expected ({B},)"
+    assert bool(((tokens >= 0) & (tokens < V)).all()), f"{what}: token ids {tokens.tolist()} outside [0, {V})"
+    removed = torch.isneginf(logits.gather(1, tokens[:, None]))  # [B, 1]
+    assert not bool(removed.any()), (
+        f"{what}: picked a removed (-inf) token in rows {first_rows(removed)}: {tokens.tolist()}"
+    )
+    again = selector(logits.clone(), history.context(factory))
+    assert torch.equal(again, tokens), f"{what}: the same seeds gave {again.tolist()}, then {tokens.tolist()}"
+    for b in range(B):
+        alone = selector(logits[b : b + 1].clone(), history.context(factory, [b]))
+        assert int(alone[0]) == int(tokens[b]), (
+            f"{what}: row {b} picks {int(alone[0])} alone but {int(tokens[b])} in a batch of {B} (same row seed)"
+        )
+    perm = list(range(B))[::-1]
+    permuted = selector(logits[perm].clone(), history.context(factory, perm))
+    assert torch.equal(permuted, tokens[perm]), (
+        f"{what}: rows reversed pick {permuted.tolist()}, expected {tokens[perm].tolist()}"
+    )
+    return tokens
+
+
+def check_selector_candidates(selector: Any, logits: Tensor, history: TokenHistory, factory: ContextFactory) -> None:
+    """`select_candidates`, where defined, picks what the dense call picks on the same logits and seeds."""
+    select_candidates = getattr(selector, "select_candidates", None)
+    if select_candidates is None:
+        return
+    B, V = logits.shape
+    c = candidates_from(logits, max(2, V // 4))
+    what = f"{selector!r}.select_candidates on {logits.dtype} candidates {tuple(c.values.shape)}"
+    fast = select_candidates(c, history.context(factory))
+    assert isinstance(fast, Tensor) and fast.dtype == torch.long and fast.shape == (B,), (
+        f"{what}: returned {fast!r}, expected a LongTensor [{B}]"
+    )
+    dense = selector(densify(c, V), history.context(factory))
+    assert torch.equal(fast, dense), (
+        f"{what}: picked {fast.tolist()}, the dense call on the same logits and seeds {dense.tolist()}"
+    )
+
+
+def check_selector_view_input(selector: Any, logits: Tensor, history: TokenHistory, factory: ContextFactory) -> None:
+    """A strided view as input (every other column of a wider tensor) picks what its contiguous copy picks."""
+    view = torch.stack([logits, torch.zeros_like(logits)], -1)[..., 0]
+    what = f"{selector!r} on a strided view of {logits.dtype} logits"
+    try:
+        tokens = selector(view, history.context(factory))
+    except RuntimeError as error:
+        raise AssertionError(f"{what}: raised {error!r}") from None
+    expected = selector(logits.clone(), history.context(factory))
+    assert torch.equal(tokens, expected), f"{what}: picked {tokens.tolist()}, its copy {expected.tolist()}"
+
+
+def check_selector_unsampleable(
+    selector: Any, vocab_size: int, history: TokenHistory, factory: ContextFactory, dtype: torch.dtype, seed: int = 0
+) -> None:
+    """On rows that cannot be sampled (a NaN logit, +inf, every token removed) the selector does not
+    fail and returns ids in range, dense and on candidates; the others' tokens are what they are alone;
+    and in a chain those rows are a `NumericsError` naming the first of them."""
+    from decodekit.chain import Chain
+    from decodekit.errors import NumericsError
+
+    B = history.tokens.shape[0]
+    logits = selector_logits(B, vocab_size, seed=seed, dtype=dtype)
+    bad = {0: float("nan"), 1: float("inf")}  # one logit of row 0 NaN, one of row 1 +inf; row 2 all removed
+    for row, value in bad.items():
+        if row < B:
+            logits[row, vocab_size // 3] = value
+    if B > 2:
+        logits[2] = NEG
+    runs: list[tuple[str, Callable[[DecodeContext], Tensor]]] = [("dense", lambda ctx: selector(logits.clone(), ctx))]
+    select_candidates = getattr(selector, "select_candidates", None)
+    if select_candidates is not None:
+        c = candidates_from(logits, max(2, vocab_size // 4))
+        runs.append(("select_candidates", lambda ctx: select_candidates(c, ctx)))
+    for path, run in runs:
+        what = f"{selector!r} ({path}) on {dtype} logits with rows that cannot be sampled"
+        try:
+            tokens = run(history.context(factory))
+        except Exception as error:
+            raise AssertionError(f"{what}: raised {error!r}") from None
+        assert tokens.shape == (B,) and bool(((tokens >= 0) & (tokens < vocab_size)).all()), (
+            f"{what}: returned {tokens.tolist()}, expected {B} ids in [0, {vocab_size})"
+        )
+        for b in range(3, B):
+            alone = selector(logits[b : b + 1].clone(), history.context(factory, [b]))
+            assert int(tokens[b]) == int(alone[0]), f"{what}: row {b} picks {int(tokens[b])}, alone {int(alone[0])}"
+    try:
+        Chain([], selector=selector)(logits.clone(), history.context(factory))
+    except NumericsError as error:
+        assert "row 0" in str(error), f"{selector!r} in a chain: {error} names another row than 0"
+    else:
+        raise AssertionError(f"{selector!r} in a chain: no NumericsError for a NaN row")
+
+
+def check_selector_distribution(
+    selector: Any,
+    distribution: Callable[[Tensor], Tensor],
+    *,
+    logits: Tensor = DISTRIBUTION_LOGITS,
+    draws: int = _DRAWS,
+    seed: int = 0,
+    ctx_factory: ContextFactory | None = None,
+) -> None:
+    """Chi-square goodness of fit of `draws` seeded picks, dense and on candidates, to `distribution(logits)`.
+
+    logits: `[1, V]`. Categories expected fewer than 5 times are pooled; a token of
+    probability 0 must never be drawn. Each draw is one row with its own generator.
+    """
+    from scipy.stats import chisquare
+
+    factory: ContextFactory = ctx_factory or DecodeContext
+    V = logits.shape[1]
+    probs = distribution(logits).double()[0]
+    assert probs.shape == (V,) and abs(float(probs.sum()) - 1) < 1e-6, f"distribution(logits) is {probs.tolist()}"
+    expected = probs * draws
+    finite = candidates_from(logits, int(torch.isfinite(logits).sum()), seed=seed)  # every finite token
+    candidates = Candidates(finite.values.expand(draws, -1), finite.indices.expand(draws, -1))
+    runs: list[tuple[str, Callable[[DecodeContext], Tensor]]] = [
+        ("dense", lambda ctx: selector(logits.expand(draws, -1), ctx))
+    ]
+    select_candidates = getattr(selector, "select_candidates", None)
+    if select_candidates is not None:
+        runs.append(("select_candidates", lambda ctx: select_candidates(candidates, ctx)))
+    for i, (path, run) in enumerate(runs):
+        tokens = torch.zeros(draws, 1, dtype=torch.long)
+        ctx = factory(tokens=tokens, prompt_lengths=None, step=0, generators=row_generators(seed + i, draws))
+        counts = torch.bincount(run(ctx), minlength=V).double()
+        what = f"{selector!r} ({path}), {draws} draws from {logits[0].tolist()}"
+        impossible = (expected == 0) & (counts > 0)
+        assert not bool(impossible.any()), (
+            f"{what}: drew tokens of probability 0: {impossible.nonzero().flatten().tolist()}; counts {counts.tolist()}"
+        )
+        big = expected >= 5
+        obs = torch.cat([counts[big], counts[~big].sum(-1, keepdim=True)])
+        exp = torch.cat([expected[big], expected[~big].sum(-1, keepdim=True)])
+        obs, exp = obs[exp > 0], exp[exp > 0]
+        if len(exp) == 1:  # a deterministic selector: every draw is the one possible token
+            assert float(obs[0]) == draws, f"{what}: counts {counts.tolist()}, expected {expected.tolist()}"
+            continue
+        p_value = float(chisquare(obs.numpy(), exp.numpy()).pvalue)
+        assert p_value > _MIN_P_VALUE, (
+            f"{what}: counts {counts.tolist()} do not fit the expected {[round(e, 1) for e in expected.tolist()]} "
+            f"(chi-square p = {p_value:.2g} <= {_MIN_P_VALUE})"
+        )
+
+
+def check_selector(
+    selector: Any,
+    *,
+    distribution: Callable[[Tensor], Tensor] | None = None,
+    vocab_size: int = 64,
+    batch_size: int = 4,
+    dtypes: Sequence[torch.dtype] = FLOAT_DTYPES,
+    seed: int = 0,
+    ctx_factory: ContextFactory | None = None,
+) -> None:
+    """Every selector check; the chi-square test too when `distribution` (logits -> probabilities) is given."""
+    factory: ContextFactory = ctx_factory or DecodeContext
+    check_spec_round_trip(selector)
+    for ragged in (False, True):
+        history = TokenHistory(batch_size, vocab_size, seed=seed, ragged=ragged)
+        for dtype in dtypes:
+            logits = selector_logits(batch_size, vocab_size, seed=seed, dtype=dtype)
+            check_selector_contract(selector, logits, history, factory)
+            check_selector_view_input(selector, logits, history, factory)
+    for logits, history in cases(batch_size, vocab_size, dtypes, seed, ragged=False):
+        check_selector_candidates(selector, logits, history, factory)
+        check_selector_unsampleable(selector, vocab_size, history, factory, logits.dtype, seed)
+    if distribution is not None:
+        check_selector_distribution(selector, distribution, seed=seed, ctx_factory=factory)
+
+
+class SelectorConformance(Conformance):
+    """Subclass and define `make()` (and `distribution()` for the chi-square test)."""
+
+    def distribution(self, logits: Tensor) -> Tensor | None:
+        """The probabilities `[1, V]` the selector should draw from on `logits`; None skips the test."""
+        return None
+
+    def _history(self, ragged: bool) -> TokenHistory:
+        return TokenHistory(self.batch_size, self.vocab_size, seed=self.seed, ragged=ragged)
+
+    def _logits(self, dtype: torch.dtype) -> Tensor:
+        return selector_logits(self.batch_size, self.vocab_size, seed=self.seed, dtype=dtype)
+
+    def test_contract_and_rows_independent(self) -> None:
+        selector = self.make()
+        for ragged in (False, True):
+            for dtype in self.dtypes:
+                check_selector_contract(selector, self._logits(dtype), self._history(ragged), self.make_context)
+
+    def test_view_input(self) -> None:
+        selector = self.make()
+        for dtype in self.dtypes:
+            check_selector_view_input(selector, self._logits(dtype), self._history(True), self.make_context)
+
+    def test_candidates_agree_with_dense(self) -> None:
+        selector = self.make()
+        if not hasattr(selector, "select_candidates"):
+            import pytest
+
+            pytest.skip("the selector has no select_candidates")
+        for logits, history in cases(self.batch_size, self.vocab_size, self.dtypes, self.seed, False):
+            check_selector_candidates(selector, logits, history, self.make_context)
+
+    def test_unsampleable_rows(self) -> None:
+        selector = self.make()
+        for dtype in self.dtypes:
+            check_selector_unsampleable(
+                selector, self.vocab_size, self._history(False), self.make_context, dtype, self.seed
+            )
+
+    def test_distribution(self) -> None:
+        import pytest
+
+        if self.distribution(DISTRIBUTION_LOGITS) is None:
+            pytest.skip("distribution() is not defined")
+        check_selector_distribution(self.make(), self._distribution, seed=self.seed, ctx_factory=self.make_context)
+
+    def _distribution(self, logits: Tensor) -> Tensor:
+        probs = self.distribution(logits)
+        assert probs is not None, f"{type(self).__name__}.distribution() returned None"
+        return probs
