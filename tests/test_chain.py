@@ -23,7 +23,6 @@ from decodekit.stage import Candidates, densify
 FULL = "repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"
 
 
-
 def full_chain() -> dk.Chain:
     return dk.Chain(
         [

@@ -15,8 +15,6 @@ from decodekit.testing import NEG, check_selector, ctx_for, SelectorConformance
 from decodekit.testing.selectors import check_selector_distribution
 
 
-
-
 def softmax(logits: torch.Tensor) -> torch.Tensor:
     return logits.double().softmax(-1)
 
@@ -114,8 +112,6 @@ def test_registered_as_the_default_selector() -> None:
 
 
 class TestSampleConformance(SelectorConformance):
-    dtypes = (torch.float32, torch.float16, torch.bfloat16)
-
     def make(self) -> Sample:
         return Sample()
 

@@ -28,12 +28,11 @@ _MIN_GAIN = 4  # use the grid only when the pool is at most V / 4 tokens
 
 
 @lru_cache(maxsize=64)
-def _grid(vocab_size: int, device: torch.device) -> tuple[int, int, Tensor]:
-    """(R, C, the token id of each grid row's first column `[1, R, 1]`); R a divisor of V near 32 if any."""
+def _grid(vocab_size: int) -> tuple[int, int]:
+    """(R, C): the grid's rows, a divisor of V near 32 if there is one, and its columns."""
     divisors = [r for r in range(16, 65) if vocab_size % r == 0]
     R = min(divisors, key=lambda r: abs(r - _GROUP_TARGET)) if divisors else _GROUP_TARGET
-    C = vocab_size // R
-    return R, C, torch.arange(0, R * C, max(C, 1), device=device)[None, :, None]
+    return R, vocab_size // R
 
 
 def top_candidates(logits: Tensor, n: int) -> tuple[Candidates, Tensor]:
@@ -43,14 +42,15 @@ def top_candidates(logits: Tensor, n: int) -> tuple[Candidates, Tensor]:
     if n >= V:
         values, ids = logits.sort(-1, descending=True)
         return Candidates(values, ids), values.new_full((B, 1), float("-inf"))
-    R, C, offsets = _grid(V, logits.device)
+    R, C = _grid(V)
     if (n + 1) * R * _MIN_GAIN > V:
         values, ids = logits.topk(n + 1)
     else:
         grid_end = R * C
-        grid = logits.view(B, R, C) if grid_end == V else logits[:, :grid_end].reshape(B, R, C)
+        grid = logits[:, :grid_end].reshape(B, R, C)  # a view, unless the logits are one (strided) already
         groups = grid.amax(1, keepdim=True).topk(n + 1, sorted=False).indices  # [B, 1, n+1]
-        pool_ids = (offsets + groups).view(B, -1)  # token r·C + group, for each grid row r
+        row_starts = torch.arange(0, grid_end, C, device=logits.device)[None, :, None]  # [1, R, 1]
+        pool_ids = (row_starts + groups).view(B, -1)  # token r·C + group, for each grid row r
         if grid_end < V:  # the tokens past the grid are always pooled
             tail = torch.arange(grid_end, V, device=logits.device).expand(B, -1)
             pool_ids = torch.cat([pool_ids, tail], 1)

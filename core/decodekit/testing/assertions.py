@@ -58,4 +58,3 @@ def assert_candidates_valid(c: object, batch_size: int, vocab_size: int, dtype: 
 
 
 # -- processors ------------------------------------------------------------------------
-

@@ -12,8 +12,6 @@ from decodekit.stage import Candidates
 from decodekit.testing import NEG, check_selector, ctx_for, SelectorConformance
 
 
-
-
 def test_picks_the_largest_logit() -> None:
     x = torch.tensor([[0.1, 2.5, -1.0, NEG], [NEG, NEG, -3.0, -4.0]])
     assert Greedy()(x, ctx_for(2)).tolist() == [1, 2]

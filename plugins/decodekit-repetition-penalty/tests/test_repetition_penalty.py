@@ -131,8 +131,6 @@ def test_unknown_parameter() -> None:
 
 
 class TestRepetitionPenaltyConformance(ProcessorConformance):
-    dtypes = (torch.float32, torch.float16, torch.bfloat16)
-
     def make(self) -> RepetitionPenalty:
         return RepetitionPenalty(penalty=1.5)
 

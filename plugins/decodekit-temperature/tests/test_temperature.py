@@ -12,8 +12,6 @@ from decodekit.stage import Candidates
 from decodekit.testing import NEG, check_processor, ctx_for, ProcessorConformance
 
 
-
-
 def test_divides_by_t() -> None:
     x = torch.tensor([[2.0, -1.0, NEG, 0.5]])
     assert torch.equal(Temperature(value=0.5)(x, ctx_for()), torch.tensor([[4.0, -2.0, NEG, 1.0]]))
@@ -102,15 +100,11 @@ def test_unknown_parameter() -> None:
 
 
 class TestTemperatureConformance(ProcessorConformance):
-    dtypes = (torch.float32, torch.float16, torch.bfloat16)
-
     def make(self) -> Temperature:
         return Temperature(value=0.7)
 
 
 class TestTemperatureZeroConformance(ProcessorConformance):
-    dtypes = (torch.float32, torch.bfloat16)
-
     def make(self) -> Temperature:
         return Temperature(value=0.0)
 

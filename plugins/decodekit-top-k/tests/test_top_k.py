@@ -11,8 +11,6 @@ from decodekit.stage import Candidates, densify
 from decodekit.testing import NEG, check_processor, ctx_for, ProcessorConformance
 
 
-
-
 def test_keeps_the_k_largest() -> None:
     x = torch.tensor([[1.0, 4.0, 2.0, 3.0, 0.5]])
     assert torch.equal(TopK(k=2)(x, ctx_for()), torch.tensor([[NEG, 4.0, NEG, 3.0, NEG]]))
@@ -81,8 +79,6 @@ def test_unknown_parameter() -> None:
 
 
 class TestTopKConformance(ProcessorConformance):
-    dtypes = (torch.float32, torch.float16, torch.bfloat16)
-
     def make(self) -> TopK:
         return TopK(k=3)
 

@@ -14,8 +14,6 @@ from decodekit.stage import Candidates, densify
 from decodekit.testing import NEG, check_processor, ctx_for, ProcessorConformance
 
 
-
-
 def log_probs(*probs: float) -> torch.Tensor:
     return torch.tensor([[math.log(q) for q in probs]])
 
@@ -197,8 +195,6 @@ def test_unknown_parameter() -> None:
 
 
 class TestTopPConformance(ProcessorConformance):
-    dtypes = (torch.float32, torch.float16, torch.bfloat16)
-
     def make(self) -> TopP:
         return TopP(p=0.8)
 

@@ -51,5 +51,6 @@ class Gumbel(SelectorBase[GumbelParams]):
     params_model = GumbelParams
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        p = logits.float().softmax(-1)  # the race is scale-free: normalised or not, the same winner
-        return p.div_(uniforms(p.shape, ctx, p.device).log_()).argmin(-1)  # in place: one row-sized buffer less
+        x = logits if logits.dtype == torch.float64 else logits.float()  # float64 beyond float32's range
+        p = x.softmax(-1)  # the race is scale-free: normalised or not, the same winner
+        return p.div_(uniforms(p.shape, ctx, p.device).log_().to(p.dtype)).argmin(-1)

@@ -38,7 +38,7 @@ class MirostatV2(SelectorBase[MirostatV2Params]):
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         mu: Tensor = ctx.state_for(self)  # [B], updated in place below
-        p = logits.float().softmax(-1)
+        p = (logits if logits.dtype == torch.float64 else logits.float()).softmax(-1)
         # surprise <= mu  <=>  p >= 2**-mu; the most probable token stays even when its surprise is above mu
         floor = torch.minimum(torch.exp2(-mu).to(p.device)[:, None], p.amax(-1, keepdim=True))  # [B, 1]
         # p where p >= floor, else 0; branch-free (min with +-inf, then clamp), several times faster on CPU
@@ -49,9 +49,10 @@ class MirostatV2(SelectorBase[MirostatV2Params]):
         cdf = kept.cumsum_(-1)
         mass = cdf[:, -1:]  # [B, 1] probability kept
         u = ctx.uniform().to(p.device)[:, None]
-        tokens = torch.searchsorted(
-            cdf, torch.minimum(u * mass, torch.nextafter(mass, torch.zeros_like(mass))), right=True
-        )
+        target = torch.minimum(u * mass, torch.nextafter(mass, torch.zeros_like(mass)))
+        tokens = torch.searchsorted(cdf, target, right=True).clamp_(max=p.shape[-1] - 1)  # NaN rows land past the end
         surprise = -torch.log2(p.gather(-1, tokens) / mass).squeeze(-1)  # of the renormalised probability
-        mu.sub_(self.params.eta * (surprise.to(mu.device) - self.params.tau))
+        # A row that cannot be sampled (the chain reports it) keeps its mu.
+        step = self.params.eta * (surprise.to(mu.device, mu.dtype) - self.params.tau)
+        mu.sub_(torch.where(torch.isfinite(step), step, 0.0))
         return tokens.squeeze(-1)

@@ -28,7 +28,7 @@ def kth_largest(x: Tensor, k: int) -> Tensor:
         return x.amax(-1, keepdim=True)
     if k == x.shape[-1]:
         return x.amin(-1, keepdim=True)
-    return top_candidates(x, k).values[:, k - 1 : k]  # sorted, ties included: entry k-1 is the k-th largest
+    return top_candidates(x, k)[0].values[:, k - 1 : k]  # the k largest, sorted: entry k-1 is the k-th
 
 
 def remove_below(logits: Tensor, score: Tensor, threshold: Tensor) -> Tensor:

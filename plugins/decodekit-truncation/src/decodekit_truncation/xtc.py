@@ -49,11 +49,10 @@ class XTC(ProcessorBase[XTCParams]):
         applies = ctx.uniform().to(logits.device)[:, None] < prm.probability  # [B, 1], one draw per row
         x = as_float32(logits)
         V = x.shape[-1]
-        K = V if prm.threshold == 0 else int(1 / prm.threshold) + 1
-        if K >= V:
-            values, ids = x.sort(-1, descending=True)
-        else:  # [B, K'] descending, K' >= K (ties at the K-th kept, short rows padded with -inf)
-            values, ids = top_candidates(x, K)
+        # At most 1/threshold tokens reach the threshold: they are among the K largest (all, for a tiny threshold).
+        K = V if prm.threshold * V <= 1 else int(1 / prm.threshold) + 1
+        c, _ = top_candidates(x, K)  # [B, K] descending
+        values, ids = c.values, c.indices
         if prm.threshold == 0:  # every candidate (not a removed token) is a top choice
             top = values > NEG_INF
         else:

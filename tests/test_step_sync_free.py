@@ -1,0 +1,50 @@
+"""The step of the standard chains reads nothing back to the host and compiles as one graph."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
+
+import decodekit as dk
+from decodekit.testing import ctx_for
+
+STANDARD = [
+    "greedy",
+    "temperature(0.8) | sample",
+    "top_k(50) | top_p(0.9) | sample",
+    "repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample",
+]
+
+
+def run_on_fake_tensors(chain: dk.Chain, batch: int = 3) -> None:
+    """`chain.select` on fake logits: values do not exist, so any host read (`.item()`, `.tolist()`,
+    `bool(t)`, a data-dependent shape) raises."""
+    ctx = ctx_for(batch, history=40, step=5)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        chain.select(torch.randn(batch, 50_257), ctx)
+
+
+@pytest.mark.parametrize("text", STANDARD)
+def test_a_standard_chains_step_reads_nothing_back(text: str) -> None:
+    run_on_fake_tensors(dk.Chain.parse(text))
+
+
+def test_the_fake_run_catches_a_host_read() -> None:
+    def reads_back(logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
+        return logits / float(logits.amax())  # a host read
+
+    with pytest.raises(DataDependentOutputException):
+        run_on_fake_tensors(dk.Chain([reads_back]))
+
+
+def test_the_full_chains_processors_compile_as_one_graph() -> None:
+    """fullgraph=True fails on any graph break, a host read included."""
+    chain = dk.Chain.parse(STANDARD[-1])
+    x = torch.randn(2, 50_257, generator=torch.Generator().manual_seed(0))
+    ctx = ctx_for(2, history=40, step=5)
+    compiled = torch.compile(chain.process_fast, fullgraph=True)
+    got, expected = compiled(x, ctx), chain.process_fast(x, ctx)
+    assert isinstance(got, dk.Candidates) and isinstance(expected, dk.Candidates)
+    assert torch.equal(got.indices, expected.indices)
+    torch.testing.assert_close(got.values, expected.values)
