@@ -9,8 +9,9 @@ its own (forward + argmax; forward + chain + the loop's bookkeeping: from the st
 forward to the start of the next, in both loops, see `StepClock`) and compares median
 steps: a burst of load on a shared machine then costs a few steps rather than a whole run.
 Also: the cost of appending one token to a dense cache at position 2,000 relative to 20.
+With `--compile`, the same rows for `dk.generate(..., compile=True)` (compiled before timing).
 
-    python benchmarks/bench_generate.py [--repeats 15] [--threads 1]
+    python benchmarks/bench_generate.py [--repeats 15] [--threads 1] [--compile]
 """
 
 from __future__ import annotations
@@ -76,10 +77,12 @@ def minimal_step_times(model: GPT, prompt: torch.Tensor, new_tokens: int) -> lis
     return clock.decode_steps()
 
 
-def dk_step_times(model: GPT, prompt: torch.Tensor, chain: dk.Chain, new_tokens: int) -> list[float]:
+def dk_step_times(
+    model: GPT, prompt: torch.Tensor, chain: dk.Chain, new_tokens: int, compile: bool = False
+) -> list[float]:
     """`dk.generate`'s decode steps (forward + chain + the loop's bookkeeping), each timed by a `StepClock`."""
     clock = StepClock(model)
-    dk.generate(clock, prompt, chain=chain, max_new_tokens=new_tokens, seed=0)
+    dk.generate(clock, prompt, chain=chain, max_new_tokens=new_tokens, seed=0, compile=compile)
     return clock.decode_steps()
 
 
@@ -89,7 +92,7 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def bench_loop(repeats: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+def bench_loop(repeats: int, compile: bool = False) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=50257, block_size=1024, n_layer=2, n_head=4, n_embd=128)).eval()
     prompt = torch.randint(0, 50257, (1, 32))
@@ -101,6 +104,13 @@ def bench_loop(repeats: int) -> tuple[dict[str, list[float]], dict[str, list[flo
         "dk greedy": lambda: dk.generate(model, prompt, chain=greedy, max_new_tokens=new, seed=0),
         "dk full chain": lambda: dk.generate(model, prompt, chain=full, max_new_tokens=new, seed=0),
     }
+    if compile:
+        cases["dk greedy [compile]"] = lambda: dk.generate(
+            model, prompt, chain=greedy, max_new_tokens=new, seed=0, compile=True
+        )
+        cases["dk full chain [compile]"] = lambda: dk.generate(
+            model, prompt, chain=full, max_new_tokens=new, seed=0, compile=True
+        )
     # Same tokens: the loop is only overhead, not a different computation.
     assert (
         dk.generate(model, prompt, chain=greedy, max_new_tokens=new).tokens[0]
@@ -111,6 +121,9 @@ def bench_loop(repeats: int) -> tuple[dict[str, list[float]], dict[str, list[flo
         "dk greedy": lambda: dk_step_times(model, prompt, greedy, new),
         "dk full chain": lambda: dk_step_times(model, prompt, full, new),
     }
+    if compile:
+        stepwise["dk greedy [compile]"] = lambda: dk_step_times(model, prompt, greedy, new, compile=True)
+        stepwise["dk full chain [compile]"] = lambda: dk_step_times(model, prompt, full, new, compile=True)
     times: dict[str, list[float]] = {k: [] for k in cases}
     steps: dict[str, list[float]] = {k: [] for k in cases}
     names = list(cases)
@@ -172,9 +185,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--compile", action="store_true", help="also time dk.generate(..., compile=True)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    times, steps = bench_loop(args.repeats)
+    times, steps = bench_loop(args.repeats, args.compile)
     summary = summarise(times, "minimal loop")
     print("| whole runs (batch 1, 32-token prompt, 128 new tokens) | ms/token | ratio to minimal loop | middle half |")
     print("|---|---|---|---|")

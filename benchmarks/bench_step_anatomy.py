@@ -5,8 +5,7 @@ Reference GPT of `bench_generate.py` (2 layers, 128 dims, vocabulary 50,257), ba
 
 1. Small ops right after a forward. Every decode step of a minimal loop (forward + argmax) runs
    one variant, rotating step by step, timed alone; and the forward after it, timed too. The
-   variants: nothing; one small op; the same small op 20 times; 20 different small ops; seven
-   cached `constant()` calls; one `Constants` lookup of seven numbers; `top_k`'s pool `topk`
+   variants: nothing; one small op; the same small op 20 times; 20 different small ops; `top_k`'s pool `topk`
    followed by ordering 50 ids with `sort`, or with a `topk` of all 50 (what `sample` does);
    entering and leaving inference mode (what `dk.stream` does each step). The same variants
    are timed warm (back to back) for comparison.
@@ -33,7 +32,6 @@ from bench_generate import StepClock, dk_step_times, minimal_step_times
 import decodekit as dk
 from decodekit.context import row_generators
 from decodekit.models.gpt import GPT, GPTConfig
-from decodekit.stage import Constants, constant
 
 FULL_CHAIN = "repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"
 V, R, C, K = 50257, 29, 1733, 50  # the vocabulary as the grid search sees it: R rows of C groups
@@ -44,7 +42,6 @@ def small_op_variants() -> dict[str, Callable[[], object]]:
     x = torch.randn(1, 51)
     c = torch.tensor(2.0)
     idx = torch.randint(0, 51, (1, 51))
-    seven = Constants(0.0, 1.1, 0.8, 0.9, -1.0, 2.0, 3.0)
     pool = torch.randn(1, R * (K + 1))  # top_k's pool, then the 50 ids `sample` orders
     ids = torch.randperm(V)[:K][None]
     mode = torch.inference_mode()
@@ -74,8 +71,6 @@ def small_op_variants() -> dict[str, Callable[[], object]]:
         "one small op": lambda: x.add(c),
         "the same op 20 times": lambda: [x.add(c) for _ in range(20)],
         "20 different small ops": twenty_different,
-        "7 cached constant() calls": lambda: [constant(v, x) for v in (0.0, 1.1, 0.8, 0.9, -1.0, 2.0, 3.0)],
-        "one Constants lookup of 7": lambda: seven.like(x),
         "topk of the 1,479-value pool, then sort 50 ids": lambda: (pool.topk(K + 1), ids.sort(-1)),
         "the same topk, then a topk of the 50 smallest ids": lambda: (pool.topk(K + 1), ids.topk(K, largest=False)),
         "inference mode entered and left": mode_switch,
