@@ -16,7 +16,7 @@ __all__ = [
     "SequenceBiasParams",
 ]
 
-TokenId = Annotated[int, Field(ge=0)]
+TokenId = Annotated[int, Field(ge=0, lt=2**63)]  # a torch.long; ids >= V fail when the vocabulary is known
 TokenSequence = Annotated[tuple[TokenId, ...], Field(min_length=1)]
 
 

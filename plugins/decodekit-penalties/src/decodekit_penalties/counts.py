@@ -20,6 +20,10 @@ def generated_window(ctx: DecodeContext, last_n: int | None) -> Tensor:
 
 
 def token_counts(tokens: Tensor, vocab_size: int, dtype: torch.dtype) -> Tensor:
-    """How often each token id occurs in each row: `[B, n]` ids -> `[B, V]` counts."""
+    """How often each token id occurs in each row: `[B, n]` ids -> `[B, V]` counts.
+
+    An id outside [0, V) (an embedding larger than the output layer) counts nowhere.
+    """
+    in_range = (tokens >= 0) & (tokens < vocab_size)
     counts = torch.zeros(tokens.shape[0], vocab_size, dtype=dtype, device=tokens.device)
-    return counts.scatter_add_(1, tokens, torch.ones(tokens.shape, dtype=dtype, device=tokens.device))
+    return counts.scatter_add_(1, tokens.clamp(0, vocab_size - 1), in_range.to(dtype))

@@ -13,7 +13,7 @@ from decodekit.params import Params
 
 __all__ = ["DRYParams", "FrequencyPenaltyParams", "NoRepeatNGramParams", "PresencePenaltyParams"]
 
-TokenId = Annotated[int, Field(ge=0)]
+TokenId = Annotated[int, Field(ge=0, lt=2**63)]  # a torch.long; ids >= V fail when the vocabulary is known
 _LAST_N = "only the last n tokens count (None: all of them)"
 
 

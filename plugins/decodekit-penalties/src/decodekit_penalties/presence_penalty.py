@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
 from torch import Tensor
 
 from decodekit.stage import ProcessorBase
-from decodekit_penalties.counts import generated_window
+from decodekit_penalties.counts import generated_window, token_counts
 from decodekit_penalties.params import PresencePenaltyParams
 
 if TYPE_CHECKING:
@@ -29,7 +30,5 @@ class PresencePenalty(ProcessorBase[PresencePenaltyParams]):
         tokens = generated_window(ctx, self.params.last_n).to(logits.device)
         if tokens.shape[1] == 0 or self.params.penalty == 0:
             return logits
-        out = logits.clone()
-        # Every occurrence of a token writes the same value (its original logit - penalty),
-        # so a repeated token is penalised exactly once.
-        return out.scatter_(1, tokens, logits.gather(1, tokens) - self.params.penalty)
+        present = token_counts(tokens, logits.shape[-1], logits.dtype) > 0  # [B, V]; a repeated token once
+        return torch.where(present, logits - self.params.penalty, logits)

@@ -17,6 +17,15 @@ if TYPE_CHECKING:
 __all__ = ["Temperature"]
 
 
+def _divide(x: Tensor, T: float) -> Tensor:
+    """`x / T`; for T < 1 a quotient beyond the dtype's range saturates at its largest finite value
+    (a removed token, -inf, stays removed)."""
+    if T >= 1.0:
+        return x / T
+    finfo = torch.finfo(x.dtype)
+    return torch.where(torch.isneginf(x), x, (x / T).clamp(finfo.min, finfo.max))
+
+
 class Temperature(ProcessorBase[TemperatureParams]):
     """`x / T`; below `GREEDY_BELOW` (T = 0 included) only the argmax keeps its logit."""
 
@@ -30,7 +39,7 @@ class Temperature(ProcessorBase[TemperatureParams]):
         if T < GREEDY_BELOW:
             top = logits.argmax(-1, keepdim=True)  # [B, 1] the first maximum (NaN counts as one)
             return torch.full_like(logits, float("-inf")).scatter_(1, top, logits.gather(1, top))
-        return logits / T
+        return _divide(logits, T)
 
     def to_candidates(self, logits: Tensor, ctx: DecodeContext) -> Candidates | None:
         """Greedy: the argmax as a one-token candidate set; None otherwise (the division is dense)."""
@@ -46,4 +55,4 @@ class Temperature(ProcessorBase[TemperatureParams]):
         if T < GREEDY_BELOW:
             pos = first_max(c)
             return Candidates(c.values.gather(1, pos), c.indices.gather(1, pos))
-        return Candidates(c.values / T, c.indices)  # dividing by T > 0 keeps the order
+        return Candidates(_divide(c.values, T), c.indices)  # dividing by T > 0 keeps the order
