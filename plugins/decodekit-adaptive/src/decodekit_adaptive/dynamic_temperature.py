@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["DynamicTemperature"]
 
 NEG_INF = float("-inf")
+_GREEDY_BELOW = 1e-5
 
 
 def keep_argmax(x: Tensor) -> Tensor:
@@ -40,16 +41,17 @@ class DynamicTemperature(ProcessorBase[DynamicTemperatureParams]):
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         prm = self.params
+        x = logits if logits.dtype == torch.float64 else logits.float()
         if prm.delta == 0:
-            return logits / prm.temp if prm.temp > 0 else keep_argmax(logits)
-        low, high = max(0.0, prm.temp - prm.delta), prm.temp + prm.delta
-        x = logits.float()
-        n = (x > NEG_INF).sum(-1, keepdim=True)  # [B, 1] candidates
-        logp = x.log_softmax(-1)
-        entropy = -(logp.exp() * logp).nansum(-1, keepdim=True)  # 0 * -inf terms of removed tokens skipped
-        temp = low + (high - low) * (entropy / n.clamp(min=2).log()).pow(prm.exponent)  # [B, 1]
-        temp = torch.where(n > 1, temp, 1.0)  # a single candidate is left alone
-        out = x / temp
-        if low == 0:  # temperature 0 is possible (entropy 0): only the argmax survives
-            out = torch.where(temp > 0, out, keep_argmax(x))
-        return out.to(logits.dtype)
+            temp = torch.full_like(x[:, :1], prm.temp)
+        else:
+            low, high = max(0.0, prm.temp - prm.delta), prm.temp + prm.delta
+            n = (x > NEG_INF).sum(-1, keepdim=True)  # [B, 1] candidates
+            logp = x.log_softmax(-1)
+            entropy = -(logp.exp() * logp).nansum(-1, keepdim=True)  # 0 * -inf terms of removed tokens skipped
+            temp = low + (high - low) * (entropy / n.clamp(min=2).log()).pow(prm.exponent)  # [B, 1]
+            temp = torch.where(n > 1, temp, 1.0)  # a single candidate is left alone
+        # As `temperature`: a quotient past the range saturates, and below 1e-5 only the argmax survives.
+        finfo = torch.finfo(x.dtype)
+        out = torch.where(torch.isneginf(x), x, (x / temp).clamp(finfo.min, finfo.max))
+        return torch.where(temp >= _GREEDY_BELOW, out, keep_argmax(x)).to(logits.dtype)

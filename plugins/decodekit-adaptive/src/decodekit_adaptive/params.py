@@ -10,11 +10,15 @@ __all__ = ["DynamicTemperatureParams", "GumbelParams", "MirostatV2Params"]
 
 
 class DynamicTemperatureParams(Params):
+    # Bounded as `temperature` is (a temperature below 1e-5 is greedy there and here).
     temp: float = Field(
-        ge=0, allow_inf_nan=False, description="centre of the temperature range (0 with delta 0: greedy)"
+        ge=0, le=1e4, allow_inf_nan=False, description="centre of the temperature range (0 with delta 0: greedy)"
     )
     delta: float = Field(
-        ge=0, allow_inf_nan=False, description="the temperature ranges over [max(0, temp - delta), temp + delta]"
+        ge=0,
+        le=1e4,
+        allow_inf_nan=False,
+        description="the temperature ranges over [max(0, temp - delta), temp + delta]",
     )
     exponent: float = Field(
         1.0, ge=0, allow_inf_nan=False, description="temperature = low + (high - low) * normalised_entropy ** exponent"
@@ -22,7 +26,9 @@ class DynamicTemperatureParams(Params):
 
 
 class MirostatV2Params(Params):
-    tau: float = Field(5.0, ge=0, allow_inf_nan=False, description="target surprise in bits; mu starts at 2 * tau")
+    tau: float = Field(
+        5.0, ge=0, le=1e4, allow_inf_nan=False, description="target surprise in bits; mu starts at 2 * tau"
+    )
     eta: float = Field(0.1, ge=0, le=1, allow_inf_nan=False, description="learning rate of mu")
 
 

@@ -27,7 +27,7 @@ class LogitBiasParams(Params):
 
 
 class SequenceBiasParams(Params):
-    biases: tuple[tuple[TokenSequence, Annotated[float, Field(allow_inf_nan=False)]], ...] = Field(
+    biases: tuple[tuple[TokenSequence, Annotated[float, Field(ge=-1e4, le=1e4, allow_inf_nan=False)]], ...] = Field(
         min_length=1,
         description="[[token ids], bias] pairs (HF sequence_bias): the bias is added to the last token "
         "when the context ends with the others",

@@ -62,7 +62,7 @@ class XTC(ProcessorBase[XTCParams]):
         applies &= remove.any(-1, keepdim=True)  # at least two top choices
         if prm.min_keep > 1:
             left = (x > NEG_INF).sum(-1, keepdim=True) - remove.sum(-1, keepdim=True)
-            applies &= left >= prm.min_keep
+            applies &= left >= min(prm.min_keep, V + 1)  # a Python int past int64 cannot meet a tensor
         out = logits.clone()
         removed = torch.full_like(values, NEG_INF, dtype=logits.dtype)
         return out.scatter_(1, ids, torch.where(remove & applies, removed, logits.gather(1, ids)))
