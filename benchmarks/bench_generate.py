@@ -43,7 +43,7 @@ class StepClock:
         self.starts: list[float] = []
 
     # Under `compile=True` this frame runs eagerly (its clock is no graph) and the model's is compiled.
-    @torch.compiler.disable(recursive=False)
+    @torch.compiler.disable(recursive=False)  # type: ignore[untyped-decorator, no-untyped-call]
     def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         self.starts.append(time.perf_counter())
         out: torch.Tensor = self.model(*args, **kwargs)

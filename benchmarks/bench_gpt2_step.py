@@ -46,7 +46,8 @@ def projection_ms(model: GPT, repeats: int = 30) -> tuple[float, float]:
     w_t = w.t().contiguous()
     x = torch.randn(1, 1, w.shape[1])
     out = {}
-    for name, fn in (("row", lambda: F.linear(x, w)), ("col", lambda: x @ w_t)):
+    variants: dict[str, Callable[[], torch.Tensor]] = {"row": lambda: F.linear(x, w), "col": lambda: x @ w_t}
+    for name, fn in variants.items():
         fn()
         times = []
         for _ in range(repeats):

@@ -15,10 +15,9 @@ from decodekit_top_k import TopK
 from decodekit_top_p import TopP
 
 import decodekit as dk
-from decodekit.testing import NEG, ctx_for
-from decodekit.context import row_generators
 from decodekit.sample import Sample
 from decodekit.stage import Candidates, densify
+from decodekit.testing import NEG, ctx_for
 
 FULL = "repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"
 

@@ -11,7 +11,7 @@ import decodekit as dk
 from decodekit.context import row_generators
 from decodekit.sample import Sample, inverse_cdf
 from decodekit.stage import Candidates, densify
-from decodekit.testing import NEG, check_selector, ctx_for, SelectorConformance
+from decodekit.testing import NEG, SelectorConformance, check_selector, ctx_for
 from decodekit.testing.selectors import check_selector_distribution
 
 

@@ -83,7 +83,7 @@ class DecodeContext:
         return torch.arange(T, device=self.tokens.device) >= starts[:, None]
 
     def uniform(self, *, keepdim: bool = False) -> Tensor:
-        """One float32 uniform draw in [0, 1) per row, `[B]` (`[B, 1]` with `keepdim`), each from its row's generator."""
+        """One float32 uniform draw in [0, 1) per row, `[B]` (`[B, 1]` with `keepdim`), from the row's generator."""
         shape = (self.batch_size, 1) if keepdim else (self.batch_size,)
         device = self.tokens.device
         if self.generators is None:

@@ -9,7 +9,7 @@ from decodekit_greedy import Greedy
 import decodekit as dk
 from decodekit.context import row_generators
 from decodekit.stage import Candidates
-from decodekit.testing import NEG, check_selector, ctx_for, SelectorConformance
+from decodekit.testing import NEG, SelectorConformance, check_selector, ctx_for
 
 
 def test_picks_the_largest_logit() -> None:

@@ -8,7 +8,7 @@ from decodekit_repetition_penalty import RepetitionPenalty, RepetitionPenaltyPar
 
 import decodekit as dk
 from decodekit.stage import Candidates
-from decodekit.testing import NEG, check_processor, ProcessorConformance
+from decodekit.testing import NEG, ProcessorConformance, check_processor
 
 X = torch.tensor([[2.0, -1.0, 0.5, 3.0, -0.2, NEG]])
 

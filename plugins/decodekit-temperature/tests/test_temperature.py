@@ -9,7 +9,7 @@ from decodekit_temperature import Temperature, TemperatureParams
 import decodekit as dk
 from decodekit.context import row_generators
 from decodekit.stage import Candidates
-from decodekit.testing import NEG, check_processor, ctx_for, ProcessorConformance
+from decodekit.testing import NEG, ProcessorConformance, check_processor, ctx_for
 
 
 def test_divides_by_t() -> None:

@@ -8,7 +8,7 @@ from decodekit_top_k import TopK, TopKParams
 
 import decodekit as dk
 from decodekit.stage import Candidates, densify
-from decodekit.testing import NEG, check_processor, ctx_for, ProcessorConformance
+from decodekit.testing import NEG, ProcessorConformance, check_processor, ctx_for
 
 
 def test_keeps_the_k_largest() -> None:

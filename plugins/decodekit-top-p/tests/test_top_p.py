@@ -11,7 +11,7 @@ from decodekit_top_p.top_p import ROOM
 
 import decodekit as dk
 from decodekit.stage import Candidates, densify
-from decodekit.testing import NEG, check_processor, ctx_for, ProcessorConformance
+from decodekit.testing import NEG, ProcessorConformance, check_processor, ctx_for
 
 
 def log_probs(*probs: float) -> torch.Tensor:

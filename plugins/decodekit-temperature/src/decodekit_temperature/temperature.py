@@ -17,13 +17,13 @@ if TYPE_CHECKING:
 __all__ = ["Temperature"]
 
 
-def _divide(x: Tensor, T: float) -> Tensor:
-    """`x / T`; for T < 1 a quotient beyond the dtype's range saturates at its largest finite value
+def _divide(x: Tensor, t: float) -> Tensor:
+    """`x / t`; for t < 1 a quotient beyond the dtype's range saturates at its largest finite value
     (a removed token, -inf, stays removed)."""
-    if T >= 1.0:
-        return x / T
+    if t >= 1.0:
+        return x / t
     finfo = torch.finfo(x.dtype)
-    return torch.where(torch.isneginf(x), x, (x / T).clamp(finfo.min, finfo.max))
+    return torch.where(torch.isneginf(x), x, (x / t).clamp(finfo.min, finfo.max))
 
 
 class Temperature(ProcessorBase[TemperatureParams]):

@@ -48,9 +48,9 @@ class TopP(ProcessorBase[TopPParams]):
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         if self.params.p >= 1.0:
             return logits
-        c, floor, held = self._nucleus(logits, ROOM)
+        _, floor, held = self._nucleus(logits, ROOM)
         if not bool(held.all()):  # the dense call's one host read: sort the whole row
-            c, floor, held = self._nucleus(logits, logits.shape[-1])
+            _, floor, _ = self._nucleus(logits, logits.shape[-1])
         return logits.masked_fill(logits < floor, float("-inf"))  # NaN is never < floor: it stays visible
 
     def to_candidates(self, logits: Tensor, ctx: DecodeContext) -> Candidates | None:
