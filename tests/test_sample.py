@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -57,16 +55,16 @@ def test_removed_tokens_are_never_drawn() -> None:
 def test_uniform_draws_at_the_edges_never_land_on_a_removed_token() -> None:
     logits = torch.tensor([[1.0, 2.0, NEG, NEG], [NEG, 5.0, NEG, NEG], [1e-3, 0.0, 1e-3, NEG]])
     for u in (0.0, 0.5, 1.0 - 2.0**-24, 1.0):  # 1.0 is out of range but must still be safe
-        picked = inverse_cdf(logits, torch.full((3,), u))
-        assert picked.tolist()[1] == 1
-        assert bool(torch.isfinite(logits.gather(1, picked[:, None])).all()), u
+        picked = inverse_cdf(logits, torch.full((3, 1), u))
+        assert picked.tolist()[1] == [1]
+        assert bool(torch.isfinite(logits.gather(1, picked)).all()), u
 
 
 def test_inverse_cdf_hand_worked() -> None:
     # probabilities 0.1, 0.2, 0.3, 0.4: CDF 0.1, 0.3, 0.6, 1.0
     logits = torch.log(torch.tensor([[0.1, 0.2, 0.3, 0.4]]))
     for u, expected in ((0.05, 0), (0.15, 1), (0.29, 1), (0.31, 2), (0.59, 2), (0.61, 3), (0.99, 3)):
-        assert inverse_cdf(logits, torch.tensor([u])).tolist() == [expected], u
+        assert inverse_cdf(logits, torch.tensor([[u]])).tolist() == [[expected]], u
 
 
 def test_a_rows_draws_do_not_depend_on_the_other_rows() -> None:
@@ -85,8 +83,7 @@ def test_same_seed_same_draws_other_seed_other_draws() -> None:
     assert not torch.equal(a, Sample()(logits, ctx_for(64, seed=4)))
 
 
-@pytest.fixture
-def no_host_sync(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def block_host_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make every tensor -> Python conversion (a device sync on an accelerator) fail."""
 
     def sync(*args: object, **kwargs: object) -> None:
@@ -94,11 +91,11 @@ def no_host_sync(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     for name in ("item", "tolist", "__bool__", "__int__", "__float__", "__index__"):
         monkeypatch.setattr(torch.Tensor, name, sync)
-    yield
 
 
-def test_sample_does_not_sync(no_host_sync: None) -> None:
-    ctx = ctx_for(3)  # built before: creating generators from seeds is not part of the step
+def test_sample_does_not_sync(monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = ctx_for(3)  # built before: checking the history and seeding generators is not part of the step
+    block_host_reads(monkeypatch)
     logits = torch.randn(3, 1000)
     Sample()(logits, ctx)
     values, indices = logits.topk(10)
@@ -173,5 +170,5 @@ def test_half_precision_logits_are_summed_in_float32(dtype: torch.dtype) -> None
     logits = torch.randn(2, 50_000, generator=torch.Generator().manual_seed(0)).to(dtype)
     for seed in range(5):
         assert torch.equal(Sample()(logits, ctx_for(2, seed=seed)), Sample()(logits.float(), ctx_for(2, seed=seed)))
-        u = torch.rand(2, generator=torch.Generator().manual_seed(seed))
+        u = torch.rand(2, 1, generator=torch.Generator().manual_seed(seed))
         assert torch.equal(inverse_cdf(logits, u), inverse_cdf(logits.float(), u))

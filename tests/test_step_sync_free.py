@@ -38,6 +38,7 @@ def test_the_fake_run_catches_a_host_read() -> None:
         run_on_fake_tensors(dk.Chain([reads_back]))
 
 
+@pytest.mark.slow
 def test_the_full_chains_processors_compile_as_one_graph() -> None:
     """fullgraph=True fails on any graph break, a host read included."""
     chain = dk.Chain.parse(STANDARD[-1])
@@ -48,3 +49,14 @@ def test_the_full_chains_processors_compile_as_one_graph() -> None:
     assert isinstance(got, dk.Candidates) and isinstance(expected, dk.Candidates)
     assert torch.equal(got.indices, expected.indices)
     torch.testing.assert_close(got.values, expected.values)
+
+
+@pytest.mark.slow
+def test_generate_with_compile_gives_the_eager_tokens() -> None:
+    from tinymodels import tiny_gpt
+
+    model = tiny_gpt(2)
+    chain = "repetition_penalty(1.1) | temperature(0.8) | top_k(5) | top_p(0.9) | sample"
+    eager = dk.generate(model, [[1, 2, 3], [4, 5]], chain=chain, max_new_tokens=6, seed=3)
+    compiled = dk.generate(model, [[1, 2, 3], [4, 5]], chain=chain, max_new_tokens=6, seed=3, compile=True)
+    assert compiled.tokens == eager.tokens

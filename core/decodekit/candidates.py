@@ -47,9 +47,12 @@ def top_candidates(logits: Tensor, n: int) -> tuple[Candidates, Tensor]:
         values, ids = logits.topk(n + 1)
     else:
         grid_end = R * C
-        grid = logits[:, :grid_end].reshape(B, R, C)  # a view, unless the logits are one (strided) already
+        if grid_end == V and logits.is_contiguous():
+            grid = logits.view(B, R, C)
+        else:  # a copy when the logits are a strided view
+            grid = logits[:, :grid_end].reshape(B, R, C)
         groups = grid.amax(1, keepdim=True).topk(n + 1, sorted=False).indices  # [B, 1, n+1]
-        row_starts = torch.arange(0, grid_end, C, device=logits.device)[None, :, None]  # [1, R, 1]
+        row_starts = torch.arange(0, grid_end, C, device=logits.device).view(1, R, 1)
         pool_ids = (row_starts + groups).view(B, -1)  # token r·C + group, for each grid row r
         if grid_end < V:  # the tokens past the grid are always pooled
             tail = torch.arange(grid_end, V, device=logits.device).expand(B, -1)
@@ -63,7 +66,7 @@ def keep_at_least(c: Candidates, floor: Tensor, held: Tensor) -> Candidates:
     """The candidates >= each row's `floor` `[B, 1]`, and NaN in the rows not `held` `[B, 1]`: those
     whose kept set may reach past the candidates (for a floor, where it is not above the bound)."""
     values = c.values.masked_fill(c.values < floor, float("-inf"))
-    return Candidates(values.masked_fill(~held, float("nan")), c.indices)
+    return Candidates(torch.where(held, values, float("nan")), c.indices)
 
 
 def first_max(c: Candidates) -> Tensor:

@@ -206,7 +206,7 @@ class Chain:
         else:
             tokens = self.selector(x, ctx)
             top = x.amax(-1)  # NaN anywhere in a row makes its max NaN
-        return tokens.masked_fill(~torch.isfinite(top), -1)
+        return torch.where(torch.isfinite(top), tokens, -1)
 
     def resolve(
         self,

@@ -60,10 +60,15 @@ class DecodeContext:
     state: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # id(stage) -> (stage, state)
 
     def __post_init__(self) -> None:
-        if self.tokens.dim() != 2:
-            from decodekit.errors import ParameterError
+        from decodekit.errors import ParameterError
 
-            raise ParameterError(f"DecodeContext: tokens of shape {tuple(self.tokens.shape)}; allowed: [B, T]")
+        if self.tokens.dim() != 2 or self.tokens.dtype not in (torch.int64, torch.int32):
+            raise ParameterError(
+                f"DecodeContext: tokens of shape {tuple(self.tokens.shape)} and dtype {self.tokens.dtype}; "
+                "allowed: integer [B, T]"
+            )
+        if self.tokens.numel() and not self.tokens.is_meta and int(self.tokens.min()) < 0:  # read once, here
+            raise ParameterError(f"DecodeContext: token id {int(self.tokens.min())}; allowed: ids >= 0")
 
     @property
     def batch_size(self) -> int:
@@ -88,6 +93,8 @@ class DecodeContext:
         device = self.tokens.device
         if self.generators is None:
             return torch.rand(shape, device=device)
+        if len(self.generators) == 1:
+            return torch.rand(shape, generator=self.generators[0], device=device)
         return torch.cat([torch.rand(1, generator=g, device=device) for g in self.generators]).view(shape)
 
     def state_for(self, stage: Any) -> Any:

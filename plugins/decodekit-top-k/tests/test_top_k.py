@@ -22,9 +22,21 @@ def test_keeps_every_tie_at_the_kth_value() -> None:
     # the 2nd largest is 2.0, shared by tokens 2, 3 and 5: all are kept, 4 tokens in all
     assert torch.equal(TopK(k=2)(x, ctx_for()), torch.tensor([[3.0, NEG, 2.0, 2.0, NEG, 2.0]]))
     c = TopK(k=2).to_candidates(x, ctx_for())
-    assert c is not None
-    assert c.values.tolist() == [[3.0, 2.0, 2.0, 2.0]]
-    assert sorted(c.indices[0, 1:].tolist()) == [2, 3, 5]
+    assert c is not None  # the whole row fits the room (k + TIE_ROOM): sorted, the rest -inf
+    assert c.values.tolist() == [[3.0, 2.0, 2.0, 2.0, NEG, NEG]]
+    assert sorted(c.indices[0, 1:4].tolist()) == [2, 3, 5]
+
+
+def test_ties_past_the_room_mark_the_row_for_the_dense_path() -> None:
+    from decodekit_top_k.top_k import TIE_ROOM
+
+    x = torch.zeros(2, 100)
+    x[0, :3] = torch.tensor([3.0, 2.0, 1.0])  # no tie at the 2nd value: held
+    x[1, 0] = 3.0  # 99 tokens tied at the 2nd value: more than TIE_ROOM
+    c = TopK(k=2).to_candidates(x, ctx_for(2))
+    assert c is not None and c.values.shape == (2, 2 + TIE_ROOM)
+    assert c.values[0, :2].tolist() == [3.0, 2.0] and bool(torch.isneginf(c.values[0, 2:]).all())
+    assert bool(c.values[1].isnan().all())
 
 
 def test_k_at_least_vocab_is_a_no_op() -> None:

@@ -51,7 +51,6 @@ class DynamicTemperature(ProcessorBase[DynamicTemperatureParams]):
             entropy = -(logp.exp() * logp).nansum(-1, keepdim=True)  # 0 * -inf terms of removed tokens skipped
             temp = low + (high - low) * (entropy / n.clamp(min=2).log()).pow(prm.exponent)  # [B, 1]
             temp = torch.where(n > 1, temp, 1.0)  # a single candidate is left alone
-        # As `temperature`: a quotient past the range saturates, and below 1e-5 only the argmax survives.
-        finfo = torch.finfo(x.dtype)
-        out = torch.where(torch.isneginf(x), x, (x / temp).clamp(finfo.min, finfo.max))
+        # As `temperature`: a quotient above the range saturates, and below 1e-5 only the argmax survives.
+        out = (x / temp).clamp_(max=torch.finfo(x.dtype).max)
         return torch.where(temp >= _GREEDY_BELOW, out, keep_argmax(x)).to(logits.dtype)

@@ -41,8 +41,7 @@ class MirostatV2(SelectorBase[MirostatV2Params]):
         p = (logits if logits.dtype == torch.float64 else logits.float()).softmax(-1)
         # surprise <= mu  <=>  p >= 2**-mu; the most probable token stays even when its surprise is above mu
         floor = torch.minimum(torch.exp2(-mu).to(p.device)[:, None], p.amax(-1, keepdim=True))  # [B, 1]
-        # p where p >= floor, else 0; branch-free (min with +-inf, then clamp), several times faster on CPU
-        # than masked_fill when the kept tokens are scattered through the vocabulary.
+        # p where p >= floor, else 0; branch-free (min with +-inf, then clamp), as truncation's remove_below.
         kept = torch.minimum(p, torch.copysign(torch.tensor(torch.inf, device=p.device), p - floor)).clamp_(min=0.0)
         # Inverse CDF of the kept tokens, renormalised, at one uniform per row from the row's generator
         # (as decodekit.sample.inverse_cdf); removed tokens have zero width and are never drawn.

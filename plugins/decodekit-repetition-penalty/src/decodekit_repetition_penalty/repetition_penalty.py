@@ -6,8 +6,8 @@ One gather and one scatter over the context's token ids, never a loop over token
 that occurs twice is written twice with the same value.
 
 Ragged batches are left-padded, and the pad id is a real token id too. A padding position
-(or an id outside the vocabulary) is pointed at a counting id of its row, so it rewrites a
-value the row writes anyway; a row without any counting token is left as it is.
+(or an id outside the vocabulary) is pointed at an extra column past the vocabulary, which
+the result leaves out.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from decodekit.stage import Candidates, ProcessorBase
@@ -33,27 +34,20 @@ class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
     params_model = RepetitionPenaltyParams
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        if self.params.penalty == 1.0:
+        V = logits.shape[-1]
+        ids = self._context_ids(ctx, V)  # [B, T'], V where a position does not count
+        if self.params.penalty == 1.0 or ids.shape[1] == 0:
             return logits
-        ids, has_real = self._context_ids(ctx, logits.shape[-1])  # [B, T'], [B, 1] or None
-        if ids.shape[1] == 0:
-            return logits
-        seen = logits.gather(1, ids)  # [B, T'] logits of the context tokens
-        penalised = self._penalise(seen)
-        if has_real is not None:
-            penalised = torch.where(has_real, penalised, seen)
-        return logits.scatter(1, ids, penalised)
+        padded = F.pad(logits, (0, 1))  # [B, V + 1]: column V takes the writes of what does not count
+        penalised = self._penalise(padded.gather(1, ids))
+        return padded.scatter_(1, ids, penalised)[:, :V]
 
     def on_candidates(self, c: Candidates, ctx: DecodeContext) -> Candidates:
         """Penalise the candidates found in the context, then sort them again."""
-        if self.params.penalty == 1.0:
-            return c
-        ids, has_real = self._context_ids(ctx, None)
-        if ids.shape[1] == 0:
+        ids = self._context_ids(ctx, None)
+        if self.params.penalty == 1.0 or ids.shape[1] == 0:
             return c
         in_context = (c.indices[:, :, None] == ids[:, None, :]).any(-1)  # [B, K]
-        if has_real is not None:
-            in_context &= has_real
         values, order = torch.where(in_context, self._penalise(c.values), c.values).sort(-1, descending=True)
         return Candidates(values, c.indices.gather(1, order))
 
@@ -61,13 +55,9 @@ class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
         penalty = self.params.penalty
         return torch.where(x > 0, x / penalty, x * penalty)  # -inf * penalty stays -inf
 
-    def _context_ids(self, ctx: DecodeContext, vocab_size: int | None) -> tuple[Tensor, Tensor | None]:
-        """The token ids that count `[B, T']`, and `[B, 1]` whether the row has any (None: all count).
-
-        Padding does not count, nor (given `vocab_size`) an id outside the vocabulary, which the
-        model cannot produce. Such a position is pointed at a counting id of its row, so it
-        rewrites the value that id gets anyway.
-        """
+    def _context_ids(self, ctx: DecodeContext, vocab_size: int | None) -> Tensor:
+        """The token ids that count `[B, T']`; a position that does not count holds `vocab_size`
+        (-1 when None): padding, and (given `vocab_size`) an id the model cannot produce."""
         if self.params.include_prompt:
             ids, valid = ctx.tokens, ctx.valid_mask()
         else:
@@ -75,11 +65,7 @@ class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
         if self.params.last_n is not None:
             ids = ids[:, -self.params.last_n :]
             valid = None if valid is None else valid[:, -self.params.last_n :]
-        counts = valid
+        sink = -1 if vocab_size is None else vocab_size
         if vocab_size is not None:
-            in_range = (ids >= 0) & (ids < vocab_size)
-            counts = in_range if counts is None else counts & in_range
-        if counts is None or ids.shape[1] == 0:
-            return ids, None
-        stand_in = torch.where(counts, ids, -1).amax(-1, keepdim=True)  # [B, 1] a counting id, -1 if none
-        return torch.where(counts, ids, stand_in.clamp(min=0)), stand_in >= 0
+            ids = ids.clamp(max=vocab_size)  # token ids are >= 0 (DecodeContext checks)
+        return ids if valid is None else torch.where(valid, ids, sink)

@@ -18,12 +18,9 @@ __all__ = ["Temperature"]
 
 
 def _divide(x: Tensor, t: float) -> Tensor:
-    """`x / t`; for t < 1 a quotient beyond the dtype's range saturates at its largest finite value
-    (a removed token, -inf, stays removed)."""
-    if t >= 1.0:
-        return x / t
-    finfo = torch.finfo(x.dtype)
-    return torch.where(torch.isneginf(x), x, (x / t).clamp(finfo.min, finfo.max))
+    """`x / t`; for t < 1 a quotient above the dtype's range saturates at its largest value (below
+    it, it becomes -inf: a token removed by rounding, as exp of it is 0)."""
+    return x / t if t >= 1.0 else (x / t).clamp_(max=torch.finfo(x.dtype).max)
 
 
 class Temperature(ProcessorBase[TemperatureParams]):

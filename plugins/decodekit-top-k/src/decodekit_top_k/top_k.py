@@ -14,7 +14,10 @@ from decodekit_top_k.params import TopKParams
 if TYPE_CHECKING:
     from decodekit.context import DecodeContext
 
-__all__ = ["TopK"]
+__all__ = ["TIE_ROOM", "TopK"]
+
+TIE_ROOM = 8
+"""Tokens tied with the k-th largest beyond the k that a candidate set holds."""
 
 
 def _floor(kth: Tensor) -> Tensor:
@@ -37,13 +40,14 @@ class TopK(ProcessorBase[TopKParams]):
         return logits.masked_fill(logits < kth, float("-inf"))  # NaN is never < kth: it stays visible
 
     def to_candidates(self, logits: Tensor, ctx: DecodeContext) -> Candidates | None:
-        """The kept tokens, with room for k ties at the k-th value; None when k >= V."""
+        """The kept tokens, with room for `TIE_ROOM` ties at the k-th value; None when k >= V."""
         k = self.params.k
         if k >= logits.shape[-1]:
             return None
-        c, bound = top_candidates(logits, 2 * k)
-        floor = _floor(c.values[:, k - 1 : k])
-        return keep_at_least(c, floor, floor > bound)  # NaN is not > bound: such a row is redone densely
+        c, bound = top_candidates(logits, k + TIE_ROOM)
+        floor = c.values[:, k - 1 : k]
+        # Not held (redone densely): more ties, a NaN, or fewer than k finite logits (-inf > -inf is False).
+        return keep_at_least(c, floor, floor > bound)
 
     def on_candidates(self, c: Candidates, ctx: DecodeContext) -> Candidates:
         k = self.params.k

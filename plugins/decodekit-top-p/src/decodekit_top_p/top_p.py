@@ -30,13 +30,14 @@ ROOM = 256
 """Tokens searched for the nucleus before sorting the whole row."""
 
 
-def _last_kept(values: Tensor, total: Tensor, p: float, min_keep: int) -> tuple[Tensor, Tensor]:
-    """(position `[B, 1]` in sorted `values` `[B, K]` of the last token kept, whether the cut is among
-    them), given each row's `total` unnormalised mass `exp(x - max)` in float64."""
-    top = values[:, :1].float()
-    cum = (values.float() - top).exp().cumsum(-1, dtype=torch.float64)  # [B, K]
-    pos = torch.searchsorted(cum, p * total)  # the first token whose own cum reaches p
-    return pos.clamp(min=min_keep - 1, max=values.shape[1] - 1), pos < values.shape[1]
+def _last_kept(values: Tensor, total: Tensor | None, p: float, min_keep: int) -> Tensor:
+    """Position `[B, 1]` in sorted `values` `[B, K]` of the last token kept (K when the cut lies past
+    them), given each row's `total` unnormalised mass `exp(x - max)` (None: the values' own)."""
+    x = values if values.dtype in (torch.float32, torch.float64) else values.float()
+    cum = (x - x[:, :1]).exp().cumsum(-1)  # [B, K]
+    target = cum[:, -1:] * p if total is None else total * p
+    pos = torch.searchsorted(cum, target)  # the first token whose own cum reaches the target
+    return pos.clamp(min=min_keep - 1) if min_keep > 1 else pos
 
 
 class TopP(ProcessorBase[TopPParams]):
@@ -63,10 +64,9 @@ class TopP(ProcessorBase[TopPParams]):
     def on_candidates(self, c: Candidates, ctx: DecodeContext) -> Candidates:
         if self.params.p >= 1.0:
             return c
-        top = c.values[:, :1].float()
-        total = (c.values.float() - top).exp().sum(-1, keepdim=True, dtype=torch.float64)
-        last, _ = _last_kept(c.values, total, self.params.p, min(self.params.min_keep, c.values.shape[1]))
-        floor = c.values.gather(1, last)
+        K = c.values.shape[1]
+        last = _last_kept(c.values, None, self.params.p, min(self.params.min_keep, K)).clamp_(max=K - 1)
+        floor = c.values.gather(1, last)  # (a NaN row lands past the end: hence the clamp)
         return Candidates(c.values.masked_fill(c.values < floor, float("-inf")), c.indices)
 
     def _nucleus(self, logits: Tensor, room: int) -> tuple[Candidates, Tensor, Tensor]:
@@ -75,9 +75,10 @@ class TopP(ProcessorBase[TopPParams]):
         V = logits.shape[-1]
         min_keep = min(self.params.min_keep, V)
         c, bound = top_candidates(logits, max(room, min_keep))
-        top = c.values[:, :1].float()
-        total = (logits.float() - top).exp().sum(-1, keepdim=True, dtype=torch.float64)
-        last, cut_inside = _last_kept(c.values, total, self.params.p, min_keep)
+        K = c.values.shape[1]
+        x = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
+        total = (x - c.values[:, :1].to(x.dtype)).exp().sum(-1, keepdim=True)
+        pos = _last_kept(c.values, total, self.params.p, min_keep)
         # A row with fewer finite logits than min_keep keeps just those; NaN stays NaN.
-        floor = c.values.gather(1, last).clamp(min=torch.finfo(logits.dtype).min)
-        return c, floor, (cut_inside | torch.isneginf(bound)) & (floor > bound)
+        floor = c.values.gather(1, pos.clamp(max=K - 1)).clamp(min=torch.finfo(logits.dtype).min)
+        return c, floor, ((pos < K) | torch.isneginf(bound)) & (floor > bound)

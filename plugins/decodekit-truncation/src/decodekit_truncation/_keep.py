@@ -40,8 +40,7 @@ def keep_where_nonnegative(logits: Tensor, margin: Tensor) -> Tensor:
     """`logits` where `margin` >= 0, -inf where it is < 0.
 
     Branch-free: min(logits, +-inf) with the sign of the margin (x - x is +0 in IEEE arithmetic,
-    so a tie is kept). On CPU `masked_fill` with a mask that is neither mostly True nor mostly
-    False runs several times slower than these three passes. NaN in `logits` stays NaN.
+    so a tie is kept), faster on a CPU than `masked_fill` (docs/benchmarks.md). NaN stays NaN.
     """
     cap = torch.copysign(torch.tensor(torch.inf, device=margin.device), margin)
     return torch.minimum(logits, cap if cap.dtype == logits.dtype else cap.to(logits.dtype))
