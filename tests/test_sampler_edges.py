@@ -31,6 +31,7 @@ EDGE_CHAINS = [
     "temperature(1e-5)",
     "repetition_penalty(1e4)",
     "repetition_penalty(1e-4)",
+    "dynamic_temperature(1.0, 1.0, exponent=100.0)",
     "top_p(0.5, min_keep=1000000000000000000000000000000)",
     "min_p(0.1, min_keep=1000000000000000000000000000000)",
     "epsilon(0.1, min_keep=1000000000000000000000000000000)",
@@ -47,6 +48,7 @@ def test_edge_parameters_work_and_never_revive(text: str, dtype: torch.dtype) ->
     x = logits_with_edges(dtype)
     out = chain.process(x.clone(), ctx_for(2, history=6))
     assert out.dtype == dtype
+    assert not bool((torch.isposinf(out) & ~torch.isposinf(x)).any()), f"{text}: made +inf"
     assert not bool((torch.isneginf(x) & ~torch.isneginf(out)).any()), f"{text}: revived a removed token"
     assert not bool(torch.isnan(out).any()), f"{text}: made NaN"
     fast = chain.process_fast(x.clone(), ctx_for(2, history=6))
@@ -102,3 +104,13 @@ def test_gumbel_on_float64_beyond_float32_never_picks_a_removed_token() -> None:
     x = torch.tensor([[1e300, NEG, 1e299, NEG]], dtype=torch.float64)
     for seed in range(20):
         assert int(dk.create("gumbel")(x, ctx_for(seed=seed))) == 0
+
+
+def test_quotients_above_the_range_saturate() -> None:
+    x = torch.tensor([[10.0, -1.0, NEG]], dtype=torch.float16)
+    top = torch.finfo(torch.float16).max
+    rp = dk.create("repetition_penalty", penalty=1e-4)(x, dk.DecodeContext(tokens=torch.tensor([[0, 1, 2]])))
+    assert rp[0, 0] == top and rp[0, 2] == NEG  # 10 / 1e-4 saturates; -inf stays removed
+    assert rp[0, 1] == torch.tensor(-1e-4, dtype=torch.float16)  # -1 * 1e-4
+    t = dk.create("temperature", value=1e-5)(x, ctx_for())
+    assert t[0, 0] == top and t[0, 2] == NEG

@@ -52,5 +52,5 @@ class DynamicTemperature(ProcessorBase[DynamicTemperatureParams]):
             temp = low + (high - low) * (entropy / n.clamp(min=2).log()).pow(prm.exponent)  # [B, 1]
             temp = torch.where(n > 1, temp, 1.0)  # a single candidate is left alone
         # As `temperature`: a quotient above the range saturates, and below 1e-5 only the argmax survives.
-        out = (x / temp).clamp_(max=torch.finfo(x.dtype).max)
+        out = (x / temp).clamp_(max=torch.finfo(logits.dtype).max)  # the range of the dtype returned
         return torch.where(temp >= _GREEDY_BELOW, out, keep_argmax(x)).to(logits.dtype)

@@ -53,7 +53,10 @@ class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
 
     def _penalise(self, x: Tensor) -> Tensor:
         penalty = self.params.penalty
-        return torch.where(x > 0, x / penalty, x * penalty)  # -inf * penalty stays -inf
+        up = x / penalty
+        if penalty < 1:  # a quotient above the dtype's range saturates, as `temperature`'s
+            up = up.clamp_(max=torch.finfo(x.dtype).max)
+        return torch.where(x > 0, up, x * penalty)  # -inf * penalty stays -inf
 
     def _context_ids(self, ctx: DecodeContext, vocab_size: int | None) -> Tensor:
         """The token ids that count `[B, T']`; a position that does not count holds `vocab_size`
