@@ -97,6 +97,8 @@ def test_one_stage_forms_reject_a_chain_and_non_strings() -> None:
         parse_stage("dense | gqa", what="cache")
     with pytest.raises(dk.ChainSpecError, match="chain 5 is a int; allowed: a string"):
         dk.Chain.parse(5)  # type: ignore[arg-type]
+    with pytest.raises(dk.ChainSpecError, match="chain \\['top_k'\\] is a list"):
+        dk.Chain.parse(["top_k"])  # type: ignore[arg-type]
     with pytest.raises(dk.ChainSpecError, match="strategy None is a NoneType"):
         dk.decode(object(), [[1]], strategy=None)  # type: ignore[arg-type]
 
@@ -111,6 +113,8 @@ def test_one_stage_forms_reject_a_chain_and_non_strings() -> None:
         ([7], "stage 0 is 7"),
         ({"name": "top_k"}, "allowed: a list of stage objects"),
         ("[1,", "not valid JSON"),
+        ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
+        ([{"name": {"a": 1}}], "stage 0 name is \\{'a': 1\\}; allowed: a string"),
     ],
 )
 def test_malformed_specs_are_chain_spec_errors(spec: Any, message: str) -> None:

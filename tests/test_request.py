@@ -79,6 +79,14 @@ def test_bad_prompts_are_parameter_errors(prompts: Any, message: str) -> None:
             call(model, prompts)
 
 
+@pytest.mark.parametrize(("kwargs", "message"), BAD_ARGUMENTS[:12])
+def test_arguments_are_checked_even_when_nothing_is_generated(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(dk.ParameterError, match=message):
+        dk.generate(tiny_gpt(2), [[1, 2]], max_new_tokens=0, **kwargs)
+    with pytest.raises(dk.UnknownNameError, match="unknown cache backend 'nope'"):
+        dk.generate(tiny_gpt(2), [[1, 2]], max_new_tokens=0, cache="nope")
+
+
 def test_good_alternatives_are_accepted() -> None:
     """The forms the checks must not reject: tuples, ranges, tensors, one string, numpy-free ints."""
     model = tiny_gpt(2)
