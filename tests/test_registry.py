@@ -232,3 +232,18 @@ def test_a_registry_with_failures_warns_once_per_build() -> None:
         warnings.simplefilter("error")  # the standard plugins register cleanly
         registry = dk.reload_plugins()
     assert not registry.failures and not registry.conflicts
+
+
+def test_the_registry_kit_checks_every_category(registered: Callable[..., Plugin]) -> None:
+    from decodekit.testing.registry import check_bad_parameters, check_registered
+
+    registered("capped-plugin", register_cache_backends=_capped)
+    check_registered("capped", distribution="capped-plugin", category="cache backend")
+    check_registered("beam", distribution="decodekit", category="strategy")
+    check_registered("top_k", distribution="decodekit-top-k", kind="processor")
+    check_bad_parameters("capped", {"size": 2000}, ["size=2000", "1 <= size <= 1024"], category="cache backend")
+    check_bad_parameters("beam", {"num_beams": 0}, ["num_beams=0", "1 <= num_beams"], category="strategy")
+    with pytest.raises(AssertionError, match="registered by capped-plugin, expected someone-else"):
+        check_registered("capped", distribution="someone-else", category="cache backend")
+    with pytest.raises(AssertionError, match="no ParameterError"):
+        check_bad_parameters("capped", {"size": 3}, ["size"], category="cache backend")

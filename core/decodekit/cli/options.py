@@ -107,12 +107,9 @@ def resolve_strategy(text: str | None) -> str:
     """`--strategy` checked against the registry, its own parameters included; default: sample."""
     if text is None:
         return "sample"
-    from decodekit.chain_string import parse_stage
-    from decodekit.plugins import bind_arguments
+    from decodekit.strategies import strategy_params
 
-    name, args, kwargs = parse_stage(text, what="--strategy")
-    entry = get_registry().lookup("strategy", name)
-    bind_arguments(f"strategy {name}", entry.params_model, tuple(args), kwargs)
+    strategy_params(text)
     return text
 
 
