@@ -139,8 +139,8 @@ class Conflict:
         dists = " and ".join(self.distributions)
         return (
             f"{self.category} name {self.name!r} is registered by {len(self.distributions)} distributions: {dists}; "
-            f"it is unusable until one is chosen: disable the others with "
-            f"DECODEKIT_DISABLE_PLUGINS={','.join(self.distributions[1:])} (or uninstall them)"
+            f"it is unusable until one is chosen: DECODEKIT_DISABLE_PLUGINS={','.join(self.distributions[1:])} "
+            f"keeps {self.distributions[0]}'s (or uninstall all but one)"
         )
 
 
@@ -158,8 +158,13 @@ class Registry:
 
     def section(self, category: Category) -> dict[str, Entry]:
         """The entries of one category, by name."""
-        sections = {"sampler": self.samplers, "cache backend": self.caches, "model": self.models}
-        return sections.get(category, self.strategies)
+        sections = {
+            "sampler": self.samplers,
+            "cache backend": self.caches,
+            "model": self.models,
+            "strategy": self.strategies,
+        }
+        return sections[category]
 
     def lookup(self, category: Category, name: str) -> Entry:
         """The entry `name` of `category`; an unknown or conflicting name is an error saying what to do."""
