@@ -252,3 +252,11 @@ def test_the_registry_kit_checks_every_category(registered: Callable[..., Plugin
         check_registered("capped", distribution="someone-else", category="cache backend")
     with pytest.raises(AssertionError, match="no ParameterError"):
         check_bad_parameters("capped", {"size": 3}, ["size"], category="cache backend")
+
+
+@pytest.mark.parametrize("name", [5, None, ["top_k"], {"a": 1}])
+def test_a_lookup_by_a_name_that_is_not_a_string_says_so(name: Any) -> None:
+    with pytest.raises(dk.UnknownNameError, match=f"sampler name .* is a {type(name).__name__}; allowed: a string"):
+        dk.create(name)
+    with pytest.raises(dk.UnknownNameError, match="strategy name"):
+        dk.get_registry().lookup("strategy", name)

@@ -168,6 +168,8 @@ class Registry:
 
     def lookup(self, category: Category, name: str) -> Entry:
         """The entry `name` of `category`; an unknown or conflicting name is an error saying what to do."""
+        if not isinstance(name, str):
+            raise UnknownNameError(f"{category} name {name!r} is a {type(name).__name__}; allowed: a string")
         entry = self.section(category).get(name)
         if entry is not None:
             return entry
