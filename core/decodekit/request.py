@@ -7,9 +7,12 @@ a `ParameterError` naming the argument, the value and what is allowed.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
+
+import torch
 
 from decodekit.errors import ParameterError
 
@@ -89,7 +92,7 @@ def _chain(chain: object) -> Chain:
 def _cache(cache: object) -> CacheFactory | None:
     from decodekit.plugins import cache_factory
 
-    if cache == "none":
+    if isinstance(cache, str) and cache == "none":
         return None
     if isinstance(cache, str):
         return cache_factory(cache)
@@ -106,12 +109,25 @@ def token_ids(name: str, values: object, vocab_size: int) -> list[int]:
     items = values.tolist() if hasattr(values, "tolist") and not isinstance(values, list) else values
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
         raise ParameterError(f"{name}: {values!r} is invalid; allowed: a sequence of token ids")
+    ids = []
     for t in items:
-        if not _is_int(t):
+        i = _as_index(t)
+        if i is None:
             raise ParameterError(f"{name}: token id {t!r} ({type(t).__name__}) is invalid; allowed: an int")
-        if not 0 <= t < vocab_size:
-            raise ParameterError(f"{name}: token id {t} is invalid; allowed: 0 <= id < vocab_size={vocab_size}")
-    return list(items)
+        if not 0 <= i < vocab_size:
+            raise ParameterError(f"{name}: token id {i} is invalid; allowed: 0 <= id < vocab_size={vocab_size}")
+        ids.append(i)
+    return ids
+
+
+def _as_index(x: object) -> int | None:
+    """`x` as a Python int if it is an integer (an int, a NumPy or 0-d tensor integer), not a bool."""
+    if isinstance(x, bool) or getattr(x, "dtype", None) == torch.bool:
+        return None
+    try:
+        return operator.index(x)  # type: ignore[arg-type]
+    except TypeError:
+        return None
 
 
 def _stop_tokens(stop_tokens: object, batch: int, vocab_size: int) -> list[frozenset[int]]:
@@ -120,7 +136,10 @@ def _stop_tokens(stop_tokens: object, batch: int, vocab_size: int) -> list[froze
         raise ParameterError(
             f"stop_tokens={stop_tokens!r} is invalid; allowed: a list of token ids, or one list per row"
         )
-    if items and not _is_int(items[0]) and not isinstance(items[0], (float, bool)):
+    first = items[0] if items else None
+    if (isinstance(first, Sequence) and not isinstance(first, str)) or (
+        isinstance(first, torch.Tensor) and first.dim()
+    ):
         if len(items) != batch:
             raise ParameterError(
                 f"stop_tokens: {len(items)} per-row lists for {batch} rows; "
