@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -55,20 +55,17 @@ class DecodeRequest:
         return getattr(self.model, "tokenizer", None)
 
 
-def _is_int(x: object) -> TypeGuard[int]:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _check_count(name: str, value: object) -> int:
-    if not _is_int(value) or value < 0:
+    n = _as_index(value)
+    if n is None or n < 0:
         raise ParameterError(f"{name}={value!r} is invalid; allowed: an integer >= 0")
-    return value
+    return n
 
 
 def _vocab_size(model: object) -> int:
     spec = getattr(model, "spec", None)
-    V = getattr(spec, "vocab_size", None)
-    if not _is_int(V):
+    V = _as_index(getattr(spec, "vocab_size", None))
+    if V is None:
         raise ParameterError(
             f"model {type(model).__name__}: no spec.vocab_size; allowed: a model with a decodekit.ModelSpec `spec`"
         )
@@ -161,9 +158,10 @@ def _stop_strings(stop_strings: object, tokenizer: object) -> tuple[str, ...]:
 
 def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
     def check(value: object, name: str) -> int:
-        if not _is_int(value) or not 0 <= value < MAX_SEED:
+        n = _as_index(value)
+        if n is None or not 0 <= n < MAX_SEED:
             raise ParameterError(f"{name}={value!r} is invalid; allowed: an integer, 0 <= seed < 2**64")
-        return value
+        return n
 
     if seed is None:
         return None
@@ -177,11 +175,12 @@ def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
 def _logprobs(logprobs: object, vocab_size: int) -> int | None:
     if logprobs is None:
         return None
-    if not _is_int(logprobs) or not 0 <= logprobs <= vocab_size:
+    n = _as_index(logprobs)
+    if n is None or not 0 <= n <= vocab_size:
         raise ParameterError(
             f"logprobs={logprobs!r} is invalid; allowed: None or an integer, 0 <= logprobs <= {vocab_size}"
         )
-    return logprobs
+    return n
 
 
 def decode_request(
