@@ -88,6 +88,11 @@ def test_arguments_are_checked_even_when_nothing_is_generated(kwargs: dict[str, 
         dk.generate(tiny_gpt(2), [[1, 2]], max_new_tokens=0, cache="nope")
 
 
+def test_a_model_without_a_spec_is_named() -> None:
+    with pytest.raises(dk.ParameterError, match="model object: no spec.vocab_size; allowed: a model with a"):
+        dk.generate(object(), [[1]])
+
+
 def test_good_alternatives_are_accepted() -> None:
     """The forms the checks must not reject: tuples, ranges, tensors, one string, numpy-free ints."""
     model = tiny_gpt(2)
