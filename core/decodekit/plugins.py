@@ -194,7 +194,7 @@ def _build() -> Registry:
             continue
         loader.add(plugin, dist, version, ep.name)
     for spec in (s.strip() for s in os.environ.get("DECODEKIT_EXTRA_PLUGINS", "").split(",")):
-        if spec:
+        if spec and canonical_name(spec) not in denied:
             try:
                 extra = import_object(spec)
             except Exception as exc:
