@@ -22,6 +22,7 @@ def test_a_hand_worked_chain() -> None:
     [stage] = parse_chain_string("f(-1.5e3, +2, 'it\\'s', \"|\", [1, (2, 3)], {'k': (1,)}, None, True, (), (4), 1_000)")
     assert stage.args == [-1500.0, 2, "it's", "|", [1, (2, 3)], {"k": (1,)}, None, True, (), 4, 1000]
     assert parse_stage("window(size=128, sinks=4)", what="cache") == StageCall("window", [], {"size": 128, "sinks": 4})
+    assert parse_chain_string("logit_bias({5: -inf, 6: inf})")[0].args == [{5: float("-inf"), 6: float("inf")}]
 
 
 def _literal(rng: random.Random, depth: int = 0) -> Any:
