@@ -118,6 +118,11 @@ def test_a_huge_max_new_tokens_without_a_cache_allocates_only_what_it_uses() -> 
     assert out.tokens == [[stop]] and out.finish_reasons == ["stop"]
 
 
+def test_a_huge_max_new_tokens_with_a_cache_is_a_context_error_before_any_allocation() -> None:
+    with pytest.raises(dk.ContextLengthError, match=r"max_new_tokens=4611686018427387904 = 4611686018427387906"):
+        dk.generate(tiny_gpt(2), [[1, 2]], max_new_tokens=2**62, cache="dense")
+
+
 @pytest.mark.parametrize("cache", ["none", "gqa"])
 def test_history_grown_on_the_way_equals_history_preallocated(cache: str, monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_gpt(2)
