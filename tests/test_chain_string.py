@@ -64,6 +64,7 @@ def test_values_equal_what_python_reads_from_the_same_text() -> None:
         ("top_k(5))", "at position 8: expected '\\|' or the end, found '\\)'"),
         ("f([1, 2", "at position 7: expected ',' or '\\]' to close the '\\[' at position 2, found the end"),
         ("f('abc)", 'at position 2: expected a closed string literal, found "\'"'),
+        ("f('\\x1')", "at position 2: expected a string with valid escapes"),
         ("logit_bias({[1]: 2})", "at position 12: expected a hashable dict key .* not \\[1\\]"),
         ("f({1 2})", "at position 5: expected ':' after a dict key, found '2'"),
         ("f(1 2)", "at position 4: expected ',' or '\\)' to close the '\\(' at position 1, found '2'"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from typing import Any, NamedTuple
 
 from decodekit.errors import ChainSpecError
@@ -121,8 +122,16 @@ class _Parser:
             match = _STRING.match(self.text, self.pos)
             if match is None:
                 raise self.error("a closed string literal")
+            try:
+                with warnings.catch_warnings():  # an unknown escape ("\d") stays as written
+                    warnings.simplefilter("ignore")
+                    value = ast.literal_eval(match.group())
+            except (SyntaxError, ValueError) as exc:  # a malformed escape ("\x1")
+                raise self.error(
+                    f"a string with valid escapes ({exc.msg if isinstance(exc, SyntaxError) else exc})"
+                ) from None
             self.pos = match.end()
-            return ast.literal_eval(match.group())
+            return value
         match = _NUMBER.match(self.text, self.pos)
         if match is not None:
             self.pos = match.end()
