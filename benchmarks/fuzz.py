@@ -27,7 +27,9 @@ def _print(tally: Tally, examples: bool) -> None:
     print(f"{'class / detail':<{_WIDTH - 8}}{'cases':>8}")
     for kind, n in sorted(tally.classes.items(), key=lambda kv: (kv[0] not in ACCEPTED, -kv[1])):
         print(f"{kind:<{_WIDTH - 8}}{n:>8}")
-        details = sorted(((f, c) for f, c in tally.outcomes.items() if f.kind == kind and f.detail), key=lambda x: -x[1])
+        details = sorted(
+            ((f, c) for f, c in tally.outcomes.items() if f.kind == kind and f.detail), key=lambda x: -x[1]
+        )
         for finding, c in details:
             line = f"  {finding.detail}"[: _WIDTH - 9]
             print(f"{line:<{_WIDTH - 8}}{c:>8}")
@@ -45,7 +47,9 @@ def _dump(tally: Tally, path: Path) -> None:
          "samplers": dict(tally.samplers.get(f, {}))}
         for f, n in tally.outcomes.most_common()
     ]  # fmt: skip
-    path.write_text(json.dumps({"cases": dict(tally.cases), "classes": dict(tally.classes), "outcomes": rows}, indent=1))
+    path.write_text(
+        json.dumps({"cases": dict(tally.cases), "classes": dict(tally.classes), "outcomes": rows}, indent=1)
+    )
 
 
 def main() -> int:

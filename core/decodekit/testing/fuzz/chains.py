@@ -107,7 +107,7 @@ def chain_draws(draw: st.DrawFn, catalogue: Sequence[SamplerInfo], vocab_size: i
     n = draw(st.integers(0, _MAX_PROCESSORS)) if processors else 0
     stages = tuple(draw(stage_draws(draw(st.sampled_from(processors)), vocab_size)) for _ in range(n))
     selector = None
-    if selectors and draw(st.integers(0, 2)):
+    if selectors and draw(st.integers(0, 2)) > 0:  # a selector two times in three; else the default
         selector = draw(stage_draws(draw(st.sampled_from(selectors)), vocab_size))
     return ChainDraw(stages, selector, draw(st.sampled_from(ROUTES)))
 
@@ -226,7 +226,7 @@ def _select(chain: Chain, x: Tensor, ctx: DecodeContext) -> object:
     return chain.select(x, ctx)
 
 
-def _densify(x: object, V: int, report: Report, what: str) -> Tensor | None:
+def _densify(x: object, vocab_size: int, report: Report, what: str) -> Tensor | None:
     """The `[B, V]` logits a fast-path result stands for; None (and a finding) for a malformed candidate set."""
     if isinstance(x, Tensor):
         return x
@@ -234,10 +234,10 @@ def _densify(x: object, V: int, report: Report, what: str) -> Tensor | None:
     if not isinstance(values, Tensor) or not isinstance(indices, Tensor) or values.shape != indices.shape:
         report.add(CONTRACT, f"{what}: returned {type(x).__name__}")
         return None
-    if indices.numel() and not bool(((indices >= 0) & (indices < V)).all()):
+    if indices.numel() and not bool(((indices >= 0) & (indices < vocab_size)).all()):
         report.add(OUT_OF_RANGE, f"{what}: candidate ids")
         return None
-    out = torch.full((values.shape[0], V), float("-inf"), dtype=values.dtype)
+    out = torch.full((values.shape[0], vocab_size), float("-inf"), dtype=values.dtype)
     return out.scatter_(1, indices, values)
 
 

@@ -89,7 +89,8 @@ class GenerateCase:
         return bad + ([f"chain={_short(self.bad_chain)}"] if self.chain_form == "bad" else [])
 
 
-def _prompts(V: int) -> st.SearchStrategy[Arg]:
+def _prompts(vocab_size: int) -> st.SearchStrategy[Arg]:
+    V = vocab_size
     ids = st.lists(st.integers(0, V - 1), min_size=1, max_size=6)
     rows = st.lists(ids, min_size=1, max_size=3)
     bad_id = st.sampled_from([V, V + 1, -1, 2**63, 1.5, 1.0, "a", None])
@@ -113,7 +114,8 @@ def _choices(*values: tuple[Any, bool | None]) -> st.SearchStrategy[Arg]:
     return st.sampled_from([Arg(v, ok) for v, ok in values])
 
 
-def _kwargs(V: int, rows: int) -> dict[str, st.SearchStrategy[Arg]]:
+def _kwargs(vocab_size: int, rows: int) -> dict[str, st.SearchStrategy[Arg]]:
+    V = vocab_size
     caches = sorted(get_registry().caches)
     Y, N, E = True, False, None  # valid, invalid, either
     return {
@@ -127,14 +129,34 @@ def _kwargs(V: int, rows: int) -> dict[str, st.SearchStrategy[Arg]]:
         ),
         "stop_tokens": st.one_of(
             st.lists(st.integers(0, V - 1), max_size=2).map(Arg),
-            _choices(([[0]] * rows, Y), ([V], E), ([-1], E), ([2**64], E), ([1.5], N), (["a"], N), (7, N),
-                     (None, E), ([[0]] * (rows + 1), N)),  # fmt: skip
+            _choices(
+                ([[0]] * rows, Y),
+                ([V], E),
+                ([-1], E),
+                ([2**64], E),
+                ([1.5], N),
+                (["a"], N),
+                (7, N),
+                (None, E),
+                ([[0]] * (rows + 1), N),
+            ),
         ),
         "stop_strings": _choices(((), Y), (["a"], E), ("a", E), (7, N), (None, E), ([""], E), (["x", 5], N)),
         "seed": st.one_of(
             st.integers(0, 2**63 - 1).map(Arg),
-            _choices((None, Y), (list(range(rows)), Y), (-1, E), (2**63, E), (2**64, N), (1.5, N), ("s", N),
-                     ([1.5] * rows, N), ([2**64] * rows, N), (list(range(rows + 1)), N), (True, E)),  # fmt: skip
+            _choices(
+                (None, Y),
+                (list(range(rows)), Y),
+                (-1, E),
+                (2**63, E),
+                (2**64, E),
+                (1.5, N),
+                ("s", N),
+                ([1.5] * rows, N),
+                ([2**64] * rows, N),
+                (list(range(rows + 1)), N),
+                (True, E),
+            ),
         ),
         "logprobs": st.one_of(
             st.integers(0, V).map(Arg),

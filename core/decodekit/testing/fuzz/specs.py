@@ -55,7 +55,9 @@ class SpecCase:
 
 def _json_values() -> st.SearchStrategy[Any]:
     scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6))
-    return st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3))
+    return st.recursive(
+        scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3)
+    )
 
 
 @st.composite
@@ -70,10 +72,8 @@ def _mutated(draw: st.DrawFn, text: str) -> str:
     for _ in range(draw(st.integers(1, 3))):
         i = draw(st.integers(0, len(text)))
         op, ch = draw(st.sampled_from(("insert", "delete", "replace"))), draw(st.sampled_from(_ALPHABET))
-        if op == "insert":
-            text = text[:i] + ch + text[i:]
-        else:
-            text = text[:i] + (ch if op == "replace" else "") + text[i + 1 :]
+        end = i if op == "insert" else i + 1  # insert keeps text[i]; delete and replace drop it
+        text = text[:i] + ("" if op == "delete" else ch) + text[end:]
     return text
 
 

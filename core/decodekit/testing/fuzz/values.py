@@ -41,7 +41,8 @@ class Bounds:
 
     @classmethod
     def of(cls, metadata: Sequence[Any]) -> Bounds:
-        lo = hi = None
+        lo: Any = None
+        hi: Any = None
         lo_open = hi_open = False
         min_len, max_len = 0, None
         for m in metadata:
@@ -57,7 +58,7 @@ class Bounds:
                 min_len = m.min_length
             elif isinstance(m, annotated_types.MaxLen):
                 max_len = m.max_length
-        return cls(lo, hi, lo_open, hi_open, min_len, max_len)  # type: ignore[arg-type]
+        return cls(lo, hi, lo_open, hi_open, min_len, max_len)
 
     def admits(self, x: float) -> bool:
         if self.lo is not None and (x < self.lo or (self.lo_open and x == self.lo)):
@@ -91,8 +92,8 @@ def _floats(b: Bounds) -> st.SearchStrategy[float]:
 def _ints(b: Bounds, vocab_size: int) -> st.SearchStrategy[int]:
     near_vocab = (vocab_size - 1, vocab_size, vocab_size + 1)  # a count or an id at the vocabulary's edge
     candidates = [x for v in (*_EXTREME_INTS, *near_vocab) for x in (v, -v) if b.admits(x)]
-    lo = int(math.floor(b.lo)) + (1 if b.lo_open else 0) if b.lo is not None else -2 * vocab_size
-    hi = int(math.ceil(b.hi)) - (1 if b.hi_open else 0) if b.hi is not None else max(lo, 0) + 2 * vocab_size
+    lo = math.floor(b.lo) + (1 if b.lo_open else 0) if b.lo is not None else -2 * vocab_size
+    hi = math.ceil(b.hi) - (1 if b.hi_open else 0) if b.hi is not None else max(lo, 0) + 2 * vocab_size
     small = st.integers(lo, max(lo, hi))
     # One in four extreme: several ids in one parameter would otherwise almost always hold one.
     return st.one_of(small, small, small, st.sampled_from(candidates)) if candidates else small
@@ -117,16 +118,16 @@ def value_strategy(annotation: Any, metadata: Sequence[Any], vocab_size: int) ->
         return st.text(max_size=8)
     if origin is typing.Literal:
         return st.sampled_from(args)
-    size = {"min_size": bounds.min_len, "max_size": max(bounds.min_len, bounds.max_len or _MAX_ITEMS)}
+    least, most = bounds.min_len, max(bounds.min_len, bounds.max_len or _MAX_ITEMS)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        return st.lists(value_strategy(args[0], [], vocab_size), **size).map(tuple)
+        return st.lists(value_strategy(args[0], [], vocab_size), min_size=least, max_size=most).map(tuple)
     if origin is tuple:
         return st.tuples(*(value_strategy(a, [], vocab_size) for a in args))
     if origin in (list, Sequence):
-        return st.lists(value_strategy(args[0], [], vocab_size), **size)
+        return st.lists(value_strategy(args[0], [], vocab_size), min_size=least, max_size=most)
     if origin is dict:
         keys, values = (value_strategy(a, [], vocab_size) for a in args)
-        return st.dictionaries(keys, values, **size)
+        return st.dictionaries(keys, values, min_size=least, max_size=most)
     return st.from_type(annotation)
 
 
@@ -136,9 +137,7 @@ def invalid_values(annotation: Any, metadata: Sequence[Any]) -> st.SearchStrateg
     b = Bounds.of(meta)
     outside = [x for x in (b.lo, b.hi) if x is not None]
     outside = [math.nextafter(float(x), -math.inf if x == b.lo else math.inf) for x in outside]
-    return st.sampled_from(
-        [math.nan, math.inf, -math.inf, "1", None, [], {}, 1.5, (1.5,), {"a": 1}, object, *outside]
-    )
+    return st.sampled_from([math.nan, math.inf, -math.inf, "1", None, [], {}, 1.5, (1.5,), {"a": 1}, object, *outside])
 
 
 @st.composite
