@@ -27,6 +27,7 @@ from decodekit.testing.fuzz import (
     run_case,
     spec_cases,
 )
+from decodekit.testing.fuzz.chains import check_tokens
 from decodekit.testing.fuzz.inputs import History, Logits, Row
 from decodekit.testing.fuzz.outcomes import MUTATED, REVIVED, UNFLAGGED, UNTYPED, exception_finding
 
@@ -89,9 +90,14 @@ def test_a_processor_that_writes_into_its_input_is_caught() -> None:
     assert MUTATED in _findings(lambda x, ctx: x.mul_(1.0).add_(1.0))
 
 
-def test_a_selector_that_picks_from_an_empty_row_is_caught() -> None:
-    found = _findings(None, lambda x, ctx: torch.zeros(x.shape[0], dtype=torch.long))
-    assert {REVIVED, UNFLAGGED} <= found  # row 0: a removed token picked; row 1: nothing left, no -1
+def test_a_selector_that_picks_a_removed_token_is_caught() -> None:
+    assert REVIVED in _findings(None, lambda x, ctx: torch.isneginf(x).int().argmax(-1))
+
+
+def test_a_token_for_a_row_with_nothing_left_is_caught() -> None:
+    report = Report()
+    check_tokens(torch.tensor([0, 1]), torch.tensor([[0.0, 1.0], [-math.inf, -math.inf]]), report, "selector")
+    assert {f.kind for f in report.findings} == {UNFLAGGED}
 
 
 def test_an_untyped_exception_is_blamed_on_the_module_that_raised_it() -> None:
