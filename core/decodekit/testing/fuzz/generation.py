@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from decodekit.decoding import generate, stream
+import decodekit as dk
 from decodekit.models.gpt import GPT, GPTConfig
 from decodekit.plugins import get_registry
 from decodekit.testing.fuzz.catalogue import SamplerInfo, registered_samplers
@@ -210,9 +210,9 @@ def check_generate_case(case: GenerateCase, report: Report) -> None:
     prompts = case.prompts.value
     before = prompts.clone() if isinstance(prompts, torch.Tensor) else None
     if case.api == "stream":
-        tokens = [(e.row, e.token, e.logprobs) for e in stream(model, prompts, chain=chain, **kwargs)]
+        tokens = [(e.row, e.token, e.logprobs) for e in dk.stream(model, prompts, chain=chain, **kwargs)]
     else:
-        g = generate(model, prompts, chain=chain, **kwargs)
+        g = dk.generate(model, prompts, chain=chain, **kwargs)
         lps = g.logprobs or [[] for _ in g.tokens]
         tokens = [(b, t, lps[b][i] if i < len(lps[b]) else None) for b, row in enumerate(g.tokens) for i, t in
                   enumerate(row)]  # fmt: skip
