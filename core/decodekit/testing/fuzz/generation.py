@@ -110,6 +110,15 @@ def _prompts(vocab_size: int) -> st.SearchStrategy[Arg]:
     )
 
 
+def _rows(prompts: Any) -> int:
+    """How many rows `prompts` holds (per-row arguments are drawn for that many)."""
+    if isinstance(prompts, torch.Tensor):
+        return prompts.shape[0] if prompts.dim() == 2 else 1
+    if isinstance(prompts, list) and prompts and isinstance(prompts[0], (list, str)):
+        return len(prompts)
+    return 1
+
+
 def _choices(*values: tuple[Any, bool | None]) -> st.SearchStrategy[Arg]:
     return st.sampled_from([Arg(v, ok) for v, ok in values])
 
@@ -178,8 +187,7 @@ def generate_cases(draw: st.DrawFn, samplers: Sequence[SamplerInfo] | None = Non
         draw(st.sampled_from((None, 1))),
     )  # fmt: skip
     prompts = draw(_prompts(V))
-    rows = len(prompts.value) if isinstance(prompts.value, list) and prompts.value and isinstance(
-        prompts.value[0], list) else 1  # fmt: skip
+    rows = _rows(prompts.value)
     kwargs = {k: draw(s) for k, s in _kwargs(V, rows).items() if draw(st.booleans())}
     cache, steps = kwargs.get("cache"), kwargs.get("max_new_tokens")
     if cache is not None and cache.value == "none" and steps is not None and isinstance(steps.value, int):
