@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from decodekit.params import NoParams
 from decodekit.plugins import get_registry
 
-__all__ = ["SamplerInfo", "registered_samplers"]
+__all__ = ["SamplerInfo", "params_model", "registered_samplers"]
 
 
 @dataclass(frozen=True)
@@ -20,8 +20,9 @@ class SamplerInfo:
     params_model: type[BaseModel]
 
 
-def _params_model(entry: object) -> type[BaseModel]:
-    # The entry's parameter model, under its old name (`params_model`) or the generic registry's (`params`).
+def params_model(entry: object) -> type[BaseModel]:
+    """A registry entry's parameter model (`NoParams` for an entry without one)."""
+    # Under its old name (`params_model`) or a generic registry's (`params`).
     for attr in ("params_model", "params"):
         model = getattr(entry, attr, None)
         if isinstance(model, type) and issubclass(model, BaseModel):
@@ -40,5 +41,5 @@ def registered_samplers(names: tuple[str, ...] | None = None) -> tuple[SamplerIn
             kind = str(getattr(entry, "kind", "processor"))
         except Exception:
             continue
-        out.append(SamplerInfo(name, kind, _params_model(entry)))
+        out.append(SamplerInfo(name, kind, params_model(entry)))
     return tuple(out)

@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 import decodekit as dk
 from decodekit.models.gpt import GPT, GPTConfig
 from decodekit.plugins import get_registry
-from decodekit.testing.fuzz.catalogue import SamplerInfo, registered_samplers
+from decodekit.testing.fuzz.catalogue import SamplerInfo, params_model, registered_samplers
 from decodekit.testing.fuzz.chains import ChainDraw, chain_draws
 from decodekit.testing.fuzz.outcomes import MUTATED, OUT_OF_RANGE, REVIVED, UNFLAGGED, Report
+from decodekit.testing.fuzz.values import params_dicts
 
 __all__ = ["ACCEPTED_BAD", "GenerateCase", "ModelKey", "check_generate_case", "generate_cases", "tiny_model"]
 
@@ -89,12 +90,13 @@ def _short(value: Any) -> str:
 @dataclass(frozen=True)
 class GenerateCase:
     model: ModelKey
-    api: str  # "generate" or "stream"
+    api: str  # "generate", "stream", or "decode:<strategy>" (`dk.decode` with a registered strategy)
     prompts: Arg
     chain: ChainDraw
     chain_form: str  # "chain" (a Chain object), "string", "spec", "none", or "bad" (`bad_chain`)
     kwargs: dict[str, Arg] = field(default_factory=dict)
     bad_chain: Any = None
+    options: dict[str, Any] = field(default_factory=dict)  # a strategy's own, from its parameter model
 
     def names(self) -> list[str]:
         return self.chain.names() if self.chain_form in ("chain", "string", "spec") else []
@@ -210,14 +212,24 @@ def generate_cases(draw: st.DrawFn, samplers: Sequence[SamplerInfo] | None = Non
     strict = draw(st.booleans())
     if strict:  # half the cases run: edge and wrong values dropped, the chain's coverage kept
         kwargs = {k: a for k, a in kwargs.items() if a.valid}
+        kwargs.setdefault("max_new_tokens", Arg(draw(st.integers(0, _MAX_STEPS))))
         prompts = prompts if prompts.valid else Arg([[0]] * rows)
     cache, steps = kwargs.get("cache"), kwargs.get("max_new_tokens")
     if cache is not None and cache.value == "none" and steps is not None and isinstance(steps.value, int):
         kwargs["max_new_tokens"] = Arg(min(steps.value, _MAX_STEPS))  # uncached, each step recomputes all
     form = draw(st.sampled_from(("chain", "string", "spec", "none", *(() if strict else ("bad",)))))
     bad = draw(_bad_chains()) if form == "bad" else None
-    api = draw(st.sampled_from(("generate", "stream")))
-    return GenerateCase(model, api, prompts, draw(chain_draws(catalogue, V)), form, kwargs, bad)
+    api = draw(st.sampled_from(("generate", "stream", *(f"decode:{name}" for name in get_registry().strategies))))
+    options = draw(_strategy_options(api, V))
+    return GenerateCase(model, api, prompts, draw(chain_draws(catalogue, V)), form, kwargs, bad, options)
+
+
+def _strategy_options(api: str, vocab_size: int) -> st.SearchStrategy[dict[str, Any]]:
+    """Options for a strategy from its parameter model (none for a strategy without one)."""
+    name = api.partition("decode:")[2]
+    if not name:
+        return st.just({})
+    return params_dicts(params_model(get_registry().strategies[name]), vocab_size)
 
 
 def _chain_argument(case: GenerateCase) -> Any:
@@ -242,7 +254,11 @@ def check_generate_case(case: GenerateCase, report: Report) -> None:
     if case.api == "stream":
         tokens = [(e.token, e.logprobs) for e in dk.stream(model, prompts, chain=chain, **kwargs)]
     else:
-        g = dk.generate(model, prompts, chain=chain, **kwargs)
+        strategy = case.api.partition("decode:")[2]
+        if strategy:
+            g = dk.decode(model, prompts, strategy=strategy, **{"chain": chain, **kwargs, **case.options})
+        else:
+            g = dk.generate(model, prompts, chain=chain, **kwargs)
         lps: list[list[Any]] = g.logprobs or [[None] * len(row) for row in g.tokens]
         tokens = [pair for row, row_lps in zip(g.tokens, lps) for pair in zip(row, row_lps)]
     V = case.model.vocab_size
