@@ -1,6 +1,7 @@
 """`make fuzz`: run 10,000+ fuzz cases and print how many ended in each outcome class.
 
-    python benchmarks/fuzz.py --cases 10000 --seed 0 [--targets chains specs generate] [--examples]
+    python benchmarks/fuzz.py --cases 10000 --seed 0 [--targets chains specs generate] [--samplers a b]
+                              [--examples] [--json outcomes.json]
 
 Every case runs to its end: a failure is counted and the run goes on (see decodekit.testing.fuzz).
 Exit status 1 when any case failed (an outcome other than ok or a decodekit error).
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from decodekit.testing.fuzz import ACCEPTED, TARGETS, Tally, fuzz
+from decodekit.testing.fuzz import ACCEPTED, TARGETS, Tally, fuzz, registered_samplers
 
 _WIDTH = 100
 
@@ -60,9 +61,11 @@ def main() -> int:
     parser.add_argument("--examples", action="store_true", help="print the shortest case of each failure")
     parser.add_argument("--json", type=Path, help="also write every outcome, with an example, to this file")
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds one case may run")
+    parser.add_argument("--samplers", nargs="+", help="fuzz only these registered samplers (default: all)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # tiny tensors: one thread is fastest, and kind to a shared machine
-    tally = fuzz(args.cases, seed=args.seed, targets=args.targets, timeout=args.timeout)
+    samplers = registered_samplers(tuple(args.samplers)) if args.samplers else None
+    tally = fuzz(args.cases, seed=args.seed, targets=args.targets, samplers=samplers, timeout=args.timeout)
     _print(tally, args.examples)
     if args.json:
         _dump(tally, args.json)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import resource
 import signal
+import sys
 import time
 import warnings
 from collections import Counter
@@ -99,9 +100,12 @@ class Tally:
     examples: dict[Finding, str] = field(default_factory=dict)
     samplers: dict[Finding, Counter[str]] = field(default_factory=dict)
     seconds: float = 0.0
+    progress: int = 0  # print a line to stderr every this many cases (0: never)
 
     def add(self, target: str, case: Any, outcomes: list[Finding]) -> None:
         self.cases[target] += 1
+        if self.progress and sum(self.cases.values()) % self.progress == 0:
+            print(f"{sum(self.cases.values())} cases ...", file=sys.stderr, flush=True)
         text = f"{target}: {case!r}"
         names = set(getattr(case, "names", list)())
         self.classes.update({f.kind for f in outcomes})
@@ -120,9 +124,10 @@ def fuzz(
     targets: Sequence[str] = tuple(TARGETS),
     samplers: Sequence[SamplerInfo] | None = None,
     timeout: float = 20.0,
+    progress: int = 1000,
 ) -> Tally:
     """Run about `cases` cases, shared among `targets` by weight, and count every outcome."""
-    tally = Tally()
+    tally = Tally(progress=progress)
     start = time.perf_counter()
     total = sum(TARGETS[t].weight for t in targets)
     for name in targets:
