@@ -20,7 +20,7 @@ __all__ = ["DTYPES", "History", "Logits", "Row", "histories", "logits", "vocab_s
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 # One token; tiny; around the top-k grid search's threshold (k·R·4 <= V) and past it.
-VOCAB_SIZES = (1, 2, 3, 5, 17, 64, 130, 257, 600)
+VOCAB_SIZES = (1, 2, 3, 5, 17, 64, 130, 257, 600, 4096)
 _SCALES = (0.0, 1e-300, 5e-324, 1e-40, 1e-3, 1.0, 3.0, 30.0, 1e4, 1e30, 3e38, 1e300)
 _SHIFTS = (0.0, 0.0, 1e4, -1e30, 3e38, -3e38, 1e300)
 _SPECIALS = (
@@ -49,8 +49,17 @@ class Logits:
     vocab_size: int
     dtype: str = "float32"
     seed: int = 0
+    layout: str = "contiguous"  # or "strided" (every other column of a wider tensor), "column-major"
 
     def tensor(self) -> Tensor:
+        x = self._values()
+        if self.layout == "strided":  # as `logits[:, -1]` of a model's [B, T, V] output is
+            return torch.stack([x, x], -1)[..., 0]
+        if self.layout == "column-major":
+            return x.t().contiguous().t()
+        return x
+
+    def _values(self) -> Tensor:
         g = torch.Generator().manual_seed(self.seed)
         out = []
         for r in self.rows:
@@ -111,14 +120,15 @@ def logits(draw: st.DrawFn, vocab_size: int, batch_size: int) -> Logits:
     """Rows mixed freely in one batch: most plain, some all-removed, NaN, +inf, huge or denormal."""
     plain = st.builds(Row, scale=st.sampled_from((1.0, 3.0)))
     rows = tuple(draw(st.one_of(plain, _rows)) for _ in range(batch_size))
-    return Logits(rows, vocab_size, draw(st.sampled_from(DTYPES)), draw(st.integers(0, 2**16)))
+    layout = draw(st.sampled_from(("contiguous", "contiguous", "strided", "column-major")))
+    return Logits(rows, vocab_size, draw(st.sampled_from(DTYPES)), draw(st.integers(0, 2**16)), layout)
 
 
 @st.composite
 def histories(draw: st.DrawFn, vocab_size: int, batch_size: int) -> History:
     """Histories of every length down to empty, ids up to and past V, ragged or not."""
     length = draw(st.sampled_from(_HISTORY_LENGTHS))
-    odd = st.sampled_from((vocab_size - 1, vocab_size, vocab_size + 1, 0, 2**62, 2**63 - 1))
+    odd = st.sampled_from((vocab_size - 1, vocab_size, vocab_size + 1, 0, 2**62, 2**63 - 1, -1))
     odd_ids = tuple(draw(st.lists(odd, max_size=2))) if draw(st.integers(0, 3)) == 0 else ()
     step = draw(st.integers(0, length))
     lengths = None
