@@ -93,7 +93,7 @@ def _ints(b: Bounds, vocab_size: int) -> st.SearchStrategy[int]:
     near_vocab = (vocab_size - 1, vocab_size, vocab_size + 1)  # a count or an id at the vocabulary's edge
     candidates = [x for v in (*_EXTREME_INTS, *near_vocab) for x in (v, -v) if b.admits(x)]
     lo = math.floor(b.lo) + (1 if b.lo_open else 0) if b.lo is not None else -2 * vocab_size
-    hi = math.ceil(b.hi) - (1 if b.hi_open else 0) if b.hi is not None else max(lo, 0) + 2 * vocab_size
+    hi = math.ceil(b.hi) - (1 if b.hi_open else 0) if b.hi is not None else max(lo, 0) + vocab_size - 1
     small = st.integers(lo, max(lo, hi))
     # One in four extreme: several ids in one parameter would otherwise almost always hold one.
     return st.one_of(small, small, small, st.sampled_from(candidates)) if candidates else small
