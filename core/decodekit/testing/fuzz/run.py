@@ -26,7 +26,7 @@ from decodekit.testing.fuzz.specs import check_spec_case, spec_cases
 
 __all__ = ["TARGETS", "Tally", "Target", "fuzz", "memory_limit", "run_case"]
 
-_MEMORY_LIMIT = 16 * 2**30  # address space: an attempted huge allocation fails at once instead of swapping
+_MEMORY_HEADROOM = 8 * 2**30  # address space a case may map beyond what the process maps already
 
 
 @dataclass(frozen=True)
@@ -64,15 +64,27 @@ def _time_limit(seconds: float) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def memory_limit(limit: int = _MEMORY_LIMIT) -> Iterator[None]:
-    """Cap the address space while fuzzing (`max_new_tokens=2**62` must not take the machine down)."""
+def memory_limit(headroom: int = _MEMORY_HEADROOM) -> Iterator[None]:
+    """Cap the address space at what the process maps now plus `headroom` while fuzzing, so that an
+    attempted huge allocation (`max_new_tokens=2**62`) fails at once instead of taking the machine down."""
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    cap = _mapped() + headroom
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
     resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
     try:
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _mapped() -> int:
+    """Bytes of address space the process maps (Linux; elsewhere 0, and the cap is the headroom)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def run_case(target: Target, case: Any, timeout: float = 20.0) -> list[Finding]:
