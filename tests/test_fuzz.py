@@ -54,7 +54,7 @@ def _assert_holds(target: str, case: Any) -> None:
 
 
 @given(chain_cases())
-@settings(FUZZ, max_examples=_examples(200))
+@settings(FUZZ, max_examples=_examples(300))
 def test_chains_on_adversarial_logits(case: Any) -> None:
     _assert_holds("chains", case)
 
@@ -66,7 +66,7 @@ def test_chain_strings_and_specs(case: Any) -> None:
 
 
 @given(generate_cases())
-@settings(FUZZ, max_examples=_examples(60))
+@settings(FUZZ, max_examples=_examples(100))
 def test_generate_and_stream(case: Any) -> None:
     _assert_holds("generate", case)
 
