@@ -10,7 +10,7 @@ TORCH  ?= torch==2.13.0
 PROMPT ?= ROMEO:
 ARGS   ?= --max-new-tokens 240 --seed 0
 
-.PHONY: install install-dev run test lint bench clean
+.PHONY: install install-dev run test lint bench fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,13 +38,18 @@ test: install-dev
 lint: install-dev
 	$(BIN)/ruff check core plugins tests examples benchmarks conftest.py
 	$(BIN)/ruff format --check core plugins tests examples benchmarks conftest.py
-	$(BIN)/mypy core/decodekit $(addsuffix /src,$(PLUGINS)) examples benchmarks
+	$(BIN)/mypy core/decodekit $(addsuffix /src,$(PLUGINS)) examples benchmarks tests/test_fuzz.py
 
 bench: install-dev
 	$(BIN)/python benchmarks/bench_generate.py
 	$(BIN)/python benchmarks/bench_chain.py
 	$(BIN)/python benchmarks/bench_catalogue.py
 	$(BIN)/python benchmarks/bench_step_anatomy.py
+
+# 10,000+ fuzz cases, every outcome counted (docs/reliability.md); FUZZ_ARGS="--cases 30000 --examples".
+FUZZ_ARGS ?= --cases 10000 --seed 0
+fuzz: install-dev
+	nice $(BIN)/python benchmarks/fuzz.py $(FUZZ_ARGS)
 
 clean:
 	rm -rf $(VENV) build core/*.egg-info plugins/*/src/*.egg-info

@@ -1,0 +1,45 @@
+"""The samplers to fuzz, read from the registry: a newly installed plugin's samplers are covered
+without a line of fuzz code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from decodekit.params import NoParams
+from decodekit.plugins import get_registry
+
+__all__ = ["SamplerInfo", "params_model", "registered_samplers"]
+
+
+@dataclass(frozen=True)
+class SamplerInfo:
+    name: str
+    kind: str  # "processor" or "selector"
+    params_model: type[BaseModel]
+
+
+def params_model(entry: object) -> type[BaseModel]:
+    """A registry entry's parameter model (`NoParams` for an entry without one)."""
+    # Under its old name (`params_model`) or a generic registry's (`params`).
+    for attr in ("params_model", "params"):
+        model = getattr(entry, attr, None)
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            return model
+    return NoParams
+
+
+def registered_samplers(names: tuple[str, ...] | None = None) -> tuple[SamplerInfo, ...]:
+    """Every registered sampler (or those in `names`), sorted by name; one whose kind cannot be resolved
+    (a broken import path) is left out: the registry reports it."""
+    out = []
+    for name, entry in sorted(get_registry().samplers.items()):
+        if names is not None and name not in names:
+            continue
+        try:
+            kind = str(getattr(entry, "kind", "processor"))
+        except Exception:
+            continue
+        out.append(SamplerInfo(name, kind, params_model(entry)))
+    return tuple(out)
