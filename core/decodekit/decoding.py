@@ -319,12 +319,6 @@ def _decode(
     total = P + max_new_tokens
     device, dtype = _model_device_dtype(model)
 
-    if cache != "none" and total > spec.max_positions:
-        raise ContextLengthError(
-            f"prompt of {P} tokens + max_new_tokens={max_new_tokens} = {total} tokens exceeds the model's "
-            f"context of {spec.max_positions} positions; shorten the prompt, lower max_new_tokens, or use "
-            "cache='none', which crops the context to the last max_positions tokens"
-        )
     stops = _stop_sets(stop_tokens, B)
     texts = [_TextTracker(tokenizer, stop_strings) for _ in range(B)] if tokenizer is not None else None
     done = [False] * B
@@ -339,6 +333,15 @@ def _decode(
         if cache != "none":
             spec_ = CacheSpec.for_model(spec, batch_size=B, capacity=total, dtype=dtype, device=device)
             kv = create_cache(cache, spec_)
+            # A cache that keeps every token needs the whole run inside the context; one that
+            # evicts decides for itself, step by step, what the model may be shown (`reach`).
+            if kv.keeps_all and total > spec.max_positions:
+                raise ContextLengthError(
+                    f"prompt of {P} tokens + max_new_tokens={max_new_tokens} = {total} tokens exceeds the "
+                    f"model's context of {spec.max_positions} positions with cache {cache!r}, which keeps every "
+                    "token; shorten the prompt, lower max_new_tokens, use a cache that evicts "
+                    "(cache='window(size=auto)'), or cache='none', which crops the context"
+                )
         # buf, positions: [B, P + max_new_tokens]; history with prompts left-padded, and each column's position.
         buf, positions = left_pad(rows, total, device)
         ctx = DecodeContext(

@@ -113,7 +113,7 @@ def test_bridge_returns_views_of_the_decodekit_cache(llama: Any, cache: str) -> 
         assert k.shape == v.shape == (2, spec.n_kv_heads, 3, spec.head_dim)
         torch.testing.assert_close(k, k_new, rtol=0, atol=0)
         torch.testing.assert_close(v, v_new, rtol=0, atol=0)
-        assert k.untyped_storage().data_ptr() == kv.keys[layer].untyped_storage().data_ptr()  # type: ignore[attr-defined]
+        assert k.untyped_storage().data_ptr() == kv.store.keys[layer].untyped_storage().data_ptr()  # type: ignore[attr-defined]
     assert bridge.get_seq_length() == kv.length == 3
     assert bridge.get_mask_sizes(1, 0) == (4, 0)
     bridge.crop(-1)  # transformers 5.x: drop one token

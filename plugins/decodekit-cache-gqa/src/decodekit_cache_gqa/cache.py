@@ -8,9 +8,8 @@ n_heads / n_kv_heads times less than `dense` on a grouped-query model.
 from __future__ import annotations
 
 from decodekit.cache import PreallocatedKVCache
-from decodekit.spec import CacheSpec
+from decodekit.storage import FloatStorage
 
 
 class GQACache(PreallocatedKVCache):
-    def __init__(self, spec: CacheSpec) -> None:
-        super().__init__(spec, stored_heads=spec.n_kv_heads)
+    storage = FloatStorage
