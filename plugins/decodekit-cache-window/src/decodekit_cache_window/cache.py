@@ -1,0 +1,153 @@
+"""`WindowCache`: the first `sinks` tokens plus the most recent `size` tokens of each layer.
+
+Layout per layer, in storage slots: `[0, sinks)` the sinks, then a ring of `size + slack - 1`
+recent tokens (stream slot `t >= sinks` lives in ring slot `(t - sinks) % ring`). Memory is
+fixed once the ring is full, and an append writes one slot and reads the same number of
+slots at token 100,000 as at token 100. `_slots[l]` records the stream slot each storage
+slot holds (-1: none), which is all `attention_mask` needs: keys come back in storage order.
+
+Positions (StreamingLLM, Xiao et al. 2024): keys arrive rotated at their own positions and
+are stored that way. Recent keys stay right (a query at `p` sees them at distances below
+`size`); the sinks are moved, on the way out, to sit just before the oldest recent key the
+first new query sees (`decodekit.rope.rotate` by one offset, from the stored originals, so
+nothing accumulates). No query ever sees a distance of `size + sinks + T_new - 1` or more.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch import Tensor
+
+from decodekit.cache import slot_mask
+from decodekit.errors import ParameterError
+from decodekit.rope import rotate
+from decodekit.spec import CacheSpec
+from decodekit.storage import lookup_storage
+from decodekit_cache_window.params import WindowParams
+from decodekit_cache_window.sizes import layer_sizes
+
+__all__ = ["WindowCache"]
+
+
+class WindowCache:
+    keeps_all = False
+
+    def __init__(self, spec: CacheSpec, params: WindowParams | None = None) -> None:
+        params = WindowParams() if params is None else params
+        self.spec = spec
+        self.params = params
+        self.sizes = layer_sizes(params, spec)
+        self.sinks, self.slack = params.sinks, params.slack
+        self.rings = [size + params.slack - 1 for size in self.sizes]
+        self._storage = lookup_storage(params.store)
+        self.store = self._storage(spec, [self.sinks + ring for ring in self.rings])
+        self._slots = [torch.full((self.sinks + r,), -1, dtype=torch.long, device=spec.device) for r in self.rings]
+        self._lengths = [0] * spec.n_layers
+        self._filled = [0] * spec.n_layers  # storage slots ever written since the last reset
+        self._returned: list[Tensor] = [self._slots[layer][:0] for layer in range(spec.n_layers)]
+
+    @property
+    def length(self) -> int:
+        return self._lengths[-1]
+
+    @property
+    def capacity(self) -> int:
+        return sys.maxsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.store.nbytes
+
+    def _where(self, layer: int, slot: int) -> int:
+        """The storage slot of stream slot `slot`."""
+        return slot if slot < self.sinks else self.sinks + (slot - self.sinks) % self.rings[layer]
+
+    def _write(self, layer: int, first: int, k: Tensor, v: Tensor) -> None:
+        """Store tokens of slots `first ..`, in runs that do not wrap around the ring."""
+        i, T = 0, k.shape[2]
+        while i < T:
+            slot = first + i
+            where = self._where(layer, slot)
+            end = self.sinks if slot < self.sinks else self.sinks + self.rings[layer]
+            n = min(T - i, end - where)
+            self.store.write(layer, where, k[:, :, i : i + n], v[:, :, i : i + n])
+            self._slots[layer][where : where + n] = torch.arange(slot, slot + n, device=self._slots[layer].device)
+            self._filled[layer] = max(self._filled[layer], where + n)
+            i += n
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        start, T = self._lengths[layer], k.shape[2]
+        if T <= self.slack:
+            # The ring keeps `size - 1 + slack` recent tokens: the first new query still finds its window.
+            self._write(layer, start, k, v)
+            keys, values = self.store.read(layer, 0, self._filled[layer])
+            self._returned[layer] = self._slots[layer][: self._filled[layer]]
+        else:
+            # A long block (a prefill): attend over what is held plus the whole block, then keep its tail.
+            # The block goes through a scratch storage too, so every key attended was stored once.
+            scratch = self._storage(self.spec, [T])
+            scratch.write(0, 0, k, v)
+            new_k, new_v = scratch.read(0, 0, T)
+            old_k, old_v = self.store.read(layer, 0, self._filled[layer])
+            keys, values = torch.cat([old_k, new_k], 2), torch.cat([old_v, new_v], 2)
+            new_slots = torch.arange(start, start + T, device=self._slots[layer].device)
+            self._returned[layer] = torch.cat([self._slots[layer][: self._filled[layer]], new_slots])
+            head = max(0, min(T, self.sinks - start))  # block tokens that are sinks
+            if head:
+                self._write(layer, start, k[:, :, :head], v[:, :, :head])
+            tail = max(head, T - self.rings[layer])
+            self._write(layer, start + tail, k[:, :, tail:], v[:, :, tail:])
+        self._lengths[layer] = start + T
+        return self._move_sinks(layer, start, keys), values
+
+    def _move_sinks(self, layer: int, start: int, keys: Tensor) -> Tensor:
+        """Present the sinks just before the first new query's window (a copy; the stored ones stay)."""
+        delta = start - self.sizes[layer] - self.sinks + 1
+        held = min(self.sinks, self._filled[layer])
+        if delta <= 0 or held == 0 or self.spec.rope_base is None:
+            return keys
+        moved = rotate(keys[:, :, :held], delta, self.spec.rope_base)
+        return torch.cat([moved, keys[:, :, held:]], 2)
+
+    def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
+        first = self._lengths[layer] - positions.shape[1]
+        return slot_mask(self._returned[layer], positions, first, window=self.sizes[layer], sinks=self.sinks)
+
+    def reach(self, new: int) -> int:
+        return min(self.length + new, max(self.sizes) + self.sinks + new - 1)
+
+    def reset(self) -> None:
+        self._lengths = [0] * self.spec.n_layers
+        self._filled = [0] * self.spec.n_layers
+        for slots in self._slots:
+            slots.fill_(-1)
+
+    def oldest_crop(self) -> int:
+        """The smallest `n` that `crop(n)` accepts: every layer still holds the window of slot `n`."""
+        n = 0
+        for size, ring in zip(self.sizes, self.rings):
+            first = max(self.sinks, self.length - ring)  # the oldest recent token held
+            if first > self.sinks:  # something was evicted: the next query's window must be held
+                n = max(n, first + size - 1)
+        return min(n, self.length)
+
+    def crop(self, n: int) -> None:
+        low = self.oldest_crop()
+        if not low <= n <= self.length:
+            raise ParameterError(
+                f"WindowCache.crop: n={n} is invalid: the window has evicted tokens the query at slot {n} would "
+                f"need (slack={self.slack}); allowed: {low} <= n <= {self.length}"
+            )
+        self._lengths = [n] * self.spec.n_layers
+        for slots in self._slots:
+            slots.masked_fill_(slots >= n, -1)  # taken back: never attended to again
+
+    def reorder(self, index: Tensor) -> None:
+        if index.dim() != 1 or index.numel() != self.spec.batch_size:
+            raise ParameterError(
+                f"WindowCache.reorder: index of shape {tuple(index.shape)} is invalid; "
+                f"allowed: a 1-D index of {self.spec.batch_size} rows"
+            )
+        self.store.reorder(index, max(self._filled))
