@@ -30,7 +30,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return (x * cos + rotated * sin).to(x.dtype)
 
 
-def rotate(x: Tensor, delta: int, base: float) -> Tensor:
-    """`x` `[B, H, T, D]`, rotated at some positions, moved `delta` positions on (same `base`)."""
-    cos, sin = rope_angles(torch.tensor([[delta]], device=x.device), x.shape[-1], base)
+def rotate(x: Tensor, delta: int | Tensor, base: float) -> Tensor:
+    """`x` `[B, H, T, D]`, rotated at some positions, moved `delta` positions on (an int, or one per `T`)."""
+    shift = torch.as_tensor(delta, device=x.device).reshape(1, -1)  # [1, 1] or [1, T]
+    cos, sin = rope_angles(shift, x.shape[-1], base)
     return apply_rope(x, cos, sin)

@@ -14,10 +14,10 @@ SINKS, SLACK = 2, 3
 
 
 def window_kept(size: int, sinks: int, query: int, first: int) -> dict[int, int]:
-    """StreamingLLM, as this backend states it: the sinks moved to sit just before the window of the
-    update's first query, then the last `size` slots (the query's own included) at their positions."""
+    """StreamingLLM, as this backend states it: the last `size` slots (the query's own included) at
+    their positions, and the sinks moved to sit just before them."""
     recent = range(max(0, query - size + 1), query + 1)
-    delta = max(0, first - size - sinks + 1)
+    delta = max(0, query - size - sinks + 1)
     seen = {t: t + delta for t in range(min(sinks, query + 1))}
     seen.update({t: t for t in recent})
     return seen

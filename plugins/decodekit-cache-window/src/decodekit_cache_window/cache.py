@@ -8,9 +8,11 @@ slot holds (-1: none), which is all `attention_mask` needs: keys come back in st
 
 Positions (StreamingLLM, Xiao et al. 2024): keys arrive rotated at their own positions and
 are stored that way. Recent keys stay right (a query at `p` sees them at distances below
-`size`); the sinks are moved, on the way out, to sit just before the oldest recent key the
-first new query sees (`decodekit.rope.rotate` by one offset, from the stored originals, so
-nothing accumulates). No query ever sees a distance of `size + sinks + T_new - 1` or more.
+`size`); once tokens between the sinks and a query's window are gone, the sinks are moved,
+on the way out, to sit just before that window (`decodekit.rope.rotate`, from the stored
+originals, so nothing accumulates). Each query of a block gets its own moved copy of the
+sinks (visible to it alone), so a block of any length is attended exactly as one token at a
+time would be, and no query ever sees a distance of `size + sinks` or more.
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ class WindowCache:
         self._slots = [torch.full((self.sinks + r,), -1, dtype=torch.long, device=spec.device) for r in self.rings]
         self._lengths = [0] * spec.n_layers
         self._filled = [0] * spec.n_layers  # storage slots ever written since the last reset
+        # What the last update of each layer returned: each key's slot, and for a moved copy of a
+        # sink the new query it belongs to (-1: every query may see it).
         self._returned: list[Tensor] = [self._slots[layer][:0] for layer in range(spec.n_layers)]
+        self._owners: list[Tensor | None] = [None] * spec.n_layers
 
     @property
     def length(self) -> int:
@@ -100,23 +105,39 @@ class WindowCache:
             tail = max(head, T - self.rings[layer])
             self._write(layer, start + tail, k[:, :, tail:], v[:, :, tail:])
         self._lengths[layer] = start + T
-        return self._move_sinks(layer, start, keys), values
+        return self._move_sinks(layer, start, T, keys, values)
 
-    def _move_sinks(self, layer: int, start: int, keys: Tensor) -> Tensor:
-        """Present the sinks just before the first new query's window (a copy; the stored ones stay)."""
-        delta = start - self.sizes[layer] - self.sinks + 1
+    def _move_sinks(self, layer: int, start: int, T: int, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """Replace the held sinks by one moved copy per new query (storage is untouched)."""
+        self._owners[layer] = None
         held = min(self.sinks, self._filled[layer])
-        if delta <= 0 or held == 0 or self.spec.rope_base is None:
-            return keys
-        moved = rotate(keys[:, :, :held], delta, self.spec.rope_base)
-        return torch.cat([moved, keys[:, :, held:]], 2)
+        delta = torch.arange(start, start + T) - (self.sizes[layer] + self.sinks - 1)  # [T]
+        if T == 0 or held == 0 or self.spec.rope_base is None or int(delta[-1]) <= 0:
+            return keys, values  # nothing between the sinks and any window yet: no query needs a move
+        shift = delta.clamp(min=0).repeat_interleave(held)  # [T * held]: copy i moved for query i
+        sink_k, sink_v = keys[:, :, :held], values[:, :, :held]
+        moved = rotate(sink_k.repeat(1, 1, T, 1), shift, self.spec.rope_base)
+        keys = torch.cat([moved, keys[:, :, held:]], 2)
+        values = torch.cat([sink_v.repeat(1, 1, T, 1), values[:, :, held:]], 2)
+        slots = self._returned[layer]
+        self._returned[layer] = torch.cat([slots[:held].repeat(T), slots[held:]])
+        owners = torch.full((keys.shape[2],), -1, dtype=torch.long, device=slots.device)
+        owners[: T * held] = torch.arange(T, device=slots.device).repeat_interleave(held)
+        self._owners[layer] = owners
+        return keys, values
 
     def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
-        first = self._lengths[layer] - positions.shape[1]
-        return slot_mask(self._returned[layer], positions, first, window=self.sizes[layer], sinks=self.sinks)
+        T = positions.shape[1]
+        first = self._lengths[layer] - T
+        mask = slot_mask(self._returned[layer], positions, first, window=self.sizes[layer], sinks=self.sinks)
+        owners = self._owners[layer]
+        if owners is not None:  # a moved sink copy is seen by its own query only
+            queries = torch.arange(T, device=owners.device)[:, None]  # [T, 1]
+            mask &= ((owners < 0) | (owners == queries)).unsqueeze(0).unsqueeze(0)
+        return mask
 
     def reach(self, new: int) -> int:
-        return min(self.length + new, max(self.sizes) + self.sinks + new - 1)
+        return min(self.length + new, max(self.sizes) + self.sinks)
 
     def reset(self) -> None:
         self._lengths = [0] * self.spec.n_layers
