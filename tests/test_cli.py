@@ -176,7 +176,7 @@ def test_ctrl_c_keeps_what_was_generated(tmp_path: Path) -> None:
 def test_bad_options_fail_with_one_line_and_status_2() -> None:
     generate = ["generate", PROMPT, "-m", MODEL]
     cases: dict[str, tuple[list[str], str]] = {
-        "syntax": ([*generate, "--chain", "temperature(0.8"], "is not name(args)"),
+        "syntax": ([*generate, "--chain", "temperature(0.8"], "to close the '(' at position 11"),
         "unknown sampler": ([*generate, "--chain", "temprature(0.8)"], "unknown sampler 'temprature'"),
         "top_p out of range": ([*generate, "--top-p", "1.5"], "p=1.5"),
         "chain and flags": ([*generate, "--chain", "top_k(5)", "--temperature", "0.8"], "cannot be combined with"),

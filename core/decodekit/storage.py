@@ -107,20 +107,13 @@ def lookup_storage(name: str) -> StorageFactory:
     from decodekit.plugins import get_registry
 
     registry = get_registry()
-    entry = registry.caches.get(name)
-    if entry is None:
-        storages = sorted(n for n, e in registry.caches.items() if _storage_of(e) is not None)
+    if name not in registry.caches:
+        storages = sorted(n for n, e in registry.caches.items() if getattr(e.load(), "storage", None) is not None)
         raise ParameterError(f"store={name!r} is invalid; allowed: a storage backend ({', '.join(storages)})")
-    storage = _storage_of(entry)
+    storage: StorageFactory | None = getattr(registry.lookup("cache backend", name).load(), "storage", None)
     if storage is None:
         raise ParameterError(
             f"store={name!r} is invalid: cache backend {name!r} keeps no storage of its own (its implementation "
             "has no `storage` attribute); allowed: a backend that stores every token, e.g. gqa or int8"
         )
-    return storage
-
-
-def _storage_of(entry: object) -> StorageFactory | None:
-    load = getattr(entry, "load", None) or getattr(entry, "factory")  # noqa: B009 - both registry shapes
-    storage: StorageFactory | None = getattr(load(), "storage", None)
     return storage

@@ -83,19 +83,12 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit."),
     ] = False,
 ) -> None:
     """Sample from autoregressive language models with composable, plugin-provided samplers."""
-    from decodekit.cli.extra_plugins import register_extra_plugins
-
-    with warnings.catch_warnings():
-        if ctx.invoked_subcommand == "plugins":  # it lists load failures itself
-            warnings.simplefilter("ignore", RuntimeWarning)
-        register_extra_plugins()
 
 
 @app.command(help="Generate text from a prompt, streaming it as it is sampled.\n\n" + FLAGS_HELP)
@@ -199,18 +192,30 @@ def explain(
     raise typer.Exit(run_explain(request))
 
 
-@app.command(help="List the installed plugin distributions, what each registers, and plugins that failed to load.")
-def plugins(json_output: JsonOption = False) -> None:
+@app.command(
+    help="List the installed plugin distributions, what each registers, plugins that failed and names registered twice."
+)
+def plugins(
+    json_output: JsonOption = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check", help="Also import every implementation registered by path; exit status 1 if anything is broken."
+        ),
+    ] = False,
+) -> None:
     from decodekit.cli.json_output import print_json
     from decodekit.cli.listing import plugins_report, render_plugins
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # load failures are part of the listing
-        report = plugins_report()
+        report = plugins_report(check=check)
     if json_output:
         print_json(report)
     else:
         render_plugins(report)
+    if check and (report["failures"] or report["conflicts"] or report["broken"]):
+        raise typer.Exit(1)
 
 
 @app.command(

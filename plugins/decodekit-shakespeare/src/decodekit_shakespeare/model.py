@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 from decodekit.calibration import CALIBRATION_NAME, Calibration
 from decodekit.errors import ParameterError
 from decodekit.models.gpt import GPT, GPTConfig
+from decodekit.params import NoParams
 from decodekit_shakespeare.tokenizer import CharTokenizer
 
 __all__ = [
@@ -56,7 +57,7 @@ def load_config(directory: Path | None = None) -> tuple[GPTConfig, CharTokenizer
     return config, tokenizer, raw
 
 
-def load_tiny_shakespeare(argument: str | None = None) -> ShakespeareGPT:
+def load_tiny_shakespeare(argument: str | None = None, params: NoParams | None = None) -> ShakespeareGPT:
     """The `tiny-shakespeare` model in eval mode, fp32, on CPU, with `.tokenizer` attached.
 
     A `calibration.json` next to the weights sets `model.attention_windows` (`window(size="auto")`).
