@@ -24,7 +24,7 @@ from torch import Tensor
 
 from decodekit.cache import slot_mask
 from decodekit.errors import ParameterError
-from decodekit.rope import rotate
+from decodekit.rope import apply_rope, rope_angles, rotate
 from decodekit.spec import CacheSpec
 from decodekit.storage import lookup_storage
 from decodekit_cache_window.params import WindowParams
@@ -52,6 +52,10 @@ class WindowCache:
         # sink the new query it belongs to (-1: every query may see it).
         self._returned: list[Tensor] = [self._slots[layer][:0] for layer in range(spec.n_layers)]
         self._owners: list[Tensor | None] = [None] * spec.n_layers
+        # Layers of one size hold the same slots, so one forward asks them the same questions:
+        # masks by size, (first slot, positions) -> mask; the sinks' rotation by its offset.
+        self._masks: dict[int, tuple[int, Tensor, Tensor]] = {}
+        self._turn: tuple[int, tuple[Tensor, Tensor]] | None = None
 
     @property
     def length(self) -> int:
@@ -111,12 +115,19 @@ class WindowCache:
         """Replace the held sinks by one moved copy per new query (storage is untouched)."""
         self._owners[layer] = None
         held = min(self.sinks, self._filled[layer])
-        delta = torch.arange(start, start + T) - (self.sizes[layer] + self.sinks - 1)  # [T]
-        if T == 0 or held == 0 or self.spec.rope_base is None or int(delta[-1]) <= 0:
+        base = self.spec.rope_base
+        first_delta = start - (self.sizes[layer] + self.sinks - 1)  # the move query i needs: first_delta + i
+        if T == 0 or held == 0 or base is None or first_delta + T - 1 <= 0:
             return keys, values  # nothing between the sinks and any window yet: no query needs a move
-        shift = delta.clamp(min=0).repeat_interleave(held)  # [T * held]: copy i moved for query i
+        if T == 1:  # one query, one copy: rotate the sinks in place of the stored ones (values unchanged)
+            if self._turn is None or self._turn[0] != first_delta:
+                self._turn = (first_delta, rope_angles(torch.tensor([[first_delta]]), keys.shape[-1], base))
+            moved = apply_rope(keys[:, :, :held], *self._turn[1])
+            return torch.cat([moved, keys[:, :, held:]], 2), values
+        delta = torch.arange(first_delta, first_delta + T).clamp(min=0)  # [T]
+        shift = delta.repeat_interleave(held)  # [T * held]: copy i moved for query i
         sink_k, sink_v = keys[:, :, :held], values[:, :, :held]
-        moved = rotate(sink_k.repeat(1, 1, T, 1), shift, self.spec.rope_base)
+        moved = rotate(sink_k.repeat(1, 1, T, 1), shift, base)
         keys = torch.cat([moved, keys[:, :, held:]], 2)
         values = torch.cat([sink_v.repeat(1, 1, T, 1), values[:, :, held:]], 2)
         slots = self._returned[layer]
@@ -127,19 +138,24 @@ class WindowCache:
         return keys, values
 
     def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
-        T = positions.shape[1]
+        T, size = positions.shape[1], self.sizes[layer]
         first = self._lengths[layer] - T
-        mask = slot_mask(self._returned[layer], positions, first, window=self.sizes[layer], sinks=self.sinks)
+        memo = self._masks.get(size)
+        if memo is not None and memo[0] == first and memo[1] is positions:
+            return memo[2]
+        mask = slot_mask(self._returned[layer], positions, first, window=size, sinks=self.sinks)
         owners = self._owners[layer]
         if owners is not None:  # a moved sink copy is seen by its own query only
             queries = torch.arange(T, device=owners.device)[:, None]  # [T, 1]
             mask &= ((owners < 0) | (owners == queries)).unsqueeze(0).unsqueeze(0)
+        self._masks[size] = (first, positions, mask)
         return mask
 
     def reach(self, new: int) -> int:
         return min(self.length + new, max(self.sizes) + self.sinks)
 
     def reset(self) -> None:
+        self._masks.clear()
         self._lengths = [0] * self.spec.n_layers
         self._filled = [0] * self.spec.n_layers
         for slots in self._slots:
@@ -162,6 +178,7 @@ class WindowCache:
                 f"need (slack={self.slack}); allowed: {low} <= n <= {self.length}"
             )
         self._lengths = [n] * self.spec.n_layers
+        self._masks.clear()
         for slots in self._slots:
             slots.masked_fill_(slots >= n, -1)  # taken back: never attended to again
 
