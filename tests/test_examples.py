@@ -84,3 +84,18 @@ class TestExampleRecentCacheConformance(CacheConformance):
 
     def nbytes(self, spec: dk.CacheSpec) -> int:
         return 2 * spec.n_layers * spec.batch_size * 5 * spec.n_kv_heads * spec.head_dim * spec.dtype.itemsize
+
+
+class TestExampleHalfStorageConformance(CacheConformance):
+    """The example's storage, held to the kit as docs/plugins.md shows."""
+
+    in_place = False
+
+    def make(self, spec: dk.CacheSpec) -> dk.KVCache:
+        return load("custom_cache").HalfCache(spec)  # type: ignore[no-any-return]
+
+    def round_trip(self, x: torch.Tensor) -> torch.Tensor:
+        return x.half().to(x.dtype)
+
+    def nbytes(self, spec: dk.CacheSpec) -> int:
+        return 2 * spec.n_layers * spec.batch_size * spec.capacity * spec.n_kv_heads * spec.head_dim * 2
