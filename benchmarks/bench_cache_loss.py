@@ -86,7 +86,9 @@ def main() -> None:
     result["bytes"] = bytes_table(model)
     b = result["bytes"]
     int8_ratio = b["int8"]["bytes_per_token"] / b["gqa"]["bytes_per_token"]
-    window_ratio = b['window(size="auto", store="int8")']["bytes_total_fixed"] / b['window(size="auto")']["bytes_total_fixed"]
+    window_ratio = (
+        b['window(size="auto", store="int8")']["bytes_total_fixed"] / b['window(size="auto")']["bytes_total_fixed"]
+    )
     result["ratios"] = {"int8/gqa": int8_ratio, "window int8/window": window_ratio}
     print(json.dumps(result["bytes"], indent=1))
     print(f"int8 / gqa bytes: {int8_ratio:.3f}; window over int8 / window: {window_ratio:.3f} (target <= 0.35)")
@@ -104,12 +106,23 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     losses = result["loss"]
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.semilogx(SIZES, [losses[f"window(size={s}, sinks={SINKS}), one pass"] for s in SIZES], "o-", label="window(size, sinks=4)")
+    ax.semilogx(
+        SIZES,
+        [losses[f"window(size={s}, sinks={SINKS}), one pass"] for s in SIZES],
+        "o-",
+        label="window(size, sinks=4)",
+    )
     ax.axhline(result["full_context_chunks"], color="grey", ls="--", label="full-context chunks (256)")
     auto = losses['window(size="auto"), one pass']
     for layer, w in enumerate(result["windows"]):
         ax.axvline(w, color=f"C{layer + 1}", ls=":", lw=1, label=f"D_f layer {layer} = {w}")
-    ax.plot([sum(result["windows"]) / max(len(result["windows"]), 1)], [auto], "r*", ms=12, label='size="auto" (D_f per layer)')
+    ax.plot(
+        [sum(result["windows"]) / max(len(result["windows"]), 1)],
+        [auto],
+        "r*",
+        ms=12,
+        label='size="auto" (D_f per layer)',
+    )
     ax.set_xlabel("window size (tokens each query sees, sinks excluded)")
     ax.set_ylabel("Hamlet loss, nats/char (one pass)")
     ax.set_xticks(SIZES, [str(s) for s in SIZES])

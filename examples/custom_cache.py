@@ -53,9 +53,15 @@ class RecentCache:
         self.lengths = [0] * spec.n_layers
         self.returned = [self.slots[0][:0]] * spec.n_layers  # slot of each key the last update returned
 
-    length = property(lambda self: self.lengths[-1])
     capacity = sys.maxsize
-    nbytes = property(lambda self: self.store.nbytes)
+
+    @property
+    def length(self) -> int:
+        return self.lengths[-1]
+
+    @property
+    def nbytes(self) -> int:
+        return self.store.nbytes
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         start, T = self.lengths[layer], k.shape[2]
@@ -108,7 +114,12 @@ def main() -> None:
         out = dk.generate(model, [[1, 2, 3]], cache=cache, max_new_tokens=100, chain="greedy")
         print(f"{cache:42} {len(out.tokens[0])} tokens past a 32-position context")
     spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=1)
-    print("bytes: recent(n=16)", dk.create_cache("recent(n=16)", spec).nbytes, "half", dk.create_cache("recent(n=16, store='half')", spec).nbytes)
+    print(
+        "bytes: recent(n=16)",
+        dk.create_cache("recent(n=16)", spec).nbytes,
+        "half",
+        dk.create_cache("recent(n=16, store='half')", spec).nbytes,
+    )
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ class ReorderDoesNothing(GQACache):
 class SinksNotMoved(WindowCache):
     """A window that leaves the sinks at their own positions (what mlx-lm's rotating cache does)."""
 
-    def _move_sinks(self, layer: int, start: int, T: int, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+    def _move_sinks(self, layer: int, start: int, T: int, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:  # noqa: N803
         self._owners[layer] = None
         return keys, values
 

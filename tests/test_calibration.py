@@ -15,7 +15,7 @@ from decodekit.models.gpt import GPT, GPTConfig
 T, SINKS = 256, 4
 
 
-def test_a_power_law_is_recovered_and_its_window_is_where_it_meets_1_over_T() -> None:
+def test_a_power_law_is_recovered_and_its_window_is_where_it_meets_one_over_t() -> None:
     d = torch.arange(T - SINKS, dtype=torch.float64).clamp(min=1)
     fit = fit_layer(0, 0.5 * d**-1.2, T, SINKS, [])
     assert fit.law == "power" and fit.r2_power == pytest.approx(1.0)
@@ -39,7 +39,9 @@ def test_a_window_never_exceeds_the_context() -> None:
 
 def uniform_gpt(n_layer: int = 2, block: int = 16) -> GPT:
     """A rotary GPT whose queries are zero: every layer attends uniformly over the causal context."""
-    model = GPT(GPTConfig(vocab_size=11, block_size=block, n_layer=n_layer, n_head=2, n_kv_head=1, n_embd=8, position="rope"))
+    model = GPT(
+        GPTConfig(vocab_size=11, block_size=block, n_layer=n_layer, n_head=2, n_kv_head=1, n_embd=8, position="rope")
+    )
     with torch.no_grad():
         for block_ in model.h:
             block_.attn.c_attn.weight[:8].zero_()

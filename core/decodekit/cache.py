@@ -76,9 +76,7 @@ class KVCache(Protocol):
         ...
 
 
-def slot_mask(
-    key_slots: Tensor, positions: Tensor, first: int, *, window: int | None = None, sinks: int = 0
-) -> Tensor:
+def slot_mask(key_slots: Tensor, positions: Tensor, first: int, *, window: int | None = None, sinks: int = 0) -> Tensor:
     """`[B, 1, T, S]` bool: may the query in slot `first + i` attend to the key in slot `key_slots[j]`?
 
     Query `i` of row `b` sits at `positions[b, i]`, so the row's first real token is in slot

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from decodekit.errors import ParameterError
-from decodekit.models.gpt import GPT
+from decodekit.models.gpt import GPT, Block
 from decodekit.rope import apply_rope, rope_angles
 
 __all__ = ["CALIBRATION_NAME", "Calibration", "LayerFit", "attention_profile", "calibrate", "fit_layer"]
@@ -102,12 +102,13 @@ def attention_profile(model: GPT, windows: Tensor, sinks: int) -> tuple[Tensor, 
     count = torch.zeros(T - sinks, dtype=torch.float64)
     sink = torch.zeros(c.n_layer, sinks, dtype=torch.float64)
     x = model.wte(windows)
+    Hkv = c.kv_heads
     for layer, block in enumerate(model.h):
-        attn = block.attn
-        q, k, _ = attn.c_attn(block.ln_1(x)).split([c.n_embd, attn.n_kv_head * D, attn.n_kv_head * D], dim=2)
+        assert isinstance(block, Block)
+        q, k, _ = block.attn.c_attn(block.ln_1(x)).split([c.n_embd, Hkv * D, Hkv * D], dim=2)
         q = apply_rope(q.view(N, T, H, D).transpose(1, 2), *rope)
-        k = apply_rope(k.view(N, T, attn.n_kv_head, D).transpose(1, 2), *rope)
-        k = k.repeat_interleave(H // attn.n_kv_head, dim=1)
+        k = apply_rope(k.view(N, T, Hkv, D).transpose(1, 2), *rope)
+        k = k.repeat_interleave(H // Hkv, dim=1)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)
         probs = F.softmax(scores.masked_fill(~causal, float("-inf")), -1)  # [N, H, T, T]
         for d in range(T - sinks):
@@ -130,7 +131,8 @@ def _line(x: Tensor, y: Tensor) -> tuple[float, float, float]:
 
 def fit_layer(layer: int, a: Tensor, context: int, sinks: int, sink_weight: list[float]) -> LayerFit:
     """Fit both decay laws to `a[d]` at log-spaced `1 <= d < len(a)` and derive `D_f` from the better one."""
-    d = torch.logspace(0, math.log10(a.numel() - 1), FIT_POINTS, dtype=torch.float64).round().unique()
+    grid = torch.logspace(0, math.log10(a.numel() - 1), FIT_POINTS, dtype=torch.float64).round()
+    d = torch.tensor(sorted(set(grid.tolist())), dtype=torch.float64)  # distinct distances
     log_a = a.double()[d.long()].clamp(min=1e-30).log()
     log_c, slope, r2_power = _line(d.log(), log_a)
     log_ce, slope_e, r2_exp = _line(d, log_a)
@@ -179,8 +181,7 @@ def calibrate(
     try:
         totals = torch.zeros(model.config.n_layer, T - sinks, dtype=torch.float64)
         sink = torch.zeros(model.config.n_layer, sinks, dtype=torch.float64)
-        batches = windows.split(16)
-        for batch in batches:
+        for batch in torch.split(windows, 16):
             a, s = attention_profile(model, batch, sinks)
             totals += a * len(batch)
             sink += s * len(batch)
@@ -189,6 +190,4 @@ def calibrate(
     profile = totals / len(windows)
     sink /= len(windows)
     layers = [fit_layer(layer, profile[layer], T, sinks, sink[layer].tolist()) for layer in range(len(profile))]
-    return Calibration(
-        context=T, sinks=sinks, windows=len(windows), text=text, layers=layers, profile=profile.tolist()
-    )
+    return Calibration(context=T, sinks=sinks, windows=len(windows), text=text, layers=layers, profile=profile.tolist())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from decodekit.cli.errors import CliError
 
@@ -40,7 +41,8 @@ def run_calibrate(request: CalibrateRequest) -> int:
             "(decodekit.models.gpt.GPT) with a tokenizer; this model is not one"
         )
     torch.set_num_threads(min(2, os.cpu_count() or 1))
-    ids = model.tokenizer.encode(request.text.read_text(encoding="utf-8"))
+    tokenizer: Any = model.tokenizer
+    ids = tokenizer.encode(request.text.read_text(encoding="utf-8"))
     result = calibrate(model, ids, sinks=request.sinks, max_windows=request.windows, text=request.text.name)
     if request.json_output:
         print(result.to_json())

@@ -33,7 +33,9 @@ PAD = 3  # row 1 of the batch is left-padded by this many slots
 CONFIGS = ((4, 4, torch.float32), (4, 2, torch.float32), (4, 1, torch.float32), (4, 2, torch.float16))
 
 
-def kit_spec(n_heads: int = 4, n_kv_heads: int = 2, dtype: torch.dtype = torch.float32, capacity: int = 40) -> CacheSpec:
+def kit_spec(
+    n_heads: int = 4, n_kv_heads: int = 2, dtype: torch.dtype = torch.float32, capacity: int = 40
+) -> CacheSpec:
     """The kit's cache shape: 2 layers, 2 rows, head_dim 8, rotary positions, a 32-position context."""
     return CacheSpec(
         n_layers=2,
@@ -89,9 +91,9 @@ class _History:
             self.keys[layer], self.values[layer] = [k[index]], [v[index]]
 
 
-def _positions(pads: list[int], first: int, T: int) -> Tensor:
+def _positions(pads: list[int], first: int, new: int) -> Tensor:
     """`[B, T]` positions of slots `first ..` of rows left-padded by `pads` slots (negative there)."""
-    slots = torch.arange(first, first + T)
+    slots = torch.arange(first, first + new)
     return slots[None, :] - torch.tensor(pads)[:, None]
 
 
@@ -135,7 +137,7 @@ class CacheConformance:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _feed(self, cache: KVCache, history: _History, T: int, g: torch.Generator, what: str) -> None:
+    def _feed(self, cache: KVCache, history: _History, T: int, g: torch.Generator, what: str) -> None:  # noqa: N803
         """Feed `T` new tokens to every layer and compare each layer's attention with the reference."""
         spec = cache.spec
         first = cache.length
@@ -237,7 +239,9 @@ class CacheConformance:
                 where = f"step {step}, layer {layer}, keys {tuple(keys.shape)}"
                 for got, want, name in ((keys, want_k, "keys"), (values, want_v, "values")):
                     want = _expand(want, got.shape[1]).to(got.dtype)
-                    assert got.shape == want.shape, f"{where}: {name} of shape {tuple(got.shape)}, want {tuple(want.shape)}"
+                    assert got.shape == want.shape, (
+                        f"{where}: {name} of shape {tuple(got.shape)}, want {tuple(want.shape)}"
+                    )
                     assert torch.equal(got, want), f"{where}: {name} != every token fed, in slot order"
                 if self.in_place and layer == 0:
                     ptr = keys.untyped_storage().data_ptr()

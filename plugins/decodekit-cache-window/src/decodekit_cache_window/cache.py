@@ -88,7 +88,7 @@ class WindowCache:
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         start, T = self._lengths[layer], k.shape[2]
-        if T <= self.slack:
+        if self.slack >= T:
             # The ring keeps `size - 1 + slack` recent tokens: the first new query still finds its window.
             self._write(layer, start, k, v)
             keys, values = self.store.read(layer, 0, self._filled[layer])
@@ -111,7 +111,7 @@ class WindowCache:
         self._lengths[layer] = start + T
         return self._move_sinks(layer, start, T, keys, values)
 
-    def _move_sinks(self, layer: int, start: int, T: int, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+    def _move_sinks(self, layer: int, start: int, T: int, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:  # noqa: N803
         """Replace the held sinks by one moved copy per new query (storage is untouched)."""
         self._owners[layer] = None
         held = min(self.sinks, self._filled[layer])

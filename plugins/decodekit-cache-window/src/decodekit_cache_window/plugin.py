@@ -11,5 +11,6 @@ def register_cache_backends(register: Registrar) -> None:
         "window",
         "decodekit_cache_window.cache:WindowCache",
         WindowParams,
-        description="Attention sinks + the most recent `size` tokens per layer (StreamingLLM); fixed memory, any storage",
+        description="Attention sinks + the most recent `size` tokens per layer (StreamingLLM); "
+        "fixed memory, any storage",
     )
