@@ -205,6 +205,93 @@ def test_checks_that_need_no_model_run_in_process(capsys: pytest.CaptureFixture[
     assert not png.exists()
 
 
+def test_bad_plot_cache_and_strategy_strings_fail_before_the_model_loads(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from decodekit.cli import main
+
+    explain = ["explain", PROMPT, "-m", "no-such-model", "--steps", "1"]
+    generate = ["generate", PROMPT, "-m", "no-such-model"]
+    assert main([*explain, "--plot", str(tmp_path / "x.gif")]) == 2
+    assert main([*explain, "--plot", str(tmp_path / "missing" / "x.png")]) == 2
+    assert main([*generate, "--cache", "gqa(size=4)"]) == 2
+    assert main([*generate, "--cache", "gqa(("]) == 2
+    assert main([*generate, "--strategy", "beam(num_beams=0)"]) == 2
+    assert main([*generate, "--strategy", "bream"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 6 and all(line.startswith("decodekit: error: ") for line in err), err
+    assert "unknown image format 'gif'; allowed: eps, jpeg, jpg, pdf, png" in err[0]
+    assert "cannot write there" in err[1]
+    assert "cache gqa: unknown parameter size=4; allowed parameters: none" in err[2]
+    assert "--cache 'gqa((': at position 5: expected ')' to close the '(' at position 4" in err[3]
+    assert "strategy beam: num_beams=0 is invalid" in err[4]
+    assert "unknown strategy 'bream'; installed: beam, sample; did you mean 'beam'" in err[5]
+
+
+def test_an_unexpected_error_is_one_line_too(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from decodekit.cli import main
+
+    def broken(*args: object) -> None:
+        raise KeyError("a bug somewhere")
+
+    monkeypatch.setattr("decodekit.cli.generate_command.build_chain", broken)
+    assert main(["generate", PROMPT]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == "decodekit: error: unexpected KeyError: 'a bug somewhere' (DECODEKIT_DEBUG=1 shows the traceback)"
+    monkeypatch.setenv("DECODEKIT_DEBUG", "1")
+    with pytest.raises(KeyError):
+        main(["generate", PROMPT])
+
+
+def test_plugins_check_reports_broken_paths(capsys: pytest.CaptureFixture[str]) -> None:
+    from decodekit.cli import main
+
+    class Haunted:
+        @dk.hookimpl
+        def register_cache_backends(self, register: Any) -> None:
+            register("ghost", "decodekit_no_such_module:Ghost", description="a path to nothing")
+
+    plugin = Haunted()
+    dk.register_plugin(plugin, name="haunted")
+    try:
+        assert main(["plugins"]) == 0  # without --check a path is not imported
+        assert main(["plugins", "--check", "--json"]) == 1
+    finally:
+        dk.unregister_plugin(plugin)
+    out = capsys.readouterr().out
+    report = json.loads(out[out.index('{\n  "plugins"') :])
+    [broken] = report["broken"]
+    assert broken["name"] == "ghost" and broken["distribution"] == "haunted"
+    assert "No module named 'decodekit_no_such_module'" in broken["error"]
+
+
+def test_plugins_lists_a_name_registered_twice_and_the_rest_works(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from decodekit.cli import main
+
+    monkeypatch.setenv("DECODEKIT_EXTRA_PLUGINS", "cli_testplugin:duplicate")
+    monkeypatch.setenv("COLUMNS", "300")
+    with pytest.warns(RuntimeWarning, match="'greedy' is registered by 2 distributions"):
+        dk.reload_plugins()
+    try:
+        assert main(["plugins"]) == 0
+        out = capsys.readouterr().out
+        assert "Names registered twice (unusable)" in out
+        assert "decodekit-greedy, cli_testplugin:duplicate" in out
+        assert "DECODEKIT_DISABLE_PLUGINS=cli_testplugin:duplicate" in out
+        assert main(["generate", PROMPT, "--chain", "greedy", "--max-new-tokens", "2"]) == 2
+        assert "registered by 2 distributions" in capsys.readouterr().err
+        assert dk.Chain.parse("temperature(0.5) | sample").processors  # everything else works
+        monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "cli_testplugin:duplicate")  # as the error says
+        assert dk.reload_plugins().samplers["greedy"].distribution == "decodekit-greedy"
+    finally:
+        monkeypatch.delenv("DECODEKIT_EXTRA_PLUGINS")
+        dk.reload_plugins()
+
+
 def test_missing_default_model_lists_installed_models() -> None:
     # Load only the samplers of the default chain: tiny-shakespeare is absent, cli-test-gpt is there.
     r = cli("generate", PROMPT, DECODEKIT_LOAD_PLUGINS="decodekit-temperature,decodekit-top-p")

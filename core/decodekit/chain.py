@@ -95,6 +95,8 @@ class Chain:
                 spec = json.loads(spec)
             except json.JSONDecodeError as exc:
                 raise ChainSpecError(f"chain spec: not valid JSON: {exc}") from None
+            except RecursionError:  # json nests by recursion; Python's limit is the depth limit
+                raise ChainSpecError("chain spec: JSON nested too deeply; allowed: a list of stage objects") from None
         if not isinstance(spec, Sequence) or isinstance(spec, str):
             raise ChainSpecError(f"chain spec: {spec!r}; allowed: a list of stage objects")
         return cls._from_stages([_spec_stage(i, item) for i, item in enumerate(spec)])

@@ -16,10 +16,11 @@ from decodekit.errors import ParameterError
 from decodekit.params import Params
 from decodekit.plugins import bind_arguments, get_registry
 from decodekit.prompts import Prompts
+from decodekit.registry import Entry
 from decodekit.request import DecodeRequest, decode_request
 from decodekit.results import Generation
 
-__all__ = ["SHARED_OPTIONS", "decode", "sample_strategy"]
+__all__ = ["SHARED_OPTIONS", "decode", "sample_strategy", "strategy_params"]
 
 SHARED_OPTIONS = tuple(f.name for f in fields(DecodeRequest) if f.name not in ("model", "prompts"))
 """The options `dk.decode` turns into the `DecodeRequest` (every other one is the strategy's)."""
@@ -32,9 +33,22 @@ def decode(model: Any, prompts: Prompts, *, strategy: str = "sample", **options:
     checked as `dk.generate` checks them; the others against the strategy's parameters, which
     may also be given in the string form.
     """
+    own = {k: v for k, v in options.items() if k not in SHARED_OPTIONS}
+    entry, params = _strategy(strategy, own)
+    shared = {k: v for k, v in options.items() if k in SHARED_OPTIONS}
+    request = decode_request(model, prompts, **shared)
+    result: Generation = entry.load()(request, params)
+    return result
+
+
+def strategy_params(strategy: str, /, **options: Any) -> Params:
+    """The strategy's own options, checked: `strategy_params("beam(num_beams=4)", length_penalty=0.5)`."""
+    return _strategy(strategy, options)[1]
+
+
+def _strategy(strategy: str, own: dict[str, Any]) -> tuple[Entry, Params]:
     name, args, kwargs = parse_stage(strategy, what="strategy")
     entry = get_registry().lookup("strategy", name)
-    own = {k: v for k, v in options.items() if k not in SHARED_OPTIONS}
     for key in own:
         if key in kwargs:
             raise ParameterError(f"strategy {name}: parameter {key} given both in {strategy!r} and by keyword")
@@ -43,11 +57,7 @@ def decode(model: Any, prompts: Prompts, *, strategy: str = "sample", **options:
             raise ParameterError(
                 f"strategy {name}: unknown parameter {key}={own[key]!r}; allowed parameters: {allowed}"
             )
-    params = bind_arguments(f"strategy {name}", entry.params_model, tuple(args), {**kwargs, **own})
-    shared = {k: v for k, v in options.items() if k in SHARED_OPTIONS}
-    request = decode_request(model, prompts, **shared)
-    result: Generation = entry.load()(request, params)
-    return result
+    return entry, bind_arguments(f"strategy {name}", entry.params_model, tuple(args), {**kwargs, **own})
 
 
 def sample_strategy(request: DecodeRequest, params: Params) -> Generation:

@@ -6,6 +6,7 @@ This module imports no torch: each command imports what it needs when it runs, s
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from typing import Annotated, Any, Protocol, cast
 import typer
 
 from decodekit.cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
-from decodekit.cli.errors import EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error, report_warning
+from decodekit.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error, report_warning
 
 __all__ = ["app", "run"]
 
@@ -115,6 +116,14 @@ def generate(
             "Default: dense when installed, else none.",
         ),
     ] = None,
+    strategy: Annotated[
+        str | None,
+        typer.Option(
+            "--strategy",
+            help='Decode strategy and its parameters, e.g. "beam(num_beams=4)" (decodekit samplers lists them). '
+            "Default: sample, which streams; the others print each sample when it is done.",
+        ),
+    ] = None,
     num_samples: Annotated[
         int, typer.Option("--num-samples", "-n", min=1, help="Samples of the same prompt, each with its own seed.")
     ] = 1,
@@ -143,6 +152,7 @@ def generate(
         max_new_tokens=max_new_tokens,
         seed=seed,
         cache=cache,
+        strategy=strategy,
         num_samples=num_samples,
         stop=tuple(stop or ()),
         json_output=json_output,
@@ -319,6 +329,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     except DecodekitError as exc:
         report_error(str(exc))
         return EXIT_USAGE
+    except Exception as exc:  # a bug, or a plugin's: still one line, unless asked for the traceback
+        if os.environ.get("DECODEKIT_DEBUG"):
+            raise
+        report_error(f"unexpected {type(exc).__name__}: {exc} (DECODEKIT_DEBUG=1 shows the traceback)")
+        return EXIT_FAILURE
     finally:
         warnings.showwarning = previous
     return status if isinstance(status, int) else 0

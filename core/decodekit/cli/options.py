@@ -26,6 +26,7 @@ __all__ = [
     "model_name",
     "prompt_text",
     "resolve_cache",
+    "resolve_strategy",
 ]
 
 # The flat flags in the order Hugging Face applies them: (flag, sampler, its parameter).
@@ -100,6 +101,16 @@ def resolve_cache(name: str | None) -> str:
         raise CliError(f"--cache {name!r}: unknown cache backend; allowed: {allowed}{hint}")
     cache_factory(name)  # checks the parameters before the model loads
     return name
+
+
+def resolve_strategy(text: str | None) -> str:
+    """`--strategy` checked against the registry, its own parameters included; default: sample."""
+    if text is None:
+        return "sample"
+    from decodekit.strategies import strategy_params
+
+    strategy_params(text)
+    return text
 
 
 def prompt_text(prompt: str | None) -> str:
