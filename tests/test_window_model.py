@@ -90,3 +90,13 @@ def test_learned_positions_end_at_the_context_whatever_the_cache() -> None:
         model(torch.zeros(1, 1, dtype=torch.long), torch.tensor([[t]]), cache)
     with pytest.raises(ContextLengthError, match="learned positions"):
         model(torch.zeros(1, 1, dtype=torch.long), torch.tensor([[16]]), cache)
+
+
+def test_the_default_model_ships_its_calibration_and_streams_past_its_context() -> None:
+    model = dk.load_model("tiny-shakespeare")
+    windows = model.spec.attention_windows
+    assert windows is not None and len(windows) == 4 and all(1 <= w <= 252 for w in windows)
+    out = dk.generate(model, "ROMEO:", cache='window(size="auto")', max_new_tokens=300, seed=0)
+    assert len(out.tokens[0]) == 300  # past the 256-character context
+    with pytest.raises(ContextLengthError, match="context of 256 positions"):
+        dk.generate(model, "ROMEO:", cache="gqa", max_new_tokens=300)
