@@ -125,6 +125,9 @@ def run_loop(request: DecodeRequest, mode_per_step: bool) -> Iterator[_Event]:
     B, lens = len(rows), [len(r) for r in rows]
     P = max(lens)
     device, dtype = model_device_dtype(model)
+    # A backend whose class says it keeps every token is checked before it allocates anything.
+    if getattr(getattr(request.cache, "impl", None), "keeps_all", False) is True:
+        check_context(spec, P, max_new_tokens)
     tokenizer = request.tokenizer
     texts = [TextTracker(tokenizer, request.stop_strings) for _ in range(B)] if tokenizer is not None else None
     done = [False] * B
