@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import decodekit as dk
+from decodekit.testing import CacheConformance
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -58,3 +59,43 @@ def test_custom_sampler_numbers_and_registration() -> None:
             dk.create("softcap", cap=-1)
     finally:
         dk.unregister_plugin(plugin)
+
+
+def test_custom_cache_script_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / "custom_cache.py")], capture_output=True, text=True, check=True
+    ).stdout
+    assert "recent(n=16, store='int8')                 100 tokens past a 32-position context" in out
+    assert "bytes: recent(n=16) 4096 half 2048" in out
+
+
+class TestExampleRecentCacheConformance(CacheConformance):
+    """The example's eviction policy, held to the kit: the last 5 slots, at their own positions."""
+
+    def make(self, spec: dk.CacheSpec) -> dk.KVCache:
+        ex = load("custom_cache")
+        return ex.RecentCache(spec, ex.RecentParams(n=5))  # type: ignore[no-any-return]
+
+    def kept(self, spec: dk.CacheSpec, layer: int, query: int, first: int) -> dict[int, int]:
+        return {t: t for t in range(max(0, query - 4), query + 1)}
+
+    def rollback(self, spec: dk.CacheSpec) -> int | None:
+        return 0  # it cannot take back a token once it has evicted one
+
+    def nbytes(self, spec: dk.CacheSpec) -> int:
+        return 2 * spec.n_layers * spec.batch_size * 5 * spec.n_kv_heads * spec.head_dim * spec.dtype.itemsize
+
+
+class TestExampleHalfStorageConformance(CacheConformance):
+    """The example's storage, held to the kit as docs/plugins.md shows."""
+
+    in_place = False
+
+    def make(self, spec: dk.CacheSpec) -> dk.KVCache:
+        return load("custom_cache").HalfCache(spec)  # type: ignore[no-any-return]
+
+    def round_trip(self, x: torch.Tensor) -> torch.Tensor:
+        return x.half().to(x.dtype)
+
+    def nbytes(self, spec: dk.CacheSpec) -> int:
+        return 2 * spec.n_layers * spec.batch_size * spec.capacity * spec.n_kv_heads * spec.head_dim * 2

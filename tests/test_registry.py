@@ -37,7 +37,7 @@ class CappedCache(PreallocatedKVCache):
     """A test backend with parameters: a gqa-like cache whose capacity is `size` (whatever the spec asks)."""
 
     def __init__(self, spec: dk.CacheSpec, params: CappedParams) -> None:
-        super().__init__(spec, stored_heads=spec.n_kv_heads)
+        super().__init__(spec)
         self.params = params
 
 

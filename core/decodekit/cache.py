@@ -1,10 +1,11 @@
-"""The KV-cache protocol and `PreallocatedKVCache`, the base the standard backends share.
+"""The KV-cache protocol, `slot_mask`, and `PreallocatedKVCache`: keep every token, in place.
 
-Layout: one key and one value buffer per layer, `[B, H_stored, capacity, D]`,
-allocated once. Every row of a batch holds the same number of slots (ragged
-prompts are left-padded by the decode loop, and the model masks the padding),
-so a write is one slice copy at the same offset for every row: appending at
-position 2,000 costs what it costs at position 20.
+Slots: the decode loop feeds a row's tokens in order, and the `t`-th token fed sits in slot
+`t` (padding included: every row of a batch has the same slots, ragged prompts are
+left-padded). `length` counts the slots fed; a cache that evicts keeps counting past what
+it holds. After `update(layer, k, v)` the model asks `attention_mask(layer, positions)`
+which of the returned keys each new query may attend to, so a cache may return its keys
+in any order and drop any it likes (docs/caches.md has the whole contract).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from torch import Tensor
 
 from decodekit.errors import CacheCapacityError, ParameterError
 from decodekit.spec import CacheSpec
+from decodekit.storage import FloatStorage, StorageFactory
 
-__all__ = ["KVCache", "PreallocatedKVCache"]
+__all__ = ["KVCache", "PreallocatedKVCache", "slot_mask"]
 
 
 @runtime_checkable
@@ -28,21 +30,37 @@ class KVCache(Protocol):
 
     @property
     def length(self) -> int:
-        """Tokens held per row (every layer holds this many after a complete forward)."""
+        """Slots fed per row (every layer, after a complete forward): the slot of the next token."""
         ...
 
     @property
     def capacity(self) -> int:
-        """The most tokens a row can hold."""
+        """The most slots a row can be fed (an evicting cache: unbounded, `sys.maxsize`)."""
         ...
 
     @property
     def nbytes(self) -> int:
-        """Exact bytes of the tensors the cache holds."""
+        """Exact bytes of the tensors the cache holds (not of the float keys `update` hands out)."""
+        ...
+
+    @property
+    def keeps_all(self) -> bool:
+        """True when `update` returns every token fed, in slot order (the mask is plain causal)."""
         ...
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Append `k`, `v` `[B, H_kv, T_new, D]` to `layer`; return the keys and values to attend over."""
+        """Feed `k`, `v` `[B, H_kv, T_new, D]` (rotated at their positions) to `layer`; return the keys and
+        values to attend over, `[B, H_stored, S, D]` in `spec.dtype`."""
+        ...
+
+    def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
+        """`[B, 1, T_new, S]` bool: which keys of the last `update(layer)` each new query may attend to.
+
+        `positions` `[B, T_new]` are the new queries' positions (negative: padding)."""
+        ...
+
+    def reach(self, new: int) -> int:
+        """1 + the largest query-key distance (in positions) that feeding `new` more tokens presents."""
         ...
 
     def reset(self) -> None:
@@ -50,7 +68,7 @@ class KVCache(Protocol):
         ...
 
     def crop(self, n: int) -> None:
-        """Keep only the first `n` tokens of every row (speculative-decoding rollback)."""
+        """Take back every slot from `n` on (speculative-decoding rollback): `length` becomes `n`."""
         ...
 
     def reorder(self, index: Tensor) -> None:
@@ -58,27 +76,43 @@ class KVCache(Protocol):
         ...
 
 
-class PreallocatedKVCache:
-    """A KV cache with fixed buffers of `stored_heads` heads per layer.
+def slot_mask(key_slots: Tensor, positions: Tensor, first: int, *, window: int | None = None, sinks: int = 0) -> Tensor:
+    """`[B, 1, T, S]` bool: may the query in slot `first + i` attend to the key in slot `key_slots[j]`?
 
-    Subclasses choose how many heads they store (`n_heads` for a dense cache,
-    `n_kv_heads` for a GQA-shared one) and how to turn the model's kv-heads
-    into stored heads (`_to_stored`).
+    Query `i` of row `b` sits at `positions[b, i]`, so the row's first real token is in slot
+    `first + i - positions[b, i]`; keys before it are padding, keys after the query are the future.
+    `window`: also hide keys `window` or more slots back, except the first `sinks` slots.
+    A padding query (negative position) sees only itself, so no softmax row is empty.
+    """
+    T = positions.shape[1]
+    q = torch.arange(first, first + T, device=positions.device)[:, None]  # [T, 1]
+    row_start = (q[:, 0] - positions).unsqueeze(-1)  # [B, T, 1]
+    mask = (key_slots >= row_start) & (key_slots <= q)  # [B, T, S]
+    if window is not None:
+        mask &= (key_slots < sinks) | (key_slots > q - window)
+    mask |= key_slots == q
+    return mask.unsqueeze(1)
+
+
+class PreallocatedKVCache:
+    """A cache that keeps every token fed, in slot order, in a storage of `capacity` slots per layer.
+
+    Subclasses choose the storage (`FloatStorage`: kv-heads; `RepeatedFloatStorage`: every head;
+    int8, ...). A write is one slice copy at the same offset for every row: appending at
+    position 2,000 costs what it costs at position 20.
     """
 
-    def __init__(self, spec: CacheSpec, stored_heads: int) -> None:
-        self.spec = spec
-        self.stored_heads = stored_heads
-        shape = (spec.batch_size, stored_heads, spec.capacity, spec.head_dim)
-        # keys[l], values[l]: [B, H_stored, capacity, D]
-        self.keys = [torch.zeros(shape, dtype=spec.dtype, device=spec.device) for _ in range(spec.n_layers)]
-        self.values = [torch.zeros(shape, dtype=spec.dtype, device=spec.device) for _ in range(spec.n_layers)]
-        # Tokens written per layer; host-side, so reading it never syncs with the device.
-        self._lengths = [0] * spec.n_layers
+    storage: StorageFactory = FloatStorage
+    keeps_all = True
 
-    def _to_stored(self, x: Tensor) -> Tensor:
-        """Turn model kv-heads `[B, H_kv, T, D]` into stored heads `[B, H_stored, T, D]`."""
-        return x
+    def __init__(self, spec: CacheSpec, params: object = None) -> None:
+        self.spec = spec
+        self.store = type(self).storage(spec, [spec.capacity] * spec.n_layers)
+        # Slots fed per layer; host-side, so reading it never syncs with the device.
+        self._lengths = [0] * spec.n_layers
+        self._mask_for: tuple[int, Tensor] | None = None  # (first slot, positions) of `_mask`
+        self._mask = torch.empty(0)
+        self._slots = torch.arange(spec.capacity, device=spec.device)
 
     @property
     def length(self) -> int:
@@ -90,13 +124,12 @@ class PreallocatedKVCache:
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
+        return self.store.nbytes
 
     @property
     def bytes_per_token(self) -> int:
-        """Bytes one more token of one row costs: 2 · layers · stored heads · head_dim · element size."""
-        s = self.spec
-        return 2 * s.n_layers * self.stored_heads * s.head_dim * self.keys[0].element_size()
+        """Bytes one more token of one row costs."""
+        return self.nbytes // (self.spec.capacity * self.spec.batch_size)
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         start = self._lengths[layer]
@@ -106,18 +139,32 @@ class PreallocatedKVCache:
                 f"{type(self).__name__}: layer {layer} holds {start} tokens and got {k.shape[2]} more, "
                 f"past its capacity of {self.spec.capacity}; create the cache with a larger capacity"
             )
-        self.keys[layer][:, :, start:end].copy_(self._to_stored(k))
-        self.values[layer][:, :, start:end].copy_(self._to_stored(v))
+        self.store.write(layer, start, k, v)
         self._lengths[layer] = end
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+        return self.store.read(layer, 0, end)
+
+    def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
+        end = self._lengths[layer]
+        first = end - positions.shape[1]
+        # Every layer of one forward asks the same question: answer it once.
+        memo = self._mask_for
+        if memo is None or memo[0] != first or memo[1] is not positions:
+            self._mask = slot_mask(self._slots[:end], positions, first)
+            self._mask_for = (first, positions)
+        return self._mask
+
+    def reach(self, new: int) -> int:
+        return self.length + new
 
     def reset(self) -> None:
         self._lengths = [0] * self.spec.n_layers
+        self._mask_for = None
 
     def crop(self, n: int) -> None:
         if not 0 <= n <= self.length:
             raise ParameterError(f"{type(self).__name__}.crop: n={n} is invalid; allowed: 0 <= n <= {self.length}")
         self._lengths = [min(length, n) for length in self._lengths]
+        self._mask_for = None
 
     def reorder(self, index: Tensor) -> None:
         if index.dim() != 1 or index.numel() != self.spec.batch_size:
@@ -125,7 +172,4 @@ class PreallocatedKVCache:
                 f"{type(self).__name__}.reorder: index of shape {tuple(index.shape)} is invalid; "
                 f"allowed: a 1-D index of {self.spec.batch_size} rows"
             )
-        index = index.to(self.keys[0].device)
-        n = self.length
-        for buf in (*self.keys, *self.values):
-            buf[:, :, :n] = buf[:, :, :n].index_select(0, index)
+        self.store.reorder(index, max(self._lengths))

@@ -71,14 +71,17 @@ def model_device_dtype(model: Any) -> tuple[torch.device, torch.dtype]:
     return torch.device("cpu"), torch.float32
 
 
-def check_context(spec: ModelSpec, prompt_tokens: int, max_new_tokens: int) -> None:
-    """A cached decode must fit the model's context: prompt + new tokens <= `max_positions`."""
+def check_context(spec: ModelSpec, prompt_tokens: int, max_new_tokens: int, cache: KVCache | None = None) -> None:
+    """A decode through a cache that keeps every token must fit the model's context: prompt + new
+    tokens <= `max_positions`. A cache that evicts decides for itself, step by step (`cache.reach`)."""
     total = prompt_tokens + max_new_tokens
+    if cache is not None and not cache.keeps_all:
+        return
     if total > spec.max_positions:
         raise ContextLengthError(
             f"prompt of {prompt_tokens} tokens + max_new_tokens={max_new_tokens} = {total} tokens exceeds the "
-            f"model's context of {spec.max_positions} positions; shorten the prompt, lower max_new_tokens, or "
-            "use cache='none', which crops the context to the last max_positions tokens"
+            f"model's context of {spec.max_positions} positions; shorten the prompt, lower max_new_tokens, "
+            "use a cache that evicts (cache='window(size=\"auto\")'), or cache='none', which crops the context"
         )
 
 
@@ -125,7 +128,8 @@ def run_loop(request: DecodeRequest, mode_per_step: bool) -> Iterator[_Event]:
     B, lens = len(rows), [len(r) for r in rows]
     P = max(lens)
     device, dtype = model_device_dtype(model)
-    if request.cache is not None:
+    # A backend whose class says it keeps every token is checked before it allocates anything.
+    if getattr(getattr(request.cache, "impl", None), "keeps_all", False) is True:
         check_context(spec, P, max_new_tokens)
     tokenizer = request.tokenizer
     texts = [TextTracker(tokenizer, request.stop_strings) for _ in range(B)] if tokenizer is not None else None
@@ -142,6 +146,7 @@ def run_loop(request: DecodeRequest, mode_per_step: bool) -> Iterator[_Event]:
             kv = request.cache(
                 CacheSpec.for_model(spec, batch_size=B, capacity=P + max_new_tokens, dtype=dtype, device=device)
             )
+            check_context(spec, P, max_new_tokens, kv)
         # buf, positions: [B, P + new columns]; history with prompts left-padded, and each column's position.
         buf, positions = left_pad(rows, P + min(max_new_tokens, PREALLOCATED_COLUMNS), device)
         ctx = DecodeContext(

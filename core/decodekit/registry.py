@@ -43,6 +43,8 @@ STANDARD_PLUGINS: dict[str, str] = {
     "repetition_penalty": "decodekit-repetition-penalty",
     "dense": "decodekit-cache-dense",
     "gqa": "decodekit-cache-gqa",
+    "int8": "decodekit-cache-int8",
+    "window": "decodekit-cache-window",
     "tiny-shakespeare": "decodekit-shakespeare",
     "hf": "decodekit-hf",
 }

@@ -24,7 +24,13 @@ def _check_heads(owner: str, n_heads: int, n_kv_heads: int) -> None:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """What the decode loop and the cache backends need to know about a model."""
+    """What the decode loop and the cache backends need to know about a model.
+
+    rope_base: the base of the model's rotary embedding (`decodekit.rope`), None when its keys carry
+    no rotation decodekit can apply (learned positions, or rotation inside a foreign model).
+    attention_windows: each layer's calibrated attention window D_f (`decodekit.calibration`),
+    which `window(size="auto")` uses; None when the model ships no calibration.
+    """
 
     n_layers: int
     n_heads: int
@@ -32,6 +38,8 @@ class ModelSpec:
     head_dim: int
     vocab_size: int
     max_positions: int
+    rope_base: float | None = None
+    attention_windows: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         _check_positive(
@@ -48,7 +56,12 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class CacheSpec:
-    """Everything a cache backend needs to preallocate its buffers."""
+    """Everything a cache backend needs to preallocate its buffers, and to move or drop keys.
+
+    The last three come from the model (`for_model`) and matter to caches that evict:
+    `rope_base` lets a cache move a kept key to another position (`decodekit.rope.rotate`),
+    `max_positions` is the model's trained context, `attention_windows` its calibrated D_f per layer.
+    """
 
     n_layers: int
     n_heads: int
@@ -58,6 +71,9 @@ class CacheSpec:
     capacity: int
     dtype: torch.dtype = torch.float32
     device: torch.device | str = "cpu"
+    rope_base: float | None = None
+    max_positions: int | None = None
+    attention_windows: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         _check_positive(
@@ -93,4 +109,7 @@ class CacheSpec:
             capacity=capacity,
             dtype=dtype,
             device=device,
+            rope_base=spec.rope_base,
+            max_positions=spec.max_positions,
+            attention_windows=spec.attention_windows,
         )

@@ -243,6 +243,31 @@ def samplers(json_output: JsonOption = False) -> None:
         render_samplers(report)
 
 
+cache_app = typer.Typer(help="KV-cache tools: calibrate a model's attention windows.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command(
+    help="Measure each layer's mean attention weight a(d) at distance d on held-out text, fit "
+    "a(d) ≈ C·d^-γ (and an exponential), and derive each layer's window D_f where the fit falls to 1/T. "
+    "--json prints the calibration a model ships next to its weights (calibration.json)."
+)
+def calibrate(
+    model: ModelOption = None,
+    text: Annotated[Path | None, typer.Option("--text", help="Held-out text (default: Hamlet).")] = None,
+    sinks: Annotated[int, typer.Option("--sinks", help="Leading positions reported apart as sinks.")] = 4,
+    windows: Annotated[
+        int | None, typer.Option("--windows", help="Measure at most this many contexts, spread over the text.")
+    ] = None,
+    json_output: JsonOption = False,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Draw a(d), the fits and D_f to a PNG.")] = None,
+) -> None:
+    from decodekit.cli.calibrate_command import DEFAULT_TEXT, CalibrateRequest, run_calibrate
+
+    request = CalibrateRequest(model or DEFAULT_MODEL, text or DEFAULT_TEXT, sinks, windows, json_output, plot)
+    raise typer.Exit(run_calibrate(request))
+
+
 def _flags(
     temperature: float | None, top_k: int | None, top_p: float | None, repetition_penalty: float | None
 ) -> dict[str, float | int | None]:

@@ -157,22 +157,31 @@ def render_samplers(report: dict[str, Any]) -> None:
         if s["description"]:
             console.print(_indented(Text(s["description"]), 2))
         if s["params"]:
-            params = Table(box=None, show_header=False, padding=(0, 2, 0, 0), pad_edge=False)
-            params.add_column(no_wrap=True, style="green")
-            params.add_column(no_wrap=True)
-            params.add_column(no_wrap=True)
-            params.add_column(style="dim")
-            for p in s["params"]:
-                params.add_row(*_plain(p["name"], p["allowed"], _default(p), p["description"]))
-            console.print(_indented(params, 4))
+            console.print(_indented(_param_table(s["params"]), 4))
     console.print()
     console.print(Text("Cache backends", style="bold"))
     none = {"name": "none", "description": "No cache: recompute the whole context every step", "distribution": ""}
-    console.print(_indented(_entry_table([none, *report["cache_backends"]]), 2))
+    for c in [none, *report["cache_backends"]]:  # as the samplers: name and plugin, description, parameters
+        plugin = f"  {c['distribution']} {c.get('version', '')}" if c["distribution"] else ""
+        console.print(Text.assemble((c["name"], "bold cyan"), plugin))
+        console.print(_indented(Text(c["description"]), 2))
+        if c.get("params"):
+            console.print(_indented(_param_table(c["params"]), 4))
     if report["strategies"]:
         console.print()
         console.print(Text("Decode strategies", style="bold"))
         console.print(_indented(_entry_table(report["strategies"]), 2))
+
+
+def _param_table(params: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, show_header=False, padding=(0, 2, 0, 0), pad_edge=False)
+    table.add_column(no_wrap=True, style="green")
+    table.add_column(no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column(style="dim")
+    for p in params:
+        table.add_row(*_plain(p["name"], p["allowed"], _default(p), p["description"]))
+    return table
 
 
 def _entry_table(entries: list[dict[str, str]]) -> Table:

@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from decodekit.cache import KVCache
+from decodekit.cache import KVCache, slot_mask
 from decodekit.errors import ContextLengthError, ParameterError
+from decodekit.rope import apply_rope, rope_angles
 from decodekit.spec import ModelSpec
 
 __all__ = ["GPT", "GPTConfig", "apply_rope", "attention_mask", "rope_angles"]
@@ -71,34 +72,14 @@ class GPTConfig:
 
 
 def attention_mask(positions: Tensor, offset: int) -> Tensor:
-    """Boolean mask `[B, 1, T, offset + T]`: which cache slots each new query may attend to.
+    """Boolean mask `[B, 1, T, offset + T]` over slots `0 .. offset + T - 1` (a cache that keeps all).
 
     Query `i` of row `b` sits in slot `offset + i` at position `positions[b, i]`, so the
     row's position 0 is in slot `offset + i - positions[b, i]`; slots before it are padding.
     A padding query (negative position) sees only itself, so no softmax row is empty.
     """
-    T = positions.shape[1]
-    q_slots = torch.arange(offset, offset + T, device=positions.device)  # [T]
-    slots = torch.arange(offset + T, device=positions.device)  # [S]
-    first = (q_slots - positions).unsqueeze(-1)  # [B, T, 1]
-    mask = (slots >= first) & (slots <= q_slots[:, None])  # [B, T, S]
-    mask |= slots == q_slots[:, None]
-    return mask.unsqueeze(1)
-
-
-def rope_angles(positions: Tensor, head_dim: int, base: float) -> tuple[Tensor, Tensor]:
-    """`cos`, `sin` `[B, 1, T, head_dim]` of the rotary angles `position · base^(-2i/head_dim)`."""
-    inv_freq = base ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
-    angles = positions.to(torch.float32).unsqueeze(-1) * inv_freq  # [B, T, D/2]
-    angles = torch.cat([angles, angles], dim=-1).unsqueeze(1)  # [B, 1, T, D]
-    return angles.cos(), angles.sin()
-
-
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate `x` `[B, H, T, D]` by the angles: pairs `(x_i, x_{i+D/2})` turn as 2-d vectors."""
-    x1, x2 = x.chunk(2, dim=-1)
-    rotated = torch.cat([-x2, x1], dim=-1)
-    return (x * cos + rotated * sin).to(x.dtype)
+    slots = torch.arange(offset + positions.shape[1], device=positions.device)
+    return slot_mask(slots, positions, offset)
 
 
 class CausalSelfAttention(nn.Module):
@@ -115,7 +96,12 @@ class CausalSelfAttention(nn.Module):
         self.dropout = config.dropout
 
     def forward(
-        self, x: Tensor, mask: Tensor | None, cache: KVCache | None, rope: tuple[Tensor, Tensor] | None = None
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        cache: KVCache | None,
+        rope: tuple[Tensor, Tensor] | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         B, T, C = x.shape
         kv_dim = self.n_kv_head * self.head_dim
@@ -125,8 +111,9 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        if cache is not None:
-            k, v = cache.update(self.layer, k, v)  # [B, H_kv or H, S, D]
+        if cache is not None and positions is not None:
+            k, v = cache.update(self.layer, k, v)  # [B, H_kv or H, S, D], in the cache's order
+            mask = cache.attention_mask(self.layer, positions)  # [B, 1, T, S]
         y = F.scaled_dot_product_attention(
             q,
             k,
@@ -162,9 +149,14 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None, cache: KVCache | None, rope: tuple[Tensor, Tensor] | None = None
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        cache: KVCache | None,
+        rope: tuple[Tensor, Tensor] | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
-        x = x + self.attn(self.ln_1(x), mask, cache, rope)
+        x = x + self.attn(self.ln_1(x), mask, cache, rope, positions)
         out: Tensor = x + self.mlp(self.ln_2(x))
         return out
 
@@ -173,6 +165,8 @@ class GPT(nn.Module):
     """A GPT-2-style decoder with tied input/output embeddings; it has no weights of its own."""
 
     supports_last_only = True  # forward(..., last_only=True) projects only the last column
+    # Each layer's calibrated attention window D_f (set by a loader that ships a calibration).
+    attention_windows: tuple[int, ...] | None = None
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -207,6 +201,8 @@ class GPT(nn.Module):
             head_dim=c.head_dim,
             vocab_size=c.vocab_size,
             max_positions=c.block_size,
+            rope_base=c.rope_base if c.position == "rope" else None,
+            attention_windows=self.attention_windows,
         )
 
     def forward(
@@ -223,20 +219,16 @@ class GPT(nn.Module):
         served by the plain causal kernel. `last_only=True` returns `[B, 1, V]`, the logits of
         the last column only (what a prefill needs).
         """
-        offset = 0 if cache is None else cache.length
         T = input_ids.shape[1]
-        if offset + T > self.config.block_size:
-            raise ContextLengthError(
-                f"GPT: {offset + T} tokens (cached {offset} + new {T}) exceed the context of "
-                f"block_size={self.config.block_size}"
-            )
+        self._check_context(T, cache)
+        mask = None  # with a cache, each layer asks the cache for its mask
         if positions is None:
             if cache is not None:
                 raise ParameterError("GPT: positions=None is only allowed without a cache")
-            mask = None
             real = torch.arange(T, device=input_ids.device).unsqueeze(0)  # [1, T]
         else:
-            mask = attention_mask(positions, offset)
+            if cache is None:
+                mask = attention_mask(positions, 0)
             real = positions.clamp(min=0)
         x = self.wte(input_ids)
         rope = None
@@ -246,8 +238,30 @@ class GPT(nn.Module):
             rope = rope_angles(real, self.config.head_dim, self.config.rope_base)
         x = self.drop(x)
         for block in self.h:
-            x = block(x, mask, cache, rope)
+            x = block(x, mask, cache, rope, positions)
         if last_only:
             x = x[:, -1:]  # [B, 1, C]: the caller reads only the last column
         out: Tensor = self.lm_head(self.ln_f(x))
         return out
+
+    def _check_context(self, new: int, cache: KVCache | None) -> None:
+        """Refuse a forward that needs a position or a distance the model was never trained on.
+
+        Learned positions end at `block_size` whatever the cache keeps. Rotary attention depends
+        only on query-key distances, so the cache decides: `cache.reach(new)` is the widest
+        distance (plus one) the forward will present, bounded for a cache that evicts.
+        """
+        block = self.config.block_size
+        held = 0 if cache is None else cache.length
+        if cache is not None and self.wpe is None:
+            reach = cache.reach(new)
+            if reach > block:
+                raise ContextLengthError(
+                    f"GPT: {new} new tokens on {held} cached would attend across {reach} positions, past the "
+                    f"context of block_size={block}; use a cache that evicts, e.g. cache='window(size=auto)'"
+                )
+        elif held + new > block:
+            raise ContextLengthError(
+                f"GPT: {held + new} tokens (cached {held} + new {new}) exceed the context of block_size={block}"
+                + ("" if self.wpe is None else " (learned positions end there, whatever the cache keeps)")
+            )

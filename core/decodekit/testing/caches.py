@@ -1,108 +1,341 @@
-"""Conformance checks for KV-cache backends: equals recomputation, exact bytes, in-place writes."""
+"""Conformance checks for KV-cache backends, one property per test.
+
+A backend states what it keeps; the kit holds it to that. `CacheConformance.kept(...)` is
+the statement: for a query in slot `q` (of an update whose first new slot is `first`),
+the slots it attends to and the position it sees each at. The kit feeds random keys,
+rotated at their positions, and random values, and compares the cache's attention
+(the keys `update` returns, under `attention_mask`) with a float64 reference attention
+over exactly the stated tokens, built from its own record of what it fed: the storage's
+round trip applied (`round_trip`), moved keys rotated by the kit's own rotary code.
+
+Failures name the check, the configuration (heads, dtype), the layer, the step and the shapes.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import torch
+from torch import Tensor
 
 from decodekit.cache import KVCache
-from decodekit.errors import CacheCapacityError
+from decodekit.errors import CacheCapacityError, DecodekitError
 from decodekit.spec import CacheSpec
 
 __all__ = ["CacheConformance", "check_cache"]
 
-CacheFactory = Callable[[CacheSpec], KVCache]
+ROPE_BASE = 10000.0
+SCHEDULE = (6, 1, 1, 3, 1, 1, 1, 1, 2, 1, 1, 7, 1, 1, 1, 1, 1, 1, 1, 1)  # tokens per update: 33 in all
+PAD = 3  # row 1 of the batch is left-padded by this many slots
+CONFIGS = ((4, 4, torch.float32), (4, 2, torch.float32), (4, 1, torch.float32), (4, 2, torch.float16))
 
 
-def _spec(n_heads: int, n_kv_heads: int, capacity: int = 24, batch: int = 2) -> CacheSpec:
+def kit_spec(
+    n_heads: int = 4, n_kv_heads: int = 2, dtype: torch.dtype = torch.float32, capacity: int = 40
+) -> CacheSpec:
+    """The kit's cache shape: 2 layers, 2 rows, head_dim 8, rotary positions, a 32-position context."""
     return CacheSpec(
-        n_layers=2, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=8, batch_size=batch, capacity=capacity
+        n_layers=2,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        head_dim=8,
+        batch_size=2,
+        capacity=capacity,
+        dtype=dtype,
+        rope_base=ROPE_BASE,
+        max_positions=32,
     )
 
 
-def _expand(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """Repeat kv-heads `[B, H_kv, T, D]` to `heads` query heads."""
+def _rotate(x: Tensor, delta: Tensor) -> Tensor:
+    """The kit's own rotary code (rotate-half), float64: `x` `[..., T, D]` moved `delta` `[T]` positions."""
+    D = x.shape[-1]
+    inv = ROPE_BASE ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    angle = delta.to(torch.float64)[:, None] * inv  # [T, D/2]
+    cos, sin = angle.cos(), angle.sin()
+    x1, x2 = x[..., : D // 2], x[..., D // 2 :]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+@dataclass
+class _History:
+    """Everything the kit fed one cache, per layer: keys (rotated, as fed) and values `[B, H_kv, T, D]`."""
+
+    spec: CacheSpec
+    pads: list[int] = field(default_factory=lambda: [0, PAD])  # left padding of each row, in slots
+    keys: list[list[Tensor]] = field(default_factory=list)
+    values: list[list[Tensor]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.keys = [[] for _ in range(self.spec.n_layers)]
+        self.values = [[] for _ in range(self.spec.n_layers)]
+
+    def length(self, layer: int = 0) -> int:
+        return sum(k.shape[2] for k in self.keys[layer])
+
+    def all(self, layer: int) -> tuple[Tensor, Tensor]:
+        return torch.cat(self.keys[layer], 2), torch.cat(self.values[layer], 2)
+
+    def crop(self, n: int) -> None:
+        for layer in range(self.spec.n_layers):
+            k, v = self.all(layer)
+            self.keys[layer], self.values[layer] = [k[:, :, :n]], [v[:, :, :n]]
+
+    def reorder(self, index: Tensor) -> None:
+        self.pads = [self.pads[i] for i in index.tolist()]
+        for layer in range(self.spec.n_layers):
+            k, v = self.all(layer)
+            self.keys[layer], self.values[layer] = [k[index]], [v[index]]
+
+
+def _positions(pads: list[int], first: int, new: int) -> Tensor:
+    """`[B, T]` positions of slots `first ..` of rows left-padded by `pads` slots (negative there)."""
+    slots = torch.arange(first, first + new)
+    return slots[None, :] - torch.tensor(pads)[:, None]
+
+
+def _expand(x: Tensor, heads: int) -> Tensor:
     return x.repeat_interleave(heads // x.shape[1], dim=1)
 
 
-def check_cache(factory: CacheFactory, *, stored_heads: Callable[[CacheSpec], int]) -> None:
-    """Run every cache check on `factory`; `stored_heads(spec)` is the head count it should keep.
-
-    - what `update` returns equals the concatenation of everything written (recomputation),
-      up to repeating kv-heads to query heads;
-    - `length`, `crop`, `reorder`, `reset` behave, and a write past capacity raises;
-    - `nbytes` equals 2 · layers · batch · capacity · stored heads · head_dim · element size;
-    - appends write in place (the returned keys of a later step share storage with earlier ones).
-    """
-    g = torch.Generator().manual_seed(0)
-    for n_heads, n_kv in ((4, 4), (4, 2), (4, 1)):
-        for dtype in (torch.float32, torch.float16):
-            spec = CacheSpec(
-                n_layers=2, n_heads=n_heads, n_kv_heads=n_kv, head_dim=8, batch_size=2, capacity=24, dtype=dtype
-            )
-            cache = factory(spec)
-            heads = stored_heads(spec)
-            expected = 2 * spec.n_layers * spec.batch_size * spec.capacity * heads * spec.head_dim
-            expected *= torch.empty((), dtype=dtype).element_size()
-            assert cache.nbytes == expected, f"nbytes {cache.nbytes} != formula {expected} for {spec}"
-            assert cache.length == 0 and cache.capacity == spec.capacity
-            written_k: list[list[torch.Tensor]] = [[], []]
-            written_v: list[list[torch.Tensor]] = [[], []]
-            first_ptr = None
-            for t_new in (5, 1, 1, 3):
-                for layer in range(spec.n_layers):
-                    k = torch.randn(2, n_kv, t_new, 8, generator=g).to(dtype)
-                    v = torch.randn(2, n_kv, t_new, 8, generator=g).to(dtype)
-                    written_k[layer].append(k)
-                    written_v[layer].append(v)
-                    k_all, v_all = cache.update(layer, k, v)
-                    ref_k = torch.cat(written_k[layer], dim=2)
-                    ref_v = torch.cat(written_v[layer], dim=2)
-                    assert k_all.shape[1] == heads, f"returned {k_all.shape[1]} heads, expected {heads}"
-                    assert torch.equal(_expand(k_all, n_heads), _expand(ref_k, n_heads)), "keys != recomputation"
-                    assert torch.equal(_expand(v_all, n_heads), _expand(ref_v, n_heads)), "values != recomputation"
-                    if layer == 0:
-                        ptr = k_all.untyped_storage().data_ptr()
-                        first_ptr = ptr if first_ptr is None else first_ptr
-                        assert ptr == first_ptr, "update reallocated the key buffer (must write in place)"
-            assert cache.length == 10, f"length {cache.length} after writing 10 tokens"
-            assert cache.nbytes == expected, "nbytes changed while writing"
-            # reorder: swap the two rows
-            before = cache.update(0, torch.zeros(2, n_kv, 0, 8, dtype=dtype), torch.zeros(2, n_kv, 0, 8, dtype=dtype))
-            k_before = before[0].clone()
-            cache.reorder(torch.tensor([1, 0]))
-            after = cache.update(0, torch.zeros(2, n_kv, 0, 8, dtype=dtype), torch.zeros(2, n_kv, 0, 8, dtype=dtype))
-            assert torch.equal(after[0], k_before.flip(0)), "reorder did not permute rows"
-            # crop: keep 4 tokens, the next write lands at position 4
-            cache.crop(4)
-            assert cache.length == 4
-            k = torch.randn(2, n_kv, 1, 8, generator=g).to(dtype)
-            k_all, _ = cache.update(0, k, k)
-            assert k_all.shape[2] == 5 and torch.equal(_expand(k_all[:, :, 4:], n_heads), _expand(k, n_heads))
-            cache.reset()
-            assert cache.length == 0
-            # capacity
-            big = torch.zeros(2, n_kv, spec.capacity + 1, 8, dtype=dtype)
-            try:
-                cache.update(0, big, big)
-            except CacheCapacityError as exc:
-                assert str(spec.capacity) in str(exc), "capacity error must name the capacity"
-            else:
-                raise AssertionError("writing past capacity did not raise CacheCapacityError")
-
-
 class CacheConformance:
-    """pytest suite: subclass, implement `make(spec)` and `stored_heads(spec)`."""
+    """pytest suite for a cache backend: subclass, implement `make`, and state what it keeps.
+
+    Defaults describe a cache that keeps every token at its own position (`dense`, `gqa`);
+    an evicting or quantising backend overrides `kept`, `round_trip`, `rollback` and `nbytes`.
+    """
+
+    in_place = True  # update returns views of buffers it writes in place (no copy of the past)
+    tolerance = 1e-5  # attention outputs agree this closely in float32 (float16: 1e-2)
 
     def make(self, spec: CacheSpec) -> KVCache:
         raise NotImplementedError
 
     def stored_heads(self, spec: CacheSpec) -> int:
-        raise NotImplementedError
+        """Heads `update` returns per slot."""
+        return spec.n_kv_heads
 
-    def test_conformance(self) -> None:
-        check_cache(self.make, stored_heads=self.stored_heads)
+    def kept(self, spec: CacheSpec, layer: int, query: int, first: int) -> dict[int, int]:
+        """{slot: position it is seen at} for the query in slot `query` of an update starting at `first`."""
+        return {t: t for t in range(query + 1)}
+
+    def round_trip(self, x: Tensor) -> Tensor:
+        """What storing and reading back does to keys and values (a second implementation of it)."""
+        return x
+
+    def rollback(self, spec: CacheSpec) -> int | None:
+        """The most recent slots `crop` can always take back; None: any."""
+        return None
+
+    def nbytes(self, spec: CacheSpec) -> int:
+        """Exact bytes the cache holds, by its own formula."""
+        item = torch.empty((), dtype=spec.dtype).element_size()
+        return 2 * spec.n_layers * spec.batch_size * spec.capacity * self.stored_heads(spec) * spec.head_dim * item
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _feed(self, cache: KVCache, history: _History, T: int, g: torch.Generator, what: str) -> None:  # noqa: N803
+        """Feed `T` new tokens to every layer and compare each layer's attention with the reference."""
+        spec = cache.spec
+        first = cache.length
+        positions = _positions(history.pads, first, T)
+        for layer in range(spec.n_layers):
+            shape = (spec.batch_size, spec.n_kv_heads, T, spec.head_dim)
+            u = torch.randn(shape, generator=g, dtype=torch.float64)
+            k = self._at(u, positions)
+            v = torch.randn(shape, generator=g, dtype=torch.float64)
+            k, v = k.to(spec.dtype), v.to(spec.dtype)
+            history.keys[layer].append(k)
+            history.values[layer].append(v)
+            keys, values = cache.update(layer, k, v)
+            where = f"{what}, layer {layer}, slots {first}..{first + T - 1}, returned keys {tuple(keys.shape)}"
+            assert keys.shape[1] == self.stored_heads(spec), f"{where}: {keys.shape[1]} heads returned"
+            assert keys.dtype == spec.dtype, f"{where}: keys of dtype {keys.dtype}, not {spec.dtype}"
+            mask = cache.attention_mask(layer, positions)
+            want_shape = (spec.batch_size, 1, T, keys.shape[2])
+            assert tuple(mask.shape) == want_shape, f"{where}: mask of shape {tuple(mask.shape)}, not {want_shape}"
+            q = torch.randn(spec.batch_size, spec.n_heads, T, spec.head_dim, generator=g, dtype=torch.float64)
+            got = self._attend(q, keys.double(), values.double(), mask)
+            want = self._reference(spec, history, layer, q, first, positions)
+            real = positions >= 0  # padding queries see only themselves; compare the real ones
+            for b in range(spec.batch_size):
+                err = (got[b] - want[b])[:, real[b]].abs().max().item() if real[b].any() else 0.0
+                tol = self.tolerance if spec.dtype == torch.float32 else max(self.tolerance, 1e-2)
+                assert err <= tol, f"{where}, row {b}: attention differs from the reference by {err:.2e} > {tol}"
+
+    @staticmethod
+    def _at(u: Tensor, positions: Tensor) -> Tensor:
+        """Keys `u` `[B, H, T, D]` rotated at `positions` `[B, T]` (clamped at 0, as the model does)."""
+        return torch.stack([_rotate(u[b], positions[b].clamp(min=0)) for b in range(u.shape[0])])
+
+    @staticmethod
+    def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        k, v = _expand(k, q.shape[1]), _expand(v, q.shape[1])
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        return torch.softmax(scores.masked_fill(~mask, float("-inf")), -1) @ v  # [B, H, T, D]
+
+    def _reference(
+        self, spec: CacheSpec, history: _History, layer: int, q: Tensor, first: int, positions: Tensor
+    ) -> Tensor:
+        k_all, v_all = history.all(layer)
+        k_all, v_all = self.round_trip(k_all).double(), self.round_trip(v_all).double()
+        out = torch.zeros_like(q)
+        for b in range(spec.batch_size):
+            pad = first - int(positions[b, 0])  # slots before the row's first token
+            for i in range(q.shape[2]):
+                query = first + i
+                if positions[b, i] < 0:
+                    continue
+                seen = {t: p for t, p in self.kept(spec, layer, query, first).items() if t >= pad}
+                slots = torch.tensor(sorted(seen))
+                shift = torch.tensor([seen[t] - t for t in sorted(seen)])
+                k = _rotate(k_all[b][:, slots], shift)  # [H_kv, S, D], moved keys rotated on
+                v = v_all[b][:, slots]
+                scores = q[b, :, i : i + 1] @ _expand(k[None], q.shape[1])[0].transpose(-1, -2)
+                weights = torch.softmax(scores / math.sqrt(q.shape[-1]), -1)
+                out[b, :, i] = (weights @ _expand(v[None], q.shape[1])[0])[:, 0]
+        return out
+
+    def _configs(self) -> Iterator[tuple[str, CacheSpec]]:
+        for n_heads, n_kv, dtype in CONFIGS:
+            yield f"{n_heads} heads / {n_kv} kv-heads, {dtype}", kit_spec(n_heads, n_kv, dtype)
+
+    def _run(self, cache: KVCache, history: _History, schedule: Sequence[int], g: torch.Generator, what: str) -> None:
+        for step, T in enumerate(schedule):
+            self._feed(cache, history, T, g, f"{what}: step {step}")
+
+    # -- the checks --------------------------------------------------------------------------
 
     def test_protocol(self) -> None:
-        assert isinstance(self.make(_spec(4, 2)), KVCache)
+        cache = self.make(kit_spec())
+        assert isinstance(cache, KVCache), f"{type(cache).__name__} lacks members of the KVCache protocol"
+        assert cache.length == 0, f"a new cache has length {cache.length}"
+        assert isinstance(cache.keeps_all, bool)
+
+    def test_attention_matches_reference(self) -> None:
+        """Every layer, every step: attention over what `update` returns == attention over the stated tokens."""
+        for config, spec in self._configs():
+            g = torch.Generator().manual_seed(0)
+            cache, history = self.make(spec), _History(spec)
+            self._run(cache, history, SCHEDULE, g, config)
+            assert cache.length == sum(SCHEDULE), f"{config}: length {cache.length} after {sum(SCHEDULE)} tokens"
+
+    def test_keeps_all_returns_every_token(self) -> None:
+        """A cache claiming `keeps_all` returns every token fed, in slot order (cached == recomputation)."""
+        spec = kit_spec()
+        cache = self.make(spec)
+        if not cache.keeps_all:
+            return
+        g, history = torch.Generator().manual_seed(1), _History(spec)
+        first_ptr = None
+        for step, T in enumerate(SCHEDULE[:6]):
+            self._feed(cache, history, T, g, f"step {step}")
+            for layer in range(spec.n_layers):
+                keys, values = cache.update(layer, *(x[:, :, :0] for x in history.all(layer)))
+                want_k, want_v = (self.round_trip(x) for x in history.all(layer))
+                where = f"step {step}, layer {layer}, keys {tuple(keys.shape)}"
+                for got, want, name in ((keys, want_k, "keys"), (values, want_v, "values")):
+                    want = _expand(want, got.shape[1]).to(got.dtype)
+                    assert got.shape == want.shape, (
+                        f"{where}: {name} of shape {tuple(got.shape)}, want {tuple(want.shape)}"
+                    )
+                    assert torch.equal(got, want), f"{where}: {name} != every token fed, in slot order"
+                if self.in_place and layer == 0:
+                    ptr = keys.untyped_storage().data_ptr()
+                    first_ptr = ptr if first_ptr is None else first_ptr
+                    assert ptr == first_ptr, f"{where}: update reallocated the key buffer (must write in place)"
+
+    def test_nbytes_exact(self) -> None:
+        """`nbytes` equals the backend's formula, and does not change as tokens are fed."""
+        for config, spec in self._configs():
+            cache = self.make(spec)
+            want = self.nbytes(spec)
+            assert cache.nbytes == want, f"{config}: nbytes {cache.nbytes} != the formula's {want}"
+            self._run(cache, _History(spec), SCHEDULE, torch.Generator().manual_seed(2), config)
+            assert cache.nbytes == want, f"{config}: nbytes {cache.nbytes} after {cache.length} tokens, was {want}"
+
+    def test_crop(self) -> None:
+        """crop(n) takes back the last slots: what is fed next is attended as if they never were."""
+        spec = kit_spec()
+        g, cache, history = torch.Generator().manual_seed(3), self.make(spec), _History(spec)
+        self._run(cache, history, SCHEDULE[:12], g, "before crop")
+        allowed = self.rollback(spec)
+        back = 3 if allowed is None else min(3, allowed)
+        n = cache.length - back
+        cache.crop(n)
+        history.crop(n)
+        assert cache.length == n, f"crop({n}): length {cache.length}"
+        self._run(cache, history, (1, 2, 1), g, f"after crop({n})")
+        if allowed is not None:
+            too_far = cache.length - allowed - 1
+            try:
+                cache.crop(too_far)
+            except DecodekitError:
+                pass
+            else:
+                raise AssertionError(f"crop({too_far}) beyond rollback={allowed} did not raise")
+
+    def test_reorder(self) -> None:
+        """reorder(index) permutes rows: row i then holds what row index[i] held."""
+        for index in ([1, 0], [1, 1]):  # swap the rows; a beam step where row 1 continues in both
+            spec = kit_spec()
+            g, cache, history = torch.Generator().manual_seed(4), self.make(spec), _History(spec)
+            self._run(cache, history, SCHEDULE[:12], g, "before reorder")
+            cache.reorder(torch.tensor(index))
+            history.reorder(torch.tensor(index))
+            self._run(cache, history, (1, 2, 1, 1), g, f"after reorder({index})")
+
+    def test_reset(self) -> None:
+        """After reset() the cache behaves as a new one."""
+        spec = kit_spec()
+        g, cache = torch.Generator().manual_seed(5), self.make(spec)
+        self._run(cache, _History(spec), SCHEDULE[:10], g, "before reset")
+        cache.reset()
+        assert cache.length == 0, f"length {cache.length} after reset"
+        self._run(cache, _History(spec), SCHEDULE, g, "after reset")
+
+    def test_capacity_or_eviction(self) -> None:
+        """A cache that keeps all refuses to write past its capacity; one that evicts holds a bounded set."""
+        spec = kit_spec()
+        cache = self.make(spec)
+        z = torch.zeros(spec.batch_size, spec.n_kv_heads, spec.capacity + 1, spec.head_dim, dtype=spec.dtype)
+        if cache.keeps_all:
+            try:
+                cache.update(0, z, z)
+            except CacheCapacityError as exc:
+                assert str(spec.capacity) in str(exc), f"the capacity error must name the capacity: {exc}"
+            else:
+                raise AssertionError(f"writing {spec.capacity + 1} tokens past capacity did not raise")
+            return
+        assert cache.capacity == sys.maxsize, f"an evicting cache's capacity is {cache.capacity}, not unbounded"
+        g, history = torch.Generator().manual_seed(6), _History(spec)
+        self._run(cache, history, (1,) * 60, g, "streaming")
+        widths = {cache.update(layer, z[:, :, :0], z[:, :, :0])[0].shape[2] for layer in range(spec.n_layers)}
+        stated = max(len(self.kept(spec, layer, cache.length - 1, cache.length - 1)) for layer in range(2))
+        assert max(widths) < 60, f"after 60 tokens the cache returns {max(widths)} keys: it evicts nothing"
+        assert max(widths) >= stated, f"the cache returns {max(widths)} keys but states it keeps {stated}"
+
+    def test_reach(self) -> None:
+        """`reach(new)` bounds the widest query-key distance (plus one) that the next update presents."""
+        spec = kit_spec()
+        g, cache, history = torch.Generator().manual_seed(7), self.make(spec), _History(spec)
+        for step, T in enumerate(SCHEDULE):
+            first, reach = cache.length, cache.reach(T)
+            widest = max(
+                query - min(self.kept(spec, layer, query, first).values()) + 1
+                for layer in range(spec.n_layers)
+                for query in range(first, first + T)
+            )
+            assert reach >= widest, f"step {step}: reach({T}) = {reach} < the widest distance + 1 = {widest}"
+            self._feed(cache, history, T, g, f"step {step}")
+
+
+def check_cache(suite: CacheConformance) -> None:
+    """Run every check of `suite` (a `CacheConformance` with `make` implemented), outside pytest."""
+    for name in dir(suite):
+        if name.startswith("test_"):
+            check: Callable[[], None] = getattr(suite, name)
+            check()

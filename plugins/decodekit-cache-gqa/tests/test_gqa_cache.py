@@ -39,10 +39,10 @@ def test_gqa_is_n_heads_over_n_kv_heads_smaller_than_dense(n_heads: int, n_kv_he
 def test_append_writes_in_place_at_any_position() -> None:
     s = dk.CacheSpec(n_layers=1, n_heads=4, n_kv_heads=2, head_dim=8, batch_size=1, capacity=2100)
     cache = GQACache(s)
-    buf = cache.keys[0]
+    buf = cache.store.keys[0]  # type: ignore[attr-defined]
     ptr = buf.data_ptr()
     cache.update(0, torch.zeros(1, 2, 2000, 8), torch.zeros(1, 2, 2000, 8))
     k = torch.ones(1, 2, 1, 8)
     k_all, _ = cache.update(0, k, k)
-    assert cache.keys[0].data_ptr() == ptr  # no reallocation, no torch.cat of the past
+    assert cache.store.keys[0].data_ptr() == ptr  # type: ignore[attr-defined]  # no reallocation, no torch.cat of the past
     assert k_all.shape == (1, 2, 2001, 8) and torch.equal(k_all[:, :, 2000:], k)

@@ -113,7 +113,7 @@ def test_bridge_returns_views_of_the_decodekit_cache(llama: Any, cache: str) -> 
         assert k.shape == v.shape == (2, spec.n_kv_heads, 3, spec.head_dim)
         torch.testing.assert_close(k, k_new, rtol=0, atol=0)
         torch.testing.assert_close(v, v_new, rtol=0, atol=0)
-        assert k.untyped_storage().data_ptr() == kv.keys[layer].untyped_storage().data_ptr()  # type: ignore[attr-defined]
+        assert k.untyped_storage().data_ptr() == kv.store.keys[layer].untyped_storage().data_ptr()  # type: ignore[attr-defined]
     assert bridge.get_seq_length() == kv.length == 3
     assert bridge.get_mask_sizes(1, 0) == (4, 0)
     bridge.crop(-1)  # transformers 5.x: drop one token
@@ -175,3 +175,24 @@ def test_sliding_window_model_equals_transformers_recomputation() -> None:
     for cache in ("dense", "gqa", "none"):
         out = dk.generate(HFModel(mistral), PROMPTS, chain="greedy", max_new_tokens=20, cache=cache)
         assert out.tokens == torch.cat(expected, 1).tolist()
+
+
+def test_int8_cache_logits_close_to_transformers_forward(llama: Any) -> None:
+    """int8 keeps every token (keeps_all): transformers attends over its dequantised keys, close to float."""
+    model = HFModel(llama)
+    ids, positions, mask = _padded(PROMPTS)
+    with torch.no_grad():
+        ref = llama(ids, attention_mask=mask, position_ids=positions.clamp(min=0)).logits
+    kv = dk.create_cache("int8", dk.CacheSpec.for_model(model.spec, batch_size=3, capacity=ids.shape[1]))
+    got = model(ids, positions, kv)
+    real = positions >= 0
+    assert (got - ref)[real].abs().max() < 0.02 * ref[real].abs().max()  # within 2% of the logit scale
+
+
+def test_window_cache_is_refused_with_the_reason(llama: Any) -> None:
+    model = HFModel(llama)
+    kv = dk.create_cache("window(size=8)", dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=16))
+    with pytest.raises(dk.ParameterError, match=r"keeps_all=False.*allowed: a cache that keeps every token"):
+        model(torch.tensor([[1, 2, 3]]), torch.arange(3)[None], kv)
+    with pytest.raises(dk.ParameterError, match="keeps_all=False"):
+        dk.generate(model, [[1, 2, 3]], cache="window(size=8)", max_new_tokens=2)

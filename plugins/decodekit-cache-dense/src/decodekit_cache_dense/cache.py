@@ -7,18 +7,9 @@ Bytes: 2 · layers · batch · capacity · n_heads · head_dim · element size.
 
 from __future__ import annotations
 
-from torch import Tensor
-
 from decodekit.cache import PreallocatedKVCache
-from decodekit.params import NoParams
-from decodekit.spec import CacheSpec
+from decodekit.storage import RepeatedFloatStorage
 
 
 class DenseCache(PreallocatedKVCache):
-    def __init__(self, spec: CacheSpec, params: NoParams | None = None) -> None:
-        super().__init__(spec, stored_heads=spec.n_heads)
-        self._repeat = spec.n_heads // spec.n_kv_heads
-
-    def _to_stored(self, x: Tensor) -> Tensor:
-        # [B, H_kv, T, D] -> [B, H, T, D]: query head h reads kv-head h // repeat.
-        return x if self._repeat == 1 else x.repeat_interleave(self._repeat, dim=1)
+    storage = RepeatedFloatStorage

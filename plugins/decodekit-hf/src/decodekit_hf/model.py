@@ -6,7 +6,9 @@ cache slot `cache.length + i`, so row `b` has `slot - position` padding slots. t
 wants the same facts as a 2-D `attention_mask` `[B, past + T]` (0 on padding) and
 `position_ids` (here: the positions clamped at 0; what a padding token sees never reaches a
 real one). When no row is padded no mask is passed, so transformers keeps its unmasked kernel.
-decodekit's cache reaches the model as a transformers `Cache` (`DecodekitCache`).
+decodekit's cache reaches the model as a transformers `Cache` (`DecodekitCache`). Only caches that
+keep every token in slot order (`keeps_all`: dense, gqa, int8) fit transformers' masks; an evicting
+one (window) is refused with the reason.
 """
 
 from __future__ import annotations
@@ -91,6 +93,12 @@ class HFModel(nn.Module):
         last_only: return only the last column, `[B, 1, V]`: the output projection then runs on
         one position per row (transformers' `logits_to_keep=1`), which is what a prefill needs.
         """
+        if cache is not None and not cache.keeps_all:
+            raise ParameterError(
+                f"HFModel: cache {type(cache).__name__} drops or moves keys (keeps_all=False), which transformers "
+                "cannot attend over: its attention rotates keys itself and masks the cache as contiguous slots "
+                "0 .. length-1; allowed: a cache that keeps every token (dense, gqa, int8)"
+            )
         past = 0 if cache is None else cache.length
         T = input_ids.shape[1]
         first = positions[:, :1]  # [B, 1] position of each row's first new query, in slot `past`

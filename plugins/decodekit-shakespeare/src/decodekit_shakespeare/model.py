@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from decodekit.calibration import CALIBRATION_NAME, Calibration
 from decodekit.errors import ParameterError
 from decodekit.models.gpt import GPT, GPTConfig
 from decodekit.params import NoParams
@@ -59,6 +60,8 @@ def load_config(directory: Path | None = None) -> tuple[GPTConfig, CharTokenizer
 def load_tiny_shakespeare(argument: str | None = None, params: NoParams | None = None) -> ShakespeareGPT:
     """The `tiny-shakespeare` model in eval mode, fp32, on CPU, with `.tokenizer` attached.
 
+    A `calibration.json` next to the weights sets `model.attention_windows` (`window(size="auto")`).
+
     argument: None for the shipped weights; or a directory holding `config.json` and
     `tiny_shakespeare.safetensors` (what `train.py --export DIR` writes); or a `.safetensors`
     file of weights for the shipped config. fp16/bf16 files are upcast to fp32.
@@ -94,6 +97,9 @@ def load_tiny_shakespeare(argument: str | None = None, params: NoParams | None =
     if model.lm_head.weight is not model.wte.weight:  # pragma: no cover - guarded by GPT itself
         model.lm_head.weight = model.wte.weight
     model.tokenizer = tokenizer
+    calibration = weights.parent / CALIBRATION_NAME  # `decodekit cache calibrate --json` of these weights
+    if calibration.is_file():
+        model.attention_windows = Calibration.load(calibration).attention_windows
     model.requires_grad_(False)
     return model.eval()
 

@@ -1,0 +1,119 @@
+"""Storage: where a cache keeps its keys and values, apart from which tokens it keeps.
+
+Eviction (which tokens a cache keeps, in which slot) and storage (how a slot's key and
+value are held: float, int8, ...) are separate ideas. A cache decides the slots; a
+`Storage` holds `slots[l]` slots per row in layer `l` and knows nothing of the policy, so
+any eviction policy runs over any storage (`window(store="int8")`, or a third party's).
+
+A storage is named through the cache backend that keeps everything in it: a backend whose
+implementation has a `storage` attribute (a `StorageFactory`) is a storage, so registering
+`int4` as a cache backend makes `window(store="int4")` work with no change to `window`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from decodekit.errors import ParameterError
+from decodekit.spec import CacheSpec
+
+__all__ = ["FloatStorage", "RepeatedFloatStorage", "Storage", "StorageFactory", "lookup_storage"]
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """Keys and values addressed by slot; `read` gives them back in the cache's dtype."""
+
+    @property
+    def nbytes(self) -> int:
+        """Exact bytes of every tensor the storage holds."""
+        ...
+
+    @property
+    def heads(self) -> int:
+        """Heads stored per slot (`n_kv_heads`, or `n_heads` for a storage that repeats them)."""
+        ...
+
+    def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> None:
+        """Store the model's kv-heads `k`, `v` `[B, H_kv, T, D]` in slots `start .. start + T - 1`."""
+        ...
+
+    def read(self, layer: int, start: int, stop: int) -> tuple[Tensor, Tensor]:
+        """Keys and values of slots `start .. stop - 1`, `[B, heads, stop - start, D]` in `spec.dtype`."""
+        ...
+
+    def reorder(self, index: Tensor, stop: int) -> None:
+        """Replace row `i` by row `index[i]` in slots `0 .. stop - 1`."""
+        ...
+
+
+StorageFactory = Callable[[CacheSpec, Sequence[int]], Storage]
+"""`factory(spec, slots)`: a storage of `slots[l]` slots per row for each layer `l`."""
+
+
+class FloatStorage:
+    """Keys and values in `spec.dtype`, one buffer `[B, H_kv, slots, D]` per layer; `read` is a view."""
+
+    def __init__(self, spec: CacheSpec, slots: Sequence[int]) -> None:
+        self.spec = spec
+        shapes = [(spec.batch_size, self.heads, n, spec.head_dim) for n in slots]
+        self.keys = [torch.zeros(s, dtype=spec.dtype, device=spec.device) for s in shapes]
+        self.values = [torch.zeros(s, dtype=spec.dtype, device=spec.device) for s in shapes]
+
+    @property
+    def heads(self) -> int:
+        return self.spec.n_kv_heads
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
+
+    def _stored(self, x: Tensor) -> Tensor:
+        return x
+
+    def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> None:
+        end = start + k.shape[2]
+        self.keys[layer][:, :, start:end].copy_(self._stored(k))
+        self.values[layer][:, :, start:end].copy_(self._stored(v))
+
+    def read(self, layer: int, start: int, stop: int) -> tuple[Tensor, Tensor]:
+        return self.keys[layer][:, :, start:stop], self.values[layer][:, :, start:stop]
+
+    def reorder(self, index: Tensor, stop: int) -> None:
+        index = index.to(self.keys[0].device)
+        for buf in (*self.keys, *self.values):
+            buf[:, :, :stop] = buf[:, :, :stop].index_select(0, index)
+
+
+class RepeatedFloatStorage(FloatStorage):
+    """`FloatStorage` with each kv-head repeated to every query head of its group (a plain MHA cache)."""
+
+    @property
+    def heads(self) -> int:
+        return self.spec.n_heads
+
+    def _stored(self, x: Tensor) -> Tensor:
+        # [B, H_kv, T, D] -> [B, H, T, D]: query head h reads kv-head h // repeat.
+        repeat = self.spec.n_heads // self.spec.n_kv_heads
+        return x if repeat == 1 else x.repeat_interleave(repeat, dim=1)
+
+
+def lookup_storage(name: str) -> StorageFactory:
+    """The storage of the registered cache backend `name` (its implementation's `storage` attribute)."""
+    from decodekit.plugins import get_registry
+
+    registry = get_registry()
+    if name not in registry.caches:
+        storages = sorted(n for n, e in registry.caches.items() if getattr(e.load(), "storage", None) is not None)
+        raise ParameterError(f"store={name!r} is invalid; allowed: a storage backend ({', '.join(storages)})")
+    storage: StorageFactory | None = getattr(registry.lookup("cache backend", name).load(), "storage", None)
+    if storage is None:
+        raise ParameterError(
+            f"store={name!r} is invalid: cache backend {name!r} keeps no storage of its own (its implementation "
+            "has no `storage` attribute); allowed: a backend that stores every token, e.g. gqa or int8"
+        )
+    return storage

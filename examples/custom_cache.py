@@ -1,0 +1,126 @@
+"""A third-party cache plugin: a storage (`half`) and an eviction policy (`recent`), each with no
+knowledge of the other, composing with each other and with the standard ones.
+
+python examples/custom_cache.py
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import torch
+from pydantic import Field
+from torch import Tensor
+
+import decodekit as dk
+from decodekit.cache import PreallocatedKVCache, slot_mask
+from decodekit.hookspecs import Registrar
+from decodekit.models.gpt import GPT, GPTConfig
+from decodekit.storage import FloatStorage, lookup_storage
+
+
+# 1. A storage: keys and values in float16, whatever the model computes in. `read` gives back `spec.dtype`.
+class HalfStorage(FloatStorage):
+    def __init__(self, spec: dk.CacheSpec, slots: Sequence[int]) -> None:
+        super().__init__(dk.CacheSpec(**{**spec.__dict__, "dtype": torch.float16}), slots)
+        self.out_dtype = spec.dtype
+
+    def read(self, layer: int, start: int, stop: int) -> tuple[Tensor, Tensor]:
+        k, v = super().read(layer, start, stop)
+        return k.to(self.out_dtype), v.to(self.out_dtype)
+
+
+class HalfCache(PreallocatedKVCache):
+    """Registering a backend that keeps every token in the storage names the storage: `store="half"`."""
+
+    storage = HalfStorage
+
+
+# 2. An eviction policy: the last `n` tokens of every layer, in a ring of `n` slots of any storage.
+class RecentParams(dk.Params):
+    n: int = Field(64, ge=1, description="tokens each query sees, itself included")
+    store: str = Field("gqa", description="the storage backend the ring lives in")
+
+
+class RecentCache:
+    keeps_all = False  # update returns the ring (in ring order) plus the new block
+
+    def __init__(self, spec: dk.CacheSpec, params: RecentParams) -> None:
+        self.spec, self.n = spec, params.n
+        self.store = lookup_storage(params.store)(spec, [params.n] * spec.n_layers)
+        self.slots = [torch.full((params.n,), -1) for _ in range(spec.n_layers)]  # stream slot in each ring slot
+        self.lengths = [0] * spec.n_layers
+        self.returned = [self.slots[0][:0]] * spec.n_layers  # slot of each key the last update returned
+
+    capacity = sys.maxsize
+
+    @property
+    def length(self) -> int:
+        return self.lengths[-1]
+
+    @property
+    def nbytes(self) -> int:
+        return self.store.nbytes
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        start, T = self.lengths[layer], k.shape[2]
+        held = min(start, self.n)
+        old_k, old_v = self.store.read(layer, 0, held)
+        keys, values = torch.cat([old_k, k], 2), torch.cat([old_v, v], 2)  # copies, before the ring is overwritten
+        self.returned[layer] = torch.cat([self.slots[layer][:held], torch.arange(start, start + T)])
+        for i in range(max(0, T - self.n), T):  # the newest `n` of the block stay
+            self.store.write(layer, (start + i) % self.n, k[:, :, i : i + 1], v[:, :, i : i + 1])
+            self.slots[layer][(start + i) % self.n] = start + i
+        self.lengths[layer] = start + T
+        return keys.to(self.spec.dtype), values.to(self.spec.dtype)
+
+    def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
+        first = self.lengths[layer] - positions.shape[1]
+        return slot_mask(self.returned[layer], positions, first, window=self.n)
+
+    def reach(self, new: int) -> int:
+        return min(self.length + new, self.n)  # no query sees further back than n - 1
+
+    def reset(self) -> None:
+        self.lengths = [0] * self.spec.n_layers
+        for s in self.slots:
+            s.fill_(-1)
+
+    def crop(self, n: int) -> None:
+        if n != self.length and not (self.length <= self.n and 0 <= n <= self.length):
+            raise dk.ParameterError(f"recent.crop: n={n} is invalid; allowed: n = length, or any before an eviction")
+        self.lengths = [n] * self.spec.n_layers
+        for s in self.slots:
+            s.masked_fill_(s >= n, -1)
+
+    def reorder(self, index: Tensor) -> None:
+        self.store.reorder(index, self.n)
+
+
+class CachePlugin:
+    @dk.hookimpl
+    def register_cache_backends(self, register: Registrar) -> None:
+        register("half", HalfCache, description="Every token, stored in float16")
+        register("recent", RecentCache, RecentParams, description="The last n tokens per layer, any storage")
+
+
+def main() -> None:
+    dk.register_plugin(CachePlugin(), name="example-caches")  # what an entry point does once installed
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=50, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, position="rope")
+    model = GPT(config).eval()
+    for cache in ("recent(n=16, store='half')", "recent(n=16, store='int8')", "window(size=12, sinks=4, store='half')"):
+        out = dk.generate(model, [[1, 2, 3]], cache=cache, max_new_tokens=100, chain="greedy")
+        print(f"{cache:42} {len(out.tokens[0])} tokens past a 32-position context")
+    spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=1)
+    print(
+        "bytes: recent(n=16)",
+        dk.create_cache("recent(n=16)", spec).nbytes,
+        "half",
+        dk.create_cache("recent(n=16, store='half')", spec).nbytes,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The int8 backend: the conformance kit against a dequantised reference, hand-worked numbers, bytes."""
+
+from __future__ import annotations
+
+import torch
+from decodekit_cache_int8 import Int8Cache
+from decodekit_cache_int8.storage import dequantise, quantise
+
+import decodekit as dk
+from decodekit.testing import CacheConformance
+
+
+def int8_round_trip(x: torch.Tensor) -> torch.Tensor:
+    """Symmetric int8 per (row, head, token), a second implementation in float64."""
+    scale = x.double().abs().amax(-1, keepdim=True) / 127
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale)).float().double()
+    return ((x.double() / scale).round().clamp(-127, 127) * scale).to(x.dtype)
+
+
+class TestInt8Conformance(CacheConformance):
+    in_place = False  # update hands out freshly dequantised keys
+
+    def make(self, spec: dk.CacheSpec) -> Int8Cache:
+        return Int8Cache(spec)
+
+    def round_trip(self, x: torch.Tensor) -> torch.Tensor:
+        return int8_round_trip(x)
+
+    def nbytes(self, spec: dk.CacheSpec) -> int:
+        # int8 entries plus one float32 scale per (row, head, token), for keys and values
+        return 2 * spec.n_layers * spec.batch_size * spec.capacity * spec.n_kv_heads * (spec.head_dim + 4)
+
+
+def test_hand_worked_quantisation() -> None:
+    x = torch.tensor([[0.5, -1.27, 0.0, 0.011]])  # max |x| = 1.27 -> scale 0.01
+    q, s = quantise(x)
+    assert q.tolist() == [[50, -127, 0, 1]]
+    torch.testing.assert_close(s, torch.tensor([[0.01]]))
+    torch.testing.assert_close(dequantise(q, s, torch.float32), torch.tensor([[0.5, -1.27, 0.0, 0.01]]))
+    zero_q, zero_s = quantise(torch.zeros(1, 3))
+    assert zero_q.tolist() == [[0, 0, 0]] and zero_s.item() == 1.0  # exact, no division by zero
+
+
+def test_error_is_at_most_half_a_step() -> None:
+    x = torch.randn(4, 2, 50, 24) * torch.logspace(-3, 2, 24)  # channels of very different scales
+    q, s = quantise(x)
+    assert bool(((dequantise(q, s, torch.float32) - x).abs() <= s / 2 + 1e-7).all())
+
+
+def test_bytes_are_under_035x_of_float32_gqa_on_the_default_shape() -> None:
+    spec = dk.CacheSpec(n_layers=4, n_heads=8, n_kv_heads=2, head_dim=24, batch_size=1, capacity=256)
+    ratio = Int8Cache(spec).nbytes / dk.create_cache("gqa", spec).nbytes
+    assert ratio == (24 + 4) / (4 * 24)  # 0.2917
+    assert ratio <= 0.35

@@ -1,0 +1,128 @@
+"""Eviction and storage compose without knowing each other: a storage defined only here (int4)
+runs under the standard `window` eviction, through the conformance kit and through the model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pytest
+import torch
+from decodekit_cache_window import WindowCache, WindowParams
+from torch import Tensor
+
+import decodekit as dk
+from decodekit.cache import PreallocatedKVCache
+from decodekit.testing import CacheConformance
+
+
+class Int4Storage:
+    """Symmetric 4-bit keys and values (levels -7 .. 7), one float32 scale per (row, head, token),
+    two values packed per byte. Knows nothing of windows."""
+
+    def __init__(self, spec: dk.CacheSpec, slots: Sequence[int]) -> None:
+        self.spec = spec
+        B, H, D = spec.batch_size, spec.n_kv_heads, spec.head_dim
+        self.packed = [[torch.zeros(B, H, n, D // 2, dtype=torch.uint8) for _ in "kv"] for n in slots]
+        self.scales = [[torch.ones(B, H, n, 1) for _ in "kv"] for n in slots]
+
+    @property
+    def heads(self) -> int:
+        return self.spec.n_kv_heads
+
+    @property
+    def nbytes(self) -> int:
+        tensors = [t for layer in (*self.packed, *self.scales) for t in layer]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> None:
+        end = start + k.shape[2]
+        for i, x in enumerate((k, v)):
+            q, scale = int4_quantise(x)
+            u = (q + 8).to(torch.uint8)  # 1 .. 15
+            self.packed[layer][i][:, :, start:end] = u[..., 0::2] | (u[..., 1::2] << 4)
+            self.scales[layer][i][:, :, start:end] = scale
+
+    def read(self, layer: int, start: int, stop: int) -> tuple[Tensor, Tensor]:
+        out = []
+        for i in range(2):
+            p = self.packed[layer][i][:, :, start:stop]
+            u = torch.stack([p & 15, p >> 4], -1).flatten(-2).float() - 8
+            out.append((u * self.scales[layer][i][:, :, start:stop]).to(self.spec.dtype))
+        return out[0], out[1]
+
+    def reorder(self, index: Tensor, stop: int) -> None:
+        for group in (*self.packed, *self.scales):
+            for t in group:
+                t[:, :, :stop] = t[:, :, :stop].index_select(0, index)
+
+
+def int4_quantise(x: Tensor) -> tuple[Tensor, Tensor]:
+    scale = x.float().abs().amax(-1, keepdim=True) / 7
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return (x.float() / scale).round().clamp(-7, 7), scale
+
+
+class Int4Cache(PreallocatedKVCache):
+    """What registering a storage means: a backend that keeps every token in it."""
+
+    storage = Int4Storage
+
+
+class Int4Plugin:
+    @dk.hookimpl
+    def register_cache_backends(self, register: dk.hookspecs.Registrar) -> None:
+        register("int4", Int4Cache, description="test-only 4-bit storage")
+
+
+@pytest.fixture(autouse=True)
+def int4_registered() -> Iterator[None]:
+    plugin = Int4Plugin()
+    dk.register_plugin(plugin, name="test-int4")
+    yield
+    dk.unregister_plugin(plugin)
+
+
+SIZES, SINKS, SLACK = [5, 3], 2, 3
+
+
+class TestWindowOverInt4(CacheConformance):
+    """The standard window, over the test's storage, held to the kit with an int4 reference."""
+
+    in_place = False
+    tolerance = 1e-5
+
+    def make(self, spec: dk.CacheSpec) -> WindowCache:
+        return dk.create_cache(f"window(size={SIZES}, sinks={SINKS}, slack={SLACK}, store='int4')", spec)
+
+    def kept(self, spec: dk.CacheSpec, layer: int, query: int, first: int) -> dict[int, int]:
+        size = SIZES[layer]
+        seen = {t: t + max(0, query - size - SINKS + 1) for t in range(min(SINKS, query + 1))}
+        seen.update({t: t for t in range(max(0, query - size + 1), query + 1)})
+        return seen
+
+    def round_trip(self, x: Tensor) -> Tensor:
+        q, scale = int4_quantise(x.double())
+        return (q * scale.float().double()).to(x.dtype)
+
+    def rollback(self, spec: dk.CacheSpec) -> int | None:
+        return SLACK
+
+    def nbytes(self, spec: dk.CacheSpec) -> int:
+        slots = sum(SINKS + size + SLACK - 1 for size in SIZES)
+        return 2 * spec.batch_size * slots * spec.n_kv_heads * (spec.head_dim // 2 + 4)
+
+
+def test_int4_window_is_an_eighth_of_float32_plus_scales() -> None:
+    spec = dk.CacheSpec(n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, batch_size=1, capacity=64)
+    int4 = WindowCache(spec, WindowParams(size=16, sinks=4, store="int4"))
+    fp32 = WindowCache(spec, WindowParams(size=16, sinks=4))
+    assert int4.nbytes / fp32.nbytes == (8 // 2 + 4) / (8 * 4)
+
+
+@torch.no_grad()
+def test_a_model_streams_through_window_over_int4() -> None:
+    torch.manual_seed(0)
+    config = dk.models.gpt.GPTConfig(vocab_size=17, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=32)
+    model = dk.models.gpt.GPT(dk.models.gpt.GPTConfig(**{**config.to_dict(), "position": "rope"})).eval()
+    out = dk.generate(model, [[1, 2, 3]], cache="window(size=8, sinks=2, store='int4')", max_new_tokens=50)
+    assert len(out.tokens[0]) == 50  # past the 16-position context

@@ -1,0 +1,81 @@
+"""γ and D_f: the fits recover hand-made laws, the profile of uniform attention is worked out by hand,
+the rule's windows, and the command line."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import decodekit as dk
+from decodekit.calibration import Calibration, attention_profile, calibrate, fit_layer
+from decodekit.models.gpt import GPT, GPTConfig
+
+T, SINKS = 256, 4
+
+
+def test_a_power_law_is_recovered_and_its_window_is_where_it_meets_one_over_t() -> None:
+    d = torch.arange(T - SINKS, dtype=torch.float64).clamp(min=1)
+    fit = fit_layer(0, 0.5 * d**-1.2, T, SINKS, [])
+    assert fit.law == "power" and fit.r2_power == pytest.approx(1.0)
+    assert fit.gamma == pytest.approx(1.2) and fit.c_power == pytest.approx(0.5)
+    assert fit.window == math.ceil((0.5 * T) ** (1 / 1.2))  # 0.5 · D^-1.2 = 1/256  ->  D = 57.01 -> 58
+    assert fit.window == 58
+
+
+def test_an_exponential_is_told_apart_and_sets_the_window() -> None:
+    d = torch.arange(T - SINKS, dtype=torch.float64)
+    fit = fit_layer(1, 0.2 * torch.exp(-d / 10), T, SINKS, [])
+    assert fit.law == "exponential" and fit.r2_exp == pytest.approx(1.0) and fit.r2_power < 0.95
+    assert fit.decay == pytest.approx(10.0)
+    assert fit.window == math.ceil(10 * math.log(0.2 * T))  # 0.2 · exp(-D/10) = 1/256  ->  D = 39.4 -> 40
+
+
+def test_a_window_never_exceeds_the_context() -> None:
+    d = torch.arange(T - SINKS, dtype=torch.float64).clamp(min=1)
+    assert fit_layer(0, 0.9 * d**-0.1, T, SINKS, []).window == T - SINKS
+
+
+def uniform_gpt(n_layer: int = 2, block: int = 16) -> GPT:
+    """A rotary GPT whose queries are zero: every layer attends uniformly over the causal context."""
+    model = GPT(
+        GPTConfig(vocab_size=11, block_size=block, n_layer=n_layer, n_head=2, n_kv_head=1, n_embd=8, position="rope")
+    )
+    with torch.no_grad():
+        for block_ in model.h:
+            block_.attn.c_attn.weight[:8].zero_()
+            block_.attn.c_attn.bias[:8].zero_()
+    return model.eval()
+
+
+def test_uniform_attention_profile_by_hand() -> None:
+    """Query i spreads 1/(i+1) over keys 0..i, so a(d) = mean over queries i >= d + sinks of 1/(i+1)."""
+    model, sinks, n = uniform_gpt(), 2, 16
+    a, sink = attention_profile(model, torch.randint(0, 11, (3, n)), sinks)
+    for d in (0, 1, 5, 13):
+        want = sum(1 / (i + 1) for i in range(d + sinks, n)) / (n - d - sinks)
+        assert a[0, d].item() == pytest.approx(want) and a[1, d].item() == pytest.approx(want)
+    want_sink = sum(1 / (i + 1) for i in range(n // 2, n)) / (n - n // 2)
+    assert sink[0].tolist() == pytest.approx([want_sink, want_sink])
+
+
+def test_calibrate_round_trips_through_json() -> None:
+    model = uniform_gpt(block=32)
+    result = calibrate(model, list(range(11)) * 30, sinks=2, max_windows=5, text="synthetic")
+    assert result.windows == 5 and len(result.layers) == 2 and len(result.profile[0]) == 30
+    again = Calibration.from_json(result.to_json())
+    assert again == result and again.attention_windows == tuple(f.window for f in result.layers)
+
+
+def test_calibrate_refuses_learned_positions() -> None:
+    model = GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_embd=8)).eval()
+    with pytest.raises(dk.ParameterError, match="learned positions"):
+        calibrate(model, list(range(11)) * 4)
+
+
+def test_the_command_names_a_missing_text(capsys: pytest.CaptureFixture[str]) -> None:
+    from decodekit.cli.app import run
+
+    assert run(["cache", "calibrate", "--text", "/nonexistent.txt"]) != 0
+    assert "--text /nonexistent.txt: no such file" in capsys.readouterr().err
