@@ -9,6 +9,7 @@ position 2,000 costs what it costs at position 20.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -17,7 +18,7 @@ from torch import Tensor
 from decodekit.errors import CacheCapacityError, ParameterError
 from decodekit.spec import CacheSpec
 
-__all__ = ["KVCache", "PreallocatedKVCache"]
+__all__ = ["KVCache", "PreallocatedKVCache", "RowCroppable"]
 
 
 @runtime_checkable
@@ -55,6 +56,21 @@ class KVCache(Protocol):
 
     def reorder(self, index: Tensor) -> None:
         """Replace row `i` by row `index[i]` (beam search)."""
+        ...
+
+
+@runtime_checkable
+class RowCroppable(Protocol):
+    """A cache that can also roll rows back by different amounts (speculative decoding, batched)."""
+
+    def crop_rows(self, ends: Sequence[int], length: int) -> None:
+        """Keep row `b`'s slots before `ends[b]`, moved so that they end at slot `length`, the new length.
+
+        Rows stay right-aligned: what a row then holds before its own tokens is padding, which the
+        model masks by positions (the slots `length - ends[b]` further left or right hold the same
+        keys and values, since they depend on positions, not slots). The caller keeps every row's
+        real tokens: `length` is at least each row's count of them.
+        """
         ...
 
 
@@ -118,6 +134,25 @@ class PreallocatedKVCache:
         if not 0 <= n <= self.length:
             raise ParameterError(f"{type(self).__name__}.crop: n={n} is invalid; allowed: 0 <= n <= {self.length}")
         self._lengths = [min(length, n) for length in self._lengths]
+
+    def crop_rows(self, ends: Sequence[int], length: int) -> None:
+        n = self.length
+        if not 0 <= length <= n or any(not 0 <= e <= n for e in ends) or len(ends) != self.spec.batch_size:
+            raise ParameterError(
+                f"{type(self).__name__}.crop_rows: ends={list(ends)}, length={length} are invalid; "
+                f"allowed: {self.spec.batch_size} ends and a length, each in 0..{n}"
+            )
+        if all(e == length for e in ends):  # every row kept the same count: a plain crop
+            self.crop(length)
+            return
+        # Slot s of row b takes old slot s + ends[b] - length; slots before the row's data (padding) read slot 0.
+        device = self.keys[0].device
+        shift = torch.tensor([e - length for e in ends], device=device)[:, None]  # [B, 1]
+        source = (torch.arange(length, device=device)[None, :] + shift).clamp_(min=0)  # [B, length]
+        for buf in (*self.keys, *self.values):
+            index = source[:, None, :, None].expand(-1, buf.shape[1], -1, buf.shape[3])
+            buf[:, :, :length] = buf[:, :, :n].gather(2, index)
+        self._lengths = [length] * self.spec.n_layers
 
     def reorder(self, index: Tensor) -> None:
         if index.dim() != 1 or index.numel() != self.spec.batch_size:

@@ -80,6 +80,7 @@ class Sample(SelectorBase[NoParams]):
 
     name = "sample"
     marks_unsampleable = True
+    distribution = "softmax"
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         logits = _working(logits)

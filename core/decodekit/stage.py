@@ -35,7 +35,7 @@ both forms agree and that the out-of-place result is fresh.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NamedTuple, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -155,10 +155,16 @@ class SelectorBase(Stage[P]):
     `marks_unsampleable = True` promises that the selector itself returns -1 for a row that
     cannot be sampled (a NaN logit, +inf, or every token removed), on the dense call and on
     `select_candidates`; the chain then skips its own check. The conformance kit tests the promise.
+
+    `distribution` says what the selector picks from, for strategies that need it as numbers
+    (speculative decoding's rejection rule): "softmax", an exact categorical draw from
+    softmax(logits); "argmax", the first maximum. None (the default): unknown, and such a
+    selector (a stateful one like mirostat, say) cannot be speculated.
     """
 
     kind: ClassVar[str] = "selector"
     marks_unsampleable: ClassVar[bool] = False
+    distribution: ClassVar[Literal["softmax", "argmax"] | None] = None
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         raise NotImplementedError

@@ -49,6 +49,7 @@ class Gumbel(SelectorBase[GumbelParams]):
 
     name = "gumbel"
     params_model = GumbelParams
+    distribution = "softmax"  # argmax(logits + Gumbel noise) is a draw from softmax(logits)
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         p = logits.float().softmax(-1)  # the race is scale-free: normalised or not, the same winner

@@ -98,6 +98,7 @@ class Greedy(SelectorBase[NoParams]):
 
     name = "greedy"
     marks_unsampleable = True
+    distribution = "argmax"
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         ids, top = argmax_and_max(logits)
