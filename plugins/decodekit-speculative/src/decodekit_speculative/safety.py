@@ -23,7 +23,12 @@ Kind = Literal["softmax", "argmax"]
 
 
 def _label(stage: object) -> str:
-    return str(stage) if hasattr(stage, "params") else getattr(stage, "__name__", repr(stage))
+    """How a chain string writes the stage: `name(k=v)`, `name` without parameters."""
+    params = getattr(stage, "params", None)
+    if params is None:
+        return getattr(stage, "__name__", repr(stage))
+    args = ", ".join(f"{k}={v!r}" for k, v in params.model_dump().items())
+    return f"{getattr(stage, 'name', type(stage).__name__)}({args})" if args else str(getattr(stage, "name", stage))
 
 
 def speculation_kind(chain: Chain, ctx: DecodeContext) -> Kind:
