@@ -33,8 +33,12 @@ class ExplainRequest:
 
 def run_explain(request: ExplainRequest) -> int:
     """Run the command; return its exit status."""
-    if request.plot is not None and request.plot_step >= request.steps:
-        raise CliError(f"--plot-step {request.plot_step}: allowed: 0 <= step < --steps ({request.steps})")
+    if request.plot is not None:
+        if request.plot_step >= request.steps:
+            raise CliError(f"--plot-step {request.plot_step}: allowed: 0 <= step < --steps ({request.steps})")
+        from decodekit.cli.explain_render import check_plot_path
+
+        check_plot_path(request.plot)
     name = model_name(request.model)
     chain = build_chain(request.chain, request.flags)
     from decodekit.cli.explain import explain_steps, stage_label

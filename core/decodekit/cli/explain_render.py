@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,20 @@ from rich.text import Text
 from decodekit.cli.errors import CliError
 from decodekit.cli.explain import StepReport
 
-__all__ = ["plot_step", "render_steps", "steps_json", "token_label"]
+__all__ = ["PLOT_FORMATS", "check_plot_path", "plot_step", "render_steps", "steps_json", "token_label"]
+
+# What matplotlib's Agg-based canvases write, by file suffix.
+PLOT_FORMATS = ("eps", "jpeg", "jpg", "pdf", "png", "ps", "svg", "svgz", "tif", "tiff", "webp")
+
+
+def check_plot_path(path: Path) -> None:
+    """Fail before any work when `--plot` names a format matplotlib cannot write or a place it cannot write to."""
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in PLOT_FORMATS:
+        raise CliError(f"--plot {str(path)!r}: unknown image format {suffix!r}; allowed: {', '.join(PLOT_FORMATS)}")
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise CliError(f"--plot {str(path)!r}: cannot write there (is {str(folder)!r} an existing, writable folder?)")
 
 
 def token_label(token: int, text: str | None) -> str:
@@ -74,4 +88,7 @@ def plot_step(report: StepReport, path: Path, title: str = "") -> None:
     ax.set_ylim(0, 1.05 * max(max(stage.probs) for stage in report.stages))
     ax.set_title(title or f"step {report.step}: probability after each stage (picked {labels[picked]})")
     fig.legend(loc="outside lower center", ncols=min(3, n_stages), fontsize="small", frameon=False)
-    fig.savefig(path, dpi=110)
+    try:
+        fig.savefig(path, dpi=110)
+    except (OSError, ValueError) as exc:
+        raise CliError(f"--plot {str(path)!r}: cannot write it: {exc}", exit_code=1) from None
