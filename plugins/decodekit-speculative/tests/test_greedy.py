@@ -70,7 +70,7 @@ def test_rows_advance_unevenly(target: GPT, draft: GPT, monkeypatch: pytest.Monk
 class CropOnly:
     """A cache backend that can crop but not crop rows: the strategy then decodes rows one by one."""
 
-    def __init__(self, spec: dk.CacheSpec) -> None:
+    def __init__(self, spec: dk.CacheSpec, params: object = None) -> None:
         self._inner = PreallocatedKVCache(spec, spec.n_kv_heads)
         self.spec = spec
 

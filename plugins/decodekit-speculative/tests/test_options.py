@@ -17,13 +17,13 @@ PROMPT = [5, 17, 3]
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"k": 0}, r"k=0 is invalid.*allowed: int 1 <= k <= 64"),
+        ({"k": 0}, r"speculative: k=0 is invalid.*allowed: int 1 <= k <= 64"),
         ({"ngram_size": 0}, r"ngram_size=0 is invalid.*allowed: int 1 <= ngram_size"),
         ({"logprobs": 2}, r"logprobs=2 is not supported; allowed: None"),
         ({"cache": "none"}, r"cache='none' is invalid; allowed: a cache backend"),
         ({"max_new_tokens": -1}, r"max_new_tokens=-1 is invalid; allowed: an integer >= 0"),
         ({"draft": 3}, r"draft=3 is invalid; allowed: a registered model name, a model object, or 'ngram'"),
-        ({"colour": 1}, r"unexpected keyword|colour"),
+        ({"colour": 1}, r"unknown parameter colour=1; allowed parameters: draft, k, ngram_size, chain"),
     ],
 )
 def test_bad_options(target: GPT, options: dict[str, object], message: str) -> None:
@@ -58,5 +58,5 @@ def test_plugin_registers_by_import_path_without_torch() -> None:
         "print(calls)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "'speculative', 'decodekit_speculative.strategy:speculative'" in out
+    assert "'speculative', 'decodekit_speculative.strategy:speculative_strategy'" in out
     assert "speculative" in dk.get_registry().strategies

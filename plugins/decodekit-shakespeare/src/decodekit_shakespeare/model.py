@@ -73,7 +73,7 @@ def load_tiny_shakespeare(argument: str | None = None, params: NoParams | None =
     return _load("tiny-shakespeare", argument, WEIGHTS_NAME, CONFIG_NAME)
 
 
-def load_tiny_shakespeare_draft(argument: str | None = None) -> ShakespeareGPT:
+def load_tiny_shakespeare_draft(argument: str | None = None, params: NoParams | None = None) -> ShakespeareGPT:
     """`tiny-shakespeare-draft`: a 2-layer, 96-wide model of the same text and tokenizer, a draft for
     speculative decoding of `tiny-shakespeare` (shipped as `tiny_shakespeare_draft.safetensors` and
     `tiny_shakespeare_draft.json`). `argument` as for `load_tiny_shakespeare`."""

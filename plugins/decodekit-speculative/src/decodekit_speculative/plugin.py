@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decodekit import hookimpl
 from decodekit.hookspecs import StrategyRegistrar
+from decodekit_speculative.params import SpeculativeParams
 
 __all__ = ["register_strategies"]
 
@@ -12,6 +13,7 @@ __all__ = ["register_strategies"]
 def register_strategies(register: StrategyRegistrar) -> None:
     register(
         "speculative",
-        "decodekit_speculative.strategy:speculative",
+        "decodekit_speculative.strategy:speculative_strategy",
+        SpeculativeParams,
         description="Speculative decoding: a draft model or prompt lookup proposes, the target verifies (exact)",
     )

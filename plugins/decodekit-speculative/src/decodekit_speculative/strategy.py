@@ -20,22 +20,24 @@ import torch
 from torch import Tensor
 
 from decodekit.cache import RowCroppable
-from decodekit.chain import Chain, numerics_error
+from decodekit.chain import numerics_error
 from decodekit.context import DecodeContext, row_generators
-from decodekit.decoding import FinishReason, Generation, _as_chain, _model_device_dtype, _prompt_rows, _stop_sets
-from decodekit.decoding import _TextTracker as TextTracker
-from decodekit.errors import ContextLengthError, NumericsError, ParameterError
-from decodekit.params import validate_params
-from decodekit.plugins import create_cache, load_model
+from decodekit.errors import NumericsError, ParameterError
+from decodekit.loop import check_context, model_device_dtype
+from decodekit.params import Params, validate_params
+from decodekit.plugins import CacheFactory, load_model
+from decodekit.request import DecodeRequest, decode_request
+from decodekit.results import FinishReason, Generation
 from decodekit.spec import CacheSpec
 from decodekit.stage import Candidates, densify
+from decodekit.text import TextTracker
 from decodekit_speculative.drafts import Drafter, ModelDrafter, NgramDrafter, fed_block
 from decodekit_speculative.params import NGRAM, SpeculativeParams
 from decodekit_speculative.rejection import draw, probabilities, verify_argmax, verify_softmax
 from decodekit_speculative.row_cache import RowCache
 from decodekit_speculative.safety import speculation_kind
 
-__all__ = ["SpeculativeGeneration", "resolve_draft", "speculative"]
+__all__ = ["SpeculativeGeneration", "resolve_draft", "speculative", "speculative_strategy"]
 
 
 @dataclass
@@ -78,65 +80,38 @@ def resolve_draft(draft: object, target: Any) -> Any | None:
     return model
 
 
-def speculative(
-    model: Any,
-    prompts: Any,
-    *,
-    draft: object,
-    k: int = 4,
-    ngram_size: int = 3,
-    chain: Chain | str | Sequence[Any] | None = None,
-    max_new_tokens: int = 64,
-    cache: str = "dense",
-    stop_tokens: Sequence[int] | Sequence[Sequence[int]] = (),
-    stop_strings: Sequence[str] = (),
-    seed: int | Sequence[int] | None = None,
-    logprobs: int | None = None,
-) -> SpeculativeGeneration:
-    """Decode with speculation; the shared options are `dk.generate`'s.
+def speculative(model: Any, prompts: Any, **options: Any) -> SpeculativeGeneration:
+    """`dk.decode(model, prompts, strategy="speculative", **options)`, without the registry.
 
     draft: a registered model name, a model object sharing the target's vocabulary, or "ngram"
-    (prompt lookup of the last `ngram_size` tokens). k: tokens proposed per row and round.
+    (prompt lookup of the last `ngram_size` tokens). k: tokens proposed per row and round. The
+    other options are `dk.generate`'s.
     """
-    params = validate_params("speculative", SpeculativeParams, {"draft": draft, "k": k, "ngram_size": ngram_size})
+    own = {key: options.pop(key) for key in list(options) if key in SpeculativeParams.model_fields}
+    params = validate_params("strategy speculative", SpeculativeParams, own)
+    return speculative_strategy(decode_request(model, prompts, **options), params)
+
+
+def speculative_strategy(request: DecodeRequest, params: Params) -> SpeculativeGeneration:
+    """The registered strategy: `impl(request, params)` (see `decodekit.hookspecs`)."""
     assert isinstance(params, SpeculativeParams)
-    if logprobs is not None:
-        raise ParameterError(f"speculative: logprobs={logprobs!r} is not supported; allowed: None")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ParameterError(f"speculative: max_new_tokens={max_new_tokens!r} is invalid; allowed: an integer >= 0")
-    if cache == "none":
+    model = request.model
+    if request.logprobs is not None:
+        raise ParameterError(f"speculative: logprobs={request.logprobs!r} is not supported; allowed: None")
+    if request.cache is None:
         raise ParameterError(
-            "speculative: cache='none' is invalid; allowed: a cache backend name (rejected drafts are cropped)"
+            "speculative: cache='none' is invalid; allowed: a cache backend (rejected drafts are cropped)"
         )
-    rows = _prompt_rows(model, prompts)
-    tokenizer = getattr(model, "tokenizer", None)
-    if stop_strings and tokenizer is None:
-        raise ParameterError("speculative: stop_strings need a model with a tokenizer; use stop_tokens")
-    P, N = max(len(r) for r in rows), max_new_tokens
-    if P + N > model.spec.max_positions:
-        raise ContextLengthError(
-            f"speculative: prompt of {P} tokens + max_new_tokens={N} exceeds the model's context of "
-            f"{model.spec.max_positions} positions; shorten the prompt or lower max_new_tokens"
-        )
-    loop = _Loop(
-        model,
-        resolve_draft(params.draft, model),
-        _as_chain(chain),
-        params,
-        N,
-        cache,
-        tokenizer,
-        stop_strings,
-    )
-    device = _model_device_dtype(model)[0]
-    generators = row_generators(seed, len(rows), device)
-    stops = _stop_sets(stop_tokens, len(rows))
+    rows = request.prompts
+    check_context(model.spec, max(len(r) for r in rows), request.max_new_tokens)
+    loop = _Loop(model, resolve_draft(params.draft, model), params, request)
+    generators = row_generators(request.seed, len(rows), loop.device)
     with torch.inference_mode():
         if len(rows) > 1 and not loop.rows_croppable():
             # A cache that cannot crop rows unevenly: each row alone (its output is the same either way).
-            parts = [loop.run([r], [g], [s]) for r, g, s in zip(rows, generators, stops)]
+            parts = [loop.run([r], [g], [s]) for r, g, s in zip(rows, generators, request.stop_tokens)]
             return _merge(parts, rows)
-        return loop.run(rows, generators, stops)
+        return loop.run(rows, generators, request.stop_tokens)
 
 
 def _merge(parts: list[SpeculativeGeneration], rows: list[list[int]]) -> SpeculativeGeneration:
@@ -157,28 +132,22 @@ def _merge(parts: list[SpeculativeGeneration], rows: list[list[int]]) -> Specula
 class _Loop:
     """One decode: the models, chain and options; `run` decodes a batch of prompts."""
 
-    def __init__(
-        self,
-        model: Any,
-        draft: Any | None,
-        chain: Chain,
-        params: SpeculativeParams,
-        max_new_tokens: int,
-        cache: str,
-        tokenizer: Any,
-        stop_strings: Sequence[str],
-    ) -> None:
-        self.model, self.draft, self.chain, self.params = model, draft, chain, params
-        self.N, self.cache_name, self.tokenizer, self.stop_strings = max_new_tokens, cache, tokenizer, stop_strings
-        self.device, self.dtype = _model_device_dtype(model)
+    def __init__(self, model: Any, draft: Any | None, params: SpeculativeParams, request: DecodeRequest) -> None:
+        self.model, self.draft, self.chain, self.params = model, draft, request.chain, params
+        self.N, self.tokenizer, self.stop_strings = request.max_new_tokens, request.tokenizer, request.stop_strings
+        assert request.cache is not None
+        self.cache_factory: CacheFactory = request.cache
+        self.device, self.dtype = model_device_dtype(model)
         self.V = model.spec.vocab_size
         # Without processors the chain's distribution needs no context: every row and position at once.
-        self.dense = not chain.processors
+        self.dense = not self.chain.processors
 
     def _cache(self, model: Any, batch: int, capacity: int) -> Any:
-        device, dtype = _model_device_dtype(model)
+        device, dtype = model_device_dtype(model)
         capacity = min(capacity, model.spec.max_positions)
-        return create_cache(self.cache_name, CacheSpec.for_model(model.spec, batch_size=batch, capacity=capacity, dtype=dtype, device=device))
+        return self.cache_factory(
+            CacheSpec.for_model(model.spec, batch_size=batch, capacity=capacity, dtype=dtype, device=device)
+        )
 
     def rows_croppable(self) -> bool:
         models = [self.model] if self.draft is None else [self.model, self.draft]
