@@ -1,0 +1,122 @@
+"""Speculative decoding against plain `dk.generate` on tiny-shakespeare: tokens/s, ratio and acceptance per k.
+
+Chains: greedy, and `temperature(0.8) | top_p(0.95)`; draft `tiny-shakespeare-draft` for k = 1..8, and
+prompt lookup ("ngram") on a prompt whose continuation quotes an earlier passage. Batch 1. Plain and
+speculative runs alternate round by round in this process; the ratio reported is the median over
+rounds of each round's ratio (plain time / speculative time for the same tokens), so a burst of load
+on a shared machine moves both sides of a round. Writes a Markdown table to stdout and a plot.
+
+    python benchmarks/bench_speculative.py [--target tiny-shakespeare:DIR] [--repeats 5] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import decodekit as dk
+
+CHAINS = {"greedy": "greedy", "sampled": "temperature(0.8) | top_p(0.95)"}
+PROMPT = "ROMEO:\n"
+# The continuation of the second copy quotes the first: what prompt lookup is for.
+PASSAGE = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n"
+QUOTING_PROMPT = PASSAGE + "\nHAMLET:\n" + PASSAGE[:24]
+
+
+def timed(run: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    out = run()
+    return time.perf_counter() - start, out
+
+
+def measure(
+    target: Any, prompt: str, chain: str, draft: Any, ks: list[int], tokens: int, repeats: int
+) -> tuple[float, list[tuple[int, float, float, float, float]]]:
+    """Plain tokens/s, and per k: (k, tokens/s, median ratio, lower and upper quartile of the ratio) and acceptance."""
+    plain = lambda: dk.generate(target, [prompt], chain=chain, max_new_tokens=tokens, seed=0)  # noqa: E731
+    plain()  # warm-up
+    rows = []
+    base_times: list[float] = []
+    for k in ks:
+        spec = lambda k=k: dk.decode(  # noqa: E731
+            target, [prompt], strategy="speculative", draft=draft, k=k, chain=chain, max_new_tokens=tokens, seed=0
+        )
+        spec()
+        ratios, spec_times, rate = [], [], 0.0
+        for r in range(repeats):
+            pair = [plain, spec] if r % 2 == 0 else [spec, plain]
+            (t_a, a), (t_b, b) = timed(pair[0]), timed(pair[1])
+            t_plain, t_spec, out = (t_a, t_b, b) if r % 2 == 0 else (t_b, t_a, a)
+            ratios.append(t_plain / t_spec)
+            spec_times.append(t_spec)
+            base_times.append(t_plain)
+            rate = out.acceptance_rate
+        q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+        rows.append((k, tokens / statistics.median(spec_times), statistics.median(ratios), q[0], q[2], rate))
+    return tokens / statistics.median(base_times), rows  # type: ignore[return-value]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", default="tiny-shakespeare")
+    p.add_argument("--draft", default="tiny-shakespeare-draft")
+    p.add_argument("--tokens", type=int, default=200)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--max-k", type=int, default=8)
+    p.add_argument("--plot", type=Path, default=Path(__file__).resolve().parents[1] / "docs/img/speculative.png")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    target, draft = dk.load_model(args.target), dk.load_model(args.draft)
+    ks = list(range(1, args.max_k + 1))
+    print(f"target {args.target}, draft {args.draft}, {args.tokens} new tokens, batch 1, "
+          f"{args.repeats} rounds, {torch.get_num_threads()} thread(s)\n")
+    print("| chain | draft | k | tokens/s | speed-up (median, quartiles) | acceptance |")
+    print("|---|---|---|---|---|---|")
+    results: dict[str, list[tuple[int, float, float, float, float]]] = {}
+    for label, chain in CHAINS.items():
+        base, rows = measure(target, PROMPT, chain, draft, ks, args.tokens, args.repeats)
+        print(f"| {label} | (plain dk.generate) | | {base:.0f} | 1.00x | |")
+        for k, rate, ratio, lo, hi, acc in rows:  # type: ignore[misc]
+            print(f"| {label} | {args.draft} | {k} | {rate:.0f} | **{ratio:.2f}x** ({lo:.2f}-{hi:.2f}) | {acc:.2f} |")
+        results[label] = rows
+    for label, chain in CHAINS.items():
+        base, rows = measure(target, QUOTING_PROMPT, chain, "ngram", [2, 4, 8], 120, args.repeats)
+        print(f"| {label}, quoting prompt | (plain dk.generate) | | {base:.0f} | 1.00x | |")
+        for k, rate, ratio, lo, hi, acc in rows:  # type: ignore[misc]
+            print(f"| {label}, quoting prompt | ngram | {k} | {rate:.0f} | **{ratio:.2f}x** ({lo:.2f}-{hi:.2f}) | {acc:.2f} |")
+        results[f"{label} (ngram)"] = rows
+    plot(results, args.plot)
+    print(f"\nplot: {args.plot}")
+
+
+def plot(results: dict[str, list[tuple[int, float, float, float, float]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (speed, accept) = plt.subplots(1, 2, figsize=(10, 4))
+    for label, rows in results.items():
+        ks = [r[0] for r in rows]
+        style = "--" if "ngram" in label else "-"
+        speed.plot(ks, [r[2] for r in rows], style, marker="o", label=label)
+        speed.fill_between(ks, [r[3] for r in rows], [r[4] for r in rows], alpha=0.15)
+        accept.plot(ks, [r[5] for r in rows], style, marker="o", label=label)  # type: ignore[misc]
+    speed.axhline(1.0, color="grey", lw=0.8)
+    speed.set(xlabel="k (drafted tokens per step)", ylabel="speed-up over dk.generate", title="tokens/s ratio")
+    accept.set(xlabel="k", ylabel="accepted / drafted", title="acceptance rate", ylim=(0, 1.05))
+    speed.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
