@@ -16,7 +16,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -29,6 +29,17 @@ PASSAGE = "To be, or not to be, that is the question:\nWhether 'tis nobler in th
 QUOTING_PROMPT = PASSAGE + "\nHAMLET:\n" + PASSAGE[:24]
 
 
+class Row(NamedTuple):
+    """One k: speculative tokens/s, the median ratio to plain (with quartiles), the acceptance rate."""
+
+    k: int
+    tokens_per_second: float
+    ratio: float
+    low: float
+    high: float
+    acceptance: float
+
+
 def timed(run: Callable[[], Any]) -> tuple[float, Any]:
     start = time.perf_counter()
     out = run()
@@ -37,16 +48,21 @@ def timed(run: Callable[[], Any]) -> tuple[float, Any]:
 
 def measure(
     target: Any, prompt: str, chain: str, draft: Any, ks: list[int], tokens: int, repeats: int
-) -> tuple[float, list[tuple[int, float, float, float, float]]]:
-    """Plain tokens/s, and per k: (k, tokens/s, median ratio, lower and upper quartile of the ratio) and acceptance."""
-    plain = lambda: dk.generate(target, [prompt], chain=chain, max_new_tokens=tokens, seed=0)  # noqa: E731
+) -> tuple[float, list[Row]]:
+    """Plain tokens/s, and one `Row` per k."""
+
+    def plain() -> dk.Generation:
+        return dk.generate(target, [prompt], chain=chain, max_new_tokens=tokens, seed=0)
+
     plain()  # warm-up
     rows = []
     base_times: list[float] = []
     for k in ks:
-        spec = lambda k=k: dk.decode(  # noqa: E731
-            target, [prompt], strategy="speculative", draft=draft, k=k, chain=chain, max_new_tokens=tokens, seed=0
-        )
+
+        def spec(k: int = k) -> dk.Generation:
+            options = {"draft": draft, "k": k, "chain": chain, "max_new_tokens": tokens, "seed": 0}
+            return dk.decode(target, [prompt], strategy="speculative", **options)
+
         spec()
         ratios, spec_times, rate = [], [], 0.0
         for r in range(repeats):
@@ -58,8 +74,8 @@ def measure(
             base_times.append(t_plain)
             rate = out.acceptance_rate
         q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
-        rows.append((k, tokens / statistics.median(spec_times), statistics.median(ratios), q[0], q[2], rate))
-    return tokens / statistics.median(base_times), rows  # type: ignore[return-value]
+        rows.append(Row(k, tokens / statistics.median(spec_times), statistics.median(ratios), q[0], q[2], rate))
+    return tokens / statistics.median(base_times), rows
 
 
 def main() -> None:
@@ -75,28 +91,30 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     target, draft = dk.load_model(args.target), dk.load_model(args.draft)
     ks = list(range(1, args.max_k + 1))
-    print(f"target {args.target}, draft {args.draft}, {args.tokens} new tokens, batch 1, "
-          f"{args.repeats} rounds, {torch.get_num_threads()} thread(s)\n")
+    print(
+        f"target {args.target}, draft {args.draft}, {args.tokens} new tokens, batch 1, "
+        f"{args.repeats} rounds, {torch.get_num_threads()} thread(s)\n"
+    )
     print("| chain | draft | k | tokens/s | speed-up (median, quartiles) | acceptance |")
     print("|---|---|---|---|---|---|")
-    results: dict[str, list[tuple[int, float, float, float, float]]] = {}
-    for label, chain in CHAINS.items():
-        base, rows = measure(target, PROMPT, chain, draft, ks, args.tokens, args.repeats)
+    results: dict[str, list[Row]] = {}
+    cases = [(label, PROMPT, chain, draft, args.draft, ks, args.tokens) for label, chain in CHAINS.items()]
+    cases += [
+        (f"{label}, quoting prompt", QUOTING_PROMPT, chain, "ngram", "ngram", [2, 4, 8], 120)
+        for label, chain in CHAINS.items()
+    ]
+    for label, prompt, chain, d, d_name, k_values, tokens in cases:
+        base, rows = measure(target, prompt, chain, d, k_values, tokens, args.repeats)
         print(f"| {label} | (plain dk.generate) | | {base:.0f} | 1.00x | |")
-        for k, rate, ratio, lo, hi, acc in rows:  # type: ignore[misc]
-            print(f"| {label} | {args.draft} | {k} | {rate:.0f} | **{ratio:.2f}x** ({lo:.2f}-{hi:.2f}) | {acc:.2f} |")
+        for r in rows:
+            ratio = f"**{r.ratio:.2f}x** ({r.low:.2f}-{r.high:.2f})"
+            print(f"| {label} | {d_name} | {r.k} | {r.tokens_per_second:.0f} | {ratio} | {r.acceptance:.2f} |")
         results[label] = rows
-    for label, chain in CHAINS.items():
-        base, rows = measure(target, QUOTING_PROMPT, chain, "ngram", [2, 4, 8], 120, args.repeats)
-        print(f"| {label}, quoting prompt | (plain dk.generate) | | {base:.0f} | 1.00x | |")
-        for k, rate, ratio, lo, hi, acc in rows:  # type: ignore[misc]
-            print(f"| {label}, quoting prompt | ngram | {k} | {rate:.0f} | **{ratio:.2f}x** ({lo:.2f}-{hi:.2f}) | {acc:.2f} |")
-        results[f"{label} (ngram)"] = rows
     plot(results, args.plot)
     print(f"\nplot: {args.plot}")
 
 
-def plot(results: dict[str, list[tuple[int, float, float, float, float]]], path: Path) -> None:
+def plot(results: dict[str, list[Row]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -104,11 +122,11 @@ def plot(results: dict[str, list[tuple[int, float, float, float, float]]], path:
 
     fig, (speed, accept) = plt.subplots(1, 2, figsize=(10, 4))
     for label, rows in results.items():
-        ks = [r[0] for r in rows]
-        style = "--" if "ngram" in label else "-"
-        speed.plot(ks, [r[2] for r in rows], style, marker="o", label=label)
-        speed.fill_between(ks, [r[3] for r in rows], [r[4] for r in rows], alpha=0.15)
-        accept.plot(ks, [r[5] for r in rows], style, marker="o", label=label)  # type: ignore[misc]
+        ks = [r.k for r in rows]
+        style = "--" if "quoting" in label else "-"
+        speed.plot(ks, [r.ratio for r in rows], style, marker="o", label=label)
+        speed.fill_between(ks, [r.low for r in rows], [r.high for r in rows], alpha=0.15)
+        accept.plot(ks, [r.acceptance for r in rows], style, marker="o", label=label)
     speed.axhline(1.0, color="grey", lw=0.8)
     speed.set(xlabel="k (drafted tokens per step)", ylabel="speed-up over dk.generate", title="tokens/s ratio")
     accept.set(xlabel="k", ylabel="accepted / drafted", title="acceptance rate", ylim=(0, 1.05))

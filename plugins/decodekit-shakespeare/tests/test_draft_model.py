@@ -47,4 +47,7 @@ def test_slice_loss_below_bound(draft: ShakespeareGPT, hamlet_slice: str) -> Non
 
 def test_registered() -> None:
     entry = dk.get_registry().models["tiny-shakespeare-draft"]
-    assert getattr(entry, "loader", getattr(entry, "impl", None)) == "decodekit_shakespeare.model:load_tiny_shakespeare_draft"
+    assert (
+        getattr(entry, "loader", getattr(entry, "impl", None))
+        == "decodekit_shakespeare.model:load_tiny_shakespeare_draft"
+    )

@@ -5,21 +5,27 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from decodekit_speculative.strategy import speculative
 
 import decodekit as dk
 from decodekit.cache import PreallocatedKVCache
 from decodekit.models.gpt import GPT
-from decodekit_speculative.strategy import speculative
 
 # Ragged rows; the third repeats itself, so prompt lookup has something to find.
 PROMPTS = [[5, 17, 3, 9, 44, 2], [7], [90, 1, 33, 4, 90, 1, 33, 4, 90, 1]]
-CHAINS = ["greedy", "repetition_penalty(1.3) | no_repeat_ngram(3) | greedy", "min_new_tokens(5, stop_tokens=[0, 1]) | greedy"]
+CHAINS = [
+    "greedy",
+    "repetition_penalty(1.3) | no_repeat_ngram(3) | greedy",
+    "min_new_tokens(5, stop_tokens=[0, 1]) | greedy",
+]
 
 
 def crop_backends() -> list[str]:
     """Every installed cache backend whose caches can crop (what rolling back rejected drafts needs)."""
     spec = dk.CacheSpec(n_layers=1, n_heads=2, n_kv_heads=1, head_dim=4, batch_size=1, capacity=4)
-    return sorted(name for name in dk.get_registry().caches if callable(getattr(dk.create_cache(name, spec), "crop", None)))
+    return sorted(
+        name for name in dk.get_registry().caches if callable(getattr(dk.create_cache(name, spec), "crop", None))
+    )
 
 
 def test_backends_found() -> None:
@@ -36,7 +42,10 @@ def test_equals_generate(target: GPT, draft: GPT, chain: str, which: str) -> Non
             target, PROMPTS, strategy="speculative", draft=drafts[which], k=k, chain=chain, max_new_tokens=20
         )
         assert out.tokens == ref.tokens, f"k={k}"
-        alone = [speculative(target, [p], draft=drafts[which], k=k, chain=chain, max_new_tokens=20).tokens[0] for p in PROMPTS]
+        alone = [
+            speculative(target, [p], draft=drafts[which], k=k, chain=chain, max_new_tokens=20).tokens[0]
+            for p in PROMPTS
+        ]
         assert alone == ref.tokens
     if which == "itself":  # a draft that is the target is always right
         assert out.accepted == out.drafted

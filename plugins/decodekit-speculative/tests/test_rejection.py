@@ -63,8 +63,7 @@ def test_the_rule_samples_p_whatever_q(one_hot: bool) -> None:
     u = torch.rand(5_000, 3, generator=g)
     for row in u:
         x = draw(q, row[0:1])
-        uniform = iter(row[1:]).__next__
-        n, token = verify_softmax([x], [None if one_hot else q], lambda j: p, lambda: uniform().view(1))
+        n, token = verify_softmax([x], [None if one_hot else q], lambda j: p, iter(row[1:].split(1)).__next__)
         counts[x if n == 1 else token] += 1  # the first emitted token: the accepted draft, or the residual's
     assert chisquare(counts.numpy(), (p * 5_000).numpy()).pvalue > 1e-3
     # the same test tells q apart from p: it can fail

@@ -29,7 +29,10 @@ def two_sample_p(a: Counter[tuple[int, ...]], b: Counter[tuple[int, ...]], min_c
     keys = sorted(set(a) | set(b))
     big = [key for key in keys if a[key] + b[key] >= min_count]
     rest = [key for key in keys if a[key] + b[key] < min_count]
-    table = [[a[key] for key in big] + [sum(a[key] for key in rest)], [b[key] for key in big] + [sum(b[key] for key in rest)]]
+    table = [
+        [a[key] for key in big] + [sum(a[key] for key in rest)],
+        [b[key] for key in big] + [sum(b[key] for key in rest)],
+    ]
     if not rest:
         table = [row[:-1] for row in table]
     return float(chi2_contingency(table).pvalue)

@@ -107,8 +107,7 @@ def _load(label: str, argument: str | None, weights_name: str, config_name: str)
     missing_keys = sorted(set(missing) - {"lm_head.weight"})
     if missing_keys or unexpected:
         raise ParameterError(
-            f"{label}: {weights} does not fit the config: missing {missing_keys}, "
-            f"unexpected {sorted(unexpected)}"
+            f"{label}: {weights} does not fit the config: missing {missing_keys}, unexpected {sorted(unexpected)}"
         )
     if model.lm_head.weight is not model.wte.weight:  # pragma: no cover - guarded by GPT itself
         model.lm_head.weight = model.wte.weight

@@ -1,4 +1,4 @@
-"""The decodekit entry point: registers `tiny-shakespeare` and `tiny-shakespeare-draft` by import path (imports no torch)."""
+"""The decodekit entry point: registers `tiny-shakespeare` and its draft by import path (imports no torch)."""
 
 from __future__ import annotations
 

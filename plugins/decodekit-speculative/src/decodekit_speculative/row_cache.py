@@ -37,10 +37,7 @@ class RowCache:
         keep = [max(n - F, 0) for n in lengths]
         length = max(m for m, a in zip(keep, active) if a)
         n_slots = self.cache.length
-        ends = [
-            e - (c - m) if a else min(length, n_slots)
-            for e, c, m, a in zip(self.ends, self.correct, keep, active)
-        ]
+        ends = [e - (c - m) if a else min(length, n_slots) for e, c, m, a in zip(self.ends, self.correct, keep, active)]
         if all(e == length for e in ends):
             self.cache.crop(length)
         elif isinstance(self.cache, RowCroppable):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -222,10 +223,11 @@ class _Loop:
                 if done[b]:
                     continue
                 drafts: list[int] = buf[b, lengths[b] : lengths[b] + counts[b]].tolist()
+                at = partial(target, b)  # the target's pick (argmax) or probabilities at row b's position j
                 if kind == "argmax":
-                    n, token = verify_argmax(drafts, lambda j, b=b: target(b, j))  # type: ignore[misc]
+                    n, token = verify_argmax(drafts, at)
                 else:
-                    n, token = verify_softmax(drafts, qs[b], lambda j, b=b: target(b, j), ctxs[b].uniform)  # type: ignore[misc]
+                    n, token = verify_softmax(drafts, qs[b], at, ctxs[b].uniform)
                     if token < 0:
                         x = processed(logits[b, n], b, n)
                         raise _numerics(logits[b, n], x, b, generated[b] + n, "target")
