@@ -78,6 +78,27 @@ def measure(
     return tokens / statistics.median(base_times), rows
 
 
+def forward_costs(target: Any, draft: Any, widths: list[int], repeats: int = 200) -> dict[str, float]:
+    """Median µs of one forward against a cache holding 100 tokens: the target on 1 and on each width
+    of new tokens (a verification), the draft on 1 (a drafted token); interleaved call by call."""
+    times: dict[str, list[float]] = {}
+    calls = [("target", target, 1), *((f"target x{w}", target, w) for w in widths), ("draft", draft, 1)]
+    caches = {}
+    with torch.inference_mode():
+        for label, model, _ in calls:
+            spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=128)
+            caches[label] = cache = dk.create_cache("dense", spec)
+            model(torch.zeros(1, 100, dtype=torch.long), torch.arange(100)[None], cache)
+        for _ in range(repeats):
+            for label, model, width in calls:
+                ids, positions = torch.zeros(1, width, dtype=torch.long), torch.arange(100, 100 + width)[None]
+                start = time.perf_counter()
+                model(ids, positions, caches[label])
+                times.setdefault(label, []).append(time.perf_counter() - start)
+                caches[label].crop(100)
+    return {label: statistics.median(t) * 1e6 for label, t in times.items()}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default="tiny-shakespeare")
@@ -97,6 +118,9 @@ def main() -> None:
     )
     print("| chain | draft | k | tokens/s | speed-up (median, quartiles) | acceptance |")
     print("|---|---|---|---|---|---|")
+    costs = forward_costs(target, draft, [3, 5, 9])
+    print("forward, 100 tokens cached: " + ", ".join(f"{label} {us:.0f} µs" for label, us in costs.items()))
+    print(f"draft / target cost c = {costs['draft'] / costs['target']:.2f}\n")
     results: dict[str, list[Row]] = {}
     cases = [(label, PROMPT, chain, draft, args.draft, ks, args.tokens) for label, chain in CHAINS.items()]
     cases += [
