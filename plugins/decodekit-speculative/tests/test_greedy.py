@@ -118,3 +118,18 @@ def test_rope_models(rope_pair: tuple[GPT, GPT]) -> None:
     ref = dk.generate(rope, PROMPTS, chain="greedy", max_new_tokens=20)
     out = speculative(rope, PROMPTS, draft=rope_draft, k=4, chain="greedy", max_new_tokens=20)
     assert out.tokens == ref.tokens
+
+
+def test_text_and_stop_strings_on_tiny_shakespeare() -> None:
+    model, draft = dk.load_model("tiny-shakespeare"), dk.load_model("tiny-shakespeare-draft")
+    prompts = ["ROMEO:\n", "JULIET:\nO Romeo"]
+    for stops in ((), ("\n\n", "the")):
+        ref = dk.generate(model, prompts, chain="greedy", max_new_tokens=60, stop_strings=stops)
+        out = speculative(model, prompts, draft=draft, k=4, chain="greedy", max_new_tokens=60, stop_strings=stops)
+        assert (out.text, out.tokens, out.finish_reasons, out.stopped_by) == (
+            ref.text,
+            ref.tokens,
+            ref.finish_reasons,
+            ref.stopped_by,
+        )
+    assert "the" in ref.stopped_by and out.acceptance_rate > 0.5
