@@ -133,3 +133,21 @@ def test_text_and_stop_strings_on_tiny_shakespeare() -> None:
             ref.stopped_by,
         )
     assert "the" in ref.stopped_by and out.acceptance_rate > 0.5
+
+
+@pytest.mark.parametrize(
+    ("prompts", "new_tokens"),
+    [
+        ([[1], [2], [3]], 1),  # one-token prompts, one new token: no room to draft
+        ([[5] * 10, [7]], 54),  # prompt + new tokens fill the context to its last position
+        ([[5] * 60, [7, 8]], 4),
+    ],
+)
+def test_edges(target: GPT, draft: GPT, prompts: list[list[int]], new_tokens: int) -> None:
+    chain = "repetition_penalty(1.3) | greedy"
+    ref = dk.generate(target, prompts, chain=chain, max_new_tokens=new_tokens)
+    for d in (draft, "ngram", target):
+        for k in (1, 64):  # k = 64: more than the tokens left and than the context's room
+            assert (
+                speculative(target, prompts, draft=d, k=k, chain=chain, max_new_tokens=new_tokens).tokens == ref.tokens
+            )

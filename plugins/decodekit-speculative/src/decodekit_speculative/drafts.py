@@ -21,12 +21,13 @@ Pick = Callable[[int, int, Tensor], "tuple[int, Tensor | None]"]
 """`pick(row, j, draft_logits [V]) -> (token, q [V] or None for one-hot)`: the chain's choice at drafted position j."""
 
 
-def fed_block(buf: Tensor, lengths: Tensor, first: int, width: int) -> tuple[Tensor, Tensor]:
+def fed_block(buf: Tensor, lengths: Tensor, first: int, width: int, max_positions: int) -> tuple[Tensor, Tensor]:
     """`(ids, positions)` `[B, width]`: history columns from `lengths - first` on; negative indices are padding
-    (id 0, negative position), columns past a row's drafts are junk that the next crop removes."""
+    (id 0, negative position), columns past a row's drafts are junk that the next crop removes (their
+    positions held inside the model's context)."""
     index = (lengths - first)[:, None] + torch.arange(width, device=buf.device)  # [B, width]
     ids = buf.gather(1, index.clamp(0, buf.shape[1] - 1))
-    return ids, index
+    return ids, index.clamp(max=max_positions - 1)
 
 
 class Drafter(Protocol):
@@ -49,6 +50,7 @@ class ModelDrafter:
         self.model = model
         self.rows = RowCache(cache, batch_size)
         self.capacity = cache.capacity
+        self.max_positions = model.spec.max_positions
         self._lengths: list[int] = [0] * batch_size
         self._forwards = 0
 
@@ -62,12 +64,12 @@ class ModelDrafter:
             return qs
         F = self.rows.prepare(lengths, active)
         lengths_t = torch.tensor(lengths, device=buf.device)
-        ids, positions = fed_block(buf, lengths_t, F, F)
+        ids, positions = fed_block(buf, lengths_t, F, F, self.max_positions)
         extra = {"last_only": True} if getattr(self.model, "supports_last_only", False) else {}
         logits = self.model(ids, positions, self.rows.cache, **extra)[:, -1]  # [B, V]
         for j in range(K):
             if j > 0:  # feed the drafts just picked
-                ids, positions = fed_block(buf, lengths_t + j, 1, 1)
+                ids, positions = fed_block(buf, lengths_t + j, 1, 1, self.max_positions)
                 logits = self.model(ids, positions, self.rows.cache)[:, -1]
             for b, budget in enumerate(budgets):
                 if j < budget:

@@ -214,7 +214,8 @@ class _Loop:
             qs = drafter.propose(buf, lengths, budgets, active, pick)
             counts = [len(q) for q in qs]
             F = kv.prepare(lengths, active)
-            ids, positions = fed_block(buf, torch.tensor(lengths, device=self.device), F, F + max(counts))
+            lengths_t = torch.tensor(lengths, device=self.device)
+            ids, positions = fed_block(buf, lengths_t, F, F + max(counts), self.model.spec.max_positions)
             logits = self.model(ids, positions, kv.cache)[:, F - 1 :]  # [B, W + 1, V]: column j predicts lengths + j
             if logits.dtype != torch.float32:
                 logits = logits.float()
