@@ -17,7 +17,7 @@ from decodekit.models.gpt import GPT
 PROMPT = [9, 44, 44, 44, 9, 44]  # repeats itself: prompt lookup proposes, and is sometimes right
 # A penalty that reads the drafted history, a truncation, and a temperature.
 CHAIN = "repetition_penalty(1.5) | top_k(6) | temperature(0.7)"
-ROWS = 3000  # rows decode independently (each its own generator): one call gives ROWS seeded runs
+ROWS = 2000  # rows decode independently (each its own generator): one call gives ROWS seeded runs
 
 
 def joint(tokens: list[list[int]]) -> Counter[tuple[int, ...]]:
@@ -108,3 +108,24 @@ def test_stateless_custom_processor_and_gumbel(target: GPT, draft: GPT) -> None:
     assert 2 not in out.tokens[0]
     out = speculative(target, [PROMPT], draft=draft, chain="temperature(0.7) | gumbel", max_new_tokens=12, seed=0)
     assert len(out.tokens[0]) == 12
+
+
+@pytest.mark.slow
+def test_the_chi_square_sees_a_wrong_residual(
+    target: GPT, draft: GPT, plain: Counter[tuple[int, ...]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The classic mistake, drawing from p instead of max(0, p - q) after a rejection, is detected."""
+    import decodekit_speculative.rejection as rejection
+
+    def residual_is_p(drafts: Any, draft_probs: Any, p_at: Any, uniform: Any) -> tuple[int, int]:
+        for j, x in enumerate(drafts):
+            p, q = p_at(j), draft_probs[j]
+            q_x = 1.0 if q is None else float(q[x])
+            if float(uniform()) * q_x < float(p[x]):
+                continue
+            return j, rejection.draw(p, uniform())
+        return len(drafts), rejection.draw(p_at(len(drafts)), uniform())
+
+    monkeypatch.setattr("decodekit_speculative.strategy.verify_softmax", residual_is_p)
+    out = speculative(target, [PROMPT] * ROWS, draft=draft, k=2, chain=CHAIN, max_new_tokens=3, seed=2)
+    assert two_sample_p(joint(out.tokens), plain) < 1e-3
