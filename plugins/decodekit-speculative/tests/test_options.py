@@ -60,3 +60,8 @@ def test_plugin_registers_by_import_path_without_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "'speculative', 'decodekit_speculative.strategy:speculative_strategy'" in out
     assert "speculative" in dk.get_registry().strategies
+
+
+def test_context_too_long(target: GPT) -> None:
+    with pytest.raises(dk.ContextLengthError, match="prompt of 3 tokens \\+ max_new_tokens=62 exceeds .* 64 positions"):
+        speculative(target, [PROMPT], draft="ngram", max_new_tokens=62)

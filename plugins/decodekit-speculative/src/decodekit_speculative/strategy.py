@@ -23,8 +23,8 @@ from torch import Tensor
 from decodekit.cache import RowCroppable
 from decodekit.chain import numerics_error
 from decodekit.context import DecodeContext, row_generators
-from decodekit.errors import NumericsError, ParameterError
-from decodekit.loop import check_context, model_device_dtype
+from decodekit.errors import ContextLengthError, NumericsError, ParameterError
+from decodekit.loop import model_device_dtype
 from decodekit.params import Params, validate_params
 from decodekit.plugins import CacheFactory, load_model
 from decodekit.request import DecodeRequest, decode_request
@@ -104,7 +104,13 @@ def speculative_strategy(request: DecodeRequest, params: Params) -> SpeculativeG
             "speculative: cache='none' is invalid; allowed: a cache backend (rejected drafts are cropped)"
         )
     rows = request.prompts
-    check_context(model.spec, max(len(r) for r in rows), request.max_new_tokens)
+    P, N = max(len(r) for r in rows), request.max_new_tokens
+    total = P + N
+    if total > model.spec.max_positions:  # (dk.generate's message would suggest cache='none')
+        raise ContextLengthError(
+            f"speculative: prompt of {P} tokens + max_new_tokens={N} exceeds the model's context of "
+            f"{model.spec.max_positions} positions; shorten the prompt or lower max_new_tokens"
+        )
     loop = _Loop(model, resolve_draft(params.draft, model), params, request)
     generators = row_generators(request.seed, len(rows), loop.device)
     with torch.inference_mode():
