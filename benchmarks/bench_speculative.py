@@ -116,11 +116,11 @@ def main() -> None:
         f"target {args.target}, draft {args.draft}, {args.tokens} new tokens, batch 1, "
         f"{args.repeats} rounds, {torch.get_num_threads()} thread(s)\n"
     )
-    print("| chain | draft | k | tokens/s | speed-up (median, quartiles) | acceptance |")
-    print("|---|---|---|---|---|---|")
     costs = forward_costs(target, draft, [3, 5, 9])
     print("forward, 100 tokens cached: " + ", ".join(f"{label} {us:.0f} µs" for label, us in costs.items()))
     print(f"draft / target cost c = {costs['draft'] / costs['target']:.2f}\n")
+    print("| chain | draft | k | tokens/s | speed-up (median, quartiles) | acceptance |")
+    print("|---|---|---|---|---|---|")
     results: dict[str, list[Row]] = {}
     cases = [(label, PROMPT, chain, draft, args.draft, ks, args.tokens) for label, chain in CHAINS.items()]
     cases += [
