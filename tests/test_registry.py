@@ -4,6 +4,7 @@ cache backends and strategies with parameter models, and the string form of a ca
 from __future__ import annotations
 
 import functools
+import re
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -110,8 +111,12 @@ def test_an_installed_bad_plugin_is_listed_with_its_reason_and_the_rest_work(
 
     plugin = Plugin(register_samplers=half_then_raise, register_cache_backends=_capped)
     monkeypatch.setattr("decodekit.plugins._code_plugins", [*dk.plugins._code_plugins, (plugin, "bad")])
-    with pytest.warns(RuntimeWarning, match=r"plugin bad .*hook register_samplers.*boom after one registration"):
+    with pytest.warns(RuntimeWarning) as warned:
         registry = dk.reload_plugins()
+    messages = [str(w.message) for w in warned]
+    assert len(messages) == 2
+    assert re.search(r"plugin bad .*hook register_samplers.*boom after one registration", messages[0])
+    assert "cache backend name 'capped' is registered by 2 distributions: good and bad" in messages[1]
     assert "shift" not in registry.samplers  # the raising hook's registration is dropped
     assert registry.plugins["bad"].samplers == []
     report = plugins_report()
@@ -247,3 +252,11 @@ def test_the_registry_kit_checks_every_category(registered: Callable[..., Plugin
         check_registered("capped", distribution="someone-else", category="cache backend")
     with pytest.raises(AssertionError, match="no ParameterError"):
         check_bad_parameters("capped", {"size": 3}, ["size"], category="cache backend")
+
+
+@pytest.mark.parametrize("name", [5, None, ["top_k"], {"a": 1}])
+def test_a_lookup_by_a_name_that_is_not_a_string_says_so(name: Any) -> None:
+    with pytest.raises(dk.UnknownNameError, match=f"sampler name .* is a {type(name).__name__}; allowed: a string"):
+        dk.create(name)
+    with pytest.raises(dk.UnknownNameError, match="strategy name"):
+        dk.get_registry().lookup("strategy", name)

@@ -27,6 +27,7 @@ __all__ = [
     "PluginFailure",
     "PluginInfo",
     "Registry",
+    "import_object",
     "make_entry",
 ]
 
@@ -53,6 +54,15 @@ _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z
 _SAMPLER_KINDS = ("processor", "selector")
 
 
+def import_object(path: str) -> Any:
+    """The object at `package.module` or `package.module:attr.attr`."""
+    module_name, _, attr = path.partition(":")
+    value: Any = importlib.import_module(module_name)
+    for part in attr.split(".") if attr else ():
+        value = getattr(value, part)
+    return value
+
+
 @dataclass(frozen=True)
 class Entry:
     """One registered thing: its name, implementation, parameter model and where it came from."""
@@ -70,11 +80,8 @@ class Entry:
         """The implementation, imported on first use when it was registered by path."""
         if not isinstance(self.impl, str):
             return self.impl
-        module_name, _, attr = self.impl.partition(":")
         try:
-            value: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                value = getattr(value, part)
+            value = import_object(self.impl)
         except Exception as exc:
             raise PluginError(
                 f"{self.category} {self.name!r} from {self.distribution}: cannot import {self.impl!r}: "
@@ -139,8 +146,8 @@ class Conflict:
         dists = " and ".join(self.distributions)
         return (
             f"{self.category} name {self.name!r} is registered by {len(self.distributions)} distributions: {dists}; "
-            f"it is unusable until one is chosen: disable the others with "
-            f"DECODEKIT_DISABLE_PLUGINS={','.join(self.distributions[1:])} (or uninstall them)"
+            f"it is unusable until one is chosen: DECODEKIT_DISABLE_PLUGINS={','.join(self.distributions[1:])} "
+            f"keeps {self.distributions[0]}'s (or uninstall all but one)"
         )
 
 
@@ -158,11 +165,18 @@ class Registry:
 
     def section(self, category: Category) -> dict[str, Entry]:
         """The entries of one category, by name."""
-        sections = {"sampler": self.samplers, "cache backend": self.caches, "model": self.models}
-        return sections.get(category, self.strategies)
+        sections = {
+            "sampler": self.samplers,
+            "cache backend": self.caches,
+            "model": self.models,
+            "strategy": self.strategies,
+        }
+        return sections[category]
 
     def lookup(self, category: Category, name: str) -> Entry:
         """The entry `name` of `category`; an unknown or conflicting name is an error saying what to do."""
+        if not isinstance(name, str):
+            raise UnknownNameError(f"{category} name {name!r} is a {type(name).__name__}; allowed: a string")
         entry = self.section(category).get(name)
         if entry is not None:
             return entry

@@ -7,9 +7,12 @@ a `ParameterError` naming the argument, the value and what is allowed.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
+
+import torch
 
 from decodekit.errors import ParameterError
 
@@ -52,20 +55,17 @@ class DecodeRequest:
         return getattr(self.model, "tokenizer", None)
 
 
-def _is_int(x: object) -> TypeGuard[int]:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _check_count(name: str, value: object) -> int:
-    if not _is_int(value) or value < 0:
+    n = _as_index(value)
+    if n is None or n < 0:
         raise ParameterError(f"{name}={value!r} is invalid; allowed: an integer >= 0")
-    return value
+    return n
 
 
 def _vocab_size(model: object) -> int:
     spec = getattr(model, "spec", None)
-    V = getattr(spec, "vocab_size", None)
-    if not _is_int(V):
+    V = _as_index(getattr(spec, "vocab_size", None))
+    if V is None:
         raise ParameterError(
             f"model {type(model).__name__}: no spec.vocab_size; allowed: a model with a decodekit.ModelSpec `spec`"
         )
@@ -89,7 +89,7 @@ def _chain(chain: object) -> Chain:
 def _cache(cache: object) -> CacheFactory | None:
     from decodekit.plugins import cache_factory
 
-    if cache == "none":
+    if isinstance(cache, str) and cache == "none":
         return None
     if isinstance(cache, str):
         return cache_factory(cache)
@@ -106,12 +106,25 @@ def token_ids(name: str, values: object, vocab_size: int) -> list[int]:
     items = values.tolist() if hasattr(values, "tolist") and not isinstance(values, list) else values
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
         raise ParameterError(f"{name}: {values!r} is invalid; allowed: a sequence of token ids")
+    ids = []
     for t in items:
-        if not _is_int(t):
+        i = _as_index(t)
+        if i is None:
             raise ParameterError(f"{name}: token id {t!r} ({type(t).__name__}) is invalid; allowed: an int")
-        if not 0 <= t < vocab_size:
-            raise ParameterError(f"{name}: token id {t} is invalid; allowed: 0 <= id < vocab_size={vocab_size}")
-    return list(items)
+        if not 0 <= i < vocab_size:
+            raise ParameterError(f"{name}: token id {i} is invalid; allowed: 0 <= id < vocab_size={vocab_size}")
+        ids.append(i)
+    return ids
+
+
+def _as_index(x: object) -> int | None:
+    """`x` as a Python int if it is an integer (an int, a NumPy or 0-d tensor integer), not a bool."""
+    if isinstance(x, bool) or getattr(x, "dtype", None) == torch.bool:
+        return None
+    try:
+        return operator.index(x)  # type: ignore[arg-type]
+    except TypeError:
+        return None
 
 
 def _stop_tokens(stop_tokens: object, batch: int, vocab_size: int) -> list[frozenset[int]]:
@@ -120,7 +133,10 @@ def _stop_tokens(stop_tokens: object, batch: int, vocab_size: int) -> list[froze
         raise ParameterError(
             f"stop_tokens={stop_tokens!r} is invalid; allowed: a list of token ids, or one list per row"
         )
-    if items and not _is_int(items[0]) and not isinstance(items[0], (float, bool)):
+    first = items[0] if items else None
+    if (isinstance(first, Sequence) and not isinstance(first, str)) or (
+        isinstance(first, torch.Tensor) and first.dim()
+    ):
         if len(items) != batch:
             raise ParameterError(
                 f"stop_tokens: {len(items)} per-row lists for {batch} rows; "
@@ -142,9 +158,10 @@ def _stop_strings(stop_strings: object, tokenizer: object) -> tuple[str, ...]:
 
 def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
     def check(value: object, name: str) -> int:
-        if not _is_int(value) or not 0 <= value < MAX_SEED:
+        n = _as_index(value)
+        if n is None or not 0 <= n < MAX_SEED:
             raise ParameterError(f"{name}={value!r} is invalid; allowed: an integer, 0 <= seed < 2**64")
-        return value
+        return n
 
     if seed is None:
         return None
@@ -158,11 +175,12 @@ def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
 def _logprobs(logprobs: object, vocab_size: int) -> int | None:
     if logprobs is None:
         return None
-    if not _is_int(logprobs) or not 0 <= logprobs <= vocab_size:
+    n = _as_index(logprobs)
+    if n is None or not 0 <= n <= vocab_size:
         raise ParameterError(
             f"logprobs={logprobs!r} is invalid; allowed: None or an integer, 0 <= logprobs <= {vocab_size}"
         )
-    return logprobs
+    return n
 
 
 def decode_request(
