@@ -21,11 +21,18 @@ CHAINS = [
 
 
 def crop_backends() -> list[str]:
-    """Every installed cache backend whose caches can crop (what rolling back rejected drafts needs)."""
+    """Every installed cache backend whose caches can crop (what rolling back rejected drafts needs);
+    a backend that needs parameters to be built is left out (its own tests build it)."""
     spec = dk.CacheSpec(n_layers=1, n_heads=2, n_kv_heads=1, head_dim=4, batch_size=1, capacity=4)
-    return sorted(
-        name for name in dk.get_registry().caches if callable(getattr(dk.create_cache(name, spec), "crop", None))
-    )
+    names = []
+    for name in sorted(dk.get_registry().caches):
+        try:
+            cache = dk.create_cache(name, spec)
+        except dk.DecodekitError:
+            continue
+        if callable(getattr(cache, "crop", None)):
+            names.append(name)
+    return names
 
 
 def test_backends_found() -> None:
