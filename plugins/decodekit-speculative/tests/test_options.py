@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from decodekit_speculative.strategy import speculative
 
 import decodekit as dk
@@ -65,3 +66,21 @@ def test_plugin_registers_by_import_path_without_torch() -> None:
 def test_context_too_long(target: GPT) -> None:
     with pytest.raises(dk.ContextLengthError, match="prompt of 3 tokens \\+ max_new_tokens=62 exceeds .* 64 positions"):
         speculative(target, [PROMPT], draft="ngram", max_new_tokens=62)
+
+
+class NaNRow:
+    """The target with NaN logits in row 1 from its second new token on."""
+
+    def __init__(self, model: GPT, prompt_length: int) -> None:
+        self.model, self.spec, self.prompt_length = model, model.spec, prompt_length
+
+    def __call__(self, ids: torch.Tensor, positions: torch.Tensor, cache: object, **kw: object) -> torch.Tensor:
+        logits = self.model(ids, positions, cache, **kw).clone()
+        logits[1, positions[1] >= self.prompt_length] = float("nan")
+        return logits
+
+
+@pytest.mark.parametrize("chain", ["greedy", "temperature(0.8)", "repetition_penalty(1.2) | greedy"])
+def test_nan_logits_name_step_and_row(target: GPT, chain: str) -> None:
+    with pytest.raises(dk.NumericsError, match=r"speculative \(target model\): step 1, row 1: .*NaN"):
+        speculative(NaNRow(target, 3), [PROMPT, PROMPT], draft="ngram", chain=chain, max_new_tokens=8)

@@ -225,7 +225,7 @@ class _Loop:
             logits = self.model(ids, positions, kv.cache)[:, F - 1 :]  # [B, W + 1, V]: column j predicts lengths + j
             if logits.dtype != torch.float32:
                 logits = logits.float()
-            target = self._target(kind, logits, processed, argmax)
+            target = self._target(kind, logits, processed, argmax, generated)
             for b in range(B):
                 if done[b]:
                     continue
@@ -257,6 +257,7 @@ class _Loop:
         logits: Tensor,
         processed: Callable[[Tensor, int, int], Tensor],
         argmax: Callable[[Tensor, int, int, str], int],
+        generated: list[int],
     ) -> Callable[[int, int], Any]:
         """`target(b, j)`: the target's argmax token or probabilities at row b's drafted position j."""
         if self.dense:  # one op for every row and position
@@ -267,7 +268,7 @@ class _Loop:
 
                 def dense_argmax(b: int, j: int) -> int:
                     if not finite[b][j]:
-                        raise _numerics(logits[b, j], logits[b, j][None], b, j, "target")
+                        raise _numerics(logits[b, j], logits[b, j][None], b, generated[b] + j, "target")
                     return int(tokens[b][j])
 
                 return dense_argmax
