@@ -10,6 +10,7 @@ in any order and drop any it likes (docs/caches.md has the whole contract).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -19,7 +20,7 @@ from decodekit.errors import CacheCapacityError, ParameterError
 from decodekit.spec import CacheSpec
 from decodekit.storage import FloatStorage, StorageFactory
 
-__all__ = ["KVCache", "PreallocatedKVCache", "slot_mask"]
+__all__ = ["KVCache", "PreallocatedKVCache", "RowCroppable", "slot_mask"]
 
 
 @runtime_checkable
@@ -73,6 +74,21 @@ class KVCache(Protocol):
 
     def reorder(self, index: Tensor) -> None:
         """Replace row `i` by row `index[i]` (beam search)."""
+        ...
+
+
+@runtime_checkable
+class RowCroppable(Protocol):
+    """A cache that can also roll rows back by different amounts (speculative decoding, batched)."""
+
+    def crop_rows(self, ends: Sequence[int], length: int) -> None:
+        """Keep row `b`'s slots before `ends[b]`, moved so that they end at slot `length`, the new length.
+
+        Rows stay right-aligned: what a row then holds before its own tokens is padding, which the
+        model masks by positions (the slots `length - ends[b]` further left or right hold the same
+        keys and values, since they depend on positions, not slots). The caller keeps every row's
+        real tokens: `length` is at least each row's count of them.
+        """
         ...
 
 
@@ -164,6 +180,28 @@ class PreallocatedKVCache:
         if not 0 <= n <= self.length:
             raise ParameterError(f"{type(self).__name__}.crop: n={n} is invalid; allowed: 0 <= n <= {self.length}")
         self._lengths = [min(length, n) for length in self._lengths]
+        self._mask_for = None
+
+    def crop_rows(self, ends: Sequence[int], length: int) -> None:
+        n = self.length
+        if not 0 <= length <= n or any(not 0 <= e <= n for e in ends) or len(ends) != self.spec.batch_size:
+            raise ParameterError(
+                f"{type(self).__name__}.crop_rows: ends={list(ends)}, length={length} are invalid; "
+                f"allowed: {self.spec.batch_size} ends and a length, each in 0..{n}"
+            )
+        if all(e == length for e in ends):  # every row kept the same count: a plain crop
+            self.crop(length)
+            return
+        take = getattr(self.store, "take_slots", None)
+        if take is None:
+            raise ParameterError(
+                f"{type(self).__name__}.crop_rows: its storage {type(self.store).__name__} has no take_slots; "
+                "allowed: a storage that can move slots per row (FloatStorage, Int8Storage)"
+            )
+        # Slot s of row b takes old slot s + ends[b] - length; slots before the row's data (padding) read slot 0.
+        shift = torch.tensor([e - length for e in ends], device=self.spec.device)[:, None]  # [B, 1]
+        take((torch.arange(length, device=self.spec.device)[None, :] + shift).clamp_(min=0), n)
+        self._lengths = [length] * self.spec.n_layers
         self._mask_for = None
 
     def reorder(self, index: Tensor) -> None:

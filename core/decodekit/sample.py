@@ -39,6 +39,7 @@ class Sample(SelectorBase[NoParams]):
     """Categorical draw from softmax(logits), from each row's own generator."""
 
     name = "sample"
+    distribution = "softmax"
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         return inverse_cdf(logits, ctx.uniform(keepdim=True)).view(-1)

@@ -17,7 +17,7 @@ is NaN, which the chain redoes on the dense path (`Chain.__call__`). The conform
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NamedTuple, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -93,9 +93,15 @@ class SelectorBase(Stage[P]):
 
     On a row that cannot be sampled (NaN, +inf, every token removed) it may return any id in
     range, but must not fail: the chain marks such rows itself (`Chain.pick`).
+
+    `distribution` says what the selector picks from, for strategies that need it as numbers
+    (speculative decoding's rejection rule): "softmax", an exact categorical draw from
+    softmax(logits); "argmax", the first maximum. None (the default): unknown, and such a
+    selector (a stateful one like mirostat, say) cannot be speculated.
     """
 
     kind: ClassVar[str] = "selector"
+    distribution: ClassVar[Literal["softmax", "argmax"] | None] = None
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         raise NotImplementedError

@@ -21,7 +21,7 @@ from torch import Tensor
 from decodekit.errors import ParameterError
 from decodekit.spec import CacheSpec
 
-__all__ = ["FloatStorage", "RepeatedFloatStorage", "Storage", "StorageFactory", "lookup_storage"]
+__all__ = ["FloatStorage", "RepeatedFloatStorage", "Storage", "StorageFactory", "lookup_storage", "take_slots"]
 
 
 @runtime_checkable
@@ -88,6 +88,10 @@ class FloatStorage:
         for buf in (*self.keys, *self.values):
             buf[:, :, :stop] = buf[:, :, :stop].index_select(0, index)
 
+    def take_slots(self, source: Tensor, stop: int) -> None:
+        """Slot `s` of row `b` becomes old slot `source[b, s]` (of slots `0 .. stop - 1`); see `take_slots`."""
+        take_slots([*self.keys, *self.values], source, stop)
+
 
 class RepeatedFloatStorage(FloatStorage):
     """`FloatStorage` with each kv-head repeated to every query head of its group (a plain MHA cache)."""
@@ -100,6 +104,14 @@ class RepeatedFloatStorage(FloatStorage):
         # [B, H_kv, T, D] -> [B, H, T, D]: query head h reads kv-head h // repeat.
         repeat = self.spec.n_heads // self.spec.n_kv_heads
         return x if repeat == 1 else x.repeat_interleave(repeat, dim=1)
+
+
+def take_slots(buffers: Sequence[Tensor], source: Tensor, stop: int) -> None:
+    """For each `[B, H, S, X]` buffer: slot `s` of row `b` becomes old slot `source[b, s]` (per-row rollback)."""
+    n = source.shape[1]
+    for buf in buffers:
+        index = source[:, None, :, None].expand(-1, buf.shape[1], -1, buf.shape[3])
+        buf[:, :, :n] = buf[:, :, :stop].gather(2, index)
 
 
 def lookup_storage(name: str) -> StorageFactory:

@@ -80,6 +80,7 @@ class StreamResult:
     samples: list[SampleResult]
     seconds: float
     interrupted: bool
+    acceptance_rate: float | None = None  # a speculative strategy's accepted / drafted tokens
 
     @property
     def num_tokens(self) -> int:
@@ -174,12 +175,13 @@ def decode_samples(
         on_finish(row)
         reason, stopped_by = out.finish_reasons[row], out.stopped_by[row] if out.stopped_by else None
         samples.append(SampleResult(list(tokens), text, reason, stopped_by, seconds))
-    return StreamResult(samples, seconds, interrupted=False)
+    return StreamResult(samples, seconds, interrupted=False, acceptance_rate=getattr(out, "acceptance_rate", None))
 
 
-def _status_line(tokens: int, seconds: float, num_samples: int) -> str:
+def _status_line(tokens: int, seconds: float, num_samples: int, acceptance_rate: float | None = None) -> str:
     rows = f" ({num_samples} samples)" if num_samples > 1 else ""
-    return f"{tokens} tokens{rows} · {seconds:.1f} s · {_rate(tokens, seconds):.1f} tokens/s"
+    accepted = f" · {acceptance_rate:.0%} of drafted tokens accepted" if acceptance_rate is not None else ""
+    return f"{tokens} tokens{rows} · {seconds:.1f} s · {_rate(tokens, seconds):.1f} tokens/s{accepted}"
 
 
 def _json_document(
@@ -208,6 +210,7 @@ def _json_document(
         "tokens_per_second": round(_rate(result.num_tokens, result.seconds), 2),
         "seconds": round(result.seconds, 4),
         "interrupted": result.interrupted,
+        **({} if result.acceptance_rate is None else {"acceptance_rate": round(result.acceptance_rate, 4)}),
     }
 
 
@@ -263,7 +266,9 @@ def run_generate(request: GenerateRequest) -> int:
         print_json(_json_document(request, name, prompt, chain, cache, result))
     if out.show_status:
         out.console.print(
-            _status_line(result.num_tokens, result.seconds, request.num_samples), style="dim", highlight=False
+            _status_line(result.num_tokens, result.seconds, request.num_samples, result.acceptance_rate),
+            style="dim",
+            highlight=False,
         )
     if result.interrupted:
         out.console.print(f"decodekit: interrupted after {result.num_tokens} tokens", highlight=False)

@@ -49,6 +49,7 @@ class Gumbel(SelectorBase[GumbelParams]):
 
     name = "gumbel"
     params_model = GumbelParams
+    distribution = "softmax"  # argmax(logits + Gumbel noise) is a draw from softmax(logits)
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         x = logits if logits.dtype == torch.float64 else logits.float()  # float64 beyond float32's range

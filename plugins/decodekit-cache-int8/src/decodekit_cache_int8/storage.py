@@ -19,6 +19,7 @@ from torch import Tensor
 
 from decodekit.cache import PreallocatedKVCache
 from decodekit.spec import CacheSpec
+from decodekit.storage import take_slots
 
 __all__ = ["Int8Cache", "Int8Storage", "dequantise", "quantise"]
 
@@ -79,6 +80,10 @@ class Int8Storage:
         for layer in self.tensors:
             for t in layer:
                 t[:, :, :stop] = t[:, :, :stop].index_select(0, index)
+
+    def take_slots(self, source: Tensor, stop: int) -> None:
+        """Slot `s` of row `b` becomes old slot `source[b, s]`: codes and scales move together."""
+        take_slots([t for layer in self.tensors for t in layer], source, stop)
 
 
 class Int8Cache(PreallocatedKVCache):

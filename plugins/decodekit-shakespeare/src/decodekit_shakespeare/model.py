@@ -21,15 +21,20 @@ from decodekit_shakespeare.tokenizer import CharTokenizer
 
 __all__ = [
     "CONFIG_NAME",
+    "DRAFT_CONFIG_NAME",
+    "DRAFT_WEIGHTS_NAME",
     "WEIGHTS_NAME",
     "ShakespeareGPT",
     "load_config",
     "load_tiny_shakespeare",
+    "load_tiny_shakespeare_draft",
     "loss_per_char",
 ]
 
 WEIGHTS_NAME = "tiny_shakespeare.safetensors"
 CONFIG_NAME = "config.json"
+DRAFT_WEIGHTS_NAME = "tiny_shakespeare_draft.safetensors"
+DRAFT_CONFIG_NAME = "tiny_shakespeare_draft.json"
 
 
 class ShakespeareGPT(GPT):
@@ -42,9 +47,11 @@ def _package_dir() -> Path:
     return Path(str(resources.files("decodekit_shakespeare")))
 
 
-def load_config(directory: Path | None = None) -> tuple[GPTConfig, CharTokenizer, dict[str, Any]]:
-    """`GPTConfig`, tokenizer and the raw JSON of `config.json` in `directory` (default: shipped)."""
-    path = (directory or _package_dir()) / CONFIG_NAME
+def load_config(
+    directory: Path | None = None, name: str = CONFIG_NAME
+) -> tuple[GPTConfig, CharTokenizer, dict[str, Any]]:
+    """`GPTConfig`, tokenizer and the raw JSON of `config.json` (or `name`) in `directory` (default: shipped)."""
+    path = (directory or _package_dir()) / name
     raw: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     names = {f.name for f in fields(GPTConfig)}
     config = GPTConfig(**{k: v for k, v in raw.items() if k in names})
@@ -66,10 +73,21 @@ def load_tiny_shakespeare(argument: str | None = None, params: NoParams | None =
     `tiny_shakespeare.safetensors` (what `train.py --export DIR` writes); or a `.safetensors`
     file of weights for the shipped config. fp16/bf16 files are upcast to fp32.
     """
+    return _load("tiny-shakespeare", argument, WEIGHTS_NAME, CONFIG_NAME)
+
+
+def load_tiny_shakespeare_draft(argument: str | None = None, params: NoParams | None = None) -> ShakespeareGPT:
+    """`tiny-shakespeare-draft`: a 2-layer, 96-wide model of the same text and tokenizer, a draft for
+    speculative decoding of `tiny-shakespeare` (shipped as `tiny_shakespeare_draft.safetensors` and
+    `tiny_shakespeare_draft.json`). `argument` as for `load_tiny_shakespeare`."""
+    return _load("tiny-shakespeare-draft", argument, DRAFT_WEIGHTS_NAME, DRAFT_CONFIG_NAME)
+
+
+def _load(label: str, argument: str | None, weights_name: str, config_name: str) -> ShakespeareGPT:
     directory: Path | None = None
     weights: Path
     if argument is None or argument == "":
-        weights = _package_dir() / WEIGHTS_NAME
+        weights = _package_dir() / weights_name
     else:
         path = Path(argument).expanduser()
         if path.is_dir():
@@ -78,12 +96,13 @@ def load_tiny_shakespeare(argument: str | None = None, params: NoParams | None =
             weights = path
         else:
             raise ParameterError(
-                f"tiny-shakespeare: argument {argument!r} is invalid; allowed: nothing (shipped weights), "
+                f"{label}: argument {argument!r} is invalid; allowed: nothing (shipped weights), "
                 f"a directory with {CONFIG_NAME} and {WEIGHTS_NAME}, or a .safetensors file"
             )
-    config, tokenizer, _ = load_config(directory)
+    # An export directory holds train.py's names; the shipped files have their own.
+    config, tokenizer, _ = load_config(directory) if directory is not None else load_config(None, config_name)
     if not weights.is_file():
-        raise ParameterError(f"tiny-shakespeare: weights file {weights} is missing")
+        raise ParameterError(f"{label}: weights file {weights} is missing")
     state = {k: v.float() if v.is_floating_point() else v for k, v in load_file(str(weights)).items()}
     state.pop("lm_head.weight", None)  # tied to wte.weight; re-tied by the constructor
     model = ShakespeareGPT(config)
@@ -91,8 +110,7 @@ def load_tiny_shakespeare(argument: str | None = None, params: NoParams | None =
     missing_keys = sorted(set(missing) - {"lm_head.weight"})
     if missing_keys or unexpected:
         raise ParameterError(
-            f"tiny-shakespeare: {weights} does not fit the config: missing {missing_keys}, "
-            f"unexpected {sorted(unexpected)}"
+            f"{label}: {weights} does not fit the config: missing {missing_keys}, unexpected {sorted(unexpected)}"
         )
     if model.lm_head.weight is not model.wte.weight:  # pragma: no cover - guarded by GPT itself
         model.lm_head.weight = model.wte.weight

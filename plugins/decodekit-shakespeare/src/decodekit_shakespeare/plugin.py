@@ -1,4 +1,4 @@
-"""The decodekit entry point: registers `tiny-shakespeare` by import path (imports no torch)."""
+"""The decodekit entry point: registers `tiny-shakespeare` and its draft by import path (imports no torch)."""
 
 from __future__ import annotations
 
@@ -14,4 +14,9 @@ def register_models(register: Registrar) -> None:
         "tiny-shakespeare",
         "decodekit_shakespeare.model:load_tiny_shakespeare",
         description="Character-level GPT (GQA 8/2 heads) trained on Shakespeare's works",
+    )
+    register(
+        "tiny-shakespeare-draft",
+        "decodekit_shakespeare.model:load_tiny_shakespeare_draft",
+        description="A 2-layer draft of tiny-shakespeare (same tokenizer) for speculative decoding",
     )

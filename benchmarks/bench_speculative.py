@@ -1,0 +1,164 @@
+"""Speculative decoding against plain `dk.generate` on tiny-shakespeare: tokens/s, ratio and acceptance per k.
+
+Chains: greedy, and `temperature(0.8) | top_p(0.95)`; draft `tiny-shakespeare-draft` for k = 1..8, and
+prompt lookup ("ngram") on a prompt whose continuation quotes an earlier passage. Batch 1. Plain and
+speculative runs alternate round by round in this process; the ratio reported is the median over
+rounds of each round's ratio (plain time / speculative time for the same tokens), so a burst of load
+on a shared machine moves both sides of a round. Writes a Markdown table to stdout and a plot.
+
+    python benchmarks/bench_speculative.py [--target tiny-shakespeare:DIR] [--repeats 5] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+import decodekit as dk
+
+CHAINS = {"greedy": "greedy", "sampled": "temperature(0.8) | top_p(0.95)"}
+PROMPT = "ROMEO:\n"
+# The continuation of the second copy quotes the first: what prompt lookup is for.
+PASSAGE = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n"
+QUOTING_PROMPT = PASSAGE + "\nHAMLET:\n" + PASSAGE[:24]
+
+
+class Row(NamedTuple):
+    """One k: speculative tokens/s, the median ratio to plain (with quartiles), the acceptance rate."""
+
+    k: int
+    tokens_per_second: float
+    ratio: float
+    low: float
+    high: float
+    acceptance: float
+
+
+def timed(run: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    out = run()
+    return time.perf_counter() - start, out
+
+
+def measure(
+    target: Any, prompt: str, chain: str, draft: Any, ks: list[int], tokens: int, repeats: int
+) -> tuple[float, list[Row]]:
+    """Plain tokens/s, and one `Row` per k."""
+
+    def plain() -> dk.Generation:
+        return dk.generate(target, [prompt], chain=chain, max_new_tokens=tokens, seed=0)
+
+    plain()  # warm-up
+    rows = []
+    base_times: list[float] = []
+    for k in ks:
+
+        def spec(k: int = k) -> dk.Generation:
+            options = {"draft": draft, "k": k, "chain": chain, "max_new_tokens": tokens, "seed": 0}
+            return dk.decode(target, [prompt], strategy="speculative", **options)
+
+        spec()
+        ratios, spec_times, rate = [], [], 0.0
+        for r in range(repeats):
+            pair = [plain, spec] if r % 2 == 0 else [spec, plain]
+            (t_a, a), (t_b, b) = timed(pair[0]), timed(pair[1])
+            t_plain, t_spec, out = (t_a, t_b, b) if r % 2 == 0 else (t_b, t_a, a)
+            ratios.append(t_plain / t_spec)
+            spec_times.append(t_spec)
+            base_times.append(t_plain)
+            rate = out.acceptance_rate
+        q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+        rows.append(Row(k, tokens / statistics.median(spec_times), statistics.median(ratios), q[0], q[2], rate))
+    return tokens / statistics.median(base_times), rows
+
+
+def forward_costs(target: Any, draft: Any, widths: list[int], repeats: int = 200) -> dict[str, float]:
+    """Median µs of one forward against a cache holding 100 tokens: the target on 1 and on each width
+    of new tokens (a verification), the draft on 1 (a drafted token); interleaved call by call."""
+    times: dict[str, list[float]] = {}
+    calls = [("target", target, 1), *((f"target x{w}", target, w) for w in widths), ("draft", draft, 1)]
+    caches = {}
+    with torch.inference_mode():
+        for label, model, _ in calls:
+            spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=128)
+            caches[label] = cache = dk.create_cache("dense", spec)
+            model(torch.zeros(1, 100, dtype=torch.long), torch.arange(100)[None], cache)
+        for _ in range(repeats):
+            for label, model, width in calls:
+                ids, positions = torch.zeros(1, width, dtype=torch.long), torch.arange(100, 100 + width)[None]
+                start = time.perf_counter()
+                model(ids, positions, caches[label])
+                times.setdefault(label, []).append(time.perf_counter() - start)
+                caches[label].crop(100)
+    return {label: statistics.median(t) * 1e6 for label, t in times.items()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", default="tiny-shakespeare")
+    p.add_argument("--draft", default="tiny-shakespeare-draft")
+    p.add_argument("--tokens", type=int, default=200)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--max-k", type=int, default=8)
+    p.add_argument("--plot", type=Path, default=Path(__file__).resolve().parents[1] / "docs/img/speculative.png")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    target, draft = dk.load_model(args.target), dk.load_model(args.draft)
+    ks = list(range(1, args.max_k + 1))
+    print(
+        f"target {args.target}, draft {args.draft}, {args.tokens} new tokens, batch 1, "
+        f"{args.repeats} rounds, {torch.get_num_threads()} thread(s)\n"
+    )
+    costs = forward_costs(target, draft, [3, 5, 9])
+    print("forward, 100 tokens cached: " + ", ".join(f"{label} {us:.0f} µs" for label, us in costs.items()))
+    print(f"draft / target cost c = {costs['draft'] / costs['target']:.2f}\n")
+    print("| chain | draft | k | tokens/s | speed-up (median, quartiles) | acceptance |")
+    print("|---|---|---|---|---|---|")
+    results: dict[str, list[Row]] = {}
+    cases = [(label, PROMPT, chain, draft, args.draft, ks, args.tokens) for label, chain in CHAINS.items()]
+    cases += [
+        (f"{label}, quoting prompt", QUOTING_PROMPT, chain, "ngram", "ngram", [2, 4, 8], 120)
+        for label, chain in CHAINS.items()
+    ]
+    for label, prompt, chain, d, d_name, k_values, tokens in cases:
+        base, rows = measure(target, prompt, chain, d, k_values, tokens, args.repeats)
+        print(f"| {label} | (plain dk.generate) | | {base:.0f} | 1.00x | |")
+        for r in rows:
+            ratio = f"**{r.ratio:.2f}x** ({r.low:.2f}-{r.high:.2f})"
+            print(f"| {label} | {d_name} | {r.k} | {r.tokens_per_second:.0f} | {ratio} | {r.acceptance:.2f} |")
+        results[label] = rows
+    plot(results, args.plot)
+    print(f"\nplot: {args.plot}")
+
+
+def plot(results: dict[str, list[Row]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (speed, accept) = plt.subplots(1, 2, figsize=(10, 4))
+    for label, rows in results.items():
+        ks = [r.k for r in rows]
+        style = "--" if "quoting" in label else "-"
+        speed.plot(ks, [r.ratio for r in rows], style, marker="o", label=label)
+        speed.fill_between(ks, [r.low for r in rows], [r.high for r in rows], alpha=0.15)
+        accept.plot(ks, [r.acceptance for r in rows], style, marker="o", label=label)
+    speed.axhline(1.0, color="grey", lw=0.8)
+    speed.set(xlabel="k (drafted tokens per step)", ylabel="speed-up over dk.generate", title="tokens/s ratio")
+    accept.set(xlabel="k", ylabel="accepted / drafted", title="acceptance rate", ylim=(0, 1.05))
+    speed.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

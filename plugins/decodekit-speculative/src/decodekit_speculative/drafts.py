@@ -1,0 +1,130 @@
+"""Drafts: what proposes the tokens the target verifies. A draft model, or prompt lookup ("ngram").
+
+Both write their proposals into the history buffer right after each row's history, where the
+target's block and the chain's contexts read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from decodekit.cache import KVCache
+from decodekit_speculative.row_cache import RowCache
+
+__all__ = ["Drafter", "ModelDrafter", "NgramDrafter", "Pick", "fed_block"]
+
+Pick = Callable[[int, int, Tensor], "tuple[int, Tensor | None]"]
+"""`pick(row, j, draft_logits [V]) -> (token, q [V] or None for one-hot)`: the chain's choice at drafted position j."""
+
+
+def fed_block(buf: Tensor, lengths: Tensor, first: int, width: int, max_positions: int) -> tuple[Tensor, Tensor]:
+    """`(ids, positions)` `[B, width]`: history columns from `lengths - first` on; negative indices are padding
+    (id 0, negative position), columns past a row's drafts are junk that the next crop removes (their
+    positions held inside the model's context)."""
+    index = (lengths - first)[:, None] + torch.arange(width, device=buf.device)  # [B, width]
+    ids = buf.gather(1, index.clamp(0, buf.shape[1] - 1))
+    return ids, index.clamp(max=max_positions - 1)
+
+
+class Drafter(Protocol):
+    def propose(
+        self, buf: Tensor, lengths: list[int], budgets: list[int], active: list[bool], pick: Pick
+    ) -> list[list[Tensor | None]]:
+        """Write up to `budgets[b]` drafts of row b into `buf[b, lengths[b]:]`; return their q's (one list per
+        row, its length the number of drafts; None for a one-hot q)."""
+        ...
+
+    def rollback(self, row: int, kept: int) -> None:
+        """Row `row` kept `kept` of its drafts (the draft then learns what the target accepted)."""
+        ...
+
+
+class ModelDrafter:
+    """A draft model with its own KV cache: one forward per drafted position, every row at once."""
+
+    def __init__(self, model: Any, cache: KVCache, batch_size: int) -> None:
+        self.model = model
+        self.rows = RowCache(cache, batch_size)
+        self.capacity = cache.capacity
+        self.max_positions = model.spec.max_positions
+        self._lengths: list[int] = [0] * batch_size
+        self._forwards = 0
+
+    def propose(
+        self, buf: Tensor, lengths: list[int], budgets: list[int], active: list[bool], pick: Pick
+    ) -> list[list[Tensor | None]]:
+        K = min(max(budgets), self.capacity - max(lengths))  # room left in the draft's cache
+        qs: list[list[Tensor | None]] = [[] for _ in lengths]
+        self._lengths, self._forwards = list(lengths), K
+        if K <= 0:
+            return qs
+        F = self.rows.prepare(lengths, active)
+        lengths_t = torch.tensor(lengths, device=buf.device)
+        ids, positions = fed_block(buf, lengths_t, F, F, self.max_positions)
+        extra = {"last_only": True} if getattr(self.model, "supports_last_only", False) else {}
+        logits = self.model(ids, positions, self.rows.cache, **extra)[:, -1]  # [B, V]
+        for j in range(K):
+            if j > 0:  # feed the drafts just picked
+                ids, positions = fed_block(buf, lengths_t + j, 1, 1, self.max_positions)
+                logits = self.model(ids, positions, self.rows.cache)[:, -1]
+            for b, budget in enumerate(budgets):
+                if j < budget:
+                    token, q = pick(b, j, logits[b])
+                    buf[b, lengths[b] + j] = token
+                    qs[b].append(q)
+        return qs
+
+    def rollback(self, row: int, kept: int) -> None:
+        if self._forwards > 0:  # drafts x_0 .. x_{K-2} went through the draft model
+            self.rows.commit(row, self._lengths[row] + min(kept, self._forwards - 1))
+
+
+class NgramIndex:
+    """Prompt lookup for one row: the latest earlier occurrence of every n-gram that has a continuation."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.tokens: list[int] = []
+        self.latest: dict[tuple[int, ...], int] = {}  # n-gram -> index of the token after its latest occurrence
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        for t in tokens:
+            i = len(self.tokens)  # t's index: the n-gram ending just before it now has a continuation
+            if i >= self.n:
+                self.latest[tuple(self.tokens[i - self.n : i])] = i
+            self.tokens.append(t)
+
+    def propose(self, k: int) -> list[int]:
+        """Up to `k` tokens that followed the latest earlier occurrence of the last n tokens."""
+        if len(self.tokens) < self.n:
+            return []
+        start = self.latest.get(tuple(self.tokens[-self.n :]))
+        return [] if start is None else self.tokens[start : start + k]
+
+
+class NgramDrafter:
+    """Prompt lookup (Saxena 2023; transformers' `prompt_lookup_num_tokens`): no model, a one-hot q."""
+
+    def __init__(self, prompts: Sequence[Sequence[int]], n: int) -> None:
+        self.index = [NgramIndex(n) for _ in prompts]
+        for idx, prompt in zip(self.index, prompts):
+            idx.extend(prompt)
+
+    def propose(
+        self, buf: Tensor, lengths: list[int], budgets: list[int], active: list[bool], pick: Pick
+    ) -> list[list[Tensor | None]]:
+        qs: list[list[Tensor | None]] = []
+        for b, (idx, n, budget) in enumerate(zip(self.index, lengths, budgets)):
+            idx.extend(buf[b, len(idx.tokens) : n].tolist())  # the tokens emitted since the last call
+            drafts = idx.propose(budget) if budget > 0 else []
+            if drafts:
+                buf[b, n : n + len(drafts)] = torch.tensor(drafts, device=buf.device)
+            qs.append([None] * len(drafts))
+        return qs
+
+    def rollback(self, row: int, kept: int) -> None:
+        pass

@@ -1,0 +1,50 @@
+"""Tiny random targets and drafts: a target, and a draft close to it (the target with noise added)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from decodekit.models.gpt import GPT, GPTConfig
+
+
+def tiny(vocab_size: int = 101, *, seed: int = 0, position: str = "learned") -> GPT:
+    """A random reference GPT whose (tied) embedding is scaled up 3x: peaked enough distributions that a
+    noisy copy agrees with it often but not always (a plain random init is nearly uniform)."""
+    torch.manual_seed(seed)
+    config = GPTConfig(
+        vocab_size=vocab_size, block_size=64, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, position=position
+    )  # type: ignore[arg-type]
+    model = GPT(config).eval()
+    with torch.no_grad():
+        model.wte.weight.mul_(3.0)
+    return model
+
+
+def noisy_copy(model: GPT, scale: float, seed: int = 1) -> GPT:
+    """The model with Gaussian noise of std `scale` added to every weight: a draft that often agrees."""
+    g = torch.Generator().manual_seed(seed)
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale)
+    return twin.eval()
+
+
+@pytest.fixture(scope="module")
+def target() -> GPT:
+    return tiny()
+
+
+@pytest.fixture(scope="module")
+def draft(target: GPT) -> GPT:
+    return noisy_copy(target, 0.03)
+
+
+@pytest.fixture(scope="module")
+def rope_pair() -> tuple[GPT, GPT]:
+    """A rotary-position target and its noisy draft."""
+    model = tiny(position="rope", seed=3)
+    return model, noisy_copy(model, 0.03)

@@ -1,0 +1,160 @@
+"""Greedy chains: token for token the output of `dk.generate`, with every draft, batch shape and cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from decodekit_speculative.strategy import speculative
+
+import decodekit as dk
+from decodekit.cache import PreallocatedKVCache
+from decodekit.models.gpt import GPT
+
+# Ragged rows; the third repeats itself, so prompt lookup has something to find.
+PROMPTS = [[5, 17, 3, 9, 44, 2], [7], [90, 1, 33, 4, 90, 1, 33, 4, 90, 1]]
+CHAINS = [
+    "greedy",
+    "repetition_penalty(1.3) | no_repeat_ngram(3) | greedy",
+    "min_new_tokens(5, stop_tokens=[0, 1]) | greedy",
+]
+
+
+def crop_backends() -> list[str]:
+    """Every installed cache backend whose caches can crop (what rolling back rejected drafts needs);
+    a backend that needs parameters to be built is left out (its own tests build it)."""
+    spec = dk.CacheSpec(n_layers=1, n_heads=2, n_kv_heads=1, head_dim=4, batch_size=1, capacity=4)
+    names = []
+    for name in sorted(dk.get_registry().caches):
+        try:
+            cache = dk.create_cache(name, spec)
+        except dk.DecodekitError:
+            continue
+        if callable(getattr(cache, "crop", None)):
+            names.append(name)
+    return names
+
+
+def test_backends_found() -> None:
+    assert {"dense", "gqa"} <= set(crop_backends())
+
+
+@pytest.mark.parametrize("chain", CHAINS)
+@pytest.mark.parametrize("which", ["model", "ngram", "itself"])
+def test_equals_generate(target: GPT, draft: GPT, chain: str, which: str) -> None:
+    drafts: dict[str, Any] = {"model": draft, "ngram": "ngram", "itself": target}
+    ref = dk.generate(target, PROMPTS, chain=chain, max_new_tokens=20)
+    for k in (1, 3, 8):
+        out = dk.decode(
+            target, PROMPTS, strategy="speculative", draft=drafts[which], k=k, chain=chain, max_new_tokens=20
+        )
+        assert out.tokens == ref.tokens, f"k={k}"
+        alone = [
+            speculative(target, [p], draft=drafts[which], k=k, chain=chain, max_new_tokens=20).tokens[0]
+            for p in PROMPTS
+        ]
+        assert alone == ref.tokens
+    if which == "itself":  # a draft that is the target is always right
+        assert out.accepted == out.drafted
+
+
+@pytest.mark.parametrize("cache", crop_backends())
+def test_every_crop_backend(target: GPT, draft: GPT, cache: str) -> None:
+    chain = CHAINS[1]
+    ref = dk.generate(target, PROMPTS, chain=chain, max_new_tokens=24, cache=cache)
+    for d in (draft, "ngram"):
+        out = speculative(target, PROMPTS, draft=d, k=4, chain=chain, max_new_tokens=24, cache=cache)
+        assert out.tokens == ref.tokens
+
+
+def test_rows_advance_unevenly(target: GPT, draft: GPT, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batched case really moves rows by different amounts (so the test above exercises crop_rows)."""
+    calls: list[tuple[list[int], int]] = []
+    original = PreallocatedKVCache.crop_rows
+
+    def spy(self: PreallocatedKVCache, ends: list[int], length: int) -> None:
+        calls.append((list(ends), length))
+        original(self, ends, length)
+
+    monkeypatch.setattr(PreallocatedKVCache, "crop_rows", spy)
+    out = speculative(target, PROMPTS, draft=draft, k=4, chain="greedy", max_new_tokens=24)
+    assert out.tokens == dk.generate(target, PROMPTS, chain="greedy", max_new_tokens=24).tokens
+    assert any(len(set(ends)) > 1 for ends, _ in calls)
+    assert len(set(out.accepted)) > 1
+
+
+class CropOnly:
+    """A cache backend that can crop but not crop rows: the strategy then decodes rows one by one."""
+
+    def __init__(self, spec: dk.CacheSpec, params: object = None) -> None:
+        self._inner = PreallocatedKVCache(spec, spec.n_kv_heads)
+        self.spec = spec
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "crop_rows":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def test_cache_without_crop_rows(target: GPT, draft: GPT) -> None:
+    class Plugin:
+        @dk.hookimpl
+        def register_cache_backends(self, register: Any) -> None:
+            register("crop_only", CropOnly)
+
+    plugin = Plugin()
+    dk.register_plugin(plugin)
+    try:
+        out = speculative(target, PROMPTS, draft=draft, k=3, chain="greedy", max_new_tokens=16, cache="crop_only")
+    finally:
+        dk.unregister_plugin(plugin)
+    assert out.tokens == dk.generate(target, PROMPTS, chain="greedy", max_new_tokens=16).tokens
+
+
+def test_stops_as_generate(target: GPT, draft: GPT) -> None:
+    ref = dk.generate(target, PROMPTS, chain="greedy", max_new_tokens=30)
+    stop = ref.tokens[0][7]  # a token row 0 emits mid-way, inside some round
+    ref = dk.generate(target, PROMPTS, chain="greedy", max_new_tokens=30, stop_tokens=[stop])
+    out = speculative(target, PROMPTS, draft=draft, k=5, chain="greedy", max_new_tokens=30, stop_tokens=[stop])
+    assert (out.tokens, out.finish_reasons, out.stopped_by) == (ref.tokens, ref.finish_reasons, ref.stopped_by)
+    assert "stop" in out.finish_reasons
+
+
+def test_rope_models(rope_pair: tuple[GPT, GPT]) -> None:
+    rope, rope_draft = rope_pair
+    ref = dk.generate(rope, PROMPTS, chain="greedy", max_new_tokens=20)
+    out = speculative(rope, PROMPTS, draft=rope_draft, k=4, chain="greedy", max_new_tokens=20)
+    assert out.tokens == ref.tokens
+
+
+def test_text_and_stop_strings_on_tiny_shakespeare() -> None:
+    model, draft = dk.load_model("tiny-shakespeare"), dk.load_model("tiny-shakespeare-draft")
+    prompts = ["ROMEO:\n", "JULIET:\nO Romeo"]
+    for stops in ((), ("\n\n", "the")):
+        ref = dk.generate(model, prompts, chain="greedy", max_new_tokens=60, stop_strings=stops)
+        out = speculative(model, prompts, draft=draft, k=4, chain="greedy", max_new_tokens=60, stop_strings=stops)
+        assert (out.text, out.tokens, out.finish_reasons, out.stopped_by) == (
+            ref.text,
+            ref.tokens,
+            ref.finish_reasons,
+            ref.stopped_by,
+        )
+    assert "the" in ref.stopped_by and out.acceptance_rate > 0.5
+
+
+@pytest.mark.parametrize(
+    ("prompts", "new_tokens"),
+    [
+        ([[1], [2], [3]], 1),  # one-token prompts, one new token: no room to draft
+        ([[5] * 10, [7]], 54),  # prompt + new tokens fill the context to its last position
+        ([[5] * 60, [7, 8]], 4),
+    ],
+)
+def test_edges(target: GPT, draft: GPT, prompts: list[list[int]], new_tokens: int) -> None:
+    chain = "repetition_penalty(1.3) | greedy"
+    ref = dk.generate(target, prompts, chain=chain, max_new_tokens=new_tokens)
+    for d in (draft, "ngram", target):
+        for k in (1, 64):  # k = 64: more than the tokens left and than the context's room
+            assert (
+                speculative(target, prompts, draft=d, k=k, chain=chain, max_new_tokens=new_tokens).tokens == ref.tokens
+            )

@@ -1,0 +1,86 @@
+"""Bad options fail with decodekit's errors, naming parameter, value and what is allowed; the plugin is light."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from decodekit_speculative.strategy import speculative
+
+import decodekit as dk
+from decodekit.models.gpt import GPT, GPTConfig
+
+PROMPT = [5, 17, 3]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"k": 0}, r"speculative: k=0 is invalid.*allowed: int 1 <= k <= 64"),
+        ({"ngram_size": 0}, r"ngram_size=0 is invalid.*allowed: int 1 <= ngram_size"),
+        ({"logprobs": 2}, r"logprobs=2 is not supported; allowed: None"),
+        ({"cache": "none"}, r"cache='none' is invalid; allowed: a cache backend"),
+        ({"max_new_tokens": -1}, r"max_new_tokens=-1 is invalid; allowed: an integer >= 0"),
+        ({"draft": 3}, r"draft=3 is invalid; allowed: a registered model name, a model object, or 'ngram'"),
+        ({"colour": 1}, r"unknown parameter colour=1; allowed parameters: draft, k, ngram_size, chain"),
+    ],
+)
+def test_bad_options(target: GPT, options: dict[str, object], message: str) -> None:
+    kwargs: dict[str, object] = {"draft": "ngram", "max_new_tokens": 8, **options}
+    with pytest.raises((dk.ParameterError, TypeError), match=message):
+        dk.decode(target, [PROMPT], strategy="speculative", **kwargs)
+
+
+def test_unknown_draft_name_lists_models(target: GPT) -> None:
+    with pytest.raises(dk.UnknownNameError, match="unknown model 'no-such-draft'; installed: .*tiny-shakespeare"):
+        speculative(target, [PROMPT], draft="no-such-draft", max_new_tokens=8)
+
+
+def test_vocabulary_mismatch(target: GPT) -> None:
+    small = GPT(GPTConfig(vocab_size=50, block_size=64, n_layer=1, n_head=2, n_embd=8))
+    with pytest.raises(dk.ParameterError, match="vocabulary of 50 tokens, the target 101; allowed: a draft sharing"):
+        speculative(target, [PROMPT], draft=small, max_new_tokens=8)
+
+
+def test_zero_new_tokens(target: GPT) -> None:
+    out = speculative(target, [PROMPT, [1]], draft="ngram", max_new_tokens=0)
+    assert out.tokens == [[], []] and out.acceptance_rate == 0.0
+
+
+def test_plugin_registers_by_import_path_without_torch() -> None:
+    code = (
+        "import sys\n"
+        "import decodekit_speculative.plugin as p\n"
+        "calls = []\n"
+        "p.register_strategies(lambda *a, **kw: calls.append(a))\n"
+        "assert 'torch' not in sys.modules, 'plugin.py imported torch'\n"
+        "print(calls)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "'speculative', 'decodekit_speculative.strategy:speculative_strategy'" in out
+    assert "speculative" in dk.get_registry().strategies
+
+
+def test_context_too_long(target: GPT) -> None:
+    with pytest.raises(dk.ContextLengthError, match="prompt of 3 tokens \\+ max_new_tokens=62 exceeds .* 64 positions"):
+        speculative(target, [PROMPT], draft="ngram", max_new_tokens=62)
+
+
+class NaNRow:
+    """The target with NaN logits in row 1 from its second new token on."""
+
+    def __init__(self, model: GPT, prompt_length: int) -> None:
+        self.model, self.spec, self.prompt_length = model, model.spec, prompt_length
+
+    def __call__(self, ids: torch.Tensor, positions: torch.Tensor, cache: object, **kw: object) -> torch.Tensor:
+        logits = self.model(ids, positions, cache, **kw).clone()
+        logits[1, positions[1] >= self.prompt_length] = float("nan")
+        return logits
+
+
+@pytest.mark.parametrize("chain", ["greedy", "temperature(0.8)", "repetition_penalty(1.2) | greedy"])
+def test_nan_logits_name_step_and_row(target: GPT, chain: str) -> None:
+    with pytest.raises(dk.NumericsError, match=r"speculative \(target model\): step 1, row 1: .*NaN"):
+        speculative(NaNRow(target, 3), [PROMPT, PROMPT], draft="ngram", chain=chain, max_new_tokens=8)
