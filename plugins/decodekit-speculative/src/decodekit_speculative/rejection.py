@@ -11,6 +11,7 @@ target's argmax, then emit that argmax.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -24,7 +25,10 @@ __all__ = ["draw", "probabilities", "verify_argmax", "verify_softmax"]
 def draw(probs: Tensor, u: Tensor) -> int:
     """A token drawn from `probs` `[V]` (unnormalised, >= 0) by inverting its CDF at `u` in [0, 1);
     a token of probability 0 is never drawn (-1 when every probability is 0 or one is NaN)."""
-    return int(inverse_cdf(probs.log()[None], u.view(1)))
+    total = float(probs.sum())
+    if not (math.isfinite(total) and total > 0.0):  # NaN, +inf or nothing left: not a distribution
+        return -1
+    return int(inverse_cdf(probs.log()[None], u.view(1, 1)))
 
 
 def verify_argmax(drafts: Sequence[int], target: Callable[[int], int]) -> tuple[int, int]:
