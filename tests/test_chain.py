@@ -164,7 +164,7 @@ def test_an_unknown_sampler_lists_the_installed_ones() -> None:
         ("top_k(5) || sample", r"at position 10: expected a chain stage name, found '\|'"),
         ("top_k(5) |", "at position 10: expected a chain stage name, found the end"),
         ("1 + 2", "at position 0: expected a chain stage name, found '1'"),
-        ("top_k(k=n) | sample", "at position 8: expected a literal"),
+        ("top_k(k=&) | sample", "at position 8: expected a literal"),
         ("top_k(**{'k': 5})", "at position 6: expected a literal"),
         ("greedy | top_k(5)", "selector"),
         ("sample | greedy", "selector"),

@@ -71,7 +71,7 @@ def test_values_equal_what_python_reads_from_the_same_text() -> None:
         ("f(x=1, x=2)", "at position 7: expected each parameter once; x is given twice"),
         ("f(x=1, 2)", "at position 7: expected name=value"),
         ("f(-'a')", "at position 3: expected a number after the sign"),
-        ("f(n)", "at position 2: expected a literal"),
+        ("f(@)", "at position 2: expected a literal"),
         ("f(1 + 2)", "at position 4: expected ',' or '\\)'"),
         ("1abc", "at position 0: expected a chain stage name, found '1'"),
         ("a.b", "at position 1: expected '\\|' or the end, found '.'"),
@@ -122,3 +122,11 @@ def test_one_stage_forms_reject_a_chain_and_non_strings() -> None:
 def test_malformed_specs_are_chain_spec_errors(spec: Any, message: str) -> None:
     with pytest.raises(dk.ChainSpecError, match=message):
         dk.Chain.from_spec(spec)
+
+
+def test_bare_words_are_strings_so_a_command_line_needs_no_inner_quotes() -> None:
+    [call] = parse_chain_string("speculative(draft=tiny-shakespeare-draft, k=4)")
+    assert call.kwargs == {"draft": "tiny-shakespeare-draft", "k": 4}
+    [call] = parse_chain_string("window(size=auto, sinks=4, store=int8)")
+    assert call.kwargs == {"size": "auto", "sinks": 4, "store": "int8"}
+    assert parse_chain_string("f(-inf, True, None, x)")[0].args == [float("-inf"), True, None, "x"]

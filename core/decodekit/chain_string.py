@@ -1,7 +1,7 @@
 """The one-line string form of chains, cache backends and strategies: `"name(arg, key=value) | name"`.
 
 A small recursive-descent parser over Python literal syntax (numbers, strings, True, False,
-None, lists, tuples, dicts, unary signs; also `inf`, as `repr` writes it, so `-inf` can ban a
+None, lists, tuples, dicts, unary signs, bare words as strings; also `inf`, as `repr` writes it, so `-inf` can ban a
 token in `logit_bias({5: -inf})`): no `eval`, a bounded nesting depth, and every
 malformed input a `ChainSpecError` naming the position and what was expected there.
 """
@@ -21,6 +21,9 @@ MAX_DEPTH = 32
 """The deepest nesting of brackets and signs a value may have."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A bare word stands for a string, so a command line needs no inner quotes:
+# `window(size=auto)`, `speculative(draft=tiny-shakespeare-draft, k=4)`.
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*")
 _NUMBER = re.compile(r"(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d(?:_?\d)*)?")
 _STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
 _CONSTANTS: dict[str, Any] = {"True": True, "False": False, "None": None, "inf": float("inf")}
@@ -144,7 +147,13 @@ class _Parser:
         if match is not None and match.group() in _CONSTANTS:
             self.pos = match.end()
             return _CONSTANTS[match.group()]
-        raise self.error("a literal (a number, inf, a string, True, False, None, a list, a tuple or a dict)")
+        match = _WORD.match(self.text, self.pos)
+        if match is not None:
+            self.pos = match.end()
+            return match.group()
+        raise self.error(
+            "a literal (a number, inf, a string or bare word, True, False, None, a list, a tuple or a dict)"
+        )
 
     def bracketed(self, opening: str, depth: int) -> Any:
         opened, close = self.pos, _CLOSE[opening]
