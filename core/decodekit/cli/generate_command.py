@@ -18,7 +18,16 @@ import decodekit as dk
 from decodekit.cli.errors import EXIT_INTERRUPTED, CliError
 from decodekit.cli.json_output import print_json
 from decodekit.cli.live_text import SampleWriter, TextOutput
-from decodekit.cli.options import build_chain, load_named_model, model_name, prompt_text, resolve_cache
+from decodekit.cli.options import (
+    build_chain,
+    check_installed,
+    check_stop,
+    encode_prompt,
+    load_named_model,
+    model_name,
+    prompt_text,
+    resolve_cache,
+)
 
 __all__ = ["GenerateRequest", "SampleResult", "StreamResult", "run_generate", "stream_samples"]
 
@@ -39,6 +48,7 @@ class GenerateRequest:
     json_output: bool
     echo: bool
     threads: int | None = None
+    replace_unknown: bool = False
 
 
 SMALL_MODEL_PARAMETERS = 20_000_000
@@ -84,7 +94,7 @@ def _rate(tokens: int, seconds: float) -> float:
 
 def stream_samples(
     model: Any,
-    prompt: str,
+    prompt: str | list[int],
     chain: dk.Chain,
     *,
     num_samples: int,
@@ -182,18 +192,21 @@ def _cli_hints() -> Iterator[None]:
 
 def run_generate(request: GenerateRequest) -> int:
     """Run the command; return its exit status."""
+    check_stop(request.stop)
+    check_installed(request.model, request.chain, request.flags)
     cache = resolve_cache(request.cache)
     name = model_name(request.model)
     chain = build_chain(request.chain, request.flags)
     prompt = prompt_text(request.prompt)
     model = load_named_model(name)
     set_threads(model, request.threads)
+    encoded = encode_prompt(model, prompt, request.replace_unknown)
 
     with TextOutput(text=not request.json_output) as out, _cli_hints():
         writer = None if request.json_output else SampleWriter(out, request.num_samples, prompt if request.echo else "")
         result = stream_samples(
             model,
-            prompt,
+            encoded,
             chain,
             num_samples=request.num_samples,
             max_new_tokens=request.max_new_tokens,

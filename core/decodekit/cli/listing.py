@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict
-from typing import Any, get_origin
+from typing import Any
 
 from pydantic.fields import FieldInfo
 from rich.console import Console, RenderableType
@@ -16,8 +16,9 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from decodekit.cli.param_types import bounds_text, type_text
 from decodekit.errors import PluginError
-from decodekit.params import allowed_values
+from decodekit.params import Params
 from decodekit.plugins import CacheEntry, SamplerEntry, StrategyEntry, get_registry
 
 __all__ = ["plugins_report", "render_plugins", "render_samplers", "samplers_report"]
@@ -32,24 +33,26 @@ def plugins_report() -> dict[str, Any]:
     }
 
 
-def _type_name(field: FieldInfo) -> str:
-    ann = field.annotation
-    name = getattr(ann, "__name__", None)
-    if get_origin(ann) is None and name is not None:  # a plain class: "float", not "<class 'float'>"
-        return str(name)
-    return str(ann).replace("typing.", "")  # "int | None", "tuple[int, ...]"
-
-
-def _param_report(name: str, field: FieldInfo) -> dict[str, Any]:
+def _param_report(name: str, field: FieldInfo, schema: dict[str, Any]) -> dict[str, Any]:
+    """A parameter: readable `type` and `bounds`, its JSON Schema, default and description."""
     required = field.is_required()
+    kind = type_text(field.annotation)
+    bounds = bounds_text(field.metadata, name)
     return {
         "name": name,
-        "type": _type_name(field),
-        "allowed": allowed_values(name, field),
+        "type": kind,
+        "bounds": bounds,
+        "allowed": f"{kind}, {bounds}" if bounds else kind,
         "required": required,
         "default": None if required else field.get_default(call_default_factory=True),
         "description": field.description or "",
+        "schema": schema,
     }
+
+
+def _params_report(model: type[Params]) -> list[dict[str, Any]]:
+    properties = model.model_json_schema().get("properties", {})
+    return [_param_report(k, f, properties.get(k, {})) for k, f in model.model_fields.items()]
 
 
 def _kind(entry: SamplerEntry) -> tuple[str | None, str | None]:
@@ -73,7 +76,7 @@ def samplers_report() -> dict[str, Any]:
             "description": entry.description,
             "distribution": entry.distribution,
             "version": entry.version,
-            "params": [_param_report(k, f) for k, f in entry.params_model.model_fields.items()],
+            "params": _params_report(entry.params_model),
         }
         if error is not None:
             item["error"] = error
@@ -130,11 +133,19 @@ def _default(p: dict[str, Any]) -> str:
 
 
 def _indented(renderable: RenderableType, by: int) -> Padding:
-    return Padding(renderable, (0, 0, 0, by))
+    return Padding(renderable, (0, 0, 0, by), expand=False)
+
+
+def _param_line(p: dict[str, Any]) -> Text:
+    """`name  type  bounds  default`: words that wrap at any width, never cut."""
+    return Text.assemble(
+        (p["name"], "green"), "  ", p["type"], *(("  ", p["bounds"]) if p["bounds"] else ()), "  ", (_default(p), "dim")
+    )
 
 
 def render_samplers(report: dict[str, Any]) -> None:
-    """One block per sampler: name, kind and plugin, its description, then a row per parameter."""
+    """One block per sampler: name, kind and plugin, its description, then each parameter with
+    its type, bounds and default on one line and its description below (blocks wrap, never truncate)."""
     console = Console()
     console.print(Text("Samplers", style="bold"))
     for s in report["samplers"]:
@@ -142,15 +153,10 @@ def render_samplers(report: dict[str, Any]) -> None:
         console.print(Text.assemble((s["name"], "bold cyan"), f"  {kind} · {s['distribution']} {s['version']}"))
         if s["description"]:
             console.print(_indented(Text(s["description"]), 2))
-        if s["params"]:
-            params = Table(box=None, show_header=False, padding=(0, 2, 0, 0), pad_edge=False)
-            params.add_column(no_wrap=True, style="green")
-            params.add_column(no_wrap=True)
-            params.add_column(no_wrap=True)
-            params.add_column(style="dim")
-            for p in s["params"]:
-                params.add_row(*_plain(p["name"], p["allowed"], _default(p), p["description"]))
-            console.print(_indented(params, 4))
+        for p in s["params"]:
+            console.print(_indented(_param_line(p), 4))
+            if p["description"]:
+                console.print(_indented(Text(p["description"], style="dim"), 6))
     console.print()
     console.print(Text("Cache backends", style="bold"))
     none = {"name": "none", "description": "No cache: recompute the whole context every step", "distribution": ""}
