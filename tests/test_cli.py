@@ -242,17 +242,49 @@ def test_plugins_and_samplers_listings() -> None:
     assert samplers["temperature"]["kind"] == samplers["top_p"]["kind"] == "processor"
     top_p = {p["name"]: p for p in samplers["top_p"]["params"]}
     assert top_p["p"]["required"] is True and top_p["p"]["type"] == "float"
-    assert top_p["p"]["allowed"] == "float 0 < p <= 1"
+    assert top_p["p"]["bounds"] == "0 < p ≤ 1, finite"
+    assert top_p["p"]["schema"] == {
+        **dk.get_registry().samplers["top_p"].params_model.model_json_schema()["properties"]["p"]
+    }
+    assert top_p["p"]["schema"]["exclusiveMinimum"] == 0 and top_p["p"]["schema"]["maximum"] == 1
     assert top_p["min_keep"]["required"] is False and top_p["min_keep"]["default"] == 1
     assert {"dense", "gqa"} <= {c["name"] for c in report["cache_backends"]}
 
     assert samplers_text.returncode == 0
-    for s in report["samplers"]:
-        assert s["name"] in samplers_text.stdout and s["description"] in samplers_text.stdout
-        for p in s["params"]:
-            assert p["allowed"] in samplers_text.stdout
     for c in report["cache_backends"]:
         assert c["description"] in samplers_text.stdout
+
+
+READABLE_TYPES = {
+    ("allowed_tokens", "tokens"): "list[int ≥ 0]",
+    ("bad_words", "sequences"): "list[list[int ≥ 0]]",
+    ("logit_bias", "bias"): "dict[int ≥ 0, float in [-100, 100]]",
+    ("sequence_bias", "biases"): "list[tuple[list[int ≥ 0], float]]",
+    ("repetition_penalty", "last_n"): "int | None",
+}
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_samplers_listing_is_readable_at_any_width(columns: int) -> None:
+    text, as_json = cli_many(["samplers"], ["samplers", "--json"], COLUMNS=str(columns))
+    assert text.returncode == 0 and text.stderr == ""
+    lines = [line.rstrip() for line in text.stdout.splitlines()]
+    assert max(map(len, lines)) <= columns
+    for internal in ("FieldInfo", "Annotated", "typing.", "metadata=", "<class"):
+        assert internal not in text.stdout and internal not in as_json.stdout
+    words = " ".join(text.stdout.split())  # wrapped lines read as one text: nothing cut or dropped
+    samplers = {s["name"]: s for s in ok_json(as_json)["samplers"]}
+    for s in samplers.values():
+        assert " ".join(f"{s['name']} {s['kind']} · {s['distribution']}".split()) in words
+        assert " ".join(s["description"].split()) in words
+        for p in s["params"]:
+            default = "required" if p["required"] else f"default {p['default']!r}"
+            shown = " ".join(filter(None, [p["name"], p["type"], p["bounds"], default]))
+            assert " ".join(shown.split()) in words, (s["name"], shown)
+            assert " ".join(p["description"].split()) in words
+            assert p["schema"]["description"] == p["description"] if p["description"] else True
+    for (sampler, param), expected in READABLE_TYPES.items():
+        assert {p["name"]: p["type"] for p in samplers[sampler]["params"]}[param] == expected
 
 
 TORCH_FREE = """

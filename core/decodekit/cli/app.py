@@ -29,6 +29,13 @@ class OnError(str, Enum):
     fail = "fail"
 
 
+class PluginKind(str, Enum):
+    sampler = "sampler"
+    cache = "cache"
+    model = "model"
+    strategy = "strategy"
+
+
 app = typer.Typer(
     name="decodekit",
     help="Sample from autoregressive language models with composable, plugin-provided samplers.",
@@ -288,17 +295,40 @@ def plugins(json_output: JsonOption = False) -> None:
 
 @app.command(
     help="List every registered sampler with its parameters, bounds and defaults, the cache backends "
-    "and the decode strategies."
+    "and the decode strategies; with NAMES, only those samplers."
 )
-def samplers(json_output: JsonOption = False) -> None:
+def samplers(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Show only these samplers (default: all).", show_default=False)
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
     from decodekit.cli.json_output import print_json
     from decodekit.cli.listing import render_samplers, samplers_report
 
-    report = samplers_report()
+    report = samplers_report(names or ())
     if json_output:
         print_json(report)
     else:
         render_samplers(report)
+
+
+@app.command(
+    "new-plugin",
+    help="Write a complete plugin distribution to start from: pyproject with the entry point, a parameter "
+    "model, a working example, a README and tests that run the conformance kit. It passes "
+    "`pip install -e DIR && pytest DIR` as written.",
+)
+def new_plugin(
+    name: Annotated[str, typer.Argument(help="The name it registers (lowercase, digits, _): softcap, my_cache.")],
+    kind: Annotated[PluginKind, typer.Option("--kind", help="What the plugin provides.")] = PluginKind.sampler,
+    directory: Annotated[
+        Path | None, typer.Option("--dir", help="Where to write it. Default: ./decodekit-NAME.", show_default=False)
+    ] = None,
+) -> None:
+    from decodekit.cli.new_plugin import write_plugin
+
+    raise typer.Exit(write_plugin(name, kind.value, directory))
 
 
 def _flags(

@@ -6,7 +6,7 @@ kind may import its module when the plugin did not declare it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -19,7 +19,7 @@ from rich.text import Text
 from decodekit.cli.param_types import bounds_text, type_text
 from decodekit.errors import PluginError
 from decodekit.params import Params
-from decodekit.plugins import CacheEntry, SamplerEntry, StrategyEntry, get_registry
+from decodekit.plugins import CacheEntry, SamplerEntry, StrategyEntry, get_registry, sampler_entry
 
 __all__ = ["plugins_report", "render_plugins", "render_samplers", "samplers_report"]
 
@@ -44,10 +44,15 @@ def _param_report(name: str, field: FieldInfo, schema: dict[str, Any]) -> dict[s
         "bounds": bounds,
         "allowed": f"{kind}, {bounds}" if bounds else kind,
         "required": required,
-        "default": None if required else field.get_default(call_default_factory=True),
+        "default": None if required else _as_list(field.get_default(call_default_factory=True)),
         "description": field.description or "",
         "schema": schema,
     }
+
+
+def _as_list(value: Any) -> Any:
+    """Tuples as lists: how JSON and chain strings write them."""
+    return [_as_list(v) for v in value] if isinstance(value, (tuple, list)) else value
 
 
 def _params_report(model: type[Params]) -> list[dict[str, Any]]:
@@ -63,11 +68,13 @@ def _kind(entry: SamplerEntry) -> tuple[str | None, str | None]:
         return None, str(exc)
 
 
-def samplers_report() -> dict[str, Any]:
-    """Every registered sampler with its parameters, every cache backend and decode strategy."""
+def samplers_report(names: Sequence[str] = ()) -> dict[str, Any]:
+    """Every registered sampler (or those named) with its parameters, every cache backend and strategy."""
     registry = get_registry()
+    for name in names:
+        sampler_entry(name)  # an unknown name: UnknownNameError, with the installed ones
     samplers = []
-    for name in sorted(registry.samplers):
+    for name in names or sorted(registry.samplers):
         entry = registry.samplers[name]
         kind, error = _kind(entry)
         item: dict[str, Any] = {
@@ -83,8 +90,8 @@ def samplers_report() -> dict[str, Any]:
         samplers.append(item)
     return {
         "samplers": samplers,
-        "cache_backends": _entries(registry.caches.values()),
-        "strategies": _entries(registry.strategies.values()),
+        "cache_backends": [] if names else _entries(registry.caches.values()),
+        "strategies": [] if names else _entries(registry.strategies.values()),
     }
 
 
@@ -157,6 +164,8 @@ def render_samplers(report: dict[str, Any]) -> None:
             console.print(_indented(_param_line(p), 4))
             if p["description"]:
                 console.print(_indented(Text(p["description"], style="dim"), 6))
+    if not report["cache_backends"]:
+        return  # only the samplers asked for
     console.print()
     console.print(Text("Cache backends", style="bold"))
     none = {"name": "none", "description": "No cache: recompute the whole context every step", "distribution": ""}
