@@ -207,10 +207,7 @@ class ByteTokenizer:
 
 def load(argument: str | None = None) -> GPT:
     """`dk.load_model("$name")`; `dk.load_model("$name:ARG")` passes ARG (e.g. a weights path)."""
-    p = ${cls}Params()
-    config = GPTConfig(
-        vocab_size=256, block_size=p.block_size, n_layer=p.n_layer, n_head=p.n_head, n_kv_head=p.n_kv_head, n_embd=p.n_embd
-    )
+    config = GPTConfig(vocab_size=256, **${cls}Params().model_dump())
     with torch.random.fork_rng():
         torch.manual_seed(0)  # the same weights in every process
         model = GPT(config)
