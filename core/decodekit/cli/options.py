@@ -158,4 +158,6 @@ def encode_prompt(model: Any, prompt: str, replace_unknown: bool) -> str | list[
     except DecodekitError as exc:
         hint = " (on the command line: --replace-unknown)" if accepts_errors else ""
         raise CliError(f"{exc}{hint}") from None
+    except Exception as exc:  # a third-party tokenizer's own error: still one line, no traceback
+        raise CliError(f"the model's tokenizer cannot encode the prompt: {type(exc).__name__}: {exc}") from None
     return ids
