@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import ast
 import doctest
+import itertools
 import os
 import re
 import subprocess
@@ -240,8 +241,15 @@ def run_command(command: str, cwd: Path) -> str:
 
 
 def run_commands(shown: list[Shown], cwd: Path, workers: int = 3) -> list[str]:
+    """Each command's output. Blocks run side by side; a block's commands in order (one may
+    write a file the next reads)."""
+    blocks = [list(group) for _, group in itertools.groupby(shown, key=lambda s: (s.block.page, s.block.start))]
+
+    def run_block(block: list[Shown]) -> list[str]:
+        return [run_command(s.command, cwd) for s in block]
+
     with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(lambda s: run_command(s.command, cwd), shown))
+        return [out for outputs in pool.map(run_block, blocks) for out in outputs]
 
 
 def update_outputs(cwd: Path) -> list[Path]:

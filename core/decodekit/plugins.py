@@ -367,7 +367,8 @@ def _unknown(what: str, name: str, installed: Iterable[str]) -> UnknownNameError
     if close:
         msg += f"; did you mean {close[0]!r}?"
     if name in STANDARD_PLUGINS:
-        msg += f". {name!r} is provided by {STANDARD_PLUGINS[name]}: pip install {STANDARD_PLUGINS[name]}"
+        dist = STANDARD_PLUGINS[name]
+        msg += f". {name!r} is provided by {dist}: pip install {dist} (from a checkout: pip install plugins/{dist})"
     return UnknownNameError(msg)
 
 

@@ -43,6 +43,7 @@ from decodekit.cli.options import (
     encode_prompt,
     load_named_model,
     model_name,
+    prompt_rows,
     resolve_cache,
 )
 
@@ -133,7 +134,7 @@ def _run_batch(
     written = 0
     events = dk.stream(
         model,
-        [p.ids for p in batch],
+        prompt_rows([p.ids for p in batch]),
         chain=build_chain(batch[0].chain, {}),
         max_new_tokens=batch[0].max_new_tokens,
         cache=request.cache,

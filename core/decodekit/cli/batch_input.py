@@ -97,7 +97,7 @@ def read_prompts(
 def _parse(raw: str, number: int, seen: dict[str | int, int]) -> PromptLine:
     try:
         value = json.loads(raw)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise CliError(f"not JSON: {exc.msg} at column {exc.colno}") from None
     if not isinstance(value, dict):
         raise CliError(f"a JSON {type(value).__name__}; allowed: an object with a 'prompt'")

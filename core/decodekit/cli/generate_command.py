@@ -25,6 +25,7 @@ from decodekit.cli.options import (
     encode_prompt,
     load_named_model,
     model_name,
+    prompt_rows,
     prompt_text,
     resolve_cache,
 )
@@ -116,7 +117,7 @@ def stream_samples(
     interrupted = False
     events = dk.stream(
         model,
-        [prompt] * num_samples,
+        prompt_rows([prompt] * num_samples),
         chain=chain,
         max_new_tokens=max_new_tokens,
         cache=cache,

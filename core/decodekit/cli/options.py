@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from decodekit.cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
@@ -29,6 +29,7 @@ __all__ = [
     "install_hint",
     "load_named_model",
     "model_name",
+    "prompt_rows",
     "prompt_text",
     "resolve_cache",
 ]
@@ -119,7 +120,7 @@ def resolve_cache(name: str | None) -> str:
         return "dense" if "dense" in caches else "none"
     if name == "none" or name in caches:
         return name
-    hint = f"; pip install {STANDARD_PLUGINS[name]}" if name in STANDARD_PLUGINS else ""
+    hint = f"; {install_hint([STANDARD_PLUGINS[name]])}" if name in STANDARD_PLUGINS else ""
     raise CliError(f"--cache {name!r}: unknown cache backend; allowed: {', '.join(['none', *sorted(caches)])}{hint}")
 
 
@@ -140,6 +141,12 @@ def prompt_text(prompt: str | None) -> str:
 def check_stop(stop: tuple[str, ...]) -> None:
     if "" in stop:
         raise CliError("--stop '': an empty stop string would end every sample at once; allowed: non-empty text")
+
+
+def prompt_rows(prompts: Sequence[str | list[int]]) -> list[str] | list[list[int]]:
+    """Prompts as `dk.stream` takes them: all text (a model without a tokenizer) or all token ids."""
+    texts = [p for p in prompts if isinstance(p, str)]
+    return texts if len(texts) == len(prompts) else [p for p in prompts if not isinstance(p, str)]
 
 
 def encode_prompt(model: Any, prompt: str, replace_unknown: bool) -> str | list[int]:
