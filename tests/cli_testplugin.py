@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from decodekit import hookimpl
-from decodekit.hookspecs import ModelRegistrar
+from decodekit.hookspecs import Registrar
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -42,7 +42,7 @@ class CharTokenizer:
         return "".join(ALPHABET[int(i)] for i in ids)
 
 
-def load_model(argument: str | None = None) -> Any:
+def load_model(argument: str | None = None, params: object = None) -> Any:
     """The test GPT: 2 layers, 4 heads sharing 2 kv-heads (so `dense` and `gqa` differ), 96 tokens."""
     import torch
 
@@ -75,8 +75,8 @@ def load_model(argument: str | None = None) -> Any:
 
 
 @hookimpl
-def register_models(register: ModelRegistrar) -> None:
-    register(MODEL_NAME, f"{__name__}:load_model", "Random-init 2-layer char GPT for the CLI tests")
+def register_models(register: Registrar) -> None:
+    register(MODEL_NAME, f"{__name__}:load_model", description="Random-init 2-layer char GPT for the CLI tests")
 
 
 class BrokenPlugin:

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 import torch
+from pydantic import Field
 
 import decodekit as dk
 from decodekit.beam import BeamGeneration
 from decodekit.cache import KVCache, PreallocatedKVCache
-from decodekit.decoding import Generation
 from decodekit.models.gpt import GPT
+from decodekit.results import Generation
 from tinymodels import CharTokenizer, left_padded, tiny_gpt
 
 PROMPTS = [[5, 17, 3, 9, 44, 2], [7, 8], [90, 1, 33]]
@@ -298,22 +299,28 @@ def test_decode_dispatches_to_the_registered_strategy() -> None:
         dk.decode(m, PROMPTS, strategy="beem")
 
 
-def _echo(model: Any, prompts: Sequence[Sequence[int]], *, times: int = 1) -> Generation:
+class EchoParams(dk.Params):
+    times: int = Field(1, ge=1)
+
+
+def _echo(request: dk.DecodeRequest, params: EchoParams) -> Generation:
     """A custom strategy: "generates" each prompt `times` over."""
-    rows = [list(p) for p in prompts]
-    return Generation(tokens=[r * times for r in rows], finish_reasons=["length"] * len(rows), prompt_tokens=rows)
+    rows = request.prompts
+    return Generation(
+        tokens=[r * params.times for r in rows], finish_reasons=["length"] * len(rows), prompt_tokens=rows
+    )
 
 
 class EchoPlugin:
     @dk.hookimpl
     def register_strategies(self, register: Any) -> None:
-        register("echo", _echo, description="repeats the prompt")
+        register("echo", _echo, EchoParams, description="repeats the prompt")
 
 
 class BeamAgainPlugin:
     @dk.hookimpl
     def register_strategies(self, register: Any) -> None:
-        register("beam", "decodekit.beam:beam_search", description="a second beam")
+        register("beam", "decodekit.beam:beam_strategy", description="a second beam")
 
 
 def test_a_plugin_adds_a_strategy_by_name() -> None:
@@ -321,6 +328,13 @@ def test_a_plugin_adds_a_strategy_by_name() -> None:
     dk.register_plugin(plugin, name="echo-plugin")
     try:
         assert dk.decode(tiny_gpt(2), [[1, 2], [3]], strategy="echo", times=2).tokens == [[1, 2, 1, 2], [3, 3]]
+        assert dk.decode(tiny_gpt(2), [[1, 2], [3]], strategy="echo(3)").tokens == [[1, 2] * 3, [3] * 3]
+        with pytest.raises(dk.ParameterError, match=r"strategy echo: times=0 is invalid.*1 <= times"):
+            dk.decode(tiny_gpt(2), [[1]], strategy="echo", times=0)
+        with pytest.raises(dk.ParameterError, match="unknown parameter tims=2; allowed parameters: times, chain"):
+            dk.decode(tiny_gpt(2), [[1]], strategy="echo", tims=2)
+        with pytest.raises(dk.ParameterError, match="prompts: row 0: token id 1000 is invalid"):
+            dk.decode(tiny_gpt(2), [[1000]], strategy="echo")
         registry = dk.get_registry()
         assert registry.strategies["echo"].distribution == "echo-plugin"
         assert registry.plugins["echo-plugin"].strategies == ["echo"]
@@ -332,7 +346,7 @@ def test_a_plugin_adds_a_strategy_by_name() -> None:
 def test_two_plugins_registering_one_strategy_name_is_an_error_naming_both() -> None:
     plugin = BeamAgainPlugin()
     try:
-        with pytest.raises(dk.PluginError, match="'beam' is registered by two distributions: decodekit and beam-again"):
+        with pytest.raises(dk.PluginError, match="'beam' is registered by 2 distributions: decodekit and beam-again"):
             dk.register_plugin(plugin, name="beam-again")
     finally:
         dk.unregister_plugin(plugin)
@@ -342,11 +356,18 @@ def test_two_plugins_registering_one_strategy_name_is_an_error_naming_both() -> 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"num_beams": 0}, r"num_beams=0 is invalid; allowed: an integer >= 1"),
+        ({"num_beams": 0}, r"num_beams=0 is invalid: .*; allowed: int 1 <= num_beams"),
         ({"num_beams": 2, "num_return_sequences": 3}, r"num_return_sequences=3 .* <= num_beams=2"),
-        ({"length_penalty": float("inf")}, r"length_penalty=inf is invalid; allowed: a finite number"),
+        (
+            {"length_penalty": float("inf")},
+            r"length_penalty=inf is invalid: .*allowed: float -10.0 <= length_penalty <= 10.0",
+        ),
+        ({"length_penalty": 700}, r"length_penalty=700 is invalid"),
+        ({"logprobs": 2}, r"beam_search: logprobs is not supported"),
         ({"length_penalty": float("nan")}, r"length_penalty=nan is invalid"),
-        ({"early_stopping": "sometimes"}, r"early_stopping='sometimes' is invalid; allowed: True, False or 'never'"),
+        ({"early_stopping": "sometimes"}, r"early_stopping='sometimes' is invalid; allowed: bool \| 'never'"),
+        ({"seed": 1.5}, r"seed=1.5 is invalid; allowed: an integer, 0 <= seed < 2\*\*64"),
+        ({"cache": None}, r"cache=None is invalid"),
         ({"max_new_tokens": -1}, r"max_new_tokens=-1 is invalid"),
     ],
 )
@@ -384,6 +405,6 @@ def test_text_prompts_and_text_without_the_stop_token(text_model: GPT) -> None:
 
 def test_dk_generate_stays_the_function_after_beam_search() -> None:
     """The decode loop's module is not named `generate`, so importing it can't hide `dk.generate`."""
-    importlib.import_module("decodekit.decoding")
+    importlib.import_module("decodekit.loop")
     importlib.import_module("decodekit.beam")
     assert callable(dk.generate) and dk.generate.__name__ == "generate"

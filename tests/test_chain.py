@@ -166,12 +166,12 @@ def test_an_unknown_sampler_lists_the_installed_ones() -> None:
 @pytest.mark.parametrize(
     ("text", "match"),
     [
-        ("top_k(5", "is not name\\(args\\)"),
-        ("top_k(5) || sample", "stage 1 is empty"),
-        ("top_k(5) |", "stage 1 is empty"),
-        ("1 + 2", "is not name\\(args\\)"),
-        ("top_k(k=n) | sample", "arguments must be literals"),
-        ("top_k(**{'k': 5})", "arguments"),
+        ("top_k(5", r"at position 7: expected ',' or '\)' to close the '\(' at position 5, found the end"),
+        ("top_k(5) || sample", r"at position 10: expected a chain stage name, found '\|'"),
+        ("top_k(5) |", "at position 10: expected a chain stage name, found the end"),
+        ("1 + 2", "at position 0: expected a chain stage name, found '1'"),
+        ("top_k(k=n) | sample", "at position 8: expected a literal"),
+        ("top_k(**{'k': 5})", "at position 6: expected a literal"),
         ("greedy | top_k(5)", "selector"),
         ("sample | greedy", "selector"),
     ],

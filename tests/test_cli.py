@@ -176,7 +176,7 @@ def test_ctrl_c_keeps_what_was_generated(tmp_path: Path) -> None:
 def test_bad_options_fail_with_one_line_and_status_2() -> None:
     generate = ["generate", PROMPT, "-m", MODEL]
     cases: dict[str, tuple[list[str], str]] = {
-        "syntax": ([*generate, "--chain", "temperature(0.8"], "is not name(args)"),
+        "syntax": ([*generate, "--chain", "temperature(0.8"], "to close the '(' at position 11"),
         "unknown sampler": ([*generate, "--chain", "temprature(0.8)"], "unknown sampler 'temprature'"),
         "top_p out of range": ([*generate, "--top-p", "1.5"], "p=1.5"),
         "chain and flags": ([*generate, "--chain", "top_k(5)", "--temperature", "0.8"], "cannot be combined with"),
@@ -203,6 +203,68 @@ def test_checks_that_need_no_model_run_in_process(capsys: pytest.CaptureFixture[
     assert len(err) == 3 and all(line.startswith("decodekit: error: ") for line in err)
     assert "--plot-step 2" in err[0] and "unknown model 'no-such-model'" in err[1] and "'--max-new-tokens'" in err[2]
     assert not png.exists()
+
+
+def test_bad_plot_cache_and_strategy_strings_fail_before_the_model_loads(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from decodekit.cli import main
+
+    explain = ["explain", PROMPT, "-m", "no-such-model", "--steps", "1"]
+    generate = ["generate", PROMPT, "-m", "no-such-model"]
+    assert main([*explain, "--plot", str(tmp_path / "x.gif")]) == 2
+    assert main([*explain, "--plot", str(tmp_path / "missing" / "x.png")]) == 2
+    assert main([*generate, "--cache", "gqa(size=4)"]) == 2
+    assert main([*generate, "--cache", "gqa(("]) == 2
+    assert main([*generate, "--strategy", "beam(num_beams=0)"]) == 2
+    assert main([*generate, "--strategy", "bream"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 6 and all(line.startswith("decodekit: error: ") for line in err), err
+    assert "unknown image format 'gif'; allowed: eps, jpeg, jpg, pdf, png" in err[0]
+    assert "cannot write there" in err[1]
+    assert "cache gqa: unknown parameter size=4; allowed parameters: none" in err[2]
+    assert "--cache 'gqa((': at position 5: expected ')' to close the '(' at position 4" in err[3]
+    assert "strategy beam: num_beams=0 is invalid" in err[4]
+    assert "unknown strategy 'bream'; installed: beam, sample; did you mean 'beam'" in err[5]
+
+
+def test_an_unexpected_error_is_one_line_too(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from decodekit.cli import main
+
+    def broken(*args: object) -> None:
+        raise KeyError("a bug somewhere")
+
+    monkeypatch.setattr("decodekit.cli.generate_command.build_chain", broken)
+    assert main(["generate", PROMPT]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == "decodekit: error: unexpected KeyError: 'a bug somewhere' (DECODEKIT_DEBUG=1 shows the traceback)"
+    monkeypatch.setenv("DECODEKIT_DEBUG", "1")
+    with pytest.raises(KeyError):
+        main(["generate", PROMPT])
+
+
+def test_plugins_check_reports_broken_paths(capsys: pytest.CaptureFixture[str]) -> None:
+    from decodekit.cli import main
+
+    class Haunted:
+        @dk.hookimpl
+        def register_cache_backends(self, register: Any) -> None:
+            register("ghost", "decodekit_no_such_module:Ghost", description="a path to nothing")
+
+    plugin = Haunted()
+    dk.register_plugin(plugin, name="haunted")
+    try:
+        assert main(["plugins"]) == 0  # without --check a path is not imported
+        assert main(["plugins", "--check", "--json"]) == 1
+    finally:
+        dk.unregister_plugin(plugin)
+    out = capsys.readouterr().out
+    report = json.loads(out[out.index('{\n  "plugins"') :])
+    [broken] = report["broken"]
+    assert broken["name"] == "ghost" and broken["distribution"] == "haunted"
+    assert "No module named 'decodekit_no_such_module'" in broken["error"]
 
 
 def test_missing_default_model_lists_installed_models() -> None:

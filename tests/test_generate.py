@@ -172,7 +172,7 @@ def test_bad_prompts_and_parameters() -> None:
     m = tiny_gpt(2)
     with pytest.raises(dk.ParameterError, match="row 1 is empty"):
         dk.generate(m, [[1], []])
-    with pytest.raises(dk.ParameterError, match=r"token id 101; allowed: 0 <= id < vocab_size=101"):
+    with pytest.raises(dk.ParameterError, match=r"row 0: token id 101 is invalid; allowed: 0 <= id < vocab_size=101"):
         dk.generate(m, [[1, 101]])
     with pytest.raises(dk.ParameterError, match="no tokenizer"):
         dk.generate(m, "hello")

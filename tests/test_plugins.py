@@ -124,16 +124,45 @@ def test_allowlist_filters_before_import(site: Path, monkeypatch: pytest.MonkeyP
     assert "fake_loud" in dk.reload_plugins().samplers and marker.exists()
 
 
-def test_two_plugins_registering_one_name_is_an_error_naming_both(site: Path) -> None:
+def test_a_name_two_distributions_register_is_unusable_and_the_error_says_how_to_choose(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake_distribution(site, "fake-one", "fake_one", REGISTERS_SAMPLER.format(name="fake_dup"))
     fake_distribution(site, "fake-two", "fake_two", REGISTERS_SAMPLER.format(name="fake_dup"))
-    with pytest.raises(dk.PluginError, match="'fake_dup' is registered by two distributions: fake-one and fake-two"):
-        dk.reload_plugins()
+    with pytest.warns(RuntimeWarning, match="'fake_dup' is registered by 2 distributions: fake-one and fake-two"):
+        registry = dk.reload_plugins()
+    assert "fake_dup" not in registry.samplers and "temperature" in registry.samplers
+    with pytest.raises(dk.PluginError, match="fake-one and fake-two.*DECODEKIT_DISABLE_PLUGINS=fake-two"):
+        dk.create("fake_dup")
+    assert dk.Chain.parse("temperature(0.5)").processors  # everything else keeps working
+    monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", " fake-two ")
+    registry = dk.reload_plugins()
+    assert registry.samplers["fake_dup"].distribution == "fake-one" and not registry.conflicts
 
 
 def test_a_plugin_cannot_silently_replace_a_core_sampler(site: Path) -> None:
     fake_distribution(site, "fake-sample", "fake_sample", REGISTERS_SAMPLER.format(name="sample"))
-    with pytest.raises(dk.PluginError, match="'sample' is registered by two distributions: decodekit and fake-sample"):
+    with pytest.warns(RuntimeWarning, match="'sample' is registered by 2 distributions: decodekit and fake-sample"):
+        dk.reload_plugins()
+    with pytest.raises(dk.PluginError, match="decodekit and fake-sample"):
+        dk.create("sample")
+    assert type(dk.Chain().selector).__name__ == "Sample"  # the default selector needs no registry
+
+
+def test_strict_mode_makes_a_conflict_fatal(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_distribution(site, "fake-one", "fake_one", REGISTERS_SAMPLER.format(name="fake_dup"))
+    fake_distribution(site, "fake-two", "fake_two", REGISTERS_SAMPLER.format(name="fake_dup"))
+    monkeypatch.setenv("DECODEKIT_STRICT_PLUGINS", "1")
+    with pytest.raises(dk.PluginError, match="fake-one and fake-two.*DECODEKIT_STRICT_PLUGINS"):
+        dk.reload_plugins()
+
+
+def test_allowlist_entries_are_stripped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", " decodekit-cache-dense , decodekit-cache-gqa,")
+    try:
+        assert set(dk.reload_plugins().caches) == {"dense", "gqa"}
+    finally:
+        monkeypatch.delenv("DECODEKIT_LOAD_PLUGINS")
         dk.reload_plugins()
 
 

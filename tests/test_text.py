@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from decodekit.decoding import _TextTracker
+from decodekit.text import TextTracker
 
 CORPUS = (
     "To be, or not to be, that is the question: naïve café, déjà vu, Straße, "
@@ -44,7 +44,7 @@ def bpe() -> ByteBPE:
 
 
 def stream_text(tok: ByteBPE, ids: list[int], stops: Sequence[str] = ()) -> tuple[list[str], str | None]:
-    tracker = _TextTracker(tok, stops)
+    tracker = TextTracker(tok, stops)
     deltas = []
     for i, token in enumerate(ids):
         delta, hit = tracker.push(token, final=i == len(ids) - 1)
@@ -85,7 +85,7 @@ def test_a_step_decodes_a_few_tokens_however_long_the_text(bpe: ByteBPE) -> None
 
 def test_drop_last_removes_only_the_last_tokens_text(bpe: ByteBPE) -> None:
     ids = bpe.encode("abc def")
-    tracker = _TextTracker(bpe, [])
+    tracker = TextTracker(bpe, [])
     for token in ids:
         tracker.push(token, final=False)
     before = tracker.text

@@ -27,19 +27,21 @@ if TYPE_CHECKING:
     from decodekit.cache import KVCache, PreallocatedKVCache
     from decodekit.chain import Chain, Processor, Selector
     from decodekit.context import DecodeContext
-    from decodekit.decoding import Generation, TokenEvent, generate, stream
+    from decodekit.loop import generate, stream
     from decodekit.plugins import (
         create,
         create_cache,
-        decode,
         get_registry,
         load_model,
         register_plugin,
         reload_plugins,
         unregister_plugin,
     )
+    from decodekit.request import DecodeRequest
+    from decodekit.results import Generation, TokenEvent
     from decodekit.spec import CacheSpec, ModelSpec
     from decodekit.stage import Candidates, ProcessorBase, SelectorBase, Stage
+    from decodekit.strategies import decode
 
 __version__ = "0.1.0"
 
@@ -51,13 +53,14 @@ _LAZY = {
     "Processor": "decodekit.chain",
     "Selector": "decodekit.chain",
     "DecodeContext": "decodekit.context",
-    "Generation": "decodekit.decoding",
-    "TokenEvent": "decodekit.decoding",
-    "generate": "decodekit.decoding",
-    "stream": "decodekit.decoding",
+    "DecodeRequest": "decodekit.request",
+    "Generation": "decodekit.results",
+    "TokenEvent": "decodekit.results",
+    "generate": "decodekit.loop",
+    "stream": "decodekit.loop",
     "create": "decodekit.plugins",
     "create_cache": "decodekit.plugins",
-    "decode": "decodekit.plugins",
+    "decode": "decodekit.strategies",
     "get_registry": "decodekit.plugins",
     "load_model": "decodekit.plugins",
     "register_plugin": "decodekit.plugins",
@@ -79,6 +82,7 @@ __all__ = [
     "ChainSpecError",
     "ContextLengthError",
     "DecodeContext",
+    "DecodeRequest",
     "DecodekitError",
     "Generation",
     "KVCache",

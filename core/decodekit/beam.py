@@ -14,39 +14,33 @@ The semantics are those of Hugging Face transformers 5 (`GenerationMixin._beam_s
   (`early_stopping`, see `beam_search`).
 
 The KV cache holds `B · num_beams` rows (row `b · num_beams + i` is beam `i` of prompt `b`) and
-follows the beams with `reorder(index)`. Ragged prompts are left-padded as in `decodekit.decoding`.
+follows the beams with `reorder(index)`. Ragged prompts are left-padded as in `decodekit.prompts`.
 """
 
 from __future__ import annotations
 
-import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from decodekit.beam_params import BeamParams, EarlyStopping
 from decodekit.chain import Chain, numerics_error
-from decodekit.context import DecodeContext
-from decodekit.decoding import (
-    FinishReason,
-    Generation,
-    Prompts,
-    _as_chain,
-    _model_device_dtype,
-    _prompt_rows,
-    _stop_sets,
-    left_pad,
-    uncached_last_logits,
-)
-from decodekit.errors import ContextLengthError, NumericsError, ParameterError
-from decodekit.plugins import create_cache
+from decodekit.context import DecodeContext, row_generators
+from decodekit.errors import NumericsError, ParameterError
+from decodekit.loop import check_context, model_device_dtype, uncached_last_logits
+from decodekit.params import Params, validate_params
+from decodekit.plugins import CacheFactory
+from decodekit.prompts import Prompts, left_pad
+from decodekit.request import DecodeRequest, decode_request
+from decodekit.results import FinishReason, Generation
 from decodekit.spec import CacheSpec
 
-__all__ = ["BeamGeneration", "beam_search"]
+__all__ = ["BeamGeneration", "BeamParams", "beam_search", "beam_strategy"]
 
-EarlyStopping = bool | Literal["never"]
 _NEG_INF = float("-inf")
 
 
@@ -73,29 +67,33 @@ class _Finished:
     valid: Tensor
 
 
-def _check_options(
-    num_beams: int, num_return_sequences: int, length_penalty: float, early_stopping: object, max_new_tokens: int
-) -> None:
-    def is_int(x: object) -> bool:
-        return isinstance(x, int) and not isinstance(x, bool)
-
-    if not is_int(num_beams) or num_beams < 1:
-        raise ParameterError(f"num_beams={num_beams!r} is invalid; allowed: an integer >= 1")
-    if not is_int(num_return_sequences) or not 1 <= num_return_sequences <= num_beams:
+def _check_request(request: DecodeRequest, params: BeamParams) -> None:
+    """What beam search cannot honour, and what would not fit in memory, fails before any work."""
+    if params.num_return_sequences > params.num_beams:
         raise ParameterError(
-            f"num_return_sequences={num_return_sequences!r} is invalid; "
-            f"allowed: an integer, 1 <= num_return_sequences <= num_beams={num_beams}"
+            f"num_return_sequences={params.num_return_sequences} is invalid; "
+            f"allowed: an integer, 1 <= num_return_sequences <= num_beams={params.num_beams}"
         )
-    if (
-        not isinstance(length_penalty, (int, float))
-        or isinstance(length_penalty, bool)
-        or not math.isfinite(length_penalty)
-    ):
-        raise ParameterError(f"length_penalty={length_penalty!r} is invalid; allowed: a finite number")
-    if not (early_stopping is True or early_stopping is False or early_stopping == "never"):
-        raise ParameterError(f"early_stopping={early_stopping!r} is invalid; allowed: True, False or 'never'")
-    if not is_int(max_new_tokens) or max_new_tokens < 0:
-        raise ParameterError(f"max_new_tokens={max_new_tokens!r} is invalid; allowed: an integer >= 0")
+    if request.stop_strings:
+        raise ParameterError("beam_search: stop_strings are not supported; allowed: stop_tokens")
+    if request.logprobs is not None:
+        raise ParameterError("beam_search: logprobs is not supported (each hypothesis' score is in `scores`)")
+    # The hypotheses hold every generated token: [B, 3 · num_beams, max_new_tokens] int64 at once.
+    rows, M = request.batch_size * params.num_beams, request.max_new_tokens
+    memory = _physical_memory()
+    if memory is not None and 8 * 3 * rows * (M + max(map(len, request.prompts))) > memory // 2:
+        allowed = memory // 2 // (8 * 3 * rows) - max(map(len, request.prompts))
+        raise ParameterError(
+            f"max_new_tokens={M} is invalid for beam search with {rows} beams: its hypotheses would not fit "
+            f"in memory; allowed: max_new_tokens <= {max(allowed, 0)} here"
+        )
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _check_numerics(raw: Tensor, logp: Tensor, running: Tensor, step: int) -> None:
@@ -130,35 +128,61 @@ def beam_search(
     early_stopping: EarlyStopping = False,
     num_return_sequences: int = 1,
     chain: Chain | str | Sequence[Any] | None = None,
-    cache: str = "dense",
+    cache: str | CacheFactory = "dense",
     stop_tokens: Sequence[int] | Sequence[Sequence[int]] = (),
+    stop_strings: str | Sequence[str] = (),
+    seed: int | Sequence[int] | None = None,
+    logprobs: int | None = None,
 ) -> BeamGeneration:
     """Beam search with Hugging Face's semantics; returns the best hypothesis of each prompt.
 
     length_penalty: finished hypotheses score `sum_logprobs / generated_length ** length_penalty`;
-        > 0 favours longer ones, < 0 shorter ones, 0 compares raw sums.
+        > 0 favours longer ones, < 0 shorter ones, 0 compares raw sums (-10 <= length_penalty <= 10).
     early_stopping: when a prompt holding `num_beams` finished hypotheses is done —
         True: at once; False: when the best running beam, scored at its current length, cannot
         beat the worst kept hypothesis (HF's heuristic); "never": the same test with the running
         beam scored at `max_new_tokens` when length_penalty > 0 (the exact bound).
     chain: only its processors are used (on the log-probabilities); its selector is ignored.
         Stateful stages see one row per beam; their per-row state does not follow the beams.
-    cache: a registered cache backend, or "none" to recompute the context every step.
-    stop_tokens: ids that finish a hypothesis (one list for all prompts, or one per prompt).
+    cache: as in `dk.generate`. stop_tokens: ids that finish a hypothesis (one list for all
+        prompts, or one per prompt). seed: for chain stages that draw random numbers (one
+        generator per beam row). stop_strings and logprobs are not supported: a non-empty value
+        is a `ParameterError` (they are accepted so that `dk.decode` can say so clearly).
 
     `tokens[b]` is the best hypothesis (a stop token that ended it is its last token) and
     `sequences[b]`, `scores[b]` the best `num_return_sequences`, best first.
     """
-    _check_options(num_beams, num_return_sequences, length_penalty, early_stopping, max_new_tokens)
-    rows = _prompt_rows(model, prompts)
-    stops = _stop_sets(stop_tokens, len(rows))
-    B, N, M = len(rows), num_beams, max_new_tokens
-    if M == 0:
-        return _result(model, rows, stops, [[[]] for _ in rows], [[0.0] for _ in rows])
-    steps = _BeamSteps(model, rows, stops, N, M, length_penalty, early_stopping, chain, cache)
-    finished = steps.run()
-    best = [_hypotheses(finished, b, num_return_sequences) for b in range(B)]
-    return _result(model, rows, stops, [s for s, _ in best], [sc for _, sc in best])
+    options = {
+        "num_beams": num_beams,
+        "length_penalty": length_penalty,
+        "early_stopping": early_stopping,
+        "num_return_sequences": num_return_sequences,
+    }
+    params = validate_params("beam_search", BeamParams, options)
+    request = decode_request(
+        model,
+        prompts,
+        chain=chain,
+        max_new_tokens=max_new_tokens,
+        cache=cache,
+        stop_tokens=stop_tokens,
+        stop_strings=stop_strings,
+        seed=seed,
+        logprobs=logprobs,
+    )
+    return beam_strategy(request, params)
+
+
+def beam_strategy(request: DecodeRequest, params: Params) -> BeamGeneration:
+    """The "beam" strategy: `beam_search` on a checked request."""
+    assert isinstance(params, BeamParams)
+    _check_request(request, params)
+    rows, stops = request.prompts, request.stop_tokens
+    if request.max_new_tokens == 0:
+        return _result(request.model, rows, stops, [[[]] for _ in rows], [[0.0] for _ in rows])
+    finished = _BeamSteps(request, params).run()
+    best = [_hypotheses(finished, b, params.num_return_sequences) for b in range(len(rows))]
+    return _result(request.model, rows, stops, [s for s, _ in best], [sc for _, sc in best])
 
 
 def _result(
@@ -186,39 +210,29 @@ def _result(
     )
 
 
+def _beam_seeds(seed: int | tuple[int, ...], num_beams: int) -> int | tuple[int, ...]:
+    """Per-prompt seeds repeated for each beam of the prompt (one int seeds every row itself)."""
+    return seed if isinstance(seed, int) else tuple(s for s in seed for _ in range(num_beams))
+
+
 class _BeamSteps:
     """The state of one beam search: running beams (in `buf` and the cache) and finished hypotheses."""
 
-    def __init__(
-        self,
-        model: Any,
-        rows: list[list[int]],
-        stops: list[frozenset[int]],
-        num_beams: int,
-        max_new_tokens: int,
-        length_penalty: float,
-        early_stopping: EarlyStopping,
-        chain: Chain | str | Sequence[Any] | None,
-        cache: str,
-    ) -> None:
-        B, N, M = len(rows), num_beams, max_new_tokens
+    def __init__(self, request: DecodeRequest, params: BeamParams) -> None:
+        model, rows, stops = request.model, request.prompts, request.stop_tokens
+        B, N, M = len(rows), params.num_beams, request.max_new_tokens
         spec = model.spec
         self.model, self.B, self.N, self.M = model, B, N, M
-        self.length_penalty, self.early_stopping = length_penalty, early_stopping
-        self.chain = _as_chain(chain) if chain is not None else None
+        self.length_penalty, self.early_stopping = params.length_penalty, params.early_stopping
+        self.chain = request.chain if request.chain.processors else None
         self.P = max(len(r) for r in rows)
         total = self.P + M
-        device, dtype = _model_device_dtype(model)
+        device, dtype = model_device_dtype(model)
         self.kv = None
-        if cache != "none":
-            if total > spec.max_positions:
-                raise ContextLengthError(
-                    f"prompt of {self.P} tokens + max_new_tokens={M} = {total} tokens exceeds the model's "
-                    f"context of {spec.max_positions} positions; shorten the prompt, lower max_new_tokens, or use "
-                    "cache='none', which crops the context to the last max_positions tokens"
-                )
+        if request.cache is not None:
+            check_context(spec, self.P, M)
             cache_spec = CacheSpec.for_model(spec, batch_size=B * N, capacity=total, dtype=dtype, device=device)
-            self.kv = create_cache(cache, cache_spec)
+            self.kv = request.cache(cache_spec)
         # buf, positions: [B*N, P + M]; row b*N + i is beam i of prompt b, prompts left-padded.
         self.buf, self.positions = left_pad([r for r in rows for _ in range(N)], total, device)
         V = spec.vocab_size
@@ -231,6 +245,7 @@ class _BeamSteps:
         self.ctx = DecodeContext(
             tokens=self.buf[:, : self.P],
             prompt_lengths=torch.tensor(lens, device=device) if len(set(lens)) > 1 else None,
+            generators=None if request.seed is None else row_generators(_beam_seeds(request.seed, N), B * N, device),
         )
         if self.chain is not None:
             self.chain.init_state(self.ctx)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decodekit.beam_params import BeamParams
 from decodekit.hookspecs import SamplerRegistrar, StrategyRegistrar, hookimpl
 
 
@@ -17,5 +18,14 @@ def register_samplers(register: SamplerRegistrar) -> None:
 
 @hookimpl
 def register_strategies(register: StrategyRegistrar) -> None:
-    register("sample", "decodekit.decoding:generate", description="One token per step from the chain's selector")
-    register("beam", "decodekit.beam:beam_search", description="Beam search (Hugging Face semantics)")
+    register(
+        "sample",
+        "decodekit.strategies:sample_strategy",
+        description="One token per step from the chain's selector (dk.generate)",
+    )
+    register(
+        "beam",
+        "decodekit.beam:beam_strategy",
+        BeamParams,
+        description="Beam search (Hugging Face semantics; dk.beam_search)",
+    )

@@ -10,7 +10,6 @@ vocabulary, which `process` and `trace` do.
 
 from __future__ import annotations
 
-import ast
 import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -18,9 +17,11 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
+from decodekit.chain_string import parse_chain_string
 from decodekit.context import DecodeContext
 from decodekit.errors import ChainSpecError, NumericsError
 from decodekit.plugins import create, sampler_entry
+from decodekit.sample import Sample
 from decodekit.stage import Candidates, SelectorBase, Stage, densify
 
 __all__ = ["Chain", "Processor", "Selector", "parse_chain_string"]
@@ -64,7 +65,7 @@ class Chain:
         if selector is not None and not callable(selector):
             raise ChainSpecError(f"Chain: selector {selector!r} is not callable; allowed: selector(logits, ctx)")
         self.processors: tuple[Processor, ...] = tuple(procs)
-        self.selector: Selector = selector if selector is not None else create("sample")
+        self.selector: Selector = selector if selector is not None else Sample()
         # The fast-path methods, looked up once here rather than on every step.
         self._to_candidates: list[_ToCandidates | None] = [getattr(p, "to_candidates", None) for p in procs]
         self._on_candidates: list[_OnCandidates | None] = [getattr(p, "on_candidates", None) for p in procs]
@@ -94,19 +95,11 @@ class Chain:
                 spec = json.loads(spec)
             except json.JSONDecodeError as exc:
                 raise ChainSpecError(f"chain spec: not valid JSON: {exc}") from None
+            except RecursionError:  # json nests by recursion; Python's limit is the depth limit
+                raise ChainSpecError("chain spec: JSON nested too deeply; allowed: a list of stage objects") from None
         if not isinstance(spec, Sequence) or isinstance(spec, str):
             raise ChainSpecError(f"chain spec: {spec!r}; allowed: a list of stage objects")
-        stages = []
-        for i, item in enumerate(spec):
-            if isinstance(item, str):
-                item = {"name": item}
-            if not isinstance(item, dict) or "name" not in item or set(item) - {"name", "params"}:
-                raise ChainSpecError(f"chain spec: stage {i} is {item!r}; allowed: {{'name': str, 'params': {{...}}}}")
-            params = item.get("params") or {}
-            if not isinstance(params, dict):
-                raise ChainSpecError(f"chain spec: stage {i} params is {params!r}; allowed: an object")
-            stages.append(create(item["name"], **params))
-        return cls._from_stages(stages)
+        return cls._from_stages([_spec_stage(i, item) for i, item in enumerate(spec)])
 
     @classmethod
     def parse(cls, text: str) -> Chain:
@@ -271,51 +264,16 @@ def numerics_error(raw: Tensor, processed: Tensor, row: int, step: int) -> Numer
     return NumericsError(f"step {step}, row {row}: cannot pick a token: {why}")
 
 
-def _split_top_level(text: str) -> list[str]:
-    """Split on `|` outside brackets and string literals."""
-    parts: list[str] = []
-    depth, quote, start = 0, "", 0
-    for i, ch in enumerate(text):
-        if quote:
-            if ch == quote and text[i - 1] != "\\":
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "|" and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return parts
-
-
-def parse_chain_string(text: str) -> list[tuple[str, list[Any], dict[str, Any]]]:
-    """`"a(1, x=2) | b"` -> `[("a", [1], {"x": 2}), ("b", [], {})]`; values are Python literals."""
-    stages: list[tuple[str, list[Any], dict[str, Any]]] = []
-    for i, raw in enumerate(_split_top_level(text)):
-        part = raw.strip()
-        if not part:
-            raise ChainSpecError(f"chain {text!r}: stage {i} is empty; allowed: name or name(args) between '|'")
-        try:
-            node = ast.parse(part, mode="eval").body
-        except SyntaxError:
-            raise ChainSpecError(f"chain {text!r}: stage {i} {part!r} is not name(args)") from None
-        if isinstance(node, ast.Name):
-            stages.append((node.id, [], {}))
-            continue
-        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
-            raise ChainSpecError(f"chain {text!r}: stage {i} {part!r} is not name(args)")
-        try:
-            args = [ast.literal_eval(a) for a in node.args]
-            kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg is not None}
-        except ValueError:
-            raise ChainSpecError(
-                f"chain {text!r}: stage {i} {part!r}: arguments must be literals (numbers, strings, lists)"
-            ) from None
-        if len(kwargs) != len(node.keywords):
-            raise ChainSpecError(f"chain {text!r}: stage {i} {part!r}: ** arguments are not allowed")
-        stages.append((node.func.id, args, kwargs))
-    return stages
+def _spec_stage(i: int, item: object) -> Any:
+    """Build stage `i` of a spec: `"name"` or `{"name": str, "params": {str: value}}`."""
+    if isinstance(item, str):
+        item = {"name": item}
+    allowed = "{'name': str, 'params': {...}}"
+    if not isinstance(item, dict) or "name" not in item or set(item) - {"name", "params"}:
+        raise ChainSpecError(f"chain spec: stage {i} is {item!r}; allowed: {allowed}")
+    name, params = item["name"], item.get("params") or {}
+    if not isinstance(name, str):
+        raise ChainSpecError(f"chain spec: stage {i} name is {name!r}; allowed: a string ({allowed})")
+    if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
+        raise ChainSpecError(f"chain spec: stage {i} params is {params!r}; allowed: an object with string keys")
+    return create(name, **params)

@@ -1,4 +1,18 @@
-"""The hooks a decodekit plugin implements. Each has one shape: `register_x(register)`."""
+"""The hooks a decodekit plugin implements. Each has one shape, `register_x(register)`, and every
+`register` takes the same arguments: `register(name, impl, params=None, description="")`.
+
+- name: samplers, cache backends and strategies are named in chain strings, so a Python
+  identifier (`top_k`, `window`); models may also use `-` and `.` (`tiny-shakespeare`).
+- impl: the implementation, or its import path `"package.module:attr"` (listing plugins then
+  imports no torch). Its call shape per kind is below; `params` is always the validated
+  instance of the parameter model (a `NoParams` instance when there is none).
+- params: a `decodekit.Params` subclass (pydantic, `extra="forbid"`, bounds declared with
+  `Field(ge=..., le=...)`), or None for none. A sampler class's `params_model` is used when None.
+- description: one line for `decodekit plugins` and `decodekit samplers`.
+
+Each registration is checked when made; a bad one fails its hook (all of that hook's
+registrations are dropped, the rest of the plugin and every other plugin keep working).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +23,7 @@ import pluggy
 __all__ = [
     "CacheRegistrar",
     "ModelRegistrar",
+    "Registrar",
     "SamplerRegistrar",
     "StrategyRegistrar",
     "hookimpl",
@@ -23,30 +38,44 @@ hookspec = pluggy.HookspecMarker("decodekit")
 hookimpl = pluggy.HookimplMarker("decodekit")
 
 
+class Registrar(Protocol):
+    def __call__(self, name: str, impl: object, params: object = None, description: str = "") -> None:
+        """Register one thing (see the module docstring)."""
+
+
 class SamplerRegistrar(Protocol):
     def __call__(
         self, name: str, impl: object, params: object = None, description: str = "", *, kind: str | None = None
     ) -> None:
-        """Register one sampler.
+        """Register one sampler: `impl(params) -> stage` (a `ProcessorBase`/`SelectorBase` subclass is one).
 
-        impl: a `ProcessorBase`/`SelectorBase` subclass, a factory `(params) -> stage`,
-              or an import path "module:attr" to either (so listing plugins imports no torch).
-        params: its pydantic parameter model (a `decodekit.Params`); None for none.
-        kind: "processor" or "selector"; inferred from the class when omitted.
+        kind: "processor" or "selector"; read from the class when omitted (which imports it).
         """
 
 
-class CacheRegistrar(Protocol):
-    def __call__(self, name: str, impl: object, description: str = "") -> None:
-        """Register one cache backend: `impl(spec: CacheSpec) -> KVCache`, or its import path."""
+CacheRegistrar = Registrar
+"""Cache backends: `impl(spec: CacheSpec, params) -> KVCache`.
 
+`dk.create_cache("window(size=128)", spec)`, `dk.create_cache("window", spec, size=128)` and
+`generate(..., cache="window(size=128)")` validate the parameters once and call it.
+"""
 
-class ModelRegistrar(Protocol):
-    def __call__(self, name: str, loader: object, description: str = "") -> None:
-        """Register one model: `loader(argument: str | None) -> model`, or its import path.
+ModelRegistrar = Registrar
+"""Models: `impl(argument: str | None, params) -> model`.
 
-        `dk.load_model("name")` calls `loader(None)`; `dk.load_model("name:arg")` calls `loader("arg")`.
-        """
+`dk.load_model("name", **params)` calls `impl(None, params)`; `dk.load_model("name:arg")` calls
+`impl("arg", params)` (e.g. `"hf:/path/to/checkpoint"`).
+"""
+
+StrategyRegistrar = Registrar
+"""Decode strategies: `impl(request: decodekit.DecodeRequest, params) -> Generation`.
+
+`dk.decode(model, prompts, strategy="name", **options)` validates once the options every strategy
+shares (`chain`, `max_new_tokens`, `cache`, `stop_tokens`, `stop_strings`, `seed`, `logprobs`)
+into `request` (token ids checked, chain built, cache resolved to a factory) and the others
+against `params`. A strategy that cannot honour a shared option (say `logprobs`) raises
+`ParameterError` naming it.
+"""
 
 
 @hookspec
@@ -62,14 +91,6 @@ def register_cache_backends(register: CacheRegistrar) -> None:
 @hookspec
 def register_models(register: ModelRegistrar) -> None:
     """Register models, one `register(...)` call each."""
-
-
-class StrategyRegistrar(Protocol):
-    def __call__(self, name: str, impl: object, description: str = "") -> None:
-        """Register one decode strategy: `impl(model, prompts, **options) -> Generation`, or its import path.
-
-        `dk.decode(model, prompts, strategy="name", **options)` calls it.
-        """
 
 
 @hookspec

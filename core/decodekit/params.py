@@ -12,7 +12,7 @@ from pydantic.fields import FieldInfo
 
 from decodekit.errors import ParameterError
 
-__all__ = ["NoParams", "Params", "allowed_values", "validate_params"]
+__all__ = ["NoParams", "Params", "allowed_values", "type_label", "validate_params"]
 
 
 class Params(BaseModel):
@@ -23,6 +23,20 @@ class Params(BaseModel):
 
 class NoParams(Params):
     """For samplers that take no parameters."""
+
+
+def type_label(ann: object) -> str:
+    """A type as a user writes it: `float`, `int | None`, `bool | 'never'`, `list[int]`."""
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in args)
+    if origin is typing.Union or type(ann).__name__ == "UnionType":
+        members = [type_label(a) for a in args if a is not type(None)]
+        return " | ".join(members) + (" | None" if type(None) in args else "")
+    name = getattr(ann, "__name__", None)
+    if origin is None and name is not None:
+        return str(name)
+    return str(ann).replace("typing.", "")
 
 
 def allowed_values(name: str, field: FieldInfo) -> str:
@@ -37,9 +51,7 @@ def allowed_values(name: str, field: FieldInfo) -> str:
             upper = f" < {m.lt}"
         elif isinstance(m, annotated_types.Le):
             upper = f" <= {m.le}"
-    ann = field.annotation
-    plain = getattr(ann, "__name__", None)
-    type_name = plain if plain and typing.get_origin(ann) is None else str(ann).replace("typing.", "")
+    type_name = type_label(field.annotation)
     if type_name.endswith(" | None"):
         type_name = f"None, or {type_name[: -len(' | None')]}"
     if lower or upper:
@@ -58,17 +70,27 @@ def validate_params(owner: str, model: type[Params], values: Mapping[str, Any]) 
     try:
         return model(**values)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"])
-            key = str(err["loc"][0]) if err["loc"] else ""
-            field = fields.get(key)
-            if err["type"] == "missing":
-                problems.append(f"missing required parameter {loc}")
-                continue
+        errors = exc.errors()
+    problems: dict[str, str] = {}  # by location; a union reports one error per member, shown as one
+    for err in errors:
+        loc = ".".join(str(p) for p in err["loc"])
+        key = str(err["loc"][0]) if err["loc"] else ""
+        field = fields.get(key)
+        if err["type"] == "missing":
+            problems[loc] = f"missing required parameter {loc}"
+        elif field is not None and _is_union_member(err["loc"], field):
+            problems[key] = f"{key}={values.get(key)!r} is invalid; allowed: {allowed_values(key, field)}"
+        else:
             # Bounds are described for top-level parameters; a nested location (an item of a
             # list or dict parameter) is described by pydantic's message alone.
             nested = len(err["loc"]) > 1
             allowed = f"; allowed: {allowed_values(key, field)}" if field is not None and not nested else ""
-            problems.append(f"{loc}={err.get('input')!r} is invalid: {err['msg']}{allowed}")
-        raise ParameterError(f"{owner}: " + "; ".join(problems)) from None
+            problems[loc] = f"{loc}={err.get('input')!r} is invalid: {err['msg']}{allowed}"
+    raise ParameterError(f"{owner}: " + "; ".join(problems.values())) from None
+
+
+def _is_union_member(loc: tuple[int | str, ...], field: FieldInfo) -> bool:
+    """Pydantic locates a union member's error as (parameter, member tag)."""
+    origin = typing.get_origin(field.annotation)
+    is_union = origin is typing.Union or type(field.annotation).__name__ == "UnionType"
+    return is_union and len(loc) == 2 and isinstance(loc[1], str)

@@ -1,195 +1,92 @@
-"""Plugin discovery and the registry of samplers, cache backends and models.
+"""Plugin discovery, and building registered things by name: `create`, `create_cache`, `load_model`.
 
-Each entry point of the `decodekit` group is loaded on its own: one that fails is
-recorded (distribution, version, error) and the rest keep working, unless
-`DECODEKIT_STRICT_PLUGINS=1`. `DECODEKIT_LOAD_PLUGINS=dist-a,dist-b` loads only those
-distributions, decided from metadata before anything is imported (empty: none).
-The core's own `sample` selector is registered through the same hooks.
+Each entry point of the `decodekit` group is loaded on its own, and each of its hooks is
+all-or-nothing: an entry point that fails to import, a hook that raises or makes a bad
+registration is recorded (a `RuntimeWarning`, and `decodekit plugins` lists it) and everything
+else keeps working, unless `DECODEKIT_STRICT_PLUGINS=1`. A name two distributions register is
+unusable (the error names both) until one is disabled. Environment, read from metadata before
+anything is imported: `DECODEKIT_LOAD_PLUGINS=dist-a,dist-b` loads only those distributions
+(empty: none), `DECODEKIT_DISABLE_PLUGINS=dist-c` all but those. `DECODEKIT_EXTRA_PLUGINS=
+pkg.module,pkg.module:attr` also loads those plugin objects, unpackaged (for trying a plugin, and
+for tests that run `decodekit` in a subprocess), each listed under the name given. The core's own
+registrations go through the same hooks and always load.
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from decodekit import hookspecs
-from decodekit.errors import ParameterError, PluginError, UnknownNameError
-from decodekit.params import NoParams, Params, validate_params
+from decodekit.chain_string import parse_stage
+from decodekit.errors import ParameterError, PluginError
+from decodekit.params import Params, validate_params
+from decodekit.registry import (
+    CATEGORIES,
+    STANDARD_PLUGINS,
+    Category,
+    Entry,
+    PluginFailure,
+    PluginInfo,
+    Registry,
+    make_entry,
+)
 
 if TYPE_CHECKING:
     from decodekit.cache import KVCache
-    from decodekit.decoding import Generation
     from decodekit.spec import CacheSpec
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "STANDARD_PLUGINS",
-    "CacheEntry",
-    "ModelEntry",
-    "PluginFailure",
-    "PluginInfo",
+    "BrokenImpl",
+    "CacheFactory",
     "Registry",
-    "SamplerEntry",
-    "StrategyEntry",
+    "bind_arguments",
+    "cache_factory",
+    "check_implementations",
     "create",
     "create_cache",
-    "decode",
     "get_registry",
     "load_model",
     "register_plugin",
     "reload_plugins",
+    "sampler_entry",
     "unregister_plugin",
 ]
 
 ENTRY_POINT_GROUP = "decodekit"
 CORE_DISTRIBUTION = "decodekit"
+HOOKS: tuple[tuple[str, Category], ...] = (
+    ("register_samplers", "sampler"),
+    ("register_cache_backends", "cache backend"),
+    ("register_models", "model"),
+    ("register_strategies", "strategy"),
+)
 
-# Name -> the distribution of this repository that provides it, for "pip install" hints.
-STANDARD_PLUGINS: dict[str, str] = {
-    "greedy": "decodekit-greedy",
-    "temperature": "decodekit-temperature",
-    "top_k": "decodekit-top-k",
-    "top_p": "decodekit-top-p",
-    "repetition_penalty": "decodekit-repetition-penalty",
-    "dense": "decodekit-cache-dense",
-    "gqa": "decodekit-cache-gqa",
-    "tiny-shakespeare": "decodekit-shakespeare",
-    "hf": "decodekit-hf",
-}
+CacheFactory = Callable[["CacheSpec"], "KVCache"]
 
 
 def canonical_name(name: str) -> str:
     """PEP 503 normalised distribution name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
 
 
-def _resolve(obj: object, what: str, distribution: str) -> Any:
-    """Import "module:attr" lazily; anything else is returned as is."""
-    if not isinstance(obj, str):
-        return obj
-    module_name, _, attr = obj.partition(":")
-    try:
-        value: Any = importlib.import_module(module_name)
-        for part in attr.split(".") if attr else ():
-            value = getattr(value, part)
-    except Exception as exc:
-        raise PluginError(f"{what} from distribution {distribution}: cannot import {obj!r}: {exc}") from exc
-    return value
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
 
 
-@dataclass
-class SamplerEntry:
-    name: str
-    impl: object  # class, factory `(params) -> stage`, or "module:attr"
-    params_model: type[Params]
-    description: str
-    distribution: str
-    version: str
-    declared_kind: str | None = None
-
-    def factory(self) -> Callable[[Params], Any]:
-        resolved: Callable[[Params], Any] = _resolve(self.impl, f"sampler {self.name!r}", self.distribution)
-        return resolved
-
-    @property
-    def kind(self) -> str:
-        if self.declared_kind is not None:
-            return self.declared_kind
-        return str(getattr(self.factory(), "kind", "processor"))
-
-
-@dataclass
-class CacheEntry:
-    name: str
-    impl: object  # `(spec) -> KVCache` or "module:attr"
-    description: str
-    distribution: str
-    version: str
-
-    def factory(self) -> Callable[[CacheSpec], KVCache]:
-        resolved: Callable[[CacheSpec], KVCache] = _resolve(self.impl, f"cache {self.name!r}", self.distribution)
-        return resolved
-
-
-@dataclass
-class ModelEntry:
-    name: str
-    loader: object  # `(argument: str | None) -> model` or "module:attr"
-    description: str
-    distribution: str
-    version: str
-
-    def factory(self) -> Callable[[str | None], Any]:
-        resolved: Callable[[str | None], Any] = _resolve(self.loader, f"model {self.name!r}", self.distribution)
-        return resolved
-
-
-@dataclass
-class StrategyEntry:
-    name: str
-    impl: object  # `(model, prompts, **options) -> Generation` or "module:attr"
-    description: str
-    distribution: str
-    version: str
-
-    def factory(self) -> Callable[..., Generation]:
-        resolved: Callable[..., Generation] = _resolve(self.impl, f"strategy {self.name!r}", self.distribution)
-        return resolved
-
-
-@dataclass
-class PluginInfo:
-    """One loaded plugin distribution and what it registered."""
-
-    distribution: str
-    version: str
-    entry_points: list[str] = field(default_factory=list)
-    samplers: list[str] = field(default_factory=list)
-    cache_backends: list[str] = field(default_factory=list)
-    models: list[str] = field(default_factory=list)
-    strategies: list[str] = field(default_factory=list)
-
-
-@dataclass
-class PluginFailure:
-    """An entry point that failed to load or to register."""
-
-    distribution: str
-    version: str
-    entry_point: str
-    error: str
-
-
-@dataclass
-class Registry:
-    samplers: dict[str, SamplerEntry] = field(default_factory=dict)
-    caches: dict[str, CacheEntry] = field(default_factory=dict)
-    models: dict[str, ModelEntry] = field(default_factory=dict)
-    strategies: dict[str, StrategyEntry] = field(default_factory=dict)
-    plugins: dict[str, PluginInfo] = field(default_factory=dict)
-    failures: list[PluginFailure] = field(default_factory=list)
-
-
-# Plugins registered in code with register_plugin(): (object, label).
-_code_plugins: list[tuple[object, str]] = []
-_registry: Registry | None = None
-
-
-def _strict() -> bool:
-    return os.environ.get("DECODEKIT_STRICT_PLUGINS", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def _allowlist() -> set[str] | None:
-    raw = os.environ.get("DECODEKIT_LOAD_PLUGINS")
+def _env_names(name: str) -> set[str] | None:
+    """A comma-separated list of distribution names (None when the variable is unset)."""
+    raw = os.environ.get(name)
     if raw is None:
         return None
     return {canonical_name(n) for n in raw.split(",") if n.strip()}
@@ -215,25 +112,16 @@ def _core_version() -> str:
 
 
 class _Loader:
-    """Builds a Registry: loads plugin objects, then calls each one's hooks with a bound `register`."""
+    """Builds a Registry: calls each plugin's hooks with a `register` that stages, then commits."""
 
     def __init__(self) -> None:
         self.registry = Registry()
-        self.strict = _strict()
+        self.strict = _env_flag("DECODEKIT_STRICT_PLUGINS")
 
-    def fail(self, distribution: str, version: str, entry_point: str, exc: BaseException) -> None:
-        error = f"{type(exc).__name__}: {exc}"
+    def fail(self, failure: PluginFailure) -> None:
         if self.strict:
-            raise PluginError(
-                f"plugin {distribution} {version} (entry point {entry_point!r}) failed: {error} "
-                "(DECODEKIT_STRICT_PLUGINS is set)"
-            ) from exc
-        self.registry.failures.append(PluginFailure(distribution, version, entry_point, error))
-        warnings.warn(
-            f"decodekit: plugin {distribution} {version} (entry point {entry_point!r}) failed to load: {error}",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+            raise PluginError(f"{_describe(failure)} (DECODEKIT_STRICT_PLUGINS is set)")
+        self.registry.failures.append(failure)
 
     def add(self, plugin: object, distribution: str, version: str, entry_point: str) -> None:
         info = self.registry.plugins.setdefault(distribution, PluginInfo(distribution, version))
@@ -242,72 +130,50 @@ class _Loader:
         pm.add_hookspecs(hookspecs)
         try:
             pm.register(plugin, name=f"{distribution}:{entry_point}")
-            for hook_name, add in (
-                ("register_samplers", self._sampler_registrar(info)),
-                ("register_cache_backends", self._cache_registrar(info)),
-                ("register_models", self._model_registrar(info)),
-                ("register_strategies", self._strategy_registrar(info)),
-            ):
-                for impl in getattr(pm.hook, hook_name).get_hookimpls():
-                    impl.function(add)
-        except PluginError:
-            raise
-        except Exception as exc:
-            self.fail(distribution, version, entry_point, exc)
+        except Exception as exc:  # e.g. a hook implementation with the wrong arguments
+            self.fail(PluginFailure(distribution, version, entry_point, f"{type(exc).__name__}: {exc}"))
+            return
+        for hook_name, category in HOOKS:
+            staged = self._call_hook(pm, hook_name, category, info, entry_point)
+            for conflict in self.registry.add(staged or (), info):
+                if self.strict:
+                    raise PluginError(f"{conflict.message()} (DECODEKIT_STRICT_PLUGINS is set)")
 
-    def _conflict(self, what: str, name: str, first: str, second: str) -> PluginError:
-        return PluginError(
-            f"{what} name {name!r} is registered by two distributions: {first} and {second}; "
-            "uninstall one, or restrict loading with DECODEKIT_LOAD_PLUGINS"
-        )
+    def _call_hook(
+        self, pm: pluggy.PluginManager, hook_name: str, category: Category, info: PluginInfo, entry_point: str
+    ) -> list[Entry] | None:
+        """The entries one hook registers, or None (and a failure) if any registration is bad."""
+        staged: dict[str, Entry] = {}
 
-    def _sampler_registrar(self, info: PluginInfo) -> hookspecs.SamplerRegistrar:
         def register(
-            name: str, impl: object, params: object = None, description: str = "", *, kind: str | None = None
+            name: object, impl: object, params: object = None, description: object = "", **kind_specific: object
         ) -> None:
-            if name in self.registry.samplers:
-                raise self._conflict("sampler", name, self.registry.samplers[name].distribution, info.distribution)
-            if kind is not None and kind not in ("processor", "selector"):
-                raise PluginError(f"{info.distribution}: sampler {name!r}: kind={kind!r}; allowed: processor, selector")
-            model = params if params is not None else getattr(impl, "params_model", NoParams)
-            if not (isinstance(model, type) and issubclass(model, Params)):
-                raise PluginError(f"{info.distribution}: sampler {name!r}: params must be a decodekit.Params subclass")
-            impl_name = getattr(impl, "name", name)
-            if impl_name != name:
-                raise PluginError(f"{info.distribution}: sampler {name!r} registers a class named {impl_name!r}")
-            self.registry.samplers[name] = SamplerEntry(
-                name, impl, model, description, info.distribution, info.version, kind
+            entry = make_entry(
+                category, info.distribution, info.version, name, impl, params, description, kind_specific
             )
-            info.samplers.append(name)
+            if entry.name in staged:
+                raise PluginError(f"{category} {entry.name!r}: registered twice by the same hook")
+            staged[entry.name] = entry
 
-        return register
+        try:
+            for impl in getattr(pm.hook, hook_name).get_hookimpls():
+                impl.function(register)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            self.fail(PluginFailure(info.distribution, info.version, entry_point, error, hook_name))
+            return None
+        return list(staged.values())
 
-    def _cache_registrar(self, info: PluginInfo) -> hookspecs.CacheRegistrar:
-        def register(name: str, impl: object, description: str = "") -> None:
-            if name in self.registry.caches:
-                raise self._conflict("cache backend", name, self.registry.caches[name].distribution, info.distribution)
-            self.registry.caches[name] = CacheEntry(name, impl, description, info.distribution, info.version)
-            info.cache_backends.append(name)
 
-        return register
+def _describe(failure: PluginFailure) -> str:
+    where = f"entry point {failure.entry_point!r}" + (f", hook {failure.hook}" if failure.hook else "")
+    what = "failed to load" if failure.hook is None else "failed (its registrations were dropped)"
+    return f"plugin {failure.distribution} {failure.version} ({where}) {what}: {failure.error}"
 
-    def _model_registrar(self, info: PluginInfo) -> hookspecs.ModelRegistrar:
-        def register(name: str, loader: object, description: str = "") -> None:
-            if name in self.registry.models:
-                raise self._conflict("model", name, self.registry.models[name].distribution, info.distribution)
-            self.registry.models[name] = ModelEntry(name, loader, description, info.distribution, info.version)
-            info.models.append(name)
 
-        return register
-
-    def _strategy_registrar(self, info: PluginInfo) -> hookspecs.StrategyRegistrar:
-        def register(name: str, impl: object, description: str = "") -> None:
-            if name in self.registry.strategies:
-                raise self._conflict("strategy", name, self.registry.strategies[name].distribution, info.distribution)
-            self.registry.strategies[name] = StrategyEntry(name, impl, description, info.distribution, info.version)
-            info.strategies.append(name)
-
-        return register
+# Plugins registered in code with register_plugin(): (object, label).
+_code_plugins: list[tuple[object, str]] = []
+_registry: Registry | None = None
 
 
 def _build() -> Registry:
@@ -315,43 +181,82 @@ def _build() -> Registry:
 
     loader = _Loader()
     loader.add(builtin_plugin, CORE_DISTRIBUTION, _core_version(), "builtin")
-    allowed = _allowlist()
+    allowed, denied = _env_names("DECODEKIT_LOAD_PLUGINS"), _env_names("DECODEKIT_DISABLE_PLUGINS") or set()
     for ep in _entry_points():
         dist = canonical_name(ep.dist.name) if ep.dist is not None else "?"
         version = ep.dist.version if ep.dist is not None else "?"
-        if allowed is not None and dist not in allowed:
+        if (allowed is not None and dist not in allowed) or dist in denied:
             continue  # decided from metadata: the module is never imported
         try:
             plugin = ep.load()
         except Exception as exc:
-            loader.fail(dist, version, ep.name, exc)
+            loader.fail(PluginFailure(dist, version, ep.name, f"{type(exc).__name__}: {exc}"))
             continue
         loader.add(plugin, dist, version, ep.name)
+    for spec in (s.strip() for s in os.environ.get("DECODEKIT_EXTRA_PLUGINS", "").split(",")):
+        if spec:
+            try:
+                extra = _import_object(spec)
+            except Exception as exc:
+                loader.fail(PluginFailure(spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS", f"{type(exc).__name__}: {exc}"))
+                continue
+            loader.add(extra, spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS")
     for plugin, label in _code_plugins:
-        loader.add(plugin, label, "(in code)", "register_plugin")
+        if canonical_name(label) not in denied:
+            loader.add(plugin, label, "(in code)", "register_plugin")
     return loader.registry
+
+
+def _import_object(spec: str) -> object:
+    """`package.module` or `package.module:attr.attr`."""
+    module_name, _, attr = spec.partition(":")
+    value: object = importlib.import_module(module_name)
+    for part in attr.split(".") if attr else ():
+        value = getattr(value, part)
+    return value
+
+
+def _install(registry: Registry) -> Registry:
+    """Make `registry` the current one, warning once about each failure and conflict in it."""
+    global _registry
+    _registry = registry
+    for failure in registry.failures:
+        warnings.warn(f"decodekit: {_describe(failure)}", RuntimeWarning, stacklevel=3)
+    for conflict in registry.conflicts:
+        warnings.warn(f"decodekit: {conflict.message()}", RuntimeWarning, stacklevel=3)
+    return registry
 
 
 def get_registry() -> Registry:
     """The registry, built from the installed plugins on first use."""
-    global _registry
-    if _registry is None:
-        _registry = _build()
-    return _registry
+    return _registry if _registry is not None else _install(_build())
 
 
 def reload_plugins() -> Registry:
     """Forget the registry and rebuild it (after installing plugins or changing the environment)."""
-    global _registry
-    _registry = None
-    return get_registry()
+    return _install(_build())
 
 
 def register_plugin(plugin: object, name: str | None = None) -> None:
-    """Register a plugin object (a module or an object with `@hookimpl` methods) from code."""
+    """Register a plugin object (a module or an object with `@hookimpl` methods) from code.
+
+    A plugin whose hooks fail, or that registers a name already taken, raises `PluginError`
+    and is not kept: the registry stays as it was.
+    """
     label = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+    if any(p is plugin for p, _ in _code_plugins):
+        return
     _code_plugins.append((plugin, label))
-    reload_plugins()
+    try:
+        registry = _build()
+        problems = [_describe(f) for f in registry.failures if f.distribution == label]
+        problems += [c.message() for c in registry.conflicts if label in c.distributions]
+        if problems:
+            raise PluginError("; ".join(problems))
+    except PluginError:
+        _code_plugins.pop()
+        raise
+    _install(registry)
 
 
 def unregister_plugin(plugin: object) -> None:
@@ -360,70 +265,99 @@ def unregister_plugin(plugin: object) -> None:
     reload_plugins()
 
 
-def _unknown(what: str, name: str, installed: Iterable[str]) -> UnknownNameError:
-    names = sorted(installed)
-    msg = f"unknown {what} {name!r}; installed: {', '.join(names) or 'none'}"
-    close = difflib.get_close_matches(name, names, n=1)
-    if close:
-        msg += f"; did you mean {close[0]!r}?"
-    if name in STANDARD_PLUGINS:
-        dist = STANDARD_PLUGINS[name]
-        msg += f". {name!r} is provided by {dist}: pip install {dist} (from a checkout: pip install plugins/{dist})"
-    return UnknownNameError(msg)
+@dataclass(frozen=True)
+class BrokenImpl:
+    """A registered import path that does not import (what `decodekit plugins --check` reports)."""
+
+    category: Category
+    name: str
+    distribution: str
+    impl: str
+    error: str
 
 
-def sampler_entry(name: str) -> SamplerEntry:
-    registry = get_registry()
-    try:
-        return registry.samplers[name]
-    except KeyError:
-        raise _unknown("sampler", name, registry.samplers) from None
+def check_implementations(registry: Registry | None = None) -> list[BrokenImpl]:
+    """Import every implementation registered by path; the ones that fail, with the reason."""
+    registry = registry or get_registry()
+    broken = []
+    for category in CATEGORIES:
+        for entry in registry.section(category).values():
+            if isinstance(entry.impl, str):
+                try:
+                    entry.load()
+                except PluginError as exc:
+                    broken.append(BrokenImpl(category, entry.name, entry.distribution, entry.impl, str(exc)))
+    return broken
+
+
+def sampler_entry(name: str) -> Entry:
+    return get_registry().lookup("sampler", name)
+
+
+def bind_arguments(owner: str, model: type[Params], args: tuple[Any, ...], params: dict[str, Any]) -> Params:
+    """Validate `params`, positional values `args` filling the fields in declared order."""
+    if args:
+        fields = list(model.model_fields)
+        if len(args) > len(fields):
+            raise ParameterError(
+                f"{owner}: {len(args)} positional values {args!r}; "
+                f"allowed: at most {len(fields)} ({', '.join(fields) or 'none'})"
+            )
+        for key, value in zip(fields, args):
+            if key in params:
+                raise ParameterError(f"{owner}: parameter {key} given both by position and by name")
+            params = {**params, key: value}
+    return validate_params(owner, model, params)
 
 
 def create(name: str, /, *args: Any, **params: Any) -> Any:
     """Build the registered sampler `name`; positional values fill parameters in declared order."""
     entry = sampler_entry(name)
-    if args:
-        fields = list(entry.params_model.model_fields)
-        if len(args) > len(fields):
-            raise ParameterError(
-                f"{name}: {len(args)} positional values {args!r}; "
-                f"allowed: at most {len(fields)} ({', '.join(fields) or 'none'})"
-            )
-        for key, value in zip(fields, args):
-            if key in params:
-                raise ParameterError(f"{name}: parameter {key} given both by position and by name")
-            params[key] = value
-    return entry.factory()(validate_params(name, entry.params_model, params))
+    return entry.load()(bind_arguments(name, entry.params_model, args, params))
 
 
-def create_cache(name: str, spec: CacheSpec) -> KVCache:
-    """Build the registered cache backend `name` for `spec`."""
-    registry = get_registry()
-    try:
-        entry = registry.caches[name]
-    except KeyError:
-        raise _unknown("cache backend", name, registry.caches) from None
-    return entry.factory()(spec)
+@dataclass(frozen=True)
+class _BoundCache:
+    """A cache backend with validated parameters: `(spec) -> KVCache`, named like its string form."""
+
+    entry: Entry
+    impl: Callable[[CacheSpec, Params], KVCache]
+    params: Params
+
+    def __call__(self, spec: CacheSpec) -> KVCache:
+        return self.impl(spec, self.params)
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.model_dump().items())
+        return f"{self.entry.name}({args})" if args else self.entry.name
 
 
-def load_model(name: str) -> Any:
+def cache_factory(cache: str, /, **params: Any) -> _BoundCache:
+    """The backend named by `cache` ("gqa", or the string form "window(size=128, sinks=4)")
+    with its parameters validated once: a `(spec) -> KVCache` factory."""
+    if not isinstance(cache, str):
+        raise ParameterError(f"cache={cache!r} is invalid; allowed: a cache backend name or 'name(args)'")
+    name, args, kwargs = parse_stage(cache, what="cache")
+    for key in params:
+        if key in kwargs:
+            raise ParameterError(f"cache {name}: parameter {key} given both in {cache!r} and by keyword")
+    entry = get_registry().lookup("cache backend", name)
+    validated = bind_arguments(f"cache {name}", entry.params_model, tuple(args), {**kwargs, **params})
+    return _BoundCache(entry, entry.load(), validated)
+
+
+def create_cache(cache: str, spec: CacheSpec, /, **params: Any) -> KVCache:
+    """A cache for `spec`: `create_cache("window(size=128)", spec)` or `create_cache("window", spec, size=128)`."""
+    return cache_factory(cache, **params)(spec)
+
+
+def load_model(name: str, /, **params: Any) -> Any:
     """Load the registered model `name`, or `prefix:argument` (e.g. "hf:/path/to/checkpoint")."""
+    if not isinstance(name, str):
+        raise ParameterError(f"model name {name!r} is invalid; allowed: a registered model name")
     registry = get_registry()
     prefix, sep, argument = name.partition(":")
     key = name if name in registry.models or not sep else prefix
-    try:
-        entry = registry.models[key]
-    except KeyError:
-        raise _unknown("model", key, registry.models) from None
-    return entry.factory()(argument if key != name else None)
-
-
-def decode(model: Any, prompts: Any, *, strategy: str = "sample", **options: Any) -> Generation:
-    """Decode with the registered strategy `strategy` ("sample": `generate`, "beam": `beam_search`, ...)."""
-    registry = get_registry()
-    try:
-        entry = registry.strategies[strategy]
-    except KeyError:
-        raise _unknown("strategy", strategy, registry.strategies) from None
-    return entry.factory()(model, prompts, **options)
+    entry = registry.lookup("model", key)
+    validated = validate_params(f"model {key}", entry.params_model, params)
+    return entry.load()(argument if key != name else None, validated)

@@ -6,6 +6,7 @@ This module imports no torch: each command imports what it needs when it runs, s
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -16,7 +17,7 @@ from typing import Annotated, Any, Protocol, cast
 import typer
 
 from decodekit.cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
-from decodekit.cli.errors import EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error, report_warning
+from decodekit.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error, report_warning
 
 __all__ = ["app", "run"]
 
@@ -114,19 +115,12 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit."),
     ] = False,
 ) -> None:
     """Sample from autoregressive language models with composable, plugin-provided samplers."""
-    from decodekit.cli.extra_plugins import register_extra_plugins
-
-    with warnings.catch_warnings():
-        if ctx.invoked_subcommand == "plugins":  # it lists load failures itself
-            warnings.simplefilter("ignore", RuntimeWarning)
-        register_extra_plugins()
 
 
 @app.command(help="Generate text from a prompt, streaming it as it is sampled.\n\n" + FLAGS_HELP)
@@ -149,6 +143,14 @@ def generate(
     ] = 100,
     seed: SeedOption = None,
     cache: CacheOption = None,
+    strategy: Annotated[
+        str | None,
+        typer.Option(
+            "--strategy",
+            help='Decode strategy and its parameters, e.g. "beam(num_beams=4)" (decodekit samplers lists them). '
+            "Default: sample, which streams; the others print each sample when it is done.",
+        ),
+    ] = None,
     num_samples: Annotated[
         int, typer.Option("--num-samples", "-n", min=1, help="Samples of the same prompt, each with its own seed.")
     ] = 1,
@@ -225,6 +227,7 @@ def generate(
         max_new_tokens=max_new_tokens,
         seed=seed,
         cache=cache,
+        strategy=strategy,
         num_samples=num_samples,
         stop=tuple(stop or ()),
         json_output=json_output,
@@ -279,18 +282,30 @@ def explain(
     raise typer.Exit(run_explain(request))
 
 
-@app.command(help="List the installed plugin distributions, what each registers, and plugins that failed to load.")
-def plugins(json_output: JsonOption = False) -> None:
+@app.command(
+    help="List the installed plugin distributions, what each registers, plugins that failed and names registered twice."
+)
+def plugins(
+    json_output: JsonOption = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check", help="Also import every implementation registered by path; exit status 1 if anything is broken."
+        ),
+    ] = False,
+) -> None:
     from decodekit.cli.json_output import print_json
     from decodekit.cli.listing import plugins_report, render_plugins
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # load failures are part of the listing
-        report = plugins_report()
+        report = plugins_report(check=check)
     if json_output:
         print_json(report)
     else:
         render_plugins(report)
+    if check and (report["failures"] or report["conflicts"] or report["broken"]):
+        raise typer.Exit(1)
 
 
 @app.command(
@@ -392,6 +407,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     except DecodekitError as exc:
         report_error(str(exc))
         return EXIT_USAGE
+    except Exception as exc:  # a bug, or a plugin's: still one line, unless asked for the traceback
+        if os.environ.get("DECODEKIT_DEBUG"):
+            raise
+        report_error(f"unexpected {type(exc).__name__}: {exc} (DECODEKIT_DEBUG=1 shows the traceback)")
+        return EXIT_FAILURE
     finally:
         warnings.showwarning = previous
     return status if isinstance(status, int) else 0

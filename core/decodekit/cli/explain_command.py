@@ -42,8 +42,12 @@ class ExplainRequest:
 
 def run_explain(request: ExplainRequest) -> int:
     """Run the command; return its exit status."""
-    if request.plot is not None and request.plot_step >= request.steps:
-        raise CliError(f"--plot-step {request.plot_step}: allowed: 0 <= step < --steps ({request.steps})")
+    if request.plot is not None:
+        if request.plot_step >= request.steps:
+            raise CliError(f"--plot-step {request.plot_step}: allowed: 0 <= step < --steps ({request.steps})")
+        from decodekit.cli.explain_render import check_plot_path
+
+        check_plot_path(request.plot)
     check_installed(request.model, request.chain, request.flags)
     cache = resolve_cache(request.cache)
     name = model_name(request.model)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,20 @@ from decodekit.cli.explain import StepReport
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["plot_step", "render_steps", "step_figure", "steps_json", "token_label"]
+__all__ = ["PLOT_FORMATS", "check_plot_path", "plot_step", "render_steps", "step_figure", "steps_json", "token_label"]
+
+# What matplotlib's Agg-based canvases write, by file suffix.
+PLOT_FORMATS = ("eps", "jpeg", "jpg", "pdf", "png", "ps", "svg", "svgz", "tif", "tiff", "webp")
+
+
+def check_plot_path(path: Path) -> None:
+    """Fail before any work when `--plot` names a format matplotlib cannot write or a place it cannot write to."""
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in PLOT_FORMATS:
+        raise CliError(f"--plot {str(path)!r}: unknown image format {suffix!r}; allowed: {', '.join(PLOT_FORMATS)}")
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise CliError(f"--plot {str(path)!r}: cannot write there (is {str(folder)!r} an existing, writable folder?)")
 
 
 def token_label(token: int, text: str | None) -> str:
@@ -56,7 +70,10 @@ def steps_json(reports: list[StepReport], **header: Any) -> dict[str, Any]:
 
 def plot_step(report: StepReport, path: Path, title: str = "") -> None:
     """Write a PNG: for each candidate token, one bar per stage with its probability after that stage."""
-    step_figure(report, title).savefig(path, dpi=110)
+    try:
+        step_figure(report, title).savefig(path, dpi=110)
+    except (OSError, ValueError) as exc:
+        raise CliError(f"--plot {str(path)!r}: cannot write it: {exc}", exit_code=1) from None
 
 
 def step_figure(report: StepReport, title: str = "") -> Figure:

@@ -28,6 +28,7 @@ from decodekit.cli.options import (
     prompt_rows,
     prompt_text,
     resolve_cache,
+    resolve_strategy,
 )
 
 __all__ = ["GenerateRequest", "SampleResult", "StreamResult", "run_generate", "stream_samples"]
@@ -50,6 +51,7 @@ class GenerateRequest:
     echo: bool
     threads: int | None = None
     replace_unknown: bool = False
+    strategy: str | None = None
 
 
 SMALL_MODEL_PARAMETERS = 20_000_000
@@ -149,6 +151,37 @@ def stream_samples(
     return StreamResult(samples, seconds, interrupted)
 
 
+def decode_samples(
+    model: Any,
+    prompt: str | list[int],
+    chain: dk.Chain,
+    *,
+    strategy: str,
+    num_samples: int,
+    max_new_tokens: int,
+    cache: str,
+    seed: int | None,
+    stop: tuple[str, ...],
+    on_text: Callable[[int, str], None],
+    on_finish: Callable[[int], None],
+) -> StreamResult:
+    """Run `dk.decode` with a strategy that does not stream; each sample is shown when all are done."""
+    start = time.perf_counter()
+    options: dict[str, Any] = {"chain": chain, "max_new_tokens": max_new_tokens, "cache": cache, "seed": seed}
+    if stop:
+        options["stop_strings"] = stop
+    out = dk.decode(model, prompt_rows([prompt] * num_samples), strategy=strategy, **options)
+    seconds = time.perf_counter() - start
+    samples = []
+    for row, tokens in enumerate(out.tokens):
+        text = out.text[row] if out.text is not None else None
+        on_text(row, text if text is not None else " ".join(map(str, tokens)))
+        on_finish(row)
+        reason, stopped_by = out.finish_reasons[row], out.stopped_by[row] if out.stopped_by else None
+        samples.append(SampleResult(list(tokens), text, reason, stopped_by, seconds))
+    return StreamResult(samples, seconds, interrupted=False)
+
+
 def _status_line(tokens: int, seconds: float, num_samples: int) -> str:
     rows = f" ({num_samples} samples)" if num_samples > 1 else ""
     return f"{tokens} tokens{rows} · {seconds:.1f} s · {_rate(tokens, seconds):.1f} tokens/s"
@@ -163,6 +196,7 @@ def _json_document(
         "chain": str(chain),
         "chain_spec": chain.to_spec(),
         "cache": cache,
+        "strategy": resolve_strategy(request.strategy),
         "seed": request.seed,
         "max_new_tokens": request.max_new_tokens,
         "stop": list(request.stop),
@@ -196,6 +230,7 @@ def run_generate(request: GenerateRequest) -> int:
     check_stop(request.stop)
     check_installed(request.model, request.chain, request.flags)
     cache = resolve_cache(request.cache)
+    strategy = resolve_strategy(request.strategy)
     name = model_name(request.model)
     chain = build_chain(request.chain, request.flags)
     prompt = prompt_text(request.prompt)
@@ -205,19 +240,30 @@ def run_generate(request: GenerateRequest) -> int:
 
     with TextOutput(text=not request.json_output) as out, _cli_hints():
         writer = None if request.json_output else SampleWriter(out, request.num_samples, prompt if request.echo else "")
-        result = stream_samples(
-            model,
-            encoded,
-            chain,
-            num_samples=request.num_samples,
-            max_new_tokens=request.max_new_tokens,
-            cache=cache,
-            seed=request.seed,
-            stop=request.stop,
-            on_text=writer.text if writer else lambda row, delta: None,
-            on_finish=writer.finish if writer else lambda row: None,
-            on_token=lambda tokens, seconds: out.status(_status_line(tokens, seconds, request.num_samples)),
-        )
+        on_text = writer.text if writer else lambda row, delta: None
+        on_finish = writer.finish if writer else lambda row: None
+        common: dict[str, Any] = {
+            "num_samples": request.num_samples,
+            "max_new_tokens": request.max_new_tokens,
+            "cache": cache,
+            "seed": request.seed,
+            "stop": request.stop,
+        }
+        if strategy == "sample":
+            result = stream_samples(
+                model,
+                encoded,
+                chain,
+                on_text=on_text,
+                on_finish=on_finish,
+                on_token=lambda tokens, seconds: out.status(_status_line(tokens, seconds, request.num_samples)),
+                **common,
+            )
+        else:
+            out.status(f"decoding with {strategy} ...")
+            result = decode_samples(
+                model, encoded, chain, strategy=strategy, on_text=on_text, on_finish=on_finish, **common
+            )
         if writer is not None:
             writer.close()
 

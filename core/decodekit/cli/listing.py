@@ -19,18 +19,24 @@ from rich.text import Text
 from decodekit.cli.param_types import bounds_text, type_text
 from decodekit.errors import PluginError
 from decodekit.params import Params
-from decodekit.plugins import CacheEntry, SamplerEntry, StrategyEntry, get_registry, sampler_entry
+from decodekit.plugins import check_implementations, get_registry, sampler_entry
+from decodekit.registry import Entry
 
 __all__ = ["plugins_report", "render_plugins", "render_samplers", "samplers_report"]
 
 
-def plugins_report() -> dict[str, Any]:
-    """Each loaded plugin distribution with what it registers, and each that failed to load."""
+def plugins_report(check: bool = False) -> dict[str, Any]:
+    """Each loaded plugin distribution with what it registers, each that failed, the names two
+    distributions register, and (`check`) the implementations whose import path does not import."""
     registry = get_registry()
-    return {
+    report: dict[str, Any] = {
         "plugins": [asdict(info) for info in registry.plugins.values()],
         "failures": [asdict(failure) for failure in registry.failures],
+        "conflicts": [{**asdict(c), "error": c.message()} for c in registry.conflicts],
     }
+    if check:
+        report["broken"] = [asdict(b) for b in check_implementations(registry)]
+    return report
 
 
 def _param_report(name: str, field: FieldInfo, schema: dict[str, Any]) -> dict[str, Any]:
@@ -60,7 +66,7 @@ def _params_report(model: type[Params]) -> list[dict[str, Any]]:
     return [_param_report(k, f, properties.get(k, {})) for k, f in model.model_fields.items()]
 
 
-def _kind(entry: SamplerEntry) -> tuple[str | None, str | None]:
+def _kind(entry: Entry) -> tuple[str | None, str | None]:
     """(kind, error): the kind needs the implementation when the plugin did not declare it."""
     try:
         return entry.kind, None
@@ -95,9 +101,15 @@ def samplers_report(names: Sequence[str] = ()) -> dict[str, Any]:
     }
 
 
-def _entries(entries: Iterable[CacheEntry | StrategyEntry]) -> list[dict[str, str]]:
+def _entries(entries: Iterable[Entry]) -> list[dict[str, Any]]:
     return [
-        {"name": e.name, "description": e.description, "distribution": e.distribution, "version": e.version}
+        {
+            "name": e.name,
+            "description": e.description,
+            "distribution": e.distribution,
+            "version": e.version,
+            "params": _params_report(e.params_model),
+        }
         for e in sorted(entries, key=lambda e: e.name)
     ]
 
@@ -124,15 +136,25 @@ def render_plugins(report: dict[str, Any]) -> None:
     for p in report["plugins"]:
         table.add_row(*_plain(p["distribution"], p["version"], _registers(p)))
     console.print(table)
-    if report["failures"]:
-        failed = Table(title="Failed to load", title_justify="left", title_style="bold red")
-        failed.add_column("distribution", no_wrap=True, style="bold")
-        failed.add_column("version", no_wrap=True)
-        failed.add_column("entry point", no_wrap=True)
-        failed.add_column("error", style="red")
-        for f in report["failures"]:
-            failed.add_row(*_plain(f["distribution"], f["version"], f["entry_point"], f["error"]))
-        console.print(failed)
+    problems = [
+        ("Failed to load", ("distribution", "entry_point", "hook", "error"), report["failures"]),
+        ("Names registered twice (unusable)", ("category", "name", "distributions", "error"), report["conflicts"]),
+        ("Broken implementations", ("distribution", "category", "name", "error"), report.get("broken", [])),
+    ]
+    for title, columns, rows in problems:
+        if rows:
+            console.print(_problem_table(title, columns, rows))
+
+
+def _problem_table(title: str, columns: tuple[str, ...], rows: list[dict[str, Any]]) -> Table:
+    table = Table(title=title, title_justify="left", title_style="bold red")
+    for column in columns[:-1]:
+        table.add_column(column.replace("_", " "), no_wrap=True, style="bold")
+    table.add_column(columns[-1], style="red")
+    for row in rows:
+        cells = [row.get(c) for c in columns]
+        table.add_row(*_plain(*(", ".join(c) if isinstance(c, list) else str(c or "") for c in cells)))
+    return table
 
 
 def _default(p: dict[str, Any]) -> str:

@@ -32,6 +32,7 @@ __all__ = [
     "prompt_rows",
     "prompt_text",
     "resolve_cache",
+    "resolve_strategy",
 ]
 
 # The flat flags in the order Hugging Face applies them: (flag, sampler, its parameter).
@@ -114,14 +115,32 @@ def load_named_model(name: str) -> Any:
 
 
 def resolve_cache(name: str | None) -> str:
-    """`--cache` checked against the registry; default: dense when installed, else none."""
+    """`--cache` checked against the registry (a name or "name(args)"); default: dense when installed, else none."""
     caches = get_registry().caches
     if name is None:
         return "dense" if "dense" in caches else "none"
-    if name == "none" or name in caches:
+    if name == "none":
         return name
-    hint = f"; {install_hint([STANDARD_PLUGINS[name]])}" if name in STANDARD_PLUGINS else ""
-    raise CliError(f"--cache {name!r}: unknown cache backend; allowed: {', '.join(['none', *sorted(caches)])}{hint}")
+    from decodekit.chain_string import parse_stage
+    from decodekit.plugins import cache_factory
+
+    backend = parse_stage(name, what="--cache").name
+    if backend not in caches:
+        hint = f"; {install_hint([STANDARD_PLUGINS[backend]])}" if backend in STANDARD_PLUGINS else ""
+        allowed = ", ".join(["none", *sorted(caches)])
+        raise CliError(f"--cache {name!r}: unknown cache backend; allowed: {allowed}{hint}")
+    cache_factory(name)  # checks the parameters before the model loads
+    return name
+
+
+def resolve_strategy(text: str | None) -> str:
+    """`--strategy` checked against the registry, its own parameters included; default: sample."""
+    if text is None:
+        return "sample"
+    from decodekit.strategies import strategy_params
+
+    strategy_params(text)
+    return text
 
 
 def prompt_text(prompt: str | None) -> str:

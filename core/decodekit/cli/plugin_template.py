@@ -77,13 +77,15 @@ class ${cls}Params(Params):
     cap: float = Field(30.0, gt=0, description="logits are squashed into (-cap, cap)")
 ''',
     "cache": '''\
-"""The parameters of the `$name` cache backend (it has none yet; add fields with bounds here)."""
+"""The parameters of the `$name` cache backend: bounds declared once, error messages built from them."""
 
-from decodekit import NoParams
+from pydantic import Field
+
+from decodekit import Params
 
 
-class ${cls}Params(NoParams):
-    pass
+class ${cls}Params(Params):
+    headroom: int = Field(0, ge=0, description="extra positions allocated beyond what the decode loop asks for")
 ''',
     "model": '''\
 """The shape of the `$name` model: a small reference GPT."""
@@ -129,31 +131,34 @@ def register_samplers(register):
 """Registers the `$name` cache backend (by import path: listing plugins imports no torch)."""
 
 from decodekit import hookimpl
+from $pkg.params import ${cls}Params
 
 
 @hookimpl
 def register_cache_backends(register):
-    register("$name", "$pkg.$module:$cls", description="Preallocated keys/values, one per kv-head")
+    register("$name", "$pkg.$module:$cls", ${cls}Params, "Preallocated keys/values, one per kv-head")
 ''',
     "model": '''\
 """Registers the `$name` model (by import path: listing plugins imports no torch)."""
 
 from decodekit import hookimpl
+from $pkg.params import ${cls}Params
 
 
 @hookimpl
 def register_models(register):
-    register("$name", "$pkg.$module:load", description="A small random-init byte-level GPT")
+    register("$name", "$pkg.$module:load", ${cls}Params, "A small random-init byte-level GPT")
 ''',
     "strategy": '''\
 """Registers the `$name` decode strategy (by import path: listing plugins imports no torch)."""
 
 from decodekit import hookimpl
+from $pkg.params import ${cls}Params
 
 
 @hookimpl
 def register_strategies(register):
-    register("$name", "$pkg.$module:$module", description="Best of n: the most likely of n samples per prompt")
+    register("$name", "$pkg.$module:$module", ${cls}Params, "Best of n: the most likely of n samples per prompt")
 ''',
 }
 
@@ -179,11 +184,16 @@ class $cls(ProcessorBase[${cls}Params]):
     "cache": '''\
 """`$cls`: one preallocated key and value buffer per kv-head, `[B, n_kv_heads, capacity, D]` per layer."""
 
+import dataclasses
+
 from decodekit import CacheSpec, PreallocatedKVCache
+from $pkg.params import ${cls}Params
 
 
 class $cls(PreallocatedKVCache):
-    def __init__(self, spec: CacheSpec) -> None:
+    def __init__(self, spec: CacheSpec, params: ${cls}Params | None = None) -> None:
+        headroom = params.headroom if params is not None else 0
+        spec = dataclasses.replace(spec, capacity=spec.capacity + headroom)
         super().__init__(spec, stored_heads=spec.n_kv_heads)
 ''',
     "model": '''\
@@ -205,9 +215,9 @@ class ByteTokenizer:
         return bytes(ids).decode("utf-8", errors="replace")
 
 
-def load(argument: str | None = None) -> GPT:
-    """`dk.load_model("$name")`; `dk.load_model("$name:ARG")` passes ARG (e.g. a weights path)."""
-    config = GPTConfig(vocab_size=256, **${cls}Params().model_dump())
+def load(argument: str | None = None, params: ${cls}Params | None = None) -> GPT:
+    """`dk.load_model("$name", n_layer=4)`; `dk.load_model("$name:ARG")` passes ARG (e.g. a weights path)."""
+    config = GPTConfig(vocab_size=256, **(params or ${cls}Params()).model_dump())
     with torch.random.fork_rng():
         torch.manual_seed(0)  # the same weights in every process
         model = GPT(config)
@@ -218,26 +228,43 @@ def load(argument: str | None = None) -> GPT:
 """`$name`: draw n samples per prompt, keep the one the model finds most likely (sum of log-probabilities)."""
 
 import decodekit as dk
-from decodekit.params import validate_params
 from $pkg.params import ${cls}Params
 
 
-def $module(model, prompts, *, n: int = 4, **options) -> dk.Generation:
-    """`dk.decode(model, prompts, strategy="$name", n=4, chain=..., seed=...)`."""
-    params = validate_params("$name", ${cls}Params, {"n": n})
-    rows = [prompts] if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)) else list(prompts)
-    out = dk.generate(model, [row for row in rows for _ in range(params.n)], logprobs=0, **options)
+def $module(request: dk.DecodeRequest, params: ${cls}Params) -> dk.Generation:
+    """`dk.decode(model, prompts, strategy="$name", n=4, ...)`: `request` holds the shared options."""
+    if isinstance(request.seed, tuple):
+        raise dk.ParameterError("$name: seed=(one per row) is not supported; allowed: one int, or None")
+    n = params.n
+
+    def expand(rows):  # each row's n copies, in order
+        return [row for row in rows for _ in range(n)]
+
+    out = dk.generate(
+        request.model,
+        expand(request.prompts),
+        chain=request.chain,
+        max_new_tokens=request.max_new_tokens,
+        cache=request.cache or "none",
+        stop_tokens=[sorted(s) for s in expand(request.stop_tokens)],
+        stop_strings=request.stop_strings,
+        seed=request.seed,
+        logprobs=request.logprobs if request.logprobs is not None else 0,
+    )
     assert out.logprobs is not None
-    best = []
-    for i in range(len(rows)):
-        candidates = range(i * params.n, (i + 1) * params.n)
-        best.append(max(candidates, key=lambda r: sum(t.raw for t in out.logprobs[r])))
+    score = [sum(t.raw for t in row) for row in out.logprobs]  # log-probability of each sample
+    best = [max(range(i * n, (i + 1) * n), key=score.__getitem__) for i in range(len(request.prompts))]
+
+    def pick(values):
+        return [values[r] for r in best]
+
     return dk.Generation(
-        tokens=[out.tokens[r] for r in best],
-        finish_reasons=[out.finish_reasons[r] for r in best],
-        prompt_tokens=[out.prompt_tokens[r] for r in best],
-        text=[out.text[r] for r in best] if out.text is not None else None,
-        stopped_by=[out.stopped_by[r] for r in best],
+        tokens=pick(out.tokens),
+        finish_reasons=pick(out.finish_reasons),
+        prompt_tokens=pick(out.prompt_tokens),
+        text=pick(out.text) if out.text is not None else None,
+        logprobs=pick(out.logprobs) if request.logprobs is not None else None,
+        stopped_by=pick(out.stopped_by),
     )
 ''',
 }
@@ -293,6 +320,11 @@ class Test${cls}(CacheConformance):
         return spec.n_kv_heads
 
 
+def test_headroom_adds_positions():
+    spec = dk.CacheSpec(n_layers=1, n_heads=4, n_kv_heads=2, head_dim=8, batch_size=1, capacity=10)
+    assert dk.create_cache("$name(headroom=6)", spec).capacity == 16
+
+
 def test_registered_through_the_entry_point():
     assert dk.get_registry().caches["$name"].distribution == "$dist"
 ''',
@@ -308,6 +340,16 @@ def test_loads_by_name_and_generates():
     model = dk.load_model("$name")
     out = dk.generate(model, ["Hello"], max_new_tokens=8, seed=0, cache="none")
     assert len(out.tokens[0]) == 8 and out.text is not None
+
+
+def test_parameters_shape_the_model():
+    assert len(dk.load_model("$name", n_layer=1).h) == 1  # h: the transformer blocks
+    try:
+        dk.load_model("$name", n_layer=0)
+    except dk.ParameterError as exc:
+        assert "n_layer=0" in str(exc)
+    else:
+        raise AssertionError("n_layer=0 was accepted")
 
 
 def test_cache_and_recompute_agree():

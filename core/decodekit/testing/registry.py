@@ -1,9 +1,10 @@
-"""Registry checks for a plugin's samplers: registered by its distribution, chain strings and
-specs that round-trip, and parameter errors that name the parameter, the value and the range.
+"""Registry checks for a plugin: registered by its distribution, chain strings and specs that
+round-trip, and parameter errors that name the parameter, the value and the range.
 
     check_registered("min_p", distribution="decodekit-truncation", kind="processor")
     check_chain_string("min_p(0.05)", {"p": 0.05, "min_keep": 1})
     check_bad_parameters("min_p", {"p": 1.5}, ["p=1.5", "0 <= p <= 1"])
+    check_bad_parameters("window", {"size": 0}, ["size=0", "1 <= size"], category="cache backend")
 """
 
 from __future__ import annotations
@@ -14,17 +15,21 @@ from typing import Any
 
 from decodekit.chain import Chain
 from decodekit.errors import ParameterError
-from decodekit.plugins import create, get_registry
+from decodekit.plugins import cache_factory, create, get_registry
+from decodekit.registry import Category
+from decodekit.strategies import strategy_params
 
 __all__ = ["check_bad_parameters", "check_chain_string", "check_registered"]
 
 
-def check_registered(name: str, *, distribution: str, kind: str) -> None:
-    """`name` is registered by `distribution` as a `kind` ("processor" or "selector") with a description."""
-    entry = get_registry().samplers[name]
+def check_registered(name: str, *, distribution: str, kind: str | None = None, category: Category = "sampler") -> None:
+    """`name` is registered by `distribution` in `category` with a description (a sampler as a
+    `kind`, "processor" or "selector"), and its implementation imports."""
+    entry = get_registry().lookup(category, name)
     assert entry.distribution == distribution, f"{name}: registered by {entry.distribution}, expected {distribution}"
     assert entry.kind == kind, f"{name}: registered as a {entry.kind}, expected a {kind}"
     assert entry.description, f"{name}: registered without a description"
+    assert callable(entry.load()), f"{name}: {entry.impl!r} is not callable"
 
 
 def check_chain_string(text: str, params: dict[str, Any]) -> None:
@@ -38,10 +43,14 @@ def check_chain_string(text: str, params: dict[str, Any]) -> None:
     assert Chain.parse(str(chain)) == chain, f"{text}: the string form {str(chain)!r} does not"
 
 
-def check_bad_parameters(name: str, params: dict[str, Any], expected: Sequence[str]) -> None:
-    """`create(name, **params)` raises a `ParameterError` whose message contains every string of `expected`."""
+def check_bad_parameters(
+    name: str, params: dict[str, Any], expected: Sequence[str], *, category: Category = "sampler"
+) -> None:
+    """Building `name` of `category` with `params` raises a `ParameterError` whose message contains
+    every string of `expected`."""
+    build = {"sampler": create, "cache backend": cache_factory, "strategy": strategy_params}[category]
     try:
-        create(name, **params)
+        build(name, **params)
     except ParameterError as error:
         message = str(error)
     else:

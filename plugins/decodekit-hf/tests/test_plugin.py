@@ -17,7 +17,7 @@ import decodekit as dk
 def test_hf_is_registered_by_decodekit_hf() -> None:
     entry = dk.get_registry().models["hf"]
     assert entry.distribution == "decodekit-hf"
-    assert entry.loader == "decodekit_hf.model:load_hf"
+    assert entry.impl == "decodekit_hf.model:load_hf"
 
 
 def test_load_model_reads_a_local_checkpoint_with_its_tokenizer(saved_gpt2: Path, gpt2: Any) -> None:

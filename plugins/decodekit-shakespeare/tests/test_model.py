@@ -77,7 +77,7 @@ def test_plugin_registers_by_import_path_without_torch() -> None:
         "import sys\n"
         "import decodekit_shakespeare.plugin as p\n"
         "calls = []\n"
-        "p.register_models(lambda *a: calls.append(a))\n"
+        "p.register_models(lambda *a, **k: calls.append(a))\n"
         "assert 'torch' not in sys.modules, 'plugin.py imported torch'\n"
         "print(calls)\n"
     )

@@ -10,11 +10,12 @@ from __future__ import annotations
 from torch import Tensor
 
 from decodekit.cache import PreallocatedKVCache
+from decodekit.params import NoParams
 from decodekit.spec import CacheSpec
 
 
 class DenseCache(PreallocatedKVCache):
-    def __init__(self, spec: CacheSpec) -> None:
+    def __init__(self, spec: CacheSpec, params: NoParams | None = None) -> None:
         super().__init__(spec, stored_heads=spec.n_heads)
         self._repeat = spec.n_heads // spec.n_kv_heads
 

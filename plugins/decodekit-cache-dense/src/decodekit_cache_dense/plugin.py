@@ -1,13 +1,13 @@
 """Registers the `dense` cache backend (imports no torch until a cache is created)."""
 
 from decodekit import hookimpl
-from decodekit.hookspecs import CacheRegistrar
+from decodekit.hookspecs import Registrar
 
 
 @hookimpl
-def register_cache_backends(register: CacheRegistrar) -> None:
+def register_cache_backends(register: Registrar) -> None:
     register(
         "dense",
         "decodekit_cache_dense.cache:DenseCache",
-        "Preallocated keys/values for every attention head: 2·L·T·n_heads·head_dim·bytes",
+        description="Preallocated keys/values for every attention head: 2·L·T·n_heads·head_dim·bytes",
     )

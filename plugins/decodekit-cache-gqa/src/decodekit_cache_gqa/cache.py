@@ -8,9 +8,10 @@ n_heads / n_kv_heads times less than `dense` on a grouped-query model.
 from __future__ import annotations
 
 from decodekit.cache import PreallocatedKVCache
+from decodekit.params import NoParams
 from decodekit.spec import CacheSpec
 
 
 class GQACache(PreallocatedKVCache):
-    def __init__(self, spec: CacheSpec) -> None:
+    def __init__(self, spec: CacheSpec, params: NoParams | None = None) -> None:
         super().__init__(spec, stored_heads=spec.n_kv_heads)

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from decodekit.cache import KVCache
 from decodekit.errors import ParameterError
+from decodekit.params import NoParams
 from decodekit.spec import ModelSpec
 from decodekit_hf.cache_bridge import DecodekitCache
 from decodekit_hf.tokenizer import HFTokenizer, eos_token_ids
@@ -118,7 +119,7 @@ def _has_tokenizer(path: Path) -> bool:
     return any((path / name).is_file() for name in names)
 
 
-def load_hf(argument: str | None) -> HFModel:
+def load_hf(argument: str | None, params: NoParams | None = None) -> HFModel:
     """The `hf` model loader: `dk.load_model("hf:/path")` loads a local checkpoint directory.
 
     Local files only (`local_files_only=True`): the model with `AutoModelForCausalLM`, and its

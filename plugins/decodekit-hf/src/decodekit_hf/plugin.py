@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from decodekit import hookimpl
-from decodekit.hookspecs import ModelRegistrar
+from decodekit.hookspecs import Registrar
 
 __all__ = ["register_models"]
 
 
 @hookimpl
-def register_models(register: ModelRegistrar) -> None:
+def register_models(register: Registrar) -> None:
     register(
         "hf",
         "decodekit_hf.model:load_hf",
-        "A local Hugging Face transformers causal LM: dk.load_model('hf:/path/to/checkpoint')",
+        description="A local Hugging Face transformers causal LM: dk.load_model('hf:/path/to/checkpoint')",
     )

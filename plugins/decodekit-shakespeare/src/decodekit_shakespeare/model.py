@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 from decodekit.errors import ParameterError
 from decodekit.models.gpt import GPT, GPTConfig
+from decodekit.params import NoParams
 from decodekit_shakespeare.tokenizer import CharTokenizer
 
 __all__ = [
@@ -55,7 +56,7 @@ def load_config(directory: Path | None = None) -> tuple[GPTConfig, CharTokenizer
     return config, tokenizer, raw
 
 
-def load_tiny_shakespeare(argument: str | None = None) -> ShakespeareGPT:
+def load_tiny_shakespeare(argument: str | None = None, params: NoParams | None = None) -> ShakespeareGPT:
     """The `tiny-shakespeare` model in eval mode, fp32, on CPU, with `.tokenizer` attached.
 
     argument: None for the shipped weights; or a directory holding `config.json` and

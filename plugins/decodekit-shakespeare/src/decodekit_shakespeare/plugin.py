@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from decodekit import hookimpl
-from decodekit.hookspecs import ModelRegistrar
+from decodekit.hookspecs import Registrar
 
 __all__ = ["register_models"]
 
 
 @hookimpl
-def register_models(register: ModelRegistrar) -> None:
+def register_models(register: Registrar) -> None:
     register(
         "tiny-shakespeare",
         "decodekit_shakespeare.model:load_tiny_shakespeare",
-        "Character-level GPT (GQA 8/2 heads) trained on Shakespeare's works",
+        description="Character-level GPT (GQA 8/2 heads) trained on Shakespeare's works",
     )

@@ -1,0 +1,186 @@
+"""The one-line string form of chains, cache backends and strategies: `"name(arg, key=value) | name"`.
+
+A small recursive-descent parser over Python literal syntax (numbers, strings, True, False,
+None, lists, tuples, dicts, unary signs): no `eval`, a bounded nesting depth, and every
+malformed input a `ChainSpecError` naming the position and what was expected there.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any, NamedTuple
+
+from decodekit.errors import ChainSpecError
+
+__all__ = ["MAX_DEPTH", "StageCall", "parse_chain_string", "parse_stage"]
+
+MAX_DEPTH = 32
+"""The deepest nesting of brackets and signs a value may have."""
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NUMBER = re.compile(r"(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d(?:_?\d)*)?")
+_STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
+_CONSTANTS: dict[str, Any] = {"True": True, "False": False, "None": None}
+_CLOSE = {"(": ")", "[": "]", "{": "}"}
+
+
+class StageCall(NamedTuple):
+    """One parsed stage: `name(*args, **kwargs)`."""
+
+    name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+
+class _Parser:
+    def __init__(self, text: str, what: str) -> None:
+        self.text, self.what, self.pos = text, what, 0
+
+    def error(self, expected: str, at: int | None = None) -> ChainSpecError:
+        at = self.pos if at is None else at
+        found = repr(self.text[at]) if at < len(self.text) else "the end"
+        return ChainSpecError(f"{self.what} {self.text!r}: at position {at}: expected {expected}, found {found}")
+
+    def skip_space(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos].isspace():
+            self.pos += 1
+
+    def peek(self) -> str:
+        self.skip_space()
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def expect(self, char: str, expected: str) -> None:
+        if self.peek() != char:
+            raise self.error(expected)
+        self.pos += 1
+
+    def name(self, expected: str) -> str:
+        self.skip_space()
+        match = _NAME.match(self.text, self.pos)
+        if match is None:
+            raise self.error(expected)
+        self.pos = match.end()
+        return match.group()
+
+    def chain(self) -> list[StageCall]:
+        stages = [self.stage()]
+        while self.peek() == "|":
+            self.pos += 1
+            stages.append(self.stage())
+        if self.peek():
+            raise self.error("'|' or the end")
+        return stages
+
+    def stage(self) -> StageCall:
+        name = self.name(f"a {self.what} stage name")
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        if self.peek() != "(":
+            return StageCall(name, args, kwargs)
+        opened = self.pos
+        self.pos += 1
+        while self.peek() != ")":
+            if not self.peek():
+                raise self.error(f"')' to close the '(' at position {opened}")
+            start = self.pos
+            match = _NAME.match(self.text, self.pos)
+            after = match.end() if match else start
+            if match and self.text[after:].lstrip().startswith("="):
+                key = self.name("a parameter name")
+                self.expect("=", "'='")
+                if key in kwargs:
+                    raise self.error(f"each parameter once; {key} is given twice", start)
+                kwargs[key] = self.value(0)
+            else:
+                if kwargs:
+                    raise self.error("name=value (a positional value cannot follow a keyword one)", start)
+                args.append(self.value(0))
+            if self.peek() == ",":
+                self.pos += 1
+            elif self.peek() != ")":
+                raise self.error(f"',' or ')' to close the '(' at position {opened}")
+        self.pos += 1
+        return StageCall(name, args, kwargs)
+
+    def value(self, depth: int) -> Any:
+        if depth >= MAX_DEPTH:
+            raise self.error(f"a value nested at most {MAX_DEPTH} deep")
+        char = self.peek()
+        start = self.pos
+        if char in "+-":
+            self.pos += 1
+            operand = self.value(depth + 1)
+            if isinstance(operand, bool) or not isinstance(operand, (int, float)):
+                raise self.error("a number after the sign", start + 1)
+            return -operand if char == "-" else operand
+        if char in _CLOSE:
+            return self.bracketed(char, depth)
+        if char in "'\"":
+            match = _STRING.match(self.text, self.pos)
+            if match is None:
+                raise self.error("a closed string literal")
+            self.pos = match.end()
+            return ast.literal_eval(match.group())
+        match = _NUMBER.match(self.text, self.pos)
+        if match is not None:
+            self.pos = match.end()
+            token = match.group()
+            try:
+                return float(token) if any(c in token for c in ".eE") else int(token)
+            except ValueError:  # an int of more digits than Python converts
+                raise self.error("a number of at most 4,300 digits", start) from None
+        match = _NAME.match(self.text, self.pos)
+        if match is not None and match.group() in _CONSTANTS:
+            self.pos = match.end()
+            return _CONSTANTS[match.group()]
+        raise self.error("a literal (a number, a string, True, False, None, a list, a tuple or a dict)")
+
+    def bracketed(self, opening: str, depth: int) -> Any:
+        opened, close = self.pos, _CLOSE[opening]
+        self.pos += 1
+        items: list[Any] = []
+        pairs: dict[Any, Any] = {}
+        trailing_comma = False
+        while self.peek() != close:
+            if not self.peek():
+                raise self.error(f"{close!r} to close the {opening!r} at position {opened}")
+            start = self.pos
+            item = self.value(depth + 1)
+            if opening == "{":
+                self.expect(":", "':' after a dict key")
+                try:
+                    pairs[item] = self.value(depth + 1)
+                except TypeError:
+                    raise self.error(f"a hashable dict key (a number, string or tuple), not {item!r}", start) from None
+            else:
+                items.append(item)
+            trailing_comma = self.peek() == ","
+            if trailing_comma:
+                self.pos += 1
+            elif self.peek() != close:
+                raise self.error(f"',' or {close!r} to close the {opening!r} at position {opened}")
+        self.pos += 1
+        if opening == "{":
+            return pairs
+        if opening == "[":
+            return items
+        return items[0] if len(items) == 1 and not trailing_comma else tuple(items)
+
+
+def parse_chain_string(text: str) -> list[StageCall]:
+    """`"a(1, x=2) | b"` -> `[("a", [1], {"x": 2}), ("b", [], {})]`; values are Python literals."""
+    if not isinstance(text, str):
+        raise ChainSpecError(f"chain {text!r} is a {type(text).__name__}; allowed: a string 'name(args) | name'")
+    return _Parser(text, "chain").chain()
+
+
+def parse_stage(text: str, what: str) -> StageCall:
+    """One `"name(args)"` (a cache backend or a strategy, `what`), in the syntax of one chain stage."""
+    if not isinstance(text, str):
+        raise ChainSpecError(f"{what} {text!r} is a {type(text).__name__}; allowed: a string 'name(args)'")
+    parser = _Parser(text, what)
+    stage = parser.stage()
+    if parser.peek():
+        raise parser.error("the end (one name(args), no '|')")
+    return stage

@@ -1,0 +1,73 @@
+"""Prompts: text or token ids into checked rows of ids, and rows into one left-padded batch.
+
+Ragged prompts are left-padded and the padding gets negative positions (see
+`decodekit.models.gpt.attention_mask`), so every row of a batch decodes as it would alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from decodekit.errors import ParameterError
+from decodekit.request import token_ids
+
+__all__ = ["Prompts", "Tokenizer", "left_pad", "prompt_rows"]
+
+Prompts = str | Sequence[str] | Sequence[Sequence[int]] | Sequence[int] | Tensor
+
+
+class Tokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+def prompt_rows(model: Any, prompts: Prompts) -> list[list[int]]:
+    """One list of token ids per prompt: text is encoded with `model.tokenizer`, and every id
+    must be an int in [0, vocab_size)."""
+    if isinstance(prompts, Tensor):
+        if prompts.dim() == 1:
+            prompts = prompts[None]
+        if prompts.dim() != 2 or prompts.dtype.is_floating_point or prompts.dtype.is_complex:
+            raise ParameterError(
+                f"prompts: tensor of shape {tuple(prompts.shape)} and dtype {prompts.dtype}; allowed: integer [B, T]"
+            )
+        rows: list[Any] = prompts.tolist()
+    elif isinstance(prompts, str):
+        rows = [prompts]
+    elif isinstance(prompts, Sequence):
+        rows = list(prompts)
+        if rows and not isinstance(rows[0], (str, Sequence, Tensor)):  # one prompt of ids
+            rows = [rows]
+    else:
+        raise ParameterError(f"prompts={prompts!r} is invalid; allowed: text, a list of texts or of token-id lists")
+    tokenizer = getattr(model, "tokenizer", None)
+    V = model.spec.vocab_size
+    out = []
+    for b, row in enumerate(rows):
+        if isinstance(row, str):
+            if tokenizer is None:
+                raise ParameterError(f"prompts: row {b} is text, but the model has no tokenizer; pass token ids")
+            row = tokenizer.encode(row)
+        ids = token_ids(f"prompts: row {b}", row, V)
+        if not ids:
+            raise ParameterError(f"prompts: row {b} is empty; allowed: at least one token")
+        out.append(ids)
+    if not out:
+        raise ParameterError("prompts: no rows; allowed: at least one prompt")
+    return out
+
+
+def left_pad(rows: Sequence[Sequence[int]], total: int, device: torch.device | str) -> tuple[Tensor, Tensor]:
+    """`buf [B, total]`: each prompt right-aligned at column P (the longest prompt), id 0 before it;
+    `positions [B, total]`: column minus the row's padding, so negative on the padding."""
+    P = max(len(r) for r in rows)
+    buf = torch.zeros(len(rows), total, dtype=torch.long, device=device)
+    for b, r in enumerate(rows):
+        buf[b, P - len(r) : P] = torch.tensor(r, dtype=torch.long)
+    pads = torch.tensor([P - len(r) for r in rows], device=device)  # [B] padding columns per row
+    positions = torch.arange(total, device=device)[None, :] - pads[:, None]
+    return buf, positions

@@ -1,0 +1,275 @@
+"""The registry: one entry type, one registration check, one lookup for every kind of plugin thing.
+
+A plugin registers samplers, cache backends, models and strategies through the same
+`register(name, impl, params=None, description="", **kind_specific)` call (see
+`decodekit.hookspecs`); each becomes an `Entry`. Building the registry from installed
+plugins is `decodekit.plugins`' job; this module holds what is built and how it is read.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from decodekit.errors import PluginError, UnknownNameError
+from decodekit.params import NoParams, Params
+
+__all__ = [
+    "CATEGORIES",
+    "STANDARD_PLUGINS",
+    "Category",
+    "Conflict",
+    "Entry",
+    "PluginFailure",
+    "PluginInfo",
+    "Registry",
+    "make_entry",
+]
+
+Category = Literal["sampler", "cache backend", "model", "strategy"]
+CATEGORIES: tuple[Category, ...] = ("sampler", "cache backend", "model", "strategy")
+
+# Name -> the distribution of this repository that provides it, for "pip install" hints.
+STANDARD_PLUGINS: dict[str, str] = {
+    "greedy": "decodekit-greedy",
+    "temperature": "decodekit-temperature",
+    "top_k": "decodekit-top-k",
+    "top_p": "decodekit-top-p",
+    "repetition_penalty": "decodekit-repetition-penalty",
+    "dense": "decodekit-cache-dense",
+    "gqa": "decodekit-cache-gqa",
+    "tiny-shakespeare": "decodekit-shakespeare",
+    "hf": "decodekit-hf",
+}
+
+# Samplers, caches and strategies are named in chain strings, so their names are identifiers;
+# model names may also hold "-" and "." ("tiny-shakespeare"), but not ":" (it starts the argument).
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
+_IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
+_SAMPLER_KINDS = ("processor", "selector")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered thing: its name, implementation, parameter model and where it came from."""
+
+    category: Category
+    name: str
+    impl: object  # the implementation, or its import path "module:attr" (resolved by `load`)
+    params_model: type[Params]
+    description: str
+    distribution: str
+    version: str
+    declared_kind: str | None = None  # samplers: "processor" or "selector" when declared
+
+    def load(self) -> Any:
+        """The implementation, imported on first use when it was registered by path."""
+        if not isinstance(self.impl, str):
+            return self.impl
+        module_name, _, attr = self.impl.partition(":")
+        try:
+            value: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                value = getattr(value, part)
+        except Exception as exc:
+            raise PluginError(
+                f"{self.category} {self.name!r} from {self.distribution}: cannot import {self.impl!r}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if not callable(value):
+            raise PluginError(f"{self.category} {self.name!r} from {self.distribution}: {self.impl!r} is not callable")
+        return value
+
+    @property
+    def kind(self) -> str | None:
+        """A sampler's kind, "processor" or "selector": as declared, else read from the implementation
+        (which imports it). None for the other categories."""
+        if self.category != "sampler":
+            return None
+        if self.declared_kind is not None:
+            return self.declared_kind
+        return str(getattr(self.load(), "kind", "processor"))
+
+
+@dataclass
+class PluginInfo:
+    """One loaded plugin distribution and what it registered."""
+
+    distribution: str
+    version: str
+    entry_points: list[str] = field(default_factory=list)
+    samplers: list[str] = field(default_factory=list)
+    cache_backends: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
+    strategies: list[str] = field(default_factory=list)
+
+    def names(self, category: Category) -> list[str]:
+        return {
+            "sampler": self.samplers,
+            "cache backend": self.cache_backends,
+            "model": self.models,
+            "strategy": self.strategies,
+        }[category]
+
+
+@dataclass
+class PluginFailure:
+    """An entry point that failed to load, or one of its hooks that failed (its registrations dropped)."""
+
+    distribution: str
+    version: str
+    entry_point: str
+    error: str
+    hook: str | None = None  # None: the entry point itself failed to import
+
+
+@dataclass
+class Conflict:
+    """A name registered by more than one distribution: unusable until all but one are disabled."""
+
+    category: Category
+    name: str
+    distributions: list[str]
+
+    def message(self) -> str:
+        dists = " and ".join(self.distributions)
+        return (
+            f"{self.category} name {self.name!r} is registered by {len(self.distributions)} distributions: {dists}; "
+            f"it is unusable until one is chosen: DECODEKIT_DISABLE_PLUGINS={','.join(self.distributions[1:])} "
+            f"keeps {self.distributions[0]}'s (or uninstall all but one)"
+        )
+
+
+@dataclass
+class Registry:
+    """Everything the installed plugins registered, by category; plus their failures and name conflicts."""
+
+    samplers: dict[str, Entry] = field(default_factory=dict)
+    caches: dict[str, Entry] = field(default_factory=dict)
+    models: dict[str, Entry] = field(default_factory=dict)
+    strategies: dict[str, Entry] = field(default_factory=dict)
+    plugins: dict[str, PluginInfo] = field(default_factory=dict)
+    failures: list[PluginFailure] = field(default_factory=list)
+    conflicts: list[Conflict] = field(default_factory=list)
+
+    def section(self, category: Category) -> dict[str, Entry]:
+        """The entries of one category, by name."""
+        sections = {
+            "sampler": self.samplers,
+            "cache backend": self.caches,
+            "model": self.models,
+            "strategy": self.strategies,
+        }
+        return sections[category]
+
+    def lookup(self, category: Category, name: str) -> Entry:
+        """The entry `name` of `category`; an unknown or conflicting name is an error saying what to do."""
+        if not isinstance(name, str):
+            raise UnknownNameError(f"{category} name {name!r} is a {type(name).__name__}; allowed: a string")
+        entry = self.section(category).get(name)
+        if entry is not None:
+            return entry
+        for conflict in self.conflicts:
+            if conflict.category == category and conflict.name == name:
+                raise PluginError(conflict.message())
+        raise unknown_name(category, name, self.section(category))
+
+    def add(self, entries: Iterable[Entry], info: PluginInfo) -> list[Conflict]:
+        """Add a hook's entries; a name another distribution holds becomes a conflict (returned)."""
+        new: list[Conflict] = []
+        for entry in entries:
+            section = self.section(entry.category)
+            key = (entry.category, entry.name)
+            conflict = next((c for c in self.conflicts if (c.category, c.name) == key), None)
+            if conflict is not None:
+                conflict.distributions.append(entry.distribution)
+                new.append(conflict)
+            elif entry.name in section:
+                first = section.pop(entry.name).distribution
+                conflict = Conflict(entry.category, entry.name, [first, entry.distribution])
+                self.conflicts.append(conflict)
+                new.append(conflict)
+            else:
+                section[entry.name] = entry
+            info.names(entry.category).append(entry.name)
+        return new
+
+
+def unknown_name(category: Category, name: str, installed: Iterable[str]) -> UnknownNameError:
+    """The error for a name nobody registered: what is installed, a close match, the pip install."""
+    names = sorted(installed)
+    msg = f"unknown {category} {name!r}; installed: {', '.join(names) or 'none'}"
+    close = difflib.get_close_matches(name, names, n=1)
+    if close:
+        msg += f"; did you mean {close[0]!r}?"
+    if name in STANDARD_PLUGINS:
+        dist = STANDARD_PLUGINS[name]
+        msg += f". {name!r} is provided by {dist}: pip install {dist} (from a checkout: pip install plugins/{dist})"
+    return UnknownNameError(msg)
+
+
+def _check_name(category: Category, name: object) -> str:
+    if not isinstance(name, str):
+        raise PluginError(f"name {name!r} is a {type(name).__name__}; allowed: a string")
+    ok = _MODEL_NAME.match(name) if category == "model" else (name.isidentifier() and name.isascii())
+    if not ok:
+        allowed = (
+            "letters, digits, '_', '-', '.'" if category == "model" else "a Python identifier (letters, digits, '_')"
+        )
+        raise PluginError(f"name {name!r} is invalid; allowed: {allowed}")
+    return name
+
+
+def _check_impl(impl: object) -> None:
+    if isinstance(impl, str):
+        if not _IMPORT_PATH.match(impl):
+            raise PluginError(f"impl {impl!r} is invalid; allowed: a callable or an import path 'package.module:attr'")
+    elif not callable(impl):
+        raise PluginError(
+            f"impl {impl!r} ({type(impl).__name__}) is invalid; allowed: a callable or an import path 'module:attr'"
+        )
+
+
+def _params_model(impl: object, params: object) -> type[Params]:
+    model = params if params is not None else getattr(impl, "params_model", NoParams)
+    if not (isinstance(model, type) and issubclass(model, Params)):
+        raise PluginError(f"params {model!r} is invalid; allowed: None or a decodekit.Params subclass")
+    return model
+
+
+def make_entry(
+    category: Category,
+    distribution: str,
+    version: str,
+    name: object,
+    impl: object,
+    params: object = None,
+    description: object = "",
+    kind_specific: Mapping[str, object] | None = None,
+) -> Entry:
+    """Check one `register(...)` call and build its entry; a bad argument is a `PluginError` naming it."""
+    extra = dict(kind_specific or {})
+    label = f"{category} {name!r}"
+    try:
+        checked = _check_name(category, name)
+        _check_impl(impl)
+        model = _params_model(impl, params)
+        if not isinstance(description, str):
+            raise PluginError(f"description {description!r} is a {type(description).__name__}; allowed: a string")
+        sampler_kind = extra.pop("kind", None) if category == "sampler" else None
+        if extra:
+            allowed = "kind" if category == "sampler" else "none"
+            raise PluginError(f"unknown keyword {next(iter(extra))}=...; allowed keywords: {allowed}")
+        if sampler_kind is not None and sampler_kind not in _SAMPLER_KINDS:
+            raise PluginError(f"kind={sampler_kind!r} is invalid; allowed: 'processor', 'selector'")
+        declared = None if sampler_kind is None else str(sampler_kind)
+        impl_name = getattr(impl, "name", checked) if isinstance(impl, type) else checked
+        if impl_name != checked:
+            raise PluginError(f"its class is named {impl_name!r}; allowed: the registered name")
+    except PluginError as exc:
+        raise PluginError(f"{label}: {exc}") from None
+    return Entry(category, checked, impl, model, description, distribution, version, declared)

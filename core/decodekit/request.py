@@ -1,0 +1,215 @@
+"""`DecodeRequest`: the arguments every decode strategy shares, validated once per call.
+
+`dk.generate`, `dk.stream`, `dk.beam_search` and `dk.decode` all build one with
+`decode_request`, so a bad argument fails the same way everywhere, before any model work:
+a `ParameterError` naming the argument, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from decodekit.errors import ParameterError
+
+if TYPE_CHECKING:
+    from decodekit.chain import Chain
+    from decodekit.plugins import CacheFactory
+    from decodekit.prompts import Prompts, Tokenizer
+
+__all__ = ["MAX_SEED", "DecodeRequest", "decode_request", "token_ids"]
+
+MAX_SEED = 2**64
+"""Seeds are integers in [0, 2**64), what `torch.Generator.manual_seed` takes."""
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """What `dk.decode` hands a strategy: `impl(request, params) -> Generation`.
+
+    prompts: token ids per row, each an int in [0, vocab_size), no row empty.
+    cache: a factory `(CacheSpec) -> KVCache`, or None to recompute the context every step.
+    stop_tokens: per row, the ids that end it. seed: one int, one per row, or None.
+    """
+
+    model: Any
+    prompts: list[list[int]]
+    chain: Chain
+    max_new_tokens: int
+    cache: CacheFactory | None
+    stop_tokens: list[frozenset[int]]
+    stop_strings: tuple[str, ...]
+    seed: int | tuple[int, ...] | None
+    logprobs: int | None
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.prompts)
+
+    @property
+    def tokenizer(self) -> Tokenizer | None:
+        return getattr(self.model, "tokenizer", None)
+
+
+def _check_count(name: str, value: object) -> int:
+    n = _as_index(value)
+    if n is None or n < 0:
+        raise ParameterError(f"{name}={value!r} is invalid; allowed: an integer >= 0")
+    return n
+
+
+def _vocab_size(model: object) -> int:
+    spec = getattr(model, "spec", None)
+    V = _as_index(getattr(spec, "vocab_size", None))
+    if V is None:
+        raise ParameterError(
+            f"model {type(model).__name__}: no spec.vocab_size; allowed: a model with a decodekit.ModelSpec `spec`"
+        )
+    return V
+
+
+def _chain(chain: object) -> Chain:
+    from decodekit.chain import Chain
+
+    if chain is None:
+        return Chain()
+    if isinstance(chain, Chain):
+        return chain
+    if isinstance(chain, str):
+        return Chain.parse(chain)
+    if isinstance(chain, Sequence):
+        return Chain.from_spec(chain)
+    raise ParameterError(f"chain={chain!r} is invalid; allowed: a Chain, a chain string, a spec list, or None")
+
+
+def _cache(cache: object) -> CacheFactory | None:
+    from decodekit.plugins import cache_factory
+
+    if isinstance(cache, str) and cache == "none":
+        return None
+    if isinstance(cache, str):
+        return cache_factory(cache)
+    if callable(cache):
+        return cache  # type: ignore[return-value]
+    raise ParameterError(
+        f"cache={cache!r} is invalid; allowed: a cache backend name, 'name(args)', 'none', "
+        "or a factory (spec) -> KVCache"
+    )
+
+
+def token_ids(name: str, values: object, vocab_size: int) -> list[int]:
+    """`values` (a sequence or a tensor) as a list of token ids, each an int in [0, V)."""
+    items = values.tolist() if hasattr(values, "tolist") and not isinstance(values, list) else values
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise ParameterError(f"{name}: {values!r} is invalid; allowed: a sequence of token ids")
+    ids = []
+    for t in items:
+        i = _as_index(t)
+        if i is None:
+            raise ParameterError(f"{name}: token id {t!r} ({type(t).__name__}) is invalid; allowed: an int")
+        if not 0 <= i < vocab_size:
+            raise ParameterError(f"{name}: token id {i} is invalid; allowed: 0 <= id < vocab_size={vocab_size}")
+        ids.append(i)
+    return ids
+
+
+def _as_index(x: object) -> int | None:
+    """`x` as a Python int if it is an integer (an int, a NumPy or 0-d tensor integer), not a bool."""
+    if isinstance(x, bool) or getattr(x, "dtype", None) == torch.bool:
+        return None
+    try:
+        return operator.index(x)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def _stop_tokens(stop_tokens: object, batch: int, vocab_size: int) -> list[frozenset[int]]:
+    items = stop_tokens.tolist() if hasattr(stop_tokens, "tolist") else stop_tokens
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise ParameterError(
+            f"stop_tokens={stop_tokens!r} is invalid; allowed: a list of token ids, or one list per row"
+        )
+    first = items[0] if items else None
+    if (isinstance(first, Sequence) and not isinstance(first, str)) or (
+        isinstance(first, torch.Tensor) and first.dim()
+    ):
+        if len(items) != batch:
+            raise ParameterError(
+                f"stop_tokens: {len(items)} per-row lists for {batch} rows; "
+                "allowed: one list for all rows or one per row"
+            )
+        return [frozenset(token_ids(f"stop_tokens[{b}]", row, vocab_size)) for b, row in enumerate(items)]
+    return [frozenset(token_ids("stop_tokens", items, vocab_size))] * batch
+
+
+def _stop_strings(stop_strings: object, tokenizer: object) -> tuple[str, ...]:
+    items = (stop_strings,) if isinstance(stop_strings, str) else stop_strings
+    if not isinstance(items, Sequence) or not all(isinstance(s, str) for s in items):
+        raise ParameterError(f"stop_strings={stop_strings!r} is invalid; allowed: a string or a list of strings")
+    strings = tuple(s for s in items if s)
+    if strings and tokenizer is None:
+        raise ParameterError("stop_strings: the model has no tokenizer to decode text with; use stop_tokens")
+    return strings
+
+
+def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
+    def check(value: object, name: str) -> int:
+        n = _as_index(value)
+        if n is None or not 0 <= n < MAX_SEED:
+            raise ParameterError(f"{name}={value!r} is invalid; allowed: an integer, 0 <= seed < 2**64")
+        return n
+
+    if seed is None:
+        return None
+    if isinstance(seed, Sequence) and not isinstance(seed, str):
+        if len(seed) != batch:
+            raise ParameterError(f"seed: {len(seed)} per-row seeds given; allowed: one int, or one per row ({batch})")
+        return tuple(check(s, f"seed[{b}]") for b, s in enumerate(seed))
+    return check(seed, "seed")
+
+
+def _logprobs(logprobs: object, vocab_size: int) -> int | None:
+    if logprobs is None:
+        return None
+    n = _as_index(logprobs)
+    if n is None or not 0 <= n <= vocab_size:
+        raise ParameterError(
+            f"logprobs={logprobs!r} is invalid; allowed: None or an integer, 0 <= logprobs <= {vocab_size}"
+        )
+    return n
+
+
+def decode_request(
+    model: Any,
+    prompts: Prompts,
+    *,
+    chain: Chain | str | Sequence[Any] | None = None,
+    max_new_tokens: int = 64,
+    cache: str | CacheFactory = "dense",
+    stop_tokens: Sequence[int] | Sequence[Sequence[int]] = (),
+    stop_strings: str | Sequence[str] = (),
+    seed: int | Sequence[int] | None = None,
+    logprobs: int | None = None,
+) -> DecodeRequest:
+    """Check every shared argument (see `dk.stream` for what each means) and build the request."""
+    from decodekit.prompts import prompt_rows
+
+    V = _vocab_size(model)
+    max_new = _check_count("max_new_tokens", max_new_tokens)
+    rows = prompt_rows(model, prompts)
+    tokenizer = getattr(model, "tokenizer", None)
+    return DecodeRequest(
+        model=model,
+        prompts=rows,
+        chain=_chain(chain),
+        max_new_tokens=max_new,
+        cache=_cache(cache),
+        stop_tokens=_stop_tokens(stop_tokens, len(rows), V),
+        stop_strings=_stop_strings(stop_strings, tokenizer),
+        seed=_seed(seed, len(rows)),
+        logprobs=_logprobs(logprobs, V),
+    )

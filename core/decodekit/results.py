@@ -1,0 +1,73 @@
+"""What decoding returns: `Generation` (per row), `TokenEvent` (per token), `TokenLogprobs`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from decodekit.stage import Candidates
+
+__all__ = ["FinishReason", "Generation", "TokenEvent", "TokenLogprobs", "token_logprobs"]
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprobs:
+    """Log-probabilities of one sampled token, from the model (raw) and after the chain (processed)."""
+
+    raw: float
+    processed: float
+    raw_top: list[tuple[int, float]]  # the model's n most likely tokens
+    processed_top: list[tuple[int, float]]  # the n most likely after the chain
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One generated token of one row. `text` is the new text it adds (None without a tokenizer)."""
+
+    row: int
+    step: int
+    token: int
+    text: str | None = None
+    finish_reason: FinishReason | None = None
+    logprobs: TokenLogprobs | None = None
+    stopped_by: int | str | None = None  # the stop token or stop string that ended the row
+
+
+@dataclass
+class Generation:
+    """Per row: the generated suffix (a stop token that ended the row is its last token),
+    why the row stopped, and the text (stop token or stop string excluded) when there is a tokenizer."""
+
+    tokens: list[list[int]]
+    finish_reasons: list[FinishReason]
+    prompt_tokens: list[list[int]]
+    text: list[str] | None = None
+    logprobs: list[list[TokenLogprobs]] | None = None
+    stopped_by: list[int | str | None] = field(default_factory=list)  # the stop token or string
+
+
+def token_logprobs(raw: Tensor, processed: Tensor | Candidates, tokens: Tensor, n: int) -> list[TokenLogprobs]:
+    """Chosen-token and top-`n` log-probabilities per row, before and after the chain."""
+    raw_lp = torch.log_softmax(raw.float(), -1)
+    raw_top = raw_lp.topk(n, -1) if n else None
+    if isinstance(processed, Candidates):
+        lse = torch.logsumexp(processed.values, -1, keepdim=True)
+        hit = processed.indices == tokens[:, None]
+        chosen = torch.where(hit, processed.values, float("-inf")).amax(-1) - lse[:, 0]
+        top_v, top_i = (processed.values[:, :n] - lse), processed.indices[:, :n]
+    else:
+        lp = torch.log_softmax(processed, -1)
+        chosen = lp.gather(1, tokens[:, None])[:, 0]
+        top_v, top_i = lp.topk(n, -1) if n else (lp[:, :0], tokens[:, None][:, :0])
+    raw_chosen = raw_lp.gather(1, tokens[:, None])[:, 0].tolist()
+    out = []
+    for b, token_lp in enumerate(chosen.tolist()):
+        rt = list(zip(raw_top.indices[b].tolist(), raw_top.values[b].tolist())) if raw_top is not None else []
+        pt = [(i, v) for i, v in zip(top_i[b].tolist(), top_v[b].tolist()) if v != float("-inf")]
+        out.append(TokenLogprobs(raw_chosen[b], token_lp, rt, pt))
+    return out

@@ -1,0 +1,62 @@
+"""Text of a generated row, decoded incrementally, and stop strings found across tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from decodekit.prompts import Tokenizer
+
+__all__ = ["TextTracker"]
+
+
+class TextTracker:
+    """Incremental text of one row: finds stop strings across token boundaries and holds back
+    text that might be the start of one, so streamed text never shows a stop string.
+
+    Decoding is incremental (as Hugging Face's and vLLM's detokenizers do): each step decodes
+    only the tokens since the last settled point, with the tokens before them as left context
+    (a tokenizer may render a token differently at the start of a text), so a step costs the
+    same at token 10 and at token 10,000. Text that ends in an incomplete character (U+FFFD,
+    a multi-byte character split across tokens) waits for the next token.
+    """
+
+    _REPLACEMENT = "\ufffd"
+
+    def __init__(self, tokenizer: Tokenizer, stop_strings: Sequence[str]) -> None:
+        self.tokenizer = tokenizer
+        self.stop_strings = [s for s in stop_strings if s]
+        self.tokens: list[int] = []
+        self.prefix = 0  # tokens[prefix:read]: the left context of the next decode
+        self.read = 0  # tokens[:read] are rendered in `text`
+        self.text = ""
+        self.emitted = 0
+        self._undo: tuple[str, int, int] = ("", 0, 0)
+
+    def push(self, token: int, final: bool) -> tuple[str, str | None]:
+        """Add a token; return (new text to show, the stop string hit or None)."""
+        self.tokens.append(token)
+        self._undo = (self.text, self.prefix, self.read)
+        context = self.tokenizer.decode(self.tokens[self.prefix : self.read])
+        window = self.tokenizer.decode(self.tokens[self.prefix :])
+        if len(window) > len(context) and (final or not window.endswith(self._REPLACEMENT)):
+            self.text += window[len(context) :]
+            self.prefix, self.read = self.read, len(self.tokens)
+        for s in self.stop_strings:
+            i = self.text.find(s, max(0, self.emitted - len(s) + 1))
+            if i >= 0:
+                self.text = self.text[:i]
+                return self._emit(len(self.text)), s
+        if final:
+            return self._emit(len(self.text)), None
+        hold = max((k for s in self.stop_strings for k in range(1, len(s)) if self.text.endswith(s[:k])), default=0)
+        return self._emit(len(self.text) - hold), None
+
+    def drop_last(self) -> None:
+        """Remove the last token's text (a stop token is not part of the text)."""
+        self.tokens.pop()
+        self.text, self.prefix, self.read = self._undo
+
+    def _emit(self, upto: int) -> str:
+        upto = max(upto, self.emitted)
+        delta, self.emitted = self.text[self.emitted : upto], upto
+        return delta

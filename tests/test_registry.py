@@ -1,0 +1,262 @@
+"""The registry: registrations checked when made, hooks all-or-nothing, a failed plugin alone,
+cache backends and strategies with parameter models, and the string form of a cache backend."""
+
+from __future__ import annotations
+
+import functools
+import re
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+from pydantic import BaseModel, Field
+
+import decodekit as dk
+from decodekit.cache import PreallocatedKVCache
+from decodekit.cli.listing import plugins_report, samplers_report
+from decodekit.plugins import check_implementations
+from decodekit.stage import ProcessorBase
+from tinymodels import tiny_gpt
+
+
+class Shift(ProcessorBase[dk.NoParams]):
+    name = "shift"
+
+    def __call__(self, logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
+        return logits + 1.0
+
+
+class CappedParams(dk.Params):
+    size: int = Field(..., ge=1, le=1024, description="tokens kept per row")
+    sinks: int = Field(0, ge=0, description="first tokens always kept")
+
+
+class CappedCache(PreallocatedKVCache):
+    """A test backend with parameters: a gqa-like cache whose capacity is `size` (whatever the spec asks)."""
+
+    def __init__(self, spec: dk.CacheSpec, params: CappedParams) -> None:
+        super().__init__(spec, stored_heads=spec.n_kv_heads)
+        self.params = params
+
+
+class Plugin:
+    """A plugin whose hooks are given as functions of `register`."""
+
+    def __init__(self, **hooks: Callable[[Any], None]) -> None:
+        for name, hook in hooks.items():
+            setattr(self, name, dk.hookimpl(specname=name)(hook))
+
+
+@pytest.fixture
+def registered() -> Iterator[Callable[..., Plugin]]:
+    """`registered(name, **hooks)`: register a plugin in code for the test, removed afterwards."""
+    plugins: list[Plugin] = []
+
+    def register(name: str, **hooks: Callable[[Any], None]) -> Plugin:
+        plugin = Plugin(**hooks)
+        dk.register_plugin(plugin, name=name)
+        plugins.append(plugin)
+        return plugin
+
+    yield register
+    for plugin in plugins:
+        dk.unregister_plugin(plugin)
+
+
+def _capped(register: Any) -> None:
+    register("capped", CappedCache, CappedParams, "keeps at most size tokens")
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "reason"),
+    [
+        ((None, Shift), {}, "name None is a NoneType; allowed: a string"),
+        (("two words", Shift), {}, "name 'two words' is invalid; allowed: a Python identifier"),
+        (("top-k", Shift), {}, "name 'top-k' is invalid"),
+        (("shift", 42), {}, r"impl 42 \(int\) is invalid; allowed: a callable or an import path"),
+        (("shift", "no_colon_path"), {}, "impl 'no_colon_path' is invalid"),
+        (("shift", Shift, "CappedParams"), {}, "params 'CappedParams' is invalid; allowed: None or a decodekit.Params"),
+        (("shift", Shift, BaseModel), {}, "params .*BaseModel.* is invalid"),
+        (("shift", Shift, None, 3), {}, "description 3 is a int; allowed: a string"),
+        (("shift", Shift), {"kind": "transformer"}, "kind='transformer' is invalid; allowed: 'processor', 'selector'"),
+        (("shift", Shift), {"colour": "red"}, "unknown keyword colour=...; allowed keywords: kind"),
+        (("other", Shift), {}, "its class is named 'shift'"),
+        (("shift",), {}, "TypeError"),
+    ],
+)
+def test_a_bad_registration_fails_its_plugin_alone(args: tuple[Any, ...], kwargs: dict[str, Any], reason: str) -> None:
+    def hook(register: Any) -> None:
+        register("fine", "decodekit.sample:Sample", kind="selector")  # dropped too: all or nothing
+        register(*args, **kwargs)
+
+    with pytest.raises(dk.PluginError, match=reason):
+        dk.register_plugin(Plugin(register_samplers=hook), name="bad-plugin")
+    registry = dk.get_registry()  # not poisoned: the plugin was not kept
+    assert "fine" not in registry.samplers and "bad-plugin" not in registry.plugins
+    assert dk.create("temperature", 0.5).params.value == 0.5
+
+
+def test_an_installed_bad_plugin_is_listed_with_its_reason_and_the_rest_work(
+    registered: Callable[..., Plugin], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same bad plugin met while building the registry (as an installed one is): a warning,
+    a failure in `decodekit plugins`, its other hooks kept, everything else working."""
+    registered("good", register_cache_backends=_capped)
+
+    def half_then_raise(register: Any) -> None:
+        register("shift", Shift)
+        raise RuntimeError("boom after one registration")
+
+    plugin = Plugin(register_samplers=half_then_raise, register_cache_backends=_capped)
+    monkeypatch.setattr("decodekit.plugins._code_plugins", [*dk.plugins._code_plugins, (plugin, "bad")])
+    with pytest.warns(RuntimeWarning) as warned:
+        registry = dk.reload_plugins()
+    messages = [str(w.message) for w in warned]
+    assert len(messages) == 2
+    assert re.search(r"plugin bad .*hook register_samplers.*boom after one registration", messages[0])
+    assert "cache backend name 'capped' is registered by 2 distributions: good and bad" in messages[1]
+    assert "shift" not in registry.samplers  # the raising hook's registration is dropped
+    assert registry.plugins["bad"].samplers == []
+    report = plugins_report()
+    [failure] = [f for f in report["failures"] if f["distribution"] == "bad"]
+    assert failure["hook"] == "register_samplers" and "RuntimeError: boom" in failure["error"]
+    # its cache hook succeeded but names the same backend as "good": that name is unusable
+    [conflict] = report["conflicts"]
+    assert conflict["name"] == "capped" and conflict["distributions"] == ["good", "bad"]
+    with pytest.raises(dk.PluginError, match="good and bad.*DECODEKIT_DISABLE_PLUGINS=bad"):
+        dk.create_cache("capped(size=4)", dk.CacheSpec(1, 1, 1, 1, 1, 1))
+    assert dk.create_cache("gqa", dk.CacheSpec(1, 1, 1, 1, 1, 1)).capacity == 1
+    monkeypatch.undo()
+    dk.reload_plugins()
+
+
+def test_check_imports_every_path_and_reports_broken_ones(registered: Callable[..., Plugin]) -> None:
+    def hook(register: Any) -> None:
+        register("ghost", "decodekit_no_such_module.cache:Ghost", description="missing module")
+        register("phantom", "decodekit.cache:NoSuchClass", description="missing attribute")
+
+    registered("haunted", register_cache_backends=hook)
+    broken = {b.name: b for b in check_implementations()}
+    assert set(broken) == {"ghost", "phantom"}  # every standard plugin's path imports
+    assert broken["ghost"].distribution == "haunted"
+    assert "ModuleNotFoundError: No module named 'decodekit_no_such_module'" in broken["ghost"].error
+    assert "AttributeError" in broken["phantom"].error
+    assert plugins_report(check=True)["broken"][0]["impl"] == "decodekit_no_such_module.cache:Ghost"
+
+
+def test_cache_backend_parameters_in_every_form(registered: Callable[..., Plugin]) -> None:
+    registered("capped-plugin", register_cache_backends=_capped)
+    spec = dk.CacheSpec(1, 2, 1, 4, 1, 8)
+    for cache in (
+        dk.create_cache("capped(size=16, sinks=4)", spec),
+        dk.create_cache("capped(16, 4)", spec),
+        dk.create_cache("capped", spec, size=16, sinks=4),
+        dk.create_cache("capped(16)", spec, sinks=4),
+    ):
+        assert isinstance(cache, CappedCache) and cache.params == CappedParams(size=16, sinks=4)
+    with pytest.raises(dk.ParameterError, match=r"cache capped: size=0 is invalid: .*allowed: int 1 <= size <= 1024"):
+        dk.create_cache("capped(size=0)", spec)
+    with pytest.raises(dk.ParameterError, match="missing required parameter size"):
+        dk.create_cache("capped", spec)
+    with pytest.raises(dk.ParameterError, match="unknown parameter window=3; allowed parameters: size, sinks"):
+        dk.create_cache("capped(size=3, window=3)", spec)
+    with pytest.raises(dk.ParameterError, match="parameter size given both"):
+        dk.create_cache("capped(size=3)", spec, size=4)
+    with pytest.raises(
+        dk.ChainSpecError,
+        match=r"cache 'capped\(size=3': at position 13: expected ',' or '\)' to close the '\(' at position 6",
+    ):
+        dk.create_cache("capped(size=3", spec)
+    [listed] = [c for c in samplers_report()["cache_backends"] if c["name"] == "capped"]
+    assert [(p["name"], p["allowed"], p["required"]) for p in listed["params"]] == [
+        ("size", "int 1 <= size <= 1024", True),
+        ("sinks", "int 0 <= sinks", False),
+    ]
+
+
+def test_generate_takes_a_cache_string_a_factory_or_a_partial(registered: Callable[..., Plugin]) -> None:
+    registered("capped-plugin", register_cache_backends=_capped)
+    model = tiny_gpt(2)
+    made: list[dk.KVCache] = []
+
+    def factory(spec: dk.CacheSpec, tag: str = "") -> dk.KVCache:
+        made.append(dk.create_cache("gqa", spec))
+        return made[-1]
+
+    reference = dk.generate(model, [[1, 2, 3]], max_new_tokens=5, chain="greedy", cache="gqa").tokens
+    for cache in ("capped(size=8)", factory, functools.partial(factory, tag="x")):
+        assert dk.generate(model, [[1, 2, 3]], max_new_tokens=5, chain="greedy", cache=cache).tokens == reference
+    assert len(made) == 2 and made[0].length == 3 + 4  # the factory's cache served the decode
+    with pytest.raises(dk.ParameterError, match=r"cache capped: size=-1 is invalid"):
+        dk.generate(model, [[1]], cache="capped(size=-1)")
+
+
+def test_strategy_parameters_are_listed_and_checked_by_decode() -> None:
+    [beam] = [s for s in samplers_report()["strategies"] if s["name"] == "beam"]
+    assert [p["name"] for p in beam["params"]] == [
+        "num_beams",
+        "length_penalty",
+        "early_stopping",
+        "num_return_sequences",
+    ]
+    model = tiny_gpt(2)
+    by_keyword = dk.decode(model, [[1, 2]], strategy="beam", num_beams=3, max_new_tokens=4)
+    by_string = dk.decode(model, [[1, 2]], strategy="beam(num_beams=3)", max_new_tokens=4)
+    assert (
+        by_keyword.tokens == by_string.tokens == dk.beam_search(model, [[1, 2]], num_beams=3, max_new_tokens=4).tokens
+    )
+    with pytest.raises(dk.ParameterError, match=r"strategy beam: num_beams=0 is invalid"):
+        dk.decode(model, [[1]], strategy="beam", num_beams=0)
+    with pytest.raises(dk.ParameterError, match="unknown parameter k=4; allowed parameters: num_beams, .*chain"):
+        dk.decode(model, [[1]], strategy="beam", k=4)
+    with pytest.raises(dk.ParameterError, match="strategy sample: unknown parameter num_beams=2"):
+        dk.decode(model, [[1]], num_beams=2)
+
+
+def test_model_loaders_receive_validated_parameters(registered: Callable[..., Plugin]) -> None:
+    class WidthParams(dk.Params):
+        width: int = Field(8, ge=1, le=64)
+
+    seen: list[tuple[str | None, WidthParams]] = []
+
+    def loader(argument: str | None, params: WidthParams) -> str:
+        seen.append((argument, params))
+        return "model"
+
+    registered("loaders", register_models=lambda register: register("toy-model.v2", loader, WidthParams, "a toy"))
+    assert dk.load_model("toy-model.v2") == dk.load_model("toy-model.v2:extra", width=16) == "model"
+    assert seen == [(None, WidthParams()), ("extra", WidthParams(width=16))]
+    with pytest.raises(dk.ParameterError, match=r"model toy-model.v2: width=65 is invalid"):
+        dk.load_model("toy-model.v2", width=65)
+
+
+def test_a_registry_with_failures_warns_once_per_build() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the standard plugins register cleanly
+        registry = dk.reload_plugins()
+    assert not registry.failures and not registry.conflicts
+
+
+def test_the_registry_kit_checks_every_category(registered: Callable[..., Plugin]) -> None:
+    from decodekit.testing.registry import check_bad_parameters, check_registered
+
+    registered("capped-plugin", register_cache_backends=_capped)
+    check_registered("capped", distribution="capped-plugin", category="cache backend")
+    check_registered("beam", distribution="decodekit", category="strategy")
+    check_registered("top_k", distribution="decodekit-top-k", kind="processor")
+    check_bad_parameters("capped", {"size": 2000}, ["size=2000", "1 <= size <= 1024"], category="cache backend")
+    check_bad_parameters("beam", {"num_beams": 0}, ["num_beams=0", "1 <= num_beams"], category="strategy")
+    with pytest.raises(AssertionError, match="registered by capped-plugin, expected someone-else"):
+        check_registered("capped", distribution="someone-else", category="cache backend")
+    with pytest.raises(AssertionError, match="no ParameterError"):
+        check_bad_parameters("capped", {"size": 3}, ["size"], category="cache backend")
+
+
+@pytest.mark.parametrize("name", [5, None, ["top_k"], {"a": 1}])
+def test_a_lookup_by_a_name_that_is_not_a_string_says_so(name: Any) -> None:
+    with pytest.raises(dk.UnknownNameError, match=f"sampler name .* is a {type(name).__name__}; allowed: a string"):
+        dk.create(name)
+    with pytest.raises(dk.UnknownNameError, match="strategy name"):
+        dk.get_registry().lookup("strategy", name)

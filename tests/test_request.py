@@ -1,0 +1,146 @@
+"""Every argument of generate / stream / beam_search / decode is checked before any model work:
+a `ParameterError` naming the argument, the value and what is allowed; and a huge
+`max_new_tokens` allocates only what the generation uses."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+import torch
+
+import decodekit as dk
+import decodekit.loop
+from tinymodels import tiny_gpt
+
+V = 101  # tiny_gpt's vocabulary
+BAD_ARGUMENTS = [
+    ({"seed": 1.5}, r"seed=1.5 is invalid; allowed: an integer, 0 <= seed < 2\*\*64"),
+    ({"seed": True}, r"seed=True is invalid"),
+    ({"seed": -1}, r"seed=-1 is invalid"),
+    ({"seed": [2**64]}, r"seed\[0\]=18446744073709551616 is invalid; allowed: an integer, 0 <= seed < 2\*\*64"),
+    ({"seed": [1, 2]}, r"seed: 2 per-row seeds given; allowed: one int, or one per row \(1\)"),
+    ({"seed": "7"}, r"seed='7' is invalid"),
+    ({"logprobs": 2.5}, r"logprobs=2.5 is invalid; allowed: None or an integer, 0 <= logprobs <= 101"),
+    ({"logprobs": V + 1}, r"logprobs=102 is invalid"),
+    ({"cache": None}, r"cache=None is invalid; allowed: a cache backend name, 'name\(args\)', 'none', or a factory"),
+    ({"cache": 5}, r"cache=5 is invalid"),
+    ({"stop_tokens": None}, r"stop_tokens=None is invalid; allowed: a list of token ids, or one list per row"),
+    ({"stop_tokens": 3}, r"stop_tokens=3 is invalid"),
+    ({"stop_tokens": [1.0]}, r"stop_tokens: token id 1.0 \(float\) is invalid; allowed: an int"),
+    ({"stop_tokens": [V]}, r"stop_tokens: token id 101 is invalid; allowed: 0 <= id < vocab_size=101"),
+    ({"stop_tokens": [[1], ["a"]]}, r"2 per-row lists for 1 rows"),
+    ({"stop_strings": 7}, r"stop_strings=7 is invalid; allowed: a string or a list of strings"),
+    ({"stop_strings": ["a", 3]}, r"stop_strings=\['a', 3\] is invalid"),
+    ({"max_new_tokens": 2.0}, r"max_new_tokens=2.0 is invalid; allowed: an integer >= 0"),
+    ({"max_new_tokens": True}, r"max_new_tokens=True is invalid"),
+    ({"chain": 5}, r"chain=5 is invalid; allowed: a Chain, a chain string, a spec list, or None"),
+]
+BAD_PROMPTS = [
+    ([[1.0, 2]], r"prompts: row 0: token id 1.0 \(float\) is invalid; allowed: an int"),
+    ([[1, 2.7]], r"prompts: row 0: token id 2.7 \(float\)"),
+    ([[2**64]], r"prompts: row 0: token id 18446744073709551616 is invalid; allowed: 0 <= id < vocab_size=101"),
+    ([[-1]], r"token id -1 is invalid"),
+    ([[True]], r"token id True \(bool\) is invalid"),
+    ([[torch.tensor(1.0)]], r"token id tensor\(1.\) \(Tensor\) is invalid"),
+    (torch.tensor([[1.0, 2.0]]), r"prompts: tensor of shape \(1, 2\) and dtype torch.float32; allowed: integer"),
+    (torch.tensor([[1, V]]), r"prompts: row 0: token id 101 is invalid"),
+    (None, r"prompts=None is invalid"),
+    (5, r"prompts=5 is invalid"),
+    ([[1], [None]], r"prompts: row 1: token id None \(NoneType\)"),
+    ([], r"prompts: no rows"),
+]
+
+
+def _entry_points() -> list[Any]:
+    """generate, stream (checked at the call, before the first event), beam_search, decode."""
+
+    def stream(model: Any, prompts: Any, **kw: Any) -> Any:
+        return dk.stream(model, prompts, **kw)  # not iterated: the call itself must raise
+
+    return [dk.generate, stream, dk.beam_search, dk.decode]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), BAD_ARGUMENTS)
+def test_bad_arguments_name_the_argument_the_value_and_what_is_allowed(kwargs: dict[str, Any], message: str) -> None:
+    model = tiny_gpt(2)
+    for call in _entry_points():
+        if call is dk.beam_search and "logprobs" in kwargs:
+            continue  # beam search rejects every logprobs value (test_beam)
+        with pytest.raises(dk.ParameterError, match=message):
+            call(model, [[1, 2]], **kwargs)
+
+
+@pytest.mark.parametrize(("prompts", "message"), BAD_PROMPTS)
+def test_bad_prompts_are_parameter_errors(prompts: Any, message: str) -> None:
+    model = tiny_gpt(2)
+    for call in _entry_points():
+        with pytest.raises(dk.ParameterError, match=message):
+            call(model, prompts)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), BAD_ARGUMENTS[:12])
+def test_arguments_are_checked_even_when_nothing_is_generated(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(dk.ParameterError, match=message):
+        dk.generate(tiny_gpt(2), [[1, 2]], max_new_tokens=0, **kwargs)
+    with pytest.raises(dk.UnknownNameError, match="unknown cache backend 'nope'"):
+        dk.generate(tiny_gpt(2), [[1, 2]], max_new_tokens=0, cache="nope")
+
+
+def test_good_alternatives_are_accepted() -> None:
+    """The forms the checks must not reject: tuples, ranges, tensors, one string, numpy-free ints."""
+    model = tiny_gpt(2)
+    ref = dk.generate(model, [[1, 2, 3]], chain="greedy", max_new_tokens=4).tokens
+    for prompts in ([(1, 2, 3)], (range(1, 4),), torch.tensor([1, 2, 3]), torch.tensor([[1, 2, 3]], dtype=torch.int32)):
+        assert dk.generate(model, prompts, chain="greedy", max_new_tokens=4).tokens == ref
+    out = dk.generate(model, [[1], [2]], max_new_tokens=3, seed=(2**64 - 1, 0), stop_tokens=torch.tensor([5]))
+    assert len(out.tokens) == 2
+    np = pytest.importorskip("numpy")
+    ids = [np.int64(1), torch.tensor(2), 3]  # integers of other libraries are integers
+    assert dk.generate(model, [ids], chain="greedy", max_new_tokens=4, stop_tokens=[torch.tensor(0)]).tokens == ref
+
+
+def test_a_huge_max_new_tokens_without_a_cache_allocates_only_what_it_uses() -> None:
+    """2**62 new tokens would need 2**65 bytes of history up front; streaming allocates as it goes."""
+    model = tiny_gpt(2, block_size=8)
+    events = dk.stream(model, [[1, 2]], max_new_tokens=2**62, cache="none", seed=0)
+    first = [e.token for e in itertools.islice(events, 20)]
+    bounded = dk.generate(model, [[1, 2]], max_new_tokens=20, cache="none", seed=0).tokens[0]
+    assert first == bounded  # the same tokens as a run that knew its length
+    stop = bounded[0]
+    out = dk.generate(model, [[1, 2]], max_new_tokens=2**62, cache="none", seed=0, stop_tokens=[stop])
+    assert out.tokens == [[stop]] and out.finish_reasons == ["stop"]
+
+
+@pytest.mark.parametrize("cache", ["none", "gqa"])
+def test_history_grown_on_the_way_equals_history_preallocated(cache: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tiny_gpt(2)
+    prompts = [[5, 17, 3, 9], [7]]
+    chain = "repetition_penalty(1.3) | temperature(0.9) | sample"
+    ref = dk.generate(model, prompts, chain=chain, max_new_tokens=21, cache=cache, seed=4).tokens
+    monkeypatch.setattr(decodekit.loop, "PREALLOCATED_COLUMNS", 3)  # grows at steps 3, 7 and 15
+    assert dk.generate(model, prompts, chain=chain, max_new_tokens=21, cache=cache, seed=4).tokens == ref
+
+
+def test_beam_search_refuses_what_would_not_fit_in_memory() -> None:
+    with pytest.raises(dk.ParameterError, match=r"max_new_tokens=4611686018427387904 is invalid for beam search"):
+        dk.beam_search(tiny_gpt(2), [[1, 2]], max_new_tokens=2**62, cache="none")
+
+
+def test_stop_strings_need_a_tokenizer_and_beam_search_declines_them() -> None:
+    with pytest.raises(dk.ParameterError, match="stop_strings: the model has no tokenizer"):
+        dk.generate(tiny_gpt(2), [[1]], stop_strings=["\n"])
+    model = tiny_gpt(2)
+    model.tokenizer = __import__("tinymodels").CharTokenizer()  # type: ignore[assignment]
+    with pytest.raises(dk.ParameterError, match="beam_search: stop_strings are not supported; allowed: stop_tokens"):
+        dk.beam_search(model, ["ab"], stop_strings="\n")
+    assert dk.generate(model, ["ab"], stop_strings="b", max_new_tokens=2).text is not None  # one string is one stop
+
+
+def test_beam_search_takes_a_seed_for_stages_that_draw() -> None:
+    """xtc draws a uniform per row and step: with a seed, beam search is reproducible."""
+    model = tiny_gpt(2)
+    chain = "xtc(threshold=0.01, probability=0.5)"
+    runs = [dk.beam_search(model, [[1, 2, 3]], chain=chain, max_new_tokens=8, seed=1).tokens for _ in range(2)]
+    assert runs[0] == runs[1]
