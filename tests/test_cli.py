@@ -335,9 +335,12 @@ def test_samplers_listing_is_readable_at_any_width(columns: int) -> None:
     for internal in ("FieldInfo", "Annotated", "typing.", "metadata=", "<class"):
         assert internal not in text.stdout and internal not in as_json.stdout
     words = " ".join(text.stdout.split())  # wrapped lines read as one text: nothing cut or dropped
-    samplers = {s["name"]: s for s in ok_json(as_json)["samplers"]}
+    report = ok_json(as_json)
+    samplers = {s["name"]: s for s in report["samplers"]}
     for s in samplers.values():
         assert " ".join(f"{s['name']} {s['kind']} · {s['distribution']}".split()) in words
+    assert any(e["params"] for e in report["strategies"])  # beam's, at least
+    for s in [*samplers.values(), *report["cache_backends"], *report["strategies"]]:
         assert " ".join(s["description"].split()) in words
         for p in s["params"]:
             default = "required" if p["required"] else f"default {p['default']!r}"

@@ -172,37 +172,37 @@ def _param_line(p: dict[str, Any]) -> Text:
     )
 
 
+def _render_block(console: Console, header: Text, item: dict[str, Any]) -> None:
+    """A sampler, cache backend or strategy: its header line, its description, then each parameter
+    with type, bounds and default on one line and its meaning below (every line wraps, none is cut)."""
+    console.print(header)
+    if item["description"]:
+        console.print(_indented(Text(item["description"]), 2))
+    for p in item.get("params", []):
+        console.print(_indented(_param_line(p), 4))
+        if p["description"]:
+            console.print(_indented(Text(p["description"], style="dim"), 6))
+
+
+def _header(item: dict[str, Any], kind: str = "") -> Text:
+    where = " ".join(filter(None, [item["distribution"], item.get("version", "")]))
+    return Text.assemble((item["name"], "bold cyan"), "  " + " · ".join(filter(None, [kind, where])))
+
+
 def render_samplers(report: dict[str, Any]) -> None:
-    """One block per sampler: name, kind and plugin, its description, then each parameter with
-    its type, bounds and default on one line and its description below (blocks wrap, never truncate)."""
+    """One block per sampler, then per cache backend and per decode strategy."""
     console = Console()
     console.print(Text("Samplers", style="bold"))
     for s in report["samplers"]:
-        kind = s["kind"] or f"kind unknown: {s['error']}"
-        console.print(Text.assemble((s["name"], "bold cyan"), f"  {kind} · {s['distribution']} {s['version']}"))
-        if s["description"]:
-            console.print(_indented(Text(s["description"]), 2))
-        for p in s["params"]:
-            console.print(_indented(_param_line(p), 4))
-            if p["description"]:
-                console.print(_indented(Text(p["description"], style="dim"), 6))
+        _render_block(console, _header(s, s["kind"] or f"kind unknown: {s['error']}"), s)
     if not report["cache_backends"]:
         return  # only the samplers asked for
-    console.print()
-    console.print(Text("Cache backends", style="bold"))
     none = {"name": "none", "description": "No cache: recompute the whole context every step", "distribution": ""}
-    console.print(_indented(_entry_table([none, *report["cache_backends"]]), 2))
-    if report["strategies"]:
+    for title, items in (
+        ("Cache backends", [none, *report["cache_backends"]]),
+        ("Decode strategies", report["strategies"]),
+    ):
         console.print()
-        console.print(Text("Decode strategies", style="bold"))
-        console.print(_indented(_entry_table(report["strategies"]), 2))
-
-
-def _entry_table(entries: list[dict[str, str]]) -> Table:
-    table = Table(box=None, show_header=False, padding=(0, 2, 0, 0), pad_edge=False)
-    table.add_column(no_wrap=True, style="bold cyan")
-    table.add_column()
-    table.add_column(no_wrap=True)
-    for e in entries:
-        table.add_row(*_plain(e["name"], e["description"], e["distribution"]))
-    return table
+        console.print(Text(title, style="bold"))
+        for item in items:
+            _render_block(console, _header(item), item)
