@@ -119,6 +119,10 @@ def test_batch_options_are_checked_before_loading() -> None:
         "no output": (["generate", "--input", "p.jsonl", "-m", MODEL], "--output is missing"),
         "with a prompt": (["generate", "ROMEO", "--input", "p", "--output", "o", "-m", MODEL], "with PROMPT"),
         "with --json": (["generate", "--input", "p", "--output", "o", "--json", "-m", MODEL], "with --json"),
+        "with --strategy": (
+            ["generate", "--input", "p", "--output", "o", "--strategy", "beam", "-m", MODEL],
+            "--strategy",
+        ),
         "no file": (["generate", "--input", "/nonexistent.jsonl", "--output", "o", "-m", MODEL], "cannot read it"),
     }
     for (name, (_, expected)), r in zip(cases.items(), cli_many(*(args for args, _ in cases.values()))):

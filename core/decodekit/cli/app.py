@@ -198,7 +198,12 @@ def generate(
     if input_file is not None or output is not None:
         from decodekit.cli.batch_command import batch_request, run_batch
 
-        given = {"PROMPT": prompt is not None, "--num-samples": num_samples != 1, "--json": json_output}
+        given = {
+            "PROMPT": prompt is not None,
+            "--num-samples": num_samples != 1,
+            "--json": json_output,
+            "--strategy": strategy is not None,  # batches are sampled; a strategy per line is not there yet
+        }
         batch = batch_request(
             input_file,
             output,
