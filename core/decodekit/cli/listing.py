@@ -16,8 +16,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from decodekit.cli.param_types import bounds_text, type_text
 from decodekit.errors import PluginError
+from decodekit.param_types import bounds_text, type_text
 from decodekit.params import Params
 from decodekit.plugins import check_implementations, get_registry, sampler_entry
 from decodekit.registry import Entry
