@@ -18,7 +18,7 @@ from rich.text import Text
 
 from decodekit.errors import PluginError
 from decodekit.param_types import bounds_text, type_text
-from decodekit.params import Params
+from decodekit.params import Params, allowed_values
 from decodekit.plugins import check_implementations, get_registry, sampler_entry
 from decodekit.registry import Entry
 
@@ -48,7 +48,7 @@ def _param_report(name: str, field: FieldInfo, schema: dict[str, Any]) -> dict[s
         "name": name,
         "type": kind,
         "bounds": bounds,
-        "allowed": f"{kind}, {bounds}" if bounds else kind,
+        "allowed": allowed_values(name, field),  # as error messages write it
         "required": required,
         "default": None if required else _as_list(field.get_default(call_default_factory=True)),
         "description": field.description or "",
