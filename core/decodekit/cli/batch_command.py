@@ -141,25 +141,28 @@ def _run_batch(
         stop_strings=request.stop,
         seed=seeds,
     )
+    task = progress.task_ids[0]
+
+    def write_finished() -> None:  # in input order: a row waits for the rows before it
+        nonlocal written
+        while written < n and ends[written] is not None:
+            i = written
+            out.write(json.dumps(_result(batch[i], seeds[i], tokens[i], texts[i], ends[i])) + "\n")
+            out.flush()  # a line is whole once written: an interruption loses nothing written
+            written += 1
+            progress.advance(task)
+
     for ev in events:
         tokens[ev.row].append(ev.token)
         row_text = texts[ev.row]
         if ev.text is not None and row_text is not None:
             row_text.append(ev.text)
-        progress.update(progress.task_ids[0], tokens=progress.tasks[0].fields["tokens"] + 1)
+        progress.update(task, tokens=progress.tasks[0].fields["tokens"] + 1)
         if ev.finish_reason is not None:
             ends[ev.row] = (ev.finish_reason, ev.stopped_by)
-        while written < n and ends[written] is not None:
-            p = batch[written]
-            out.write(json.dumps(_result(p, seeds[written], tokens[written], texts[written], ends[written])) + "\n")
-            out.flush()
-            written += 1
-            progress.advance(progress.task_ids[0])
-    for i in range(written, n):  # max_new_tokens=0: the loop yields nothing
-        out.write(json.dumps(_result(batch[i], seeds[i], [], [] if texts[i] is not None else None, ("length", None))))
-        out.write("\n")
-        progress.advance(progress.task_ids[0])
-    out.flush()
+        write_finished()
+    ends[:] = [end or ("length", None) for end in ends]  # max_new_tokens=0: the loop yields nothing
+    write_finished()
 
 
 def run_batch(request: BatchRequest) -> int:
