@@ -88,3 +88,14 @@ class BrokenPlugin:
 
 
 broken = BrokenPlugin()
+
+
+class DuplicatePlugin:
+    """Registers `greedy` again (`DECODEKIT_EXTRA_PLUGINS=cli_testplugin:duplicate`): the name becomes unusable."""
+
+    @hookimpl
+    def register_samplers(self, register: object) -> None:
+        register("greedy", "decodekit_greedy.greedy:Greedy", description="a second greedy", kind="selector")  # type: ignore[operator]
+
+
+duplicate = DuplicatePlugin()

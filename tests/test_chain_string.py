@@ -22,6 +22,7 @@ def test_a_hand_worked_chain() -> None:
     [stage] = parse_chain_string("f(-1.5e3, +2, 'it\\'s', \"|\", [1, (2, 3)], {'k': (1,)}, None, True, (), (4), 1_000)")
     assert stage.args == [-1500.0, 2, "it's", "|", [1, (2, 3)], {"k": (1,)}, None, True, (), 4, 1000]
     assert parse_stage("window(size=128, sinks=4)", what="cache") == StageCall("window", [], {"size": 128, "sinks": 4})
+    assert parse_chain_string("logit_bias({5: -inf, 6: inf})")[0].args == [{5: float("-inf"), 6: float("inf")}]
 
 
 def _literal(rng: random.Random, depth: int = 0) -> Any:
@@ -63,6 +64,7 @@ def test_values_equal_what_python_reads_from_the_same_text() -> None:
         ("top_k(5))", "at position 8: expected '\\|' or the end, found '\\)'"),
         ("f([1, 2", "at position 7: expected ',' or '\\]' to close the '\\[' at position 2, found the end"),
         ("f('abc)", 'at position 2: expected a closed string literal, found "\'"'),
+        ("f('\\x1')", "at position 2: expected a string with valid escapes"),
         ("logit_bias({[1]: 2})", "at position 12: expected a hashable dict key .* not \\[1\\]"),
         ("f({1 2})", "at position 5: expected ':' after a dict key, found '2'"),
         ("f(1 2)", "at position 4: expected ',' or '\\)' to close the '\\(' at position 1, found '2'"),

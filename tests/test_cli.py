@@ -267,6 +267,31 @@ def test_plugins_check_reports_broken_paths(capsys: pytest.CaptureFixture[str]) 
     assert "No module named 'decodekit_no_such_module'" in broken["error"]
 
 
+def test_plugins_lists_a_name_registered_twice_and_the_rest_works(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from decodekit.cli import main
+
+    monkeypatch.setenv("DECODEKIT_EXTRA_PLUGINS", "cli_testplugin:duplicate")
+    monkeypatch.setenv("COLUMNS", "300")
+    with pytest.warns(RuntimeWarning, match="'greedy' is registered by 2 distributions"):
+        dk.reload_plugins()
+    try:
+        assert main(["plugins"]) == 0
+        out = capsys.readouterr().out
+        assert "Names registered twice (unusable)" in out
+        assert "decodekit-greedy, cli_testplugin:duplicate" in out
+        assert "DECODEKIT_DISABLE_PLUGINS=cli_testplugin:duplicate" in out
+        assert main(["generate", PROMPT, "--chain", "greedy", "--max-new-tokens", "2"]) == 2
+        assert "registered by 2 distributions" in capsys.readouterr().err
+        assert dk.Chain.parse("temperature(0.5) | sample").processors  # everything else works
+        monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "cli_testplugin:duplicate")  # as the error says
+        assert dk.reload_plugins().samplers["greedy"].distribution == "decodekit-greedy"
+    finally:
+        monkeypatch.delenv("DECODEKIT_EXTRA_PLUGINS")
+        dk.reload_plugins()
+
+
 def test_missing_default_model_lists_installed_models() -> None:
     # Load only the samplers of the default chain: tiny-shakespeare is absent, cli-test-gpt is there.
     r = cli("generate", PROMPT, DECODEKIT_LOAD_PLUGINS="decodekit-temperature,decodekit-top-p")

@@ -118,3 +118,15 @@ def test_the_chain_imports_first_in_a_fresh_interpreter() -> None:
     """The dynamic counterpart for the ordering that used to break: `decodekit.chain` first."""
     code = "import decodekit.chain, decodekit as dk; assert callable(dk.generate) and dk.Chain().selector"
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_listing_plugins_imports_no_torch() -> None:
+    """Plugins register by import path and the registry imports nothing heavy: `decodekit plugins` stays fast."""
+    code = (
+        "import sys\n"
+        "from decodekit.cli.listing import plugins_report\n"
+        "report = plugins_report()\n"
+        "assert report['plugins'] and not report['failures'], report['failures']\n"
+        "assert 'torch' not in sys.modules, 'listing plugins imported torch'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

@@ -88,6 +88,11 @@ def test_arguments_are_checked_even_when_nothing_is_generated(kwargs: dict[str, 
         dk.generate(tiny_gpt(2), [[1, 2]], max_new_tokens=0, cache="nope")
 
 
+def test_a_model_without_a_spec_is_named() -> None:
+    with pytest.raises(dk.ParameterError, match="model object: no spec.vocab_size; allowed: a model with a"):
+        dk.generate(object(), [[1]])
+
+
 def test_good_alternatives_are_accepted() -> None:
     """The forms the checks must not reject: tuples, ranges, tensors, one string, numpy-free ints."""
     model = tiny_gpt(2)
@@ -111,6 +116,11 @@ def test_a_huge_max_new_tokens_without_a_cache_allocates_only_what_it_uses() -> 
     stop = bounded[0]
     out = dk.generate(model, [[1, 2]], max_new_tokens=2**62, cache="none", seed=0, stop_tokens=[stop])
     assert out.tokens == [[stop]] and out.finish_reasons == ["stop"]
+
+
+def test_a_huge_max_new_tokens_with_a_cache_is_a_context_error_before_any_allocation() -> None:
+    with pytest.raises(dk.ContextLengthError, match=r"max_new_tokens=4611686018427387904 = 4611686018427387906"):
+        dk.generate(tiny_gpt(2), [[1, 2]], max_new_tokens=2**62, cache="dense")
 
 
 @pytest.mark.parametrize("cache", ["none", "gqa"])

@@ -27,7 +27,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from decodekit.beam_params import BeamParams, EarlyStopping
 from decodekit.chain import Chain, numerics_error
 from decodekit.context import DecodeContext, row_generators
 from decodekit.errors import NumericsError, ParameterError
@@ -38,6 +37,7 @@ from decodekit.prompts import Prompts, left_pad
 from decodekit.request import DecodeRequest, decode_request
 from decodekit.results import FinishReason, Generation
 from decodekit.spec import CacheSpec
+from decodekit.strategy_params import BeamParams, EarlyStopping
 
 __all__ = ["BeamGeneration", "BeamParams", "beam_search", "beam_strategy"]
 

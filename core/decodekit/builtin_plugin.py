@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from decodekit.beam_params import BeamParams
 from decodekit.hookspecs import SamplerRegistrar, StrategyRegistrar, hookimpl
+from decodekit.strategy_params import BeamParams
 
 
 @hookimpl

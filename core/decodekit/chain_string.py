@@ -1,7 +1,8 @@
 """The one-line string form of chains, cache backends and strategies: `"name(arg, key=value) | name"`.
 
 A small recursive-descent parser over Python literal syntax (numbers, strings, True, False,
-None, lists, tuples, dicts, unary signs): no `eval`, a bounded nesting depth, and every
+None, lists, tuples, dicts, unary signs; also `inf`, as `repr` writes it, so `-inf` can ban a
+token in `logit_bias({5: -inf})`): no `eval`, a bounded nesting depth, and every
 malformed input a `ChainSpecError` naming the position and what was expected there.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from typing import Any, NamedTuple
 
 from decodekit.errors import ChainSpecError
@@ -21,7 +23,7 @@ MAX_DEPTH = 32
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NUMBER = re.compile(r"(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d(?:_?\d)*)?")
 _STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
-_CONSTANTS: dict[str, Any] = {"True": True, "False": False, "None": None}
+_CONSTANTS: dict[str, Any] = {"True": True, "False": False, "None": None, "inf": float("inf")}
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
 
 
@@ -120,8 +122,16 @@ class _Parser:
             match = _STRING.match(self.text, self.pos)
             if match is None:
                 raise self.error("a closed string literal")
+            try:
+                with warnings.catch_warnings():  # an unknown escape ("\d") stays as written
+                    warnings.simplefilter("ignore")
+                    value = ast.literal_eval(match.group())
+            except (SyntaxError, ValueError) as exc:  # a malformed escape ("\x1")
+                raise self.error(
+                    f"a string with valid escapes ({exc.msg if isinstance(exc, SyntaxError) else exc})"
+                ) from None
             self.pos = match.end()
-            return ast.literal_eval(match.group())
+            return value
         match = _NUMBER.match(self.text, self.pos)
         if match is not None:
             self.pos = match.end()
@@ -134,7 +144,7 @@ class _Parser:
         if match is not None and match.group() in _CONSTANTS:
             self.pos = match.end()
             return _CONSTANTS[match.group()]
-        raise self.error("a literal (a number, a string, True, False, None, a list, a tuple or a dict)")
+        raise self.error("a literal (a number, inf, a string, True, False, None, a list, a tuple or a dict)")
 
     def bracketed(self, opening: str, depth: int) -> Any:
         opened, close = self.pos, _CLOSE[opening]

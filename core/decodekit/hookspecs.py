@@ -16,9 +16,12 @@ registrations are dropped, the rest of the plugin and every other plugin keep wo
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pluggy
+
+if TYPE_CHECKING:
+    from decodekit.params import Params
 
 __all__ = [
     "CacheRegistrar",
@@ -39,13 +42,19 @@ hookimpl = pluggy.HookimplMarker("decodekit")
 
 
 class Registrar(Protocol):
-    def __call__(self, name: str, impl: object, params: object = None, description: str = "") -> None:
+    def __call__(self, name: str, impl: object, params: type[Params] | None = None, description: str = "") -> None:
         """Register one thing (see the module docstring)."""
 
 
 class SamplerRegistrar(Protocol):
     def __call__(
-        self, name: str, impl: object, params: object = None, description: str = "", *, kind: str | None = None
+        self,
+        name: str,
+        impl: object,
+        params: type[Params] | None = None,
+        description: str = "",
+        *,
+        kind: str | None = None,
     ) -> None:
         """Register one sampler: `impl(params) -> stage` (a `ProcessorBase`/`SelectorBase` subclass is one).
 

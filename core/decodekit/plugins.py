@@ -14,7 +14,6 @@ registrations go through the same hooks and always load.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import warnings
@@ -37,6 +36,7 @@ from decodekit.registry import (
     PluginFailure,
     PluginInfo,
     Registry,
+    import_object,
     make_entry,
 )
 
@@ -194,9 +194,9 @@ def _build() -> Registry:
             continue
         loader.add(plugin, dist, version, ep.name)
     for spec in (s.strip() for s in os.environ.get("DECODEKIT_EXTRA_PLUGINS", "").split(",")):
-        if spec:
+        if spec and canonical_name(spec) not in denied:
             try:
-                extra = _import_object(spec)
+                extra = import_object(spec)
             except Exception as exc:
                 loader.fail(PluginFailure(spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS", f"{type(exc).__name__}: {exc}"))
                 continue
@@ -205,15 +205,6 @@ def _build() -> Registry:
         if canonical_name(label) not in denied:
             loader.add(plugin, label, "(in code)", "register_plugin")
     return loader.registry
-
-
-def _import_object(spec: str) -> object:
-    """`package.module` or `package.module:attr.attr`."""
-    module_name, _, attr = spec.partition(":")
-    value: object = importlib.import_module(module_name)
-    for part in attr.split(".") if attr else ():
-        value = getattr(value, part)
-    return value
 
 
 def _install(registry: Registry) -> Registry:

@@ -27,6 +27,7 @@ __all__ = [
     "PluginFailure",
     "PluginInfo",
     "Registry",
+    "import_object",
     "make_entry",
 ]
 
@@ -53,6 +54,15 @@ _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z
 _SAMPLER_KINDS = ("processor", "selector")
 
 
+def import_object(path: str) -> Any:
+    """The object at `package.module` or `package.module:attr.attr`."""
+    module_name, _, attr = path.partition(":")
+    value: Any = importlib.import_module(module_name)
+    for part in attr.split(".") if attr else ():
+        value = getattr(value, part)
+    return value
+
+
 @dataclass(frozen=True)
 class Entry:
     """One registered thing: its name, implementation, parameter model and where it came from."""
@@ -70,11 +80,8 @@ class Entry:
         """The implementation, imported on first use when it was registered by path."""
         if not isinstance(self.impl, str):
             return self.impl
-        module_name, _, attr = self.impl.partition(":")
         try:
-            value: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                value = getattr(value, part)
+            value = import_object(self.impl)
         except Exception as exc:
             raise PluginError(
                 f"{self.category} {self.name!r} from {self.distribution}: cannot import {self.impl!r}: "

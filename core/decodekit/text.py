@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from decodekit.prompts import Tokenizer
+if TYPE_CHECKING:
+    from decodekit.prompts import Tokenizer
 
 __all__ = ["TextTracker"]
 

@@ -1,4 +1,4 @@
-"""`BeamParams`: beam search's own options (pydantic only, so listing strategies imports no torch)."""
+"""The parameter models of the core's strategies (pydantic only, so listing strategies imports no torch)."""
 
 from __future__ import annotations
 
