@@ -76,9 +76,11 @@ def install_hint(distributions: list[str]) -> str:
 def check_installed(model: str | None, chain: str | None, flags: Mapping[str, float | int | None]) -> None:
     """Report every missing piece of a standard setup in one error: the default model, the chain's samplers."""
     registry = get_registry()
+    # A name two plugins register is installed but unusable: the lookup's own error says so.
+    conflicted = {(c.category, c.name) for c in registry.conflicts}
     missing: list[str] = []
     dists: list[str] = []
-    if model is None and DEFAULT_MODEL not in registry.models:
+    if model is None and DEFAULT_MODEL not in registry.models and ("model", DEFAULT_MODEL) not in conflicted:
         installed = ", ".join(sorted(registry.models)) or "none"
         missing.append(f"the default model {DEFAULT_MODEL!r} (no --model given; installed models: {installed})")
         dists.append(STANDARD_PLUGINS[DEFAULT_MODEL])
@@ -89,7 +91,9 @@ def check_installed(model: str | None, chain: str | None, flags: Mapping[str, fl
         names = [name for name, _, _ in parse_chain_string(text)]
     except DecodekitError:
         names = []  # a syntax error: Chain.parse reports it
-    absent = [n for n in names if n not in registry.samplers and n in STANDARD_PLUGINS]
+    absent = [
+        n for n in names if n not in registry.samplers and n in STANDARD_PLUGINS and ("sampler", n) not in conflicted
+    ]
     if absent:
         which = "the default chain" if chain is None and text == DEFAULT_CHAIN else "the chain"
         missing.append(f"{which} {text!r} needs {', '.join(absent)}")
