@@ -10,7 +10,7 @@ TORCH  ?= torch==2.13.0
 PROMPT ?= ROMEO:
 ARGS   ?= --max-new-tokens 240 --seed 0
 
-.PHONY: install install-dev run test lint bench fuzz clean
+.PHONY: install install-dev run test lint bench fuzz docs docs-outputs dist dist-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ $(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS)) | $(B
 
 $(VENV)/.installed-dev: $(VENV)/.installed
 	$(BIN)/python -m pip install -q --no-build-isolation -e '.[test,dev]'
+	touch $@
+
+$(VENV)/.installed-docs: $(VENV)/.installed
+	$(BIN)/python -m pip install -q --no-build-isolation -e '.[docs]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -51,5 +55,26 @@ FUZZ_ARGS ?= --cases 10000 --seed 0
 fuzz: install-dev
 	nice $(BIN)/python benchmarks/fuzz.py $(FUZZ_ARGS)
 
+# The docs site into site/; --strict: a broken link, anchor or API reference fails the build.
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# Rerun every `$$ decodekit ...` command shown in README.md and docs/ and write what it prints.
+docs-outputs: install-dev
+	$(BIN)/python tests/doc_examples.py --update
+
+# A wheel and an sdist of the core and of each plugin, into dist/.
+dist: $(BIN)/python
+	$(BIN)/python -m pip install -q build==1.6.1
+	rm -rf dist
+	for p in . $(PLUGINS); do $(BIN)/python -m build -q --no-isolation --outdir dist $$p >/dev/null || exit 1; done
+
+# The wheels in a fresh venv (not editable, not from the tree), then a smoke test from elsewhere.
+dist-check: dist
+	rm -rf build/dist-venv
+	$(PYTHON) -m venv build/dist-venv
+	build/dist-venv/bin/python -m pip install -q $(TORCH) dist/*.whl
+	cd build && dist-venv/bin/python ../tests/wheel_smoke.py ../dist
+
 clean:
-	rm -rf $(VENV) build core/*.egg-info plugins/*/src/*.egg-info
+	rm -rf $(VENV) build dist site core/*.egg-info plugins/*/src/*.egg-info

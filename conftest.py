@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep the suite, and every subprocess it starts, out of $HOME: matplotlib's font cache,
+    pip's cache and version probe, and the XDG and Hugging Face caches go to a temporary folder."""
+    home = tempfile.mkdtemp(prefix="decodekit-tests-")
+    for var, sub in (("MPLCONFIGDIR", "matplotlib"), ("XDG_CACHE_HOME", "cache"), ("PIP_CACHE_DIR", "pip")):
+        os.environ[var] = os.path.join(home, sub)
+    os.environ["HF_HOME"] = os.path.join(home, "huggingface")
+    os.environ["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
 
 
 @pytest.fixture(autouse=True, scope="session")

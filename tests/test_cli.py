@@ -329,17 +329,52 @@ def test_plugins_and_samplers_listings() -> None:
     assert samplers["temperature"]["kind"] == samplers["top_p"]["kind"] == "processor"
     top_p = {p["name"]: p for p in samplers["top_p"]["params"]}
     assert top_p["p"]["required"] is True and top_p["p"]["type"] == "float"
-    assert top_p["p"]["allowed"] == "float 0 < p <= 1"
+    assert top_p["p"]["bounds"] == "0 < p ≤ 1, finite"
+    assert top_p["p"]["schema"] == {
+        **dk.get_registry().samplers["top_p"].params_model.model_json_schema()["properties"]["p"]
+    }
+    assert top_p["p"]["schema"]["exclusiveMinimum"] == 0 and top_p["p"]["schema"]["maximum"] == 1
     assert top_p["min_keep"]["required"] is False and top_p["min_keep"]["default"] == 1
     assert {"dense", "gqa"} <= {c["name"] for c in report["cache_backends"]}
 
     assert samplers_text.returncode == 0
-    for s in report["samplers"]:
-        assert s["name"] in samplers_text.stdout and s["description"] in samplers_text.stdout
-        for p in s["params"]:
-            assert p["allowed"] in samplers_text.stdout
     for c in report["cache_backends"]:
         assert c["description"] in samplers_text.stdout
+
+
+READABLE_TYPES = {
+    ("allowed_tokens", "tokens"): "list[int ≥ 0]",
+    ("bad_words", "sequences"): "list[list[int ≥ 0]]",
+    ("logit_bias", "bias"): "dict[int ≥ 0, float in [-100, 100]]",
+    ("sequence_bias", "biases"): "list[tuple[list[int ≥ 0], float]]",
+    ("repetition_penalty", "last_n"): "int | None",
+}
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_samplers_listing_is_readable_at_any_width(columns: int) -> None:
+    text, as_json = cli_many(["samplers"], ["samplers", "--json"], COLUMNS=str(columns))
+    assert text.returncode == 0 and text.stderr == ""
+    lines = [line.rstrip() for line in text.stdout.splitlines()]
+    assert max(map(len, lines)) <= columns
+    for internal in ("FieldInfo", "Annotated", "typing.", "metadata=", "<class"):
+        assert internal not in text.stdout and internal not in as_json.stdout
+    words = " ".join(text.stdout.split())  # wrapped lines read as one text: nothing cut or dropped
+    report = ok_json(as_json)
+    samplers = {s["name"]: s for s in report["samplers"]}
+    for s in samplers.values():
+        assert " ".join(f"{s['name']} {s['kind']} · {s['distribution']}".split()) in words
+    assert any(e["params"] for e in report["strategies"])  # beam's, at least
+    for s in [*samplers.values(), *report["cache_backends"], *report["strategies"]]:
+        assert " ".join(s["description"].split()) in words
+        for p in s["params"]:
+            default = "required" if p["required"] else f"default {p['default']!r}"
+            shown = " ".join(filter(None, [p["name"], p["type"], p["bounds"], default]))
+            assert " ".join(shown.split()) in words, (s["name"], shown)
+            assert " ".join(p["description"].split()) in words
+            assert p["schema"]["description"] == p["description"] if p["description"] else True
+    for (sampler, param), expected in READABLE_TYPES.items():
+        assert {p["name"]: p["type"] for p in samplers[sampler]["params"]}[param] == expected
 
 
 TORCH_FREE = """
@@ -464,3 +499,91 @@ def test_tiny_shakespeare_is_the_default_model(shakespeare: Any) -> None:
     assert out.tokens == [dense["tokens"]] and out.text == [dense["text"]]
     explained = ok_json(runs[2])
     assert explained["model"] == "tiny-shakespeare" and len(explained["steps"]) == 2
+
+
+def test_explain_plot_keeps_a_long_chains_legend_inside_the_figure() -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from decodekit.cli.explain import explain_steps
+    from decodekit.cli.explain_render import step_figure
+
+    chain = dk.Chain.parse(
+        "repetition_penalty(1.1) | frequency_penalty(0.5) | temperature(0.8) | min_p(0.02) | top_k(20) | top_p(0.9)"
+    )
+    [report] = explain_steps(cli_testplugin.load_model(), PROMPT, chain, steps=1, top=8, seed=0)
+    fig = step_figure(report)
+    FigureCanvasAgg(fig).draw()
+    [legend] = fig.legends
+    box, inside = legend.get_window_extent(), fig.bbox
+    assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels[0].startswith("input (") and labels[-1].startswith("top_p(p=0.9) (")  # whole, never cut
+    for text in legend.get_texts():
+        extent = text.get_window_extent()
+        assert inside.x0 <= extent.x0 and extent.x1 <= inside.x1
+
+
+def test_prompt_options_stop_unknown_characters_and_stdin() -> None:
+    flags = ["-m", MODEL, "--seed", "3", "--max-new-tokens", "6", "--temperature", "2"]
+    empty_stop, unknown, no_replace = cli_many(
+        ["generate", PROMPT, *flags, "--stop", ""],
+        ["generate", "ROMEO: ♥", *flags],  # the test model's tokenizer raises a KeyError
+        ["generate", "ROMEO: ♥", *flags, "--replace-unknown"],
+    )
+    for r in (empty_stop, unknown, no_replace):
+        assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "--stop '': an empty stop string" in empty_stop.stderr
+    assert "cannot encode the prompt: KeyError: '♥'" in unknown.stderr
+    assert "--replace-unknown: the model's tokenizer has no errors= option" in no_replace.stderr
+
+    # From stdin, the trailing newline `echo` adds is dropped: the same text as the argument.
+    piped = subprocess.run(
+        [sys.executable, "-m", "decodekit.cli", "generate", "-", *flags, "--json"],
+        input=PROMPT + "\n",
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
+    argument = cli("generate", PROMPT, *flags, "--json")
+    tokens = [[s["tokens"] for s in ok_json(r)["samples"]] for r in (piped, argument)]
+    assert ok_json(piped)["prompt"] == PROMPT and tokens[0] == tokens[1]
+
+
+def test_a_core_only_install_reports_every_missing_piece_at_once() -> None:
+    r = cli("generate", PROMPT, DECODEKIT_LOAD_PLUGINS="", DECODEKIT_EXTRA_PLUGINS="")
+    [line] = r.stderr.splitlines()
+    assert r.returncode == 2 and line.startswith("decodekit: error: not installed: ")
+    assert "default model 'tiny-shakespeare'" in line and "default chain 'temperature(0.8) | top_p(0.95)'" in line
+    assert "pip install decodekit-shakespeare decodekit-temperature decodekit-top-p" in line
+    assert "from a checkout: pip install plugins/decodekit-shakespeare plugins/decodekit-temperature" in line
+    # With a model and a chain of the core's own `sample`, the core alone generates.
+    ok = cli("generate", PROMPT, "-m", MODEL, "--chain", "sample", "--max-new-tokens", "4", DECODEKIT_LOAD_PLUGINS="")
+    assert ok.returncode == 0 and ok.stdout.startswith(PROMPT), ok.stderr
+
+
+def test_explain_takes_the_cache_and_picks_what_generate_picks() -> None:
+    args = ["--chain", CHAIN, "--seed", "4", "-m", MODEL]
+    runs = cli_many(
+        *(["explain", PROMPT, *args, "--steps", "6", "--json", "--cache", c] for c in ("none", "gqa")),
+        generate_args("--chain", CHAIN, "--seed", "4", "--max-new-tokens", "6", "--cache", "gqa"),
+        ["explain", PROMPT, *args, "--cache", "paged"],
+    )
+    none, gqa = (ok_json(r) for r in runs[:2])
+    assert none["cache"] == "none" and gqa["cache"] == "gqa"
+    assert [s["token"] for s in gqa["steps"]] == ok_json(runs[2])["samples"][0]["tokens"]
+    assert [s["token"] for s in none["steps"]] == [s["token"] for s in gqa["steps"]]
+    for a, b in zip(none["steps"], gqa["steps"]):  # the same numbers, up to float rounding
+        assert a["stages"][0]["probs"] == pytest.approx(b["stages"][0]["probs"], abs=1e-5)
+    assert runs[3].returncode == 2 and "--cache 'paged'" in runs[3].stderr
+
+
+def test_tiny_shakespeare_replaces_unknown_characters_on_request(shakespeare: Any) -> None:
+    flags = ["--seed", "3", "--max-new-tokens", "6"]
+    unknown, replaced, spaced = cli_many(
+        ["generate", "ROMEO: ♥", *flags],
+        ["generate", "ROMEO: ♥", *flags, "--replace-unknown", "--json"],
+        ["generate", "ROMEO:  ", *flags, "--json"],  # what errors="replace" turns ♥ into: a space
+    )
+    [line] = unknown.stderr.splitlines()
+    assert unknown.returncode == 2 and "'♥' (U+2665)" in line and "(on the command line: --replace-unknown)" in line
+    assert ok_json(replaced)["samples"][0]["tokens"] == ok_json(spaced)["samples"][0]["tokens"]

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.fields import FieldInfo
 
 from decodekit.errors import ParameterError
+from decodekit.param_types import type_text
 
 __all__ = ["NoParams", "Params", "allowed_values", "type_label", "validate_params"]
 
@@ -36,7 +37,7 @@ def type_label(ann: object) -> str:
     name = getattr(ann, "__name__", None)
     if origin is None and name is not None:
         return str(name)
-    return str(ann).replace("typing.", "")
+    return type_text(ann)  # containers: `list[int ≥ 0]`, not pydantic's repr
 
 
 def allowed_values(name: str, field: FieldInfo) -> str:

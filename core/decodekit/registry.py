@@ -216,7 +216,8 @@ def unknown_name(category: Category, name: str, installed: Iterable[str]) -> Unk
     if close:
         msg += f"; did you mean {close[0]!r}?"
     if name in STANDARD_PLUGINS:
-        msg += f". {name!r} is provided by {STANDARD_PLUGINS[name]}: pip install {STANDARD_PLUGINS[name]}"
+        dist = STANDARD_PLUGINS[name]
+        msg += f". {name!r} is provided by {dist}: pip install {dist} (from a checkout: pip install plugins/{dist})"
     return UnknownNameError(msg)
 
 

@@ -10,6 +10,7 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Protocol, cast
 
@@ -21,6 +22,20 @@ from decodekit.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, Cli
 __all__ = ["app", "run"]
 
 SAMPLING = "Sampling (choose --chain or the flags)"
+BATCH = "Many prompts (--input FILE --output FILE)"
+
+
+class OnError(str, Enum):
+    skip = "skip"
+    fail = "fail"
+
+
+class PluginKind(str, Enum):
+    sampler = "sampler"
+    cache = "cache"
+    model = "model"
+    strategy = "strategy"
+
 
 app = typer.Typer(
     name="decodekit",
@@ -67,6 +82,22 @@ RepetitionPenaltyOption = Annotated[
 ]
 SeedOption = Annotated[int | None, typer.Option("--seed", "-s", help="Random seed; the same seed gives the same text.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+CacheOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cache",
+        help="KV-cache backend: none (recompute every step), dense, gqa, or any installed backend. "
+        "Default: dense when installed, else none.",
+    ),
+]
+ReplaceUnknownOption = Annotated[
+    bool,
+    typer.Option(
+        "--replace-unknown",
+        help="Map prompt characters the tokenizer does not know to its replacement (errors='replace') "
+        "instead of failing.",
+    ),
+]
 
 FLAGS_HELP = (
     "The sampling flags build the chain in Hugging Face's order: repetition_penalty, temperature, "
@@ -96,7 +127,10 @@ def _main(
 def generate(
     prompt: Annotated[
         str | None,
-        typer.Argument(help="Text to continue; '-' reads it from stdin. Default: a newline.", show_default=False),
+        typer.Argument(
+            help="Text to continue; '-' reads it from stdin (one trailing newline dropped). Default: a newline.",
+            show_default=False,
+        ),
     ] = None,
     model: ModelOption = None,
     chain: ChainOption = None,
@@ -108,14 +142,7 @@ def generate(
         int, typer.Option("--max-new-tokens", min=0, help="Tokens to generate per sample.")
     ] = 100,
     seed: SeedOption = None,
-    cache: Annotated[
-        str | None,
-        typer.Option(
-            "--cache",
-            help="KV-cache backend: none (recompute every step), dense, gqa, or any installed backend. "
-            "Default: dense when installed, else none.",
-        ),
-    ] = None,
+    cache: CacheOption = None,
     strategy: Annotated[
         str | None,
         typer.Option(
@@ -141,7 +168,60 @@ def generate(
             "work is too small to split, and a busy second core stalls every step), else torch's default.",
         ),
     ] = None,
+    replace_unknown: ReplaceUnknownOption = False,
+    input_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--input",
+            help="JSONL of prompts, one object per line: prompt, and optionally id, seed, max_new_tokens, "
+            "chain. Needs --output; the options give the defaults.",
+            rich_help_panel=BATCH,
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", help="JSONL of results, one per prompt, written as they finish.", rich_help_panel=BATCH
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, help="Prompts generated together.", rich_help_panel=BATCH)
+    ] = 8,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Skip the ids already in --output.", rich_help_panel=BATCH)
+    ] = False,
+    on_error: Annotated[
+        OnError,
+        typer.Option("--on-error", help="A bad input line: skip it (with a warning) or fail.", rich_help_panel=BATCH),
+    ] = OnError.fail,
 ) -> None:
+    if input_file is not None or output is not None:
+        from decodekit.cli.batch_command import batch_request, run_batch
+
+        given = {
+            "PROMPT": prompt is not None,
+            "--num-samples": num_samples != 1,
+            "--json": json_output,
+            "--strategy": strategy is not None,  # batches are sampled; a strategy per line is not there yet
+        }
+        batch = batch_request(
+            input_file,
+            output,
+            given,
+            model=model,
+            chain=chain,
+            flags=_flags(temperature, top_k, top_p, repetition_penalty),
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            cache=cache,
+            stop=tuple(stop or ()),
+            batch_size=batch_size,
+            resume=resume,
+            on_error=on_error.value,
+            replace_unknown=replace_unknown,
+            threads=threads,
+        )
+        raise typer.Exit(run_batch(batch))
     from decodekit.cli.generate_command import GenerateRequest, run_generate
 
     request = GenerateRequest(
@@ -158,6 +238,7 @@ def generate(
         json_output=json_output,
         echo=echo,
         threads=threads,
+        replace_unknown=replace_unknown,
     )
     raise typer.Exit(run_generate(request))
 
@@ -178,6 +259,8 @@ def explain(
     steps: Annotated[int, typer.Option("--steps", min=1, help="Tokens to generate and explain.")] = 5,
     top: Annotated[int, typer.Option("--top", min=1, help="Candidates to show per stage.")] = 5,
     seed: SeedOption = None,
+    cache: CacheOption = None,
+    replace_unknown: ReplaceUnknownOption = False,
     plot: Annotated[
         Path | None,
         typer.Option("--plot", help="Write a PNG: top-candidate probabilities after each stage at --plot-step."),
@@ -198,6 +281,8 @@ def explain(
         plot=plot,
         plot_step=plot_step,
         json_output=json_output,
+        cache=cache,
+        replace_unknown=replace_unknown,
     )
     raise typer.Exit(run_explain(request))
 
@@ -230,13 +315,18 @@ def plugins(
 
 @app.command(
     help="List every registered sampler with its parameters, bounds and defaults, the cache backends "
-    "and the decode strategies."
+    "and the decode strategies; with NAMES, only those samplers."
 )
-def samplers(json_output: JsonOption = False) -> None:
+def samplers(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Show only these samplers (default: all).", show_default=False)
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
     from decodekit.cli.json_output import print_json
     from decodekit.cli.listing import render_samplers, samplers_report
 
-    report = samplers_report()
+    report = samplers_report(names or ())
     if json_output:
         print_json(report)
     else:
@@ -266,6 +356,24 @@ def calibrate(
 
     request = CalibrateRequest(model or DEFAULT_MODEL, text or DEFAULT_TEXT, sinks, windows, json_output, plot)
     raise typer.Exit(run_calibrate(request))
+
+
+@app.command(
+    "new-plugin",
+    help="Write a complete plugin distribution to start from: pyproject with the entry point, a parameter "
+    "model, a working example, a README and tests that run the conformance kit. It passes "
+    "`pip install -e DIR && pytest DIR` as written.",
+)
+def new_plugin(
+    name: Annotated[str, typer.Argument(help="The name it registers (lowercase, digits, _): softcap, my_cache.")],
+    kind: Annotated[PluginKind, typer.Option("--kind", help="What the plugin provides.")] = PluginKind.sampler,
+    directory: Annotated[
+        Path | None, typer.Option("--dir", help="Where to write it. Default: ./decodekit-NAME.", show_default=False)
+    ] = None,
+) -> None:
+    from decodekit.cli.new_plugin import write_plugin
+
+    raise typer.Exit(write_plugin(name, kind.value, directory))
 
 
 def _flags(

@@ -1,10 +1,10 @@
 """What each stage of a chain does to the next-token distribution, step by step, as plain data.
 
-`explain_steps` runs the decode loop of `dk.generate` one step at a time without a cache
-(the whole context, cropped to the model's window, every step): at each step it records
+`explain_steps` runs the decode loop of `dk.generate` one step at a time, without a cache (the
+whole context, cropped to the model's window, every step) or through one: at each step it records
 `chain.trace` (the dense logits after every stage, as `chain.process` computes them), then
 picks the token with `chain.select` on the same context and generators as the decode loop, so
-with the same seed it picks the tokens `decodekit generate --cache none` prints.
+with the same seed and cache it picks the tokens `decodekit generate` prints.
 Rendering lives in `decodekit.cli.explain_render`.
 """
 
@@ -19,7 +19,9 @@ from torch import Tensor
 
 from decodekit.chain import Chain
 from decodekit.context import DecodeContext, row_generators
-from decodekit.errors import ParameterError
+from decodekit.errors import ContextLengthError, ParameterError
+from decodekit.plugins import create_cache
+from decodekit.spec import CacheSpec
 from decodekit.stage import Stage
 
 __all__ = ["StageReport", "StepReport", "explain_steps", "stage_label", "stage_stats"]
@@ -81,18 +83,54 @@ def _next_logits(model: Any, tokens: list[int], device: torch.device) -> Tensor:
     return logits.float()
 
 
-def _model_device(model: Any) -> torch.device:
+def _model_device_dtype(model: Any) -> tuple[torch.device, torch.dtype]:
     params = getattr(model, "parameters", None)
     if callable(params):
         for p in params():
-            return torch.device(p.device)
-    return torch.device("cpu")
+            return torch.device(p.device), p.dtype
+    return torch.device("cpu"), torch.float32
+
+
+class _Logits:
+    """The model's next-token logits `[1, V]` step by step: recomputed ("none") or through a cache."""
+
+    def __init__(self, model: Any, cache: str, capacity: int, device: torch.device, dtype: torch.dtype) -> None:
+        self.model, self.device, self.kv, self.seen = model, device, None, 0
+        if cache != "none":
+            if capacity > model.spec.max_positions:
+                raise ContextLengthError(
+                    f"explain: {capacity} tokens (prompt + steps) exceed the model's context of "
+                    f"{model.spec.max_positions} positions; allowed with cache='none' (it crops the context)"
+                )
+            spec = CacheSpec.for_model(model.spec, batch_size=1, capacity=capacity, dtype=dtype, device=device)
+            self.kv = create_cache(cache, spec)
+
+    def __call__(self, tokens: list[int]) -> Tensor:
+        if self.kv is None:
+            return _next_logits(self.model, tokens, self.device)
+        new = tokens[self.seen :]  # the prompt at the first step, then the token just picked
+        ids = torch.tensor([new], dtype=torch.long, device=self.device)
+        positions = torch.arange(self.seen, len(tokens), device=self.device)[None]
+        self.seen = len(tokens)
+        logits: Tensor = self.model(ids, positions, self.kv)[:, -1]
+        return logits.float()
 
 
 def explain_steps(
-    model: Any, prompt: str | Sequence[int], chain: Chain, *, steps: int, top: int = 5, seed: int | None = None
+    model: Any,
+    prompt: str | Sequence[int],
+    chain: Chain,
+    *,
+    steps: int,
+    top: int = 5,
+    seed: int | None = None,
+    cache: str = "none",
 ) -> list[StepReport]:
-    """Generate `steps` tokens after `prompt`, reporting each stage of `chain` at every step."""
+    """Generate `steps` tokens after `prompt`, reporting each stage of `chain` at every step.
+
+    cache: "none" recomputes the whole context every step; a backend name decodes through it,
+    as `dk.generate(..., cache=name)` does.
+    """
     tokenizer = getattr(model, "tokenizer", None)
     if isinstance(prompt, str):
         if tokenizer is None:
@@ -104,7 +142,8 @@ def explain_steps(
         raise ParameterError("explain: the prompt is empty; allowed: at least one token")
     if steps < 1 or top < 1:
         raise ParameterError(f"explain: steps={steps}, top={top}; allowed: both >= 1")
-    device = _model_device(model)
+    device, dtype = _model_device_dtype(model)
+    next_logits = _Logits(model, cache, len(ids) + steps, device, dtype)
     ctx = DecodeContext(tokens=torch.tensor([ids], device=device), generators=row_generators(seed, 1, device))
     chain.init_state(ctx)
     names = ["input", *(stage_label(p) for p in chain.processors)]
@@ -112,7 +151,7 @@ def explain_steps(
     with torch.inference_mode():
         for step in range(steps):
             ctx.tokens, ctx.step = torch.tensor([ids], device=device), step
-            raw = _next_logits(model, ids, device)
+            raw = next_logits(ids)
             # The trace runs on a fork: stateful and random stages see exactly what the real step
             # below sees (the same state, the same draws), and advance once per step.
             trace = chain.trace(raw, ctx.fork())  # [("input", logits), (repr(stage), logits), ...]

@@ -10,7 +10,14 @@ from rich.text import Text
 
 from decodekit.cli.errors import CliError
 from decodekit.cli.json_output import print_json
-from decodekit.cli.options import build_chain, load_named_model, model_name
+from decodekit.cli.options import (
+    build_chain,
+    check_installed,
+    encode_prompt,
+    load_named_model,
+    model_name,
+    resolve_cache,
+)
 
 __all__ = ["ExplainRequest", "run_explain"]
 
@@ -29,6 +36,8 @@ class ExplainRequest:
     plot: Path | None
     plot_step: int
     json_output: bool
+    cache: str | None = None
+    replace_unknown: bool = False
 
 
 def run_explain(request: ExplainRequest) -> int:
@@ -39,15 +48,19 @@ def run_explain(request: ExplainRequest) -> int:
         from decodekit.cli.explain_render import check_plot_path
 
         check_plot_path(request.plot)
+    check_installed(request.model, request.chain, request.flags)
+    cache = resolve_cache(request.cache)
     name = model_name(request.model)
     chain = build_chain(request.chain, request.flags)
     from decodekit.cli.explain import explain_steps, stage_label
     from decodekit.cli.explain_render import plot_step, render_steps, steps_json
 
     model = load_named_model(name)
-    reports = explain_steps(model, request.prompt, chain, steps=request.steps, top=request.top, seed=request.seed)
+    prompt = encode_prompt(model, request.prompt, request.replace_unknown)
+    reports = explain_steps(model, prompt, chain, steps=request.steps, top=request.top, seed=request.seed, cache=cache)
     if request.json_output:
-        print_json(steps_json(reports, model=name, prompt=request.prompt, chain=str(chain), seed=request.seed))
+        header = {"model": name, "prompt": request.prompt, "chain": str(chain), "cache": cache, "seed": request.seed}
+        print_json(steps_json(reports, **header))
     else:
         console = Console()
         stages = " | ".join(stage_label(s) for s in (*chain.processors, chain.selector))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.columns import Columns
 from rich.console import Console
@@ -15,7 +15,10 @@ from rich.text import Text
 from decodekit.cli.errors import CliError
 from decodekit.cli.explain import StepReport
 
-__all__ = ["PLOT_FORMATS", "check_plot_path", "plot_step", "render_steps", "steps_json", "token_label"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["PLOT_FORMATS", "check_plot_path", "plot_step", "render_steps", "step_figure", "steps_json", "token_label"]
 
 # What matplotlib's Agg-based canvases write, by file suffix.
 PLOT_FORMATS = ("eps", "jpeg", "jpg", "pdf", "png", "ps", "svg", "svgz", "tif", "tiff", "webp")
@@ -68,13 +71,22 @@ def steps_json(reports: list[StepReport], **header: Any) -> dict[str, Any]:
 def plot_step(report: StepReport, path: Path, title: str = "") -> None:
     """Write a PNG: for each candidate token, one bar per stage with its probability after that stage."""
     try:
+        step_figure(report, title).savefig(path, dpi=110)
+    except (OSError, ValueError) as exc:
+        raise CliError(f"--plot {str(path)!r}: cannot write it: {exc}", exit_code=1) from None
+
+
+def step_figure(report: StepReport, title: str = "") -> Figure:
+    """The figure `plot_step` writes; its legend, one stage per line, sits inside it on the right."""
+    try:
         from matplotlib.figure import Figure  # the object API: no pyplot state, renders with Agg
     except ImportError:
         raise CliError("--plot needs matplotlib: pip install matplotlib") from None
 
     n_stages, n_tokens = len(report.stages), len(report.candidates)
     width = 0.8 / n_stages
-    fig = Figure(figsize=(max(7.0, 0.35 * n_tokens * max(2, n_stages) ** 0.5 + 2), 4.8), layout="constrained")
+    bars = max(5.0, 0.35 * n_tokens * max(2, n_stages) ** 0.5 + 1)  # inches for the bars; the legend's on top
+    fig = Figure(figsize=(bars + 4.0, 4.8), layout="constrained")
     ax = fig.add_subplot()
     for s, stage in enumerate(report.stages):
         xs = [i + (s - (n_stages - 1) / 2) * width for i in range(n_tokens)]
@@ -87,8 +99,7 @@ def plot_step(report: StepReport, path: Path, title: str = "") -> None:
     ax.set_ylabel("probability")
     ax.set_ylim(0, 1.05 * max(max(stage.probs) for stage in report.stages))
     ax.set_title(title or f"step {report.step}: probability after each stage (picked {labels[picked]})")
-    fig.legend(loc="outside lower center", ncols=min(3, n_stages), fontsize="small", frameon=False)
-    try:
-        fig.savefig(path, dpi=110)
-    except (OSError, ValueError) as exc:
-        raise CliError(f"--plot {str(path)!r}: cannot write it: {exc}", exit_code=1) from None
+    # Outside the axes, inside the figure: constrained layout narrows the axes to make room, so a
+    # long chain's labels are never cut (a centred legend below grew wider than the figure).
+    fig.legend(loc="outside right upper", fontsize="small", frameon=False)
+    return fig

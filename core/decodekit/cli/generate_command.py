@@ -20,8 +20,12 @@ from decodekit.cli.json_output import print_json
 from decodekit.cli.live_text import SampleWriter, TextOutput
 from decodekit.cli.options import (
     build_chain,
+    check_installed,
+    check_stop,
+    encode_prompt,
     load_named_model,
     model_name,
+    prompt_rows,
     prompt_text,
     resolve_cache,
     resolve_strategy,
@@ -46,6 +50,7 @@ class GenerateRequest:
     json_output: bool
     echo: bool
     threads: int | None = None
+    replace_unknown: bool = False
     strategy: str | None = None
 
 
@@ -93,7 +98,7 @@ def _rate(tokens: int, seconds: float) -> float:
 
 def stream_samples(
     model: Any,
-    prompt: str,
+    prompt: str | list[int],
     chain: dk.Chain,
     *,
     num_samples: int,
@@ -115,7 +120,7 @@ def stream_samples(
     interrupted = False
     events = dk.stream(
         model,
-        [prompt] * num_samples,
+        prompt_rows([prompt] * num_samples),
         chain=chain,
         max_new_tokens=max_new_tokens,
         cache=cache,
@@ -149,7 +154,7 @@ def stream_samples(
 
 def decode_samples(
     model: Any,
-    prompt: str,
+    prompt: str | list[int],
     chain: dk.Chain,
     *,
     strategy: str,
@@ -166,7 +171,7 @@ def decode_samples(
     options: dict[str, Any] = {"chain": chain, "max_new_tokens": max_new_tokens, "cache": cache, "seed": seed}
     if stop:
         options["stop_strings"] = stop
-    out = dk.decode(model, [prompt] * num_samples, strategy=strategy, **options)
+    out = dk.decode(model, prompt_rows([prompt] * num_samples), strategy=strategy, **options)
     seconds = time.perf_counter() - start
     samples = []
     for row, tokens in enumerate(out.tokens):
@@ -225,6 +230,8 @@ def _cli_hints() -> Iterator[None]:
 
 def run_generate(request: GenerateRequest) -> int:
     """Run the command; return its exit status."""
+    check_stop(request.stop)
+    check_installed(request.model, request.chain, request.flags)
     cache = resolve_cache(request.cache)
     strategy = resolve_strategy(request.strategy)
     name = model_name(request.model)
@@ -232,6 +239,7 @@ def run_generate(request: GenerateRequest) -> int:
     prompt = prompt_text(request.prompt)
     model = load_named_model(name)
     set_threads(model, request.threads)
+    encoded = encode_prompt(model, prompt, request.replace_unknown)
 
     with TextOutput(text=not request.json_output) as out, _cli_hints():
         writer = None if request.json_output else SampleWriter(out, request.num_samples, prompt if request.echo else "")
@@ -247,7 +255,7 @@ def run_generate(request: GenerateRequest) -> int:
         if strategy == "sample":
             result = stream_samples(
                 model,
-                prompt,
+                encoded,
                 chain,
                 on_text=on_text,
                 on_finish=on_finish,
@@ -257,7 +265,7 @@ def run_generate(request: GenerateRequest) -> int:
         else:
             out.status(f"decoding with {strategy} ...")
             result = decode_samples(
-                model, prompt, chain, strategy=strategy, on_text=on_text, on_finish=on_finish, **common
+                model, encoded, chain, strategy=strategy, on_text=on_text, on_finish=on_finish, **common
             )
         if writer is not None:
             writer.close()

@@ -6,7 +6,7 @@ kind may import its module when the plugin did not declare it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -17,8 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from decodekit.errors import PluginError
-from decodekit.params import allowed_values, type_label
-from decodekit.plugins import check_implementations, get_registry
+from decodekit.param_types import bounds_text, type_text
+from decodekit.params import Params, allowed_values
+from decodekit.plugins import check_implementations, get_registry, sampler_entry
 from decodekit.registry import Entry
 
 __all__ = ["plugins_report", "render_plugins", "render_samplers", "samplers_report"]
@@ -38,16 +39,31 @@ def plugins_report(check: bool = False) -> dict[str, Any]:
     return report
 
 
-def _param_report(name: str, field: FieldInfo) -> dict[str, Any]:
+def _param_report(name: str, field: FieldInfo, schema: dict[str, Any]) -> dict[str, Any]:
+    """A parameter: readable `type` and `bounds`, its JSON Schema, default and description."""
     required = field.is_required()
+    kind = type_text(field.annotation)
+    bounds = bounds_text(field.metadata, name)
     return {
         "name": name,
-        "type": type_label(field.annotation),
-        "allowed": allowed_values(name, field),
+        "type": kind,
+        "bounds": bounds,
+        "allowed": allowed_values(name, field),  # as error messages write it
         "required": required,
-        "default": None if required else field.get_default(call_default_factory=True),
+        "default": None if required else _as_list(field.get_default(call_default_factory=True)),
         "description": field.description or "",
+        "schema": schema,
     }
+
+
+def _as_list(value: Any) -> Any:
+    """Tuples as lists: how JSON and chain strings write them."""
+    return [_as_list(v) for v in value] if isinstance(value, (tuple, list)) else value
+
+
+def _params_report(model: type[Params]) -> list[dict[str, Any]]:
+    properties = model.model_json_schema().get("properties", {})
+    return [_param_report(k, f, properties.get(k, {})) for k, f in model.model_fields.items()]
 
 
 def _kind(entry: Entry) -> tuple[str | None, str | None]:
@@ -58,11 +74,13 @@ def _kind(entry: Entry) -> tuple[str | None, str | None]:
         return None, str(exc)
 
 
-def samplers_report() -> dict[str, Any]:
-    """Every registered sampler with its parameters, every cache backend and decode strategy."""
+def samplers_report(names: Sequence[str] = ()) -> dict[str, Any]:
+    """Every registered sampler (or those named) with its parameters, every cache backend and strategy."""
     registry = get_registry()
+    for name in names:
+        sampler_entry(name)  # an unknown name: UnknownNameError, with the installed ones
     samplers = []
-    for name in sorted(registry.samplers):
+    for name in names or sorted(registry.samplers):
         entry = registry.samplers[name]
         kind, error = _kind(entry)
         item: dict[str, Any] = {
@@ -71,15 +89,15 @@ def samplers_report() -> dict[str, Any]:
             "description": entry.description,
             "distribution": entry.distribution,
             "version": entry.version,
-            "params": [_param_report(k, f) for k, f in entry.params_model.model_fields.items()],
+            "params": _params_report(entry.params_model),
         }
         if error is not None:
             item["error"] = error
         samplers.append(item)
     return {
         "samplers": samplers,
-        "cache_backends": _entries(registry.caches.values()),
-        "strategies": _entries(registry.strategies.values()),
+        "cache_backends": [] if names else _entries(registry.caches.values()),
+        "strategies": [] if names else _entries(registry.strategies.values()),
     }
 
 
@@ -90,7 +108,7 @@ def _entries(entries: Iterable[Entry]) -> list[dict[str, Any]]:
             "description": e.description,
             "distribution": e.distribution,
             "version": e.version,
-            "params": [_param_report(k, f) for k, f in e.params_model.model_fields.items()],
+            "params": _params_report(e.params_model),
         }
         for e in sorted(entries, key=lambda e: e.name)
     ]
@@ -144,51 +162,47 @@ def _default(p: dict[str, Any]) -> str:
 
 
 def _indented(renderable: RenderableType, by: int) -> Padding:
-    return Padding(renderable, (0, 0, 0, by))
+    return Padding(renderable, (0, 0, 0, by), expand=False)
+
+
+def _param_line(p: dict[str, Any]) -> Text:
+    """`name  type  bounds  default`: words that wrap at any width, never cut."""
+    return Text.assemble(
+        (p["name"], "green"), "  ", p["type"], *(("  ", p["bounds"]) if p["bounds"] else ()), "  ", (_default(p), "dim")
+    )
+
+
+def _render_block(console: Console, header: Text, item: dict[str, Any]) -> None:
+    """A sampler, cache backend or strategy: its header line, its description, then each parameter
+    with type, bounds and default on one line and its meaning below (every line wraps, none is cut)."""
+    console.print(header)
+    if item["description"]:
+        console.print(_indented(Text(item["description"]), 2))
+    for p in item.get("params", []):
+        console.print(_indented(_param_line(p), 4))
+        if p["description"]:
+            console.print(_indented(Text(p["description"], style="dim"), 6))
+
+
+def _header(item: dict[str, Any], kind: str = "") -> Text:
+    where = " ".join(filter(None, [item["distribution"], item.get("version", "")]))
+    return Text.assemble((item["name"], "bold cyan"), "  " + " · ".join(filter(None, [kind, where])))
 
 
 def render_samplers(report: dict[str, Any]) -> None:
-    """One block per sampler: name, kind and plugin, its description, then a row per parameter."""
+    """One block per sampler, then per cache backend and per decode strategy."""
     console = Console()
     console.print(Text("Samplers", style="bold"))
     for s in report["samplers"]:
-        kind = s["kind"] or f"kind unknown: {s['error']}"
-        console.print(Text.assemble((s["name"], "bold cyan"), f"  {kind} · {s['distribution']} {s['version']}"))
-        if s["description"]:
-            console.print(_indented(Text(s["description"]), 2))
-        if s["params"]:
-            console.print(_indented(_param_table(s["params"]), 4))
-    console.print()
-    console.print(Text("Cache backends", style="bold"))
+        _render_block(console, _header(s, s["kind"] or f"kind unknown: {s['error']}"), s)
+    if not report["cache_backends"]:
+        return  # only the samplers asked for
     none = {"name": "none", "description": "No cache: recompute the whole context every step", "distribution": ""}
-    for c in [none, *report["cache_backends"]]:  # as the samplers: name and plugin, description, parameters
-        plugin = f"  {c['distribution']} {c.get('version', '')}" if c["distribution"] else ""
-        console.print(Text.assemble((c["name"], "bold cyan"), plugin))
-        console.print(_indented(Text(c["description"]), 2))
-        if c.get("params"):
-            console.print(_indented(_param_table(c["params"]), 4))
-    if report["strategies"]:
+    for title, items in (
+        ("Cache backends", [none, *report["cache_backends"]]),
+        ("Decode strategies", report["strategies"]),
+    ):
         console.print()
-        console.print(Text("Decode strategies", style="bold"))
-        console.print(_indented(_entry_table(report["strategies"]), 2))
-
-
-def _param_table(params: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, show_header=False, padding=(0, 2, 0, 0), pad_edge=False)
-    table.add_column(no_wrap=True, style="green")
-    table.add_column(no_wrap=True)
-    table.add_column(no_wrap=True)
-    table.add_column(style="dim")
-    for p in params:
-        table.add_row(*_plain(p["name"], p["allowed"], _default(p), p["description"]))
-    return table
-
-
-def _entry_table(entries: list[dict[str, str]]) -> Table:
-    table = Table(box=None, show_header=False, padding=(0, 2, 0, 0), pad_edge=False)
-    table.add_column(no_wrap=True, style="bold cyan")
-    table.add_column()
-    table.add_column(no_wrap=True)
-    for e in entries:
-        table.add_row(*_plain(e["name"], e["description"], e["distribution"]))
-    return table
+        console.print(Text(title, style="bold"))
+        for item in items:
+            _render_block(console, _header(item), item)

@@ -6,8 +6,9 @@ building the chain imports torch (through the sampler plugins).
 
 from __future__ import annotations
 
+import inspect
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from decodekit.cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
@@ -22,8 +23,13 @@ __all__ = [
     "FLAT_STAGES",
     "build_chain",
     "chain_text",
+    "check_installed",
+    "check_stop",
+    "encode_prompt",
+    "install_hint",
     "load_named_model",
     "model_name",
+    "prompt_rows",
     "prompt_text",
     "resolve_cache",
     "resolve_strategy",
@@ -61,17 +67,45 @@ def build_chain(chain: str | None, flags: Mapping[str, float | int | None]) -> C
     return Chain.parse(text)
 
 
+def install_hint(distributions: list[str]) -> str:
+    """Both ways to install standard plugins: from the index, or from a checkout of this repository."""
+    names = sorted(set(distributions))
+    return f"pip install {' '.join(names)} (from a checkout: pip install {' '.join('plugins/' + n for n in names)})"
+
+
+def check_installed(model: str | None, chain: str | None, flags: Mapping[str, float | int | None]) -> None:
+    """Report every missing piece of a standard setup in one error: the default model, the chain's samplers."""
+    registry = get_registry()
+    # A name two plugins register is installed but unusable: the lookup's own error says so.
+    conflicted = {(c.category, c.name) for c in registry.conflicts}
+    missing: list[str] = []
+    dists: list[str] = []
+    if model is None and DEFAULT_MODEL not in registry.models and ("model", DEFAULT_MODEL) not in conflicted:
+        installed = ", ".join(sorted(registry.models)) or "none"
+        missing.append(f"the default model {DEFAULT_MODEL!r} (no --model given; installed models: {installed})")
+        dists.append(STANDARD_PLUGINS[DEFAULT_MODEL])
+    text = chain_text(chain, flags)
+    from decodekit.chain import parse_chain_string
+
+    try:
+        names = [name for name, _, _ in parse_chain_string(text)]
+    except DecodekitError:
+        names = []  # a syntax error: Chain.parse reports it
+    absent = [
+        n for n in names if n not in registry.samplers and n in STANDARD_PLUGINS and ("sampler", n) not in conflicted
+    ]
+    if absent:
+        which = "the default chain" if chain is None and text == DEFAULT_CHAIN else "the chain"
+        missing.append(f"{which} {text!r} needs {', '.join(absent)}")
+        dists += [STANDARD_PLUGINS[n] for n in absent]
+    if missing:
+        alternative = "; or give --model and a --chain of installed samplers" if names and absent else ""
+        raise CliError(f"not installed: {'; '.join(missing)}. Install: {install_hint(dists)}{alternative}")
+
+
 def model_name(name: str | None) -> str:
-    """`--model`, or the default model when it is installed."""
-    if name is not None:
-        return name
-    models = get_registry().models
-    if DEFAULT_MODEL in models:
-        return DEFAULT_MODEL
-    raise CliError(
-        f"no --model given and the default model {DEFAULT_MODEL!r} is not installed "
-        f"(pip install {STANDARD_PLUGINS[DEFAULT_MODEL]}); installed models: {', '.join(sorted(models)) or 'none'}"
-    )
+    """`--model`, or the default model (`check_installed` has made sure it is there)."""
+    return name if name is not None else DEFAULT_MODEL
 
 
 def load_named_model(name: str) -> Any:
@@ -96,7 +130,7 @@ def resolve_cache(name: str | None) -> str:
 
     backend = parse_stage(name, what="--cache").name
     if backend not in caches:
-        hint = f"; pip install {STANDARD_PLUGINS[backend]}" if backend in STANDARD_PLUGINS else ""
+        hint = f"; {install_hint([STANDARD_PLUGINS[backend]])}" if backend in STANDARD_PLUGINS else ""
         allowed = ", ".join(["none", *sorted(caches)])
         raise CliError(f"--cache {name!r}: unknown cache backend; allowed: {allowed}{hint}")
     cache_factory(name)  # checks the parameters before the model loads
@@ -114,9 +148,46 @@ def resolve_strategy(text: str | None) -> str:
 
 
 def prompt_text(prompt: str | None) -> str:
-    """The prompt argument; '-' reads stdin, and no prompt means a newline (the start of a text)."""
+    """The prompt argument; '-' reads stdin, and no prompt means a newline (the start of a text).
+
+    From stdin one trailing newline is dropped: `echo`, here-strings and editors add it, and a
+    prompt ending in a newline steers the model to a new line (as `$(...)` drops it in a shell).
+    """
     if prompt is None:
         return "\n"
     if prompt == "-":
-        return sys.stdin.read()
+        text = sys.stdin.read()
+        return text[:-1] if text.endswith("\n") else text
     return prompt
+
+
+def check_stop(stop: tuple[str, ...]) -> None:
+    if "" in stop:
+        raise CliError("--stop '': an empty stop string would end every sample at once; allowed: non-empty text")
+
+
+def prompt_rows(prompts: Sequence[str | list[int]]) -> list[str] | list[list[int]]:
+    """Prompts as `dk.stream` takes them: all text (a model without a tokenizer) or all token ids."""
+    texts = [p for p in prompts if isinstance(p, str)]
+    return texts if len(texts) == len(prompts) else [p for p in prompts if not isinstance(p, str)]
+
+
+def encode_prompt(model: Any, prompt: str, replace_unknown: bool) -> str | list[int]:
+    """The prompt as the model's tokenizer encodes it; `--replace-unknown` passes `errors="replace"`.
+
+    Without a tokenizer the text is handed on unchanged (the library reports it).
+    """
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        return prompt
+    accepts_errors = "errors" in inspect.signature(tokenizer.encode).parameters
+    if replace_unknown and not accepts_errors:
+        raise CliError("--replace-unknown: the model's tokenizer has no errors= option; remove the characters")
+    try:
+        ids: list[int] = tokenizer.encode(prompt, errors="replace") if replace_unknown else tokenizer.encode(prompt)
+    except DecodekitError as exc:
+        hint = " (on the command line: --replace-unknown)" if accepts_errors else ""
+        raise CliError(f"{exc}{hint}") from None
+    except Exception as exc:  # a third-party tokenizer's own error: still one line, no traceback
+        raise CliError(f"the model's tokenizer cannot encode the prompt: {type(exc).__name__}: {exc}") from None
+    return ids

@@ -1,0 +1,446 @@
+"""The files `decodekit new-plugin` writes: a complete distribution per kind of plugin.
+
+Each text is a `string.Template` (`$name`, `$dist`, `$pkg`, `$cls`, `$module`); the generated
+code uses only decodekit's public API, registers by import path (listing plugins stays
+torch-free), and its tests run the conformance kit where one exists for the kind.
+"""
+
+from __future__ import annotations
+
+from string import Template
+
+__all__ = ["KINDS", "files_for"]
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=77"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "$dist"
+version = "0.1.0"
+description = "$summary"
+readme = "README.md"
+requires-python = ">=3.10"
+license = "MIT"
+dependencies = ["decodekit>=0.1", "torch>=2.5"]
+
+[project.optional-dependencies]
+test = ["pytest>=8", "scipy>=1.11"]
+
+# The entry point: decodekit imports `$pkg.plugin` and calls its hooks.
+[project.entry-points.decodekit]
+$name = "$pkg.plugin"
+
+[tool.setuptools.packages.find]
+where = ["src"]
+
+[tool.setuptools.package-data]
+$pkg = ["py.typed"]
+
+[tool.pytest.ini_options]
+testpaths = ["tests"]
+"""
+
+README = """\
+# $dist
+
+$summary. A decodekit plugin: installed, it registers the $kind `$name`.
+
+```bash
+pip install -e .          # from this folder; decodekit finds it through its entry point
+pytest                    # the tests: decodekit's conformance kit, run on this plugin
+decodekit plugins         # lists $dist
+```
+
+$usage
+
+Files: `src/$pkg/plugin.py` registers it (by import path, so listing plugins imports no
+torch), `params.py` declares its parameters and their bounds (errors are built from them),
+`$module.py` is the implementation, `tests/` checks it.
+"""
+
+INIT = '''\
+"""$dist: $summary."""
+'''
+
+PARAMS = {
+    "sampler": '''\
+"""The parameters of `$name`: bounds declared once, error messages built from them."""
+
+from pydantic import Field
+
+from decodekit import Params
+
+
+class ${cls}Params(Params):
+    cap: float = Field(30.0, gt=0, description="logits are squashed into (-cap, cap)")
+''',
+    "cache": '''\
+"""The parameters of the `$name` cache backend: bounds declared once, error messages built from them."""
+
+from pydantic import Field
+
+from decodekit import Params
+
+
+class ${cls}Params(Params):
+    headroom: int = Field(0, ge=0, description="extra positions allocated beyond what the decode loop asks for")
+''',
+    "model": '''\
+"""The shape of the `$name` model: a small reference GPT."""
+
+from pydantic import Field
+
+from decodekit import Params
+
+
+class ${cls}Params(Params):
+    n_layer: int = Field(2, ge=1, description="transformer blocks")
+    n_head: int = Field(4, ge=1, description="attention heads")
+    n_kv_head: int = Field(2, ge=1, description="key/value heads (grouped-query attention)")
+    n_embd: int = Field(64, ge=1, description="width; a multiple of n_head")
+    block_size: int = Field(256, ge=1, description="the context, in tokens")
+''',
+    "strategy": '''\
+"""The options of the `$name` strategy: bounds declared once, error messages built from them."""
+
+from pydantic import Field
+
+from decodekit import Params
+
+
+class ${cls}Params(Params):
+    n: int = Field(4, ge=1, description="samples drawn per prompt; the most likely one is kept")
+''',
+}
+
+PLUGIN = {
+    "sampler": '''\
+"""Registers the `$name` sampler (by import path: listing plugins imports no torch)."""
+
+from decodekit import hookimpl
+from $pkg.params import ${cls}Params
+
+
+@hookimpl
+def register_samplers(register):
+    register("$name", "$pkg.$module:$cls", ${cls}Params, "Soft-cap logits: cap * tanh(logits / cap)")
+''',
+    "cache": '''\
+"""Registers the `$name` cache backend (by import path: listing plugins imports no torch)."""
+
+from decodekit import hookimpl
+from $pkg.params import ${cls}Params
+
+
+@hookimpl
+def register_cache_backends(register):
+    register("$name", "$pkg.$module:$cls", ${cls}Params, "Preallocated keys/values, one per kv-head")
+''',
+    "model": '''\
+"""Registers the `$name` model (by import path: listing plugins imports no torch)."""
+
+from decodekit import hookimpl
+from $pkg.params import ${cls}Params
+
+
+@hookimpl
+def register_models(register):
+    register("$name", "$pkg.$module:load", ${cls}Params, "A small random-init byte-level GPT")
+''',
+    "strategy": '''\
+"""Registers the `$name` decode strategy (by import path: listing plugins imports no torch)."""
+
+from decodekit import hookimpl
+from $pkg.params import ${cls}Params
+
+
+@hookimpl
+def register_strategies(register):
+    register("$name", "$pkg.$module:$module", ${cls}Params, "Best of n: the most likely of n samples per prompt")
+''',
+}
+
+IMPL = {
+    "sampler": '''\
+"""`$name`: soft-capping, cap * tanh(logits / cap) (Gemma 2); removed tokens stay removed."""
+
+import torch
+
+from decodekit import DecodeContext, ProcessorBase
+from $pkg.params import ${cls}Params
+
+
+class $cls(ProcessorBase[${cls}Params]):
+    name = "$name"
+    params_model = ${cls}Params
+
+    def __call__(self, logits: torch.Tensor, ctx: DecodeContext) -> torch.Tensor:
+        # logits: [B, V]; a new tensor, the input is never modified
+        capped = torch.tanh(logits / self.params.cap) * self.params.cap
+        return torch.where(logits == float("-inf"), logits, capped)
+''',
+    "cache": '''\
+"""`$cls`: one preallocated key and value buffer per kv-head, `[B, n_kv_heads, capacity, D]` per layer."""
+
+import dataclasses
+
+from decodekit import CacheSpec, PreallocatedKVCache
+from $pkg.params import ${cls}Params
+
+
+class $cls(PreallocatedKVCache):
+    def __init__(self, spec: CacheSpec, params: ${cls}Params | None = None) -> None:
+        headroom = params.headroom if params is not None else 0
+        spec = dataclasses.replace(spec, capacity=spec.capacity + headroom)
+        super().__init__(spec, stored_heads=spec.n_kv_heads)
+''',
+    "model": '''\
+"""`$name`: a small reference GPT over bytes, random-init with a fixed seed (load your weights here)."""
+
+import torch
+
+from decodekit.models.gpt import GPT, GPTConfig
+from $pkg.params import ${cls}Params
+
+
+class ByteTokenizer:
+    """One token per byte of UTF-8: 256 ids, any text encodes."""
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+def load(argument: str | None = None, params: ${cls}Params | None = None) -> GPT:
+    """`dk.load_model("$name", n_layer=4)`; `dk.load_model("$name:ARG")` passes ARG (e.g. a weights path)."""
+    config = GPTConfig(vocab_size=256, **(params or ${cls}Params()).model_dump())
+    with torch.random.fork_rng():
+        torch.manual_seed(0)  # the same weights in every process
+        model = GPT(config)
+    model.tokenizer = ByteTokenizer()
+    return model.requires_grad_(False).eval()
+''',
+    "strategy": '''\
+"""`$name`: draw n samples per prompt, keep the one the model finds most likely (sum of log-probabilities)."""
+
+import decodekit as dk
+from $pkg.params import ${cls}Params
+
+
+def $module(request: dk.DecodeRequest, params: ${cls}Params) -> dk.Generation:
+    """`dk.decode(model, prompts, strategy="$name", n=4, ...)`: `request` holds the shared options."""
+    if isinstance(request.seed, tuple):
+        raise dk.ParameterError("$name: seed=(one per row) is not supported; allowed: one int, or None")
+    n = params.n
+
+    def expand(rows):  # each row's n copies, in order
+        return [row for row in rows for _ in range(n)]
+
+    out = dk.generate(
+        request.model,
+        expand(request.prompts),
+        chain=request.chain,
+        max_new_tokens=request.max_new_tokens,
+        cache=request.cache or "none",
+        stop_tokens=[sorted(s) for s in expand(request.stop_tokens)],
+        stop_strings=request.stop_strings,
+        seed=request.seed,
+        logprobs=request.logprobs if request.logprobs is not None else 0,
+    )
+    assert out.logprobs is not None
+    score = [sum(t.raw for t in row) for row in out.logprobs]  # log-probability of each sample
+    best = [max(range(i * n, (i + 1) * n), key=score.__getitem__) for i in range(len(request.prompts))]
+
+    def pick(values):
+        return [values[r] for r in best]
+
+    return dk.Generation(
+        tokens=pick(out.tokens),
+        finish_reasons=pick(out.finish_reasons),
+        prompt_tokens=pick(out.prompt_tokens),
+        text=pick(out.text) if out.text is not None else None,
+        logprobs=pick(out.logprobs) if request.logprobs is not None else None,
+        stopped_by=pick(out.stopped_by),
+    )
+''',
+}
+
+TESTS = {
+    "sampler": '''\
+"""The conformance kit on `$name`, made directly and by name, and its numbers by hand."""
+
+import torch
+
+import decodekit as dk
+from decodekit.testing import ProcessorConformance
+from $pkg.$module import $cls
+
+
+class Test${cls}(ProcessorConformance):
+    def make(self):
+        return $cls(cap=5.0)
+
+
+class Test${cls}ByName(ProcessorConformance):  # through the entry point: name and parameters
+    spec = ("$name", {"cap": 5.0})
+
+
+def test_values_by_hand():
+    logits = torch.tensor([[10.0, -10.0, 0.0, float("-inf")]])
+    out = $cls(cap=5.0)(logits, dk.DecodeContext(tokens=torch.zeros(1, 1, dtype=torch.long)))
+    # 5 * tanh(2) = 4.8201; 0 stays 0; a removed token stays removed
+    torch.testing.assert_close(out, torch.tensor([[4.8201379, -4.8201379, 0.0, float("-inf")]]))
+
+
+def test_bad_value_names_parameter_and_bound():
+    try:
+        dk.create("$name", cap=-1)
+    except dk.ParameterError as exc:
+        assert "cap=-1" in str(exc) and "0 < cap" in str(exc)
+    else:
+        raise AssertionError("cap=-1 was accepted")
+''',
+    "cache": '''\
+"""The conformance kit on the `$name` cache backend, and its registration."""
+
+import decodekit as dk
+from decodekit.testing import CacheConformance
+from $pkg.$module import $cls
+
+
+class Test${cls}(CacheConformance):
+    def make(self, spec):
+        return $cls(spec)
+
+    def stored_heads(self, spec):
+        return spec.n_kv_heads
+
+
+def test_headroom_adds_positions():
+    spec = dk.CacheSpec(n_layers=1, n_heads=4, n_kv_heads=2, head_dim=8, batch_size=1, capacity=10)
+    assert dk.create_cache("$name(headroom=6)", spec).capacity == 16
+
+
+def test_registered_through_the_entry_point():
+    assert dk.get_registry().caches["$name"].distribution == "$dist"
+''',
+    "model": '''\
+"""The `$name` model: loads by name, and decodes the same with and without a cache."""
+
+import pytest
+
+import decodekit as dk
+
+
+def test_loads_by_name_and_generates():
+    model = dk.load_model("$name")
+    out = dk.generate(model, ["Hello"], max_new_tokens=8, seed=0, cache="none")
+    assert len(out.tokens[0]) == 8 and out.text is not None
+
+
+def test_parameters_shape_the_model():
+    assert len(dk.load_model("$name", n_layer=1).h) == 1  # h: the transformer blocks
+    try:
+        dk.load_model("$name", n_layer=0)
+    except dk.ParameterError as exc:
+        assert "n_layer=0" in str(exc)
+    else:
+        raise AssertionError("n_layer=0 was accepted")
+
+
+def test_cache_and_recompute_agree():
+    if "dense" not in dk.get_registry().caches:
+        pytest.skip("needs the dense cache backend: pip install decodekit-cache-dense")
+    model = dk.load_model("$name")
+    cached = dk.generate(model, ["Hello", "Hi"], max_new_tokens=8, seed=0, cache="dense")
+    recomputed = dk.generate(model, ["Hello", "Hi"], max_new_tokens=8, seed=0, cache="none")
+    assert cached.tokens == recomputed.tokens
+
+
+def test_registered_through_the_entry_point():
+    assert dk.get_registry().models["$name"].distribution == "$dist"
+''',
+    "strategy": '''\
+"""The `$name` strategy: by name through `dk.decode`, against `dk.generate` on the same seeds."""
+
+import torch
+
+import decodekit as dk
+from decodekit.models.gpt import GPT, GPTConfig
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=64, block_size=64, n_layer=1, n_head=2, n_embd=16)).eval()
+
+
+def test_keeps_the_most_likely_of_n_samples():
+    model = tiny_model()
+    prompts = [[1, 2, 3], [4, 5]]
+    out = dk.decode(model, prompts, strategy="$name", n=3, max_new_tokens=6, seed=0)
+    samples = dk.generate(model, [p for p in prompts for _ in range(3)], max_new_tokens=6, seed=0, logprobs=0)
+    for i, tokens in enumerate(out.tokens):
+        scores = {tuple(samples.tokens[r]): sum(t.raw for t in samples.logprobs[r]) for r in range(3 * i, 3 * i + 3)}
+        assert tuple(tokens) in scores and scores[tuple(tokens)] == max(scores.values())
+
+
+def test_bad_option_names_parameter_and_bound():
+    try:
+        dk.decode(tiny_model(), [[1]], strategy="$name", n=0)
+    except dk.ParameterError as exc:
+        assert "n=0" in str(exc)
+    else:
+        raise AssertionError("n=0 was accepted")
+
+
+def test_registered_through_the_entry_point():
+    assert dk.get_registry().strategies["$name"].distribution == "$dist"
+''',
+}
+
+SUMMARY = {
+    "sampler": "Soft-capped logits, cap * tanh(logits / cap)",
+    "cache": "A KV-cache backend with one key and value per kv-head",
+    "model": "A small byte-level reference GPT",
+    "strategy": "Best-of-n decoding: the most likely of n samples per prompt",
+}
+
+USAGE = {
+    "sampler": 'Use it by name: `dk.Chain.parse("$name(20) | temperature(0.8)")`, '
+    '`decodekit generate "Hello" --chain "$name(20)"`.',
+    "cache": 'Use it by name: `dk.generate(model, prompts, cache="$name")`, `decodekit generate --cache $name`.',
+    "model": 'Use it by name: `dk.load_model("$name")`, `decodekit generate "Hello" --model $name`.',
+    "strategy": 'Use it by name: `dk.decode(model, prompts, strategy="$name", n=4)`.',
+}
+
+KINDS = tuple(IMPL)
+
+
+def files_for(kind: str, name: str) -> dict[str, str]:
+    """The distribution's files, by path relative to its folder."""
+    pkg = "decodekit_" + name
+    values = {
+        "name": name,
+        "kind": kind,
+        "dist": "decodekit-" + name.replace("_", "-"),
+        "pkg": pkg,
+        "cls": "".join(part.capitalize() for part in name.split("_")),
+        "module": name,
+        "summary": SUMMARY[kind],
+    }
+    values["usage"] = Template(USAGE[kind]).substitute(values)
+    texts = {
+        "pyproject.toml": PYPROJECT,
+        "README.md": README,
+        f"src/{pkg}/__init__.py": INIT,
+        f"src/{pkg}/py.typed": "",
+        f"src/{pkg}/params.py": PARAMS[kind],
+        f"src/{pkg}/plugin.py": PLUGIN[kind],
+        f"src/{pkg}/{name}.py": IMPL[kind],
+        f"tests/test_{name}.py": TESTS[kind],
+    }
+    return {path: Template(text).substitute(values) for path, text in sorted(texts.items())}

@@ -1,0 +1,98 @@
+"""README.md and docs/ cannot drift: every example runs, every shown CLI output is what the command prints.
+
+The machinery is `tests/doc_examples.py`; `make docs-outputs` regenerates the outputs after a change.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import doc_examples as dx
+import pytest
+
+
+def _rel(page: Path) -> str:
+    return str(page.relative_to(dx.ROOT))
+
+
+@pytest.fixture(scope="module")
+def example_plugins(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path]:
+    """The example plugins the pages show, written out and installed: (their folders, the install target)."""
+    root = tmp_path_factory.mktemp("doc-plugins")
+    dists = dx.write_plugins(root / "src")
+    dx.install_plugins(dists, root / "site")
+    return dists, root / "site"
+
+
+def _env(site: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DECODEKIT_", "PYTEST_"))}
+    env["PYTHONPATH"] = str(site)
+    return env
+
+
+@pytest.mark.parametrize("page", [p for p in dx.pages() if dx.code_blocks(p)], ids=_rel)
+def test_page_examples_run_in_order(page: Path, example_plugins: tuple[list[Path], Path], tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, dx.__file__, "--run", str(page)],
+        cwd=tmp_path,
+        env=_env(example_plugins[1]),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, f"{_rel(page)}: an example failed\n{r.stdout}\n{r.stderr}"
+    for line in r.stdout.splitlines():
+        if line.startswith("skipped "):
+            print(line)  # shown by `pytest -rA`; the block says why on its first line
+
+
+def test_example_plugins_pass_their_own_tests(example_plugins: tuple[list[Path], Path]) -> None:
+    dists, site = example_plugins
+    assert dists, "the docs show no example plugin"
+    for dist in dists:
+        r = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(dist / "tests")],
+            cwd=dist,
+            env=_env(site),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert r.returncode == 0, f"{dist.name}:\n{r.stdout}\n{r.stderr}"
+
+
+def mismatches(shown: list[dx.Shown], outputs: list[str]) -> list[str]:
+    """A diff per shown output that is not what its command printed (timings masked)."""
+    found = []
+    for s, out in zip(shown, outputs):
+        if dx.masked(s.output) != dx.masked(out):
+            diff = difflib.unified_diff(s.output.split("\n"), out.split("\n"), "shown", "printed", lineterm="")
+            found.append(f"{s.block.where}: $ {s.command}\n" + "\n".join(diff))
+    return found
+
+
+def test_shown_cli_outputs_are_what_the_commands_print(tmp_path: Path) -> None:
+    shown = [s for page in dx.pages() for s in dx.shown_commands(page)]
+    assert len(shown) > 10
+    outputs = dx.run_commands(shown, dx.scratch_dir(tmp_path))
+    problems = mismatches(shown, outputs)
+    assert not problems, "run `make docs-outputs`:\n\n" + "\n\n".join(problems)
+
+
+def test_an_output_edited_by_hand_is_caught(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    version = dx.run_command("decodekit --version", tmp_path)
+    for shown_output, differs in ((version, False), (version + ".1", True)):
+        page.write_text(f"```console\n$ decodekit --version\n{shown_output}\n```\n")
+        shown = list(dx.shown_commands(page))
+        assert len(mismatches(shown, [version])) == int(differs)
+
+
+def test_timings_are_the_only_masked_numbers() -> None:
+    assert dx.masked('"tokens_per_second": 18.94, "seconds": 4.33') == '"tokens_per_second": …, "seconds": …'
+    assert dx.masked("12 tokens · 0.4 s · 690.1 tokens/s") == "12 tokens · 0.4 s · … tokens/s"
+    assert dx.masked('"entropy": 0.7629') == '"entropy": 0.7629'

@@ -1,0 +1,47 @@
+"""Parameter types as a reader writes them, built from the annotation and its declared bounds."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import pytest
+from pydantic import Field
+
+import decodekit as dk
+from decodekit.param_types import bounds_text, type_text
+
+TokenId = Annotated[int, Field(ge=0)]
+
+
+@pytest.mark.parametrize(
+    ("annotation", "expected"),
+    [
+        (float, "float"),
+        (int | None, "int | None"),
+        (tuple[TokenId, ...], "list[int ≥ 0]"),
+        (tuple[Annotated[tuple[TokenId, ...], Field(min_length=1)], ...], "list[list[int ≥ 0]]"),
+        (dict[TokenId, Annotated[float, Field(ge=-100, le=100)]], "dict[int ≥ 0, float in [-100, 100]]"),
+        (tuple[tuple[TokenId, ...], float], "tuple[list[int ≥ 0], float]"),
+        (Annotated[float, Field(gt=0, lt=1)], "float in (0, 1)"),
+        (bool | Literal["never"], "bool | 'never'"),
+    ],
+)
+def test_readable_types(annotation: object, expected: str) -> None:
+    assert type_text(annotation) == expected
+
+
+def test_a_parameters_own_bounds_name_it() -> None:
+    class P(dk.Params):
+        p: float = Field(gt=0, le=1, allow_inf_nan=False)
+        tokens: tuple[TokenId, ...] = Field(min_length=1)
+        k: int = Field(1, ge=1)
+
+    fields = P.model_fields
+    assert bounds_text(fields["p"].metadata, "p") == "0 < p ≤ 1, finite"
+    assert bounds_text(fields["tokens"].metadata, "tokens") == "non-empty"
+    assert bounds_text(fields["k"].metadata, "k") == "1 ≤ k"
+
+
+def test_error_messages_read_the_same_types() -> None:
+    with pytest.raises(dk.ParameterError, match=r"allowed: list\[int ≥ 0\]$"):
+        dk.create("allowed_tokens", tokens=[])
