@@ -6,7 +6,10 @@ speculative runs alternate round by round in this process; the ratio reported is
 rounds of each round's ratio (plain time / speculative time for the same tokens), so a burst of load
 on a shared machine moves both sides of a round. Writes a Markdown table to stdout and a plot.
 
-    python benchmarks/bench_speculative.py [--target tiny-shakespeare:DIR] [--repeats 5] [--threads 1]
+    python benchmarks/bench_speculative.py [--target tiny-shakespeare:DIR] [--draft NAME ...] [--repeats 5]
+
+`--draft` may be given more than once (e.g. `--draft tiny-shakespeare-draft --draft tiny-shakespeare-draft:DIR`,
+a draft export directory): the drafts are measured one after the other in this process, each against plain.
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ def forward_costs(target: Any, draft: Any, widths: list[int], repeats: int = 200
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default="tiny-shakespeare")
-    p.add_argument("--draft", default="tiny-shakespeare-draft")
+    p.add_argument("--draft", action="append", help="a model name (default tiny-shakespeare-draft); repeat to compare")
     p.add_argument("--tokens", type=int, default=200)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
@@ -110,19 +113,25 @@ def main() -> None:
     p.add_argument("--plot", type=Path, default=Path(__file__).resolve().parents[1] / "docs/img/speculative.png")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    target, draft = dk.load_model(args.target), dk.load_model(args.draft)
+    names = args.draft or ["tiny-shakespeare-draft"]
+    target, drafts = dk.load_model(args.target), {name: dk.load_model(name) for name in names}
     ks = list(range(1, args.max_k + 1))
     print(
-        f"target {args.target}, draft {args.draft}, {args.tokens} new tokens, batch 1, "
+        f"target {args.target}, draft {', '.join(names)}, {args.tokens} new tokens, batch 1, "
         f"{args.repeats} rounds, {torch.get_num_threads()} thread(s)\n"
     )
-    costs = forward_costs(target, draft, [3, 5, 9])
-    print("forward, 100 tokens cached: " + ", ".join(f"{label} {us:.0f} µs" for label, us in costs.items()))
-    print(f"draft / target cost c = {costs['draft'] / costs['target']:.2f}\n")
+    for name, draft in drafts.items():
+        costs = forward_costs(target, draft, [3, 5, 9])
+        print("forward, 100 tokens cached: " + ", ".join(f"{label} {us:.0f} µs" for label, us in costs.items()))
+        print(f"{name} / target cost c = {costs['draft'] / costs['target']:.2f}\n")
     print("| chain | draft | k | tokens/s | speed-up (median, quartiles) | acceptance |")
     print("|---|---|---|---|---|---|")
     results: dict[str, list[Row]] = {}
-    cases = [(label, PROMPT, chain, draft, args.draft, ks, args.tokens) for label, chain in CHAINS.items()]
+    cases = [
+        (label if len(drafts) == 1 else f"{label}, {name}", PROMPT, chain, draft, name, ks, args.tokens)
+        for label, chain in CHAINS.items()
+        for name, draft in drafts.items()
+    ]
     cases += [
         (f"{label}, quoting prompt", QUOTING_PROMPT, chain, "ngram", "ngram", [2, 4, 8], 120)
         for label, chain in CHAINS.items()
