@@ -343,10 +343,10 @@ def test_plugins_and_samplers_listings() -> None:
 
 
 READABLE_TYPES = {
-    ("allowed_tokens", "tokens"): "list[int ≥ 0]",
-    ("bad_words", "sequences"): "list[list[int ≥ 0]]",
-    ("logit_bias", "bias"): "dict[int ≥ 0, float in [-100, 100]]",
-    ("sequence_bias", "biases"): "list[tuple[list[int ≥ 0], float]]",
+    ("allowed_tokens", "tokens"): "list[int in [0, 2**63)]",
+    ("bad_words", "sequences"): "list[list[int in [0, 2**63)]]",
+    ("logit_bias", "bias"): "dict[int in [0, 2**63), float in [-100, 100]]",
+    ("sequence_bias", "biases"): "list[tuple[list[int in [0, 2**63)], float in [-10000, 10000]]]",
     ("repetition_penalty", "last_n"): "int | None",
 }
 

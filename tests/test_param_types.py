@@ -18,6 +18,7 @@ TokenId = Annotated[int, Field(ge=0)]
     [
         (float, "float"),
         (int | None, "int | None"),
+        (Annotated[int, Field(ge=0, lt=2**63)], "int in [0, 2**63)"),
         (tuple[TokenId, ...], "list[int ≥ 0]"),
         (tuple[Annotated[tuple[TokenId, ...], Field(min_length=1)], ...], "list[list[int ≥ 0]]"),
         (dict[TokenId, Annotated[float, Field(ge=-100, le=100)]], "dict[int ≥ 0, float in [-100, 100]]"),
@@ -43,5 +44,5 @@ def test_a_parameters_own_bounds_name_it() -> None:
 
 
 def test_error_messages_read_the_same_types() -> None:
-    with pytest.raises(dk.ParameterError, match=r"allowed: list\[int ≥ 0\]$"):
+    with pytest.raises(dk.ParameterError, match=r"allowed: list\[int in \[0, 2\*\*63\)\]$"):
         dk.create("allowed_tokens", tokens=[])

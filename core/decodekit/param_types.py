@@ -27,6 +27,8 @@ def _constraints(metadata: Iterable[object]) -> list[object]:
 
 
 def _number(value: object) -> str:
+    if isinstance(value, int) and value >= 2**32 and value & (value - 1) == 0:  # 2**63, not 19 digits
+        return f"2**{value.bit_length() - 1}"
     return repr(value) if not isinstance(value, float) or not value.is_integer() else str(int(value))
 
 

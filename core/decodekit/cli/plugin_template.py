@@ -187,14 +187,16 @@ class $cls(ProcessorBase[${cls}Params]):
 import dataclasses
 
 from decodekit import CacheSpec, PreallocatedKVCache
+from decodekit.storage import FloatStorage
 from $pkg.params import ${cls}Params
 
 
 class $cls(PreallocatedKVCache):
+    storage = FloatStorage  # its kv-heads as given; the storage also makes "$name" a `store=` of `window`
+
     def __init__(self, spec: CacheSpec, params: ${cls}Params | None = None) -> None:
         headroom = params.headroom if params is not None else 0
-        spec = dataclasses.replace(spec, capacity=spec.capacity + headroom)
-        super().__init__(spec, stored_heads=spec.n_kv_heads)
+        super().__init__(dataclasses.replace(spec, capacity=spec.capacity + headroom), params)
 ''',
     "model": '''\
 """`$name`: a small reference GPT over bytes, random-init with a fixed seed (load your weights here)."""
