@@ -3,7 +3,6 @@ and from a spec, run on adversarial logits and histories, every property checked
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -173,14 +172,11 @@ def check_logits(chain: Chain, logits: Tensor, ctx: DecodeContext, report: Repor
     if dense is None:
         return
     V = logits.shape[-1]
-    for consume in (False, True):
-        fast = _process_fast(chain, logits if not consume else logits.clone(), ctx.fork(), consume)
-        what = "process_fast(consume=True)" if consume else "process_fast"
-        as_dense = _densify(fast, V, report, what)
-        if as_dense is not None:
-            compare(dense, as_dense, report, what)
+    as_dense = _densify(chain.process_fast(logits, ctx.fork()), V, report, "process_fast")
+    if as_dense is not None:
+        compare(dense, as_dense, report, "process_fast")
     selector = _name(chain.selector)
-    check_tokens(_select(chain, logits.clone(), ctx.fork()), dense, report, selector)
+    check_tokens(chain.select(logits.clone(), ctx.fork()), dense, report, selector)
     try:
         check_tokens(chain(logits.clone(), ctx.fork()), dense, report, selector)
     except NumericsError:
@@ -215,22 +211,6 @@ def run_dense(chain: Chain, logits: Tensor, ctx: DecodeContext, report: Report) 
             report.add(INF_MADE, name)
         x = y
     return x
-
-
-def _process_fast(chain: Chain, x: Tensor, ctx: DecodeContext, consume: bool) -> object:
-    fast = getattr(chain, "process_fast", None)
-    if fast is None:  # no fast path: the dense one is all there is
-        return chain.process(x, ctx)
-    if consume and "consume" in inspect.signature(fast).parameters:
-        return fast(x, ctx, consume=True)
-    return fast(x, ctx)
-
-
-def _select(chain: Chain, x: Tensor, ctx: DecodeContext) -> object:
-    # What the decode loop runs: the model's fresh logits handed over to the chain where it can take them.
-    if "consume" in inspect.signature(chain.select).parameters:
-        return chain.select(x, ctx, consume=True)
-    return chain.select(x, ctx)
 
 
 def _densify(x: object, vocab_size: int, report: Report, what: str) -> Tensor | None:
