@@ -13,12 +13,20 @@ import sys
 from pathlib import Path
 
 import decodekit as dk
-from decodekit.testing import check_cache, check_processor
+from decodekit.cache import KVCache
+from decodekit.testing import CacheConformance, check_cache, check_processor
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     cli = Path(sys.executable).with_name("decodekit")
     return subprocess.run([str(cli), *args], capture_output=True, text=True, check=True, timeout=300)
+
+
+class GQAFromRegistry(CacheConformance):
+    """The cache kit on `gqa` built by name, from the installed wheels."""
+
+    def make(self, spec: dk.CacheSpec) -> KVCache:
+        return dk.create_cache("gqa", spec)
 
 
 def main(dist: Path) -> None:
@@ -35,7 +43,7 @@ def main(dist: Path) -> None:
     assert generated.stderr == "", generated.stderr  # no warning (NumPy, plugins) on a clean install
 
     check_processor(dk.create("top_p", p=0.9))
-    check_cache(lambda spec: dk.create_cache("gqa", spec), stored_heads=lambda spec: spec.n_kv_heads)
+    check_cache(GQAFromRegistry())
     print(f"wheel smoke test passed: {len(wheels)} distributions installed, listed, generating, conformant")
 
 
