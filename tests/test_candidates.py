@@ -35,7 +35,7 @@ def test_the_n_largest_and_the_bound_equal_a_full_sort(vocab: int, ties: bool) -
 
 def test_a_tie_outside_the_pooled_groups_shows_in_the_bound() -> None:
     vocab = 1024
-    _, C = _grid(vocab)
+    _, C = _grid(vocab, 2)
     x = torch.zeros(1, vocab)
     x[0, :3] = torch.tensor([9.0, 8.0, 7.0])  # groups 0, 1, 2
     x[0, C + 3] = 7.0  # group 3, tied with the 3rd largest

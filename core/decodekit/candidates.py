@@ -14,6 +14,7 @@ maxima (and the V mod R tokens past the grid). The pool holds n+1 group maxima, 
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import torch
@@ -23,16 +24,28 @@ from decodekit.stage import Candidates
 
 __all__ = ["first_max", "keep_at_least", "top_candidates"]
 
-_GROUP_TARGET = 32  # tokens per group: R·(n+1) pooled tokens against V / R group maxima
 _MIN_GAIN = 4  # use the grid only when the pool is at most V / 4 tokens
 
 
 @lru_cache(maxsize=64)
-def _grid(vocab_size: int) -> tuple[int, int]:
-    """(R, C): the grid's rows, a divisor of V near 32 if there is one, and its columns."""
-    divisors = [r for r in range(16, 65) if vocab_size % r == 0]
-    R = min(divisors, key=lambda r: abs(r - _GROUP_TARGET)) if divisors else _GROUP_TARGET
+def _grid(vocab_size: int, n: int) -> tuple[int, int]:
+    """(R, C) for pooling the n + 1 largest: R near sqrt(V / (n + 1)), which balances the two searches
+    (V / R group maxima against a pool of R·(n + 1)); a divisor of V within a third of it if there is
+    one, so that no token lies past the grid."""
+    best = max(1, round(math.sqrt(vocab_size / (n + 1))))
+    near = [r for r in range(max(1, best * 2 // 3), best * 4 // 3 + 1) if vocab_size % r == 0]
+    R = min(near, key=lambda r: abs(r - best)) if near else best
     return R, vocab_size // R
+
+
+@lru_cache(maxsize=64)
+def _pool_offsets(rows: int, cols: int, vocab_size: int, device: torch.device) -> tuple[Tensor, Tensor | None]:
+    """The first token of each grid row `[1, R, 1]`, and the tokens past the grid `[1, V mod R]` (None if none)."""
+    end = rows * cols
+    with torch.inference_mode(False):  # plain tensors: usable in and outside inference mode
+        starts = torch.arange(0, end, cols, device=device).view(1, rows, 1)
+        tail = torch.arange(end, vocab_size, device=device).view(1, -1) if vocab_size > end else None
+    return starts, tail
 
 
 def top_candidates(logits: Tensor, n: int) -> tuple[Candidates, Tensor]:
@@ -42,21 +55,18 @@ def top_candidates(logits: Tensor, n: int) -> tuple[Candidates, Tensor]:
     if n >= V:
         values, ids = logits.sort(-1, descending=True)
         return Candidates(values, ids), values.new_full((B, 1), float("-inf"))
-    R, C = _grid(V)
+    R, C = _grid(V, n)
     if (n + 1) * R * _MIN_GAIN > V:
         values, ids = logits.topk(n + 1)
     else:
-        grid_end = R * C
-        if grid_end == V and logits.is_contiguous():
-            grid = logits.view(B, R, C)
-        else:  # a copy when the logits are a strided view
-            grid = logits[:, :grid_end].reshape(B, R, C)
+        if logits.stride(-1) != 1:
+            logits = logits.contiguous()
+        grid = logits.as_strided((B, R, C), (logits.stride(0), C, 1))  # a view, also of a row slice
         groups = grid.amax(1, keepdim=True).topk(n + 1, sorted=False).indices  # [B, 1, n+1]
-        row_starts = torch.arange(0, grid_end, C, device=logits.device).view(1, R, 1)
-        pool_ids = (row_starts + groups).view(B, -1)  # token r·C + group, for each grid row r
-        if grid_end < V:  # the tokens past the grid are always pooled
-            tail = torch.arange(grid_end, V, device=logits.device).expand(B, -1)
-            pool_ids = torch.cat([pool_ids, tail], 1)
+        starts, tail = _pool_offsets(R, C, V, logits.device)
+        pool_ids = (starts + groups).view(B, -1)  # token r·C + group, for each grid row r
+        if tail is not None:  # the tokens past the grid are always pooled
+            pool_ids = torch.cat([pool_ids, tail.expand(B, -1)], 1)
         values, pos = logits.gather(1, pool_ids).topk(n + 1)
         ids = pool_ids.gather(1, pos)
     return Candidates(values[:, :n], ids[:, :n]), values[:, n:]

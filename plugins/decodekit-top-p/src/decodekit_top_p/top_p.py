@@ -77,7 +77,7 @@ class TopP(ProcessorBase[TopPParams]):
         c, bound = top_candidates(logits, max(room, min_keep))
         K = c.values.shape[1]
         x = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
-        total = (x - c.values[:, :1].to(x.dtype)).exp().sum(-1, keepdim=True)
+        total = (x - c.values[:, :1].to(x.dtype)).exp_().sum(-1, keepdim=True)
         pos = _last_kept(c.values, total, self.params.p, min_keep)
         # A row with fewer finite logits than min_keep keeps just those; NaN stays NaN.
         floor = c.values.gather(1, pos.clamp(max=K - 1)).clamp(min=torch.finfo(logits.dtype).min)
