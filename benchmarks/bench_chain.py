@@ -5,7 +5,13 @@ Logits: shuffled Zipf-like rows over V = 50,257, `x_i = -1.2 · log(rank_i) + 0.
 history for the repetition penalty is 160 random token ids per row. Each call is timed on
 its own, in rounds that interleave every case with the softmax baseline; the figure
 reported is a case's median call time divided by the softmax's median call time. On a
-machine shared with other jobs, `--threads 1` gives steadier figures.
+machine shared with other jobs, `--threads 1` gives steadier figures. Beside each case: the
+torch calls it makes (counted once, by a `TorchFunctionMode`), and a reference row with the
+time of one small call (`a - b` on `[1, 58]`): on a CPU a step of small tensors costs
+about its calls times that, plus its passes over the vocabulary. A last row times the full
+chain's arithmetic written out by hand as straight-line torch calls (`straight_line_step`: no
+stages, no chain, the same tokens): what eager PyTorch costs for these semantics without the
+framework around them.
 
 Everything runs under `torch.inference_mode()`, as the decode loop runs its steps. Targets on
 [1, 50257], for one step as the decode loop takes it (`chain.select`: the processors, the
@@ -23,10 +29,14 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 import decodekit as dk
+from decodekit.candidates import _grid, _pool_offsets
 from decodekit.context import row_generators
 
 VOCAB = 50_257
@@ -61,6 +71,76 @@ def call_times(fn: Callable[[], object], calls: int) -> list[float]:
     return times
 
 
+class _CallCounter(TorchFunctionMode):
+    """Counts the torch functions and methods called (attribute reads such as `.shape` excepted)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if getattr(func, "__name__", "") != "__get__":
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def torch_calls(fn: Callable[[], object]) -> int:
+    """How many torch calls one call of `fn` makes."""
+    counter = _CallCounter()
+    with counter:
+        fn()
+    return counter.calls
+
+
+def straight_line_step(
+    x: torch.Tensor, history: torch.Tensor, generator: torch.Generator, *, scale_candidates: bool = False
+) -> torch.Tensor:
+    """`FULL`'s step on one unpadded row, written out: the same calls the stages make, no framework.
+
+    `scale_candidates`: divide by T only the candidates `top_k` keeps, not the whole row (what
+    the removed `monotone_map` hook let the chain do; top-k of x / T is top-k of x, divided).
+    """
+    V, k, room = x.shape[1], 50, 58
+    R, C = _grid(V, room)
+    starts, _ = _pool_offsets(R, C, V, x.device)  # V = 29 · 1733: no tail
+    ids = history.clamp(max=V)
+    padded = F.pad(x, (0, 1))  # repetition_penalty(1.1)
+    seen = padded.gather(1, ids)
+    y = padded.scatter_(1, ids, torch.where(seen > 0, seen / 1.1, seen * 1.1))[:, :V]
+
+    def temperature(z: torch.Tensor) -> torch.Tensor:
+        return (z / 0.8).clamp_(max=torch.finfo(z.dtype).max)
+
+    y = y if scale_candidates else temperature(y)
+    grid = y.as_strided((1, R, C), (y.stride(0), C, 1))  # top_k(50): room + 1 largest, the last a bound
+    groups = grid.amax(1, keepdim=True).topk(room + 1, sorted=False).indices
+    pool = (starts + groups).view(1, -1)
+    values, pos = y.gather(1, pool).topk(room + 1)
+    ids = pool.gather(1, pos)
+    values = temperature(values) if scale_candidates else values
+    floor, bound = values[:, k - 1 : k], values[:, room:]
+    values = torch.where(floor > bound, values.masked_fill(values < floor, float("-inf")), float("nan"))
+    cum = (values - values[:, :1]).exp().cumsum(-1)  # top_p(0.9)
+    cut = values.gather(1, torch.searchsorted(cum, cum[:, -1:] * 0.9).clamp_(max=room))
+    values = values.masked_fill(values < cut, float("-inf"))
+    in_order, order = ids.sort(-1)  # sample, in vocabulary order
+    cdf = (values.gather(1, order) - values[:, :1]).exp().cumsum(-1)
+    u = torch.rand((1, 1), generator=generator)
+    pick = torch.searchsorted(cdf, cdf[:, -1:] * (u * (1.0 - 2.0**-23)), right=True).clamp_(max=room)
+    token = in_order.gather(1, pick)
+    return torch.where(torch.isfinite(values.amax(-1)), token.view(-1), -1)
+
+
+def check_straight_line(x: torch.Tensor, ctx: dk.DecodeContext, chain: dk.Chain) -> None:
+    """The hand-written step picks the chain's tokens, draw for draw (else its timing means nothing)."""
+    mine = row_generators(0, 1)[0]
+    theirs = dk.DecodeContext(tokens=ctx.tokens, step=ctx.step, generators=row_generators(0, 1))
+    for draw in range(20):
+        a, b = straight_line_step(x, ctx.tokens, mine), chain.select(x, theirs)
+        if not torch.equal(a, b):
+            raise AssertionError(f"straight_line_step draw {draw}: {a.tolist()} != chain {b.tolist()}")
+
+
 def cases(batch: int) -> dict[str, Callable[[], object]]:
     x = peaked_logits(batch)
     ctx = context(batch)
@@ -68,8 +148,18 @@ def cases(batch: int) -> dict[str, Callable[[], object]]:
     greedy = dk.create("greedy")
     greedy_chain = dk.Chain([], selector=greedy)
     sample = dk.create("sample")
+    a, b = torch.randn(1, 58), torch.randn(1, 1)
+    by_hand: dict[str, Callable[[], object]] = {}
+    if batch == 1:
+        check_straight_line(x, ctx, full)
+        generator = row_generators(0, 1)[0]
+        by_hand[f"{FULL}  [written out by hand, no framework]"] = lambda: straight_line_step(x, ctx.tokens, generator)
+        by_hand[f"{FULL}  [by hand, T applied to the candidates only]"] = lambda: straight_line_step(
+            x, ctx.tokens, generator, scale_candidates=True
+        )
     return {
         "softmax": lambda: torch.softmax(x, -1),
+        "one small call (a - b on [1, 58])": lambda: a - b,
         FULL + SELECT: lambda: full.select(x, ctx),
         f"{FULL}  [chain(): with the check's host sync]": lambda: full(x, ctx),
         f"{FULL}  [dense: process + sample]": lambda: sample(full.process(x, ctx), ctx),
@@ -78,19 +168,22 @@ def cases(batch: int) -> dict[str, Callable[[], object]]:
         "greedy (selector alone)": lambda: greedy(x, ctx),
         "greedy (chain)": lambda: greedy_chain(x, ctx),
         "sample (selector alone, dense)": lambda: sample(x, ctx),
+        **by_hand,
     }
 
 
-def run(batch: int, rounds: int, calls: int) -> dict[str, float]:
-    """Median seconds per call of each case over every timed call, the cases interleaved round by round."""
+def run(batch: int, rounds: int, calls: int) -> tuple[dict[str, float], dict[str, int]]:
+    """Median seconds per call of each case over every timed call, the cases interleaved round by
+    round; and each case's torch calls."""
     fns = cases(batch)
     for fn in fns.values():  # warm up
         call_times(fn, 5)
+    ops = {name: torch_calls(fn) for name, fn in fns.items()}
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
             times[name] += call_times(fn, calls if batch == 1 else max(1, calls // 10))
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return {name: statistics.median(ts) for name, ts in times.items()}, ops
 
 
 def main() -> None:
@@ -104,7 +197,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, V = {VOCAB}, history {HISTORY} tokens")
     for batch in (1, 32):
         with torch.inference_mode():
-            medians = run(batch, args.rounds, args.calls)
+            medians, ops = run(batch, args.rounds, args.calls)
         base = medians["softmax"]
         print(f"\n[{batch}, {VOCAB}]  softmax: {base * 1e6:8.1f} us")
         for name, t in medians.items():
@@ -112,7 +205,7 @@ def main() -> None:
                 continue
             target = TARGETS.get((name, batch))
             verdict = "" if target is None else f"  target <= {target:g}x: {'met' if t / base <= target else 'MISSED'}"
-            print(f"  {t / base:6.2f}x  {t * 1e6:9.1f} us  {name}{verdict}")
+            print(f"  {t / base:6.2f}x  {t * 1e6:9.1f} us  {ops[name]:3d} calls  {name}{verdict}")
 
 
 if __name__ == "__main__":
