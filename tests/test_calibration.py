@@ -89,6 +89,20 @@ def test_uniform_attention_profile_by_hand() -> None:
     assert sink[0].tolist() == pytest.approx([want_sink, want_sink])
 
 
+def test_the_profile_keeps_heads_apart() -> None:
+    """Zero only head 0's queries: head 0 is uniform (the formula above), head 1 is not."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_kv_head=1, n_embd=8, position="rope"))
+    with torch.no_grad():
+        model.h[0].attn.c_attn.weight[:4].zero_()  # head 0's query rows (head_dim 4)
+        model.h[0].attn.c_attn.bias[:4].zero_()
+        model.h[0].attn.c_attn.weight[4:8].mul_(20)  # head 1 attends sharply
+    a, _ = attention_profile(model.eval(), torch.randint(0, 11, (3, 16)), 2)
+    uniform = [sum(1 / (i + 1) for i in range(d + 2, 16)) / (16 - d - 2) for d in range(14)]
+    assert a[0, 0].tolist() == pytest.approx(uniform)
+    assert a[0, 1].tolist() != pytest.approx(uniform, abs=1e-3)
+
+
 def test_calibrate_round_trips_through_json() -> None:
     model = uniform_gpt(block=32)
     result = calibrate(model, list(range(11)) * 30, sinks=2, max_windows=5, text="synthetic")
