@@ -25,7 +25,7 @@ import decodekit as dk
 from decodekit.stream_loss import stream_loss
 
 HAMLET = Path(os.environ.get("DECODEKIT_SHAKESPEARE_DATA", "/work/shared/data")) / "shakespeare-val.txt"
-SIZES = (8, 16, 32, 64, 128, 192, 252)
+SIZES = (8, 16, 32, 48, 64, 128, 192, 252)
 SINKS = 4
 
 

@@ -1,5 +1,5 @@
 """γ and D_f: the fits recover hand-made laws, the profile of uniform attention is worked out by hand,
-the rule's windows, and the command line."""
+the rule's windows (per head, the layer's the longest), and the command line."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ T, SINKS = 256, 4
 
 def test_a_power_law_is_recovered_and_its_window_is_where_it_meets_one_over_t() -> None:
     d = torch.arange(T - SINKS, dtype=torch.float64).clamp(min=1)
-    fit = fit_layer(0, 0.5 * d**-1.2, T, SINKS, [])
+    fit = fit_layer(0, (0.5 * d**-1.2)[None], T, SINKS, [])
     assert fit.law == "power" and fit.r2_power == pytest.approx(1.0)
     assert fit.gamma == pytest.approx(1.2) and fit.c_power == pytest.approx(0.5)
     assert fit.window == math.ceil((0.5 * T) ** (1 / 1.2))  # 0.5 · D^-1.2 = 1/256  ->  D = 57.01 -> 58
@@ -26,7 +26,7 @@ def test_a_power_law_is_recovered_and_its_window_is_where_it_meets_one_over_t() 
 
 def test_an_exponential_is_told_apart_and_sets_the_window() -> None:
     d = torch.arange(T - SINKS, dtype=torch.float64)
-    fit = fit_layer(1, 0.2 * torch.exp(-d / 10), T, SINKS, [])
+    fit = fit_layer(1, (0.2 * torch.exp(-d / 10))[None], T, SINKS, [])
     assert fit.law == "exponential" and fit.r2_exp == pytest.approx(1.0) and fit.r2_power < 0.95
     assert fit.decay == pytest.approx(10.0)
     assert fit.window == math.ceil(10 * math.log(0.2 * T))  # 0.2 · exp(-D/10) = 1/256  ->  D = 39.4 -> 40
@@ -34,7 +34,35 @@ def test_an_exponential_is_told_apart_and_sets_the_window() -> None:
 
 def test_a_window_never_exceeds_the_context() -> None:
     d = torch.arange(T - SINKS, dtype=torch.float64).clamp(min=1)
-    assert fit_layer(0, 0.9 * d**-0.1, T, SINKS, []).window == T - SINKS
+    assert fit_layer(0, (0.9 * d**-0.1)[None], T, SINKS, []).window == T - SINKS
+
+
+def test_the_layer_window_is_its_longest_head_not_the_mean_of_its_heads() -> None:
+    """A short head (0.5·d^-1.2: D = 57.01 -> 58) beside a long one (0.3·d^-1: D = 0.3·256 = 76.8 -> 77)."""
+    d = torch.arange(T - SINKS, dtype=torch.float64).clamp(min=1)
+    fit = fit_layer(0, torch.stack([0.5 * d**-1.2, 0.3 / d]), T, SINKS, [])
+    assert [h.window for h in fit.heads] == [58, 77] and fit.window == 77
+    assert [h.rate for h in fit.heads] == pytest.approx([1.2, 1.0])
+    assert [h.c for h in fit.heads] == pytest.approx([0.5, 0.3])
+    # The mean of the two is no power law, and its own crossing of 1/T falls short of the long head's.
+    mean = (0.5 * d**-1.2 + 0.3 / d) / 2
+    assert int((mean < 1 / T).nonzero()[0]) < 77
+
+
+def test_every_head_is_fitted_with_its_layers_law() -> None:
+    """Mean exponential: heads 0.2·exp(-d/10) and 0.2·exp(-d/20) give 10·ln(51.2) = 39.4 -> 40 and 78.7 -> 79."""
+    d = torch.arange(T - SINKS, dtype=torch.float64)
+    fit = fit_layer(0, torch.stack([0.2 * torch.exp(-d / 10), 0.2 * torch.exp(-d / 20)]), T, SINKS, [])
+    assert fit.law == "exponential"
+    assert [h.rate for h in fit.heads] == pytest.approx([10.0, 20.0])
+    assert [h.r2 for h in fit.heads] == pytest.approx([1.0, 1.0])
+    assert [h.window for h in fit.heads] == [40, 79] and fit.window == 79
+
+
+def test_a_flat_head_makes_its_layer_keep_the_whole_context() -> None:
+    d = torch.arange(T - SINKS, dtype=torch.float64).clamp(min=1)
+    fit = fit_layer(0, torch.stack([0.5 * d**-1.2, torch.full_like(d, 1 / (T - SINKS))]), T, SINKS, [])
+    assert [h.window for h in fit.heads] == [58, T - SINKS] and fit.window == T - SINKS
 
 
 def uniform_gpt(n_layer: int = 2, block: int = 16) -> GPT:
@@ -53,11 +81,26 @@ def test_uniform_attention_profile_by_hand() -> None:
     """Query i spreads 1/(i+1) over keys 0..i, so a(d) = mean over queries i >= d + sinks of 1/(i+1)."""
     model, sinks, n = uniform_gpt(), 2, 16
     a, sink = attention_profile(model, torch.randint(0, 11, (3, n)), sinks)
+    assert a.shape == (2, 2, n - sinks)  # [layers, heads, distances]
     for d in (0, 1, 5, 13):
         want = sum(1 / (i + 1) for i in range(d + sinks, n)) / (n - d - sinks)
-        assert a[0, d].item() == pytest.approx(want) and a[1, d].item() == pytest.approx(want)
+        assert a[:, :, d].flatten().tolist() == pytest.approx([want] * 4)
     want_sink = sum(1 / (i + 1) for i in range(n // 2, n)) / (n - n // 2)
     assert sink[0].tolist() == pytest.approx([want_sink, want_sink])
+
+
+def test_the_profile_keeps_heads_apart() -> None:
+    """Zero only head 0's queries: head 0 is uniform (the formula above), head 1 is not."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_kv_head=1, n_embd=8, position="rope"))
+    with torch.no_grad():
+        model.h[0].attn.c_attn.weight[:4].zero_()  # head 0's query rows (head_dim 4)
+        model.h[0].attn.c_attn.bias[:4].zero_()
+        model.h[0].attn.c_attn.weight[4:8].mul_(20)  # head 1 attends sharply
+    a, _ = attention_profile(model.eval(), torch.randint(0, 11, (3, 16)), 2)
+    uniform = [sum(1 / (i + 1) for i in range(d + 2, 16)) / (16 - d - 2) for d in range(14)]
+    assert a[0, 0].tolist() == pytest.approx(uniform)
+    assert a[0, 1].tolist() != pytest.approx(uniform, abs=1e-3)
 
 
 def test_calibrate_round_trips_through_json() -> None:
@@ -66,6 +109,7 @@ def test_calibrate_round_trips_through_json() -> None:
     assert result.windows == 5 and len(result.layers) == 2 and len(result.profile[0]) == 30
     again = Calibration.from_json(result.to_json())
     assert again == result and again.attention_windows == tuple(f.window for f in result.layers)
+    assert [len(f.heads) for f in again.layers] == [2, 2]
 
 
 def test_calibrate_refuses_learned_positions() -> None:

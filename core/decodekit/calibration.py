@@ -1,20 +1,20 @@
 """γ and D_f: how a model's attention decays with distance, and the window each layer needs.
 
-`calibrate(model, ids)` cuts held-out text into windows of the trained context `T`, runs
-the reference GPT over them, and measures each layer's mean attention weight `a_l(d)` on
-the key `d` positions back (averaged over heads, windows and queries; keys among the first
-`sinks` positions are left out of `a_l(d)` and reported apart, as `sink_weight`). It fits
+`calibrate(model, ids)` cuts text into windows of the trained context `T`, runs the reference
+GPT over them, and measures each query head's mean attention weight `a_{l,h}(d)` on the key
+`d` positions back (averaged over windows and queries; keys among the first `sinks` positions
+are left out and reported apart, as `sink_weight`). On the layer's mean over heads `a_l(d)` it fits
 
     power law     a_l(d) ≈ C_l · d^(−γ_l)          (least squares on log a against log d)
     exponential   a_l(d) ≈ C_l · exp(−d / λ_l)     (least squares on log a against d)
 
 at 48 log-spaced distances in `1 <= d < T - sinks` (evenly spaced `d` would let the long, flat
 tail outvote the near range where the decay happens), reports both with their R² (in log
-space), and derives the window
-from the better one by one rule with no constant of ours: `D_f(l)` is the distance at which the
-fitted weight falls to `1 / T`, what uniform attention over the trained context gives each key
-(power: `D_f = (C·T)^(1/γ)`; exponential: `D_f = λ·ln(C·T)`), clamped to `[1, T - sinks]`.
-docs/caches.md derives and checks the rule.
+space) and takes the better one as the layer's law. Each head is fitted with that law, and
+its window is where its fitted weight falls to `1 / T`, what uniform attention over the
+trained context gives each key (power: `(C·T)^(1/γ)`; exponential: `λ·ln(C·T)`), clamped to
+`[1, T - sinks]`. One cache serves all of a layer's heads, so the layer's window `D_f(l)` is
+the longest of its heads'. No constant of ours; docs/caches.md derives and checks the rule.
 """
 
 from __future__ import annotations
@@ -33,15 +33,29 @@ from decodekit.errors import ParameterError
 from decodekit.models.gpt import GPT, Block
 from decodekit.rope import apply_rope, rope_angles
 
-__all__ = ["CALIBRATION_NAME", "Calibration", "LayerFit", "attention_profile", "calibrate", "fit_layer"]
+__all__ = ["CALIBRATION_NAME", "Calibration", "HeadFit", "LayerFit", "attention_profile", "calibrate", "fit_layer"]
 
 CALIBRATION_NAME = "calibration.json"  # shipped next to a model's weights
 FIT_POINTS = 48  # log-spaced distances the laws are fitted at
 
 
+Law = Literal["power", "exponential"]
+
+
+@dataclass(frozen=True)
+class HeadFit:
+    """One query head's fit with its layer's law: a(d) ≈ c · d^(-rate) (power) or c · exp(-d / rate)."""
+
+    head: int
+    c: float
+    rate: float  # γ (power) or λ (exponential)
+    r2: float
+    window: int  # where the fitted weight falls to 1 / T
+
+
 @dataclass(frozen=True)
 class LayerFit:
-    """One layer's decay law and window."""
+    """One layer's decay law (fitted to the mean over its heads), its heads' fits and its window."""
 
     layer: int
     gamma: float  # power law: a(d) ≈ c_power · d^(-gamma)
@@ -50,9 +64,10 @@ class LayerFit:
     decay: float  # exponential: a(d) ≈ c_exp · exp(-d / decay)
     c_exp: float
     r2_exp: float
-    law: Literal["power", "exponential"]  # the better fit, which sets the window
-    window: int  # D_f: where the chosen law falls to 1 / T
+    law: Law  # the better fit of the mean, which every head is fitted with
+    window: int  # D_f: the longest of the heads' windows
     sink_weight: list[float]  # mean weight on each sink key, queries in the second half of a window
+    heads: list[HeadFit]
 
 
 @dataclass
@@ -64,7 +79,7 @@ class Calibration:
     windows: int  # windows of text measured
     text: str
     layers: list[LayerFit]
-    profile: list[list[float]] = field(repr=False)  # profile[l][d] = a_l(d), d = 0 .. T - sinks - 1
+    profile: list[list[float]] = field(repr=False)  # profile[l][d] = a_l(d), mean over heads, d = 0 .. T - sinks - 1
 
     @property
     def attention_windows(self) -> tuple[int, ...]:
@@ -76,7 +91,9 @@ class Calibration:
     @classmethod
     def from_json(cls, text: str) -> Calibration:
         raw = json.loads(text)
-        layers = [LayerFit(**layer) for layer in raw.pop("layers")]
+        layers = [
+            LayerFit(**{**layer, "heads": [HeadFit(**head) for head in layer["heads"]]}) for layer in raw.pop("layers")
+        ]
         return cls(layers=layers, **raw)
 
     @classmethod
@@ -86,8 +103,9 @@ class Calibration:
 
 @torch.no_grad()
 def attention_profile(model: GPT, windows: Tensor, sinks: int) -> tuple[Tensor, Tensor]:
-    """`a [L, T - sinks]`: mean weight on the key `d` back (keys at positions >= sinks), and
-    `sink [L, sinks]`: mean weight on each sink key from queries in the window's second half.
+    """`a [L, H, T - sinks]`: each query head's mean weight on the key `d` back (keys at positions
+    >= sinks), and `sink [L, sinks]`: mean weight on each sink key from queries in the window's
+    second half (over heads).
 
     windows: `[N, T]` token ids, each window at positions 0 .. T-1 (as in training).
     """
@@ -98,7 +116,7 @@ def attention_profile(model: GPT, windows: Tensor, sinks: int) -> tuple[Tensor, 
     H, D = c.n_head, c.head_dim
     rope = rope_angles(torch.arange(T)[None], D, c.rope_base)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
-    total = torch.zeros(c.n_layer, T - sinks, dtype=torch.float64)
+    total = torch.zeros(c.n_layer, H, T - sinks, dtype=torch.float64)
     count = torch.zeros(T - sinks, dtype=torch.float64)
     sink = torch.zeros(c.n_layer, sinks, dtype=torch.float64)
     x = model.wte(windows)
@@ -112,9 +130,9 @@ def attention_profile(model: GPT, windows: Tensor, sinks: int) -> tuple[Tensor, 
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)
         probs = F.softmax(scores.masked_fill(~causal, float("-inf")), -1)  # [N, H, T, T]
         for d in range(T - sinks):
-            diag = probs.diagonal(offset=-d, dim1=-2, dim2=-1)[..., sinks:]  # P[i, i-d] with key i-d >= sinks
-            total[layer, d] = diag.double().sum()
-            count[d] = diag.numel()
+            diag = probs.diagonal(offset=-d, dim1=-2, dim2=-1)[..., sinks:]  # [N, H, *]: P[i, i-d], key i-d >= sinks
+            total[layer, :, d] = diag.double().sum((0, 2))
+            count[d] = diag.shape[0] * diag.shape[2]
         sink[layer] = probs[:, :, T // 2 :, :sinks].double().mean((0, 1, 2))
         x = block(x, None, None, rope)
     return total / count, sink
@@ -129,40 +147,55 @@ def _line(x: Tensor, y: Tensor) -> tuple[float, float, float]:
     return float(coef[0]), float(coef[1]), r2
 
 
-def fit_layer(layer: int, a: Tensor, context: int, sinks: int, sink_weight: list[float]) -> LayerFit:
-    """Fit both decay laws to `a[d]` at log-spaced `1 <= d < len(a)` and derive `D_f` from the better one."""
+def _fit(a: Tensor, law: Law) -> tuple[float, float, float]:
+    """`(C, rate, R²)` of `law` fitted to `a[d]` at log-spaced `1 <= d < len(a)` (rate: γ or λ)."""
     grid = torch.logspace(0, math.log10(a.numel() - 1), FIT_POINTS, dtype=torch.float64).round()
     d = torch.tensor(sorted(set(grid.tolist())), dtype=torch.float64)  # distinct distances
     log_a = a.double()[d.long()].clamp(min=1e-30).log()
-    log_c, slope, r2_power = _line(d.log(), log_a)
-    log_ce, slope_e, r2_exp = _line(d, log_a)
-    gamma, decay = -slope, (-1 / slope_e if slope_e < 0 else math.inf)
-    law: Literal["power", "exponential"] = "power" if r2_power >= r2_exp else "exponential"
-    top = context - sinks
+    log_c, slope, r2 = _line(d.log() if law == "power" else d, log_a)
     if law == "power":
-        # C·D^(-γ) = 1/T  =>  D = (C·T)^(1/γ)
-        window = math.exp((log_c + math.log(context)) / gamma) if gamma > 0 else math.inf
-    else:
-        # C·exp(-D/λ) = 1/T  =>  D = λ·ln(C·T)
-        window = decay * (log_ce + math.log(context))
+        return math.exp(log_c), -slope, r2
+    return math.exp(log_c), (-1 / slope if slope < 0 else math.inf), r2
+
+
+def _window(law: Law, c: float, rate: float, context: int, top: int) -> int:
+    """Where the fitted weight falls to `1 / T`, clamped to `[1, top]`."""
+    # power: C·D^(-γ) = 1/T  =>  D = (C·T)^(1/γ);  exponential: C·exp(-D/λ) = 1/T  =>  D = λ·ln(C·T)
+    power = (c * context) ** (1 / rate) if rate > 0 else math.inf
+    window = power if law == "power" else rate * math.log(c * context)
+    return int(min(max(math.ceil(window), 1), top)) if math.isfinite(window) else top
+
+
+def fit_layer(layer: int, a: Tensor, context: int, sinks: int, sink_weight: list[float]) -> LayerFit:
+    """Fit both laws to the mean over heads of `a [H, T - sinks]`, each head with the better one; D_f: the longest."""
+    mean = a.double().mean(0)
+    c_power, gamma, r2_power = _fit(mean, "power")
+    c_exp, decay, r2_exp = _fit(mean, "exponential")
+    law: Law = "power" if r2_power >= r2_exp else "exponential"
+    top = context - sinks
+    heads = []
+    for head, row in enumerate(a):
+        c, rate, r2 = _fit(row, law)
+        heads.append(HeadFit(head=head, c=c, rate=rate, r2=r2, window=_window(law, c, rate, context, top)))
     return LayerFit(
         layer=layer,
         gamma=gamma,
-        c_power=math.exp(log_c),
+        c_power=c_power,
         r2_power=r2_power,
         decay=decay,
-        c_exp=math.exp(log_ce),
+        c_exp=c_exp,
         r2_exp=r2_exp,
         law=law,
-        window=int(min(max(math.ceil(window), 1), top)) if math.isfinite(window) else top,
+        window=max(head.window for head in heads),
         sink_weight=sink_weight,
+        heads=heads,
     )
 
 
 def calibrate(
     model: GPT, ids: list[int] | Tensor, *, sinks: int = 4, max_windows: int | None = None, text: str = ""
 ) -> Calibration:
-    """Measure `a_l(d)` on `ids` (held-out text) in non-overlapping windows of the model's context; fit; derive D_f."""
+    """Measure `a_{l,h}(d)` on `ids` in non-overlapping windows of the model's context; fit; derive D_f."""
     T = model.config.block_size
     data = torch.as_tensor(ids, dtype=torch.long)
     n = data.numel() // T
@@ -179,15 +212,17 @@ def calibrate(
     was_training = model.training
     model.eval()
     try:
-        totals = torch.zeros(model.config.n_layer, T - sinks, dtype=torch.float64)
-        sink = torch.zeros(model.config.n_layer, sinks, dtype=torch.float64)
+        c = model.config
+        totals = torch.zeros(c.n_layer, c.n_head, T - sinks, dtype=torch.float64)
+        sink = torch.zeros(c.n_layer, sinks, dtype=torch.float64)
         for batch in torch.split(windows, 16):
             a, s = attention_profile(model, batch, sinks)
             totals += a * len(batch)
             sink += s * len(batch)
     finally:
         model.train(was_training)
-    profile = totals / len(windows)
+    profile = totals / len(windows)  # [L, H, T - sinks]
     sink /= len(windows)
     layers = [fit_layer(layer, profile[layer], T, sinks, sink[layer].tolist()) for layer in range(len(profile))]
-    return Calibration(context=T, sinks=sinks, windows=len(windows), text=text, layers=layers, profile=profile.tolist())
+    mean = profile.mean(1).tolist()
+    return Calibration(context=T, sinks=sinks, windows=len(windows), text=text, layers=layers, profile=mean)

@@ -338,8 +338,9 @@ app.add_typer(cache_app, name="cache")
 
 
 @cache_app.command(
-    help="Measure each layer's mean attention weight a(d) at distance d on held-out text, fit "
-    "a(d) ≈ C·d^-γ (and an exponential), and derive each layer's window D_f where the fit falls to 1/T. "
+    help="Measure each head's mean attention weight a(d) at distance d on held-out text, fit "
+    "a(d) ≈ C·d^-γ (or an exponential, whichever fits the layer's mean better), and derive each layer's "
+    "window D_f: the longest distance at which one of its heads' fits still gives a key 1/T. "
     "--json prints the calibration a model ships next to its weights (calibration.json)."
 )
 def calibrate(

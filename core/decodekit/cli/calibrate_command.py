@@ -64,12 +64,14 @@ def _render(result: object) -> None:
     assert isinstance(result, Calibration)
     T = result.context
     table = Table(
-        title=f"attention decay on {result.text} ({result.windows} windows of {T}); D_f: a(D) = 1/T = {1 / T:.5f}",
+        title=f"attention decay on {result.text} ({result.windows} windows of {T}); "
+        f"D_f: the longest head's window, where its fit falls to 1/T = {1 / T:.5f}",
         title_justify="left",
     )
     # What a key would get under uniform attention, for the queries the sink weight is measured on.
     uniform = sum(1 / (i + 1) for i in range(T // 2, T)) / (T - T // 2)
-    for name in ("layer", "γ", "C", "R² power", "λ", "R² exp", "law", "D_f", f"sink weight (uniform {uniform:.4f})"):
+    columns = ("layer", "γ", "C", "R² power", "λ", "R² exp", "law", "window per head", "D_f")
+    for name in (*columns, f"sink weight (uniform {uniform:.4f})"):
         table.add_column(name, justify="right")
     for f in result.layers:
         sinks = f"{sum(f.sink_weight) / max(len(f.sink_weight), 1):.4f}"
@@ -81,6 +83,7 @@ def _render(result: object) -> None:
             f"{f.decay:.1f}",
             f"{f.r2_exp:.3f}",
             f.law,
+            " ".join(str(h.window) for h in f.heads),
             str(f.window),
             sinks,
         )
