@@ -12,6 +12,7 @@ from decodekit_top_k import TopK
 from torch import Tensor
 
 import decodekit as dk
+from decodekit.candidates import keep_at_least, top_candidates
 from decodekit.stage import Candidates
 from decodekit.testing import NEG, ProcessorConformance, SelectorConformance, check_processor, check_selector
 from decodekit.testing.selectors import check_selector_distribution
@@ -81,6 +82,13 @@ class OnCandidatesDisagree(TopK):
         return c  # forgets to truncate
 
 
+class IgnoresTiesPastTheCandidates(TopK):
+    def to_candidates(self, logits: Tensor, ctx: dk.DecodeContext) -> Candidates | None:
+        c, _bound = top_candidates(logits, 2 * self.params.k)
+        kth = c.values[:, self.params.k - 1 : self.params.k]
+        return keep_at_least(c, kth, torch.ones_like(kth, dtype=torch.bool))  # held everywhere: ties are cut off
+
+
 class BadSpec(TopK):
     def spec(self) -> dict[str, Any]:
         return {"name": "top_k", "params": {"k": self.params.k + 1}}
@@ -98,6 +106,7 @@ PROCESSOR_FLAWS: list[tuple[type[TopK], str]] = [
     (CandidatesDisagree, "to_candidates"),
     (MarksContinuousRows, "NaN on continuous logits"),
     (OnCandidatesDisagree, "on_candidates"),
+    (IgnoresTiesPastTheCandidates, "to_candidates"),
     (BadSpec, "rebuilt from its spec"),
 ]
 
@@ -138,6 +147,11 @@ class SelectCandidatesDisagree(Greedy):
         return c.indices[:, -1]
 
 
+class FirstCandidateOfTiedMaxima(Greedy):
+    def select_candidates(self, c: Candidates, ctx: dk.DecodeContext) -> Tensor:
+        return c.indices[:, 0]  # the largest value, but among tied maxima not the lowest id argmax picks
+
+
 class FailsOnUnsampleableRows(Greedy):
     def __call__(self, logits: Tensor, ctx: dk.DecodeContext) -> Tensor:
         if bool(torch.isnan(logits).any()):
@@ -151,6 +165,7 @@ SELECTOR_FLAWS: list[tuple[type[Greedy], str]] = [
     (UsesTheGlobalGenerator, "the same seeds gave|alone but"),
     (SelectorFailsOnAView, "strided view"),
     (SelectCandidatesDisagree, "select_candidates"),
+    (FirstCandidateOfTiedMaxima, "select_candidates"),
     (FailsOnUnsampleableRows, "cannot be sampled: raised"),
 ]
 
@@ -169,6 +184,16 @@ def test_the_distribution_check_catches_a_wrong_distribution() -> None:
 
     with pytest.raises(AssertionError, match="do not fit"):
         check_selector_distribution(dk.create("sample"), uniform_over_kept)
+
+
+def test_the_distribution_check_takes_probabilities_summing_to_one_within_its_tolerance() -> None:
+    """float32 probabilities sum to 1 only to ~1e-7 (0.9 + 0.1 is 1 - 2e-8): the kit accepts a sum
+    within 1e-6 of 1, where scipy's chisquare alone raises a ValueError beyond 1.5e-8."""
+
+    def softmax_off_by_5e_7(logits: Tensor) -> Tensor:
+        return torch.softmax(logits.double(), -1) * (1 + 5e-7)
+
+    check_selector_distribution(dk.create("sample"), softmax_off_by_5e_7)
 
 
 # -- the pytest suites: every dtype, and hooks a stage lacks are skipped --------------------

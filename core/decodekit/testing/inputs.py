@@ -144,11 +144,24 @@ def candidates_from(logits: Tensor, k: int, *, seed: int = 0) -> Candidates:
     return Candidates(values[:, :k], shuffle[pos[:, :k]])
 
 
+def _tied(logits: Tensor) -> bool:
+    """Whether a row repeats a finite value."""
+    s = logits.sort(-1).values
+    return bool(((s[:, 1:] == s[:, :-1]) & torch.isfinite(s[:, 1:])).any())
+
+
 def cases(
     batch_size: int, vocab_size: int, dtypes: Sequence[torch.dtype], seed: int, ragged: bool
 ) -> Iterator[tuple[Tensor, TokenHistory]]:
-    """The logits the checks run on, continuous and tied, in each dtype, with a token history."""
+    """The logits the checks run on, continuous and tied, in each dtype, with a token history.
+
+    In the tied logits row 0 is one value (every kept token tied): a truncation's ties then
+    reach past any candidate set narrower than the row, and tied maxima come in random order.
+    """
     history = TokenHistory(batch_size, vocab_size, seed=seed, ragged=ragged)
     for dtype in dtypes:
         for ties in (False, True):
-            yield random_logits(batch_size, vocab_size, seed=seed, dtype=dtype, ties=ties), history
+            logits = random_logits(batch_size, vocab_size, seed=seed, dtype=dtype, ties=ties)
+            if ties:
+                logits[0] = torch.where(torch.isfinite(logits[0]), 0.0, logits[0])
+            yield logits, history

@@ -25,6 +25,7 @@ from decodekit.testing.inputs import (
     NEG,
     ContextFactory,
     TokenHistory,
+    _tied,
     candidates_from,
     cases,
     tolerance,
@@ -104,20 +105,21 @@ def check_candidates(processor: Any, logits: Tensor, history: TokenHistory, fact
     """
     rtol, atol = tolerance(logits.dtype)
     B, V = logits.shape
+    tied = _tied(logits)
     to_candidates = getattr(processor, "to_candidates", None)
     if to_candidates is not None:
-        what = f"{processor!r}.to_candidates on {logits.dtype} logits"
+        what = f"{processor!r}.to_candidates on {'tied ' if tied else ''}{logits.dtype} logits"
         c = to_candidates(logits.clone(), history.context(factory))
         if c is not None:
             assert_candidates_valid(c, B, V, logits.dtype, what)
             held = ~torch.isnan(c.values).any(-1)
             dense = processor(logits.clone(), history.context(factory))
             assert_same_logits(densify(c, V)[held], dense[held], f"{what} vs the dense call", rtol=rtol, atol=atol)
-            if logits.dtype in (torch.float32, torch.float64) and not _tied(logits):
+            if logits.dtype in (torch.float32, torch.float64) and not tied:
                 assert bool(held.all()), f"{what}: marked rows {first_rows(~held[:, None])} NaN on continuous logits"
     on_candidates = getattr(processor, "on_candidates", None)
     if on_candidates is not None:
-        what = f"{processor!r}.on_candidates on {logits.dtype} candidates"
+        what = f"{processor!r}.on_candidates on {'tied ' if tied else ''}{logits.dtype} candidates"
         values, indices = candidates_from(logits, max(2, V // 4))
         values[0, values.shape[1] // 2 :] = NEG  # input candidates may end in -inf
         given = Candidates(values, indices)
@@ -126,12 +128,6 @@ def check_candidates(processor: Any, logits: Tensor, history: TokenHistory, fact
         assert_candidates_valid(c, B, V, logits.dtype, what)
         dense = processor(densify(given, V), history.context(factory))
         assert_same_logits(densify(c, V), dense, f"{what} vs the dense call", rtol=rtol, atol=atol)
-
-
-def _tied(logits: Tensor) -> bool:
-    """Whether a row repeats a finite value."""
-    s = logits.sort(-1).values
-    return bool(((s[:, 1:] == s[:, :-1]) & torch.isfinite(s[:, 1:])).any())
 
 
 def check_processor(
