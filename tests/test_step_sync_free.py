@@ -52,11 +52,16 @@ def test_the_full_chains_processors_compile_as_one_graph() -> None:
 
 
 @pytest.mark.slow
-def test_generate_with_compile_gives_the_eager_tokens() -> None:
-    from tinymodels import tiny_gpt
+@pytest.mark.parametrize("position", ["learned", "rope"])  # 4 layers, rope, dense: once failed to compile
+@pytest.mark.parametrize("cache", ["dense", "gqa"])
+def test_generate_with_compile_gives_the_eager_tokens(position: str, cache: str) -> None:
+    from decodekit.models.gpt import GPT, GPTConfig
 
-    model = tiny_gpt(2)
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=101, block_size=64, n_layer=4, n_head=4, n_kv_head=2, n_embd=32, position=position)
+    model = GPT(config).eval()
     chain = "repetition_penalty(1.1) | temperature(0.8) | top_k(5) | top_p(0.9) | sample"
-    eager = dk.generate(model, [[1, 2, 3], [4, 5]], chain=chain, max_new_tokens=6, seed=3)
-    compiled = dk.generate(model, [[1, 2, 3], [4, 5]], chain=chain, max_new_tokens=6, seed=3, compile=True)
+    prompts = [[1, 2, 3], [4, 5]]
+    eager = dk.generate(model, prompts, chain=chain, max_new_tokens=6, seed=3, cache=cache)
+    compiled = dk.generate(model, prompts, chain=chain, max_new_tokens=6, seed=3, cache=cache, compile=True)
     assert compiled.tokens == eager.tokens
