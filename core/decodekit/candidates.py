@@ -38,16 +38,6 @@ def _grid(vocab_size: int, n: int) -> tuple[int, int]:
     return R, vocab_size // R
 
 
-@lru_cache(maxsize=64)
-def _pool_offsets(rows: int, cols: int, vocab_size: int, device: torch.device) -> tuple[Tensor, Tensor | None]:
-    """The first token of each grid row `[1, R, 1]`, and the tokens past the grid `[1, V mod R]` (None if none)."""
-    end = rows * cols
-    with torch.inference_mode(False):  # plain tensors: usable in and outside inference mode
-        starts = torch.arange(0, end, cols, device=device).view(1, rows, 1)
-        tail = torch.arange(end, vocab_size, device=device).view(1, -1) if vocab_size > end else None
-    return starts, tail
-
-
 def top_candidates(logits: Tensor, n: int) -> tuple[Candidates, Tensor]:
     """The n largest logits of each row of `logits` `[B, V]`, sorted descending, and a bound `[B, 1]`
     that no logit left out exceeds (-inf when n >= V: the whole row is listed). NaN counts as largest."""
@@ -63,10 +53,11 @@ def top_candidates(logits: Tensor, n: int) -> tuple[Candidates, Tensor]:
             logits = logits.contiguous()
         grid = logits.as_strided((B, R, C), (logits.stride(0), C, 1))  # a view, also of a row slice
         groups = grid.amax(1, keepdim=True).topk(n + 1, sorted=False).indices  # [B, 1, n+1]
-        starts, tail = _pool_offsets(R, C, V, logits.device)
+        starts = torch.arange(0, R * C, C, device=logits.device).view(1, R, 1)
         pool_ids = (starts + groups).view(B, -1)  # token r·C + group, for each grid row r
-        if tail is not None:  # the tokens past the grid are always pooled
-            pool_ids = torch.cat([pool_ids, tail.expand(B, -1)], 1)
+        if R * C < V:  # the tokens past the grid are always pooled
+            tail = torch.arange(R * C, V, device=logits.device).expand(B, -1)
+            pool_ids = torch.cat([pool_ids, tail], 1)
         values, pos = logits.gather(1, pool_ids).topk(n + 1)
         ids = pool_ids.gather(1, pos)
     return Candidates(values[:, :n], ids[:, :n]), values[:, n:]

@@ -1,9 +1,9 @@
 """`compile=True` of `dk.generate` / `dk.stream`: the model's decode step and the chain's step
 under `torch.compile`.
 
-Shapes that grow every step (the history, the cache's length) become dynamic (the model's on
-the second step, by dynamo's automatic dynamic shapes), so each compiles once or twice per
-chain and model, not once per step. Code that cannot be traced (a stage
+Shapes that grow every step (the history, the cache's length) become dynamic on the second
+step (dynamo's automatic dynamic shapes), so each compiles twice per chain and model, not once
+per step; the others stay static (the vocabulary size a truncation plans its search by). Code that cannot be traced (a stage
 drawing from its row's `torch.Generator`) runs eagerly between compiled pieces.
 """
 
@@ -23,6 +23,7 @@ __all__ = ["compiled_step"]
 
 def compiled_step(model: Any, chain: Chain) -> tuple[Callable[..., Tensor], Callable[[Tensor, DecodeContext], Tensor]]:
     """`(forward, select)`: `model` and `chain.select`, compiled."""
-    # The model with dynamo's automatic dynamic shapes: marking every dimension dynamic makes torch
-    # 2.13's CPU compiler emit an unbound size for a repeated-heads (`dense`) cache past 2 layers.
-    return torch.compile(model, dynamic=None), torch.compile(chain.select, dynamic=True)
+    # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
+    # unbound size for a repeated-heads (`dense`) cache past 2 layers, and breaks the chain's
+    # graph where a truncation plans its search from the vocabulary size.
+    return torch.compile(model, dynamic=None), torch.compile(chain.select, dynamic=None)
