@@ -92,9 +92,9 @@ def load_tiny_shakespeare(argument: str | None = None, params: NoParams | None =
 def load_tiny_shakespeare_draft(
     argument: str | None = None, params: NoParams | None = None
 ) -> ShakespeareLSTM | ShakespeareGPT:
-    """`tiny-shakespeare-draft`: a small model of the same text and tokenizer, a draft for speculative
-    decoding of `tiny-shakespeare` (shipped as `tiny_shakespeare_draft.safetensors` and
-    `tiny_shakespeare_draft.json`). `argument` as for `load_tiny_shakespeare`; an LSTM or a GPT export."""
+    """`tiny-shakespeare-draft`: a one-layer LSTM (`decodekit_shakespeare.lstm`) distilled from `tiny-shakespeare`,
+    its draft for speculative decoding (shipped as `tiny_shakespeare_draft.safetensors` and
+    `tiny_shakespeare_draft.json`). `argument` as for `load_tiny_shakespeare`: an LSTM or a GPT export."""
     return _load("tiny-shakespeare-draft", argument, DRAFT_WEIGHTS_NAME, DRAFT_CONFIG_NAME)
 
 
