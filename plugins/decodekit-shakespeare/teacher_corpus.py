@@ -1,8 +1,7 @@
 """Text written by `tiny-shakespeare` itself, for distilling a draft on what the target says (DistillSpec,
 Zhou et al. 2023): continuations of random training-text prompts, half greedy, half sampled.
 
-    PYTHONPATH=core:plugins/decodekit-shakespeare/src python plugins/decodekit-shakespeare/teacher_corpus.py \
-        --out runs/teacher-corpus.txt
+    python plugins/decodekit-shakespeare/teacher_corpus.py --out runs/teacher-corpus.txt
 """
 
 from __future__ import annotations

@@ -53,3 +53,9 @@ def test_speculative_with_an_lstm_draft_equals_generate(lstm: LSTMModel) -> None
         for k in (1, 4):
             out = dk.decode(target, prompts, strategy="speculative", draft=lstm, k=k, chain=chain, max_new_tokens=16)
             assert out.tokens == ref.tokens
+
+
+def test_an_evicting_cache_is_refused(lstm: LSTMModel) -> None:
+    cache = dk.create_cache("window(size=8)", dk.CacheSpec.for_model(lstm.spec, batch_size=1, capacity=40))
+    with pytest.raises(dk.ParameterError, match="keeps every token"):
+        lstm(torch.tensor([[1, 2]]), torch.tensor([[0, 1]]), cache)

@@ -5,8 +5,8 @@ one LSTM step is one fused operation. Its KV cache holds the recurrent state aft
 instead of keys and values (layer `l`'s hidden state as the "key", its cell state as the "value",
 one head of `hidden` wide), so `crop` rolls the state back to any earlier token, as speculative
 decoding needs. Position 0 (a row's first token) and padding (negative positions) start from the
-zero state. Needs a cache that keeps every token (`dense`, `gqa`): the state of the last slot is
-read back with an update of zero tokens.
+zero state. Needs a cache that keeps every token (`dense`, `gqa`; `int8` rounds the state): the state
+of the last slot is read back with an update of zero tokens.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from decodekit.cache import KVCache
+from decodekit.errors import ParameterError
 from decodekit.spec import ModelSpec
 
 __all__ = ["LSTMConfig", "LSTMModel"]
@@ -85,6 +86,11 @@ class LSTMModel(nn.Module):
 
         Steps use `torch.lstm_cell` (nn.LSTM's fused CPU kernel costs milliseconds of set-up per call).
         """
+        if not getattr(cache, "keeps_all", False):  # an evicting cache would drop the state it must read back
+            raise ParameterError(
+                f"LSTMModel: cache {type(cache).__name__} is invalid; allowed: a cache that keeps every token "
+                "(dense, gqa, int8)"
+            )
         B, T, _ = x.shape
         empty = x.new_empty(B, 1, 0, self.config.n_embd)
         # [T, B, 1]: 0 where a row starts (position 0) or is padding; None when no row does (a decode step)
