@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-_BELOW_ONE = 1.0 - 2.0**-23
-
 __all__ = ["draw", "probabilities", "verify_argmax", "verify_softmax"]
+
+_BELOW_ONE = 1.0 - 2.0**-23
 
 
 def draw(probs: Tensor, u: Tensor) -> int:
