@@ -84,7 +84,7 @@ class LSTMModel(nn.Module):
     def _cached(self, x: Tensor, positions: Tensor, cache: KVCache) -> Tensor:
         """One LSTM step per column from the state the cache holds for its last slot; every step's state is stored.
 
-        Steps use `torch.lstm_cell` (nn.LSTM's fused CPU kernel costs milliseconds of set-up per call).
+        Steps use `torch.lstm_cell`: nn.LSTM's fused CPU kernel costs more to set up per call than one step computes.
         """
         if not getattr(cache, "keeps_all", False):  # an evicting cache would drop the state it must read back
             raise ParameterError(
