@@ -27,7 +27,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate `x` `[B, H, T, D]` by the angles: pairs `(x_i, x_{i+D/2})` turn as 2-d vectors."""
     x1, x2 = x.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
-    return (x * cos + rotated * sin).to(x.dtype)
+    out = x * cos + rotated * sin
+    return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
 def rotate(x: Tensor, delta: int | Tensor, base: float) -> Tensor:

@@ -1,6 +1,6 @@
 """Validation loss (nats/char) of the shipped `tiny-shakespeare` weights on the full Hamlet file.
 
-    PYTHONPATH=core python plugins/decodekit-shakespeare/evaluate.py [--val FILE] [--weights DIR|FILE]
+    PYTHONPATH=core python plugins/decodekit-shakespeare/evaluate.py [--draft] [--val FILE] [--weights DIR|FILE]
 
 Hamlet is held out of training. The text is scored in non-overlapping windows of
 `block_size` characters with the model in eval mode (see `loss_per_char`).
@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 
 try:
-    from decodekit_shakespeare.model import load_tiny_shakespeare, loss_per_char
+    from decodekit_shakespeare.model import load_tiny_shakespeare, load_tiny_shakespeare_draft, loss_per_char
 except ImportError:  # running from a checkout without the plugin installed
     sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
-    from decodekit_shakespeare.model import load_tiny_shakespeare, loss_per_char
+    from decodekit_shakespeare.model import load_tiny_shakespeare, load_tiny_shakespeare_draft, loss_per_char
 
 DEFAULT_VAL = Path(os.environ.get("DECODEKIT_SHAKESPEARE_DATA", "/work/shared/data")) / "shakespeare-val.txt"
 
@@ -30,10 +30,11 @@ def main(argv: list[str] | None = None) -> float:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--val", type=Path, default=DEFAULT_VAL, help="text to score (default: Hamlet)")
     p.add_argument("--weights", default=None, help="export directory or .safetensors file (default: shipped)")
+    p.add_argument("--draft", action="store_true", help="score tiny-shakespeare-draft (or --weights as a draft)")
     p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model = load_tiny_shakespeare(args.weights)
+    model = (load_tiny_shakespeare_draft if args.draft else load_tiny_shakespeare)(args.weights)
     text = args.val.read_text(encoding="utf-8")
     t0 = time.perf_counter()
     loss = loss_per_char(model, model.tokenizer.encode(text))

@@ -30,9 +30,11 @@ from torch import Tensor
 from tqdm import tqdm
 
 try:
+    from decodekit_shakespeare.lstm import LSTMConfig, LSTMModel
     from decodekit_shakespeare.tokenizer import CharTokenizer
 except ImportError:  # running from a checkout without the plugin installed
     sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
+    from decodekit_shakespeare.lstm import LSTMConfig, LSTMModel
     from decodekit_shakespeare.tokenizer import CharTokenizer
 
 from decodekit.models.gpt import GPT, GPTConfig
@@ -46,6 +48,7 @@ CONFIG_NAME = "config.json"
 
 @dataclass
 class TrainArgs:
+    arch: str = "gpt"  # "gpt" (decodekit.models.gpt) or "lstm" (decodekit_shakespeare.lstm, a draft)
     steps: int = 6000
     batch_size: int = 32
     block_size: int = 256
@@ -63,6 +66,9 @@ class TrainArgs:
     n_embd: int = 192
     dropout: float = 0.0
     position: str = "rope"  # "rope" or "learned" (GPT-2's position embeddings)
+    n_input: int = 32  # lstm: the character embedding's width (n_embd is the hidden width)
+    distill: str = ""  # a model name: fit its next-character distribution (KL), with its tokenizer
+    init: str = ""  # a .safetensors of weights to start from (e.g. an export)
     eval_every: int = 250
     eval_windows: int = 64
     save_every: int = 250
@@ -99,6 +105,14 @@ def model_config(args: TrainArgs, vocab_size: int) -> GPTConfig:
         dropout=args.dropout,
         position="rope" if args.position == "rope" else "learned",
     )
+
+
+def build_model(args: TrainArgs, vocab_size: int) -> GPT:
+    """The model `--arch` names: the reference GPT, or an LSTM of `n_layer` x `n_embd` (a draft)."""
+    if args.arch == "lstm":
+        config = LSTMConfig(vocab_size, args.block_size, args.n_layer, args.n_embd, args.n_input)
+        return cast(GPT, LSTMModel(config))  # the loop needs only model(x), .config and the state dict
+    return GPT(model_config(args, vocab_size))
 
 
 def lr_at(step: int, args: TrainArgs) -> float:
@@ -231,7 +245,8 @@ def load_checkpoint(
 def export(model: GPT, alphabet: str, directory: Path, extra: dict[str, Any]) -> Path:
     """Weights (fp32, tied embedding once) and `config.json` (GPTConfig fields + alphabet)."""
     directory.mkdir(parents=True, exist_ok=True)
-    sd = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    tied = model.wte.weight is model.lm_head.weight
+    sd = {k: v.detach().contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
     path = directory / WEIGHTS_NAME
     save_file(sd, str(path), metadata={"format": "pt", "model": "tiny-shakespeare"})
     path.chmod(0o644)  # safetensors creates the file owner-only; it ships as package data
@@ -247,13 +262,20 @@ def train(args: TrainArgs, resume: bool = False, export_dir: str | None = None, 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     train_text = Path(args.train_file).read_text(encoding="utf-8")
-    tok = CharTokenizer.from_text(train_text)
+    teacher = None
+    if args.distill:
+        import decodekit as dk
+
+        teacher = dk.load_model(args.distill)
+    tok = CharTokenizer.from_text(train_text) if teacher is None else teacher.tokenizer
     data = torch.tensor(tok.encode(train_text), dtype=torch.uint8 if tok.vocab_size < 256 else torch.int32)
     val_text = Path(args.val_file).read_text(encoding="utf-8")
     val = torch.tensor(tok.encode(val_text, errors="replace"), dtype=torch.long)
     vx, vy = val_windows(val, args.eval_windows, args.block_size)
 
-    model = GPT(model_config(args, tok.vocab_size))
+    model = build_model(args, tok.vocab_size)
+    if args.init:
+        load_model(model, args.init)
     opt = make_optimizer(model, args)
     gen = torch.Generator().manual_seed(args.seed)
     out = Path(args.out)
@@ -283,7 +305,13 @@ def train(args: TrainArgs, resume: bool = False, export_dir: str | None = None, 
         x, y = sample_batch(data, args.batch_size, args.block_size, gen)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             logits = model(x)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+        if teacher is None:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+        else:  # KL(teacher || model) per character: the draft learns what the target would say
+            with torch.no_grad():
+                target = teacher(x).float().log_softmax(-1).flatten(0, 1)
+            log_q = logits.float().log_softmax(-1).flatten(0, 1)
+            loss = F.kl_div(log_q, target, log_target=True, reduction="batchmean")
         opt.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         if args.grad_clip > 0:

@@ -104,13 +104,14 @@ class CausalSelfAttention(nn.Module):
         positions: Tensor | None = None,
     ) -> Tensor:
         B, T, C = x.shape
-        kv_dim = self.n_kv_head * self.head_dim
-        q, k, v = self.c_attn(x).split([C, kv_dim, kv_dim], dim=2)
-        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # [B, H, T, D]
-        k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # [B, H_kv, T, D]
-        v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        H, H_kv = self.n_head, self.n_kv_head
+        # [B, H + 2 H_kv, T, D]: query heads, then key heads, then value heads; queries and keys are
+        # rotated in one go (on a CPU a small model's forward costs what it dispatches).
+        qkv = self.c_attn(x).view(B, T, H + 2 * H_kv, self.head_dim).transpose(1, 2)
+        qk, v = qkv[:, : H + H_kv], qkv[:, H + H_kv :]
         if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            qk = apply_rope(qk, *rope)
+        q, k = qk.split([H, H_kv], dim=1)  # [B, H, T, D], [B, H_kv, T, D]
         if cache is not None and positions is not None:
             k, v = cache.update(self.layer, k, v)  # [B, H_kv or H, S, D], in the cache's order
             mask = cache.attention_mask(self.layer, positions)  # [B, 1, T, S]
@@ -136,8 +137,8 @@ class MLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         # GPT-2's "gelu_new" is the tanh approximation.
-        out: Tensor = self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate="tanh")))
-        return out
+        out: Tensor = self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+        return self.dropout(out) if self.training else out
 
 
 class Block(nn.Module):
@@ -236,7 +237,8 @@ class GPT(nn.Module):
             x = x + self.wpe(real)
         else:
             rope = rope_angles(real, self.config.head_dim, self.config.rope_base)
-        x = self.drop(x)
+        if self.training:
+            x = self.drop(x)
         for block in self.h:
             x = block(x, mask, cache, rope, positions)
         if last_only:

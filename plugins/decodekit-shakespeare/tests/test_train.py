@@ -123,3 +123,28 @@ def test_export_loads(train_mod: ModuleType, corpus: Path, tmp_path: Path) -> No
     x = torch.tensor([model.tokenizer.encode("Thou art")])
     with torch.no_grad():
         assert torch.equal(model(x), trained(x))
+
+
+def test_lstm_export_loads_as_a_draft(train_mod: ModuleType, corpus: Path, tmp_path: Path) -> None:
+    from decodekit_shakespeare.model import ShakespeareLSTM, load_tiny_shakespeare_draft
+
+    lstm = ("--arch", "lstm", "--n-layer", "1", "--n-embd", "16", "--n-input", "8", "--steps", "2")
+    args, _, _ = train_mod.parse_args(_argv(corpus, tmp_path / "run", *lstm))
+    trained = train_mod.train(args, export_dir=str(tmp_path / "export"), quiet=True)
+    model = load_tiny_shakespeare_draft(str(tmp_path / "export"))
+    assert isinstance(model, ShakespeareLSTM) and model.config == trained.config
+    x = torch.tensor([model.tokenizer.encode("Thou art")])
+    with torch.no_grad():
+        assert torch.equal(model(x), trained(x))
+
+
+def test_distill_fits_the_teacher(train_mod: ModuleType, corpus: Path, tmp_path: Path) -> None:
+    """--distill: the loss is a KL divergence to the teacher (>= 0), over the teacher's tokenizer."""
+    lstm = ("--arch", "lstm", "--n-layer", "1", "--n-embd", "16", "--n-input", "8", "--steps", "2")
+    args, _, _ = train_mod.parse_args(
+        _argv(corpus, tmp_path / "run", *lstm, "--distill", "tiny-shakespeare", "--block-size", "16")
+    )
+    model = train_mod.train(args, quiet=True)
+    assert model.config.vocab_size == 84  # the teacher's alphabet, not the corpus's
+    history = json.loads((tmp_path / "run" / "checkpoint" / "state.json").read_text())["history"]
+    assert all(0.0 <= h["train_loss"] < 10.0 for h in history)

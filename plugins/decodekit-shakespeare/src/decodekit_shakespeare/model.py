@@ -17,6 +17,7 @@ from decodekit.calibration import CALIBRATION_NAME, Calibration
 from decodekit.errors import ParameterError
 from decodekit.models.gpt import GPT, GPTConfig
 from decodekit.params import NoParams
+from decodekit_shakespeare.lstm import LSTMConfig, LSTMModel
 from decodekit_shakespeare.tokenizer import CharTokenizer
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "DRAFT_WEIGHTS_NAME",
     "WEIGHTS_NAME",
     "ShakespeareGPT",
+    "ShakespeareLSTM",
     "load_config",
     "load_tiny_shakespeare",
     "load_tiny_shakespeare_draft",
@@ -43,18 +45,26 @@ class ShakespeareGPT(GPT):
     tokenizer: CharTokenizer
 
 
+class ShakespeareLSTM(LSTMModel):
+    """`LSTMModel` (a draft) with the `CharTokenizer` it was trained with attached."""
+
+    tokenizer: CharTokenizer
+
+
 def _package_dir() -> Path:
     return Path(str(resources.files("decodekit_shakespeare")))
 
 
 def load_config(
     directory: Path | None = None, name: str = CONFIG_NAME
-) -> tuple[GPTConfig, CharTokenizer, dict[str, Any]]:
-    """`GPTConfig`, tokenizer and the raw JSON of `config.json` (or `name`) in `directory` (default: shipped)."""
+) -> tuple[GPTConfig | LSTMConfig, CharTokenizer, dict[str, Any]]:
+    """The config (`LSTMConfig` when its `arch` is "lstm", else `GPTConfig`), tokenizer and the raw JSON of
+    `config.json` (or `name`) in `directory` (default: shipped)."""
     path = (directory or _package_dir()) / name
     raw: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    names = {f.name for f in fields(GPTConfig)}
-    config = GPTConfig(**{k: v for k, v in raw.items() if k in names})
+    kind = LSTMConfig if raw.get("arch") == "lstm" else GPTConfig
+    names = {f.name for f in fields(kind)}
+    config = kind(**{k: v for k, v in raw.items() if k in names})
     tokenizer = CharTokenizer(raw["alphabet"])
     if tokenizer.vocab_size != config.vocab_size:
         raise ParameterError(
@@ -73,17 +83,22 @@ def load_tiny_shakespeare(argument: str | None = None, params: NoParams | None =
     `tiny_shakespeare.safetensors` (what `train.py --export DIR` writes); or a `.safetensors`
     file of weights for the shipped config. fp16/bf16 files are upcast to fp32.
     """
-    return _load("tiny-shakespeare", argument, WEIGHTS_NAME, CONFIG_NAME)
+    model = _load("tiny-shakespeare", argument, WEIGHTS_NAME, CONFIG_NAME)
+    if not isinstance(model, ShakespeareGPT):
+        raise ParameterError(f"tiny-shakespeare: {argument} holds an LSTM; allowed: a GPT export")
+    return model
 
 
-def load_tiny_shakespeare_draft(argument: str | None = None, params: NoParams | None = None) -> ShakespeareGPT:
-    """`tiny-shakespeare-draft`: a 2-layer, 96-wide model of the same text and tokenizer, a draft for
-    speculative decoding of `tiny-shakespeare` (shipped as `tiny_shakespeare_draft.safetensors` and
-    `tiny_shakespeare_draft.json`). `argument` as for `load_tiny_shakespeare`."""
+def load_tiny_shakespeare_draft(
+    argument: str | None = None, params: NoParams | None = None
+) -> ShakespeareLSTM | ShakespeareGPT:
+    """`tiny-shakespeare-draft`: a one-layer LSTM (`decodekit_shakespeare.lstm`) distilled from `tiny-shakespeare`,
+    its draft for speculative decoding (shipped as `tiny_shakespeare_draft.safetensors` and
+    `tiny_shakespeare_draft.json`). `argument` as for `load_tiny_shakespeare`: an LSTM or a GPT export."""
     return _load("tiny-shakespeare-draft", argument, DRAFT_WEIGHTS_NAME, DRAFT_CONFIG_NAME)
 
 
-def _load(label: str, argument: str | None, weights_name: str, config_name: str) -> ShakespeareGPT:
+def _load(label: str, argument: str | None, weights_name: str, config_name: str) -> ShakespeareGPT | ShakespeareLSTM:
     directory: Path | None = None
     weights: Path
     if argument is None or argument == "":
@@ -104,26 +119,28 @@ def _load(label: str, argument: str | None, weights_name: str, config_name: str)
     if not weights.is_file():
         raise ParameterError(f"{label}: weights file {weights} is missing")
     state = {k: v.float() if v.is_floating_point() else v for k, v in load_file(str(weights)).items()}
-    state.pop("lm_head.weight", None)  # tied to wte.weight; re-tied by the constructor
-    model = ShakespeareGPT(config)
+    model: ShakespeareGPT | ShakespeareLSTM
+    if isinstance(config, LSTMConfig):
+        model = ShakespeareLSTM(config)
+    else:
+        state.pop("lm_head.weight", None)  # tied to wte.weight; re-tied by the constructor
+        model = ShakespeareGPT(config)
     missing, unexpected = model.load_state_dict(state, strict=False)
-    missing_keys = sorted(set(missing) - {"lm_head.weight"})
+    missing_keys = sorted(set(missing) - ({"lm_head.weight"} if isinstance(model, GPT) else set()))
     if missing_keys or unexpected:
         raise ParameterError(
             f"{label}: {weights} does not fit the config: missing {missing_keys}, unexpected {sorted(unexpected)}"
         )
-    if model.lm_head.weight is not model.wte.weight:  # pragma: no cover - guarded by GPT itself
-        model.lm_head.weight = model.wte.weight
     model.tokenizer = tokenizer
     calibration = weights.parent / CALIBRATION_NAME  # `decodekit cache calibrate --json` of these weights
-    if calibration.is_file():
+    if isinstance(model, GPT) and calibration.is_file():
         model.attention_windows = Calibration.load(calibration).attention_windows
     model.requires_grad_(False)
     return model.eval()
 
 
 @torch.no_grad()
-def loss_per_char(model: GPT, ids: list[int] | torch.Tensor, batch_size: int = 16) -> float:
+def loss_per_char(model: GPT | LSTMModel, ids: list[int] | torch.Tensor, batch_size: int = 16) -> float:
     """Mean next-character cross-entropy (nats/char) of `ids` under `model`, in eval mode.
 
     The text is cut into non-overlapping windows of `block_size` inputs; window `i` predicts

@@ -18,5 +18,5 @@ def register_models(register: Registrar) -> None:
     register(
         "tiny-shakespeare-draft",
         "decodekit_shakespeare.model:load_tiny_shakespeare_draft",
-        description="A 2-layer draft of tiny-shakespeare (same tokenizer) for speculative decoding",
+        description="A 1-layer LSTM distilled from tiny-shakespeare (same tokenizer), its speculative draft",
     )

@@ -67,14 +67,17 @@ class ModelDrafter:
         ids, positions = fed_block(buf, lengths_t, F, F, self.max_positions)
         extra = {"last_only": True} if getattr(self.model, "supports_last_only", False) else {}
         logits = self.model(ids, positions, self.rows.cache, **extra)[:, -1]  # [B, V]
+        picked = [0] * len(lengths)  # each row's draft just picked (0 for a row that drafts no more)
         for j in range(K):
-            if j > 0:  # feed the drafts just picked
-                ids, positions = fed_block(buf, lengths_t + j, 1, 1, self.max_positions)
-                logits = self.model(ids, positions, self.rows.cache)[:, -1]
+            if j > 0:  # feed the drafts just picked (history index lengths + j - 1), built on the host
+                ids = torch.tensor([[t] for t in picked], device=buf.device)
+                at = torch.tensor([[min(n + j - 1, self.max_positions - 1)] for n in lengths], device=buf.device)
+                logits = self.model(ids, at, self.rows.cache)[:, -1]
             for b, budget in enumerate(budgets):
+                picked[b] = 0
                 if j < budget:
-                    token, q = pick(b, j, logits[b])
-                    buf[b, lengths[b] + j] = token
+                    picked[b], q = pick(b, j, logits[b])
+                    buf[b, lengths[b] + j] = picked[b]
                     qs[b].append(q)
         return qs
 

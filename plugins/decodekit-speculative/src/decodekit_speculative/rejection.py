@@ -17,18 +17,22 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from decodekit.sample import inverse_cdf
-
 __all__ = ["draw", "probabilities", "verify_argmax", "verify_softmax"]
+
+_BELOW_ONE = 1.0 - 2.0**-23
 
 
 def draw(probs: Tensor, u: Tensor) -> int:
     """A token drawn from `probs` `[V]` (unnormalised, >= 0) by inverting its CDF at `u` in [0, 1);
     a token of probability 0 is never drawn (-1 when every probability is 0 or one is NaN)."""
-    total = float(probs.sum())
+    cdf = probs.cumsum(-1)
+    total = float(cdf[-1])
     if not (math.isfinite(total) and total > 0.0):  # NaN, +inf or nothing left: not a distribution
         return -1
-    return int(inverse_cdf(probs.log()[None], u.view(1, 1)))
+    # u < 1 - 2**-24 (a float32 uniform), so u * (1 - 2**-23) * total rounds strictly below the total:
+    # the first entry of the CDF above it ends a step of non-zero width (as `decodekit.sample.inverse_cdf`).
+    target = cdf[-1:] * (u.view(1) * _BELOW_ONE)
+    return int(torch.searchsorted(cdf, target, right=True).clamp_(max=probs.shape[-1] - 1))
 
 
 def verify_argmax(drafts: Sequence[int], target: Callable[[int], int]) -> tuple[int, int]:

@@ -12,6 +12,7 @@ each row's randomness comes from its own generator, so its output does not depen
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -199,10 +200,10 @@ class _Loop:
 
         def argmax(logits: Tensor, b: int, j: int, who: str) -> int:
             x = processed(logits, b, j)
-            token = int(x.argmax(-1))
-            if not bool(torch.isfinite(x[0, token])):
+            top, index = x.max(-1)  # the first maximum, as argmax; NaN if any is NaN
+            if not math.isfinite(float(top)):
                 raise _numerics(logits, x, b, generated[b] + j, who)
-            return token
+            return int(index)
 
         def pick(b: int, j: int, logits: Tensor) -> tuple[int, Tensor | None]:
             if kind == "argmax":

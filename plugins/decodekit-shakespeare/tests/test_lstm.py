@@ -1,0 +1,61 @@
+"""`LSTMModel` through a KV cache: the same logits as the uncached sequence, after crops and with left padding,
+and as a draft the speculative strategy gives `dk.generate`'s tokens."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from decodekit_shakespeare.lstm import LSTMConfig, LSTMModel
+
+import decodekit as dk
+from decodekit.models.gpt import GPT, GPTConfig
+
+
+@pytest.fixture(scope="module")
+def lstm() -> LSTMModel:
+    torch.manual_seed(0)
+    return LSTMModel(LSTMConfig(vocab_size=30, block_size=64, n_layer=2, n_embd=16, n_input=8)).eval()
+
+
+def cache_for(model: LSTMModel, batch: int, backend: str = "dense") -> dk.KVCache:
+    return dk.create_cache(backend, dk.CacheSpec.for_model(model.spec, batch_size=batch, capacity=40))
+
+
+@pytest.mark.parametrize("backend", ["dense", "gqa"])
+def test_cached_steps_and_crops_equal_the_whole_sequence(lstm: LSTMModel, backend: str) -> None:
+    ids = torch.randint(0, 30, (2, 24), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        whole = lstm(ids)
+        cache = cache_for(lstm, 2, backend)
+        parts = [lstm(ids[:, :10], torch.arange(10).expand(2, -1), cache)]
+        parts += [lstm(ids[:, t : t + 1], torch.full((2, 1), t), cache) for t in range(10, 20)]
+        torch.testing.assert_close(torch.cat(parts, 1), whole[:, :20])
+        cache.crop(13)  # roll back seven tokens, then feed the rest in one block
+        torch.testing.assert_close(lstm(ids[:, 13:], torch.arange(13, 24).expand(2, -1), cache), whole[:, 13:])
+
+
+def test_left_padding_starts_each_row_afresh(lstm: LSTMModel) -> None:
+    rows = [[3, 4, 5, 6, 7], [9, 2]]
+    ids = torch.tensor([rows[0], [0, 0, 0, *rows[1]]])
+    positions = torch.tensor([[0, 1, 2, 3, 4], [-3, -2, -1, 0, 1]])
+    with torch.inference_mode():
+        batched = lstm(ids, positions, cache_for(lstm, 2))
+        for b, row in enumerate(rows):
+            torch.testing.assert_close(batched[b, -len(row) :], lstm(torch.tensor([row]))[0])
+
+
+def test_speculative_with_an_lstm_draft_equals_generate(lstm: LSTMModel) -> None:
+    torch.manual_seed(2)
+    target = GPT(GPTConfig(vocab_size=30, block_size=64, n_layer=2, n_head=2, n_embd=16)).eval()
+    prompts = [[5, 17, 3, 9], [7], [1, 2, 1, 2, 1, 2]]
+    for chain in ("greedy", "repetition_penalty(1.3) | greedy"):
+        ref = dk.generate(target, prompts, chain=chain, max_new_tokens=16)
+        for k in (1, 4):
+            out = dk.decode(target, prompts, strategy="speculative", draft=lstm, k=k, chain=chain, max_new_tokens=16)
+            assert out.tokens == ref.tokens
+
+
+def test_an_evicting_cache_is_refused(lstm: LSTMModel) -> None:
+    cache = dk.create_cache("window(size=8)", dk.CacheSpec.for_model(lstm.spec, batch_size=1, capacity=40))
+    with pytest.raises(dk.ParameterError, match="keeps every token"):
+        lstm(torch.tensor([[1, 2]]), torch.tensor([[0, 1]]), cache)
