@@ -158,3 +158,16 @@ def test_edges(target: GPT, draft: GPT, prompts: list[list[int]], new_tokens: in
             assert (
                 speculative(target, prompts, draft=d, k=k, chain=chain, max_new_tokens=new_tokens).tokens == ref.tokens
             )
+
+
+def test_a_draft_that_needs_every_token_under_an_evicting_target_cache(rope_pair: tuple[GPT, GPT]) -> None:
+    """The draft keeps every token (gqa) when the target's cache evicts: a recurrent draft's state cannot be
+    evicted (it refuses such a cache), and the output is the target's either way."""
+    lstm = pytest.importorskip("decodekit_shakespeare.lstm")
+    target = rope_pair[0]
+    draft = lstm.LSTMModel(lstm.LSTMConfig(vocab_size=101, block_size=64, n_embd=16, n_input=8)).eval()
+    cache = "window(size=8, sinks=2)"
+    ref = dk.generate(target, PROMPTS, chain="greedy", max_new_tokens=20, cache=cache)
+    out = speculative(target, PROMPTS, draft=draft, k=3, chain="greedy", max_new_tokens=20, cache=cache)
+    assert out.tokens == ref.tokens
+    assert sum(out.drafted) > 0

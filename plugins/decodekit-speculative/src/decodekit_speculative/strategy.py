@@ -27,7 +27,7 @@ from decodekit.context import DecodeContext, row_generators
 from decodekit.errors import ContextLengthError, NumericsError, ParameterError
 from decodekit.loop import model_device_dtype
 from decodekit.params import Params, validate_params
-from decodekit.plugins import CacheFactory, load_model
+from decodekit.plugins import CacheFactory, create_cache, load_model
 from decodekit.request import DecodeRequest, decode_request
 from decodekit.results import FinishReason, Generation
 from decodekit.spec import CacheSpec
@@ -157,9 +157,26 @@ class _Loop:
             CacheSpec.for_model(model.spec, batch_size=batch, capacity=capacity, dtype=dtype, device=device)
         )
 
+    def _draft_cache(self, batch: int, capacity: int) -> Any:
+        """The target's backend for the draft if it keeps every token, else `gqa`: the draft reads the same
+        history within the target's context, and a draft whose state cannot be evicted (a recurrent one)
+        needs all of it. What the draft keeps changes how often it is right, never the output."""
+        cache = self._cache(self.draft, batch, capacity)
+        if getattr(cache, "keeps_all", False):
+            return cache
+        device, dtype = model_device_dtype(self.draft)
+        spec = CacheSpec.for_model(
+            self.draft.spec,
+            batch_size=batch,
+            capacity=min(capacity, self.draft.spec.max_positions),
+            dtype=dtype,
+            device=device,
+        )
+        return create_cache("gqa", spec)
+
     def rows_croppable(self) -> bool:
-        models = [self.model] if self.draft is None else [self.model, self.draft]
-        return all(isinstance(self._cache(m, 2, 2), RowCroppable) for m in models)
+        caches = [self._cache(self.model, 2, 2)] + ([] if self.draft is None else [self._draft_cache(2, 2)])
+        return all(isinstance(cache, RowCroppable) for cache in caches)
 
     def run(
         self, rows: list[list[int]], generators: list[torch.Generator], stops: list[frozenset[int]]
@@ -173,7 +190,7 @@ class _Loop:
         drafter: Drafter = (
             NgramDrafter(rows, self.params.ngram_size)
             if self.draft is None
-            else ModelDrafter(self.draft, self._cache(self.draft, B, width), B)
+            else ModelDrafter(self.draft, self._draft_cache(B, width), B)
         )
         buf = torch.zeros(B, width, dtype=torch.long, device=self.device)  # row b's history in buf[b, :lengths[b]]
         for b, r in enumerate(rows):
