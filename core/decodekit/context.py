@@ -114,15 +114,10 @@ class DecodeContext:
         and generators in the same state. A stage run on the fork
         sees exactly what it would see on this context, draws the same numbers, and changes
         nothing here (`decodekit explain` traces each step on a fork; a chain redoes a step on one)."""
-        generators = None
-        if self.generators is not None:
-            generators = []
-            for g in self.generators:
-                twin = torch.Generator(device=g.device)
-                twin.set_state(g.get_state())
-                generators.append(twin)
-        state = {key: (stage, copy.deepcopy(value)) for key, (stage, value) in self.state.items()}
-        return DecodeContext(self.tokens, self.prompt_lengths, self.step, generators, state)
+        twin = copy.copy(self)  # not the constructor: its check of the ids reads them back, once is enough
+        twin.generators = None if self.generators is None else [g.clone_state() for g in self.generators]
+        twin.state = {key: (stage, copy.deepcopy(value)) for key, (stage, value) in self.state.items()}
+        return twin
 
     def adopt(self, other: DecodeContext) -> None:
         """Take `other`'s generators and stage states (a fork that ran the step this context should have)."""
