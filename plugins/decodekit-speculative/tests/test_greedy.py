@@ -160,13 +160,16 @@ def test_edges(target: GPT, draft: GPT, prompts: list[list[int]], new_tokens: in
             )
 
 
-def test_a_draft_that_needs_every_token_under_an_evicting_target_cache(rope_pair: tuple[GPT, GPT]) -> None:
+@pytest.mark.parametrize("cache", ["window(size=8, sinks=2)", 'window(size="auto", sinks=2)'])
+def test_a_draft_that_needs_every_token_under_an_evicting_target_cache(
+    rope_pair: tuple[GPT, GPT], cache: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The draft keeps every token (gqa) when the target's cache evicts: a recurrent draft's state cannot be
-    evicted (it refuses such a cache), and the output is the target's either way."""
+    evicted (it refuses such a cache), it has no calibration for "auto", and the output is the target's."""
     lstm = pytest.importorskip("decodekit_shakespeare.lstm")
     target = rope_pair[0]
+    monkeypatch.setattr(target, "attention_windows", (8, 6), raising=False)  # a calibration, for "auto"
     draft = lstm.LSTMModel(lstm.LSTMConfig(vocab_size=101, block_size=64, n_embd=16, n_input=8)).eval()
-    cache = "window(size=8, sinks=2)"
     ref = dk.generate(target, PROMPTS, chain="greedy", max_new_tokens=20, cache=cache)
     out = speculative(target, PROMPTS, draft=draft, k=3, chain="greedy", max_new_tokens=20, cache=cache)
     assert out.tokens == ref.tokens

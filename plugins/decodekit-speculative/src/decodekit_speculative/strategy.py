@@ -27,7 +27,7 @@ from decodekit.context import DecodeContext, row_generators
 from decodekit.errors import ContextLengthError, NumericsError, ParameterError
 from decodekit.loop import model_device_dtype
 from decodekit.params import Params, validate_params
-from decodekit.plugins import CacheFactory, create_cache, load_model
+from decodekit.plugins import CacheFactory, cache_factory, load_model
 from decodekit.request import DecodeRequest, decode_request
 from decodekit.results import FinishReason, Generation
 from decodekit.spec import CacheSpec
@@ -150,29 +150,22 @@ class _Loop:
         # Without processors the chain's distribution needs no context: every row and position at once.
         self.dense = not self.chain.processors
 
-    def _cache(self, model: Any, batch: int, capacity: int) -> Any:
+    def _cache(self, model: Any, batch: int, capacity: int, factory: CacheFactory | None = None) -> Any:
         device, dtype = model_device_dtype(model)
         capacity = min(capacity, model.spec.max_positions)
-        return self.cache_factory(
-            CacheSpec.for_model(model.spec, batch_size=batch, capacity=capacity, dtype=dtype, device=device)
-        )
+        spec = CacheSpec.for_model(model.spec, batch_size=batch, capacity=capacity, dtype=dtype, device=device)
+        return (factory or self.cache_factory)(spec)
 
     def _draft_cache(self, batch: int, capacity: int) -> Any:
         """The target's backend for the draft if it keeps every token, else `gqa`: the draft reads the same
         history within the target's context, and a draft whose state cannot be evicted (a recurrent one)
         needs all of it. What the draft keeps changes how often it is right, never the output."""
-        cache = self._cache(self.draft, batch, capacity)
-        if getattr(cache, "keeps_all", False):
-            return cache
-        device, dtype = model_device_dtype(self.draft)
-        spec = CacheSpec.for_model(
-            self.draft.spec,
-            batch_size=batch,
-            capacity=min(capacity, self.draft.spec.max_positions),
-            dtype=dtype,
-            device=device,
-        )
-        return create_cache("gqa", spec)
+        declared = getattr(getattr(self.cache_factory, "impl", None), "keeps_all", None)
+        if declared is not False:  # a registered backend says so by its class; any other factory is built
+            cache = self._cache(self.draft, batch, capacity)
+            if getattr(cache, "keeps_all", False):
+                return cache
+        return self._cache(self.draft, batch, capacity, cache_factory("gqa"))
 
     def rows_croppable(self) -> bool:
         caches = [self._cache(self.model, 2, 2)] + ([] if self.draft is None else [self._draft_cache(2, 2)])
