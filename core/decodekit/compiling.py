@@ -3,8 +3,9 @@ under `torch.compile`.
 
 Shapes that grow every step (the history, the cache's length) become dynamic on the second
 step (dynamo's automatic dynamic shapes), so each compiles twice per chain and model, not once
-per step; the others stay static (the vocabulary size a truncation plans its search by). Code that cannot be traced (a stage
-drawing from its row's `torch.Generator`) runs eagerly between compiled pieces.
+per step; the others stay static (the vocabulary size a truncation plans its search by). Code
+that cannot be traced (a stage drawing from its row's `torch.Generator`) runs eagerly between
+compiled pieces.
 """
 
 from __future__ import annotations
