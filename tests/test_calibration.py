@@ -3,6 +3,7 @@ the rule's windows (per head, the layer's the longest), and the command line."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -110,6 +111,19 @@ def test_calibrate_round_trips_through_json() -> None:
     again = Calibration.from_json(result.to_json())
     assert again == result and again.attention_windows == tuple(f.window for f in result.layers)
     assert [len(f.heads) for f in again.layers] == [2, 2]
+
+
+def test_a_calibration_of_another_version_is_a_clear_error() -> None:
+    old = {
+        "context": 8,
+        "sinks": 1,
+        "windows": 1,
+        "text": "",
+        "profile": [[0.5]],
+        "layers": [{"layer": 0, "gamma": 1.0}],
+    }
+    with pytest.raises(dk.ParameterError, match=r"'heads' is missing or unexpected; allowed: the JSON of"):
+        Calibration.from_json(json.dumps(old))
 
 
 def test_calibrate_refuses_learned_positions() -> None:

@@ -91,10 +91,16 @@ class Calibration:
     @classmethod
     def from_json(cls, text: str) -> Calibration:
         raw = json.loads(text)
-        layers = [
-            LayerFit(**{**layer, "heads": [HeadFit(**head) for head in layer["heads"]]}) for layer in raw.pop("layers")
-        ]
-        return cls(layers=layers, **raw)
+        try:
+            layers = [
+                LayerFit(**{**layer, "heads": [HeadFit(**h) for h in layer["heads"]]}) for layer in raw.pop("layers")
+            ]
+            return cls(layers=layers, **raw)
+        except (KeyError, TypeError) as exc:  # a file of another version, or not a calibration at all
+            raise ParameterError(
+                f"calibration: {exc} is missing or unexpected; allowed: the JSON of `decodekit cache calibrate "
+                "--json` (files written before per-head fits have no 'heads': calibrate again)"
+            ) from None
 
     @classmethod
     def load(cls, path: Path) -> Calibration:
