@@ -144,7 +144,7 @@ def candidates_from(logits: Tensor, k: int, *, seed: int = 0) -> Candidates:
     return Candidates(values[:, :k], shuffle[pos[:, :k]])
 
 
-def _tied(logits: Tensor) -> bool:
+def has_ties(logits: Tensor) -> bool:
     """Whether a row repeats a finite value."""
     s = logits.sort(-1).values
     return bool(((s[:, 1:] == s[:, :-1]) & torch.isfinite(s[:, 1:])).any())

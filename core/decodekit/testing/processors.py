@@ -25,9 +25,9 @@ from decodekit.testing.inputs import (
     NEG,
     ContextFactory,
     TokenHistory,
-    _tied,
     candidates_from,
     cases,
+    has_ties,
     tolerance,
 )
 from decodekit.testing.suite import Conformance, check_spec_round_trip
@@ -105,7 +105,7 @@ def check_candidates(processor: Any, logits: Tensor, history: TokenHistory, fact
     """
     rtol, atol = tolerance(logits.dtype)
     B, V = logits.shape
-    tied = _tied(logits)
+    tied = has_ties(logits)
     to_candidates = getattr(processor, "to_candidates", None)
     if to_candidates is not None:
         what = f"{processor!r}.to_candidates on {'tied ' if tied else ''}{logits.dtype} logits"

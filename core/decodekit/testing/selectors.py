@@ -24,9 +24,9 @@ from decodekit.testing.inputs import (
     NEG,
     ContextFactory,
     TokenHistory,
-    _tied,
     candidates_from,
     cases,
+    has_ties,
     selector_logits,
 )
 from decodekit.testing.suite import Conformance, check_spec_round_trip
@@ -83,7 +83,7 @@ def check_selector_candidates(selector: Any, logits: Tensor, history: TokenHisto
         return
     B, V = logits.shape
     c = candidates_from(logits, max(2, V // 4))
-    tied = "tied " if _tied(logits) else ""
+    tied = "tied " if has_ties(logits) else ""
     what = f"{selector!r}.select_candidates on {tied}{logits.dtype} candidates {tuple(c.values.shape)}"
     fast = select_candidates(c, history.context(factory))
     assert isinstance(fast, Tensor) and fast.dtype == torch.long and fast.shape == (B,), (
