@@ -36,6 +36,10 @@ BAD_ARGUMENTS = [
     ({"max_new_tokens": 2.0}, r"max_new_tokens=2.0 is invalid; allowed: an integer >= 0"),
     ({"max_new_tokens": True}, r"max_new_tokens=True is invalid"),
     ({"chain": 5}, r"chain=5 is invalid; allowed: a Chain, a chain string, a spec list, or None"),
+    (
+        {"max_new_token": 5},
+        r"unknown (option|parameter) max_new_token=5; allowed(| parameters): chain, max_new_tokens, ",
+    ),
 ]
 BAD_PROMPTS = [
     ([[1.0, 2]], r"prompts: row 0: token id 1.0 \(float\) is invalid; allowed: an int"),
@@ -154,3 +158,9 @@ def test_beam_search_takes_a_seed_for_stages_that_draw() -> None:
     chain = "xtc(threshold=0.01, probability=0.5)"
     runs = [dk.beam_search(model, [[1, 2, 3]], chain=chain, max_new_tokens=8, seed=1).tokens for _ in range(2)]
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("strategy", ["beam", "speculative(draft=ngram)"])
+def test_strategies_that_cannot_compile_say_so(strategy: str) -> None:
+    with pytest.raises(dk.ParameterError, match=r"compile=True is not supported; allowed: False"):
+        dk.decode(tiny_gpt(), [[1, 2]], strategy=strategy, max_new_tokens=2, compile=True)

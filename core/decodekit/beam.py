@@ -20,21 +20,20 @@ follows the beams with `reorder(index)`. Ragged prompts are left-padded as in `d
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
+from typing_extensions import Unpack
 
-from decodekit.chain import Chain, numerics_error
+from decodekit.chain import numerics_error
 from decodekit.context import DecodeContext, row_generators
 from decodekit.errors import NumericsError, ParameterError
 from decodekit.loop import check_context, model_device_dtype, uncached_last_logits
 from decodekit.params import Params, validate_params
-from decodekit.plugins import CacheFactory
 from decodekit.prompts import Prompts, left_pad
-from decodekit.request import DecodeRequest, decode_request
+from decodekit.request import DecodeOptions, DecodeRequest, decode_request
 from decodekit.results import FinishReason, Generation
 from decodekit.spec import CacheSpec
 from decodekit.strategy_params import BeamParams, EarlyStopping
@@ -78,6 +77,8 @@ def _check_request(request: DecodeRequest, params: BeamParams) -> None:
         raise ParameterError("beam_search: stop_strings are not supported; allowed: stop_tokens")
     if request.logprobs is not None:
         raise ParameterError("beam_search: logprobs is not supported (each hypothesis' score is in `scores`)")
+    if request.compile:
+        raise ParameterError("beam_search: compile=True is not supported; allowed: False")
     # The hypotheses hold every generated token: [B, 3 · num_beams, max_new_tokens] int64 at once.
     rows, M = request.batch_size * params.num_beams, request.max_new_tokens
     memory = _physical_memory()
@@ -123,16 +124,10 @@ def beam_search(
     prompts: Prompts,
     *,
     num_beams: int = 4,
-    max_new_tokens: int = 64,
     length_penalty: float = 1.0,
     early_stopping: EarlyStopping = False,
     num_return_sequences: int = 1,
-    chain: Chain | str | Sequence[Any] | None = None,
-    cache: str | CacheFactory = "dense",
-    stop_tokens: Sequence[int] | Sequence[Sequence[int]] = (),
-    stop_strings: str | Sequence[str] = (),
-    seed: int | Sequence[int] | None = None,
-    logprobs: int | None = None,
+    **options: Unpack[DecodeOptions],
 ) -> BeamGeneration:
     """Beam search with Hugging Face's semantics; returns the best hypothesis of each prompt.
 
@@ -142,34 +137,24 @@ def beam_search(
         True: at once; False: when the best running beam, scored at its current length, cannot
         beat the worst kept hypothesis (HF's heuristic); "never": the same test with the running
         beam scored at `max_new_tokens` when length_penalty > 0 (the exact bound).
-    chain: only its processors are used (on the log-probabilities); its selector is ignored.
-        Stateful stages see one row per beam; their per-row state does not follow the beams.
-    cache: as in `dk.generate`. stop_tokens: ids that finish a hypothesis (one list for all
-        prompts, or one per prompt). seed: for chain stages that draw random numbers (one
-        generator per beam row). stop_strings and logprobs are not supported: a non-empty value
-        is a `ParameterError` (they are accepted so that `dk.decode` can say so clearly).
+    The other options are `dk.generate`'s (`DecodeOptions`), read as follows. chain: only its
+    processors are used (on the log-probabilities); its selector is ignored. Stateful stages
+    see one row per beam; their per-row state does not follow the beams. stop_tokens: ids that
+    finish a hypothesis. seed: for chain stages that draw random numbers (one generator per
+    beam row). stop_strings, logprobs and compile are not supported: a value other than the
+    default is a `ParameterError`.
 
     `tokens[b]` is the best hypothesis (a stop token that ended it is its last token) and
     `sequences[b]`, `scores[b]` the best `num_return_sequences`, best first.
     """
-    options = {
+    own = {
         "num_beams": num_beams,
         "length_penalty": length_penalty,
         "early_stopping": early_stopping,
         "num_return_sequences": num_return_sequences,
     }
-    params = validate_params("beam_search", BeamParams, options)
-    request = decode_request(
-        model,
-        prompts,
-        chain=chain,
-        max_new_tokens=max_new_tokens,
-        cache=cache,
-        stop_tokens=stop_tokens,
-        stop_strings=stop_strings,
-        seed=seed,
-        logprobs=logprobs,
-    )
+    params = validate_params("beam_search", BeamParams, own)
+    request = decode_request(model, prompts, **options)
     return beam_strategy(request, params)
 
 

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from decodekit.errors import ParameterError
-from decodekit.models.gpt import GPT, Block
+from decodekit.models.gpt import GPT, Block, LayerInputs
 from decodekit.rope import apply_rope, rope_angles
 
 __all__ = ["CALIBRATION_NAME", "Calibration", "HeadFit", "LayerFit", "attention_profile", "calibrate", "fit_layer"]
@@ -140,7 +140,7 @@ def attention_profile(model: GPT, windows: Tensor, sinks: int) -> tuple[Tensor, 
             total[layer, :, d] = diag.double().sum((0, 2))
             count[d] = diag.shape[0] * diag.shape[2]
         sink[layer] = probs[:, :, T // 2 :, :sinks].double().mean((0, 1, 2))
-        x = block(x, None, None, rope)
+        x = block(x, LayerInputs(None, None, rope, None))
     return total / count, sink
 
 

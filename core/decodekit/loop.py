@@ -9,26 +9,23 @@ loop of the course notes).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
+from typing_extensions import Unpack
 
 from decodekit.cache import KVCache
-from decodekit.chain import Chain
 from decodekit.compiling import compiled_step
 from decodekit.context import DecodeContext, row_generators
 from decodekit.errors import ContextLengthError
 from decodekit.prompts import Prompts, left_pad
-from decodekit.request import DecodeRequest, decode_request
+from decodekit.request import DecodeOptions, DecodeRequest, decode_request
 from decodekit.results import FinishReason, Generation, TokenEvent, TokenLogprobs, token_logprobs
 from decodekit.spec import CacheSpec, ModelSpec
 from decodekit.stage import Candidates
 from decodekit.text import TextTracker
-
-if TYPE_CHECKING:
-    from decodekit.plugins import CacheFactory
 
 __all__ = [
     "Model",
@@ -244,75 +241,20 @@ def generate_request(request: DecodeRequest) -> Generation:
     )
 
 
-def stream(
-    model: Any,
-    prompts: Prompts,
-    *,
-    chain: Chain | str | Sequence[Any] | None = None,
-    max_new_tokens: int = 64,
-    cache: str | CacheFactory = "dense",
-    stop_tokens: Sequence[int] | Sequence[Sequence[int]] = (),
-    stop_strings: str | Sequence[str] = (),
-    seed: int | Sequence[int] | None = None,
-    logprobs: int | None = None,
-    compile: bool = False,
-) -> Iterator[TokenEvent]:
+def stream(model: Any, prompts: Prompts, **options: Unpack[DecodeOptions]) -> Iterator[TokenEvent]:
     """Yield one `TokenEvent` per row per generated token, as soon as it is sampled.
 
-    chain: a `Chain`, a chain string, or a spec list; None samples from softmax(logits).
-    cache: a registered cache backend name or its string form ("window(size=128)"), a factory
-        `(CacheSpec) -> KVCache`, or "none" to recompute the context every step.
-    stop_tokens: ids that end a row (one list for all rows, or one per row); the stop token
-        is the row's last token. stop_strings: end a row when its decoded text contains one
-        (needs a tokenizer). seed: one int in [0, 2**64) (row b gets its own stream derived
-        from it and b), one seed per row, or None. logprobs: also report the chosen token's
-        log-probability and the top-n alternatives, raw and after the chain. compile: run the
-        model's decode step and the chain's step under `torch.compile` (`decodekit.compiling`).
-    Every argument is checked before anything runs (`dk.ParameterError` naming it).
+    options: chain, max_new_tokens, cache, stop_tokens, stop_strings, seed, logprobs, compile
+    (`decodekit.request.DecodeOptions` says what each means and its default). Every one is
+    checked before anything runs (`dk.ParameterError` naming it).
     """
-    request = decode_request(
-        model,
-        prompts,
-        chain=chain,
-        max_new_tokens=max_new_tokens,
-        cache=cache,
-        stop_tokens=stop_tokens,
-        stop_strings=stop_strings,
-        seed=seed,
-        logprobs=logprobs,
-        compile=compile,
-    )
-    return stream_request(request)
+    return stream_request(decode_request(model, prompts, **options))
 
 
-def generate(
-    model: Any,
-    prompts: Prompts,
-    *,
-    chain: Chain | str | Sequence[Any] | None = None,
-    max_new_tokens: int = 64,
-    cache: str | CacheFactory = "dense",
-    stop_tokens: Sequence[int] | Sequence[Sequence[int]] = (),
-    stop_strings: str | Sequence[str] = (),
-    seed: int | Sequence[int] | None = None,
-    logprobs: int | None = None,
-    compile: bool = False,
-) -> Generation:
-    """Generate up to `max_new_tokens` per row; see `stream` for the parameters.
+def generate(model: Any, prompts: Prompts, **options: Unpack[DecodeOptions]) -> Generation:
+    """Generate up to `max_new_tokens` per row; the options are `stream`'s (`DecodeOptions`).
 
     For a small model on CPU, `torch.set_num_threads(1)` first is often several times faster:
     its per-token work is too small to split across threads (the CLI does it below 20M parameters).
     """
-    request = decode_request(
-        model,
-        prompts,
-        chain=chain,
-        max_new_tokens=max_new_tokens,
-        cache=cache,
-        stop_tokens=stop_tokens,
-        stop_strings=stop_strings,
-        seed=seed,
-        logprobs=logprobs,
-        compile=compile,
-    )
-    return generate_request(request)
+    return generate_request(decode_request(model, prompts, **options))

@@ -10,9 +10,10 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
+from typing_extensions import Unpack
 
 from decodekit.errors import ParameterError
 
@@ -21,10 +22,51 @@ if TYPE_CHECKING:
     from decodekit.plugins import CacheFactory
     from decodekit.prompts import Prompts, Tokenizer
 
-__all__ = ["MAX_SEED", "DecodeRequest", "decode_request", "token_ids"]
+__all__ = ["MAX_SEED", "DecodeOptions", "DecodeRequest", "decode_request", "token_ids"]
 
 MAX_SEED = 2**64
 """Seeds are integers in [0, 2**64), what `torch.Generator.manual_seed` takes."""
+
+
+class DecodeOptions(TypedDict, total=False):
+    """The options every decode entry point takes (`dk.generate`, `dk.stream`, `dk.beam_search`,
+    `dk.decode`), all keyword-only and optional; `decode_request` checks them.
+
+    chain: a `Chain`, a chain string, or a spec list; None (the default) samples from softmax(logits).
+    max_new_tokens: new tokens per row at most (default 64).
+    cache: a registered cache backend name or its string form ("window(size=128)"), a factory
+        `(CacheSpec) -> KVCache`, or "none" to recompute the context every step (default "dense").
+    stop_tokens: ids that end a row (one list for all rows, or one per row); the stop token is
+        the row's last token. stop_strings: end a row when its decoded text contains one (needs
+        a tokenizer).
+    seed: one int in [0, 2**64) (row b gets its own stream derived from it and b), one seed per
+        row, or None (the default: fresh seeds).
+    logprobs: also report the chosen token's log-probability and the top-n alternatives, raw
+        and after the chain (default None: not reported).
+    compile: run the model's decode step and the chain's step under `torch.compile`
+        (`decodekit.compiling`; default False).
+    """
+
+    chain: Chain | str | Sequence[Any] | None
+    max_new_tokens: int
+    cache: str | CacheFactory
+    stop_tokens: Sequence[int] | Sequence[Sequence[int]]
+    stop_strings: str | Sequence[str]
+    seed: int | Sequence[int] | None
+    logprobs: int | None
+    compile: bool
+
+
+_DEFAULTS: DecodeOptions = {
+    "chain": None,
+    "max_new_tokens": 64,
+    "cache": "dense",
+    "stop_tokens": (),
+    "stop_strings": (),
+    "seed": None,
+    "logprobs": None,
+    "compile": False,
+}
 
 
 @dataclass(frozen=True)
@@ -190,35 +232,27 @@ def _logprobs(logprobs: object, vocab_size: int) -> int | None:
     return n
 
 
-def decode_request(
-    model: Any,
-    prompts: Prompts,
-    *,
-    chain: Chain | str | Sequence[Any] | None = None,
-    max_new_tokens: int = 64,
-    cache: str | CacheFactory = "dense",
-    stop_tokens: Sequence[int] | Sequence[Sequence[int]] = (),
-    stop_strings: str | Sequence[str] = (),
-    seed: int | Sequence[int] | None = None,
-    logprobs: int | None = None,
-    compile: bool = False,
-) -> DecodeRequest:
-    """Check every shared argument (see `dk.stream` for what each means) and build the request."""
+def decode_request(model: Any, prompts: Prompts, **options: Unpack[DecodeOptions]) -> DecodeRequest:
+    """Check every shared option (`DecodeOptions`; an unknown name is an error too) and build the request."""
     from decodekit.prompts import prompt_rows
 
+    given: dict[str, Any] = {**_DEFAULTS, **options}
+    unknown = sorted(given.keys() - _DEFAULTS.keys())
+    if unknown:
+        raise ParameterError(f"unknown option {unknown[0]}={given[unknown[0]]!r}; allowed: {', '.join(_DEFAULTS)}")
     V = _vocab_size(model)
-    max_new = _check_count("max_new_tokens", max_new_tokens)
+    max_new = _check_count("max_new_tokens", given["max_new_tokens"])
     rows = prompt_rows(model, prompts)
     tokenizer = getattr(model, "tokenizer", None)
     return DecodeRequest(
         model=model,
         prompts=rows,
-        chain=_chain(chain),
+        chain=_chain(given["chain"]),
         max_new_tokens=max_new,
-        cache=_cache(cache),
-        stop_tokens=_stop_tokens(stop_tokens, len(rows), V),
-        stop_strings=_stop_strings(stop_strings, tokenizer),
-        seed=_seed(seed, len(rows)),
-        logprobs=_logprobs(logprobs, V),
-        compile=_flag("compile", compile),
+        cache=_cache(given["cache"]),
+        stop_tokens=_stop_tokens(given["stop_tokens"], len(rows), V),
+        stop_strings=_stop_strings(given["stop_strings"], tokenizer),
+        seed=_seed(given["seed"], len(rows)),
+        logprobs=_logprobs(given["logprobs"], V),
+        compile=_flag("compile", given["compile"]),
     )

@@ -8,7 +8,6 @@ the strategy's parameter model. The core registers "sample" (`dk.generate`) and 
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
 from decodekit.chain_string import parse_stage
@@ -17,21 +16,21 @@ from decodekit.params import Params
 from decodekit.plugins import bind_arguments, get_registry
 from decodekit.prompts import Prompts
 from decodekit.registry import Entry
-from decodekit.request import DecodeRequest, decode_request
+from decodekit.request import DecodeOptions, DecodeRequest, decode_request
 from decodekit.results import Generation
 
 __all__ = ["SHARED_OPTIONS", "decode", "sample_strategy", "strategy_params"]
 
-SHARED_OPTIONS = tuple(f.name for f in fields(DecodeRequest) if f.name not in ("model", "prompts"))
+SHARED_OPTIONS = tuple(DecodeOptions.__annotations__)
 """The options `dk.decode` turns into the `DecodeRequest` (every other one is the strategy's)."""
 
 
 def decode(model: Any, prompts: Prompts, *, strategy: str = "sample", **options: Any) -> Generation:
     """Decode with the registered strategy `strategy`, e.g. "sample", "beam" or "beam(num_beams=4)".
 
-    Shared options (chain, max_new_tokens, cache, stop_tokens, stop_strings, seed, logprobs) are
-    checked as `dk.generate` checks them; the others against the strategy's parameters, which
-    may also be given in the string form.
+    Shared options (`DecodeOptions`: chain, max_new_tokens, cache, stop_tokens, stop_strings,
+    seed, logprobs, compile) are checked as `dk.generate` checks them; the others against the
+    strategy's parameters, which may also be given in the string form.
     """
     own = {k: v for k, v in options.items() if k not in SHARED_OPTIONS}
     entry, params = _strategy(strategy, own)

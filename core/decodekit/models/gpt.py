@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +21,7 @@ from decodekit.errors import ContextLengthError, ParameterError
 from decodekit.rope import apply_rope, rope_angles
 from decodekit.spec import ModelSpec
 
-__all__ = ["GPT", "GPTConfig", "apply_rope", "attention_mask", "rope_angles"]
+__all__ = ["GPT", "GPTConfig", "LayerInputs", "apply_rope", "attention_mask", "rope_angles"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,15 @@ def attention_mask(positions: Tensor, offset: int) -> Tensor:
     return slot_mask(slots, positions, offset)
 
 
+class LayerInputs(NamedTuple):
+    """What every layer of one forward reads besides the hidden states."""
+
+    mask: Tensor | None  # without a cache: the padding-aware causal mask; None: plain causal
+    cache: KVCache | None  # with one, each layer writes its keys and values and asks it for a mask
+    rope: tuple[Tensor, Tensor] | None  # rotary (cos, sin) at each token's position; None: learned positions
+    positions: Tensor | None  # [B, T], negative at padding; None: 0..T-1 (training)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig, layer: int) -> None:
         super().__init__()
@@ -95,26 +104,20 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = config.dropout
 
-    def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None,
-        cache: KVCache | None,
-        rope: tuple[Tensor, Tensor] | None = None,
-        positions: Tensor | None = None,
-    ) -> Tensor:
+    def forward(self, x: Tensor, inputs: LayerInputs) -> Tensor:
         B, T, C = x.shape
+        mask, cache = inputs.mask, inputs.cache
         H, H_kv = self.n_head, self.n_kv_head
         # [B, H + 2 H_kv, T, D]: query heads, then key heads, then value heads; queries and keys are
         # rotated in one go (on a CPU a small model's forward costs what it dispatches).
         qkv = self.c_attn(x).view(B, T, H + 2 * H_kv, self.head_dim).transpose(1, 2)
         qk, v = qkv[:, : H + H_kv], qkv[:, H + H_kv :]
-        if rope is not None:
-            qk = apply_rope(qk, *rope)
+        if inputs.rope is not None:
+            qk = apply_rope(qk, *inputs.rope)
         q, k = qk.split([H, H_kv], dim=1)  # [B, H, T, D], [B, H_kv, T, D]
-        if cache is not None and positions is not None:
+        if cache is not None and inputs.positions is not None:
             k, v = cache.update(self.layer, k, v)  # [B, H_kv or H, S, D], in the cache's order
-            mask = cache.attention_mask(self.layer, positions)  # [B, 1, T, S]
+            mask = cache.attention_mask(self.layer, inputs.positions)  # [B, 1, T, S]
         y = F.scaled_dot_product_attention(
             q,
             k,
@@ -149,15 +152,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None,
-        cache: KVCache | None,
-        rope: tuple[Tensor, Tensor] | None = None,
-        positions: Tensor | None = None,
-    ) -> Tensor:
-        x = x + self.attn(self.ln_1(x), mask, cache, rope, positions)
+    def forward(self, x: Tensor, inputs: LayerInputs) -> Tensor:
+        x = x + self.attn(self.ln_1(x), inputs)
         out: Tensor = x + self.mlp(self.ln_2(x))
         return out
 
@@ -239,8 +235,9 @@ class GPT(nn.Module):
             rope = rope_angles(real, self.config.head_dim, self.config.rope_base)
         if self.training:
             x = self.drop(x)
+        inputs = LayerInputs(mask, cache, rope, positions)
         for block in self.h:
-            x = block(x, mask, cache, rope, positions)
+            x = block(x, inputs)
         if last_only:
             x = x[:, -1:]  # [B, 1, C]: the caller reads only the last column
         out: Tensor = self.lm_head(self.ln_f(x))

@@ -100,6 +100,8 @@ def speculative_strategy(request: DecodeRequest, params: Params) -> SpeculativeG
     model = request.model
     if request.logprobs is not None:
         raise ParameterError(f"speculative: logprobs={request.logprobs!r} is not supported; allowed: None")
+    if request.compile:
+        raise ParameterError("speculative: compile=True is not supported; allowed: False")
     if request.cache is None:
         raise ParameterError(
             "speculative: cache='none' is invalid; allowed: a cache backend (rejected drafts are cropped)"
