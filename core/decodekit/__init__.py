@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         reload_plugins,
         unregister_plugin,
     )
-    from decodekit.request import DecodeRequest
+    from decodekit.request import DecodeOptions, DecodeRequest
     from decodekit.results import Generation, TokenEvent
     from decodekit.spec import CacheSpec, ModelSpec
     from decodekit.stage import Candidates, ProcessorBase, SelectorBase, Stage
@@ -53,6 +53,7 @@ _LAZY = {
     "Processor": "decodekit.chain",
     "Selector": "decodekit.chain",
     "DecodeContext": "decodekit.context",
+    "DecodeOptions": "decodekit.request",
     "DecodeRequest": "decodekit.request",
     "Generation": "decodekit.results",
     "TokenEvent": "decodekit.results",
@@ -82,6 +83,7 @@ __all__ = [
     "ChainSpecError",
     "ContextLengthError",
     "DecodeContext",
+    "DecodeOptions",
     "DecodeRequest",
     "DecodekitError",
     "Generation",

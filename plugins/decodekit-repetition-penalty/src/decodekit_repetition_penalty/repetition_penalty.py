@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from decodekit.stage import Candidates, ProcessorBase
@@ -38,7 +37,8 @@ class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
         ids = self._context_ids(ctx, V)  # [B, T'], V where a position does not count
         if self.params.penalty == 1.0 or ids.shape[1] == 0:
             return logits
-        padded = F.pad(logits, (0, 1))  # [B, V + 1]: column V takes the writes of what does not count
+        # [B, V + 1]: column V, any value (here column 0's), takes the writes of what does not count
+        padded = torch.cat([logits, logits[:, :1]], 1)
         penalised = self._penalise(padded.gather(1, ids))
         return padded.scatter_(1, ids, penalised)[:, :V]
 
