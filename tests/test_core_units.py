@@ -10,7 +10,7 @@ import decodekit as dk
 from decodekit.context import row_generators
 from decodekit.models.gpt import GPT, GPTConfig, attention_mask
 from decodekit.params import validate_params
-from tinymodels import tiny_gpt
+from tinymodels import Counting, tiny_gpt
 
 
 def test_attention_mask_by_hand() -> None:
@@ -127,19 +127,7 @@ def test_uniform_draws_are_each_generators_own_sequence() -> None:
 
 
 def test_fork_draws_what_the_context_will_and_changes_nothing_in_it() -> None:
-    from decodekit.stage import ProcessorBase
-
-    class Counter(ProcessorBase[dk.NoParams]):
-        name = "counter"
-
-        def init_state(self, ctx: dk.DecodeContext) -> list[int]:
-            return [0]
-
-        def __call__(self, logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
-            ctx.state_for(self)[0] += 1
-            return logits
-
-    stage = Counter()
+    stage = Counting()
     ctx = dk.DecodeContext(tokens=torch.zeros(2, 3, dtype=torch.long), step=4, generators=row_generators(3, 2))
     ctx.state_for(stage)
     stage(torch.zeros(2, 5), ctx)

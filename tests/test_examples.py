@@ -25,10 +25,15 @@ def load(name: str) -> ModuleType:
     return module
 
 
-def test_custom_sampler_script_runs() -> None:
-    out = subprocess.run(
-        [sys.executable, str(EXAMPLES / "custom_sampler.py")], capture_output=True, text=True, check=True
+def run_script(name: str) -> str:
+    """What `python examples/<name>.py` prints."""
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py")], capture_output=True, text=True, check=True
     ).stdout
+
+
+def test_custom_sampler_script_runs() -> None:
+    out = run_script("custom_sampler")
     assert "in code:      no_token_zero | softcap(cap=5.0) | sample" in out
     assert "by name:      softcap(cap=5.0) | sample" in out
     assert "bad value:    softcap: cap=-1 is invalid" in out
@@ -62,9 +67,7 @@ def test_custom_sampler_numbers_and_registration() -> None:
 
 
 def test_custom_cache_script_runs() -> None:
-    out = subprocess.run(
-        [sys.executable, str(EXAMPLES / "custom_cache.py")], capture_output=True, text=True, check=True
-    ).stdout
+    out = run_script("custom_cache")
     assert "recent(n=16, store='int8')                 100 tokens past a 32-position context" in out
     assert "bytes: recent(n=16) 4096 half 2048" in out
 

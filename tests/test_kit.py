@@ -111,13 +111,6 @@ PROCESSOR_FLAWS: list[tuple[type[TopK], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("broken", "message"), PROCESSOR_FLAWS, ids=[c.__name__ for c, _ in PROCESSOR_FLAWS])
-def test_the_processor_checks_catch(broken: type[TopK], message: str) -> None:
-    check_processor(TopK(k=3))  # the stage it breaks passes
-    with pytest.raises(AssertionError, match=message):
-        check_processor(broken(k=3))
-
-
 # -- broken selectors (each a Greedy but for one flaw) ------------------------------------------
 
 
@@ -170,11 +163,20 @@ SELECTOR_FLAWS: list[tuple[type[Greedy], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("broken", "message"), SELECTOR_FLAWS, ids=[c.__name__ for c, _ in SELECTOR_FLAWS])
-def test_the_selector_checks_catch(broken: type[Greedy], message: str) -> None:
-    check_selector(Greedy())
+# -- every flaw is caught: the check passes the stage it breaks and fails the broken one ---------
+
+# Each flaw as (the check, the stage it breaks, the broken stage, what the check's failure says).
+FLAWS = [
+    *[pytest.param(check_processor, TopK(k=3), c(k=3), m, id=c.__name__) for c, m in PROCESSOR_FLAWS],
+    *[pytest.param(check_selector, Greedy(), c(), m, id=c.__name__) for c, m in SELECTOR_FLAWS],
+]
+
+
+@pytest.mark.parametrize(("check", "sound", "broken", "message"), FLAWS)
+def test_the_checks_catch(check: Callable[[Any], None], sound: Any, broken: Any, message: str) -> None:
+    check(sound)  # the stage it breaks passes
     with pytest.raises(AssertionError, match=message):
-        check_selector(broken())
+        check(broken)
 
 
 def test_the_distribution_check_catches_a_wrong_distribution() -> None:

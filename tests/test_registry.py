@@ -4,9 +4,11 @@ cache backends and strategies with parameter models, and the string form of a ca
 from __future__ import annotations
 
 import functools
+import os
 import re
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -252,6 +254,18 @@ def test_the_registry_kit_checks_every_category(registered: Callable[..., Plugin
         check_registered("capped", distribution="someone-else", category="cache backend")
     with pytest.raises(AssertionError, match="no ParameterError"):
         check_bad_parameters("capped", {"size": 3}, ["size"], category="cache backend")
+
+
+def test_the_registry_kit_checks_a_hook_imports_no_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from decodekit.testing.registry import check_hook_imports_no_torch
+
+    assert check_hook_imports_no_torch("decodekit_top_k.plugin", "register_samplers") == [
+        ("top_k", "decodekit_top_k.top_k:TopK")
+    ]
+    (tmp_path / "heavy_plugin.py").write_text("import torch\n\ndef register_samplers(register):\n    pass\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    with pytest.raises(AssertionError, match="heavy_plugin.register_samplers in a fresh interpreter: .*imported torch"):
+        check_hook_imports_no_torch("heavy_plugin", "register_samplers")
 
 
 @pytest.mark.parametrize("name", [5, None, ["top_k"], {"a": 1}])

@@ -1,4 +1,4 @@
-"""Tiny random-init reference GPTs (MHA, GQA, MQA) and a character tokenizer for tests."""
+"""Tiny random-init reference GPTs (MHA, GQA, MQA), a character tokenizer and a stateful stage for tests."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ from typing import Any
 
 import torch
 
+from decodekit.context import DecodeContext
 from decodekit.models.gpt import GPT, GPTConfig
+from decodekit.params import NoParams
+from decodekit.stage import ProcessorBase
 
 
 class CharTokenizer:
@@ -18,6 +21,19 @@ class CharTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         return "".join(chr(i + 32) for i in ids)
+
+
+class Counting(ProcessorBase[NoParams]):
+    """A processor with per-generation state: how many times it ran (`ctx.state_for(stage) == [calls]`)."""
+
+    name = "counting"
+
+    def init_state(self, ctx: DecodeContext) -> list[int]:
+        return [0]
+
+    def __call__(self, logits: torch.Tensor, ctx: DecodeContext) -> torch.Tensor:
+        ctx.state_for(self)[0] += 1
+        return logits
 
 
 def tiny_gpt(n_kv_head: int | None = None, *, vocab_size: int = 101, block_size: int = 64, seed: int = 0) -> GPT:

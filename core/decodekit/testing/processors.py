@@ -10,9 +10,9 @@ model's output is one) gives what its contiguous copy gives; and the candidate m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -20,17 +20,11 @@ from torch import Tensor
 from decodekit.context import DecodeContext
 from decodekit.stage import Candidates, densify
 from decodekit.testing.assertions import assert_candidates_valid, assert_same_logits, first_rows
-from decodekit.testing.inputs import (
-    FLOAT_DTYPES,
-    NEG,
-    ContextFactory,
-    TokenHistory,
-    candidates_from,
-    cases,
-    has_ties,
-    tolerance,
-)
-from decodekit.testing.suite import Conformance, check_spec_round_trip
+from decodekit.testing.inputs import NEG, ContextFactory, TokenHistory, candidates_from, has_ties, tolerance
+from decodekit.testing.suite import Conformance, KitOptions, KitSettings, check_spec_round_trip
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11; in annotations only
 
 __all__ = [
     "ProcessorConformance",
@@ -130,20 +124,17 @@ def check_candidates(processor: Any, logits: Tensor, history: TokenHistory, fact
         assert_same_logits(densify(c, V), dense, f"{what} vs the dense call", rtol=rtol, atol=atol)
 
 
-def check_processor(
-    processor: Any,
-    *,
-    vocab_size: int = 64,
-    batch_size: int = 4,
-    dtypes: Sequence[torch.dtype] = FLOAT_DTYPES,
-    seed: int = 0,
-    ctx_factory: ContextFactory | None = None,
-) -> None:
-    """Every processor check, for each dtype, on a plain and on a ragged left-padded history (step > 0)."""
-    factory: ContextFactory = ctx_factory or DecodeContext
+def check_processor(processor: Any, **options: Unpack[KitOptions]) -> None:
+    """Every processor check, for each dtype, on a plain and on a ragged left-padded history (step > 0).
+
+    options: the fields of `KitSettings`, `vocab_size=64`, `batch_size=4`, `dtypes` (every float
+    dtype), `seed=0` and `ctx_factory` (None: `DecodeContext`).
+    """
+    settings = KitSettings(**options)
+    factory = settings.factory
     check_spec_round_trip(processor)
     for ragged in (False, True):
-        for logits, history in cases(batch_size, vocab_size, dtypes, seed, ragged):
+        for logits, history in settings.cases(ragged):
             out = check_processor_contract(processor, logits, partial(history.context, factory))
             check_rows_independent(processor, logits, out, history, factory)
             check_view_input(processor, logits, partial(history.context, factory))
@@ -155,7 +146,7 @@ class ProcessorConformance(Conformance):
 
     def _each(self, ragged: bool, check: Callable[[Any, Tensor, TokenHistory], None]) -> None:
         processor = self.make()
-        for logits, history in cases(self.batch_size, self.vocab_size, self.dtypes, self.seed, ragged):
+        for logits, history in self.settings.cases(ragged):
             check(processor, logits, history)
 
     def _contract_and_rows(self, processor: Any, logits: Tensor, history: TokenHistory) -> None:

@@ -1,15 +1,19 @@
 """Registry checks for a plugin: registered by its distribution, chain strings and specs that
-round-trip, and parameter errors that name the parameter, the value and the range.
+round-trip, parameter errors that name the parameter, the value and the range, and a hook that
+registers by import path without importing torch.
 
     check_registered("min_p", distribution="decodekit-truncation", kind="processor")
     check_chain_string("min_p(0.05)", {"p": 0.05, "min_keep": 1})
     check_bad_parameters("min_p", {"p": 1.5}, ["p=1.5", "0 <= p <= 1"])
     check_bad_parameters("window", {"size": 0}, ["size=0", "1 <= size"], category="cache backend")
+    check_hook_imports_no_torch("decodekit_truncation.plugin", "register_samplers")
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +23,7 @@ from decodekit.plugins import cache_factory, create, get_registry
 from decodekit.registry import Category
 from decodekit.strategies import strategy_params
 
-__all__ = ["check_bad_parameters", "check_chain_string", "check_registered"]
+__all__ = ["check_bad_parameters", "check_chain_string", "check_hook_imports_no_torch", "check_registered"]
 
 
 def check_registered(name: str, *, distribution: str, kind: str | None = None, category: Category = "sampler") -> None:
@@ -57,3 +61,24 @@ def check_bad_parameters(
         raise AssertionError(f"{name}({params}): no ParameterError")
     for text in expected:
         assert text in message, f"{name}({params}): {text!r} not in the error {message!r}"
+
+
+_HOOK_CALL = """\
+import json, sys
+import {module} as plugin
+calls = []
+plugin.{hook}(lambda *args, **kwargs: calls.append(args[:2]))
+assert 'torch' not in sys.modules, '{module} imported torch'
+print(json.dumps(calls))
+"""
+
+
+def check_hook_imports_no_torch(module: str, hook: str) -> list[tuple[str, str]]:
+    """Importing the plugin module `module` and calling its `hook` (a `register_*` hookimpl) with a
+    recording registrar, in a fresh interpreter, imports no torch. Returns what it registered:
+    (name, import path) of each call."""
+    code = _HOOK_CALL.format(module=module, hook=hook)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    failure = (run.stderr.strip().splitlines() or [f"exit status {run.returncode}"])[-1]
+    assert run.returncode == 0, f"{module}.{hook} in a fresh interpreter: {failure}"
+    return [(name, path) for name, path in json.loads(run.stdout)]

@@ -9,8 +9,8 @@ seeded draws.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -20,16 +20,17 @@ from decodekit.stage import Candidates, densify
 from decodekit.testing.assertions import first_rows
 from decodekit.testing.inputs import (
     DISTRIBUTION_LOGITS,
-    FLOAT_DTYPES,
     NEG,
     ContextFactory,
     TokenHistory,
     candidates_from,
-    cases,
     has_ties,
     selector_logits,
 )
-from decodekit.testing.suite import Conformance, check_spec_round_trip
+from decodekit.testing.suite import Conformance, KitOptions, KitSettings, check_spec_round_trip
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11; in annotations only
 
 __all__ = [
     "SelectorConformance",
@@ -202,30 +203,31 @@ def check_selector_distribution(
         )
 
 
+def _logits(settings: KitSettings, dtype: torch.dtype) -> Tensor:
+    return selector_logits(settings.batch_size, settings.vocab_size, seed=settings.seed, dtype=dtype)
+
+
 def check_selector(
-    selector: Any,
-    *,
-    distribution: Callable[[Tensor], Tensor] | None = None,
-    vocab_size: int = 64,
-    batch_size: int = 4,
-    dtypes: Sequence[torch.dtype] = FLOAT_DTYPES,
-    seed: int = 0,
-    ctx_factory: ContextFactory | None = None,
+    selector: Any, *, distribution: Callable[[Tensor], Tensor] | None = None, **options: Unpack[KitOptions]
 ) -> None:
-    """Every selector check; the chi-square test too when `distribution` (logits -> probabilities) is given."""
-    factory: ContextFactory = ctx_factory or DecodeContext
+    """Every selector check; the chi-square test too when `distribution` (logits -> probabilities) is given.
+
+    options: as for `check_processor`, the fields of `KitSettings`.
+    """
+    settings = KitSettings(**options)
+    factory = settings.factory
     check_spec_round_trip(selector)
     for ragged in (False, True):
-        history = TokenHistory(batch_size, vocab_size, seed=seed, ragged=ragged)
-        for dtype in dtypes:
-            logits = selector_logits(batch_size, vocab_size, seed=seed, dtype=dtype)
+        history = settings.history(ragged)
+        for dtype in settings.dtypes:
+            logits = _logits(settings, dtype)
             check_selector_contract(selector, logits, history, factory)
             check_selector_view_input(selector, logits, history, factory)
-    for logits, history in cases(batch_size, vocab_size, dtypes, seed, ragged=False):
+    for logits, history in settings.cases(ragged=False):
         check_selector_candidates(selector, logits, history, factory)
-        check_selector_unsampleable(selector, vocab_size, history, factory, logits.dtype, seed)
+        check_selector_unsampleable(selector, settings.vocab_size, history, factory, logits.dtype, settings.seed)
     if distribution is not None:
-        check_selector_distribution(selector, distribution, seed=seed, ctx_factory=factory)
+        check_selector_distribution(selector, distribution, seed=settings.seed, ctx_factory=factory)
 
 
 class SelectorConformance(Conformance):
@@ -235,22 +237,16 @@ class SelectorConformance(Conformance):
         """The probabilities `[1, V]` the selector should draw from on `logits`; None skips the test."""
         return None
 
-    def _history(self, ragged: bool) -> TokenHistory:
-        return TokenHistory(self.batch_size, self.vocab_size, seed=self.seed, ragged=ragged)
-
-    def _logits(self, dtype: torch.dtype) -> Tensor:
-        return selector_logits(self.batch_size, self.vocab_size, seed=self.seed, dtype=dtype)
-
     def test_contract_and_rows_independent(self) -> None:
-        selector = self.make()
+        selector, settings = self.make(), self.settings
         for ragged in (False, True):
             for dtype in self.dtypes:
-                check_selector_contract(selector, self._logits(dtype), self._history(ragged), self.make_context)
+                check_selector_contract(selector, _logits(settings, dtype), settings.history(ragged), self.make_context)
 
     def test_view_input(self) -> None:
-        selector = self.make()
+        selector, settings = self.make(), self.settings
         for dtype in self.dtypes:
-            check_selector_view_input(selector, self._logits(dtype), self._history(True), self.make_context)
+            check_selector_view_input(selector, _logits(settings, dtype), settings.history(True), self.make_context)
 
     def test_candidates_agree_with_dense(self) -> None:
         selector = self.make()
@@ -258,14 +254,14 @@ class SelectorConformance(Conformance):
             import pytest
 
             pytest.skip("the selector has no select_candidates")
-        for logits, history in cases(self.batch_size, self.vocab_size, self.dtypes, self.seed, False):
+        for logits, history in self.settings.cases(False):
             check_selector_candidates(selector, logits, history, self.make_context)
 
     def test_unsampleable_rows(self) -> None:
         selector = self.make()
         for dtype in self.dtypes:
             check_selector_unsampleable(
-                selector, self.vocab_size, self._history(False), self.make_context, dtype, self.seed
+                selector, self.vocab_size, self.settings.history(False), self.make_context, dtype, self.seed
             )
 
     def test_distribution(self) -> None:

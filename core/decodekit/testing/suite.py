@@ -1,18 +1,57 @@
-"""What the processor and selector suites share: how a sampler under test is made, the dtypes and
-shapes it is checked on, and its spec round trip."""
+"""What the processor and selector checks share: how a sampler under test is made, the dtypes and
+shapes it is checked on (`KitSettings`, the keywords of `check_processor` and `check_selector`),
+and its spec round trip."""
 
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypedDict
 
 import torch
+from torch import Tensor
 
 from decodekit.context import DecodeContext
 from decodekit.stage import Stage
-from decodekit.testing.inputs import FLOAT_DTYPES
+from decodekit.testing.inputs import FLOAT_DTYPES, ContextFactory, TokenHistory, cases
 
-__all__ = ["Conformance", "check_spec_round_trip"]
+__all__ = ["Conformance", "KitOptions", "KitSettings", "check_spec_round_trip"]
+
+
+class KitOptions(TypedDict, total=False):
+    """The keywords `check_processor` and `check_selector` take, each optional: the fields of `KitSettings`."""
+
+    vocab_size: int
+    batch_size: int
+    dtypes: Sequence[torch.dtype]
+    seed: int
+    ctx_factory: ContextFactory | None
+
+
+@dataclass(frozen=True)
+class KitSettings:
+    """What the sampler checks run on: `batch_size` rows of `vocab_size` logits in each of `dtypes`,
+    inputs drawn from `seed`, and contexts made by `ctx_factory` (`DecodeContext` when None)."""
+
+    vocab_size: int = 64
+    batch_size: int = 4
+    dtypes: Sequence[torch.dtype] = FLOAT_DTYPES
+    seed: int = 0
+    ctx_factory: ContextFactory | None = None
+
+    @property
+    def factory(self) -> ContextFactory:
+        """Called as `factory(tokens=, prompt_lengths=, step=, generators=)` to make each context."""
+        return self.ctx_factory or DecodeContext
+
+    def history(self, ragged: bool) -> TokenHistory:
+        """The token history of the checks, plain or left-padded to ragged prompts (`TokenHistory`)."""
+        return TokenHistory(self.batch_size, self.vocab_size, seed=self.seed, ragged=ragged)
+
+    def cases(self, ragged: bool) -> Iterator[tuple[Tensor, TokenHistory]]:
+        """Continuous and tied logits in each dtype, with the history (`inputs.cases`)."""
+        return cases(self.batch_size, self.vocab_size, self.dtypes, self.seed, ragged)
 
 
 def check_spec_round_trip(stage: object) -> None:
@@ -47,6 +86,11 @@ class Conformance:
     def make_context(self, **fields: Any) -> DecodeContext:
         """Wraps each history the checks build (tokens, prompt_lengths, step, generators) in a context."""
         return DecodeContext(**fields)
+
+    @property
+    def settings(self) -> KitSettings:
+        """The class's shapes, dtypes and seed, with `make_context` as the context factory."""
+        return KitSettings(self.vocab_size, self.batch_size, self.dtypes, self.seed, self.make_context)
 
     def test_spec_round_trip(self) -> None:
         check_spec_round_trip(self.make())

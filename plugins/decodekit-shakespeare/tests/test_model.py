@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import subprocess
-import sys
 from importlib import resources
 from pathlib import Path
 
@@ -10,6 +8,8 @@ import torch
 from decodekit_shakespeare.model import WEIGHTS_NAME, ShakespeareGPT, load_tiny_shakespeare, loss_per_char
 from decodekit_shakespeare.tokenizer import CharTokenizer
 from safetensors.torch import load_file, save_file
+
+from decodekit.testing.registry import check_hook_imports_no_torch
 
 # Measured loss of the shipped weights on tests/data/hamlet_slice.txt (see README), plus margin.
 MEASURED_SLICE_LOSS = 1.4489  # evaluate.py --val tests/data/hamlet_slice.txt
@@ -73,13 +73,5 @@ def test_greedy_continuation_is_text(model: ShakespeareGPT) -> None:
 
 
 def test_plugin_registers_by_import_path_without_torch() -> None:
-    code = (
-        "import sys\n"
-        "import decodekit_shakespeare.plugin as p\n"
-        "calls = []\n"
-        "p.register_models(lambda *a, **k: calls.append(a))\n"
-        "assert 'torch' not in sys.modules, 'plugin.py imported torch'\n"
-        "print(calls)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "'tiny-shakespeare', 'decodekit_shakespeare.model:load_tiny_shakespeare'" in out
+    registered = check_hook_imports_no_torch("decodekit_shakespeare.plugin", "register_models")
+    assert ("tiny-shakespeare", "decodekit_shakespeare.model:load_tiny_shakespeare") in registered

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
 from decodekit_speculative.strategy import speculative
 
 import decodekit as dk
 from decodekit.models.gpt import GPT, GPTConfig
+from decodekit.testing.registry import check_hook_imports_no_torch
 
 PROMPT = [5, 17, 3]
 
@@ -50,16 +48,8 @@ def test_zero_new_tokens(target: GPT) -> None:
 
 
 def test_plugin_registers_by_import_path_without_torch() -> None:
-    code = (
-        "import sys\n"
-        "import decodekit_speculative.plugin as p\n"
-        "calls = []\n"
-        "p.register_strategies(lambda *a, **kw: calls.append(a))\n"
-        "assert 'torch' not in sys.modules, 'plugin.py imported torch'\n"
-        "print(calls)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "'speculative', 'decodekit_speculative.strategy:speculative_strategy'" in out
+    registered = check_hook_imports_no_torch("decodekit_speculative.plugin", "register_strategies")
+    assert ("speculative", "decodekit_speculative.strategy:speculative_strategy") in registered
     assert "speculative" in dk.get_registry().strategies
 
 

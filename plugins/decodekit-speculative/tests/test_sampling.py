@@ -13,6 +13,7 @@ from scipy.stats import chi2_contingency
 
 import decodekit as dk
 from decodekit.models.gpt import GPT
+from tinymodels import Counting
 
 PROMPT = [9, 44, 44, 44, 9, 44]  # repeats itself: prompt lookup proposes, and is sometimes right
 # A penalty that reads the drafted history, a truncation, and a temperature.
@@ -72,19 +73,6 @@ def test_same_seed_same_output_and_rows_independent(target: GPT, draft: GPT) -> 
         assert speculative(target, [p], seed=[11 + b], **kwargs).tokens[0] == a.tokens[b]
     other = speculative(target, [[3, 3, 3], prompts[1], PROMPT], seed=[5, 12, 6], **kwargs)
     assert other.tokens[1] == a.tokens[1]
-
-
-class Counting(dk.ProcessorBase[dk.NoParams]):
-    """A processor with per-generation state: how many times it ran."""
-
-    name = "counting"
-
-    def init_state(self, ctx: dk.DecodeContext) -> list[int]:
-        return [0]
-
-    def __call__(self, logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
-        ctx.state_for(self)[0] += 1
-        return logits
 
 
 def test_stateful_stages_refused(target: GPT) -> None:
