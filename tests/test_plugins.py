@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import decodekit as dk
+from decodekit.cli.plugin_template import files_for
 from decodekit.plugins import STANDARD_PLUGINS
 
 STANDARD_SAMPLER_DISTS = {
@@ -213,23 +214,10 @@ def test_register_plugin_in_code() -> None:
 def test_broken_distribution_installed_with_pip(tmp_path: Path) -> None:
     """A real, pip-installed broken plugin in a separate target directory; a fresh interpreter reports it."""
     src = tmp_path / "src"
-    (src / "decodekit_broken").mkdir(parents=True)
-    (src / "decodekit_broken" / "__init__.py").write_text("")
-    (src / "decodekit_broken" / "plugin.py").write_text("import a_module_that_does_not_exist\n")
-    (src / "pyproject.toml").write_text(
-        textwrap.dedent(
-            """
-            [build-system]
-            requires = ["setuptools>=68"]
-            build-backend = "setuptools.build_meta"
-            [project]
-            name = "decodekit-broken"
-            version = "0.0.1"
-            [project.entry-points.decodekit]
-            broken = "decodekit_broken.plugin"
-            """
-        )
-    )
+    for path, text in files_for("sampler", "broken").items():  # what `decodekit new-plugin broken` writes
+        (src / path).parent.mkdir(parents=True, exist_ok=True)
+        (src / path).write_text(text)
+    (src / "src" / "decodekit_broken" / "plugin.py").write_text("import a_module_that_does_not_exist\n")
     target = tmp_path / "target"
     subprocess.run(
         [
@@ -258,10 +246,10 @@ def test_broken_distribution_installed_with_pip(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     report = json.loads(out.stdout)
     assert report["failures"] == [
-        ["decodekit-broken", "0.0.1", "ModuleNotFoundError: No module named 'a_module_that_does_not_exist'"]
+        ["decodekit-broken", "0.1.0", "ModuleNotFoundError: No module named 'a_module_that_does_not_exist'"]
     ]
     assert "sample" in report["samplers"]
     strict = subprocess.run(
         [sys.executable, "-c", probe], env={**env, "DECODEKIT_STRICT_PLUGINS": "1"}, capture_output=True, text=True
     )
-    assert strict.returncode != 0 and "decodekit-broken 0.0.1" in strict.stderr
+    assert strict.returncode != 0 and "decodekit-broken 0.1.0" in strict.stderr

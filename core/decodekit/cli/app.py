@@ -195,6 +195,19 @@ def generate(
         typer.Option("--on-error", help="A bad input line: skip it (with a warning) or fail.", rich_help_panel=BATCH),
     ] = OnError.fail,
 ) -> None:
+    from decodekit.cli.sampling_options import SamplingOptions
+
+    sampling = SamplingOptions(
+        model=model,
+        chain=chain,
+        flags=_flags(temperature, top_k, top_p, repetition_penalty),
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        cache=cache,
+        stop=tuple(stop or ()),
+        threads=threads,
+        replace_unknown=replace_unknown,
+    )
     if input_file is not None or output is not None:
         from decodekit.cli.batch_command import batch_request, run_batch
 
@@ -205,40 +218,18 @@ def generate(
             "--strategy": strategy is not None,  # batches are sampled; a strategy per line is not there yet
         }
         batch = batch_request(
-            input_file,
-            output,
-            given,
-            model=model,
-            chain=chain,
-            flags=_flags(temperature, top_k, top_p, repetition_penalty),
-            max_new_tokens=max_new_tokens,
-            seed=seed,
-            cache=cache,
-            stop=tuple(stop or ()),
-            batch_size=batch_size,
-            resume=resume,
-            on_error=on_error.value,
-            replace_unknown=replace_unknown,
-            threads=threads,
+            input_file, output, given, sampling, batch_size=batch_size, resume=resume, on_error=on_error.value
         )
         raise typer.Exit(run_batch(batch))
     from decodekit.cli.generate_command import GenerateRequest, run_generate
 
     request = GenerateRequest(
         prompt=prompt,
-        model=model,
-        chain=chain,
-        flags=_flags(temperature, top_k, top_p, repetition_penalty),
-        max_new_tokens=max_new_tokens,
-        seed=seed,
-        cache=cache,
-        strategy=strategy,
+        sampling=sampling,
         num_samples=num_samples,
-        stop=tuple(stop or ()),
         json_output=json_output,
         echo=echo,
-        threads=threads,
-        replace_unknown=replace_unknown,
+        strategy=strategy,
     )
     raise typer.Exit(run_generate(request))
 

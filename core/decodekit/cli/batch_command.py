@@ -34,18 +34,8 @@ from rich.text import Text
 import decodekit as dk
 from decodekit.cli.batch_input import Pending, PromptLine, done_ids, read_prompts
 from decodekit.cli.errors import EXIT_INTERRUPTED, CliError, report_warning
-from decodekit.cli.generate_command import set_threads
-from decodekit.cli.options import (
-    build_chain,
-    chain_text,
-    check_installed,
-    check_stop,
-    encode_prompt,
-    load_named_model,
-    model_name,
-    prompt_rows,
-    resolve_cache,
-)
+from decodekit.cli.options import build_chain, chain_text, check_stop, prompt_rows
+from decodekit.cli.sampling_options import SamplingOptions
 
 __all__ = ["BatchRequest", "batch_request", "run_batch"]
 
@@ -56,33 +46,29 @@ class BatchRequest:
 
     input: Path
     output: Path
-    model: str
-    chain: str | None
-    flags: dict[str, float | int | None]
-    max_new_tokens: int
-    seed: int | None
-    cache: str
-    stop: tuple[str, ...]
+    sampling: SamplingOptions  # each line's defaults
     batch_size: int
     resume: bool
     on_error: str
-    replace_unknown: bool
-    threads: int | None = None
 
 
 def batch_request(
-    input_file: Path | None, output: Path | None, exclusive: dict[str, bool], **options: Any
+    input_file: Path | None,
+    output: Path | None,
+    exclusive: dict[str, bool],
+    sampling: SamplingOptions,
+    *,
+    batch_size: int,
+    resume: bool,
+    on_error: str,
 ) -> BatchRequest:
-    """Check the batch options before any model loads; `exclusive`: options that make no sense with --input."""
+    """Check that the batch options go together; `exclusive`: options that make no sense with --input."""
     if input_file is None or output is None:
         raise CliError(f"{'--output' if output is None else '--input'} is missing; --input and --output go together")
     given = [name for name, is_given in exclusive.items() if is_given]
     if given:
         raise CliError(f"--input cannot be combined with {', '.join(given)}; each line of the file is one prompt")
-    check_installed(options["model"], options["chain"], options["flags"])
-    options["cache"] = resolve_cache(options["cache"])
-    options["model"] = model_name(options["model"])
-    return BatchRequest(input=input_file, output=output, **options)
+    return BatchRequest(input_file, output, sampling, batch_size, resume, on_error)
 
 
 class _TokensPerSecond(ProgressColumn):
@@ -124,7 +110,7 @@ def _result(p: Pending, seed: int, tokens: list[int], text: list[str] | None, en
 
 
 def _run_batch(
-    model: Any, batch: list[Pending], seeds: list[int], request: BatchRequest, out: IO[str], progress: Any
+    model: Any, batch: list[Pending], seeds: list[int], cache: str, stop: tuple[str, ...], out: IO[str], progress: Any
 ) -> None:
     """Generate one batch, appending each row's result once it and the rows before it have ended."""
     n = len(batch)
@@ -137,8 +123,8 @@ def _run_batch(
         prompt_rows([p.ids for p in batch]),
         chain=build_chain(batch[0].chain, {}),
         max_new_tokens=batch[0].max_new_tokens,
-        cache=request.cache,
-        stop_strings=request.stop,
+        cache=cache,
+        stop_strings=stop,
         seed=seeds,
     )
     task = progress.task_ids[0]
@@ -167,26 +153,27 @@ def _run_batch(
 
 def run_batch(request: BatchRequest) -> int:
     """Run the command; return its exit status."""
-    check_stop(request.stop)
+    sampling = request.sampling
+    name, cache = sampling.check()
+    check_stop(sampling.stop)
     if request.output.exists() and not request.resume and request.output.stat().st_size > 0:
         raise CliError(f"--output {str(request.output)!r} exists; --resume continues it (or remove it)")
-    model = load_named_model(request.model)
-    set_threads(model, request.threads)
-    default_chain = chain_text(request.chain, request.flags)
+    model = sampling.load_model(name)
+    default_chain = chain_text(sampling.chain, sampling.flags)
 
     def check(line: PromptLine) -> tuple[str | list[int], str]:
         chain = line.chain if line.chain is not None else default_chain
         build_chain(chain, {})  # a bad chain fails here, with its line number
-        return encode_prompt(model, line.prompt, request.replace_unknown), chain
+        return sampling.encode(model, line.prompt), chain
 
     pending = read_prompts(
         request.input,
         check=check,
-        default_max_new_tokens=request.max_new_tokens,
+        default_max_new_tokens=sampling.max_new_tokens,
         on_error=request.on_error,
         warn=report_warning,
     )
-    seeds = dict(zip((p.line for p in pending), _row_seeds(request.seed, max((p.line for p in pending), default=0))))
+    seeds = dict(zip((p.line for p in pending), _row_seeds(sampling.seed, max((p.line for p in pending), default=0))))
     skip = done_ids(request.output) if request.resume else set()
     todo = [p for p in pending if p.id not in skip]
 
@@ -202,7 +189,7 @@ def run_batch(request: BatchRequest) -> int:
         with progress, request.output.open("a") as out, torch.inference_mode():
             for batch in _batches(todo, request.batch_size):
                 line_seeds = [p.seed if p.seed is not None else seeds[p.line] for p in batch]
-                _run_batch(model, batch, line_seeds, request, out, progress)
+                _run_batch(model, batch, line_seeds, cache, sampling.stop, out, progress)
     except KeyboardInterrupt:
         done = int(progress.tasks[0].completed)
         console.print(f"decodekit: interrupted; {done} results written to {request.output} (--resume continues)")

@@ -12,26 +12,25 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import decodekit as dk
 from decodekit.cli.errors import EXIT_INTERRUPTED, CliError
 from decodekit.cli.json_output import print_json
 from decodekit.cli.live_text import SampleWriter, TextOutput
-from decodekit.cli.options import (
-    build_chain,
-    check_installed,
-    check_stop,
-    encode_prompt,
-    load_named_model,
-    model_name,
-    prompt_rows,
-    prompt_text,
-    resolve_cache,
-    resolve_strategy,
-)
+from decodekit.cli.options import build_chain, check_stop, prompt_rows, prompt_text, resolve_strategy
+from decodekit.cli.sampling_options import SamplingOptions
 
-__all__ = ["GenerateRequest", "SampleResult", "StreamResult", "run_generate", "stream_samples"]
+__all__ = [
+    "GenerateRequest",
+    "SampleResult",
+    "SampleSink",
+    "SampleSpec",
+    "StreamResult",
+    "decode_samples",
+    "run_generate",
+    "stream_samples",
+]
 
 
 @dataclass(frozen=True)
@@ -39,34 +38,42 @@ class GenerateRequest:
     """The options of `decodekit generate`, as given."""
 
     prompt: str | None
-    model: str | None
-    chain: str | None
-    flags: dict[str, float | int | None]
-    max_new_tokens: int
-    seed: int | None
-    cache: str | None
+    sampling: SamplingOptions
     num_samples: int
-    stop: tuple[str, ...]
     json_output: bool
     echo: bool
-    threads: int | None = None
-    replace_unknown: bool = False
     strategy: str | None = None
 
 
-SMALL_MODEL_PARAMETERS = 20_000_000
+@dataclass(frozen=True)
+class SampleSpec:
+    """What the sampling helpers run: `num_samples` copies of one prompt through one chain."""
+
+    prompt: str | list[int]
+    chain: dk.Chain
+    num_samples: int
+    max_new_tokens: int
+    cache: str
+    seed: int | None
+    stop: tuple[str, ...]
 
 
-def set_threads(model: object, threads: int | None) -> None:
-    """Use `threads` CPU threads; by default one for a small model (see `--threads`)."""
-    import torch
+class SampleSink(Protocol):
+    """Where the sampling helpers show each sample as it grows (a `SampleWriter`, or nothing)."""
 
-    if threads is None:
-        parameters = getattr(model, "parameters", None)
-        size = sum(p.numel() for p in parameters()) if callable(parameters) else SMALL_MODEL_PARAMETERS
-        threads = 1 if size < SMALL_MODEL_PARAMETERS else None
-    if threads is not None:
-        torch.set_num_threads(threads)
+    def text(self, row: int, delta: str) -> None: ...
+
+    def finish(self, row: int) -> None: ...
+
+
+class _NoSink:
+    """`--json`: the samples are shown once, in the document."""
+
+    def text(self, row: int, delta: str) -> None:
+        pass
+
+    def finish(self, row: int) -> None:
+        pass
 
 
 @dataclass
@@ -97,35 +104,24 @@ def _rate(tokens: int, seconds: float) -> float:
 
 
 def stream_samples(
-    model: Any,
-    prompt: str | list[int],
-    chain: dk.Chain,
-    *,
-    num_samples: int,
-    max_new_tokens: int,
-    cache: str,
-    seed: int | None,
-    stop: tuple[str, ...],
-    on_text: Callable[[int, str], None],
-    on_finish: Callable[[int], None],
-    on_token: Callable[[int, float], None],
+    model: Any, spec: SampleSpec, sink: SampleSink, on_token: Callable[[int, float], None]
 ) -> StreamResult:
-    """Run `dk.stream` over `num_samples` copies of `prompt`; Ctrl-C ends it early, keeping the samples."""
+    """Run `dk.stream` over the copies of the prompt; Ctrl-C ends it early, keeping the samples."""
     import torch
 
     has_text = getattr(model, "tokenizer", None) is not None
-    samples = [SampleResult(text="" if has_text else None) for _ in range(num_samples)]
+    samples = [SampleResult(text="" if has_text else None) for _ in range(spec.num_samples)]
     start = time.perf_counter()
     total = 0
     interrupted = False
     events = dk.stream(
         model,
-        prompt_rows([prompt] * num_samples),
-        chain=chain,
-        max_new_tokens=max_new_tokens,
-        cache=cache,
-        stop_strings=stop,
-        seed=seed,
+        prompt_rows([spec.prompt] * spec.num_samples),
+        chain=spec.chain,
+        max_new_tokens=spec.max_new_tokens,
+        cache=spec.cache,
+        stop_strings=spec.stop,
+        seed=spec.seed,
     )
     try:
         with torch.inference_mode():
@@ -135,13 +131,13 @@ def stream_samples(
                 total += 1
                 if ev.text is not None:
                     sample.text = (sample.text or "") + ev.text
-                    on_text(ev.row, ev.text)
+                    sink.text(ev.row, ev.text)
                 else:  # no tokenizer: show the token ids
-                    on_text(ev.row, f"{ev.token} ")
+                    sink.text(ev.row, f"{ev.token} ")
                 if ev.finish_reason is not None:
                     sample.finish_reason, sample.stopped_by = ev.finish_reason, ev.stopped_by
                     sample.seconds = time.perf_counter() - start
-                    on_finish(ev.row)
+                    sink.finish(ev.row)
                 on_token(total, time.perf_counter() - start)
     except KeyboardInterrupt:
         interrupted = True
@@ -152,32 +148,24 @@ def stream_samples(
     return StreamResult(samples, seconds, interrupted)
 
 
-def decode_samples(
-    model: Any,
-    prompt: str | list[int],
-    chain: dk.Chain,
-    *,
-    strategy: str,
-    num_samples: int,
-    max_new_tokens: int,
-    cache: str,
-    seed: int | None,
-    stop: tuple[str, ...],
-    on_text: Callable[[int, str], None],
-    on_finish: Callable[[int], None],
-) -> StreamResult:
+def decode_samples(model: Any, spec: SampleSpec, strategy: str, sink: SampleSink) -> StreamResult:
     """Run `dk.decode` with a strategy that does not stream; each sample is shown when all are done."""
     start = time.perf_counter()
-    options: dict[str, Any] = {"chain": chain, "max_new_tokens": max_new_tokens, "cache": cache, "seed": seed}
-    if stop:
-        options["stop_strings"] = stop
-    out = dk.decode(model, prompt_rows([prompt] * num_samples), strategy=strategy, **options)
+    options: dict[str, Any] = {
+        "chain": spec.chain,
+        "max_new_tokens": spec.max_new_tokens,
+        "cache": spec.cache,
+        "seed": spec.seed,
+    }
+    if spec.stop:
+        options["stop_strings"] = spec.stop
+    out = dk.decode(model, prompt_rows([spec.prompt] * spec.num_samples), strategy=strategy, **options)
     seconds = time.perf_counter() - start
     samples = []
     for row, tokens in enumerate(out.tokens):
         text = out.text[row] if out.text is not None else None
-        on_text(row, text if text is not None else " ".join(map(str, tokens)))
-        on_finish(row)
+        sink.text(row, text if text is not None else " ".join(map(str, tokens)))
+        sink.finish(row)
         reason, stopped_by = out.finish_reasons[row], out.stopped_by[row] if out.stopped_by else None
         samples.append(SampleResult(list(tokens), text, reason, stopped_by, seconds))
     return StreamResult(samples, seconds, interrupted=False, acceptance_rate=getattr(out, "acceptance_rate", None))
@@ -199,9 +187,9 @@ def _json_document(
         "chain_spec": chain.to_spec(),
         "cache": cache,
         "strategy": resolve_strategy(request.strategy),
-        "seed": request.seed,
-        "max_new_tokens": request.max_new_tokens,
-        "stop": list(request.stop),
+        "seed": request.sampling.seed,
+        "max_new_tokens": request.sampling.max_new_tokens,
+        "stop": list(request.sampling.stop),
         "samples": [
             {
                 "text": s.text,
@@ -230,43 +218,35 @@ def _cli_hints() -> Iterator[None]:
 
 def run_generate(request: GenerateRequest) -> int:
     """Run the command; return its exit status."""
-    check_stop(request.stop)
-    check_installed(request.model, request.chain, request.flags)
-    cache = resolve_cache(request.cache)
+    sampling = request.sampling
+    check_stop(sampling.stop)
+    name, cache = sampling.check()
     strategy = resolve_strategy(request.strategy)
-    name = model_name(request.model)
-    chain = build_chain(request.chain, request.flags)
+    chain = build_chain(sampling.chain, sampling.flags)
     prompt = prompt_text(request.prompt)
-    model = load_named_model(name)
-    set_threads(model, request.threads)
-    encoded = encode_prompt(model, prompt, request.replace_unknown)
+    model = sampling.load_model(name)
+    spec = SampleSpec(
+        prompt=sampling.encode(model, prompt),
+        chain=chain,
+        num_samples=request.num_samples,
+        max_new_tokens=sampling.max_new_tokens,
+        cache=cache,
+        seed=sampling.seed,
+        stop=sampling.stop,
+    )
 
     with TextOutput(text=not request.json_output) as out, _cli_hints():
         writer = None if request.json_output else SampleWriter(out, request.num_samples, prompt if request.echo else "")
-        on_text = writer.text if writer else lambda row, delta: None
-        on_finish = writer.finish if writer else lambda row: None
-        common: dict[str, Any] = {
-            "num_samples": request.num_samples,
-            "max_new_tokens": request.max_new_tokens,
-            "cache": cache,
-            "seed": request.seed,
-            "stop": request.stop,
-        }
+        sink: SampleSink = writer if writer is not None else _NoSink()
+
+        def on_token(tokens: int, seconds: float) -> None:
+            out.status(_status_line(tokens, seconds, request.num_samples))
+
         if strategy == "sample":
-            result = stream_samples(
-                model,
-                encoded,
-                chain,
-                on_text=on_text,
-                on_finish=on_finish,
-                on_token=lambda tokens, seconds: out.status(_status_line(tokens, seconds, request.num_samples)),
-                **common,
-            )
+            result = stream_samples(model, spec, sink, on_token)
         else:
             out.status(f"decoding with {strategy} ...")
-            result = decode_samples(
-                model, encoded, chain, strategy=strategy, on_text=on_text, on_finish=on_finish, **common
-            )
+            result = decode_samples(model, spec, strategy, sink)
         if writer is not None:
             writer.close()
 

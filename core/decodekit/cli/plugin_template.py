@@ -1,13 +1,15 @@
 """The files `decodekit new-plugin` writes: a complete distribution per kind of plugin.
 
-Each text is a `string.Template` (`$name`, `$dist`, `$pkg`, `$cls`, `$module`); the generated
-code uses only decodekit's public API, registers by import path (listing plugins stays
-torch-free), and its tests run the conformance kit where one exists for the kind.
+Each text is a `string.Template` (`$name`, `$dist`, `$pkg`, `$cls`, `$module`, and the kind's
+`SUMMARY`, `USAGE` and `REGISTRATION` fields); the generated code uses only decodekit's public
+API, registers by import path (listing plugins stays torch-free), and its tests run the
+conformance kit where one exists for the kind.
 """
 
 from __future__ import annotations
 
 from string import Template
+from typing import NamedTuple
 
 __all__ = ["KINDS", "files_for"]
 
@@ -115,51 +117,38 @@ class ${cls}Params(Params):
 ''',
 }
 
-PLUGIN = {
-    "sampler": '''\
-"""Registers the `$name` sampler (by import path: listing plugins imports no torch)."""
+PLUGIN = '''\
+"""Registers the `$name` $what (by import path: listing plugins imports no torch)."""
 
 from decodekit import hookimpl
 from $pkg.params import ${cls}Params
 
 
 @hookimpl
-def register_samplers(register):
-    register("$name", "$pkg.$module:$cls", ${cls}Params, "Soft-cap logits: cap * tanh(logits / cap)")
-''',
-    "cache": '''\
-"""Registers the `$name` cache backend (by import path: listing plugins imports no torch)."""
-
-from decodekit import hookimpl
-from $pkg.params import ${cls}Params
+def $hook(register):
+    register("$name", "$pkg.$module:$target", ${cls}Params, "$description")
+'''
 
 
-@hookimpl
-def register_cache_backends(register):
-    register("$name", "$pkg.$module:$cls", ${cls}Params, "Preallocated keys/values, one per kv-head")
-''',
-    "model": '''\
-"""Registers the `$name` model (by import path: listing plugins imports no torch)."""
+class Registration(NamedTuple):
+    """What a kind's `plugin.py` registers: `what` it is called, its `hook`, the `target` it names in the
+    implementation module (a template, like `USAGE`) and its `description`."""
 
-from decodekit import hookimpl
-from $pkg.params import ${cls}Params
-
-
-@hookimpl
-def register_models(register):
-    register("$name", "$pkg.$module:load", ${cls}Params, "A small random-init byte-level GPT")
-''',
-    "strategy": '''\
-"""Registers the `$name` decode strategy (by import path: listing plugins imports no torch)."""
-
-from decodekit import hookimpl
-from $pkg.params import ${cls}Params
+    what: str
+    hook: str
+    target: str
+    description: str
 
 
-@hookimpl
-def register_strategies(register):
-    register("$name", "$pkg.$module:$module", ${cls}Params, "Best of n: the most likely of n samples per prompt")
-''',
+REGISTRATION = {
+    "sampler": Registration("sampler", "register_samplers", "$cls", "Soft-cap logits: cap * tanh(logits / cap)"),
+    "cache": Registration(
+        "cache backend", "register_cache_backends", "$cls", "Preallocated keys/values, one per kv-head"
+    ),
+    "model": Registration("model", "register_models", "load", "A small random-init byte-level GPT"),
+    "strategy": Registration(
+        "decode strategy", "register_strategies", "$module", "Best of n: the most likely of n samples per prompt"
+    ),
 }
 
 IMPL = {
@@ -435,13 +424,15 @@ def files_for(kind: str, name: str) -> dict[str, str]:
         "summary": SUMMARY[kind],
     }
     values["usage"] = Template(USAGE[kind]).substitute(values)
+    values.update(REGISTRATION[kind]._asdict())
+    values["target"] = Template(values["target"]).substitute(values)
     texts = {
         "pyproject.toml": PYPROJECT,
         "README.md": README,
         f"src/{pkg}/__init__.py": INIT,
         f"src/{pkg}/py.typed": "",
         f"src/{pkg}/params.py": PARAMS[kind],
-        f"src/{pkg}/plugin.py": PLUGIN[kind],
+        f"src/{pkg}/plugin.py": PLUGIN,
         f"src/{pkg}/{name}.py": IMPL[kind],
         f"tests/test_{name}.py": TESTS[kind],
     }

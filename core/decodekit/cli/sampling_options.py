@@ -1,0 +1,59 @@
+"""The sampling options `decodekit generate` shares with its `--input` batch mode, and what both do with them.
+
+`app.py` builds one `SamplingOptions` from the command line; a prompt and a file of prompts
+are then checked, loaded and encoded the same way. Nothing here imports torch until a model loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from decodekit.cli.options import check_installed, encode_prompt, load_named_model, model_name, resolve_cache
+
+__all__ = ["SMALL_MODEL_PARAMETERS", "SamplingOptions", "set_threads"]
+
+SMALL_MODEL_PARAMETERS = 20_000_000
+
+
+def set_threads(model: object, threads: int | None) -> None:
+    """Use `threads` CPU threads; by default one for a small model (see `--threads`)."""
+    import torch
+
+    if threads is None:
+        parameters = getattr(model, "parameters", None)
+        size = sum(p.numel() for p in parameters()) if callable(parameters) else SMALL_MODEL_PARAMETERS
+        threads = 1 if size < SMALL_MODEL_PARAMETERS else None
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """The options of `decodekit generate` that its batch mode shares, as given."""
+
+    model: str | None
+    chain: str | None
+    flags: dict[str, float | int | None]
+    max_new_tokens: int
+    seed: int | None
+    cache: str | None
+    stop: tuple[str, ...]
+    threads: int | None = None
+    replace_unknown: bool = False
+
+    def check(self) -> tuple[str, str]:
+        """Check what is installed and the cache before any model loads; return the model's name and the cache."""
+        check_installed(self.model, self.chain, self.flags)
+        cache = resolve_cache(self.cache)
+        return model_name(self.model), cache
+
+    def load_model(self, name: str) -> Any:
+        """Load the model `check` named, on `--threads` CPU threads."""
+        model = load_named_model(name)
+        set_threads(model, self.threads)
+        return model
+
+    def encode(self, model: Any, prompt: str) -> str | list[int]:
+        """The prompt as the model's tokenizer encodes it (see `--replace-unknown`)."""
+        return encode_prompt(model, prompt, self.replace_unknown)
