@@ -241,6 +241,7 @@ def $module(request: dk.DecodeRequest, params: ${cls}Params) -> dk.Generation:
         stop_strings=request.stop_strings,
         seed=request.seed,
         logprobs=request.logprobs if request.logprobs is not None else 0,
+        compile=request.compile,
     )
     assert out.logprobs is not None
     score = [sum(t.raw for t in row) for row in out.logprobs]  # log-probability of each sample
