@@ -199,7 +199,10 @@ class Chain:
         else:
             tokens = self.selector(x, ctx)
             top = x.amax(-1)  # NaN anywhere in a row makes its max NaN
-        return torch.where(torch.isfinite(top), tokens, -1)
+        # Finite exactly where clamping to the finite range changes nothing (NaN equals nothing):
+        # two kernels, where torch.isfinite runs four and a copy of its scalar.
+        big = torch.finfo(top.dtype).max
+        return torch.where(top.clamp(-big, big) == top, tokens, -1)
 
     def resolve(
         self,

@@ -18,17 +18,16 @@ __all__ = ["Sample", "inverse_cdf"]
 _BELOW_ONE = 1.0 - 2.0**-23
 
 
-def inverse_cdf(logits: Tensor, u: Tensor, top: Tensor | None = None) -> Tensor:
+def inverse_cdf(logits: Tensor, u: Tensor) -> Tensor:
     """Position `[B, 1]` drawn from softmax(`logits` `[B, K]`): the first whose CDF exceeds `u` `[B, 1]`
-    in [0, 1) times the total. `top` `[B, 1]`: each row's maximum, when known.
+    in [0, 1) times the total.
 
     Summed in float32 (float64 when given). Tokens at -inf have zero width, so they are never
     drawn. On a row that cannot be sampled (NaN, +inf, none finite) the position is meaningless
     but in range; the chain marks such rows.
     """
     x = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
-    top = x.amax(-1, keepdim=True) if top is None else top
-    cdf = (x - top).exp().cumsum(-1)  # the max adds exp(0): the total is >= 1
+    cdf = (x - x.amax(-1, keepdim=True)).exp().cumsum(-1)  # the max adds exp(0): the total is >= 1
     # u < 1 - 2**-24; scaled by 1 - 2**-23 its product with a total >= 1 rounds strictly below the
     # total, so the first entry above it has a non-empty step of the CDF, never a removed token's.
     target = cdf[:, -1:] * (u * _BELOW_ONE)
@@ -46,7 +45,7 @@ class Sample(SelectorBase[NoParams]):
 
     def select_candidates(self, c: Candidates, ctx: DecodeContext) -> Tensor:
         # The candidates in vocabulary order, as the dense call walks the vocabulary: the same
-        # uniform then picks the same token on either path. (Sorted by value: column 0 is the max.)
+        # uniform then picks the same token on either path.
         indices, order = c.indices.sort(-1)
-        pos = inverse_cdf(c.values.gather(1, order), ctx.uniform(keepdim=True), c.values[:, :1])
+        pos = inverse_cdf(c.values.gather(1, order), ctx.uniform(keepdim=True))
         return indices.gather(1, pos).view(-1)
