@@ -32,7 +32,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 import decodekit as dk
@@ -103,7 +102,7 @@ def straight_line_step(
     V, k, room = x.shape[1], 50, 58
     R, C = _grid(V, room)
     ids = history.clamp(max=V)
-    padded = F.pad(x, (0, 1))  # repetition_penalty(1.1)
+    padded = torch.cat([x, x[:, :1]], 1)  # repetition_penalty(1.1)
     seen = padded.gather(1, ids)
     y = padded.scatter_(1, ids, torch.where(seen > 0, seen / 1.1, seen * 1.1))[:, :V]
 
@@ -123,11 +122,13 @@ def straight_line_step(
     cut = values.gather(1, torch.searchsorted(cum, cum[:, -1:] * 0.9).clamp_(max=room))
     values = values.masked_fill(values < cut, float("-inf"))
     in_order, order = ids.sort(-1)  # sample, in vocabulary order
-    cdf = (values.gather(1, order) - values[:, :1]).exp().cumsum(-1)
+    in_order_values = values.gather(1, order)
+    cdf = (in_order_values - in_order_values.amax(-1, keepdim=True)).exp().cumsum(-1)
     u = torch.rand((1, 1), generator=generator)
     pick = torch.searchsorted(cdf, cdf[:, -1:] * (u * (1.0 - 2.0**-23)), right=True).clamp_(max=room)
     token = in_order.gather(1, pick)
-    return torch.where(torch.isfinite(values.amax(-1)), token.view(-1), -1)
+    top, big = values.amax(-1), torch.finfo(values.dtype).max
+    return torch.where(top.clamp(-big, big) == top, token.view(-1), -1)
 
 
 def check_straight_line(x: torch.Tensor, ctx: dk.DecodeContext, chain: dk.Chain) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from pydantic import Field
@@ -138,6 +140,22 @@ def test_fork_draws_what_the_context_will_and_changes_nothing_in_it() -> None:
     stage(torch.zeros(2, 5), fork)
     assert fork.state_for(stage) == [2] and ctx.state_for(stage) == [1]  # the same state, copied
     assert [ctx.uniform().tolist() for _ in range(70)] == forked  # the context then draws the same
+
+
+@dataclasses.dataclass(eq=False)
+class _PluginContext(dk.DecodeContext):
+    eos_id: int = -1
+
+    def is_eos(self, token: int) -> bool:
+        return token == self.eos_id
+
+
+def test_a_fork_of_a_context_subclass_is_one_too() -> None:
+    ctx = _PluginContext(tokens=torch.zeros(1, 2, dtype=torch.long), eos_id=7)
+    fork = ctx.fork()
+    assert type(fork) is _PluginContext and fork.eos_id == 7 and fork.is_eos(7)
+    fork.eos_id = 3
+    assert ctx.eos_id == 7
 
 
 def test_last_only_is_the_last_column_of_the_full_logits() -> None:

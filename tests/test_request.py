@@ -38,7 +38,7 @@ BAD_ARGUMENTS = [
     ({"chain": 5}, r"chain=5 is invalid; allowed: a Chain, a chain string, a spec list, or None"),
     (
         {"max_new_token": 5},
-        r"unknown (option|parameter) max_new_token=5; allowed(| parameters): chain, max_new_tokens, ",
+        r"unknown parameter max_new_token=5; allowed parameters: (.*, )?chain, max_new_tokens, ",
     ),
 ]
 BAD_PROMPTS = [
@@ -164,3 +164,19 @@ def test_beam_search_takes_a_seed_for_stages_that_draw() -> None:
 def test_strategies_that_cannot_compile_say_so(strategy: str) -> None:
     with pytest.raises(dk.ParameterError, match=r"compile=True is not supported; allowed: False"):
         dk.decode(tiny_gpt(), [[1, 2]], strategy=strategy, max_new_tokens=2, compile=True)
+
+
+def test_an_unknown_keyword_names_the_entry_point_and_all_it_takes() -> None:
+    model = tiny_gpt(2)
+    with pytest.raises(
+        dk.ParameterError, match=r"^generate: unknown parameter temprature=0.7; allowed parameters: chain,"
+    ):
+        dk.generate(model, [[1]], temprature=0.7)  # type: ignore[call-arg]
+    with pytest.raises(dk.ParameterError, match=r"^stream: unknown parameter temprature=0.7"):
+        dk.stream(model, [[1]], temprature=0.7)  # type: ignore[call-arg]
+    with pytest.raises(
+        dk.ParameterError,
+        match=r"^beam_search: unknown parameter temprature=0.7; allowed parameters: num_beams, length_penalty, "
+        r"early_stopping, num_return_sequences, chain, max_new_tokens",
+    ):
+        dk.beam_search(model, [[1]], temprature=0.7)  # type: ignore[call-arg]

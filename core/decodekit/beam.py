@@ -154,7 +154,7 @@ def beam_search(
         "num_return_sequences": num_return_sequences,
     }
     params = validate_params("beam_search", BeamParams, own)
-    request = decode_request(model, prompts, **options)
+    request = decode_request(model, prompts, "beam_search", tuple(own), **options)
     return beam_strategy(request, params)
 
 

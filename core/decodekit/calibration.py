@@ -140,7 +140,7 @@ def attention_profile(model: GPT, windows: Tensor, sinks: int) -> tuple[Tensor, 
             total[layer, :, d] = diag.double().sum((0, 2))
             count[d] = diag.shape[0] * diag.shape[2]
         sink[layer] = probs[:, :, T // 2 :, :sinks].double().mean((0, 1, 2))
-        x = block(x, LayerInputs(None, None, rope, None))
+        x = block(x, LayerInputs(mask=None, cache=None, rope=rope, positions=None))
     return total / count, sink
 
 

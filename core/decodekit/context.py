@@ -116,7 +116,7 @@ class DecodeContext:
         nothing here (`decodekit explain` traces each step on a fork; a chain redoes a step on one)."""
         # Not the constructor (its check of the ids reads them back: once is enough), nor copy.copy
         # (five times slower, and this runs every step of a chain that may redo one).
-        twin = object.__new__(DecodeContext)
+        twin = object.__new__(type(self))  # a subclass of a plugin's stays one
         twin.__dict__.update(self.__dict__)
         twin.generators = None if self.generators is None else [g.clone_state() for g in self.generators]
         twin.state = {key: (stage, copy.deepcopy(value)) for key, (stage, value) in self.state.items()}

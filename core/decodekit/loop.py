@@ -248,7 +248,7 @@ def stream(model: Any, prompts: Prompts, **options: Unpack[DecodeOptions]) -> It
     (`decodekit.request.DecodeOptions` says what each means and its default). Every one is
     checked before anything runs (`dk.ParameterError` naming it).
     """
-    return stream_request(decode_request(model, prompts, **options))
+    return stream_request(decode_request(model, prompts, "stream", (), **options))
 
 
 def generate(model: Any, prompts: Prompts, **options: Unpack[DecodeOptions]) -> Generation:

@@ -232,14 +232,23 @@ def _logprobs(logprobs: object, vocab_size: int) -> int | None:
     return n
 
 
-def decode_request(model: Any, prompts: Prompts, **options: Unpack[DecodeOptions]) -> DecodeRequest:
-    """Check every shared option (`DecodeOptions`; an unknown name is an error too) and build the request."""
+def decode_request(
+    model: Any, prompts: Prompts, what: str = "generate", own: Sequence[str] = (), /, **options: Unpack[DecodeOptions]
+) -> DecodeRequest:
+    """Check every shared option (`DecodeOptions`) and build the request.
+
+    An unknown option is an error naming the caller (`what`) and what it takes: its `own`
+    parameters, then the shared options.
+    """
     from decodekit.prompts import prompt_rows
 
     given: dict[str, Any] = {**_DEFAULTS, **options}
     unknown = sorted(given.keys() - _DEFAULTS.keys())
     if unknown:
-        raise ParameterError(f"unknown option {unknown[0]}={given[unknown[0]]!r}; allowed: {', '.join(_DEFAULTS)}")
+        allowed = ", ".join([*own, *_DEFAULTS])
+        raise ParameterError(
+            f"{what}: unknown parameter {unknown[0]}={given[unknown[0]]!r}; allowed parameters: {allowed}"
+        )
     V = _vocab_size(model)
     max_new = _check_count("max_new_tokens", given["max_new_tokens"])
     rows = prompt_rows(model, prompts)

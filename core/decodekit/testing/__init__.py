@@ -16,10 +16,13 @@ from decodekit.testing.caches import CacheConformance, check_cache
 from decodekit.testing.inputs import NEG, ctx_for, random_logits
 from decodekit.testing.processors import ProcessorConformance, check_processor
 from decodekit.testing.selectors import SelectorConformance, check_selector
+from decodekit.testing.suite import KitOptions, KitSettings
 
 __all__ = [
     "NEG",
     "CacheConformance",
+    "KitOptions",
+    "KitSettings",
     "ProcessorConformance",
     "SelectorConformance",
     "check_cache",

@@ -12,19 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
+from typing_extensions import Unpack
 
 from decodekit.context import DecodeContext
 from decodekit.stage import Candidates, densify
 from decodekit.testing.assertions import assert_candidates_valid, assert_same_logits, first_rows
 from decodekit.testing.inputs import NEG, ContextFactory, TokenHistory, candidates_from, has_ties, tolerance
 from decodekit.testing.suite import Conformance, KitOptions, KitSettings, check_spec_round_trip
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack  # typing.Unpack from Python 3.11; in annotations only
 
 __all__ = [
     "ProcessorConformance",

@@ -67,7 +67,7 @@ _HOOK_CALL = """\
 import json, sys
 import {module} as plugin
 calls = []
-plugin.{hook}(lambda *args, **kwargs: calls.append(args[:2]))
+plugin.{hook}(lambda name, impl, *args, **kwargs: calls.append((name, impl)))
 assert 'torch' not in sys.modules, '{module} imported torch'
 print(json.dumps(calls))
 """

@@ -10,10 +10,11 @@ seeded draws.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
+from typing_extensions import Unpack
 
 from decodekit.context import DecodeContext, row_generators
 from decodekit.stage import Candidates, densify
@@ -28,9 +29,6 @@ from decodekit.testing.inputs import (
     selector_logits,
 )
 from decodekit.testing.suite import Conformance, KitOptions, KitSettings, check_spec_round_trip
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack  # typing.Unpack from Python 3.11; in annotations only
 
 __all__ = [
     "SelectorConformance",

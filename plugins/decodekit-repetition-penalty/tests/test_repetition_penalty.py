@@ -157,3 +157,9 @@ def test_the_kit_catches_padding_counted_as_a_token() -> None:
     check_processor(RepetitionPenalty(penalty=1.5))  # the real one passes the same check
     with pytest.raises(AssertionError, match=r"alone vs in a batch of 4, left-padded history"):
         check_processor(CountsPadding(penalty=1.5))
+
+
+def test_an_empty_vocabulary_is_returned_as_is() -> None:
+    ctx = dk.DecodeContext(tokens=torch.tensor([[3, 5]]))
+    out = RepetitionPenalty(penalty=1.5)(torch.empty(1, 0), ctx)
+    assert out.shape == (1, 0)

@@ -35,7 +35,7 @@ class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         V = logits.shape[-1]
         ids = self._context_ids(ctx, V)  # [B, T'], V where a position does not count
-        if self.params.penalty == 1.0 or ids.shape[1] == 0:
+        if self.params.penalty == 1.0 or ids.shape[1] == 0 or V == 0:
             return logits
         # [B, V + 1]: column V, any value (here column 0's), takes the writes of what does not count
         padded = torch.cat([logits, logits[:, :1]], 1)

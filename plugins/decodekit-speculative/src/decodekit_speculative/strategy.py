@@ -91,7 +91,8 @@ def speculative(model: Any, prompts: Any, **options: Any) -> SpeculativeGenerati
     """
     own = {key: options.pop(key) for key in list(options) if key in SpeculativeParams.model_fields}
     params = validate_params("strategy speculative", SpeculativeParams, own)
-    return speculative_strategy(decode_request(model, prompts, **options), params)
+    request = decode_request(model, prompts, "speculative", tuple(SpeculativeParams.model_fields), **options)
+    return speculative_strategy(request, params)
 
 
 def speculative_strategy(request: DecodeRequest, params: Params) -> SpeculativeGeneration:
