@@ -68,7 +68,9 @@ def batch_request(
     given = [name for name, is_given in exclusive.items() if is_given]
     if given:
         raise CliError(f"--input cannot be combined with {', '.join(given)}; each line of the file is one prompt")
-    return BatchRequest(input_file, output, sampling, batch_size, resume, on_error)
+    return BatchRequest(
+        input=input_file, output=output, sampling=sampling, batch_size=batch_size, resume=resume, on_error=on_error
+    )
 
 
 class _TokensPerSecond(ProgressColumn):
