@@ -12,12 +12,15 @@ import warnings
 from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Protocol, cast
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
 
 import typer
 
 from decodekit.cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
 from decodekit.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error, report_warning
+
+if TYPE_CHECKING:
+    from decodekit.cli.sampling_options import SamplingOptions
 
 __all__ = ["app", "run"]
 
@@ -195,18 +198,9 @@ def generate(
         typer.Option("--on-error", help="A bad input line: skip it (with a warning) or fail.", rich_help_panel=BATCH),
     ] = OnError.fail,
 ) -> None:
-    from decodekit.cli.sampling_options import SamplingOptions
-
-    sampling = SamplingOptions(
-        model=model,
-        chain=chain,
-        flags=_flags(temperature, top_k, top_p, repetition_penalty),
-        max_new_tokens=max_new_tokens,
-        seed=seed,
-        cache=cache,
-        stop=tuple(stop or ()),
-        threads=threads,
-        replace_unknown=replace_unknown,
+    flags = _flags(temperature, top_k, top_p, repetition_penalty)
+    sampling = _sampling(
+        model, chain, flags, seed, cache, replace_unknown, max_new_tokens=max_new_tokens, stop=stop, threads=threads
     )
     if input_file is not None or output is not None:
         from decodekit.cli.batch_command import batch_request, run_batch
@@ -261,20 +255,9 @@ def explain(
 ) -> None:
     from decodekit.cli.explain_command import ExplainRequest, run_explain
 
-    request = ExplainRequest(
-        prompt=prompt,
-        model=model,
-        chain=chain,
-        flags=_flags(temperature, top_k, top_p, repetition_penalty),
-        steps=steps,
-        top=top,
-        seed=seed,
-        plot=plot,
-        plot_step=plot_step,
-        json_output=json_output,
-        cache=cache,
-        replace_unknown=replace_unknown,
-    )
+    flags = _flags(temperature, top_k, top_p, repetition_penalty)
+    sampling = _sampling(model, chain, flags, seed, cache, replace_unknown, max_new_tokens=steps)
+    request = ExplainRequest(prompt, sampling, top=top, plot=plot, plot_step=plot_step, json_output=json_output)
     raise typer.Exit(run_explain(request))
 
 
@@ -366,6 +349,34 @@ def new_plugin(
     from decodekit.cli.new_plugin import write_plugin
 
     raise typer.Exit(write_plugin(name, kind.value, directory))
+
+
+def _sampling(
+    model: str | None,
+    chain: str | None,
+    flags: dict[str, float | int | None],
+    seed: int | None,
+    cache: str | None,
+    replace_unknown: bool,
+    *,
+    max_new_tokens: int,
+    stop: Sequence[str] | None = None,
+    threads: int | None = None,
+) -> SamplingOptions:
+    """The options `generate` and `explain` take alike (explain's steps are its new tokens)."""
+    from decodekit.cli.sampling_options import SamplingOptions
+
+    return SamplingOptions(
+        model=model,
+        chain=chain,
+        flags=flags,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        cache=cache,
+        stop=tuple(stop or ()),
+        threads=threads,
+        replace_unknown=replace_unknown,
+    )
 
 
 def _flags(

@@ -10,14 +10,8 @@ from rich.text import Text
 
 from decodekit.cli.errors import CliError
 from decodekit.cli.json_output import print_json
-from decodekit.cli.options import (
-    build_chain,
-    check_installed,
-    encode_prompt,
-    load_named_model,
-    model_name,
-    resolve_cache,
-)
+from decodekit.cli.options import build_chain, load_named_model
+from decodekit.cli.sampling_options import SamplingOptions
 
 __all__ = ["ExplainRequest", "run_explain"]
 
@@ -27,17 +21,15 @@ class ExplainRequest:
     """The options of `decodekit explain`, as given."""
 
     prompt: str
-    model: str | None
-    chain: str | None
-    flags: dict[str, float | int | None]
-    steps: int
+    sampling: SamplingOptions  # max_new_tokens: the steps traced
     top: int
-    seed: int | None
     plot: Path | None
     plot_step: int
     json_output: bool
-    cache: str | None = None
-    replace_unknown: bool = False
+
+    @property
+    def steps(self) -> int:
+        return self.sampling.max_new_tokens
 
 
 def run_explain(request: ExplainRequest) -> int:
@@ -48,18 +40,17 @@ def run_explain(request: ExplainRequest) -> int:
         from decodekit.cli.explain_render import check_plot_path
 
         check_plot_path(request.plot)
-    check_installed(request.model, request.chain, request.flags)
-    cache = resolve_cache(request.cache)
-    name = model_name(request.model)
-    chain = build_chain(request.chain, request.flags)
+    sampling = request.sampling
+    name, cache = sampling.check()
+    chain = build_chain(sampling.chain, sampling.flags)
     from decodekit.cli.explain import explain_steps, stage_label
     from decodekit.cli.explain_render import plot_step, render_steps, steps_json
 
-    model = load_named_model(name)
-    prompt = encode_prompt(model, request.prompt, request.replace_unknown)
-    reports = explain_steps(model, prompt, chain, steps=request.steps, top=request.top, seed=request.seed, cache=cache)
+    model = load_named_model(name)  # on torch's threads, as before: --threads is generate's
+    prompt = sampling.encode(model, request.prompt)
+    reports = explain_steps(model, prompt, chain, steps=request.steps, top=request.top, seed=sampling.seed, cache=cache)
     if request.json_output:
-        header = {"model": name, "prompt": request.prompt, "chain": str(chain), "cache": cache, "seed": request.seed}
+        header = {"model": name, "prompt": request.prompt, "chain": str(chain), "cache": cache, "seed": sampling.seed}
         print_json(steps_json(reports, **header))
     else:
         console = Console()

@@ -1,7 +1,8 @@
-"""The sampling options `decodekit generate` shares with its `--input` batch mode, and what both do with them.
+"""The sampling options `decodekit generate`, its `--input` batch mode and `decodekit explain` share,
+and what they do with them.
 
-`app.py` builds one `SamplingOptions` from the command line; a prompt and a file of prompts
-are then checked, loaded and encoded the same way. Nothing here imports torch until a model loads.
+`app.py` builds one `SamplingOptions` from the command line; a prompt, a file of prompts and an
+explained prompt are then checked, loaded and encoded the same way. Nothing here imports torch until a model loads.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def set_threads(model: object, threads: int | None) -> None:
 
 @dataclass(frozen=True)
 class SamplingOptions:
-    """The options of `decodekit generate` that its batch mode shares, as given."""
+    """The options `decodekit generate`, its batch mode and `decodekit explain` share, as given."""
 
     model: str | None
     chain: str | None
