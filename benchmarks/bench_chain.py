@@ -11,7 +11,10 @@ time of one small call (`a - b` on `[1, 58]`): on a CPU a step of small tensors 
 about its calls times that, plus its passes over the vocabulary. A last row times the full
 chain's arithmetic written out by hand as straight-line torch calls (`straight_line_step`: no
 stages, no chain, the same tokens): what eager PyTorch costs for these semantics without the
-framework around them.
+framework around them. With `--compile`, the same steps under `torch.compile` as
+`dk.generate(..., compile=True)` compiles them (`decodekit.compiling.compiled_select`), and the
+full chain's processors alone compiled (`process_fast`: the part before the selector's draw
+from its row's `torch.Generator`, which dynamo cannot trace and runs eagerly between graphs).
 
 Everything runs under `torch.inference_mode()`, as the decode loop runs its steps. Targets on
 [1, 50257], for one step as the decode loop takes it (`chain.select`: the processors, the
@@ -20,7 +23,7 @@ that turns a flag into a NumericsError and is reported beside it):
     repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample   <= 5x softmax
     temperature(0.8) | top_p(0.9) | sample                                          <= 10x softmax
 
-    python benchmarks/bench_chain.py [--rounds 15] [--calls 50] [--threads N]
+    python benchmarks/bench_chain.py [--rounds 15] [--calls 50] [--threads N] [--compile]
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from torch.overrides import TorchFunctionMode
 
 import decodekit as dk
 from decodekit.candidates import _grid
+from decodekit.compiling import compiled_select
 from decodekit.context import row_generators
 
 VOCAB = 50_257
@@ -43,6 +47,7 @@ HISTORY = 160
 FULL = "repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"
 NUCLEUS = "temperature(0.8) | top_p(0.9) | sample"
 SELECT = "  [select: one decode-loop step]"
+COMPILED = "  [compile=True]"
 TARGETS = {(FULL + SELECT, 1): 5.0, (NUCLEUS + SELECT, 1): 10.0}
 
 
@@ -141,7 +146,19 @@ def check_straight_line(x: torch.Tensor, ctx: dk.DecodeContext, chain: dk.Chain)
             raise AssertionError(f"straight_line_step draw {draw}: {a.tolist()} != chain {b.tolist()}")
 
 
-def cases(batch: int) -> dict[str, Callable[[], object]]:
+def compiled_cases(x: torch.Tensor, ctx: dk.DecodeContext) -> dict[str, Callable[[], object]]:
+    """The `select` steps as `compile=True` runs them, and the full chain's processors compiled alone."""
+    full, nucleus = dk.Chain.parse(FULL), dk.Chain.parse(NUCLEUS)
+    full_select, nucleus_select = compiled_select(full), compiled_select(nucleus)
+    processors = torch.compile(full.process_fast, dynamic=None)
+    return {
+        FULL + SELECT + COMPILED: lambda: full_select(x, ctx),
+        NUCLEUS + SELECT + COMPILED: lambda: nucleus_select(x, ctx),
+        f"{FULL}  [processors only: process_fast]" + COMPILED: lambda: processors(x, ctx),
+    }
+
+
+def cases(batch: int, compile: bool = False) -> dict[str, Callable[[], object]]:
     x = peaked_logits(batch)
     ctx = context(batch)
     full, nucleus = dk.Chain.parse(FULL), dk.Chain.parse(NUCLEUS)
@@ -169,16 +186,17 @@ def cases(batch: int) -> dict[str, Callable[[], object]]:
         "greedy (chain)": lambda: greedy_chain(x, ctx),
         "sample (selector alone, dense)": lambda: sample(x, ctx),
         **by_hand,
+        **(compiled_cases(x, ctx) if compile else {}),
     }
 
 
-def run(batch: int, rounds: int, calls: int) -> tuple[dict[str, float], dict[str, int]]:
+def run(batch: int, rounds: int, calls: int, compile: bool) -> tuple[dict[str, float], dict[str, int | None]]:
     """Median seconds per call of each case over every timed call, the cases interleaved round by
-    round; and each case's torch calls."""
-    fns = cases(batch)
-    for fn in fns.values():  # warm up
+    round; and each case's torch calls (None for a compiled case: its calls are a graph's)."""
+    fns = cases(batch, compile)
+    for fn in fns.values():  # warm up (and compile)
         call_times(fn, 5)
-    ops = {name: torch_calls(fn) for name, fn in fns.items()}
+    ops = {name: None if name.endswith(COMPILED) else torch_calls(fn) for name, fn in fns.items()}
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
@@ -191,13 +209,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=50, help="calls per round at batch 1 (a tenth at batch 32)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, for stable numbers)")
+    parser.add_argument("--compile", action="store_true", help="also time the steps under torch.compile")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, V = {VOCAB}, history {HISTORY} tokens")
     for batch in (1, 32):
         with torch.inference_mode():
-            medians, ops = run(batch, args.rounds, args.calls)
+            medians, ops = run(batch, args.rounds, args.calls, args.compile)
         base = medians["softmax"]
         print(f"\n[{batch}, {VOCAB}]  softmax: {base * 1e6:8.1f} us")
         for name, t in medians.items():
@@ -205,7 +224,8 @@ def main() -> None:
                 continue
             target = TARGETS.get((name, batch))
             verdict = "" if target is None else f"  target <= {target:g}x: {'met' if t / base <= target else 'MISSED'}"
-            print(f"  {t / base:6.2f}x  {t * 1e6:9.1f} us  {ops[name]:3d} calls  {name}{verdict}")
+            calls = "  -" if ops[name] is None else f"{ops[name]:3d}"
+            print(f"  {t / base:6.2f}x  {t * 1e6:9.1f} us  {calls} calls  {name}{verdict}")
 
 
 if __name__ == "__main__":

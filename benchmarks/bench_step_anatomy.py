@@ -14,7 +14,9 @@ Reference GPT of `bench_generate.py` (2 layers, 128 dims, vocabulary 50,257), ba
    buffer and host read, and that function with `torch.topk` over the row in place of the grid
    search; every loop's steps timed as `bench_generate.py` times them (`StepClock`): per-step
    medians, each round's ratio to the minimal loop in the same round (order rotating), median
-   and middle half over rounds.
+   and middle half over rounds. The plain function is a lower bound, not the chain's semantics:
+   it penalises in place, divides only the pool by T (which the chain no longer may), reads its
+   tie check back to the host and handles one row.
 
     python benchmarks/bench_step_anatomy.py [--rounds 16] [--threads 1]
 """
@@ -117,7 +119,7 @@ def bench_small_ops(model: GPT, prompt: torch.Tensor, rounds: int) -> None:
 
 
 def plain_chain(use_topk: bool) -> Callable[[torch.Tensor, dk.DecodeContext], torch.Tensor]:
-    """The full chain's ops as one function: penalty 1.1 in place, temperature 0.8 on the pool,
+    """The full chain's ops as one function (a lower bound): penalty 1.1 in place, temperature 0.8 on the pool,
     top-k 50 (grid search, or `torch.topk` over the row), top-p 0.9, an inverse-CDF draw in token order."""
     pen, zero, T, p = (torch.tensor(v) for v in (1.1, 0.0, 0.8, 0.9))
     removed, below, none = torch.tensor(float("-inf")), torch.tensor(-1.0), torch.tensor(-1)

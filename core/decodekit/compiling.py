@@ -19,12 +19,18 @@ from torch import Tensor
 from decodekit.chain import Chain
 from decodekit.context import DecodeContext
 
-__all__ = ["compiled_step"]
+__all__ = ["compiled_select", "compiled_step"]
 
 
 def compiled_step(model: Any, chain: Chain) -> tuple[Callable[..., Tensor], Callable[[Tensor, DecodeContext], Tensor]]:
     """`(forward, select)`: `model` and `chain.select`, compiled."""
     # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
-    # unbound size for a repeated-heads (`dense`) cache past 2 layers, and breaks the chain's
-    # graph where a truncation plans its search from the vocabulary size.
-    return torch.compile(model, dynamic=None), torch.compile(chain.select, dynamic=None)
+    # unbound size for a repeated-heads (`dense`) cache past 2 layers.
+    return torch.compile(model, dynamic=None), compiled_select(chain)
+
+
+def compiled_select(chain: Chain) -> Callable[[Tensor, DecodeContext], Tensor]:
+    """`chain.select`, compiled as `compile=True` runs it."""
+    # Not dynamic=True either: it breaks the graph where a truncation plans its search from the
+    # vocabulary size.
+    return torch.compile(chain.select, dynamic=None)

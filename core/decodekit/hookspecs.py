@@ -80,7 +80,8 @@ StrategyRegistrar = Registrar
 """Decode strategies: `impl(request: decodekit.DecodeRequest, params) -> Generation`.
 
 `dk.decode(model, prompts, strategy="name", **options)` validates once the options every strategy
-shares (`chain`, `max_new_tokens`, `cache`, `stop_tokens`, `stop_strings`, `seed`, `logprobs`)
+shares (`chain`, `max_new_tokens`, `cache`, `stop_tokens`, `stop_strings`, `seed`, `logprobs`,
+`compile`)
 into `request` (token ids checked, chain built, cache resolved to a factory) and the others
 against `params`. A strategy that cannot honour a shared option (say `logprobs`) raises
 `ParameterError` naming it.

@@ -50,8 +50,6 @@ class Model(Protocol):
 
     A model whose `supports_last_only` is True also takes `last_only=True` and then returns only
     the last column `[B, 1, V]`; the loop asks for it wherever it reads only `[:, -1]`.
-    The returned logits are the loop's: its chain may overwrite them in place, so a model must
-    not keep reading a tensor it returned (a fresh output, as every PyTorch forward makes, is).
     """
 
     spec: ModelSpec

@@ -68,15 +68,15 @@ def steps_json(reports: list[StepReport], **header: Any) -> dict[str, Any]:
     return {**header, "steps": [{**asdict(r), "text": r.text} for r in reports]}
 
 
-def plot_step(report: StepReport, path: Path, title: str = "") -> None:
+def plot_step(report: StepReport, path: Path) -> None:
     """Write a PNG: for each candidate token, one bar per stage with its probability after that stage."""
     try:
-        step_figure(report, title).savefig(path, dpi=110)
+        step_figure(report).savefig(path, dpi=110)
     except (OSError, ValueError) as exc:
         raise CliError(f"--plot {str(path)!r}: cannot write it: {exc}", exit_code=1) from None
 
 
-def step_figure(report: StepReport, title: str = "") -> Figure:
+def step_figure(report: StepReport) -> Figure:
     """The figure `plot_step` writes; its legend, one stage per line, sits inside it on the right."""
     try:
         from matplotlib.figure import Figure  # the object API: no pyplot state, renders with Agg
@@ -98,7 +98,7 @@ def step_figure(report: StepReport, title: str = "") -> Figure:
     ax.get_xticklabels()[picked].set_fontweight("bold")
     ax.set_ylabel("probability")
     ax.set_ylim(0, 1.05 * max(max(stage.probs) for stage in report.stages))
-    ax.set_title(title or f"step {report.step}: probability after each stage (picked {labels[picked]})")
+    ax.set_title(f"step {report.step}: probability after each stage (picked {labels[picked]})")
     # Outside the axes, inside the figure: constrained layout narrows the axes to make room, so a
     # long chain's labels are never cut (a centred legend below grew wider than the figure).
     fig.legend(loc="outside right upper", fontsize="small", frameon=False)

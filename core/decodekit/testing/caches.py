@@ -33,9 +33,7 @@ PAD = 3  # row 1 of the batch is left-padded by this many slots
 CONFIGS = ((4, 4, torch.float32), (4, 2, torch.float32), (4, 1, torch.float32), (4, 2, torch.float16))
 
 
-def kit_spec(
-    n_heads: int = 4, n_kv_heads: int = 2, dtype: torch.dtype = torch.float32, capacity: int = 40
-) -> CacheSpec:
+def kit_spec(n_heads: int = 4, n_kv_heads: int = 2, dtype: torch.dtype = torch.float32) -> CacheSpec:
     """The kit's cache shape: 2 layers, 2 rows, head_dim 8, rotary positions, a 32-position context."""
     return CacheSpec(
         n_layers=2,
@@ -43,7 +41,7 @@ def kit_spec(
         n_kv_heads=n_kv_heads,
         head_dim=8,
         batch_size=2,
-        capacity=capacity,
+        capacity=40,
         dtype=dtype,
         rope_base=ROPE_BASE,
         max_positions=32,

@@ -24,7 +24,7 @@ from decodekit_adaptive.params import GumbelParams
 if TYPE_CHECKING:
     from decodekit.context import DecodeContext
 
-__all__ = ["Gumbel", "gumbel_noise", "uniforms"]
+__all__ = ["Gumbel", "uniforms"]
 
 
 def uniforms(shape: torch.Size, ctx: DecodeContext, device: torch.device) -> Tensor:
@@ -35,13 +35,6 @@ def uniforms(shape: torch.Size, ctx: DecodeContext, device: torch.device) -> Ten
     for b, g in enumerate(ctx.generators):
         u[b].uniform_(generator=g)
     return u
-
-
-def gumbel_noise(shape: torch.Size, ctx: DecodeContext, device: torch.device) -> Tensor:
-    """Gumbel(0, 1) noise `[B, N]`: -log(-log U), from the same draws as the selector."""
-    u = uniforms(shape, ctx, device)
-    # U = 0 would give G = -inf: keep U > 0 (a shift of 2**-126, far below the draws' 2**-24 step).
-    return u.clamp_(min=torch.finfo(u.dtype).tiny).log_().neg_().log_().neg_()
 
 
 class Gumbel(SelectorBase[GumbelParams]):

@@ -55,10 +55,8 @@ def _package_dir() -> Path:
     return Path(str(resources.files("decodekit_shakespeare")))
 
 
-def load_config(
-    directory: Path | None = None, name: str = CONFIG_NAME
-) -> tuple[GPTConfig | LSTMConfig, CharTokenizer, dict[str, Any]]:
-    """The config (`LSTMConfig` when its `arch` is "lstm", else `GPTConfig`), tokenizer and the raw JSON of
+def load_config(directory: Path | None = None, name: str = CONFIG_NAME) -> tuple[GPTConfig | LSTMConfig, CharTokenizer]:
+    """The config (`LSTMConfig` when its `arch` is "lstm", else `GPTConfig`) and tokenizer of
     `config.json` (or `name`) in `directory` (default: shipped)."""
     path = (directory or _package_dir()) / name
     raw: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
@@ -71,7 +69,7 @@ def load_config(
             f"{path}: alphabet has {tokenizer.vocab_size} characters but vocab_size={config.vocab_size}; "
             "allowed: equal sizes"
         )
-    return config, tokenizer, raw
+    return config, tokenizer
 
 
 def load_tiny_shakespeare(argument: str | None = None, params: NoParams | None = None) -> ShakespeareGPT:
@@ -115,7 +113,7 @@ def _load(label: str, argument: str | None, weights_name: str, config_name: str)
                 f"a directory with {CONFIG_NAME} and {WEIGHTS_NAME}, or a .safetensors file"
             )
     # An export directory holds train.py's names; the shipped files have their own.
-    config, tokenizer, _ = load_config(directory) if directory is not None else load_config(None, config_name)
+    config, tokenizer = load_config(directory) if directory is not None else load_config(None, config_name)
     if not weights.is_file():
         raise ParameterError(f"{label}: weights file {weights} is missing")
     state = {k: v.float() if v.is_floating_point() else v for k, v in load_file(str(weights)).items()}

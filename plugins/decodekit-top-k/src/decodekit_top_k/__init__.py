@@ -11,14 +11,12 @@ from typing import TYPE_CHECKING, Any
 from decodekit_top_k.params import TopKParams
 
 if TYPE_CHECKING:
-    from decodekit.candidates import top_candidates
     from decodekit_top_k.top_k import TopK
 
-__all__ = ["TopK", "TopKParams", "top_candidates"]
+__all__ = ["TopK", "TopKParams"]
 __version__ = "0.1.0"
 
-# top_candidates moved to the core (decodekit.candidates); still importable from here.
-_LAZY = {"TopK": "decodekit_top_k.top_k", "top_candidates": "decodekit.candidates"}
+_LAZY = {"TopK": "decodekit_top_k.top_k"}
 
 
 def __getattr__(name: str) -> Any:
