@@ -27,8 +27,14 @@ __all__ = ["first_max", "keep_at_least", "top_candidates"]
 _MIN_GAIN = 4  # use the grid only when the pool is at most V / 4 tokens
 
 
-@lru_cache(maxsize=64)
+@torch.compiler.assume_constant_result  # type: ignore[untyped-decorator]  # compile runs it once, at trace time
 def _grid(vocab_size: int, n: int) -> tuple[int, int]:
+    """`_plan_grid`, remembered (dynamo would warn about tracing through an lru_cache)."""
+    return _plan_grid(vocab_size, n)
+
+
+@lru_cache(maxsize=64)
+def _plan_grid(vocab_size: int, n: int) -> tuple[int, int]:
     """(R, C) for pooling the n + 1 largest: R near sqrt(V / (n + 1)), which balances the two searches
     (V / R group maxima against a pool of R·(n + 1)); a divisor of V within a third of it if there is
     one, so that no token lies past the grid."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import Tensor
@@ -109,6 +109,44 @@ _Event = tuple[int, int, int, str | None, FinishReason | None, TokenLogprobs | N
 """`TokenEvent`'s fields as a plain tuple: what the loop yields, `stream` wraps and `generate` reads."""
 
 
+class _Start(NamedTuple):
+    """Everything the first step needs."""
+
+    kv: KVCache | None
+    buf: Tensor  # [B, P + new columns]: the history, prompts left-padded
+    positions: Tensor  # [B, P + new columns]: each column's position
+    ctx: DecodeContext
+    logits: Tensor  # [B, V]: the prompt's last column
+
+
+def _prefill(request: DecodeRequest) -> _Start:
+    """The cache, the history, the context, and the whole prompt run in one call."""
+    model, rows, max_new_tokens = request.model, request.prompts, request.max_new_tokens
+    spec: ModelSpec = model.spec
+    B, lens = len(rows), [len(r) for r in rows]
+    P = max(lens)
+    device, dtype = model_device_dtype(model)
+    kv: KVCache | None = None
+    if request.cache is not None:
+        kv = request.cache(
+            CacheSpec.for_model(spec, batch_size=B, capacity=P + max_new_tokens, dtype=dtype, device=device)
+        )
+        check_context(spec, P, max_new_tokens, kv)
+    buf, positions = left_pad(rows, P + min(max_new_tokens, PREALLOCATED_COLUMNS), device)
+    ctx = DecodeContext(
+        tokens=buf[:, :P],
+        prompt_lengths=torch.tensor(lens, device=device) if len(set(lens)) > 1 else None,
+        generators=row_generators(request.seed, B, device),
+    )
+    request.chain.init_state(ctx)
+    # Left padding puts every row's last token in column P-1.
+    if kv is None:
+        logits = uncached_last_logits(model, buf, positions, P)
+    else:
+        logits = model(buf[:, :P], positions[:, :P], kv, **last_only(model))[:, -1]
+    return _Start(kv, buf, positions, ctx, logits)
+
+
 def run_loop(request: DecodeRequest, mode_per_step: bool) -> Iterator[_Event]:
     """The decode loop behind `stream` and `generate` (see `stream`).
 
@@ -119,13 +157,10 @@ def run_loop(request: DecodeRequest, mode_per_step: bool) -> Iterator[_Event]:
     model, chain, max_new_tokens, logprobs = request.model, request.chain, request.max_new_tokens, request.logprobs
     forward, select = compiled_step(model, chain) if request.compile else (model, chain.select)
     rows, stops = request.prompts, request.stop_tokens
-    spec: ModelSpec = model.spec
-    B, lens = len(rows), [len(r) for r in rows]
-    P = max(lens)
-    device, dtype = model_device_dtype(model)
+    B, P = len(rows), max(len(r) for r in rows)
     # A backend whose class says it keeps every token is checked before it allocates anything.
     if getattr(getattr(request.cache, "impl", None), "keeps_all", False) is True:
-        check_context(spec, P, max_new_tokens)
+        check_context(model.spec, P, max_new_tokens)
     tokenizer = request.tokenizer
     texts = [TextTracker(tokenizer, request.stop_strings) for _ in range(B)] if tokenizer is not None else None
     done = [False] * B
@@ -136,25 +171,7 @@ def run_loop(request: DecodeRequest, mode_per_step: bool) -> Iterator[_Event]:
     # reused), or held by the caller throughout.
     inference = torch.inference_mode() if mode_per_step else contextlib.nullcontext()
     with inference:
-        kv: KVCache | None = None
-        if request.cache is not None:
-            kv = request.cache(
-                CacheSpec.for_model(spec, batch_size=B, capacity=P + max_new_tokens, dtype=dtype, device=device)
-            )
-            check_context(spec, P, max_new_tokens, kv)
-        # buf, positions: [B, P + new columns]; history with prompts left-padded, and each column's position.
-        buf, positions = left_pad(rows, P + min(max_new_tokens, PREALLOCATED_COLUMNS), device)
-        ctx = DecodeContext(
-            tokens=buf[:, :P],
-            prompt_lengths=torch.tensor(lens, device=device) if len(set(lens)) > 1 else None,
-            generators=row_generators(request.seed, B, device),
-        )
-        chain.init_state(ctx)
-        # Prefill: the whole prompt in one call; left padding puts every row's last token in column P-1.
-        if kv is None:
-            logits = uncached_last_logits(model, buf, positions, P)
-        else:
-            logits = model(buf[:, :P], positions[:, :P], kv, **last_only(model))[:, -1]
+        kv, buf, positions, ctx, logits = _prefill(request)
 
     for step in range(max_new_tokens):
         with inference:  # one block per step: the forward (after the first) and the chain
