@@ -3,7 +3,7 @@
 - full-context chunks: Hamlet cut into non-overlapping 256-character contexts (`evaluate.py`);
 - `gqa` and `int8` in the same chunks, the text fed through the cache (int8 against float32);
 - `window(size=W, sinks=4)` for W = 8 ... 252 and `window(size="auto")` (float and int8), the
-  whole text teacher-forced through one cache in one pass (`decodekit.stream_loss`);
+  whole text teacher-forced through one cache in one pass (`decodekit_cache_window.stream_loss`);
 - bytes: per token held for the caches that keep all, total for the windows (fixed), and
   the ratios int8 / gqa and window-over-int8 / window.
 
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 import decodekit as dk
-from decodekit.stream_loss import stream_loss
+from decodekit_cache_window.stream_loss import stream_loss
 
 HAMLET = Path(os.environ.get("DECODEKIT_SHAKESPEARE_DATA", "/work/shared/data")) / "shakespeare-val.txt"
 SIZES = (8, 16, 32, 48, 64, 128, 192, 252)

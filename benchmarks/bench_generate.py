@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 import decodekit as dk
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 FULL_CHAIN = "repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from bench_generate import StepClock, minimal_step_times
 
 import decodekit as dk
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 CHAINS = {
     "dk greedy": "greedy",

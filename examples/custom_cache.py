@@ -16,7 +16,7 @@ from torch import Tensor
 import decodekit as dk
 from decodekit.cache import PreallocatedKVCache, slot_mask
 from decodekit.hookspecs import Registrar
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_gpt.gpt import GPT, GPTConfig
 from decodekit.storage import FloatStorage, lookup_storage
 
 

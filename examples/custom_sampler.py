@@ -10,7 +10,7 @@ from pydantic import Field
 
 import decodekit as dk
 from decodekit.hookspecs import SamplerRegistrar
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 
 # 1. Any callable `(logits [B, V], ctx) -> logits [B, V]` is a processor: no registration needed.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from decodekit.models.gpt import GPT
+from decodekit_gpt.gpt import GPT
 from tinymodels import CharTokenizer, tiny_gpt
 
 

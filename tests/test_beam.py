@@ -14,7 +14,7 @@ from pydantic import Field
 import decodekit as dk
 from decodekit.beam import BeamGeneration
 from decodekit.cache import KVCache, PreallocatedKVCache
-from decodekit.models.gpt import GPT
+from decodekit_gpt.gpt import GPT
 from decodekit.results import Generation
 from tinymodels import CharTokenizer, left_padded, tiny_gpt
 

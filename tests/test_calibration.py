@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import decodekit as dk
-from decodekit.calibration import Calibration, attention_profile, calibrate, fit_layer
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_cache_window.calibration import Calibration, attention_profile, calibrate, fit_layer
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 T, SINKS = 256, 4
 
@@ -133,7 +133,7 @@ def test_calibrate_refuses_learned_positions() -> None:
 
 
 def test_the_command_names_a_missing_text(capsys: pytest.CaptureFixture[str]) -> None:
-    from decodekit.cli.app import run
+    from decodekit_cli.app import run
 
     assert run(["cache", "calibrate", "--text", "/nonexistent.txt"]) != 0
     assert "--text /nonexistent.txt: no such file" in capsys.readouterr().err

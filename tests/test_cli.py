@@ -1,4 +1,4 @@
-"""The `decodekit` command line, run as a subprocess (`python -m decodekit.cli`).
+"""The `decodekit` command line, run as a subprocess (`python -m decodekit_cli`).
 
 The model is `cli-test-gpt` from `tests/cli_testplugin.py`, loaded into each subprocess with
 `DECODEKIT_EXTRA_PLUGINS`; `tiny-shakespeare` is exercised too when it is installed with weights.
@@ -44,7 +44,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _popen(args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "decodekit.cli", *args],
+        [sys.executable, "-m", "decodekit_cli", *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -193,7 +193,7 @@ def test_bad_options_fail_with_one_line_and_status_2() -> None:
 
 
 def test_checks_that_need_no_model_run_in_process(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from decodekit.cli import main
+    from decodekit_cli import main
 
     png = tmp_path / "x.png"
     assert main(["explain", PROMPT, "-m", MODEL, "--steps", "2", "--plot", str(png), "--plot-step", "2"]) == 2
@@ -208,7 +208,7 @@ def test_checks_that_need_no_model_run_in_process(capsys: pytest.CaptureFixture[
 def test_bad_plot_cache_and_strategy_strings_fail_before_the_model_loads(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from decodekit.cli import main
+    from decodekit_cli import main
 
     explain = ["explain", PROMPT, "-m", "no-such-model", "--steps", "1"]
     generate = ["generate", PROMPT, "-m", "no-such-model"]
@@ -231,12 +231,12 @@ def test_bad_plot_cache_and_strategy_strings_fail_before_the_model_loads(
 def test_an_unexpected_error_is_one_line_too(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from decodekit.cli import main
+    from decodekit_cli import main
 
     def broken(*args: object) -> None:
         raise KeyError("a bug somewhere")
 
-    monkeypatch.setattr("decodekit.cli.generate_command.build_chain", broken)
+    monkeypatch.setattr("decodekit_cli.generate_command.build_chain", broken)
     assert main(["generate", PROMPT]) == 1
     [line] = capsys.readouterr().err.splitlines()
     assert line == "decodekit: error: unexpected KeyError: 'a bug somewhere' (DECODEKIT_DEBUG=1 shows the traceback)"
@@ -246,7 +246,7 @@ def test_an_unexpected_error_is_one_line_too(
 
 
 def test_plugins_check_reports_broken_paths(capsys: pytest.CaptureFixture[str]) -> None:
-    from decodekit.cli import main
+    from decodekit_cli import main
 
     class Haunted:
         @dk.hookimpl
@@ -270,7 +270,7 @@ def test_plugins_check_reports_broken_paths(capsys: pytest.CaptureFixture[str]) 
 def test_plugins_lists_a_name_registered_twice_and_the_rest_works(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from decodekit.cli import main
+    from decodekit_cli import main
 
     monkeypatch.setenv("DECODEKIT_EXTRA_PLUGINS", "cli_testplugin:duplicate")
     monkeypatch.setenv("COLUMNS", "300")
@@ -387,7 +387,7 @@ class Spy:  # records who imports torch, then lets the normal import go on
             importers.append([s for s in stack if "importlib" not in s][-3:])
         return None
 sys.meta_path.insert(0, Spy())
-from decodekit.cli import main
+from decodekit_cli import main
 codes = []
 with contextlib.redirect_stdout(io.StringIO()):
     for argv in (["--help"], ["generate", "--help"], ["plugins"], ["plugins", "--json"]):
@@ -421,7 +421,7 @@ def test_installed_plugins_do_not_import_torch_when_listed() -> None:
 def test_explain_traces_random_stages_with_the_draws_of_the_real_step() -> None:
     """XTC applies at random: the trace must see the draw the step then uses, so the picked token
     is never one the trace shows removed (a trace drawing its own numbers disagreed on 12 of 100 steps)."""
-    from decodekit.cli.explain import explain_steps
+    from decodekit_cli.explain import explain_steps
 
     model = cli_testplugin.load_model()
     chain = dk.Chain.parse("temperature(3.0) | xtc(probability=0.5, threshold=0.01) | sample")
@@ -504,8 +504,8 @@ def test_tiny_shakespeare_is_the_default_model(shakespeare: Any) -> None:
 def test_explain_plot_keeps_a_long_chains_legend_inside_the_figure() -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from decodekit.cli.explain import explain_steps
-    from decodekit.cli.explain_render import step_figure
+    from decodekit_cli.explain import explain_steps
+    from decodekit_cli.explain_render import step_figure
 
     chain = dk.Chain.parse(
         "repetition_penalty(1.1) | frequency_penalty(0.5) | temperature(0.8) | min_p(0.02) | top_k(20) | top_p(0.9)"
@@ -538,7 +538,7 @@ def test_prompt_options_stop_unknown_characters_and_stdin() -> None:
 
     # From stdin, the trailing newline `echo` adds is dropped: the same text as the argument.
     piped = subprocess.run(
-        [sys.executable, "-m", "decodekit.cli", "generate", "-", *flags, "--json"],
+        [sys.executable, "-m", "decodekit_cli", "generate", "-", *flags, "--json"],
         input=PROMPT + "\n",
         capture_output=True,
         text=True,

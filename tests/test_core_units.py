@@ -10,7 +10,7 @@ from pydantic import Field
 
 import decodekit as dk
 from decodekit.context import row_generators
-from decodekit.models.gpt import GPT, GPTConfig, attention_mask
+from decodekit_gpt.gpt import GPT, GPTConfig, attention_mask
 from decodekit.params import validate_params
 from tinymodels import Counting, tiny_gpt
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import decodekit as dk
-from decodekit.models.gpt import GPT
+from decodekit_gpt.gpt import GPT
 from tinymodels import tiny_gpt
 
 PROMPTS = [[5, 17, 3, 9, 44, 2], [7, 8], [90, 1, 33]]

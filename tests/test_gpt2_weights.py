@@ -18,8 +18,8 @@ import torch
 
 import decodekit as dk
 from decodekit.errors import ParameterError
-from decodekit.models.gpt import GPT
-from decodekit.models.gpt2_weights import load_gpt2
+from decodekit_gpt.gpt import GPT
+from decodekit_gpt.gpt2_weights import load_gpt2
 from tinymodels import greedy_generation_config, left_padded
 
 transformers = pytest.importorskip("transformers")
@@ -101,7 +101,7 @@ def test_greedy_tokens_equal_transformers(hf_gpt2: Any, saved: Path, prompts: li
 def test_directory_loading_imports_no_transformers(saved: Path) -> None:
     code = (
         "import sys\n"
-        "from decodekit.models.gpt2_weights import load_gpt2\n"
+        "from decodekit_gpt.gpt2_weights import load_gpt2\n"
         f"load_gpt2({str(saved)!r})\n"
         "assert 'transformers' not in sys.modules\n"
     )

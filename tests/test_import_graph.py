@@ -124,7 +124,7 @@ def test_listing_plugins_imports_no_torch() -> None:
     """Plugins register by import path and the registry imports nothing heavy: `decodekit plugins` stays fast."""
     code = (
         "import sys\n"
-        "from decodekit.cli.listing import plugins_report\n"
+        "from decodekit_cli.listing import plugins_report\n"
         "report = plugins_report()\n"
         "assert report['plugins'] and not report['failures'], report['failures']\n"
         "assert 'torch' not in sys.modules, 'listing plugins imported torch'\n"

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from decodekit.cli import main
-from decodekit.cli.plugin_template import KINDS
+from decodekit_cli import main
+from decodekit_cli.plugin_template import KINDS
 
 
 def test_each_kind_installs_and_passes_its_own_tests(tmp_path: Path) -> None:
     dirs = [tmp_path / f"plugin-{kind}" for kind in KINDS]
     for kind, folder in zip(KINDS, dirs):
         r = subprocess.run(
-            [sys.executable, "-m", "decodekit.cli", "new-plugin", f"my_{kind}", "--kind", kind, "--dir", str(folder)],
+            [sys.executable, "-m", "decodekit_cli", "new-plugin", f"my_{kind}", "--kind", kind, "--dir", str(folder)],
             capture_output=True,
             text=True,
         )
@@ -43,7 +43,7 @@ def test_each_kind_installs_and_passes_its_own_tests(tmp_path: Path) -> None:
     # The kit skips (never passes) the checks of optional hooks an example does not implement.
     assert " passed" in r.stdout and " failed" not in r.stdout and "error" not in r.stdout.lower()
     listed = subprocess.run(
-        [sys.executable, "-m", "decodekit.cli", "plugins"], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "decodekit_cli", "plugins"], env=env, capture_output=True, text=True, check=True
     ).stdout
     for kind in KINDS:
         assert f"decodekit-my-{kind}" in listed and f"my_{kind}" in listed

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 import decodekit as dk
 from decodekit.cache import PreallocatedKVCache
-from decodekit.cli.listing import plugins_report, samplers_report
+from decodekit_cli.listing import plugins_report, samplers_report
 from decodekit.plugins import check_implementations
 from decodekit.stage import ProcessorBase
 from tinymodels import tiny_gpt

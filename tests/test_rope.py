@@ -7,7 +7,7 @@ import torch
 
 import decodekit as dk
 from decodekit.errors import ParameterError
-from decodekit.models.gpt import GPT, GPTConfig, apply_rope, rope_angles
+from decodekit_gpt.gpt import GPT, GPTConfig, apply_rope, rope_angles
 
 
 def rope_gpt(seed: int = 0) -> GPT:

@@ -8,7 +8,7 @@ from decodekit_cache_window import WindowCache, WindowParams
 
 import decodekit as dk
 from decodekit.errors import ContextLengthError
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 
 def rope_gpt(n_layer: int, block_size: int = 32, position: str = "rope") -> GPT:

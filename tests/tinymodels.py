@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from decodekit.context import DecodeContext
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_gpt.gpt import GPT, GPTConfig
 from decodekit.params import NoParams
 from decodekit.stage import ProcessorBase
 

@@ -30,7 +30,6 @@ from decodekit.errors import ParameterError, PluginError
 from decodekit.params import Params, validate_params
 from decodekit.registry import (
     CATEGORIES,
-    STANDARD_PLUGINS,
     Category,
     Entry,
     PluginFailure,
@@ -46,7 +45,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
-    "STANDARD_PLUGINS",
     "BrokenImpl",
     "CacheFactory",
     "Registry",

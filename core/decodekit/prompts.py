@@ -1,7 +1,7 @@
 """Prompts: text or token ids into checked rows of ids, and rows into one left-padded batch.
 
 Ragged prompts are left-padded and the padding gets negative positions (see
-`decodekit.models.gpt.attention_mask`), so every row of a batch decodes as it would alone.
+`decodekit_gpt.gpt.attention_mask`), so every row of a batch decodes as it would alone.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from decodekit.params import NoParams, Params
 
 __all__ = [
     "CATEGORIES",
-    "STANDARD_PLUGINS",
     "Category",
     "Conflict",
     "Entry",
@@ -33,21 +32,6 @@ __all__ = [
 
 Category = Literal["sampler", "cache backend", "model", "strategy"]
 CATEGORIES: tuple[Category, ...] = ("sampler", "cache backend", "model", "strategy")
-
-# Name -> the distribution of this repository that provides it, for "pip install" hints.
-STANDARD_PLUGINS: dict[str, str] = {
-    "greedy": "decodekit-greedy",
-    "temperature": "decodekit-temperature",
-    "top_k": "decodekit-top-k",
-    "top_p": "decodekit-top-p",
-    "repetition_penalty": "decodekit-repetition-penalty",
-    "dense": "decodekit-cache-dense",
-    "gqa": "decodekit-cache-gqa",
-    "int8": "decodekit-cache-int8",
-    "window": "decodekit-cache-window",
-    "tiny-shakespeare": "decodekit-shakespeare",
-    "hf": "decodekit-hf",
-}
 
 # Samplers, caches and strategies are named in chain strings, so their names are identifiers;
 # model names may also hold "-" and "." ("tiny-shakespeare"), but not ":" (it starts the argument).
@@ -209,15 +193,13 @@ class Registry:
 
 
 def unknown_name(category: Category, name: str, installed: Iterable[str]) -> UnknownNameError:
-    """The error for a name nobody registered: what is installed, a close match, the pip install."""
+    """The error for a name nobody registered: what is installed and a close match."""
     names = sorted(installed)
     msg = f"unknown {category} {name!r}; installed: {', '.join(names) or 'none'}"
     close = difflib.get_close_matches(name, names, n=1)
     if close:
         msg += f"; did you mean {close[0]!r}?"
-    if name in STANDARD_PLUGINS:
-        dist = STANDARD_PLUGINS[name]
-        msg += f". {name!r} is provided by {dist}: pip install {dist} (from a checkout: pip install plugins/{dist})"
+    msg += " (no installed plugin distribution registers it)"
     return UnknownNameError(msg)
 
 

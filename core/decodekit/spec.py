@@ -28,7 +28,7 @@ class ModelSpec:
 
     rope_base: the base of the model's rotary embedding (`decodekit.rope`), None when its keys carry
     no rotation decodekit can apply (learned positions, or rotation inside a foreign model).
-    attention_windows: each layer's calibrated attention window D_f (`decodekit.calibration`),
+    attention_windows: each layer's calibrated attention window D_f (`decodekit_cache_window.calibration`),
     which `window(size="auto")` uses; None when the model ships no calibration.
     """
 

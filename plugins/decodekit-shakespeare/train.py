@@ -37,7 +37,7 @@ except ImportError:  # running from a checkout without the plugin installed
     from decodekit_shakespeare.lstm import LSTMConfig, LSTMModel
     from decodekit_shakespeare.tokenizer import CharTokenizer
 
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 DATA_DIR = Path(os.environ.get("DECODEKIT_SHAKESPEARE_DATA", "/work/shared/data"))
 DEFAULT_TRAIN = DATA_DIR / "shakespeare-train.txt"
@@ -48,7 +48,7 @@ CONFIG_NAME = "config.json"
 
 @dataclass
 class TrainArgs:
-    arch: str = "gpt"  # "gpt" (decodekit.models.gpt) or "lstm" (decodekit_shakespeare.lstm, a draft)
+    arch: str = "gpt"  # "gpt" (decodekit_gpt.gpt) or "lstm" (decodekit_shakespeare.lstm, a draft)
     steps: int = 6000
     batch_size: int = 32
     block_size: int = 256

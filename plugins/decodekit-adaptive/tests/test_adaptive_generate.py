@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import decodekit as dk
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 
 def tiny_gpt() -> GPT:

@@ -57,7 +57,7 @@ def test_command_line_generates_from_a_local_checkpoint(saved_gpt2: Path, gpt2: 
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "decodekit.cli", "generate", "Hi", "--model", f"hf:{saved_gpt2}"]
+    cmd = [sys.executable, "-m", "decodekit_cli", "generate", "Hi", "--model", f"hf:{saved_gpt2}"]
     cmd += ["--chain", "greedy", "--max-new-tokens", "6", "--cache", "gqa", "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     report = json.loads(out.stdout)

@@ -8,7 +8,7 @@ import torch
 from decodekit_shakespeare.lstm import LSTMConfig, LSTMModel
 
 import decodekit as dk
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 
 def tiny(vocab_size: int = 101, *, seed: int = 0, position: str = "learned") -> GPT:

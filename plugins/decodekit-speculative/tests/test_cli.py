@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from decodekit.cli.generate_command import _status_line
+from decodekit_cli.generate_command import _status_line
 
 
 def test_status_line_shows_acceptance() -> None:
@@ -16,7 +16,7 @@ def test_status_line_shows_acceptance() -> None:
 
 def test_generate_json_reports_acceptance() -> None:
     strategy = "speculative(draft='tiny-shakespeare-draft', k=3)"
-    command = ["-m", "decodekit.cli", "generate", "ROMEO:", "--strategy", strategy, "--chain", "greedy"]
+    command = ["-m", "decodekit_cli", "generate", "ROMEO:", "--strategy", strategy, "--chain", "greedy"]
     out = subprocess.run([sys.executable, *command, "--max-new-tokens", "30", "--json"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     document = json.loads(out.stdout)

@@ -7,7 +7,7 @@ import torch
 from decodekit_speculative.strategy import speculative
 
 import decodekit as dk
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_gpt.gpt import GPT, GPTConfig
 from decodekit.testing.registry import check_hook_imports_no_torch
 
 PROMPT = [5, 17, 3]

@@ -12,7 +12,7 @@ from decodekit_speculative.strategy import speculative
 from scipy.stats import chi2_contingency
 
 import decodekit as dk
-from decodekit.models.gpt import GPT
+from decodekit_gpt.gpt import GPT
 from tinymodels import Counting
 
 PROMPT = [9, 44, 44, 44, 9, 44]  # repeats itself: prompt lookup proposes, and is sometimes right

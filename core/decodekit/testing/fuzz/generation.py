@@ -1,4 +1,4 @@
-"""The generation target: `generate` and `stream` on a tiny reference GPT, with random chains,
+"""The generation target: `generate` and `stream` on the kit's tiny model, with random chains,
 caches and arguments, wrong types included.
 
 Each drawn argument knows whether it is valid: one that is not must be rejected with a decodekit
@@ -17,7 +17,7 @@ import torch
 from hypothesis import strategies as st
 
 import decodekit as dk
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit.testing.tiny_lm import Letters, TinyLM
 from decodekit.plugins import get_registry
 from decodekit.testing.fuzz.catalogue import SamplerInfo, params_model, registered_samplers
 from decodekit.testing.fuzz.chains import ChainDraw, chain_draws
@@ -43,28 +43,13 @@ class ModelKey:
     tokenizer: bool = False  # letters: text prompts and stop strings work
 
 
-class Letters:
-    """Token i is the letter chr(97 + i % 26): a tokenizer for any vocabulary size."""
-
-    def __init__(self, vocab_size: int) -> None:
-        self.vocab_size = vocab_size
-
-    def encode(self, text: str) -> list[int]:
-        return [(ord(c) - 97) % 26 % self.vocab_size for c in text]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return "".join(chr(97 + i % 26) for i in ids)
-
-
 @lru_cache(maxsize=64)
-def tiny_model(key: ModelKey) -> GPT:
-    """A one-layer reference GPT of 8 dimensions; random weights, the same for the same key."""
-    torch.manual_seed(key.vocab_size)
-    config = GPTConfig(
-        vocab_size=key.vocab_size, block_size=_BLOCK_SIZE, n_layer=1, n_head=2, n_kv_head=key.n_kv_head,
-        n_embd=8, position=key.position,  # type: ignore[arg-type]
-    )  # fmt: skip
-    model = GPT(config).to(getattr(torch, key.dtype)).eval()
+def tiny_model(key: ModelKey) -> TinyLM:
+    """A one-layer kit model of 8 dimensions; random weights, the same for the same key."""
+    model = TinyLM(
+        key.vocab_size, dim=8, n_layers=1, n_heads=2, n_kv_heads=key.n_kv_head, max_positions=_BLOCK_SIZE,
+        position=key.position, seed=key.vocab_size,  # type: ignore[arg-type]
+    ).to(getattr(torch, key.dtype))  # fmt: skip
     if key.tokenizer:
         model.tokenizer = Letters(key.vocab_size)  # type: ignore[assignment]
     return model

@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from decodekit.calibration import CALIBRATION_NAME, Calibration
+from decodekit_cache_window.calibration import CALIBRATION_NAME, Calibration
 from decodekit.errors import ParameterError
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_gpt.gpt import GPT, GPTConfig
 from decodekit.params import NoParams
 from decodekit_shakespeare.lstm import LSTMConfig, LSTMModel
 from decodekit_shakespeare.tokenizer import CharTokenizer

@@ -1,6 +1,6 @@
 """A KV cache whose rows hold different numbers of tokens, kept right-aligned.
 
-The model masks by positions alone (`decodekit.models.gpt.attention_mask`): a row's real tokens
+The model masks by positions alone (`decodekit_gpt.gpt.attention_mask`): a row's real tokens
 must be contiguous and end at the cache's last slot, anything before them is padding. After a
 verification each row keeps its own number of tokens, so before the next forward every row is
 cut back to a correct prefix of its history and moved to end at the same slot

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from decodekit.cli.errors import CliError
-from decodekit.cli.plugin_template import KINDS, files_for
+from decodekit_cli.errors import CliError
+from decodekit_cli.plugin_template import KINDS, files_for
 
 __all__ = ["write_plugin"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from decodekit.cli.errors import CliError
+from decodekit_cli.errors import CliError
 from decodekit.errors import DecodekitError
 from decodekit.params import Params, validate_params
 

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from decodekit.errors import ParameterError
-from decodekit.models.gpt import GPT, Block, LayerInputs
+from decodekit_gpt.gpt import GPT, Block, LayerInputs
 from decodekit.rope import apply_rope, rope_angles
 
 __all__ = ["CALIBRATION_NAME", "Calibration", "HeadFit", "LayerFit", "attention_profile", "calibrate", "fit_layer"]

@@ -32,10 +32,10 @@ from rich.progress import (
 from rich.text import Text
 
 import decodekit as dk
-from decodekit.cli.batch_input import Pending, PromptLine, done_ids, read_prompts
-from decodekit.cli.errors import EXIT_INTERRUPTED, CliError, report_warning
-from decodekit.cli.options import build_chain, chain_text, check_stop, prompt_rows
-from decodekit.cli.sampling_options import SamplingOptions
+from decodekit_cli.batch_input import Pending, PromptLine, done_ids, read_prompts
+from decodekit_cli.errors import EXIT_INTERRUPTED, CliError, report_warning
+from decodekit_cli.options import build_chain, chain_text, check_stop, prompt_rows
+from decodekit_cli.sampling_options import SamplingOptions
 
 __all__ = ["BatchRequest", "batch_request", "run_batch"]
 

@@ -5,7 +5,7 @@ whole context, cropped to the model's window, every step) or through one: at eac
 `chain.trace` (the dense logits after every stage, as `chain.process` computes them), then
 picks the token with `chain.select` on the same context and generators as the decode loop, so
 with the same seed and cache it picks the tokens `decodekit generate` prints.
-Rendering lives in `decodekit.cli.explain_render`.
+Rendering lives in `decodekit_cli.explain_render`.
 """
 
 from __future__ import annotations

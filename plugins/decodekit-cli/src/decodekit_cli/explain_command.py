@@ -8,10 +8,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from decodekit.cli.errors import CliError
-from decodekit.cli.json_output import print_json
-from decodekit.cli.options import build_chain, load_named_model
-from decodekit.cli.sampling_options import SamplingOptions
+from decodekit_cli.errors import CliError
+from decodekit_cli.json_output import print_json
+from decodekit_cli.options import build_chain, load_named_model
+from decodekit_cli.sampling_options import SamplingOptions
 
 __all__ = ["ExplainRequest", "run_explain"]
 
@@ -37,14 +37,14 @@ def run_explain(request: ExplainRequest) -> int:
     if request.plot is not None:
         if request.plot_step >= request.steps:
             raise CliError(f"--plot-step {request.plot_step}: allowed: 0 <= step < --steps ({request.steps})")
-        from decodekit.cli.explain_render import check_plot_path
+        from decodekit_cli.explain_render import check_plot_path
 
         check_plot_path(request.plot)
     sampling = request.sampling
     name, cache = sampling.check()
     chain = build_chain(sampling.chain, sampling.flags)
-    from decodekit.cli.explain import explain_steps, stage_label
-    from decodekit.cli.explain_render import plot_step, render_steps, steps_json
+    from decodekit_cli.explain import explain_steps, stage_label
+    from decodekit_cli.explain_render import plot_step, render_steps, steps_json
 
     model = load_named_model(name)  # on torch's threads, as before: --threads is generate's
     prompt = sampling.encode(model, request.prompt)

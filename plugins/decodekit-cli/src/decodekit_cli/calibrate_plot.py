@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from decodekit.calibration import Calibration
-from decodekit.cli.errors import CliError
+from decodekit_cache_window.calibration import Calibration
+from decodekit_cli.errors import CliError
 
 __all__ = ["plot_calibration"]
 

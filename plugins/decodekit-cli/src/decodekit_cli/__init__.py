@@ -13,6 +13,6 @@ __all__ = ["main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with `argv` (default: `sys.argv[1:]`); return the exit status."""
-    from decodekit.cli.app import run
+    from decodekit_cli.app import run
 
     return run(argv)

@@ -192,7 +192,7 @@ class $cls(PreallocatedKVCache):
 
 import torch
 
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_gpt.gpt import GPT, GPTConfig
 from $pkg.params import ${cls}Params
 
 
@@ -362,7 +362,7 @@ def test_registered_through_the_entry_point():
 import torch
 
 import decodekit as dk
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 
 def tiny_model():

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from decodekit.cli.errors import CliError
+from decodekit_cli.errors import CliError
 
 __all__ = ["DEFAULT_TEXT", "CalibrateRequest", "run_calibrate"]
 
@@ -29,8 +29,8 @@ def run_calibrate(request: CalibrateRequest) -> int:
     import torch
 
     import decodekit as dk
-    from decodekit.calibration import calibrate
-    from decodekit.models.gpt import GPT
+    from decodekit_cache_window.calibration import calibrate
+    from decodekit_gpt.gpt import GPT
 
     if not request.text.is_file():
         raise CliError(f"--text {request.text}: no such file; allowed: a held-out text file")
@@ -38,7 +38,7 @@ def run_calibrate(request: CalibrateRequest) -> int:
     if not isinstance(model, GPT) or getattr(model, "tokenizer", None) is None:
         raise CliError(
             f"--model {request.model}: calibration reads the attention of decodekit's reference GPT "
-            "(decodekit.models.gpt.GPT) with a tokenizer; this model is not one"
+            "(decodekit_gpt.gpt.GPT) with a tokenizer; this model is not one"
         )
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     tokenizer: Any = model.tokenizer
@@ -49,7 +49,7 @@ def run_calibrate(request: CalibrateRequest) -> int:
     else:
         _render(result)
     if request.plot is not None:
-        from decodekit.cli.calibrate_plot import plot_calibration
+        from decodekit_cli.calibrate_plot import plot_calibration
 
         plot_calibration(result, request.plot)
     return 0
@@ -59,7 +59,7 @@ def _render(result: object) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from decodekit.calibration import Calibration
+    from decodekit_cache_window.calibration import Calibration
 
     assert isinstance(result, Calibration)
     T = result.context

@@ -21,9 +21,9 @@ import torch
 from torch import Tensor
 
 from decodekit.errors import ParameterError
-from decodekit.models.gpt import GPT, GPTConfig
+from decodekit_gpt.gpt import GPT, GPTConfig
 
-__all__ = ["gpt2_config", "load_gpt2"]
+__all__ = ["gpt2_config", "load_gpt2", "load_gpt2_model"]
 
 _TANH_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -147,3 +147,13 @@ def load_gpt2(source: Any, *, dtype: torch.dtype = torch.float32, device: torch.
                 )
             param.copy_(state[name])
     return model.to(dtype).eval()
+
+
+def load_gpt2_model(argument: str | None, params: object = None) -> GPT:
+    """The `gpt2` model loader: `dk.load_model("gpt2:/path")` reads a local `save_pretrained` directory."""
+    if not argument:
+        raise ParameterError("gpt2: no checkpoint path; allowed: dk.load_model('gpt2:/path/to/local/checkpoint')")
+    path = Path(argument).expanduser()
+    if not path.is_dir():
+        raise ParameterError(f"gpt2: {argument!r} is not a directory; allowed: a save_pretrained directory")
+    return load_gpt2(path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from decodekit.cli.options import check_installed, encode_prompt, load_named_model, model_name, resolve_cache
+from decodekit_cli.options import check_installed, encode_prompt, load_named_model, model_name, resolve_cache
 
 __all__ = ["SMALL_MODEL_PARAMETERS", "SamplingOptions", "set_threads"]
 

@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from decodekit.cli.errors import CliError
-from decodekit.cli.explain import StepReport
+from decodekit_cli.errors import CliError
+from decodekit_cli.explain import StepReport
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

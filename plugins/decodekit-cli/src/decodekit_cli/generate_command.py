@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import decodekit as dk
-from decodekit.cli.errors import EXIT_INTERRUPTED, CliError
-from decodekit.cli.json_output import print_json
-from decodekit.cli.live_text import SampleWriter, TextOutput
-from decodekit.cli.options import build_chain, check_stop, prompt_rows, prompt_text, resolve_strategy
-from decodekit.cli.sampling_options import SamplingOptions
+from decodekit_cli.errors import EXIT_INTERRUPTED, CliError
+from decodekit_cli.json_output import print_json
+from decodekit_cli.live_text import SampleWriter, TextOutput
+from decodekit_cli.options import build_chain, check_stop, prompt_rows, prompt_text, resolve_strategy
+from decodekit_cli.sampling_options import SamplingOptions
 
 __all__ = [
     "GenerateRequest",

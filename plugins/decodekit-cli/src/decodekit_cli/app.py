@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
 
 import typer
 
-from decodekit.cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
-from decodekit.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error, report_warning
+from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
+from decodekit_cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error, report_warning
 
 if TYPE_CHECKING:
-    from decodekit.cli.sampling_options import SamplingOptions
+    from decodekit_cli.sampling_options import SamplingOptions
 
 __all__ = ["app", "run"]
 
@@ -203,7 +203,7 @@ def generate(
         model, chain, flags, seed, cache, replace_unknown, max_new_tokens=max_new_tokens, stop=stop, threads=threads
     )
     if input_file is not None or output is not None:
-        from decodekit.cli.batch_command import batch_request, run_batch
+        from decodekit_cli.batch_command import batch_request, run_batch
 
         given = {
             "PROMPT": prompt is not None,
@@ -215,7 +215,7 @@ def generate(
             input_file, output, given, sampling, batch_size=batch_size, resume=resume, on_error=on_error.value
         )
         raise typer.Exit(run_batch(batch))
-    from decodekit.cli.generate_command import GenerateRequest, run_generate
+    from decodekit_cli.generate_command import GenerateRequest, run_generate
 
     request = GenerateRequest(
         prompt=prompt,
@@ -253,7 +253,7 @@ def explain(
     plot_step: Annotated[int, typer.Option("--plot-step", min=0, help="The step --plot draws.")] = 0,
     json_output: JsonOption = False,
 ) -> None:
-    from decodekit.cli.explain_command import ExplainRequest, run_explain
+    from decodekit_cli.explain_command import ExplainRequest, run_explain
 
     flags = _flags(temperature, top_k, top_p, repetition_penalty)
     sampling = _sampling(model, chain, flags, seed, cache, replace_unknown, max_new_tokens=steps)
@@ -273,8 +273,8 @@ def plugins(
         ),
     ] = False,
 ) -> None:
-    from decodekit.cli.json_output import print_json
-    from decodekit.cli.listing import plugins_report, render_plugins
+    from decodekit_cli.json_output import print_json
+    from decodekit_cli.listing import plugins_report, render_plugins
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # load failures are part of the listing
@@ -297,8 +297,8 @@ def samplers(
     ] = None,
     json_output: JsonOption = False,
 ) -> None:
-    from decodekit.cli.json_output import print_json
-    from decodekit.cli.listing import render_samplers, samplers_report
+    from decodekit_cli.json_output import print_json
+    from decodekit_cli.listing import render_samplers, samplers_report
 
     report = samplers_report(names or ())
     if json_output:
@@ -327,7 +327,7 @@ def calibrate(
     json_output: JsonOption = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="Draw a(d), the fits and D_f to a PNG.")] = None,
 ) -> None:
-    from decodekit.cli.calibrate_command import DEFAULT_TEXT, CalibrateRequest, run_calibrate
+    from decodekit_cli.calibrate_command import DEFAULT_TEXT, CalibrateRequest, run_calibrate
 
     request = CalibrateRequest(model or DEFAULT_MODEL, text or DEFAULT_TEXT, sinks, windows, json_output, plot)
     raise typer.Exit(run_calibrate(request))
@@ -346,7 +346,7 @@ def new_plugin(
         Path | None, typer.Option("--dir", help="Where to write it. Default: ./decodekit-NAME.", show_default=False)
     ] = None,
 ) -> None:
-    from decodekit.cli.new_plugin import write_plugin
+    from decodekit_cli.new_plugin import write_plugin
 
     raise typer.Exit(write_plugin(name, kind.value, directory))
 
@@ -364,7 +364,7 @@ def _sampling(
     threads: int | None = None,
 ) -> SamplingOptions:
     """The options `generate` and `explain` take alike (explain's steps are its new tokens)."""
-    from decodekit.cli.sampling_options import SamplingOptions
+    from decodekit_cli.sampling_options import SamplingOptions
 
     return SamplingOptions(
         model=model,

@@ -1,1 +1,0 @@
-"""Reference models that speak decodekit's model protocol."""

@@ -1,0 +1,21 @@
+"""The plugin distributions of this repository, by the names they register: the command line's
+`pip install` hints for a name that is not installed (the core knows no plugin by name)."""
+
+from __future__ import annotations
+
+__all__ = ["STANDARD_PLUGINS"]
+
+STANDARD_PLUGINS: dict[str, str] = {
+    "greedy": "decodekit-greedy",
+    "temperature": "decodekit-temperature",
+    "top_k": "decodekit-top-k",
+    "top_p": "decodekit-top-p",
+    "repetition_penalty": "decodekit-repetition-penalty",
+    "dense": "decodekit-cache-dense",
+    "gqa": "decodekit-cache-gqa",
+    "int8": "decodekit-cache-int8",
+    "window": "decodekit-cache-window",
+    "tiny-shakespeare": "decodekit-shakespeare",
+    "hf": "decodekit-hf",
+}
+
