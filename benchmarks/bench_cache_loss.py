@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from decodekit_cache_window.stream_loss import stream_loss
 
 import decodekit as dk
-from decodekit_cache_window.stream_loss import stream_loss
 
 HAMLET = Path(os.environ.get("DECODEKIT_SHAKESPEARE_DATA", "/work/shared/data")) / "shakespeare-val.txt"
 SIZES = (8, 16, 32, 48, 64, 128, 192, 252)

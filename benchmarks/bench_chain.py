@@ -11,17 +11,14 @@ time of one small call (`a - b` on `[1, 58]`): on a CPU a step of small tensors 
 about its calls times that, plus its passes over the vocabulary. A last row times the full
 chain's arithmetic written out by hand as straight-line torch calls (`straight_line_step`: no
 stages, no chain, the same tokens): what eager PyTorch costs for these semantics without the
-framework around them. With `--compile`, the same steps under `torch.compile` as
-`dk.generate(..., compile=True)` compiles them (`decodekit.compiling.compiled_select`), and the
-full chain's processors alone compiled (`process_fast`: the part before the selector's draw
-from its row's `torch.Generator`, which dynamo cannot trace and runs eagerly between graphs).
+framework around them. With `--compile`, the same steps as `dk.generate(..., compile=True)`
+runs them (`Chain.compiled`: each row's uniform drawn from its generator first, timed with the
+step, then the whole fast step as one graph), and the full chain's processors alone compiled.
 
 Everything runs under `torch.inference_mode()`, as the decode loop runs its steps. Targets on
-[1, 50257], for one step as the decode loop takes it (`chain.select`: the processors, the
-selector and the per-row NaN/empty flag, no host sync; `chain(logits, ctx)` adds the sync
-that turns a flag into a NumericsError and is reported beside it):
-    repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample   <= 5x softmax
-    temperature(0.8) | top_p(0.9) | sample                                          <= 10x softmax
+[1, 50257] and [32, 50257], for one step as the decode loop takes it (`select`: the fast path's
+processors, selector and per-row mark, no host read; `chain.step` adds its one host read and is
+reported beside it): the full chain eager no slower than before the engine, compiled <= 3x softmax.
 
     python benchmarks/bench_chain.py [--rounds 15] [--calls 50] [--threads N] [--compile]
 """
@@ -39,7 +36,6 @@ from torch.overrides import TorchFunctionMode
 
 import decodekit as dk
 from decodekit.candidates import _grid
-from decodekit.compiling import compiled_select
 from decodekit.context import row_generators
 
 VOCAB = 50_257
@@ -141,20 +137,26 @@ def check_straight_line(x: torch.Tensor, ctx: dk.DecodeContext, chain: dk.Chain)
     mine = row_generators(0, 1)[0]
     theirs = dk.DecodeContext(tokens=ctx.tokens, step=ctx.step, generators=row_generators(0, 1))
     for draw in range(20):
-        a, b = straight_line_step(x, ctx.tokens, mine), chain.select(x, theirs)
+        a, b = straight_line_step(x, ctx.tokens, mine), chain._select(x, theirs)
         if not torch.equal(a, b):
             raise AssertionError(f"straight_line_step draw {draw}: {a.tolist()} != chain {b.tolist()}")
 
 
-def compiled_cases(x: torch.Tensor, ctx: dk.DecodeContext) -> dict[str, Callable[[], object]]:
-    """The `select` steps as `compile=True` runs them, and the full chain's processors compiled alone."""
-    full, nucleus = dk.Chain.parse(FULL), dk.Chain.parse(NUCLEUS)
-    full_select, nucleus_select = compiled_select(full), compiled_select(nucleus)
-    processors = torch.compile(full.process_fast, dynamic=None)
+def compiled_cases(x: torch.Tensor, batch: int) -> dict[str, Callable[[], object]]:
+    """The steps as `compile=True` runs them (each row's uniform drawn first, then one graph), and the
+    full chain's processors compiled alone."""
+    ctx = context(batch)  # its own: the compiled steps draw ahead
+    full, nucleus = dk.Chain.parse(FULL).compiled(), dk.Chain.parse(NUCLEUS).compiled()
+    processors = torch.compile(dk.Chain.parse(FULL)._process_fast, dynamic=None)
+
+    def step(chain: dk.Chain) -> torch.Tensor:
+        ctx.draw_uniforms()
+        return chain._select(x, ctx)
+
     return {
-        FULL + SELECT + COMPILED: lambda: full_select(x, ctx),
-        NUCLEUS + SELECT + COMPILED: lambda: nucleus_select(x, ctx),
-        f"{FULL}  [processors only: process_fast]" + COMPILED: lambda: processors(x, ctx),
+        FULL + SELECT + COMPILED: lambda: step(full),
+        NUCLEUS + SELECT + COMPILED: lambda: step(nucleus),
+        f"{FULL}  [processors only]" + COMPILED: lambda: processors(x, ctx),
     }
 
 
@@ -177,16 +179,16 @@ def cases(batch: int, compile: bool = False) -> dict[str, Callable[[], object]]:
     return {
         "softmax": lambda: torch.softmax(x, -1),
         "one small call (a - b on [1, 58])": lambda: a - b,
-        FULL + SELECT: lambda: full.select(x, ctx),
-        f"{FULL}  [chain(): with the check's host sync]": lambda: full(x, ctx),
+        FULL + SELECT: lambda: full._select(x, ctx),
+        f"{FULL}  [chain.step: with its host read]": lambda: full.step(x, ctx),
         f"{FULL}  [dense: process + sample]": lambda: sample(full.process(x, ctx), ctx),
-        NUCLEUS + SELECT: lambda: nucleus.select(x, ctx),
-        f"{NUCLEUS}  [chain(): with the check's host sync]": lambda: nucleus(x, ctx),
+        NUCLEUS + SELECT: lambda: nucleus._select(x, ctx),
+        f"{NUCLEUS}  [chain.step: with its host read]": lambda: nucleus.step(x, ctx),
         "greedy (selector alone)": lambda: greedy(x, ctx),
         "greedy (chain)": lambda: greedy_chain(x, ctx),
         "sample (selector alone, dense)": lambda: sample(x, ctx),
         **by_hand,
-        **(compiled_cases(x, ctx) if compile else {}),
+        **(compiled_cases(x, batch) if compile else {}),
     }
 
 

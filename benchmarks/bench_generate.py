@@ -23,9 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 import decodekit as dk
-from decodekit_gpt.gpt import GPT, GPTConfig
 
 FULL_CHAIN = "repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"
 

@@ -22,9 +22,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from bench_generate import StepClock, minimal_step_times
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 import decodekit as dk
-from decodekit_gpt.gpt import GPT, GPTConfig
 
 CHAINS = {
     "dk greedy": "greedy",

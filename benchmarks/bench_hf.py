@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from decodekit_gpt.gpt2_weights import load_gpt2
 from decodekit_hf import HFModel
 from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
 
 import decodekit as dk
-from decodekit_gpt.gpt2_weights import load_gpt2
 
 PROMPT, NEW, VOCAB = 32, 128, 50257
 SIZES: dict[str, dict[str, Any]] = {

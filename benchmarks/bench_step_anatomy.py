@@ -30,10 +30,10 @@ from collections.abc import Callable
 
 import torch
 from bench_generate import StepClock, dk_step_times, minimal_step_times
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 import decodekit as dk
 from decodekit.context import row_generators
-from decodekit_gpt.gpt import GPT, GPTConfig
 
 FULL_CHAIN = "repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"
 V, R, C, K = 50257, 29, 1733, 50  # the vocabulary as the grid search sees it: R rows of C groups

@@ -10,13 +10,13 @@ import sys
 from collections.abc import Sequence
 
 import torch
+from decodekit_gpt.gpt import GPT, GPTConfig
 from pydantic import Field
 from torch import Tensor
 
 import decodekit as dk
 from decodekit.cache import PreallocatedKVCache, slot_mask
 from decodekit.hookspecs import Registrar
-from decodekit_gpt.gpt import GPT, GPTConfig
 from decodekit.storage import FloatStorage, lookup_storage
 
 
@@ -44,7 +44,7 @@ class RecentParams(dk.Params):
 
 
 class RecentCache:
-    keeps_all = False  # update returns the ring (in ring order) plus the new block
+    """Evicts (it states its `reach`): `update` returns the ring (in ring order) plus the new block."""
 
     def __init__(self, spec: dk.CacheSpec, params: RecentParams) -> None:
         self.spec, self.n = spec, params.n
@@ -86,6 +86,8 @@ class RecentCache:
         self.lengths = [0] * self.spec.n_layers
         for s in self.slots:
             s.fill_(-1)
+
+    rollback = 0  # once the ring has wrapped, a taken-back slot may already be overwritten
 
     def crop(self, n: int) -> None:
         if n != self.length and not (self.length <= self.n and 0 <= n <= self.length):

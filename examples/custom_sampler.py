@@ -6,11 +6,11 @@ python examples/custom_sampler.py
 from __future__ import annotations
 
 import torch
+from decodekit_gpt.gpt import GPT, GPTConfig
 from pydantic import Field
 
 import decodekit as dk
 from decodekit.hookspecs import SamplerRegistrar
-from decodekit_gpt.gpt import GPT, GPTConfig
 
 
 # 1. Any callable `(logits [B, V], ctx) -> logits [B, V]` is a processor: no registration needed.

@@ -45,7 +45,6 @@ class CharTokenizer:
 def load_model(argument: str | None = None, params: object = None) -> Any:
     """The test GPT: 2 layers, 4 heads sharing 2 kv-heads (so `dense` and `gqa` differ), 96 tokens."""
     import torch
-
     from decodekit_gpt.gpt import GPT, GPTConfig
 
     class TestGPT(GPT):

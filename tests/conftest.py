@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from decodekit_gpt.gpt import GPT
+
 from tinymodels import CharTokenizer, tiny_gpt
 
 

@@ -121,12 +121,23 @@ def test_batch_options_are_checked_before_loading() -> None:
         "no output": (["generate", "--input", "p.jsonl", "-m", MODEL], "--output is missing"),
         "with a prompt": (["generate", "ROMEO", "--input", "p", "--output", "o", "-m", MODEL], "with PROMPT"),
         "with --json": (["generate", "--input", "p", "--output", "o", "--json", "-m", MODEL], "with --json"),
-        "with --strategy": (
-            ["generate", "--input", "p", "--output", "o", "--strategy", "beam", "-m", MODEL],
-            "--strategy",
-        ),
         "no file": (["generate", "--input", "/nonexistent.jsonl", "--output", "o", "-m", MODEL], "cannot read it"),
     }
     for (name, (_, expected)), r in zip(cases.items(), cli_many(*(args for args, _ in cases.values()))):
         assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, (name, r.stderr)
         assert expected in r.stderr, (name, r.stderr)
+
+
+def test_a_strategy_decodes_every_line(tmp_path: Path) -> None:
+    """`--input` batch mode refused `--strategy`; greedy speculative lines equal greedy sampled ones."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"Line {i}: abc"}) + "\n" for i in range(6)))
+    args = ["-m", MODEL, "--max-new-tokens", "8", "--chain", "greedy", "--batch-size", "4"]
+    plain, spec = tmp_path / "plain.jsonl", tmp_path / "spec.jsonl"
+    runs = cli_many(
+        ["generate", "--input", str(prompts), "--output", str(plain), *args],
+        ["generate", "--input", str(prompts), "--output", str(spec), "--strategy", "speculative(draft=ngram)", *args],
+    )
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    tokens = [[json.loads(line)["tokens"] for line in path.read_text().splitlines()] for path in (plain, spec)]
+    assert tokens[0] == tokens[1] and len(tokens[0]) == 6

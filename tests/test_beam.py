@@ -9,13 +9,12 @@ from typing import Any
 
 import pytest
 import torch
+from decodekit_gpt.gpt import GPT
 from pydantic import Field
 
 import decodekit as dk
 from decodekit.beam import BeamGeneration
 from decodekit.cache import KVCache, PreallocatedKVCache
-from decodekit_gpt.gpt import GPT
-from decodekit.results import Generation
 from tinymodels import CharTokenizer, left_padded, tiny_gpt
 
 PROMPTS = [[5, 17, 3, 9, 44, 2], [7, 8], [90, 1, 33]]
@@ -303,12 +302,13 @@ class EchoParams(dk.Params):
     times: int = Field(1, ge=1)
 
 
-def _echo(request: dk.DecodeRequest, params: EchoParams) -> Generation:
-    """A custom strategy: "generates" each prompt `times` over."""
-    rows = request.prompts
-    return Generation(
-        tokens=[r * params.times for r in rows], finish_reasons=["length"] * len(rows), prompt_tokens=rows
-    )
+def _echo(d: dk.Decoding, params: EchoParams) -> None:
+    """A custom strategy: "generates" each prompt again, each token `times` over, until the row ends."""
+    d.open()
+    for row, prompt in enumerate(d.prompts):
+        i = 0
+        while not d.emit(row, prompt[i // params.times % len(prompt)]):
+            i += 1
 
 
 class EchoPlugin:
@@ -320,15 +320,16 @@ class EchoPlugin:
 class BeamAgainPlugin:
     @dk.hookimpl
     def register_strategies(self, register: Any) -> None:
-        register("beam", "decodekit.beam:beam_strategy", description="a second beam")
+        register("beam", "decodekit.beam:beam_policy", description="a second beam")
 
 
 def test_a_plugin_adds_a_strategy_by_name() -> None:
     plugin = EchoPlugin()
     dk.register_plugin(plugin, name="echo-plugin")
     try:
-        assert dk.decode(tiny_gpt(2), [[1, 2], [3]], strategy="echo", times=2).tokens == [[1, 2, 1, 2], [3, 3]]
-        assert dk.decode(tiny_gpt(2), [[1, 2], [3]], strategy="echo(3)").tokens == [[1, 2] * 3, [3] * 3]
+        out = dk.decode(tiny_gpt(2), [[1, 2], [3]], strategy="echo", times=2, max_new_tokens=6)
+        assert out.tokens == [[1, 1, 2, 2, 1, 1], [3] * 6] and out.finish_reasons == ["length", "length"]
+        assert dk.decode(tiny_gpt(2), [[1, 2], [3]], strategy="echo(3)", max_new_tokens=3).tokens == [[1] * 3, [3] * 3]
         with pytest.raises(dk.ParameterError, match=r"strategy echo: times=0 is invalid.*1 <= times"):
             dk.decode(tiny_gpt(2), [[1]], strategy="echo", times=0)
         with pytest.raises(dk.ParameterError, match="unknown parameter tims=2; allowed parameters: times, chain"):
@@ -363,7 +364,6 @@ def test_two_plugins_registering_one_strategy_name_is_an_error_naming_both() -> 
             r"length_penalty=inf is invalid: .*allowed: float -10.0 <= length_penalty <= 10.0",
         ),
         ({"length_penalty": 700}, r"length_penalty=700 is invalid"),
-        ({"logprobs": 2}, r"beam_search: logprobs is not supported"),
         ({"length_penalty": float("nan")}, r"length_penalty=nan is invalid"),
         ({"early_stopping": "sometimes"}, r"early_stopping='sometimes' is invalid; allowed: bool \| 'never'"),
         ({"seed": 1.5}, r"seed=1.5 is invalid; allowed: an integer, 0 <= seed < 2\*\*64"),

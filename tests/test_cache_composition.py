@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 import torch
 from decodekit_cache_window import WindowCache, WindowParams
+from decodekit_gpt.gpt import GPT, GPTConfig
 from torch import Tensor
 
 import decodekit as dk
@@ -122,7 +123,7 @@ def test_int4_window_is_an_eighth_of_float32_plus_scales() -> None:
 @torch.no_grad()
 def test_a_model_streams_through_window_over_int4() -> None:
     torch.manual_seed(0)
-    config = dk.models.gpt.GPTConfig(vocab_size=17, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=32)
-    model = dk.models.gpt.GPT(dk.models.gpt.GPTConfig(**{**config.to_dict(), "position": "rope"})).eval()
+    config = GPTConfig(vocab_size=17, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=32)
+    model = GPT(GPTConfig(**{**config.to_dict(), "position": "rope"})).eval()
     out = dk.generate(model, [[1, 2, 3]], cache="window(size=8, sinks=2, store='int4')", max_new_tokens=50)
     assert len(out.tokens[0]) == 50  # past the 16-position context

@@ -8,10 +8,10 @@ import math
 
 import pytest
 import torch
-
-import decodekit as dk
 from decodekit_cache_window.calibration import Calibration, attention_profile, calibrate, fit_layer
 from decodekit_gpt.gpt import GPT, GPTConfig
+
+import decodekit as dk
 
 T, SINKS = 256, 4
 

@@ -286,7 +286,7 @@ def test_fast_path_picks_what_the_dense_path_picks_sample() -> None:
 def test_fast_path_processes_what_the_dense_path_processes(text: str) -> None:
     chain = dk.Chain.parse(text)
     x = peaked_logits(4, ties=True)
-    fast = chain.process_fast(x, ctx_for(4, history=40))
+    fast = chain._process_fast(x, ctx_for(4, history=40))
     assert isinstance(fast, Candidates)  # every chain here truncates
     dense = chain.process(x, ctx_for(4, history=40))
     held = ~torch.isnan(fast.values).any(-1)  # the rows whose result fits the candidate sets
@@ -298,7 +298,7 @@ def test_ties_past_the_candidates_room_are_redone_densely_with_the_same_draws() 
     x = torch.randn(3, 500, generator=torch.Generator().manual_seed(2))
     x[1, 100:130] = 9.0  # 30 tokens tied at the largest value: more than top_k(3)'s room of 6
     chain = dk.Chain.parse("top_k(3) | sample")
-    marked = chain.select(x, ctx_for(3, seed=4))
+    marked = chain._select(x, ctx_for(3, seed=4))
     assert marked[1].item() == -1 and bool((marked[[0, 2]] >= 0).all())
     ctx = ctx_for(3, seed=4)
     tokens = chain(x, ctx)
@@ -316,5 +316,5 @@ def test_select_leaves_the_logits_alone() -> None:
     for chain in (full_chain(), dk.Chain([view_of_input, *full_chain().processors])):
         x = peaked_logits(3)
         before = x.clone()
-        chain.select(x, ctx_for(3, seed=5, history=40))
+        chain._select(x, ctx_for(3, seed=5, history=40))
         assert torch.equal(x, before)

@@ -502,10 +502,9 @@ def test_tiny_shakespeare_is_the_default_model(shakespeare: Any) -> None:
 
 
 def test_explain_plot_keeps_a_long_chains_legend_inside_the_figure() -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
     from decodekit_cli.explain import explain_steps
     from decodekit_cli.explain_render import step_figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     chain = dk.Chain.parse(
         "repetition_penalty(1.1) | frequency_penalty(0.5) | temperature(0.8) | min_p(0.02) | top_k(20) | top_p(0.9)"

@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 import torch
+from decodekit_gpt.gpt import GPT, GPTConfig, attention_mask
 from pydantic import Field
 
 import decodekit as dk
 from decodekit.context import row_generators
-from decodekit_gpt.gpt import GPT, GPTConfig, attention_mask
 from decodekit.params import validate_params
 from tinymodels import Counting, tiny_gpt
 

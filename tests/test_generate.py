@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from decodekit_gpt.gpt import GPT
 
 import decodekit as dk
-from decodekit_gpt.gpt import GPT
 from tinymodels import tiny_gpt
 
 PROMPTS = [[5, 17, 3, 9, 44, 2], [7, 8], [90, 1, 33]]

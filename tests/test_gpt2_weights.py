@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 import torch
+from decodekit_gpt.gpt import GPT
+from decodekit_gpt.gpt2_weights import load_gpt2
 
 import decodekit as dk
 from decodekit.errors import ParameterError
-from decodekit_gpt.gpt import GPT
-from decodekit_gpt.gpt2_weights import load_gpt2
 from tinymodels import greedy_generation_config, left_padded
 
 transformers = pytest.importorskip("transformers")

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from decodekit_cli import main
 from decodekit_cli.plugin_template import KINDS
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from decodekit_cli.plugin_template import files_for
 
 import decodekit as dk
-from decodekit_cli.plugin_template import files_for
 
 STANDARD_SAMPLER_DISTS = {
     "greedy": "decodekit-greedy",

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import torch
+from decodekit_cli.listing import plugins_report, samplers_report
 from pydantic import BaseModel, Field
 
 import decodekit as dk
 from decodekit.cache import PreallocatedKVCache
-from decodekit_cli.listing import plugins_report, samplers_report
 from decodekit.plugins import check_implementations
 from decodekit.stage import ProcessorBase
 from tinymodels import tiny_gpt

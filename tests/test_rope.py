@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from decodekit_gpt.gpt import GPT, GPTConfig, apply_rope, rope_angles
 
 import decodekit as dk
 from decodekit.errors import ParameterError
-from decodekit_gpt.gpt import GPT, GPTConfig, apply_rope, rope_angles
 
 
 def rope_gpt(seed: int = 0) -> GPT:

@@ -130,7 +130,7 @@ def test_a_row_that_cannot_be_sampled_is_marked_by_the_chain_on_both_paths() -> 
     assert torch.equal(fast, dense)
     chain = dk.Chain([])
     for x in (logits, Candidates(values, indices)):
-        assert chain.pick(x, 3, ctx_for(4)).tolist() == [-1, -1, -1, dense.tolist()[3]]
+        assert chain._pick(x, 3, ctx_for(4)).tolist() == [-1, -1, -1, dense.tolist()[3]]
 
 
 def test_candidates_pick_the_same_token_alone_in_a_batch_and_densely() -> None:

@@ -51,7 +51,7 @@ def test_edge_parameters_work_and_never_revive(text: str, dtype: torch.dtype) ->
     assert not bool((torch.isposinf(out) & ~torch.isposinf(x)).any()), f"{text}: made +inf"
     assert not bool((torch.isneginf(x) & ~torch.isneginf(out)).any()), f"{text}: revived a removed token"
     assert not bool(torch.isnan(out).any()), f"{text}: made NaN"
-    fast = chain.process_fast(x.clone(), ctx_for(2, history=6))
+    fast = chain._process_fast(x.clone(), ctx_for(2, history=6))
     if isinstance(fast, Candidates):
         fast = densify(fast, x.shape[1])
     held = ~torch.isnan(fast).any(-1)

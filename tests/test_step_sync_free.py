@@ -22,7 +22,7 @@ def run_on_fake_tensors(chain: dk.Chain, batch: int = 3) -> None:
     `bool(t)`, a data-dependent shape) raises."""
     ctx = ctx_for(batch, history=40, step=5)
     with FakeTensorMode(allow_non_fake_inputs=True):
-        chain.select(torch.randn(batch, 50_257), ctx)
+        chain._select(torch.randn(batch, 50_257), ctx)
 
 
 @pytest.mark.parametrize("text", STANDARD)
@@ -44,8 +44,8 @@ def test_the_full_chains_processors_compile_as_one_graph() -> None:
     chain = dk.Chain.parse(STANDARD[-1])
     x = torch.randn(2, 50_257, generator=torch.Generator().manual_seed(0))
     ctx = ctx_for(2, history=40, step=5)
-    compiled = torch.compile(chain.process_fast, fullgraph=True)
-    got, expected = compiled(x, ctx), chain.process_fast(x, ctx)
+    compiled = torch.compile(chain._process_fast, fullgraph=True)
+    got, expected = compiled(x, ctx), chain._process_fast(x, ctx)
     assert isinstance(got, dk.Candidates) and isinstance(expected, dk.Candidates)
     assert torch.equal(got.indices, expected.indices)
     torch.testing.assert_close(got.values, expected.values)

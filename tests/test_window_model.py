@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 from decodekit_cache_window import WindowCache, WindowParams
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 import decodekit as dk
 from decodekit.errors import ContextLengthError
-from decodekit_gpt.gpt import GPT, GPTConfig
 
 
 def rope_gpt(n_layer: int, block_size: int = 32, position: str = "rope") -> GPT:

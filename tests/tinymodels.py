@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 from decodekit.context import DecodeContext
-from decodekit_gpt.gpt import GPT, GPTConfig
 from decodekit.params import NoParams
 from decodekit.stage import ProcessorBase
 

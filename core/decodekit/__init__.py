@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from decodekit.cache import KVCache, PreallocatedKVCache
     from decodekit.chain import Chain, Processor, Selector
     from decodekit.context import DecodeContext
+    from decodekit.engine import Decoding
     from decodekit.loop import generate, stream
+    from decodekit.model import Model
     from decodekit.plugins import (
         create,
         create_cache,
@@ -53,6 +55,8 @@ _LAZY = {
     "Processor": "decodekit.chain",
     "Selector": "decodekit.chain",
     "DecodeContext": "decodekit.context",
+    "Decoding": "decodekit.engine",
+    "Model": "decodekit.model",
     "DecodeOptions": "decodekit.request",
     "DecodeRequest": "decodekit.request",
     "Generation": "decodekit.results",
@@ -86,8 +90,10 @@ __all__ = [
     "DecodeOptions",
     "DecodeRequest",
     "DecodekitError",
+    "Decoding",
     "Generation",
     "KVCache",
+    "Model",
     "ModelSpec",
     "NoParams",
     "NumericsError",

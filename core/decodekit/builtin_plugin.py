@@ -20,12 +20,12 @@ def register_samplers(register: SamplerRegistrar) -> None:
 def register_strategies(register: StrategyRegistrar) -> None:
     register(
         "sample",
-        "decodekit.strategies:sample_strategy",
+        "decodekit.loop:sample_policy",
         description="One token per step from the chain's selector (dk.generate)",
     )
     register(
         "beam",
-        "decodekit.beam:beam_strategy",
+        "decodekit.beam:beam_policy",
         BeamParams,
         description="Beam search (Hugging Face semantics; dk.beam_search)",
     )

@@ -10,6 +10,7 @@ in any order and drop any it likes (docs/caches.md has the whole contract).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -20,33 +21,29 @@ from decodekit.errors import CacheCapacityError, ParameterError
 from decodekit.spec import CacheSpec
 from decodekit.storage import FloatStorage, StorageFactory
 
-__all__ = ["KVCache", "PreallocatedKVCache", "RowCroppable", "slot_mask"]
+__all__ = [
+    "Croppable",
+    "Evicting",
+    "KVCache",
+    "PreallocatedKVCache",
+    "Reorderable",
+    "RowCroppable",
+    "Sized",
+    "capability_error",
+    "evicts",
+    "slot_mask",
+]
 
 
 @runtime_checkable
 class KVCache(Protocol):
-    """What a model's attention and the decode loop need from a KV cache."""
+    """What every cache must do: what a model's attention and the engine call on it."""
 
     spec: CacheSpec
 
     @property
     def length(self) -> int:
         """Slots fed per row (every layer, after a complete forward): the slot of the next token."""
-        ...
-
-    @property
-    def capacity(self) -> int:
-        """The most slots a row can be fed (an evicting cache: unbounded, `sys.maxsize`)."""
-        ...
-
-    @property
-    def nbytes(self) -> int:
-        """Exact bytes of the tensors the cache holds (not of the float keys `update` hands out)."""
-        ...
-
-    @property
-    def keeps_all(self) -> bool:
-        """True when `update` returns every token fed, in slot order (the mask is plain causal)."""
         ...
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -60,20 +57,35 @@ class KVCache(Protocol):
         `positions` `[B, T_new]` are the new queries' positions (negative: padding)."""
         ...
 
-    def reach(self, new: int) -> int:
-        """1 + the largest query-key distance (in positions) that feeding `new` more tokens presents."""
-        ...
-
     def reset(self) -> None:
         """Forget every token (buffers are kept)."""
         ...
 
-    def crop(self, n: int) -> None:
-        """Take back every slot from `n` on (speculative-decoding rollback): `length` becomes `n`."""
+
+# Capabilities: what some caches can also do. The engine and the strategies check for the ones
+# they use when a decode opens (`capability_error`) and refuse a cache without one, with the reason.
+
+
+@runtime_checkable
+class Evicting(Protocol):
+    """A cache that drops tokens. A cache without `reach` keeps every token fed, in slot order."""
+
+    def reach(self, new: int) -> int:
+        """1 + the largest query-key distance (in positions) that feeding `new` more tokens presents."""
         ...
 
-    def reorder(self, index: Tensor) -> None:
-        """Replace row `i` by row `index[i]` (beam search)."""
+
+@runtime_checkable
+class Croppable(Protocol):
+    """A cache that can take tokens back (speculative decoding's rollback)."""
+
+    @property
+    def rollback(self) -> int:
+        """How many of the latest slots `crop` can always take back (`sys.maxsize`: any)."""
+        ...
+
+    def crop(self, n: int) -> None:
+        """Take back every slot from `n` on: `length` becomes `n`."""
         ...
 
 
@@ -90,6 +102,50 @@ class RowCroppable(Protocol):
         real tokens: `length` is at least each row's count of them.
         """
         ...
+
+
+@runtime_checkable
+class Reorderable(Protocol):
+    """A cache whose rows can follow beams."""
+
+    def reorder(self, index: Tensor) -> None:
+        """Replace row `i` by row `index[i]` (beam search)."""
+        ...
+
+
+@runtime_checkable
+class Sized(Protocol):
+    """A cache that reports its memory."""
+
+    @property
+    def nbytes(self) -> int:
+        """Exact bytes of the tensors the cache holds (not of the float keys `update` hands out)."""
+        ...
+
+
+_CAPABILITIES: dict[str, tuple[type, str]] = {
+    "crop": (Croppable, "takes back rejected tokens with crop(n)"),
+    "crop_rows": (RowCroppable, "takes back a different number of tokens per row with crop_rows(ends, length)"),
+    "reorder": (Reorderable, "moves its rows after the beams with reorder(index)"),
+    "nbytes": (Sized, "reports its bytes with nbytes"),
+}
+
+
+def evicts(cache: object) -> bool:
+    """Whether `cache` (an instance or its class) drops tokens: it states its `reach` (`Evicting`)."""
+    return callable(getattr(cache, "reach", None))
+
+
+def capability_error(cache: object, need: str, who: str) -> ParameterError | None:
+    """None when `cache` has capability `need` ("crop", "crop_rows", "reorder", "nbytes"), else the error
+    that refuses it, saying what `who` (a strategy) needs it for."""
+    protocol, why = _CAPABILITIES[need]
+    if isinstance(cache, protocol):
+        return None
+    return ParameterError(
+        f"{who}: cache {type(cache).__name__} cannot be used: {who} needs a cache that {why}; "
+        f"allowed: a cache backend with {need}"
+    )
 
 
 def slot_mask(key_slots: Tensor, positions: Tensor, first: int, *, window: int | None = None, sinks: int = 0) -> Tensor:
@@ -119,7 +175,7 @@ class PreallocatedKVCache:
     """
 
     storage: StorageFactory = FloatStorage
-    keeps_all = True
+    rollback = sys.maxsize  # crop takes back any number of slots
 
     def __init__(self, spec: CacheSpec, params: object = None) -> None:
         self.spec = spec
@@ -168,9 +224,6 @@ class PreallocatedKVCache:
             self._mask = slot_mask(self._slots[:end], positions, first)
             self._mask_for = (first, positions)
         return self._mask
-
-    def reach(self, new: int) -> int:
-        return self.length + new
 
     def reset(self) -> None:
         self._lengths = [0] * self.spec.n_layers

@@ -7,15 +7,17 @@ candidates, the stages after it that can work on candidates do so (see
 `decodekit.stage`); the result is the same as running every stage on the full
 vocabulary, which `process` and `trace` do.
 
-A decode step (`select`) reads nothing back from the device. It marks with -1 the rows it could
-not pick: NaN, +inf or no token left, or more ties than a candidate set holds. `resolve`, which
-`__call__` and the decode loop run after their one host read, redoes those on the dense path.
+Every caller runs the chain through `step` (tokens out) or `distribution` (processed logits
+out). Inside, the fast path reads nothing back from the device and marks the rows it could not
+settle (NaN, +inf or no token left, more ties than a candidate set holds); after the step's one
+host read those rows are redone on the dense path. No caller sees a marked row.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -25,10 +27,11 @@ from decodekit.chain_string import parse_chain_string
 from decodekit.context import DecodeContext
 from decodekit.errors import ChainSpecError, NumericsError
 from decodekit.plugins import create, sampler_entry
+from decodekit.results import TokenLogprobs, token_logprobs
 from decodekit.sample import Sample
 from decodekit.stage import Candidates, SelectorBase, Stage, densify
 
-__all__ = ["Chain", "Processor", "Selector", "parse_chain_string"]
+__all__ = ["Chain", "Picked", "Processor", "Selector", "parse_chain_string"]
 
 
 @runtime_checkable
@@ -76,6 +79,11 @@ class Chain:
         )
         # Only a candidate set can leave a row for the dense path to redo.
         self.may_redo = any(to_c is not None for to_c in self._to_candidates)
+        # Stages that can end a row after a token (a grammar that is complete): `ends_row(row, generated)`.
+        self._enders: list[Callable[[int, Sequence[int]], str | None]] = [
+            ender for stage in (*procs, self.selector) if callable(ender := getattr(stage, "ends_row", None))
+        ]
+        self._compiled: Chain | None = None
 
     # -- construction from specs and strings -------------------------------------------
 
@@ -166,7 +174,91 @@ class Chain:
             out.append((str(p) if isinstance(p, Stage) else getattr(p, "__name__", repr(p)), logits))
         return out
 
-    def process_fast(self, logits: Tensor, ctx: DecodeContext) -> Tensor | Candidates:
+    def step(
+        self, logits: Tensor, ctx: DecodeContext, *, live: Sequence[bool] | None = None, logprobs: int | None = None
+    ) -> Picked:
+        """One decode step: a token per row of `logits` `[B, V]`, and what it cost the host.
+
+        The one public step every caller uses. It reads the tokens back once (`Picked.ids`); a
+        row the fast path could not settle (ties past a candidate set, NaN) is redone densely
+        here, so the tokens are always what `process` and the selector would give. A live row
+        that cannot be sampled (NaN, +inf, every token removed) is a `NumericsError`; a row not
+        `live` (finished) is never checked and gets token 0. `logprobs`: also report the chosen
+        token's log-probability and the top-n, raw and after the chain.
+        """
+        raw = _at_least_float32(logits)
+        before = ctx.fork() if self.may_redo else None  # where a redo of the step starts
+        if logprobs is None:
+            processed: Tensor | Candidates | None = None
+            tokens = self._select(raw, ctx)
+        else:
+            processed = self._process_fast(raw, ctx)
+            tokens = self._pick(processed, raw.shape[-1], ctx)
+        ids: list[int] = tokens.tolist()  # the step's one host read
+        if min(ids) < 0:
+            tokens, dense = self._resolve(raw, tokens, before, ctx, live)
+            processed = processed if dense is None else dense
+            tokens = tokens.clamp(min=0)  # a finished row's token is never read
+            ids = tokens.tolist()
+        lps = None if processed is None else token_logprobs(raw, processed, tokens, logprobs or 0)
+        return Picked(tokens, ids, lps)
+
+    def distribution(self, logits: Tensor, ctx: DecodeContext, *, live: Sequence[bool] | None = None) -> Tensor:
+        """The processed logits `[B, V]` (float32 at least) as `process` gives them, by the fast path where it can.
+
+        For callers that pick themselves (beam search, speculative verification, transformers'
+        `generate`). A live row that cannot be sampled is a `NumericsError`, as in `step`.
+        """
+        raw = _at_least_float32(logits)
+        before = ctx.fork() if self.may_redo else None
+        x = self._process_fast(raw, ctx)
+        out = densify(x, raw.shape[-1]) if isinstance(x, Candidates) else x
+        top = out.amax(-1)
+        bad = [row for row, ok in enumerate(_finite(top).tolist()) if not ok and (live is None or live[row])]
+        if bad and before is not None:  # a candidate set may have marked it: redo the step densely
+            out = self.process(raw, before)
+            ctx.adopt(before)
+            bad = [row for row, ok in enumerate(_finite(out.amax(-1)).tolist()) if not ok and row in bad]
+        if bad:
+            raise numerics_error(raw, out, bad[0], ctx.step)
+        return out
+
+    @property
+    def ends_rows(self) -> bool:
+        """Whether a stage of the chain can end a row (`ended`)."""
+        return bool(self._enders)
+
+    def ended(self, row: int, generated: Sequence[int]) -> str | None:
+        """What ends row `row` now that it has generated `generated` (its last token just added), or None.
+
+        A stage that can end a row (a grammar once it is complete) offers `ends_row(row, generated)`,
+        returning the reason (its name) or None; the engine asks after every token, as it checks stop
+        strings, and the row ends with finish reason "stop" and `stopped_by` that reason.
+        """
+        for ender in self._enders:
+            reason = ender(row, generated)
+            if reason is not None:
+                return reason
+        return None
+
+    def compiled(self) -> Chain:
+        """This chain with its step under `torch.compile` (`compile=True` of the decode functions).
+
+        Each row's uniforms are drawn before the graph (`DecodeContext.draw_uniforms`), so one graph
+        covers the whole fast step; the result equals the eager chain's, token for token.
+        """
+        if self._compiled is None:  # once per chain: each new compiled function would compile anew
+            twin = object.__new__(type(self))
+            twin.__dict__.update(self.__dict__)
+            # Not dynamic=True: marking every dimension dynamic breaks the graph where a truncation plans
+            # its search from the vocabulary size. Growing shapes (the history) become dynamic by themselves.
+            twin._select = torch.compile(self._select, dynamic=None)  # type: ignore[method-assign]
+            self._compiled = twin
+        return self._compiled
+
+    # -- the fast path, inside the step ------------------------------------------------------
+
+    def _process_fast(self, logits: Tensor, ctx: DecodeContext) -> Tensor | Candidates:
         """The processors, on candidates once a stage has truncated and the next can follow.
 
         Equal to `process` (as `densify` shows) but on rows a candidate set could not hold,
@@ -183,11 +275,11 @@ class Chain:
             x = p(x, ctx) if c is None else c
         return x
 
-    def select(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        """One decode step: token ids `[B]`, -1 for a row it could not pick (see `resolve`). No host read."""
-        return self.pick(self.process_fast(logits, ctx), logits.shape[-1], ctx)
+    def _select(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        """Token ids `[B]`, -1 for a row it could not pick (see `_resolve`). No host read."""
+        return self._pick(self._process_fast(logits, ctx), logits.shape[-1], ctx)
 
-    def pick(self, x: Tensor | Candidates, vocab_size: int, ctx: DecodeContext) -> Tensor:
+    def _pick(self, x: Tensor | Candidates, vocab_size: int, ctx: DecodeContext) -> Tensor:
         """The selector on processed logits or candidates; -1 for a row whose maximum is not finite
         (a NaN logit, +inf, every token removed): the one check of unsampleable rows."""
         if isinstance(x, Candidates):
@@ -199,41 +291,57 @@ class Chain:
         else:
             tokens = self.selector(x, ctx)
             top = x.amax(-1)  # NaN anywhere in a row makes its max NaN
-        # Finite exactly where clamping to the finite range changes nothing (NaN equals nothing):
-        # two kernels, where torch.isfinite runs four and a copy of its scalar.
-        big = torch.finfo(top.dtype).max
-        return torch.where(top.clamp(-big, big) == top, tokens, -1)
+        return torch.where(_finite(top), tokens, -1)
 
-    def resolve(
+    def _resolve(
         self,
         logits: Tensor,
         tokens: Tensor,
         before: DecodeContext | None,
         ctx: DecodeContext,
-        done: Sequence[bool] = (),
+        live: Sequence[bool] | None,
     ) -> tuple[Tensor, Tensor | None]:
-        """`select`'s `tokens` with its -1 rows settled, and the dense logits if it redid the step.
+        """`tokens` with its -1 rows settled, and the dense logits if the step was redone.
 
-        `before` is a fork of `ctx` taken before the step (None when `may_redo` is False: then
-        a -1 is final). The step is redone on the dense path from it, and `ctx` takes over its
-        draws and states. A row that still cannot be picked raises a `NumericsError`, unless
-        `done[row]` (a finished row of the decode loop, whose token is never read).
+        `before` is a fork of `ctx` taken before the step (None when no stage can leave a row to
+        redo: then a -1 is final). The step is redone on the dense path from it, and `ctx` takes
+        over its draws and states. A live row that still cannot be picked raises a `NumericsError`.
         """
         processed = None
-        if before is not None and bool((tokens < 0).any()):
+        if before is not None:
             processed = self.process(logits, before)
-            tokens = self.pick(processed, logits.shape[-1], before)
+            tokens = self._pick(processed, logits.shape[-1], before)
             ctx.adopt(before)
         for row, token in enumerate(tokens.tolist()):
-            if token < 0 and not (row < len(done) and done[row]):
+            if token < 0 and (live is None or live[row]):
                 dense = processed if processed is not None else self.process(logits, ctx.fork())
                 raise numerics_error(logits, dense, row, ctx.step)
         return tokens, processed
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         """Token ids `[B]`; raises `NumericsError` naming the row when a row cannot be sampled."""
-        before = ctx.fork() if self.may_redo else None
-        return self.resolve(logits, self.select(logits, ctx), before, ctx)[0]
+        return self.step(logits, ctx).tokens
+
+
+@dataclass(frozen=True)
+class Picked:
+    """What `Chain.step` picked: the tokens on the device and on the host, and their logprobs if asked."""
+
+    tokens: Tensor  # [B] long
+    ids: list[int]
+    logprobs: list[TokenLogprobs] | None = None
+
+
+def _at_least_float32(logits: Tensor) -> Tensor:
+    """Half-precision logits in float32 (a chain works in float32 at least); float32 and float64 as they are."""
+    return logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
+
+
+def _finite(top: Tensor) -> Tensor:
+    """Finite exactly where clamping to the finite range changes nothing (NaN equals nothing):
+    two kernels, where torch.isfinite runs four and a copy of its scalar."""
+    big = torch.finfo(top.dtype).max
+    return top.clamp(-big, big) == top
 
 
 def numerics_error(raw: Tensor, processed: Tensor, row: int, step: int) -> NumericsError:

@@ -10,10 +10,30 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["DecodeContext", "row_generators"]
+from decodekit.errors import ParameterError
+
+__all__ = ["DecodeContext", "mix_seed", "row_generators", "row_seeds"]
 
 _SEED_MIX = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: spreads (seed, row) pairs apart
 _SEED_MASK = (1 << 63) - 1
+
+
+def mix_seed(seed: int, index: int) -> int:
+    """A seed for item `index` of something seeded with `seed`, far from every other index's."""
+    return ((seed * _SEED_MIX) ^ (index + 1) * 0xBF58476D1CE4E5B9) & _SEED_MASK
+
+
+def row_seeds(seed: int | Sequence[int] | None, prompts: int, copies: int = 1) -> list[int] | None:
+    """Each row's seed, for `copies` rows per prompt (None: fresh seeds).
+
+    Prompt `b` gets `mix_seed(seed, b)` from one int, or its own seed from a sequence; with more
+    than one row per prompt (beam search, best-of-n), copy `i` gets `mix_seed(prompt_seed, i)`.
+    A prompt's rows thus never depend on what else is in its batch.
+    """
+    if seed is None:
+        return None
+    per_prompt = [mix_seed(seed, b) for b in range(prompts)] if isinstance(seed, int) else [int(s) for s in seed]
+    return per_prompt if copies == 1 else [mix_seed(s, i) for s in per_prompt for i in range(copies)]
 
 
 def row_generators(
@@ -21,23 +41,19 @@ def row_generators(
 ) -> list[torch.Generator]:
     """One generator per row. Row `b`'s stream depends only on `seeds` and `b`, never on the batch.
 
-    `seeds` may be one int (row `b` gets `mix(seed, b)`), one int per row (used as is), or
+    `seeds` may be one int (row `b` gets `mix_seed(seed, b)`), one int per row (used as is), or
     None (fresh nondeterministic seeds).
     """
     if seeds is None:
-        row_seeds = [int(torch.randint(0, 2**62, ()).item()) for _ in range(batch_size)]
-    elif isinstance(seeds, int):
-        row_seeds = [((seeds * _SEED_MIX) ^ (b + 1) * 0xBF58476D1CE4E5B9) & _SEED_MASK for b in range(batch_size)]
+        row_seeds_ = [int(torch.randint(0, 2**62, ()).item()) for _ in range(batch_size)]
     else:
-        row_seeds = [int(s) for s in seeds]
-        if len(row_seeds) != batch_size:
-            from decodekit.errors import ParameterError
-
+        row_seeds_ = row_seeds(seeds, batch_size) or []
+        if len(row_seeds_) != batch_size:
             raise ParameterError(
-                f"seed: {len(row_seeds)} per-row seeds given; allowed: one int, or one seed per row ({batch_size})"
+                f"seed: {len(row_seeds_)} per-row seeds given; allowed: one int, or one seed per row ({batch_size})"
             )
     gens = []
-    for s in row_seeds:
+    for s in row_seeds_:
         g = torch.Generator(device=device)
         g.manual_seed(s)
         gens.append(g)
@@ -58,10 +74,10 @@ class DecodeContext:
     step: int = 0  # tokens generated so far for every row
     generators: Sequence[torch.Generator] | None = None  # one per row, for stochastic stages
     state: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # id(stage) -> (stage, state)
+    draws: Tensor | None = None  # [B, n]: this step's first uniforms, drawn ahead (`draw_uniforms`)
+    drawn: int = 0  # how many columns of `draws` the step has used
 
     def __post_init__(self) -> None:
-        from decodekit.errors import ParameterError
-
         if self.tokens.dim() != 2 or self.tokens.dtype not in (torch.int64, torch.int32):
             raise ParameterError(
                 f"DecodeContext: tokens of shape {tuple(self.tokens.shape)} and dtype {self.tokens.dtype}; "
@@ -87,15 +103,30 @@ class DecodeContext:
         starts = T - self.step - self.prompt_lengths.to(self.tokens.device)  # [B] first real column
         return torch.arange(T, device=self.tokens.device) >= starts[:, None]
 
+    def draw_uniforms(self, n: int = 1) -> None:
+        """Draw this step's first `n` uniforms of every row now, from the rows' generators, so that a
+        compiled step reads them as a tensor instead of calling a generator (which splits the graph).
+        `uniform` hands them out first, in order; the numbers are the same either way."""
+        self.draws, self.drawn = self._draw(n), 0
+
     def uniform(self, *, keepdim: bool = False) -> Tensor:
         """One float32 uniform draw in [0, 1) per row, `[B]` (`[B, 1]` with `keepdim`), from the row's generator."""
         shape = (self.batch_size, 1) if keepdim else (self.batch_size,)
+        if self.draws is not None and self.drawn < self.draws.shape[1]:
+            u = self.draws[:, self.drawn]
+            self.drawn += 1
+            return u.view(shape)
+        return self._draw(1).view(shape)
+
+    def _draw(self, n: int) -> Tensor:
+        """`[B, n]` float32 uniforms, row b's from its own generator."""
+        shape = (self.batch_size, n)
         device = self.tokens.device
         if self.generators is None:
             return torch.rand(shape, device=device)
         if len(self.generators) == 1:
             return torch.rand(shape, generator=self.generators[0], device=device)
-        return torch.cat([torch.rand(1, generator=g, device=device) for g in self.generators]).view(shape)
+        return torch.stack([torch.rand(n, generator=g, device=device) for g in self.generators])
 
     def state_for(self, stage: Any) -> Any:
         """The state of a stateful `stage` for this generation.

@@ -1,66 +1,134 @@
-"""`dk.decode`: run a registered decode strategy by name, its options checked once.
+"""Decode strategies by name: `dk.decode`, and the binding of a strategy's options.
 
-A strategy is `impl(request: DecodeRequest, params) -> Generation` (see `decodekit.hookspecs`):
-the options every strategy shares become the `DecodeRequest`, the others are checked against
-the strategy's parameter model. The core registers "sample" (`dk.generate`) and "beam"
+A strategy is a policy over the engine, `policy(decoding, params) -> Iterator[None] | None`
+(`decodekit.engine`), registered through the `register_strategies` hook. The options every
+strategy shares become the checked `DecodeRequest`; the others are checked against the
+strategy's parameter model. The core registers "sample" (`dk.generate`) and "beam"
 (`dk.beam_search`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from decodekit.chain_string import parse_stage
+from decodekit.engine import Decoding, Policy
 from decodekit.errors import ParameterError
+from decodekit.model import Model
 from decodekit.params import Params
 from decodekit.plugins import bind_arguments, get_registry
 from decodekit.prompts import Prompts
-from decodekit.registry import Entry
 from decodekit.request import DecodeOptions, DecodeRequest, decode_request
-from decodekit.results import Generation
+from decodekit.results import Generation, TokenEvent
 
-__all__ = ["SHARED_OPTIONS", "decode", "sample_strategy", "strategy_params"]
+__all__ = [
+    "SHARED_OPTIONS",
+    "EventStream",
+    "Strategy",
+    "decode",
+    "run_decode",
+    "run_events",
+    "run_generation",
+    "strategy_params",
+    "stream_strategy",
+]
 
 SHARED_OPTIONS = tuple(DecodeOptions.__annotations__)
 """The options `dk.decode` turns into the `DecodeRequest` (every other one is the strategy's)."""
 
 
-def decode(model: Any, prompts: Prompts, *, strategy: str = "sample", **options: Any) -> Generation:
+@dataclass(frozen=True)
+class Strategy:
+    """A registered strategy with its parameters checked."""
+
+    name: str
+    policy: Policy
+    params: Params
+
+
+def decode(model: Model, prompts: Prompts, *, strategy: str = "sample", **options: Any) -> Generation:
     """Decode with the registered strategy `strategy`, e.g. "sample", "beam" or "beam(num_beams=4)".
 
     Shared options (`DecodeOptions`: chain, max_new_tokens, cache, stop_tokens, stop_strings,
     seed, logprobs, compile) are checked as `dk.generate` checks them; the others against the
     strategy's parameters, which may also be given in the string form.
     """
+    return run_decode(model, prompts, strategy, options)
+
+
+def run_decode(model: Model, prompts: Prompts, strategy: str, options: Mapping[str, Any], what: str = "") -> Generation:
+    """`dk.decode` for an entry point named `what` in its errors ("generate", "beam_search")."""
+    request, bound = bind(model, prompts, strategy, options, what)
+    return run_generation(request, bound)
+
+
+def stream_strategy(model: Model, prompts: Prompts, strategy: str, options: Mapping[str, Any]) -> EventStream:
+    """`dk.stream`: every option is checked now, before the first event is asked for."""
+    request, bound = bind(model, prompts, strategy, options, "stream" if strategy == "sample" else "")
+    return run_events(request, bound)
+
+
+def bind(
+    model: Model, prompts: Prompts, strategy: str, options: Mapping[str, Any], what: str = ""
+) -> tuple[DecodeRequest, Strategy]:
+    """The checked request and strategy of one call; errors name `what` (default: the strategy)."""
     own = {k: v for k, v in options.items() if k not in SHARED_OPTIONS}
-    entry, params = _strategy(strategy, own)
+    bound = resolve_strategy(strategy, own, what)
     shared = {k: v for k, v in options.items() if k in SHARED_OPTIONS}
-    request = decode_request(model, prompts, **shared)
-    result: Generation = entry.load()(request, params)
-    return result
+    own_names = tuple(type(bound.params).model_fields)
+    return decode_request(model, prompts, what or f"strategy {bound.name}", own_names, **shared), bound
+
+
+def run_generation(request: DecodeRequest, strategy: Strategy) -> Generation:
+    """Run a strategy to the end and return its `Generation`."""
+    d = Decoding(request, strategy.name, events=False)
+    with torch.inference_mode():  # for the whole decode: no code of the caller's runs in between
+        for _ in d.run(strategy.policy, strategy.params, mode_per_step=False):
+            pass
+    return d.generation()
+
+
+def run_events(request: DecodeRequest, strategy: Strategy) -> EventStream:
+    """Run a strategy, yielding its events as it settles them."""
+    return EventStream(Decoding(request, strategy.name, events=True), strategy)
+
+
+class EventStream(Iterator[TokenEvent]):
+    """What `dk.stream` returns: the events as the strategy settles them; once they are all out,
+    `result` is the whole `Generation` (with a strategy's own fields, e.g. speculative's acceptance)."""
+
+    def __init__(self, decoding: Decoding, strategy: Strategy) -> None:
+        self._decoding = decoding
+        self._events = decoding.run(strategy.policy, strategy.params, mode_per_step=True)
+        self.result: Generation | None = None
+
+    def __next__(self) -> TokenEvent:
+        try:
+            return next(self._events)
+        except StopIteration:
+            self.result = self._decoding.generation()
+            raise
 
 
 def strategy_params(strategy: str, /, **options: Any) -> Params:
     """The strategy's own options, checked: `strategy_params("beam(num_beams=4)", length_penalty=0.5)`."""
-    return _strategy(strategy, options)[1]
+    return resolve_strategy(strategy, options).params
 
 
-def _strategy(strategy: str, own: dict[str, Any]) -> tuple[Entry, Params]:
+def resolve_strategy(strategy: str, own: Mapping[str, Any], what: str = "") -> Strategy:
+    """The registered strategy named by `strategy` ("beam" or "beam(num_beams=4)") with `own` options."""
     name, args, kwargs = parse_stage(strategy, what="strategy")
     entry = get_registry().lookup("strategy", name)
+    owner = what or f"strategy {name}"
     for key in own:
         if key in kwargs:
-            raise ParameterError(f"strategy {name}: parameter {key} given both in {strategy!r} and by keyword")
+            raise ParameterError(f"{owner}: parameter {key} given both in {strategy!r} and by keyword")
         if key not in entry.params_model.model_fields:
             allowed = ", ".join([*entry.params_model.model_fields, *SHARED_OPTIONS])
-            raise ParameterError(
-                f"strategy {name}: unknown parameter {key}={own[key]!r}; allowed parameters: {allowed}"
-            )
-    return entry, bind_arguments(f"strategy {name}", entry.params_model, tuple(args), {**kwargs, **own})
-
-
-def sample_strategy(request: DecodeRequest, params: Params) -> Generation:
-    """The "sample" strategy: one token per step from the chain's selector (`dk.generate`)."""
-    from decodekit.loop import generate_request
-
-    return generate_request(request)
+            raise ParameterError(f"{owner}: unknown parameter {key}={own[key]!r}; allowed parameters: {allowed}")
+    params = bind_arguments(owner, entry.params_model, tuple(args), {**kwargs, **own})
+    return Strategy(name, entry.load(), params)

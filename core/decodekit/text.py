@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,12 @@ class TextTracker:
             return self._emit(len(self.text)), None
         hold = max((k for s in self.stop_strings for k in range(1, len(s)) if self.text.endswith(s[:k])), default=0)
         return self._emit(len(self.text) - hold), None
+
+    def copy(self) -> TextTracker:
+        """An independent copy that shares the tokenizer (a beam branching off this row)."""
+        twin = copy.copy(self)
+        twin.tokens = list(self.tokens)
+        return twin
 
     def drop_last(self) -> None:
         """Remove the last token's text (a stop token is not part of the text)."""

@@ -44,7 +44,9 @@ class _Block(nn.Module):
         self.out = nn.Linear(dim, dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
-    def forward(self, x: Tensor, layer: int, positions: Tensor, cache: KVCache | None, rope: tuple[Tensor, Tensor] | None) -> Tensor:
+    def forward(
+        self, x: Tensor, layer: int, positions: Tensor, cache: KVCache | None, rope: tuple[Tensor, Tensor] | None
+    ) -> Tensor:
         B, T, C = x.shape
         H, H_kv = self.n_heads, self.n_kv_heads
         # [B, H + 2 H_kv, T, D]: query heads, key heads, value heads

@@ -178,7 +178,7 @@ def test_sliding_window_model_equals_transformers_recomputation() -> None:
 
 
 def test_int8_cache_logits_close_to_transformers_forward(llama: Any) -> None:
-    """int8 keeps every token (keeps_all): transformers attends over its dequantised keys, close to float."""
+    """int8 keeps every token: transformers attends over its dequantised keys, close to float."""
     model = HFModel(llama)
     ids, positions, mask = _padded(PROMPTS)
     with torch.no_grad():
@@ -192,7 +192,7 @@ def test_int8_cache_logits_close_to_transformers_forward(llama: Any) -> None:
 def test_window_cache_is_refused_with_the_reason(llama: Any) -> None:
     model = HFModel(llama)
     kv = dk.create_cache("window(size=8)", dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=16))
-    with pytest.raises(dk.ParameterError, match=r"keeps_all=False.*allowed: a cache that keeps every token"):
+    with pytest.raises(dk.ParameterError, match=r"it evicts.*allowed: a cache that keeps every token"):
         model(torch.tensor([[1, 2, 3]]), torch.arange(3)[None], kv)
-    with pytest.raises(dk.ParameterError, match="keeps_all=False"):
+    with pytest.raises(dk.ParameterError, match="it evicts"):
         dk.generate(model, [[1, 2, 3]], cache="window(size=8)", max_new_tokens=2)

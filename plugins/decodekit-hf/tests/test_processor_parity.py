@@ -132,7 +132,7 @@ def test_full_chain_dense_and_fast_path_equal_transformers() -> None:
     theirs = LogitsProcessorList(theirs_list)(ids, logits.clone())
     judged = (_mass_before(before_top_p) - 0.9).abs() > 2e-4
     ctx = dk.DecodeContext(tokens=history)
-    fast = chain.process_fast(logits.clone(), ctx)
+    fast = chain._process_fast(logits.clone(), ctx)
     assert isinstance(fast, Candidates)  # top-k handed candidates to top-p
     for ours in (chain.process(logits.clone(), ctx), densify(fast, 50257)):
         assert_same(ours, theirs, judged)

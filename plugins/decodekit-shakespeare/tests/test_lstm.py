@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from decodekit_gpt.gpt import GPT, GPTConfig
 from decodekit_shakespeare.lstm import LSTMConfig, LSTMModel
 
 import decodekit as dk
-from decodekit_gpt.gpt import GPT, GPTConfig
 
 
 @pytest.fixture(scope="module")

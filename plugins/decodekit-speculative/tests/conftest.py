@@ -6,7 +6,6 @@ import copy
 
 import pytest
 import torch
-
 from decodekit_gpt.gpt import GPT, GPTConfig
 
 

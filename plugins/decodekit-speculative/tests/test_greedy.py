@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from decodekit_gpt.gpt import GPT
 from decodekit_speculative.strategy import speculative
 
 import decodekit as dk
 from decodekit.cache import PreallocatedKVCache
-from decodekit_gpt.gpt import GPT
 
 # Ragged rows; the third repeats itself, so prompt lookup has something to find.
 PROMPTS = [[5, 17, 3, 9, 44, 2], [7], [90, 1, 33, 4, 90, 1, 33, 4, 90, 1]]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from decodekit_gpt.gpt import GPT, GPTConfig
 from decodekit_speculative.strategy import speculative
 
 import decodekit as dk
-from decodekit_gpt.gpt import GPT, GPTConfig
 from decodekit.testing.registry import check_hook_imports_no_torch
 
 PROMPT = [5, 17, 3]
@@ -18,8 +18,8 @@ PROMPT = [5, 17, 3]
     [
         ({"k": 0}, r"speculative: k=0 is invalid.*allowed: int 1 <= k <= 64"),
         ({"ngram_size": 0}, r"ngram_size=0 is invalid.*allowed: int 1 <= ngram_size"),
-        ({"logprobs": 2}, r"logprobs=2 is not supported; allowed: None"),
-        ({"cache": "none"}, r"cache='none' is invalid; allowed: a cache backend"),
+        ({"k": 20, "cache": "window(size=8)"}, r"k=20 is invalid with cache window.*at most 16.*allowed: k <= 15"),
+        ({"cache": "none", "max_new_tokens": 62}, r"cache='none' cannot go past the model's context of 64"),
         ({"max_new_tokens": -1}, r"max_new_tokens=-1 is invalid; allowed: an integer >= 0"),
         ({"draft": 3}, r"draft=3 is invalid; allowed: a registered model name, a model object, or 'ngram'"),
         ({"colour": 1}, r"unknown parameter colour=1; allowed parameters: draft, k, ngram_size, chain"),
@@ -49,12 +49,14 @@ def test_zero_new_tokens(target: GPT) -> None:
 
 def test_plugin_registers_by_import_path_without_torch() -> None:
     registered = check_hook_imports_no_torch("decodekit_speculative.plugin", "register_strategies")
-    assert ("speculative", "decodekit_speculative.strategy:speculative_strategy") in registered
+    assert ("speculative", "decodekit_speculative.strategy:speculative_policy") in registered
     assert "speculative" in dk.get_registry().strategies
 
 
 def test_context_too_long(target: GPT) -> None:
-    with pytest.raises(dk.ContextLengthError, match="prompt of 3 tokens \\+ max_new_tokens=62 exceeds .* 64 positions"):
+    with pytest.raises(
+        dk.ContextLengthError, match="prompt of 3 tokens \\+ max_new_tokens=62 = 65 tokens exceeds .* 64 positions"
+    ):
         speculative(target, [PROMPT], draft="ngram", max_new_tokens=62)
 
 

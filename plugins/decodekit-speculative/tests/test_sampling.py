@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 import torch
+from decodekit_gpt.gpt import GPT
 from decodekit_speculative.strategy import speculative
 from scipy.stats import chi2_contingency
 
 import decodekit as dk
-from decodekit_gpt.gpt import GPT
 from tinymodels import Counting
 
 PROMPT = [9, 44, 44, 44, 9, 44]  # repeats itself: prompt lookup proposes, and is sometimes right

@@ -172,11 +172,11 @@ def check_logits(chain: Chain, logits: Tensor, ctx: DecodeContext, report: Repor
     if dense is None:
         return
     V = logits.shape[-1]
-    as_dense = _densify(chain.process_fast(logits, ctx.fork()), V, report, "process_fast")
+    as_dense = _densify(chain._process_fast(logits, ctx.fork()), V, report, "process_fast")
     if as_dense is not None:
         compare(dense, as_dense, report, "process_fast")
     selector = _name(chain.selector)
-    check_tokens(chain.select(logits.clone(), ctx.fork()), dense, report, selector)
+    check_tokens(chain._select(logits.clone(), ctx.fork()), dense, report, selector)
     try:
         check_tokens(chain(logits.clone(), ctx.fork()), dense, report, selector)
     except NumericsError:

@@ -17,12 +17,12 @@ import torch
 from hypothesis import strategies as st
 
 import decodekit as dk
-from decodekit.testing.tiny_lm import Letters, TinyLM
 from decodekit.plugins import get_registry
 from decodekit.testing.fuzz.catalogue import SamplerInfo, params_model, registered_samplers
 from decodekit.testing.fuzz.chains import ChainDraw, chain_draws
 from decodekit.testing.fuzz.outcomes import MUTATED, OUT_OF_RANGE, REVIVED, UNFLAGGED, Report
 from decodekit.testing.fuzz.values import params_dicts
+from decodekit.testing.tiny_lm import Letters, TinyLM
 
 __all__ = ["ACCEPTED_BAD", "GenerateCase", "ModelKey", "check_generate_case", "generate_cases", "tiny_model"]
 

@@ -34,8 +34,6 @@ __all__ = ["WindowCache"]
 
 
 class WindowCache:
-    keeps_all = False
-
     def __init__(self, spec: CacheSpec, params: WindowParams | None = None) -> None:
         params = WindowParams() if params is None else params
         self.spec = spec
@@ -68,6 +66,11 @@ class WindowCache:
     @property
     def nbytes(self) -> int:
         return self.store.nbytes
+
+    @property
+    def rollback(self) -> int:
+        """`crop` can always take back the last `slack` slots: the ring holds them beyond the window."""
+        return self.slack
 
     def _where(self, layer: int, slot: int) -> int:
         """The storage slot of stream slot `slot`."""

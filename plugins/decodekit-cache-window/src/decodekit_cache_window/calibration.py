@@ -27,10 +27,10 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from decodekit_gpt.gpt import GPT, Block, LayerInputs
 from torch import Tensor
 
 from decodekit.errors import ParameterError
-from decodekit_gpt.gpt import GPT, Block, LayerInputs
 from decodekit.rope import apply_rope, rope_angles
 
 __all__ = ["CALIBRATION_NAME", "Calibration", "HeadFit", "LayerFit", "attention_profile", "calibrate", "fit_layer"]

@@ -209,10 +209,16 @@ def generate(
             "PROMPT": prompt is not None,
             "--num-samples": num_samples != 1,
             "--json": json_output,
-            "--strategy": strategy is not None,  # batches are sampled; a strategy per line is not there yet
         }
         batch = batch_request(
-            input_file, output, given, sampling, batch_size=batch_size, resume=resume, on_error=on_error.value
+            input_file,
+            output,
+            given,
+            sampling,
+            batch_size=batch_size,
+            resume=resume,
+            on_error=on_error.value,
+            strategy=strategy,
         )
         raise typer.Exit(run_batch(batch))
     from decodekit_cli.generate_command import GenerateRequest, run_generate

@@ -34,7 +34,7 @@ from rich.text import Text
 import decodekit as dk
 from decodekit_cli.batch_input import Pending, PromptLine, done_ids, read_prompts
 from decodekit_cli.errors import EXIT_INTERRUPTED, CliError, report_warning
-from decodekit_cli.options import build_chain, chain_text, check_stop, prompt_rows
+from decodekit_cli.options import build_chain, chain_text, check_stop, prompt_rows, resolve_strategy
 from decodekit_cli.sampling_options import SamplingOptions
 
 __all__ = ["BatchRequest", "batch_request", "run_batch"]
@@ -50,6 +50,7 @@ class BatchRequest:
     batch_size: int
     resume: bool
     on_error: str
+    strategy: str = "sample"  # every line decoded with it
 
 
 def batch_request(
@@ -61,6 +62,7 @@ def batch_request(
     batch_size: int,
     resume: bool,
     on_error: str,
+    strategy: str | None = None,
 ) -> BatchRequest:
     """Check that the batch options go together; `exclusive`: options that make no sense with --input."""
     if input_file is None or output is None:
@@ -69,7 +71,13 @@ def batch_request(
     if given:
         raise CliError(f"--input cannot be combined with {', '.join(given)}; each line of the file is one prompt")
     return BatchRequest(
-        input=input_file, output=output, sampling=sampling, batch_size=batch_size, resume=resume, on_error=on_error
+        input=input_file,
+        output=output,
+        sampling=sampling,
+        batch_size=batch_size,
+        resume=resume,
+        on_error=on_error,
+        strategy=resolve_strategy(strategy),
     )
 
 
@@ -112,7 +120,13 @@ def _result(p: Pending, seed: int, tokens: list[int], text: list[str] | None, en
 
 
 def _run_batch(
-    model: Any, batch: list[Pending], seeds: list[int], cache: str, stop: tuple[str, ...], out: IO[str], progress: Any
+    model: Any,
+    batch: list[Pending],
+    seeds: list[int],
+    request: BatchRequest,
+    cache: str,
+    out: IO[str],
+    progress: Any,
 ) -> None:
     """Generate one batch, appending each row's result once it and the rows before it have ended."""
     n = len(batch)
@@ -123,10 +137,11 @@ def _run_batch(
     events = dk.stream(
         model,
         prompt_rows([p.ids for p in batch]),
+        strategy=request.strategy,
         chain=build_chain(batch[0].chain, {}),
         max_new_tokens=batch[0].max_new_tokens,
         cache=cache,
-        stop_strings=stop,
+        stop_strings=request.sampling.stop,
         seed=seeds,
     )
     task = progress.task_ids[0]
@@ -191,7 +206,7 @@ def run_batch(request: BatchRequest) -> int:
         with progress, request.output.open("a") as out, torch.inference_mode():
             for batch in _batches(todo, request.batch_size):
                 line_seeds = [p.seed if p.seed is not None else seeds[p.line] for p in batch]
-                _run_batch(model, batch, line_seeds, cache, sampling.stop, out, progress)
+                _run_batch(model, batch, line_seeds, request, cache, out, progress)
     except KeyboardInterrupt:
         done = int(progress.tasks[0].completed)
         console.print(f"decodekit: interrupted; {done} results written to {request.output} (--resume continues)")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from pydantic import Field
 
-from decodekit_cli.errors import CliError
 from decodekit.errors import DecodekitError
 from decodekit.params import Params, validate_params
+from decodekit_cli.errors import CliError
 
 __all__ = ["Pending", "PromptLine", "done_ids", "read_prompts"]
 

@@ -27,10 +27,10 @@ class CalibrateRequest:
 
 def run_calibrate(request: CalibrateRequest) -> int:
     import torch
-
-    import decodekit as dk
     from decodekit_cache_window.calibration import calibrate
     from decodekit_gpt.gpt import GPT
+
+    import decodekit as dk
 
     if not request.text.is_file():
         raise CliError(f"--text {request.text}: no such file; allowed: a held-out text file")
@@ -56,10 +56,9 @@ def run_calibrate(request: CalibrateRequest) -> int:
 
 
 def _render(result: object) -> None:
+    from decodekit_cache_window.calibration import Calibration
     from rich.console import Console
     from rich.table import Table
-
-    from decodekit_cache_window.calibration import Calibration
 
     assert isinstance(result, Calibration)
     T = result.context

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from decodekit_cache_window.calibration import Calibration
+
 from decodekit_cli.errors import CliError
 
 __all__ = ["plot_calibration"]

@@ -18,4 +18,3 @@ STANDARD_PLUGINS: dict[str, str] = {
     "tiny-shakespeare": "decodekit-shakespeare",
     "hf": "decodekit-hf",
 }
-

@@ -27,7 +27,6 @@ __all__ = [
     "SampleSink",
     "SampleSpec",
     "StreamResult",
-    "decode_samples",
     "run_generate",
     "stream_samples",
 ]
@@ -104,9 +103,9 @@ def _rate(tokens: int, seconds: float) -> float:
 
 
 def stream_samples(
-    model: Any, spec: SampleSpec, sink: SampleSink, on_token: Callable[[int, float], None]
+    model: Any, spec: SampleSpec, strategy: str, sink: SampleSink, on_token: Callable[[int, float], None]
 ) -> StreamResult:
-    """Run `dk.stream` over the copies of the prompt; Ctrl-C ends it early, keeping the samples."""
+    """Run `dk.stream` with `strategy` over the copies of the prompt; Ctrl-C ends it early, keeping the samples."""
     import torch
 
     has_text = getattr(model, "tokenizer", None) is not None
@@ -117,6 +116,7 @@ def stream_samples(
     events = dk.stream(
         model,
         prompt_rows([spec.prompt] * spec.num_samples),
+        strategy=strategy,
         chain=spec.chain,
         max_new_tokens=spec.max_new_tokens,
         cache=spec.cache,
@@ -145,30 +145,8 @@ def stream_samples(
     for sample in samples:
         if sample.finish_reason is None:
             sample.seconds = seconds
-    return StreamResult(samples, seconds, interrupted)
-
-
-def decode_samples(model: Any, spec: SampleSpec, strategy: str, sink: SampleSink) -> StreamResult:
-    """Run `dk.decode` with a strategy that does not stream; each sample is shown when all are done."""
-    start = time.perf_counter()
-    options: dict[str, Any] = {
-        "chain": spec.chain,
-        "max_new_tokens": spec.max_new_tokens,
-        "cache": spec.cache,
-        "seed": spec.seed,
-    }
-    if spec.stop:
-        options["stop_strings"] = spec.stop
-    out = dk.decode(model, prompt_rows([spec.prompt] * spec.num_samples), strategy=strategy, **options)
-    seconds = time.perf_counter() - start
-    samples = []
-    for row, tokens in enumerate(out.tokens):
-        text = out.text[row] if out.text is not None else None
-        sink.text(row, text if text is not None else " ".join(map(str, tokens)))
-        sink.finish(row)
-        reason, stopped_by = out.finish_reasons[row], out.stopped_by[row] if out.stopped_by else None
-        samples.append(SampleResult(list(tokens), text, reason, stopped_by, seconds))
-    return StreamResult(samples, seconds, interrupted=False, acceptance_rate=getattr(out, "acceptance_rate", None))
+    rate = getattr(events.result, "acceptance_rate", None)  # a speculative strategy's, once it is done
+    return StreamResult(samples, seconds, interrupted, acceptance_rate=rate)
 
 
 def _status_line(tokens: int, seconds: float, num_samples: int, acceptance_rate: float | None = None) -> str:
@@ -213,7 +191,8 @@ def _cli_hints() -> Iterator[None]:
     try:
         yield
     except dk.ContextLengthError as exc:
-        raise CliError(f"{exc} (on the command line: --cache none)") from None
+        hint = " (on the command line: --cache none)" if "cache='none'" in str(exc) else ""
+        raise CliError(f"{exc}{hint}") from None
 
 
 def run_generate(request: GenerateRequest) -> int:
@@ -242,11 +221,7 @@ def run_generate(request: GenerateRequest) -> int:
         def on_token(tokens: int, seconds: float) -> None:
             out.status(_status_line(tokens, seconds, request.num_samples))
 
-        if strategy == "sample":
-            result = stream_samples(model, spec, sink, on_token)
-        else:
-            out.status(f"decoding with {strategy} ...")
-            result = decode_samples(model, spec, strategy, sink)
+        result = stream_samples(model, spec, strategy, sink, on_token)
         if writer is not None:
             writer.close()
 

@@ -11,11 +11,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
-from decodekit_cli.errors import CliError
 from decodekit.errors import DecodekitError
 from decodekit.plugins import get_registry, load_model
 from decodekit_cli.catalogue import STANDARD_PLUGINS
+from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
+from decodekit_cli.errors import CliError
 
 if TYPE_CHECKING:
     from decodekit.chain import Chain

@@ -25,10 +25,10 @@ description = "$summary"
 readme = "README.md"
 requires-python = ">=3.10"
 license = "MIT"
-dependencies = ["decodekit>=0.1", "torch>=2.5"]
+dependencies = [$dependencies]
 
 [project.optional-dependencies]
-test = ["pytest>=8", "scipy>=1.11"]
+test = ["decodekit[testing]"]
 
 # The entry point: decodekit imports `$pkg.plugin` and calls its hooks.
 [project.entry-points.decodekit]
@@ -219,45 +219,30 @@ def load(argument: str | None = None, params: ${cls}Params | None = None) -> GPT
 """`$name`: draw n samples per prompt, keep the one the model finds most likely (sum of log-probabilities)."""
 
 import decodekit as dk
+from decodekit.engine import sample_steps
 from $pkg.params import ${cls}Params
 
 
-def $module(request: dk.DecodeRequest, params: ${cls}Params) -> dk.Generation:
-    """`dk.decode(model, prompts, strategy="$name", n=4, ...)`: `request` holds the shared options."""
-    if isinstance(request.seed, tuple):
-        raise dk.ParameterError("$name: seed=(one per row) is not supported; allowed: one int, or None")
+def $module(d: dk.Decoding, params: ${cls}Params):
+    """`dk.decode(model, prompts, strategy="$name", n=4, ...)`: a policy over decodekit's engine.
+
+    n rows per prompt, each with a seed of its own derived from its prompt's (so a prompt's result
+    does not depend on its batch); the engine applies stop tokens, stop strings and max_new_tokens.
+    """
     n = params.n
+    d.open(copies=n)
+    score = [0.0] * (n * len(d.prompts))  # log-probability of each sample so far
 
-    def expand(rows):  # each row's n copies, in order
-        return [row for row in rows for _ in range(n)]
+    def add(picked):
+        live = d.live
+        for row, lp in enumerate(picked.logprobs):
+            if live[row]:
+                score[row] += lp.raw
 
-    out = dk.generate(
-        request.model,
-        expand(request.prompts),
-        chain=request.chain,
-        max_new_tokens=request.max_new_tokens,
-        cache=request.cache or "none",
-        stop_tokens=[sorted(s) for s in expand(request.stop_tokens)],
-        stop_strings=request.stop_strings,
-        seed=request.seed,
-        logprobs=request.logprobs if request.logprobs is not None else 0,
-        compile=request.compile,
-    )
-    assert out.logprobs is not None
-    score = [sum(t.raw for t in row) for row in out.logprobs]  # log-probability of each sample
-    best = [max(range(i * n, (i + 1) * n), key=score.__getitem__) for i in range(len(request.prompts))]
-
-    def pick(values):
-        return [values[r] for r in best]
-
-    return dk.Generation(
-        tokens=pick(out.tokens),
-        finish_reasons=pick(out.finish_reasons),
-        prompt_tokens=pick(out.prompt_tokens),
-        text=pick(out.text) if out.text is not None else None,
-        logprobs=pick(out.logprobs) if request.logprobs is not None else None,
-        stopped_by=pick(out.stopped_by),
-    )
+    yield from sample_steps(d, logprobs=0, after=add)
+    for b in range(len(d.prompts)):
+        best = max(range(b * n, (b + 1) * n), key=score.__getitem__)
+        d.finish(b, d.outputs[best].tokens, d.outputs[best].logprobs)
 ''',
 }
 
@@ -359,30 +344,35 @@ def test_registered_through_the_entry_point():
     "strategy": '''\
 """The `$name` strategy: by name through `dk.decode`, against `dk.generate` on the same seeds."""
 
-import torch
-
 import decodekit as dk
-from decodekit_gpt.gpt import GPT, GPTConfig
+from decodekit.context import mix_seed
+from decodekit.testing.strategies import StrategyConformance
+from decodekit.testing.tiny_lm import TinyLM
 
 
-def tiny_model():
-    torch.manual_seed(0)
-    return GPT(GPTConfig(vocab_size=64, block_size=64, n_layer=1, n_head=2, n_embd=16)).eval()
+class TestConformance(StrategyConformance):
+    """The kit's rules for every strategy: rows, ids, lengths, stops, seeds, batches, the stream."""
+
+    strategy = "$name(n=3)"
 
 
 def test_keeps_the_most_likely_of_n_samples():
-    model = tiny_model()
-    prompts = [[1, 2, 3], [4, 5]]
-    out = dk.decode(model, prompts, strategy="$name", n=3, max_new_tokens=6, seed=0)
-    samples = dk.generate(model, [p for p in prompts for _ in range(3)], max_new_tokens=6, seed=0, logprobs=0)
-    for i, tokens in enumerate(out.tokens):
-        scores = {tuple(samples.tokens[r]): sum(t.raw for t in samples.logprobs[r]) for r in range(3 * i, 3 * i + 3)}
+    model = TinyLM(64)
+    prompts, seeds = [[1, 2, 3], [4, 5]], [11, 22]
+    out = dk.decode(model, prompts, strategy="$name", n=3, max_new_tokens=6, seed=seeds)
+    for prompt, seed, tokens in zip(prompts, seeds, out.tokens):
+        # the prompt's n samples: copy i is seeded with mix_seed(the prompt's seed, i)
+        copies = [mix_seed(seed, i) for i in range(3)]
+        samples = dk.generate(model, [prompt] * 3, max_new_tokens=6, seed=copies, logprobs=0)
+        scores = {tuple(t): sum(lp.raw for lp in lps) for t, lps in zip(samples.tokens, samples.logprobs)}
         assert tuple(tokens) in scores and scores[tuple(tokens)] == max(scores.values())
+    alone = dk.decode(model, [prompts[1]], strategy="$name", n=3, max_new_tokens=6, seed=[22])
+    assert alone.tokens == out.tokens[1:]  # a prompt's result does not depend on its batch
 
 
 def test_bad_option_names_parameter_and_bound():
     try:
-        dk.decode(tiny_model(), [[1]], strategy="$name", n=0)
+        dk.decode(TinyLM(64), [[1]], strategy="$name", n=0)
     except dk.ParameterError as exc:
         assert "n=0" in str(exc)
     else:
@@ -423,6 +413,8 @@ def files_for(kind: str, name: str) -> dict[str, str]:
         "cls": "".join(part.capitalize() for part in name.split("_")),
         "module": name,
         "summary": SUMMARY[kind],
+        # a model plugin builds on the reference GPT
+        "dependencies": '"decodekit>=0.1", "torch>=2.5"' + (', "decodekit-gpt>=0.1"' if kind == "model" else ""),
     }
     values["usage"] = Template(USAGE[kind]).substitute(values)
     values.update(REGISTRATION[kind]._asdict())

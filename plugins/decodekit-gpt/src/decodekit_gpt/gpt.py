@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from decodekit.cache import KVCache, slot_mask
+from decodekit.cache import KVCache, evicts, slot_mask
 from decodekit.errors import ContextLengthError, ParameterError
 from decodekit.rope import apply_rope, rope_angles
 from decodekit.spec import ModelSpec
@@ -247,13 +247,13 @@ class GPT(nn.Module):
         """Refuse a forward that needs a position or a distance the model was never trained on.
 
         Learned positions end at `block_size` whatever the cache keeps. Rotary attention depends
-        only on query-key distances, so the cache decides: `cache.reach(new)` is the widest
-        distance (plus one) the forward will present, bounded for a cache that evicts.
+        only on query-key distances, so a cache that evicts decides: `cache.reach(new)` is the
+        widest distance (plus one) the forward will present.
         """
         block = self.config.block_size
         held = 0 if cache is None else cache.length
-        if cache is not None and self.wpe is None:
-            reach = cache.reach(new)
+        if cache is not None and self.wpe is None and evicts(cache):
+            reach = cache.reach(new)  # type: ignore[attr-defined]
             if reach > block:
                 raise ContextLengthError(
                     f"GPT: {new} new tokens on {held} cached would attend across {reach} positions, past the "

@@ -19,7 +19,8 @@ from typing import Any
 from torch import Tensor
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from decodekit.cache import KVCache
+from decodekit.cache import Croppable, KVCache, Reorderable
+from decodekit.errors import ParameterError
 
 __all__ = ["DecodekitCache", "DecodekitLayer"]
 
@@ -60,7 +61,7 @@ class DecodekitLayer(CacheLayerMixin):  # type: ignore[misc,no-untyped-call]  # 
         return self.kv.length
 
     def get_max_length(self) -> int:
-        return self.kv.capacity
+        return self.kv.spec.capacity
 
     get_max_cache_shape = get_max_length  # its name before transformers 5.x renamed it
 
@@ -82,9 +83,13 @@ class DecodekitCache(Cache):  # type: ignore[misc]
         """Drop the last `-n` tokens for `n <= 0` (transformers 5.x); keep the first `n` for `n > 0` (as 5.0 did)."""
         length = self.kv.length
         keep = n if n > 0 else length + n
+        if not isinstance(self.kv, Croppable):
+            raise ParameterError(f"DecodekitCache.crop: cache {type(self.kv).__name__} cannot crop")
         self.kv.crop(min(max(keep, 0), length))
 
     def reorder_cache(self, beam_idx: Tensor) -> None:
+        if not isinstance(self.kv, Reorderable):
+            raise ParameterError(f"DecodekitCache.reorder_cache: cache {type(self.kv).__name__} cannot reorder")
         self.kv.reorder(beam_idx)
 
     def batch_repeat_interleave(self, repeats: int) -> None:

@@ -7,7 +7,7 @@ wants the same facts as a 2-D `attention_mask` `[B, past + T]` (0 on padding) an
 `position_ids` (here: the positions clamped at 0; what a padding token sees never reaches a
 real one). When no row is padded no mask is passed, so transformers keeps its unmasked kernel.
 decodekit's cache reaches the model as a transformers `Cache` (`DecodekitCache`). Only caches that
-keep every token in slot order (`keeps_all`: dense, gqa, int8) fit transformers' masks; an evicting
+keep every token in slot order (dense, gqa, int8: no `reach`) fit transformers' masks; an evicting
 one (window) is refused with the reason.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from decodekit.cache import KVCache
+from decodekit.cache import KVCache, evicts
 from decodekit.errors import ParameterError
 from decodekit.params import NoParams
 from decodekit.spec import ModelSpec
@@ -93,9 +93,9 @@ class HFModel(nn.Module):
         last_only: return only the last column, `[B, 1, V]`: the output projection then runs on
         one position per row (transformers' `logits_to_keep=1`), which is what a prefill needs.
         """
-        if cache is not None and not cache.keeps_all:
+        if cache is not None and evicts(cache):
             raise ParameterError(
-                f"HFModel: cache {type(cache).__name__} drops or moves keys (keeps_all=False), which transformers "
+                f"HFModel: cache {type(cache).__name__} drops or moves keys (it evicts), which transformers "
                 "cannot attend over: its attention rotates keys itself and masks the cache as contiguous slots "
                 "0 .. length-1; allowed: a cache that keeps every token (dense, gqa, int8)"
             )

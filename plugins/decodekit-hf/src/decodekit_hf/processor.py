@@ -23,13 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
 from torch import Tensor
 from transformers import LogitsProcessor
 
-from decodekit.chain import Chain, numerics_error
+from decodekit.chain import Chain
 from decodekit.context import DecodeContext
-from decodekit.stage import Candidates, densify
 
 __all__ = ["ChainLogitsProcessor", "as_logits_processor"]
 
@@ -60,14 +58,8 @@ class ChainLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
         return ctx
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        ctx = self._context(input_ids)
-        logits = scores.float()
-        x = self.chain.process_fast(logits, ctx)
-        out = densify(x, logits.shape[-1]) if isinstance(x, Candidates) else x
-        bad = (~torch.isfinite(out.amax(-1))).nonzero().flatten().tolist()  # NaN, +inf or all removed
-        if bad:
-            raise numerics_error(logits, self.chain.process(logits, ctx), bad[0], ctx.step)
-        return out
+        # The chain's sealed distribution: float32, and a row that cannot be sampled is a NumericsError.
+        return self.chain.distribution(scores, self._context(input_ids))
 
 
 def as_logits_processor(

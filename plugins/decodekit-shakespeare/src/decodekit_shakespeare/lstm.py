@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor, nn
 
-from decodekit.cache import KVCache
+from decodekit.cache import KVCache, evicts
 from decodekit.errors import ParameterError
 from decodekit.spec import ModelSpec
 
@@ -86,7 +86,7 @@ class LSTMModel(nn.Module):
 
         Steps use `torch.lstm_cell`: nn.LSTM's fused CPU kernel costs more to set up per call than one step computes.
         """
-        if not getattr(cache, "keeps_all", False):  # an evicting cache would drop the state it must read back
+        if evicts(cache):  # an evicting cache would drop the state it must read back
             raise ParameterError(
                 f"LSTMModel: cache {type(cache).__name__} is invalid; allowed: a cache that keeps every token "
                 "(dense, gqa, int8)"

@@ -11,11 +11,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from decodekit_cache_window.calibration import CALIBRATION_NAME, Calibration
+from decodekit_gpt.gpt import GPT, GPTConfig
 from safetensors.torch import load_file
 
-from decodekit_cache_window.calibration import CALIBRATION_NAME, Calibration
 from decodekit.errors import ParameterError
-from decodekit_gpt.gpt import GPT, GPTConfig
 from decodekit.params import NoParams
 from decodekit_shakespeare.lstm import LSTMConfig, LSTMModel
 from decodekit_shakespeare.tokenizer import CharTokenizer

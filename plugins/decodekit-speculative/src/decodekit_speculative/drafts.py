@@ -21,13 +21,13 @@ Pick = Callable[[int, int, Tensor], "tuple[int, Tensor | None]"]
 """`pick(row, j, draft_logits [V]) -> (token, q [V] or None for one-hot)`: the chain's choice at drafted position j."""
 
 
-def fed_block(buf: Tensor, lengths: Tensor, first: int, width: int, max_positions: int) -> tuple[Tensor, Tensor]:
+def fed_block(buf: Tensor, lengths: Tensor, ends: Tensor, first: int, width: int) -> tuple[Tensor, Tensor]:
     """`(ids, positions)` `[B, width]`: history columns from `lengths - first` on; negative indices are padding
-    (id 0, negative position), columns past a row's drafts are junk that the next crop removes (their
-    positions held inside the model's context)."""
+    (id 0, negative position). Columns from a row's `ends` on (past its drafts) are junk that the next crop
+    removes; they repeat the row's last position, so they never present one the model has not seen."""
     index = (lengths - first)[:, None] + torch.arange(width, device=buf.device)  # [B, width]
     ids = buf.gather(1, index.clamp(0, buf.shape[1] - 1))
-    return ids, index.clamp(max=max_positions - 1)
+    return ids, torch.minimum(index, (ends - 1)[:, None])
 
 
 class Drafter(Protocol):
@@ -49,8 +49,7 @@ class ModelDrafter:
     def __init__(self, model: Any, cache: KVCache, batch_size: int) -> None:
         self.model = model
         self.rows = RowCache(cache, batch_size)
-        self.capacity = cache.capacity
-        self.max_positions = model.spec.max_positions
+        self.capacity = cache.spec.capacity
         self._lengths: list[int] = [0] * batch_size
         self._forwards = 0
 
@@ -64,14 +63,17 @@ class ModelDrafter:
             return qs
         F = self.rows.prepare(lengths, active)
         lengths_t = torch.tensor(lengths, device=buf.device)
-        ids, positions = fed_block(buf, lengths_t, F, F, self.max_positions)
+        ids, positions = fed_block(buf, lengths_t, lengths_t, F, F)
         extra = {"last_only": True} if getattr(self.model, "supports_last_only", False) else {}
         logits = self.model(ids, positions, self.rows.cache, **extra)[:, -1]  # [B, V]
         picked = [0] * len(lengths)  # each row's draft just picked (0 for a row that drafts no more)
         for j in range(K):
             if j > 0:  # feed the drafts just picked (history index lengths + j - 1), built on the host
                 ids = torch.tensor([[t] for t in picked], device=buf.device)
-                at = torch.tensor([[min(n + j - 1, self.max_positions - 1)] for n in lengths], device=buf.device)
+                # A row that drafts no more feeds a junk token at its last position (cropped later).
+                at = torch.tensor(
+                    [[n + j - 1 if j <= b else n - 1] for n, b in zip(lengths, budgets)], device=buf.device
+                )
                 logits = self.model(ids, at, self.rows.cache)[:, -1]
             for b, budget in enumerate(budgets):
                 picked[b] = 0

@@ -13,7 +13,7 @@ __all__ = ["register_strategies"]
 def register_strategies(register: StrategyRegistrar) -> None:
     register(
         "speculative",
-        "decodekit_speculative.strategy:speculative_strategy",
+        "decodekit_speculative.strategy:speculative_policy",
         SpeculativeParams,
         description="Speculative decoding: a draft model or prompt lookup proposes, the target verifies (exact)",
     )

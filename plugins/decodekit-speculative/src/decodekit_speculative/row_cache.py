@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from decodekit.cache import KVCache, RowCroppable
+from decodekit.cache import Croppable, KVCache, RowCroppable
 
 __all__ = ["RowCache"]
 
@@ -39,6 +39,7 @@ class RowCache:
         n_slots = self.cache.length
         ends = [e - (c - m) if a else min(length, n_slots) for e, c, m, a in zip(self.ends, self.correct, keep, active)]
         if all(e == length for e in ends):
+            assert isinstance(self.cache, Croppable)  # the strategy opened its decoding with needs=("crop",)
             self.cache.crop(length)
         elif isinstance(self.cache, RowCroppable):
             self.cache.crop_rows(ends, length)

@@ -1,0 +1,87 @@
+"""`RowOutput`: one row's output as its tokens arrive, under the rules every strategy shares.
+
+A row ends at a stop token (which is its last token, outside its text), at a stop string (its
+text is cut before it), when a stage of the chain says so after a token (`Chain.ended`: a
+grammar that is complete), or at `max_new_tokens`. Text is decoded incrementally (`TextTracker`).
+The engine holds one per row and turns what `push` returns into `TokenEvent`s; a strategy that
+keeps several candidates per prompt (beam search) copies them as its candidates branch.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from decodekit.results import FinishReason, TokenLogprobs
+from decodekit.text import TextTracker
+
+__all__ = ["Pushed", "RowOutput"]
+
+
+@dataclass(frozen=True, slots=True)
+class Pushed:
+    """What one token did to its row: the text it adds, and why the row ended (None: it goes on)."""
+
+    text: str | None
+    finish_reason: FinishReason | None
+    stopped_by: int | str | None
+
+
+class RowOutput:
+    """One row's generated tokens, text, logprobs and finish reason (see the module docstring)."""
+
+    def __init__(
+        self,
+        limit: int,
+        stop_tokens: frozenset[int],
+        tracker: TextTracker | None,
+        ended: Callable[[Sequence[int]], str | None] | None = None,
+    ) -> None:
+        self.limit = limit
+        self.stop_tokens = stop_tokens
+        self.tracker = tracker
+        self.ended = ended  # a chain stage's verdict on the tokens so far
+        self.tokens: list[int] = []
+        self.texts: list[str] = []
+        self.logprobs: list[TokenLogprobs] = []
+        self.finish_reason: FinishReason | None = "length" if limit == 0 else None
+        self.stopped_by: int | str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def text(self) -> str | None:
+        return None if self.tracker is None else "".join(self.texts)
+
+    def push(self, token: int, logprobs: TokenLogprobs | None = None) -> Pushed:
+        """Add the row's next token (the row must not be done)."""
+        self.tokens.append(token)
+        if logprobs is not None:
+            self.logprobs.append(logprobs)
+        stopped_by: int | str | None = token if token in self.stop_tokens else None
+        if stopped_by is None and self.ended is not None:
+            stopped_by = self.ended(self.tokens)
+        reason: FinishReason | None = "stop" if stopped_by is not None else None
+        if reason is None and len(self.tokens) >= self.limit:
+            reason = "length"
+        text = None
+        if self.tracker is not None:
+            text, hit = self.tracker.push(token, final=reason is not None)
+            if isinstance(stopped_by, int):  # a stop token is not part of the text
+                self.tracker.drop_last()
+                text = ""
+            elif hit is not None:
+                reason, stopped_by = "stop", hit
+            self.texts.append(text)
+        self.finish_reason, self.stopped_by = reason, stopped_by
+        return Pushed(text, reason, stopped_by)
+
+    def copy(self) -> RowOutput:
+        """An independent copy (a candidate branching off this row)."""
+        twin = copy.copy(self)
+        twin.tokens, twin.texts, twin.logprobs = list(self.tokens), list(self.texts), list(self.logprobs)
+        twin.tracker = None if self.tracker is None else self.tracker.copy()
+        return twin

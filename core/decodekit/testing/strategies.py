@@ -1,0 +1,133 @@
+"""Conformance checks for decode strategies (policies over the engine), one property per test.
+
+A strategy plugin subclasses `StrategyConformance` and names its strategy::
+
+    class TestBestOfN(StrategyConformance):
+        strategy = "best_of_n(n=3)"
+
+Every check decodes with `dk.decode` (and `dk.stream`) on the kit's `TinyLM` with a letter
+tokenizer, so stop strings and text are exercised too: one row per prompt, token ids in range,
+`max_new_tokens` respected, finish reasons that say what happened, stop tokens and strings
+honoured, a prompt's output the same alone as in its batch, seeds reproducible, the stream equal
+to the result. Failures name the strategy, the check and the row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+
+from decodekit.model import Model
+from decodekit.results import Generation
+from decodekit.strategies import decode
+from decodekit.testing.tiny_lm import Letters, TinyLM
+
+__all__ = ["StrategyConformance", "check_strategy"]
+
+PROMPTS = [[1, 2, 3, 4, 5], [7], [9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9], [4, 2]]
+SEEDS = [11, 22, 33, 44]
+
+
+def kit_model() -> Model:
+    """The kit's model: a two-layer `TinyLM` with rotary positions, GQA and a letter tokenizer."""
+    model = TinyLM(26, dim=16, n_layers=2, n_heads=2, n_kv_heads=1, max_positions=64, seed=0)
+    model.tokenizer = Letters(26)  # type: ignore[assignment]
+    return model
+
+
+class StrategyConformance:
+    """pytest suite for a decode strategy: set `strategy` ("name" or "name(args)"); override `options`
+    to decode with options of your own (a chain, a cache, a draft) and `make_model` with another model."""
+
+    strategy: ClassVar[str] = ""
+    max_new_tokens: ClassVar[int] = 12
+
+    def make_model(self) -> Model:
+        return kit_model()
+
+    def options(self) -> dict[str, Any]:
+        """Options every check decodes with (beside its own)."""
+        return {}
+
+    def _decode(self, prompts: Sequence[Sequence[int]], **options: Any) -> Generation:
+        if not self.strategy:
+            raise NotImplementedError(f"{type(self).__name__} must set strategy = 'name' or 'name(args)'")
+        given = {"max_new_tokens": self.max_new_tokens, **self.options(), **options}
+        return decode(self.make_model(), [list(p) for p in prompts], strategy=self.strategy, **given)
+
+    def _where(self, check: str, row: int | None = None) -> str:
+        return f"strategy {self.strategy}, {check}" + ("" if row is None else f", row {row}")
+
+    def test_rows_ids_lengths_and_reasons(self) -> None:
+        """One row per prompt, ids in range, at most max_new_tokens, a finish reason that says what happened."""
+        out = self._decode(PROMPTS, seed=SEEDS)
+        V, M = self.make_model().spec.vocab_size, self.max_new_tokens
+        assert len(out.tokens) == len(PROMPTS), self._where(f"{len(out.tokens)} rows for {len(PROMPTS)} prompts")
+        for row, (tokens, reason) in enumerate(zip(out.tokens, out.finish_reasons)):
+            where = self._where("output", row)
+            assert all(isinstance(t, int) and 0 <= t < V for t in tokens), f"{where}: ids out of [0, {V}): {tokens}"
+            assert len(tokens) <= M, f"{where}: {len(tokens)} tokens for max_new_tokens={M}"
+            assert reason in ("stop", "length"), f"{where}: finish reason {reason!r}"
+            assert reason == "stop" or len(tokens) == M, f"{where}: 'length' after {len(tokens)} of {M} tokens"
+
+    def test_stop_tokens_end_rows(self) -> None:
+        """A row ends at its first stop token, which is its last token."""
+        free = self._decode(PROMPTS, seed=SEEDS)
+        stops = sorted({t[len(t) // 2] for t in free.tokens if t})
+        out = self._decode(PROMPTS, seed=SEEDS, stop_tokens=stops)
+        for row, (tokens, reason, by) in enumerate(zip(out.tokens, out.finish_reasons, out.stopped_by)):
+            where = self._where(f"stop_tokens={stops}", row)
+            inner = [t for t in tokens[:-1] if t in stops]
+            assert not inner, f"{where}: stop token {inner[0]} inside {tokens}"
+            if reason == "stop":
+                assert tokens and tokens[-1] in stops and by == tokens[-1], f"{where}: 'stop' but ends {tokens[-1:]}"
+
+    def test_stop_strings_are_honoured(self) -> None:
+        """A row whose text reaches a stop string ends there; its text stops before it."""
+        free = self._decode(PROMPTS, seed=SEEDS)
+        assert free.text is not None, self._where("the kit's model has a tokenizer, but text is None")
+        strings = sorted({t[1:3] for t in free.text if len(t) >= 3})
+        out = self._decode(PROMPTS, seed=SEEDS, stop_strings=strings)
+        assert out.text is not None
+        for row, (text, reason, by) in enumerate(zip(out.text, out.finish_reasons, out.stopped_by)):
+            where = self._where(f"stop_strings={strings}", row)
+            found = [s for s in strings if s in text]
+            assert not found, f"{where}: text {text!r} contains stop string {found[0]!r}"
+            if reason == "stop" and isinstance(by, str):
+                assert by in strings, f"{where}: stopped_by {by!r} is not a stop string"
+
+    def test_a_prompt_alone_decodes_as_in_its_batch(self) -> None:
+        """With one seed per prompt, a prompt's output does not depend on what else is in its batch."""
+        batch = self._decode(PROMPTS, seed=SEEDS)
+        for row, (prompt, seed) in enumerate(zip(PROMPTS, SEEDS)):
+            alone = self._decode([prompt], seed=[seed])
+            assert alone.tokens[0] == batch.tokens[row], self._where("alone != in the batch", row)
+
+    def test_seeds_reproduce(self) -> None:
+        """The same seed gives the same output."""
+        first, second = self._decode(PROMPTS, seed=5), self._decode(PROMPTS, seed=5)
+        assert first.tokens == second.tokens, self._where("seed=5 twice gave different tokens")
+
+    def test_stream_equals_the_result(self) -> None:
+        """`dk.stream` yields the result's tokens, row by row, each event's step counting the row's tokens."""
+        from decodekit.loop import stream
+
+        out = self._decode(PROMPTS, seed=SEEDS)
+        rows: list[list[int]] = [[] for _ in PROMPTS]
+        given = {"max_new_tokens": self.max_new_tokens, **self.options()}
+        with torch.no_grad():
+            events = list(stream(self.make_model(), PROMPTS, strategy=self.strategy, seed=SEEDS, **given))
+        for event in events:
+            assert event.step == len(rows[event.row]), self._where(f"event step {event.step}", event.row)
+            rows[event.row].append(event.token)
+        assert rows == out.tokens, self._where("stream's tokens != decode's")
+
+
+def check_strategy(strategy: str, **options: Any) -> None:
+    """Run every check of the suite on `strategy`, outside pytest."""
+    suite = type("Suite", (StrategyConformance,), {"strategy": strategy, "options": lambda self: options})()
+    for name in dir(suite):
+        if name.startswith("test_"):
+            getattr(suite, name)()

@@ -1,0 +1,171 @@
+"""The engine: one decode loop under every strategy. Each bug found at a seam between the four loops
+it replaces is a test here, and a strategy that breaks the rules is named."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from decodekit_hf.processor import as_logits_processor
+
+import decodekit as dk
+from decodekit.params import NoParams
+from decodekit.testing.tiny_lm import TinyLM
+
+
+@pytest.fixture(scope="module")
+def shakespeare() -> Any:
+    return dk.load_model("tiny-shakespeare")
+
+
+def test_beam_search_goes_past_the_context_with_an_evicting_cache(shakespeare: Any) -> None:
+    """It raised ContextLengthError recommending the very cache it was given."""
+    out = dk.beam_search(shakespeare, ["ROMEO:"], num_beams=2, max_new_tokens=300, cache='window(size="auto")')
+    assert len(out.tokens[0]) == 300 > shakespeare.spec.max_positions
+
+
+def test_speculative_decoding_goes_past_the_context_with_an_evicting_cache(shakespeare: Any) -> None:
+    """It failed with "exceeds the model's context ... --cache none", and --cache none was refused."""
+    options: dict[str, Any] = {"chain": "greedy", "max_new_tokens": 300, "cache": 'window(size="auto")'}
+    out = dk.decode(shakespeare, ["ROMEO:"], strategy="speculative(draft=ngram, k=4)", **options)
+    assert out.tokens == dk.generate(shakespeare, ["ROMEO:"], **options).tokens
+    assert len(out.tokens[0]) == 300
+
+
+def test_speculative_k_beyond_what_the_window_takes_back_is_refused_up_front(shakespeare: Any) -> None:
+    """It died mid-run with "WindowCache.crop: n=32 is invalid", losing the output."""
+    with pytest.raises(dk.ParameterError, match=r"k=20 is invalid with cache window.*at most 16.*k <= 15.*slack"):
+        options: dict[str, Any] = {"max_new_tokens": 300, "cache": 'window(size="auto")'}
+        dk.decode(shakespeare, ["ROMEO:"], strategy="speculative(draft=ngram, k=20)", **options)
+
+
+def _flat() -> TinyLM:
+    """A model whose every logit is 0: every token ties for the maximum."""
+    model = TinyLM(64)
+    with torch.no_grad():
+        model.head.weight.zero_()
+    return model
+
+
+def test_tied_maxima_pick_the_same_token_under_every_strategy() -> None:
+    """`top_k(2) | greedy` over 64 tied maxima: [0, 0, 0, 0] from generate, a NumericsError from speculative."""
+    options: dict[str, Any] = {"chain": "top_k(2) | greedy", "max_new_tokens": 4}
+    assert dk.generate(_flat(), [[1, 2]], **options).tokens == [[0, 0, 0, 0]]
+    assert dk.decode(_flat(), [[1, 2]], strategy="speculative(draft=ngram)", **options).tokens == [[0, 0, 0, 0]]
+
+
+def test_the_transformers_bridge_keeps_tied_maxima() -> None:
+    """`top_k(1)` over 20 tied maxima raised "every token was removed by the chain"."""
+    scores = torch.zeros(1, 50)
+    scores[0, 10:30] = 1.0
+    processed = as_logits_processor("top_k(1)")(torch.tensor([[1, 2]]), scores)
+    assert torch.isfinite(processed[0, 10:30]).all() and torch.isneginf(processed[0, :10]).all()
+    assert int(processed.argmax()) == dk.Chain.parse("top_k(1) | greedy")(scores, dk.DecodeContext(torch.tensor([[1]])))
+
+
+def test_speculative_decoding_streams_and_reports_logprobs(shakespeare: Any) -> None:
+    """Speculative decoding refused logprobs and had no stream."""
+    options: dict[str, Any] = {"chain": "greedy", "max_new_tokens": 20, "logprobs": 2}
+    out = dk.decode(shakespeare, ["ROMEO:", "JULIET:"], strategy="speculative(draft=ngram)", **options)
+    ref = dk.generate(shakespeare, ["ROMEO:", "JULIET:"], **options)
+    assert out.tokens == ref.tokens and out.logprobs is not None and ref.logprobs is not None
+    for mine, theirs in zip(out.logprobs, ref.logprobs):
+        for a, b in zip(mine, theirs):  # the target's distribution at each emitted token
+            assert a.processed == pytest.approx(b.processed, abs=1e-4) and a.raw == pytest.approx(b.raw, abs=1e-4)
+            assert [t for t, _ in a.processed_top] == [t for t, _ in b.processed_top]
+    stream = dk.stream(shakespeare, ["ROMEO:", "JULIET:"], strategy="speculative(draft=ngram)", **options)
+    rows: list[list[int]] = [[], []]
+    for event in stream:
+        rows[event.row].append(event.token)
+    assert rows == out.tokens and stream.result is not None and stream.result.tokens == out.tokens
+
+
+# -- a strategy that breaks the rules is named ---------------------------------------------
+
+
+def _register(name: str, policy: Any) -> Any:
+    class Plugin:
+        @dk.hookimpl
+        def register_strategies(self, register: Any) -> None:
+            register(name, policy, NoParams, description="a test strategy")
+
+    plugin = Plugin()
+    dk.register_plugin(plugin, name=f"plugin-{name}")
+    return plugin
+
+
+def _one_row_only(d: dk.Decoding, params: NoParams) -> None:
+    d.open()
+    while not d.emit(0, 1):
+        pass
+
+
+def _bad_id(token: int) -> Any:
+    def policy(d: dk.Decoding, params: NoParams) -> None:
+        d.open()
+        d.emit(0, token)
+
+    return policy
+
+
+def _too_many(d: dk.Decoding, params: NoParams) -> None:
+    d.open()
+    for _ in range(100):
+        d.emit(0, 1)
+
+
+def _returns_a_generation(d: dk.Decoding, params: NoParams) -> dk.Generation:
+    return dk.Generation(tokens=[[1]], finish_reasons=["banana"], prompt_tokens=[[1]])  # type: ignore[list-item]
+
+
+def _never_opens(d: dk.Decoding, params: NoParams) -> Iterator[None]:
+    yield
+
+
+@pytest.mark.parametrize(
+    ("policy", "prompts", "message"),
+    [
+        (_one_row_only, [[1], [2]], r"strategy rogue: returned with row 1 unfinished after 0 tokens"),
+        (_bad_id(999), [[1]], r"strategy rogue: emitted token 999; allowed: an int in \[0, 64\)"),
+        (_bad_id(-1), [[1]], r"strategy rogue: emitted token -1"),
+        (_too_many, [[1]], r"strategy rogue: emitted token 1 on row 0, which had already ended \(length after 3"),
+        (_returns_a_generation, [[1]], r"strategy rogue: returned a Generation; allowed: a policy over the engine"),
+        (_never_opens, [[1]], r"strategy rogue: returned without opening its decoding"),
+    ],
+)
+def test_decode_holds_a_strategy_to_the_rules(policy: Any, prompts: list[list[int]], message: str) -> None:
+    """`dk.decode` checked nothing a strategy returned: one row for two prompts, ids 999 and -1, 100 tokens
+    for max_new_tokens=3, finish_reason="banana"."""
+    plugin = _register("rogue", policy)
+    try:
+        with pytest.raises(dk.PluginError, match=message):
+            dk.decode(TinyLM(64), prompts, strategy="rogue", max_new_tokens=3)
+    finally:
+        dk.unregister_plugin(plugin)
+
+
+class EndsAfter:
+    """A processor that leaves the logits alone and ends a row once it has `n` tokens (as a grammar
+    that is complete would)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __call__(self, logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
+        return logits
+
+    def ends_row(self, row: int, generated: Any) -> str | None:
+        return f"after-{self.n}" if len(generated) >= self.n else None
+
+
+@pytest.mark.parametrize("strategy", ["sample", "speculative(draft=ngram)", "beam(num_beams=2)"])
+def test_a_stage_can_end_a_row_under_every_strategy(strategy: str) -> None:
+    chain = dk.Chain([EndsAfter(3)], selector=dk.create("greedy"))
+    out = dk.decode(TinyLM(64), [[1, 2], [3]], strategy=strategy, chain=chain, max_new_tokens=10)
+    assert [len(t) for t in out.tokens] == [3, 3]
+    assert out.finish_reasons == ["stop", "stop"] and out.stopped_by == ["after-3", "after-3"]
+    events = list(dk.stream(TinyLM(64), [[1, 2], [3]], strategy=strategy, chain=chain, max_new_tokens=10))
+    ends = sorted((e.row, e.step, e.finish_reason, e.stopped_by) for e in events if e.finish_reason)
+    assert ends == [(0, 2, "stop", "after-3"), (1, 2, "stop", "after-3")]
