@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 import decodekit as dk
-from decodekit_gpt.gpt import GPT, GPTConfig
 
 
 def tiny_gpt() -> GPT:
