@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from decodekit.results import Generation, TokenEvent
     from decodekit.spec import CacheSpec, ModelSpec
     from decodekit.stage import Candidates, ProcessorBase, SelectorBase, Stage
-    from decodekit.strategies import decode
+    from decodekit.strategies import decode, validate
 
 __version__ = "0.1.0"
 
@@ -66,6 +66,7 @@ _LAZY = {
     "create": "decodekit.plugins",
     "create_cache": "decodekit.plugins",
     "decode": "decodekit.strategies",
+    "validate": "decodekit.strategies",
     "get_registry": "decodekit.plugins",
     "load_model": "decodekit.plugins",
     "register_plugin": "decodekit.plugins",
@@ -120,6 +121,7 @@ __all__ = [
     "reload_plugins",
     "stream",
     "unregister_plugin",
+    "validate",
 ]
 
 

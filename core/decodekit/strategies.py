@@ -35,6 +35,7 @@ __all__ = [
     "run_generation",
     "strategy_params",
     "stream_strategy",
+    "validate",
 ]
 
 SHARED_OPTIONS = tuple(DecodeOptions.__annotations__)
@@ -58,6 +59,14 @@ def decode(model: Model, prompts: Prompts, *, strategy: str = "sample", **option
     strategy's parameters, which may also be given in the string form.
     """
     return run_decode(model, prompts, strategy, options)
+
+
+def validate(model: Model, prompts: Prompts, *, strategy: str = "sample", **options: Any) -> DecodeRequest:
+    """Check a decode as `dk.decode` would (every option, the cache and the model's context included)
+    without decoding: a batch job checks every line before any model work. Returns the checked request."""
+    request, bound = bind(model, prompts, strategy, options)
+    Decoding(request, bound.name, events=False).open()  # the cache, against the context
+    return request
 
 
 def run_decode(model: Model, prompts: Prompts, strategy: str, options: Mapping[str, Any], what: str = "") -> Generation:
