@@ -6,6 +6,7 @@ Ragged prompts are left-padded and the padding gets negative positions (see
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -13,9 +14,8 @@ import torch
 from torch import Tensor
 
 from decodekit.errors import ParameterError
-from decodekit.request import token_ids
 
-__all__ = ["Prompts", "Tokenizer", "left_pad", "prompt_rows"]
+__all__ = ["Prompts", "Tokenizer", "as_index", "left_pad", "prompt_rows", "token_ids"]
 
 Prompts = str | Sequence[str] | Sequence[Sequence[int]] | Sequence[int] | Tensor
 
@@ -71,3 +71,29 @@ def left_pad(rows: Sequence[Sequence[int]], total: int, device: torch.device | s
     pads = torch.tensor([P - len(r) for r in rows], device=device)  # [B] padding columns per row
     positions = torch.arange(total, device=device)[None, :] - pads[:, None]
     return buf, positions
+
+
+def token_ids(name: str, values: object, vocab_size: int) -> list[int]:
+    """`values` (a sequence or a tensor) as a list of token ids, each an int in [0, V)."""
+    items = values.tolist() if hasattr(values, "tolist") and not isinstance(values, list) else values
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise ParameterError(f"{name}: {values!r} is invalid; allowed: a sequence of token ids")
+    ids = []
+    for t in items:
+        i = as_index(t)
+        if i is None:
+            raise ParameterError(f"{name}: token id {t!r} ({type(t).__name__}) is invalid; allowed: an int")
+        if not 0 <= i < vocab_size:
+            raise ParameterError(f"{name}: token id {i} is invalid; allowed: 0 <= id < vocab_size={vocab_size}")
+        ids.append(i)
+    return ids
+
+
+def as_index(x: object) -> int | None:
+    """`x` as a Python int if it is an integer (an int, a NumPy or 0-d tensor integer), not a bool."""
+    if isinstance(x, bool) or getattr(x, "dtype", None) == torch.bool:
+        return None
+    try:
+        return operator.index(x)  # type: ignore[arg-type]
+    except TypeError:
+        return None

@@ -7,7 +7,6 @@ a `ParameterError` naming the argument, the value and what is allowed.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -16,13 +15,14 @@ import torch
 from typing_extensions import Unpack
 
 from decodekit.errors import ParameterError
+from decodekit.prompts import as_index, prompt_rows, token_ids
 
 if TYPE_CHECKING:
     from decodekit.chain import Chain
     from decodekit.plugins import CacheFactory
     from decodekit.prompts import Prompts, Tokenizer
 
-__all__ = ["MAX_SEED", "DecodeOptions", "DecodeRequest", "decode_request", "token_ids"]
+__all__ = ["MAX_SEED", "DecodeOptions", "DecodeRequest", "decode_request"]
 
 MAX_SEED = 2**64
 """Seeds are integers in [0, 2**64), what `torch.Generator.manual_seed` takes."""
@@ -105,7 +105,7 @@ def _flag(name: str, value: object) -> bool:
 
 
 def _check_count(name: str, value: object) -> int:
-    n = _as_index(value)
+    n = as_index(value)
     if n is None or n < 0:
         raise ParameterError(f"{name}={value!r} is invalid; allowed: an integer >= 0")
     return n
@@ -113,7 +113,7 @@ def _check_count(name: str, value: object) -> int:
 
 def _vocab_size(model: object) -> int:
     spec = getattr(model, "spec", None)
-    V = _as_index(getattr(spec, "vocab_size", None))
+    V = as_index(getattr(spec, "vocab_size", None))
     if V is None:
         raise ParameterError(
             f"model {type(model).__name__}: no spec.vocab_size; allowed: a model with a decodekit.ModelSpec `spec`"
@@ -150,32 +150,6 @@ def _cache(cache: object) -> CacheFactory | None:
     )
 
 
-def token_ids(name: str, values: object, vocab_size: int) -> list[int]:
-    """`values` (a sequence or a tensor) as a list of token ids, each an int in [0, V)."""
-    items = values.tolist() if hasattr(values, "tolist") and not isinstance(values, list) else values
-    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
-        raise ParameterError(f"{name}: {values!r} is invalid; allowed: a sequence of token ids")
-    ids = []
-    for t in items:
-        i = _as_index(t)
-        if i is None:
-            raise ParameterError(f"{name}: token id {t!r} ({type(t).__name__}) is invalid; allowed: an int")
-        if not 0 <= i < vocab_size:
-            raise ParameterError(f"{name}: token id {i} is invalid; allowed: 0 <= id < vocab_size={vocab_size}")
-        ids.append(i)
-    return ids
-
-
-def _as_index(x: object) -> int | None:
-    """`x` as a Python int if it is an integer (an int, a NumPy or 0-d tensor integer), not a bool."""
-    if isinstance(x, bool) or getattr(x, "dtype", None) == torch.bool:
-        return None
-    try:
-        return operator.index(x)  # type: ignore[arg-type]
-    except TypeError:
-        return None
-
-
 def _stop_tokens(stop_tokens: object, batch: int, vocab_size: int) -> list[frozenset[int]]:
     items = stop_tokens.tolist() if hasattr(stop_tokens, "tolist") else stop_tokens
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
@@ -207,7 +181,7 @@ def _stop_strings(stop_strings: object, tokenizer: object) -> tuple[str, ...]:
 
 def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
     def check(value: object, name: str) -> int:
-        n = _as_index(value)
+        n = as_index(value)
         if n is None or not 0 <= n < MAX_SEED:
             raise ParameterError(f"{name}={value!r} is invalid; allowed: an integer, 0 <= seed < 2**64")
         return n
@@ -224,7 +198,7 @@ def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
 def _logprobs(logprobs: object, vocab_size: int) -> int | None:
     if logprobs is None:
         return None
-    n = _as_index(logprobs)
+    n = as_index(logprobs)
     if n is None or not 0 <= n <= vocab_size:
         raise ParameterError(
             f"logprobs={logprobs!r} is invalid; allowed: None or an integer, 0 <= logprobs <= {vocab_size}"
@@ -240,8 +214,6 @@ def decode_request(
     An unknown option is an error naming the caller (`what`) and what it takes: its `own`
     parameters, then the shared options.
     """
-    from decodekit.prompts import prompt_rows
-
     given: dict[str, Any] = {**_DEFAULTS, **options}
     unknown = sorted(given.keys() - _DEFAULTS.keys())
     if unknown:
