@@ -7,11 +7,12 @@ import dataclasses
 import pytest
 import torch
 from decodekit_gpt.gpt import GPT, GPTConfig, attention_mask
-from pydantic import Field
+from pydantic import Field, model_validator
 
 import decodekit as dk
 from decodekit.context import row_generators
 from decodekit.params import validate_params
+from decodekit.plugins import cache_factory
 from tinymodels import Counting, tiny_gpt
 
 
@@ -166,3 +167,34 @@ def test_last_only_is_the_last_column_of_the_full_logits() -> None:
     last = m(ids, pos, None, last_only=True)
     assert last.shape == (2, 1, 101)
     torch.testing.assert_close(last, full[:, -1:], atol=1e-5, rtol=1e-5)
+
+
+def test_number_parameters_take_numbers_only() -> None:
+    """`top_k(True)` was top_k(1), `window(size=True)` a one-token window, `num_beams='2'` two beams."""
+    with pytest.raises(dk.ParameterError, match=r"top_k: k=True is invalid: Input should be a number, not a bool"):
+        dk.create("top_k", k=True)
+    with pytest.raises(dk.ParameterError, match=r"k='2' is invalid"):
+        dk.Chain.from_spec([{"name": "top_k", "params": {"k": "2"}}])
+    with pytest.raises(dk.ParameterError, match=r"cache window: size=True is invalid"):
+        dk.create_cache("window", dk.CacheSpec(1, 1, 1, 2, 1, 4), size=True)
+    with pytest.raises(dk.ParameterError, match=r"beam_search: num_beams='2' is invalid"):
+        dk.beam_search(tiny_gpt(2), [[1]], num_beams="2")  # type: ignore[arg-type]
+    assert dk.Chain.parse("top_k(5)") == dk.Chain.from_spec([{"name": "top_k", "params": {"k": 5}}])
+    assert cache_factory("window(size=auto)").params.size == "auto"  # type: ignore[attr-defined]  # a literal
+
+
+def test_a_validator_across_parameters_names_them_and_its_rule() -> None:
+    """A model_validator's error read `clampish: ={'lo': 2, 'hi': 1} is invalid`."""
+
+    class Clamp(dk.Params):
+        lo: float = 0.0
+        hi: float = 1.0
+
+        @model_validator(mode="after")
+        def _ordered(self) -> Clamp:
+            if self.lo > self.hi:
+                raise ValueError("lo must be <= hi")
+            return self
+
+    with pytest.raises(dk.ParameterError, match=r"^clampish: lo=2, hi=1 are invalid together: lo must be <= hi$"):
+        validate_params("clampish", Clamp, {"lo": 2, "hi": 1})

@@ -251,3 +251,57 @@ def test_broken_distribution_installed_with_pip(tmp_path: Path) -> None:
         [sys.executable, "-c", probe], env={**env, "DECODEKIT_STRICT_PLUGINS": "1"}, capture_output=True, text=True
     )
     assert strict.returncode != 0 and "decodekit-broken 0.1.0" in strict.stderr
+
+
+_BASE_EXCEPTIONS = {
+    "import SystemExit": "raise SystemExit(3)\n",
+    "import KeyboardInterrupt": "raise KeyboardInterrupt\n",
+    "hook SystemExit": """
+        import decodekit as dk
+
+        @dk.hookimpl
+        def register_samplers(register):
+            raise SystemExit("bye")
+    """,
+    "hook KeyboardInterrupt": """
+        import decodekit as dk
+
+        @dk.hookimpl
+        def register_cache_backends(register):
+            raise KeyboardInterrupt
+    """,
+    "registration GeneratorExit": """
+        import decodekit as dk
+
+        class Loud:
+            def __call__(self, logits, ctx):
+                return logits
+
+            @property
+            def params_model(self):
+                raise GeneratorExit("from a property the registration reads")
+
+        @dk.hookimpl
+        def register_samplers(register):
+            register("loud", Loud())
+    """,
+}
+
+
+@pytest.mark.parametrize("case", list(_BASE_EXCEPTIONS))
+def test_a_plugin_raising_a_base_exception_leaves_everything_else_working(site: Path, case: str) -> None:
+    """SystemExit or KeyboardInterrupt from a plugin made every command exit silently."""
+    fake_distribution(site, "fake-exits", "fake_exits", _BASE_EXCEPTIONS[case])
+    fake_distribution(site, "fake-good", "fake_good", REGISTERS_SAMPLER.format(name="fake_shift"))
+    with pytest.warns(RuntimeWarning, match="fake-exits"):
+        registry = dk.reload_plugins()
+    [failure] = [f for f in registry.failures if f.distribution == "fake-exits"]
+    assert failure.error.split(":")[0] in ("SystemExit", "KeyboardInterrupt", "GeneratorExit")
+    assert "fake_shift" in registry.samplers and "dense" in registry.caches
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    listed = subprocess.run(
+        [sys.executable, "-m", "decodekit_cli", "plugins"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert listed.returncode == 0 and "fake-exits" in listed.stdout + listed.stderr, listed.stderr
+    imported = subprocess.run([sys.executable, "-c", "import decodekit"], env=env, capture_output=True, timeout=60)
+    assert imported.returncode == 0

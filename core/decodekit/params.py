@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import annotated_types
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 from pydantic.fields import FieldInfo
 
 from decodekit.errors import ParameterError
@@ -17,13 +18,49 @@ __all__ = ["NoParams", "Params", "allowed_values", "type_label", "validate_param
 
 
 class Params(BaseModel):
-    """Base of every sampler's parameter model: unknown keys are errors, instances are immutable."""
+    """Base of every sampler's parameter model: unknown keys are errors, instances are immutable, and a
+    number parameter takes numbers only (pydantic would read `True` as 1 and `"2"` as 2)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            errors: list[Any] = [
+                {"type": _NOT_A_NUMBER, "loc": (name,), "input": value}
+                for name, field in cls.model_fields.items()
+                if name in data and _not_a_number(field.annotation, value := data[name])
+            ]
+            if errors:
+                raise ValidationError.from_exception_data(cls.__name__, errors)
+        return data
 
 
 class NoParams(Params):
     """For samplers that take no parameters."""
+
+
+_NOT_A_NUMBER = PydanticCustomError("number_type", "Input should be a number, not a bool or a string")
+
+
+def _numbers(ann: object) -> tuple[bool, tuple[object, ...]]:
+    """Whether `ann` takes an int or a float, and the literal values it also takes."""
+    if ann in (int, float):
+        return True, ()
+    origin = typing.get_origin(ann)
+    if origin is typing.Literal:
+        return False, typing.get_args(ann)
+    if origin is typing.Union or type(ann).__name__ == "UnionType":
+        members = [_numbers(a) for a in typing.get_args(ann)]
+        return any(m[0] for m in members), tuple(v for m in members for v in m[1])
+    return False, ()
+
+
+def _not_a_number(ann: object, value: object) -> bool:
+    """A bool or a string given to a number parameter (a string one of its literal values excepted)."""
+    takes_numbers, literals = _numbers(ann)
+    return takes_numbers and isinstance(value, (bool, str)) and value not in literals
 
 
 def type_label(ann: object) -> str:
@@ -77,7 +114,11 @@ def validate_params(owner: str, model: type[Params], values: Mapping[str, Any]) 
         loc = ".".join(str(p) for p in err["loc"])
         key = str(err["loc"][0]) if err["loc"] else ""
         field = fields.get(key)
-        if err["type"] == "missing":
+        if not err["loc"]:  # a validator across parameters: name them, and its rule
+            given = ", ".join(f"{k}={v!r}" for k, v in values.items()) or "the defaults"
+            rule = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+            problems[loc] = f"{given} are invalid together: {rule}"
+        elif err["type"] == "missing":
             problems[loc] = f"missing required parameter {loc}"
         elif field is not None and _is_union_member(err["loc"], field):
             problems[key] = f"{key}={values.get(key)!r} is invalid; allowed: {allowed_values(key, field)}"

@@ -110,11 +110,19 @@ def _core_version() -> str:
 
 
 class _Loader:
-    """Builds a Registry: calls each plugin's hooks with a `register` that stages, then commits."""
+    """Builds a Registry: one pluggy `PluginManager` for every plugin; each plugin's hooks are called
+    through it on their own, with a `register` that stages, then commits.
+
+    Isolation: a plugin's import, its registration with the manager and each of its hooks run under
+    `except BaseException` (SystemExit and KeyboardInterrupt included): whatever one plugin raises
+    becomes its recorded failure, and every other plugin, and every command, keeps working.
+    """
 
     def __init__(self) -> None:
         self.registry = Registry()
         self.strict = _env_flag("DECODEKIT_STRICT_PLUGINS")
+        self.pm = pluggy.PluginManager(ENTRY_POINT_GROUP)
+        self.pm.add_hookspecs(hookspecs)
 
     def fail(self, failure: PluginFailure) -> None:
         if self.strict:
@@ -124,21 +132,21 @@ class _Loader:
     def add(self, plugin: object, distribution: str, version: str, entry_point: str) -> None:
         info = self.registry.plugins.setdefault(distribution, PluginInfo(distribution, version))
         info.entry_points.append(entry_point)
-        pm = pluggy.PluginManager(ENTRY_POINT_GROUP)
-        pm.add_hookspecs(hookspecs)
         try:
-            pm.register(plugin, name=f"{distribution}:{entry_point}")
-        except Exception as exc:  # e.g. a hook implementation with the wrong arguments
-            self.fail(PluginFailure(distribution, version, entry_point, f"{type(exc).__name__}: {exc}"))
+            self.pm.register(plugin, name=f"{distribution}:{entry_point}")
+        except BaseException as exc:  # e.g. a hook implementation with the wrong arguments
+            self.fail(PluginFailure(distribution, version, entry_point, _error(exc)))
             return
+        others = [p for p in self.pm.get_plugins() if p is not plugin]
         for hook_name, category in HOOKS:
-            staged = self._call_hook(pm, hook_name, category, info, entry_point)
+            hook = self.pm.subset_hook_caller(hook_name, remove_plugins=others)  # this plugin's alone
+            staged = self._call_hook(hook, hook_name, category, info, entry_point)
             for conflict in self.registry.add(staged or (), info):
                 if self.strict:
                     raise PluginError(f"{conflict.message()} (DECODEKIT_STRICT_PLUGINS is set)")
 
     def _call_hook(
-        self, pm: pluggy.PluginManager, hook_name: str, category: Category, info: PluginInfo, entry_point: str
+        self, hook: Any, hook_name: str, category: Category, info: PluginInfo, entry_point: str
     ) -> list[Entry] | None:
         """The entries one hook registers, or None (and a failure) if any registration is bad."""
         staged: dict[str, Entry] = {}
@@ -154,13 +162,16 @@ class _Loader:
             staged[entry.name] = entry
 
         try:
-            for impl in getattr(pm.hook, hook_name).get_hookimpls():
-                impl.function(register)
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            self.fail(PluginFailure(info.distribution, info.version, entry_point, error, hook_name))
+            hook(register=register)
+        except BaseException as exc:
+            self.fail(PluginFailure(info.distribution, info.version, entry_point, _error(exc), hook_name))
             return None
         return list(staged.values())
+
+
+def _error(exc: BaseException) -> str:
+    """How a plugin's exception is reported: its type and message (SystemExit shows its code)."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _describe(failure: PluginFailure) -> str:
@@ -185,18 +196,20 @@ def _build() -> Registry:
         version = ep.dist.version if ep.dist is not None else "?"
         if (allowed is not None and dist not in allowed) or dist in denied:
             continue  # decided from metadata: the module is never imported
+        # Loaded one by one (not `pm.load_setuptools_entrypoints`, which stops at the first failure),
+        # each decided from metadata first: a disabled plugin is never imported.
         try:
             plugin = ep.load()
-        except Exception as exc:
-            loader.fail(PluginFailure(dist, version, ep.name, f"{type(exc).__name__}: {exc}"))
+        except BaseException as exc:
+            loader.fail(PluginFailure(dist, version, ep.name, _error(exc)))
             continue
         loader.add(plugin, dist, version, ep.name)
     for spec in (s.strip() for s in os.environ.get("DECODEKIT_EXTRA_PLUGINS", "").split(",")):
         if spec and canonical_name(spec) not in denied:
             try:
                 extra = import_object(spec)
-            except Exception as exc:
-                loader.fail(PluginFailure(spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS", f"{type(exc).__name__}: {exc}"))
+            except BaseException as exc:
+                loader.fail(PluginFailure(spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS", _error(exc)))
                 continue
             loader.add(extra, spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS")
     for plugin, label in _code_plugins:

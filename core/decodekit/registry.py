@@ -68,7 +68,7 @@ class Entry:
             return self.impl
         try:
             value = import_object(self.impl)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt: the plugin fails, not the caller
             raise PluginError(
                 f"{self.category} {self.name!r} from {self.distribution}: cannot import {self.impl!r}: "
                 f"{type(exc).__name__}: {exc}"
