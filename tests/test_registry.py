@@ -84,7 +84,8 @@ def _capped(register: Any) -> None:
         (("shift", Shift, None, 3), {}, "description 3 is a int; allowed: a string"),
         (("shift", Shift), {"kind": "transformer"}, "kind='transformer' is invalid; allowed: 'processor', 'selector'"),
         (("shift", Shift), {"colour": "red"}, "unknown keyword colour=...; allowed keywords: kind"),
-        (("other", Shift), {}, "its class is named 'shift'"),
+        (("shift", Shift, CappedParams), {}, "its class takes NoParams, its registration CappedParams"),
+        (("shift", Shift), {"kind": "selector"}, "its class is a processor, its registration a selector"),
         (("shift",), {}, "TypeError"),
     ],
 )

@@ -8,8 +8,8 @@ from typing import Any
 
 import annotated_types
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
-from pydantic_core import PydanticCustomError
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 
 from decodekit.errors import ParameterError
 from decodekit.param_types import type_text

@@ -56,6 +56,7 @@ __all__ = [
     "get_registry",
     "load_model",
     "register_plugin",
+    "registered_name",
     "reload_plugins",
     "sampler_entry",
     "unregister_plugin",
@@ -290,6 +291,17 @@ def check_implementations(registry: Registry | None = None) -> list[BrokenImpl]:
                 except PluginError as exc:
                     broken.append(BrokenImpl(category, entry.name, entry.distribution, entry.impl, str(exc)))
     return broken
+
+
+def registered_name(cls: type) -> str:
+    """The sampler name `cls` (or its nearest registered base class) is registered under; a class that
+    no plugin registers is named after itself, in snake case (`MyShift` -> "my_shift")."""
+    names = get_registry().sampler_names()
+    for klass in cls.__mro__:
+        name = names.get(f"{klass.__module__}:{klass.__qualname__}") or names.get(klass)
+        if name is not None:
+            return name
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
 
 
 def sampler_entry(name: str) -> Entry:

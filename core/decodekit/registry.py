@@ -65,6 +65,7 @@ class Entry:
     def load(self) -> Any:
         """The implementation, imported on first use when it was registered by path."""
         if not isinstance(self.impl, str):
+            self._check_declaration(self.impl)
             return self.impl
         try:
             value = import_object(self.impl)
@@ -75,17 +76,29 @@ class Entry:
             ) from exc
         if not callable(value):
             raise PluginError(f"{self.category} {self.name!r} from {self.distribution}: {self.impl!r} is not callable")
+        self._check_declaration(value)
         return value
+
+    def _check_declaration(self, impl: object) -> None:
+        """A stage class's parameter model and kind are the registration's (they cannot drift apart)."""
+        where = f"{self.category} {self.name!r} from {self.distribution}"
+        model = getattr(impl, "params_model", None)
+        if isinstance(impl, type) and model is not None and model is not self.params_model:
+            raise PluginError(
+                f"{where}: its class takes {getattr(model, '__name__', model)}, its registration "
+                f"{self.params_model.__name__}; allowed: the same parameter model"
+            )
+        kind = getattr(impl, "kind", None)
+        if self.category == "sampler" and isinstance(impl, type) and kind is not None and kind != self.kind:
+            raise PluginError(f"{where}: its class is a {kind}, its registration a {self.kind} (kind=)")
 
     @property
     def kind(self) -> str | None:
-        """A sampler's kind, "processor" or "selector": as declared, else read from the implementation
-        (which imports it). None for the other categories."""
+        """A sampler's kind as registered: "processor" unless the registration says "selector" (no import
+        needed; `load` checks the class agrees). None for the other categories."""
         if self.category != "sampler":
             return None
-        if self.declared_kind is not None:
-            return self.declared_kind
-        return str(getattr(self.load(), "kind", "processor"))
+        return self.declared_kind or "processor"
 
 
 @dataclass
@@ -148,6 +161,13 @@ class Registry:
     plugins: dict[str, PluginInfo] = field(default_factory=dict)
     failures: list[PluginFailure] = field(default_factory=list)
     conflicts: list[Conflict] = field(default_factory=list)
+    _sampler_names: dict[object, str] | None = field(default=None, repr=False)
+
+    def sampler_names(self) -> dict[object, str]:
+        """Each registered sampler's name, by its implementation (the object, or its import path)."""
+        if self._sampler_names is None:
+            self._sampler_names = {entry.impl: name for name, entry in reversed(self.samplers.items())}
+        return self._sampler_names
 
     def section(self, category: Category) -> dict[str, Entry]:
         """The entries of one category, by name."""
@@ -258,9 +278,9 @@ def make_entry(
         if sampler_kind is not None and sampler_kind not in _SAMPLER_KINDS:
             raise PluginError(f"kind={sampler_kind!r} is invalid; allowed: 'processor', 'selector'")
         declared = None if sampler_kind is None else str(sampler_kind)
-        impl_name = getattr(impl, "name", checked) if isinstance(impl, type) else checked
-        if impl_name != checked:
-            raise PluginError(f"its class is named {impl_name!r}; allowed: the registered name")
     except PluginError as exc:
         raise PluginError(f"{label}: {exc}") from None
-    return Entry(category, checked, impl, model, description, distribution, version, declared)
+    entry = Entry(category, checked, impl, model, description, distribution, version, declared)
+    if not isinstance(impl, str):  # an object: its declaration can be checked now
+        entry.load()
+    return entry

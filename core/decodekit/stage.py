@@ -17,6 +17,7 @@ is NaN, which the chain redoes on the dense path (`Chain.__call__`). The conform
 
 from __future__ import annotations
 
+import typing
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NamedTuple, TypeVar, cast
 
 import torch
@@ -51,11 +52,33 @@ def densify(c: Candidates, vocab_size: int) -> Tensor:
 
 
 class Stage(Generic[P]):
-    """A named sampler stage with validated parameters (`params_model`)."""
+    """A named sampler stage with validated parameters.
 
-    name: ClassVar[str]
+    A registered stage states nothing about itself twice: its registration is the declaration
+    (name, parameter model, kind, description). The class's type argument, `ProcessorBase[TopKParams]`,
+    gives its `params_model`, and `name` is the name the registry holds it under. A class used in code
+    without registering may set `name` (and `params_model`) as class attributes.
+    """
+
     params_model: ClassVar[type[Params]] = NoParams
     kind: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "params_model" in cls.__dict__:
+            return
+        for base in getattr(cls, "__orig_bases__", ()):
+            (model, *_) = typing.get_args(base) or (None,)
+            if isinstance(model, type) and issubclass(model, Params):
+                cls.params_model = model
+                return
+
+    @property
+    def name(self) -> str:
+        """The registered name of this stage's class (or of its nearest registered base class)."""
+        from decodekit.plugins import registered_name
+
+        return registered_name(type(self))
 
     def __init__(self, params: P | None = None, /, **kwargs: Any) -> None:
         if params is not None and kwargs:
