@@ -297,3 +297,33 @@ def test_stream_leaves_inference_mode_between_events_and_generate_holds_it() -> 
     out = dk.generate(model, [[1, 2, 3]], max_new_tokens=5, seed=0)
     assert model.modes == [True] * 5 and not torch.is_inference_mode_enabled()
     assert out.tokens == dk.generate(tiny_gpt(), [[1, 2, 3]], max_new_tokens=5, seed=0).tokens
+
+
+def test_a_small_model_decodes_on_one_thread_unless_the_caller_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI picked one thread for small models, dk.generate did not (53-85 s against 7.7 s loaded)."""
+    import decodekit.threads as threads_module
+
+    seen: list[int] = []
+
+    def spy(logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
+        seen.append(torch.get_num_threads())
+        return logits
+
+    model = tiny_gpt(2)
+    monkeypatch.setattr(threads_module, "_STARTED_WITH", torch.get_num_threads())
+    before = torch.get_num_threads()
+    dk.generate(model, [[1, 2]], chain=dk.Chain([spy]), max_new_tokens=3)
+    assert seen == [1, 1, 1] and torch.get_num_threads() == before  # restored after
+    seen.clear()
+    monkeypatch.setattr(threads_module, "_STARTED_WITH", before + 1)  # the caller chose `before`
+    dk.generate(model, [[1, 2]], chain=dk.Chain([spy]), max_new_tokens=2)
+    assert seen == [before, before]
+    seen.clear()
+    monkeypatch.setenv("DECODEKIT_THREADS", "3")
+    events = dk.stream(model, [[1, 2]], chain=dk.Chain([spy]), max_new_tokens=2)
+    for _ in events:
+        assert torch.get_num_threads() == before  # the caller's threads between events
+    assert seen == [3, 3]
+    monkeypatch.setenv("DECODEKIT_THREADS", "many")
+    with pytest.raises(dk.ParameterError, match="DECODEKIT_THREADS='many' is invalid"):
+        dk.generate(model, [[1, 2]], max_new_tokens=1)

@@ -37,6 +37,7 @@ from decodekit.request import DecodeRequest
 from decodekit.results import Generation, TokenEvent
 from decodekit.spec import CacheSpec
 from decodekit.text import TextTracker
+from decodekit.threads import decode_threads, threads
 
 __all__ = ["PREALLOCATED_COLUMNS", "Decoding", "Policy", "sample_steps", "uncached_logits"]
 
@@ -292,9 +293,18 @@ class Decoding:
 
         mode_per_step: enter inference mode around each round and leave it before yielding, so the
         caller's code between events runs in its own mode (`stream`); False: the caller holds it.
+        Each round runs on the decode's threads (`decodekit.threads`), the caller's between rounds.
         """
-        mode = torch.inference_mode() if mode_per_step else contextlib.nullcontext()
-        with mode:
+        n = decode_threads(self.model)
+
+        def mode() -> contextlib.ExitStack:  # inference mode and the decode's threads, around each round
+            stack = contextlib.ExitStack()
+            if mode_per_step:
+                stack.enter_context(torch.inference_mode())
+            stack.enter_context(threads(n))
+            return stack
+
+        with mode():
             steps = policy(self, params)
         if steps is not None and not isinstance(steps, Iterator):
             raise PluginError(
@@ -304,7 +314,7 @@ class Decoding:
         if steps is not None:
             it = iter(steps)
             while True:
-                with mode:
+                with mode():
                     more = next(it, _END) is not _END
                 yield from self.take_events()
                 if not more:

@@ -46,6 +46,7 @@ def stream(model: Model, prompts: Prompts, *, strategy: str = "sample", **option
 def generate(model: Model, prompts: Prompts, **options: Unpack[DecodeOptions]) -> Generation:
     """Generate up to `max_new_tokens` per row; the options are `stream`'s (`DecodeOptions`).
 
-    For a small model on CPU, fewer torch threads are often much faster: see `decodekit.threads`.
+    A model of fewer than 20M parameters on the CPU decodes on one torch thread unless you chose
+    another count (`decodekit.threads` says how, and why it is several times faster).
     """
     return run_decode(model, prompts, "sample", options, "generate")

@@ -12,19 +12,14 @@ from typing import Any
 
 from decodekit_cli.options import check_installed, encode_prompt, load_named_model, model_name, resolve_cache
 
-__all__ = ["SMALL_MODEL_PARAMETERS", "SamplingOptions", "set_threads"]
-
-SMALL_MODEL_PARAMETERS = 20_000_000
+__all__ = ["SamplingOptions", "set_threads"]
 
 
 def set_threads(model: object, threads: int | None) -> None:
-    """Use `threads` CPU threads; by default one for a small model (see `--threads`)."""
+    """`--threads N`: torch on N threads. Without it the library decides, as for any caller: one
+    thread for a small model (`decodekit.threads`)."""
     import torch
 
-    if threads is None:
-        parameters = getattr(model, "parameters", None)
-        size = sum(p.numel() for p in parameters()) if callable(parameters) else SMALL_MODEL_PARAMETERS
-        threads = 1 if size < SMALL_MODEL_PARAMETERS else None
     if threads is not None:
         torch.set_num_threads(threads)
 

@@ -1,0 +1,60 @@
+"""How many CPU threads a decode runs torch on: one for a small model, unless you chose.
+
+A small model's per-token work is too small to split across threads, and on a busy machine a
+second thread that waits for a busy core stalls every step (5-10x slower on a loaded 2-core
+machine, docs/benchmarks.md). So while it decodes a model of fewer than
+`SMALL_MODEL_PARAMETERS` parameters on the CPU, decodekit runs torch on one thread, and gives
+your setting back between stream events and when the decode ends. You choose instead by
+
+- `DECODEKIT_THREADS=N`: N threads for every decode (0: leave torch's setting alone), or
+- `torch.set_num_threads(n)` after importing decodekit: a count other than the one torch
+  started with is your choice, and decodekit keeps it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+import torch
+
+from decodekit.errors import ParameterError
+
+__all__ = ["SMALL_MODEL_PARAMETERS", "decode_threads", "threads"]
+
+SMALL_MODEL_PARAMETERS = 20_000_000
+_STARTED_WITH = torch.get_num_threads()
+
+
+def decode_threads(model: object) -> int | None:
+    """The threads to decode `model` on, or None to leave torch's setting (see the module docstring)."""
+    chosen = os.environ.get("DECODEKIT_THREADS", "").strip()
+    if chosen:
+        if not chosen.isdigit():
+            raise ParameterError(f"DECODEKIT_THREADS={chosen!r} is invalid; allowed: an integer >= 0 (0: torch's)")
+        return int(chosen) or None
+    if torch.get_num_threads() != _STARTED_WITH:
+        return None  # the caller chose
+    params = getattr(model, "parameters", None)
+    if not callable(params):
+        return None
+    count, on_cpu = 0, True
+    for p in params():
+        count += p.numel()
+        on_cpu = on_cpu and p.device.type == "cpu"
+    return 1 if on_cpu and count < SMALL_MODEL_PARAMETERS else None
+
+
+@contextlib.contextmanager
+def threads(n: int | None) -> Iterator[None]:
+    """torch on `n` threads inside the block (None: as it is), the caller's setting restored after."""
+    if n is None or n == torch.get_num_threads():
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
