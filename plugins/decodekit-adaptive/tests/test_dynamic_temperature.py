@@ -61,3 +61,39 @@ def test_flat_rows_get_hotter_than_peaked_rows() -> None:
     t_peaked = (x[1, 9] - x[1, 0]) / (out[1, 9] - out[1, 0])
     assert torch.equal(out[0], x[0])  # all zeros stay zeros whatever the temperature
     assert 0.5 <= float(t_peaked) < 0.6
+
+
+EXTREMES = [0.0, 1e-300, 1e-6, 1.0, 1e4]  # temp and delta: 0 to their bound of 1e4
+
+
+@pytest.mark.parametrize("exponent", [0.0, 1e-300, 1.0, 1e10, 1e308, 1.7976931348623157e308])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_every_accepted_value_keeps_removed_tokens_removed(exponent: float, dtype: torch.dtype) -> None:
+    """Flat rows of n candidates (normalised entropy 1 up to rounding, which once put it above 1: 1.0000001
+    ** 1e10 = inf, and the removed tokens became -inf / inf = NaN), peaked rows and huge logits."""
+    rows = []
+    for n in range(2, 40):
+        flat = torch.full((41,), INF)
+        flat[:n] = 0.0
+        rows.append(flat)
+    rows.append(torch.cat([torch.arange(20.0) * 3, torch.full((21,), INF)]))  # peaked
+    rows.append(torch.cat([torch.tensor([6e4, -6e4, 1.0]), torch.full((38,), INF)]))  # near float16's range
+    x = torch.stack(rows).to(dtype)
+    ctx = dk.DecodeContext(tokens=torch.zeros(len(rows), 1, dtype=torch.long))
+    for temp in EXTREMES:
+        for delta in EXTREMES:
+            out = dk.create("dynamic_temperature", temp=temp, delta=delta, exponent=exponent)(x, ctx)
+            where = f"temp={temp}, delta={delta}, exponent={exponent}, {dtype}"
+            assert not out.isnan().any(), f"{where}: NaN in rows {out.isnan().any(-1).nonzero().flatten().tolist()}"
+            assert torch.isneginf(out[torch.isneginf(x)]).all(), f"{where}: a removed token came back"
+            assert (out > INF).any(-1).all(), f"{where}: a row lost every token"
+
+
+def test_an_extreme_exponent_picks_a_token() -> None:
+    """The reported failure: exponent=1e10 after a truncation that leaves a flat row (7 tied tokens of
+    41) made the removed tokens NaN, and the chain refused the row with a NumericsError."""
+    x = torch.cat([torch.zeros(1, 7), torch.full((1, 34), -5.0)], -1)
+    chain = dk.Chain.parse("top_k(7) | dynamic_temperature(temp=1.0, delta=0.5, exponent=1e10) | sample")
+    for seed in range(20):
+        token = chain(x, dk.DecodeContext(tokens=torch.zeros(1, 1, dtype=torch.long), generators=None))
+        assert 0 <= int(token) < 7, seed

@@ -1,7 +1,7 @@
 """Dynamic (entropy-scaled) temperature, exactly llama.cpp's `temp_ext` (`llama_sampler_temp_ext_apply`).
 
 With delta > 0 and n > 1 candidate tokens (finite logits):
-    H_norm = H(softmax(x)) / log(n)                         (entropy over its maximum)
+    H_norm = min(1, H(softmax(x)) / log(n))                 (entropy over its maximum)
     T      = low + (high - low) * H_norm ** exponent,       low = max(0, temp - delta), high = temp + delta
     x     -> x / T        (T <= 0: only the argmax survives)
 A flat distribution is sampled hot, a peaked one cold. With delta = 0 it is a plain
@@ -49,7 +49,10 @@ class DynamicTemperature(ProcessorBase[DynamicTemperatureParams]):
             n = (x > NEG_INF).sum(-1, keepdim=True)  # [B, 1] candidates
             logp = x.log_softmax(-1)
             entropy = -(logp.exp() * logp).nansum(-1, keepdim=True)  # 0 * -inf terms of removed tokens skipped
-            temp = low + (high - low) * (entropy / n.clamp(min=2).log()).pow(prm.exponent)  # [B, 1]
+            # H_norm is in [0, 1], but rounding can put a flat row just above 1, and 1.0000001 ** 1e10 is
+            # inf (removed tokens would become -inf / inf = NaN): clamp it, so T stays in [low, high].
+            h_norm = (entropy / n.clamp(min=2).log()).clamp(0.0, 1.0)
+            temp = low + (high - low) * h_norm.pow(prm.exponent)  # [B, 1]
             temp = torch.where(n > 1, temp, 1.0)  # a single candidate is left alone
         # As `temperature`: a quotient above the range saturates, and below 1e-5 only the argmax survives.
         out = (x / temp).clamp_(max=torch.finfo(logits.dtype).max)  # the range of the dtype returned
