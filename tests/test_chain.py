@@ -11,7 +11,7 @@ import torch
 from decodekit_greedy import Greedy
 from decodekit_repetition_penalty import RepetitionPenalty
 from decodekit_temperature import Temperature
-from decodekit_top_k import TopK
+from decodekit_top_k.top_k import TopK
 from decodekit_top_p import TopP
 
 import decodekit as dk

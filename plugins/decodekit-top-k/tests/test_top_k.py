@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from decodekit_top_k import TopK, TopKParams
+from decodekit_top_k.params import TopKParams
+from decodekit_top_k.top_k import TopK
 
 import decodekit as dk
 from decodekit.stage import Candidates, densify

@@ -29,9 +29,6 @@ def _floor(kth: Tensor) -> Tensor:
 class TopK(ProcessorBase[TopKParams]):
     """`x_i` if `x_i >= x_(k)` (the row's k-th largest logit) else -inf; `k >= V` is a no-op."""
 
-    name = "top_k"
-    params_model = TopKParams
-
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         k = self.params.k
         if k >= logits.shape[-1]:
