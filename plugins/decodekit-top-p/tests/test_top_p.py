@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-from decodekit_top_p import TopP, TopPParams
-from decodekit_top_p.top_p import ROOM
+from decodekit_top_p.params import TopPParams
+from decodekit_top_p.top_p import ROOM, TopP
 
 import decodekit as dk
 from decodekit.stage import Candidates, densify

@@ -43,9 +43,6 @@ def _last_kept(values: Tensor, total: Tensor | None, p: float, min_keep: int) ->
 class TopP(ProcessorBase[TopPParams]):
     """Keep the smallest most-probable prefix whose probability reaches p; `p = 1` is a no-op."""
 
-    name = "top_p"
-    params_model = TopPParams
-
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         if self.params.p >= 1.0:
             return logits
