@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from decodekit_temperature import Temperature, TemperatureParams
+from decodekit_temperature.params import TemperatureParams
+from decodekit_temperature.temperature import Temperature
 
 import decodekit as dk
 from decodekit.context import row_generators

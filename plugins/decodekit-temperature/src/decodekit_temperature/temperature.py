@@ -26,9 +26,6 @@ def _divide(x: Tensor, t: float) -> Tensor:
 class Temperature(ProcessorBase[TemperatureParams]):
     """`x / T`; below `GREEDY_BELOW` (T = 0 included) only the argmax keeps its logit."""
 
-    name = "temperature"
-    params_model = TemperatureParams
-
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         T = self.params.value
         if T == 1.0:
