@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from decodekit_greedy import Greedy
+from decodekit_greedy.greedy import Greedy
 
 import decodekit as dk
 from decodekit.context import row_generators

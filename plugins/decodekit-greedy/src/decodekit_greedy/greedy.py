@@ -19,7 +19,6 @@ __all__ = ["Greedy"]
 class Greedy(SelectorBase[NoParams]):
     """The token with the largest logit; the lowest token id on ties. Draws no random numbers."""
 
-    name = "greedy"
     distribution = "argmax"
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
