@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from decodekit_repetition_penalty import RepetitionPenalty, RepetitionPenaltyParams
+from decodekit_repetition_penalty.params import RepetitionPenaltyParams
+from decodekit_repetition_penalty.repetition_penalty import RepetitionPenalty
 
 import decodekit as dk
 from decodekit.stage import Candidates

@@ -29,9 +29,6 @@ __all__ = ["RepetitionPenalty"]
 class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
     """Positive logits of context tokens divided by `penalty`, negative ones multiplied; 1 is a no-op."""
 
-    name = "repetition_penalty"
-    params_model = RepetitionPenaltyParams
-
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         V = logits.shape[-1]
         ids = self._context_ids(ctx, V)  # [B, T'], V where a position does not count
