@@ -8,11 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from decodekit_greedy import Greedy
-from decodekit_repetition_penalty import RepetitionPenalty
-from decodekit_temperature import Temperature
+from decodekit_greedy.greedy import Greedy
+from decodekit_repetition_penalty.repetition_penalty import RepetitionPenalty
+from decodekit_temperature.temperature import Temperature
 from decodekit_top_k.top_k import TopK
-from decodekit_top_p import TopP
+from decodekit_top_p.top_p import TopP
 
 import decodekit as dk
 from decodekit.sample import Sample

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from decodekit_greedy import Greedy
+from decodekit_greedy.greedy import Greedy
 from decodekit_top_k.top_k import TopK
 from torch import Tensor
 
