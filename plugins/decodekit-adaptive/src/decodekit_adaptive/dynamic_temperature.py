@@ -36,9 +36,6 @@ def keep_argmax(x: Tensor) -> Tensor:
 class DynamicTemperature(ProcessorBase[DynamicTemperatureParams]):
     """Divide the logits by a temperature that grows with the distribution's normalised entropy."""
 
-    name = "dynamic_temperature"
-    params_model = DynamicTemperatureParams
-
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         prm = self.params
         x = logits if logits.dtype == torch.float64 else logits.float()

@@ -40,8 +40,6 @@ def uniforms(shape: torch.Size, ctx: DecodeContext, device: torch.device) -> Ten
 class Gumbel(SelectorBase[GumbelParams]):
     """Pick argmax(logits + Gumbel noise): a categorical draw from softmax(logits)."""
 
-    name = "gumbel"
-    params_model = GumbelParams
     distribution = "softmax"  # argmax(logits + Gumbel noise) is a draw from softmax(logits)
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:

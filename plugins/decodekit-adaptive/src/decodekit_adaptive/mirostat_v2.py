@@ -29,9 +29,6 @@ __all__ = ["MirostatV2"]
 class MirostatV2(SelectorBase[MirostatV2Params]):
     """Sample while steering the surprise of the sampled tokens towards `tau` bits."""
 
-    name = "mirostat_v2"
-    params_model = MirostatV2Params
-
     def init_state(self, ctx: DecodeContext) -> Tensor:
         """mu `[B]`, one per row, starting at 2 * tau."""
         return torch.full((ctx.batch_size,), 2.0 * self.params.tau, device=ctx.tokens.device)
