@@ -23,9 +23,6 @@ __all__ = ["AllowedTokens"]
 class AllowedTokens(ProcessorBase[AllowedTokensParams]):
     """Set every logit to -inf except those of `tokens`."""
 
-    name = "allowed_tokens"
-    params_model = AllowedTokensParams
-
     def __init__(self, params: AllowedTokensParams | None = None, /, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
         self._ids = torch.tensor(sorted(set(self.params.tokens)), dtype=torch.long)

@@ -24,9 +24,6 @@ __all__ = ["BadWords"]
 class BadWords(ProcessorBase[BadWordsParams]):
     """Remove the token that would complete any of `sequences`."""
 
-    name = "bad_words"
-    params_model = BadWordsParams
-
     def __init__(self, params: BadWordsParams | None = None, /, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
         self._table = SequenceTable((seq, 0.0) for seq in self.params.sequences)

@@ -23,9 +23,6 @@ __all__ = ["LogitBias"]
 class LogitBias(ProcessorBase[LogitBiasParams]):
     """Add `bias[token]` to each listed token's logit."""
 
-    name = "logit_bias"
-    params_model = LogitBiasParams
-
     def __init__(self, params: LogitBiasParams | None = None, /, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
         self._table = SequenceTable(((token,), b) for token, b in self.params.bias.items())

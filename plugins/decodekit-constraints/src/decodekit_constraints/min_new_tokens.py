@@ -24,9 +24,6 @@ __all__ = ["MinNewTokens"]
 class MinNewTokens(ProcessorBase[MinNewTokensParams]):
     """Remove the stop tokens until `n` tokens have been generated."""
 
-    name = "min_new_tokens"
-    params_model = MinNewTokensParams
-
     def __init__(self, params: MinNewTokensParams | None = None, /, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
         self._ids = torch.tensor(sorted(set(self.params.stop_tokens)), dtype=torch.long)

@@ -37,9 +37,6 @@ def add_sequence_bias(owner: str, param: str, table: SequenceTable, logits: Tens
 class SequenceBias(ProcessorBase[SequenceBiasParams]):
     """Add each sequence's bias to the token that would complete it."""
 
-    name = "sequence_bias"
-    params_model = SequenceBiasParams
-
     def __init__(self, params: SequenceBiasParams | None = None, /, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
         self._table = SequenceTable(self.params.biases)
