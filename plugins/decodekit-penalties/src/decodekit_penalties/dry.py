@@ -40,9 +40,6 @@ _FLOAT_MAX_LOG = 88.7228391  # log(float32 max), as llama.cpp
 class DRY(ProcessorBase[DRYParams]):
     """Penalise tokens that would extend a repeat of the context, exponentially in its length."""
 
-    name = "dry"
-    params_model = DRYParams
-
     def __init__(self, params: DRYParams | None = None, /, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
         base = self.params.base

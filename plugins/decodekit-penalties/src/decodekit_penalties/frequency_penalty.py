@@ -24,9 +24,6 @@ __all__ = ["FrequencyPenalty"]
 class FrequencyPenalty(ProcessorBase[FrequencyPenaltyParams]):
     """Subtract `penalty` from a token's logit once per time it was generated."""
 
-    name = "frequency_penalty"
-    params_model = FrequencyPenaltyParams
-
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         tokens = generated_window(ctx, self.params.last_n)
         if tokens.shape[1] == 0 or self.params.penalty == 0:

@@ -26,9 +26,6 @@ __all__ = ["NoRepeatNGram"]
 class NoRepeatNGram(ProcessorBase[NoRepeatNGramParams]):
     """Remove every token that would repeat an n-gram of size `ngram_size`."""
 
-    name = "no_repeat_ngram"
-    params_model = NoRepeatNGramParams
-
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         n = self.params.ngram_size
         tokens, lengths = context_window(ctx, self.params.last_n)

@@ -23,9 +23,6 @@ __all__ = ["PresencePenalty"]
 class PresencePenalty(ProcessorBase[PresencePenaltyParams]):
     """Subtract `penalty` once from the logit of every token generated so far."""
 
-    name = "presence_penalty"
-    params_model = PresencePenaltyParams
-
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         tokens = generated_window(ctx, self.params.last_n).to(logits.device)
         if tokens.shape[1] == 0 or self.params.penalty == 0:
