@@ -25,9 +25,6 @@ __all__ = ["Epsilon"]
 class Epsilon(ProcessorBase[EpsilonParams]):
     """Remove tokens with p < epsilon, keeping the `min_keep` most probable."""
 
-    name = "epsilon"
-    params_model = EpsilonParams
-
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         logp = as_float32(logits).log_softmax(-1)
         kth = kth_largest(logp, self.params.min_keep)  # the min_keep most probable stay

@@ -22,9 +22,6 @@ __all__ = ["Eta"]
 class Eta(ProcessorBase[EtaParams]):
     """Remove tokens with p < min(epsilon, sqrt(epsilon) * exp(-entropy)), keeping the `min_keep` most probable."""
 
-    name = "eta"
-    params_model = EtaParams
-
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         eps = self.params.epsilon
         logp = as_float32(logits).log_softmax(-1)

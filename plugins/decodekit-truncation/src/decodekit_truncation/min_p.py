@@ -25,9 +25,6 @@ __all__ = ["MinP"]
 class MinP(ProcessorBase[MinPParams]):
     """Remove tokens less than `p` times as probable as the most probable one."""
 
-    name = "min_p"
-    params_model = MinPParams
-
     def __init__(self, params: MinPParams | None = None, /, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
         self._log_p = math.log(self.params.p) if self.params.p > 0 else NEG_INF

@@ -24,9 +24,6 @@ __all__ = ["TopA"]
 class TopA(ProcessorBase[TopAParams]):
     """Remove tokens with p < a * p_max**2, keeping the `min_keep` most probable."""
 
-    name = "top_a"
-    params_model = TopAParams
-
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         if self.params.a == 0:
             return logits

@@ -25,9 +25,6 @@ __all__ = ["TopNSigma"]
 class TopNSigma(ProcessorBase[TopNSigmaParams]):
     """Keep tokens whose logit is within `n` standard deviations of the maximum logit."""
 
-    name = "top_n_sigma"
-    params_model = TopNSigmaParams
-
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         if self.params.n == 0:
             return logits  # llama.cpp: n <= 0 is a no-op

@@ -24,9 +24,6 @@ __all__ = ["Typical"]
 class Typical(ProcessorBase[TypicalParams]):
     """Keep the most typical tokens (surprise closest to the entropy) up to probability mass `mass`."""
 
-    name = "typical"
-    params_model = TypicalParams
-
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         if self.params.mass >= 1:
             return logits  # llama.cpp: mass 1 keeps everything

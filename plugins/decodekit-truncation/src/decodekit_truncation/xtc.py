@@ -39,9 +39,6 @@ __all__ = ["XTC"]
 class XTC(ProcessorBase[XTCParams]):
     """With chance `probability`, remove all tokens with p >= threshold except the least probable of them."""
 
-    name = "xtc"
-    params_model = XTCParams
-
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         prm = self.params
         if prm.probability == 0 or prm.threshold > 0.5:
