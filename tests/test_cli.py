@@ -375,6 +375,32 @@ def test_samplers_listing_is_readable_at_any_width(columns: int) -> None:
             assert p["schema"]["description"] == p["description"] if p["description"] else True
     for (sampler, param), expected in READABLE_TYPES.items():
         assert {p["name"]: p["type"] for p in samplers[sampler]["params"]}[param] == expected
+    strategies = {s["name"]: s for s in report["strategies"]}
+    if "speculative" in strategies:  # a model parameter: once listed as `Any`
+        assert {p["name"]: p["type"] for p in strategies["speculative"]["params"]}["draft"] == "str | Model"
+
+
+def test_piped_listings_and_tables_end_no_line_in_spaces(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rich pads wrapped lines and table titles to the width; piped, those spaces once stayed."""
+    from decodekit_cli import main
+
+    monkeypatch.setenv("DECODEKIT_EXTRA_PLUGINS", "cli_testplugin")
+    monkeypatch.setenv("COLUMNS", "60")  # narrow: every kind of line wraps
+    dk.reload_plugins()
+    try:
+        assert main(["samplers"]) == 0
+        assert main(["plugins"]) == 0
+        explain = ["explain", PROMPT, "-m", MODEL, "--chain", CHAIN, "--steps", "1", "--top", "3", "--seed", "0"]
+        assert main(explain) == 0
+    finally:
+        monkeypatch.delenv("DECODEKIT_EXTRA_PLUGINS")
+        dk.reload_plugins()
+    out = capsys.readouterr().out
+    assert "Decode strategies" in out and "step 0: picked" in out
+    padded = [line for line in out.splitlines() if line != line.rstrip()]
+    assert not padded, padded[:3]
 
 
 TORCH_FREE = """
@@ -520,6 +546,17 @@ def test_explain_plot_keeps_a_long_chains_legend_inside_the_figure() -> None:
     for text in legend.get_texts():
         extent = text.get_window_extent()
         assert inside.x0 <= extent.x0 and extent.x1 <= inside.x1
+
+
+def test_explain_plot_counts_one_token_in_the_singular() -> None:
+    from decodekit_cli.explain import explain_steps
+    from decodekit_cli.explain_render import step_figure
+
+    [report] = explain_steps(cli_testplugin.load_model(), PROMPT, dk.Chain.parse("top_k(1)"), steps=1, top=3, seed=0)
+    [legend] = step_figure(report).legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels[-1] == "top_k(k=1) (1 token)", labels  # once "(1 tokens)"
+    assert labels[0].endswith(" tokens)") and not labels[0].endswith("(1 tokens)")
 
 
 def test_prompt_options_stop_unknown_characters_and_stdin() -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 import pytest
 from pydantic import Field
 
 import decodekit as dk
-from decodekit.param_types import bounds_text, type_text
+from decodekit.param_types import ModelObject, bounds_text, type_text
 
 TokenId = Annotated[int, Field(ge=0)]
 
@@ -25,6 +26,7 @@ TokenId = Annotated[int, Field(ge=0)]
         (tuple[tuple[TokenId, ...], float], "tuple[list[int ≥ 0], float]"),
         (Annotated[float, Field(gt=0, lt=1)], "float in (0, 1)"),
         (bool | Literal["never"], "bool | 'never'"),
+        (str | ModelObject, "str | Model"),
     ],
 )
 def test_readable_types(annotation: object, expected: str) -> None:
@@ -46,3 +48,20 @@ def test_a_parameters_own_bounds_name_it() -> None:
 def test_error_messages_read_the_same_types() -> None:
     with pytest.raises(dk.ParameterError, match=r"allowed: list\[int in \[0, 2\*\*63\)\]$"):
         dk.create("allowed_tokens", tokens=[])
+
+
+def test_a_model_parameter_takes_a_model_object_and_refuses_the_rest() -> None:
+    class P(dk.Params):
+        model: str | ModelObject = "tiny"
+
+    class Model:
+        spec = "a spec"
+
+        def __call__(self) -> None: ...
+
+    model = Model()
+    assert P(model=model).model is model and P().model == "tiny"
+    for bad in (None, 3, [model], print):  # not a model: not callable, or no spec
+        with pytest.raises(dk.ParameterError, match=re.escape(f"model={bad!r} is invalid; allowed: str | Model")):
+            dk.params.validate_params("p", P, {"model": bad})
+    assert "Model" in str(P.model_json_schema()["properties"]["model"])  # the listing's JSON Schema

@@ -71,9 +71,6 @@ def type_label(ann: object) -> str:
     if origin is typing.Union or type(ann).__name__ == "UnionType":
         members = [type_label(a) for a in args if a is not type(None)]
         return " | ".join(members) + (" | None" if type(None) in args else "")
-    name = getattr(ann, "__name__", None)
-    if origin is None and name is not None:
-        return str(name)
     return type_text(ann)  # containers: `list[int ≥ 0]`, not pydantic's repr
 
 

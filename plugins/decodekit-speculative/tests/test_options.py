@@ -8,6 +8,7 @@ from decodekit_gpt.gpt import GPT, GPTConfig
 from decodekit_speculative.strategy import speculative
 
 import decodekit as dk
+from decodekit.strategies import strategy_params
 from decodekit.testing.registry import check_hook_imports_no_torch
 
 PROMPT = [5, 17, 3]
@@ -21,7 +22,8 @@ PROMPT = [5, 17, 3]
         ({"k": 20, "cache": "window(size=8)"}, r"k=20 is invalid with cache window.*at most 16.*allowed: k <= 15"),
         ({"cache": "none", "max_new_tokens": 62}, r"cache='none' cannot go past the model's context of 64"),
         ({"max_new_tokens": -1}, r"max_new_tokens=-1 is invalid; allowed: an integer >= 0"),
-        ({"draft": 3}, r"draft=3 is invalid; allowed: a registered model name, a model object, or 'ngram'"),
+        ({"draft": 3}, r"draft=3 is invalid; allowed: str \| Model"),
+        ({"draft": None}, r"draft=None is invalid; allowed: str \| Model"),  # once ran prompt lookup silently
         ({"colour": 1}, r"unknown parameter colour=1; allowed parameters: draft, k, ngram_size, chain"),
     ],
 )
@@ -40,6 +42,15 @@ def test_vocabulary_mismatch(target: GPT) -> None:
     small = GPT(GPTConfig(vocab_size=50, block_size=64, n_layer=1, n_head=2, n_embd=8))
     with pytest.raises(dk.ParameterError, match="vocabulary of 50 tokens, the target 101; allowed: a draft sharing"):
         speculative(target, [PROMPT], draft=small, max_new_tokens=8)
+
+
+def test_prompt_lookup_is_the_default_draft(target: GPT) -> None:
+    options = {"chain": "greedy", "max_new_tokens": 8}
+    default = dk.decode(target, [PROMPT], strategy="speculative", **options)
+    assert default.tokens == speculative(target, [PROMPT], draft="ngram", **options).tokens
+    assert strategy_params("speculative").draft == "ngram"  # type: ignore[attr-defined]
+    with pytest.raises(dk.ParameterError, match=r"draft=None is invalid; allowed: str \| Model"):
+        dk.decode(target, [PROMPT], strategy="speculative(draft=None)", **options)  # the CLI's string form
 
 
 def test_zero_new_tokens(target: GPT) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
+from decodekit_cli.console import stdout_console
 from decodekit_cli.errors import CliError
 from decodekit_cli.json_output import print_json
 from decodekit_cli.options import build_chain, load_named_model
@@ -53,7 +54,7 @@ def run_explain(request: ExplainRequest) -> int:
         header = {"model": name, "prompt": request.prompt, "chain": str(chain), "cache": cache, "seed": sampling.seed}
         print_json(steps_json(reports, **header))
     else:
-        console = Console()
+        console = stdout_console()
         stages = " | ".join(stage_label(s) for s in (*chain.processors, chain.selector))
         console.print(Text.assemble(("model ", "bold"), name, ("   chain ", "bold"), stages))
         render_steps(console, reports, request.top)

@@ -90,7 +90,8 @@ def step_figure(report: StepReport) -> Figure:
     ax = fig.add_subplot()
     for s, stage in enumerate(report.stages):
         xs = [i + (s - (n_stages - 1) / 2) * width for i in range(n_tokens)]
-        ax.bar(xs, stage.probs, width=width, label=f"{stage.stage} ({stage.survivors} tokens)")
+        tokens = "1 token" if stage.survivors == 1 else f"{stage.survivors} tokens"
+        ax.bar(xs, stage.probs, width=width, label=f"{stage.stage} ({tokens})")
     ax.set_xticks(range(n_tokens))
     labels = [token_label(t, x) for t, x in zip(report.candidates, report.texts)]
     ax.set_xticklabels(labels, rotation=45 if n_tokens > 10 else 0, ha="right" if n_tokens > 10 else "center")

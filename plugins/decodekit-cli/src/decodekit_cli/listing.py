@@ -21,6 +21,7 @@ from decodekit.param_types import bounds_text, type_text
 from decodekit.params import Params, allowed_values
 from decodekit.plugins import check_implementations, get_registry, sampler_entry
 from decodekit.registry import Entry
+from decodekit_cli.console import stdout_console
 
 __all__ = ["plugins_report", "render_plugins", "render_samplers", "samplers_report"]
 
@@ -128,7 +129,7 @@ def _registers(p: dict[str, Any]) -> str:
 
 
 def render_plugins(report: dict[str, Any]) -> None:
-    console = Console()
+    console = stdout_console()
     table = Table(title="Plugins", title_justify="left", title_style="bold")
     table.add_column("distribution", no_wrap=True, style="bold cyan")
     table.add_column("version", no_wrap=True)
@@ -191,7 +192,7 @@ def _header(item: dict[str, Any], kind: str = "") -> Text:
 
 def render_samplers(report: dict[str, Any]) -> None:
     """One block per sampler, then per cache backend and per decode strategy."""
-    console = Console()
+    console = stdout_console()
     console.print(Text("Samplers", style="bold"))
     for s in report["samplers"]:
         _render_block(console, _header(s, s["kind"] or f"kind unknown: {s['error']}"), s)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import Field
 
-from pydantic import ConfigDict, Field
-
+from decodekit.param_types import ModelObject
 from decodekit.params import Params
 
 __all__ = ["NGRAM", "SpeculativeParams"]
@@ -15,8 +14,8 @@ NGRAM = "ngram"
 
 
 class SpeculativeParams(Params):
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
-
-    draft: Any = Field(description='a registered model name, a model object, or "ngram" (prompt lookup)')
+    draft: str | ModelObject = Field(
+        NGRAM, description='a registered model name, a model object, or "ngram" (prompt lookup, the default)'
+    )
     k: int = Field(4, ge=1, le=64, description="tokens the draft proposes per step")
     ngram_size: int = Field(3, ge=1, le=64, description='"ngram": length of the suffix looked up in the history')
