@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import torch
-from decodekit_cache_dense import DenseCache
+from decodekit_cache_dense.cache import DenseCache
 
 import decodekit as dk
 from decodekit.testing import CacheConformance
