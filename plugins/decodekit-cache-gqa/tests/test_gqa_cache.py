@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from decodekit_cache_gqa import GQACache
+from decodekit_cache_gqa.cache import GQACache
 
 import decodekit as dk
 from decodekit.testing import CacheConformance
