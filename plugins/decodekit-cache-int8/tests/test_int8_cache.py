@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import torch
-from decodekit_cache_int8 import Int8Cache
-from decodekit_cache_int8.storage import dequantise, quantise
+from decodekit_cache_int8.storage import Int8Cache, dequantise, quantise
 
 import decodekit as dk
 from decodekit.testing import CacheConformance
