@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from decodekit_cache_gqa import GQACache
+from decodekit_cache_gqa.cache import GQACache
 from decodekit_cache_window import WindowCache, WindowParams
 from torch import Tensor
 
