@@ -83,6 +83,10 @@ class Chain:
         self._enders: list[Callable[[int, Sequence[int]], str | None]] = [
             ender for stage in (*procs, self.selector) if callable(ender := getattr(stage, "ends_row", None))
         ]
+        # ... and what such a stage says of a row that ended otherwise: `unfinished(row, generated)`.
+        self._unfinished: list[Callable[[int, Sequence[int]], str | None]] = [
+            said for stage in (*procs, self.selector) if callable(said := getattr(stage, "unfinished", None))
+        ]
         self._compiled: Chain | None = None
 
     # -- construction from specs and strings -------------------------------------------
@@ -220,7 +224,7 @@ class Chain:
             ctx.adopt(before)
             bad = [row for row, ok in enumerate(_finite(out.amax(-1)).tolist()) if not ok and row in bad]
         if bad:
-            raise numerics_error(raw, out, bad[0], ctx.step)
+            raise numerics_error(raw, out, bad[0], ctx.step, self._removers(raw, bad[0], before or ctx))
         return out
 
     @property
@@ -233,13 +237,19 @@ class Chain:
 
         A stage that can end a row (a grammar once it is complete) offers `ends_row(row, generated)`,
         returning the reason (its name) or None; the engine asks after every token, as it checks stop
-        strings, and the row ends with finish reason "stop" and `stopped_by` that reason.
+        strings, and the row ends with finish reason "stop" and `stopped_by` that reason. `row` is the
+        index of the row's prompt in the request (the beams of a prompt share it).
         """
         for ender in self._enders:
             reason = ender(row, generated)
             if reason is not None:
                 return reason
         return None
+
+    def unfinished(self, row: int, generated: Sequence[int]) -> list[str]:
+        """What the stages that end rows say of row `row`, which ended on `generated` without them (at
+        `max_new_tokens`, a stop token or string): e.g. "json_schema incomplete". The engine warns with it."""
+        return [what for said in self._unfinished if (what := said(row, generated)) is not None]
 
     def compiled(self) -> Chain:
         """This chain with its step under `torch.compile` (`compile=True` of the decode functions).
@@ -252,7 +262,11 @@ class Chain:
             twin.__dict__.update(self.__dict__)
             # Not dynamic=True: marking every dimension dynamic breaks the graph where a truncation plans
             # its search from the vocabulary size. Growing shapes (the history) become dynamic by themselves.
-            twin._select = torch.compile(self._select, dynamic=None)  # type: ignore[method-assign]
+            # cpp_wrapper: the graph's kernels called from C++, not Python (halves a small step's cost on a
+            # CPU); the guards on the chain itself dropped: its stages and their parameters are immutable,
+            # and checking ~80 of them every step costs as much as a softmax (docs/benchmarks.md).
+            options = {"cpp_wrapper": True, "guard_filter_fn": _guards_on_the_inputs}
+            twin._select = torch.compile(self._select, dynamic=None, options=options)  # type: ignore[method-assign]
             self._compiled = twin
         return self._compiled
 
@@ -315,8 +329,24 @@ class Chain:
         for row, token in enumerate(tokens.tolist()):
             if token < 0 and (live is None or live[row]):
                 dense = processed if processed is not None else self.process(logits, ctx.fork())
-                raise numerics_error(logits, dense, row, ctx.step)
+                raise numerics_error(logits, dense, row, ctx.step, self._removers(logits, row, ctx))
         return tokens, processed
+
+    def _removers(self, logits: Tensor, row: int, ctx: DecodeContext) -> str:
+        """Which stages removed row `row`'s last tokens: the one that left none, and the one before it that had
+        narrowed them (a grammar, say, whose tokens a later `allowed_tokens` excludes). Traced on a fork."""
+        fork, x, narrowed = ctx.fork(), logits, ""
+        left = int((logits[row] > float("-inf")).sum())
+        for i, p in enumerate(self.processors):
+            x = p(x, fork)
+            now = int((x[row] > float("-inf")).sum())
+            name = f"stage {i} ({getattr(p, 'name', None) or getattr(p, '__name__', type(p).__name__)})"
+            if now == 0 and left > 0:
+                return f"{name} removed the {left} left" + (f" by {narrowed}" if narrowed else "")
+            if now < left:
+                narrowed = name
+            left = now
+        return ""
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         """Token ids `[B]`; raises `NumericsError` naming the row when a row cannot be sampled."""
@@ -332,6 +362,13 @@ class Picked:
     logprobs: list[TokenLogprobs] | None = None
 
 
+def _guards_on_the_inputs(entries: Sequence[Any]) -> list[bool]:
+    """Keep a compiled step's guards on its inputs (the logits, the context) and on global state; drop
+    those on the chain (`self`) and on module globals, which do not change under it."""
+    fixed = ("L['self']", "type(L['self']", "G[", "dict(G[")
+    return [not entry.name.startswith(fixed) for entry in entries]
+
+
 def _at_least_float32(logits: Tensor) -> Tensor:
     """Half-precision logits in float32 (a chain works in float32 at least); float32 and float64 as they are."""
     return logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
@@ -344,8 +381,8 @@ def _finite(top: Tensor) -> Tensor:
     return top.clamp(-big, big) == top
 
 
-def numerics_error(raw: Tensor, processed: Tensor, row: int, step: int) -> NumericsError:
-    """Explain why `row` could not be sampled at `step`."""
+def numerics_error(raw: Tensor, processed: Tensor, row: int, step: int, removers: str = "") -> NumericsError:
+    """Explain why `row` could not be sampled at `step`; `removers`: which stages removed its last tokens."""
     if torch.isnan(raw[row]).any():
         why = "the model's logits contain NaN"
     elif torch.isnan(processed[row]).any():
@@ -353,7 +390,7 @@ def numerics_error(raw: Tensor, processed: Tensor, row: int, step: int) -> Numer
     elif torch.isposinf(processed[row]).any():
         why = "the logits contain +inf"
     else:
-        why = "every token was removed by the chain"
+        why = "every token was removed by the chain" + (f": {removers}" if removers else "")
     return NumericsError(f"step {step}, row {row}: cannot pick a token: {why}")
 
 
