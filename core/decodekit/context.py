@@ -5,12 +5,15 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from decodekit.errors import ParameterError
+
+if TYPE_CHECKING:
+    from decodekit.prompts import Tokenizer
 
 __all__ = ["DecodeContext", "mix_seed", "row_generators", "row_seeds"]
 
@@ -67,6 +70,8 @@ class DecodeContext:
     `tokens` `[B, T]` is the prompt plus what was generated so far. Ragged prompts are
     left-padded: row `b`'s real tokens are its last `prompt_lengths[b] + step` columns
     (`valid_mask()`), and the last `step` columns are the generated tokens of every row.
+    `prompt_index` says which of the request's prompts each row serves where that is not row b's
+    prompt b: the beams of one prompt under beam search, the one row of a speculative row's context.
     """
 
     tokens: Tensor
@@ -76,6 +81,8 @@ class DecodeContext:
     state: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # id(stage) -> (stage, state)
     draws: Tensor | None = None  # [B, n]: this step's first uniforms, drawn ahead (`draw_uniforms`)
     drawn: int = 0  # how many columns of `draws` the step has used
+    tokenizer: Tokenizer | None = None  # the model's, for stages that read text (a grammar); None: none
+    prompt_index: Sequence[int] | None = None  # [B] the prompt each row serves; None: row b serves prompt b
 
     def __post_init__(self) -> None:
         if self.tokens.dim() != 2 or self.tokens.dtype not in (torch.int64, torch.int32):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -97,6 +98,8 @@ class Decoding:
             tokens=self.buf[:, :P],
             prompt_lengths=torch.tensor(lens, device=self.device) if len(set(lens)) > 1 else None,
             generators=row_generators(seeds, len(self.rows), self.device),
+            tokenizer=request.tokenizer,
+            prompt_index=None if copies == 1 else [r // copies for r in range(len(self.rows))],
         )
         self.chain.init_state(self.ctx)
         self.outputs = [self._output(r // copies, r) for r in range(len(self.rows))]
@@ -274,7 +277,7 @@ class Decoding:
         """A new output for row `row` (of prompt `prompt`), under the request's stop rules and the chain's."""
         request = self.request
         tracker = None if request.tokenizer is None else TextTracker(request.tokenizer, request.stop_strings)
-        ended = functools.partial(self.chain.ended, row) if self.chain.ends_rows else None
+        ended = functools.partial(self.chain.ended, prompt) if self.chain.ends_rows else None  # beams share it
         return RowOutput(request.max_new_tokens, request.stop_tokens[prompt], tracker, ended)
 
     def _check_token(self, token: object) -> None:
@@ -336,6 +339,20 @@ class Decoding:
         missing = [b for b, out in enumerate(self._finished) if out is None]
         if missing:
             raise PluginError(f"strategy {self.strategy}: returned without a result for prompt {missing[0]}")
+        if self.chain.ends_rows:
+            self._warn_unfinished()
+
+    def _warn_unfinished(self) -> None:
+        """One warning naming the rows that ended while a stage that ends rows (a grammar) says they are
+        unfinished (`Chain.unfinished`): run out of `max_new_tokens`, or stopped by a stop string or token."""
+        said: dict[str, list[str]] = {}
+        for b, out in enumerate(self._finished):
+            assert out is not None
+            for what in self.chain.unfinished(b, out.tokens):
+                said.setdefault(what, []).append(f"{b} ({out.finish_reason})")
+        for what, rows in said.items():
+            shown = ", ".join(rows[:10]) + (f" and {len(rows) - 10} more" if len(rows) > 10 else "")
+            warnings.warn(f"{len(rows)} of {len(self._finished)} rows ended with {what}: rows {shown}", stacklevel=2)
 
     def generation(self) -> Generation:
         """The result, once `run` is over."""

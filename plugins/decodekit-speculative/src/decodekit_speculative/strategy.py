@@ -162,6 +162,8 @@ class _Rounds:
             DecodeContext(
                 tokens=self.buf[i : i + 1, : self.lengths[i]],
                 generators=None if generators is None else [generators[b]],
+                tokenizer=d.ctx.tokenizer,
+                prompt_index=[b],  # one row per prompt: the global row is the prompt
             )
             for i, b in enumerate(rows)
         ]
