@@ -58,3 +58,30 @@ def test_bad_requests_fail_in_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     assert len(err) == 3 and all(line.startswith("decodekit: error: ") for line in err)
     assert "'Soft-Cap' is invalid" in err[0] and "'tokenizer'" in err[1] and "not empty" in err[2]
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_name_in_use_is_refused_with_the_reason_unless_forced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`new-plugin top_k` once wrote decodekit-top-k, whose `pip install -e` replaced the real plugin."""
+    (tmp_path / "decodekit_shadowed").mkdir()
+    (tmp_path / "decodekit_shadowed" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    refused = {
+        "top_k": ["sampler 'top_k' is registered by decodekit-top-k", "decodekit-top-k 0.1.0 is installed"],
+        "gqa": ["cache backend 'gqa' is registered by decodekit-cache-gqa"],  # any category: a sampler named gqa
+        "cache_dense": ["distribution decodekit-cache-dense 0.1.0 is installed, and pip install would replace it"],
+        "shadowed": ["package decodekit_shadowed is importable already"],
+    }
+    for name in refused:
+        assert main(["new-plugin", name, "--dir", str(tmp_path / name)]) == 2
+    assert main(["new-plugin", "none", "--kind", "cache", "--dir", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == len(refused) + 1 and all(line.startswith("decodekit: error: new-plugin: NAME ") for line in err)
+    for line, (name, reasons) in zip(err, refused.items()):
+        assert f"NAME {name!r} is taken: " in line and line.endswith("(--force writes it anyway)")
+        assert all(reason in line for reason in reasons), line
+    assert "cache 'none' means no cache" in err[-1]
+    assert not any((tmp_path / name).exists() for name in [*refused, "none"])
+    assert main(["new-plugin", "top_k", "--dir", str(tmp_path / "forced"), "--force"]) == 0
+    assert (tmp_path / "forced" / "src" / "decodekit_top_k" / "plugin.py").exists()

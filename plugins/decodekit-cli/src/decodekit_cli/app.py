@@ -351,10 +351,14 @@ def new_plugin(
     directory: Annotated[
         Path | None, typer.Option("--dir", help="Where to write it. Default: ./decodekit-NAME.", show_default=False)
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Write it even if NAME is registered or its distribution installed already."),
+    ] = False,
 ) -> None:
     from decodekit_cli.new_plugin import write_plugin
 
-    raise typer.Exit(write_plugin(name, kind.value, directory))
+    raise typer.Exit(write_plugin(name, kind.value, directory, force=force))
 
 
 def _sampling(

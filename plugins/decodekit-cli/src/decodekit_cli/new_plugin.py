@@ -2,27 +2,38 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import re
+import warnings
 from pathlib import Path
 
+from decodekit.plugins import get_registry
+from decodekit.registry import CATEGORIES
 from decodekit_cli.errors import CliError
 from decodekit_cli.plugin_template import KINDS, files_for
 
-__all__ = ["write_plugin"]
+__all__ = ["taken", "write_plugin"]
 
 NAME = re.compile(r"[a-z][a-z0-9_]*")  # a chain-string name, a Python package suffix and a distribution name
 
 
-def write_plugin(name: str, kind: str, directory: Path | None) -> int:
-    """Write the distribution; refuse to touch a folder that has files in it."""
+def write_plugin(name: str, kind: str, directory: Path | None, *, force: bool = False) -> int:
+    """Write the distribution; refuse a name already in use (unless `force`) and a folder that has files in it."""
     if not NAME.fullmatch(name):
         raise CliError(
             f"new-plugin: NAME {name!r} is invalid; allowed: lowercase letters, digits and _, a letter first"
         )
     if kind not in KINDS:
         raise CliError(f"new-plugin: --kind {kind!r} is invalid; allowed: {', '.join(KINDS)}")
-    files = files_for(kind, name)
     dist = "decodekit-" + name.replace("_", "-")
+    reasons = [] if force else taken(name, kind, dist)
+    if reasons:
+        raise CliError(
+            f"new-plugin: NAME {name!r} is taken: {'; '.join(reasons)}; allowed: a name nothing installed "
+            "registers or provides (--force writes it anyway)"
+        )
+    files = files_for(kind, name)
     target = directory if directory is not None else Path(dist)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise CliError(f"new-plugin: {str(target)!r} exists and is not empty; allowed: a new or empty folder (--dir)")
@@ -36,3 +47,32 @@ def write_plugin(name: str, kind: str, directory: Path | None) -> int:
         print(f"  {path}")
     print(f"next: pip install -e {target} && pytest {target}")
     return 0
+
+
+def taken(name: str, kind: str, dist: str) -> list[str]:
+    """Why installing the plugin would break something: `name` registered (two registrations make a name
+    unusable), or its distribution or package installed (pip would replace or shadow it)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a plugin that fails to load: not this command's business
+        registry = get_registry()
+    reasons = [
+        f"{category} {name!r} is registered by {entry.distribution}, and a second registration makes a name unusable"
+        for category in CATEGORIES
+        if (entry := registry.section(category).get(name)) is not None
+    ]
+    reasons += [
+        f"{c.category} {name!r} is registered by {' and '.join(c.distributions)}"
+        for c in registry.conflicts
+        if c.name == name
+    ]
+    if kind == "cache" and name == "none":
+        reasons.append("cache 'none' means no cache (cache='none', --cache none)")
+    package = dist.replace("-", "_")
+    try:
+        version = importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        if importlib.util.find_spec(package) is not None:
+            reasons.append(f"package {package} is importable already, and the two would shadow each other")
+    else:
+        reasons.append(f"distribution {dist} {version} is installed, and pip install would replace it")
+    return reasons
