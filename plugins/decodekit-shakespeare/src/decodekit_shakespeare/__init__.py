@@ -1,12 +1,7 @@
 """decodekit-shakespeare: the `tiny-shakespeare` demo model, a character-level GPT.
 
-Importing this package is light; torch loads with `decodekit_shakespeare.model`.
+`decodekit_shakespeare.model` loads it (with torch), `decodekit_shakespeare.tokenizer` holds its
+`CharTokenizer`; the entry point, `plugin`, imports no torch.
 """
-
-from __future__ import annotations
-
-from decodekit_shakespeare.tokenizer import REPLACEMENT_CHAR, CharTokenizer, UnknownCharacterError
-
-__all__ = ["REPLACEMENT_CHAR", "CharTokenizer", "UnknownCharacterError", "__version__"]
 
 __version__ = "0.1.0"
