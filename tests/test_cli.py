@@ -257,6 +257,9 @@ def test_plugins_check_reports_broken_paths(capsys: pytest.CaptureFixture[str]) 
     dk.register_plugin(plugin, name="haunted")
     try:
         assert main(["plugins"]) == 0  # without --check a path is not imported
+        assert "Checked" not in capsys.readouterr().out
+        assert main(["plugins", "--check"]) == 1
+        text = capsys.readouterr().out
         assert main(["plugins", "--check", "--json"]) == 1
     finally:
         dk.unregister_plugin(plugin)
@@ -265,6 +268,13 @@ def test_plugins_check_reports_broken_paths(capsys: pytest.CaptureFixture[str]) 
     [broken] = report["broken"]
     assert broken["name"] == "ghost" and broken["distribution"] == "haunted"
     assert "No module named 'decodekit_no_such_module'" in broken["error"]
+    # It says what imported, too (once the listing alone, as without --check).
+    imported = {(i["category"], i["name"]) for i in report["imported"]}
+    assert {("sampler", "top_k"), ("cache backend", "gqa")} <= imported and ("cache backend", "ghost") not in imported
+    n = len(imported)
+    summary = " ".join(text[text.index("Checked ") :].split())
+    assert summary.startswith(f"Checked {n + 1} implementations registered by import path: {n} imported (")
+    assert summary.endswith("; 1 did not (Broken implementations above)")
 
 
 def test_plugins_lists_a_name_registered_twice_and_the_rest_works(

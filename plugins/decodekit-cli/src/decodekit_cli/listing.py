@@ -6,6 +6,7 @@ kind may import its module when the plugin did not declare it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -20,7 +21,7 @@ from decodekit.errors import PluginError
 from decodekit.param_types import bounds_text, type_text
 from decodekit.params import Params, allowed_values
 from decodekit.plugins import check_implementations, get_registry, sampler_entry
-from decodekit.registry import Entry
+from decodekit.registry import CATEGORIES, Entry
 from decodekit_cli.console import stdout_console
 
 __all__ = ["plugins_report", "render_plugins", "render_samplers", "samplers_report"]
@@ -28,7 +29,8 @@ __all__ = ["plugins_report", "render_plugins", "render_samplers", "samplers_repo
 
 def plugins_report(check: bool = False) -> dict[str, Any]:
     """Each loaded plugin distribution with what it registers, each that failed, the names two
-    distributions register, and (`check`) the implementations whose import path does not import."""
+    distributions register, and (`check`) the implementations registered by import path: those that
+    imported and those that did not."""
     registry = get_registry()
     report: dict[str, Any] = {
         "plugins": [asdict(info) for info in registry.plugins.values()],
@@ -36,7 +38,15 @@ def plugins_report(check: bool = False) -> dict[str, Any]:
         "conflicts": [{**asdict(c), "error": c.message()} for c in registry.conflicts],
     }
     if check:
-        report["broken"] = [asdict(b) for b in check_implementations(registry)]
+        broken = check_implementations(registry)
+        failed = {(b.category, b.name) for b in broken}
+        report["imported"] = [
+            {"category": e.category, "name": e.name, "distribution": e.distribution, "impl": e.impl}
+            for category in CATEGORIES
+            for e in registry.section(category).values()
+            if isinstance(e.impl, str) and (category, e.name) not in failed
+        ]
+        report["broken"] = [asdict(b) for b in broken]
     return report
 
 
@@ -145,6 +155,21 @@ def render_plugins(report: dict[str, Any]) -> None:
     for title, columns, rows in problems:
         if rows:
             console.print(_problem_table(title, columns, rows))
+    if "imported" in report:
+        console.print(_check_summary(report["imported"], report["broken"]))
+
+
+def _check_summary(imported: list[dict[str, Any]], broken: list[dict[str, Any]]) -> Text:
+    """What `--check` found: how many implementations registered by path imported, per category, and how
+    many did not."""
+    counts = Counter(item["category"] for item in imported)
+    plural = {"sampler": "samplers", "cache backend": "cache backends", "model": "models", "strategy": "strategies"}
+    per = ", ".join(f"{n} {c if n == 1 else plural[c]}" for c in CATEGORIES if (n := counts[c]))
+    did = f"{len(imported)} imported ({per})" if imported else "none imported"
+    text = Text(f"Checked {len(imported) + len(broken)} implementations registered by import path: {did}")
+    if broken:
+        text.append(f"; {len(broken)} did not (Broken implementations above)", style="bold red")
+    return text
 
 
 def _problem_table(title: str, columns: tuple[str, ...], rows: list[dict[str, Any]]) -> Table:
