@@ -1,9 +1,11 @@
 """The files `decodekit new-plugin` writes: a complete distribution per kind of plugin.
 
 Each text is a `string.Template` (`$name`, `$dist`, `$pkg`, `$cls`, `$module`, and the kind's
-`SUMMARY`, `USAGE` and `REGISTRATION` fields); the generated code uses only decodekit's public
-API, registers by import path (listing plugins stays torch-free), and its tests run the
-conformance kit where one exists for the kind.
+`SUMMARY`, `USAGE`, `PARAMS` and `REGISTRATION` fields); the generated code uses only decodekit's
+public API, states each thing once (`plugin.py` declares the name, the parameters and the
+description; the implementation is a class or a function and nothing more), registers by import
+path (listing plugins stays torch-free), and its tests run the conformance kit where one exists
+for the kind.
 """
 
 from __future__ import annotations
@@ -57,9 +59,9 @@ decodekit plugins         # lists $dist
 
 $usage
 
-Files: `src/$pkg/plugin.py` registers it (by import path, so listing plugins imports no
-torch), `params.py` declares its parameters and their bounds (errors are built from them),
-`$module.py` is the implementation, `tests/` checks it.
+Files: `src/$pkg/plugin.py` declares it: its parameters with their bounds (error messages are
+built from them) and its registration, by import path, so listing plugins imports no torch;
+`$module.py` is the implementation; `tests/` checks it.
 """
 
 INIT = '''\
@@ -67,62 +69,44 @@ INIT = '''\
 '''
 
 PARAMS = {
-    "sampler": '''\
-"""The parameters of `$name`: bounds declared once, error messages built from them."""
-
-from pydantic import Field
-
-from decodekit import Params
-
-
+    "sampler": """\
 class ${cls}Params(Params):
     cap: float = Field(30.0, gt=0, description="logits are squashed into (-cap, cap)")
-''',
-    "cache": '''\
-"""The parameters of the `$name` cache backend: bounds declared once, error messages built from them."""
-
-from pydantic import Field
-
-from decodekit import Params
-
-
+""",
+    "cache": """\
 class ${cls}Params(Params):
     headroom: int = Field(0, ge=0, description="extra positions allocated beyond what the decode loop asks for")
-''',
+""",
     "model": '''\
-"""The shape of the `$name` model: a small reference GPT."""
-
-from pydantic import Field
-
-from decodekit import Params
-
-
 class ${cls}Params(Params):
+    """The model's shape: a small reference GPT."""
+
     n_layer: int = Field(2, ge=1, description="transformer blocks")
     n_head: int = Field(4, ge=1, description="attention heads")
     n_kv_head: int = Field(2, ge=1, description="key/value heads (grouped-query attention)")
     n_embd: int = Field(64, ge=1, description="width; a multiple of n_head")
     block_size: int = Field(256, ge=1, description="the context, in tokens")
 ''',
-    "strategy": '''\
-"""The options of the `$name` strategy: bounds declared once, error messages built from them."""
+    "strategy": """\
+class ${cls}Params(Params):
+    n: int = Field(4, ge=1, description="samples drawn per prompt; the most likely one is kept")
+""",
+}
+
+# The parameter model sits beside its registration rather than in a params.py: it imports only
+# pydantic, so listing plugins still imports no torch, and everything `decodekit plugins` and
+# `decodekit samplers` show about the plugin is declared in this one file. (A plugin with several
+# samplers, whose parameters would crowd the hook, keeps them in a params.py, as decodekit's own do.)
+PLUGIN = '''\
+"""The `$name` $what, declared: its parameters and its registration (by import path, so listing
+plugins imports no torch)."""
 
 from pydantic import Field
 
-from decodekit import Params
+from decodekit import Params, hookimpl
 
 
-class ${cls}Params(Params):
-    n: int = Field(4, ge=1, description="samples drawn per prompt; the most likely one is kept")
-''',
-}
-
-PLUGIN = '''\
-"""Registers the `$name` $what (by import path: listing plugins imports no torch)."""
-
-from decodekit import hookimpl
-from $pkg.params import ${cls}Params
-
+$params_model
 
 @hookimpl
 def $hook(register):
@@ -157,18 +141,21 @@ IMPL = {
 
 import torch
 
-from decodekit import DecodeContext, ProcessorBase
-from $pkg.params import ${cls}Params
+from decodekit import Candidates, DecodeContext, ProcessorBase
+from $pkg.plugin import ${cls}Params
 
 
-class $cls(ProcessorBase[${cls}Params]):
-    name = "$name"
-    params_model = ${cls}Params
-
+class $cls(ProcessorBase[${cls}Params]):  # its name, parameters and kind: the registration's
     def __call__(self, logits: torch.Tensor, ctx: DecodeContext) -> torch.Tensor:
         # logits: [B, V]; a new tensor, the input is never modified
         capped = torch.tanh(logits / self.params.cap) * self.params.cap
         return torch.where(logits == float("-inf"), logits, capped)
+
+    def on_candidates(self, c: Candidates, ctx: DecodeContext) -> Candidates:
+        # The candidate fast path: after a truncation (top_k, top_p) the chain carries only the kept
+        # tokens, values and ids [B, K] with the values sorted descending. The same map on the values
+        # never decreases, so they stay sorted; the kit checks this agrees with the dense call.
+        return Candidates(self(c.values, ctx), c.indices)
 ''',
     "cache": '''\
 """`$cls`: one preallocated key and value buffer per kv-head, `[B, n_kv_heads, capacity, D]` per layer."""
@@ -177,7 +164,7 @@ import dataclasses
 
 from decodekit import CacheSpec, PreallocatedKVCache
 from decodekit.storage import FloatStorage
-from $pkg.params import ${cls}Params
+from $pkg.plugin import ${cls}Params
 
 
 class $cls(PreallocatedKVCache):
@@ -193,7 +180,7 @@ class $cls(PreallocatedKVCache):
 import torch
 
 from decodekit_gpt.gpt import GPT, GPTConfig
-from $pkg.params import ${cls}Params
+from $pkg.plugin import ${cls}Params
 
 
 class ByteTokenizer:
@@ -220,7 +207,7 @@ def load(argument: str | None = None, params: ${cls}Params | None = None) -> GPT
 
 import decodekit as dk
 from decodekit.engine import sample_steps
-from $pkg.params import ${cls}Params
+from $pkg.plugin import ${cls}Params
 
 
 def $module(d: dk.Decoding, params: ${cls}Params):
@@ -419,12 +406,12 @@ def files_for(kind: str, name: str) -> dict[str, str]:
     values["usage"] = Template(USAGE[kind]).substitute(values)
     values.update(REGISTRATION[kind]._asdict())
     values["target"] = Template(values["target"]).substitute(values)
+    values["params_model"] = Template(PARAMS[kind]).substitute(values)
     texts = {
         "pyproject.toml": PYPROJECT,
         "README.md": README,
         f"src/{pkg}/__init__.py": INIT,
         f"src/{pkg}/py.typed": "",
-        f"src/{pkg}/params.py": PARAMS[kind],
         f"src/{pkg}/plugin.py": PLUGIN,
         f"src/{pkg}/{name}.py": IMPL[kind],
         f"tests/test_{name}.py": TESTS[kind],
