@@ -24,8 +24,6 @@ class SoftcapParams(dk.Params):
 
 
 class Softcap(dk.ProcessorBase[SoftcapParams]):
-    name = "softcap"
-    params_model = SoftcapParams
 
     def __call__(self, logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
         capped = torch.tanh(logits / self.params.cap) * self.params.cap
