@@ -291,37 +291,35 @@ class Decoding:
 
     # -- running a policy ----------------------------------------------------------------
 
-    def run(self, policy: Policy, params: Params, *, mode_per_step: bool) -> Iterator[TokenEvent]:
+    def run(self, policy: Policy, params: Params, *, per_round: bool) -> Iterator[TokenEvent]:
         """Drive `policy` to the end, yielding the events of each round.
 
-        mode_per_step: enter inference mode around each round and leave it before yielding, so the
-        caller's code between events runs in its own mode (`stream`); False: the caller holds it.
-        Each round runs on the decode's threads (`decodekit.threads`), the caller's between rounds.
+        Its rounds run in inference mode on the decode's threads (`decodekit.threads`). per_round:
+        enter both around each round and leave them before yielding, so the caller's code between
+        events runs in its own mode and threads (`stream`); False: once around the whole run
+        (`generate`, which saves the switch in every step).
         """
         n = decode_threads(self.model)
 
-        def mode() -> contextlib.ExitStack:  # inference mode and the decode's threads, around each round
+        def settings() -> contextlib.ExitStack:
             stack = contextlib.ExitStack()
-            if mode_per_step:
-                stack.enter_context(torch.inference_mode())
+            stack.enter_context(torch.inference_mode())
             stack.enter_context(threads(n))
             return stack
 
-        with mode():
-            steps = policy(self, params)
-        if steps is not None and not isinstance(steps, Iterator):
-            raise PluginError(
-                f"strategy {self.strategy}: returned a {type(steps).__name__}; allowed: a policy over the engine, "
-                "policy(decoding, params), that emits its tokens through the decoding and returns None or yields"
-            )
-        if steps is not None:
-            it = iter(steps)
-            while True:
-                with mode():
-                    more = next(it, _END) is not _END
-                yield from self.take_events()
-                if not more:
-                    break
+        outer, inner = (contextlib.nullcontext, settings) if per_round else (settings, contextlib.nullcontext)
+        with outer():
+            with inner():
+                steps = policy(self, params)
+            if steps is not None and not isinstance(steps, Iterator):
+                raise PluginError(
+                    f"strategy {self.strategy}: returned a {type(steps).__name__}; allowed: a policy over the "
+                    "engine, policy(decoding, params), that emits its tokens through the decoding and returns "
+                    "None or yields"
+                )
+            for _ in _rounds(steps, inner):
+                if self._events:
+                    yield from self.take_events()
         self._check_complete()
         yield from self.take_events()
 
@@ -367,6 +365,18 @@ class Decoding:
             stopped_by=[out.stopped_by for out in outs],
             **self.extras,
         )
+
+
+def _rounds(steps: Iterator[None] | None, inner: Callable[[], Any]) -> Iterator[None]:
+    """Each round of a policy's generator, run inside `inner()`."""
+    if steps is None:
+        return
+    it = iter(steps)
+    while True:
+        with inner():
+            if next(it, _END) is _END:
+                return
+        yield
 
 
 _END = object()

@@ -13,8 +13,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from decodekit.chain_string import parse_stage
 from decodekit.engine import Decoding, Policy
 from decodekit.errors import ParameterError
@@ -95,9 +93,8 @@ def bind(
 def run_generation(request: DecodeRequest, strategy: Strategy) -> Generation:
     """Run a strategy to the end and return its `Generation`."""
     d = Decoding(request, strategy.name, events=False)
-    with torch.inference_mode():  # for the whole decode: no code of the caller's runs in between
-        for _ in d.run(strategy.policy, strategy.params, mode_per_step=False):
-            pass
+    for _ in d.run(strategy.policy, strategy.params, per_round=False):
+        pass
     return d.generation()
 
 
@@ -112,7 +109,7 @@ class EventStream(Iterator[TokenEvent]):
 
     def __init__(self, decoding: Decoding, strategy: Strategy) -> None:
         self._decoding = decoding
-        self._events = decoding.run(strategy.policy, strategy.params, mode_per_step=True)
+        self._events = decoding.run(strategy.policy, strategy.params, per_round=True)
         self.result: Generation | None = None
 
     def __next__(self) -> TokenEvent:

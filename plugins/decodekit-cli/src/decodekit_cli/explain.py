@@ -105,9 +105,8 @@ def explain_steps(
         yield from sample_steps(d, before=lambda logits: traces.append(d.chain.trace(logits.float(), d.ctx.fork())))
 
     decoding = Decoding(request, "explain", events=False)
-    with torch.inference_mode():
-        for _ in decoding.run(explain, NoParams(), mode_per_step=False):
-            pass
+    for _ in decoding.run(explain, NoParams(), per_round=False):
+        pass
     tokens = decoding.generation().tokens[0]
     names = ["input", *(stage_label(p) for p in chain.processors)]
     tokenizer = getattr(model, "tokenizer", None)
