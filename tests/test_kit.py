@@ -89,6 +89,36 @@ class IgnoresTiesPastTheCandidates(TopK):
         return keep_at_least(c, kth, torch.ones_like(kth, dtype=torch.bool))  # held everywhere: ties are cut off
 
 
+class ReadsAValue(TopK):
+    def to_candidates(self, logits: Tensor, ctx: dk.DecodeContext) -> Candidates | None:
+        logits.amax().item()  # a host read, whatever it is for
+        return super().to_candidates(logits, ctx)
+
+
+class BranchesOnAValue(TopK):
+    def on_candidates(self, c: Candidates, ctx: dk.DecodeContext) -> Candidates:
+        if bool(torch.isnan(c.values).any()):  # a host read: an `if` on a tensor
+            return c
+        return super().on_candidates(c, ctx)
+
+
+class PrintsTheLogits(TopK):
+    def to_candidates(self, logits: Tensor, ctx: dk.DecodeContext) -> Candidates | None:
+        print(logits.amax(-1))  # a host read too
+        return super().to_candidates(logits, ctx)
+
+
+class ReadsTheHistory(TopK):
+    def to_candidates(self, logits: Tensor, ctx: dk.DecodeContext) -> Candidates | None:
+        return super().to_candidates(logits, ctx) if int(ctx.tokens.max()) >= 0 else None  # the history is device data
+
+
+class KeepsAValueDependentShape(TopK):
+    def to_candidates(self, logits: Tensor, ctx: dk.DecodeContext) -> Candidates | None:
+        assert logits[logits > NEG].numel() > 0  # a boolean mask: its shape depends on the values
+        return super().to_candidates(logits, ctx)
+
+
 class BadSpec(TopK):
     def spec(self) -> dict[str, Any]:
         return {"name": "top_k", "params": {"k": self.params.k + 1}}
@@ -108,6 +138,11 @@ PROCESSOR_FLAWS: list[tuple[type[TopK], str]] = [
     (OnCandidatesDisagree, "on_candidates"),
     (IgnoresTiesPastTheCandidates, "to_candidates"),
     (BadSpec, "rebuilt from its spec"),
+    (ReadsAValue, r"to_candidates on .* logits: reads back .* \(\.item\(\) .* at test_kit\.py:\d+: logits\.amax"),
+    (BranchesOnAValue, r"on_candidates on .*: reads back .* \(bool\(\) of a tensor .* at test_kit\.py:\d+: if bool"),
+    (PrintsTheLogits, r"to_candidates on .*: reads back .* \(printing a tensor at test_kit\.py"),
+    (ReadsTheHistory, r"reads back .* \(int\(\) of a tensor at test_kit\.py"),
+    (KeepsAValueDependentShape, r"reads back .* \(a shape that depends on values \(aten\.nonzero"),
 ]
 
 
@@ -152,6 +187,18 @@ class FailsOnUnsampleableRows(Greedy):
         return super().__call__(logits, ctx)
 
 
+class SelectorReadsAValue(Greedy):
+    def __call__(self, logits: Tensor, ctx: dk.DecodeContext) -> Tensor:
+        logits.amax().item()  # a host read, whatever it is for
+        return super().__call__(logits, ctx)
+
+
+class SelectCandidatesReadsBack(Greedy):
+    def select_candidates(self, c: Candidates, ctx: dk.DecodeContext) -> Tensor:
+        picked = super().select_candidates(c, ctx)
+        return torch.tensor(picked.tolist())  # a round trip through the host
+
+
 SELECTOR_FLAWS: list[tuple[type[Greedy], str]] = [
     (PicksRemoved, "picked a removed"),
     (OutOfRange, "outside"),
@@ -160,6 +207,8 @@ SELECTOR_FLAWS: list[tuple[type[Greedy], str]] = [
     (SelectCandidatesDisagree, "select_candidates"),
     (FirstCandidateOfTiedMaxima, "select_candidates"),
     (FailsOnUnsampleableRows, "cannot be sampled: raised"),
+    (SelectorReadsAValue, r"greedy\(\) on .* logits: reads back .* \(\.item\(\) or \.tolist\(\) at test_kit\.py"),
+    (SelectCandidatesReadsBack, r"select_candidates on .* candidates: reads back .* at test_kit\.py:\d+: return"),
 ]
 
 
@@ -239,3 +288,73 @@ def test_hooks_a_stage_does_not_implement_are_skipped_not_passed() -> None:
     assert outcome(Selector().test_candidates_agree_with_dense) == "skipped"
     assert outcome(Selector().test_distribution) == "skipped"
     assert outcome(Processor().test_contract_and_rows_independent) == "passed"
+
+
+# -- host reads: a decode step reads nothing back from the device ------------------------------
+
+
+def test_a_processor_calling_item_fails_the_kit_unless_it_says_why() -> None:
+    """The contract always said "no host reads"; a processor calling `.item()` once passed every test."""
+
+    def copies(logits: Tensor, ctx: dk.DecodeContext) -> Tensor:
+        return logits.clone()
+
+    def copies_after_a_read(logits: Tensor, ctx: dk.DecodeContext) -> Tensor:
+        return logits.clone() if logits.amax().item() < float("inf") else logits
+
+    check_processor(copies)
+    with pytest.raises(AssertionError, match=r"reads back from the device .*\(\.item\(\) .* at test_kit\.py:\d+"):
+        check_processor(copies_after_a_read)
+    check_processor(copies_after_a_read, reads_back="for this test")
+
+    class Suite(ProcessorConformance):
+        def make(self) -> Callable[[Tensor, dk.DecodeContext], Tensor]:
+            return copies_after_a_read
+
+    class Declared(Suite):
+        reads_back = "for this test"
+
+    assert outcome(Suite().test_reads_nothing_back) == "failed"
+    assert outcome(Declared().test_reads_nothing_back) == "skipped"  # with its reason, never passed
+    assert outcome(Suite().test_contract_and_rows_independent) == "passed"  # the other checks do not see it
+
+
+STANDARD = {
+    "temperature": {"value": 0.7},
+    "top_k": {"k": 3},
+    "top_p": {"p": 0.9},
+    "repetition_penalty": {"penalty": 1.3},
+    "frequency_penalty": {"penalty": 0.7},
+    "presence_penalty": {"penalty": -0.7, "last_n": 2},
+    "no_repeat_ngram": {"ngram_size": 2},
+    "logit_bias": {"bias": {0: -3.0, 2: 1.5}},
+    "sequence_bias": {"biases": [[[1], 0.5], [[0, 2], -2.0]]},
+    "bad_words": {"sequences": [[5], [0, 1]]},
+    "allowed_tokens": {"tokens": [0, 2, 3]},  # once int(self._ids[-1]) each step
+    "min_new_tokens": {"n": 5, "stop_tokens": [0, 4]},  # the same
+    "min_p": {"p": 0.1},
+    "typical": {"mass": 0.9},
+    "epsilon": {"epsilon": 0.01},
+    "eta": {"epsilon": 0.01},
+    "top_n_sigma": {"n": 1.0},
+    "top_a": {"a": 0.2},
+    "xtc": {"threshold": 0.1, "probability": 0.5},
+    "dynamic_temperature": {"temp": 1.0, "delta": 0.5},
+    "sample": {},
+    "greedy": {},
+    "gumbel": {},
+    "mirostat_v2": {},
+}
+
+
+@pytest.mark.parametrize("name", STANDARD)
+def test_the_standard_samplers_read_nothing_back(name: str) -> None:
+    """`dry` alone reads the history back (declared in its own tests: its repeat search is as long as the repeat)."""
+    from decodekit.testing.processors import check_processor_reads_nothing
+    from decodekit.testing.selectors import check_selector_reads_nothing
+    from decodekit.testing.suite import KitSettings, each_fake_case
+
+    stage = dk.create(name, **STANDARD[name])
+    kind = dk.get_registry().samplers[name].kind
+    check = check_selector_reads_nothing if kind == "selector" else check_processor_reads_nothing
+    each_fake_case(KitSettings(vocab_size=6), lambda x, h, f: check(stage, x, h, f))

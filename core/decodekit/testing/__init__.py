@@ -9,7 +9,8 @@ Use the functions directly, or subclass the pytest suites::
             return MyProcessor(strength=0.5)
 
 Modules: `inputs` (logits, histories, `ctx_for` and `NEG` for hand-made tests), `processors`,
-`selectors`, `caches`, `registry`.
+`selectors`, `host_reads` (a decode step reads nothing back, on fake tensors), `caches`,
+`strategies`, `registry`.
 """
 
 from decodekit.testing.caches import CacheConformance, check_cache

@@ -5,7 +5,8 @@ What is checked, in every float dtype: shape, dtype and device kept; the input n
 were alone in the batch (also for left-padded ragged histories at step > 0, where the lone row
 has no padding at all) and independent of row order; a view as input (`logits[:, -1]` of a
 model's output is one) gives what its contiguous copy gives; and the candidate methods
-(`to_candidates`, `on_candidates`) agree with the dense call, on continuous and on tied logits.
+(`to_candidates`, `on_candidates`) agree with the dense call, on continuous and on tied logits; and
+what a decode step calls reads nothing back from the device (`host_reads`).
 """
 
 from __future__ import annotations
@@ -21,14 +22,23 @@ from typing_extensions import Unpack
 from decodekit.context import DecodeContext
 from decodekit.stage import Candidates, densify
 from decodekit.testing.assertions import assert_candidates_valid, assert_same_logits, first_rows
+from decodekit.testing.host_reads import assert_reads_nothing
 from decodekit.testing.inputs import NEG, ContextFactory, TokenHistory, candidates_from, has_ties, tolerance
-from decodekit.testing.suite import Conformance, KitOptions, KitSettings, check_spec_round_trip
+from decodekit.testing.suite import (
+    Conformance,
+    KitOptions,
+    KitSettings,
+    check_spec_round_trip,
+    each_fake_case,
+    warn_unchecked,
+)
 
 __all__ = [
     "ProcessorConformance",
     "check_candidates",
     "check_processor",
     "check_processor_contract",
+    "check_processor_reads_nothing",
     "check_rows_independent",
     "check_view_input",
 ]
@@ -122,11 +132,30 @@ def check_candidates(processor: Any, logits: Tensor, history: TokenHistory, fact
         assert_same_logits(densify(c, V), dense, f"{what} vs the dense call", rtol=rtol, atol=atol)
 
 
-def check_processor(processor: Any, **options: Unpack[KitOptions]) -> None:
+def check_processor_reads_nothing(
+    processor: Any, logits: Tensor, history: TokenHistory, factory: ContextFactory
+) -> None:
+    """What a chain's step calls reads nothing back from the device: `to_candidates` (and the dense call
+    where it gives None, or where there is none) on logits, `on_candidates` on candidates. Raises
+    `host_reads.UncheckedError` when the processor cannot run on fake tensors for another reason."""
+    on = f" on {logits.dtype} logits"
+    to_candidates = getattr(processor, "to_candidates", None)
+    if to_candidates is not None:
+        assert_reads_nothing(processor, f".to_candidates{on}", to_candidates, logits, history.context(factory))
+    if to_candidates is None or to_candidates(logits.clone(), history.context(factory)) is None:
+        assert_reads_nothing(processor, on, processor, logits, history.context(factory))
+    on_candidates = getattr(processor, "on_candidates", None)
+    if on_candidates is not None:
+        c = candidates_from(logits, max(2, logits.shape[1] // 4))
+        assert_reads_nothing(processor, f".on_candidates{on}", on_candidates, c, history.context(factory))
+
+
+def check_processor(processor: Any, *, reads_back: str = "", **options: Unpack[KitOptions]) -> None:
     """Every processor check, for each dtype, on a plain and on a ragged left-padded history (step > 0).
 
     options: the fields of `KitSettings`, `vocab_size=64`, `batch_size=4`, `dtypes` (every float
-    dtype), `seed=0` and `ctx_factory` (None: `DecodeContext`).
+    dtype), `seed=0` and `ctx_factory` (None: `DecodeContext`). reads_back: why the processor must read
+    a value back in its step (the suites' `reads_back`); the host-read check is then left out.
     """
     settings = KitSettings(**options)
     factory = settings.factory
@@ -137,6 +166,8 @@ def check_processor(processor: Any, **options: Unpack[KitOptions]) -> None:
             check_rows_independent(processor, logits, out, history, factory)
             check_view_input(processor, logits, partial(history.context, factory))
             check_candidates(processor, logits, history, factory)
+    if not reads_back:
+        warn_unchecked(lambda: each_fake_case(settings, partial(check_processor_reads_nothing, processor)))
 
 
 class ProcessorConformance(Conformance):
@@ -168,3 +199,9 @@ class ProcessorConformance(Conformance):
             pytest.skip("the processor has no candidate methods")
         for ragged in (False, True):
             self._each(ragged, lambda p, x, h: check_candidates(p, x, h, self.make_context))
+
+    def test_reads_nothing_back(self) -> None:
+        processor = self.make()
+        self._unless_reads_back(
+            lambda: each_fake_case(self.settings, partial(check_processor_reads_nothing, processor))
+        )

@@ -3,13 +3,14 @@
 What is checked, in every float dtype: token ids `[B]` in range that are never -inf; the same
 tokens for the same per-row seeds, whatever the other rows; a view as input; `select_candidates`
 equal to the dense call; no failure on rows that cannot be sampled (which a chain then reports);
-and, given the distribution it should draw from, a chi-square goodness-of-fit test over many
-seeded draws.
+what a decode step calls reads nothing back from the device (`host_reads`); and, given the
+distribution it should draw from, a chi-square goodness-of-fit test over many seeded draws.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -19,6 +20,7 @@ from typing_extensions import Unpack
 from decodekit.context import DecodeContext, row_generators
 from decodekit.stage import Candidates, densify
 from decodekit.testing.assertions import first_rows
+from decodekit.testing.host_reads import assert_reads_nothing
 from decodekit.testing.inputs import (
     DISTRIBUTION_LOGITS,
     NEG,
@@ -28,7 +30,14 @@ from decodekit.testing.inputs import (
     has_ties,
     selector_logits,
 )
-from decodekit.testing.suite import Conformance, KitOptions, KitSettings, check_spec_round_trip
+from decodekit.testing.suite import (
+    Conformance,
+    KitOptions,
+    KitSettings,
+    check_spec_round_trip,
+    each_fake_case,
+    warn_unchecked,
+)
 
 __all__ = [
     "SelectorConformance",
@@ -36,6 +45,7 @@ __all__ = [
     "check_selector_candidates",
     "check_selector_contract",
     "check_selector_distribution",
+    "check_selector_reads_nothing",
     "check_selector_unsampleable",
     "check_selector_view_input",
 ]
@@ -92,6 +102,18 @@ def check_selector_candidates(selector: Any, logits: Tensor, history: TokenHisto
     assert torch.equal(fast, dense), (
         f"{what}: picked {fast.tolist()}, the dense call on the same logits and seeds {dense.tolist()}"
     )
+
+
+def check_selector_reads_nothing(selector: Any, logits: Tensor, history: TokenHistory, factory: ContextFactory) -> None:
+    """What a chain's step calls reads nothing back from the device: the selector on logits and
+    `select_candidates` on candidates. Raises `host_reads.UncheckedError` when the selector cannot run on fake
+    tensors for another reason."""
+    assert_reads_nothing(selector, f" on {logits.dtype} logits", selector, logits, history.context(factory))
+    select_candidates = getattr(selector, "select_candidates", None)
+    if select_candidates is not None:
+        c = candidates_from(logits, max(2, logits.shape[1] // 4))
+        what = f".select_candidates on {logits.dtype} candidates"
+        assert_reads_nothing(selector, what, select_candidates, c, history.context(factory))
 
 
 def check_selector_view_input(selector: Any, logits: Tensor, history: TokenHistory, factory: ContextFactory) -> None:
@@ -206,11 +228,15 @@ def _logits(settings: KitSettings, dtype: torch.dtype) -> Tensor:
 
 
 def check_selector(
-    selector: Any, *, distribution: Callable[[Tensor], Tensor] | None = None, **options: Unpack[KitOptions]
+    selector: Any,
+    *,
+    distribution: Callable[[Tensor], Tensor] | None = None,
+    reads_back: str = "",
+    **options: Unpack[KitOptions],
 ) -> None:
     """Every selector check; the chi-square test too when `distribution` (logits -> probabilities) is given.
 
-    options: as for `check_processor`, the fields of `KitSettings`.
+    options: as for `check_processor`, the fields of `KitSettings`; so is `reads_back`.
     """
     settings = KitSettings(**options)
     factory = settings.factory
@@ -224,6 +250,8 @@ def check_selector(
     for logits, history in settings.cases(ragged=False):
         check_selector_candidates(selector, logits, history, factory)
         check_selector_unsampleable(selector, settings.vocab_size, history, factory, logits.dtype, settings.seed)
+    if not reads_back:
+        warn_unchecked(lambda: each_fake_case(settings, partial(check_selector_reads_nothing, selector)))
     if distribution is not None:
         check_selector_distribution(selector, distribution, seed=settings.seed, ctx_factory=factory)
 
@@ -261,6 +289,10 @@ class SelectorConformance(Conformance):
             check_selector_unsampleable(
                 selector, self.vocab_size, self.settings.history(False), self.make_context, dtype, self.seed
             )
+
+    def test_reads_nothing_back(self) -> None:
+        selector = self.make()
+        self._unless_reads_back(lambda: each_fake_case(self.settings, partial(check_selector_reads_nothing, selector)))
 
     def test_distribution(self) -> None:
         import pytest

@@ -5,7 +5,8 @@ and its spec round trip."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypedDict
 
@@ -14,9 +15,10 @@ from torch import Tensor
 
 from decodekit.context import DecodeContext
 from decodekit.stage import Stage
-from decodekit.testing.inputs import FLOAT_DTYPES, ContextFactory, TokenHistory, cases
+from decodekit.testing.host_reads import UncheckedError
+from decodekit.testing.inputs import FLOAT_DTYPES, ContextFactory, TokenHistory, cases, has_ties
 
-__all__ = ["Conformance", "KitOptions", "KitSettings", "check_spec_round_trip"]
+__all__ = ["Conformance", "KitOptions", "KitSettings", "check_spec_round_trip", "each_fake_case", "warn_unchecked"]
 
 
 class KitOptions(TypedDict, total=False):
@@ -65,6 +67,23 @@ def check_spec_round_trip(stage: object) -> None:
     assert rebuilt.spec() == spec, f"{stage!r}: rebuilt from its spec as {rebuilt.spec()!r}, expected {spec!r}"
 
 
+def each_fake_case(settings: KitSettings, check: Callable[[Tensor, TokenHistory, ContextFactory], None]) -> None:
+    """`check(logits, history, factory)` on continuous logits of each dtype, with a plain and a ragged
+    history: the inputs of a check on fake tensors, where values (and so ties) do not exist."""
+    for ragged in (False, True):
+        for logits, history in settings.cases(ragged):
+            if not has_ties(logits):
+                check(logits, history, settings.factory)
+
+
+def warn_unchecked(check: Callable[[], None]) -> None:
+    """Run a host-read check outside pytest; one that cannot run on fake tensors is a warning, not a pass."""
+    try:
+        check()
+    except UncheckedError as exc:
+        warnings.warn(f"host reads not checked: the stage cannot run on fake tensors: {exc}", stacklevel=3)
+
+
 class Conformance:
     """Base of the pytest suites: set `spec = (name, params)` for a registered sampler, or define `make()`."""
 
@@ -73,6 +92,9 @@ class Conformance:
     dtypes: ClassVar[tuple[torch.dtype, ...]] = FLOAT_DTYPES
     seed: ClassVar[int] = 0
     spec: ClassVar[tuple[str, dict[str, Any]] | None] = None  # (name, params) of a registered sampler
+    # Why the stage must read a value back from the device in its step (a loop as long as something in
+    # the history, say); the host-read test is then skipped with this reason. Empty: it must not.
+    reads_back: ClassVar[str] = ""
 
     def make(self) -> Any:
         """The sampler under test: `dk.create(name, **params)` for `spec = (name, params)`, or define make()."""
@@ -94,3 +116,15 @@ class Conformance:
 
     def test_spec_round_trip(self) -> None:
         check_spec_round_trip(self.make())
+
+    def _unless_reads_back(self, check: Callable[[], None]) -> None:
+        """Run a host-read check, skipped (never passed) when the stage declares `reads_back` or cannot run
+        on fake tensors."""
+        import pytest
+
+        if self.reads_back:
+            pytest.skip(f"reads back in its step, as declared: {self.reads_back}")
+        try:
+            check()
+        except UncheckedError as exc:
+            pytest.skip(f"host reads not checked: the stage cannot run on fake tensors: {exc}")

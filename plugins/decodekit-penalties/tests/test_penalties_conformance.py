@@ -32,9 +32,12 @@ class TestNoRepeatNGramWindow(_Penalty):
 
 class TestDRY(_Penalty):
     spec = ("dry", {"multiplier": 0.8, "allowed_length": 1})
+    # Its repeat search grows until the longest repeat in the history is found, and it returns early
+    # when none is long enough: both read the history back. A compiled chain breaks its graph there.
+    reads_back = "the repeat search's length depends on the history (dry.py: _repeat_lengths)"
 
 
-class TestDRYBreakers(_Penalty):
+class TestDRYBreakers(TestDRY):
     spec = (
         "dry",
         {"multiplier": 0.8, "base": 2.0, "allowed_length": 1, "last_n": 8, "sequence_breakers": [[0], [3, 4]]},

@@ -28,7 +28,7 @@ class AllowedTokens(ProcessorBase[AllowedTokensParams]):
         self._ids = torch.tensor(sorted(set(self.params.tokens)), dtype=torch.long)
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        check_token_ids(self.name, "tokens", int(self._ids[-1]), logits.shape[-1])
+        check_token_ids(self.name, "tokens", max(self.params.tokens), logits.shape[-1])  # no read of _ids
         ids = self._ids.to(logits.device)
         out = torch.full_like(logits, float("-inf"))
         out[:, ids] = logits[:, ids]

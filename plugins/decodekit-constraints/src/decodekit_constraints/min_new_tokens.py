@@ -31,7 +31,7 @@ class MinNewTokens(ProcessorBase[MinNewTokensParams]):
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         if ctx.step >= self.params.n:
             return logits
-        check_token_ids(self.name, "stop_tokens", int(self._ids[-1]), logits.shape[-1])
+        check_token_ids(self.name, "stop_tokens", max(self.params.stop_tokens), logits.shape[-1])  # no read of _ids
         out = logits.clone()
         out[:, self._ids.to(logits.device)] = float("-inf")
         return out
