@@ -75,6 +75,12 @@ dist-check: dist
 	$(PYTHON) -m venv build/dist-venv
 	build/dist-venv/bin/python -m pip install -q $(TORCH) dist/*.whl
 	cd build && dist-venv/bin/python ../tests/wheel_smoke.py ../dist
+	# The core wheel alone brings exactly torch, pluggy, pydantic, typing-extensions and their dependencies.
+	rm -rf build/core-venv
+	$(PYTHON) -m venv build/core-venv
+	build/core-venv/bin/python -m pip install -q $(TORCH)
+	build/core-venv/bin/python -m pip install -q dist/decodekit-*.whl
+	build/core-venv/bin/python tests/core_deps.py
 
 clean:
 	rm -rf $(VENV) build dist site core/*.egg-info plugins/*/src/*.egg-info

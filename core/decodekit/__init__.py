@@ -7,6 +7,7 @@ name that needs them, so plugin listings and ``decodekit --help`` stay fast.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from decodekit.errors import (
@@ -46,6 +47,9 @@ if TYPE_CHECKING:
     from decodekit.strategies import decode, validate
 
 __version__ = "0.1.0"
+
+# decodekit needs no NumPy (it is not among its dependencies); torch warns at import when it is missing.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
 
 _LAZY = {
     "beam_search": "decodekit.beam",
