@@ -103,8 +103,11 @@ def keep(ids: list[int]) -> Any:
 def test_a_row_emptied_by_two_stages_names_both(order: str) -> None:
     first, second = (keep([1, 2, 3]), keep([7, 8])) if order == "narrow first" else (keep([7, 8]), keep([1, 2, 3]))
     chain = dk.Chain([dk.create("temperature", value=0.9), first, second])
-    with pytest.raises(dk.NumericsError, match=r"row 0: .*removed by the chain: stage 2 \(only\) removed the [23] "
-                       r"left by stage 1 \(only\)"):
+    with pytest.raises(
+        dk.NumericsError,
+        match=r"row 0: .*removed by the chain: stage 2 \(only\) removed the [23] "
+        r"left by stage 1 \(only\)",
+    ):
         dk.generate(TinyLM(64), [[1, 2]], chain=chain, max_new_tokens=2)
     with pytest.raises(dk.NumericsError, match=r"stage 2 \(only\) removed the [23] left by stage 1 \(only\)"):
         chain.distribution(torch.randn(1, 64), dk.DecodeContext(tokens=torch.tensor([[1]])))

@@ -1,11 +1,15 @@
-"""`HFTokenizer`: a transformers tokenizer behind decodekit's `encode`/`decode` protocol."""
+"""`HFTokenizer`: a transformers tokenizer behind decodekit's `encode`/`decode` protocol, and the bytes
+each of its tokens stands for (what a grammar works on)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["HFTokenizer", "eos_token_ids"]
+from decodekit.errors import ParameterError
+
+__all__ = ["HFTokenizer", "byte_level_alphabet", "eos_token_ids"]
 
 
 class HFTokenizer:
@@ -23,6 +27,75 @@ class HFTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.hf.decode(list(ids)))
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """The tokenizer's end-of-sequence ids (none: empty)."""
+        return tuple(_as_ids(getattr(self.hf, "eos_token_id", None)))
+
+    def token_bytes(self) -> list[bytes | None]:
+        """Each id's bytes, None for a special token (it has no text): what a grammar reads (`decodekit_grammar`).
+
+        Read from the fast tokenizer's vocabulary through its decoder: a byte-level BPE (GPT-2's scheme)
+        writes each byte as one character of `byte_level_alphabet`; `Fuse`, `Replace` and `ByteFallback`
+        (`<0x0A>`) decoders spell tokens as text. Another decoder (WordPiece's `##`, SentencePiece's
+        `Metaspace`, a `Strip` of the text's first space) is refused: a token's bytes would depend on its place.
+        """
+        backend = getattr(self.hf, "backend_tokenizer", None)
+        if backend is None:
+            raise ParameterError(
+                f"HFTokenizer.token_bytes: {type(self.hf).__name__} is not a fast tokenizer (no backend_tokenizer), "
+                "so its tokens' bytes are unknown; allowed: a tokenizers-backed tokenizer"
+            )
+        spell = _speller(json.loads(backend.to_str()).get("decoder"))
+        added = backend.get_added_tokens_decoder()
+        vocab = backend.get_vocab(with_added_tokens=False)
+        out: list[bytes | None] = [None] * (max([*vocab.values(), *added, -1]) + 1)
+        for text, i in vocab.items():
+            out[i] = spell(text)
+        for i, token in added.items():
+            out[i] = None if token.special else token.content.encode("utf-8")
+        return out
+
+
+def byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level alphabet (`bytes_to_unicode` of its `encoder.py`), inverted: the character that stands
+    for each byte in a byte-level BPE's vocabulary, mapped to the byte. Printable Latin-1 bytes stand for
+    themselves; the other 68 are written as U+0100 onwards, in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    rest = [b for b in range(256) if b not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(256 + n): b for n, b in enumerate(rest)}}
+
+
+def _speller(decoder: Any) -> Callable[[str], bytes]:
+    """A token's bytes from its vocabulary string, for a tokenizer with `decoder` (its JSON form)."""
+    kind = None if decoder is None else decoder.get("type")
+    if kind == "ByteLevel":
+        alphabet = byte_level_alphabet()
+        return lambda text: bytes(alphabet[c] for c in text)
+    steps = decoder.get("decoders", []) if kind == "Sequence" else [decoder]
+    replace: list[tuple[str, str]] = []
+    fallback = False
+    for step in steps:
+        if step.get("type") == "Replace" and "String" in step.get("pattern", {}):
+            replace.append((step["pattern"]["String"], step["content"]))
+        elif step.get("type") == "ByteFallback":
+            fallback = True
+        elif step.get("type") != "Fuse":
+            raise ParameterError(
+                f"HFTokenizer.token_bytes: the tokenizer's decoder {step.get('type')!r} does not spell each token "
+                "on its own, so its tokens' bytes are unknown; allowed: ByteLevel (a byte-level BPE), or "
+                "Fuse, Replace and ByteFallback"
+            )
+
+    def spell(text: str) -> bytes:
+        if fallback and len(text) == 6 and text.startswith("<0x") and text.endswith(">"):
+            return bytes([int(text[3:5], 16)])
+        for old, new in replace:
+            text = text.replace(old, new)
+        return text.encode("utf-8")
+
+    return spell
 
 
 def _as_ids(value: Any) -> list[int]:

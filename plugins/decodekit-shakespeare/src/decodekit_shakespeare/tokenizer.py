@@ -96,6 +96,10 @@ class CharTokenizer:
             out.append(alphabet[i])
         return "".join(out)
 
+    def token_bytes(self) -> list[bytes]:
+        """Each id's bytes (its character in UTF-8), for a grammar that works on bytes (`decodekit_grammar`)."""
+        return [ch.encode("utf-8") for ch in self._alphabet]
+
     def __len__(self) -> int:
         return self.vocab_size
 

@@ -1,0 +1,50 @@
+"""The grammar stages' parameters (pydantic only: cheap to import). A grammar is checked when its stage is
+built (`stages`), by the engine, not here: these models only say what shape a grammar is given in.
+
+Each grammar parameter takes one grammar for every row, or a list of one per prompt (None: that
+prompt's rows unconstrained), so rows with different grammars decode in one batch.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Literal
+
+from pydantic import Field
+
+from decodekit import Params
+
+__all__ = ["GrammarParams", "JsonParams", "JsonSchemaParams", "RegexParams", "Whitespace"]
+
+Whitespace = Literal["flexible", "compact"]
+
+_WHITESPACE = (
+    "between JSON tokens: 'flexible' (any, as JSON allows) or 'compact' (none: a small model cannot spend "
+    "its tokens on spaces)"
+)
+
+
+with warnings.catch_warnings():  # pydantic: a field named `schema` shadows BaseModel.schema (deprecated); intended
+    warnings.filterwarnings("ignore", message='Field name "schema"')
+
+    class JsonSchemaParams(Params):
+        schema: dict[str, Any] | str | list[dict[str, Any] | str | None] = Field(  # type: ignore[assignment]
+            description="a JSON Schema (an object, or its JSON text), or a list of one per prompt (None: unconstrained)"
+        )
+        whitespace: Whitespace = Field("flexible", description=_WHITESPACE)
+
+
+class JsonParams(Params):
+    whitespace: Whitespace = Field("flexible", description=_WHITESPACE)
+
+
+class RegexParams(Params):
+    pattern: str | list[str | None] = Field(
+        description="a regular expression the whole text matches, or a list of one per prompt (None: unconstrained)"
+    )
+
+
+class GrammarParams(Params):
+    lark: str | list[str | None] = Field(
+        description="a Lark grammar (rule `start`), or a list of one per prompt (None: unconstrained)"
+    )

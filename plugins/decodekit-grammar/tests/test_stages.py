@@ -1,0 +1,237 @@
+"""The grammar stages on hand-worked cases: which tokens a row may take, when it ends, when an end is forced,
+rows with different grammars, a row's mask as a function of its tokens alone, and bad grammars."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import torch
+from decodekit_grammar.stages import GrammarStage
+
+import decodekit as dk
+
+
+class Chars:
+    """id 0 is the end of text (no bytes); ids 1.. are the characters of `alphabet`."""
+
+    eos_token_ids = (0,)
+
+    def __init__(self, alphabet: str) -> None:
+        self.alphabet = alphabet
+
+    def encode(self, text: str) -> list[int]:
+        return [self.alphabet.index(c) + 1 for c in text]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join(self.alphabet[i - 1] if i else "<eos>" for i in ids)
+
+    def token_bytes(self) -> list[bytes | None]:
+        return [None, *(c.encode() for c in self.alphabet)]
+
+
+WITH_EOS = Chars('ab{}":,0123456789 ')
+
+
+def ctx_for(tokenizer: Any, texts: Sequence[str], prompt_index: Sequence[int] | None = None) -> dk.DecodeContext:
+    """A context whose rows generated `texts` (equal lengths) after a one-token prompt."""
+    rows = [[1, *tokenizer.encode(t)] for t in texts]
+    step = len(rows[0]) - 1
+    return dk.DecodeContext(tokens=torch.tensor(rows), step=step, tokenizer=tokenizer, prompt_index=prompt_index)
+
+
+def allowed(stage: Any, tokenizer: Any, text: str, vocab_size: int) -> str:
+    """The characters (and `<eos>`) the stage lets follow `text`."""
+    keep = stage.allowed(ctx_for(tokenizer, [text]), vocab_size)[0]
+    return "".join(tokenizer.decode([i]) for i in keep.nonzero().flatten().tolist())
+
+
+def test_a_regex_allows_what_continues_a_match(shakespeare: Any) -> None:
+    tok = shakespeare.tokenizer
+    stage = dk.create("regex", pattern="ab|ac|b[0-2]")
+    assert allowed(stage, tok, "", 84) == "ab"
+    assert allowed(stage, tok, "a", 84) == "bc"
+    assert allowed(stage, tok, "b", 84) == "012"
+    assert stage.ends_row(0, tok.encode("a")) is None
+    assert stage.ends_row(0, tok.encode("ac")) == "regex"
+
+
+def test_a_complete_grammar_without_an_end_token_constrains_nothing_further(shakespeare: Any) -> None:
+    """tiny-shakespeare has no end-of-text token: the row ends by `ends_row`; past it (a speculative draft
+    looks ahead) every token is left."""
+    stage = dk.create("regex", pattern="ab")
+    assert len(allowed(stage, shakespeare.tokenizer, "ab", 84)) == 84
+
+
+def test_an_end_token_is_allowed_once_the_text_matches_and_forced_once_nothing_else_can_follow() -> None:
+    stage = dk.create("regex", pattern="a+b?")
+    V = len(WITH_EOS.alphabet) + 1
+    assert allowed(stage, WITH_EOS, "", V) == "a"
+    assert allowed(stage, WITH_EOS, "a", V) == "<eos>ab"  # a sentence already: the end token may come
+    assert allowed(stage, WITH_EOS, "aab", V) == "<eos>"  # complete: the end is forced
+    assert stage.ends_row(0, WITH_EOS.encode("aa")) is None
+    assert stage.ends_row(0, WITH_EOS.encode("aab")) == "regex"
+    assert stage.ends_row(0, [*WITH_EOS.encode("aa"), 0]) == "regex"  # the end token ends the grammar too
+
+
+def test_json_schema_masks_follow_the_schema() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"a": {"enum": [1, 22]}},
+        "required": ["a"],
+        "additionalProperties": False,
+    }
+    stage = dk.create("json_schema", schema=schema, whitespace="compact")
+    V = len(WITH_EOS.alphabet) + 1
+    assert allowed(stage, WITH_EOS, "", V) == "{"
+    assert allowed(stage, WITH_EOS, '{"a":', V) == "12"
+    assert allowed(stage, WITH_EOS, '{"a":2', V) == "2"
+    assert allowed(stage, WITH_EOS, '{"a":22}', V) == "<eos>"
+    flexible = dk.create("json_schema", schema=schema)
+    assert allowed(flexible, WITH_EOS, '{"a":', V) == "12 "  # whitespace between tokens
+
+
+def test_json_allows_any_value() -> None:
+    V = len(WITH_EOS.alphabet) + 1
+    stage = dk.create("json", whitespace="compact")
+    assert set(allowed(stage, WITH_EOS, "", V)) == set('{"0123456789')  # (no '-', 't', 'f', 'n', '[' here)
+    assert stage.ends_row(0, WITH_EOS.encode('{"a":1')) is None
+    assert stage.ends_row(0, WITH_EOS.encode('{"a":"b"}')) == "json"
+
+
+def test_a_lark_grammar() -> None:
+    lark = 'start: "{" pair ("," pair)* "}"\npair: KEY ":" NUM\nKEY: /[ab]/\nNUM: /[0-9]/'
+    stage = dk.create("grammar", lark=lark)
+    V = len(WITH_EOS.alphabet) + 1
+    assert allowed(stage, WITH_EOS, "{", V) == "ab"
+    assert allowed(stage, WITH_EOS, "{a:1", V) == "},"
+    assert stage.ends_row(0, WITH_EOS.encode("{a:1,b:2}")) == "grammar"
+
+
+def test_rows_with_different_grammars_in_one_batch(shakespeare: Any) -> None:
+    tok = shakespeare.tokenizer
+    stage = dk.create("regex", pattern=["a", "b+", None])
+    keep = stage.allowed(ctx_for(tok, ["", "", ""]), 84)
+    assert [tok.decode(row.nonzero().flatten().tolist()) for row in keep[:2]] == ["a", "b"]
+    assert bool(keep[2].all())  # None: that prompt is unconstrained
+    beams = stage.allowed(ctx_for(tok, ["", "", "", ""], prompt_index=[1, 1, 0, 0]), 84)  # two beams of each
+    assert [tok.decode(row.nonzero().flatten().tolist()) for row in beams] == ["b", "b", "a", "a"]
+    assert stage.ends_row(0, tok.encode("a")) == "regex" and stage.ends_row(1, tok.encode("bb")) is None
+    with pytest.raises(dk.ParameterError, match=r"regex: 3 grammars \(pattern\) for a batch with a prompt 3"):
+        stage.allowed(ctx_for(tok, ["", "", "", ""]), 84)
+
+
+def test_generate_with_a_grammar_per_prompt(shakespeare: Any) -> None:
+    stage = dk.create("regex", pattern=["[A-Z]{3}!", "[a-z]{2} [0-9]{2}\\.", None])
+    chain = dk.Chain([stage, dk.create("temperature", value=0.9)])
+    out = dk.generate(shakespeare, ["ROMEO:", "JULIET:", "NURSE:"], chain=chain, max_new_tokens=12, seed=0)
+    import re
+
+    assert re.fullmatch("[A-Z]{3}!", out.text[0]) and re.fullmatch("[a-z]{2} [0-9]{2}\\.", out.text[1])
+    assert out.stopped_by[:2] == ["regex", "regex"] and out.finish_reasons[2] == "length"
+
+
+def random_walks(stage: GrammarStage[Any], tokenizer: Any, vocab_size: int, seed: int, n: int = 40) -> list[list[int]]:
+    """Token sequences the grammar allows, grown, branched and cut back at random."""
+    rng = random.Random(seed)
+    seqs: list[list[int]] = [[]]
+    for _ in range(n):
+        base = list(rng.choice(seqs))
+        if base and rng.random() < 0.3:
+            base = base[: rng.randrange(len(base))]  # back to a prefix: a rejected draft, another beam
+        keep = stage.allowed(ctx_for(tokenizer, [tokenizer.decode(base)] if base else [""]), vocab_size)[0]
+        options = keep.nonzero().flatten().tolist()
+        if options:
+            seqs.append([*base, rng.choice(options)])
+    return seqs
+
+
+@pytest.mark.parametrize("capacity", [4096, 3])
+def test_a_rows_mask_depends_on_its_tokens_alone(shakespeare: Any, capacity: int) -> None:
+    """Asked for sequences in any order (extensions, branches, prefixes again, rows reordered), with a memo
+    of 3 states (so most are rebuilt) or a large one, the mask is that of a fresh stage for the sequence."""
+    tok = shakespeare.tokenizer
+    schema = {"type": "object", "properties": {"w": {"type": "array", "items": {"enum": ["ab", "ba", "cc"]}}}}
+    stage = dk.create("json_schema", schema=schema, whitespace="compact")
+    seqs = random_walks(stage, tok, 84, seed=capacity)
+    stage._latest.matchers[0].capacity = capacity  # type: ignore[union-attr]
+    random.Random(1).shuffle(seqs)
+    for seq in seqs:
+        fresh = dk.create("json_schema", schema=schema, whitespace="compact")
+        ctx = ctx_for(tok, [tok.decode(seq)])
+        assert torch.equal(stage.allowed(ctx, 84), fresh.allowed(ctx, 84)), tok.decode(seq)
+        assert stage.ends_row(0, seq) == fresh.ends_row(0, seq)
+    if capacity == 3:
+        assert len(stage._latest.matchers[0]) <= 8  # type: ignore[union-attr]
+
+
+def test_a_token_the_grammar_forbids_empties_the_row_and_is_reported(shakespeare: Any) -> None:
+    tok = shakespeare.tokenizer
+    stage = dk.create("regex", pattern="[a-c]+")
+    assert not bool(stage.allowed(ctx_for(tok, ["ax"]), 84).any())
+    assert stage.unfinished(0, tok.encode("ax")) == "regex violated"
+    assert stage.unfinished(0, tok.encode("ab")) is None  # a match, though more could follow
+    assert dk.create("regex", pattern="[a-c]+!").unfinished(0, tok.encode("ab")) is None  # (no call yet: unknown)
+
+
+def test_the_stage_keeps_no_per_generation_state() -> None:
+    stage = dk.create("json")
+    assert stage.init_state(dk.DecodeContext(tokens=torch.tensor([[1]]))) is None
+
+
+def test_a_grammar_unfinished_at_max_new_tokens_ends_with_length_and_a_warning(shakespeare: Any) -> None:
+    chain = dk.Chain([dk.create("regex", pattern="[a-z]{20}!")], selector=dk.create("greedy"))
+    with pytest.warns(UserWarning, match=r"^2 of 2 rows ended with regex incomplete: rows 0 \(length\), 1 \(length\)$"):
+        out = dk.generate(shakespeare, ["ROMEO:", "JULIET:"], chain=chain, max_new_tokens=5)
+    assert out.finish_reasons == ["length", "length"] and out.stopped_by == [None, None]
+
+
+@pytest.mark.parametrize(
+    ("chain", "message"),
+    [
+        (
+            'json_schema(schema={"type": "object"}) | allowed_tokens(tokens=[40, 41])',
+            r"step 0, row 0: cannot pick a token: every token was removed by the chain: stage 1 \(allowed_tokens\) "
+            r"removed the \d+ left by stage 0 \(json_schema\)",
+        ),
+        (
+            'allowed_tokens(tokens=[40, 41]) | json_schema(schema={"type": "object"})',
+            r"every token was removed by the chain: stage 1 \(json_schema\) removed the 2 left by stage 0 "
+            r"\(allowed_tokens\)",
+        ),
+    ],
+)
+def test_a_first_token_the_rest_of_the_chain_forbids_names_both_stages(
+    shakespeare: Any, chain: str, message: str
+) -> None:
+    with pytest.raises(dk.NumericsError, match=message):
+        dk.generate(shakespeare, ["ROMEO:"], chain=chain, max_new_tokens=4, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "message"),
+    [
+        ("json_schema", {"schema": {"type": "foo"}}, r"^json_schema: schema is invalid: .*foo"),
+        ("json_schema", {"schema": "{not json"}, r"^json_schema: schema is invalid: not JSON: Expecting"),
+        ("json_schema", {"schema": [{"type": "string"}, {"type": 3}]}, r"^json_schema: schema\[1\] is invalid"),
+        ("regex", {"pattern": "a(b"}, r"(?s)^regex: pattern is invalid: .*unclosed group"),
+        ("grammar", {"lark": "start: foo"}, r'^grammar: lark is invalid: .*unknown name: "foo"'),
+        ("json", {"whitespace": "some"}, r"^json: whitespace='some' is invalid"),
+    ],
+)
+def test_an_invalid_grammar_is_a_parameter_error_at_construction(name: str, params: Any, message: str) -> None:
+    with pytest.raises(dk.ParameterError, match=message):
+        dk.create(name, **params)
+
+
+def test_an_invalid_grammar_in_a_chain_string_fails_when_the_chain_is_built() -> None:
+    with pytest.raises(dk.ParameterError, match=r"^regex: pattern is invalid"):
+        dk.Chain.parse("regex(pattern='[a-') | temperature(0.7)")
+
+
+def test_spec_round_trip_and_chain_string() -> None:
+    chain = dk.Chain.parse('json_schema(schema={"type": "integer"}, whitespace=compact) | temperature(0.7) | sample')
+    assert dk.Chain.from_spec(chain.to_spec()) == chain
+    assert dk.Chain.parse(str(chain)) == chain

@@ -1,0 +1,92 @@
+"""Tokenizers state their tokens' bytes: the character tokenizer, a byte-level BPE (the 50,000-token one
+trained here), a tokenizers char-level BPE with a `Fuse` decoder; one that cannot is refused with the reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from decodekit_grammar.vocabulary import token_table
+
+import decodekit as dk
+from decodekit.testing.tiny_lm import TinyLM
+
+TEXTS = ["ROMEO: But soft!", '{"name": "Juliet", "act": 2}\n', "café ☃ naïve", "\n\n  x"]
+
+
+def test_the_character_tokenizer_states_each_character(shakespeare: Any) -> None:
+    tok = shakespeare.tokenizer
+    table = token_table(tok, 84, "json")
+    assert table.size == 84 and table.eos == ()
+    assert table.tokens[tok.encode("{")[0]] == b"{" and table.tokens[tok.encode("\n")[0]] == b"\n"
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_the_byte_level_bpe_states_the_bytes_it_decodes_to(bpe: Any, text: str) -> None:
+    table = token_table(bpe, 50_000, "json")
+    ids = bpe.encode(text)
+    assert b"".join(table.tokens[i] or b"" for i in ids) == text.encode() == bpe.decode(ids).encode()
+    assert len(ids) < len(text.encode())  # merged: several bytes per token
+
+
+def test_the_bpe_has_fifty_thousand_tokens_and_its_end_of_text_is_special(bpe: Any) -> None:
+    table = token_table(bpe, 50_000, "json")
+    assert len(bpe.hf) == 50_000 and table.tokens[0] is None and table.eos == (0,)
+    assert sum(t is None for t in table.tokens) == 1
+    assert len({t for t in table.tokens if t is not None}) == 49_999  # every other token: distinct bytes
+
+
+def test_a_model_larger_than_its_tokenizer_has_special_ids_past_it(bpe: Any) -> None:
+    table = token_table(bpe, 50_016, "json")
+    assert table.size == 50_016 and table.tokens[50_000:] == (None,) * 16
+
+
+def test_a_char_level_tokenizers_bpe_with_a_fuse_decoder() -> None:
+    llama = dk.load_model("tiny-shakespeare-llama")
+    tok = llama.tokenizer
+    table = token_table(tok, llama.spec.vocab_size, "json")
+    ids = tok.encode("ROMEO: {1}")
+    assert b"".join(table.tokens[i] or b"" for i in ids) == b"ROMEO: {1}"
+
+
+class NoBytes:
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) % 64 for c in text]
+
+    def decode(self, ids: Any) -> str:
+        return "".join(chr(48 + i) for i in ids)
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "message"),
+    [
+        (None, r"json_schema: the model has no tokenizer; a grammar constrains text"),
+        (NoBytes(), r"json_schema: tokenizer NoBytes cannot state its tokens' bytes \(it has no token_bytes\(\)\)"),
+    ],
+)
+def test_a_tokenizer_that_cannot_state_its_bytes_is_refused(tokenizer: Any, message: str) -> None:
+    model = TinyLM(64)
+    if tokenizer is not None:
+        model.tokenizer = tokenizer
+    with pytest.raises(dk.ParameterError, match=message):
+        chain = dk.Chain([dk.create("json_schema", schema={"type": "integer"})])
+        dk.generate(model, [[1, 2]], chain=chain, max_new_tokens=4)
+
+
+def test_a_wordpiece_tokenizer_is_refused_with_its_decoder() -> None:
+    from decodekit_hf.tokenizer import HFTokenizer
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1, "##b": 2}, unk_token="[UNK]"))
+    raw.decoder = decoders.WordPiece()
+    tok = HFTokenizer(PreTrainedTokenizerFast(tokenizer_object=raw))
+    with pytest.raises(dk.ParameterError, match=r"regex: HFTokenizer.token_bytes: the tokenizer's decoder 'WordPiece'"):
+        dk.create("regex", pattern="a+")(torch.zeros(1, 3), dk.DecodeContext(tokens=torch.tensor([[1]]), tokenizer=tok))
+
+
+def test_a_tokenizer_with_more_tokens_than_the_model_is_refused(bpe: Any) -> None:
+    ctx = dk.DecodeContext(tokens=torch.tensor([[1]]), tokenizer=bpe)
+    with pytest.raises(dk.ParameterError, match=r"json: tokenizer HFTokenizer states 50000 tokens for a model of 100"):
+        dk.create("json")(torch.zeros(1, 100), ctx)
