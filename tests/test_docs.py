@@ -96,3 +96,10 @@ def test_timings_are_the_only_masked_numbers() -> None:
     assert dx.masked('"tokens_per_second": 18.94, "seconds": 4.33') == '"tokens_per_second": …, "seconds": …'
     assert dx.masked("12 tokens · 0.4 s · 690.1 tokens/s") == "12 tokens · 0.4 s · … tokens/s"
     assert dx.masked('"entropy": 0.7629') == '"entropy": 0.7629'
+
+
+def test_the_index_links_every_page() -> None:
+    """docs/index.md once left out the caches, speculative and reliability pages."""
+    index = (dx.ROOT / "docs" / "index.md").read_text()
+    pages = sorted(p.name for p in (dx.ROOT / "docs").glob("*.md") if p.name != "index.md")
+    assert [p for p in pages if f"]({p})" not in index] == []
