@@ -2,7 +2,7 @@
 
 For each model size, batch size and chain, three ways to produce 128 tokens after a 32-token prompt:
   (a) `dk.generate` on decodekit's reference GPT holding the weights (`load_gpt2`),
-  (b) `dk.generate` on the transformers model through `decodekit_hf.HFModel`,
+  (b) `dk.generate` on the transformers model through `decodekit_hf.model.HFModel`,
   (c) the transformers model's own `generate()`.
 Each is warmed up once, then the repeats are interleaved (a, b, c, then b, c, a, ...) so that load
 on a shared machine hits all three alike; the figure is the median. Ratios are to (c).
@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 from decodekit_gpt.gpt2_weights import load_gpt2
-from decodekit_hf import HFModel
+from decodekit_hf.model import HFModel
 from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
 
 import decodekit as dk

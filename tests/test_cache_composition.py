@@ -7,7 +7,8 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 import torch
-from decodekit_cache_window import WindowCache, WindowParams
+from decodekit_cache_window.cache import WindowCache
+from decodekit_cache_window.params import WindowParams
 from decodekit_gpt.gpt import GPT, GPTConfig
 from torch import Tensor
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from decodekit_cache_gqa.cache import GQACache
-from decodekit_cache_window import WindowCache, WindowParams
+from decodekit_cache_window.cache import WindowCache
+from decodekit_cache_window.params import WindowParams
 from torch import Tensor
 
 import decodekit as dk
