@@ -9,7 +9,9 @@ Three kinds of fenced block take part:
   plugin: the files of all pages are written out, each `DIST` is installed before the pages run,
   and its `tests/` run under pytest. A path shown on two pages must be shown the same.
 - ```console blocks with `$ decodekit ...` lines: each command's output as the command prints it,
-  run with `COLUMNS=100` in a scratch directory (with the repository's `tests/` linked in).
+  run with `COLUMNS=100` in a scratch directory (with the repository's `tests/` linked in). A
+  `decodekit` command (after variable assignments, before a `| head -N`) runs in this process
+  (`cli_runner.run_cli`, as a new process would run it); any other command in bash.
   `make docs-outputs` (`python tests/doc_examples.py --update`) rewrites them from real runs;
   the tests fail when one differs. Timings (tokens/s, seconds) are masked when comparing.
 """
@@ -19,16 +21,17 @@ from __future__ import annotations
 import argparse
 import ast
 import doctest
-import itertools
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from cli_runner import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIP = re.compile(r"#\s*not tested:\s*(?P<reason>.+)")
@@ -225,31 +228,70 @@ def command_env() -> dict[str, str]:
     return env
 
 
+@dataclass(frozen=True)
+class DecodekitCommand:
+    """`[NAME=value ...] decodekit ARGS [| head -N]`: what `run_command` runs in this process."""
+
+    env: dict[str, str]
+    argv: list[str]
+    head: int | None
+
+
+_SHELL_OPERATORS = set("|&;<>()")
+
+
+def decodekit_command(command: str) -> DecodekitCommand | None:
+    """The command as `DecodekitCommand`, or None when it needs a shell (anything else)."""
+    command = command.replace("\\\n", " ")
+    head = None
+    m = re.fullmatch(r"(?P<rest>.*\S)\s*\|\s*head\s+-(?:n\s*)?(?P<n>\d+)\s*", command, re.S)
+    if m is not None:
+        command, head = m["rest"], int(m["n"])
+    lexer = shlex.shlex(command, posix=False, punctuation_chars="".join(_SHELL_OPERATORS))
+    lexer.whitespace_split = True
+    raw = list(lexer)  # quotes kept: an operator is a token of its own, unquoted
+    if any(set(token) <= _SHELL_OPERATORS or "$" in token or "`" in token for token in raw):
+        return None
+    words = shlex.split(command)
+    env = {}
+    while words and re.match(r"[A-Za-z_]\w*=", words[0]):
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
+    if not words or words[0] != "decodekit":
+        return None
+    return DecodekitCommand(env, words[1:], head)
+
+
 def run_command(command: str, cwd: Path) -> str:
     """What `command` prints, stdout and stderr together, as a terminal would show them."""
-    r = subprocess.run(
-        ["bash", "-c", command],
-        cwd=cwd,
-        env=command_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=300,
-    )
-    return _clean(r.stdout)
+    parsed = decodekit_command(command)
+    if parsed is None:
+        r = subprocess.run(
+            ["bash", "-c", command],
+            cwd=cwd,
+            env=command_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=300,
+        )
+        return _clean(r.stdout)
+    env = {**command_env(), **parsed.env}
+    extra_path = [str(cwd / p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:0] = extra_path  # PYTHONPATH=tests: the test plugin, as a new process would find it
+    try:
+        r = run_cli(parsed.argv, env, cwd=cwd, merge=parsed.head is None, fresh_plugins=True)
+    finally:
+        del sys.path[: len(extra_path)]
+    if parsed.head is None:
+        return _clean(r.stdout)
+    return _clean("".join(r.stdout.splitlines(keepends=True)[: parsed.head]) + r.stderr)
 
 
-def run_commands(shown: list[Shown], cwd: Path, workers: int = 3) -> list[str]:
-    """Each command's output. Blocks run side by side; a block's commands in order (one may
-    write a file the next reads)."""
-    blocks = [list(group) for _, group in itertools.groupby(shown, key=lambda s: (s.block.page, s.block.start))]
-
-    def run_block(block: list[Shown]) -> list[str]:
-        return [run_command(s.command, cwd) for s in block]
-
-    with ThreadPoolExecutor(workers) as pool:
-        return [out for outputs in pool.map(run_block, blocks) for out in outputs]
+def run_commands(shown: list[Shown], cwd: Path) -> list[str]:
+    """Each command's output, in order (one may write a file the next reads)."""
+    return [run_command(s.command, cwd) for s in shown]
 
 
 def update_outputs(cwd: Path) -> list[Path]:

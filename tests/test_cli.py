@@ -1,8 +1,11 @@
-"""The `decodekit` command line, run as a subprocess (`python -m decodekit_cli`).
+"""The `decodekit` command line: its commands, outputs, errors and exit statuses.
 
-The model is `cli-test-gpt` from `tests/cli_testplugin.py`, loaded into each subprocess with
+`cli` and `cli_many` run commands in this process as a new process would (`cli_runner.run_cli`:
+its environment, stdin, stdout and stderr, the registry built from that environment); a new
+process costs seconds each. What only a process shows runs in one (`_popen`, `python -m
+decodekit_cli`): Ctrl-C and its exit status, and what listing plugins imports in a fresh
+interpreter. The model is `cli-test-gpt` from `tests/cli_testplugin.py`, loaded with
 `DECODEKIT_EXTRA_PLUGINS`; `tiny-shakespeare` is exercised too when it is installed with weights.
-Independent subprocesses run concurrently (`cli_many`) to keep the suite fast.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from decodekit.context import DecodeContext
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 import cli_testplugin  # noqa: E402
+from cli_runner import run_cli  # noqa: E402
 
 MODEL = cli_testplugin.MODEL_NAME
 PROMPT = "ROMEO: "
@@ -57,13 +61,8 @@ def _popen(args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
 
 
 def cli_many(*commands: Sequence[str], **env: str) -> list[subprocess.CompletedProcess[str]]:
-    """Run several `decodekit` commands at once; their results, in order."""
-    procs = [(args, _popen(args, _env(**env))) for args in commands]
-    results = []
-    for args, p in procs:
-        out, err = p.communicate(timeout=180)
-        results.append(subprocess.CompletedProcess(list(args), p.returncode, out, err))
-    return results
+    """Run several `decodekit` commands (in this process, one after another); their results, in order."""
+    return [run_cli(args, _env(**env)) for args in commands]
 
 
 def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -142,19 +141,25 @@ def test_generate_stop_string_ends_the_sample(cache_runs: dict[str, Any]) -> Non
     assert sample["text"] == full[: full.index(stop)]
 
 
-def _interrupt(marker: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    args = ["generate", PROMPT, "-m", MODEL, "--cache", "none", "--max-new-tokens", "100000", "--seed", "1", *extra]
-    p = _popen(args, _env(DECODEKIT_CLI_TEST_MARKER=str(marker)))
+def _interrupt(*runs: tuple[Path, Sequence[str]]) -> list[subprocess.CompletedProcess[str]]:
+    """Start each `(marker, extra args)` run at once, Ctrl-C each when it has generated two tokens."""
+    args = ["generate", PROMPT, "-m", MODEL, "--cache", "none", "--max-new-tokens", "100000", "--seed", "1"]
+    procs = [(marker, _popen([*args, *extra], _env(DECODEKIT_CLI_TEST_MARKER=str(marker)))) for marker, extra in runs]
     deadline = time.monotonic() + 120
-    while not marker.exists() and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=60)
-    return subprocess.CompletedProcess(args, p.returncode, out, err)
+    results = []
+    for (marker, extra), (_, p) in zip(runs, procs):
+        while not marker.exists() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        results.append(subprocess.CompletedProcess([*args, *extra], p.returncode, out, err))
+    return results
 
 
 def test_ctrl_c_keeps_what_was_generated(tmp_path: Path) -> None:
-    result = _interrupt(tmp_path / "json-started", "--json", "-n", "2")
+    result, text = _interrupt(
+        (tmp_path / "json-started", ["--json", "-n", "2"]), (tmp_path / "text-started", ["-n", "2"])
+    )
     assert result.returncode == 130
     assert "Traceback" not in result.stderr and "interrupted" in result.stderr
     doc = json.loads(result.stdout)
@@ -165,7 +170,6 @@ def test_ctrl_c_keeps_what_was_generated(tmp_path: Path) -> None:
         assert sample["text"] == tokenizer.decode(sample["tokens"])
     assert all(len(s["tokens"]) >= 2 for s in doc["samples"])  # the marker comes after two tokens
 
-    text = _interrupt(tmp_path / "text-started", "-n", "2")
     assert text.returncode == 130 and "Traceback" not in text.stderr
     assert text.stdout.startswith(f"--- sample 1/2 ---\n{PROMPT}") and "--- sample 2/2 ---" in text.stdout
 
@@ -583,13 +587,7 @@ def test_prompt_options_stop_unknown_characters_and_stdin() -> None:
     assert "--replace-unknown: the model's tokenizer has no errors= option" in no_replace.stderr
 
     # From stdin, the trailing newline `echo` adds is dropped: the same text as the argument.
-    piped = subprocess.run(
-        [sys.executable, "-m", "decodekit_cli", "generate", "-", *flags, "--json"],
-        input=PROMPT + "\n",
-        capture_output=True,
-        text=True,
-        env=_env(),
-    )
+    piped = run_cli(["generate", "-", *flags, "--json"], _env(), stdin=PROMPT + "\n")
     argument = cli("generate", PROMPT, *flags, "--json")
     tokens = [[s["tokens"] for s in ok_json(r)["samples"]] for r in (piped, argument)]
     assert ok_json(piped)["prompt"] == PROMPT and tokens[0] == tokens[1]

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli
 from decodekit_cli.plugin_template import files_for
 
 import decodekit as dk
@@ -298,10 +299,8 @@ def test_a_plugin_raising_a_base_exception_leaves_everything_else_working(site: 
     [failure] = [f for f in registry.failures if f.distribution == "fake-exits"]
     assert failure.error.split(":")[0] in ("SystemExit", "KeyboardInterrupt", "GeneratorExit")
     assert "fake_shift" in registry.samplers and "dense" in registry.caches
-    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    listed = subprocess.run(
-        [sys.executable, "-m", "decodekit_cli", "plugins"], env=env, capture_output=True, text=True, timeout=120
-    )
+    listed = run_cli(["plugins"], fresh_plugins=True)  # a command, as a new process runs it
     assert listed.returncode == 0 and "fake-exits" in listed.stdout + listed.stderr, listed.stderr
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     imported = subprocess.run([sys.executable, "-c", "import decodekit"], env=env, capture_output=True, timeout=60)
     assert imported.returncode == 0

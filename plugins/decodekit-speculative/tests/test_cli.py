@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
+import pytest
+from decodekit_cli import main
 from decodekit_cli.generate_command import _status_line
 
 
@@ -14,11 +14,12 @@ def test_status_line_shows_acceptance() -> None:
     assert "accepted" not in _status_line(40, 2.0, 1)
 
 
-def test_generate_json_reports_acceptance() -> None:
+def test_generate_json_reports_acceptance(capsys: pytest.CaptureFixture[str]) -> None:
     strategy = "speculative(draft='tiny-shakespeare-draft', k=3)"
-    command = ["-m", "decodekit_cli", "generate", "ROMEO:", "--strategy", strategy, "--chain", "greedy"]
-    out = subprocess.run([sys.executable, *command, "--max-new-tokens", "30", "--json"], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    document = json.loads(out.stdout)
+    command = ["generate", "ROMEO:", "--strategy", strategy, "--chain", "greedy", "--max-new-tokens", "30", "--json"]
+    status = main(command)  # in this process: a new one would cost seconds and test nothing more
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    document = json.loads(out.out)
     assert 0.0 < document["acceptance_rate"] <= 1.0
     assert document["strategy"].startswith("speculative")
