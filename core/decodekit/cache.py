@@ -5,7 +5,9 @@ Slots: the decode loop feeds a row's tokens in order, and the `t`-th token fed s
 left-padded). `length` counts the slots fed; a cache that evicts keeps counting past what
 it holds. After `update(layer, k, v)` the model asks `attention_mask(layer, positions)`
 which of the returned keys each new query may attend to, so a cache may return its keys
-in any order and drop any it likes (docs/caches.md has the whole contract).
+in any order and drop any it likes (docs/caches.md has the whole contract). A cache that scores
+its entries from attention (`Observing`) is handed each layer's queries after the model attended;
+`cached_attention` is that attention, shared by the models.
 """
 
 from __future__ import annotations
@@ -15,22 +17,26 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from decodekit.errors import CacheCapacityError, ParameterError
 from decodekit.spec import CacheSpec
-from decodekit.storage import FloatStorage, StorageFactory
+from decodekit.storage import FloatStorage, StorageFactory, check_memory, float_slot_bytes
 
 __all__ = [
     "Croppable",
     "Evicting",
     "KVCache",
+    "Observing",
     "PreallocatedKVCache",
     "Reorderable",
     "RowCroppable",
     "Sized",
+    "cached_attention",
     "capability_error",
     "evicts",
+    "observes",
     "slot_mask",
 ]
 
@@ -52,7 +58,8 @@ class KVCache(Protocol):
         ...
 
     def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
-        """`[B, 1, T_new, S]` bool: which keys of the last `update(layer)` each new query may attend to.
+        """`[B, 1, T_new, S]` bool (or `[B, n_heads, T_new, S]`, one per query head): which keys of the last
+        `update(layer)` each new query may attend to.
 
         `positions` `[B, T_new]` are the new queries' positions (negative: padding)."""
         ...
@@ -114,6 +121,20 @@ class Reorderable(Protocol):
 
 
 @runtime_checkable
+class Observing(Protocol):
+    """A cache that scores its entries from attention (H2O, TOVA, SnapKV): the model hands it its queries."""
+
+    def observe(self, layer: int, queries: Tensor) -> None:
+        """`queries` `[B, n_heads, T_new, D]`: the new queries of the last `update(layer)`, rotated as attended.
+
+        Called after the model attended, so the cache may then change what it holds. The model's attention
+        weights were `softmax(queries @ keys.T / sqrt(D))` over the keys `update` returned, under
+        `attention_mask` (a model with another scale passes its queries rescaled to this one).
+        """
+        ...
+
+
+@runtime_checkable
 class Sized(Protocol):
     """A cache that reports its memory."""
 
@@ -136,6 +157,11 @@ def evicts(cache: object) -> bool:
     return callable(getattr(cache, "reach", None))
 
 
+def observes(cache: object) -> bool:
+    """Whether `cache` (an instance or its class) wants the model's queries: it has `observe` (`Observing`)."""
+    return callable(getattr(cache, "observe", None))
+
+
 def capability_error(cache: object, need: str, who: str) -> ParameterError | None:
     """None when `cache` has capability `need` ("crop", "crop_rows", "reorder", "nbytes"), else the error
     that refuses it, saying what `who` (a strategy) needs it for."""
@@ -149,21 +175,44 @@ def capability_error(cache: object, need: str, who: str) -> ParameterError | Non
 
 
 def slot_mask(key_slots: Tensor, positions: Tensor, first: int, *, window: int | None = None, sinks: int = 0) -> Tensor:
-    """`[B, 1, T, S]` bool: may the query in slot `first + i` attend to the key in slot `key_slots[j]`?
+    """`[B, 1, T, S]` bool: may the query in slot `first + i` attend to the key in slot `key_slots[..., j]`?
 
-    Query `i` of row `b` sits at `positions[b, i]`, so the row's first real token is in slot
-    `first + i - positions[b, i]`; keys before it are padding, keys after the query are the future.
-    `window`: also hide keys `window` or more slots back, except the first `sinks` slots.
-    A padding query (negative position) sees only itself, so no softmax row is empty.
+    key_slots: `[S]` (the same keys for every row), `[B, S]`, or `[B, H, S]` (keys per row and head: the
+    mask is then `[B, H, T, S]`); a slot of -1 is no key. Query `i` of row `b` sits at `positions[b, i]`,
+    so the row's first real token is in slot `first + i - positions[b, i]`; keys before it are padding,
+    keys after the query are the future. `window`: also hide keys `window` or more slots back, except
+    the first `sinks` slots. A padding query (negative position) sees only itself, so no softmax row is
+    empty. A cache may combine the result with a rule of its own (`&`, `|`).
     """
     T = positions.shape[1]
     q = torch.arange(first, first + T, device=positions.device)[:, None]  # [T, 1]
     row_start = (q[:, 0] - positions).unsqueeze(-1)  # [B, T, 1]
-    mask = (key_slots >= row_start) & (key_slots <= q)  # [B, T, S]
+    if key_slots.dim() == 3:  # [B, H, S] -> [B, H, 1, S] against [B, 1, T, 1]
+        key_slots, q, row_start = key_slots.unsqueeze(2), q[None, None], row_start.unsqueeze(1)
+    elif key_slots.dim() == 2:
+        key_slots = key_slots.unsqueeze(1)  # [B, 1, S]
+    mask = (key_slots >= row_start) & (key_slots <= q)  # [B, (H,) T, S]
     if window is not None:
         mask &= (key_slots < sinks) | (key_slots > q - window)
     mask |= key_slots == q
-    return mask.unsqueeze(1)
+    return mask if mask.dim() == 4 else mask.unsqueeze(1)
+
+
+def cached_attention(
+    cache: KVCache, layer: int, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, *, scale: float | None = None
+) -> Tensor:
+    """A model's attention over what `cache.update(layer, ...)` returned (`k`, `v` `[B, H_stored, S, D]`):
+    the cache's mask, SDPA, then the queries `q` `[B, H, T, D]` to a cache that observes. `[B, H, T, D]`.
+
+    scale: the model's softmax scale (None: `1/sqrt(D)`). Caches without `observe` pay one getattr.
+    """
+    mask = cache.attention_mask(layer, positions)  # [B, 1 or H, T, S]
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=k.shape[1] != q.shape[1])
+    observe = getattr(cache, "observe", None)
+    if observe is not None:
+        D = q.shape[-1]
+        observe(layer, q if scale is None or scale == D**-0.5 else q * (scale * D**0.5))
+    return y
 
 
 class PreallocatedKVCache:
@@ -179,6 +228,8 @@ class PreallocatedKVCache:
 
     def __init__(self, spec: CacheSpec, params: object = None) -> None:
         self.spec = spec
+        nbytes = spec.n_layers * spec.capacity * float_slot_bytes(spec)  # the kv-heads in spec.dtype
+        check_memory(type(self).__name__, f"capacity={spec.capacity}", nbytes, spec.device)
         self.store = type(self).storage(spec, [spec.capacity] * spec.n_layers)
         # Slots fed per layer; host-side, so reading it never syncs with the device.
         self._lengths = [0] * spec.n_layers

@@ -339,6 +339,13 @@ class _BoundCache:
     params: Params
 
     def __call__(self, spec: CacheSpec) -> KVCache:
+        from decodekit.spec import CacheSpec  # torch: imported when a cache is built, never for a listing
+
+        if not isinstance(spec, CacheSpec):
+            raise ParameterError(
+                f"cache {self.entry.name}: spec={spec!r} is invalid; allowed: a decodekit.CacheSpec "
+                "(CacheSpec.for_model(model.spec, batch_size=..., capacity=...))"
+            )
         return self.impl(spec, self.params)
 
     def __str__(self) -> str:

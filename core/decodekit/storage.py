@@ -12,6 +12,7 @@ implementation has a `storage` attribute (a `StorageFactory`) is a storage, so r
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -21,7 +22,17 @@ from torch import Tensor
 from decodekit.errors import ParameterError
 from decodekit.spec import CacheSpec
 
-__all__ = ["FloatStorage", "RepeatedFloatStorage", "Storage", "StorageFactory", "lookup_storage", "take_slots"]
+__all__ = [
+    "FloatStorage",
+    "RepeatedFloatStorage",
+    "SlotWritable",
+    "Storage",
+    "StorageFactory",
+    "check_memory",
+    "float_slot_bytes",
+    "lookup_storage",
+    "take_slots",
+]
 
 
 @runtime_checkable
@@ -48,6 +59,15 @@ class Storage(Protocol):
 
     def reorder(self, index: Tensor, stop: int) -> None:
         """Replace row `i` by row `index[i]` in slots `0 .. stop - 1`."""
+        ...
+
+
+@runtime_checkable
+class SlotWritable(Protocol):
+    """A storage that writes each row and head to slots of its own (caches that evict per head: h2o, knorm)."""
+
+    def write_at(self, layer: int, index: Tensor, k: Tensor, v: Tensor) -> None:
+        """Store `k`, `v` `[B, H_kv, T, D]` in slots `index` `[B, H_kv, T]` (row b, kv-head h: slots index[b, h])."""
         ...
 
 
@@ -79,6 +99,13 @@ class FloatStorage:
         end = start + k.shape[2]
         self.keys[layer][:, :, start:end].copy_(self._stored(k))
         self.values[layer][:, :, start:end].copy_(self._stored(v))
+
+    def write_at(self, layer: int, index: Tensor, k: Tensor, v: Tensor) -> None:
+        repeat = self.heads // index.shape[1]
+        where = index.repeat_interleave(repeat, 1) if repeat > 1 else index
+        where = where.unsqueeze(-1).expand(-1, -1, -1, self.spec.head_dim)  # [B, heads, T, D]
+        self.keys[layer].scatter_(2, where, self._stored(k))
+        self.values[layer].scatter_(2, where, self._stored(v))
 
     def read(self, layer: int, start: int, stop: int) -> tuple[Tensor, Tensor]:
         return self.keys[layer][:, :, start:stop], self.values[layer][:, :, start:stop]
@@ -112,6 +139,37 @@ def take_slots(buffers: Sequence[Tensor], source: Tensor, stop: int) -> None:
     for buf in buffers:
         index = source[:, None, :, None].expand(-1, buf.shape[1], -1, buf.shape[3])
         buf[:, :, :n] = buf[:, :, :stop].gather(2, index)
+
+
+def float_slot_bytes(spec: CacheSpec, heads: int | None = None) -> int:
+    """Bytes of one slot of one layer in `spec.dtype`: a key and a value per row and head."""
+    item = torch.empty((), dtype=spec.dtype).element_size()
+    return 2 * spec.batch_size * (spec.n_kv_heads if heads is None else heads) * spec.head_dim * item
+
+
+def device_memory(device: torch.device | str) -> int | None:
+    """Total memory of `device` in bytes (a CPU: the machine's RAM), None where unknown."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_available():
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    if device.type == "cpu" and hasattr(os, "sysconf"):
+        try:
+            return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (ValueError, OSError):
+            return None
+    return None
+
+
+def check_memory(owner: str, what: str, nbytes: int, device: torch.device | str) -> None:
+    """Refuse, before allocating, a cache of `nbytes` that the device could never hold: a `ParameterError`
+    naming `what` (the parameters that asked for it)."""
+    total = device_memory(device)
+    if total is not None and nbytes > total:
+        raise ParameterError(
+            f"{owner}: {what} is invalid: the cache would allocate {nbytes / 2**30:,.1f} GiB, more than the "
+            f"{total / 2**30:,.1f} GiB of memory of device {torch.device(device)}; "
+            "allowed: values whose cache fits in memory"
+        )
 
 
 def lookup_storage(name: str) -> StorageFactory:

@@ -67,6 +67,15 @@ class Int8Storage:
             q[:, :, start:end].copy_(xq)
             s[:, :, start:end].copy_(xs)
 
+    def write_at(self, layer: int, index: Tensor, k: Tensor, v: Tensor) -> None:
+        """Store `k`, `v` `[B, H_kv, T, D]` in slots `index` `[B, H_kv, T]` (each row and head its own)."""
+        kq, ks, vq, vs = self.tensors[layer]
+        where = index.unsqueeze(-1)  # [B, H, T, 1]
+        for x, q, s in ((k, kq, ks), (v, vq, vs)):
+            xq, xs = quantise(x)
+            q.scatter_(2, where.expand(-1, -1, -1, xq.shape[-1]), xq)
+            s.scatter_(2, where, xs)
+
     def read(self, layer: int, start: int, stop: int) -> tuple[Tensor, Tensor]:
         kq, ks, vq, vs = self.tensors[layer]
         dtype = self.spec.dtype

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from decodekit.cache import KVCache, evicts, slot_mask
+from decodekit.cache import KVCache, cached_attention, evicts, slot_mask
 from decodekit.errors import ContextLengthError, ParameterError
 from decodekit.rope import apply_rope, rope_angles
 from decodekit.spec import ModelSpec
@@ -105,7 +106,7 @@ class CausalSelfAttention(nn.Module):
         self.dropout = config.dropout
 
     def forward(self, x: Tensor, inputs: LayerInputs) -> Tensor:
-        B, T, C = x.shape
+        B, T, _ = x.shape
         mask, cache = inputs.mask, inputs.cache
         H, H_kv = self.n_head, self.n_kv_head
         # [B, H + 2 H_kv, T, D]: query heads, then key heads, then value heads; queries and keys are
@@ -117,7 +118,8 @@ class CausalSelfAttention(nn.Module):
         q, k = qk.split([H, H_kv], dim=1)  # [B, H, T, D], [B, H_kv, T, D]
         if cache is not None and inputs.positions is not None:
             k, v = cache.update(self.layer, k, v)  # [B, H_kv or H, S, D], in the cache's order
-            mask = cache.attention_mask(self.layer, inputs.positions)  # [B, 1, T, S]
+            y = cached_attention(cache, self.layer, q, k, v, inputs.positions)  # the cache's mask; observe
+            return self._project(y)
         y = F.scaled_dot_product_attention(
             q,
             k,
@@ -127,7 +129,12 @@ class CausalSelfAttention(nn.Module):
             is_causal=mask is None,
             enable_gqa=k.shape[1] != self.n_head,
         )
-        out: Tensor = self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return self._project(y)
+
+    def _project(self, y: Tensor) -> Tensor:
+        """The heads `[B, H, T, D]` back to `[B, T, C]`, through the output projection."""
+        B, H, T, D = y.shape
+        out: Tensor = self.c_proj(y.transpose(1, 2).reshape(B, T, H * D))
         return out
 
 
@@ -162,8 +169,10 @@ class GPT(nn.Module):
     """A GPT-2-style decoder with tied input/output embeddings; it has no weights of its own."""
 
     supports_last_only = True  # forward(..., last_only=True) projects only the last column
-    # Each layer's calibrated attention window D_f (set by a loader that ships a calibration).
+    # Each layer's calibrated attention window D_f, or the calibration file it is read from when a cache
+    # needs it (set by a loader that ships a calibration).
     attention_windows: tuple[int, ...] | None = None
+    calibration: Path | None = None
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -200,6 +209,7 @@ class GPT(nn.Module):
             max_positions=c.block_size,
             rope_base=c.rope_base if c.position == "rope" else None,
             attention_windows=self.attention_windows,
+            calibration=self.calibration,
         )
 
     def forward(
