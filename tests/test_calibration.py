@@ -122,7 +122,9 @@ def test_a_calibration_of_another_version_is_a_clear_error() -> None:
         "profile": [[0.5]],
         "layers": [{"layer": 0, "gamma": 1.0}],
     }
-    with pytest.raises(dk.ParameterError, match=r"'heads' is missing or unexpected; allowed: the JSON of"):
+    with pytest.raises(
+        dk.ParameterError, match=r"calibration: layers\.0\.c_power: Field required; allowed: the JSON of"
+    ):
         Calibration.from_json(json.dumps(old))
 
 

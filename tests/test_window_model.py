@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from decodekit_cache_window import WindowCache, WindowParams
+from decodekit_cache_window.cache import WindowCache
+from decodekit_cache_window.params import WindowParams
+from decodekit_cache_window.sizes import auto_sizes
 from decodekit_gpt.gpt import GPT, GPTConfig
 
 import decodekit as dk
@@ -94,8 +96,9 @@ def test_learned_positions_end_at_the_context_whatever_the_cache() -> None:
 
 def test_the_default_model_ships_its_calibration_and_streams_past_its_context() -> None:
     model = dk.load_model("tiny-shakespeare")
-    windows = model.spec.attention_windows
-    assert windows is not None and len(windows) == 4 and all(1 <= w <= 252 for w in windows)
+    assert model.spec.attention_windows is None and model.spec.calibration is not None  # read when "auto" needs it
+    windows = auto_sizes(dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=1))
+    assert len(windows) == 4 and all(1 <= w <= 252 for w in windows)
     out = dk.generate(model, "ROMEO:", cache='window(size="auto")', max_new_tokens=300, seed=0)
     assert len(out.tokens[0]) == 300  # past the 256-character context
     with pytest.raises(ContextLengthError, match="context of 256 positions"):

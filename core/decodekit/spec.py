@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -30,6 +31,8 @@ class ModelSpec:
     no rotation decodekit can apply (learned positions, or rotation inside a foreign model).
     attention_windows: each layer's calibrated attention window D_f (`decodekit_cache_window.calibration`),
     which `window(size="auto")` uses; None when the model ships no calibration.
+    calibration: a calibration file shipped with the model (`calibration.json`), read only by a cache that
+    needs it (`window(size="auto")` when `attention_windows` is None), so a broken file fails there, not here.
     """
 
     n_layers: int
@@ -40,6 +43,7 @@ class ModelSpec:
     max_positions: int
     rope_base: float | None = None
     attention_windows: tuple[int, ...] | None = None
+    calibration: Path | None = None
 
     def __post_init__(self) -> None:
         _check_positive(
@@ -58,9 +62,10 @@ class ModelSpec:
 class CacheSpec:
     """Everything a cache backend needs to preallocate its buffers, and to move or drop keys.
 
-    The last three come from the model (`for_model`) and matter to caches that evict:
+    The last four come from the model (`for_model`) and matter to caches that evict:
     `rope_base` lets a cache move a kept key to another position (`decodekit.rope.rotate`),
-    `max_positions` is the model's trained context, `attention_windows` its calibrated D_f per layer.
+    `max_positions` is the model's trained context, `attention_windows` its calibrated D_f per layer,
+    `calibration` the file they are read from when `attention_windows` is None.
     """
 
     n_layers: int
@@ -74,6 +79,7 @@ class CacheSpec:
     rope_base: float | None = None
     max_positions: int | None = None
     attention_windows: tuple[int, ...] | None = None
+    calibration: Path | None = None
 
     def __post_init__(self) -> None:
         _check_positive(
@@ -112,4 +118,5 @@ class CacheSpec:
             rope_base=spec.rope_base,
             max_positions=spec.max_positions,
             attention_windows=spec.attention_windows,
+            calibration=spec.calibration,
         )

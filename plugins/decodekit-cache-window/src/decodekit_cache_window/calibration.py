@@ -1,7 +1,9 @@
 """γ and D_f: how a model's attention decays with distance, and the window each layer needs.
 
-`calibrate(model, ids)` cuts text into windows of the trained context `T`, runs the reference
-GPT over them, and measures each query head's mean attention weight `a_{l,h}(d)` on the key
+`calibrate(model, ids)` cuts text into windows of the trained context `T`, runs the model over
+them (any rotary model whose attention hands its queries to a cache that observes: decodekit's
+GPT, a Hugging Face model through decodekit-hf), and measures each query head's mean attention
+weight `a_{l,h}(d)` on the key
 `d` positions back (averaged over windows and queries; keys among the first `sinks` positions
 are left out and reported apart, as `sink_weight`). On the layer's mean over heads `a_l(d)` it fits
 
@@ -21,17 +23,18 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+import pydantic
 import torch
-import torch.nn.functional as F
-from decodekit_gpt.gpt import GPT, Block, LayerInputs
 from torch import Tensor
 
+from decodekit.cache import PreallocatedKVCache
 from decodekit.errors import ParameterError
-from decodekit.rope import apply_rope, rope_angles
+from decodekit.spec import CacheSpec
 
 __all__ = ["CALIBRATION_NAME", "Calibration", "HeadFit", "LayerFit", "attention_profile", "calibrate", "fit_layer"]
 
@@ -89,59 +92,95 @@ class Calibration:
         return json.dumps(asdict(self), indent=1)
 
     @classmethod
-    def from_json(cls, text: str) -> Calibration:
-        raw = json.loads(text)
+    def from_json(cls, text: str, source: str = "calibration") -> Calibration:
+        """The calibration in `text`; a `ParameterError` naming `source` and what is wrong otherwise."""
         try:
-            layers = [
-                LayerFit(**{**layer, "heads": [HeadFit(**h) for h in layer["heads"]]}) for layer in raw.pop("layers")
-            ]
-            return cls(layers=layers, **raw)
-        except (KeyError, TypeError) as exc:  # a file of another version, or not a calibration at all
-            raise ParameterError(
-                f"calibration: {exc} is missing or unexpected; allowed: the JSON of `decodekit cache calibrate "
-                "--json` (files written before per-head fits have no 'heads': calibrate again)"
-            ) from None
+            raw = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ParameterError(f"{source}: not a calibration: {exc}; allowed: {_ALLOWED}") from None
+        try:
+            calibration = _ADAPTER.validate_python(raw)
+        except pydantic.ValidationError as exc:
+            raise ParameterError(f"{source}: {_first_error(exc)}; allowed: {_ALLOWED}") from None
+        except RecursionError:
+            raise ParameterError(f"{source}: nested too deeply; allowed: {_ALLOWED}") from None
+        if not calibration.layers or any(fit.window < 1 for fit in calibration.layers):
+            raise ParameterError(f"{source}: no layers, or a window below 1; allowed: {_ALLOWED}")
+        return calibration
 
     @classmethod
     def load(cls, path: Path) -> Calibration:
-        return cls.from_json(path.read_text(encoding="utf-8"))
+        """The calibration file `path`; a `ParameterError` naming the file if it is missing, unreadable or wrong."""
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ParameterError(f"calibration file {path}: cannot be read ({exc}); allowed: {_ALLOWED}") from None
+        return cls.from_json(text, f"calibration file {path}")
+
+
+_ALLOWED = (
+    "the JSON of `decodekit cache calibrate --json` (files written before per-head fits have no 'heads': "
+    "calibrate again)"
+)
+_ADAPTER: pydantic.TypeAdapter[Calibration] = pydantic.TypeAdapter(Calibration)
+
+
+def _first_error(exc: pydantic.ValidationError) -> str:
+    """pydantic's first complaint, as `layers.0.heads: Field required`."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "its top level"
+    return f"{where}: {error['msg']}"
+
+
+class _ProfileCache(PreallocatedKVCache):
+    """Keeps a batch of whole windows; each layer's observed queries give its attention weights, added up by
+    distance: `total[l, h, d]` over keys at positions >= sinks, `sink[l, i]` on sink `i` (second-half queries)."""
+
+    def __init__(self, spec: CacheSpec, sinks: int) -> None:
+        super().__init__(spec)
+        T = spec.capacity
+        self.sinks = sinks
+        self.total = torch.zeros(spec.n_layers, spec.n_heads, T - sinks, dtype=torch.float64)
+        self.sink = torch.zeros(spec.n_layers, sinks, dtype=torch.float64)
+        self._keys: list[Tensor] = [torch.empty(0)] * spec.n_layers
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        keys, values = super().update(layer, k, v)
+        self._keys[layer] = keys
+        return keys, values
+
+    def observe(self, layer: int, queries: Tensor) -> None:
+        _, H, T, D = queries.shape
+        keys = self._keys[layer].repeat_interleave(H // self._keys[layer].shape[1], dim=1)
+        scores = (queries.float() @ keys.float().transpose(-1, -2)) / math.sqrt(D)
+        causal = torch.ones(T, T, dtype=torch.bool, device=scores.device).tril()  # whole windows, unpadded
+        probs = torch.softmax(scores.masked_fill(~causal, float("-inf")), -1)  # [N, H, T, T]
+        s = self.sinks
+        for d in range(T - s):
+            diag = probs.diagonal(offset=-d, dim1=-2, dim2=-1)[..., s:]  # [N, H, *]: P[i, i-d], key i-d >= sinks
+            self.total[layer, :, d] += diag.double().sum((0, 2))
+        self.sink[layer] += probs[:, :, T // 2 :, :s].double().mean((1, 2)).sum(0)
 
 
 @torch.no_grad()
-def attention_profile(model: GPT, windows: Tensor, sinks: int) -> tuple[Tensor, Tensor]:
+def attention_profile(model: Any, windows: Tensor, sinks: int) -> tuple[Tensor, Tensor]:
     """`a [L, H, T - sinks]`: each query head's mean weight on the key `d` back (keys at positions
     >= sinks), and `sink [L, sinks]`: mean weight on each sink key from queries in the window's
     second half (over heads).
 
-    windows: `[N, T]` token ids, each window at positions 0 .. T-1 (as in training).
+    windows: `[N, T]` token ids, each window at positions 0 .. T-1 (as in training). The model runs
+    once over them through a cache that observes its attention (docs/caches.md, `Observing`).
     """
-    c = model.config
     N, T = windows.shape
-    if c.position != "rope":
-        raise ParameterError("calibrate: the model has learned positions; allowed: a rotary model (position='rope')")
-    H, D = c.n_head, c.head_dim
-    rope = rope_angles(torch.arange(T)[None], D, c.rope_base)
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
-    total = torch.zeros(c.n_layer, H, T - sinks, dtype=torch.float64)
-    count = torch.zeros(T - sinks, dtype=torch.float64)
-    sink = torch.zeros(c.n_layer, sinks, dtype=torch.float64)
-    x = model.wte(windows)
-    Hkv = c.kv_heads
-    for layer, block in enumerate(model.h):
-        assert isinstance(block, Block)
-        q, k, _ = block.attn.c_attn(block.ln_1(x)).split([c.n_embd, Hkv * D, Hkv * D], dim=2)
-        q = apply_rope(q.view(N, T, H, D).transpose(1, 2), *rope)
-        k = apply_rope(k.view(N, T, Hkv, D).transpose(1, 2), *rope)
-        k = k.repeat_interleave(H // Hkv, dim=1)
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)
-        probs = F.softmax(scores.masked_fill(~causal, float("-inf")), -1)  # [N, H, T, T]
-        for d in range(T - sinks):
-            diag = probs.diagonal(offset=-d, dim1=-2, dim2=-1)[..., sinks:]  # [N, H, *]: P[i, i-d], key i-d >= sinks
-            total[layer, :, d] = diag.double().sum((0, 2))
-            count[d] = diag.shape[0] * diag.shape[2]
-        sink[layer] = probs[:, :, T // 2 :, :sinks].double().mean((0, 1, 2))
-        x = block(x, LayerInputs(mask=None, cache=None, rope=rope, positions=None))
-    return total / count, sink
+    if model.spec.rope_base is None:
+        raise ParameterError(
+            "calibrate: the model has learned positions (spec.rope_base is None); allowed: a rotary model, whose "
+            "windows a cache can move past the context"
+        )
+    cache = _ProfileCache(CacheSpec.for_model(model.spec, batch_size=N, capacity=T), sinks)
+    model(windows, torch.arange(T).expand(N, T), cache)
+    count = torch.tensor([N * (T - sinks - d) for d in range(T - sinks)], dtype=torch.float64)
+    return cache.total / count, cache.sink / N
 
 
 def _line(x: Tensor, y: Tensor) -> tuple[float, float, float]:
@@ -199,10 +238,20 @@ def fit_layer(layer: int, a: Tensor, context: int, sinks: int, sink_weight: list
 
 
 def calibrate(
-    model: GPT, ids: list[int] | Tensor, *, sinks: int = 4, max_windows: int | None = None, text: str = ""
+    model: Any,
+    ids: list[int] | Tensor,
+    *,
+    sinks: int = 4,
+    max_windows: int | None = None,
+    text: str = "",
+    progress: Callable[[int, int], None] | None = None,
 ) -> Calibration:
-    """Measure `a_{l,h}(d)` on `ids` in non-overlapping windows of the model's context; fit; derive D_f."""
-    T = model.config.block_size
+    """Measure `a_{l,h}(d)` on `ids` in non-overlapping windows of the model's context; fit; derive D_f.
+
+    progress: called with (windows measured, windows in all) after each batch of 16.
+    """
+    spec = model.spec
+    T = spec.max_positions
     data = torch.as_tensor(ids, dtype=torch.long)
     n = data.numel() // T
     if n < 1:
@@ -215,18 +264,16 @@ def calibrate(
     else:
         starts = torch.arange(n) * T
     windows = torch.stack([data[s : s + T] for s in starts.tolist()])
-    was_training = model.training
-    model.eval()
-    try:
-        c = model.config
-        totals = torch.zeros(c.n_layer, c.n_head, T - sinks, dtype=torch.float64)
-        sink = torch.zeros(c.n_layer, sinks, dtype=torch.float64)
-        for batch in torch.split(windows, 16):
-            a, s = attention_profile(model, batch, sinks)
-            totals += a * len(batch)
-            sink += s * len(batch)
-    finally:
-        model.train(was_training)
+    totals = torch.zeros(spec.n_layers, spec.n_heads, T - sinks, dtype=torch.float64)
+    sink = torch.zeros(spec.n_layers, sinks, dtype=torch.float64)
+    done = 0
+    for batch in torch.split(windows, 16):
+        a, s = attention_profile(model, batch, sinks)
+        totals += a * len(batch)
+        sink += s * len(batch)
+        done += len(batch)
+        if progress is not None:
+            progress(done, len(windows))
     profile = totals / len(windows)  # [L, H, T - sinks]
     sink /= len(windows)
     layers = [fit_layer(layer, profile[layer], T, sinks, sink[layer].tolist()) for layer in range(len(profile))]

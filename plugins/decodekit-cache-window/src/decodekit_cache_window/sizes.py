@@ -4,21 +4,38 @@ from __future__ import annotations
 
 from decodekit.errors import ParameterError
 from decodekit.spec import CacheSpec
+from decodekit.storage import check_memory, float_slot_bytes
 from decodekit_cache_window.params import WindowParams
 
-__all__ = ["layer_sizes"]
+__all__ = ["auto_sizes", "layer_sizes"]
+
+
+def auto_sizes(spec: CacheSpec) -> list[int]:
+    """The model's calibrated D_f per layer: `spec.attention_windows`, else its calibration file, read now."""
+    if spec.attention_windows is not None:
+        return list(spec.attention_windows)
+    if spec.calibration is None:
+        raise ParameterError(
+            "window: size='auto' is invalid for this model: it ships no calibration (ModelSpec.attention_windows "
+            "is None); allowed: a number or one per layer, or calibrate it (decodekit cache calibrate --model NAME)"
+        )
+    from decodekit_cache_window.calibration import Calibration  # reads the file only when "auto" needs it
+
+    windows = list(Calibration.load(spec.calibration).attention_windows)
+    if len(windows) != spec.n_layers:
+        raise ParameterError(
+            f"calibration file {spec.calibration}: {len(windows)} layers, but the model has {spec.n_layers}; "
+            "allowed: the calibration of this model (decodekit cache calibrate --json)"
+        )
+    return windows
 
 
 def layer_sizes(params: WindowParams, spec: CacheSpec) -> list[int]:
-    """One size per layer, checked against the model: a query never reaches past its trained context."""
+    """One size per layer, checked against the model (a query never reaches past its trained context) and
+    against the device's memory, before anything is allocated."""
     L = spec.n_layers
     if params.size == "auto":
-        if spec.attention_windows is None:
-            raise ParameterError(
-                "window: size='auto' is invalid for this model: it ships no calibration (ModelSpec.attention_windows "
-                "is None); allowed: a number or one per layer, or calibrate it (decodekit cache calibrate --model NAME)"
-            )
-        sizes = list(spec.attention_windows)
+        sizes = auto_sizes(spec)
     elif isinstance(params.size, int):
         sizes = [params.size] * L
     else:
@@ -34,4 +51,7 @@ def layer_sizes(params: WindowParams, spec: CacheSpec) -> list[int]:
                 f"window: size={size} (layer {layer}) + sinks={params.sinks} is invalid: queries would reach "
                 f"{size + params.sinks} positions back, past the model's context; allowed: size + sinks <= {top}"
             )
+    slots = sum(params.sinks + size + params.slack - 1 for size in sizes)
+    what = f"size={params.size!r}, sinks={params.sinks}, slack={params.slack}"
+    check_memory("window", what, slots * float_slot_bytes(spec), spec.device)
     return sizes

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from decodekit_cache_window.calibration import CALIBRATION_NAME, Calibration
+from decodekit_cache_window.calibration import CALIBRATION_NAME
 from decodekit_gpt.gpt import GPT, GPTConfig
 from safetensors.torch import load_file
 
@@ -75,7 +75,8 @@ def load_config(directory: Path | None = None, name: str = CONFIG_NAME) -> tuple
 def load_tiny_shakespeare(argument: str | None = None, params: NoParams | None = None) -> ShakespeareGPT:
     """The `tiny-shakespeare` model in eval mode, fp32, on CPU, with `.tokenizer` attached.
 
-    A `calibration.json` next to the weights sets `model.attention_windows` (`window(size="auto")`).
+    A `calibration.json` next to the weights becomes `model.calibration`, read by `window(size="auto")`
+    when it is used (a broken file fails there, not here).
 
     argument: None for the shipped weights; or a directory holding `config.json` and
     `tiny_shakespeare.safetensors` (what `train.py --export DIR` writes); or a `.safetensors`
@@ -104,6 +105,11 @@ def _load(label: str, argument: str | None, weights_name: str, config_name: str)
     else:
         path = Path(argument).expanduser()
         if path.is_dir():
+            if not (path / CONFIG_NAME).is_file():
+                raise ParameterError(
+                    f"{label}: directory {argument!r} has no {CONFIG_NAME}; allowed: nothing (shipped weights), "
+                    f"a directory with {CONFIG_NAME} and {WEIGHTS_NAME} (train.py --export), or a .safetensors file"
+                )
             directory, weights = path, path / WEIGHTS_NAME
         elif path.is_file() and path.suffix == ".safetensors":
             weights = path
@@ -131,8 +137,8 @@ def _load(label: str, argument: str | None, weights_name: str, config_name: str)
         )
     model.tokenizer = tokenizer
     calibration = weights.parent / CALIBRATION_NAME  # `decodekit cache calibrate --json` of these weights
-    if isinstance(model, GPT) and calibration.is_file():
-        model.attention_windows = Calibration.load(calibration).attention_windows
+    if isinstance(model, GPT) and calibration.exists():
+        model.calibration = calibration
     model.requires_grad_(False)
     return model.eval()
 
