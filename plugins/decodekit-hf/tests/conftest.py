@@ -17,7 +17,7 @@ VOCAB = 96  # the character tokenizer's 95 printable ASCII characters and <eos>
 # Weights ten times GPT-2's usual 0.02: logits with a spread of a few units, so temperatures and
 # penalties change the outcome and no two tokens are near a tie.
 INIT = 0.2
-PROMPTS = [[5, 17, 3, 9, 44, 2, 8, 8, 9, 60], [7, 8], [90, 1, 33, 33, 12]]
+PROMPTS = [[5, 17, 3, 9, 44, 2, 8, 8, 9, 60], [7, 8], [83, 1, 33, 33, 12]]  # ids below every model's vocabulary
 
 LeftPad = Callable[[Sequence[Sequence[int]]], tuple[torch.Tensor, torch.Tensor]]
 GenConfig = Callable[..., GenerationConfig]
@@ -66,9 +66,23 @@ def llama() -> Any:
     return make_llama()
 
 
-@pytest.fixture(scope="session", params=["gpt2", "llama"])
+def load_trained() -> Any:
+    """`tiny-shakespeare-llama` (decodekit-shakespeare-llama): a trained Llama, 8 heads / 2 kv-heads, 84 characters."""
+    llama = pytest.importorskip("decodekit_shakespeare_llama", reason="the trained Llama plugin is not installed")
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(llama.model_dir()), local_files_only=True).eval()
+
+
+@pytest.fixture(scope="session")
+def trained() -> Any:
+    return load_trained()
+
+
+@pytest.fixture(scope="session", params=["gpt2", "llama", "trained"])
 def hf_model(request: pytest.FixtureRequest) -> Any:
-    """Each architecture: GPT-2 (multi-head) and Llama (grouped-query, 4 heads / 2 kv-heads)."""
+    """Each architecture: GPT-2 (multi-head) and Llama (grouped-query, 4 heads / 2 kv-heads) at random, and the
+    trained `tiny-shakespeare-llama`."""
     return request.getfixturevalue(request.param)
 
 

@@ -1,5 +1,6 @@
 """Greedy decoding through `HFModel` gives exactly transformers' own `generate(do_sample=False)` tokens,
-for GPT-2 and a grouped-query Llama, one prompt and a ragged batch, with each cache backend and none."""
+for GPT-2, a grouped-query Llama and the trained one, one prompt and a ragged batch, with each cache
+backend and none; an evicting cache that has evicted nothing yet (decodekit's attention function) too."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from decodekit_hf import HFModel
 
 import decodekit as dk
 
-PROMPTS = [[5, 17, 3, 9, 44, 2, 8, 8, 9, 60], [7, 8], [90, 1, 33, 33, 12]]
+PROMPTS = [[5, 17, 3, 9, 44, 2, 8, 8, 9, 60], [7, 8], [83, 1, 33, 33, 12]]
 NEW = 64
 
 
@@ -25,7 +26,7 @@ def reference(hf_model: Any, gen_config: Any, left_pad: Any) -> dict[str, list[l
     return out
 
 
-@pytest.mark.parametrize("cache", ["dense", "gqa", "none"])
+@pytest.mark.parametrize("cache", ["dense", "gqa", "none", "window(size=80, sinks=2)", "h2o(budget=80)"])
 @pytest.mark.parametrize("batch", ["single", "ragged"])
 def test_greedy_tokens_equal_transformers(
     hf_model: Any, reference: dict[str, list[list[int]]], cache: str, batch: str

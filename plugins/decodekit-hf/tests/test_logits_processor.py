@@ -20,7 +20,7 @@ import decodekit as dk
 from decodekit.params import NoParams
 from decodekit.stage import ProcessorBase
 
-PROMPTS = [[5, 17, 3, 9, 44, 2, 8, 8, 9, 60], [7, 8], [90, 1, 33, 33, 12]]
+PROMPTS = [[5, 17, 3, 9, 44, 2, 8, 8, 9, 60], [7, 8], [83, 1, 33, 33, 12]]
 
 
 @pytest.mark.parametrize("batch", ["single", "ragged"])

@@ -10,32 +10,97 @@ Every call is forwarded to the decodekit cache, which holds all the memory (its 
 stays exact): the bridge allocates nothing. A `dense` cache on a grouped-query model stores
 each kv-head once per query head (`repeat_interleave`); transformers expects kv-heads and
 repeats them itself, so the bridge hands back a strided view with one stored head per group.
+
+A cache that evicts or observes needs decodekit's mask and its queries: transformers' masks
+know only contiguous slots. Such a forward runs through the `decodekit` attention function
+(registered with transformers' `AttentionInterface`): it asks the cache for its mask, attends
+with SDPA and hands the queries to `observe` (`decodekit.cache.cached_attention`, as the
+reference GPT does). The bridge then tells transformers' mask code that the block sees only
+itself (`get_mask_sizes`), so transformers builds no mask at all. Without a `decodekit_cache`
+keyword the function is transformers' own SDPA attention.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from torch import Tensor
+from torch import Tensor, nn
+from transformers import AttentionInterface
 from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-from decodekit.cache import Croppable, KVCache, Reorderable
+from decodekit.cache import Croppable, KVCache, Reorderable, cached_attention
 from decodekit.errors import ParameterError
 
-__all__ = ["DecodekitCache", "DecodekitLayer"]
+__all__ = [
+    "ATTENTION",
+    "CacheAttention",
+    "DecodekitCache",
+    "DecodekitLayer",
+    "decodekit_attention",
+    "register_attention",
+]
+
+ATTENTION = "decodekit"  # the attn_implementation name HFModel gives a model
+
+
+@dataclass(frozen=True)
+class CacheAttention:
+    """One forward's attention through a decodekit cache: the cache and the new tokens' positions `[B, T]`."""
+
+    kv: KVCache
+    positions: Tensor
+
+    def __call__(self, layer: int, q: Tensor, k: Tensor, v: Tensor, scale: float | None) -> Tensor:
+        return cached_attention(self.kv, layer, q, k, v, self.positions, scale=scale)
+
+
+def decodekit_attention(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    decodekit_cache: CacheAttention | None = None,
+    **kwargs: Any,
+) -> tuple[Tensor, None]:
+    """transformers' attention interface: `[B, T, H, D]`, through the decodekit cache when the forward passes
+    one (`decodekit_cache`), else transformers' SDPA attention unchanged."""
+    if decodekit_cache is None:
+        out: tuple[Tensor, None] = sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+        return out
+    y = decodekit_cache(int(getattr(module, "layer_idx")), query, key, value, scaling)  # noqa: B009  # [B, H, T, D]
+    return y.transpose(1, 2).contiguous(), None
+
+
+def register_attention() -> None:
+    """Register `decodekit_attention` (and SDPA's masks for it) under `ATTENTION` with transformers (idempotent)."""
+    AttentionInterface.register(ATTENTION, decodekit_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, sdpa_mask)
 
 
 class DecodekitLayer(CacheLayerMixin):  # type: ignore[misc,no-untyped-call]  # transformers is untyped
-    """Layer `layer` of a decodekit cache: a full-attention layer that never drops a token."""
+    """Layer `layer` of a decodekit cache, seen by transformers as a full-attention layer.
+
+    masks_itself: the decodekit cache builds the mask (`decodekit_attention`); transformers is told the
+    block sees only itself, so its mask code builds nothing.
+    """
 
     is_compileable = False
     is_croppable = True
     is_sliding = False
 
-    def __init__(self, kv: KVCache, layer: int) -> None:
+    def __init__(self, kv: KVCache, layer: int, masks_itself: bool = False) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.kv = kv
         self.layer = layer
+        self.masks_itself = masks_itself
         self.is_initialized = True  # the decodekit cache preallocated its buffers
 
     def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
@@ -55,7 +120,7 @@ class DecodekitLayer(CacheLayerMixin):  # type: ignore[misc,no-untyped-call]  # 
         `query` is the count of new tokens; early 5.x releases pass their cache positions `[T]`.
         """
         query_length = query if isinstance(query, int) else query.shape[0]
-        return self.kv.length + query_length, 0
+        return (query_length if self.masks_itself else self.kv.length + query_length), 0
 
     def get_seq_length(self) -> int:
         return self.kv.length
@@ -72,8 +137,9 @@ class DecodekitCache(Cache):  # type: ignore[misc]
     Whole-cache operations (reset, crop, reorder) go to `kv` once, not once per layer.
     """
 
-    def __init__(self, kv: KVCache) -> None:
-        super().__init__(layers=[DecodekitLayer(kv, layer) for layer in range(kv.spec.n_layers)])
+    def __init__(self, kv: KVCache, masks_itself: bool = False) -> None:
+        layers: list[Any] = [DecodekitLayer(kv, layer, masks_itself) for layer in range(kv.spec.n_layers)]
+        super().__init__(layers=layers)
         self.kv = kv
 
     def reset(self) -> None:

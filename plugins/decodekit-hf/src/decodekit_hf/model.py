@@ -6,32 +6,62 @@ cache slot `cache.length + i`, so row `b` has `slot - position` padding slots. t
 wants the same facts as a 2-D `attention_mask` `[B, past + T]` (0 on padding) and
 `position_ids` (here: the positions clamped at 0; what a padding token sees never reaches a
 real one). When no row is padded no mask is passed, so transformers keeps its unmasked kernel.
-decodekit's cache reaches the model as a transformers `Cache` (`DecodekitCache`). Only caches that
-keep every token in slot order (dense, gqa, int8: no `reach`) fit transformers' masks; an evicting
-one (window) is refused with the reason.
+decodekit's cache reaches the model as a transformers `Cache` (`DecodekitCache`). A cache that keeps
+every token in slot order (dense, gqa, int8) runs under transformers' own masks and SDPA; one that
+evicts (window, h2o, ...) or observes attention runs through the `decodekit` attention function
+(`cache_bridge`): the cache's mask, SDPA, then the queries to the cache, as in the reference GPT.
 """
 
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from decodekit.cache import KVCache, evicts
+from decodekit.cache import KVCache, evicts, observes
 from decodekit.errors import ParameterError
 from decodekit.params import NoParams
 from decodekit.spec import ModelSpec
-from decodekit_hf.cache_bridge import DecodekitCache
+from decodekit_hf.cache_bridge import ATTENTION, CacheAttention, DecodekitCache, register_attention
 from decodekit_hf.tokenizer import HFTokenizer, eos_token_ids
 
-__all__ = ["HFModel", "load_hf", "model_spec"]
+__all__ = ["CALIBRATION_NAME", "HFModel", "load_hf", "model_spec", "rope_base"]
+
+CALIBRATION_NAME = "calibration.json"  # `decodekit cache calibrate --json`, next to the weights
 
 # Layer types whose cache is plain keys and values: full attention, or a sliding window that the
 # mask applies over keys the decodekit cache keeps in full.
 _ATTENTION_LAYERS = ("full_attention", "sliding_attention")
+# Architectures whose rotary embedding is decodekit.rope's (rotate-half over the whole head, angles
+# position · base^(-2i/D)), so a cache may move their keys: Llama's `apply_rotary_pos_emb`.
+_ROTATE_HALF = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def rope_base(config: Any) -> float | None:
+    """The rotary base of a config whose keys decodekit can rotate further (`decodekit.rope.rotate`), else None:
+    a Llama-family rotate-half embedding of the whole head with the default (unscaled) frequencies."""
+    if getattr(config, "model_type", None) not in _ROTATE_HALF or getattr(config, "partial_rotary_factor", 1.0) != 1.0:
+        return None
+    # transformers 5: `rope_parameters` {"rope_type", "rope_theta"} (`rope_scaling` is its alias); 4.x: `rope_theta`
+    # beside an optional `rope_scaling`.
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if not isinstance(rope, dict):
+        return None
+    theta = rope.get("rope_theta", getattr(config, "rope_theta", None))
+    if rope.get("rope_type", rope.get("type", "default")) != "default" or not isinstance(theta, (int, float)):
+        return None
+    return float(theta)
+
+
+def _sliding(config: Any) -> bool:
+    """Whether some layer of the model masks a sliding window (transformers' mask, not the cache's)."""
+    if "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+        return True
+    return getattr(config, "sliding_window", None) is not None and bool(getattr(config, "use_sliding_window", True))
 
 
 def model_spec(config: Any) -> ModelSpec:
@@ -58,6 +88,7 @@ def model_spec(config: Any) -> ModelSpec:
         head_dim=int(getattr(c, "head_dim", None) or c.hidden_size // n_heads),
         vocab_size=int(c.vocab_size),
         max_positions=int(max_positions),
+        rope_base=rope_base(c),
     )
 
 
@@ -67,6 +98,10 @@ class HFModel(nn.Module):
     model: the transformers model; it is put in eval mode. tokenizer: an optional transformers
     tokenizer, exposed as `self.tokenizer` (decodekit's encode/decode). `self.stop_tokens` holds
     the end-of-sequence ids, to pass as `dk.generate(..., stop_tokens=model.stop_tokens)`.
+    calibration: a `calibration.json` for `window(size="auto")` (`load_hf` passes the folder's).
+
+    A model on transformers' SDPA attention is switched to `decodekit_hf.cache_bridge.ATTENTION`,
+    which is that same SDPA attention unless a forward's cache evicts or observes.
     """
 
     spec: ModelSpec
@@ -74,10 +109,17 @@ class HFModel(nn.Module):
     stop_tokens: tuple[int, ...]
     supports_last_only = True  # forward(..., last_only=True) returns the last column only
 
-    def __init__(self, model: Any, tokenizer: Any = None) -> None:
+    def __init__(self, model: Any, tokenizer: Any = None, *, calibration: Path | None = None) -> None:
         super().__init__()
         self.hf = model.eval()
-        self.spec = model_spec(model.config)
+        self.spec = replace(model_spec(model.config), calibration=calibration)
+        config = (
+            model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+        )
+        self._sliding = _sliding(config)
+        if model.config._attn_implementation in ("sdpa", ATTENTION):
+            register_attention()
+            model.set_attn_implementation(ATTENTION)
         self.tokenizer = None if tokenizer is None else HFTokenizer(tokenizer)
         self.stop_tokens = eos_token_ids(model, tokenizer, self.spec.vocab_size)
         # transformers 5.x renamed forward's `past_key_values` to `cache`; ask the signature once.
@@ -93,21 +135,23 @@ class HFModel(nn.Module):
         last_only: return only the last column, `[B, 1, V]`: the output projection then runs on
         one position per row (transformers' `logits_to_keep=1`), which is what a prefill needs.
         """
-        if cache is not None and evicts(cache):
-            raise ParameterError(
-                f"HFModel: cache {type(cache).__name__} drops or moves keys (it evicts), which transformers "
-                "cannot attend over: its attention rotates keys itself and masks the cache as contiguous slots "
-                "0 .. length-1; allowed: a cache that keeps every token (dense, gqa, int8)"
-            )
-        past = 0 if cache is None else cache.length
-        T = input_ids.shape[1]
-        first = positions[:, :1]  # [B, 1] position of each row's first new query, in slot `past`
+        masks_itself = cache is not None and (evicts(cache) or observes(cache))
+        kwargs: dict[str, Any] = {}
         attention_mask = None  # no row padded: transformers may use its unmasked causal kernel
-        if int(first.min()) < past:  # slot - position = the row's padding slots (one host read)
-            slots = torch.arange(past + T, device=input_ids.device)  # [S]
-            attention_mask = (slots >= past - first).long()  # [B, S]: 0 on padding
+        if masks_itself:  # the cache's mask, through the `decodekit` attention function
+            assert cache is not None
+            self._check_masks_itself(cache)
+            kwargs["decodekit_cache"] = CacheAttention(cache, positions)
             positions = positions.clamp(min=0)
-        kwargs: dict[str, Any] = {self._cache_arg: None if cache is None else DecodekitCache(cache)}
+        else:
+            past = 0 if cache is None else cache.length
+            T = input_ids.shape[1]
+            first = positions[:, :1]  # [B, 1] position of each row's first new query, in slot `past`
+            if int(first.min()) < past:  # slot - position = the row's padding slots (one host read)
+                slots = torch.arange(past + T, device=input_ids.device)  # [S]
+                attention_mask = (slots >= past - first).long()  # [B, S]: 0 on padding
+                positions = positions.clamp(min=0)
+        kwargs[self._cache_arg] = None if cache is None else DecodekitCache(cache, masks_itself)
         if last_only and self._keeps_logits:
             kwargs["logits_to_keep"] = 1
         with torch.no_grad():
@@ -120,6 +164,22 @@ class HFModel(nn.Module):
             )
         logits: Tensor = out.logits
         return logits[:, -1:] if last_only else logits
+
+    def _check_masks_itself(self, cache: KVCache) -> None:
+        """A cache that evicts or observes needs the `decodekit` attention function and decodekit's mask."""
+        name = type(cache).__name__
+        if self.hf.config._attn_implementation != ATTENTION:
+            raise ParameterError(
+                f"HFModel: cache {name} evicts or observes attention, which needs decodekit's attention function; "
+                f"this model runs attn_implementation={self.hf.config._attn_implementation!r}; allowed: a model "
+                "loaded with attn_implementation='sdpa' (the default), or a cache that keeps every token"
+            )
+        if self._sliding:
+            raise ParameterError(
+                f"HFModel: cache {name} evicts or observes attention, and this model's sliding-window layers are "
+                "masked by transformers' rules, which a cache that evicts cannot follow; allowed: a cache that "
+                "keeps every token (dense, gqa, int8)"
+            )
 
 
 def _has_tokenizer(path: Path) -> bool:
@@ -138,8 +198,14 @@ def load_hf(argument: str | None, params: NoParams | None = None) -> HFModel:
     path = Path(argument).expanduser()
     if not path.is_dir():
         raise ParameterError(f"hf: {argument!r} is not a directory; allowed: a local checkpoint directory")
+    if not (path / "config.json").is_file():
+        raise ParameterError(
+            f"hf: {argument!r} has no config.json; allowed: a folder written by save_pretrained (config.json "
+            "and the weights)"
+        )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True) if _has_tokenizer(path) else None
-    return HFModel(model, tokenizer)
+    calibration = path / CALIBRATION_NAME
+    return HFModel(model, tokenizer, calibration=calibration if calibration.exists() else None)
