@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated, Literal
 
 import pytest
 import torch
@@ -181,6 +182,22 @@ def test_number_parameters_take_numbers_only() -> None:
         dk.beam_search(tiny_gpt(2), [[1]], num_beams="2")  # type: ignore[arg-type]
     assert dk.Chain.parse("top_k(5)") == dk.Chain.from_spec([{"name": "top_k", "params": {"k": 5}}])
     assert cache_factory("window(size=auto)").params.size == "auto"  # type: ignore[attr-defined]  # a literal
+
+
+class TakesStringsToo(dk.Params):
+    id: str | int | None = None
+    flag: int | bool = 0
+    size: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
+
+
+def test_a_number_parameter_that_takes_strings_or_bools_too_takes_them() -> None:
+    """`decodekit generate --input` refused every line with `"id": "romeo"` (str | int) as "not a number"."""
+    given = {"id": "romeo", "flag": True, "size": "auto"}
+    assert validate_params("p", TakesStringsToo, given) == TakesStringsToo(**given)  # type: ignore[arg-type]
+    assert validate_params("p", TakesStringsToo, {"id": 3, "size": 4}) == TakesStringsToo(id=3, size=4)
+    for value in ("4", True):  # only the literal "auto" besides numbers
+        with pytest.raises(dk.ParameterError, match=rf"^p: size={value!r} is invalid: Input should be a number"):
+            validate_params("p", TakesStringsToo, {"size": value})
 
 
 def test_a_validator_across_parameters_names_them_and_its_rule() -> None:

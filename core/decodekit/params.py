@@ -44,23 +44,30 @@ class NoParams(Params):
 _NOT_A_NUMBER = PydanticCustomError("number_type", "Input should be a number, not a bool or a string")
 
 
-def _numbers(ann: object) -> tuple[bool, tuple[object, ...]]:
-    """Whether `ann` takes an int or a float, and the literal values it also takes."""
-    if ann in (int, float):
-        return True, ()
+def _members(ann: object) -> list[object]:
+    """The types a parameter takes: a union's members, each without its `Annotated` constraints."""
     origin = typing.get_origin(ann)
-    if origin is typing.Literal:
-        return False, typing.get_args(ann)
+    if origin is typing.Annotated:
+        return _members(typing.get_args(ann)[0])
     if origin is typing.Union or type(ann).__name__ == "UnionType":
-        members = [_numbers(a) for a in typing.get_args(ann)]
-        return any(m[0] for m in members), tuple(v for m in members for v in m[1])
-    return False, ()
+        return [m for a in typing.get_args(ann) for m in _members(a)]
+    return [ann]
+
+
+def _takes(member: object, value: bool | str) -> bool:
+    """Whether `member` takes `value` as it is: the bool or str type itself, or a literal of that value."""
+    if typing.get_origin(member) is typing.Literal:
+        return any(type(v) is type(value) and v == value for v in typing.get_args(member))
+    return member is type(value)
 
 
 def _not_a_number(ann: object, value: object) -> bool:
-    """A bool or a string given to a number parameter (a string one of its literal values excepted)."""
-    takes_numbers, literals = _numbers(ann)
-    return takes_numbers and isinstance(value, (bool, str)) and value not in literals
+    """A bool or a string given to a number parameter: one that takes an int or a float, and takes that
+    bool or string in no other way (`int | str` takes "a"; `int | Literal["auto"]` takes "auto")."""
+    if not isinstance(value, (bool, str)):
+        return False
+    members = _members(ann)
+    return any(m in (int, float) for m in members) and not any(_takes(m, value) for m in members)
 
 
 def type_label(ann: object) -> str:
