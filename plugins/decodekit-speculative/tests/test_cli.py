@@ -23,3 +23,12 @@ def test_generate_json_reports_acceptance(capsys: pytest.CaptureFixture[str]) ->
     document = json.loads(out.out)
     assert 0.0 < document["acceptance_rate"] <= 1.0
     assert document["strategy"].startswith("speculative")
+
+
+def test_draft_none_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--strategy "speculative(draft=None)"` once ran prompt lookup silently; no draft at all is prompt lookup."""
+    from decodekit_cli import main
+
+    assert main(["generate", "ROMEO:", "--strategy", "speculative(draft=None)", "--max-new-tokens", "4"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == "decodekit: error: strategy speculative: draft=None is invalid; allowed: str | Model"
