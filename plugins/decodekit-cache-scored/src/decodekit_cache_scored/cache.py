@@ -1,0 +1,300 @@
+"""`ScoredCache`: each row and kv-head keeps its `budget` best-scored entries per layer (docs/caches.md).
+
+A forward attends over what is held plus its own tokens (causally); the held set is compressed back to the
+budget before the next forward writes (lazily, so `crop` right after a forward has nothing to undo). The
+sinks (a row's first tokens) and the `recent` latest tokens are always kept; among the rest the policy's
+score decides, the newer entry on a tie. A block longer than `slack` (a prompt) is attended in full and
+then compressed at once, as kvpress does at prefill. Keys stay at their own positions while the query's
+context holds them; past it (rotary models) they are moved within it (`selection.capped_shift`).
+
+Storage is per kv-head (`Storage.write_at`): `budget + 4·slack` slots per layer, enough for the budget, the
+new tokens and the evicted entries `crop` may still bring back (any of the last `slack` slots).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import torch
+from torch import Tensor
+
+from decodekit.errors import ParameterError, PluginError
+from decodekit.spec import CacheSpec
+from decodekit.storage import SlotWritable, check_memory, float_slot_bytes, lookup_storage
+from decodekit_cache_scored.params import ScoredParams
+from decodekit_cache_scored.policies import Policy
+from decodekit_cache_scored.selection import NEVER, capped_shift, free_slots, keep_top, rotate_each
+from decodekit_cache_scored.state import Block, LayerState
+
+__all__ = ["ObservingScoredCache", "ScoredCache", "resolve_budget"]
+
+
+def resolve_budget(name: str, params: ScoredParams, spec: CacheSpec) -> int:
+    """Entries kept per row, kv-head and layer: `budget`, or the context less `compression` (0.5 by default)."""
+    if params.budget is not None:
+        return params.budget
+    if spec.max_positions is None:
+        raise ParameterError(
+            f"{name}: compression needs the model's context (CacheSpec.max_positions); allowed: budget=N"
+        )
+    budget = max(1, int(spec.max_positions * (1 - (0.5 if params.compression is None else params.compression))))
+    if budget < params.sinks + params.recent:
+        raise ParameterError(
+            f"{name}: compression={params.compression} keeps {budget} of {spec.max_positions} entries, fewer than "
+            f"sinks={params.sinks} + recent={params.recent}; allowed: budget >= sinks + recent"
+        )
+    return budget
+
+
+class ScoredCache:
+    """The machinery; a subclass names its `policy` (and observes when the policy needs queries)."""
+
+    name = "scored"
+    policy: Policy
+
+    def __init__(self, spec: CacheSpec, params: ScoredParams) -> None:
+        self.spec, self.params = spec, params
+        self.budget = resolve_budget(self.name, params, spec)
+        self.sinks, self.recent, self.slack = params.sinks, params.recent, params.slack
+        self.slots = self.budget + 4 * self.slack
+        what = f"budget={self.budget}, slack={self.slack}"
+        check_memory(self.name, what, spec.n_layers * self.slots * float_slot_bytes(spec), spec.device)
+        self._storage = lookup_storage(params.store)
+        self.store = self._storage(spec, [self.slots] * spec.n_layers)
+        if not isinstance(self.store, SlotWritable):
+            raise ParameterError(
+                f"{self.name}: store={params.store!r} is invalid: its storage cannot write each row and head to "
+                "slots of its own (write_at); allowed: a storage with write_at (gqa, dense, int8)"
+            )
+        self.groups = spec.n_heads // spec.n_kv_heads
+        self.reset()
+
+    # -- the protocol ------------------------------------------------------------------------
+
+    @property
+    def length(self) -> int:
+        return self._layers[-1].length
+
+    @property
+    def capacity(self) -> int:
+        return sys.maxsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.store.nbytes
+
+    @property
+    def rollback(self) -> int:
+        """`crop` can take back the last `slack` slots (not into a block longer than `slack`)."""
+        return self.slack
+
+    def reach(self, new: int) -> int:
+        """Within the context, keys sit at their own distances; past it (rotary) they are moved within it.
+        A forward feeds at most the context (`update` refuses more), as the engine's blocks do."""
+        M = self.spec.max_positions
+        if self.spec.rope_base is None or M is None:
+            return self.length + new
+        return min(self.length + new, M)
+
+    def reset(self) -> None:
+        spec = self.spec
+        self._layers = [
+            LayerState.empty(spec.batch_size, spec.n_kv_heads, self.slots, spec.device) for _ in range(spec.n_layers)
+        ]
+        self._row_start = torch.zeros(spec.batch_size, dtype=torch.long, device=spec.device)
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        st = self._layers[layer]
+        if not st.observed:
+            raise PluginError(
+                f"{self.name}: layer {layer} was fed again before the model handed its queries to observe(); "
+                "this cache scores by attention and needs a model that calls observe (decodekit's GPT, HFModel)"
+            )
+        start, T = st.length, k.shape[2]
+        M = self.spec.max_positions
+        if M is not None and T > M:
+            raise ParameterError(
+                f"{self.name}: a forward of {T} tokens is invalid: its queries would attend across more than the "
+                f"model's context; allowed: forwards of at most {M} tokens (the engine prefills in such blocks)"
+            )
+        self._settle(layer, st)
+        self._compress(st, start)
+        long = T > self.slack  # noqa: SIM300  (T: the block's length, not a constant)
+        keys, values = self._long_block(layer, st, k, v) if long else self._short_block(layer, st, k, v)
+        st.length, st.observed, st.keys = start + T, not self.policy.observes, keys
+        return keys, values
+
+    def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
+        from decodekit.cache import slot_mask
+
+        st = self._layers[layer]
+        first = st.length - positions.shape[1]
+        self._row_start = first - positions[:, 0]
+        mask = slot_mask(st.key_slots, positions, first)  # [B, H_kv, T, S']
+        st.mask = mask.repeat_interleave(self.groups, dim=1) if self.groups > 1 else mask
+        st.valid = positions >= 0
+        return st.mask
+
+    def crop(self, n: int) -> None:
+        low = self.oldest_crop()
+        if not low <= n <= self.length:
+            raise ParameterError(
+                f"{self.name}.crop: n={n} is invalid: the cache holds what it needs to take back slots from {low} on "
+                f"(rollback={self.slack}, never into a block longer than slack); allowed: {low} <= n <= {self.length}"
+            )
+        if n == self.length:
+            return
+        for st in self._layers:
+            forward = next(f for f in reversed(st.journal) if f.start <= n)
+            st.restore(forward, n, self.policy.apply)
+
+    def kept(self, layer: int) -> Tensor:
+        """`[B, H_kv, budget + 4·slack]`: the stream slot of each entry `layer` holds for each row and kv-head
+        (-1: none), in storage order, after the compression the next forward would do."""
+        st = self._layers[layer]
+        self._settle(layer, st)
+        alive = self._keep(st.slots, st.alive, st.score, st.length) if st.held > self.budget else st.alive
+        return torch.where(alive, st.slots, -1)
+
+    def oldest_crop(self) -> int:
+        """The smallest `n` that `crop(n)` accepts."""
+        return max(st.journal[0].start if st.journal else st.length for st in self._layers)
+
+    def reorder(self, index: Tensor) -> None:
+        if index.dim() != 1 or index.numel() != self.spec.batch_size:
+            raise ParameterError(
+                f"{self.name}.reorder: index of shape {tuple(index.shape)} is invalid; "
+                f"allowed: a 1-D index of {self.spec.batch_size} rows"
+            )
+        index = index.to(self._row_start.device)
+        for layer, st in enumerate(self._layers):
+            self._settle(layer, st)
+        self.store.reorder(index, self.slots)
+        self._row_start = self._row_start.index_select(0, index)
+        for st in self._layers:
+            st.reorder(index)
+
+    # -- the machinery -------------------------------------------------------------------------
+
+    def _protected(self, slots: Tensor, length: int) -> Tensor:
+        """Entries always kept: a row's first `sinks` real tokens and the `recent` latest slots."""
+        own = slots - self._row_start[:, None, None]  # the token's index in its row
+        return ((own >= 0) & (own < self.sinks)) | (slots >= length - self.recent)
+
+    def _keep(self, slots: Tensor, alive: Tensor, score: Tensor, length: int) -> Tensor:
+        """Which entries stay: the budget, padding never, the protected first, then by score."""
+        alive = alive & (slots >= self._row_start[:, None, None])
+        priority = torch.where(self._protected(slots, length), math.inf, score)
+        return keep_top(priority, alive, slots, self.budget)
+
+    def _settle(self, layer: int, st: LayerState) -> None:
+        """Compress a long block left pending by a policy that does not observe (its scores are known)."""
+        if st.pending is not None and not self.policy.observes:
+            self._finalize(layer, st, None)
+
+    def _compress(self, st: LayerState, length: int) -> None:
+        """The held set down to the budget (the lazy step: before a forward writes)."""
+        if st.held <= self.budget:
+            return
+        keep = self._keep(st.slots, st.alive, st.score, length)
+        st.freed_at = torch.where(st.alive & ~keep, length, st.freed_at)
+        st.alive, st.held = keep, self.budget
+
+    def _moved(self, keys: Tensor, slots: Tensor, held: Tensor, last: int) -> Tensor:
+        """Held keys as the query in slot `last` sees them: moved within the context if it is past it."""
+        base, M = self.spec.rope_base, self.spec.max_positions
+        if base is None or M is None or last < M:
+            return keys
+        real = held & (slots >= self._row_start[:, None, None])  # padding is never seen: it takes no rank
+        return rotate_each(keys, capped_shift(slots, real, last, M), base)
+
+    def _short_block(self, layer: int, st: LayerState, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """A few tokens: written into free slots (recorded for crop); the whole storage is returned."""
+        start, T = st.length, k.shape[2]
+        forward = st.snapshot(start)
+        index = free_slots(st.alive, st.freed_at, start - 2 * self.slack, T)  # [B, H, T]
+        self.store.write_at(layer, index, k, v)  # type: ignore[attr-defined]  # checked at construction
+        new = torch.arange(start, start + T, device=k.device).expand(index.shape)
+        forward.index, forward.initial = index, self.policy.initial(k, new)
+        st.slots.scatter_(-1, index, new)
+        st.alive.scatter_(-1, index, True)
+        st.score.scatter_(-1, index, forward.initial)
+        st.held += T
+        st.journal = [f for f in st.journal if f.start >= start + T - 2 * self.slack] + [forward]
+        st.key_slots = torch.where(st.alive, st.slots, -1)
+        keys, values = self.store.read(layer, 0, self.slots)
+        return self._moved(keys, st.slots, forward.alive, start + T - 1), values
+
+    def _long_block(self, layer: int, st: LayerState, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """A long block (a prompt): attended over the held entries and all of itself, compressed after."""
+        start, T = st.length, k.shape[2]
+        scratch = self._storage(self.spec, [T])  # the block goes through the storage once, like every key
+        scratch.write(0, 0, k, v)
+        new_k, new_v = scratch.read(0, 0, T)
+        held_k, held_v = self.store.read(layer, 0, self.slots)
+        new = torch.arange(start, start + T, device=k.device).expand(*st.slots.shape[:2], T)
+        st.pending = Block(
+            start,
+            keys=[held_k, new_k],
+            values=[held_v, new_v],
+            slots=torch.cat([st.slots, new], -1),
+            score=torch.cat([st.score, self.policy.initial(k, new)], -1),
+            alive=torch.cat([st.alive, torch.ones_like(new, dtype=torch.bool)], -1),
+        )
+        st.journal = []
+        st.key_slots = torch.cat([torch.where(st.alive, st.slots, -1), new], -1)
+        moved = self._moved(held_k, st.slots, st.alive, start + T - 1)
+        return torch.cat([moved, new_k], 2), torch.cat([held_v, new_v], 2)
+
+    def _selection(self, layer: int, block: Block, score: Tensor, weights: Tensor | None) -> Tensor:
+        """What a long block is compressed by: the held scores (SnapKV overrides it for a prompt)."""
+        return score
+
+    def _finalize(self, layer: int, st: LayerState, weights: Tensor | None) -> None:
+        """Compress a long block and what was held into the budget, rewritten from storage slot 0 in slot order."""
+        block = st.pending
+        assert block is not None
+        score = block.score
+        if weights is not None:
+            score = self.policy.apply(score, self.policy.contributions(weights, self.spec.n_kv_heads))
+        end = block.start + block.slots.shape[-1] - self.slots
+        keep = self._keep(block.slots, block.alive, self._selection(layer, block, score, weights), end)
+        order = torch.argsort(torch.where(keep, block.slots, torch.iinfo(torch.long).max), dim=-1, stable=True)
+        order = order[..., : self.budget]  # [B, H, budget]: the kept entries first, in slot order
+        keys, values = (self._gathered(torch.cat(parts, 2), order) for parts in (block.keys, block.values))
+        self.store.write(layer, 0, keys, values)
+        n = order.shape[-1]
+        st.slots.fill_(-1)
+        st.slots[..., :n] = block.slots.gather(-1, order)
+        st.alive.zero_()
+        st.alive[..., :n] = keep.gather(-1, order)
+        st.score.zero_()
+        st.score[..., :n] = score.gather(-1, order)
+        st.freed_at.fill_(NEVER)
+        st.held, st.pending = n, None
+
+    def _gathered(self, x: Tensor, order: Tensor) -> Tensor:
+        """`x` `[B, H', S', D]` at entries `order` `[B, H_kv, n]`, as the model's kv-heads `[B, H_kv, n, D]`."""
+        repeat = x.shape[1] // order.shape[1]
+        index = order.repeat_interleave(repeat, 1) if repeat > 1 else order
+        out = x.gather(2, index.unsqueeze(-1).expand(-1, -1, -1, x.shape[-1]))
+        return out[:, ::repeat] if repeat > 1 else out
+
+
+class ObservingScoredCache(ScoredCache):
+    """A scored cache whose policy needs the model's queries (`decodekit.cache.Observing`)."""
+
+    def observe(self, layer: int, queries: Tensor) -> None:
+        st = self._layers[layer]
+        keys = st.keys.repeat_interleave(queries.shape[1] // st.keys.shape[1], 1)
+        scores = queries.float() @ keys.float().transpose(-1, -2) / math.sqrt(queries.shape[-1])
+        weights = torch.softmax(scores.masked_fill(~st.mask, -math.inf), -1)  # [B, H, T, S']
+        weights = weights * st.valid[:, None, :, None]  # a padding query scores nothing
+        if st.pending is not None:
+            self._finalize(layer, st, weights)
+        else:
+            forward = st.journal[-1]
+            forward.contributions = self.policy.contributions(weights, self.spec.n_kv_heads)
+            st.score = self.policy.apply(st.score, forward.contributions)
+        st.observed = True

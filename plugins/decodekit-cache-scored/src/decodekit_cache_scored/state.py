@@ -1,0 +1,97 @@
+"""One layer's bookkeeping in a scored cache, and the record of recent forwards that `crop` replays.
+
+Storage slot `s` of row `b`, kv-head `h` holds stream slot `slots[b, h, s]` (-1: never written); it is
+attended while `alive`, ranked by `score`, and once evicted it stays untouched (`freed_at`: the length
+at eviction) until no crop can bring it back. A forward of a few tokens records where it wrote them and
+the state before (`Forward`); a long block (a prompt) is compressed as a whole and clears the record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from decodekit_cache_scored.selection import NEVER
+
+__all__ = ["Block", "Forward", "LayerState"]
+
+
+@dataclass
+class Forward:
+    """A short forward: its first slot, where its tokens went (`index` `[B, H, T]`), their first scores, the
+    layer's state before them, and (after observe) each query's contributions `[B, H, T, S]`."""
+
+    start: int
+    alive: Tensor
+    score: Tensor
+    freed_at: Tensor
+    index: Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))
+    initial: Tensor = field(default_factory=lambda: torch.empty(0))
+    contributions: Tensor | None = None
+
+
+@dataclass
+class Block:
+    """A long block awaiting its scores: the held keys and values (views of the storage) and the block's,
+    with every entry's stream slot, score and liveness, held entries first."""
+
+    start: int
+    keys: list[Tensor]
+    values: list[Tensor]
+    slots: Tensor  # [B, H, S + T]
+    score: Tensor  # [B, H, S + T]
+    alive: Tensor  # [B, H, S + T]
+
+
+@dataclass
+class LayerState:
+    slots: Tensor  # [B, H, S] stream slot held (-1: none)
+    alive: Tensor  # [B, H, S] bool
+    score: Tensor  # [B, H, S] float32
+    freed_at: Tensor  # [B, H, S] length at eviction (NEVER: none)
+    length: int = 0
+    held: int = 0  # alive entries at most (host-side: compress only when it can matter)
+    journal: list[Forward] = field(default_factory=list)
+    pending: Block | None = None
+    observed: bool = True  # the last update's queries were observed
+    key_slots: Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))  # of the returned keys
+    keys: Tensor = field(default_factory=lambda: torch.empty(0))  # returned by the last update
+    mask: Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.bool))  # [B, n_heads, T, S']
+    valid: Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.bool))  # [B, T] real queries
+
+    @classmethod
+    def empty(cls, batch: int, heads: int, slots: int, device: torch.device | str) -> LayerState:
+        shape = (batch, heads, slots)
+        return cls(
+            slots=torch.full(shape, -1, dtype=torch.long, device=device),
+            alive=torch.zeros(shape, dtype=torch.bool, device=device),
+            score=torch.zeros(shape, device=device),
+            freed_at=torch.full(shape, NEVER, dtype=torch.long, device=device),
+        )
+
+    def snapshot(self, start: int) -> Forward:
+        return Forward(start, self.alive.clone(), self.score.clone(), self.freed_at.clone())
+
+    def restore(self, forward: Forward, n: int, apply: object) -> None:
+        """The state after feeding `forward`'s tokens before stream slot `n` (as one forward), from its record.
+
+        apply: the policy's `apply(score, contributions)`, to replay the kept queries' contributions.
+        """
+        m = n - forward.start
+        self.alive, self.score, self.freed_at = forward.alive.clone(), forward.score.clone(), forward.freed_at.clone()
+        index = forward.index[..., :m]
+        self.alive.scatter_(-1, index, True)
+        self.score.scatter_(-1, index, forward.initial[..., :m])
+        if forward.contributions is not None and m > 0:
+            forward.contributions = forward.contributions[:, :, :m]
+            self.score = apply(self.score, forward.contributions)  # type: ignore[operator]
+        forward.index, forward.initial = index, forward.initial[..., :m]
+        self.journal = self.journal[: self.journal.index(forward) + (1 if m > 0 else 0)]
+        self.length, self.observed, self.held = n, True, 1 << 62  # held unknown: the next update compresses
+
+    def reorder(self, index: Tensor) -> None:
+        for name in ("slots", "alive", "score", "freed_at"):
+            setattr(self, name, getattr(self, name).index_select(0, index))
+        self.journal = []

@@ -1,0 +1,128 @@
+"""Bad input to caches and calibrations: each a ParameterError that names the parameter or file, the value
+and what is allowed, raised before anything is allocated and only where it matters."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from decodekit_cache_window.calibration import Calibration
+
+import decodekit as dk
+
+
+@pytest.fixture(scope="module")
+def spec() -> dk.CacheSpec:
+    return dk.CacheSpec.for_model(dk.load_model("tiny-shakespeare").spec, batch_size=1, capacity=16)
+
+
+@pytest.mark.parametrize(
+    ("cache", "message"),
+    [
+        (
+            "window(size=64, slack=100000000)",
+            r"window: size=64, sinks=4, slack=100000000 is invalid: the cache would "
+            r"allocate [\d,.]+ GiB, more than the [\d,.]+ GiB of memory of device cpu; allowed: values whose cache",
+        ),
+        (
+            "window(size=64, sinks=100000000)",
+            r"sinks=100000000 is invalid: queries would reach .*allowed: size \+ sinks <= 256",
+        ),
+        ("h2o(budget=1000000000)", r"h2o: budget=1000000000, slack=8 is invalid: the cache would allocate"),
+        (
+            "h2o(budget=8, recent=8)",
+            r"budget=8, recent=8 are invalid together: budget must hold the sinks and the recent",
+        ),
+        (
+            "h2o(budget=8, compression=0.5)",
+            r"are invalid together: give budget \(tokens\) or compression \(a ratio\), not both",
+        ),
+        ("h2o(compression=1.5)", r"compression=1.5 is invalid.*allowed: None, or float 0 <= compression < 1"),
+        ("snapkv(kernel=4)", r"kernel must be odd"),
+        ("h2o(store='nope')", r"store='nope' is invalid; allowed: a storage backend"),
+    ],
+)
+def test_cache_parameters_refused_before_allocating(spec: dk.CacheSpec, cache: str, message: str) -> None:
+    with pytest.raises(dk.ParameterError, match=message):
+        dk.create_cache(cache, spec)
+
+
+def test_window_on_learned_positions_is_bounded_by_memory() -> None:
+    spec = dk.CacheSpec(n_layers=12, n_heads=12, n_kv_heads=12, head_dim=64, batch_size=1, capacity=16)
+    with pytest.raises(dk.ParameterError, match=r"window: size=1000000000, sinks=4, slack=16 is invalid: the cache"):
+        dk.create_cache("window(size=1000000000)", spec)  # no context to bound it: memory does
+
+
+def test_a_cache_that_keeps_all_is_bounded_by_memory() -> None:
+    spec = dk.CacheSpec(n_layers=12, n_heads=12, n_kv_heads=12, head_dim=64, batch_size=1, capacity=10**10)
+    with pytest.raises(dk.ParameterError, match=r"GQACache: capacity=10000000000 is invalid: the cache would allocate"):
+        dk.create_cache("gqa", spec)
+
+
+@pytest.mark.parametrize("spec", [None, "gqa", 3])
+def test_create_cache_checks_its_spec(spec: object) -> None:
+    with pytest.raises(
+        dk.ParameterError, match=rf"cache gqa: spec={spec!r} is invalid; allowed: a decodekit.CacheSpec"
+    ):
+        dk.create_cache("gqa", spec)  # type: ignore[arg-type]
+
+
+def test_a_model_folder_without_a_config_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(dk.ParameterError, match=r"tiny-shakespeare: directory .* has no config.json; allowed:"):
+        dk.load_model(f"tiny-shakespeare:{tmp_path}")
+
+
+BROKEN = {
+    "corrupt": (
+        "{not json",
+        r"not a calibration: Expecting property name enclosed in double quotes: line 1 column 2 \(char 1\)",
+    ),
+    "a list": ("[1, 2]", r"its top level: Input should be [^;]*"),
+    "wrong type": (None, r"layers\.0\.window: Input should be a valid integer[^;]*"),
+    "nested": ("[" * 100_000 + "]" * 100_000, r"not a calibration: maximum recursion depth exceeded[^;]*"),
+    "empty": ("", r"not a calibration: Expecting value: line 1 column 1 \(char 0\)"),
+}
+
+
+def _broken(kind: str) -> str:
+    text, _ = BROKEN[kind]
+    if text is not None:
+        return text
+    shipped = json.loads((resources.files("decodekit_shakespeare") / "calibration.json").read_text(encoding="utf-8"))
+    shipped["layers"][0]["window"] = "wide"
+    return json.dumps(shipped)
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN))
+def test_a_broken_calibration_fails_only_where_the_window_needs_it(tmp_path: Path, kind: str) -> None:
+    """The model loads and decodes with gqa; window(size="auto") is the error, naming the file and the fault."""
+    shipped = Path(str(resources.files("decodekit_shakespeare")))
+    for name in ("config.json", "tiny_shakespeare.safetensors"):
+        shutil.copy(shipped / name, tmp_path / name)
+    (tmp_path / "calibration.json").write_text(_broken(kind), encoding="utf-8")
+    model = dk.load_model(f"tiny-shakespeare:{tmp_path}")
+    assert len(dk.generate(model, "ROMEO:", cache="gqa", max_new_tokens=3).tokens[0]) == 3
+    file = str(tmp_path / "calibration.json")
+    with pytest.raises(dk.ParameterError, match=rf"calibration file {file}: {BROKEN[kind][1]}; allowed: the JSON of"):
+        dk.generate(model, "ROMEO:", cache='window(size="auto")', max_new_tokens=3)
+
+
+def test_a_missing_calibration_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(
+        dk.ParameterError, match=rf"calibration file {tmp_path}/gone.json: cannot be read \(.*No such file"
+    ):
+        Calibration.load(tmp_path / "gone.json")
+
+
+def test_a_calibration_of_another_model_names_both_layer_counts(tmp_path: Path) -> None:
+    shipped = json.loads((resources.files("decodekit_shakespeare") / "calibration.json").read_text(encoding="utf-8"))
+    shipped["layers"] = shipped["layers"][:3]
+    (tmp_path / "c.json").write_text(json.dumps(shipped), encoding="utf-8")
+    spec = dk.CacheSpec(
+        n_layers=4, n_heads=2, n_kv_heads=1, head_dim=8, batch_size=1, capacity=4, calibration=tmp_path / "c.json"
+    )
+    with pytest.raises(dk.ParameterError, match=r"c.json: 3 layers, but the model has 4; allowed: the calibration of"):
+        dk.create_cache('window(size="auto")', spec)

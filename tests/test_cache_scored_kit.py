@@ -1,0 +1,100 @@
+"""The kit for scored caches catches each fault it is there for: a test that could not fail proves nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from decodekit_cache_scored.cache import ScoredCache
+from decodekit_cache_scored.state import LayerState
+
+import decodekit as dk
+from decodekit.testing.scored_caches import ScoredCacheConformance
+
+
+class Suite(ScoredCacheConformance):
+    budget, sinks, recent, rollback, slack = 5, 1, 1, 3, 3
+    made = "h2o(budget=5, sinks=1, recent=1, slack=3)"
+
+    def make(self, spec: dk.CacheSpec) -> dk.KVCache:
+        return dk.create_cache(self.made, spec)
+
+    def nbytes(self, spec: dk.CacheSpec) -> int:
+        return 2 * spec.batch_size * spec.n_layers * (5 + 12) * spec.n_kv_heads * spec.head_dim * spec.dtype.itemsize
+
+
+def test_the_honest_cache_passes() -> None:
+    Suite().test_attention_over_the_kept_entries()
+    Suite().test_crop()
+
+
+def fails(check: Callable[[], None], message: str) -> None:
+    with pytest.raises(AssertionError, match=message):
+        check()
+
+
+def test_a_cache_that_evicts_its_sinks() -> None:
+    suite = Suite()
+    suite.made = "knorm(budget=5, sinks=0, recent=1, slack=3)"
+    fails(suite.test_attention_over_the_kept_entries, r"sink slot \d+ was evicted")
+
+
+def test_a_cache_over_its_budget() -> None:
+    suite = Suite()
+    suite.made = "h2o(budget=6, sinks=1, recent=1, slack=3)"
+    fails(suite.test_attention_over_the_kept_entries, r"sees 6 held entries > budget 5")
+
+
+def test_a_cache_that_evicts_more_than_it_must() -> None:
+    suite = Suite()
+    suite.budget = 6
+    fails(suite.test_attention_over_the_kept_entries, r"holds 5 of \d+ \(budget 6\)")
+
+
+def test_a_cache_that_leaves_keys_past_the_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ScoredCache, "_moved", lambda self, keys, slots, held, last: keys)
+    fails(Suite().test_past_the_context, r"(a returned key is off|attention differs)")
+
+
+def test_a_crop_that_forgets_the_scores_of_the_queries_it_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    restore = LayerState.restore
+
+    def careless(self: LayerState, forward: object, n: int, apply: object) -> None:
+        restore(self, forward, n, lambda score, contributions: score)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LayerState, "restore", careless)
+    suite = Suite()
+    suite.made = "tova(budget=5, sinks=1, recent=1, slack=3)"  # its score is one query's: a lost one shows
+    fails(suite.test_crop, r"crop\(\d+\) then step \d+: differs from a cache fed up to")
+
+
+def test_a_crop_that_keeps_the_scores_of_the_queries_it_takes_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    restore = LayerState.restore
+
+    def sticky(self: LayerState, forward: object, n: int, apply: object) -> None:
+        score = self.score
+        restore(self, forward, n, apply)  # type: ignore[arg-type]
+        self.score = score
+
+    monkeypatch.setattr(LayerState, "restore", sticky)
+    suite = Suite()
+    suite.made = "tova(budget=5, sinks=1, recent=1, slack=3)"
+    fails(suite.test_crop, r"crop\(\d+\) then step \d+: differs from a cache fed up to")
+
+
+def test_a_cache_that_hides_its_own_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    mask = ScoredCache.attention_mask
+
+    def blind(self: ScoredCache, layer: int, positions: torch.Tensor) -> torch.Tensor:
+        """Later queries of a block do not see its first token."""
+        m = mask(self, layer, positions).clone()
+        st = self._layers[layer]
+        first = st.length - positions.shape[1]
+        hidden = (st.key_slots == first).repeat_interleave(self.groups, 1)  # [B, H, S']
+        m[:, :, 1:] &= ~hidden[:, :, None, :]
+        st.mask = m
+        return m
+
+    monkeypatch.setattr(ScoredCache, "attention_mask", blind)
+    fails(Suite().test_attention_over_the_kept_entries, r"sees block slots")
