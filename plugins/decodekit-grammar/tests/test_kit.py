@@ -33,7 +33,7 @@ class TestJsonSchema(GrammarKit):
 
 
 class TestJson(GrammarKit):
-    spec = ("json", {"whitespace": "compact"})
+    spec = ("json", {"whitespace": "flexible"})
 
 
 class TestRegex(GrammarKit):

@@ -83,19 +83,19 @@ def test_json_schema_masks_follow_the_schema() -> None:
         "required": ["a"],
         "additionalProperties": False,
     }
-    stage = dk.create("json_schema", schema=schema, whitespace="compact")
+    stage = dk.create("json_schema", schema=schema)
     V = len(WITH_EOS.alphabet) + 1
     assert allowed(stage, WITH_EOS, "", V) == "{"
     assert allowed(stage, WITH_EOS, '{"a":', V) == "12"
     assert allowed(stage, WITH_EOS, '{"a":2', V) == "2"
     assert allowed(stage, WITH_EOS, '{"a":22}', V) == "<eos>"
-    flexible = dk.create("json_schema", schema=schema)
+    flexible = dk.create("json_schema", schema=schema, whitespace="flexible")
     assert allowed(flexible, WITH_EOS, '{"a":', V) == "12 "  # whitespace between tokens
 
 
 def test_json_allows_any_value() -> None:
     V = len(WITH_EOS.alphabet) + 1
-    stage = dk.create("json", whitespace="compact")
+    stage = dk.create("json")
     assert set(allowed(stage, WITH_EOS, "", V)) == set('{"0123456789')  # (no '-', 't', 'f', 'n', '[' here)
     assert stage.ends_row(0, WITH_EOS.encode('{"a":1')) is None
     assert stage.ends_row(0, WITH_EOS.encode('{"a":"b"}')) == "json"
@@ -154,12 +154,12 @@ def test_a_rows_mask_depends_on_its_tokens_alone(shakespeare: Any, capacity: int
     of 3 states (so most are rebuilt) or a large one, the mask is that of a fresh stage for the sequence."""
     tok = shakespeare.tokenizer
     schema = {"type": "object", "properties": {"w": {"type": "array", "items": {"enum": ["ab", "ba", "cc"]}}}}
-    stage = dk.create("json_schema", schema=schema, whitespace="compact")
+    stage = dk.create("json_schema", schema=schema)
     seqs = random_walks(stage, tok, 84, seed=capacity)
     stage._latest.matchers[0].capacity = capacity  # type: ignore[union-attr]
     random.Random(1).shuffle(seqs)
     for seq in seqs:
-        fresh = dk.create("json_schema", schema=schema, whitespace="compact")
+        fresh = dk.create("json_schema", schema=schema)
         ctx = ctx_for(tok, [tok.decode(seq)])
         assert torch.equal(stage.allowed(ctx, 84), fresh.allowed(ctx, 84)), tok.decode(seq)
         assert stage.ends_row(0, seq) == fresh.ends_row(0, seq)
@@ -232,6 +232,6 @@ def test_an_invalid_grammar_in_a_chain_string_fails_when_the_chain_is_built() ->
 
 
 def test_spec_round_trip_and_chain_string() -> None:
-    chain = dk.Chain.parse('json_schema(schema={"type": "integer"}, whitespace=compact) | temperature(0.7) | sample')
+    chain = dk.Chain.parse('json_schema(schema={"type": "integer"}, whitespace=flexible) | temperature(0.7) | sample')
     assert dk.Chain.from_spec(chain.to_spec()) == chain
     assert dk.Chain.parse(str(chain)) == chain

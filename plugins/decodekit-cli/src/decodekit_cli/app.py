@@ -26,6 +26,7 @@ __all__ = ["app", "run"]
 
 SAMPLING = "Sampling (choose --chain or the flags)"
 BATCH = "Many prompts (--input FILE --output FILE)"
+GRAMMAR = "Structured output (decodekit-grammar; one of them)"
 
 
 class OnError(str, Enum):
@@ -161,6 +162,18 @@ def generate(
         list[str] | None, typer.Option("--stop", help="Stop a sample when its text contains this (repeatable).")
     ] = None,
     json_output: JsonOption = False,
+    json_schema: Annotated[
+        Path | None,
+        typer.Option("--json-schema", help="Generate JSON valid under this JSON Schema file.", rich_help_panel=GRAMMAR),
+    ] = None,
+    regex: Annotated[
+        str | None,
+        typer.Option("--regex", help="Generate text this regular expression matches.", rich_help_panel=GRAMMAR),
+    ] = None,
+    grammar_file: Annotated[
+        Path | None,
+        typer.Option("--grammar", help="Generate a sentence of this Lark grammar file.", rich_help_panel=GRAMMAR),
+    ] = None,
     echo: Annotated[bool, typer.Option("--echo/--no-echo", help="Print the prompt before the generated text.")] = True,
     threads: Annotated[
         int | None,
@@ -199,6 +212,9 @@ def generate(
     ] = OnError.fail,
 ) -> None:
     flags = _flags(temperature, top_k, top_p, repetition_penalty)
+    from decodekit_cli.grammar_options import grammar_stage, with_grammar  # a grammar stage first in the chain
+
+    chain, flags = with_grammar(chain, flags, grammar_stage(json_schema, regex, grammar_file))
     sampling = _sampling(
         model, chain, flags, seed, cache, replace_unknown, max_new_tokens=max_new_tokens, stop=stop, threads=threads
     )

@@ -4,6 +4,7 @@ grammars, a token mask computed in Rust from a trie of the vocabulary's bytes.""
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,27 +52,22 @@ class _Matcher:
 
 class _Wrapped:
     """What `llguidance.TokenizerWrapper` reads from a tokenizer: bytes per id, special and end ids, and a
-    tokenize callable (llguidance's own helpers use it; masks do not)."""
+    tokenize callable. llguidance tokenizes the bytes a grammar forces while it computes a mask (not to
+    decide the mask); llguidance's own greedy tokenizer, in Rust, serves once the vocabulary is built. It is
+    reached through a weak reference: the LLTokenizer holds this object, which must not hold it back."""
 
     def __init__(self, tokens: Sequence[bytes], eos: int, special: list[int]) -> None:
         self.tokens = tokens
         self.eos_token_id = eos
         self.bos_token_id = None
         self.special_token_ids = special
-        skip = set(special)
-        self._index = {t: i for i, t in enumerate(tokens) if i not in skip}
+        self.owner: weakref.ref[_Vocabulary] | None = None
 
-    def __call__(self, text: str | bytes) -> list[int]:
-        data = text.encode() if isinstance(text, str) else text
-        out: list[int] = []
-        at = 0
-        while at < len(data):  # greedy: the longest token that starts here
-            end = next((e for e in range(len(data), at, -1) if data[at:e] in self._index), None)
-            if end is None:
-                return out
-            out.append(self._index[data[at:end]])
-            at = end
-        return out
+    def __call__(self, text: bytes) -> list[int]:
+        owner = None if self.owner is None else self.owner()
+        if owner is None:  # TokenizerWrapper's probe, before the vocabulary exists
+            return []
+        return list(owner.tokenizer.greedy_tokenize(text.decode("utf-8", errors="replace")))
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,8 +99,11 @@ class LLGuidance:
             eos = [table.size]
             tokens.append(b"\xff[eos]")
             special.append(table.size)
-        wrapped = llguidance.TokenizerWrapper(_Wrapped(tokens, eos[0], special))
-        return _Vocabulary(llguidance.LLTokenizer(wrapped, n_vocab=len(tokens), eos_token=eos), len(tokens))
+        wrapped = _Wrapped(tokens, eos[0], special)
+        tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(wrapped), n_vocab=len(tokens), eos_token=eos)
+        vocabulary = _Vocabulary(tokenizer, len(tokens))
+        wrapped.owner = weakref.ref(vocabulary)
+        return vocabulary
 
     def start(self, grammar: Grammar, vocabulary: Any) -> _Matcher:
         m = llguidance.LLMatcher(vocabulary.tokenizer, _grammar_text(grammar), log_level=_QUIET)

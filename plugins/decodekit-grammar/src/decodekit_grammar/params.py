@@ -16,12 +16,9 @@ from decodekit import Params
 
 __all__ = ["GrammarParams", "JsonParams", "JsonSchemaParams", "RegexParams", "Whitespace"]
 
-Whitespace = Literal["flexible", "compact"]
+Whitespace = Literal["compact", "flexible"]
 
-_WHITESPACE = (
-    "between JSON tokens: 'flexible' (any, as JSON allows) or 'compact' (none: a small model cannot spend "
-    "its tokens on spaces)"
-)
+_WHITESPACE = "between JSON tokens: 'compact' (none), or 'flexible' (any; a weak model may spend its tokens on it)"
 
 
 with warnings.catch_warnings():  # pydantic: a field named `schema` shadows BaseModel.schema (deprecated); intended
@@ -31,11 +28,11 @@ with warnings.catch_warnings():  # pydantic: a field named `schema` shadows Base
         schema: dict[str, Any] | str | list[dict[str, Any] | str | None] = Field(  # type: ignore[assignment]
             description="a JSON Schema (an object, or its JSON text), or a list of one per prompt (None: unconstrained)"
         )
-        whitespace: Whitespace = Field("flexible", description=_WHITESPACE)
+        whitespace: Whitespace = Field("compact", description=_WHITESPACE)
 
 
 class JsonParams(Params):
-    whitespace: Whitespace = Field("flexible", description=_WHITESPACE)
+    whitespace: Whitespace = Field("compact", description=_WHITESPACE)
 
 
 class RegexParams(Params):

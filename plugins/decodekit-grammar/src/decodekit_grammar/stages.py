@@ -39,11 +39,24 @@ __all__ = ["GrammarStage", "Json", "JsonSchema", "Lark", "Regex"]
 P = TypeVar("P", bound=Params)
 
 
+_VOCABULARIES: weakref.WeakKeyDictionary[TokenTable, dict[str, Any]] = weakref.WeakKeyDictionary()
+_VOCABULARIES_LOCK = threading.Lock()
+
+
+def _vocabulary(engine: GrammarEngine, table: TokenTable) -> Any:
+    """The engine's vocabulary for `table`, made once and shared by every stage (a second at 50,000 tokens)."""
+    with _VOCABULARIES_LOCK:
+        by_engine = _VOCABULARIES.setdefault(table, {})
+        if engine.name not in by_engine:
+            by_engine[engine.name] = engine.vocabulary(table)
+        return by_engine[engine.name]
+
+
 class _Book:
     """What a stage keeps for one vocabulary: the engine's vocabulary and, per grammar, its parse states."""
 
     def __init__(self, engine: GrammarEngine, table: TokenTable, grammars: Sequence[Grammar | None], stage: str):
-        self.vocabulary = engine.vocabulary(table)
+        self.vocabulary = _vocabulary(engine, table)
         self.size = engine.mask_size(self.vocabulary)  # bits per mask
         self.open_end = not table.eos  # no end-of-sequence id: a complete row's mask is left open
         self.matchers: list[Matchers | None] = []
@@ -84,6 +97,7 @@ class GrammarStage(ProcessorBase[P]):
 
     # -- the mask ---------------------------------------------------------------------------------
 
+    @torch.compiler.disable  # type: ignore[untyped-decorator]  # the parser: eager inside a compiled step
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         cap = _caps(self.mask(ctx, logits.shape[-1]), logits.shape[-1])  # [B, V]: +inf kept, -inf removed
         return torch.minimum(logits, cap.to(logits.device, logits.dtype))  # -inf even where a logit was +inf
@@ -92,7 +106,6 @@ class GrammarStage(ProcessorBase[P]):
         """`[B, V]` bool: True where the token may follow row b's generated tokens under its grammar."""
         return torch.from_numpy(_bits(self.mask(ctx, vocab_size), vocab_size)).view(torch.bool)
 
-    @torch.compiler.disable  # type: ignore[untyped-decorator]  # the parser: eager inside a compiled step
     def mask(self, ctx: DecodeContext, vocab_size: int) -> np.ndarray[Any, np.dtype[np.int32]]:
         """`[B, W]` int32 bitmasks (`engine`'s layout, at least `vocab_size` bits): the tokens that may follow
         each row's generated tokens under its grammar."""

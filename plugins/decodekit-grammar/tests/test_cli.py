@@ -1,0 +1,87 @@
+"""`decodekit generate --json-schema FILE`, `--regex PATTERN`, `--grammar FILE`: the stage first in the chain,
+in text and JSON output; bad files and grammars in one line; the stages in `decodekit plugins` and `samplers`."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+from decodekit_cli import main
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"who": {"type": "string", "pattern": "^[A-Z][a-z]{1,7}$"}, "act": {"enum": [1, 2, 3]}},
+    "required": ["who", "act"],
+    "additionalProperties": False,
+}
+
+
+def generate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    status = main(["generate", "ROMEO:", "--seed", "0", "--max-new-tokens", "40", *args])
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def test_json_schema_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(SCHEMA, indent=2))
+    status, out, err = generate(capsys, "--json-schema", str(path), "--temperature", "0.8", "--json")
+    assert status == 0, err
+    document = json.loads(out)
+    [sample] = document["samples"]
+    jsonschema.validate(json.loads(sample["text"]), SCHEMA)
+    assert (sample["finish_reason"], sample["stopped_by"]) == ("stop", "json_schema")
+    assert document["chain"].startswith("json_schema(schema=") and document["chain"].endswith(
+        "temperature(value=0.8) | sample"
+    )
+
+
+def test_regex_and_lark_grammar(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    status, out, err = generate(capsys, "--regex", "(thou|thee) [a-z]{1,8}[.!]", "--no-echo")
+    assert status == 0, err
+    assert re.fullmatch(r"(thou|thee) [a-z]{1,8}[.!]\n?", out), out
+    lark = tmp_path / "list.lark"
+    lark.write_text('start: "[" WORD ("," WORD){0,2} "]"\nWORD: /[a-z]{1,5}/\n')
+    status, out, err = generate(capsys, "--grammar", str(lark), "--chain", "top_k(5) | greedy", "--no-echo")
+    assert status == 0, err
+    assert re.fullmatch(r"\[[a-z]{1,5}(,[a-z]{1,5}){0,2}\]\n?", out), out
+
+
+def test_a_grammar_unfinished_at_the_length_is_a_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = generate(capsys, "--regex", "[a-z]{30}", "--max-new-tokens", "5")
+    assert status == 0
+    assert "decodekit: warning: 1 of 1 rows ended with regex incomplete: rows 0 (length)" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--regex", "a(b"], r"^decodekit: error: regex: pattern is invalid: .*unclosed group"),
+        (["--json-schema", "missing.json"], r"^decodekit: error: --json-schema 'missing.json': cannot read it"),
+        (["--regex", "a", "--grammar", "x.lark"], r"^decodekit: error: --regex and --grammar cannot be combined"),
+    ],
+)
+def test_bad_grammar_options_in_one_line(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    status, _, err = generate(capsys, *args)
+    assert status == 2
+    [line] = err.splitlines()
+    assert re.match(message, line), line
+
+
+def test_a_schema_file_that_is_not_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "schema.json"
+    path.write_text("{type: object}")
+    status, _, err = generate(capsys, "--json-schema", str(path))
+    assert status == 2 and "not JSON: Expecting property name" in err
+
+
+def test_the_stages_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plugins"]) == 0
+    assert "decodekit-grammar" in capsys.readouterr().out
+    assert main(["samplers"]) == 0
+    listing = capsys.readouterr().out
+    for name in ("json_schema", "json", "regex", "grammar"):
+        assert re.search(rf"\b{name}\b", listing), name

@@ -1,0 +1,132 @@
+"""A grammar under speculative decoding and beam search. Speculative: greedy gives `dk.generate`'s tokens
+(drafts that a grammar state advanced over are rejected all the time), and sampled tokens have
+`dk.generate`'s joint distribution (a two-sample chi-square over 2,000 seeded rows, which can fail). Beam
+search: every returned beam is a complete, valid text; beams of prompts with different grammars."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from typing import Any
+
+import jsonschema
+import pytest
+from scipy.stats import chi2_contingency
+
+import decodekit as dk
+
+PROMPTS = ["ROMEO:\n", "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?\nROMEO:\n", "NURSE:\n"]
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "who": {"type": "string", "pattern": "^[A-Z][a-z]{1,7}$"},
+        "says": {"type": "array", "maxItems": 3, "items": {"enum": ["ay", "no", "thou", "thee"]}},
+        "act": {"type": "integer", "minimum": 1, "maximum": 5},
+    },
+    "required": ["who", "says", "act"],
+    "additionalProperties": False,
+}
+PATTERN = r"(thou|thee|the|my|mine|sir|so) [a-z]{1,6}( [a-z]{1,6})?[.!?]"
+GREEDY_CHAINS = {
+    "json_schema": dk.Chain([dk.create("json_schema", schema=SCHEMA)], dk.create("greedy")),
+    "regex": dk.Chain([dk.create("regex", pattern=PATTERN)], dk.create("greedy")),
+    "penalised json": dk.Chain([dk.create("repetition_penalty", penalty=1.3), dk.create("json")], dk.create("greedy")),
+}
+
+
+@pytest.mark.parametrize("draft", ["tiny-shakespeare-draft", "ngram"])
+@pytest.mark.parametrize("which", list(GREEDY_CHAINS))
+def test_speculative_greedy_gives_generates_tokens(shakespeare: Any, which: str, draft: str) -> None:
+    chain = GREEDY_CHAINS[which]
+    plain = dk.generate(shakespeare, PROMPTS, chain=chain, max_new_tokens=60)
+    spec = dk.decode(shakespeare, PROMPTS, strategy=f"speculative(draft={draft}, k=4)", chain=chain, max_new_tokens=60)
+    assert spec.tokens == plain.tokens
+    assert spec.finish_reasons == plain.finish_reasons and spec.stopped_by == plain.stopped_by
+    if (which, draft) != ("regex", "ngram"):  # (short lines: no n-gram of theirs repeats, nothing drafted)
+        assert sum(spec.accepted) < sum(spec.drafted)  # drafts were rejected: their grammar states abandoned
+    if which != "penalised json":
+        assert set(spec.stopped_by) == {chain.processors[0].name}
+
+
+ROWS = 2000
+SAMPLED = dk.Chain([dk.create("regex", pattern=PATTERN), dk.create("temperature", value=1.0)])
+
+
+def joint(tokens: list[list[int]]) -> Counter[tuple[int, ...]]:
+    return Counter(tuple(t[:4]) for t in tokens)
+
+
+def two_sample_p(a: Counter[tuple[int, ...]], b: Counter[tuple[int, ...]], min_count: int = 10) -> float:
+    """Chi-square p-value that two samples come from one distribution; cells seen < min_count times pooled."""
+    keys = sorted(set(a) | set(b))
+    big = [key for key in keys if a[key] + b[key] >= min_count]
+    rest = [key for key in keys if a[key] + b[key] < min_count]
+    table = [
+        [a[key] for key in big] + [sum(a[key] for key in rest)],
+        [b[key] for key in big] + [sum(b[key] for key in rest)],
+    ]
+    if not rest:
+        table = [row[:-1] for row in table]
+    return float(chi2_contingency(table).pvalue)
+
+
+# Four tokens are rarely a whole line: the rows end at max_new_tokens, and the engine's warning says so.
+pytestmark = pytest.mark.filterwarnings("ignore:.*rows ended with regex incomplete:UserWarning")
+
+
+@pytest.fixture(scope="module")
+def plain_sampled(shakespeare: Any) -> Counter[tuple[int, ...]]:
+    return joint(dk.generate(shakespeare, [PROMPTS[0]] * ROWS, chain=SAMPLED, max_new_tokens=4, seed=1).tokens)
+
+
+@pytest.mark.slow
+def test_speculative_sampling_has_generates_distribution(
+    shakespeare: Any, plain_sampled: Counter[tuple[int, ...]]
+) -> None:
+    out = dk.decode(
+        shakespeare,
+        [PROMPTS[0]] * ROWS,
+        strategy="speculative(draft=tiny-shakespeare-draft, k=3)",
+        chain=SAMPLED,
+        max_new_tokens=4,
+        seed=2,
+    )
+    assert 0.1 * sum(out.drafted) < sum(out.accepted) < sum(out.drafted)  # accepts and rejects
+    assert len(plain_sampled) > 20  # a spread of four-token beginnings
+    assert two_sample_p(joint(out.tokens), plain_sampled) > 1e-3
+
+
+@pytest.mark.slow
+def test_the_chi_square_can_fail(shakespeare: Any, plain_sampled: Counter[tuple[int, ...]]) -> None:
+    """The draft model's own distribution under the same grammar differs, and the test sees it."""
+    draft = dk.load_model("tiny-shakespeare-draft")
+    wrong = joint(dk.generate(draft, [PROMPTS[0]] * ROWS, chain=SAMPLED, max_new_tokens=4, seed=3).tokens)
+    assert two_sample_p(wrong, plain_sampled) < 1e-6
+
+
+def test_beam_search_returns_only_valid_beams(shakespeare: Any) -> None:
+    chain = dk.Chain([dk.create("json_schema", schema=SCHEMA)])
+    out = dk.beam_search(
+        shakespeare,
+        PROMPTS[:2],
+        num_beams=4,
+        num_return_sequences=4,
+        early_stopping=True,
+        chain=chain,
+        max_new_tokens=90,
+    )
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    for b, beams in enumerate(out.sequences):
+        assert len(beams) == 4
+        for tokens in beams:
+            assert validator.is_valid(json.loads(shakespeare.tokenizer.decode(tokens)))
+        assert out.finish_reasons[b] == "stop" and out.stopped_by[b] == "json_schema"
+
+
+def test_beam_search_with_a_grammar_per_prompt(shakespeare: Any) -> None:
+    chain = dk.Chain([dk.create("regex", pattern=[PATTERN, r"[A-Z]{2,4}![0-9]"])])
+    out = dk.beam_search(shakespeare, PROMPTS[:2], num_beams=3, num_return_sequences=3, chain=chain, max_new_tokens=40)
+    texts = [[shakespeare.tokenizer.decode(t) for t in beams] for beams in out.sequences]
+    assert all(re.fullmatch(PATTERN, t) for t in texts[0]), texts[0]
+    assert all(re.fullmatch(r"[A-Z]{2,4}![0-9]", t) for t in texts[1]), texts[1]
