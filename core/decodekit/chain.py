@@ -265,7 +265,10 @@ class Chain:
             # cpp_wrapper: the graph's kernels called from C++, not Python (halves a small step's cost on a
             # CPU); the guards on the chain itself dropped: its stages and their parameters are immutable,
             # and checking ~80 of them every step costs as much as a softmax (docs/benchmarks.md).
-            options = {"cpp_wrapper": True, "guard_filter_fn": _guards_on_the_inputs}
+            options: dict[str, str | int | bool | Callable[..., Any]] = {
+                "cpp_wrapper": True,
+                "guard_filter_fn": _guards_on_the_inputs,
+            }
             twin._select = torch.compile(self._select, dynamic=None, options=options)  # type: ignore[method-assign]
             self._compiled = twin
         return self._compiled
