@@ -103,7 +103,12 @@ class Decoding:
         )
         self.chain.init_state(self.ctx)
         self.outputs = [self._output(r // copies, r) for r in range(len(self.rows))]
-        self._forward: Callable[..., Tensor] = compiled(self.model) if request.compile else self.model
+        self.call_model = self.runs(self.model)
+
+    def runs(self, model: Model) -> Callable[..., Tensor]:
+        """`model` as this decode calls it: under `torch.compile` with `compile=True` (a policy's own forwards,
+        a draft model's, go through this too), else as it is."""
+        return compiled(model) if self.request.compile else model
 
     def open_cache(self, model: Model, batch_size: int, total: int, needs: Sequence[str] = ()) -> KVCache | None:
         """A cache of the request's backend for `model`, `batch_size` rows of up to `total` tokens, checked
@@ -171,7 +176,7 @@ class Decoding:
         w = self.width
         if self.kv is None:
             return uncached_logits(self.model, self.buf, self.positions, w)
-        logits: Tensor = self._forward(self.buf[:, w - 1 : w], self.positions[:, w - 1 : w], self.kv)
+        logits: Tensor = self.call_model(self.buf[:, w - 1 : w], self.positions[:, w - 1 : w], self.kv)
         return logits[:, -1]
 
     # -- the chain and the history ----------------------------------------------------------

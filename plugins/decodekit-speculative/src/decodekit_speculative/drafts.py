@@ -46,8 +46,9 @@ class Drafter(Protocol):
 class ModelDrafter:
     """A draft model with its own KV cache: one forward per drafted position, every row at once."""
 
-    def __init__(self, model: Any, cache: KVCache, batch_size: int) -> None:
+    def __init__(self, model: Any, cache: KVCache, batch_size: int, call: Any = None) -> None:
         self.model = model
+        self.call = model if call is None else call  # the model as the decode calls it (compiled or not)
         self.rows = RowCache(cache, batch_size)
         self.capacity = cache.spec.capacity
         self._lengths: list[int] = [0] * batch_size
@@ -74,7 +75,7 @@ class ModelDrafter:
                 at = torch.tensor(
                     [[n + j - 1 if j <= b else n - 1] for n, b in zip(lengths, budgets)], device=buf.device
                 )
-                logits = self.model(ids, at, self.rows.cache)[:, -1]
+                logits = self.call(ids, at, self.rows.cache)[:, -1]
             for b, budget in enumerate(budgets):
                 picked[b] = 0
                 if j < budget:

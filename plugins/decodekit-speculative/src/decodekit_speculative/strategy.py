@@ -173,7 +173,7 @@ class _Rounds:
         self.drafter: Drafter = (
             NgramDrafter(prompts, params.ngram_size)
             if draft is None
-            else ModelDrafter(draft, self._draft_cache(draft, len(rows)), len(rows))
+            else ModelDrafter(draft, self._draft_cache(draft, len(rows)), len(rows), d.runs(draft))
         )
         # Without processors the chain's distribution needs no context: every row and position at once.
         self.dense = not self.chain.processors
@@ -240,7 +240,9 @@ class _Rounds:
             lengths_t = torch.tensor(self.lengths, device=d.device)
             ends = lengths_t + torch.tensor(counts, device=d.device)
             ids, positions = fed_block(self.buf, lengths_t, ends, F, F + max(counts))
-            logits = d.model(ids, positions, self.kv.cache)[:, F - 1 :]  # [B, W + 1, V]: column j predicts lengths + j
+            logits = d.call_model(ids, positions, self.kv.cache)[
+                :, F - 1 :
+            ]  # [B, W + 1, V]: column j predicts lengths + j
             for i, b in enumerate(rows):
                 if not done[i]:
                     done[i] = self._verify(i, b, logits[i], counts[i], qs[i])
