@@ -240,9 +240,8 @@ class _Rounds:
             lengths_t = torch.tensor(self.lengths, device=d.device)
             ends = lengths_t + torch.tensor(counts, device=d.device)
             ids, positions = fed_block(self.buf, lengths_t, ends, F, F + max(counts))
-            logits = d.call_model(ids, positions, self.kv.cache)[
-                :, F - 1 :
-            ]  # [B, W + 1, V]: column j predicts lengths + j
+            # [B, W + 1, V]: column j predicts history index lengths + j
+            logits = d.call_model(ids, positions, self.kv.cache)[:, F - 1 :]
             for i, b in enumerate(rows):
                 if not done[i]:
                     done[i] = self._verify(i, b, logits[i], counts[i], qs[i])
