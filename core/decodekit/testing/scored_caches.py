@@ -269,6 +269,7 @@ class ScoredCacheConformance:
             for step, (x, y) in enumerate(zip(after, want)):
                 err = max((p - q).abs().max().item() for p, q in zip(x, y))
                 assert err <= 1e-5, f"crop({n}) then step {step}: differs from a cache fed up to {n} by {err:.2e}"
+        self._crop_into_a_long_block(spec)
         cache = self.make(spec)
         self._run(cache, _History(spec), SCHEDULE[:15], Draws(4), "before")
         too_far = cache.length - 4 * self.slack - 1
@@ -278,6 +279,21 @@ class ScoredCacheConformance:
             pass
         else:
             raise AssertionError(f"crop({too_far}), far beyond rollback={self.rollback}, did not raise")
+
+    def _crop_into_a_long_block(self, spec: CacheSpec) -> None:
+        """A prompt and drafts fed together, then the drafts taken back: as if the prompt came alone."""
+        draws, cache, history = Draws(11), self.make(spec), _History(spec)
+        self._run(cache, history, LONG[:1], draws, "prompt")
+        n = LONG[0] - 3
+        cache.crop(n)  # type: ignore[attr-defined]
+        history.crop(n)
+        twin, twin_history = self.make(spec), _History(spec)
+        self._run(twin, twin_history, [n], Replay(draws.log), f"a prompt of {n}")
+        after = self._run(cache, history, (1, 2, *[1] * 6), Draws(12), f"after crop({n})")
+        want = self._run(twin, twin_history, (1, 2, *[1] * 6), Draws(12), f"a prompt of {n}, then")
+        for step, (x, y) in enumerate(zip(after, want)):
+            err = max((p - q).abs().max().item() for p, q in zip(x, y))
+            assert err <= 1e-5, f"crop({n}) into a long block, then step {step}: differs by {err:.2e}"
 
     def test_reorder(self) -> None:
         for index in ([1, 0], [1, 1]):

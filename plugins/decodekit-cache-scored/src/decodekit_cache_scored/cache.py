@@ -4,11 +4,13 @@ A forward attends over what is held plus its own tokens (causally); the held set
 budget before the next forward writes (lazily, so `crop` right after a forward has nothing to undo). The
 sinks (a row's first tokens) and the `recent` latest tokens are always kept; among the rest the policy's
 score decides, the newer entry on a tie. A block longer than `slack` (a prompt) is attended in full and
-then compressed at once, as kvpress does at prefill. Keys stay at their own positions while the query's
-context holds them; past it (rotary models) they are moved within it (`selection.capped_shift`).
+then compressed as a whole (kvpress's prefill compression), never written token by token. Keys stay at
+their own positions while the query's context holds them; past it (rotary models) they are moved within
+it (`selection.capped_shift`).
 
 Storage is per kv-head (`Storage.write_at`): `budget + 4·slack` slots per layer, enough for the budget, the
-new tokens and the evicted entries `crop` may still bring back (any of the last `slack` slots).
+new tokens and the evicted entries `crop` may still bring back: any of the last `slack` slots, and back
+to the start of a long block not yet compressed (what speculative decoding's first round needs).
 """
 
 from __future__ import annotations
@@ -86,7 +88,8 @@ class ScoredCache:
 
     @property
     def rollback(self) -> int:
-        """`crop` can take back the last `slack` slots (not into a block longer than `slack`)."""
+        """`crop` can take back the last `slack` slots (and to the start of the last forward; not further back
+        than a long block's start)."""
         return self.slack
 
     def reach(self, new: int) -> int:
@@ -141,11 +144,15 @@ class ScoredCache:
         if not low <= n <= self.length:
             raise ParameterError(
                 f"{self.name}.crop: n={n} is invalid: the cache holds what it needs to take back slots from {low} on "
-                f"(rollback={self.slack}, never into a block longer than slack); allowed: {low} <= n <= {self.length}"
+                f"(rollback={self.slack}, never before a block longer than slack); allowed: {low} <= n <= {self.length}"
             )
         if n == self.length:
             return
         for st in self._layers:
+            if st.pending is not None:  # a long block, not compressed yet: cut it
+                st.pending.cut(n, self.slots)
+                st.length, st.observed = n, True
+                continue
             forward = next(f for f in reversed(st.journal) if f.start <= n)
             st.restore(forward, n, self.policy.apply)
 
@@ -153,13 +160,21 @@ class ScoredCache:
         """`[B, H_kv, budget + 4·slack]`: the stream slot of each entry `layer` holds for each row and kv-head
         (-1: none), in storage order, after the compression the next forward would do."""
         st = self._layers[layer]
-        self._settle(layer, st)
+        if st.pending is not None:
+            keep, order, _ = self._select(st.pending)
+            return torch.where(keep, st.pending.slots, -1).gather(-1, order)
         alive = self._keep(st.slots, st.alive, st.score, st.length) if st.held > self.budget else st.alive
         return torch.where(alive, st.slots, -1)
 
     def oldest_crop(self) -> int:
         """The smallest `n` that `crop(n)` accepts."""
-        return max(st.journal[0].start if st.journal else st.length for st in self._layers)
+
+        def oldest(st: LayerState) -> int:
+            if st.pending is not None:
+                return st.pending.start
+            return st.journal[0].start if st.journal else st.length
+
+        return max(oldest(st) for st in self._layers)
 
     def reorder(self, index: Tensor) -> None:
         if index.dim() != 1 or index.numel() != self.spec.batch_size:
@@ -189,9 +204,9 @@ class ScoredCache:
         return keep_top(priority, alive, slots, self.budget)
 
     def _settle(self, layer: int, st: LayerState) -> None:
-        """Compress a long block left pending by a policy that does not observe (its scores are known)."""
-        if st.pending is not None and not self.policy.observes:
-            self._finalize(layer, st, None)
+        """Compress a long block left pending by the last forward."""
+        if st.pending is not None:
+            self._finalize(layer, st)
 
     def _compress(self, st: LayerState, length: int) -> None:
         """The held set down to the budget (the lazy step: before a forward writes)."""
@@ -247,21 +262,26 @@ class ScoredCache:
         moved = self._moved(held_k, st.slots, st.alive, start + T - 1)
         return torch.cat([moved, new_k], 2), torch.cat([held_v, new_v], 2)
 
-    def _selection(self, layer: int, block: Block, score: Tensor, weights: Tensor | None) -> Tensor:
+    def _selection(self, block: Block, score: Tensor) -> Tensor:
         """What a long block is compressed by: the held scores (SnapKV overrides it for a prompt)."""
         return score
 
-    def _finalize(self, layer: int, st: LayerState, weights: Tensor | None) -> None:
+    def _select(self, block: Block) -> tuple[Tensor, Tensor, Tensor]:
+        """What a long block and the entries held before it are compressed to: which stay, the first `budget`
+        entries in slot order (the kept ones first), and the scores."""
+        score = block.score
+        if block.weights is not None:
+            score = self.policy.apply(score, self.policy.contributions(block.weights, self.spec.n_kv_heads))
+        end = block.start + block.slots.shape[-1] - self.slots
+        keep = self._keep(block.slots, block.alive, self._selection(block, score), end)
+        order = torch.argsort(torch.where(keep, block.slots, torch.iinfo(torch.long).max), dim=-1, stable=True)
+        return keep, order[..., : self.budget], score
+
+    def _finalize(self, layer: int, st: LayerState) -> None:
         """Compress a long block and what was held into the budget, rewritten from storage slot 0 in slot order."""
         block = st.pending
         assert block is not None
-        score = block.score
-        if weights is not None:
-            score = self.policy.apply(score, self.policy.contributions(weights, self.spec.n_kv_heads))
-        end = block.start + block.slots.shape[-1] - self.slots
-        keep = self._keep(block.slots, block.alive, self._selection(layer, block, score, weights), end)
-        order = torch.argsort(torch.where(keep, block.slots, torch.iinfo(torch.long).max), dim=-1, stable=True)
-        order = order[..., : self.budget]  # [B, H, budget]: the kept entries first, in slot order
+        keep, order, score = self._select(block)
         keys, values = (self._gathered(torch.cat(parts, 2), order) for parts in (block.keys, block.values))
         self.store.write(layer, 0, keys, values)
         n = order.shape[-1]
@@ -292,7 +312,7 @@ class ObservingScoredCache(ScoredCache):
         weights = torch.softmax(scores.masked_fill(~st.mask, -math.inf), -1)  # [B, H, T, S']
         weights = weights * st.valid[:, None, :, None]  # a padding query scores nothing
         if st.pending is not None:
-            self._finalize(layer, st, weights)
+            st.pending.weights = weights  # compressed before the next forward (crop may cut it first)
         else:
             forward = st.journal[-1]
             forward.contributions = self.policy.contributions(weights, self.spec.n_kv_heads)

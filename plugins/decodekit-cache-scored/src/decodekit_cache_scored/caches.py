@@ -74,8 +74,8 @@ class SnapKVCache(ObservingScoredCache):
         self.policy = _DECODE[params.decode]
         super().__init__(spec, params)
 
-    def _selection(self, layer: int, block: Block, score: Tensor, weights: Tensor | None) -> Tensor:
-        T, w = block.slots.shape[-1] - self.slots, self.window
+    def _selection(self, block: Block, score: Tensor) -> Tensor:
+        T, w, weights = block.slots.shape[-1] - self.slots, self.window, block.weights
         if block.start != 0 or weights is None or w >= T:
             return score
         B, H, _, _ = weights.shape

@@ -34,8 +34,9 @@ class Forward:
 
 @dataclass
 class Block:
-    """A long block awaiting its scores: the held keys and values (views of the storage) and the block's,
-    with every entry's stream slot, score and liveness, held entries first."""
+    """A long block, compressed before the next forward writes: the held keys and values (views of the
+    storage) and the block's, every entry's stream slot, score and liveness (held entries first), and the
+    attention weights of its queries once observed (`[B, n_heads, T, S + T]`)."""
 
     start: int
     keys: list[Tensor]
@@ -43,6 +44,15 @@ class Block:
     slots: Tensor  # [B, H, S + T]
     score: Tensor  # [B, H, S + T]
     alive: Tensor  # [B, H, S + T]
+    weights: Tensor | None = None
+
+    def cut(self, n: int, held: int) -> None:
+        """Keep the block's tokens before stream slot `n` (`held`: entries before the block's)."""
+        m = n - self.start
+        self.keys, self.values = [self.keys[0], self.keys[1][:, :, :m]], [self.values[0], self.values[1][:, :, :m]]
+        self.slots, self.score, self.alive = (x[..., : held + m] for x in (self.slots, self.score, self.alive))
+        if self.weights is not None:
+            self.weights = self.weights[:, :, :m, : held + m]
 
 
 @dataclass
