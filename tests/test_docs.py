@@ -50,19 +50,22 @@ def test_page_examples_run_in_order(page: Path, example_plugins: tuple[list[Path
             print(line)  # shown by `pytest -rA`; the block says why on its first line
 
 
-def test_example_plugins_pass_their_own_tests(example_plugins: tuple[list[Path], Path]) -> None:
+def test_example_plugins_pass_their_own_tests(example_plugins: tuple[list[Path], Path], tmp_path: Path) -> None:
     dists, site = example_plugins
     assert dists, "the docs show no example plugin"
-    for dist in dists:
-        r = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(dist / "tests")],
-            cwd=dist,
-            env=_env(site),
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert r.returncode == 0, f"{dist.name}:\n{r.stdout}\n{r.stderr}"
+    tests = [str(dist / "tests") for dist in dists]  # one pytest for all: each a test folder of its own
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--import-mode=importlib", *tests],
+        cwd=tmp_path,
+        env=_env(site),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    passed = [line for line in r.stdout.splitlines() if line.startswith("PASSED")]  # -rA lists each test
+    for test_file in (f for dist in dists for f in (dist / "tests").glob("test_*.py")):
+        assert any(f"{test_file.name}::" in line for line in passed), f"{test_file}: no test ran\n{r.stdout}"
 
 
 def mismatches(shown: list[dx.Shown], outputs: list[str]) -> list[str]:
