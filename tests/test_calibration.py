@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -134,8 +135,54 @@ def test_calibrate_refuses_learned_positions() -> None:
         calibrate(model, list(range(11)) * 4)
 
 
-def test_the_command_names_a_missing_text(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--text", "/nonexistent.txt"], "--text /nonexistent.txt: No such file or directory; allowed: a readable"),
+        (["--windows", "0"], "--windows 0 is invalid; allowed: an integer >= 1"),
+        (["--windows", "-1"], "--windows -1 is invalid; allowed: an integer >= 1"),
+        (["--sinks", "200"], "--sinks 200 is invalid for a context of 256; allowed: 0 <= sinks < 128"),
+        (["--plot", "/nonexistent/a.png"], "--plot /nonexistent/a.png: folder /nonexistent does not exist"),
+    ],
+)
+def test_the_command_checks_every_argument_before_the_run(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     from decodekit_cli.app import run
 
-    assert run(["cache", "calibrate", "--text", "/nonexistent.txt"]) != 0
-    assert "--text /nonexistent.txt: no such file" in capsys.readouterr().err
+    assert run(["cache", "calibrate", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_text_that_is_not_utf8_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from decodekit_cli.app import run
+
+    (tmp_path / "latin1.txt").write_bytes("To be, or not to be: caf\xe9".encode("latin-1") * 40)
+    assert run(["cache", "calibrate", "--text", str(tmp_path / "latin1.txt")]) == 2
+    assert f"--text {tmp_path / 'latin1.txt'}: not UTF-8 text (byte 0xe9 at offset 24)" in capsys.readouterr().err
+
+
+def test_the_command_runs_on_the_text_its_packages_ship(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No data outside the installed packages: the default text is decodekit-shakespeare's Hamlet."""
+    from decodekit_cli.app import run
+    from decodekit_cli.calibrate_command import default_text
+
+    import decodekit_shakespeare
+
+    monkeypatch.setenv("DECODEKIT_SHAKESPEARE_DATA", "/nonexistent")  # what the command once read
+    assert default_text().parent == Path(decodekit_shakespeare.__file__).parent
+    assert default_text().read_text(encoding="utf-8").startswith("HAMLET, PRINCE OF DENMARK")
+    assert run(["cache", "calibrate", "--windows", "2", "--json"]) == 0
+    result = Calibration.from_json(capsys.readouterr().out)
+    assert result.text == "hamlet.txt" and result.windows == 2 and len(result.layers) == 4
+
+
+def test_the_table_wraps_instead_of_cutting(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from decodekit_cli.app import run
+
+    monkeypatch.setenv("COLUMNS", "60")
+    assert run(["cache", "calibrate", "--windows", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 60

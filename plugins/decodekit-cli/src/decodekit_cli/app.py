@@ -341,7 +341,7 @@ app.add_typer(cache_app, name="cache")
 )
 def calibrate(
     model: ModelOption = None,
-    text: Annotated[Path | None, typer.Option("--text", help="Held-out text (default: Hamlet).")] = None,
+    text: Annotated[Path | None, typer.Option("--text", help="Held-out UTF-8 text (default: the shipped Hamlet).")] = None,
     sinks: Annotated[int, typer.Option("--sinks", help="Leading positions reported apart as sinks.")] = 4,
     windows: Annotated[
         int | None, typer.Option("--windows", help="Measure at most this many contexts, spread over the text.")
@@ -349,9 +349,9 @@ def calibrate(
     json_output: JsonOption = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="Draw a(d), the fits and D_f to a PNG.")] = None,
 ) -> None:
-    from decodekit_cli.calibrate_command import DEFAULT_TEXT, CalibrateRequest, run_calibrate
+    from decodekit_cli.calibrate_command import CalibrateRequest, run_calibrate
 
-    request = CalibrateRequest(model or DEFAULT_MODEL, text or DEFAULT_TEXT, sinks, windows, json_output, plot)
+    request = CalibrateRequest(model or DEFAULT_MODEL, text, sinks, windows, json_output, plot)
     raise typer.Exit(run_calibrate(request))
 
 

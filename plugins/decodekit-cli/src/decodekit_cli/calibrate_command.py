@@ -1,4 +1,9 @@
-"""`decodekit cache calibrate`: measure a model's attention decay (γ) and each layer's window D_f."""
+"""`decodekit cache calibrate`: measure a model's attention decay (γ) and each layer's window D_f.
+
+Every argument is checked before the model is loaded or measured (the text read and decoded, the plot's
+folder, the counts); the default text is the Hamlet shipped with decodekit-shakespeare, inside the
+installed package. Progress goes to stderr; the table wraps its cells instead of cutting them.
+"""
 
 from __future__ import annotations
 
@@ -9,41 +14,69 @@ from typing import Any
 
 from decodekit_cli.errors import CliError
 
-__all__ = ["DEFAULT_TEXT", "CalibrateRequest", "run_calibrate"]
-
-# Held-out text of the default model: Hamlet, never seen in training.
-DEFAULT_TEXT = Path(os.environ.get("DECODEKIT_SHAKESPEARE_DATA", "/work/shared/data")) / "shakespeare-val.txt"
+__all__ = ["CalibrateRequest", "default_text", "run_calibrate"]
 
 
 @dataclass(frozen=True)
 class CalibrateRequest:
     model: str
-    text: Path
+    text: Path | None  # None: the shipped Hamlet
     sinks: int
     windows: int | None
     json_output: bool
     plot: Path | None
 
 
+def default_text() -> Path:
+    """The held-out text shipped with decodekit-shakespeare (Hamlet)."""
+    try:
+        from decodekit_shakespeare.texts import hamlet
+    except ImportError:
+        raise CliError(
+            "no --text given, and no default text is installed (decodekit-shakespeare ships Hamlet); "
+            "allowed: --text FILE, a UTF-8 text the model did not train on"
+        ) from None
+    return hamlet()
+
+
+def read_text(request: CalibrateRequest) -> tuple[str, str]:
+    """(name, content) of the text, after checking every argument: nothing runs on a bad one."""
+    if request.windows is not None and request.windows < 1:
+        raise CliError(f"--windows {request.windows} is invalid; allowed: an integer >= 1")
+    if request.sinks < 0:
+        raise CliError(f"--sinks {request.sinks} is invalid; allowed: an integer >= 0")
+    if request.plot is not None:
+        folder = request.plot.parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise CliError(f"--plot {request.plot}: folder {folder} does not exist or is not writable")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise CliError("--plot needs matplotlib: pip install 'decodekit[plot]'") from None
+    path = request.text or default_text()
+    option = f"--text {path}" if request.text is not None else f"the default text {path}"
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CliError(f"{option}: {exc.strerror or exc}; allowed: a readable text file") from None
+    try:
+        return path.name, data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliError(f"{option}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start})") from None
+
+
 def run_calibrate(request: CalibrateRequest) -> int:
+    name, content = read_text(request)
     import torch
     from decodekit_cache_window.calibration import calibrate
-    from decodekit_gpt.gpt import GPT
 
     import decodekit as dk
 
-    if not request.text.is_file():
-        raise CliError(f"--text {request.text}: no such file; allowed: a held-out text file")
     model = dk.load_model(request.model)
-    if not isinstance(model, GPT) or getattr(model, "tokenizer", None) is None:
-        raise CliError(
-            f"--model {request.model}: calibration reads the attention of decodekit's reference GPT "
-            "(decodekit_gpt.gpt.GPT) with a tokenizer; this model is not one"
-        )
+    ids = _encode(request, model, content)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
-    tokenizer: Any = model.tokenizer
-    ids = tokenizer.encode(request.text.read_text(encoding="utf-8"))
-    result = calibrate(model, ids, sinks=request.sinks, max_windows=request.windows, text=request.text.name)
+    with _progress() as advance:
+        result = calibrate(model, ids, sinks=request.sinks, max_windows=request.windows, text=name, progress=advance)
     if request.json_output:
         print(result.to_json())
     else:
@@ -55,6 +88,51 @@ def run_calibrate(request: CalibrateRequest) -> int:
     return 0
 
 
+def _encode(request: CalibrateRequest, model: Any, content: str) -> list[int]:
+    """The text's ids, once the model is known to be one calibration can measure."""
+    tokenizer = getattr(model, "tokenizer", None)
+    spec = model.spec
+    if tokenizer is None or spec.rope_base is None:
+        raise CliError(
+            f"--model {request.model}: calibration measures a rotary model with a tokenizer (decodekit's GPT "
+            "with position='rope', a Llama-family Hugging Face model); this model is not one"
+        )
+    T = spec.max_positions
+    if request.sinks >= T // 2:
+        raise CliError(f"--sinks {request.sinks} is invalid for a context of {T}; allowed: 0 <= sinks < {T // 2}")
+    ids: list[int] = tokenizer.encode(content)
+    if len(ids) < T:
+        raise CliError(f"the text has {len(ids)} tokens; allowed: at least one context of {T} tokens")
+    return ids
+
+
+class _progress:
+    """A progress bar on stderr while the windows are measured (`advance(done, total)`)."""
+
+    def __enter__(self) -> Any:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(
+            TextColumn("measuring attention"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task("windows", total=None)
+
+        def advance(done: int, total: int) -> None:
+            self.bar.update(self.task, completed=done, total=total)
+
+        return advance
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
+
+
 def _render(result: object) -> None:
     from decodekit_cache_window.calibration import Calibration
     from rich.console import Console
@@ -62,16 +140,15 @@ def _render(result: object) -> None:
 
     assert isinstance(result, Calibration)
     T = result.context
-    table = Table(
-        title=f"attention decay on {result.text} ({result.windows} windows of {T}); "
-        f"D_f: the longest head's window, where its fit falls to 1/T = {1 / T:.5f}",
-        title_justify="left",
-    )
     # What a key would get under uniform attention, for the queries the sink weight is measured on.
     uniform = sum(1 / (i + 1) for i in range(T // 2, T)) / (T - T // 2)
-    columns = ("layer", "γ", "C", "R² power", "λ", "R² exp", "law", "window per head", "D_f")
-    for name in (*columns, f"sink weight (uniform {uniform:.4f})"):
-        table.add_column(name, justify="right")
+    table = Table(
+        title=f"attention decay on {result.text} ({result.windows} windows of {T}); D_f: the longest head's "
+        f"window, where its fit falls to 1/T = {1 / T:.5f}; sink: mean weight on a sink (uniform: {uniform:.4f})",
+        title_justify="left",
+    )
+    for column in ("layer", "γ", "C", "R² pow", "λ", "R² exp", "law", "head windows", "D_f", "sink"):
+        table.add_column(column, justify="right", overflow="fold")  # a narrow terminal wraps, never cuts
     for f in result.layers:
         sinks = f"{sum(f.sink_weight) / max(len(f.sink_weight), 1):.4f}"
         table.add_row(
