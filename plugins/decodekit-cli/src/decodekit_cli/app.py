@@ -341,7 +341,9 @@ app.add_typer(cache_app, name="cache")
 )
 def calibrate(
     model: ModelOption = None,
-    text: Annotated[Path | None, typer.Option("--text", help="Held-out UTF-8 text (default: the shipped Hamlet).")] = None,
+    text: Annotated[
+        Path | None, typer.Option("--text", help="Held-out UTF-8 text (default: the shipped Hamlet).")
+    ] = None,
     sinks: Annotated[int, typer.Option("--sinks", help="Leading positions reported apart as sinks.")] = 4,
     windows: Annotated[
         int | None, typer.Option("--windows", help="Measure at most this many contexts, spread over the text.")
