@@ -166,10 +166,9 @@ def test_the_command_runs_on_the_text_its_packages_ship(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """No data outside the installed packages: the default text is decodekit-shakespeare's Hamlet."""
+    import decodekit_shakespeare
     from decodekit_cli.app import run
     from decodekit_cli.calibrate_command import default_text
-
-    import decodekit_shakespeare
 
     monkeypatch.setenv("DECODEKIT_SHAKESPEARE_DATA", "/nonexistent")  # what the command once read
     assert default_text().parent == Path(decodekit_shakespeare.__file__).parent
@@ -179,7 +178,9 @@ def test_the_command_runs_on_the_text_its_packages_ship(
     assert result.text == "hamlet.txt" and result.windows == 2 and len(result.layers) == 4
 
 
-def test_the_table_wraps_instead_of_cutting(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_table_wraps_instead_of_cutting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from decodekit_cli.app import run
 
     monkeypatch.setenv("COLUMNS", "60")

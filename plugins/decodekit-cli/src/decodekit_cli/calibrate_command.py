@@ -75,7 +75,7 @@ def run_calibrate(request: CalibrateRequest) -> int:
     model = dk.load_model(request.model)
     ids = _encode(request, model, content)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
-    with _progress() as advance:
+    with _Progress() as advance:
         result = calibrate(model, ids, sinks=request.sinks, max_windows=request.windows, text=name, progress=advance)
     if request.json_output:
         print(result.to_json())
@@ -106,7 +106,7 @@ def _encode(request: CalibrateRequest, model: Any, content: str) -> list[int]:
     return ids
 
 
-class _progress:
+class _Progress:
     """A progress bar on stderr while the windows are measured (`advance(done, total)`)."""
 
     def __enter__(self) -> Any:
