@@ -1,0 +1,104 @@
+"""The scored caches under a real decode: the reference GPT, prefill in blocks, far past the context, beam
+search and speculative decoding (rolled back on every rejection)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from decodekit_gpt.gpt import GPT, GPTConfig
+
+import decodekit as dk
+
+CACHES = ["h2o", "tova", "snapkv", "knorm", "streaming"]
+PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [7, 8, 9]]
+
+
+@pytest.fixture(scope="module")
+def model() -> GPT:
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=29, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, position="rope")
+    return GPT(config).eval()
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_a_budget_above_everything_fed_equals_keeping_all(model: GPT, cache: str) -> None:
+    """Nothing is evicted: greedy tokens equal gqa's, for a ragged batch (padding never counts)."""
+    want = dk.generate(model, PROMPTS, chain="greedy", cache="gqa", max_new_tokens=18).tokens
+    assert dk.generate(model, PROMPTS, chain="greedy", cache=f"{cache}(budget=31)", max_new_tokens=18).tokens == want
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("store", ["gqa", "int8"])
+def test_streams_far_past_the_context_in_fixed_memory(model: GPT, cache: str, store: str) -> None:
+    held: list[dk.KVCache] = []
+
+    def make(spec: dk.CacheSpec) -> dk.KVCache:
+        held.append(dk.create_cache(f"{cache}(budget=12, sinks=2, recent=3, store={store!r})", spec))
+        return held[-1]
+
+    out = dk.generate(model, PROMPTS, cache=make, max_new_tokens=300, seed=0)
+    assert [len(t) for t in out.tokens] == [300, 300]
+    assert (
+        held[0].nbytes
+        == dk.create_cache(f"{cache}(budget=12, sinks=2, recent=3, store={store!r})", held[0].spec).nbytes
+    )
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_speculative_decoding_rolls_back_and_keeps_all_when_nothing_is_evicted(model: GPT, cache: str) -> None:
+    repetitive = [[3, 4, 5, 6] * 4, [5, 6, 3, 4] * 2]  # prompt lookup drafts often, and is often wrong
+    want = dk.generate(model, repetitive, chain="greedy", cache="gqa", max_new_tokens=14).tokens
+    out: Any = dk.decode(
+        model,
+        repetitive,
+        strategy="speculative",
+        draft="ngram",
+        k=3,
+        chain="greedy",
+        cache=f"{cache}(budget=31)",
+        max_new_tokens=14,
+    )
+    assert out.tokens == want
+    assert sum(out.drafted) > sum(out.accepted) > 0  # drafts were rejected: crop ran
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_speculative_decoding_with_evictions(model: GPT, cache: str) -> None:
+    out: Any = dk.decode(
+        model,
+        [[3, 4, 5, 6] * 4],
+        strategy="speculative",
+        draft="ngram",
+        k=3,
+        chain="greedy",
+        cache=f"{cache}(budget=10, sinks=2, recent=4, slack=4)",
+        max_new_tokens=60,
+    )
+    assert len(out.tokens[0]) == 60 and sum(out.drafted) > sum(out.accepted) > 0
+
+
+def test_speculative_refuses_more_than_the_rollback(model: GPT) -> None:
+    with pytest.raises(dk.ParameterError, match=r"k=8 is invalid with cache h2o.*at most 4 \(its rollback\)"):
+        dk.decode(model, [[1, 2, 3]], strategy="speculative", draft="ngram", k=8, cache="h2o(budget=12, slack=4)")
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_beam_search_follows_the_beams(model: GPT, cache: str) -> None:
+    want = dk.beam_search(model, PROMPTS, num_beams=3, cache="gqa", max_new_tokens=12).tokens
+    assert dk.beam_search(model, PROMPTS, num_beams=3, cache=f"{cache}(budget=31)", max_new_tokens=12).tokens == want
+    out = dk.beam_search(model, PROMPTS, num_beams=3, cache=f"{cache}(budget=10, sinks=2, recent=3)", max_new_tokens=40)
+    assert [len(t) for t in out.tokens] == [40, 40]
+
+
+def test_a_model_that_never_observes_is_a_clear_error() -> None:
+    spec = dk.CacheSpec(n_layers=1, n_heads=2, n_kv_heads=1, head_dim=8, batch_size=1, capacity=8, max_positions=32)
+    cache = dk.create_cache("h2o(budget=8, recent=2)", spec)
+    z = torch.zeros(1, 1, 2, 8)
+    cache.update(0, z, z)
+    cache.attention_mask(0, torch.tensor([[0, 1]]))
+    with pytest.raises(
+        dk.PluginError, match=r"h2o: layer 0 was fed again before the model handed its queries to observe"
+    ):
+        cache.update(0, z, z)
