@@ -2,9 +2,10 @@
 
 Three kinds of fenced block take part:
 
-- ```python and ```pycon blocks run in order, one namespace per page, in a subprocess
-  (`python tests/doc_examples.py --run PAGE`): each page is self-contained. A block whose first
-  line is `# not tested: REASON` is skipped, visibly, with its reason (keep those few).
+- ```python and ```pycon blocks run in order, one namespace per page, each page in a process of
+  its own (`python tests/doc_examples.py --run PAGE... --report FILE` forks one per page once torch
+  and decodekit are imported): each page is self-contained. A block whose first line is
+  `# not tested: REASON` is skipped, visibly, with its reason (keep those few).
 - A block (python, toml) whose first line is `# file: DIST/PATH` is a file of an example
   plugin: the files of all pages are written out, each `DIST` is installed before the pages run,
   and its `tests/` run under pytest. A path shown on two pages must be shown the same.
@@ -21,12 +22,15 @@ from __future__ import annotations
 import argparse
 import ast
 import doctest
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import textwrap
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,6 +166,42 @@ def run_page(page: Path) -> None:
             print(f"skipped {block.where}: {block.skip_reason}")
             continue
         (_run_pycon if block.lang == "pycon" else _run_python)(block, namespace)
+
+
+def run_pages(pages: list[Path], report: Path) -> None:
+    """Run each page in a process of its own, forked from this one once torch and decodekit are
+    imported (a new interpreter costs seconds), in a folder of its own under the working directory;
+    write `{page: [exit status, what it printed]}` to `report` as JSON."""
+    import torch
+
+    import decodekit  # noqa: F401
+
+    torch.set_num_threads(1)
+    results: dict[str, tuple[int, str]] = {}
+    for i, page in enumerate(pages):
+        folder = Path(f"{i}-{page.stem}").resolve()
+        folder.mkdir()
+        with tempfile.TemporaryFile("w+") as out:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:  # the page's process: its output into `out`
+                os.dup2(out.fileno(), 1)
+                os.dup2(out.fileno(), 2)
+                os.chdir(folder)
+                status = 0
+                try:
+                    run_page(page)
+                except BaseException:
+                    traceback.print_exc()
+                    status = 1
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(status)
+            _, wait_status = os.waitpid(pid, 0)
+            out.seek(0)
+            results[str(page)] = (os.waitstatus_to_exitcode(wait_status), out.read())
+    report.write_text(json.dumps(results))
 
 
 # -- console blocks ------------------------------------------------------------------------
@@ -323,11 +363,16 @@ def update_outputs(cwd: Path) -> list[Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--run", type=Path, help="run the python and pycon blocks of one page")
+    group.add_argument("--run", type=Path, nargs="+", help="run the python and pycon blocks of these pages")
     group.add_argument("--update", action="store_true", help="regenerate every shown CLI output")
+    parser.add_argument("--report", type=Path, help="with --run: each page in a process, the outcomes to this file")
     args = parser.parse_args()
+    if args.run and args.report:
+        run_pages([page.resolve() for page in args.run], args.report)
+        return
     if args.run:
-        run_page(args.run.resolve())
+        for page in args.run:
+            run_page(page.resolve())
         return
     import tempfile
 

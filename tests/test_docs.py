@@ -6,6 +6,7 @@ The machinery is `tests/doc_examples.py`; `make docs-outputs` regenerates the ou
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import subprocess
 import sys
@@ -34,18 +35,33 @@ def _env(site: Path) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("page", [p for p in dx.pages() if dx.code_blocks(p)], ids=_rel)
-def test_page_examples_run_in_order(page: Path, example_plugins: tuple[list[Path], Path], tmp_path: Path) -> None:
+PAGES = [p for p in dx.pages() if dx.code_blocks(p)]
+
+
+@pytest.fixture(scope="module")
+def page_runs(
+    example_plugins: tuple[list[Path], Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[int, str]]:
+    """Every page's examples, each page in a process of its own: {page: (exit status, what it printed)}."""
+    work = tmp_path_factory.mktemp("pages")
+    report = work / "report.json"
     r = subprocess.run(
-        [sys.executable, dx.__file__, "--run", str(page)],
-        cwd=tmp_path,
+        [sys.executable, dx.__file__, "--run", *map(str, PAGES), "--report", str(report)],
+        cwd=work,
         env=_env(example_plugins[1]),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1200,
     )
-    assert r.returncode == 0, f"{_rel(page)}: an example failed\n{r.stdout}\n{r.stderr}"
-    for line in r.stdout.splitlines():
+    assert r.returncode == 0, r.stdout + r.stderr
+    return {page: (status, output) for page, (status, output) in json.loads(report.read_text()).items()}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_page_examples_run_in_order(page: Path, page_runs: dict[str, tuple[int, str]]) -> None:
+    status, output = page_runs[str(page)]
+    assert status == 0, f"{_rel(page)}: an example failed\n{output}"
+    for line in output.splitlines():
         if line.startswith("skipped "):
             print(line)  # shown by `pytest -rA`; the block says why on its first line
 
