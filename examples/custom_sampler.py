@@ -24,7 +24,6 @@ class SoftcapParams(dk.Params):
 
 
 class Softcap(dk.ProcessorBase[SoftcapParams]):
-
     def __call__(self, logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
         capped = torch.tanh(logits / self.params.cap) * self.params.cap
         return torch.where(logits == float("-inf"), logits, capped)  # removed tokens stay removed
