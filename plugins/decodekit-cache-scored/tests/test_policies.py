@@ -133,3 +133,23 @@ def test_snapkv_scores_a_prompt_as_kvpress_does() -> None:
     pooled = F.avg_pool1d(observed[None], 5, stride=1, padding=2)[0].mean(0)  # one kv-head: mean over its heads
     want = set(pooled.topk(budget - w).indices.tolist()) | set(range(T - w, T))
     assert kept == want
+
+
+def test_snapkv_scores_each_long_block_over_what_is_held_in_slot_order() -> None:
+    """A second block of 24 (a chunk of a streamed text) is scored as the first, over the 10 held entries and
+    itself, pooled in slot order with the window counted as zeros."""
+    T, w, budget = 24, 6, 10
+    g = torch.Generator().manual_seed(3)
+    k = torch.randn(2 * T, D, generator=g, dtype=torch.float64)
+    q = 3 * torch.randn(H, 2 * T, D, generator=g, dtype=torch.float64)
+    cache = dk.create_cache("snapkv", SPEC, budget=budget, window=w, kernel=5, slack=3, sinks=0, recent=0)
+    held = sorted(drive(cache, [(k[:T], q[:, :T])])[0])
+    kept = drive(cache, [(k[T:], q[:, T:])])[0]
+    seen = held + list(range(T, 2 * T))  # slot order
+    visible = torch.tensor([[j < len(held) or seen[j] <= T + i for j in range(len(seen))] for i in range(T)])
+    scores = (q[:, T:] @ k[seen].T / math.sqrt(D)).masked_fill(~visible, -math.inf)
+    observed = torch.softmax(scores, -1)[:, T - w :].mean(1)  # [H, S]
+    observed[:, -w:] = 0  # the window counts as zero padding
+    pooled = F.avg_pool1d(observed[None], 5, stride=1, padding=2)[0].mean(0)[:-w]
+    want = {seen[j] for j in pooled.topk(budget - w).indices.tolist()} | set(range(2 * T - w, 2 * T))
+    assert kept == want

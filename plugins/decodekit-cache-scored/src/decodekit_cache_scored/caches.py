@@ -62,9 +62,10 @@ _DECODE: dict[str, Policy] = {"h2o": H2O(), "tova": TOVA(), "knorm": KeyNorm()}
 
 
 class SnapKVCache(ObservingScoredCache):
-    """SnapKV: a prompt (a first block longer than `window` and `slack`) is compressed by the attention its
-    last `window` queries pay to each key, mean over them, average-pooled over `kernel` keys and over the
-    query heads of each kv-head, the window itself kept; then the `decode` policy evicts."""
+    """SnapKV: a block longer than `window` and `slack` (a prompt, or a chunk of a streamed text) is compressed
+    by the attention its last `window` queries pay to each entry, mean over them and over the query heads of
+    each kv-head, average-pooled over `kernel` neighbours in slot order (the window counted as zeros, as
+    kvpress pads), the window itself kept; shorter forwards are evicted by the `decode` policy."""
 
     name = "snapkv"
 
@@ -76,12 +77,13 @@ class SnapKVCache(ObservingScoredCache):
 
     def _selection(self, block: Block, score: Tensor) -> Tensor:
         T, w, weights = block.slots.shape[-1] - self.slots, self.window, block.weights
-        if block.start != 0 or weights is None or w >= T:
+        if weights is None or w >= T:
             return score
-        B, H, _, _ = weights.shape
-        observed = weights[:, :, T - w :, self.slots : self.slots + T - w].mean(2)  # [B, H, T - w]
-        pooled = F.avg_pool1d(observed, self.kernel, stride=1, padding=self.kernel // 2)
-        pooled = pooled.view(B, self.spec.n_kv_heads, H // self.spec.n_kv_heads, T - w).mean(2)
-        held = torch.full((*pooled.shape[:2], self.slots), -math.inf, device=pooled.device)
-        kept = torch.full((*pooled.shape[:2], w), math.inf, device=pooled.device)
-        return torch.cat([held, pooled, kept], -1)
+        B, _, _, S = weights.shape
+        observed = weights[:, :, T - w :].mean(2).view(B, self.spec.n_kv_heads, -1, S).mean(2)  # [B, H_kv, S]
+        window = block.slots >= block.start + T - w
+        observed = observed.masked_fill(window | ~block.alive, 0.0)
+        order = torch.argsort(torch.where(block.alive, block.slots, torch.iinfo(torch.long).max), dim=-1, stable=True)
+        pooled = F.avg_pool1d(observed.gather(-1, order), self.kernel, stride=1, padding=self.kernel // 2)
+        pooled = torch.empty_like(pooled).scatter_(-1, order, pooled)  # back to the block's order
+        return pooled.masked_fill(window, math.inf)
