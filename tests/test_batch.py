@@ -1,20 +1,30 @@
-"""`decodekit generate --input prompts.jsonl --output results.jsonl`: batches, resume, bad lines.
+"""`decodekit generate --input prompts.jsonl --output results.jsonl`: one record per line, nothing lost,
+nothing twice.
 
-Runs the CLI in subprocesses with the tiny `cli-test-gpt` model (see test_cli.py).
+Runs the CLI in subprocesses with the tiny `cli-test-gpt` model (see test_cli.py) and the
+`batch_testplugin` (a model that must not load, a sampler that fails on some prompts). Each
+hostile input of issue 24 is here with the exact records it must give; a result is compared with
+the same line's result from a clean file, since a line's seed depends only on its number.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from test_cli import MODEL, _env, _popen, cli, cli_many
+from test_cli import MODEL, TESTS, _env, _popen, cli, cli_many
 
 N = 200
 ARGS = ["-m", MODEL, "--seed", "11", "--max-new-tokens", "6", "--temperature", "1.5", "--cache", "none"]
+DENSE = ["-m", MODEL, "--seed", "11", "--max-new-tokens", "6", "--temperature", "1.5", "--cache", "dense"]
+PLUGINS = {"DECODEKIT_EXTRA_PLUGINS": "cli_testplugin,batch_testplugin"}
+CONTEXT = 128  # cli-test-gpt's positions
 
 
 def _prompts(path: Path) -> Path:
@@ -37,6 +47,27 @@ def _prompts(path: Path) -> Path:
     return path
 
 
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _run(prompts: Path, out: Path, *args: str) -> Any:
+    return cli("generate", "--input", str(prompts), "--output", str(out), *args, **PLUGINS)
+
+
+def _write_lines(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return path
+
+
+def _json(**fields: object) -> bytes:
+    return json.dumps(fields).encode()
+
+
+def _error(record: dict[str, Any]) -> tuple[object, int, str, str]:
+    return record["id"], record["line"], record["error"]["type"], record["error"]["message"]
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("batch")
@@ -46,9 +77,9 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return prompts, out.read_text()
 
 
-def test_results_name_their_prompt_and_request(reference: tuple[Path, str]) -> None:
+def test_results_name_their_prompt_line_and_request(reference: tuple[Path, str]) -> None:
     results = [json.loads(line) for line in reference[1].splitlines()]
-    assert len(results) == N
+    assert [r["line"] for r in results] == list(range(1, N + 1))  # one record per line, in input order
     by_id = {r["id"]: r for r in results}
     assert by_id["p0"]["prompt"] == "Line 0: " and by_id[2]["prompt"] == "Line 1: a"  # default id: the line number
     assert (
@@ -59,6 +90,20 @@ def test_results_name_their_prompt_and_request(reference: tuple[Path, str]) -> N
     assert by_id[2]["max_new_tokens"] == 6 and by_id[2]["chain"] == "temperature(value=1.5)"
     assert all(len(r["tokens"]) == r["max_new_tokens"] and r["finish_reason"] == "length" for r in results)
     assert len({tuple(r["tokens"]) for r in results}) > N // 2  # seeds differ per prompt
+
+
+def test_line_n_gets_row_n_of_one_batch_of_the_whole_file(tmp_path: Path) -> None:
+    """A line's stream is the one row `line - 1` gets from --seed in one batch: `-n 2` of one prompt."""
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="Line 1: a")] * 2)
+    out = tmp_path / "o.jsonl"
+    batch, single = cli_many(
+        ["generate", "--input", str(prompts), "--output", str(out), "--batch-size", "1", *ARGS],
+        ["generate", "Line 1: a", "-n", "2", "--json", *ARGS],
+    )
+    assert batch.returncode == 0 and single.returncode == 0, (batch.stderr, single.stderr)
+    samples = json.loads(single.stdout)["samples"]
+    assert [r["tokens"] for r in _records(out)] == [s["tokens"] for s in samples]
+    assert samples[0]["tokens"] != samples[1]["tokens"]
 
 
 def _interrupted_run(prompts: Path, out: Path, batch_size: int) -> int:
@@ -86,7 +131,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(
     assert 20 <= written < N
     assert out.read_text() == "".join(expected.splitlines(keepends=True)[:written])  # nothing half-written
     with out.open("a") as f:
-        f.write('{"id": "p999", "pro')  # as if killed in the middle of a write: resume drops it
+        f.write('{"id": "p999", "line": 999, "pro')  # as if killed in the middle of a write: resume drops it
     args = ["generate", "--input", str(prompts), "--output", str(out), "--batch-size", str(batch_size), *ARGS]
     r = cli(*args, "--resume")
     assert r.returncode == 0, r.stderr
@@ -94,38 +139,290 @@ def test_interrupted_and_resumed_equals_uninterrupted(
     assert out.read_text() == expected
 
 
-def test_bad_lines_are_reported_with_their_number(tmp_path: Path) -> None:
-    prompts = tmp_path / "prompts.jsonl"
-    good = json.dumps({"prompt": "ROMEO: "})
-    bad = ['{"prompt": ', '{"prompt": "x", "temp": 2}', '{"prompt": "x", "chain": "top_k(0)"}', '["ROMEO"]']
-    prompts.write_text("\n".join([good, *bad, good, json.dumps({"prompt": "y", "id": 1})]) + "\n")
-    out, skipped = tmp_path / "out.jsonl", tmp_path / "skip.jsonl"
-    fail, skip = cli_many(
-        ["generate", "--input", str(prompts), "--output", str(out), *ARGS],
-        ["generate", "--input", str(prompts), "--output", str(skipped), "--on-error", "skip", *ARGS],
+def test_killed_and_resumed_equals_uninterrupted(reference: tuple[Path, str], tmp_path: Path) -> None:
+    """SIGKILL, not Ctrl-C: no handler runs; the lock dies with the process and resume takes over."""
+    prompts, expected = reference
+    out = tmp_path / "results.jsonl"
+    p = _popen(["generate", "--input", str(prompts), "--output", str(out), *ARGS], _env())
+    deadline = time.monotonic() + 120
+    while p.poll() is None and time.monotonic() < deadline and not (out.exists() and out.stat().st_size > 2000):
+        time.sleep(0.01)
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=60)
+    assert 0 < out.read_text().count("\n") < N
+    r = cli("generate", "--input", str(prompts), "--output", str(out), *ARGS, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == expected
+
+
+# -- hostile input ----------------------------------------------------------------------------------
+
+SEED_TOO_BIG = _json(prompt="b", seed=2**64)
+PAST_CONTEXT = _json(prompt="c", max_new_tokens=CONTEXT)
+OVERSIZED = _json(prompt="d", max_new_tokens=10**30)
+SEED_MESSAGE = f"seed={2**64} is invalid; allowed: an integer, 0 <= seed < 2**64"
+
+
+def _context_message(prompt_tokens: int, max_new: int) -> str:
+    return (
+        f"prompt of {prompt_tokens} tokens + max_new_tokens={max_new} = {prompt_tokens + max_new} tokens exceeds the "
+        f"model's context of {CONTEXT} positions; shorten the prompt, lower max_new_tokens, or use a cache that "
+        """evicts (cache='window(size="auto")'), or cache='none', which crops the context"""
     )
-    exists = cli("generate", "--input", str(prompts), "--output", str(skipped), *ARGS)
-    assert fail.returncode == 2 and len(fail.stderr.splitlines()) == 1 and not out.exists()
-    assert "line 2: not JSON" in fail.stderr and "--on-error skip" in fail.stderr
-    assert skip.returncode == 0, skip.stderr
-    warnings = [line for line in skip.stderr.splitlines() if "warning" in line]
-    assert [w.split("line ")[1].split(":")[0] for w in warnings] == ["2", "3", "4", "5", "7"]
-    assert "unknown parameter temp=2" in warnings[1] and "top_k: k=0" in warnings[2]
-    assert "id 1 is also the id of line 1" in warnings[4]
-    assert [json.loads(line)["id"] for line in skipped.read_text().splitlines()] == [1, 6]
-    assert exists.returncode == 2 and "--resume continues it" in exists.stderr
 
 
-def test_batch_options_are_checked_before_loading() -> None:
+HOSTILE = [
+    _json(prompt="a"),
+    SEED_TOO_BIG,
+    PAST_CONTEXT,
+    OVERSIZED,
+    b'{"prompt": ',
+    _json(prompt="x", temp=2),
+    _json(prompt="x", chain="top_k(0)"),
+    b'["ROMEO"]',
+    _json(prompt="e", id=1),
+    _json(prompt="f"),
+]
+HOSTILE_ERRORS = [
+    (2, 2, "ParameterError", SEED_MESSAGE),
+    (3, 3, "ContextLengthError", _context_message(1, CONTEXT)),
+    (4, 4, "ContextLengthError", _context_message(1, 10**30)),
+    (5, 5, "JSONDecodeError", "not JSON: Expecting value at column 12"),
+    (
+        6,
+        6,
+        "ParameterError",
+        "prompt line: unknown parameter temp=2; allowed parameters: prompt, id, seed, max_new_tokens, chain",
+    ),
+    (7, 7, "ParameterError", "top_k: k=0 is invalid: Input should be greater than or equal to 1; allowed: int 1 <= k"),
+    (8, 8, "ParameterError", "a JSON list; allowed: an object with a 'prompt'"),
+    (1, 9, "ParameterError", "id 1 is also the id of line 1; allowed: one per line"),
+]
+
+
+def test_every_bad_line_is_reported_before_any_generation(tmp_path: Path) -> None:
+    """Before: a seed >= 2**64, a prompt past the context and an oversized max_new_tokens passed the check
+    and aborted the run at their line, after the lines before them had been generated."""
+    prompts = _write_lines(tmp_path / "prompts.jsonl", HOSTILE)
+    out = tmp_path / "out.jsonl"
+    r = _run(prompts, out, *DENSE)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = r.stderr.splitlines()
+    assert [line.split(" line ")[1].split(":")[0] for line in lines[:-1]] == [str(e[1]) for e in HOSTILE_ERRORS]
+    assert all(message in line for (*_, message), line in zip(HOSTILE_ERRORS, lines))
+    assert lines[-1] == (
+        "decodekit: error: --input prompts.jsonl: 8 bad line(s), nothing generated "
+        "(--on-error skip writes an error record for each and generates the rest)"
+    )
+    assert not out.exists() and not (tmp_path / "out.jsonl.settings.json").exists()
+
+
+def test_on_error_skip_writes_exactly_one_record_per_line(tmp_path: Path) -> None:
+    """Before: skipped lines left no record, only a warning; the run aborted at a line past the context."""
+    prompts = _write_lines(tmp_path / "prompts.jsonl", HOSTILE)
+    clean = _write_lines(tmp_path / "clean.jsonl", [_json(prompt="a"), *[_json(prompt="z")] * 8, _json(prompt="f")])
+    out, clean_out = tmp_path / "out.jsonl", tmp_path / "clean_out.jsonl"
+    skip, reference = cli_many(
+        ["generate", "--input", str(prompts), "--output", str(out), "--on-error", "skip", *DENSE],
+        ["generate", "--input", str(clean), "--output", str(clean_out), *DENSE],
+        **PLUGINS,
+    )
+    assert skip.returncode == 0 and reference.returncode == 0, (skip.stderr, reference.stderr)
+    records, expected = _records(out), _records(clean_out)
+    assert [r["line"] for r in records] == list(range(1, 11))
+    assert [_error(r) for r in records if "error" in r] == HOSTILE_ERRORS
+    assert [records[0], records[9]] == [expected[0], expected[9]]  # the good lines: as in a clean file
+    assert skip.stderr.count("; an error record is written") == 8
+    assert skip.stderr.splitlines()[-1] == f"2 results and 8 error records written to {out}"
+
+
+def test_lines_end_at_newline_only(tmp_path: Path) -> None:
+    """Before: a raw U+2028 or U+0085 inside a line split it in two (3 valid lines, 1 result), and a
+    byte-order mark made line 1 "not JSON"."""
+    lines = [
+        b"\xef\xbb\xbf" + _json(prompt="a"),
+        '{"prompt": "b", "id": "x\u2028y"}'.encode(),  # raw, not \\u2028
+        '{"prompt": "c", "id": "z\u0085w"}'.encode(),
+        _json(prompt="d"),
+    ]
+    out, clean_out = tmp_path / "out.jsonl", tmp_path / "clean.jsonl"
+    clean = _write_lines(tmp_path / "clean_in.jsonl", [_json(prompt=p) for p in "abcd"])
+    r, reference = cli_many(
+        ["generate", "--input", str(_write_lines(tmp_path / "p.jsonl", lines)), "--output", str(out), *ARGS],
+        ["generate", "--input", str(clean), "--output", str(clean_out), *ARGS],
+    )
+    assert r.returncode == 0 and reference.returncode == 0, (r.stderr, reference.stderr)
+    records, expected = _records(out), _records(clean_out)
+    assert [(rec["id"], rec["line"]) for rec in records] == [(1, 1), ("x\u2028y", 2), ("z\u0085w", 3), (4, 4)]
+    assert [rec["tokens"] for rec in records] == [rec["tokens"] for rec in expected]
+    assert "\u2028" not in out.read_text(encoding="ascii")  # written escaped: an output line is one line anywhere
+
+
+def test_invalid_utf8_is_that_lines_error(tmp_path: Path) -> None:
+    """Before: one non-UTF-8 byte anywhere failed the whole run, even with --on-error skip."""
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="a"), b'{"prompt": "\xff"}', _json(prompt="c")])
+    fail, skip = cli_many(
+        ["generate", "--input", str(prompts), "--output", str(tmp_path / "fail.jsonl"), *ARGS],
+        ["generate", "--input", str(prompts), "--output", str(tmp_path / "skip.jsonl"), "--on-error", "skip", *ARGS],
+    )
+    message = "invalid UTF-8: byte 0xff at column 13; allowed: UTF-8 text"
+    assert fail.returncode == 2 and f"line 2: {message}" in fail.stderr and "Traceback" not in fail.stderr
+    records = _records(tmp_path / "skip.jsonl")
+    assert skip.returncode == 0 and [r["line"] for r in records] == [1, 2, 3]
+    assert _error(records[1]) == (2, 2, "UnicodeDecodeError", message)
+
+
+def test_resume_reports_an_output_line_that_is_no_record(tmp_path: Path) -> None:
+    """Before: a non-UTF-8 line in the output failed --resume with an unexpected UnicodeDecodeError."""
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="a"), _json(prompt="b")])
+    out = tmp_path / "out.jsonl"
+    assert _run(prompts, out, *ARGS).returncode == 0
+    with out.open("ab") as f:
+        f.write(b'{"id": 3, "line": 3, "text": "\xff"}\n')
+    r = _run(prompts, out, *ARGS, "--resume", "--on-error", "skip")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert f"--resume: {out} line 3 is not a record of decodekit generate" in r.stderr
+
+
+# -- the output --------------------------------------------------------------------------------------
+
+
+def test_output_paths_are_checked_before_the_model_loads(tmp_path: Path) -> None:
+    """Before: a directory was told "exists; --resume continues it" and --resume then failed with an
+    unexpected IsADirectoryError; a missing folder or an unwritable file was "unexpected …", after loading."""
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="a")])
+    folder, written = tmp_path / "results", tmp_path / "written.jsonl"
+    folder.mkdir()
+    written.write_text('{"line": 1}\n')
+    written.chmod(0o444)
+    # Root writes through file modes; a sysfs file read-only to everyone (or on a read-only /sys) it cannot.
+    unwritable = "/sys/kernel/uevent_seqnum" if os.geteuid() == 0 else str(written)
+    unloadable = ["-m", "batch-test-unloadable"]
+    cases = {
+        "a directory": ([str(folder)], f"--output '{folder}' is a directory"),
+        "a directory, resumed": ([str(folder), "--resume"], f"--output '{folder}' is a directory"),
+        "a missing folder": ([str(tmp_path / "no" / "r.jsonl")], f"its folder '{tmp_path / 'no'}' does not exist"),
+        "unwritable": ([unwritable, "--resume"], f"--output '{unwritable}': cannot write it: "),
+    }
+    runs = cli_many(
+        *(["generate", "--input", str(prompts), "--output", *args, *unloadable] for args, _ in cases.values()),
+        **PLUGINS,
+    )
+    for (name, (_, expected)), r in zip(cases.items(), runs):
+        assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and r.stderr.startswith("decodekit: error: ")
+        assert expected in r.stderr and "loaded" not in r.stderr, (name, r.stderr)
+
+
+def test_resume_refuses_another_input_or_other_settings(tmp_path: Path) -> None:
+    """Before: --resume with another input skipped every new prompt ("0 results written"), and another
+    --seed or --chain silently mixed settings in one output."""
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="a"), _json(prompt="b")])
+    other = _write_lines(tmp_path / "q.jsonl", [_json(prompt="a"), _json(prompt="c")])
+    out = tmp_path / "out.jsonl"
+    assert _run(prompts, out, *ARGS).returncode == 0
+    first = out.read_text()
+    changed = [a if a != "1.5" else "1.4" for a in ARGS]
+    runs = [  # one after another: each takes the output's lock
+        cli("generate", "--input", str(path), "--output", str(out), *args, "--resume")
+        for path, args in [(other, ARGS), (prompts, [*ARGS[:2], "--seed", "12", *ARGS[4:]]), (prompts, changed)]
+    ]
+    assert [r.returncode for r in runs] == [2, 2, 2], [r.stderr for r in runs]
+    assert "was written with another input (sha256" in runs[0].stderr
+    assert "was written with seed=11 (this run: 12)" in runs[1].stderr
+    assert "chain='temperature(value=1.5) | sample' (this run: 'temperature(value=1.4) | sample')" in runs[2].stderr
+    assert out.read_text() == first
+    same = [*ARGS[:6], "--chain", "temperature(value=1.5)", *ARGS[8:]]  # the flags' chain, written out
+    r = cli("generate", "--input", str(prompts), "--output", str(out), *same, "--resume")
+    assert r.returncode == 0 and "0 results written" in r.stderr and "2 already there" in r.stderr, r.stderr
+
+
+def _locked(path: Path) -> bool:
+    """Whether another process holds the flock on `path` (the output's settings file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a lock this call took
+    return False
+
+
+def test_a_second_writer_is_refused(reference: tuple[Path, str], tmp_path: Path) -> None:
+    """Before: two processes on one --output both exited 0 and wrote every id twice."""
+    prompts, expected = reference
+    out = tmp_path / "out.jsonl"
+    args = ["generate", "--input", str(prompts), "--output", str(out), *ARGS]
+    first = _popen(args, _env())
+    deadline = time.monotonic() + 120
+    while first.poll() is None and time.monotonic() < deadline and not _locked(tmp_path / "out.jsonl.settings.json"):
+        time.sleep(0.01)
+    first.send_signal(signal.SIGSTOP)  # paused with its lock held, before it writes: the others see no output
+    try:
+        second, resumed = cli_many(args, [*args, "--resume"])
+    finally:
+        first.send_signal(signal.SIGCONT)
+    first.communicate(timeout=120)
+    assert first.returncode == 0
+    for r in (second, resumed):
+        assert r.returncode == 2 and "is being written by another run" in r.stderr, r.stderr
+    assert out.read_text() == expected  # every line once
+
+
+def test_a_line_that_fails_while_decoding_costs_no_other_line(tmp_path: Path) -> None:
+    """A failure inside a batch is retried row by row: only the failing line gets an error record."""
+    bang = 2  # the test model's id of "!"
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt=p) for p in ("ab", "c!", "de", "fg")])
+    args = ["-m", MODEL, "--seed", "11", "--max-new-tokens", "6", "--cache", "none"]
+    chain = ["--chain", f"fail_on(token={bang}) | temperature(1.5)"]
+    skip_out, fail_out, clean_out = (tmp_path / f"{n}.jsonl" for n in ("skip", "fail", "clean"))
+    skip, fail, clean = cli_many(
+        ["generate", "--input", str(prompts), "--output", str(skip_out), "--on-error", "skip", *args, *chain],
+        ["generate", "--input", str(prompts), "--output", str(fail_out), *args, *chain],
+        ["generate", "--input", str(prompts), "--output", str(clean_out), *args, "--chain", "temperature(1.5)"],
+        **PLUGINS,
+    )
+    assert skip.returncode == 0 and clean.returncode == 0, (skip.stderr, clean.stderr)
+    records, expected = _records(skip_out), _records(clean_out)
+    assert _error(records[1]) == (2, 2, "NumericsError", f"fail_on: a prompt holds token {bang}")
+    assert [r["tokens"] for r in records[::2]] == [r["tokens"] for r in expected[::2]] and records[3]["line"] == 4
+    assert fail.returncode == 2 and "line 2 (id 2): NumericsError" in fail.stderr
+    assert [r["line"] for r in _records(fail_out)] == [1, 3, 4]  # written; --resume retries line 2
+
+
+def test_batch_options_are_checked_before_loading(tmp_path: Path) -> None:
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="a")])
+    batch = ["generate", "--input", str(prompts), "--output", str(tmp_path / "o.jsonl"), "-m", "batch-test-unloadable"]
     cases = {
         "no output": (["generate", "--input", "p.jsonl", "-m", MODEL], "--output is missing"),
         "with a prompt": (["generate", "ROMEO", "--input", "p", "--output", "o", "-m", MODEL], "with PROMPT"),
         "with --json": (["generate", "--input", "p", "--output", "o", "--json", "-m", MODEL], "with --json"),
         "no file": (["generate", "--input", "/nonexistent.jsonl", "--output", "o", "-m", MODEL], "cannot read it"),
+        "--ray alone": (["generate", "--ray", "-m", MODEL], "--output is missing"),
+        "an actor size": ([*batch, "--ray-actors", "2"], "--ray-actors size the actors of --ray"),
     }
-    for (name, (_, expected)), r in zip(cases.items(), cli_many(*(args for args, _ in cases.values()))):
+    for (name, (_, expected)), r in zip(cases.items(), cli_many(*(args for args, _ in cases.values()), **PLUGINS)):
         assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, (name, r.stderr)
         assert expected in r.stderr, (name, r.stderr)
+
+
+def test_ray_without_decodekit_ray_names_the_distribution(tmp_path: Path) -> None:
+    """In a process whose `decodekit_ray` cannot be imported, as where it is not installed."""
+    (tmp_path / "decodekit_ray.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'decodekit_ray'\", name='decodekit_ray')\n"
+    )
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="a")])
+    args = ["generate", "--input", str(prompts), "--output", str(tmp_path / "o.jsonl"), "--ray"]
+    p = _popen([*args, "-m", "batch-test-unloadable"], _env(**PLUGINS, PYTHONPATH=f"{tmp_path}{os.pathsep}{TESTS}"))
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 2 and "loaded" not in err, err
+    assert err.splitlines()[-1] == (
+        "decodekit: error: --ray needs decodekit-ray; install: pip install decodekit-ray "
+        "(from a checkout: pip install plugins/decodekit-ray)"
+    )
 
 
 def test_a_strategy_decodes_every_line(tmp_path: Path) -> None:

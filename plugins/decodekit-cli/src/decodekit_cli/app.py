@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
 
 import typer
 
+from decodekit_cli.bare_ray_flag import bare_ray_flag
 from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
 from decodekit_cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error, report_warning
 
@@ -204,12 +205,39 @@ def generate(
         int, typer.Option("--batch-size", min=1, help="Prompts generated together.", rich_help_panel=BATCH)
     ] = 8,
     resume: Annotated[
-        bool, typer.Option("--resume", help="Skip the ids already in --output.", rich_help_panel=BATCH)
+        bool,
+        typer.Option("--resume", help="Continue --output: only the lines it has no record for.", rich_help_panel=BATCH),
     ] = False,
     on_error: Annotated[
         OnError,
-        typer.Option("--on-error", help="A bad input line: skip it (with a warning) or fail.", rich_help_panel=BATCH),
+        typer.Option(
+            "--on-error",
+            help="A bad input line: write an error record for it (skip) or stop before generating (fail).",
+            rich_help_panel=BATCH,
+        ),
     ] = OnError.fail,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="[ADDRESS]",
+            help="Run the job on Ray (decodekit-ray): alone, a Ray started here (or $RAY_ADDRESS); auto, the "
+            "cluster `ray start` runs here; HOST:PORT or ray://HOST:10001, a remote one.",
+            rich_help_panel=BATCH,
+        ),
+    ] = None,
+    ray_actors: Annotated[
+        int | None,
+        typer.Option(
+            "--ray-actors", min=1, help="Ray actors, each with a model (default: all that fit).", rich_help_panel=BATCH
+        ),
+    ] = None,
+    ray_actor_cpus: Annotated[
+        float, typer.Option("--ray-actor-cpus", min=0, help="CPUs each Ray actor holds.", rich_help_panel=BATCH)
+    ] = 1.0,
+    ray_actor_gpus: Annotated[
+        float, typer.Option("--ray-actor-gpus", min=0, help="GPUs each Ray actor holds.", rich_help_panel=BATCH)
+    ] = 0.0,
 ) -> None:
     flags = _flags(temperature, top_k, top_p, repetition_penalty)
     from decodekit_cli.grammar_options import grammar_stage, with_grammar  # a grammar stage first in the chain
@@ -218,8 +246,8 @@ def generate(
     sampling = _sampling(
         model, chain, flags, seed, cache, replace_unknown, max_new_tokens=max_new_tokens, stop=stop, threads=threads
     )
-    if input_file is not None or output is not None:
-        from decodekit_cli.batch_command import batch_request, run_batch
+    if input_file is not None or output is not None or ray is not None:
+        from decodekit_cli.batch_command import batch_request, ray_request, run_batch
 
         given = {
             "PROMPT": prompt is not None,
@@ -235,6 +263,7 @@ def generate(
             resume=resume,
             on_error=on_error.value,
             strategy=strategy,
+            ray=ray_request(ray, ray_actors, ray_actor_cpus, ray_actor_gpus),
         )
         raise typer.Exit(run_batch(batch))
     from decodekit_cli.generate_command import GenerateRequest, run_generate
@@ -449,7 +478,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status. Errors are one line on stderr, never a traceback."""
     from decodekit.errors import DecodekitError
 
-    args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
+    args = bare_ray_flag(list(sys.argv[1:] if argv is None else argv) or ["--help"])
     previous = warnings.showwarning
     warnings.showwarning = _show_warning
     try:

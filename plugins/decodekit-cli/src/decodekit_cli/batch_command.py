@@ -1,43 +1,53 @@
-"""`decodekit generate --input prompts.jsonl --output results.jsonl`: many prompts, in batches.
+"""`decodekit generate --input prompts.jsonl --output results.jsonl`: many prompts, one record each.
 
-Consecutive prompts with the same chain and `max_new_tokens` are generated together, up to
-`--batch-size` at a time. Results are appended in input order as soon as a row and every row
-before it in its batch have finished, one JSON line each, flushed: an interrupted run keeps
-every line it wrote, and `--resume` skips the ids already there.
-
-Each prompt gets its own seed: the line's `seed`, else the stream that row `line - 1` of one
-batch of the whole file would get from `--seed`. Batch-invariant seeding then makes a result
-independent of `--batch-size`, of which other prompts share its batch, and of resuming.
+Before any model work: the options, the output path (a directory, a missing folder, a file that
+cannot be written), the lock on the output and, with `--resume`, the settings it was written
+with. Then every line is checked against the model as `dk.decode` would check it; with
+`--on-error fail` (the default) any bad line stops the run before generation, all of them
+reported; with `skip` each gets an error record. The job then runs here (`batch_job`) or, with
+`--ray`, on a Ray cluster (the `decodekit-ray` distribution).
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-from collections.abc import Iterator
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from types import ModuleType
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeRemainingColumn,
-)
-from rich.text import Text
-
-import decodekit as dk
-from decodekit_cli.batch_input import Pending, PromptLine, done_ids, read_prompts
-from decodekit_cli.errors import EXIT_INTERRUPTED, CliError, report_warning
-from decodekit_cli.options import build_chain, chain_text, check_stop, prompt_rows, resolve_strategy
+from decodekit_cli.batch_decode import check_lines
+from decodekit_cli.batch_input import file_digest, input_lines, read_input
+from decodekit_cli.batch_job import BatchJob, line_of, run_local
+from decodekit_cli.batch_output import OutputLock, check_output, existing_records
+from decodekit_cli.batch_records import Record
+from decodekit_cli.batch_settings import BatchSettings
+from decodekit_cli.errors import CliError, report_error, report_warning
+from decodekit_cli.options import chain_text, check_stop, install_hint, resolve_strategy
 from decodekit_cli.sampling_options import SamplingOptions
 
-__all__ = ["BatchRequest", "batch_request", "run_batch"]
+__all__ = ["BatchRequest", "RayRequest", "batch_request", "ray_request", "run_batch"]
+
+
+@dataclass(frozen=True)
+class RayRequest:
+    """`--ray [ADDRESS]` and the sizes of its actors, as given."""
+
+    address: str  # "local": start Ray here (or join $RAY_ADDRESS)
+    actors: int | None = None  # default: as many as the cluster's CPUs (or GPUs) fit
+    actor_cpus: float = 1.0
+    actor_gpus: float = 0.0
+
+
+def ray_request(address: str | None, actors: int | None, actor_cpus: float, actor_gpus: float) -> RayRequest | None:
+    """The Ray options, or None without `--ray` (then an actor size given is an error)."""
+    if address is None:
+        sizes = {"--ray-actors": actors is not None, "--ray-actor-cpus": actor_cpus != 1}
+        sizes["--ray-actor-gpus"] = actor_gpus != 0
+        given = [name for name, is_given in sizes.items() if is_given]
+        if given:
+            raise CliError(f"{', '.join(given)} size the actors of --ray; add --ray [ADDRESS] or remove them")
+        return None
+    return RayRequest(address, actors, actor_cpus, actor_gpus)
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,7 @@ class BatchRequest:
     resume: bool
     on_error: str
     strategy: str = "sample"  # every line decoded with it
+    ray: RayRequest | None = None
 
 
 def batch_request(
@@ -63,6 +74,7 @@ def batch_request(
     resume: bool,
     on_error: str,
     strategy: str | None = None,
+    ray: RayRequest | None = None,
 ) -> BatchRequest:
     """Check that the batch options go together; `exclusive`: options that make no sense with --input."""
     if input_file is None or output is None:
@@ -78,94 +90,8 @@ def batch_request(
         resume=resume,
         on_error=on_error,
         strategy=resolve_strategy(strategy),
+        ray=ray,
     )
-
-
-class _TokensPerSecond(ProgressColumn):
-    def render(self, task: Task) -> Text:
-        elapsed = task.elapsed or 0.0
-        rate = task.fields.get("tokens", 0) / elapsed if elapsed > 0 else 0.0
-        return Text(f"{rate:,.0f} tokens/s", style="progress.data.speed")
-
-
-def _row_seeds(seed: int | None, count: int) -> list[int]:
-    """The seed of each row of one batch of `count` rows, as the decode loop derives them (fresh
-    ones without `--seed`); each result records its seed, so any result can be reproduced."""
-    from decodekit.context import row_generators
-
-    return [g.initial_seed() for g in row_generators(seed, count)]
-
-
-def _batches(pending: list[Pending], size: int) -> Iterator[list[Pending]]:
-    """Runs of consecutive prompts sharing chain and length, `size` at most."""
-    for _, group in itertools.groupby(pending, key=lambda p: (p.chain, p.max_new_tokens)):
-        rows = list(group)
-        for i in range(0, len(rows), size):
-            yield rows[i : i + size]
-
-
-def _result(p: Pending, seed: int, tokens: list[int], text: list[str] | None, end: Any) -> dict[str, Any]:
-    reason, stopped_by = end
-    return {
-        "id": p.id,
-        "prompt": p.prompt,
-        "text": "".join(text) if text is not None else None,
-        "tokens": tokens,
-        "finish_reason": reason,
-        "stopped_by": stopped_by,
-        "seed": seed,
-        "chain": p.chain,
-        "max_new_tokens": p.max_new_tokens,
-    }
-
-
-def _run_batch(
-    model: Any,
-    batch: list[Pending],
-    seeds: list[int],
-    request: BatchRequest,
-    cache: str,
-    out: IO[str],
-    progress: Any,
-) -> None:
-    """Generate one batch, appending each row's result once it and the rows before it have ended."""
-    n = len(batch)
-    tokens: list[list[int]] = [[] for _ in range(n)]
-    texts: list[list[str] | None] = [[] if getattr(model, "tokenizer", None) else None for _ in range(n)]
-    ends: list[Any] = [None] * n
-    written = 0
-    events = dk.stream(
-        model,
-        prompt_rows([p.ids for p in batch]),
-        strategy=request.strategy,
-        chain=build_chain(batch[0].chain, {}),
-        max_new_tokens=batch[0].max_new_tokens,
-        cache=cache,
-        stop_strings=request.sampling.stop,
-        seed=seeds,
-    )
-    task = progress.task_ids[0]
-
-    def write_finished() -> None:  # in input order: a row waits for the rows before it
-        nonlocal written
-        while written < n and ends[written] is not None:
-            i = written
-            out.write(json.dumps(_result(batch[i], seeds[i], tokens[i], texts[i], ends[i])) + "\n")
-            out.flush()  # a line is whole once written: an interruption loses nothing written
-            written += 1
-            progress.advance(task)
-
-    for ev in events:
-        tokens[ev.row].append(ev.token)
-        row_text = texts[ev.row]
-        if ev.text is not None and row_text is not None:
-            row_text.append(ev.text)
-        progress.update(task, tokens=progress.tasks[0].fields["tokens"] + 1)
-        if ev.finish_reason is not None:
-            ends[ev.row] = (ev.finish_reason, ev.stopped_by)
-        write_finished()
-    ends[:] = [end or ("length", None) for end in ends]  # max_new_tokens=0: the loop yields nothing
-    write_finished()
 
 
 def run_batch(request: BatchRequest) -> int:
@@ -173,46 +99,66 @@ def run_batch(request: BatchRequest) -> int:
     sampling = request.sampling
     name, cache = sampling.check()
     check_stop(sampling.stop)
-    if request.output.exists() and not request.resume and request.output.stat().st_size > 0:
-        raise CliError(f"--output {str(request.output)!r} exists; --resume continues it (or remove it)")
-    model = sampling.load_model(name)
-    default_chain = chain_text(sampling.chain, sampling.flags)
-
-    def check(line: PromptLine) -> tuple[str | list[int], str]:
-        chain = line.chain if line.chain is not None else default_chain
-        build_chain(chain, {})  # a bad chain fails here, with its line number
-        return sampling.encode(model, line.prompt), chain
-
-    pending = read_prompts(
-        request.input,
-        check=check,
-        default_max_new_tokens=sampling.max_new_tokens,
-        on_error=request.on_error,
-        warn=report_warning,
+    settings = BatchSettings(
+        model=name,
+        chain=chain_text(sampling.chain, sampling.flags),
+        max_new_tokens=sampling.max_new_tokens,
+        seed=sampling.seed,
+        cache=cache,
+        stop=sampling.stop,
+        strategy=request.strategy,
+        replace_unknown=sampling.replace_unknown,
+        threads=sampling.threads,
     )
-    seeds = dict(zip((p.line for p in pending), _row_seeds(sampling.seed, max((p.line for p in pending), default=0))))
-    skip = done_ids(request.output) if request.resume else set()
-    todo = [p for p in pending if p.id not in skip]
+    ray = _ray_plugin() if request.ray is not None else None
+    check_output(request.output, request.input, resume=request.resume, ray=request.ray is not None)
+    data = read_input(request.input)
+    recorded = settings.recorded(file_digest(data))  # parses the default chain: a bad --chain fails here
+    with OutputLock.acquire(request.output) as lock:
+        if request.resume:
+            lock.check_resume(recorded)
+        model = sampling.load_model(name)
+        checked = check_lines(model, settings, input_lines(data))
+        _report_bad_lines(request, [item for item in checked if isinstance(item, dict)])
+        done = existing_records(request.output) if request.resume else {}
+        lock.record(recorded)
+        job = BatchJob(
+            input=request.input,
+            output=request.output,
+            settings=settings,
+            todo=[item for item in checked if line_of(item) not in done],
+            already_done=len(done),
+            batch_size=request.batch_size,
+            on_error=request.on_error,
+        )
+        if ray is not None and request.ray is not None:
+            return int(ray.run_job(job, ray.RayOptions(**vars(request.ray))))
+        return run_local(model, job)
 
-    console = Console(stderr=True)
-    columns = (TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TextColumn("prompts"))
-    progress = Progress(
-        *columns, _TokensPerSecond(), TimeRemainingColumn(), console=console, disable=not console.is_terminal
-    )
-    progress.add_task("generate", total=len(todo), tokens=0)
-    import torch
 
+def _report_bad_lines(request: BatchRequest, errors: list[Record]) -> None:
+    """Every bad line, each on its line of stderr; with --on-error fail, then stop."""
+    where = f"--input {request.input.name}"
+    for record in errors:
+        message = f"{where} line {record['line']}: {record['error']['message']}"
+        if request.on_error == "fail":
+            report_error(message)
+        else:
+            report_warning(message + "; an error record is written")
+    if errors and request.on_error == "fail":
+        raise CliError(
+            f"{where}: {len(errors)} bad line(s), nothing generated "
+            "(--on-error skip writes an error record for each and generates the rest)"
+        )
+
+
+def _ray_plugin() -> ModuleType:
+    """`decodekit_ray.job` (run_job, RayOptions), imported only for --ray, before the model loads:
+    Ray is a large dependency most runs never need."""
     try:
-        with progress, request.output.open("a") as out, torch.inference_mode():
-            for batch in _batches(todo, request.batch_size):
-                line_seeds = [p.seed if p.seed is not None else seeds[p.line] for p in batch]
-                _run_batch(model, batch, line_seeds, request, cache, out, progress)
-    except KeyboardInterrupt:
-        done = int(progress.tasks[0].completed)
-        console.print(f"decodekit: interrupted; {done} results written to {request.output} (--resume continues)")
-        return EXIT_INTERRUPTED
-    except dk.ContextLengthError as exc:
-        raise CliError(f"{exc} (on the command line: --cache none)") from None
-    skipped = f", {len(pending) - len(todo)} already there" if skip else ""
-    console.print(f"{len(todo)} results written to {request.output}{skipped}", highlight=False)
-    return 0
+        return importlib.import_module("decodekit_ray.job")
+    except ImportError as exc:
+        if exc.name not in ("decodekit_ray", "ray"):
+            raise
+        missing = "decodekit-ray" if exc.name == "decodekit_ray" else "ray[data] (a dependency of decodekit-ray)"
+        raise CliError(f"--ray needs {missing}; install: {install_hint(['decodekit-ray'])}") from None

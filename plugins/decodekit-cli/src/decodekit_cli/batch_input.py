@@ -1,15 +1,18 @@
-"""`generate --input prompts.jsonl`: reading and checking the prompt file, and what `--resume` skips.
+"""`generate --input prompts.jsonl`: the file as numbered lines, and each line as a `PromptLine`.
 
-Every line is checked before anything is generated, so a bad line costs no generation time:
-it is reported with its line number and skipped (`--on-error skip`) or fails the run (`fail`).
+Lines are split on the byte `\\n` only: U+2028, U+0085 and a lone `\\r` are characters of a line,
+not ends of one, so line numbers (the default ids and seeds) are what an editor or `wc -l` counts.
+Each line is decoded on its own, so invalid UTF-8 is that line's problem; a UTF-8 byte-order mark
+at the start of the file is skipped. Blank lines are no prompts and get no record.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 
@@ -17,93 +20,96 @@ from decodekit.errors import DecodekitError
 from decodekit.params import Params, validate_params
 from decodekit_cli.errors import CliError
 
-__all__ = ["Pending", "PromptLine", "done_ids", "read_prompts"]
+__all__ = ["BOM", "InputLine", "LineError", "PromptLine", "file_digest", "input_lines", "parse_line", "read_input"]
+
+BOM = b"\xef\xbb\xbf"
 
 
 class PromptLine(Params):
-    """One line of the input file; what it leaves out comes from the command's options."""
+    """One line of the input file; what it leaves out comes from the command's options.
+
+    seed and max_new_tokens are checked by `dk.validate`, whose bounds are the decoder's own.
+    """
 
     prompt: str = Field(min_length=1, description="text to continue")
     id: str | int | None = Field(None, description="names the result; default: the line number")
-    seed: int | None = Field(None, ge=0, description="this prompt's own seed; default: derived from --seed")
-    max_new_tokens: int | None = Field(None, ge=0, description="default: --max-new-tokens")
+    seed: int | None = Field(None, description="this prompt's own seed; default: derived from --seed")
+    max_new_tokens: int | None = Field(None, description="default: --max-new-tokens")
     chain: str | None = Field(None, description="default: --chain (or the flags)")
 
 
 @dataclass(frozen=True)
-class Pending:
-    """A checked prompt: where it came from, and the request it makes."""
+class InputLine:
+    """A non-blank line of the input file, as bytes, with its 1-based number."""
 
-    line: int  # 1-based line number in the input file
-    id: str | int
-    prompt: str
-    ids: str | list[int]  # the prompt as the model encodes it
-    seed: int | None
-    max_new_tokens: int
-    chain: str
+    number: int
+    data: bytes
 
 
-def done_ids(output: Path) -> set[str | int]:
-    """The ids already in `output`; a last line cut short by an interruption is removed first."""
-    if not output.exists():
-        return set()
-    data = output.read_bytes()
-    complete = data[: data.rfind(b"\n") + 1]
-    if complete != data:  # an unfinished write: drop it, every complete result stays
-        output.write_bytes(complete)
-    found: set[str | int] = set()
-    for number, line in enumerate(complete.decode().splitlines(), 1):
-        try:
-            found.add(json.loads(line)["id"])
-        except (ValueError, KeyError, TypeError):
-            raise CliError(f"--resume: {output} line {number} is not a result of decodekit generate") from None
-    return found
+class LineError(Exception):
+    """Why a line yields an error record: `kind` is its `error.type` (an exception's class name)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+    @classmethod
+    def of(cls, exc: Exception) -> LineError:
+        """The error record of an exception; a CliError wrapping a decodekit error takes its type."""
+        if isinstance(exc, LineError):
+            return exc
+        cause = exc.__context__ if isinstance(exc, CliError) else None
+        kind = type(cause if isinstance(cause, DecodekitError) else exc).__name__
+        return cls("ParameterError" if kind == "CliError" else kind, " ".join(str(exc).split()))
 
 
-def read_prompts(
-    path: Path,
-    *,
-    check: Callable[[PromptLine], tuple[str | list[int], str]],
-    default_max_new_tokens: int,
-    on_error: str,
-    warn: Callable[[str], None],
-) -> list[Pending]:
-    """Every valid line of `path`. `check(line)` returns (encoded prompt, chain text) or raises."""
+def read_input(path: Path) -> bytes:
+    """The whole input file; a path that cannot be read is a `CliError` naming it."""
     try:
-        lines = path.read_text().splitlines()
+        return path.read_bytes()
+    except IsADirectoryError:
+        raise CliError(f"--input {str(path)!r} is a directory; allowed: a JSONL file") from None
     except OSError as exc:
         raise CliError(f"--input {str(path)!r}: cannot read it: {exc.strerror}") from None
-    pending: list[Pending] = []
-    seen: dict[str | int, int] = {}
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            item = _parse(raw, number, seen)
-            ids, chain = check(item)
-        except (CliError, DecodekitError) as exc:
-            message = f"--input {path.name} line {number}: {exc}"
-            if on_error == "fail":
-                raise CliError(message + " (--on-error skip leaves such lines out)") from None
-            warn(message + "; skipped")
-            continue
-        key = item.id if item.id is not None else number
-        seen[key] = number
-        max_new = item.max_new_tokens if item.max_new_tokens is not None else default_max_new_tokens
-        pending.append(Pending(number, key, item.prompt, ids, item.seed, max_new, chain))
-    return pending
 
 
-def _parse(raw: str, number: int, seen: dict[str | int, int]) -> PromptLine:
+def file_digest(data: bytes) -> str:
+    """The input's fingerprint, recorded with the output so `--resume` knows its input."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def input_lines(data: bytes) -> list[InputLine]:
+    """The non-blank lines of `data`, split on b"\\n" only, numbered from 1; a leading BOM is skipped."""
+    data = data.removeprefix(BOM)
+    return [InputLine(n, raw) for n, raw in enumerate(data.split(b"\n"), 1) if raw.strip()]
+
+
+def parse_line(line: InputLine) -> tuple[str | int, PromptLine | LineError]:
+    """The line's id (its own, or its number) and the prompt it asks for, or why it is not one."""
     try:
-        value = json.loads(raw)
+        text = line.data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = line.data[exc.start]
+        return line.number, LineError(
+            "UnicodeDecodeError", f"invalid UTF-8: byte 0x{bad:02x} at column {exc.start + 1}; allowed: UTF-8 text"
+        )
+    try:
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CliError(f"not JSON: {exc.msg} at column {exc.colno}") from None
+        return line.number, LineError("JSONDecodeError", f"not JSON: {exc.msg} at column {exc.colno}")
+    key = _own_id(value, line.number)
     if not isinstance(value, dict):
-        raise CliError(f"a JSON {type(value).__name__}; allowed: an object with a 'prompt'")
-    item = validate_params("prompt", PromptLine, value)
+        kind = "list" if isinstance(value, list) else type(value).__name__
+        return key, LineError("ParameterError", f"a JSON {kind}; allowed: an object with a 'prompt'")
+    try:
+        item = validate_params("prompt line", PromptLine, value)
+    except DecodekitError as exc:
+        return key, LineError.of(exc)
     assert isinstance(item, PromptLine)
-    key = item.id if item.id is not None else number
-    if key in seen:
-        raise CliError(f"id {key!r} is also the id of line {seen[key]}; allowed: one line per id")
-    return item
+    return key, item
+
+
+def _own_id(value: Any, number: int) -> str | int:
+    """The id a line names, if it names a usable one (a string or an int, not a bool); else its number."""
+    own = value.get("id") if isinstance(value, dict) else None
+    return own if isinstance(own, (str, int)) and not isinstance(own, bool) else number

@@ -1,0 +1,159 @@
+"""Checking the lines of a batch job against a model, and decoding them into records.
+
+The local job and every Ray actor run these same functions, so a line gets the same record
+wherever it is decoded. Each prompt has its own seed: the line's `seed`, else the stream that row
+`line - 1` of one batch of the whole file would get from `--seed`; batch-invariant seeding then
+makes a result independent of the batch it shares, of `--batch-size`, of resuming and of Ray.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import decodekit as dk
+from decodekit.context import mix_seed
+from decodekit_cli.batch_input import InputLine, LineError, PromptLine, parse_line
+from decodekit_cli.batch_records import Record, error_record, result_record
+from decodekit_cli.batch_settings import BatchSettings, parsed_chain
+from decodekit_cli.errors import CliError
+from decodekit_cli.options import encode_prompt, prompt_rows
+
+__all__ = ["Pending", "batches", "check_lines", "decode_records"]
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A checked line: what to decode, every default resolved."""
+
+    line: int
+    id: str | int
+    prompt: str
+    ids: str | list[int]  # the prompt as the model encodes it
+    seed: int | None  # None: no --seed and none of its own, so a fresh one when decoded
+    max_new_tokens: int
+    chain: str
+
+
+def check_lines(
+    model: Any, settings: BatchSettings, lines: Iterable[InputLine], *, unique_ids: bool = True
+) -> list[Pending | Record]:
+    """Every line checked as `dk.decode` would check it, without decoding: a `Pending`, or its
+    error record. `unique_ids`: a line whose id an earlier line has is an error."""
+    seen: dict[str | int, int] = {}
+    checked: list[Pending | Record] = []
+    for line in lines:
+        key, item = parse_line(line)
+        if unique_ids and key in seen:
+            item = LineError("ParameterError", f"id {key!r} is also the id of line {seen[key]}; allowed: one per line")
+        seen.setdefault(key, line.number)
+        try:
+            if isinstance(item, LineError):
+                raise item
+            checked.append(_check(model, settings, line.number, key, item))
+        except LineError as exc:
+            checked.append(error_record(key, line.number, exc.kind, str(exc)))
+    return checked
+
+
+def _check(model: Any, settings: BatchSettings, number: int, key: str | int, item: PromptLine) -> Pending:
+    chain = item.chain if item.chain is not None else settings.chain
+    max_new = item.max_new_tokens if item.max_new_tokens is not None else settings.max_new_tokens
+    seed = item.seed if item.seed is not None else _derived_seed(settings.seed, number)
+    try:
+        ids = encode_prompt(model, item.prompt, settings.replace_unknown)
+        dk.validate(model, prompt_rows([ids]), **_options(settings, chain, max_new), seed=seed)
+    except (CliError, dk.DecodekitError) as exc:
+        raise LineError.of(exc) from None
+    return Pending(number, key, item.prompt, ids, seed, max_new, chain)
+
+
+def _derived_seed(seed: int | None, number: int) -> int | None:
+    """What row `number - 1` of one batch of the whole file gets from `seed` (see `dk.generate`)."""
+    return None if seed is None else mix_seed(seed, number - 1)
+
+
+def _options(settings: BatchSettings, chain: str, max_new_tokens: int) -> dict[str, Any]:
+    return {
+        "strategy": settings.strategy,
+        "chain": parsed_chain(chain),
+        "max_new_tokens": max_new_tokens,
+        "cache": settings.cache,
+        "stop_strings": settings.stop,
+    }
+
+
+def batches(pending: Sequence[Pending], size: int) -> Iterator[list[Pending]]:
+    """Runs of consecutive prompts sharing chain and length, `size` at most: one decode each."""
+    for _, group in itertools.groupby(pending, key=lambda p: (p.chain, p.max_new_tokens)):
+        rows = list(group)
+        for i in range(0, len(rows), size):
+            yield rows[i : i + size]
+
+
+def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending]) -> Iterator[Record]:
+    """Decode one batch (one chain and length), yielding each row's record as the row ends.
+
+    If decoding fails, the rows not yet ended are decoded again one at a time (with the same
+    seeds, so the same results): only a row that fails on its own gets an error record.
+    """
+    rows = [p if p.seed is not None else replace(p, seed=secrets.randbits(63)) for p in batch]
+    ended: set[int] = set()
+    try:
+        for i, record in _stream(model, settings, rows):
+            ended.add(i)
+            yield record
+    except Exception as exc:  # a sampler or model failing on one row must not cost the others
+        if len(rows) == 1:
+            error = LineError.of(exc)
+            yield error_record(rows[0].id, rows[0].line, error.kind, str(error))
+            return
+        for i, row in enumerate(rows):
+            if i not in ended:
+                yield from decode_records(model, settings, [row])
+
+
+def _stream(model: Any, settings: BatchSettings, rows: Sequence[Pending]) -> Iterator[tuple[int, Record]]:
+    """`dk.stream` over the rows; (row index, record) as each row ends."""
+    n = len(rows)
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    texts: list[list[str] | None] = [[] if getattr(model, "tokenizer", None) else None for _ in range(n)]
+    first = rows[0]
+    events = dk.stream(
+        model,
+        prompt_rows([p.ids for p in rows]),
+        **_options(settings, first.chain, first.max_new_tokens),
+        seed=[p.seed for p in rows],
+    )
+
+    def record(i: int, reason: str, stopped_by: int | str | None) -> tuple[int, Record]:
+        p, text = rows[i], texts[i]
+        assert p.seed is not None
+        return i, result_record(
+            id=p.id,
+            line=p.line,
+            prompt=p.prompt,
+            text="".join(text) if text is not None else None,
+            tokens=tokens[i],
+            finish_reason=reason,
+            stopped_by=stopped_by,
+            seed=p.seed,
+            chain=p.chain,
+            max_new_tokens=p.max_new_tokens,
+        )
+
+    ended = [False] * n
+    for ev in events:
+        tokens[ev.row].append(ev.token)
+        row_text = texts[ev.row]
+        if ev.text is not None and row_text is not None:
+            row_text.append(ev.text)
+        if ev.finish_reason is not None:
+            ended[ev.row] = True
+            yield record(ev.row, ev.finish_reason, ev.stopped_by)
+    for i in range(n):  # max_new_tokens=0: the loop yields nothing, and every row ends by length
+        if not ended[i]:
+            yield record(i, "length", None)

@@ -1,0 +1,97 @@
+"""A checked batch job, and running it in this process.
+
+`BatchJob` is what is left to do once every line has been checked: the same for the local run
+below and for `decodekit_ray`, which runs it on a Ray cluster. Results are appended in input
+order as soon as a row and every line before it have ended, one flushed line each, so an
+interrupted run keeps every record it wrote and `--resume` continues after them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from decodekit import errors as _errors
+from decodekit_cli.batch_decode import Pending, batches, decode_records
+from decodekit_cli.batch_output import OrderedWriter
+from decodekit_cli.batch_progress import BatchProgress
+from decodekit_cli.batch_records import Record, is_error
+from decodekit_cli.batch_settings import BatchSettings
+from decodekit_cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error
+
+__all__ = ["BatchJob", "failed_lines", "line_of", "run_local", "summary"]
+
+DECODEKIT_ERRORS = frozenset(_errors.__all__)
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """The lines still to do (checked: a `Pending` or its error record), and where records go."""
+
+    input: Path
+    output: Path
+    settings: BatchSettings
+    todo: list[Pending | Record]  # in input order
+    already_done: int  # records the output already holds (--resume)
+    batch_size: int
+    on_error: str  # "skip": a line that fails while decoding gets an error record; "fail": none
+
+    @property
+    def pending(self) -> list[Pending]:
+        return [item for item in self.todo if isinstance(item, Pending)]
+
+    def keeps(self, record: Record) -> bool:
+        """Whether a record made while decoding is written (with --on-error fail, a failure is not)."""
+        return self.on_error == "skip" or not is_error(record)
+
+
+def line_of(item: Pending | Record) -> int:
+    return item.line if isinstance(item, Pending) else int(item["line"])
+
+
+def run_local(model: Any, job: BatchJob) -> int:
+    """Decode the job's prompts here, `batch_size` at a time; return the exit status."""
+    progress = BatchProgress(len(job.todo))
+    failed: list[Record] = []
+    with progress, job.output.open("a", encoding="ascii") as out:
+        writer = OrderedWriter(out, [line_of(item) for item in job.todo])
+        for item in job.todo:
+            if not isinstance(item, Pending):
+                progress.advance(writer.put(item["line"], item), 0)
+        try:
+            for batch in batches(job.pending, job.batch_size):
+                for record in decode_records(model, job.settings, batch):
+                    keep = job.keeps(record)
+                    failed += [] if keep else [record]
+                    written = writer.put(record["line"], record if keep else None)
+                    progress.advance(written, len(record.get("tokens", ())))
+        except KeyboardInterrupt:
+            progress.say(
+                f"decodekit: interrupted; {writer.written} records written to {job.output} (--resume continues)"
+            )
+            return EXIT_INTERRUPTED
+    progress.say(summary(job, writer.written, writer.errors))
+    return failed_lines(failed)
+
+
+def summary(job: BatchJob, written: int, errors: int) -> str:
+    """The last line of a run: what it wrote, and what was there before."""
+    results = f"{written - errors} results and {errors} error records" if errors else f"{written} results"
+    before = f", {job.already_done} already there" if job.already_done else ""
+    return f"{results} written to {job.output}{before}"
+
+
+def failed_lines(failed: list[Record]) -> int:
+    """With --on-error fail: report the lines that failed while decoding (they have no record)."""
+    if not failed:
+        return 0
+    for record in failed:
+        error = record["error"]
+        report_error(f"line {record['line']} (id {record['id']!r}): {error['type']}: {error['message']}")
+    usage = all(r["error"]["type"] in DECODEKIT_ERRORS for r in failed)  # else a plugin's own failure
+    raise CliError(
+        f"{len(failed)} line(s) failed while decoding and have no record; the others are written. "
+        "--resume retries them; --on-error skip writes an error record instead",
+        exit_code=EXIT_USAGE if usage else EXIT_FAILURE,
+    )

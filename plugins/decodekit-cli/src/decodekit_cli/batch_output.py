@@ -1,0 +1,179 @@
+"""`generate --output results.jsonl`: the checks made before a model loads, the lock that keeps a
+second run out, the settings recorded beside the output, and what `--resume` finds already there.
+
+The settings file `results.jsonl.settings.json` is also the lock: a run holds an exclusive
+`flock` on it while it writes the output, and a second run that cannot take it is refused. The
+output itself is not the lock because the Ray job replaces it (atomically) when it assembles it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections import deque
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from decodekit_cli.batch_records import Record, dumps, is_error, record_line
+from decodekit_cli.batch_settings import differences
+from decodekit_cli.errors import CliError
+
+__all__ = ["OrderedWriter", "OutputLock", "check_output", "existing_records", "parts_path", "settings_path"]
+
+
+def settings_path(output: Path) -> Path:
+    return output.with_name(output.name + ".settings.json")
+
+
+def parts_path(output: Path) -> Path:
+    """Where a `--ray` run writes its records before it assembles them into the output."""
+    return output.with_name(output.name + ".parts")
+
+
+def check_output(output: Path, input_path: Path, *, resume: bool, ray: bool) -> None:
+    """Everything about `--output` that can be known before the model loads: a clear error naming the path."""
+    name = repr(str(output))
+    if output.is_dir():
+        raise CliError(f"--output {name} is a directory; allowed: a file path, e.g. {str(output / 'results.jsonl')!r}")
+    parent = output.parent
+    if not parent.is_dir():
+        raise CliError(f"--output {name}: its folder {str(parent)!r} does not exist; create it first")
+    if parts_path(output).exists() and not (resume and ray):
+        raise CliError(
+            f"--output {name}: {parts_path(output).name} holds the records of a --ray run that was killed; "
+            "--resume --ray continues it (or remove it and start again)"
+        )
+    if not output.exists():
+        return
+    if input_path.exists() and output.samefile(input_path):
+        raise CliError(f"--output {name} is the --input file; allowed: another file")
+    if output.stat().st_size > 0 and not resume:
+        raise CliError(f"--output {name} exists; --resume continues it (or remove it)")
+    try:
+        os.close(os.open(output, os.O_WRONLY | os.O_APPEND))
+    except OSError as exc:
+        raise CliError(f"--output {name}: cannot write it: {exc.strerror}") from None
+
+
+class OutputLock:
+    """The output's settings file, held under an exclusive lock for the length of a run."""
+
+    def __init__(self, output: Path, fd: int) -> None:
+        self.output, self.path, self._fd = output, settings_path(output), fd
+
+    @classmethod
+    def acquire(cls, output: Path) -> OutputLock:
+        path = settings_path(output)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise CliError(f"--output {str(output)!r}: cannot create {str(path)!r} beside it: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise CliError(
+                f"--output {str(output)!r} is being written by another run (it holds {path.name}); "
+                "allowed: one run per output, so wait for it to end or choose another --output"
+            ) from None
+        return cls(output, fd)
+
+    def check_resume(self, current: dict[str, Any]) -> None:
+        """Refuse to continue an output written with other settings (or of unknown ones)."""
+        text = os.pread(self._fd, os.fstat(self._fd).st_size, 0)
+        if not text.strip() and not _holds_records(self.output):
+            return  # nothing was written: a first run
+        try:
+            recorded = json.loads(text)
+        except ValueError:
+            recorded = None
+        if not isinstance(recorded, dict):
+            raise CliError(
+                f"--resume: {self.output} has no readable settings in {self.path.name}, so what it was written "
+                "with is unknown; allowed: an output this version of decodekit wrote (or a new --output)"
+            )
+        changed = differences(recorded, current)
+        if changed:
+            raise CliError(
+                f"--resume: {self.output} was written with {'; '.join(changed)}; allowed: the input and "
+                f"settings it was written with (recorded in {self.path.name}), or a new --output"
+            )
+
+    def record(self, settings: dict[str, Any]) -> None:
+        """Write the settings before the first record, so an output never exists without them."""
+        data = (json.dumps(settings, indent=2) + "\n").encode()
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, data, 0)
+        os.fsync(self._fd)
+
+    def release(self) -> None:
+        """Unlock; settings that describe no records (nothing was written) are removed."""
+        if not _holds_records(self.output):
+            self.path.unlink(missing_ok=True)
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+
+    def __enter__(self) -> OutputLock:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.release()
+
+
+def _holds_records(output: Path) -> bool:
+    """Whether the output, or the parts of a --ray run on it, hold anything."""
+    return (output.exists() and output.stat().st_size > 0) or parts_path(output).exists()
+
+
+def existing_records(output: Path) -> dict[int, str]:
+    """The records already in `output` by input line (for `--resume`). A last line cut short by a
+    kill is removed first; any other line that is not a record is an error naming it."""
+    if not output.exists():
+        return {}
+    data = output.read_bytes()
+    complete = data[: data.rfind(b"\n") + 1]
+    if complete != data:  # an unfinished write: drop it, every complete record stays
+        with output.open("r+b") as f:
+            f.truncate(len(complete))
+    found: dict[int, str] = {}
+    for number, raw in enumerate(complete.split(b"\n")[:-1], 1):
+        try:
+            text = raw.decode("utf-8")
+            found[record_line(text)] = text + "\n"
+        except ValueError:  # UnicodeDecodeError and json's errors are ValueErrors
+            raise CliError(
+                f"--resume: {output} line {number} is not a record of decodekit generate; "
+                "allowed: an output this version of decodekit wrote (or a new --output)"
+            ) from None
+    return found
+
+
+class OrderedWriter:
+    """Appends records to the output in input order: a record waits for every line before it.
+
+    `lines` is the order to write; `put(line, None)` means that line gets no record this run.
+    Each record is flushed as a whole line, so an interruption loses nothing written.
+    """
+
+    def __init__(self, out: IO[str], lines: Iterable[int]) -> None:
+        self._out = out
+        self._order = deque(lines)
+        self._held: dict[int, Record | None] = {}
+        self.written = 0
+        self.errors = 0  # of the records written, how many are error records
+
+    def put(self, line: int, record: Record | None) -> int:
+        """Hold the record, write what is now in order; how many records this call wrote."""
+        self._held[line] = record
+        before = self.written
+        while self._order and self._order[0] in self._held:
+            ready = self._held.pop(self._order.popleft())
+            if ready is not None:
+                self._out.write(dumps(ready))
+                self._out.flush()
+                self.written += 1
+                self.errors += is_error(ready)
+        return self.written - before

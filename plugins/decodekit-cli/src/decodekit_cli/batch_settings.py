@@ -1,0 +1,79 @@
+"""What every line of a batch job is decoded with, and the record of it kept beside the output.
+
+`--resume` compares the recorded settings with its own and refuses to mix: a different input
+file, model, chain, cache, strategy, seed, length, stop string or prompt encoding would give
+results that an uninterrupted run would not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from decodekit_cli.errors import CliError
+
+if TYPE_CHECKING:
+    from decodekit.chain import Chain
+
+__all__ = ["FORMAT", "BatchSettings", "differences", "parsed_chain"]
+
+FORMAT = 1  # of the recorded settings; a change that alters results must change it
+MAX_SEED = 2**64  # what dk.validate allows, checked here before a model loads
+
+
+@lru_cache(maxsize=64)
+def parsed_chain(text: str) -> Chain:
+    """A chain string, parsed once per process (every line of a file usually shares one)."""
+    from decodekit.chain import Chain
+
+    return Chain.parse(text)
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """The defaults of every line and the options that apply to all of them. Plain data, so a Ray
+    actor gets it as is."""
+
+    model: str
+    chain: str  # the default chain as written; a line's record shows the chain text it used
+    max_new_tokens: int
+    seed: int | None
+    cache: str
+    stop: tuple[str, ...] = ()
+    strategy: str = "sample"
+    replace_unknown: bool = False
+    threads: int | None = None  # not recorded: no result depends on it
+
+    def __post_init__(self) -> None:
+        if self.seed is not None and not 0 <= self.seed < MAX_SEED:
+            raise CliError(f"--seed {self.seed} is invalid; allowed: an integer, 0 <= seed < 2**64")
+
+    def recorded(self, input_sha256: str) -> dict[str, Any]:
+        """What the output's settings file holds: everything a result depends on."""
+        return {
+            "format": FORMAT,
+            "input_sha256": input_sha256,
+            "model": self.model,
+            "chain": str(parsed_chain(self.chain)),  # canonical: top_k(5) and top_k(k=5) are one chain
+            "cache": self.cache,
+            "strategy": self.strategy,
+            "seed": self.seed,
+            "max_new_tokens": self.max_new_tokens,
+            "stop": list(self.stop),
+            "replace_unknown": self.replace_unknown,
+        }
+
+
+def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Each setting that differs, as `name=recorded (this run: current)`."""
+    found = []
+    for key in current:
+        old, new = recorded.get(key), current[key]
+        if old == new:
+            continue
+        if key == "input_sha256":
+            found.append(f"another input (sha256 {str(old)[:12]}…; this input: {str(new)[:12]}…)")
+        else:
+            found.append(f"{key}={old!r} (this run: {new!r})")
+    return found
