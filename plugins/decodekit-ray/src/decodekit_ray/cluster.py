@@ -1,0 +1,61 @@
+"""Joining a Ray cluster (or starting one here) for a batch job, and sizing its actor pool.
+
+The workers load the plugins this process loads: the `DECODEKIT_*` variables go with the job
+(Ray's `runtime_env`), so a model or sampler added with `DECODEKIT_EXTRA_PLUGINS` is found there too.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+
+import ray
+from decodekit_cli.errors import CliError
+
+from decodekit.errors import ParameterError
+
+__all__ = ["LOCAL", "actor_count", "connect", "job_env"]
+
+LOCAL = "local"  # `--ray` without an address: start Ray in this process, or join $RAY_ADDRESS
+
+
+def job_env() -> dict[str, str]:
+    """The environment the job's workers need: every DECODEKIT_* variable of this process."""
+    return {k: v for k, v in os.environ.items() if k.startswith("DECODEKIT_")}
+
+
+def connect(address: str) -> bool:
+    """Join Ray at `address` ("local": start one here, unless $RAY_ADDRESS names one); True when this
+    call connected, so the caller disconnects, False when the process was connected already."""
+    if ray.is_initialized():
+        return False
+    joined = os.environ.get("RAY_ADDRESS") if address == LOCAL else address
+    try:
+        ray.init(
+            address=joined or "local",  # "local": a new cluster, never one that happens to run here
+            runtime_env={"env_vars": job_env()},
+            log_to_driver=False,  # the workers' logs stay in Ray's log files; the terminal shows the progress bar
+            logging_level=logging.ERROR,  # not Ray's notes on starting up: the command reports what matters
+            include_dashboard=None if joined else False,  # only a cluster started here takes it
+        )
+    except ConnectionError as exc:
+        raise CliError(
+            f"--ray {address}: cannot join the Ray cluster there: {exc}; a cluster with token authentication "
+            "(Ray's default) also needs RAY_AUTH_MODE=token and its token (`ray get-auth-token` on the head node) "
+            "here, in ~/.ray/auth_token or RAY_AUTH_TOKEN"
+        ) from None
+    logging.getLogger("ray.data").setLevel(logging.ERROR)  # its execution notes go to Ray's log files only
+    return True
+
+
+def actor_count(actors: int | None, actor_cpus: float, actor_gpus: float) -> int:
+    """`actors`, or as many actors of that size as the cluster holds (at least one)."""
+    if actors is not None:
+        if actors < 1:
+            raise ParameterError(f"actors={actors} is invalid; allowed: an integer >= 1")
+        return actors
+    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    sizes = (("CPU", actor_cpus), ("GPU", actor_gpus))
+    fits = [math.floor(resources.get(name, 0.0) / need) for name, need in sizes if need]
+    return max(1, min(fits, default=1))

@@ -1,0 +1,64 @@
+"""`decodekit_ray.generate`: a Dataset of prompt lines in, a Dataset of records out.
+
+The lines are cut into blocks of `batch_size` and materialized first (they are small): the actors
+then hold every CPU they ask for without starving a read or repartition task of one, which on a
+cluster as small as its actor pool would wait forever. Each block is one call of one actor, so
+an actor that dies costs Ray one block to retry.
+"""
+
+from __future__ import annotations
+
+import ray.data
+from decodekit_cli.batch_settings import BatchSettings
+
+from decodekit_ray.cluster import actor_count
+from decodekit_ray.decoder import LineDecoder
+from decodekit_ray.lines import from_fields
+
+__all__ = ["generate", "generate_lines"]
+
+
+def generate(
+    ds: ray.data.Dataset,
+    settings: BatchSettings,
+    *,
+    batch_size: int = 8,
+    actors: int | None = None,
+    actor_cpus: float = 1.0,
+    actor_gpus: float = 0.0,
+) -> ray.data.Dataset:
+    """Decode every prompt of `ds` on a pool of actors, each loading the model once.
+
+    ds: rows of a prompt line's fields (`prompt`, and optionally `id`, `seed`, `max_new_tokens`,
+    `chain`; null is left out) and its `line` number (the default id and seed derive from it).
+    Returns rows `{"line": int, "record": str, "tokens": int}`: the record is the JSON line
+    `decodekit generate --input` writes for that line (a result or an error record), `tokens` how
+    many tokens it generated. Ids are not compared across rows (the command does).
+    """
+    return generate_lines(
+        from_fields(ds), settings, batch_size=batch_size, actors=actors, actor_cpus=actor_cpus, actor_gpus=actor_gpus
+    )
+
+
+def generate_lines(
+    lines: ray.data.Dataset,
+    settings: BatchSettings,
+    *,
+    batch_size: int = 8,
+    actors: int | None = None,
+    actor_cpus: float = 1.0,
+    actor_gpus: float = 0.0,
+) -> ray.data.Dataset:
+    """`generate` over raw prompt lines, rows `{"line", "data"}` (`read_prompt_lines`)."""
+    blocks = lines.repartition(target_num_rows_per_block=batch_size).materialize()
+    records: ray.data.Dataset = blocks.map_batches(
+        LineDecoder,
+        fn_constructor_kwargs={"settings": settings},
+        batch_size=batch_size,
+        compute=ray.data.ActorPoolStrategy(size=actor_count(actors, actor_cpus, actor_gpus)),
+        num_cpus=actor_cpus,
+        num_gpus=actor_gpus,
+        # Ray Data starts an actor pool with max_restarts=-1 and max_task_retries=-1 (Ray 2.51 on):
+        # an actor that dies is started again and the blocks it held are retried on a live one.
+    )
+    return records

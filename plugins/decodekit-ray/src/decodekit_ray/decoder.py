@@ -1,0 +1,40 @@
+"""The Ray Data actor of a batch job: it loads the model once, then turns batches of prompt lines
+into records with the very functions the local job runs, so a line's record does not depend on
+where it was decoded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from decodekit_cli.batch_decode import Pending, batches, check_lines, decode_records
+from decodekit_cli.batch_input import InputLine
+from decodekit_cli.batch_records import Record, dumps
+from decodekit_cli.batch_settings import BatchSettings
+from decodekit_cli.options import load_named_model
+from decodekit_cli.sampling_options import set_threads
+
+__all__ = ["LineDecoder"]
+
+
+class LineDecoder:
+    """Called on batches `{"line", "data"}`; returns `{"line", "record", "tokens"}`, one row per line."""
+
+    def __init__(self, settings: BatchSettings) -> None:
+        self.settings = settings
+        self.model = load_named_model(settings.model)
+        set_threads(self.model, settings.threads)  # one thread for a small model: its step is too small to split
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        lines = [InputLine(int(n), bytes(d)) for n, d in zip(batch["line"], batch["data"])]
+        # Ids are not compared across rows here: each actor sees only its batches (the command checks them).
+        checked = check_lines(self.model, self.settings, lines, unique_ids=False)
+        records: list[Record] = [item for item in checked if not isinstance(item, Pending)]
+        pending = [item for item in checked if isinstance(item, Pending)]
+        for group in batches(pending, max(1, len(pending))):
+            records += decode_records(self.model, self.settings, group)
+        return {
+            "line": np.array([r["line"] for r in records], dtype=np.int64),
+            "record": np.array([dumps(r) for r in records], dtype=object),
+            "tokens": np.array([len(r.get("tokens", ())) for r in records], dtype=np.int64),
+        }

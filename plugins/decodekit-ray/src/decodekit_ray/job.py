@@ -1,0 +1,91 @@
+"""`decodekit generate --input ... --output ... --ray [ADDRESS]`: the checked job, run on Ray Data.
+
+The command has checked every line, locked the output and recorded its settings (as for a local
+run); here the lines still to do are read with Ray Data, decoded by the actor pool, written as
+Parquet parts and assembled into the output, sorted by line: record for record what one local
+process writes. A killed run leaves its complete parts, and `--resume` counts them as done.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+
+import ray
+import ray.data
+from decodekit_cli.batch_decode import Pending
+from decodekit_cli.batch_job import BatchJob, failed_lines, summary
+from decodekit_cli.batch_output import existing_records, parts_path
+from decodekit_cli.batch_progress import BatchProgress
+from decodekit_cli.batch_records import dumps, is_error
+from decodekit_cli.errors import EXIT_INTERRUPTED
+
+from decodekit_ray.cluster import LOCAL, connect
+from decodekit_ray.dataset import generate_lines
+from decodekit_ray.lines import read_prompt_lines
+from decodekit_ray.parts import PartsWatcher, part_records, replace_output
+
+__all__ = ["RayOptions", "run_job"]
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where the job runs and how big its actors are (see `decodekit_ray.generate`)."""
+
+    address: str = LOCAL
+    actors: int | None = None  # default: as many as the cluster's CPUs (or GPUs) hold
+    actor_cpus: float = 1.0
+    actor_gpus: float = 0.0
+
+
+def run_job(job: BatchJob, options: RayOptions) -> int:
+    """Run `job` on Ray and assemble its output; return the exit status."""
+    parts = parts_path(job.output)
+    before = existing_records(job.output)
+    recovered = part_records(parts)  # what a killed run finished
+    todo = [p.line for p in job.pending if p.line not in recovered]
+    checked = {int(item["line"]): item for item in job.todo if not isinstance(item, Pending)}
+    progress = BatchProgress(len(job.todo), "generating on Ray")
+    interrupted = False
+    with progress:
+        progress.advance(len(checked), 0)
+        try:
+            with PartsWatcher(parts, progress.advance, lines={p.line for p in job.pending}):
+                if todo:
+                    _decode(job, options, todo, str(parts.resolve()))
+        except KeyboardInterrupt:
+            interrupted = True
+    made = {line: json.loads(text) for line, text in part_records(parts).items() if line not in before}
+    failed = [record for record in made.values() if not job.keeps(record)]
+    new = {**checked, **{line: record for line, record in made.items() if job.keeps(record)}}
+    replace_output(job.output, {**{line: dumps(r) for line, r in new.items()}, **before})
+    shutil.rmtree(parts, ignore_errors=True)
+    if interrupted:
+        progress.say(f"decodekit: interrupted; {len(new)} records written to {job.output} (--resume continues)")
+        return EXIT_INTERRUPTED
+    progress.say(summary(job, len(new), sum(is_error(r) for r in new.values())))
+    return failed_lines(failed)
+
+
+def _decode(job: BatchJob, options: RayOptions, lines: list[int], parts: str) -> None:
+    """Read, decode and write the lines to do as Parquet parts (blocking until Ray is done)."""
+    started = connect(options.address)
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False  # the command shows its own
+    context.print_on_execution_start = False
+    try:
+        records = generate_lines(
+            read_prompt_lines(job.input, keep=set(lines)),
+            job.settings,
+            batch_size=job.batch_size,
+            actors=options.actors,
+            actor_cpus=options.actor_cpus,
+            actor_gpus=options.actor_gpus,
+        )
+        # Writing takes no CPU (the actors may hold every one) and one worker: a task free of CPUs
+        # would otherwise start a Python process of its own for each block.
+        records.write_parquet(parts, ray_remote_args={"num_cpus": 0}, concurrency=1)
+    finally:
+        if started:
+            ray.shutdown()

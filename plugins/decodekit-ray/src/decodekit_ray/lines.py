@@ -1,0 +1,63 @@
+"""Prompt lines as a Ray Dataset: rows `{"line": int, "data": bytes}`, one per non-blank line.
+
+The file is read with Ray Data's `read_binary_files` and split exactly as the local job splits it
+(`decodekit_cli.batch_input.input_lines`): on b"\\n" only, a leading BOM skipped, each line kept
+as bytes so that invalid UTF-8 is that line's error record, not the reader's failure. (Ray's
+`read_text` splits on U+2028 too, and `read_json` fails the whole file on one bad line.)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import ray.data
+from decodekit_cli.batch_input import input_lines
+
+from decodekit.errors import ParameterError
+
+__all__ = ["FIELDS", "from_fields", "read_prompt_lines"]
+
+FIELDS = ("prompt", "id", "seed", "max_new_tokens", "chain")  # what a line of the input file may hold
+
+
+def read_prompt_lines(path: str | Path, *, keep: Collection[int] | None = None) -> ray.data.Dataset:
+    """The lines of the JSONL file at `path`, which every node must see; `keep`: only these line numbers."""
+    files = ray.data.read_binary_files(str(Path(path).resolve()))
+    return files.map_batches(partial(_split, keep=None if keep is None else frozenset(keep)), batch_size=None)
+
+
+def _split(batch: dict[str, Any], keep: frozenset[int] | None) -> dict[str, Any]:
+    lines = [line for data in batch["bytes"] for line in input_lines(bytes(data))]
+    lines = [line for line in lines if keep is None or line.number in keep]
+    return {
+        "line": np.array([line.number for line in lines], dtype=np.int64),
+        "data": np.array([line.data for line in lines], dtype=object),
+    }
+
+
+def from_fields(ds: ray.data.Dataset) -> ray.data.Dataset:
+    """Rows of a line's fields (`prompt`, `id`, `seed`, `max_new_tokens`, `chain`, as `read_json` or
+    `read_parquet` gives them) and its `line` number, as prompt lines: each row becomes the JSON
+    line it stands for (null fields left out), so it is checked as the file's lines are."""
+    if "line" not in ds.columns():
+        raise ParameterError(
+            f"a dataset of prompts with columns {ds.columns()}; allowed: a 'line' column (the row's number: "
+            "its default id and seed) beside the fields of a prompt line"
+        )
+    return ds.map_batches(_as_line_rows, batch_format="pyarrow", batch_size=None)
+
+
+def _as_line_rows(table: pa.Table) -> dict[str, Any]:
+    rows = table.to_pylist()  # exact Python ints: a seed near 2**64 survives, which NumPy's floats would not
+    return {
+        "line": np.array([row.pop("line") for row in rows], dtype=np.int64),
+        "data": np.array(
+            [json.dumps({k: v for k, v in row.items() if v is not None}).encode() for row in rows], dtype=object
+        ),
+    }

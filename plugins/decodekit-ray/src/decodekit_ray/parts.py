@@ -1,0 +1,88 @@
+"""The parts a Ray job writes beside its output, watched for progress and assembled at the end.
+
+Ray Data's `write_parquet` writes each block of records as a file of `results.jsonl.parts/`; a
+file is complete once Parquet can read its footer, so a file cut short by a kill is simply not
+a part yet. The driver counts complete parts for the progress bar and, at the end (or after an
+interruption), merges them with the records the output already held, sorted by input line, into
+a new output that replaces the old one in one rename: nothing is lost and no line appears twice.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Collection
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = ["PartsWatcher", "part_records", "replace_output"]
+
+
+def _read(path: Path, columns: list[str]) -> pa.Table | None:
+    """A part's columns, or None for a file still being written (or cut short)."""
+    try:
+        return pq.read_table(path, columns=columns)
+    except (OSError, pa.ArrowException):
+        return None
+
+
+def part_records(folder: Path) -> dict[int, str]:
+    """Every record in the complete parts of `folder`, by input line (a retried block's copy once)."""
+    records: dict[int, str] = {}
+    for path in sorted(folder.glob("*.parquet")):
+        table = _read(path, ["line", "record"])
+        if table is not None:
+            for line, record in zip(table.column("line").to_pylist(), table.column("record").to_pylist()):
+                records.setdefault(line, record)
+    return records
+
+
+class PartsWatcher:
+    """Polls `folder` while a job runs: `on_part(records, tokens)` for each complete part, counting
+    only `lines` (those the progress bar is over), each once."""
+
+    def __init__(
+        self, folder: Path, on_part: Callable[[int, int], None], *, lines: Collection[int], every: float = 0.5
+    ) -> None:
+        self._folder, self._on_part, self._every = folder, on_part, every
+        self._seen: set[str] = set()
+        self._todo = set(lines)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="decodekit-ray-parts", daemon=True)
+
+    def poll(self) -> None:
+        for path in sorted(self._folder.glob("*.parquet")):
+            table = None if path.name in self._seen else _read(path, ["line", "tokens"])
+            if table is None:
+                continue
+            self._seen.add(path.name)
+            new = [(n, t) for n, t in zip(table.column("line").to_pylist(), table.column("tokens").to_pylist())]
+            new = [(n, t) for n, t in new if n in self._todo]
+            self._todo.difference_update(n for n, _ in new)
+            self._on_part(len(new), sum(t for _, t in new))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            self.poll()
+
+    def __enter__(self) -> PartsWatcher:
+        self.poll()  # parts a killed run left count as done
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.poll()
+
+
+def replace_output(output: Path, records: dict[int, str]) -> None:
+    """Write `records` sorted by line to a new file and rename it over `output` (atomic on POSIX)."""
+    new = output.with_name(output.name + ".new")
+    with new.open("w", encoding="ascii") as f:
+        f.writelines(records[line] for line in sorted(records))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(new, output)

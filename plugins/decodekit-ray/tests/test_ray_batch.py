@@ -1,0 +1,191 @@
+"""The batch job on Ray Data: record for record what one local process writes, through a killed actor,
+a killed driver and `--resume`, and from Python over a Dataset.
+
+The tests start a Ray cluster of 2 CPUs on this machine and stop it. Its workers import the test
+plugins of the repository's `tests/` (`cli-test-gpt`, and `fail_on`, a sampler that fails while
+decoding the prompts that hold a "!"): the cluster is started with them on its PYTHONPATH, and the
+command sends DECODEKIT_EXTRA_PLUGINS with its job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import decodekit_ray
+import pytest
+import ray
+import ray.data
+from decodekit_ray import BatchSettings
+from test_cli import MODEL, TESTS, _env, _popen, cli
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")  # Ray Data's own, on its own options
+
+PLUGINS = "cli_testplugin,batch_testplugin"
+CHAIN = "fail_on(token=2) | temperature(1.5)"  # token 2 is "!"
+ARGS = ["-m", MODEL, "--seed", "5", "--max-new-tokens", "40", "--chain", CHAIN, "--cache", "dense"]
+ARGS += ["--batch-size", "4", "--on-error", "skip"]
+N = 160
+BAD = {  # line -> what it holds: each must become the same error record on Ray as here
+    5: b'{"prompt": "b", "seed": 18446744073709551616}',
+    9: b'{"prompt": "c", "max_new_tokens": 128}',
+    13: b'{"prompt": ',
+    17: b'{"prompt": "\xff"}',
+    21: b'{"prompt": "d", "id": "p0"}',
+    25: b'{"prompt": "fails while decoding!"}',
+}
+
+
+def _line(i: int) -> bytes:
+    """Line i (1-based): prompts of several lengths; some with their own id, seed, length or chain."""
+    if i in BAD:
+        return BAD[i]
+    line: dict[str, object] = {"prompt": f"Line {i}: " + "abcd"[: i % 5]}
+    if i % 3 == 1:
+        line["id"] = f"p{i - 1}"
+    if i % 7 == 0:
+        line["seed"] = 2**64 - i
+    if i % 11 == 0:
+        line["max_new_tokens"] = 3
+    if i % 29 == 0:
+        line["chain"] = "fail_on(token=2) | top_k(5)"
+    if i == 2:
+        line["id"] = "x\u2028y"  # a raw line separator: one line all the same
+    return json.dumps(line, ensure_ascii=False).encode()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    """A local Ray cluster of 2 CPUs; its address, for the command's --ray."""
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), saved]))
+    try:  # the cluster's processes start with this environment: its workers find the test plugins
+        ray.init(
+            address="local",  # a new cluster, even where another one runs
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+            runtime_env={"env_vars": {"DECODEKIT_EXTRA_PLUGINS": PLUGINS}},
+        )
+    finally:  # ray.init also set RAY_AUTH_MODE=token here: the commands' processes join with it
+        os.environ.pop("PYTHONPATH")
+        os.environ.update({} if saved is None else {"PYTHONPATH": saved})
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The input, and what one local process writes for it."""
+    root = tmp_path_factory.mktemp("ray")
+    prompts = root / "prompts.jsonl"
+    prompts.write_bytes(b"".join(_line(i) + b"\n" for i in range(1, N + 1)))
+    out = root / "local.jsonl"
+    r = cli("generate", "--input", str(prompts), "--output", str(out), *ARGS, DECODEKIT_EXTRA_PLUGINS=PLUGINS)
+    assert r.returncode == 0, r.stderr
+    return prompts, out.read_text()
+
+
+def _on_ray(prompts: Path, out: Path, address: str, *extra: str) -> subprocess.Popen[str]:
+    args = ["generate", "--input", str(prompts), "--output", str(out), *ARGS, "--ray", address, *extra]
+    return _popen(args, _env(DECODEKIT_EXTRA_PLUGINS=PLUGINS))
+
+
+def _wait_for_parts(out: Path, job: subprocess.Popen[str], at_least: int = 1) -> int:
+    """Wait until the job has written `at_least` part files; how many it has."""
+    parts = out.with_name(out.name + ".parts")
+    deadline = time.monotonic() + 240
+    while job.poll() is None and time.monotonic() < deadline:
+        count = len(list(parts.glob("*.parquet"))) if parts.exists() else 0
+        if count >= at_least:
+            return count
+        time.sleep(0.05)
+    raise AssertionError(f"the job wrote no parts: {job.poll()=}")
+
+
+def _actor_pids() -> list[int]:
+    """The processes of this machine's decoding actors (Ray names them after the callable)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and b"MapBatches(LineDecoder)" in (proc / "cmdline").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_reference_has_every_kind_of_record(reference: tuple[Path, str]) -> None:
+    records = [json.loads(line) for line in reference[1].splitlines()]
+    assert [r["line"] for r in records] == list(range(1, N + 1))
+    errors = {r["line"]: r["error"]["type"] for r in records if "error" in r}
+    assert errors == {
+        5: "ParameterError",
+        9: "ContextLengthError",
+        13: "JSONDecodeError",
+        17: "UnicodeDecodeError",
+        21: "ParameterError",
+        25: "NumericsError",  # on decoding: its batch is retried row by row, the others are results
+    }
+    assert records[1]["id"] == "x\u2028y" and records[6]["seed"] == 2**64 - 7
+
+
+def test_on_ray_equals_local_with_an_actor_killed(cluster: str, reference: tuple[Path, str], tmp_path: Path) -> None:
+    """Ray retries the batches of an actor killed mid-run: still every line once, as one process writes it."""
+    prompts, expected = reference
+    out = tmp_path / "ray.jsonl"
+    job = _on_ray(prompts, out, cluster, "--ray-actors", "2")
+    done = _wait_for_parts(out, job)
+    actors = _actor_pids()
+    assert len(actors) == 2, actors
+    os.kill(actors[0], signal.SIGKILL)
+    _, err = job.communicate(timeout=600)
+    assert job.returncode == 0, err
+    assert done < N // 4  # killed while most of the work was still to do
+    assert err.splitlines()[-1] == f"{N - 6} results and 6 error records written to {out}"
+    assert out.read_text() == expected
+    assert not out.with_name(out.name + ".parts").exists()
+
+
+def test_on_ray_killed_and_resumed_equals_local(cluster: str, reference: tuple[Path, str], tmp_path: Path) -> None:
+    """The driver killed outright: its complete parts count on --resume, which finishes the job on Ray."""
+    prompts, expected = reference
+    out = tmp_path / "ray.jsonl"
+    job = _on_ray(prompts, out, cluster)
+    _wait_for_parts(out, job, at_least=2)
+    job.send_signal(signal.SIGKILL)
+    job.communicate(timeout=60)
+    assert out.with_name(out.name + ".parts").exists() and not out.exists()
+    refused = _on_ray(prompts, out, cluster)  # without --resume: the parts are not thrown away
+    _, err = refused.communicate(timeout=120)
+    assert refused.returncode == 2 and "--resume --ray continues it" in err, err
+    resumed = _on_ray(prompts, out, cluster, "--resume")
+    _, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    assert out.read_text() == expected
+
+
+def test_generate_over_a_dataset_of_fields(cluster: str, reference: tuple[Path, str]) -> None:
+    """`decodekit_ray.generate`: rows of a line's fields in, the command's records out (a bad row an error)."""
+    prompts, expected = reference
+    rows = []
+    for number, data in enumerate(prompts.read_bytes().split(b"\n")[:-1], 1):
+        if number not in (13, 17, 21):  # not JSON, not UTF-8, and an id another row has: no fields to give
+            rows.append({"line": number, **json.loads(data)})
+    settings = BatchSettings(model=MODEL, chain=CHAIN, max_new_tokens=40, seed=5, cache="dense")
+    records = decodekit_ray.generate(ray.data.from_items(rows), settings, batch_size=4, actors=2).take_all()
+    assert sorted(r["line"] for r in records) == [row["line"] for row in rows]
+    by_line = {r["line"]: r["record"] for r in records}
+    assert [by_line[row["line"]] for row in rows] == [
+        expected.splitlines(keepends=True)[row["line"] - 1] for row in rows
+    ]
+    assert sum(r["tokens"] for r in records) == sum(len(json.loads(r["record"]).get("tokens", ())) for r in records)
