@@ -1,6 +1,6 @@
 """Fixtures: the tiny-shakespeare model and its character tokenizer (84 ids, no end-of-sequence token), the
-byte-level BPE of 50,000 tokens trained on the same text (`data/train_bpe50k.py`), and a random model
-over that vocabulary that uses it."""
+byte-level BPEs trained on the same text (`data/train_bpe.py`: GPT-2's scheme, 46,896 tokens; and one of
+exactly 50,000 whose merges cross words), and a random model over the first that uses it."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import decodekit as dk
 DATA = Path(__file__).with_name("data")
 
 
-def bpe50k() -> Any:
-    """The shipped byte-level BPE as an `HFTokenizer` (end of text: id 0, `<|endoftext|>`)."""
+def hf_bpe(name: str) -> Any:
+    """A shipped byte-level BPE (`data/NAME`) as an `HFTokenizer` (end of text: id 0, `<|endoftext|>`)."""
     from decodekit_hf.tokenizer import HFTokenizer
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
-    text = gzip.decompress((DATA / "bpe50k.json.gz").read_bytes()).decode()
+    text = gzip.decompress((DATA / name).read_bytes()).decode()
     fast = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(text), eos_token="<|endoftext|>")
     return HFTokenizer(fast)
 
@@ -33,14 +33,21 @@ def shakespeare() -> Any:
 
 @pytest.fixture(scope="session")
 def bpe() -> Any:
-    return bpe50k()
+    """GPT-2's scheme: 46,896 tokens."""
+    return hf_bpe("bpe-words.json.gz")
+
+
+@pytest.fixture(scope="session")
+def bpe50k() -> Any:
+    """Merges across words: 50,000 tokens."""
+    return hf_bpe("bpe-50k.json.gz")
 
 
 @pytest.fixture(scope="session")
 def bpe_model(bpe: Any) -> Any:
-    """A random TinyLM over the 50,000-token vocabulary, with the BPE as its tokenizer."""
+    """A random TinyLM over the BPE's vocabulary, with the BPE as its tokenizer."""
     from decodekit.testing.tiny_lm import TinyLM
 
-    model = TinyLM(50_000, dim=16, max_positions=256)
+    model = TinyLM(len(bpe.hf), dim=16, max_positions=256)
     model.tokenizer = bpe
     return model

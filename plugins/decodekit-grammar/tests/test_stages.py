@@ -235,3 +235,45 @@ def test_spec_round_trip_and_chain_string() -> None:
     chain = dk.Chain.parse('json_schema(schema={"type": "integer"}, whitespace=flexible) | temperature(0.7) | sample')
     assert dk.Chain.from_spec(chain.to_spec()) == chain
     assert dk.Chain.parse(str(chain)) == chain
+
+
+BPE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "who": {"type": "string", "pattern": "^[A-Z][a-z]{1,8}$"},
+        "lines": {"type": "array", "maxItems": 2, "items": {"enum": ["But soft", "what light"]}},
+        "act": {"type": "integer", "minimum": 1, "maximum": 5},
+    },
+    "required": ["who", "lines", "act"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("which", ["bpe", "bpe50k"])
+def test_generation_over_a_byte_level_bpe(request: pytest.FixtureRequest, which: str) -> None:
+    """A random model over each BPE: valid JSON, tokens of several bytes, some across the grammar's lexemes."""
+    import json
+
+    import jsonschema
+
+    from decodekit.testing.tiny_lm import TinyLM
+
+    bpe = request.getfixturevalue(which)
+    model = TinyLM(len(bpe.hf), dim=16, max_positions=256)
+    model.tokenizer = bpe
+    chain = dk.Chain([dk.create("json_schema", schema=BPE_SCHEMA), dk.create("temperature", value=1.0)])
+    out = dk.generate(model, ["ROMEO:"] * 8, chain=chain, max_new_tokens=120, seed=0)
+    assert out.stopped_by == ["json_schema"] * 8
+    for text in out.text:
+        jsonschema.validate(json.loads(text), BPE_SCHEMA)
+    pieces = [bpe.decode([t]) for tokens in out.tokens for t in tokens]
+    assert any(len(p) > 1 and '"' in p and p.strip('"') for p in pieces)  # e.g. ',"' or '":"' or '"who'
+
+
+def test_the_end_token_is_forced_once_the_document_is_complete(bpe: Any) -> None:
+    stage = dk.create("json_schema", schema=BPE_SCHEMA)
+    done = bpe.encode('{"who":"Romeo","lines":["But soft"],"act":2}')
+    ctx = dk.DecodeContext(tokens=torch.tensor([[1, *done]]), step=len(done), tokenizer=bpe)
+    keep = stage.allowed(ctx, len(bpe.hf))[0]
+    assert keep.nonzero().flatten().tolist() == [0]  # <|endoftext|> alone
+    assert stage.ends_row(0, done) == "json_schema"
