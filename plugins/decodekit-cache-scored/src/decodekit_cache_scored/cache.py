@@ -26,7 +26,7 @@ from decodekit.spec import CacheSpec
 from decodekit.storage import SlotWritable, check_memory, float_slot_bytes, lookup_storage
 from decodekit_cache_scored.params import ScoredParams
 from decodekit_cache_scored.policies import Policy
-from decodekit_cache_scored.selection import NEVER, capped_shift, free_slots, keep_top, rotate_each
+from decodekit_cache_scored.selection import NEVER, capped_shift, free_slots, keep_top, rope_frequencies, rotate_each
 from decodekit_cache_scored.state import Block, LayerState
 
 __all__ = ["ObservingScoredCache", "ScoredCache", "resolve_budget"]
@@ -106,6 +106,9 @@ class ScoredCache:
             LayerState.empty(spec.batch_size, spec.n_kv_heads, self.slots, spec.device) for _ in range(spec.n_layers)
         ]
         self._row_start = torch.zeros(spec.batch_size, dtype=torch.long, device=spec.device)
+        self._lowest_first = self.slots - torch.arange(self.slots, device=spec.device)  # free_slots' ranking
+        base = spec.rope_base
+        self._inv_freq = None if base is None else rope_frequencies(spec.head_dim, base, spec.device)
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         st = self._layers[layer]
@@ -136,7 +139,7 @@ class ScoredCache:
         self._row_start = first - positions[:, 0]
         mask = slot_mask(st.key_slots, positions, first)  # [B, H_kv, T, S']
         st.mask = mask.repeat_interleave(self.groups, dim=1) if self.groups > 1 else mask
-        st.valid = positions >= 0
+        st.valid = (positions >= 0)[:, None, :, None]  # [B, 1, T, 1]
         return st.mask
 
     def crop(self, n: int) -> None:
@@ -218,23 +221,24 @@ class ScoredCache:
 
     def _moved(self, keys: Tensor, slots: Tensor, held: Tensor, last: int) -> Tensor:
         """Held keys as the query in slot `last` sees them: moved within the context if it is past it."""
-        base, M = self.spec.rope_base, self.spec.max_positions
-        if base is None or M is None or last < M:
+        M, inv_freq = self.spec.max_positions, self._inv_freq
+        if inv_freq is None or M is None or last < M:
             return keys
         real = held & (slots >= self._row_start[:, None, None])  # padding is never seen: it takes no rank
-        return rotate_each(keys, capped_shift(slots, real, last, M), base)
+        return rotate_each(keys, capped_shift(slots, real, last, M), inv_freq)
 
     def _short_block(self, layer: int, st: LayerState, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """A few tokens: written into free slots (recorded for crop); the whole storage is returned."""
         start, T = st.length, k.shape[2]
         forward = st.snapshot(start)
-        index = free_slots(st.alive, st.freed_at, start - 2 * self.slack, T)  # [B, H, T]
+        index = free_slots(st.alive, st.freed_at, start - 2 * self.slack, T, self._lowest_first)  # [B, H, T]
         self.store.write_at(layer, index, k, v)  # type: ignore[attr-defined]  # checked at construction
         new = torch.arange(start, start + T, device=k.device).expand(index.shape)
         forward.index, forward.initial = index, self.policy.initial(k, new)
-        st.slots.scatter_(-1, index, new)
-        st.alive.scatter_(-1, index, True)
-        st.score.scatter_(-1, index, forward.initial)
+        # Replaced, never written in place: the record of the forward keeps the state before it.
+        st.slots = st.slots.scatter(-1, index, new)
+        st.alive = st.alive.scatter(-1, index, True)
+        st.score = st.score.scatter(-1, index, forward.initial)
         st.held += T
         st.journal = [f for f in st.journal if f.start >= start + T - 2 * self.slack] + [forward]
         st.key_slots = torch.where(st.alive, st.slots, -1)
@@ -284,15 +288,14 @@ class ScoredCache:
         keep, order, score = self._select(block)
         keys, values = (self._gathered(torch.cat(parts, 2), order) for parts in (block.keys, block.values))
         self.store.write(layer, 0, keys, values)
-        n = order.shape[-1]
-        st.slots.fill_(-1)
-        st.slots[..., :n] = block.slots.gather(-1, order)
-        st.alive.zero_()
-        st.alive[..., :n] = keep.gather(-1, order)
-        st.score.zero_()
-        st.score[..., :n] = score.gather(-1, order)
-        st.freed_at.fill_(NEVER)
-        st.held, st.pending = n, None
+        rest = st.slots.shape[-1] - order.shape[-1]
+
+        def padded(x: Tensor, fill: float | int | bool) -> Tensor:
+            return torch.cat([x.gather(-1, order), x.new_full((*x.shape[:-1], rest), fill)], -1)
+
+        st.slots, st.alive, st.score = padded(block.slots, -1), padded(keep, False), padded(score, 0.0)
+        st.freed_at = torch.full_like(st.freed_at, NEVER)
+        st.held, st.pending = order.shape[-1], None
 
     def _gathered(self, x: Tensor, order: Tensor) -> Tensor:
         """`x` `[B, H', S', D]` at entries `order` `[B, H_kv, n]`, as the model's kv-heads `[B, H_kv, n, D]`."""
@@ -307,10 +310,11 @@ class ObservingScoredCache(ScoredCache):
 
     def observe(self, layer: int, queries: Tensor) -> None:
         st = self._layers[layer]
-        keys = st.keys.repeat_interleave(queries.shape[1] // st.keys.shape[1], 1)
-        scores = queries.float() @ keys.float().transpose(-1, -2) / math.sqrt(queries.shape[-1])
-        weights = torch.softmax(scores.masked_fill(~st.mask, -math.inf), -1)  # [B, H, T, S']
-        weights = weights * st.valid[:, None, :, None]  # a padding query scores nothing
+        B, H, T, D = queries.shape
+        keys = st.keys.float()  # [B, H_s, S', D]: a query head's group shares its stored head
+        grouped = queries.float().reshape(B, keys.shape[1], -1, D)  # [B, H_s, H / H_s · T, D]
+        scores = (grouped @ keys.transpose(-1, -2)).view(B, H, T, -1) * D**-0.5
+        weights = torch.softmax(scores.masked_fill(~st.mask, -math.inf), -1) * st.valid  # a padding query: none
         if st.pending is not None:
             st.pending.weights = weights  # compressed before the next forward (crop may cut it first)
         else:

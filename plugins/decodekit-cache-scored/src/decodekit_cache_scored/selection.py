@@ -6,9 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from decodekit.rope import apply_rope, rope_angles
-
-__all__ = ["NEVER", "capped_shift", "free_slots", "keep_top", "rotate_each"]
+__all__ = ["NEVER", "capped_shift", "free_slots", "keep_top", "rope_frequencies", "rotate_each"]
 
 NEVER = -(2**62)  # `freed_at` of a storage slot that never held an evicted entry
 
@@ -22,13 +20,11 @@ def keep_top(priority: Tensor, alive: Tensor, slots: Tensor, budget: int) -> Ten
     return keep & alive
 
 
-def free_slots(alive: Tensor, freed_at: Tensor, before: int, n: int) -> Tensor:
+def free_slots(alive: Tensor, freed_at: Tensor, before: int, n: int, lowest_first: Tensor) -> Tensor:
     """`[B, H, n]`: the `n` lowest storage slots holding nothing alive, freed at or before `before` (so that
-    an entry evicted since then is still there for `crop` to bring back)."""
-    S = alive.shape[-1]
+    an entry evicted since then is still there for `crop` to bring back). `lowest_first`: `S - arange(S)`."""
     reusable = ~alive & (freed_at <= before)
-    lowest_first = torch.where(reusable, S - torch.arange(S, device=alive.device), 0)
-    return torch.topk(lowest_first, n, dim=-1).indices
+    return torch.topk(torch.where(reusable, lowest_first, 0), n, dim=-1).indices
 
 
 def capped_shift(slots: Tensor, held: Tensor, last: int, context: int) -> Tensor:
@@ -44,9 +40,19 @@ def capped_shift(slots: Tensor, held: Tensor, last: int, context: int) -> Tensor
     return torch.where(held & (oldest > context - 1), distance - capped, 0)
 
 
-def rotate_each(keys: Tensor, shift: Tensor, base: float) -> Tensor:
+def rope_frequencies(head_dim: int, base: float, device: torch.device | str) -> Tensor:
+    """`base^(-2i / head_dim)` in float64 (`decodekit.rope`'s frequencies), `[head_dim / 2]`."""
+    return torch.tensor(base, dtype=torch.float64) ** (
+        -torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim
+    )
+
+
+def rotate_each(keys: Tensor, shift: Tensor, inv_freq: Tensor) -> Tensor:
     """`keys` `[B, H', S, D]` (rotated at their positions), each moved `shift` `[B, H, S]` positions on (H' a
-    multiple of H: a storage that repeats kv-heads). Rotations compose, so the stored key is never changed."""
+    multiple of H: a storage that repeats kv-heads), as `decodekit.rope.rotate` does (angles in float64).
+    Rotations compose, so the stored key is never changed."""
     shift = shift.repeat_interleave(keys.shape[1] // shift.shape[1], dim=1)
-    cos, sin = rope_angles(shift.flatten(0, 1), keys.shape[-1], base)  # [B*H', 1, S, D]
-    return apply_rope(keys, cos.view(keys.shape), sin.view(keys.shape))
+    angle = shift.unsqueeze(-1).double() * inv_freq  # [B, H', S, D/2]
+    cos, sin = angle.cos().to(keys.dtype), angle.sin().to(keys.dtype)
+    x1, x2 = keys.chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)

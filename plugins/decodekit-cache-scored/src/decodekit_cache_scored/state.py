@@ -82,7 +82,8 @@ class LayerState:
         )
 
     def snapshot(self, start: int) -> Forward:
-        return Forward(start, self.alive.clone(), self.score.clone(), self.freed_at.clone())
+        """The state before a forward (no copy: the state is only ever replaced, never written in place)."""
+        return Forward(start, self.alive, self.score, self.freed_at)
 
     def restore(self, forward: Forward, n: int, apply: object) -> None:
         """The state after feeding `forward`'s tokens before stream slot `n` (as one forward), from its record.
@@ -90,10 +91,10 @@ class LayerState:
         apply: the policy's `apply(score, contributions)`, to replay the kept queries' contributions.
         """
         m = n - forward.start
-        self.alive, self.score, self.freed_at = forward.alive.clone(), forward.score.clone(), forward.freed_at.clone()
         index = forward.index[..., :m]
-        self.alive.scatter_(-1, index, True)
-        self.score.scatter_(-1, index, forward.initial[..., :m])
+        self.alive = forward.alive.scatter(-1, index, True)
+        self.score = forward.score.scatter(-1, index, forward.initial[..., :m])
+        self.freed_at = forward.freed_at
         if forward.contributions is not None and m > 0:
             forward.contributions = forward.contributions[:, :, :m]
             self.score = apply(self.score, forward.contributions)  # type: ignore[operator]
