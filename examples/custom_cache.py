@@ -44,11 +44,16 @@ class RecentParams(dk.Params):
 
 
 class RecentCache:
-    """Evicts (it states its `reach`): `update` returns the ring (in ring order) plus the new block."""
+    """Evicts (it states its `reach`): `update` returns the ring (in ring order) plus the new block.
+
+    Every key it hands out has been through its storage once (an int8 or half storage changes them),
+    the new block included: it goes through a scratch storage of the block's length.
+    """
 
     def __init__(self, spec: dk.CacheSpec, params: RecentParams) -> None:
         self.spec, self.n = spec, params.n
-        self.store = lookup_storage(params.store)(spec, [params.n] * spec.n_layers)
+        self.storage = lookup_storage(params.store)
+        self.store = self.storage(spec, [params.n] * spec.n_layers)
         self.slots = [torch.full((params.n,), -1) for _ in range(spec.n_layers)]  # stream slot in each ring slot
         self.lengths = [0] * spec.n_layers
         self.returned = [self.slots[0][:0]] * spec.n_layers  # slot of each key the last update returned
@@ -66,14 +71,17 @@ class RecentCache:
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         start, T = self.lengths[layer], k.shape[2]
         held = min(start, self.n)
-        old_k, old_v = self.store.read(layer, 0, held)
-        keys, values = torch.cat([old_k, k], 2), torch.cat([old_v, v], 2)  # copies, before the ring is overwritten
+        scratch = self.storage(self.spec, [T])  # the block as the storage will give it back
+        scratch.write(0, 0, k, v)
+        new_k, new_v = scratch.read(0, 0, T)
+        old_k, old_v = self.store.read(layer, 0, held)  # a read may be a view of the ring: ...
+        keys, values = torch.cat([old_k, new_k], 2), torch.cat([old_v, new_v], 2)  # ... copied before it is overwritten
         self.returned[layer] = torch.cat([self.slots[layer][:held], torch.arange(start, start + T)])
         for i in range(max(0, T - self.n), T):  # the newest `n` of the block stay
             self.store.write(layer, (start + i) % self.n, k[:, :, i : i + 1], v[:, :, i : i + 1])
             self.slots[layer][(start + i) % self.n] = start + i
         self.lengths[layer] = start + T
-        return keys.to(self.spec.dtype), values.to(self.spec.dtype)
+        return keys, values
 
     def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
         first = self.lengths[layer] - positions.shape[1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -75,9 +76,11 @@ def test_custom_cache_script_runs() -> None:
 class TestExampleRecentCacheConformance(CacheConformance):
     """The example's eviction policy, held to the kit: the last 5 slots, at their own positions."""
 
+    store = "gqa"
+
     def make(self, spec: dk.CacheSpec) -> dk.KVCache:
         ex = load("custom_cache")
-        return ex.RecentCache(spec, ex.RecentParams(n=5))  # type: ignore[no-any-return]
+        return ex.RecentCache(spec, ex.RecentParams(n=5, store=self.store))  # type: ignore[no-any-return]
 
     def kept(self, spec: dk.CacheSpec, layer: int, query: int, first: int) -> dict[int, int]:
         return {t: t for t in range(max(0, query - 4), query + 1)}
@@ -87,6 +90,44 @@ class TestExampleRecentCacheConformance(CacheConformance):
 
     def nbytes(self, spec: dk.CacheSpec) -> int:
         return 2 * spec.n_layers * spec.batch_size * 5 * spec.n_kv_heads * spec.head_dim * spec.dtype.itemsize
+
+
+class TestExampleRecentOverInt8(TestExampleRecentCacheConformance):
+    """The same policy over the int8 storage: what it hands out is what the storage gives back."""
+
+    store = "int8"
+    in_place = False
+
+    def round_trip(self, x: torch.Tensor) -> torch.Tensor:
+        from decodekit_cache_int8.storage import dequantise, quantise
+
+        return dequantise(*quantise(x), x.dtype)
+
+    def nbytes(self, spec: dk.CacheSpec) -> int:
+        return 2 * spec.n_layers * spec.batch_size * 5 * spec.n_kv_heads * (spec.head_dim + 4)
+
+
+@pytest.fixture
+def example_caches() -> Iterator[None]:
+    """The example's backends registered, as its plugin would be once installed (`store="half"`)."""
+    plugin = load("custom_cache").CachePlugin()
+    dk.register_plugin(plugin, name="example-caches")
+    yield
+    dk.unregister_plugin(plugin)
+
+
+@pytest.mark.usefixtures("example_caches")
+class TestExampleRecentOverHalf(TestExampleRecentCacheConformance):
+    """And over the example's own float16 storage."""
+
+    store = "half"
+    in_place = False
+
+    def round_trip(self, x: torch.Tensor) -> torch.Tensor:
+        return x.half().to(x.dtype)
+
+    def nbytes(self, spec: dk.CacheSpec) -> int:
+        return 2 * spec.n_layers * spec.batch_size * 5 * spec.n_kv_heads * spec.head_dim * 2
 
 
 class TestExampleHalfStorageConformance(CacheConformance):
