@@ -15,7 +15,7 @@ from pydantic import Field
 from torch import Tensor
 
 import decodekit as dk
-from decodekit.cache import PreallocatedKVCache, slot_mask
+from decodekit.cache import PreallocatedKVCache, Sized, slot_mask
 from decodekit.hookspecs import Registrar
 from decodekit.storage import FloatStorage, lookup_storage
 
@@ -124,12 +124,9 @@ def main() -> None:
         out = dk.generate(model, [[1, 2, 3]], cache=cache, max_new_tokens=100, chain="greedy")
         print(f"{cache:42} {len(out.tokens[0])} tokens past a 32-position context")
     spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=1)
-    print(
-        "bytes: recent(n=16)",
-        dk.create_cache("recent(n=16)", spec).nbytes,
-        "half",
-        dk.create_cache("recent(n=16, store='half')", spec).nbytes,
-    )
+    full, half = (dk.create_cache(c, spec) for c in ("recent(n=16)", "recent(n=16, store='half')"))
+    assert isinstance(full, Sized) and isinstance(half, Sized)  # both report their bytes
+    print("bytes: recent(n=16)", full.nbytes, "half", half.nbytes)
 
 
 if __name__ == "__main__":
