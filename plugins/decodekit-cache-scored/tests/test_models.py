@@ -102,3 +102,15 @@ def test_a_model_that_never_observes_is_a_clear_error() -> None:
         dk.PluginError, match=r"h2o: layer 0 was fed again before the model handed its queries to observe"
     ):
         cache.update(0, z, z)
+
+
+def test_the_command_line_takes_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """`decodekit generate --cache "h2o(budget=32, recent=8)"`: the string form works there too."""
+    import json
+
+    from decodekit_cli import main
+
+    args = ["generate", "ROMEO:", "--cache", "h2o(budget=32, recent=8)", "--max-new-tokens", "300", "--json"]
+    assert main([*args, "--chain", "greedy"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["samples"][0]["tokens"]) == 300  # past tiny-shakespeare's 256-character context
