@@ -21,6 +21,7 @@ import sys
 import torch
 from torch import Tensor
 
+from decodekit.cache import slot_mask
 from decodekit.errors import ParameterError, PluginError
 from decodekit.spec import CacheSpec
 from decodekit.storage import SlotWritable, check_memory, float_slot_bytes, lookup_storage
@@ -70,6 +71,9 @@ class ScoredCache:
                 "slots of its own (write_at); allowed: a storage with write_at (gqa, dense, int8)"
             )
         self.groups = spec.n_heads // spec.n_kv_heads
+        self._lowest_first = self.slots - torch.arange(self.slots, device=spec.device)  # free_slots' ranking
+        base = spec.rope_base
+        self._inv_freq = None if base is None else rope_frequencies(spec.head_dim, base, spec.device)
         self.reset()
 
     # -- the protocol ------------------------------------------------------------------------
@@ -106,9 +110,6 @@ class ScoredCache:
             LayerState.empty(spec.batch_size, spec.n_kv_heads, self.slots, spec.device) for _ in range(spec.n_layers)
         ]
         self._row_start = torch.zeros(spec.batch_size, dtype=torch.long, device=spec.device)
-        self._lowest_first = self.slots - torch.arange(self.slots, device=spec.device)  # free_slots' ranking
-        base = spec.rope_base
-        self._inv_freq = None if base is None else rope_frequencies(spec.head_dim, base, spec.device)
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         st = self._layers[layer]
@@ -132,8 +133,6 @@ class ScoredCache:
         return keys, values
 
     def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
-        from decodekit.cache import slot_mask
-
         st = self._layers[layer]
         first = st.length - positions.shape[1]
         self._row_start = first - positions[:, 0]
