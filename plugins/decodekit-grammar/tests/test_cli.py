@@ -85,3 +85,30 @@ def test_the_stages_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
     listing = capsys.readouterr().out
     for name in ("json_schema", "json", "regex", "grammar"):
         assert re.search(rf"\b{name}\b", listing), name
+
+
+def test_input_lines_with_their_own_grammars(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`--input` lines: `json_schema` (an object or its text), `regex`, `grammar`; a bad one is its error record."""
+    lines = [
+        {"prompt": "ROMEO:", "id": "schema", "json_schema": SCHEMA},
+        {"prompt": "ROMEO:", "id": "text", "json_schema": json.dumps(SCHEMA)},
+        {"prompt": "JULIET:", "id": "regex", "regex": "(thou|thee) [a-z]{1,8}[.!]"},
+        {"prompt": "NURSE:", "id": "lark", "grammar": 'start: "[" WORD ("," WORD){0,2} "]"\nWORD: /[a-z]{1,5}/'},
+        {"prompt": "NURSE:", "id": "plain", "max_new_tokens": 5},
+        {"prompt": "NURSE:", "id": "two", "regex": "a", "grammar": 'start: "a"'},
+        {"prompt": "NURSE:", "id": "bad", "regex": "a(b"},
+    ]
+    source, output = tmp_path / "prompts.jsonl", tmp_path / "results.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = ["generate", "--input", str(source), "--output", str(output), "--seed", "0", "--max-new-tokens", "60"]
+    assert main([*args, "--on-error", "skip"]) == 0, capsys.readouterr().err
+    records = {r["id"]: r for r in map(json.loads, output.read_text().splitlines())}
+    for key in ("schema", "text"):
+        jsonschema.validate(json.loads(records[key]["text"]), SCHEMA)
+        assert records[key]["stopped_by"] == "json_schema" and records[key]["chain"].startswith("json_schema(")
+    assert re.fullmatch(r"(thou|thee) [a-z]{1,8}[.!]", records["regex"]["text"])
+    assert re.fullmatch(r"\[[a-z]{1,5}(,[a-z]{1,5}){0,2}\]", records["lark"]["text"])
+    assert records["plain"]["chain"] == "temperature(0.8) | top_p(0.95)"
+    assert records["two"]["error"]["message"] == "regex and grammar cannot be combined; a sample follows one grammar"
+    assert records["bad"]["error"]["type"] == "ParameterError"
+    assert records["bad"]["error"]["message"].startswith("regex: pattern is invalid:")

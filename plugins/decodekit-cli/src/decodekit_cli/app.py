@@ -191,7 +191,7 @@ def generate(
         typer.Option(
             "--input",
             help="JSONL of prompts, one object per line: prompt, and optionally id, seed, max_new_tokens, "
-            "chain. Needs --output; the options give the defaults.",
+            "chain, and one of json_schema, regex, grammar. Needs --output; the options give the defaults.",
             rich_help_panel=BATCH,
         ),
     ] = None,

@@ -20,6 +20,7 @@ from decodekit_cli.batch_input import InputLine, LineError, PromptLine, parse_li
 from decodekit_cli.batch_records import Record, error_record, result_record
 from decodekit_cli.batch_settings import BatchSettings, parsed_chain
 from decodekit_cli.errors import CliError
+from decodekit_cli.grammar_options import line_chain
 from decodekit_cli.options import encode_prompt, prompt_rows
 
 __all__ = ["Pending", "batches", "check_lines", "decode_records"]
@@ -64,6 +65,7 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
     max_new = item.max_new_tokens if item.max_new_tokens is not None else settings.max_new_tokens
     seed = item.seed if item.seed is not None else _derived_seed(settings.seed, number)
     try:
+        chain = line_chain(chain, item.json_schema, item.regex, item.grammar)  # decodekit-grammar: the line's own
         ids = encode_prompt(model, item.prompt, settings.replace_unknown)
         dk.validate(model, prompt_rows([ids]), **_options(settings, chain, max_new), seed=seed)
     except (CliError, dk.DecodekitError) as exc:

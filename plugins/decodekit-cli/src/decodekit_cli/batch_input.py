@@ -36,6 +36,10 @@ class PromptLine(Params):
     seed: int | None = Field(None, description="this prompt's own seed; default: derived from --seed")
     max_new_tokens: int | None = Field(None, description="default: --max-new-tokens")
     chain: str | None = Field(None, description="default: --chain (or the flags)")
+    # decodekit-grammar: a grammar this line's text follows, put first in its chain (at most one of them)
+    json_schema: dict[str, Any] | str | None = Field(None, description="a JSON Schema (an object or its JSON text)")
+    regex: str | None = Field(None, description="a regular expression the whole text matches")
+    grammar: str | None = Field(None, description="a Lark grammar (its rule `start`)")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""`generate --json-schema FILE`, `--regex PATTERN`, `--grammar FILE`: a grammar stage (decodekit-grammar)
-put first in the chain, written as the chain string's own stage so every path that reads a chain (the
-batch mode's default, `--json` output) sees it."""
+"""`generate --json-schema FILE`, `--regex PATTERN`, `--grammar FILE`, and an `--input` line's `json_schema`,
+`regex` or `grammar`: a grammar stage (decodekit-grammar) put first in the chain, written as the chain
+string's own stage so every path that reads a chain (the batch mode's default, records, `--json`) sees it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from decodekit_cli.errors import CliError
 from decodekit_cli.options import chain_text
 
-__all__ = ["grammar_stage", "with_grammar"]
+__all__ = ["grammar_stage", "line_chain", "with_grammar"]
 
 
 def _read(path: Path, option: str) -> str:
@@ -20,25 +20,42 @@ def _read(path: Path, option: str) -> str:
         raise CliError(f"{option} {str(path)!r}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-def grammar_stage(json_schema: Path | None, regex: str | None, grammar: Path | None) -> str | None:
-    """The stage the grammar options ask for, in chain-string form; None without them."""
-    given = [
-        name for name, value in (("--json-schema", json_schema), ("--regex", regex), ("--grammar", grammar)) if value
-    ]
-    if len(given) > 1:
-        raise CliError(f"{' and '.join(given)} cannot be combined; a sample follows one grammar")
-    if json_schema is not None:
-        text = _read(json_schema, "--json-schema")
-        try:
-            json.loads(text)
-        except ValueError as exc:
-            raise CliError(f"--json-schema {str(json_schema)!r}: not JSON: {exc}") from None
-        return f"json_schema(schema={text.strip()!r})"
+def _one(**given: object) -> None:
+    """At most one grammar is given (the keywords: what each is called where it was given)."""
+    named = [name for name, value in given.items() if value is not None]
+    if len(named) > 1:
+        raise CliError(f"{' and '.join(named)} cannot be combined; a sample follows one grammar")
+
+
+def _stage(schema: str | None, regex: str | None, lark: str | None) -> str | None:
+    """The stage for one of a JSON Schema (its JSON text), a regex and a Lark grammar; None for none."""
+    if schema is not None:
+        return f"json_schema(schema={schema.strip()!r})"
     if regex is not None:
         return f"regex(pattern={regex!r})"
-    if grammar is not None:
-        return f"grammar(lark={_read(grammar, '--grammar')!r})"
-    return None
+    return None if lark is None else f"grammar(lark={lark!r})"
+
+
+def grammar_stage(json_schema: Path | None, regex: str | None, grammar: Path | None) -> str | None:
+    """The stage the grammar options ask for, in chain-string form; None without them."""
+    _one(**{"--json-schema": json_schema, "--regex": regex, "--grammar": grammar})
+    schema = None if json_schema is None else _read(json_schema, "--json-schema")
+    if schema is not None:
+        try:
+            json.loads(schema)
+        except ValueError as exc:
+            raise CliError(f"--json-schema {str(json_schema)!r}: not JSON: {exc}") from None
+    lark = None if grammar is None else _read(grammar, "--grammar")
+    return _stage(schema, regex, lark)
+
+
+def line_chain(chain: str, json_schema: object, regex: str | None, grammar: str | None) -> str:
+    """An `--input` line's chain with the line's own grammar first: `json_schema` (an object, or its JSON
+    text), `regex`, or `grammar` (Lark text); the chain as it is without one."""
+    _one(json_schema=json_schema, regex=regex, grammar=grammar)
+    schema = json.dumps(json_schema) if isinstance(json_schema, dict) else json_schema
+    stage = _stage(None if schema is None else str(schema), regex, grammar)
+    return chain if stage is None else f"{stage} | {chain}"
 
 
 def with_grammar(
