@@ -212,7 +212,7 @@ def test_every_bad_line_is_reported_before_any_generation(tmp_path: Path) -> Non
     assert [line.split(" line ")[1].split(":")[0] for line in lines[:-1]] == [str(e[1]) for e in HOSTILE_ERRORS]
     assert all(message in line for (*_, message), line in zip(HOSTILE_ERRORS, lines))
     assert lines[-1] == (
-        "decodekit: error: --input prompts.jsonl: 8 bad line(s), nothing generated "
+        "decodekit: error: --input prompts.jsonl: 8 bad lines, nothing generated "
         "(--on-error skip writes an error record for each and generates the rest)"
     )
     assert not out.exists() and not (tmp_path / "out.jsonl.settings.json").exists()

@@ -17,7 +17,7 @@ from types import ModuleType
 
 from decodekit_cli.batch_decode import check_lines
 from decodekit_cli.batch_input import file_digest, input_lines, read_input
-from decodekit_cli.batch_job import BatchJob, line_of, run_local
+from decodekit_cli.batch_job import BatchJob, line_of, plural, run_local
 from decodekit_cli.batch_output import OutputLock, check_output, existing_records
 from decodekit_cli.batch_records import Record
 from decodekit_cli.batch_settings import BatchSettings
@@ -147,7 +147,7 @@ def _report_bad_lines(request: BatchRequest, errors: list[Record]) -> None:
             report_warning(message + "; an error record is written")
     if errors and request.on_error == "fail":
         raise CliError(
-            f"{where}: {len(errors)} bad line(s), nothing generated "
+            f"{where}: {plural(len(errors), 'bad line')}, nothing generated "
             "(--on-error skip writes an error record for each and generates the rest)"
         )
 

@@ -20,7 +20,7 @@ from decodekit_cli.batch_records import Record, is_error
 from decodekit_cli.batch_settings import BatchSettings
 from decodekit_cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error
 
-__all__ = ["BatchJob", "failed_lines", "line_of", "run_local", "summary"]
+__all__ = ["BatchJob", "failed_lines", "line_of", "plural", "run_local", "summary"]
 
 DECODEKIT_ERRORS = frozenset(_errors.__all__)
 
@@ -77,9 +77,13 @@ def run_local(model: Any, job: BatchJob) -> int:
 
 def summary(job: BatchJob, written: int, errors: int) -> str:
     """The last line of a run: what it wrote, and what was there before."""
-    results = f"{written - errors} results and {errors} error records" if errors else f"{written} results"
+    results = f"{written - errors} results and {plural(errors, 'error record')}" if errors else f"{written} results"
     before = f", {job.already_done} already there" if job.already_done else ""
     return f"{results} written to {job.output}{before}"
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def failed_lines(failed: list[Record]) -> int:
@@ -91,7 +95,7 @@ def failed_lines(failed: list[Record]) -> int:
         report_error(f"line {record['line']} (id {record['id']!r}): {error['type']}: {error['message']}")
     usage = all(r["error"]["type"] in DECODEKIT_ERRORS for r in failed)  # else a plugin's own failure
     raise CliError(
-        f"{len(failed)} line(s) failed while decoding and have no record; the others are written. "
+        f"{plural(len(failed), 'line')} failed while decoding and have no record; the others are written. "
         "--resume retries them; --on-error skip writes an error record instead",
         exit_code=EXIT_USAGE if usage else EXIT_FAILURE,
     )

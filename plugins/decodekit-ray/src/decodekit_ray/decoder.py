@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import ray
 from decodekit_cli.batch_decode import Pending, batches, check_lines, decode_records
 from decodekit_cli.batch_input import InputLine
 from decodekit_cli.batch_records import Record, dumps
@@ -22,7 +23,7 @@ class LineDecoder:
 
     def __init__(self, settings: BatchSettings) -> None:
         self.settings = settings
-        self.model = load_named_model(settings.model)
+        self.model = _on_gpu(load_named_model(settings.model))
         set_threads(self.model, settings.threads)  # one thread for a small model: its step is too small to split
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -38,3 +39,13 @@ class LineDecoder:
             "record": np.array([dumps(r) for r in records], dtype=object),
             "tokens": np.array([len(r.get("tokens", ())) for r in records], dtype=np.int64),
         }
+
+
+def _on_gpu(model: Any) -> Any:
+    """The model on the GPU Ray gave this actor (`--ray-actor-gpus`), if it gave one; else as loaded."""
+    if not ray.get_gpu_ids():
+        return model
+    import torch
+
+    move = getattr(model, "to", None)  # a torch module; a model of another kind places itself
+    return move(torch.device("cuda")) if callable(move) and torch.cuda.is_available() else model
