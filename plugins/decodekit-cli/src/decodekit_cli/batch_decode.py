@@ -51,12 +51,13 @@ def check_lines(
         if unique_ids and key in seen:
             item = LineError("ParameterError", f"id {key!r} is also the id of line {seen[key]}; allowed: one per line")
         seen.setdefault(key, line.number)
-        try:
-            if isinstance(item, LineError):
-                raise item
-            checked.append(_check(model, settings, line.number, key, item))
-        except LineError as exc:
-            checked.append(error_record(key, line.number, exc.kind, str(exc)))
+        if isinstance(item, PromptLine):
+            try:
+                checked.append(_check(model, settings, line.number, key, item))
+                continue
+            except LineError as exc:
+                item = exc
+        checked.append(error_record(key, line.number, item.kind, str(item)))
     return checked
 
 

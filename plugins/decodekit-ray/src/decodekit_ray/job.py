@@ -43,13 +43,12 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
     """Run `job` on Ray and assemble its output; return the exit status."""
     parts = parts_path(job.output)
     before = existing_records(job.output)
-    recovered = part_records(parts)  # what a killed run finished
-    todo = [p.line for p in job.pending if p.line not in recovered]
     checked = {int(item["line"]): item for item in job.todo if not isinstance(item, Pending)}
     progress = BatchProgress(len(job.todo), "generating on Ray")
     interrupted = False
     with progress:
         progress.advance(len(checked), 0)
+        todo = [p.line for p in job.pending if p.line not in part_records(parts)]  # a killed run's parts are done
         try:
             with PartsWatcher(parts, progress.advance, lines={p.line for p in job.pending}):
                 if todo:
@@ -57,15 +56,14 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
         except KeyboardInterrupt:
             interrupted = True
     made = {line: json.loads(text) for line, text in part_records(parts).items() if line not in before}
-    failed = [record for record in made.values() if not job.keeps(record)]
     new = {**checked, **{line: record for line, record in made.items() if job.keeps(record)}}
-    replace_output(job.output, {**{line: dumps(r) for line, r in new.items()}, **before})
+    replace_output(job.output, {**{line: dumps(record) for line, record in new.items()}, **before})
     shutil.rmtree(parts, ignore_errors=True)
     if interrupted:
         progress.say(f"decodekit: interrupted; {len(new)} records written to {job.output} (--resume continues)")
         return EXIT_INTERRUPTED
-    progress.say(summary(job, len(new), sum(is_error(r) for r in new.values())))
-    return failed_lines(failed)
+    progress.say(summary(job, len(new), sum(is_error(record) for record in new.values())))
+    return failed_lines([record for record in made.values() if not job.keeps(record)])
 
 
 def _decode(job: BatchJob, options: RayOptions, lines: list[int], parts: str) -> None:
