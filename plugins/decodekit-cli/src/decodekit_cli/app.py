@@ -198,7 +198,9 @@ def generate(
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", help="JSONL of results, one per prompt, written as they finish.", rich_help_panel=BATCH
+            "--output",
+            help="JSONL of records, one per input line (a result or an error), written as they finish.",
+            rich_help_panel=BATCH,
         ),
     ] = None,
     batch_size: Annotated[
