@@ -277,3 +277,26 @@ def test_the_end_token_is_forced_once_the_document_is_complete(bpe: Any) -> None
     keep = stage.allowed(ctx, len(bpe.hf))[0]
     assert keep.nonzero().flatten().tolist() == [0]  # <|endoftext|> alone
     assert stage.ends_row(0, done) == "json_schema"
+
+
+def selectors() -> list[str]:
+    from decodekit.plugins import get_registry
+
+    return sorted(name for name, entry in get_registry().samplers.items() if entry.kind == "selector")
+
+
+@pytest.mark.parametrize("selector", selectors())
+@pytest.mark.parametrize("at", ["first", "middle", "last"])
+def test_a_grammar_anywhere_in_a_chain_with_every_selector(shakespeare: Any, selector: str, at: str) -> None:
+    import re
+
+    pattern = "(thou|thee|my lord),? [a-z]{2,7}[.!?]"
+    stages = {
+        "first": [f"regex(pattern='{pattern}')", "temperature(0.9)", "top_k(40)"],
+        "middle": ["repetition_penalty(1.2)", f"regex(pattern='{pattern}')", "top_p(0.95)"],
+        "last": ["temperature(1.1)", "top_k(60)", f"regex(pattern='{pattern}')"],
+    }[at]
+    chain = " | ".join([*stages, selector])
+    out = dk.generate(shakespeare, ["ROMEO:\n", "JULIET:\n"], chain=chain, max_new_tokens=20, seed=0)
+    assert selectors() and all(re.fullmatch(pattern, text) for text in out.text), (chain, out.text)
+    assert out.stopped_by == ["regex", "regex"]
