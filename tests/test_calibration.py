@@ -187,3 +187,5 @@ def test_the_table_wraps_instead_of_cutting(
     assert run(["cache", "calibrate", "--windows", "1"]) == 0
     out = capsys.readouterr().out
     assert "…" not in out and max(len(line) for line in out.splitlines()) <= 60
+    padded = [line for line in out.splitlines() if line != line.rstrip()]  # a pipe keeps rich's padding
+    assert not padded, padded[:3]

@@ -135,8 +135,9 @@ class _Progress:
 
 def _render(result: object) -> None:
     from decodekit_cache_window.calibration import Calibration
-    from rich.console import Console
     from rich.table import Table
+
+    from decodekit_cli.console import stdout_console
 
     assert isinstance(result, Calibration)
     T = result.context
@@ -163,4 +164,4 @@ def _render(result: object) -> None:
             str(f.window),
             sinks,
         )
-    Console().print(table)
+    stdout_console().print(table)
