@@ -27,8 +27,16 @@ def _one_torch_thread() -> Iterator[None]:
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread_each_test(_one_torch_thread: None) -> None:
+    """One thread again at every test's start: a test that set another count (a command run in-process)
+    must not slow the rest of the suite down."""
+    import torch
+
+    torch.set_num_threads(1)

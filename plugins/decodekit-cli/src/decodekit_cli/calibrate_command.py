@@ -67,15 +67,15 @@ def read_text(request: CalibrateRequest) -> tuple[str, str]:
 
 def run_calibrate(request: CalibrateRequest) -> int:
     name, content = read_text(request)
-    import torch
     from decodekit_cache_window.calibration import calibrate
 
     import decodekit as dk
+    from decodekit.threads import threads
 
     model = dk.load_model(request.model)
     ids = _encode(request, model, content)
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
-    with _Progress() as advance:
+    # Whole contexts at once: enough work per op for a second thread; the caller's count given back after.
+    with threads(min(2, os.cpu_count() or 1)), _Progress() as advance:
         result = calibrate(model, ids, sinks=request.sinks, max_windows=request.windows, text=name, progress=advance)
     if request.json_output:
         print(result.to_json())
