@@ -159,7 +159,7 @@ def bench_cache_append(repeats: int) -> tuple[float, float]:
     """Median seconds to append one token (every layer) at position 20 and at position 2,000."""
     spec = dk.CacheSpec(n_layers=12, n_heads=12, n_kv_heads=12, head_dim=64, batch_size=1, capacity=2048)
     k = torch.randn(1, 12, 1, 64)
-    caches = {}
+    caches: dict[int, Any] = {}  # dense caches: they crop
     for position in (20, 2000):
         cache = dk.create_cache("dense", spec)
         fill = torch.randn(1, 12, position, 64)

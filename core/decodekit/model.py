@@ -23,7 +23,8 @@ class Model(Protocol):
     last column `[B, 1, V]`; the engine asks for it wherever it reads only `[:, -1]`.
     """
 
-    spec: ModelSpec
+    @property
+    def spec(self) -> ModelSpec: ...  # read-only: an attribute or a property
 
     def __call__(self, input_ids: Tensor, positions: Tensor, cache: KVCache | None, /, **kwargs: Any) -> Tensor: ...
 
