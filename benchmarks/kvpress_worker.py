@@ -84,10 +84,9 @@ def main() -> None:
                 }
             )
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
-    import kvpress
-    import transformers
+    from importlib.metadata import version  # kvpress has no __version__
 
-    versions = {"kvpress": getattr(kvpress, "__version__", "?"), "transformers": transformers.__version__}
+    versions = {"kvpress": version("kvpress"), "transformers": version("transformers")}
     print(json.dumps({"versions": versions, "results": results}))
 
 
