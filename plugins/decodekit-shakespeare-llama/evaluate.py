@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 from pathlib import Path
 
@@ -20,7 +19,14 @@ from decodekit_shakespeare_llama import model_dir
 from decodekit_shakespeare_llama.model import loss_per_char
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-DEFAULT_VAL = Path(os.environ.get("DECODEKIT_SHAKESPEARE_DATA", "/work/shared/data")) / "shakespeare-val.txt"
+
+def shipped_hamlet() -> Path | None:
+    """Hamlet as decodekit-shakespeare ships it, or None where that plugin is not installed."""
+    try:
+        from decodekit_shakespeare.texts import hamlet
+    except ImportError:
+        return None
+    return hamlet()
 
 
 def main(argv: list[str] | None = None) -> float:
@@ -28,7 +34,8 @@ def main(argv: list[str] | None = None) -> float:
     p.add_argument(
         "folder", nargs="?", type=Path, default=model_dir(), help="save_pretrained folder (default: shipped)"
     )
-    p.add_argument("--val", type=Path, default=DEFAULT_VAL, help="text to score (default: Hamlet)")
+    val = shipped_hamlet()
+    p.add_argument("--val", type=Path, default=val, required=val is None, help="text to score (default: Hamlet)")
     p.add_argument("--stride", type=int, default=128, help="characters between window ends (default 128)")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)

@@ -1,10 +1,10 @@
 """Train `tiny-shakespeare-llama`, a character-level `LlamaForCausalLM`, on CPU; resumable, pickle-free.
 
-    python plugins/decodekit-shakespeare-llama/train.py --out /work/runs/llama \
+    python plugins/decodekit-shakespeare-llama/train.py --data DATA_DIR --out runs/shakespeare-llama \
         --export plugins/decodekit-shakespeare-llama/src/decodekit_shakespeare_llama/tiny-shakespeare-llama
 
 Data: `--data DIR` holds `shakespeare-train.txt` (trained on) and `shakespeare-val.txt` (Hamlet, only
-scored); default `$DECODEKIT_SHAKESPEARE_DATA`, else /work/shared/data. A checkpoint (every
+scored); default `$DECODEKIT_SHAKESPEARE_DATA`, else required. A checkpoint (every
 `--save-every` steps and at the end) is `--out/checkpoint/`: `model.safetensors`, `optimizer.safetensors`
 (the AdamW tensors and the RNG states) and `state.json` (step, arguments, the rest of the optimizer
 state, the loss history). `--resume` continues from it bit for bit. `--export DIR` writes the
@@ -30,7 +30,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers
 from torch import Tensor, nn
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-DATA_DIR = os.environ.get("DECODEKIT_SHAKESPEARE_DATA", "/work/shared/data")
+DATA_DIR = os.environ.get("DECODEKIT_SHAKESPEARE_DATA", "")  # the training text is not shipped
 TRAIN_NAME = "shakespeare-train.txt"
 VAL_NAME = "shakespeare-val.txt"
 
@@ -60,7 +60,7 @@ class TrainArgs:
     log_every: int = 25
     stop_after: int = 0  # end this session after this step (0: run to --steps); --resume later
     data: str = DATA_DIR
-    out: str = "/work/runs/shakespeare-llama"
+    out: str = "runs/shakespeare-llama"
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[TrainArgs, bool, str | None]:
@@ -71,6 +71,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainArgs, bool, str | No
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     p.add_argument("--export", default=None, help="write the save_pretrained folder (model + tokenizer) here")
     ns = vars(p.parse_args(argv))
+    if not ns["data"]:
+        p.error("--data DIR is required (or DECODEKIT_SHAKESPEARE_DATA): a folder with shakespeare-train/-val.txt")
     resume = bool(ns.pop("resume"))
     export_dir = ns.pop("export")
     return TrainArgs(**ns), resume, export_dir

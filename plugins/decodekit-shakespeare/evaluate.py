@@ -19,11 +19,13 @@ import torch
 
 try:
     from decodekit_shakespeare.model import load_tiny_shakespeare, load_tiny_shakespeare_draft, loss_per_char
+    from decodekit_shakespeare.texts import hamlet
 except ImportError:  # running from a checkout without the plugin installed
     sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
     from decodekit_shakespeare.model import load_tiny_shakespeare, load_tiny_shakespeare_draft, loss_per_char
+    from decodekit_shakespeare.texts import hamlet
 
-DEFAULT_VAL = Path(os.environ.get("DECODEKIT_SHAKESPEARE_DATA", "/work/shared/data")) / "shakespeare-val.txt"
+DEFAULT_VAL = hamlet()  # shipped with the model
 
 
 def main(argv: list[str] | None = None) -> float:

@@ -14,14 +14,15 @@ import torch
 
 import decodekit as dk
 
-DATA_DIR = Path(os.environ.get("DECODEKIT_SHAKESPEARE_DATA", "/work/shared/data"))
+DATA_DIR = os.environ.get("DECODEKIT_SHAKESPEARE_DATA", "")  # the training text is not shipped
 CHAINS = ("greedy", "temperature(0.8) | top_p(0.95)")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="tiny-shakespeare")
-    p.add_argument("--train-file", type=Path, default=DATA_DIR / "shakespeare-train.txt")
+    default_train = Path(DATA_DIR) / "shakespeare-train.txt" if DATA_DIR else None
+    p.add_argument("--train-file", type=Path, default=default_train, required=default_train is None)
     p.add_argument("--batches", type=int, default=30, help="batches per chain")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--prompt-chars", type=int, default=16)

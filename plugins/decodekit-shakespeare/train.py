@@ -31,17 +31,20 @@ from tqdm import tqdm
 
 try:
     from decodekit_shakespeare.lstm import LSTMConfig, LSTMModel
+    from decodekit_shakespeare.texts import hamlet
     from decodekit_shakespeare.tokenizer import CharTokenizer
 except ImportError:  # running from a checkout without the plugin installed
     sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
     from decodekit_shakespeare.lstm import LSTMConfig, LSTMModel
+    from decodekit_shakespeare.texts import hamlet
     from decodekit_shakespeare.tokenizer import CharTokenizer
 
 from decodekit_gpt.gpt import GPT, GPTConfig
 
-DATA_DIR = Path(os.environ.get("DECODEKIT_SHAKESPEARE_DATA", "/work/shared/data"))
-DEFAULT_TRAIN = DATA_DIR / "shakespeare-train.txt"
-DEFAULT_VAL = DATA_DIR / "shakespeare-val.txt"
+# The training text is not shipped: --train-file, or the folder in $DECODEKIT_SHAKESPEARE_DATA. Hamlet is.
+DATA_DIR = os.environ.get("DECODEKIT_SHAKESPEARE_DATA", "")
+DEFAULT_TRAIN = str(Path(DATA_DIR) / "shakespeare-train.txt") if DATA_DIR else ""
+DEFAULT_VAL = str(hamlet())
 WEIGHTS_NAME = "tiny_shakespeare.safetensors"
 CONFIG_NAME = "config.json"
 
@@ -75,8 +78,8 @@ class TrainArgs:
     log_every: int = 25
     amp: str = "none"  # "none" or "bf16" (CPU autocast)
     stop_after: int = 0  # end this session after this step (0: run to --steps); resume later
-    train_file: str = str(DEFAULT_TRAIN)
-    val_file: str = str(DEFAULT_VAL)
+    train_file: str = DEFAULT_TRAIN
+    val_file: str = DEFAULT_VAL
     out: str = "runs/shakespeare"
 
 
@@ -88,6 +91,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainArgs, bool, str | No
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     p.add_argument("--export", default=None, help="write the final weights + config.json into this directory")
     ns = vars(p.parse_args(argv))
+    if not ns["train_file"]:
+        p.error("--train-file FILE is required (or DECODEKIT_SHAKESPEARE_DATA: a folder with shakespeare-train.txt)")
     resume = bool(ns.pop("resume"))
     export = ns.pop("export")
     return TrainArgs(**ns), resume, export

@@ -1,6 +1,6 @@
 """Train the byte-level BPEs of the grammar tests and benchmark on the Shakespeare text.
 
-    python plugins/decodekit-grammar/tests/data/train_bpe.py /work/shared/data/shakespeare-train.txt
+    python plugins/decodekit-grammar/tests/data/train_bpe.py path/to/shakespeare-train.txt
 
 writes, beside this script, two tokenizers in GPT-2's byte-level scheme (every byte in the alphabet, a
 byte-level decoder, `<|endoftext|>` as id 0), asked for 50,000 tokens each:
