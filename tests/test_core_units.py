@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 import pytest
 import torch
+from decodekit_beam.search import beam_search
 from decodekit_gpt.gpt import GPT, GPTConfig, attention_mask
 from pydantic import Field, model_validator
 
@@ -179,7 +180,7 @@ def test_number_parameters_take_numbers_only() -> None:
     with pytest.raises(dk.ParameterError, match=r"cache window: size=True is invalid"):
         dk.create_cache("window", dk.CacheSpec(1, 1, 1, 2, 1, 4), size=True)
     with pytest.raises(dk.ParameterError, match=r"beam_search: num_beams='2' is invalid"):
-        dk.beam_search(tiny_gpt(2), [[1]], num_beams="2")  # type: ignore[arg-type]
+        beam_search(tiny_gpt(2), [[1]], num_beams="2")  # type: ignore[arg-type]
     assert dk.Chain.parse("top_k(5)") == dk.Chain.from_spec([{"name": "top_k", "params": {"k": 5}}])
     assert cache_factory("window(size=auto)").params.size == "auto"  # type: ignore[attr-defined]  # a literal
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from decodekit_beam.search import beam_search
 from decodekit_hf.processor import as_logits_processor
 
 import decodekit as dk
@@ -22,7 +23,7 @@ def shakespeare() -> Any:
 
 def test_beam_search_goes_past_the_context_with_an_evicting_cache(shakespeare: Any) -> None:
     """It raised ContextLengthError recommending the very cache it was given."""
-    out = dk.beam_search(shakespeare, ["ROMEO:"], num_beams=2, max_new_tokens=300, cache='window(size="auto")')
+    out = beam_search(shakespeare, ["ROMEO:"], num_beams=2, max_new_tokens=300, cache='window(size="auto")')
     assert len(out.tokens[0]) == 300 > shakespeare.spec.max_positions
 
 

@@ -114,7 +114,7 @@ def test_the_registry_and_the_chain_stand_below_the_loop() -> None:
                 todo.append(m)
         return seen
 
-    decoding = {"decodekit.loop", "decodekit.beam", "decodekit.strategies", "decodekit.request"}
+    decoding = {"decodekit.loop", "decodekit.engine", "decodekit.strategies", "decodekit.request"}
     assert not reachable("decodekit.registry") & (decoding | {"decodekit.chain", "decodekit.plugins"})
     assert not reachable("decodekit.plugins") & (decoding | {"decodekit.chain"})
     assert not reachable("decodekit.chain") & decoding

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from decodekit_beam.search import beam_search
 from decodekit_cli.listing import plugins_report, samplers_report
 from pydantic import BaseModel, Field
 
@@ -207,9 +208,7 @@ def test_strategy_parameters_are_listed_and_checked_by_decode() -> None:
     model = tiny_gpt(2)
     by_keyword = dk.decode(model, [[1, 2]], strategy="beam", num_beams=3, max_new_tokens=4)
     by_string = dk.decode(model, [[1, 2]], strategy="beam(num_beams=3)", max_new_tokens=4)
-    assert (
-        by_keyword.tokens == by_string.tokens == dk.beam_search(model, [[1, 2]], num_beams=3, max_new_tokens=4).tokens
-    )
+    assert by_keyword.tokens == by_string.tokens == beam_search(model, [[1, 2]], num_beams=3, max_new_tokens=4).tokens
     with pytest.raises(dk.ParameterError, match=r"strategy beam: num_beams=0 is invalid"):
         dk.decode(model, [[1]], strategy="beam", num_beams=0)
     with pytest.raises(dk.ParameterError, match="unknown parameter k=4; allowed parameters: num_beams, .*chain"):
@@ -247,7 +246,7 @@ def test_the_registry_kit_checks_every_category(registered: Callable[..., Plugin
 
     registered("capped-plugin", register_cache_backends=_capped)
     check_registered("capped", distribution="capped-plugin", category="cache backend")
-    check_registered("beam", distribution="decodekit", category="strategy")
+    check_registered("beam", distribution="decodekit-beam", category="strategy")
     check_registered("top_k", distribution="decodekit-top-k", kind="processor")
     check_bad_parameters("capped", {"size": 2000}, ["size=2000", "1 <= size <= 1024"], category="cache backend")
     check_bad_parameters("beam", {"num_beams": 0}, ["num_beams=0", "1 <= num_beams"], category="strategy")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from decodekit_beam.search import beam_search
 
 import decodekit as dk
 import decodekit.engine
@@ -64,14 +65,14 @@ def _entry_points() -> list[Any]:
     def stream(model: Any, prompts: Any, **kw: Any) -> Any:
         return dk.stream(model, prompts, **kw)  # not iterated: the call itself must raise
 
-    return [dk.generate, stream, dk.beam_search, dk.decode]
+    return [dk.generate, stream, beam_search, dk.decode]
 
 
 @pytest.mark.parametrize(("kwargs", "message"), BAD_ARGUMENTS)
 def test_bad_arguments_name_the_argument_the_value_and_what_is_allowed(kwargs: dict[str, Any], message: str) -> None:
     model = tiny_gpt(2)
     for call in _entry_points():
-        if call is dk.beam_search and "logprobs" in kwargs:
+        if call is beam_search and "logprobs" in kwargs:
             continue  # beam search rejects every logprobs value (test_beam)
         with pytest.raises(dk.ParameterError, match=message):
             call(model, [[1, 2]], **kwargs)
@@ -140,7 +141,7 @@ def test_history_grown_on_the_way_equals_history_preallocated(cache: str, monkey
 
 def test_beam_search_refuses_what_would_not_fit_in_memory() -> None:
     with pytest.raises(dk.ParameterError, match=r"max_new_tokens=4611686018427387904 is invalid for beam search"):
-        dk.beam_search(tiny_gpt(2), [[1, 2]], max_new_tokens=2**62, cache="none")
+        beam_search(tiny_gpt(2), [[1, 2]], max_new_tokens=2**62, cache="none")
 
 
 def test_stop_strings_need_a_tokenizer() -> None:
@@ -155,7 +156,7 @@ def test_beam_search_takes_a_seed_for_stages_that_draw() -> None:
     """xtc draws a uniform per row and step: with a seed, beam search is reproducible."""
     model = tiny_gpt(2)
     chain = "xtc(threshold=0.01, probability=0.5)"
-    runs = [dk.beam_search(model, [[1, 2, 3]], chain=chain, max_new_tokens=8, seed=1).tokens for _ in range(2)]
+    runs = [beam_search(model, [[1, 2, 3]], chain=chain, max_new_tokens=8, seed=1).tokens for _ in range(2)]
     assert runs[0] == runs[1]
 
 
@@ -179,4 +180,4 @@ def test_an_unknown_keyword_names_the_entry_point_and_all_it_takes() -> None:
         match=r"^beam_search: unknown parameter temprature=0.7; allowed parameters: num_beams, length_penalty, "
         r"early_stopping, num_return_sequences, chain, max_new_tokens",
     ):
-        dk.beam_search(model, [[1]], temprature=0.7)  # type: ignore[call-arg]
+        beam_search(model, [[1]], temprature=0.7)  # type: ignore[call-arg]

@@ -24,7 +24,6 @@ from decodekit.hookspecs import hookimpl
 from decodekit.params import NoParams, Params
 
 if TYPE_CHECKING:
-    from decodekit.beam import beam_search
     from decodekit.cache import KVCache, PreallocatedKVCache
     from decodekit.chain import Chain, Processor, Selector
     from decodekit.context import DecodeContext
@@ -52,7 +51,6 @@ __version__ = "0.1.0"
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
 
 _LAZY = {
-    "beam_search": "decodekit.beam",
     "KVCache": "decodekit.cache",
     "PreallocatedKVCache": "decodekit.cache",
     "Chain": "decodekit.chain",
@@ -113,7 +111,6 @@ __all__ = [
     "Stage",
     "TokenEvent",
     "UnknownNameError",
-    "beam_search",
     "create",
     "create_cache",
     "decode",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from decodekit.hookspecs import SamplerRegistrar, StrategyRegistrar, hookimpl
-from decodekit.strategy_params import BeamParams
 
 
 @hookimpl
@@ -22,10 +21,4 @@ def register_strategies(register: StrategyRegistrar) -> None:
         "sample",
         "decodekit.loop:sample_policy",
         description="One token per step from the chain's selector (dk.generate)",
-    )
-    register(
-        "beam",
-        "decodekit.beam:beam_policy",
-        BeamParams,
-        description="Beam search (Hugging Face semantics; dk.beam_search)",
     )

@@ -1,6 +1,6 @@
 """`DecodeRequest`: the arguments every decode strategy shares, validated once per call.
 
-`dk.generate`, `dk.stream`, `dk.beam_search` and `dk.decode` all build one with
+`dk.generate`, `dk.stream`, `dk.decode` and every strategy's own entry point build one with
 `decode_request`, so a bad argument fails the same way everywhere, before any model work:
 a `ParameterError` naming the argument, the value and what is allowed.
 """
@@ -29,8 +29,8 @@ MAX_SEED = 2**64
 
 
 class DecodeOptions(TypedDict, total=False):
-    """The options every decode entry point takes (`dk.generate`, `dk.stream`, `dk.beam_search`,
-    `dk.decode`), all keyword-only and optional; `decode_request` checks them.
+    """The options every decode entry point takes (`dk.generate`, `dk.stream`, `dk.decode`,
+    a strategy's own function), all keyword-only and optional; `decode_request` checks them.
 
     chain: a `Chain`, a chain string, or a spec list; None (the default) samples from softmax(logits).
     max_new_tokens: new tokens per row at most (default 64).

@@ -3,8 +3,8 @@
 A strategy is a policy over the engine, `policy(decoding, params) -> Iterator[None] | None`
 (`decodekit.engine`), registered through the `register_strategies` hook. The options every
 strategy shares become the checked `DecodeRequest`; the others are checked against the
-strategy's parameter model. The core registers "sample" (`dk.generate`) and "beam"
-(`dk.beam_search`).
+strategy's parameter model. The core registers "sample" (`dk.generate`); beam search,
+speculative decoding and the others are plugins.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import torch
 from decodekit_gpt.gpt import GPT, GPTConfig
 
 import decodekit as dk
+from decodekit_beam.search import beam_search
 
 CACHES = ["h2o", "tova", "snapkv", "knorm", "streaming"]
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [7, 8, 9]]
@@ -86,9 +87,9 @@ def test_speculative_refuses_more_than_the_rollback(model: GPT) -> None:
 
 @pytest.mark.parametrize("cache", CACHES)
 def test_beam_search_follows_the_beams(model: GPT, cache: str) -> None:
-    want = dk.beam_search(model, PROMPTS, num_beams=3, cache="gqa", max_new_tokens=12).tokens
-    assert dk.beam_search(model, PROMPTS, num_beams=3, cache=f"{cache}(budget=31)", max_new_tokens=12).tokens == want
-    out = dk.beam_search(model, PROMPTS, num_beams=3, cache=f"{cache}(budget=10, sinks=2, recent=3)", max_new_tokens=40)
+    want = beam_search(model, PROMPTS, num_beams=3, cache="gqa", max_new_tokens=12).tokens
+    assert beam_search(model, PROMPTS, num_beams=3, cache=f"{cache}(budget=31)", max_new_tokens=12).tokens == want
+    out = beam_search(model, PROMPTS, num_beams=3, cache=f"{cache}(budget=10, sinks=2, recent=3)", max_new_tokens=40)
     assert [len(t) for t in out.tokens] == [40, 40]
 
 

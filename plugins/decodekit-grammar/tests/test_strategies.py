@@ -15,6 +15,7 @@ import pytest
 from scipy.stats import chi2_contingency
 
 import decodekit as dk
+from decodekit_beam.search import beam_search
 
 PROMPTS = ["ROMEO:\n", "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?\nROMEO:\n", "NURSE:\n"]
 SCHEMA: dict[str, Any] = {
@@ -107,7 +108,7 @@ def test_the_chi_square_can_fail(shakespeare: Any, plain_sampled: Counter[tuple[
 
 def test_beam_search_returns_only_valid_beams(shakespeare: Any) -> None:
     chain = dk.Chain([dk.create("json_schema", schema=SCHEMA)])
-    out = dk.beam_search(
+    out = beam_search(
         shakespeare,
         PROMPTS[:2],
         num_beams=4,
@@ -126,7 +127,7 @@ def test_beam_search_returns_only_valid_beams(shakespeare: Any) -> None:
 
 def test_beam_search_with_a_grammar_per_prompt(shakespeare: Any) -> None:
     chain = dk.Chain([dk.create("regex", pattern=[PATTERN, r"[A-Z]{2,4}![0-9]"])])
-    out = dk.beam_search(shakespeare, PROMPTS[:2], num_beams=3, num_return_sequences=3, chain=chain, max_new_tokens=40)
+    out = beam_search(shakespeare, PROMPTS[:2], num_beams=3, num_return_sequences=3, chain=chain, max_new_tokens=40)
     texts = [[shakespeare.tokenizer.decode(t) for t in beams] for beams in out.sequences]
     assert all(re.fullmatch(PATTERN, t) for t in texts[0]), texts[0]
     assert all(re.fullmatch(r"[A-Z]{2,4}![0-9]", t) for t in texts[1]), texts[1]

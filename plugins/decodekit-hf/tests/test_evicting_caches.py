@@ -15,6 +15,7 @@ from decodekit_cache_window.calibration import attention_profile, calibrate
 from decodekit_hf.model import HFModel
 
 import decodekit as dk
+from decodekit_beam.search import beam_search
 from decodekit.cache import PreallocatedKVCache
 
 
@@ -175,8 +176,8 @@ def test_strategies_on_the_trained_model(trained: Any, cache: str) -> None:
         max_new_tokens=20,
     )
     assert out.tokens == want and sum(out.drafted) > sum(out.accepted)
-    beams = dk.beam_search(model, prompt, num_beams=3, cache=f"{cache}(budget=60)", max_new_tokens=12).tokens
-    assert beams == dk.beam_search(model, prompt, num_beams=3, cache="gqa", max_new_tokens=12).tokens
+    beams = beam_search(model, prompt, num_beams=3, cache=f"{cache}(budget=60)", max_new_tokens=12).tokens
+    assert beams == beam_search(model, prompt, num_beams=3, cache="gqa", max_new_tokens=12).tokens
     evicting = dk.decode(
         model,
         prompt,

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 import torch
+from decodekit_beam.search import BeamGeneration, beam_search
 from decodekit_gpt.gpt import GPT
 from pydantic import Field
 
 import decodekit as dk
-from decodekit.beam import BeamGeneration
 from decodekit.cache import KVCache, PreallocatedKVCache
 from tinymodels import CharTokenizer, left_padded, tiny_gpt
 
@@ -93,7 +93,7 @@ def test_beam_finds_the_sequence_greedy_misses(cache: str) -> None:
     m = TableModel()
     greedy = dk.generate(m, [[S1]], chain=dk.Chain([], selector=_argmax), max_new_tokens=2, cache=cache)
     assert greedy.tokens == [[A, X]]
-    out = dk.beam_search(m, [[S1]], num_beams=2, max_new_tokens=2, num_return_sequences=2, cache=cache)
+    out = beam_search(m, [[S1]], num_beams=2, max_new_tokens=2, num_return_sequences=2, cache=cache)
     assert out.tokens == [[B, X]] and out.finish_reasons == ["length"]
     assert out.sequences == [[[B, X], [A, X]]]
     assert out.scores[0] == pytest.approx([_lp(0.4, 0.9) / 2, _lp(0.6, 0.4) / 2], abs=1e-6)
@@ -102,9 +102,9 @@ def test_beam_finds_the_sequence_greedy_misses(cache: str) -> None:
 def test_the_table_model_catches_a_cache_that_does_not_follow_the_beams(monkeypatch: pytest.MonkeyPatch) -> None:
     """S3 swaps its beams at step 1 (C·D came from beam 1, A·B from beam 0): without reorder it goes wrong."""
     options: dict[str, Any] = {"num_beams": 2, "max_new_tokens": 4, "early_stopping": "never", "stop_tokens": [EOS]}
-    assert dk.beam_search(TableModel(), [[S3]], **options).tokens == [[C, D, E, EOS]]
+    assert beam_search(TableModel(), [[S3]], **options).tokens == [[C, D, E, EOS]]
     monkeypatch.setattr(PreallocatedKVCache, "reorder", lambda self, index: None)
-    assert dk.beam_search(TableModel(), [[S3]], **options).tokens != [[C, D, E, EOS]]
+    assert beam_search(TableModel(), [[S3]], **options).tokens != [[C, D, E, EOS]]
 
 
 @pytest.mark.parametrize(
@@ -119,7 +119,7 @@ def test_the_table_model_catches_a_cache_that_does_not_follow_the_beams(monkeypa
 def test_length_penalty_and_early_stopping_pick_the_hand_worked_winner(
     length_penalty: float, early_stopping: bool | str, expected: list[list[int]], probs: list[tuple[float, ...]]
 ) -> None:
-    out = dk.beam_search(
+    out = beam_search(
         TableModel(),
         [[S2]],
         num_beams=2,
@@ -145,7 +145,7 @@ def test_length_penalty_and_early_stopping_pick_the_hand_worked_winner(
 def test_early_stopping_false_stops_where_never_goes_on(
     early_stopping: bool | str, expected: list[list[int]], probs: list[tuple[float, ...]]
 ) -> None:
-    out = dk.beam_search(
+    out = beam_search(
         TableModel(),
         [[S3]],
         num_beams=2,
@@ -169,7 +169,7 @@ def test_one_beam_is_greedy(cache: str) -> None:
     free = dk.generate(model, PROMPTS, chain=greedy, max_new_tokens=12, cache=cache)
     stop = free.tokens[0][4]
     ref = dk.generate(model, PROMPTS, chain=greedy, max_new_tokens=12, cache=cache, stop_tokens=[stop])
-    out = dk.beam_search(model, PROMPTS, num_beams=1, max_new_tokens=12, cache=cache, stop_tokens=[stop])
+    out = beam_search(model, PROMPTS, num_beams=1, max_new_tokens=12, cache=cache, stop_tokens=[stop])
     assert out.tokens == ref.tokens
     assert out.finish_reasons == ref.finish_reasons
     assert out.finish_reasons[0] == "stop"
@@ -177,9 +177,9 @@ def test_one_beam_is_greedy(cache: str) -> None:
 
 def test_ragged_rows_equal_searching_each_row_alone() -> None:
     m = tiny_gpt(2)
-    batch = dk.beam_search(m, PROMPTS, num_beams=3, max_new_tokens=10, num_return_sequences=3)
+    batch = beam_search(m, PROMPTS, num_beams=3, max_new_tokens=10, num_return_sequences=3)
     for b, prompt in enumerate(PROMPTS):
-        alone = dk.beam_search(m, [prompt], num_beams=3, max_new_tokens=10, num_return_sequences=3)
+        alone = beam_search(m, [prompt], num_beams=3, max_new_tokens=10, num_return_sequences=3)
         assert alone.sequences[0] == batch.sequences[b]
         assert alone.scores[0] == pytest.approx(batch.scores[b], abs=1e-5)
 
@@ -198,7 +198,7 @@ def test_processors_run_on_log_probs_and_the_selector_is_ignored() -> None:
         raise AssertionError("beam search called the selector")
 
     chain = dk.Chain([no_x], selector=never)
-    out = dk.beam_search(TableModel(), [[S1]], num_beams=2, max_new_tokens=2, num_return_sequences=2, chain=chain)
+    out = beam_search(TableModel(), [[S1]], num_beams=2, max_new_tokens=2, num_return_sequences=2, chain=chain)
     assert out.sequences == [[[A, Y], [A, Z]]]
     assert out.scores[0] == pytest.approx([_lp(0.6, 0.35) / 2, _lp(0.6, 0.25) / 2], abs=1e-6)
 
@@ -260,7 +260,7 @@ def test_matches_transformers_beam_search() -> None:
                 output_scores=True,
                 return_dict_in_generate=True,
             )
-            out = dk.beam_search(
+            out = beam_search(
                 HFAdapter(hf),
                 prompts,
                 num_beams=4,
@@ -287,11 +287,12 @@ def test_decode_dispatches_to_the_registered_strategy() -> None:
     m = tiny_gpt(2)
     beam = dk.decode(m, PROMPTS, strategy="beam", num_beams=2, max_new_tokens=6)
     assert isinstance(beam, BeamGeneration)
-    assert beam.tokens == dk.beam_search(m, PROMPTS, num_beams=2, max_new_tokens=6).tokens
+    assert beam.tokens == beam_search(m, PROMPTS, num_beams=2, max_new_tokens=6).tokens
     sample = dk.decode(m, PROMPTS, max_new_tokens=6, seed=1)  # "sample" is the default
     assert sample.tokens == dk.generate(m, PROMPTS, max_new_tokens=6, seed=1).tokens
     registry = dk.get_registry()
-    assert registry.plugins["decodekit"].strategies == ["sample", "beam"]
+    assert registry.plugins["decodekit"].strategies == ["sample"]
+    assert registry.plugins["decodekit-beam"].strategies == ["beam"]
     with pytest.raises(
         dk.UnknownNameError, match="unknown strategy 'beem'; installed: beam, sample[^;]*; did you mean 'beam'"
     ):
@@ -320,7 +321,7 @@ class EchoPlugin:
 class BeamAgainPlugin:
     @dk.hookimpl
     def register_strategies(self, register: Any) -> None:
-        register("beam", "decodekit.beam:beam_policy", description="a second beam")
+        register("beam", "decodekit_beam.search:beam_policy", description="a second beam")
 
 
 def test_a_plugin_adds_a_strategy_by_name() -> None:
@@ -347,11 +348,13 @@ def test_a_plugin_adds_a_strategy_by_name() -> None:
 def test_two_plugins_registering_one_strategy_name_is_an_error_naming_both() -> None:
     plugin = BeamAgainPlugin()
     try:
-        with pytest.raises(dk.PluginError, match="'beam' is registered by 2 distributions: decodekit and beam-again"):
+        with pytest.raises(
+            dk.PluginError, match="'beam' is registered by 2 distributions: decodekit-beam and beam-again"
+        ):
             dk.register_plugin(plugin, name="beam-again")
     finally:
         dk.unregister_plugin(plugin)
-    assert dk.get_registry().strategies["beam"].distribution == "decodekit"
+    assert dk.get_registry().strategies["beam"].distribution == "decodekit-beam"
 
 
 @pytest.mark.parametrize(
@@ -373,7 +376,7 @@ def test_two_plugins_registering_one_strategy_name_is_an_error_naming_both() -> 
 )
 def test_bad_parameters_are_clear_errors(options: dict[str, Any], message: str) -> None:
     with pytest.raises(dk.ParameterError, match=message):
-        dk.beam_search(tiny_gpt(2), PROMPTS, **options)
+        beam_search(tiny_gpt(2), PROMPTS, **options)
 
 
 def test_nan_names_step_row_and_beam() -> None:
@@ -384,18 +387,20 @@ def test_nan_names_step_row_and_beam() -> None:
         return logits
 
     with pytest.raises(dk.NumericsError, match=r"step 2, row 2: .*NaN.*\(beam 1\)"):
-        dk.beam_search(tiny_gpt(2), PROMPTS, num_beams=2, max_new_tokens=5, chain=dk.Chain([poison]))
+        beam_search(tiny_gpt(2), PROMPTS, num_beams=2, max_new_tokens=5, chain=dk.Chain([poison]))
 
 
 def test_zero_new_tokens() -> None:
-    out = dk.beam_search(tiny_gpt(2), PROMPTS, max_new_tokens=0)
+    out = beam_search(tiny_gpt(2), PROMPTS, max_new_tokens=0)
     assert out.tokens == [[], [], []] and out.finish_reasons == ["length"] * 3
 
 
-def test_text_prompts_and_text_without_the_stop_token(text_model: GPT) -> None:
-    free = dk.beam_search(text_model, ["To be", "or"], num_beams=3, max_new_tokens=8)
+def test_text_prompts_and_text_without_the_stop_token() -> None:
+    text_model = tiny_gpt(2, vocab_size=95)
+    text_model.tokenizer = CharTokenizer()  # type: ignore[assignment]
+    free = beam_search(text_model, ["To be", "or"], num_beams=3, max_new_tokens=8)
     stop = free.tokens[0][2]
-    out = dk.beam_search(text_model, ["To be", "or"], num_beams=3, max_new_tokens=8, stop_tokens=[stop])
+    out = beam_search(text_model, ["To be", "or"], num_beams=3, max_new_tokens=8, stop_tokens=[stop])
     assert out.text is not None
     for tokens, text, reason in zip(out.tokens, out.text, out.finish_reasons):
         kept = tokens[:-1] if reason == "stop" else tokens
@@ -406,5 +411,5 @@ def test_text_prompts_and_text_without_the_stop_token(text_model: GPT) -> None:
 def test_dk_generate_stays_the_function_after_beam_search() -> None:
     """The decode loop's module is not named `generate`, so importing it can't hide `dk.generate`."""
     importlib.import_module("decodekit.loop")
-    importlib.import_module("decodekit.beam")
+    importlib.import_module("decodekit_beam.search")
     assert callable(dk.generate) and dk.generate.__name__ == "generate"

@@ -1,4 +1,4 @@
-"""The parameter models of the core's strategies (pydantic only, so listing strategies imports no torch)."""
+"""The parameter model of the beam strategy (pydantic only, so listing strategies imports no torch)."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ from decodekit.prompts import Prompts
 from decodekit.request import DecodeOptions
 from decodekit.results import Generation, token_logprobs
 from decodekit.strategies import run_decode
-from decodekit.strategy_params import BeamParams, EarlyStopping
+from decodekit_beam.params import BeamParams, EarlyStopping
 
 __all__ = ["BeamGeneration", "BeamParams", "beam_policy", "beam_search"]
 
