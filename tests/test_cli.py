@@ -605,6 +605,15 @@ def test_a_core_only_install_reports_every_missing_piece_at_once() -> None:
     assert ok.returncode == 0 and ok.stdout.startswith(PROMPT), ok.stderr
 
 
+def test_a_standard_strategy_not_installed_says_which_distribution_has_it() -> None:
+    flags = ["-m", MODEL, "--chain", "sample", "--max-new-tokens", "4", "--strategy", "beam(num_beams=2)"]
+    r = cli("generate", PROMPT, *flags, DECODEKIT_LOAD_PLUGINS="")
+    [line] = r.stderr.splitlines()
+    assert r.returncode == 2 and "--strategy 'beam(num_beams=2)': unknown strategy; allowed: sample; " in line
+    assert "pip install decodekit-beam (from a checkout: pip install plugins/decodekit-beam)" in line
+    assert cli("generate", PROMPT, *flags).returncode == 0  # installed, it runs
+
+
 def test_explain_takes_the_cache_and_picks_what_generate_picks() -> None:
     args = ["--chain", CHAIN, "--seed", "4", "-m", MODEL]
     runs = cli_many(

@@ -19,6 +19,8 @@ STANDARD_PLUGINS: dict[str, str] = {
     "gqa": "decodekit-cache-gqa",
     "int8": "decodekit-cache-int8",
     "window": "decodekit-cache-window",
+    "beam": "decodekit-beam",
+    "speculative": "decodekit-speculative",
     "tiny-shakespeare": "decodekit-shakespeare",
     "hf": "decodekit-hf",
 }

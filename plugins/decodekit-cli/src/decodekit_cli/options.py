@@ -142,8 +142,16 @@ def resolve_strategy(text: str | None) -> str:
     """`--strategy` checked against the registry, its own parameters included; default: sample."""
     if text is None:
         return "sample"
+    from decodekit.chain_string import parse_stage
     from decodekit.strategies import strategy_params
 
+    strategies = get_registry().strategies
+    name = parse_stage(text, what="--strategy").name
+    if name not in strategies and name in STANDARD_PLUGINS:
+        allowed = ", ".join(sorted(strategies))
+        raise CliError(
+            f"--strategy {text!r}: unknown strategy; allowed: {allowed}; {install_hint([STANDARD_PLUGINS[name]])}"
+        )
     strategy_params(text)
     return text
 
