@@ -36,8 +36,10 @@ install-dev: $(VENV)/.installed-dev
 run: install
 	$(BIN)/decodekit generate "$(PROMPT)" $(ARGS)
 
+# One worker per core (TEST_WORKERS=0: one process); tests that share a costly fixture stay in one worker.
+TEST_WORKERS ?= auto
 test: install-dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: install-dev
 	$(BIN)/ruff check core plugins tests examples benchmarks conftest.py

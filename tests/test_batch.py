@@ -68,6 +68,9 @@ def _error(record: dict[str, Any]) -> tuple[object, int, str, str]:
     return record["id"], record["line"], record["error"]["type"], record["error"]["message"]
 
 
+pytestmark = pytest.mark.xdist_group("batch")  # one reference run, in one worker
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("batch")

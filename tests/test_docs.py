@@ -20,6 +20,9 @@ def _rel(page: Path) -> str:
     return str(page.relative_to(dx.ROOT))
 
 
+pytestmark = pytest.mark.xdist_group("docs")  # the pages' plugins are installed once, in one worker
+
+
 @pytest.fixture(scope="module")
 def example_plugins(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path]:
     """The example plugins the pages show, written out and installed: (their folders, the install target)."""
