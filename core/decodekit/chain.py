@@ -263,8 +263,8 @@ class Chain:
             # Not dynamic=True: marking every dimension dynamic breaks the graph where a truncation plans
             # its search from the vocabulary size. Growing shapes (the history) become dynamic by themselves.
             # cpp_wrapper: the graph's kernels called from C++, not Python (halves a small step's cost on a
-            # CPU); the guards on the chain itself dropped: its stages and their parameters are immutable,
-            # and checking ~80 of them every step costs as much as a softmax (docs/benchmarks.md).
+            # CPU). The guards on the chain stay (~20 us a step): without them another chain's step can run
+            # this one's graph, or with its parameters turned symbolic (docs/benchmarks.md).
             options: dict[str, str | int | bool | Callable[..., Any]] = {
                 "cpp_wrapper": True,
                 "guard_filter_fn": _guards_on_the_inputs,
@@ -366,10 +366,9 @@ class Picked:
 
 
 def _guards_on_the_inputs(entries: Sequence[Any]) -> list[bool]:
-    """Keep a compiled step's guards on its inputs (the logits, the context) and on global state; drop
-    those on the chain (`self`) and on module globals, which do not change under it."""
-    fixed = ("L['self']", "type(L['self']", "G[", "dict(G[")
-    return [not entry.name.startswith(fixed) for entry in entries]
+    """Keep a compiled step's guards on its inputs (the logits, the context, the chain) and on global
+    state; drop those on module globals (`G['torch']`, ...), which do not change under it."""
+    return [not entry.name.startswith(("G[", "dict(G[")) for entry in entries]
 
 
 def _at_least_float32(logits: Tensor) -> Tensor:

@@ -114,3 +114,25 @@ class DropsTies(TopK):
 def test_the_kit_catches_a_top_k_that_drops_ties() -> None:
     with pytest.raises(AssertionError, match="removed"):
         check_processor(DropsTies(k=3))
+
+
+@pytest.mark.slow
+def test_compiled_chains_that_differ_in_k_each_run_their_own_step() -> None:
+    """Dynamo keeps compiled steps per code object (`Chain._select`), and its automatic dynamic shapes are
+    keyed by file, line and name: after a chain compiled at other shapes, an int parameter that differs
+    between chains turns symbolic. Each chain must still pick its own eager tokens: a guard filter that
+    dropped the guards on the chain ran top_k(1)'s step for top_k(40) here (docs/benchmarks.md)."""
+    other = dk.Chain.parse("temperature(0.8) | top_k(5) | sample").compiled()
+    try:
+        for history in (3, 4):  # a recompile: the history becomes dynamic
+            other.step(torch.randn(2, 101), ctx_for(2, history=history, step=1))
+        x = torch.randn(2, 300, generator=torch.Generator().manual_seed(0)) * 3
+        for k in (1, 40):  # top_k(1) always picks the argmax, top_k(40) draws among 40
+            chain = dk.Chain.parse(f"top_k({k}) | sample")
+            compiled, ctx = chain.compiled(), ctx_for(2, history=10, step=2, seed=k)
+            for _ in range(6):
+                eager = ctx.fork()
+                ctx.draw_uniforms()
+                assert torch.equal(compiled.step(x, ctx).tokens, chain.step(x, eager).tokens)
+    finally:  # the vocabulary turned dynamic here would break a later test's fullgraph compile
+        torch._dynamo.reset()
