@@ -108,7 +108,8 @@ class ScoredCache:
         self._layers = [
             LayerState.empty(spec.batch_size, spec.n_kv_heads, self.slots, spec.device) for _ in range(spec.n_layers)
         ]
-        self._row_start = torch.zeros(spec.batch_size, dtype=torch.long, device=spec.device)
+        # Each row's first real slot, [B, 1, 1] (as the [B, H, S] state broadcasts it), from the last forward.
+        self._row_start = torch.zeros(spec.batch_size, 1, 1, dtype=torch.long, device=spec.device)
         self._forward: tuple[int, Tensor, Tensor, Tensor, Tensor] | None = None  # see `_queries`
         self._new: tuple[int, int, Tensor] | None = None  # see `_new_slots`
 
@@ -148,7 +149,7 @@ class ScoredCache:
         if memo is None or memo[0] != first or memo[1] is not positions:
             query = torch.arange(first, first + positions.shape[1], device=positions.device)  # [T]
             row_start = (query - positions)[:, None, :, None]
-            self._row_start = row_start[:, 0, 0, 0]
+            self._row_start = row_start[:, :, 0]
             memo = self._forward = (first, positions, query[:, None], row_start, (positions >= 0)[:, None, :, None])
         return memo[2], memo[3], memo[4]
 
@@ -217,12 +218,12 @@ class ScoredCache:
     def _keep(self, slots: Tensor, alive: Tensor, score: Tensor, length: int) -> Tensor:
         """Which entries stay: the budget, padding never, the protected first (a row's first `sinks` real tokens,
         the `recent` latest slots), then by score."""
-        row_start = self._row_start[:, None, None]
+        row_start = self._row_start
         alive = alive & (slots >= row_start)  # so a sink is any alive entry before row_start + sinks
         if self.sinks:
-            score = torch.where(slots < row_start + self.sinks, math.inf, score)
+            score = score.masked_fill(slots < row_start + self.sinks, math.inf)
         if self.recent:
-            score = torch.where(slots >= length - self.recent, math.inf, score)
+            score = score.masked_fill(slots >= length - self.recent, math.inf)
         return keep_top(score, alive, slots, self.budget)
 
     def _settle(self, layer: int, st: LayerState) -> None:
@@ -243,7 +244,7 @@ class ScoredCache:
         M, inv_freq = self.spec.max_positions, self._inv_freq
         if inv_freq is None or M is None or last < M:
             return keys
-        real = held & (slots >= self._row_start[:, None, None])  # padding is never seen: it takes no rank
+        real = held & (slots >= self._row_start)  # padding is never seen: it takes no rank
         return rotate_each(keys, capped_shift(slots, real, last, M), inv_freq)
 
     def _short_block(self, layer: int, st: LayerState, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -330,8 +331,8 @@ class ObservingScoredCache(ScoredCache):
     def observe(self, layer: int, queries: Tensor) -> None:
         st = self._layers[layer]
         B, H, T, D = queries.shape
-        keys = st.keys.float()  # [B, H_s, S', D]: a query head's group shares its stored head
-        grouped = queries.float().reshape(B, keys.shape[1], -1, D)  # [B, H_s, H / H_s · T, D]
+        keys = _float(st.keys)  # [B, H_s, S', D]: a query head's group shares its stored head
+        grouped = _float(queries).reshape(B, keys.shape[1], -1, D)  # [B, H_s, H / H_s · T, D]
         scores = (grouped @ keys.transpose(-1, -2)).view(B, H, T, -1) * D**-0.5
         weights = torch.softmax(torch.where(st.mask, scores, -math.inf), -1) * st.valid  # a padding query: none
         if st.pending is not None:
@@ -341,3 +342,8 @@ class ObservingScoredCache(ScoredCache):
             forward.contributions = self.policy.contributions(weights, self.spec.n_kv_heads)
             st.score = self.policy.apply(st.score, forward.contributions)
         st.observed = True
+
+
+def _float(x: Tensor) -> Tensor:
+    """`x` in float32 (scores are float32 whatever the cache's dtype), with no call when it is already."""
+    return x if x.dtype == torch.float32 else x.float()
