@@ -5,7 +5,8 @@ The methods both have at prefill: StreamingLLM, SnapKV, TOVA and key-norm, at co
 sample (`--samples` windows of Hamlet, evenly spaced): the prompt is compressed at prefill, then the next
 `--new` tokens are teacher-forced in one forward at their own positions; the loss is theirs, averaged.
 Time: the prompt's prefill plus `--new` greedy tokens (decodekit: `dk.generate`; kvpress: its pipeline's
-loop), the median over `--timed` samples, each side run twice in alternation (the faster run counts).
+loop), the median over `--timed` samples, each side run twice in alternation, method by method (the faster run
+counts: on a shared machine the load drifts, and a method's four runs lie within a minute or two).
 
 kvpress pins transformers < 5.3, so it runs in a venv of its own, made once (nothing fetched is committed;
 build/ is git-ignored):
@@ -74,33 +75,34 @@ def our_time(model: Any, cache: str, prompt: list[int], new: int) -> float:
     return time.perf_counter() - start
 
 
-def ours(model: Any, samples: list[list[int]], args: argparse.Namespace, with_loss: bool) -> list[dict[str, Any]]:
+def ours(
+    model: Any, samples: list[list[int]], args: argparse.Namespace, method: str, with_loss: bool
+) -> list[dict[str, Any]]:
     P, out = args.prompt, []
-    for method in METHODS:
-        for c in COMPRESSIONS:
-            cache = cache_string(method, max(1, int(P * (1 - c))))
-            data = [torch.tensor(s) for s in samples]
-            losses = [our_loss(model, cache, s[:P], s[P:]) for s in data] if with_loss else [float("nan")]
-            times = [our_time(model, cache, s[:P], len(s) - P) for s in samples[: args.timed]]
-            out.append(
-                {
-                    "method": method,
-                    "compression": c,
-                    "cache": cache,
-                    "loss": statistics.mean(losses),
-                    "seconds": statistics.median(times),
-                }
-            )
-            print(f"decodekit {cache:58} loss {out[-1]['loss']:.4f}  {out[-1]['seconds']:.3f} s", flush=True)
+    for c in COMPRESSIONS:
+        cache = cache_string(method, max(1, int(P * (1 - c))))
+        data = [torch.tensor(s) for s in samples]
+        losses = [our_loss(model, cache, s[:P], s[P:]) for s in data] if with_loss else [float("nan")]
+        times = [our_time(model, cache, s[:P], len(s) - P) for s in samples[: args.timed]]
+        out.append(
+            {
+                "method": method,
+                "compression": c,
+                "cache": cache,
+                "loss": statistics.mean(losses),
+                "seconds": statistics.median(times),
+            }
+        )
+        print(f"decodekit {cache:58} loss {out[-1]['loss']:.4f}  {out[-1]['seconds']:.3f} s", flush=True)
     return out
 
 
-def theirs(samples: list[list[int]], args: argparse.Namespace, with_loss: bool) -> dict[str, Any]:
+def theirs(samples: list[list[int]], args: argparse.Namespace, method: str, with_loss: bool) -> dict[str, Any]:
     request = {
         "model_dir": str(model_dir()),
         "samples": samples,
         "prompt": args.prompt,
-        "methods": list(METHODS),
+        "methods": [method],
         "compressions": list(COMPRESSIONS),
         "window": WINDOW,
         "timed": args.timed,
@@ -135,10 +137,14 @@ def main() -> None:
     width = args.prompt + args.new
     starts = torch.linspace(0, len(ids) - width, args.samples).long().tolist()
     samples = [ids[s : s + width] for s in starts]
-    a, k = ours(model, samples, args, True), theirs(samples, args, True)
-    a2, k2 = ours(model, samples, args, False), theirs(samples, args, False)
+    runs, versions = [], {}
+    for method in METHODS:
+        a, k = ours(model, samples, args, method, True), theirs(samples, args, method, True)
+        a2, k2 = ours(model, samples, args, method, False), theirs(samples, args, method, False)
+        runs += list(zip(a, a2, k["results"], k2["results"]))
+        versions = k["versions"]
     rows = []
-    for x, x2, y, y2 in zip(a, a2, k["results"], k2["results"]):
+    for x, x2, y, y2 in runs:
         row = {
             **x,
             "kvpress_loss": y["loss"],
@@ -158,7 +164,7 @@ def main() -> None:
         "new": args.new,
         "samples": args.samples,
         "timed": args.timed,
-        "kvpress": k["versions"],
+        "kvpress": versions,
         "rows": rows,
     }
     if args.json is not None:

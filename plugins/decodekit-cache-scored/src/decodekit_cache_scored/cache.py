@@ -21,7 +21,6 @@ import sys
 import torch
 from torch import Tensor
 
-from decodekit.cache import slot_mask
 from decodekit.errors import ParameterError, PluginError
 from decodekit.spec import CacheSpec
 from decodekit.storage import SlotWritable, check_memory, float_slot_bytes, lookup_storage
@@ -109,7 +108,10 @@ class ScoredCache:
         self._layers = [
             LayerState.empty(spec.batch_size, spec.n_kv_heads, self.slots, spec.device) for _ in range(spec.n_layers)
         ]
-        self._row_start = torch.zeros(spec.batch_size, dtype=torch.long, device=spec.device)
+        # Each row's first real slot, [B, 1, 1] (as the [B, H, S] state broadcasts it), from the last forward.
+        self._row_start = torch.zeros(spec.batch_size, 1, 1, dtype=torch.long, device=spec.device)
+        self._forward: tuple[int, Tensor, Tensor, Tensor, Tensor] | None = None  # see `_queries`
+        self._new: tuple[int, int, Tensor] | None = None  # see `_new_slots`
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         st = self._layers[layer]
@@ -134,12 +136,30 @@ class ScoredCache:
 
     def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
         st = self._layers[layer]
-        first = st.length - positions.shape[1]
-        self._row_start = first - positions[:, 0]
-        mask = slot_mask(st.key_slots, positions, first)  # [B, H_kv, T, S']
+        query, row_start, st.valid = self._queries(st.length - positions.shape[1], positions)
+        keys = st.key_slots.unsqueeze(2)  # [B, H_kv, 1, S']
+        mask = ((keys >= row_start) & (keys <= query)) | (keys == query)  # `slot_mask`'s rule: [B, H_kv, T, S']
         st.mask = mask.repeat_interleave(self.groups, dim=1) if self.groups > 1 else mask
-        st.valid = (positions >= 0)[:, None, :, None]  # [B, 1, T, 1]
         return st.mask
+
+    def _queries(self, first: int, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The new queries' slots `[1, 1, T, 1]`, each one's row start `[B, 1, T, 1]` and whether it is real
+        `[B, 1, T, 1]`. Every layer of a forward asks with the same positions: computed once."""
+        memo = self._forward
+        if memo is None or memo[0] != first or memo[1] is not positions:
+            query = torch.arange(first, first + positions.shape[1], device=positions.device)  # [T]
+            row_start = (query - positions)[:, None, :, None]
+            self._row_start = row_start[:, :, 0]
+            memo = self._forward = (first, positions, query[:, None], row_start, (positions >= 0)[:, None, :, None])
+        return memo[2], memo[3], memo[4]
+
+    def _new_slots(self, start: int, shape: torch.Size) -> Tensor:
+        """Stream slots `start ..` of a short block, `[B, H_kv, T]` (every layer of a forward asks: made once)."""
+        memo = self._new
+        if memo is None or memo[0] != start or memo[1] != shape[-1]:
+            new = torch.arange(start, start + shape[-1], device=self.spec.device).expand(shape)
+            memo = self._new = (start, shape[-1], new)
+        return memo[2]
 
     def crop(self, n: int) -> None:
         low = self.oldest_crop()
@@ -185,6 +205,7 @@ class ScoredCache:
                 f"allowed: a 1-D index of {self.spec.batch_size} rows"
             )
         index = index.to(self._row_start.device)
+        self._forward = None  # its row starts are the old rows'
         for layer, st in enumerate(self._layers):
             self._settle(layer, st)
         self.store.reorder(index, self.slots)
@@ -194,16 +215,16 @@ class ScoredCache:
 
     # -- the machinery -------------------------------------------------------------------------
 
-    def _protected(self, slots: Tensor, length: int) -> Tensor:
-        """Entries always kept: a row's first `sinks` real tokens and the `recent` latest slots."""
-        own = slots - self._row_start[:, None, None]  # the token's index in its row
-        return ((own >= 0) & (own < self.sinks)) | (slots >= length - self.recent)
-
     def _keep(self, slots: Tensor, alive: Tensor, score: Tensor, length: int) -> Tensor:
-        """Which entries stay: the budget, padding never, the protected first, then by score."""
-        alive = alive & (slots >= self._row_start[:, None, None])
-        priority = torch.where(self._protected(slots, length), math.inf, score)
-        return keep_top(priority, alive, slots, self.budget)
+        """Which entries stay: the budget, padding never, the protected first (a row's first `sinks` real tokens,
+        the `recent` latest slots), then by score."""
+        row_start = self._row_start
+        alive = alive & (slots >= row_start)  # so a sink is any alive entry before row_start + sinks
+        if self.sinks:
+            score = score.masked_fill(slots < row_start + self.sinks, math.inf)
+        if self.recent:
+            score = score.masked_fill(slots >= length - self.recent, math.inf)
+        return keep_top(score, alive, slots, self.budget)
 
     def _settle(self, layer: int, st: LayerState) -> None:
         """Compress a long block left pending by the last forward."""
@@ -215,7 +236,7 @@ class ScoredCache:
         if st.held <= self.budget:
             return
         keep = self._keep(st.slots, st.alive, st.score, length)
-        st.freed_at = torch.where(st.alive & ~keep, length, st.freed_at)
+        st.freed_at = st.freed_at.masked_fill(st.alive ^ keep, length)  # keep is within alive
         st.alive, st.held = keep, self.budget
 
     def _moved(self, keys: Tensor, slots: Tensor, held: Tensor, last: int) -> Tensor:
@@ -223,7 +244,7 @@ class ScoredCache:
         M, inv_freq = self.spec.max_positions, self._inv_freq
         if inv_freq is None or M is None or last < M:
             return keys
-        real = held & (slots >= self._row_start[:, None, None])  # padding is never seen: it takes no rank
+        real = held & (slots >= self._row_start)  # padding is never seen: it takes no rank
         return rotate_each(keys, capped_shift(slots, real, last, M), inv_freq)
 
     def _short_block(self, layer: int, st: LayerState, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -232,7 +253,7 @@ class ScoredCache:
         forward = st.snapshot(start)
         index = free_slots(st.alive, st.freed_at, start - 2 * self.slack, T, self._lowest_first)  # [B, H, T]
         self.store.write_at(layer, index, k, v)  # type: ignore[attr-defined]  # checked at construction
-        new = torch.arange(start, start + T, device=k.device).expand(index.shape)
+        new = self._new_slots(start, index.shape)
         forward.index, forward.initial = index, self.policy.initial(k, new)
         # Replaced, never written in place: the record of the forward keeps the state before it.
         st.slots = st.slots.scatter(-1, index, new)
@@ -310,10 +331,10 @@ class ObservingScoredCache(ScoredCache):
     def observe(self, layer: int, queries: Tensor) -> None:
         st = self._layers[layer]
         B, H, T, D = queries.shape
-        keys = st.keys.float()  # [B, H_s, S', D]: a query head's group shares its stored head
-        grouped = queries.float().reshape(B, keys.shape[1], -1, D)  # [B, H_s, H / H_s · T, D]
+        keys = _float(st.keys)  # [B, H_s, S', D]: a query head's group shares its stored head
+        grouped = _float(queries).reshape(B, keys.shape[1], -1, D)  # [B, H_s, H / H_s · T, D]
         scores = (grouped @ keys.transpose(-1, -2)).view(B, H, T, -1) * D**-0.5
-        weights = torch.softmax(scores.masked_fill(~st.mask, -math.inf), -1) * st.valid  # a padding query: none
+        weights = torch.softmax(torch.where(st.mask, scores, -math.inf), -1) * st.valid  # a padding query: none
         if st.pending is not None:
             st.pending.weights = weights  # compressed before the next forward (crop may cut it first)
         else:
@@ -321,3 +342,8 @@ class ObservingScoredCache(ScoredCache):
             forward.contributions = self.policy.contributions(weights, self.spec.n_kv_heads)
             st.score = self.policy.apply(st.score, forward.contributions)
         st.observed = True
+
+
+def _float(x: Tensor) -> Tensor:
+    """`x` in float32 (scores are float32 whatever the cache's dtype), with no call when it is already."""
+    return x if x.dtype == torch.float32 else x.float()

@@ -13,7 +13,7 @@ NEVER = -(2**62)  # `freed_at` of a storage slot that never held an evicted entr
 
 def keep_top(priority: Tensor, alive: Tensor, slots: Tensor, budget: int) -> Tensor:
     """`[B, H, S]` bool: the `budget` alive entries of highest priority; on a tie the newer (higher slot) wins."""
-    by_slot = torch.argsort(torch.where(alive, slots, -1), dim=-1, descending=True, stable=True)
+    by_slot = torch.argsort(slots, dim=-1, descending=True)  # the dead rank last below, whatever their slot
     ranked = torch.where(alive, priority, float("-inf")).gather(-1, by_slot)
     order = by_slot.gather(-1, torch.argsort(ranked, dim=-1, descending=True, stable=True))
     keep = torch.zeros_like(alive).scatter_(-1, order[..., :budget], True)
@@ -23,8 +23,7 @@ def keep_top(priority: Tensor, alive: Tensor, slots: Tensor, budget: int) -> Ten
 def free_slots(alive: Tensor, freed_at: Tensor, before: int, n: int, lowest_first: Tensor) -> Tensor:
     """`[B, H, n]`: the `n` lowest storage slots holding nothing alive, freed at or before `before` (so that
     an entry evicted since then is still there for `crop` to bring back). `lowest_first`: `S - arange(S)`."""
-    reusable = ~alive & (freed_at <= before)
-    return torch.topk(torch.where(reusable, lowest_first, 0), n, dim=-1).indices
+    return torch.topk(lowest_first.masked_fill(alive | (freed_at > before), 0), n, dim=-1).indices
 
 
 def capped_shift(slots: Tensor, held: Tensor, last: int, context: int) -> Tensor:
