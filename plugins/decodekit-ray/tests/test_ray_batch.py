@@ -25,13 +25,16 @@ import ray.data
 from decodekit_ray import BatchSettings
 from test_cli import MODEL, TESTS, _env, _popen, cli
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")  # Ray Data's own, on its own options
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*"),  # Ray Data's own, on its own options
+    pytest.mark.xdist_group("ray"),  # one Ray cluster, in one worker
+]
 
 PLUGINS = "cli_testplugin,batch_testplugin"
 CHAIN = "fail_on(token=2) | temperature(1.5)"  # token 2 is "!"
 ARGS = ["-m", MODEL, "--seed", "5", "--max-new-tokens", "40", "--chain", CHAIN, "--cache", "dense"]
 ARGS += ["--batch-size", "4", "--on-error", "skip"]
-N = 160
+N = 80  # 20 blocks of 4: every kind of line below, and work left when a test kills a process
 BAD = {  # line -> what it holds: each must become the same error record on Ray as here
     5: b'{"prompt": "b", "seed": 18446744073709551616}',
     9: b'{"prompt": "c", "max_new_tokens": 128}',
@@ -150,7 +153,7 @@ def test_on_ray_equals_local_with_an_actor_killed(cluster: str, reference: tuple
     os.kill(actors[0], signal.SIGKILL)
     _, err = job.communicate(timeout=600)
     assert job.returncode == 0, err
-    assert done < N // 4  # killed while most of the work was still to do
+    assert done < N // 4 // 2  # killed while most of the blocks were still to do
     assert err.splitlines()[-1] == f"{N - 6} results and 6 error records written to {out}"
     assert out.read_text() == expected
     assert not out.with_name(out.name + ".parts").exists()
@@ -178,7 +181,7 @@ def test_generate_over_a_dataset_of_fields(cluster: str, reference: tuple[Path, 
     """`decodekit_ray.generate`: rows of a line's fields in, the command's records out (a bad row an error)."""
     prompts, expected = reference
     rows = []
-    for number, data in enumerate(prompts.read_bytes().split(b"\n")[:-1], 1):
+    for number, data in enumerate(prompts.read_bytes().split(b"\n")[:40], 1):  # every kind of line, and line 29
         if number not in (13, 17, 21):  # not JSON, not UTF-8, and an id another row has: no fields to give
             rows.append({"line": number, **json.loads(data)})
     settings = BatchSettings(model=MODEL, chain=CHAIN, max_new_tokens=40, seed=5, cache="dense")
