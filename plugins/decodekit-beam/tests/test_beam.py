@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import torch
 from decodekit_beam.search import BeamGeneration, beam_search
-from decodekit_gpt.gpt import GPT
 from pydantic import Field
 
 import decodekit as dk

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 import torch
+from decodekit_beam.search import beam_search
 from decodekit_gpt.gpt import GPT, GPTConfig
 
 import decodekit as dk
-from decodekit_beam.search import beam_search
 
 CACHES = ["h2o", "tova", "snapkv", "knorm", "streaming"]
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [7, 8, 9]]

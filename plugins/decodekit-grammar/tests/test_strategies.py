@@ -12,10 +12,10 @@ from typing import Any
 
 import jsonschema
 import pytest
+from decodekit_beam.search import beam_search
 from scipy.stats import chi2_contingency
 
 import decodekit as dk
-from decodekit_beam.search import beam_search
 
 PROMPTS = ["ROMEO:\n", "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?\nROMEO:\n", "NURSE:\n"]
 SCHEMA: dict[str, Any] = {

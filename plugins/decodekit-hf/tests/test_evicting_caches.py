@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 import torch
+from decodekit_beam.search import beam_search
 from decodekit_cache_window.calibration import attention_profile, calibrate
 from decodekit_hf.model import HFModel
 
 import decodekit as dk
-from decodekit_beam.search import beam_search
 from decodekit.cache import PreallocatedKVCache
 
 
