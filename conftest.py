@@ -40,3 +40,13 @@ def _one_torch_thread_each_test(_one_torch_thread: None) -> None:
     import torch
 
     torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _in_its_xdist_group(request: pytest.FixtureRequest) -> None:
+    """A test marked `xdist_group` runs in its group's worker under `--dist loadgroup` (which marks it by
+    a "@group" suffix on its id): a pytest that breaks that (9.2, pytest-xdist issue #1386) would start a
+    group's costly module fixtures once per worker, unnoticed."""
+    mark = request.node.get_closest_marker("xdist_group")
+    if mark is not None and getattr(request.config.option, "loadgroup", False):
+        assert request.node.nodeid.endswith(f"@{mark.args[0]}"), f"{request.node.nodeid}: not in its xdist group"

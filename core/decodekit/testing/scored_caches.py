@@ -181,13 +181,13 @@ class ScoredCacheConformance:
         """{stream slot: returned index} of what query `i` of row `b` sees through kv-head `h`, by value."""
         heads = mask[b, h * group : (h + 1) * group, i]  # [group, S]
         assert bool((heads == heads[0]).all()), f"{where}: the query heads of kv-head {h} see different keys"
-        index = heads[0].nonzero().flatten().tolist()
+        index = heads[0].nonzero().flatten()
         stored = values[b, h * values.shape[1] // v_all.shape[1]].double()  # one stored head of the kv-head
+        distance = (stored[index, None] - v_all[b, h]).abs().amax(-1)  # [seen, T_fed]
+        nearest, fed = distance.min(-1)
         seen: dict[int, int] = {}
-        for j in index:
-            distance = (stored[j] - v_all[b, h]).abs().amax(-1)  # [T_fed]
-            t = int(distance.argmin())
-            assert float(distance[t]) < 1e-2, f"{where}: returned entry {j} (row {b}) is no value the kit fed"
+        for j, t, d in zip(index.tolist(), fed.tolist(), nearest.tolist()):
+            assert d < 1e-2, f"{where}: returned entry {j} (row {b}) is no value the kit fed"
             assert t not in seen, f"{where}: row {b}, kv-head {h}: slot {t} is returned twice"
             seen[t] = j
         return seen

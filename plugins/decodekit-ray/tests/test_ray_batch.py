@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import decodekit_ray
@@ -115,16 +115,27 @@ def _wait_for_parts(out: Path, job: subprocess.Popen[str], at_least: int = 1) ->
     raise AssertionError(f"the job wrote no parts: {job.poll()=}")
 
 
-def _actor_pids(expected: int) -> list[int]:
-    """The processes of the decoding actors alive in the test's cluster, once `expected` of them are (or after
-    60 s). From the cluster's actor table, not the machine's process list: another cluster's actors, or a
-    worker process Ray starts ahead, are not this job's. (The public state API needs the dashboard.)"""
+def _job_ids() -> set[str]:
+    """The jobs the test's cluster has seen so far (their drivers alive or not)."""
+    from ray._private.state import jobs
+
+    return {job["JobID"] for job in jobs()}
+
+
+def _actor_pids(expected: int, not_of: Collection[str] = ()) -> list[int]:
+    """The processes of the decoding actors alive in the test's cluster (not those of the jobs `not_of`: a
+    killed driver's actors may still be alive), once `expected` of them are (or after 60 s). From the
+    cluster's actor table, not the machine's process list: another cluster's actors, or a worker process Ray
+    starts ahead, are not this job's. (The public state API needs the dashboard.)"""
     from ray._private.state import actors
 
     deadline = time.monotonic() + 60
     while True:
-        table = actors().values()
-        pids = [a["Pid"] for a in table if a["State"] == "ALIVE" and "LineDecoder" in a["ActorClassName"]]
+        pids = [
+            a["Pid"]
+            for a in actors().values()
+            if a["State"] == "ALIVE" and "LineDecoder" in a["ActorClassName"] and a["JobID"] not in not_of
+        ]
         if len(pids) >= expected or time.monotonic() > deadline:
             return pids
         time.sleep(0.05)
@@ -145,39 +156,35 @@ def test_reference_has_every_kind_of_record(reference: tuple[Path, str]) -> None
     assert records[1]["id"] == "x\u2028y" and records[6]["seed"] == 2**64 - 7
 
 
-def test_on_ray_equals_local_with_an_actor_killed(cluster: str, reference: tuple[Path, str], tmp_path: Path) -> None:
-    """Ray retries the batches of an actor killed mid-run: still every line once, as one process writes it."""
+def test_on_ray_killed_resumed_and_an_actor_killed_equals_local(
+    cluster: str, reference: tuple[Path, str], tmp_path: Path
+) -> None:
+    """The driver killed outright: its complete parts count on --resume, which finishes the job on Ray; an
+    actor killed in the resumed run has its batches retried by Ray: still every line once, as one process
+    writes it. (One test for both kills: a Ray job costs ~15 s to start on this machine.)"""
     prompts, expected = reference
     out = tmp_path / "ray.jsonl"
     job = _on_ray(prompts, out, cluster, "--ray-actors", "2")
-    done = _wait_for_parts(out, job)
-    actors = _actor_pids(2)
-    assert len(actors) == 2, actors
-    os.kill(actors[0], signal.SIGKILL)
-    _, err = job.communicate(timeout=600)
-    assert job.returncode == 0, err
-    assert done < N // 4  # killed while most of the work was still to do
-    assert err.splitlines()[-1] == f"{N - 6} results and 6 error records written to {out}"
-    assert out.read_text() == expected
-    assert not out.with_name(out.name + ".parts").exists()
-
-
-def test_on_ray_killed_and_resumed_equals_local(cluster: str, reference: tuple[Path, str], tmp_path: Path) -> None:
-    """The driver killed outright: its complete parts count on --resume, which finishes the job on Ray."""
-    prompts, expected = reference
-    out = tmp_path / "ray.jsonl"
-    job = _on_ray(prompts, out, cluster)
     _wait_for_parts(out, job, at_least=2)
     job.send_signal(signal.SIGKILL)
     job.communicate(timeout=60)
+    old_jobs = _job_ids()  # before the resumed run starts: its actors are the ones of no job here
     assert out.with_name(out.name + ".parts").exists() and not out.exists()
+    kept = len(list(out.with_name(out.name + ".parts").glob("*.parquet")))
     refused = _on_ray(prompts, out, cluster)  # without --resume: the parts are not thrown away
     _, err = refused.communicate(timeout=120)
     assert refused.returncode == 2 and "--resume --ray continues it" in err, err
-    resumed = _on_ray(prompts, out, cluster, "--resume")
+    resumed = _on_ray(prompts, out, cluster, "--resume", "--ray-actors", "2")
+    done = _wait_for_parts(out, resumed, at_least=kept + 1)
+    actors = _actor_pids(2, not_of=old_jobs)
+    assert len(actors) == 2, actors
+    os.kill(actors[0], signal.SIGKILL)
     _, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, err
+    assert done < N // 4 // 2  # killed with more than half of the 40 blocks still to do
+    assert err.splitlines()[-1] == f"{N - 6} results and 6 error records written to {out}"
     assert out.read_text() == expected
+    assert not out.with_name(out.name + ".parts").exists()
 
 
 def test_generate_over_a_dataset_of_fields(cluster: str, reference: tuple[Path, str]) -> None:
