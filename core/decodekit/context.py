@@ -157,7 +157,10 @@ class DecodeContext:
         twin = object.__new__(type(self))  # a subclass of a plugin's stays one
         twin.__dict__.update(self.__dict__)
         twin.generators = None if self.generators is None else [g.clone_state() for g in self.generators]
-        twin.state = {key: (stage, copy.deepcopy(value)) for key, (stage, value) in self.state.items()}
+        # A stateless stage's None needs no copy (deepcopy costs a call per stage per step).
+        twin.state = {
+            key: (stage, None if value is None else copy.deepcopy(value)) for key, (stage, value) in self.state.items()
+        }
         return twin
 
     def adopt(self, other: DecodeContext) -> None:

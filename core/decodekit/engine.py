@@ -61,6 +61,7 @@ class Decoding:
         self.request = request
         self.strategy = strategy
         self.model: Model = request.model
+        self.spec = request.model.spec  # read once: a model may build its spec on every access
         self.chain: Chain = request.chain.compiled() if request.compile else request.chain
         self.prompts = request.prompts
         self.device, self.dtype = model_device_dtype(request.model)
@@ -165,7 +166,7 @@ class Decoding:
         """
         if self.kv is None:
             return uncached_logits(self.model, self.buf, self.positions, self.P)
-        block = self.P if not evicts(self.kv) else self.model.spec.max_positions
+        block = self.P if not evicts(self.kv) else self.spec.max_positions
         for start in range(0, self.P, block):
             end = min(start + block, self.P)
             logits = self.model(self.buf[:, start:end], self.positions[:, start:end], self.kv, **last_only(self.model))
@@ -184,9 +185,7 @@ class Decoding:
     def room(self, length: int) -> int:
         """Tokens a row of `length` may still feed: up to `total`, and within the model's context unless the
         cache evicts (a look-ahead past the context would present positions the model never saw)."""
-        limit = (
-            self.total if self.kv is not None and evicts(self.kv) else min(self.total, self.model.spec.max_positions)
-        )
+        limit = self.total if self.kv is not None and evicts(self.kv) else min(self.total, self.spec.max_positions)
         return limit - length
 
     @property
@@ -245,9 +244,9 @@ class Decoding:
                 f"({out.finish_reason} after {len(out.tokens)} tokens)"
             )
         self._check_token(token)
-        pushed = out.push(token, logprobs if self.request.logprobs is not None else None)
+        lp = logprobs if self.request.logprobs is not None else None
+        pushed = out.push(token, lp)
         if self._events is not None and self.copies == 1:
-            lp = logprobs if self.request.logprobs is not None else None
             step = len(out.tokens) - 1
             self._events.append(TokenEvent(row, step, token, pushed.text, pushed.finish_reason, lp, pushed.stopped_by))
         return out.done
@@ -286,7 +285,7 @@ class Decoding:
         return RowOutput(request.max_new_tokens, request.stop_tokens[prompt], tracker, ended)
 
     def _check_token(self, token: object) -> None:
-        V = self.model.spec.vocab_size
+        V = self.spec.vocab_size
         if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < V:
             raise PluginError(f"strategy {self.strategy}: emitted token {token!r}; allowed: an int in [0, {V})")
 
@@ -322,7 +321,7 @@ class Decoding:
                     "engine, policy(decoding, params), that emits its tokens through the decoding and returns "
                     "None or yields"
                 )
-            for _ in _rounds(steps, inner):
+            for _ in _rounds(steps, inner if per_round else None):
                 if self._events:
                     yield from self.take_events()
         self._check_complete()
@@ -372,9 +371,12 @@ class Decoding:
         )
 
 
-def _rounds(steps: Iterator[None] | None, inner: Callable[[], Any]) -> Iterator[None]:
-    """Each round of a policy's generator, run inside `inner()`."""
+def _rounds(steps: Iterator[None] | None, inner: Callable[[], Any] | None) -> Iterator[None]:
+    """Each round of a policy's generator, run inside `inner()` (None: as it is, no context per round)."""
     if steps is None:
+        return
+    if inner is None:
+        yield from steps
         return
     it = iter(steps)
     while True:
