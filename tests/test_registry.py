@@ -14,12 +14,11 @@ from typing import Any
 import pytest
 import torch
 from decodekit_beam.search import beam_search
-from decodekit_cli.listing import plugins_report, samplers_report
+from decodekit_cli.listing import check_imports, plugins_report, samplers_report
 from pydantic import BaseModel, Field
 
 import decodekit as dk
 from decodekit.cache import PreallocatedKVCache
-from decodekit.plugins import check_implementations
 from decodekit.stage import ProcessorBase
 from tinymodels import tiny_gpt
 
@@ -142,11 +141,15 @@ def test_check_imports_every_path_and_reports_broken_ones(registered: Callable[.
         register("phantom", "decodekit.cache:NoSuchClass", description="missing attribute")
 
     registered("haunted", register_cache_backends=hook)
-    broken = {b.name: b for b in check_implementations()}
+    imported, broken_rows = check_imports(dk.get_registry())
+    broken = {b["name"]: b for b in broken_rows}
     assert set(broken) == {"ghost", "phantom"}  # every standard plugin's path imports
-    assert broken["ghost"].distribution == "haunted"
-    assert "ModuleNotFoundError: No module named 'decodekit_no_such_module'" in broken["ghost"].error
-    assert "AttributeError" in broken["phantom"].error
+    assert broken["ghost"]["distribution"] == "haunted"
+    assert "ModuleNotFoundError: No module named 'decodekit_no_such_module'" in broken["ghost"]["error"]
+    assert "AttributeError" in broken["phantom"]["error"]
+    assert {"category": "cache backend", "name": "gqa", "distribution": "decodekit-cache-gqa"}.items() <= next(
+        row for row in imported if row["name"] == "gqa"
+    ).items()
     assert plugins_report(check=True)["broken"][0]["impl"] == "decodekit_no_such_module.cache:Ghost"
 
 

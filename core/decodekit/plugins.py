@@ -29,7 +29,6 @@ from decodekit.chain_string import parse_stage
 from decodekit.errors import ParameterError, PluginError
 from decodekit.params import Params, validate_params
 from decodekit.registry import (
-    CATEGORIES,
     Category,
     Entry,
     PluginFailure,
@@ -45,12 +44,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
-    "BrokenImpl",
     "CacheFactory",
     "Registry",
     "bind_arguments",
     "cache_factory",
-    "check_implementations",
     "create",
     "create_cache",
     "get_registry",
@@ -266,31 +263,6 @@ def unregister_plugin(plugin: object) -> None:
     """Undo `register_plugin`."""
     _code_plugins[:] = [(p, n) for p, n in _code_plugins if p is not plugin]
     reload_plugins()
-
-
-@dataclass(frozen=True)
-class BrokenImpl:
-    """A registered import path that does not import (what `decodekit plugins --check` reports)."""
-
-    category: Category
-    name: str
-    distribution: str
-    impl: str
-    error: str
-
-
-def check_implementations(registry: Registry | None = None) -> list[BrokenImpl]:
-    """Import every implementation registered by path; the ones that fail, with the reason."""
-    registry = registry or get_registry()
-    broken = []
-    for category in CATEGORIES:
-        for entry in registry.section(category).values():
-            if isinstance(entry.impl, str):
-                try:
-                    entry.load()
-                except PluginError as exc:
-                    broken.append(BrokenImpl(category, entry.name, entry.distribution, entry.impl, str(exc)))
-    return broken
 
 
 def registered_name(cls: type) -> str:

@@ -106,13 +106,15 @@ def _on_ray(prompts: Path, out: Path, address: str, *extra: str) -> subprocess.P
 def _wait_for_parts(out: Path, job: subprocess.Popen[str], at_least: int = 1) -> int:
     """Wait until the job has written `at_least` part files; how many it has."""
     parts = out.with_name(out.name + ".parts")
-    deadline = time.monotonic() + 240
+    deadline, count = time.monotonic() + 240, 0
     while job.poll() is None and time.monotonic() < deadline:
         count = len(list(parts.glob("*.parquet"))) if parts.exists() else 0
         if count >= at_least:
             return count
         time.sleep(0.05)
-    raise AssertionError(f"the job wrote no parts: {job.poll()=}")
+    job.kill()  # what it said, to tell a stalled job from a failed one
+    _, err = job.communicate(timeout=60)
+    raise AssertionError(f"the job wrote {count} of {at_least} parts (exit status {job.returncode}): {err[-3000:]}")
 
 
 def _job_ids() -> set[str]:

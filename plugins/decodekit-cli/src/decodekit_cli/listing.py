@@ -20,11 +20,11 @@ from rich.text import Text
 from decodekit.errors import PluginError
 from decodekit.param_types import bounds_text, type_text
 from decodekit.params import Params, allowed_values
-from decodekit.plugins import check_implementations, get_registry, sampler_entry
-from decodekit.registry import CATEGORIES, Entry
+from decodekit.plugins import get_registry, sampler_entry
+from decodekit.registry import CATEGORIES, Entry, Registry
 from decodekit_cli.console import stdout_console
 
-__all__ = ["plugins_report", "render_plugins", "render_samplers", "samplers_report"]
+__all__ = ["check_imports", "plugins_report", "render_plugins", "render_samplers", "samplers_report"]
 
 
 def plugins_report(check: bool = False) -> dict[str, Any]:
@@ -38,16 +38,24 @@ def plugins_report(check: bool = False) -> dict[str, Any]:
         "conflicts": [{**asdict(c), "error": c.message()} for c in registry.conflicts],
     }
     if check:
-        broken = check_implementations(registry)
-        failed = {(b.category, b.name) for b in broken}
-        report["imported"] = [
-            {"category": e.category, "name": e.name, "distribution": e.distribution, "impl": e.impl}
-            for category in CATEGORIES
-            for e in registry.section(category).values()
-            if isinstance(e.impl, str) and (category, e.name) not in failed
-        ]
-        report["broken"] = [asdict(b) for b in broken]
+        report["imported"], report["broken"] = check_imports(registry)
     return report
+
+
+def check_imports(registry: Registry) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """Import every implementation registered by path: (those that imported, those that did not, with why)."""
+    imported, broken = [], []
+    for category in CATEGORIES:
+        for entry in registry.section(category).values():
+            if isinstance(entry.impl, str):
+                row = {"category": category, "name": entry.name, "distribution": entry.distribution, "impl": entry.impl}
+                try:
+                    entry.load()
+                except PluginError as exc:
+                    broken.append({**row, "error": str(exc)})
+                else:
+                    imported.append(row)
+    return imported, broken
 
 
 def _param_report(name: str, field: FieldInfo, schema: dict[str, Any]) -> dict[str, Any]:
