@@ -4,11 +4,16 @@
   loads shows its own error, not the loader's.
 - `fail_on(token=T)`: a processor that raises `NumericsError` while decoding whenever a row's
   prompt holds token T (not 0, the padding); a batch holding such a row fails as a whole, which
-  is what the job's one-row-at-a-time retry has to undo.
+  is what the job's one-row-at-a-time retry has to undo. Where $DECODEKIT_TEST_HOLD names a file,
+  it also holds each step while that file exists, touching `<file>.<pid>` to say a process waits:
+  the Ray tests stop a job with work left, deterministically, to kill its driver or an actor.
 """
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
@@ -37,10 +42,19 @@ class FailOnParams(Params):
 
 class FailOn(ProcessorBase[FailOnParams]):
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        _hold()
         prompts = ctx.tokens[:, : ctx.tokens.shape[1] - ctx.step]  # [B, P] left-padded with 0
         if bool((prompts == self.params.token).any()):
             raise NumericsError(f"fail_on: a prompt holds token {self.params.token}")
         return logits
+
+
+def _hold() -> None:
+    """Wait while the file $DECODEKIT_TEST_HOLD names exists, saying so in `<file>.<pid>`."""
+    hold = os.environ.get("DECODEKIT_TEST_HOLD")
+    while hold and Path(hold).exists():
+        Path(f"{hold}.{os.getpid()}").touch()
+        time.sleep(0.05)
 
 
 @hookimpl

@@ -17,6 +17,7 @@ import subprocess
 import time
 from collections.abc import Collection, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import decodekit_ray
 import pytest
@@ -98,9 +99,11 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return prompts, out.read_text()
 
 
-def _on_ray(prompts: Path, out: Path, address: str, *extra: str) -> subprocess.Popen[str]:
+def _on_ray(prompts: Path, out: Path, address: str, *extra: str, hold: Path | None = None) -> subprocess.Popen[str]:
+    """The command on Ray; with `hold`, its decoding waits at each step while that file exists."""
     args = ["generate", "--input", str(prompts), "--output", str(out), *ARGS, "--ray", address, *extra]
-    return _popen(args, _env(DECODEKIT_EXTRA_PLUGINS=PLUGINS))
+    held = {"DECODEKIT_TEST_HOLD": str(hold)} if hold else {}
+    return _popen(args, _env(DECODEKIT_EXTRA_PLUGINS=PLUGINS, **held))
 
 
 def _wait_for_parts(out: Path, job: subprocess.Popen[str], at_least: int = 1) -> int:
@@ -112,9 +115,13 @@ def _wait_for_parts(out: Path, job: subprocess.Popen[str], at_least: int = 1) ->
         if count >= at_least:
             return count
         time.sleep(0.05)
+    _stalled(job, f"the job wrote {count} of {at_least} parts")
+
+
+def _stalled(job: subprocess.Popen[str], what: str) -> NoReturn:
     job.kill()  # what it said, to tell a stalled job from a failed one
     _, err = job.communicate(timeout=60)
-    raise AssertionError(f"the job wrote {count} of {at_least} parts (exit status {job.returncode}): {err[-3000:]}")
+    raise AssertionError(f"{what} (exit status {job.returncode}): {err[-3000:]}")
 
 
 def _job_ids() -> set[str]:
@@ -124,23 +131,24 @@ def _job_ids() -> set[str]:
     return {job["JobID"] for job in jobs()}
 
 
-def _actor_pids(expected: int, not_of: Collection[str] = ()) -> list[int]:
-    """The processes of the decoding actors alive in the test's cluster (not those of the jobs `not_of`: a
-    killed driver's actors may still be alive), once `expected` of them are (or after 60 s). From the
-    cluster's actor table, not the machine's process list: another cluster's actors, or a worker process Ray
-    starts ahead, are not this job's. (The public state API needs the dashboard.)"""
+def _held_actors(hold: Path, job: subprocess.Popen[str], not_of: Collection[str]) -> list[int]:
+    """The processes of the job's two decoding actors, once both wait at the hold with a batch in hand.
+    Told from the actors of the jobs `not_of` (a killed driver's actors may live on a while) by the
+    cluster's actor table, not the machine's process list. (The public state API needs the dashboard.)"""
     from ray._private.state import actors
 
-    deadline = time.monotonic() + 60
-    while True:
-        pids = [
+    deadline = time.monotonic() + 240
+    while job.poll() is None and time.monotonic() < deadline:
+        ours = {
             a["Pid"]
             for a in actors().values()
             if a["State"] == "ALIVE" and "LineDecoder" in a["ActorClassName"] and a["JobID"] not in not_of
-        ]
-        if len(pids) >= expected or time.monotonic() > deadline:
-            return pids
+        }
+        held = sorted(ours & {int(path.suffix[1:]) for path in hold.parent.glob(hold.name + ".*")})
+        if len(held) == 2:
+            return held
         time.sleep(0.05)
+    _stalled(job, "the job's two actors never both waited at the hold")
 
 
 def test_reference_has_every_kind_of_record(reference: tuple[Path, str]) -> None:
@@ -162,28 +170,28 @@ def test_on_ray_killed_resumed_and_an_actor_killed_equals_local(
     cluster: str, reference: tuple[Path, str], tmp_path: Path
 ) -> None:
     """The driver killed outright: its complete parts count on --resume, which finishes the job on Ray; an
-    actor killed in the resumed run has its batches retried by Ray: still every line once, as one process
-    writes it. (One test for both kills: a Ray job costs ~15 s to start on this machine.)"""
+    actor killed in the resumed run has its batch retried by Ray: still every line once, as one process
+    writes it. (One test for both kills: a Ray job costs ~15 s to start on this machine.) Each kill comes
+    while the job's decoding waits at a hold: there is work left, however fast the machine."""
     prompts, expected = reference
-    out = tmp_path / "ray.jsonl"
-    job = _on_ray(prompts, out, cluster, "--ray-actors", "2")
+    out, hold = tmp_path / "ray.jsonl", tmp_path / "hold"
+    job = _on_ray(prompts, out, cluster, "--ray-actors", "2", hold=hold)
     _wait_for_parts(out, job, at_least=2)
+    hold.touch()
+    time.sleep(1)  # parts being written finish; the actors wait
+    assert job.poll() is None, "the job finished before its driver could be killed"
     job.send_signal(signal.SIGKILL)
     job.communicate(timeout=60)
     old_jobs = _job_ids()  # before the resumed run starts: its actors are the ones of no job here
     assert out.with_name(out.name + ".parts").exists() and not out.exists()
-    kept = len(list(out.with_name(out.name + ".parts").glob("*.parquet")))
     refused = _on_ray(prompts, out, cluster)  # without --resume: the parts are not thrown away
     _, err = refused.communicate(timeout=120)
     assert refused.returncode == 2 and "--resume --ray continues it" in err, err
-    resumed = _on_ray(prompts, out, cluster, "--resume", "--ray-actors", "2")
-    done = _wait_for_parts(out, resumed, at_least=kept + 1)
-    actors = _actor_pids(2, not_of=old_jobs)
-    assert len(actors) == 2, actors
-    os.kill(actors[0], signal.SIGKILL)
+    resumed = _on_ray(prompts, out, cluster, "--resume", "--ray-actors", "2", hold=hold)
+    os.kill(_held_actors(hold, resumed, not_of=old_jobs)[0], signal.SIGKILL)
+    hold.unlink()
     _, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, err
-    assert done < N // 4 // 2  # killed with more than half of the 40 blocks still to do
     assert err.splitlines()[-1] == f"{N - 6} results and 6 error records written to {out}"
     assert out.read_text() == expected
     assert not out.with_name(out.name + ".parts").exists()
