@@ -14,7 +14,10 @@ Three kinds of fenced block take part:
   `decodekit` command (after variable assignments, before a `| head -N`) runs in this process
   (`cli_runner.run_cli`, as a new process would run it); any other command in bash.
   `make docs-outputs` (`python tests/doc_examples.py --update`) rewrites them from real runs;
-  the tests fail when one differs. Timings (tokens/s, seconds) are masked when comparing.
+  the tests fail when one differs. Timings (tokens/s, seconds) are masked when comparing, and
+  floats printed in full (six decimals or more) agree to a relative 1e-5: a float32 sum's last
+  bits depend on the CPU's vector width (the shown `explain` outputs differ there between an
+  AVX2 and an AVX-512 machine).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ FILE = re.compile(r"#\s*file:\s*(?P<path>[\w.-]+/\S+)")
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
 # Numbers that differ between two runs of the same command.
 VOLATILE = re.compile(r'("(?:tokens_per_second|seconds)": )[0-9.]+|[0-9.]+( tokens/s)')
+FULL_FLOAT = re.compile(r"-?\d+\.\d{6,}(?:e[-+]?\d+)?")
 COLUMNS = "100"
 
 
@@ -246,6 +250,15 @@ def _clean(output: str) -> str:
 
 def masked(output: str) -> str:
     return VOLATILE.sub(lambda m: (m[1] or "") + "…" + (m[2] or ""), output)
+
+
+def agree(shown: str, printed: str) -> bool:
+    """The shown output is what was printed: timings masked, full floats equal to a relative 1e-5."""
+    shown, printed = masked(shown), masked(printed)
+    if FULL_FLOAT.sub("#", shown) != FULL_FLOAT.sub("#", printed):
+        return False
+    pairs = zip(FULL_FLOAT.findall(shown), FULL_FLOAT.findall(printed))
+    return all(abs(float(a) - float(b)) <= 1e-5 * max(abs(float(a)), abs(float(b))) for a, b in pairs)
 
 
 def scratch_dir(base: Path) -> Path:

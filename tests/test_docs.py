@@ -88,10 +88,10 @@ def test_example_plugins_pass_their_own_tests(example_plugins: tuple[list[Path],
 
 
 def mismatches(shown: list[dx.Shown], outputs: list[str]) -> list[str]:
-    """A diff per shown output that is not what its command printed (timings masked)."""
+    """A diff per shown output that is not what its command printed (timings masked, floats to 1e-5)."""
     found = []
     for s, out in zip(shown, outputs):
-        if dx.masked(s.output) != dx.masked(out):
+        if not dx.agree(s.output, out):
             diff = difflib.unified_diff(s.output.split("\n"), out.split("\n"), "shown", "printed", lineterm="")
             found.append(f"{s.block.where}: $ {s.command}\n" + "\n".join(diff))
     return found
@@ -118,6 +118,14 @@ def test_timings_are_the_only_masked_numbers() -> None:
     assert dx.masked('"tokens_per_second": 18.94, "seconds": 4.33') == '"tokens_per_second": …, "seconds": …'
     assert dx.masked("12 tokens · 0.4 s · 690.1 tokens/s") == "12 tokens · 0.4 s · … tokens/s"
     assert dx.masked('"entropy": 0.7629') == '"entropy": 0.7629'
+
+
+def test_full_floats_agree_to_their_float32_precision_only() -> None:
+    shown = '"entropy": 0.45340263843536377, "probs": [0.003388509852811694, 1e-05]'
+    assert dx.agree(shown, '"entropy": 0.453402578830719, "probs": [0.003388506593182683, 1e-05]')
+    assert not dx.agree(shown, '"entropy": 0.45341263843536377, "probs": [0.003388509852811694, 1e-05]')
+    assert not dx.agree(shown, '"entropy": 0.45340263843536377, "probs": [0.003388509852811694, 2e-05]')
+    assert not dx.agree(shown, '"entropy": 0.45340263843536377, "probs": [0.003388509852811694]')
 
 
 def test_the_index_links_every_page() -> None:
