@@ -5,8 +5,8 @@
 - `fail_on(token=T)`: a processor that raises `NumericsError` while decoding whenever a row's
   prompt holds token T (not 0, the padding); a batch holding such a row fails as a whole, which
   is what the job's one-row-at-a-time retry has to undo. Where $DECODEKIT_TEST_HOLD names a file,
-  it also holds each step while that file exists, touching `<file>.<pid>` to say a process waits:
-  the Ray tests stop a job with work left, deterministically, to kill its driver or an actor.
+  a decode whose prompts hold a "~" waits while that file exists, touching `<file>.<pid>` to say
+  so: the Ray tests stop a job with work left, on any machine, to kill its driver or an actor.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cli_testplugin import ALPHABET
 from pydantic import Field
 
 from decodekit import NumericsError, Params, hookimpl
@@ -27,9 +28,10 @@ if TYPE_CHECKING:
 
     from decodekit.context import DecodeContext
 
-__all__ = ["UNLOADABLE", "FailOn", "FailOnParams", "load_unloadable", "register_models", "register_samplers"]
+__all__ = ["HELD", "UNLOADABLE", "FailOn", "FailOnParams", "load_unloadable", "register_models", "register_samplers"]
 
 UNLOADABLE = "batch-test-unloadable"
+HELD = ALPHABET.index("~")  # cli-test-gpt's token of the prompts that wait at the hold
 
 
 def load_unloadable(argument: str | None = None, params: object = None) -> Any:
@@ -42,15 +44,16 @@ class FailOnParams(Params):
 
 class FailOn(ProcessorBase[FailOnParams]):
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        _hold()
         prompts = ctx.tokens[:, : ctx.tokens.shape[1] - ctx.step]  # [B, P] left-padded with 0
+        if bool((prompts == HELD).any()):
+            _hold()
         if bool((prompts == self.params.token).any()):
             raise NumericsError(f"fail_on: a prompt holds token {self.params.token}")
         return logits
 
 
 def _hold() -> None:
-    """Wait while the file $DECODEKIT_TEST_HOLD names exists, saying so in `<file>.<pid>`."""
+    """Wait while the file $DECODEKIT_TEST_HOLD names exists."""
     hold = os.environ.get("DECODEKIT_TEST_HOLD")
     while hold and Path(hold).exists():
         Path(f"{hold}.{os.getpid()}").touch()
