@@ -101,7 +101,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 
 def _on_ray(prompts: Path, out: Path, address: str, *extra: str, hold: Path | None = None) -> subprocess.Popen[str]:
-    """The command on Ray; with `hold`, its decoding waits at each step while that file exists."""
+    """The command on Ray; with `hold`, the decodes of the held prompts (a "~") wait while that file exists."""
     args = ["generate", "--input", str(prompts), "--output", str(out), *ARGS, "--ray", address, *extra]
     held = {"DECODEKIT_TEST_HOLD": str(hold)} if hold else {}
     return _popen(args, _env(DECODEKIT_EXTRA_PLUGINS=PLUGINS, **held))
