@@ -16,8 +16,8 @@ Three kinds of fenced block take part:
   `make docs-outputs` (`python tests/doc_examples.py --update`) rewrites them from real runs;
   the tests fail when one differs. Timings (tokens/s, seconds) are masked when comparing, and
   floats printed in full (six decimals or more) agree to a relative 1e-5: a float32 sum's last
-  bits depend on the CPU's vector width (the shown `explain` outputs differ there between an
-  AVX2 and an AVX-512 machine).
+  bits depend on the CPU (the shown `explain` outputs differ there on an AVX-512 machine from
+  the one that made them).
 """
 
 from __future__ import annotations
