@@ -76,15 +76,16 @@ def _local_done(out: Path) -> Callable[[], int]:
 
 def _ray_done(out: Path) -> Callable[[], int]:
     parts = out.with_name(out.name + ".parts")
+    counted: dict[str, int] = {}  # each complete part read once: the poll must not take the actors' CPU
 
     def rows() -> int:
-        total = 0
         for path in parts.glob("*.parquet") if parts.exists() else ():
-            try:
-                total += pq.read_metadata(path).num_rows
-            except (OSError, pa.ArrowException):  # still being written
-                continue
-        return total
+            if path.name not in counted:
+                try:
+                    counted[path.name] = pq.read_metadata(path).num_rows
+                except (OSError, pa.ArrowException):  # still being written
+                    continue
+        return sum(counted.values())
 
     return rows
 
