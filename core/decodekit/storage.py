@@ -108,6 +108,10 @@ class FloatStorage:
         self.values[layer].scatter_(2, where, self._stored(v))
 
     def read(self, layer: int, start: int, stop: int) -> tuple[Tensor, Tensor]:
+        if start == 0 and stop == self.keys[layer].shape[2]:
+            # The buffers themselves: under torch.compile (2.13) a step that kept a slice spanning a buffer it
+            # had just written failed in AOT autograd ("incorrect out shape after application of ViewMeta").
+            return self.keys[layer], self.values[layer]
         return self.keys[layer][:, :, start:stop], self.values[layer][:, :, start:stop]
 
     def reorder(self, index: Tensor, stop: int) -> None:

@@ -93,6 +93,16 @@ def test_beam_search_follows_the_beams(model: GPT, cache: str) -> None:
     assert [len(t) for t in out.tokens] == [40, 40]
 
 
+@pytest.mark.slow
+def test_compile_gives_the_eager_tokens_while_evicting(model: GPT) -> None:
+    """`compile=True` over a cache that evicts per head (it failed inside torch's compiler before: the step
+    returned a view spanning the storage buffer it had just written, `FloatStorage.read`)."""
+    cache = "streaming(budget=6, sinks=1, recent=2, slack=2)"
+    eager = dk.generate(model, PROMPTS, chain="greedy", cache=cache, max_new_tokens=8)
+    compiled = dk.generate(model, PROMPTS, chain="greedy", cache=cache, max_new_tokens=8, compile=True)
+    assert compiled.tokens == eager.tokens
+
+
 def test_a_model_that_never_observes_is_a_clear_error() -> None:
     spec = dk.CacheSpec(n_layers=1, n_heads=2, n_kv_heads=1, head_dim=8, batch_size=1, capacity=8, max_positions=32)
     cache = dk.create_cache("h2o(budget=8, recent=2)", spec)
