@@ -96,7 +96,11 @@ def test_beam_search_follows_the_beams(model: GPT, cache: str) -> None:
 @pytest.mark.slow
 def test_compile_gives_the_eager_tokens_while_evicting(model: GPT) -> None:
     """`compile=True` over a cache that evicts per head (it failed inside torch's compiler before: the step
-    returned a view spanning the storage buffer it had just written, `FloatStorage.read`)."""
+    returned a view spanning the storage buffer it had just written, `FloatStorage.read`).
+
+    In a fresh compiler state, as a new process has it: after other compiled decodes of the same model class at other
+    shapes, torch 2.13's inductor can still emit an unbound symbolic size for this step (a NameError; not fixed)."""
+    torch._dynamo.reset()
     cache = "streaming(budget=6, sinks=1, recent=2, slack=2)"
     eager = dk.generate(model, PROMPTS, chain="greedy", cache=cache, max_new_tokens=8)
     compiled = dk.generate(model, PROMPTS, chain="greedy", cache=cache, max_new_tokens=8, compile=True)
