@@ -11,12 +11,18 @@ it (`selection.capped_shift`).
 Storage is per kv-head (`Storage.write_at`): `budget + 4·slack` slots per layer, enough for the budget, the
 new tokens and the evicted entries `crop` may still bring back: any of the last `slack` slots, and back
 to the start of a long block not yet compressed (what speculative decoding's first round needs).
+
+Under `torch.compile` (`compile=True`) the cache's steps run eagerly (`torch.compiler.disable`), the model's
+math around them compiled: their bookkeeping changes every step (host-side lengths, the crop journal), so
+traced it recompiled each step, and torch 2.13's inductor could emit an unbound size for it mid-run.
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
+from typing import TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -30,6 +36,13 @@ from decodekit_cache_scored.selection import NEVER, capped_shift, free_slots, ke
 from decodekit_cache_scored.state import Block, LayerState
 
 __all__ = ["ObservingScoredCache", "ScoredCache", "resolve_budget"]
+
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def _eager(step: _F) -> _F:
+    """`step` run outside any `torch.compile` graph (see the module's docstring)."""
+    return cast(_F, torch.compiler.disable(step))  # type: ignore[no-untyped-call]  # untyped in torch 2.13
 
 
 def resolve_budget(name: str, params: ScoredParams, spec: CacheSpec) -> int:
@@ -113,6 +126,7 @@ class ScoredCache:
         self._forward: tuple[int, Tensor, Tensor, Tensor, Tensor] | None = None  # see `_queries`
         self._new: tuple[int, int, Tensor] | None = None  # see `_new_slots`
 
+    @_eager
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         st = self._layers[layer]
         if not st.observed:
@@ -134,6 +148,7 @@ class ScoredCache:
         st.length, st.observed, st.keys = start + T, not self.policy.observes, keys
         return keys, values
 
+    @_eager
     def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
         st = self._layers[layer]
         query, row_start, st.valid = self._queries(st.length - positions.shape[1], positions)
@@ -328,6 +343,7 @@ class ScoredCache:
 class ObservingScoredCache(ScoredCache):
     """A scored cache whose policy needs the model's queries (`decodekit.cache.Observing`)."""
 
+    @_eager
     def observe(self, layer: int, queries: Tensor) -> None:
         st = self._layers[layer]
         B, H, T, D = queries.shape
