@@ -9,6 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+import torch
 from decodekit_cache_window.calibration import Calibration
 
 import decodekit as dk
@@ -31,7 +32,6 @@ def spec() -> dk.CacheSpec:
             "window(size=64, sinks=100000000)",
             r"sinks=100000000 is invalid: queries would reach .*allowed: size \+ sinks <= 256",
         ),
-        ("h2o(budget=1000000000)", r"h2o: budget=1000000000, slack=8 is invalid: the cache would allocate"),
         (
             "h2o(budget=8, recent=8)",
             r"budget=8, recent=8 are invalid together: budget must hold the sinks and the recent",
@@ -42,6 +42,8 @@ def spec() -> dk.CacheSpec:
         ),
         ("h2o(compression=1.5)", r"compression=1.5 is invalid.*allowed: None, or float 0 <= compression < 1"),
         ("snapkv(kernel=4)", r"kernel must be odd"),
+        ("h2o(budget=1000000000)", r"h2o: budget=1000000000, slack=8 is invalid: the cache would allocate"),
+        ("h2o(sinks=1000000)", r"compression=0.5 \(the default\) keeps 128 of 256 entries, fewer than sinks=1000000"),
         ("h2o(store='nope')", r"store='nope' is invalid; allowed: a storage backend"),
     ],
 )
@@ -126,3 +128,26 @@ def test_a_calibration_of_another_model_names_both_layer_counts(tmp_path: Path) 
     )
     with pytest.raises(dk.ParameterError, match=r"c.json: 3 layers, but the model has 4; allowed: the calibration of"):
         dk.create_cache('window(size="auto")', spec)
+
+
+@pytest.mark.parametrize("cache", ["gqa", "dense", "int8", "window(size=16)", "streaming(budget=16)", "h2o(budget=16)"])
+def test_reorder_and_crop_refuse_what_is_not_a_row_index_or_a_length(cache: str) -> None:
+    """Each was an IndexError, AttributeError, RuntimeError or TypeError; a float crop was taken by some."""
+    spec = dk.CacheSpec.for_model(dk.load_model("tiny-shakespeare").spec, batch_size=2, capacity=64)
+    kv = dk.create_cache(cache, spec)
+    for index in (
+        torch.tensor([0, 5]),
+        torch.tensor([-1, 0]),
+        [1, 0],
+        torch.tensor([0.0, 1.0]),
+        torch.tensor([1, 0])[:1],
+    ):
+        with pytest.raises(
+            dk.ParameterError, match=r"reorder: index .* is invalid; allowed: a 1-D integer tensor of 2"
+        ):
+            kv.reorder(index)  # type: ignore[attr-defined]
+    for n in (0.5, None, "0", True):
+        with pytest.raises(dk.ParameterError, match=rf"crop: n={n!r} is invalid; allowed: an int"):
+            kv.crop(n)  # type: ignore[attr-defined]
+    kv.reorder(torch.tensor([1, 0]))  # type: ignore[attr-defined]
+    kv.crop(0)  # type: ignore[attr-defined]

@@ -37,6 +37,7 @@ __all__ = [
     "capability_error",
     "evicts",
     "observes",
+    "row_index",
     "slot_mask",
 ]
 
@@ -150,6 +151,25 @@ _CAPABILITIES: dict[str, tuple[type, str]] = {
     "reorder": (Reorderable, "moves its rows after the beams with reorder(index)"),
     "nbytes": (Sized, "reports its bytes with nbytes"),
 }
+
+
+def row_index(cache: str, index: object, batch_size: int) -> Tensor:
+    """`index` of `reorder`, checked: a 1-D integer tensor of `batch_size` rows, each in `[0, batch_size)`."""
+    if (
+        isinstance(index, Tensor)
+        and index.dim() == 1
+        and index.numel() == batch_size
+        and not (index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool)
+        and all(0 <= row < batch_size for row in index.tolist())
+    ):
+        return index
+    shown: object = type(index).__name__
+    if isinstance(index, Tensor):
+        shown = index.tolist() if index.numel() <= 16 else f"of shape {tuple(index.shape)}"
+    raise ParameterError(
+        f"{cache}.reorder: index {shown} is invalid; allowed: a 1-D integer tensor of {batch_size} rows, each in "
+        f"[0, {batch_size})"
+    )
 
 
 def evicts(cache: object) -> bool:
@@ -281,8 +301,10 @@ class PreallocatedKVCache:
         self._mask_for = None
 
     def crop(self, n: int) -> None:
-        if not 0 <= n <= self.length:
-            raise ParameterError(f"{type(self).__name__}.crop: n={n} is invalid; allowed: 0 <= n <= {self.length}")
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= self.length:
+            raise ParameterError(
+                f"{type(self).__name__}.crop: n={n!r} is invalid; allowed: an int, 0 <= n <= {self.length}"
+            )
         self._lengths = [min(length, n) for length in self._lengths]
         self._mask_for = None
 
@@ -309,9 +331,5 @@ class PreallocatedKVCache:
         self._mask_for = None
 
     def reorder(self, index: Tensor) -> None:
-        if index.dim() != 1 or index.numel() != self.spec.batch_size:
-            raise ParameterError(
-                f"{type(self).__name__}.reorder: index of shape {tuple(index.shape)} is invalid; "
-                f"allowed: a 1-D index of {self.spec.batch_size} rows"
-            )
+        index = row_index(type(self).__name__, index, self.spec.batch_size)
         self.store.reorder(index, max(self._lengths))

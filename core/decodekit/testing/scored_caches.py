@@ -303,6 +303,12 @@ class ScoredCacheConformance:
             cache.reorder(torch.tensor(index))  # type: ignore[attr-defined]
             history.reorder(torch.tensor(index))
             self._run(cache, history, (1, 2, 1, 1), draws, f"after reorder({index})")
+            cache.reorder(torch.tensor(index))  # type: ignore[attr-defined]
+            history.reorder(torch.tensor(index))
+            n = cache.length - min(2, self.rollback)  # what was fed before a reorder is still within rollback
+            cache.crop(n)  # type: ignore[attr-defined]
+            history.crop(n)
+            self._run(cache, history, (1, 1), draws, f"after reorder({index}) then crop({n})")
 
     def test_reset(self) -> None:
         spec = kit_spec()

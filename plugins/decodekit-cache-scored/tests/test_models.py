@@ -31,6 +31,16 @@ def test_a_budget_above_everything_fed_equals_keeping_all(model: GPT, cache: str
 
 
 @pytest.mark.parametrize("cache", CACHES)
+def test_a_budget_the_context_cannot_hold_with_slack_stops_at_the_context(model: GPT, cache: str) -> None:
+    """Past the context the held keys and a step's new tokens are seen at distinct distances within it: with
+    budget + slack over the context some were seen at negative ones (in the query's future) and the text
+    degenerated. Such a budget now goes as far as the context, like a cache that keeps all."""
+    with pytest.raises(dk.ContextLengthError, match=r"attend across 40 positions, past the model's context of 32"):
+        dk.generate(model, [[1, 2, 3]], chain="greedy", cache=f"{cache}(budget=25)", max_new_tokens=37)
+    assert len(dk.generate(model, [[1, 2, 3]], cache=f"{cache}(budget=24)", max_new_tokens=37).tokens[0]) == 37
+
+
+@pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("store", ["gqa", "int8"])
 def test_streams_far_past_the_context_in_fixed_memory(model: GPT, cache: str, store: str) -> None:
     held: list[dk.KVCache] = []

@@ -27,6 +27,7 @@ from typing import TypeVar, cast
 import torch
 from torch import Tensor
 
+from decodekit.cache import row_index
 from decodekit.errors import ParameterError, PluginError
 from decodekit.spec import CacheSpec
 from decodekit.storage import SlotWritable, check_memory, float_slot_bytes, lookup_storage
@@ -47,16 +48,19 @@ def _eager(step: _F) -> _F:
 
 def resolve_budget(name: str, params: ScoredParams, spec: CacheSpec) -> int:
     """Entries kept per row, kv-head and layer: `budget`, or the context less `compression` (0.5 by default)."""
+    M = spec.max_positions
     if params.budget is not None:
         return params.budget
-    if spec.max_positions is None:
+    if M is None:
         raise ParameterError(
             f"{name}: compression needs the model's context (CacheSpec.max_positions); allowed: budget=N"
         )
-    budget = max(1, int(spec.max_positions * (1 - (0.5 if params.compression is None else params.compression))))
+    compression = 0.5 if params.compression is None else params.compression
+    budget = max(1, int(M * (1 - compression)))
     if budget < params.sinks + params.recent:
+        default = "" if params.compression is not None else " (the default)"
         raise ParameterError(
-            f"{name}: compression={params.compression} keeps {budget} of {spec.max_positions} entries, fewer than "
+            f"{name}: compression={compression}{default} keeps {budget} of {M} entries, fewer than "
             f"sinks={params.sinks} + recent={params.recent}; allowed: budget >= sinks + recent"
         )
     return budget
@@ -109,10 +113,11 @@ class ScoredCache:
         return self.slack
 
     def reach(self, new: int) -> int:
-        """Within the context, keys sit at their own distances; past it (rotary) they are moved within it.
-        A forward feeds at most the context (`update` refuses more), as the engine's blocks do."""
+        """Within the context, keys sit at their own distances; past it (rotary) they are moved within it,
+        which needs the held entries and a short forward's tokens to fit in it (`budget + slack <= context`;
+        a larger budget goes as far as the context, like a cache that keeps all)."""
         M = self.spec.max_positions
-        if self.spec.rope_base is None or M is None:
+        if self.spec.rope_base is None or M is None or self.budget + self.slack > M:
             return self.length + new
         return min(self.length + new, M)
 
@@ -178,6 +183,8 @@ class ScoredCache:
 
     def crop(self, n: int) -> None:
         low = self.oldest_crop()
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise ParameterError(f"{self.name}.crop: n={n!r} is invalid; allowed: an int, {low} <= n <= {self.length}")
         if not low <= n <= self.length:
             raise ParameterError(
                 f"{self.name}.crop: n={n} is invalid: the cache holds what it needs to take back slots from {low} on "
@@ -214,12 +221,7 @@ class ScoredCache:
         return max(oldest(st) for st in self._layers)
 
     def reorder(self, index: Tensor) -> None:
-        if index.dim() != 1 or index.numel() != self.spec.batch_size:
-            raise ParameterError(
-                f"{self.name}.reorder: index of shape {tuple(index.shape)} is invalid; "
-                f"allowed: a 1-D index of {self.spec.batch_size} rows"
-            )
-        index = index.to(self._row_start.device)
+        index = row_index(self.name, index, self.spec.batch_size).to(self._row_start.device)
         self._forward = None  # its row starts are the old rows'
         for layer, st in enumerate(self._layers):
             self._settle(layer, st)

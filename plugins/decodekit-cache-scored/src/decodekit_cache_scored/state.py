@@ -103,6 +103,11 @@ class LayerState:
         self.length, self.observed, self.held = n, True, 1 << 62  # held unknown: the next update compresses
 
     def reorder(self, index: Tensor) -> None:
+        """Row `i` becomes row `index[i]`, the record of recent forwards too (so `crop` still takes them back)."""
         for name in ("slots", "alive", "score", "freed_at"):
             setattr(self, name, getattr(self, name).index_select(0, index))
-        self.journal = []
+        for forward in self.journal:
+            for name in ("alive", "score", "freed_at", "index", "initial", "contributions"):
+                x = getattr(forward, name)
+                if x is not None:
+                    setattr(forward, name, x.index_select(0, index))

@@ -22,7 +22,7 @@ import sys
 import torch
 from torch import Tensor
 
-from decodekit.cache import slot_mask
+from decodekit.cache import row_index, slot_mask
 from decodekit.errors import ParameterError
 from decodekit.rope import apply_rope, rope_angles, rotate
 from decodekit.spec import CacheSpec
@@ -175,6 +175,8 @@ class WindowCache:
 
     def crop(self, n: int) -> None:
         low = self.oldest_crop()
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise ParameterError(f"WindowCache.crop: n={n!r} is invalid; allowed: an int, {low} <= n <= {self.length}")
         if not low <= n <= self.length:
             raise ParameterError(
                 f"WindowCache.crop: n={n} is invalid: the window has evicted tokens the query at slot {n} would "
@@ -186,9 +188,5 @@ class WindowCache:
             slots.masked_fill_(slots >= n, -1)  # taken back: never attended to again
 
     def reorder(self, index: Tensor) -> None:
-        if index.dim() != 1 or index.numel() != self.spec.batch_size:
-            raise ParameterError(
-                f"WindowCache.reorder: index of shape {tuple(index.shape)} is invalid; "
-                f"allowed: a 1-D index of {self.spec.batch_size} rows"
-            )
+        index = row_index("WindowCache", index, self.spec.batch_size)
         self.store.reorder(index, max(self._filled))
