@@ -11,6 +11,7 @@ from decodekit_beam.search import beam_search
 from decodekit_gpt.gpt import GPT, GPTConfig
 
 import decodekit as dk
+from decodekit.rope import rotate
 
 CACHES = ["h2o", "tova", "snapkv", "knorm", "streaming"]
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [7, 8, 9]]
@@ -139,3 +140,32 @@ def test_the_command_line_takes_them(capsys: pytest.CaptureFixture[str]) -> None
     assert main([*args, "--chain", "greedy"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert len(report["samples"][0]["tokens"]) == 300  # past tiny-shakespeare's 256-character context
+
+
+@pytest.mark.parametrize("block", [24, 32])
+def test_a_block_past_the_context_sees_every_key_within_it_and_none_twice(block: int) -> None:
+    """Past the context the held keys are moved within it, beyond the block's own: a block of 32 (the context)
+    after 32 tokens saw held keys at negative distances (in its future) and at its own tokens' distances."""
+    M, D, base = 32, 16, 100.0
+    spec = dk.CacheSpec(
+        n_layers=1, n_heads=1, n_kv_heads=1, head_dim=D, batch_size=1, capacity=1, dtype=torch.float64,
+        rope_base=base, max_positions=M,
+    )  # fmt: skip
+    cache = dk.create_cache("streaming(budget=8, sinks=0, recent=0)", spec)
+    e = torch.randn(1, 1, 1, D, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    candidates = torch.arange(-2 * M, 3 * M)
+    table = torch.cat([rotate(e, int(p), base) for p in candidates], 2)[0, 0]  # the key at each position
+
+    def feed(start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        positions = torch.arange(start, start + n)
+        k = torch.cat([rotate(e, int(p), base) for p in positions], 2)
+        keys, _ = cache.update(0, k, k.clone())  # type: ignore[attr-defined]
+        return keys[0, 0], cache.attention_mask(0, positions[None])[0, 0]  # type: ignore[attr-defined]
+
+    feed(0, M)
+    keys, mask = feed(M, block)
+    seen = candidates[torch.cdist(keys, table).argmin(-1)]  # the position each returned key is rotated to
+    for q in range(block):
+        distances = sorted((M + q - seen[mask[q]]).tolist())
+        held = min(8, M - block)
+        assert distances == list(range(q + 1 + held)), f"query {q} of the block sees distances {distances}"

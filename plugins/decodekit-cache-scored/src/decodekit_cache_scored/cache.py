@@ -147,7 +147,7 @@ class ScoredCache:
                 f"model's context; allowed: forwards of at most {M} tokens (the engine prefills in such blocks)"
             )
         self._settle(layer, st)
-        self._compress(st, start)
+        self._compress(st, start, self._room(start, T))
         long = T > self.slack  # noqa: SIM300  (T: the block's length, not a constant)
         keys, values = self._long_block(layer, st, k, v) if long else self._short_block(layer, st, k, v)
         st.length, st.observed, st.keys = start + T, not self.policy.observes, keys
@@ -232,29 +232,38 @@ class ScoredCache:
 
     # -- the machinery -------------------------------------------------------------------------
 
-    def _keep(self, slots: Tensor, alive: Tensor, score: Tensor, length: int) -> Tensor:
-        """Which entries stay: the budget, padding never, the protected first (a row's first `sinks` real tokens,
-        the `recent` latest slots), then by score."""
+    def _keep(self, slots: Tensor, alive: Tensor, score: Tensor, length: int, budget: int | None = None) -> Tensor:
+        """Which entries stay: `budget` (the cache's by default), padding never, the protected first (a row's
+        first `sinks` real tokens, the `recent` latest slots), then by score."""
         row_start = self._row_start
         alive = alive & (slots >= row_start)  # so a sink is any alive entry before row_start + sinks
         if self.sinks:
             score = score.masked_fill(slots < row_start + self.sinks, math.inf)
         if self.recent:
             score = score.masked_fill(slots >= length - self.recent, math.inf)
-        return keep_top(score, alive, slots, self.budget)
+        return keep_top(score, alive, slots, self.budget if budget is None else budget)
 
     def _settle(self, layer: int, st: LayerState) -> None:
         """Compress a long block left pending by the last forward."""
         if st.pending is not None:
             self._finalize(layer, st)
 
-    def _compress(self, st: LayerState, length: int) -> None:
-        """The held set down to the budget (the lazy step: before a forward writes)."""
-        if st.held <= self.budget:
+    def _compress(self, st: LayerState, length: int, budget: int) -> None:
+        """The held set down to `budget` (the lazy step: before a forward writes)."""
+        if st.held <= budget:
             return
-        keep = self._keep(st.slots, st.alive, st.score, length)
+        keep = self._keep(st.slots, st.alive, st.score, length, budget)
         st.freed_at = st.freed_at.masked_fill(st.alive ^ keep, length)  # keep is within alive
-        st.alive, st.held = keep, self.budget
+        st.alive, st.held = keep, budget
+
+    def _room(self, start: int, new: int) -> int:
+        """Entries a forward of `new` tokens from stream slot `start` may see besides its own: the budget, and
+        past the context (rotary) no more than it leaves, since the held keys are then moved within it, beyond
+        the block's (a block of the whole context sees only itself)."""
+        M = self.spec.max_positions
+        if self.spec.rope_base is None or M is None or start + new <= M:
+            return self.budget
+        return min(self.budget, M - new)
 
     def _moved(self, keys: Tensor, slots: Tensor, held: Tensor, last: int) -> Tensor:
         """Held keys as the query in slot `last` sees them: moved within the context if it is past it."""
