@@ -169,3 +169,28 @@ def test_a_block_past_the_context_sees_every_key_within_it_and_none_twice(block:
         distances = sorted((M + q - seen[mask[q]]).tolist())
         held = min(8, M - block)
         assert distances == list(range(q + 1 + held)), f"query {q} of the block sees distances {distances}"
+
+
+@pytest.mark.parametrize(
+    "cache",
+    [
+        "snapkv(budget=16, slack=40)",
+        "snapkv(budget=4, sinks=0, recent=0)",
+        "snapkv(budget=6, sinks=1, recent=1, window=2, kernel=1)",
+        "h2o(budget=4, sinks=0, recent=0)",
+    ],
+)
+def test_a_prompts_tokens_do_not_depend_on_its_batch(cache: str) -> None:
+    """A prompt of at most `slack` tokens alone was a short forward (SnapKV's decode rule), left-padded beside a
+    longer one a long block (its prompt rule): a prompt is now compressed as a whole however short, and a block
+    no longer than the window is all window."""
+    shakespeare = dk.load_model("tiny-shakespeare")
+    short, long = "JULIET:\nO Romeo, Romeo! wherefore", "KING HENRY:\nWhat say you, my lords, to this? Speak, I pray.\n"
+    for prompt in (short, short[:7]):
+        alone = dk.generate(shakespeare, prompt, chain="greedy", cache=cache, max_new_tokens=40).tokens[0]
+        assert (
+            dk.generate(shakespeare, [prompt, long], chain="greedy", cache=cache, max_new_tokens=40).tokens[0] == alone
+        )
+        assert (
+            dk.generate(shakespeare, [long, prompt], chain="greedy", cache=cache, max_new_tokens=40).tokens[1] == alone
+        )

@@ -3,10 +3,10 @@
 A forward attends over what is held plus its own tokens (causally); the held set is compressed back to the
 budget before the next forward writes (lazily, so `crop` right after a forward has nothing to undo). The
 sinks (a row's first tokens) and the `recent` latest tokens are always kept; among the rest the policy's
-score decides, the newer entry on a tie. A block longer than `slack` (a prompt) is attended in full and
-then compressed as a whole (kvpress's prefill compression), never written token by token. Keys stay at
-their own positions while the query's context holds them; past it (rotary models) they are moved within
-it (`selection.capped_shift`).
+score decides, the newer entry on a tie. A prompt (the first forward) or a block longer than `slack` is
+attended in full and then compressed as a whole (kvpress's prefill compression), never written token by
+token. Keys stay at their own positions while the query's context holds them; past it (rotary models) they
+are moved within it (`selection.capped_shift`), beyond a block's own tokens.
 
 Storage is per kv-head (`Storage.write_at`): `budget + 4·slack` slots per layer, enough for the budget, the
 new tokens and the evicted entries `crop` may still bring back: any of the last `slack` slots, and back
@@ -148,7 +148,7 @@ class ScoredCache:
             )
         self._settle(layer, st)
         self._compress(st, start, self._room(start, T))
-        long = T > self.slack  # noqa: SIM300  (T: the block's length, not a constant)
+        long = self.slack < T or start == 0  # a prompt, however short, as a whole: padding must not decide
         keys, values = self._long_block(layer, st, k, v) if long else self._short_block(layer, st, k, v)
         st.length, st.observed, st.keys = start + T, not self.policy.observes, keys
         return keys, values

@@ -62,10 +62,10 @@ _DECODE: dict[str, Policy] = {"h2o": H2O(), "tova": TOVA(), "knorm": KeyNorm()}
 
 
 class SnapKVCache(ObservingScoredCache):
-    """SnapKV: a block longer than `window` and `slack` (a prompt, or a chunk of a streamed text) is compressed
-    by the attention its last `window` queries pay to each entry, mean over them and over the query heads of
-    each kv-head, average-pooled over `kernel` neighbours in slot order (the window counted as zeros, as
-    kvpress pads), the window itself kept; shorter forwards are evicted by the `decode` policy."""
+    """SnapKV: a prompt, or a block longer than `slack` (a chunk of a streamed text), is compressed by the
+    attention its last `window` queries (all of a shorter block) pay to each entry, mean over them and over
+    the query heads of each kv-head, average-pooled over `kernel` neighbours in slot order (the window counted
+    as zeros, as kvpress pads), the window itself kept; shorter forwards are evicted by the `decode` policy."""
 
     name = "snapkv"
 
@@ -76,8 +76,9 @@ class SnapKVCache(ObservingScoredCache):
         super().__init__(spec, params)
 
     def _selection(self, block: Block, score: Tensor) -> Tensor:
-        T, w, weights = block.slots.shape[-1] - self.slots, self.window, block.weights
-        if weights is None or w >= T:
+        T, weights = block.slots.shape[-1] - self.slots, block.weights
+        w = min(self.window, T)  # a block no longer than the window is all window
+        if weights is None:
             return score
         B, _, _, S = weights.shape
         observed = weights[:, :, T - w :].mean(2).view(B, self.spec.n_kv_heads, -1, S).mean(2)  # [B, H_kv, S]

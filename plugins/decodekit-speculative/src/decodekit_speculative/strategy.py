@@ -123,10 +123,11 @@ def _check_rollback(d: Decoding, k: int) -> None:
         return
     assert isinstance(d.kv, Croppable)  # open(needs=("crop",)) checked it
     if d.kv.rollback < k + 1:
+        fits = f"k <= {d.kv.rollback - 1}, or " if d.kv.rollback >= 2 else ""  # k >= 1: none fits below 2
         raise ParameterError(
             f"speculative: k={k} is invalid with cache {d.request.cache}: a round may take back k + 1 = {k + 1} "
             f"tokens, and the cache can take back at most {d.kv.rollback} (its rollback); allowed: "
-            f"k <= {d.kv.rollback - 1}, or a cache that can take back more (window: a larger slack)"
+            f"{fits}a cache that can take back more (window and the scored caches: a larger slack)"
         )
 
 
