@@ -114,10 +114,9 @@ class ScoredCache:
 
     def reach(self, new: int) -> int:
         """Within the context, keys sit at their own distances; past it (rotary) they are moved within it,
-        which needs the held entries and a short forward's tokens to fit in it (`budget + slack <= context`;
-        a larger budget goes as far as the context, like a cache that keeps all)."""
+        beyond the forward's own (`_room`). A forward feeds at most the context (`update` refuses more)."""
         M = self.spec.max_positions
-        if self.spec.rope_base is None or M is None or self.budget + self.slack > M:
+        if self.spec.rope_base is None or M is None:
             return self.length + new
         return min(self.length + new, M)
 
