@@ -133,3 +133,38 @@ def test_sampled_tokens_have_the_same_distribution(gpt2: Any, gen_config: Any) -
     # The test can fail: a colder chain gives a distinguishable sample.
     colder = _first_two_tokens_dk(gpt2, "temperature(0.8) | top_k(5) | sample", seed=111)
     assert _homogeneity_p(hf, colder) < 1e-3
+
+
+@pytest.mark.parametrize(
+    ("chain", "message"),
+    [
+        (None, r"chain=None is invalid; allowed: a Chain, a chain string or a spec list"),
+        (123, r"chain=123 is invalid"),
+        ({"name": "top_k", "params": {"k": 3}}, r"chain=\{'name': 'top_k'.* is invalid"),  # was read as names
+    ],
+)
+def test_a_chain_that_is_none_of_the_three_forms_is_refused(chain: Any, message: str) -> None:
+    with pytest.raises(dk.ParameterError, match=message):
+        as_logits_processor(chain)
+
+
+@pytest.mark.parametrize(
+    "lengths",
+    [[5], torch.tensor([[5, 5, 5]]), torch.tensor([5.0, 1.0, 3.0]), torch.tensor([-3, 1, 1])],
+)
+def test_prompt_lengths_that_are_not_counts_are_refused(lengths: Any) -> None:
+    with pytest.raises(dk.ParameterError, match=r"prompt_lengths=.* is invalid; allowed: None, or a 1-D integer"):
+        as_logits_processor("top_k(5)", prompt_lengths=lengths)
+
+
+@pytest.mark.parametrize("lengths", [torch.tensor([5]), torch.tensor([5, 5]), torch.tensor([500, 1, 1])])
+def test_prompt_lengths_that_do_not_fit_the_batch_are_refused_at_the_first_step(
+    gpt2: Any, gen_config: Any, left_pad: Any, lengths: Tensor
+) -> None:
+    """They were broadcast, failed inside transformers, or were taken as given."""
+    ids, mask = left_pad(PROMPTS)
+    processor = as_logits_processor("repetition_penalty(1.3) | top_k(5)", prompt_lengths=lengths)
+    with pytest.raises(dk.ParameterError, match=r"for input_ids of 3 rows and 10 columns; allowed: one length per row"):
+        gpt2.generate(
+            ids, attention_mask=mask, generation_config=gen_config(max_new_tokens=2), logits_processor=[processor]
+        )

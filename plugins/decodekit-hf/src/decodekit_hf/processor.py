@@ -23,11 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 from torch import Tensor
 from transformers import LogitsProcessor
 
 from decodekit.chain import Chain
 from decodekit.context import DecodeContext
+from decodekit.errors import ParameterError
 
 __all__ = ["ChainLogitsProcessor", "as_logits_processor"]
 
@@ -51,11 +53,22 @@ class ChainLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
         if ctx is not None and ctx.batch_size == B and self._prompt_width + ctx.step + 1 == T:
             ctx.tokens, ctx.step = input_ids, ctx.step + 1
             return ctx
-        lengths = None if self.prompt_lengths is None else self.prompt_lengths.to(input_ids.device)
-        ctx = DecodeContext(tokens=input_ids, prompt_lengths=lengths)
+        ctx = DecodeContext(tokens=input_ids, prompt_lengths=self._lengths(B, T, input_ids.device))
         self.chain.init_state(ctx)
         self._ctx, self._prompt_width = ctx, T
         return ctx
+
+    def _lengths(self, rows: int, width: int, device: torch.device) -> Tensor | None:
+        """`prompt_lengths` on `device`, checked against the generation's first `input_ids` `[rows, width]`."""
+        lengths = self.prompt_lengths
+        if lengths is None:
+            return None
+        if lengths.numel() != rows or int(lengths.max()) > width:
+            raise ParameterError(
+                f"as_logits_processor: prompt_lengths={lengths.tolist()} is invalid for input_ids of {rows} rows and "
+                f"{width} columns; allowed: one length per row, each at most {width}"
+            )
+        return lengths.to(device)
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         # The chain's sealed distribution: float32, and a row that cannot be sampled is a NumericsError.
@@ -73,6 +86,28 @@ def as_logits_processor(
     """
     if isinstance(chain, str):
         chain = Chain.parse(chain)
-    elif not isinstance(chain, Chain):
+    elif isinstance(chain, Sequence):
         chain = Chain.from_spec(list(chain))
-    return ChainLogitsProcessor(chain, prompt_lengths)
+    elif not isinstance(chain, Chain):
+        raise ParameterError(
+            f"as_logits_processor: chain={chain!r} is invalid; allowed: a Chain, a chain string or a spec list"
+        )
+    return ChainLogitsProcessor(chain, _checked_lengths(prompt_lengths))
+
+
+def _checked_lengths(lengths: object) -> Tensor | None:
+    """`prompt_lengths` as given, if it is None or a 1-D integer tensor of counts >= 0."""
+    if lengths is None:
+        return None
+    if (
+        isinstance(lengths, Tensor)
+        and lengths.dim() == 1
+        and not (lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool)
+        and (lengths.numel() == 0 or int(lengths.min()) >= 0)
+    ):
+        return lengths
+    shown = lengths.tolist() if isinstance(lengths, Tensor) else lengths
+    raise ParameterError(
+        f"as_logits_processor: prompt_lengths={shown!r} is invalid; allowed: None, or a 1-D integer tensor of the "
+        "real prompt tokens of each row (e.g. attention_mask.sum(-1))"
+    )
