@@ -34,6 +34,22 @@ def test_cached_steps_and_crops_equal_the_whole_sequence(lstm: LSTMModel, backen
         torch.testing.assert_close(lstm(ids[:, 13:], torch.arange(13, 24).expand(2, -1), cache), whole[:, 13:])
 
 
+def test_a_lossy_store_holds_the_same_states_however_the_tokens_are_fed(lstm: LSTMModel) -> None:
+    """Each state goes on as the cache gives it back: with int8 a block of tokens kept its states in float
+    until its end while token-by-token feeding rounded each one, so the stored states (and in a batch, where a
+    row's block length depends on the other rows, its tokens) depended on how the tokens came."""
+    ids = torch.randint(0, 30, (2, 12), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        whole, steps = cache_for(lstm, 2, "int8"), cache_for(lstm, 2, "int8")
+        lstm(ids, torch.arange(12).expand(2, -1), whole)
+        for t in range(12):
+            lstm(ids[:, t : t + 1], torch.full((2, 1), t), steps)
+        for layer in range(2):
+            empty = torch.empty(2, 1, 0, 16)
+            for a, b in zip(whole.update(layer, empty, empty), steps.update(layer, empty, empty)):
+                assert torch.equal(a, b), f"layer {layer}: the stored states differ by {(a - b).abs().max():.2e}"
+
+
 def test_left_padding_starts_each_row_afresh(lstm: LSTMModel) -> None:
     rows = [[3, 4, 5, 6, 7], [9, 2]]
     ids = torch.tensor([rows[0], [0, 0, 0, *rows[1]]])

@@ -100,13 +100,15 @@ class LSTMModel(nn.Module):
             k, v = cache.update(layer, empty, empty)  # [B, 1, S, H]: this layer's states so far
             h, c = (k[:, 0, -1], v[:, 0, -1]) if k.shape[2] else (empty.new_zeros(B, empty.shape[3]),) * 2
             weights = self.rnn.all_weights[layer]  # w_ih, w_hh, b_ih, b_hh
-            hs, cs = [], []
+            hs = []
             for t in range(T):
                 if keep is not None:
                     h, c = h * keep[t], c * keep[t]
                 h, c = torch.lstm_cell(y[:, t], (h, c), *weights)
                 hs.append(h)
-                cs.append(c)
+                # Each state goes on as the cache gives it back: a lossy store (int8) then rounds every state
+                # alike however many tokens a forward feeds (which, in a batch, depends on the other rows).
+                k, v = cache.update(layer, h[:, None, None], c[:, None, None])
+                h, c = k[:, 0, -1], v[:, 0, -1]
             y = torch.stack(hs, 1)  # [B, T, H]
-            cache.update(layer, y[:, None], torch.stack(cs, 1)[:, None])
         return y
