@@ -185,3 +185,13 @@ def test_a_prompts_tokens_do_not_depend_on_its_batch(cache: str) -> None:
         assert (
             dk.generate(shakespeare, [long, prompt], chain="greedy", cache=cache, max_new_tokens=40).tokens[1] == alone
         )
+
+
+def test_a_prompt_within_snapkvs_window_keeps_its_sinks(model: GPT) -> None:
+    """The window is kept, but after the sinks and the recent tokens: a 14-token prompt is all window, and
+    with the window's score infinite like theirs the newest would have pushed the sinks out."""
+    spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=20)
+    cache = dk.create_cache("snapkv(budget=12)", spec)  # sinks=4, recent=8, window=16
+    with torch.inference_mode():
+        model(torch.arange(1, 15)[None], torch.arange(14)[None], cache)
+    assert sorted(s for s in cache.kept(0)[0, 0].tolist() if s >= 0) == [0, 1, 2, 3, *range(6, 14)]  # type: ignore[attr-defined]

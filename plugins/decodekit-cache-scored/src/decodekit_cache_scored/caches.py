@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -65,7 +63,8 @@ class SnapKVCache(ObservingScoredCache):
     """SnapKV: a prompt, or a block longer than `slack` (a chunk of a streamed text), is compressed by the
     attention its last `window` queries (all of a shorter block) pay to each entry, mean over them and over
     the query heads of each kv-head, average-pooled over `kernel` neighbours in slot order (the window counted
-    as zeros, as kvpress pads), the window itself kept; shorter forwards are evicted by the `decode` policy."""
+    as zeros, as kvpress pads), the window itself kept after the sinks and the recent tokens; shorter forwards
+    are evicted by the `decode` policy."""
 
     name = "snapkv"
 
@@ -87,4 +86,4 @@ class SnapKVCache(ObservingScoredCache):
         order = torch.argsort(torch.where(block.alive, block.slots, torch.iinfo(torch.long).max), dim=-1, stable=True)
         pooled = F.avg_pool1d(observed.gather(-1, order), self.kernel, stride=1, padding=self.kernel // 2)
         pooled = torch.empty_like(pooled).scatter_(-1, order, pooled)  # back to the block's order
-        return pooled.masked_fill(window, math.inf)
+        return pooled.masked_fill(window, torch.finfo(pooled.dtype).max)  # after the sinks and recent (inf)
