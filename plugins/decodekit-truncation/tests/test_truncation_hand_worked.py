@@ -69,6 +69,21 @@ def test_top_n_sigma_ignores_removed_tokens_in_mean_and_sigma() -> None:
 
 
 @pytest.mark.parametrize(
+    "row",
+    [
+        [1.0, 1.0, 1.0, 1.0],  # flat: σ = 0, every token is the maximum
+        [INF, 2.0, INF, INF],  # one candidate (after top_k(1), say): σ = 0
+    ],
+)
+def test_top_n_sigma_huge_n_keeps_the_maximum_where_sigma_is_zero(row: list[float]) -> None:
+    # Any n keeps x >= max - n·0 = max. n = 1e39 is a valid n past float32's range (inf·0 = NaN).
+    out = dk.create("top_n_sigma", n=1e39)(
+        torch.tensor([row]), dk.DecodeContext(tokens=torch.zeros(1, 1, dtype=torch.long))
+    )
+    assert torch.equal(out, torch.tensor([row]))
+
+
+@pytest.mark.parametrize(
     ("a", "expected"),
     [
         # p = [0.05, 0.15, 0.3, 0.5]; p_max² = 0.25

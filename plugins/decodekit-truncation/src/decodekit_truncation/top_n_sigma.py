@@ -37,4 +37,8 @@ class TopNSigma(ProcessorBase[TopNSigmaParams]):
         mean = d.sum(-1, keepdim=True) / count
         mean_square = torch.linalg.vector_norm(d, dim=-1, keepdim=True).square_() / count
         sigma = (mean_square - mean.square()).clamp_(min=0).sqrt_()
-        return remove_below(logits, x, top - self.params.n * sigma)
+        # n·σ is 0 where σ is (a flat row, a single candidate) for any n: n past float32's range
+        # would make it inf·0 = NaN and remove every token. Where σ is NaN (sums past float32's
+        # range) the cut is the maximum too: the most probable tokens always stay.
+        spread = torch.where(sigma > 0, self.params.n * sigma, 0.0)
+        return remove_below(logits, x, top - spread)
