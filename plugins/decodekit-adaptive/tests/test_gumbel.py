@@ -46,3 +46,17 @@ def test_a_rows_draw_does_not_depend_on_its_batch(seed: int) -> None:
         g = row_generators(seed, 4)[b]
         alone = stage(x[b : b + 1], dk.DecodeContext(tokens=torch.zeros(1, 1, dtype=torch.long), generators=[g]))
         assert int(alone) == int(together[b])
+
+
+@pytest.mark.parametrize("selector", ["sample", "gumbel"])
+def test_a_step_drawn_ahead_picks_as_an_eager_step(selector: str) -> None:
+    # compile=True draws each row's first uniform before the step (`draw_uniforms`); `sample` takes it
+    # through `ctx.uniform()`, and so must gumbel, or its draws shift and the compiled decode differs.
+    x = torch.randn(4, 100)
+    stage = dk.create(selector)
+    for steps in range(1, 4):
+        eager = dk.DecodeContext(tokens=torch.zeros(4, 1, dtype=torch.long), generators=row_generators(0, 4))
+        ahead = dk.DecodeContext(tokens=torch.zeros(4, 1, dtype=torch.long), generators=row_generators(0, 4))
+        for _ in range(steps):
+            ahead.draw_uniforms()
+            assert torch.equal(stage(x, ahead), stage(x, eager))

@@ -28,12 +28,18 @@ __all__ = ["Gumbel", "uniforms"]
 
 
 def uniforms(shape: torch.Size, ctx: DecodeContext, device: torch.device) -> Tensor:
-    """Uniform [0, 1) draws `[B, N]` in float32, row b from `ctx.generators[b]` (the global generator if None)."""
-    if ctx.generators is None:
-        return torch.rand(shape, device=device)
+    """Uniform [0, 1) draws `[B, N]` in float32, row b from `ctx.generators[b]` (the global generator if None).
+
+    Column 0 is `ctx.uniform()`: a compiled step has drawn it ahead (`DecodeContext.draw_uniforms`),
+    so the rest must follow it in the row's stream for eager and compiled steps to pick alike.
+    """
     u = torch.empty(shape, device=device)
+    u[:, 0] = ctx.uniform().to(device)
+    if ctx.generators is None:
+        u[:, 1:].uniform_()
+        return u
     for b, g in enumerate(ctx.generators):
-        u[b].uniform_(generator=g)
+        u[b, 1:].uniform_(generator=g)
     return u
 
 
