@@ -53,6 +53,7 @@ def test_bad_words_single_and_multi_token() -> None:
         ("bad_words", {"sequences": [[9]]}, "sequences"),
         ("allowed_tokens", {"tokens": [0, 8]}, "tokens"),
         ("min_new_tokens", {"n": 1, "stop_tokens": [5]}, "stop_tokens"),
+        ("min_new_tokens", {"n": 0, "stop_tokens": [5]}, "stop_tokens"),  # n = 0 removes nothing, but the id is bad
     ],
 )
 def test_token_ids_outside_the_vocabulary_are_a_parameter_error(

@@ -29,9 +29,10 @@ class MinNewTokens(ProcessorBase[MinNewTokensParams]):
         self._ids = torch.tensor(sorted(set(self.params.stop_tokens)), dtype=torch.long)
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
+        # Checked before the early return: with n = 0 (or a first call past n) a bad id would never be reported.
+        check_token_ids(self.name, "stop_tokens", max(self.params.stop_tokens), logits.shape[-1])  # no read of _ids
         if ctx.step >= self.params.n:
             return logits
-        check_token_ids(self.name, "stop_tokens", max(self.params.stop_tokens), logits.shape[-1])  # no read of _ids
         out = logits.clone()
         out[:, self._ids.to(logits.device)] = float("-inf")
         return out
