@@ -201,3 +201,16 @@ def test_ragged_batch_rows_match_each_row_alone() -> None:
         alone = stage(x[b : b + 1], dk.DecodeContext(tokens=torch.tensor([r])))
         assert torch.allclose(together[b : b + 1], alone), b
     assert not torch.equal(together, x)
+
+
+@pytest.mark.parametrize("base", [1e38, 1e39])
+def test_a_base_past_float_max_penalises_at_least_as_much_as_a_smaller_one(base: float) -> None:
+    # Context 1 2 1 2: "1 2" ended the context before and was followed by 1, so 1 would extend a repeat of
+    # length 2: penalty base**(2 - 1). 1e38 fits float32: 0 - 1e38. 1e39 does not (llama.cpp's cap is 0,
+    # i.e. none): base**1 overflows and the token is removed, never penalised by base**0 = 1 alone.
+    x = torch.zeros(1, 3)
+    out = dk.create("dry", multiplier=1.0, base=base, allowed_length=1)(
+        x, dk.DecodeContext(tokens=torch.tensor([[1, 2, 1, 2]]))
+    )
+    expected = -1e38 if base < 3.4e38 else -math.inf
+    assert out.tolist() == [[0.0, pytest.approx(expected, rel=1e-6), 0.0]]

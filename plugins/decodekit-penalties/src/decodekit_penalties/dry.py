@@ -6,7 +6,8 @@ repeat a token would extend, its logit drops by
 
     multiplier * base ** (L - allowed_length)        when L >= allowed_length
 
-(the exponent clamped so the power stays below float max, as llama.cpp does). A repeat
+(the exponent clamped so the power stays below float max, as llama.cpp does; a base past float
+max is not clamped, so a repeat longer than allowed_length removes the token, as in llama.cpp). A repeat
 never reaches back across a sequence breaker, and a single-token breaker is never penalised.
 The context is the whole history (prompt included, as llama.cpp's server feeds it), or its
 last `last_n` tokens.
@@ -43,7 +44,10 @@ class DRY(ProcessorBase[DRYParams]):
     def __init__(self, params: DRYParams | None = None, /, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
         base = self.params.base
-        self._max_exponent = int(_FLOAT_MAX_LOG / math.log(base)) if base > 1.000001 else None
+        # As llama.cpp, a cap of 0 (a base past float max, whose first power overflows) is no cap: clamping
+        # the exponent to 0 would penalise every repeat by `multiplier` alone, less than a smaller base does.
+        cap = int(_FLOAT_MAX_LOG / math.log(base)) if base > 1.000001 else 0
+        self._max_exponent = cap if cap > 0 else None
         breakers = self.params.sequence_breakers
         self._breakers = [(b[0], b[1:]) for b in breakers]  # (head, tail)
         self._single_token_breakers = sorted({b[0] for b in breakers if len(b) == 1})
