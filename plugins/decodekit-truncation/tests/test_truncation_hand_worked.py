@@ -169,3 +169,11 @@ def test_typical_llama_cpp_cases() -> None:
     assert kept("typical", [0.4, 0.2, 0.2, 0.2], mass=0.5) == [1, 2, 3]
     # p = [0.97, 0.01, 0.01, 0.01]: H = 0.1677; |0.0305 - 0.1677| = 0.137 < |4.605 - 0.1677|: 0.97 alone.
     assert kept("typical", [0.97, 0.01, 0.01, 0.01], mass=0.5) == [0]
+
+
+def test_typical_min_keep_keeps_the_tokens_tied_with_the_last_kept() -> None:
+    # p = [0.5, 0.2, 0.15, 0.15]: H = 0.3466 + 0.3219 + 2 * 0.2846 = 1.2377 nats;
+    # d = |-ln p - H| = [0.5446, 0.3718, 0.6594, 0.6594]. mass 0.1 is reached by the 0.2 alone;
+    # min_keep 3 adds the 0.5 and the third most typical, a 0.15, which is tied with the other 0.15.
+    assert kept("typical", [0.5, 0.2, 0.15, 0.15], mass=0.1, min_keep=3) == [0, 1, 2, 3]
+    assert kept("typical", [0.5, 0.2, 0.15, 0.15], mass=0.1, min_keep=2) == [0, 1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
 from torch import Tensor
 
 from decodekit.stage import ProcessorBase
@@ -36,7 +37,10 @@ class Typical(ProcessorBase[TypicalParams]):
         # As HF: the cut is the first sorted position whose cumulative mass reaches `mass`;
         # every token no farther from H than that one is kept (ties included).
         last = (mass_before_or_at < self.params.mass).sum(-1, keepdim=True).clamp_(max=x.shape[-1] - 1)
-        remove = distance > sorted_distance.gather(-1, last)
+        cut = sorted_distance.gather(-1, last)
         if self.params.min_keep > 1:
-            remove.scatter_(-1, order[:, : self.params.min_keep], False)
-        return logits.masked_fill(remove, NEG_INF)
+            # At least the min_keep most typical (HF, llama.cpp), and every token tied with the last of them:
+            # the sort orders ties arbitrarily, so keeping only min_keep would drop one of them at random.
+            k = min(self.params.min_keep, x.shape[-1]) - 1
+            cut = torch.maximum(cut, sorted_distance[:, k : k + 1])
+        return logits.masked_fill(distance > cut, NEG_INF)
