@@ -214,3 +214,40 @@ def test_a_base_past_float_max_penalises_at_least_as_much_as_a_smaller_one(base:
     )
     expected = -1e38 if base < 3.4e38 else -math.inf
     assert out.tolist() == [[0.0, pytest.approx(expected, rel=1e-6), 0.0]]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_repeats_longer_than_the_blocks_match_the_port_in_a_ragged_batch(seed: int) -> None:
+    # Rows looping over a short phrase for hundreds of tokens: repeats far past the 64 offsets
+    # measured in blocks, so these rows go to the Z-algorithm; a random row (short repeats) stays.
+    g = torch.Generator().manual_seed(seed)
+    vocab = 6
+    rows = [
+        torch.randint(0, vocab, (int(torch.randint(1, 6, (1,), generator=g)),), generator=g).tolist() * 80
+        for _ in range(2)
+    ]
+    rows = [rows[0][:300], rows[1][:170], torch.randint(0, vocab, (120,), generator=g).tolist()]
+    rows[1][100] = (rows[1][100] + 1) % vocab  # a break in one loop: the repeat after it is shorter
+    T = max(map(len, rows))
+    padded = torch.tensor([[0] * (T - len(r)) + r for r in rows])
+    lengths = torch.tensor([len(r) for r in rows])
+    for last_n, breakers in ((None, []), (150, [[5]]), (None, [[3, 4]])):
+        stage = dk.create("dry", 0.8, 1.01, 2, last_n, breakers)
+        got = -stage(torch.zeros(3, vocab), dk.DecodeContext(tokens=padded, prompt_lengths=lengths))
+        for b, row in enumerate(rows):
+            want = llama_cpp_dry(row, vocab, 0.8, 1.01, 2, last_n, breakers)
+            assert got[b].tolist() == pytest.approx(want, rel=1e-5), (b, last_n, breakers)
+
+
+def test_a_looping_history_costs_linear_time() -> None:
+    # 8,192 copies of one token: every shift repeats to the end. Measured in blocks over all shifts
+    # that took ~3 s and ~1 GB for this one step (O(T·L)); the Z-algorithm takes milliseconds.
+    import time
+
+    ctx = dk.DecodeContext(tokens=torch.zeros(1, 8192, dtype=torch.long))
+    stage = dk.create("dry", 0.8, 1.75, 2)
+    start = time.perf_counter()
+    out = stage(torch.zeros(1, 4), ctx)
+    assert time.perf_counter() - start < 1.0
+    # Token 0 would extend the repeat of length 8,191 - 1 ending one token back: the capped exponent.
+    assert out[0, 0].item() == pytest.approx(-0.8 * 1.75 ** int(88.7228391 / math.log(1.75)), rel=1e-5)

@@ -15,7 +15,8 @@ last `last_n` tokens.
 Vectorised over the batch and over the earlier occurrences: with the context reversed
 (r[0] the last token), the repeat ending k tokens before the end has length
 z_k = longest common prefix of r and r[k:] (llama.cpp computes the same with the Z-algorithm);
-the loop below extends all z_k together, a block of offsets at a time, and stops when none grows.
+the loop below extends all z_k together, a block of offsets at a time, and stops when none grows;
+a row whose repeats reach past 64 tokens is measured by the Z-algorithm instead.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["DRY"]
 
 _FLOAT_MAX_LOG = 88.7228391  # log(float32 max), as llama.cpp
+_VECTOR_REACH = 64  # repeats up to this long are measured in blocks over the batch; longer ones by the Z-algorithm
 
 
 class DRY(ProcessorBase[DRYParams]):
@@ -111,14 +113,17 @@ class DRY(ProcessorBase[DRYParams]):
         """`[B, T-1]`: z_k = length of the repeat that ends k tokens before the end, capped at `limit`.
 
         z_k is the longest common prefix of r and r[k:] within each row's real tokens. It is
-        extended a block of offsets j at a time (8, 16, 32, ... wide), so a context whose longest
-        repeat is L costs about log2(L) iterations, each one comparison of shape [B, T-1, block].
+        extended a block of offsets j at a time (8, 16, 32 wide), each one comparison of shape
+        [B, T-1, block], up to `_VECTOR_REACH` offsets. A row with a longer repeat goes to the
+        Z-algorithm: the blocks would cost O(T · L) time and memory (a looping row of 8,192 tokens
+        took seconds and a gigabyte a step), the Z-algorithm O(T).
         """
         B, T = r.shape
         shifts = torch.arange(1, T, device=r.device)[:, None]  # k = 1..T-1, [T-1, 1]
         z = torch.zeros(B, T - 1, dtype=torch.long, device=r.device)
         growing = torch.ones(B, T - 1, dtype=torch.bool, device=r.device)  # r[:j] == r[k:k+j] so far
-        end, j, width = min(T - 1, int(limit.max())), 0, 8
+        reach = min(T - 1, int(limit.max()))
+        end, j, width = min(reach, _VECTOR_REACH), 0, 8
         while j < end:
             offsets = torch.arange(j, min(j + width, end), device=r.device)  # [J]
             pos = offsets + shifts  # [T-1, J]: compare r[j] with r[j + k]
@@ -129,4 +134,23 @@ class DRY(ProcessorBase[DRYParams]):
             if not bool(growing.any()):
                 break
             j, width = j + width, width * 2
+        if reach > end:  # some repeat may be longer than the blocks looked: those rows, exactly
+            for b in growing.any(-1).nonzero().flatten().tolist():
+                row = z_function(r[b, : int(lengths[b])].tolist())[1:]
+                z[b, : len(row)] = torch.tensor(row, dtype=torch.long)
         return torch.minimum(z, limit[:, None])
+
+
+def z_function(s: list[int]) -> list[int]:
+    """`z[k]`: the length of the longest common prefix of `s` and `s[k:]` (z[0] = 0); O(len(s)), the Z-algorithm."""
+    n = len(s)
+    z = [0] * n
+    left = right = 0  # s[left:right] == s[: right - left]: the match reaching furthest right so far
+    for k in range(1, n):
+        if k < right:
+            z[k] = min(right - k, z[k - left])  # what s[k - left:] matched, inside the known match
+        while k + z[k] < n and s[z[k]] == s[k + z[k]]:
+            z[k] += 1
+        if k + z[k] > right:
+            left, right = k, k + z[k]
+    return z
