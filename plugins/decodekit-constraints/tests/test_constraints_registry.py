@@ -36,6 +36,13 @@ def test_chain_string_fills_parameters_in_order_and_round_trips(name: str) -> No
         ("allowed_tokens", {"tokens": [-3]}, ["tokens.0=-3", "greater than or equal to 0"]),
         ("min_new_tokens", {"n": -1, "stop_tokens": [2]}, ["n=-1", "0 <= n"]),
         ("min_new_tokens", {"n": 3}, ["missing required parameter stop_tokens"]),
+        # Nested numbers take numbers only, as parameters do: pydantic alone reads True as 1, "3" as 3.
+        ("allowed_tokens", {"tokens": [True]}, ["tokens.0=True", "not a bool"]),
+        ("bad_words", {"sequences": [["3"]]}, ["sequences.0.0='3'", "not a bool or a string"]),
+        ("min_new_tokens", {"n": 1, "stop_tokens": [False]}, ["stop_tokens.0=False", "not a bool"]),
+        ("sequence_bias", {"biases": [[[1], True]]}, ["biases.0.1=True", "not a bool"]),
+        ("logit_bias", {"bias": {True: 1.0}}, ["bias.1.[key]=True", "not a bool"]),  # JSON's "3" is a key, True is not
+        ("logit_bias", {"bias": {3: "2"}}, ["bias.3='2'", "not a bool or a string"]),
     ],
 )
 def test_bad_parameters_name_parameter_value_and_range(

@@ -42,6 +42,8 @@ def test_chain_string_fills_parameters_in_order_and_round_trips(name: str) -> No
             {"multiplier": 0.8, "sequence_breakers": [[-1]]},
             ["sequence_breakers.0.0=-1", "greater than or equal to 0"],
         ),
+        # A token id takes numbers only, as a parameter does: pydantic alone reads True as token 1.
+        ("dry", {"multiplier": 0.8, "sequence_breakers": [[True]]}, ["sequence_breakers.0.0=True", "not a bool"]),
     ],
 )
 def test_bad_parameters_name_parameter_value_and_range(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from decodekit.params import Params
 
@@ -16,18 +16,38 @@ __all__ = [
     "SequenceBiasParams",
 ]
 
-TokenId = Annotated[int, Field(ge=0, lt=2**63)]  # a torch.long; ids >= V fail when the vocabulary is known
+
+def _a_number(value: object) -> object:
+    """Nested numbers too take numbers only: pydantic would read True as 1 and "3" as 3 (`Params` refuses
+    those for a parameter itself, not for the items of a list or dict)."""
+    if isinstance(value, (bool, str)):
+        raise ValueError("should be a number, not a bool or a string")
+    return value
+
+
+def _not_a_bool(value: object) -> object:
+    """A token id that is a dict key: JSON writes keys as strings, so a string of digits is one; a bool is not."""
+    if isinstance(value, bool):
+        raise ValueError("should be a number, not a bool")
+    return value
+
+
+# A torch.long; ids >= V fail when the vocabulary is known.
+TokenId = Annotated[int, Field(ge=0, lt=2**63), BeforeValidator(_a_number)]
+KeyTokenId = Annotated[int, Field(ge=0, lt=2**63), BeforeValidator(_not_a_bool)]  # JSON keys are strings
 TokenSequence = Annotated[tuple[TokenId, ...], Field(min_length=1)]
+LogitBiasValue = Annotated[float, Field(ge=-100, le=100, allow_inf_nan=False), BeforeValidator(_a_number)]
+SequenceBiasValue = Annotated[float, Field(ge=-1e4, le=1e4, allow_inf_nan=False), BeforeValidator(_a_number)]
 
 
 class LogitBiasParams(Params):
-    bias: dict[TokenId, Annotated[float, Field(ge=-100, le=100, allow_inf_nan=False)]] = Field(
+    bias: dict[KeyTokenId, LogitBiasValue] = Field(
         description="token id -> added to its logit, -100 <= bias <= 100 (OpenAI, vLLM)"
     )
 
 
 class SequenceBiasParams(Params):
-    biases: tuple[tuple[TokenSequence, Annotated[float, Field(ge=-1e4, le=1e4, allow_inf_nan=False)]], ...] = Field(
+    biases: tuple[tuple[TokenSequence, SequenceBiasValue], ...] = Field(
         min_length=1,
         description="[[token ids], bias] pairs (HF sequence_bias): the bias is added to the last token "
         "when the context ends with the others",
