@@ -76,6 +76,17 @@ def test_an_end_token_is_allowed_once_the_text_matches_and_forced_once_nothing_e
     assert stage.ends_row(0, [*WITH_EOS.encode("aa"), 0]) == "regex"  # the end token ends the grammar too
 
 
+def test_a_character_the_vocabulary_lacks_is_never_skipped(shakespeare: Any) -> None:
+    """tiny-shakespeare has no "<" and no "ï": where the grammar needs one, no token of the vocabulary may
+    follow (not the character after it, which llguidance's tokenizing of the bytes it forces would give)."""
+    tok = shakespeare.tokenizer
+    assert allowed(dk.create("regex", pattern="a<b|ac"), tok, "a", 84) == "c"
+    assert allowed(dk.create("regex", pattern="a<b"), tok, "a", 84) == ""
+    assert allowed(dk.create("json_schema", schema={"const": "naïve"}), tok, '"na', 84) == ""
+    out = dk.generate(shakespeare, ["ROMEO:\n"], chain="regex(pattern='x#y|xz') | greedy", max_new_tokens=3)
+    assert out.text == ["xz"] and out.stopped_by == ["regex"]
+
+
 def test_json_schema_masks_follow_the_schema() -> None:
     schema = {
         "type": "object",

@@ -99,6 +99,12 @@ class LLGuidance:
             eos = [table.size]
             tokens.append(b"\xff[eos]")
             special.append(table.size)
+        # llguidance assumes every byte has a token: it tokenizes the bytes a grammar forces, drops one it
+        # cannot spell, and would allow the token after it ("ab" under `a<b` for a vocabulary without "<").
+        # Each missing byte gets a token of its own past the model's ids, which the mask allows and a stage
+        # never keeps: the row is left no token instead of a wrong one.
+        spelled = {t[0] for t in tokens if len(t) == 1}
+        tokens += [bytes([b]) for b in range(256) if b not in spelled]
         wrapped = _Wrapped(tokens, eos[0], special)
         tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(wrapped), n_vocab=len(tokens), eos_token=eos)
         vocabulary = _Vocabulary(tokenizer, len(tokens))
