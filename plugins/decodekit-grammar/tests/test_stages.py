@@ -187,6 +187,22 @@ def test_a_token_the_grammar_forbids_empties_the_row_and_is_reported(shakespeare
     assert dk.create("regex", pattern="[a-c]+!").unfinished(0, tok.encode("ab")) is None  # (no call yet: unknown)
 
 
+@pytest.mark.parametrize(
+    ("chain", "message"),
+    [
+        ("regex(pattern='a{1000000}')", r"^regex: pattern is too complex for llguidance after 1 tokens: lexer error"),
+        ("grammar(lark='start: \"a\" start')", r"^grammar: lark is too complex for llguidance after 1 tokens: parser"),
+    ],
+)
+def test_a_grammar_the_engine_gives_up_on_is_a_parameter_error_with_its_reason(
+    shakespeare: Any, chain: str, message: str
+) -> None:
+    """llguidance stops at its lexer's and parser's limits once a token it allowed is parsed; the row must not
+    be left an empty mask, whose `NumericsError` would not say why."""
+    with pytest.raises(dk.ParameterError, match=message):
+        dk.generate(shakespeare, ["ROMEO:\n"], chain=f"{chain} | greedy", max_new_tokens=4)
+
+
 def test_the_stage_keeps_no_per_generation_state() -> None:
     stage = dk.create("json")
     assert stage.init_state(dk.DecodeContext(tokens=torch.tensor([[1]]))) is None

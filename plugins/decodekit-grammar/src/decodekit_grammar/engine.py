@@ -52,7 +52,8 @@ class Matcher(Protocol):
 
     def fill_mask(self, words: np.ndarray[Any, np.dtype[np.int32]]) -> None:
         """Write the tokens that may follow into `words` (int32, `(size + 31) // 32` of them for a vocabulary
-        of `size` ids, end-of-sequence ids included)."""
+        of `size` ids, end-of-sequence ids included); raises `ValueError` with the engine's message if it
+        cannot (the grammar is too complex for it at this point)."""
 
 
 class GrammarEngine(Protocol):

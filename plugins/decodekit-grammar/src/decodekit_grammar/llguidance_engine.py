@@ -33,21 +33,31 @@ def _grammar_text(grammar: Grammar) -> str:
 class _Matcher:
     """An `llguidance.LLMatcher` that is never changed after `advance` made it (see `engine.Matcher`)."""
 
-    __slots__ = ("_m", "accepting", "complete", "error")
+    __slots__ = ("_m", "_size", "accepting", "complete", "error")
 
-    def __init__(self, m: llguidance.LLMatcher) -> None:
+    def __init__(self, m: llguidance.LLMatcher, size: int) -> None:
         self._m = m
+        self._size = size  # ids a mask covers
         self.error = m.is_error()
         self.complete = m.is_stopped() and not self.error
         self.accepting = m.is_accepting()
 
     def advance(self, token: int) -> _Matcher:
         m = self._m.deep_copy()  # cheap: llguidance shares the parse's history between copies
-        m.consume_token(token)
-        return _Matcher(m)
+        if not m.consume_token(token) and self._allows(token):  # a token it allowed: llguidance gave up
+            raise ValueError(m.get_error().strip().splitlines()[0])
+        return _Matcher(m, self._size)
+
+    def _allows(self, token: int) -> bool:
+        """Whether the mask here keeps `token` (asked only when consuming it failed: a rare path), on a copy."""
+        words = np.zeros((self._size + 31) // 32, dtype=np.int32)
+        self._m.deep_copy().unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
+        return bool(words[token // 32] >> (token % 32) & 1)
 
     def fill_mask(self, words: np.ndarray[Any, np.dtype[np.int32]]) -> None:
         self._m.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
+        if self._m.is_error():  # no token was consumed: llguidance gave up on the grammar (a lexer or parser limit)
+            raise ValueError(self._m.get_error().strip().splitlines()[0])
 
 
 class _Wrapped:
@@ -115,7 +125,7 @@ class LLGuidance:
         m = llguidance.LLMatcher(vocabulary.tokenizer, _grammar_text(grammar), log_level=_QUIET)
         if m.is_error():
             raise ValueError(m.get_error())
-        return _Matcher(m)
+        return _Matcher(m, vocabulary.size)
 
     def mask_size(self, vocabulary: Any) -> int:
         return int(vocabulary.size)

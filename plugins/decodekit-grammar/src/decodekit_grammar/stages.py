@@ -118,15 +118,27 @@ class GrammarStage(ProcessorBase[P]):
         with self._lock:
             for b in range(B):
                 matchers = book.matchers[grammar_of[b]]
-                state = None if matchers is None else matchers.state(generated[b].tobytes())
-                if state is None or (state.complete and book.open_end):
-                    words[b] = -1  # unconstrained, or complete with no end token to force: nothing to remove
-                elif not state.error:
-                    state.fill_mask(words[b])
+                try:
+                    state = None if matchers is None else matchers.state(generated[b].tobytes())
+                    if state is None or (state.complete and book.open_end):
+                        words[b] = -1  # unconstrained, or complete with no end token to force: nothing to remove
+                    elif not state.error:
+                        state.fill_mask(words[b])
+                except ValueError as exc:
+                    raise self._gave_up(grammar_of[b], ctx.step, exc) from None
             for matchers in book.matchers:
                 if matchers is not None:
                     matchers.reserve(B)
         return words
+
+    def _gave_up(self, grammar: int, tokens: int, exc: ValueError) -> ParameterError:
+        """The error for an engine that gave up on a grammar (a limit of its lexer or parser): left as an empty
+        mask, it would surface as a `NumericsError` that hides the engine's reason."""
+        which = f"[{grammar}]" if len(self._grammars) > 1 else ""
+        return ParameterError(
+            f"{self._label}: {self._parameter}{which} is too complex for {self.engine.name} after {tokens} "
+            f"tokens: {exc}; allowed: a grammar within its limits (fewer repetitions, longer lexemes)"
+        )
 
     def _book(self, ctx: DecodeContext, vocab_size: int) -> _Book:
         table = token_table(ctx.tokenizer, vocab_size, self._label)
@@ -160,7 +172,10 @@ class GrammarStage(ProcessorBase[P]):
         if matchers is None:
             return None
         with self._lock:
-            return matchers.state(key_of(generated))
+            try:
+                return matchers.state(key_of(generated))
+            except ValueError as exc:
+                raise self._gave_up(0 if n == 1 else row, len(generated), exc) from None
 
     def ends_row(self, row: int, generated: Sequence[int]) -> str | None:
         """The stage's name once prompt `row`'s grammar is complete after `generated`, else None."""
