@@ -190,6 +190,29 @@ def test_a_token_the_grammar_forbids_empties_the_row_and_is_reported(shakespeare
 @pytest.mark.parametrize(
     ("chain", "message"),
     [
+        ("regex(pattern='')", r"^regex: the grammar cannot be used with this tokenizer: it matches only the empty"),
+        ("regex(pattern='a{0}')", r"^regex: .* it matches only the empty text"),
+        ("regex(pattern='é+')", r"^regex: .* no token of it can begin the text \(the grammar needs a character"),
+        ("grammar(lark='start: \"\\u00e9!\"')", r"^grammar: .* no token of it can begin the text"),
+        ("regex(pattern=['[a-z]{3}', 'é'])", r"^regex: the grammar \(prompt 1\) cannot be used with this tokenizer"),
+    ],
+)
+def test_a_grammar_no_first_token_can_begin_is_refused_with_the_reason(
+    shakespeare: Any, chain: str, message: str
+) -> None:
+    """tiny-shakespeare has no end-of-text token and no "é": a first step with no token left is known before it."""
+    with pytest.raises(dk.ParameterError, match=message):
+        dk.generate(shakespeare, ["ROMEO:\n", "JULIET:\n"], chain=f"{chain} | greedy", max_new_tokens=4)
+
+
+def test_the_empty_text_under_a_tokenizer_with_an_end_token_forces_the_end() -> None:
+    V = len(WITH_EOS.alphabet) + 1
+    assert allowed(dk.create("regex", pattern=""), WITH_EOS, "", V) == "<eos>"
+
+
+@pytest.mark.parametrize(
+    ("chain", "message"),
+    [
         ("regex(pattern='a{1000000}')", r"^regex: pattern is too complex for llguidance after 1 tokens: lexer error"),
         ("grammar(lark='start: \"a\" start')", r"^grammar: lark is too complex for llguidance after 1 tokens: parser"),
     ],

@@ -65,10 +65,30 @@ class _Book:
                 self.matchers.append(None)
                 continue
             try:
-                self.matchers.append(Matchers(engine.start(grammar, self.vocabulary)))
+                root = engine.start(grammar, self.vocabulary)
+                _check_first_tokens(root, self.size, table)
             except ValueError as exc:
                 which = f" (prompt {i})" if len(grammars) > 1 else ""
                 raise ParameterError(f"{stage}: the grammar{which} cannot be used with this tokenizer: {exc}") from None
+            self.matchers.append(Matchers(root))
+
+
+def _check_first_tokens(root: Matcher, size: int, table: TokenTable) -> None:
+    """Raise `ValueError` if no token of the model's may begin a text: every decode would find its first step
+    empty (a `NumericsError` that cannot say why); the reason is known here, before any step."""
+    words = np.zeros((size + 31) // 32, dtype=np.int32)
+    root.fill_mask(words)
+    if np.unpackbits(words.view(np.uint8), count=table.size, bitorder="little").any():
+        return
+    if root.accepting:  # the empty text only, and no end-of-sequence token to end a row on it
+        raise ValueError(
+            "it matches only the empty text, and without an end-of-sequence token a row cannot end before its "
+            "first token; allowed: a grammar with a text of at least one character"
+        )
+    raise ValueError(
+        "no token of it can begin the text (the grammar needs a character the vocabulary lacks); allowed: a "
+        "grammar whose text the tokenizer's tokens can spell"
+    )
 
 
 class GrammarStage(ProcessorBase[P]):
