@@ -130,8 +130,18 @@ def test_rows_with_different_grammars_in_one_batch(shakespeare: Any) -> None:
     beams = stage.allowed(ctx_for(tok, ["", "", "", ""], prompt_index=[1, 1, 0, 0]), 84)  # two beams of each
     assert [tok.decode(row.nonzero().flatten().tolist()) for row in beams] == ["b", "b", "a", "a"]
     assert stage.ends_row(0, tok.encode("a")) == "regex" and stage.ends_row(1, tok.encode("bb")) is None
-    with pytest.raises(dk.ParameterError, match=r"regex: 3 grammars \(pattern\) for a batch with a prompt 3"):
+    with pytest.raises(dk.ParameterError, match=r"regex: 3 grammars \(pattern\) for 4 prompts; allowed: one"):
         stage.allowed(ctx_for(tok, ["", "", "", ""]), 84)
+    with pytest.raises(dk.ParameterError, match=r"regex: 3 grammars \(pattern\) for a batch with a prompt 3"):
+        stage.allowed(ctx_for(tok, ["", "", "", ""], prompt_index=[0, 1, 2, 3]), 84)
+
+
+def test_a_list_of_grammars_that_is_not_one_per_prompt_is_refused(shakespeare: Any) -> None:
+    """A grammar left over means the list and the prompts are misaligned: refused, as a list too short is."""
+    with pytest.raises(dk.ParameterError, match=r"^regex: 3 grammars \(pattern\) for 2 prompts; allowed: one"):
+        dk.generate(shakespeare, ["A:", "B:"], chain="regex(pattern=['a', 'b', 'c']) | greedy", max_new_tokens=2)
+    with pytest.raises(dk.ParameterError, match=r"^json_schema: schema=\[\] is invalid; allowed: one grammar, or a"):
+        dk.create("json_schema", schema=[])
 
 
 def test_generate_with_a_grammar_per_prompt(shakespeare: Any) -> None:

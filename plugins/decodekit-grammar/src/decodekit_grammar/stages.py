@@ -100,6 +100,10 @@ class GrammarStage(ProcessorBase[P]):
         super().__init__(params, **kwargs)
         self._label = self.name
         self._grammars = self.grammars()
+        if not self._grammars:  # found out only at the first step otherwise, as "a batch with a prompt 0"
+            raise ParameterError(
+                f"{self._label}: {self._parameter}=[] is invalid; allowed: one grammar, or a list of one per prompt"
+            )
         for i, grammar in enumerate(self._grammars):
             problem = None if grammar is None else self.engine.check(grammar)
             if problem is not None:
@@ -175,6 +179,11 @@ class GrammarStage(ProcessorBase[P]):
         if n == 1:
             return [0] * rows
         prompts = range(rows) if ctx.prompt_index is None else [int(p) for p in ctx.prompt_index]
+        if ctx.prompt_index is None and n != rows:  # one row per prompt: a grammar left over is a misalignment
+            raise ParameterError(
+                f"{self._label}: {n} grammars ({self._parameter}) for {rows} prompts; "
+                "allowed: one grammar, or one per prompt"
+            )
         if max(prompts, default=0) >= n:
             raise ParameterError(
                 f"{self._label}: {n} grammars ({self._parameter}) for a batch with a prompt {max(prompts)}; "
