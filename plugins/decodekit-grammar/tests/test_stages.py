@@ -144,6 +144,20 @@ def test_a_list_of_grammars_that_is_not_one_per_prompt_is_refused(shakespeare: A
         dk.create("json_schema", schema=[])
 
 
+def test_a_stage_shared_by_threads_ends_each_threads_rows_by_its_own_tokenizer() -> None:
+    """A row's end is answered for the vocabulary its decode's last step used, not another thread's."""
+    import threading
+
+    ab, ba = Chars("ab"), Chars("ba")
+    stage = dk.create("regex", pattern="ab")
+    stage.allowed(ctx_for(ab, ["a"]), 3)  # this thread decodes with `ab`...
+    other = threading.Thread(target=stage.allowed, args=(ctx_for(ba, ["a"]), 3))  # ...another with `ba`
+    other.start()
+    other.join()
+    assert stage.ends_row(0, ab.encode("ab")) == "regex"
+    assert stage.unfinished(0, ab.encode("ab")) is None
+
+
 def test_generate_with_a_grammar_per_prompt(shakespeare: Any) -> None:
     stage = dk.create("regex", pattern=["[A-Z]{3}!", "[a-z]{2} [0-9]{2}\\.", None])
     chain = dk.Chain([stage, dk.create("temperature", value=0.9)])

@@ -110,10 +110,16 @@ class GrammarStage(ProcessorBase[P]):
                 which = f"[{i}]" if len(self._grammars) > 1 else ""
                 raise ParameterError(f"{self._label}: {self._parameter}{which} is invalid: {problem}")
         self._books: weakref.WeakKeyDictionary[TokenTable, _Book] = weakref.WeakKeyDictionary()
-        self._latest: _Book | None = None  # the vocabulary of the latest call, which `ends_row` answers for
+        # The vocabulary of this thread's latest call, which `ends_row` answers for: per thread, as a decode
+        # asks from its own thread, and another thread's decode of another tokenizer must not answer for it.
+        self._local = threading.local()
         self._lock = threading.Lock()  # one stage may serve decodes in several threads
 
     _parameter: ClassVar[str]
+
+    @property
+    def _latest(self) -> _Book | None:
+        return getattr(self._local, "book", None)
 
     def grammars(self) -> list[Grammar | None]:
         """One grammar, or one per prompt (None: unconstrained), from the parameters."""
@@ -170,7 +176,7 @@ class GrammarStage(ProcessorBase[P]):
             book = self._books.get(table)
             if book is None:
                 book = self._books[table] = _Book(self.engine, table, self._grammars, self._label)
-            self._latest = book
+            self._local.book = book
         return book
 
     def _grammar_indices(self, ctx: DecodeContext, rows: int) -> Sequence[int]:
