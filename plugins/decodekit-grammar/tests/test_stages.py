@@ -293,6 +293,11 @@ def test_a_first_token_the_rest_of_the_chain_forbids_names_both_stages(
         ("regex", {"pattern": "a(b"}, r"(?s)^regex: pattern is invalid: .*unclosed group"),
         ("grammar", {"lark": "start: foo"}, r'^grammar: lark is invalid: .*unknown name: "foo"'),
         ("json", {"whitespace": "some"}, r"^json: whitespace='some' is invalid"),
+        ("json_schema", {"schema": "true"}, r"^json_schema: schema is invalid: true is not a JSON object; allowed"),
+        ("json_schema", {"schema": "[]", "whitespace": "flexible"}, r"^json_schema: schema is invalid: \[\] is not"),
+        ("json_schema", {"schema": '{"const": NaN}'}, r"^json_schema: schema is invalid: expected value"),
+        ("json_schema", {"schema": {"const": float("nan")}}, r"^json_schema: schema is not JSON: Out of range float"),
+        ("json_schema", {"schema": [None, {"enum": {1, 2}}]}, r"^json_schema: schema\[1\] is not JSON: .* type set"),
     ],
 )
 def test_an_invalid_grammar_is_a_parameter_error_at_construction(name: str, params: Any, message: str) -> None:

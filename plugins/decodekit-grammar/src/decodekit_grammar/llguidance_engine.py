@@ -94,10 +94,16 @@ class LLGuidance:
     def check(self, grammar: Grammar) -> str | None:
         if grammar.kind == "json_schema":
             try:
-                json.loads(grammar.source)
+                schema = json.loads(grammar.source)
             except ValueError as exc:
                 return f"not JSON: {exc}"
-        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(_grammar_text(grammar))
+            if not isinstance(schema, dict):  # llguidance takes none but an object (not `true`, nor a list)
+                return f"{grammar.source.strip()[:40]} is not a JSON object; allowed: a JSON Schema object"
+        try:  # llguidance refuses some grammars here already (a NaN in a schema), with a ValueError
+            text = _grammar_text(grammar)
+        except ValueError as exc:
+            return str(exc)
+        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text)
         return messages[0].strip() if is_error else None
 
     def vocabulary(self, table: TokenTable) -> _Vocabulary:

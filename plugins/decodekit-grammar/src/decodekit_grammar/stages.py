@@ -259,10 +259,24 @@ class JsonSchema(GrammarStage[JsonSchemaParams]):
 
     def grammars(self) -> list[Grammar | None]:
         compact = self.params.whitespace == "compact"
+        schemas = _per_prompt(self.params.schema)
         return [
-            None if s is None else Grammar("json_schema", s if isinstance(s, str) else json.dumps(s), compact)
-            for s in _per_prompt(self.params.schema)
+            None if s is None else Grammar("json_schema", self._text(s, i, len(schemas)), compact)
+            for i, s in enumerate(schemas)
         ]
+
+    def _text(self, schema: dict[str, Any] | str, i: int, n: int) -> str:
+        """A schema's JSON text; a dict that is not JSON (a set, a date, a NaN) is refused, saying what it holds."""
+        if isinstance(schema, str):
+            return schema
+        try:
+            return json.dumps(schema, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            which = f"[{i}]" if n > 1 else ""
+            raise ParameterError(
+                f"{self._label}: schema{which} is not JSON: {exc}; allowed: a JSON Schema of dicts, lists, str, "
+                "finite numbers, bools and None"
+            ) from None
 
 
 class Json(GrammarStage[JsonParams]):
