@@ -237,8 +237,9 @@ def test_the_empty_text_under_a_tokenizer_with_an_end_token_forces_the_end() -> 
 @pytest.mark.parametrize(
     ("chain", "message"),
     [
-        ("regex(pattern='a{1000000}')", r"^regex: pattern is too complex for llguidance after 1 tokens: lexer error"),
-        ("grammar(lark='start: \"a\" start')", r"^grammar: lark is too complex for llguidance after 1 tokens: parser"),
+        ("regex(pattern='a{1000000}')", r"^regex: pattern cannot go on after 1 tokens: lexer error: .* \(a limit of"),
+        ("grammar(lark='start: \"a\" start')", r"^grammar: lark cannot go on after 1 tokens: parser error: Too many"),
+        ("grammar(lark='start: \"a\" b\\nb: c\\nc: b')", r"^grammar: lark cannot go on after 1 tokens: nothing can"),
     ],
 )
 def test_a_grammar_the_engine_gives_up_on_is_a_parameter_error_with_its_reason(

@@ -45,7 +45,7 @@ class _Matcher:
     def advance(self, token: int) -> _Matcher:
         m = self._m.deep_copy()  # cheap: llguidance shares the parse's history between copies
         if not m.consume_token(token) and self._allows(token):  # a token it allowed: llguidance gave up
-            raise ValueError(m.get_error().strip().splitlines()[0])
+            raise ValueError(_gave_up(m))
         return _Matcher(m, self._size)
 
     def _allows(self, token: int) -> bool:
@@ -56,8 +56,16 @@ class _Matcher:
 
     def fill_mask(self, words: np.ndarray[Any, np.dtype[np.int32]]) -> None:
         self._m.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
-        if self._m.is_error():  # no token was consumed: llguidance gave up on the grammar (a lexer or parser limit)
-            raise ValueError(self._m.get_error().strip().splitlines()[0])
+        if self._m.is_error():  # no token was consumed: llguidance gave up on the grammar here
+            raise ValueError(_gave_up(self._m))
+
+
+def _gave_up(m: llguidance.LLMatcher) -> str:
+    """Why llguidance gave up on a parse that no token of the grammar's own had failed."""
+    error = m.get_error().strip()
+    if error.startswith("NoExtensionBias"):  # nothing at all may follow, not even a byte, and no end
+        return "nothing can follow, and the text cannot end here (a rule that never ends)"
+    return f"{error.splitlines()[0]} (a limit of llguidance's lexer or parser)"
 
 
 class _Wrapped:

@@ -162,12 +162,12 @@ class GrammarStage(ProcessorBase[P]):
         return words
 
     def _gave_up(self, grammar: int, tokens: int, exc: ValueError) -> ParameterError:
-        """The error for an engine that gave up on a grammar (a limit of its lexer or parser): left as an empty
-        mask, it would surface as a `NumericsError` that hides the engine's reason."""
+        """The error for an engine that gave up on a grammar (a limit of its lexer or parser, a rule that never
+        ends): left as an empty mask, it would surface as a `NumericsError` that hides the engine's reason."""
         which = f"[{grammar}]" if len(self._grammars) > 1 else ""
         return ParameterError(
-            f"{self._label}: {self._parameter}{which} is too complex for {self.engine.name} after {tokens} "
-            f"tokens: {exc}; allowed: a grammar within its limits (fewer repetitions, longer lexemes)"
+            f"{self._label}: {self._parameter}{which} cannot go on after {tokens} tokens: {exc}; allowed: a grammar "
+            f"whose rules can all end, within {self.engine.name}'s limits (fewer repetitions, longer lexemes)"
         )
 
     def _book(self, ctx: DecodeContext, vocab_size: int) -> _Book:
