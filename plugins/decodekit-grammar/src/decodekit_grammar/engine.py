@@ -48,12 +48,13 @@ class Matcher(Protocol):
         """A token the grammar does not allow was consumed (no token can follow)."""
 
     def advance(self, token: int) -> Matcher:
-        """The parse after one more token."""
+        """The parse after one more token (in `error` if the grammar forbids it); raises `ValueError` with the
+        reason if the engine gives up on a token the grammar allows (a limit of its own)."""
 
     def fill_mask(self, words: np.ndarray[Any, np.dtype[np.int32]]) -> None:
         """Write the tokens that may follow into `words` (int32, `(size + 31) // 32` of them for a vocabulary
-        of `size` ids, end-of-sequence ids included); raises `ValueError` with the engine's message if it
-        cannot (the grammar is too complex for it at this point)."""
+        of `size` ids, end-of-sequence ids included); raises `ValueError` with the reason if the engine gives up
+        on the grammar here (a limit of its own, a rule that can never end)."""
 
 
 class GrammarEngine(Protocol):
