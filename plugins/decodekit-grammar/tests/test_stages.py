@@ -76,6 +76,17 @@ def test_an_end_token_is_allowed_once_the_text_matches_and_forced_once_nothing_e
     assert stage.ends_row(0, [*WITH_EOS.encode("aa"), 0]) == "regex"  # the end token ends the grammar too
 
 
+def test_a_character_the_vocabulary_lacks_is_never_skipped(shakespeare: Any) -> None:
+    """tiny-shakespeare has no "<" and no "ï": where the grammar needs one, no token of the vocabulary may
+    follow (not the character after it, which llguidance's tokenizing of the bytes it forces would give)."""
+    tok = shakespeare.tokenizer
+    assert allowed(dk.create("regex", pattern="a<b|ac"), tok, "a", 84) == "c"
+    assert allowed(dk.create("regex", pattern="a<b"), tok, "a", 84) == ""
+    assert allowed(dk.create("json_schema", schema={"const": "naïve"}), tok, '"na', 84) == ""
+    out = dk.generate(shakespeare, ["ROMEO:\n"], chain="regex(pattern='x#y|xz') | greedy", max_new_tokens=3)
+    assert out.text == ["xz"] and out.stopped_by == ["regex"]
+
+
 def test_json_schema_masks_follow_the_schema() -> None:
     schema = {
         "type": "object",
@@ -119,8 +130,32 @@ def test_rows_with_different_grammars_in_one_batch(shakespeare: Any) -> None:
     beams = stage.allowed(ctx_for(tok, ["", "", "", ""], prompt_index=[1, 1, 0, 0]), 84)  # two beams of each
     assert [tok.decode(row.nonzero().flatten().tolist()) for row in beams] == ["b", "b", "a", "a"]
     assert stage.ends_row(0, tok.encode("a")) == "regex" and stage.ends_row(1, tok.encode("bb")) is None
-    with pytest.raises(dk.ParameterError, match=r"regex: 3 grammars \(pattern\) for a batch with a prompt 3"):
+    with pytest.raises(dk.ParameterError, match=r"regex: 3 grammars \(pattern\) for 4 prompts; allowed: one"):
         stage.allowed(ctx_for(tok, ["", "", "", ""]), 84)
+    with pytest.raises(dk.ParameterError, match=r"regex: 3 grammars \(pattern\) for a batch with a prompt 3"):
+        stage.allowed(ctx_for(tok, ["", "", "", ""], prompt_index=[0, 1, 2, 3]), 84)
+
+
+def test_a_list_of_grammars_that_is_not_one_per_prompt_is_refused(shakespeare: Any) -> None:
+    """A grammar left over means the list and the prompts are misaligned: refused, as a list too short is."""
+    with pytest.raises(dk.ParameterError, match=r"^regex: 3 grammars \(pattern\) for 2 prompts; allowed: one"):
+        dk.generate(shakespeare, ["A:", "B:"], chain="regex(pattern=['a', 'b', 'c']) | greedy", max_new_tokens=2)
+    with pytest.raises(dk.ParameterError, match=r"^json_schema: schema=\[\] is invalid; allowed: one grammar, or a"):
+        dk.create("json_schema", schema=[])
+
+
+def test_a_stage_shared_by_threads_ends_each_threads_rows_by_its_own_tokenizer() -> None:
+    """A row's end is answered for the vocabulary its decode's last step used, not another thread's."""
+    import threading
+
+    ab, ba = Chars("ab"), Chars("ba")
+    stage = dk.create("regex", pattern="ab")
+    stage.allowed(ctx_for(ab, ["a"]), 3)  # this thread decodes with `ab`...
+    other = threading.Thread(target=stage.allowed, args=(ctx_for(ba, ["a"]), 3))  # ...another with `ba`
+    other.start()
+    other.join()
+    assert stage.ends_row(0, ab.encode("ab")) == "regex"
+    assert stage.unfinished(0, ab.encode("ab")) is None
 
 
 def test_generate_with_a_grammar_per_prompt(shakespeare: Any) -> None:
@@ -176,6 +211,46 @@ def test_a_token_the_grammar_forbids_empties_the_row_and_is_reported(shakespeare
     assert dk.create("regex", pattern="[a-c]+!").unfinished(0, tok.encode("ab")) is None  # (no call yet: unknown)
 
 
+@pytest.mark.parametrize(
+    ("chain", "message"),
+    [
+        ("regex(pattern='')", r"^regex: the grammar cannot be used with this tokenizer: it matches only the empty"),
+        ("regex(pattern='a{0}')", r"^regex: .* it matches only the empty text"),
+        ("regex(pattern='é+')", r"^regex: .* no token of it can begin the text \(the grammar needs a character"),
+        ("grammar(lark='start: \"\\u00e9!\"')", r"^grammar: .* no token of it can begin the text"),
+        ("regex(pattern=['[a-z]{3}', 'é'])", r"^regex: the grammar \(prompt 1\) cannot be used with this tokenizer"),
+    ],
+)
+def test_a_grammar_no_first_token_can_begin_is_refused_with_the_reason(
+    shakespeare: Any, chain: str, message: str
+) -> None:
+    """tiny-shakespeare has no end-of-text token and no "é": a first step with no token left is known before it."""
+    with pytest.raises(dk.ParameterError, match=message):
+        dk.generate(shakespeare, ["ROMEO:\n", "JULIET:\n"], chain=f"{chain} | greedy", max_new_tokens=4)
+
+
+def test_the_empty_text_under_a_tokenizer_with_an_end_token_forces_the_end() -> None:
+    V = len(WITH_EOS.alphabet) + 1
+    assert allowed(dk.create("regex", pattern=""), WITH_EOS, "", V) == "<eos>"
+
+
+@pytest.mark.parametrize(
+    ("chain", "message"),
+    [
+        ("regex(pattern='a{1000000}')", r"^regex: pattern cannot go on after 1 tokens: lexer error: .* \(a limit of"),
+        ("grammar(lark='start: \"a\" start')", r"^grammar: lark cannot go on after 1 tokens: parser error: Too many"),
+        ("grammar(lark='start: \"a\" b\\nb: c\\nc: b')", r"^grammar: lark cannot go on after 1 tokens: nothing can"),
+    ],
+)
+def test_a_grammar_the_engine_gives_up_on_is_a_parameter_error_with_its_reason(
+    shakespeare: Any, chain: str, message: str
+) -> None:
+    """llguidance stops at its lexer's and parser's limits once a token it allowed is parsed; the row must not
+    be left an empty mask, whose `NumericsError` would not say why."""
+    with pytest.raises(dk.ParameterError, match=message):
+        dk.generate(shakespeare, ["ROMEO:\n"], chain=f"{chain} | greedy", max_new_tokens=4)
+
+
 def test_the_stage_keeps_no_per_generation_state() -> None:
     stage = dk.create("json")
     assert stage.init_state(dk.DecodeContext(tokens=torch.tensor([[1]]))) is None
@@ -219,6 +294,11 @@ def test_a_first_token_the_rest_of_the_chain_forbids_names_both_stages(
         ("regex", {"pattern": "a(b"}, r"(?s)^regex: pattern is invalid: .*unclosed group"),
         ("grammar", {"lark": "start: foo"}, r'^grammar: lark is invalid: .*unknown name: "foo"'),
         ("json", {"whitespace": "some"}, r"^json: whitespace='some' is invalid"),
+        ("json_schema", {"schema": "true"}, r"^json_schema: schema is invalid: true is not a JSON object; allowed"),
+        ("json_schema", {"schema": "[]", "whitespace": "flexible"}, r"^json_schema: schema is invalid: \[\] is not"),
+        ("json_schema", {"schema": '{"const": NaN}'}, r"^json_schema: schema is invalid: expected value"),
+        ("json_schema", {"schema": {"const": float("nan")}}, r"^json_schema: schema is not JSON: Out of range float"),
+        ("json_schema", {"schema": [None, {"enum": {1, 2}}]}, r"^json_schema: schema\[1\] is not JSON: .* type set"),
     ],
 )
 def test_an_invalid_grammar_is_a_parameter_error_at_construction(name: str, params: Any, message: str) -> None:

@@ -48,11 +48,13 @@ class Matcher(Protocol):
         """A token the grammar does not allow was consumed (no token can follow)."""
 
     def advance(self, token: int) -> Matcher:
-        """The parse after one more token."""
+        """The parse after one more token (in `error` if the grammar forbids it); raises `ValueError` with the
+        reason if the engine gives up on a token the grammar allows (a limit of its own)."""
 
     def fill_mask(self, words: np.ndarray[Any, np.dtype[np.int32]]) -> None:
         """Write the tokens that may follow into `words` (int32, `(size + 31) // 32` of them for a vocabulary
-        of `size` ids, end-of-sequence ids included)."""
+        of `size` ids, end-of-sequence ids included); raises `ValueError` with the reason if the engine gives up
+        on the grammar here (a limit of its own, a rule that can never end)."""
 
 
 class GrammarEngine(Protocol):
@@ -67,11 +69,12 @@ class GrammarEngine(Protocol):
     def vocabulary(self, table: TokenTable) -> Any:
         """The engine's form of a tokenizer's token table (made once per table; may take a second for a large
         vocabulary). Its end-of-sequence ids are `table.eos`, or, when there are none, one of its own past
-        `table.size` (so a mask may have `table.size + 1` bits)."""
+        `table.size`; it may add ids of its own past those too (llguidance: one per byte no token spells), so a mask
+        may have more than `table.size` bits, and a stage reads only the first `table.size`."""
 
     def start(self, grammar: Grammar, vocabulary: Any) -> Matcher:
         """The matcher before any token; raises `ValueError` with the engine's message if the grammar cannot
         be used with this vocabulary."""
 
     def mask_size(self, vocabulary: Any) -> int:
-        """The number of ids a mask covers (`table.size`, or one more for an end-of-sequence id of its own)."""
+        """The number of ids a mask covers (`table.size`, or more with ids of the engine's own)."""

@@ -33,21 +33,39 @@ def _grammar_text(grammar: Grammar) -> str:
 class _Matcher:
     """An `llguidance.LLMatcher` that is never changed after `advance` made it (see `engine.Matcher`)."""
 
-    __slots__ = ("_m", "accepting", "complete", "error")
+    __slots__ = ("_m", "_size", "accepting", "complete", "error")
 
-    def __init__(self, m: llguidance.LLMatcher) -> None:
+    def __init__(self, m: llguidance.LLMatcher, size: int) -> None:
         self._m = m
+        self._size = size  # ids a mask covers
         self.error = m.is_error()
         self.complete = m.is_stopped() and not self.error
         self.accepting = m.is_accepting()
 
     def advance(self, token: int) -> _Matcher:
         m = self._m.deep_copy()  # cheap: llguidance shares the parse's history between copies
-        m.consume_token(token)
-        return _Matcher(m)
+        if not m.consume_token(token) and self._allows(token):  # a token it allowed: llguidance gave up
+            raise ValueError(_gave_up(m))
+        return _Matcher(m, self._size)
+
+    def _allows(self, token: int) -> bool:
+        """Whether the mask here keeps `token` (asked only when consuming it failed: a rare path), on a copy."""
+        words = np.zeros((self._size + 31) // 32, dtype=np.int32)
+        self._m.deep_copy().unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
+        return bool(words[token // 32] >> (token % 32) & 1)
 
     def fill_mask(self, words: np.ndarray[Any, np.dtype[np.int32]]) -> None:
         self._m.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
+        if self._m.is_error():  # no token was consumed: llguidance gave up on the grammar here
+            raise ValueError(_gave_up(self._m))
+
+
+def _gave_up(m: llguidance.LLMatcher) -> str:
+    """Why llguidance gave up on a parse that no token of the grammar's own had failed."""
+    error = m.get_error().strip()
+    if error.startswith("NoExtensionBias"):  # nothing at all may follow, not even a byte, and no end
+        return "nothing can follow, and the text cannot end here (a rule that never ends)"
+    return f"{error.splitlines()[0]} (a limit of llguidance's lexer or parser)"
 
 
 class _Wrapped:
@@ -84,10 +102,16 @@ class LLGuidance:
     def check(self, grammar: Grammar) -> str | None:
         if grammar.kind == "json_schema":
             try:
-                json.loads(grammar.source)
+                schema = json.loads(grammar.source)
             except ValueError as exc:
                 return f"not JSON: {exc}"
-        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(_grammar_text(grammar))
+            if not isinstance(schema, dict):  # llguidance takes none but an object (not `true`, nor a list)
+                return f"{grammar.source.strip()[:40]} is not a JSON object; allowed: a JSON Schema object"
+        try:  # llguidance refuses some grammars here already (a NaN in a schema), with a ValueError
+            text = _grammar_text(grammar)
+        except ValueError as exc:
+            return str(exc)
+        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text)
         return messages[0].strip() if is_error else None
 
     def vocabulary(self, table: TokenTable) -> _Vocabulary:
@@ -99,6 +123,12 @@ class LLGuidance:
             eos = [table.size]
             tokens.append(b"\xff[eos]")
             special.append(table.size)
+        # llguidance assumes every byte has a token: it tokenizes the bytes a grammar forces, drops one it
+        # cannot spell, and would allow the token after it ("ab" under `a<b` for a vocabulary without "<").
+        # Each missing byte gets a token of its own past the model's ids, which the mask allows and a stage
+        # never keeps: the row is left no token instead of a wrong one.
+        spelled = {t[0] for t in tokens if len(t) == 1}
+        tokens += [bytes([b]) for b in range(256) if b not in spelled]
         wrapped = _Wrapped(tokens, eos[0], special)
         tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(wrapped), n_vocab=len(tokens), eos_token=eos)
         vocabulary = _Vocabulary(tokenizer, len(tokens))
@@ -109,7 +139,7 @@ class LLGuidance:
         m = llguidance.LLMatcher(vocabulary.tokenizer, _grammar_text(grammar), log_level=_QUIET)
         if m.is_error():
             raise ValueError(m.get_error())
-        return _Matcher(m)
+        return _Matcher(m, vocabulary.size)
 
     def mask_size(self, vocabulary: Any) -> int:
         return int(vocabulary.size)

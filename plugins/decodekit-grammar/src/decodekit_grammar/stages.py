@@ -65,10 +65,30 @@ class _Book:
                 self.matchers.append(None)
                 continue
             try:
-                self.matchers.append(Matchers(engine.start(grammar, self.vocabulary)))
+                root = engine.start(grammar, self.vocabulary)
+                _check_first_tokens(root, self.size, table)
             except ValueError as exc:
                 which = f" (prompt {i})" if len(grammars) > 1 else ""
                 raise ParameterError(f"{stage}: the grammar{which} cannot be used with this tokenizer: {exc}") from None
+            self.matchers.append(Matchers(root))
+
+
+def _check_first_tokens(root: Matcher, size: int, table: TokenTable) -> None:
+    """Raise `ValueError` if no token of the model's may begin a text: every decode would find its first step
+    empty (a `NumericsError` that cannot say why); the reason is known here, before any step."""
+    words = np.zeros((size + 31) // 32, dtype=np.int32)
+    root.fill_mask(words)
+    if np.unpackbits(words.view(np.uint8), count=table.size, bitorder="little").any():
+        return
+    if root.accepting:  # the empty text only, and no end-of-sequence token to end a row on it
+        raise ValueError(
+            "it matches only the empty text, and without an end-of-sequence token a row cannot end before its "
+            "first token; allowed: a grammar with a text of at least one character"
+        )
+    raise ValueError(
+        "no token of it can begin the text (the grammar needs a character the vocabulary lacks); allowed: a "
+        "grammar whose text the tokenizer's tokens can spell"
+    )
 
 
 class GrammarStage(ProcessorBase[P]):
@@ -80,16 +100,26 @@ class GrammarStage(ProcessorBase[P]):
         super().__init__(params, **kwargs)
         self._label = self.name
         self._grammars = self.grammars()
+        if not self._grammars:  # found out only at the first step otherwise, as "a batch with a prompt 0"
+            raise ParameterError(
+                f"{self._label}: {self._parameter}=[] is invalid; allowed: one grammar, or a list of one per prompt"
+            )
         for i, grammar in enumerate(self._grammars):
             problem = None if grammar is None else self.engine.check(grammar)
             if problem is not None:
                 which = f"[{i}]" if len(self._grammars) > 1 else ""
                 raise ParameterError(f"{self._label}: {self._parameter}{which} is invalid: {problem}")
         self._books: weakref.WeakKeyDictionary[TokenTable, _Book] = weakref.WeakKeyDictionary()
-        self._latest: _Book | None = None  # the vocabulary of the latest call, which `ends_row` answers for
+        # The vocabulary of this thread's latest call, which `ends_row` answers for: per thread, as a decode
+        # asks from its own thread, and another thread's decode of another tokenizer must not answer for it.
+        self._local = threading.local()
         self._lock = threading.Lock()  # one stage may serve decodes in several threads
 
     _parameter: ClassVar[str]
+
+    @property
+    def _latest(self) -> _Book | None:
+        return getattr(self._local, "book", None)
 
     def grammars(self) -> list[Grammar | None]:
         """One grammar, or one per prompt (None: unconstrained), from the parameters."""
@@ -118,15 +148,27 @@ class GrammarStage(ProcessorBase[P]):
         with self._lock:
             for b in range(B):
                 matchers = book.matchers[grammar_of[b]]
-                state = None if matchers is None else matchers.state(generated[b].tobytes())
-                if state is None or (state.complete and book.open_end):
-                    words[b] = -1  # unconstrained, or complete with no end token to force: nothing to remove
-                elif not state.error:
-                    state.fill_mask(words[b])
+                try:
+                    state = None if matchers is None else matchers.state(generated[b].tobytes())
+                    if state is None or (state.complete and book.open_end):
+                        words[b] = -1  # unconstrained, or complete with no end token to force: nothing to remove
+                    elif not state.error:
+                        state.fill_mask(words[b])
+                except ValueError as exc:
+                    raise self._gave_up(grammar_of[b], ctx.step, exc) from None
             for matchers in book.matchers:
                 if matchers is not None:
                     matchers.reserve(B)
         return words
+
+    def _gave_up(self, grammar: int, tokens: int, exc: ValueError) -> ParameterError:
+        """The error for an engine that gave up on a grammar (a limit of its lexer or parser, a rule that never
+        ends): left as an empty mask, it would surface as a `NumericsError` that hides the engine's reason."""
+        which = f"[{grammar}]" if len(self._grammars) > 1 else ""
+        return ParameterError(
+            f"{self._label}: {self._parameter}{which} cannot go on after {tokens} tokens: {exc}; allowed: a grammar "
+            f"whose rules can all end, within {self.engine.name}'s limits (fewer repetitions, longer lexemes)"
+        )
 
     def _book(self, ctx: DecodeContext, vocab_size: int) -> _Book:
         table = token_table(ctx.tokenizer, vocab_size, self._label)
@@ -134,7 +176,7 @@ class GrammarStage(ProcessorBase[P]):
             book = self._books.get(table)
             if book is None:
                 book = self._books[table] = _Book(self.engine, table, self._grammars, self._label)
-            self._latest = book
+            self._local.book = book
         return book
 
     def _grammar_indices(self, ctx: DecodeContext, rows: int) -> Sequence[int]:
@@ -143,6 +185,11 @@ class GrammarStage(ProcessorBase[P]):
         if n == 1:
             return [0] * rows
         prompts = range(rows) if ctx.prompt_index is None else [int(p) for p in ctx.prompt_index]
+        if ctx.prompt_index is None and n != rows:  # one row per prompt: a grammar left over is a misalignment
+            raise ParameterError(
+                f"{self._label}: {n} grammars ({self._parameter}) for {rows} prompts; "
+                "allowed: one grammar, or one per prompt"
+            )
         if max(prompts, default=0) >= n:
             raise ParameterError(
                 f"{self._label}: {n} grammars ({self._parameter}) for a batch with a prompt {max(prompts)}; "
@@ -160,7 +207,10 @@ class GrammarStage(ProcessorBase[P]):
         if matchers is None:
             return None
         with self._lock:
-            return matchers.state(key_of(generated))
+            try:
+                return matchers.state(key_of(generated))
+            except ValueError as exc:
+                raise self._gave_up(0 if n == 1 else row, len(generated), exc) from None
 
     def ends_row(self, row: int, generated: Sequence[int]) -> str | None:
         """The stage's name once prompt `row`'s grammar is complete after `generated`, else None."""
@@ -209,10 +259,24 @@ class JsonSchema(GrammarStage[JsonSchemaParams]):
 
     def grammars(self) -> list[Grammar | None]:
         compact = self.params.whitespace == "compact"
+        schemas = _per_prompt(self.params.schema)
         return [
-            None if s is None else Grammar("json_schema", s if isinstance(s, str) else json.dumps(s), compact)
-            for s in _per_prompt(self.params.schema)
+            None if s is None else Grammar("json_schema", self._text(s, i, len(schemas)), compact)
+            for i, s in enumerate(schemas)
         ]
+
+    def _text(self, schema: dict[str, Any] | str, i: int, n: int) -> str:
+        """A schema's JSON text; a dict that is not JSON (a set, a date, a NaN) is refused, saying what it holds."""
+        if isinstance(schema, str):
+            return schema
+        try:
+            return json.dumps(schema, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            which = f"[{i}]" if n > 1 else ""
+            raise ParameterError(
+                f"{self._label}: schema{which} is not JSON: {exc}; allowed: a JSON Schema of dicts, lists, str, "
+                "finite numbers, bools and None"
+            ) from None
 
 
 class Json(GrammarStage[JsonParams]):
