@@ -42,8 +42,39 @@ class PluginKind(str, Enum):
     strategy = "strategy"
 
 
+class _CtrlCError(Exception):
+    """Ctrl-C inside a command. typer turns a KeyboardInterrupt into a silent exit status 130; this
+    passes through typer to `run`, which says so on stderr."""
+
+
+def _caused_by_ctrl_c(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is behind `exc`: the registry reports Ctrl-C while it imports a
+    plugin as that plugin's PluginError, raised from the KeyboardInterrupt."""
+    cause = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        cause = cause.__cause__
+    return False
+
+
+class _Commands(typer.core.TyperGroup):
+    """The command group; Ctrl-C in any command (while a model loads, a plugin imports) is `_CtrlCError`."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise _CtrlCError() from exc
+        except Exception as exc:
+            if _caused_by_ctrl_c(exc):
+                raise _CtrlCError() from exc
+            raise
+
+
 app = typer.Typer(
     name="decodekit",
+    cls=_Commands,
     help="Sample from autoregressive language models with composable, plugin-provided samplers.",
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -490,7 +521,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         hint = f" (see '{usage.ctx.command_path} --help')" if getattr(usage, "ctx", None) is not None else ""
         report_error(usage.format_message() + hint)
         return usage.exit_code
-    except (typer.Abort, KeyboardInterrupt):  # Ctrl-C outside generation
+    except (typer.Abort, KeyboardInterrupt, _CtrlCError):  # Ctrl-C outside generation
         report_error("interrupted")
         return EXIT_INTERRUPTED
     except CliError as exc:

@@ -1,0 +1,61 @@
+"""Edges of the `decodekit` command line a new user runs into: Ctrl-C before generation starts,
+numbers out of range, empty prompts.
+
+The commands run in this process (`cli_runner.run_cli`, as in `tests/test_cli.py`) on
+`cli-test-gpt`, the tiny model `tests/cli_testplugin.py` registers.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Any
+
+import cli_testplugin
+import pytest
+from cli_runner import run_cli
+
+MODEL = cli_testplugin.MODEL_NAME
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DECODEKIT_EXTRA_PLUGINS"] = "cli_testplugin"
+    env.pop("DECODEKIT_LOAD_PLUGINS", None)
+    env.update(extra)
+    return env
+
+
+def _generate(*extra: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    args = ["generate", "ROMEO: ", "-m", MODEL, "--max-new-tokens", "3", "--seed", "0", *extra]
+    result: subprocess.CompletedProcess[str] = run_cli(args, _env(), stdin=stdin, fresh_plugins=True)
+    return result
+
+
+def _ctrl_c(*args: Any, **kwargs: Any) -> Any:
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_while_the_model_loads_says_interrupted(monkeypatch: pytest.MonkeyPatch) -> None:
+    # typer turns a KeyboardInterrupt into a silent exit status 130: the user saw nothing.
+    monkeypatch.setattr("decodekit_cli.sampling_options.load_named_model", _ctrl_c)
+    result = _generate()
+    assert (result.returncode, result.stderr, result.stdout) == (130, "decodekit: error: interrupted\n", "")
+
+
+def test_ctrl_c_while_a_plugin_imports_is_not_a_plugin_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The registry reports Ctrl-C during a plugin's import as that plugin's PluginError (status 2).
+    monkeypatch.setattr("decodekit.registry.import_object", _ctrl_c)
+    result = _generate()
+    assert (result.returncode, result.stderr) == (130, "decodekit: error: interrupted\n")
+
+
+def test_ctrl_c_while_the_command_line_imports_is_no_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    from decodekit_cli import main
+
+    monkeypatch.setattr("decodekit_cli.app.run", _ctrl_c)
+    try:
+        status = main(["generate", "ROMEO:"])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped main(): Python prints a traceback")
+    assert status == 130
