@@ -59,3 +59,18 @@ def test_ctrl_c_while_the_command_line_imports_is_no_traceback(monkeypatch: pyte
     except KeyboardInterrupt:
         pytest.fail("Ctrl-C escaped main(): Python prints a traceback")
     assert status == 130
+
+
+def test_threads_beyond_the_cpus_is_an_error_not_a_crash() -> None:
+    # torch.set_num_threads(100000) crashes the process (a segfault, or libgomp's abort); the tests
+    # ask for one more than the CPUs, which torch would accept, so the check is what fails.
+    from decodekit_cli.sampling_options import usable_cpus
+
+    cpus = usable_cpus()
+    result = _generate("--threads", str(cpus + 1))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"decodekit: error: --threads {cpus + 1}: more than the {cpus} CPUs this process can use; "
+        f"allowed: 1 <= N <= {cpus}\n"
+    )
+    assert _generate("--threads", str(cpus)).returncode == 0

@@ -212,8 +212,9 @@ def generate(
         typer.Option(
             "--threads",
             min=1,
-            help="CPU threads for torch. Default: 1 for models under 20M parameters (their per-token "
-            "work is too small to split, and a busy second core stalls every step), else torch's default.",
+            help="CPU threads for torch, at most the CPUs this process can use. Default: 1 for models under "
+            "20M parameters (their per-token work is too small to split, and a busy second core stalls every "
+            "step), else torch's default.",
         ),
     ] = None,
     replace_unknown: ReplaceUnknownOption = False,
