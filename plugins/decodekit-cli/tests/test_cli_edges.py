@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import cli_testplugin
@@ -74,3 +75,23 @@ def test_threads_beyond_the_cpus_is_an_error_not_a_crash() -> None:
         f"allowed: 1 <= N <= {cpus}\n"
     )
     assert _generate("--threads", str(cpus)).returncode == 0
+
+
+def test_new_plugin_refuses_a_python_keyword(tmp_path: Path) -> None:
+    # `import` passed the name check, and the tests it wrote (`from decodekit_import.import import
+    # Import`) were a SyntaxError: not "passes pytest as written".
+    result = run_cli(["new-plugin", "import", "--dir", str(tmp_path / "out")], _env())
+    assert result.returncode == 2 and not (tmp_path / "out").exists()
+    assert (
+        result.stderr
+        == "decodekit: error: new-plugin: NAME 'import' is a Python keyword; allowed: a name that is not one\n"
+    )
+
+
+def test_new_plugin_a_folder_that_cannot_be_made_is_an_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    target = tmp_path / "a-file" / "softcap"  # under a file: mkdir fails with NotADirectoryError
+    result = run_cli(["new-plugin", "softcap", "--dir", str(target)], _env())
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"decodekit: error: new-plugin: cannot write '{target}")
+    assert result.stderr.endswith(": Not a directory; allowed: a folder that can be created and written (--dir)\n")
