@@ -95,3 +95,21 @@ def test_new_plugin_a_folder_that_cannot_be_made_is_an_error_naming_it(tmp_path:
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith(f"decodekit: error: new-plugin: cannot write '{target}")
     assert result.stderr.endswith(": Not a directory; allowed: a folder that can be created and written (--dir)\n")
+
+
+@pytest.mark.parametrize("command", ["generate", "explain"])
+def test_an_empty_prompt_is_an_error_naming_prompt(command: str) -> None:
+    # The library's own error, "prompts: row 0 is empty", names no option of the command.
+    result = run_cli([command, "", "-m", MODEL, "--seed", "0"], _env())
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == "decodekit: error: PROMPT '' is empty (no tokens); allowed: text of at least one token\n"
+
+
+@pytest.mark.parametrize("stdin", ["", "\n"])
+def test_an_empty_stdin_prompt_is_an_error_naming_it(stdin: str) -> None:
+    result = run_cli(["generate", "-", "-m", MODEL, "--seed", "0"], _env(), stdin=stdin)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "decodekit: error: PROMPT '-': stdin holds no text (one trailing newline is dropped); "
+        "allowed: text of at least one token\n"
+    )

@@ -166,7 +166,12 @@ def prompt_text(prompt: str | None) -> str:
         return "\n"
     if prompt == "-":
         text = sys.stdin.read()
-        return text[:-1] if text.endswith("\n") else text
+        text = text[:-1] if text.endswith("\n") else text
+        if not text:
+            raise CliError(
+                "PROMPT '-': stdin holds no text (one trailing newline is dropped); allowed: text of at least one token"
+            )
+        return text
     return prompt
 
 

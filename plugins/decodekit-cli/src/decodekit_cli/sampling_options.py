@@ -70,5 +70,8 @@ class SamplingOptions:
         return model
 
     def encode(self, model: Any, prompt: str) -> str | list[int]:
-        """The prompt as the model's tokenizer encodes it (see `--replace-unknown`)."""
-        return encode_prompt(model, prompt, self.replace_unknown)
+        """The prompt as the model's tokenizer encodes it (see `--replace-unknown`); at least one token."""
+        encoded = encode_prompt(model, prompt, self.replace_unknown)
+        if not encoded:  # the library would say "prompts: row 0 is empty", which names no option
+            raise CliError(f"PROMPT {prompt!r} is empty (no tokens); allowed: text of at least one token")
+        return encoded
