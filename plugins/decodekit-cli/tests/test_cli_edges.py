@@ -113,3 +113,11 @@ def test_an_empty_stdin_prompt_is_an_error_naming_it(stdin: str) -> None:
         "decodekit: error: PROMPT '-': stdin holds no text (one trailing newline is dropped); "
         "allowed: text of at least one token\n"
     )
+
+
+def test_batch_summary_counts_one_result_in_the_singular(tmp_path: Path) -> None:
+    (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO: "}\n{"prompt": "ROMEO: ", "seed": -1}\n')
+    args = ["generate", "--input", "in.jsonl", "--output", "out.jsonl", "-m", MODEL, "--max-new-tokens", "2"]
+    result = run_cli([*args, "--on-error", "skip"], _env(), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[-1] == "1 result and 1 error record written to out.jsonl"

@@ -67,9 +67,8 @@ def run_local(model: Any, job: BatchJob) -> int:
                     written = writer.put(record["line"], record if keep else None)
                     progress.advance(written, len(record.get("tokens", ())))
         except KeyboardInterrupt:
-            progress.say(
-                f"decodekit: interrupted; {writer.written} records written to {job.output} (--resume continues)"
-            )
+            records = plural(writer.written, "record")
+            progress.say(f"decodekit: interrupted; {records} written to {job.output} (--resume continues)")
             return EXIT_INTERRUPTED
     progress.say(summary(job, writer.written, writer.errors))
     return failed_lines(failed)
@@ -77,7 +76,7 @@ def run_local(model: Any, job: BatchJob) -> int:
 
 def summary(job: BatchJob, written: int, errors: int) -> str:
     """The last line of a run: what it wrote, and what was there before."""
-    results = f"{written - errors} results and {plural(errors, 'error record')}" if errors else f"{written} results"
+    results = plural(written - errors, "result") + (f" and {plural(errors, 'error record')}" if errors else "")
     before = f", {job.already_done} already there" if job.already_done else ""
     return f"{results} written to {job.output}{before}"
 
