@@ -121,3 +121,10 @@ def test_batch_summary_counts_one_result_in_the_singular(tmp_path: Path) -> None
     result = run_cli([*args, "--on-error", "skip"], _env(), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines()[-1] == "1 result and 1 error record written to out.jsonl"
+
+
+def test_a_group_without_its_command_says_what_is_missing() -> None:
+    # It printed its help, then "decodekit: error: (see 'decodekit cache --help')": an empty error.
+    result = run_cli(["cache"], _env())
+    assert result.returncode == 2 and "Usage: decodekit cache" in result.stdout
+    assert result.stderr == "decodekit: error: 'decodekit cache' needs a command; allowed: calibrate\n"

@@ -508,6 +508,18 @@ def _usage_errors() -> tuple[type[Exception], ...]:
         return (click.ClickException,)
 
 
+def _usage_message(usage: _UsageError) -> str:
+    """A usage error in one line, pointing at the command's help."""
+    ctx = getattr(usage, "ctx", None)
+    if ctx is None:
+        return usage.format_message()
+    # A group run without a command (`decodekit cache`): its help is printed already, and its
+    # message is empty (typer's own handler shows nothing for it either, by the class name).
+    if type(usage).__name__ == "NoArgsIsHelpError":
+        return f"'{ctx.command_path}' needs a command; allowed: {', '.join(ctx.command.list_commands(ctx))}"
+    return f"{usage.format_message()} (see '{ctx.command_path} --help')"
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status. Errors are one line on stderr, never a traceback."""
     from decodekit.errors import DecodekitError
@@ -519,8 +531,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         status = typer.main.get_command(app).main(args=args, prog_name="decodekit", standalone_mode=False)
     except _usage_errors() as exc:
         usage = cast(_UsageError, exc)
-        hint = f" (see '{usage.ctx.command_path} --help')" if getattr(usage, "ctx", None) is not None else ""
-        report_error(usage.format_message() + hint)
+        report_error(_usage_message(usage))
         return usage.exit_code
     except (typer.Abort, KeyboardInterrupt, _CtrlCError):  # Ctrl-C outside generation
         report_error("interrupted")
