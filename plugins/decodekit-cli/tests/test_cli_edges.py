@@ -7,6 +7,7 @@ The commands run in this process (`cli_runner.run_cli`, as in `tests/test_cli.py
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -128,3 +129,13 @@ def test_a_group_without_its_command_says_what_is_missing() -> None:
     result = run_cli(["cache"], _env())
     assert result.returncode == 2 and "Usage: decodekit cache" in result.stdout
     assert result.stderr == "decodekit: error: 'decodekit cache' needs a command; allowed: calibrate\n"
+
+
+@pytest.mark.parametrize("strategy", ["sample", "beam(num_beams=2)"])
+def test_zero_new_tokens_end_with_length_not_as_if_interrupted(strategy: str) -> None:
+    # No token event came, so the samples kept finish_reason null: what the docs say of Ctrl-C.
+    result = _generate("--max-new-tokens", "0", "--json", "-n", "2", "--strategy", strategy)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["interrupted"] is False
+    assert [(s["tokens"], s["finish_reason"]) for s in doc["samples"]] == [([], "length")] * 2

@@ -142,11 +142,23 @@ def stream_samples(
     except KeyboardInterrupt:
         interrupted = True
     seconds = time.perf_counter() - start
+    if not interrupted:
+        _ended_without_tokens(samples, events.result)
     for sample in samples:
         if sample.finish_reason is None:
             sample.seconds = seconds
     rate = getattr(events.result, "acceptance_rate", None)  # a speculative strategy's, once it is done
     return StreamResult(samples, seconds, interrupted, acceptance_rate=rate)
+
+
+def _ended_without_tokens(samples: list[SampleResult], result: Any) -> None:
+    """A sample that had no token to stream (--max-new-tokens 0) ended all the same: the finished
+    result says why ("length"); its finish_reason is None only when Ctrl-C ended the run."""
+    reasons = getattr(result, "finish_reasons", None) or []  # a strategy's own result type may have none
+    stopped = getattr(result, "stopped_by", None) or [None] * len(reasons)
+    for sample, reason, stopped_by in zip(samples, reasons, stopped):
+        if sample.finish_reason is None:
+            sample.finish_reason, sample.stopped_by = reason, stopped_by
 
 
 def _status_line(tokens: int, seconds: float, num_samples: int, acceptance_rate: float | None = None) -> str:
