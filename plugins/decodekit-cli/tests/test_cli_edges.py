@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +141,27 @@ def test_zero_new_tokens_end_with_length_not_as_if_interrupted(strategy: str) ->
     doc = json.loads(result.stdout)
     assert doc["interrupted"] is False
     assert [(s["tokens"], s["finish_reason"]) for s in doc["samples"]] == [([], "length")] * 2
+
+
+def _limit_file_size() -> None:
+    # Files this process writes stop growing at 2 KiB (EFBIG; Python ignores SIGXFSZ): a disk that fills up.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2048, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+def test_an_output_that_cannot_take_a_record_is_an_error_naming_it(tmp_path: Path) -> None:
+    # It was "unexpected OSError: [Errno 27] File too large": neither --output nor --resume named.
+    # A process of its own: the file-size limit is one the whole process would share.
+    (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO: "}\n' * 20)
+    args = ["generate", "--input", "in.jsonl", "--output", "out.jsonl", "-m", MODEL, "--max-new-tokens", "3"]
+    env = _env(PYTHONPATH=os.pathsep.join([str(Path(cli_testplugin.__file__).parent), *sys.path]))
+    full = subprocess.run(
+        [sys.executable, "-m", "decodekit_cli", *args, "--seed", "0"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, preexec_fn=_limit_file_size, timeout=120,
+    )  # fmt: skip
+    assert full.returncode == 1 and "Traceback" not in full.stderr
+    [line] = full.stderr.splitlines()
+    assert line.startswith("decodekit: error: --output 'out.jsonl': cannot write a record: File too large; ")
+    assert line.endswith(" records written (--resume continues)")
+    resumed = run_cli([*args, "--seed", "0", "--resume"], _env(), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert [json.loads(r)["line"] for r in (tmp_path / "out.jsonl").read_text().splitlines()] == list(range(1, 21))
