@@ -165,3 +165,9 @@ def test_an_output_that_cannot_take_a_record_is_an_error_naming_it(tmp_path: Pat
     resumed = run_cli([*args, "--seed", "0", "--resume"], _env(), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert [json.loads(r)["line"] for r in (tmp_path / "out.jsonl").read_text().splitlines()] == list(range(1, 21))
+
+
+def test_samplers_lists_a_name_given_twice_once() -> None:
+    result = run_cli(["samplers", "--json", "top_k", "sample", "top_k"], _env())
+    assert result.returncode == 0, result.stderr
+    assert [s["name"] for s in json.loads(result.stdout)["samplers"]] == ["top_k", "sample"]
