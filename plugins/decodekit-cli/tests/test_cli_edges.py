@@ -171,3 +171,10 @@ def test_samplers_lists_a_name_given_twice_once() -> None:
     result = run_cli(["samplers", "--json", "top_k", "sample", "top_k"], _env())
     assert result.returncode == 0, result.stderr
     assert [s["name"] for s in json.loads(result.stdout)["samplers"]] == ["top_k", "sample"]
+
+
+def test_explain_past_the_context_says_the_option_too() -> None:
+    # generate added "(on the command line: --cache none)" to the library's cache='none'; explain did not.
+    result = run_cli(["explain", "ROMEO: ", "-m", MODEL, "--steps", "100000"], _env())
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.endswith("cache='none', which crops the context (on the command line: --cache none)\n")

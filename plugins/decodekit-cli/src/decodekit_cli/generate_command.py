@@ -9,16 +9,15 @@ with `"interrupted": true`) and the exit status is 130.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import decodekit as dk
-from decodekit_cli.errors import EXIT_INTERRUPTED, CliError
+from decodekit_cli.errors import EXIT_INTERRUPTED
 from decodekit_cli.json_output import print_json
 from decodekit_cli.live_text import SampleWriter, TextOutput
-from decodekit_cli.options import build_chain, check_stop, prompt_rows, prompt_text, resolve_strategy
+from decodekit_cli.options import build_chain, check_stop, cli_hints, prompt_rows, prompt_text, resolve_strategy
 from decodekit_cli.sampling_options import SamplingOptions
 
 __all__ = [
@@ -197,16 +196,6 @@ def _json_document(
     }
 
 
-@contextmanager
-def _cli_hints() -> Iterator[None]:
-    """Say how to do on the command line what a library error suggests."""
-    try:
-        yield
-    except dk.ContextLengthError as exc:
-        hint = " (on the command line: --cache none)" if "cache='none'" in str(exc) else ""
-        raise CliError(f"{exc}{hint}") from None
-
-
 def run_generate(request: GenerateRequest) -> int:
     """Run the command; return its exit status."""
     sampling = request.sampling
@@ -226,7 +215,7 @@ def run_generate(request: GenerateRequest) -> int:
         stop=sampling.stop,
     )
 
-    with TextOutput(text=not request.json_output) as out, _cli_hints():
+    with TextOutput(text=not request.json_output) as out, cli_hints():
         writer = None if request.json_output else SampleWriter(out, request.num_samples, prompt if request.echo else "")
         sink: SampleSink = writer if writer is not None else _NoSink()
 
