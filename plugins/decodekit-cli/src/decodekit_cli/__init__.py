@@ -13,6 +13,12 @@ __all__ = ["main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with `argv` (default: `sys.argv[1:]`); return the exit status."""
-    from decodekit_cli.app import run
+    try:
+        from decodekit_cli.app import run
 
-    return run(argv)
+        return run(argv)
+    except KeyboardInterrupt:  # Ctrl-C while Python imports the command line, before `run` catches it
+        from decodekit_cli.errors import EXIT_INTERRUPTED, report_error
+
+        report_error("interrupted")
+        return EXIT_INTERRUPTED

@@ -42,8 +42,39 @@ class PluginKind(str, Enum):
     strategy = "strategy"
 
 
+class _CtrlCError(Exception):
+    """Ctrl-C inside a command. typer turns a KeyboardInterrupt into a silent exit status 130; this
+    passes through typer to `run`, which says so on stderr."""
+
+
+def _caused_by_ctrl_c(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is behind `exc`: the registry reports Ctrl-C while it imports a
+    plugin as that plugin's PluginError, raised from the KeyboardInterrupt."""
+    cause = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        cause = cause.__cause__
+    return False
+
+
+class _Commands(typer.core.TyperGroup):
+    """The command group; Ctrl-C in any command (while a model loads, a plugin imports) is `_CtrlCError`."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise _CtrlCError() from exc
+        except Exception as exc:
+            if _caused_by_ctrl_c(exc):
+                raise _CtrlCError() from exc
+            raise
+
+
 app = typer.Typer(
     name="decodekit",
+    cls=_Commands,
     help="Sample from autoregressive language models with composable, plugin-provided samplers.",
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -181,8 +212,9 @@ def generate(
         typer.Option(
             "--threads",
             min=1,
-            help="CPU threads for torch. Default: 1 for models under 20M parameters (their per-token "
-            "work is too small to split, and a busy second core stalls every step), else torch's default.",
+            help="CPU threads for torch, at most the CPUs this process can use. Default: 1 for models under "
+            "20M parameters (their per-token work is too small to split, and a busy second core stalls every "
+            "step), else torch's default.",
         ),
     ] = None,
     replace_unknown: ReplaceUnknownOption = False,
@@ -476,6 +508,18 @@ def _usage_errors() -> tuple[type[Exception], ...]:
         return (click.ClickException,)
 
 
+def _usage_message(usage: _UsageError) -> str:
+    """A usage error in one line, pointing at the command's help."""
+    ctx = getattr(usage, "ctx", None)
+    if ctx is None:
+        return usage.format_message()
+    # A group run without a command (`decodekit cache`): its help is printed already, and its
+    # message is empty (typer's own handler shows nothing for it either, by the class name).
+    if type(usage).__name__ == "NoArgsIsHelpError":
+        return f"'{ctx.command_path}' needs a command; allowed: {', '.join(ctx.command.list_commands(ctx))}"
+    return f"{usage.format_message()} (see '{ctx.command_path} --help')"
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status. Errors are one line on stderr, never a traceback."""
     from decodekit.errors import DecodekitError
@@ -487,10 +531,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         status = typer.main.get_command(app).main(args=args, prog_name="decodekit", standalone_mode=False)
     except _usage_errors() as exc:
         usage = cast(_UsageError, exc)
-        hint = f" (see '{usage.ctx.command_path} --help')" if getattr(usage, "ctx", None) is not None else ""
-        report_error(usage.format_message() + hint)
+        report_error(_usage_message(usage))
         return usage.exit_code
-    except (typer.Abort, KeyboardInterrupt):  # Ctrl-C outside generation
+    except (typer.Abort, KeyboardInterrupt, _CtrlCError):  # Ctrl-C outside generation
         report_error("interrupted")
         return EXIT_INTERRUPTED
     except CliError as exc:

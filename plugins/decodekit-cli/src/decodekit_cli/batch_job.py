@@ -14,7 +14,7 @@ from typing import Any
 
 from decodekit import errors as _errors
 from decodekit_cli.batch_decode import Pending, batches, decode_records
-from decodekit_cli.batch_output import OrderedWriter
+from decodekit_cli.batch_output import OrderedWriter, RecordWriteError
 from decodekit_cli.batch_progress import BatchProgress
 from decodekit_cli.batch_records import Record, is_error
 from decodekit_cli.batch_settings import BatchSettings
@@ -54,12 +54,12 @@ def run_local(model: Any, job: BatchJob) -> int:
     """Decode the job's prompts here, `batch_size` at a time; return the exit status."""
     progress = BatchProgress(len(job.todo))
     failed: list[Record] = []
-    with progress, job.output.open("a", encoding="ascii") as out:
+    with progress, job.output.open("ab", buffering=0) as out:
         writer = OrderedWriter(out, [line_of(item) for item in job.todo])
-        for item in job.todo:
-            if not isinstance(item, Pending):
-                progress.advance(writer.put(item["line"], item), 0)
         try:
+            for item in job.todo:
+                if not isinstance(item, Pending):
+                    progress.advance(writer.put(item["line"], item), 0)
             for batch in batches(job.pending, job.batch_size):
                 for record in decode_records(model, job.settings, batch):
                     keep = job.keeps(record)
@@ -67,17 +67,22 @@ def run_local(model: Any, job: BatchJob) -> int:
                     written = writer.put(record["line"], record if keep else None)
                     progress.advance(written, len(record.get("tokens", ())))
         except KeyboardInterrupt:
-            progress.say(
-                f"decodekit: interrupted; {writer.written} records written to {job.output} (--resume continues)"
-            )
+            records = plural(writer.written, "record")
+            progress.say(f"decodekit: interrupted; {records} written to {job.output} (--resume continues)")
             return EXIT_INTERRUPTED
+        except RecordWriteError as exc:
+            records = plural(writer.written, "record")
+            raise CliError(
+                f"--output {str(job.output)!r}: cannot write a record: {exc}; {records} written (--resume continues)",
+                exit_code=EXIT_FAILURE,
+            ) from None
     progress.say(summary(job, writer.written, writer.errors))
     return failed_lines(failed)
 
 
 def summary(job: BatchJob, written: int, errors: int) -> str:
     """The last line of a run: what it wrote, and what was there before."""
-    results = f"{written - errors} results and {plural(errors, 'error record')}" if errors else f"{written} results"
+    results = plural(written - errors, "result") + (f" and {plural(errors, 'error record')}" if errors else "")
     before = f", {job.already_done} already there" if job.already_done else ""
     return f"{results} written to {job.output}{before}"
 

@@ -21,7 +21,15 @@ from decodekit_cli.batch_records import Record, dumps, is_error, record_line
 from decodekit_cli.batch_settings import differences
 from decodekit_cli.errors import CliError
 
-__all__ = ["OrderedWriter", "OutputLock", "check_output", "existing_records", "parts_path", "settings_path"]
+__all__ = [
+    "OrderedWriter",
+    "OutputLock",
+    "RecordWriteError",
+    "check_output",
+    "existing_records",
+    "parts_path",
+    "settings_path",
+]
 
 
 def settings_path(output: Path) -> Path:
@@ -158,7 +166,7 @@ class OrderedWriter:
     Each record is flushed as a whole line, so an interruption loses nothing written.
     """
 
-    def __init__(self, out: IO[str], lines: Iterable[int]) -> None:
+    def __init__(self, out: IO[bytes], lines: Iterable[int]) -> None:
         self._out = out
         self._order = deque(lines)
         self._held: dict[int, Record | None] = {}
@@ -172,8 +180,21 @@ class OrderedWriter:
         while self._order and self._order[0] in self._held:
             ready = self._held.pop(self._order.popleft())
             if ready is not None:
-                self._out.write(dumps(ready))
-                self._out.flush()
+                self._write(dumps(ready).encode("ascii"))
                 self.written += 1
                 self.errors += is_error(ready)
         return self.written - before
+
+    def _write(self, data: bytes) -> None:
+        """One whole record. `out` is unbuffered, so a write that fails (a full disk) leaves nothing
+        behind to flush again at close, and the error is `RecordWriteError`, raised once."""
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[self._out.write(view) or 0 :]
+        except OSError as exc:
+            raise RecordWriteError(exc.strerror or str(exc)) from exc
+
+
+class RecordWriteError(Exception):
+    """The output cannot take another record (its disk is full, its file system gone)."""

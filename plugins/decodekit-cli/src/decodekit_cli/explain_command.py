@@ -11,7 +11,7 @@ from rich.text import Text
 from decodekit_cli.console import stdout_console
 from decodekit_cli.errors import CliError
 from decodekit_cli.json_output import print_json
-from decodekit_cli.options import build_chain, load_named_model
+from decodekit_cli.options import build_chain, cli_hints, load_named_model
 from decodekit_cli.sampling_options import SamplingOptions
 
 __all__ = ["ExplainRequest", "run_explain"]
@@ -49,7 +49,10 @@ def run_explain(request: ExplainRequest) -> int:
 
     model = load_named_model(name)  # on torch's threads, as before: --threads is generate's
     prompt = sampling.encode(model, request.prompt)
-    reports = explain_steps(model, prompt, chain, steps=request.steps, top=request.top, seed=sampling.seed, cache=cache)
+    with cli_hints():
+        reports = explain_steps(
+            model, prompt, chain, steps=request.steps, top=request.top, seed=sampling.seed, cache=cache
+        )
     if request.json_output:
         header = {"model": name, "prompt": request.prompt, "chain": str(chain), "cache": cache, "seed": sampling.seed}
         print_json(steps_json(reports, **header))

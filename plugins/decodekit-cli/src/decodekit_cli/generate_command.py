@@ -9,16 +9,15 @@ with `"interrupted": true`) and the exit status is 130.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import decodekit as dk
-from decodekit_cli.errors import EXIT_INTERRUPTED, CliError
+from decodekit_cli.errors import EXIT_INTERRUPTED
 from decodekit_cli.json_output import print_json
 from decodekit_cli.live_text import SampleWriter, TextOutput
-from decodekit_cli.options import build_chain, check_stop, prompt_rows, prompt_text, resolve_strategy
+from decodekit_cli.options import build_chain, check_stop, cli_hints, prompt_rows, prompt_text, resolve_strategy
 from decodekit_cli.sampling_options import SamplingOptions
 
 __all__ = [
@@ -142,11 +141,23 @@ def stream_samples(
     except KeyboardInterrupt:
         interrupted = True
     seconds = time.perf_counter() - start
+    if not interrupted:
+        _ended_without_tokens(samples, events.result)
     for sample in samples:
         if sample.finish_reason is None:
             sample.seconds = seconds
     rate = getattr(events.result, "acceptance_rate", None)  # a speculative strategy's, once it is done
     return StreamResult(samples, seconds, interrupted, acceptance_rate=rate)
+
+
+def _ended_without_tokens(samples: list[SampleResult], result: Any) -> None:
+    """A sample that had no token to stream (--max-new-tokens 0) ended all the same: the finished
+    result says why ("length"); its finish_reason is None only when Ctrl-C ended the run."""
+    reasons = getattr(result, "finish_reasons", None) or []  # a strategy's own result type may have none
+    stopped = getattr(result, "stopped_by", None) or [None] * len(reasons)
+    for sample, reason, stopped_by in zip(samples, reasons, stopped):
+        if sample.finish_reason is None:
+            sample.finish_reason, sample.stopped_by = reason, stopped_by
 
 
 def _status_line(tokens: int, seconds: float, num_samples: int, acceptance_rate: float | None = None) -> str:
@@ -185,16 +196,6 @@ def _json_document(
     }
 
 
-@contextmanager
-def _cli_hints() -> Iterator[None]:
-    """Say how to do on the command line what a library error suggests."""
-    try:
-        yield
-    except dk.ContextLengthError as exc:
-        hint = " (on the command line: --cache none)" if "cache='none'" in str(exc) else ""
-        raise CliError(f"{exc}{hint}") from None
-
-
 def run_generate(request: GenerateRequest) -> int:
     """Run the command; return its exit status."""
     sampling = request.sampling
@@ -214,7 +215,7 @@ def run_generate(request: GenerateRequest) -> int:
         stop=sampling.stop,
     )
 
-    with TextOutput(text=not request.json_output) as out, _cli_hints():
+    with TextOutput(text=not request.json_output) as out, cli_hints():
         writer = None if request.json_output else SampleWriter(out, request.num_samples, prompt if request.echo else "")
         sink: SampleSink = writer if writer is not None else _NoSink()
 

@@ -96,6 +96,7 @@ def _kind(entry: Entry) -> tuple[str | None, str | None]:
 def samplers_report(names: Sequence[str] = ()) -> dict[str, Any]:
     """Every registered sampler (or those named) with its parameters, every cache backend and strategy."""
     registry = get_registry()
+    names = list(dict.fromkeys(names))  # a name given twice is listed once, where it first appears
     for name in names:
         sampler_entry(name)  # an unknown name: UnknownNameError, with the installed ones
     samplers = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import keyword
 import re
 import warnings
 from pathlib import Path
@@ -24,6 +25,8 @@ def write_plugin(name: str, kind: str, directory: Path | None, *, force: bool = 
         raise CliError(
             f"new-plugin: NAME {name!r} is invalid; allowed: lowercase letters, digits and _, a letter first"
         )
+    if keyword.iskeyword(name):  # the module `decodekit_NAME.NAME` could not be imported by its own tests
+        raise CliError(f"new-plugin: NAME {name!r} is a Python keyword; allowed: a name that is not one")
     if kind not in KINDS:
         raise CliError(f"new-plugin: --kind {kind!r} is invalid; allowed: {', '.join(KINDS)}")
     dist = "decodekit-" + name.replace("_", "-")
@@ -35,18 +38,30 @@ def write_plugin(name: str, kind: str, directory: Path | None, *, force: bool = 
         )
     files = files_for(kind, name)
     target = directory if directory is not None else Path(dist)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise CliError(f"new-plugin: {str(target)!r} exists and is not empty; allowed: a new or empty folder (--dir)")
-    for path, text in files.items():
-        file = target / path
-        file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text(text)
+    try:
+        _write(target, files)
+    except OSError as exc:  # a folder that cannot be made or written, a name too long for the file system
+        where = exc.filename if exc.filename is not None else target
+        raise CliError(
+            f"new-plugin: cannot write {str(where)!r}: {exc.strerror or exc}; allowed: a folder that can be "
+            "created and written (--dir)"
+        ) from None
     # Plain print: paths are long, and a wrapped command could not be copied.
     print(f"wrote {target} (distribution {dist}, {kind} {name!r}):")
     for path in files:
         print(f"  {path}")
     print(f"next: pip install -e {target} && pytest {target}")
     return 0
+
+
+def _write(target: Path, files: dict[str, str]) -> None:
+    """Write `files` under `target`, a new or empty folder."""
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise CliError(f"new-plugin: {str(target)!r} exists and is not empty; allowed: a new or empty folder (--dir)")
+    for path, text in files.items():
+        file = target / path
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(text)
 
 
 def taken(name: str, kind: str, dist: str) -> list[str]:

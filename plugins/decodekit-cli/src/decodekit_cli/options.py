@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from decodekit.errors import DecodekitError
+from decodekit.errors import ContextLengthError, DecodekitError
 from decodekit.plugins import get_registry, load_model
 from decodekit_cli.catalogue import STANDARD_PLUGINS
 from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
@@ -26,6 +27,7 @@ __all__ = [
     "chain_text",
     "check_installed",
     "check_stop",
+    "cli_hints",
     "encode_prompt",
     "install_hint",
     "load_named_model",
@@ -166,8 +168,23 @@ def prompt_text(prompt: str | None) -> str:
         return "\n"
     if prompt == "-":
         text = sys.stdin.read()
-        return text[:-1] if text.endswith("\n") else text
+        text = text[:-1] if text.endswith("\n") else text
+        if not text:
+            raise CliError(
+                "PROMPT '-': stdin holds no text (one trailing newline is dropped); allowed: text of at least one token"
+            )
+        return text
     return prompt
+
+
+@contextmanager
+def cli_hints() -> Iterator[None]:
+    """Say how to do on the command line what a library error suggests."""
+    try:
+        yield
+    except ContextLengthError as exc:
+        hint = " (on the command line: --cache none)" if "cache='none'" in str(exc) else ""
+        raise CliError(f"{exc}{hint}") from None
 
 
 def check_stop(stop: tuple[str, ...]) -> None:

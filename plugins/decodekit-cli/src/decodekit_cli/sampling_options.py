@@ -7,21 +7,40 @@ explained prompt are then checked, loaded and encoded the same way. Nothing here
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
+from decodekit_cli.errors import CliError
 from decodekit_cli.options import check_installed, encode_prompt, load_named_model, model_name, resolve_cache
 
 __all__ = ["SamplingOptions", "set_threads"]
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def set_threads(model: object, threads: int | None) -> None:
     """`--threads N`: torch on N threads. Without it the library decides, as for any caller: one
-    thread for a small model (`decodekit.threads`)."""
+    thread for a small model (`decodekit.threads`).
+
+    N is checked here, on the machine that runs the model (a Ray actor's may not be this one):
+    more threads than CPUs only slow torch down, and a count far above them crashes the process
+    in its OpenMP runtime (a segfault, or libgomp's abort) instead of failing cleanly."""
     import torch
 
-    if threads is not None:
-        torch.set_num_threads(threads)
+    if threads is None:
+        return
+    cpus = usable_cpus()
+    if threads > cpus:
+        raise CliError(
+            f"--threads {threads}: more than the {cpus} CPUs this process can use; allowed: 1 <= N <= {cpus}"
+        )
+    torch.set_num_threads(threads)
 
 
 @dataclass(frozen=True)
@@ -51,5 +70,8 @@ class SamplingOptions:
         return model
 
     def encode(self, model: Any, prompt: str) -> str | list[int]:
-        """The prompt as the model's tokenizer encodes it (see `--replace-unknown`)."""
-        return encode_prompt(model, prompt, self.replace_unknown)
+        """The prompt as the model's tokenizer encodes it (see `--replace-unknown`); at least one token."""
+        encoded = encode_prompt(model, prompt, self.replace_unknown)
+        if not encoded:  # the library would say "prompts: row 0 is empty", which names no option
+            raise CliError(f"PROMPT {prompt!r} is empty (no tokens); allowed: text of at least one token")
+        return encoded

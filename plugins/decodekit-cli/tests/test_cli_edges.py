@@ -1,0 +1,180 @@
+"""Edges of the `decodekit` command line a new user runs into: Ctrl-C before generation starts,
+numbers out of range, empty prompts.
+
+The commands run in this process (`cli_runner.run_cli`, as in `tests/test_cli.py`) on
+`cli-test-gpt`, the tiny model `tests/cli_testplugin.py` registers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import cli_testplugin
+import pytest
+from cli_runner import run_cli
+
+MODEL = cli_testplugin.MODEL_NAME
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DECODEKIT_EXTRA_PLUGINS"] = "cli_testplugin"
+    env.pop("DECODEKIT_LOAD_PLUGINS", None)
+    env.update(extra)
+    return env
+
+
+def _generate(*extra: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    args = ["generate", "ROMEO: ", "-m", MODEL, "--max-new-tokens", "3", "--seed", "0", *extra]
+    result: subprocess.CompletedProcess[str] = run_cli(args, _env(), stdin=stdin, fresh_plugins=True)
+    return result
+
+
+def _ctrl_c(*args: Any, **kwargs: Any) -> Any:
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_while_the_model_loads_says_interrupted(monkeypatch: pytest.MonkeyPatch) -> None:
+    # typer turns a KeyboardInterrupt into a silent exit status 130: the user saw nothing.
+    monkeypatch.setattr("decodekit_cli.sampling_options.load_named_model", _ctrl_c)
+    result = _generate()
+    assert (result.returncode, result.stderr, result.stdout) == (130, "decodekit: error: interrupted\n", "")
+
+
+def test_ctrl_c_while_a_plugin_imports_is_not_a_plugin_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The registry reports Ctrl-C during a plugin's import as that plugin's PluginError (status 2).
+    monkeypatch.setattr("decodekit.registry.import_object", _ctrl_c)
+    result = _generate()
+    assert (result.returncode, result.stderr) == (130, "decodekit: error: interrupted\n")
+
+
+def test_ctrl_c_while_the_command_line_imports_is_no_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    from decodekit_cli import main
+
+    monkeypatch.setattr("decodekit_cli.app.run", _ctrl_c)
+    try:
+        status = main(["generate", "ROMEO:"])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped main(): Python prints a traceback")
+    assert status == 130
+
+
+def test_threads_beyond_the_cpus_is_an_error_not_a_crash() -> None:
+    # torch.set_num_threads(100000) crashes the process (a segfault, or libgomp's abort); the tests
+    # ask for one more than the CPUs, which torch would accept, so the check is what fails.
+    from decodekit_cli.sampling_options import usable_cpus
+
+    cpus = usable_cpus()
+    result = _generate("--threads", str(cpus + 1))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"decodekit: error: --threads {cpus + 1}: more than the {cpus} CPUs this process can use; "
+        f"allowed: 1 <= N <= {cpus}\n"
+    )
+    assert _generate("--threads", str(cpus)).returncode == 0
+
+
+def test_new_plugin_refuses_a_python_keyword(tmp_path: Path) -> None:
+    # `import` passed the name check, and the tests it wrote (`from decodekit_import.import import
+    # Import`) were a SyntaxError: not "passes pytest as written".
+    result = run_cli(["new-plugin", "import", "--dir", str(tmp_path / "out")], _env())
+    assert result.returncode == 2 and not (tmp_path / "out").exists()
+    assert (
+        result.stderr
+        == "decodekit: error: new-plugin: NAME 'import' is a Python keyword; allowed: a name that is not one\n"
+    )
+
+
+def test_new_plugin_a_folder_that_cannot_be_made_is_an_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    target = tmp_path / "a-file" / "softcap"  # under a file: mkdir fails with NotADirectoryError
+    result = run_cli(["new-plugin", "softcap", "--dir", str(target)], _env())
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"decodekit: error: new-plugin: cannot write '{target}")
+    assert result.stderr.endswith(": Not a directory; allowed: a folder that can be created and written (--dir)\n")
+
+
+@pytest.mark.parametrize("command", ["generate", "explain"])
+def test_an_empty_prompt_is_an_error_naming_prompt(command: str) -> None:
+    # The library's own error, "prompts: row 0 is empty", names no option of the command.
+    result = run_cli([command, "", "-m", MODEL, "--seed", "0"], _env())
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == "decodekit: error: PROMPT '' is empty (no tokens); allowed: text of at least one token\n"
+
+
+@pytest.mark.parametrize("stdin", ["", "\n"])
+def test_an_empty_stdin_prompt_is_an_error_naming_it(stdin: str) -> None:
+    result = run_cli(["generate", "-", "-m", MODEL, "--seed", "0"], _env(), stdin=stdin)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "decodekit: error: PROMPT '-': stdin holds no text (one trailing newline is dropped); "
+        "allowed: text of at least one token\n"
+    )
+
+
+def test_batch_summary_counts_one_result_in_the_singular(tmp_path: Path) -> None:
+    (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO: "}\n{"prompt": "ROMEO: ", "seed": -1}\n')
+    args = ["generate", "--input", "in.jsonl", "--output", "out.jsonl", "-m", MODEL, "--max-new-tokens", "2"]
+    result = run_cli([*args, "--on-error", "skip"], _env(), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[-1] == "1 result and 1 error record written to out.jsonl"
+
+
+def test_a_group_without_its_command_says_what_is_missing() -> None:
+    # It printed its help, then "decodekit: error: (see 'decodekit cache --help')": an empty error.
+    result = run_cli(["cache"], _env())
+    assert result.returncode == 2 and "Usage: decodekit cache" in result.stdout
+    assert result.stderr == "decodekit: error: 'decodekit cache' needs a command; allowed: calibrate\n"
+
+
+@pytest.mark.parametrize("strategy", ["sample", "beam(num_beams=2)"])
+def test_zero_new_tokens_end_with_length_not_as_if_interrupted(strategy: str) -> None:
+    # No token event came, so the samples kept finish_reason null: what the docs say of Ctrl-C.
+    result = _generate("--max-new-tokens", "0", "--json", "-n", "2", "--strategy", strategy)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["interrupted"] is False
+    assert [(s["tokens"], s["finish_reason"]) for s in doc["samples"]] == [([], "length")] * 2
+
+
+def _limit_file_size() -> None:
+    # Files this process writes stop growing at 2 KiB (EFBIG; Python ignores SIGXFSZ): a disk that fills up.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2048, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+def test_an_output_that_cannot_take_a_record_is_an_error_naming_it(tmp_path: Path) -> None:
+    # It was "unexpected OSError: [Errno 27] File too large": neither --output nor --resume named.
+    # A process of its own: the file-size limit is one the whole process would share.
+    (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO: "}\n' * 20)
+    args = ["generate", "--input", "in.jsonl", "--output", "out.jsonl", "-m", MODEL, "--max-new-tokens", "3"]
+    env = _env(PYTHONPATH=os.pathsep.join([str(Path(cli_testplugin.__file__).parent), *sys.path]))
+    full = subprocess.run(
+        [sys.executable, "-m", "decodekit_cli", *args, "--seed", "0"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, preexec_fn=_limit_file_size, timeout=120,
+    )  # fmt: skip
+    assert full.returncode == 1 and "Traceback" not in full.stderr
+    [line] = full.stderr.splitlines()
+    assert line.startswith("decodekit: error: --output 'out.jsonl': cannot write a record: File too large; ")
+    assert line.endswith(" records written (--resume continues)")
+    resumed = run_cli([*args, "--seed", "0", "--resume"], _env(), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert [json.loads(r)["line"] for r in (tmp_path / "out.jsonl").read_text().splitlines()] == list(range(1, 21))
+
+
+def test_samplers_lists_a_name_given_twice_once() -> None:
+    result = run_cli(["samplers", "--json", "top_k", "sample", "top_k"], _env())
+    assert result.returncode == 0, result.stderr
+    assert [s["name"] for s in json.loads(result.stdout)["samplers"]] == ["top_k", "sample"]
+
+
+def test_explain_past_the_context_says_the_option_too() -> None:
+    # generate added "(on the command line: --cache none)" to the library's cache='none'; explain did not.
+    result = run_cli(["explain", "ROMEO: ", "-m", MODEL, "--steps", "100000"], _env())
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.endswith("cache='none', which crops the context (on the command line: --cache none)\n")
