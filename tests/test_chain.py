@@ -318,3 +318,18 @@ def test_select_leaves_the_logits_alone() -> None:
         before = x.clone()
         chain._select(x, ctx_for(3, seed=5, history=40))
         assert torch.equal(x, before)
+
+
+def test_process_and_trace_work_in_float32_on_half_logits_as_step_does() -> None:
+    """process ran float16 logits in float16 and kept token 25 where step (in float32) picked 114."""
+    torch.manual_seed(3)
+    x = (torch.randn(1, 130) * 1e-3).half()
+    chain = dk.Chain.parse("temperature(7549) | temperature(0) | greedy")
+    assert chain.step(x, ctx_for(1)).ids == [114]
+    processed = chain.process(x, ctx_for(1))
+    assert processed.dtype == torch.float32
+    assert torch.isfinite(processed[0]).nonzero().flatten().tolist() == [114]
+    trace = chain.trace(x, ctx_for(1))
+    assert [t.dtype for _, t in trace] == [torch.float32] * 3
+    assert torch.equal(trace[-1][1], processed)
+    assert torch.equal(chain.distribution(x, ctx_for(1)), processed)

@@ -109,3 +109,13 @@ def test_an_untyped_exception_is_blamed_on_the_module_that_raised_it() -> None:
     finding = exception_finding(info.value)
     assert finding.kind == UNTYPED and finding.detail.startswith("ValueError at ")
     assert exception_finding(dk.ParameterError("x")).kind in ACCEPTED
+
+
+def test_half_logits_are_checked_in_float32_as_the_chain_runs_them() -> None:
+    """The chain's step and process run float16 in float32; the harness ran it in float16 and saw the step's
+    token 114 as one "chain.process removed" (which kept 25)."""
+    torch.manual_seed(3)
+    x = (torch.randn(1, 130) * 1e-3).half()
+    report = Report()
+    check_logits(dk.Chain.parse("temperature(7549) | temperature(0) | greedy"), x, History(1, 3, 130).context(), report)
+    assert report.findings == []

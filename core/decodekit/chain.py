@@ -165,13 +165,16 @@ class Chain:
                 ctx.state_for(stage)
 
     def process(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        """Run every processor on the full vocabulary: `[B, V] -> [B, V]`."""
+        """Run every processor on the full vocabulary, in float32 at least as `step` does: `[B, V] -> [B, V]`."""
+        logits = _at_least_float32(logits)
         for p in self.processors:
             logits = p(logits, ctx)
         return logits
 
     def trace(self, logits: Tensor, ctx: DecodeContext) -> list[tuple[str, Tensor]]:
-        """The logits after each stage, starting with the input: `[("input", x), (str(stage), x'), ...]`."""
+        """The logits after each stage, starting with the input: `[("input", x), (str(stage), x'), ...]`;
+        in float32 at least, as `process`."""
+        logits = _at_least_float32(logits)
         out = [("input", logits)]
         for p in self.processors:
             logits = p(logits, ctx)

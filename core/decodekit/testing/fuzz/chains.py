@@ -12,7 +12,7 @@ import torch
 from hypothesis import strategies as st
 from torch import Tensor
 
-from decodekit.chain import Chain
+from decodekit.chain import Chain, _at_least_float32
 from decodekit.context import DecodeContext
 from decodekit.errors import NumericsError
 from decodekit.plugins import create
@@ -168,15 +168,18 @@ def check_logits(chain: Chain, logits: Tensor, ctx: DecodeContext, report: Repor
     """Each processor on its own; the fast path against the dense one; the selector's tokens, from
     `select` (the decode step) and from the chain's call (the step with its -1 rows settled)."""
     before, history = _bits(logits), ctx.tokens.clone()
-    dense = run_dense(chain, logits, ctx.fork(), report)
+    dense = run_dense(chain, logits, ctx.fork(), report)  # each stage's contract, in the logits' dtype
     if dense is None:
         return
+    x = _at_least_float32(logits)  # the chain runs half logits in float32 (`step`, `process`)
+    if x is not logits:
+        dense = chain.process(x, ctx.fork())
     V = logits.shape[-1]
-    as_dense = _densify(chain._process_fast(logits, ctx.fork()), V, report, "process_fast")
+    as_dense = _densify(chain._process_fast(x, ctx.fork()), V, report, "process_fast")
     if as_dense is not None:
         compare(dense, as_dense, report, "process_fast")
     selector = _name(chain.selector)
-    check_tokens(chain._select(logits.clone(), ctx.fork()), dense, report, selector)
+    check_tokens(chain._select(x.clone(), ctx.fork()), dense, report, selector)
     try:
         check_tokens(chain(logits.clone(), ctx.fork()), dense, report, selector)
     except NumericsError:
