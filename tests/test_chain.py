@@ -182,6 +182,16 @@ def test_a_selector_must_be_last() -> None:
         dk.Chain.from_spec([{"name": "sample"}, {"name": "top_k", "params": {"k": 5}}])
 
 
+def test_a_processor_given_as_the_selector_is_refused_at_construction() -> None:
+    """It was accepted and failed at the first step with a raw TypeError (the selector returned logits)."""
+    with pytest.raises(dk.ChainSpecError) as info:
+        dk.Chain([], selector=dk.create("temperature", value=1.0))
+    assert str(info.value) == (
+        "Chain: selector=temperature(value=1.0) is a processor; allowed: a selector (sample, greedy, ...), "
+        "or None for sample; a processor goes in the list of processors"
+    )
+
+
 def test_bad_specs() -> None:
     for spec in ([{"params": {"k": 5}}], [{"name": "top_k", "params": [5]}], [{"name": "top_k", "extra": 1}], "[1,"):
         with pytest.raises(dk.ChainSpecError):

@@ -69,6 +69,11 @@ class Chain:
                 raise ChainSpecError(f"Chain: stage {i} ({p!r}) is not callable; allowed: processor(logits, ctx)")
         if selector is not None and not callable(selector):
             raise ChainSpecError(f"Chain: selector {selector!r} is not callable; allowed: selector(logits, ctx)")
+        if isinstance(selector, Stage) and selector.kind != "selector":  # it would return logits, not tokens
+            raise ChainSpecError(
+                f"Chain: selector={selector!r} is a {selector.kind}; allowed: a selector (sample, greedy, ...), "
+                f"or None for sample; a {selector.kind} goes in the list of processors"
+            )
         self.processors: tuple[Processor, ...] = tuple(procs)
         self.selector: Selector = selector if selector is not None else Sample()
         # The fast-path methods, looked up once here rather than on every step.
