@@ -170,3 +170,22 @@ def test_a_stage_can_end_a_row_under_every_strategy(strategy: str) -> None:
     events = list(dk.stream(TinyLM(64), [[1, 2], [3]], strategy=strategy, chain=chain, max_new_tokens=10))
     ends = sorted((e.row, e.step, e.finish_reason, e.stopped_by) for e in events if e.finish_reason)
     assert ends == [(0, 2, "stop", "after-3"), (1, 2, "stop", "after-3")]
+
+
+def test_rows_that_cannot_fit_in_memory_are_refused_before_any_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """num_beams=2**20 ran ~55 s and then failed a huge allocation: the rows are sized first (here against 256
+    KiB). A row takes 2048 bytes, 16 a history column and 8 a vocabulary entry: 2048 + 16·2 + 8·40 = 2400."""
+    monkeypatch.setattr("decodekit.engine.device_memory", lambda device: 2**18)
+    with pytest.raises(dk.ParameterError) as info:
+        dk.decode(TinyLM(40), [[1, 2], [3]], strategy="beam", num_beams=64, max_new_tokens=0)
+    assert str(info.value) == (
+        "strategy beam: num_beams=64 is invalid: its 128 rows of 2 tokens would take at least 0.0 GiB, more than "
+        "the 0.0 GiB of memory of device cpu; allowed: num_beams <= 54 here"  # 2**18 // 2400 // 2 prompts
+    )
+    with pytest.raises(dk.ParameterError) as info:
+        dk.generate(TinyLM(40), [[1]] * 110, max_new_tokens=4)  # 2048 + 16·5 + 320 = 2448 bytes a row
+    assert str(info.value) == (
+        "strategy sample: batch size=110 is invalid: its 110 rows of 5 tokens would take at least 0.0 GiB, more "
+        "than the 0.0 GiB of memory of device cpu; allowed: batch size <= 107 here"
+    )
+    assert len(dk.generate(TinyLM(40), [[1]] * 107, max_new_tokens=4).tokens) == 107

@@ -29,7 +29,7 @@ from torch import Tensor
 from decodekit.cache import KVCache, capability_error, evicts
 from decodekit.chain import Chain, Picked
 from decodekit.context import DecodeContext, row_generators, row_seeds
-from decodekit.errors import ContextLengthError, PluginError
+from decodekit.errors import ContextLengthError, ParameterError, PluginError
 from decodekit.model import Model, last_only, model_device_dtype
 from decodekit.outputs import RowOutput
 from decodekit.params import Params
@@ -37,14 +37,18 @@ from decodekit.prompts import left_pad
 from decodekit.request import DecodeRequest
 from decodekit.results import Generation, TokenEvent
 from decodekit.spec import CacheSpec
+from decodekit.storage import device_memory
 from decodekit.text import TextTracker
 from decodekit.threads import decode_threads, threads
 
-__all__ = ["PREALLOCATED_COLUMNS", "Decoding", "Policy", "sample_steps", "uncached_logits"]
+__all__ = ["PREALLOCATED_COLUMNS", "ROW_BYTES", "Decoding", "Policy", "check_rows", "sample_steps", "uncached_logits"]
 
 PREALLOCATED_COLUMNS = 4096
 """New-token columns of history allocated up front; more are added by doubling, so a huge
 `max_new_tokens` (a generation meant to end on a stop token) allocates only what it uses."""
+
+ROW_BYTES = 2048
+"""Memory a row takes at least, whatever its length: its random generator, output and text (about 3 KB on a CPU)."""
 
 Policy = Callable[["Decoding", Params], "Iterator[None] | None"]
 
@@ -73,12 +77,21 @@ class Decoding:
 
     # -- set-up ----------------------------------------------------------------------------
 
-    def open(self, *, copies: int = 1, lookahead: int = 0, needs: Sequence[str] = (), recompute: bool = True) -> None:
+    def open(
+        self,
+        *,
+        copies: int = 1,
+        lookahead: int = 0,
+        needs: Sequence[str] = (),
+        recompute: bool = True,
+        copies_option: str = "copies",
+    ) -> None:
         """Build the rows, the cache and the history; a policy calls it once, before anything else.
 
-        copies: rows per prompt. lookahead: tokens the policy may feed beyond `max_new_tokens`
-        (speculative drafts), counted in the cache's capacity (`total`); the policy keeps them within
-        the model's context itself (`room`). needs: cache
+        copies: rows per prompt; copies_option: the policy's option that set it, which the error names when
+        the rows could never fit in memory (`check_rows`, before anything is allocated). lookahead: tokens
+        the policy may feed beyond `max_new_tokens` (speculative drafts), counted in the cache's capacity
+        (`total`); the policy keeps them within the model's context itself (`room`). needs: cache
         capabilities the policy uses (`crop`, `reorder`, ...); a cache without one is refused now,
         with the reason, before any model work. recompute: whether `cache="none"` takes the policy past
         the model's context (by cropping it); the errors suggest it only then.
@@ -86,13 +99,16 @@ class Decoding:
         if self.copies:
             raise PluginError(f"strategy {self.strategy}: opened its decoding twice")
         request = self.request
+        self.P = P = max(len(p) for p in self.prompts)
+        self.total = P + request.max_new_tokens + lookahead
+        columns = P + min(self.total - P, PREALLOCATED_COLUMNS)
+        option = (copies_option, copies) if copies > 1 else ("batch size", len(self.prompts))
+        check_rows(f"strategy {self.strategy}", *option, len(self.prompts) * copies, columns, self.model)
         self.copies, self._recompute = copies, recompute
         self.rows = [p for p in self.prompts for _ in range(copies)]
         lens = [len(r) for r in self.rows]
-        self.P = P = max(lens)
-        self.total = P + request.max_new_tokens + lookahead
         self.kv = self.open_cache(self.model, len(self.rows), self.total, needs)
-        self.buf, self.positions = left_pad(self.rows, P + min(self.total - P, PREALLOCATED_COLUMNS), self.device)
+        self.buf, self.positions = left_pad(self.rows, columns, self.device)
         self.width = P
         seeds = row_seeds(request.seed, len(self.prompts), copies)
         self.ctx = DecodeContext(
@@ -432,6 +448,24 @@ def uncached_logits(model: Model, buf: Tensor, positions: Tensor, filled: int) -
     pos = positions[:, start:filled]
     logits: Tensor = model(buf[:, start:filled], pos - pos[:, :1].clamp(min=0), None, **last_only(model))
     return logits[:, -1]
+
+
+def check_rows(owner: str, option: str, value: int, rows: int, columns: int, model: Model) -> None:
+    """Refuse, before anything is allocated, `rows` rows (`option=value` asked for them) of `columns` history
+    columns that the model's device could never hold: a `ParameterError` naming the option and its most.
+
+    Counted, as a floor: `ROW_BYTES` a row, 16 bytes a history column (ids and positions) and 8 a vocabulary
+    entry (the logits in float32, the model's and the chain's); a cache checks its own size (`check_memory`).
+    """
+    per_row = ROW_BYTES + 16 * columns + 8 * model.spec.vocab_size
+    device = model_device_dtype(model)[0]
+    memory = device_memory(device)
+    if memory is not None and rows * per_row > memory:
+        raise ParameterError(
+            f"{owner}: {option}={value} is invalid: its {rows:,} rows of {columns:,} tokens would take at least "
+            f"{rows * per_row / 2**30:,.1f} GiB, more than the {memory / 2**30:,.1f} GiB of memory of "
+            f"device {torch.device(device)}; allowed: {option} <= {memory // per_row // (rows // value):,} here"
+        )
 
 
 def _grow(buf: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:

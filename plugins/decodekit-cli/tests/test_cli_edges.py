@@ -65,6 +65,22 @@ def test_ctrl_c_while_the_command_line_imports_is_no_traceback(monkeypatch: pyte
     assert status == 130
 
 
+def test_more_samples_than_memory_holds_is_an_error_naming_num_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    """-n 100000000 hung building its samples and -n 10**20 was 'unexpected OverflowError': the rows are sized
+    first. A sample's row takes at least 2048 + 16·(7 + 3) + 8·96 = 2976 bytes (prompt, new tokens, vocabulary)."""
+    monkeypatch.setattr("decodekit.engine.device_memory", lambda device: 2**30)
+    result = _generate("-n", str(10**20))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        "decodekit: error: generate: --num-samples=100000000000000000000 is invalid: its "
+        "100,000,000,000,000,000,000 rows of 10 tokens would take at least 277,161,598,205,566.4 GiB, more than "
+        "the 1.0 GiB of memory of device cpu; allowed: --num-samples <= 360,800 here\n"
+    )
+    monkeypatch.setattr("decodekit.engine.device_memory", lambda device: 2**20)
+    assert _generate("-n", "353").stderr.endswith("allowed: --num-samples <= 352 here\n")
+    assert _generate("-n", "352").returncode == 0
+
+
 def test_threads_beyond_the_cpus_is_an_error_not_a_crash() -> None:
     # torch.set_num_threads(100000) crashes the process (a segfault, or libgomp's abort); the tests
     # ask for one more than the CPUs, which torch would accept, so the check is what fails.

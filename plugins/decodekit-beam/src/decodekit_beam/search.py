@@ -104,7 +104,7 @@ def beam_policy(d: Decoding, params: Params) -> Iterator[None]:
             f"allowed: an integer, 1 <= num_return_sequences <= num_beams={params.num_beams}"
         )
     _check_memory(d.request.batch_size * params.num_beams, d.request.max_new_tokens)
-    d.open(copies=params.num_beams, needs=("reorder",))
+    d.open(copies=params.num_beams, needs=("reorder",), copies_option="num_beams")
     search = _Search(d, params)
     if d.request.max_new_tokens > 0:
         logits = d.prefill()

@@ -205,8 +205,14 @@ def run_generate(request: GenerateRequest) -> int:
     chain = build_chain(sampling.chain, sampling.flags)
     prompt = prompt_text(request.prompt)
     model = sampling.load_model(name)
+    from decodekit.engine import PREALLOCATED_COLUMNS, check_rows  # torch is loaded by now
+
+    encoded = sampling.encode(model, prompt)
+    # Sized before anything holds a sample: -n far past the memory hung (or overflowed) building the lists.
+    columns = len(encoded) + min(sampling.max_new_tokens, PREALLOCATED_COLUMNS)
+    check_rows("generate", "--num-samples", request.num_samples, request.num_samples, columns, model)
     spec = SampleSpec(
-        prompt=sampling.encode(model, prompt),
+        prompt=encoded,
         chain=chain,
         num_samples=request.num_samples,
         max_new_tokens=sampling.max_new_tokens,

@@ -217,7 +217,7 @@ def $module(d: dk.Decoding, params: ${cls}Params):
     does not depend on its batch); the engine applies stop tokens, stop strings and max_new_tokens.
     """
     n = params.n
-    d.open(copies=n)
+    d.open(copies=n, copies_option="n")
     score = [0.0] * (n * len(d.prompts))  # log-probability of each sample so far
 
     def add(picked):
