@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from decodekit_gpt.gpt import GPT
@@ -299,6 +301,20 @@ def test_stream_leaves_inference_mode_between_events_and_generate_holds_it() -> 
     assert out.tokens == dk.generate(tiny_gpt(), [[1, 2, 3]], max_new_tokens=5, seed=0).tokens
 
 
+@pytest.mark.parametrize("value", ["+1", "100000", "\u00b2", "9" * 5000])  # more than the CPUs; "²".isdigit()
+def test_decodekit_threads_beyond_the_cpus_is_an_error_not_a_crash(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """DECODEKIT_THREADS=100000 crashed the process in torch's OpenMP runtime (a segfault, or libgomp's abort)."""
+    cpus = len(os.sched_getaffinity(0))
+    value = str(cpus + 1) if value == "+1" else value  # one more than the CPUs, which torch would accept
+    monkeypatch.setenv("DECODEKIT_THREADS", value)
+    with pytest.raises(dk.ParameterError) as info:
+        dk.generate(tiny_gpt(2), [[1, 2]], max_new_tokens=1)
+    assert str(info.value) == (
+        f"DECODEKIT_THREADS={value!r} is invalid; allowed: an integer 0 <= N <= {cpus}, the CPUs this process "
+        "can use (0: torch's setting)"
+    )
+
+
 def test_a_small_model_decodes_on_one_thread_unless_the_caller_chose(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI picked one thread for small models, dk.generate did not (53-85 s against 7.7 s loaded)."""
     import decodekit.threads as threads_module
@@ -319,11 +335,12 @@ def test_a_small_model_decodes_on_one_thread_unless_the_caller_chose(monkeypatch
     dk.generate(model, [[1, 2]], chain=dk.Chain([spy]), max_new_tokens=2)
     assert seen == [before, before]
     seen.clear()
-    monkeypatch.setenv("DECODEKIT_THREADS", "3")
+    cpus = len(os.sched_getaffinity(0))  # at most the CPUs this process can use
+    monkeypatch.setenv("DECODEKIT_THREADS", str(cpus))
     events = dk.stream(model, [[1, 2]], chain=dk.Chain([spy]), max_new_tokens=2)
     for _ in events:
         assert torch.get_num_threads() == before  # the caller's threads between events
-    assert seen == [3, 3]
+    assert seen == [cpus, cpus]
     monkeypatch.setenv("DECODEKIT_THREADS", "many")
     with pytest.raises(dk.ParameterError, match="DECODEKIT_THREADS='many' is invalid"):
         dk.generate(model, [[1, 2]], max_new_tokens=1)

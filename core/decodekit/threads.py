@@ -6,7 +6,8 @@ machine, docs/benchmarks.md). So while it decodes a model of fewer than
 `SMALL_MODEL_PARAMETERS` parameters on the CPU, decodekit runs torch on one thread, and gives
 your setting back between stream events and when the decode ends. You choose instead by
 
-- `DECODEKIT_THREADS=N`: N threads for every decode (0: leave torch's setting alone), or
+- `DECODEKIT_THREADS=N`: N threads for every decode (0: leave torch's setting alone; at most the CPUs
+  this process can use, `usable_cpus`: far more crashes torch's OpenMP runtime), or
 - `torch.set_num_threads(n)` after importing decodekit: a count other than the one torch
   started with is your choice, and decodekit keeps it.
 """
@@ -21,7 +22,7 @@ import torch
 
 from decodekit.errors import ParameterError
 
-__all__ = ["SMALL_MODEL_PARAMETERS", "decode_threads", "threads"]
+__all__ = ["SMALL_MODEL_PARAMETERS", "decode_threads", "threads", "usable_cpus"]
 
 SMALL_MODEL_PARAMETERS = 20_000_000
 _STARTED_WITH = torch.get_num_threads()
@@ -31,9 +32,15 @@ def decode_threads(model: object) -> int | None:
     """The threads to decode `model` on, or None to leave torch's setting (see the module docstring)."""
     chosen = os.environ.get("DECODEKIT_THREADS", "").strip()
     if chosen:
-        if not chosen.isdigit():
-            raise ParameterError(f"DECODEKIT_THREADS={chosen!r} is invalid; allowed: an integer >= 0 (0: torch's)")
-        return int(chosen) or None
+        cpus = usable_cpus()
+        # ASCII digits only ("²".isdigit()), and few: int() refuses 4,300 digits
+        n = int(chosen) if chosen.isascii() and chosen.isdigit() and len(chosen) < 10 else -1
+        if not 0 <= n <= cpus:
+            raise ParameterError(
+                f"DECODEKIT_THREADS={chosen!r} is invalid; allowed: an integer 0 <= N <= {cpus}, the CPUs this "
+                "process can use (0: torch's setting)"
+            )
+        return n or None
     if torch.get_num_threads() != _STARTED_WITH:
         return None  # the caller chose
     params = getattr(model, "parameters", None)
@@ -44,6 +51,13 @@ def decode_threads(model: object) -> int | None:
         count += p.numel()
         on_cpu = on_cpu and p.device.type == "cpu"
     return 1 if on_cpu and count < SMALL_MODEL_PARAMETERS else None
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 @contextlib.contextmanager

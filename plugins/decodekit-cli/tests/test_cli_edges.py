@@ -84,7 +84,7 @@ def test_more_samples_than_memory_holds_is_an_error_naming_num_samples(monkeypat
 def test_threads_beyond_the_cpus_is_an_error_not_a_crash() -> None:
     # torch.set_num_threads(100000) crashes the process (a segfault, or libgomp's abort); the tests
     # ask for one more than the CPUs, which torch would accept, so the check is what fails.
-    from decodekit_cli.sampling_options import usable_cpus
+    from decodekit.threads import usable_cpus
 
     cpus = usable_cpus()
     result = _generate("--threads", str(cpus + 1))

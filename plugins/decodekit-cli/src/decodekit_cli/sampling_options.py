@@ -7,7 +7,6 @@ explained prompt are then checked, loaded and encoded the same way. Nothing here
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,13 +14,6 @@ from decodekit_cli.errors import CliError
 from decodekit_cli.options import check_installed, encode_prompt, load_named_model, model_name, resolve_cache
 
 __all__ = ["SamplingOptions", "set_threads"]
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask, where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def set_threads(model: object, threads: int | None) -> None:
@@ -32,6 +24,8 @@ def set_threads(model: object, threads: int | None) -> None:
     more threads than CPUs only slow torch down, and a count far above them crashes the process
     in its OpenMP runtime (a segfault, or libgomp's abort) instead of failing cleanly."""
     import torch
+
+    from decodekit.threads import usable_cpus
 
     if threads is None:
         return
