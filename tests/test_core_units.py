@@ -84,6 +84,42 @@ def test_param_errors_name_parameter_value_and_range() -> None:
     assert validate_params("demo", KParams, {"k": 3}) == KParams(k=3, scale=1.0)
 
 
+@pytest.mark.parametrize(
+    ("name", "params", "message"),
+    [
+        (  # it said nothing allowed, and added the list's "should have at least 1 item after validation"
+            "dry",
+            {"multiplier": 1, "sequence_breakers": [[-1]]},
+            "dry: sequence_breakers.0.0=-1 is invalid: Input should be greater than or equal to 0; "
+            "allowed: sequence_breakers: list[list[int in [0, 2**63)]]",
+        ),
+        (
+            "sequence_bias",
+            {"biases": [[[1], "a"]]},
+            "sequence_bias: biases.0.1='a' is invalid: should be a number, not a bool or a string; "
+            "allowed: biases: list[tuple[list[int in [0, 2**63)], float in [-10000, 10000]]]",
+        ),
+        (  # pydantic locates a dict key's error as bias.-1.[key]
+            "logit_bias",
+            {"bias": {-1: 1.0}},
+            "logit_bias: bias key=-1 is invalid: Input should be greater than or equal to 0; "
+            "allowed: bias: dict[int in [0, 2**63), float in [-100, 100]]",
+        ),
+        (  # it added "pattern.list[nullable[str]].1=3 is invalid: ...", pydantic's tag for the union's member
+            "regex",
+            {"pattern": ["a", 3]},
+            "regex: pattern=['a', 3] is invalid; allowed: str | list[str | None]",
+        ),
+    ],
+)
+def test_nested_param_errors_name_the_path_value_and_what_is_allowed(
+    name: str, params: dict[str, object], message: str
+) -> None:
+    with pytest.raises(dk.ParameterError) as info:
+        dk.create(name, **params)
+    assert str(info.value) == message
+
+
 def test_specs_reject_bad_shapes() -> None:
     with pytest.raises(dk.ParameterError, match="n_kv_heads=3 is invalid; allowed: a divisor of n_heads=4"):
         dk.CacheSpec(n_layers=1, n_heads=4, n_kv_heads=3, head_dim=8, batch_size=1, capacity=4)

@@ -114,7 +114,10 @@ def validate_params(owner: str, model: type[Params], values: Mapping[str, Any]) 
     except ValidationError as exc:
         errors = exc.errors()
     problems: dict[str, str] = {}  # by location; a union reports one error per member, shown as one
+    locs = [tuple(err["loc"]) for err in errors]
     for err in errors:
+        if any(len(other) > len(err["loc"]) > 0 and other[: len(err["loc"])] == err["loc"] for other in locs):
+            continue  # a list that came out short because an item of it failed: the item's error says why
         loc = ".".join(str(p) for p in err["loc"])
         key = str(err["loc"][0]) if err["loc"] else ""
         field = fields.get(key)
@@ -127,16 +130,19 @@ def validate_params(owner: str, model: type[Params], values: Mapping[str, Any]) 
         elif field is not None and _is_union_member(err["loc"], field):
             problems[key] = f"{key}={values.get(key)!r} is invalid; allowed: {allowed_values(key, field)}"
         else:
-            # Bounds are described for top-level parameters; a nested location (an item of a
-            # list or dict parameter) is described by pydantic's message alone.
+            # An item of a list or dict parameter (`breakers.0.1`; a dict key's own error `bias key`) is
+            # described by the parameter's whole type, its items' bounds written in it.
             nested = len(err["loc"]) > 1
-            allowed = f"; allowed: {allowed_values(key, field)}" if field is not None and not nested else ""
-            problems[loc] = f"{loc}={err.get('input')!r} is invalid: {err['msg']}{allowed}"
+            if err["loc"][-1] == "[key]":
+                loc = loc.removesuffix(f".{err['loc'][-2]}.[key]") + " key"
+            allowed = "" if field is None else f"; allowed: {f'{key}: ' if nested else ''}{allowed_values(key, field)}"
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            problems[loc] = f"{loc}={err.get('input')!r} is invalid: {msg}{allowed}"
     raise ParameterError(f"{owner}: " + "; ".join(problems.values())) from None
 
 
 def _is_union_member(loc: tuple[int | str, ...], field: FieldInfo) -> bool:
-    """Pydantic locates a union member's error as (parameter, member tag)."""
+    """Pydantic locates a union member's error as (parameter, member tag, ...: inside that member)."""
     origin = typing.get_origin(field.annotation)
     is_union = origin is typing.Union or type(field.annotation).__name__ == "UnionType"
-    return is_union and len(loc) == 2 and isinstance(loc[1], str)
+    return is_union and len(loc) >= 2 and isinstance(loc[1], str)
