@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from decodekit.outputs import RowOutput
 from decodekit.text import TextTracker
 
 CORPUS = (
@@ -83,12 +84,18 @@ def test_a_step_decodes_a_few_tokens_however_long_the_text(bpe: ByteBPE) -> None
     assert len(ids) > 2000 and max(bpe.decoded) <= 8  # a window, not the whole text
 
 
-def test_drop_last_removes_only_the_last_tokens_text(bpe: ByteBPE) -> None:
-    ids = bpe.encode("abc def")
-    tracker = TextTracker(bpe, [])
-    for token in ids:
-        tracker.push(token, final=False)
-    before = tracker.text
-    tracker.push(bpe.encode(" ghi")[0], final=False)
-    tracker.drop_last()
-    assert tracker.text == before and tracker.tokens == ids
+class Letters:
+    """Token i is the i-th character of "xa<" (2, "<", stands for an end-of-text token)."""
+
+    def encode(self, text: str) -> list[int]:
+        return ["xa<".index(c) for c in text]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join("xa<"[i] for i in ids)
+
+
+def test_a_stop_token_lets_out_the_text_held_back_for_a_stop_string() -> None:
+    """ "a" was held back as the possible start of the stop string "ab"; the stop token ended the row and lost it."""
+    out = RowOutput(10, frozenset({2}), TextTracker(Letters(), ["ab"]))
+    assert [out.push(token).text for token in (0, 1, 2)] == ["x", "", "a"]
+    assert (out.text, out.tokens, out.finish_reason, out.stopped_by) == ("xa", [0, 1, 2], "stop", 2)

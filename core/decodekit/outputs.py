@@ -69,12 +69,12 @@ class RowOutput:
             reason = "length"
         text = None
         if self.tracker is not None:
-            text, hit = self.tracker.push(token, final=reason is not None)
             if isinstance(stopped_by, int):  # a stop token is not part of the text
-                self.tracker.drop_last()
-                text = ""
-            elif hit is not None:
-                reason, stopped_by = "stop", hit
+                text = self.tracker.end()
+            else:
+                text, hit = self.tracker.push(token, final=reason is not None)
+                if hit is not None:
+                    reason, stopped_by = "stop", hit
             self.texts.append(text)
         self.finish_reason, self.stopped_by = reason, stopped_by
         return Pushed(text, reason, stopped_by)

@@ -33,12 +33,10 @@ class TextTracker:
         self.read = 0  # tokens[:read] are rendered in `text`
         self.text = ""
         self.emitted = 0
-        self._undo: tuple[str, int, int] = ("", 0, 0)
 
     def push(self, token: int, final: bool) -> tuple[str, str | None]:
         """Add a token; return (new text to show, the stop string hit or None)."""
         self.tokens.append(token)
-        self._undo = (self.text, self.prefix, self.read)
         context = self.tokenizer.decode(self.tokens[self.prefix : self.read])
         window = self.tokenizer.decode(self.tokens[self.prefix :])
         if len(window) > len(context) and (final or not window.endswith(self._REPLACEMENT)):
@@ -60,10 +58,9 @@ class TextTracker:
         twin.tokens = list(self.tokens)
         return twin
 
-    def drop_last(self) -> None:
-        """Remove the last token's text (a stop token is not part of the text)."""
-        self.tokens.pop()
-        self.text, self.prefix, self.read = self._undo
+    def end(self) -> str:
+        """End the text on a token outside it (a stop token): the text held back for a stop string comes out."""
+        return self._emit(len(self.text))
 
     def _emit(self, upto: int) -> str:
         upto = max(upto, self.emitted)
