@@ -298,7 +298,8 @@ class Decoding:
         request = self.request
         tracker = None if request.tokenizer is None else TextTracker(request.tokenizer, request.stop_strings)
         ended = functools.partial(self.chain.ended, prompt) if self.chain.ends_rows else None  # beams share it
-        return RowOutput(request.max_new_tokens, request.stop_tokens[prompt], tracker, ended)
+        ends = frozenset(getattr(request.tokenizer, "eos_token_ids", ()) if ended else ())
+        return RowOutput(request.max_new_tokens, request.stop_tokens[prompt], tracker, ended, ends)
 
     def _check_token(self, token: object) -> None:
         V = self.spec.vocab_size

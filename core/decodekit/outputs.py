@@ -2,7 +2,8 @@
 
 A row ends at a stop token (which is its last token, outside its text), at a stop string (its
 text is cut before it), when a stage of the chain says so after a token (`Chain.ended`: a
-grammar that is complete), or at `max_new_tokens`. Text is decoded incrementally (`TextTracker`).
+grammar that is complete; when that token is an end of text, one of the tokenizer's
+`eos_token_ids`, it is outside the text too), or at `max_new_tokens`. Text is decoded incrementally (`TextTracker`).
 The engine holds one per row and turns what `push` returns into `TokenEvent`s; a strategy that
 keeps several candidates per prompt (beam search) copies them as its candidates branch.
 """
@@ -37,9 +38,11 @@ class RowOutput:
         stop_tokens: frozenset[int],
         tracker: TextTracker | None,
         ended: Callable[[Sequence[int]], str | None] | None = None,
+        end_tokens: frozenset[int] = frozenset(),
     ) -> None:
         self.limit = limit
         self.stop_tokens = stop_tokens
+        self.end_tokens = end_tokens  # the tokenizer's end of text: no text when a stage ends the row on one
         self.tracker = tracker
         self.ended = ended  # a chain stage's verdict on the tokens so far
         self.tokens: list[int] = []
@@ -69,8 +72,8 @@ class RowOutput:
             reason = "length"
         text = None
         if self.tracker is not None:
-            if isinstance(stopped_by, int):  # a stop token is not part of the text
-                text = self.tracker.end()
+            if isinstance(stopped_by, int) or (stopped_by is not None and token in self.end_tokens):
+                text = self.tracker.end()  # a stop token, or the end of text a stage ended on, is not text
             else:
                 text, hit = self.tracker.push(token, final=reason is not None)
                 if hit is not None:

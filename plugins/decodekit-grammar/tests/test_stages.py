@@ -359,6 +359,19 @@ def test_the_end_token_is_forced_once_the_document_is_complete(bpe: Any) -> None
     assert stage.ends_row(0, done) == "json_schema"
 
 
+@pytest.mark.parametrize("strategy", ["sample", "beam(num_beams=2)"])
+def test_the_end_token_a_grammar_ends_a_row_on_is_outside_its_text(bpe_model: Any, strategy: str) -> None:
+    """The text was '10<|endoftext|>': like a stop token, the end token is the row's last token, not its text."""
+    end_first = dk.create("logit_bias", bias={0: 50.0})  # <|endoftext|>, as soon as the grammar allows it
+    chain = dk.Chain([end_first, dk.create("regex", pattern="[0-9]+")])
+    out = dk.decode(bpe_model, ["x"], strategy=strategy, chain=chain, max_new_tokens=5, seed=0)
+    tokens = out.tokens[0]
+    assert len(tokens) == 2 and tokens[-1] == 0 and (out.finish_reasons, out.stopped_by) == (["stop"], ["regex"])
+    assert out.text == [bpe_model.tokenizer.decode(tokens[:1])] and out.text[0].isdigit()
+    events = list(dk.stream(bpe_model, ["x"], strategy=strategy, chain=chain, max_new_tokens=5, seed=0))
+    assert "".join(e.text for e in events) == out.text[0] and events[-1].text == ""
+
+
 def selectors() -> list[str]:
     from decodekit.plugins import get_registry
 
