@@ -178,3 +178,16 @@ def test_explain_past_the_context_says_the_option_too() -> None:
     result = run_cli(["explain", "ROMEO: ", "-m", MODEL, "--steps", "100000"], _env())
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.endswith("cache='none', which crops the context (on the command line: --cache none)\n")
+
+
+def test_output_dash_is_refused_not_a_file_named_dash(tmp_path: Path) -> None:
+    # `--output -` wrote the records to a file named "-" (and "-.settings.json") and said "written to -".
+    (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO: "}\n')
+    args = ["generate", "--input", "in.jsonl", "--output", "-", "-m", MODEL, "--max-new-tokens", "2"]
+    result = run_cli(args, _env(), cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "decodekit: error: --output '-': records are written to a file, not to stdout (--resume and the "
+        "settings recorded beside it need one); allowed: a file path, e.g. 'results.jsonl'\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
