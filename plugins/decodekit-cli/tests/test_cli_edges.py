@@ -191,3 +191,13 @@ def test_output_dash_is_refused_not_a_file_named_dash(tmp_path: Path) -> None:
         "settings recorded beside it need one); allowed: a file path, e.g. 'results.jsonl'\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_explain_dash_reads_the_prompt_from_stdin_as_generate_does() -> None:
+    # explain took "-" as the prompt itself, where generate reads stdin.
+    args = ["-m", MODEL, "--steps", "2", "--seed", "0", "--json"]
+    piped = run_cli(["explain", "-", *args], _env(), stdin="ROMEO: \n")
+    given = run_cli(["explain", "ROMEO: ", *args], _env())
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)["prompt"] == "ROMEO: "
+    assert piped.stdout == given.stdout

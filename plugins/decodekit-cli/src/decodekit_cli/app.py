@@ -319,7 +319,9 @@ def generate(
     "in nats, and the most likely candidates with their probabilities. " + FLAGS_HELP
 )
 def explain(
-    prompt: Annotated[str, typer.Argument(help="Text to continue.")],
+    prompt: Annotated[
+        str, typer.Argument(help="Text to continue; '-' reads it from stdin (one trailing newline dropped).")
+    ],
     model: ModelOption = None,
     chain: ChainOption = None,
     temperature: TemperatureOption = None,
