@@ -201,3 +201,23 @@ def test_explain_dash_reads_the_prompt_from_stdin_as_generate_does() -> None:
     assert piped.returncode == 0, piped.stderr
     assert json.loads(piped.stdout)["prompt"] == "ROMEO: "
     assert piped.stdout == given.stdout
+
+
+@pytest.mark.parametrize("command", ["generate", "explain"])
+def test_a_stdin_prompt_with_windows_line_ends_reads_them_as_newlines(command: str) -> None:
+    # "ROMEO:\r\nJULIET:\r\n" kept every "\r": a character the tokenizer lacks (an error), or one the model saw.
+    args = [command, "-m", MODEL, "--seed", "0", "--json", *(["--steps", "2"] if command == "explain" else [])]
+    piped = run_cli([args[0], "-", *args[1:]], _env(), stdin="ROMEO:\r\nJULIET:\r\n")
+    given = run_cli([args[0], "ROMEO:\nJULIET:", *args[1:]], _env())
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)["prompt"] == "ROMEO:\nJULIET:"
+    assert _without_timings(piped.stdout) == _without_timings(given.stdout)
+
+
+def _without_timings(document: str) -> Any:
+    data = json.loads(document)
+    for key in ("tokens_per_second", "seconds"):
+        data.pop(key, None)
+    for sample in data.get("samples", []):
+        sample.pop("tokens_per_second", None)
+    return data

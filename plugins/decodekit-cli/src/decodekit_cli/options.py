@@ -163,11 +163,12 @@ def prompt_text(prompt: str | None) -> str:
 
     From stdin one trailing newline is dropped: `echo`, here-strings and editors add it, and a
     prompt ending in a newline steers the model to a new line (as `$(...)` drops it in a shell).
+    Windows line ends (`\r\n`) are read as newlines, as `open()` reads text files.
     """
     if prompt is None:
         return "\n"
     if prompt == "-":
-        text = sys.stdin.read()
+        text = sys.stdin.read().replace("\r\n", "\n")  # POSIX stdin keeps the "\r" of a file saved on Windows
         text = text[:-1] if text.endswith("\n") else text
         if not text:
             raise CliError(
