@@ -50,6 +50,7 @@ def run_explain(request: ExplainRequest) -> int:
 
     model = load_named_model(name)  # on torch's threads, as before: --threads is generate's
     prompt = sampling.encode(model, text)
+    text = sampling.seen_prompt(model, text, prompt)
     with cli_hints():
         reports = explain_steps(
             model, prompt, chain, steps=request.steps, top=request.top, seed=sampling.seed, cache=cache

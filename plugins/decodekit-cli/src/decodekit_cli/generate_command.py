@@ -205,8 +205,10 @@ def run_generate(request: GenerateRequest) -> int:
     chain = build_chain(sampling.chain, sampling.flags)
     prompt = prompt_text(request.prompt)
     model = sampling.load_model(name)
+    encoded = sampling.encode(model, prompt)
+    prompt = sampling.seen_prompt(model, prompt, encoded)
     spec = SampleSpec(
-        prompt=sampling.encode(model, prompt),
+        prompt=encoded,
         chain=chain,
         num_samples=request.num_samples,
         max_new_tokens=sampling.max_new_tokens,
