@@ -221,3 +221,15 @@ def _without_timings(document: str) -> Any:
     for sample in data.get("samples", []):
         sample.pop("tokens_per_second", None)
     return data
+
+
+@pytest.mark.parametrize("command", [["plugins"], ["generate", "ROMEO: ", "-m", MODEL, "--max-new-tokens", "2"]])
+def test_load_plugins_naming_no_installed_distribution_is_an_error(command: list[str]) -> None:
+    # It was accepted silently: `plugins` listed the core alone, `generate` said the chain was not installed.
+    result = run_cli(command, _env(DECODEKIT_LOAD_PLUGINS="nonexist"))
+    assert (result.returncode, result.stdout) == (2, "")
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        "decodekit: error: DECODEKIT_LOAD_PLUGINS names 'nonexist', which is no installed plugin distribution; "
+        "allowed: a comma-separated list of decodekit, decodekit-adaptive, "
+    ), line
