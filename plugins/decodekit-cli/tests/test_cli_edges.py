@@ -233,3 +233,27 @@ def test_load_plugins_naming_no_installed_distribution_is_an_error(command: list
         "decodekit: error: DECODEKIT_LOAD_PLUGINS names 'nonexist', which is no installed plugin distribution; "
         "allowed: a comma-separated list of decodekit, decodekit-adaptive, "
     ), line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["generate", "ROMEO: ", "-m", MODEL, "--max-new-tokens", "3", "--seed", "0"],
+        ["generate", "ROMEO: ", "-m", MODEL, "--max-new-tokens", "3", "--seed", "0", "--json"],
+        ["samplers"],
+    ],
+)
+def test_a_closed_pipe_ends_the_command_quietly_with_status_141(args: list[str]) -> None:
+    # `decodekit ... | head -c 10`: click turned the EPIPE into a silent exit status 1, a failure like any other.
+    # A process of its own, its stdout a pipe whose reader is gone before it writes (as after `head` exits).
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = _env(PYTHONPATH=os.pathsep.join([str(Path(cli_testplugin.__file__).parent), *sys.path]))
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "decodekit_cli", *args],
+            stdin=subprocess.DEVNULL, stdout=write_end, stderr=subprocess.PIPE, env=env, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (141, "")

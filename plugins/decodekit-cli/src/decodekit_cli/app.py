@@ -18,7 +18,15 @@ import typer
 
 from decodekit_cli.bare_ray_flag import bare_ray_flag
 from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
-from decodekit_cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error, report_warning
+from decodekit_cli.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    CliError,
+    report_error,
+    report_warning,
+)
 
 if TYPE_CHECKING:
     from decodekit_cli.sampling_options import SamplingOptions
@@ -47,6 +55,12 @@ class _CtrlCError(Exception):
     passes through typer to `run`, which says so on stderr."""
 
 
+class _BrokenPipeError(Exception):
+    """stdout's reader went away (`decodekit ... | head`). click turns a BrokenPipeError into a silent
+    exit status 1, a failure like any other; this passes through click to `run`, which exits as
+    `yes | head` does."""
+
+
 def _caused_by_ctrl_c(exc: BaseException) -> bool:
     """Whether a KeyboardInterrupt is behind `exc`: the registry reports Ctrl-C while it imports a
     plugin as that plugin's PluginError, raised from the KeyboardInterrupt."""
@@ -66,6 +80,8 @@ class _Commands(typer.core.TyperGroup):
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:
             raise _CtrlCError() from exc
+        except BrokenPipeError as exc:
+            raise _BrokenPipeError() from exc
         except Exception as exc:
             if _caused_by_ctrl_c(exc):
                 raise _CtrlCError() from exc
@@ -522,6 +538,19 @@ def _usage_message(usage: _UsageError) -> str:
     return f"{usage.format_message()} (see '{ctx.command_path} --help')"
 
 
+def _quiet_after_broken_pipe() -> int:
+    """Python's advice for SIGPIPE (`signal` docs): what is still to be written, and its flush at
+    exit, goes to devnull; the status is the one shells report for a process SIGPIPE ended."""
+    for stream in (sys.stdout, sys.stderr):  # either may be the closed pipe (`2>&1 | head`)
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+        except (AttributeError, OSError, ValueError):  # a stream without a file descriptor (a test's StringIO)
+            pass
+    return EXIT_BROKEN_PIPE
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status. Errors are one line on stderr, never a traceback."""
     from decodekit.errors import DecodekitError
@@ -531,6 +560,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = _show_warning
     try:
         status = typer.main.get_command(app).main(args=args, prog_name="decodekit", standalone_mode=False)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe is "Exception ignored" and status 120
+    except (_BrokenPipeError, BrokenPipeError):
+        return _quiet_after_broken_pipe()
     except _usage_errors() as exc:
         usage = cast(_UsageError, exc)
         report_error(_usage_message(usage))
