@@ -257,3 +257,26 @@ def test_a_closed_pipe_ends_the_command_quietly_with_status_141(args: list[str])
     finally:
         os.close(write_end)
     assert (result.returncode, result.stderr) == (141, "")
+
+
+def test_chain_takes_a_json_spec_as_chain_from_spec_does() -> None:
+    # --chain '[{"name": "top_k", ...}]' was read as a chain string: "expected a sampler name" at position 0.
+    spec = '[{"name": "top_k", "params": {"k": 3}}, {"name": "temperature", "params": {"value": 0.7}}]'
+    from_json = _generate("--chain", spec, "--json")
+    from_text = _generate("--chain", "top_k(3) | temperature(0.7)", "--json")
+    assert from_json.returncode == 0, from_json.stderr
+    assert json.loads(from_json.stdout)["chain"] == "top_k(k=3) | temperature(value=0.7) | sample"
+    assert _without_timings(from_json.stdout) == _without_timings(from_text.stdout)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ('[{"name": ', "chain spec: not valid JSON: Expecting value: line 1 column 11 (char 10)"),
+        ('{"name": "top_k"}', "chain spec: {'name': 'top_k'}; allowed: a list of stage objects"),
+    ],
+)
+def test_a_bad_json_chain_spec_is_an_error_naming_chain(spec: str, message: str) -> None:
+    result = _generate("--chain", spec)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"decodekit: error: --chain {spec!r}: {message}\n"

@@ -112,7 +112,8 @@ ChainOption = Annotated[
         "--chain",
         "-c",
         help='Sampler chain, e.g. "repetition_penalty(1.1) | temperature(0.8) | top_p(0.9)". '
-        "A final selector (sample, greedy) is optional; sample is the default.",
+        "A final selector (sample, greedy) is optional; sample is the default. "
+        'Or a JSON chain spec: \'[{"name": "top_k", "params": {"k": 40}}]\'.',
         rich_help_panel=SAMPLING,
     ),
 ]
