@@ -58,6 +58,7 @@ class _Book:
     def __init__(self, engine: GrammarEngine, table: TokenTable, grammars: Sequence[Grammar | None], stage: str):
         self.vocabulary = _vocabulary(engine, table)
         self.size = engine.mask_size(self.vocabulary)  # bits per mask
+        self.tokens = table.size  # the bits that stand for the model's tokens
         self.open_end = not table.eos  # no end-of-sequence id: a complete row's mask is left open
         self.matchers: list[Matchers | None] = []
         for i, grammar in enumerate(grammars):
@@ -73,12 +74,17 @@ class _Book:
             self.matchers.append(Matchers(root))
 
 
+def _any_token(words: np.ndarray[Any, np.dtype[np.int32]], tokens: int) -> bool:
+    """Whether a mask allows any of the model's `tokens` (an engine's mask may have bits past them)."""
+    return bool(np.unpackbits(words.view(np.uint8), count=tokens, bitorder="little").any())
+
+
 def _check_first_tokens(root: Matcher, size: int, table: TokenTable) -> None:
     """Raise `ValueError` if no token of the model's may begin a text: every decode would find its first step
     empty (a `NumericsError` that cannot say why); the reason is known here, before any step."""
     words = np.zeros((size + 31) // 32, dtype=np.int32)
     root.fill_mask(words)
-    if np.unpackbits(words.view(np.uint8), count=table.size, bitorder="little").any():
+    if _any_token(words, table.size):
         return
     if root.accepting:  # the empty text only, and no end-of-sequence token to end a row on it
         raise ValueError(
@@ -139,6 +145,14 @@ class GrammarStage(ProcessorBase[P]):
     def mask(self, ctx: DecodeContext, vocab_size: int) -> np.ndarray[Any, np.dtype[np.int32]]:
         """`[B, W]` int32 bitmasks (`engine`'s layout, at least `vocab_size` bits): the tokens that may follow
         each row's generated tokens under its grammar."""
+        return self._mask(ctx, vocab_size, dead_end_raises=False)
+
+    def _mask(
+        self, ctx: DecodeContext, vocab_size: int, *, dead_end_raises: bool
+    ) -> np.ndarray[Any, np.dtype[np.int32]]:
+        """`mask`; with `dead_end_raises` (the stage applied in a chain), a row whose text no token continues
+        is a `ParameterError` saying where and why, not an empty mask the chain reports as a `NumericsError`
+        naming only the stage."""
         book = self._book(ctx, vocab_size)
         history = (ctx.tokens if ctx.tokens.device.type == "cpu" else ctx.tokens.cpu()).numpy()  # [B, T]
         generated = history[:, history.shape[1] - ctx.step :].astype(np.int32)  # [B, step]: each row's key
@@ -156,6 +170,8 @@ class GrammarStage(ProcessorBase[P]):
                         state.fill_mask(words[b])
                 except ValueError as exc:
                     raise self._gave_up(grammar_of[b], ctx.step, exc) from None
+                if dead_end_raises and state is not None and not state.error and not _any_token(words[b], book.tokens):
+                    raise self._dead_end(grammar_of[b], b, generated[b], ctx.tokenizer)
             for matchers in book.matchers:
                 if matchers is not None:
                     matchers.reserve(B)
@@ -168,6 +184,19 @@ class GrammarStage(ProcessorBase[P]):
         return ParameterError(
             f"{self._label}: {self._parameter}{which} cannot go on after {tokens} tokens: {exc}; allowed: a grammar "
             f"whose rules can all end, within {self.engine.name}'s limits (fewer repetitions, longer lexemes)"
+        )
+
+    def _dead_end(self, grammar: int, row: int, generated: np.ndarray[Any, Any], tokenizer: Any) -> ParameterError:
+        """The error for a text no token of the vocabulary continues under its grammar (a character it lacks)."""
+        which = f"[{grammar}]" if len(self._grammars) > 1 else ""
+        try:
+            text = repr(tokenizer.decode(generated.tolist()))
+        except Exception:  # a tokenizer that cannot decode a partial character: the ids say where
+            text = f"token ids {generated.tolist()}"
+        return ParameterError(
+            f"{self._label}: {self._parameter}{which} has no token to go on with in row {row} after "
+            f"{len(generated)} tokens ({text}): no token of the vocabulary continues the text (the grammar needs a "
+            "character the vocabulary lacks there); allowed: a grammar whose text the tokenizer's tokens can spell"
         )
 
     def _book(self, ctx: DecodeContext, vocab_size: int) -> _Book:
@@ -238,7 +267,7 @@ def _caps(words: np.ndarray[Any, np.dtype[np.int32]], vocab_size: int) -> np.nda
 def _masked(stage: GrammarStage[Any], logits: Tensor, ctx: DecodeContext) -> Tensor:
     """`logits` with -inf where the stage's grammar removes a token: their minimum with the caps (-inf even
     where a logit was +inf; NaN stays NaN), a third of `masked_fill`'s cost on a CPU at 50,000 tokens."""
-    caps = _caps(stage.mask(ctx, logits.shape[-1]), logits.shape[-1])  # [B, V]: +inf kept, -inf removed
+    caps = _caps(stage._mask(ctx, logits.shape[-1], dead_end_raises=True), logits.shape[-1])  # [B, V]: +inf kept, -inf removed
     if logits.dtype == torch.float32 and logits.device.type == "cpu" and not logits.requires_grad:
         return torch.from_numpy(np.minimum(logits.numpy(), caps, out=caps))  # into the caps: one array less
     return torch.minimum(logits, torch.from_numpy(caps).to(logits.device, logits.dtype))
