@@ -208,6 +208,15 @@ class GrammarStage(ProcessorBase[P]):
             self._local.book = book
         return book
 
+    def check_prompts(self, prompts: int) -> None:
+        """Refuse a list of grammars that is not one per prompt (`decode_request` asks, under every strategy)."""
+        n = len(self._grammars)
+        if n not in (1, prompts):  # a grammar left over, or missing: the list and the prompts are misaligned
+            raise ParameterError(
+                f"{self._label}: {n} grammars ({self._parameter}) for {prompts} prompts; "
+                "allowed: one grammar, or one per prompt"
+            )
+
     def _grammar_indices(self, ctx: DecodeContext, rows: int) -> Sequence[int]:
         """Which grammar each row follows: its prompt's (`DecodeContext.prompt_index`)."""
         n = len(self._grammars)
