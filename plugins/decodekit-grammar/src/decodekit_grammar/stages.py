@@ -101,6 +101,7 @@ class GrammarStage(ProcessorBase[P]):
     """Base of the grammar stages: a subclass says which grammars its parameters describe (`grammars`)."""
 
     engine: ClassVar[GrammarEngine] = LLGuidance()
+    needs_tokenizer: ClassVar[bool] = True  # reads text (`ctx.tokenizer`): a host building contexts must give one
 
     def __init__(self, params: P | None = None, /, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
