@@ -77,7 +77,7 @@ class SamplingOptions:
         return encoded
 
     def seen_prompt(self, model: Any, prompt: str, encoded: str | list[int]) -> str:
-        """The prompt as the model saw it, to echo and report: with `--replace-unknown`, the text its tokens decode to."""
+        """The prompt as the model saw it, to echo and report: with `--replace-unknown`, its tokens' text."""
         tokenizer = getattr(model, "tokenizer", None)
         if not self.replace_unknown or tokenizer is None or isinstance(encoded, str):
             return prompt

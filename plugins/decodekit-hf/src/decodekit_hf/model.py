@@ -200,11 +200,11 @@ def _no_progress_bar_unless_a_terminal() -> Iterator[None]:
     if (isatty is not None and isatty()) or not hf_logging.is_progress_bar_enabled():
         yield
         return
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     try:
         yield
     finally:
-        hf_logging.enable_progress_bar()
+        hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def load_hf(argument: str | None, params: NoParams | None = None) -> HFModel:
