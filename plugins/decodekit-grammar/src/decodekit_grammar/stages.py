@@ -76,7 +76,10 @@ class _Book:
 
 def _any_token(words: np.ndarray[Any, np.dtype[np.int32]], tokens: int) -> bool:
     """Whether a mask allows any of the model's `tokens` (an engine's mask may have bits past them)."""
-    return bool(np.unpackbits(words.view(np.uint8), count=tokens, bitorder="little").any())
+    whole = tokens // 32  # words of the model's tokens only: read as they are, the rest bit by bit
+    if words[:whole].any():
+        return True
+    return bool(np.unpackbits(words[whole:].view(np.uint8), count=tokens - 32 * whole, bitorder="little").any())
 
 
 def _check_first_tokens(root: Matcher, size: int, table: TokenTable) -> None:
