@@ -9,8 +9,7 @@ anything is imported: `DECODEKIT_LOAD_PLUGINS=dist-a,dist-b` loads only those di
 (empty: none; a name no installed distribution has is an error), `DECODEKIT_DISABLE_PLUGINS=dist-c`
 all but those. `DECODEKIT_EXTRA_PLUGINS=pkg.module,pkg.module:attr` also loads those plugin
 objects, unpackaged (for trying a plugin, and for tests that run `decodekit` in a subprocess), each
-listed under the name given. The core's own
-registrations go through the same hooks and always load.
+listed under the name given. The core's own registrations go through the same hooks and always load.
 """
 
 from __future__ import annotations
