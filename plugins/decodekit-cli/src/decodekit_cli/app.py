@@ -564,6 +564,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit, where a closed pipe is "Exception ignored" and status 120
     except (_BrokenPipeError, BrokenPipeError):
         return _quiet_after_broken_pipe()
+    except SystemExit as exc:  # rich's own answer to a closed pipe (typer's help): exit status 1
+        if isinstance(exc.__context__, BrokenPipeError):
+            return _quiet_after_broken_pipe()
+        raise
     except _usage_errors() as exc:
         usage = cast(_UsageError, exc)
         report_error(_usage_message(usage))
