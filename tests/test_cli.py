@@ -640,3 +640,18 @@ def test_tiny_shakespeare_replaces_unknown_characters_on_request(shakespeare: An
     [line] = unknown.stderr.splitlines()
     assert unknown.returncode == 2 and "'♥' (U+2665)" in line and "(on the command line: --replace-unknown)" in line
     assert ok_json(replaced)["samples"][0]["tokens"] == ok_json(spaced)["samples"][0]["tokens"]
+
+
+def test_replace_unknown_shows_the_prompt_the_model_saw(shakespeare: Any) -> None:
+    # The echo and --json showed "ROMEO: ♥" while the model was fed "ROMEO:  " (♥ replaced by a space).
+    flags = ["--seed", "3", "--max-new-tokens", "6", "--replace-unknown"]
+    echoed, document, explained = cli_many(
+        ["generate", "ROMEO: ♥", *flags],
+        ["generate", "ROMEO: ♥", *flags, "--json"],
+        ["explain", "ROMEO: ♥", "--seed", "3", "--steps", "1", "--replace-unknown", "--json"],
+    )
+    assert echoed.returncode == 0, echoed.stderr
+    text = ok_json(document)["samples"][0]["text"]
+    assert echoed.stdout == "ROMEO:  " + text + "\n"
+    assert ok_json(document)["prompt"] == "ROMEO:  "
+    assert ok_json(explained)["prompt"] == "ROMEO:  "

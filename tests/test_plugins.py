@@ -166,6 +166,25 @@ def test_allowlist_entries_are_stripped(monkeypatch: pytest.MonkeyPatch) -> None
         dk.reload_plugins()
 
 
+def test_an_allowlist_naming_no_installed_distribution_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # DECODEKIT_LOAD_PLUGINS=nonexist loaded the core alone, silently: a typo looked like a broken install.
+    monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", "decodekit-cache-dense, Not_Installed")
+    try:
+        with pytest.raises(dk.UnknownNameError) as err:
+            dk.reload_plugins()
+        message = str(err.value)
+        assert message.startswith(
+            "DECODEKIT_LOAD_PLUGINS names 'not-installed', which is no installed plugin distribution; "
+            "allowed: a comma-separated list of decodekit, "
+        ), message
+        assert ", decodekit-cache-dense, " in message and message.endswith(" (empty: none)")
+        monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", "decodekit, decodekit-cache-dense")  # the core may be named
+        assert set(dk.reload_plugins().caches) == {"dense"}
+    finally:
+        monkeypatch.delenv("DECODEKIT_LOAD_PLUGINS")
+        dk.reload_plugins()
+
+
 def test_unknown_names_list_what_is_installed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -6,10 +6,10 @@ registration is recorded (a `RuntimeWarning`, and `decodekit plugins` lists it) 
 else keeps working, unless `DECODEKIT_STRICT_PLUGINS=1`. A name two distributions register is
 unusable (the error names both) until one is disabled. Environment, read from metadata before
 anything is imported: `DECODEKIT_LOAD_PLUGINS=dist-a,dist-b` loads only those distributions
-(empty: none), `DECODEKIT_DISABLE_PLUGINS=dist-c` all but those. `DECODEKIT_EXTRA_PLUGINS=
-pkg.module,pkg.module:attr` also loads those plugin objects, unpackaged (for trying a plugin, and
-for tests that run `decodekit` in a subprocess), each listed under the name given. The core's own
-registrations go through the same hooks and always load.
+(empty: none; a name no installed distribution has is an error), `DECODEKIT_DISABLE_PLUGINS=dist-c`
+all but those. `DECODEKIT_EXTRA_PLUGINS=pkg.module,pkg.module:attr` also loads those plugin
+objects, unpackaged (for trying a plugin, and for tests that run `decodekit` in a subprocess), each
+listed under the name given. The core's own registrations go through the same hooks and always load.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pluggy
 
 from decodekit import hookspecs
 from decodekit.chain_string import parse_stage
-from decodekit.errors import ParameterError, PluginError
+from decodekit.errors import ParameterError, PluginError, UnknownNameError
 from decodekit.params import Params, validate_params
 from decodekit.registry import (
     Category,
@@ -189,7 +189,10 @@ def _build() -> Registry:
     loader = _Loader()
     loader.add(builtin_plugin, CORE_DISTRIBUTION, _core_version(), "builtin")
     allowed, denied = _env_names("DECODEKIT_LOAD_PLUGINS"), _env_names("DECODEKIT_DISABLE_PLUGINS") or set()
-    for ep in _entry_points():
+    entry_points = _entry_points()
+    if allowed is not None:
+        _check_allowed(allowed, entry_points)
+    for ep in entry_points:
         dist = canonical_name(ep.dist.name) if ep.dist is not None else "?"
         version = ep.dist.version if ep.dist is not None else "?"
         if (allowed is not None and dist not in allowed) or dist in denied:
@@ -214,6 +217,20 @@ def _build() -> Registry:
         if canonical_name(label) not in denied:
             loader.add(plugin, label, "(in code)", "register_plugin")
     return loader.registry
+
+
+def _check_allowed(allowed: set[str], entry_points: list[metadata.EntryPoint]) -> None:
+    """Every name in DECODEKIT_LOAD_PLUGINS is an installed distribution: a typo would load nothing, silently."""
+    installed = {CORE_DISTRIBUTION} | {canonical_name(ep.dist.name) for ep in entry_points if ep.dist is not None}
+    extras = {canonical_name(s) for s in os.environ.get("DECODEKIT_EXTRA_PLUGINS", "").split(",") if s.strip()}
+    unknown = sorted(allowed - installed - extras)  # extras always load; naming them does no harm
+    if unknown:
+        names = ", ".join(repr(n) for n in unknown)
+        raise UnknownNameError(
+            f"DECODEKIT_LOAD_PLUGINS names {names}, which {'is' if len(unknown) == 1 else 'are'} no installed plugin "
+            f"distribution{'' if len(unknown) == 1 else 's'}; allowed: a comma-separated list of "
+            f"{', '.join(sorted(installed))} (empty: none)"
+        )
 
 
 def _install(registry: Registry) -> Registry:

@@ -135,6 +135,17 @@ def _chain(chain: object) -> Chain:
     raise ParameterError(f"chain={chain!r} is invalid; allowed: a Chain, a chain string, a spec list, or None")
 
 
+def _checked_for(chain: Chain, prompts: int) -> Chain:
+    """`chain`, each stage that takes one value per prompt (a grammar per prompt) having checked it has as many
+    (`check_prompts`): here every strategy passes, while a beam's or a speculative row's context says only
+    which prompt it serves."""
+    for stage in (*chain.processors, chain.selector):
+        check = getattr(stage, "check_prompts", None)
+        if callable(check):
+            check(prompts)
+    return chain
+
+
 def _cache(cache: object) -> CacheFactory | None:
     from decodekit.plugins import cache_factory
 
@@ -228,7 +239,7 @@ def decode_request(
     return DecodeRequest(
         model=model,
         prompts=rows,
-        chain=_chain(given["chain"]),
+        chain=_checked_for(_chain(given["chain"]), len(rows)),
         max_new_tokens=max_new,
         cache=_cache(given["cache"]),
         stop_tokens=_stop_tokens(given["stop_tokens"], len(rows), V),

@@ -194,3 +194,106 @@ def test_explain_past_the_context_says_the_option_too() -> None:
     result = run_cli(["explain", "ROMEO: ", "-m", MODEL, "--steps", "100000"], _env())
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.endswith("cache='none', which crops the context (on the command line: --cache none)\n")
+
+
+def test_output_dash_is_refused_not_a_file_named_dash(tmp_path: Path) -> None:
+    # `--output -` wrote the records to a file named "-" (and "-.settings.json") and said "written to -".
+    (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO: "}\n')
+    args = ["generate", "--input", "in.jsonl", "--output", "-", "-m", MODEL, "--max-new-tokens", "2"]
+    result = run_cli(args, _env(), cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "decodekit: error: --output '-': records are written to a file, not to stdout (--resume and the "
+        "settings recorded beside it need one); allowed: a file path, e.g. 'results.jsonl'\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_explain_dash_reads_the_prompt_from_stdin_as_generate_does() -> None:
+    # explain took "-" as the prompt itself, where generate reads stdin.
+    args = ["-m", MODEL, "--steps", "2", "--seed", "0", "--json"]
+    piped = run_cli(["explain", "-", *args], _env(), stdin="ROMEO: \n")
+    given = run_cli(["explain", "ROMEO: ", *args], _env())
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)["prompt"] == "ROMEO: "
+    assert piped.stdout == given.stdout
+
+
+@pytest.mark.parametrize("command", ["generate", "explain"])
+def test_a_stdin_prompt_with_windows_line_ends_reads_them_as_newlines(command: str) -> None:
+    # "ROMEO:\r\nJULIET:\r\n" kept every "\r": a character the tokenizer lacks (an error), or one the model saw.
+    args = [command, "-m", MODEL, "--seed", "0", "--json", *(["--steps", "2"] if command == "explain" else [])]
+    piped = run_cli([args[0], "-", *args[1:]], _env(), stdin="ROMEO:\r\nJULIET:\r\n")
+    given = run_cli([args[0], "ROMEO:\nJULIET:", *args[1:]], _env())
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)["prompt"] == "ROMEO:\nJULIET:"
+    assert _without_timings(piped.stdout) == _without_timings(given.stdout)
+
+
+def _without_timings(document: str) -> Any:
+    data = json.loads(document)
+    for key in ("tokens_per_second", "seconds"):
+        data.pop(key, None)
+    for sample in data.get("samples", []):
+        sample.pop("tokens_per_second", None)
+    return data
+
+
+@pytest.mark.parametrize("command", [["plugins"], ["generate", "ROMEO: ", "-m", MODEL, "--max-new-tokens", "2"]])
+def test_load_plugins_naming_no_installed_distribution_is_an_error(command: list[str]) -> None:
+    # It was accepted silently: `plugins` listed the core alone, `generate` said the chain was not installed.
+    result = run_cli(command, _env(DECODEKIT_LOAD_PLUGINS="nonexist"))
+    assert (result.returncode, result.stdout) == (2, "")
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        "decodekit: error: DECODEKIT_LOAD_PLUGINS names 'nonexist', which is no installed plugin distribution; "
+        "allowed: a comma-separated list of decodekit, decodekit-adaptive, "
+    ), line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["generate", "ROMEO: ", "-m", MODEL, "--max-new-tokens", "3", "--seed", "0"],
+        ["generate", "ROMEO: ", "-m", MODEL, "--max-new-tokens", "3", "--seed", "0", "--json"],
+        ["samplers"],
+        ["generate", "--help"],  # typer's help: rich exited with SystemExit(1) on its own
+    ],
+)
+def test_a_closed_pipe_ends_the_command_quietly_with_status_141(args: list[str]) -> None:
+    # `decodekit ... | head -c 10`: click turned the EPIPE into a silent exit status 1, a failure like any other.
+    # A process of its own, its stdout a pipe whose reader is gone before it writes (as after `head` exits).
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = _env(PYTHONPATH=os.pathsep.join([str(Path(cli_testplugin.__file__).parent), *sys.path]))
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "decodekit_cli", *args],
+            stdin=subprocess.DEVNULL, stdout=write_end, stderr=subprocess.PIPE, env=env, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (141, "")
+
+
+def test_chain_takes_a_json_spec_as_chain_from_spec_does() -> None:
+    # --chain '[{"name": "top_k", ...}]' was read as a chain string: "expected a sampler name" at position 0.
+    spec = '[{"name": "top_k", "params": {"k": 3}}, {"name": "temperature", "params": {"value": 0.7}}]'
+    from_json = _generate("--chain", spec, "--json")
+    from_text = _generate("--chain", "top_k(3) | temperature(0.7)", "--json")
+    assert from_json.returncode == 0, from_json.stderr
+    assert json.loads(from_json.stdout)["chain"] == "top_k(k=3) | temperature(value=0.7) | sample"
+    assert _without_timings(from_json.stdout) == _without_timings(from_text.stdout)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ('[{"name": ', "chain spec: not valid JSON: Expecting value: line 1 column 11 (char 10)"),
+        ('{"name": "top_k"}', "chain spec: {'name': 'top_k'}; allowed: a list of stage objects"),
+    ],
+)
+def test_a_bad_json_chain_spec_is_an_error_naming_chain(spec: str, message: str) -> None:
+    result = _generate("--chain", spec)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"decodekit: error: --chain {spec!r}: {message}\n"

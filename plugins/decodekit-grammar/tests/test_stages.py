@@ -393,3 +393,30 @@ def test_a_grammar_anywhere_in_a_chain_with_every_selector(shakespeare: Any, sel
     out = dk.generate(shakespeare, ["ROMEO:\n", "JULIET:\n"], chain=chain, max_new_tokens=20, seed=0)
     assert selectors() and all(re.fullmatch(pattern, text) for text in out.text), (chain, out.text)
     assert out.stopped_by == ["regex", "regex"]
+
+
+@pytest.mark.parametrize(
+    ("chain", "prompts", "message"),
+    [
+        (
+            "regex(pattern='abé')",
+            ["ROMEO:\n"],
+            "regex: pattern has no token to go on with in row 0 after 2 tokens ('ab'): no token of the vocabulary "
+            "continues the text (the grammar needs a character the vocabulary lacks there); allowed: a grammar "
+            "whose text the tokenizer's tokens can spell",
+        ),
+        (
+            "grammar(lark=['start: \"ab\"', 'start: \"b\\u00e9\"'])",
+            ["ROMEO:\n", "JULIET:\n"],
+            "grammar: lark[1] has no token to go on with in row 1 after 1 tokens ('b'): no token of the vocabulary",
+        ),
+    ],
+)
+def test_a_dead_end_in_the_middle_of_the_text_names_the_grammar_the_text_and_why(
+    shakespeare: Any, chain: str, prompts: list[str], message: str
+) -> None:
+    """tiny-shakespeare has no "é": the text reaches it after its first characters. It was a NumericsError
+    saying only "stage 0 (regex) removed the 84 left"."""
+    with pytest.raises(dk.ParameterError) as err:
+        dk.generate(shakespeare, prompts, chain=f"{chain} | greedy", max_new_tokens=6)
+    assert str(err.value).startswith(message), str(err.value)

@@ -131,3 +131,16 @@ def test_beam_search_with_a_grammar_per_prompt(shakespeare: Any) -> None:
     texts = [[shakespeare.tokenizer.decode(t) for t in beams] for beams in out.sequences]
     assert all(re.fullmatch(PATTERN, t) for t in texts[0]), texts[0]
     assert all(re.fullmatch(r"[A-Z]{2,4}![0-9]", t) for t in texts[1]), texts[1]
+
+
+@pytest.mark.parametrize("strategy", ["sample", "beam(num_beams=2)", "speculative(draft='ngram', k=2)"])
+@pytest.mark.parametrize("patterns", [["a", "b", "c"], ["a", "b", "c", "d"]])
+def test_a_list_of_grammars_not_one_per_prompt_is_refused_under_every_strategy(
+    shakespeare: Any, strategy: str, patterns: list[str]
+) -> None:
+    """Beam search and speculative decoding tell the stage only which prompt a row serves: a list longer than
+    the prompts went unnoticed there (the grammars left over ignored)."""
+    chain = dk.Chain([dk.create("regex", pattern=patterns)], dk.create("greedy"))
+    message = rf"^regex: {len(patterns)} grammars \(pattern\) for 2 prompts; allowed: one grammar, or one per prompt$"
+    with pytest.raises(dk.ParameterError, match=message):
+        dk.decode(shakespeare, ["A:", "B:"], strategy=strategy, chain=chain, max_new_tokens=2)

@@ -168,3 +168,24 @@ def test_prompt_lengths_that_do_not_fit_the_batch_are_refused_at_the_first_step(
         gpt2.generate(
             ids, attention_mask=mask, generation_config=gen_config(max_new_tokens=2), logits_processor=[processor]
         )
+
+
+def test_a_grammar_stage_needs_the_tokenizer_and_runs_with_it(gpt2: Any, gen_config: Any, char_tokenizer: Any) -> None:
+    """A grammar reads text: the processor gave its stages no tokenizer, so generate() failed at its first token
+    saying "the model has no tokenizer" (the model has one; as_logits_processor had no way to take it)."""
+    pytest.importorskip("decodekit_grammar")
+    chain = "regex(pattern='[a-c]{3}!')"
+    with pytest.raises(dk.ParameterError) as err:
+        as_logits_processor(chain)
+    assert str(err.value) == (
+        "as_logits_processor: stage 0 (regex) reads text, so it needs the model's tokenizer; allowed: "
+        "tokenizer= the transformers tokenizer (or a decodekit tokenizer with token_bytes())"
+    )
+    prompt = [char_tokenizer.encode("Hi ")]
+    processor = as_logits_processor(chain, tokenizer=char_tokenizer)
+    config = gen_config(max_new_tokens=8, eos_token_id=95, pad_token_id=95)
+    theirs = gpt2.generate(torch.tensor(prompt), generation_config=config, logits_processor=[processor])
+    generated = theirs[0, len(prompt[0]) :].tolist()
+    ours = dk.generate(HFModel(gpt2, char_tokenizer), prompt, chain=f"{chain} | greedy", max_new_tokens=8)
+    assert generated == [*ours.tokens[0], 95]  # the grammar complete, only <eos> is left: transformers stops on it
+    assert char_tokenizer.decode(generated[:-1]) == ours.text[0] and len(ours.text[0]) == 4

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from decodekit_hf import HFModel
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -48,3 +49,13 @@ def test_loader_takes_another_folder(tmp_path: Path) -> None:
     LlamaForCausalLM(config).save_pretrained(str(tmp_path))
     model = dk.load_model(f"tiny-shakespeare-llama:{tmp_path}")
     assert isinstance(model, HFModel) and model.spec.n_layers == 1 and model.tokenizer is None
+
+
+def test_loading_draws_no_progress_bar_where_stderr_is_no_terminal(capfd: pytest.CaptureFixture[str]) -> None:
+    # transformers drew "Loading weights: 100%|...| 38/38" on stderr, which the CLI keeps quiet when piped.
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.is_progress_bar_enabled()
+    dk.load_model("tiny-shakespeare-llama")
+    assert capfd.readouterr().err == ""
+    assert hf_logging.is_progress_bar_enabled()  # only our load is quiet: the caller's setting is put back

@@ -18,7 +18,15 @@ import typer
 
 from decodekit_cli.bare_ray_flag import bare_ray_flag
 from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
-from decodekit_cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error, report_warning
+from decodekit_cli.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    CliError,
+    report_error,
+    report_warning,
+)
 
 if TYPE_CHECKING:
     from decodekit_cli.sampling_options import SamplingOptions
@@ -47,6 +55,12 @@ class _CtrlCError(Exception):
     passes through typer to `run`, which says so on stderr."""
 
 
+class _BrokenPipeError(Exception):
+    """stdout's reader went away (`decodekit ... | head`). click turns a BrokenPipeError into a silent
+    exit status 1, a failure like any other; this passes through click to `run`, which exits as
+    `yes | head` does."""
+
+
 def _caused_by_ctrl_c(exc: BaseException) -> bool:
     """Whether a KeyboardInterrupt is behind `exc`: the registry reports Ctrl-C while it imports a
     plugin as that plugin's PluginError, raised from the KeyboardInterrupt."""
@@ -66,6 +80,8 @@ class _Commands(typer.core.TyperGroup):
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:
             raise _CtrlCError() from exc
+        except BrokenPipeError as exc:
+            raise _BrokenPipeError() from exc
         except Exception as exc:
             if _caused_by_ctrl_c(exc):
                 raise _CtrlCError() from exc
@@ -96,7 +112,8 @@ ChainOption = Annotated[
         "--chain",
         "-c",
         help='Sampler chain, e.g. "repetition_penalty(1.1) | temperature(0.8) | top_p(0.9)". '
-        "A final selector (sample, greedy) is optional; sample is the default.",
+        "A final selector (sample, greedy) is optional; sample is the default. "
+        'Or a JSON chain spec: \'[{"name": "top_k", "params": {"k": 40}}]\'.',
         rich_help_panel=SAMPLING,
     ),
 ]
@@ -319,7 +336,9 @@ def generate(
     "in nats, and the most likely candidates with their probabilities. " + FLAGS_HELP
 )
 def explain(
-    prompt: Annotated[str, typer.Argument(help="Text to continue.")],
+    prompt: Annotated[
+        str, typer.Argument(help="Text to continue; '-' reads it from stdin (one trailing newline dropped).")
+    ],
     model: ModelOption = None,
     chain: ChainOption = None,
     temperature: TemperatureOption = None,
@@ -520,6 +539,19 @@ def _usage_message(usage: _UsageError) -> str:
     return f"{usage.format_message()} (see '{ctx.command_path} --help')"
 
 
+def _quiet_after_broken_pipe() -> int:
+    """Python's advice for SIGPIPE (`signal` docs): what is still to be written, and its flush at
+    exit, goes to devnull; the status is the one shells report for a process SIGPIPE ended."""
+    for stream in (sys.stdout, sys.stderr):  # either may be the closed pipe (`2>&1 | head`)
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+        except (AttributeError, OSError, ValueError):  # a stream without a file descriptor (a test's StringIO)
+            pass
+    return EXIT_BROKEN_PIPE
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status. Errors are one line on stderr, never a traceback."""
     from decodekit.errors import DecodekitError
@@ -529,6 +561,13 @@ def run(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = _show_warning
     try:
         status = typer.main.get_command(app).main(args=args, prog_name="decodekit", standalone_mode=False)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe is "Exception ignored" and status 120
+    except (_BrokenPipeError, BrokenPipeError):
+        return _quiet_after_broken_pipe()
+    except SystemExit as exc:  # rich's own answer to a closed pipe (typer's help): exit status 1
+        if isinstance(exc.__context__, BrokenPipeError):
+            return _quiet_after_broken_pipe()
+        raise
     except _usage_errors() as exc:
         usage = cast(_UsageError, exc)
         report_error(_usage_message(usage))

@@ -44,6 +44,11 @@ def parts_path(output: Path) -> Path:
 def check_output(output: Path, input_path: Path, *, resume: bool, ray: bool) -> None:
     """Everything about `--output` that can be known before the model loads: a clear error naming the path."""
     name = repr(str(output))
+    if str(output) == "-":  # the shell convention for stdout, which cannot be locked, resumed or assembled into
+        raise CliError(
+            f"--output {name}: records are written to a file, not to stdout (--resume and the settings "
+            "recorded beside it need one); allowed: a file path, e.g. 'results.jsonl'"
+        )
     if output.is_dir():
         raise CliError(f"--output {name} is a directory; allowed: a file path, e.g. {str(output / 'results.jsonl')!r}")
     parent = output.parent

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from collections.abc import Iterable
 
@@ -19,6 +21,12 @@ class _Stdout(Console):
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
         return _TRAILING.sub("", super()._render_buffer(buffer))
+
+    def on_broken_pipe(self) -> None:
+        """rich exits with status 1 when the reader goes away (`| head`); `decodekit_cli.app.run`
+        handles it as it does for every command."""
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
 
 
 def stdout_console() -> Console:

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_USAGE", "CliError", "report_error", "report_warning"]
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "CliError",
+    "report_error",
+    "report_warning",
+]
 
 EXIT_FAILURE = 1  # something failed while running (a model that does not load, an unexpected error)
 EXIT_USAGE = 2  # bad flags, bad chain strings, unknown names (click's usage-error status)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what shells report for a command whose reader went away (`| head`)
 
 
 class CliError(Exception):

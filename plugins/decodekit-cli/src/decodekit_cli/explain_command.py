@@ -11,7 +11,7 @@ from rich.text import Text
 from decodekit_cli.console import stdout_console
 from decodekit_cli.errors import CliError
 from decodekit_cli.json_output import print_json
-from decodekit_cli.options import build_chain, cli_hints, load_named_model
+from decodekit_cli.options import build_chain, cli_hints, load_named_model, prompt_text
 from decodekit_cli.sampling_options import SamplingOptions
 
 __all__ = ["ExplainRequest", "run_explain"]
@@ -44,17 +44,19 @@ def run_explain(request: ExplainRequest) -> int:
     sampling = request.sampling
     name, cache = sampling.check()
     chain = build_chain(sampling.chain, sampling.flags)
+    text = prompt_text(request.prompt)  # "-" reads stdin, as generate does
     from decodekit_cli.explain import explain_steps, stage_label
     from decodekit_cli.explain_render import plot_step, render_steps, steps_json
 
     model = load_named_model(name)  # on torch's threads, as before: --threads is generate's
-    prompt = sampling.encode(model, request.prompt)
+    prompt = sampling.encode(model, text)
+    text = sampling.seen_prompt(model, text, prompt)
     with cli_hints():
         reports = explain_steps(
             model, prompt, chain, steps=request.steps, top=request.top, seed=sampling.seed, cache=cache
         )
     if request.json_output:
-        header = {"model": name, "prompt": request.prompt, "chain": str(chain), "cache": cache, "seed": sampling.seed}
+        header = {"model": name, "prompt": text, "chain": str(chain), "cache": cache, "seed": sampling.seed}
         print_json(steps_json(reports, **header))
     else:
         console = stdout_console()

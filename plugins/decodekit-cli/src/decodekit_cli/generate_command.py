@@ -208,6 +208,7 @@ def run_generate(request: GenerateRequest) -> int:
     from decodekit.engine import PREALLOCATED_COLUMNS, check_rows  # torch is loaded by now
 
     encoded = sampling.encode(model, prompt)
+    prompt = sampling.seen_prompt(model, prompt, encoded)
     # Sized before anything holds a sample: -n far past the memory hung (or overflowed) building the lists.
     columns = len(encoded) + min(sampling.max_new_tokens, PREALLOCATED_COLUMNS)
     check_rows("generate", "--num-samples", request.num_samples, request.num_samples, columns, model)

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from decodekit.errors import ContextLengthError, DecodekitError
+from decodekit.errors import ChainSpecError, ContextLengthError, DecodekitError
 from decodekit.plugins import get_registry, load_model
 from decodekit_cli.catalogue import STANDARD_PLUGINS
 from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
@@ -56,10 +56,21 @@ def chain_text(chain: str | None, flags: Mapping[str, float | int | None]) -> st
             f'e.g. --chain "temperature(0.8) | top_p(0.9)"'
         )
     if chain is not None:
-        return chain
+        return _spec_text(chain) if chain.lstrip().startswith(("[", "{")) else chain
     if given:
         return " | ".join(f"{name}({param}={flags[flag]!r})" for flag, name, param in FLAT_STAGES if flag in given)
     return DEFAULT_CHAIN
+
+
+def _spec_text(spec: str) -> str:
+    """A JSON chain spec (what `Chain.from_spec` takes) as the chain string it stands for, which every
+    path that reads `--chain` (grammar options, batch settings, records) takes."""
+    from decodekit.chain import Chain
+
+    try:
+        return str(Chain.from_spec(spec))
+    except ChainSpecError as exc:
+        raise CliError(f"--chain {spec!r}: {exc}") from None
 
 
 def build_chain(chain: str | None, flags: Mapping[str, float | int | None]) -> Chain:
@@ -163,11 +174,12 @@ def prompt_text(prompt: str | None) -> str:
 
     From stdin one trailing newline is dropped: `echo`, here-strings and editors add it, and a
     prompt ending in a newline steers the model to a new line (as `$(...)` drops it in a shell).
+    Windows line ends (`\r\n`) are read as newlines, as `open()` reads text files.
     """
     if prompt is None:
         return "\n"
     if prompt == "-":
-        text = sys.stdin.read()
+        text = sys.stdin.read().replace("\r\n", "\n")  # POSIX stdin keeps the "\r" of a file saved on Windows
         text = text[:-1] if text.endswith("\n") else text
         if not text:
             raise CliError(

@@ -69,3 +69,10 @@ class SamplingOptions:
         if not encoded:  # the library would say "prompts: row 0 is empty", which names no option
             raise CliError(f"PROMPT {prompt!r} is empty (no tokens); allowed: text of at least one token")
         return encoded
+
+    def seen_prompt(self, model: Any, prompt: str, encoded: str | list[int]) -> str:
+        """The prompt as the model saw it, to echo and report: with `--replace-unknown`, its tokens' text."""
+        tokenizer = getattr(model, "tokenizer", None)
+        if not self.replace_unknown or tokenizer is None or isinstance(encoded, str):
+            return prompt
+        return str(tokenizer.decode(encoded))  # the replaced characters shown as what replaced them

@@ -58,6 +58,7 @@ class _Book:
     def __init__(self, engine: GrammarEngine, table: TokenTable, grammars: Sequence[Grammar | None], stage: str):
         self.vocabulary = _vocabulary(engine, table)
         self.size = engine.mask_size(self.vocabulary)  # bits per mask
+        self.tokens = table.size  # the bits that stand for the model's tokens
         self.open_end = not table.eos  # no end-of-sequence id: a complete row's mask is left open
         self.matchers: list[Matchers | None] = []
         for i, grammar in enumerate(grammars):
@@ -73,12 +74,20 @@ class _Book:
             self.matchers.append(Matchers(root))
 
 
+def _any_token(words: np.ndarray[Any, np.dtype[np.int32]], tokens: int) -> bool:
+    """Whether a mask allows any of the model's `tokens` (an engine's mask may have bits past them)."""
+    whole = tokens // 32  # words of the model's tokens only: read as they are, the rest bit by bit
+    if words[:whole].any():
+        return True
+    return bool(np.unpackbits(words[whole:].view(np.uint8), count=tokens - 32 * whole, bitorder="little").any())
+
+
 def _check_first_tokens(root: Matcher, size: int, table: TokenTable) -> None:
     """Raise `ValueError` if no token of the model's may begin a text: every decode would find its first step
     empty (a `NumericsError` that cannot say why); the reason is known here, before any step."""
     words = np.zeros((size + 31) // 32, dtype=np.int32)
     root.fill_mask(words)
-    if np.unpackbits(words.view(np.uint8), count=table.size, bitorder="little").any():
+    if _any_token(words, table.size):
         return
     if root.accepting:  # the empty text only, and no end-of-sequence token to end a row on it
         raise ValueError(
@@ -95,6 +104,7 @@ class GrammarStage(ProcessorBase[P]):
     """Base of the grammar stages: a subclass says which grammars its parameters describe (`grammars`)."""
 
     engine: ClassVar[GrammarEngine] = LLGuidance()
+    needs_tokenizer: ClassVar[bool] = True  # reads text (`ctx.tokenizer`): a host building contexts must give one
 
     def __init__(self, params: P | None = None, /, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
@@ -139,6 +149,14 @@ class GrammarStage(ProcessorBase[P]):
     def mask(self, ctx: DecodeContext, vocab_size: int) -> np.ndarray[Any, np.dtype[np.int32]]:
         """`[B, W]` int32 bitmasks (`engine`'s layout, at least `vocab_size` bits): the tokens that may follow
         each row's generated tokens under its grammar."""
+        return self._mask(ctx, vocab_size, dead_end_raises=False)
+
+    def _mask(
+        self, ctx: DecodeContext, vocab_size: int, *, dead_end_raises: bool
+    ) -> np.ndarray[Any, np.dtype[np.int32]]:
+        """`mask`; with `dead_end_raises` (the stage applied in a chain), a row whose text no token continues
+        is a `ParameterError` saying where and why, not an empty mask the chain reports as a `NumericsError`
+        naming only the stage."""
         book = self._book(ctx, vocab_size)
         history = (ctx.tokens if ctx.tokens.device.type == "cpu" else ctx.tokens.cpu()).numpy()  # [B, T]
         generated = history[:, history.shape[1] - ctx.step :].astype(np.int32)  # [B, step]: each row's key
@@ -156,6 +174,8 @@ class GrammarStage(ProcessorBase[P]):
                         state.fill_mask(words[b])
                 except ValueError as exc:
                     raise self._gave_up(grammar_of[b], ctx.step, exc) from None
+                if dead_end_raises and state is not None and not state.error and not _any_token(words[b], book.tokens):
+                    raise self._dead_end(grammar_of[b], b, generated[b], ctx.tokenizer)
             for matchers in book.matchers:
                 if matchers is not None:
                     matchers.reserve(B)
@@ -170,6 +190,19 @@ class GrammarStage(ProcessorBase[P]):
             f"whose rules can all end, within {self.engine.name}'s limits (fewer repetitions, longer lexemes)"
         )
 
+    def _dead_end(self, grammar: int, row: int, generated: np.ndarray[Any, Any], tokenizer: Any) -> ParameterError:
+        """The error for a text no token of the vocabulary continues under its grammar (a character it lacks)."""
+        which = f"[{grammar}]" if len(self._grammars) > 1 else ""
+        try:
+            text = repr(tokenizer.decode(generated.tolist()))
+        except Exception:  # a tokenizer that cannot decode a partial character: the ids say where
+            text = f"token ids {generated.tolist()}"
+        return ParameterError(
+            f"{self._label}: {self._parameter}{which} has no token to go on with in row {row} after "
+            f"{len(generated)} tokens ({text}): no token of the vocabulary continues the text (the grammar needs a "
+            "character the vocabulary lacks there); allowed: a grammar whose text the tokenizer's tokens can spell"
+        )
+
     def _book(self, ctx: DecodeContext, vocab_size: int) -> _Book:
         table = token_table(ctx.tokenizer, vocab_size, self._label)
         with self._lock:
@@ -178,6 +211,15 @@ class GrammarStage(ProcessorBase[P]):
                 book = self._books[table] = _Book(self.engine, table, self._grammars, self._label)
             self._local.book = book
         return book
+
+    def check_prompts(self, prompts: int) -> None:
+        """Refuse a list of grammars that is not one per prompt (`decode_request` asks, under every strategy)."""
+        n = len(self._grammars)
+        if n not in (1, prompts):  # a grammar left over, or missing: the list and the prompts are misaligned
+            raise ParameterError(
+                f"{self._label}: {n} grammars ({self._parameter}) for {prompts} prompts; "
+                "allowed: one grammar, or one per prompt"
+            )
 
     def _grammar_indices(self, ctx: DecodeContext, rows: int) -> Sequence[int]:
         """Which grammar each row follows: its prompt's (`DecodeContext.prompt_index`)."""
@@ -238,7 +280,8 @@ def _caps(words: np.ndarray[Any, np.dtype[np.int32]], vocab_size: int) -> np.nda
 def _masked(stage: GrammarStage[Any], logits: Tensor, ctx: DecodeContext) -> Tensor:
     """`logits` with -inf where the stage's grammar removes a token: their minimum with the caps (-inf even
     where a logit was +inf; NaN stays NaN), a third of `masked_fill`'s cost on a CPU at 50,000 tokens."""
-    caps = _caps(stage.mask(ctx, logits.shape[-1]), logits.shape[-1])  # [B, V]: +inf kept, -inf removed
+    words = stage._mask(ctx, logits.shape[-1], dead_end_raises=True)
+    caps = _caps(words, logits.shape[-1])  # [B, V]: +inf kept, -inf removed
     if logits.dtype == torch.float32 and logits.device.type == "cpu" and not logits.requires_grad:
         return torch.from_numpy(np.minimum(logits.numpy(), caps, out=caps))  # into the caps: one array less
     return torch.minimum(logits, torch.from_numpy(caps).to(logits.device, logits.dtype))

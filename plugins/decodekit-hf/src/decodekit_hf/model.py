@@ -15,6 +15,9 @@ evicts (window, h2o, ...) or observes attention runs through the `decodekit` att
 from __future__ import annotations
 
 import inspect
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -187,6 +190,23 @@ def _has_tokenizer(path: Path) -> bool:
     return any((path / name).is_file() for name in names)
 
 
+@contextmanager
+def _no_progress_bar_unless_a_terminal() -> Iterator[None]:
+    """transformers draws a "Loading weights" bar on stderr; piped or logged it is only noise, so it is
+    off for this load (not for the caller's own loads) when stderr is no terminal."""
+    from transformers.utils import logging as hf_logging
+
+    isatty = getattr(sys.stderr, "isatty", None)
+    if (isatty is not None and isatty()) or not hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        yield
+    finally:
+        hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+
+
 def load_hf(argument: str | None, params: NoParams | None = None) -> HFModel:
     """The `hf` model loader: `dk.load_model("hf:/path")` loads a local checkpoint directory.
 
@@ -205,7 +225,8 @@ def load_hf(argument: str | None, params: NoParams | None = None) -> HFModel:
         )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True) if _has_tokenizer(path) else None
+    with _no_progress_bar_unless_a_terminal():
+        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True) if _has_tokenizer(path) else None
     calibration = path / CALIBRATION_NAME
     return HFModel(model, tokenizer, calibration=calibration if calibration.exists() else None)

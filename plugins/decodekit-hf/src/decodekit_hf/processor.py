@@ -15,6 +15,9 @@ holds those pads. Without `prompt_lengths`, every column counts as a real token 
 transformers' own `RepetitionPenaltyLogitsProcessor`, a repetition penalty sees the pad id);
 pass `prompt_lengths` (e.g. `attention_mask.sum(-1)`) to mark the pads as padding.
 
+Text: a stage that reads text (a grammar, `needs_tokenizer`) needs `tokenizer=`, the transformers
+tokenizer of the model, which the context carries as the decode engine's does.
+
 Selection stays with transformers: `do_sample=False` takes the argmax of the processed
 scores, `do_sample=True` draws from their softmax. The chain's selector is not run.
 """
@@ -22,14 +25,16 @@ scores, `do_sample=True` draws from their softmax. The chain's selector is not r
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
-from transformers import LogitsProcessor
+from transformers import LogitsProcessor, PreTrainedTokenizerBase
 
 from decodekit.chain import Chain
 from decodekit.context import DecodeContext
 from decodekit.errors import ParameterError
+from decodekit_hf.tokenizer import HFTokenizer
 
 __all__ = ["ChainLogitsProcessor", "as_logits_processor"]
 
@@ -37,9 +42,10 @@ __all__ = ["ChainLogitsProcessor", "as_logits_processor"]
 class ChainLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
     """Runs `chain.processors` on transformers' scores; see the module docstring."""
 
-    def __init__(self, chain: Chain, prompt_lengths: Tensor | None = None) -> None:
+    def __init__(self, chain: Chain, prompt_lengths: Tensor | None = None, tokenizer: Any = None) -> None:
         self.chain = chain
         self.prompt_lengths = prompt_lengths
+        self.tokenizer = tokenizer  # a decodekit tokenizer (`HFTokenizer`), for stages that read text
         self._ctx: DecodeContext | None = None
         self._prompt_width = 0  # T0: the width of input_ids at the generation's first call
 
@@ -53,7 +59,8 @@ class ChainLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
         if ctx is not None and ctx.batch_size == B and self._prompt_width + ctx.step + 1 == T:
             ctx.tokens, ctx.step = input_ids, ctx.step + 1
             return ctx
-        ctx = DecodeContext(tokens=input_ids, prompt_lengths=self._lengths(B, T, input_ids.device))
+        lengths = self._lengths(B, T, input_ids.device)
+        ctx = DecodeContext(tokens=input_ids, prompt_lengths=lengths, tokenizer=self.tokenizer)
         self.chain.init_state(ctx)
         self._ctx, self._prompt_width = ctx, T
         return ctx
@@ -76,13 +83,15 @@ class ChainLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
 
 
 def as_logits_processor(
-    chain: Chain | str | Sequence[object], prompt_lengths: Tensor | None = None
+    chain: Chain | str | Sequence[object], prompt_lengths: Tensor | None = None, *, tokenizer: Any = None
 ) -> ChainLogitsProcessor:
     """A transformers `LogitsProcessor` running `chain`'s processors, for `generate(logits_processor=[...])`.
 
     chain: a `Chain`, a chain string (`"repetition_penalty(1.3) | top_k(50)"`) or a spec list.
     prompt_lengths: real prompt tokens per row `[B]`, to tell a left-padded batch's pads apart;
     None treats every column of `input_ids` as a token.
+    tokenizer: the model's transformers tokenizer (or a decodekit one, with `token_bytes()`), which a stage
+    that reads text (a grammar) needs; a chain with such a stage and no tokenizer is refused.
     """
     if isinstance(chain, str):
         chain = Chain.parse(chain)
@@ -92,7 +101,30 @@ def as_logits_processor(
         raise ParameterError(
             f"as_logits_processor: chain={chain!r} is invalid; allowed: a Chain, a chain string or a spec list"
         )
-    return ChainLogitsProcessor(chain, _checked_lengths(prompt_lengths))
+    return ChainLogitsProcessor(chain, _checked_lengths(prompt_lengths), _tokenizer_for(chain, tokenizer))
+
+
+def _tokenizer_for(chain: Chain, tokenizer: object) -> Any:
+    """`tokenizer` as a decodekit tokenizer; None is refused, here and not at generate()'s first token, when a
+    stage reads text (`needs_tokenizer`)."""
+    if tokenizer is None:
+        needs = [(i, p) for i, p in enumerate(chain.processors) if getattr(p, "needs_tokenizer", False)]
+        if needs:
+            i, stage = needs[0]
+            raise ParameterError(
+                f"as_logits_processor: stage {i} ({getattr(stage, 'name', type(stage).__name__)}) reads text, so it "
+                "needs the model's tokenizer; allowed: tokenizer= the transformers tokenizer (or a decodekit "
+                "tokenizer with token_bytes())"
+            )
+        return None
+    if isinstance(tokenizer, PreTrainedTokenizerBase):
+        return HFTokenizer(tokenizer)
+    if callable(getattr(tokenizer, "token_bytes", None)) and callable(getattr(tokenizer, "decode", None)):
+        return tokenizer
+    raise ParameterError(
+        f"as_logits_processor: tokenizer={type(tokenizer).__name__} is invalid; allowed: None, a transformers "
+        "tokenizer, or a decodekit tokenizer with token_bytes() (HFTokenizer, CharTokenizer)"
+    )
 
 
 def _checked_lengths(lengths: object) -> Tensor | None:
