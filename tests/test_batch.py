@@ -442,3 +442,18 @@ def test_a_strategy_decodes_every_line(tmp_path: Path) -> None:
     assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
     tokens = [[json.loads(line)["tokens"] for line in path.read_text().splitlines()] for path in (plain, spec)]
     assert tokens[0] == tokens[1] and len(tokens[0]) == 6
+
+
+def test_a_window_cache_result_depends_on_neither_batch_size_nor_neighbours(tmp_path: Path) -> None:
+    """Before: with `--cache window(...)` a left-padded row's sinks were padding, so a line's tokens changed
+    with `--batch-size` (and with the lines it shared a batch with) once the window evicted."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": "Line: " + "abcdefgh"[:i]}) + "\n" for i in range(6)))
+    args = ["-m", MODEL, "--seed", "3", "--max-new-tokens", "40", "--cache", "window(size=8, sinks=2, slack=4)"]
+    alone, together = tmp_path / "alone.jsonl", tmp_path / "together.jsonl"
+    runs = cli_many(
+        ["generate", "--input", str(prompts), "--output", str(alone), "--batch-size", "1", *args],
+        ["generate", "--input", str(prompts), "--output", str(together), "--batch-size", "6", *args],
+    )
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    assert _records(together) == _records(alone) and len(_records(alone)) == 6

@@ -34,6 +34,10 @@ __all__ = ["WindowCache"]
 
 
 class WindowCache:
+    # The sinks are the batch's first slots, so a left-padded row decodes otherwise than alone: batch jobs
+    # (decodekit generate --input) decode rows of one prompt length together.
+    exact_when_padded = False
+
     def __init__(self, spec: CacheSpec, params: WindowParams | None = None) -> None:
         params = WindowParams() if params is None else params
         self.spec = spec
