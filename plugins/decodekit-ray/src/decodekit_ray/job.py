@@ -48,7 +48,8 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
     interrupted = False
     with progress:
         progress.advance(len(checked), 0)
-        todo = [p.line for p in job.pending if p.line not in part_records(parts)]  # a killed run's parts are done
+        done = part_records(parts)  # a killed run's parts are done; read once, not once per line
+        todo = [p.line for p in job.pending if p.line not in done]
         try:
             with PartsWatcher(parts, progress.advance, lines={p.line for p in job.pending}):
                 if todo:
