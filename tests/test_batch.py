@@ -457,3 +457,17 @@ def test_a_window_cache_result_depends_on_neither_batch_size_nor_neighbours(tmp_
     )
     assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
     assert _records(together) == _records(alone) and len(_records(alone)) == 6
+
+
+def test_resume_reports_only_the_bad_lines_it_still_has_to_do(tmp_path: Path) -> None:
+    """Before: `--resume` warned "an error record is written" again for bad lines whose error record the output
+    already held (none was written), and with --on-error fail refused to resume an output that had them."""
+    prompts = _write_lines(tmp_path / "prompts.jsonl", [_json(prompt="a"), SEED_TOO_BIG, _json(prompt="c")])
+    out = tmp_path / "out.jsonl"
+    first = _run(prompts, out, "--on-error", "skip", *DENSE)
+    assert first.returncode == 0 and first.stderr.count("an error record is written") == 1, first.stderr
+    written = out.read_text()
+    for on_error in ("skip", "fail"):
+        again = _run(prompts, out, "--resume", "--on-error", on_error, *DENSE)
+        assert (again.returncode, again.stderr.splitlines()) == (0, [f"0 results written to {out}, 3 already there"])
+        assert out.read_text() == written
