@@ -442,3 +442,32 @@ def test_a_strategy_decodes_every_line(tmp_path: Path) -> None:
     assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
     tokens = [[json.loads(line)["tokens"] for line in path.read_text().splitlines()] for path in (plain, spec)]
     assert tokens[0] == tokens[1] and len(tokens[0]) == 6
+
+
+def test_a_window_cache_result_depends_on_neither_batch_size_nor_neighbours(tmp_path: Path) -> None:
+    """Before: with `--cache window(...)` a left-padded row's sinks were padding, so a line's tokens changed
+    with `--batch-size` (and with the lines it shared a batch with) once the window evicted."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": "Line: " + "abcdefgh"[:i]}) + "\n" for i in range(6)))
+    args = ["-m", MODEL, "--seed", "3", "--max-new-tokens", "40", "--cache", "window(size=8, sinks=2, slack=4)"]
+    alone, together = tmp_path / "alone.jsonl", tmp_path / "together.jsonl"
+    runs = cli_many(
+        ["generate", "--input", str(prompts), "--output", str(alone), "--batch-size", "1", *args],
+        ["generate", "--input", str(prompts), "--output", str(together), "--batch-size", "6", *args],
+    )
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    assert _records(together) == _records(alone) and len(_records(alone)) == 6
+
+
+def test_resume_reports_only_the_bad_lines_it_still_has_to_do(tmp_path: Path) -> None:
+    """Before: `--resume` warned "an error record is written" again for bad lines whose error record the output
+    already held (none was written), and with --on-error fail refused to resume an output that had them."""
+    prompts = _write_lines(tmp_path / "prompts.jsonl", [_json(prompt="a"), SEED_TOO_BIG, _json(prompt="c")])
+    out = tmp_path / "out.jsonl"
+    first = _run(prompts, out, "--on-error", "skip", *DENSE)
+    assert first.returncode == 0 and first.stderr.count("an error record is written") == 1, first.stderr
+    written = out.read_text()
+    for on_error in ("skip", "fail"):
+        again = _run(prompts, out, "--resume", "--on-error", on_error, *DENSE)
+        assert (again.returncode, again.stderr.splitlines()) == (0, [f"0 results written to {out}, 3 already there"])
+        assert out.read_text() == written

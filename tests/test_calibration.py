@@ -129,6 +129,14 @@ def test_a_calibration_of_another_version_is_a_clear_error() -> None:
         Calibration.from_json(json.dumps(old))
 
 
+@pytest.mark.parametrize("max_windows", [0, -3])
+def test_calibrate_refuses_fewer_than_one_window(max_windows: int) -> None:
+    """Before: max_windows=0 died in torch.stack, and a negative count in torch.linspace (RuntimeError)."""
+    with pytest.raises(dk.ParameterError) as info:
+        calibrate(uniform_gpt(block=32), list(range(11)) * 30, sinks=2, max_windows=max_windows)
+    assert str(info.value) == f"calibrate: max_windows={max_windows} is invalid; allowed: None (every window) or >= 1"
+
+
 def test_calibrate_refuses_learned_positions() -> None:
     model = GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_embd=8)).eval()
     with pytest.raises(dk.ParameterError, match="learned positions"):

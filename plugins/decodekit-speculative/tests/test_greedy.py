@@ -174,3 +174,18 @@ def test_a_draft_that_needs_every_token_under_an_evicting_target_cache(
     out = speculative(target, PROMPTS, draft=draft, k=3, chain="greedy", max_new_tokens=20, cache=cache)
     assert out.tokens == ref.tokens
     assert sum(out.drafted) > 0
+
+
+@pytest.mark.parametrize("cache", ["h2o(budget=24, slack=8)", "snapkv(budget=24, slack=8)", "window(size=16, sinks=2)"])
+def test_a_prompt_longer_than_the_context_through_an_evicting_cache(rope_pair: tuple[GPT, GPT], cache: str) -> None:
+    """Before: the first round fed the whole prompt and its drafts in one forward, so a scored cache refused a
+    prompt longer than the model's context ("a forward of 153 tokens is invalid ... the engine prefills in
+    such blocks"), for the target and for a draft model alike. Now the history goes in blocks of the context."""
+    rope, rope_draft = rope_pair
+    prompts = [[(7 * i) % 101 for i in range(150)], [5, 6, 7]]  # 150 tokens: past the 64-position context
+    ref = dk.generate(rope, prompts, chain="greedy", max_new_tokens=20, cache=cache)
+    for d in ("ngram", rope_draft):
+        out = speculative(rope, prompts, draft=d, k=3, chain="greedy", max_new_tokens=20, cache=cache)
+        assert [len(t) for t in out.tokens] == [20, 20]
+        if cache.startswith("window"):  # a block is attended as one token at a time: generate's tokens
+            assert out.tokens == ref.tokens

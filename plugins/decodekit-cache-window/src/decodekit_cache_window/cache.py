@@ -34,6 +34,10 @@ __all__ = ["WindowCache"]
 
 
 class WindowCache:
+    # The sinks are the batch's first slots, so a left-padded row decodes otherwise than alone: batch jobs
+    # (decodekit generate --input) decode rows of one prompt length together.
+    exact_when_padded = False
+
     def __init__(self, spec: CacheSpec, params: WindowParams | None = None) -> None:
         params = WindowParams() if params is None else params
         self.spec = spec
@@ -46,6 +50,9 @@ class WindowCache:
         self._slots = [torch.full((self.sinks + r,), -1, dtype=torch.long, device=spec.device) for r in self.rings]
         self._lengths = [0] * spec.n_layers
         self._filled = [0] * spec.n_layers  # storage slots ever written since the last reset
+        # Per layer, the oldest stream slot the ring still holds (host-side: crop reads it without a sync).
+        # Not `length - ring`: a crop empties ring slots whose older tokens the cropped writes had evicted.
+        self._oldest = [self.sinks] * spec.n_layers
         # What the last update of each layer returned: each key's slot, and for a moved copy of a
         # sink the new query it belongs to (-1: every query may see it).
         self._returned: list[Tensor] = [self._slots[layer][:0] for layer in range(spec.n_layers)]
@@ -87,6 +94,8 @@ class WindowCache:
             self.store.write(layer, where, k[:, :, i : i + n], v[:, :, i : i + n])
             self._slots[layer][where : where + n] = torch.arange(slot, slot + n, device=self._slots[layer].device)
             self._filled[layer] = max(self._filled[layer], where + n)
+            if slot >= self.sinks:  # writing slot s evicted slot s - ring
+                self._oldest[layer] = max(self._oldest[layer], slot + n - self.rings[layer])
             i += n
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -161,14 +170,14 @@ class WindowCache:
         self._masks.clear()
         self._lengths = [0] * self.spec.n_layers
         self._filled = [0] * self.spec.n_layers
+        self._oldest = [self.sinks] * self.spec.n_layers
         for slots in self._slots:
             slots.fill_(-1)
 
     def oldest_crop(self) -> int:
         """The smallest `n` that `crop(n)` accepts: every layer still holds the window of slot `n`."""
         n = 0
-        for size, ring in zip(self.sizes, self.rings):
-            first = max(self.sinks, self.length - ring)  # the oldest recent token held
+        for size, first in zip(self.sizes, self._oldest):  # the oldest recent token held
             if first > self.sinks:  # something was evicted: the next query's window must be held
                 n = max(n, first + size - 1)
         return min(n, self.length)
@@ -183,6 +192,7 @@ class WindowCache:
                 f"need (slack={self.slack}); allowed: {low} <= n <= {self.length}"
             )
         self._lengths = [n] * self.spec.n_layers
+        self._oldest = [min(first, n) for first in self._oldest]  # nothing older than n is held past a crop below it
         self._masks.clear()
         for slots in self._slots:
             slots.masked_fill_(slots >= n, -1)  # taken back: never attended to again

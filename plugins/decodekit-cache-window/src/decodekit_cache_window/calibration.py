@@ -258,6 +258,8 @@ def calibrate(
         raise ParameterError(f"calibrate: {data.numel()} tokens; allowed: at least one context of {T} tokens")
     if not 0 <= sinks < T // 2:
         raise ParameterError(f"calibrate: sinks={sinks} is invalid; allowed: 0 <= sinks < {T // 2}")
+    if max_windows is not None and max_windows < 1:
+        raise ParameterError(f"calibrate: max_windows={max_windows} is invalid; allowed: None (every window) or >= 1")
     if max_windows is not None and max_windows < n:
         # Evenly spread over the text, not its first pages.
         starts = torch.linspace(0, n - 1, max_windows).round().long() * T

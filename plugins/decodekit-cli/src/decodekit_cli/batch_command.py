@@ -119,8 +119,9 @@ def run_batch(request: BatchRequest) -> int:
             lock.check_resume(recorded)
         model = sampling.load_model(name)
         checked = check_lines(model, settings, input_lines(data))
-        _report_bad_lines(request, [item for item in checked if isinstance(item, dict)])
         done = existing_records(request.output) if request.resume else {}
+        # A bad line the output already holds a record for is done: neither reported again nor a reason to stop.
+        _report_bad_lines(request, [item for item in checked if isinstance(item, dict) and item["line"] not in done])
         lock.record(recorded)
         job = BatchJob(
             input=request.input,

@@ -12,10 +12,12 @@ import itertools
 import secrets
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 import decodekit as dk
 from decodekit.context import mix_seed
+from decodekit.plugins import cache_factory
 from decodekit_cli.batch_input import InputLine, LineError, PromptLine, parse_line
 from decodekit_cli.batch_records import Record, error_record, result_record
 from decodekit_cli.batch_settings import BatchSettings, parsed_chain
@@ -101,8 +103,15 @@ def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending]
     """Decode one batch (one chain and length), yielding each row's record as the row ends.
 
     If decoding fails, the rows not yet ended are decoded again one at a time (with the same
-    seeds, so the same results): only a row that fails on its own gets an error record.
+    seeds, so the same results): only a row that fails on its own gets an error record. Under a cache
+    whose padded rows decode otherwise than alone (`exact_when_padded = False`: window), each prompt
+    length is decoded apart.
     """
+    lengths = {len(p.ids) for p in batch}
+    if len(lengths) > 1 and not _exact_when_padded(settings.cache):
+        for length in sorted(lengths):  # no row padded: each decodes as it would alone
+            yield from decode_records(model, settings, [p for p in batch if len(p.ids) == length])
+        return
     rows = [p if p.seed is not None else replace(p, seed=secrets.randbits(63)) for p in batch]
     ended: set[int] = set()
     try:
@@ -117,6 +126,14 @@ def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending]
         for i, row in enumerate(rows):
             if i not in ended:
                 yield from decode_records(model, settings, [row])
+
+
+@lru_cache(maxsize=16)
+def _exact_when_padded(cache: str) -> bool:
+    """Whether a left-padded row decodes under `cache` as alone (not `window`: its sinks are the first slots)."""
+    if cache == "none":
+        return True
+    return bool(getattr(cache_factory(cache).impl, "exact_when_padded", True))
 
 
 def _stream(model: Any, settings: BatchSettings, rows: Sequence[Pending]) -> Iterator[tuple[int, Record]]:

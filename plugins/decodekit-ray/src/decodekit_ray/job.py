@@ -48,7 +48,10 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
     interrupted = False
     with progress:
         progress.advance(len(checked), 0)
-        todo = [p.line for p in job.pending if p.line not in part_records(parts)]  # a killed run's parts are done
+        # A killed run's parts are done (read once, not once per line), but for a failure this job does not
+        # keep (--on-error fail): --resume retries that line.
+        done = {line for line, text in part_records(parts).items() if job.keeps(json.loads(text))}
+        todo = [p.line for p in job.pending if p.line not in done]
         try:
             with PartsWatcher(parts, progress.advance, lines={p.line for p in job.pending}):
                 if todo:

@@ -28,6 +28,11 @@ FIELDS = ("prompt", "id", "seed", "max_new_tokens", "chain")  # what a line of t
 
 def read_prompt_lines(path: str | Path, *, keep: Collection[int] | None = None) -> ray.data.Dataset:
     """The lines of the JSONL file at `path`, which every node must see; `keep`: only these line numbers."""
+    if not Path(path).is_file():  # a folder would be read file by file, each numbered from 1: lines would clash
+        raise ParameterError(
+            f"read_prompt_lines: path {str(path)!r} is not a file; allowed: one JSONL file, whose lines are "
+            "numbered from 1 (a line's number is its default id and seed)"
+        )
     files = ray.data.read_binary_files(str(Path(path).resolve()))
     return files.map_batches(partial(_split, keep=None if keep is None else frozenset(keep)), batch_size=None)
 

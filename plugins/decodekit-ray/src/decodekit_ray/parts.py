@@ -9,6 +9,7 @@ a new output that replaces the old one in one rename: nothing is lost and no lin
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable, Collection
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from decodekit_cli.batch_records import is_error
 
 __all__ = ["PartsWatcher", "part_records", "replace_output"]
 
@@ -29,13 +31,15 @@ def _read(path: Path, columns: list[str]) -> pa.Table | None:
 
 
 def part_records(folder: Path) -> dict[int, str]:
-    """Every record in the complete parts of `folder`, by input line (a retried block's copy once)."""
+    """Every record in the complete parts of `folder`, by input line (a retried block's copy once; a result
+    over an error record, which a resumed run retried)."""
     records: dict[int, str] = {}
     for path in sorted(folder.glob("*.parquet")):
         table = _read(path, ["line", "record"])
         if table is not None:
             for line, record in zip(table.column("line").to_pylist(), table.column("record").to_pylist()):
-                records.setdefault(line, record)
+                if line not in records or (is_error(json.loads(records[line])) and not is_error(json.loads(record))):
+                    records[line] = record
     return records
 
 

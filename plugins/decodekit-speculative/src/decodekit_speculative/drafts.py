@@ -12,10 +12,10 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from decodekit.cache import KVCache
+from decodekit.cache import KVCache, evicts
 from decodekit_speculative.row_cache import RowCache
 
-__all__ = ["Drafter", "ModelDrafter", "NgramDrafter", "Pick", "fed_block"]
+__all__ = ["Drafter", "ModelDrafter", "NgramDrafter", "Pick", "fed_block", "feed"]
 
 Pick = Callable[[int, int, Tensor], "tuple[int, Tensor | None]"]
 """`pick(row, j, draft_logits [V]) -> (token, q [V] or None for one-hot)`: the chain's choice at drafted position j."""
@@ -28,6 +28,24 @@ def fed_block(buf: Tensor, lengths: Tensor, ends: Tensor, first: int, width: int
     index = (lengths - first)[:, None] + torch.arange(width, device=buf.device)  # [B, width]
     ids = buf.gather(1, index.clamp(0, buf.shape[1] - 1))
     return ids, torch.minimum(index, (ends - 1)[:, None])
+
+
+def feed(call: Any, ids: Tensor, positions: Tensor, cache: KVCache | None, keep: int, **extra: Any) -> Tensor:
+    """The logits of the last `keep` columns of `ids` fed through `call(ids, positions, cache)`.
+
+    A cache that evicts takes at most the model's context per forward (as the engine's prefill), so a
+    long first block (a prompt past the context, with its drafts) goes in blocks, the last holding them.
+    """
+    block = cache.spec.max_positions if cache is not None and evicts(cache) else None
+    width = ids.shape[1]
+    if block is not None and width > max(block, keep):
+        head = width - max(block, keep)  # columns fed before the last block
+        for start in range(0, head, block):
+            end = min(start + block, head)
+            call(ids[:, start:end], positions[:, start:end], cache, **extra)
+        ids, positions = ids[:, head:], positions[:, head:]
+    logits: Tensor = call(ids, positions, cache, **extra)
+    return logits[:, -keep:]
 
 
 class Drafter(Protocol):
@@ -66,7 +84,7 @@ class ModelDrafter:
         lengths_t = torch.tensor(lengths, device=buf.device)
         ids, positions = fed_block(buf, lengths_t, lengths_t, F, F)
         extra = {"last_only": True} if getattr(self.model, "supports_last_only", False) else {}
-        logits = self.model(ids, positions, self.rows.cache, **extra)[:, -1]  # [B, V]
+        logits = feed(self.model, ids, positions, self.rows.cache, 1, **extra)[:, -1]  # [B, V]
         picked = [0] * len(lengths)  # each row's draft just picked (0 for a row that drafts no more)
         for j in range(K):
             if j > 0:  # feed the drafts just picked (history index lengths + j - 1), built on the host

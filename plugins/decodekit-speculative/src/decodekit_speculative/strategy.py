@@ -31,7 +31,7 @@ from decodekit.plugins import load_model
 from decodekit.results import Generation, TokenLogprobs, token_logprobs
 from decodekit.spec import CacheSpec
 from decodekit.strategies import run_decode
-from decodekit_speculative.drafts import Drafter, ModelDrafter, NgramDrafter, fed_block
+from decodekit_speculative.drafts import Drafter, ModelDrafter, NgramDrafter, fed_block, feed
 from decodekit_speculative.params import NGRAM, SpeculativeParams
 from decodekit_speculative.rejection import draw, probabilities, verify_argmax, verify_softmax
 from decodekit_speculative.row_cache import RowCache
@@ -242,7 +242,7 @@ class _Rounds:
             ends = lengths_t + torch.tensor(counts, device=d.device)
             ids, positions = fed_block(self.buf, lengths_t, ends, F, F + max(counts))
             # [B, W + 1, V]: column j predicts history index lengths + j
-            logits = d.call_model(ids, positions, self.kv.cache)[:, F - 1 :]
+            logits = feed(d.call_model, ids, positions, self.kv.cache, ids.shape[1] - F + 1)
             for i, b in enumerate(rows):
                 if not done[i]:
                     done[i] = self._verify(i, b, logits[i], counts[i], qs[i])

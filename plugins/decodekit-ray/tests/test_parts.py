@@ -1,0 +1,90 @@
+"""Assembling the parts a killed `--ray` run left, without Ray: every part is read a bounded number of times."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import decodekit_ray.job
+import decodekit_ray.parts
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from decodekit_cli.batch_decode import Pending
+from decodekit_cli.batch_job import BatchJob
+from decodekit_cli.batch_output import parts_path
+from decodekit_cli.batch_records import dumps, error_record, result_record
+from decodekit_cli.batch_settings import BatchSettings
+from decodekit_ray.job import RayOptions, run_job
+
+
+def _record(line: int) -> str:
+    return dumps(
+        result_record(
+            id=line,
+            line=line,
+            prompt="p",
+            text="t",
+            tokens=[1],
+            finish_reason="length",
+            stopped_by=None,
+            seed=line,
+            chain="greedy",
+            max_new_tokens=1,
+        )
+    )
+
+
+def test_resuming_over_parts_reads_each_part_a_few_times_not_once_per_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: `run_job` read every part once per pending line (`p.line not in part_records(parts)` in a loop),
+    so resuming a large killed job read lines x parts Parquet files; now the parts are read once for that."""
+    lines, per_part = 60, 3
+    output = tmp_path / "out.jsonl"
+    parts = parts_path(output)
+    parts.mkdir()
+    for first in range(1, lines + 1, per_part):  # a killed run that had written every record
+        numbers = list(range(first, first + per_part))
+        table = pa.table({"line": numbers, "record": [_record(n) for n in numbers], "tokens": [1] * per_part})
+        pq.write_table(table, parts / f"part-{first:04d}.parquet")
+    reads: list[Path] = []
+    read = decodekit_ray.parts._read
+    monkeypatch.setattr(decodekit_ray.parts, "_read", lambda path, columns: reads.append(path) or read(path, columns))
+    settings = BatchSettings(model="m", chain="greedy", max_new_tokens=1, seed=0, cache="dense")
+    pending: list[Pending | dict[str, object]] = [Pending(n, n, "p", [1], n, 1, "greedy") for n in range(1, lines + 1)]
+    job = BatchJob(tmp_path / "in.jsonl", output, settings, pending, 0, 8, "skip")
+    assert run_job(job, RayOptions()) == 0  # nothing left to decode: Ray is never started
+    assert output.read_text() == "".join(_record(n) for n in range(1, lines + 1))
+    n_parts = lines // per_part
+    assert len(reads) <= 4 * n_parts, f"{len(reads)} reads of {n_parts} parts"
+
+
+def _error_line(line: int) -> str:
+    return dumps(error_record(line, line, "RuntimeError", "the sampler failed"))
+
+
+def test_resume_retries_a_line_that_failed_in_a_killed_runs_parts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: with --on-error fail, a line whose record in a killed run's parts was an error counted as done, so
+    `--resume --ray` did not retry it (the docs say it does) and reported it failed again. Now it is decoded again
+    and its new record, not the failure, is written."""
+    output = tmp_path / "out.jsonl"
+    parts = parts_path(output)
+    parts.mkdir()
+    old = pa.table({"line": [1, 2], "record": [_error_line(1), _record(2)], "tokens": [0, 1]})
+    pq.write_table(old, parts / "part-0001.parquet")
+    asked: list[list[int]] = []
+
+    def decode(job: BatchJob, options: RayOptions, lines: list[int], folder: str) -> None:  # Ray, as it writes parts
+        asked.append(lines)
+        new = pa.table({"line": lines, "record": [_record(n) for n in lines], "tokens": [1] * len(lines)})
+        pq.write_table(new, Path(folder) / "part-0002.parquet")
+
+    monkeypatch.setattr(decodekit_ray.job, "_decode", decode)
+    settings = BatchSettings(model="m", chain="greedy", max_new_tokens=1, seed=0, cache="dense")
+    pending: list[Pending | dict[str, object]] = [Pending(n, n, "p", [1], n, 1, "greedy") for n in (1, 2, 3)]
+    job = BatchJob(tmp_path / "in.jsonl", output, settings, pending, 0, 8, "fail")
+    assert run_job(job, RayOptions()) == 0
+    assert asked == [[1, 3]]
+    assert output.read_text() == "".join(_record(n) for n in (1, 2, 3))
