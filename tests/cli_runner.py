@@ -69,7 +69,8 @@ def _process_state(stdin: str, cwd: Path | None) -> Iterator[None]:
     saved_stdin, saved_cwd = sys.stdin, os.getcwd()
     torch = sys.modules.get("torch")
     threads = torch.get_num_threads() if torch is not None else None
-    sys.stdin = io.StringIO(stdin)
+    # as a process's stdin: text, and the bytes under it (`sys.stdin.buffer`: `--input -`)
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin.encode()), encoding="utf-8", newline="\n")
     if cwd is not None:
         os.chdir(cwd)
     try:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import run_cli
 from test_cli import MODEL, TESTS, _env, _popen, cli, cli_many
 
 N = 200
@@ -395,6 +396,25 @@ def test_a_line_that_fails_while_decoding_costs_no_other_line(tmp_path: Path) ->
     assert [r["tokens"] for r in records[::2]] == [r["tokens"] for r in expected[::2]] and records[3]["line"] == 4
     assert fail.returncode == 2 and "line 2 (id 2): NumericsError" in fail.stderr
     assert [r["line"] for r in _records(fail_out)] == [1, 3, 4]  # written; --resume retries line 2
+
+
+def test_input_from_stdin(tmp_path: Path) -> None:
+    """Before: `--input -` was taken for a file named '-' ("cannot read it: No such file or directory")."""
+    text = (_json(prompt="ROMEO: ", id="a") + b"\n" + _json(prompt="JULIET: ") + b"\n").decode()
+    prompts, from_file, out = tmp_path / "p.jsonl", tmp_path / "f.jsonl", tmp_path / "o.jsonl"
+    prompts.write_text(text)
+    assert _run(prompts, from_file, *ARGS).returncode == 0
+    args, env = ["generate", "--input", "-", "--output", str(out), *ARGS], _env(**PLUGINS)
+    r = run_cli(args, env, stdin=text)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == from_file.read_text() and len(_records(out)) == 2
+    resumed = run_cli([*args, "--resume"], env, stdin=text)  # the same lines piped again: the same input
+    assert resumed.returncode == 0 and f"0 results written to {out}, 2 already there" in resumed.stderr
+    other = run_cli([*args, "--resume"], env, stdin=text + '{"prompt": "x"}\n')
+    assert other.returncode == 2 and "was written with another input (sha256" in other.stderr
+    ray = run_cli([*args, "--ray"], env, stdin=text)
+    assert ray.returncode == 2 and len(ray.stderr.splitlines()) == 1, ray.stderr
+    assert "--input '-' (stdin) cannot be combined with --ray: every Ray worker reads the input file" in ray.stderr
 
 
 def test_batch_options_are_checked_before_loading(tmp_path: Path) -> None:

@@ -240,7 +240,8 @@ def generate(
         typer.Option(
             "--input",
             help="JSONL of prompts, one object per line: prompt, and optionally id, seed, max_new_tokens, "
-            "chain, and one of json_schema, regex, grammar. Needs --output; the options give the defaults.",
+            "chain, and one of json_schema, regex, grammar; '-' reads them from stdin. Needs --output; the "
+            "options give the defaults.",
             rich_help_panel=BATCH,
         ),
     ] = None,

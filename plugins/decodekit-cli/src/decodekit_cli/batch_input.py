@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,17 @@ from decodekit.errors import DecodekitError
 from decodekit.params import Params, validate_params
 from decodekit_cli.errors import CliError
 
-__all__ = ["BOM", "InputLine", "LineError", "PromptLine", "file_digest", "input_lines", "parse_line", "read_input"]
+__all__ = [
+    "BOM",
+    "InputLine",
+    "LineError",
+    "PromptLine",
+    "file_digest",
+    "input_lines",
+    "is_stdin",
+    "parse_line",
+    "read_input",
+]
 
 BOM = b"\xef\xbb\xbf"
 
@@ -68,13 +79,20 @@ class LineError(Exception):
 
 
 def read_input(path: Path) -> bytes:
-    """The whole input file; a path that cannot be read is a `CliError` naming it."""
+    """The whole input file, or stdin for `-`; a path that cannot be read is a `CliError` naming it."""
+    if is_stdin(path):
+        return sys.stdin.buffer.read()  # bytes: lines are split and decoded one by one, as a file's are
     try:
         return path.read_bytes()
     except IsADirectoryError:
         raise CliError(f"--input {str(path)!r} is a directory; allowed: a JSONL file") from None
     except OSError as exc:
         raise CliError(f"--input {str(path)!r}: cannot read it: {exc.strerror}") from None
+
+
+def is_stdin(path: Path) -> bool:
+    """`--input -`: the shell convention for stdin (a file named "-" is given by its full path)."""
+    return str(path) == "-"
 
 
 def file_digest(data: bytes) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from decodekit_cli.batch_input import is_stdin
 from decodekit_cli.batch_records import Record, dumps, is_error, record_line
 from decodekit_cli.batch_settings import differences
 from decodekit_cli.errors import CliError
@@ -61,7 +62,7 @@ def check_output(output: Path, input_path: Path, *, resume: bool, ray: bool) -> 
         )
     if not output.exists():
         return
-    if input_path.exists() and output.samefile(input_path):
+    if not is_stdin(input_path) and input_path.exists() and output.samefile(input_path):
         raise CliError(f"--output {name} is the --input file; allowed: another file")
     if output.stat().st_size > 0 and not resume:
         raise CliError(f"--output {name} exists; --resume continues it (or remove it)")
