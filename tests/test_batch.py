@@ -417,6 +417,34 @@ def test_input_from_stdin(tmp_path: Path) -> None:
     assert "--input '-' (stdin) cannot be combined with --ray: every Ray worker reads the input file" in ray.stderr
 
 
+def test_a_lines_chain_takes_a_json_spec_as_chain_does(tmp_path: Path) -> None:
+    """Before: a line's chain took a chain string only: a JSON list was "Input should be a valid string"
+    and a string holding JSON was read as a chain string ("expected a sampler name")."""
+    spec = [{"name": "top_k", "params": {"k": 5}}, {"name": "sample"}]
+    chains: list[object] = [spec, json.dumps(spec), "top_k(5) | sample", '[{"name": ', {"name": "top_k"}]
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="ROMEO: ", seed=3, chain=c) for c in chains])
+    out = tmp_path / "o.jsonl"
+    r = _run(prompts, out, *ARGS, "--on-error", "skip")
+    assert r.returncode == 0, r.stderr
+    records = _records(out)
+    assert [rec["chain"] for rec in records[:3]] == ["top_k(k=5) | sample"] * 2 + ["top_k(5) | sample"]
+    assert records[0]["tokens"] == records[1]["tokens"] == records[2]["tokens"]
+    assert [_error(rec) for rec in records[3:]] == [
+        (
+            4,
+            4,
+            "ChainSpecError",
+            "chain '[{\"name\": ': chain spec: not valid JSON: Expecting value: line 1 column 11 (char 10)",
+        ),
+        (
+            5,
+            5,
+            "ChainSpecError",
+            "chain '{\"name\": \"top_k\"}': chain spec: {'name': 'top_k'}; allowed: a list of stage objects",
+        ),
+    ]
+
+
 def test_batch_options_are_checked_before_loading(tmp_path: Path) -> None:
     prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="a")])
     batch = ["generate", "--input", str(prompts), "--output", str(tmp_path / "o.jsonl"), "-m", "batch-test-unloadable"]

@@ -23,7 +23,7 @@ from decodekit_cli.batch_records import Record, error_record, result_record
 from decodekit_cli.batch_settings import BatchSettings, parsed_chain
 from decodekit_cli.errors import CliError
 from decodekit_cli.grammar_options import line_chain
-from decodekit_cli.options import encode_prompt, prompt_rows
+from decodekit_cli.options import encode_prompt, is_spec, prompt_rows, spec_text
 
 __all__ = ["Pending", "batches", "check_lines", "decode_records"]
 
@@ -64,16 +64,23 @@ def check_lines(
 
 
 def _check(model: Any, settings: BatchSettings, number: int, key: str | int, item: PromptLine) -> Pending:
-    chain = item.chain if item.chain is not None else settings.chain
     max_new = item.max_new_tokens if item.max_new_tokens is not None else settings.max_new_tokens
     seed = item.seed if item.seed is not None else _derived_seed(settings.seed, number)
     try:
+        chain = settings.chain if item.chain is None else _own_chain(item.chain)
         chain = line_chain(chain, item.json_schema, item.regex, item.grammar)  # decodekit-grammar: the line's own
         ids = encode_prompt(model, item.prompt, settings.replace_unknown)
         dk.validate(model, prompt_rows([ids]), **_options(settings, chain, max_new), seed=seed)
     except (CliError, dk.DecodekitError) as exc:
         raise LineError.of(exc) from None
     return Pending(number, key, item.prompt, ids, seed, max_new, chain)
+
+
+def _own_chain(chain: str | list[Any] | dict[str, Any]) -> str:
+    """A line's `chain` as chain text: a chain string as it is, a JSON spec (as `--chain` takes one) as its string."""
+    if isinstance(chain, str) and not is_spec(chain):
+        return chain
+    return spec_text(chain, "chain")
 
 
 def _derived_seed(seed: int | None, number: int) -> int | None:

@@ -46,7 +46,10 @@ class PromptLine(Params):
     id: str | int | None = Field(None, description="names the result; default: the line number")
     seed: int | None = Field(None, description="this prompt's own seed; default: derived from --seed")
     max_new_tokens: int | None = Field(None, description="default: --max-new-tokens")
-    chain: str | None = Field(None, description="default: --chain (or the flags)")
+    chain: str | list[Any] | dict[str, Any] | None = Field(
+        None,
+        description="a chain string or a JSON chain spec (its list, or its JSON text); default: --chain (or the flags)",
+    )
     # decodekit-grammar: a grammar this line's text follows, put first in its chain (at most one of them)
     json_schema: dict[str, Any] | str | None = Field(None, description="a JSON Schema (an object or its JSON text)")
     regex: str | None = Field(None, description="a regular expression the whole text matches")

@@ -7,6 +7,7 @@ building the chain imports torch (through the sampler plugins).
 from __future__ import annotations
 
 import inspect
+import json
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -30,12 +31,14 @@ __all__ = [
     "cli_hints",
     "encode_prompt",
     "install_hint",
+    "is_spec",
     "load_named_model",
     "model_name",
     "prompt_rows",
     "prompt_text",
     "resolve_cache",
     "resolve_strategy",
+    "spec_text",
 ]
 
 # The flat flags in the order Hugging Face applies them: (flag, sampler, its parameter).
@@ -56,21 +59,28 @@ def chain_text(chain: str | None, flags: Mapping[str, float | int | None]) -> st
             f'e.g. --chain "temperature(0.8) | top_p(0.9)"'
         )
     if chain is not None:
-        return _spec_text(chain) if chain.lstrip().startswith(("[", "{")) else chain
+        return spec_text(chain, "--chain") if is_spec(chain) else chain
     if given:
         return " | ".join(f"{name}({param}={flags[flag]!r})" for flag, name, param in FLAT_STAGES if flag in given)
     return DEFAULT_CHAIN
 
 
-def _spec_text(spec: str) -> str:
-    """A JSON chain spec (what `Chain.from_spec` takes) as the chain string it stands for, which every
-    path that reads `--chain` (grammar options, batch settings, records) takes."""
+def is_spec(chain: str) -> bool:
+    """Whether chain text is a JSON chain spec (a list, or an object from_spec refuses), not a chain string."""
+    return chain.lstrip().startswith(("[", "{"))
+
+
+def spec_text(spec: str | list[Any] | dict[str, Any], name: str) -> str:
+    """A JSON chain spec (what `Chain.from_spec` takes: its JSON text, or in an `--input` line the list
+    itself) as the chain string it stands for, which every path that reads a chain (grammar options,
+    batch settings, records) takes; a bad one is a `CliError` naming `name` (`--chain`, a line's `chain`)."""
     from decodekit.chain import Chain
 
+    text = spec if isinstance(spec, str) else json.dumps(spec)  # one form, so one error for either
     try:
-        return str(Chain.from_spec(spec))
+        return str(Chain.from_spec(text))
     except ChainSpecError as exc:
-        raise CliError(f"--chain {spec!r}: {exc}") from None
+        raise CliError(f"{name} {text!r}: {exc}") from None
 
 
 def build_chain(chain: str | None, flags: Mapping[str, float | int | None]) -> Chain:
