@@ -103,7 +103,13 @@ def beam_policy(d: Decoding, params: Params) -> Iterator[None]:
             f"allowed: an integer, 1 <= num_return_sequences <= num_beams={params.num_beams}"
         )
     # `open` refuses rows that cannot fit (naming num_beams); hypotheses, like outputs, grow only as generated.
+    # It runs now, not in a generator: `stream` refuses at its call.
     d.open(copies=params.num_beams, needs=("reorder",), copies_option="num_beams")
+    return _beam_rounds(d, params)
+
+
+def _beam_rounds(d: Decoding, params: BeamParams) -> Iterator[None]:
+    """The rounds of a beam search on an opened decoding, then its results."""
     search = _Search(d, params)
     if d.request.max_new_tokens > 0:
         logits = d.prefill()
