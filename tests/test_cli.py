@@ -664,7 +664,9 @@ class _NearTie(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.logits = torch.nn.Parameter(torch.tensor([-1.0, 1.0, 1 - 1e-12, -2.0], dtype=torch.float64))
+        self.logits = torch.nn.Parameter(
+            torch.tensor([-1.0, 1.0, 1 - 1e-12, -2.0], dtype=torch.float64), requires_grad=False
+        )
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: object = None) -> torch.Tensor:
         return self.logits.expand(*input_ids.shape, 4)
