@@ -655,3 +655,28 @@ def test_replace_unknown_shows_the_prompt_the_model_saw(shakespeare: Any) -> Non
     assert echoed.stdout == "ROMEO:  " + text + "\n"
     assert ok_json(document)["prompt"] == "ROMEO:  "
     assert ok_json(explained)["prompt"] == "ROMEO:  "
+
+
+class _NearTie(torch.nn.Module):
+    """A float64 model whose two best logits, 1 and 1 - 1e-12, differ only in float64."""
+
+    spec = dk.ModelSpec(n_layers=1, n_heads=1, n_kv_heads=1, head_dim=2, vocab_size=4, max_positions=16)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logits = torch.nn.Parameter(
+            torch.tensor([-1.0, 1.0, 1 - 1e-12, -2.0], dtype=torch.float64), requires_grad=False
+        )
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: object = None) -> torch.Tensor:
+        return self.logits.expand(*input_ids.shape, 4)
+
+
+def test_explain_traces_a_float64_model_in_float64_as_the_step_runs() -> None:
+    """explain traced `logits.float()`: the near tie became a tie, and top_k(1) showed 2 survivors while the
+    step's own chain (float64, as `trace` keeps it) kept 1."""
+    from decodekit_cli.explain import explain_steps
+
+    [report] = explain_steps(_NearTie(), [0], dk.Chain.parse("top_k(1)"), steps=1, top=2, seed=0)
+    assert report.token == 1
+    assert [stage.survivors for stage in report.stages] == [4, 1]

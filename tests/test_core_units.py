@@ -96,7 +96,7 @@ def test_param_errors_name_parameter_value_and_range() -> None:
         (
             "sequence_bias",
             {"biases": [[[1], "a"]]},
-            "sequence_bias: biases.0.1='a' is invalid: should be a number, not a bool or a string; "
+            "sequence_bias: biases.0.1='a' is invalid: Input should be a number, not a bool or a string; "
             "allowed: biases: list[tuple[list[int in [0, 2**63)], float in [-10000, 10000]]]",
         ),
         (  # pydantic locates a dict key's error as bias.-1.[key]
@@ -219,6 +219,30 @@ def test_number_parameters_take_numbers_only() -> None:
         beam_search(tiny_gpt(2), [[1]], num_beams="2")  # type: ignore[arg-type]
     assert dk.Chain.parse("top_k(5)") == dk.Chain.from_spec([{"name": "top_k", "params": {"k": 5}}])
     assert cache_factory("window(size=auto)").params.size == "auto"  # type: ignore[attr-defined]  # a literal
+
+
+class NestedNumbers(dk.Params):
+    sizes: list[int] = Field(default_factory=list)
+    by_name: dict[str, float] = Field(default_factory=dict)
+    pair: tuple[int, str] | None = None
+
+
+def test_nested_number_parameters_take_numbers_only() -> None:
+    """`window(size=[8, 8, 8, True])` made a one-token layer, `[8, "8"]` an 8, while `size=True` was refused."""
+    spec = dk.CacheSpec(4, 1, 1, 2, 1, 4)
+    for value in (True, "8"):
+        with pytest.raises(dk.ParameterError) as info:
+            dk.create_cache("window", spec, size=[8, 8, 8, value])
+        assert str(info.value) == (
+            f"cache window: size.3={value!r} is invalid: Input should be a number, not a bool or a string; "
+            "allowed: size: int | list[int] | 'auto'"
+        )
+    with pytest.raises(dk.ParameterError, match=r"^p: sizes.1=False is invalid: Input should be a number.*; "):
+        validate_params("p", NestedNumbers, {"sizes": [1, False]})
+    with pytest.raises(dk.ParameterError, match=r"^p: by_name.a='2.5' is invalid: Input should be a number"):
+        validate_params("p", NestedNumbers, {"by_name": {"a": "2.5"}})
+    given = {"sizes": [1, 2], "by_name": {"a": 2.5}, "pair": (3, "x")}  # a str where the type takes one
+    assert validate_params("p", NestedNumbers, given) == NestedNumbers(**given)  # type: ignore[arg-type]
 
 
 class TakesStringsToo(dk.Params):

@@ -189,3 +189,19 @@ def test_rows_that_cannot_fit_in_memory_are_refused_before_any_allocation(monkey
         "than the 0.0 GiB of memory of device cpu; allowed: batch size <= 107 here"
     )
     assert len(dk.generate(TinyLM(40), [[1]] * 107, max_new_tokens=4).tokens) == 107
+
+
+@pytest.mark.parametrize("strategy", ["sample", "beam", "speculative"])
+def test_stream_refuses_rows_that_cannot_fit_when_it_is_called(monkeypatch: pytest.MonkeyPatch, strategy: str) -> None:
+    """dk.stream with num_beams=64 (or 110 prompts) returned a stream, and the row check raised only when the
+    first event was asked for: the policy opens its decoding when stream() is called. 2048 + 16·5 + 320 = 2448."""
+    monkeypatch.setattr("decodekit.engine.device_memory", lambda device: 2**18)
+    option = {"num_beams": 64} if strategy == "beam" else {}
+    prompts = [[1], [2]] if strategy == "beam" else [[1]] * 110
+    with pytest.raises(dk.ParameterError, match=rf"^strategy {strategy}: (num_beams=64|batch size=110) is invalid"):
+        dk.stream(TinyLM(40), prompts, strategy=strategy, max_new_tokens=4, **option)
+    monkeypatch.undo()  # the whole memory: the stream runs as decode does
+    events = dk.stream(TinyLM(40), [[1]] * 2, strategy=strategy, max_new_tokens=4, seed=0, **option)
+    generated = dk.decode(TinyLM(40), [[1]] * 2, strategy=strategy, max_new_tokens=4, seed=0, **option)
+    assert [e.token for e in events if e.row == 0] == generated.tokens[0]
+    assert events.result == generated

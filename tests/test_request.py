@@ -140,8 +140,10 @@ def test_history_grown_on_the_way_equals_history_preallocated(cache: str, monkey
 
 
 def test_beam_search_refuses_what_would_not_fit_in_memory() -> None:
-    with pytest.raises(dk.ParameterError, match=r"max_new_tokens=4611686018427387904 is invalid for beam search"):
-        beam_search(tiny_gpt(2), [[1, 2]], max_new_tokens=2**62, cache="none")
+    """The rows are what must fit (the engine's check_rows, naming num_beams); a huge max_new_tokens is not refused
+    up front (hypotheses, like a sample's outputs, grow only as generated: a row may end on a stop token)."""
+    with pytest.raises(dk.ParameterError, match=r"^strategy beam: num_beams=1073741824 is invalid: its 1,073,741,824"):
+        beam_search(tiny_gpt(2), [[1, 2]], num_beams=2**30, max_new_tokens=2**62, cache="none")
 
 
 def test_stop_strings_need_a_tokenizer() -> None:

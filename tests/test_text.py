@@ -99,3 +99,25 @@ def test_a_stop_token_lets_out_the_text_held_back_for_a_stop_string() -> None:
     out = RowOutput(10, frozenset({2}), TextTracker(Letters(), ["ab"]))
     assert [out.push(token).text for token in (0, 1, 2)] == ["x", "", "a"]
     assert (out.text, out.tokens, out.finish_reason, out.stopped_by) == ("xa", [0, 1, 2], "stop", 2)
+
+
+class Bytes:
+    """Token i < 256 is byte i, decoded as HF's byte-level tokenizers do (an incomplete character: U+FFFD);
+    token 256 stands for an end-of-text token."""
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode())
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+
+def test_a_stop_token_after_half_a_character_lets_it_out_as_the_replacement_character() -> None:
+    """The first two bytes of "€" (e2 82 ac) waited for the third; the stop token ended the row and they vanished."""
+    out = RowOutput(10, frozenset({256}), TextTracker(Bytes(), ["zz"]))
+    assert [out.push(token).text for token in (ord("a"), 0xE2, 0x82, 256)] == ["a", "", "", "\ufffd"]
+    assert (out.text, out.finish_reason, out.stopped_by) == ("a\ufffd", "stop", 256)
+    assert out.text == bytes([ord("a"), 0xE2, 0x82]).decode("utf-8", errors="replace")  # as decoding them all gives
+    held = RowOutput(10, frozenset({256}), TextTracker(Bytes(), ["b\ufffd"]))  # the flushed text still stops
+    assert [held.push(token).text for token in (ord("a"), ord("b"), 0xE2, 256)] == ["a", "", "", ""]
+    assert held.text == "a"

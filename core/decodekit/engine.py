@@ -313,11 +313,14 @@ class Decoding:
     # -- running a policy ----------------------------------------------------------------
 
     def run(self, policy: Policy, params: Params, *, per_round: bool) -> Iterator[TokenEvent]:
-        """Drive `policy` to the end, yielding the events of each round.
+        """Call `policy` now and return the events of its rounds, which run as they are asked for.
 
-        Its rounds run in inference mode on the decode's threads (`decodekit.threads`). per_round:
-        enter both around each round and leave them before yielding, so the caller's code between
-        events runs in its own mode and threads (`stream`); False: once around the whole run
+        A policy that opens its decoding and then returns its rounds (a generator of its own, as
+        `sample`, `beam` and `speculative` do) has its rows, cache and context checked at this call, so
+        `stream` raises before the first event is asked for; a policy that is itself a generator opens
+        at the first one. Its rounds run in inference mode on the decode's threads (`decodekit.threads`).
+        per_round: enter both around each round and leave them before yielding, so the caller's code
+        between events runs in its own mode and threads (`stream`); False: once around the whole run
         (`generate`, which saves the switch in every step).
         """
         n = decode_threads(self.model)
@@ -328,17 +331,21 @@ class Decoding:
             stack.enter_context(threads(n))
             return stack
 
-        outer, inner = (contextlib.nullcontext, settings) if per_round else (settings, contextlib.nullcontext)
-        with outer():
-            with inner():
-                steps = policy(self, params)
-            if steps is not None and not isinstance(steps, Iterator):
-                raise PluginError(
-                    f"strategy {self.strategy}: returned a {type(steps).__name__}; allowed: a policy over the "
-                    "engine, policy(decoding, params), that emits its tokens through the decoding and returns "
-                    "None or yields"
-                )
-            for _ in _rounds(steps, inner if per_round else None):
+        with settings():
+            steps = policy(self, params)
+        if steps is not None and not isinstance(steps, Iterator):
+            raise PluginError(
+                f"strategy {self.strategy}: returned a {type(steps).__name__}; allowed: a policy over the "
+                "engine, policy(decoding, params), that emits its tokens through the decoding and returns "
+                "None, its rounds (an iterator) or yields"
+            )
+        return self._events_of(steps, settings, per_round)
+
+    def _events_of(
+        self, steps: Iterator[None] | None, settings: Callable[[], contextlib.ExitStack], per_round: bool
+    ) -> Iterator[TokenEvent]:
+        with contextlib.nullcontext() if per_round else settings():
+            for _ in _rounds(steps, settings if per_round else None):
                 if self._events:
                     yield from self.take_events()
         self._check_complete()

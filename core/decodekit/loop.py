@@ -26,8 +26,8 @@ __all__ = ["generate", "sample_policy", "stream"]
 
 def sample_policy(d: Decoding, params: Params) -> Iterator[None]:
     """The "sample" strategy: one token per row per step from the chain's selector."""
-    d.open()
-    yield from sample_steps(d)
+    d.open()  # now, not in a generator: `stream` refuses rows that cannot fit at its call
+    return sample_steps(d)
 
 
 def stream(model: Model, prompts: Prompts, *, strategy: str = "sample", **options: Any) -> EventStream:

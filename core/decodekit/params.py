@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import annotated_types
@@ -28,9 +28,10 @@ class Params(BaseModel):
     def _numbers_are_numbers(cls, data: Any) -> Any:
         if isinstance(data, Mapping):
             errors: list[Any] = [
-                {"type": _NOT_A_NUMBER, "loc": (name,), "input": value}
+                {"type": _NOT_A_NUMBER, "loc": loc, "input": value}
                 for name, field in cls.model_fields.items()
-                if name in data and _not_a_number(field.annotation, value := data[name])
+                if name in data
+                for loc, value in _not_numbers(field.annotation, data[name], (name,))
             ]
             if errors:
                 raise ValidationError.from_exception_data(cls.__name__, errors)
@@ -68,6 +69,29 @@ def _not_a_number(ann: object, value: object) -> bool:
         return False
     members = _members(ann)
     return any(m in (int, float) for m in members) and not any(_takes(m, value) for m in members)
+
+
+def _not_numbers(ann: object, value: object, loc: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], object]]:
+    """Where in `value` a number is given as a bool or a string: the value itself, or an item of a list,
+    tuple or dict value that a container type of `ann` reads as a number (`[8, True]` for `list[int]`).
+    Dict keys are left alone: JSON writes every key as a string."""
+    if isinstance(value, (bool, str)):
+        return [(loc, value)] if _not_a_number(ann, value) else []
+    found: list[list[tuple[tuple[Any, ...], object]]] = []  # per container member that takes `value`
+    for member in _members(ann):
+        origin, args = typing.get_origin(member), typing.get_args(member)
+        if origin in (list, tuple, set, frozenset, Sequence) and isinstance(value, (list, tuple)) and args:
+            if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+                if len(args) != len(value):
+                    continue  # a pair given three items: pydantic says so
+                items = list(zip(args, value))
+            else:
+                items = [(args[0], v) for v in value]
+            found.append([bad for i, (a, v) in enumerate(items) for bad in _not_numbers(a, v, (*loc, i))])
+        elif origin in (dict, Mapping) and isinstance(value, Mapping) and len(args) == 2:
+            found.append([bad for k, v in value.items() for bad in _not_numbers(args[1], v, (*loc, k))])
+    # Refused only when every container type that could take it refuses it (`list[int] | list[str]` takes "a").
+    return [] if not found or any(not f for f in found) else found[0]
 
 
 def type_label(ann: object) -> str:

@@ -20,7 +20,7 @@ class TextTracker:
     only the tokens since the last settled point, with the tokens before them as left context
     (a tokenizer may render a token differently at the start of a text), so a step costs the
     same at token 10 and at token 10,000. Text that ends in an incomplete character (U+FFFD,
-    a multi-byte character split across tokens) waits for the next token.
+    a multi-byte character split across tokens) waits for the next token, and stays U+FFFD if the row ends.
     """
 
     _REPLACEMENT = "\ufffd"
@@ -37,6 +37,10 @@ class TextTracker:
     def push(self, token: int, final: bool) -> tuple[str, str | None]:
         """Add a token; return (new text to show, the stop string hit or None)."""
         self.tokens.append(token)
+        return self._settle(final)
+
+    def _settle(self, final: bool) -> tuple[str, str | None]:
+        """Render the tokens not yet in `text` (all of them when `final`) and look for the stop strings."""
         context = self.tokenizer.decode(self.tokens[self.prefix : self.read])
         window = self.tokenizer.decode(self.tokens[self.prefix :])
         if len(window) > len(context) and (final or not window.endswith(self._REPLACEMENT)):
@@ -59,8 +63,9 @@ class TextTracker:
         return twin
 
     def end(self) -> str:
-        """End the text on a token outside it (a stop token): the text held back for a stop string comes out."""
-        return self._emit(len(self.text))
+        """End the text on a token outside it (a stop token): the text held back for a stop string comes out, and
+        a character whose last bytes never came as U+FFFD (as decoding them all with errors="replace" gives)."""
+        return self._settle(final=True)[0]
 
     def _emit(self, upto: int) -> str:
         upto = max(upto, self.emitted)

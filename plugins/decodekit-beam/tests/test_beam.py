@@ -412,3 +412,15 @@ def test_dk_generate_stays_the_function_after_beam_search() -> None:
     importlib.import_module("decodekit.loop")
     importlib.import_module("decodekit_beam.search")
     assert callable(dk.generate) and dk.generate.__name__ == "generate"
+
+
+def test_too_many_beams_are_refused_naming_num_beams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """num_beams=2**30 was refused by the plugin's own check as "max_new_tokens=64 is invalid ... allowed:
+    max_new_tokens <= 0": the engine's row check names num_beams. A row: 2048 + 16·(2 + 64) + 8·101 = 3912 bytes."""
+    monkeypatch.setattr("decodekit.engine.device_memory", lambda device: 2**34)
+    with pytest.raises(dk.ParameterError) as info:
+        dk.decode(tiny_gpt(block_size=128), [[1, 2]], strategy="beam", num_beams=2**30, max_new_tokens=64)
+    assert str(info.value) == (
+        "strategy beam: num_beams=1073741824 is invalid: its 1,073,741,824 rows of 66 tokens would take at least "
+        "3,912.0 GiB, more than the 16.0 GiB of memory of device cpu; allowed: num_beams <= 4,391,582 here"
+    )

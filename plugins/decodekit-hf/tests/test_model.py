@@ -240,3 +240,21 @@ def test_an_evicting_cache_is_refused_under_another_attention_implementation() -
     assert dk.generate(model, [[1, 2, 3]], cache="gqa", max_new_tokens=2).tokens  # its own attention serves these
     with pytest.raises(dk.ParameterError, match=r"attn_implementation='eager'; allowed: a model loaded with"):
         dk.generate(model, [[1, 2, 3]], cache="window(size=8)", max_new_tokens=2)
+
+
+def test_bridge_refuses_crop_and_reorder_on_a_cache_without_them_saying_what_is_allowed() -> None:
+    """The errors said only "cache X cannot crop": they name the capability a cache must have."""
+    bridge = DecodekitCache(dk.create_cache("dense", dk.CacheSpec(1, 1, 1, 2, 1, 4)))
+    bridge.kv = SimpleNamespace(length=3)  # type: ignore[assignment]  # a cache with neither crop nor reorder
+    with pytest.raises(dk.ParameterError) as info:
+        bridge.crop(-1)
+    assert str(info.value) == (
+        "DecodekitCache.crop: cache SimpleNamespace cannot be used: DecodekitCache.crop needs a cache that takes "
+        "back rejected tokens with crop(n); allowed: a cache backend with crop"
+    )
+    with pytest.raises(dk.ParameterError) as info:
+        bridge.reorder_cache(torch.tensor([0]))
+    assert str(info.value) == (
+        "DecodekitCache.reorder_cache: cache SimpleNamespace cannot be used: DecodekitCache.reorder_cache needs a "
+        "cache that moves its rows after the beams with reorder(index); allowed: a cache backend with reorder"
+    )

@@ -21,7 +21,6 @@ strings, its logprobs). A hypothesis is such an output, copied when its beam bra
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,8 +102,14 @@ def beam_policy(d: Decoding, params: Params) -> Iterator[None]:
             f"num_return_sequences={params.num_return_sequences} is invalid; "
             f"allowed: an integer, 1 <= num_return_sequences <= num_beams={params.num_beams}"
         )
-    _check_memory(d.request.batch_size * params.num_beams, d.request.max_new_tokens)
+    # `open` refuses rows that cannot fit (naming num_beams); hypotheses, like outputs, grow only as generated.
+    # It runs now, not in a generator: `stream` refuses at its call.
     d.open(copies=params.num_beams, needs=("reorder",), copies_option="num_beams")
+    return _beam_rounds(d, params)
+
+
+def _beam_rounds(d: Decoding, params: BeamParams) -> Iterator[None]:
+    """The rounds of a beam search on an opened decoding, then its results."""
     search = _Search(d, params)
     if d.request.max_new_tokens > 0:
         logits = d.prefill()
@@ -121,25 +126,6 @@ def beam_policy(d: Decoding, params: Params) -> Iterator[None]:
         scores.append([score for score, _ in best])
     d.result_type = BeamGeneration
     d.extras = {"sequences": sequences, "scores": scores}
-
-
-def _check_memory(rows: int, max_new_tokens: int) -> None:
-    """Beam search holds every hypothesis, each up to `max_new_tokens` long: refuse what cannot fit."""
-    memory = _physical_memory()
-    # A hypothesis is a list of Python ints (8 bytes a pointer); three per beam, as HF's search holds.
-    if memory is not None and 8 * 3 * rows * max_new_tokens > memory // 2:
-        allowed = memory // 2 // (8 * 3 * rows)
-        raise ParameterError(
-            f"max_new_tokens={max_new_tokens} is invalid for beam search with {rows} beams: its hypotheses would "
-            f"not fit in memory; allowed: max_new_tokens <= {allowed} here"
-        )
-
-
-def _physical_memory() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 class _Search:

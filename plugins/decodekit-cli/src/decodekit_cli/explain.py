@@ -102,7 +102,7 @@ def explain_steps(
         d.open()
         # The trace runs on a fork: stateful and random stages see exactly what the step's own
         # chain run sees (the same state, the same draws), and advance once per step.
-        yield from sample_steps(d, before=lambda logits: traces.append(d.chain.trace(logits.float(), d.ctx.fork())))
+        yield from sample_steps(d, before=lambda logits: traces.append(d.chain.trace(logits, d.ctx.fork())))
 
     decoding = Decoding(request, "explain", events=False)
     for _ in decoding.run(explain, NoParams(), per_round=False):

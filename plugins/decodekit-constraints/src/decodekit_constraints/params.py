@@ -17,14 +17,6 @@ __all__ = [
 ]
 
 
-def _a_number(value: object) -> object:
-    """Nested numbers too take numbers only: pydantic would read True as 1 and "3" as 3 (`Params` refuses
-    those for a parameter itself, not for the items of a list or dict)."""
-    if isinstance(value, (bool, str)):
-        raise ValueError("should be a number, not a bool or a string")
-    return value
-
-
 def _not_a_bool(value: object) -> object:
     """A token id that is a dict key: JSON writes keys as strings, so a string of digits is one; a bool is not."""
     if isinstance(value, bool):
@@ -33,11 +25,11 @@ def _not_a_bool(value: object) -> object:
 
 
 # A torch.long; ids >= V fail when the vocabulary is known.
-TokenId = Annotated[int, Field(ge=0, lt=2**63), BeforeValidator(_a_number)]
+TokenId = Annotated[int, Field(ge=0, lt=2**63)]
 KeyTokenId = Annotated[int, Field(ge=0, lt=2**63), BeforeValidator(_not_a_bool)]  # JSON keys are strings
 TokenSequence = Annotated[tuple[TokenId, ...], Field(min_length=1)]
-LogitBiasValue = Annotated[float, Field(ge=-100, le=100, allow_inf_nan=False), BeforeValidator(_a_number)]
-SequenceBiasValue = Annotated[float, Field(ge=-1e4, le=1e4, allow_inf_nan=False), BeforeValidator(_a_number)]
+LogitBiasValue = Annotated[float, Field(ge=-100, le=100, allow_inf_nan=False)]
+SequenceBiasValue = Annotated[float, Field(ge=-1e4, le=1e4, allow_inf_nan=False)]
 
 
 class LogitBiasParams(Params):

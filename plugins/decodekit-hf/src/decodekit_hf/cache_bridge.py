@@ -31,7 +31,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-from decodekit.cache import Croppable, KVCache, Reorderable, cached_attention
+from decodekit.cache import Croppable, KVCache, Reorderable, cached_attention, capability_error
 from decodekit.errors import ParameterError
 
 __all__ = [
@@ -150,12 +150,12 @@ class DecodekitCache(Cache):  # type: ignore[misc]
         length = self.kv.length
         keep = n if n > 0 else length + n
         if not isinstance(self.kv, Croppable):
-            raise ParameterError(f"DecodekitCache.crop: cache {type(self.kv).__name__} cannot crop")
+            raise _refused(self.kv, "crop", "DecodekitCache.crop")
         self.kv.crop(min(max(keep, 0), length))
 
     def reorder_cache(self, beam_idx: Tensor) -> None:
         if not isinstance(self.kv, Reorderable):
-            raise ParameterError(f"DecodekitCache.reorder_cache: cache {type(self.kv).__name__} cannot reorder")
+            raise _refused(self.kv, "reorder", "DecodekitCache.reorder_cache")
         self.kv.reorder(beam_idx)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
@@ -163,3 +163,10 @@ class DecodekitCache(Cache):  # type: ignore[misc]
 
     def batch_select_indices(self, indices: Tensor) -> None:
         raise NotImplementedError("DecodekitCache: the batch size is fixed by the decodekit cache's CacheSpec")
+
+
+def _refused(kv: object, need: str, who: str) -> ParameterError:
+    """The error, naming the capability a cache must have, for `kv` that lacks `need`."""
+    error = capability_error(kv, need, who)
+    assert error is not None  # the caller checked that `kv` lacks it
+    return error

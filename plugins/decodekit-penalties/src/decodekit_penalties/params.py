@@ -7,23 +7,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BeforeValidator, Field
+from pydantic import Field
 
 from decodekit.params import Params
 
 __all__ = ["DRYParams", "FrequencyPenaltyParams", "NoRepeatNGramParams", "PresencePenaltyParams"]
 
 
-def _a_number(value: object) -> object:
-    """Nested numbers too take numbers only: pydantic would read True as 1 and "3" as 3 (`Params` refuses
-    those for a parameter itself, not for the items of a list or dict)."""
-    if isinstance(value, (bool, str)):
-        raise ValueError("should be a number, not a bool or a string")
-    return value
-
-
 # A torch.long; ids >= V fail when the vocabulary is known.
-TokenId = Annotated[int, Field(ge=0, lt=2**63), BeforeValidator(_a_number)]
+TokenId = Annotated[int, Field(ge=0, lt=2**63)]
 _LAST_N = "only the last n tokens count (None: all of them)"
 
 

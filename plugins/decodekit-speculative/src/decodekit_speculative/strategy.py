@@ -99,6 +99,11 @@ def speculative_policy(d: Decoding, params: Params) -> Iterator[None]:
     d.open(lookahead=params.k + 1, needs=("crop",), recompute=False)
     _check_rollback(d, params.k)
     kind = speculation_kind(d.chain, d.ctx)
+    return _rounds(d, draft, params, kind)  # checked now, not in a generator: `stream` refuses at its call
+
+
+def _rounds(d: Decoding, draft: Model | None, params: SpeculativeParams, kind: Kind) -> Iterator[None]:
+    """The rounds of an opened speculative decoding."""
     B = len(d.rows)
     d.result_type = SpeculativeGeneration
     d.extras = {"drafted": [0] * B, "accepted": [0] * B}
