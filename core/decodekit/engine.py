@@ -260,11 +260,9 @@ class Decoding:
                 f"({out.finish_reason} after {len(out.tokens)} tokens)"
             )
         self._check_token(token)
-        lp = logprobs if self.request.logprobs is not None else None
-        pushed = out.push(token, lp)
+        event = out.push(token, logprobs if self.request.logprobs is not None else None, row)
         if self._events is not None and self.copies == 1:
-            step = len(out.tokens) - 1
-            self._events.append(TokenEvent(row, step, token, pushed.text, pushed.finish_reason, lp, pushed.stopped_by))
+            self._events.append(event)
         return out.done
 
     def finish(self, prompt: int, tokens: Sequence[int], logprobs: Sequence[Any] | None = None) -> None:
@@ -281,10 +279,8 @@ class Decoding:
             if out.done:
                 break
             self._check_token(token)
-            lp = None if logprobs is None or request.logprobs is None else logprobs[i]
-            pushed = out.push(int(token), lp)
+            event = out.push(int(token), None if logprobs is None or request.logprobs is None else logprobs[i], prompt)
             if self._events is not None:
-                event = TokenEvent(prompt, i, int(token), pushed.text, pushed.finish_reason, lp, pushed.stopped_by)
                 self._events.append(event)
         if not out.done:
             raise PluginError(
