@@ -51,6 +51,7 @@ ROW_BYTES = 2048
 """Memory a row takes at least, whatever its length: its random generator, output and text (about 3 KB on a CPU)."""
 
 Policy = Callable[["Decoding", Params], "Iterator[None] | None"]
+_END = object()  # a policy's rounds are over
 
 
 class Decoding:
@@ -340,8 +341,12 @@ class Decoding:
     def _events_of(
         self, steps: Iterator[None] | None, settings: Callable[[], contextlib.ExitStack], per_round: bool
     ) -> Iterator[TokenEvent]:
+        each_round = settings if per_round else contextlib.nullcontext
         with contextlib.nullcontext() if per_round else settings():
-            for _ in _rounds(steps, settings if per_round else None):
+            while steps is not None:
+                with each_round():
+                    if next(steps, _END) is _END:
+                        break
                 if self._events:
                     yield from self.take_events()
         self._check_complete()
@@ -389,24 +394,6 @@ class Decoding:
             stopped_by=[out.stopped_by for out in outs],
             **self.extras,
         )
-
-
-def _rounds(steps: Iterator[None] | None, inner: Callable[[], Any] | None) -> Iterator[None]:
-    """Each round of a policy's generator, run inside `inner()` (None: as it is, no context per round)."""
-    if steps is None:
-        return
-    if inner is None:
-        yield from steps
-        return
-    it = iter(steps)
-    while True:
-        with inner():
-            if next(it, _END) is _END:
-                return
-        yield
-
-
-_END = object()
 
 
 def sample_steps(
