@@ -58,7 +58,7 @@ class SamplerRegistrar(Protocol):
     ) -> None:
         """Register one sampler: `impl(params) -> stage` (a `ProcessorBase`/`SelectorBase` subclass is one).
 
-        kind: "processor" or "selector"; read from the class when omitted (which imports it).
+        kind: "processor" (when omitted) or "selector"; a stage class must agree (checked when it is loaded).
         """
 
 

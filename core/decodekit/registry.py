@@ -60,7 +60,7 @@ class Entry:
     description: str
     distribution: str
     version: str
-    declared_kind: str | None = None  # samplers: "processor" or "selector" when declared
+    kind: str | None = None  # samplers: "processor" unless registered as a "selector" (`load` checks the class agrees)
 
     def load(self) -> Any:
         """The implementation, imported on first use when it was registered by path."""
@@ -91,14 +91,6 @@ class Entry:
         kind = getattr(impl, "kind", None)
         if self.category == "sampler" and isinstance(impl, type) and kind is not None and kind != self.kind:
             raise PluginError(f"{where}: its class is a {kind}, its registration a {self.kind} (kind=)")
-
-    @property
-    def kind(self) -> str | None:
-        """A sampler's kind as registered: "processor" unless the registration says "selector" (no import
-        needed; `load` checks the class agrees). None for the other categories."""
-        if self.category != "sampler":
-            return None
-        return self.declared_kind or "processor"
 
 
 @dataclass
@@ -223,35 +215,6 @@ def unknown_name(category: Category, name: str, installed: Iterable[str]) -> Unk
     return UnknownNameError(msg)
 
 
-def _check_name(category: Category, name: object) -> str:
-    if not isinstance(name, str):
-        raise PluginError(f"name {name!r} is a {type(name).__name__}; allowed: a string")
-    ok = _MODEL_NAME.match(name) if category == "model" else (name.isidentifier() and name.isascii())
-    if not ok:
-        allowed = (
-            "letters, digits, '_', '-', '.'" if category == "model" else "a Python identifier (letters, digits, '_')"
-        )
-        raise PluginError(f"name {name!r} is invalid; allowed: {allowed}")
-    return name
-
-
-def _check_impl(impl: object) -> None:
-    if isinstance(impl, str):
-        if not _IMPORT_PATH.match(impl):
-            raise PluginError(f"impl {impl!r} is invalid; allowed: a callable or an import path 'package.module:attr'")
-    elif not callable(impl):
-        raise PluginError(
-            f"impl {impl!r} ({type(impl).__name__}) is invalid; allowed: a callable or an import path 'module:attr'"
-        )
-
-
-def _params_model(impl: object, params: object) -> type[Params]:
-    model = params if params is not None else getattr(impl, "params_model", NoParams)
-    if not (isinstance(model, type) and issubclass(model, Params)):
-        raise PluginError(f"params {model!r} is invalid; allowed: None or a decodekit.Params subclass")
-    return model
-
-
 def make_entry(
     category: Category,
     distribution: str,
@@ -264,23 +227,38 @@ def make_entry(
 ) -> Entry:
     """Check one `register(...)` call and build its entry; a bad argument is a `PluginError` naming it."""
     extra = dict(kind_specific or {})
-    label = f"{category} {name!r}"
+    kind = extra.pop("kind", None) if category == "sampler" else None
     try:
-        checked = _check_name(category, name)
-        _check_impl(impl)
-        model = _params_model(impl, params)
+        if not isinstance(name, str):
+            raise PluginError(f"name {name!r} is a {type(name).__name__}; allowed: a string")
+        if not (_MODEL_NAME.match(name) if category == "model" else (name.isidentifier() and name.isascii())):
+            allowed = (
+                "letters, digits, '_', '-', '.'"
+                if category == "model"
+                else "a Python identifier (letters, digits, '_')"
+            )
+            raise PluginError(f"name {name!r} is invalid; allowed: {allowed}")
+        if isinstance(impl, str) and not _IMPORT_PATH.match(impl):
+            raise PluginError(f"impl {impl!r} is invalid; allowed: a callable or an import path 'package.module:attr'")
+        if not isinstance(impl, str) and not callable(impl):
+            raise PluginError(
+                f"impl {impl!r} ({type(impl).__name__}) is invalid; allowed: a callable or an import path 'module:attr'"
+            )
+        model = params if params is not None else getattr(impl, "params_model", NoParams)
+        if not (isinstance(model, type) and issubclass(model, Params)):
+            raise PluginError(f"params {model!r} is invalid; allowed: None or a decodekit.Params subclass")
         if not isinstance(description, str):
             raise PluginError(f"description {description!r} is a {type(description).__name__}; allowed: a string")
-        sampler_kind = extra.pop("kind", None) if category == "sampler" else None
         if extra:
             allowed = "kind" if category == "sampler" else "none"
             raise PluginError(f"unknown keyword {next(iter(extra))}=...; allowed keywords: {allowed}")
-        if sampler_kind is not None and sampler_kind not in _SAMPLER_KINDS:
-            raise PluginError(f"kind={sampler_kind!r} is invalid; allowed: 'processor', 'selector'")
-        declared = None if sampler_kind is None else str(sampler_kind)
+        if kind is not None and kind not in _SAMPLER_KINDS:
+            raise PluginError(f"kind={kind!r} is invalid; allowed: 'processor', 'selector'")
     except PluginError as exc:
-        raise PluginError(f"{label}: {exc}") from None
-    entry = Entry(category, checked, impl, model, description, distribution, version, declared)
+        raise PluginError(f"{category} {name!r}: {exc}") from None
+    if category == "sampler" and kind is None:
+        kind = "processor"
+    entry = Entry(category, name, impl, model, description, distribution, version, kind)  # type: ignore[arg-type]
     if not isinstance(impl, str):  # an object: its declaration can be checked now
         entry.load()
     return entry
