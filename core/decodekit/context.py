@@ -55,12 +55,7 @@ def row_generators(
             raise ParameterError(
                 f"seed: {len(row_seeds_)} per-row seeds given; allowed: one int, or one seed per row ({batch_size})"
             )
-    gens = []
-    for s in row_seeds_:
-        g = torch.Generator(device=device)
-        g.manual_seed(s)
-        gens.append(g)
-    return gens
+    return [torch.Generator(device=device).manual_seed(s) for s in row_seeds_]
 
 
 @dataclass(eq=False)
