@@ -157,21 +157,20 @@ class Decoding:
 
     def _check_reach(self, max_positions: int, total: int, kv: KVCache | None) -> None:
         """The widest query-key distance the whole decode presents must be one the model knows."""
-        reach = total if kv is None or not evicts(kv) else kv.reach(total)  # type: ignore[attr-defined]
-        if reach <= max_positions:
-            return
-        P = self.P
         if kv is not None and evicts(kv):
+            reach = kv.reach(total)  # type: ignore[attr-defined]
+            if reach > max_positions:
+                raise ContextLengthError(
+                    f"cache {self.request.cache}: a query would attend across {reach} positions, past the model's "
+                    f"context of {max_positions}; allowed: a cache whose window fits the context"
+                )
+        elif total > max_positions:
+            none = ", or cache='none', which crops the context" if self._recompute else ""
             raise ContextLengthError(
-                f"cache {self.request.cache}: a query would attend across {reach} positions, past the model's "
-                f"context of {max_positions}; allowed: a cache whose window fits the context"
+                f"prompt of {self.P} tokens + max_new_tokens={self.request.max_new_tokens} = {total} tokens exceeds "
+                f"the model's context of {max_positions} positions; shorten the prompt, lower max_new_tokens, or use "
+                f"a cache that evicts (cache='window(size=\"auto\")'){none}"
             )
-        none = ", or cache='none', which crops the context" if self._recompute else ""
-        raise ContextLengthError(
-            f"prompt of {P} tokens + max_new_tokens={self.request.max_new_tokens} = {total} tokens exceeds the "
-            f"model's context of {max_positions} positions; shorten the prompt, lower max_new_tokens, or use a "
-            f"cache that evicts (cache='window(size=\"auto\")'){none}"
-        )
 
     # -- the model ------------------------------------------------------------------------
 
