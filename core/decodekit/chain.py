@@ -268,11 +268,8 @@ class Chain:
         if self._compiled is None:  # once per chain: each new compiled function would compile anew
             twin = object.__new__(type(self))
             twin.__dict__.update(self.__dict__)
-            # Not dynamic=True: marking every dimension dynamic breaks the graph where a truncation plans
-            # its search from the vocabulary size. Growing shapes (the history) become dynamic by themselves.
-            # cpp_wrapper: the graph's kernels called from C++, not Python (halves a small step's cost on a
-            # CPU). The guards on the chain stay (~20 us a step): without them another chain's step can run
-            # this one's graph, or with its parameters turned symbolic (docs/benchmarks.md).
+            # Not dynamic=True: it breaks a truncation's plan, made from the vocabulary size. cpp_wrapper halves
+            # a small CPU step; the chain's guards stay, or another chain runs this graph (docs/benchmarks.md).
             options: dict[str, str | int | bool | Callable[..., Any]] = {
                 "cpp_wrapper": True,
                 "guard_filter_fn": _guards_on_the_inputs,

@@ -1,17 +1,11 @@
 """The decode engine: one object that owns everything a decode needs, whatever the policy.
 
-A decode strategy (sampling, beam search, speculative decoding, a plugin's) is a policy over a
-`Decoding`. It opens it with what it needs (rows per prompt, tokens it may look ahead, cache
-capabilities), asks for logits (`prefill`, `forward`), picks tokens (`pick`: the chain's sealed
-step; or its own rule over `chain.distribution`) and emits them (`advance`, `emit`, `finish`).
-The engine does the rest once, for every policy: the cache and its context check, prefill (in
-chunks when the cache evicts), the history and its positions, per-row seeds, stop tokens, stop
-strings and text, logprobs, events and finish reasons; and it holds a policy to the rules (a
-token in range, nothing after a row has ended, every row ended), naming the strategy otherwise.
-
-A policy is `policy(decoding, params) -> Iterator[None] | None`: a generator yields after each
-round of emitted tokens, so `stream` hands them out as they come; a plain function's tokens come
-out when it returns.
+A decode strategy is a policy over a `Decoding`, `policy(decoding, params) -> Iterator[None] | None`:
+it opens it with what it needs (rows per prompt, look-ahead, cache capabilities), asks for logits
+(`prefill`, `forward`), picks tokens (`pick`, or its own rule over `chain.distribution`) and emits them
+(`advance`, `emit`, `finish`); each round it yields comes out of `stream` at once. The engine does the
+rest for every policy (cache, context check, prefill, history, seeds, stops, text, logprobs, events)
+and holds a policy to the rules (a token in range, nothing after a row ended, every row ended).
 """
 
 from __future__ import annotations
@@ -89,13 +83,11 @@ class Decoding:
     ) -> None:
         """Build the rows, the cache and the history; a policy calls it once, before anything else.
 
-        copies: rows per prompt; copies_option: the policy's option that set it, which the error names when
-        the rows could never fit in memory (`check_rows`, before anything is allocated). lookahead: tokens
-        the policy may feed beyond `max_new_tokens` (speculative drafts), counted in the cache's capacity
-        (`total`); the policy keeps them within the model's context itself (`room`). needs: cache
-        capabilities the policy uses (`crop`, `reorder`, ...); a cache without one is refused now,
-        with the reason, before any model work. recompute: whether `cache="none"` takes the policy past
-        the model's context (by cropping it); the errors suggest it only then.
+        copies: rows per prompt; copies_option: the policy's option that set it, named when the rows could
+        never fit in memory (`check_rows`). lookahead: tokens the policy may feed beyond `max_new_tokens`
+        (drafts), counted in the cache's capacity (`total`), kept within the context by the policy (`room`).
+        needs: cache capabilities the policy uses (`crop`, `reorder`, ...), refused now if missing.
+        recompute: whether `cache="none"` takes the policy past the context; the errors suggest it only then.
         """
         if self.copies:
             raise PluginError(f"strategy {self.strategy}: opened its decoding twice")
@@ -309,16 +301,10 @@ class Decoding:
     # -- running a policy ----------------------------------------------------------------
 
     def run(self, policy: Policy, params: Params, *, per_round: bool) -> Iterator[TokenEvent]:
-        """Call `policy` now and return the events of its rounds, which run as they are asked for.
-
-        A policy that opens its decoding and then returns its rounds (a generator of its own, as
-        `sample`, `beam` and `speculative` do) has its rows, cache and context checked at this call, so
-        `stream` raises before the first event is asked for; a policy that is itself a generator opens
-        at the first one. Its rounds run in inference mode on the decode's threads (`decodekit.threads`).
-        per_round: enter both around each round and leave them before yielding, so the caller's code
-        between events runs in its own mode and threads (`stream`); False: once around the whole run
-        (`generate`, which saves the switch in every step).
-        """
+        """Call `policy` now (a policy that opens, then returns its rounds, is checked at this call) and
+        return the events of its rounds, which run as they are asked for, in inference mode on the decode's
+        threads (`decodekit.threads`). per_round: enter those around each round only, so the caller's code
+        between events runs in its own (`stream`); False: once around the whole run (`generate`)."""
         n = decode_threads(self.model)
 
         def settings() -> contextlib.ExitStack:
