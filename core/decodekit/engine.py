@@ -46,6 +46,7 @@ ROW_BYTES = 2048
 
 Policy = Callable[["Decoding", Params], "Iterator[None] | None"]
 _END = object()  # a policy's rounds are over
+_COMPILED: weakref.WeakKeyDictionary[Any, Callable[..., Tensor]] = weakref.WeakKeyDictionary()
 
 
 class Decoding:
@@ -117,8 +118,14 @@ class Decoding:
 
     def runs(self, model: Model) -> Callable[..., Tensor]:
         """`model` as this decode calls it: under `torch.compile` with `compile=True` (a policy's own forwards,
-        a draft model's, go through this too), else as it is."""
-        return compiled(model) if self.request.compile else model
+        a draft model's, go through this too), else as it is; compiled once per model (a new wrapper compiles anew)."""
+        if not self.request.compile:
+            return model
+        if model not in _COMPILED:
+            # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
+            # unbound size for a repeated-heads (`dense`) cache past 2 layers.
+            _COMPILED[model] = torch.compile(model, dynamic=None)
+        return _COMPILED[model]
 
     def open_cache(self, model: Model, batch_size: int, total: int, needs: Sequence[str] = ()) -> KVCache | None:
         """A cache of the request's backend for `model`, `batch_size` rows of up to `total` tokens, checked
@@ -403,18 +410,6 @@ def sample_steps(
         if d.done:
             return
         logits = d.forward()
-
-
-_COMPILED: weakref.WeakKeyDictionary[Any, Callable[..., Tensor]] = weakref.WeakKeyDictionary()
-
-
-def compiled(model: Model) -> Callable[..., Tensor]:
-    """`model` under `torch.compile`, once per model (a new wrapper would compile anew)."""
-    if model not in _COMPILED:
-        # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
-        # unbound size for a repeated-heads (`dense`) cache past 2 layers.
-        _COMPILED[model] = torch.compile(model, dynamic=None)
-    return _COMPILED[model]
 
 
 def uncached_logits(model: Model, buf: Tensor, positions: Tensor, filled: int) -> Tensor:
