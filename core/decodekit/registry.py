@@ -38,6 +38,7 @@ CATEGORIES: tuple[Category, ...] = ("sampler", "cache backend", "model", "strate
 _MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
 _SAMPLER_KINDS = ("processor", "selector")
+_SECTIONS = {"sampler": "samplers", "cache backend": "caches", "model": "models", "strategy": "strategies"}
 
 
 def import_object(path: str) -> Any:
@@ -163,13 +164,8 @@ class Registry:
 
     def section(self, category: Category) -> dict[str, Entry]:
         """The entries of one category, by name."""
-        sections = {
-            "sampler": self.samplers,
-            "cache backend": self.caches,
-            "model": self.models,
-            "strategy": self.strategies,
-        }
-        return sections[category]
+        entries: dict[str, Entry] = getattr(self, _SECTIONS[category])
+        return entries
 
     def lookup(self, category: Category, name: str) -> Entry:
         """The entry `name` of `category`; an unknown or conflicting name is an error saying what to do."""
