@@ -76,10 +76,6 @@ def canonical_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name.strip()).lower()
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
-
-
 def _env_names(name: str) -> set[str] | None:
     """A comma-separated list of distribution names (None when the variable is unset)."""
     raw = os.environ.get(name)
@@ -118,7 +114,7 @@ class _Loader:
 
     def __init__(self) -> None:
         self.registry = Registry()
-        self.strict = _env_flag("DECODEKIT_STRICT_PLUGINS")
+        self.strict = os.environ.get("DECODEKIT_STRICT_PLUGINS", "").strip().lower() not in ("", "0", "false", "no")
         self.pm = pluggy.PluginManager(ENTRY_POINT_GROUP)
         self.pm.add_hookspecs(hookspecs)
 
