@@ -85,15 +85,10 @@ def _env_names(name: str) -> set[str] | None:
 
 
 def _entry_points() -> list[metadata.EntryPoint]:
-    seen: set[tuple[str, str]] = set()
-    eps = []
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        dist = canonical_name(ep.dist.name) if ep.dist is not None else "?"
-        if (dist, ep.name) in seen:  # the same distribution found twice on sys.path
-            continue
-        seen.add((dist, ep.name))
-        eps.append(ep)
-    return sorted(eps, key=lambda e: (canonical_name(e.dist.name) if e.dist else "", e.name))
+    found: dict[tuple[str, str], metadata.EntryPoint] = {}
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):  # a distribution found twice on sys.path: the first
+        found.setdefault((canonical_name(ep.dist.name) if ep.dist is not None else "", ep.name), ep)
+    return [found[key] for key in sorted(found)]
 
 
 def _core_version() -> str:
