@@ -276,7 +276,7 @@ def unregister_plugin(plugin: object) -> None:
 def registered_name(cls: type) -> str:
     """The sampler name `cls` (or its nearest registered base class) is registered under; a class that
     no plugin registers is named after itself, in snake case (`MyShift` -> "my_shift")."""
-    names = get_registry().sampler_names()
+    names = get_registry().sampler_names
     for klass in cls.__mro__:
         name = names.get(f"{klass.__module__}:{klass.__qualname__}") or names.get(klass)
         if name is not None:

@@ -13,6 +13,7 @@ import importlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from decodekit.errors import PluginError, UnknownNameError
@@ -154,13 +155,11 @@ class Registry:
     plugins: dict[str, PluginInfo] = field(default_factory=dict)
     failures: list[PluginFailure] = field(default_factory=list)
     conflicts: list[Conflict] = field(default_factory=list)
-    _sampler_names: dict[object, str] | None = field(default=None, repr=False)
 
+    @cached_property
     def sampler_names(self) -> dict[object, str]:
         """Each registered sampler's name, by its implementation (the object, or its import path)."""
-        if self._sampler_names is None:
-            self._sampler_names = {entry.impl: name for name, entry in reversed(self.samplers.items())}
-        return self._sampler_names
+        return {entry.impl: name for name, entry in reversed(self.samplers.items())}
 
     def section(self, category: Category) -> dict[str, Entry]:
         """The entries of one category, by name."""
