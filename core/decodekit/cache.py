@@ -238,7 +238,7 @@ def cached_attention(
 class PreallocatedKVCache:
     """A cache that keeps every token fed, in slot order, in a storage of `capacity` slots per layer.
 
-    Subclasses choose the storage (`FloatStorage`: kv-heads; `RepeatedFloatStorage`: every head;
+    Subclasses choose the storage (`FloatStorage`: kv-heads; `dense`'s `RepeatedFloatStorage`: every head;
     int8, ...). A write is one slice copy at the same offset for every row: appending at
     position 2,000 costs what it costs at position 20.
     """

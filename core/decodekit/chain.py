@@ -2,15 +2,11 @@
 
 Built in code, from a JSON-serialisable spec, or from a one-line string:
 ``"repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"``.
-The order is the user's and is never changed. When a stage truncates to a few
-candidates, the stages after it that can work on candidates do so (see
-`decodekit.stage`); the result is the same as running every stage on the full
-vocabulary, which `process` and `trace` do.
-
-Every caller runs the chain through `step` (tokens out) or `distribution` (processed logits
-out). Inside, the fast path reads nothing back from the device and marks the rows it could not
-settle (NaN, +inf or no token left, more ties than a candidate set holds); after the step's one
-host read those rows are redone on the dense path. No caller sees a marked row.
+The order is the user's and is never changed. Every caller runs the chain through `step` (tokens
+out) or `distribution` (processed logits out): after a truncation the stages that can work on its
+candidates do (`decodekit.stage`), reading nothing back from the device; a row they could not settle
+is redone on the dense path after the step's one host read, so the result is always that of every
+stage on the full vocabulary (`process`, `trace`).
 """
 
 from __future__ import annotations
@@ -268,11 +264,8 @@ class Chain:
         if self._compiled is None:  # once per chain: each new compiled function would compile anew
             twin = object.__new__(type(self))
             twin.__dict__.update(self.__dict__)
-            # Not dynamic=True: marking every dimension dynamic breaks the graph where a truncation plans
-            # its search from the vocabulary size. Growing shapes (the history) become dynamic by themselves.
-            # cpp_wrapper: the graph's kernels called from C++, not Python (halves a small step's cost on a
-            # CPU). The guards on the chain stay (~20 us a step): without them another chain's step can run
-            # this one's graph, or with its parameters turned symbolic (docs/benchmarks.md).
+            # Not dynamic=True: it breaks a truncation's plan, made from the vocabulary size. cpp_wrapper halves
+            # a small CPU step; the chain's guards stay, or another chain runs this graph (docs/benchmarks.md).
             options: dict[str, str | int | bool | Callable[..., Any]] = {
                 "cpp_wrapper": True,
                 "guard_filter_fn": _guards_on_the_inputs,

@@ -89,9 +89,8 @@ class _Parser:
             if not self.peek():
                 raise self.error(f"')' to close the '(' at position {opened}")
             start = self.pos
-            match = _NAME.match(self.text, self.pos)
-            after = match.end() if match else start
-            if match and self.text[after:].lstrip().startswith("="):
+            match = _NAME.match(self.text, start)
+            if match and self.text[match.end() :].lstrip().startswith("="):
                 key = self.name("a parameter name")
                 self.expect("=", "'='")
                 if key in kwargs:

@@ -55,12 +55,7 @@ def row_generators(
             raise ParameterError(
                 f"seed: {len(row_seeds_)} per-row seeds given; allowed: one int, or one seed per row ({batch_size})"
             )
-    gens = []
-    for s in row_seeds_:
-        g = torch.Generator(device=device)
-        g.manual_seed(s)
-        gens.append(g)
-    return gens
+    return [torch.Generator(device=device).manual_seed(s) for s in row_seeds_]
 
 
 @dataclass(eq=False)
@@ -148,12 +143,9 @@ class DecodeContext:
         return entry[1]
 
     def fork(self) -> DecodeContext:
-        """An independent copy to try a step on: the same history, a copy of every stage's state,
-        and generators in the same state. A stage run on the fork
-        sees exactly what it would see on this context, draws the same numbers, and changes
-        nothing here (`decodekit explain` traces each step on a fork; a chain redoes a step on one)."""
-        # Not the constructor (its check of the ids reads them back: once is enough), nor copy.copy
-        # (five times slower, and this runs every step of a chain that may redo one).
+        """An independent copy to try a step on: the same history, a copy of every stage's state, and
+        generators in the same state, so a stage run on it draws the same numbers and changes nothing here."""
+        # Not the constructor (its check of the ids reads them back), nor copy.copy (5x slower, every step).
         twin = object.__new__(type(self))  # a subclass of a plugin's stays one
         twin.__dict__.update(self.__dict__)
         twin.generators = None if self.generators is None else [g.clone_state() for g in self.generators]

@@ -1,17 +1,11 @@
 """The decode engine: one object that owns everything a decode needs, whatever the policy.
 
-A decode strategy (sampling, beam search, speculative decoding, a plugin's) is a policy over a
-`Decoding`. It opens it with what it needs (rows per prompt, tokens it may look ahead, cache
-capabilities), asks for logits (`prefill`, `forward`), picks tokens (`pick`: the chain's sealed
-step; or its own rule over `chain.distribution`) and emits them (`advance`, `emit`, `finish`).
-The engine does the rest once, for every policy: the cache and its context check, prefill (in
-chunks when the cache evicts), the history and its positions, per-row seeds, stop tokens, stop
-strings and text, logprobs, events and finish reasons; and it holds a policy to the rules (a
-token in range, nothing after a row has ended, every row ended), naming the strategy otherwise.
-
-A policy is `policy(decoding, params) -> Iterator[None] | None`: a generator yields after each
-round of emitted tokens, so `stream` hands them out as they come; a plain function's tokens come
-out when it returns.
+A decode strategy is a policy over a `Decoding`, `policy(decoding, params) -> Iterator[None] | None`:
+it opens it with what it needs (rows per prompt, look-ahead, cache capabilities), asks for logits
+(`prefill`, `forward`), picks tokens (`pick`, or its own rule over `chain.distribution`) and emits them
+(`advance`, `emit`, `finish`); each round it yields comes out of `stream` at once. The engine does the
+rest for every policy (cache, context check, prefill, history, seeds, stops, text, logprobs, events)
+and holds a policy to the rules (a token in range, nothing after a row ended, every row ended).
 """
 
 from __future__ import annotations
@@ -51,6 +45,8 @@ ROW_BYTES = 2048
 """Memory a row takes at least, whatever its length: its random generator, output and text (about 3 KB on a CPU)."""
 
 Policy = Callable[["Decoding", Params], "Iterator[None] | None"]
+_END = object()  # a policy's rounds are over
+_COMPILED: weakref.WeakKeyDictionary[Any, Callable[..., Tensor]] = weakref.WeakKeyDictionary()
 
 
 class Decoding:
@@ -88,13 +84,11 @@ class Decoding:
     ) -> None:
         """Build the rows, the cache and the history; a policy calls it once, before anything else.
 
-        copies: rows per prompt; copies_option: the policy's option that set it, which the error names when
-        the rows could never fit in memory (`check_rows`, before anything is allocated). lookahead: tokens
-        the policy may feed beyond `max_new_tokens` (speculative drafts), counted in the cache's capacity
-        (`total`); the policy keeps them within the model's context itself (`room`). needs: cache
-        capabilities the policy uses (`crop`, `reorder`, ...); a cache without one is refused now,
-        with the reason, before any model work. recompute: whether `cache="none"` takes the policy past
-        the model's context (by cropping it); the errors suggest it only then.
+        copies: rows per prompt; copies_option: the policy's option that set it, named when the rows could
+        never fit in memory (`check_rows`). lookahead: tokens the policy may feed beyond `max_new_tokens`
+        (drafts), counted in the cache's capacity (`total`), kept within the context by the policy (`room`).
+        needs: cache capabilities the policy uses (`crop`, `reorder`, ...), refused now if missing.
+        recompute: whether `cache="none"` takes the policy past the context; the errors suggest it only then.
         """
         if self.copies:
             raise PluginError(f"strategy {self.strategy}: opened its decoding twice")
@@ -124,8 +118,14 @@ class Decoding:
 
     def runs(self, model: Model) -> Callable[..., Tensor]:
         """`model` as this decode calls it: under `torch.compile` with `compile=True` (a policy's own forwards,
-        a draft model's, go through this too), else as it is."""
-        return compiled(model) if self.request.compile else model
+        a draft model's, go through this too), else as it is; compiled once per model (a new wrapper compiles anew)."""
+        if not self.request.compile:
+            return model
+        if model not in _COMPILED:
+            # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
+            # unbound size for a repeated-heads (`dense`) cache past 2 layers.
+            _COMPILED[model] = torch.compile(model, dynamic=None)
+        return _COMPILED[model]
 
     def open_cache(self, model: Model, batch_size: int, total: int, needs: Sequence[str] = ()) -> KVCache | None:
         """A cache of the request's backend for `model`, `batch_size` rows of up to `total` tokens, checked
@@ -156,21 +156,20 @@ class Decoding:
 
     def _check_reach(self, max_positions: int, total: int, kv: KVCache | None) -> None:
         """The widest query-key distance the whole decode presents must be one the model knows."""
-        reach = total if kv is None or not evicts(kv) else kv.reach(total)  # type: ignore[attr-defined]
-        if reach <= max_positions:
-            return
-        P = self.P
         if kv is not None and evicts(kv):
+            reach = kv.reach(total)  # type: ignore[attr-defined]
+            if reach > max_positions:
+                raise ContextLengthError(
+                    f"cache {self.request.cache}: a query would attend across {reach} positions, past the model's "
+                    f"context of {max_positions}; allowed: a cache whose window fits the context"
+                )
+        elif total > max_positions:
+            none = ", or cache='none', which crops the context" if self._recompute else ""
             raise ContextLengthError(
-                f"cache {self.request.cache}: a query would attend across {reach} positions, past the model's "
-                f"context of {max_positions}; allowed: a cache whose window fits the context"
+                f"prompt of {self.P} tokens + max_new_tokens={self.request.max_new_tokens} = {total} tokens exceeds "
+                f"the model's context of {max_positions} positions; shorten the prompt, lower max_new_tokens, or use "
+                f"a cache that evicts (cache='window(size=\"auto\")'){none}"
             )
-        none = ", or cache='none', which crops the context" if self._recompute else ""
-        raise ContextLengthError(
-            f"prompt of {P} tokens + max_new_tokens={self.request.max_new_tokens} = {total} tokens exceeds the "
-            f"model's context of {max_positions} positions; shorten the prompt, lower max_new_tokens, or use a "
-            f"cache that evicts (cache='window(size=\"auto\")'){none}"
-        )
 
     # -- the model ------------------------------------------------------------------------
 
@@ -260,11 +259,9 @@ class Decoding:
                 f"({out.finish_reason} after {len(out.tokens)} tokens)"
             )
         self._check_token(token)
-        lp = logprobs if self.request.logprobs is not None else None
-        pushed = out.push(token, lp)
+        event = out.push(token, logprobs if self.request.logprobs is not None else None, row)
         if self._events is not None and self.copies == 1:
-            step = len(out.tokens) - 1
-            self._events.append(TokenEvent(row, step, token, pushed.text, pushed.finish_reason, lp, pushed.stopped_by))
+            self._events.append(event)
         return out.done
 
     def finish(self, prompt: int, tokens: Sequence[int], logprobs: Sequence[Any] | None = None) -> None:
@@ -281,10 +278,8 @@ class Decoding:
             if out.done:
                 break
             self._check_token(token)
-            lp = None if logprobs is None or request.logprobs is None else logprobs[i]
-            pushed = out.push(int(token), lp)
+            event = out.push(int(token), None if logprobs is None or request.logprobs is None else logprobs[i], prompt)
             if self._events is not None:
-                event = TokenEvent(prompt, i, int(token), pushed.text, pushed.finish_reason, lp, pushed.stopped_by)
                 self._events.append(event)
         if not out.done:
             raise PluginError(
@@ -313,16 +308,10 @@ class Decoding:
     # -- running a policy ----------------------------------------------------------------
 
     def run(self, policy: Policy, params: Params, *, per_round: bool) -> Iterator[TokenEvent]:
-        """Call `policy` now and return the events of its rounds, which run as they are asked for.
-
-        A policy that opens its decoding and then returns its rounds (a generator of its own, as
-        `sample`, `beam` and `speculative` do) has its rows, cache and context checked at this call, so
-        `stream` raises before the first event is asked for; a policy that is itself a generator opens
-        at the first one. Its rounds run in inference mode on the decode's threads (`decodekit.threads`).
-        per_round: enter both around each round and leave them before yielding, so the caller's code
-        between events runs in its own mode and threads (`stream`); False: once around the whole run
-        (`generate`, which saves the switch in every step).
-        """
+        """Call `policy` now (a policy that opens, then returns its rounds, is checked at this call) and
+        return the events of its rounds, which run as they are asked for, in inference mode on the decode's
+        threads (`decodekit.threads`). per_round: enter those around each round only, so the caller's code
+        between events runs in its own (`stream`); False: once around the whole run (`generate`)."""
         n = decode_threads(self.model)
 
         def settings() -> contextlib.ExitStack:
@@ -344,8 +333,12 @@ class Decoding:
     def _events_of(
         self, steps: Iterator[None] | None, settings: Callable[[], contextlib.ExitStack], per_round: bool
     ) -> Iterator[TokenEvent]:
+        each_round = settings if per_round else contextlib.nullcontext
         with contextlib.nullcontext() if per_round else settings():
-            for _ in _rounds(steps, settings if per_round else None):
+            while steps is not None:
+                with each_round():
+                    if next(steps, _END) is _END:
+                        break
                 if self._events:
                     yield from self.take_events()
         self._check_complete()
@@ -395,24 +388,6 @@ class Decoding:
         )
 
 
-def _rounds(steps: Iterator[None] | None, inner: Callable[[], Any] | None) -> Iterator[None]:
-    """Each round of a policy's generator, run inside `inner()` (None: as it is, no context per round)."""
-    if steps is None:
-        return
-    if inner is None:
-        yield from steps
-        return
-    it = iter(steps)
-    while True:
-        with inner():
-            if next(it, _END) is _END:
-                return
-        yield
-
-
-_END = object()
-
-
 def sample_steps(
     d: Decoding,
     *,
@@ -435,18 +410,6 @@ def sample_steps(
         if d.done:
             return
         logits = d.forward()
-
-
-_COMPILED: weakref.WeakKeyDictionary[Any, Callable[..., Tensor]] = weakref.WeakKeyDictionary()
-
-
-def compiled(model: Model) -> Callable[..., Tensor]:
-    """`model` under `torch.compile`, once per model (a new wrapper would compile anew)."""
-    if model not in _COMPILED:
-        # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
-        # unbound size for a repeated-heads (`dense`) cache past 2 layers.
-        _COMPILED[model] = torch.compile(model, dynamic=None)
-    return _COMPILED[model]
 
 
 def uncached_logits(model: Model, buf: Tensor, positions: Tensor, filled: int) -> Tensor:

@@ -58,7 +58,7 @@ class SamplerRegistrar(Protocol):
     ) -> None:
         """Register one sampler: `impl(params) -> stage` (a `ProcessorBase`/`SelectorBase` subclass is one).
 
-        kind: "processor" or "selector"; read from the class when omitted (which imports it).
+        kind: "processor" (when omitted) or "selector"; a stage class must agree (checked when it is loaded).
         """
 
 
@@ -77,14 +77,10 @@ ModelRegistrar = Registrar
 """
 
 StrategyRegistrar = Registrar
-"""Decode strategies: `impl(request: decodekit.DecodeRequest, params) -> Generation`.
+"""Decode strategies: a policy over the engine, `impl(decoding: decodekit.Decoding, params) -> Iterator[None] | None`.
 
-`dk.decode(model, prompts, strategy="name", **options)` validates once the options every strategy
-shares (`chain`, `max_new_tokens`, `cache`, `stop_tokens`, `stop_strings`, `seed`, `logprobs`,
-`compile`)
-into `request` (token ids checked, chain built, cache resolved to a factory) and the others
-against `params`. A strategy that cannot honour a shared option (say `logprobs`) raises
-`ParameterError` naming it.
+`dk.decode(model, prompts, strategy="name", **options)` checks the options every strategy shares
+(`DecodeOptions`) into `decoding.request` and the others against `params` (docs/strategies.md).
 """
 
 

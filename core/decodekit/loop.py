@@ -19,7 +19,7 @@ from decodekit.params import Params
 from decodekit.prompts import Prompts
 from decodekit.request import DecodeOptions
 from decodekit.results import Generation
-from decodekit.strategies import EventStream, run_decode, stream_strategy
+from decodekit.strategies import EventStream, bind, run_decode
 
 __all__ = ["generate", "sample_policy", "stream"]
 
@@ -40,7 +40,8 @@ def stream(model: Model, prompts: Prompts, *, strategy: str = "sample", **option
     (`decodekit.request.DecodeOptions` says what each means and its default). Every one is
     checked before anything runs (`dk.ParameterError` naming it).
     """
-    return stream_strategy(model, prompts, strategy, options)
+    request, bound = bind(model, prompts, strategy, options, "stream" if strategy == "sample" else "")
+    return EventStream(Decoding(request, bound.name, events=True), bound)
 
 
 def generate(model: Model, prompts: Prompts, **options: Unpack[DecodeOptions]) -> Generation:

@@ -4,7 +4,7 @@ A row ends at a stop token (which is its last token, outside its text), at a sto
 text is cut before it), when a stage of the chain says so after a token (`Chain.ended`: a
 grammar that is complete; when that token is an end of text, one of the tokenizer's
 `eos_token_ids`, it is outside the text too), or at `max_new_tokens`. Text is decoded incrementally (`TextTracker`).
-The engine holds one per row and turns what `push` returns into `TokenEvent`s; a strategy that
+The engine holds one per row and reports the `TokenEvent` each `push` returns; a strategy that
 keeps several candidates per prompt (beam search) copies them as its candidates branch.
 """
 
@@ -12,21 +12,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-from decodekit.results import FinishReason, TokenLogprobs
+from decodekit.results import FinishReason, TokenEvent, TokenLogprobs
 from decodekit.text import TextTracker
 
-__all__ = ["Pushed", "RowOutput"]
-
-
-@dataclass(frozen=True, slots=True)
-class Pushed:
-    """What one token did to its row: the text it adds, and why the row ended (None: it goes on)."""
-
-    text: str | None
-    finish_reason: FinishReason | None
-    stopped_by: int | str | None
+__all__ = ["RowOutput"]
 
 
 class RowOutput:
@@ -59,8 +49,8 @@ class RowOutput:
     def text(self) -> str | None:
         return None if self.tracker is None else "".join(self.texts)
 
-    def push(self, token: int, logprobs: TokenLogprobs | None = None) -> Pushed:
-        """Add the row's next token (the row must not be done)."""
+    def push(self, token: int, logprobs: TokenLogprobs | None = None, row: int = 0) -> TokenEvent:
+        """Add the row's next token (the row must not be done); its event names the row `row`."""
         self.tokens.append(token)
         if logprobs is not None:
             self.logprobs.append(logprobs)
@@ -80,7 +70,7 @@ class RowOutput:
                     reason, stopped_by = "stop", hit
             self.texts.append(text)
         self.finish_reason, self.stopped_by = reason, stopped_by
-        return Pushed(text, reason, stopped_by)
+        return TokenEvent(row, len(self.tokens) - 1, token, text, reason, logprobs, stopped_by)
 
     def copy(self) -> RowOutput:
         """An independent copy (a candidate branching off this row)."""

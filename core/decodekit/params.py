@@ -14,7 +14,7 @@ from pydantic_core import PydanticCustomError
 from decodekit.errors import ParameterError
 from decodekit.param_types import type_text
 
-__all__ = ["NoParams", "Params", "allowed_values", "type_label", "validate_params"]
+__all__ = ["NoParams", "Params", "allowed_values", "validate_params"]
 
 
 class Params(BaseModel):
@@ -94,17 +94,6 @@ def _not_numbers(ann: object, value: object, loc: tuple[Any, ...]) -> list[tuple
     return [] if not found or any(not f for f in found) else found[0]
 
 
-def type_label(ann: object) -> str:
-    """A type as a user writes it: `float`, `int | None`, `bool | 'never'`, `list[int]`."""
-    origin, args = typing.get_origin(ann), typing.get_args(ann)
-    if origin is typing.Literal:
-        return " | ".join(repr(a) for a in args)
-    if origin is typing.Union or type(ann).__name__ == "UnionType":
-        members = [type_label(a) for a in args if a is not type(None)]
-        return " | ".join(members) + (" | None" if type(None) in args else "")
-    return type_text(ann)  # containers: `list[int ≥ 0]`, not pydantic's repr
-
-
 def allowed_values(name: str, field: FieldInfo) -> str:
     """A human description of what `field` accepts, built from its declared bounds."""
     lower = upper = ""
@@ -117,7 +106,7 @@ def allowed_values(name: str, field: FieldInfo) -> str:
             upper = f" < {m.lt}"
         elif isinstance(m, annotated_types.Le):
             upper = f" <= {m.le}"
-    type_name = type_label(field.annotation)
+    type_name = type_text(field.annotation)
     if type_name.endswith(" | None"):
         type_name = f"None, or {type_name[: -len(' | None')]}"
     if lower or upper:

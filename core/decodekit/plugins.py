@@ -76,10 +76,6 @@ def canonical_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name.strip()).lower()
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
-
-
 def _env_names(name: str) -> set[str] | None:
     """A comma-separated list of distribution names (None when the variable is unset)."""
     raw = os.environ.get(name)
@@ -89,15 +85,10 @@ def _env_names(name: str) -> set[str] | None:
 
 
 def _entry_points() -> list[metadata.EntryPoint]:
-    seen: set[tuple[str, str]] = set()
-    eps = []
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        dist = canonical_name(ep.dist.name) if ep.dist is not None else "?"
-        if (dist, ep.name) in seen:  # the same distribution found twice on sys.path
-            continue
-        seen.add((dist, ep.name))
-        eps.append(ep)
-    return sorted(eps, key=lambda e: (canonical_name(e.dist.name) if e.dist else "", e.name))
+    found: dict[tuple[str, str], metadata.EntryPoint] = {}
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):  # a distribution found twice on sys.path: the first
+        found.setdefault((canonical_name(ep.dist.name) if ep.dist is not None else "", ep.name), ep)
+    return [found[key] for key in sorted(found)]
 
 
 def _core_version() -> str:
@@ -118,7 +109,7 @@ class _Loader:
 
     def __init__(self) -> None:
         self.registry = Registry()
-        self.strict = _env_flag("DECODEKIT_STRICT_PLUGINS")
+        self.strict = os.environ.get("DECODEKIT_STRICT_PLUGINS", "").strip().lower() not in ("", "0", "false", "no")
         self.pm = pluggy.PluginManager(ENTRY_POINT_GROUP)
         self.pm.add_hookspecs(hookspecs)
 
@@ -285,7 +276,7 @@ def unregister_plugin(plugin: object) -> None:
 def registered_name(cls: type) -> str:
     """The sampler name `cls` (or its nearest registered base class) is registered under; a class that
     no plugin registers is named after itself, in snake case (`MyShift` -> "my_shift")."""
-    names = get_registry().sampler_names()
+    names = get_registry().sampler_names
     for klass in cls.__mro__:
         name = names.get(f"{klass.__module__}:{klass.__qualname__}") or names.get(klass)
         if name is not None:

@@ -13,6 +13,7 @@ import importlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from decodekit.errors import PluginError, UnknownNameError
@@ -38,6 +39,7 @@ CATEGORIES: tuple[Category, ...] = ("sampler", "cache backend", "model", "strate
 _MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
 _SAMPLER_KINDS = ("processor", "selector")
+_SECTIONS = {"sampler": "samplers", "cache backend": "caches", "model": "models", "strategy": "strategies"}
 
 
 def import_object(path: str) -> Any:
@@ -60,7 +62,7 @@ class Entry:
     description: str
     distribution: str
     version: str
-    declared_kind: str | None = None  # samplers: "processor" or "selector" when declared
+    kind: str | None = None  # samplers: "processor" unless registered as a "selector" (`load` checks the class agrees)
 
     def load(self) -> Any:
         """The implementation, imported on first use when it was registered by path."""
@@ -91,14 +93,6 @@ class Entry:
         kind = getattr(impl, "kind", None)
         if self.category == "sampler" and isinstance(impl, type) and kind is not None and kind != self.kind:
             raise PluginError(f"{where}: its class is a {kind}, its registration a {self.kind} (kind=)")
-
-    @property
-    def kind(self) -> str | None:
-        """A sampler's kind as registered: "processor" unless the registration says "selector" (no import
-        needed; `load` checks the class agrees). None for the other categories."""
-        if self.category != "sampler":
-            return None
-        return self.declared_kind or "processor"
 
 
 @dataclass
@@ -161,23 +155,16 @@ class Registry:
     plugins: dict[str, PluginInfo] = field(default_factory=dict)
     failures: list[PluginFailure] = field(default_factory=list)
     conflicts: list[Conflict] = field(default_factory=list)
-    _sampler_names: dict[object, str] | None = field(default=None, repr=False)
 
+    @cached_property
     def sampler_names(self) -> dict[object, str]:
         """Each registered sampler's name, by its implementation (the object, or its import path)."""
-        if self._sampler_names is None:
-            self._sampler_names = {entry.impl: name for name, entry in reversed(self.samplers.items())}
-        return self._sampler_names
+        return {entry.impl: name for name, entry in reversed(self.samplers.items())}
 
     def section(self, category: Category) -> dict[str, Entry]:
         """The entries of one category, by name."""
-        sections = {
-            "sampler": self.samplers,
-            "cache backend": self.caches,
-            "model": self.models,
-            "strategy": self.strategies,
-        }
-        return sections[category]
+        entries: dict[str, Entry] = getattr(self, _SECTIONS[category])
+        return entries
 
     def lookup(self, category: Category, name: str) -> Entry:
         """The entry `name` of `category`; an unknown or conflicting name is an error saying what to do."""
@@ -223,35 +210,6 @@ def unknown_name(category: Category, name: str, installed: Iterable[str]) -> Unk
     return UnknownNameError(msg)
 
 
-def _check_name(category: Category, name: object) -> str:
-    if not isinstance(name, str):
-        raise PluginError(f"name {name!r} is a {type(name).__name__}; allowed: a string")
-    ok = _MODEL_NAME.match(name) if category == "model" else (name.isidentifier() and name.isascii())
-    if not ok:
-        allowed = (
-            "letters, digits, '_', '-', '.'" if category == "model" else "a Python identifier (letters, digits, '_')"
-        )
-        raise PluginError(f"name {name!r} is invalid; allowed: {allowed}")
-    return name
-
-
-def _check_impl(impl: object) -> None:
-    if isinstance(impl, str):
-        if not _IMPORT_PATH.match(impl):
-            raise PluginError(f"impl {impl!r} is invalid; allowed: a callable or an import path 'package.module:attr'")
-    elif not callable(impl):
-        raise PluginError(
-            f"impl {impl!r} ({type(impl).__name__}) is invalid; allowed: a callable or an import path 'module:attr'"
-        )
-
-
-def _params_model(impl: object, params: object) -> type[Params]:
-    model = params if params is not None else getattr(impl, "params_model", NoParams)
-    if not (isinstance(model, type) and issubclass(model, Params)):
-        raise PluginError(f"params {model!r} is invalid; allowed: None or a decodekit.Params subclass")
-    return model
-
-
 def make_entry(
     category: Category,
     distribution: str,
@@ -264,23 +222,38 @@ def make_entry(
 ) -> Entry:
     """Check one `register(...)` call and build its entry; a bad argument is a `PluginError` naming it."""
     extra = dict(kind_specific or {})
-    label = f"{category} {name!r}"
+    kind = extra.pop("kind", None) if category == "sampler" else None
     try:
-        checked = _check_name(category, name)
-        _check_impl(impl)
-        model = _params_model(impl, params)
+        if not isinstance(name, str):
+            raise PluginError(f"name {name!r} is a {type(name).__name__}; allowed: a string")
+        if not (_MODEL_NAME.match(name) if category == "model" else (name.isidentifier() and name.isascii())):
+            allowed = (
+                "letters, digits, '_', '-', '.'"
+                if category == "model"
+                else "a Python identifier (letters, digits, '_')"
+            )
+            raise PluginError(f"name {name!r} is invalid; allowed: {allowed}")
+        if isinstance(impl, str) and not _IMPORT_PATH.match(impl):
+            raise PluginError(f"impl {impl!r} is invalid; allowed: a callable or an import path 'package.module:attr'")
+        if not isinstance(impl, str) and not callable(impl):
+            raise PluginError(
+                f"impl {impl!r} ({type(impl).__name__}) is invalid; allowed: a callable or an import path 'module:attr'"
+            )
+        model = params if params is not None else getattr(impl, "params_model", NoParams)
+        if not (isinstance(model, type) and issubclass(model, Params)):
+            raise PluginError(f"params {model!r} is invalid; allowed: None or a decodekit.Params subclass")
         if not isinstance(description, str):
             raise PluginError(f"description {description!r} is a {type(description).__name__}; allowed: a string")
-        sampler_kind = extra.pop("kind", None) if category == "sampler" else None
         if extra:
             allowed = "kind" if category == "sampler" else "none"
             raise PluginError(f"unknown keyword {next(iter(extra))}=...; allowed keywords: {allowed}")
-        if sampler_kind is not None and sampler_kind not in _SAMPLER_KINDS:
-            raise PluginError(f"kind={sampler_kind!r} is invalid; allowed: 'processor', 'selector'")
-        declared = None if sampler_kind is None else str(sampler_kind)
+        if kind is not None and kind not in _SAMPLER_KINDS:
+            raise PluginError(f"kind={kind!r} is invalid; allowed: 'processor', 'selector'")
     except PluginError as exc:
-        raise PluginError(f"{label}: {exc}") from None
-    entry = Entry(category, checked, impl, model, description, distribution, version, declared)
+        raise PluginError(f"{category} {name!r}: {exc}") from None
+    if category == "sampler" and kind is None:
+        kind = "processor"
+    entry = Entry(category, name, impl, model, description, distribution, version, kind)  # type: ignore[arg-type]
     if not isinstance(impl, str):  # an object: its declaration can be checked now
         entry.load()
     return entry

@@ -7,7 +7,7 @@ a `ParameterError` naming the argument, the value and what is allowed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -104,10 +104,10 @@ def _flag(name: str, value: object) -> bool:
     return value
 
 
-def _check_count(name: str, value: object) -> int:
+def _integer(name: str, value: object, ok: Callable[[int], bool], allowed: str) -> int:
     n = as_index(value)
-    if n is None or n < 0:
-        raise ParameterError(f"{name}={value!r} is invalid; allowed: an integer >= 0")
+    if n is None or not ok(n):
+        raise ParameterError(f"{name}={value!r} is invalid; allowed: {allowed}")
     return n
 
 
@@ -191,30 +191,19 @@ def _stop_strings(stop_strings: object, tokenizer: object) -> tuple[str, ...]:
 
 
 def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
-    def check(value: object, name: str) -> int:
-        n = as_index(value)
-        if n is None or not 0 <= n < MAX_SEED:
-            raise ParameterError(f"{name}={value!r} is invalid; allowed: an integer, 0 <= seed < 2**64")
-        return n
-
+    allowed = "an integer, 0 <= seed < 2**64"
     if seed is None:
         return None
     if isinstance(seed, Sequence) and not isinstance(seed, str):
         if len(seed) != batch:
             raise ParameterError(f"seed: {len(seed)} per-row seeds given; allowed: one int, or one per row ({batch})")
-        return tuple(check(s, f"seed[{b}]") for b, s in enumerate(seed))
-    return check(seed, "seed")
+        return tuple(_integer(f"seed[{b}]", s, lambda n: 0 <= n < MAX_SEED, allowed) for b, s in enumerate(seed))
+    return _integer("seed", seed, lambda n: 0 <= n < MAX_SEED, allowed)
 
 
 def _logprobs(logprobs: object, vocab_size: int) -> int | None:
-    if logprobs is None:
-        return None
-    n = as_index(logprobs)
-    if n is None or not 0 <= n <= vocab_size:
-        raise ParameterError(
-            f"logprobs={logprobs!r} is invalid; allowed: None or an integer, 0 <= logprobs <= {vocab_size}"
-        )
-    return n
+    allowed = f"None or an integer, 0 <= logprobs <= {vocab_size}"
+    return None if logprobs is None else _integer("logprobs", logprobs, lambda n: 0 <= n <= vocab_size, allowed)
 
 
 def decode_request(
@@ -233,7 +222,7 @@ def decode_request(
             f"{what}: unknown parameter {unknown[0]}={given[unknown[0]]!r}; allowed parameters: {allowed}"
         )
     V = _vocab_size(model)
-    max_new = _check_count("max_new_tokens", given["max_new_tokens"])
+    max_new = _integer("max_new_tokens", given["max_new_tokens"], lambda n: n >= 0, "an integer >= 0")
     rows = prompt_rows(model, prompts)
     tokenizer = getattr(model, "tokenizer", None)
     return DecodeRequest(

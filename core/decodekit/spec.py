@@ -12,15 +12,20 @@ from decodekit.errors import ParameterError
 __all__ = ["CacheSpec", "ModelSpec"]
 
 
-def _check_positive(owner: str, **values: int) -> None:
-    for name, value in values.items():
+def _check_shape(owner: str, spec: ModelSpec | CacheSpec, positive: tuple[str, ...]) -> None:
+    for name in positive:
+        value = getattr(spec, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ParameterError(f"{owner}: {name}={value!r} is invalid; allowed: an integer >= 1")
+    if spec.n_heads % spec.n_kv_heads != 0:
+        raise ParameterError(
+            f"{owner}: n_kv_heads={spec.n_kv_heads} is invalid; allowed: a divisor of n_heads={spec.n_heads}"
+        )
 
 
-def _check_heads(owner: str, n_heads: int, n_kv_heads: int) -> None:
-    if n_heads % n_kv_heads != 0:
-        raise ParameterError(f"{owner}: n_kv_heads={n_kv_heads} is invalid; allowed: a divisor of n_heads={n_heads}")
+_HEADS = ("n_layers", "n_heads", "n_kv_heads", "head_dim")
+# What a cache takes from its model's spec.
+_FROM_MODEL = (*_HEADS, "rope_base", "max_positions", "attention_windows", "calibration")
 
 
 @dataclass(frozen=True)
@@ -46,16 +51,7 @@ class ModelSpec:
     calibration: Path | None = None
 
     def __post_init__(self) -> None:
-        _check_positive(
-            "ModelSpec",
-            n_layers=self.n_layers,
-            n_heads=self.n_heads,
-            n_kv_heads=self.n_kv_heads,
-            head_dim=self.head_dim,
-            vocab_size=self.vocab_size,
-            max_positions=self.max_positions,
-        )
-        _check_heads("ModelSpec", self.n_heads, self.n_kv_heads)
+        _check_shape("ModelSpec", self, (*_HEADS, "vocab_size", "max_positions"))
 
 
 @dataclass(frozen=True)
@@ -82,16 +78,7 @@ class CacheSpec:
     calibration: Path | None = None
 
     def __post_init__(self) -> None:
-        _check_positive(
-            "CacheSpec",
-            n_layers=self.n_layers,
-            n_heads=self.n_heads,
-            n_kv_heads=self.n_kv_heads,
-            head_dim=self.head_dim,
-            batch_size=self.batch_size,
-            capacity=self.capacity,
-        )
-        _check_heads("CacheSpec", self.n_heads, self.n_kv_heads)
+        _check_shape("CacheSpec", self, (*_HEADS, "batch_size", "capacity"))
         if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
             raise ParameterError(f"CacheSpec: dtype={self.dtype!r} is invalid; allowed: a floating torch.dtype")
 
@@ -106,17 +93,5 @@ class CacheSpec:
         device: torch.device | str = "cpu",
     ) -> CacheSpec:
         """The cache shape that serves `spec` for `batch_size` rows of up to `capacity` tokens."""
-        return cls(
-            n_layers=spec.n_layers,
-            n_heads=spec.n_heads,
-            n_kv_heads=spec.n_kv_heads,
-            head_dim=spec.head_dim,
-            batch_size=batch_size,
-            capacity=capacity,
-            dtype=dtype,
-            device=device,
-            rope_base=spec.rope_base,
-            max_positions=spec.max_positions,
-            attention_windows=spec.attention_windows,
-            calibration=spec.calibration,
-        )
+        shared = {name: getattr(spec, name) for name in _FROM_MODEL}
+        return cls(**shared, batch_size=batch_size, capacity=capacity, dtype=dtype, device=device)

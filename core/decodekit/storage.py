@@ -24,7 +24,6 @@ from decodekit.spec import CacheSpec
 
 __all__ = [
     "FloatStorage",
-    "RepeatedFloatStorage",
     "SlotWritable",
     "Storage",
     "StorageFactory",
@@ -122,19 +121,6 @@ class FloatStorage:
     def take_slots(self, source: Tensor, stop: int) -> None:
         """Slot `s` of row `b` becomes old slot `source[b, s]` (of slots `0 .. stop - 1`); see `take_slots`."""
         take_slots([*self.keys, *self.values], source, stop)
-
-
-class RepeatedFloatStorage(FloatStorage):
-    """`FloatStorage` with each kv-head repeated to every query head of its group (a plain MHA cache)."""
-
-    @property
-    def heads(self) -> int:
-        return self.spec.n_heads
-
-    def _stored(self, x: Tensor) -> Tensor:
-        # [B, H_kv, T, D] -> [B, H, T, D]: query head h reads kv-head h // repeat.
-        repeat = self.spec.n_heads // self.spec.n_kv_heads
-        return x if repeat == 1 else x.repeat_interleave(repeat, dim=1)
 
 
 def take_slots(buffers: Sequence[Tensor], source: Tensor, stop: int) -> None:

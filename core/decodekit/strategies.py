@@ -29,10 +29,7 @@ __all__ = [
     "Strategy",
     "decode",
     "run_decode",
-    "run_events",
-    "run_generation",
     "strategy_params",
-    "stream_strategy",
     "validate",
 ]
 
@@ -68,15 +65,12 @@ def validate(model: Model, prompts: Prompts, *, strategy: str = "sample", **opti
 
 
 def run_decode(model: Model, prompts: Prompts, strategy: str, options: Mapping[str, Any], what: str = "") -> Generation:
-    """`dk.decode` for an entry point named `what` in its errors ("generate", "beam_search")."""
+    """`dk.decode` for an entry point named `what` in its errors ("generate", "beam_search"): run to the end."""
     request, bound = bind(model, prompts, strategy, options, what)
-    return run_generation(request, bound)
-
-
-def stream_strategy(model: Model, prompts: Prompts, strategy: str, options: Mapping[str, Any]) -> EventStream:
-    """`dk.stream`: every option is checked now, before the first event is asked for."""
-    request, bound = bind(model, prompts, strategy, options, "stream" if strategy == "sample" else "")
-    return run_events(request, bound)
+    d = Decoding(request, bound.name, events=False)
+    for _ in d.run(bound.policy, bound.params, per_round=False):
+        pass
+    return d.generation()
 
 
 def bind(
@@ -88,19 +82,6 @@ def bind(
     shared = {k: v for k, v in options.items() if k in SHARED_OPTIONS}
     own_names = tuple(type(bound.params).model_fields)
     return decode_request(model, prompts, what or f"strategy {bound.name}", own_names, **shared), bound
-
-
-def run_generation(request: DecodeRequest, strategy: Strategy) -> Generation:
-    """Run a strategy to the end and return its `Generation`."""
-    d = Decoding(request, strategy.name, events=False)
-    for _ in d.run(strategy.policy, strategy.params, per_round=False):
-        pass
-    return d.generation()
-
-
-def run_events(request: DecodeRequest, strategy: Strategy) -> EventStream:
-    """Run a strategy, yielding its events as it settles them."""
-    return EventStream(Decoding(request, strategy.name, events=True), strategy)
 
 
 class EventStream(Iterator[TokenEvent]):

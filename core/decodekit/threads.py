@@ -46,11 +46,9 @@ def decode_threads(model: object) -> int | None:
     params = getattr(model, "parameters", None)
     if not callable(params):
         return None
-    count, on_cpu = 0, True
-    for p in params():
-        count += p.numel()
-        on_cpu = on_cpu and p.device.type == "cpu"
-    return 1 if on_cpu and count < SMALL_MODEL_PARAMETERS else None
+    tensors = list(params())
+    on_cpu = all(p.device.type == "cpu" for p in tensors)
+    return 1 if on_cpu and sum(p.numel() for p in tensors) < SMALL_MODEL_PARAMETERS else None
 
 
 def usable_cpus() -> int:

@@ -7,8 +7,23 @@ Bytes: 2 · layers · batch · capacity · n_heads · head_dim · element size.
 
 from __future__ import annotations
 
+from torch import Tensor
+
 from decodekit.cache import PreallocatedKVCache
-from decodekit.storage import RepeatedFloatStorage
+from decodekit.storage import FloatStorage
+
+
+class RepeatedFloatStorage(FloatStorage):
+    """`FloatStorage` with each kv-head repeated to every query head of its group (a plain MHA cache)."""
+
+    @property
+    def heads(self) -> int:
+        return self.spec.n_heads
+
+    def _stored(self, x: Tensor) -> Tensor:
+        # [B, H_kv, T, D] -> [B, H, T, D]: query head h reads kv-head h // repeat.
+        repeat = self.spec.n_heads // self.spec.n_kv_heads
+        return x if repeat == 1 else x.repeat_interleave(repeat, dim=1)
 
 
 class DenseCache(PreallocatedKVCache):
