@@ -60,11 +60,28 @@ def decode(model: Model, prompts: Prompts, *, strategy: str = "sample", **option
 
 
 def validate(model: Model, prompts: Prompts, *, strategy: str = "sample", **options: Any) -> DecodeRequest:
-    """Check a decode as `dk.decode` would (every option, the cache and the model's context included)
-    without decoding: a batch job checks every line before any model work. Returns the checked request."""
+    """Check a decode as `dk.decode` would (every option, the strategy's rows, the cache and the model's
+    context included) without decoding: the strategy's policy runs until it opens its decoding, then
+    stops. A batch job checks every line before any model work. Returns the checked request."""
     request, bound = bind(model, prompts, strategy, options)
-    Decoding(request, bound.name, events=False).open()  # the cache, against the context
+    try:  # the strategy's own policy, so its rows (num_beams), lookahead and cache needs are what is checked
+        for _ in _Checking(request, bound.name, events=False).run(bound.policy, bound.params, per_round=False):
+            pass
+    except _Opened:
+        pass
     return request
+
+
+class _Opened(BaseException):
+    """Stops a policy once its decoding is open (`validate`); a BaseException, so no policy's handler catches it."""
+
+
+class _Checking(Decoding):
+    """A decoding that stops its policy at the end of `open`: every check done, no model work."""
+
+    def open(self, **options: Any) -> None:
+        super().open(**options)
+        raise _Opened
 
 
 def run_decode(model: Model, prompts: Prompts, strategy: str, options: Mapping[str, Any], what: str = "") -> Generation:
