@@ -421,7 +421,7 @@ def test_a_lines_chain_takes_a_json_spec_as_chain_does(tmp_path: Path) -> None:
     """Before: a line's chain took a chain string only: a JSON list was "Input should be a valid string"
     and a string holding JSON was read as a chain string ("expected a sampler name")."""
     spec = [{"name": "top_k", "params": {"k": 5}}, {"name": "sample"}]
-    chains: list[object] = [spec, json.dumps(spec), "top_k(5) | sample", '[{"name": ', {"name": "top_k"}]
+    chains: list[object] = [spec, json.dumps(spec), "top_k(5) | sample", '[{"name": ', {"name": "top_k"}, 5]
     prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="ROMEO: ", seed=3, chain=c) for c in chains])
     out = tmp_path / "o.jsonl"
     r = _run(prompts, out, *ARGS, "--on-error", "skip")
@@ -442,6 +442,25 @@ def test_a_lines_chain_takes_a_json_spec_as_chain_does(tmp_path: Path) -> None:
             "ChainSpecError",
             "chain '{\"name\": \"top_k\"}': chain spec: {'name': 'top_k'}; allowed: a list of stage objects",
         ),
+        (  # was "allowed: None, or str | list[Any] | dict[str, Any]"
+            6,
+            6,
+            "ParameterError",
+            "prompt line: chain=5 is invalid; allowed: a chain string, or a JSON chain spec (a list of stage objects, "
+            "or its JSON text)",
+        ),
+    ]
+
+
+def test_a_lines_field_of_a_wrong_type_says_what_to_write() -> None:
+    """The line check (the CLI's and the Ray job's) said "allowed: None, or str | list[Any] | dict[str, Any]"."""
+    from decodekit_cli.batch_input import InputLine, parse_line
+
+    messages = [str(parse_line(InputLine(1, _json(prompt="x", **{k: 5})))[1]) for k in ("chain", "json_schema")]
+    assert messages == [
+        "prompt line: chain=5 is invalid; allowed: a chain string, or a JSON chain spec (a list of stage objects, "
+        "or its JSON text)",
+        "prompt line: json_schema=5 is invalid; allowed: a JSON Schema (an object or its JSON text)",
     ]
 
 

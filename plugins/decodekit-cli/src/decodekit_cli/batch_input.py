@@ -49,9 +49,16 @@ class PromptLine(Params):
     chain: str | list[Any] | dict[str, Any] | None = Field(
         None,
         description="a chain string or a JSON chain spec (its list, or its JSON text); default: --chain (or the flags)",
+        json_schema_extra={
+            "allowed": "a chain string, or a JSON chain spec (a list of stage objects, or its JSON text)"
+        },
     )
     # decodekit-grammar: a grammar this line's text follows, put first in its chain (at most one of them)
-    json_schema: dict[str, Any] | str | None = Field(None, description="a JSON Schema (an object or its JSON text)")
+    json_schema: dict[str, Any] | str | None = Field(
+        None,
+        description="a JSON Schema (an object or its JSON text)",
+        json_schema_extra={"allowed": "a JSON Schema (an object or its JSON text)"},
+    )
     regex: str | None = Field(None, description="a regular expression the whole text matches")
     grammar: str | None = Field(None, description="a Lark grammar (its rule `start`)")
 
