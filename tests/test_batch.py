@@ -10,6 +10,7 @@ the same line's result from a clean file, since a line's seed depends only on it
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import signal
@@ -462,6 +463,35 @@ def test_a_lines_field_of_a_wrong_type_says_what_to_write() -> None:
         "or its JSON text)",
         "prompt line: json_schema=5 is invalid; allowed: a JSON Schema (an object or its JSON text)",
     ]
+
+
+class _Stdin:
+    """A stand-in for `sys.stdin` with its bytes and whether it is a terminal."""
+
+    def __init__(self, data: bytes, tty: bool) -> None:
+        self.buffer, self._tty = io.BytesIO(data), tty
+
+    def isatty(self) -> bool:
+        return self._tty
+
+
+def test_input_from_a_terminal_says_how_to_end_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--input -` on a terminal waited silently: it prints a one-line hint on stderr, then reads; piped, nothing."""
+    from decodekit_cli.batch_input import read_input
+
+    for tty, hint in [
+        (
+            True,
+            "reading prompt lines from standard input (one JSON object per line, such as "
+            '{"prompt": "ROMEO:"}); end with Ctrl-D\n',
+        ),
+        (False, ""),
+    ]:
+        monkeypatch.setattr("sys.stdin", _Stdin(b'{"prompt": "a"}\n', tty))
+        assert read_input(Path("-")) == b'{"prompt": "a"}\n'
+        assert capsys.readouterr() == ("", hint)
 
 
 def test_batch_options_are_checked_before_loading(tmp_path: Path) -> None:

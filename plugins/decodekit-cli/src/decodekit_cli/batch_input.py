@@ -34,6 +34,9 @@ __all__ = [
 ]
 
 BOM = b"\xef\xbb\xbf"
+STDIN_HINT = (
+    'reading prompt lines from standard input (one JSON object per line, such as {"prompt": "ROMEO:"}); end with Ctrl-D'
+)
 
 
 class PromptLine(Params):
@@ -91,6 +94,8 @@ class LineError(Exception):
 def read_input(path: Path) -> bytes:
     """The whole input file, or stdin for `-`; a path that cannot be read is a `CliError` naming it."""
     if is_stdin(path):
+        if sys.stdin.isatty():  # a terminal waits for typed lines: say so, not a silent wait
+            print(STDIN_HINT, file=sys.stderr)
         return sys.stdin.buffer.read()  # bytes: lines are split and decoded one by one, as a file's are
     try:
         return path.read_bytes()
