@@ -211,3 +211,21 @@ def test_generate_over_a_dataset_of_fields(cluster: str, reference: tuple[Path, 
         expected.splitlines(keepends=True)[row["line"] - 1] for row in rows
     ]
     assert sum(r["tokens"] for r in records) == sum(len(json.loads(r["record"]).get("tokens", ())) for r in records)
+
+
+def test_generate_over_a_chain_column_of_strings_and_json_specs(cluster: str) -> None:
+    """A `chain` column mixing chain strings and JSON specs (lists) gives each row its chain's record."""
+    spec = [{"name": "top_k", "params": {"k": 5}}, {"name": "sample"}]
+    rows = [
+        {"line": 1, "prompt": "ROMEO: ", "seed": 3, "chain": "top_k(5) | sample"},
+        {"line": 2, "prompt": "ROMEO: ", "seed": 3, "chain": spec},
+        {"line": 3, "prompt": "ROMEO: ", "seed": 3, "chain": None},
+    ]
+    settings = BatchSettings(model=MODEL, chain="temperature(1.5)", max_new_tokens=8, seed=5, cache="dense")
+    # A block each: their types do not merge (Arrow refused the dataset); two in a block: Ray pickles them.
+    ds = ray.data.from_items(rows, override_num_blocks=3).union(ray.data.from_items(rows[:2], override_num_blocks=1))
+    records = decodekit_ray.generate(ds, settings, batch_size=4, actors=1).take_all()
+    chains = sorted((r["line"], json.loads(r["record"])["chain"]) for r in records)
+    assert chains == sorted(2 * [(1, "top_k(5) | sample"), (2, "top_k(k=5) | sample")] + [(3, "temperature(1.5)")])
+    tokens = {json.dumps(json.loads(r["record"])["tokens"]) for r in records if r["line"] < 3}
+    assert len(tokens) == 1  # the same chain, seed and prompt: the same tokens, whichever way it was written
