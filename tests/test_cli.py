@@ -303,6 +303,7 @@ def test_plugins_lists_a_name_registered_twice_and_the_rest_works(
         assert dk.reload_plugins().samplers["greedy"].distribution == "decodekit-greedy"
     finally:
         monkeypatch.delenv("DECODEKIT_EXTRA_PLUGINS")
+        monkeypatch.delenv("DECODEKIT_DISABLE_PLUGINS", raising=False)  # it names the extra: refused without it
         dk.reload_plugins()
 
 
