@@ -229,3 +229,16 @@ def test_generate_over_a_chain_column_of_strings_and_json_specs(cluster: str) ->
     assert chains == sorted(2 * [(1, "top_k(5) | sample"), (2, "top_k(k=5) | sample")] + [(3, "temperature(1.5)")])
     tokens = {json.dumps(json.loads(r["record"])["tokens"]) for r in records if r["line"] < 3}
     assert len(tokens) == 1  # the same chain, seed and prompt: the same tokens, whichever way it was written
+
+
+def test_a_successful_run_prints_only_its_summary(cluster: str, tmp_path: Path) -> None:
+    """Every --ray run printed Ray's core-worker ERROR line about Ray Data's actor constructor arguments
+    (ray-project/ray#53727); a successful run's stderr is its summary line alone."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "ab"}\n{"prompt": "cd"}\n')
+    out = tmp_path / "o.jsonl"
+    args = ["generate", "--input", str(prompts), "--output", str(out), "-m", MODEL, "--max-new-tokens", "4"]
+    job = _popen([*args, "--ray", cluster, "--ray-actors", "1"], _env(DECODEKIT_EXTRA_PLUGINS=PLUGINS))
+    _, err = job.communicate(timeout=300)
+    assert job.returncode == 0, err
+    assert err.splitlines() == [f"2 results written to {out}"], err
