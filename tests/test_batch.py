@@ -10,6 +10,7 @@ the same line's result from a clean file, since a line's seed depends only on it
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import signal
@@ -421,7 +422,7 @@ def test_a_lines_chain_takes_a_json_spec_as_chain_does(tmp_path: Path) -> None:
     """Before: a line's chain took a chain string only: a JSON list was "Input should be a valid string"
     and a string holding JSON was read as a chain string ("expected a sampler name")."""
     spec = [{"name": "top_k", "params": {"k": 5}}, {"name": "sample"}]
-    chains: list[object] = [spec, json.dumps(spec), "top_k(5) | sample", '[{"name": ', {"name": "top_k"}]
+    chains: list[object] = [spec, json.dumps(spec), "top_k(5) | sample", '[{"name": ', {"name": "top_k"}, 5]
     prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="ROMEO: ", seed=3, chain=c) for c in chains])
     out = tmp_path / "o.jsonl"
     r = _run(prompts, out, *ARGS, "--on-error", "skip")
@@ -442,7 +443,55 @@ def test_a_lines_chain_takes_a_json_spec_as_chain_does(tmp_path: Path) -> None:
             "ChainSpecError",
             "chain '{\"name\": \"top_k\"}': chain spec: {'name': 'top_k'}; allowed: a list of stage objects",
         ),
+        (  # was "allowed: None, or str | list[Any] | dict[str, Any]"
+            6,
+            6,
+            "ParameterError",
+            "prompt line: chain=5 is invalid; allowed: a chain string, or a JSON chain spec (a list of stage objects, "
+            "or its JSON text)",
+        ),
     ]
+
+
+def test_a_lines_field_of_a_wrong_type_says_what_to_write() -> None:
+    """The line check (the CLI's and the Ray job's) said "allowed: None, or str | list[Any] | dict[str, Any]"."""
+    from decodekit_cli.batch_input import InputLine, parse_line
+
+    messages = [str(parse_line(InputLine(1, _json(prompt="x", **{k: 5})))[1]) for k in ("chain", "json_schema")]
+    assert messages == [
+        "prompt line: chain=5 is invalid; allowed: a chain string, or a JSON chain spec (a list of stage objects, "
+        "or its JSON text)",
+        "prompt line: json_schema=5 is invalid; allowed: a JSON Schema (an object or its JSON text)",
+    ]
+
+
+class _Stdin:
+    """A stand-in for `sys.stdin` with its bytes and whether it is a terminal."""
+
+    def __init__(self, data: bytes, tty: bool) -> None:
+        self.buffer, self._tty = io.BytesIO(data), tty
+
+    def isatty(self) -> bool:
+        return self._tty
+
+
+def test_input_from_a_terminal_says_how_to_end_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--input -` on a terminal waited silently: it prints a one-line hint on stderr, then reads; piped, nothing."""
+    from decodekit_cli.batch_input import read_input
+
+    for tty, hint in [
+        (
+            True,
+            "reading prompt lines from standard input (one JSON object per line, such as "
+            '{"prompt": "ROMEO:"}); end with Ctrl-D\n',
+        ),
+        (False, ""),
+    ]:
+        monkeypatch.setattr("sys.stdin", _Stdin(b'{"prompt": "a"}\n', tty))
+        assert read_input(Path("-")) == b'{"prompt": "a"}\n'
+        assert capsys.readouterr() == ("", hint)
 
 
 def test_batch_options_are_checked_before_loading(tmp_path: Path) -> None:

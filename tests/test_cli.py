@@ -303,6 +303,7 @@ def test_plugins_lists_a_name_registered_twice_and_the_rest_works(
         assert dk.reload_plugins().samplers["greedy"].distribution == "decodekit-greedy"
     finally:
         monkeypatch.delenv("DECODEKIT_EXTRA_PLUGINS")
+        monkeypatch.delenv("DECODEKIT_DISABLE_PLUGINS", raising=False)  # it names the extra: refused without it
         dk.reload_plugins()
 
 
@@ -470,6 +471,27 @@ def test_explain_traces_random_stages_with_the_draws_of_the_real_step() -> None:
     assert removed == []
     applied = [r.stages[2].survivors < r.stages[1].survivors for r in reports]
     assert 20 < sum(applied) < 80  # XTC applied on some steps and not on others
+
+
+def test_explain_policy_refuses_rows_that_cannot_fit_at_its_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The explain policy was a generator, so it opened its decoding (and refused) only at the first round;
+    it opens at its call, as the built-in strategies do. A row: 2048 + 16·(2 + 4) + 8·vocab bytes."""
+    from decodekit_cli.explain import explain_policy
+
+    from decodekit.engine import Decoding
+    from decodekit.params import NoParams
+    from decodekit.request import decode_request
+
+    model = cli_testplugin.load_model()
+    monkeypatch.setattr("decodekit.engine.device_memory", lambda device: 1000)
+    request = decode_request(model, [[1, 2]], "explain", (), max_new_tokens=4)
+    with pytest.raises(dk.ParameterError) as info:
+        Decoding(request, "explain").run(explain_policy([]), NoParams(), per_round=True)  # not iterated
+    per_row = 2048 + 16 * 6 + 8 * model.spec.vocab_size
+    assert str(info.value) == (
+        f"strategy explain: batch size=1 is invalid: its 1 rows of 6 tokens would take at least "
+        f"{per_row / 2**30:,.1f} GiB, more than the 0.0 GiB of memory of device cpu; allowed: batch size <= 0 here"
+    )
 
 
 def test_explain_agrees_with_chain_process_stage_by_stage(tmp_path: Path) -> None:

@@ -157,6 +157,25 @@ def test_strict_mode_makes_a_conflict_fatal(site: Path, monkeypatch: pytest.Monk
         dk.reload_plugins()
 
 
+def test_a_denylist_naming_no_installed_distribution_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # DECODEKIT_DISABLE_PLUGINS=nonexist was accepted silently (DECODEKIT_LOAD_PLUGINS=nonexist is refused).
+    monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "decodekit-cache-gqa, Not_Installed")
+    try:
+        with pytest.raises(dk.UnknownNameError) as err:
+            dk.reload_plugins()
+        message = str(err.value)
+        assert message.startswith(
+            "DECODEKIT_DISABLE_PLUGINS names 'not-installed', which is no installed plugin distribution; "
+            "allowed: a comma-separated list of decodekit, "
+        ), message
+        assert ", decodekit-cache-gqa, " in message and message.endswith(" (empty: none)")
+        monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "decodekit-cache-gqa")
+        assert "gqa" not in dk.reload_plugins().caches
+    finally:
+        monkeypatch.delenv("DECODEKIT_DISABLE_PLUGINS")
+        dk.reload_plugins()
+
+
 def test_allowlist_entries_are_stripped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", " decodekit-cache-dense , decodekit-cache-gqa,")
     try:

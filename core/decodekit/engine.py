@@ -149,8 +149,8 @@ class Decoding:
         if evicts(kv) and spec.rope_base is None and needed > spec.max_positions:
             raise ContextLengthError(
                 f"prompt + max_new_tokens = {needed} tokens exceeds the model's context of {spec.max_positions} "
-                f"positions, and its positions are absolute (not rotary): an evicting cache cannot take it "
-                "further; use cache='none' (it crops the context) or fewer tokens"
+                f"positions, and {spec.rope_note or 'its positions are absolute (not rotary)'}: an evicting cache "
+                "cannot take it further; use cache='none' (it crops the context) or fewer tokens"
             )
         return kv
 

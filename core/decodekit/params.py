@@ -95,7 +95,11 @@ def _not_numbers(ann: object, value: object, loc: tuple[Any, ...]) -> list[tuple
 
 
 def allowed_values(name: str, field: FieldInfo) -> str:
-    """A human description of what `field` accepts, built from its declared bounds."""
+    """A human description of what `field` accepts, built from its declared bounds, or the field's own
+    (`json_schema_extra={"allowed": ...}`) where its type reads as Python, not as what a user writes."""
+    own = field.json_schema_extra.get("allowed") if isinstance(field.json_schema_extra, dict) else None
+    if isinstance(own, str):
+        return own
     lower = upper = ""
     for m in field.metadata:
         if isinstance(m, annotated_types.Gt):

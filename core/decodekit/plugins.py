@@ -7,9 +7,9 @@ else keeps working, unless `DECODEKIT_STRICT_PLUGINS=1`. A name two distribution
 unusable (the error names both) until one is disabled. Environment, read from metadata before
 anything is imported: `DECODEKIT_LOAD_PLUGINS=dist-a,dist-b` loads only those distributions
 (empty: none; a name no installed distribution has is an error), `DECODEKIT_DISABLE_PLUGINS=dist-c`
-all but those. `DECODEKIT_EXTRA_PLUGINS=pkg.module,pkg.module:attr` also loads those plugin
-objects, unpackaged (for trying a plugin, and for tests that run `decodekit` in a subprocess), each
-listed under the name given. The core's own registrations go through the same hooks and always load.
+all but those (the same error for a name no plugin has). `DECODEKIT_EXTRA_PLUGINS=pkg.module,pkg.module:attr`
+also loads those plugin objects, unpackaged (for trying a plugin, and for tests that run `decodekit` in a
+subprocess), each listed under the name given. The core's own registrations go through the same hooks and always load.
 """
 
 from __future__ import annotations
@@ -181,8 +181,8 @@ def _build() -> Registry:
     loader.add(builtin_plugin, CORE_DISTRIBUTION, _core_version(), "builtin")
     allowed, denied = _env_names("DECODEKIT_LOAD_PLUGINS"), _env_names("DECODEKIT_DISABLE_PLUGINS") or set()
     entry_points = _entry_points()
-    if allowed is not None:
-        _check_allowed(allowed, entry_points)
+    for variable, names in (("DECODEKIT_LOAD_PLUGINS", allowed), ("DECODEKIT_DISABLE_PLUGINS", denied)):
+        _check_installed(variable, names or set(), entry_points)
     for ep in entry_points:
         dist = canonical_name(ep.dist.name) if ep.dist is not None else "?"
         version = ep.dist.version if ep.dist is not None else "?"
@@ -210,15 +210,17 @@ def _build() -> Registry:
     return loader.registry
 
 
-def _check_allowed(allowed: set[str], entry_points: list[metadata.EntryPoint]) -> None:
-    """Every name in DECODEKIT_LOAD_PLUGINS is an installed distribution: a typo would load nothing, silently."""
+def _check_installed(variable: str, named: set[str], entry_points: list[metadata.EntryPoint]) -> None:
+    """Every name in DECODEKIT_LOAD_PLUGINS or DECODEKIT_DISABLE_PLUGINS is an installed distribution (or an
+    extra or in-code plugin's name): a typo would load, or disable, nothing, silently."""
     installed = {CORE_DISTRIBUTION} | {canonical_name(ep.dist.name) for ep in entry_points if ep.dist is not None}
     extras = {canonical_name(s) for s in os.environ.get("DECODEKIT_EXTRA_PLUGINS", "").split(",") if s.strip()}
-    unknown = sorted(allowed - installed - extras)  # extras always load; naming them does no harm
+    extras |= {canonical_name(label) for _, label in _code_plugins}
+    unknown = sorted(named - installed - extras)  # extras always load, or are disabled by their name
     if unknown:
         names = ", ".join(repr(n) for n in unknown)
         raise UnknownNameError(
-            f"DECODEKIT_LOAD_PLUGINS names {names}, which {'is' if len(unknown) == 1 else 'are'} no installed plugin "
+            f"{variable} names {names}, which {'is' if len(unknown) == 1 else 'are'} no installed plugin "
             f"distribution{'' if len(unknown) == 1 else 's'}; allowed: a comma-separated list of "
             f"{', '.join(sorted(installed))} (empty: none)"
         )

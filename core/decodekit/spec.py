@@ -34,6 +34,8 @@ class ModelSpec:
 
     rope_base: the base of the model's rotary embedding (`decodekit.rope`), None when its keys carry
     no rotation decodekit can apply (learned positions, or rotation inside a foreign model).
+    rope_note: why `rope_base` is None when that is not absolute positions (e.g. "its rotary scaling
+    'llama3' is not supported for re-rotating kept keys"), so an error says what is true.
     attention_windows: each layer's calibrated attention window D_f (`decodekit_cache_window.calibration`),
     which `window(size="auto")` uses; None when the model ships no calibration.
     calibration: a calibration file shipped with the model (`calibration.json`), read only by a cache that
@@ -49,6 +51,7 @@ class ModelSpec:
     rope_base: float | None = None
     attention_windows: tuple[int, ...] | None = None
     calibration: Path | None = None
+    rope_note: str | None = None
 
     def __post_init__(self) -> None:
         _check_shape("ModelSpec", self, (*_HEADS, "vocab_size", "max_positions"))

@@ -9,9 +9,11 @@ speculative decoding and the others are plugins.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from torch import Tensor
 
 from decodekit.chain_string import parse_stage
 from decodekit.engine import Decoding, Policy
@@ -57,11 +59,37 @@ def decode(model: Model, prompts: Prompts, *, strategy: str = "sample", **option
 
 
 def validate(model: Model, prompts: Prompts, *, strategy: str = "sample", **options: Any) -> DecodeRequest:
-    """Check a decode as `dk.decode` would (every option, the cache and the model's context included)
-    without decoding: a batch job checks every line before any model work. Returns the checked request."""
+    """Check a decode as `dk.decode` would (every option, the strategy's rows, the cache and the model's
+    context included) without decoding: the strategy's policy runs until its first model call, then
+    stops. A batch job checks every line before any model work. Returns the checked request."""
     request, bound = bind(model, prompts, strategy, options)
-    Decoding(request, bound.name, events=False).open()  # the cache, against the context
+    try:  # the strategy's own policy: its rows (num_beams), lookahead, cache needs and own checks
+        for _ in _Checking(request, bound.name, events=False).run(bound.policy, bound.params, per_round=False):
+            pass
+    except _ModelCalled:
+        pass
     return request
+
+
+class _ModelCalled(BaseException):
+    """Stops a policy at its first model call (`validate`); a BaseException, so no policy's handler catches it."""
+
+
+class _Checking(Decoding):
+    """A decoding whose policy stops at its first model call: everything checked before it, no model work."""
+
+    def prefill(self) -> Tensor:
+        raise _ModelCalled
+
+    def forward(self) -> Tensor:
+        raise _ModelCalled
+
+    def runs(self, model: Model) -> Callable[..., Tensor]:  # a policy's own forwards, a draft model's too
+        return _model_called
+
+
+def _model_called(*args: Any, **kwargs: Any) -> Tensor:
+    raise _ModelCalled
 
 
 def run_decode(model: Model, prompts: Prompts, strategy: str, options: Mapping[str, Any], what: str = "") -> Generation:

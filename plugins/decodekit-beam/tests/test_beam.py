@@ -424,3 +424,23 @@ def test_too_many_beams_are_refused_naming_num_beams(monkeypatch: pytest.MonkeyP
         "strategy beam: num_beams=1073741824 is invalid: its 1,073,741,824 rows of 66 tokens would take at least "
         "3,912.0 GiB, more than the 16.0 GiB of memory of device cpu; allowed: num_beams <= 4,391,582 here"
     )
+
+
+def test_validate_refuses_too_many_beams_as_decode_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dk.validate` opened a 1-row sample decoding, so it accepted num_beams=2**30; it now refuses it with
+    `dk.decode`'s message, and a request that fits passes without any model call."""
+    monkeypatch.setattr("decodekit.engine.device_memory", lambda device: 2**34)
+    model = tiny_gpt(block_size=128)
+    with pytest.raises(dk.ParameterError) as info:
+        dk.validate(model, [[1, 2]], strategy="beam", num_beams=2**30, max_new_tokens=64)
+    assert str(info.value) == (
+        "strategy beam: num_beams=1073741824 is invalid: its 1,073,741,824 rows of 66 tokens would take at least "
+        "3,912.0 GiB, more than the 16.0 GiB of memory of device cpu; allowed: num_beams <= 4,391,582 here"
+    )
+
+    def no_model_calls(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("validate ran the model")
+
+    monkeypatch.setattr(model, "forward", no_model_calls)
+    request = dk.validate(model, [[1, 2]], strategy="beam", num_beams=4, max_new_tokens=64)
+    assert request.max_new_tokens == 64

@@ -189,3 +189,31 @@ def test_strategies_on_the_trained_model(trained: Any, cache: str) -> None:
         max_new_tokens=80,
     )
     assert len(evicting.tokens[0]) == 80
+
+
+def test_a_scaled_rotary_model_past_its_context_is_refused_naming_its_scaling() -> None:
+    """A Llama with llama3 rotary scaling has no rope_base: an evicting cache past its context was refused
+    saying its positions are absolute; the error names the scaling decodekit cannot re-rotate keys under."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    scaling = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0}
+    scaling |= {"high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+    config = LlamaConfig(
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        hidden_size=32,
+        intermediate_size=64,
+        vocab_size=96,
+        max_position_embeddings=32,
+        rope_parameters=scaling,
+    )
+    model = HFModel(LlamaForCausalLM(config).eval())  # type: ignore[no-untyped-call]
+    assert model.spec.rope_base is None
+    with pytest.raises(dk.ContextLengthError) as info:
+        dk.generate(model, [[1, 2, 3]], max_new_tokens=40, cache="window(size=8, sinks=2)")
+    assert str(info.value) == (
+        "prompt + max_new_tokens = 43 tokens exceeds the model's context of 32 positions, and its rotary scaling "
+        "'llama3' is not supported for re-rotating kept keys: an evicting cache cannot take it further; use "
+        "cache='none' (it crops the context) or fewer tokens"
+    )

@@ -211,3 +211,34 @@ def test_generate_over_a_dataset_of_fields(cluster: str, reference: tuple[Path, 
         expected.splitlines(keepends=True)[row["line"] - 1] for row in rows
     ]
     assert sum(r["tokens"] for r in records) == sum(len(json.loads(r["record"]).get("tokens", ())) for r in records)
+
+
+def test_generate_over_a_chain_column_of_strings_and_json_specs(cluster: str) -> None:
+    """A `chain` column mixing chain strings and JSON specs (lists) gives each row its chain's record."""
+    spec = [{"name": "top_k", "params": {"k": 5}}, {"name": "sample"}]
+    rows = [
+        {"line": 1, "prompt": "ROMEO: ", "seed": 3, "chain": "top_k(5) | sample"},
+        {"line": 2, "prompt": "ROMEO: ", "seed": 3, "chain": spec},
+        {"line": 3, "prompt": "ROMEO: ", "seed": 3, "chain": None},
+    ]
+    settings = BatchSettings(model=MODEL, chain="temperature(1.5)", max_new_tokens=8, seed=5, cache="dense")
+    # A block each: their types do not merge (Arrow refused the dataset); two in a block: Ray pickles them.
+    ds = ray.data.from_items(rows, override_num_blocks=3).union(ray.data.from_items(rows[:2], override_num_blocks=1))
+    records = decodekit_ray.generate(ds, settings, batch_size=4, actors=1).take_all()
+    chains = sorted((r["line"], json.loads(r["record"])["chain"]) for r in records)
+    assert chains == sorted(2 * [(1, "top_k(5) | sample"), (2, "top_k(k=5) | sample")] + [(3, "temperature(1.5)")])
+    tokens = {json.dumps(json.loads(r["record"])["tokens"]) for r in records if r["line"] < 3}
+    assert len(tokens) == 1  # the same chain, seed and prompt: the same tokens, whichever way it was written
+
+
+def test_a_successful_run_prints_only_its_summary(cluster: str, tmp_path: Path) -> None:
+    """Every --ray run printed Ray's core-worker ERROR line about Ray Data's actor constructor arguments
+    (ray-project/ray#53727); a successful run's stderr is its summary line alone."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "ab"}\n{"prompt": "cd"}\n')
+    out = tmp_path / "o.jsonl"
+    args = ["generate", "--input", str(prompts), "--output", str(out), "-m", MODEL, "--max-new-tokens", "4"]
+    job = _popen([*args, "--ray", cluster, "--ray-actors", "1"], _env(DECODEKIT_EXTRA_PLUGINS=PLUGINS))
+    _, err = job.communicate(timeout=300)
+    assert job.returncode == 0, err
+    assert err.splitlines() == [f"2 results written to {out}"], err

@@ -33,8 +33,12 @@ PROMPT = [5, 17, 3]
 )
 def test_bad_options(target: GPT, options: dict[str, object], message: str) -> None:
     kwargs: dict[str, object] = {"draft": "ngram", "max_new_tokens": 8, **options}
-    with pytest.raises((dk.ParameterError, TypeError), match=message):
+    with pytest.raises((dk.ParameterError, TypeError), match=message) as decoded:
         dk.decode(target, [PROMPT], strategy="speculative", **kwargs)
+    # dk.validate refuses it too, in the same words (it accepted k beyond the cache's rollback)
+    with pytest.raises(type(decoded.value)) as validated:
+        dk.validate(target, [PROMPT], strategy="speculative", **kwargs)
+    assert str(validated.value) == str(decoded.value)
 
 
 def test_unknown_draft_name_lists_models(target: GPT) -> None:

@@ -34,6 +34,9 @@ __all__ = [
 ]
 
 BOM = b"\xef\xbb\xbf"
+STDIN_HINT = (
+    'reading prompt lines from standard input (one JSON object per line, such as {"prompt": "ROMEO:"}); end with Ctrl-D'
+)
 
 
 class PromptLine(Params):
@@ -49,9 +52,16 @@ class PromptLine(Params):
     chain: str | list[Any] | dict[str, Any] | None = Field(
         None,
         description="a chain string or a JSON chain spec (its list, or its JSON text); default: --chain (or the flags)",
+        json_schema_extra={
+            "allowed": "a chain string, or a JSON chain spec (a list of stage objects, or its JSON text)"
+        },
     )
     # decodekit-grammar: a grammar this line's text follows, put first in its chain (at most one of them)
-    json_schema: dict[str, Any] | str | None = Field(None, description="a JSON Schema (an object or its JSON text)")
+    json_schema: dict[str, Any] | str | None = Field(
+        None,
+        description="a JSON Schema (an object or its JSON text)",
+        json_schema_extra={"allowed": "a JSON Schema (an object or its JSON text)"},
+    )
     regex: str | None = Field(None, description="a regular expression the whole text matches")
     grammar: str | None = Field(None, description="a Lark grammar (its rule `start`)")
 
@@ -84,6 +94,8 @@ class LineError(Exception):
 def read_input(path: Path) -> bytes:
     """The whole input file, or stdin for `-`; a path that cannot be read is a `CliError` naming it."""
     if is_stdin(path):
+        if sys.stdin.isatty():  # a terminal waits for typed lines: say so, not a silent wait
+            print(STDIN_HINT, file=sys.stderr)
         return sys.stdin.buffer.read()  # bytes: lines are split and decoded one by one, as a file's are
     try:
         return path.read_bytes()

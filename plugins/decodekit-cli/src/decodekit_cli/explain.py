@@ -17,14 +17,14 @@ import torch
 from torch import Tensor
 
 from decodekit.chain import Chain
-from decodekit.engine import Decoding, sample_steps
+from decodekit.engine import Decoding, Policy, sample_steps
 from decodekit.errors import ParameterError
 from decodekit.model import Model
 from decodekit.params import NoParams, Params
 from decodekit.request import decode_request
 from decodekit.stage import Stage
 
-__all__ = ["StageReport", "StepReport", "explain_steps", "stage_label", "stage_stats"]
+__all__ = ["StageReport", "StepReport", "explain_policy", "explain_steps", "stage_label", "stage_stats"]
 
 
 @dataclass(frozen=True)
@@ -97,15 +97,8 @@ def explain_steps(
     prompts = [prompt] if isinstance(prompt, str) else [list(prompt)]
     request = decode_request(model, prompts, "explain", (), chain=chain, max_new_tokens=steps, seed=seed, cache=cache)
     traces: list[list[tuple[str, Tensor]]] = []
-
-    def explain(d: Decoding, params: Params) -> Iterator[None]:
-        d.open()
-        # The trace runs on a fork: stateful and random stages see exactly what the step's own
-        # chain run sees (the same state, the same draws), and advance once per step.
-        yield from sample_steps(d, before=lambda logits: traces.append(d.chain.trace(logits, d.ctx.fork())))
-
     decoding = Decoding(request, "explain", events=False)
-    for _ in decoding.run(explain, NoParams(), per_round=False):
+    for _ in decoding.run(explain_policy(traces), NoParams(), per_round=False):
         pass
     tokens = decoding.generation().tokens[0]
     names = ["input", *(stage_label(p) for p in chain.processors)]
@@ -114,6 +107,19 @@ def explain_steps(
         _step_report(step, token, [(name, logits) for name, (_, logits) in zip(names, trace)], top, tokenizer)
         for step, (token, trace) in enumerate(zip(tokens, traces))
     ]
+
+
+def explain_policy(traces: list[list[tuple[str, Tensor]]]) -> Policy:
+    """The "sample" policy, appending each step's `chain.trace` to `traces`: it opens its decoding at its
+    call, then returns its rounds."""
+
+    def explain(d: Decoding, params: Params) -> Iterator[None]:
+        d.open()  # now, not in a generator: its checks refuse at the call, as the built-in strategies' do
+        # The trace runs on a fork: stateful and random stages see exactly what the step's own
+        # chain run sees (the same state, the same draws), and advance once per step.
+        return sample_steps(d, before=lambda logits: traces.append(d.chain.trace(logits, d.ctx.fork())))
+
+    return explain
 
 
 def _step_report(step: int, token: int, trace: list[tuple[str, Tensor]], top: int, tokenizer: Any) -> StepReport:

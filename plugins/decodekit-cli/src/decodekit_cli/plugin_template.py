@@ -216,8 +216,13 @@ def $module(d: dk.Decoding, params: ${cls}Params):
     n rows per prompt, each with a seed of its own derived from its prompt's (so a prompt's result
     does not depend on its batch); the engine applies stop tokens, stop strings and max_new_tokens.
     """
-    n = params.n
-    d.open(copies=n, copies_option="n")
+    d.open(copies=params.n, copies_option="n")
+    # Open now and return the rounds (not a generator): dk.stream then refuses bad sizes at its call.
+    return _rounds(d, params.n)
+
+
+def _rounds(d: dk.Decoding, n: int):
+    """The rounds of an opened best-of-n decoding, then each prompt's best sample."""
     score = [0.0] * (n * len(d.prompts))  # log-probability of each sample so far
 
     def add(picked):
@@ -355,6 +360,16 @@ def test_keeps_the_most_likely_of_n_samples():
         assert tuple(tokens) in scores and scores[tuple(tokens)] == max(scores.values())
     alone = dk.decode(model, [prompts[1]], strategy="$name", n=3, max_new_tokens=6, seed=[22])
     assert alone.tokens == out.tokens[1:]  # a prompt's result does not depend on its batch
+
+
+def test_too_many_samples_are_refused_at_the_streams_call():
+    """The policy opens its decoding before it returns its rounds: dk.stream refuses n now, not at the first event."""
+    try:
+        dk.stream(TinyLM(64), [[1]], strategy="$name", n=2**40, max_new_tokens=4)
+    except dk.ParameterError as exc:
+        assert str(exc).startswith("strategy $name: n=1099511627776 is invalid: its 1,099,511,627,776 rows")
+    else:
+        raise AssertionError("n=2**40 was accepted at dk.stream's call")
 
 
 def test_bad_option_names_parameter_and_bound():

@@ -47,17 +47,29 @@ _ROTATE_HALF = ("llama", "mistral", "qwen2", "qwen3")
 def rope_base(config: Any) -> float | None:
     """The rotary base of a config whose keys decodekit can rotate further (`decodekit.rope.rotate`), else None:
     a Llama-family rotate-half embedding of the whole head with the default (unscaled) frequencies."""
-    if getattr(config, "model_type", None) not in _ROTATE_HALF or getattr(config, "partial_rotary_factor", 1.0) != 1.0:
-        return None
+    return _rope(config)[0]
+
+
+def _rope(config: Any) -> tuple[float | None, str | None]:
+    """`rope_base`, and when it is None for a rotary Llama-family model, why (`ModelSpec.rope_note`)."""
+    if getattr(config, "model_type", None) not in _ROTATE_HALF:
+        return None, None  # absolute positions (GPT-2), or a rotary layout of its own
+    partial = getattr(config, "partial_rotary_factor", 1.0)
+    if partial != 1.0:
+        return None, f"its partial rotary embedding (partial_rotary_factor={partial}) is not supported for " + _KEPT
     # transformers 5: `rope_parameters` {"rope_type", "rope_theta"} (`rope_scaling` is its alias); 4.x: `rope_theta`
     # beside an optional `rope_scaling`.
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     if not isinstance(rope, dict):
-        return None
+        return None, None
     theta = rope.get("rope_theta", getattr(config, "rope_theta", None))
-    if rope.get("rope_type", rope.get("type", "default")) != "default" or not isinstance(theta, (int, float)):
-        return None
-    return float(theta)
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind != "default":  # scaled frequencies: decodekit.rope rotates by the default ones only
+        return None, f"its rotary scaling {kind!r} is not supported for " + _KEPT
+    return (float(theta), None) if isinstance(theta, (int, float)) else (None, None)
+
+
+_KEPT = "re-rotating kept keys"
 
 
 def _sliding(config: Any) -> bool:
@@ -92,6 +104,7 @@ def model_spec(config: Any) -> ModelSpec:
         vocab_size=int(c.vocab_size),
         max_positions=int(max_positions),
         rope_base=rope_base(c),
+        rope_note=_rope(c)[1],
     )
 
 

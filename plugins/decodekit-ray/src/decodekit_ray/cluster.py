@@ -6,16 +6,20 @@ The workers load the plugins this process loads: the `DECODEKIT_*` variables go 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import sys
+import threading
+from collections.abc import Iterator
 
 import ray
 from decodekit_cli.errors import CliError
 
 from decodekit.errors import ParameterError
 
-__all__ = ["LOCAL", "actor_count", "connect", "job_env"]
+__all__ = ["LOCAL", "actor_count", "connect", "job_env", "without_restart_note"]
 
 LOCAL = "local"  # `--ray` without an address: start Ray in this process, or join $RAY_ADDRESS
 
@@ -59,3 +63,45 @@ def actor_count(actors: int | None, actor_cpus: float, actor_gpus: float) -> int
     sizes = (("CPU", actor_cpus), ("GPU", actor_gpus))
     fits = [math.floor(resources.get(name, 0.0) / need) for name, need in sizes if need]
     return max(1, min(fits, default=1))
+
+
+RESTART_NOTE = b"ray-project/ray/issues/53727"  # the one line `without_restart_note` drops
+
+
+@contextlib.contextmanager
+def without_restart_note() -> Iterator[None]:
+    """Drop Ray's core-worker ERROR line "... has constructor arguments in the object store and max_restarts > 0"
+    from this process's stderr while the block runs.
+
+    Ray Data always passes an actor pool's map function by reference (`ray.put`, not our arguments) with
+    max_restarts=-1, and holds that reference for the whole job, so a restarted actor finds it: the line
+    (ray-project/ray#53727) is noise on every run. Ray's C++ logger writes it to file descriptor 2 with no
+    switch of its own, so fd 2 goes through a filter; Python's `sys.stderr` keeps the terminal (the progress bar).
+    """
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    read, write = os.pipe()
+    os.dup2(write, 2)
+    os.close(write)
+    python_stderr = sys.stderr
+    sys.stderr = open(os.dup(terminal), "w", encoding=python_stderr.encoding, errors="backslashreplace")  # noqa: SIM115
+    copier = threading.Thread(target=_copy_lines, args=(read, terminal), daemon=True)
+    copier.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        sys.stderr.close()
+        sys.stderr = python_stderr
+        os.dup2(terminal, 2)  # the pipe's last writer closes: the copier reads its end and stops
+        copier.join(timeout=5)
+        os.close(terminal)
+
+
+def _copy_lines(read: int, to: int) -> None:
+    """Copy the lines of the pipe `read` to the descriptor `to`, but Ray's restart note."""
+    with open(read, "rb") as pipe, open(to, "wb", closefd=False) as out:
+        for line in pipe:
+            if RESTART_NOTE not in line:
+                out.write(line)
+                out.flush()

@@ -21,7 +21,7 @@ from decodekit_cli.batch_progress import BatchProgress
 from decodekit_cli.batch_records import dumps, is_error
 from decodekit_cli.errors import EXIT_INTERRUPTED
 
-from decodekit_ray.cluster import LOCAL, connect
+from decodekit_ray.cluster import LOCAL, connect, without_restart_note
 from decodekit_ray.dataset import generate_lines
 from decodekit_ray.lines import read_prompt_lines
 from decodekit_ray.parts import PartsWatcher, part_records, replace_output
@@ -86,7 +86,8 @@ def _decode(job: BatchJob, options: RayOptions, lines: list[int], parts: str) ->
         )
         # Writing takes no CPU (the actors may hold every one) and one worker: a task free of CPUs
         # would otherwise start a Python process of its own for each block.
-        records.write_parquet(parts, ray_remote_args={"num_cpus": 0}, concurrency=1)
+        with without_restart_note():  # the actors start here; Ray's note on their arguments is noise
+            records.write_parquet(parts, ray_remote_args={"num_cpus": 0}, concurrency=1)
     finally:
         if started:
             ray.shutdown()

@@ -50,15 +50,25 @@ def from_fields(ds: ray.data.Dataset) -> ray.data.Dataset:
     """Rows of a line's fields (`prompt`, `id`, `seed`, `max_new_tokens`, `chain`, as `read_json` or
     `read_parquet` gives them) and its `line` number, as prompt lines: each row becomes the JSON
     line it stands for (null fields left out), so it is checked as the file's lines are."""
-    if "line" not in ds.columns():
-        raise ParameterError(
-            f"a dataset of prompts with columns {ds.columns()}; allowed: a 'line' column (the row's number: "
-            "its default id and seed) beside the fields of a prompt line"
-        )
+    try:
+        columns: list[str] | None = ds.columns()
+    except pa.ArrowException:  # blocks whose types differ (a chain of strings, one of lists): read block by block
+        columns = None
+    if columns is not None and "line" not in columns:
+        raise _no_line(columns)
     return ds.map_batches(_as_line_rows, batch_format="pyarrow", batch_size=None)
 
 
+def _no_line(columns: list[str]) -> ParameterError:
+    return ParameterError(
+        f"a dataset of prompts with columns {columns}; allowed: a 'line' column (the row's number: "
+        "its default id and seed) beside the fields of a prompt line"
+    )
+
+
 def _as_line_rows(table: pa.Table) -> dict[str, Any]:
+    if "line" not in table.column_names:
+        raise _no_line(table.column_names)
     rows = table.to_pylist()  # exact Python ints: a seed near 2**64 survives, which NumPy's floats would not
     return {
         "line": np.array([row.pop("line") for row in rows], dtype=np.int64),
