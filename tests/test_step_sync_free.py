@@ -39,6 +39,7 @@ def test_the_fake_run_catches_a_host_read() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("compile")  # the compiling tests in one worker: inductor starts once, reuses its kernels
 def test_the_full_chains_processors_compile_as_one_graph() -> None:
     """fullgraph=True fails on any graph break, a host read included."""
     chain = dk.Chain.parse(STANDARD[-1])
@@ -52,6 +53,7 @@ def test_the_full_chains_processors_compile_as_one_graph() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("compile")
 @pytest.mark.parametrize("position", ["learned", "rope"])  # 4 layers, rope, dense: once failed to compile
 @pytest.mark.parametrize("cache", ["dense", "gqa"])
 def test_generate_with_compile_gives_the_eager_tokens(position: str, cache: str) -> None:

@@ -95,6 +95,7 @@ def test_beam_search_follows_the_beams(model: GPT, cache: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("compile")  # the compiling tests in one worker: inductor starts once, reuses its kernels
 def test_compile_gives_the_eager_tokens_while_evicting(model: GPT) -> None:
     """`compile=True` over a cache that evicts per head. Both failed inside torch's compiler before: the step
     returned a view spanning the storage buffer it had just written (`FloatStorage.read`), and once the model's
