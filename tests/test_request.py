@@ -162,6 +162,7 @@ def test_beam_search_takes_a_seed_for_stages_that_draw() -> None:
     assert runs[0] == runs[1]
 
 
+@pytest.mark.xdist_group("compile")  # the compiling tests in one worker: inductor starts once, reuses its kernels
 @pytest.mark.parametrize("strategy", ["beam", "speculative(draft=ngram)"])
 def test_every_strategy_takes_compile(strategy: str) -> None:
     eager = dk.decode(tiny_gpt(), [[1, 2]], strategy=strategy, chain="greedy", max_new_tokens=4)

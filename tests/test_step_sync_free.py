@@ -39,6 +39,7 @@ def test_the_fake_run_catches_a_host_read() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("compile")  # the compiling tests in one worker: inductor starts once, reuses its kernels
 def test_the_full_chains_processors_compile_as_one_graph() -> None:
     """fullgraph=True fails on any graph break, a host read included."""
     chain = dk.Chain.parse(STANDARD[-1])
@@ -52,11 +53,13 @@ def test_the_full_chains_processors_compile_as_one_graph() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("compile")
 @pytest.mark.parametrize("position", ["learned", "rope"])  # 4 layers, rope, dense: once failed to compile
 @pytest.mark.parametrize("cache", ["dense", "gqa"])
 def test_generate_with_compile_gives_the_eager_tokens(position: str, cache: str) -> None:
     from decodekit_gpt.gpt import GPT, GPTConfig
 
+    torch._dynamo.reset()  # GPT's automatic dynamic shapes as in a fresh process, whatever its group compiled before
     torch.manual_seed(0)
     config = GPTConfig(vocab_size=101, block_size=64, n_layer=4, n_head=4, n_kv_head=2, n_embd=32, position=position)
     model = GPT(config).eval()

@@ -82,6 +82,7 @@ def plain_sampled(shakespeare: Any) -> Counter[tuple[int, ...]]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("grammar-sampled")  # the two tests of plain_sampled in one worker: it is drawn once
 def test_speculative_sampling_has_generates_distribution(
     shakespeare: Any, plain_sampled: Counter[tuple[int, ...]]
 ) -> None:
@@ -99,6 +100,7 @@ def test_speculative_sampling_has_generates_distribution(
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("grammar-sampled")
 def test_the_chi_square_can_fail(shakespeare: Any, plain_sampled: Counter[tuple[int, ...]]) -> None:
     """The draft model's own distribution under the same grammar differs, and the test sees it."""
     draft = dk.load_model("tiny-shakespeare-draft")

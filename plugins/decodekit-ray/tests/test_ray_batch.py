@@ -32,6 +32,7 @@ pytestmark = [
 ]
 
 PLUGINS = "cli_testplugin,batch_testplugin"
+PLUGIN_ENV = {"DECODEKIT_EXTRA_PLUGINS": PLUGINS}
 CHAIN = "fail_on(token=2) | temperature(1.5)"  # token 2 is "!"
 ARGS = ["-m", MODEL, "--seed", "5", "--max-new-tokens", "40", "--chain", CHAIN, "--cache", "dense"]
 ARGS += ["--batch-size", "4", "--on-error", "skip"]
@@ -183,9 +184,9 @@ def test_on_ray_killed_resumed_and_an_actor_killed_equals_local(
     job.communicate(timeout=60)
     old_jobs = _job_ids()  # before the resumed run starts: its actors are the ones of no job here
     assert out.with_name(out.name + ".parts").exists() and not out.exists()
-    refused = _on_ray(prompts, out, cluster)  # without --resume: the parts are not thrown away
-    _, err = refused.communicate(timeout=120)
-    assert refused.returncode == 2 and "--resume --ray continues it" in err, err
+    # Without --resume the parts are not thrown away; refused before Ray is reached, so run in this process.
+    refused = cli("generate", "--input", str(prompts), "--output", str(out), *ARGS, "--ray", cluster, **PLUGIN_ENV)
+    assert refused.returncode == 2 and "--resume --ray continues it" in refused.stderr, refused.stderr
     resumed = _on_ray(prompts, out, cluster, "--resume", "--ray-actors", "2", hold=hold)
     os.kill(_held_actors(hold, resumed, not_of=old_jobs)[0], signal.SIGKILL)
     hold.unlink()

@@ -117,6 +117,7 @@ def test_the_kit_catches_a_top_k_that_drops_ties() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("compile")  # the compiling tests in one worker: inductor starts once, reuses its kernels
 def test_compiled_chains_that_differ_in_k_each_run_their_own_step() -> None:
     """Dynamo keeps compiled steps per code object (`Chain._select`), and its automatic dynamic shapes are
     keyed by file, line and name: after a chain compiled at other shapes, an int parameter that differs
