@@ -95,3 +95,21 @@ class NaNRow:
 def test_nan_logits_name_step_and_row(target: GPT, chain: str) -> None:
     with pytest.raises(dk.NumericsError, match=r"speculative \(target model\): step 1, row 1: .*NaN"):
         speculative(NaNRow(target, 3), [PROMPT, PROMPT], draft="ngram", chain=chain, max_new_tokens=8)
+
+
+def test_a_named_draft_is_loaded_once_for_every_check_and_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch job checks every line (`dk.validate` runs the policy's set-up) and then decodes: a draft named in the
+    strategy once loaded its weights again for each line and each batch."""
+    import decodekit_speculative.strategy as strategy
+
+    loads: list[str] = []
+    load = strategy.load_model
+    monkeypatch.setattr(strategy, "load_model", lambda name: loads.append(name) or load(name))
+    strategy.named_draft.cache_clear()
+    target = dk.load_model("tiny-shakespeare")
+    options = {"strategy": "speculative(draft=tiny-shakespeare-draft, k=2)", "chain": "greedy", "max_new_tokens": 3}
+    for prompt in ("ROMEO:", "JULIET:", "HAMLET:"):
+        dk.validate(target, [prompt], **options)
+    first = dk.decode(target, ["ROMEO:"], **options).tokens
+    assert dk.decode(target, ["ROMEO:"], **options).tokens == first
+    assert loads == ["tiny-shakespeare-draft"]

@@ -14,6 +14,7 @@ a cache that cannot crop rows unevenly decodes them one at a time (the output is
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,9 +55,16 @@ class SpeculativeGeneration(Generation):
         return sum(self.accepted) / total if total else 0.0
 
 
+@functools.lru_cache(maxsize=2)
+def named_draft(name: str) -> Model:
+    """A draft model by its registered name, loaded once: a batch job checks each line (`dk.validate` runs the
+    policy's set-up) and decodes each batch with the same draft. Only names are kept; drafts are never changed."""
+    return load_model(name)
+
+
 def resolve_draft(draft: object, target: Model) -> Model | None:
     """The draft model for `draft` (a registered name or a model object); None for "ngram"."""
-    model = (None if draft == NGRAM else load_model(draft)) if isinstance(draft, str) else draft
+    model = (None if draft == NGRAM else named_draft(draft)) if isinstance(draft, str) else draft
     if model is None:
         return None
     spec = getattr(model, "spec", None)
