@@ -7,6 +7,7 @@ The commands run in this process (`cli_runner.run_cli`, as in `tests/test_cli.py
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import resource
@@ -297,3 +298,24 @@ def test_a_bad_json_chain_spec_is_an_error_naming_chain(spec: str, message: str)
     result = _generate("--chain", spec)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == f"decodekit: error: --chain {spec!r}: {message}\n"
+
+
+class _TerminalStdin(io.StringIO):
+    """Typed text on a terminal: `isatty()` is what makes a prompt from stdin say how to end it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_prompt_from_a_terminal_says_how_to_end_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`decodekit generate -` on a terminal waited silently for the prompt: a one-line hint on stderr, then it reads."""
+    from decodekit_cli.options import prompt_text
+
+    monkeypatch.setattr("sys.stdin", _TerminalStdin("ROMEO:\n"))
+    assert prompt_text("-") == "ROMEO:"
+    assert capsys.readouterr() == ("", "reading the prompt from standard input; end it with Ctrl-D\n")
+    monkeypatch.setattr("sys.stdin", io.StringIO("ROMEO:\n"))  # piped: nothing said
+    assert prompt_text("-") == "ROMEO:"
+    assert capsys.readouterr() == ("", "")

@@ -189,6 +189,8 @@ def prompt_text(prompt: str | None) -> str:
     if prompt is None:
         return "\n"
     if prompt == "-":
+        if sys.stdin.isatty():  # a terminal waits for typed text: say so, not a silent wait
+            print("reading the prompt from standard input; end it with Ctrl-D", file=sys.stderr)
         text = sys.stdin.read().replace("\r\n", "\n")  # POSIX stdin keeps the "\r" of a file saved on Windows
         text = text[:-1] if text.endswith("\n") else text
         if not text:
