@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -59,7 +59,8 @@ class SpeculativeGeneration(Generation):
 def named_draft(name: str) -> Model:
     """A draft model by its registered name, loaded once: a batch job checks each line (`dk.validate` runs the
     policy's set-up) and decodes each batch with the same draft. Only names are kept; drafts are never changed."""
-    return load_model(name)
+    model: Model = load_model(name)
+    return model
 
 
 def resolve_draft(draft: object, target: Model) -> Model | None:
@@ -85,7 +86,7 @@ def resolve_draft(draft: object, target: Model) -> Model | None:
                 f"speculative: draft={draft!r} has a tokenizer that decodes token ids differently from the "
                 "target's; allowed: a draft sharing the target's vocabulary"
             )
-    return model  # type: ignore[no-any-return]
+    return cast(Model, model)  # checked above: callable, with a spec and the target's vocabulary
 
 
 def speculative(model: Model, prompts: Any, **options: Any) -> SpeculativeGeneration:
