@@ -157,25 +157,6 @@ def test_strict_mode_makes_a_conflict_fatal(site: Path, monkeypatch: pytest.Monk
         dk.reload_plugins()
 
 
-def test_a_denylist_naming_no_installed_distribution_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    # DECODEKIT_DISABLE_PLUGINS=nonexist was accepted silently (DECODEKIT_LOAD_PLUGINS=nonexist is refused).
-    monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "decodekit-cache-gqa, Not_Installed")
-    try:
-        with pytest.raises(dk.UnknownNameError) as err:
-            dk.reload_plugins()
-        message = str(err.value)
-        assert message.startswith(
-            "DECODEKIT_DISABLE_PLUGINS names 'not-installed', which is no installed plugin distribution; "
-            "allowed: a comma-separated list of decodekit, "
-        ), message
-        assert ", decodekit-cache-gqa, " in message and message.endswith(" (empty: none)")
-        monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "decodekit-cache-gqa")
-        assert "gqa" not in dk.reload_plugins().caches
-    finally:
-        monkeypatch.delenv("DECODEKIT_DISABLE_PLUGINS")
-        dk.reload_plugins()
-
-
 def test_allowlist_entries_are_stripped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", " decodekit-cache-dense , decodekit-cache-gqa,")
     try:
@@ -185,22 +166,34 @@ def test_allowlist_entries_are_stripped(monkeypatch: pytest.MonkeyPatch) -> None
         dk.reload_plugins()
 
 
-def test_an_allowlist_naming_no_installed_distribution_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    # DECODEKIT_LOAD_PLUGINS=nonexist loaded the core alone, silently: a typo looked like a broken install.
-    monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", "decodekit-cache-dense, Not_Installed")
+@pytest.mark.parametrize(
+    ("variable", "named", "works", "caches"),
+    [  # a typo once loaded the core alone (LOAD), or disabled nothing (DISABLE), silently
+        ("DECODEKIT_LOAD_PLUGINS", "decodekit-cache-dense", "decodekit, decodekit-cache-dense", {"dense"}),
+        ("DECODEKIT_DISABLE_PLUGINS", "decodekit-cache-gqa", "decodekit-cache-gqa", None),
+    ],
+)
+def test_a_list_naming_no_installed_distribution_is_refused(
+    monkeypatch: pytest.MonkeyPatch, variable: str, named: str, works: str, caches: set[str] | None
+) -> None:
+    monkeypatch.setenv(variable, f"{named}, Not_Installed")
     try:
         with pytest.raises(dk.UnknownNameError) as err:
             dk.reload_plugins()
         message = str(err.value)
         assert message.startswith(
-            "DECODEKIT_LOAD_PLUGINS names 'not-installed', which is no installed plugin distribution; "
+            f"{variable} names 'not-installed', which is no installed plugin distribution; "
             "allowed: a comma-separated list of decodekit, "
         ), message
-        assert ", decodekit-cache-dense, " in message and message.endswith(" (empty: none)")
-        monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", "decodekit, decodekit-cache-dense")  # the core may be named
-        assert set(dk.reload_plugins().caches) == {"dense"}
+        assert f", {named}, " in message and message.endswith(" (empty: none)")
+        monkeypatch.setenv(variable, works)  # the core may be named
+        loaded = set(dk.reload_plugins().caches)
+        if caches is not None:
+            assert loaded == caches
+        else:
+            assert "gqa" not in loaded and "dense" in loaded
     finally:
-        monkeypatch.delenv("DECODEKIT_LOAD_PLUGINS")
+        monkeypatch.delenv(variable)
         dk.reload_plugins()
 
 

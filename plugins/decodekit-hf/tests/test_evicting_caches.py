@@ -19,7 +19,7 @@ import decodekit as dk
 from decodekit.cache import PreallocatedKVCache
 
 
-def llama(n_layers: int, seed: int = 0, context: int = 128) -> Any:
+def llama(n_layers: int, seed: int = 0, context: int = 128, **overrides: Any) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -32,6 +32,7 @@ def llama(n_layers: int, seed: int = 0, context: int = 128) -> Any:
         vocab_size=96,
         max_position_embeddings=context,
         initializer_range=0.2,
+        **overrides,
     )
     return LlamaForCausalLM(config).eval()  # type: ignore[no-untyped-call]
 
@@ -194,21 +195,9 @@ def test_strategies_on_the_trained_model(trained: Any, cache: str) -> None:
 def test_a_scaled_rotary_model_past_its_context_is_refused_naming_its_scaling() -> None:
     """A Llama with llama3 rotary scaling has no rope_base: an evicting cache past its context was refused
     saying its positions are absolute; the error names the scaling decodekit cannot re-rotate keys under."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     scaling = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0}
     scaling |= {"high_freq_factor": 4.0, "original_max_position_embeddings": 16}
-    config = LlamaConfig(
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        hidden_size=32,
-        intermediate_size=64,
-        vocab_size=96,
-        max_position_embeddings=32,
-        rope_parameters=scaling,
-    )
-    model = HFModel(LlamaForCausalLM(config).eval())  # type: ignore[no-untyped-call]
+    model = HFModel(llama(1, context=32, rope_parameters=scaling))
     assert model.spec.rope_base is None
     with pytest.raises(dk.ContextLengthError) as info:
         dk.generate(model, [[1, 2, 3]], max_new_tokens=40, cache="window(size=8, sinks=2)")
