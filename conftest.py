@@ -3,20 +3,33 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 
 import pytest
 
+_HOME = pytest.StashKey[str]()
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Keep the suite, and every subprocess it starts, out of $HOME: matplotlib's font cache,
-    pip's cache and version probe, and the XDG and Hugging Face caches go to a temporary folder."""
-    home = tempfile.mkdtemp(prefix="decodekit-tests-")
+    pip's cache and version probe, and the XDG and Hugging Face caches go to a temporary folder.
+    xdist's workers inherit the controller's (a worker's own folder would outlive it: workers can end
+    before their unconfigure runs)."""
+    if hasattr(config, "workerinput"):
+        return
+    home = config.stash[_HOME] = tempfile.mkdtemp(prefix="decodekit-tests-")
     for var, sub in (("MPLCONFIGDIR", "matplotlib"), ("XDG_CACHE_HOME", "cache"), ("PIP_CACHE_DIR", "pip")):
         os.environ[var] = os.path.join(home, sub)
     os.environ["HF_HOME"] = os.path.join(home, "huggingface")
     os.environ["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The folder goes when the run ends."""
+    if _HOME in config.stash:
+        shutil.rmtree(config.stash[_HOME], ignore_errors=True)
 
 
 @pytest.fixture(autouse=True, scope="session")
