@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -60,3 +63,24 @@ def test_nan_counts_as_largest() -> None:
     x[0, 4000] = float("nan")
     c, _ = top_candidates(x, 10)
     assert c.indices[0, 0] == 4000 and not bool(c.values[1].isnan().any())
+
+
+def test_the_grid_search_loads_no_compiler() -> None:
+    """Importing torch's compiler costs ~1.6 s: a decode that never compiles (every command line run with a
+    truncation in its chain) must not pay it for the grid's plan."""
+    code = (
+        "import sys, torch\n"
+        "from decodekit.candidates import top_candidates\n"
+        "c, bound = top_candidates(torch.randn(2, 1000), 5)\n"
+        "assert c.values.shape == (2, 5)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_the_grid_plan_folds_into_a_compiled_graph() -> None:
+    """Under `torch.compile` the plan is plain arithmetic on the static sizes: one graph, no break."""
+    compiled = torch.compile(lambda x: top_candidates(x, 5)[0].values, fullgraph=True, backend="eager")
+    x = torch.randn(2, 50_257, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(compiled(x), x.topk(5).values)

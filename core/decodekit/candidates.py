@@ -27,13 +27,13 @@ __all__ = ["first_max", "keep_at_least", "top_candidates"]
 _MIN_GAIN = 4  # use the grid only when the pool is at most V / 4 tokens
 
 
-@torch.compiler.assume_constant_result  # type: ignore[untyped-decorator]  # compile runs it once, at trace time
 def _grid(vocab_size: int, n: int) -> tuple[int, int]:
-    """`_plan_grid`, remembered (dynamo would warn about tracing through an lru_cache)."""
-    return _plan_grid(vocab_size, n)
+    """`_plan_grid`: remembered when eager; traced as plain arithmetic under compile, where it folds into
+    the graph (dynamo warns about tracing an lru_cache, and marking a function constant imports torch's
+    compiler: ~1.6 s that a decode which never compiles should not pay)."""
+    return _plan_grid(vocab_size, n) if torch.compiler.is_compiling() else _remembered_grid(vocab_size, n)
 
 
-@lru_cache(maxsize=64)
 def _plan_grid(vocab_size: int, n: int) -> tuple[int, int]:
     """(R, C) for pooling the n + 1 largest: R near sqrt(V / (n + 1)), which balances the two searches
     (V / R group maxima against a pool of R·(n + 1)); a divisor of V within a third of it if there is
@@ -42,6 +42,9 @@ def _plan_grid(vocab_size: int, n: int) -> tuple[int, int]:
     near = [r for r in range(max(1, best * 2 // 3), best * 4 // 3 + 1) if vocab_size % r == 0]
     R = min(near, key=lambda r: abs(r - best)) if near else best
     return R, vocab_size // R
+
+
+_remembered_grid = lru_cache(maxsize=64)(_plan_grid)
 
 
 def top_candidates(logits: Tensor, n: int) -> tuple[Candidates, Tensor]:
