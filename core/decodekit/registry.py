@@ -40,6 +40,7 @@ _MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
 _SAMPLER_KINDS = ("processor", "selector")
 _SECTIONS = {"sampler": "samplers", "cache backend": "caches", "model": "models", "strategy": "strategies"}
+_INFO_LISTS = {**_SECTIONS, "cache backend": "cache_backends"}  # PluginInfo's list of each category
 
 
 def import_object(path: str) -> Any:
@@ -108,12 +109,8 @@ class PluginInfo:
     strategies: list[str] = field(default_factory=list)
 
     def names(self, category: Category) -> list[str]:
-        return {
-            "sampler": self.samplers,
-            "cache backend": self.cache_backends,
-            "model": self.models,
-            "strategy": self.strategies,
-        }[category]
+        names: list[str] = getattr(self, _INFO_LISTS[category])
+        return names
 
 
 @dataclass
