@@ -241,12 +241,8 @@ class Decoding:
         self.ctx.tokens = self.buf[:, : self.width]
         if self.kv is not None:
             self.kv.reorder(rows)  # type: ignore[attr-defined]  # open(needs=("reorder",)) checked it
-        seen: set[int] = set()
-        outputs = []
-        for i in index:
-            outputs.append(self.outputs[i] if i not in seen else self.outputs[i].copy())
-            seen.add(i)
-        self.outputs = outputs
+        # The first row to take an output takes it; any later one takes a copy.
+        self.outputs = [self.outputs[i] if i not in index[:k] else self.outputs[i].copy() for k, i in enumerate(index)]
 
     # -- outputs -------------------------------------------------------------------------
 
