@@ -244,11 +244,7 @@ class Chain:
         strings, and the row ends with finish reason "stop" and `stopped_by` that reason. `row` is the
         index of the row's prompt in the request (the beams of a prompt share it).
         """
-        for ender in self._enders:
-            reason = ender(row, generated)
-            if reason is not None:
-                return reason
-        return None
+        return next((reason for ender in self._enders if (reason := ender(row, generated)) is not None), None)
 
     def unfinished(self, row: int, generated: Sequence[int]) -> list[str]:
         """What the stages that end rows say of row `row`, which ended on `generated` without them (at
