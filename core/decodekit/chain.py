@@ -1,12 +1,9 @@
 """`Chain`: the logits-processor pipeline, an ordered list of processors plus one selector.
 
-Built in code, from a JSON-serialisable spec, or from a one-line string:
-``"repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"``.
-The order is the user's and is never changed. Every caller runs the chain through `step` (tokens
-out) or `distribution` (processed logits out): after a truncation the stages that can work on its
-candidates do (`decodekit.stage`), reading nothing back from the device; a row they could not settle
-is redone on the dense path after the step's one host read, so the result is always that of every
-stage on the full vocabulary (`process`, `trace`).
+Built in code, from a JSON-serialisable spec, or from a one-line string such as
+``"repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"``; the order is the
+user's and never changes. `step` and `distribution` take the candidate fast path (`decodekit.stage`)
+and always give what every stage on the full vocabulary gives (`process`, `trace`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""The decode engine: one object that owns everything a decode needs, whatever the policy.
+"""The decode engine, `Decoding`: one object that owns everything a decode needs, whatever the policy.
 
-A decode strategy is a policy over a `Decoding`, `policy(decoding, params) -> Iterator[None] | None`:
-it opens it with what it needs (rows per prompt, look-ahead, cache capabilities), asks for logits
-(`prefill`, `forward`), picks tokens (`pick`, or its own rule over `chain.distribution`) and emits them
-(`advance`, `emit`, `finish`); each round it yields comes out of `stream` at once. The engine does the
-rest for every policy (cache, context check, prefill, history, seeds, stops, text, logprobs, events)
-and holds a policy to the rules (a token in range, nothing after a row ended, every row ended).
+A decode strategy is a policy over it, `policy(decoding, params) -> Iterator[None] | None`; the engine
+does the rest (cache, context check, history, seeds, stops, text, logprobs, events) and holds the policy
+to the rules. docs/strategies.md ("Adding a strategy from a plugin") describes every member.
 """
 
 from __future__ import annotations
@@ -50,7 +47,7 @@ _COMPILED: weakref.WeakKeyDictionary[Any, Callable[..., Tensor]] = weakref.WeakK
 
 
 class Decoding:
-    """One decode of a batch of prompts (see the module docstring).
+    """One decode of a batch of prompts, driven by a strategy's policy (docs/strategies.md).
 
     Rows: `copies` rows per prompt (row `r` serves prompt `r // copies`), left-padded to a common
     width `P` in `buf` `[R, P + new]`; `width` columns are filled, every row's last token in column
