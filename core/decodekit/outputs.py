@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from decodekit.results import FinishReason, TokenEvent, TokenLogprobs
 from decodekit.text import TextTracker
@@ -19,27 +20,24 @@ from decodekit.text import TextTracker
 __all__ = ["RowOutput"]
 
 
+@dataclass(eq=False)
 class RowOutput:
     """One row's generated tokens, text, logprobs and finish reason (see the module docstring)."""
 
-    def __init__(
-        self,
-        limit: int,
-        stop_tokens: frozenset[int],
-        tracker: TextTracker | None,
-        ended: Callable[[Sequence[int]], str | None] | None = None,
-        end_tokens: frozenset[int] = frozenset(),
-    ) -> None:
-        self.limit = limit
-        self.stop_tokens = stop_tokens
-        self.end_tokens = end_tokens  # the tokenizer's end of text: no text when a stage ends the row on one
-        self.tracker = tracker
-        self.ended = ended  # a chain stage's verdict on the tokens so far
-        self.tokens: list[int] = []
-        self.texts: list[str] = []
-        self.logprobs: list[TokenLogprobs] = []
-        self.finish_reason: FinishReason | None = "length" if limit == 0 else None
-        self.stopped_by: int | str | None = None
+    limit: int
+    stop_tokens: frozenset[int]
+    tracker: TextTracker | None
+    ended: Callable[[Sequence[int]], str | None] | None = None  # a chain stage's verdict on the tokens so far
+    end_tokens: frozenset[int] = frozenset()  # the tokenizer's end of text: no text when a stage ends the row on one
+    tokens: list[int] = field(default_factory=list, init=False)
+    texts: list[str] = field(default_factory=list, init=False)
+    logprobs: list[TokenLogprobs] = field(default_factory=list, init=False)
+    finish_reason: FinishReason | None = field(default=None, init=False)
+    stopped_by: int | str | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.limit == 0:
+            self.finish_reason = "length"
 
     @property
     def done(self) -> bool:
