@@ -1,9 +1,7 @@
 """The registry: one entry type, one registration check, one lookup for every kind of plugin thing.
 
-A plugin registers samplers, cache backends, models and strategies through the same
-`register(name, impl, params=None, description="", **kind_specific)` call (see
-`decodekit.hookspecs`); each becomes an `Entry`. Building the registry from installed
-plugins is `decodekit.plugins`' job; this module holds what is built and how it is read.
+Each `register(...)` call of a hook (`decodekit.hookspecs`) becomes an `Entry`; `decodekit.plugins`
+builds the registry from the installed plugins, this module holds what is built and how it is read.
 """
 
 from __future__ import annotations

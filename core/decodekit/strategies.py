@@ -1,10 +1,7 @@
-"""Decode strategies by name: `dk.decode`, and the binding of a strategy's options.
+"""Decode strategies by name: `dk.decode`, `dk.validate`, and the binding of a strategy's options.
 
-A strategy is a policy over the engine, `policy(decoding, params) -> Iterator[None] | None`
-(`decodekit.engine`), registered through the `register_strategies` hook. The options every
-strategy shares become the checked `DecodeRequest`; the others are checked against the
-strategy's parameter model. The core registers "sample" (`dk.generate`); beam search,
-speculative decoding and the others are plugins.
+A strategy is a policy over the engine (`decodekit.engine`), registered through `register_strategies`:
+the options every strategy shares become the checked `DecodeRequest`, the rest its parameter model.
 """
 
 from __future__ import annotations
