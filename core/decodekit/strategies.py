@@ -72,21 +72,17 @@ class _ModelCalled(BaseException):
     """Stops a policy at its first model call (`validate`); a BaseException, so no policy's handler catches it."""
 
 
+def _model_called(*args: Any, **kwargs: Any) -> Tensor:
+    raise _ModelCalled
+
+
 class _Checking(Decoding):
     """A decoding whose policy stops at its first model call: everything checked before it, no model work."""
 
-    def prefill(self) -> Tensor:
-        raise _ModelCalled
-
-    def forward(self) -> Tensor:
-        raise _ModelCalled
+    prefill = forward = staticmethod(_model_called)
 
     def runs(self, model: Model) -> Callable[..., Tensor]:  # a policy's own forwards, a draft model's too
         return _model_called
-
-
-def _model_called(*args: Any, **kwargs: Any) -> Tensor:
-    raise _ModelCalled
 
 
 def run_decode(model: Model, prompts: Prompts, strategy: str, options: Mapping[str, Any], what: str = "") -> Generation:
