@@ -251,10 +251,7 @@ class Decoding:
                 f"strategy {self.strategy}: emitted token {token} on row {row}, which had already ended "
                 f"({out.finish_reason} after {len(out.tokens)} tokens)"
             )
-        self._check_token(token)
-        event = out.push(token, logprobs if self.request.logprobs is not None else None, row)
-        if self._events is not None and self.copies == 1:
-            self._events.append(event)
+        self._push(out, token, logprobs, row, record=self.copies == 1)
         return out.done
 
     def finish(self, prompt: int, tokens: Sequence[int], logprobs: Sequence[Any] | None = None) -> None:
@@ -270,10 +267,7 @@ class Decoding:
         for i, token in enumerate(tokens):
             if out.done:
                 break
-            self._check_token(token)
-            event = out.push(int(token), None if logprobs is None or request.logprobs is None else logprobs[i], prompt)
-            if self._events is not None:
-                self._events.append(event)
+            self._push(out, token, None if logprobs is None or request.logprobs is None else logprobs[i], prompt)
         if not out.done:
             raise PluginError(
                 f"strategy {self.strategy}: prompt {prompt} ended after {len(out.tokens)} tokens, without a stop "
@@ -289,10 +283,14 @@ class Decoding:
         ends = frozenset(getattr(request.tokenizer, "eos_token_ids", ()) if ended else ())
         return RowOutput(request.max_new_tokens, request.stop_tokens[prompt], tracker, ended, ends)
 
-    def _check_token(self, token: object) -> None:
+    def _push(self, out: RowOutput, token: int, logprobs: Any, row: int, record: bool = True) -> None:
+        """Check `token` and add it to `out` (with `logprobs` if the request asks); keep its event if `record`."""
         V = self.spec.vocab_size
         if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < V:
             raise PluginError(f"strategy {self.strategy}: emitted token {token!r}; allowed: an int in [0, {V})")
+        event = out.push(token, logprobs if self.request.logprobs is not None else None, row)
+        if self._events is not None and record:
+            self._events.append(event)
 
     def take_events(self) -> list[TokenEvent]:
         events, self._events = self._events or [], [] if self._events is not None else None
