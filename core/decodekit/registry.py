@@ -180,13 +180,11 @@ class Registry:
             section = self.section(entry.category)
             key = (entry.category, entry.name)
             conflict = next((c for c in self.conflicts if (c.category, c.name) == key), None)
+            if conflict is None and entry.name in section:  # the name's first holder becomes a conflict
+                conflict = Conflict(entry.category, entry.name, [section.pop(entry.name).distribution])
+                self.conflicts.append(conflict)
             if conflict is not None:
                 conflict.distributions.append(entry.distribution)
-                new.append(conflict)
-            elif entry.name in section:
-                first = section.pop(entry.name).distribution
-                conflict = Conflict(entry.category, entry.name, [first, entry.distribution])
-                self.conflicts.append(conflict)
                 new.append(conflict)
             else:
                 section[entry.name] = entry
