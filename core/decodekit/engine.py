@@ -12,6 +12,7 @@ import functools
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -305,11 +306,10 @@ class Decoding:
         between events runs in its own (`stream`); False: once around the whole run (`generate`)."""
         n = decode_threads(self.model)
 
-        def settings() -> contextlib.ExitStack:
-            stack = contextlib.ExitStack()
-            stack.enter_context(torch.inference_mode())
-            stack.enter_context(threads(n))
-            return stack
+        @contextlib.contextmanager
+        def settings() -> Iterator[None]:
+            with torch.inference_mode(), threads(n):
+                yield
 
         with settings():
             steps = policy(self, params)
@@ -322,7 +322,7 @@ class Decoding:
         return self._events_of(steps, settings, per_round)
 
     def _events_of(
-        self, steps: Iterator[None] | None, settings: Callable[[], contextlib.ExitStack], per_round: bool
+        self, steps: Iterator[None] | None, settings: Callable[[], AbstractContextManager[None]], per_round: bool
     ) -> Iterator[TokenEvent]:
         each_round = settings if per_round else contextlib.nullcontext
         with contextlib.nullcontext() if per_round else settings():
@@ -330,8 +330,7 @@ class Decoding:
                 with each_round():
                     if next(steps, _END) is _END:
                         break
-                if self._events:
-                    yield from self.take_events()
+                yield from self.take_events()
         self._check_complete()
         yield from self.take_events()
 
