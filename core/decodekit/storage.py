@@ -126,10 +126,9 @@ def take_slots(buffers: Sequence[Tensor], source: Tensor, stop: int) -> None:
         buf[:, :, :n] = buf[:, :, :stop].gather(2, index)
 
 
-def float_slot_bytes(spec: CacheSpec, heads: int | None = None) -> int:
-    """Bytes of one slot of one layer in `spec.dtype`: a key and a value per row and head."""
-    item = torch.empty((), dtype=spec.dtype).element_size()
-    return 2 * spec.batch_size * (spec.n_kv_heads if heads is None else heads) * spec.head_dim * item
+def float_slot_bytes(spec: CacheSpec) -> int:
+    """Bytes of one slot of one layer in `spec.dtype`: a key and a value per row and kv-head."""
+    return 2 * spec.batch_size * spec.n_kv_heads * spec.head_dim * spec.dtype.itemsize
 
 
 def device_memory(device: torch.device | str) -> int | None:
