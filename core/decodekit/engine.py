@@ -239,8 +239,10 @@ class Decoding:
         self.ctx.tokens = self.buf[:, : self.width]
         if self.kv is not None:
             self.kv.reorder(rows)  # type: ignore[attr-defined]  # open(needs=("reorder",)) checked it
-        # The first row to take an output takes it; any later one takes a copy.
-        self.outputs = [self.outputs[i] if i not in index[:k] else self.outputs[i].copy() for k, i in enumerate(index)]
+        first: dict[int, int] = {}  # output -> the row that takes it; any later row takes a copy
+        self.outputs = [
+            self.outputs[i] if first.setdefault(i, k) == k else self.outputs[i].copy() for k, i in enumerate(index)
+        ]
 
     # -- outputs -------------------------------------------------------------------------
 
