@@ -1,11 +1,8 @@
 """`RowOutput`: one row's output as its tokens arrive, under the rules every strategy shares.
 
-A row ends at a stop token (which is its last token, outside its text), at a stop string (its
-text is cut before it), when a stage of the chain says so after a token (`Chain.ended`: a
-grammar that is complete; when that token is an end of text, one of the tokenizer's
-`eos_token_ids`, it is outside the text too), or at `max_new_tokens`. Text is decoded incrementally (`TextTracker`).
-The engine holds one per row and reports the `TokenEvent` each `push` returns; a strategy that
-keeps several candidates per prompt (beam search) copies them as its candidates branch.
+A row ends at a stop token (its last token, outside its text), at a stop string (its text is cut before
+it), when a stage says so (`Chain.ended`; an end-of-text token it ends on is outside the text too), or at
+`max_new_tokens`. The engine holds one per row; beam search copies them as its candidates branch.
 """
 
 from __future__ import annotations
