@@ -1,13 +1,8 @@
-"""The KV-cache protocol, `slot_mask`, and `PreallocatedKVCache`: keep every token, in place.
+"""The KV-cache protocol, its capabilities, `slot_mask`, `cached_attention`, and `PreallocatedKVCache`.
 
-Slots: the decode loop feeds a row's tokens in order, and the `t`-th token fed sits in slot
-`t` (padding included: every row of a batch has the same slots, ragged prompts are
-left-padded). `length` counts the slots fed; a cache that evicts keeps counting past what
-it holds. After `update(layer, k, v)` the model asks `attention_mask(layer, positions)`
-which of the returned keys each new query may attend to, so a cache may return its keys
-in any order and drop any it likes (docs/caches.md has the whole contract). A cache that scores
-its entries from attention (`Observing`) is handed each layer's queries after the model attended;
-`cached_attention` is that attention, shared by the models.
+The `t`-th token a row feeds sits in slot `t` (left padding included); after `update` the model asks
+`attention_mask` which returned keys each new query may attend to, so a cache may return its keys in
+any order and drop any it likes. docs/caches.md ("The protocol") has the whole contract.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """`top_candidates`: the n largest logits of each row, and a bound on every logit left out.
 
-A truncation keeps every logit >= a per-row floor. From the n largest values and a bound
-that no other logit exceeds, it knows its kept set exactly when floor > bound, with static
-shapes and no host read; `keep_at_least` marks the other rows (ties reaching past the n) as
-NaN, for the chain to redo them on the dense path.
-
-On a CPU `torch.topk` over a 50,257-token row costs about three softmaxes; a grid search finds
-the same values for a few small ops: view the row as R rows of C = V // R columns, group c
-being column c. With m_1 >= m_2 >= ... the group maxima, pool the n+1 groups with the largest
-maxima (and the V mod R tokens past the grid). The pool holds n+1 group maxima, so its
-(n+1)-th largest value is >= m_(n+1) >= every token left out: that value is the bound.
+Without `torch.topk` over the row (about three softmaxes on a CPU): view the row as R rows of
+C = V // R columns, group c being column c. With m_1 >= m_2 >= ... the group maxima, pool the n+1
+groups with the largest maxima (and the V mod R tokens past the grid). The pool holds n+1 group maxima,
+so its (n+1)-th largest value is >= m_(n+1) >= every token left out: that value is the bound. How a
+truncation uses them: docs/plugins.md ("The candidate fast path").
 """
 
 from __future__ import annotations

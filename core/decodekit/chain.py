@@ -1,12 +1,9 @@
 """`Chain`: the logits-processor pipeline, an ordered list of processors plus one selector.
 
-Built in code, from a JSON-serialisable spec, or from a one-line string:
-``"repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"``.
-The order is the user's and is never changed. Every caller runs the chain through `step` (tokens
-out) or `distribution` (processed logits out): after a truncation the stages that can work on its
-candidates do (`decodekit.stage`), reading nothing back from the device; a row they could not settle
-is redone on the dense path after the step's one host read, so the result is always that of every
-stage on the full vocabulary (`process`, `trace`).
+Built in code, from a JSON-serialisable spec, or from a one-line string such as
+``"repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"``; the order is the
+user's and never changes. `step` and `distribution` take the candidate fast path (`decodekit.stage`)
+and always give what every stage on the full vocabulary gives (`process`, `trace`).
 """
 
 from __future__ import annotations
@@ -237,18 +234,9 @@ class Chain:
         return bool(self._enders)
 
     def ended(self, row: int, generated: Sequence[int]) -> str | None:
-        """What ends row `row` now that it has generated `generated` (its last token just added), or None.
-
-        A stage that can end a row (a grammar once it is complete) offers `ends_row(row, generated)`,
-        returning the reason (its name) or None; the engine asks after every token, as it checks stop
-        strings, and the row ends with finish reason "stop" and `stopped_by` that reason. `row` is the
-        index of the row's prompt in the request (the beams of a prompt share it).
-        """
-        for ender in self._enders:
-            reason = ender(row, generated)
-            if reason is not None:
-                return reason
-        return None
+        """What ends row `row` (its prompt's index) now that it has generated `generated`: the first reason a
+        stage's `ends_row(row, generated)` gives, or None (docs/concepts.md: a stage may also end a row)."""
+        return next((reason for ender in self._enders if (reason := ender(row, generated)) is not None), None)
 
     def unfinished(self, row: int, generated: Sequence[int]) -> list[str]:
         """What the stages that end rows say of row `row`, which ended on `generated` without them (at
@@ -277,11 +265,8 @@ class Chain:
     # -- the fast path, inside the step ------------------------------------------------------
 
     def _process_fast(self, logits: Tensor, ctx: DecodeContext) -> Tensor | Candidates:
-        """The processors, on candidates once a stage has truncated and the next can follow.
-
-        Equal to `process` (as `densify` shows) but on rows a candidate set could not hold,
-        which are NaN. Reads nothing back from the device.
-        """
+        """The processors, on candidates once a stage has truncated and the next can follow: `process` (as
+        `densify` shows) but on the rows a candidate set could not hold, which are NaN. No host read."""
         x: Tensor | Candidates = logits
         for p, to_c, on_c in zip(self.processors, self._to_candidates, self._on_candidates):
             if isinstance(x, Candidates):
@@ -319,12 +304,9 @@ class Chain:
         ctx: DecodeContext,
         live: Sequence[bool] | None,
     ) -> tuple[Tensor, Tensor | None]:
-        """`tokens` with its -1 rows settled, and the dense logits if the step was redone.
-
-        `before` is a fork of `ctx` taken before the step (None when no stage can leave a row to
-        redo: then a -1 is final). The step is redone on the dense path from it, and `ctx` takes
-        over its draws and states. A live row that still cannot be picked raises a `NumericsError`.
-        """
+        """`tokens` with its -1 rows settled, and the dense logits if the step was redone from `before` (a fork
+        taken before it; None: a -1 is final), whose draws and states `ctx` then takes over. A live row that
+        still cannot be picked raises a `NumericsError`."""
         processed = None
         if before is not None:
             processed = self.process(logits, before)

@@ -27,12 +27,8 @@ def mix_seed(seed: int, index: int) -> int:
 
 
 def row_seeds(seed: int | Sequence[int] | None, prompts: int, copies: int = 1) -> list[int] | None:
-    """Each row's seed, for `copies` rows per prompt (None: fresh seeds).
-
-    Prompt `b` gets `mix_seed(seed, b)` from one int, or its own seed from a sequence; with more
-    than one row per prompt (beam search, best-of-n), copy `i` gets `mix_seed(prompt_seed, i)`.
-    A prompt's rows thus never depend on what else is in its batch.
-    """
+    """Each row's seed, for `copies` rows per prompt (None: fresh seeds): prompt `b` its own or `mix_seed(seed, b)`,
+    then its copy `i` `mix_seed(prompt_seed, i)`, so no row depends on its batch (docs/strategies.md)."""
     if seed is None:
         return None
     per_prompt = [mix_seed(seed, b) for b in range(prompts)] if isinstance(seed, int) else [int(s) for s in seed]

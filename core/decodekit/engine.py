@@ -1,11 +1,8 @@
-"""The decode engine: one object that owns everything a decode needs, whatever the policy.
+"""The decode engine, `Decoding`: one object that owns everything a decode needs, whatever the policy.
 
-A decode strategy is a policy over a `Decoding`, `policy(decoding, params) -> Iterator[None] | None`:
-it opens it with what it needs (rows per prompt, look-ahead, cache capabilities), asks for logits
-(`prefill`, `forward`), picks tokens (`pick`, or its own rule over `chain.distribution`) and emits them
-(`advance`, `emit`, `finish`); each round it yields comes out of `stream` at once. The engine does the
-rest for every policy (cache, context check, prefill, history, seeds, stops, text, logprobs, events)
-and holds a policy to the rules (a token in range, nothing after a row ended, every row ended).
+A decode strategy is a policy over it, `policy(decoding, params) -> Iterator[None] | None`; the engine
+does the rest (cache, context check, history, seeds, stops, text, logprobs, events) and holds the policy
+to the rules. docs/strategies.md ("Adding a strategy from a plugin") describes every member.
 """
 
 from __future__ import annotations
@@ -15,6 +12,7 @@ import functools
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -50,7 +48,7 @@ _COMPILED: weakref.WeakKeyDictionary[Any, Callable[..., Tensor]] = weakref.WeakK
 
 
 class Decoding:
-    """One decode of a batch of prompts (see the module docstring).
+    """One decode of a batch of prompts, driven by a strategy's policy (docs/strategies.md).
 
     Rows: `copies` rows per prompt (row `r` serves prompt `r // copies`), left-padded to a common
     width `P` in `buf` `[R, P + new]`; `width` columns are filled, every row's last token in column
@@ -241,12 +239,10 @@ class Decoding:
         self.ctx.tokens = self.buf[:, : self.width]
         if self.kv is not None:
             self.kv.reorder(rows)  # type: ignore[attr-defined]  # open(needs=("reorder",)) checked it
-        seen: set[int] = set()
-        outputs = []
-        for i in index:
-            outputs.append(self.outputs[i] if i not in seen else self.outputs[i].copy())
-            seen.add(i)
-        self.outputs = outputs
+        first: dict[int, int] = {}  # output -> the row that takes it; any later row takes a copy
+        self.outputs = [
+            self.outputs[i] if first.setdefault(i, k) == k else self.outputs[i].copy() for k, i in enumerate(index)
+        ]
 
     # -- outputs -------------------------------------------------------------------------
 
@@ -258,10 +254,7 @@ class Decoding:
                 f"strategy {self.strategy}: emitted token {token} on row {row}, which had already ended "
                 f"({out.finish_reason} after {len(out.tokens)} tokens)"
             )
-        self._check_token(token)
-        event = out.push(token, logprobs if self.request.logprobs is not None else None, row)
-        if self._events is not None and self.copies == 1:
-            self._events.append(event)
+        self._push(out, token, logprobs, row, record=self.copies == 1)
         return out.done
 
     def finish(self, prompt: int, tokens: Sequence[int], logprobs: Sequence[Any] | None = None) -> None:
@@ -277,10 +270,7 @@ class Decoding:
         for i, token in enumerate(tokens):
             if out.done:
                 break
-            self._check_token(token)
-            event = out.push(int(token), None if logprobs is None or request.logprobs is None else logprobs[i], prompt)
-            if self._events is not None:
-                self._events.append(event)
+            self._push(out, token, None if logprobs is None or request.logprobs is None else logprobs[i], prompt)
         if not out.done:
             raise PluginError(
                 f"strategy {self.strategy}: prompt {prompt} ended after {len(out.tokens)} tokens, without a stop "
@@ -296,10 +286,14 @@ class Decoding:
         ends = frozenset(getattr(request.tokenizer, "eos_token_ids", ()) if ended else ())
         return RowOutput(request.max_new_tokens, request.stop_tokens[prompt], tracker, ended, ends)
 
-    def _check_token(self, token: object) -> None:
+    def _push(self, out: RowOutput, token: int, logprobs: Any, row: int, record: bool = True) -> None:
+        """Check `token` and add it to `out` (with `logprobs` if the request asks); keep its event if `record`."""
         V = self.spec.vocab_size
         if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < V:
             raise PluginError(f"strategy {self.strategy}: emitted token {token!r}; allowed: an int in [0, {V})")
+        event = out.push(token, logprobs if self.request.logprobs is not None else None, row)
+        if self._events is not None and record:
+            self._events.append(event)
 
     def take_events(self) -> list[TokenEvent]:
         events, self._events = self._events or [], [] if self._events is not None else None
@@ -314,11 +308,10 @@ class Decoding:
         between events runs in its own (`stream`); False: once around the whole run (`generate`)."""
         n = decode_threads(self.model)
 
-        def settings() -> contextlib.ExitStack:
-            stack = contextlib.ExitStack()
-            stack.enter_context(torch.inference_mode())
-            stack.enter_context(threads(n))
-            return stack
+        @contextlib.contextmanager
+        def settings() -> Iterator[None]:
+            with torch.inference_mode(), threads(n):
+                yield
 
         with settings():
             steps = policy(self, params)
@@ -331,7 +324,7 @@ class Decoding:
         return self._events_of(steps, settings, per_round)
 
     def _events_of(
-        self, steps: Iterator[None] | None, settings: Callable[[], contextlib.ExitStack], per_round: bool
+        self, steps: Iterator[None] | None, settings: Callable[[], AbstractContextManager[None]], per_round: bool
     ) -> Iterator[TokenEvent]:
         each_round = settings if per_round else contextlib.nullcontext
         with contextlib.nullcontext() if per_round else settings():
@@ -339,8 +332,7 @@ class Decoding:
                 with each_round():
                     if next(steps, _END) is _END:
                         break
-                if self._events:
-                    yield from self.take_events()
+                yield from self.take_events()
         self._check_complete()
         yield from self.take_events()
 

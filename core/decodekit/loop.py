@@ -1,9 +1,7 @@
 """The decode loop: `dk.generate` and `dk.stream`, and the "sample" strategy behind them.
 
-Prefill the prompt once, then one token per row per step from the chain against a KV cache
-(`cache="none"` recomputes the whole context every step, cropped to the model's last
-`max_positions` tokens: the uncached loop of the course notes). The engine
-(`decodekit.engine`) does everything around the loop; `stream` runs any strategy.
+Prefill once, then one token per row per step from the chain (`cache="none"` recomputes the context
+every step, cropped to the model's last `max_positions` tokens); the engine does the rest.
 """
 
 from __future__ import annotations

@@ -1,17 +1,15 @@
 """`RowOutput`: one row's output as its tokens arrive, under the rules every strategy shares.
 
-A row ends at a stop token (which is its last token, outside its text), at a stop string (its
-text is cut before it), when a stage of the chain says so after a token (`Chain.ended`: a
-grammar that is complete; when that token is an end of text, one of the tokenizer's
-`eos_token_ids`, it is outside the text too), or at `max_new_tokens`. Text is decoded incrementally (`TextTracker`).
-The engine holds one per row and reports the `TokenEvent` each `push` returns; a strategy that
-keeps several candidates per prompt (beam search) copies them as its candidates branch.
+A row ends at a stop token (its last token, outside its text), at a stop string (its text is cut before
+it), when a stage says so (`Chain.ended`; an end-of-text token it ends on is outside the text too), or at
+`max_new_tokens`. The engine holds one per row; beam search copies them as its candidates branch.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from decodekit.results import FinishReason, TokenEvent, TokenLogprobs
 from decodekit.text import TextTracker
@@ -19,27 +17,24 @@ from decodekit.text import TextTracker
 __all__ = ["RowOutput"]
 
 
+@dataclass(eq=False)
 class RowOutput:
     """One row's generated tokens, text, logprobs and finish reason (see the module docstring)."""
 
-    def __init__(
-        self,
-        limit: int,
-        stop_tokens: frozenset[int],
-        tracker: TextTracker | None,
-        ended: Callable[[Sequence[int]], str | None] | None = None,
-        end_tokens: frozenset[int] = frozenset(),
-    ) -> None:
-        self.limit = limit
-        self.stop_tokens = stop_tokens
-        self.end_tokens = end_tokens  # the tokenizer's end of text: no text when a stage ends the row on one
-        self.tracker = tracker
-        self.ended = ended  # a chain stage's verdict on the tokens so far
-        self.tokens: list[int] = []
-        self.texts: list[str] = []
-        self.logprobs: list[TokenLogprobs] = []
-        self.finish_reason: FinishReason | None = "length" if limit == 0 else None
-        self.stopped_by: int | str | None = None
+    limit: int
+    stop_tokens: frozenset[int]
+    tracker: TextTracker | None
+    ended: Callable[[Sequence[int]], str | None] | None = None  # a chain stage's verdict on the tokens so far
+    end_tokens: frozenset[int] = frozenset()  # the tokenizer's end of text: no text when a stage ends the row on one
+    tokens: list[int] = field(default_factory=list, init=False)
+    texts: list[str] = field(default_factory=list, init=False)
+    logprobs: list[TokenLogprobs] = field(default_factory=list, init=False)
+    finish_reason: FinishReason | None = field(default=None, init=False)
+    stopped_by: int | str | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.limit == 0:
+            self.finish_reason = "length"
 
     @property
     def done(self) -> bool:

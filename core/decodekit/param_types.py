@@ -1,47 +1,22 @@
 """Parameter types as a reader writes them: `list[int ≥ 0]`, `dict[int, float]`, `int | None`.
 
 Built from the annotation and its declared constraints (the same `Field(ge=..)` metadata that
-validation uses), so the listing cannot say something other than the check. Also `ModelObject`,
-the type of a parameter that takes a model.
+validation uses), so the listing cannot say something other than the check. A type may name itself
+(`shown_as`, as speculative's `ModelObject` does).
 """
 
 from __future__ import annotations
 
 import types
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types
-from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.fields import FieldInfo
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema, core_schema
 
-__all__ = ["ModelObject", "bounds_text", "type_text"]
+__all__ = ["bounds_text", "type_text"]
 
 _SEQUENCES = (tuple, list, set, frozenset, Sequence)
-
-
-class ModelObject:
-    """The type of a parameter that takes a model object (`decodekit.Model`): anything callable with a
-    `spec`, the two members that protocol requires. Checked without importing torch, so a parameter model
-    that takes a model keeps listing plugins torch-free; listed as `Model`."""
-
-    shown_as: ClassVar[str] = "Model"
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-        return core_schema.no_info_plain_validator_function(_model_object)
-
-    @classmethod
-    def __get_pydantic_json_schema__(cls, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        return {"description": "a model object (decodekit.Model), given in code"}
-
-
-def _model_object(value: object) -> object:
-    if callable(value) and hasattr(value, "spec"):
-        return value
-    raise ValueError("not a model object (callable, with a spec)")
 
 
 def _constraints(metadata: Iterable[object]) -> list[object]:

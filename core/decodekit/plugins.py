@@ -1,15 +1,9 @@
 """Plugin discovery, and building registered things by name: `create`, `create_cache`, `load_model`.
 
-Each entry point of the `decodekit` group is loaded on its own, and each of its hooks is
-all-or-nothing: an entry point that fails to import, a hook that raises or makes a bad
-registration is recorded (a `RuntimeWarning`, and `decodekit plugins` lists it) and everything
-else keeps working, unless `DECODEKIT_STRICT_PLUGINS=1`. A name two distributions register is
-unusable (the error names both) until one is disabled. Environment, read from metadata before
-anything is imported: `DECODEKIT_LOAD_PLUGINS=dist-a,dist-b` loads only those distributions
-(empty: none; a name no installed distribution has is an error), `DECODEKIT_DISABLE_PLUGINS=dist-c`
-all but those (the same error for a name no plugin has). `DECODEKIT_EXTRA_PLUGINS=pkg.module,pkg.module:attr`
-also loads those plugin objects, unpackaged (for trying a plugin, and for tests that run `decodekit` in a
-subprocess), each listed under the name given. The core's own registrations go through the same hooks and always load.
+Each entry point of the `decodekit` group is loaded on its own and each of its hooks is all-or-nothing:
+a failure is recorded (a `RuntimeWarning`; `decodekit plugins` lists it) and everything else keeps
+working. The environment variables that choose plugins and the rule for a name two distributions
+register are docs/plugins.md's "Loading rules". The core's own registrations go through the same hooks.
 """
 
 from __future__ import annotations
@@ -99,13 +93,9 @@ def _core_version() -> str:
 
 
 class _Loader:
-    """Builds a Registry: one pluggy `PluginManager` for every plugin; each plugin's hooks are called
-    through it on their own, with a `register` that stages, then commits.
-
-    Isolation: a plugin's import, its registration with the manager and each of its hooks run under
-    `except BaseException` (SystemExit and KeyboardInterrupt included): whatever one plugin raises
-    becomes its recorded failure, and every other plugin, and every command, keeps working.
-    """
+    """Builds a Registry: one pluggy `PluginManager`; each plugin's hooks are called through it on their
+    own, with a `register` that stages, then commits. A plugin's import, registration and hooks run under
+    `except BaseException` (SystemExit included): what one plugin raises is its failure, no one else's."""
 
     def __init__(self) -> None:
         self.registry = Registry()

@@ -1,9 +1,7 @@
 """The registry: one entry type, one registration check, one lookup for every kind of plugin thing.
 
-A plugin registers samplers, cache backends, models and strategies through the same
-`register(name, impl, params=None, description="", **kind_specific)` call (see
-`decodekit.hookspecs`); each becomes an `Entry`. Building the registry from installed
-plugins is `decodekit.plugins`' job; this module holds what is built and how it is read.
+Each `register(...)` call of a hook (`decodekit.hookspecs`) becomes an `Entry`; `decodekit.plugins`
+builds the registry from the installed plugins, this module holds what is built and how it is read.
 """
 
 from __future__ import annotations
@@ -40,6 +38,7 @@ _MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
 _SAMPLER_KINDS = ("processor", "selector")
 _SECTIONS = {"sampler": "samplers", "cache backend": "caches", "model": "models", "strategy": "strategies"}
+_INFO_LISTS = {**_SECTIONS, "cache backend": "cache_backends"}  # PluginInfo's list of each category
 
 
 def import_object(path: str) -> Any:
@@ -108,12 +107,8 @@ class PluginInfo:
     strategies: list[str] = field(default_factory=list)
 
     def names(self, category: Category) -> list[str]:
-        return {
-            "sampler": self.samplers,
-            "cache backend": self.cache_backends,
-            "model": self.models,
-            "strategy": self.strategies,
-        }[category]
+        names: list[str] = getattr(self, _INFO_LISTS[category])
+        return names
 
 
 @dataclass
@@ -185,13 +180,11 @@ class Registry:
             section = self.section(entry.category)
             key = (entry.category, entry.name)
             conflict = next((c for c in self.conflicts if (c.category, c.name) == key), None)
+            if conflict is None and entry.name in section:  # the name's first holder becomes a conflict
+                conflict = Conflict(entry.category, entry.name, [section.pop(entry.name).distribution])
+                self.conflicts.append(conflict)
             if conflict is not None:
                 conflict.distributions.append(entry.distribution)
-                new.append(conflict)
-            elif entry.name in section:
-                first = section.pop(entry.name).distribution
-                conflict = Conflict(entry.category, entry.name, [first, entry.distribution])
-                self.conflicts.append(conflict)
                 new.append(conflict)
             else:
                 section[entry.name] = entry

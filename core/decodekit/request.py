@@ -149,10 +149,8 @@ def _checked_for(chain: Chain, prompts: int) -> Chain:
 def _cache(cache: object) -> CacheFactory | None:
     from decodekit.plugins import cache_factory
 
-    if isinstance(cache, str) and cache == "none":
-        return None
     if isinstance(cache, str):
-        return cache_factory(cache)
+        return None if cache == "none" else cache_factory(cache)
     if callable(cache):
         return cache  # type: ignore[return-value]
     raise ParameterError(

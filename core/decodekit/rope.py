@@ -1,10 +1,7 @@
 """Rotary position embedding (RoFormer, Su et al. 2021), rotate-half layout (GPT-NeoX, Llama).
 
-Angles are `position · base^(-2i / head_dim)`, computed in float64 and rounded once to the
-working dtype: at position 100,000 a float32 angle is off by up to ~0.004 rad (its ulp
-there is 2^-7), float64 leaves only the rounding of cos/sin (~6e-8). A key rotated at
-position `p` and rotated again by `delta` is the key at `p + delta` (rotations compose),
-which is how a cache moves a key it keeps to another position (`rotate`).
+Angles are computed in float64 and rounded once (a float32 angle at position 100,000 is off by up to
+~0.004 rad). Rotations compose, which is how a cache moves a key it keeps to another position (`rotate`).
 """
 
 from __future__ import annotations

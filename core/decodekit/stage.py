@@ -1,18 +1,10 @@
 """Base classes for samplers: processors (`[B, V] -> [B, V]`) and selectors (`[B, V] -> [B]`).
 
-Any callable with the right signature can stand in a chain; these bases add what the
-registry, specs and the chain's fast path need: a name, validated parameters, and
-optional candidate-set methods.
-
-The candidate fast path, the one optional protocol: once a truncation (top-k, top-p, ...)
-has kept a few tokens, the rest of the chain need not touch the whole vocabulary. A stage may offer
-  - `to_candidates(logits, ctx) -> Candidates | None`: its own result as a candidate set
-    (None: not this time, decided from its parameters and shapes; the chain then calls it densely);
-  - `on_candidates(c, ctx) -> Candidates`: its result on logits that are -inf outside `c`;
-  - (selectors) `select_candidates(c, ctx) -> LongTensor [B]`.
-Each must agree with the dense `__call__` and read nothing back from the device. A candidate
-set has a fixed width; a row whose result does not fit (more ties than the room left for them)
-is NaN, which the chain redoes on the dense path (`Chain.__call__`). The conformance kit checks it.
+Any callable with the right signature can stand in a chain; these bases add what the registry, specs
+and the chain's fast path need: a name and validated parameters. The optional candidate fast path
+(`to_candidates`, `on_candidates`, `select_candidates`: each agrees with the dense `__call__` and reads
+nothing back; a row a candidate set cannot hold is NaN, which the chain redoes densely) is described in
+docs/plugins.md ("The candidate fast path"); the conformance kit checks it.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""Storage: where a cache keeps its keys and values, apart from which tokens it keeps.
+"""Storage: how a cache holds its keys and values, apart from which tokens it keeps (eviction).
 
-Eviction (which tokens a cache keeps, in which slot) and storage (how a slot's key and
-value are held: float, int8, ...) are separate ideas. A cache decides the slots; a
-`Storage` holds `slots[l]` slots per row in layer `l` and knows nothing of the policy, so
-any eviction policy runs over any storage (`window(store="int8")`, or a third party's).
-
-A storage is named through the cache backend that keeps everything in it: a backend whose
-implementation has a `storage` attribute (a `StorageFactory`) is a storage, so registering
-`int4` as a cache backend makes `window(store="int4")` work with no change to `window`.
+A `Storage` holds `slots[l]` slots per row in layer `l` and knows nothing of the eviction policy, so
+any policy runs over any storage; a cache backend whose implementation has a `storage` attribute is
+one (`window(store="int8")`). docs/caches.md: "Storage and eviction are separate".
 """
 
 from __future__ import annotations
@@ -131,10 +126,9 @@ def take_slots(buffers: Sequence[Tensor], source: Tensor, stop: int) -> None:
         buf[:, :, :n] = buf[:, :, :stop].gather(2, index)
 
 
-def float_slot_bytes(spec: CacheSpec, heads: int | None = None) -> int:
-    """Bytes of one slot of one layer in `spec.dtype`: a key and a value per row and head."""
-    item = torch.empty((), dtype=spec.dtype).element_size()
-    return 2 * spec.batch_size * (spec.n_kv_heads if heads is None else heads) * spec.head_dim * item
+def float_slot_bytes(spec: CacheSpec) -> int:
+    """Bytes of one slot of one layer in `spec.dtype`: a key and a value per row and kv-head."""
+    return 2 * spec.batch_size * spec.n_kv_heads * spec.head_dim * spec.dtype.itemsize
 
 
 def device_memory(device: torch.device | str) -> int | None:

@@ -1,10 +1,7 @@
-"""Decode strategies by name: `dk.decode`, and the binding of a strategy's options.
+"""Decode strategies by name: `dk.decode`, `dk.validate`, and the binding of a strategy's options.
 
-A strategy is a policy over the engine, `policy(decoding, params) -> Iterator[None] | None`
-(`decodekit.engine`), registered through the `register_strategies` hook. The options every
-strategy shares become the checked `DecodeRequest`; the others are checked against the
-strategy's parameter model. The core registers "sample" (`dk.generate`); beam search,
-speculative decoding and the others are plugins.
+A strategy is a policy over the engine (`decodekit.engine`), registered through `register_strategies`:
+the options every strategy shares become the checked `DecodeRequest`, the rest its parameter model.
 """
 
 from __future__ import annotations
@@ -75,21 +72,17 @@ class _ModelCalled(BaseException):
     """Stops a policy at its first model call (`validate`); a BaseException, so no policy's handler catches it."""
 
 
+def _model_called(*args: Any, **kwargs: Any) -> Tensor:
+    raise _ModelCalled
+
+
 class _Checking(Decoding):
     """A decoding whose policy stops at its first model call: everything checked before it, no model work."""
 
-    def prefill(self) -> Tensor:
-        raise _ModelCalled
-
-    def forward(self) -> Tensor:
-        raise _ModelCalled
+    prefill = forward = staticmethod(_model_called)
 
     def runs(self, model: Model) -> Callable[..., Tensor]:  # a policy's own forwards, a draft model's too
         return _model_called
-
-
-def _model_called(*args: Any, **kwargs: Any) -> Tensor:
-    raise _ModelCalled
 
 
 def run_decode(model: Model, prompts: Prompts, strategy: str, options: Mapping[str, Any], what: str = "") -> Generation:

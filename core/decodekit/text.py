@@ -13,14 +13,12 @@ __all__ = ["TextTracker"]
 
 
 class TextTracker:
-    """Incremental text of one row: finds stop strings across token boundaries and holds back
-    text that might be the start of one, so streamed text never shows a stop string.
+    """Incremental text of one row: finds stop strings across token boundaries and holds back text that
+    might start one, so streamed text never shows a stop string.
 
-    Decoding is incremental (as Hugging Face's and vLLM's detokenizers do): each step decodes
-    only the tokens since the last settled point, with the tokens before them as left context
-    (a tokenizer may render a token differently at the start of a text), so a step costs the
-    same at token 10 and at token 10,000. Text that ends in an incomplete character (U+FFFD,
-    a multi-byte character split across tokens) waits for the next token, and stays U+FFFD if the row ends.
+    Each step decodes only the tokens since the last settled point, with the tokens before them as left
+    context (a tokenizer may render a token differently at the start of a text), so a step costs the same
+    at token 10 and 10,000. Text ending in a split multi-byte character (U+FFFD) waits for the next token.
     """
 
     _REPLACEMENT = "\ufffd"

@@ -1,15 +1,11 @@
 """How many CPU threads a decode runs torch on: one for a small model, unless you chose.
 
-A small model's per-token work is too small to split across threads, and on a busy machine a
-second thread that waits for a busy core stalls every step (5-10x slower on a loaded 2-core
-machine, docs/benchmarks.md). So while it decodes a model of fewer than
-`SMALL_MODEL_PARAMETERS` parameters on the CPU, decodekit runs torch on one thread, and gives
-your setting back between stream events and when the decode ends. You choose instead by
-
-- `DECODEKIT_THREADS=N`: N threads for every decode (0: leave torch's setting alone; at most the CPUs
-  this process can use, `usable_cpus`: far more crashes torch's OpenMP runtime), or
-- `torch.set_num_threads(n)` after importing decodekit: a count other than the one torch
-  started with is your choice, and decodekit keeps it.
+A small model's per-token work is too small to split, and a second thread that waits for a busy core
+stalls every step. So while it decodes a model of fewer than `SMALL_MODEL_PARAMETERS` parameters on
+the CPU, decodekit runs torch on one thread, and gives your setting back between stream events and when
+the decode ends. You choose instead by `DECODEKIT_THREADS=N` (0: leave torch's setting; at most
+`usable_cpus`, as more crashes torch's OpenMP runtime), or by `torch.set_num_threads(n)` after importing
+decodekit (a count other than torch's first one is your choice, and decodekit keeps it).
 """
 
 from __future__ import annotations

@@ -2,15 +2,40 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any, ClassVar
 
-from decodekit.param_types import ModelObject
+from pydantic import Field, GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
+
 from decodekit.params import Params
 
-__all__ = ["NGRAM", "SpeculativeParams"]
+__all__ = ["NGRAM", "ModelObject", "SpeculativeParams"]
 
 NGRAM = "ngram"
 """The `draft` value for prompt lookup: no draft model, the history's own earlier continuation."""
+
+
+class ModelObject:
+    """The type of a parameter that takes a model object (`decodekit.Model`): anything callable with a
+    `spec`, the two members that protocol requires. Checked without importing torch, so a parameter model
+    that takes a model keeps listing plugins torch-free; listed as `Model`."""
+
+    shown_as: ClassVar[str] = "Model"
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_plain_validator_function(_model_object)
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return {"description": "a model object (decodekit.Model), given in code"}
+
+
+def _model_object(value: object) -> object:
+    if callable(value) and hasattr(value, "spec"):
+        return value
+    raise ValueError("not a model object (callable, with a spec)")
 
 
 class SpeculativeParams(Params):
