@@ -205,3 +205,28 @@ def test_stream_refuses_rows_that_cannot_fit_when_it_is_called(monkeypatch: pyte
     generated = dk.decode(TinyLM(40), [[1]] * 2, strategy=strategy, max_new_tokens=4, seed=0, **option)
     assert [e.token for e in events if e.row == 0] == generated.tokens[0]
     assert events.result == generated
+
+
+def test_validate_stops_a_policy_that_calls_its_model_directly() -> None:
+    """A policy may call `d.model` itself rather than through `prefill`/`forward`/`runs`: `dk.validate` ran
+    that model for real (and, were the policy to loop on it, decoded the whole request)."""
+    calls: list[str] = []
+
+    class Counted(TinyLM):
+        def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+            calls.append("forward")
+            return super().forward(*args, **kwargs)
+
+    def policy(d: dk.Decoding, params: NoParams) -> None:
+        d.open()
+        assert d.model.spec.vocab_size == 64  # what a policy reads of its model still reads through
+        d.model(d.buf[:, : d.width], d.positions[:, : d.width], d.kv)
+        d.model.forward(d.buf[:, : d.width], d.positions[:, : d.width], d.kv)
+        raise AssertionError("the policy ran on past its first model call")
+
+    plugin = _register("direct", policy)
+    try:
+        request = dk.validate(Counted(64), [[1, 2]], strategy="direct", max_new_tokens=3)
+    finally:
+        dk.unregister_plugin(plugin)
+    assert request.max_new_tokens == 3 and calls == []

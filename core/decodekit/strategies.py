@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from torch import Tensor
 
@@ -81,8 +81,24 @@ class _Checking(Decoding):
 
     prefill = forward = staticmethod(_model_called)
 
+    def __init__(self, request: DecodeRequest, strategy: str, *, events: bool) -> None:
+        super().__init__(request, strategy, events=events)
+        self.model = cast(Model, _Unrunnable(self.model))  # a policy that calls `d.model` itself
+
     def runs(self, model: Model) -> Callable[..., Tensor]:  # a policy's own forwards, a draft model's too
         return _model_called
+
+
+class _Unrunnable:
+    """A model as a checking policy sees it: everything it has, but calling it stops the policy."""
+
+    def __init__(self, model: Model) -> None:
+        self._model = model
+
+    def __getattr__(self, name: str) -> Any:
+        return _model_called if name == "forward" else getattr(self._model, name)
+
+    __call__ = staticmethod(_model_called)
 
 
 def run_decode(model: Model, prompts: Prompts, strategy: str, options: Mapping[str, Any], what: str = "") -> Generation:
