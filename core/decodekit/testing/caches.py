@@ -13,6 +13,7 @@ Failures name the check, the configuration (heads, dtype), the layer, the step a
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -48,11 +49,23 @@ def kit_spec(n_heads: int = 4, n_kv_heads: int = 2, dtype: torch.dtype = torch.f
     )
 
 
+@functools.cache
+def _inverse_frequencies(D: int) -> Tensor:  # noqa: N803
+    """The rotary frequencies of a head of `D` dimensions, float64 (made once: the kit rotates at every step)."""
+    return ROPE_BASE ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+
+
+def _at(u: Tensor, positions: Tensor) -> Tensor:
+    """Keys `u` `[B, H, T, D]` rotated at `positions` `[B, T]` (clamped at 0, as the model does), in one call."""
+    B, H, T, D = u.shape
+    flat = u.transpose(0, 1).reshape(H, B * T, D)  # every row's tokens along one axis
+    return _rotate(flat, positions.clamp(min=0).flatten()).reshape(H, B, T, D).transpose(0, 1)
+
+
 def _rotate(x: Tensor, delta: Tensor) -> Tensor:
     """The kit's own rotary code (rotate-half), float64: `x` `[..., T, D]` moved `delta` `[T]` positions."""
     D = x.shape[-1]
-    inv = ROPE_BASE ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
-    angle = delta.to(torch.float64)[:, None] * inv  # [T, D/2]
+    angle = delta.to(torch.float64)[:, None] * _inverse_frequencies(D)  # [T, D/2]
     cos, sin = angle.cos(), angle.sin()
     x1, x2 = x[..., : D // 2], x[..., D // 2 :]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
@@ -167,7 +180,7 @@ class CacheConformance:
     @staticmethod
     def _at(u: Tensor, positions: Tensor) -> Tensor:
         """Keys `u` `[B, H, T, D]` rotated at `positions` `[B, T]` (clamped at 0, as the model does)."""
-        return torch.stack([_rotate(u[b], positions[b].clamp(min=0)) for b in range(u.shape[0])])
+        return _at(u, positions)
 
     @staticmethod
     def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:

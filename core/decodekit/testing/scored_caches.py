@@ -30,7 +30,7 @@ from torch import Tensor
 from decodekit.cache import KVCache, observes
 from decodekit.errors import DecodekitError
 from decodekit.spec import CacheSpec
-from decodekit.testing.caches import CONFIGS, _expand, _History, _positions, _rotate, kit_spec
+from decodekit.testing.caches import CONFIGS, _at, _expand, _History, _positions, _rotate, kit_spec
 
 __all__ = ["Draws", "Replay", "ScoredCacheConformance", "Seen"]
 
@@ -116,7 +116,7 @@ class ScoredCacheConformance:
         outs = []
         for layer in range(spec.n_layers):
             u, v, q = draws(layer, spec, T)
-            k = torch.stack([_rotate(u[b], positions[b].clamp(min=0)) for b in range(spec.batch_size)])
+            k = _at(u, positions)
             k, v = k.to(spec.dtype), v.to(spec.dtype)
             history.keys[layer].append(k)
             history.values[layer].append(v)
