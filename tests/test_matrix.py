@@ -51,6 +51,11 @@ def models() -> tuple[GPT, GPT]:
     return _model(0), _model(1)
 
 
+# Runs that cells share, made once per module (keyed by the models' ids: the fixture's, alive all module long).
+_REFUSED: dict[tuple[Any, ...], bool] = {}  # _refused_up_front's answers
+_RUNS: dict[tuple[Any, ...], tuple[Any, list[Any]]] = {}  # greedy "sample" runs: the speculative cells' reference
+
+
 @pytest.fixture(scope="module", autouse=True)
 def best_of_n(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The template's strategy, written by `new-plugin` and registered as its entry point would be."""
@@ -69,6 +74,9 @@ def best_of_n(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 def _run(model: GPT, draft: GPT, strategy: str, cache: str, option: str, chain: str) -> tuple[Any, list[Any]]:
     """(the Generation, the stream's events) of one cell; events only for the "stream" option."""
+    key = (id(model), id(draft), strategy, cache, option, chain)
+    if strategy == "sample" and chain == "greedy" and key in _RUNS:  # both speculative cells' reference
+        return _RUNS[key]
     prompts = PROMPTS["ragged" if option == "ragged" else "plain"]
     options: dict[str, Any] = {"cache": cache, "chain": chain, "seed": [3, 4], "max_new_tokens": 12}
     if strategy == "speculative-model":
@@ -82,12 +90,22 @@ def _run(model: GPT, draft: GPT, strategy: str, cache: str, option: str, chain: 
     name = STRATEGIES[strategy]
     out = dk.decode(model, prompts, strategy=name, **options)
     events = list(dk.stream(model, prompts, strategy=name, **options)) if option == "stream" else []
+    if strategy == "sample" and chain == "greedy":
+        _RUNS[key] = out, events
     return out, events
 
 
 def _refused_up_front(model: GPT, draft: GPT, strategy: str, cache: str, option: str) -> bool:
     """Start the cell as a stream: True if it is refused (a decodekit error) before the first event.
-    A cell that starts is run to its end by `_run`, where a refusal after the first token fails."""
+    A cell that starts is run to its end by `_run`, where a refusal after the first token fails.
+    The start depends on the option only through `past_context`: each start is made once per module."""
+    key = (id(model), id(draft), strategy, cache, option == "past_context")
+    if key not in _REFUSED:
+        _REFUSED[key] = _start(model, draft, strategy, cache, option)
+    return _REFUSED[key]
+
+
+def _start(model: GPT, draft: GPT, strategy: str, cache: str, option: str) -> bool:
     prompts = PROMPTS["plain"]
     options: dict[str, Any] = {"cache": cache, "max_new_tokens": 4 * CONTEXT if option == "past_context" else 12}
     if strategy == "speculative-model":

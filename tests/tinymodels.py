@@ -36,10 +36,12 @@ class Counting(ProcessorBase[NoParams]):
         return logits
 
 
-def tiny_gpt(n_kv_head: int | None = None, *, vocab_size: int = 101, block_size: int = 64, seed: int = 0) -> GPT:
+def tiny_gpt(
+    n_kv_head: int | None = None, *, vocab_size: int = 101, block_size: int = 64, seed: int = 0, n_layer: int = 2
+) -> GPT:
     torch.manual_seed(seed)
     config = GPTConfig(
-        vocab_size=vocab_size, block_size=block_size, n_layer=2, n_head=4, n_kv_head=n_kv_head, n_embd=32
+        vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, n_head=4, n_kv_head=n_kv_head, n_embd=32
     )
     return GPT(config).eval()
 

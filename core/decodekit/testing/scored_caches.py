@@ -30,7 +30,7 @@ from torch import Tensor
 from decodekit.cache import KVCache, observes
 from decodekit.errors import DecodekitError
 from decodekit.spec import CacheSpec
-from decodekit.testing.caches import CONFIGS, _expand, _History, _positions, _rotate, kit_spec
+from decodekit.testing.caches import CONFIGS, _at, _expand, _History, _positions, _rotate, kit_spec
 
 __all__ = ["Draws", "Replay", "ScoredCacheConformance", "Seen"]
 
@@ -116,7 +116,7 @@ class ScoredCacheConformance:
         outs = []
         for layer in range(spec.n_layers):
             u, v, q = draws(layer, spec, T)
-            k = torch.stack([_rotate(u[b], positions[b].clamp(min=0)) for b in range(spec.batch_size)])
+            k = _at(u, positions)
             k, v = k.to(spec.dtype), v.to(spec.dtype)
             history.keys[layer].append(k)
             history.values[layer].append(v)
@@ -148,48 +148,104 @@ class ScoredCacheConformance:
         positions: Tensor,
         where: str,
     ) -> None:
+        """Every query of the layer, row and kv-head: what it sees (in Python, query by query), then its keys
+        and attention (in one batch of tensor ops); the first failure raised is the one a loop over rows,
+        queries and kv-heads, in that order, would meet first."""
         keys, values, mask = returned
         k_all, v_all = (self.round_trip(x).double() for x in history.all(layer))
-        mask = mask.expand(-1, spec.n_heads, -1, -1)
-        tol = self.tolerance if spec.dtype == torch.float32 else max(self.tolerance, 1e-2)
         group = spec.n_heads // spec.n_kv_heads
-        for b in range(spec.batch_size):
-            pad = first - int(positions[b, 0])
-            for i in range(positions.shape[1]):
-                if positions[b, i] < 0:
-                    continue
-                for h in range(spec.n_kv_heads):
-                    seen = self._identify(values, v_all, mask, b, h, group, i, where)
-                    slots = sorted(seen)
-                    self._check_seen(spec, slots, first, first + i, pad, first + positions.shape[1] - 1, where)
-                    stated = self.seen(spec, slots, first, first + i, first + positions.shape[1] - 1, pad)
-                    moved = _rotate(k_all[b, h, slots], torch.tensor(stated.positions) - torch.tensor(slots) + pad)
-                    returned_keys = keys[b, h * keys.shape[1] // spec.n_kv_heads][[seen[t] for t in slots]].double()
-                    err = (returned_keys - moved).abs().max().item()
-                    key_tol = 1e-4 if spec.dtype == torch.float32 else 2e-2
-                    assert err <= key_tol, f"{where}, row {b}, kv-head {h}: a returned key is off by {err:.2e}"
-                    heads = slice(h * group, (h + 1) * group)
-                    w = torch.softmax(q[b, heads, i] @ moved.T / math.sqrt(spec.head_dim), -1)
-                    want = w @ v_all[b, h, slots]
-                    err = (got[b, heads, i] - want).abs().max().item()
-                    assert err <= tol, f"{where}, row {b}, query {first + i}: attention differs by {err:.2e} > {tol}"
+        T = positions.shape[1]
+        heads = mask.expand(-1, spec.n_heads, -1, -1).reshape(spec.batch_size, spec.n_kv_heads, group, T, -1)
+        agree = (heads == heads[:, :, :1]).all(-1).all(2).tolist()  # [B, H_kv, T]
+        visible = heads[:, :, 0].tolist()  # [B, H_kv, T, S]
+        nearest, fed = self._nearest(values, v_all)
+        queries: list[tuple[int, int, int, list[int], list[int], list[int]]] = []  # b, h, i, slots, at, returned
+        pending: AssertionError | None = None
+        try:
+            for b, row in enumerate(positions.tolist()):
+                pad = first - row[0]
+                for i in range(T):
+                    if row[i] < 0:
+                        continue
+                    for h in range(spec.n_kv_heads):
+                        assert agree[b][h][i], f"{where}: the query heads of kv-head {h} see different keys"
+                        seen = self._identify(visible[b][h][i], nearest[b][h], fed[b][h], b, h, where)
+                        slots = sorted(seen)
+                        self._check_seen(spec, slots, first, first + i, pad, first + T - 1, where)
+                        stated = self.seen(spec, slots, first, first + i, first + T - 1, pad)
+                        at = [p + pad for p in stated.positions]  # in slots: where each key must sit
+                        queries.append((b, h, i, slots, at, [seen[t] for t in slots]))
+        except AssertionError as failure:
+            pending = failure  # raised after the checks of the queries before it
+        if queries:
+            self._check_attention(spec, keys, k_all, v_all, q, got, queries, where)
+        if pending is not None:
+            raise pending
+
+    def _check_attention(
+        self,
+        spec: CacheSpec,
+        keys: Tensor,
+        k_all: Tensor,
+        v_all: Tensor,
+        q: Tensor,
+        got: Tensor,
+        queries: list[tuple[int, int, int, list[int], list[int], list[int]]],
+        where: str,
+    ) -> None:
+        """The returned keys are the fed ones moved to their stated positions, and the attention over them is
+        a float64 reference's, for every query at once (entries padded to the longest, masked out)."""
+        width = max(len(x[3]) for x in queries)
+
+        def padded(lists: list[list[int]]) -> Tensor:
+            return torch.tensor([x + [0] * (width - len(x)) for x in lists])
+
+        b, h, i = (torch.tensor(c) for c in zip(*(x[:3] for x in queries)))
+        slots, at, index = (
+            padded([x[3] for x in queries]),
+            padded([x[4] for x in queries]),
+            padded([x[5] for x in queries]),
+        )
+        real = torch.arange(width) < torch.tensor([len(x[3]) for x in queries])[:, None]  # [N, width]
+        n, d = slots.shape[0], spec.head_dim
+        moved = _rotate(k_all[b[:, None], h[:, None], slots].reshape(n * width, d), (at - slots).flatten())
+        moved = moved.reshape(n, width, d)
+        stored = (h * keys.shape[1] // spec.n_kv_heads)[:, None]
+        off = (keys[b[:, None], stored, index].double() - moved).abs().amax(-1)  # [N, width]
+        key_err = off.masked_fill(~real, 0).amax(-1).tolist()  # masked, not multiplied: a NaN pad stays out
+        group = spec.n_heads // spec.n_kv_heads
+        heads = h[:, None] * group + torch.arange(group)  # [N, group]
+        scores = q[b[:, None], heads, i[:, None]] @ moved.transpose(-1, -2) / math.sqrt(d)  # [N, group, width]
+        w = torch.softmax(scores.masked_fill(~real[:, None], float("-inf")), -1)
+        want = w @ v_all[b[:, None], h[:, None], slots]
+        att_err = (got[b[:, None], heads, i[:, None]] - want).abs().amax((-1, -2)).tolist()
+        tol = self.tolerance if spec.dtype == torch.float32 else max(self.tolerance, 1e-2)
+        key_tol = 1e-4 if spec.dtype == torch.float32 else 2e-2
+        for (row, kv, query, *_), k_err, a_err in zip(queries, key_err, att_err):
+            assert k_err <= key_tol, f"{where}, row {row}, kv-head {kv}: a returned key is off by {k_err:.2e}"
+            assert a_err <= tol, f"{where}, row {row}, query {query}: attention differs by {a_err:.2e} > {tol}"
+
+    @staticmethod
+    def _nearest(values: Tensor, v_all: Tensor) -> tuple[list[list[list[float]]], list[list[list[int]]]]:
+        """Per row, kv-head and returned entry: the distance to the nearest value fed, and that value's slot."""
+        H = v_all.shape[1]
+        stored = values[:, torch.arange(H) * values.shape[1] // H].double()  # one stored head of each kv-head
+        distance = (stored[:, :, :, None] - v_all[:, :, None]).abs().amax(-1)  # [B, H_kv, S, T_fed]
+        nearest, fed = distance.min(-1)
+        return nearest.tolist(), fed.tolist()
 
     @staticmethod
     def _identify(
-        values: Tensor, v_all: Tensor, mask: Tensor, b: int, h: int, group: int, i: int, where: str
+        visible: list[bool], nearest: list[float], fed: list[int], b: int, h: int, where: str
     ) -> dict[int, int]:
-        """{stream slot: returned index} of what query `i` of row `b` sees through kv-head `h`, by value."""
-        heads = mask[b, h * group : (h + 1) * group, i]  # [group, S]
-        assert bool((heads == heads[0]).all()), f"{where}: the query heads of kv-head {h} see different keys"
-        index = heads[0].nonzero().flatten()
-        stored = values[b, h * values.shape[1] // v_all.shape[1]].double()  # one stored head of the kv-head
-        distance = (stored[index, None] - v_all[b, h]).abs().amax(-1)  # [seen, T_fed]
-        nearest, fed = distance.min(-1)
+        """{stream slot: returned index} of what one query of row `b` sees through kv-head `h`, by value."""
         seen: dict[int, int] = {}
-        for j, t, d in zip(index.tolist(), fed.tolist(), nearest.tolist()):
-            assert d < 1e-2, f"{where}: returned entry {j} (row {b}) is no value the kit fed"
-            assert t not in seen, f"{where}: row {b}, kv-head {h}: slot {t} is returned twice"
-            seen[t] = j
+        for j, shown in enumerate(visible):
+            if not shown:
+                continue
+            assert nearest[j] < 1e-2, f"{where}: returned entry {j} (row {b}) is no value the kit fed"
+            assert fed[j] not in seen, f"{where}: row {b}, kv-head {h}: slot {fed[j]} is returned twice"
+            seen[fed[j]] = j
         return seen
 
     def _check_seen(
