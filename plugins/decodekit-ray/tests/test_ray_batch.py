@@ -17,7 +17,7 @@ import subprocess
 import time
 from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import decodekit_ray
 import pytest
@@ -203,36 +203,48 @@ def test_on_ray_killed_resumed_and_an_actor_killed_equals_local(
     assert not out.with_name(out.name + ".parts").exists()
 
 
-def test_generate_over_a_dataset_of_fields(cluster: str, reference: tuple[Path, str, list[str]]) -> None:
-    """`decodekit_ray.generate`: rows of a line's fields in, the command's records out (a bad row an error)."""
-    prompts, expected, _ = reference
+CHAIN_SPEC = [{"name": "top_k", "params": {"k": 5}}, {"name": "sample"}]
+CHAIN_ROWS = [  # numbered after the input's lines: one Dataset holds both
+    {"line": N + 1, "prompt": "ROMEO: ", "seed": 3, "chain": "top_k(5) | sample"},
+    {"line": N + 2, "prompt": "ROMEO: ", "seed": 3, "chain": CHAIN_SPEC},
+    {"line": N + 3, "prompt": "ROMEO: ", "seed": 3, "chain": None},
+]
+
+
+@pytest.fixture(scope="module")
+def over_a_dataset(reference: tuple[Path, str, list[str]], cluster: str) -> tuple[list[dict[str, Any]], list[Any]]:
+    """One `decodekit_ray.generate` for the two tests below (an actor pool costs ~8 s to start here): the
+    fields of the input's lines, and `CHAIN_ROWS`; (the input's rows, every record)."""
     rows = []
-    for number, data in enumerate(prompts.read_bytes().split(b"\n")[:40], 1):  # every kind of line, and line 29
+    for number, data in enumerate(reference[0].read_bytes().split(b"\n")[:N], 1):  # every kind of line, and line 29
         if number not in (13, 17, 21):  # not JSON, not UTF-8, and an id another row has: no fields to give
             rows.append({"line": number, **json.loads(data)})
     settings = BatchSettings(model=MODEL, chain=CHAIN, max_new_tokens=40, seed=5, cache="dense")
-    records = decodekit_ray.generate(ray.data.from_items(rows), settings, batch_size=4, actors=2).take_all()
+    # The chain rows a block each: their types do not merge (Arrow refused it); two in a block: Ray pickles them.
+    chains = ray.data.from_items(CHAIN_ROWS, override_num_blocks=3)
+    ds = ray.data.from_items(rows).union(chains, ray.data.from_items(CHAIN_ROWS[:2], override_num_blocks=1))
+    return rows, decodekit_ray.generate(ds, settings, batch_size=4, actors=2).take_all()
+
+
+def test_generate_over_a_dataset_of_fields(
+    reference: tuple[Path, str, list[str]], over_a_dataset: tuple[list[dict[str, Any]], list[Any]]
+) -> None:
+    """`decodekit_ray.generate`: rows of a line's fields in, the command's records out (a bad row an error)."""
+    expected = reference[1].splitlines(keepends=True)
+    rows, every = over_a_dataset
+    records = [r for r in every if r["line"] <= N]
     assert sorted(r["line"] for r in records) == [row["line"] for row in rows]
     by_line = {r["line"]: r["record"] for r in records}
-    assert [by_line[row["line"]] for row in rows] == [
-        expected.splitlines(keepends=True)[row["line"] - 1] for row in rows
-    ]
-    assert sum(r["tokens"] for r in records) == sum(len(json.loads(r["record"]).get("tokens", ())) for r in records)
+    assert [by_line[row["line"]] for row in rows] == [expected[row["line"] - 1] for row in rows]
+    assert sum(r["tokens"] for r in every) == sum(len(json.loads(r["record"]).get("tokens", ())) for r in every)
 
 
-def test_generate_over_a_chain_column_of_strings_and_json_specs(cluster: str) -> None:
+def test_generate_over_a_chain_column_of_strings_and_json_specs(
+    over_a_dataset: tuple[list[dict[str, Any]], list[Any]],
+) -> None:
     """A `chain` column mixing chain strings and JSON specs (lists) gives each row its chain's record."""
-    spec = [{"name": "top_k", "params": {"k": 5}}, {"name": "sample"}]
-    rows = [
-        {"line": 1, "prompt": "ROMEO: ", "seed": 3, "chain": "top_k(5) | sample"},
-        {"line": 2, "prompt": "ROMEO: ", "seed": 3, "chain": spec},
-        {"line": 3, "prompt": "ROMEO: ", "seed": 3, "chain": None},
-    ]
-    settings = BatchSettings(model=MODEL, chain="temperature(1.5)", max_new_tokens=8, seed=5, cache="dense")
-    # A block each: their types do not merge (Arrow refused the dataset); two in a block: Ray pickles them.
-    ds = ray.data.from_items(rows, override_num_blocks=3).union(ray.data.from_items(rows[:2], override_num_blocks=1))
-    records = decodekit_ray.generate(ds, settings, batch_size=4, actors=1).take_all()
+    records = [r for r in over_a_dataset[1] if r["line"] > N]
     chains = sorted((r["line"], json.loads(r["record"])["chain"]) for r in records)
-    assert chains == sorted(2 * [(1, "top_k(5) | sample"), (2, "top_k(k=5) | sample")] + [(3, "temperature(1.5)")])
-    tokens = {json.dumps(json.loads(r["record"])["tokens"]) for r in records if r["line"] < 3}
+    assert chains == sorted(2 * [(N + 1, "top_k(5) | sample"), (N + 2, "top_k(k=5) | sample")] + [(N + 3, CHAIN)])
+    tokens = {json.dumps(json.loads(r["record"])["tokens"]) for r in records if r["line"] < N + 3}
     assert len(tokens) == 1  # the same chain, seed and prompt: the same tokens, whichever way it was written
