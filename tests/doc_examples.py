@@ -3,15 +3,15 @@
 Three kinds of fenced block take part:
 
 - ```python and ```pycon blocks run in order, one namespace per page, each page in a process of
-  its own (`python tests/doc_examples.py --run PAGE... --report FILE` forks one per page once torch
-  and decodekit are imported): each page is self-contained. A block whose first line is
+  its own (`python tests/doc_examples.py --run PAGE... --report FILE` forks one per page once torch,
+  dynamo and decodekit are imported): each page is self-contained. A block whose first line is
   `# not tested: REASON` is skipped, visibly, with its reason (keep those few).
 - A block (python, toml) whose first line is `# file: DIST/PATH` is a file of an example
   plugin: the files of all pages are written out, each `DIST` is installed before the pages run,
   and its `tests/` run under pytest. A path shown on two pages must be shown the same.
 - ```console blocks with `$ decodekit ...` lines: each command's output as the command prints it,
   run with `COLUMNS=100` in a scratch directory (with the repository's `tests/` linked in). A
-  `decodekit` command (after variable assignments, before a `| head -N`) runs in this process
+  `decodekit` command (after variable assignments, before a `| head -N` or `| tail -N`) runs in this process
   (`cli_runner.run_cli`, as a new process would run it); any other command in bash.
   `make docs-outputs` (`python tests/doc_examples.py --update`) rewrites them from real runs;
   the tests fail when one differs. Timings (tokens/s, seconds) are masked when comparing, and
@@ -173,10 +173,11 @@ def run_page(page: Path) -> None:
 
 
 def run_pages(pages: list[Path], report: Path) -> None:
-    """Run each page in a process of its own, forked from this one once torch and decodekit are
+    """Run each page in a process of its own, forked from this one once torch, dynamo and decodekit are
     imported (a new interpreter costs seconds), in a folder of its own under the working directory;
     write `{page: [exit status, what it printed]}` to `report` as JSON."""
     import torch
+    import torch._dynamo  # the samplers import it (~3 s): once here, not once per page
 
     import decodekit  # noqa: F401
 
@@ -283,11 +284,12 @@ def command_env() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class DecodekitCommand:
-    """`[NAME=value ...] decodekit ARGS [| head -N]`: what `run_command` runs in this process."""
+    """`[NAME=value ...] decodekit ARGS [| head -N | tail -N]`: what `run_command` runs in this process."""
 
     env: dict[str, str]
     argv: list[str]
     head: int | None
+    tail: int | None = None
 
 
 _SHELL_OPERATORS = set("|&;<>()")
@@ -296,10 +298,10 @@ _SHELL_OPERATORS = set("|&;<>()")
 def decodekit_command(command: str) -> DecodekitCommand | None:
     """The command as `DecodekitCommand`, or None when it needs a shell (anything else)."""
     command = command.replace("\\\n", " ")
-    head = None
-    m = re.fullmatch(r"(?P<rest>.*\S)\s*\|\s*head\s+-(?:n\s*)?(?P<n>\d+)\s*", command, re.S)
+    cut: dict[str, int] = {}
+    m = re.fullmatch(r"(?P<rest>.*\S)\s*\|\s*(?P<cut>head|tail)\s+-(?:n\s*)?(?P<n>\d+)\s*", command, re.S)
     if m is not None:
-        command, head = m["rest"], int(m["n"])
+        command, cut = m["rest"], {m["cut"]: int(m["n"])}
     lexer = shlex.shlex(command, posix=False, punctuation_chars="".join(_SHELL_OPERATORS))
     lexer.whitespace_split = True
     raw = list(lexer)  # quotes kept: an operator is a token of its own, unquoted
@@ -312,7 +314,7 @@ def decodekit_command(command: str) -> DecodekitCommand | None:
         env[name] = value
     if not words or words[0] != "decodekit":
         return None
-    return DecodekitCommand(env, words[1:], head)
+    return DecodekitCommand(env, words[1:], cut.get("head"), cut.get("tail"))
 
 
 def run_command(command: str, cwd: Path) -> str:
@@ -334,12 +336,16 @@ def run_command(command: str, cwd: Path) -> str:
     extra_path = [str(cwd / p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:0] = extra_path  # PYTHONPATH=tests: the test plugin, as a new process would find it
     try:
-        r = run_cli(parsed.argv, env, cwd=cwd, merge=parsed.head is None, fresh_plugins=True)
+        piped = parsed.head is not None or parsed.tail is not None
+        r = run_cli(parsed.argv, env, cwd=cwd, merge=not piped, fresh_plugins=True)
     finally:
         del sys.path[: len(extra_path)]
-    if parsed.head is None:
-        return _clean(r.stdout)
-    return _clean("".join(r.stdout.splitlines(keepends=True)[: parsed.head]) + r.stderr)
+    lines = r.stdout.splitlines(keepends=True)
+    if parsed.head is not None:
+        return _clean("".join(lines[: parsed.head]) + r.stderr)
+    if parsed.tail is not None:  # tail prints once stdout ends: after what went to stderr
+        return _clean(r.stderr + "".join(lines[max(0, len(lines) - parsed.tail) :]))
+    return _clean(r.stdout)
 
 
 def run_commands(shown: list[Shown], cwd: Path) -> list[str]:

@@ -114,6 +114,19 @@ def test_an_output_edited_by_hand_is_caught(tmp_path: Path) -> None:
         assert len(mismatches(shown, [version])) == int(differs)
 
 
+def test_a_decodekit_command_cut_by_head_or_tail_runs_in_this_process(tmp_path: Path) -> None:
+    """`decodekit plugins --check | tail -2` ran in bash, a process of its own (5-20 s): its stdout is cut here."""
+    assert dx.decodekit_command("decodekit plugins --check | tail -2") == dx.DecodekitCommand(
+        {}, ["plugins", "--check"], None, 2
+    )
+    assert dx.decodekit_command("X=1 decodekit plugins | head -n 3") == dx.DecodekitCommand({"X": "1"}, ["plugins"], 3)
+    assert dx.decodekit_command("decodekit plugins | tail -2 | cat") is None
+    lines = dx.run_command("decodekit samplers --json top_p", tmp_path).split("\n")
+    assert len(lines) > 4
+    assert dx.run_command("decodekit samplers --json top_p | tail -3", tmp_path) == "\n".join(lines[-3:])
+    assert dx.run_command("decodekit samplers --json top_p | head -2", tmp_path) == "\n".join(lines[:2])
+
+
 def test_timings_are_the_only_masked_numbers() -> None:
     assert dx.masked('"tokens_per_second": 18.94, "seconds": 4.33') == '"tokens_per_second": …, "seconds": …'
     assert dx.masked("12 tokens · 0.4 s · 690.1 tokens/s") == "12 tokens · 0.4 s · … tokens/s"

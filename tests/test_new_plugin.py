@@ -29,6 +29,7 @@ def test_each_kind_installs_and_passes_its_own_tests(
     subprocess.run([*pip, *map(str, dirs)], check=True, capture_output=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DECODEKIT_", "PYTEST_"))}
     env["PYTHONPATH"] = str(site)
+    env["OMP_NUM_THREADS"] = "1"  # one thread, as the suite runs: two spin on a busy 2-core machine (3x slower)
     tests = [str(d / "tests") for d in dirs]
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=importlib", *tests],
