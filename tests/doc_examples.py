@@ -3,8 +3,8 @@
 Three kinds of fenced block take part:
 
 - ```python and ```pycon blocks run in order, one namespace per page, each page in a process of
-  its own (`python tests/doc_examples.py --run PAGE... --report FILE` forks one per page once torch,
-  dynamo and decodekit are imported): each page is self-contained. A block whose first line is
+  its own (`python tests/doc_examples.py --run PAGE... --report FILE` forks one per page once torch
+  and decodekit are imported): each page is self-contained. A block whose first line is
   `# not tested: REASON` is skipped, visibly, with its reason (keep those few).
 - A block (python, toml) whose first line is `# file: DIST/PATH` is a file of an example
   plugin: the files of all pages are written out, each `DIST` is installed before the pages run,
@@ -173,11 +173,10 @@ def run_page(page: Path) -> None:
 
 
 def run_pages(pages: list[Path], report: Path) -> None:
-    """Run each page in a process of its own, forked from this one once torch, dynamo and decodekit are
+    """Run each page in a process of its own, forked from this one once torch and decodekit are
     imported (a new interpreter costs seconds), in a folder of its own under the working directory;
     write `{page: [exit status, what it printed]}` to `report` as JSON."""
     import torch
-    import torch._dynamo  # the samplers import it (~3 s): once here, not once per page
 
     import decodekit  # noqa: F401
 
