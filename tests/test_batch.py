@@ -418,6 +418,17 @@ def test_input_from_stdin(tmp_path: Path) -> None:
     assert "--input '-' (stdin) cannot be combined with --ray: every Ray worker reads the input file" in ray.stderr
 
 
+def test_input_dot_slash_dash_is_the_file_named_dash(tmp_path: Path) -> None:
+    """Before: `--input ./-` read stdin (the path normalises to "-"), not the file the shell convention names."""
+    text = (_json(prompt="ROMEO: ", id="a") + b"\n").decode()
+    (tmp_path / "-").write_text(text)
+    from_file, out = tmp_path / "f.jsonl", tmp_path / "o.jsonl"
+    assert _run(_write_lines(tmp_path / "p.jsonl", [text.encode().strip()]), from_file, *ARGS).returncode == 0
+    r = run_cli(["generate", "--input", "./-", "--output", str(out), *ARGS], _env(**PLUGINS), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == from_file.read_text()
+
+
 def test_a_lines_chain_takes_a_json_spec_as_chain_does(tmp_path: Path) -> None:
     """Before: a line's chain took a chain string only: a JSON list was "Input should be a valid string"
     and a string holding JSON was read as a chain string ("expected a sampler name")."""

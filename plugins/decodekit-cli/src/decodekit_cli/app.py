@@ -236,7 +236,7 @@ def generate(
     ] = None,
     replace_unknown: ReplaceUnknownOption = False,
     input_file: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--input",
             help="JSONL of prompts, one object per line: prompt, and optionally id, seed, max_new_tokens, "

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 from decodekit_cli.batch_decode import check_lines
-from decodekit_cli.batch_input import file_digest, input_lines, is_stdin, read_input
+from decodekit_cli.batch_input import file_digest, input_lines, input_path, is_stdin, read_input
 from decodekit_cli.batch_job import BatchJob, line_of, plural, run_local
 from decodekit_cli.batch_output import OutputLock, check_output, existing_records
 from decodekit_cli.batch_records import Record
@@ -65,7 +65,7 @@ class BatchRequest:
 
 
 def batch_request(
-    input_file: Path | None,
+    input_file: str | None,
     output: Path | None,
     exclusive: dict[str, bool],
     sampling: SamplingOptions,
@@ -82,13 +82,13 @@ def batch_request(
     given = [name for name, is_given in exclusive.items() if is_given]
     if given:
         raise CliError(f"--input cannot be combined with {', '.join(given)}; each line of the file is one prompt")
-    if ray is not None and is_stdin(input_file):
+    if ray is not None and is_stdin(input_path(input_file)):
         raise CliError(
             "--input '-' (stdin) cannot be combined with --ray: every Ray worker reads the input file "
             "itself; allowed: a file path every node can read, e.g. --input prompts.jsonl"
         )
     return BatchRequest(
-        input=input_file,
+        input=input_path(input_file),
         output=output,
         sampling=sampling,
         batch_size=batch_size,

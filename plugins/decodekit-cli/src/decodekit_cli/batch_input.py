@@ -28,6 +28,7 @@ __all__ = [
     "PromptLine",
     "file_digest",
     "input_lines",
+    "input_path",
     "is_stdin",
     "parse_line",
     "read_input",
@@ -103,6 +104,13 @@ def read_input(path: Path) -> bytes:
         raise CliError(f"--input {str(path)!r} is a directory; allowed: a JSONL file") from None
     except OSError as exc:
         raise CliError(f"--input {str(path)!r}: cannot read it: {exc.strerror}") from None
+
+
+def input_path(given: str) -> Path:
+    """`--input`'s value as a path: "-" stays stdin; another path to a file named "-" (`./-`) is made
+    absolute, since `Path("./-")` is `Path("-")`."""
+    path = Path(given)
+    return path.absolute() if given != "-" and is_stdin(path) else path
 
 
 def is_stdin(path: Path) -> bool:
