@@ -132,14 +132,10 @@ class Chain:
 
     def __str__(self) -> str:
         """The one-line form, e.g. `temperature(value=0.8) | sample`; `Chain.parse` reads it back."""
-        parts = []
-        for stage in (*self.processors, self.selector):
-            if isinstance(stage, Stage):
-                args = ", ".join(f"{k}={v!r}" for k, v in stage.params.model_dump().items())
-                parts.append(f"{stage.name}({args})" if args else stage.name)
-            else:
-                parts.append(getattr(stage, "__name__", repr(stage)))
-        return " | ".join(parts)
+        return " | ".join(
+            (repr(s) if s.params.model_dump() else s.name) if isinstance(s, Stage) else getattr(s, "__name__", repr(s))
+            for s in (*self.processors, self.selector)
+        )
 
     def __repr__(self) -> str:
         return f"Chain({str(self)!r})"
