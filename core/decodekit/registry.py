@@ -171,7 +171,13 @@ class Registry:
         for conflict in self.conflicts:
             if conflict.category == category and conflict.name == name:
                 raise PluginError(conflict.message())
-        raise unknown_name(category, name, self.section(category))
+        names = sorted(self.section(category))
+        close = difflib.get_close_matches(name, names, n=1)
+        raise UnknownNameError(
+            f"unknown {category} {name!r}; installed: {', '.join(names) or 'none'}"
+            + (f"; did you mean {close[0]!r}?" if close else "")
+            + " (no installed plugin distribution registers it)"
+        )
 
     def add(self, entries: Iterable[Entry], info: PluginInfo) -> list[Conflict]:
         """Add a hook's entries; a name another distribution holds becomes a conflict (returned)."""
@@ -190,17 +196,6 @@ class Registry:
                 section[entry.name] = entry
             info.names(entry.category).append(entry.name)
         return new
-
-
-def unknown_name(category: Category, name: str, installed: Iterable[str]) -> UnknownNameError:
-    """The error for a name nobody registered: what is installed and a close match."""
-    names = sorted(installed)
-    msg = f"unknown {category} {name!r}; installed: {', '.join(names) or 'none'}"
-    close = difflib.get_close_matches(name, names, n=1)
-    if close:
-        msg += f"; did you mean {close[0]!r}?"
-    msg += " (no installed plugin distribution registers it)"
-    return UnknownNameError(msg)
 
 
 def make_entry(
