@@ -250,10 +250,7 @@ class Chain:
             twin.__dict__.update(self.__dict__)
             # Not dynamic=True: it breaks a truncation's plan, made from the vocabulary size. cpp_wrapper halves
             # a small CPU step; the chain's guards stay, or another chain runs this graph (docs/benchmarks.md).
-            options: dict[str, str | int | bool | Callable[..., Any]] = {
-                "cpp_wrapper": True,
-                "guard_filter_fn": _guards_on_the_inputs,
-            }
+            options: dict[str, Any] = {"cpp_wrapper": True, "guard_filter_fn": _guards_on_the_inputs}
             twin._select = torch.compile(self._select, dynamic=None, options=options)  # type: ignore[method-assign]
             self._compiled = twin
         return self._compiled
