@@ -214,8 +214,7 @@ class Chain:
         before = ctx.fork() if self.may_redo else None
         x = self._process_fast(raw, ctx)
         out = densify(x, raw.shape[-1]) if isinstance(x, Candidates) else x
-        top = out.amax(-1)
-        bad = [row for row, ok in enumerate(_finite(top).tolist()) if not ok and (live is None or live[row])]
+        bad = [row for row, ok in enumerate(_finite(out.amax(-1)).tolist()) if not ok and (live is None or live[row])]
         if bad and before is not None:  # a candidate set may have marked it: redo the step densely
             out = self.process(raw, before)
             ctx.adopt(before)
