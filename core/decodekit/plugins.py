@@ -220,10 +220,8 @@ def _install(registry: Registry) -> Registry:
     """Make `registry` the current one, warning once about each failure and conflict in it."""
     global _registry
     _registry = registry
-    for failure in registry.failures:
-        warnings.warn(f"decodekit: {_describe(failure)}", RuntimeWarning, stacklevel=3)
-    for conflict in registry.conflicts:
-        warnings.warn(f"decodekit: {conflict.message()}", RuntimeWarning, stacklevel=3)
+    for problem in [*map(_describe, registry.failures), *(c.message() for c in registry.conflicts)]:
+        warnings.warn(f"decodekit: {problem}", RuntimeWarning, stacklevel=3)
     return registry
 
 
