@@ -173,13 +173,10 @@ def _build() -> Registry:
     entry_points = _entry_points()
     for variable, names in (("DECODEKIT_LOAD_PLUGINS", allowed), ("DECODEKIT_DISABLE_PLUGINS", denied)):
         _check_installed(variable, names or set(), entry_points)
-    for ep in entry_points:
-        dist = canonical_name(ep.dist.name) if ep.dist is not None else "?"
-        version = ep.dist.version if ep.dist is not None else "?"
+    for ep in entry_points:  # one by one: `pm.load_setuptools_entrypoints` stops at the first failure
+        dist, version = (canonical_name(ep.dist.name), ep.dist.version) if ep.dist is not None else ("?", "?")
         if (allowed is not None and dist not in allowed) or dist in denied:
             continue  # decided from metadata: the module is never imported
-        # Loaded one by one (not `pm.load_setuptools_entrypoints`, which stops at the first failure),
-        # each decided from metadata first: a disabled plugin is never imported.
         try:
             plugin = ep.load()
         except BaseException as exc:
