@@ -64,25 +64,17 @@ class Entry:
     kind: str | None = None  # samplers: "processor" unless registered as a "selector" (`load` checks the class agrees)
 
     def load(self) -> Any:
-        """The implementation, imported on first use when it was registered by path."""
-        if not isinstance(self.impl, str):
-            self._check_declaration(self.impl)
-            return self.impl
-        try:
-            value = import_object(self.impl)
-        except BaseException as exc:  # SystemExit, KeyboardInterrupt: the plugin fails, not the caller
-            raise PluginError(
-                f"{self.category} {self.name!r} from {self.distribution}: cannot import {self.impl!r}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        if not callable(value):
-            raise PluginError(f"{self.category} {self.name!r} from {self.distribution}: {self.impl!r} is not callable")
-        self._check_declaration(value)
-        return value
-
-    def _check_declaration(self, impl: object) -> None:
-        """A stage class's parameter model and kind are the registration's (they cannot drift apart)."""
+        """The implementation, imported on first use when it was registered by path; a stage class's
+        parameter model and kind must be the registration's (they cannot drift apart)."""
         where = f"{self.category} {self.name!r} from {self.distribution}"
+        impl = self.impl
+        if isinstance(impl, str):
+            try:
+                impl = import_object(impl)
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt: the plugin fails, not the caller
+                raise PluginError(f"{where}: cannot import {self.impl!r}: {type(exc).__name__}: {exc}") from exc
+            if not callable(impl):
+                raise PluginError(f"{where}: {self.impl!r} is not callable")
         model = getattr(impl, "params_model", None)
         if isinstance(impl, type) and model is not None and model is not self.params_model:
             raise PluginError(
@@ -92,6 +84,7 @@ class Entry:
         kind = getattr(impl, "kind", None)
         if self.category == "sampler" and isinstance(impl, type) and kind is not None and kind != self.kind:
             raise PluginError(f"{where}: its class is a {kind}, its registration a {self.kind} (kind=)")
+        return impl
 
 
 @dataclass
