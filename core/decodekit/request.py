@@ -135,17 +135,6 @@ def _chain(chain: object) -> Chain:
     raise ParameterError(f"chain={chain!r} is invalid; allowed: a Chain, a chain string, a spec list, or None")
 
 
-def _checked_for(chain: Chain, prompts: int) -> Chain:
-    """`chain`, each stage that takes one value per prompt (a grammar per prompt) having checked it has as many
-    (`check_prompts`): here every strategy passes, while a beam's or a speculative row's context says only
-    which prompt it serves."""
-    for stage in (*chain.processors, chain.selector):
-        check = getattr(stage, "check_prompts", None)
-        if callable(check):
-            check(prompts)
-    return chain
-
-
 def _cache(cache: object) -> CacheFactory | None:
     from decodekit.plugins import cache_factory
 
@@ -222,11 +211,17 @@ def decode_request(
     V = _vocab_size(model)
     max_new = _integer("max_new_tokens", given["max_new_tokens"], lambda n: n >= 0, "an integer >= 0")
     rows = prompt_rows(model, prompts)
+    chain = _chain(given["chain"])
+    # A stage that takes one value per prompt (a grammar per prompt) checks it has as many here, where every
+    # strategy passes: a beam's or a speculative row's context says only which prompt it serves.
+    for check in (getattr(stage, "check_prompts", None) for stage in (*chain.processors, chain.selector)):
+        if callable(check):
+            check(len(rows))
     tokenizer = getattr(model, "tokenizer", None)
     return DecodeRequest(
         model=model,
         prompts=rows,
-        chain=_checked_for(_chain(given["chain"]), len(rows)),
+        chain=chain,
         max_new_tokens=max_new,
         cache=_cache(given["cache"]),
         stop_tokens=_stop_tokens(given["stop_tokens"], len(rows), V),
