@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from decodekit.errors import PluginError, UnknownNameError
 from decodekit.params import NoParams, Params
@@ -100,8 +100,7 @@ class PluginInfo:
     strategies: list[str] = field(default_factory=list)
 
     def names(self, category: Category) -> list[str]:
-        names: list[str] = getattr(self, _INFO_LISTS[category])
-        return names
+        return cast("list[str]", getattr(self, _INFO_LISTS[category]))
 
 
 @dataclass
@@ -151,8 +150,7 @@ class Registry:
 
     def section(self, category: Category) -> dict[str, Entry]:
         """The entries of one category, by name."""
-        entries: dict[str, Entry] = getattr(self, _SECTIONS[category])
-        return entries
+        return cast("dict[str, Entry]", getattr(self, _SECTIONS[category]))
 
     def lookup(self, category: Category, name: str) -> Entry:
         """The entry `name` of `category`; an unknown or conflicting name is an error saying what to do."""
