@@ -34,7 +34,8 @@ CATEGORIES: tuple[Category, ...] = ("sampler", "cache backend", "model", "strate
 
 # Samplers, caches and strategies are named in chain strings, so their names are identifiers;
 # model names may also hold "-" and "." ("tiny-shakespeare"), but not ":" (it starts the argument).
-_MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
+_IDENTIFIER = (re.compile(r"[A-Za-z_]\w*\Z", re.ASCII), "a Python identifier (letters, digits, '_')")
+_MODEL_NAME = (re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z"), "letters, digits, '_', '-', '.'")
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
 _SAMPLER_KINDS = ("processor", "selector")
 _SECTIONS = {"sampler": "samplers", "cache backend": "caches", "model": "models", "strategy": "strategies"}
@@ -205,12 +206,8 @@ def make_entry(
     try:
         if not isinstance(name, str):
             raise PluginError(f"name {name!r} is a {type(name).__name__}; allowed: a string")
-        if not (_MODEL_NAME.match(name) if category == "model" else (name.isidentifier() and name.isascii())):
-            allowed = (
-                "letters, digits, '_', '-', '.'"
-                if category == "model"
-                else "a Python identifier (letters, digits, '_')"
-            )
+        pattern, allowed = _MODEL_NAME if category == "model" else _IDENTIFIER
+        if not pattern.match(name):
             raise PluginError(f"name {name!r} is invalid; allowed: {allowed}")
         if isinstance(impl, str) and not _IMPORT_PATH.match(impl):
             raise PluginError(f"impl {impl!r} is invalid; allowed: a callable or an import path 'package.module:attr'")
