@@ -82,11 +82,9 @@ class Decoding:
     ) -> None:
         """Build the rows, the cache and the history; a policy calls it once, before anything else.
 
-        copies: rows per prompt; copies_option: the policy's option that set it, named when the rows could
-        never fit in memory (`check_rows`). lookahead: tokens the policy may feed beyond `max_new_tokens`
-        (drafts), counted in the cache's capacity (`total`), kept within the context by the policy (`room`).
-        needs: cache capabilities the policy uses (`crop`, `reorder`, ...), refused now if missing.
-        recompute: whether `cache="none"` takes the policy past the context; the errors suggest it only then.
+        `copies` rows per prompt (`copies_option`: the policy's option that set it, for errors); `lookahead`
+        tokens it may feed past `max_new_tokens`; `needs` the cache capabilities it uses; `recompute=False`:
+        `cache="none"` cannot take it past the context. docs/strategies.md ("Adding a strategy from a plugin").
         """
         if self.copies:
             raise PluginError(f"strategy {self.strategy}: opened its decoding twice")
