@@ -43,8 +43,7 @@ class DecodeOptions(TypedDict, total=False):
         row, or None (the default: fresh seeds).
     logprobs: also report the chosen token's log-probability and the top-n alternatives, raw
         and after the chain (default None: not reported).
-    compile: run the model's decode step and the chain's step under `torch.compile`
-        (`decodekit.compiling`; default False).
+    compile: run the model's decode step and the chain's step under `torch.compile` (default False).
     """
 
     chain: Chain | str | Sequence[Any] | None
@@ -71,7 +70,7 @@ _DEFAULTS: DecodeOptions = {
 
 @dataclass(frozen=True)
 class DecodeRequest:
-    """What `dk.decode` hands a strategy: `impl(request, params) -> Generation`.
+    """The checked arguments of one decode, as a strategy's policy reads them (`decoding.request`).
 
     prompts: token ids per row, each an int in [0, vocab_size), no row empty.
     cache: a factory `(CacheSpec) -> KVCache`, or None to recompute the context every step.
