@@ -48,8 +48,7 @@ class Strategy:
 def decode(model: Model, prompts: Prompts, *, strategy: str = "sample", **options: Any) -> Generation:
     """Decode with the registered strategy `strategy`, e.g. "sample", "beam" or "beam(num_beams=4)".
 
-    Shared options (`DecodeOptions`: chain, max_new_tokens, cache, stop_tokens, stop_strings,
-    seed, logprobs, compile) are checked as `dk.generate` checks them; the others against the
+    Shared options (`DecodeOptions`) are checked as `dk.generate` checks them; the others against the
     strategy's parameters, which may also be given in the string form.
     """
     return run_decode(model, prompts, strategy, options)
