@@ -6,6 +6,7 @@ the options every strategy shares become the checked `DecodeRequest`, the rest i
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -59,11 +60,9 @@ def validate(model: Model, prompts: Prompts, *, strategy: str = "sample", **opti
     context included) without decoding: the strategy's policy runs until its first model call, then
     stops. A batch job checks every line before any model work. Returns the checked request."""
     request, bound = bind(model, prompts, strategy, options)
-    try:  # the strategy's own policy: its rows (num_beams), lookahead, cache needs and own checks
+    with contextlib.suppress(_ModelCalled):  # the strategy's own policy: its rows, lookahead, cache needs and checks
         for _ in _Checking(request, bound.name, events=False).run(bound.policy, bound.params, per_round=False):
             pass
-    except _ModelCalled:
-        pass
     return request
 
 
