@@ -119,15 +119,14 @@ class _Loader:
         others = [p for p in self.pm.get_plugins() if p is not plugin]
         for hook_name, category in HOOKS:
             hook = self.pm.subset_hook_caller(hook_name, remove_plugins=others)  # this plugin's alone
-            staged = self._call_hook(hook, hook_name, category, info, entry_point)
-            for conflict in self.registry.add(staged or (), info):
+            for conflict in self.registry.add(self._call_hook(hook, hook_name, category, info, entry_point), info):
                 if self.strict:
                     raise PluginError(f"{conflict.message()} (DECODEKIT_STRICT_PLUGINS is set)")
 
     def _call_hook(
         self, hook: Any, hook_name: str, category: Category, info: PluginInfo, entry_point: str
-    ) -> list[Entry] | None:
-        """The entries one hook registers, or None (and a failure) if any registration is bad."""
+    ) -> list[Entry]:
+        """The entries one hook registers, or none (and a failure) if any registration is bad."""
         staged: dict[str, Entry] = {}
 
         def register(
@@ -144,7 +143,7 @@ class _Loader:
             hook(register=register)
         except BaseException as exc:
             self.fail(PluginFailure(info.distribution, info.version, entry_point, _error(exc), hook_name))
-            return None
+            return []
         return list(staged.values())
 
 
