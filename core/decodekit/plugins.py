@@ -105,7 +105,7 @@ class _Loader:
 
     def fail(self, failure: PluginFailure) -> None:
         if self.strict:
-            raise PluginError(f"{_describe(failure)} (DECODEKIT_STRICT_PLUGINS is set)")
+            raise PluginError(f"{failure.message()} (DECODEKIT_STRICT_PLUGINS is set)")
         self.registry.failures.append(failure)
 
     def add(self, plugin: object, distribution: str, version: str, entry_point: str) -> None:
@@ -150,12 +150,6 @@ class _Loader:
 def _error(exc: BaseException) -> str:
     """How a plugin's exception is reported: its type and message (SystemExit shows its code)."""
     return f"{type(exc).__name__}: {exc}"
-
-
-def _describe(failure: PluginFailure) -> str:
-    where = f"entry point {failure.entry_point!r}" + (f", hook {failure.hook}" if failure.hook else "")
-    what = "failed to load" if failure.hook is None else "failed (its registrations were dropped)"
-    return f"plugin {failure.distribution} {failure.version} ({where}) {what}: {failure.error}"
 
 
 # Plugins registered in code with register_plugin(): (object, label).
@@ -216,7 +210,7 @@ def _install(registry: Registry) -> Registry:
     """Make `registry` the current one, warning once about each failure and conflict in it."""
     global _registry
     _registry = registry
-    for problem in [*map(_describe, registry.failures), *(c.message() for c in registry.conflicts)]:
+    for problem in [*(f.message() for f in registry.failures), *(c.message() for c in registry.conflicts)]:
         warnings.warn(f"decodekit: {problem}", RuntimeWarning, stacklevel=3)
     return registry
 
@@ -243,7 +237,7 @@ def register_plugin(plugin: object, name: str | None = None) -> None:
     _code_plugins.append((plugin, label))
     try:
         registry = _build()
-        problems = [_describe(f) for f in registry.failures if f.distribution == label]
+        problems = [f.message() for f in registry.failures if f.distribution == label]
         problems += [c.message() for c in registry.conflicts if label in c.distributions]
         if problems:
             raise PluginError("; ".join(problems))

@@ -114,6 +114,11 @@ class PluginFailure:
     error: str
     hook: str | None = None  # None: the entry point itself failed to import
 
+    def message(self) -> str:
+        where = f"entry point {self.entry_point!r}" + (f", hook {self.hook}" if self.hook else "")
+        what = "failed to load" if self.hook is None else "failed (its registrations were dropped)"
+        return f"plugin {self.distribution} {self.version} ({where}) {what}: {self.error}"
+
 
 @dataclass
 class Conflict:
