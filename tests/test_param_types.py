@@ -6,11 +6,12 @@ import re
 from typing import Annotated, Literal
 
 import pytest
+from decodekit_cli.listing import bounds_text
 from decodekit_speculative.params import ModelObject
 from pydantic import Field
 
 import decodekit as dk
-from decodekit.param_types import bounds_text, type_text
+from decodekit.param_types import type_text
 
 TokenId = Annotated[int, Field(ge=0)]
 

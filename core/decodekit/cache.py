@@ -264,11 +264,6 @@ class PreallocatedKVCache:
     def nbytes(self) -> int:
         return self.store.nbytes
 
-    @property
-    def bytes_per_token(self) -> int:
-        """Bytes one more token of one row costs."""
-        return self.nbytes // (self.spec.capacity * self.spec.batch_size)
-
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         start = self._lengths[layer]
         end = start + k.shape[2]

@@ -132,14 +132,10 @@ class Chain:
 
     def __str__(self) -> str:
         """The one-line form, e.g. `temperature(value=0.8) | sample`; `Chain.parse` reads it back."""
-        parts = []
-        for stage in (*self.processors, self.selector):
-            if isinstance(stage, Stage):
-                args = ", ".join(f"{k}={v!r}" for k, v in stage.params.model_dump().items())
-                parts.append(f"{stage.name}({args})" if args else stage.name)
-            else:
-                parts.append(getattr(stage, "__name__", repr(stage)))
-        return " | ".join(parts)
+        return " | ".join(
+            (repr(s) if s.params.model_dump() else s.name) if isinstance(s, Stage) else getattr(s, "__name__", repr(s))
+            for s in (*self.processors, self.selector)
+        )
 
     def __repr__(self) -> str:
         return f"Chain({str(self)!r})"
@@ -218,8 +214,7 @@ class Chain:
         before = ctx.fork() if self.may_redo else None
         x = self._process_fast(raw, ctx)
         out = densify(x, raw.shape[-1]) if isinstance(x, Candidates) else x
-        top = out.amax(-1)
-        bad = [row for row, ok in enumerate(_finite(top).tolist()) if not ok and (live is None or live[row])]
+        bad = [row for row, ok in enumerate(_finite(out.amax(-1)).tolist()) if not ok and (live is None or live[row])]
         if bad and before is not None:  # a candidate set may have marked it: redo the step densely
             out = self.process(raw, before)
             ctx.adopt(before)
@@ -254,10 +249,7 @@ class Chain:
             twin.__dict__.update(self.__dict__)
             # Not dynamic=True: it breaks a truncation's plan, made from the vocabulary size. cpp_wrapper halves
             # a small CPU step; the chain's guards stay, or another chain runs this graph (docs/benchmarks.md).
-            options: dict[str, str | int | bool | Callable[..., Any]] = {
-                "cpp_wrapper": True,
-                "guard_filter_fn": _guards_on_the_inputs,
-            }
+            options: dict[str, Any] = {"cpp_wrapper": True, "guard_filter_fn": _guards_on_the_inputs}
             twin._select = torch.compile(self._select, dynamic=None, options=options)  # type: ignore[method-assign]
             self._compiled = twin
         return self._compiled

@@ -39,7 +39,9 @@ class StageCall(NamedTuple):
 
 
 class _Parser:
-    def __init__(self, text: str, what: str) -> None:
+    def __init__(self, text: str, what: str, form: str) -> None:
+        if not isinstance(text, str):
+            raise ChainSpecError(f"{what} {text!r} is a {type(text).__name__}; allowed: a string {form!r}")
         self.text, self.what, self.pos = text, what, 0
 
     def error(self, expected: str, at: int | None = None) -> ChainSpecError:
@@ -188,16 +190,12 @@ class _Parser:
 
 def parse_chain_string(text: str) -> list[StageCall]:
     """`"a(1, x=2) | b"` -> `[("a", [1], {"x": 2}), ("b", [], {})]`; values are Python literals."""
-    if not isinstance(text, str):
-        raise ChainSpecError(f"chain {text!r} is a {type(text).__name__}; allowed: a string 'name(args) | name'")
-    return _Parser(text, "chain").chain()
+    return _Parser(text, "chain", "name(args) | name").chain()
 
 
 def parse_stage(text: str, what: str) -> StageCall:
     """One `"name(args)"` (a cache backend or a strategy, `what`), in the syntax of one chain stage."""
-    if not isinstance(text, str):
-        raise ChainSpecError(f"{what} {text!r} is a {type(text).__name__}; allowed: a string 'name(args)'")
-    parser = _Parser(text, what)
+    parser = _Parser(text, what, "name(args)")
     stage = parser.stage()
     if parser.peek():
         raise parser.error("the end (one name(args), no '|')")

@@ -82,11 +82,9 @@ class Decoding:
     ) -> None:
         """Build the rows, the cache and the history; a policy calls it once, before anything else.
 
-        copies: rows per prompt; copies_option: the policy's option that set it, named when the rows could
-        never fit in memory (`check_rows`). lookahead: tokens the policy may feed beyond `max_new_tokens`
-        (drafts), counted in the cache's capacity (`total`), kept within the context by the policy (`room`).
-        needs: cache capabilities the policy uses (`crop`, `reorder`, ...), refused now if missing.
-        recompute: whether `cache="none"` takes the policy past the context; the errors suggest it only then.
+        `copies` rows per prompt (`copies_option`: the policy's option that set it, for errors); `lookahead`
+        tokens it may feed past `max_new_tokens`; `needs` the cache capabilities it uses; `recompute=False`:
+        `cache="none"` cannot take it past the context. docs/strategies.md ("Adding a strategy from a plugin").
         """
         if self.copies:
             raise PluginError(f"strategy {self.strategy}: opened its decoding twice")
@@ -219,8 +217,10 @@ class Decoding:
 
     def append(self, tokens: Tensor) -> None:
         """Write one token per row `[R]` as the next history column."""
-        if self.width == self.buf.shape[1]:
-            self.buf, self.positions = _grow(self.buf, self.positions)
+        if self.width == self.buf.shape[1]:  # full: twice the columns, positions continuing one per column
+            more = self.positions[:, -1:] + torch.arange(1, self.width + 1, device=self.device)
+            self.buf = torch.cat([self.buf, torch.zeros_like(self.buf)], 1)
+            self.positions = torch.cat([self.positions, more], 1)
         self.buf.select(1, self.width).copy_(tokens)
         self.width += 1
         self.ctx.tokens, self.ctx.step = self.buf[:, : self.width], self.width - self.P
@@ -429,10 +429,3 @@ def check_rows(owner: str, option: str, value: int, rows: int, columns: int, mod
             f"{rows * per_row / 2**30:,.1f} GiB, more than the {memory / 2**30:,.1f} GiB of memory of "
             f"device {torch.device(device)}; allowed: {option} <= {memory // per_row // (rows // value):,} here"
         )
-
-
-def _grow(buf: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
-    """Twice the columns: history ids zero, positions continuing one per column."""
-    n = buf.shape[1]
-    more = positions[:, -1:] + torch.arange(1, n + 1, device=positions.device)
-    return torch.cat([buf, torch.zeros_like(buf)], 1), torch.cat([positions, more], 1)

@@ -34,8 +34,7 @@ def stream(model: Model, prompts: Prompts, *, strategy: str = "sample", **option
 
     strategy: a registered decode strategy, e.g. "sample" (the default), "beam(num_beams=4)",
     "speculative(draft=ngram)"; its own options may also be given by keyword.
-    options: chain, max_new_tokens, cache, stop_tokens, stop_strings, seed, logprobs, compile
-    (`decodekit.request.DecodeOptions` says what each means and its default). Every one is
+    options: `DecodeOptions` (chain, max_new_tokens, cache, ...: what each means, its default), every one
     checked before anything runs (`dk.ParameterError` naming it).
     """
     request, bound = bind(model, prompts, strategy, options, "stream" if strategy == "sample" else "")

@@ -14,12 +14,12 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import annotated_types
 from pydantic.fields import FieldInfo
 
-__all__ = ["bounds_text", "type_text"]
+__all__ = ["constraints", "interval_text", "type_text"]
 
 _SEQUENCES = (tuple, list, set, frozenset, Sequence)
 
 
-def _constraints(metadata: Iterable[object]) -> list[object]:
+def constraints(metadata: Iterable[object]) -> list[object]:
     """Flatten pydantic's `FieldInfo` (what `Annotated[int, Field(ge=0)]` carries) into constraints."""
     out: list[object] = []
     for m in metadata:
@@ -33,10 +33,10 @@ def _number(value: object) -> str:
     return repr(value) if not isinstance(value, float) or not value.is_integer() else str(int(value))
 
 
-def _interval(metadata: Iterable[object], name: str) -> str:
+def interval_text(metadata: Iterable[object], name: str = "") -> str:
     """`0 < p ≤ 1` with a name; `in (0, 1]` or `≥ 0` without."""
     lower = upper = None  # (with a name, open/closed bracket, alone, the number)
-    for m in _constraints(metadata):
+    for m in constraints(metadata):
         if isinstance(m, annotated_types.Gt):
             lower = (f"{_number(m.gt)} <", "(", f"> {_number(m.gt)}", _number(m.gt))
         elif isinstance(m, annotated_types.Ge):
@@ -50,23 +50,6 @@ def _interval(metadata: Iterable[object], name: str) -> str:
     if lower and upper:
         return f"in {lower[1]}{lower[3]}, {upper[3]}{upper[1]}"
     return (lower or upper or ("", "", "", ""))[2]
-
-
-def _other_constraints(metadata: Iterable[object]) -> list[str]:
-    found = []
-    for m in _constraints(metadata):
-        if isinstance(m, annotated_types.MinLen) and m.min_length > 0:
-            found.append("non-empty" if m.min_length == 1 else f"at least {m.min_length} items")
-        elif isinstance(m, annotated_types.MaxLen):
-            found.append(f"at most {m.max_length} items")
-        elif getattr(m, "allow_inf_nan", None) is False:
-            found.append("finite")
-    return found
-
-
-def bounds_text(metadata: Iterable[object], name: str) -> str:
-    """A parameter's own constraints: `0 < p ≤ 1, finite`, `non-empty`; empty when it has none."""
-    return ", ".join(filter(None, [_interval(metadata, name), *_other_constraints(metadata)]))
 
 
 def type_text(annotation: Any, metadata: Iterable[object] = ()) -> str:
@@ -91,5 +74,5 @@ def type_text(annotation: Any, metadata: Iterable[object] = ()) -> str:
     else:
         name = getattr(annotation, "shown_as", None) or getattr(annotation, "__name__", None)
         base = str(name) if name else str(annotation).replace("typing.", "")
-    interval = _interval(metadata, "")
+    interval = interval_text(metadata)
     return f"{base} {interval}" if interval else base

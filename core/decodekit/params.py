@@ -160,6 +160,4 @@ def validate_params(owner: str, model: type[Params], values: Mapping[str, Any]) 
 
 def _is_union_member(loc: tuple[int | str, ...], field: FieldInfo) -> bool:
     """Pydantic locates a union member's error as (parameter, member tag, ...: inside that member)."""
-    origin = typing.get_origin(field.annotation)
-    is_union = origin is typing.Union or type(field.annotation).__name__ == "UnionType"
-    return is_union and len(loc) >= 2 and isinstance(loc[1], str)
+    return len(_members(field.annotation)) > 1 and len(loc) >= 2 and isinstance(loc[1], str)

@@ -105,7 +105,7 @@ class _Loader:
 
     def fail(self, failure: PluginFailure) -> None:
         if self.strict:
-            raise PluginError(f"{_describe(failure)} (DECODEKIT_STRICT_PLUGINS is set)")
+            raise PluginError(f"{failure.message()} (DECODEKIT_STRICT_PLUGINS is set)")
         self.registry.failures.append(failure)
 
     def add(self, plugin: object, distribution: str, version: str, entry_point: str) -> None:
@@ -119,15 +119,14 @@ class _Loader:
         others = [p for p in self.pm.get_plugins() if p is not plugin]
         for hook_name, category in HOOKS:
             hook = self.pm.subset_hook_caller(hook_name, remove_plugins=others)  # this plugin's alone
-            staged = self._call_hook(hook, hook_name, category, info, entry_point)
-            for conflict in self.registry.add(staged or (), info):
+            for conflict in self.registry.add(self._call_hook(hook, hook_name, category, info, entry_point), info):
                 if self.strict:
                     raise PluginError(f"{conflict.message()} (DECODEKIT_STRICT_PLUGINS is set)")
 
     def _call_hook(
         self, hook: Any, hook_name: str, category: Category, info: PluginInfo, entry_point: str
-    ) -> list[Entry] | None:
-        """The entries one hook registers, or None (and a failure) if any registration is bad."""
+    ) -> list[Entry]:
+        """The entries one hook registers, or none (and a failure) if any registration is bad."""
         staged: dict[str, Entry] = {}
 
         def register(
@@ -144,19 +143,13 @@ class _Loader:
             hook(register=register)
         except BaseException as exc:
             self.fail(PluginFailure(info.distribution, info.version, entry_point, _error(exc), hook_name))
-            return None
+            return []
         return list(staged.values())
 
 
 def _error(exc: BaseException) -> str:
     """How a plugin's exception is reported: its type and message (SystemExit shows its code)."""
     return f"{type(exc).__name__}: {exc}"
-
-
-def _describe(failure: PluginFailure) -> str:
-    where = f"entry point {failure.entry_point!r}" + (f", hook {failure.hook}" if failure.hook else "")
-    what = "failed to load" if failure.hook is None else "failed (its registrations were dropped)"
-    return f"plugin {failure.distribution} {failure.version} ({where}) {what}: {failure.error}"
 
 
 # Plugins registered in code with register_plugin(): (object, label).
@@ -173,13 +166,10 @@ def _build() -> Registry:
     entry_points = _entry_points()
     for variable, names in (("DECODEKIT_LOAD_PLUGINS", allowed), ("DECODEKIT_DISABLE_PLUGINS", denied)):
         _check_installed(variable, names or set(), entry_points)
-    for ep in entry_points:
-        dist = canonical_name(ep.dist.name) if ep.dist is not None else "?"
-        version = ep.dist.version if ep.dist is not None else "?"
+    for ep in entry_points:  # one by one: `pm.load_setuptools_entrypoints` stops at the first failure
+        dist, version = (canonical_name(ep.dist.name), ep.dist.version) if ep.dist is not None else ("?", "?")
         if (allowed is not None and dist not in allowed) or dist in denied:
             continue  # decided from metadata: the module is never imported
-        # Loaded one by one (not `pm.load_setuptools_entrypoints`, which stops at the first failure),
-        # each decided from metadata first: a disabled plugin is never imported.
         try:
             plugin = ep.load()
         except BaseException as exc:
@@ -220,10 +210,8 @@ def _install(registry: Registry) -> Registry:
     """Make `registry` the current one, warning once about each failure and conflict in it."""
     global _registry
     _registry = registry
-    for failure in registry.failures:
-        warnings.warn(f"decodekit: {_describe(failure)}", RuntimeWarning, stacklevel=3)
-    for conflict in registry.conflicts:
-        warnings.warn(f"decodekit: {conflict.message()}", RuntimeWarning, stacklevel=3)
+    for problem in [*(f.message() for f in registry.failures), *(c.message() for c in registry.conflicts)]:
+        warnings.warn(f"decodekit: {problem}", RuntimeWarning, stacklevel=3)
     return registry
 
 
@@ -249,7 +237,7 @@ def register_plugin(plugin: object, name: str | None = None) -> None:
     _code_plugins.append((plugin, label))
     try:
         registry = _build()
-        problems = [_describe(f) for f in registry.failures if f.distribution == label]
+        problems = [f.message() for f in registry.failures if f.distribution == label]
         problems += [c.message() for c in registry.conflicts if label in c.distributions]
         if problems:
             raise PluginError("; ".join(problems))

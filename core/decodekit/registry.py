@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from decodekit.errors import PluginError, UnknownNameError
 from decodekit.params import NoParams, Params
@@ -34,7 +34,8 @@ CATEGORIES: tuple[Category, ...] = ("sampler", "cache backend", "model", "strate
 
 # Samplers, caches and strategies are named in chain strings, so their names are identifiers;
 # model names may also hold "-" and "." ("tiny-shakespeare"), but not ":" (it starts the argument).
-_MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
+_IDENTIFIER = (re.compile(r"[A-Za-z_]\w*\Z", re.ASCII), "a Python identifier (letters, digits, '_')")
+_MODEL_NAME = (re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z"), "letters, digits, '_', '-', '.'")
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
 _SAMPLER_KINDS = ("processor", "selector")
 _SECTIONS = {"sampler": "samplers", "cache backend": "caches", "model": "models", "strategy": "strategies"}
@@ -64,25 +65,17 @@ class Entry:
     kind: str | None = None  # samplers: "processor" unless registered as a "selector" (`load` checks the class agrees)
 
     def load(self) -> Any:
-        """The implementation, imported on first use when it was registered by path."""
-        if not isinstance(self.impl, str):
-            self._check_declaration(self.impl)
-            return self.impl
-        try:
-            value = import_object(self.impl)
-        except BaseException as exc:  # SystemExit, KeyboardInterrupt: the plugin fails, not the caller
-            raise PluginError(
-                f"{self.category} {self.name!r} from {self.distribution}: cannot import {self.impl!r}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        if not callable(value):
-            raise PluginError(f"{self.category} {self.name!r} from {self.distribution}: {self.impl!r} is not callable")
-        self._check_declaration(value)
-        return value
-
-    def _check_declaration(self, impl: object) -> None:
-        """A stage class's parameter model and kind are the registration's (they cannot drift apart)."""
+        """The implementation, imported on first use when it was registered by path; a stage class's
+        parameter model and kind must be the registration's (they cannot drift apart)."""
         where = f"{self.category} {self.name!r} from {self.distribution}"
+        impl = self.impl
+        if isinstance(impl, str):
+            try:
+                impl = import_object(impl)
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt: the plugin fails, not the caller
+                raise PluginError(f"{where}: cannot import {self.impl!r}: {type(exc).__name__}: {exc}") from exc
+            if not callable(impl):
+                raise PluginError(f"{where}: {self.impl!r} is not callable")
         model = getattr(impl, "params_model", None)
         if isinstance(impl, type) and model is not None and model is not self.params_model:
             raise PluginError(
@@ -92,6 +85,7 @@ class Entry:
         kind = getattr(impl, "kind", None)
         if self.category == "sampler" and isinstance(impl, type) and kind is not None and kind != self.kind:
             raise PluginError(f"{where}: its class is a {kind}, its registration a {self.kind} (kind=)")
+        return impl
 
 
 @dataclass
@@ -107,8 +101,7 @@ class PluginInfo:
     strategies: list[str] = field(default_factory=list)
 
     def names(self, category: Category) -> list[str]:
-        names: list[str] = getattr(self, _INFO_LISTS[category])
-        return names
+        return cast("list[str]", getattr(self, _INFO_LISTS[category]))
 
 
 @dataclass
@@ -120,6 +113,11 @@ class PluginFailure:
     entry_point: str
     error: str
     hook: str | None = None  # None: the entry point itself failed to import
+
+    def message(self) -> str:
+        where = f"entry point {self.entry_point!r}" + (f", hook {self.hook}" if self.hook else "")
+        what = "failed to load" if self.hook is None else "failed (its registrations were dropped)"
+        return f"plugin {self.distribution} {self.version} ({where}) {what}: {self.error}"
 
 
 @dataclass
@@ -158,8 +156,7 @@ class Registry:
 
     def section(self, category: Category) -> dict[str, Entry]:
         """The entries of one category, by name."""
-        entries: dict[str, Entry] = getattr(self, _SECTIONS[category])
-        return entries
+        return cast("dict[str, Entry]", getattr(self, _SECTIONS[category]))
 
     def lookup(self, category: Category, name: str) -> Entry:
         """The entry `name` of `category`; an unknown or conflicting name is an error saying what to do."""
@@ -171,7 +168,13 @@ class Registry:
         for conflict in self.conflicts:
             if conflict.category == category and conflict.name == name:
                 raise PluginError(conflict.message())
-        raise unknown_name(category, name, self.section(category))
+        names = sorted(self.section(category))
+        close = difflib.get_close_matches(name, names, n=1)
+        raise UnknownNameError(
+            f"unknown {category} {name!r}; installed: {', '.join(names) or 'none'}"
+            + (f"; did you mean {close[0]!r}?" if close else "")
+            + " (no installed plugin distribution registers it)"
+        )
 
     def add(self, entries: Iterable[Entry], info: PluginInfo) -> list[Conflict]:
         """Add a hook's entries; a name another distribution holds becomes a conflict (returned)."""
@@ -192,17 +195,6 @@ class Registry:
         return new
 
 
-def unknown_name(category: Category, name: str, installed: Iterable[str]) -> UnknownNameError:
-    """The error for a name nobody registered: what is installed and a close match."""
-    names = sorted(installed)
-    msg = f"unknown {category} {name!r}; installed: {', '.join(names) or 'none'}"
-    close = difflib.get_close_matches(name, names, n=1)
-    if close:
-        msg += f"; did you mean {close[0]!r}?"
-    msg += " (no installed plugin distribution registers it)"
-    return UnknownNameError(msg)
-
-
 def make_entry(
     category: Category,
     distribution: str,
@@ -219,12 +211,8 @@ def make_entry(
     try:
         if not isinstance(name, str):
             raise PluginError(f"name {name!r} is a {type(name).__name__}; allowed: a string")
-        if not (_MODEL_NAME.match(name) if category == "model" else (name.isidentifier() and name.isascii())):
-            allowed = (
-                "letters, digits, '_', '-', '.'"
-                if category == "model"
-                else "a Python identifier (letters, digits, '_')"
-            )
+        pattern, allowed = _MODEL_NAME if category == "model" else _IDENTIFIER
+        if not pattern.match(name):
             raise PluginError(f"name {name!r} is invalid; allowed: {allowed}")
         if isinstance(impl, str) and not _IMPORT_PATH.match(impl):
             raise PluginError(f"impl {impl!r} is invalid; allowed: a callable or an import path 'package.module:attr'")

@@ -43,8 +43,7 @@ class DecodeOptions(TypedDict, total=False):
         row, or None (the default: fresh seeds).
     logprobs: also report the chosen token's log-probability and the top-n alternatives, raw
         and after the chain (default None: not reported).
-    compile: run the model's decode step and the chain's step under `torch.compile`
-        (`decodekit.compiling`; default False).
+    compile: run the model's decode step and the chain's step under `torch.compile` (default False).
     """
 
     chain: Chain | str | Sequence[Any] | None
@@ -71,7 +70,7 @@ _DEFAULTS: DecodeOptions = {
 
 @dataclass(frozen=True)
 class DecodeRequest:
-    """What `dk.decode` hands a strategy: `impl(request, params) -> Generation`.
+    """The checked arguments of one decode, as a strategy's policy reads them (`decoding.request`).
 
     prompts: token ids per row, each an int in [0, vocab_size), no row empty.
     cache: a factory `(CacheSpec) -> KVCache`, or None to recompute the context every step.
@@ -133,17 +132,6 @@ def _chain(chain: object) -> Chain:
     if isinstance(chain, Sequence):
         return Chain.from_spec(chain)
     raise ParameterError(f"chain={chain!r} is invalid; allowed: a Chain, a chain string, a spec list, or None")
-
-
-def _checked_for(chain: Chain, prompts: int) -> Chain:
-    """`chain`, each stage that takes one value per prompt (a grammar per prompt) having checked it has as many
-    (`check_prompts`): here every strategy passes, while a beam's or a speculative row's context says only
-    which prompt it serves."""
-    for stage in (*chain.processors, chain.selector):
-        check = getattr(stage, "check_prompts", None)
-        if callable(check):
-            check(prompts)
-    return chain
 
 
 def _cache(cache: object) -> CacheFactory | None:
@@ -222,11 +210,17 @@ def decode_request(
     V = _vocab_size(model)
     max_new = _integer("max_new_tokens", given["max_new_tokens"], lambda n: n >= 0, "an integer >= 0")
     rows = prompt_rows(model, prompts)
+    chain = _chain(given["chain"])
+    # A stage that takes one value per prompt (a grammar per prompt) checks it has as many here, where every
+    # strategy passes: a beam's or a speculative row's context says only which prompt it serves.
+    for check in (getattr(stage, "check_prompts", None) for stage in (*chain.processors, chain.selector)):
+        if callable(check):
+            check(len(rows))
     tokenizer = getattr(model, "tokenizer", None)
     return DecodeRequest(
         model=model,
         prompts=rows,
-        chain=_checked_for(_chain(given["chain"]), len(rows)),
+        chain=chain,
         max_new_tokens=max_new,
         cache=_cache(given["cache"]),
         stop_tokens=_stop_tokens(given["stop_tokens"], len(rows), V),

@@ -1,10 +1,8 @@
 """Base classes for samplers: processors (`[B, V] -> [B, V]`) and selectors (`[B, V] -> [B]`).
 
-Any callable with the right signature can stand in a chain; these bases add what the registry, specs
-and the chain's fast path need: a name and validated parameters. The optional candidate fast path
-(`to_candidates`, `on_candidates`, `select_candidates`: each agrees with the dense `__call__` and reads
-nothing back; a row a candidate set cannot hold is NaN, which the chain redoes densely) is described in
-docs/plugins.md ("The candidate fast path"); the conformance kit checks it.
+Any callable with the right signature can stand in a chain; these bases add a name and validated parameters.
+The optional candidate fast path (`to_candidates`, `on_candidates`, `select_candidates`, each agreeing with
+the dense `__call__` and reading nothing back) is docs/plugins.md's "The candidate fast path (optional)".
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ class Candidates(NamedTuple):
     """The tokens a truncation kept; every other token is -inf.
 
     values: [B, K] logits, sorted descending within each row (-inf entries last); a row of NaN
-        is one the set could not hold (see the module docstring)
+        is one the set could not hold, which the chain redoes densely
     indices: [B, K] their token ids
     """
 
@@ -106,13 +104,10 @@ class ProcessorBase(Stage[P]):
 class SelectorBase(Stage[P]):
     """A registered selector: `logits [B, V] -> token ids LongTensor [B]`.
 
-    On a row that cannot be sampled (NaN, +inf, every token removed) it may return any id in
-    range, but must not fail: the chain marks such rows itself (`Chain.pick`).
-
-    `distribution` says what the selector picks from, for strategies that need it as numbers
-    (speculative decoding's rejection rule): "softmax", an exact categorical draw from
-    softmax(logits); "argmax", the first maximum. None (the default): unknown, and such a
-    selector (a stateful one like mirostat, say) cannot be speculated.
+    On a row that cannot be sampled (NaN, +inf, every token removed) it may return any id in range, but
+    must not fail: the chain marks such rows itself. `distribution`: what it draws from, for speculative
+    decoding's rejection rule (docs/speculative.md): "softmax" (exactly), "argmax" (the first maximum), or
+    None, the default: unknown, so it cannot be speculated.
     """
 
     kind: ClassVar[str] = "selector"

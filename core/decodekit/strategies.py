@@ -6,6 +6,7 @@ the options every strategy shares become the checked `DecodeRequest`, the rest i
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -48,8 +49,7 @@ class Strategy:
 def decode(model: Model, prompts: Prompts, *, strategy: str = "sample", **options: Any) -> Generation:
     """Decode with the registered strategy `strategy`, e.g. "sample", "beam" or "beam(num_beams=4)".
 
-    Shared options (`DecodeOptions`: chain, max_new_tokens, cache, stop_tokens, stop_strings,
-    seed, logprobs, compile) are checked as `dk.generate` checks them; the others against the
+    Shared options (`DecodeOptions`) are checked as `dk.generate` checks them; the others against the
     strategy's parameters, which may also be given in the string form.
     """
     return run_decode(model, prompts, strategy, options)
@@ -60,11 +60,9 @@ def validate(model: Model, prompts: Prompts, *, strategy: str = "sample", **opti
     context included) without decoding: the strategy's policy runs until its first model call, then
     stops. A batch job checks every line before any model work. Returns the checked request."""
     request, bound = bind(model, prompts, strategy, options)
-    try:  # the strategy's own policy: its rows (num_beams), lookahead, cache needs and own checks
+    with contextlib.suppress(_ModelCalled):  # the strategy's own policy: its rows, lookahead, cache needs and checks
         for _ in _Checking(request, bound.name, events=False).run(bound.policy, bound.params, per_round=False):
             pass
-    except _ModelCalled:
-        pass
     return request
 
 

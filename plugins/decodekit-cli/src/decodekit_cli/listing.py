@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
+import annotated_types
 from pydantic.fields import FieldInfo
 from rich.console import Console, RenderableType
 from rich.padding import Padding
@@ -18,13 +19,13 @@ from rich.table import Table
 from rich.text import Text
 
 from decodekit.errors import PluginError
-from decodekit.param_types import bounds_text, type_text
+from decodekit.param_types import constraints, interval_text, type_text
 from decodekit.params import Params, allowed_values
 from decodekit.plugins import get_registry, sampler_entry
 from decodekit.registry import CATEGORIES, Entry, Registry
 from decodekit_cli.console import stdout_console
 
-__all__ = ["check_imports", "plugins_report", "render_plugins", "render_samplers", "samplers_report"]
+__all__ = ["bounds_text", "check_imports", "plugins_report", "render_plugins", "render_samplers", "samplers_report"]
 
 
 def plugins_report(check: bool = False) -> dict[str, Any]:
@@ -73,6 +74,19 @@ def _param_report(name: str, field: FieldInfo, schema: dict[str, Any]) -> dict[s
         "description": field.description or "",
         "schema": schema,
     }
+
+
+def bounds_text(metadata: Iterable[object], name: str) -> str:
+    """A parameter's own constraints: `0 < p ≤ 1, finite`, `non-empty`; empty when it has none."""
+    found = [interval_text(metadata, name)]
+    for m in constraints(metadata):
+        if isinstance(m, annotated_types.MinLen) and m.min_length > 0:
+            found.append("non-empty" if m.min_length == 1 else f"at least {m.min_length} items")
+        elif isinstance(m, annotated_types.MaxLen):
+            found.append(f"at most {m.max_length} items")
+        elif getattr(m, "allow_inf_nan", None) is False:
+            found.append("finite")
+    return ", ".join(filter(None, found))
 
 
 def _as_list(value: Any) -> Any:
