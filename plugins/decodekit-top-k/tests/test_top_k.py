@@ -126,7 +126,9 @@ def test_compiled_chains_that_differ_in_k_each_run_their_own_step() -> None:
     other = dk.Chain.parse("temperature(0.8) | top_k(5) | sample").compiled()
     try:
         for history in (3, 4):  # a recompile: the history becomes dynamic
-            other.step(torch.randn(2, 101), ctx_for(2, history=history, step=1))
+            warm = ctx_for(2, history=history, step=1)
+            warm.draw_uniforms()  # as a compiled decode does: one graph, not one split at `sample`'s generator
+            other.step(torch.randn(2, 101), warm)
         x = torch.randn(2, 300, generator=torch.Generator().manual_seed(0)) * 3
         for k in (1, 40):  # top_k(1) always picks the argmax, top_k(40) draws among 40
             chain = dk.Chain.parse(f"top_k({k}) | sample")
