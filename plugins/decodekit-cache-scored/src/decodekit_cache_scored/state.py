@@ -15,7 +15,7 @@ from torch import Tensor
 
 from decodekit_cache_scored.selection import NEVER
 
-__all__ = ["Block", "Forward", "LayerState"]
+__all__ = ["Block", "Forward", "LayerState", "Step"]
 
 
 @dataclass
@@ -53,6 +53,26 @@ class Block:
         self.slots, self.score, self.alive = (x[..., : held + m] for x in (self.slots, self.score, self.alive))
         if self.weights is not None:
             self.weights = self.weights[:, :, :m, : held + m]
+
+
+@dataclass
+class Step:
+    """A short forward's compression, free slots and masks, decided at its first layer for every layer at once
+    (each depends only on a layer's state before the forward, recorded in `before`); per layer, views of
+    `[L, ...]` tensors."""
+
+    start: int
+    new: int  # tokens fed
+    before: list[tuple[Tensor, Tensor, Tensor, Tensor]]  # each layer's (slots, alive, score, freed_at) used
+    held: int | None  # alive entries after the compression (None: nothing compressed)
+    alive: tuple[Tensor, ...]  # [B, H, S] after the compression
+    freed_at: tuple[Tensor, ...]  # [B, H, S] after the compression
+    index: tuple[Tensor, ...]  # [B, H, T] where the new tokens go
+    slots: tuple[Tensor, ...]  # [B, H, S] after the write
+    written: tuple[Tensor, ...]  # [B, H, S] alive after the write
+    key_slots: tuple[Tensor, ...]  # [B, H, S] of the returned keys (-1: none)
+    stacked_keys: Tensor  # [L, B, H, S]: `key_slots` as one tensor
+    masks: tuple[object, tuple[Tensor, ...]] | None = None  # (`_queries`' memo, the masks made for it)
 
 
 @dataclass
