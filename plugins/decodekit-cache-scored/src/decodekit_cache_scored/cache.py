@@ -39,6 +39,7 @@ from decodekit_cache_scored.state import Block, LayerState, Step
 __all__ = ["ObservingScoredCache", "ScoredCache", "resolve_budget"]
 
 _F = TypeVar("_F", bound=Callable[..., object])
+_STATE = ("slots", "written", "score", "freed_at")  # a layer's state, as `Step` names it after the write
 
 
 def _eager(step: _F) -> _F:
@@ -292,16 +293,20 @@ class ScoredCache:
         if len(compress) > 1:  # the layers' held counts disagree (never after a prompt): layer by layer
             return None
         before = [(st.slots, st.alive, st.score, st.freed_at) for st in layers]
-        slots, alive, freed_at = (torch.stack([x[i] for x in before]) for i in (0, 1, 3))
+        slots, alive, score, freed_at = (self._stacked(name, [x[i] for x in before]) for i, name in enumerate(_STATE))
         held = None
         if compress.pop():
-            keep = self._keep(slots, alive, torch.stack([x[2] for x in before]), start, room)
+            keep = self._keep(slots, alive, score, start, room)
             freed_at = freed_at.masked_fill(alive ^ keep, start)  # keep is within alive
             alive, held = keep, room
         index = free_slots(alive, freed_at, start - 2 * self.slack, new, self._lowest_first)  # [L, B, H, T]
         stream = torch.arange(start, start + new, device=index.device).expand(index.shape)
         written_slots, written = slots.scatter(-1, index, stream), alive.scatter(-1, index, True)
         key_slots = torch.where(written, written_slots, -1)
+        initial = self.policy.at(stream)
+        whole = {"slots": written_slots, "written": written, "freed_at": freed_at}
+        if initial is not None:
+            whole["score"] = score = score.scatter(-1, index, initial)
         return Step(
             start,
             new,
@@ -314,7 +319,21 @@ class ScoredCache:
             written.unbind(0),
             key_slots.unbind(0),
             key_slots,
+            None if initial is None else initial.unbind(0),
+            None if initial is None else score.unbind(0),
+            whole,
         )
+
+    def _stacked(self, name: str, layers: list[Tensor]) -> Tensor:
+        """The layers' `name` state as one `[L, ...]` tensor: the last step's, when every layer still holds its
+        view of it (no copy), else stacked."""
+        step = self._step
+        whole = None if step is None else step.whole.get(name)
+        if step is None or whole is None:
+            return torch.stack(layers)
+        views = cast(tuple[Tensor, ...] | None, getattr(step, name))
+        same = views is not None and all(a is b for a, b in zip(views, layers, strict=True))
+        return whole if same else torch.stack(layers)
 
     def _room(self, start: int, new: int) -> int:
         """Entries a forward of `new` tokens from stream slot `start` may see besides its own: the budget, and
@@ -339,22 +358,24 @@ class ScoredCache:
         """A few tokens: written into free slots (recorded for crop); the whole storage is returned. `step`:
         where they go and the state after, decided for every layer at once (None: decided here)."""
         start, T = st.length, k.shape[2]
-        forward = st.snapshot(start)
         if step is None:
             index = free_slots(st.alive, st.freed_at, start - 2 * self.slack, T, self._lowest_first)  # [B, H, T]
         else:
             index = step.index[layer]
         self.store.write_at(layer, index, k, v)  # type: ignore[attr-defined]  # checked at construction
-        new = self._new_slots(start, index.shape)
-        forward.index, forward.initial = index, self.policy.initial(k, new)
+        if step is None or step.initial is None:
+            initial = self.policy.initial(k, self._new_slots(start, index.shape))
+        else:
+            initial = step.initial[layer]
+        forward = st.snapshot(start, index, initial)
         # Replaced, never written in place: the record of the forward keeps the state before it.
         if step is None:
-            st.slots = st.slots.scatter(-1, index, new)
+            st.slots = st.slots.scatter(-1, index, self._new_slots(start, index.shape))
             st.alive = st.alive.scatter(-1, index, True)
             st.key_slots = torch.where(st.alive, st.slots, -1)
         else:
             st.slots, st.alive, st.key_slots = step.slots[layer], step.written[layer], step.key_slots[layer]
-        st.score = st.score.scatter(-1, index, forward.initial)
+        st.score = st.score.scatter(-1, index, initial) if step is None or step.score is None else step.score[layer]
         st.held += T
         st.journal = [f for f in st.journal if f.start >= start + T - 2 * self.slack] + [forward]
         keys, values = self.store.read(layer, 0, self.slots)

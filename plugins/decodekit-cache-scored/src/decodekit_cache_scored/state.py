@@ -72,6 +72,9 @@ class Step:
     written: tuple[Tensor, ...]  # [B, H, S] alive after the write
     key_slots: tuple[Tensor, ...]  # [B, H, S] of the returned keys (-1: none)
     stacked_keys: Tensor  # [L, B, H, S]: `key_slots` as one tensor
+    initial: tuple[Tensor, ...] | None  # [B, H, T] the new tokens' scores, when they need no keys (`Policy.at`)
+    score: tuple[Tensor, ...] | None  # [B, H, S] after the write (with `initial`)
+    whole: dict[str, Tensor]  # the `[L, ...]` tensors of slots, written, freed_at and score: the next step's
     masks: tuple[object, tuple[Tensor, ...]] | None = None  # (`_queries`' memo, the masks made for it)
 
 
@@ -101,9 +104,10 @@ class LayerState:
             freed_at=torch.full(shape, NEVER, dtype=torch.long, device=device),
         )
 
-    def snapshot(self, start: int) -> Forward:
-        """The state before a forward (no copy: the state is only ever replaced, never written in place)."""
-        return Forward(start, self.alive, self.score, self.freed_at)
+    def snapshot(self, start: int, index: Tensor, initial: Tensor) -> Forward:
+        """The state before a forward that writes to `index` with scores `initial` (no copy: the state is only
+        ever replaced, never written in place)."""
+        return Forward(start, self.alive, self.score, self.freed_at, index, initial)
 
     def restore(self, forward: Forward, n: int, apply: object) -> None:
         """The state after feeding `forward`'s tokens before stream slot `n` (as one forward), from its record.
