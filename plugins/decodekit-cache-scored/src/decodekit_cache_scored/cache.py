@@ -34,11 +34,12 @@ from decodekit.storage import SlotWritable, check_memory, float_slot_bytes, look
 from decodekit_cache_scored.params import ScoredParams
 from decodekit_cache_scored.policies import Policy
 from decodekit_cache_scored.selection import NEVER, capped_shift, free_slots, keep_top, rope_frequencies, rotate_each
-from decodekit_cache_scored.state import Block, LayerState
+from decodekit_cache_scored.state import Block, LayerState, Step
 
 __all__ = ["ObservingScoredCache", "ScoredCache", "resolve_budget"]
 
 _F = TypeVar("_F", bound=Callable[..., object])
+_STATE = ("slots", "written", "score", "freed_at")  # a layer's state, as `Step` names it after the write
 
 
 def _eager(step: _F) -> _F:
@@ -129,6 +130,7 @@ class ScoredCache:
         self._row_start = torch.zeros(spec.batch_size, 1, 1, dtype=torch.long, device=spec.device)
         self._forward: tuple[int, Tensor, Tensor, Tensor, Tensor] | None = None  # see `_queries`
         self._new: tuple[int, int, Tensor] | None = None  # see `_new_slots`
+        self._step: Step | None = None  # see `_planned`
 
     @_eager
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -146,9 +148,13 @@ class ScoredCache:
                 f"model's context; allowed: forwards of at most {M} tokens (the engine prefills in such blocks)"
             )
         self._settle(layer, st)
-        self._compress(st, start, self._room(start, T))
         long = self.slack < T or start == 0  # a prompt, however short, as a whole: padding must not decide
-        keys, values = self._long_block(layer, st, k, v) if long else self._short_block(layer, st, k, v)
+        step = None if long else self._planned(layer, st, T)
+        if step is None:
+            self._compress(st, start, self._room(start, T))
+        elif step.held is not None:
+            st.alive, st.freed_at, st.held = step.alive[layer], step.freed_at[layer], step.held
+        keys, values = self._long_block(layer, st, k, v) if long else self._short_block(layer, st, k, v, step)
         st.length, st.observed, st.keys = start + T, not self.policy.observes, keys
         return keys, values
 
@@ -156,10 +162,20 @@ class ScoredCache:
     def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
         st = self._layers[layer]
         query, row_start, st.valid = self._queries(st.length - positions.shape[1], positions)
-        keys = st.key_slots.unsqueeze(2)  # [B, H_kv, 1, S']
-        mask = ((keys >= row_start) & (keys <= query)) | (keys == query)  # `slot_mask`'s rule: [B, H_kv, T, S']
-        st.mask = mask.repeat_interleave(self.groups, dim=1) if self.groups > 1 else mask
+        step = self._step
+        if step is not None and st.key_slots is step.key_slots[layer]:  # every layer's mask at once
+            if step.masks is None or step.masks[0] is not self._forward:
+                step.masks = (self._forward, self._mask(step.stacked_keys, query, row_start).unbind(0))
+            st.mask = step.masks[1][layer]
+        else:
+            st.mask = self._mask(st.key_slots, query, row_start)
         return st.mask
+
+    def _mask(self, key_slots: Tensor, query: Tensor, row_start: Tensor) -> Tensor:
+        """`[..., B, n_heads, T, S']` from the key slots `[..., B, H_kv, S']`: `slot_mask`'s rule."""
+        keys = key_slots.unsqueeze(-2)  # [..., B, H_kv, 1, S']
+        mask = ((keys >= row_start) & (keys <= query)) | (keys == query)
+        return mask.repeat_interleave(self.groups, dim=-3) if self.groups > 1 else mask
 
     def _queries(self, first: int, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The new queries' slots `[1, 1, T, 1]`, each one's row start `[B, 1, T, 1]` and whether it is real
@@ -191,6 +207,7 @@ class ScoredCache:
             )
         if n == self.length:
             return
+        self._step = None
         for st in self._layers:
             if st.pending is not None:  # a long block, not compressed yet: cut it
                 st.pending.cut(n, self.slots)
@@ -221,7 +238,7 @@ class ScoredCache:
 
     def reorder(self, index: Tensor) -> None:
         index = row_index(self.name, index, self.spec.batch_size).to(self._row_start.device)
-        self._forward = None  # its row starts are the old rows'
+        self._forward = self._step = None  # its row starts are the old rows'
         for layer, st in enumerate(self._layers):
             self._settle(layer, st)
         self.store.reorder(index, self.slots)
@@ -255,6 +272,69 @@ class ScoredCache:
         st.freed_at = st.freed_at.masked_fill(st.alive ^ keep, length)  # keep is within alive
         st.alive, st.held = keep, budget
 
+    def _planned(self, layer: int, st: LayerState, new: int) -> Step | None:
+        """The plan of this short forward (`Step`) made at its first layer, or a new one if `layer` comes first;
+        None when the layers are not all before it (a layer fed twice, a long block pending)."""
+        step, start = self._step, st.length
+        if step is not None and step.start == start and step.new == new:
+            slots, alive, score, freed_at = step.before[layer]
+            if slots is st.slots and alive is st.alive and score is st.score and freed_at is st.freed_at:
+                return step
+        self._step = step = self._plan(start, new)
+        return step
+
+    def _plan(self, start: int, new: int) -> Step | None:
+        """What a short forward from `start` does to every layer before it writes: the compression (`_compress`),
+        the free slots and the written state, as `[L, ...]` tensors (once per forward, not per layer)."""
+        layers, room = self._layers, self._room(start, new)
+        if any(st.length != start or st.pending is not None for st in layers):
+            return None
+        compress = {st.held > room for st in layers}
+        if len(compress) > 1:  # the layers' held counts disagree (never after a prompt): layer by layer
+            return None
+        before = [(st.slots, st.alive, st.score, st.freed_at) for st in layers]
+        slots, alive, score, freed_at = (self._stacked(name, [x[i] for x in before]) for i, name in enumerate(_STATE))
+        held = None
+        if compress.pop():
+            keep = self._keep(slots, alive, score, start, room)
+            freed_at = freed_at.masked_fill(alive ^ keep, start)  # keep is within alive
+            alive, held = keep, room
+        index = free_slots(alive, freed_at, start - 2 * self.slack, new, self._lowest_first)  # [L, B, H, T]
+        stream = torch.arange(start, start + new, device=index.device).expand(index.shape)
+        written_slots, written = slots.scatter(-1, index, stream), alive.scatter(-1, index, True)
+        key_slots = torch.where(written, written_slots, -1)
+        initial = self.policy.at(stream)
+        whole = {"slots": written_slots, "written": written, "freed_at": freed_at}
+        if initial is not None:
+            whole["score"] = score = score.scatter(-1, index, initial)
+        return Step(
+            start,
+            new,
+            before,
+            held,
+            alive.unbind(0),
+            freed_at.unbind(0),
+            index.unbind(0),
+            written_slots.unbind(0),
+            written.unbind(0),
+            key_slots.unbind(0),
+            key_slots,
+            None if initial is None else initial.unbind(0),
+            None if initial is None else score.unbind(0),
+            whole,
+        )
+
+    def _stacked(self, name: str, layers: list[Tensor]) -> Tensor:
+        """The layers' `name` state as one `[L, ...]` tensor: the last step's, when every layer still holds its
+        view of it (no copy), else stacked."""
+        step = self._step
+        whole = None if step is None else step.whole.get(name)
+        if step is None or whole is None:
+            return torch.stack(layers)
+        views = cast(tuple[Tensor, ...] | None, getattr(step, name))
+        same = views is not None and all(a is b for a, b in zip(views, layers, strict=True))
+        return whole if same else torch.stack(layers)
+
     def _room(self, start: int, new: int) -> int:
         """Entries a forward of `new` tokens from stream slot `start` may see besides its own: the budget, and
         past the context (rotary) no more than it leaves, since the held keys are then moved within it, beyond
@@ -272,21 +352,32 @@ class ScoredCache:
         real = held & (slots >= self._row_start)  # padding is never seen: it takes no rank
         return rotate_each(keys, capped_shift(slots, real, last, M), inv_freq)
 
-    def _short_block(self, layer: int, st: LayerState, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """A few tokens: written into free slots (recorded for crop); the whole storage is returned."""
+    def _short_block(
+        self, layer: int, st: LayerState, k: Tensor, v: Tensor, step: Step | None
+    ) -> tuple[Tensor, Tensor]:
+        """A few tokens: written into free slots (recorded for crop); the whole storage is returned. `step`:
+        where they go and the state after, decided for every layer at once (None: decided here)."""
         start, T = st.length, k.shape[2]
-        forward = st.snapshot(start)
-        index = free_slots(st.alive, st.freed_at, start - 2 * self.slack, T, self._lowest_first)  # [B, H, T]
+        if step is None:
+            index = free_slots(st.alive, st.freed_at, start - 2 * self.slack, T, self._lowest_first)  # [B, H, T]
+        else:
+            index = step.index[layer]
         self.store.write_at(layer, index, k, v)  # type: ignore[attr-defined]  # checked at construction
-        new = self._new_slots(start, index.shape)
-        forward.index, forward.initial = index, self.policy.initial(k, new)
+        if step is None or step.initial is None:
+            initial = self.policy.initial(k, self._new_slots(start, index.shape))
+        else:
+            initial = step.initial[layer]
+        forward = st.snapshot(start, index, initial)
         # Replaced, never written in place: the record of the forward keeps the state before it.
-        st.slots = st.slots.scatter(-1, index, new)
-        st.alive = st.alive.scatter(-1, index, True)
-        st.score = st.score.scatter(-1, index, forward.initial)
+        if step is None:
+            st.slots = st.slots.scatter(-1, index, self._new_slots(start, index.shape))
+            st.alive = st.alive.scatter(-1, index, True)
+            st.key_slots = torch.where(st.alive, st.slots, -1)
+        else:
+            st.slots, st.alive, st.key_slots = step.slots[layer], step.written[layer], step.key_slots[layer]
+        st.score = st.score.scatter(-1, index, initial) if step is None or step.score is None else step.score[layer]
         st.held += T
         st.journal = [f for f in st.journal if f.start >= start + T - 2 * self.slack] + [forward]
-        st.key_slots = torch.where(st.alive, st.slots, -1)
         keys, values = self.store.read(layer, 0, self.slots)
         return self._moved(keys, st.slots, forward.alive, start + T - 1), values
 

@@ -19,7 +19,14 @@ class Policy:
 
     def initial(self, k: Tensor, slots: Tensor) -> Tensor:
         """Scores `[B, H_kv, T]` of new keys `k` `[B, H_kv, T, D]` written at stream slots `slots` `[B, H_kv, T]`."""
-        raise NotImplementedError
+        initial = self.at(slots)
+        if initial is None:
+            raise NotImplementedError
+        return initial
+
+    def at(self, slots: Tensor) -> Tensor | None:
+        """`initial` when it depends on the stream slots alone (`[..., T]`, any leading dims), else None."""
+        return None
 
     def contributions(self, weights: Tensor, kv_heads: int) -> Tensor:
         """`[B, H_kv, T, S]` from attention weights `[B, H, T, S]` (a zero row for a padding query)."""
@@ -33,7 +40,7 @@ class Policy:
 class KeyNorm(Policy):
     """Key-norm (Devoto et al. 2024): a key of small L2 norm draws attention, so keep the smallest norms."""
 
-    def initial(self, k: Tensor, slots: Tensor) -> Tensor:
+    def initial(self, k: Tensor, slots: Tensor) -> Tensor:  # from the keys
         norm: Tensor = torch.linalg.vector_norm(k.float(), dim=-1)
         return -norm
 
@@ -41,7 +48,7 @@ class KeyNorm(Policy):
 class Recent(Policy):
     """StreamingLLM's rule (Xiao et al. 2024): keep the newest (with the sinks the cache always keeps)."""
 
-    def initial(self, k: Tensor, slots: Tensor) -> Tensor:
+    def at(self, slots: Tensor) -> Tensor:
         return slots.float()
 
 
@@ -51,8 +58,8 @@ class H2O(Policy):
 
     observes = True
 
-    def initial(self, k: Tensor, slots: Tensor) -> Tensor:
-        return torch.zeros(k.shape[:3], device=k.device)
+    def at(self, slots: Tensor) -> Tensor:
+        return torch.zeros(slots.shape, device=slots.device)
 
     def contributions(self, weights: Tensor, kv_heads: int) -> Tensor:
         B, H, T, S = weights.shape

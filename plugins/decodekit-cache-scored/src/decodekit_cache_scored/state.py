@@ -15,7 +15,7 @@ from torch import Tensor
 
 from decodekit_cache_scored.selection import NEVER
 
-__all__ = ["Block", "Forward", "LayerState"]
+__all__ = ["Block", "Forward", "LayerState", "Step"]
 
 
 @dataclass
@@ -56,6 +56,29 @@ class Block:
 
 
 @dataclass
+class Step:
+    """A short forward's compression, free slots and masks, decided at its first layer for every layer at once
+    (each depends only on a layer's state before the forward, recorded in `before`); per layer, views of
+    `[L, ...]` tensors."""
+
+    start: int
+    new: int  # tokens fed
+    before: list[tuple[Tensor, Tensor, Tensor, Tensor]]  # each layer's (slots, alive, score, freed_at) used
+    held: int | None  # alive entries after the compression (None: nothing compressed)
+    alive: tuple[Tensor, ...]  # [B, H, S] after the compression
+    freed_at: tuple[Tensor, ...]  # [B, H, S] after the compression
+    index: tuple[Tensor, ...]  # [B, H, T] where the new tokens go
+    slots: tuple[Tensor, ...]  # [B, H, S] after the write
+    written: tuple[Tensor, ...]  # [B, H, S] alive after the write
+    key_slots: tuple[Tensor, ...]  # [B, H, S] of the returned keys (-1: none)
+    stacked_keys: Tensor  # [L, B, H, S]: `key_slots` as one tensor
+    initial: tuple[Tensor, ...] | None  # [B, H, T] the new tokens' scores, when they need no keys (`Policy.at`)
+    score: tuple[Tensor, ...] | None  # [B, H, S] after the write (with `initial`)
+    whole: dict[str, Tensor]  # the `[L, ...]` tensors of slots, written, freed_at and score: the next step's
+    masks: tuple[object, tuple[Tensor, ...]] | None = None  # (`_queries`' memo, the masks made for it)
+
+
+@dataclass
 class LayerState:
     slots: Tensor  # [B, H, S] stream slot held (-1: none)
     alive: Tensor  # [B, H, S] bool
@@ -81,9 +104,10 @@ class LayerState:
             freed_at=torch.full(shape, NEVER, dtype=torch.long, device=device),
         )
 
-    def snapshot(self, start: int) -> Forward:
-        """The state before a forward (no copy: the state is only ever replaced, never written in place)."""
-        return Forward(start, self.alive, self.score, self.freed_at)
+    def snapshot(self, start: int, index: Tensor, initial: Tensor) -> Forward:
+        """The state before a forward that writes to `index` with scores `initial` (no copy: the state is only
+        ever replaced, never written in place)."""
+        return Forward(start, self.alive, self.score, self.freed_at, index, initial)
 
     def restore(self, forward: Forward, n: int, apply: object) -> None:
         """The state after feeding `forward`'s tokens before stream slot `n` (as one forward), from its record.
