@@ -111,7 +111,7 @@ def straight_line_step(
         return (z / 0.8).clamp_(max=torch.finfo(z.dtype).max)
 
     y = y if scale_candidates else temperature(y)
-    grid = y.as_strided((1, R, C), (y.stride(0), C, 1))  # top_k(50): room + 1 largest, the last a bound
+    grid = y[:, : R * C].view(1, R, C)  # top_k(50): room + 1 largest, the last a bound
     groups = grid.amax(1, keepdim=True).topk(room + 1, sorted=False).indices
     pool = (torch.arange(0, R * C, C).view(1, R, 1) + groups).view(1, -1)  # V = 29 · 1733: no tail
     values, pos = y.gather(1, pool).topk(room + 1)

@@ -84,3 +84,14 @@ def test_the_grid_plan_folds_into_a_compiled_graph() -> None:
     compiled = torch.compile(lambda x: top_candidates(x, 5)[0].values, fullgraph=True, backend="eager")
     x = torch.randn(2, 50_257, generator=torch.Generator().manual_seed(0))
     assert torch.equal(compiled(x), x.topk(5).values)
+
+
+@pytest.mark.parametrize("vocab", [4096, 1009])  # grid without and with a tail
+def test_rows_of_a_wider_tensor(vocab: int) -> None:
+    """Logits that are a column slice of a wider tensor (a row stride past V) give a full sort's candidates."""
+    g = torch.Generator().manual_seed(vocab)
+    wide = torch.randn(3, vocab + 7, generator=g) * 3
+    x = wide[:, 2 : vocab + 2]
+    assert x.stride(0) == vocab + 7
+    for n in (1, 5, 20):
+        check_top(x, n)

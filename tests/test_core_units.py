@@ -276,3 +276,36 @@ def test_a_validator_across_parameters_names_them_and_its_rule() -> None:
 
     with pytest.raises(dk.ParameterError, match=r"^clampish: lo=2, hi=1 are invalid together: lo must be <= hi$"):
         validate_params("clampish", Clamp, {"lo": 2, "hi": 1})
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_draw_uniforms_refills_its_tensor_with_the_generators_numbers(rows: int) -> None:
+    """A second `draw_uniforms` writes into the first's tensor (a compiled step sees one it knows), and the
+    numbers are still each row's generator's own, in order; outside inference mode an inference tensor is
+    replaced, not written."""
+    tokens = torch.zeros(rows, 2, dtype=torch.long)
+    ctx = dk.DecodeContext(tokens=tokens, generators=row_generators(4, rows))
+    with torch.inference_mode():
+        ctx.draw_uniforms(2)
+        first = ctx.draws
+        assert first is not None
+        first_values = first.clone()
+        ctx.uniform()
+        ctx.draw_uniforms(2)
+    assert ctx.draws is first and ctx.drawn == 0
+    ctx.draw_uniforms(2)  # outside inference mode: a new tensor
+    assert ctx.draws is not first and not ctx.draws.is_inference()
+    ctx.draw_uniforms(3)  # another width: a new tensor
+    assert ctx.draws.shape == (rows, 3)
+    drawn = torch.cat([first_values, first], 1)
+    later = ctx.draws
+    for b, g in enumerate(row_generators(4, rows)):
+        expected = torch.rand(9, generator=g)
+        assert drawn[b].tolist() == expected[:4].tolist()
+        assert later[b].tolist() == expected[6:].tolist()
+    torch.manual_seed(5)
+    plain = dk.DecodeContext(tokens=tokens)
+    plain.draw_uniforms()
+    plain.draw_uniforms()
+    torch.manual_seed(5)
+    assert plain.draws is not None and plain.draws.view(-1).tolist() == torch.rand(2 * rows)[rows:].tolist()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 
 import decodekit as dk
 from decodekit.context import row_generators
-from decodekit.sample import Sample, inverse_cdf
+from decodekit.sample import Sample, inverse_cdf, sorted_position
 from decodekit.stage import Candidates, densify
 from decodekit.testing import NEG, SelectorConformance, check_selector, ctx_for
 from decodekit.testing.selectors import check_selector_distribution
@@ -172,3 +174,17 @@ def test_half_precision_logits_are_summed_in_float32(dtype: torch.dtype) -> None
         assert torch.equal(Sample()(logits, ctx_for(2, seed=seed)), Sample()(logits.float(), ctx_for(2, seed=seed)))
         u = torch.rand(2, 1, generator=torch.Generator().manual_seed(seed))
         assert torch.equal(inverse_cdf(logits, u), inverse_cdf(logits.float(), u))
+
+
+@pytest.mark.parametrize("right", [False, True])
+def test_sorted_position_under_compile_is_searchsorted(right: bool) -> None:
+    """The count a compiled step uses for a position in sorted rows equals searchsorted's, ties and ends included."""
+    g = torch.Generator().manual_seed(3)
+    cum = (torch.rand(4, 57, generator=g) * 4).round().cumsum(-1)  # ties: many steps of 0
+    cum[3] = 0.0  # a row with no mass
+    ends = [cum[:, :1], cum[:, 20:21], cum[:, -1:], cum[:, -1:] + 1, cum[:, 30:31] - 0.5, cum[:, :1] - 1]
+    targets = [t.contiguous() for t in ends]
+    compiled = torch.compile(partial(sorted_position, right=right), fullgraph=True, backend="eager")
+    for target in targets:
+        assert torch.equal(compiled(cum, target), torch.searchsorted(cum, target, right=right))
+        assert torch.equal(sorted_position(cum, target, right=right), torch.searchsorted(cum, target, right=right))

@@ -55,7 +55,8 @@ def top_candidates(logits: Tensor, n: int) -> tuple[Candidates, Tensor]:
     else:
         if logits.stride(-1) != 1:
             logits = logits.contiguous()
-        grid = logits.as_strided((B, R, C), (logits.stride(0), C, 1))  # a view, also of a row slice
+        # A view, also of a row slice; not as_strided, which makes inductor write the row before its maxima.
+        grid = (logits if R * C == V else logits[:, : R * C]).view(B, R, C)
         groups = grid.amax(1, keepdim=True).topk(n + 1, sorted=False).indices  # [B, 1, n+1]
         starts = torch.arange(0, R * C, C, device=logits.device).view(1, R, 1)
         pool_ids = (starts + groups).view(B, -1)  # token r·C + group, for each grid row r

@@ -13,9 +13,20 @@ from decodekit.stage import Candidates, SelectorBase
 if TYPE_CHECKING:
     from decodekit.context import DecodeContext
 
-__all__ = ["Sample", "inverse_cdf"]
+__all__ = ["Sample", "inverse_cdf", "sorted_position"]
 
 _BELOW_ONE = 1.0 - 2.0**-23
+
+
+def sorted_position(cum: Tensor, target: Tensor, *, right: bool = False) -> Tensor:
+    """`torch.searchsorted(cum, target, right=right)` for rows `cum` `[B, K]` sorted ascending, `target` `[B, 1]`.
+
+    Under compile it is a count (`cum < target`, summed), which inductor fuses into the kernels around
+    it instead of calling searchsorted on its own; eager it is searchsorted (a count reads all K).
+    """
+    if torch.compiler.is_compiling():
+        return (cum <= target if right else cum < target).sum(-1, keepdim=True)
+    return torch.searchsorted(cum, target, right=right)
 
 
 def inverse_cdf(logits: Tensor, u: Tensor) -> Tensor:
@@ -31,7 +42,7 @@ def inverse_cdf(logits: Tensor, u: Tensor) -> Tensor:
     # u < 1 - 2**-24; scaled by 1 - 2**-23 its product with a total >= 1 rounds strictly below the
     # total, so the first entry above it has a non-empty step of the CDF, never a removed token's.
     target = cdf[:, -1:] * (u * _BELOW_ONE)
-    return torch.searchsorted(cdf, target, right=True).clamp_(max=x.shape[-1] - 1)
+    return sorted_position(cdf, target, right=True).clamp_(max=x.shape[-1] - 1)
 
 
 class Sample(SelectorBase[NoParams]):

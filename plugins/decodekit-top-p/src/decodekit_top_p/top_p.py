@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from decodekit.candidates import keep_at_least, top_candidates
+from decodekit.sample import sorted_position
 from decodekit.stage import Candidates, ProcessorBase
 from decodekit_top_p.params import TopPParams
 
@@ -36,7 +37,7 @@ def _last_kept(values: Tensor, total: Tensor | None, p: float, min_keep: int) ->
     x = values if values.dtype in (torch.float32, torch.float64) else values.float()
     cum = (x - x[:, :1]).exp().cumsum(-1)  # [B, K]
     target = cum[:, -1:] * p if total is None else total * p
-    pos = torch.searchsorted(cum, target)  # the first token whose own cum reaches the target
+    pos = sorted_position(cum, target)  # the first token whose own cum reaches the target
     return pos.clamp(min=min_keep - 1) if min_keep > 1 else pos
 
 
