@@ -77,8 +77,6 @@ def _model_called(*args: Any, **kwargs: Any) -> Tensor:
 class _Checking(Decoding):
     """A decoding whose policy stops at its first model call: everything checked before it, no model work."""
 
-    prefill = forward = staticmethod(_model_called)
-
     def __init__(self, request: DecodeRequest, strategy: str, *, events: bool) -> None:
         super().__init__(request, strategy, events=events)
         self.model = cast(Model, _Unrunnable(self.model))  # a policy that calls `d.model` itself
