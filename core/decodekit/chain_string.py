@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import re
 import warnings
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from decodekit.errors import ChainSpecError
@@ -83,14 +84,7 @@ class _Parser:
         name = self.name(f"a {self.what} stage name")
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
-        if self.peek() != "(":
-            return StageCall(name, args, kwargs)
-        opened = self.pos
-        self.pos += 1
-        while self.peek() != ")":
-            if not self.peek():
-                raise self.error(f"')' to close the '(' at position {opened}")
-            start = self.pos
+        for start in self.items() if self.peek() == "(" else ():
             match = _NAME.match(self.text, start)
             if match and self.text[match.end() :].lstrip().startswith("="):
                 key = self.name("a parameter name")
@@ -102,12 +96,22 @@ class _Parser:
                 if kwargs:
                     raise self.error("name=value (a positional value cannot follow a keyword one)", start)
                 args.append(self.value(0))
+        return StageCall(name, args, kwargs)
+
+    def items(self) -> Iterator[int]:
+        """The start of each comma-separated item inside the bracket at `pos`, which is then past its closing one."""
+        opened, opening = self.pos, self.text[self.pos]
+        close = _CLOSE[opening]
+        self.pos += 1
+        while self.peek() != close:
+            if not self.peek():
+                raise self.error(f"{close!r} to close the {opening!r} at position {opened}")
+            yield self.pos
             if self.peek() == ",":
                 self.pos += 1
-            elif self.peek() != ")":
-                raise self.error(f"',' or ')' to close the '(' at position {opened}")
+            elif self.peek() != close:
+                raise self.error(f"',' or {close!r} to close the {opening!r} at position {opened}")
         self.pos += 1
-        return StageCall(name, args, kwargs)
 
     def value(self, depth: int) -> Any:
         if depth >= MAX_DEPTH:
@@ -157,15 +161,9 @@ class _Parser:
         )
 
     def bracketed(self, opening: str, depth: int) -> Any:
-        opened, close = self.pos, _CLOSE[opening]
-        self.pos += 1
         items: list[Any] = []
         pairs: dict[Any, Any] = {}
-        trailing_comma = False
-        while self.peek() != close:
-            if not self.peek():
-                raise self.error(f"{close!r} to close the {opening!r} at position {opened}")
-            start = self.pos
+        for start in self.items():
             item = self.value(depth + 1)
             if opening == "{":
                 self.expect(":", "':' after a dict key")
@@ -175,16 +173,11 @@ class _Parser:
                     raise self.error(f"a hashable dict key (a number, string or tuple), not {item!r}", start) from None
             else:
                 items.append(item)
-            trailing_comma = self.peek() == ","
-            if trailing_comma:
-                self.pos += 1
-            elif self.peek() != close:
-                raise self.error(f"',' or {close!r} to close the {opening!r} at position {opened}")
-        self.pos += 1
         if opening == "{":
             return pairs
         if opening == "[":
             return items
+        trailing_comma = self.text[: self.pos - 1].rstrip().endswith(",")  # `(1,)` is a tuple, `(1)` is 1
         return items[0] if len(items) == 1 and not trailing_comma else tuple(items)
 
 

@@ -12,7 +12,6 @@ import functools
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -321,20 +320,19 @@ class Decoding:
                 "engine, policy(decoding, params), that emits its tokens through the decoding and returns "
                 "None, its rounds (an iterator) or yields"
             )
-        return self._events_of(steps, settings, per_round)
 
-    def _events_of(
-        self, steps: Iterator[None] | None, settings: Callable[[], AbstractContextManager[None]], per_round: bool
-    ) -> Iterator[TokenEvent]:
-        each_round = settings if per_round else contextlib.nullcontext
-        with contextlib.nullcontext() if per_round else settings():
-            while steps is not None:
-                with each_round():
-                    if next(steps, _END) is _END:
-                        break
-                yield from self.take_events()
-        self._check_complete()
-        yield from self.take_events()
+        def events() -> Iterator[TokenEvent]:
+            each_round = settings if per_round else contextlib.nullcontext
+            with contextlib.nullcontext() if per_round else settings():
+                while steps is not None:
+                    with each_round():
+                        if next(steps, _END) is _END:
+                            break
+                    yield from self.take_events()
+            self._check_complete()
+            yield from self.take_events()
+
+        return events()
 
     def _check_complete(self) -> None:
         if not self.copies:

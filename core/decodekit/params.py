@@ -62,21 +62,14 @@ def _takes(member: object, value: bool | str) -> bool:
     return member is type(value)
 
 
-def _not_a_number(ann: object, value: object) -> bool:
-    """A bool or a string given to a number parameter: one that takes an int or a float, and takes that
-    bool or string in no other way (`int | str` takes "a"; `int | Literal["auto"]` takes "auto")."""
-    if not isinstance(value, (bool, str)):
-        return False
-    members = _members(ann)
-    return any(m in (int, float) for m in members) and not any(_takes(m, value) for m in members)
-
-
 def _not_numbers(ann: object, value: object, loc: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], object]]:
     """Where in `value` a number is given as a bool or a string: the value itself, or an item of a list,
     tuple or dict value that a container type of `ann` reads as a number (`[8, True]` for `list[int]`).
     Dict keys are left alone: JSON writes every key as a string."""
-    if isinstance(value, (bool, str)):
-        return [(loc, value)] if _not_a_number(ann, value) else []
+    if isinstance(value, (bool, str)):  # refused where `ann` takes a number and takes it in no other way
+        members = _members(ann)  # (`int | str` takes "a"; `int | Literal["auto"]` takes "auto")
+        number = any(m in (int, float) for m in members) and not any(_takes(m, value) for m in members)
+        return [(loc, value)] if number else []
     found: list[list[tuple[tuple[Any, ...], object]]] = []  # per container member that takes `value`
     for member in _members(ann):
         origin, args = typing.get_origin(member), typing.get_args(member)

@@ -85,13 +85,6 @@ def _entry_points() -> list[metadata.EntryPoint]:
     return [found[key] for key in sorted(found)]
 
 
-def _core_version() -> str:
-    try:
-        return metadata.version(CORE_DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
-
-
 class _Loader:
     """Builds a Registry: one pluggy `PluginManager`; each plugin's hooks are called through it on their
     own, with a `register` that stages, then commits. A plugin's import, registration and hooks run under
@@ -158,10 +151,10 @@ _registry: Registry | None = None
 
 
 def _build() -> Registry:
-    from decodekit import builtin_plugin
+    from decodekit import __version__, builtin_plugin
 
     loader = _Loader()
-    loader.add(builtin_plugin, CORE_DISTRIBUTION, _core_version(), "builtin")
+    loader.add(builtin_plugin, CORE_DISTRIBUTION, __version__, "builtin")
     allowed, denied = _env_names("DECODEKIT_LOAD_PLUGINS"), _env_names("DECODEKIT_DISABLE_PLUGINS") or set()
     entry_points = _entry_points()
     for variable, names in (("DECODEKIT_LOAD_PLUGINS", allowed), ("DECODEKIT_DISABLE_PLUGINS", denied)):

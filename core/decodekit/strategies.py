@@ -77,8 +77,6 @@ def _model_called(*args: Any, **kwargs: Any) -> Tensor:
 class _Checking(Decoding):
     """A decoding whose policy stops at its first model call: everything checked before it, no model work."""
 
-    prefill = forward = staticmethod(_model_called)
-
     def __init__(self, request: DecodeRequest, strategy: str, *, events: bool) -> None:
         super().__init__(request, strategy, events=events)
         self.model = cast(Model, _Unrunnable(self.model))  # a policy that calls `d.model` itself
@@ -114,9 +112,8 @@ def bind(
     """The checked request and strategy of one call; errors name `what` (default: the strategy)."""
     own = {k: v for k, v in options.items() if k not in SHARED_OPTIONS}
     bound = resolve_strategy(strategy, own, what)
-    shared = {k: v for k, v in options.items() if k in SHARED_OPTIONS}
-    own_names = tuple(type(bound.params).model_fields)
-    return decode_request(model, prompts, what or f"strategy {bound.name}", own_names, **shared), bound
+    shared = {k: v for k, v in options.items() if k in SHARED_OPTIONS}  # known to decode_request: its own check passes
+    return decode_request(model, prompts, **shared), bound
 
 
 class EventStream(Iterator[TokenEvent]):
