@@ -60,6 +60,17 @@ def test_left_padding_is_not_a_repeated_token() -> None:
     assert torch.equal(out[2], torch.tensor([2.0, -2.0, 0.25, 1.5, -0.4, NEG]))
 
 
+def test_under_compile_the_same_values_padding_and_repeats_included() -> None:
+    """Under compile the penalty writes with `index_put_` (inductor writes it in place): the eager values."""
+    x = X.expand(3, -1)
+    ctx = ctx_of([[0, 0, 5, 4, 4], [0, 0, 0, 4, 3], [1, 2, 3, 3, 2]], prompt_lengths=[2, 3, 4], step=1)
+    compiled = torch.compile(RepetitionPenalty(penalty=2.0), fullgraph=True, backend="eager")
+    out = compiled(x, ctx)
+    assert torch.equal(out[0], torch.tensor([2.0, -1.0, 0.5, 3.0, -0.4, NEG]))
+    assert torch.equal(out[1], torch.tensor([1.0, -1.0, 0.5, 1.5, -0.4, NEG]))
+    assert torch.equal(out[2], torch.tensor([2.0, -2.0, 0.25, 1.5, -0.2, NEG]))
+
+
 def test_a_row_without_real_tokens_is_left_alone() -> None:
     ctx = ctx_of([[0, 0], [1, 2]], prompt_lengths=[0, 2])
     out = RepetitionPenalty(penalty=2.0)(X.expand(2, -1), ctx)

@@ -26,6 +26,16 @@ if TYPE_CHECKING:
 __all__ = ["RepetitionPenalty"]
 
 
+def _write(padded: Tensor, ids: Tensor, values: Tensor) -> Tensor:
+    """`padded.scatter_(1, ids, values)`. Under compile an `index_put_`, which inductor writes into `padded`
+    in place; its `scatter_` becomes a copy and a scatter, a second `[B, V + 1]` buffer (docs/benchmarks.md).
+    Eager keeps `scatter_` (an `index_put_` costs ~15 us more a call)."""
+    if torch.compiler.is_compiling():
+        rows = torch.arange(padded.shape[0], device=padded.device).view(-1, 1).expand_as(ids)
+        return padded.index_put_((rows, ids), values)
+    return padded.scatter_(1, ids, values)
+
+
 class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
     """Positive logits of context tokens divided by `penalty`, negative ones multiplied; 1 is a no-op."""
 
@@ -37,7 +47,7 @@ class RepetitionPenalty(ProcessorBase[RepetitionPenaltyParams]):
         # [B, V + 1]: column V, any value (here column 0's), takes the writes of what does not count
         padded = torch.cat([logits, logits[:, :1]], 1)
         penalised = self._penalise(padded.gather(1, ids))
-        return padded.scatter_(1, ids, penalised)[:, :V]
+        return _write(padded, ids, penalised)[:, :V]
 
     def on_candidates(self, c: Candidates, ctx: DecodeContext) -> Candidates:
         """Penalise the candidates found in the context, then sort them again."""
