@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -30,6 +31,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """The folder goes when the run ends."""
     if _HOME in config.stash:
         shutil.rmtree(config.stash[_HOME], ignore_errors=True)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what collection built (torch, transformers and the rest of the imports, every test item:
+    ~550,000 objects) out of the cyclic garbage collector's reach: it lives until the process ends, and a
+    full collection (during the tests, and pytest's last one at unconfigure) would walk all of it again."""
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True, scope="session")
