@@ -75,7 +75,7 @@ class Step:
     initial: tuple[Tensor, ...] | None  # [B, H, T] the new tokens' scores, when they need no keys (`Policy.at`)
     score: tuple[Tensor, ...] | None  # [B, H, S] after the write (with `initial`)
     whole: dict[str, Tensor]  # the `[L, ...]` tensors of slots, written, freed_at and score: the next step's
-    masks: tuple[object, tuple[Tensor, ...]] | None = None  # (`_queries`' memo, the masks made for it)
+    masks: tuple[object, tuple[Tensor, ...], Tensor] | None = None  # (`_queries`' memo, its masks, stacked)
 
 
 @dataclass
