@@ -412,18 +412,33 @@ class ScoredCache:
         moved = self._moved(held_k, st.slots, st.alive, start + T - 1)
         return torch.cat([moved, new_k], 2), torch.cat([held_v, new_v], 2)
 
-    def _selection(self, block: Block, score: Tensor) -> Tensor:
+    def _selection(self, block: Block, score: Tensor, weights: Tensor | None) -> Tensor:
         """What a long block is compressed by: the held scores (SnapKV overrides it for a prompt)."""
         return score
+
+    def _rows(self, tokens: int) -> int:
+        """How many of a long block's last queries its compression reads the attention of (`Policy.rows`)."""
+        return self.policy.rows(tokens)
+
+    def _block_weights(self, block: Block) -> Tensor | None:
+        """The attention weights `[B, n_heads, r, S']` of the block's last `r` queries (`_rows`), made when it is
+        compressed, not when observed: a prompt's other rows are never read (TOVA reads one of 192)."""
+        if block.attention is None:
+            return None
+        keys, queries, mask, valid = block.attention
+        T = queries.shape[2]
+        first = T - self._rows(T)
+        weights = _weights(keys, queries[:, :, first:], mask[:, :, first:], valid[:, :, first:])
+        return weights[..., : block.slots.shape[-1]]  # a crop's cut: the columns of the tokens kept
 
     def _select(self, block: Block) -> tuple[Tensor, Tensor, Tensor]:
         """What a long block and the entries held before it are compressed to: which stay, the first `budget`
         entries in slot order (the kept ones first), and the scores."""
-        score = block.score
-        if block.weights is not None:
-            score = self.policy.apply(score, self.policy.contributions(block.weights, self.spec.n_kv_heads))
+        score, weights = block.score, self._block_weights(block)
+        if weights is not None:
+            score = self.policy.apply(score, self.policy.contributions(weights, self.spec.n_kv_heads))
         end = block.start + block.slots.shape[-1] - self.slots
-        keep = self._keep(block.slots, block.alive, self._selection(block, score), end)
+        keep = self._keep(block.slots, block.alive, self._selection(block, score, weights), end)
         order = torch.argsort(torch.where(keep, block.slots, torch.iinfo(torch.long).max), dim=-1, stable=True)
         return keep, order[..., : self.budget], score
 
@@ -458,7 +473,7 @@ class ObservingScoredCache(ScoredCache):
     def observe(self, layer: int, queries: Tensor) -> None:
         st = self._layers[layer]
         if st.pending is not None:  # compressed before the next forward (crop may cut it first)
-            st.pending.weights = _weights(st.keys, queries, st.mask, st.valid)
+            st.pending.attention = (st.keys, queries, st.mask, st.valid)
         else:  # scored with the other layers' at once, before the state is next read
             self._observed[layer] = queries
         st.observed = True

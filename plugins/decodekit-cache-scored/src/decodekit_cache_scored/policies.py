@@ -37,6 +37,10 @@ class Policy:
         """The held scores `[..., B, H_kv, S]` after the queries of `contributions` `[..., B, H_kv, T, S]`."""
         return score
 
+    def rows(self, tokens: int) -> int:
+        """How many of a block's last `tokens` queries `apply` reads (`contributions` may be given those only)."""
+        return 0
+
 
 class KeyNorm(Policy):
     """Key-norm (Devoto et al. 2024): a key of small L2 norm draws attention, so keep the smallest norms."""
@@ -68,6 +72,9 @@ class H2O(Policy):
     def apply(self, score: Tensor, contributions: Tensor) -> Tensor:
         return score + contributions.sum(-2)
 
+    def rows(self, tokens: int) -> int:
+        return tokens
+
 
 class TOVA(H2O):
     """TOVA (Oren et al. 2024): the attention of the latest query alone, averaged over every head, so all
@@ -79,3 +86,6 @@ class TOVA(H2O):
 
     def apply(self, score: Tensor, contributions: Tensor) -> Tensor:
         return contributions[..., -1, :].contiguous()  # a copy: the heads were a broadcast view
+
+    def rows(self, tokens: int) -> int:
+        return min(1, tokens)
