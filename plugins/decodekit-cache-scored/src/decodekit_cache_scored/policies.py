@@ -67,7 +67,8 @@ class H2O(Policy):
         return torch.zeros(slots.shape, device=slots.device)
 
     def contributions(self, weights: Tensor, kv_heads: int) -> Tensor:
-        return weights.unflatten(-3, (kv_heads, -1)).mean(-3)
+        *lead, H, T, S = weights.shape
+        return weights.view(*lead, kv_heads, H // kv_heads, T, S).mean(-3)
 
     def apply(self, score: Tensor, contributions: Tensor) -> Tensor:
         return score + contributions.sum(-2)
