@@ -435,7 +435,7 @@ class ScoredCache:
         """What a long block and the entries held before it are compressed to: which stay, the first `budget`
         entries in slot order (the kept ones first), and the scores."""
         score, weights = block.score, self._block_weights(block)
-        if weights is not None:
+        if weights is not None and self.policy.observes:  # SnapKV's key-norm rule reads its window only
             score = self.policy.apply(score, self.policy.contributions(weights, self.spec.n_kv_heads))
         end = block.start + block.slots.shape[-1] - self.slots
         keep = self._keep(block.slots, block.alive, self._selection(block, score, weights), end)
@@ -474,7 +474,7 @@ class ObservingScoredCache(ScoredCache):
         st = self._layers[layer]
         if st.pending is not None:  # compressed before the next forward (crop may cut it first)
             st.pending.attention = (st.keys, queries, st.mask, st.valid)
-        else:  # scored with the other layers' at once, before the state is next read
+        elif self.policy.observes:  # scored with the other layers' at once, before the state is next read
             self._observed[layer] = queries
         st.observed = True
 
