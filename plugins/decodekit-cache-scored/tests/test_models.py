@@ -197,3 +197,19 @@ def test_a_prompt_within_snapkvs_window_keeps_its_sinks(model: GPT) -> None:
     with torch.inference_mode():
         model(torch.arange(1, 15)[None], torch.arange(14)[None], cache)
     assert sorted(s for s in cache.kept(0)[0, 0].tolist() if s >= 0) == [0, 1, 2, 3, *range(6, 14)]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("decode", ["h2o", "tova", "knorm"])
+def test_snapkv_decodes_with_each_eviction_rule(model: GPT, decode: str) -> None:
+    """Past the prompt SnapKV evicts by its `decode` rule; key-norm needs no attention (it raised before)."""
+    want = dk.generate(model, PROMPTS, chain="greedy", cache="gqa", max_new_tokens=18).tokens
+    cache = f"snapkv(budget=31, decode={decode!r})"
+    assert dk.generate(model, PROMPTS, chain="greedy", cache=cache, max_new_tokens=18).tokens == want
+    out = dk.generate(
+        model,
+        PROMPTS,
+        chain="greedy",
+        cache=f"snapkv(budget=12, sinks=2, recent=2, decode={decode!r})",
+        max_new_tokens=18,
+    )
+    assert [len(t) for t in out.tokens] == [18, 18]

@@ -131,6 +131,7 @@ class ScoredCache:
         self._forward: tuple[int, Tensor, Tensor, Tensor, Tensor] | None = None  # see `_queries`
         self._new: tuple[int, int, Tensor] | None = None  # see `_new_slots`
         self._step: Step | None = None  # see `_planned`
+        self._observed: dict[int, Tensor] = {}  # layer -> a short forward's queries, scored by `_score_observed`
 
     @_eager
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -147,6 +148,8 @@ class ScoredCache:
                 f"{self.name}: a forward of {T} tokens is invalid: its queries would attend across more than the "
                 f"model's context; allowed: forwards of at most {M} tokens (the engine prefills in such blocks)"
             )
+        if layer in self._observed:  # the last forward is over: its queries are scored before any state is read
+            self._score_observed()
         self._settle(layer, st)
         long = self.slack < T or start == 0  # a prompt, however short, as a whole: padding must not decide
         step = None if long else self._planned(layer, st, T)
@@ -165,7 +168,8 @@ class ScoredCache:
         step = self._step
         if step is not None and st.key_slots is step.key_slots[layer]:  # every layer's mask at once
             if step.masks is None or step.masks[0] is not self._forward:
-                step.masks = (self._forward, self._mask(step.stacked_keys, query, row_start).unbind(0))
+                stacked = self._mask(step.stacked_keys, query, row_start)
+                step.masks = (self._forward, stacked.unbind(0), stacked)
             st.mask = step.masks[1][layer]
         else:
             st.mask = self._mask(st.key_slots, query, row_start)
@@ -207,6 +211,7 @@ class ScoredCache:
             )
         if n == self.length:
             return
+        self._score_observed()
         self._step = None
         for st in self._layers:
             if st.pending is not None:  # a long block, not compressed yet: cut it
@@ -219,6 +224,7 @@ class ScoredCache:
     def kept(self, layer: int) -> Tensor:
         """`[B, H_kv, budget + 4·slack]`: the stream slot of each entry `layer` holds for each row and kv-head
         (-1: none), in storage order, after the compression the next forward would do."""
+        self._score_observed()
         st = self._layers[layer]
         if st.pending is not None:
             keep, order, _ = self._select(st.pending)
@@ -238,6 +244,7 @@ class ScoredCache:
 
     def reorder(self, index: Tensor) -> None:
         index = row_index(self.name, index, self.spec.batch_size).to(self._row_start.device)
+        self._score_observed()
         self._forward = self._step = None  # its row starts are the old rows'
         for layer, st in enumerate(self._layers):
             self._settle(layer, st)
@@ -247,6 +254,9 @@ class ScoredCache:
             st.reorder(index)
 
     # -- the machinery -------------------------------------------------------------------------
+
+    def _score_observed(self) -> None:
+        """Fold the queries `observe` kept into the scores (a cache that observes; here nothing)."""
 
     def _keep(self, slots: Tensor, alive: Tensor, score: Tensor, length: int, budget: int | None = None) -> Tensor:
         """Which entries stay: `budget` (the cache's by default), padding never, the protected first (a row's
@@ -402,18 +412,33 @@ class ScoredCache:
         moved = self._moved(held_k, st.slots, st.alive, start + T - 1)
         return torch.cat([moved, new_k], 2), torch.cat([held_v, new_v], 2)
 
-    def _selection(self, block: Block, score: Tensor) -> Tensor:
+    def _selection(self, block: Block, score: Tensor, weights: Tensor | None) -> Tensor:
         """What a long block is compressed by: the held scores (SnapKV overrides it for a prompt)."""
         return score
+
+    def _rows(self, tokens: int) -> int:
+        """How many of a long block's last queries its compression reads the attention of (`Policy.rows`)."""
+        return self.policy.rows(tokens)
+
+    def _block_weights(self, block: Block) -> Tensor | None:
+        """The attention weights `[B, n_heads, r, S']` of the block's last `r` queries (`_rows`), made when it is
+        compressed, not when observed: a prompt's other rows are never read (TOVA reads one of 192)."""
+        if block.attention is None:
+            return None
+        keys, queries, mask, valid = block.attention
+        T = queries.shape[2]
+        first = T - self._rows(T)
+        weights = _weights(keys, queries[:, :, first:], mask[:, :, first:], valid[:, :, first:])
+        return weights[..., : block.slots.shape[-1]]  # a crop's cut: the columns of the tokens kept
 
     def _select(self, block: Block) -> tuple[Tensor, Tensor, Tensor]:
         """What a long block and the entries held before it are compressed to: which stay, the first `budget`
         entries in slot order (the kept ones first), and the scores."""
-        score = block.score
-        if block.weights is not None:
-            score = self.policy.apply(score, self.policy.contributions(block.weights, self.spec.n_kv_heads))
+        score, weights = block.score, self._block_weights(block)
+        if weights is not None and self.policy.observes:  # SnapKV's key-norm rule reads its window only
+            score = self.policy.apply(score, self.policy.contributions(weights, self.spec.n_kv_heads))
         end = block.start + block.slots.shape[-1] - self.slots
-        keep = self._keep(block.slots, block.alive, self._selection(block, score), end)
+        keep = self._keep(block.slots, block.alive, self._selection(block, score, weights), end)
         order = torch.argsort(torch.where(keep, block.slots, torch.iinfo(torch.long).max), dim=-1, stable=True)
         return keep, order[..., : self.budget], score
 
@@ -447,18 +472,50 @@ class ObservingScoredCache(ScoredCache):
     @_eager
     def observe(self, layer: int, queries: Tensor) -> None:
         st = self._layers[layer]
-        B, H, T, D = queries.shape
-        keys = _float(st.keys)  # [B, H_s, S', D]: a query head's group shares its stored head
-        grouped = _float(queries).reshape(B, keys.shape[1], -1, D)  # [B, H_s, H / H_s · T, D]
-        scores = (grouped @ keys.transpose(-1, -2)).view(B, H, T, -1) * D**-0.5
-        weights = torch.softmax(torch.where(st.mask, scores, -math.inf), -1) * st.valid  # a padding query: none
-        if st.pending is not None:
-            st.pending.weights = weights  # compressed before the next forward (crop may cut it first)
-        else:
-            forward = st.journal[-1]
-            forward.contributions = self.policy.contributions(weights, self.spec.n_kv_heads)
-            st.score = self.policy.apply(st.score, forward.contributions)
+        if st.pending is not None:  # compressed before the next forward (crop may cut it first)
+            st.pending.attention = (st.keys, queries, st.mask, st.valid)
+        elif self.policy.observes:  # scored with the other layers' at once, before the state is next read
+            self._observed[layer] = queries
         st.observed = True
+
+    def _score_observed(self) -> None:
+        """The observed short forward's contributions and scores, for every layer in one batch when the forward
+        was planned for all of them (`Step`: the same key slots, masks and queries' validity), else per layer."""
+        observed, layers = self._observed, self._layers
+        if not observed:
+            return
+        self._observed = {}
+        step, kv_heads = self._step, self.spec.n_kv_heads
+        if (
+            len(observed) == len(layers)
+            and step is not None
+            and step.masks is not None
+            and all(st.mask is step.masks[1][i] and st.valid is layers[0].valid for i, st in enumerate(layers))
+        ):
+            keys = torch.stack([_float(st.keys) for st in layers])
+            queries = torch.stack([observed[i] for i in range(len(layers))])
+            weights = _weights(keys, queries, step.masks[2], layers[0].valid)
+            contributions = self.policy.contributions(weights, kv_heads)
+            scores = self.policy.apply(self._stacked("score", [st.score for st in layers]), contributions)
+            step.whole["score"], step.score = scores, scores.unbind(0)  # the next plan's, with no stack
+            for st, c, score in zip(layers, contributions.unbind(0), step.score, strict=True):
+                st.journal[-1].contributions, st.score = c, score
+            return
+        for layer, queries in observed.items():
+            st = self._layers[layer]
+            forward = st.journal[-1]
+            forward.contributions = self.policy.contributions(_weights(st.keys, queries, st.mask, st.valid), kv_heads)
+            st.score = self.policy.apply(st.score, forward.contributions)
+
+
+def _weights(keys: Tensor, queries: Tensor, mask: Tensor, valid: Tensor) -> Tensor:
+    """Attention weights `[..., B, H, T, S]` of `queries` `[..., B, H, T, D]` over `keys` `[..., B, H_s, S, D]`
+    (a query head's group shares its stored head) under `mask`; a padding query (`valid` False) has none."""
+    *lead, H, T, D = queries.shape
+    keys = _float(keys)
+    grouped = _float(queries).reshape(*lead, keys.shape[-3], -1, D)  # [..., B, H_s, H / H_s · T, D]
+    scores = (grouped @ keys.transpose(-1, -2)).view(*lead, H, T, -1) * D**-0.5
+    return torch.softmax(torch.where(mask, scores, -math.inf), -1) * valid
 
 
 def _float(x: Tensor) -> Tensor:

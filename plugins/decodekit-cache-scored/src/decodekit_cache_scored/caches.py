@@ -74,13 +74,16 @@ class SnapKVCache(ObservingScoredCache):
         self.policy = _DECODE[params.decode]
         super().__init__(spec, params)
 
-    def _selection(self, block: Block, score: Tensor) -> Tensor:
-        T, weights = block.slots.shape[-1] - self.slots, block.weights
+    def _rows(self, tokens: int) -> int:
+        return max(self.policy.rows(tokens), min(self.window, tokens))
+
+    def _selection(self, block: Block, score: Tensor, weights: Tensor | None) -> Tensor:
+        T = block.slots.shape[-1] - self.slots
         w = min(self.window, T)  # a block no longer than the window is all window
         if weights is None:
             return score
-        B, _, _, S = weights.shape
-        observed = weights[:, :, T - w :].mean(2).view(B, self.spec.n_kv_heads, -1, S).mean(2)  # [B, H_kv, S]
+        B, _, r, S = weights.shape  # the block's last r >= w queries
+        observed = weights[:, :, r - w :].mean(2).view(B, self.spec.n_kv_heads, -1, S).mean(2)  # [B, H_kv, S]
         window = block.slots >= block.start + T - w
         observed = observed.masked_fill(window | ~block.alive, 0.0)
         order = torch.argsort(torch.where(block.alive, block.slots, torch.iinfo(torch.long).max), dim=-1, stable=True)

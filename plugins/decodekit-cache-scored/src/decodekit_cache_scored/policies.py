@@ -29,12 +29,17 @@ class Policy:
         return None
 
     def contributions(self, weights: Tensor, kv_heads: int) -> Tensor:
-        """`[B, H_kv, T, S]` from attention weights `[B, H, T, S]` (a zero row for a padding query)."""
+        """`[..., B, H_kv, T, S]` from attention weights `[..., B, H, T, S]` (a zero row for a padding query;
+        `...`: the layers, when a forward is scored for all at once)."""
         raise NotImplementedError
 
     def apply(self, score: Tensor, contributions: Tensor) -> Tensor:
-        """The held scores `[B, H_kv, S]` after the queries of `contributions` `[B, H_kv, T, S]`."""
+        """The held scores `[..., B, H_kv, S]` after the queries of `contributions` `[..., B, H_kv, T, S]`."""
         return score
+
+    def rows(self, tokens: int) -> int:
+        """How many of a block's last `tokens` queries `apply` reads (`contributions` may be given those only)."""
+        return 0
 
 
 class KeyNorm(Policy):
@@ -62,11 +67,14 @@ class H2O(Policy):
         return torch.zeros(slots.shape, device=slots.device)
 
     def contributions(self, weights: Tensor, kv_heads: int) -> Tensor:
-        B, H, T, S = weights.shape
-        return weights.view(B, kv_heads, H // kv_heads, T, S).mean(2)
+        *lead, H, T, S = weights.shape
+        return weights.view(*lead, kv_heads, H // kv_heads, T, S).mean(-3)
 
     def apply(self, score: Tensor, contributions: Tensor) -> Tensor:
-        return score + contributions.sum(2)
+        return score + contributions.sum(-2)
+
+    def rows(self, tokens: int) -> int:
+        return tokens
 
 
 class TOVA(H2O):
@@ -74,8 +82,11 @@ class TOVA(H2O):
     kv-heads keep the same tokens."""
 
     def contributions(self, weights: Tensor, kv_heads: int) -> Tensor:
-        B, _, T, S = weights.shape
-        return weights.mean(1, keepdim=True).expand(B, kv_heads, T, S)
+        *lead, _, T, S = weights.shape
+        return weights.mean(-3, keepdim=True).expand(*lead, kv_heads, T, S)
 
     def apply(self, score: Tensor, contributions: Tensor) -> Tensor:
-        return contributions[:, :, -1].contiguous()  # a copy: the heads were a broadcast view
+        return contributions[..., -1, :].contiguous()  # a copy: the heads were a broadcast view
+
+    def rows(self, tokens: int) -> int:
+        return min(1, tokens)

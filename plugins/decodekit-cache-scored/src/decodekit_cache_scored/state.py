@@ -35,8 +35,10 @@ class Forward:
 @dataclass
 class Block:
     """A long block, compressed before the next forward writes: the held keys and values (views of the
-    storage) and the block's, every entry's stream slot, score and liveness (held entries first), and the
-    attention weights of its queries once observed (`[B, n_heads, T, S + T]`)."""
+    storage) and the block's, every entry's stream slot, score and liveness (held entries first), and once
+    observed what its attention weights are made from when it is compressed (`ScoredCache._block_weights`):
+    the keys it attended `[B, H_s, S + T', D]`, its queries `[B, n_heads, T, D]`, mask `[B, n_heads, T, S + T']`
+    and real queries `[B, 1, T, 1]` (T' >= T: the block before a crop cut it)."""
 
     start: int
     keys: list[Tensor]
@@ -44,15 +46,16 @@ class Block:
     slots: Tensor  # [B, H, S + T]
     score: Tensor  # [B, H, S + T]
     alive: Tensor  # [B, H, S + T]
-    weights: Tensor | None = None
+    attention: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
 
     def cut(self, n: int, held: int) -> None:
         """Keep the block's tokens before stream slot `n` (`held`: entries before the block's)."""
         m = n - self.start
         self.keys, self.values = [self.keys[0], self.keys[1][:, :, :m]], [self.values[0], self.values[1][:, :, :m]]
         self.slots, self.score, self.alive = (x[..., : held + m] for x in (self.slots, self.score, self.alive))
-        if self.weights is not None:
-            self.weights = self.weights[:, :, :m, : held + m]
+        if self.attention is not None:
+            keys, queries, mask, valid = self.attention
+            self.attention = (keys, queries[:, :, :m], mask[:, :, :m], valid[:, :, :m])
 
 
 @dataclass
@@ -75,7 +78,7 @@ class Step:
     initial: tuple[Tensor, ...] | None  # [B, H, T] the new tokens' scores, when they need no keys (`Policy.at`)
     score: tuple[Tensor, ...] | None  # [B, H, S] after the write (with `initial`)
     whole: dict[str, Tensor]  # the `[L, ...]` tensors of slots, written, freed_at and score: the next step's
-    masks: tuple[object, tuple[Tensor, ...]] | None = None  # (`_queries`' memo, the masks made for it)
+    masks: tuple[object, tuple[Tensor, ...], Tensor] | None = None  # (`_queries`' memo, its masks, stacked)
 
 
 @dataclass
