@@ -178,14 +178,12 @@ class Chain:
     def step(
         self, logits: Tensor, ctx: DecodeContext, *, live: Sequence[bool] | None = None, logprobs: int | None = None
     ) -> Picked:
-        """One decode step: a token per row of `logits` `[B, V]`, and what it cost the host.
+        """One decode step: a token per row of `logits` `[B, V]`, read back once (`Picked.ids`).
 
-        The one public step every caller uses. It reads the tokens back once (`Picked.ids`); a
-        row the fast path could not settle (ties past a candidate set, NaN) is redone densely
-        here, so the tokens are always what `process` and the selector would give. A live row
-        that cannot be sampled (NaN, +inf, every token removed) is a `NumericsError`; a row not
-        `live` (finished) is never checked and gets token 0. `logprobs`: also report the chosen
-        token's log-probability and the top-n, raw and after the chain.
+        A row the fast path could not settle is redone densely, so the tokens are what `process` and the
+        selector give. A live row that cannot be sampled (NaN, +inf, every token removed) is a `NumericsError`;
+        a row not `live` is never checked and gets token 0. `logprobs`: also the chosen token's log-probability
+        and the top-n, raw and after the chain.
         """
         raw = _at_least_float32(logits)
         before = ctx.fork() if self.may_redo else None  # where a redo of the step starts
@@ -239,11 +237,8 @@ class Chain:
         return [what for said in self._unfinished if (what := said(row, generated)) is not None]
 
     def compiled(self) -> Chain:
-        """This chain with its step under `torch.compile` (`compile=True` of the decode functions).
-
-        Each row's uniforms are drawn before the graph (`DecodeContext.draw_uniforms`), so one graph
-        covers the whole fast step; the result equals the eager chain's, token for token.
-        """
+        """This chain with its step under `torch.compile` (`compile=True`): one graph for the whole fast
+        step (the uniforms are drawn before it), token for token the eager chain's."""
         if self._compiled is None:  # once per chain: each new compiled function would compile anew
             twin = object.__new__(type(self))
             twin.__dict__.update(self.__dict__)
@@ -297,8 +292,7 @@ class Chain:
         live: Sequence[bool] | None,
     ) -> tuple[Tensor, Tensor | None]:
         """`tokens` with its -1 rows settled, and the dense logits if the step was redone from `before` (a fork
-        taken before it; None: a -1 is final), whose draws and states `ctx` then takes over. A live row that
-        still cannot be picked raises a `NumericsError`."""
+        taken before it; None: a -1 is final), which `ctx` then adopts. A live row still -1 is a `NumericsError`."""
         processed = None
         if before is not None:
             processed = self.process(logits, before)
@@ -352,8 +346,7 @@ def _at_least_float32(logits: Tensor) -> Tensor:
 
 
 def _finite(top: Tensor) -> Tensor:
-    """Finite exactly where |top| < inf (NaN compares false): two kernels, where torch.isfinite runs
-    four and a copy of its scalar, and no `torch.finfo` lookup on every step."""
+    """Finite exactly where |top| < inf (NaN compares false): cheaper than torch.isfinite (docs/benchmarks.md)."""
     return top.abs() < float("inf")
 
 
