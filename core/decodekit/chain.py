@@ -194,9 +194,16 @@ class Chain:
             processed = self._process_fast(raw, ctx)
             tokens = self._pick(processed, raw.shape[-1], ctx)
         ids: list[int] = tokens.tolist()  # the step's one host read
-        if min(ids) < 0:
-            tokens, dense = self._resolve(raw, tokens, before, ctx, live)
-            processed = processed if dense is None else dense
+        if min(ids) < 0:  # redo the step densely from `before`, whose draws and states `ctx` then adopts
+            dense = None
+            if before is not None:
+                processed = dense = self.process(raw, before)
+                tokens = self._pick(dense, raw.shape[-1], before)
+                ctx.adopt(before)
+            for row, token in enumerate(tokens.tolist()):
+                if token < 0 and (live is None or live[row]):
+                    dense = self.process(raw, ctx.fork()) if dense is None else dense
+                    raise numerics_error(raw, dense, row, ctx.step, self._removers(raw, row, ctx))
             tokens = tokens.clamp(min=0)  # a finished row's token is never read
             ids = tokens.tolist()
         lps = None if processed is None else token_logprobs(raw, processed, tokens, logprobs or 0)
@@ -266,7 +273,7 @@ class Chain:
         return x
 
     def _select(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        """Token ids `[B]`, -1 for a row it could not pick (see `_resolve`). No host read."""
+        """Token ids `[B]`, -1 for a row it could not pick (`step` settles it). No host read."""
         return self._pick(self._process_fast(logits, ctx), logits.shape[-1], ctx)
 
     def _pick(self, x: Tensor | Candidates, vocab_size: int, ctx: DecodeContext) -> Tensor:
@@ -282,27 +289,6 @@ class Chain:
             tokens = self.selector(x, ctx)
             top = x.amax(-1)  # NaN anywhere in a row makes its max NaN
         return torch.where(_finite(top), tokens, -1)
-
-    def _resolve(
-        self,
-        logits: Tensor,
-        tokens: Tensor,
-        before: DecodeContext | None,
-        ctx: DecodeContext,
-        live: Sequence[bool] | None,
-    ) -> tuple[Tensor, Tensor | None]:
-        """`tokens` with its -1 rows settled, and the dense logits if the step was redone from `before` (a fork
-        taken before it; None: a -1 is final), which `ctx` then adopts. A live row still -1 is a `NumericsError`."""
-        processed = None
-        if before is not None:
-            processed = self.process(logits, before)
-            tokens = self._pick(processed, logits.shape[-1], before)
-            ctx.adopt(before)
-        for row, token in enumerate(tokens.tolist()):
-            if token < 0 and (live is None or live[row]):
-                dense = processed if processed is not None else self.process(logits, ctx.fork())
-                raise numerics_error(logits, dense, row, ctx.step, self._removers(logits, row, ctx))
-        return tokens, processed
 
     def _removers(self, logits: Tensor, row: int, ctx: DecodeContext) -> str:
         """Which stages removed row `row`'s last tokens: the one that left none, and the one before it that had
