@@ -106,8 +106,7 @@ class Chain:
     @classmethod
     def parse(cls, text: str) -> Chain:
         """Build from `"name(arg, key=value) | name | ..."`; positional values fill parameters in order."""
-        stages = [create(name, *args, **kwargs) for name, args, kwargs in parse_chain_string(text)]
-        return cls._from_stages(stages)
+        return cls._from_stages([create(name, *args, **kwargs) for name, args, kwargs in parse_chain_string(text)])
 
     @classmethod
     def _from_stages(cls, stages: list[Any]) -> Chain:
