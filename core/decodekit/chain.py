@@ -1,9 +1,8 @@
 """`Chain`: the logits-processor pipeline, an ordered list of processors plus one selector.
 
-Built in code, from a JSON-serialisable spec, or from a one-line string such as
-``"repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"``; the order is the
-user's and never changes. `step` and `distribution` take the candidate fast path (`decodekit.stage`)
-and always give what every stage on the full vocabulary gives (`process`, `trace`).
+Built in code, from a JSON spec, or from a string such as ``"temperature(0.8) | top_k(50) | sample"``,
+in the user's order. `step` and `distribution` take the candidate fast path (`decodekit.stage`) and
+always give what every stage on the full vocabulary gives (`process`, `trace`).
 """
 
 from __future__ import annotations
@@ -211,9 +210,8 @@ class Chain:
     def distribution(self, logits: Tensor, ctx: DecodeContext, *, live: Sequence[bool] | None = None) -> Tensor:
         """The processed logits `[B, V]` (float32 at least) as `process` gives them, by the fast path where it can.
 
-        For callers that pick themselves (beam search, speculative verification, transformers'
-        `generate`). A live row that cannot be sampled is a `NumericsError`, as in `step`.
-        """
+        For callers that pick themselves (beam search, speculative, transformers' `generate`); a live row
+        that cannot be sampled is a `NumericsError`, as in `step`."""
         raw = _at_least_float32(logits)
         before = ctx.fork() if self.may_redo else None
         x = self._process_fast(raw, ctx)
