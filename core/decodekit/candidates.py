@@ -23,9 +23,8 @@ _MIN_GAIN = 4  # use the grid only when the pool is at most V / 4 tokens
 
 
 def _grid(vocab_size: int, n: int) -> tuple[int, int]:
-    """`_plan_grid`: remembered when eager; traced as plain arithmetic under compile, where it folds into
-    the graph (dynamo warns about tracing an lru_cache, and marking a function constant imports torch's
-    compiler: ~1.6 s that a decode which never compiles should not pay)."""
+    """`_plan_grid`, remembered when eager; plain arithmetic under compile, folded into the graph (dynamo
+    warns on an lru_cache; marking it constant would import torch's compiler into every decode)."""
     return _plan_grid(vocab_size, n) if torch.compiler.is_compiling() else _remembered_grid(vocab_size, n)
 
 

@@ -1,9 +1,8 @@
 """`Chain`: the logits-processor pipeline, an ordered list of processors plus one selector.
 
-Built in code, from a JSON-serialisable spec, or from a one-line string such as
-``"repetition_penalty(1.1) | temperature(0.8) | top_k(50) | top_p(0.9) | sample"``; the order is the
-user's and never changes. `step` and `distribution` take the candidate fast path (`decodekit.stage`)
-and always give what every stage on the full vocabulary gives (`process`, `trace`).
+Built in code, from a JSON spec, or from a string such as ``"temperature(0.8) | top_k(50) | sample"``,
+in the user's order. `step` and `distribution` take the candidate fast path (`decodekit.stage`) and
+always give what every stage on the full vocabulary gives (`process`, `trace`).
 """
 
 from __future__ import annotations
@@ -106,8 +105,7 @@ class Chain:
     @classmethod
     def parse(cls, text: str) -> Chain:
         """Build from `"name(arg, key=value) | name | ..."`; positional values fill parameters in order."""
-        stages = [create(name, *args, **kwargs) for name, args, kwargs in parse_chain_string(text)]
-        return cls._from_stages(stages)
+        return cls._from_stages([create(name, *args, **kwargs) for name, args, kwargs in parse_chain_string(text)])
 
     @classmethod
     def _from_stages(cls, stages: list[Any]) -> Chain:
@@ -178,14 +176,12 @@ class Chain:
     def step(
         self, logits: Tensor, ctx: DecodeContext, *, live: Sequence[bool] | None = None, logprobs: int | None = None
     ) -> Picked:
-        """One decode step: a token per row of `logits` `[B, V]`, and what it cost the host.
+        """One decode step: a token per row of `logits` `[B, V]`, read back once (`Picked.ids`).
 
-        The one public step every caller uses. It reads the tokens back once (`Picked.ids`); a
-        row the fast path could not settle (ties past a candidate set, NaN) is redone densely
-        here, so the tokens are always what `process` and the selector would give. A live row
-        that cannot be sampled (NaN, +inf, every token removed) is a `NumericsError`; a row not
-        `live` (finished) is never checked and gets token 0. `logprobs`: also report the chosen
-        token's log-probability and the top-n, raw and after the chain.
+        A row the fast path could not settle is redone densely, so the tokens are what `process` and the
+        selector give. A live row that cannot be sampled (NaN, +inf, every token removed) is a `NumericsError`;
+        a row not `live` is never checked and gets token 0. `logprobs`: also the chosen token's log-probability
+        and the top-n, raw and after the chain.
         """
         raw = _at_least_float32(logits)
         before = ctx.fork() if self.may_redo else None  # where a redo of the step starts
@@ -196,9 +192,16 @@ class Chain:
             processed = self._process_fast(raw, ctx)
             tokens = self._pick(processed, raw.shape[-1], ctx)
         ids: list[int] = tokens.tolist()  # the step's one host read
-        if min(ids) < 0:
-            tokens, dense = self._resolve(raw, tokens, before, ctx, live)
-            processed = processed if dense is None else dense
+        if min(ids) < 0:  # redo the step densely from `before`, whose draws and states `ctx` then adopts
+            dense = None
+            if before is not None:
+                processed = dense = self.process(raw, before)
+                tokens = self._pick(dense, raw.shape[-1], before)
+                ctx.adopt(before)
+            for row, token in enumerate(tokens.tolist()):
+                if token < 0 and (live is None or live[row]):
+                    dense = self.process(raw, ctx.fork()) if dense is None else dense
+                    raise numerics_error(raw, dense, row, ctx.step, self._removers(raw, row, ctx))
             tokens = tokens.clamp(min=0)  # a finished row's token is never read
             ids = tokens.tolist()
         lps = None if processed is None else token_logprobs(raw, processed, tokens, logprobs or 0)
@@ -207,9 +210,8 @@ class Chain:
     def distribution(self, logits: Tensor, ctx: DecodeContext, *, live: Sequence[bool] | None = None) -> Tensor:
         """The processed logits `[B, V]` (float32 at least) as `process` gives them, by the fast path where it can.
 
-        For callers that pick themselves (beam search, speculative verification, transformers'
-        `generate`). A live row that cannot be sampled is a `NumericsError`, as in `step`.
-        """
+        For callers that pick themselves (beam search, speculative, transformers' `generate`); a live row
+        that cannot be sampled is a `NumericsError`, as in `step`."""
         raw = _at_least_float32(logits)
         before = ctx.fork() if self.may_redo else None
         x = self._process_fast(raw, ctx)
@@ -239,11 +241,8 @@ class Chain:
         return [what for said in self._unfinished if (what := said(row, generated)) is not None]
 
     def compiled(self) -> Chain:
-        """This chain with its step under `torch.compile` (`compile=True` of the decode functions).
-
-        Each row's uniforms are drawn before the graph (`DecodeContext.draw_uniforms`), so one graph
-        covers the whole fast step; the result equals the eager chain's, token for token.
-        """
+        """This chain with its step under `torch.compile` (`compile=True`): one graph for the whole fast
+        step (the uniforms are drawn before it), token for token the eager chain's."""
         if self._compiled is None:  # once per chain: each new compiled function would compile anew
             twin = object.__new__(type(self))
             twin.__dict__.update(self.__dict__)
@@ -271,7 +270,7 @@ class Chain:
         return x
 
     def _select(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        """Token ids `[B]`, -1 for a row it could not pick (see `_resolve`). No host read."""
+        """Token ids `[B]`, -1 for a row it could not pick (`step` settles it). No host read."""
         return self._pick(self._process_fast(logits, ctx), logits.shape[-1], ctx)
 
     def _pick(self, x: Tensor | Candidates, vocab_size: int, ctx: DecodeContext) -> Tensor:
@@ -287,28 +286,6 @@ class Chain:
             tokens = self.selector(x, ctx)
             top = x.amax(-1)  # NaN anywhere in a row makes its max NaN
         return torch.where(_finite(top), tokens, -1)
-
-    def _resolve(
-        self,
-        logits: Tensor,
-        tokens: Tensor,
-        before: DecodeContext | None,
-        ctx: DecodeContext,
-        live: Sequence[bool] | None,
-    ) -> tuple[Tensor, Tensor | None]:
-        """`tokens` with its -1 rows settled, and the dense logits if the step was redone from `before` (a fork
-        taken before it; None: a -1 is final), whose draws and states `ctx` then takes over. A live row that
-        still cannot be picked raises a `NumericsError`."""
-        processed = None
-        if before is not None:
-            processed = self.process(logits, before)
-            tokens = self._pick(processed, logits.shape[-1], before)
-            ctx.adopt(before)
-        for row, token in enumerate(tokens.tolist()):
-            if token < 0 and (live is None or live[row]):
-                dense = processed if processed is not None else self.process(logits, ctx.fork())
-                raise numerics_error(logits, dense, row, ctx.step, self._removers(logits, row, ctx))
-        return tokens, processed
 
     def _removers(self, logits: Tensor, row: int, ctx: DecodeContext) -> str:
         """Which stages removed row `row`'s last tokens: the one that left none, and the one before it that had
@@ -352,8 +329,7 @@ def _at_least_float32(logits: Tensor) -> Tensor:
 
 
 def _finite(top: Tensor) -> Tensor:
-    """Finite exactly where |top| < inf (NaN compares false): two kernels, where torch.isfinite runs
-    four and a copy of its scalar, and no `torch.finfo` lookup on every step."""
+    """Finite exactly where |top| < inf (NaN compares false): cheaper than torch.isfinite (docs/benchmarks.md)."""
     return top.abs() < float("inf")
 
 

@@ -19,11 +19,8 @@ _BELOW_ONE = 1.0 - 2.0**-23
 
 
 def sorted_position(cum: Tensor, target: Tensor, *, right: bool = False) -> Tensor:
-    """`torch.searchsorted(cum, target, right=right)` for rows `cum` `[B, K]` sorted ascending, `target` `[B, 1]`.
-
-    Under compile it is a count (`cum < target`, summed), which inductor fuses into the kernels around
-    it instead of calling searchsorted on its own; eager it is searchsorted (a count reads all K).
-    """
+    """`torch.searchsorted(cum, target, right=right)` for rows `cum` `[B, K]` sorted ascending, `target` `[B, 1]`;
+    under compile a count (`cum < target`, summed), which inductor fuses into the kernels around it."""
     if torch.compiler.is_compiling():
         return (cum <= target if right else cum < target).sum(-1, keepdim=True)
     return torch.searchsorted(cum, target, right=right)
@@ -31,12 +28,8 @@ def sorted_position(cum: Tensor, target: Tensor, *, right: bool = False) -> Tens
 
 def inverse_cdf(logits: Tensor, u: Tensor) -> Tensor:
     """Position `[B, 1]` drawn from softmax(`logits` `[B, K]`): the first whose CDF exceeds `u` `[B, 1]`
-    in [0, 1) times the total.
-
-    Summed in float32 (float64 when given). Tokens at -inf have zero width, so they are never
-    drawn. On a row that cannot be sampled (NaN, +inf, none finite) the position is meaningless
-    but in range; the chain marks such rows.
-    """
+    in [0, 1) times the total, summed in float32 at least. A -inf token has zero width, never drawn;
+    on a row that cannot be sampled (NaN, +inf, none finite) the position is in range but meaningless."""
     x = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
     cdf = (x - x.amax(-1, keepdim=True)).exp().cumsum(-1)  # the max adds exp(0): the total is >= 1
     # u < 1 - 2**-24; scaled by 1 - 2**-23 its product with a total >= 1 rounds strictly below the
@@ -55,8 +48,7 @@ class Sample(SelectorBase[NoParams]):
         return inverse_cdf(logits, ctx.uniform(keepdim=True)).view(-1)
 
     def select_candidates(self, c: Candidates, ctx: DecodeContext) -> Tensor:
-        # The candidates in vocabulary order, as the dense call walks the vocabulary: the same
-        # uniform then picks the same token on either path.
+        # In vocabulary order, as the dense call walks it: the same uniform picks the same token.
         indices, order = c.indices.sort(-1)
         pos = inverse_cdf(c.values.gather(1, order), ctx.uniform(keepdim=True))
         return indices.gather(1, pos).view(-1)

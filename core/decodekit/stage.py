@@ -44,10 +44,8 @@ def densify(c: Candidates, vocab_size: int) -> Tensor:
 class Stage(Generic[P]):
     """A named sampler stage with validated parameters.
 
-    A registered stage states nothing about itself twice: its registration is the declaration
-    (name, parameter model, kind, description). The class's type argument, `ProcessorBase[TopKParams]`,
-    gives its `params_model`, and `name` is the name the registry holds it under. A class used in code
-    without registering may set `name` (and `params_model`) as class attributes.
+    Its registration declares the name, kind and description; the class's type argument
+    (`ProcessorBase[TopKParams]`) gives `params_model`. A class used unregistered may set both as attributes.
     """
 
     params_model: ClassVar[type[Params]] = NoParams
@@ -104,10 +102,9 @@ class ProcessorBase(Stage[P]):
 class SelectorBase(Stage[P]):
     """A registered selector: `logits [B, V] -> token ids LongTensor [B]`.
 
-    On a row that cannot be sampled (NaN, +inf, every token removed) it may return any id in range, but
-    must not fail: the chain marks such rows itself. `distribution`: what it draws from, for speculative
-    decoding's rejection rule (docs/speculative.md): "softmax" (exactly), "argmax" (the first maximum), or
-    None, the default: unknown, so it cannot be speculated.
+    On a row that cannot be sampled it may return any id in range but must not fail (the chain marks the
+    row). `distribution`, for speculative decoding (docs/speculative.md): "softmax", "argmax" (the first
+    maximum), or None: unknown, so it cannot be speculated.
     """
 
     kind: ClassVar[str] = "selector"
