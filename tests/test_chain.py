@@ -343,3 +343,19 @@ def test_process_and_trace_work_in_float32_on_half_logits_as_step_does() -> None
     assert [t.dtype for _, t in trace] == [torch.float32] * 3
     assert torch.equal(trace[-1][1], processed)
     assert torch.equal(chain.distribution(x, ctx_for(1)), processed)
+
+
+def test_a_stage_given_params_twice_or_of_another_model_names_what_is_allowed() -> None:
+    from decodekit_top_k.params import TopKParams
+    from decodekit_top_p.params import TopPParams
+
+    with pytest.raises(
+        dk.errors.ParameterError,
+        match=r"top_k: params=TopKParams\(k=5\) and keyword parameters \['k'\] are invalid together; allowed: one",
+    ):
+        TopK(TopKParams(k=5), k=5)
+    with pytest.raises(
+        dk.errors.ParameterError,
+        match=r"top_k: params of type TopPParams is invalid; allowed: a TopKParams, or keyword parameters",
+    ):
+        TopK(TopPParams(p=0.5))  # type: ignore[arg-type]

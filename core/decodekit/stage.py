@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NamedTuple, T
 import torch
 from torch import Tensor
 
+from decodekit.errors import ParameterError
 from decodekit.params import NoParams, Params, validate_params
 
 if TYPE_CHECKING:
@@ -70,11 +71,17 @@ class Stage(Generic[P]):
 
     def __init__(self, params: P | None = None, /, **kwargs: Any) -> None:
         if params is not None and kwargs:
-            raise TypeError(f"{self.name}: pass a params model or keyword parameters, not both")
+            raise ParameterError(
+                f"{self.name}: params={params!r} and keyword parameters {sorted(kwargs)} are invalid together; "
+                "allowed: one of them"
+            )
         if params is None:
             params = cast(P, validate_params(self.name, self.params_model, kwargs))
         elif not isinstance(params, self.params_model):
-            raise TypeError(f"{self.name}: params must be a {self.params_model.__name__}, got {type(params).__name__}")
+            raise ParameterError(
+                f"{self.name}: params of type {type(params).__name__} is invalid; allowed: a "
+                f"{self.params_model.__name__}, or keyword parameters"
+            )
         self.params: P = params
 
     def spec(self) -> dict[str, Any]:
