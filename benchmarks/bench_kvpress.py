@@ -1,12 +1,16 @@
 """decodekit's scored caches side by side with kvpress (NVIDIA), on the same model, text and prompt length.
 
 The methods both have at prefill: StreamingLLM, SnapKV, TOVA and key-norm, at compression 0.25, 0.5 and
-0.75 of a prompt of `--prompt` tokens (kvpress keeps int(P·(1−c)); decodekit gets that as `budget`). Per
+0.75 of a prompt of `--prompt` tokens (kvpress keeps int(P·(1−c)); decodekit gets that as `budget`, and
+`prefill_only=True`, kvpress's semantics: the prompt compressed, every later token kept). Per
 sample (`--samples` windows of Hamlet, evenly spaced): the prompt is compressed at prefill, then the next
 `--new` tokens are teacher-forced in one forward at their own positions; the loss is theirs, averaged.
 Time: the prompt's prefill plus `--new` greedy tokens (decodekit: `dk.generate`; kvpress: its pipeline's
 loop), the median over `--timed` samples, each side run twice in alternation, method by method (the faster run
-counts: on a shared machine the load drifts, and a method's four runs lie within a minute or two).
+counts: on a shared machine the load drifts, and a method's four runs lie within a minute or two). decodekit is
+timed three ways: `prefill_only` eager and with `compile=True` (its compilation not counted: one warm-up
+decode per cell, whose tokens must equal eager's), and the cache without `prefill_only`, which evicts to its
+budget at every token (more work than kvpress does, for memory that stays bounded).
 
 kvpress pins transformers < 5.3, so it runs in a venv of its own, made once (nothing fetched is committed;
 build/ is git-ignored):
@@ -69,10 +73,22 @@ def our_loss(model: Any, cache: str, prompt: torch.Tensor, continuation: torch.T
     return float(F.cross_entropy(torch.cat([first, rest], 1)[0].float(), continuation, reduction="mean"))
 
 
-def our_time(model: Any, cache: str, prompt: list[int], new: int) -> float:
+def our_time(model: Any, cache: str, prompt: list[int], new: int, compile: bool = False) -> float:
     start = time.perf_counter()
-    dk.generate(model, [prompt], chain="greedy", cache=cache, max_new_tokens=new)
+    dk.generate(model, [prompt], chain="greedy", cache=cache, max_new_tokens=new, compile=compile)
     return time.perf_counter() - start
+
+
+def compiled_time(model: Any, cache: str, samples: list[list[int]], prompt_length: int) -> float:
+    """The median `compile=True` time, once a warm-up decode (checked against eager) has compiled it."""
+    P = prompt_length
+    prompt, new = samples[0][:P], len(samples[0]) - P
+    eager, compiled = (
+        dk.generate(model, [prompt], chain="greedy", cache=cache, max_new_tokens=new, compile=c).tokens
+        for c in (False, True)
+    )
+    assert compiled == eager, f"{cache}: compile=True parted from eager"
+    return statistics.median(our_time(model, cache, s[:P], len(s) - P, True) for s in samples)
 
 
 def ours(
@@ -80,20 +96,28 @@ def ours(
 ) -> list[dict[str, Any]]:
     P, out = args.prompt, []
     for c in COMPRESSIONS:
-        cache = cache_string(method, max(1, int(P * (1 - c))))
+        evicting = cache_string(method, max(1, int(P * (1 - c))))
+        cache = evicting[:-1] + ", prefill_only=True)"
         data = [torch.tensor(s) for s in samples]
         losses = [our_loss(model, cache, s[:P], s[P:]) for s in data] if with_loss else [float("nan")]
-        times = [our_time(model, cache, s[:P], len(s) - P) for s in samples[: args.timed]]
+        timed = samples[: args.timed]
         out.append(
             {
                 "method": method,
                 "compression": c,
                 "cache": cache,
                 "loss": statistics.mean(losses),
-                "seconds": statistics.median(times),
+                "seconds": statistics.median(our_time(model, cache, s[:P], len(s) - P) for s in timed),
+                "compiled_seconds": compiled_time(model, cache, timed, P),
+                "evicting_seconds": statistics.median(our_time(model, evicting, s[:P], len(s) - P) for s in timed),
             }
         )
-        print(f"decodekit {cache:58} loss {out[-1]['loss']:.4f}  {out[-1]['seconds']:.3f} s", flush=True)
+        r = out[-1]
+        print(
+            f"decodekit {cache:76} loss {r['loss']:.4f}  {r['seconds']:.3f} s, compiled {r['compiled_seconds']:.3f} s, "
+            f"evicting {r['evicting_seconds']:.3f} s",
+            flush=True,
+        )
     return out
 
 
@@ -149,15 +173,18 @@ def main() -> None:
             **x,
             "kvpress_loss": y["loss"],
             "loss_vs_kvpress": x["loss"] / y["loss"] - 1,
-            "seconds": min(x["seconds"], x2["seconds"]),
+            **{key: min(x[key], x2[key]) for key in ("seconds", "compiled_seconds", "evicting_seconds")},
             "kvpress_seconds": min(y["seconds"], y2["seconds"]),
         }
-        row["time_vs_kvpress"] = row["seconds"] / row["kvpress_seconds"]
+        for key in ("", "compiled_", "evicting_"):
+            row[f"{key}time_vs_kvpress"] = row[f"{key}seconds"] / row["kvpress_seconds"]
         rows.append(row)
         print(
             f"{row['method']:9} c={row['compression']:.2f}  loss {row['loss']:.4f} vs {row['kvpress_loss']:.4f} "
-            f"({100 * row['loss_vs_kvpress']:+.2f}%)  time {row['seconds']:.3f} vs {row['kvpress_seconds']:.3f} s "
-            f"(x{row['time_vs_kvpress']:.2f})"
+            f"({100 * row['loss_vs_kvpress']:+.2f}%)  time {row['seconds']:.3f} / compiled "
+            f"{row['compiled_seconds']:.3f} / evicting {row['evicting_seconds']:.3f} vs {row['kvpress_seconds']:.3f} s "
+            f"(x{row['time_vs_kvpress']:.2f} / x{row['compiled_time_vs_kvpress']:.2f} / "
+            f"x{row['evicting_time_vs_kvpress']:.2f})"
         )
     result = {
         "prompt": args.prompt,

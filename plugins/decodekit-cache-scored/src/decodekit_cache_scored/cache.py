@@ -12,6 +12,10 @@ Storage is per kv-head (`Storage.write_at`): `budget + 4·slack` slots per layer
 new tokens and the evicted entries `crop` may still bring back: any of the last `slack` slots, and back
 to the start of a long block not yet compressed (what speculative decoding's first round needs).
 
+With `prefill_only` (kvpress's semantics) only the prompt, the first forward, is compressed; the next forward
+finds the prompt's kept entries in storage slots `[0, budget)` and every later token is appended after them,
+as a plain cache appends (`_append`): no scores, no eviction, and steps that `compile=True` traces.
+
 Under `torch.compile` (`compile=True`) the cache's steps run eagerly (`torch.compiler.disable`), the model's
 math around them compiled: their bookkeeping changes every step (host-side lengths, the crop journal), so
 traced it recompiled each step, and torch 2.13's inductor could emit an unbound size for it mid-run.
@@ -28,7 +32,7 @@ import torch
 from torch import Tensor
 
 from decodekit.cache import row_index
-from decodekit.errors import ParameterError, PluginError
+from decodekit.errors import CacheCapacityError, ParameterError, PluginError
 from decodekit.spec import CacheSpec
 from decodekit.storage import SlotWritable, check_memory, float_slot_bytes, lookup_storage
 from decodekit_cache_scored.params import ScoredParams
@@ -78,10 +82,12 @@ class ScoredCache:
         self.budget = resolve_budget(self.name, params, spec)
         self.sinks, self.recent, self.slack = params.sinks, params.recent, params.slack
         self.slots = self.budget + 4 * self.slack
-        what = f"budget={self.budget}, slack={self.slack}"
-        check_memory(self.name, what, spec.n_layers * self.slots * float_slot_bytes(spec), spec.device)
+        # prefill_only: the prompt's kept entries, then up to `capacity` later tokens, in the same storage.
+        stored = max(self.slots, self.budget + spec.capacity) if params.prefill_only else self.slots
+        what = f"budget={self.budget}, slack={self.slack}" + (", prefill_only=True" if params.prefill_only else "")
+        check_memory(self.name, what, spec.n_layers * stored * float_slot_bytes(spec), spec.device)
         self._storage = lookup_storage(params.store)
-        self.store = self._storage(spec, [self.slots] * spec.n_layers)
+        self.store = self._storage(spec, [stored] * spec.n_layers)
         if not isinstance(self.store, SlotWritable):
             raise ParameterError(
                 f"{self.name}: store={params.store!r} is invalid: its storage cannot write each row and head to "
@@ -97,6 +103,8 @@ class ScoredCache:
 
     @property
     def length(self) -> int:
+        if self._prompt is not None:
+            return self._prompt + self._appended[-1]
         return self._layers[-1].length
 
     @property
@@ -110,14 +118,15 @@ class ScoredCache:
     @property
     def rollback(self) -> int:
         """`crop` can take back the last `slack` slots (and to the start of the last forward; not further back
-        than a long block's start)."""
-        return self.slack
+        than a long block's start); with `prefill_only`, any token after the prompt."""
+        return sys.maxsize if self.params.prefill_only else self.slack
 
     def reach(self, new: int) -> int:
         """Within the context, keys sit at their own distances; past it (rotary) they are moved within it,
-        beyond the forward's own (`_room`). A forward feeds at most the context (`update` refuses more)."""
+        beyond the forward's own (`_room`). A forward feeds at most the context (`update` refuses more).
+        With `prefill_only` every key stays at its own distance: no further than the context."""
         M = self.spec.max_positions
-        if self.spec.rope_base is None or M is None:
+        if self.spec.rope_base is None or M is None or self.params.prefill_only:
             return self.length + new
         return min(self.length + new, M)
 
@@ -132,9 +141,17 @@ class ScoredCache:
         self._new: tuple[int, int, Tensor] | None = None  # see `_new_slots`
         self._step: Step | None = None  # see `_planned`
         self._observed: dict[int, Tensor] = {}  # layer -> a short forward's queries, scored by `_score_observed`
+        self._prompt: int | None = None  # prefill_only: the prompt's length once its kept entries are settled
+        self._appended = [0] * self.spec.n_layers  # prefill_only: tokens appended after them, per layer
+        self._prompt_kept: list[Tensor] = []  # prefill_only: which of storage slots [0, budget) hold a token
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self._prompt is not None or (self.params.prefill_only and self._layers[layer].length > 0):
+            return self._append(layer, k, v)
+        return self._update(layer, k, v)
 
     @_eager
-    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    def _update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         st = self._layers[layer]
         if not st.observed:
             raise PluginError(
@@ -161,8 +178,13 @@ class ScoredCache:
         st.length, st.observed, st.keys = start + T, not self.policy.observes, keys
         return keys, values
 
-    @_eager
     def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
+        if self._prompt is not None:
+            return self._appended_mask(layer, positions)
+        return self._scored_mask(layer, positions)
+
+    @_eager
+    def _scored_mask(self, layer: int, positions: Tensor) -> Tensor:
         st = self._layers[layer]
         query, row_start, st.valid = self._queries(st.length - positions.shape[1], positions)
         step = self._step
@@ -211,6 +233,9 @@ class ScoredCache:
             )
         if n == self.length:
             return
+        if self._prompt is not None:
+            self._appended = [n - self._prompt] * self.spec.n_layers
+            return
         self._score_observed()
         self._step = None
         for st in self._layers:
@@ -223,9 +248,14 @@ class ScoredCache:
 
     def kept(self, layer: int) -> Tensor:
         """`[B, H_kv, budget + 4·slack]`: the stream slot of each entry `layer` holds for each row and kv-head
-        (-1: none), in storage order, after the compression the next forward would do."""
+        (-1: none), in storage order, after the compression the next forward would do (`prefill_only`, after
+        the prompt: `[B, H_kv, budget + tokens since]`)."""
         self._score_observed()
         st = self._layers[layer]
+        if self._prompt is not None:
+            prompt = torch.where(self._prompt_kept[layer], st.slots[..., : self.budget], -1)
+            since = torch.arange(self._prompt, self._prompt + self._appended[layer], device=prompt.device)
+            return torch.cat([prompt, since.expand(*prompt.shape[:2], -1)], -1)
         if st.pending is not None:
             keep, order, _ = self._select(st.pending)
             return torch.where(keep, st.pending.slots, -1).gather(-1, order)
@@ -234,6 +264,9 @@ class ScoredCache:
 
     def oldest_crop(self) -> int:
         """The smallest `n` that `crop(n)` accepts."""
+
+        if self._prompt is not None:
+            return self._prompt
 
         def oldest(st: LayerState) -> int:
             if st.pending is not None:
@@ -244,6 +277,10 @@ class ScoredCache:
 
     def reorder(self, index: Tensor) -> None:
         index = row_index(self.name, index, self.spec.batch_size).to(self._row_start.device)
+        if self._prompt is not None:
+            self.store.reorder(index, self.budget + self._appended[-1])
+            self._prompt_kept = [kept.index_select(0, index) for kept in self._prompt_kept]
+            return
         self._score_observed()
         self._forward = self._step = None  # its row starts are the old rows'
         for layer, st in enumerate(self._layers):
@@ -252,6 +289,42 @@ class ScoredCache:
         self._row_start = self._row_start.index_select(0, index)
         for st in self._layers:
             st.reorder(index)
+
+    # -- prefill_only: appending after the prompt ---------------------------------------------
+
+    def _append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """A forward after the prompt: its tokens written after the prompt's kept entries and what came since."""
+        prompt = self._settle_prompt() if self._prompt is None else self._prompt
+        start, T = self.budget + self._appended[layer], k.shape[2]
+        fed = prompt + self._appended[layer] + T
+        if fed > self.spec.capacity:
+            raise CacheCapacityError(
+                f"{self.name}: {fed} tokens exceed the cache's capacity of {self.spec.capacity} "
+                "(prefill_only keeps every token after the prompt)"
+            )
+        self.store.write(layer, start, k, v)
+        self._appended[layer] += T
+        return self.store.read(layer, 0, start + T)
+
+    def _settle_prompt(self) -> int:
+        """The prompt compressed into storage slots `[0, budget)`, which of them hold a token; its length.
+        Traced under `compile=True`: a graph break here, inside the model's loop over its layers, would make
+        torch skip compiling that loop for good."""
+        self._score_observed()
+        for layer, st in enumerate(self._layers):
+            self._settle(layer, st)
+        self._prompt_kept = [st.alive[..., : self.budget] for st in self._layers]
+        self._prompt = self._layers[-1].length
+        return self._prompt
+
+    def _appended_mask(self, layer: int, positions: Tensor) -> Tensor:
+        """The prompt's kept entries, then every later token up to each query (causal)."""
+        T, appended = positions.shape[1], self._appended[layer]
+        later = torch.arange(appended, device=positions.device)
+        query = torch.arange(appended - T, appended, device=positions.device)[:, None]
+        kept = self._prompt_kept[layer].unsqueeze(2)  # [B, H_kv, 1, budget]
+        mask = torch.cat([kept.expand(-1, -1, T, -1), (later <= query).expand(*kept.shape[:2], T, -1)], -1)
+        return mask.repeat_interleave(self.groups, dim=1) if self.groups > 1 else mask
 
     # -- the machinery -------------------------------------------------------------------------
 
@@ -397,7 +470,7 @@ class ScoredCache:
         scratch = self._storage(self.spec, [T])  # the block goes through the storage once, like every key
         scratch.write(0, 0, k, v)
         new_k, new_v = scratch.read(0, 0, T)
-        held_k, held_v = self.store.read(layer, 0, self.slots)
+        held_k, held_v = (x.clone() for x in self.store.read(layer, 0, self.slots))
         new = torch.arange(start, start + T, device=k.device).expand(*st.slots.shape[:2], T)
         st.pending = Block(
             start,
@@ -469,8 +542,12 @@ class ScoredCache:
 class ObservingScoredCache(ScoredCache):
     """A scored cache whose policy needs the model's queries (`decodekit.cache.Observing`)."""
 
-    @_eager
     def observe(self, layer: int, queries: Tensor) -> None:
+        if self._prompt is None:  # after a prefill_only cache's prompt nothing is scored
+            self._observe(layer, queries)
+
+    @_eager
+    def _observe(self, layer: int, queries: Tensor) -> None:
         st = self._layers[layer]
         if st.pending is not None:  # compressed before the next forward (crop may cut it first)
             st.pending.attention = (st.keys, queries, st.mask, st.valid)

@@ -15,7 +15,8 @@ class ScoredParams(Params):
     """budget: entries each row and kv-head keeps per layer, or compression: the fraction of the model's
     context to drop (budget = ⌊(1 − compression) · context⌋; 0.5 when neither is given); sinks: the first
     tokens, always kept; recent: the latest tokens, always kept; slack: tokens one update may add before the
-    held set is compressed as a whole, and crop may take back; store: the storage backend."""
+    held set is compressed as a whole, and crop may take back; store: the storage backend; prefill_only: compress
+    the prompt (the first forward) only and keep every later token, as kvpress does."""
 
     budget: int | None = Field(default=None, ge=1, description="entries kept per layer, row and kv-head (tokens)")
     compression: float | None = Field(
@@ -25,6 +26,9 @@ class ScoredParams(Params):
     recent: int = Field(default=8, ge=0, description="latest tokens always kept")
     slack: int = Field(default=8, ge=1, description="tokens an update may add, and crop take back, before compressing")
     store: str = Field(default="gqa", min_length=1, description="storage backend of the kept tokens (gqa, int8, ...)")
+    prefill_only: bool = Field(
+        default=False, description="compress the prompt only, keep every later token (kvpress's prefill compression)"
+    )
 
     @model_validator(mode="after")
     def _one_budget(self) -> ScoredParams:

@@ -1,0 +1,122 @@
+"""`prefill_only=True`: the prompt compressed as every scored cache compresses it, every later token kept
+(kvpress's semantics). The reference: the same cache without it, given the prompt and then everything after
+it as one block, attends over exactly that (the prompt's kept entries and the whole block, causally)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from decodekit_beam.search import beam_search
+from decodekit_gpt.gpt import GPT, GPTConfig
+
+import decodekit as dk
+
+CACHES = ["h2o", "tova", "snapkv", "knorm", "streaming"]
+PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [7, 8, 9]]
+
+
+@pytest.fixture(scope="module")
+def model() -> GPT:
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=29, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, position="rope")
+    return GPT(config).eval()
+
+
+def _padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids and positions (negative on padding), as the engine feeds a ragged batch."""
+    P = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (P - len(p)) + p for p in prompts])
+    positions = torch.stack([torch.arange(P) - (P - len(p)) for p in prompts])
+    return ids, positions
+
+
+@torch.no_grad()
+def _logits(model: Any, cache: str, prompts: list[list[int]], after: torch.Tensor, one_block: bool) -> torch.Tensor:
+    """Logits `[B, 1 + T, V]`: at the prompt's last token, then at each token of `after` `[B, T]`, fed one at
+    a time or as one block."""
+    ids, positions = _padded(prompts)
+    P, T = ids.shape[1], after.shape[1]
+    spec = dk.CacheSpec.for_model(model.spec, batch_size=len(prompts), capacity=P + T)
+    kv = dk.create_cache(cache, spec)
+    out = [model(ids, positions, kv)[:, -1:]]
+    steps = positions[:, -1:] + 1 + torch.arange(T)
+    blocks = [slice(0, T)] if one_block else [slice(t, t + 1) for t in range(T)]
+    out += [model(after[:, b], steps[:, b], kv) for b in blocks]
+    return torch.cat(out, 1)
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("prompts", [PROMPTS[:1], PROMPTS], ids=["one", "ragged"])
+def test_each_token_after_the_prompt_sees_the_prompts_kept_entries_and_every_token_since(
+    model: GPT, cache: str, prompts: list[list[int]]
+) -> None:
+    params = "budget=6, sinks=1, recent=2"
+    after = torch.randint(1, 29, (len(prompts), 12), generator=torch.Generator().manual_seed(1))
+    steps = _logits(model, f"{cache}({params}, prefill_only=True)", prompts, after, one_block=False)
+    block = _logits(model, f"{cache}({params})", prompts, after, one_block=True)  # 12 > slack: one long block
+    torch.testing.assert_close(steps, block, rtol=1e-5, atol=1e-5)
+    evicting = _logits(model, f"{cache}({params})", prompts, after, one_block=False)
+    assert not torch.allclose(steps, evicting, atol=1e-3)  # the evicting cache is another cache
+
+
+@pytest.mark.parametrize("cache", ["snapkv", "tova"])
+def test_on_the_shipped_hugging_face_model(cache: str) -> None:
+    """Through the transformers bridge: the same rule on a real prompt of Shakespeare."""
+    model = dk.load_model("tiny-shakespeare-llama")
+    text = model.tokenizer.encode("HAMLET:\nTo be, or not to be, that is the question:\nWhether 'tis nobler in the")
+    prompt, after = text[:60], torch.tensor([text[60:]])
+    steps = _logits(model, f"{cache}(budget=24, prefill_only=True)", [prompt], after, one_block=False)
+    block = _logits(model, f"{cache}(budget=24, slack=4)", [prompt], after, one_block=True)
+    torch.testing.assert_close(steps, block, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_speculative_decoding_and_beam_search(model: GPT, cache: str) -> None:
+    spec = f"{cache}(budget=6, sinks=1, recent=2, prefill_only=True)"
+    repetitive = [[3, 4, 5, 6] * 4, [5, 6, 3, 4] * 2]  # prompt lookup drafts often, and is often wrong
+    want = dk.generate(model, repetitive, chain="greedy", cache=spec, max_new_tokens=15).tokens
+    out: Any = dk.decode(
+        model, repetitive, strategy="speculative", draft="ngram", k=12, chain="greedy", cache=spec, max_new_tokens=15
+    )
+    assert out.tokens == want  # k=12 > slack: after the prompt any token can be taken back
+    assert sum(out.drafted) > sum(out.accepted) > 0
+    kept_all = beam_search(model, PROMPTS, num_beams=3, cache="gqa", max_new_tokens=12).tokens
+    roomy = f"{cache}(budget=31, prefill_only=True)"
+    assert beam_search(model, PROMPTS, num_beams=3, cache=roomy, max_new_tokens=12).tokens == kept_all
+    assert [len(t) for t in beam_search(model, PROMPTS, num_beams=3, cache=spec, max_new_tokens=12).tokens] == [12, 12]
+
+
+def test_it_keeps_what_it_was_sized_for_and_stays_within_the_context(model: GPT) -> None:
+    spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=10)
+    kv = dk.create_cache("h2o(budget=4, sinks=1, recent=1, prefill_only=True)", spec)
+    ids, positions = _padded([[1, 2, 3, 4, 5, 6]])
+    model(ids, positions, kv)
+    model(ids[:, :4], positions[:, :4] + 6, kv)  # 10 tokens: the capacity
+    assert kv.length == 10
+    kept = kv.kept(0)[0, 0].tolist()  # type: ignore[attr-defined]
+    assert len(kept) == 8 and kept[4:] == [6, 7, 8, 9] and 0 in kept[:4] and 5 in kept[:4]  # a sink, the recent
+    with pytest.raises(dk.ParameterError, match=r"h2o.crop: n=5 is invalid.*allowed: 6 <= n <= 10"):
+        kv.crop(5)  # type: ignore[attr-defined]  # into the prompt, compressed
+    kv.crop(7)  # type: ignore[attr-defined]
+    assert kv.length == 7
+    model(ids[:, :3], positions[:, :3] + 7, kv)
+    with pytest.raises(dk.CacheCapacityError, match=r"h2o: 11 tokens exceed the cache's capacity of 10"):
+        model(ids[:, :1], positions[:, :1] + 10, kv)
+    with pytest.raises(dk.ContextLengthError, match=r"a query would attend across 40 positions, past the model"):
+        dk.generate(model, [[1] * 20], cache="h2o(budget=4, sinks=1, recent=1, prefill_only=True)", max_new_tokens=20)
+    long = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=100)
+    roomy, scored = (f"h2o(budget=4, sinks=1, recent=1{more})" for more in (", prefill_only=True", ""))
+    # budget + capacity slots against budget + 4·slack: 104 against 36
+    assert dk.create_cache(roomy, long).nbytes * 36 == dk.create_cache(scored, long).nbytes * 104
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("compile")  # the compiling tests in one worker: inductor starts once, reuses its kernels
+def test_compile_gives_the_eager_tokens(model: GPT) -> None:
+    """After the prompt the steps are a plain cache's, which `compile=True` traces into the model's graph."""
+    cache = "snapkv(budget=6, sinks=1, recent=2, prefill_only=True)"
+    eager = dk.generate(model, PROMPTS, chain="greedy", cache=cache, max_new_tokens=8)
+    compiled = dk.generate(model, PROMPTS, chain="greedy", cache=cache, max_new_tokens=8, compile=True)
+    assert compiled.tokens == eager.tokens
