@@ -112,7 +112,7 @@ def bind(
     """The checked request and strategy of one call; errors name `what` (default: the strategy)."""
     own = {k: v for k, v in options.items() if k not in SHARED_OPTIONS}
     bound = resolve_strategy(strategy, own, what)
-    shared = {k: v for k, v in options.items() if k in SHARED_OPTIONS}  # known to decode_request: its own check passes
+    shared = {k: v for k, v in options.items() if k in SHARED_OPTIONS}
     return decode_request(model, prompts, **shared), bound
 
 
