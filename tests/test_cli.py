@@ -484,7 +484,7 @@ def test_explain_policy_refuses_rows_that_cannot_fit_at_its_call(monkeypatch: py
 
     model = cli_testplugin.load_model()
     monkeypatch.setattr("decodekit.engine.device_memory", lambda device: 1000)
-    request = decode_request(model, [[1, 2]], "explain", (), max_new_tokens=4)
+    request = decode_request(model, [[1, 2]], max_new_tokens=4)
     with pytest.raises(dk.ParameterError) as info:
         Decoding(request, "explain").run(explain_policy([]), NoParams(), per_round=True)  # not iterated
     per_row = 2048 + 16 * 6 + 8 * model.spec.vocab_size

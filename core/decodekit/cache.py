@@ -121,12 +121,8 @@ class Observing(Protocol):
     """A cache that scores its entries from attention (H2O, TOVA, SnapKV): the model hands it its queries."""
 
     def observe(self, layer: int, queries: Tensor) -> None:
-        """`queries` `[B, n_heads, T_new, D]`: the new queries of the last `update(layer)`, rotated as attended.
-
-        Called after the model attended, so the cache may then change what it holds. The model's attention
-        weights were `softmax(queries @ keys.T / sqrt(D))` over the keys `update` returned, under
-        `attention_mask` (a model with another scale passes its queries rescaled to this one).
-        """
+        """`queries` `[B, n_heads, T_new, D]`: the new queries of the last `update(layer)`, rotated as attended,
+        after the model attended, so the cache may then change what it holds (docs/caches.md: the weights)."""
         ...
 
 
@@ -191,14 +187,8 @@ def capability_error(cache: object, need: str, who: str) -> ParameterError | Non
 
 def slot_mask(key_slots: Tensor, positions: Tensor, first: int, *, window: int | None = None, sinks: int = 0) -> Tensor:
     """`[B, 1, T, S]` bool: may the query in slot `first + i` attend to the key in slot `key_slots[..., j]`?
-
-    key_slots: `[S]` (the same keys for every row), `[B, S]`, or `[B, H, S]` (keys per row and head: the
-    mask is then `[B, H, T, S]`); a slot of -1 is no key. Query `i` of row `b` sits at `positions[b, i]`,
-    so the row's first real token is in slot `first + i - positions[b, i]`; keys before it are padding,
-    keys after the query are the future. `window`: also hide keys `window` or more slots back, except
-    the first `sinks` slots. A padding query (negative position) sees only itself, so no softmax row is
-    empty. A cache may combine the result with a rule of its own (`&`, `|`).
-    """
+    key_slots `[S]`, `[B, S]` or `[B, H, S]` (the mask then `[B, H, T, S]`), -1 for no key; the rule, `window`
+    and `sinks`: docs/caches.md (the model ↔ cache contract, *Masks*)."""
     T = positions.shape[1]
     q = torch.arange(first, first + T, device=positions.device)[:, None]  # [T, 1]
     row_start = (q[:, 0] - positions).unsqueeze(-1)  # [B, T, 1]

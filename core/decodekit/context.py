@@ -56,13 +56,11 @@ def row_generators(
 
 @dataclass(eq=False)
 class DecodeContext:
-    """The history and per-row state a processor may read; only `tokens` is required.
+    """The history and per-row state a processor may read; only `tokens` is required (docs/concepts.md).
 
     `tokens` `[B, T]` is the prompt plus what was generated so far. Ragged prompts are
     left-padded: row `b`'s real tokens are its last `prompt_lengths[b] + step` columns
     (`valid_mask()`), and the last `step` columns are the generated tokens of every row.
-    `prompt_index` says which of the request's prompts each row serves where that is not row b's
-    prompt b: the beams of one prompt under beam search, the one row of a speculative row's context.
     """
 
     tokens: Tensor
@@ -107,8 +105,7 @@ class DecodeContext:
         `uniform` hands them out first, in order; the numbers are the same either way. The last call's
         tensor is refilled in place when it fits, so a uniform handed out holds until the next call."""
         last = self.draws
-        # Refilled: a compiled step costs ~8 us more with a tensor it has not seen. (An inference
-        # tensor cannot be written outside inference mode: a new one then.)
+        # Refilled: a new tensor slows a compiled step ~8 us (docs/benchmarks.md); an inference one only in that mode.
         if (
             last is not None
             and last.shape == (self.batch_size, n)

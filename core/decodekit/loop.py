@@ -1,8 +1,5 @@
-"""The decode loop: `dk.generate` and `dk.stream`, and the "sample" strategy behind them.
-
-Prefill once, then one token per row per step from the chain (`cache="none"` recomputes the context
-every step, cropped to the model's last `max_positions` tokens); the engine does the rest.
-"""
+"""The decode loop: `dk.generate` and `dk.stream`, and the "sample" strategy behind them (its steps:
+`decodekit.engine.sample_steps`)."""
 
 from __future__ import annotations
 

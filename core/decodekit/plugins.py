@@ -145,16 +145,37 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+class _Builtin:
+    """The core's own registrations, made through the same hooks as any plugin."""
+
+    @hookspecs.hookimpl
+    def register_samplers(self, register: hookspecs.SamplerRegistrar) -> None:
+        register(
+            "sample",
+            "decodekit.sample:Sample",
+            description="Draw a token from softmax(logits) with the row's own generator",
+            kind="selector",
+        )
+
+    @hookspecs.hookimpl
+    def register_strategies(self, register: hookspecs.StrategyRegistrar) -> None:
+        register(
+            "sample",
+            "decodekit.loop:sample_policy",
+            description="One token per step from the chain's selector (dk.generate)",
+        )
+
+
 # Plugins registered in code with register_plugin(): (object, label).
 _code_plugins: list[tuple[object, str]] = []
 _registry: Registry | None = None
 
 
 def _build() -> Registry:
-    from decodekit import __version__, builtin_plugin
+    from decodekit import __version__
 
     loader = _Loader()
-    loader.add(builtin_plugin, CORE_DISTRIBUTION, __version__, "builtin")
+    loader.add(_Builtin(), CORE_DISTRIBUTION, __version__, "builtin")
     allowed, denied = _env_names("DECODEKIT_LOAD_PLUGINS"), _env_names("DECODEKIT_DISABLE_PLUGINS") or set()
     entry_points = _entry_points()
     for variable, names in (("DECODEKIT_LOAD_PLUGINS", allowed), ("DECODEKIT_DISABLE_PLUGINS", denied)):

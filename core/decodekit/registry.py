@@ -37,7 +37,6 @@ CATEGORIES: tuple[Category, ...] = ("sampler", "cache backend", "model", "strate
 _IDENTIFIER = (re.compile(r"[A-Za-z_]\w*\Z", re.ASCII), "a Python identifier (letters, digits, '_')")
 _MODEL_NAME = (re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z"), "letters, digits, '_', '-', '.'")
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
-_SAMPLER_KINDS = ("processor", "selector")
 _SECTIONS = {"sampler": "samplers", "cache backend": "caches", "model": "models", "strategy": "strategies"}
 _INFO_LISTS = {**_SECTIONS, "cache backend": "cache_backends"}  # PluginInfo's list of each category
 
@@ -228,7 +227,7 @@ def make_entry(
         if extra:
             allowed = "kind" if category == "sampler" else "none"
             raise PluginError(f"unknown keyword {next(iter(extra))}=...; allowed keywords: {allowed}")
-        if kind is not None and kind not in _SAMPLER_KINDS:
+        if kind is not None and kind not in ("processor", "selector"):
             raise PluginError(f"kind={kind!r} is invalid; allowed: 'processor', 'selector'")
     except PluginError as exc:
         raise PluginError(f"{category} {name!r}: {exc}") from None

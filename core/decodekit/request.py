@@ -192,21 +192,10 @@ def _logprobs(logprobs: object, vocab_size: int) -> int | None:
     return None if logprobs is None else _integer("logprobs", logprobs, lambda n: 0 <= n <= vocab_size, allowed)
 
 
-def decode_request(
-    model: Any, prompts: Prompts, what: str = "generate", own: Sequence[str] = (), /, **options: Unpack[DecodeOptions]
-) -> DecodeRequest:
-    """Check every shared option (`DecodeOptions`) and build the request.
-
-    An unknown option is an error naming the caller (`what`) and what it takes: its `own`
-    parameters, then the shared options.
-    """
+def decode_request(model: Any, prompts: Prompts, /, **options: Unpack[DecodeOptions]) -> DecodeRequest:
+    """Check every shared option (`DecodeOptions`) and build the request; an unknown option is refused
+    before it, where the strategy's own are told apart (`decodekit.strategies.resolve_strategy`)."""
     given: dict[str, Any] = {**_DEFAULTS, **options}
-    unknown = sorted(given.keys() - _DEFAULTS.keys())
-    if unknown:
-        allowed = ", ".join([*own, *_DEFAULTS])
-        raise ParameterError(
-            f"{what}: unknown parameter {unknown[0]}={given[unknown[0]]!r}; allowed parameters: {allowed}"
-        )
     V = _vocab_size(model)
     max_new = _integer("max_new_tokens", given["max_new_tokens"], lambda n: n >= 0, "an integer >= 0")
     rows = prompt_rows(model, prompts)

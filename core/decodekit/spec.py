@@ -59,13 +59,8 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class CacheSpec:
-    """Everything a cache backend needs to preallocate its buffers, and to move or drop keys.
-
-    The last four come from the model (`for_model`) and matter to caches that evict:
-    `rope_base` lets a cache move a kept key to another position (`decodekit.rope.rotate`),
-    `max_positions` is the model's trained context, `attention_windows` its calibrated D_f per layer,
-    `calibration` the file they are read from when `attention_windows` is None.
-    """
+    """Everything a cache backend needs to preallocate its buffers, and to move or drop keys; the last four
+    come from the model (`for_model`). docs/caches.md (`CacheSpec`) says what each field is."""
 
     n_layers: int
     n_heads: int

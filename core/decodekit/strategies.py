@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, cast
+from dataclasses import dataclass, replace
+from typing import Any
 
 from torch import Tensor
 
@@ -60,8 +60,9 @@ def validate(model: Model, prompts: Prompts, *, strategy: str = "sample", **opti
     context included) without decoding: the strategy's policy runs until its first model call, then
     stops. A batch job checks every line before any model work. Returns the checked request."""
     request, bound = bind(model, prompts, strategy, options)
+    checking = _Checking(replace(request, model=_Unrunnable(request.model)), bound.name, events=False)
     with contextlib.suppress(_ModelCalled):  # the strategy's own policy: its rows, lookahead, cache needs and checks
-        for _ in _Checking(request, bound.name, events=False).run(bound.policy, bound.params, per_round=False):
+        for _ in checking.run(bound.policy, bound.params, per_round=False):
             pass
     return request
 
@@ -75,11 +76,7 @@ def _model_called(*args: Any, **kwargs: Any) -> Tensor:
 
 
 class _Checking(Decoding):
-    """A decoding whose policy stops at its first model call: everything checked before it, no model work."""
-
-    def __init__(self, request: DecodeRequest, strategy: str, *, events: bool) -> None:
-        super().__init__(request, strategy, events=events)
-        self.model = cast(Model, _Unrunnable(self.model))  # a policy that calls `d.model` itself
+    """A decoding of an `_Unrunnable` model: its policy stops at its first model call, everything checked before it."""
 
     def runs(self, model: Model) -> Callable[..., Tensor]:  # a policy's own forwards, a draft model's too
         return _model_called
@@ -112,7 +109,7 @@ def bind(
     """The checked request and strategy of one call; errors name `what` (default: the strategy)."""
     own = {k: v for k, v in options.items() if k not in SHARED_OPTIONS}
     bound = resolve_strategy(strategy, own, what)
-    shared = {k: v for k, v in options.items() if k in SHARED_OPTIONS}  # known to decode_request: its own check passes
+    shared = {k: v for k, v in options.items() if k in SHARED_OPTIONS}
     return decode_request(model, prompts, **shared), bound
 
 

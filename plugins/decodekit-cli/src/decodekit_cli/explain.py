@@ -95,7 +95,7 @@ def explain_steps(
     if steps < 1:
         raise ParameterError(f"explain: steps={steps} is invalid; allowed: an integer >= 1")
     prompts = [prompt] if isinstance(prompt, str) else [list(prompt)]
-    request = decode_request(model, prompts, "explain", (), chain=chain, max_new_tokens=steps, seed=seed, cache=cache)
+    request = decode_request(model, prompts, chain=chain, max_new_tokens=steps, seed=seed, cache=cache)
     traces: list[list[tuple[str, Tensor]]] = []
     decoding = Decoding(request, "explain", events=False)
     for _ in decoding.run(explain_policy(traces), NoParams(), per_round=False):
