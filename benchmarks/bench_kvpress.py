@@ -83,6 +83,8 @@ def compiled_time(model: Any, cache: str, samples: list[list[int]], prompt_lengt
     """The median `compile=True` time, once a warm-up decode (checked against eager) has compiled it."""
     P = prompt_length
     prompt, new = samples[0][:P], len(samples[0]) - P
+    torch._dynamo.reset()  # each cache in a fresh compiler, as a process that serves one: 12 would pass dynamo's
+    # recompile limit for the model's frame (8), which then runs eager
     eager, compiled = (
         dk.generate(model, [prompt], chain="greedy", cache=cache, max_new_tokens=new, compile=c).tokens
         for c in (False, True)

@@ -264,7 +264,6 @@ class ScoredCache:
 
     def oldest_crop(self) -> int:
         """The smallest `n` that `crop(n)` accepts."""
-
         if self._prompt is not None:
             return self._prompt
 
@@ -470,6 +469,8 @@ class ScoredCache:
         scratch = self._storage(self.spec, [T])  # the block goes through the storage once, like every key
         scratch.write(0, 0, k, v)
         new_k, new_v = scratch.read(0, 0, T)
+        # Copies: views of the storage the compression rewrites aliased the graph's inputs, on which inductor
+        # failed once `compile=True` traced a prefill_only cache's compression at a second budget.
         held_k, held_v = (x.clone() for x in self.store.read(layer, 0, self.slots))
         new = torch.arange(start, start + T, device=k.device).expand(*st.slots.shape[:2], T)
         st.pending = Block(
