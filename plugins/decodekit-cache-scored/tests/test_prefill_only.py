@@ -9,19 +9,12 @@ from typing import Any
 import pytest
 import torch
 from decodekit_beam.search import beam_search
-from decodekit_gpt.gpt import GPT, GPTConfig
+from decodekit_gpt.gpt import GPT
 
 import decodekit as dk
 
 CACHES = ["h2o", "tova", "snapkv", "knorm", "streaming"]
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [7, 8, 9]]
-
-
-@pytest.fixture(scope="module")
-def model() -> GPT:
-    torch.manual_seed(0)
-    config = GPTConfig(vocab_size=29, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, position="rope")
-    return GPT(config).eval()
 
 
 def _padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
