@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -73,6 +74,22 @@ def test_standard_plugins_are_discovered_through_entry_points() -> None:
     info = registry.plugins["decodekit-cache-gqa"]
     assert info.cache_backends == ["gqa"] and info.version == "0.1.0"
 
+
+def test_each_distributions_version_is_its_packages_version() -> None:
+    """A version is written once, as `__version__`; pyproject.toml reads it (`dynamic`), so the two cannot part."""
+    repo = Path(__file__).resolve().parents[1]
+    projects = [repo / "pyproject.toml", *sorted((repo / "plugins").glob("*/pyproject.toml"))]
+    checked = 0
+    for project in projects:
+        text = project.read_text()
+        if "dynamic = [\"version\"]" not in text:
+            assert "\nversion = " in text, f"{project}: no version"
+            continue
+        package = text.split('version = {attr = "')[1].split(".__version__")[0]
+        distribution = text.split('name = "')[1].split('"')[0]
+        assert importlib.metadata.version(distribution) == importlib.import_module(package).__version__
+        checked += 1
+    assert checked == 20
 
 def test_a_plugin_that_fails_to_import_is_reported_and_the_rest_work(site: Path) -> None:
     fake_distribution(site, "fake-broken", "fake_broken", "raise RuntimeError('boom: missing dependency')\n")
