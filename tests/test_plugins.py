@@ -82,7 +82,7 @@ def test_each_distributions_version_is_its_packages_version() -> None:
     checked = 0
     for project in projects:
         text = project.read_text()
-        if "dynamic = [\"version\"]" not in text:
+        if 'dynamic = ["version"]' not in text:
             assert "\nversion = " in text, f"{project}: no version"
             continue
         package = text.split('version = {attr = "')[1].split(".__version__")[0]
@@ -90,6 +90,7 @@ def test_each_distributions_version_is_its_packages_version() -> None:
         assert importlib.metadata.version(distribution) == importlib.import_module(package).__version__
         checked += 1
     assert checked == 20
+
 
 def test_a_plugin_that_fails_to_import_is_reported_and_the_rest_work(site: Path) -> None:
     fake_distribution(site, "fake-broken", "fake_broken", "raise RuntimeError('boom: missing dependency')\n")
