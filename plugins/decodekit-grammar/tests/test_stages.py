@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from decodekit_grammar import stages
 from decodekit_grammar.stages import GrammarStage
 
 import decodekit as dk
@@ -166,6 +167,16 @@ def test_generate_with_a_grammar_per_prompt(shakespeare: Any) -> None:
 
     assert re.fullmatch("[A-Z]{3}!", out.text[0]) and re.fullmatch("[a-z]{2} [0-9]{2}\\.", out.text[1])
     assert out.stopped_by[:2] == ["regex", "regex"] and out.finish_reasons[2] == "length"
+
+
+@pytest.mark.xdist_group("compile")  # the compiling tests in one worker: inductor starts once, reuses its kernels
+def test_compile_gives_the_eager_tokens(shakespeare: Any) -> None:
+    """Under `compile=True` the mask runs outside the graph (the parser reads each row's tokens on the host)."""
+    chain = "regex(pattern=['[A-Z]{3}!', '[a-z]{2} [0-9]{2}\\\\.']) | temperature(0.9)"
+    eager = dk.generate(shakespeare, ["ROMEO:", "JULIET:"], chain=chain, max_new_tokens=8, seed=0)
+    compiled = dk.generate(shakespeare, ["ROMEO:", "JULIET:"], chain=chain, max_new_tokens=8, seed=0, compile=True)
+    assert compiled.tokens == eager.tokens and eager.stopped_by == ["regex", "regex"]
+    assert stages._EAGER_MASKED  # the compiled step took the mask's disabled form
 
 
 def random_walks(stage: GrammarStage[Any], tokenizer: Any, vocab_size: int, seed: int, n: int = 40) -> list[list[int]]:

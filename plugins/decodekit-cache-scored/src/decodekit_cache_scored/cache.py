@@ -23,6 +23,7 @@ traced it recompiled each step, and torch 2.13's inductor could emit an unbound 
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable
@@ -47,8 +48,19 @@ _STATE = ("slots", "written", "score", "freed_at")  # a layer's state, as `Step`
 
 
 def _eager(step: _F) -> _F:
-    """`step` run outside any `torch.compile` graph (see the module's docstring)."""
-    return cast(_F, torch.compiler.disable(step))  # type: ignore[no-untyped-call]  # untyped in torch 2.13
+    """`step` run outside any `torch.compile` graph (see the module's docstring). Its disabled form is made at
+    the first compiled call: making it imports torch's compiler (~1 s), which an eager decode never needs."""
+    disabled: list[_F] = []
+
+    @functools.wraps(step)
+    def run(*args: object, **kwargs: object) -> object:
+        if not torch.compiler.is_compiling():
+            return step(*args, **kwargs)
+        if not disabled:
+            disabled.append(torch.compiler.disable(step))  # type: ignore[no-untyped-call]  # untyped in torch 2.13
+        return disabled[0](*args, **kwargs)
+
+    return cast(_F, run)
 
 
 def resolve_budget(name: str, params: ScoredParams, spec: CacheSpec) -> int:

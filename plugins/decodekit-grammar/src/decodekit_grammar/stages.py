@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -138,7 +138,7 @@ class GrammarStage(ProcessorBase[P]):
     # -- the mask ---------------------------------------------------------------------------------
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        masked = _eager_masked if torch.compiler.is_compiling() else _masked  # the parser: out of a compiled graph
+        masked = _eager_masked() if torch.compiler.is_compiling() else _masked  # the parser: out of a compiled graph
         return masked(self, logits, ctx)
 
     def allowed(self, ctx: DecodeContext, vocab_size: int) -> Tensor:
@@ -287,7 +287,15 @@ def _masked(stage: GrammarStage[Any], logits: Tensor, ctx: DecodeContext) -> Ten
     return torch.minimum(logits, torch.from_numpy(caps).to(logits.device, logits.dtype))
 
 
-_eager_masked = torch.compiler.disable(_masked)  # type: ignore[no-untyped-call]  # compile=True: eager, outside the graph
+_EAGER_MASKED: list[Callable[[GrammarStage[Any], Tensor, DecodeContext], Tensor]] = []
+
+
+def _eager_masked() -> Callable[[GrammarStage[Any], Tensor, DecodeContext], Tensor]:
+    """`_masked` outside the graph (compile=True), made at the first compiled call: making it imports torch's
+    compiler (~1 s), which an eager decode never needs."""
+    if not _EAGER_MASKED:
+        _EAGER_MASKED.append(torch.compiler.disable(_masked))  # type: ignore[no-untyped-call]  # untyped in torch 2.13
+    return _EAGER_MASKED[0]
 
 
 def _per_prompt(value: Any) -> list[Any]:
