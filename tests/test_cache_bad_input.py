@@ -36,6 +36,11 @@ def spec() -> dk.CacheSpec:
             "h2o(budget=8, recent=8)",
             r"budget=8, recent=8 are invalid together: budget must hold the sinks and the recent",
         ),
+        (  # sinks and recent at their defaults: the rule shows their values
+            "h2o(budget=8)",
+            r"^cache h2o: budget=8 is invalid: budget must hold the sinks and the recent tokens: "
+            r"budget >= sinks \+ recent \(8 < 4 \+ 8\)$",
+        ),
         (
             "h2o(budget=8, compression=0.5)",
             r"are invalid together: give budget \(tokens\) or compression \(a ratio\), not both",

@@ -134,7 +134,7 @@ def validate_params(owner: str, model: type[Params], values: Mapping[str, Any]) 
         if not err["loc"]:  # a validator across parameters: name them, and its rule
             given = ", ".join(f"{k}={v!r}" for k, v in values.items()) or "the defaults"
             rule = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
-            problems[loc] = f"{given} are invalid together: {rule}"
+            problems[loc] = f"{given} {'is invalid' if len(values) == 1 else 'are invalid together'}: {rule}"
         elif err["type"] == "missing":
             problems[loc] = f"missing required parameter {loc}"
         elif field is not None and _is_union_member(err["loc"], field):

@@ -35,7 +35,10 @@ class ScoredParams(Params):
         if self.budget is not None and self.compression is not None:
             raise ValueError("give budget (tokens) or compression (a ratio), not both")
         if self.budget is not None and self.budget < self.sinks + self.recent:
-            raise ValueError("budget must hold the sinks and the recent tokens: budget >= sinks + recent")
+            raise ValueError(
+                "budget must hold the sinks and the recent tokens: budget >= sinks + recent "
+                f"({self.budget} < {self.sinks} + {self.recent})"
+            )
         return self
 
 
