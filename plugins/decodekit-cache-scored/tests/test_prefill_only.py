@@ -113,3 +113,22 @@ def test_compile_gives_the_eager_tokens(model: GPT) -> None:
     eager = dk.generate(model, PROMPTS, chain="greedy", cache=cache, max_new_tokens=8)
     compiled = dk.generate(model, PROMPTS, chain="greedy", cache=cache, max_new_tokens=8, compile=True)
     assert compiled.tokens == eager.tokens
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@torch.no_grad()
+def test_kept_after_reorder_names_the_entries_of_the_rows_followed(model: GPT, cache: str) -> None:
+    """Before: `reorder` after the prompt moved which prompt slots hold a token but not their stream slots, so
+    `kept` showed row 0's slots under row 1's flags. The reference: a cache fed row 1 alone (padding and all)."""
+    params = f"{cache}(budget=4, sinks=1, recent=1, prefill_only=True)"
+    ids, positions = _padded([PROMPTS[0][:10], PROMPTS[1]])  # row 1 left-padded: it keeps other slots
+    kv = dk.create_cache(params, dk.CacheSpec.for_model(model.spec, batch_size=2, capacity=20))
+    model(ids, positions, kv)
+    model(torch.tensor([[4], [4]]), positions[:, -1:] + 1, kv)
+    kv.reorder(torch.tensor([1, 1]))  # type: ignore[attr-defined]
+    alone = dk.create_cache(params, dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=20))
+    model(ids[1:], positions[1:], alone)
+    model(torch.tensor([[4]]), positions[1:, -1:] + 1, alone)
+    for layer in range(model.spec.n_layers):
+        want = alone.kept(layer)[0].tolist()  # type: ignore[attr-defined]
+        assert [row.tolist() for row in kv.kept(layer)] == [want, want]  # type: ignore[attr-defined]

@@ -279,6 +279,8 @@ class ScoredCache:
         if self._prompt is not None:
             self.store.reorder(index, self.budget + self._appended[-1])
             self._prompt_kept = [kept.index_select(0, index) for kept in self._prompt_kept]
+            for st in self._layers:  # the stream slots of the prompt's kept entries, which `kept` names
+                st.slots = st.slots.index_select(0, index)
             return
         self._score_observed()
         self._forward = self._step = None  # its row starts are the old rows'
