@@ -132,3 +132,23 @@ def test_kept_after_reorder_names_the_entries_of_the_rows_followed(model: GPT, c
     for layer in range(model.spec.n_layers):
         want = alone.kept(layer)[0].tolist()  # type: ignore[attr-defined]
         assert [row.tolist() for row in kv.kept(layer)] == [want, want]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("prefill_only", [True, False])
+@torch.no_grad()
+def test_a_prompt_cropped_to_nothing_is_as_if_never_fed(model: GPT, cache: str, prefill_only: bool) -> None:
+    """Before: `crop(0)` right after the prompt left a block of no queries whose attention weights the caches
+    that observe (h2o, tova, snapkv) then made, a RuntimeError ("cannot reshape tensor of 0 elements"). The
+    reference: a fresh cache fed the second prompt and a token."""
+    params = f"{cache}(budget=4, sinks=1, recent=1, prefill_only={prefill_only})"
+    spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=20)
+    kv, fresh = dk.create_cache(params, spec), dk.create_cache(params, spec)
+    model(torch.tensor([PROMPTS[0]]), torch.arange(13)[None], kv)
+    kv.crop(0)  # type: ignore[attr-defined]
+    assert kv.length == 0
+    out = [model(torch.tensor([PROMPTS[1] * 2]), torch.arange(6)[None], c) for c in (kv, fresh)]
+    out += [model(torch.tensor([[4]]), torch.tensor([[6]]), c) for c in (kv, fresh)]
+    torch.testing.assert_close(out[0], out[1], rtol=0, atol=0)
+    torch.testing.assert_close(out[2], out[3], rtol=0, atol=0)
+    assert kv.kept(0).tolist() == fresh.kept(0).tolist()  # type: ignore[attr-defined]

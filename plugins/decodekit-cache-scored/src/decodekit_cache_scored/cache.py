@@ -499,7 +499,7 @@ class ScoredCache:
     def _block_weights(self, block: Block) -> Tensor | None:
         """The attention weights `[B, n_heads, r, S']` of the block's last `r` queries (`_rows`), made when it is
         compressed, not when observed: a prompt's other rows are never read (TOVA reads one of 192)."""
-        if block.attention is None:
+        if block.attention is None or block.attention[1].shape[2] == 0:  # a crop may have cut every query
             return None
         keys, queries, mask, valid = block.attention
         T = queries.shape[2]
