@@ -152,3 +152,20 @@ def test_a_prompt_cropped_to_nothing_is_as_if_never_fed(model: GPT, cache: str, 
     torch.testing.assert_close(out[0], out[1], rtol=0, atol=0)
     torch.testing.assert_close(out[2], out[3], rtol=0, atol=0)
     assert kv.kept(0).tolist() == fresh.kept(0).tolist()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_speculative_decoding_compresses_the_prompt_alone(cache: str) -> None:
+    """Before: the first round fed the prompt and its drafts as one forward, which a `prefill_only` cache took
+    for the prompt: the drafts accepted in it were compressed with it, other tokens than `dk.generate`'s (TOVA
+    here). The reference: `dk.generate` with the same cache, greedy, which the target's picks must equal."""
+    model = dk.load_model("tiny-shakespeare")
+    prompts = ["To be, or not to be, that is the question. To be, or not to be, that is the question. To be, or not"]
+    spec = f"{cache}(budget=16, sinks=2, recent=4, prefill_only=True)"
+    want = dk.generate(model, prompts, chain="greedy", cache=spec, max_new_tokens=30).tokens
+    for draft in ("ngram", model):
+        out: Any = dk.decode(
+            model, prompts, strategy="speculative", draft=draft, k=6, chain="greedy", cache=spec, max_new_tokens=30
+        )
+        assert out.tokens == want
+        assert sum(out.accepted) > 0
