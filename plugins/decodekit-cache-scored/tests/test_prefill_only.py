@@ -169,3 +169,18 @@ def test_speculative_decoding_compresses_the_prompt_alone(cache: str) -> None:
         )
         assert out.tokens == want
         assert sum(out.accepted) > 0
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_speculative_decoding_keeps_a_one_token_prompt_apart_from_its_drafts(cache: str) -> None:
+    """Before: a prompt of one token still went with its drafts in one forward (the split wanted history
+    before the prompt's last token), so the budget of 1 kept only the last accepted draft. The reference:
+    `dk.generate` with the same cache, greedy."""
+    model = dk.load_model("tiny-shakespeare")
+    spec = f"{cache}(budget=1, sinks=0, recent=1, prefill_only=True)"
+    want = dk.generate(model, ["T"], chain="greedy", cache=spec, max_new_tokens=20).tokens
+    out: Any = dk.decode(
+        model, ["T"], strategy="speculative", draft=model, k=4, chain="greedy", cache=spec, max_new_tokens=20
+    )
+    assert out.tokens == want
+    assert sum(out.accepted) > 0
