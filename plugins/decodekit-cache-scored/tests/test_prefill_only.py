@@ -184,3 +184,18 @@ def test_speculative_decoding_keeps_a_one_token_prompt_apart_from_its_drafts(cac
     )
     assert out.tokens == want
     assert sum(out.accepted) > 0
+
+
+@torch.no_grad()
+def test_a_crop_into_the_prompt_says_why_it_is_refused(model: GPT) -> None:
+    """Before: the message gave the evicting cache's reason, "rollback=8, never before a block longer than
+    slack", where this cache's rollback is unbounded after the prompt; now it names the compressed prompt."""
+    spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=12)
+    kv = dk.create_cache("h2o(budget=4, sinks=1, recent=1, prefill_only=True)", spec)
+    model(torch.tensor([PROMPTS[0][:6]]), torch.arange(6)[None], kv)
+    model(torch.tensor([[3, 4]]), torch.tensor([[6, 7]]), kv)
+    with pytest.raises(dk.ParameterError) as raised:
+        kv.crop(2)  # type: ignore[attr-defined]
+    message = str(raised.value)
+    assert "h2o.crop: n=2 is invalid" in message and "allowed: 6 <= n <= 8" in message
+    assert "prefill_only" in message and "rollback=8" not in message

@@ -227,9 +227,14 @@ class ScoredCache:
         if not isinstance(n, int) or isinstance(n, bool):
             raise ParameterError(f"{self.name}.crop: n={n!r} is invalid; allowed: an int, {low} <= n <= {self.length}")
         if not low <= n <= self.length:
+            why = (
+                "prefill_only: the prompt is compressed, every token after it can be taken back"
+                if self._prompt is not None
+                else f"rollback={self.slack}, never before a block longer than slack"
+            )
             raise ParameterError(
                 f"{self.name}.crop: n={n} is invalid: the cache holds what it needs to take back slots from {low} on "
-                f"(rollback={self.slack}, never before a block longer than slack); allowed: {low} <= n <= {self.length}"
+                f"({why}); allowed: {low} <= n <= {self.length}"
             )
         if n == self.length:
             return
