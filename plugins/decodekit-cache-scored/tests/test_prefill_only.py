@@ -199,3 +199,14 @@ def test_a_crop_into_the_prompt_says_why_it_is_refused(model: GPT) -> None:
     message = str(raised.value)
     assert "h2o.crop: n=2 is invalid" in message and "allowed: 6 <= n <= 8" in message
     assert "prefill_only" in message and "rollback=8" not in message
+
+
+def test_a_capacity_past_memory_is_named(model: GPT) -> None:
+    """Before: the refusal named budget, slack and prefill_only, not the capacity that sized the storage
+    (`budget + capacity` slots); a `gqa` cache names it too."""
+    spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=10**13)
+    named = r"h2o: budget=16, slack=8, prefill_only=True, capacity=10000000000000 is invalid"
+    with pytest.raises(dk.ParameterError, match=named):
+        dk.create_cache("h2o(budget=16, prefill_only=True)", spec)
+    with pytest.raises(dk.ParameterError, match=r"capacity=10000000000000"):
+        dk.create_cache("gqa", spec)

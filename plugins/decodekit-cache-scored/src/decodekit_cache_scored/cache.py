@@ -84,7 +84,9 @@ class ScoredCache:
         self.slots = self.budget + 4 * self.slack
         # prefill_only: the prompt's kept entries, then up to `capacity` later tokens, in the same storage.
         stored = max(self.slots, self.budget + spec.capacity) if params.prefill_only else self.slots
-        what = f"budget={self.budget}, slack={self.slack}" + (", prefill_only=True" if params.prefill_only else "")
+        # prefill_only: the capacity sizes the storage too, so the refusal names it
+        later = f", prefill_only=True, capacity={spec.capacity}" if params.prefill_only else ""
+        what = f"budget={self.budget}, slack={self.slack}{later}"
         check_memory(self.name, what, spec.n_layers * stored * float_slot_bytes(spec), spec.device)
         self._storage = lookup_storage(params.store)
         self.store = self._storage(spec, [stored] * spec.n_layers)
