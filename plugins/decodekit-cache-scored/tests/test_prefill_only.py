@@ -113,3 +113,100 @@ def test_compile_gives_the_eager_tokens(model: GPT) -> None:
     eager = dk.generate(model, PROMPTS, chain="greedy", cache=cache, max_new_tokens=8)
     compiled = dk.generate(model, PROMPTS, chain="greedy", cache=cache, max_new_tokens=8, compile=True)
     assert compiled.tokens == eager.tokens
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@torch.no_grad()
+def test_kept_after_reorder_names_the_entries_of_the_rows_followed(model: GPT, cache: str) -> None:
+    """Before: `reorder` after the prompt moved which prompt slots hold a token but not their stream slots, so
+    `kept` showed row 0's slots under row 1's flags. The reference: a cache fed row 1 alone (padding and all)."""
+    params = f"{cache}(budget=4, sinks=1, recent=1, prefill_only=True)"
+    ids, positions = _padded([PROMPTS[0][:10], PROMPTS[1]])  # row 1 left-padded: it keeps other slots
+    kv = dk.create_cache(params, dk.CacheSpec.for_model(model.spec, batch_size=2, capacity=20))
+    model(ids, positions, kv)
+    model(torch.tensor([[4], [4]]), positions[:, -1:] + 1, kv)
+    kv.reorder(torch.tensor([1, 1]))  # type: ignore[attr-defined]
+    alone = dk.create_cache(params, dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=20))
+    model(ids[1:], positions[1:], alone)
+    model(torch.tensor([[4]]), positions[1:, -1:] + 1, alone)
+    for layer in range(model.spec.n_layers):
+        want = alone.kept(layer)[0].tolist()  # type: ignore[attr-defined]
+        assert [row.tolist() for row in kv.kept(layer)] == [want, want]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("prefill_only", [True, False])
+@torch.no_grad()
+def test_a_prompt_cropped_to_nothing_is_as_if_never_fed(model: GPT, cache: str, prefill_only: bool) -> None:
+    """Before: `crop(0)` right after the prompt left a block of no queries whose attention weights the caches
+    that observe (h2o, tova, snapkv) then made, a RuntimeError ("cannot reshape tensor of 0 elements"). The
+    reference: a fresh cache fed the second prompt and a token."""
+    params = f"{cache}(budget=4, sinks=1, recent=1, prefill_only={prefill_only})"
+    spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=20)
+    kv, fresh = dk.create_cache(params, spec), dk.create_cache(params, spec)
+    model(torch.tensor([PROMPTS[0]]), torch.arange(13)[None], kv)
+    kv.crop(0)  # type: ignore[attr-defined]
+    assert kv.length == 0
+    out = [model(torch.tensor([PROMPTS[1] * 2]), torch.arange(6)[None], c) for c in (kv, fresh)]
+    out += [model(torch.tensor([[4]]), torch.tensor([[6]]), c) for c in (kv, fresh)]
+    torch.testing.assert_close(out[0], out[1], rtol=0, atol=0)
+    torch.testing.assert_close(out[2], out[3], rtol=0, atol=0)
+    assert kv.kept(0).tolist() == fresh.kept(0).tolist()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_speculative_decoding_compresses_the_prompt_alone(cache: str) -> None:
+    """Before: the first round fed the prompt and its drafts as one forward, which a `prefill_only` cache took
+    for the prompt: the drafts accepted in it were compressed with it, other tokens than `dk.generate`'s (TOVA
+    here). The reference: `dk.generate` with the same cache, greedy, which the target's picks must equal."""
+    model = dk.load_model("tiny-shakespeare")
+    prompts = ["To be, or not to be, that is the question. To be, or not to be, that is the question. To be, or not"]
+    spec = f"{cache}(budget=16, sinks=2, recent=4, prefill_only=True)"
+    want = dk.generate(model, prompts, chain="greedy", cache=spec, max_new_tokens=30).tokens
+    for draft in ("ngram", model):
+        out: Any = dk.decode(
+            model, prompts, strategy="speculative", draft=draft, k=6, chain="greedy", cache=spec, max_new_tokens=30
+        )
+        assert out.tokens == want
+        assert sum(out.accepted) > 0
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_speculative_decoding_keeps_a_one_token_prompt_apart_from_its_drafts(cache: str) -> None:
+    """Before: a prompt of one token still went with its drafts in one forward (the split wanted history
+    before the prompt's last token), so the budget of 1 kept only the last accepted draft. The reference:
+    `dk.generate` with the same cache, greedy."""
+    model = dk.load_model("tiny-shakespeare")
+    spec = f"{cache}(budget=1, sinks=0, recent=1, prefill_only=True)"
+    want = dk.generate(model, ["T"], chain="greedy", cache=spec, max_new_tokens=20).tokens
+    out: Any = dk.decode(
+        model, ["T"], strategy="speculative", draft=model, k=4, chain="greedy", cache=spec, max_new_tokens=20
+    )
+    assert out.tokens == want
+    assert sum(out.accepted) > 0
+
+
+@torch.no_grad()
+def test_a_crop_into_the_prompt_says_why_it_is_refused(model: GPT) -> None:
+    """Before: the message gave the evicting cache's reason, "rollback=8, never before a block longer than
+    slack", where this cache's rollback is unbounded after the prompt; now it names the compressed prompt."""
+    spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=12)
+    kv = dk.create_cache("h2o(budget=4, sinks=1, recent=1, prefill_only=True)", spec)
+    model(torch.tensor([PROMPTS[0][:6]]), torch.arange(6)[None], kv)
+    model(torch.tensor([[3, 4]]), torch.tensor([[6, 7]]), kv)
+    with pytest.raises(dk.ParameterError) as raised:
+        kv.crop(2)  # type: ignore[attr-defined]
+    message = str(raised.value)
+    assert "h2o.crop: n=2 is invalid" in message and "allowed: 6 <= n <= 8" in message
+    assert "prefill_only" in message and "rollback=8" not in message
+
+
+def test_a_capacity_past_memory_is_named(model: GPT) -> None:
+    """Before: the refusal named budget, slack and prefill_only, not the capacity that sized the storage
+    (`budget + capacity` slots); a `gqa` cache names it too."""
+    spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=10**13)
+    named = r"h2o: budget=16, slack=8, prefill_only=True, capacity=10000000000000 is invalid"
+    with pytest.raises(dk.ParameterError, match=named):
+        dk.create_cache("h2o(budget=16, prefill_only=True)", spec)
+    with pytest.raises(dk.ParameterError, match=r"capacity=10000000000000"):
+        dk.create_cache("gqa", spec)

@@ -96,7 +96,9 @@ class ScoredCache:
         self.slots = self.budget + 4 * self.slack
         # prefill_only: the prompt's kept entries, then up to `capacity` later tokens, in the same storage.
         stored = max(self.slots, self.budget + spec.capacity) if params.prefill_only else self.slots
-        what = f"budget={self.budget}, slack={self.slack}" + (", prefill_only=True" if params.prefill_only else "")
+        # prefill_only: the capacity sizes the storage too, so the refusal names it
+        later = f", prefill_only=True, capacity={spec.capacity}" if params.prefill_only else ""
+        what = f"budget={self.budget}, slack={self.slack}{later}"
         check_memory(self.name, what, spec.n_layers * stored * float_slot_bytes(spec), spec.device)
         self._storage = lookup_storage(params.store)
         self.store = self._storage(spec, [stored] * spec.n_layers)
@@ -239,9 +241,14 @@ class ScoredCache:
         if not isinstance(n, int) or isinstance(n, bool):
             raise ParameterError(f"{self.name}.crop: n={n!r} is invalid; allowed: an int, {low} <= n <= {self.length}")
         if not low <= n <= self.length:
+            why = (
+                "prefill_only: the prompt is compressed, every token after it can be taken back"
+                if self._prompt is not None
+                else f"rollback={self.slack}, never before a block longer than slack"
+            )
             raise ParameterError(
                 f"{self.name}.crop: n={n} is invalid: the cache holds what it needs to take back slots from {low} on "
-                f"(rollback={self.slack}, never before a block longer than slack); allowed: {low} <= n <= {self.length}"
+                f"({why}); allowed: {low} <= n <= {self.length}"
             )
         if n == self.length:
             return
@@ -291,6 +298,8 @@ class ScoredCache:
         if self._prompt is not None:
             self.store.reorder(index, self.budget + self._appended[-1])
             self._prompt_kept = [kept.index_select(0, index) for kept in self._prompt_kept]
+            for st in self._layers:  # the stream slots of the prompt's kept entries, which `kept` names
+                st.slots = st.slots.index_select(0, index)
             return
         self._score_observed()
         self._forward = self._step = None  # its row starts are the old rows'
@@ -509,7 +518,7 @@ class ScoredCache:
     def _block_weights(self, block: Block) -> Tensor | None:
         """The attention weights `[B, n_heads, r, S']` of the block's last `r` queries (`_rows`), made when it is
         compressed, not when observed: a prompt's other rows are never read (TOVA reads one of 192)."""
-        if block.attention is None:
+        if block.attention is None or block.attention[1].shape[2] == 0:  # a crop may have cut every query
             return None
         keys, queries, mask, valid = block.attention
         T = queries.shape[2]

@@ -33,11 +33,17 @@ def fed_block(buf: Tensor, lengths: Tensor, ends: Tensor, first: int, width: int
 def feed(call: Any, ids: Tensor, positions: Tensor, cache: KVCache | None, keep: int, **extra: Any) -> Tensor:
     """The logits of the last `keep` columns of `ids` fed through `call(ids, positions, cache)`.
 
-    A cache that evicts takes at most the model's context per forward (as the engine's prefill), so a
-    long first block (a prompt past the context, with its drafts) goes in blocks, the last holding them.
+    A cache that evicts gets the prompt alone as its first forward, as the engine's prefill feeds it (a
+    `prefill_only` cache compresses its first forward), then the drafts; and at most the model's context
+    per forward (as the engine's prefill), so a long history goes in blocks, the last holding the drafts.
     """
     block = cache.spec.max_positions if cache is not None and evicts(cache) else None
     width = ids.shape[1]
+    if block is not None and cache is not None and cache.length == 0 and keep > 1:
+        head = width - keep + 1  # the history; the drafts after it
+        first = feed(call, ids[:, :head], positions[:, :head], cache, 1, **extra)
+        rest: Tensor = call(ids[:, head:], positions[:, head:], cache, **extra)
+        return torch.cat([first, rest], 1)
     if block is not None and width > max(block, keep):
         head = width - max(block, keep)  # columns fed before the last block
         for start in range(0, head, block):
