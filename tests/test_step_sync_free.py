@@ -89,3 +89,20 @@ def test_a_compiled_step_reads_the_global_a_processor_reads_anew(monkeypatch: An
         monkeypatch.setitem(globals(), "BANNED", banned)
         chain = dk.Chain([ban], selector=dk.create("greedy"))
         assert chain.compiled().step(x, dk.DecodeContext(tokens=torch.tensor([[1]]))).ids == [expected]
+
+
+@pytest.mark.xdist_group("compile")
+def test_a_compiled_step_with_two_draws_and_a_stateful_selector_picks_as_eager() -> None:
+    """`compile=True` draws one uniform per row ahead of the step: xtc takes it, mirostat's draw comes from the
+    generators inside the step, and mirostat's mu (state in the context) is updated in place; a ragged batch."""
+    torch._dynamo.reset()  # as above: a step run eagerly past the recompile limit would prove nothing
+    chain = dk.Chain.parse("xtc(0.5, 0.05) | mirostat_v2(3.0, 0.5)")
+    x = torch.randn(3, 101, generator=torch.Generator().manual_seed(0)) * 2
+    ctx = ctx_for(3, history=8, step=2, seed=4)
+    ctx.prompt_lengths = torch.tensor([6, 3, 5])
+    eager, compiled = ctx.fork(), chain.compiled()
+    for _ in range(6):
+        ctx.draw_uniforms()
+        assert compiled.step(x, ctx).ids == chain.step(x, eager).ids
+    # the same mu per row, to rounding: inductor fuses mirostat's update, so its last bits may differ
+    torch.testing.assert_close(ctx.state_for(chain.selector), eager.state_for(chain.selector))
