@@ -5,6 +5,7 @@ a `ParameterError` naming the argument, the value and what is allowed; and a hug
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -169,6 +170,46 @@ def test_every_strategy_takes_compile(strategy: str) -> None:
     eager = dk.decode(model, [[1, 2]], strategy=strategy, chain="greedy", max_new_tokens=4)
     compiled = dk.decode(model, [[1, 2]], strategy=strategy, chain="greedy", max_new_tokens=4, compile=True)
     assert compiled.tokens == eager.tokens
+
+
+@dataclass(frozen=True)
+class Named:
+    """A model that is equal to another of its name (a dataclass), whatever its weights."""
+
+    name: str
+    inner: Any = field(compare=False)
+
+    @property
+    def spec(self) -> Any:
+        return self.inner.spec
+
+    def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self.inner(*args, **kwargs)
+
+
+@dataclass(slots=True)
+class Slotted:  # eq=True without frozen: no hash, as most dataclasses; slots: no weak reference either
+    inner: Any
+
+    @property
+    def spec(self) -> Any:
+        return self.inner.spec
+
+    def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self.inner(*args, **kwargs)
+
+
+@pytest.mark.xdist_group("compile")
+def test_compile_runs_the_model_it_is_given_whatever_its_equality() -> None:
+    """The compiled models were kept by the model's == and hash: a model equal to one compiled before ran that
+    one's weights, and an unhashable one (a dataclass) or one without weak references was a TypeError."""
+    prompts = [[5, 9, 3, 40]]
+    models: list[Any] = [Named("m", tiny_gpt(n_layer=1, seed=0)), Named("m", tiny_gpt(n_layer=1, seed=3))]
+    models.append(Slotted(models[1].inner))
+    eager = [dk.generate(m, prompts, chain="greedy", max_new_tokens=5).tokens for m in models]
+    assert models[0] == models[1] and eager[0] != eager[1]  # equal, yet not the same weights
+    for model, tokens in zip(models, eager):
+        assert dk.generate(model, prompts, chain="greedy", max_new_tokens=5, compile=True).tokens == tokens
 
 
 def test_an_unknown_keyword_names_the_entry_point_and_all_it_takes() -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
 
 import decodekit as dk
 from decodekit.testing import ctx_for
+
+BANNED = 3  # a module global that `ban` below reads, as the README's `ban_newlines` reads `newline_id`
 
 STANDARD = [
     "greedy",
@@ -68,3 +72,37 @@ def test_generate_with_compile_gives_the_eager_tokens(position: str, cache: str)
     eager = dk.generate(model, prompts, chain=chain, max_new_tokens=6, seed=3, cache=cache)
     compiled = dk.generate(model, prompts, chain=chain, max_new_tokens=6, seed=3, cache=cache, compile=True)
     assert compiled.tokens == eager.tokens
+
+
+def ban(logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
+    return logits.index_fill(1, torch.tensor([BANNED]), float("-inf"))
+
+
+@pytest.mark.xdist_group("compile")
+def test_a_compiled_step_reads_the_global_a_processor_reads_anew(monkeypatch: Any) -> None:
+    """A compiled step folds a global a processor reads into its graph: the guard on it must stay, or a new
+    value runs the old graph (a filter that dropped every guard on globals banned token 3 here after 5)."""
+    torch._dynamo.reset()  # the group's earlier chains may have spent `_select`'s recompiles: then nothing compiles
+    x = torch.zeros(1, 11)
+    x[0, 5], x[0, 7] = 2.0, 1.0  # greedy picks 5, or 7 once 5 is banned
+    for banned, expected in ((3, 5), (5, 7), (7, 5)):
+        monkeypatch.setitem(globals(), "BANNED", banned)
+        chain = dk.Chain([ban], selector=dk.create("greedy"))
+        assert chain.compiled().step(x, dk.DecodeContext(tokens=torch.tensor([[1]]))).ids == [expected]
+
+
+@pytest.mark.xdist_group("compile")
+def test_a_compiled_step_with_two_draws_and_a_stateful_selector_picks_as_eager() -> None:
+    """`compile=True` draws one uniform per row ahead of the step: xtc takes it, mirostat's draw comes from the
+    generators inside the step, and mirostat's mu (state in the context) is updated in place; a ragged batch."""
+    torch._dynamo.reset()  # as above: a step run eagerly past the recompile limit would prove nothing
+    chain = dk.Chain.parse("xtc(0.5, 0.05) | mirostat_v2(3.0, 0.5)")
+    x = torch.randn(3, 101, generator=torch.Generator().manual_seed(0)) * 2
+    ctx = ctx_for(3, history=8, step=2, seed=4)
+    ctx.prompt_lengths = torch.tensor([6, 3, 5])
+    eager, compiled = ctx.fork(), chain.compiled()
+    for _ in range(6):
+        ctx.draw_uniforms()
+        assert compiled.step(x, ctx).ids == chain.step(x, eager).ids
+    # the same mu per row, to rounding: inductor fuses mirostat's update, so its last bits may differ
+    torch.testing.assert_close(ctx.state_for(chain.selector), eager.state_for(chain.selector))

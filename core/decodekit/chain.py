@@ -8,6 +8,7 @@ always give what every stage on the full vocabulary gives (`process`, `trace`).
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -317,10 +318,15 @@ class Picked:
     logprobs: list[TokenLogprobs] | None = None
 
 
+_CODE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
+
+
 def _guards_on_the_inputs(entries: Sequence[Any]) -> list[bool]:
     """Keep a compiled step's guards on its inputs (the logits, the context, the chain) and on global
-    state; drop those on module globals (`G['torch']`, ...), which do not change under it."""
-    return [not entry.name.startswith(("G[", "dict(G[")) for entry in entries]
+    values; drop those on globals that are code (`G['torch']`, a function), which do not change under it.
+    A global value a processor reads (the README's `newline_id`) is a constant in the graph: unguarded,
+    a new value would run the old graph."""
+    return [not (entry.is_global and entry.has_value and isinstance(entry.value, _CODE)) for entry in entries]
 
 
 def _at_least_float32(logits: Tensor) -> Tensor:

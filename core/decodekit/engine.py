@@ -43,7 +43,9 @@ ROW_BYTES = 2048
 
 Policy = Callable[["Decoding", Params], "Iterator[None] | None"]
 _END = object()  # a policy's rounds are over
-_COMPILED: weakref.WeakKeyDictionary[Any, Callable[..., Tensor]] = weakref.WeakKeyDictionary()
+# id(model) -> (a weak reference to it, its compiled form): by identity, as a model's == may call two models equal;
+# the reference tells a model from a later one given the same id.
+_COMPILED: dict[int, tuple[weakref.ref[Any], Callable[..., Tensor]]] = {}
 
 
 class Decoding:
@@ -116,11 +118,15 @@ class Decoding:
         a draft model's, go through this too), else as it is; compiled once per model (a new wrapper compiles anew)."""
         if not self.request.compile:
             return model
-        if model not in _COMPILED:
-            # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
-            # unbound size for a repeated-heads (`dense`) cache past 2 layers.
-            _COMPILED[model] = torch.compile(model, dynamic=None)
-        return _COMPILED[model]
+        known = _COMPILED.get(id(model))
+        if known is not None and known[0]() is model:
+            return known[1]
+        # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
+        # unbound size for a repeated-heads (`dense`) cache past 2 layers.
+        compiled = torch.compile(model, dynamic=None)
+        with contextlib.suppress(TypeError):  # a model no weak reference can hold is compiled for this decode only
+            _COMPILED[id(model)] = (weakref.ref(model), compiled)
+        return compiled
 
     def open_cache(self, model: Model, batch_size: int, total: int, needs: Sequence[str] = ()) -> KVCache | None:
         """A cache of the request's backend for `model`, `batch_size` rows of up to `total` tokens, checked
