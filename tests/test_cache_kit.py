@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from decodekit_cache_gqa.cache import GQACache
@@ -37,6 +39,20 @@ class CropDoesNothing(GQACache):
 class ReorderDoesNothing(GQACache):
     def reorder(self, index: Tensor) -> None:
         pass
+
+
+class StatesTooLittle(GQACache):
+    """States one slot less than it takes."""
+
+    @property
+    def capacity(self) -> int:
+        return self.spec.capacity - 1
+
+
+class StatesUnbounded(GQACache):
+    """States it never refuses, yet keeps every token in its `spec.capacity` slots (as `prefill_only` once did)."""
+
+    capacity = sys.maxsize
 
 
 class SinksNotMoved(WindowCache):
@@ -80,6 +96,8 @@ def suite(factory: type, window: bool = False) -> CacheConformance:
         (LiesAboutBytes, "test_nbytes_exact", "nbytes .* != the formula"),
         (CropDoesNothing, "test_crop", r"crop\(\d+\): length"),
         (ReorderDoesNothing, "test_reorder", r"after reorder\(\[1, 0\]\).*attention differs"),
+        (StatesTooLittle, "test_capacity_or_eviction", r"40 tokens after 0 were taken, past the stated capacity 39"),
+        (StatesUnbounded, "test_capacity_or_eviction", r"stated capacity \d+, yet 1 tokens after 40 refused"),
     ],
 )
 def test_each_check_catches_its_fault(factory: type, check: str, message: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -98,3 +99,11 @@ def test_a_cache_that_hides_its_own_block(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setattr(ScoredCache, "attention_mask", blind)
     fails(Suite().test_attention_over_the_kept_entries, r"sees block slots")
+
+
+def test_a_cache_that_states_no_capacity_yet_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    suite = Suite()
+    suite.made = "h2o(budget=5, sinks=1, recent=1, slack=3, prefill_only=True)"  # keeps every token after the prompt
+    suite.test_capacity()  # it states spec.capacity: the honest one passes
+    monkeypatch.setattr(ScoredCache, "capacity", sys.maxsize)
+    fails(suite.test_capacity, r"stated capacity \d+, yet 1 tokens after 40 refused")

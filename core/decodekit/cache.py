@@ -30,6 +30,7 @@ __all__ = [
     "Sized",
     "cached_attention",
     "capability_error",
+    "capacity_error",
     "evicts",
     "observes",
     "row_index",
@@ -185,6 +186,19 @@ def capability_error(cache: object, need: str, who: str) -> ParameterError | Non
     )
 
 
+def capacity_error(cache: str, layer: int, held: int, new: int, capacity: int) -> CacheCapacityError:
+    """The refusal of `new` tokens at `layer`, which holds `held`, past `capacity`: one message for every cache."""
+    fed, allowed = (
+        (f"a prompt of {new} tokens", f"a prompt of at most {capacity}")
+        if held == 0
+        else (f"{new} more tokens after {held}", f"at most {capacity - held} more")
+    )
+    return CacheCapacityError(
+        f"{cache}: layer {layer} got {fed}, past its capacity of {capacity}; allowed: {allowed}, or a cache of a "
+        "larger CacheSpec.capacity (the engine sizes it as prompt + max_new_tokens)"
+    )
+
+
 def slot_mask(key_slots: Tensor, positions: Tensor, first: int, *, window: int | None = None, sinks: int = 0) -> Tensor:
     """`[B, 1, T, S]` bool: may the query in slot `first + i` attend to the key in slot `key_slots[..., j]`?
     key_slots `[S]`, `[B, S]` or `[B, H, S]` (the mask then `[B, H, T, S]`), -1 for no key; the rule, `window`
@@ -248,6 +262,7 @@ class PreallocatedKVCache:
 
     @property
     def capacity(self) -> int:
+        """The length past which `update` refuses (`CacheCapacityError`); `sys.maxsize` for a cache that never does."""
         return self.spec.capacity
 
     @property
@@ -258,10 +273,7 @@ class PreallocatedKVCache:
         start = self._lengths[layer]
         end = start + k.shape[2]
         if end > self.spec.capacity:
-            raise CacheCapacityError(
-                f"{type(self).__name__}: layer {layer} holds {start} tokens and got {k.shape[2]} more, "
-                f"past its capacity of {self.spec.capacity}; create the cache with a larger capacity"
-            )
+            raise capacity_error(type(self).__name__, layer, start, k.shape[2], self.spec.capacity)
         self.store.write(layer, start, k, v)
         self._lengths[layer] = end
         return self.store.read(layer, 0, end)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from decodekit.cache import Croppable, Evicting, KVCache, Reorderable, Sized, evicts
+from decodekit.cache import Croppable, Evicting, KVCache, Reorderable, Sized, evicts, observes
 from decodekit.errors import CacheCapacityError, DecodekitError
 from decodekit.spec import CacheSpec
 
@@ -110,6 +110,59 @@ def _positions(pads: list[int], first: int, new: int) -> Tensor:
 
 def _expand(x: Tensor, heads: int) -> Tensor:
     return x.repeat_interleave(heads // x.shape[1], dim=1)
+
+
+def _fill(cache: KVCache, T: int) -> None:  # noqa: N803
+    """`T` random tokens through every layer, as a model feeds them: the mask asked, the queries observed."""
+    spec, g = cache.spec, torch.Generator().manual_seed(cache.length)
+    positions = _positions([0] * spec.batch_size, cache.length, T)
+    heads = (spec.n_kv_heads, spec.n_kv_heads, spec.n_heads)  # keys, values, queries
+    for layer in range(spec.n_layers):
+        k, v, q = (torch.randn(spec.batch_size, h, T, spec.head_dim, generator=g).to(spec.dtype) for h in heads)
+        cache.update(layer, k, v)
+        cache.attention_mask(layer, positions)
+        if observes(cache):
+            cache.observe(layer, q)  # type: ignore[attr-defined]
+
+
+def _check_capacity(make: Callable[[CacheSpec], KVCache], spec: CacheSpec) -> int:
+    """The cache's stated `capacity` (not stated: `spec.capacity` for a cache that keeps all, else unbounded) is
+    where `update` refuses: a prompt past it is refused before anything changes, every token up to it is taken
+    (a prompt, a block, a token), one more is refused, each refusal a `CacheCapacityError` naming it. Unbounded
+    (`sys.maxsize`): a prompt and a token at a time, past `spec.capacity`, all taken. Returns the capacity."""
+    cache = make(spec)
+    capacity: int = getattr(cache, "capacity", sys.maxsize if evicts(cache) else spec.capacity)
+
+    def taken(T: int) -> None:  # noqa: N803
+        try:
+            _fill(cache, T)
+        except CacheCapacityError as exc:
+            raise AssertionError(
+                f"stated capacity {capacity}, yet {T} tokens after {cache.length} refused: {exc}"
+            ) from exc
+
+    half = min(capacity, spec.capacity) // 2
+    if capacity == sys.maxsize:
+        for T in (half, *[1] * (spec.capacity - half + 1)):
+            taken(T)
+        return capacity
+
+    def refused(T: int, what: str) -> None:  # noqa: N803
+        held = cache.length
+        try:
+            _fill(cache, T)
+        except CacheCapacityError as exc:
+            assert str(capacity) in str(exc), f"{what}: the capacity error must name the capacity: {exc}"
+            assert cache.length == held, f"{what}: refused, yet the cache's length went {held} -> {cache.length}"
+        else:
+            raise AssertionError(f"{what}: {T} tokens after {held} were taken, past the stated capacity {capacity}")
+
+    refused(capacity + 1, "a prompt past the capacity")
+    for T in (half, capacity - half - 1, 1):
+        taken(T)
+    assert cache.length == capacity, f"fed {capacity} tokens, the cache's length is {cache.length}"
+    refused(1, "a token past the capacity")
+    return capacity
 
 
 class CacheConformance:
@@ -333,21 +386,16 @@ class CacheConformance:
         self._run(cache, _History(spec), SCHEDULE, g, "after reset")
 
     def test_capacity_or_eviction(self) -> None:
-        """A cache that keeps all refuses to write past its capacity; one that evicts holds a bounded set."""
+        """The stated capacity is where the cache refuses (`_check_capacity`); one that never refuses holds a
+        bounded set after streaming past `spec.capacity`."""
         spec = kit_spec()
-        cache = self.make(spec)
-        z = torch.zeros(spec.batch_size, spec.n_kv_heads, spec.capacity + 1, spec.head_dim, dtype=spec.dtype)
-        if not evicts(cache):
-            try:
-                cache.update(0, z, z)
-            except CacheCapacityError as exc:
-                assert str(spec.capacity) in str(exc), f"the capacity error must name the capacity: {exc}"
-            else:
-                raise AssertionError(f"writing {spec.capacity + 1} tokens past capacity did not raise")
+        if _check_capacity(self.make, spec) < sys.maxsize:
             return
+        cache = self.make(spec)
+        z = torch.zeros(spec.batch_size, spec.n_kv_heads, 0, spec.head_dim, dtype=spec.dtype)
         g, history = torch.Generator().manual_seed(6), _History(spec)
         self._run(cache, history, (1,) * 60, g, "streaming")
-        widths = {cache.update(layer, z[:, :, :0], z[:, :, :0])[0].shape[2] for layer in range(spec.n_layers)}
+        widths = {cache.update(layer, z, z)[0].shape[2] for layer in range(spec.n_layers)}
         stated = max(len(self.kept(spec, layer, cache.length - 1, cache.length - 1)) for layer in range(2))
         assert max(widths) < 60, f"after 60 tokens the cache returns {max(widths)} keys: it evicts nothing"
         assert max(widths) >= stated, f"the cache returns {max(widths)} keys but states it keeps {stated}"

@@ -13,7 +13,7 @@ value, after the storage's round trip), and holds the cache to what a scored cac
   one is within the context; past it, the `j`-th oldest at most `context - 1 - j` back;
 - deterministic: the same inputs give the same entries, and identical rows keep identical entries;
 - `crop(n)` within the rollback equals a cache whose last forward ended at `n`; further back it raises;
-- `reorder`, `reset`, `nbytes`, `reach` and bounded memory, as for every cache.
+- `reorder`, `reset`, `nbytes`, `reach`, bounded memory and a stated `capacity`, as for every cache.
 
 The kit is the model: after attending it hands its queries to `observe` when the cache has it.
 """
@@ -30,7 +30,7 @@ from torch import Tensor
 from decodekit.cache import KVCache, observes
 from decodekit.errors import DecodekitError
 from decodekit.spec import CacheSpec
-from decodekit.testing.caches import CONFIGS, _at, _expand, _History, _positions, _rotate, kit_spec
+from decodekit.testing.caches import CONFIGS, _at, _check_capacity, _expand, _History, _positions, _rotate, kit_spec
 
 __all__ = ["Draws", "Replay", "ScoredCacheConformance", "Seen"]
 
@@ -386,6 +386,11 @@ class ScoredCacheConformance:
             assert cache.nbytes == want, f"nbytes {cache.nbytes} != the formula's {want}"  # type: ignore[attr-defined]
             self._run(cache, _History(spec), SCHEDULE, Draws(9), "feeding")
             assert cache.nbytes == want, f"nbytes {cache.nbytes} after {cache.length} tokens, was {want}"  # type: ignore[attr-defined]
+
+    def test_capacity(self) -> None:
+        """A stated `capacity` is where the cache refuses (`prefill_only`); one that never refuses is fed past
+        `spec.capacity` by `test_past_the_context`."""
+        _check_capacity(self.make, kit_spec())
 
     def test_past_the_context(self) -> None:
         """66 tokens through a 32-position context: every check above holds, and `reach` stays within it."""

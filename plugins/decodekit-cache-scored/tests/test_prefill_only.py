@@ -4,6 +4,7 @@ it as one block, attends over exactly that (the prompt's kept entries and the wh
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from decodekit_beam.search import beam_search
 from decodekit_gpt.gpt import GPT
 
 import decodekit as dk
+from decodekit.testing.scored_caches import ScoredCacheConformance
 
 CACHES = ["h2o", "tova", "snapkv", "knorm", "streaming"]
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [7, 8, 9]]
@@ -95,7 +97,8 @@ def test_it_keeps_what_it_was_sized_for_and_stays_within_the_context(model: GPT)
     kv.crop(7)  # type: ignore[attr-defined]
     assert kv.length == 7
     model(ids[:, :3], positions[:, :3] + 7, kv)
-    with pytest.raises(dk.CacheCapacityError, match=r"h2o: 11 tokens exceed the cache's capacity of 10"):
+    past = r"h2o\(prefill_only=True\): layer 0 got 1 more tokens after 10, past its capacity of 10; allowed: at most 0"
+    with pytest.raises(dk.CacheCapacityError, match=past):
         model(ids[:, :1], positions[:, :1] + 10, kv)
     with pytest.raises(dk.ContextLengthError, match=r"a query would attend across 40 positions, past the model"):
         dk.generate(model, [[1] * 20], cache="h2o(budget=4, sinks=1, recent=1, prefill_only=True)", max_new_tokens=20)
@@ -103,6 +106,30 @@ def test_it_keeps_what_it_was_sized_for_and_stays_within_the_context(model: GPT)
     roomy, scored = (f"h2o(budget=4, sinks=1, recent=1{more})" for more in (", prefill_only=True", ""))
     # budget + capacity slots against budget + 4·slack: 104 against 36
     assert dk.create_cache(roomy, long).nbytes * 36 == dk.create_cache(scored, long).nbytes * 104
+
+
+class _Capacity(ScoredCacheConformance):
+    def __init__(self, cache: str) -> None:
+        self.cache = cache
+
+    def make(self, spec: dk.CacheSpec) -> dk.KVCache:
+        return dk.create_cache(f"{self.cache}(budget=5, sinks=1, recent=1, slack=3, prefill_only=True)", spec)
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_it_states_the_capacity_it_refuses_at_and_refuses_a_prompt_past_it_up_front(model: GPT, cache: str) -> None:
+    _Capacity(cache).test_capacity()  # the kit's check: up to spec.capacity every token, past it none
+    spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=5)
+    kv = dk.create_cache(f"{cache}(budget=4, sinks=1, recent=1, prefill_only=True)", spec)
+    assert kv.capacity == 5  # type: ignore[attr-defined]
+    ids, positions = _padded([[1, 2, 3, 4, 5, 6]])
+    prompt = r"layer 0 got a prompt of 6 tokens, past its capacity of 5; allowed: a prompt of at most 5"
+    with pytest.raises(dk.CacheCapacityError, match=rf"{cache}\(prefill_only=True\): {prompt}"):
+        model(ids, positions, kv)
+    assert kv.length == 0
+    roomy = dk.create_cache(f"{cache}(budget=4, sinks=1, recent=1)", spec)
+    assert roomy.capacity == sys.maxsize  # type: ignore[attr-defined]  # it evicts: any length
+    model(ids, positions, roomy)
 
 
 @pytest.mark.slow

@@ -32,8 +32,8 @@ from typing import TypeVar, cast
 import torch
 from torch import Tensor
 
-from decodekit.cache import row_index
-from decodekit.errors import CacheCapacityError, ParameterError, PluginError
+from decodekit.cache import capacity_error, row_index
+from decodekit.errors import ParameterError, PluginError
 from decodekit.spec import CacheSpec
 from decodekit.storage import SlotWritable, check_memory, float_slot_bytes, lookup_storage
 from decodekit_cache_scored.params import ScoredParams
@@ -123,7 +123,9 @@ class ScoredCache:
 
     @property
     def capacity(self) -> int:
-        return sys.maxsize
+        """The length past which `update` refuses: with `prefill_only` every token after the prompt is kept, so
+        the spec's; evicting, never (`sys.maxsize`)."""
+        return self.spec.capacity if self.params.prefill_only else sys.maxsize
 
     @property
     def nbytes(self) -> int:
@@ -160,8 +162,14 @@ class ScoredCache:
         self._prompt_kept: list[Tensor] = []  # prefill_only: which of storage slots [0, budget) hold a token
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        if self._prompt is not None or (self.params.prefill_only and self._layers[layer].length > 0):
-            return self._append(layer, k, v)
+        if self.params.prefill_only:
+            # Checked before any work, the prompt too: a prompt past the capacity leaves no room for a token.
+            held = self._layers[layer].length + self._appended[layer]
+            if held + k.shape[2] > self.spec.capacity:
+                name = f"{self.name}(prefill_only=True)"
+                raise capacity_error(name, layer, held, k.shape[2], self.spec.capacity)
+            if held > 0:
+                return self._append(layer, k, v)
         return self._update(layer, k, v)
 
     @_eager
@@ -314,14 +322,9 @@ class ScoredCache:
 
     def _append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """A forward after the prompt: its tokens written after the prompt's kept entries and what came since."""
-        prompt = self._settle_prompt() if self._prompt is None else self._prompt
+        if self._prompt is None:
+            self._settle_prompt()
         start, T = self.budget + self._appended[layer], k.shape[2]
-        fed = prompt + self._appended[layer] + T
-        if fed > self.spec.capacity:
-            raise CacheCapacityError(
-                f"{self.name}: {fed} tokens exceed the cache's capacity of {self.spec.capacity} "
-                "(prefill_only keeps every token after the prompt)"
-            )
         self.store.write(layer, start, k, v)
         self._appended[layer] += T
         return self.store.read(layer, 0, start + T)
