@@ -3,6 +3,7 @@ the cache bridge allocates nothing, the tokenizer and stop tokens."""
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 from typing import Any
 
@@ -258,3 +259,28 @@ def test_bridge_refuses_crop_and_reorder_on_a_cache_without_them_saying_what_is_
         "DecodekitCache.reorder_cache: cache SimpleNamespace cannot be used: DecodekitCache.reorder_cache needs a "
         "cache that moves its rows after the beams with reorder(index); allowed: a cache backend with reorder"
     )
+
+
+def test_an_evicting_cache_is_refused_on_an_alibi_model() -> None:
+    """Falcon with ALiBi adds its position biases to transformers' attention mask, which decodekit's attention
+    function never reads: a window cache ran without them (wrong tokens, no error)."""
+    from transformers import FalconConfig, FalconForCausalLM
+
+    config = FalconConfig(num_hidden_layers=1, num_attention_heads=2, hidden_size=16, vocab_size=96, alibi=True)
+    model = HFModel(FalconForCausalLM(config).eval())  # type: ignore[no-untyped-call]
+    assert dk.generate(model, [[1, 2, 3]], cache="gqa", max_new_tokens=2).tokens  # the mask carries the biases
+    with pytest.raises(dk.ParameterError, match=r"ALiBi position biases.*allowed: a cache that keeps every token"):
+        dk.generate(model, [[1, 2, 3]], cache="window(size=8)", max_new_tokens=2)
+
+
+@pytest.mark.parametrize("cache", ["window(size=8)", "h2o(budget=12)"])
+def test_an_evicting_cache_is_refused_where_a_layer_attends_by_its_own_code(llama: Any, cache: str) -> None:
+    """A layer that does not call transformers' attention interface never reaches the cache's mask: the window
+    attended past what it evicted, h2o failed with a PluginError about observe()."""
+    hf = copy.deepcopy(llama)
+    attention = hf.model.layers[1].self_attn
+    model = HFModel(hf)
+    attention.config = copy.copy(attention.config)
+    attention.config._attn_implementation = "sdpa"  # this layer alone: transformers' own SDPA
+    with pytest.raises(dk.ParameterError, match=r"layer 1 of LlamaForCausalLM attends by its own code.*allowed: "):
+        dk.generate(model, [[1, 2, 3]], cache=cache, max_new_tokens=2)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from decodekit.cache import KVCache, evicts, observes
 from decodekit.errors import ParameterError
 from decodekit.params import NoParams
 from decodekit.spec import ModelSpec
-from decodekit_hf.cache_bridge import ATTENTION, CacheAttention, DecodekitCache, register_attention
+from decodekit_hf.cache_bridge import ATTENTION, CacheAttention, DecodekitCache, cache_attention, register_attention
 from decodekit_hf.tokenizer import HFTokenizer, eos_token_ids
 
 __all__ = ["CALIBRATION_NAME", "HFModel", "load_hf", "model_spec", "rope_base"]
@@ -133,6 +133,7 @@ class HFModel(nn.Module):
             model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
         )
         self._sliding = _sliding(config)
+        self._alibi = bool(getattr(config, "alibi", False))  # Falcon's ALiBi biases ride in the attention mask
         if model.config._attn_implementation in ("sdpa", ATTENTION):
             register_attention()
             model.set_attn_implementation(ATTENTION)
@@ -154,10 +155,11 @@ class HFModel(nn.Module):
         masks_itself = cache is not None and (evicts(cache) or observes(cache))
         kwargs: dict[str, Any] = {}
         attention_mask = None  # no row padded: transformers may use its unmasked causal kernel
+        attention = None
         if masks_itself:  # the cache's mask, through the `decodekit` attention function
             assert cache is not None
             self._check_masks_itself(cache)
-            kwargs["decodekit_cache"] = CacheAttention(cache, positions)
+            attention = CacheAttention(cache, positions)
             positions = positions.clamp(min=0)
         else:
             past = 0 if cache is None else cache.length
@@ -170,7 +172,7 @@ class HFModel(nn.Module):
         kwargs[self._cache_arg] = None if cache is None else DecodekitCache(cache, masks_itself)
         if last_only and self._keeps_logits:
             kwargs["logits_to_keep"] = 1
-        with torch.no_grad():
+        with torch.no_grad(), cache_attention(attention) if attention is not None else nullcontext():
             out = self.hf(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -178,6 +180,8 @@ class HFModel(nn.Module):
                 use_cache=cache is not None,
                 **kwargs,
             )
+        if attention is not None:
+            self._check_attended(attention)
         logits: Tensor = out.logits
         return logits[:, -1:] if last_only else logits
 
@@ -190,11 +194,28 @@ class HFModel(nn.Module):
                 f"this model runs attn_implementation={self.hf.config._attn_implementation!r}; allowed: a model "
                 "loaded with attn_implementation='sdpa' (the default), or a cache that keeps every token"
             )
+        if self._alibi:
+            raise ParameterError(
+                f"HFModel: cache {name} evicts or observes attention, and this model adds its ALiBi position biases "
+                "to transformers' attention mask, which decodekit's attention function does not read; allowed: a "
+                "cache that keeps every token (dense, gqa, int8)"
+            )
         if self._sliding:
             raise ParameterError(
                 f"HFModel: cache {name} evicts or observes attention, and this model's sliding-window layers are "
                 "masked by transformers' rules, which a cache that evicts cannot follow; allowed: a cache that "
                 "keeps every token (dense, gqa, int8)"
+            )
+
+    def _check_attended(self, attention: CacheAttention) -> None:
+        """Every layer must have attended through the cache: one that attends by its own code saw keys the
+        cache may have evicted, under a mask transformers built for the new block only."""
+        missed = sorted(set(range(self.spec.n_layers)) - attention.attended)
+        if missed:
+            raise ParameterError(
+                f"HFModel: cache {type(attention.kv).__name__} evicts or observes attention, and layer {missed[0]} of "
+                f"{type(self.hf).__name__} attends by its own code, not through transformers' attention interface; "
+                "allowed: a cache that keeps every token (dense, gqa, int8)"
             )
 
 
