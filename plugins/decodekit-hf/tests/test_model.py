@@ -59,6 +59,29 @@ def test_spec_rejects_non_attention_layers() -> None:
         model_spec(config)
 
 
+@pytest.mark.parametrize(
+    ("model_type", "config", "message"),
+    [
+        ("mamba", {}, r"MambaConfig is not served: it has no attention heads"),
+        ("rwkv", {}, r"RwkvConfig is not served: it has no attention heads"),
+        ("recurrent_gemma", {}, r"RecurrentGemmaConfig is not served: its 'recurrent' blocks"),
+        ("deepseek_v3", {"kv_lora_rank": 16}, r"multi-head latent attention \(kv_lora_rank=16\)"),
+        ("gemma3n_text", {"num_kv_shared_layers": 2}, r"num_kv_shared_layers=2 layers reuse an earlier layer's keys"),
+    ],
+)
+def test_spec_refuses_a_model_whose_state_decodekit_caches_cannot_hold(
+    model_type: str, config: dict[str, Any], message: str
+) -> None:
+    """Mamba and RWKV were an AttributeError, RecurrentGemma blamed a missing context length, DeepSeek's latent
+    attention a shape error in the cache, and Gemma 3n's shared layers gave wrong tokens (the cache counted them
+    empty): each is now a ParameterError saying what is not served."""
+    from transformers import AutoConfig
+
+    base = {"num_hidden_layers": 4, "hidden_size": 32, "vocab_size": 96}
+    with pytest.raises(dk.ParameterError, match=message + r".*allowed: "):
+        model_spec(AutoConfig.for_model(model_type, **base, **config))
+
+
 def _padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """decodekit's layout: left-padded ids, negative positions on padding; and transformers' 2-D mask."""
     width = max(map(len, prompts))

@@ -79,10 +79,38 @@ def _sliding(config: Any) -> bool:
     return getattr(config, "sliding_window", None) is not None and bool(getattr(config, "use_sliding_window", True))
 
 
+def _not_served(c: Any) -> str | None:
+    """Why decodekit's caches cannot hold this model's state, or None (the layer types are checked apart)."""
+    if getattr(c, "num_attention_heads", None) is None:
+        return (
+            "it has no attention heads (a state-space or recurrent model: Mamba, RWKV, ...), whose state needs "
+            "transformers' own caches; allowed: a model of attention layers"
+        )
+    blocks = sorted(set(getattr(c, "block_types", None) or ()) - {"attention"})
+    if blocks:  # RecurrentGemma
+        return f"its {blocks[0]!r} blocks keep a state that needs transformers' own caches; allowed: attention layers"
+    if getattr(c, "kv_lora_rank", None) is not None:  # DeepSeek V2/V3: keys and values of other widths than head_dim
+        return (
+            f"its multi-head latent attention (kv_lora_rank={c.kv_lora_rank}) caches keys and values of other widths "
+            "than one head_dim; allowed: a model whose keys and values have head_dim dimensions per head"
+        )
+    shared = getattr(c, "num_kv_shared_layers", 0) or 0
+    if shared:  # Gemma 3n: those layers read another layer's keys, and the cache would count them as empty
+        return (
+            f"its last num_kv_shared_layers={shared} layers reuse an earlier layer's keys and values; allowed: a model "
+            "whose every layer keeps its own"
+        )
+    return None
+
+
 def model_spec(config: Any) -> ModelSpec:
     """The `ModelSpec` of a transformers config (the decoder's, for a composite model)."""
     c = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    why = _not_served(c)
+    if why is not None:
+        raise ParameterError(f"HFModel: {type(c).__name__} is not served: {why}")
     n_heads = int(c.num_attention_heads)
+    head_dim = int(getattr(c, "head_dim", None) or c.hidden_size // n_heads)
     max_positions = getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None)
     if max_positions is None:
         raise ParameterError(
@@ -100,7 +128,7 @@ def model_spec(config: Any) -> ModelSpec:
         n_layers=int(c.num_hidden_layers),
         n_heads=n_heads,
         n_kv_heads=int(getattr(c, "num_key_value_heads", None) or n_heads),
-        head_dim=int(getattr(c, "head_dim", None) or c.hidden_size // n_heads),
+        head_dim=head_dim,
         vocab_size=int(c.vocab_size),
         max_positions=int(max_positions),
         rope_base=rope_base(c),
