@@ -102,6 +102,12 @@ def make_arch(model_type: str, seed: int = 0, **overrides: Any) -> Any:
     return model
 
 
+@pytest.fixture(scope="session")
+def build_arch() -> Callable[..., Any]:
+    """`make_arch(model_type, **config_overrides)`, for a test that needs another size of an architecture."""
+    return make_arch
+
+
 @pytest.fixture(scope="session", params=sorted(ARCHS))
 def arch_model(request: pytest.FixtureRequest) -> tuple[str, Any]:
     """(model_type, model): each architecture of `ARCHS`."""

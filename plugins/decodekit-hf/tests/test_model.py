@@ -37,13 +37,15 @@ def test_spec_of_the_trained_model(trained: Any) -> None:
 
 def test_rope_base_only_for_rotation_decodekit_can_continue() -> None:
     """Llama's default rotary base is read; scaled frequencies, partial rotation or another family give None."""
-    from transformers import GPTNeoXConfig, LlamaConfig
+    from transformers import GPTNeoXConfig, LlamaConfig, Phi3Config
 
     base = {"num_hidden_layers": 1, "num_attention_heads": 2, "hidden_size": 8, "vocab_size": 10}
     assert rope_base(LlamaConfig(**base, rope_theta=500.0)) == 500.0
     scaled = LlamaConfig(**base, rope_parameters={"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0})
     assert rope_base(scaled) is None
     assert rope_base(GPTNeoXConfig(**base)) is None  # partial rotary, another layout
+    assert rope_base(Phi3Config(**base)) == 10000.0  # Llama's rotary embedding
+    assert rope_base(Phi3Config(**base, partial_rotary_factor=0.75)) is None  # Phi-4-mini's: a quarter unrotated
 
 
 def test_spec_rejects_non_attention_layers() -> None:

@@ -40,8 +40,12 @@ CALIBRATION_NAME = "calibration.json"  # `decodekit cache calibrate --json`, nex
 # mask applies over keys the decodekit cache keeps in full.
 _ATTENTION_LAYERS = ("full_attention", "sliding_attention")
 # Architectures whose rotary embedding is decodekit.rope's (rotate-half over the whole head, angles
-# position · base^(-2i/D)), so a cache may move their keys: Llama's `apply_rotary_pos_emb`.
-_ROTATE_HALF = ("llama", "mistral", "qwen2", "qwen3")
+# position · base^(-2i/D)) on the cached keys (any key norm before it), so a cache may move their keys:
+# Llama's `apply_rotary_pos_emb`. Each is checked by moving the window's sinks (test_evicting_caches).
+_ROTATE_HALF = (
+    *("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "phi3", "phimoe"),
+    *("olmo", "olmo2", "olmoe", "starcoder2", "granite", "granitemoe", "seed_oss", "arcee"),
+)
 
 
 def rope_base(config: Any) -> float | None:
@@ -52,17 +56,24 @@ def rope_base(config: Any) -> float | None:
 
 def _rope(config: Any) -> tuple[float | None, str | None]:
     """`rope_base`, and when it is None for a rotary Llama-family model, why (`ModelSpec.rope_note`)."""
-    if getattr(config, "model_type", None) not in _ROTATE_HALF:
-        return None, None  # absolute positions (GPT-2), or a rotary layout of its own
-    partial = getattr(config, "partial_rotary_factor", 1.0)
-    if partial != 1.0:
-        return None, f"its partial rotary embedding (partial_rotary_factor={partial}) is not supported for " + _KEPT
     # transformers 5: `rope_parameters` {"rope_type", "rope_theta"} (`rope_scaling` is its alias); 4.x: `rope_theta`
     # beside an optional `rope_scaling`.
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     if not isinstance(rope, dict):
         return None, None
     theta = rope.get("rope_theta", getattr(config, "rope_theta", None))
+    model_type = getattr(config, "model_type", None)
+    if model_type not in _ROTATE_HALF:  # absolute positions (GPT-2), or a rotary layout of its own
+        return (
+            None,
+            None
+            if theta is None
+            else f"its rotary embedding ({model_type}'s own layout) is not supported for " + _KEPT,
+        )
+    # transformers 5 keeps the factor in `rope_parameters` (Phi-4-mini, a phi3, has 0.75).
+    partial = rope.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0))
+    if partial != 1.0:
+        return None, f"its partial rotary embedding (partial_rotary_factor={partial}) is not supported for " + _KEPT
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind != "default":  # scaled frequencies: decodekit.rope rotates by the default ones only
         return None, f"its rotary scaling {kind!r} is not supported for " + _KEPT
