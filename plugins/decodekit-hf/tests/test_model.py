@@ -309,3 +309,21 @@ def test_an_evicting_cache_is_refused_where_a_layer_attends_by_its_own_code(llam
     attention.config._attn_implementation = "sdpa"  # this layer alone: transformers' own SDPA
     with pytest.raises(dk.ParameterError, match=r"layer 1 of LlamaForCausalLM attends by its own code.*allowed: "):
         dk.generate(model, [[1, 2, 3]], cache=cache, max_new_tokens=2)
+
+
+@torch.no_grad()
+def test_gemma2_softcapped_logits_reach_the_chain(build_arch: Any) -> None:
+    """Gemma 2 caps its final logits (`cap · tanh(logits / cap)`): greedy tokens cannot tell (tanh keeps the
+    order), so the logits a chain sees, cached and with `last_only`, are compared with transformers' forward,
+    and with the cap applied by hand to the projection's raw output."""
+    hf = build_arch("gemma2", final_logit_softcapping=2.0)
+    model = HFModel(hf)
+    ids, positions, mask = _padded(PROMPTS)
+    ref = hf(ids, attention_mask=mask, position_ids=positions.clamp(min=0)).logits
+    raw = hf.lm_head(hf.model(ids, attention_mask=mask, position_ids=positions.clamp(min=0)).last_hidden_state)
+    torch.testing.assert_close(ref, 2.0 * torch.tanh(raw / 2.0))
+    assert raw.abs().max() > 2.0  # the cap changes these logits
+    kv = dk.create_cache("gqa", dk.CacheSpec.for_model(model.spec, batch_size=3, capacity=ids.shape[1]))
+    real = positions >= 0
+    torch.testing.assert_close(model(ids, positions, kv)[real], ref[real], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model(ids, positions, None, last_only=True), ref[:, -1:], atol=1e-5, rtol=1e-5)
