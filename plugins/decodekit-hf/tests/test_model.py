@@ -68,15 +68,13 @@ def test_spec_rejects_non_attention_layers() -> None:
         ("rwkv", {}, r"RwkvConfig is not served: it has no attention heads"),
         ("recurrent_gemma", {}, r"RecurrentGemmaConfig is not served: its 'recurrent' blocks"),
         ("deepseek_v3", {"kv_lora_rank": 16}, r"multi-head latent attention \(kv_lora_rank=16\)"),
-        ("gemma3n_text", {"num_kv_shared_layers": 2}, r"num_kv_shared_layers=2 layers reuse an earlier layer's keys"),
     ],
 )
 def test_spec_refuses_a_model_whose_state_decodekit_caches_cannot_hold(
     model_type: str, config: dict[str, Any], message: str
 ) -> None:
     """Mamba and RWKV were an AttributeError, RecurrentGemma blamed a missing context length, DeepSeek's latent
-    attention a shape error in the cache, and Gemma 3n's shared layers gave wrong tokens (the cache counted them
-    empty): each is now a ParameterError saying what is not served."""
+    attention a shape error in the cache: each is now a ParameterError saying what is not served."""
     from transformers import AutoConfig
 
     base = {"num_hidden_layers": 4, "hidden_size": 32, "vocab_size": 96}
@@ -327,3 +325,43 @@ def test_gemma2_softcapped_logits_reach_the_chain(build_arch: Any) -> None:
     real = positions >= 0
     torch.testing.assert_close(model(ids, positions, kv)[real], ref[real], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(model(ids, positions, None, last_only=True), ref[:, -1:], atol=1e-5, rtol=1e-5)
+
+
+def test_gemma3n_layers_that_share_keys_take_no_cache_and_decode_as_transformers(
+    gen_config: Any, left_pad: Any
+) -> None:
+    """Gemma 3n's last `num_kv_shared_layers` layers attend over an earlier layer's keys and never write the cache:
+    the decodekit cache had a layer for each, left empty, so its length (its last layer's) stayed 0 and the tokens
+    were wrong. The cache now holds the layers that keep keys; the shared ones only answer transformers' mask
+    sizes. Sliding layers with a 4-token window, shorter than the sequence (so an evicting cache is refused)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(
+        "gemma3n_text",
+        num_hidden_layers=4,
+        num_kv_shared_layers=2,
+        layer_types=["sliding_attention", "full_attention"] * 2,
+        sliding_window=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        hidden_size=32,
+        intermediate_size=64,
+        hidden_size_per_layer_input=8,
+        vocab_size=96,
+        vocab_size_per_layer_input=96,
+        max_position_embeddings=128,
+        initializer_range=0.2,
+        pad_token_id=0,
+    )
+    hf = AutoModelForCausalLM.from_config(config).eval()
+    ids, mask = left_pad(PROMPTS)
+    want = hf.generate(ids, attention_mask=mask, generation_config=gen_config(max_new_tokens=16))[:, ids.shape[1] :]
+    model = HFModel(hf)
+    for cache in ("dense", "gqa"):
+        out = dk.generate(model, PROMPTS, chain="greedy", max_new_tokens=16, cache=cache)
+        assert out.tokens == want.tolist()
+    assert model.spec.n_layers == 2  # the layers that keep keys
+    with pytest.raises(dk.ParameterError, match=r"sliding-window layers.*allowed: "):
+        dk.generate(model, PROMPTS, max_new_tokens=2, cache="window(size=8)")

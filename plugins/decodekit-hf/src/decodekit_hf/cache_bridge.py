@@ -159,8 +159,10 @@ class DecodekitCache(Cache):  # type: ignore[misc]
     Whole-cache operations (reset, crop, reorder) go to `kv` once, not once per layer.
     """
 
-    def __init__(self, kv: KVCache, masks_itself: bool = False) -> None:
-        layers: list[Any] = [DecodekitLayer(kv, layer, masks_itself) for layer in range(kv.spec.n_layers)]
+    def __init__(self, kv: KVCache, masks_itself: bool = False, n_layers: int | None = None) -> None:
+        # n_layers: the model's, when its last layers reuse earlier keys (Gemma 3n): theirs only answer mask sizes.
+        count = kv.spec.n_layers if n_layers is None else n_layers
+        layers: list[Any] = [DecodekitLayer(kv, layer, masks_itself) for layer in range(count)]
         super().__init__(layers=layers)
         self.kv = kv
 

@@ -105,12 +105,6 @@ def _not_served(c: Any) -> str | None:
             f"its multi-head latent attention (kv_lora_rank={c.kv_lora_rank}) caches keys and values of other widths "
             "than one head_dim; allowed: a model whose keys and values have head_dim dimensions per head"
         )
-    shared = getattr(c, "num_kv_shared_layers", 0) or 0
-    if shared:  # Gemma 3n: those layers read another layer's keys, and the cache would count them as empty
-        return (
-            f"its last num_kv_shared_layers={shared} layers reuse an earlier layer's keys and values; allowed: a model "
-            "whose every layer keeps its own"
-        )
     return None
 
 
@@ -136,7 +130,8 @@ def model_spec(config: Any) -> ModelSpec:
             f"keys and values of attention layers ({', '.join(_ATTENTION_LAYERS)})"
         )
     return ModelSpec(
-        n_layers=int(c.num_hidden_layers),
+        # Gemma 3n's last `num_kv_shared_layers` layers attend over earlier keys: nothing of their own to cache.
+        n_layers=int(c.num_hidden_layers) - int(getattr(c, "num_kv_shared_layers", 0) or 0),
         n_heads=n_heads,
         n_kv_heads=int(getattr(c, "num_key_value_heads", None) or n_heads),
         head_dim=head_dim,
@@ -172,6 +167,7 @@ class HFModel(nn.Module):
             model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
         )
         self._sliding = _sliding(config)
+        self._hf_layers = int(config.num_hidden_layers)  # the cache's layers, and those that share theirs
         self._alibi = bool(getattr(config, "alibi", False))  # Falcon's ALiBi biases ride in the attention mask
         if model.config._attn_implementation in ("sdpa", ATTENTION):
             register_attention()
@@ -208,7 +204,7 @@ class HFModel(nn.Module):
                 slots = torch.arange(past + T, device=input_ids.device)  # [S]
                 attention_mask = (slots >= past - first).long()  # [B, S]: 0 on padding
                 positions = positions.clamp(min=0)
-        kwargs[self._cache_arg] = None if cache is None else DecodekitCache(cache, masks_itself)
+        kwargs[self._cache_arg] = None if cache is None else DecodekitCache(cache, masks_itself, self._hf_layers)
         if last_only and self._keeps_logits:
             kwargs["logits_to_keep"] = 1
         with torch.no_grad(), cache_attention(attention) if attention is not None else nullcontext():
