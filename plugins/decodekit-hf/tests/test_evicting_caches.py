@@ -61,6 +61,28 @@ def test_one_layer_window_equals_recomputing_sinks_plus_window(build_arch: Any, 
         torch.testing.assert_close(got, want, atol=1e-4, rtol=0, msg=lambda m, t=t: f"step {t}: {m}")
 
 
+@pytest.mark.parametrize("arch", ["stablelm", "nemotron", "falcon", "opt", "cohere"])
+@torch.no_grad()
+def test_one_layer_window_keeps_positions_where_keys_cannot_move(build_arch: Any, arch: str) -> None:
+    """Within the context a model whose keys decodekit cannot re-rotate (another rotary layout, learned positions)
+    keeps each key where it was: with one layer the window through the cache equals a fresh forward over the sinks
+    and the last `size` tokens at their own positions, at every step. Fed in blocks of 4 (a block attends through
+    the cache's own mask, which StableLM's and Nemotron's layers never reached)."""
+    hf = build_arch(arch, num_hidden_layers=1)
+    model, size, sinks = HFModel(hf), 8, 2
+    assert model.spec.rope_base is None
+    ids = torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(1))
+    cache = dk.create_cache(
+        f"window(size={size}, sinks={sinks}, slack=4)", dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=1)
+    )
+    for a in range(0, 48, 4):
+        got = model(ids[:, a : a + 4], torch.arange(a, a + 4)[None], cache)
+        for i, t in enumerate(range(a, a + 4)):
+            kept = [*range(min(sinks, max(0, t - size + 1))), *range(max(0, t - size + 1), t + 1)]
+            want = hf(ids[:, kept], position_ids=torch.tensor([kept])).logits[:, -1]
+            torch.testing.assert_close(got[:, i], want, atol=1e-4, rtol=0, msg=lambda m, t=t: f"step {t}: {m}")
+
+
 @pytest.mark.parametrize("cache", ["window(size=8, sinks=2, slack=4)", "h2o(budget=10, sinks=2, recent=3, slack=4)"])
 @torch.no_grad()
 def test_prefill_in_blocks_equals_the_cache_fed_so(cache: str) -> None:
