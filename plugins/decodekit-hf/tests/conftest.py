@@ -56,6 +56,64 @@ def make_llama(seed: int = 0) -> Any:
     return LlamaForCausalLM(config).eval()  # type: ignore[no-untyped-call]
 
 
+# Architectures beyond GPT-2 and Llama, each a tiny random model built from its config: model_type -> the config
+# fields it needs besides `_TINY` (a multi-head model sets its own heads; GPT-J needs a rotary dimension that fits).
+_TINY: dict[str, Any] = dict(
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    hidden_size=32,
+    intermediate_size=64,
+    vocab_size=VOCAB,
+    max_position_embeddings=128,
+    bos_token_id=VOCAB - 1,
+    eos_token_id=VOCAB - 1,
+    pad_token_id=VOCAB - 1,  # some configs default to an id past this vocabulary
+    initializer_range=INIT,
+)
+_GQA = dict(num_key_value_heads=2)
+ARCHS: dict[str, dict[str, Any]] = {
+    "qwen2": _GQA,
+    "qwen3": _GQA | dict(head_dim=8),
+    "gemma": _GQA | dict(head_dim=8),
+    "gemma2": _GQA | dict(head_dim=8, sliding_window=4, query_pre_attn_scalar=8),  # softcapping on; sliding layers
+    "gemma3_text": _GQA | dict(head_dim=8, sliding_window=4, query_pre_attn_scalar=8),
+    "phi3": _GQA,
+    "mixtral": _GQA | dict(num_local_experts=4, num_experts_per_tok=2),
+    "olmo2": _GQA,
+    "starcoder2": _GQA,
+    "cohere": _GQA,  # rotary embedding interleaved, not rotate-half
+    "stablelm": _GQA,  # its decoder layers drop the keywords they are given before they call attention
+    "nemotron": _GQA,
+    "falcon": dict(new_decoder_architecture=True, num_kv_heads=2),
+    "gpt_neox": {},
+    "opt": dict(ffn_dim=64, word_embed_proj_dim=32),
+    "gptj": dict(rotary_dim=4),
+}
+
+
+def make_arch(model_type: str, seed: int = 0, **overrides: Any) -> Any:
+    """The tiny random model of `ARCHS[model_type]`."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    config = AutoConfig.for_model(model_type, **(_TINY | ARCHS[model_type] | overrides))
+    model = AutoModelForCausalLM.from_config(config).eval()
+    model.generation_config.eos_token_id = None  # generate() runs the full length, as dk.generate without stop_tokens
+    return model
+
+
+@pytest.fixture(scope="session")
+def build_arch() -> Callable[..., Any]:
+    """`make_arch(model_type, **config_overrides)`, for a test that needs another size of an architecture."""
+    return make_arch
+
+
+@pytest.fixture(scope="session", params=sorted(ARCHS))
+def arch_model(request: pytest.FixtureRequest) -> tuple[str, Any]:
+    """(model_type, model): each architecture of `ARCHS`."""
+    return request.param, make_arch(request.param)
+
+
 @pytest.fixture(scope="session")
 def gpt2() -> Any:
     return make_gpt2()

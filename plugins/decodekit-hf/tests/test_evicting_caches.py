@@ -37,12 +37,18 @@ def llama(n_layers: int, seed: int = 0, context: int = 128, **overrides: Any) ->
     return LlamaForCausalLM(config).eval()  # type: ignore[no-untyped-call]
 
 
+@pytest.mark.parametrize("arch", ["llama", "mixtral", "qwen3", "gemma", "phi3", "olmo2", "starcoder2"])
 @torch.no_grad()
-def test_one_layer_window_equals_recomputing_sinks_plus_window() -> None:
-    """StreamingLLM's claim, exactly, through transformers' Llama: with one layer the window through the cache
-    equals a fresh forward over the sinks and the last `size` tokens at positions 0 .. S-1, far past the
-    model's context (the sinks moved by decodekit.rope, the rest rotated by transformers)."""
-    hf = llama(n_layers=1, context=32)
+def test_one_layer_window_equals_recomputing_sinks_plus_window(build_arch: Any, arch: str) -> None:
+    """StreamingLLM's claim, exactly, through transformers' Llama and the architectures that share its rotary
+    embedding: with one layer the window through the cache equals a fresh forward over the sinks and the last
+    `size` tokens at positions 0 .. S-1, far past the model's context (the sinks moved by decodekit.rope, the
+    rest rotated by transformers). Mixtral, Gemma, Phi-3, ... had no rope_base: their sinks were not moved."""
+    hf = (
+        llama(n_layers=1, context=32)
+        if arch == "llama"
+        else build_arch(arch, num_hidden_layers=1, max_position_embeddings=32)
+    )
     model, size, sinks = HFModel(hf), 8, 2
     ids = torch.randint(0, 96, (1, 100), generator=torch.Generator().manual_seed(1))
     cache = dk.create_cache(
@@ -53,6 +59,28 @@ def test_one_layer_window_equals_recomputing_sinks_plus_window() -> None:
         kept = [*range(min(sinks, max(0, t - size + 1))), *range(max(0, t - size + 1), t + 1)]
         want = hf(ids[:, kept], position_ids=torch.arange(len(kept))[None]).logits[:, -1]
         torch.testing.assert_close(got, want, atol=1e-4, rtol=0, msg=lambda m, t=t: f"step {t}: {m}")
+
+
+@pytest.mark.parametrize("arch", ["stablelm", "nemotron", "falcon", "opt", "cohere"])
+@torch.no_grad()
+def test_one_layer_window_keeps_positions_where_keys_cannot_move(build_arch: Any, arch: str) -> None:
+    """Within the context a model whose keys decodekit cannot re-rotate (another rotary layout, learned positions)
+    keeps each key where it was: with one layer the window through the cache equals a fresh forward over the sinks
+    and the last `size` tokens at their own positions, at every step. Fed in blocks of 4 (a block attends through
+    the cache's own mask, which StableLM's and Nemotron's layers never reached)."""
+    hf = build_arch(arch, num_hidden_layers=1)
+    model, size, sinks = HFModel(hf), 8, 2
+    assert model.spec.rope_base is None
+    ids = torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(1))
+    cache = dk.create_cache(
+        f"window(size={size}, sinks={sinks}, slack=4)", dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=1)
+    )
+    for a in range(0, 48, 4):
+        got = model(ids[:, a : a + 4], torch.arange(a, a + 4)[None], cache)
+        for i, t in enumerate(range(a, a + 4)):
+            kept = [*range(min(sinks, max(0, t - size + 1))), *range(max(0, t - size + 1), t + 1)]
+            want = hf(ids[:, kept], position_ids=torch.tensor([kept])).logits[:, -1]
+            torch.testing.assert_close(got[:, i], want, atol=1e-4, rtol=0, msg=lambda m, t=t: f"step {t}: {m}")
 
 
 @pytest.mark.parametrize("cache", ["window(size=8, sinks=2, slack=4)", "h2o(budget=10, sinks=2, recent=3, slack=4)"])
@@ -205,4 +233,15 @@ def test_a_scaled_rotary_model_past_its_context_is_refused_naming_its_scaling() 
         "prompt + max_new_tokens = 43 tokens exceeds the model's context of 32 positions, and its rotary scaling "
         "'llama3' is not supported for re-rotating kept keys: an evicting cache cannot take it further; use "
         "cache='none' (it crops the context) or fewer tokens"
+    )
+
+
+def test_another_rotary_layout_past_its_context_is_refused_naming_it(build_arch: Any) -> None:
+    """Cohere rotates interleaved pairs, which decodekit.rope does not: the refusal said its positions were
+    absolute (not rotary)."""
+    model = HFModel(build_arch("cohere", num_hidden_layers=1, max_position_embeddings=32))
+    with pytest.raises(dk.ContextLengthError) as info:
+        dk.generate(model, [[1, 2, 3]], max_new_tokens=40, cache="window(size=8, sinks=2)")
+    assert "and its rotary embedding (cohere's own layout) is not supported for re-rotating kept keys:" in str(
+        info.value
     )

@@ -3,6 +3,7 @@ the cache bridge allocates nothing, the tokenizer and stop tokens."""
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 from typing import Any
 
@@ -36,13 +37,15 @@ def test_spec_of_the_trained_model(trained: Any) -> None:
 
 def test_rope_base_only_for_rotation_decodekit_can_continue() -> None:
     """Llama's default rotary base is read; scaled frequencies, partial rotation or another family give None."""
-    from transformers import GPTNeoXConfig, LlamaConfig
+    from transformers import GPTNeoXConfig, LlamaConfig, Phi3Config
 
     base = {"num_hidden_layers": 1, "num_attention_heads": 2, "hidden_size": 8, "vocab_size": 10}
     assert rope_base(LlamaConfig(**base, rope_theta=500.0)) == 500.0
     scaled = LlamaConfig(**base, rope_parameters={"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0})
     assert rope_base(scaled) is None
     assert rope_base(GPTNeoXConfig(**base)) is None  # partial rotary, another layout
+    assert rope_base(Phi3Config(**base)) == 10000.0  # Llama's rotary embedding
+    assert rope_base(Phi3Config(**base, partial_rotary_factor=0.75)) is None  # Phi-4-mini's: a quarter unrotated
 
 
 def test_spec_rejects_non_attention_layers() -> None:
@@ -56,6 +59,27 @@ def test_spec_rejects_non_attention_layers() -> None:
     )
     with pytest.raises(dk.ParameterError, match="linear_attention"):
         model_spec(config)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "config", "message"),
+    [
+        ("mamba", {}, r"MambaConfig is not served: it has no attention heads"),
+        ("rwkv", {}, r"RwkvConfig is not served: it has no attention heads"),
+        ("recurrent_gemma", {}, r"RecurrentGemmaConfig is not served: its 'recurrent' blocks"),
+        ("deepseek_v3", {"kv_lora_rank": 16}, r"multi-head latent attention \(kv_lora_rank=16\)"),
+    ],
+)
+def test_spec_refuses_a_model_whose_state_decodekit_caches_cannot_hold(
+    model_type: str, config: dict[str, Any], message: str
+) -> None:
+    """Mamba and RWKV were an AttributeError, RecurrentGemma blamed a missing context length, DeepSeek's latent
+    attention a shape error in the cache: each is now a ParameterError saying what is not served."""
+    from transformers import AutoConfig
+
+    base = {"num_hidden_layers": 4, "hidden_size": 32, "vocab_size": 96}
+    with pytest.raises(dk.ParameterError, match=message + r".*allowed: "):
+        model_spec(AutoConfig.for_model(model_type, **base, **config))
 
 
 def _padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -258,3 +282,86 @@ def test_bridge_refuses_crop_and_reorder_on_a_cache_without_them_saying_what_is_
         "DecodekitCache.reorder_cache: cache SimpleNamespace cannot be used: DecodekitCache.reorder_cache needs a "
         "cache that moves its rows after the beams with reorder(index); allowed: a cache backend with reorder"
     )
+
+
+def test_an_evicting_cache_is_refused_on_an_alibi_model() -> None:
+    """Falcon with ALiBi adds its position biases to transformers' attention mask, which decodekit's attention
+    function never reads: a window cache ran without them (wrong tokens, no error)."""
+    from transformers import FalconConfig, FalconForCausalLM
+
+    config = FalconConfig(num_hidden_layers=1, num_attention_heads=2, hidden_size=16, vocab_size=96, alibi=True)
+    model = HFModel(FalconForCausalLM(config).eval())  # type: ignore[no-untyped-call]
+    assert dk.generate(model, [[1, 2, 3]], cache="gqa", max_new_tokens=2).tokens  # the mask carries the biases
+    with pytest.raises(dk.ParameterError, match=r"ALiBi position biases.*allowed: a cache that keeps every token"):
+        dk.generate(model, [[1, 2, 3]], cache="window(size=8)", max_new_tokens=2)
+
+
+@pytest.mark.parametrize("cache", ["window(size=8)", "h2o(budget=12)"])
+def test_an_evicting_cache_is_refused_where_a_layer_attends_by_its_own_code(llama: Any, cache: str) -> None:
+    """A layer that does not call transformers' attention interface never reaches the cache's mask: the window
+    attended past what it evicted, h2o failed with a PluginError about observe()."""
+    hf = copy.deepcopy(llama)
+    attention = hf.model.layers[1].self_attn
+    model = HFModel(hf)
+    attention.config = copy.copy(attention.config)
+    attention.config._attn_implementation = "sdpa"  # this layer alone: transformers' own SDPA
+    with pytest.raises(dk.ParameterError, match=r"layer 1 of LlamaForCausalLM attends by its own code.*allowed: "):
+        dk.generate(model, [[1, 2, 3]], cache=cache, max_new_tokens=2)
+
+
+@torch.no_grad()
+def test_gemma2_softcapped_logits_reach_the_chain(build_arch: Any) -> None:
+    """Gemma 2 caps its final logits (`cap · tanh(logits / cap)`): greedy tokens cannot tell (tanh keeps the
+    order), so the logits a chain sees, cached and with `last_only`, are compared with transformers' forward,
+    and with the cap applied by hand to the projection's raw output."""
+    hf = build_arch("gemma2", final_logit_softcapping=2.0)
+    model = HFModel(hf)
+    ids, positions, mask = _padded(PROMPTS)
+    ref = hf(ids, attention_mask=mask, position_ids=positions.clamp(min=0)).logits
+    raw = hf.lm_head(hf.model(ids, attention_mask=mask, position_ids=positions.clamp(min=0)).last_hidden_state)
+    torch.testing.assert_close(ref, 2.0 * torch.tanh(raw / 2.0))
+    assert raw.abs().max() > 2.0  # the cap changes these logits
+    kv = dk.create_cache("gqa", dk.CacheSpec.for_model(model.spec, batch_size=3, capacity=ids.shape[1]))
+    real = positions >= 0
+    torch.testing.assert_close(model(ids, positions, kv)[real], ref[real], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model(ids, positions, None, last_only=True), ref[:, -1:], atol=1e-5, rtol=1e-5)
+
+
+def test_gemma3n_layers_that_share_keys_take_no_cache_and_decode_as_transformers(
+    gen_config: Any, left_pad: Any
+) -> None:
+    """Gemma 3n's last `num_kv_shared_layers` layers attend over an earlier layer's keys and never write the cache:
+    the decodekit cache had a layer for each, left empty, so its length (its last layer's) stayed 0 and the tokens
+    were wrong. The cache now holds the layers that keep keys; the shared ones only answer transformers' mask
+    sizes. Sliding layers with a 4-token window, shorter than the sequence (so an evicting cache is refused)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(
+        "gemma3n_text",
+        num_hidden_layers=4,
+        num_kv_shared_layers=2,
+        layer_types=["sliding_attention", "full_attention"] * 2,
+        sliding_window=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        hidden_size=32,
+        intermediate_size=64,
+        hidden_size_per_layer_input=8,
+        vocab_size=96,
+        vocab_size_per_layer_input=96,
+        max_position_embeddings=128,
+        initializer_range=0.2,
+        pad_token_id=0,
+    )
+    hf = AutoModelForCausalLM.from_config(config).eval()
+    ids, mask = left_pad(PROMPTS)
+    want = hf.generate(ids, attention_mask=mask, generation_config=gen_config(max_new_tokens=16))[:, ids.shape[1] :]
+    model = HFModel(hf)
+    for cache in ("dense", "gqa"):
+        out = dk.generate(model, PROMPTS, chain="greedy", max_new_tokens=16, cache=cache)
+        assert out.tokens == want.tolist()
+    assert model.spec.n_layers == 2  # the layers that keep keys
+    with pytest.raises(dk.ParameterError, match=r"sliding-window layers.*allowed: "):
+        dk.generate(model, PROMPTS, max_new_tokens=2, cache="window(size=8)")

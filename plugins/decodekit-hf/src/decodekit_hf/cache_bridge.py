@@ -16,13 +16,18 @@ know only contiguous slots. Such a forward runs through the `decodekit` attentio
 (registered with transformers' `AttentionInterface`): it asks the cache for its mask, attends
 with SDPA and hands the queries to `observe` (`decodekit.cache.cached_attention`, as the
 reference GPT does). The bridge then tells transformers' mask code that the block sees only
-itself (`get_mask_sizes`), so transformers builds no mask at all. Without a `decodekit_cache`
-keyword the function is transformers' own SDPA attention.
+itself (`get_mask_sizes`), so transformers builds no mask at all. The forward's cache reaches
+the function through a context variable (`cache_attention`), not a keyword: several decoder
+layers (StableLM, Nemotron, ...) drop the keywords they are given before they call attention.
+Outside `cache_attention` the function is transformers' own SDPA attention.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor, nn
@@ -39,6 +44,7 @@ __all__ = [
     "CacheAttention",
     "DecodekitCache",
     "DecodekitLayer",
+    "cache_attention",
     "decodekit_attention",
     "register_attention",
 ]
@@ -48,13 +54,29 @@ ATTENTION = "decodekit"  # the attn_implementation name HFModel gives a model
 
 @dataclass(frozen=True)
 class CacheAttention:
-    """One forward's attention through a decodekit cache: the cache and the new tokens' positions `[B, T]`."""
+    """One forward's attention through a decodekit cache: the cache and the new tokens' positions `[B, T]`;
+    `attended` collects the layers that attended through it."""
 
     kv: KVCache
     positions: Tensor
+    attended: set[int] = field(default_factory=set)
 
     def __call__(self, layer: int, q: Tensor, k: Tensor, v: Tensor, scale: float | None) -> Tensor:
+        self.attended.add(layer)
         return cached_attention(self.kv, layer, q, k, v, self.positions, scale=scale)
+
+
+_ACTIVE: ContextVar[CacheAttention | None] = ContextVar("decodekit_cache_attention", default=None)
+
+
+@contextmanager
+def cache_attention(attention: CacheAttention) -> Iterator[None]:
+    """Within this block `decodekit_attention` attends through `attention` (one forward of `HFModel`)."""
+    token = _ACTIVE.set(attention)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
 
 
 def decodekit_attention(
@@ -65,17 +87,17 @@ def decodekit_attention(
     attention_mask: Tensor | None,
     dropout: float = 0.0,
     scaling: float | None = None,
-    decodekit_cache: CacheAttention | None = None,
     **kwargs: Any,
 ) -> tuple[Tensor, None]:
-    """transformers' attention interface: `[B, T, H, D]`, through the decodekit cache when the forward passes
-    one (`decodekit_cache`), else transformers' SDPA attention unchanged."""
-    if decodekit_cache is None:
+    """transformers' attention interface: `[B, T, H, D]`, through the decodekit cache inside `cache_attention`,
+    else transformers' SDPA attention unchanged."""
+    attention = _ACTIVE.get()
+    if attention is None:
         out: tuple[Tensor, None] = sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
         return out
-    y = decodekit_cache(int(getattr(module, "layer_idx")), query, key, value, scaling)  # noqa: B009  # [B, H, T, D]
+    y = attention(int(getattr(module, "layer_idx")), query, key, value, scaling)  # noqa: B009  # [B, H, T, D]
     return y.transpose(1, 2).contiguous(), None
 
 
@@ -137,8 +159,10 @@ class DecodekitCache(Cache):  # type: ignore[misc]
     Whole-cache operations (reset, crop, reorder) go to `kv` once, not once per layer.
     """
 
-    def __init__(self, kv: KVCache, masks_itself: bool = False) -> None:
-        layers: list[Any] = [DecodekitLayer(kv, layer, masks_itself) for layer in range(kv.spec.n_layers)]
+    def __init__(self, kv: KVCache, masks_itself: bool = False, n_layers: int | None = None) -> None:
+        # n_layers: the model's, when its last layers reuse earlier keys (Gemma 3n): theirs only answer mask sizes.
+        count = kv.spec.n_layers if n_layers is None else n_layers
+        layers: list[Any] = [DecodekitLayer(kv, layer, masks_itself) for layer in range(count)]
         super().__init__(layers=layers)
         self.kv = kv
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from decodekit.cache import KVCache, evicts, observes
 from decodekit.errors import ParameterError
 from decodekit.params import NoParams
 from decodekit.spec import ModelSpec
-from decodekit_hf.cache_bridge import ATTENTION, CacheAttention, DecodekitCache, register_attention
+from decodekit_hf.cache_bridge import ATTENTION, CacheAttention, DecodekitCache, cache_attention, register_attention
 from decodekit_hf.tokenizer import HFTokenizer, eos_token_ids
 
 __all__ = ["CALIBRATION_NAME", "HFModel", "load_hf", "model_spec", "rope_base"]
@@ -40,8 +40,12 @@ CALIBRATION_NAME = "calibration.json"  # `decodekit cache calibrate --json`, nex
 # mask applies over keys the decodekit cache keeps in full.
 _ATTENTION_LAYERS = ("full_attention", "sliding_attention")
 # Architectures whose rotary embedding is decodekit.rope's (rotate-half over the whole head, angles
-# position · base^(-2i/D)), so a cache may move their keys: Llama's `apply_rotary_pos_emb`.
-_ROTATE_HALF = ("llama", "mistral", "qwen2", "qwen3")
+# position · base^(-2i/D)) on the cached keys (any key norm before it), so a cache may move their keys:
+# Llama's `apply_rotary_pos_emb`. Each is checked by moving the window's sinks (test_evicting_caches).
+_ROTATE_HALF = (
+    *("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "phi3", "phimoe"),
+    *("olmo", "olmo2", "olmoe", "starcoder2", "granite", "granitemoe", "seed_oss", "arcee"),
+)
 
 
 def rope_base(config: Any) -> float | None:
@@ -52,17 +56,24 @@ def rope_base(config: Any) -> float | None:
 
 def _rope(config: Any) -> tuple[float | None, str | None]:
     """`rope_base`, and when it is None for a rotary Llama-family model, why (`ModelSpec.rope_note`)."""
-    if getattr(config, "model_type", None) not in _ROTATE_HALF:
-        return None, None  # absolute positions (GPT-2), or a rotary layout of its own
-    partial = getattr(config, "partial_rotary_factor", 1.0)
-    if partial != 1.0:
-        return None, f"its partial rotary embedding (partial_rotary_factor={partial}) is not supported for " + _KEPT
     # transformers 5: `rope_parameters` {"rope_type", "rope_theta"} (`rope_scaling` is its alias); 4.x: `rope_theta`
     # beside an optional `rope_scaling`.
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     if not isinstance(rope, dict):
         return None, None
     theta = rope.get("rope_theta", getattr(config, "rope_theta", None))
+    model_type = getattr(config, "model_type", None)
+    if model_type not in _ROTATE_HALF:  # absolute positions (GPT-2), or a rotary layout of its own
+        return (
+            None,
+            None
+            if theta is None
+            else f"its rotary embedding ({model_type}'s own layout) is not supported for " + _KEPT,
+        )
+    # transformers 5 keeps the factor in `rope_parameters` (Phi-4-mini, a phi3, has 0.75).
+    partial = rope.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0))
+    if partial != 1.0:
+        return None, f"its partial rotary embedding (partial_rotary_factor={partial}) is not supported for " + _KEPT
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind != "default":  # scaled frequencies: decodekit.rope rotates by the default ones only
         return None, f"its rotary scaling {kind!r} is not supported for " + _KEPT
@@ -79,10 +90,32 @@ def _sliding(config: Any) -> bool:
     return getattr(config, "sliding_window", None) is not None and bool(getattr(config, "use_sliding_window", True))
 
 
+def _not_served(c: Any) -> str | None:
+    """Why decodekit's caches cannot hold this model's state, or None (the layer types are checked apart)."""
+    if getattr(c, "num_attention_heads", None) is None:
+        return (
+            "it has no attention heads (a state-space or recurrent model: Mamba, RWKV, ...), whose state needs "
+            "transformers' own caches; allowed: a model of attention layers"
+        )
+    blocks = sorted(set(getattr(c, "block_types", None) or ()) - {"attention"})
+    if blocks:  # RecurrentGemma
+        return f"its {blocks[0]!r} blocks keep a state that needs transformers' own caches; allowed: attention layers"
+    if getattr(c, "kv_lora_rank", None) is not None:  # DeepSeek V2/V3: keys and values of other widths than head_dim
+        return (
+            f"its multi-head latent attention (kv_lora_rank={c.kv_lora_rank}) caches keys and values of other widths "
+            "than one head_dim; allowed: a model whose keys and values have head_dim dimensions per head"
+        )
+    return None
+
+
 def model_spec(config: Any) -> ModelSpec:
     """The `ModelSpec` of a transformers config (the decoder's, for a composite model)."""
     c = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    why = _not_served(c)
+    if why is not None:
+        raise ParameterError(f"HFModel: {type(c).__name__} is not served: {why}")
     n_heads = int(c.num_attention_heads)
+    head_dim = int(getattr(c, "head_dim", None) or c.hidden_size // n_heads)
     max_positions = getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None)
     if max_positions is None:
         raise ParameterError(
@@ -97,10 +130,11 @@ def model_spec(config: Any) -> ModelSpec:
             f"keys and values of attention layers ({', '.join(_ATTENTION_LAYERS)})"
         )
     return ModelSpec(
-        n_layers=int(c.num_hidden_layers),
+        # Gemma 3n's last `num_kv_shared_layers` layers attend over earlier keys: nothing of their own to cache.
+        n_layers=int(c.num_hidden_layers) - int(getattr(c, "num_kv_shared_layers", 0) or 0),
         n_heads=n_heads,
         n_kv_heads=int(getattr(c, "num_key_value_heads", None) or n_heads),
-        head_dim=int(getattr(c, "head_dim", None) or c.hidden_size // n_heads),
+        head_dim=head_dim,
         vocab_size=int(c.vocab_size),
         max_positions=int(max_positions),
         rope_base=rope_base(c),
@@ -133,6 +167,8 @@ class HFModel(nn.Module):
             model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
         )
         self._sliding = _sliding(config)
+        self._hf_layers = int(config.num_hidden_layers)  # the cache's layers, and those that share theirs
+        self._alibi = bool(getattr(config, "alibi", False))  # Falcon's ALiBi biases ride in the attention mask
         if model.config._attn_implementation in ("sdpa", ATTENTION):
             register_attention()
             model.set_attn_implementation(ATTENTION)
@@ -154,10 +190,11 @@ class HFModel(nn.Module):
         masks_itself = cache is not None and (evicts(cache) or observes(cache))
         kwargs: dict[str, Any] = {}
         attention_mask = None  # no row padded: transformers may use its unmasked causal kernel
+        attention = None
         if masks_itself:  # the cache's mask, through the `decodekit` attention function
             assert cache is not None
             self._check_masks_itself(cache)
-            kwargs["decodekit_cache"] = CacheAttention(cache, positions)
+            attention = CacheAttention(cache, positions)
             positions = positions.clamp(min=0)
         else:
             past = 0 if cache is None else cache.length
@@ -167,10 +204,10 @@ class HFModel(nn.Module):
                 slots = torch.arange(past + T, device=input_ids.device)  # [S]
                 attention_mask = (slots >= past - first).long()  # [B, S]: 0 on padding
                 positions = positions.clamp(min=0)
-        kwargs[self._cache_arg] = None if cache is None else DecodekitCache(cache, masks_itself)
+        kwargs[self._cache_arg] = None if cache is None else DecodekitCache(cache, masks_itself, self._hf_layers)
         if last_only and self._keeps_logits:
             kwargs["logits_to_keep"] = 1
-        with torch.no_grad():
+        with torch.no_grad(), cache_attention(attention) if attention is not None else nullcontext():
             out = self.hf(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -178,6 +215,8 @@ class HFModel(nn.Module):
                 use_cache=cache is not None,
                 **kwargs,
             )
+        if attention is not None:
+            self._check_attended(attention)
         logits: Tensor = out.logits
         return logits[:, -1:] if last_only else logits
 
@@ -190,11 +229,28 @@ class HFModel(nn.Module):
                 f"this model runs attn_implementation={self.hf.config._attn_implementation!r}; allowed: a model "
                 "loaded with attn_implementation='sdpa' (the default), or a cache that keeps every token"
             )
+        if self._alibi:
+            raise ParameterError(
+                f"HFModel: cache {name} evicts or observes attention, and this model adds its ALiBi position biases "
+                "to transformers' attention mask, which decodekit's attention function does not read; allowed: a "
+                "cache that keeps every token (dense, gqa, int8)"
+            )
         if self._sliding:
             raise ParameterError(
                 f"HFModel: cache {name} evicts or observes attention, and this model's sliding-window layers are "
                 "masked by transformers' rules, which a cache that evicts cannot follow; allowed: a cache that "
                 "keeps every token (dense, gqa, int8)"
+            )
+
+    def _check_attended(self, attention: CacheAttention) -> None:
+        """Every layer must have attended through the cache: one that attends by its own code saw keys the
+        cache may have evicted, under a mask transformers built for the new block only."""
+        missed = sorted(set(range(self.spec.n_layers)) - attention.attended)
+        if missed:
+            raise ParameterError(
+                f"HFModel: cache {type(attention.kv).__name__} evicts or observes attention, and layer {missed[0]} of "
+                f"{type(self.hf).__name__} attends by its own code, not through transformers' attention interface; "
+                "allowed: a cache that keeps every token (dense, gqa, int8)"
             )
 
 
