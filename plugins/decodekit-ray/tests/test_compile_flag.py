@@ -1,4 +1,5 @@
-"""`--ray --compile`: the flag reaches every actor's decode, checked without starting Ray or compiling.
+"""`--ray --compile`: the flag reaches every actor's decode, and an actor's compiler failure is one line;
+checked without starting Ray or compiling.
 
 The command's Ray part (`decodekit_ray.job._decode`) is replaced, to catch the job it would ship; an
 actor (`LineDecoder`) then decodes its lines in this process, with a `torch.compile` that records what it
@@ -8,6 +9,7 @@ is given and runs it eagerly.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,10 +19,12 @@ import pytest
 import torch
 from decodekit_cli.batch_job import BatchJob
 from decodekit_cli.batch_settings import parsed_chain
+from decodekit_ray.cluster import compile_failures_unlogged
 from decodekit_ray.decoder import LineDecoder
 from test_cli import MODEL, cli
 
 import decodekit.plugins
+from decodekit.errors import CompileError
 
 PLUGINS = "cli_testplugin"
 LINES = [b'{"prompt": "a"}', b'{"prompt": "bc"}']
@@ -61,3 +65,45 @@ def test_compile_reaches_the_actors_decode(monkeypatch: pytest.MonkeyPatch, tmp_
     assert any(isinstance(fn, torch.nn.Module) for fn in given)  # the actor's model went through torch.compile
     eager = LineDecoder(dataclasses.replace(job.settings, compile=False))(batch)
     assert list(compiled["record"]) == list(eager["record"])
+
+
+def test_an_actors_compile_error_is_one_line_naming_compile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Ray raises an actor's CompileError as a RayTaskError that is one too (`raise_original_map_exception`);
+    the command reported it as "unexpected RayTaskError(UserCodeException)" with the actor's traceback."""
+    from ray.exceptions import RayTaskError
+
+    failure = CompileError("the chain's step", "InvalidCxxCompiler: No working C++ compiler found")
+
+    def fails(*args: Any) -> None:
+        raise RayTaskError("MapWorker.submit", "Traceback (most recent call last): ...", failure).as_instanceof_cause()
+
+    monkeypatch.setattr("decodekit_ray.job._decode", fails)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_bytes(b"".join(line + b"\n" for line in LINES))
+    args = ["--input", str(prompts), "--output", str(tmp_path / "o.jsonl"), "-m", MODEL, "--seed", "0"]
+    r = cli("generate", *args, "--ray", "--compile", DECODEKIT_EXTRA_PLUGINS=PLUGINS)
+    assert (r.returncode, r.stderr) == (
+        1,
+        "decodekit: error: --compile: torch.compile failed on the chain's step: InvalidCxxCompiler: No working C++ "
+        "compiler found; run without --compile (the same output); 0 records written (--resume continues)\n",
+    )
+
+
+def test_ray_data_logs_no_compile_error_while_the_job_runs() -> None:
+    """Ray Data logs an exception it does not know with its whole traceback; a CompileError is the command's."""
+    handlers = logging.getLogger("ray.data").handlers
+    assert handlers  # Ray Data's own: a file and stderr
+
+    def record(exc: BaseException) -> logging.LogRecord:
+        return logging.LogRecord("ray.data.x", logging.ERROR, __file__, 1, "failed", None, (type(exc), exc, None))
+
+    compile_failure, other = record(CompileError("the chain's step", "no")), record(RuntimeError("other"))
+    with compile_failures_unlogged():
+        assert [h.filter(compile_failure) for h in handlers] == [False] * len(handlers)
+        assert all(h.filter(other) for h in handlers)
+        try:  # a record without the exception, logged while it is handled ("Exception occurred in ...")
+            raise CompileError("the chain's step", "no")
+        except CompileError:
+            plain = logging.LogRecord("ray.data.x", logging.ERROR, __file__, 1, "failed", None, None)
+            assert not any(h.filter(plain) for h in handlers)
+    assert all(h.filter(compile_failure) for h in handlers)  # after the job: as before

@@ -238,8 +238,9 @@ def generate(
         bool,
         typer.Option(
             "--compile",
-            help="Run the model's forward and the chain's step under torch.compile: the same tokens, faster once "
-            "compiled. The first run compiles for seconds; later ones reuse inductor's cache on disk.",
+            help="Run the model's forward and the chain's step under torch.compile: the same tokens, each step "
+            "faster, but every run compiles first (tens of seconds; seconds with inductor's cache on disk): for "
+            "long jobs.",
         ),
     ] = False,
     replace_unknown: ReplaceUnknownOption = False,
