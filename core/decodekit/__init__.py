@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from decodekit.errors import (
     CacheCapacityError,
     ChainSpecError,
+    CompileError,
     ContextLengthError,
     DecodekitError,
     NumericsError,
@@ -80,6 +81,7 @@ __all__ = [
     "Candidates",
     "Chain",
     "ChainSpecError",
+    "CompileError",
     "ContextLengthError",
     "DecodeContext",
     "DecodeOptions",

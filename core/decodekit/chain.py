@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
+from decodekit import compiling
 from decodekit.chain_string import parse_chain_string
 from decodekit.context import DecodeContext
 from decodekit.errors import ChainSpecError, NumericsError
@@ -250,7 +251,8 @@ class Chain:
             # Not dynamic=True: it breaks a truncation's plan, made from the vocabulary size. cpp_wrapper halves
             # a small CPU step; the chain's guards stay, or another chain runs this graph (docs/benchmarks.md).
             options: dict[str, Any] = {"cpp_wrapper": True, "guard_filter_fn": _guards_on_the_inputs}
-            twin._select = torch.compile(self._select, dynamic=None, options=options)  # type: ignore[method-assign]
+            step = compiling.compiled(self._select, "the chain's step", dynamic=None, options=options)
+            twin._select = step  # type: ignore[method-assign]
             self._compiled = twin
         return self._compiled
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from decodekit import compiling
 from decodekit.cache import KVCache, capability_error, evicts
 from decodekit.chain import Chain, Picked
 from decodekit.context import DecodeContext, row_generators, row_seeds
@@ -123,7 +124,7 @@ class Decoding:
             return known[1]
         # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
         # unbound size for a repeated-heads (`dense`) cache past 2 layers.
-        compiled = torch.compile(model, dynamic=None)
+        compiled = compiling.compiled(model, "the model's forward", dynamic=None)
         with contextlib.suppress(TypeError):  # a model no weak reference can hold is compiled for this decode only
             _COMPILED[id(model)] = (weakref.ref(model), compiled)
         return compiled

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "CacheCapacityError",
     "ChainSpecError",
+    "CompileError",
     "ContextLengthError",
     "DecodekitError",
     "NumericsError",
@@ -44,3 +45,17 @@ class ContextLengthError(DecodekitError, ValueError):
 
 class NumericsError(DecodekitError, FloatingPointError):
     """NaN logits, or a row whose every token was removed by the chain."""
+
+
+class CompileError(DecodekitError, RuntimeError):
+    """`torch.compile` failed on the model or the chain (`compile=True`): `what` it compiled, `reason` in a line."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(what, reason)  # the args rebuild it when pickled (a Ray actor's error)
+        self.what, self.reason = what, reason
+
+    def __str__(self) -> str:
+        return (
+            f"compile=True: torch.compile failed on {self.what}: {self.reason}; "
+            "compile=False decodes the same tokens without it"
+        )

@@ -13,6 +13,7 @@ import os
 import resource
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,56 @@ def test_threads_beyond_the_cpus_is_an_error_not_a_crash() -> None:
         f"allowed: 1 <= N <= {cpus}\n"
     )
     assert _generate("--threads", str(cpus)).returncode == 0
+
+
+COMPILE_FAILED = (
+    "decodekit: error: --compile: torch.compile failed on the chain's step: InvalidCxxCompiler: No working C++ "
+    "compiler found in torch._inductor.config.cpp.cxx: (None, 'g++'); run without --compile (the same output)"
+)
+
+
+def _compile_without_a_cxx(fn: Any, **options: Any) -> Any:
+    """A `torch.compile` whose function fails on its first call as inductor does without a C++ compiler."""
+    from torch._inductor.exc import InductorError, InvalidCxxCompiler
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        raise InductorError(InvalidCxxCompiler(), None)
+
+    return run
+
+
+@pytest.fixture
+def own_chains() -> Iterator[None]:
+    """Chains parsed anew, and forgotten after: a batch job keeps each chain it parses, and a chain its
+    compiled step (here a stand-in's), which a later `--compile` in this process would run."""
+    from decodekit_cli.batch_settings import parsed_chain
+
+    parsed_chain.cache_clear()
+    yield
+    parsed_chain.cache_clear()
+
+
+def test_a_compiler_failure_is_one_line_naming_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("torch.compile", _compile_without_a_cxx)
+    result = _generate("--compile")
+    assert (result.returncode, result.stderr) == (1, COMPILE_FAILED + "\n")
+
+
+def test_a_compiler_failure_stops_a_batch_job_and_resume_without_compile_continues(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, own_chains: None
+) -> None:
+    """Not an error record per line (each line decoded again alone, compiling again): the job stops."""
+    prompts, out = tmp_path / "p.jsonl", tmp_path / "o.jsonl"
+    prompts.write_text('{"prompt": "a"}\n{"prompt": "bc"}\n')
+    args = ["generate", "--input", str(prompts), "--output", str(out), "-m", MODEL, "--max-new-tokens", "3"]
+    args += ["--seed", "0", "--on-error", "skip"]
+    monkeypatch.setattr("torch.compile", _compile_without_a_cxx)
+    result = run_cli([*args, "--compile"], _env(), fresh_plugins=True)
+    assert (result.returncode, result.stderr) == (1, f"{COMPILE_FAILED}; 0 records written (--resume continues)\n")
+    assert out.read_text() == ""
+    resumed = run_cli([*args, "--resume"], _env(), fresh_plugins=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert [json.loads(line)["line"] for line in out.read_text().splitlines()] == [1, 2]
 
 
 def test_new_plugin_refuses_a_python_keyword(tmp_path: Path) -> None:

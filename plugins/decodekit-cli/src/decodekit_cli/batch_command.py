@@ -114,6 +114,7 @@ def run_batch(request: BatchRequest) -> int:
         strategy=request.strategy,
         replace_unknown=sampling.replace_unknown,
         threads=sampling.threads,
+        compile=sampling.compile,
     )
     ray = _ray_plugin() if request.ray is not None else None
     check_output(request.output, request.input, resume=request.resume, ray=request.ray is not None)

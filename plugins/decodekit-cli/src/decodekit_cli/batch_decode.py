@@ -17,6 +17,7 @@ from typing import Any
 
 import decodekit as dk
 from decodekit.context import mix_seed
+from decodekit.errors import CompileError
 from decodekit.plugins import cache_factory
 from decodekit_cli.batch_input import InputLine, LineError, PromptLine, parse_line
 from decodekit_cli.batch_records import Record, error_record, result_record
@@ -95,6 +96,7 @@ def _options(settings: BatchSettings, chain: str, max_new_tokens: int) -> dict[s
         "max_new_tokens": max_new_tokens,
         "cache": settings.cache,
         "stop_strings": settings.stop,
+        "compile": settings.compile,
     }
 
 
@@ -125,6 +127,8 @@ def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending]
         for i, record in _stream(model, settings, rows):
             ended.add(i)
             yield record
+    except CompileError:  # no row's fault: every row would fail again (the job stops, saying --compile)
+        raise
     except Exception as exc:  # a sampler or model failing on one row must not cost the others
         if len(rows) == 1:
             error = LineError.of(exc)

@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from decodekit import errors as _errors
+from decodekit.errors import CompileError
 from decodekit_cli.batch_decode import Pending, batches, decode_records
 from decodekit_cli.batch_output import OrderedWriter, RecordWriteError
 from decodekit_cli.batch_progress import BatchProgress
 from decodekit_cli.batch_records import Record, is_error
 from decodekit_cli.batch_settings import BatchSettings
 from decodekit_cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error
+from decodekit_cli.options import compile_failure
 
 __all__ = ["BatchJob", "failed_lines", "line_of", "plural", "run_local", "summary"]
 
@@ -76,6 +78,9 @@ def run_local(model: Any, job: BatchJob) -> int:
                 f"--output {str(job.output)!r}: cannot write a record: {exc}; {records} written (--resume continues)",
                 exit_code=EXIT_FAILURE,
             ) from None
+        except CompileError as exc:
+            records = plural(writer.written, "record")
+            raise CliError(f"{compile_failure(exc)}; {records} written (--resume continues)", EXIT_FAILURE) from None
     progress.say(summary(job, writer.written, writer.errors))
     return failed_lines(failed)
 

@@ -44,6 +44,7 @@ class BatchSettings:
     strategy: str = "sample"
     replace_unknown: bool = False
     threads: int | None = None  # not recorded: no result depends on it
+    compile: bool = False  # not recorded: no result depends on it (--resume with or without it continues)
 
     def __post_init__(self) -> None:
         if self.seed is not None and not 0 <= self.seed < MAX_SEED:

@@ -54,6 +54,7 @@ class SampleSpec:
     cache: str
     seed: int | None
     stop: tuple[str, ...]
+    compile: bool = False
 
 
 class SampleSink(Protocol):
@@ -121,6 +122,7 @@ def stream_samples(
         cache=spec.cache,
         stop_strings=spec.stop,
         seed=spec.seed,
+        compile=spec.compile,
     )
     try:
         with torch.inference_mode():
@@ -220,6 +222,7 @@ def run_generate(request: GenerateRequest) -> int:
         cache=cache,
         seed=sampling.seed,
         stop=sampling.stop,
+        compile=sampling.compile,
     )
 
     with TextOutput(text=not request.json_output) as out, cli_hints():
@@ -229,6 +232,8 @@ def run_generate(request: GenerateRequest) -> int:
         def on_token(tokens: int, seconds: float) -> None:
             out.status(_status_line(tokens, seconds, request.num_samples))
 
+        if spec.compile:  # the first tokens wait for torch's compiler: say why nothing shows yet
+            out.status("compiling the model and the chain (--compile) ...")
         result = stream_samples(model, spec, strategy, sink, on_token)
         if writer is not None:
             writer.close()

@@ -13,11 +13,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from decodekit.errors import ChainSpecError, ContextLengthError, DecodekitError
+from decodekit.errors import ChainSpecError, CompileError, ContextLengthError, DecodekitError
 from decodekit.plugins import get_registry, load_model
 from decodekit_cli.catalogue import STANDARD_PLUGINS
 from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
-from decodekit_cli.errors import CliError
+from decodekit_cli.errors import EXIT_FAILURE, CliError
 
 if TYPE_CHECKING:
     from decodekit.chain import Chain
@@ -29,6 +29,7 @@ __all__ = [
     "check_installed",
     "check_stop",
     "cli_hints",
+    "compile_failure",
     "encode_prompt",
     "install_hint",
     "is_spec",
@@ -209,6 +210,13 @@ def cli_hints() -> Iterator[None]:
     except ContextLengthError as exc:
         hint = " (on the command line: --cache none)" if "cache='none'" in str(exc) else ""
         raise CliError(f"{exc}{hint}") from None
+    except CompileError as exc:
+        raise CliError(compile_failure(exc), exit_code=EXIT_FAILURE) from None
+
+
+def compile_failure(exc: CompileError) -> str:
+    """`--compile` failed: what torch's compiler could not do, and the way around it."""
+    return f"--compile: torch.compile failed on {exc.what}: {exc.reason}; run without --compile (the same output)"
 
 
 def check_stop(stop: tuple[str, ...]) -> None:

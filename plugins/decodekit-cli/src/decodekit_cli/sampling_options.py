@@ -50,6 +50,7 @@ class SamplingOptions:
     stop: tuple[str, ...]
     threads: int | None = None
     replace_unknown: bool = False
+    compile: bool = False  # the model's forward and the chain's step under torch.compile: the same tokens, faster
 
     def check(self) -> tuple[str, str]:
         """Check what is installed and the cache before any model loads; return the model's name and the cache."""

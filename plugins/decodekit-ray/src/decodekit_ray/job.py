@@ -15,13 +15,15 @@ from dataclasses import dataclass
 import ray
 import ray.data
 from decodekit_cli.batch_decode import Pending
-from decodekit_cli.batch_job import BatchJob, failed_lines, summary
+from decodekit_cli.batch_job import BatchJob, failed_lines, plural, summary
 from decodekit_cli.batch_output import existing_records, parts_path
 from decodekit_cli.batch_progress import BatchProgress
 from decodekit_cli.batch_records import dumps, is_error
-from decodekit_cli.errors import EXIT_INTERRUPTED
+from decodekit_cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError
+from decodekit_cli.options import compile_failure
 
-from decodekit_ray.cluster import LOCAL, connect, without_restart_note
+from decodekit.errors import CompileError
+from decodekit_ray.cluster import LOCAL, compile_failures_unlogged, connect, without_restart_note
 from decodekit_ray.dataset import generate_lines
 from decodekit_ray.lines import read_prompt_lines
 from decodekit_ray.parts import PartsWatcher, part_records, replace_output
@@ -46,6 +48,7 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
     checked = {int(item["line"]): item for item in job.todo if not isinstance(item, Pending)}
     progress = BatchProgress(len(job.todo), "generating on Ray")
     interrupted = False
+    failed: CompileError | None = None  # --compile failed on an actor: the job stops, keeping what it wrote
     with progress:
         progress.advance(len(checked), 0)
         # A killed run's parts are done (read once, not once per line), but for a failure this job does not
@@ -58,6 +61,8 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
                     _decode(job, options, todo, str(parts.resolve()))
         except KeyboardInterrupt:
             interrupted = True
+        except CompileError as exc:  # an actor's, as Ray raises it: a RayTaskError that is one too
+            failed = getattr(exc, "cause", exc)
     made = {line: json.loads(text) for line, text in part_records(parts).items() if line not in before}
     new = {**checked, **{line: record for line, record in made.items() if job.keeps(record)}}
     replace_output(job.output, {**{line: dumps(record) for line, record in new.items()}, **before})
@@ -65,6 +70,9 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
     if interrupted:
         progress.say(f"decodekit: interrupted; {len(new)} records written to {job.output} (--resume continues)")
         return EXIT_INTERRUPTED
+    if failed is not None:
+        written = f"{plural(len(new), 'record')} written (--resume continues)"
+        raise CliError(f"{compile_failure(failed)}; {written}", EXIT_FAILURE)
     progress.say(summary(job, len(new), sum(is_error(record) for record in new.values())))
     return failed_lines([record for record in made.values() if not job.keeps(record)])
 
@@ -75,6 +83,8 @@ def _decode(job: BatchJob, options: RayOptions, lines: list[int], parts: str) ->
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # the command shows its own
     context.print_on_execution_start = False
+    # With --compile, an actor's CompileError arrives as one (not as "user code failed"), and Ray Data logs none.
+    context.raise_original_map_exception = job.settings.compile
     try:
         records = generate_lines(
             read_prompt_lines(job.input, keep=set(lines)),
@@ -86,7 +96,8 @@ def _decode(job: BatchJob, options: RayOptions, lines: list[int], parts: str) ->
         )
         # Writing takes no CPU (the actors may hold every one) and one worker: a task free of CPUs
         # would otherwise start a Python process of its own for each block.
-        with without_restart_note():  # the actors start here; Ray's note on their arguments is noise
+        # The actors start here; Ray's note on their arguments is noise.
+        with without_restart_note(), compile_failures_unlogged():
             records.write_parquet(parts, ray_remote_args={"num_cpus": 0}, concurrency=1)
     finally:
         if started:
