@@ -61,7 +61,7 @@ def test_a_compiler_failure_is_a_compile_error_naming_what_and_why(
         _generate(compile=True)
     assert str(caught.value) == (
         f"compile=True: torch.compile failed on {what}: RuntimeError: No working C++ compiler found in "
-        "torch._inductor.config.cpp.cxx: (None, '/bin/false'); compile=False decodes the same tokens without it"
+        "torch._inductor.config.cpp.cxx: (None, '/bin/false'); compile=False gives the same tokens"
     )
     assert caught.value.__cause__ is inductor  # the compiler's whole story, for a traceback
     assert isinstance(caught.value, RuntimeError)  # what callers caught before: the compiler's errors are one

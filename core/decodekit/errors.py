@@ -48,14 +48,11 @@ class NumericsError(DecodekitError, FloatingPointError):
 
 
 class CompileError(DecodekitError, RuntimeError):
-    """`torch.compile` failed on the model or the chain (`compile=True`): `what` it compiled, `reason` in a line."""
+    """`torch.compile` failed on `what` (`compile=True`), for `reason` (a line); its args rebuild it (pickled by Ray)."""
 
     def __init__(self, what: str, reason: str) -> None:
-        super().__init__(what, reason)  # the args rebuild it when pickled (a Ray actor's error)
+        super().__init__(what, reason)
         self.what, self.reason = what, reason
 
     def __str__(self) -> str:
-        return (
-            f"compile=True: torch.compile failed on {self.what}: {self.reason}; "
-            "compile=False decodes the same tokens without it"
-        )
+        return f"compile=True: torch.compile failed on {self.what}: {self.reason}; compile=False gives the same tokens"
