@@ -472,7 +472,7 @@ def test_a_lines_field_of_a_wrong_type_says_what_to_write() -> None:
     assert messages == [
         "prompt line: chain=5 is invalid; allowed: a chain string, or a JSON chain spec (a list of stage objects, "
         "or its JSON text)",
-        "prompt line: json_schema=5 is invalid; allowed: a JSON Schema (an object or its JSON text)",
+        "prompt line: json_schema=5 is invalid; allowed: a JSON Schema (an object or true, or its JSON text)",
     ]
 
 

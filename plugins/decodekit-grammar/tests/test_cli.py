@@ -97,6 +97,8 @@ def test_input_lines_with_their_own_grammars(capsys: pytest.CaptureFixture[str],
         {"prompt": "NURSE:", "id": "plain", "max_new_tokens": 5},
         {"prompt": "NURSE:", "id": "two", "regex": "a", "grammar": 'start: "a"'},
         {"prompt": "NURSE:", "id": "bad", "regex": "a(b"},
+        {"prompt": "ROMEO:", "id": "true", "json_schema": True, "max_new_tokens": 8},  # JSON Schema's any value
+        {"prompt": "ROMEO:", "id": "false", "json_schema": False},  # and its no value
     ]
     source, output = tmp_path / "prompts.jsonl", tmp_path / "results.jsonl"
     source.write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -112,3 +114,5 @@ def test_input_lines_with_their_own_grammars(capsys: pytest.CaptureFixture[str],
     assert records["two"]["error"]["message"] == "regex and grammar cannot be combined; a sample follows one grammar"
     assert records["bad"]["error"]["type"] == "ParameterError"
     assert records["bad"]["error"]["message"].startswith("regex: pattern is invalid:")
+    assert records["true"]["chain"].startswith("json_schema(schema='true') | ") and "error" not in records["true"]
+    assert records["false"]["error"]["message"].startswith("json_schema: schema=false matches no JSON value")

@@ -305,7 +305,7 @@ def test_a_first_token_the_rest_of_the_chain_forbids_names_both_stages(
         ("regex", {"pattern": "a(b"}, r"(?s)^regex: pattern is invalid: .*unclosed group"),
         ("grammar", {"lark": "start: foo"}, r'^grammar: lark is invalid: .*unknown name: "foo"'),
         ("json", {"whitespace": "some"}, r"^json: whitespace='some' is invalid"),
-        ("json_schema", {"schema": "true"}, r"^json_schema: schema is invalid: true is not a JSON object; allowed"),
+        ("json_schema", {"schema": "3"}, r"^json_schema: schema is invalid: 3 is not a JSON object; allowed"),
         ("json_schema", {"schema": "[]", "whitespace": "flexible"}, r"^json_schema: schema is invalid: \[\] is not"),
         ("json_schema", {"schema": '{"const": NaN}'}, r"^json_schema: schema is invalid: expected value"),
         ("json_schema", {"schema": {"const": float("nan")}}, r"^json_schema: schema is not JSON: Out of range float"),
@@ -315,6 +315,30 @@ def test_a_first_token_the_rest_of_the_chain_forbids_names_both_stages(
 def test_an_invalid_grammar_is_a_parameter_error_at_construction(name: str, params: Any, message: str) -> None:
     with pytest.raises(dk.ParameterError, match=message):
         dk.create(name, **params)
+
+
+@pytest.mark.parametrize("schema", [True, "true", " true\n", [True]])
+def test_the_boolean_schema_true_allows_any_json_value(schema: Any) -> None:
+    """JSON Schema's `true` is valid under every value: the masks of `json` (and of `{}`)."""
+    V = len(WITH_EOS.alphabet) + 1
+    for text in ["", "{", '{"a":', "12", '"b"']:
+        assert allowed(dk.create("json_schema", schema=schema), WITH_EOS, text, V) == allowed(
+            dk.create("json"), WITH_EOS, text, V
+        ), text
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        (False, r"^json_schema: schema=false matches no JSON value; allowed: "),
+        ("false", r"^json_schema: schema=false matches no JSON value; allowed: "),
+        ([{"type": "integer"}, False], r"^json_schema: schema\[1\]=false matches no JSON value; allowed: "),
+    ],
+)
+def test_the_boolean_schema_false_is_refused_with_the_reason(schema: Any, message: str) -> None:
+    """JSON Schema's `false` is valid under no value: no text could be generated, said when the stage is built."""
+    with pytest.raises(dk.ParameterError, match=message):
+        dk.create("json_schema", schema=schema)
 
 
 def test_an_invalid_grammar_in_a_chain_string_fails_when_the_chain_is_built() -> None:

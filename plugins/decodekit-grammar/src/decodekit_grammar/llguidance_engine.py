@@ -105,8 +105,8 @@ class LLGuidance:
                 schema = json.loads(grammar.source)
             except ValueError as exc:
                 return f"not JSON: {exc}"
-            if not isinstance(schema, dict):  # llguidance takes none but an object (not `true`, nor a list)
-                return f"{grammar.source.strip()[:40]} is not a JSON object; allowed: a JSON Schema object"
+            if not isinstance(schema, dict):  # llguidance takes none but an object (a stage gives `true` as `{}`)
+                return f"{grammar.source.strip()[:40]} is not a JSON object; allowed: a JSON Schema object, or true"
         try:  # llguidance refuses some grammars here already (a NaN in a schema), with a ValueError
             text = _grammar_text(grammar)
         except ValueError as exc:

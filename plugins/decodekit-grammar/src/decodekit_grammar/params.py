@@ -25,8 +25,9 @@ with warnings.catch_warnings():  # pydantic: a field named `schema` shadows Base
     warnings.filterwarnings("ignore", message='Field name "schema"')
 
     class JsonSchemaParams(Params):
-        schema: dict[str, Any] | str | list[dict[str, Any] | str | None] = Field(  # type: ignore[assignment]
-            description="a JSON Schema (an object, or its JSON text), or a list of one per prompt (None: unconstrained)"
+        schema: dict[str, Any] | bool | str | list[dict[str, Any] | bool | str | None] = Field(  # type: ignore[assignment]
+            description="a JSON Schema (an object or true, or its JSON text), or a list of one per prompt (None: "
+            "unconstrained)"
         )
         whitespace: Whitespace = Field("compact", description=_WHITESPACE)
 

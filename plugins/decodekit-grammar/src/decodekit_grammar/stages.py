@@ -316,18 +316,30 @@ class JsonSchema(GrammarStage[JsonSchemaParams]):
             for i, s in enumerate(schemas)
         ]
 
-    def _text(self, schema: dict[str, Any] | str, i: int, n: int) -> str:
-        """A schema's JSON text; a dict that is not JSON (a set, a date, a NaN) is refused, saying what it holds."""
+    def _text(self, schema: dict[str, Any] | bool | str, i: int, n: int) -> str:
+        """A schema's JSON text; a dict that is not JSON (a set, a date, a NaN) is refused, saying what it holds.
+        JSON Schema's boolean schemas: `true` (any value) is `{}`; `false` (no value) is refused."""
+        which = f"[{i}]" if n > 1 else ""
+        boolean = _BOOLEAN.get(schema.strip()) if isinstance(schema, str) else schema
+        if boolean is False:  # no text is valid: every row would be a dead end at its first step
+            raise ParameterError(
+                f"{self._label}: schema{which}=false matches no JSON value; allowed: a schema some value is valid "
+                "under (true or {} for any value)"
+            )
+        if boolean is True:
+            return "{}"
         if isinstance(schema, str):
             return schema
         try:
             return json.dumps(schema, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            which = f"[{i}]" if n > 1 else ""
             raise ParameterError(
                 f"{self._label}: schema{which} is not JSON: {exc}; allowed: a JSON Schema of dicts, lists, str, "
                 "finite numbers, bools and None"
             ) from None
+
+
+_BOOLEAN = {"true": True, "false": False}  # JSON Schema's boolean schemas, as JSON text
 
 
 class Json(GrammarStage[JsonParams]):
