@@ -302,7 +302,29 @@ def test_a_first_token_the_rest_of_the_chain_forbids_names_both_stages(
         ("json_schema", {"schema": {"type": "foo"}}, r"^json_schema: schema is invalid: .*foo"),
         ("json_schema", {"schema": "{not json"}, r"^json_schema: schema is invalid: not JSON: Expecting"),
         ("json_schema", {"schema": [{"type": "string"}, {"type": 3}]}, r"^json_schema: schema\[1\] is invalid"),
-        ("regex", {"pattern": "a(b"}, r"(?s)^regex: pattern is invalid: .*unclosed group"),
+        (
+            "regex",
+            {"pattern": "a(b"},
+            r'^regex: pattern is invalid: invalid regex "a\(b": regex parse error: unclosed group$',
+        ),
+        ("regex", {"pattern": "a^b"}, r'^regex: pattern is invalid: invalid regex "a\^b": lookarounds not supported'),
+        (
+            "grammar",
+            {"lark": "start: /a(b/"},
+            r"(?s)^grammar: lark is invalid: .*: regex parse error: unclosed group\n",
+        ),
+        (
+            "json_schema",
+            {"schema": {"type": "string", "pattern": "(?=a)"}},
+            r"^json_schema: schema is invalid: regex parse error: look-around, including look-ahead and look-behind, "
+            r"is not supported$",
+        ),
+        (
+            "json_schema",
+            {"schema": {"oneOf": [{"type": "integer"}, {"type": "number"}]}},
+            r"^json_schema: schema is invalid: oneOf whose branches a value may satisfy together is not supported; "
+            r"allowed: anyOf, or oneOf of branches no value satisfies together \(of different types, say\)$",
+        ),
         ("grammar", {"lark": "start: foo"}, r'^grammar: lark is invalid: .*unknown name: "foo"'),
         ("json", {"whitespace": "some"}, r"^json: whitespace='some' is invalid"),
         ("json_schema", {"schema": "3"}, r"^json_schema: schema is invalid: 3 is not a JSON object; allowed"),
