@@ -4,6 +4,7 @@ rows with different grammars, a row's mask as a function of its tokens alone, an
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -477,3 +478,15 @@ def test_a_dead_end_in_the_middle_of_the_text_names_the_grammar_the_text_and_why
     with pytest.raises(dk.ParameterError) as err:
         dk.generate(shakespeare, prompts, chain=f"{chain} | greedy", max_new_tokens=6)
     assert str(err.value).startswith(message), str(err.value)
+
+
+@pytest.mark.parametrize("strategy", ["sample", "beam(num_beams=2)", "speculative(draft=tiny-shakespeare-draft, k=3)"])
+def test_a_match_only_a_missing_character_could_go_on_from_ends_there(shakespeare: Any, strategy: str) -> None:
+    """'ab' matches `ab(é)?`, and tiny-shakespeare has no "é" and no end token: the row ends on the match (there
+    is nothing to choose), rather than being a dead end; a match that can go on ('a' under `a(é|b)?`) does."""
+    chain = dk.Chain([dk.create("regex", pattern=["ab(é)?", "a(é|b)?"])], dk.create("greedy"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no warning: the texts are sentences of their grammars
+        out = dk.decode(shakespeare, ["ROMEO:\n", "JULIET:\n"], strategy=strategy, chain=chain, max_new_tokens=6)
+    assert out.text == ["ab", "ab"]
+    assert (out.finish_reasons, out.stopped_by) == (["stop", "stop"], ["regex", "regex"])

@@ -71,7 +71,16 @@ class _Book:
             except ValueError as exc:
                 which = f" (prompt {i})" if len(grammars) > 1 else ""
                 raise ParameterError(f"{stage}: the grammar{which} cannot be used with this tokenizer: {exc}") from None
-            self.matchers.append(Matchers(root))
+            self.matchers.append(Matchers(root, ends=self._stuck if self.open_end else None))
+
+    def _stuck(self, state: Matcher) -> bool:
+        """A match that only characters the vocabulary lacks could go on from: with no end token to choose
+        instead, the text ends there (rather than at a step with no token left)."""
+        if not state.accepting or state.error:
+            return False
+        words = np.zeros((self.size + 31) // 32, dtype=np.int32)
+        state.fill_mask(words)
+        return not _any_token(words, self.tokens)
 
 
 def _any_token(words: np.ndarray[Any, np.dtype[np.int32]], tokens: int) -> bool:
