@@ -329,6 +329,8 @@ def test_a_first_token_the_rest_of_the_chain_forbids_names_both_stages(
         ("grammar", {"lark": "start: foo"}, r'^grammar: lark is invalid: .*unknown name: "foo"'),
         ("json", {"whitespace": "some"}, r"^json: whitespace='some' is invalid"),
         ("json_schema", {"schema": "3"}, r"^json_schema: schema is invalid: 3 is not a JSON object; allowed"),
+        ("json_schema", {"schema": 1}, r"^json_schema: schema=1 is invalid; allowed: "),  # not read as true
+        ("json_schema", {"schema": [0]}, r"^json_schema: schema=\[0\] is invalid; allowed: "),
         ("json_schema", {"schema": "[]", "whitespace": "flexible"}, r"^json_schema: schema is invalid: \[\] is not"),
         ("json_schema", {"schema": '{"const": NaN}'}, r"^json_schema: schema is invalid: expected value"),
         ("json_schema", {"schema": {"const": float("nan")}}, r"^json_schema: schema is not JSON: Out of range float"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from decodekit import Params
 
@@ -25,7 +25,7 @@ with warnings.catch_warnings():  # pydantic: a field named `schema` shadows Base
     warnings.filterwarnings("ignore", message='Field name "schema"')
 
     class JsonSchemaParams(Params):
-        schema: dict[str, Any] | bool | str | list[dict[str, Any] | bool | str | None] = Field(  # type: ignore[assignment]
+        schema: dict[str, Any] | StrictBool | str | list[dict[str, Any] | StrictBool | str | None] = Field(  # type: ignore[assignment]
             description="a JSON Schema (an object or true, or its JSON text), or a list of one per prompt (None: "
             "unconstrained)"
         )
