@@ -98,10 +98,10 @@ def _check_first_tokens(root: Matcher, size: int, table: TokenTable) -> None:
     root.fill_mask(words)
     if _any_token(words, table.size):
         return
-    if root.accepting:  # the empty text only, and no end-of-sequence token to end a row on it
+    if root.accepting:  # the empty text only (or others the vocabulary cannot spell), and no end token
         raise ValueError(
-            "it matches only the empty text, and without an end-of-sequence token a row cannot end before its "
-            "first token; allowed: a grammar with a text of at least one character"
+            "the only text of it the tokenizer's tokens can spell is the empty one, and without an end-of-sequence "
+            "token a row cannot end before its first token; allowed: a grammar with a text of at least one character"
         )
     raise ValueError(
         "no token of it can begin the text (the grammar needs a character the vocabulary lacks); allowed: a "
