@@ -468,11 +468,13 @@ def test_a_lines_field_of_a_wrong_type_says_what_to_write() -> None:
     """The line check (the CLI's and the Ray job's) said "allowed: None, or str | list[Any] | dict[str, Any]"."""
     from decodekit_cli.batch_input import InputLine, parse_line
 
-    messages = [str(parse_line(InputLine(1, _json(prompt="x", **{k: 5})))[1]) for k in ("chain", "json_schema")]
+    messages = [
+        str(parse_line(InputLine(1, _json(prompt="x", **{k: v})))[1]) for k, v in (("chain", 5), ("json_schema", 1))
+    ]
     assert messages == [
         "prompt line: chain=5 is invalid; allowed: a chain string, or a JSON chain spec (a list of stage objects, "
         "or its JSON text)",
-        "prompt line: json_schema=5 is invalid; allowed: a JSON Schema (an object or its JSON text)",
+        "prompt line: json_schema=1 is invalid; allowed: a JSON Schema (an object or true, or its JSON text)",
     ]
 
 

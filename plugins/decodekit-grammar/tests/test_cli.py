@@ -97,6 +97,8 @@ def test_input_lines_with_their_own_grammars(capsys: pytest.CaptureFixture[str],
         {"prompt": "NURSE:", "id": "plain", "max_new_tokens": 5},
         {"prompt": "NURSE:", "id": "two", "regex": "a", "grammar": 'start: "a"'},
         {"prompt": "NURSE:", "id": "bad", "regex": "a(b"},
+        {"prompt": "ROMEO:", "id": "true", "json_schema": True, "max_new_tokens": 8},  # JSON Schema's any value
+        {"prompt": "ROMEO:", "id": "false", "json_schema": False},  # and its no value
     ]
     source, output = tmp_path / "prompts.jsonl", tmp_path / "results.jsonl"
     source.write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -112,3 +114,20 @@ def test_input_lines_with_their_own_grammars(capsys: pytest.CaptureFixture[str],
     assert records["two"]["error"]["message"] == "regex and grammar cannot be combined; a sample follows one grammar"
     assert records["bad"]["error"]["type"] == "ParameterError"
     assert records["bad"]["error"]["message"].startswith("regex: pattern is invalid:")
+    assert records["true"]["chain"].startswith("json_schema(schema='true') | ") and "error" not in records["true"]
+    assert records["false"]["error"]["message"].startswith("json_schema: schema=false matches no JSON value")
+
+
+def test_explain_says_when_a_grammar_ended_the_decode(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`regex(pattern='ab')` ends the row after 2 of the 4 steps asked: explain says so, and a --plot-step past
+    the end is refused in one line (it was an unexpected IndexError)."""
+    explain = ["explain", "ROMEO:", "--chain", "regex(pattern='ab') | greedy", "--steps", "4"]
+    assert main(explain) == 0
+    assert capsys.readouterr().out.rstrip().endswith("ended after step 1: stopped by regex")
+    assert main([*explain, "--json"]) == 0
+    steps = json.loads(capsys.readouterr().out)["steps"]
+    assert [(s["text"], s["ended_by"]) for s in steps] == [("a", None), ("b", "regex")]
+    assert main([*explain, "--plot", str(tmp_path / "p.png"), "--plot-step", "3"]) == 2
+    assert capsys.readouterr().err == (
+        "decodekit: error: --plot-step 3: the decode ended after 2 steps (stopped by regex); allowed: 0 <= step < 2\n"
+    )

@@ -4,6 +4,7 @@ rows with different grammars, a row's mask as a function of its tokens alone, an
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -225,8 +226,9 @@ def test_a_token_the_grammar_forbids_empties_the_row_and_is_reported(shakespeare
 @pytest.mark.parametrize(
     ("chain", "message"),
     [
-        ("regex(pattern='')", r"^regex: the grammar cannot be used with this tokenizer: it matches only the empty"),
-        ("regex(pattern='a{0}')", r"^regex: .* it matches only the empty text"),
+        ("regex(pattern='')", r"^regex: the grammar cannot be used with this tokenizer: the only text of it the"),
+        ("regex(pattern='a{0}')", r"^regex: .* the only text of it the tokenizer's tokens can spell is the empty one"),
+        ("regex(pattern='(é)?')", r"^regex: .* the only text of it the tokenizer's tokens can spell is the empty one"),
         ("regex(pattern='é+')", r"^regex: .* no token of it can begin the text \(the grammar needs a character"),
         ("grammar(lark='start: \"\\u00e9!\"')", r"^grammar: .* no token of it can begin the text"),
         ("regex(pattern=['[a-z]{3}', 'é'])", r"^regex: the grammar \(prompt 1\) cannot be used with this tokenizer"),
@@ -302,10 +304,34 @@ def test_a_first_token_the_rest_of_the_chain_forbids_names_both_stages(
         ("json_schema", {"schema": {"type": "foo"}}, r"^json_schema: schema is invalid: .*foo"),
         ("json_schema", {"schema": "{not json"}, r"^json_schema: schema is invalid: not JSON: Expecting"),
         ("json_schema", {"schema": [{"type": "string"}, {"type": 3}]}, r"^json_schema: schema\[1\] is invalid"),
-        ("regex", {"pattern": "a(b"}, r"(?s)^regex: pattern is invalid: .*unclosed group"),
+        (
+            "regex",
+            {"pattern": "a(b"},
+            r'^regex: pattern is invalid: invalid regex "a\(b": regex parse error: unclosed group$',
+        ),
+        ("regex", {"pattern": "a^b"}, r'^regex: pattern is invalid: invalid regex "a\^b": lookarounds not supported'),
+        (
+            "grammar",
+            {"lark": "start: /a(b/"},
+            r"(?s)^grammar: lark is invalid: .*: regex parse error: unclosed group\n",
+        ),
+        (
+            "json_schema",
+            {"schema": {"type": "string", "pattern": "(?=a)"}},
+            r"^json_schema: schema is invalid: regex parse error: look-around, including look-ahead and look-behind, "
+            r"is not supported$",
+        ),
+        (
+            "json_schema",
+            {"schema": {"oneOf": [{"type": "integer"}, {"type": "number"}]}},
+            r"^json_schema: schema is invalid: oneOf whose branches a value may satisfy together is not supported; "
+            r"allowed: anyOf, or oneOf of branches no value satisfies together \(of different types, say\)$",
+        ),
         ("grammar", {"lark": "start: foo"}, r'^grammar: lark is invalid: .*unknown name: "foo"'),
         ("json", {"whitespace": "some"}, r"^json: whitespace='some' is invalid"),
-        ("json_schema", {"schema": "true"}, r"^json_schema: schema is invalid: true is not a JSON object; allowed"),
+        ("json_schema", {"schema": "3"}, r"^json_schema: schema is invalid: 3 is not a JSON object; allowed"),
+        ("json_schema", {"schema": 1}, r"^json_schema: schema=1 is invalid; allowed: "),  # not read as true
+        ("json_schema", {"schema": [0]}, r"^json_schema: schema=\[0\] is invalid; allowed: "),
         ("json_schema", {"schema": "[]", "whitespace": "flexible"}, r"^json_schema: schema is invalid: \[\] is not"),
         ("json_schema", {"schema": '{"const": NaN}'}, r"^json_schema: schema is invalid: expected value"),
         ("json_schema", {"schema": {"const": float("nan")}}, r"^json_schema: schema is not JSON: Out of range float"),
@@ -315,6 +341,30 @@ def test_a_first_token_the_rest_of_the_chain_forbids_names_both_stages(
 def test_an_invalid_grammar_is_a_parameter_error_at_construction(name: str, params: Any, message: str) -> None:
     with pytest.raises(dk.ParameterError, match=message):
         dk.create(name, **params)
+
+
+@pytest.mark.parametrize("schema", [True, "true", " true\n", [True]])
+def test_the_boolean_schema_true_allows_any_json_value(schema: Any) -> None:
+    """JSON Schema's `true` is valid under every value: the masks of `json` (and of `{}`)."""
+    V = len(WITH_EOS.alphabet) + 1
+    for text in ["", "{", '{"a":', "12", '"b"']:
+        assert allowed(dk.create("json_schema", schema=schema), WITH_EOS, text, V) == allowed(
+            dk.create("json"), WITH_EOS, text, V
+        ), text
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        (False, r"^json_schema: schema=false matches no JSON value; allowed: "),
+        ("false", r"^json_schema: schema=false matches no JSON value; allowed: "),
+        ([{"type": "integer"}, False], r"^json_schema: schema\[1\]=false matches no JSON value; allowed: "),
+    ],
+)
+def test_the_boolean_schema_false_is_refused_with_the_reason(schema: Any, message: str) -> None:
+    """JSON Schema's `false` is valid under no value: no text could be generated, said when the stage is built."""
+    with pytest.raises(dk.ParameterError, match=message):
+        dk.create("json_schema", schema=schema)
 
 
 def test_an_invalid_grammar_in_a_chain_string_fails_when_the_chain_is_built() -> None:
@@ -431,3 +481,15 @@ def test_a_dead_end_in_the_middle_of_the_text_names_the_grammar_the_text_and_why
     with pytest.raises(dk.ParameterError) as err:
         dk.generate(shakespeare, prompts, chain=f"{chain} | greedy", max_new_tokens=6)
     assert str(err.value).startswith(message), str(err.value)
+
+
+@pytest.mark.parametrize("strategy", ["sample", "beam(num_beams=2)", "speculative(draft=tiny-shakespeare-draft, k=3)"])
+def test_a_match_only_a_missing_character_could_go_on_from_ends_there(shakespeare: Any, strategy: str) -> None:
+    """'ab' matches `ab(é)?`, and tiny-shakespeare has no "é" and no end token: the row ends on the match (there
+    is nothing to choose), rather than being a dead end; a match that can go on ('a' under `a(é|b)?`) does."""
+    chain = dk.Chain([dk.create("regex", pattern=["ab(é)?", "a(é|b)?"])], dk.create("greedy"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no warning: the texts are sentences of their grammars
+        out = dk.decode(shakespeare, ["ROMEO:\n", "JULIET:\n"], strategy=strategy, chain=chain, max_new_tokens=6)
+    assert out.text == ["ab", "ab"]
+    assert (out.finish_reasons, out.stopped_by) == (["stop", "stop"], ["regex", "regex"])

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from decodekit.errors import DecodekitError
 from decodekit.params import Params, validate_params
@@ -58,10 +58,10 @@ class PromptLine(Params):
         },
     )
     # decodekit-grammar: a grammar this line's text follows, put first in its chain (at most one of them)
-    json_schema: dict[str, Any] | str | None = Field(
+    json_schema: dict[str, Any] | StrictBool | str | None = Field(
         None,
-        description="a JSON Schema (an object or its JSON text)",
-        json_schema_extra={"allowed": "a JSON Schema (an object or its JSON text)"},
+        description="a JSON Schema (an object or true, or its JSON text)",
+        json_schema_extra={"allowed": "a JSON Schema (an object or true, or its JSON text)"},
     )
     regex: str | None = Field(None, description="a regular expression the whole text matches")
     grammar: str | None = Field(None, description="a Lark grammar (its rule `start`)")

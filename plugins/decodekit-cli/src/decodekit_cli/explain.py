@@ -9,6 +9,7 @@ Rendering lives in `decodekit_cli.explain_render`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,7 @@ class StepReport:
     candidates: list[int]  # each stage's top tokens and the picked one, most likely input token first
     texts: list[str | None]  # their text (None without a tokenizer)
     stages: list[StageReport]
+    ended_by: str | None = None  # what ended the row with this step (a stage's name, a stop token); None: went on
 
     @property
     def text(self) -> str | None:
@@ -100,13 +102,17 @@ def explain_steps(
     decoding = Decoding(request, "explain", events=False)
     for _ in decoding.run(explain_policy(traces), NoParams(), per_round=False):
         pass
-    tokens = decoding.generation().tokens[0]
+    generation = decoding.generation()
+    tokens, ended_by = generation.tokens[0], generation.stopped_by[0]
     names = ["input", *(stage_label(p) for p in chain.processors)]
     tokenizer = getattr(model, "tokenizer", None)
-    return [
+    reports = [
         _step_report(step, token, [(name, logits) for name, (_, logits) in zip(names, trace)], top, tokenizer)
         for step, (token, trace) in enumerate(zip(tokens, traces))
     ]
+    if reports and ended_by is not None:  # a stage (a grammar), a stop token: fewer steps than asked
+        reports[-1] = dataclasses.replace(reports[-1], ended_by=str(ended_by))
+    return reports
 
 
 def explain_policy(traces: list[list[tuple[str, Tensor]]]) -> Policy:

@@ -55,6 +55,11 @@ def run_explain(request: ExplainRequest) -> int:
         reports = explain_steps(
             model, prompt, chain, steps=request.steps, top=request.top, seed=sampling.seed, cache=cache
         )
+    if request.plot is not None and request.plot_step >= len(reports):  # the row ended before it (a grammar)
+        raise CliError(
+            f"--plot-step {request.plot_step}: the decode ended after {len(reports)} steps (stopped by "
+            f"{reports[-1].ended_by}); allowed: 0 <= step < {len(reports)}"
+        )
     if request.json_output:
         header = {"model": name, "prompt": text, "chain": str(chain), "cache": cache, "seed": sampling.seed}
         print_json(steps_json(reports, **header))

@@ -62,6 +62,8 @@ def render_steps(console: Console, reports: list[StepReport], top: int) -> None:
                 Text(stage.stage), str(stage.survivors), f"{stage.entropy:.3f}", Columns(cells, padding=(0, 2))
             )
         console.print(table)
+        if r.ended_by is not None:
+            console.print(Text(f"ended after step {r.step}: stopped by {r.ended_by}"))
 
 
 def steps_json(reports: list[StepReport], **header: Any) -> dict[str, Any]:

@@ -53,7 +53,7 @@ def line_chain(chain: str, json_schema: object, regex: str | None, grammar: str 
     """An `--input` line's chain with the line's own grammar first: `json_schema` (an object, or its JSON
     text), `regex`, or `grammar` (Lark text); the chain as it is without one."""
     _one(json_schema=json_schema, regex=regex, grammar=grammar)
-    schema = json.dumps(json_schema) if isinstance(json_schema, dict) else json_schema
+    schema = json.dumps(json_schema) if isinstance(json_schema, dict | bool) else json_schema
     stage = _stage(None if schema is None else str(schema), regex, grammar)
     return chain if stage is None else f"{stage} | {chain}"
 

@@ -4,6 +4,7 @@ grammars, a token mask computed in Rust from a trie of the vocabulary's bytes.""
 from __future__ import annotations
 
 import json
+import re
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,6 +69,26 @@ def _gave_up(m: llguidance.LLMatcher) -> str:
     return f"{error.splitlines()[0]} (a limit of llguidance's lexer or parser)"
 
 
+# Rust's regex-syntax draws the pattern and carets over lines before its one-line reason: the reason is kept.
+_REGEX_DRAWING = re.compile(r"regex parse error:\n.*?^error: ", re.S | re.M)
+_ONE_OF = "oneOf constraints are not supported"  # llguidance names an option of its own a stage does not offer
+_LARK_PLACE = re.compile(r"^at \d+\(\d+\): | \(in regex\)")  # a regex's place in the Lark rule it is wrapped in
+
+
+def _message(grammar: Grammar, message: str) -> str:
+    """llguidance's reason for refusing `grammar`, in the user's terms: one line for a regex (not the Lark rule
+    llguidance wraps it in), a regex error's reason without its drawing, oneOf's limit without llguidance's option."""
+    message = _REGEX_DRAWING.sub("regex parse error: ", message.strip())
+    if message.startswith(_ONE_OF):
+        return (
+            "oneOf whose branches a value may satisfy together is not supported; allowed: anyOf, or oneOf of "
+            "branches no value satisfies together (of different types, say)"
+        )
+    if grammar.kind == "regex":
+        return _LARK_PLACE.sub("", message.splitlines()[0])
+    return message
+
+
 class _Wrapped:
     """What `llguidance.TokenizerWrapper` reads from a tokenizer: bytes per id, special and end ids, and a
     tokenize callable. llguidance tokenizes the bytes a grammar forces while it computes a mask (not to
@@ -105,14 +126,14 @@ class LLGuidance:
                 schema = json.loads(grammar.source)
             except ValueError as exc:
                 return f"not JSON: {exc}"
-            if not isinstance(schema, dict):  # llguidance takes none but an object (not `true`, nor a list)
-                return f"{grammar.source.strip()[:40]} is not a JSON object; allowed: a JSON Schema object"
+            if not isinstance(schema, dict):  # llguidance takes none but an object (a stage gives `true` as `{}`)
+                return f"{grammar.source.strip()[:40]} is not a JSON object; allowed: a JSON Schema object, or true"
         try:  # llguidance refuses some grammars here already (a NaN in a schema), with a ValueError
             text = _grammar_text(grammar)
         except ValueError as exc:
-            return str(exc)
+            return _message(grammar, str(exc))
         is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text)
-        return messages[0].strip() if is_error else None
+        return _message(grammar, messages[0]) if is_error else None
 
     def vocabulary(self, table: TokenTable) -> _Vocabulary:
         # Special tokens are written as llguidance spells them: 0xFF, then a name (no text ever matches it).

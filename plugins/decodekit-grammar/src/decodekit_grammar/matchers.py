@@ -10,13 +10,14 @@ tokens it has. Held states are a bounded LRU; one evicted is rebuilt from an anc
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from decodekit_grammar.engine import Matcher
 
-__all__ = ["Matchers", "key_of"]
+__all__ = ["Ended", "Matchers", "key_of"]
 
 _TOKEN = 4  # bytes per token in a key (int32)
 
@@ -29,9 +30,10 @@ def key_of(tokens: Any) -> bytes:
 class Matchers:
     """The states of one grammar's parse (see the module docstring); `capacity` states are held at least."""
 
-    def __init__(self, root: Matcher, capacity: int = 4096) -> None:
+    def __init__(self, root: Matcher, capacity: int = 4096, ends: Callable[[Matcher], bool] | None = None) -> None:
         self.root = root
         self.capacity = capacity
+        self._ends = ends  # whether a parse the grammar would go on from ends the text all the same
         self._held: OrderedDict[bytes, Matcher] = OrderedDict()
 
     def state(self, key: bytes) -> Matcher:
@@ -51,6 +53,8 @@ class Matchers:
         for i in range(have, n):
             if not (state.complete or state.error):
                 state = state.advance(int(tokens[i]))
+                if self._ends is not None and not state.complete and self._ends(state):
+                    state = Ended(state)
             self._hold(key[: (i + 1) * _TOKEN], state)
         return state
 
@@ -65,3 +69,21 @@ class Matchers:
 
     def __len__(self) -> int:
         return len(self._held)
+
+
+class Ended:
+    """A parse that ends the text though its grammar would go on (`Matchers(ends=...)`): complete, as the engine's
+    complete parses are, so a row ends on it and nothing it is given after (a speculative draft) advances it."""
+
+    complete = True
+    accepting = True
+    error = False
+
+    def __init__(self, parse: Matcher) -> None:
+        self.parse = parse
+
+    def advance(self, token: int) -> Matcher:
+        return self
+
+    def fill_mask(self, words: np.ndarray[Any, np.dtype[np.int32]]) -> None:
+        self.parse.fill_mask(words)

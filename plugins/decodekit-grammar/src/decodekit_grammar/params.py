@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from decodekit import Params
 
@@ -25,8 +25,9 @@ with warnings.catch_warnings():  # pydantic: a field named `schema` shadows Base
     warnings.filterwarnings("ignore", message='Field name "schema"')
 
     class JsonSchemaParams(Params):
-        schema: dict[str, Any] | str | list[dict[str, Any] | str | None] = Field(  # type: ignore[assignment]
-            description="a JSON Schema (an object, or its JSON text), or a list of one per prompt (None: unconstrained)"
+        schema: dict[str, Any] | StrictBool | str | list[dict[str, Any] | StrictBool | str | None] = Field(  # type: ignore[assignment]
+            description="a JSON Schema (an object or true, or its JSON text), or a list of one per prompt (None: "
+            "unconstrained)"
         )
         whitespace: Whitespace = Field("compact", description=_WHITESPACE)
 

@@ -71,7 +71,16 @@ class _Book:
             except ValueError as exc:
                 which = f" (prompt {i})" if len(grammars) > 1 else ""
                 raise ParameterError(f"{stage}: the grammar{which} cannot be used with this tokenizer: {exc}") from None
-            self.matchers.append(Matchers(root))
+            self.matchers.append(Matchers(root, ends=self._stuck if self.open_end else None))
+
+    def _stuck(self, state: Matcher) -> bool:
+        """A match that only characters the vocabulary lacks could go on from: with no end token to choose
+        instead, the text ends there (rather than at a step with no token left)."""
+        if not state.accepting or state.error:
+            return False
+        words = np.zeros((self.size + 31) // 32, dtype=np.int32)
+        state.fill_mask(words)
+        return not _any_token(words, self.tokens)
 
 
 def _any_token(words: np.ndarray[Any, np.dtype[np.int32]], tokens: int) -> bool:
@@ -89,10 +98,10 @@ def _check_first_tokens(root: Matcher, size: int, table: TokenTable) -> None:
     root.fill_mask(words)
     if _any_token(words, table.size):
         return
-    if root.accepting:  # the empty text only, and no end-of-sequence token to end a row on it
+    if root.accepting:  # the empty text only (or others the vocabulary cannot spell), and no end token
         raise ValueError(
-            "it matches only the empty text, and without an end-of-sequence token a row cannot end before its "
-            "first token; allowed: a grammar with a text of at least one character"
+            "the only text of it the tokenizer's tokens can spell is the empty one, and without an end-of-sequence "
+            "token a row cannot end before its first token; allowed: a grammar with a text of at least one character"
         )
     raise ValueError(
         "no token of it can begin the text (the grammar needs a character the vocabulary lacks); allowed: a "
@@ -316,18 +325,30 @@ class JsonSchema(GrammarStage[JsonSchemaParams]):
             for i, s in enumerate(schemas)
         ]
 
-    def _text(self, schema: dict[str, Any] | str, i: int, n: int) -> str:
-        """A schema's JSON text; a dict that is not JSON (a set, a date, a NaN) is refused, saying what it holds."""
+    def _text(self, schema: dict[str, Any] | bool | str, i: int, n: int) -> str:
+        """A schema's JSON text; a dict that is not JSON (a set, a date, a NaN) is refused, saying what it holds.
+        JSON Schema's boolean schemas: `true` (any value) is `{}`; `false` (no value) is refused."""
+        which = f"[{i}]" if n > 1 else ""
+        boolean = _BOOLEAN.get(schema.strip()) if isinstance(schema, str) else schema
+        if boolean is False:  # no text is valid: every row would be a dead end at its first step
+            raise ParameterError(
+                f"{self._label}: schema{which}=false matches no JSON value; allowed: a schema some value is valid "
+                "under (true or {} for any value)"
+            )
+        if boolean is True:
+            return "{}"
         if isinstance(schema, str):
             return schema
         try:
             return json.dumps(schema, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            which = f"[{i}]" if n > 1 else ""
             raise ParameterError(
                 f"{self._label}: schema{which} is not JSON: {exc}; allowed: a JSON Schema of dicts, lists, str, "
                 "finite numbers, bools and None"
             ) from None
+
+
+_BOOLEAN = {"true": True, "false": False}  # JSON Schema's boolean schemas, as JSON text
 
 
 class Json(GrammarStage[JsonParams]):
