@@ -128,17 +128,13 @@ class DecodeContext:
         return self._draw(1).view(shape)
 
     def _draw(self, n: int) -> Tensor:
-        """`[B, n]` float32 uniforms, row b's from its own generator."""
-        shape = (self.batch_size, n)
-        device = self.tokens.device
-        if self.generators is None:
-            return torch.rand(shape, device=device)
-        if len(self.generators) == 1:
-            return torch.rand(shape, generator=self.generators[0], device=device)
-        return torch.stack([torch.rand(n, generator=g, device=device) for g in self.generators])
+        """`[B, n]` float32 uniforms, row b's from its own generator (`torch.rand` is `empty().uniform_()`)."""
+        draws = torch.empty(self.batch_size, n, device=self.tokens.device)
+        self._refill(draws)
+        return draws
 
     def _refill(self, draws: Tensor) -> None:
-        """`draws` `[B, n]` refilled with the numbers `_draw(n)` would give."""
+        """`draws` `[B, n]` refilled with uniforms, row b's from its own generator."""
         if self.generators is None:
             draws.uniform_()
         elif len(self.generators) == 1:
