@@ -175,13 +175,10 @@ class Chain:
     def step(
         self, logits: Tensor, ctx: DecodeContext, *, live: Sequence[bool] | None = None, logprobs: int | None = None
     ) -> Picked:
-        """One decode step: a token per row of `logits` `[B, V]`, read back once (`Picked.ids`).
-
-        A row the fast path could not settle is redone densely, so the tokens are what `process` and the
-        selector give. A live row that cannot be sampled (NaN, +inf, every token removed) is a `NumericsError`;
-        a row not `live` is never checked and gets token 0. `logprobs`: also the chosen token's log-probability
-        and the top-n, raw and after the chain.
-        """
+        """One decode step: a token per row of `logits` `[B, V]`, read back once (`Picked.ids`), what `process` and
+        the selector give (docs/concepts.md, "The fast path"). A live row that cannot be sampled is a `NumericsError`;
+        a row not `live` is never checked and gets token 0. `logprobs`: also the chosen token's log-probability and
+        the top-n, raw and after the chain."""
         raw = _at_least_float32(logits)
         before = ctx.fork() if self.may_redo else None  # where a redo of the step starts
         if logprobs is None:
