@@ -136,8 +136,7 @@ class Decoding:
             CacheSpec.for_model(spec, batch_size=batch_size, capacity=total, dtype=self.dtype, device=self.device)
         )
         for need in needs:
-            error = capability_error(kv, need, self.strategy)
-            if error is not None:
+            if (error := capability_error(kv, need, self.strategy)) is not None:
                 raise error
         self._check_reach(spec.max_positions, needed, kv)
         if evicts(kv) and spec.rope_base is None and needed > spec.max_positions:

@@ -21,15 +21,7 @@ from decodekit import hookspecs
 from decodekit.chain_string import parse_stage
 from decodekit.errors import ParameterError, PluginError, UnknownNameError
 from decodekit.params import Params, validate_params
-from decodekit.registry import (
-    Category,
-    Entry,
-    PluginFailure,
-    PluginInfo,
-    Registry,
-    import_object,
-    make_entry,
-)
+from decodekit.registry import Category, Entry, PluginFailure, PluginInfo, Registry, import_object, make_entry
 
 if TYPE_CHECKING:
     from decodekit.cache import KVCache
