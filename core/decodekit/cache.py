@@ -1,8 +1,7 @@
 """The KV-cache protocol, its capabilities, `slot_mask`, `cached_attention`, and `PreallocatedKVCache`.
 
-The `t`-th token a row feeds sits in slot `t` (left padding included); after `update` the model asks
-`attention_mask` which returned keys each new query may attend to, so a cache may return its keys in
-any order and drop any it likes. docs/caches.md ("The protocol") has the whole contract.
+The model asks a cache's `attention_mask` which keys each new query may attend to, so a cache may return its keys
+in any order and drop any it likes; docs/caches.md ("The protocol") has the whole contract.
 """
 
 from __future__ import annotations
@@ -66,8 +65,7 @@ class KVCache(Protocol):
         ...
 
 
-# Capabilities: what some caches can also do. The engine and the strategies check for the ones
-# they use when a decode opens (`capability_error`) and refuse a cache without one, with the reason.
+# Capabilities: what some caches can also do, checked when a decode opens (`capability_error`; docs/caches.md).
 
 
 @runtime_checkable

@@ -44,6 +44,8 @@ class Selector(Protocol):
 
 _ToCandidates = Callable[[Tensor, DecodeContext], "Candidates | None"]
 _OnCandidates = Callable[[Candidates, DecodeContext], Candidates]
+_SelectCandidates = Callable[[Candidates, DecodeContext], Tensor]
+_Verdict = Callable[[int, Sequence[int]], "str | None"]  # a stage's `ends_row` or `unfinished`
 
 
 class Chain:
@@ -73,19 +75,14 @@ class Chain:
         # The fast-path methods, looked up once here rather than on every step.
         self._to_candidates: list[_ToCandidates | None] = [getattr(p, "to_candidates", None) for p in procs]
         self._on_candidates: list[_OnCandidates | None] = [getattr(p, "on_candidates", None) for p in procs]
-        self._select_candidates: Callable[[Candidates, DecodeContext], Tensor] | None = getattr(
-            self.selector, "select_candidates", None
-        )
+        self._select_candidates: _SelectCandidates | None = getattr(self.selector, "select_candidates", None)
         # Only a candidate set can leave a row for the dense path to redo.
         self.may_redo = any(to_c is not None for to_c in self._to_candidates)
+        stages = (*procs, self.selector)
         # Stages that can end a row after a token (a grammar that is complete): `ends_row(row, generated)`.
-        self._enders: list[Callable[[int, Sequence[int]], str | None]] = [
-            ender for stage in (*procs, self.selector) if callable(ender := getattr(stage, "ends_row", None))
-        ]
+        self._enders: list[_Verdict] = [e for s in stages if callable(e := getattr(s, "ends_row", None))]
         # ... and what such a stage says of a row that ended otherwise: `unfinished(row, generated)`.
-        self._unfinished: list[Callable[[int, Sequence[int]], str | None]] = [
-            said for stage in (*procs, self.selector) if callable(said := getattr(stage, "unfinished", None))
-        ]
+        self._unfinished: list[_Verdict] = [u for s in stages if callable(u := getattr(s, "unfinished", None))]
         self._compiled: Chain | None = None
 
     # -- construction from specs and strings -------------------------------------------
@@ -178,13 +175,10 @@ class Chain:
     def step(
         self, logits: Tensor, ctx: DecodeContext, *, live: Sequence[bool] | None = None, logprobs: int | None = None
     ) -> Picked:
-        """One decode step: a token per row of `logits` `[B, V]`, read back once (`Picked.ids`).
-
-        A row the fast path could not settle is redone densely, so the tokens are what `process` and the
-        selector give. A live row that cannot be sampled (NaN, +inf, every token removed) is a `NumericsError`;
-        a row not `live` is never checked and gets token 0. `logprobs`: also the chosen token's log-probability
-        and the top-n, raw and after the chain.
-        """
+        """One decode step: a token per row of `logits` `[B, V]`, read back once (`Picked.ids`), what `process` and
+        the selector give (docs/concepts.md, "The fast path"). A live row that cannot be sampled is a `NumericsError`;
+        a row not `live` is never checked and gets token 0. `logprobs`: also the chosen token's log-probability and
+        the top-n, raw and after the chain."""
         raw = _at_least_float32(logits)
         before = ctx.fork() if self.may_redo else None  # where a redo of the step starts
         if logprobs is None:

@@ -38,11 +38,8 @@ def row_seeds(seed: int | Sequence[int] | None, prompts: int, copies: int = 1) -
 def row_generators(
     seeds: int | Sequence[int] | None, batch_size: int, device: torch.device | str = "cpu"
 ) -> list[torch.Generator]:
-    """One generator per row. Row `b`'s stream depends only on `seeds` and `b`, never on the batch.
-
-    `seeds` may be one int (row `b` gets `mix_seed(seed, b)`), one int per row (used as is), or
-    None (fresh nondeterministic seeds).
-    """
+    """One generator per row, row `b`'s from `seeds` and `b` alone (docs/concepts.md, "Seeds"): one int (row `b`
+    gets `mix_seed(seed, b)`), one int per row (used as is), or None (fresh nondeterministic seeds)."""
     if seeds is None:
         row_seeds_ = [int(torch.randint(0, 2**62, ()).item()) for _ in range(batch_size)]
     else:
@@ -57,11 +54,8 @@ def row_generators(
 @dataclass(eq=False)
 class DecodeContext:
     """The history and per-row state a processor may read; only `tokens` is required (docs/concepts.md).
-
-    `tokens` `[B, T]` is the prompt plus what was generated so far. Ragged prompts are
-    left-padded: row `b`'s real tokens are its last `prompt_lengths[b] + step` columns
-    (`valid_mask()`), and the last `step` columns are the generated tokens of every row.
-    """
+    `tokens` `[B, T]`: the prompts, left-padded, then what was generated; row `b`'s real tokens are its last
+    `prompt_lengths[b] + step` columns (`valid_mask()`), and the last `step` are every row's generated ones."""
 
     tokens: Tensor
     prompt_lengths: Tensor | None = None  # [B] real prompt tokens per row; None: no padding
@@ -128,17 +122,13 @@ class DecodeContext:
         return self._draw(1).view(shape)
 
     def _draw(self, n: int) -> Tensor:
-        """`[B, n]` float32 uniforms, row b's from its own generator."""
-        shape = (self.batch_size, n)
-        device = self.tokens.device
-        if self.generators is None:
-            return torch.rand(shape, device=device)
-        if len(self.generators) == 1:
-            return torch.rand(shape, generator=self.generators[0], device=device)
-        return torch.stack([torch.rand(n, generator=g, device=device) for g in self.generators])
+        """`[B, n]` float32 uniforms, row b's from its own generator (`torch.rand` is `empty().uniform_()`)."""
+        draws = torch.empty(self.batch_size, n, device=self.tokens.device)
+        self._refill(draws)
+        return draws
 
     def _refill(self, draws: Tensor) -> None:
-        """`draws` `[B, n]` refilled with the numbers `_draw(n)` would give."""
+        """`draws` `[B, n]` refilled with uniforms, row b's from its own generator."""
         if self.generators is None:
             draws.uniform_()
         elif len(self.generators) == 1:

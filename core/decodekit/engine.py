@@ -1,9 +1,5 @@
-"""The decode engine, `Decoding`: one object that owns everything a decode needs, whatever the policy.
-
-A decode strategy is a policy over it, `policy(decoding, params) -> Iterator[None] | None`; the engine
-does the rest (cache, context check, history, seeds, stops, text, logprobs, events) and holds the policy
-to the rules. docs/strategies.md ("Adding a strategy from a plugin") describes every member.
-"""
+"""The decode engine, `Decoding`: one object that owns everything a decode needs, whatever the policy; a strategy
+is a policy over it (docs/concepts.md, "The decode engine"; every member: docs/strategies.md)."""
 
 from __future__ import annotations
 
@@ -82,12 +78,8 @@ class Decoding:
         recompute: bool = True,
         copies_option: str = "copies",
     ) -> None:
-        """Build the rows, the cache and the history; a policy calls it once, before anything else.
-
-        `copies` rows per prompt (`copies_option`: the policy's option that set it, for errors); `lookahead`
-        tokens it may feed past `max_new_tokens`; `needs` the cache capabilities it uses; `recompute=False`:
-        `cache="none"` cannot take it past the context. docs/strategies.md ("Adding a strategy from a plugin").
-        """
+        """Build the rows, the cache and the history; a policy calls it once, before anything else. What each
+        argument asks for: docs/strategies.md ("Adding a strategy from a plugin")."""
         if self.copies:
             raise PluginError(f"strategy {self.strategy}: opened its decoding twice")
         request = self.request
@@ -144,8 +136,7 @@ class Decoding:
             CacheSpec.for_model(spec, batch_size=batch_size, capacity=total, dtype=self.dtype, device=self.device)
         )
         for need in needs:
-            error = capability_error(kv, need, self.strategy)
-            if error is not None:
+            if (error := capability_error(kv, need, self.strategy)) is not None:
                 raise error
         self._check_reach(spec.max_positions, needed, kv)
         if evicts(kv) and spec.rope_base is None and needed > spec.max_positions:
@@ -176,11 +167,8 @@ class Decoding:
     # -- the model ------------------------------------------------------------------------
 
     def prefill(self) -> Tensor:
-        """Logits `[R, V]` after each row's prompt (left padding puts every row's last token in column P-1).
-
-        Through a cache that evicts, the prompt goes in blocks of at most the model's context, so
-        attention over a long prompt needs bounded memory.
-        """
+        """Logits `[R, V]` after each row's prompt (left padding puts every row's last token in column P-1); through
+        a cache that evicts, in blocks of at most the model's context, so a long prompt needs bounded memory."""
         if self.kv is None:
             return uncached_logits(self.model, self.buf, self.positions, self.P)
         block = self.P if not evicts(self.kv) else self.spec.max_positions
@@ -264,11 +252,8 @@ class Decoding:
         return out.done
 
     def finish(self, prompt: int, tokens: Sequence[int], logprobs: Sequence[Any] | None = None) -> None:
-        """Prompt `prompt`'s result, for a policy with several rows per prompt (beam search, best-of-n).
-
-        The tokens go through the same rules as emitted ones: they end at the first stop token or
-        stop string, and at `max_new_tokens`; a result that ends in none of these is an error.
-        """
+        """Prompt `prompt`'s result, for a policy with several rows per prompt (beam search, best-of-n): its tokens
+        end by the rules emitted ones do (docs/strategies.md), and must end by one of them."""
         if not 0 <= prompt < len(self.prompts) or self._finished[prompt] is not None:
             raise PluginError(f"strategy {self.strategy}: finished prompt {prompt!r} twice or out of range")
         request = self.request

@@ -48,7 +48,7 @@ class NumericsError(DecodekitError, FloatingPointError):
 
 
 class CompileError(DecodekitError, RuntimeError):
-    """`torch.compile` failed on `what` (`compile=True`), for `reason` (a line); its args rebuild it (pickled by Ray)."""
+    """`torch.compile` failed on `what` (`compile=True`) for `reason` (a line); its args rebuild it (pickled by Ray)."""
 
     def __init__(self, what: str, reason: str) -> None:
         super().__init__(what, reason)

@@ -1,18 +1,6 @@
-"""The hooks a decodekit plugin implements. Each has one shape, `register_x(register)`, and every
-`register` takes the same arguments: `register(name, impl, params=None, description="")`.
-
-- name: samplers, cache backends and strategies are named in chain strings, so a Python
-  identifier (`top_k`, `window`); models may also use `-` and `.` (`tiny-shakespeare`).
-- impl: the implementation, or its import path `"package.module:attr"` (listing plugins then
-  imports no torch). Its call shape per kind is below; `params` is always the validated
-  instance of the parameter model (a `NoParams` instance when there is none).
-- params: a `decodekit.Params` subclass (pydantic, `extra="forbid"`, bounds declared with
-  `Field(ge=..., le=...)`), or None for none. A sampler class's `params_model` is used when None.
-- description: one line for `decodekit plugins` and `decodekit samplers`.
-
-Each registration is checked when made; a bad one fails its hook (all of that hook's
-registrations are dropped, the rest of the plugin and every other plugin keep working).
-"""
+"""The hooks a decodekit plugin implements. Each has one shape, `register_x(register)`, and every `register` takes
+`register(name, impl, params=None, description="")`, each argument as docs/plugins.md ("The hooks") says; a bad
+registration fails its whole hook. What `impl` is called with, per kind, is below."""
 
 from __future__ import annotations
 
@@ -43,7 +31,7 @@ hookimpl = pluggy.HookimplMarker("decodekit")
 
 class Registrar(Protocol):
     def __call__(self, name: str, impl: object, params: type[Params] | None = None, description: str = "") -> None:
-        """Register one thing (see the module docstring)."""
+        """Register one thing (docs/plugins.md, "The hooks")."""
 
 
 class SamplerRegistrar(Protocol):

@@ -15,13 +15,10 @@ __all__ = ["Model", "last_only", "model_device_dtype"]
 
 @runtime_checkable
 class Model(Protocol):
-    """`model(input_ids [B, T], positions [B, T], cache) -> logits [B, T, V]`, plus `model.spec`.
-
-    Positions carry the padding: a row left-padded to a common width has negative positions on
-    its padding. `cache` is a `KVCache` or None (recompute: attend over `input_ids` alone). A
-    model whose `supports_last_only` is True also takes `last_only=True` and then returns only the
-    last column `[B, 1, V]`; the engine asks for it wherever it reads only `[:, -1]`.
-    """
+    """`model(input_ids [B, T], positions [B, T], cache) -> logits [B, T, V]`, plus `model.spec` (docs/concepts.md,
+    "Models": padding has negative positions). `cache`: a `KVCache`, or None to attend over `input_ids` alone. A
+    model whose `supports_last_only` is True also takes `last_only=True`, for the last column alone `[B, 1, V]`
+    (the engine asks for it wherever it reads only `[:, -1]`)."""
 
     @property
     def spec(self) -> ModelSpec: ...  # read-only: an attribute or a property

@@ -1,9 +1,6 @@
-"""`RowOutput`: one row's output as its tokens arrive, under the rules every strategy shares.
-
-A row ends at a stop token (its last token, outside its text), at a stop string (its text is cut before
-it), when a stage says so (`Chain.ended`; an end-of-text token it ends on is outside the text too), or at
-`max_new_tokens`. The engine holds one per row; beam search copies them as its candidates branch.
-"""
+"""`RowOutput`: one row's output as its tokens arrive, under the rules every strategy shares (docs/concepts.md,
+"The decode engine": a stop token, a stop string, a stage's `Chain.ended`, `max_new_tokens`). The engine holds one
+per row; beam search copies them as its candidates branch."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Plugin discovery, and building registered things by name: `create`, `create_cache`, `load_model`.
 
-Each entry point of the `decodekit` group is loaded on its own and each of its hooks is all-or-nothing:
-a failure is recorded (a `RuntimeWarning`; `decodekit plugins` lists it) and everything else keeps
-working. The environment variables that choose plugins and the rule for a name two distributions
-register are docs/plugins.md's "Loading rules". The core's own registrations go through the same hooks.
+Each entry point of the `decodekit` group loads on its own and each of its hooks is all-or-nothing (the core's own
+registrations go through the same hooks); failures, the environment variables that choose plugins and a name two
+distributions register: docs/plugins.md's "Loading rules".
 """
 
 from __future__ import annotations
@@ -22,15 +21,7 @@ from decodekit import hookspecs
 from decodekit.chain_string import parse_stage
 from decodekit.errors import ParameterError, PluginError, UnknownNameError
 from decodekit.params import Params, validate_params
-from decodekit.registry import (
-    Category,
-    Entry,
-    PluginFailure,
-    PluginInfo,
-    Registry,
-    import_object,
-    make_entry,
-)
+from decodekit.registry import Category, Entry, PluginFailure, PluginInfo, Registry, import_object, make_entry
 
 if TYPE_CHECKING:
     from decodekit.cache import KVCache

@@ -1,9 +1,5 @@
-"""`DecodeRequest`: the arguments every decode strategy shares, validated once per call.
-
-`dk.generate`, `dk.stream`, `dk.decode` and every strategy's own entry point build one with
-`decode_request`, so a bad argument fails the same way everywhere, before any model work:
-a `ParameterError` naming the argument, the value and what is allowed.
-"""
+"""`DecodeRequest`: the arguments every decode strategy shares, validated once per call by `decode_request`, which
+every entry point calls, so a bad argument fails the same way everywhere (docs/concepts.md, "The decode engine")."""
 
 from __future__ import annotations
 
@@ -200,8 +196,7 @@ def decode_request(model: Any, prompts: Prompts, /, **options: Unpack[DecodeOpti
     max_new = _integer("max_new_tokens", given["max_new_tokens"], lambda n: n >= 0, "an integer >= 0")
     rows = prompt_rows(model, prompts)
     chain = _chain(given["chain"])
-    # A stage that takes one value per prompt (a grammar per prompt) checks it has as many here, where every
-    # strategy passes: a beam's or a speculative row's context says only which prompt it serves.
+    # A stage taking one value per prompt (a grammar each) checks it has as many here, where every strategy passes.
     for check in (getattr(stage, "check_prompts", None) for stage in (*chain.processors, chain.selector)):
         if callable(check):
             check(len(rows))

@@ -30,17 +30,10 @@ _FROM_MODEL = (*_HEADS, "rope_base", "max_positions", "attention_windows", "cali
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """What the decode loop and the cache backends need to know about a model.
-
-    rope_base: the base of the model's rotary embedding (`decodekit.rope`), None when its keys carry
-    no rotation decodekit can apply (learned positions, or rotation inside a foreign model).
-    rope_note: why `rope_base` is None when that is not absolute positions (e.g. "its rotary scaling
-    'llama3' is not supported for re-rotating kept keys"), so an error says what is true.
-    attention_windows: each layer's calibrated attention window D_f (`decodekit_cache_window.calibration`),
-    which `window(size="auto")` uses; None when the model ships no calibration.
-    calibration: a calibration file shipped with the model (`calibration.json`), read only by a cache that
-    needs it (`window(size="auto")` when `attention_windows` is None), so a broken file fails there, not here.
-    """
+    """What the decode loop and the cache backends need to know about a model. `rope_base`, `attention_windows`
+    and `calibration` pass to its caches (docs/caches.md, `CacheSpec`); `rope_note`: why `rope_base` is None when
+    that is not absolute positions (e.g. "its rotary scaling 'llama3' is not supported for re-rotating kept
+    keys"), so an error says what is true."""
 
     n_layers: int
     n_heads: int

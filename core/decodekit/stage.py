@@ -107,12 +107,8 @@ class ProcessorBase(Stage[P]):
 
 
 class SelectorBase(Stage[P]):
-    """A registered selector: `logits [B, V] -> token ids LongTensor [B]`.
-
-    On a row that cannot be sampled it may return any id in range but must not fail (the chain marks the
-    row). `distribution`, for speculative decoding (docs/speculative.md): "softmax", "argmax" (the first
-    maximum), or None: unknown, so it cannot be speculated.
-    """
+    """A registered selector: `logits [B, V] -> token ids LongTensor [B]`, any id in range on a row that cannot be
+    sampled (the chain marks it). `distribution`: what it draws from, for speculative decoding (docs/speculative.md)."""
 
     kind: ClassVar[str] = "selector"
     distribution: ClassVar[Literal["softmax", "argmax"] | None] = None

@@ -1,9 +1,5 @@
-"""Storage: how a cache holds its keys and values, apart from which tokens it keeps (eviction).
-
-A `Storage` holds `slots[l]` slots per row in layer `l` and knows nothing of the eviction policy, so
-any policy runs over any storage; a cache backend whose implementation has a `storage` attribute is
-one (`window(store="int8")`). docs/caches.md: "Storage and eviction are separate".
-"""
+"""Storage: how a cache holds its keys and values, apart from which tokens it keeps (eviction), so any
+policy runs over any storage: docs/caches.md, "Storage and eviction are separate"."""
 
 from __future__ import annotations
 

@@ -23,15 +23,7 @@ from decodekit.prompts import Prompts
 from decodekit.request import DecodeOptions, DecodeRequest, decode_request
 from decodekit.results import Generation, TokenEvent
 
-__all__ = [
-    "SHARED_OPTIONS",
-    "EventStream",
-    "Strategy",
-    "decode",
-    "run_decode",
-    "strategy_params",
-    "validate",
-]
+__all__ = ["SHARED_OPTIONS", "EventStream", "Strategy", "decode", "run_decode", "strategy_params", "validate"]
 
 SHARED_OPTIONS = tuple(DecodeOptions.__annotations__)
 """The options `dk.decode` turns into the `DecodeRequest` (every other one is the strategy's)."""
