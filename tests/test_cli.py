@@ -232,6 +232,23 @@ def test_bad_plot_cache_and_strategy_strings_fail_before_the_model_loads(
     assert "unknown strategy 'bream'; installed: beam, sample" in err[5] and "did you mean 'beam'" in err[5]
 
 
+def test_a_mistyped_value_names_it_and_the_close_choice(capsys: pytest.CaptureFixture[str]) -> None:
+    from decodekit_cli import main
+
+    generate = ["generate", PROMPT, "-m", MODEL]
+    assert main([*generate, "--cache", "dens"]) == 2
+    assert main(["new-plugin", "softcap", "--kind", "samplr"]) == 2
+    assert main([*generate, "--max-new-tokens", "-3"]) == 2
+    assert main([*generate, "--top-p", "abc"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 4 and all(line.startswith("decodekit: error: ") for line in err), err
+    assert err[0].endswith("allowed: none, " + ", ".join(sorted(dk.get_registry().caches)) + "; did you mean 'dense'?")
+    assert "'--kind': 'samplr' is not one of 'sampler', 'cache', 'model', 'strategy'; did you mean 'sampler'?" in err[1]
+    assert "Value error" not in err[1]
+    assert "'--max-new-tokens': '-3': Input should be greater than or equal to 0" in err[2]
+    assert "'--top-p': 'abc': Input should be a valid number" in err[3]
+
+
 def test_an_unexpected_error_is_one_line_too(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,7 +6,6 @@ builds the registry from the installed plugins, this module holds what is built 
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import re
 from collections.abc import Iterable, Mapping
@@ -14,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, cast
 
-from decodekit.errors import PluginError, UnknownNameError
+from decodekit.errors import PluginError, UnknownNameError, did_you_mean
 from decodekit.params import NoParams, Params
 
 __all__ = [
@@ -168,10 +167,9 @@ class Registry:
             if conflict.category == category and conflict.name == name:
                 raise PluginError(conflict.message())
         names = sorted(self.section(category))
-        close = difflib.get_close_matches(name, names, n=1)
         raise UnknownNameError(
             f"unknown {category} {name!r}; installed: {', '.join(names) or 'none'}"
-            + (f"; did you mean {close[0]!r}?" if close else "")
+            + did_you_mean(name, names)
             + " (no installed plugin distribution registers it)"
         )
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from decodekit.errors import ChainSpecError, CompileError, ContextLengthError, DecodekitError
+from decodekit.errors import ChainSpecError, CompileError, ContextLengthError, DecodekitError, did_you_mean
 from decodekit.plugins import get_registry, load_model
 from decodekit_cli.catalogue import STANDARD_PLUGINS
 from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
@@ -156,8 +156,9 @@ def resolve_cache(name: str | None) -> str:
     backend = parse_stage(name, what="--cache").name
     if backend not in caches:
         hint = f"; {install_hint([STANDARD_PLUGINS[backend]])}" if backend in STANDARD_PLUGINS else ""
-        allowed = ", ".join(["none", *sorted(caches)])
-        raise CliError(f"--cache {name!r}: unknown cache backend; allowed: {allowed}{hint}")
+        names = ["none", *sorted(caches)]
+        hint = hint or did_you_mean(backend, names)
+        raise CliError(f"--cache {name!r}: unknown cache backend; allowed: {', '.join(names)}{hint}")
     cache_factory(name)  # checks the parameters before the model loads
     return name
 
