@@ -291,3 +291,8 @@ def test_a_mistyped_parameter_name_gets_the_close_one() -> None:
         dk.decode(model, [[1]], strategy="beam", num_beam=2)
     with pytest.raises(dk.ParameterError, match=r"unknown parameter zzz=2; allowed parameters: value$"):
         dk.create("temperature", zzz=2)  # nothing close: no suggestion
+
+
+def test_the_close_name_is_found_whatever_the_case() -> None:
+    with pytest.raises(dk.UnknownNameError, match="unknown sampler 'Top_K'; .*; did you mean 'top_k'\\?"):
+        dk.create("Top_K", k=5)  # case-sensitive matching offered 'top_p'

@@ -63,5 +63,6 @@ class CompileError(DecodekitError, RuntimeError):
 
 def did_you_mean(name: str, names: Iterable[str]) -> str:
     """ "; did you mean 'x'?" for the closest of `names` to a mistyped `name`, or "" when none is close."""
-    close = difflib.get_close_matches(name, list(names), n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    by_lower = {n.lower(): n for n in names}  # `Top_K` is closest to top_k, not to top_p
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
+    return f"; did you mean {by_lower[close[0]]!r}?" if close else ""
