@@ -249,6 +249,27 @@ def test_a_mistyped_value_names_it_and_the_close_choice(capsys: pytest.CaptureFi
     assert "'--top-p': 'abc': Input should be a valid number" in err[3]
 
 
+def test_samplers_names_select_cache_backends_and_strategies_too(capsys: pytest.CaptureFixture[str]) -> None:
+    from decodekit_cli import main
+
+    assert main(["samplers", "--json", "window", "beam", "top_k"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [[e["name"] for e in report[k]] for k in ("samplers", "cache_backends", "strategies")] == [
+        ["top_k"],
+        ["window"],
+        ["beam"],
+    ]
+    assert main(["samplers", "window"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Cache backends\nwindow ") and "Samplers" not in text and "\nnone " not in text
+    assert main(["samplers", "windw"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "decodekit: error: unknown name 'windw'; allowed: a sampler, cache backend or strategy, as "
+        "`decodekit samplers` lists them; did you mean 'window'?"
+    ]
+
+
 def test_an_unexpected_error_is_one_line_too(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -412,11 +412,14 @@ def plugins(
 
 @app.command(
     help="List every registered sampler with its parameters, bounds and defaults, the cache backends "
-    "and the decode strategies; with NAMES, only those samplers."
+    "and the decode strategies; with NAMES, only those."
 )
 def samplers(
     names: Annotated[
-        list[str] | None, typer.Argument(help="Show only these samplers (default: all).", show_default=False)
+        list[str] | None,
+        typer.Argument(
+            help="Show only these samplers, cache backends or strategies (default: all).", show_default=False
+        ),
     ] = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -427,7 +430,7 @@ def samplers(
     if json_output:
         print_json(report)
     else:
-        render_samplers(report)
+        render_samplers(report, every=not names)
 
 
 cache_app = typer.Typer(help="KV-cache tools: calibrate a model's attention windows.", no_args_is_help=True)
