@@ -270,6 +270,20 @@ def test_samplers_names_select_cache_backends_and_strategies_too(capsys: pytest.
     ]
 
 
+def test_a_chain_file_given_as_the_chain_says_to_pass_its_text(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from decodekit_cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spec.json").write_text('[{"name": "top_k", "params": {"k": 5}}]')
+    assert main(["generate", PROMPT, "-m", MODEL, "--chain", "spec.json"]) == 2
+    assert main(["generate", PROMPT, "-m", MODEL, "--chain", "nofile.json"]) == 2  # no file: the parse error only
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].endswith("""'spec.json' is a file, and --chain takes its text: --chain "$(cat spec.json)\"""")
+    assert err[1].endswith("expected '|' or the end, found '.'")
+
+
 def test_an_unexpected_error_is_one_line_too(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

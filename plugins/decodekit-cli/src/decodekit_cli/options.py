@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -89,7 +90,14 @@ def build_chain(chain: str | None, flags: Mapping[str, float | int | None]) -> C
     text = chain_text(chain, flags)
     from decodekit.chain import Chain
 
-    return Chain.parse(text)
+    try:
+        return Chain.parse(text)
+    except ChainSpecError as exc:
+        if chain is not None and os.path.isfile(chain):  # `--chain spec.json`: a file where its text goes
+            raise CliError(
+                f'{exc}; {chain!r} is a file, and --chain takes its text: --chain "$(cat {chain})"'
+            ) from None
+        raise
 
 
 def install_hint(distributions: list[str]) -> str:
