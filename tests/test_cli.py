@@ -296,6 +296,30 @@ def test_beam_hypotheses_the_command_line_cannot_show_are_refused(capsys: pytest
     )
 
 
+def test_a_model_without_a_tokenizer_says_the_command_line_needs_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from decodekit_cli import main
+
+    def untokenized(argument: object, params: object) -> Any:
+        model = cli_testplugin.load_model()
+        model.tokenizer = None
+        return model
+
+    class Plugin:
+        @dk.hookimpl
+        def register_models(self, register: Any) -> None:
+            register("no-tokenizer", untokenized)
+
+    plugin = Plugin()
+    dk.register_plugin(plugin)
+    try:
+        assert main(["generate", PROMPT, "-m", "no-tokenizer", "--max-new-tokens", "2"]) == 2
+    finally:
+        dk.unregister_plugin(plugin)
+    [line] = capsys.readouterr().err.splitlines()
+    # it said "pass token ids", which a command line cannot
+    assert line.startswith("decodekit: error: the model has no tokenizer, and the command line takes text prompts")
+
+
 def test_an_unexpected_error_is_one_line_too(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -246,11 +246,14 @@ def prompt_rows(prompts: Sequence[str | list[int]]) -> list[str] | list[list[int
 def encode_prompt(model: Any, prompt: str, replace_unknown: bool) -> str | list[int]:
     """The prompt as the model's tokenizer encodes it; `--replace-unknown` passes `errors="replace"`.
 
-    Without a tokenizer the text is handed on unchanged (the library reports it).
+    A model without a tokenizer cannot take one: the library's "pass token ids" has no command-line form.
     """
     tokenizer = getattr(model, "tokenizer", None)
     if tokenizer is None:
-        return prompt
+        raise CliError(
+            "the model has no tokenizer, and the command line takes text prompts; allowed: a model with one "
+            "(hf:DIR: a directory with its tokenizer files), or token ids from Python: dk.generate(model, [[1, 2, 3]])"
+        )
     accepts_errors = "errors" in inspect.signature(tokenizer.encode).parameters
     if replace_unknown and not accepts_errors:
         raise CliError("--replace-unknown: the model's tokenizer has no errors= option; remove the characters")
