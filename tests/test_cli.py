@@ -268,6 +268,11 @@ def test_samplers_names_select_cache_backends_and_strategies_too(capsys: pytest.
         "decodekit: error: unknown name 'windw'; allowed: a sampler, cache backend or strategy, as "
         "`decodekit samplers` lists them; did you mean 'window'?"
     ]
+    absent = cli("samplers", "top_k", DECODEKIT_DISABLE_PLUGINS="decodekit-top-k")
+    assert absent.returncode == 2 and absent.stderr == (
+        "decodekit: error: 'top_k' is not installed; pip install decodekit-top-k (from a checkout: pip install "
+        "plugins/decodekit-top-k)\n"
+    )  # not "did you mean 'top_p'?"
 
 
 def test_a_chain_file_given_as_the_chain_says_to_pass_its_text(

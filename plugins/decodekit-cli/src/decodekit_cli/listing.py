@@ -23,7 +23,9 @@ from decodekit.param_types import constraints, interval_text, type_text
 from decodekit.params import Params, allowed_values
 from decodekit.plugins import get_registry, sampler_entry
 from decodekit.registry import CATEGORIES, Entry, Registry
+from decodekit_cli.catalogue import STANDARD_PLUGINS
 from decodekit_cli.console import stdout_console
+from decodekit_cli.options import install_hint
 
 __all__ = ["bounds_text", "check_imports", "plugins_report", "render_plugins", "render_samplers", "samplers_report"]
 
@@ -145,6 +147,8 @@ def _check_sampler(name: str, registry: Registry) -> None:
     try:
         sampler_entry(name)
     except UnknownNameError:
+        if name in STANDARD_PLUGINS:  # a standard name, not installed: how to install it, not a close name
+            raise UnknownNameError(f"{name!r} is not installed; {install_hint([STANDARD_PLUGINS[name]])}") from None
         known = [*registry.samplers, *registry.caches, *registry.strategies]
         raise UnknownNameError(
             f"unknown name {name!r}; allowed: a sampler, cache backend or strategy, as `decodekit samplers` lists "
