@@ -297,6 +297,38 @@ def test_a_processor_function_registered_as_itself_says_what_impl_is() -> None:
     assert "ban" not in dk.get_registry().samplers
 
 
+def test_an_in_code_plugin_taking_a_name_says_it_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    from decodekit.stage import ProcessorBase
+
+    class Mine(ProcessorBase[dk.NoParams]):
+        def __call__(self, logits: Any, ctx: Any) -> Any:
+            return logits
+
+    class Plugin:
+        @dk.hookimpl
+        def register_samplers(self, register: Any) -> None:
+            register("top_k", Mine)
+
+    # it said the name was "unusable until one is chosen", but top_k went on working
+    with pytest.raises(
+        dk.PluginError,
+        match=r"^sampler name 'top_k' is registered by 2 distributions: decodekit-top-k and mine; mine is not kept, "
+        r"so the name stays decodekit-top-k's \(use another name, or DECODEKIT_DISABLE_PLUGINS=decodekit-top-k to take "
+        r"it\)$",
+    ):
+        dk.register_plugin(Plugin(), name="mine")
+    assert dk.create("top_k", k=2).__class__.__name__ == "TopK"
+    monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "decodekit-top-k")
+    plugin = Plugin()
+    dk.register_plugin(plugin, name="mine")  # the advice works
+    try:
+        assert isinstance(dk.create("top_k"), Mine)
+    finally:
+        dk.unregister_plugin(plugin)
+        monkeypatch.delenv("DECODEKIT_DISABLE_PLUGINS")
+        dk.reload_plugins()
+
+
 @pytest.mark.slow
 def test_broken_distribution_installed_with_pip(tmp_path: Path) -> None:
     """A real, pip-installed broken plugin in a separate target directory; a fresh interpreter reports it."""

@@ -21,7 +21,7 @@ from decodekit import hookspecs
 from decodekit.chain_string import parse_stage
 from decodekit.errors import ParameterError, PluginError, UnknownNameError, did_you_mean
 from decodekit.params import Params, validate_params
-from decodekit.registry import Category, Entry, PluginFailure, PluginInfo, Registry, import_object, make_entry
+from decodekit.registry import Category, Conflict, Entry, PluginFailure, PluginInfo, Registry, import_object, make_entry
 
 if TYPE_CHECKING:
     from decodekit.cache import KVCache
@@ -258,13 +258,23 @@ def register_plugin(plugin: object, name: str | None = None) -> None:
     try:
         registry = _build()
         problems = [f.message() for f in registry.failures if f.distribution == label]
-        problems += [c.message() for c in registry.conflicts if label in c.distributions]
+        problems += [_refused(c, label) for c in registry.conflicts if label in c.distributions]
         if problems:
             raise PluginError("; ".join(problems))
     except PluginError:
         _code_plugins.pop()
         raise
     _install(registry)
+
+
+def _refused(conflict: Conflict, label: str) -> str:
+    """A name an in-code plugin takes from another: the plugin is not kept, so the name stays the other's."""
+    dists, others = conflict.distributions, ",".join(d for d in conflict.distributions if d != label)
+    return (
+        f"{conflict.category} name {conflict.name!r} is registered by {len(dists)} distributions: "
+        f"{' and '.join(dists)}; {label} is not kept, so the name stays {others}'s (use another name, or "
+        f"DECODEKIT_DISABLE_PLUGINS={others} to take it)"
+    )
 
 
 def unregister_plugin(plugin: object) -> None:
