@@ -75,6 +75,8 @@ def test_values_equal_what_python_reads_from_the_same_text() -> None:
         ("f(1 + 2)", "at position 4: expected ',' or '\\)'"),
         ("1abc", "at position 0: expected a chain stage name, found '1'"),
         ("a.b", "at position 1: expected '\\|' or the end, found '.'"),
+        ("temperature(0.7) | top-p(0.9)", "at position 22: found '-' in the name 'top-p'; .* with '_' \\('top_p'\\)"),
+        ("repetition-penalty-2", "at position 10: found '-' in the name 'repetition-penalty-2'"),
         ("f(" + "9" * 5000 + ")", "at position 2: expected a number of at most 4,300 digits"),
         ("f(" + "-" * 3000 + "1)", f"at position {2 + MAX_DEPTH}: expected a value nested at most {MAX_DEPTH} deep"),
         ("f(" + "[" * 3000 + "]" * 3000 + ")", f"expected a value nested at most {MAX_DEPTH} deep"),
@@ -95,6 +97,8 @@ def test_the_depth_limit_allows_realistic_nesting() -> None:
 
 
 def test_one_stage_forms_reject_a_chain_and_non_strings() -> None:
+    with pytest.raises(dk.ChainSpecError, match="^strategy 'beam-search': at position 4: found '-' in the name"):
+        parse_stage("beam-search", what="strategy")
     with pytest.raises(dk.ChainSpecError, match="at position 6: expected the end \\(one name\\(args\\), no '\\|'\\)"):
         parse_stage("dense | gqa", what="cache")
     with pytest.raises(dk.ChainSpecError, match="chain 5 is a int; allowed: a string"):

@@ -232,6 +232,99 @@ def test_bad_plot_cache_and_strategy_strings_fail_before_the_model_loads(
     assert "unknown strategy 'bream'; installed: beam, sample" in err[5] and "did you mean 'beam'" in err[5]
 
 
+def test_a_mistyped_value_names_it_and_the_close_choice(capsys: pytest.CaptureFixture[str]) -> None:
+    from decodekit_cli import main
+
+    generate = ["generate", PROMPT, "-m", MODEL]
+    assert main([*generate, "--cache", "dens"]) == 2
+    assert main(["new-plugin", "softcap", "--kind", "samplr"]) == 2
+    assert main([*generate, "--max-new-tokens", "-3"]) == 2
+    assert main([*generate, "--top-p", "abc"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 4 and all(line.startswith("decodekit: error: ") for line in err), err
+    assert err[0].endswith("allowed: none, " + ", ".join(sorted(dk.get_registry().caches)) + "; did you mean 'dense'?")
+    assert "'--kind': 'samplr' is not one of 'sampler', 'cache', 'model', 'strategy'; did you mean 'sampler'?" in err[1]
+    assert "Value error" not in err[1]
+    assert "'--max-new-tokens': '-3': Input should be greater than or equal to 0" in err[2]
+    assert "'--top-p': 'abc': Input should be a valid number" in err[3]
+
+
+def test_samplers_names_select_cache_backends_and_strategies_too(capsys: pytest.CaptureFixture[str]) -> None:
+    from decodekit_cli import main
+
+    assert main(["samplers", "--json", "window", "beam", "top_k"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [[e["name"] for e in report[k]] for k in ("samplers", "cache_backends", "strategies")] == [
+        ["top_k"],
+        ["window"],
+        ["beam"],
+    ]
+    assert main(["samplers", "window"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Cache backends\nwindow ") and "Samplers" not in text and "\nnone " not in text
+    assert main(["samplers", "windw"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "decodekit: error: unknown name 'windw'; allowed: a sampler, cache backend or strategy, as "
+        "`decodekit samplers` lists them; did you mean 'window'?"
+    ]
+    absent = cli("samplers", "top_k", DECODEKIT_DISABLE_PLUGINS="decodekit-top-k")
+    assert absent.returncode == 2 and absent.stderr == (
+        "decodekit: error: 'top_k' is not installed; pip install decodekit-top-k (from a checkout: pip install "
+        "plugins/decodekit-top-k)\n"
+    )  # not "did you mean 'top_p'?"
+
+
+def test_a_chain_file_given_as_the_chain_says_to_pass_its_text(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from decodekit_cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spec.json").write_text('[{"name": "top_k", "params": {"k": 5}}]')
+    assert main(["generate", PROMPT, "-m", MODEL, "--chain", "spec.json"]) == 2
+    assert main(["generate", PROMPT, "-m", MODEL, "--chain", "nofile.json"]) == 2  # no file: the parse error only
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].endswith("""'spec.json' is a file, and --chain takes its text: --chain "$(cat spec.json)\"""")
+    assert err[1].endswith("expected '|' or the end, found '.'")
+
+
+def test_beam_hypotheses_the_command_line_cannot_show_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from decodekit_cli import main
+
+    # it printed the best hypothesis alone, dropping the others without a word
+    assert main(["generate", PROMPT, "-m", MODEL, "--strategy", "beam(num_beams=3, num_return_sequences=2)"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == (
+        "decodekit: error: --strategy 'beam(num_beams=3, num_return_sequences=2)': the command line shows one "
+        "hypothesis per sample, the best; allowed: num_return_sequences=1 (every hypothesis: dk.decode(...).sequences)"
+    )
+
+
+def test_a_model_without_a_tokenizer_says_the_command_line_needs_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from decodekit_cli import main
+
+    def untokenized(argument: object, params: object) -> Any:
+        model = cli_testplugin.load_model()
+        model.tokenizer = None
+        return model
+
+    class Plugin:
+        @dk.hookimpl
+        def register_models(self, register: Any) -> None:
+            register("no-tokenizer", untokenized)
+
+    plugin = Plugin()
+    dk.register_plugin(plugin)
+    try:
+        assert main(["generate", PROMPT, "-m", "no-tokenizer", "--max-new-tokens", "2"]) == 2
+    finally:
+        dk.unregister_plugin(plugin)
+    [line] = capsys.readouterr().err.splitlines()
+    # it said "pass token ids", which a command line cannot
+    assert line.startswith("decodekit: error: the model has no tokenizer, and the command line takes text prompts")
+
+
 def test_an_unexpected_error_is_one_line_too(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

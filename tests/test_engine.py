@@ -230,3 +230,24 @@ def test_validate_stops_a_policy_that_calls_its_model_directly() -> None:
     finally:
         dk.unregister_plugin(plugin)
     assert request.max_new_tokens == 3 and calls == []
+
+
+def test_past_the_context_the_hint_names_a_cache_that_takes_this_model_further() -> None:
+    from decodekit_gpt.gpt import GPT, GPTConfig
+
+    def hint(model: Any) -> str:
+        with pytest.raises(dk.ContextLengthError) as info:
+            dk.generate(model, [[1, 2]], max_new_tokens=40, cache="gqa")
+        return str(info.value)
+
+    torch.manual_seed(0)
+    rotary = GPT(GPTConfig(vocab_size=101, block_size=16, n_layer=2, n_head=4, n_embd=32, position="rope")).eval()
+    assert "use a cache that evicts (cache='window(size=N)')" in hint(rotary)  # "auto" needs a calibration
+    assert dk.generate(rotary, [[1, 2]], max_new_tokens=40, cache="window(size=8)").finish_reasons == ["length"]
+    rotary.attention_windows = (8, 8)
+    assert "use a cache that evicts (cache='window(size=\"auto\")')" in hint(rotary)
+    assert dk.generate(rotary, [[1, 2]], max_new_tokens=40, cache='window(size="auto")').finish_reasons == ["length"]
+    learned = GPT(GPTConfig(vocab_size=101, block_size=16, n_layer=2, n_head=4, n_embd=32)).eval()
+    assert "evicts" not in hint(learned)  # an evicting cache is refused for absolute positions
+    with pytest.raises(dk.ContextLengthError, match="its positions are absolute"):
+        dk.generate(learned, [[1, 2]], max_new_tokens=40, cache="window(size=8)")

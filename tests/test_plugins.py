@@ -11,6 +11,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_runner import run_cli
@@ -256,6 +257,76 @@ def test_register_plugin_in_code() -> None:
     finally:
         dk.unregister_plugin(plugin)
     assert "half" not in dk.get_registry().samplers
+
+
+def test_a_hook_misspelt_or_not_marked_is_an_error_not_silence() -> None:
+    class Misspelt:
+        @dk.hookimpl
+        def register_sampler(self, register: object) -> None: ...
+
+    class Unmarked:
+        def register_samplers(self, register: object) -> None: ...
+
+    # each registered nothing and said nothing
+    with pytest.raises(
+        dk.PluginError, match=r"unknown hook 'register_sampler'; .*; did you mean 'register_samplers'\?$"
+    ):
+        dk.register_plugin(Misspelt())
+    with pytest.raises(
+        dk.PluginError, match=r"register_samplers is not marked @decodekit.hookimpl, so it is never called"
+    ):
+        dk.register_plugin(Unmarked())
+    assert not any(p in dk.get_registry().plugins for p in ("Misspelt", "Unmarked"))
+
+
+def test_a_processor_function_registered_as_itself_says_what_impl_is() -> None:
+    def ban(logits: object, ctx: object) -> object:
+        return logits
+
+    class Direct:
+        @dk.hookimpl
+        def register_samplers(self, register: Any) -> None:
+            register("ban", ban)  # create() called ban(params): a TypeError about a missing 'ctx'
+
+    with pytest.raises(
+        dk.PluginError,
+        match=r"sampler 'ban' from Direct: ban\(logits.*, ctx.*\) .*is called as impl\(params\) .*"
+        r"allowed: a ProcessorBase or SelectorBase subclass, or a function returning one",
+    ):
+        dk.register_plugin(Direct())
+    assert "ban" not in dk.get_registry().samplers
+
+
+def test_an_in_code_plugin_taking_a_name_says_it_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    from decodekit.stage import ProcessorBase
+
+    class Mine(ProcessorBase[dk.NoParams]):
+        def __call__(self, logits: Any, ctx: Any) -> Any:
+            return logits
+
+    class Plugin:
+        @dk.hookimpl
+        def register_samplers(self, register: Any) -> None:
+            register("top_k", Mine)
+
+    # it said the name was "unusable until one is chosen", but top_k went on working
+    with pytest.raises(
+        dk.PluginError,
+        match=r"^sampler name 'top_k' is registered by 2 distributions: decodekit-top-k and mine; mine is not kept, "
+        r"so the name stays decodekit-top-k's \(use another name, or DECODEKIT_DISABLE_PLUGINS=decodekit-top-k to take "
+        r"it\)$",
+    ):
+        dk.register_plugin(Plugin(), name="mine")
+    assert dk.create("top_k", k=2).__class__.__name__ == "TopK"
+    monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "decodekit-top-k")
+    plugin = Plugin()
+    dk.register_plugin(plugin, name="mine")  # the advice works
+    try:
+        assert isinstance(dk.create("top_k"), Mine)
+    finally:
+        dk.unregister_plugin(plugin)
+        monkeypatch.delenv("DECODEKIT_DISABLE_PLUGINS")
+        dk.reload_plugins()
 
 
 @pytest.mark.slow

@@ -277,3 +277,22 @@ def test_a_lookup_by_a_name_that_is_not_a_string_says_so(name: Any) -> None:
         dk.create(name)
     with pytest.raises(dk.UnknownNameError, match="strategy name"):
         dk.get_registry().lookup("strategy", name)
+
+
+def test_a_mistyped_parameter_name_gets_the_close_one() -> None:
+    model = tiny_gpt(2)
+    with pytest.raises(
+        dk.ParameterError, match=r"unknown parameter val=2; allowed parameters: value; did you mean 'value'\?$"
+    ):
+        dk.create("temperature", val=2)
+    with pytest.raises(dk.ParameterError, match=r"unknown parameter num_beam=2; .*; did you mean 'num_beams'\?$"):
+        dk.decode(model, [[1]], strategy="beam(num_beam=2)")
+    with pytest.raises(dk.ParameterError, match=r"unknown parameter num_beam=2; .*; did you mean 'num_beams'\?$"):
+        dk.decode(model, [[1]], strategy="beam", num_beam=2)
+    with pytest.raises(dk.ParameterError, match=r"unknown parameter zzz=2; allowed parameters: value$"):
+        dk.create("temperature", zzz=2)  # nothing close: no suggestion
+
+
+def test_the_close_name_is_found_whatever_the_case() -> None:
+    with pytest.raises(dk.UnknownNameError, match="unknown sampler 'Top_K'; .*; did you mean 'top_k'\\?"):
+        dk.create("Top_K", k=5)  # case-sensitive matching offered 'top_p'

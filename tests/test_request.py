@@ -38,7 +38,7 @@ BAD_ARGUMENTS = [
     ({"stop_strings": ["a", 3]}, r"stop_strings=\['a', 3\] is invalid"),
     ({"max_new_tokens": 2.0}, r"max_new_tokens=2.0 is invalid; allowed: an integer >= 0"),
     ({"max_new_tokens": True}, r"max_new_tokens=True is invalid"),
-    ({"chain": 5}, r"chain=5 is invalid; allowed: a Chain, a chain string, a spec list, or None"),
+    ({"chain": 5}, r"chain=5 is invalid; allowed: a Chain \(stage objects: dk.Chain\(\[...\]\)\), a chain string, "),
     (
         {"max_new_token": 5},
         r"unknown parameter max_new_token=5; allowed parameters: (.*, )?chain, max_new_tokens, ",
@@ -93,6 +93,16 @@ def test_arguments_are_checked_even_when_nothing_is_generated(kwargs: dict[str, 
         dk.generate(tiny_gpt(2), [[1, 2]], max_new_tokens=0, **kwargs)
     with pytest.raises(dk.UnknownNameError, match="unknown cache backend 'nope'"):
         dk.generate(tiny_gpt(2), [[1, 2]], max_new_tokens=0, cache="nope")
+
+
+def test_stage_objects_outside_a_chain_say_to_wrap_them() -> None:
+    model, stage = tiny_gpt(2), dk.create("top_k", k=5)
+    wrap = r"\(stage objects: dk.Chain\(\[...\]\)\)"
+    with pytest.raises(dk.ChainSpecError, match=rf"chain spec: stage 0 is top_k\(k=5\), a stage object; .* {wrap}$"):
+        dk.generate(model, [[1, 2]], chain=[stage])  # transformers' habit: a list of processors
+    with pytest.raises(dk.ParameterError, match=rf"chain=top_k\(k=5\) is invalid; allowed: a Chain {wrap}"):
+        dk.generate(model, [[1, 2]], chain=stage)
+    assert dk.generate(model, [[1, 2]], chain=dk.Chain([stage]), max_new_tokens=2).finish_reasons == ["length"]
 
 
 def test_a_model_without_a_spec_is_named() -> None:

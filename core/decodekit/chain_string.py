@@ -25,6 +25,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A bare word stands for a string, so a command line needs no inner quotes:
 # `window(size=auto)`, `speculative(draft=tiny-shakespeare-draft, k=4)`.
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*")
+_HYPHENATED = re.compile(r"[A-Za-z0-9_-]*")  # always matches
 _NUMBER = re.compile(r"(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d(?:_?\d)*)?")
 _STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
 _CONSTANTS: dict[str, Any] = {"True": True, "False": False, "None": None, "inf": float("inf")}
@@ -82,6 +83,12 @@ class _Parser:
 
     def stage(self) -> StageCall:
         name = self.name(f"a {self.what} stage name")
+        if self.text.startswith("-", self.pos):  # `top-k`: the spelling of vLLM's and HF's flags
+            spelled = name + _HYPHENATED.match(self.text, self.pos).group()  # type: ignore[union-attr]
+            raise ChainSpecError(
+                f"{self.what} {self.text!r}: at position {self.pos}: found '-' in the name {spelled!r}; "
+                f"names are written with '_' ({spelled.replace('-', '_')!r})"
+            )
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
         for start in self.items() if self.peek() == "(" else ():

@@ -24,7 +24,7 @@ from decodekit.params import Params
 from decodekit.prompts import left_pad
 from decodekit.request import DecodeRequest
 from decodekit.results import Generation, TokenEvent
-from decodekit.spec import CacheSpec
+from decodekit.spec import CacheSpec, ModelSpec
 from decodekit.storage import device_memory
 from decodekit.text import TextTracker
 from decodekit.threads import decode_threads, threads
@@ -131,14 +131,14 @@ class Decoding:
         impl = getattr(factory, "impl", None)
         needed = self.P + self.request.max_new_tokens
         if impl is not None and not evicts(impl):  # keeps every token: check before allocating any
-            self._check_reach(spec.max_positions, needed, None)
+            self._check_reach(spec, needed, None)
         kv = factory(
             CacheSpec.for_model(spec, batch_size=batch_size, capacity=total, dtype=self.dtype, device=self.device)
         )
         for need in needs:
             if (error := capability_error(kv, need, self.strategy)) is not None:
                 raise error
-        self._check_reach(spec.max_positions, needed, kv)
+        self._check_reach(spec, needed, kv)
         if evicts(kv) and spec.rope_base is None and needed > spec.max_positions:
             raise ContextLengthError(
                 f"prompt + max_new_tokens = {needed} tokens exceeds the model's context of {spec.max_positions} "
@@ -147,8 +147,9 @@ class Decoding:
             )
         return kv
 
-    def _check_reach(self, max_positions: int, total: int, kv: KVCache | None) -> None:
+    def _check_reach(self, spec: ModelSpec, total: int, kv: KVCache | None) -> None:
         """The widest query-key distance the whole decode presents must be one the model knows."""
+        max_positions = spec.max_positions
         if kv is not None and evicts(kv):
             reach = kv.reach(total)  # type: ignore[attr-defined]
             if reach > max_positions:
@@ -160,8 +161,8 @@ class Decoding:
             none = ", or cache='none', which crops the context" if self._recompute else ""
             raise ContextLengthError(
                 f"prompt of {self.P} tokens + max_new_tokens={self.request.max_new_tokens} = {total} tokens exceeds "
-                f"the model's context of {max_positions} positions; shorten the prompt, lower max_new_tokens, or use "
-                f"a cache that evicts (cache='window(size=\"auto\")'){none}"
+                f"the model's context of {max_positions} positions; shorten the prompt, lower max_new_tokens"
+                f"{_evicting_hint(spec)}{none}"
             )
 
     # -- the model ------------------------------------------------------------------------
@@ -368,6 +369,14 @@ class Decoding:
             stopped_by=[out.stopped_by for out in outs],
             **self.extras,
         )
+
+
+def _evicting_hint(spec: ModelSpec) -> str:
+    """The evicting cache that takes this model past its context, if one can: only rotary keys can move."""
+    if spec.rope_base is None:
+        return ""  # absolute positions: an evicting cache is refused too (open_cache)
+    size = '"auto"' if spec.attention_windows is not None or spec.calibration is not None else "N"
+    return f", or use a cache that evicts (cache='window(size={size})')"
 
 
 def sample_steps(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 __all__ = [
     "CacheCapacityError",
     "ChainSpecError",
@@ -56,3 +59,10 @@ class CompileError(DecodekitError, RuntimeError):
 
     def __str__(self) -> str:
         return f"compile=True: torch.compile failed on {self.what}: {self.reason}; compile=False gives the same tokens"
+
+
+def did_you_mean(name: str, names: Iterable[str]) -> str:
+    """ "; did you mean 'x'?" for the closest of `names` to a mistyped `name`, or "" when none is close."""
+    by_lower = {n.lower(): n for n in names}  # `Top_K` is closest to top_k, not to top_p
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
+    return f"; did you mean {by_lower[close[0]]!r}?" if close else ""

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
-from decodekit.errors import ParameterError
+from decodekit.errors import ParameterError, did_you_mean
 from decodekit.param_types import type_text
 
 __all__ = ["NoParams", "Params", "allowed_values", "validate_params"]
@@ -118,7 +118,9 @@ def validate_params(owner: str, model: type[Params], values: Mapping[str, Any]) 
     if unknown:
         allowed = ", ".join(fields) or "none"
         k = unknown[0]
-        raise ParameterError(f"{owner}: unknown parameter {k}={values[k]!r}; allowed parameters: {allowed}")
+        raise ParameterError(
+            f"{owner}: unknown parameter {k}={values[k]!r}; allowed parameters: {allowed}{did_you_mean(k, fields)}"
+        )
     try:
         return model(**values)
     except ValidationError as exc:

@@ -19,9 +19,9 @@ import pluggy
 
 from decodekit import hookspecs
 from decodekit.chain_string import parse_stage
-from decodekit.errors import ParameterError, PluginError, UnknownNameError
+from decodekit.errors import ParameterError, PluginError, UnknownNameError, did_you_mean
 from decodekit.params import Params, validate_params
-from decodekit.registry import Category, Entry, PluginFailure, PluginInfo, Registry, import_object, make_entry
+from decodekit.registry import Category, Conflict, Entry, PluginFailure, PluginInfo, Registry, import_object, make_entry
 
 if TYPE_CHECKING:
     from decodekit.cache import KVCache
@@ -100,6 +100,9 @@ class _Loader:
         except BaseException as exc:  # e.g. a hook implementation with the wrong arguments
             self.fail(PluginFailure(distribution, version, entry_point, _error(exc)))
             return
+        hooks = [caller.name for caller in self.pm.get_hookcallers(plugin) or []]
+        for problem, hook_name in _hook_problems(plugin, hooks):
+            self.fail(PluginFailure(distribution, version, entry_point, f"PluginError: {problem}", hook_name))
         others = [p for p in self.pm.get_plugins() if p is not plugin]
         for hook_name, category in HOOKS:
             hook = self.pm.subset_hook_caller(hook_name, remove_plugins=others)  # this plugin's alone
@@ -129,6 +132,18 @@ class _Loader:
             self.fail(PluginFailure(info.distribution, info.version, entry_point, _error(exc), hook_name))
             return []
         return list(staged.values())
+
+
+def _hook_problems(plugin: object, hooks: list[str]) -> list[tuple[str, str | None]]:
+    """What would make a plugin register nothing without a word: a hook name misspelt, or a hook not marked."""
+    names = [name for name, _ in HOOKS]
+    problems: list[tuple[str, str | None]] = [
+        (f"unknown hook {h!r}; allowed: {', '.join(names)}{did_you_mean(h, names)}", h) for h in hooks if h not in names
+    ]
+    for name in names:  # a plugin may implement no hook (decodekit-cli is listed, registers nothing)
+        if name not in hooks and callable(getattr(plugin, name, None)):
+            problems.append((f"{name} is not marked @decodekit.hookimpl, so it is never called", name))
+    return problems
 
 
 def _error(exc: BaseException) -> str:
@@ -243,13 +258,23 @@ def register_plugin(plugin: object, name: str | None = None) -> None:
     try:
         registry = _build()
         problems = [f.message() for f in registry.failures if f.distribution == label]
-        problems += [c.message() for c in registry.conflicts if label in c.distributions]
+        problems += [_refused(c, label) for c in registry.conflicts if label in c.distributions]
         if problems:
             raise PluginError("; ".join(problems))
     except PluginError:
         _code_plugins.pop()
         raise
     _install(registry)
+
+
+def _refused(conflict: Conflict, label: str) -> str:
+    """A name an in-code plugin takes from another: the plugin is not kept, so the name stays the other's."""
+    dists, others = conflict.distributions, ",".join(d for d in conflict.distributions if d != label)
+    return (
+        f"{conflict.category} name {conflict.name!r} is registered by {len(dists)} distributions: "
+        f"{' and '.join(dists)}; {label} is not kept, so the name stays {others}'s (use another name, or "
+        f"DECODEKIT_DISABLE_PLUGINS={others} to take it)"
+    )
 
 
 def unregister_plugin(plugin: object) -> None:

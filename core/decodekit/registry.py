@@ -6,15 +6,15 @@ builds the registry from the installed plugins, this module holds what is built 
 
 from __future__ import annotations
 
-import difflib
 import importlib
+import inspect
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, cast
 
-from decodekit.errors import PluginError, UnknownNameError
+from decodekit.errors import PluginError, UnknownNameError, did_you_mean
 from decodekit.params import NoParams, Params
 
 __all__ = [
@@ -81,10 +81,27 @@ class Entry:
                 f"{where}: its class takes {getattr(model, '__name__', model)}, its registration "
                 f"{self.params_model.__name__}; allowed: the same parameter model"
             )
+        if self.category == "sampler" and not isinstance(impl, type) and not _takes_one_argument(impl):
+            called = f"{getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))}"
+            raise PluginError(  # a processor function registered as itself: its TypeError said nothing of why
+                f"{where}: {called} is called as impl(params) "
+                "and returns the stage; allowed: a ProcessorBase or SelectorBase subclass, or a function returning "
+                "one (a processor function (logits, ctx) goes in a dk.Chain as it is, unregistered)"
+            )
         kind = getattr(impl, "kind", None)
         if self.category == "sampler" and isinstance(impl, type) and kind is not None and kind != self.kind:
             raise PluginError(f"{where}: its class is a {kind}, its registration a {self.kind} (kind=)")
         return impl
+
+
+def _takes_one_argument(impl: Any) -> bool:
+    try:
+        inspect.signature(impl).bind(None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): trust it
+        return True
+    return True
 
 
 @dataclass
@@ -168,10 +185,9 @@ class Registry:
             if conflict.category == category and conflict.name == name:
                 raise PluginError(conflict.message())
         names = sorted(self.section(category))
-        close = difflib.get_close_matches(name, names, n=1)
         raise UnknownNameError(
             f"unknown {category} {name!r}; installed: {', '.join(names) or 'none'}"
-            + (f"; did you mean {close[0]!r}?" if close else "")
+            + did_you_mean(name, names)
             + " (no installed plugin distribution registers it)"
         )
 

@@ -127,7 +127,10 @@ def _chain(chain: object) -> Chain:
         return Chain.parse(chain)
     if isinstance(chain, Sequence):
         return Chain.from_spec(chain)
-    raise ParameterError(f"chain={chain!r} is invalid; allowed: a Chain, a chain string, a spec list, or None")
+    raise ParameterError(
+        f"chain={chain!r} is invalid; allowed: a Chain (stage objects: dk.Chain([...])), a chain string, a spec list, "
+        "or None"
+    )
 
 
 def _cache(cache: object) -> CacheFactory | None:

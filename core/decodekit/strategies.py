@@ -15,7 +15,7 @@ from torch import Tensor
 
 from decodekit.chain_string import parse_stage
 from decodekit.engine import Decoding, Policy
-from decodekit.errors import ParameterError
+from decodekit.errors import ParameterError, did_you_mean
 from decodekit.model import Model
 from decodekit.params import Params
 from decodekit.plugins import bind_arguments, get_registry
@@ -136,7 +136,10 @@ def resolve_strategy(strategy: str, own: Mapping[str, Any], what: str = "") -> S
         if key in kwargs:
             raise ParameterError(f"{owner}: parameter {key} given both in {strategy!r} and by keyword")
         if key not in entry.params_model.model_fields:
-            allowed = ", ".join([*entry.params_model.model_fields, *SHARED_OPTIONS])
-            raise ParameterError(f"{owner}: unknown parameter {key}={own[key]!r}; allowed parameters: {allowed}")
+            names = [*entry.params_model.model_fields, *SHARED_OPTIONS]
+            raise ParameterError(
+                f"{owner}: unknown parameter {key}={own[key]!r}; allowed parameters: {', '.join(names)}"
+                + did_you_mean(key, names)
+            )
     params = bind_arguments(owner, entry.params_model, tuple(args), {**kwargs, **own})
     return Strategy(name, entry.load(), params)

@@ -412,11 +412,14 @@ def plugins(
 
 @app.command(
     help="List every registered sampler with its parameters, bounds and defaults, the cache backends "
-    "and the decode strategies; with NAMES, only those samplers."
+    "and the decode strategies; with NAMES, only those."
 )
 def samplers(
     names: Annotated[
-        list[str] | None, typer.Argument(help="Show only these samplers (default: all).", show_default=False)
+        list[str] | None,
+        typer.Argument(
+            help="Show only these samplers, cache backends or strategies (default: all).", show_default=False
+        ),
     ] = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -427,7 +430,7 @@ def samplers(
     if json_output:
         print_json(report)
     else:
-        render_samplers(report)
+        render_samplers(report, every=not names)
 
 
 cache_app = typer.Typer(help="KV-cache tools: calibrate a model's attention windows.", no_args_is_help=True)
@@ -557,7 +560,28 @@ def _usage_message(usage: _UsageError) -> str:
     # message is empty (typer's own handler shows nothing for it either, by the class name).
     if type(usage).__name__ == "NoArgsIsHelpError":
         return f"'{ctx.command_path}' needs a command; allowed: {', '.join(ctx.command.list_commands(ctx))}"
-    return f"{usage.format_message()} (see '{ctx.command_path} --help')"
+    return f"{_bad_value_message(usage) or usage.format_message()} (see '{ctx.command_path} --help')"
+
+
+def _bad_value_message(usage: _UsageError) -> str | None:
+    """An option value typer refused through pydantic: its message gives neither the value nor, for a
+    choice, the close one, and says "Value error, "; None for any other usage error."""
+    from pydantic import ValidationError
+
+    from decodekit.errors import did_you_mean
+
+    cause, param = getattr(usage, "__cause__", None), getattr(usage, "param", None)
+    opts: list[str] = getattr(param, "opts", None) or []
+    if not isinstance(cause, ValidationError) or not opts:
+        return None
+    error = cause.errors()[0]
+    value, message = str(error.get("input")), error["msg"].removeprefix("Value error, ").rstrip(".")
+    choices = getattr(getattr(param, "type_descriptor", None), "annotation", None)  # the option's Enum, if any
+    if isinstance(choices, type) and issubclass(choices, Enum):
+        message += did_you_mean(value, [c.value for c in choices])
+    shown = "" if repr(value) in message else f"{value!r}: "
+    option = " / ".join(repr(o) for o in opts)  # "'--seed' / '-s'", as click names it
+    return f"Invalid value for {option}: {shown}{message}"
 
 
 def _quiet_after_broken_pipe() -> int:

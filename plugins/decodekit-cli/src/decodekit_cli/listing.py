@@ -7,7 +7,7 @@ kind may import its module when the plugin did not declare it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -18,12 +18,14 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from decodekit.errors import PluginError
+from decodekit.errors import PluginError, UnknownNameError, did_you_mean
 from decodekit.param_types import constraints, interval_text, type_text
 from decodekit.params import Params, allowed_values
 from decodekit.plugins import get_registry, sampler_entry
 from decodekit.registry import CATEGORIES, Entry, Registry
+from decodekit_cli.catalogue import STANDARD_PLUGINS
 from decodekit_cli.console import stdout_console
+from decodekit_cli.options import install_hint
 
 __all__ = ["bounds_text", "check_imports", "plugins_report", "render_plugins", "render_samplers", "samplers_report"]
 
@@ -108,13 +110,18 @@ def _kind(entry: Entry) -> tuple[str | None, str | None]:
 
 
 def samplers_report(names: Sequence[str] = ()) -> dict[str, Any]:
-    """Every registered sampler (or those named) with its parameters, every cache backend and strategy."""
+    """Every registered sampler, cache backend and strategy with its parameters, or only those named."""
     registry = get_registry()
     names = list(dict.fromkeys(names))  # a name given twice is listed once, where it first appears
     for name in names:
-        sampler_entry(name)  # an unknown name: UnknownNameError, with the installed ones
+        if name not in registry.caches and name not in registry.strategies:
+            _check_sampler(name, registry)
+
+    def chosen(section: Mapping[str, Entry]) -> list[str]:
+        return [n for n in names if n in section] if names else sorted(section)
+
     samplers = []
-    for name in names or sorted(registry.samplers):
+    for name in chosen(registry.samplers):
         entry = registry.samplers[name]
         kind, error = _kind(entry)
         item: dict[str, Any] = {
@@ -130,9 +137,23 @@ def samplers_report(names: Sequence[str] = ()) -> dict[str, Any]:
         samplers.append(item)
     return {
         "samplers": samplers,
-        "cache_backends": [] if names else _entries(registry.caches.values()),
-        "strategies": [] if names else _entries(registry.strategies.values()),
+        "cache_backends": _entries(registry.caches[n] for n in chosen(registry.caches)),
+        "strategies": _entries(registry.strategies[n] for n in chosen(registry.strategies)),
     }
+
+
+def _check_sampler(name: str, registry: Registry) -> None:
+    """A name two plugins register is a PluginError; an unknown one lists every installed name."""
+    try:
+        sampler_entry(name)
+    except UnknownNameError:
+        if name in STANDARD_PLUGINS:  # a standard name, not installed: how to install it, not a close name
+            raise UnknownNameError(f"{name!r} is not installed; {install_hint([STANDARD_PLUGINS[name]])}") from None
+        known = [*registry.samplers, *registry.caches, *registry.strategies]
+        raise UnknownNameError(
+            f"unknown name {name!r}; allowed: a sampler, cache backend or strategy, as `decodekit samplers` lists "
+            f"them{did_you_mean(name, known)}"
+        ) from None
 
 
 def _entries(entries: Iterable[Entry]) -> list[dict[str, Any]]:
@@ -144,7 +165,7 @@ def _entries(entries: Iterable[Entry]) -> list[dict[str, Any]]:
             "version": e.version,
             "params": _params_report(e.params_model),
         }
-        for e in sorted(entries, key=lambda e: e.name)
+        for e in entries
     ]
 
 
@@ -238,20 +259,20 @@ def _header(item: dict[str, Any], kind: str = "") -> Text:
     return Text.assemble((item["name"], "bold cyan"), "  " + " · ".join(filter(None, [kind, where])))
 
 
-def render_samplers(report: dict[str, Any]) -> None:
-    """One block per sampler, then per cache backend and per decode strategy."""
+def render_samplers(report: dict[str, Any], every: bool = True) -> None:
+    """One block per sampler, then per cache backend and per decode strategy: those in the report, under
+    a title each; `every` (no names asked for) adds the cache backend `none`, which no plugin registers."""
     console = stdout_console()
-    console.print(Text("Samplers", style="bold"))
-    for s in report["samplers"]:
-        _render_block(console, _header(s, s["kind"] or f"kind unknown: {s['error']}"), s)
-    if not report["cache_backends"]:
-        return  # only the samplers asked for
     none = {"name": "none", "description": "No cache: recompute the whole context every step", "distribution": ""}
-    for title, items in (
-        ("Cache backends", [none, *report["cache_backends"]]),
+    sections = [
+        ("Samplers", report["samplers"]),
+        ("Cache backends", [none, *report["cache_backends"]] if every else report["cache_backends"]),
         ("Decode strategies", report["strategies"]),
-    ):
-        console.print()
+    ]
+    for i, (title, items) in enumerate((t, items) for t, items in sections if items):
+        if i:
+            console.print()
         console.print(Text(title, style="bold"))
         for item in items:
-            _render_block(console, _header(item), item)
+            kind = (item["kind"] or f"kind unknown: {item['error']}") if title == "Samplers" else None
+            _render_block(console, _header(item, kind or ""), item)

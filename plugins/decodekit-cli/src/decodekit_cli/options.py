@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from decodekit.errors import ChainSpecError, CompileError, ContextLengthError, DecodekitError
+from decodekit.errors import ChainSpecError, CompileError, ContextLengthError, DecodekitError, did_you_mean
 from decodekit.plugins import get_registry, load_model
 from decodekit_cli.catalogue import STANDARD_PLUGINS
 from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
@@ -89,7 +90,14 @@ def build_chain(chain: str | None, flags: Mapping[str, float | int | None]) -> C
     text = chain_text(chain, flags)
     from decodekit.chain import Chain
 
-    return Chain.parse(text)
+    try:
+        return Chain.parse(text)
+    except ChainSpecError as exc:
+        if chain is not None and os.path.isfile(chain):  # `--chain spec.json`: a file where its text goes
+            raise CliError(
+                f'{exc}; {chain!r} is a file, and --chain takes its text: --chain "$(cat {chain})"'
+            ) from None
+        raise
 
 
 def install_hint(distributions: list[str]) -> str:
@@ -156,8 +164,9 @@ def resolve_cache(name: str | None) -> str:
     backend = parse_stage(name, what="--cache").name
     if backend not in caches:
         hint = f"; {install_hint([STANDARD_PLUGINS[backend]])}" if backend in STANDARD_PLUGINS else ""
-        allowed = ", ".join(["none", *sorted(caches)])
-        raise CliError(f"--cache {name!r}: unknown cache backend; allowed: {allowed}{hint}")
+        names = ["none", *sorted(caches)]
+        hint = hint or did_you_mean(backend, names)
+        raise CliError(f"--cache {name!r}: unknown cache backend; allowed: {', '.join(names)}{hint}")
     cache_factory(name)  # checks the parameters before the model loads
     return name
 
@@ -176,7 +185,11 @@ def resolve_strategy(text: str | None) -> str:
         raise CliError(
             f"--strategy {text!r}: unknown strategy; allowed: {allowed}; {install_hint([STANDARD_PLUGINS[name]])}"
         )
-    strategy_params(text)
+    if getattr(strategy_params(text), "num_return_sequences", 1) > 1:  # beam's: the CLI prints one per sample
+        raise CliError(
+            f"--strategy {text!r}: the command line shows one hypothesis per sample, the best; allowed: "
+            "num_return_sequences=1 (every hypothesis: dk.decode(...).sequences)"
+        )
     return text
 
 
@@ -233,11 +246,14 @@ def prompt_rows(prompts: Sequence[str | list[int]]) -> list[str] | list[list[int
 def encode_prompt(model: Any, prompt: str, replace_unknown: bool) -> str | list[int]:
     """The prompt as the model's tokenizer encodes it; `--replace-unknown` passes `errors="replace"`.
 
-    Without a tokenizer the text is handed on unchanged (the library reports it).
+    A model without a tokenizer cannot take one: the library's "pass token ids" has no command-line form.
     """
     tokenizer = getattr(model, "tokenizer", None)
     if tokenizer is None:
-        return prompt
+        raise CliError(
+            "the model has no tokenizer, and the command line takes text prompts; allowed: a model with one "
+            "(hf:DIR: a directory with its tokenizer files), or token ids from Python: dk.generate(model, [[1, 2, 3]])"
+        )
     accepts_errors = "errors" in inspect.signature(tokenizer.encode).parameters
     if replace_unknown and not accepts_errors:
         raise CliError("--replace-unknown: the model's tokenizer has no errors= option; remove the characters")
