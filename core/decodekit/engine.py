@@ -149,20 +149,22 @@ class Decoding:
 
     def _check_reach(self, spec: ModelSpec, total: int, kv: KVCache | None) -> None:
         """The widest query-key distance the whole decode presents must be one the model knows."""
-        max_positions = spec.max_positions
         if kv is not None and evicts(kv):
             reach = kv.reach(total)  # type: ignore[attr-defined]
-            if reach > max_positions:
+            if reach > spec.max_positions:
                 raise ContextLengthError(
                     f"cache {self.request.cache}: a query would attend across {reach} positions, past the model's "
-                    f"context of {max_positions}; allowed: a cache whose window fits the context"
+                    f"context of {spec.max_positions}; allowed: a cache whose window fits the context"
                 )
-        elif total > max_positions:
+        elif total > spec.max_positions:
             none = ", or cache='none', which crops the context" if self._recompute else ""
+            # only rotary keys can move: with absolute positions an evicting cache is refused too (open_cache)
+            size = '"auto"' if spec.attention_windows is not None or spec.calibration is not None else "N"
+            evict = f", or use a cache that evicts (cache='window(size={size})')" if spec.rope_base is not None else ""
             raise ContextLengthError(
                 f"prompt of {self.P} tokens + max_new_tokens={self.request.max_new_tokens} = {total} tokens exceeds "
-                f"the model's context of {max_positions} positions; shorten the prompt, lower max_new_tokens"
-                f"{_evicting_hint(spec)}{none}"
+                f"the model's context of {spec.max_positions} positions; shorten the prompt, lower max_new_tokens"
+                f"{evict}{none}"
             )
 
     # -- the model ------------------------------------------------------------------------
@@ -369,14 +371,6 @@ class Decoding:
             stopped_by=[out.stopped_by for out in outs],
             **self.extras,
         )
-
-
-def _evicting_hint(spec: ModelSpec) -> str:
-    """The evicting cache that takes this model past its context, if one can: only rotary keys can move."""
-    if spec.rope_base is None:
-        return ""  # absolute positions: an evicting cache is refused too (open_cache)
-    size = '"auto"' if spec.attention_windows is not None or spec.calibration is not None else "N"
-    return f", or use a cache that evicts (cache='window(size={size})')"
 
 
 def sample_steps(

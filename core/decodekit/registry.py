@@ -144,12 +144,19 @@ class Conflict:
     name: str
     distributions: list[str]
 
-    def message(self) -> str:
-        dists = " and ".join(self.distributions)
+    def message(self, refused: str | None = None) -> str:
+        """Why the name is unusable; or, `refused` naming an in-code plugin, why that plugin is not kept."""
+        dists = self.distributions
+        said = f"{self.category} name {self.name!r} is registered by {len(dists)} distributions: {' and '.join(dists)}"
+        if refused is not None:  # the registry stays as it was, so the name stays the others'
+            others = ",".join(d for d in dists if d != refused)
+            return (
+                f"{said}; {refused} is not kept, so the name stays {others}'s (use another name, or "
+                f"DECODEKIT_DISABLE_PLUGINS={others} to take it)"
+            )
         return (
-            f"{self.category} name {self.name!r} is registered by {len(self.distributions)} distributions: {dists}; "
-            f"it is unusable until one is chosen: DECODEKIT_DISABLE_PLUGINS={','.join(self.distributions[1:])} "
-            f"keeps {self.distributions[0]}'s (or uninstall all but one)"
+            f"{said}; it is unusable until one is chosen: DECODEKIT_DISABLE_PLUGINS={','.join(dists[1:])} "
+            f"keeps {dists[0]}'s (or uninstall all but one)"
         )
 
 
