@@ -82,11 +82,10 @@ class Entry:
                 f"{self.params_model.__name__}; allowed: the same parameter model"
             )
         if self.category == "sampler" and not isinstance(impl, type) and not _takes_one_argument(impl):
-            called = f"{getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))}"
             raise PluginError(  # a processor function registered as itself: its TypeError said nothing of why
-                f"{where}: {called} is called as impl(params) "
-                "and returns the stage; allowed: a ProcessorBase or SelectorBase subclass, or a function returning "
-                "one (a processor function (logits, ctx) goes in a dk.Chain as it is, unregistered)"
+                f"{where}: {getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))} is called as "
+                "impl(params) and returns the stage; allowed: a ProcessorBase or SelectorBase subclass, or a function "
+                "returning one (a processor function (logits, ctx) goes in a dk.Chain as it is, unregistered)"
             )
         kind = getattr(impl, "kind", None)
         if self.category == "sampler" and isinstance(impl, type) and kind is not None and kind != self.kind:
