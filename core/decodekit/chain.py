@@ -108,9 +108,7 @@ class Chain:
 
     @classmethod
     def _from_stages(cls, stages: list[Any]) -> Chain:
-        selector = None
-        if stages and sampler_entry(stages[-1].name).kind == "selector":
-            selector = stages.pop()
+        selector = stages.pop() if stages and sampler_entry(stages[-1].name).kind == "selector" else None
         for i, s in enumerate(stages):
             if sampler_entry(s.name).kind == "selector":
                 raise ChainSpecError(f"chain: stage {i} ({s!r}) is a selector; only the last stage may be one")

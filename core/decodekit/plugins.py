@@ -64,9 +64,7 @@ def canonical_name(name: str) -> str:
 def _env_names(name: str) -> set[str] | None:
     """A comma-separated list of distribution names (None when the variable is unset)."""
     raw = os.environ.get(name)
-    if raw is None:
-        return None
-    return {canonical_name(n) for n in raw.split(",") if n.strip()}
+    return None if raw is None else {canonical_name(n) for n in raw.split(",") if n.strip()}
 
 
 def _entry_points() -> list[metadata.EntryPoint]:
