@@ -3,6 +3,7 @@ policy runs over any storage: docs/caches.md, "Storage and eviction are separate
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
@@ -133,10 +134,8 @@ def device_memory(device: torch.device | str) -> int | None:
     if device.type == "cuda" and torch.cuda.is_available():
         return int(torch.cuda.get_device_properties(device).total_memory)
     if device.type == "cpu" and hasattr(os, "sysconf"):
-        try:
+        with contextlib.suppress(ValueError, OSError):  # a name this system does not define
             return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-        except (ValueError, OSError):
-            return None
     return None
 
 
