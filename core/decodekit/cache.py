@@ -278,8 +278,7 @@ class PreallocatedKVCache:
         end = self._lengths[layer]
         first = end - positions.shape[1]
         # Every layer of one forward asks the same question: answer it once.
-        memo = self._mask_for
-        if memo is None or memo[0] != first or memo[1] is not positions:
+        if (memo := self._mask_for) is None or memo[0] != first or memo[1] is not positions:
             self._mask = slot_mask(self._slots[:end], positions, first)
             self._mask_for = (first, positions)
         return self._mask

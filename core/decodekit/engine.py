@@ -111,8 +111,7 @@ class Decoding:
         a draft model's, go through this too), else as it is; compiled once per model (a new wrapper compiles anew)."""
         if not self.request.compile:
             return model
-        known = _COMPILED.get(id(model))
-        if known is not None and known[0]() is model:
+        if (known := _COMPILED.get(id(model))) is not None and known[0]() is model:
             return known[1]
         # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
         # unbound size for a repeated-heads (`dense`) cache past 2 layers.
@@ -340,8 +339,7 @@ class Decoding:
                         f"tokens (no stop token, stop string or max_new_tokens={self.request.max_new_tokens})"
                     )
             self._finished = list(self.outputs)
-        missing = [b for b, out in enumerate(self._finished) if out is None]
-        if missing:
+        if missing := [b for b, out in enumerate(self._finished) if out is None]:
             raise PluginError(f"strategy {self.strategy}: returned without a result for prompt {missing[0]}")
         if self.chain.ends_rows:
             self._warn_unfinished()
@@ -415,8 +413,7 @@ def check_rows(owner: str, option: str, value: int, rows: int, columns: int, mod
     """
     per_row = ROW_BYTES + 16 * columns + 8 * model.spec.vocab_size
     device = model_device_dtype(model)[0]
-    memory = device_memory(device)
-    if memory is not None and rows * per_row > memory:
+    if (memory := device_memory(device)) is not None and rows * per_row > memory:
         raise ParameterError(
             f"{owner}: {option}={value} is invalid: its {rows:,} rows of {columns:,} tokens would take at least "
             f"{rows * per_row / 2**30:,.1f} GiB, more than the {memory / 2**30:,.1f} GiB of memory of "

@@ -112,8 +112,7 @@ def allowed_values(name: str, field: FieldInfo) -> str:
 def validate_params(owner: str, model: type[Params], values: Mapping[str, Any]) -> Params:
     """Build `model` from `values`, turning pydantic's report into one clear `ParameterError`."""
     fields = model.model_fields
-    unknown = [k for k in values if k not in fields]
-    if unknown:
+    if unknown := [k for k in values if k not in fields]:
         allowed = ", ".join(fields) or "none"
         k = unknown[0]
         raise ParameterError(

@@ -275,8 +275,7 @@ def registered_name(cls: type) -> str:
     no plugin registers is named after itself, in snake case (`MyShift` -> "my_shift")."""
     names = get_registry().sampler_names
     for klass in cls.__mro__:
-        name = names.get(f"{klass.__module__}:{klass.__qualname__}") or names.get(klass)
-        if name is not None:
+        if (name := names.get(f"{klass.__module__}:{klass.__qualname__}") or names.get(klass)) is not None:
             return name
     return re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
 

@@ -184,8 +184,7 @@ class Registry:
         """The entry `name` of `category`; an unknown or conflicting name is an error saying what to do."""
         if not isinstance(name, str):
             raise UnknownNameError(f"{category} name {name!r} is a {type(name).__name__}; allowed: a string")
-        entry = self.section(category).get(name)
-        if entry is not None:
+        if (entry := self.section(category).get(name)) is not None:
             return entry
         for conflict in self.conflicts:
             if conflict.category == category and conflict.name == name:

@@ -142,8 +142,7 @@ def device_memory(device: torch.device | str) -> int | None:
 def check_memory(owner: str, what: str, nbytes: int, device: torch.device | str) -> None:
     """Refuse, before allocating, a cache of `nbytes` that the device could never hold: a `ParameterError`
     naming `what` (the parameters that asked for it)."""
-    total = device_memory(device)
-    if total is not None and nbytes > total:
+    if (total := device_memory(device)) is not None and nbytes > total:
         raise ParameterError(
             f"{owner}: {what} is invalid: the cache would allocate {nbytes / 2**30:,.1f} GiB, more than the "
             f"{total / 2**30:,.1f} GiB of memory of device {torch.device(device)}; "
