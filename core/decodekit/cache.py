@@ -186,11 +186,10 @@ def capability_error(cache: object, need: str, who: str) -> ParameterError | Non
 
 def capacity_error(cache: str, layer: int, held: int, new: int, capacity: int) -> CacheCapacityError:
     """The refusal of `new` tokens at `layer`, which holds `held`, past `capacity`: one message for every cache."""
-    fed, allowed = (
-        (f"a prompt of {new} tokens", f"a prompt of at most {capacity}")
-        if held == 0
-        else (f"{new} more tokens after {held}", f"at most {capacity - held} more")
-    )
+    if held == 0:
+        fed, allowed = f"a prompt of {new} tokens", f"a prompt of at most {capacity}"
+    else:
+        fed, allowed = f"{new} more tokens after {held}", f"at most {capacity - held} more"
     return CacheCapacityError(
         f"{cache}: layer {layer} got {fed}, past its capacity of {capacity}; allowed: {allowed}, or a cache of a "
         "larger CacheSpec.capacity (the engine sizes it as prompt + max_new_tokens)"
@@ -225,8 +224,7 @@ def cached_attention(
     """
     mask = cache.attention_mask(layer, positions)  # [B, 1 or H, T, S]
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=k.shape[1] != q.shape[1])
-    observe = getattr(cache, "observe", None)
-    if observe is not None:
+    if (observe := getattr(cache, "observe", None)) is not None:
         D = q.shape[-1]
         observe(layer, q if scale is None or scale == D**-0.5 else q * (scale * D**0.5))
     return y
@@ -280,8 +278,7 @@ class PreallocatedKVCache:
         end = self._lengths[layer]
         first = end - positions.shape[1]
         # Every layer of one forward asks the same question: answer it once.
-        memo = self._mask_for
-        if memo is None or memo[0] != first or memo[1] is not positions:
+        if (memo := self._mask_for) is None or memo[0] != first or memo[1] is not positions:
             self._mask = slot_mask(self._slots[:end], positions, first)
             self._mask_for = (first, positions)
         return self._mask

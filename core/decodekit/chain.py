@@ -108,9 +108,7 @@ class Chain:
 
     @classmethod
     def _from_stages(cls, stages: list[Any]) -> Chain:
-        selector = None
-        if stages and sampler_entry(stages[-1].name).kind == "selector":
-            selector = stages.pop()
+        selector = stages.pop() if stages and sampler_entry(stages[-1].name).kind == "selector" else None
         for i, s in enumerate(stages):
             if sampler_entry(s.name).kind == "selector":
                 raise ChainSpecError(f"chain: stage {i} ({s!r}) is a selector; only the last stage may be one")
@@ -353,12 +351,10 @@ def _spec_stage(i: int, item: object) -> Any:
     if isinstance(item, str):
         item = {"name": item}
     allowed = "{'name': str, 'params': {...}}"
-    if callable(item):  # a list of stage objects, as transformers' LogitsProcessorList would be
-        raise ChainSpecError(
-            f"chain spec: stage {i} is {item!r}, a stage object; allowed: {allowed} (stage objects: dk.Chain([...]))"
-        )
     if not isinstance(item, dict) or "name" not in item or set(item) - {"name", "params"}:
-        raise ChainSpecError(f"chain spec: stage {i} is {item!r}; allowed: {allowed}")
+        # a list of stage objects, as transformers' LogitsProcessorList would be, wants dk.Chain
+        obj, wrap = (", a stage object", " (stage objects: dk.Chain([...]))") if callable(item) else ("", "")
+        raise ChainSpecError(f"chain spec: stage {i} is {item!r}{obj}; allowed: {allowed}{wrap}")
     name, params = item["name"], item.get("params") or {}
     if not isinstance(name, str):
         raise ChainSpecError(f"chain spec: stage {i} name is {name!r}; allowed: a string ({allowed})")

@@ -111,8 +111,7 @@ class Decoding:
         a draft model's, go through this too), else as it is; compiled once per model (a new wrapper compiles anew)."""
         if not self.request.compile:
             return model
-        known = _COMPILED.get(id(model))
-        if known is not None and known[0]() is model:
+        if (known := _COMPILED.get(id(model))) is not None and known[0]() is model:
             return known[1]
         # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
         # unbound size for a repeated-heads (`dense`) cache past 2 layers.
@@ -149,20 +148,22 @@ class Decoding:
 
     def _check_reach(self, spec: ModelSpec, total: int, kv: KVCache | None) -> None:
         """The widest query-key distance the whole decode presents must be one the model knows."""
-        max_positions = spec.max_positions
         if kv is not None and evicts(kv):
             reach = kv.reach(total)  # type: ignore[attr-defined]
-            if reach > max_positions:
+            if reach > spec.max_positions:
                 raise ContextLengthError(
                     f"cache {self.request.cache}: a query would attend across {reach} positions, past the model's "
-                    f"context of {max_positions}; allowed: a cache whose window fits the context"
+                    f"context of {spec.max_positions}; allowed: a cache whose window fits the context"
                 )
-        elif total > max_positions:
+        elif total > spec.max_positions:
             none = ", or cache='none', which crops the context" if self._recompute else ""
+            # only rotary keys can move: with absolute positions an evicting cache is refused too (open_cache)
+            size = '"auto"' if spec.attention_windows is not None or spec.calibration is not None else "N"
+            evict = f", or use a cache that evicts (cache='window(size={size})')" if spec.rope_base is not None else ""
             raise ContextLengthError(
                 f"prompt of {self.P} tokens + max_new_tokens={self.request.max_new_tokens} = {total} tokens exceeds "
-                f"the model's context of {max_positions} positions; shorten the prompt, lower max_new_tokens"
-                f"{_evicting_hint(spec)}{none}"
+                f"the model's context of {spec.max_positions} positions; shorten the prompt, lower max_new_tokens"
+                f"{evict}{none}"
             )
 
     # -- the model ------------------------------------------------------------------------
@@ -338,8 +339,7 @@ class Decoding:
                         f"tokens (no stop token, stop string or max_new_tokens={self.request.max_new_tokens})"
                     )
             self._finished = list(self.outputs)
-        missing = [b for b, out in enumerate(self._finished) if out is None]
-        if missing:
+        if missing := [b for b, out in enumerate(self._finished) if out is None]:
             raise PluginError(f"strategy {self.strategy}: returned without a result for prompt {missing[0]}")
         if self.chain.ends_rows:
             self._warn_unfinished()
@@ -369,14 +369,6 @@ class Decoding:
             stopped_by=[out.stopped_by for out in outs],
             **self.extras,
         )
-
-
-def _evicting_hint(spec: ModelSpec) -> str:
-    """The evicting cache that takes this model past its context, if one can: only rotary keys can move."""
-    if spec.rope_base is None:
-        return ""  # absolute positions: an evicting cache is refused too (open_cache)
-    size = '"auto"' if spec.attention_windows is not None or spec.calibration is not None else "N"
-    return f", or use a cache that evicts (cache='window(size={size})')"
 
 
 def sample_steps(
@@ -421,8 +413,7 @@ def check_rows(owner: str, option: str, value: int, rows: int, columns: int, mod
     """
     per_row = ROW_BYTES + 16 * columns + 8 * model.spec.vocab_size
     device = model_device_dtype(model)[0]
-    memory = device_memory(device)
-    if memory is not None and rows * per_row > memory:
+    if (memory := device_memory(device)) is not None and rows * per_row > memory:
         raise ParameterError(
             f"{owner}: {option}={value} is invalid: its {rows:,} rows of {columns:,} tokens would take at least "
             f"{rows * per_row / 2**30:,.1f} GiB, more than the {memory / 2**30:,.1f} GiB of memory of "

@@ -28,8 +28,7 @@ class Model(Protocol):
 
 def model_device_dtype(model: object) -> tuple[torch.device, torch.dtype]:
     """The device and dtype of the model's first parameter (CPU float32 for a parameterless one)."""
-    params = getattr(model, "parameters", None)
-    if callable(params):
+    if callable(params := getattr(model, "parameters", None)):
         for p in params():
             return p.device, p.dtype
     return torch.device("cpu"), torch.float32

@@ -106,16 +106,13 @@ def allowed_values(name: str, field: FieldInfo) -> str:
     type_name = type_text(field.annotation)
     if type_name.endswith(" | None"):
         type_name = f"None, or {type_name[: -len(' | None')]}"
-    if lower or upper:
-        return f"{type_name} {lower}{name}{upper}"
-    return type_name
+    return f"{type_name} {lower}{name}{upper}" if lower or upper else type_name
 
 
 def validate_params(owner: str, model: type[Params], values: Mapping[str, Any]) -> Params:
     """Build `model` from `values`, turning pydantic's report into one clear `ParameterError`."""
     fields = model.model_fields
-    unknown = [k for k in values if k not in fields]
-    if unknown:
+    if unknown := [k for k in values if k not in fields]:
         allowed = ", ".join(fields) or "none"
         k = unknown[0]
         raise ParameterError(

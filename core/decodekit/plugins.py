@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
@@ -21,7 +21,7 @@ from decodekit import hookspecs
 from decodekit.chain_string import parse_stage
 from decodekit.errors import ParameterError, PluginError, UnknownNameError, did_you_mean
 from decodekit.params import Params, validate_params
-from decodekit.registry import Category, Conflict, Entry, PluginFailure, PluginInfo, Registry, import_object, make_entry
+from decodekit.registry import Category, Entry, PluginFailure, PluginInfo, Registry, import_object, make_entry
 
 if TYPE_CHECKING:
     from decodekit.cache import KVCache
@@ -64,9 +64,7 @@ def canonical_name(name: str) -> str:
 def _env_names(name: str) -> set[str] | None:
     """A comma-separated list of distribution names (None when the variable is unset)."""
     raw = os.environ.get(name)
-    if raw is None:
-        return None
-    return {canonical_name(n) for n in raw.split(",") if n.strip()}
+    return None if raw is None else {canonical_name(n) for n in raw.split(",") if n.strip()}
 
 
 def _entry_points() -> list[metadata.EntryPoint]:
@@ -134,16 +132,15 @@ class _Loader:
         return list(staged.values())
 
 
-def _hook_problems(plugin: object, hooks: list[str]) -> list[tuple[str, str | None]]:
+def _hook_problems(plugin: object, hooks: list[str]) -> Iterator[tuple[str, str]]:
     """What would make a plugin register nothing without a word: a hook name misspelt, or a hook not marked."""
     names = [name for name, _ in HOOKS]
-    problems: list[tuple[str, str | None]] = [
-        (f"unknown hook {h!r}; allowed: {', '.join(names)}{did_you_mean(h, names)}", h) for h in hooks if h not in names
-    ]
+    for h in hooks:
+        if h not in names:
+            yield f"unknown hook {h!r}; allowed: {', '.join(names)}{did_you_mean(h, names)}", h
     for name in names:  # a plugin may implement no hook (decodekit-cli is listed, registers nothing)
         if name not in hooks and callable(getattr(plugin, name, None)):
-            problems.append((f"{name} is not marked @decodekit.hookimpl, so it is never called", name))
-    return problems
+            yield f"{name} is not marked @decodekit.hookimpl, so it is never called", name
 
 
 def _error(exc: BaseException) -> str:
@@ -258,23 +255,13 @@ def register_plugin(plugin: object, name: str | None = None) -> None:
     try:
         registry = _build()
         problems = [f.message() for f in registry.failures if f.distribution == label]
-        problems += [_refused(c, label) for c in registry.conflicts if label in c.distributions]
+        problems += [c.message(label) for c in registry.conflicts if label in c.distributions]
         if problems:
             raise PluginError("; ".join(problems))
     except PluginError:
         _code_plugins.pop()
         raise
     _install(registry)
-
-
-def _refused(conflict: Conflict, label: str) -> str:
-    """A name an in-code plugin takes from another: the plugin is not kept, so the name stays the other's."""
-    dists, others = conflict.distributions, ",".join(d for d in conflict.distributions if d != label)
-    return (
-        f"{conflict.category} name {conflict.name!r} is registered by {len(dists)} distributions: "
-        f"{' and '.join(dists)}; {label} is not kept, so the name stays {others}'s (use another name, or "
-        f"DECODEKIT_DISABLE_PLUGINS={others} to take it)"
-    )
 
 
 def unregister_plugin(plugin: object) -> None:
@@ -288,8 +275,7 @@ def registered_name(cls: type) -> str:
     no plugin registers is named after itself, in snake case (`MyShift` -> "my_shift")."""
     names = get_registry().sampler_names
     for klass in cls.__mro__:
-        name = names.get(f"{klass.__module__}:{klass.__qualname__}") or names.get(klass)
-        if name is not None:
+        if (name := names.get(f"{klass.__module__}:{klass.__qualname__}") or names.get(klass)) is not None:
             return name
     return re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
 

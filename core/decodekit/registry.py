@@ -82,11 +82,10 @@ class Entry:
                 f"{self.params_model.__name__}; allowed: the same parameter model"
             )
         if self.category == "sampler" and not isinstance(impl, type) and not _takes_one_argument(impl):
-            called = f"{getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))}"
             raise PluginError(  # a processor function registered as itself: its TypeError said nothing of why
-                f"{where}: {called} is called as impl(params) "
-                "and returns the stage; allowed: a ProcessorBase or SelectorBase subclass, or a function returning "
-                "one (a processor function (logits, ctx) goes in a dk.Chain as it is, unregistered)"
+                f"{where}: {getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))} is called as "
+                "impl(params) and returns the stage; allowed: a ProcessorBase or SelectorBase subclass, or a function "
+                "returning one (a processor function (logits, ctx) goes in a dk.Chain as it is, unregistered)"
             )
         kind = getattr(impl, "kind", None)
         if self.category == "sampler" and isinstance(impl, type) and kind is not None and kind != self.kind:
@@ -144,12 +143,19 @@ class Conflict:
     name: str
     distributions: list[str]
 
-    def message(self) -> str:
-        dists = " and ".join(self.distributions)
+    def message(self, refused: str | None = None) -> str:
+        """Why the name is unusable; or, `refused` naming an in-code plugin, why that plugin is not kept."""
+        dists = self.distributions
+        said = f"{self.category} name {self.name!r} is registered by {len(dists)} distributions: {' and '.join(dists)}"
+        if refused is not None:  # the registry stays as it was, so the name stays the others'
+            others = ",".join(d for d in dists if d != refused)
+            return (
+                f"{said}; {refused} is not kept, so the name stays {others}'s (use another name, or "
+                f"DECODEKIT_DISABLE_PLUGINS={others} to take it)"
+            )
         return (
-            f"{self.category} name {self.name!r} is registered by {len(self.distributions)} distributions: {dists}; "
-            f"it is unusable until one is chosen: DECODEKIT_DISABLE_PLUGINS={','.join(self.distributions[1:])} "
-            f"keeps {self.distributions[0]}'s (or uninstall all but one)"
+            f"{said}; it is unusable until one is chosen: DECODEKIT_DISABLE_PLUGINS={','.join(dists[1:])} "
+            f"keeps {dists[0]}'s (or uninstall all but one)"
         )
 
 
@@ -178,8 +184,7 @@ class Registry:
         """The entry `name` of `category`; an unknown or conflicting name is an error saying what to do."""
         if not isinstance(name, str):
             raise UnknownNameError(f"{category} name {name!r} is a {type(name).__name__}; allowed: a string")
-        entry = self.section(category).get(name)
-        if entry is not None:
+        if (entry := self.section(category).get(name)) is not None:
             return entry
         for conflict in self.conflicts:
             if conflict.category == category and conflict.name == name:

@@ -3,6 +3,7 @@ policy runs over any storage: docs/caches.md, "Storage and eviction are separate
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
@@ -133,18 +134,15 @@ def device_memory(device: torch.device | str) -> int | None:
     if device.type == "cuda" and torch.cuda.is_available():
         return int(torch.cuda.get_device_properties(device).total_memory)
     if device.type == "cpu" and hasattr(os, "sysconf"):
-        try:
+        with contextlib.suppress(ValueError, OSError):  # a name this system does not define
             return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-        except (ValueError, OSError):
-            return None
     return None
 
 
 def check_memory(owner: str, what: str, nbytes: int, device: torch.device | str) -> None:
     """Refuse, before allocating, a cache of `nbytes` that the device could never hold: a `ParameterError`
     naming `what` (the parameters that asked for it)."""
-    total = device_memory(device)
-    if total is not None and nbytes > total:
+    if (total := device_memory(device)) is not None and nbytes > total:
         raise ParameterError(
             f"{owner}: {what} is invalid: the cache would allocate {nbytes / 2**30:,.1f} GiB, more than the "
             f"{total / 2**30:,.1f} GiB of memory of device {torch.device(device)}; "

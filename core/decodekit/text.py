@@ -45,8 +45,7 @@ class TextTracker:
             self.text += window[len(context) :]
             self.prefix, self.read = self.read, len(self.tokens)
         for s in self.stop_strings:
-            i = self.text.find(s, max(0, self.emitted - len(s) + 1))
-            if i >= 0:
+            if (i := self.text.find(s, max(0, self.emitted - len(s) + 1))) >= 0:
                 self.text = self.text[:i]
                 return self._emit(len(self.text)), s
         if final:

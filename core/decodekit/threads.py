@@ -26,8 +26,7 @@ _STARTED_WITH = torch.get_num_threads()
 
 def decode_threads(model: object) -> int | None:
     """The threads to decode `model` on, or None to leave torch's setting (see the module docstring)."""
-    chosen = os.environ.get("DECODEKIT_THREADS", "").strip()
-    if chosen:
+    if chosen := os.environ.get("DECODEKIT_THREADS", "").strip():
         cpus = usable_cpus()
         # ASCII digits only ("²".isdigit()), and few: int() refuses 4,300 digits
         n = int(chosen) if chosen.isascii() and chosen.isdigit() and len(chosen) < 10 else -1
