@@ -39,25 +39,7 @@ def make_gpt2(seed: int = 0, **overrides: Any) -> Any:
     return GPT2LMHeadModel(config).eval()  # type: ignore[no-untyped-call]
 
 
-def make_llama(seed: int = 0) -> Any:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        hidden_size=32,
-        intermediate_size=64,
-        vocab_size=VOCAB,
-        max_position_embeddings=128,
-        bos_token_id=VOCAB - 1,
-        eos_token_id=VOCAB - 1,
-        initializer_range=INIT,
-    )
-    return LlamaForCausalLM(config).eval()  # type: ignore[no-untyped-call]
-
-
-# Architectures beyond GPT-2 and Llama, each a tiny random model built from its config: model_type -> the config
-# fields it needs besides `_TINY` (a multi-head model sets its own heads; GPT-J needs a rotary dimension that fits).
+# What every tiny random model here shares (a multi-head model sets its own heads).
 _TINY: dict[str, Any] = dict(
     num_hidden_layers=2,
     num_attention_heads=4,
@@ -71,6 +53,16 @@ _TINY: dict[str, Any] = dict(
     initializer_range=INIT,
 )
 _GQA = dict(num_key_value_heads=2)
+
+
+def make_llama(seed: int = 0) -> Any:
+    torch.manual_seed(seed)
+    config = LlamaConfig(**(_TINY | _GQA | dict(pad_token_id=None)))  # no padding row: the weights drawn as ever
+    return LlamaForCausalLM(config).eval()  # type: ignore[no-untyped-call]
+
+
+# Architectures beyond GPT-2 and Llama, each a tiny random model built from its config: model_type -> the config
+# fields it needs besides `_TINY` (GPT-J needs a rotary dimension that fits).
 ARCHS: dict[str, dict[str, Any]] = {
     "qwen2": _GQA,
     "qwen3": _GQA | dict(head_dim=8),
