@@ -185,7 +185,8 @@ def test_on_ray_killed_resumed_and_an_actor_killed_equals_local(
     out, hold = tmp_path / "ray.jsonl", tmp_path / "hold"
     hold.touch()  # the first two batches are decoded and written, the others wait
     job = _on_ray(prompts, out, cluster, "--ray-actors", "2", hold=hold)
-    _wait_for_parts(out, job, at_least=2)
+    # One part at least: Ray Data may hand both unheld batches to one actor in one task, which writes one part.
+    _wait_for_parts(out, job, at_least=1)
     job.send_signal(signal.SIGKILL)
     job.communicate(timeout=60)
     old_jobs = _job_ids()  # before the resumed run starts: its actors are the ones of no job here
