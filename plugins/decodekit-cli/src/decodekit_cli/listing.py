@@ -25,7 +25,7 @@ from decodekit.plugins import get_registry, sampler_entry
 from decodekit.registry import CATEGORIES, Entry, Registry
 from decodekit_cli.catalogue import STANDARD_PLUGINS
 from decodekit_cli.console import stdout_console
-from decodekit_cli.options import install_hint
+from decodekit_cli.install_hints import install_hint
 
 __all__ = ["bounds_text", "check_imports", "plugins_report", "render_plugins", "render_samplers", "samplers_report"]
 
