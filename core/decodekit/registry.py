@@ -41,6 +41,10 @@ _MODEL_NAME = (re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z"), "letters, digits, 
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
 ENTRY_POINT_GROUP = "decodekit"
 CORE_DISTRIBUTION = "decodekit"
+NO_ENTRY_POINT = (  # what is wrong with a distribution `without_entry_point` lists, and what to do
+    f"requires decodekit and declares no entry point: a plugin's pyproject.toml needs "
+    f"[project.entry-points.{ENTRY_POINT_GROUP}], then pip install it again"
+)
 _SECTIONS = {"sampler": "samplers", "cache backend": "caches", "model": "models", "strategy": "strategies"}
 _INFO_LISTS = {**_SECTIONS, "cache backend": "cache_backends"}  # PluginInfo's list of each category
 
@@ -223,11 +227,7 @@ class Registry:
         """Plugins whose names the registry lacks: those that failed to load, those without an entry point."""
         failed = ", ".join(dict.fromkeys(f.distribution for f in self.failures))
         said = f"; {failed} failed to load: `decodekit plugins` says why" if failed else ""
-        return said + "".join(
-            f"; {dist} requires decodekit and declares no entry point: a plugin's pyproject.toml needs "
-            f"[project.entry-points.{ENTRY_POINT_GROUP}], then pip install it again"
-            for dist in without_entry_point()
-        )
+        return said + "".join(f"; {dist} {NO_ENTRY_POINT}" for dist in without_entry_point())
 
     def add(self, entries: Iterable[Entry], info: PluginInfo) -> list[Conflict]:
         """Add a hook's entries; a name another distribution holds becomes a conflict (returned)."""
