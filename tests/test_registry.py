@@ -342,7 +342,7 @@ def test_an_unknown_name_names_a_distribution_without_an_entry_point(
     info.mkdir()
     (info / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: decodekit-noentry\nVersion: 0.1.0\nRequires-Dist: decodekit>=0.1\n"
-        "Requires-Dist: pytest; extra == \"test\"\n"
+        'Requires-Dist: pytest; extra == "test"\n'
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
