@@ -32,6 +32,7 @@ __all__ = ["CacheConformance", "check_cache"]
 ROPE_BASE = 10000.0
 SCHEDULE = (6, 1, 1, 3, 1, 1, 1, 1, 2, 1, 1, 7, 1, 1, 1, 1, 1, 1, 1, 1)  # tokens per update: 33 in all
 PAD = 3  # row 1 of the batch is left-padded by this many slots
+LENGTH = "the slots fed per row, the slot the next token goes to (an evicting cache keeps counting)"
 CONFIGS = ((4, 4, torch.float32), (4, 2, torch.float32), (4, 1, torch.float32), (4, 2, torch.float16))
 
 
@@ -161,7 +162,7 @@ def _check_capacity(make: Callable[[CacheSpec], KVCache], spec: CacheSpec) -> in
     refused(capacity + 1, "a prompt past the capacity")
     for T in (half, capacity - half - 1, 1):
         taken(T)
-    assert cache.length == capacity, f"fed {capacity} tokens, the cache's length is {cache.length}"
+    assert cache.length == capacity, f"fed {capacity} tokens, the cache's length is {cache.length}; allowed: {LENGTH}"
     refused(1, "a token past the capacity")
     return capacity
 
@@ -244,7 +245,7 @@ class CacheConformance:
                 )
         assert cache.length == first + T, (
             f"{what}: after {T} tokens fed from slot {first}, cache.length is {cache.length}, not {first + T}; "
-            "allowed: the slots fed per row, the slot the next token goes to (an evicting cache keeps counting)"
+            f"allowed: {LENGTH}"
         )
 
     @staticmethod
