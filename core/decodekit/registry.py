@@ -115,7 +115,7 @@ def without_entry_point() -> list[str]:
     for dist in metadata.distributions():
         needs = {re.split(r"[^\w.-]", r, maxsplit=1)[0].lower() for r in dist.requires or () if "extra" not in r}
         if CORE_DISTRIBUTION in needs and not dist.entry_points.select(group=ENTRY_POINT_GROUP):
-            found.append(dist.metadata["Name"])
+            found.append(dist.name)
     return sorted(set(found))
 
 
