@@ -263,3 +263,21 @@ def test_a_job_smaller_than_the_pool_warns_nothing(cluster: str) -> None:
         records = decodekit_ray.generate(ds, settings, batch_size=8, actors=2).take_all()
     assert [r["line"] for r in records] == [1]
     assert [str(w.message) for w in caught] == []
+
+
+def test_a_model_no_actor_can_load_is_one_line(cluster: str, tmp_path: Path) -> None:
+    """The model loads where the command runs but not on the workers (a checkpoint or plugin only on the
+    head node): the command printed Ray Data's 80-line traceback and "unexpected ActorDiedError"."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "a"}\n{"prompt": "bc"}\n')
+    out = tmp_path / "o.jsonl"
+    args = ["generate", "--input", str(prompts), "--output", str(out), "-m", "batch-test-not-on-ray", "--seed", "0"]
+    r = cli(*args, "--max-new-tokens", "3", "--ray", cluster, DECODEKIT_EXTRA_PLUGINS=PLUGINS)
+    [node] = {n["NodeManagerAddress"] for n in ray.nodes()}
+    assert (r.returncode, r.stderr) == (
+        1,
+        f"decodekit: error: --ray: an actor on node {node} cannot load the model: cannot load model "
+        "'batch-test-not-on-ray': FileNotFoundError: no checkpoint on this node; every node needs the model and "
+        "the plugins the job uses (docs/scale-out.md, 'What every node needs'); 0 records written "
+        "(--resume continues)\n",
+    )
