@@ -58,3 +58,33 @@ def test_allowed_tokens_is_a_constant_prefix_constraint(seed: int, dtype: torch.
     ours = dk.create("allowed_tokens", TOKENS)(x.clone(), dk.DecodeContext(tokens=ids))
     hf = logits_process.PrefixConstrainedLogitsProcessor(lambda batch, sent: TOKENS, num_beams=1)
     assert torch.equal(ours, hf(ids, x.clone()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("generated", [0, 3, 4, 5, 9, 30])
+@pytest.mark.parametrize("factor", [1.6, 1.01, 0.8])
+def test_exponential_decay_matches_transformers(factor: float, generated: int, dtype: torch.dtype) -> None:
+    """HF `exponential_decay_length_penalty=(3, factor)` with `eos_token_id=TOKENS`; prompts of 6 tokens."""
+    prompt, start = 6, 3
+    x, ids = edge_logits(VOCAB, seed=generated, dtype=dtype), history(12, prompt + generated, generated)
+    ours = dk.create("exponential_decay", start, factor, TOKENS)(
+        x.clone(), dk.DecodeContext(tokens=ids, step=generated)
+    )
+    hf = logits_process.ExponentialDecayLengthPenalty((start, factor), TOKENS, prompt)
+    theirs = hf(ids, x.clone())
+    finite = torch.isfinite(theirs)  # float16 rows of 30000 times 1.6**27 overflow there: pinned below
+    assert torch.equal(ours[finite], theirs[finite])
+    assert torch.equal(ours, x) == (generated <= start)
+
+
+def test_exponential_decay_saturates_where_transformers_overflows() -> None:
+    """1.6**200 overflows float32 times a logit of 2: transformers' +inf makes softmax NaN; ours is float32's largest.
+    At 2000 steps transformers' Python pow overflows (OverflowError); ours saturates the same way."""
+    x = torch.tensor([[2.0, -1.0, 0.0, 3.0]])
+    for generated in (200, 2000):
+        out = dk.create("exponential_decay", 0, 1.6, [0, 2])(
+            x.clone(), dk.DecodeContext(tokens=torch.zeros(1, 1, dtype=torch.long), step=generated)
+        )
+        assert out[0].tolist() == [torch.finfo(torch.float32).max, -1.0, 0.0, 3.0]  # a logit of 0 stays 0, as HF
+    hf = logits_process.ExponentialDecayLengthPenalty((0, 1.6), [0, 2], 1)
+    assert torch.isposinf(hf(torch.zeros(1, 201, dtype=torch.long), x.clone())[0, 0])
