@@ -18,6 +18,8 @@ import pytest
 import torch
 from torch import Tensor
 from transformers import (
+    LogitsProcessorList,
+    MinPLogitsWarper,
     RepetitionPenaltyLogitsProcessor,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
@@ -127,3 +129,35 @@ def test_repetition_penalty_ragged_batch_equals_transformers_row_by_row(params: 
             hf, ids = RepetitionPenaltyLogitsProcessor(1.5), r
         assert torch.equal(ours[b : b + 1], hf(ids[None], x[b : b + 1].clone())), b
     assert not torch.equal(ours, x)
+
+
+FAST_CHAINS = {
+    "top_k(20) | min_p(0.1)": lambda: [TopKLogitsWarper(20), MinPLogitsWarper(0.1)],
+    "top_k(20) | temperature(0.7) | min_p(0.2)": lambda: [
+        TopKLogitsWarper(20),
+        TemperatureLogitsWarper(0.7),
+        MinPLogitsWarper(0.2),
+    ],
+    "repetition_penalty(1.3) | top_k(8) | temperature(1.5)": lambda: [
+        RepetitionPenaltyLogitsProcessor(1.3),
+        TopKLogitsWarper(8),
+        TemperatureLogitsWarper(1.5),
+    ],
+}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("chain", FAST_CHAINS)
+def test_chains_on_the_fast_path_equal_transformers_lists(chain: str, seed: int) -> None:
+    """`distribution` takes the candidate fast path (and redoes marked rows densely): the same as `process` and
+    as transformers' processors in the same order, on the edge rows."""
+    x, ids = edge_logits(VOCAB, seed=seed), history(12, seed)
+    theirs = LogitsProcessorList(FAST_CHAINS[chain]())(cast(torch.LongTensor, ids), x.clone())
+    c = dk.Chain.parse(chain)
+    for ours in (
+        c.distribution(x.clone(), dk.DecodeContext(tokens=ids)),
+        c.process(x.clone(), dk.DecodeContext(tokens=ids)),
+    ):
+        removed = torch.isneginf(ours)
+        assert torch.equal(removed, torch.isneginf(theirs))
+        torch.testing.assert_close(ours[~removed], theirs[~removed], rtol=0, atol=0)
