@@ -161,3 +161,15 @@ def test_chains_on_the_fast_path_equal_transformers_lists(chain: str, seed: int)
         removed = torch.isneginf(ours)
         assert torch.equal(removed, torch.isneginf(theirs))
         torch.testing.assert_close(ours[~removed], theirs[~removed], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_top_p_half_precision_transformers_in_its_dtype_differs(dtype: torch.dtype) -> None:
+    """Why top_p's half-precision reference is transformers on the float32 copy: its own cut moves with the dtype."""
+    moved = 0
+    for seed in SEEDS:
+        x, ids = edge_logits(VOCAB, seed=seed, dtype=dtype), history(12, seed)
+        for p in (0.3, 0.5, 0.9):
+            in_dtype, in_float32 = TopPLogitsWarper(p)(ids, x.clone()), TopPLogitsWarper(p)(ids, x.float())
+            moved += int((torch.isneginf(in_dtype) != torch.isneginf(in_float32)).sum())
+    assert moved > 0
