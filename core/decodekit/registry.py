@@ -180,8 +180,9 @@ class Registry:
         """The entries of one category, by name."""
         return cast("dict[str, Entry]", getattr(self, _SECTIONS[category]))
 
-    def lookup(self, category: Category, name: str) -> Entry:
-        """The entry `name` of `category`; an unknown or conflicting name is an error saying what to do."""
+    def lookup(self, category: Category, name: str, also: tuple[str, ...] = ()) -> Entry:
+        """The entry `name` of `category`; an unknown or conflicting name is an error saying what to do,
+        listing and suggesting `also`: values the caller accepts that are not entries (cache="none")."""
         if not isinstance(name, str):
             raise UnknownNameError(f"{category} name {name!r} is a {type(name).__name__}; allowed: a string")
         if (entry := self.section(category).get(name)) is not None:
@@ -192,7 +193,8 @@ class Registry:
         names = sorted(self.section(category))
         raise UnknownNameError(
             f"unknown {category} {name!r}; installed: {', '.join(names) or 'none'}"
-            + did_you_mean(name, names)
+            + (f"; also accepted: {', '.join(also)}" if also else "")
+            + did_you_mean(name, [*names, *also])
             + " (no installed plugin distribution registers it)"
         )
 
