@@ -300,7 +300,7 @@ def bind_arguments(owner: str, model: type[Params], args: tuple[Any, ...], param
     return validate_params(owner, model, params)
 
 
-def given_once(
+def _given_once(
     what: str, text: str, call: StageCall, args: tuple[Any, ...], params: dict[str, Any]
 ) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
     """The name of `call` (parsed from `text`) and its values with the caller's `args` and `params` added;
@@ -318,7 +318,7 @@ def create(name: str, /, *args: Any, **params: Any) -> Any:
     """Build the registered sampler `name`, or one stage in its string form ("top_k(5)", as a cache's
     "window(size=128)"); positional values fill parameters in declared order."""
     if isinstance(name, str):  # a name that is not a string: the lookup says so
-        name, args, params = given_once("sampler", name, parse_stage(name, what="sampler"), args, params)
+        name, args, params = _given_once("sampler", name, parse_stage(name, what="sampler"), args, params)
     entry = sampler_entry(name)
     return entry.load()(bind_arguments(name, entry.params_model, args, params))
 
@@ -351,7 +351,7 @@ def cache_factory(cache: str, /, **params: Any) -> _BoundCache:
     with its parameters validated once: a `(spec) -> KVCache` factory."""
     if not isinstance(cache, str):
         raise ParameterError(f"cache={cache!r} is invalid; allowed: a cache backend name or 'name(args)'")
-    name, args, kwargs = given_once("cache", cache, parse_stage(cache, what="cache"), (), params)
+    name, args, kwargs = _given_once("cache", cache, parse_stage(cache, what="cache"), (), params)
     entry = get_registry().lookup("cache backend", name)
     validated = bind_arguments(f"cache {name}", entry.params_model, args, kwargs)
     return _BoundCache(entry, entry.load(), validated)
@@ -370,7 +370,7 @@ def load_model(name: str, /, **params: Any) -> Any:
     prefix, sep, argument = name.partition(":")
     # A model name holds no "(" or ":", so only a call form needs the parser (it finds where the call ends).
     call, loader_arg = parse_model(name) if "(" in prefix else (StageCall(prefix, [], {}), argument if sep else None)
-    key, args, kwargs = given_once("model", name, call, (), params)
+    key, args, kwargs = _given_once("model", name, call, (), params)
     entry = get_registry().lookup("model", key)
     validated = bind_arguments(f"model {key}", entry.params_model, args, kwargs)
     return entry.load()(loader_arg, validated)
