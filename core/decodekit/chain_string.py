@@ -16,13 +16,14 @@ from typing import Any, NamedTuple
 
 from decodekit.errors import ChainSpecError
 
-__all__ = ["MAX_DEPTH", "StageCall", "parse_chain_string", "parse_model", "parse_stage"]
+__all__ = ["MAX_DEPTH", "MODEL_NAME", "StageCall", "parse_chain_string", "parse_model", "parse_stage"]
 
 MAX_DEPTH = 32
 """The deepest nesting of brackets and signs a value may have."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")  # "tiny-shakespeare": the registry's model names
+MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+"""A model's name: may also hold '-' and '.' ("tiny-shakespeare"), but not ':' (it starts the loader's argument)."""
 # A bare word stands for a string, so a command line needs no inner quotes:
 # `window(size=auto)`, `speculative(draft=tiny-shakespeare-draft, k=4)`.
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*")
@@ -206,7 +207,7 @@ def parse_stage(text: str, what: str) -> StageCall:
 def parse_model(text: str) -> tuple[StageCall, str | None]:
     """`"name(args)"` or `"name(args):argument"`: a model's call, and the text after ':' as it is (None without)."""
     parser = _Parser(text, "model", "name(args):argument")
-    call = parser.stage(_MODEL_NAME)
+    call = parser.stage(MODEL_NAME)
     if parser.peek() == ":":
         return call, text[parser.pos + 1 :]
     if parser.peek():
