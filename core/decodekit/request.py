@@ -134,10 +134,16 @@ def _chain(chain: object) -> Chain:
 
 
 def _cache(cache: object) -> CacheFactory | None:
-    from decodekit.plugins import cache_factory
+    from decodekit.chain_string import parse_stage
+    from decodekit.plugins import cache_factory, get_registry
 
     if isinstance(cache, str):
-        return None if cache == "none" else cache_factory(cache)
+        if cache == "none":
+            return None
+        if (name := parse_stage(cache, what="cache").name) == "none":
+            raise ParameterError(f"cache={cache!r} is invalid: 'none' takes no parameters; allowed: cache='none'")
+        get_registry().lookup("cache backend", name, also=("none",))  # a misspelt name: 'none' is listed too
+        return cache_factory(cache)
     if callable(cache):
         return cache  # type: ignore[return-value]
     raise ParameterError(
