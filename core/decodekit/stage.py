@@ -43,11 +43,8 @@ def densify(c: Candidates, vocab_size: int) -> Tensor:
 
 
 class Stage(Generic[P]):
-    """A named sampler stage with validated parameters.
-
-    Its registration declares the name, kind and description; the class's type argument
-    (`ProcessorBase[TopKParams]`) gives `params_model`. A class used unregistered may set both as attributes.
-    """
+    """A named sampler stage with validated parameters: name and kind from its registration, `params_model` from its
+    type argument, `ProcessorBase[TopKParams]` (docs/plugins.md, "The hooks"); an unregistered class may set both."""
 
     params_model: ClassVar[type[Params]] = NoParams
     kind: ClassVar[str]

@@ -39,11 +39,7 @@ class Strategy:
 
 
 def decode(model: Model, prompts: Prompts, *, strategy: str = "sample", **options: Any) -> Generation:
-    """Decode with the registered strategy `strategy`, e.g. "sample", "beam" or "beam(num_beams=4)".
-
-    Shared options (`DecodeOptions`) are checked as `dk.generate` checks them; the others against the
-    strategy's parameters, which may also be given in the string form.
-    """
+    """Decode with the registered strategy `strategy` ("sample", "beam(num_beams=4)", ...); options: `dk.stream`'s."""
     return run_decode(model, prompts, strategy, options)
 
 
