@@ -34,9 +34,6 @@ def stream(model: Model, prompts: Prompts, *, strategy: str = "sample", **option
 
 
 def generate(model: Model, prompts: Prompts, **options: Unpack[DecodeOptions]) -> Generation:
-    """Generate up to `max_new_tokens` per row; the options are `stream`'s (`DecodeOptions`).
-
-    A model of fewer than 20M parameters on the CPU decodes on one torch thread unless you chose
-    another count (`decodekit.threads` says how, and why it is several times faster).
-    """
+    """Generate up to `max_new_tokens` per row; the options are `stream`'s (`DecodeOptions`). A small model on the
+    CPU decodes on one torch thread unless you chose another count (`decodekit.threads`: how, and why)."""
     return run_decode(model, prompts, "sample", options, "generate")

@@ -1,9 +1,5 @@
-"""Base classes for samplers: processors (`[B, V] -> [B, V]`) and selectors (`[B, V] -> [B]`).
-
-Any callable with the right signature can stand in a chain; these bases add a name and validated parameters.
-The optional candidate fast path (`to_candidates`, `on_candidates`, `select_candidates`, each agreeing with
-the dense `__call__` and reading nothing back) is docs/plugins.md's "The candidate fast path (optional)".
-"""
+"""Base classes for samplers, processors (`[B, V] -> [B, V]`) and selectors (`[B, V] -> [B]`): a name and validated
+parameters; their optional candidate fast path is docs/plugins.md's "The candidate fast path (optional)"."""
 
 from __future__ import annotations
 
