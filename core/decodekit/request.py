@@ -54,12 +54,9 @@ class DecodeOptions(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class DecodeRequest:
-    """The checked arguments of one decode, as a strategy's policy reads them (`decoding.request`).
-
-    prompts: token ids per row, each an int in [0, vocab_size), no row empty.
-    cache: a factory `(CacheSpec) -> KVCache`, or None to recompute the context every step.
-    stop_tokens: per row, the ids that end it. seed: one int, one per row, or None.
-    """
+    """The checked arguments of one decode, as a strategy's policy reads them (`decoding.request`): `prompts` ids
+    per row (ints in [0, vocab_size), no row empty), `cache` a factory `(CacheSpec) -> KVCache` or None (recompute
+    the context every step), `stop_tokens` the ids that end each row, `seed` one int, one per row, or None."""
 
     model: Any
     prompts: list[list[int]]

@@ -1,8 +1,5 @@
-"""Decode strategies by name: `dk.decode`, `dk.validate`, and the binding of a strategy's options.
-
-A strategy is a policy over the engine (`decodekit.engine`), registered through `register_strategies`:
-the options every strategy shares become the checked `DecodeRequest`, the rest its parameter model.
-"""
+"""Decode strategies by name: `dk.decode`, `dk.validate`, and the binding of a strategy's options into the shared
+`DecodeRequest` and its own parameters (docs/strategies.md, "Adding a strategy from a plugin")."""
 
 from __future__ import annotations
 
