@@ -149,8 +149,7 @@ class Decoding:
     def _check_reach(self, spec: ModelSpec, total: int, kv: KVCache | None) -> None:
         """The widest query-key distance the whole decode presents must be one the model knows."""
         if kv is not None and evicts(kv):
-            reach = kv.reach(total)  # type: ignore[attr-defined]
-            if reach > spec.max_positions:
+            if (reach := kv.reach(total)) > spec.max_positions:  # type: ignore[attr-defined]
                 raise ContextLengthError(
                     f"cache {self.request.cache}: a query would attend across {reach} positions, past the model's "
                     f"context of {spec.max_positions}; allowed: a cache whose window fits the context"
