@@ -94,11 +94,10 @@ class Decoding:
         self.kv = self.open_cache(self.model, len(self.rows), self.total, needs)
         self.buf, self.positions = left_pad(self.rows, columns, self.device)
         self.width = P
-        seeds = row_seeds(request.seed, len(self.prompts), copies)
         self.ctx = DecodeContext(
             tokens=self.buf[:, :P],
             prompt_lengths=torch.tensor(lens, device=self.device) if len(set(lens)) > 1 else None,
-            generators=row_generators(seeds, len(self.rows), self.device),
+            generators=row_generators(row_seeds(request.seed, len(self.prompts), copies), len(self.rows), self.device),
             tokenizer=request.tokenizer,
             prompt_index=None if copies == 1 else [r // copies for r in range(len(self.rows))],
         )
@@ -257,16 +256,15 @@ class Decoding:
         end by the rules emitted ones do (docs/strategies.md), and must end by one of them."""
         if not 0 <= prompt < len(self.prompts) or self._finished[prompt] is not None:
             raise PluginError(f"strategy {self.strategy}: finished prompt {prompt!r} twice or out of range")
-        request = self.request
         out = self._output(prompt, prompt * self.copies)
         for i, token in enumerate(tokens):
             if out.done:
                 break
-            self._push(out, token, None if logprobs is None or request.logprobs is None else logprobs[i], prompt)
+            self._push(out, token, None if logprobs is None or self.request.logprobs is None else logprobs[i], prompt)
         if not out.done:
             raise PluginError(
                 f"strategy {self.strategy}: prompt {prompt} ended after {len(out.tokens)} tokens, without a stop "
-                f"token, a stop string or max_new_tokens={request.max_new_tokens}"
+                f"token, a stop string or max_new_tokens={self.request.max_new_tokens}"
             )
         self._finished[prompt] = out
 
@@ -358,13 +356,12 @@ class Decoding:
     def generation(self) -> Generation:
         """The result, once `run` is over."""
         outs = [out for out in self._finished if out is not None]
-        request = self.request
         return self.result_type(
             tokens=[out.tokens for out in outs],
             finish_reasons=[out.finish_reason or "length" for out in outs],
             prompt_tokens=self.prompts,
-            text=None if request.tokenizer is None else [out.text or "" for out in outs],
-            logprobs=None if request.logprobs is None else [out.logprobs for out in outs],
+            text=None if self.request.tokenizer is None else [out.text or "" for out in outs],
+            logprobs=None if self.request.logprobs is None else [out.logprobs for out in outs],
             stopped_by=[out.stopped_by for out in outs],
             **self.extras,
         )
