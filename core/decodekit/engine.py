@@ -46,12 +46,9 @@ _COMPILED: dict[int, tuple[weakref.ref[Any], Callable[..., Tensor]]] = {}
 
 
 class Decoding:
-    """One decode of a batch of prompts, driven by a strategy's policy (docs/strategies.md).
-
-    Rows: `copies` rows per prompt (row `r` serves prompt `r // copies`), left-padded to a common
-    width `P` in `buf` `[R, P + new]`; `width` columns are filled, every row's last token in column
-    `width - 1`. `ctx` is the chain's view of them; `outputs[r]` what row `r` has emitted.
-    """
+    """One decode of a batch of prompts, driven by a strategy's policy (its members: docs/strategies.md). The rows
+    are left-padded to a common width `P` in `buf` `[R, P + new]`; `width` columns are filled, every row's last
+    token in column `width - 1`."""
 
     def __init__(self, request: DecodeRequest, strategy: str = "sample", *, events: bool = True) -> None:
         self.request = request
