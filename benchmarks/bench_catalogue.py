@@ -59,6 +59,8 @@ SAMPLERS: list[tuple[str, str]] = [
     ("bad_words([[13, 198], [464, 3290, 318], [50256]])", ""),
     ("allowed_tokens(list(range(0, 50257, 7)))", ""),
     ("min_new_tokens(1000, [50256])", ""),
+    ("exponential_decay(100, 1.01, [50256, 13])", ""),
+    ("frequency_penalty(0.5, include_prompt=True)", ""),
 ]
 
 

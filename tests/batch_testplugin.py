@@ -2,6 +2,8 @@
 
 - `batch-test-unloadable`: a model whose loader fails, so a check that must come before the model
   loads shows its own error, not the loader's.
+- `batch-test-not-on-ray`: `cli-test-gpt`, but its loader fails inside a Ray worker, as a model
+  whose checkpoint or plugin a cluster's other nodes lack.
 - `fail_on(token=T)`: a processor that raises `NumericsError` while decoding whenever a row's
   prompt holds token T (not 0, the padding); a batch holding such a row fails as a whole, which
   is what the job's one-row-at-a-time retry has to undo. Where $DECODEKIT_TEST_HOLD names a file,
@@ -16,6 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import cli_testplugin
 from cli_testplugin import ALPHABET
 from pydantic import Field
 
@@ -28,14 +31,24 @@ if TYPE_CHECKING:
 
     from decodekit.context import DecodeContext
 
-__all__ = ["HELD", "UNLOADABLE", "FailOn", "FailOnParams", "load_unloadable", "register_models", "register_samplers"]
+__all__ = ["HELD", "NOT_ON_RAY", "UNLOADABLE", "FailOn", "FailOnParams", "load_not_on_ray", "load_unloadable"]
+__all__ += ["register_models", "register_samplers"]
 
 UNLOADABLE = "batch-test-unloadable"
+NOT_ON_RAY = "batch-test-not-on-ray"
 HELD = ALPHABET.index("~")  # cli-test-gpt's token of the prompts that wait at the hold
 
 
 def load_unloadable(argument: str | None = None, params: object = None) -> Any:
     raise RuntimeError("the batch-test model was loaded")
+
+
+def load_not_on_ray(argument: str | None = None, params: object = None) -> Any:
+    import ray
+
+    if ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE:
+        raise FileNotFoundError("no checkpoint on this node")
+    return cli_testplugin.load_model(argument, params)
 
 
 class FailOnParams(Params):
@@ -63,6 +76,7 @@ def _hold() -> None:
 @hookimpl
 def register_models(register: ModelRegistrar) -> None:
     register(UNLOADABLE, f"{__name__}:load_unloadable", description="A model whose loader always fails")
+    register(NOT_ON_RAY, f"{__name__}:load_not_on_ray", description="A model whose loader fails on Ray's workers")
 
 
 @hookimpl

@@ -343,6 +343,7 @@ STANDARD = {
     "bad_words": {"sequences": [[5], [0, 1]]},
     "allowed_tokens": {"tokens": [0, 2, 3]},  # once int(self._ids[-1]) each step
     "min_new_tokens": {"n": 5, "stop_tokens": [0, 4]},  # the same
+    "exponential_decay": {"start": 1, "factor": 1.5, "stop_tokens": [0, 4]},
     "min_p": {"p": 0.1},
     "typical": {"mass": 0.9},
     "epsilon": {"epsilon": 0.01},

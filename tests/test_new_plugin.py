@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -53,10 +54,28 @@ def test_each_kind_installs_and_passes_its_own_tests(
     try:
         dk.reload_plugins()
         assert main(["plugins"]) == 0
+        listed = capsys.readouterr().out
+        # The model's parameters from the command line, in the string form: the model it loads is the
+        # one `dk.load_model` builds with them; an argument it has no use for is refused, not ignored.
+        generate = ["generate", "Hi", "--chain", "sample", "--max-new-tokens", "6", "--seed", "0", "--json"]
+        assert main([*generate, "--model", "my_model(n_layer=1, n_embd=32)"]) == 0
+        record = json.loads(capsys.readouterr().out)
+        model = dk.load_model("my_model", n_layer=1, n_embd=32)
+        assert (
+            record["samples"][0]["tokens"]
+            == dk.generate(model, ["Hi"], max_new_tokens=6, chain="sample", seed=0).tokens[0]
+        )
+        assert (
+            record["samples"][0]["tokens"]
+            != dk.generate(dk.load_model("my_model"), ["Hi"], max_new_tokens=6, chain="sample", seed=0).tokens[0]
+        )
+        assert main([*generate, "--model", "my_model:n_layer=1"]) == 2
+        assert "model my_model: argument 'n_layer=1' is invalid" in capsys.readouterr().err
+        assert main([*generate, "--model", "my_model(n_layer=0)"]) == 2
+        assert "model my_model: n_layer=0 is invalid" in capsys.readouterr().err
     finally:
         monkeypatch.undo()
         dk.reload_plugins()
-    listed = capsys.readouterr().out
     for kind in KINDS:
         assert f"decodekit-my-{kind}" in listed and f"my_{kind}" in listed
 

@@ -188,6 +188,76 @@ def test_cache_backend_parameters_in_every_form(registered: Callable[..., Plugin
     ]
 
 
+def test_a_sampler_takes_one_stage_in_its_string_form_as_a_cache_does() -> None:
+    """`dk.create("top_k(5)")` is `dk.create("top_k", k=5)`, as `create_cache("window(size=128)")` is."""
+    for stage in (dk.create("top_k(5)"), dk.create("top_k(k=5)"), dk.create(" top_k( 5 ) ")):
+        assert type(stage) is type(dk.create("top_k", k=5)) and stage.params == dk.create("top_k", k=5).params
+    assert dk.create("temperature(value=0.5)").params.value == 0.5
+    assert dk.create("greedy").params == dk.create("greedy()").params
+    with pytest.raises(dk.ParameterError, match=r"sampler top_k: parameter k given both in 'top_k\(k=5\)' and by"):
+        dk.create("top_k(k=5)", k=3)
+    with pytest.raises(dk.ParameterError, match=r"sampler top_k: positional values given both in 'top_k\(5\)' and"):
+        dk.create("top_k(5)", 3)
+    with pytest.raises(dk.ParameterError, match="top_k: parameter k given both by position and by name"):
+        dk.create("top_k(5)", k=3)
+    with pytest.raises(dk.ChainSpecError, match=r"expected the end \(one name\(args\), no '\|'\)"):
+        dk.create("top_k(5) | temperature(0.8)")
+    with pytest.raises(dk.UnknownNameError, match="unknown sampler 'topk'.*did you mean 'top_k'"):
+        dk.create("topk(5)")
+
+
+def test_an_unknown_cache_lists_and_suggests_none_which_generate_accepts() -> None:
+    model = tiny_gpt(2)
+    for misspelt in ("nne", "nonee"):
+        with pytest.raises(dk.UnknownNameError) as raised:
+            dk.generate(model, [[1]], max_new_tokens=2, cache=misspelt)
+        message = str(raised.value)
+        assert message.startswith(f"unknown cache backend {misspelt!r}; installed: dense, gqa,")
+        assert "; also accepted: none; did you mean 'none'?" in message
+    with pytest.raises(dk.ParameterError, match=r"cache='none\(1\)' is invalid: 'none' takes no parameters"):
+        dk.generate(model, [[1]], max_new_tokens=2, cache="none(1)")
+    with pytest.raises(dk.UnknownNameError) as raised:  # create_cache builds a cache: 'none' is none there
+        dk.create_cache("nne", dk.CacheSpec(1, 1, 1, 1, 1, 1))
+    assert "none" not in str(raised.value).partition(";")[2]
+
+
+def test_a_model_takes_its_parameters_in_its_string_form_with_or_without_an_argument(
+    registered: Callable[..., Plugin],
+) -> None:
+    """`load_model("name(size=16)")`, as `create_cache("window(size=16)")`: the one string the CLI's
+    --model, Ray's workers and a speculative draft pass on; its argument, if any, after ':'."""
+    loaded: list[tuple[str | None, CappedParams]] = []
+
+    def load(argument: str | None, params: CappedParams) -> str:
+        loaded.append((argument, params))
+        return "model"
+
+    registered("sized", register_models=lambda register: register("tiny-sized.v2", load, CappedParams))
+    for name, params in [
+        ("tiny-sized.v2(size=16, sinks=2)", {}),
+        ("tiny-sized.v2(16, 2)", {}),
+        (" tiny-sized.v2 ( 16 )", {"sinks": 2}),
+        ("tiny-sized.v2", {"size": 16, "sinks": 2}),
+    ]:
+        dk.load_model(name, **params)
+        assert loaded.pop() == (None, CappedParams(size=16, sinks=2))
+    dk.load_model("tiny-sized.v2(size=16, sinks=2):/a(b):c")  # the argument is the loader's, ':' and '(' included
+    assert loaded.pop() == ("/a(b):c", CappedParams(size=16, sinks=2))
+    dk.load_model("tiny-sized.v2:/a(b)", size=3)
+    assert loaded.pop() == ("/a(b)", CappedParams(size=3))
+    dk.load_model("tiny-sized.v2(size=4):")
+    assert loaded.pop() == ("", CappedParams(size=4))
+    with pytest.raises(dk.ParameterError, match=r"model tiny-sized.v2: size=0 is invalid: .*1 <= size <= 1024"):
+        dk.load_model("tiny-sized.v2(size=0)")
+    with pytest.raises(dk.ParameterError, match=r"model tiny-sized.v2: parameter size given both in .* and by keyword"):
+        dk.load_model("tiny-sized.v2(size=4)", size=5)
+    with pytest.raises(dk.ChainSpecError, match=r"model 'tiny-sized.v2\(size=4\)x': at position 21: expected ':' or"):
+        dk.load_model("tiny-sized.v2(size=4)x")
+    with pytest.raises(dk.UnknownNameError, match="unknown model 'tiny-sized'; .*did you mean 'tiny-sized.v2'"):
+        dk.load_model("tiny-sized(size=4)")
+    assert not loaded
+
+
 def test_generate_takes_a_cache_string_a_factory_or_a_partial(registered: Callable[..., Plugin]) -> None:
     registered("capped-plugin", register_cache_backends=_capped)
     model = tiny_gpt(2)

@@ -1,9 +1,5 @@
-"""`Chain`: the logits-processor pipeline, an ordered list of processors plus one selector.
-
-Built in code, from a JSON spec, or from a string such as ``"temperature(0.8) | top_k(50) | sample"``,
-in the user's order. `step` and `distribution` take the candidate fast path (`decodekit.stage`) and
-always give what every stage on the full vocabulary gives (`process`, `trace`).
-"""
+"""`Chain`: the logits-processor pipeline, an ordered list of processors plus one selector, in the user's order;
+its step takes the candidate fast path, and gives what every stage on the full vocabulary gives (docs/concepts.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The one-line string form of chains, cache backends and strategies: `"name(arg, key=value) | name"`.
+"""The one-line string form of chains, cache backends, strategies and models: `"name(arg, key=value) | name"`.
 
 A small recursive-descent parser over Python literal syntax (numbers, strings, True, False,
 None, lists, tuples, dicts, unary signs, bare words as strings; also `inf`, as `repr` writes it, so `-inf` can ban a
@@ -16,12 +16,14 @@ from typing import Any, NamedTuple
 
 from decodekit.errors import ChainSpecError
 
-__all__ = ["MAX_DEPTH", "StageCall", "parse_chain_string", "parse_stage"]
+__all__ = ["MAX_DEPTH", "MODEL_NAME", "StageCall", "parse_chain_string", "parse_model", "parse_stage"]
 
 MAX_DEPTH = 32
 """The deepest nesting of brackets and signs a value may have."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+"""A model's name: may also hold '-' and '.' ("tiny-shakespeare"), but not ':' (it starts the loader's argument)."""
 # A bare word stands for a string, so a command line needs no inner quotes:
 # `window(size=auto)`, `speculative(draft=tiny-shakespeare-draft, k=4)`.
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*")
@@ -64,9 +66,9 @@ class _Parser:
             raise self.error(expected)
         self.pos += 1
 
-    def name(self, expected: str) -> str:
+    def name(self, expected: str, pattern: re.Pattern[str] = _NAME) -> str:
         self.skip_space()
-        match = _NAME.match(self.text, self.pos)
+        match = pattern.match(self.text, self.pos)
         if match is None:
             raise self.error(expected)
         self.pos = match.end()
@@ -81,8 +83,8 @@ class _Parser:
             raise self.error("'|' or the end")
         return stages
 
-    def stage(self) -> StageCall:
-        name = self.name(f"a {self.what} stage name")
+    def stage(self, pattern: re.Pattern[str] = _NAME) -> StageCall:
+        name = self.name(f"a {self.what} stage name", pattern)
         if self.text.startswith("-", self.pos):  # `top-k`: the spelling of vLLM's and HF's flags
             spelled = name + _HYPHENATED.match(self.text, self.pos).group()  # type: ignore[union-attr]
             raise ChainSpecError(
@@ -200,3 +202,14 @@ def parse_stage(text: str, what: str) -> StageCall:
     if parser.peek():
         raise parser.error("the end (one name(args), no '|')")
     return stage
+
+
+def parse_model(text: str) -> tuple[StageCall, str | None]:
+    """`"name(args)"` or `"name(args):argument"`: a model's call, and the text after ':' as it is (None without)."""
+    parser = _Parser(text, "model", "name(args):argument")
+    call = parser.stage(MODEL_NAME)
+    if parser.peek() == ":":
+        return call, text[parser.pos + 1 :]
+    if parser.peek():
+        raise parser.error("':' or the end")
+    return call, None

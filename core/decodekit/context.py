@@ -138,12 +138,8 @@ class DecodeContext:
                 row.uniform_(generator=g)
 
     def state_for(self, stage: Any) -> Any:
-        """The state of a stateful `stage` for this generation.
-
-        The decode loop creates it before the first step with `stage.init_state(ctx)`;
-        a context built by hand gets it from the same call on first use. The context keeps
-        a reference to the stage, so its id cannot be reused by another stage meanwhile.
-        """
+        """The state of a stateful `stage` for this generation, made by `stage.init_state(ctx)` before the first step
+        (or on first use, in a context built by hand). Kept with the stage, so no other stage gets its id meanwhile."""
         entry = self.state.get(id(stage))
         if entry is None or entry[0] is not stage:
             entry = self.state[id(stage)] = (stage, stage.init_state(self))

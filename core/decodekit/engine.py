@@ -46,12 +46,9 @@ _COMPILED: dict[int, tuple[weakref.ref[Any], Callable[..., Tensor]]] = {}
 
 
 class Decoding:
-    """One decode of a batch of prompts, driven by a strategy's policy (docs/strategies.md).
-
-    Rows: `copies` rows per prompt (row `r` serves prompt `r // copies`), left-padded to a common
-    width `P` in `buf` `[R, P + new]`; `width` columns are filled, every row's last token in column
-    `width - 1`. `ctx` is the chain's view of them; `outputs[r]` what row `r` has emitted.
-    """
+    """One decode of a batch of prompts, driven by a strategy's policy (its members: docs/strategies.md). The rows
+    are left-padded to a common width `P` in `buf` `[R, P + new]`; `width` columns are filled, every row's last
+    token in column `width - 1`."""
 
     def __init__(self, request: DecodeRequest, strategy: str = "sample", *, events: bool = True) -> None:
         self.request = request
@@ -94,11 +91,10 @@ class Decoding:
         self.kv = self.open_cache(self.model, len(self.rows), self.total, needs)
         self.buf, self.positions = left_pad(self.rows, columns, self.device)
         self.width = P
-        seeds = row_seeds(request.seed, len(self.prompts), copies)
         self.ctx = DecodeContext(
             tokens=self.buf[:, :P],
             prompt_lengths=torch.tensor(lens, device=self.device) if len(set(lens)) > 1 else None,
-            generators=row_generators(seeds, len(self.rows), self.device),
+            generators=row_generators(row_seeds(request.seed, len(self.prompts), copies), len(self.rows), self.device),
             tokenizer=request.tokenizer,
             prompt_index=None if copies == 1 else [r // copies for r in range(len(self.rows))],
         )
@@ -149,8 +145,7 @@ class Decoding:
     def _check_reach(self, spec: ModelSpec, total: int, kv: KVCache | None) -> None:
         """The widest query-key distance the whole decode presents must be one the model knows."""
         if kv is not None and evicts(kv):
-            reach = kv.reach(total)  # type: ignore[attr-defined]
-            if reach > spec.max_positions:
+            if (reach := kv.reach(total)) > spec.max_positions:  # type: ignore[attr-defined]
                 raise ContextLengthError(
                     f"cache {self.request.cache}: a query would attend across {reach} positions, past the model's "
                     f"context of {spec.max_positions}; allowed: a cache whose window fits the context"
@@ -258,16 +253,15 @@ class Decoding:
         end by the rules emitted ones do (docs/strategies.md), and must end by one of them."""
         if not 0 <= prompt < len(self.prompts) or self._finished[prompt] is not None:
             raise PluginError(f"strategy {self.strategy}: finished prompt {prompt!r} twice or out of range")
-        request = self.request
         out = self._output(prompt, prompt * self.copies)
         for i, token in enumerate(tokens):
             if out.done:
                 break
-            self._push(out, token, None if logprobs is None or request.logprobs is None else logprobs[i], prompt)
+            self._push(out, token, None if logprobs is None or self.request.logprobs is None else logprobs[i], prompt)
         if not out.done:
             raise PluginError(
                 f"strategy {self.strategy}: prompt {prompt} ended after {len(out.tokens)} tokens, without a stop "
-                f"token, a stop string or max_new_tokens={request.max_new_tokens}"
+                f"token, a stop string or max_new_tokens={self.request.max_new_tokens}"
             )
         self._finished[prompt] = out
 
@@ -359,13 +353,12 @@ class Decoding:
     def generation(self) -> Generation:
         """The result, once `run` is over."""
         outs = [out for out in self._finished if out is not None]
-        request = self.request
         return self.result_type(
             tokens=[out.tokens for out in outs],
             finish_reasons=[out.finish_reason or "length" for out in outs],
             prompt_tokens=self.prompts,
-            text=None if request.tokenizer is None else [out.text or "" for out in outs],
-            logprobs=None if request.logprobs is None else [out.logprobs for out in outs],
+            text=None if self.request.tokenizer is None else [out.text or "" for out in outs],
+            logprobs=None if self.request.logprobs is None else [out.logprobs for out in outs],
             stopped_by=[out.stopped_by for out in outs],
             **self.extras,
         )

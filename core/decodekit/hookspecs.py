@@ -44,32 +44,21 @@ class SamplerRegistrar(Protocol):
         *,
         kind: str | None = None,
     ) -> None:
-        """Register one sampler: `impl(params) -> stage` (a `ProcessorBase`/`SelectorBase` subclass is one).
-
-        kind: "processor" (when omitted) or "selector"; a stage class must agree (checked when it is loaded).
-        """
+        """Register one sampler: `impl(params) -> stage` (a `ProcessorBase`/`SelectorBase` subclass is one); `kind`:
+        "processor" (when omitted) or "selector", which a stage class must agree with (checked when it loads)."""
 
 
 CacheRegistrar = Registrar
-"""Cache backends: `impl(spec: CacheSpec, params) -> KVCache`.
-
-`dk.create_cache("window(size=128)", spec)`, `dk.create_cache("window", spec, size=128)` and
-`generate(..., cache="window(size=128)")` validate the parameters once and call it.
-"""
+"""Cache backends: `impl(spec: CacheSpec, params) -> KVCache`, its parameters validated once (docs/concepts.md,
+"KV caches")."""
 
 ModelRegistrar = Registrar
-"""Models: `impl(argument: str | None, params) -> model`.
-
-`dk.load_model("name", **params)` calls `impl(None, params)`; `dk.load_model("name:arg")` calls
-`impl("arg", params)` (e.g. `"hf:/path/to/checkpoint"`).
-"""
+"""Models: `impl(argument: str | None, params) -> model`: `dk.load_model("name", **params)` calls `impl(None, params)`,
+`dk.load_model("name:arg")` `impl("arg", params)` (e.g. `"hf:/path/to/checkpoint"`)."""
 
 StrategyRegistrar = Registrar
-"""Decode strategies: a policy over the engine, `impl(decoding: decodekit.Decoding, params) -> Iterator[None] | None`.
-
-`dk.decode(model, prompts, strategy="name", **options)` checks the options every strategy shares
-(`DecodeOptions`) into `decoding.request` and the others against `params` (docs/strategies.md).
-"""
+"""Decode strategies: a policy over the engine, `impl(decoding: decodekit.Decoding, params) -> Iterator[None] | None`
+(docs/strategies.md, "Adding a strategy from a plugin")."""
 
 
 @hookspec

@@ -26,22 +26,14 @@ def sample_policy(d: Decoding, params: Params) -> Iterator[None]:
 
 
 def stream(model: Model, prompts: Prompts, *, strategy: str = "sample", **options: Any) -> EventStream:
-    """Yield one `TokenEvent` per row per token, as soon as the strategy settles it; once exhausted,
-    the iterator's `result` is the whole `Generation`.
-
-    strategy: a registered decode strategy, e.g. "sample" (the default), "beam(num_beams=4)",
-    "speculative(draft=ngram)"; its own options may also be given by keyword.
-    options: `DecodeOptions` (chain, max_new_tokens, cache, ...: what each means, its default), every one
-    checked before anything runs (`dk.ParameterError` naming it).
-    """
+    """Yield one `TokenEvent` per row per token, as soon as the strategy settles it; once exhausted, the iterator's
+    `result` is the whole `Generation`. strategy: a registered decode strategy ("sample", "beam(num_beams=4)", ...),
+    its own options also by keyword; the others are `DecodeOptions` (docs/concepts.md, "The decode engine")."""
     request, bound = bind(model, prompts, strategy, options, "stream" if strategy == "sample" else "")
     return EventStream(Decoding(request, bound.name, events=True), bound)
 
 
 def generate(model: Model, prompts: Prompts, **options: Unpack[DecodeOptions]) -> Generation:
-    """Generate up to `max_new_tokens` per row; the options are `stream`'s (`DecodeOptions`).
-
-    A model of fewer than 20M parameters on the CPU decodes on one torch thread unless you chose
-    another count (`decodekit.threads` says how, and why it is several times faster).
-    """
+    """Generate up to `max_new_tokens` per row; the options are `stream`'s (`DecodeOptions`). A small model on the
+    CPU decodes on one torch thread unless you chose another count (`decodekit.threads`: how, and why)."""
     return run_decode(model, prompts, "sample", options, "generate")

@@ -21,10 +21,7 @@ _SEQUENCES = (tuple, list, set, frozenset, Sequence)
 
 def constraints(metadata: Iterable[object]) -> list[object]:
     """Flatten pydantic's `FieldInfo` (what `Annotated[int, Field(ge=0)]` carries) into constraints."""
-    out: list[object] = []
-    for m in metadata:
-        out.extend(m.metadata if isinstance(m, FieldInfo) else [m])
-    return out
+    return [c for m in metadata for c in (m.metadata if isinstance(m, FieldInfo) else [m])]
 
 
 def _number(value: object) -> str:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from decodekit import hookspecs
-from decodekit.chain_string import parse_stage
+from decodekit.chain_string import StageCall, parse_model, parse_stage
 from decodekit.errors import ParameterError, PluginError, UnknownNameError, did_you_mean
 from decodekit.params import Params, validate_params
 from decodekit.registry import (
@@ -308,8 +308,25 @@ def bind_arguments(owner: str, model: type[Params], args: tuple[Any, ...], param
     return validate_params(owner, model, params)
 
 
+def _given_once(
+    what: str, text: str, call: StageCall, args: tuple[Any, ...], params: dict[str, Any]
+) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+    """The name of `call` (parsed from `text`) and its values with the caller's `args` and `params` added;
+    a value given in both is an error naming both."""
+    owner = f"{what} {call.name}"
+    if call.args and args:
+        raise ParameterError(f"{owner}: positional values given both in {text!r} and as arguments")
+    for key in params:
+        if key in call.kwargs:
+            raise ParameterError(f"{owner}: parameter {key} given both in {text!r} and by keyword")
+    return call.name, (*call.args, *args), {**call.kwargs, **params}
+
+
 def create(name: str, /, *args: Any, **params: Any) -> Any:
-    """Build the registered sampler `name`; positional values fill parameters in declared order."""
+    """Build the registered sampler `name`, or one stage in its string form ("top_k(5)", as a cache's
+    "window(size=128)"); positional values fill parameters in declared order."""
+    if isinstance(name, str):  # a name that is not a string: the lookup says so
+        name, args, params = _given_once("sampler", name, parse_stage(name, what="sampler"), args, params)
     entry = sampler_entry(name)
     return entry.load()(bind_arguments(name, entry.params_model, args, params))
 
@@ -342,12 +359,9 @@ def cache_factory(cache: str, /, **params: Any) -> _BoundCache:
     with its parameters validated once: a `(spec) -> KVCache` factory."""
     if not isinstance(cache, str):
         raise ParameterError(f"cache={cache!r} is invalid; allowed: a cache backend name or 'name(args)'")
-    name, args, kwargs = parse_stage(cache, what="cache")
-    for key in params:
-        if key in kwargs:
-            raise ParameterError(f"cache {name}: parameter {key} given both in {cache!r} and by keyword")
+    name, args, kwargs = _given_once("cache", cache, parse_stage(cache, what="cache"), (), params)
     entry = get_registry().lookup("cache backend", name)
-    validated = bind_arguments(f"cache {name}", entry.params_model, tuple(args), {**kwargs, **params})
+    validated = bind_arguments(f"cache {name}", entry.params_model, args, kwargs)
     return _BoundCache(entry, entry.load(), validated)
 
 
@@ -357,12 +371,14 @@ def create_cache(cache: str, spec: CacheSpec, /, **params: Any) -> KVCache:
 
 
 def load_model(name: str, /, **params: Any) -> Any:
-    """Load the registered model `name`, or `prefix:argument` (e.g. "hf:/path/to/checkpoint")."""
+    """Load the registered model `name`, with parameters "name(n_layer=3)" (as a cache's "window(size=128)"),
+    and either with an argument for its loader, `name:argument` (e.g. "hf:/path/to/checkpoint")."""
     if not isinstance(name, str):
         raise ParameterError(f"model name {name!r} is invalid; allowed: a registered model name")
-    registry = get_registry()
     prefix, sep, argument = name.partition(":")
-    key = name if name in registry.models or not sep else prefix
-    entry = registry.lookup("model", key)
-    validated = validate_params(f"model {key}", entry.params_model, params)
-    return entry.load()(argument if key != name else None, validated)
+    # A model name holds no "(" or ":", so only a call form needs the parser (it finds where the call ends).
+    call, loader_arg = parse_model(name) if "(" in prefix else (StageCall(prefix, [], {}), argument if sep else None)
+    key, args, kwargs = _given_once("model", name, call, (), params)
+    entry = get_registry().lookup("model", key)
+    validated = bind_arguments(f"model {key}", entry.params_model, args, kwargs)
+    return entry.load()(loader_arg, validated)

@@ -1,8 +1,5 @@
-"""Prompts: text or token ids into checked rows of ids, and rows into one left-padded batch.
-
-Ragged prompts are left-padded and the padding gets negative positions (see
-`decodekit_gpt.gpt.attention_mask`), so every row of a batch decodes as it would alone.
-"""
+"""Prompts: text or token ids into checked rows of ids, and rows into one left-padded batch whose padding has
+negative positions, so every row decodes as it would alone (docs/concepts.md, "Models")."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from functools import cached_property
 from importlib import metadata
 from typing import Any, Literal, cast
 
+from decodekit.chain_string import MODEL_NAME
 from decodekit.errors import PluginError, UnknownNameError, did_you_mean
 from decodekit.params import NoParams, Params
 
@@ -34,10 +35,9 @@ __all__ = [
 Category = Literal["sampler", "cache backend", "model", "strategy"]
 CATEGORIES: tuple[Category, ...] = ("sampler", "cache backend", "model", "strategy")
 
-# Samplers, caches and strategies are named in chain strings, so their names are identifiers;
-# model names may also hold "-" and "." ("tiny-shakespeare"), but not ":" (it starts the argument).
-_IDENTIFIER = (re.compile(r"[A-Za-z_]\w*\Z", re.ASCII), "a Python identifier (letters, digits, '_')")
-_MODEL_NAME = (re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z"), "letters, digits, '_', '-', '.'")
+# Samplers, caches and strategies are named in chain strings, so their names are identifiers; models: MODEL_NAME.
+_IDENTIFIER = (re.compile(r"[A-Za-z_]\w*", re.ASCII), "a Python identifier (letters, digits, '_')")
+_MODEL_NAME = (MODEL_NAME, "letters, digits, '_', '-', '.'")
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
 ENTRY_POINT_GROUP = "decodekit"
 CORE_DISTRIBUTION = "decodekit"
@@ -206,8 +206,9 @@ class Registry:
         """The entries of one category, by name."""
         return cast("dict[str, Entry]", getattr(self, _SECTIONS[category]))
 
-    def lookup(self, category: Category, name: str) -> Entry:
-        """The entry `name` of `category`; an unknown or conflicting name is an error saying what to do."""
+    def lookup(self, category: Category, name: str, also: tuple[str, ...] = ()) -> Entry:
+        """The entry `name` of `category`; an unknown or conflicting name is an error saying what to do,
+        listing and suggesting `also`: values the caller accepts that are not entries (cache="none")."""
         if not isinstance(name, str):
             raise UnknownNameError(f"{category} name {name!r} is a {type(name).__name__}; allowed: a string")
         if (entry := self.section(category).get(name)) is not None:
@@ -218,7 +219,8 @@ class Registry:
         names = sorted(self.section(category))
         raise UnknownNameError(
             f"unknown {category} {name!r}; installed: {', '.join(names) or 'none'}"
-            + did_you_mean(name, names)
+            + (f"; also accepted: {', '.join(also)}" if also else "")
+            + did_you_mean(name, [*names, *also])
             + f" (no installed plugin distribution registers it{self._unregistered})"
         )
 
@@ -265,7 +267,7 @@ def make_entry(
         if not isinstance(name, str):
             raise PluginError(f"name {name!r} is a {type(name).__name__}; allowed: a string")
         pattern, allowed = _MODEL_NAME if category == "model" else _IDENTIFIER
-        if not pattern.match(name):
+        if not pattern.fullmatch(name):
             raise PluginError(f"name {name!r} is invalid; allowed: {allowed}")
         if isinstance(impl, str) and not _IMPORT_PATH.match(impl):
             raise PluginError(f"impl {impl!r} is invalid; allowed: a callable or an import path 'package.module:attr'")

@@ -52,26 +52,11 @@ class DecodeOptions(TypedDict, total=False):
     compile: bool
 
 
-_DEFAULTS: DecodeOptions = {
-    "chain": None,
-    "max_new_tokens": 64,
-    "cache": "dense",
-    "stop_tokens": (),
-    "stop_strings": (),
-    "seed": None,
-    "logprobs": None,
-    "compile": False,
-}
-
-
 @dataclass(frozen=True)
 class DecodeRequest:
-    """The checked arguments of one decode, as a strategy's policy reads them (`decoding.request`).
-
-    prompts: token ids per row, each an int in [0, vocab_size), no row empty.
-    cache: a factory `(CacheSpec) -> KVCache`, or None to recompute the context every step.
-    stop_tokens: per row, the ids that end it. seed: one int, one per row, or None.
-    """
+    """The checked arguments of one decode, as a strategy's policy reads them (`decoding.request`): `prompts` ids
+    per row (ints in [0, vocab_size), no row empty), `cache` a factory `(CacheSpec) -> KVCache` or None (recompute
+    the context every step), `stop_tokens` the ids that end each row, `seed` one int, one per row, or None."""
 
     model: Any
     prompts: list[list[int]]
@@ -134,10 +119,16 @@ def _chain(chain: object) -> Chain:
 
 
 def _cache(cache: object) -> CacheFactory | None:
-    from decodekit.plugins import cache_factory
+    from decodekit.chain_string import parse_stage
+    from decodekit.plugins import cache_factory, get_registry
 
     if isinstance(cache, str):
-        return None if cache == "none" else cache_factory(cache)
+        if cache == "none":
+            return None
+        if (name := parse_stage(cache, what="cache").name) == "none":
+            raise ParameterError(f"cache={cache!r} is invalid: 'none' takes no parameters; allowed: cache='none'")
+        get_registry().lookup("cache backend", name, also=("none",))  # a misspelt name: 'none' is listed too
+        return cache_factory(cache)
     if callable(cache):
         return cache  # type: ignore[return-value]
     raise ParameterError(
@@ -194,25 +185,23 @@ def _logprobs(logprobs: object, vocab_size: int) -> int | None:
 def decode_request(model: Any, prompts: Prompts, /, **options: Unpack[DecodeOptions]) -> DecodeRequest:
     """Check every shared option (`DecodeOptions`) and build the request; an unknown option is refused
     before it, where the strategy's own are told apart (`decodekit.strategies.resolve_strategy`)."""
-    given: dict[str, Any] = {**_DEFAULTS, **options}
     V = _vocab_size(model)
-    max_new = _integer("max_new_tokens", given["max_new_tokens"], lambda n: n >= 0, "an integer >= 0")
+    max_new = _integer("max_new_tokens", options.get("max_new_tokens", 64), lambda n: n >= 0, "an integer >= 0")
     rows = prompt_rows(model, prompts)
-    chain = _chain(given["chain"])
+    chain = _chain(options.get("chain"))
     # A stage taking one value per prompt (a grammar each) checks it has as many here, where every strategy passes.
     for check in (getattr(stage, "check_prompts", None) for stage in (*chain.processors, chain.selector)):
         if callable(check):
             check(len(rows))
-    tokenizer = getattr(model, "tokenizer", None)
     return DecodeRequest(
         model=model,
         prompts=rows,
         chain=chain,
         max_new_tokens=max_new,
-        cache=_cache(given["cache"]),
-        stop_tokens=_stop_tokens(given["stop_tokens"], len(rows), V),
-        stop_strings=_stop_strings(given["stop_strings"], tokenizer),
-        seed=_seed(given["seed"], len(rows)),
-        logprobs=_logprobs(given["logprobs"], V),
-        compile=_flag("compile", given["compile"]),
+        cache=_cache(options.get("cache", "dense")),
+        stop_tokens=_stop_tokens(options.get("stop_tokens", ()), len(rows), V),
+        stop_strings=_stop_strings(options.get("stop_strings", ()), getattr(model, "tokenizer", None)),
+        seed=_seed(options.get("seed"), len(rows)),
+        logprobs=_logprobs(options.get("logprobs"), V),
+        compile=_flag("compile", options.get("compile", False)),
     )

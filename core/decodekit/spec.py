@@ -14,8 +14,7 @@ __all__ = ["CacheSpec", "ModelSpec"]
 
 def _check_shape(owner: str, spec: ModelSpec | CacheSpec, positive: tuple[str, ...]) -> None:
     for name in positive:
-        value = getattr(spec, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not isinstance(value := getattr(spec, name), int) or isinstance(value, bool) or value < 1:
             raise ParameterError(f"{owner}: {name}={value!r} is invalid; allowed: an integer >= 1")
     if spec.n_heads % spec.n_kv_heads != 0:
         raise ParameterError(

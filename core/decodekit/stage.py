@@ -1,9 +1,5 @@
-"""Base classes for samplers: processors (`[B, V] -> [B, V]`) and selectors (`[B, V] -> [B]`).
-
-Any callable with the right signature can stand in a chain; these bases add a name and validated parameters.
-The optional candidate fast path (`to_candidates`, `on_candidates`, `select_candidates`, each agreeing with
-the dense `__call__` and reading nothing back) is docs/plugins.md's "The candidate fast path (optional)".
-"""
+"""Base classes for samplers, processors (`[B, V] -> [B, V]`) and selectors (`[B, V] -> [B]`): a name and validated
+parameters; their optional candidate fast path is docs/plugins.md's "The candidate fast path (optional)"."""
 
 from __future__ import annotations
 
@@ -43,11 +39,8 @@ def densify(c: Candidates, vocab_size: int) -> Tensor:
 
 
 class Stage(Generic[P]):
-    """A named sampler stage with validated parameters.
-
-    Its registration declares the name, kind and description; the class's type argument
-    (`ProcessorBase[TopKParams]`) gives `params_model`. A class used unregistered may set both as attributes.
-    """
+    """A named sampler stage with validated parameters: name and kind from its registration, `params_model` from its
+    type argument, `ProcessorBase[TopKParams]` (docs/plugins.md, "The hooks"); an unregistered class may set both."""
 
     params_model: ClassVar[type[Params]] = NoParams
     kind: ClassVar[str]

@@ -33,24 +33,19 @@ class Storage(Protocol):
     @property
     def nbytes(self) -> int:
         """Exact bytes of every tensor the storage holds."""
-        ...
 
     @property
     def heads(self) -> int:
         """Heads stored per slot (`n_kv_heads`, or `n_heads` for a storage that repeats them)."""
-        ...
 
     def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> None:
         """Store the model's kv-heads `k`, `v` `[B, H_kv, T, D]` in slots `start .. start + T - 1`."""
-        ...
 
     def read(self, layer: int, start: int, stop: int) -> tuple[Tensor, Tensor]:
         """Keys and values of slots `start .. stop - 1`, `[B, heads, stop - start, D]` in `spec.dtype`."""
-        ...
 
     def reorder(self, index: Tensor, stop: int) -> None:
         """Replace row `i` by row `index[i]` in slots `0 .. stop - 1`."""
-        ...
 
 
 @runtime_checkable
@@ -59,7 +54,6 @@ class SlotWritable(Protocol):
 
     def write_at(self, layer: int, index: Tensor, k: Tensor, v: Tensor) -> None:
         """Store `k`, `v` `[B, H_kv, T, D]` in slots `index` `[B, H_kv, T]` (row b, kv-head h: slots index[b, h])."""
-        ...
 
 
 StorageFactory = Callable[[CacheSpec, Sequence[int]], Storage]

@@ -1,8 +1,5 @@
-"""Decode strategies by name: `dk.decode`, `dk.validate`, and the binding of a strategy's options.
-
-A strategy is a policy over the engine (`decodekit.engine`), registered through `register_strategies`:
-the options every strategy shares become the checked `DecodeRequest`, the rest its parameter model.
-"""
+"""Decode strategies by name: `dk.decode`, `dk.validate`, and the binding of a strategy's options into the shared
+`DecodeRequest` and its own parameters (docs/strategies.md, "Adding a strategy from a plugin")."""
 
 from __future__ import annotations
 
@@ -39,11 +36,7 @@ class Strategy:
 
 
 def decode(model: Model, prompts: Prompts, *, strategy: str = "sample", **options: Any) -> Generation:
-    """Decode with the registered strategy `strategy`, e.g. "sample", "beam" or "beam(num_beams=4)".
-
-    Shared options (`DecodeOptions`) are checked as `dk.generate` checks them; the others against the
-    strategy's parameters, which may also be given in the string form.
-    """
+    """Decode with the registered strategy `strategy` ("sample", "beam(num_beams=4)", ...); options: `dk.stream`'s."""
     return run_decode(model, prompts, strategy, options)
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "candidates_from",
     "cases",
     "ctx_for",
+    "edge_logits",
     "random_logits",
     "selector_logits",
     "tolerance",
@@ -78,6 +79,31 @@ def random_logits(
     if n_removed:
         cols = torch.rand(batch_size, vocab_size, generator=g).argsort(-1)[:, :n_removed]
         x.scatter_(1, cols, NEG)
+    return x.to(dtype)
+
+
+def edge_logits(vocab_size: int, *, seed: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Rows `[12, V]` (V >= 16) where a truncation's cut is easy to get wrong, for comparing with a reference.
+
+    Rows: 0-2 continuous at scales 0.5, 2 and 6; 3-4 rounded to 1 and 1/2 (ties at any cut);
+    5 half removed; 6 all equal; 7 a single finite token; 8 three finite tokens, two tied;
+    9 five tied maxima; 10 logits in steps of 1e4 (one-hot probabilities, tied); 11 one far
+    outlier (the rest underflow to p = 0).
+    """
+    g = torch.Generator().manual_seed(seed)
+    V = vocab_size
+    x = torch.randn(12, V, generator=g)
+    x[:3] *= torch.tensor([[0.5], [2.0], [6.0]])
+    x[3] = (x[3] * 2).round()
+    x[4] = (x[4] * 3).round() / 2
+    x[5] = torch.where(torch.rand(V, generator=g) < 0.5, NEG, 2 * x[5])
+    x[6] = 0.0
+    x[7:9] = NEG
+    x[7, 7] = 1.5
+    x[8, [3, 9, 11]] = torch.tensor([0.5, 0.2, 0.2])
+    x[9, torch.randperm(V, generator=g)[:5]] = 4.0
+    x[10] = 1e4 * x[10].round()
+    x[11, 5] = 60.0
     return x.to(dtype)
 
 

@@ -32,3 +32,7 @@ class TestAllowedTokens(_Constraint):
 
 class TestMinNewTokens(_Constraint):
     spec = ("min_new_tokens", {"n": 5, "stop_tokens": [0, 4]})
+
+
+class TestExponentialDecay(_Constraint):
+    spec = ("exponential_decay", {"start": 1, "factor": 1.5, "stop_tokens": [0, 4]})

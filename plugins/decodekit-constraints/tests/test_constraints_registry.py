@@ -12,6 +12,7 @@ CHAINS = {
     "bad_words": ("bad_words([[5], [6, 7]])", {"sequences": ((5,), (6, 7))}),
     "allowed_tokens": ("allowed_tokens([1, 2, 3])", {"tokens": (1, 2, 3)}),
     "min_new_tokens": ("min_new_tokens(8, [50256])", {"n": 8, "stop_tokens": (50256,)}),
+    "exponential_decay": ("exponential_decay(15, 1.6, [50256])", {"start": 15, "factor": 1.6, "stop_tokens": (50256,)}),
 }
 
 
@@ -36,6 +37,8 @@ def test_chain_string_fills_parameters_in_order_and_round_trips(name: str) -> No
         ("allowed_tokens", {"tokens": [-3]}, ["tokens.0=-3", "greater than or equal to 0"]),
         ("min_new_tokens", {"n": -1, "stop_tokens": [2]}, ["n=-1", "0 <= n"]),
         ("min_new_tokens", {"n": 3}, ["missing required parameter stop_tokens"]),
+        ("exponential_decay", {"start": 2, "factor": 0.0, "stop_tokens": [1]}, ["factor=0.0", "greater than 0"]),
+        ("exponential_decay", {"start": -1, "factor": 1.5, "stop_tokens": [1]}, ["start=-1", "0 <= start"]),
         # Nested numbers take numbers only, as parameters do: pydantic alone reads True as 1, "3" as 3.
         ("allowed_tokens", {"tokens": [True]}, ["tokens.0=True", "not a bool"]),
         ("bad_words", {"sequences": [["3"]]}, ["sequences.0.0='3'", "not a bool or a string"]),

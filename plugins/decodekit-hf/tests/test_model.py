@@ -248,8 +248,65 @@ def test_an_evicting_cache_is_refused_where_transformers_masks_a_sliding_window(
         sliding_window=5,
     )
     model = HFModel(MistralForCausalLM(config).eval())  # type: ignore[no-untyped-call]
-    with pytest.raises(dk.ParameterError, match=r"sliding-window layers.*allowed: a cache that keeps every token"):
-        dk.generate(model, [[1, 2, 3]], cache="window(size=8)", max_new_tokens=2)
+    with pytest.raises(dk.ParameterError, match=r"sliding-window layers.*allowed: .*a cache that keeps every token"):
+        dk.generate(model, [[1, 2, 3]], cache="window(size=8)", max_new_tokens=3)  # 6 tokens past a window of 5
+
+
+def _greedy_recomputed(hf: Any, prompt: list[int], n: int) -> list[int]:
+    """transformers' greedy tokens, its forward over the whole text at every step (no cache)."""
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        for _ in range(n):
+            ids = torch.cat([ids, hf(ids).logits[:, -1:].argmax(-1)], 1)
+    return ids[0, len(prompt) :].tolist()
+
+
+def test_an_evicting_cache_serves_a_sliding_window_model_whose_window_covers_the_text() -> None:
+    """Mistral's default sliding_window=4096 refused every evicting cache, though a model attends to the whole
+    of a text no longer than its window: refused only where the text (prompt + max_new_tokens) can pass it."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    config = MistralConfig(
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        hidden_size=32,
+        intermediate_size=64,
+        vocab_size=96,
+        max_position_embeddings=128,
+        sliding_window=40,
+        initializer_range=0.2,
+    )
+    mistral = MistralForCausalLM(config).eval()  # type: ignore[no-untyped-call]
+    model = HFModel(mistral)
+    prompt = PROMPTS[0]  # 10 tokens + 30 new: the whole window
+    want = _greedy_recomputed(mistral, prompt, 30)
+    assert len(set(want)) > 3  # not one token repeated: the caches' agreement means something
+    for cache in ("dense", "window(size=48, sinks=0)", "h2o(budget=48)"):
+        assert dk.generate(model, [prompt], chain="greedy", max_new_tokens=30, cache=cache).tokens == [want]
+    with pytest.raises(dk.ParameterError) as refused:
+        dk.generate(model, [prompt], chain="greedy", max_new_tokens=31, cache="window(size=48)")
+    assert "sliding-window layers (sliding_window=40) mask a text of 41 tokens" in str(refused.value)
+
+
+def test_mpt_context_is_its_max_seq_len() -> None:
+    """MPT keeps its context in `max_seq_len`, where HFModel did not look: it refused MPT outright."""
+    from transformers import MptConfig, MptForCausalLM
+
+    torch.manual_seed(1)  # weights whose greedy text varies (seed 0's repeats one token)
+    config = MptConfig(
+        n_layers=2, n_heads=4, d_model=32, expansion_ratio=2, vocab_size=96, max_seq_len=24, initializer_range=0.5
+    )
+    mpt = MptForCausalLM(config).eval()  # type: ignore[no-untyped-call]
+    model = HFModel(mpt)
+    assert model.spec.max_positions == 24
+    prompt = PROMPTS[0]
+    want = _greedy_recomputed(mpt, prompt, 14)
+    assert len(set(want)) > 3
+    assert dk.generate(model, [prompt], chain="greedy", max_new_tokens=14, cache="gqa").tokens == [want]
+    with pytest.raises(dk.ContextLengthError, match="= 25 tokens exceeds the model's context of 24 positions"):
+        dk.generate(model, [prompt], chain="greedy", max_new_tokens=15, cache="gqa")
 
 
 def test_an_evicting_cache_is_refused_under_another_attention_implementation() -> None:

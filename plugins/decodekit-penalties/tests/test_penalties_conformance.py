@@ -42,3 +42,7 @@ class TestDRYBreakers(TestDRY):
         "dry",
         {"multiplier": 0.8, "base": 2.0, "allowed_length": 1, "last_n": 8, "sequence_breakers": [[0], [3, 4]]},
     )
+
+
+class TestFrequencyPenaltyWithThePrompt(_Penalty):
+    spec = ("frequency_penalty", {"penalty": 0.7, "last_n": 5, "include_prompt": True})

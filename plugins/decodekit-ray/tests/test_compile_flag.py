@@ -19,7 +19,7 @@ import pytest
 import torch
 from decodekit_cli.batch_job import BatchJob
 from decodekit_cli.batch_settings import parsed_chain
-from decodekit_ray.cluster import compile_failures_unlogged
+from decodekit_ray.cluster import actor_failures_unlogged
 from decodekit_ray.decoder import LineDecoder
 from test_cli import MODEL, cli
 
@@ -98,7 +98,7 @@ def test_ray_data_logs_no_compile_error_while_the_job_runs() -> None:
         return logging.LogRecord("ray.data.x", logging.ERROR, __file__, 1, "failed", None, (type(exc), exc, None))
 
     compile_failure, other = record(CompileError("the chain's step", "no")), record(RuntimeError("other"))
-    with compile_failures_unlogged():
+    with actor_failures_unlogged():
         assert [h.filter(compile_failure) for h in handlers] == [False] * len(handlers)
         assert all(h.filter(other) for h in handlers)
         try:  # a record without the exception, logged while it is handled ("Exception occurred in ...")

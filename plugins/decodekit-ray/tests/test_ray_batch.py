@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import time
+import warnings
 from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -249,3 +250,34 @@ def test_generate_over_a_chain_column_of_strings_and_json_specs(
     assert chains == sorted(2 * [(N + 1, "top_k(5) | sample"), (N + 2, "top_k(k=5) | sample")] + [(N + 3, CHAIN)])
     tokens = {json.dumps(json.loads(r["record"])["tokens"]) for r in records if r["line"] < N + 3}
     assert len(tokens) == 1  # the same chain, seed and prompt: the same tokens, whichever way it was written
+
+
+def test_a_job_smaller_than_the_pool_warns_nothing(cluster: str) -> None:
+    """One line on a pool of 2 actors: Ray Data warned that the pool "won't fully utilize the available
+    concurrency" and to configure `override_num_blocks` (the command printed it as its own warning); the
+    pool is now no bigger than the job's batches."""
+    settings = BatchSettings(model=MODEL, chain="top_k(5) | sample", max_new_tokens=4, seed=5, cache="dense")
+    ds = ray.data.from_items([{"line": 1, "prompt": "ROMEO: "}])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records = decodekit_ray.generate(ds, settings, batch_size=8, actors=2).take_all()
+    assert [r["line"] for r in records] == [1]
+    assert [str(w.message) for w in caught] == []
+
+
+def test_a_model_no_actor_can_load_is_one_line(cluster: str, tmp_path: Path) -> None:
+    """The model loads where the command runs but not on the workers (a checkpoint or plugin only on the
+    head node): the command printed Ray Data's 80-line traceback and "unexpected ActorDiedError"."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "a"}\n{"prompt": "bc"}\n')
+    out = tmp_path / "o.jsonl"
+    args = ["generate", "--input", str(prompts), "--output", str(out), "-m", "batch-test-not-on-ray", "--seed", "0"]
+    r = cli(*args, "--max-new-tokens", "3", "--ray", cluster, DECODEKIT_EXTRA_PLUGINS=PLUGINS)
+    [node] = {n["NodeManagerAddress"] for n in ray.nodes()}
+    assert (r.returncode, r.stderr) == (
+        1,
+        f"decodekit: error: --ray: an actor on node {node} cannot load the model: cannot load model "
+        "'batch-test-not-on-ray': FileNotFoundError: no checkpoint on this node; every node needs the model and "
+        "the plugins the job uses (docs/scale-out.md, 'What every node needs'); 0 records written "
+        "(--resume continues)\n",
+    )

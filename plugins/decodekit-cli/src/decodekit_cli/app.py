@@ -103,7 +103,8 @@ ModelOption = Annotated[
     typer.Option(
         "--model",
         "-m",
-        help=f"Registered model name, or prefix:argument (e.g. hf:/path). Default: {DEFAULT_MODEL}.",
+        help=f"Registered model name, or prefix:argument (e.g. hf:/path); parameters in brackets: 'name(n_layer=3)'. "
+        f"Default: {DEFAULT_MODEL}.",
     ),
 ]
 ChainOption = Annotated[

@@ -182,6 +182,7 @@ class $cls(PreallocatedKVCache):
 
 import torch
 
+from decodekit import ParameterError
 from decodekit_gpt.gpt import GPT, GPTConfig
 from $pkg.plugin import ${cls}Params
 
@@ -197,7 +198,13 @@ class ByteTokenizer:
 
 
 def load(argument: str | None = None, params: ${cls}Params | None = None) -> GPT:
-    """`dk.load_model("$name", n_layer=4)`; `dk.load_model("$name:ARG")` passes ARG (e.g. a weights path)."""
+    """`dk.load_model("$name(n_layer=4)")` (`--model "$name(n_layer=4)"`) or `dk.load_model("$name", n_layer=4)`;
+    `"$name:ARG"` would pass ARG (a weights path, say), which this random-init model has no use for."""
+    if argument is not None:  # refused, not ignored: "$name:n_layer=4" must not quietly load the default shape
+        raise ParameterError(
+            f"model $name: argument {argument!r} is invalid; allowed: none (random init: no weights to read); "
+            f"parameters go in brackets: '$name(n_layer=4)'"
+        )
     config = GPTConfig(vocab_size=256, **(params or ${cls}Params()).model_dump())
     with torch.random.fork_rng():
         torch.manual_seed(0)  # the same weights in every process
@@ -316,6 +323,9 @@ def test_loads_by_name_and_generates():
 
 def test_parameters_shape_the_model():
     assert len(dk.load_model("$name", n_layer=1).h) == 1  # h: the transformer blocks
+    assert len(dk.load_model("$name(n_layer=1)").h) == 1  # the form `--model` takes
+    with pytest.raises(dk.ParameterError, match="argument 'n_layer=1' is invalid"):  # refused, not ignored
+        dk.load_model("$name:n_layer=1")
     try:
         dk.load_model("$name", n_layer=0)
     except dk.ParameterError as exc:
@@ -401,7 +411,8 @@ USAGE = {
     "sampler": 'Use it by name: `dk.Chain.parse("$name(20) | temperature(0.8)")`, '
     '`decodekit generate "Hello" --chain "$name(20)"`.',
     "cache": 'Use it by name: `dk.generate(model, prompts, cache="$name")`, `decodekit generate --cache $name`.',
-    "model": 'Use it by name: `dk.load_model("$name")`, `decodekit generate "Hello" --model $name`.',
+    "model": 'Use it by name, parameters in brackets: `dk.load_model("$name(n_layer=4)")`, '
+    '`decodekit generate "Hello" --model "$name(n_layer=4)"`.',
     "strategy": 'Use it by name: `dk.decode(model, prompts, strategy="$name", n=4)`.',
 }
 

@@ -11,6 +11,7 @@ from decodekit.params import Params
 __all__ = [
     "AllowedTokensParams",
     "BadWordsParams",
+    "ExponentialDecayParams",
     "LogitBiasParams",
     "MinNewTokensParams",
     "SequenceBiasParams",
@@ -60,4 +61,14 @@ class AllowedTokensParams(Params):
 
 class MinNewTokensParams(Params):
     n: int = Field(ge=0, description="the stop tokens are removed until n tokens have been generated")
+    stop_tokens: tuple[TokenId, ...] = Field(min_length=1, description="the token ids that end a generation")
+
+
+class ExponentialDecayParams(Params):
+    start: int = Field(
+        ge=0, description="generated tokens before the stop tokens' logits start to grow (HF start_index)"
+    )
+    factor: float = Field(
+        gt=0, allow_inf_nan=False, description="growth per token past start (HF decay_factor; > 1 favours stopping)"
+    )
     stop_tokens: tuple[TokenId, ...] = Field(min_length=1, description="the token ids that end a generation")

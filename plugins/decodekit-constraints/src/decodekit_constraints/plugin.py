@@ -7,6 +7,7 @@ from decodekit.hookspecs import SamplerRegistrar
 from decodekit_constraints.params import (
     AllowedTokensParams,
     BadWordsParams,
+    ExponentialDecayParams,
     LogitBiasParams,
     MinNewTokensParams,
     SequenceBiasParams,
@@ -44,4 +45,10 @@ def register_samplers(register: SamplerRegistrar) -> None:
         "decodekit_constraints.min_new_tokens:MinNewTokens",
         MinNewTokensParams,
         "Remove the stop tokens until n tokens have been generated",
+    )
+    register(
+        "exponential_decay",
+        "decodekit_constraints.exponential_decay:ExponentialDecay",
+        ExponentialDecayParams,
+        "Raise the stop tokens' logits exponentially once `start` tokens have been generated",
     )

@@ -83,11 +83,12 @@ def _rope(config: Any) -> tuple[float | None, str | None]:
 _KEPT = "re-rotating kept keys"
 
 
-def _sliding(config: Any) -> bool:
-    """Whether some layer of the model masks a sliding window (transformers' mask, not the cache's)."""
+def _sliding_window(config: Any) -> int | None:
+    """The window some layer of the model masks (transformers' mask, not the cache's; 0 if unstated), or None."""
+    window = getattr(config, "sliding_window", None)
     if "sliding_attention" in (getattr(config, "layer_types", None) or ()):
-        return True
-    return getattr(config, "sliding_window", None) is not None and bool(getattr(config, "use_sliding_window", True))
+        return int(window or 0)
+    return int(window) if window is not None and bool(getattr(config, "use_sliding_window", True)) else None
 
 
 def _not_served(c: Any) -> str | None:
@@ -108,6 +109,10 @@ def _not_served(c: Any) -> str | None:
     return None
 
 
+# Where a config keeps its context length: most configs, GPT-2's family, MPT's.
+_CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_seq_len")
+
+
 def model_spec(config: Any) -> ModelSpec:
     """The `ModelSpec` of a transformers config (the decoder's, for a composite model)."""
     c = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
@@ -116,10 +121,10 @@ def model_spec(config: Any) -> ModelSpec:
         raise ParameterError(f"HFModel: {type(c).__name__} is not served: {why}")
     n_heads = int(c.num_attention_heads)
     head_dim = int(getattr(c, "head_dim", None) or c.hidden_size // n_heads)
-    max_positions = getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None)
+    max_positions = next((v for name in _CONTEXT_FIELDS if (v := getattr(c, name, None)) is not None), None)
     if max_positions is None:
         raise ParameterError(
-            f"HFModel: {type(c).__name__} has neither max_position_embeddings nor n_positions; "
+            f"HFModel: {type(c).__name__} has none of {', '.join(_CONTEXT_FIELDS)}; "
             "the decode loop needs the model's context length"
         )
     layer_types = getattr(c, "layer_types", None) or ()
@@ -166,7 +171,7 @@ class HFModel(nn.Module):
         config = (
             model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
         )
-        self._sliding = _sliding(config)
+        self._sliding_window = _sliding_window(config)
         self._hf_layers = int(config.num_hidden_layers)  # the cache's layers, and those that share theirs
         self._alibi = bool(getattr(config, "alibi", False))  # Falcon's ALiBi biases ride in the attention mask
         if model.config._attn_implementation in ("sdpa", ATTENTION):
@@ -193,7 +198,7 @@ class HFModel(nn.Module):
         attention = None
         if masks_itself:  # the cache's mask, through the `decodekit` attention function
             assert cache is not None
-            self._check_masks_itself(cache)
+            self._check_masks_itself(cache, input_ids.shape[1])
             attention = CacheAttention(cache, positions)
             positions = positions.clamp(min=0)
         else:
@@ -220,7 +225,7 @@ class HFModel(nn.Module):
         logits: Tensor = out.logits
         return logits[:, -1:] if last_only else logits
 
-    def _check_masks_itself(self, cache: KVCache) -> None:
+    def _check_masks_itself(self, cache: KVCache, new: int) -> None:
         """A cache that evicts or observes needs the `decodekit` attention function and decodekit's mask."""
         name = type(cache).__name__
         if self.hf.config._attn_implementation != ATTENTION:
@@ -235,11 +240,15 @@ class HFModel(nn.Module):
                 "to transformers' attention mask, which decodekit's attention function does not read; allowed: a "
                 "cache that keeps every token (dense, gqa, int8)"
             )
-        if self._sliding:
+        # A text no longer than the model's window is attended whole: its sliding-window layers mask nothing.
+        # The text is the slots the loop will feed (`spec.capacity`), or more where a caller feeds past them.
+        text = max(cache.spec.capacity, cache.length + new)
+        if self._sliding_window is not None and text > self._sliding_window:
             raise ParameterError(
-                f"HFModel: cache {name} evicts or observes attention, and this model's sliding-window layers are "
-                "masked by transformers' rules, which a cache that evicts cannot follow; allowed: a cache that "
-                "keeps every token (dense, gqa, int8)"
+                f"HFModel: cache {name} evicts or observes attention, and this model's sliding-window layers "
+                f"(sliding_window={self._sliding_window}) mask a text of {text} tokens by transformers' rules, which "
+                "a cache that evicts cannot follow; allowed: a text of at most sliding_window tokens (prompt + "
+                "max_new_tokens), or a cache that keeps every token (dense, gqa, int8)"
             )
 
     def _check_attended(self, attention: CacheAttention) -> None:

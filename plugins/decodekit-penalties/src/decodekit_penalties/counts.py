@@ -1,4 +1,4 @@
-"""Token counts over the generated tokens, shared by the frequency and presence penalties."""
+"""Token counts over the generated tokens (or the whole context), shared by the frequency and presence penalties."""
 
 from __future__ import annotations
 
@@ -7,16 +7,23 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from decodekit_penalties.context_window import context_window
+
 if TYPE_CHECKING:
     from decodekit.context import DecodeContext
 
-__all__ = ["generated_window", "token_counts"]
+__all__ = ["counted_tokens", "token_counts"]
 
 
-def generated_window(ctx: DecodeContext, last_n: int | None) -> Tensor:
-    """The generated tokens `[B, n]` the penalty looks at: all of them, or the last `last_n`."""
-    gen = ctx.generated
-    return gen if last_n is None else gen[:, max(0, gen.shape[1] - last_n) :]
+def counted_tokens(ctx: DecodeContext, last_n: int | None, include_prompt: bool) -> Tensor:
+    """The tokens `[B, n]` a penalty counts: the generated ones, or with `include_prompt` the whole context
+    (llama.cpp's penalties window reaches into the prompt); the last `last_n` of them. Padding is -1."""
+    if not include_prompt:
+        gen = ctx.generated
+        return gen if last_n is None else gen[:, max(0, gen.shape[1] - last_n) :]
+    tokens, lengths = context_window(ctx, last_n)
+    padding = torch.arange(tokens.shape[1], device=tokens.device) < (tokens.shape[1] - lengths)[:, None]
+    return tokens.masked_fill(padding, -1)  # -1 counts nowhere (token_counts)
 
 
 def token_counts(tokens: Tensor, vocab_size: int, dtype: torch.dtype) -> Tensor:

@@ -17,6 +17,7 @@ __all__ = ["DRYParams", "FrequencyPenaltyParams", "NoRepeatNGramParams", "Presen
 # A torch.long; ids >= V fail when the vocabulary is known.
 TokenId = Annotated[int, Field(ge=0, lt=2**63)]
 _LAST_N = "only the last n tokens count (None: all of them)"
+_INCLUDE_PROMPT = "True: the prompt's tokens count too (llama.cpp's penalties); False: the generated ones only (vLLM)"
 
 
 class FrequencyPenaltyParams(Params):
@@ -24,6 +25,7 @@ class FrequencyPenaltyParams(Params):
         ge=-2, le=2, allow_inf_nan=False, description="subtracted once per occurrence in the generated tokens"
     )
     last_n: int | None = Field(None, ge=1, description=_LAST_N)
+    include_prompt: bool = Field(False, description=_INCLUDE_PROMPT)
 
 
 class PresencePenaltyParams(Params):
@@ -31,6 +33,7 @@ class PresencePenaltyParams(Params):
         ge=-2, le=2, allow_inf_nan=False, description="subtracted once from every token already generated"
     )
     last_n: int | None = Field(None, ge=1, description=_LAST_N)
+    include_prompt: bool = Field(False, description=_INCLUDE_PROMPT)
 
 
 class NoRepeatNGramParams(Params):

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import ray
 from decodekit_cli.errors import CliError
 
-from decodekit.errors import CompileError, ParameterError
+from decodekit.errors import DecodekitError, ParameterError
 
-__all__ = ["LOCAL", "actor_count", "compile_failures_unlogged", "connect", "job_env", "without_restart_note"]
+__all__ = ["LOCAL", "actor_count", "actor_failures_unlogged", "connect", "job_env", "without_restart_note"]
 
 LOCAL = "local"  # `--ray` without an address: start Ray in this process, or join $RAY_ADDRESS
 
@@ -68,19 +68,19 @@ def actor_count(actors: int | None, actor_cpus: float, actor_gpus: float) -> int
 RESTART_NOTE = b"ray-project/ray/issues/53727"  # the one line `without_restart_note` drops
 
 
-class _NotACompileError(logging.Filter):
-    """Passes a record unless it is about a `CompileError` (its own exception, or the one being handled)."""
+class _NotADecodekitError(logging.Filter):
+    """Passes a record unless it is about a `DecodekitError` (its own exception, or the one being handled)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else sys.exc_info()[1]
-        return not isinstance(exc, CompileError)
+        return not isinstance(exc, DecodekitError)
 
 
 @contextlib.contextmanager
-def compile_failures_unlogged() -> Iterator[None]:
+def actor_failures_unlogged() -> Iterator[None]:
     """Ray Data logs an actor's exception it does not know as its own failure, with the whole traceback; an
-    actor's CompileError (--compile) is the command's to report, in one line, so Ray Data does not log it."""
-    handlers, quiet = logging.getLogger("ray.data").handlers, _NotACompileError()
+    actor's DecodekitError (a CompileError, an ActorSetupError) is the command's to report, in one line."""
+    handlers, quiet = logging.getLogger("ray.data").handlers, _NotADecodekitError()
     for handler in handlers:
         handler.addFilter(quiet)
     try:

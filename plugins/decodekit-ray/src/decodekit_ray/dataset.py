@@ -51,11 +51,13 @@ def generate_lines(
 ) -> ray.data.Dataset:
     """`generate` over raw prompt lines, rows `{"line", "data"}` (`read_prompt_lines`)."""
     blocks = lines.repartition(target_num_rows_per_block=batch_size).materialize()
+    # No more actors than blocks: an actor without one would only load the model (and Ray Data warns).
+    pool = min(actor_count(actors, actor_cpus, actor_gpus), max(1, blocks.num_blocks()))
     records: ray.data.Dataset = blocks.map_batches(
         LineDecoder,
         fn_constructor_kwargs={"settings": settings},
         batch_size=batch_size,
-        compute=ray.data.ActorPoolStrategy(size=actor_count(actors, actor_cpus, actor_gpus)),
+        compute=ray.data.ActorPoolStrategy(size=pool),
         num_cpus=actor_cpus,
         num_gpus=actor_gpus,
         # Ray Data starts an actor pool with max_restarts=-1 and max_task_retries=-1 (Ray 2.51 on):

@@ -15,7 +15,15 @@ from decodekit_cli.batch_settings import BatchSettings
 from decodekit_cli.options import load_named_model
 from decodekit_cli.sampling_options import set_threads
 
-__all__ = ["LineDecoder"]
+from decodekit.errors import DecodekitError
+
+__all__ = ["ActorSetupError", "LineDecoder"]
+
+
+class ActorSetupError(DecodekitError):
+    """An actor could not load the job's model on its node (a path or a plugin missing there). Raised with
+    its first batch: an actor whose constructor fails dies, and reaches the command as `ActorDiedError`
+    with the cause flattened into its message and Ray Data's traceback logged."""
 
 
 class LineDecoder:
@@ -23,10 +31,21 @@ class LineDecoder:
 
     def __init__(self, settings: BatchSettings) -> None:
         self.settings = settings
-        self.model = _on_gpu(load_named_model(settings.model))
+        self.failure: ActorSetupError | None = None
+        try:
+            self.model = _on_gpu(load_named_model(settings.model))
+        except Exception as exc:
+            node = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+            self.failure = ActorSetupError(
+                f"--ray: an actor on node {node} cannot load the model: {exc}; every node needs the model "
+                "and the plugins the job uses (docs/scale-out.md, 'What every node needs')"
+            )
+            return
         set_threads(self.model, settings.threads)  # one thread for a small model: its step is too small to split
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        if self.failure is not None:
+            raise self.failure
         lines = [InputLine(int(n), bytes(d)) for n, d in zip(batch["line"], batch["data"])]
         # Ids are not compared across rows here: each actor sees only its batches (the command checks them).
         checked = check_lines(self.model, self.settings, lines, unique_ids=False)

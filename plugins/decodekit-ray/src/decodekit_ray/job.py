@@ -23,8 +23,9 @@ from decodekit_cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError
 from decodekit_cli.options import compile_failure
 
 from decodekit.errors import CompileError
-from decodekit_ray.cluster import LOCAL, compile_failures_unlogged, connect, without_restart_note
+from decodekit_ray.cluster import LOCAL, actor_failures_unlogged, connect, without_restart_note
 from decodekit_ray.dataset import generate_lines
+from decodekit_ray.decoder import ActorSetupError
 from decodekit_ray.lines import read_prompt_lines
 from decodekit_ray.parts import PartsWatcher, part_records, replace_output
 
@@ -48,7 +49,7 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
     checked = {int(item["line"]): item for item in job.todo if not isinstance(item, Pending)}
     progress = BatchProgress(len(job.todo), "generating on Ray")
     interrupted = False
-    failed: CompileError | None = None  # --compile failed on an actor: the job stops, keeping what it wrote
+    failed: str | None = None  # an actor failed as a whole: the job stops, keeping what it wrote
     with progress:
         progress.advance(len(checked), 0)
         # A killed run's parts are done (read once, not once per line), but for a failure this job does not
@@ -61,8 +62,8 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
                     _decode(job, options, todo, str(parts.resolve()))
         except KeyboardInterrupt:
             interrupted = True
-        except CompileError as exc:  # an actor's, as Ray raises it: a RayTaskError that is one too
-            failed = getattr(exc, "cause", exc)
+        except (CompileError, ActorSetupError) as exc:  # an actor's, as Ray raises it: a RayTaskError that is one too
+            failed = _failure(getattr(exc, "cause", exc))
     made = {line: json.loads(text) for line, text in part_records(parts).items() if line not in before}
     new = {**checked, **{line: record for line, record in made.items() if job.keeps(record)}}
     replace_output(job.output, {**{line: dumps(record) for line, record in new.items()}, **before})
@@ -72,7 +73,7 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
         return EXIT_INTERRUPTED
     if failed is not None:
         written = f"{plural(len(new), 'record')} written (--resume continues)"
-        raise CliError(f"{compile_failure(failed)}; {written}", EXIT_FAILURE)
+        raise CliError(f"{failed}; {written}", EXIT_FAILURE)
     progress.say(summary(job, len(new), sum(is_error(record) for record in new.values())))
     return failed_lines([record for record in made.values() if not job.keeps(record)])
 
@@ -83,8 +84,8 @@ def _decode(job: BatchJob, options: RayOptions, lines: list[int], parts: str) ->
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # the command shows its own
     context.print_on_execution_start = False
-    # With --compile, an actor's CompileError arrives as one (not as "user code failed"), and Ray Data logs none.
-    context.raise_original_map_exception = job.settings.compile
+    # An actor's CompileError or ActorSetupError arrives as one (not as "user code failed"), and Ray Data logs none.
+    context.raise_original_map_exception = True
     try:
         records = generate_lines(
             read_prompt_lines(job.input, keep=set(lines)),
@@ -97,8 +98,15 @@ def _decode(job: BatchJob, options: RayOptions, lines: list[int], parts: str) ->
         # Writing takes no CPU (the actors may hold every one) and one worker: a task free of CPUs
         # would otherwise start a Python process of its own for each block.
         # The actors start here; Ray's note on their arguments is noise.
-        with without_restart_note(), compile_failures_unlogged():
+        with without_restart_note(), actor_failures_unlogged():
             records.write_parquet(parts, ray_remote_args={"num_cpus": 0}, concurrency=1)
     finally:
         if started:
             ray.shutdown()
+
+
+def _failure(exc: CompileError | ActorSetupError) -> str:
+    """What the command says when an actor failed as a whole."""
+    if isinstance(exc, CompileError):
+        return compile_failure(exc)
+    return str(exc).split("\n", 1)[0]  # Ray Data appends its note on retrying after a newline; ours is one line
