@@ -245,6 +245,8 @@ def _commands(body: str) -> list[tuple[str, str]]:
 
 
 def _clean(output: str) -> str:
+    # The command line names the checkout decodekit was installed from (install hints): the same on every machine
+    output = output.replace(str(ROOT), "/path/to/decodekit")
     return "\n".join(line.rstrip() for line in output.rstrip().split("\n")).strip("\n") if output.strip() else ""
 
 

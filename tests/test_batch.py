@@ -535,7 +535,7 @@ def test_ray_without_decodekit_ray_names_the_distribution(tmp_path: Path) -> Non
     assert p.returncode == 2 and "loaded" not in err, err
     assert err.splitlines()[-1] == (
         "decodekit: error: --ray needs decodekit-ray; install: pip install decodekit-ray "
-        "(from a checkout: pip install plugins/decodekit-ray)"
+        f"(from a checkout: pip install {TESTS.parent}/plugins/decodekit-ray)"
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 import pytest
 import torch
@@ -12,7 +13,9 @@ from decodekit_cache_window.params import WindowParams
 from torch import Tensor
 
 import decodekit as dk
-from decodekit.testing import CacheConformance
+from decodekit.cache import PreallocatedKVCache
+from decodekit.storage import FloatStorage
+from decodekit.testing import CacheConformance, check_cache
 
 
 class DropsOldest(GQACache):
@@ -53,6 +56,62 @@ class StatesUnbounded(GQACache):
     """States it never refuses, yet keeps every token in its `spec.capacity` slots (as `prefill_only` once did)."""
 
     capacity = sys.maxsize
+
+
+class LiesAboutLength(GQACache):
+    """Reports one slot less than it was fed: the kit fed at the wrong slots and blamed the attention."""
+
+    @property
+    def length(self) -> int:
+        return max(0, super().length - 1)
+
+
+class KeysInHalf(FloatStorage):
+    """Keys stored in float16, values in the cache's dtype (a storage that rounds one of the two)."""
+
+    def __init__(self, spec: dk.CacheSpec, slots: Sequence[int]) -> None:
+        super().__init__(spec, slots)
+        self.keys = [k.half() for k in self.keys]
+
+    def read(self, layer: int, start: int, stop: int) -> tuple[Tensor, Tensor]:
+        k, v = super().read(layer, start, stop)
+        return k.to(self.spec.dtype), v
+
+
+class KeysInHalfCache(PreallocatedKVCache):
+    storage = KeysInHalf
+
+
+class KeysInHalfSuite(CacheConformance):
+    in_place = False  # read() converts the keys
+
+    def make(self, spec: dk.CacheSpec) -> dk.KVCache:
+        return KeysInHalfCache(spec)
+
+    def round_trip_keys(self, x: Tensor) -> Tensor:
+        return x.half().to(x.dtype)
+
+    def nbytes(self, spec: dk.CacheSpec) -> int:
+        n = spec.n_layers * spec.batch_size * spec.capacity * spec.n_kv_heads * spec.head_dim
+        return n * 2 + n * spec.dtype.itemsize
+
+
+def test_a_storage_that_rounds_keys_only_states_it_and_passes() -> None:
+    """`round_trip` is applied to keys and values alike: a float16-keys storage could not be stated (5.8e-4 off)."""
+    check_cache(KeysInHalfSuite())
+
+
+@pytest.mark.parametrize("wrong", ["keys", "values"])
+def test_a_round_trip_stated_for_the_wrong_half_fails(wrong: str) -> None:
+    class Wrong(KeysInHalfSuite):
+        def round_trip_keys(self, x: Tensor) -> Tensor:  # wrong: as if keys were kept exactly
+            return x if wrong == "keys" else x.half().to(x.dtype)
+
+        def round_trip_values(self, x: Tensor) -> Tensor:  # wrong: as if values were rounded too
+            return x.half().to(x.dtype) if wrong == "values" else x
+
+    with pytest.raises(AssertionError, match="attention differs from the reference"):
+        Wrong().test_attention_matches_reference()
 
 
 class SinksNotMoved(WindowCache):
@@ -97,12 +156,27 @@ def suite(factory: type, window: bool = False) -> CacheConformance:
         (CropDoesNothing, "test_crop", r"crop\(\d+\): length"),
         (ReorderDoesNothing, "test_reorder", r"after reorder\(\[1, 0\]\).*attention differs"),
         (StatesTooLittle, "test_capacity_or_eviction", r"40 tokens after 0 were taken, past the stated capacity 39"),
+        (LiesAboutLength, "test_capacity_or_eviction", r"fed 40 tokens, the cache.s length is 39; allowed: the slots"),
         (StatesUnbounded, "test_capacity_or_eviction", r"stated capacity \d+, yet 1 tokens after 40 refused"),
+        (
+            LiesAboutLength,
+            "test_attention_matches_reference",
+            r"float32: step 0: after 6 tokens fed from slot 0, cache\.length is 5, not 6; allowed: the slots fed",
+        ),
     ],
 )
 def test_each_check_catches_its_fault(factory: type, check: str, message: str) -> None:
     with pytest.raises(AssertionError, match=message):
         getattr(suite(factory), check)()
+
+
+def test_a_difference_says_what_the_suite_may_have_misstated() -> None:
+    with pytest.raises(AssertionError) as err:
+        suite(DropsOldest).test_attention_matches_reference()
+    assert str(err.value).endswith(
+        "; allowed: attention over exactly the tokens `kept` states, stored as `round_trip_keys` and "
+        "`round_trip_values` state, within `tolerance`"
+    )
 
 
 def test_a_window_whose_sinks_sit_at_untrained_distances_fails_the_reference() -> None:

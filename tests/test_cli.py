@@ -271,7 +271,7 @@ def test_samplers_names_select_cache_backends_and_strategies_too(capsys: pytest.
     absent = cli("samplers", "top_k", DECODEKIT_DISABLE_PLUGINS="decodekit-top-k")
     assert absent.returncode == 2 and absent.stderr == (
         "decodekit: error: 'top_k' is not installed; pip install decodekit-top-k (from a checkout: pip install "
-        "plugins/decodekit-top-k)\n"
+        f"{TESTS.parent}/plugins/decodekit-top-k)\n"
     )  # not "did you mean 'top_p'?"
 
 
@@ -714,7 +714,8 @@ def test_a_core_only_install_reports_every_missing_piece_at_once() -> None:
     assert r.returncode == 2 and line.startswith("decodekit: error: not installed: ")
     assert "default model 'tiny-shakespeare'" in line and "default chain 'temperature(0.8) | top_p(0.95)'" in line
     assert "pip install decodekit-shakespeare decodekit-temperature decodekit-top-p" in line
-    assert "from a checkout: pip install plugins/decodekit-shakespeare plugins/decodekit-temperature" in line
+    plugins = TESTS.parent / "plugins"
+    assert f"from a checkout: pip install {plugins}/decodekit-shakespeare {plugins}/decodekit-temperature" in line
     # With a model and a chain of the core's own `sample`, the core alone generates.
     ok = cli("generate", PROMPT, "-m", MODEL, "--chain", "sample", "--max-new-tokens", "4", DECODEKIT_LOAD_PLUGINS="")
     assert ok.returncode == 0 and ok.stdout.startswith(PROMPT), ok.stderr
@@ -725,7 +726,7 @@ def test_a_standard_strategy_not_installed_says_which_distribution_has_it() -> N
     r = cli("generate", PROMPT, *flags, DECODEKIT_LOAD_PLUGINS="")
     [line] = r.stderr.splitlines()
     assert r.returncode == 2 and "--strategy 'beam(num_beams=2)': unknown strategy; allowed: sample; " in line
-    assert "pip install decodekit-beam (from a checkout: pip install plugins/decodekit-beam)" in line
+    assert f"pip install decodekit-beam (from a checkout: pip install {TESTS.parent}/plugins/decodekit-beam)" in line
     assert cli("generate", PROMPT, *flags).returncode == 0  # installed, it runs
 
 

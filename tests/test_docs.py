@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -146,3 +147,28 @@ def test_the_index_links_every_page() -> None:
     index = (dx.ROOT / "docs" / "index.md").read_text()
     pages = sorted(p.name for p in (dx.ROOT / "docs").glob("*.md") if p.name != "index.md")
     assert [p for p in pages if f"]({p})" not in index] == []
+
+
+def _local_needs(folder: str) -> set[str]:
+    """The checkout's plugin folders `folder` needs at run time (its pyproject's decodekit-* dependencies)."""
+    text = (dx.ROOT / folder / "pyproject.toml").read_text()
+    deps = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M)
+    names = re.findall(r'"(decodekit-[a-z0-9-]+)', deps[1] if deps else "")
+    return {f"plugins/{n}" for n in names}
+
+
+def test_a_pip_install_of_checkout_folders_names_the_folders_they_need() -> None:
+    """README's `pip install . plugins/decodekit-shakespeare ...` failed on a machine with only the checkout:
+    'No matching distribution found for decodekit-gpt' (a dependency no index has)."""
+    missing = []
+    for page in dx.pages():
+        # a command continued with \, or an inline one wrapped; not the command line's own hints (test_install_hints)
+        text = re.sub(r"pip\s+install\s+", "pip install ", page.read_text().replace("\\\n", " "))
+        text = re.sub(r"^decodekit: .*$", "", text, flags=re.M)
+        for command in re.findall(r"pip install ([^`#;\n]*)", text):
+            folders = {f"plugins/{name}" for name in re.findall(r"plugins/(decodekit-[a-z0-9-]+)", command)}
+            if "*" in command or not folders:
+                continue  # every plugin, or none
+            need = set().union(*(_local_needs(f) for f in folders)) - folders
+            missing += [f"{_rel(page)}: 'pip install {command.strip()}' lacks {sorted(need)}"] if need else []
+    assert not missing, "\n".join(missing)

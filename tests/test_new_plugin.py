@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from decodekit_cli import main
-from decodekit_cli.plugin_template import KINDS
+from decodekit_cli import install_hints, main
+from decodekit_cli.plugin_template import KINDS, files_for
 
 import decodekit as dk
 
@@ -22,7 +23,9 @@ def test_each_kind_installs_and_passes_its_own_tests(
     for kind, folder in zip(KINDS, dirs):
         assert main(["new-plugin", f"my_{kind}", "--kind", kind, "--dir", str(folder)]) == 0
         out, err = capsys.readouterr()
-        assert err == "" and f"next: pip install -e {folder} && pytest {folder}" in out
+        # `pip install -e DIR` brought no pytest: the one on PATH ran, without decodekit ('No module named torch')
+        assert err == "" and f"next: pip install -e '{folder}[test]' && pytest {folder}" in out
+        assert 'test = ["decodekit[testing]"]' in (folder / "pyproject.toml").read_text()  # which brings pytest
     # One install for the four (their metadata carries the entry points), no dependencies: the
     # running environment has decodekit; a wheel build each, as `pip install -e` would do.
     site = tmp_path / "site"
@@ -114,3 +117,31 @@ def test_a_name_in_use_is_refused_with_the_reason_unless_forced(
     assert not any((tmp_path / name).exists() for name in [*refused, "none"])
     assert main(["new-plugin", "top_k", "--dir", str(tmp_path / "forced"), "--force"]) == 0
     assert (tmp_path / "forced" / "src" / "decodekit_top_k" / "plugin.py").exists()
+
+
+def test_a_model_plugin_says_to_install_the_reference_gpt_it_builds_on_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its pyproject needs decodekit-gpt, which pip finds on no index when decodekit came from a checkout."""
+    monkeypatch.setattr(install_hints, "installed", lambda name: name != "decodekit-gpt")
+    assert main(["new-plugin", "my_gpt", "--kind", "model", "--dir", str(tmp_path / "m")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    gpt, folder = f"{install_hints.checkout()}/plugins/decodekit-gpt", tmp_path / "m"
+    assert out[-1] == f"next: pip install {gpt} && pip install -e '{folder}[test]' && pytest {folder}"
+    monkeypatch.setattr(install_hints, "installed", lambda name: True)
+    assert main(["new-plugin", "my_gpt2", "--kind", "model", "--dir", str(tmp_path / "n")]) == 0
+    assert (
+        capsys.readouterr().out.splitlines()[-1] == f"next: pip install -e '{tmp_path}/n[test]' && pytest {tmp_path}/n"
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_generated_readme_installs_what_its_pyproject_needs_from_a_checkout_too(kind: str) -> None:
+    """Its `pip install -e .` brought no pytest, and into an environment without decodekit failed where no index has
+    it ('No matching distribution found for decodekit>=0.1'): it says to install the checkout's folders first."""
+    files = files_for(kind, "thing")
+    readme = files["README.md"]
+    assert "pip install -e '.[test]'" in readme
+    needs = re.findall(r'"(decodekit(?:-[a-z0-9-]+)?)>=', files["pyproject.toml"])
+    folders = ["/path/to/decodekit", *(f"/path/to/decodekit/plugins/{n}" for n in needs if n != "decodekit")]
+    assert f"`pip install {' '.join(folders)}`" in readme

@@ -85,7 +85,12 @@ def _capped(register: Any) -> None:
         (("shift", Shift), {"kind": "transformer"}, "kind='transformer' is invalid; allowed: 'processor', 'selector'"),
         (("shift", Shift), {"colour": "red"}, "unknown keyword colour=...; allowed keywords: kind"),
         (("shift", Shift, CappedParams), {}, "its class takes NoParams, its registration CappedParams"),
-        (("shift", Shift), {"kind": "selector"}, "its class is a processor, its registration a selector"),
+        (
+            ("shift", Shift),
+            {"kind": "selector"},
+            "its class is a processor, its registration a selector; allowed: the same kind: register it with "
+            "kind='processor' or subclass SelectorBase",
+        ),
         (("shift",), {}, "TypeError"),
     ],
 )
@@ -366,3 +371,58 @@ def test_a_mistyped_parameter_name_gets_the_close_one() -> None:
 def test_the_close_name_is_found_whatever_the_case() -> None:
     with pytest.raises(dk.UnknownNameError, match="unknown sampler 'Top_K'; .*; did you mean 'top_k'\\?"):
         dk.create("Top_K", k=5)  # case-sensitive matching offered 'top_p'
+
+
+def test_an_impl_path_that_does_not_import_says_what_to_fix(registered: Callable[..., Plugin]) -> None:
+    registered("typo", register_samplers=lambda register: register("halve", "decodekit.sample:Sampel"))
+    with pytest.raises(dk.PluginError) as err:
+        dk.create("halve")
+    assert str(err.value) == (
+        "sampler 'halve' from typo: cannot import 'decodekit.sample:Sampel': AttributeError: module "
+        "'decodekit.sample' has no attribute 'Sampel'; allowed: an import path 'package.module:attr' that imports "
+        "in this environment (typo's register call names it)"
+    )
+
+
+def test_an_unknown_name_names_the_plugins_that_failed_to_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin whose hook failed registered nothing: its name was 'unknown ... no installed plugin registers it',
+    and in Python the warning that said why came once, at the first use of the registry."""
+
+    def bad(register: Any) -> None:
+        register("oops_shift", Shift, BaseModel)  # params not a decodekit.Params
+
+    plugin = Plugin(register_samplers=bad)
+    monkeypatch.setattr("decodekit.plugins._code_plugins", [*dk.plugins._code_plugins, (plugin, "oops")])
+    with pytest.warns(RuntimeWarning):
+        dk.reload_plugins()
+    with pytest.raises(dk.UnknownNameError) as err:
+        dk.create("oops_shift")
+    assert str(err.value).endswith(
+        "(no installed plugin distribution registers it; oops failed to load: `decodekit plugins` says why)"
+    )
+    monkeypatch.undo()
+    dk.reload_plugins()
+
+
+def test_an_unknown_name_names_a_distribution_without_an_entry_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin installed without `[project.entry-points.decodekit]` was found by nothing and named by nothing."""
+    info = tmp_path / "decodekit_noentry-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: decodekit-noentry\nVersion: 0.1.0\nRequires-Dist: decodekit>=0.1\n"
+        'Requires-Dist: pytest; extra == "test"\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        dk.reload_plugins()
+        with pytest.raises(dk.UnknownNameError) as err:
+            dk.create("noentry")
+    finally:
+        monkeypatch.undo()
+        dk.reload_plugins()
+    assert str(err.value).endswith(
+        "(no installed plugin distribution registers it; decodekit-noentry requires decodekit and declares no "
+        "entry point: a plugin's pyproject.toml needs [project.entry-points.decodekit], then pip install it again)"
+    )

@@ -21,7 +21,17 @@ from decodekit import hookspecs
 from decodekit.chain_string import StageCall, parse_model, parse_stage
 from decodekit.errors import ParameterError, PluginError, UnknownNameError, did_you_mean
 from decodekit.params import Params, validate_params
-from decodekit.registry import Category, Entry, PluginFailure, PluginInfo, Registry, import_object, make_entry
+from decodekit.registry import (
+    CORE_DISTRIBUTION,
+    ENTRY_POINT_GROUP,
+    Category,
+    Entry,
+    PluginFailure,
+    PluginInfo,
+    Registry,
+    import_object,
+    make_entry,
+)
 
 if TYPE_CHECKING:
     from decodekit.cache import KVCache
@@ -44,8 +54,6 @@ __all__ = [
     "unregister_plugin",
 ]
 
-ENTRY_POINT_GROUP = "decodekit"
-CORE_DISTRIBUTION = "decodekit"
 HOOKS: tuple[tuple[str, Category], ...] = (
     ("register_samplers", "sampler"),
     ("register_cache_backends", "cache backend"),

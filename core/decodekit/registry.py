@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from importlib import metadata
 from typing import Any, Literal, cast
 
 from decodekit.chain_string import MODEL_NAME
@@ -28,6 +29,7 @@ __all__ = [
     "Registry",
     "import_object",
     "make_entry",
+    "without_entry_point",
 ]
 
 Category = Literal["sampler", "cache backend", "model", "strategy"]
@@ -37,6 +39,12 @@ CATEGORIES: tuple[Category, ...] = ("sampler", "cache backend", "model", "strate
 _IDENTIFIER = (re.compile(r"[A-Za-z_]\w*", re.ASCII), "a Python identifier (letters, digits, '_')")
 _MODEL_NAME = (MODEL_NAME, "letters, digits, '_', '-', '.'")
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
+ENTRY_POINT_GROUP = "decodekit"
+CORE_DISTRIBUTION = "decodekit"
+NO_ENTRY_POINT = (  # what is wrong with a distribution `without_entry_point` lists, and what to do
+    f"requires decodekit and declares no entry point: a plugin's pyproject.toml needs "
+    f"[project.entry-points.{ENTRY_POINT_GROUP}], then pip install it again"
+)
 _SECTIONS = {"sampler": "samplers", "cache backend": "caches", "model": "models", "strategy": "strategies"}
 _INFO_LISTS = {**_SECTIONS, "cache backend": "cache_backends"}  # PluginInfo's list of each category
 
@@ -72,7 +80,11 @@ class Entry:
             try:
                 impl = import_object(impl)
             except BaseException as exc:  # SystemExit, KeyboardInterrupt: the plugin fails, not the caller
-                raise PluginError(f"{where}: cannot import {self.impl!r}: {type(exc).__name__}: {exc}") from exc
+                raise PluginError(
+                    f"{where}: cannot import {self.impl!r}: {type(exc).__name__}: {exc}; allowed: an import path "
+                    f"'package.module:attr' that imports in this environment ({self.distribution}'s register call "
+                    "names it)"
+                ) from exc
             if not callable(impl):
                 raise PluginError(f"{where}: {self.impl!r} is not callable")
         model = getattr(impl, "params_model", None)
@@ -89,8 +101,22 @@ class Entry:
             )
         kind = getattr(impl, "kind", None)
         if self.category == "sampler" and isinstance(impl, type) and kind is not None and kind != self.kind:
-            raise PluginError(f"{where}: its class is a {kind}, its registration a {self.kind} (kind=)")
+            raise PluginError(
+                f"{where}: its class is a {kind}, its registration a {self.kind}; allowed: the same kind: register it "
+                f"with kind={kind!r} or subclass {str(self.kind).capitalize()}Base"
+            )
         return impl
+
+
+def without_entry_point() -> list[str]:
+    """Installed distributions that require decodekit but declare no entry point in its group (a plugin whose
+    pyproject.toml lacks one is found by nothing); read only to explain an unknown name."""
+    found = []
+    for dist in metadata.distributions():
+        needs = {re.split(r"[^\w.-]", r, maxsplit=1)[0].lower() for r in dist.requires or () if "extra" not in r}
+        if CORE_DISTRIBUTION in needs and not dist.entry_points.select(group=ENTRY_POINT_GROUP):
+            found.append(dist.name)
+    return sorted(set(found))
 
 
 def _takes_one_argument(impl: Any) -> bool:
@@ -195,8 +221,15 @@ class Registry:
             f"unknown {category} {name!r}; installed: {', '.join(names) or 'none'}"
             + (f"; also accepted: {', '.join(also)}" if also else "")
             + did_you_mean(name, [*names, *also])
-            + " (no installed plugin distribution registers it)"
+            + f" (no installed plugin distribution registers it{self._unregistered})"
         )
+
+    @cached_property
+    def _unregistered(self) -> str:
+        """Plugins whose names the registry lacks: those that failed to load, those without an entry point."""
+        failed = ", ".join(dict.fromkeys(f.distribution for f in self.failures))
+        said = f"; {failed} failed to load: `decodekit plugins` says why" if failed else ""
+        return said + "".join(f"; {dist} {NO_ENTRY_POINT}" for dist in without_entry_point())
 
     def add(self, entries: Iterable[Entry], info: PluginInfo) -> list[Conflict]:
         """Add a hook's entries; a name another distribution holds becomes a conflict (returned)."""

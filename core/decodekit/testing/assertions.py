@@ -7,7 +7,9 @@ from torch import Tensor
 
 from decodekit.stage import Candidates
 
-__all__ = ["assert_candidates_valid", "assert_same_logits", "first_rows"]
+__all__ = ["NEW_TENSOR", "assert_candidates_valid", "assert_same_logits", "first_rows"]
+
+NEW_TENSOR = "a new tensor (out-of-place ops: masked_fill, not masked_fill_; never x[...] = ...)"  # what to return
 
 
 def first_rows(mask: Tensor) -> str:

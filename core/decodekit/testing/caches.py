@@ -6,7 +6,8 @@ the slots it attends to and the position it sees each at. The kit feeds random k
 rotated at their positions, and random values, and compares the cache's attention
 (the keys `update` returns, under `attention_mask`) with a float64 reference attention
 over exactly the stated tokens, built from its own record of what it fed: the storage's
-round trip applied (`round_trip`), moved keys rotated by the kit's own rotary code.
+round trip applied (`round_trip`, or `round_trip_keys` and `round_trip_values`), moved keys
+rotated by the kit's own rotary code.
 
 Failures name the check, the configuration (heads, dtype), the layer, the step and the shapes.
 """
@@ -31,6 +32,7 @@ __all__ = ["CacheConformance", "check_cache"]
 ROPE_BASE = 10000.0
 SCHEDULE = (6, 1, 1, 3, 1, 1, 1, 1, 2, 1, 1, 7, 1, 1, 1, 1, 1, 1, 1, 1)  # tokens per update: 33 in all
 PAD = 3  # row 1 of the batch is left-padded by this many slots
+LENGTH = "the slots fed per row, the slot the next token goes to (an evicting cache keeps counting)"
 CONFIGS = ((4, 4, torch.float32), (4, 2, torch.float32), (4, 1, torch.float32), (4, 2, torch.float16))
 
 
@@ -160,7 +162,7 @@ def _check_capacity(make: Callable[[CacheSpec], KVCache], spec: CacheSpec) -> in
     refused(capacity + 1, "a prompt past the capacity")
     for T in (half, capacity - half - 1, 1):
         taken(T)
-    assert cache.length == capacity, f"fed {capacity} tokens, the cache's length is {cache.length}"
+    assert cache.length == capacity, f"fed {capacity} tokens, the cache's length is {cache.length}; allowed: {LENGTH}"
     refused(1, "a token past the capacity")
     return capacity
 
@@ -189,6 +191,14 @@ class CacheConformance:
     def round_trip(self, x: Tensor) -> Tensor:
         """What storing and reading back does to keys and values (a second implementation of it)."""
         return x
+
+    def round_trip_keys(self, x: Tensor) -> Tensor:
+        """What storing does to keys, for a storage that treats them apart from values: `round_trip` by default."""
+        return self.round_trip(x)
+
+    def round_trip_values(self, x: Tensor) -> Tensor:
+        """What storing does to values: `round_trip` by default."""
+        return self.round_trip(x)
 
     def rollback(self, spec: CacheSpec) -> int | None:
         """The most recent slots `crop` can always take back; None: any."""
@@ -228,7 +238,15 @@ class CacheConformance:
             errs = (got - want).abs().amax((1, 3)).masked_fill(~real, 0).amax(-1).tolist()  # per row; NaN stays
             tol = self.tolerance if spec.dtype == torch.float32 else max(self.tolerance, 1e-2)
             for b, err in enumerate(errs):
-                assert err <= tol, f"{where}, row {b}: attention differs from the reference by {err:.2e} > {tol}"
+                assert err <= tol, (
+                    f"{where}, row {b}: attention differs from the reference by {err:.2e} > {tol}; allowed: attention "
+                    "over exactly the tokens `kept` states, stored as `round_trip_keys` and `round_trip_values` "
+                    "state, within `tolerance`"
+                )
+        assert cache.length == first + T, (
+            f"{what}: after {T} tokens fed from slot {first}, cache.length is {cache.length}, not {first + T}; "
+            f"allowed: {LENGTH}"
+        )
 
     @staticmethod
     def _at(u: Tensor, positions: Tensor) -> Tensor:
@@ -245,7 +263,7 @@ class CacheConformance:
         self, spec: CacheSpec, history: _History, layer: int, q: Tensor, first: int, positions: Tensor
     ) -> Tensor:
         k_all, v_all = history.all(layer)
-        k_all, v_all = self.round_trip(k_all).double(), self.round_trip(v_all).double()
+        k_all, v_all = self.round_trip_keys(k_all).double(), self.round_trip_values(v_all).double()
         out = torch.zeros_like(q)
         rows, queries, slots, shifts = [], [], [], []  # what each real query sees, from `kept`, in Python
         for r, row in enumerate(positions.tolist()):
@@ -317,14 +335,17 @@ class CacheConformance:
             self._feed(cache, history, T, g, f"step {step}")
             for layer in range(spec.n_layers):
                 keys, values = cache.update(layer, *(x[:, :, :0] for x in history.all(layer)))
-                want_k, want_v = (self.round_trip(x) for x in history.all(layer))
+                k_all, v_all = history.all(layer)
+                want_k, want_v = self.round_trip_keys(k_all), self.round_trip_values(v_all)
                 where = f"step {step}, layer {layer}, keys {tuple(keys.shape)}"
                 for got, want, name in ((keys, want_k, "keys"), (values, want_v, "values")):
                     want = _expand(want, got.shape[1]).to(got.dtype)
                     assert got.shape == want.shape, (
                         f"{where}: {name} of shape {tuple(got.shape)}, want {tuple(want.shape)}"
                     )
-                    assert torch.equal(got, want), f"{where}: {name} != every token fed, in slot order"
+                    assert torch.equal(got, want), (
+                        f"{where}: {name} != every token fed, in slot order, as `round_trip_{name}` states"
+                    )
                 if self.in_place and layer == 0:
                     ptr = keys.untyped_storage().data_ptr()
                     first_ptr = ptr if first_ptr is None else first_ptr

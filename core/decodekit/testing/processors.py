@@ -21,7 +21,7 @@ from typing_extensions import Unpack
 
 from decodekit.context import DecodeContext
 from decodekit.stage import Candidates, densify
-from decodekit.testing.assertions import assert_candidates_valid, assert_same_logits, first_rows
+from decodekit.testing.assertions import NEW_TENSOR, assert_candidates_valid, assert_same_logits, first_rows
 from decodekit.testing.host_reads import assert_reads_nothing
 from decodekit.testing.inputs import NEG, ContextFactory, TokenHistory, candidates_from, has_ties, tolerance
 from decodekit.testing.suite import (
@@ -53,7 +53,7 @@ def check_processor_contract(processor: Any, logits: Tensor, make_ctx: Callable[
     assert out.shape == logits.shape, f"{what}: output shape {tuple(out.shape)}, expected {tuple(logits.shape)}"
     assert out.dtype == logits.dtype, f"{what}: output dtype {out.dtype}, expected {logits.dtype}"
     assert out.device == logits.device, f"{what}: output on {out.device}, expected {logits.device}"
-    assert torch.equal(logits, before), f"{what}: modified its input in place"
+    assert torch.equal(logits, before), f"{what}: modified its input in place; allowed: {NEW_TENSOR}"
     revived = torch.isneginf(logits) & ~torch.isneginf(out)
     assert not bool(revived.any()), (
         f"{what}: revived removed (-inf) tokens in rows {first_rows(revived)}, "
@@ -95,7 +95,9 @@ def check_view_input(processor: Any, logits: Tensor, make_ctx: Callable[[], Deco
         out = processor(view, make_ctx())
     except RuntimeError as error:
         raise AssertionError(f"{what}: raised {error!r}") from None
-    assert torch.equal(wide[..., 0], logits) and not bool(wide[..., 1].any()), f"{what}: wrote into its input"
+    assert torch.equal(wide[..., 0], logits) and not bool(wide[..., 1].any()), (
+        f"{what}: wrote into its input; allowed: {NEW_TENSOR}"
+    )
     assert_same_logits(out, processor(logits.clone(), make_ctx()), f"{what} vs its copy", rtol=0.0, atol=0.0)
 
 
@@ -124,11 +126,12 @@ def check_candidates(processor: Any, logits: Tensor, history: TokenHistory, fact
         what = f"{processor!r}.on_candidates on {'tied ' if tied else ''}{logits.dtype} candidates"
         values, indices = candidates_from(logits, max(2, V // 4))
         values[0, values.shape[1] // 2 :] = NEG  # input candidates may end in -inf
-        given = Candidates(values, indices)
-        c = on_candidates(Candidates(values.clone(), indices.clone()), history.context(factory))
-        assert torch.equal(given.values, values), f"{what}: modified the input candidates in place"
+        given = Candidates(values.clone(), indices.clone())
+        c = on_candidates(given, history.context(factory))
+        unchanged = torch.equal(given.values, values) and torch.equal(given.indices, indices)
+        assert unchanged, f"{what}: modified the input candidates in place; allowed: {NEW_TENSOR}"
         assert_candidates_valid(c, B, V, logits.dtype, what)
-        dense = processor(densify(given, V), history.context(factory))
+        dense = processor(densify(Candidates(values, indices), V), history.context(factory))
         assert_same_logits(densify(c, V), dense, f"{what} vs the dense call", rtol=rtol, atol=atol)
 
 

@@ -19,7 +19,7 @@ from typing_extensions import Unpack
 
 from decodekit.context import DecodeContext, row_generators
 from decodekit.stage import Candidates, densify
-from decodekit.testing.assertions import first_rows
+from decodekit.testing.assertions import NEW_TENSOR, first_rows
 from decodekit.testing.host_reads import assert_reads_nothing
 from decodekit.testing.inputs import (
     DISTRIBUTION_LOGITS,
@@ -60,7 +60,7 @@ def check_selector_contract(selector: Any, logits: Tensor, history: TokenHistory
     what = f"{selector!r} on {logits.dtype} logits {tuple(logits.shape)}"
     before = logits.clone()
     tokens = selector(logits, history.context(factory))
-    assert torch.equal(logits, before), f"{what}: modified its input in place"
+    assert torch.equal(logits, before), f"{what}: modified its input in place; allowed: {NEW_TENSOR}"
     assert isinstance(tokens, Tensor) and tokens.dtype == torch.long, (
         f"{what}: returned {tokens!r}, expected a LongTensor"
     )

@@ -370,3 +370,37 @@ def test_a_prompt_from_a_terminal_says_how_to_end_it(
     monkeypatch.setattr("sys.stdin", io.StringIO("ROMEO:\n"))  # piped: nothing said
     assert prompt_text("-") == "ROMEO:"
     assert capsys.readouterr() == ("", "")
+
+
+def test_plugins_lists_an_installed_plugin_without_an_entry_point(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin whose pyproject.toml lacks [project.entry-points.decodekit] was in no table: nothing found it."""
+    from decodekit_cli import main
+
+    import decodekit as dk
+
+    info = tmp_path / "decodekit_noentry-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: decodekit-noentry\nVersion: 0.1.0\nRequires-Dist: decodekit\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "200")
+    try:
+        dk.reload_plugins()
+        assert main(["plugins"]) == 0
+        assert main(["plugins", "--json"]) == 0
+    finally:
+        monkeypatch.undo()
+        dk.reload_plugins()
+    table, listed = capsys.readouterr().out.split("\n{", 1)
+    assert "Installed without an entry point" in table
+    assert "decodekit-noentry │ requires decodekit and declares no entry point" in table
+    assert json.loads("{" + listed)["no_entry_point"] == [
+        {
+            "distribution": "decodekit-noentry",
+            "error": "requires decodekit and declares no entry point: a plugin's pyproject.toml needs "
+            "[project.entry-points.decodekit], then pip install it again",
+        }
+    ]

@@ -466,7 +466,7 @@ def calibrate(
     "new-plugin",
     help="Write a complete plugin distribution to start from: pyproject with the entry point, a parameter "
     "model, a working example, a README and tests that run the conformance kit. It passes "
-    "`pip install -e DIR && pytest DIR` as written.",
+    "`pip install -e 'DIR\\[test]' && pytest DIR` as written.",  # \\[: not rich markup
 )
 def new_plugin(
     name: Annotated[str, typer.Argument(help="The name it registers (lowercase, digits, _): softcap, my_cache.")],

@@ -22,7 +22,8 @@ from decodekit_cli.batch_output import OutputLock, check_output, existing_record
 from decodekit_cli.batch_records import Record
 from decodekit_cli.batch_settings import BatchSettings
 from decodekit_cli.errors import CliError, report_error, report_warning
-from decodekit_cli.options import chain_text, check_stop, install_hint, resolve_strategy
+from decodekit_cli.install_hints import install_hint
+from decodekit_cli.options import chain_text, check_stop, resolve_strategy
 from decodekit_cli.sampling_options import SamplingOptions
 
 __all__ = ["BatchRequest", "RayRequest", "batch_request", "ray_request", "run_batch"]

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-__all__ = ["STANDARD_PLUGINS"]
+__all__ = ["PLUGIN_NEEDS", "STANDARD_PLUGINS"]
 
 STANDARD_PLUGINS: dict[str, str] = {
     "greedy": "decodekit-greedy",
@@ -23,4 +23,12 @@ STANDARD_PLUGINS: dict[str, str] = {
     "speculative": "decodekit-speculative",
     "tiny-shakespeare": "decodekit-shakespeare",
     "hf": "decodekit-hf",
+}
+
+# The plugins each plugin needs at run time (its pyproject's dependencies): from a checkout, pip finds
+# them on no index, so an install hint names their folders too.
+PLUGIN_NEEDS: dict[str, tuple[str, ...]] = {
+    "decodekit-shakespeare": ("decodekit-gpt", "decodekit-cache-window"),
+    "decodekit-shakespeare-llama": ("decodekit-hf",),
+    "decodekit-ray": ("decodekit-cli",),
 }

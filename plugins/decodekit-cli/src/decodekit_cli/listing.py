@@ -22,10 +22,10 @@ from decodekit.errors import PluginError, UnknownNameError, did_you_mean
 from decodekit.param_types import constraints, interval_text, type_text
 from decodekit.params import Params, allowed_values
 from decodekit.plugins import get_registry, sampler_entry
-from decodekit.registry import CATEGORIES, Entry, Registry
+from decodekit.registry import CATEGORIES, NO_ENTRY_POINT, Entry, Registry, without_entry_point
 from decodekit_cli.catalogue import STANDARD_PLUGINS
 from decodekit_cli.console import stdout_console
-from decodekit_cli.options import install_hint
+from decodekit_cli.install_hints import install_hint
 
 __all__ = ["bounds_text", "check_imports", "plugins_report", "render_plugins", "render_samplers", "samplers_report"]
 
@@ -39,6 +39,7 @@ def plugins_report(check: bool = False) -> dict[str, Any]:
         "plugins": [asdict(info) for info in registry.plugins.values()],
         "failures": [asdict(failure) for failure in registry.failures],
         "conflicts": [{**asdict(c), "error": c.message()} for c in registry.conflicts],
+        "no_entry_point": [{"distribution": d, "error": NO_ENTRY_POINT} for d in without_entry_point()],
     }
     if check:
         report["imported"], report["broken"] = check_imports(registry)
@@ -195,6 +196,7 @@ def render_plugins(report: dict[str, Any]) -> None:
         ("Failed to load", ("distribution", "entry_point", "hook", "error"), report["failures"]),
         ("Names registered twice (unusable)", ("category", "name", "distributions", "error"), report["conflicts"]),
         ("Broken implementations", ("distribution", "category", "name", "error"), report.get("broken", [])),
+        ("Installed without an entry point", ("distribution", "error"), report["no_entry_point"]),
     ]
     for title, columns, rows in problems:
         if rows:

@@ -6,13 +6,15 @@ import importlib.metadata
 import importlib.util
 import keyword
 import re
+import shlex
 import warnings
 from pathlib import Path
 
 from decodekit.plugins import get_registry
 from decodekit.registry import CATEGORIES
+from decodekit_cli import install_hints
 from decodekit_cli.errors import CliError
-from decodekit_cli.plugin_template import KINDS, files_for
+from decodekit_cli.plugin_template import KINDS, NEEDS, files_for
 
 __all__ = ["taken", "write_plugin"]
 
@@ -50,7 +52,11 @@ def write_plugin(name: str, kind: str, directory: Path | None, *, force: bool = 
     print(f"wrote {target} (distribution {dist}, {kind} {name!r}):")
     for path in files:
         print(f"  {path}")
-    print(f"next: pip install -e {target} && pytest {target}")
+    # The test extra brings pytest: without it the `pytest` on PATH may be another environment's.
+    steps = [f"pip install -e {shlex.quote(f'{target}[test]')}", f"pytest {target}"]
+    if missing := [d for d in NEEDS[kind] if not install_hints.installed(d)]:  # pip may find it on no index
+        steps.insert(0, install_hints.install_command(missing))
+    print("next: " + " && ".join(steps))
     return 0
 
 

@@ -19,6 +19,7 @@ from decodekit.plugins import get_registry, load_model
 from decodekit_cli.catalogue import STANDARD_PLUGINS
 from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
 from decodekit_cli.errors import EXIT_FAILURE, CliError
+from decodekit_cli.install_hints import install_hint
 
 if TYPE_CHECKING:
     from decodekit.chain import Chain
@@ -32,7 +33,6 @@ __all__ = [
     "cli_hints",
     "compile_failure",
     "encode_prompt",
-    "install_hint",
     "is_spec",
     "load_named_model",
     "model_name",
@@ -98,12 +98,6 @@ def build_chain(chain: str | None, flags: Mapping[str, float | int | None]) -> C
                 f'{exc}; {chain!r} is a file, and --chain takes its text: --chain "$(cat {chain})"'
             ) from None
         raise
-
-
-def install_hint(distributions: list[str]) -> str:
-    """Both ways to install standard plugins: from the index, or from a checkout of this repository."""
-    names = sorted(set(distributions))
-    return f"pip install {' '.join(names)} (from a checkout: pip install {' '.join('plugins/' + n for n in names)})"
 
 
 def check_installed(model: str | None, chain: str | None, flags: Mapping[str, float | int | None]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from string import Template
 from typing import NamedTuple
 
-__all__ = ["KINDS", "files_for"]
+__all__ = ["KINDS", "NEEDS", "files_for"]
 
 PYPROJECT = """\
 [build-system]
@@ -52,10 +52,13 @@ README = """\
 $summary. A decodekit plugin: installed, it registers the $kind `$name`.
 
 ```bash
-pip install -e .          # from this folder; decodekit finds it through its entry point
+pip install -e '.[test]'  # from this folder; decodekit finds it through its entry point; [test] brings pytest
 pytest                    # the tests: decodekit's conformance kit, run on this plugin
 decodekit plugins         # lists $dist
 ```
+
+It needs $needs, which pip finds on an index. From a checkout of decodekit (no index), install them
+first by their folders: `pip install $folders`.
 
 $usage
 
@@ -333,7 +336,8 @@ def test_parameters_shape_the_model():
 
 def test_cache_and_recompute_agree():
     if "dense" not in dk.get_registry().caches:
-        pytest.skip("needs the dense cache backend: pip install decodekit-cache-dense")
+        pytest.skip("needs the dense cache backend: pip install decodekit-cache-dense (from a checkout: "
+                    "pip install /path/to/decodekit/plugins/decodekit-cache-dense)")
     model = dk.load_model("$name")
     cached = dk.generate(model, ["Hello", "Hi"], max_new_tokens=8, seed=0, cache="dense")
     recomputed = dk.generate(model, ["Hello", "Hi"], max_new_tokens=8, seed=0, cache="none")
@@ -413,6 +417,7 @@ USAGE = {
 }
 
 KINDS = tuple(IMPL)
+NEEDS = {kind: ("decodekit-gpt",) if kind == "model" else () for kind in KINDS}  # the plugins a kind builds on
 
 
 def files_for(kind: str, name: str) -> dict[str, str]:
@@ -426,10 +431,13 @@ def files_for(kind: str, name: str) -> dict[str, str]:
         "cls": "".join(part.capitalize() for part in name.split("_")),
         "module": name,
         "summary": SUMMARY[kind],
-        # a model plugin builds on the reference GPT
-        "dependencies": '"decodekit>=0.1", "torch>=2.5"' + (', "decodekit-gpt>=0.1"' if kind == "model" else ""),
+        "dependencies": ", ".join(
+            f'"{d}"' for d in ("decodekit>=0.1", "torch>=2.5", *(f"{n}>=0.1" for n in NEEDS[kind]))
+        ),
     }
     values["usage"] = Template(USAGE[kind]).substitute(values)
+    values["needs"] = " and ".join(("decodekit", *NEEDS[kind]))
+    values["folders"] = " ".join(("/path/to/decodekit", *(f"/path/to/decodekit/plugins/{n}" for n in NEEDS[kind])))
     values.update(REGISTRATION[kind]._asdict())
     values["target"] = Template(values["target"]).substitute(values)
     values["params_model"] = Template(PARAMS[kind]).substitute(values)
