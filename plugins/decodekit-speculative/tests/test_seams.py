@@ -1,0 +1,47 @@
+"""Seams between speculative decoding and the engine: what `dk.generate` does, the strategy does too."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from decodekit_gpt.gpt import GPT, GPTConfig
+
+import decodekit as dk
+
+
+def _gpt(seed: int, block_size: int, position: str) -> GPT:
+    torch.manual_seed(seed)
+    config = GPTConfig(
+        vocab_size=101, block_size=block_size, n_layer=1, n_head=2, n_kv_head=1, n_embd=16, position=position
+    )  # type: ignore[arg-type]
+    model = GPT(config).eval()
+    with torch.no_grad():
+        model.wte.weight.mul_(3.0)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("draft_context", "draft_position", "cache"),
+    [
+        (32, "learned", "window(size=8, sinks=2)"),  # the draft keeps every token: learned positions end at 32
+        (32, "rope", 'window(size="auto", sinks=2)'),  # no calibration for "auto": the draft keeps every token
+        (16, "rope", "dense"),  # a draft with a shorter context than the target's
+    ],
+)
+def test_a_draft_past_its_context_proposes_nothing_and_the_output_is_the_targets(
+    draft_context: int, draft_position: str, cache: str
+) -> None:
+    """Before: the draft was fed past its context, and the decode failed mid-run (after 20-odd tokens had
+    been streamed) with the draft's ContextLengthError; `dk.validate` passed. A draft never sees more
+    than its context now (unless its cache evicts): past it, the target decodes alone."""
+    target = _gpt(0, 32, "rope")
+    target.attention_windows = (8,)  # type: ignore[attr-defined]  # a calibration, for window(size="auto")
+    draft = _gpt(1, draft_context, draft_position)
+    prompts = [[5, 17, 3], [9, 44, 2, 7, 7, 1]]
+    new = 60 if cache != "dense" else 24
+    ref = dk.generate(target, prompts, chain="greedy", max_new_tokens=new, cache=cache)
+    out = dk.decode(
+        target, prompts, strategy="speculative", draft=draft, k=3, chain="greedy", max_new_tokens=new, cache=cache
+    )
+    assert out.tokens == ref.tokens
+    assert sum(out.drafted) > 0
