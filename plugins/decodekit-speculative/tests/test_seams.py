@@ -45,3 +45,13 @@ def test_a_draft_past_its_context_proposes_nothing_and_the_output_is_the_targets
     )
     assert out.tokens == ref.tokens
     assert sum(out.drafted) > 0
+
+
+def test_a_row_that_ended_past_the_drafts_context_is_not_fed_past_it() -> None:
+    """Rows that ended are fed along (junk at their last position), so they count: before, a ContextLengthError;
+    a bound over the live rows alone fed this ended row at position 16 to a 16-position draft (an IndexError)."""
+    target, draft = _gpt(0, 32, "rope"), _gpt(1, 16, "learned")
+    prompts = [[69, 35], [30, 97, 61], [78, 36, 86, 45, 75, 81, 79, 16, 91, 39, 49, 95]]  # the third ends at 17
+    ref = dk.generate(target, prompts, chain="greedy", max_new_tokens=5)
+    out = dk.decode(target, prompts, strategy="speculative", draft=draft, k=3, chain="greedy", max_new_tokens=5)
+    assert out.tokens == ref.tokens

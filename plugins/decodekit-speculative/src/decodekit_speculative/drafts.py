@@ -84,8 +84,9 @@ class ModelDrafter:
     def propose(
         self, buf: Tensor, lengths: list[int], budgets: list[int], active: list[bool], pick: Pick
     ) -> list[list[Tensor | None]]:
-        longest = max(n for n, a in zip(lengths, active) if a)  # slots held after the first forward (RowCache)
-        K = min(max(budgets), self.capacity - max(lengths), self.reach + 1 - longest)  # K - 1 forwards after it
+        # K - 1 forwards after the first, which leaves the longest row's history in the cache; rows that ended
+        # are fed too (junk at their last position), so they count.
+        K = min(max(budgets), self.capacity - max(lengths), self.reach + 1 - max(lengths))
         qs: list[list[Tensor | None]] = [[] for _ in lengths]
         self._lengths, self._forwards = list(lengths), K
         if K <= 0:
