@@ -55,3 +55,14 @@ def test_a_row_that_ended_past_the_drafts_context_is_not_fed_past_it() -> None:
     ref = dk.generate(target, prompts, chain="greedy", max_new_tokens=5)
     out = dk.decode(target, prompts, strategy="speculative", draft=draft, k=3, chain="greedy", max_new_tokens=5)
     assert out.tokens == ref.tokens
+
+
+def test_a_ragged_batch_through_a_window_gives_each_rows_tokens_alone() -> None:
+    """A window cannot crop rows unevenly, so speculation decodes its rows one at a time: each row's tokens
+    alone, which a ragged `dk.generate` batch parts from once the window evicts (padding takes its sinks)."""
+    target = _gpt(0, 32, "rope")
+    prompts = [[5, 17, 3], [9, 44, 2, 7, 7, 1, 3, 5, 8]]
+    cache = "window(size=8, sinks=2)"
+    alone = [dk.generate(target, [p], chain="greedy", max_new_tokens=40, cache=cache).tokens[0] for p in prompts]
+    out = dk.decode(target, prompts, strategy="speculative(k=3)", chain="greedy", max_new_tokens=40, cache=cache)
+    assert out.tokens == alone
