@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from decodekit_gpt.gpt import GPT, GPTConfig
@@ -66,3 +68,21 @@ def test_a_ragged_batch_through_a_window_gives_each_rows_tokens_alone() -> None:
     alone = [dk.generate(target, [p], chain="greedy", max_new_tokens=40, cache=cache).tokens[0] for p in prompts]
     out = dk.decode(target, prompts, strategy="speculative(k=3)", chain="greedy", max_new_tokens=40, cache=cache)
     assert out.tokens == alone
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+@pytest.mark.parametrize("which", ["itself", "ngram"])
+def test_a_position_past_a_stop_token_is_never_an_error(which: str, k: int) -> None:
+    """Before: the draft drafted, and the target verified, past a row's stop token; where the chain leaves no
+    token after it (here no_repeat_ngram(1) on 6 tokens: every one is used once the stop token is out) that
+    was a NumericsError `dk.generate` never meets (k = 2 and 8). A position past the end is never emitted."""
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=6, block_size=32, n_layer=1, n_head=2, n_kv_head=1, n_embd=16)
+    target = GPT(config).eval()
+    chain = "no_repeat_ngram(1) | greedy"
+    free = dk.generate(target, [[0]], chain=chain, max_new_tokens=5)  # [[1, 4, 2, 3, 5]]: all six used
+    options: dict[str, Any] = {"chain": chain, "max_new_tokens": 20, "stop_tokens": [free.tokens[0][-1]]}
+    ref = dk.generate(target, [[0]], **options)
+    draft = target if which == "itself" else "ngram"
+    out = dk.decode(target, [[0]], strategy="speculative", draft=draft, k=k, **options)
+    assert (out.tokens, out.finish_reasons) == (ref.tokens, ref.finish_reasons) == (free.tokens, ["stop"])

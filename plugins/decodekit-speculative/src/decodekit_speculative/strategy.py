@@ -218,16 +218,29 @@ class _Rounds:
         return ctx
 
     def _processed(self, logits: Tensor, i: int, j: int, who: str) -> Tensor:
-        """The chain's distribution `[V]` for row i at drafted position j (a `NumericsError` names the row)."""
+        """The chain's distribution `[V]` for row i at drafted position j (a `NumericsError` names the row, unless
+        the drafts before j end it: `dk.generate` never computes that position, so neither its token matters)."""
         if self.dense:
             x = logits.float()
-            if not bool(torch.isfinite(x.amax())):
-                raise _numerics(f"the {who} model's logits cannot be sampled (NaN, +inf, or none finite)", self, i, j)
-            return x
-        try:
-            return self.chain.distribution(logits[None], self._context(i, j))[0]
-        except NumericsError as exc:
-            raise _numerics(str(exc).split(": ", 2)[-1], self, i, j, who) from None
+            if bool(torch.isfinite(x.amax())):
+                return x
+            error = _numerics(f"the {who} model's logits cannot be sampled (NaN, +inf, or none finite)", self, i, j)
+        else:
+            try:
+                return self.chain.distribution(logits[None], self._context(i, j))[0]
+            except NumericsError as exc:
+                error = _numerics(str(exc).split(": ", 2)[-1], self, i, j, who)
+        if self._ended_before(i, j):
+            return torch.zeros_like(logits, dtype=torch.float32)  # any token: it is never emitted
+        raise error from None
+
+    def _ended_before(self, i: int, j: int) -> bool:
+        """Whether row i's first j drafts end it (a stop token or string, a stage, the length), as emitted."""
+        out = self.d.outputs[self.rows[i]].copy()
+        for token in self.buf[i, self.lengths[i] : self.lengths[i] + j].tolist():
+            if out.push(token).finish_reason is not None:
+                return True
+        return False
 
     def _pick(self, i: int, j: int, logits: Tensor) -> tuple[int, Tensor | None]:
         """The draft's pick for row i at drafted position j, and its q (None: one-hot)."""
