@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import torch
 from decodekit_gpt.gpt import GPT, GPTConfig
+from decodekit_speculative import strategy
 
 import decodekit as dk
 
@@ -86,3 +87,30 @@ def test_a_position_past_a_stop_token_is_never_an_error(which: str, k: int) -> N
     draft = target if which == "itself" else "ngram"
     out = dk.decode(target, [[0]], strategy="speculative", draft=draft, k=k, **options)
     assert (out.tokens, out.finish_reasons) == (ref.tokens, ref.finish_reasons) == (free.tokens, ["stop"])
+
+
+@pytest.mark.parametrize("draft_position", ["ngram", "learned"])
+def test_a_huge_max_new_tokens_through_an_evicting_cache_runs_until_a_stop_token(
+    draft_position: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dk.generate` grows its history as it is used, so `max_new_tokens=2**40` runs until a stop token. Before,
+    speculation allocated its history (and a draft's cache that keeps every token) for all of them: a
+    RuntimeError from torch's allocator ("unexpected RuntimeError" on the command line). Here the history
+    starts at 8 columns, so it grows several times before the stop token (its first use: token 74)."""
+    monkeypatch.setattr(strategy, "PREALLOCATED_COLUMNS", 8)
+    target = _gpt(0, 32, "rope")
+    options: dict[str, Any] = {"chain": "no_repeat_ngram(2) | greedy", "cache": "window(size=8, sinks=2)"}
+    ref = dk.generate(target, [[5, 17, 3]], max_new_tokens=2**40, stop_tokens=[47], **options)
+    assert len(ref.tokens[0]) == 75
+    draft = "ngram" if draft_position == "ngram" else _gpt(1, 32, "learned")
+    out = dk.decode(
+        target,
+        [[5, 17, 3]],
+        strategy="speculative",
+        draft=draft,
+        k=3,
+        max_new_tokens=2**40,
+        stop_tokens=[47],
+        **options,
+    )
+    assert (out.tokens, out.finish_reasons) == (ref.tokens, ["stop"])
