@@ -75,13 +75,18 @@ class ModelDrafter:
         self.call = model if call is None else call  # the model as the decode calls it (compiled or not)
         self.rows = RowCache(cache, batch_size)
         self.capacity = cache.spec.capacity
+        # The slots its forwards may fill: a cache that keeps every token stops at the draft's context, as the
+        # engine stops the target (`Decoding.room`); past it the draft proposes nothing and the target goes on.
+        self.reach = self.capacity if evicts(cache) else model.spec.max_positions
         self._lengths: list[int] = [0] * batch_size
         self._forwards = 0
 
     def propose(
         self, buf: Tensor, lengths: list[int], budgets: list[int], active: list[bool], pick: Pick
     ) -> list[list[Tensor | None]]:
-        K = min(max(budgets), self.capacity - max(lengths))  # room left in the draft's cache
+        # K - 1 forwards after the first, which leaves the longest row's history in the cache; rows that ended
+        # are fed too (junk at their last position), so they count.
+        K = min(max(budgets), self.capacity - max(lengths), self.reach + 1 - max(lengths))
         qs: list[list[Tensor | None]] = [[] for _ in lengths]
         self._lengths, self._forwards = list(lengths), K
         if K <= 0:

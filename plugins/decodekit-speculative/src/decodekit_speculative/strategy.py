@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import torch
@@ -24,7 +24,7 @@ from torch import Tensor
 
 from decodekit.cache import Croppable, KVCache, PreallocatedKVCache, RowCroppable, evicts
 from decodekit.context import DecodeContext
-from decodekit.engine import Decoding
+from decodekit.engine import PREALLOCATED_COLUMNS, Decoding
 from decodekit.errors import DecodekitError, NumericsError, ParameterError
 from decodekit.model import Model
 from decodekit.params import Params
@@ -168,7 +168,8 @@ class _Rounds:
         self.kv: RowCache | _Recompute = _Recompute() if kv is None else RowCache(kv, len(rows))
         prompts = [d.rows[b] for b in rows]
         self.lengths = [len(p) for p in prompts]  # history (prompt + emitted) per row
-        width = max(self.lengths) + d.request.max_new_tokens + params.k + 2
+        # Grown as it is used (`_grow`), as the engine's history: a huge max_new_tokens runs until a stop token.
+        width = max(self.lengths) + min(d.request.max_new_tokens, PREALLOCATED_COLUMNS) + params.k + 2
         self.buf = torch.zeros(len(rows), width, dtype=torch.long, device=d.device)  # row i: buf[i, :lengths[i]]
         for i, p in enumerate(prompts):
             self.buf[i, : len(p)] = torch.tensor(p)
@@ -207,7 +208,8 @@ class _Rounds:
                 cache = None
             if isinstance(cache, Croppable) and (not evicts(cache) or draft.spec.rope_base is not None):
                 return cache
-        return PreallocatedKVCache(spec)
+        # Never fed past the draft's context (`ModelDrafter`): no more slots than that, whatever max_new_tokens.
+        return PreallocatedKVCache(replace(spec, capacity=min(spec.capacity, draft.spec.max_positions)))
 
     # -- the chain at one drafted position ---------------------------------------------------
 
@@ -218,16 +220,29 @@ class _Rounds:
         return ctx
 
     def _processed(self, logits: Tensor, i: int, j: int, who: str) -> Tensor:
-        """The chain's distribution `[V]` for row i at drafted position j (a `NumericsError` names the row)."""
+        """The chain's distribution `[V]` for row i at drafted position j (a `NumericsError` names the row, unless
+        the drafts before j end it: `dk.generate` never computes that position, so neither its token matters)."""
         if self.dense:
             x = logits.float()
-            if not bool(torch.isfinite(x.amax())):
-                raise _numerics(f"the {who} model's logits cannot be sampled (NaN, +inf, or none finite)", self, i, j)
-            return x
-        try:
-            return self.chain.distribution(logits[None], self._context(i, j))[0]
-        except NumericsError as exc:
-            raise _numerics(str(exc).split(": ", 2)[-1], self, i, j, who) from None
+            if bool(torch.isfinite(x.amax())):
+                return x
+            error = _numerics(f"the {who} model's logits cannot be sampled (NaN, +inf, or none finite)", self, i, j)
+        else:
+            try:
+                return self.chain.distribution(logits[None], self._context(i, j))[0]
+            except NumericsError as exc:
+                error = _numerics(str(exc).split(": ", 2)[-1], self, i, j, who)
+        if self._ended_before(i, j):
+            return torch.zeros_like(logits, dtype=torch.float32)  # any token: it is never emitted
+        raise error from None
+
+    def _ended_before(self, i: int, j: int) -> bool:
+        """Whether row i's first j drafts end it (a stop token or string, a stage, the length), as emitted."""
+        out = self.d.outputs[self.rows[i]].copy()
+        for token in self.buf[i, self.lengths[i] : self.lengths[i] + j].tolist():
+            if out.push(token).finish_reason is not None:
+                return True
+        return False
 
     def _pick(self, i: int, j: int, logits: Tensor) -> tuple[int, Tensor | None]:
         """The draft's pick for row i at drafted position j, and its q (None: one-hot)."""
@@ -243,6 +258,7 @@ class _Rounds:
         d, rows = self.d, self.rows
         done = [d.outputs[b].done for b in rows]
         while not all(done):
+            self._grow()
             active = [not x for x in done]
             room = d.room(max(n for n, a in zip(self.lengths, active) if a))  # the target's block must fit
             budgets = [
@@ -261,6 +277,11 @@ class _Rounds:
                 if not done[i]:
                     done[i] = self._verify(i, b, logits[i], counts[i], qs[i])
             yield
+
+    def _grow(self) -> None:
+        """Twice the history's columns when a round (k drafts and a token) might not fit."""
+        if max(self.lengths) + self.k + 2 > self.buf.shape[1]:
+            self.buf = torch.cat([self.buf, torch.zeros_like(self.buf)], 1)
 
     def _verify(self, i: int, b: int, logits: Tensor, count: int, qs: list[Tensor | None]) -> bool:
         """Row i (global row b): keep a prefix of its drafts and one token of the target's; True when it ends."""
