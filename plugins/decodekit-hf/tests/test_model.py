@@ -186,12 +186,8 @@ def test_stop_tokens_outside_the_vocabulary_are_dropped() -> None:
     assert HFModel(m).stop_tokens == ()
 
 
-def test_sliding_window_model_equals_transformers_recomputation() -> None:
-    """Mistral with a 5-token window: decodekit keeps every key and transformers' mask applies the window.
-
-    The reference is transformers' own forward over the whole sequence at every step (greedy):
-    its `generate()` with its sliding-window cache was seen to drift from that recomputation.
-    """
+def _mistral(sliding_window: int) -> Any:
+    """A 2-layer Mistral of the character vocabulary, seeded, with attention windows of `sliding_window` tokens."""
     from transformers import MistralConfig, MistralForCausalLM
 
     torch.manual_seed(0)
@@ -203,10 +199,19 @@ def test_sliding_window_model_equals_transformers_recomputation() -> None:
         intermediate_size=64,
         vocab_size=96,
         max_position_embeddings=128,
-        sliding_window=5,
+        sliding_window=sliding_window,
         initializer_range=0.2,
     )
-    mistral = MistralForCausalLM(config).eval()  # type: ignore[no-untyped-call]
+    return MistralForCausalLM(config).eval()  # type: ignore[no-untyped-call]
+
+
+def test_sliding_window_model_equals_transformers_recomputation() -> None:
+    """Mistral with a 5-token window: decodekit keeps every key and transformers' mask applies the window.
+
+    The reference is transformers' own forward over the whole sequence at every step (greedy):
+    its `generate()` with its sliding-window cache was seen to drift from that recomputation.
+    """
+    mistral = _mistral(sliding_window=5)
     ids, _, mask = _padded(PROMPTS)
     expected = []
     with torch.no_grad():
@@ -264,21 +269,7 @@ def _greedy_recomputed(hf: Any, prompt: list[int], n: int) -> list[int]:
 def test_an_evicting_cache_serves_a_sliding_window_model_whose_window_covers_the_text() -> None:
     """Mistral's default sliding_window=4096 refused every evicting cache, though a model attends to the whole
     of a text no longer than its window: refused only where the text (prompt + max_new_tokens) can pass it."""
-    from transformers import MistralConfig, MistralForCausalLM
-
-    torch.manual_seed(0)
-    config = MistralConfig(
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        hidden_size=32,
-        intermediate_size=64,
-        vocab_size=96,
-        max_position_embeddings=128,
-        sliding_window=40,
-        initializer_range=0.2,
-    )
-    mistral = MistralForCausalLM(config).eval()  # type: ignore[no-untyped-call]
+    mistral = _mistral(sliding_window=40)
     model = HFModel(mistral)
     prompt = PROMPTS[0]  # 10 tokens + 30 new: the whole window
     want = _greedy_recomputed(mistral, prompt, 30)
