@@ -170,3 +170,14 @@ def test_a_ray_actor_decodes_with_the_same_stop_tokens(
     records = sorted((json.loads(r) for r in out["record"]), key=lambda r: r["line"])
     options = {"eos_token_id": None} if ignore_eos else {}
     assert [r["tokens"] for r in records] == [reference(eos_model, p, **options) for p in PROMPTS]
+
+
+@pytest.mark.parametrize(("extra", "stopped_by"), [((), EOS), (("--ignore-eos",), "regex")])
+def test_a_grammar_ends_at_the_eos_it_allows(
+    extra: tuple[str, ...], stopped_by: object, checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--regex`: the grammar lets EOS end a complete text; the model's stop token ends it, or with --ignore-eos the
+    grammar's own end (docs/grammar.md, "The end"): the same tokens, EOS last and not in the text, either way."""
+    sample = generate_json(capsys, checkpoint, "Hi", "--regex", "x[0-9]*", *extra)["samples"][0]
+    assert sample["tokens"] == [88, 21, 21, 21, 21, EOS] and sample["text"] == "x5555"
+    assert (sample["finish_reason"], sample["stopped_by"]) == ("stop", stopped_by)
