@@ -144,6 +144,14 @@ CacheOption = Annotated[
         "Default: dense when installed, else none.",
     ),
 ]
+IgnoreEosOption = Annotated[
+    bool,
+    typer.Option(
+        "--ignore-eos",
+        help="Go on past the model's end-of-sequence token (an hf: model's stop_tokens). Default: a sample "
+        "ends at it, as transformers' generate() does.",
+    ),
+]
 ReplaceUnknownOption = Annotated[
     bool,
     typer.Option(
@@ -245,6 +253,7 @@ def generate(
         ),
     ] = False,
     replace_unknown: ReplaceUnknownOption = False,
+    ignore_eos: IgnoreEosOption = False,
     input_file: Annotated[
         str | None,
         typer.Option(
@@ -316,6 +325,7 @@ def generate(
         stop=stop,
         threads=threads,
         compile=compile,
+        ignore_eos=ignore_eos,
     )
     if input_file is not None or output is not None or ray is not None:
         from decodekit_cli.batch_command import batch_request, ray_request, run_batch
@@ -370,6 +380,7 @@ def explain(
     seed: SeedOption = None,
     cache: CacheOption = None,
     replace_unknown: ReplaceUnknownOption = False,
+    ignore_eos: IgnoreEosOption = False,
     plot: Annotated[
         Path | None,
         typer.Option("--plot", help="Write a PNG: top-candidate probabilities after each stage at --plot-step."),
@@ -380,7 +391,7 @@ def explain(
     from decodekit_cli.explain_command import ExplainRequest, run_explain
 
     flags = _flags(temperature, top_k, top_p, repetition_penalty)
-    sampling = _sampling(model, chain, flags, seed, cache, replace_unknown, max_new_tokens=steps)
+    sampling = _sampling(model, chain, flags, seed, cache, replace_unknown, max_new_tokens=steps, ignore_eos=ignore_eos)
     request = ExplainRequest(prompt, sampling, top=top, plot=plot, plot_step=plot_step, json_output=json_output)
     raise typer.Exit(run_explain(request))
 
@@ -496,6 +507,7 @@ def _sampling(
     stop: Sequence[str] | None = None,
     threads: int | None = None,
     compile: bool = False,
+    ignore_eos: bool = False,
 ) -> SamplingOptions:
     """The options `generate` and `explain` take alike (explain's steps are its new tokens)."""
     from decodekit_cli.sampling_options import SamplingOptions
@@ -511,6 +523,7 @@ def _sampling(
         threads=threads,
         replace_unknown=replace_unknown,
         compile=compile,
+        ignore_eos=ignore_eos,
     )
 
 

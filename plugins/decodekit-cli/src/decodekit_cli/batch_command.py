@@ -114,6 +114,7 @@ def run_batch(request: BatchRequest) -> int:
         stop=sampling.stop,
         strategy=request.strategy,
         replace_unknown=sampling.replace_unknown,
+        ignore_eos=sampling.ignore_eos,
         threads=sampling.threads,
         compile=sampling.compile,
     )

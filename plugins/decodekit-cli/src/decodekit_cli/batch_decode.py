@@ -25,6 +25,7 @@ from decodekit_cli.batch_settings import BatchSettings, parsed_chain
 from decodekit_cli.errors import CliError
 from decodekit_cli.grammar_options import line_chain
 from decodekit_cli.options import encode_prompt, is_spec, prompt_rows, spec_text
+from decodekit_cli.sampling_options import eos_tokens
 
 __all__ = ["Pending", "batches", "check_lines", "decode_records"]
 
@@ -71,7 +72,7 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
         chain = settings.chain if item.chain is None else _own_chain(item.chain)
         chain = line_chain(chain, item.json_schema, item.regex, item.grammar)  # decodekit-grammar: the line's own
         ids = encode_prompt(model, item.prompt, settings.replace_unknown)
-        dk.validate(model, prompt_rows([ids]), **_options(settings, chain, max_new), seed=seed)
+        dk.validate(model, prompt_rows([ids]), **_options(model, settings, chain, max_new), seed=seed)
     except (CliError, dk.DecodekitError) as exc:
         raise LineError.of(exc) from None
     return Pending(number, key, item.prompt, ids, seed, max_new, chain)
@@ -89,13 +90,14 @@ def _derived_seed(seed: int | None, number: int) -> int | None:
     return None if seed is None else mix_seed(seed, number - 1)
 
 
-def _options(settings: BatchSettings, chain: str, max_new_tokens: int) -> dict[str, Any]:
+def _options(model: Any, settings: BatchSettings, chain: str, max_new_tokens: int) -> dict[str, Any]:
     return {
         "strategy": settings.strategy,
         "chain": parsed_chain(chain),
         "max_new_tokens": max_new_tokens,
         "cache": settings.cache,
         "stop_strings": settings.stop,
+        "stop_tokens": eos_tokens(model, settings.ignore_eos),
         "compile": settings.compile,
     }
 
@@ -156,7 +158,7 @@ def _stream(model: Any, settings: BatchSettings, rows: Sequence[Pending]) -> Ite
     events = dk.stream(
         model,
         prompt_rows([p.ids for p in rows]),
-        **_options(settings, first.chain, first.max_new_tokens),
+        **_options(model, settings, first.chain, first.max_new_tokens),
         seed=[p.seed for p in rows],
     )
 

@@ -1,7 +1,7 @@
 """What every line of a batch job is decoded with, and the record of it kept beside the output.
 
 `--resume` compares the recorded settings with its own and refuses to mix: a different input
-file, model, chain, cache, strategy, seed, length, stop string or prompt encoding would give
+file, model, chain, cache, strategy, seed, length, stop string, `--ignore-eos` or prompt encoding would give
 results that an uninterrupted run would not.
 """
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMAT", "BatchSettings", "differences", "parsed_chain"]
 
-FORMAT = 1  # of the recorded settings; a change that alters results must change it
+FORMAT = 2  # of the recorded settings; a change that alters results must change it (2: stops at the model's EOS)
 MAX_SEED = 2**64  # what dk.validate allows, checked here before a model loads
 
 
@@ -43,6 +43,7 @@ class BatchSettings:
     stop: tuple[str, ...] = ()
     strategy: str = "sample"
     replace_unknown: bool = False
+    ignore_eos: bool = False  # go on past the model's stop tokens (those follow from `model`)
     threads: int | None = None  # not recorded: no result depends on it
     compile: bool = False  # not recorded: no result depends on it (--resume with or without it continues)
 
@@ -63,6 +64,7 @@ class BatchSettings:
             "max_new_tokens": self.max_new_tokens,
             "stop": list(self.stop),
             "replace_unknown": self.replace_unknown,
+            "ignore_eos": self.ignore_eos,
         }
 
 

@@ -85,11 +85,12 @@ def explain_steps(
     top: int = 5,
     seed: int | None = None,
     cache: str = "none",
+    stop_tokens: Sequence[int] = (),
 ) -> list[StepReport]:
     """Generate `steps` tokens after `prompt`, reporting each stage of `chain` at every step.
 
     The "sample" strategy on the engine, with a look at every step: the same tokens as
-    `dk.generate(model, prompt, chain=chain, max_new_tokens=steps, seed=seed, cache=cache)`.
+    `dk.generate(model, prompt, chain=chain, max_new_tokens=steps, seed=seed, cache=cache, stop_tokens=stop_tokens)`.
     cache: "none" recomputes the whole context every step; a backend name decodes through it.
     """
     if top < 1:
@@ -97,7 +98,9 @@ def explain_steps(
     if steps < 1:
         raise ParameterError(f"explain: steps={steps} is invalid; allowed: an integer >= 1")
     prompts = [prompt] if isinstance(prompt, str) else [list(prompt)]
-    request = decode_request(model, prompts, chain=chain, max_new_tokens=steps, seed=seed, cache=cache)
+    request = decode_request(
+        model, prompts, chain=chain, max_new_tokens=steps, seed=seed, cache=cache, stop_tokens=list(stop_tokens)
+    )
     traces: list[list[tuple[str, Tensor]]] = []
     decoding = Decoding(request, "explain", events=False)
     for _ in decoding.run(explain_policy(traces), NoParams(), per_round=False):

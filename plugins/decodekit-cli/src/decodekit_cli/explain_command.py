@@ -12,7 +12,7 @@ from decodekit_cli.console import stdout_console
 from decodekit_cli.errors import CliError
 from decodekit_cli.json_output import print_json
 from decodekit_cli.options import build_chain, cli_hints, load_named_model, prompt_text
-from decodekit_cli.sampling_options import SamplingOptions
+from decodekit_cli.sampling_options import SamplingOptions, eos_tokens
 
 __all__ = ["ExplainRequest", "run_explain"]
 
@@ -52,8 +52,17 @@ def run_explain(request: ExplainRequest) -> int:
     prompt = sampling.encode(model, text)
     text = sampling.seen_prompt(model, text, prompt)
     with cli_hints():
+        # The steps generate would take: it ends at the model's EOS too (the last step says so), unless --ignore-eos.
+        stop_tokens = eos_tokens(model, sampling.ignore_eos)
         reports = explain_steps(
-            model, prompt, chain, steps=request.steps, top=request.top, seed=sampling.seed, cache=cache
+            model,
+            prompt,
+            chain,
+            steps=request.steps,
+            top=request.top,
+            seed=sampling.seed,
+            cache=cache,
+            stop_tokens=stop_tokens,
         )
     if request.plot is not None and request.plot_step >= len(reports):  # the row ended before it (a grammar)
         raise CliError(

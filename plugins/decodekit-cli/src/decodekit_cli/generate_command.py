@@ -18,7 +18,7 @@ from decodekit_cli.errors import EXIT_INTERRUPTED
 from decodekit_cli.json_output import print_json
 from decodekit_cli.live_text import SampleWriter, TextOutput
 from decodekit_cli.options import build_chain, check_stop, cli_hints, prompt_rows, prompt_text, resolve_strategy
-from decodekit_cli.sampling_options import SamplingOptions
+from decodekit_cli.sampling_options import SamplingOptions, eos_tokens
 
 __all__ = [
     "GenerateRequest",
@@ -55,6 +55,7 @@ class SampleSpec:
     seed: int | None
     stop: tuple[str, ...]
     compile: bool = False
+    stop_tokens: tuple[int, ...] = ()  # the model's EOS, unless --ignore-eos
 
 
 class SampleSink(Protocol):
@@ -121,6 +122,7 @@ def stream_samples(
         max_new_tokens=spec.max_new_tokens,
         cache=spec.cache,
         stop_strings=spec.stop,
+        stop_tokens=spec.stop_tokens,
         seed=spec.seed,
         compile=spec.compile,
     )
@@ -223,6 +225,7 @@ def run_generate(request: GenerateRequest) -> int:
         seed=sampling.seed,
         stop=sampling.stop,
         compile=sampling.compile,
+        stop_tokens=eos_tokens(model, sampling.ignore_eos),
     )
 
     with TextOutput(text=not request.json_output) as out, cli_hints():

@@ -13,7 +13,7 @@ from typing import Any
 from decodekit_cli.errors import CliError
 from decodekit_cli.options import check_installed, encode_prompt, load_named_model, model_name, resolve_cache
 
-__all__ = ["SamplingOptions", "set_threads"]
+__all__ = ["SamplingOptions", "eos_tokens", "set_threads"]
 
 
 def set_threads(model: object, threads: int | None) -> None:
@@ -37,6 +37,14 @@ def set_threads(model: object, threads: int | None) -> None:
     torch.set_num_threads(threads)
 
 
+def eos_tokens(model: object, ignore_eos: bool) -> tuple[int, ...]:
+    """The ids that end a sample: the model's own `stop_tokens` (an HF model's EOS), none with `--ignore-eos`.
+
+    The library stops only on the stop tokens it is given; the command line stops where transformers'
+    `generate()` stops by default. A model without `stop_tokens` (tiny-shakespeare) has none."""
+    return () if ignore_eos else tuple(getattr(model, "stop_tokens", None) or ())
+
+
 @dataclass(frozen=True)
 class SamplingOptions:
     """The options `decodekit generate`, its batch mode and `decodekit explain` share, as given."""
@@ -51,6 +59,7 @@ class SamplingOptions:
     threads: int | None = None
     replace_unknown: bool = False
     compile: bool = False  # the model's forward and the chain's step under torch.compile: the same tokens, faster
+    ignore_eos: bool = False  # go on past the model's stop tokens (vLLM's name)
 
     def check(self) -> tuple[str, str]:
         """Check what is installed and the cache before any model loads; return the model's name and the cache."""
