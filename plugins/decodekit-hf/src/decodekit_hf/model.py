@@ -27,9 +27,10 @@ from torch import Tensor, nn
 
 from decodekit.cache import KVCache, evicts, observes
 from decodekit.errors import ParameterError
-from decodekit.params import NoParams
 from decodekit.spec import ModelSpec
 from decodekit_hf.cache_bridge import ATTENTION, CacheAttention, DecodekitCache, cache_attention, register_attention
+from decodekit_hf.params import HFParams
+from decodekit_hf.placement import torch_device
 from decodekit_hf.tokenizer import HFTokenizer, eos_token_ids
 
 __all__ = ["CALIBRATION_NAME", "HFModel", "load_hf", "model_spec", "rope_base"]
@@ -113,20 +114,19 @@ def _not_served(c: Any) -> str | None:
 _CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_seq_len")
 
 
-def model_spec(config: Any) -> ModelSpec:
-    """The `ModelSpec` of a transformers config (the decoder's, for a composite model)."""
+def model_spec(config: Any, context: int | None = None) -> ModelSpec:
+    """The `ModelSpec` of a transformers config (the decoder's, for a composite model).
+
+    context: the context length the decode loop allows; None: the config's. It may be smaller than the config's,
+    not larger (learned positions have no row past it, rotary ones were not trained past it); a config that states
+    none (Bloom: ALiBi) takes any, and needs one."""
     c = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     why = _not_served(c)
     if why is not None:
         raise ParameterError(f"HFModel: {type(c).__name__} is not served: {why}")
     n_heads = int(c.num_attention_heads)
     head_dim = int(getattr(c, "head_dim", None) or c.hidden_size // n_heads)
-    max_positions = next((v for name in _CONTEXT_FIELDS if (v := getattr(c, name, None)) is not None), None)
-    if max_positions is None:
-        raise ParameterError(
-            f"HFModel: {type(c).__name__} has none of {', '.join(_CONTEXT_FIELDS)}; "
-            "the decode loop needs the model's context length"
-        )
+    max_positions = _context(c, context)
     layer_types = getattr(c, "layer_types", None) or ()
     other = sorted(set(layer_types) - set(_ATTENTION_LAYERS))
     if other:
@@ -147,6 +147,26 @@ def model_spec(config: Any) -> ModelSpec:
     )
 
 
+def _context(c: Any, context: int | None) -> int:
+    """The context length: `context` checked against the config's, else the config's."""
+    field = next((name for name in _CONTEXT_FIELDS if getattr(c, name, None) is not None), None)
+    if field is None:
+        if context is None:
+            raise ParameterError(
+                f"HFModel: {type(c).__name__} has none of {', '.join(_CONTEXT_FIELDS)}; the decode loop needs the "
+                "model's context length; allowed: give one, dk.load_model('hf(context=N):/path') (--model "
+                "'hf(context=N):DIR') or HFModel(model, context=N)"
+            )
+        return context
+    limit = int(getattr(c, field))
+    if context is not None and context > limit:
+        raise ParameterError(
+            f"HFModel: context={context} is more than {type(c).__name__}'s {field}={limit}; "
+            f"allowed: 1 <= context <= {limit}"
+        )
+    return limit if context is None else context
+
+
 class HFModel(nn.Module):
     """A transformers causal LM (`AutoModelForCausalLM`) that speaks decodekit's model protocol.
 
@@ -154,6 +174,7 @@ class HFModel(nn.Module):
     tokenizer, exposed as `self.tokenizer` (decodekit's encode/decode). `self.stop_tokens` holds
     the end-of-sequence ids, to pass as `dk.generate(..., stop_tokens=model.stop_tokens)`.
     calibration: a `calibration.json` for `window(size="auto")` (`load_hf` passes the folder's).
+    context: the context length, at most the config's (`model_spec`); None: the config's.
 
     A model on transformers' SDPA attention is switched to `decodekit_hf.cache_bridge.ATTENTION`,
     which is that same SDPA attention unless a forward's cache evicts or observes.
@@ -164,10 +185,12 @@ class HFModel(nn.Module):
     stop_tokens: tuple[int, ...]
     supports_last_only = True  # forward(..., last_only=True) returns the last column only
 
-    def __init__(self, model: Any, tokenizer: Any = None, *, calibration: Path | None = None) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any = None, *, calibration: Path | None = None, context: int | None = None
+    ) -> None:
         super().__init__()
         self.hf = model.eval()
-        self.spec = replace(model_spec(model.config), calibration=calibration)
+        self.spec = replace(model_spec(model.config, context), calibration=calibration)
         config = (
             model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
         )
@@ -285,12 +308,14 @@ def _no_progress_bar_unless_a_terminal() -> Iterator[None]:
         hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
-def load_hf(argument: str | None, params: NoParams | None = None) -> HFModel:
-    """The `hf` model loader: `dk.load_model("hf:/path")` loads a local checkpoint directory.
+def load_hf(argument: str | None, params: HFParams | None = None) -> HFModel:
+    """The `hf` model loader: `dk.load_model("hf:/path")`, `dk.load_model("hf(dtype=bfloat16):/path")`, loads a
+    local checkpoint directory (`HFParams`: dtype, device, context).
 
     Local files only (`local_files_only=True`): the model with `AutoModelForCausalLM`, and its
     tokenizer with `AutoTokenizer` when the directory has tokenizer files.
     """
+    params = params or HFParams()
     if not argument:
         raise ParameterError("hf: no checkpoint path; allowed: dk.load_model('hf:/path/to/local/checkpoint')")
     path = Path(argument).expanduser()
@@ -301,10 +326,13 @@ def load_hf(argument: str | None, params: NoParams | None = None) -> HFModel:
             f"hf: {argument!r} has no config.json; allowed: a folder written by save_pretrained (config.json "
             "and the weights)"
         )
+    device = torch_device(params.device)  # before the weights are read: a device torch cannot use is refused first
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     with _no_progress_bar_unless_a_terminal():
-        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
+        # dtype "auto" is transformers 5's own default: the config's `dtype`, else the checkpoint's first float weight.
+        model: Any = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=params.dtype)
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True) if _has_tokenizer(path) else None
+    model.to(device)  # not `device_map=`: that needs accelerate, which decodekit-hf does not require
     calibration = path / CALIBRATION_NAME
-    return HFModel(model, tokenizer, calibration=calibration if calibration.exists() else None)
+    return HFModel(model, tokenizer, calibration=calibration if calibration.exists() else None, context=params.context)

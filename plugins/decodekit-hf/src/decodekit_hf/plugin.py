@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decodekit import hookimpl
 from decodekit.hookspecs import Registrar
+from decodekit_hf.params import HFParams
 
 __all__ = ["register_models"]
 
@@ -13,5 +14,6 @@ def register_models(register: Registrar) -> None:
     register(
         "hf",
         "decodekit_hf.model:load_hf",
-        description="A local Hugging Face transformers causal LM: dk.load_model('hf:/path/to/checkpoint')",
+        params=HFParams,
+        description="A local Hugging Face transformers causal LM: dk.load_model('hf(dtype=bfloat16):/path/to/dir')",
     )
