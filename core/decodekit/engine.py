@@ -35,6 +35,10 @@ PREALLOCATED_COLUMNS = 4096
 """New-token columns of history allocated up front; more are added by doubling, so a huge
 `max_new_tokens` (a generation meant to end on a stop token) allocates only what it uses."""
 
+SIZE_STEP = 64
+"""Under `compile=True` the history's columns and a cache's capacity (one that keeps every token) are a multiple
+of this: decodes of nearby lengths present the compiled forward the same sizes and strides, so share its graph."""
+
 ROW_BYTES = 2048
 """Memory a row takes at least, whatever its length: its random generator, output and text (about 3 KB on a CPU)."""
 
@@ -82,7 +86,7 @@ class Decoding:
         request = self.request
         self.P = P = max(len(p) for p in self.prompts)
         self.total = P + request.max_new_tokens + lookahead
-        columns = P + min(self.total - P, PREALLOCATED_COLUMNS)
+        columns = self._sized(P + min(self.total - P, PREALLOCATED_COLUMNS))
         option = (copies_option, copies) if copies > 1 else ("batch size", len(self.prompts))
         check_rows(f"strategy {self.strategy}", *option, len(self.prompts) * copies, columns, self.model)
         self.copies, self._recompute = copies, recompute
@@ -101,6 +105,10 @@ class Decoding:
         self.chain.init_state(self.ctx)
         self.outputs = [self._output(r // copies, r) for r in range(len(self.rows))]
         self.call_model = self.runs(self.model)
+
+    def _sized(self, n: int) -> int:
+        """`n` slots or columns, rounded up to a multiple of `SIZE_STEP` under `compile=True`."""
+        return -(-n // SIZE_STEP) * SIZE_STEP if self.request.compile else n
 
     def runs(self, model: Model) -> Callable[..., Tensor]:
         """`model` as this decode calls it: under `torch.compile` with `compile=True` (a policy's own forwards,
@@ -127,8 +135,9 @@ class Decoding:
         needed = self.P + self.request.max_new_tokens
         if impl is not None and not evicts(impl):  # keeps every token: check before allocating any
             self._check_reach(spec, needed, None)
+        capacity = total if impl is None or evicts(impl) else self._sized(total)  # more slots: never fed
         kv = factory(
-            CacheSpec.for_model(spec, batch_size=batch_size, capacity=total, dtype=self.dtype, device=self.device)
+            CacheSpec.for_model(spec, batch_size=batch_size, capacity=capacity, dtype=self.dtype, device=self.device)
         )
         for need in needs:
             if (error := capability_error(kv, need, self.strategy)) is not None:

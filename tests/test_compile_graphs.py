@@ -1,0 +1,54 @@
+"""`compile=True` compiles few graphs, however many decodes: one for the chain's step and two for the model's
+forward (its first step, then every later one) over decodes of different prompt widths. The tokens are
+the eager ones.
+
+Counted with a backend that records each graph dynamo hands it and runs it as traced: dynamo's guards, and so
+its recompiles, are those inductor gets, and nothing needs a C++ compiler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+import decodekit as dk
+from tinymodels import tiny_gpt
+
+pytestmark = pytest.mark.xdist_group("compile")  # with the compiling tests: dynamo's state is per process
+
+# Two rows each, of widths 3, 6 and 4: three decodes with other widths and other cache capacities.
+BATCHES = [[[1, 2, 3], [4, 5]], [[6, 7, 8, 9, 10, 11], [12]], [[13, 14], [15, 16, 17, 18]]]
+
+
+@pytest.fixture
+def graphs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[torch.fx.GraphModule]]:
+    """The graphs `torch.compile` compiles from here on, counted by a backend in place of inductor."""
+    compiled: list[torch.fx.GraphModule] = []
+    real = torch.compile
+
+    def counting(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        compiled.append(gm)
+        return gm.forward
+
+    def compile_(fn: Any, **options: Any) -> Any:
+        inductor = options.pop("options", {})  # inductor's, but for the guards dynamo keeps (the chain's step)
+        dynamo = {k: v for k, v in inductor.items() if k == "guard_filter_fn"}
+        return real(fn, backend=counting, options=dynamo or None, **options)
+
+    torch._dynamo.reset()  # forget what earlier compiles learnt (which sizes change)
+    monkeypatch.setattr(torch, "compile", compile_)
+    yield compiled
+    torch._dynamo.reset()
+
+
+def test_decodes_of_other_widths_compile_no_more_graphs(graphs: list[torch.fx.GraphModule]) -> None:
+    model, chain = tiny_gpt(), dk.Chain.parse("temperature(0.9) | top_k(20)")
+    options: dict[str, Any] = {"chain": chain, "max_new_tokens": 5, "cache": "dense", "seed": 3}
+    eager = [dk.generate(model, rows, **options).tokens for rows in BATCHES]
+    assert not graphs
+    compiled = [dk.generate(model, rows, compile=True, **options).tokens for rows in BATCHES]
+    assert compiled == eager
+    assert len(graphs) == 3  # the chain's step; the model's first step, then its later ones
