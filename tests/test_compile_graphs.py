@@ -1,6 +1,6 @@
 """`compile=True` compiles few graphs, however many decodes: one for the chain's step and two for the model's
-forward (its first step, then every later one) over decodes of different prompt widths. The tokens are
-the eager ones.
+forward (its first step, then every later one) over decodes of different prompt widths, and a batch job's
+last, smaller batch adds none. The tokens are the eager ones.
 
 Counted with a backend that records each graph dynamo hands it and runs it as traced: dynamo's guards, and so
 its recompiles, are those inductor gets, and nothing needs a C++ compiler.
@@ -8,11 +8,14 @@ its recompiles, are those inductor gets, and nothing needs a C++ compiler.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from test_batch import _json, _run, _write_lines
 
 import decodekit as dk
 from tinymodels import tiny_gpt
@@ -20,6 +23,8 @@ from tinymodels import tiny_gpt
 pytestmark = pytest.mark.xdist_group("compile")  # with the compiling tests: dynamo's state is per process
 
 # Two rows each, of widths 3, 6 and 4: three decodes with other widths and other cache capacities.
+# tiny-shakespeare: the test GPT counts its calls in an attribute, which dynamo guards, so recompiles every step.
+JOB = ["-m", "tiny-shakespeare", "--seed", "11", "--max-new-tokens", "6", "--cache", "dense", "--batch-size", "2"]
 BATCHES = [[[1, 2, 3], [4, 5]], [[6, 7, 8, 9, 10, 11], [12]], [[13, 14], [15, 16, 17, 18]]]
 
 
@@ -52,3 +57,19 @@ def test_decodes_of_other_widths_compile_no_more_graphs(graphs: list[torch.fx.Gr
     compiled = [dk.generate(model, rows, compile=True, **options).tokens for rows in BATCHES]
     assert compiled == eager
     assert len(graphs) == 3  # the chain's step; the model's first step, then its later ones
+
+
+def test_a_batch_job_compiles_as_many_graphs_whatever_its_last_batch(
+    tmp_path: Path, graphs: list[torch.fx.GraphModule]
+) -> None:
+    """Five prompts of 2-6 characters by two: the last batch, of one row, runs the graphs of the others."""
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="ROMEO: "[: 2 + 3 * i % 5]) for i in range(5)])
+    eager, compiled = tmp_path / "eager.jsonl", tmp_path / "compiled.jsonl"
+    assert _run(prompts, eager, *JOB).returncode == 0
+    assert not graphs
+    r = _run(prompts, compiled, *JOB, "--compile")
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(line) for line in compiled.read_text().splitlines()] == [
+        json.loads(line) for line in eager.read_text().splitlines()
+    ]
+    assert len(graphs) == 3
