@@ -1,6 +1,7 @@
 """`compile=True` compiles few graphs, however many decodes: one for the chain's step and two for the model's
 forward (its first step, then every later one) over decodes of different prompt widths, and a batch job's
-last, smaller batch adds none. The tokens are the eager ones.
+last, smaller batch adds none; and one model compiles for as many cache backends as a process uses. The
+tokens are the eager ones.
 
 Counted with a backend that records each graph dynamo hands it and runs it as traced: dynamo's guards, and so
 its recompiles, are those inductor gets, and nothing needs a C++ compiler.
@@ -73,3 +74,15 @@ def test_a_batch_job_compiles_as_many_graphs_whatever_its_last_batch(
         json.loads(line) for line in eager.read_text().splitlines()
     ]
     assert len(graphs) == 3
+
+
+def test_one_model_compiles_its_forward_for_many_cache_backends(graphs: list[torch.fx.GraphModule]) -> None:
+    """Each backend is a graph of its own (dynamo guards the cache's type); at dynamo's default limit of 8
+    recompiles the eighth backend's forward (tova here) ran eagerly, compiling nothing."""
+    model, chain = tiny_gpt(), dk.Chain.parse("greedy")
+    for cache in ["dense", "gqa", "h2o", "int8", "knorm", "snapkv", "streaming", "tova"]:
+        before = len(graphs)
+        eager = dk.generate(model, BATCHES[0], chain=chain, max_new_tokens=6, cache=cache).tokens
+        compiled = dk.generate(model, BATCHES[0], chain=chain, max_new_tokens=6, cache=cache, compile=True).tokens
+        assert compiled == eager, cache
+        assert len(graphs) > before, f"{cache}: nothing compiled"

@@ -112,14 +112,13 @@ class Decoding:
 
     def runs(self, model: Model) -> Callable[..., Tensor]:
         """`model` as this decode calls it: under `torch.compile` with `compile=True` (a policy's own forwards,
-        a draft model's, go through this too), else as it is; compiled once per model (a new wrapper compiles anew)."""
+        a draft model's, go through this too), else as it is; compiled once per model and type of cache (a new
+        wrapper compiles anew)."""
         if not self.request.compile:
             return model
         if (known := _COMPILED.get(id(model))) is not None and known[0]() is model:
             return known[1]
-        # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
-        # unbound size for a repeated-heads (`dense`) cache past 2 layers.
-        compiled = compiling.compiled(model, "the model's forward", dynamic=None)
+        compiled = _per_cache_type(model)
         with contextlib.suppress(TypeError):  # a model no weak reference can hold is compiled for this decode only
             _COMPILED[id(model)] = (weakref.ref(model), compiled)
         return compiled
@@ -395,6 +394,23 @@ def sample_steps(
         if d.done:
             return
         logits = d.forward()
+
+
+def _per_cache_type(model: Model) -> Callable[..., Tensor]:
+    """`model` compiled once per type of cache it is called with, each counting its own recompiles: dynamo's
+    limit (8 a function) then holds per cache backend, not across them (5 backends in one process met it)."""
+    graphs: dict[type, Callable[..., Tensor]] = {}
+
+    def run(input_ids: Tensor, positions: Tensor, cache: KVCache, **options: Any) -> Tensor:
+        if (graph := graphs.get(type(cache))) is None:
+            # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
+            # unbound size for a repeated-heads (`dense`) cache past 2 layers.
+            graph = graphs[type(cache)] = compiling.compiled(
+                model, "the model's forward", dynamic=None, isolate_recompiles=True
+            )
+        return graph(input_ids, positions, cache, **options)
+
+    return run
 
 
 def uncached_logits(model: Model, buf: Tensor, positions: Tensor, filled: int) -> Tensor:
