@@ -121,8 +121,8 @@ def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending]
     """
     lengths = {len(p.ids) for p in batch}
     if len(lengths) > 1 and not _exact_when_padded(settings.cache):
-        for length in sorted(lengths):  # no row padded: each decodes as it would alone
-            yield from decode_records(model, settings, [p for p in batch if len(p.ids) == length], rows=rows)
+        for length in sorted(lengths):  # no row padded: each decodes as it would alone (and no copies added)
+            yield from decode_records(model, settings, [p for p in batch if len(p.ids) == length])
         return
     seeded = [p if p.seed is not None else replace(p, seed=secrets.randbits(63)) for p in batch]
     padded = [*seeded, *seeded[-1:] * (rows - len(seeded) if settings.compile else 0)]
