@@ -240,7 +240,13 @@ class Chain:
             # a small CPU step; the chain's guards stay, or another chain runs this graph (docs/benchmarks.md).
             options: dict[str, Any] = {"cpp_wrapper": True, "guard_filter_fn": _guards_on_the_inputs}
             step = compiling.compiled(self._select, "the chain's step", dynamic=None, options=options)
-            twin._select = step  # type: ignore[method-assign]
+
+            def select(logits: Tensor, ctx: DecodeContext) -> Tensor:
+                # The history grows a column a step: dynamic from the first graph, not recompiled at the second step.
+                torch._dynamo.maybe_mark_dynamic(ctx.tokens, 1)
+                return step(logits, ctx)
+
+            twin._select = select  # type: ignore[method-assign]
             self._compiled = twin
         return self._compiled
 

@@ -35,6 +35,10 @@ PREALLOCATED_COLUMNS = 4096
 """New-token columns of history allocated up front; more are added by doubling, so a huge
 `max_new_tokens` (a generation meant to end on a stop token) allocates only what it uses."""
 
+SIZE_STEP = 64
+"""Under `compile=True` the history's columns and a cache's capacity (one that keeps every token) are a multiple
+of this: decodes of nearby lengths present the compiled forward the same sizes and strides, so share its graph."""
+
 ROW_BYTES = 2048
 """Memory a row takes at least, whatever its length: its random generator, output and text (about 3 KB on a CPU)."""
 
@@ -82,7 +86,7 @@ class Decoding:
         request = self.request
         self.P = P = max(len(p) for p in self.prompts)
         self.total = P + request.max_new_tokens + lookahead
-        columns = P + min(self.total - P, PREALLOCATED_COLUMNS)
+        columns = self._sized(P + min(self.total - P, PREALLOCATED_COLUMNS))
         option = (copies_option, copies) if copies > 1 else ("batch size", len(self.prompts))
         check_rows(f"strategy {self.strategy}", *option, len(self.prompts) * copies, columns, self.model)
         self.copies, self._recompute = copies, recompute
@@ -102,16 +106,19 @@ class Decoding:
         self.outputs = [self._output(r // copies, r) for r in range(len(self.rows))]
         self.call_model = self.runs(self.model)
 
+    def _sized(self, n: int) -> int:
+        """`n` slots or columns, rounded up to a multiple of `SIZE_STEP` under `compile=True`."""
+        return -(-n // SIZE_STEP) * SIZE_STEP if self.request.compile else n
+
     def runs(self, model: Model) -> Callable[..., Tensor]:
         """`model` as this decode calls it: under `torch.compile` with `compile=True` (a policy's own forwards,
-        a draft model's, go through this too), else as it is; compiled once per model (a new wrapper compiles anew)."""
+        a draft model's, go through this too), else as it is; compiled once per model and type of cache (a new
+        wrapper compiles anew)."""
         if not self.request.compile:
             return model
         if (known := _COMPILED.get(id(model))) is not None and known[0]() is model:
             return known[1]
-        # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
-        # unbound size for a repeated-heads (`dense`) cache past 2 layers.
-        compiled = compiling.compiled(model, "the model's forward", dynamic=None)
+        compiled = _per_cache_type(model)
         with contextlib.suppress(TypeError):  # a model no weak reference can hold is compiled for this decode only
             _COMPILED[id(model)] = (weakref.ref(model), compiled)
         return compiled
@@ -127,8 +134,9 @@ class Decoding:
         needed = self.P + self.request.max_new_tokens
         if impl is not None and not evicts(impl):  # keeps every token: check before allocating any
             self._check_reach(spec, needed, None)
+        capacity = total if impl is None or evicts(impl) else self._sized(total)  # more slots: never fed
         kv = factory(
-            CacheSpec.for_model(spec, batch_size=batch_size, capacity=total, dtype=self.dtype, device=self.device)
+            CacheSpec.for_model(spec, batch_size=batch_size, capacity=capacity, dtype=self.dtype, device=self.device)
         )
         for need in needs:
             if (error := capability_error(kv, need, self.strategy)) is not None:
@@ -386,6 +394,23 @@ def sample_steps(
         if d.done:
             return
         logits = d.forward()
+
+
+def _per_cache_type(model: Model) -> Callable[..., Tensor]:
+    """`model` compiled once per type of cache it is called with, each counting its own recompiles: dynamo's
+    limit (8 a function) then holds per cache backend, not across them (5 backends in one process met it)."""
+    graphs: dict[type, Callable[..., Tensor]] = {}
+
+    def run(input_ids: Tensor, positions: Tensor, cache: KVCache, **options: Any) -> Tensor:
+        if (graph := graphs.get(type(cache))) is None:
+            # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
+            # unbound size for a repeated-heads (`dense`) cache past 2 layers.
+            graph = graphs[type(cache)] = compiling.compiled(
+                model, "the model's forward", dynamic=None, isolate_recompiles=True
+            )
+        return graph(input_ids, positions, cache, **options)
+
+    return run
 
 
 def uncached_logits(model: Model, buf: Tensor, positions: Tensor, filled: int) -> Tensor:

@@ -110,8 +110,11 @@ def batches(pending: Sequence[Pending], size: int) -> Iterator[list[Pending]]:
             yield rows[i : i + size]
 
 
-def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending]) -> Iterator[Record]:
+def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending], *, rows: int = 0) -> Iterator[Record]:
     """Decode one batch (one chain and length), yielding each row's record as the row ends.
+
+    rows: under `--compile`, a smaller batch is decoded with copies of its last row up to this many (their
+    records dropped), so that the job's last batch runs the same compiled graphs as the others.
 
     If decoding fails, the rows not yet ended are decoded again one at a time (with the same
     seeds, so the same results): only a row that fails on its own gets an error record. Under a cache
@@ -120,23 +123,26 @@ def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending]
     """
     lengths = {len(p.ids) for p in batch}
     if len(lengths) > 1 and not _exact_when_padded(settings.cache):
-        for length in sorted(lengths):  # no row padded: each decodes as it would alone
+        for length in sorted(lengths):  # no row padded: each decodes as it would alone (and no copies added)
             yield from decode_records(model, settings, [p for p in batch if len(p.ids) == length])
         return
-    rows = [p if p.seed is not None else replace(p, seed=secrets.randbits(63)) for p in batch]
+    seeded = [p if p.seed is not None else replace(p, seed=secrets.randbits(63)) for p in batch]
+    padded = [*seeded, *seeded[-1:] * (rows - len(seeded) if settings.compile else 0)]
     ended: set[int] = set()
     try:
-        for i, record in _stream(model, settings, rows):
+        for i, record in _stream(model, settings, padded):
+            if i >= len(seeded):
+                continue
             ended.add(i)
             yield record
     except CompileError:  # no row's fault: every row would fail again (the job stops, saying --compile)
         raise
     except Exception as exc:  # a sampler or model failing on one row must not cost the others
-        if len(rows) == 1:
+        if len(seeded) == 1:
             error = LineError.of(exc)
-            yield error_record(rows[0].id, rows[0].line, error.kind, str(error))
+            yield error_record(seeded[0].id, seeded[0].line, error.kind, str(error))
             return
-        for i, row in enumerate(rows):
+        for i, row in enumerate(seeded):
             if i not in ended:
                 yield from decode_records(model, settings, [row])
 

@@ -1,0 +1,88 @@
+"""`compile=True` compiles few graphs, however many decodes: one for the chain's step and two for the model's
+forward (its first step, then every later one) over decodes of different prompt widths, and a batch job's
+last, smaller batch adds none; and one model compiles for as many cache backends as a process uses. The
+tokens are the eager ones.
+
+Counted with a backend that records each graph dynamo hands it and runs it as traced: dynamo's guards, and so
+its recompiles, are those inductor gets, and nothing needs a C++ compiler.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from test_batch import _json, _run, _write_lines
+
+import decodekit as dk
+from tinymodels import tiny_gpt
+
+pytestmark = pytest.mark.xdist_group("compile")  # with the compiling tests: dynamo's state is per process
+
+# Two rows each, of widths 3, 6 and 4: three decodes with other widths and other cache capacities.
+# tiny-shakespeare: the test GPT counts its calls in an attribute, which dynamo guards, so recompiles every step.
+JOB = ["-m", "tiny-shakespeare", "--seed", "11", "--max-new-tokens", "6", "--cache", "dense", "--batch-size", "2"]
+BATCHES = [[[1, 2, 3], [4, 5]], [[6, 7, 8, 9, 10, 11], [12]], [[13, 14], [15, 16, 17, 18]]]
+
+
+@pytest.fixture
+def graphs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[torch.fx.GraphModule]]:
+    """The graphs `torch.compile` compiles from here on, counted by a backend in place of inductor."""
+    compiled: list[torch.fx.GraphModule] = []
+    real = torch.compile
+
+    def counting(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        compiled.append(gm)
+        return gm.forward
+
+    def compile_(fn: Any, **options: Any) -> Any:
+        inductor = options.pop("options", {})  # inductor's, but for the guards dynamo keeps (the chain's step)
+        dynamo = {k: v for k, v in inductor.items() if k == "guard_filter_fn"}
+        return real(fn, backend=counting, options=dynamo or None, **options)
+
+    torch._dynamo.reset()  # forget what earlier compiles learnt (which sizes change)
+    monkeypatch.setattr(torch, "compile", compile_)
+    yield compiled
+    torch._dynamo.reset()
+
+
+def test_decodes_of_other_widths_compile_no_more_graphs(graphs: list[torch.fx.GraphModule]) -> None:
+    model, chain = tiny_gpt(), dk.Chain.parse("temperature(0.9) | top_k(20)")
+    options: dict[str, Any] = {"chain": chain, "max_new_tokens": 5, "cache": "dense", "seed": 3}
+    eager = [dk.generate(model, rows, **options).tokens for rows in BATCHES]
+    assert not graphs
+    compiled = [dk.generate(model, rows, compile=True, **options).tokens for rows in BATCHES]
+    assert compiled == eager
+    assert len(graphs) == 3  # the chain's step; the model's first step, then its later ones
+
+
+def test_a_batch_job_compiles_as_many_graphs_whatever_its_last_batch(
+    tmp_path: Path, graphs: list[torch.fx.GraphModule]
+) -> None:
+    """Five prompts of 2-6 characters by two: the last batch, of one row, runs the graphs of the others."""
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="ROMEO: "[: 2 + 3 * i % 5]) for i in range(5)])
+    eager, compiled = tmp_path / "eager.jsonl", tmp_path / "compiled.jsonl"
+    assert _run(prompts, eager, *JOB).returncode == 0
+    assert not graphs
+    r = _run(prompts, compiled, *JOB, "--compile")
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(line) for line in compiled.read_text().splitlines()] == [
+        json.loads(line) for line in eager.read_text().splitlines()
+    ]
+    assert len(graphs) == 3
+
+
+def test_one_model_compiles_its_forward_for_many_cache_backends(graphs: list[torch.fx.GraphModule]) -> None:
+    """Each backend is a graph of its own (dynamo guards the cache's type); at dynamo's default limit of 8
+    recompiles the eighth backend's forward (tova here) ran eagerly, compiling nothing."""
+    model, chain = tiny_gpt(), dk.Chain.parse("greedy")
+    for cache in ["dense", "gqa", "h2o", "int8", "knorm", "snapkv", "streaming", "tova"]:
+        before = len(graphs)
+        eager = dk.generate(model, BATCHES[0], chain=chain, max_new_tokens=6, cache=cache).tokens
+        compiled = dk.generate(model, BATCHES[0], chain=chain, max_new_tokens=6, cache=cache, compile=True).tokens
+        assert compiled == eager, cache
+        assert len(graphs) > before, f"{cache}: nothing compiled"
