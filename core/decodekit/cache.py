@@ -46,23 +46,19 @@ class KVCache(Protocol):
     @property
     def length(self) -> int:
         """Slots fed per row (every layer, after a complete forward): the slot of the next token."""
-        ...
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Feed `k`, `v` `[B, H_kv, T_new, D]` (rotated at their positions) to `layer`; return the keys and
         values to attend over, `[B, H_stored, S, D]` in `spec.dtype`."""
-        ...
 
     def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
         """`[B, 1, T_new, S]` bool (or `[B, n_heads, T_new, S]`, one per query head): which keys of the last
         `update(layer)` each new query may attend to.
 
         `positions` `[B, T_new]` are the new queries' positions (negative: padding)."""
-        ...
 
     def reset(self) -> None:
         """Forget every token (buffers are kept)."""
-        ...
 
 
 # Capabilities: what some caches can also do, checked when a decode opens (`capability_error`; docs/caches.md).
@@ -74,7 +70,6 @@ class Evicting(Protocol):
 
     def reach(self, new: int) -> int:
         """1 + the largest query-key distance (in positions) that feeding `new` more tokens presents."""
-        ...
 
 
 @runtime_checkable
@@ -84,11 +79,9 @@ class Croppable(Protocol):
     @property
     def rollback(self) -> int:
         """How many of the latest slots `crop` can always take back (`sys.maxsize`: any)."""
-        ...
 
     def crop(self, n: int) -> None:
         """Take back every slot from `n` on: `length` becomes `n`."""
-        ...
 
 
 @runtime_checkable
@@ -103,7 +96,6 @@ class RowCroppable(Protocol):
         keys and values, since they depend on positions, not slots). The caller keeps every row's
         real tokens: `length` is at least each row's count of them.
         """
-        ...
 
 
 @runtime_checkable
@@ -112,7 +104,6 @@ class Reorderable(Protocol):
 
     def reorder(self, index: Tensor) -> None:
         """Replace row `i` by row `index[i]` (beam search)."""
-        ...
 
 
 @runtime_checkable
@@ -122,7 +113,6 @@ class Observing(Protocol):
     def observe(self, layer: int, queries: Tensor) -> None:
         """`queries` `[B, n_heads, T_new, D]`: the new queries of the last `update(layer)`, rotated as attended,
         after the model attended, so the cache may then change what it holds (docs/caches.md: the weights)."""
-        ...
 
 
 @runtime_checkable
@@ -132,7 +122,6 @@ class Sized(Protocol):
     @property
     def nbytes(self) -> int:
         """Exact bytes of the tensors the cache holds (not of the float keys `update` hands out)."""
-        ...
 
 
 _CAPABILITIES: dict[str, tuple[type, str]] = {
