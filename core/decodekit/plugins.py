@@ -20,18 +20,9 @@ import pluggy
 from decodekit import hookspecs
 from decodekit.chain_string import StageCall, parse_model, parse_stage
 from decodekit.errors import ParameterError, PluginError, UnknownNameError, did_you_mean
+from decodekit.hookspecs import CORE_DISTRIBUTION, ENTRY_POINT_GROUP
 from decodekit.params import Params, validate_params
-from decodekit.registry import (
-    CORE_DISTRIBUTION,
-    ENTRY_POINT_GROUP,
-    Category,
-    Entry,
-    PluginFailure,
-    PluginInfo,
-    Registry,
-    import_object,
-    make_entry,
-)
+from decodekit.registry import Category, Entry, PluginFailure, PluginInfo, Registry, import_object, make_entry
 
 if TYPE_CHECKING:
     from decodekit.cache import KVCache
