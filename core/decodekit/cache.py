@@ -1,8 +1,5 @@
-"""The KV-cache protocol, its capabilities, `slot_mask`, `cached_attention`, and `PreallocatedKVCache`.
-
-The model asks a cache's `attention_mask` which keys each new query may attend to, so a cache may return its keys
-in any order and drop any it likes; docs/caches.md ("The protocol") has the whole contract.
-"""
+"""The KV-cache protocol, its capabilities, `slot_mask`, `cached_attention`, and `PreallocatedKVCache`; the whole
+contract (a cache's `attention_mask` says which keys a query sees, so any order, any dropped): docs/caches.md."""
 
 from __future__ import annotations
 
@@ -53,9 +50,7 @@ class KVCache(Protocol):
 
     def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
         """`[B, 1, T_new, S]` bool (or `[B, n_heads, T_new, S]`, one per query head): which keys of the last
-        `update(layer)` each new query may attend to.
-
-        `positions` `[B, T_new]` are the new queries' positions (negative: padding)."""
+        `update(layer)` each new query, at `positions` `[B, T_new]` (negative: padding), may attend to."""
 
     def reset(self) -> None:
         """Forget every token (buffers are kept)."""
@@ -220,12 +215,8 @@ def cached_attention(
 
 
 class PreallocatedKVCache:
-    """A cache that keeps every token fed, in slot order, in a storage of `capacity` slots per layer.
-
-    Subclasses choose the storage (`FloatStorage`: kv-heads; `dense`'s `RepeatedFloatStorage`: every head;
-    int8, ...). A write is one slice copy at the same offset for every row: appending at
-    position 2,000 costs what it costs at position 20.
-    """
+    """A cache that keeps every token fed, in slot order, in a storage of `capacity` slots per layer (a subclass
+    chooses it: docs/caches.md, "Storage and eviction are separate"); a write is one slice copy, at any position."""
 
     storage: StorageFactory = FloatStorage
     rollback = sys.maxsize  # crop takes back any number of slots

@@ -242,11 +242,8 @@ def reload_plugins() -> Registry:
 
 
 def register_plugin(plugin: object, name: str | None = None) -> None:
-    """Register a plugin object (a module or an object with `@hookimpl` methods) from code.
-
-    A plugin whose hooks fail, or that registers a name already taken, raises `PluginError`
-    and is not kept: the registry stays as it was.
-    """
+    """Register a plugin object (a module or an object with `@hookimpl` methods) from code; one that fails, or
+    takes a name already registered, raises `PluginError` and is not kept (docs/plugins.md, "Loading rules")."""
     label = name or getattr(plugin, "__name__", None) or type(plugin).__name__
     if any(p is plugin for p, _ in _code_plugins):
         return

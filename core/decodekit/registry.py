@@ -1,8 +1,5 @@
-"""The registry: one entry type, one registration check, one lookup for every kind of plugin thing.
-
-Each `register(...)` call of a hook (`decodekit.hookspecs`) becomes an `Entry`; `decodekit.plugins`
-builds the registry from the installed plugins, this module holds what is built and how it is read.
-"""
+"""The registry: one entry type, one registration check, one lookup for every kind of plugin thing; each hook's
+`register(...)` call becomes an `Entry`, and `decodekit.plugins` builds the registry from the installed plugins."""
 
 from __future__ import annotations
 
