@@ -1,9 +1,5 @@
-"""Plugin discovery, and building registered things by name: `create`, `create_cache`, `load_model`.
-
-Each entry point of the `decodekit` group loads on its own and each of its hooks is all-or-nothing (the core's own
-registrations go through the same hooks); failures, the environment variables that choose plugins and a name two
-distributions register: docs/plugins.md's "Loading rules".
-"""
+"""Plugin discovery, and building registered things by name: `create`, `create_cache`, `load_model`; how plugins
+load, fail and are chosen (each entry point on its own, each hook all-or-nothing): docs/plugins.md, "Loading rules"."""
 
 from __future__ import annotations
 
