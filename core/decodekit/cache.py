@@ -1,5 +1,5 @@
-"""The KV-cache protocol, its capabilities, `slot_mask`, `cached_attention`, and `PreallocatedKVCache`; the whole
-contract (a cache's `attention_mask` says which keys a query sees, so any order, any dropped): docs/caches.md."""
+"""The KV-cache protocol, its capabilities, `slot_mask`, `cached_attention`, and `PreallocatedKVCache`. A cache's
+`attention_mask` says which keys a query sees, so it may keep them in any order: docs/caches.md, "The protocol"."""
 
 from __future__ import annotations
 
