@@ -1,8 +1,5 @@
-"""The KV-cache protocol, its capabilities, `slot_mask`, `cached_attention`, and `PreallocatedKVCache`.
-
-The model asks a cache's `attention_mask` which keys each new query may attend to, so a cache may return its keys
-in any order and drop any it likes; docs/caches.md ("The protocol") has the whole contract.
-"""
+"""The KV-cache protocol, its capabilities, `slot_mask`, `cached_attention`, and `PreallocatedKVCache`. A cache's
+`attention_mask` says which keys a query sees, so it may keep them in any order: docs/caches.md, "The protocol"."""
 
 from __future__ import annotations
 
@@ -46,23 +43,17 @@ class KVCache(Protocol):
     @property
     def length(self) -> int:
         """Slots fed per row (every layer, after a complete forward): the slot of the next token."""
-        ...
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Feed `k`, `v` `[B, H_kv, T_new, D]` (rotated at their positions) to `layer`; return the keys and
         values to attend over, `[B, H_stored, S, D]` in `spec.dtype`."""
-        ...
 
     def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
         """`[B, 1, T_new, S]` bool (or `[B, n_heads, T_new, S]`, one per query head): which keys of the last
-        `update(layer)` each new query may attend to.
-
-        `positions` `[B, T_new]` are the new queries' positions (negative: padding)."""
-        ...
+        `update(layer)` each new query, at `positions` `[B, T_new]` (negative: padding), may attend to."""
 
     def reset(self) -> None:
         """Forget every token (buffers are kept)."""
-        ...
 
 
 # Capabilities: what some caches can also do, checked when a decode opens (`capability_error`; docs/caches.md).
@@ -74,7 +65,6 @@ class Evicting(Protocol):
 
     def reach(self, new: int) -> int:
         """1 + the largest query-key distance (in positions) that feeding `new` more tokens presents."""
-        ...
 
 
 @runtime_checkable
@@ -84,11 +74,9 @@ class Croppable(Protocol):
     @property
     def rollback(self) -> int:
         """How many of the latest slots `crop` can always take back (`sys.maxsize`: any)."""
-        ...
 
     def crop(self, n: int) -> None:
         """Take back every slot from `n` on: `length` becomes `n`."""
-        ...
 
 
 @runtime_checkable
@@ -103,7 +91,6 @@ class RowCroppable(Protocol):
         keys and values, since they depend on positions, not slots). The caller keeps every row's
         real tokens: `length` is at least each row's count of them.
         """
-        ...
 
 
 @runtime_checkable
@@ -112,7 +99,6 @@ class Reorderable(Protocol):
 
     def reorder(self, index: Tensor) -> None:
         """Replace row `i` by row `index[i]` (beam search)."""
-        ...
 
 
 @runtime_checkable
@@ -122,7 +108,6 @@ class Observing(Protocol):
     def observe(self, layer: int, queries: Tensor) -> None:
         """`queries` `[B, n_heads, T_new, D]`: the new queries of the last `update(layer)`, rotated as attended,
         after the model attended, so the cache may then change what it holds (docs/caches.md: the weights)."""
-        ...
 
 
 @runtime_checkable
@@ -132,7 +117,6 @@ class Sized(Protocol):
     @property
     def nbytes(self) -> int:
         """Exact bytes of the tensors the cache holds (not of the float keys `update` hands out)."""
-        ...
 
 
 _CAPABILITIES: dict[str, tuple[type, str]] = {
@@ -231,12 +215,8 @@ def cached_attention(
 
 
 class PreallocatedKVCache:
-    """A cache that keeps every token fed, in slot order, in a storage of `capacity` slots per layer.
-
-    Subclasses choose the storage (`FloatStorage`: kv-heads; `dense`'s `RepeatedFloatStorage`: every head;
-    int8, ...). A write is one slice copy at the same offset for every row: appending at
-    position 2,000 costs what it costs at position 20.
-    """
+    """A cache that keeps every token fed, in slot order, in a storage of `capacity` slots per layer (a subclass
+    chooses it: docs/caches.md, "Storage and eviction are separate"); a write is one slice copy, at any position."""
 
     storage: StorageFactory = FloatStorage
     rollback = sys.maxsize  # crop takes back any number of slots

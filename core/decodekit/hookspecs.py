@@ -25,8 +25,10 @@ __all__ = [
     "register_strategies",
 ]
 
-hookspec = pluggy.HookspecMarker("decodekit")
-hookimpl = pluggy.HookimplMarker("decodekit")
+ENTRY_POINT_GROUP = "decodekit"  # also pluggy's project name: the markers below and the plugin manager share it
+CORE_DISTRIBUTION = "decodekit"
+hookspec = pluggy.HookspecMarker(ENTRY_POINT_GROUP)
+hookimpl = pluggy.HookimplMarker(ENTRY_POINT_GROUP)
 
 
 class Registrar(Protocol):

@@ -1,9 +1,5 @@
-"""Plugin discovery, and building registered things by name: `create`, `create_cache`, `load_model`.
-
-Each entry point of the `decodekit` group loads on its own and each of its hooks is all-or-nothing (the core's own
-registrations go through the same hooks); failures, the environment variables that choose plugins and a name two
-distributions register: docs/plugins.md's "Loading rules".
-"""
+"""Plugin discovery, and building registered things by name: `create`, `create_cache`, `load_model`; how plugins
+load, fail and are chosen (each entry point on its own, each hook all-or-nothing): docs/plugins.md, "Loading rules"."""
 
 from __future__ import annotations
 
@@ -20,18 +16,9 @@ import pluggy
 from decodekit import hookspecs
 from decodekit.chain_string import StageCall, parse_model, parse_stage
 from decodekit.errors import ParameterError, PluginError, UnknownNameError, did_you_mean
+from decodekit.hookspecs import CORE_DISTRIBUTION, ENTRY_POINT_GROUP
 from decodekit.params import Params, validate_params
-from decodekit.registry import (
-    CORE_DISTRIBUTION,
-    ENTRY_POINT_GROUP,
-    Category,
-    Entry,
-    PluginFailure,
-    PluginInfo,
-    Registry,
-    import_object,
-    make_entry,
-)
+from decodekit.registry import Category, Entry, PluginFailure, PluginInfo, Registry, import_object, make_entry
 
 if TYPE_CHECKING:
     from decodekit.cache import KVCache
@@ -251,11 +238,8 @@ def reload_plugins() -> Registry:
 
 
 def register_plugin(plugin: object, name: str | None = None) -> None:
-    """Register a plugin object (a module or an object with `@hookimpl` methods) from code.
-
-    A plugin whose hooks fail, or that registers a name already taken, raises `PluginError`
-    and is not kept: the registry stays as it was.
-    """
+    """Register a plugin object (a module or an object with `@hookimpl` methods) from code; one that fails, or
+    takes a name already registered, raises `PluginError` and is not kept (docs/plugins.md, "Loading rules")."""
     label = name or getattr(plugin, "__name__", None) or type(plugin).__name__
     if any(p is plugin for p, _ in _code_plugins):
         return

@@ -1,8 +1,5 @@
-"""The registry: one entry type, one registration check, one lookup for every kind of plugin thing.
-
-Each `register(...)` call of a hook (`decodekit.hookspecs`) becomes an `Entry`; `decodekit.plugins`
-builds the registry from the installed plugins, this module holds what is built and how it is read.
-"""
+"""The registry: one entry type, one registration check, one lookup for every kind of plugin thing; each hook's
+`register(...)` call becomes an `Entry`, and `decodekit.plugins` builds the registry from the installed plugins."""
 
 from __future__ import annotations
 
@@ -17,6 +14,7 @@ from typing import Any, Literal, cast
 
 from decodekit.chain_string import MODEL_NAME
 from decodekit.errors import PluginError, UnknownNameError, did_you_mean
+from decodekit.hookspecs import CORE_DISTRIBUTION, ENTRY_POINT_GROUP
 from decodekit.params import NoParams, Params
 
 __all__ = [
@@ -39,8 +37,6 @@ CATEGORIES: tuple[Category, ...] = ("sampler", "cache backend", "model", "strate
 _IDENTIFIER = (re.compile(r"[A-Za-z_]\w*", re.ASCII), "a Python identifier (letters, digits, '_')")
 _MODEL_NAME = (MODEL_NAME, "letters, digits, '_', '-', '.'")
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
-ENTRY_POINT_GROUP = "decodekit"
-CORE_DISTRIBUTION = "decodekit"
 NO_ENTRY_POINT = (  # what is wrong with a distribution `without_entry_point` lists, and what to do
     f"requires decodekit and declares no entry point: a plugin's pyproject.toml needs "
     f"[project.entry-points.{ENTRY_POINT_GROUP}], then pip install it again"
