@@ -152,6 +152,36 @@ def test_batch_job_ignore_eos_and_resume_with_another_value_is_refused(
     assert "ignore_eos=True (this run: False)" in err
 
 
+def as_format_1(output: Path) -> None:
+    """Make `output` what a decodekit before settings format 2 left: its settings without `ignore_eos` (it went
+    on past EOS), and only its first record, as if killed there."""
+    settings = output.with_name(output.name + ".settings.json")
+    recorded = json.loads(settings.read_text())
+    assert recorded.pop("ignore_eos") is True and recorded["format"] == 2
+    settings.write_text(json.dumps({**recorded, "format": 1}))
+    output.write_text(output.read_text().splitlines(keepends=True)[0])
+
+
+def test_resume_continues_a_format_1_output_with_ignore_eos_and_refuses_without(
+    checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Format 1 went on past EOS: `--resume --ignore-eos` gives the records an uninterrupted run gives; without it
+    this model (whose EOS would end "Hi" and "ab" early) is refused, the error saying what to pass."""
+    expected = run_batch(capsys, checkpoint, tmp_path, "--ignore-eos", "--seed", "7")  # a record holds its seed
+    output = tmp_path / "out.jsonl"
+    as_format_1(output)
+    written = output.read_text()
+    source = tmp_path / "in.jsonl"
+    cmd = ["generate", "--model", f"hf:{checkpoint}", "--chain", "greedy", "--max-new-tokens", str(MAX_NEW), "--seed", "7"]
+    status, _, err = cli(capsys, *cmd, "--input", str(source), "--output", str(output), "--resume")
+    assert status == 2 and "Traceback" not in err
+    assert "settings format 1" in err and "pass --ignore-eos" in err, err
+    assert output.read_text() == written  # nothing added
+    status, _, err = cli(capsys, *cmd, "--input", str(source), "--output", str(output), "--resume", "--ignore-eos")
+    assert status == 0, err
+    assert [json.loads(line) for line in output.read_text().splitlines()] == expected
+
+
 @pytest.mark.parametrize("ignore_eos", [False, True])
 def test_a_ray_actor_decodes_with_the_same_stop_tokens(
     ignore_eos: bool, checkpoint: Path, eos_model: Any, monkeypatch: pytest.MonkeyPatch
