@@ -94,6 +94,18 @@ def test_ignore_eos_generates_max_new_tokens(
     assert "<eos>" in sample["text"]  # an ordinary token now, shown as the tokenizer decodes it (docs/cli.md)
 
 
+@pytest.mark.parametrize("extra", [(), ("--ignore-eos",)])
+def test_the_json_header_records_ignore_eos(
+    extra: tuple[str, ...], checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`generate --json` and `explain --json` say whether the samples went on past EOS, beside the other settings."""
+    assert generate_json(capsys, checkpoint, "Hi", *extra)["ignore_eos"] is bool(extra)
+    cmd = ["explain", "ab", "--model", f"hf:{checkpoint}", "--chain", "greedy", "--steps", "2", "--json", *extra]
+    status, out, err = cli(capsys, *cmd)
+    assert status == 0, err
+    assert json.loads(out)["ignore_eos"] is bool(extra)
+
+
 @pytest.mark.parametrize("strategy", ["sample", "speculative(draft=ngram, k=3)", "beam(num_beams=2)"])
 def test_every_strategy_and_every_sample_stops_at_eos(
     strategy: str, checkpoint: Path, eos_model: Any, capsys: pytest.CaptureFixture[str]
