@@ -131,6 +131,17 @@ def test_every_strategy_and_every_sample_stops_at_eos(
         assert (sample["finish_reason"], sample["stopped_by"]) == ("stop", EOS)
 
 
+def test_a_draft_with_parameters_needs_no_quotes(checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--strategy 'speculative(draft=hf(dtype=float32):DIR)'`: the draft's call is one value, quoted or not."""
+    draft = f"hf(dtype=float32, device=cpu):{checkpoint}"
+    reports = [
+        generate_json(capsys, checkpoint, "Hi", "--strategy", f"speculative(draft={text}, k=3)")
+        for text in (draft, repr(draft))
+    ]
+    unquoted, quoted = ([(s["tokens"], s["text"]) for s in r["samples"]] for r in reports)
+    assert unquoted == quoted and len(unquoted[0][0]) > 0
+
+
 def test_explain_stops_at_eos(checkpoint: Path, eos_model: Any, capsys: pytest.CaptureFixture[str]) -> None:
     cmd = ["explain", "ab", "--model", f"hf:{checkpoint}", "--chain", "greedy", "--steps", str(MAX_NEW), "--json"]
     status, out, err = cli(capsys, *cmd)
