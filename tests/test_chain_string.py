@@ -140,8 +140,14 @@ def test_bare_words_are_strings_so_a_command_line_needs_no_inner_quotes() -> Non
     ("text", "draft"),
     [
         ("speculative(draft=m(n_layer=1), k=3)", "m(n_layer=1)"),
-        ("speculative(draft=hf(dtype=float32, device=cpu):/models/tiny-gpt2, k=3)", "hf(dtype=float32, device=cpu):/models/tiny-gpt2"),
-        ("speculative(draft=tiny-shakespeare-draft(a=[1, (2)], b='x)'), k=3)", "tiny-shakespeare-draft(a=[1, (2)], b='x)')"),
+        (
+            "speculative(draft=hf(dtype=float32, device=cpu):/models/tiny-gpt2, k=3)",
+            "hf(dtype=float32, device=cpu):/models/tiny-gpt2",
+        ),
+        (
+            "speculative(draft=tiny-shakespeare-draft(a=[1, (2)], b='x)'), k=3)",
+            "tiny-shakespeare-draft(a=[1, (2)], b='x)')",
+        ),
     ],
 )
 def test_a_call_as_a_bare_value_is_its_text_as_if_quoted(text: str, draft: str) -> None:
@@ -154,8 +160,14 @@ def test_a_call_as_a_bare_value_is_its_text_as_if_quoted(text: str, draft: str) 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("speculative(draft=m(n_layer=1, k=3)", "at position 35: expected ',' or '\\)' to close the '\\(' at position 11"),
-        ("speculative(draft=m(n_layer=1 2))", "at position 30: expected ',' or '\\)' to close the '\\(' at position 19"),
+        (
+            "speculative(draft=m(n_layer=1, k=3)",
+            "at position 35: expected ',' or '\\)' to close the '\\(' at position 11",
+        ),
+        (
+            "speculative(draft=m(n_layer=1 2))",
+            "at position 30: expected ',' or '\\)' to close the '\\(' at position 19",
+        ),
         ("f(a=" + "m(a=" * 3000 + ")" * 3001, f"expected a value nested at most {MAX_DEPTH} deep"),
     ],
     ids=["unclosed", "no-comma", "deep"],

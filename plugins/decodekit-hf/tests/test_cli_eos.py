@@ -218,7 +218,17 @@ def test_resume_continues_a_format_1_output_with_ignore_eos_and_refuses_without(
     as_format_1(output)
     written = output.read_text()
     source = tmp_path / "in.jsonl"
-    cmd = ["generate", "--model", f"hf:{checkpoint}", "--chain", "greedy", "--max-new-tokens", str(MAX_NEW), "--seed", "7"]
+    cmd = [
+        "generate",
+        "--model",
+        f"hf:{checkpoint}",
+        "--chain",
+        "greedy",
+        "--max-new-tokens",
+        str(MAX_NEW),
+        "--seed",
+        "7",
+    ]
     status, _, err = cli(capsys, *cmd, "--input", str(source), "--output", str(output), "--resume")
     assert status == 2 and "Traceback" not in err
     assert "settings format 1" in err and "pass --ignore-eos" in err, err
