@@ -195,7 +195,7 @@ def test_batch_job_ignore_eos_and_resume_with_another_value_is_refused(
     cmd = ["generate", "--model", f"hf:{checkpoint}", "--chain", "greedy", "--max-new-tokens", str(MAX_NEW)]
     status, _, err = cli(capsys, *cmd, "--input", str(source), "--output", str(output), "--resume")
     assert status != 0
-    assert "ignore_eos=True (this run: False)" in err
+    assert "ignore_eos=True (this run: False)" in err and "to continue it as it was written, pass --ignore-eos" in err
 
 
 def as_format_1(output: Path) -> None:

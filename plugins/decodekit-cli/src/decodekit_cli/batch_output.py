@@ -114,23 +114,12 @@ class OutputLock:
             )
         written = upgraded(recorded)
         changed = differences(written, current)
-        if differences({**written, "ignore_eos": current["ignore_eos"]}, current):
+        if differences({**written, "ignore_eos": current["ignore_eos"]}, current):  # more than ignore_eos
             raise CliError(
                 f"--resume: {self.output} was written with {'; '.join(changed)}; allowed: the input and "
                 f"settings it was written with (recorded in {self.path.name}), or a new --output"
             )
-        if not changed:
-            return None
-        how = (
-            "in settings format 1, which went on past the model's end-of-sequence token (as --ignore-eos does now)"
-            if written is not recorded
-            else f"with ignore_eos={written['ignore_eos']!r} (this run: {current['ignore_eos']!r})"
-        )
-        what = "pass --ignore-eos" if written["ignore_eos"] else "leave out --ignore-eos"
-        return (
-            f"--resume: {self.output} was written {how}, and this model has stop tokens, so its lines would end "
-            f"elsewhere; to continue it as it was written, {what} (or choose a new --output)"
-        )
+        return _eos_refusal(self.output, recorded, current["ignore_eos"]) if changed else None
 
     def record(self, settings: dict[str, Any]) -> None:
         """Write the settings before the first record, so an output never exists without them."""
@@ -151,6 +140,19 @@ class OutputLock:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.release()
+
+
+def _eos_refusal(output: Path, recorded: dict[str, Any], ignore_eos: bool) -> str:
+    """Why `--resume` with another `--ignore-eos` than the output's cannot continue it, and what to pass."""
+    if recorded.get("format") == 1:
+        how = "in settings format 1, which went on past the model's end-of-sequence token (as --ignore-eos does now)"
+    else:
+        how = f"with ignore_eos={recorded['ignore_eos']!r} (this run: {ignore_eos!r})"
+    what = "leave out --ignore-eos" if ignore_eos else "pass --ignore-eos"
+    return (
+        f"--resume: {output} was written {how}, and this model has stop tokens, so its lines would end "
+        f"elsewhere; to continue it as it was written, {what} (or choose a new --output)"
+    )
 
 
 def _holds_records(output: Path) -> bool:
