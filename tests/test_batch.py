@@ -342,6 +342,24 @@ def test_resume_refuses_another_input_or_other_settings(tmp_path: Path) -> None:
     assert r.returncode == 0 and "0 results written" in r.stderr and "2 already there" in r.stderr, r.stderr
 
 
+def test_resume_continues_a_format_1_output_of_a_model_without_stop_tokens(tmp_path: Path) -> None:
+    """Format 1 (before `ignore_eos` was recorded) went on past EOS; cli-test-gpt has no stop tokens, so a run
+    without --ignore-eos gives the same records: --resume continues it (it was refused before)."""
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="a"), _json(prompt="b"), _json(prompt="c")])
+    out = tmp_path / "out.jsonl"
+    assert _run(prompts, out, *ARGS).returncode == 0
+    expected = out.read_text()
+    settings = tmp_path / "out.jsonl.settings.json"
+    recorded = json.loads(settings.read_text())
+    del recorded["ignore_eos"]
+    settings.write_text(json.dumps({**recorded, "format": 1}))
+    out.write_text(expected.splitlines(keepends=True)[0])
+    r = _run(prompts, out, *ARGS, "--resume")
+    assert r.returncode == 0 and "2 results written" in r.stderr and "1 already there" in r.stderr, r.stderr
+    assert out.read_text() == expected
+    assert json.loads(settings.read_text())["format"] == 2  # recorded again as this run's
+
+
 def _locked(path: Path) -> bool:
     """Whether another process holds the flock on `path` (the output's settings file)."""
     try:

@@ -134,3 +134,44 @@ def test_bare_words_are_strings_so_a_command_line_needs_no_inner_quotes() -> Non
     [call] = parse_chain_string("window(size=auto, sinks=4, store=int8)")
     assert call.kwargs == {"size": "auto", "sinks": 4, "store": "int8"}
     assert parse_chain_string("f(-inf, True, None, x)")[0].args == [float("-inf"), True, None, "x"]
+
+
+@pytest.mark.parametrize(
+    ("text", "draft"),
+    [
+        ("speculative(draft=m(n_layer=1), k=3)", "m(n_layer=1)"),
+        (
+            "speculative(draft=hf(dtype=float32, device=cpu):/models/tiny-gpt2, k=3)",
+            "hf(dtype=float32, device=cpu):/models/tiny-gpt2",
+        ),
+        (
+            "speculative(draft=tiny-shakespeare-draft(a=[1, (2)], b='x)'), k=3)",
+            "tiny-shakespeare-draft(a=[1, (2)], b='x)')",
+        ),
+    ],
+)
+def test_a_call_as_a_bare_value_is_its_text_as_if_quoted(text: str, draft: str) -> None:
+    """A model with parameters inside a strategy needs no quotes: its balanced brackets are one value."""
+    quoted = text.replace(f"draft={draft}", f"draft={draft!r}")
+    assert parse_stage(text, what="strategy") == parse_stage(quoted, what="strategy")
+    assert parse_stage(text, what="strategy") == StageCall("speculative", [], {"draft": draft, "k": 3})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "speculative(draft=m(n_layer=1, k=3)",
+            "at position 35: expected ',' or '\\)' to close the '\\(' at position 11",
+        ),
+        (
+            "speculative(draft=m(n_layer=1 2))",
+            "at position 30: expected ',' or '\\)' to close the '\\(' at position 19",
+        ),
+        ("f(a=" + "m(a=" * 3000 + ")" * 3001, f"expected a value nested at most {MAX_DEPTH} deep"),
+    ],
+    ids=["unclosed", "no-comma", "deep"],
+)
+def test_a_malformed_call_as_a_value_names_the_position(text: str, message: str) -> None:
+    with pytest.raises(dk.ChainSpecError, match=message):
+        parse_stage(text, what="strategy")

@@ -249,6 +249,25 @@ def test_a_mistyped_value_names_it_and_the_close_choice(capsys: pytest.CaptureFi
     assert "'--top-p': 'abc': Input should be a valid number" in err[3]
 
 
+def test_samplers_lists_the_models_with_their_parameters(capsys: pytest.CaptureFixture[str]) -> None:
+    """`decodekit samplers hf`: a model's parameters, as a sampler's are shown (the bounds its errors use)."""
+    from decodekit_cli import main
+
+    HFParams = pytest.importorskip("decodekit_hf.params", reason="decodekit-hf is not installed").HFParams
+    assert main(["samplers", "--json", "hf", "tiny-shakespeare"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    hf, shakespeare = report["models"]
+    assert (hf["name"], shakespeare["name"], shakespeare["params"]) == ("hf", "tiny-shakespeare", [])
+    fields = HFParams.model_fields
+    assert [(p["name"], p["default"]) for p in hf["params"]] == [(k, f.default) for k, f in fields.items()]
+    assert [p["bounds"] for p in hf["params"]] == ["", "", "1 ≤ context"]
+    assert main(["samplers", "hf"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Models\nhf  decodekit-hf ") and "    context  int | None  1 ≤ context  default None" in text
+    assert main(["samplers"]) == 0
+    assert "\nModels\n" in capsys.readouterr().out
+
+
 def test_samplers_names_select_cache_backends_and_strategies_too(capsys: pytest.CaptureFixture[str]) -> None:
     from decodekit_cli import main
 
@@ -265,7 +284,7 @@ def test_samplers_names_select_cache_backends_and_strategies_too(capsys: pytest.
     assert main(["samplers", "windw"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [
-        "decodekit: error: unknown name 'windw'; allowed: a sampler, cache backend or strategy, as "
+        "decodekit: error: unknown name 'windw'; allowed: a sampler, cache backend, strategy or model, as "
         "`decodekit samplers` lists them; did you mean 'window'?"
     ]
     absent = cli("samplers", "top_k", DECODEKIT_DISABLE_PLUGINS="decodekit-top-k")

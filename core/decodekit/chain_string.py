@@ -25,8 +25,9 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 """A model's name: may also hold '-' and '.' ("tiny-shakespeare"), but not ':' (it starts the loader's argument)."""
 # A bare word stands for a string, so a command line needs no inner quotes:
-# `window(size=auto)`, `speculative(draft=tiny-shakespeare-draft, k=4)`.
+# `window(size=auto)`, `speculative(draft=tiny-shakespeare-draft, k=4)`; a call's text too, `draft=m(n_layer=1)`.
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*")
+_WORD_TAIL = re.compile(r"[A-Za-z0-9_.:/-]*")  # always matches
 _HYPHENATED = re.compile(r"[A-Za-z0-9_-]*")  # always matches
 _NUMBER = re.compile(r"(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d(?:_?\d)*)?")
 _STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
@@ -83,7 +84,7 @@ class _Parser:
             raise self.error("'|' or the end")
         return stages
 
-    def stage(self, pattern: re.Pattern[str] = _NAME) -> StageCall:
+    def stage(self, pattern: re.Pattern[str] = _NAME, depth: int = 0) -> StageCall:
         name = self.name(f"a {self.what} stage name", pattern)
         if self.text.startswith("-", self.pos):  # `top-k`: the spelling of vLLM's and HF's flags
             spelled = name + _HYPHENATED.match(self.text, self.pos).group()  # type: ignore[union-attr]
@@ -100,11 +101,11 @@ class _Parser:
                 self.expect("=", "'='")
                 if key in kwargs:
                     raise self.error(f"each parameter once; {key} is given twice", start)
-                kwargs[key] = self.value(0)
+                kwargs[key] = self.value(depth)
             else:
                 if kwargs:
                     raise self.error("name=value (a positional value cannot follow a keyword one)", start)
-                args.append(self.value(0))
+                args.append(self.value(depth))
         return StageCall(name, args, kwargs)
 
     def items(self) -> Iterator[int]:
@@ -162,6 +163,10 @@ class _Parser:
             self.pos = match.end()
             return _CONSTANTS[match.group()]
         match = _WORD.match(self.text, self.pos)
+        if match is not None and self.text.startswith("(", match.end()):  # `draft=m(n_layer=1)`: the text, as if quoted
+            self.stage(MODEL_NAME, depth + 1)
+            self.pos = _WORD_TAIL.match(self.text, self.pos).end()  # type: ignore[union-attr]  # a model's `:argument`
+            return self.text[start : self.pos]
         if match is not None:
             self.pos = match.end()
             return match.group()

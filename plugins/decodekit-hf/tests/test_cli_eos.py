@@ -85,13 +85,38 @@ def test_the_printed_text_holds_no_eos(
 
 
 def test_ignore_eos_generates_max_new_tokens(
-    checkpoint: Path, eos_model: Any, capsys: pytest.CaptureFixture[str]
+    checkpoint: Path, eos_model: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     sample = generate_json(capsys, checkpoint, "Hi", "--ignore-eos")["samples"][0]
-    assert sample["tokens"] == reference(eos_model, "Hi", eos_token_id=None)
+    expected = reference(eos_model, "Hi", eos_token_id=None)
+    assert sample["tokens"] == expected
     assert len(sample["tokens"]) == MAX_NEW and EOS in sample["tokens"]
     assert (sample["finish_reason"], sample["stopped_by"]) == ("length", None)
-    assert "<eos>" in sample["text"]  # an ordinary token now, shown as the tokenizer decodes it (docs/cli.md)
+    # The EOS tokens stay in `tokens`; the text leaves them out, as it does without --ignore-eos (and as vLLM does).
+    assert sample["text"] == char_tokenizer.decode(expected, skip_special_tokens=True)
+    assert "<eos>" not in sample["text"] and char_tokenizer.decode(expected).count("<eos>") >= 1
+
+
+def test_ignore_eos_prints_no_eos_text(
+    checkpoint: Path, eos_model: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cmd = ["generate", "Hi", "--model", f"hf:{checkpoint}", "--chain", "greedy", "--max-new-tokens", str(MAX_NEW)]
+    status, out, err = cli(capsys, *cmd, "--ignore-eos")
+    assert status == 0, err
+    expected = reference(eos_model, "Hi", eos_token_id=None)
+    assert out == "Hi" + char_tokenizer.decode(expected, skip_special_tokens=True) + "\n"
+
+
+@pytest.mark.parametrize("extra", [(), ("--ignore-eos",)])
+def test_the_json_header_records_ignore_eos(
+    extra: tuple[str, ...], checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`generate --json` and `explain --json` say whether the samples went on past EOS, beside the other settings."""
+    assert generate_json(capsys, checkpoint, "Hi", *extra)["ignore_eos"] is bool(extra)
+    cmd = ["explain", "ab", "--model", f"hf:{checkpoint}", "--chain", "greedy", "--steps", "2", "--json", *extra]
+    status, out, err = cli(capsys, *cmd)
+    assert status == 0, err
+    assert json.loads(out)["ignore_eos"] is bool(extra)
 
 
 @pytest.mark.parametrize("strategy", ["sample", "speculative(draft=ngram, k=3)", "beam(num_beams=2)"])
@@ -106,6 +131,17 @@ def test_every_strategy_and_every_sample_stops_at_eos(
         assert (sample["finish_reason"], sample["stopped_by"]) == ("stop", EOS)
 
 
+def test_a_draft_with_parameters_needs_no_quotes(checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--strategy 'speculative(draft=hf(dtype=float32):DIR)'`: the draft's call is one value, quoted or not."""
+    draft = f"hf(dtype=float32, device=cpu):{checkpoint}"
+    reports = [
+        generate_json(capsys, checkpoint, "Hi", "--strategy", f"speculative(draft={text}, k=3)")
+        for text in (draft, repr(draft))
+    ]
+    unquoted, quoted = ([(s["tokens"], s["text"]) for s in r["samples"]] for r in reports)
+    assert unquoted == quoted and len(unquoted[0][0]) > 0
+
+
 def test_explain_stops_at_eos(checkpoint: Path, eos_model: Any, capsys: pytest.CaptureFixture[str]) -> None:
     cmd = ["explain", "ab", "--model", f"hf:{checkpoint}", "--chain", "greedy", "--steps", str(MAX_NEW), "--json"]
     status, out, err = cli(capsys, *cmd)
@@ -115,6 +151,14 @@ def test_explain_stops_at_eos(checkpoint: Path, eos_model: Any, capsys: pytest.C
     status, out, err = cli(capsys, *cmd, "--ignore-eos")
     assert status == 0, err
     assert len(json.loads(out)["steps"]) == MAX_NEW
+
+
+def test_explain_shows_eos_by_its_id(checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """EOS has no text (`decode(skip_special_tokens=True)`): explain labels it `#95`, not an empty string."""
+    cmd = ["explain", "ab", "--model", f"hf:{checkpoint}", "--chain", "greedy", "--steps", str(MAX_NEW)]
+    status, out, err = cli(capsys, *cmd)
+    assert status == 0, err
+    assert f"picked #{EOS} " in out and "picked ''" not in out
 
 
 def run_batch(capsys: pytest.CaptureFixture[str], checkpoint: Path, tmp_path: Path, *extra: str) -> list[Any]:
@@ -141,15 +185,57 @@ def test_batch_job_stops_at_eos_as_transformers_does(
 
 
 def test_batch_job_ignore_eos_and_resume_with_another_value_is_refused(
-    checkpoint: Path, eos_model: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    checkpoint: Path, eos_model: Any, char_tokenizer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     records = run_batch(capsys, checkpoint, tmp_path, "--ignore-eos")
-    assert [r["tokens"] for r in records] == [reference(eos_model, p, eos_token_id=None) for p in PROMPTS]
+    expected = [reference(eos_model, p, eos_token_id=None) for p in PROMPTS]
+    assert [r["tokens"] for r in records] == expected
+    assert [r["text"] for r in records] == [char_tokenizer.decode(t, skip_special_tokens=True) for t in expected]
     source, output = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     cmd = ["generate", "--model", f"hf:{checkpoint}", "--chain", "greedy", "--max-new-tokens", str(MAX_NEW)]
     status, _, err = cli(capsys, *cmd, "--input", str(source), "--output", str(output), "--resume")
     assert status != 0
-    assert "ignore_eos=True (this run: False)" in err
+    assert "ignore_eos=True (this run: False)" in err and "to continue it as it was written, pass --ignore-eos" in err
+
+
+def as_format_1(output: Path) -> None:
+    """Make `output` what a decodekit before settings format 2 left: its settings without `ignore_eos` (it went
+    on past EOS), and only its first record, as if killed there."""
+    settings = output.with_name(output.name + ".settings.json")
+    recorded = json.loads(settings.read_text())
+    assert recorded.pop("ignore_eos") is True and recorded["format"] == 2
+    settings.write_text(json.dumps({**recorded, "format": 1}))
+    output.write_text(output.read_text().splitlines(keepends=True)[0])
+
+
+def test_resume_continues_a_format_1_output_with_ignore_eos_and_refuses_without(
+    checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Format 1 went on past EOS: `--resume --ignore-eos` gives the records an uninterrupted run gives; without it
+    this model (whose EOS would end "Hi" and "ab" early) is refused, the error saying what to pass."""
+    expected = run_batch(capsys, checkpoint, tmp_path, "--ignore-eos", "--seed", "7")  # a record holds its seed
+    output = tmp_path / "out.jsonl"
+    as_format_1(output)
+    written = output.read_text()
+    source = tmp_path / "in.jsonl"
+    cmd = [
+        "generate",
+        "--model",
+        f"hf:{checkpoint}",
+        "--chain",
+        "greedy",
+        "--max-new-tokens",
+        str(MAX_NEW),
+        "--seed",
+        "7",
+    ]
+    status, _, err = cli(capsys, *cmd, "--input", str(source), "--output", str(output), "--resume")
+    assert status == 2 and "Traceback" not in err
+    assert "settings format 1" in err and "pass --ignore-eos" in err, err
+    assert output.read_text() == written  # nothing added
+    status, _, err = cli(capsys, *cmd, "--input", str(source), "--output", str(output), "--resume", "--ignore-eos")
+    assert status == 0, err
+    assert [json.loads(line) for line in output.read_text().splitlines()] == expected
 
 
 @pytest.mark.parametrize("ignore_eos", [False, True])

@@ -156,8 +156,14 @@ def test_command_line_refuses_a_bad_value_in_one_line(saved_gpt2: Path, capsys: 
 def test_bloom_refuses_an_evicting_cache(saved_bloom: tuple[Path, Any]) -> None:
     """Bloom runs eager attention (its ALiBi biases in its own code): a cache that evicts is refused, not served."""
     model = dk.load_model(f"hf(context=64):{saved_bloom[0]}")
-    with pytest.raises(dk.ParameterError, match="attn_implementation='eager'"):
+    with pytest.raises(dk.ParameterError, match="attn_implementation='eager'") as refused:
         dk.generate(model, [PROMPT], chain="greedy", max_new_tokens=4, cache="window(size=8)")
+    # What works for Bloom: it has no sdpa attention to load with (transformers refuses attn_implementation='sdpa').
+    assert "'sdpa'" not in str(refused.value) and "allowed: a cache that keeps every token (dense, gqa, int8)" in str(
+        refused.value
+    )
+    with pytest.raises(ValueError, match="does not support an attention implementation through .*scaled_dot_product"):
+        BloomForCausalLM.from_pretrained(saved_bloom[0], attn_implementation="sdpa")
 
 
 def test_batch_job_takes_the_parameters(saved_gpt2: Path, tmp_path: Path) -> None:

@@ -423,14 +423,14 @@ def plugins(
 
 
 @app.command(
-    help="List every registered sampler with its parameters, bounds and defaults, the cache backends "
-    "and the decode strategies; with NAMES, only those."
+    help="List every registered sampler with its parameters, bounds and defaults, then the cache backends, "
+    "the decode strategies and the models; with NAMES, only those."
 )
 def samplers(
     names: Annotated[
         list[str] | None,
         typer.Argument(
-            help="Show only these samplers, cache backends or strategies (default: all).", show_default=False
+            help="Show only these samplers, cache backends, strategies or models (default: all).", show_default=False
         ),
     ] = None,
     json_output: JsonOption = False,

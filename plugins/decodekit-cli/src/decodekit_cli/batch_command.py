@@ -24,7 +24,7 @@ from decodekit_cli.batch_settings import BatchSettings
 from decodekit_cli.errors import CliError, report_error, report_warning
 from decodekit_cli.install_hints import install_hint
 from decodekit_cli.options import chain_text, check_stop, resolve_strategy
-from decodekit_cli.sampling_options import SamplingOptions
+from decodekit_cli.sampling_options import SamplingOptions, eos_tokens
 
 __all__ = ["BatchRequest", "RayRequest", "batch_request", "ray_request", "run_batch"]
 
@@ -123,9 +123,10 @@ def run_batch(request: BatchRequest) -> int:
     data = read_input(request.input)
     recorded = settings.recorded(file_digest(data))  # parses the default chain: a bad --chain fails here
     with OutputLock.acquire(request.output) as lock:
-        if request.resume:
-            lock.check_resume(recorded)
+        eos_refusal = lock.check_resume(recorded) if request.resume else None
         model = sampling.load_model(name)
+        if eos_refusal is not None and eos_tokens(model, ignore_eos=False):
+            raise CliError(eos_refusal)
         checked = check_lines(model, settings, input_lines(data))
         done = existing_records(request.output) if request.resume else {}
         # A bad line the output already holds a record for is done: neither reported again nor a reason to stop.

@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from decodekit_cli.batch_input import is_stdin
 from decodekit_cli.batch_records import Record, dumps, is_error, record_line
-from decodekit_cli.batch_settings import differences
+from decodekit_cli.batch_settings import differences, upgraded
 from decodekit_cli.errors import CliError
 
 __all__ = [
@@ -95,11 +95,14 @@ class OutputLock:
             ) from None
         return cls(output, fd)
 
-    def check_resume(self, current: dict[str, Any]) -> None:
-        """Refuse to continue an output written with other settings (or of unknown ones)."""
+    def check_resume(self, current: dict[str, Any]) -> str | None:
+        """Refuse to continue an output written with other settings (or of unknown ones).
+
+        Where only `ignore_eos` differs, the records are the same for a model without stop tokens, which is
+        not loaded yet: the refusal is returned, for the caller to raise if the model has some."""
         text = os.pread(self._fd, os.fstat(self._fd).st_size, 0)
         if not text.strip() and not _holds_records(self.output):
-            return  # nothing was written: a first run
+            return None  # nothing was written: a first run
         try:
             recorded = json.loads(text)
         except ValueError:
@@ -109,12 +112,14 @@ class OutputLock:
                 f"--resume: {self.output} has no readable settings in {self.path.name}, so what it was written "
                 "with is unknown; allowed: an output this version of decodekit wrote (or a new --output)"
             )
-        changed = differences(recorded, current)
-        if changed:
+        written = upgraded(recorded)
+        changed = differences(written, current)
+        if differences({**written, "ignore_eos": current["ignore_eos"]}, current):  # more than ignore_eos
             raise CliError(
                 f"--resume: {self.output} was written with {'; '.join(changed)}; allowed: the input and "
                 f"settings it was written with (recorded in {self.path.name}), or a new --output"
             )
+        return _eos_refusal(self.output, recorded, current["ignore_eos"]) if changed else None
 
     def record(self, settings: dict[str, Any]) -> None:
         """Write the settings before the first record, so an output never exists without them."""
@@ -135,6 +140,19 @@ class OutputLock:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.release()
+
+
+def _eos_refusal(output: Path, recorded: dict[str, Any], ignore_eos: bool) -> str:
+    """Why `--resume` with another `--ignore-eos` than the output's cannot continue it, and what to pass."""
+    if recorded.get("format") == 1:
+        how = "in settings format 1, which went on past the model's end-of-sequence token (as --ignore-eos does now)"
+    else:
+        how = f"with ignore_eos={recorded['ignore_eos']!r} (this run: {ignore_eos!r})"
+    what = "leave out --ignore-eos" if ignore_eos else "pass --ignore-eos"
+    return (
+        f"--resume: {output} was written {how}, and this model has stop tokens, so its lines would end "
+        f"elsewhere; to continue it as it was written, {what} (or choose a new --output)"
+    )
 
 
 def _holds_records(output: Path) -> bool:

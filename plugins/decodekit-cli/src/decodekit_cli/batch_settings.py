@@ -2,7 +2,8 @@
 
 `--resume` compares the recorded settings with its own and refuses to mix: a different input
 file, model, chain, cache, strategy, seed, length, stop string, `--ignore-eos` or prompt encoding would give
-results that an uninterrupted run would not.
+results that an uninterrupted run would not. Settings of format 1 (before `ignore_eos` was recorded) are read as
+format 2 reads them: those jobs went on past the model's EOS, as `--ignore-eos` does now.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from decodekit_cli.errors import CliError
 if TYPE_CHECKING:
     from decodekit.chain import Chain
 
-__all__ = ["FORMAT", "BatchSettings", "differences", "parsed_chain"]
+__all__ = ["FORMAT", "BatchSettings", "differences", "parsed_chain", "upgraded"]
 
 FORMAT = 2  # of the recorded settings; a change that alters results must change it (2: stops at the model's EOS)
 MAX_SEED = 2**64  # what dk.validate allows, checked here before a model loads
@@ -66,6 +67,13 @@ class BatchSettings:
             "replace_unknown": self.replace_unknown,
             "ignore_eos": self.ignore_eos,
         }
+
+
+def upgraded(recorded: dict[str, Any]) -> dict[str, Any]:
+    """Recorded settings as this format writes them: format 1 had no `ignore_eos` and went on past EOS."""
+    if recorded.get("format") == 1 and "ignore_eos" not in recorded:
+        return {**recorded, "format": FORMAT, "ignore_eos": True}
+    return recorded
 
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:

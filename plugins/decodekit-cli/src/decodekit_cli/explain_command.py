@@ -71,6 +71,7 @@ def run_explain(request: ExplainRequest) -> int:
         )
     if request.json_output:
         header = {"model": name, "prompt": text, "chain": str(chain), "cache": cache, "seed": sampling.seed}
+        header["ignore_eos"] = sampling.ignore_eos  # beside the other settings, as generate --json records it
         print_json(steps_json(reports, **header))
     else:
         console = stdout_console()

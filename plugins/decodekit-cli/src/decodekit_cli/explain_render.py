@@ -35,8 +35,9 @@ def check_plot_path(path: Path) -> None:
 
 
 def token_label(token: int, text: str | None) -> str:
-    """How a token is shown: its text quoted (escapes visible), or `#id` without a tokenizer."""
-    return repr(text) if text is not None else f"#{token}"
+    """How a token is shown: its text quoted (escapes visible), or `#id` without a tokenizer or without text
+    (a special token, such as EOS)."""
+    return repr(text) if text else f"#{token}"
 
 
 def render_steps(console: Console, reports: list[StepReport], top: int) -> None:

@@ -183,6 +183,7 @@ def _json_document(
         "seed": request.sampling.seed,
         "max_new_tokens": request.sampling.max_new_tokens,
         "stop": list(request.sampling.stop),
+        "ignore_eos": request.sampling.ignore_eos,
         "samples": [
             {
                 "text": s.text,

@@ -1,4 +1,5 @@
-"""`decodekit plugins` and `decodekit samplers`: the registry as plain data, and as rich tables.
+"""`decodekit plugins` and `decodekit samplers` (samplers, cache backends, strategies and models, each with its
+parameters): the registry as plain data, and as rich tables.
 
 Building the reports imports no torch (plugins register by import path); resolving a sampler's
 kind may import its module when the plugin did not declare it.
@@ -111,11 +112,11 @@ def _kind(entry: Entry) -> tuple[str | None, str | None]:
 
 
 def samplers_report(names: Sequence[str] = ()) -> dict[str, Any]:
-    """Every registered sampler, cache backend and strategy with its parameters, or only those named."""
+    """Every registered sampler, cache backend, strategy and model with its parameters, or only those named."""
     registry = get_registry()
     names = list(dict.fromkeys(names))  # a name given twice is listed once, where it first appears
     for name in names:
-        if name not in registry.caches and name not in registry.strategies:
+        if name not in registry.caches and name not in registry.strategies and name not in registry.models:
             _check_sampler(name, registry)
 
     def chosen(section: Mapping[str, Entry]) -> list[str]:
@@ -140,6 +141,7 @@ def samplers_report(names: Sequence[str] = ()) -> dict[str, Any]:
         "samplers": samplers,
         "cache_backends": _entries(registry.caches[n] for n in chosen(registry.caches)),
         "strategies": _entries(registry.strategies[n] for n in chosen(registry.strategies)),
+        "models": _entries(registry.models[n] for n in chosen(registry.models)),
     }
 
 
@@ -150,10 +152,10 @@ def _check_sampler(name: str, registry: Registry) -> None:
     except UnknownNameError:
         if name in STANDARD_PLUGINS:  # a standard name, not installed: how to install it, not a close name
             raise UnknownNameError(f"{name!r} is not installed; {install_hint([STANDARD_PLUGINS[name]])}") from None
-        known = [*registry.samplers, *registry.caches, *registry.strategies]
+        known = [*registry.samplers, *registry.caches, *registry.strategies, *registry.models]
         raise UnknownNameError(
-            f"unknown name {name!r}; allowed: a sampler, cache backend or strategy, as `decodekit samplers` lists "
-            f"them{did_you_mean(name, known)}"
+            f"unknown name {name!r}; allowed: a sampler, cache backend, strategy or model, as `decodekit samplers` "
+            f"lists them{did_you_mean(name, known)}"
         ) from None
 
 
@@ -245,7 +247,7 @@ def _param_line(p: dict[str, Any]) -> Text:
 
 
 def _render_block(console: Console, header: Text, item: dict[str, Any]) -> None:
-    """A sampler, cache backend or strategy: its header line, its description, then each parameter
+    """A sampler, cache backend, strategy or model: its header line, its description, then each parameter
     with type, bounds and default on one line and its meaning below (every line wraps, none is cut)."""
     console.print(header)
     if item["description"]:
@@ -262,7 +264,7 @@ def _header(item: dict[str, Any], kind: str = "") -> Text:
 
 
 def render_samplers(report: dict[str, Any], every: bool = True) -> None:
-    """One block per sampler, then per cache backend and per decode strategy: those in the report, under
+    """One block per sampler, then per cache backend, decode strategy and model: those in the report, under
     a title each; `every` (no names asked for) adds the cache backend `none`, which no plugin registers."""
     console = stdout_console()
     none = {"name": "none", "description": "No cache: recompute the whole context every step", "distribution": ""}
@@ -270,6 +272,7 @@ def render_samplers(report: dict[str, Any], every: bool = True) -> None:
         ("Samplers", report["samplers"]),
         ("Cache backends", [none, *report["cache_backends"]] if every else report["cache_backends"]),
         ("Decode strategies", report["strategies"]),
+        ("Models", report["models"]),
     ]
     for i, (title, items) in enumerate((t, items) for t, items in sections if items):
         if i:

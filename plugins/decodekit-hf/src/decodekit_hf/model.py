@@ -252,10 +252,14 @@ class HFModel(nn.Module):
         """A cache that evicts or observes needs the `decodekit` attention function and decodekit's mask."""
         name = type(cache).__name__
         if self.hf.config._attn_implementation != ATTENTION:
+            keep_all = "a cache that keeps every token (dense, gqa, int8)"
+            if self.hf._supports_sdpa:
+                allowed = f"a model loaded with attn_implementation='sdpa' (the default), or {keep_all}"
+            else:  # an architecture with eager attention only (Bloom): no other way to load it
+                allowed = f"{keep_all}; {type(self.hf).__name__} has no sdpa attention to load it with"
             raise ParameterError(
                 f"HFModel: cache {name} evicts or observes attention, which needs decodekit's attention function; "
-                f"this model runs attn_implementation={self.hf.config._attn_implementation!r}; allowed: a model "
-                "loaded with attn_implementation='sdpa' (the default), or a cache that keeps every token"
+                f"this model runs attn_implementation={self.hf.config._attn_implementation!r}; allowed: {allowed}"
             )
         if self._alibi:
             raise ParameterError(
