@@ -16,8 +16,8 @@ class HFTokenizer:
     """`encode(text) -> ids` and `decode(ids) -> text` with the tokenizer's own defaults.
 
     `encode` adds the special tokens the tokenizer adds by default (a Llama tokenizer's BOS,
-    nothing for GPT-2), as `tokenizer(text)` does; `decode` leaves them out (`skip_special_tokens=True`,
-    vLLM's default), so an EOS a row goes on past is no more its text than the stop token that ends one.
+    nothing for GPT-2), as `tokenizer(text)` does; `decode` keeps special tokens (transformers' default), so
+    a stop string can name one (`<|im_end|>` on a model whose EOS it is not).
     """
 
     def __init__(self, tokenizer: Any) -> None:
@@ -27,7 +27,7 @@ class HFTokenizer:
         return [int(i) for i in self.hf.encode(text)]
 
     def decode(self, ids: Sequence[int]) -> str:
-        return str(self.hf.decode(list(ids), skip_special_tokens=True))
+        return str(self.hf.decode(list(ids)))
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
