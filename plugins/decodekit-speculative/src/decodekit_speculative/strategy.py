@@ -43,7 +43,8 @@ __all__ = ["SpeculativeGeneration", "resolve_draft", "speculative", "speculative
 
 @dataclass
 class SpeculativeGeneration(Generation):
-    """A `Generation` plus, per row, how many tokens the draft proposed and how many the target accepted."""
+    """A `Generation` plus, per row, how many tokens the draft proposed and how many the target accepted
+    (up to and including the row's last token: drafts past its stop are not counted)."""
 
     drafted: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
@@ -300,17 +301,19 @@ class _Rounds:
             n, token = verify_softmax(drafts, qs, lambda j: probabilities(target(j)), self.ctxs[i].uniform)
             if token < 0:
                 raise _numerics("the chain's distribution cannot be sampled", self, i, n, "target")
-        d.extras["drafted"][b] += count
-        d.extras["accepted"][b] += n
         self.kv.commit(i, self.lengths[i] + n)
         self.drafter.rollback(i, n)
         self.buf[i, self.lengths[i] + n] = token
         for j, t in enumerate((*drafts[:n], token)):
             self.generated[i] += 1
             self.lengths[i] += 1
-            if d.emit(b, t, self._logprobs(logits[j], target(j), t)):
-                return True
-        return False
+            ended = d.emit(b, t, self._logprobs(logits[j], target(j), t))
+            if ended:
+                break
+        # A row that ended at position j counts its drafts up to j: those after would have followed its end.
+        d.extras["drafted"][b] += min(count, j + 1)
+        d.extras["accepted"][b] += min(n, j + 1)
+        return ended
 
     def _logprobs(self, raw: Tensor, processed: Tensor, token: int) -> TokenLogprobs | None:
         n = self.d.request.logprobs
