@@ -227,12 +227,14 @@ class _Rounds:
             x = logits.float()
             if bool(torch.isfinite(x.amax())):
                 return x
-            error = _numerics(f"the {who} model's logits cannot be sampled (NaN, +inf, or none finite)", self, i, j)
+            error = self._cannot_pick(
+                f"the {who} model's logits cannot be sampled (NaN, +inf, or none finite)", i, j, who
+            )
         else:
             try:
                 return self.chain.distribution(logits[None], self._context(i, j))[0]
             except NumericsError as exc:
-                error = _numerics(str(exc).split(": ", 2)[-1], self, i, j, who)
+                error = self._cannot_pick(str(exc).split(": ", 2)[-1], i, j, who)
         if self._ended_before(i, j):
             return torch.zeros_like(logits, dtype=torch.float32)  # any token: it is never emitted
         raise error from None
@@ -300,7 +302,7 @@ class _Rounds:
         else:
             n, token = verify_softmax(drafts, qs, lambda j: probabilities(target(j)), self.ctxs[i].uniform)
             if token < 0:
-                raise _numerics("the chain's distribution cannot be sampled", self, i, n, "target")
+                raise self._cannot_pick("the chain's distribution cannot be sampled", i, n, "target")
         self.kv.commit(i, self.lengths[i] + n)
         self.drafter.rollback(i, n)
         self.buf[i, self.lengths[i] + n] = token
@@ -321,8 +323,7 @@ class _Rounds:
             return None
         return token_logprobs(raw[None].float(), processed[None], torch.tensor([token], device=raw.device), n)[0]
 
-
-def _numerics(why: str, rounds: _Rounds, i: int, j: int, who: str = "target") -> NumericsError:
-    """The decode loop's diagnosis for row i at drafted position j, naming the global row and the model."""
-    row, step = rounds.rows[i], rounds.generated[i] + j
-    return NumericsError(f"speculative ({who} model): step {step}, row {row}: cannot pick a token: {why}")
+    def _cannot_pick(self, why: str, i: int, j: int, who: str) -> NumericsError:
+        """The decode loop's diagnosis for row i at drafted position j, naming the global row and the model."""
+        step = self.generated[i] + j
+        return NumericsError(f"speculative ({who} model): step {step}, row {self.rows[i]}: cannot pick a token: {why}")
