@@ -162,10 +162,15 @@ class _Rounds:
     """Speculative rounds over some rows of a decoding (their global indices `rows`), with the target cache `kv`."""
 
     def __init__(
-        self, d: Decoding, draft: Model | None, params: SpeculativeParams, kind: Kind, rows: list[int], kv: Any
+        self,
+        d: Decoding,
+        draft: Model | None,
+        params: SpeculativeParams,
+        kind: Kind,
+        rows: list[int],
+        kv: KVCache | None,
     ) -> None:
-        self.d, self.kind, self.k, self.rows = d, kind, params.k, rows
-        self.chain, self.V = d.chain, d.model.spec.vocab_size
+        self.d, self.kind, self.k, self.rows, self.chain = d, kind, params.k, rows, d.chain
         self.kv: RowCache | _Recompute = _Recompute() if kv is None else RowCache(kv, len(rows))
         prompts = [d.rows[b] for b in rows]
         self.lengths = [len(p) for p in prompts]  # history (prompt + emitted) per row
@@ -192,7 +197,7 @@ class _Rounds:
             if draft is None
             else ModelDrafter(draft, self._draft_cache(draft, len(rows)), len(rows), d.runs(draft))
         )
-        # Without processors the chain's distribution needs no context: every row and position at once.
+        # Without processors the chain's distribution is the logits themselves: no context to set up.
         self.dense = not self.chain.processors
 
     def _draft_cache(self, draft: Model, batch: int) -> KVCache:
@@ -202,12 +207,16 @@ class _Rounds:
         d = self.d
         spec = CacheSpec.for_model(draft.spec, batch_size=batch, capacity=d.total, dtype=d.dtype, device=d.device)
         factory = d.request.cache
-        if factory is not None and (not evicts(getattr(factory, "impl", None)) or draft.spec.rope_base is not None):
+
+        def usable(cache: object) -> bool:
+            return not evicts(cache) or draft.spec.rope_base is not None
+
+        if factory is not None and usable(getattr(factory, "impl", None)):
             try:
                 cache = factory(spec)
             except DecodekitError:  # e.g. window(size="auto") for a draft without a calibration
                 cache = None
-            if isinstance(cache, Croppable) and (not evicts(cache) or draft.spec.rope_base is not None):
+            if isinstance(cache, Croppable) and usable(cache):
                 return cache
         # Never fed past the draft's context (`ModelDrafter`): no more slots than that, whatever max_new_tokens.
         return PreallocatedKVCache(replace(spec, capacity=min(spec.capacity, draft.spec.max_positions)))
