@@ -167,7 +167,8 @@ class GrammarStage(ProcessorBase[P]):
             return [0] * rows
         if ctx.prompt_index is None:  # one row per prompt
             self.check_prompts(rows)
-        prompts = range(rows) if ctx.prompt_index is None else [int(p) for p in ctx.prompt_index]
+            return range(rows)
+        prompts = [int(p) for p in ctx.prompt_index]
         if max(prompts, default=0) >= n:
             raise ParameterError(
                 f"{self._label}: {n} grammars ({self._parameter}) for a batch with a prompt {max(prompts)}; "
@@ -178,17 +179,19 @@ class GrammarStage(ProcessorBase[P]):
     # -- the end of a row ----------------------------------------------------------------------------
 
     def _state(self, row: int, generated: Sequence[int]) -> Matcher | None:
+        """Prompt `row`'s parse after `generated`, in this thread's latest vocabulary (None: unconstrained)."""
         book, n = self._latest, len(self._grammars)
         if book is None or (n > 1 and not 0 <= row < n):
             return None
-        matchers = book.matchers[0 if n == 1 else row]
+        grammar = 0 if n == 1 else row
+        matchers = book.matchers[grammar]
         if matchers is None:
             return None
         with self._lock:
             try:
                 return matchers.state(key_of(generated))
             except ValueError as exc:
-                raise self._gave_up(0 if n == 1 else row, len(generated), exc) from None
+                raise self._gave_up(grammar, len(generated), exc) from None
 
     def ends_row(self, row: int, generated: Sequence[int]) -> str | None:
         """The stage's name once prompt `row`'s grammar is complete after `generated`, else None."""
