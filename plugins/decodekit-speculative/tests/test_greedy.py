@@ -189,3 +189,25 @@ def test_a_prompt_longer_than_the_context_through_an_evicting_cache(rope_pair: t
         assert [len(t) for t in out.tokens] == [20, 20]
         if cache.startswith("window"):  # a block is attended as one token at a time: generate's tokens
             assert out.tokens == ref.tokens
+
+
+def test_drafted_and_accepted_count_up_to_the_rows_stop(target: GPT) -> None:
+    """Before: a row that stopped mid-round still counted the drafts past its stop (row 1 below: 6 drafted, 6
+    accepted; row 2: 6 and 6), and an n-gram row stopped by the target's first token counted 3 drafts, not 1."""
+    chain, stops = "no_repeat_ngram(2) | greedy", [60, 69]
+    prompts = [[5, 17, 3, 9, 44, 2], [7], [90, 1, 33, 4, 90, 1, 33, 4, 90, 1]]
+    ref = dk.generate(target, prompts, chain=chain, max_new_tokens=12, stop_tokens=stops)
+    assert ref.tokens == [  # the premise: where each row stops
+        [2, 25, 25, 20, 20, 25, 90, 90, 20, 39, 39, 1],  # no stop: 12 tokens
+        [7, 21, 21, 51, 51, 60],  # 60: token 6
+        [1, 35, 35, 1, 69],  # 69: token 5
+    ]
+    # The target as its own draft accepts every draft: a round is 3 drafts and the target's token (4 tokens).
+    # Row 0: three rounds, 3 drafts each. Row 1 stops at the 2nd draft of round 2: 3 + 2. Row 2 at its 1st: 3 + 1.
+    out = speculative(target, prompts, draft=target, k=3, chain=chain, max_new_tokens=12, stop_tokens=stops)
+    assert out.tokens == ref.tokens
+    assert (out.drafted, out.accepted) == ([9, 5, 4], [9, 5, 4])
+    # Prompt lookup proposes what followed the last 3 tokens (4, 90, 1) earlier: 33, 4, 90; the target rejects 33
+    # and emits 1, a stop token: one draft counted (at the stop), none accepted.
+    out = speculative(target, prompts[2:], draft="ngram", k=3, chain=chain, max_new_tokens=12, stop_tokens=[1])
+    assert (out.tokens, out.drafted, out.accepted) == ([[1]], [1], [0])

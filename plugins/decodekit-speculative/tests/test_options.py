@@ -97,6 +97,14 @@ def test_nan_logits_name_step_and_row(target: GPT, chain: str) -> None:
         speculative(NaNRow(target, 3), [PROMPT, PROMPT], draft="ngram", chain=chain, max_new_tokens=8)
 
 
+@pytest.mark.parametrize("chain", ["greedy", "repetition_penalty(1.2) | greedy"])
+def test_nan_draft_logits_name_the_draft(target: GPT, draft: GPT, chain: str) -> None:
+    """Before: a chain without processors named the target in the draft's error ("speculative (target model): ...
+    the draft model's logits cannot be sampled")."""
+    with pytest.raises(dk.NumericsError, match=r"speculative \(draft model\): step 1, row 1: .*NaN"):
+        speculative(target, [PROMPT, PROMPT], draft=NaNRow(draft, 3), chain=chain, max_new_tokens=8)
+
+
 def test_a_named_draft_is_loaded_once_for_every_check_and_decode(monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch job checks every line (`dk.validate` runs the policy's set-up) and then decodes: a draft named in the
     strategy once loaded its weights again for each line and each batch."""

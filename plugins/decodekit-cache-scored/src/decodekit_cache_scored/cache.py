@@ -38,7 +38,15 @@ from decodekit.spec import CacheSpec
 from decodekit.storage import SlotWritable, check_memory, float_slot_bytes, lookup_storage
 from decodekit_cache_scored.params import ScoredParams
 from decodekit_cache_scored.policies import Policy
-from decodekit_cache_scored.selection import NEVER, capped_shift, free_slots, keep_top, rope_frequencies, rotate_each
+from decodekit_cache_scored.selection import (
+    NEVER,
+    capped_shift,
+    free_slots,
+    keep_top,
+    rope_frequencies,
+    rotate_each,
+    slot_order,
+)
 from decodekit_cache_scored.state import Block, LayerState, Step
 
 __all__ = ["ObservingScoredCache", "ScoredCache", "resolve_budget"]
@@ -89,7 +97,8 @@ class ScoredCache:
     name = "scored"
     policy: Policy
 
-    def __init__(self, spec: CacheSpec, params: ScoredParams) -> None:
+    def __init__(self, spec: CacheSpec, params: ScoredParams | None = None) -> None:
+        params = ScoredParams() if params is None else params
         self.spec, self.params = spec, params
         self.budget = resolve_budget(self.name, params, spec)
         self.sinks, self.recent, self.slack = params.sinks, params.recent, params.slack
@@ -329,8 +338,8 @@ class ScoredCache:
         self._appended[layer] += T
         return self.store.read(layer, 0, start + T)
 
-    def _settle_prompt(self) -> int:
-        """The prompt compressed into storage slots `[0, budget)`, which of them hold a token; its length.
+    def _settle_prompt(self) -> None:
+        """The prompt compressed into storage slots `[0, budget)`, which of them hold a token, and its length.
         Traced under `compile=True`: a graph break here, inside the model's loop over its layers, would make
         torch skip compiling that loop for good."""
         self._score_observed()
@@ -338,7 +347,6 @@ class ScoredCache:
             self._settle(layer, st)
         self._prompt_kept = [st.alive[..., : self.budget] for st in self._layers]
         self._prompt = self._layers[-1].length
-        return self._prompt
 
     def _appended_mask(self, layer: int, positions: Tensor) -> Tensor:
         """The prompt's kept entries, then every later token up to each query (causal)."""
@@ -414,20 +422,20 @@ class ScoredCache:
         if initial is not None:
             whole["score"] = score = score.scatter(-1, index, initial)
         return Step(
-            start,
-            new,
-            before,
-            held,
-            alive.unbind(0),
-            freed_at.unbind(0),
-            index.unbind(0),
-            written_slots.unbind(0),
-            written.unbind(0),
-            key_slots.unbind(0),
-            key_slots,
-            None if initial is None else initial.unbind(0),
-            None if initial is None else score.unbind(0),
-            whole,
+            start=start,
+            new=new,
+            before=before,
+            held=held,
+            alive=alive.unbind(0),
+            freed_at=freed_at.unbind(0),
+            index=index.unbind(0),
+            slots=written_slots.unbind(0),
+            written=written.unbind(0),
+            key_slots=key_slots.unbind(0),
+            stacked_keys=key_slots,
+            initial=None if initial is None else initial.unbind(0),
+            score=None if initial is None else score.unbind(0),
+            whole=whole,
         )
 
     def _stacked(self, name: str, layers: list[Tensor]) -> Tensor:
@@ -537,7 +545,7 @@ class ScoredCache:
             score = self.policy.apply(score, self.policy.contributions(weights, self.spec.n_kv_heads))
         end = block.start + block.slots.shape[-1] - self.slots
         keep = self._keep(block.slots, block.alive, self._selection(block, score, weights), end)
-        order = torch.argsort(torch.where(keep, block.slots, torch.iinfo(torch.long).max), dim=-1, stable=True)
+        order = slot_order(block.slots, keep)
         return keep, order[..., : self.budget], score
 
     def _finalize(self, layer: int, st: LayerState) -> None:
@@ -545,7 +553,7 @@ class ScoredCache:
         block = st.pending
         assert block is not None
         keep, order, score = self._select(block)
-        keys, values = (self._gathered(torch.cat(parts, 2), order) for parts in (block.keys, block.values))
+        keys, values = (_gathered(torch.cat(parts, 2), order) for parts in (block.keys, block.values))
         self.store.write(layer, 0, keys, values)
         rest = st.slots.shape[-1] - order.shape[-1]
 
@@ -555,13 +563,6 @@ class ScoredCache:
         st.slots, st.alive, st.score = padded(block.slots, -1), padded(keep, False), padded(score, 0.0)
         st.freed_at = torch.full_like(st.freed_at, NEVER)
         st.held, st.pending = order.shape[-1], None
-
-    def _gathered(self, x: Tensor, order: Tensor) -> Tensor:
-        """`x` `[B, H', S', D]` at entries `order` `[B, H_kv, n]`, as the model's kv-heads `[B, H_kv, n, D]`."""
-        repeat = x.shape[1] // order.shape[1]
-        index = order.repeat_interleave(repeat, 1) if repeat > 1 else order
-        out = x.gather(2, index.unsqueeze(-1).expand(-1, -1, -1, x.shape[-1]))
-        return out[:, ::repeat] if repeat > 1 else out
 
 
 class ObservingScoredCache(ScoredCache):
@@ -608,6 +609,14 @@ class ObservingScoredCache(ScoredCache):
             forward = st.journal[-1]
             forward.contributions = self.policy.contributions(_weights(st.keys, queries, st.mask, st.valid), kv_heads)
             st.score = self.policy.apply(st.score, forward.contributions)
+
+
+def _gathered(x: Tensor, order: Tensor) -> Tensor:
+    """`x` `[B, H', S', D]` at entries `order` `[B, H_kv, n]`, as the model's kv-heads `[B, H_kv, n, D]`."""
+    repeat = x.shape[1] // order.shape[1]
+    index = order.repeat_interleave(repeat, 1) if repeat > 1 else order
+    out = x.gather(2, index.unsqueeze(-1).expand(-1, -1, -1, x.shape[-1]))
+    return out[:, ::repeat] if repeat > 1 else out
 
 
 def _weights(keys: Tensor, queries: Tensor, mask: Tensor, valid: Tensor) -> Tensor:

@@ -8,8 +8,9 @@ from torch import Tensor
 
 from decodekit.spec import CacheSpec
 from decodekit_cache_scored.cache import ObservingScoredCache, ScoredCache
-from decodekit_cache_scored.params import ScoredParams, SnapKVParams
+from decodekit_cache_scored.params import SnapKVParams
 from decodekit_cache_scored.policies import H2O, TOVA, KeyNorm, Policy, Recent
+from decodekit_cache_scored.selection import slot_order
 from decodekit_cache_scored.state import Block
 
 __all__ = ["H2OCache", "KeyNormCache", "SnapKVCache", "StreamingCache", "TOVACache"]
@@ -21,18 +22,12 @@ class H2OCache(ObservingScoredCache):
     name = "h2o"
     policy = H2O()
 
-    def __init__(self, spec: CacheSpec, params: ScoredParams | None = None) -> None:
-        super().__init__(spec, ScoredParams() if params is None else params)
-
 
 class TOVACache(ObservingScoredCache):
     """TOVA: drop what the latest query, over all heads, attends to least."""
 
     name = "tova"
     policy = TOVA()
-
-    def __init__(self, spec: CacheSpec, params: ScoredParams | None = None) -> None:
-        super().__init__(spec, ScoredParams() if params is None else params)
 
 
 class KeyNormCache(ScoredCache):
@@ -41,9 +36,6 @@ class KeyNormCache(ScoredCache):
     name = "knorm"
     policy = KeyNorm()
 
-    def __init__(self, spec: CacheSpec, params: ScoredParams | None = None) -> None:
-        super().__init__(spec, ScoredParams() if params is None else params)
-
 
 class StreamingCache(ScoredCache):
     """StreamingLLM's rule under a full prefill: the sinks and the newest tokens (kvpress's StreamingLLMPress).
@@ -51,9 +43,6 @@ class StreamingCache(ScoredCache):
 
     name = "streaming"
     policy = Recent()
-
-    def __init__(self, spec: CacheSpec, params: ScoredParams | None = None) -> None:
-        super().__init__(spec, ScoredParams() if params is None else params)
 
 
 _DECODE: dict[str, Policy] = {"h2o": H2O(), "tova": TOVA(), "knorm": KeyNorm()}
@@ -86,7 +75,7 @@ class SnapKVCache(ObservingScoredCache):
         observed = weights[:, :, r - w :].mean(2).view(B, self.spec.n_kv_heads, -1, S).mean(2)  # [B, H_kv, S]
         window = block.slots >= block.start + T - w
         observed = observed.masked_fill(window | ~block.alive, 0.0)
-        order = torch.argsort(torch.where(block.alive, block.slots, torch.iinfo(torch.long).max), dim=-1, stable=True)
+        order = slot_order(block.slots, block.alive)
         pooled = F.avg_pool1d(observed.gather(-1, order), self.kernel, stride=1, padding=self.kernel // 2)
         pooled = torch.empty_like(pooled).scatter_(-1, order, pooled)  # back to the block's order
         return pooled.masked_fill(window, torch.finfo(pooled.dtype).max)  # after the sinks and recent (inf)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["NEVER", "capped_shift", "free_slots", "keep_top", "rope_frequencies", "rotate_each"]
+__all__ = ["NEVER", "capped_shift", "free_slots", "keep_top", "rope_frequencies", "rotate_each", "slot_order"]
 
 NEVER = -(2**62)  # `freed_at` of a storage slot that never held an evicted entry
 
@@ -26,12 +26,17 @@ def free_slots(alive: Tensor, freed_at: Tensor, before: int, n: int, lowest_firs
     return torch.topk(lowest_first.masked_fill(alive | (freed_at > before), 0), n, dim=-1).indices
 
 
+def slot_order(slots: Tensor, alive: Tensor) -> Tensor:
+    """`[B, H, S]`: the entries' indices in stream-slot order, the alive ones first (the rest keep their order)."""
+    return torch.argsort(torch.where(alive, slots, torch.iinfo(slots.dtype).max), dim=-1, stable=True)
+
+
 def capped_shift(slots: Tensor, held: Tensor, last: int, context: int) -> Tensor:
     """`[B, H, S]`: positions to move each held key forward so that the query in slot `last` sees it within
     the context: keys stay at their own distance unless the oldest held one is `context` or more back; then
     the `j`-th oldest is seen at most `context - 1 - j` back (distances stay distinct and in order)."""
     S = slots.shape[-1]
-    order = torch.argsort(torch.where(held, slots, torch.iinfo(slots.dtype).max), dim=-1, stable=True)
+    order = slot_order(slots, held)
     rank = torch.empty_like(order).scatter_(-1, order, torch.arange(S, device=slots.device).expand_as(order))
     distance = last - slots
     capped = torch.minimum(distance, context - 1 - rank)

@@ -28,9 +28,11 @@ from decodekit.context import DecodeContext
 from decodekit.errors import ParameterError
 from decodekit.params import Params
 from decodekit.stage import ProcessorBase
+from decodekit_grammar.bitmask import Words, any_token, caps, empty
+from decodekit_grammar.book import Book
 from decodekit_grammar.engine import Grammar, GrammarEngine, Matcher
 from decodekit_grammar.llguidance_engine import LLGuidance
-from decodekit_grammar.matchers import Matchers, key_of
+from decodekit_grammar.matchers import key_of
 from decodekit_grammar.params import GrammarParams, JsonParams, JsonSchemaParams, RegexParams
 from decodekit_grammar.vocabulary import TokenTable, token_table
 
@@ -39,85 +41,16 @@ __all__ = ["GrammarStage", "Json", "JsonSchema", "Lark", "Regex"]
 P = TypeVar("P", bound=Params)
 
 
-_VOCABULARIES: weakref.WeakKeyDictionary[TokenTable, dict[str, Any]] = weakref.WeakKeyDictionary()
-_VOCABULARIES_LOCK = threading.Lock()
-
-
-def _vocabulary(engine: GrammarEngine, table: TokenTable) -> Any:
-    """The engine's vocabulary for `table`, made once and shared by every stage (a second at 50,000 tokens)."""
-    with _VOCABULARIES_LOCK:
-        by_engine = _VOCABULARIES.setdefault(table, {})
-        if engine.name not in by_engine:
-            by_engine[engine.name] = engine.vocabulary(table)
-        return by_engine[engine.name]
-
-
-class _Book:
-    """What a stage keeps for one vocabulary: the engine's vocabulary and, per grammar, its parse states."""
-
-    def __init__(self, engine: GrammarEngine, table: TokenTable, grammars: Sequence[Grammar | None], stage: str):
-        self.vocabulary = _vocabulary(engine, table)
-        self.size = engine.mask_size(self.vocabulary)  # bits per mask
-        self.tokens = table.size  # the bits that stand for the model's tokens
-        self.open_end = not table.eos  # no end-of-sequence id: a complete row's mask is left open
-        self.matchers: list[Matchers | None] = []
-        for i, grammar in enumerate(grammars):
-            if grammar is None:
-                self.matchers.append(None)
-                continue
-            try:
-                root = engine.start(grammar, self.vocabulary)
-                _check_first_tokens(root, self.size, table)
-            except ValueError as exc:
-                which = f" (prompt {i})" if len(grammars) > 1 else ""
-                raise ParameterError(f"{stage}: the grammar{which} cannot be used with this tokenizer: {exc}") from None
-            self.matchers.append(Matchers(root, ends=self._stuck if self.open_end else None))
-
-    def _stuck(self, state: Matcher) -> bool:
-        """A match that only characters the vocabulary lacks could go on from: with no end token to choose
-        instead, the text ends there (rather than at a step with no token left)."""
-        if not state.accepting or state.error:
-            return False
-        words = np.zeros((self.size + 31) // 32, dtype=np.int32)
-        state.fill_mask(words)
-        return not _any_token(words, self.tokens)
-
-
-def _any_token(words: np.ndarray[Any, np.dtype[np.int32]], tokens: int) -> bool:
-    """Whether a mask allows any of the model's `tokens` (an engine's mask may have bits past them)."""
-    whole = tokens // 32  # words of the model's tokens only: read as they are, the rest bit by bit
-    if words[:whole].any():
-        return True
-    return bool(np.unpackbits(words[whole:].view(np.uint8), count=tokens - 32 * whole, bitorder="little").any())
-
-
-def _check_first_tokens(root: Matcher, size: int, table: TokenTable) -> None:
-    """Raise `ValueError` if no token of the model's may begin a text: every decode would find its first step
-    empty (a `NumericsError` that cannot say why); the reason is known here, before any step."""
-    words = np.zeros((size + 31) // 32, dtype=np.int32)
-    root.fill_mask(words)
-    if _any_token(words, table.size):
-        return
-    if root.accepting:  # the empty text only (or others the vocabulary cannot spell), and no end token
-        raise ValueError(
-            "the only text of it the tokenizer's tokens can spell is the empty one, and without an end-of-sequence "
-            "token a row cannot end before its first token; allowed: a grammar with a text of at least one character"
-        )
-    raise ValueError(
-        "no token of it can begin the text (the grammar needs a character the vocabulary lacks); allowed: a "
-        "grammar whose text the tokenizer's tokens can spell"
-    )
-
-
 class GrammarStage(ProcessorBase[P]):
     """Base of the grammar stages: a subclass says which grammars its parameters describe (`grammars`)."""
 
     engine: ClassVar[GrammarEngine] = LLGuidance()
     needs_tokenizer: ClassVar[bool] = True  # reads text (`ctx.tokenizer`): a host building contexts must give one
+    _parameter: ClassVar[str]  # the parameter that holds the grammars, as errors name it
 
     def __init__(self, params: P | None = None, /, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
-        self._label = self.name
+        self._label = self.name  # once: `name` asks the registry
         self._grammars = self.grammars()
         if not self._grammars:  # found out only at the first step otherwise, as "a batch with a prompt 0"
             raise ParameterError(
@@ -126,18 +59,15 @@ class GrammarStage(ProcessorBase[P]):
         for i, grammar in enumerate(self._grammars):
             problem = None if grammar is None else self.engine.check(grammar)
             if problem is not None:
-                which = f"[{i}]" if len(self._grammars) > 1 else ""
-                raise ParameterError(f"{self._label}: {self._parameter}{which} is invalid: {problem}")
-        self._books: weakref.WeakKeyDictionary[TokenTable, _Book] = weakref.WeakKeyDictionary()
+                raise ParameterError(f"{self._label}: {self._grammar_name(i)} is invalid: {problem}")
+        self._books: weakref.WeakKeyDictionary[TokenTable, Book] = weakref.WeakKeyDictionary()
         # The vocabulary of this thread's latest call, which `ends_row` answers for: per thread, as a decode
         # asks from its own thread, and another thread's decode of another tokenizer must not answer for it.
         self._local = threading.local()
         self._lock = threading.Lock()  # one stage may serve decodes in several threads
 
-    _parameter: ClassVar[str]
-
     @property
-    def _latest(self) -> _Book | None:
+    def _latest(self) -> Book | None:
         return getattr(self._local, "book", None)
 
     def grammars(self) -> list[Grammar | None]:
@@ -155,14 +85,12 @@ class GrammarStage(ProcessorBase[P]):
         bits = np.unpackbits(self.mask(ctx, vocab_size).view(np.uint8), axis=1, count=vocab_size, bitorder="little")
         return torch.from_numpy(bits).view(torch.bool)
 
-    def mask(self, ctx: DecodeContext, vocab_size: int) -> np.ndarray[Any, np.dtype[np.int32]]:
+    def mask(self, ctx: DecodeContext, vocab_size: int) -> Words:
         """`[B, W]` int32 bitmasks (`engine`'s layout, at least `vocab_size` bits): the tokens that may follow
         each row's generated tokens under its grammar."""
         return self._mask(ctx, vocab_size, dead_end_raises=False)
 
-    def _mask(
-        self, ctx: DecodeContext, vocab_size: int, *, dead_end_raises: bool
-    ) -> np.ndarray[Any, np.dtype[np.int32]]:
+    def _mask(self, ctx: DecodeContext, vocab_size: int, *, dead_end_raises: bool) -> Words:
         """`mask`; with `dead_end_raises` (the stage applied in a chain), a row whose text no token continues
         is a `ParameterError` saying where and why, not an empty mask the chain reports as a `NumericsError`
         naming only the stage."""
@@ -170,7 +98,7 @@ class GrammarStage(ProcessorBase[P]):
         history = (ctx.tokens if ctx.tokens.device.type == "cpu" else ctx.tokens.cpu()).numpy()  # [B, T]
         generated = history[:, history.shape[1] - ctx.step :].astype(np.int32)  # [B, step]: each row's key
         B = generated.shape[0]
-        words = np.zeros((B, (book.size + 31) // 32), dtype=np.int32)
+        words = empty(book.size, B)
         grammar_of = self._grammar_indices(ctx, B)
         with self._lock:
             for b in range(B):
@@ -183,7 +111,7 @@ class GrammarStage(ProcessorBase[P]):
                         state.fill_mask(words[b])
                 except ValueError as exc:
                     raise self._gave_up(grammar_of[b], ctx.step, exc) from None
-                if dead_end_raises and state is not None and not state.error and not _any_token(words[b], book.tokens):
+                if dead_end_raises and state is not None and not state.error and not any_token(words[b], book.tokens):
                     raise self._dead_end(grammar_of[b], b, generated[b], ctx.tokenizer)
             for matchers in book.matchers:
                 if matchers is not None:
@@ -193,31 +121,33 @@ class GrammarStage(ProcessorBase[P]):
     def _gave_up(self, grammar: int, tokens: int, exc: ValueError) -> ParameterError:
         """The error for an engine that gave up on a grammar (a limit of its lexer or parser, a rule that never
         ends): left as an empty mask, it would surface as a `NumericsError` that hides the engine's reason."""
-        which = f"[{grammar}]" if len(self._grammars) > 1 else ""
         return ParameterError(
-            f"{self._label}: {self._parameter}{which} cannot go on after {tokens} tokens: {exc}; allowed: a grammar "
-            f"whose rules can all end, within {self.engine.name}'s limits (fewer repetitions, longer lexemes)"
+            f"{self._label}: {self._grammar_name(grammar)} cannot go on after {tokens} tokens: {exc}; allowed: a "
+            f"grammar whose rules can all end, within {self.engine.name}'s limits (fewer repetitions, longer lexemes)"
         )
 
     def _dead_end(self, grammar: int, row: int, generated: np.ndarray[Any, Any], tokenizer: Any) -> ParameterError:
         """The error for a text no token of the vocabulary continues under its grammar (a character it lacks)."""
-        which = f"[{grammar}]" if len(self._grammars) > 1 else ""
         try:
             text = repr(tokenizer.decode(generated.tolist()))
         except Exception:  # a tokenizer that cannot decode a partial character: the ids say where
             text = f"token ids {generated.tolist()}"
         return ParameterError(
-            f"{self._label}: {self._parameter}{which} has no token to go on with in row {row} after "
+            f"{self._label}: {self._grammar_name(grammar)} has no token to go on with in row {row} after "
             f"{len(generated)} tokens ({text}): no token of the vocabulary continues the text (the grammar needs a "
             "character the vocabulary lacks there); allowed: a grammar whose text the tokenizer's tokens can spell"
         )
 
-    def _book(self, ctx: DecodeContext, vocab_size: int) -> _Book:
+    def _grammar_name(self, grammar: int) -> str:
+        """The parameter that gives grammar `grammar`, as errors name it: `pattern`, or `pattern[1]` in a list."""
+        return f"{self._parameter}[{grammar}]" if len(self._grammars) > 1 else self._parameter
+
+    def _book(self, ctx: DecodeContext, vocab_size: int) -> Book:
         table = token_table(ctx.tokenizer, vocab_size, self._label)
         with self._lock:
             book = self._books.get(table)
             if book is None:
-                book = self._books[table] = _Book(self.engine, table, self._grammars, self._label)
+                book = self._books[table] = Book(self.engine, table, self._grammars, self._label)
             self._local.book = book
         return book
 
@@ -235,12 +165,10 @@ class GrammarStage(ProcessorBase[P]):
         n = len(self._grammars)
         if n == 1:
             return [0] * rows
-        prompts = range(rows) if ctx.prompt_index is None else [int(p) for p in ctx.prompt_index]
-        if ctx.prompt_index is None and n != rows:  # one row per prompt: a grammar left over is a misalignment
-            raise ParameterError(
-                f"{self._label}: {n} grammars ({self._parameter}) for {rows} prompts; "
-                "allowed: one grammar, or one per prompt"
-            )
+        if ctx.prompt_index is None:  # one row per prompt
+            self.check_prompts(rows)
+            return range(rows)
+        prompts = [int(p) for p in ctx.prompt_index]
         if max(prompts, default=0) >= n:
             raise ParameterError(
                 f"{self._label}: {n} grammars ({self._parameter}) for a batch with a prompt {max(prompts)}; "
@@ -251,17 +179,19 @@ class GrammarStage(ProcessorBase[P]):
     # -- the end of a row ----------------------------------------------------------------------------
 
     def _state(self, row: int, generated: Sequence[int]) -> Matcher | None:
+        """Prompt `row`'s parse after `generated`, in this thread's latest vocabulary (None: unconstrained)."""
         book, n = self._latest, len(self._grammars)
         if book is None or (n > 1 and not 0 <= row < n):
             return None
-        matchers = book.matchers[0 if n == 1 else row]
+        grammar = 0 if n == 1 else row
+        matchers = book.matchers[grammar]
         if matchers is None:
             return None
         with self._lock:
             try:
                 return matchers.state(key_of(generated))
             except ValueError as exc:
-                raise self._gave_up(0 if n == 1 else row, len(generated), exc) from None
+                raise self._gave_up(grammar, len(generated), exc) from None
 
     def ends_row(self, row: int, generated: Sequence[int]) -> str | None:
         """The stage's name once prompt `row`'s grammar is complete after `generated`, else None."""
@@ -276,24 +206,14 @@ class GrammarStage(ProcessorBase[P]):
         return f"{self._label} {'violated' if state.error else 'incomplete'}"
 
 
-# Byte -> the 8 caps of its bits, low bit first: +inf where a bit is set (the token kept), -inf where not.
-_BYTE_CAPS = np.where((np.arange(256)[:, None] >> np.arange(8)) & 1, np.inf, -np.inf).astype(np.float32)
-
-
-def _caps(words: np.ndarray[Any, np.dtype[np.int32]], vocab_size: int) -> np.ndarray[Any, np.dtype[np.float32]]:
-    """`[B, V]` float32: +inf where the bitmask allows the token, -inf where not, by a table of bytes."""
-    caps = np.take(_BYTE_CAPS, words.view(np.uint8), axis=0)  # [B, 4W, 8]
-    return caps.reshape(words.shape[0], -1)[:, :vocab_size]
-
-
 def _masked(stage: GrammarStage[Any], logits: Tensor, ctx: DecodeContext) -> Tensor:
     """`logits` with -inf where the stage's grammar removes a token: their minimum with the caps (-inf even
     where a logit was +inf; NaN stays NaN), a third of `masked_fill`'s cost on a CPU at 50,000 tokens."""
     words = stage._mask(ctx, logits.shape[-1], dead_end_raises=True)
-    caps = _caps(words, logits.shape[-1])  # [B, V]: +inf kept, -inf removed
+    bounds = caps(words, logits.shape[-1])  # [B, V]: +inf kept, -inf removed
     if logits.dtype == torch.float32 and logits.device.type == "cpu" and not logits.requires_grad:
-        return torch.from_numpy(np.minimum(logits.numpy(), caps, out=caps))  # into the caps: one array less
-    return torch.minimum(logits, torch.from_numpy(caps).to(logits.device, logits.dtype))
+        return torch.from_numpy(np.minimum(logits.numpy(), bounds, out=bounds))  # into the caps: one array less
+    return torch.minimum(logits, torch.from_numpy(bounds).to(logits.device, logits.dtype))
 
 
 _EAGER_MASKED: list[Callable[[GrammarStage[Any], Tensor, DecodeContext], Tensor]] = []
@@ -305,6 +225,9 @@ def _eager_masked() -> Callable[[GrammarStage[Any], Tensor, DecodeContext], Tens
     if not _EAGER_MASKED:
         _EAGER_MASKED.append(torch.compiler.disable(_masked))  # type: ignore[no-untyped-call]  # untyped in torch 2.13
     return _EAGER_MASKED[0]
+
+
+_BOOLEAN = {"true": True, "false": False}  # JSON Schema's boolean schemas, as JSON text
 
 
 def _per_prompt(value: Any) -> list[Any]:
@@ -346,9 +269,6 @@ class JsonSchema(GrammarStage[JsonSchemaParams]):
                 f"{self._label}: schema{which} is not JSON: {exc}; allowed: a JSON Schema of dicts, lists, str, "
                 "finite numbers, bools and None"
             ) from None
-
-
-_BOOLEAN = {"true": True, "false": False}  # JSON Schema's boolean schemas, as JSON text
 
 
 class Json(GrammarStage[JsonParams]):

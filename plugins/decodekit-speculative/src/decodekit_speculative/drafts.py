@@ -70,9 +70,9 @@ class Drafter(Protocol):
 class ModelDrafter:
     """A draft model with its own KV cache: one forward per drafted position, every row at once."""
 
-    def __init__(self, model: Any, cache: KVCache, batch_size: int, call: Any = None) -> None:
+    def __init__(self, model: Any, cache: KVCache, batch_size: int, call: Any) -> None:
         self.model = model
-        self.call = model if call is None else call  # the model as the decode calls it (compiled or not)
+        self.call = call  # the model as the decode calls it (compiled or not)
         self.rows = RowCache(cache, batch_size)
         self.capacity = cache.spec.capacity
         # The slots its forwards may fill: a cache that keeps every token stops at the draft's context, as the

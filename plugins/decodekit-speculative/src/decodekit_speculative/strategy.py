@@ -43,7 +43,8 @@ __all__ = ["SpeculativeGeneration", "resolve_draft", "speculative", "speculative
 
 @dataclass
 class SpeculativeGeneration(Generation):
-    """A `Generation` plus, per row, how many tokens the draft proposed and how many the target accepted."""
+    """A `Generation` plus, per row, how many tokens the draft proposed and how many the target accepted
+    (up to and including the row's last token: drafts past its stop are not counted)."""
 
     drafted: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
@@ -161,10 +162,15 @@ class _Rounds:
     """Speculative rounds over some rows of a decoding (their global indices `rows`), with the target cache `kv`."""
 
     def __init__(
-        self, d: Decoding, draft: Model | None, params: SpeculativeParams, kind: Kind, rows: list[int], kv: Any
+        self,
+        d: Decoding,
+        draft: Model | None,
+        params: SpeculativeParams,
+        kind: Kind,
+        rows: list[int],
+        kv: KVCache | None,
     ) -> None:
-        self.d, self.kind, self.k, self.rows = d, kind, params.k, rows
-        self.chain, self.V = d.chain, d.model.spec.vocab_size
+        self.d, self.kind, self.k, self.rows, self.chain = d, kind, params.k, rows, d.chain
         self.kv: RowCache | _Recompute = _Recompute() if kv is None else RowCache(kv, len(rows))
         prompts = [d.rows[b] for b in rows]
         self.lengths = [len(p) for p in prompts]  # history (prompt + emitted) per row
@@ -191,7 +197,7 @@ class _Rounds:
             if draft is None
             else ModelDrafter(draft, self._draft_cache(draft, len(rows)), len(rows), d.runs(draft))
         )
-        # Without processors the chain's distribution needs no context: every row and position at once.
+        # Without processors the chain's distribution is the logits themselves: no context to set up.
         self.dense = not self.chain.processors
 
     def _draft_cache(self, draft: Model, batch: int) -> KVCache:
@@ -201,12 +207,16 @@ class _Rounds:
         d = self.d
         spec = CacheSpec.for_model(draft.spec, batch_size=batch, capacity=d.total, dtype=d.dtype, device=d.device)
         factory = d.request.cache
-        if factory is not None and (not evicts(getattr(factory, "impl", None)) or draft.spec.rope_base is not None):
+
+        def usable(cache: object) -> bool:
+            return not evicts(cache) or draft.spec.rope_base is not None
+
+        if factory is not None and usable(getattr(factory, "impl", None)):
             try:
                 cache = factory(spec)
             except DecodekitError:  # e.g. window(size="auto") for a draft without a calibration
                 cache = None
-            if isinstance(cache, Croppable) and (not evicts(cache) or draft.spec.rope_base is not None):
+            if isinstance(cache, Croppable) and usable(cache):
                 return cache
         # Never fed past the draft's context (`ModelDrafter`): no more slots than that, whatever max_new_tokens.
         return PreallocatedKVCache(replace(spec, capacity=min(spec.capacity, draft.spec.max_positions)))
@@ -226,12 +236,14 @@ class _Rounds:
             x = logits.float()
             if bool(torch.isfinite(x.amax())):
                 return x
-            error = _numerics(f"the {who} model's logits cannot be sampled (NaN, +inf, or none finite)", self, i, j)
+            error = self._cannot_pick(
+                f"the {who} model's logits cannot be sampled (NaN, +inf, or none finite)", i, j, who
+            )
         else:
             try:
                 return self.chain.distribution(logits[None], self._context(i, j))[0]
             except NumericsError as exc:
-                error = _numerics(str(exc).split(": ", 2)[-1], self, i, j, who)
+                error = self._cannot_pick(str(exc).split(": ", 2)[-1], i, j, who)
         if self._ended_before(i, j):
             return torch.zeros_like(logits, dtype=torch.float32)  # any token: it is never emitted
         raise error from None
@@ -299,18 +311,20 @@ class _Rounds:
         else:
             n, token = verify_softmax(drafts, qs, lambda j: probabilities(target(j)), self.ctxs[i].uniform)
             if token < 0:
-                raise _numerics("the chain's distribution cannot be sampled", self, i, n, "target")
-        d.extras["drafted"][b] += count
-        d.extras["accepted"][b] += n
+                raise self._cannot_pick("the chain's distribution cannot be sampled", i, n, "target")
         self.kv.commit(i, self.lengths[i] + n)
         self.drafter.rollback(i, n)
         self.buf[i, self.lengths[i] + n] = token
         for j, t in enumerate((*drafts[:n], token)):
             self.generated[i] += 1
             self.lengths[i] += 1
-            if d.emit(b, t, self._logprobs(logits[j], target(j), t)):
-                return True
-        return False
+            ended = d.emit(b, t, self._logprobs(logits[j], target(j), t))
+            if ended:
+                break
+        # A row that ended at position j counts its drafts up to j: those after would have followed its end.
+        d.extras["drafted"][b] += min(count, j + 1)
+        d.extras["accepted"][b] += min(n, j + 1)
+        return ended
 
     def _logprobs(self, raw: Tensor, processed: Tensor, token: int) -> TokenLogprobs | None:
         n = self.d.request.logprobs
@@ -318,8 +332,7 @@ class _Rounds:
             return None
         return token_logprobs(raw[None].float(), processed[None], torch.tensor([token], device=raw.device), n)[0]
 
-
-def _numerics(why: str, rounds: _Rounds, i: int, j: int, who: str = "target") -> NumericsError:
-    """The decode loop's diagnosis for row i at drafted position j, naming the global row and the model."""
-    row, step = rounds.rows[i], rounds.generated[i] + j
-    return NumericsError(f"speculative ({who} model): step {step}, row {row}: cannot pick a token: {why}")
+    def _cannot_pick(self, why: str, i: int, j: int, who: str) -> NumericsError:
+        """The decode loop's diagnosis for row i at drafted position j, naming the global row and the model."""
+        step = self.generated[i] + j
+        return NumericsError(f"speculative ({who} model): step {step}, row {self.rows[i]}: cannot pick a token: {why}")
