@@ -43,6 +43,12 @@ def draft(target: GPT) -> GPT:
 
 
 @pytest.fixture(scope="module")
+def wrong_draft(target: GPT) -> GPT:
+    """A draft whose greedy picks the target rejects (noise of the weights' own size)."""
+    return noisy_copy(target, 1.0)
+
+
+@pytest.fixture(scope="module")
 def rope_pair() -> tuple[GPT, GPT]:
     """A rotary-position target and its noisy draft."""
     model = tiny(position="rope", seed=3)

@@ -211,3 +211,14 @@ def test_drafted_and_accepted_count_up_to_the_rows_stop(target: GPT) -> None:
     # and emits 1, a stop token: one draft counted (at the stop), none accepted.
     out = speculative(target, prompts[2:], draft="ngram", k=3, chain=chain, max_new_tokens=12, stop_tokens=[1])
     assert (out.tokens, out.drafted, out.accepted) == ([[1]], [1], [0])
+
+
+def test_a_row_that_goes_on_counts_every_draft_it_rejected(target: GPT, wrong_draft: GPT) -> None:
+    """A draft that is always wrong: each round is one token of the target's, and every draft counts (the count
+    up to a row's stop must not cut the drafts of a round the row goes on past: 7 before, one per round)."""
+    chain, prompts = "no_repeat_ngram(2) | greedy", [[5, 17, 3, 9, 44, 2]]
+    out = speculative(target, prompts, draft=wrong_draft, k=3, chain=chain, max_new_tokens=8)
+    assert out.tokens == dk.generate(target, prompts, chain=chain, max_new_tokens=8).tokens
+    assert out.accepted == [0]  # the premise: 8 rounds of one token each
+    # Round g (g tokens done) drafts min(k, 8 - g - 1): 3, 3, 3, 3, 3, 2, 1, 0.
+    assert out.drafted == [18]

@@ -322,7 +322,7 @@ class _Rounds:
             if ended:
                 break
         # A row that ended at position j counts its drafts up to j: those after would have followed its end.
-        d.extras["drafted"][b] += min(count, j + 1)
+        d.extras["drafted"][b] += min(count, j + 1) if ended else count
         d.extras["accepted"][b] += min(n, j + 1)
         return ended
 
