@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from decodekit.errors import ChainSpecError, CompileError, ContextLengthError, DecodekitError, did_you_mean
@@ -133,6 +134,18 @@ def check_installed(model: str | None, chain: str | None, flags: Mapping[str, fl
 def model_name(name: str | None) -> str:
     """`--model`, or the default model (`check_installed` has made sure it is there)."""
     return name if name is not None else DEFAULT_MODEL
+
+
+def with_absolute_path(name: str) -> str:
+    """`name` with a loader argument that names an existing file or folder made absolute (symlinks resolved), so
+    that a batch job's record, and its Ray actors, mean the same files from any directory."""
+    from decodekit.chain_string import parse_model
+
+    prefix, _, argument = name.partition(":")
+    argument = parse_model(name)[1] if "(" in prefix else argument  # "hf(device=cuda:0):dir"
+    if not argument or not (path := Path(argument).expanduser()).exists():
+        return name
+    return f"{name[: len(name) - len(argument)]}{path.resolve()}"
 
 
 def load_named_model(name: str) -> Any:
