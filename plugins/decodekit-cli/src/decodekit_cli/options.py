@@ -141,8 +141,8 @@ def with_absolute_path(name: str) -> str:
     that a batch job's record, and its Ray actors, mean the same files from any directory."""
     from decodekit.chain_string import parse_model
 
-    prefix, _, argument = name.partition(":")
-    argument = parse_model(name)[1] if "(" in prefix else argument  # "hf(device=cuda:0):dir"
+    prefix, _, after = name.partition(":")
+    argument = parse_model(name)[1] if "(" in prefix else after  # "hf(device=cuda:0):dir"
     if not argument or not (path := Path(argument).expanduser()).exists():
         return name
     return f"{name[: len(name) - len(argument)]}{path.resolve()}"
