@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -102,16 +103,21 @@ def build_chain(chain: str | None, flags: Mapping[str, float | int | None]) -> C
 
 
 def check_installed(model: str | None, chain: str | None, flags: Mapping[str, float | int | None]) -> None:
-    """Report every missing piece of a standard setup in one error: the default model, the chain's samplers."""
+    """Report every missing piece of a standard setup in one error: the model (the default or a standard one), the
+    chain's samplers."""
     registry = get_registry()
     # A name two plugins register is installed but unusable: the lookup's own error says so.
     conflicted = {(c.category, c.name) for c in registry.conflicts}
     missing: list[str] = []
     dists: list[str] = []
-    if model is None and DEFAULT_MODEL not in registry.models and ("model", DEFAULT_MODEL) not in conflicted:
+    name = DEFAULT_MODEL if model is None else re.split(r"[(:]", model, maxsplit=1)[0]  # "hf(dtype=...):DIR"
+    if name in STANDARD_PLUGINS and name not in registry.models and ("model", name) not in conflicted:
         installed = ", ".join(sorted(registry.models)) or "none"
-        missing.append(f"the default model {DEFAULT_MODEL!r} (no --model given; installed models: {installed})")
-        dists.append(STANDARD_PLUGINS[DEFAULT_MODEL])
+        which, given = (
+            ("the default model", "no --model given") if model is None else ("the model", f"--model {model!r}")
+        )
+        missing.append(f"{which} {name!r} ({given}; installed models: {installed})")
+        dists.append(STANDARD_PLUGINS[name])
     text = chain_text(chain, flags)
     from decodekit.chain import parse_chain_string
 
