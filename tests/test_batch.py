@@ -599,3 +599,27 @@ def test_resume_reports_only_the_bad_lines_it_still_has_to_do(tmp_path: Path) ->
         again = _run(prompts, out, "--resume", "--on-error", on_error, *DENSE)
         assert (again.returncode, again.stderr.splitlines()) == (0, [f"0 results written to {out}, 3 already there"])
         assert out.read_text() == written
+
+
+def test_resume_in_another_directory_refuses_a_relative_model_path_naming_other_files(tmp_path: Path) -> None:
+    """`--model tiny-shakespeare:w.safetensors` resumed in another directory loaded that directory's file, and the
+    output held two models' results; the record now names the file absolutely (so do Ray actors, elsewhere)."""
+    import shutil
+
+    import decodekit_shakespeare
+
+    weights = Path(decodekit_shakespeare.__file__).parent / "tiny_shakespeare.safetensors"
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        shutil.copy(weights, tmp_path / folder / "w.safetensors")
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="a"), _json(prompt="b")])
+    out = tmp_path / "out.jsonl"
+    args = ["generate", "--input", str(prompts), "--output", str(out), "--max-new-tokens", "3", "--seed", "1"]
+    model = ["--model", "tiny-shakespeare:w.safetensors"]
+    assert run_cli([*args, *model], cwd=tmp_path / "a").returncode == 0
+    recorded = json.loads((tmp_path / "out.jsonl.settings.json").read_text())["model"]
+    assert recorded == f"tiny-shakespeare:{(tmp_path / 'a' / 'w.safetensors').resolve()}"
+    elsewhere = run_cli([*args, *model, "--resume"], cwd=tmp_path / "b")
+    assert elsewhere.returncode == 2 and "was written with model=" in elsewhere.stderr, elsewhere.stderr
+    same = run_cli([*args, "--model", f"tiny-shakespeare:{recorded.split(':', 1)[1]}", "--resume"], cwd=tmp_path)
+    assert same.returncode == 0 and "2 already there" in same.stderr, same.stderr

@@ -58,6 +58,14 @@ class StatesUnbounded(GQACache):
     capacity = sys.maxsize
 
 
+class CropRowsAsCrop(GQACache):
+    """Takes every row back to `length`, as if all rows ended together: batched speculation then attends to
+    other tokens than a row kept (its greedy output differed from dense's), and the kit had no check of it."""
+
+    def crop_rows(self, ends: Sequence[int], length: int) -> None:
+        self.crop(length)
+
+
 class LiesAboutLength(GQACache):
     """Reports one slot less than it was fed: the kit fed at the wrong slots and blamed the attention."""
 
@@ -153,6 +161,11 @@ def suite(factory: type, window: bool = False) -> CacheConformance:
         ),
         (DropsOldest, "test_keeps_all_returns_every_token", r"step 3, layer 0, slots 8\.\.10"),
         (LiesAboutBytes, "test_nbytes_exact", "nbytes .* != the formula"),
+        (
+            CropRowsAsCrop,
+            "test_crop_rows",
+            r"after crop_rows\(\[23, 25\], 25\): step 0, layer 0, slots 25\.\.25, .* row 0: attention differs",
+        ),
         (CropDoesNothing, "test_crop", r"crop\(\d+\): length"),
         (ReorderDoesNothing, "test_reorder", r"after reorder\(\[1, 0\]\).*attention differs"),
         (StatesTooLittle, "test_capacity_or_eviction", r"40 tokens after 0 were taken, past the stated capacity 39"),

@@ -9,8 +9,11 @@ import pytest
 import torch
 from decodekit_cache_scored.cache import ScoredCache
 from decodekit_cache_scored.state import LayerState
+from test_cache_kit import KeysInHalf
+from torch import Tensor
 
 import decodekit as dk
+from decodekit.cache import PreallocatedKVCache
 from decodekit.testing.scored_caches import ScoredCacheConformance
 
 
@@ -107,3 +110,40 @@ def test_a_cache_that_states_no_capacity_yet_refuses(monkeypatch: pytest.MonkeyP
     suite.test_capacity()  # it states spec.capacity: the honest one passes
     monkeypatch.setattr(ScoredCache, "capacity", sys.maxsize)
     fails(suite.test_capacity, r"stated capacity \d+, yet 1 tokens after 40 refused")
+
+
+class KeysInHalfScattered(KeysInHalf):
+    """The plain kit's float16-keys storage, also written by index (as a scored cache writes)."""
+
+    def write_at(self, layer: int, index: Tensor, k: Tensor, v: Tensor) -> None:
+        super().write_at(layer, index, k.half(), v)
+
+
+class KeysInHalfCache(PreallocatedKVCache):
+    storage = KeysInHalfScattered
+
+
+class KeysInHalfPlugin:
+    @dk.hookimpl
+    def register_cache_backends(self, register: dk.hookspecs.Registrar) -> None:
+        register("keys_in_half", KeysInHalfCache, description="test-only: keys stored in float16, values as given")
+
+
+def test_a_scored_cache_over_a_storage_that_rounds_keys_only_states_it_and_passes() -> None:
+    """As the plain kit's: `round_trip` is applied to keys and values alike, so an h2o over a float16-keys
+    storage could not be stated (and failed the reference however it was)."""
+
+    class KeysInHalf(Suite):
+        made = "h2o(budget=5, sinks=1, recent=1, slack=3, store='keys_in_half')"
+
+        def round_trip_keys(self, x: Tensor) -> Tensor:
+            return x.half().to(x.dtype)
+
+    plugin = KeysInHalfPlugin()
+    dk.register_plugin(plugin, name="test-keys-in-half")
+    try:
+        KeysInHalf().test_attention_over_the_kept_entries()
+        with pytest.raises(AssertionError, match="a returned key is off by"):
+            Suite.test_attention_over_the_kept_entries(type("Unstated", (Suite,), {"made": KeysInHalf.made})())
+    finally:
+        dk.unregister_plugin(plugin)

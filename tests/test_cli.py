@@ -426,6 +426,19 @@ def test_missing_default_model_lists_installed_models() -> None:
     assert "tiny-shakespeare" in r.stderr and "installed models: cli-test-gpt" in r.stderr
 
 
+@pytest.mark.parametrize(
+    ("model", "dist"), [("hf(dtype=float32):/ckpt", "decodekit-hf"), ("tiny-shakespeare", "decodekit-shakespeare")]
+)
+def test_a_standard_model_given_but_not_installed_says_what_to_install(model: str, dist: str) -> None:
+    """Only the default model had the hint: --model hf:DIR said 'unknown model', and --model tiny-shakespeare
+    'did you mean tiny-shakespeare-llama?'."""
+    r = cli("generate", PROMPT, "--model", model, DECODEKIT_LOAD_PLUGINS="decodekit-temperature,decodekit-top-p")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    name = model.partition("(")[0]
+    assert f"not installed: the model {name!r} (--model {model!r}; installed models: cli-test-gpt)" in r.stderr
+    assert f"Install: pip install {dist} (from a checkout" in r.stderr
+
+
 # -- listings ------------------------------------------------------------------------
 
 

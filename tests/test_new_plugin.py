@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -145,3 +146,17 @@ def test_the_generated_readme_installs_what_its_pyproject_needs_from_a_checkout_
     needs = re.findall(r'"(decodekit(?:-[a-z0-9-]+)?)>=', files["pyproject.toml"])
     folders = ["/path/to/decodekit", *(f"/path/to/decodekit/plugins/{n}" for n in needs if n != "decodekit")]
     assert f"`pip install {' '.join(folders)}`" in readme
+
+
+def test_the_next_line_quotes_a_folder_with_a_space(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pytest my plugin` ran pytest on two folders that do not exist; pip's half of the line was quoted."""
+    monkeypatch.setattr(install_hints, "installed", lambda name: True)
+    folder = tmp_path / "my plugin"
+    assert main(["new-plugin", "my_top", "--dir", str(folder)]) == 0
+    line = capsys.readouterr().out.splitlines()[-1].removeprefix("next: ")
+    assert [shlex.split(step) for step in line.split(" && ")] == [
+        ["pip", "install", "-e", f"{folder}[test]"],
+        ["pytest", str(folder)],
+    ]

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 import decodekit as dk
 from decodekit.cache import PreallocatedKVCache
+from decodekit.registry import without_entry_point
 from decodekit.stage import ProcessorBase
 from tinymodels import tiny_gpt
 
@@ -426,3 +427,24 @@ def test_an_unknown_name_names_a_distribution_without_an_entry_point(
         "(no installed plugin distribution registers it; decodekit-noentry requires decodekit and declares no "
         "entry point: a plugin's pyproject.toml needs [project.entry-points.decodekit], then pip install it again)"
     )
+
+
+def test_a_distribution_whose_metadata_has_no_name_is_not_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broken install (METADATA without a Name) requiring decodekit: importlib names it None, which sorted()
+    refused, so every unknown name was a TypeError and `decodekit plugins` an 'unexpected' error."""
+    for folder, name in (("decodekit_noentry-0.1.0.dist-info", "Name: decodekit-noentry\n"), ("broken.dist-info", "")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "METADATA").write_text(
+            f"Metadata-Version: 2.1\n{name}Version: 0.1.0\nRequires-Dist: decodekit\n"
+        )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        dk.reload_plugins()
+        assert without_entry_point() == ["decodekit-noentry"]
+        with pytest.raises(dk.UnknownNameError, match="decodekit-noentry requires decodekit and declares no entry"):
+            dk.create("noentry")
+    finally:
+        monkeypatch.undo()
+        dk.reload_plugins()

@@ -110,8 +110,8 @@ def without_entry_point() -> list[str]:
     found = []
     for dist in metadata.distributions():
         needs = {re.split(r"[^\w.-]", r, maxsplit=1)[0].lower() for r in dist.requires or () if "extra" not in r}
-        if CORE_DISTRIBUTION in needs and not dist.entry_points.select(group=ENTRY_POINT_GROUP):
-            found.append(dist.name)
+        if CORE_DISTRIBUTION in needs and dist.name and not dist.entry_points.select(group=ENTRY_POINT_GROUP):
+            found.append(dist.name)  # a METADATA without Name (a broken install) names nothing to reinstall
     return sorted(set(found))
 
 

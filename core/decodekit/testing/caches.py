@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from decodekit.cache import Croppable, Evicting, KVCache, Reorderable, Sized, evicts, observes
+from decodekit.cache import Croppable, Evicting, KVCache, Reorderable, RowCroppable, Sized, evicts, observes
 from decodekit.errors import CacheCapacityError, DecodekitError
 from decodekit.spec import CacheSpec
 
@@ -96,6 +96,15 @@ class _History:
         for layer in range(self.spec.n_layers):
             k, v = self.all(layer)
             self.keys[layer], self.values[layer] = [k[:, :, :n]], [v[:, :, :n]]
+
+    def crop_rows(self, ends: list[int], length: int) -> None:
+        """Row b keeps its first `ends[b]` slots, moved right to end at `length`; the slots before them pad it."""
+        self.pads = [pad + length - end for pad, end in zip(self.pads, ends)]
+        source = (torch.arange(length)[None, :] + torch.tensor(ends)[:, None] - length).clamp(min=0)  # [B, length]
+        for layer in range(self.spec.n_layers):
+            k, v = self.all(layer)
+            index = source[:, None, :, None].expand(k.shape[0], k.shape[1], length, k.shape[3])
+            self.keys[layer], self.values[layer] = [k.gather(2, index)], [v.gather(2, index)]
 
     def reorder(self, index: Tensor) -> None:
         self.pads = [self.pads[i] for i in index.tolist()]
@@ -384,6 +393,21 @@ class CacheConformance:
                 pass
             else:
                 raise AssertionError(f"crop({too_far}) beyond rollback={allowed} did not raise")
+
+    def test_crop_rows(self) -> None:
+        """crop_rows(ends, length) takes back a different number of slots per row (batched speculative decoding):
+        what is fed next is attended as if each row had been fed only its kept tokens, right-aligned."""
+        spec = kit_spec()
+        g, cache, history = torch.Generator().manual_seed(8), self.make(spec), _History(spec)
+        if not isinstance(cache, RowCroppable) or evicts(cache):
+            return
+        self._run(cache, history, SCHEDULE[:12], g, "before crop_rows")
+        n = cache.length
+        ends, length = [n - 3, n - 1], n - 1  # row 0 takes back 3 slots, row 1 one: row 0 moves 2 to the right
+        cache.crop_rows(ends, length)
+        history.crop_rows(ends, length)
+        assert cache.length == length, f"crop_rows({ends}, {length}): length {cache.length}; allowed: {LENGTH}"
+        self._run(cache, history, (1, 2, 1), g, f"after crop_rows({ends}, {length})")
 
     def test_reorder(self) -> None:
         """reorder(index) permutes rows: row i then holds what row index[i] held."""

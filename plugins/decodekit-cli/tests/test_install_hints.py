@@ -4,6 +4,7 @@ checkout of decodekit (no index), and still from an index."""
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,22 @@ def test_without_a_known_checkout_the_hint_says_to_run_it_in_the_checkouts_root(
 
 def test_every_standard_plugin_is_a_folder_of_the_checkout() -> None:
     assert {d for d in STANDARD_PLUGINS.values() if not (ROOT / "plugins" / d / "pyproject.toml").exists()} == set()
+
+
+def test_a_checkout_in_a_folder_with_a_space_is_quoted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip writes the folder as `file:///.../my%20checkout`; the hint printed it unquoted, so the command a user
+    copied installed 'checkout/plugins/...' from the wrong folder (or nothing)."""
+    root = tmp_path / "my checkout"
+    (root / "plugins").mkdir(parents=True)
+
+    class Dist:
+        def read_text(self, name: str) -> str:
+            return '{"url": "' + root.as_uri() + '", "dir_info": {}}'
+
+    monkeypatch.setattr(install_hints.metadata, "distribution", lambda name: Dist())
+    monkeypatch.setattr(install_hints, "installed", lambda name: name == "decodekit-gpt")
+    assert "%20" in root.as_uri() and install_hints.checkout() == root
+    folders = [str(root / "plugins" / d) for d in ("decodekit-cache-window", "decodekit-shakespeare")]
+    assert shlex.split(install_hints.install_command(["decodekit-shakespeare"])) == ["pip", "install", *folders]
+    hint = install_hints.install_hint(["decodekit-shakespeare"])
+    assert shlex.split(hint.split("(from a checkout: ", 1)[1].rstrip(")")) == ["pip", "install", *folders]

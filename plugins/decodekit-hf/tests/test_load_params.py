@@ -100,6 +100,16 @@ def test_a_smaller_context_is_the_models(saved_gpt2: Path) -> None:
         dk.generate(model, [PROMPT], chain="greedy", max_new_tokens=3)  # 10 + 3 > 12
 
 
+@pytest.mark.parametrize("context", [0, True, 12.5, "12"])
+def test_hfmodel_refuses_a_context_that_is_no_positive_int(gpt2: Any, context: Any) -> None:
+    """`HFModel(model, context=...)` from Python skips HFParams: 12.5 became 12 and True 1 silently, "12" was a
+    TypeError, 0 an error naming ModelSpec's max_positions, a name the caller never wrote."""
+    from decodekit_hf.model import HFModel
+
+    with pytest.raises(dk.ParameterError, match=rf"HFModel: context={context!r} is invalid; allowed: None or an int"):
+        HFModel(gpt2, context=context)
+
+
 def _bloom(seed: int = 0) -> Any:
     """A tiny random Bloom: ALiBi positions, and no context length in its config."""
     torch.manual_seed(seed)

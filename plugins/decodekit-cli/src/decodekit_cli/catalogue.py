@@ -22,6 +22,9 @@ STANDARD_PLUGINS: dict[str, str] = {
     "beam": "decodekit-beam",
     "speculative": "decodekit-speculative",
     "tiny-shakespeare": "decodekit-shakespeare",
+    "tiny-shakespeare-draft": "decodekit-shakespeare",
+    "tiny-shakespeare-llama": "decodekit-shakespeare-llama",
+    "gpt2": "decodekit-gpt",
     "hf": "decodekit-hf",
 }
 

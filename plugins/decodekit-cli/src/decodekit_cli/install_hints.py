@@ -4,6 +4,7 @@ plugins it needs are folders no index knows (so they are named too)."""
 from __future__ import annotations
 
 import json
+import shlex
 from importlib import metadata
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -37,17 +38,21 @@ def install_hint(distributions: list[str]) -> str:
     they need that are not installed (pip would look those up on an index)."""
     names = sorted(set(distributions))
     root = checkout()
-    prefix = f"{root}/" if root else ""
-    folders = " ".join(f"{prefix}plugins/{d}" for d in _with_needs(names))
     where = "from a checkout" if root else "from a checkout of decodekit, in its folder"
-    return f"pip install {' '.join(names)} ({where}: pip install {folders})"
+    return f"pip install {' '.join(names)} ({where}: pip install {_folders(root, names)})"
 
 
 def install_command(distributions: list[str]) -> str:
     """The one command for this environment: from the checkout decodekit came from, or from an index."""
     if (root := checkout()) is None:
         return f"pip install {' '.join(sorted(set(distributions)))}"
-    return "pip install " + " ".join(f"{root}/plugins/{d}" for d in _with_needs(distributions))
+    return f"pip install {_folders(root, distributions)}"
+
+
+def _folders(root: Path | None, distributions: list[str]) -> str:
+    """The plugins' folders and those they need, quoted for a shell (a checkout may sit in "my checkout")."""
+    prefix = f"{root}/" if root else ""
+    return " ".join(shlex.quote(f"{prefix}plugins/{d}") for d in _with_needs(distributions))
 
 
 def _with_needs(distributions: list[str]) -> list[str]:

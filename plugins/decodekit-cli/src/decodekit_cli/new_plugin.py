@@ -53,7 +53,7 @@ def write_plugin(name: str, kind: str, directory: Path | None, *, force: bool = 
     for path in files:
         print(f"  {path}")
     # The test extra brings pytest: without it the `pytest` on PATH may be another environment's.
-    steps = [f"pip install -e {shlex.quote(f'{target}[test]')}", f"pytest {target}"]
+    steps = [f"pip install -e {shlex.quote(f'{target}[test]')}", f"pytest {shlex.quote(str(target))}"]
     if missing := [d for d in NEEDS[kind] if not install_hints.installed(d)]:  # pip may find it on no index
         steps.insert(0, install_hints.install_command(missing))
     print("next: " + " && ".join(steps))

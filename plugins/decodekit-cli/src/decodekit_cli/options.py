@@ -9,9 +9,11 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from decodekit.errors import ChainSpecError, CompileError, ContextLengthError, DecodekitError, did_you_mean
@@ -101,16 +103,21 @@ def build_chain(chain: str | None, flags: Mapping[str, float | int | None]) -> C
 
 
 def check_installed(model: str | None, chain: str | None, flags: Mapping[str, float | int | None]) -> None:
-    """Report every missing piece of a standard setup in one error: the default model, the chain's samplers."""
+    """Report every missing piece of a standard setup in one error: the model (the default or a standard one), the
+    chain's samplers."""
     registry = get_registry()
     # A name two plugins register is installed but unusable: the lookup's own error says so.
     conflicted = {(c.category, c.name) for c in registry.conflicts}
     missing: list[str] = []
     dists: list[str] = []
-    if model is None and DEFAULT_MODEL not in registry.models and ("model", DEFAULT_MODEL) not in conflicted:
+    name = DEFAULT_MODEL if model is None else re.split(r"[(:]", model, maxsplit=1)[0]  # "hf(dtype=...):DIR"
+    if name in STANDARD_PLUGINS and name not in registry.models and ("model", name) not in conflicted:
         installed = ", ".join(sorted(registry.models)) or "none"
-        missing.append(f"the default model {DEFAULT_MODEL!r} (no --model given; installed models: {installed})")
-        dists.append(STANDARD_PLUGINS[DEFAULT_MODEL])
+        which, given = (
+            ("the default model", "no --model given") if model is None else ("the model", f"--model {model!r}")
+        )
+        missing.append(f"{which} {name!r} ({given}; installed models: {installed})")
+        dists.append(STANDARD_PLUGINS[name])
     text = chain_text(chain, flags)
     from decodekit.chain import parse_chain_string
 
@@ -133,6 +140,18 @@ def check_installed(model: str | None, chain: str | None, flags: Mapping[str, fl
 def model_name(name: str | None) -> str:
     """`--model`, or the default model (`check_installed` has made sure it is there)."""
     return name if name is not None else DEFAULT_MODEL
+
+
+def with_absolute_path(name: str) -> str:
+    """`name` with a loader argument that names an existing file or folder made absolute (symlinks resolved), so
+    that a batch job's record, and its Ray actors, mean the same files from any directory."""
+    from decodekit.chain_string import parse_model
+
+    prefix, _, after = name.partition(":")
+    argument = parse_model(name)[1] if "(" in prefix else after  # "hf(device=cuda:0):dir"
+    if not argument or not (path := Path(argument).expanduser()).exists():
+        return name
+    return f"{name[: len(name) - len(argument)]}{path.resolve()}"
 
 
 def load_named_model(name: str) -> Any:

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +150,9 @@ def model_spec(config: Any, context: int | None = None) -> ModelSpec:
 
 def _context(c: Any, context: int | None) -> int:
     """The context length: `context` checked against the config's, else the config's."""
+    # HFModel(context=...) skips HFParams' check: 12.5 became 12, True 1
+    if context is not None and (isinstance(context, bool) or not isinstance(context, Integral) or context < 1):
+        raise ParameterError(f"HFModel: context={context!r} is invalid; allowed: None or an int >= 1")
     field = next((name for name in _CONTEXT_FIELDS if getattr(c, name, None) is not None), None)
     if field is None:
         if context is None:
