@@ -86,3 +86,19 @@ def test_one_model_compiles_its_forward_for_many_cache_backends(graphs: list[tor
         compiled = dk.generate(model, BATCHES[0], chain=chain, max_new_tokens=6, cache=cache, compile=True).tokens
         assert compiled == eager, cache
         assert len(graphs) > before, f"{cache}: nothing compiled"
+
+
+def test_a_chain_with_dry_compiles_one_step_graph_without_breaks(graphs: list[torch.fx.GraphModule]) -> None:
+    """dry measures every repeat of the history on the device, in as many rounds whatever the history: no host
+    read breaks the step's graph, and a history a column longer each step does not recompile it."""
+    model = tiny_gpt()
+    options: dict[str, Any] = {"chain": "dry(0.8, 1.75, 2) | greedy", "max_new_tokens": 12, "cache": "dense"}
+    prompts = [[1, 2, 3, 1, 2], [4, 5, 4]]  # repeats from the first step: dry penalises at once
+    eager = dk.generate(model, prompts, **options).tokens
+    torch._dynamo.utils.counters.clear()
+    compiled = dk.generate(model, prompts, compile=True, **options).tokens
+    assert compiled == eager
+    assert sum(torch._dynamo.utils.counters["graph_break"].values()) == 0
+    # The model's two graphs, and the step's two: a ragged row's length reads `ctx.step`, an int, which dynamo
+    # takes as a constant at step 0 and as a symbol from step 1 on; 12 tokens, histories of 5 to 16, no more.
+    assert len(graphs) == 4
