@@ -9,11 +9,13 @@ its recompiles, are those inductor gets, and nothing needs a C++ compiler.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from test_batch import _json, _run, _write_lines
@@ -86,3 +88,42 @@ def test_one_model_compiles_its_forward_for_many_cache_backends(graphs: list[tor
         compiled = dk.generate(model, BATCHES[0], chain=chain, max_new_tokens=6, cache=cache, compile=True).tokens
         assert compiled == eager, cache
         assert len(graphs) > before, f"{cache}: nothing compiled"
+
+
+def test_a_chain_with_dry_compiles_one_step_graph_without_breaks(graphs: list[torch.fx.GraphModule]) -> None:
+    """dry measures every repeat of the history on the device, in as many rounds whatever the history: no host
+    read breaks the step's graph, and a history a column longer each step does not recompile it."""
+    model = tiny_gpt()
+    options: dict[str, Any] = {"chain": "dry(0.8, 1.75, 2) | greedy", "max_new_tokens": 12, "cache": "dense"}
+    prompts = [[1, 2, 3, 1, 2], [4, 5, 4]]  # repeats from the first step: dry penalises at once
+    eager = dk.generate(model, prompts, **options).tokens
+    torch._dynamo.utils.counters.clear()
+    compiled = dk.generate(model, prompts, compile=True, **options).tokens
+    assert compiled == eager
+    assert sum(torch._dynamo.utils.counters["graph_break"].values()) == 0
+    # The model's two graphs, and the step's two: a ragged row's length reads `ctx.step`, an int, which dynamo
+    # takes as a constant at step 0 and as a symbol from step 1 on; 12 tokens, histories of 5 to 16, no more.
+    assert len(graphs) == 4
+
+
+def test_a_ray_actor_compiles_as_many_graphs_whatever_its_last_batch(
+    monkeypatch: pytest.MonkeyPatch, graphs: list[torch.fx.GraphModule]
+) -> None:
+    """The actor (called here, without Ray) pads a short batch with copies of its last row, as the local job."""
+    from decodekit_cli.batch_settings import BatchSettings
+    from decodekit_ray.decoder import LineDecoder
+
+    monkeypatch.setattr("decodekit_ray.decoder._on_gpu", lambda model: model)  # no Ray: no GPU of its own
+    settings = BatchSettings("tiny-shakespeare", "temperature(0.9) | top_k(20)", 6, 11, "dense", compile=True)
+    lines = [_json(prompt=prompt) for prompt in ["RO", "ROMEO", "ROM"]]
+
+    def batch(first: int, end: int) -> dict[str, np.ndarray]:
+        return {"line": np.arange(first + 1, end + 1), "data": np.array(lines[first:end], dtype=object)}
+
+    actor = LineDecoder(settings, batch_size=2)
+    actor(batch(0, 2))
+    compiled = len(graphs)
+    last = actor(batch(2, 3))
+    assert len(graphs) == compiled == 3
+    eager = LineDecoder(dataclasses.replace(settings, compile=False), batch_size=2)(batch(2, 3))
+    assert list(last["record"]) == list(eager["record"])  # one record: the copy's is dropped

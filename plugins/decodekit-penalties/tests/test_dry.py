@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 import decodekit as dk
 
@@ -251,3 +252,21 @@ def test_a_looping_history_costs_linear_time() -> None:
     assert time.perf_counter() - start < 1.0
     # Token 0 would extend the repeat of length 8,191 - 1 ending one token back: the capped exponent.
     assert out[0, 0].item() == pytest.approx(-0.8 * 1.75 ** int(88.7228391 / math.log(1.75)), rel=1e-5)
+
+
+@pytest.mark.parametrize("rounds", [None, 3])
+def test_the_compiled_steps_search_by_doubling_measures_as_the_eager_one(rounds: int | None) -> None:
+    """Ragged rows with short and long repeats: the same repeat lengths, up to 2**rounds - 1, without a host read."""
+    from decodekit_penalties.dry import DRY, repeat_lengths_by_doubling
+
+    g = torch.Generator().manual_seed(0)
+    rows = [[1, 2] * 40, [3, 1, 2, 3, 1, 2, 2, 3, 1, 2, 3], torch.randint(0, 3, (57,), generator=g).tolist(), [4]]
+    T = max(map(len, rows))
+    r = torch.tensor([[0] * (T - len(row)) + row for row in rows]).flip(1)
+    lengths = torch.tensor([len(row) for row in rows])
+    eager = DRY._repeat_lengths(r, lengths, lengths)
+    with FakeTensorMode(allow_non_fake_inputs=True):  # any host read would raise
+        repeat_lengths_by_doubling(r, lengths, rounds)
+    doubled = repeat_lengths_by_doubling(r, lengths, rounds)
+    assert torch.equal(doubled, eager if rounds is None else eager.clamp(max=7))
+    assert int(eager.max()) == 78  # the loop of "1 2" repeats far past 7

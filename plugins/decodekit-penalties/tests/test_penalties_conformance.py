@@ -32,9 +32,9 @@ class TestNoRepeatNGramWindow(_Penalty):
 
 class TestDRY(_Penalty):
     spec = ("dry", {"multiplier": 0.8, "allowed_length": 1})
-    # Its repeat search grows until the longest repeat in the history is found, and it returns early
-    # when none is long enough: both read the history back. A compiled chain breaks its graph there.
-    reads_back = "the repeat search's length depends on the history (dry.py: _repeat_lengths)"
+    # Eager, its repeat search grows until the longest repeat in the history is found, and it returns early
+    # when none is long enough: both read the history back. Compiled, it does neither (test_dry.py).
+    reads_back = "eager, the repeat search's length depends on the history (dry.py: _repeat_lengths)"
 
 
 class TestDRYBreakers(TestDRY):

@@ -14,9 +14,11 @@ last `last_n` tokens.
 
 Vectorised over the batch and over the earlier occurrences: with the context reversed
 (r[0] the last token), the repeat ending k tokens before the end has length
-z_k = longest common prefix of r and r[k:] (llama.cpp computes the same with the Z-algorithm);
-the loop below extends all z_k together, a block of offsets at a time, and stops when none grows;
-a row whose repeats reach past 64 tokens is measured by the Z-algorithm instead.
+z_k = longest common prefix of r and r[k:] (llama.cpp computes the same with the Z-algorithm).
+Eager, the loop below extends all z_k together, a block of offsets at a time, and stops when none
+grows (a row whose repeats reach past 64 tokens is measured by the Z-algorithm). Compiled, those
+host reads would break the step's graph: `repeat_lengths_by_doubling` runs as many rounds whatever
+the context, on the device (5-15x the eager search's time uncompiled, so eager keeps its early exits).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class DRY(ProcessorBase[DRYParams]):
         # the exponent to 0 would penalise every repeat by `multiplier` alone, less than a smaller base does.
         cap = int(_FLOAT_MAX_LOG / math.log(base)) if base > 1.000001 else 0
         self._max_exponent = cap if cap > 0 else None
+        self._rounds = _rounds_to_count(self.params.allowed_length, base, self._max_exponent)
         breakers = self.params.sequence_breakers
         self._breakers = [(b[0], b[1:]) for b in breakers]  # (head, tail)
         self._single_token_breakers = sorted({b[0] for b in breakers if len(b) == 1})
@@ -62,10 +65,13 @@ class DRY(ProcessorBase[DRYParams]):
             return logits
         r = tokens.flip(1)  # r[:, i]: the i-th token from the end; real for i < lengths
         limit = self._repeat_limit(r, lengths)  # [B]
-        z = self._repeat_lengths(r, lengths, limit)  # [B, T-1]: z[:, k-1] for k = 1..T-1
+        if torch.compiler.is_compiling():  # no host read: one graph
+            z = torch.minimum(repeat_lengths_by_doubling(r, lengths, self._rounds), limit[:, None])
+        else:
+            z = self._repeat_lengths(r, lengths, limit)  # [B, T-1]: z[:, k-1] for k = 1..T-1
         active = (lengths > prm.allowed_length) & (limit >= prm.allowed_length)  # [B]
         penalised = (z >= prm.allowed_length) & active[:, None]
-        if not bool(penalised.any()):
+        if not torch.compiler.is_compiling() and not bool(penalised.any()):
             return logits
         exponent = (z - prm.allowed_length).clamp(min=0, max=self._max_exponent).float()
         penalty = torch.where(penalised, prm.multiplier * torch.pow(prm.base, exponent), 0.0)  # [B, T-1]
@@ -154,3 +160,57 @@ def z_function(s: list[int]) -> list[int]:
         if k + z[k] > right:
             left, right = k, k + z[k]
     return z
+
+
+def _rounds_to_count(allowed_length: int, base: float, max_exponent: int | None) -> int | None:
+    """How many doublings measure every repeat length that changes a penalty (lengths past `2**rounds - 1`
+    penalise as that one does), or None when every length up to the context's counts (1 < base <= 1.000001)."""
+    if max_exponent is not None:
+        longest = allowed_length + max_exponent  # the exponent is clamped there
+    elif base == 1:
+        longest = allowed_length  # 1 ** e = 1
+    elif base > 1.000001:
+        longest = allowed_length + 1  # a base past float max (no cap): base ** 1 is already inf
+    else:
+        return None
+    return longest.bit_length()
+
+
+def repeat_lengths_by_doubling(r: Tensor, lengths: Tensor, rounds: int | None) -> Tensor:
+    """`[B, T-1]`: z_k = the longest common prefix of r and r[k:] within each row's real tokens, k = 1..T-1,
+    exact up to `2**rounds - 1` (None: the whole context; a compiled step then recompiles as T doubles).
+
+    classes[m][b, i] names the window r[b, i : i + 2**m]: equal ids, equal windows. Padding and one column
+    past the end are tokens of their own, so a window reaching them equals no other. Then z_k grows by
+    2**m, m from the largest down, wherever the window at z_k equals the one at k + z_k.
+    """
+    B, T = r.shape
+    N = T + 1
+    pos = torch.arange(N, device=r.device)
+    tokens = torch.cat([r, r.new_zeros(B, 1)], 1)
+    tokens = torch.where(pos < lengths[:, None], tokens, -1 - pos)  # [B, N]: unique past the real tokens
+    if rounds is None:
+        rounds = 1
+        while (1 << rounds) < T:  # z_k <= T - 1
+            rounds += 1
+    classes = [_class_ids(tokens)]
+    for m in range(rounds - 1):  # the window of 2**(m+1) at i: the one of 2**m at i, then at i + 2**m
+        ahead = pos + (1 << m)
+        second = torch.where(ahead < N, classes[-1].gather(1, ahead.clamp(max=N - 1).expand(B, N)), N)
+        classes.append(_class_ids(classes[-1] * (N + 1) + second))
+    k = torch.arange(1, T, device=r.device)
+    z = torch.zeros(B, T - 1, dtype=torch.long, device=r.device)
+    for m in reversed(range(rounds)):
+        # k + z <= N - 1: there only the end's own window, which equals none at z < N - 1
+        there = classes[m].gather(1, (k + z).clamp(max=N - 1))
+        z = z + (there == classes[m].gather(1, z)) * (1 << m)
+    return z
+
+
+def _class_ids(keys: Tensor) -> Tensor:
+    """`[B, N]` ids in [0, N) numbering each row's distinct keys in order: equal keys, equal ids."""
+    ordered, order = keys.sort(-1)
+    new = torch.ones_like(ordered)
+    new[:, 0] = 0
+    new[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    return torch.empty_like(keys).scatter_(1, order, new.cumsum(-1))

@@ -55,7 +55,7 @@ def generate_lines(
     pool = min(actor_count(actors, actor_cpus, actor_gpus), max(1, blocks.num_blocks()))
     records: ray.data.Dataset = blocks.map_batches(
         LineDecoder,
-        fn_constructor_kwargs={"settings": settings},
+        fn_constructor_kwargs={"settings": settings, "batch_size": batch_size},
         batch_size=batch_size,
         compute=ray.data.ActorPoolStrategy(size=pool),
         num_cpus=actor_cpus,

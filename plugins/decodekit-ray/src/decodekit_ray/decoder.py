@@ -29,8 +29,9 @@ class ActorSetupError(DecodekitError):
 class LineDecoder:
     """Called on batches `{"line", "data"}`; returns `{"line", "record", "tokens"}`, one row per line."""
 
-    def __init__(self, settings: BatchSettings) -> None:
+    def __init__(self, settings: BatchSettings, batch_size: int = 0) -> None:
         self.settings = settings
+        self.batch_size = batch_size  # the job's: under --compile a smaller batch is padded to it, as locally
         self.failure: ActorSetupError | None = None
         try:
             self.model = _on_gpu(load_named_model(settings.model))
@@ -52,7 +53,7 @@ class LineDecoder:
         records: list[Record] = [item for item in checked if not isinstance(item, Pending)]
         pending = [item for item in checked if isinstance(item, Pending)]
         for group in batches(pending, max(1, len(pending))):
-            records += decode_records(self.model, self.settings, group)
+            records += decode_records(self.model, self.settings, group, rows=self.batch_size)
         return {
             "line": np.array([r["line"] for r in records], dtype=np.int64),
             "record": np.array([dumps(r) for r in records], dtype=object),
