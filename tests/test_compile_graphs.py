@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from decodekit_cli.batch_settings import parsed_chain
 from test_batch import _json, _run, _write_lines
 
 import decodekit as dk
@@ -47,6 +48,7 @@ def graphs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[torch.fx.GraphModul
         return real(fn, backend=counting, options=dynamo or None, **options)
 
     torch._dynamo.reset()  # forget what earlier compiles learnt (which sizes change)
+    parsed_chain.cache_clear()  # and the chains a batch job keeps, each with the step an earlier test compiled
     monkeypatch.setattr(torch, "compile", compile_)
     yield compiled
     torch._dynamo.reset()
