@@ -102,11 +102,12 @@ def two_sample_p(a: Counter[tuple[int, ...]], b: Counter[tuple[int, ...]], min_c
 
 @pytest.mark.slow
 def test_a_sampled_chain_keeps_its_distribution_under_speculation(llama: Any) -> None:
-    """2,000 seeded rows, three tokens each, through every kind of stage (a penalty reading the drafted history,
+    """2,000 seeded rows, three tokens each, through every kind of stage (penalties reading the drafted history,
     temperature, top-k, top-p, min-p): the joint distribution equals `dk.generate`'s (p > 1e-3); the draft's
     own differs (p < 1e-6), so the test can fail."""
     model, draft = HFModel(llama), HFModel(noisy_copy(llama))
-    chain = "repetition_penalty(1.3) | temperature(0.8) | top_k(8) | top_p(0.9) | min_p(0.05)"
+    chain = "repetition_penalty(1.3) | frequency_penalty(0.8) | temperature(0.8) | top_k(8) | top_p(0.9)"
+    chain += " | min_p(0.05)"
     prompts = [[9, 44, 44, 44, 9, 44]] * 2000
     plain = joint(dk.generate(model, prompts, chain=chain, max_new_tokens=3, seed=1).tokens)
     out = dk.decode(model, prompts, strategy="speculative", draft=draft, k=2, chain=chain, max_new_tokens=3, seed=2)
