@@ -182,3 +182,14 @@ def test_compile_gives_eager_tokens_through_an_evicting_cache(llama: Any) -> Non
     eager = dk.generate(model, PROMPTS[:1], chain="greedy", max_new_tokens=8, cache=cache).tokens
     assert eager != transformers_greedy(llama, PROMPTS[:1], 8)
     assert dk.generate(model, PROMPTS[:1], chain="greedy", max_new_tokens=8, cache=cache, compile=True).tokens == eager
+
+
+@pytest.mark.parametrize("cache", ["gqa", "window(size=8, sinks=2, slack=8)"])
+def test_a_draft_in_another_dtype_than_the_target(llama: Any, cache: str) -> None:
+    """A bfloat16 draft for a float32 target (a cheaper draft) failed in SDPA ("Expected query, key, and value to
+    have the same dtype"): its cache took the target's dtype. Its own now; the tokens are the target's."""
+    model, draft = HFModel(llama), HFModel(noisy_copy(llama).to(torch.bfloat16))
+    for prompts in (PROMPTS[:1], PROMPTS):
+        out = speculate(model, prompts, draft, 3, chain="greedy", cache=cache)
+        assert out.tokens == alone(model, prompts, cache)
+        assert 0 < sum(out.accepted) < sum(out.drafted)

@@ -26,7 +26,7 @@ from decodekit.cache import Croppable, KVCache, PreallocatedKVCache, RowCroppabl
 from decodekit.context import DecodeContext
 from decodekit.engine import PREALLOCATED_COLUMNS, Decoding
 from decodekit.errors import DecodekitError, NumericsError, ParameterError
-from decodekit.model import Model
+from decodekit.model import Model, model_device_dtype
 from decodekit.params import Params
 from decodekit.plugins import load_model
 from decodekit.results import Generation, TokenLogprobs, token_logprobs
@@ -212,9 +212,10 @@ class _Rounds:
     def _draft_cache(self, draft: Model, batch: int) -> KVCache:
         """The target's backend for the draft when the draft can use it (it keeps every token, or the draft is
         rotary and goes past its context with it); else a cache that keeps every token. What the draft keeps
-        changes how often it is right, never the output."""
+        changes how often it is right, never the output. Its keys come in the draft's dtype, maybe not the target's."""
         d = self.d
-        spec = CacheSpec.for_model(draft.spec, batch_size=batch, capacity=d.total, dtype=d.dtype, device=d.device)
+        dtype = model_device_dtype(draft)[1]
+        spec = CacheSpec.for_model(draft.spec, batch_size=batch, capacity=d.total, dtype=dtype, device=d.device)
         factory = d.request.cache
 
         def usable(cache: object) -> bool:
