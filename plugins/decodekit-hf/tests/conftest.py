@@ -84,11 +84,11 @@ ARCHS: dict[str, dict[str, Any]] = {
 
 
 def make_arch(model_type: str, seed: int = 0, **overrides: Any) -> Any:
-    """The tiny random model of `ARCHS[model_type]`."""
+    """The tiny random model of `ARCHS[model_type]` (another model type: `_TINY` and `overrides` alone)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    config = AutoConfig.for_model(model_type, **(_TINY | ARCHS[model_type] | overrides))
+    config = AutoConfig.for_model(model_type, **(_TINY | ARCHS.get(model_type, {}) | overrides))
     model = AutoModelForCausalLM.from_config(config).eval()
     model.generation_config.eos_token_id = None  # generate() runs the full length, as dk.generate without stop_tokens
     return model
@@ -98,6 +98,12 @@ def make_arch(model_type: str, seed: int = 0, **overrides: Any) -> Any:
 def build_arch() -> Callable[..., Any]:
     """`make_arch(model_type, **config_overrides)`, for a test that needs another size of an architecture."""
     return make_arch
+
+
+@pytest.fixture(scope="session")
+def build_gpt2() -> Callable[..., Any]:
+    """`make_gpt2(seed, **config_overrides)`, for a test that needs other weights."""
+    return make_gpt2
 
 
 @pytest.fixture(scope="session", params=sorted(ARCHS))

@@ -52,10 +52,11 @@ __all__ = [
 ATTENTION = "decodekit"  # the attn_implementation name HFModel gives a model
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CacheAttention:
     """One forward's attention through a decodekit cache: the cache and the new tokens' positions `[B, T]`;
-    `attended` collects the layers that attended through it."""
+    `attended` collects the layers that attended through it. Hashed by identity: under `compile=True` dynamo
+    hashes it while its `__init__` runs, before a field-based hash could read the fields."""
 
     kv: KVCache
     positions: Tensor

@@ -26,7 +26,7 @@ from decodekit.cache import Croppable, KVCache, PreallocatedKVCache, RowCroppabl
 from decodekit.context import DecodeContext
 from decodekit.engine import PREALLOCATED_COLUMNS, Decoding
 from decodekit.errors import DecodekitError, NumericsError, ParameterError
-from decodekit.model import Model
+from decodekit.model import Model, model_device_dtype
 from decodekit.params import Params
 from decodekit.plugins import load_model
 from decodekit.results import Generation, TokenLogprobs, token_logprobs
@@ -106,7 +106,7 @@ def speculative_policy(d: Decoding, params: Params) -> Iterator[None]:
     """The registered strategy (see the module docstring)."""
     assert isinstance(params, SpeculativeParams)
     draft = resolve_draft(params.draft, d.model)
-    d.open(lookahead=params.k + 1, needs=("crop",), recompute=False)
+    d.open(lookahead=_lookahead(d, params.k), needs=("crop",), recompute=False)
     _check_rollback(d, params.k)
     kind = speculation_kind(d.chain, d.ctx)
     return _rounds(d, draft, params, kind)  # checked now, not in a generator: `stream` refuses at its call
@@ -123,6 +123,15 @@ def _rounds(d: Decoding, draft: Model | None, params: SpeculativeParams, kind: K
     for b in range(B):  # a cache that cannot crop rows unevenly: each row alone (the output is the same)
         kv = d.open_cache(d.model, 1, d.total, ("crop",))
         yield from _Rounds(d, draft, params, kind, [b], kv).run()
+
+
+def _lookahead(d: Decoding, k: int) -> int:
+    """Slots a round may feed past a row's text: the junk columns of a batch right-aligned by `crop_rows` (at most
+    k + 1). A cache without it runs its rows one at a time, never past their text, so its capacity is the text,
+    which a model may check it against (a sliding window that must cover the text)."""
+    impl = getattr(d.request.cache, "impl", None)
+    one_at_a_time = impl is not None and not callable(getattr(impl, "crop_rows", None))
+    return 0 if one_at_a_time else k + 1
 
 
 def _check_rollback(d: Decoding, k: int) -> None:
@@ -203,9 +212,10 @@ class _Rounds:
     def _draft_cache(self, draft: Model, batch: int) -> KVCache:
         """The target's backend for the draft when the draft can use it (it keeps every token, or the draft is
         rotary and goes past its context with it); else a cache that keeps every token. What the draft keeps
-        changes how often it is right, never the output."""
+        changes how often it is right, never the output. Its keys come in the draft's dtype, maybe not the target's."""
         d = self.d
-        spec = CacheSpec.for_model(draft.spec, batch_size=batch, capacity=d.total, dtype=d.dtype, device=d.device)
+        dtype = model_device_dtype(draft)[1]
+        spec = CacheSpec.for_model(draft.spec, batch_size=batch, capacity=d.total, dtype=dtype, device=d.device)
         factory = d.request.cache
 
         def usable(cache: object) -> bool:
