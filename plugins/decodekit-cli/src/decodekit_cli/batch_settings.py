@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from decodekit.errors import DecodekitError
 from decodekit_cli.errors import CliError
+from decodekit_cli.options import canonical_model
 
 if TYPE_CHECKING:
     from decodekit.chain import Chain
@@ -70,10 +72,14 @@ class BatchSettings:
 
 
 def upgraded(recorded: dict[str, Any]) -> dict[str, Any]:
-    """Recorded settings as this format writes them: format 1 had no `ignore_eos` and went on past EOS."""
+    """Recorded settings as this format writes them: format 1 had no `ignore_eos` and went on past EOS, and
+    the model was recorded as typed before it was recorded canonical."""
     if recorded.get("format") == 1 and "ignore_eos" not in recorded:
-        return {**recorded, "format": FORMAT, "ignore_eos": True}
-    return recorded
+        recorded = {**recorded, "format": FORMAT, "ignore_eos": True}
+    try:
+        return {**recorded, "model": canonical_model(recorded["model"])}
+    except (DecodekitError, KeyError, TypeError):  # a model not installed now, or no model: compared as written
+        return recorded
 
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
