@@ -233,13 +233,15 @@ def prompt_text(prompt: str | None) -> str:
 
 
 @contextmanager
-def cli_hints() -> Iterator[None]:
-    """Say how to do on the command line what a library error suggests."""
+def cli_hints(length_option: str = "--max-new-tokens") -> Iterator[None]:
+    """Say how to do on the command line what a library error suggests; `length_option`: the command's
+    option for the library's `max_new_tokens` (explain's is --steps)."""
     try:
         yield
     except ContextLengthError as exc:
-        hint = " (on the command line: --cache none)" if "cache='none'" in str(exc) else ""
-        raise CliError(f"{exc}{hint}") from None
+        message = str(exc).replace("max_new_tokens=", f"{length_option} ").replace("max_new_tokens", length_option)
+        hint = " (on the command line: --cache none)" if "cache='none'" in message else ""
+        raise CliError(f"{message}{hint}") from None
     except CompileError as exc:
         raise CliError(compile_failure(exc), exit_code=EXIT_FAILURE) from None
 
