@@ -13,11 +13,10 @@ import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from decodekit.errors import ChainSpecError, CompileError, ContextLengthError, DecodekitError, did_you_mean
-from decodekit.plugins import bind_arguments, get_registry, load_model
+from decodekit.plugins import get_registry, load_model
 from decodekit_cli.catalogue import STANDARD_PLUGINS
 from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
 from decodekit_cli.errors import EXIT_FAILURE, CliError
@@ -140,22 +139,6 @@ def check_installed(model: str | None, chain: str | None, flags: Mapping[str, fl
 def model_name(name: str | None) -> str:
     """`--model`, or the default model (`check_installed` has made sure it is there)."""
     return name if name is not None else DEFAULT_MODEL
-
-
-def canonical_model(name: str) -> str:
-    """`name` in one spelling, so that a batch job's record names one model one way: the loader's parameters
-    validated, defaults left out (`hf(dtype = auto):ckpt` is `hf:ckpt`), and a loader argument that names an
-    existing file or folder made absolute (symlinks resolved), so the record, and Ray actors, mean the same files."""
-    from decodekit.chain_string import StageCall, parse_model
-
-    prefix, sep, after = name.partition(":")
-    call, argument = parse_model(name) if "(" in prefix else (StageCall(prefix, [], {}), after if sep else None)
-    entry = get_registry().lookup("model", call.name)
-    given = bind_arguments(f"model {call.name}", entry.params_model, tuple(call.args), call.kwargs)
-    values = ", ".join(f"{k}={v!r}" for k, v in given.model_dump(exclude_defaults=True).items())
-    if argument and (path := Path(argument).expanduser()).exists():
-        argument = str(path.resolve())
-    return (f"{call.name}({values})" if values else call.name) + ("" if argument is None else f":{argument}")
 
 
 def load_named_model(name: str) -> Any:

@@ -1,5 +1,6 @@
-"""`--resume` compares the model a batch job was written with as the loader reads it, not as it was typed:
-`hf(dtype = float32):ckpt` is `hf(dtype=float32):ckpt`, `hf(dtype=auto):ckpt` is `hf:ckpt` (auto is the default)."""
+"""`--resume` compares the model, cache and strategy a batch job was written with as their plugins read them, not
+as typed: `hf(dtype = float32):ckpt` is `hf(dtype=float32):ckpt`, `hf(dtype=auto):ckpt` is `hf:ckpt` (auto is the
+default), `window(64)` is `window(size=64)`; each was refused before."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 import pytest
 from decodekit_cli.batch_output import OutputLock, settings_path
 from decodekit_cli.batch_settings import BatchSettings
+from decodekit_cli.canonical import canonical_model
 from decodekit_cli.errors import CliError
-from decodekit_cli.options import canonical_model
 
 pytest.importorskip("decodekit_hf")  # the one standard loader with parameters; only its registration is read
 
@@ -44,8 +45,9 @@ def test_a_relative_checkpoint_is_recorded_absolute(tmp_path: Path, monkeypatch:
     assert canonical_model("hf(dtype=auto):ckpt") == f"hf:{tmp_path.resolve() / 'ckpt'}"
 
 
-def _settings(model: str) -> dict[str, object]:
-    return BatchSettings(model=model, chain="top_k(5)", max_new_tokens=4, seed=0, cache="dense").recorded("0" * 64)
+def _settings(model: str, cache: str = "dense", strategy: str = "sample") -> dict[str, object]:
+    settings = BatchSettings(model=model, chain="top_k(5)", max_new_tokens=4, seed=0, cache=cache, strategy=strategy)
+    return settings.recorded("0" * 64)
 
 
 def _resume(output: Path, recorded: dict[str, object], current: dict[str, object]) -> None:
@@ -76,3 +78,29 @@ def test_resume_still_refuses_another_dtype(tmp_path: Path) -> None:
     for recorded_model in (f"hf(dtype=float32):{tmp_path}", canonical_model(f"hf(dtype=float32):{tmp_path}")):
         with pytest.raises(CliError, match=r"model=\"hf\(dtype='float32'\):.*\" \(this run: 'hf:.*'\)"):
             _resume(tmp_path / "out.jsonl", _settings(recorded_model), _settings(canonical_model(f"hf:{tmp_path}")))
+
+
+@pytest.mark.parametrize(
+    ("category", "first", "then", "recorded"),
+    [
+        ("cache backend", "window(size=64)", "window(64)", "window(size=64)"),
+        ("cache backend", "window(size=auto, sinks=4)", "window", "window"),  # both defaults
+        ("strategy", "beam(num_beams=2)", "beam(num_beams = 2)", "beam(num_beams=2)"),
+        ("strategy", "beam(2)", "beam(num_beams=2)", "beam(num_beams=2)"),
+    ],
+)
+def test_resume_continues_the_same_cache_or_strategy_typed_another_way(
+    tmp_path: Path, category: str, first: str, then: str, recorded: str
+) -> None:
+    pytest.importorskip("decodekit_beam" if category == "strategy" else "decodekit_cache_window")
+    key = "cache" if category == "cache backend" else "strategy"
+    written, current = _settings("gpt2", **{key: first}), _settings("gpt2", **{key: then})
+    assert written[key] == current[key] == recorded
+    for as_recorded in (written, {**written, key: first}):  # as this version records it, and as typed before
+        _resume(tmp_path / "out.jsonl", as_recorded, current)
+    with pytest.raises(CliError, match=f"{key}="):
+        _resume(
+            tmp_path / "out.jsonl",
+            _settings("gpt2", **{key: "window(size=32)" if key == "cache" else "beam(3)"}),
+            current,
+        )
