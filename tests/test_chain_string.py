@@ -4,7 +4,10 @@ and every malformed input a `ChainSpecError` with the position and what was expe
 from __future__ import annotations
 
 import ast
+import json
+import math
 import random
+import re
 from typing import Any
 
 import pytest
@@ -134,6 +137,27 @@ def test_bare_words_are_strings_so_a_command_line_needs_no_inner_quotes() -> Non
     [call] = parse_chain_string("window(size=auto, sinks=4, store=int8)")
     assert call.kwargs == {"size": "auto", "sinks": 4, "store": "int8"}
     assert parse_chain_string("f(-inf, True, None, x)")[0].args == [float("-inf"), True, None, "x"]
+
+
+def test_nan_is_read_as_python_spells_it_as_inf_is() -> None:
+    [call] = parse_chain_string("f(nan, -nan, x=nan)")
+    assert all(math.isnan(v) for v in [*call.args, call.kwargs["x"]])
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_non_finite_value_gets_one_answer_from_a_chain_string_a_spec_and_create(value: str) -> None:
+    """`top_p(nan)` said "not a bool or a string": the bare word was read as the string 'nan'."""
+    expected = rf"top_p: p={value} is invalid: Input should be a finite number; allowed: float 0 < p <= 1"
+    spec = json.loads(json.dumps([{"name": "top_p", "params": {"p": float(value)}}]))  # JSON's NaN, Infinity
+    for build in (
+        lambda: dk.Chain.parse(f"top_p({value})"),
+        lambda: dk.Chain.parse(f"top_p(p={value})"),
+        lambda: dk.Chain.from_spec(spec),
+        lambda: dk.create(f"top_p({value})"),
+        lambda: dk.create("top_p", float(value)),
+    ):
+        with pytest.raises(dk.ParameterError, match=f"^{re.escape(expected)}$"):
+            build()
 
 
 @pytest.mark.parametrize(

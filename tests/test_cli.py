@@ -260,10 +260,14 @@ def test_samplers_lists_the_models_with_their_parameters(capsys: pytest.CaptureF
     assert (hf["name"], shakespeare["name"], shakespeare["params"]) == ("hf", "tiny-shakespeare", [])
     fields = HFParams.model_fields
     assert [(p["name"], p["default"]) for p in hf["params"]] == [(k, f.default) for k, f in fields.items()]
-    assert [p["bounds"] for p in hf["params"]] == ["", "", "1 ≤ context"]
+    # device's pattern was shown as a bare `str`: what it allows is its own `allowed` text, as its errors say
+    device = "cpu, cuda, cuda:N (N = 0, 1, ...), mps"
+    assert [p["bounds"] for p in hf["params"]] == ["", device, "1 ≤ context"]
+    assert [p["allowed"] for p in hf["params"]][1] == device
     assert main(["samplers", "hf"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("Models\nhf  decodekit-hf ") and "    context  int | None  1 ≤ context  default None" in text
+    assert f"    device  str  {device}  default 'cpu'" in text
     assert main(["samplers"]) == 0
     assert "\nModels\n" in capsys.readouterr().out
 

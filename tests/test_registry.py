@@ -448,3 +448,30 @@ def test_a_distribution_whose_metadata_has_no_name_is_not_listed(
     finally:
         monkeypatch.undo()
         dk.reload_plugins()
+
+
+def test_only_a_distribution_that_looks_like_a_plugin_is_listed_without_an_entry_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every application that uses decodekit was listed by `decodekit plugins` as a plugin "without an entry
+    point"; now only one named like a plugin, decodekit-* (setuptools writes no empty entry-point group to read)."""
+    dists = {
+        "my-app": ("Requires-Dist: decodekit>=0.1\n", None),  # uses decodekit, registers nothing: an application
+        "decodekit-noentry": ("Requires-Dist: decodekit\n", None),
+        "Decodekit_Underscored": ("Requires-Dist: decodekit\n", None),  # decodekit-underscored, as pip normalises it
+        "decodekit-cmd": ("Requires-Dist: decodekit\n", "[console_scripts]\nx = decodekit_cmd:main\n"),
+        "decodekit-found": ("Requires-Dist: decodekit\n", "[decodekit]\nfound = decodekit_found.plugin\n"),
+        "decodekitchen": ("Requires-Dist: decodekit\n", None),  # not decodekit-*
+        "decodekit-unrelated": ("", None),  # does not require decodekit
+    }
+    for name, (requires, entry_points) in dists.items():
+        info = tmp_path / f"{name.replace('-', '_')}-0.1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1.0\n{requires}")
+        if entry_points is not None:
+            (info / "entry_points.txt").write_text(entry_points)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert without_entry_point() == ["Decodekit_Underscored", "decodekit-cmd", "decodekit-noentry"]
+    finally:
+        monkeypatch.undo()

@@ -31,7 +31,7 @@ _WORD_TAIL = re.compile(r"[A-Za-z0-9_.:/-]*")  # always matches
 _HYPHENATED = re.compile(r"[A-Za-z0-9_-]*")  # always matches
 _NUMBER = re.compile(r"(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d(?:_?\d)*)?")
 _STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
-_CONSTANTS: dict[str, Any] = {"True": True, "False": False, "None": None, "inf": float("inf")}
+_CONSTANTS: dict[str, Any] = {"True": True, "False": False, "None": None, "inf": float("inf"), "nan": float("nan")}
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
 
 
@@ -171,7 +171,7 @@ class _Parser:
             self.pos = match.end()
             return match.group()
         raise self.error(
-            "a literal (a number, inf, a string or bare word, True, False, None, a list, a tuple or a dict)"
+            "a literal (a number, inf, nan, a string or bare word, True, False, None, a list, a tuple or a dict)"
         )
 
     def bracketed(self, opening: str, depth: int) -> Any:

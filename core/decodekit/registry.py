@@ -105,13 +105,13 @@ class Entry:
 
 
 def without_entry_point() -> list[str]:
-    """Installed distributions that require decodekit but declare no entry point in its group (a plugin whose
-    pyproject.toml lacks one is found by nothing); read only to explain an unknown name."""
+    """Plugins found by nothing: decodekit-* distributions requiring decodekit, with no entry point in its group."""
     found = []
     for dist in metadata.distributions():
         needs = {re.split(r"[^\w.-]", r, maxsplit=1)[0].lower() for r in dist.requires or () if "extra" not in r}
-        if CORE_DISTRIBUTION in needs and dist.name and not dist.entry_points.select(group=ENTRY_POINT_GROUP):
-            found.append(dist.name)  # a METADATA without Name (a broken install) names nothing to reinstall
+        plugin_named = re.match(rf"{CORE_DISTRIBUTION}[-_.]", dist.name or "", re.IGNORECASE)  # not an application
+        if CORE_DISTRIBUTION in needs and plugin_named and not dist.entry_points.select(group=ENTRY_POINT_GROUP):
+            found.append(dist.name)
     return sorted(set(found))
 
 

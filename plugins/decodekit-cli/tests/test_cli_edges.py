@@ -248,6 +248,15 @@ def test_explain_past_the_context_says_the_option_too() -> None:
     assert result.stderr.endswith("cache='none', which crops the context (on the command line: --cache none)\n")
 
 
+@pytest.mark.parametrize(("command", "option"), [("explain", "--steps"), ("generate", "--max-new-tokens")])
+def test_past_the_context_names_the_length_option_the_command_has(command: str, option: str) -> None:
+    # explain said "lower max_new_tokens": it has no such option, its length is --steps.
+    result = run_cli([command, "ROMEO: ", "-m", MODEL, option, "100000"], _env())
+    assert result.returncode == 2 and "max_new_tokens" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"decodekit: error: prompt of 7 tokens + {option} 100000 = 100007 tokens exceeds ")
+    assert f"shorten the prompt, lower {option}, or cache='none'" in result.stderr
+
+
 def test_output_dash_is_refused_not_a_file_named_dash(tmp_path: Path) -> None:
     # `--output -` wrote the records to a file named "-" (and "-.settings.json") and said "written to -".
     (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO: "}\n')

@@ -21,9 +21,10 @@ from decodekit_cli.batch_job import BatchJob, line_of, plural, run_local
 from decodekit_cli.batch_output import OutputLock, check_output, existing_records
 from decodekit_cli.batch_records import Record
 from decodekit_cli.batch_settings import BatchSettings
+from decodekit_cli.canonical import canonical_model
 from decodekit_cli.errors import CliError, report_error, report_warning
 from decodekit_cli.install_hints import install_hint
-from decodekit_cli.options import chain_text, check_stop, resolve_strategy, with_absolute_path
+from decodekit_cli.options import chain_text, check_stop, resolve_strategy
 from decodekit_cli.sampling_options import SamplingOptions, eos_tokens
 
 __all__ = ["BatchRequest", "RayRequest", "batch_request", "ray_request", "run_batch"]
@@ -104,7 +105,7 @@ def run_batch(request: BatchRequest) -> int:
     """Run the command; return its exit status."""
     sampling = request.sampling
     name, cache = sampling.check()
-    name = with_absolute_path(name)  # `hf:ckpt` resumed elsewhere loaded another ckpt
+    name = canonical_model(name)  # `hf:ckpt` resumed elsewhere loaded another ckpt; `hf(dtype=auto)` is `hf`
     check_stop(sampling.stop)
     settings = BatchSettings(
         model=name,

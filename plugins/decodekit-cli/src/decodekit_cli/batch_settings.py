@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from decodekit.errors import DecodekitError
+from decodekit_cli.canonical import canonical_model, canonical_stage
 from decodekit_cli.errors import CliError
 
 if TYPE_CHECKING:
@@ -59,8 +61,8 @@ class BatchSettings:
             "input_sha256": input_sha256,
             "model": self.model,
             "chain": str(parsed_chain(self.chain)),  # canonical: top_k(5) and top_k(k=5) are one chain
-            "cache": self.cache,
-            "strategy": self.strategy,
+            "cache": canonical_stage("cache backend", self.cache),  # window(64) and window(size=64) are one cache
+            "strategy": canonical_stage("strategy", self.strategy),
             "seed": self.seed,
             "max_new_tokens": self.max_new_tokens,
             "stop": list(self.stop),
@@ -70,10 +72,19 @@ class BatchSettings:
 
 
 def upgraded(recorded: dict[str, Any]) -> dict[str, Any]:
-    """Recorded settings as this format writes them: format 1 had no `ignore_eos` and went on past EOS."""
+    """Recorded settings as this format writes them: format 1 had no `ignore_eos` and went on past EOS, and the
+    model, cache and strategy were recorded as typed before they were recorded canonical."""
     if recorded.get("format") == 1 and "ignore_eos" not in recorded:
-        return {**recorded, "format": FORMAT, "ignore_eos": True}
-    return recorded
+        recorded = {**recorded, "format": FORMAT, "ignore_eos": True}
+    try:
+        return {
+            **recorded,
+            "model": canonical_model(recorded["model"]),
+            "cache": canonical_stage("cache backend", recorded["cache"]),
+            "strategy": canonical_stage("strategy", recorded["strategy"]),
+        }
+    except (DecodekitError, KeyError, TypeError):  # a plugin not installed now, or a setting missing: as written
+        return recorded
 
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:

@@ -51,7 +51,7 @@ def run_explain(request: ExplainRequest) -> int:
     model = load_named_model(name)  # on torch's threads, as before: --threads is generate's
     prompt = sampling.encode(model, text)
     text = sampling.seen_prompt(model, text, prompt)
-    with cli_hints():
+    with cli_hints(length_option="--steps"):
         # The steps generate would take: it ends at the model's EOS too (the last step says so), unless --ignore-eos.
         stop_tokens = eos_tokens(model, sampling.ignore_eos)
         reports = explain_steps(

@@ -67,7 +67,9 @@ def _param_report(name: str, field: FieldInfo, schema: dict[str, Any]) -> dict[s
     """A parameter: readable `type` and `bounds`, its JSON Schema, default and description."""
     required = field.is_required()
     kind = type_text(field.annotation)
-    bounds = bounds_text(field.metadata, name)
+    own = field.json_schema_extra.get("allowed") if isinstance(field.json_schema_extra, dict) else None
+    # A field's own `allowed` says what a check no bound shows (hf's device pattern) allows, as its errors do.
+    bounds = own if isinstance(own, str) else bounds_text(field.metadata, name)
     return {
         "name": name,
         "type": kind,

@@ -13,7 +13,6 @@ import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from decodekit.errors import ChainSpecError, CompileError, ContextLengthError, DecodekitError, did_you_mean
@@ -142,18 +141,6 @@ def model_name(name: str | None) -> str:
     return name if name is not None else DEFAULT_MODEL
 
 
-def with_absolute_path(name: str) -> str:
-    """`name` with a loader argument that names an existing file or folder made absolute (symlinks resolved), so
-    that a batch job's record, and its Ray actors, mean the same files from any directory."""
-    from decodekit.chain_string import parse_model
-
-    prefix, _, after = name.partition(":")
-    argument = parse_model(name)[1] if "(" in prefix else after  # "hf(device=cuda:0):dir"
-    if not argument or not (path := Path(argument).expanduser()).exists():
-        return name
-    return f"{name[: len(name) - len(argument)]}{path.resolve()}"
-
-
 def load_named_model(name: str) -> Any:
     """`dk.load_model(name)`; a loader that fails for another reason is reported in one line (status 1)."""
     try:
@@ -229,13 +216,15 @@ def prompt_text(prompt: str | None) -> str:
 
 
 @contextmanager
-def cli_hints() -> Iterator[None]:
-    """Say how to do on the command line what a library error suggests."""
+def cli_hints(length_option: str = "--max-new-tokens") -> Iterator[None]:
+    """Say how to do on the command line what a library error suggests; `length_option`: the command's
+    option for the library's `max_new_tokens` (explain's is --steps)."""
     try:
         yield
     except ContextLengthError as exc:
-        hint = " (on the command line: --cache none)" if "cache='none'" in str(exc) else ""
-        raise CliError(f"{exc}{hint}") from None
+        message = str(exc).replace("max_new_tokens=", f"{length_option} ").replace("max_new_tokens", length_option)
+        hint = " (on the command line: --cache none)" if "cache='none'" in message else ""
+        raise CliError(f"{message}{hint}") from None
     except CompileError as exc:
         raise CliError(compile_failure(exc), exit_code=EXIT_FAILURE) from None
 

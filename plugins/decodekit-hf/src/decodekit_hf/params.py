@@ -24,7 +24,7 @@ class HFParams(Params):
     device: str = Field(
         default="cpu",
         pattern=r"^(cpu|cuda(:\d+)?|mps)$",
-        description="where the weights sit: cpu, cuda, cuda:N or mps",
+        description="where the weights sit",
         json_schema_extra={"allowed": "cpu, cuda, cuda:N (N = 0, 1, ...), mps"},
     )
     context: int | None = Field(
