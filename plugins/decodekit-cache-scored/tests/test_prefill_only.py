@@ -237,3 +237,35 @@ def test_a_capacity_past_memory_is_named(model: GPT) -> None:
         dk.create_cache("h2o(budget=16, prefill_only=True)", spec)
     with pytest.raises(dk.ParameterError, match=r"capacity=10000000000000"):
         dk.create_cache("gqa", spec)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("compile")
+@pytest.mark.parametrize("cache", ["h2o", "knorm"])
+def test_compile_traces_every_step_after_the_prompt_in_two_graphs(
+    model: GPT, cache: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model's forward compiles twice (the step that compresses the prompt, then every later one) and the
+    chain's step once, with no graph break: a break inside the model's loop over its layers makes torch skip
+    compiling that loop. Counted with a backend that records each graph dynamo hands it, as traced. An object
+    made inside the first trace (its counts unseen as inputs there) cost one more recompile."""
+    compiled: list[torch.fx.GraphModule] = []
+    real = torch.compile
+
+    def counting(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        compiled.append(gm)
+        return gm.forward
+
+    def compile_(fn: Any, **options: Any) -> Any:
+        dynamo = {k: v for k, v in options.pop("options", {}).items() if k == "guard_filter_fn"}
+        return real(fn, backend=counting, options=dynamo or None, **options)
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    monkeypatch.setattr(torch, "compile", compile_)
+    spec = f"{cache}(budget=6, sinks=1, recent=2, prefill_only=True)"
+    eager = dk.generate(model, PROMPTS, chain="greedy", cache=spec, max_new_tokens=10).tokens
+    assert dk.generate(model, PROMPTS, chain="greedy", cache=spec, max_new_tokens=10, compile=True).tokens == eager
+    breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+    torch._dynamo.reset()
+    assert (len(compiled), breaks) == (3, 0)

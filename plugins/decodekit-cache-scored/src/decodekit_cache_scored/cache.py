@@ -12,9 +12,8 @@ Storage is per kv-head (`Storage.write_at`): `budget + 4·slack` slots per layer
 new tokens and the evicted entries `crop` may still bring back: any of the last `slack` slots, and back
 to the start of a long block not yet compressed (what speculative decoding's first round needs).
 
-With `prefill_only` (kvpress's semantics) only the prompt, the first forward, is compressed; the next forward
-finds the prompt's kept entries in storage slots `[0, budget)` and every later token is appended after them,
-as a plain cache appends (`_append`): no scores, no eviction, and steps that `compile=True` traces.
+With `prefill_only` (kvpress's semantics) only the prompt, the first forward, is compressed, into storage slots
+`[0, budget)`; from the next forward on, `PrefillOnly` (prefill_only.py) appends every later token after it.
 
 Under `torch.compile` (`compile=True`) the cache's steps run eagerly (`torch.compiler.disable`), the model's
 math around them compiled: their bookkeeping changes every step (host-side lengths, the crop journal), so
@@ -38,6 +37,7 @@ from decodekit.spec import CacheSpec
 from decodekit.storage import SlotWritable, check_memory, float_slot_bytes, lookup_storage
 from decodekit_cache_scored.params import ScoredParams
 from decodekit_cache_scored.policies import Policy
+from decodekit_cache_scored.prefill_only import PrefillOnly
 from decodekit_cache_scored.selection import (
     NEVER,
     capped_shift,
@@ -126,9 +126,8 @@ class ScoredCache:
 
     @property
     def length(self) -> int:
-        if self._prompt is not None:
-            return self._prompt + self._appended[-1]
-        return self._layers[-1].length
+        after = self._after_prompt
+        return self._layers[-1].length if after is None else after.length
 
     @property
     def capacity(self) -> int:
@@ -166,20 +165,29 @@ class ScoredCache:
         self._new: tuple[int, int, Tensor] | None = None  # see `_new_slots`
         self._step: Step | None = None  # see `_planned`
         self._observed: dict[int, Tensor] = {}  # layer -> a short forward's queries, scored by `_score_observed`
-        self._prompt: int | None = None  # prefill_only: the prompt's length once its kept entries are settled
-        self._appended = [0] * self.spec.n_layers  # prefill_only: tokens appended after them, per layer
-        self._prompt_kept: list[Tensor] = []  # prefill_only: which of storage slots [0, budget) hold a token
+        self._prefill_only = (
+            PrefillOnly(self.store, self.budget, self.groups, spec.n_layers) if self.params.prefill_only else None
+        )
+
+    @property
+    def _after_prompt(self) -> PrefillOnly | None:
+        """A `prefill_only` cache's appending half once its prompt is compressed (it then holds every token)."""
+        mode = self._prefill_only
+        return mode if mode is not None and mode.settled else None
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        if self.params.prefill_only:
-            # Checked before any work, the prompt too: a prompt past the capacity leaves no room for a token.
-            held = self._layers[layer].length + self._appended[layer]
-            if held + k.shape[2] > self.spec.capacity:
-                name = f"{self.name}(prefill_only=True)"
-                raise capacity_error(name, layer, held, k.shape[2], self.spec.capacity)
-            if held > 0:
-                return self._append(layer, k, v)
-        return self._update(layer, k, v)
+        mode = self._prefill_only
+        if mode is None:
+            return self._update(layer, k, v)
+        # Checked before any work, the prompt too: a prompt past the capacity leaves no room for a token.
+        held = self._layers[layer].length + mode.appended[layer]
+        if held + k.shape[2] > self.spec.capacity:
+            raise capacity_error(f"{self.name}(prefill_only=True)", layer, held, k.shape[2], self.spec.capacity)
+        if held == 0:  # the prompt, compressed as every scored cache compresses it
+            return self._update(layer, k, v)
+        if not mode.settled:  # the forward after it: the prompt compressed for good
+            self._settle_prompt(mode)
+        return mode.update(layer, k, v)
 
     @_eager
     def _update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -210,8 +218,8 @@ class ScoredCache:
         return keys, values
 
     def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
-        if self._prompt is not None:
-            return self._appended_mask(layer, positions)
+        if (after := self._after_prompt) is not None:
+            return after.attention_mask(layer, positions)
         return self._scored_mask(layer, positions)
 
     @_eager
@@ -260,7 +268,7 @@ class ScoredCache:
         if not low <= n <= self.length:
             why = (
                 "prefill_only: the prompt is compressed, every token after it can be taken back"
-                if self._prompt is not None
+                if self._after_prompt is not None
                 else f"rollback={self.slack}, never before a block longer than slack"
             )
             raise ParameterError(
@@ -269,8 +277,8 @@ class ScoredCache:
             )
         if n == self.length:
             return
-        if self._prompt is not None:
-            self._appended = [n - self._prompt] * self.spec.n_layers
+        if (after := self._after_prompt) is not None:
+            after.crop(n)
             return
         self._score_observed()
         self._step = None
@@ -286,12 +294,10 @@ class ScoredCache:
         """`[B, H_kv, budget + 4·slack]`: the stream slot of each entry `layer` holds for each row and kv-head
         (-1: none), in storage order, after the compression the next forward would do (`prefill_only`, after
         the prompt: `[B, H_kv, budget + tokens since]`)."""
+        if (after := self._after_prompt) is not None:
+            return after.kept(layer)
         self._score_observed()
         st = self._layers[layer]
-        if self._prompt is not None:
-            prompt = torch.where(self._prompt_kept[layer], st.slots[..., : self.budget], -1)
-            since = torch.arange(self._prompt, self._prompt + self._appended[layer], device=prompt.device)
-            return torch.cat([prompt, since.expand(*prompt.shape[:2], -1)], -1)
         if st.pending is not None:
             keep, order, _ = self._select(st.pending)
             return torch.where(keep, st.pending.slots, -1).gather(-1, order)
@@ -300,8 +306,8 @@ class ScoredCache:
 
     def oldest_crop(self) -> int:
         """The smallest `n` that `crop(n)` accepts."""
-        if self._prompt is not None:
-            return self._prompt
+        if (after := self._after_prompt) is not None:
+            return after.prompt
 
         def oldest(st: LayerState) -> int:
             if st.pending is not None:
@@ -312,11 +318,8 @@ class ScoredCache:
 
     def reorder(self, index: Tensor) -> None:
         index = row_index(self.name, index, self.spec.batch_size).to(self._row_start.device)
-        if self._prompt is not None:
-            self.store.reorder(index, self.budget + self._appended[-1])
-            self._prompt_kept = [kept.index_select(0, index) for kept in self._prompt_kept]
-            for st in self._layers:  # the stream slots of the prompt's kept entries, which `kept` names
-                st.slots = st.slots.index_select(0, index)
+        if (after := self._after_prompt) is not None:
+            after.reorder(index)
             return
         self._score_observed()
         self._forward = self._step = None  # its row starts are the old rows'
@@ -327,35 +330,17 @@ class ScoredCache:
         for st in self._layers:
             st.reorder(index)
 
-    # -- prefill_only: appending after the prompt ---------------------------------------------
-
-    def _append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """A forward after the prompt: its tokens written after the prompt's kept entries and what came since."""
-        if self._prompt is None:
-            self._settle_prompt()
-        start, T = self.budget + self._appended[layer], k.shape[2]
-        self.store.write(layer, start, k, v)
-        self._appended[layer] += T
-        return self.store.read(layer, 0, start + T)
-
-    def _settle_prompt(self) -> None:
-        """The prompt compressed into storage slots `[0, budget)`, which of them hold a token, and its length.
+    def _settle_prompt(self, mode: PrefillOnly) -> None:
+        """The prompt compressed into storage slots `[0, budget)` for good, and `mode` told which hold a token.
         Traced under `compile=True`: a graph break here, inside the model's loop over its layers, would make
         torch skip compiling that loop for good."""
         self._score_observed()
         for layer, st in enumerate(self._layers):
             self._settle(layer, st)
-        self._prompt_kept = [st.alive[..., : self.budget] for st in self._layers]
-        self._prompt = self._layers[-1].length
-
-    def _appended_mask(self, layer: int, positions: Tensor) -> Tensor:
-        """The prompt's kept entries, then every later token up to each query (causal)."""
-        T, appended = positions.shape[1], self._appended[layer]
-        later = torch.arange(appended, device=positions.device)
-        query = torch.arange(appended - T, appended, device=positions.device)[:, None]
-        kept = self._prompt_kept[layer].unsqueeze(2)  # [B, H_kv, 1, budget]
-        mask = torch.cat([kept.expand(-1, -1, T, -1), (later <= query).expand(*kept.shape[:2], T, -1)], -1)
-        return mask.repeat_interleave(self.groups, dim=1) if self.groups > 1 else mask
+        layers, budget = self._layers, self.budget
+        mode.settle(
+            layers[-1].length, [st.alive[..., :budget] for st in layers], [st.slots[..., :budget] for st in layers]
+        )
 
     # -- the machinery -------------------------------------------------------------------------
 
@@ -569,7 +554,7 @@ class ObservingScoredCache(ScoredCache):
     """A scored cache whose policy needs the model's queries (`decodekit.cache.Observing`)."""
 
     def observe(self, layer: int, queries: Tensor) -> None:
-        if self._prompt is None:  # after a prefill_only cache's prompt nothing is scored
+        if self._after_prompt is None:  # after a prefill_only cache's prompt nothing is scored
             self._observe(layer, queries)
 
     @_eager
