@@ -6,6 +6,7 @@ import difflib
 from collections.abc import Iterable
 
 __all__ = [
+    "PLUGIN_FAILURES",
     "CacheCapacityError",
     "ChainSpecError",
     "CompileError",
@@ -36,6 +37,10 @@ class ChainSpecError(DecodekitError, ValueError):
 
 class PluginError(DecodekitError):
     """A plugin failed to load, or two plugins registered the same name."""
+
+
+# What a plugin raises is its failure (SystemExit too); Ctrl-C (KeyboardInterrupt) is the user's and goes through.
+PLUGIN_FAILURES = (Exception, SystemExit, GeneratorExit)
 
 
 class CacheCapacityError(DecodekitError, IndexError):

@@ -15,7 +15,7 @@ import pluggy
 
 from decodekit import hookspecs
 from decodekit.chain_string import StageCall, parse_model, parse_stage
-from decodekit.errors import ParameterError, PluginError, UnknownNameError, did_you_mean
+from decodekit.errors import PLUGIN_FAILURES, ParameterError, PluginError, UnknownNameError, did_you_mean
 from decodekit.hookspecs import CORE_DISTRIBUTION, ENTRY_POINT_GROUP
 from decodekit.params import Params, validate_params
 from decodekit.registry import Category, Entry, PluginFailure, PluginInfo, Registry, import_object, make_entry
@@ -72,7 +72,7 @@ def _entry_points() -> list[metadata.EntryPoint]:
 class _Loader:
     """Builds a Registry: one pluggy `PluginManager`; each plugin's hooks are called through it on their
     own, with a `register` that stages, then commits. A plugin's import, registration and hooks run under
-    `except BaseException` (SystemExit included): what one plugin raises is its failure, no one else's."""
+    `except PLUGIN_FAILURES`: what one plugin raises is its failure, no one else's."""
 
     def __init__(self) -> None:
         self.registry = Registry()
@@ -90,7 +90,7 @@ class _Loader:
         info.entry_points.append(entry_point)
         try:
             self.pm.register(plugin, name=f"{distribution}:{entry_point}")
-        except BaseException as exc:  # e.g. a hook implementation with the wrong arguments
+        except PLUGIN_FAILURES as exc:  # e.g. a hook implementation with the wrong arguments
             self.fail(PluginFailure(distribution, version, entry_point, _error(exc)))
             return
         hooks = [caller.name for caller in self.pm.get_hookcallers(plugin) or []]
@@ -121,7 +121,7 @@ class _Loader:
 
         try:
             hook(register=register)
-        except BaseException as exc:
+        except PLUGIN_FAILURES as exc:
             self.fail(PluginFailure(info.distribution, info.version, entry_point, _error(exc), hook_name))
             return []
         return list(staged.values())
@@ -184,7 +184,7 @@ def _build() -> Registry:
             continue  # decided from metadata: the module is never imported
         try:
             plugin = ep.load()
-        except BaseException as exc:
+        except PLUGIN_FAILURES as exc:
             loader.fail(PluginFailure(dist, version, ep.name, _error(exc)))
             continue
         loader.add(plugin, dist, version, ep.name)
@@ -192,7 +192,7 @@ def _build() -> Registry:
         if spec and canonical_name(spec) not in denied:
             try:
                 extra = import_object(spec)
-            except BaseException as exc:
+            except PLUGIN_FAILURES as exc:
                 loader.fail(PluginFailure(spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS", _error(exc)))
                 continue
             loader.add(extra, spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS")

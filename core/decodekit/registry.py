@@ -13,7 +13,7 @@ from importlib import metadata
 from typing import Any, Literal, cast
 
 from decodekit.chain_string import MODEL_NAME
-from decodekit.errors import PluginError, UnknownNameError, did_you_mean
+from decodekit.errors import PLUGIN_FAILURES, PluginError, UnknownNameError, did_you_mean
 from decodekit.hookspecs import CORE_DISTRIBUTION, ENTRY_POINT_GROUP
 from decodekit.params import NoParams, Params
 
@@ -75,7 +75,7 @@ class Entry:
         if isinstance(impl, str):
             try:
                 impl = import_object(impl)
-            except BaseException as exc:  # SystemExit, KeyboardInterrupt: the plugin fails, not the caller
+            except PLUGIN_FAILURES as exc:  # the plugin fails, not the caller
                 raise PluginError(
                     f"{where}: cannot import {self.impl!r}: {type(exc).__name__}: {exc}; allowed: an import path "
                     f"'package.module:attr' that imports in this environment ({self.distribution}'s register call "
