@@ -9,6 +9,9 @@ hand one token at a time; every cache that keeps each token, beam search of one 
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -161,3 +164,44 @@ def test_beam_of_one_and_speculation_decode_its_forward(model: OwnLlama, referen
 def test_compiled_decodes_its_forward(model: OwnLlama, reference: list[list[int]]) -> None:
     compiled = dk.generate(model, PROMPTS, chain="greedy", max_new_tokens=NEW, cache="gqa", compile=True)
     assert compiled.tokens == reference
+
+
+class LastColumnOnly(OwnLlama):
+    """A common slip: the logits of the last position only, `[B, V]`, where the protocol wants `[B, T, V]`."""
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: KVCache | None) -> Tensor:
+        return super().forward(input_ids, positions, cache)[:, -1]
+
+
+def padded_vocabulary() -> OwnLlama:
+    """nanoGPT's habit: a head wider than the tokenizer's vocabulary (GPT-2's 50,257 padded to 50,304)."""
+    model = OwnLlama()
+    model.spec = dataclasses.replace(model.spec, vocab_size=48)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            padded_vocabulary,
+            "model OwnLlama returned logits of shape ({rows}, 8, 61); allowed: {shape} = [{rows}, tokens, 48]",
+        ),
+        (
+            LastColumnOnly,
+            "model LastColumnOnly returned logits of shape ({rows}, 61); allowed: {shape} = [{rows}, tokens, 61]",
+        ),
+    ],
+    ids=["wide", "2-d"],
+)
+def test_logits_of_another_shape_than_the_spec_are_refused_at_the_first_forward(
+    make: Callable[[], OwnLlama], message: str
+) -> None:
+    """Before: the padded head failed only once a padded id was picked, blamed on the strategy ('strategy sample:
+    emitted token 59; allowed: an int in [0, 48)'), and the 2-d logits were a TypeError from inside the loop."""
+    for strategy, rows in (("sample", 3), ("beam", 12)):  # beam: 4 rows a prompt
+        said = message.format(rows=rows, shape="[rows, tokens, spec.vocab_size]")
+        for cache in ("gqa", "none"):
+            with pytest.raises(dk.ParameterError) as refused:
+                dk.decode(make(), PROMPTS, strategy=strategy, chain="greedy", max_new_tokens=NEW, cache=cache)
+            assert str(refused.value) == said
