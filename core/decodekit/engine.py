@@ -180,7 +180,7 @@ class Decoding:
         for start in range(0, self.P, block):
             end = min(start + block, self.P)
             logits = self.model(self.buf[:, start:end], self.positions[:, start:end], self.kv, **last_only(self.model))
-        return logits[:, -1]
+        return last_column(self.model, logits)
 
     def forward(self) -> Tensor:
         """Logits `[R, V]` after the last column written (the token `advance` or `append` just wrote)."""
@@ -418,7 +418,17 @@ def uncached_logits(model: Model, buf: Tensor, positions: Tensor, filled: int) -
     `max_positions` columns, positions re-based so each row's window starts at 0 (the notes' crop)."""
     start = max(0, filled - model.spec.max_positions)
     pos = positions[:, start:filled]
-    logits: Tensor = model(buf[:, start:filled], pos - pos[:, :1].clamp(min=0), None, **last_only(model))
+    return last_column(model, model(buf[:, start:filled], pos - pos[:, :1].clamp(min=0), None, **last_only(model)))
+
+
+def last_column(model: Model, logits: Tensor) -> Tensor:
+    """`logits[:, -1]`, refused unless `[B, T, spec.vocab_size]`: a head wider than the vocabulary (nanoGPT pads
+    GPT-2's) would otherwise fail only when a padded id is picked, and as the strategy's fault."""
+    if logits.dim() != 3 or logits.shape[-1] != model.spec.vocab_size:
+        raise ParameterError(
+            f"model {type(model).__name__} returned logits of shape {tuple(logits.shape)}; allowed: "
+            f"[rows, tokens, spec.vocab_size] = [{len(logits)}, tokens, {model.spec.vocab_size}]"
+        )
     return logits[:, -1]
 
 

@@ -104,13 +104,17 @@ def test_compile_gives_the_eager_tokens_while_evicting(model: GPT) -> None:
 
 
 def test_a_model_that_never_observes_is_a_clear_error() -> None:
+    """The message says what to do: a model written after docs/concepts.md's example, which attended by hand
+    (update, attention_mask, SDPA), got only 'needs a model that calls observe (decodekit's GPT, HFModel)'."""
     spec = dk.CacheSpec(n_layers=1, n_heads=2, n_kv_heads=1, head_dim=8, batch_size=1, capacity=8, max_positions=32)
     cache = dk.create_cache("h2o(budget=8, recent=2)", spec)
     z = torch.zeros(1, 1, 2, 8)
     cache.update(0, z, z)
     cache.attention_mask(0, torch.tensor([[0, 1]]))
     with pytest.raises(
-        dk.PluginError, match=r"h2o: layer 0 was fed again before the model handed its queries to observe"
+        dk.PluginError,
+        match=r"h2o: layer 0 was fed again before the model handed its queries to observe.*allowed: a model whose "
+        r"attention goes through decodekit\.cache\.cached_attention\(cache, layer, q, k, v, positions\)",
     ):
         cache.update(0, z, z)
 

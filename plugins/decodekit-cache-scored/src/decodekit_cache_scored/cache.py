@@ -195,7 +195,9 @@ class ScoredCache:
         if not st.observed:
             raise PluginError(
                 f"{self.name}: layer {layer} was fed again before the model handed its queries to observe(); "
-                "this cache scores by attention and needs a model that calls observe (decodekit's GPT, HFModel)"
+                "this cache scores by attention and needs a model that calls observe; allowed: a model whose "
+                "attention goes through decodekit.cache.cached_attention(cache, layer, q, k, v, positions) "
+                "(decodekit's GPT, HFModel)"
             )
         start, T = st.length, k.shape[2]
         M = self.spec.max_positions

@@ -69,14 +69,15 @@ def resolve_draft(draft: object, target: Model) -> Model | None:
     model = (None if draft == NGRAM else named_draft(draft)) if isinstance(draft, str) else draft
     if model is None:
         return None
+    shown = repr(draft) if isinstance(draft, str) else f"<{type(draft).__name__}>"  # a module's repr is its layers
     spec = getattr(model, "spec", None)
     if spec is None or not callable(model):
         raise ParameterError(
-            f"speculative: draft={draft!r} is invalid; allowed: a registered model name, a model object, or 'ngram'"
+            f"speculative: draft={shown} is invalid; allowed: a registered model name, a model object, or 'ngram'"
         )
     if spec.vocab_size != target.spec.vocab_size:
         raise ParameterError(
-            f"speculative: draft={draft!r} has a vocabulary of {spec.vocab_size} tokens, the target "
+            f"speculative: draft={shown} has a vocabulary of {spec.vocab_size} tokens, the target "
             f"{target.spec.vocab_size}; allowed: a draft sharing the target's vocabulary"
         )
     mine, theirs = getattr(model, "tokenizer", None), getattr(target, "tokenizer", None)
@@ -84,7 +85,7 @@ def resolve_draft(draft: object, target: Model) -> Model | None:
         ids = list(range(min(spec.vocab_size, 4096)))
         if mine.decode(ids) != theirs.decode(ids):
             raise ParameterError(
-                f"speculative: draft={draft!r} has a tokenizer that decodes token ids differently from the "
+                f"speculative: draft={shown} has a tokenizer that decodes token ids differently from the "
                 "target's; allowed: a draft sharing the target's vocabulary"
             )
     return cast(Model, model)  # checked above: callable, with a spec and the target's vocabulary

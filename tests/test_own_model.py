@@ -1,0 +1,207 @@
+"""A model written outside decodekit, the way docs/concepts.md ("Models") says, decodes what its own forward says.
+
+`OwnLlama` is plain PyTorch (RMSNorm, its own rotary embedding, grouped-query attention, SwiGLU) that meets
+decodekit only at the protocol: `spec`, `model(input_ids, positions, cache)`, `cache.update` and
+`cached_attention`. The second implementation is its full-sequence forward without a cache, greedy-decoded by
+hand one token at a time; every cache that keeps each token, beam search of one beam, speculative decoding and
+`compile=True` must give its tokens, and `window` must give a forward over exactly the tokens it keeps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from decodekit_speculative.strategy import SpeculativeGeneration
+from torch import Tensor, nn
+
+import decodekit as dk
+from decodekit.cache import KVCache, cached_attention, slot_mask
+
+BASE = 10000.0
+PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [3, 1, 4, 1, 5, 9, 2, 6]]  # ragged: decoded left-padded in one batch
+NEW = 16
+
+
+def rotate_half(x: Tensor, positions: Tensor) -> Tensor:
+    """x `[B, H, T, D]` rotated at `positions` `[B, T]` (padding at 0): pairs (x_i, x_{i+D/2}), angles in float64."""
+    D = x.shape[-1]
+    inv_freq = BASE ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    angles = positions.clamp(min=0).double()[:, None, :, None] * inv_freq  # [B, 1, T, D/2]
+    cos, sin = angles.cos().float(), angles.sin().float()
+    x1, x2 = x[..., : D // 2], x[..., D // 2 :]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int, kv_heads: int) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.attn_norm, self.mlp_norm = RMSNorm(dim), RMSNorm(dim)
+        self.wq = nn.Linear(dim, dim, bias=False)
+        nn.init.normal_(self.wq.weight, std=1.0)  # sharper attention than the default: which keys are seen matters
+        self.wkv = nn.Linear(dim, 2 * kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False)
+        self.gate, self.up, self.down = nn.Linear(dim, 2 * dim), nn.Linear(dim, 2 * dim), nn.Linear(2 * dim, dim)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, layer: int, positions: Tensor, cache: KVCache | None) -> Tensor:
+        if cache is None:  # over the tokens passed in: causal, padding-aware
+            mask = slot_mask(torch.arange(q.shape[2]), positions, 0)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        k, v = cache.update(layer, k, v)
+        return cached_attention(cache, layer, q, k, v, positions)
+
+    def forward(self, x: Tensor, layer: int, positions: Tensor, cache: KVCache | None) -> Tensor:
+        B, T, C = x.shape
+        h = self.attn_norm(x)
+        q = self.wq(h).view(B, T, self.heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
+        kv = self.wkv(h).view(B, T, 2 * self.kv_heads, self.head_dim).transpose(1, 2)
+        k, v = kv.chunk(2, dim=1)  # each [B, H_kv, T, D]
+        y = self.attend(rotate_half(q, positions), rotate_half(k, positions), v, layer, positions, cache)
+        x = x + self.wo(y.transpose(1, 2).reshape(B, T, C))
+        h = self.mlp_norm(x)
+        out: Tensor = x + self.down(F.silu(self.gate(h)) * self.up(h))
+        return out
+
+
+class OwnLlama(nn.Module):
+    """A decoder-only transformer of its own, random weights from `seed`."""
+
+    def __init__(self, *, layers: int = 2, vocab: int = 61, dim: int = 32, context: int = 64, seed: int = 0) -> None:
+        super().__init__()
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            self.embed = nn.Embedding(vocab, dim)
+            self.blocks = nn.ModuleList(Block(dim, heads=4, kv_heads=2) for _ in range(layers))
+            self.norm = RMSNorm(dim)
+            self.head = nn.Linear(dim, vocab, bias=False)
+        self.spec = dk.ModelSpec(
+            n_layers=layers, n_heads=4, n_kv_heads=2, head_dim=dim // 4, vocab_size=vocab, max_positions=context,
+            rope_base=BASE,
+        )  # fmt: skip
+        self.eval()
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: KVCache | None) -> Tensor:
+        x = self.embed(input_ids)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, layer, positions, cache)
+        out: Tensor = self.head(self.norm(x))
+        return out
+
+
+@torch.no_grad()
+def greedy_by_hand(model: OwnLlama, prompt: list[int], new: int, *, window: int = 0, sinks: int = 0) -> list[int]:
+    """The second implementation: the argmax of a fresh forward over the whole sequence, `new` times; with a
+    `window`, over the first `sinks` tokens and the last `window` only, at positions 0.. (rotary: distances)."""
+    ids = list(prompt)
+    for _ in range(new):
+        seen = ids[:sinks] + ids[max(sinks, len(ids) - window) :] if window else ids
+        logits = model(torch.tensor([seen]), torch.arange(len(seen))[None], None)[0, -1]
+        ids.append(int(logits.argmax()))
+    return ids[len(prompt) :]
+
+
+@pytest.fixture(scope="module")
+def model() -> OwnLlama:
+    return OwnLlama()
+
+
+@pytest.fixture(scope="module")
+def reference(model: OwnLlama) -> list[list[int]]:
+    return [greedy_by_hand(model, p, NEW) for p in PROMPTS]
+
+
+# Each keeps every token of these 24: a budget or window of the whole context evicts nothing.
+KEEPING_ALL = ["none", "dense", "gqa", "int8", "window(size=60, sinks=4)", "h2o(budget=64)", "snapkv(budget=64)"]
+
+
+@pytest.mark.parametrize("cache", KEEPING_ALL)
+def test_every_cache_that_keeps_every_token_decodes_its_forward(
+    model: OwnLlama, reference: list[list[int]], cache: str
+) -> None:
+    assert dk.generate(model, PROMPTS, chain="greedy", max_new_tokens=NEW, cache=cache).tokens == reference
+
+
+def test_window_decodes_a_forward_over_the_tokens_it_keeps() -> None:
+    """One layer: a key depends on its token and position alone, so the window's logits are a fresh forward over
+    its sinks and its last `size` tokens; the sinks are moved by the model's own rotation (`rope_base`)."""
+    one = OwnLlama(layers=1, context=32)
+    for prompt in PROMPTS:
+        kept = greedy_by_hand(one, prompt, 40, window=8, sinks=2)
+        assert kept != greedy_by_hand(one, prompt, 40)  # the eviction changes the tokens: the check can fail
+        out = dk.generate(one, [prompt], chain="greedy", max_new_tokens=40, cache="window(size=8, sinks=2)")
+        assert out.tokens[0] == kept
+
+
+def test_beam_of_one_and_speculation_decode_its_forward(model: OwnLlama, reference: list[list[int]]) -> None:
+    noisy = OwnLlama()  # the draft: a perturbed copy, so it proposes some tokens the target rejects
+    with torch.no_grad():
+        for p in noisy.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    beam = dk.decode(model, PROMPTS, strategy="beam", num_beams=1, max_new_tokens=NEW, cache="gqa")
+    assert beam.tokens == reference
+    speculative = dk.decode(
+        model, PROMPTS, strategy="speculative", draft=noisy, k=3, chain="greedy", max_new_tokens=NEW, cache="gqa"
+    )
+    assert speculative.tokens == reference
+    assert isinstance(speculative, SpeculativeGeneration)
+    assert 0 < speculative.acceptance_rate < 1  # the draft was tried and also rejected
+
+
+@pytest.mark.slow
+def test_compiled_decodes_its_forward(model: OwnLlama, reference: list[list[int]]) -> None:
+    compiled = dk.generate(model, PROMPTS, chain="greedy", max_new_tokens=NEW, cache="gqa", compile=True)
+    assert compiled.tokens == reference
+
+
+class LastColumnOnly(OwnLlama):
+    """A common slip: the logits of the last position only, `[B, V]`, where the protocol wants `[B, T, V]`."""
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: KVCache | None) -> Tensor:
+        return super().forward(input_ids, positions, cache)[:, -1]
+
+
+def padded_vocabulary() -> OwnLlama:
+    """nanoGPT's habit: a head wider than the tokenizer's vocabulary (GPT-2's 50,257 padded to 50,304)."""
+    model = OwnLlama()
+    model.spec = dataclasses.replace(model.spec, vocab_size=48)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            padded_vocabulary,
+            "model OwnLlama returned logits of shape ({rows}, 8, 61); allowed: {shape} = [{rows}, tokens, 48]",
+        ),
+        (
+            LastColumnOnly,
+            "model LastColumnOnly returned logits of shape ({rows}, 61); allowed: {shape} = [{rows}, tokens, 61]",
+        ),
+    ],
+    ids=["wide", "2-d"],
+)
+def test_logits_of_another_shape_than_the_spec_are_refused_at_the_first_forward(
+    make: Callable[[], OwnLlama], message: str
+) -> None:
+    """Before: the padded head failed only once a padded id was picked, blamed on the strategy ('strategy sample:
+    emitted token 59; allowed: an int in [0, 48)'), and the 2-d logits were a TypeError from inside the loop."""
+    for strategy, rows in (("sample", 3), ("beam", 12)):  # beam: 4 rows a prompt
+        said = message.format(rows=rows, shape="[rows, tokens, spec.vocab_size]")
+        for cache in ("gqa", "none"):
+            with pytest.raises(dk.ParameterError) as refused:
+                dk.decode(make(), PROMPTS, strategy=strategy, chain="greedy", max_new_tokens=NEW, cache=cache)
+            assert str(refused.value) == said
