@@ -623,3 +623,28 @@ def test_resume_in_another_directory_refuses_a_relative_model_path_naming_other_
     assert elsewhere.returncode == 2 and "was written with model=" in elsewhere.stderr, elsewhere.stderr
     same = run_cli([*args, "--model", f"tiny-shakespeare:{recorded.split(':', 1)[1]}", "--resume"], cwd=tmp_path)
     assert same.returncode == 0 and "2 already there" in same.stderr, same.stderr
+
+
+def test_resume_in_another_directory_refuses_a_relative_draft_path_naming_other_files(tmp_path: Path) -> None:
+    """`--strategy 'speculative(draft=tiny-shakespeare:w.safetensors)'` was recorded as typed: resumed in another
+    directory it loaded that directory's draft, and fixed-seed records differed from an uninterrupted run's."""
+    import shutil
+
+    import decodekit_shakespeare
+
+    weights = Path(decodekit_shakespeare.__file__).parent / "tiny_shakespeare.safetensors"
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        shutil.copy(weights, tmp_path / folder / "w.safetensors")
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="a"), _json(prompt="b")])
+    out = tmp_path / "out.jsonl"
+    args = ["generate", "--input", str(prompts), "--output", str(out), "--max-new-tokens", "3", "--seed", "1"]
+    strategy = ["--strategy", "speculative(draft=tiny-shakespeare:w.safetensors, k=2)"]
+    assert run_cli([*args, *strategy], cwd=tmp_path / "a").returncode == 0
+    recorded = json.loads((tmp_path / "out.jsonl.settings.json").read_text())["strategy"]
+    draft = f"tiny-shakespeare:{(tmp_path / 'a' / 'w.safetensors').resolve()}"
+    assert recorded == f"speculative(draft={draft!r}, k=2)"
+    elsewhere = run_cli([*args, *strategy, "--resume"], cwd=tmp_path / "b")
+    assert elsewhere.returncode == 2 and "was written with strategy=" in elsewhere.stderr, elsewhere.stderr
+    same = run_cli([*args, "--strategy", f"speculative(draft={draft!r}, k=2)", "--resume"], cwd=tmp_path)
+    assert same.returncode == 0 and "2 already there" in same.stderr, same.stderr

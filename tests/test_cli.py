@@ -209,6 +209,23 @@ def test_checks_that_need_no_model_run_in_process(capsys: pytest.CaptureFixture[
     assert not png.exists()
 
 
+def test_generate_without_the_default_cache_says_it_runs_without_one() -> None:
+    """Before: with decodekit-cache-dense not installed, generate fell back to --cache none without a word (the
+    whole context recomputed every step: many times slower)."""
+    args = ("--temperature", "0.9", "--top-k", "20", "--seed", "3", "--max-new-tokens", "6")
+    absent, none = cli_many(
+        generate_args(*args), generate_args(*args, "--cache", "none"), DECODEKIT_DISABLE_PLUGINS="decodekit-cache-dense"
+    )
+    assert [ok_json(r)["samples"][0]["tokens"] for r in (absent, none)] == [ok_json(none)["samples"][0]["tokens"]] * 2
+    assert ok_json(absent)["cache"] == "none"
+    assert absent.stderr.splitlines() == [
+        "decodekit: warning: no --cache given, and the default, dense, is not installed: running without a cache "
+        "(as --cache none: the same tokens, many times slower); to install it: pip install decodekit-cache-dense "
+        f"(from a checkout: pip install {TESTS.parent}/plugins/decodekit-cache-dense)"
+    ]
+    assert none.stderr == ""  # asked for: no note
+
+
 def test_bad_plot_cache_and_strategy_strings_fail_before_the_model_loads(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

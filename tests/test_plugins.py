@@ -452,3 +452,26 @@ def test_a_plugin_raising_a_base_exception_leaves_everything_else_working(site: 
     env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     imported = subprocess.run([sys.executable, "-c", "import decodekit"], env=env, capture_output=True, timeout=60)
     assert imported.returncode == 0
+
+
+def test_the_default_cache_not_installed_says_what_to_install_or_to_ask_for_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: "unknown cache backend 'dense'; installed: ...; also accepted: none", naming a cache the caller never
+    asked for and not what to install."""
+    from decodekit.testing.tiny_lm import TinyLM
+
+    monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "decodekit-cache-dense")
+    dk.reload_plugins()
+    try:
+        model = TinyLM(64)
+        with pytest.raises(dk.UnknownNameError) as err:
+            dk.generate(model, [[1, 2]], max_new_tokens=2, seed=0)
+        message = str(err.value)
+        assert "the default cache backend 'dense'" in message and "pip install decodekit-cache-dense" in message
+        assert "cache='none'" in message
+        none = dk.generate(model, [[1, 2]], max_new_tokens=2, seed=0, cache="none")  # as the error says
+        assert len(none.tokens[0]) == 2
+    finally:
+        monkeypatch.delenv("DECODEKIT_DISABLE_PLUGINS")
+        dk.reload_plugins()

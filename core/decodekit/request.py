@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import torch
 from typing_extensions import Unpack
 
-from decodekit.errors import ParameterError
+from decodekit.errors import ParameterError, UnknownNameError
 from decodekit.prompts import as_index, prompt_rows, token_ids
 
 if TYPE_CHECKING:
@@ -137,6 +137,21 @@ def _cache(cache: object) -> CacheFactory | None:
     )
 
 
+def _default_cache() -> CacheFactory:
+    """The dense cache; when no plugin registers it, an error saying what to install, or to ask for no cache."""
+    from decodekit.plugins import cache_factory, get_registry
+
+    try:
+        return cache_factory("dense")
+    except UnknownNameError:
+        installed = ", ".join(sorted(get_registry().caches)) or "none installed"
+        raise UnknownNameError(
+            "no cache given, and no installed plugin registers the default cache backend 'dense'; allowed: pip "
+            "install decodekit-cache-dense (from a checkout of decodekit: pip install plugins/decodekit-cache-dense), "
+            f"another backend ({installed}), or cache='none' to recompute the whole context every step (slower)"
+        ) from None
+
+
 def _stop_tokens(stop_tokens: object, batch: int, vocab_size: int) -> list[frozenset[int]]:
     items = stop_tokens.tolist() if hasattr(stop_tokens, "tolist") else stop_tokens
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
@@ -198,7 +213,7 @@ def decode_request(model: Any, prompts: Prompts, /, **options: Unpack[DecodeOpti
         prompts=rows,
         chain=chain,
         max_new_tokens=max_new,
-        cache=_cache(options.get("cache", "dense")),
+        cache=_cache(options["cache"]) if "cache" in options else _default_cache(),
         stop_tokens=_stop_tokens(options.get("stop_tokens", ()), len(rows), V),
         stop_strings=_stop_strings(options.get("stop_strings", ()), getattr(model, "tokenizer", None)),
         seed=_seed(options.get("seed"), len(rows)),

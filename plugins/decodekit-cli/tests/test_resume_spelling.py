@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from decodekit_cli.batch_output import OutputLock, settings_path
 from decodekit_cli.batch_settings import BatchSettings
-from decodekit_cli.canonical import canonical_model
+from decodekit_cli.canonical import canonical_model, canonical_stage
 from decodekit_cli.errors import CliError
 
 pytest.importorskip("decodekit_hf")  # the one standard loader with parameters; only its registration is read
@@ -104,3 +104,21 @@ def test_resume_continues_the_same_cache_or_strategy_typed_another_way(
             _settings("gpt2", **{key: "window(size=32)" if key == "cache" else "beam(3)"}),
             current,
         )
+
+
+def test_a_strategys_draft_model_is_recorded_as_the_model_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: `speculative(draft=hf:ckpt)` was recorded as typed, so a resume elsewhere loaded another `ckpt`, and
+    `draft=hf(dtype=auto):ckpt` was refused as another draft than `draft=hf:ckpt`."""
+    pytest.importorskip("decodekit_speculative")
+    (tmp_path / "ckpt").mkdir()
+    monkeypatch.chdir(tmp_path)
+    absolute = canonical_model("hf:ckpt")
+    assert absolute == f"hf:{tmp_path.resolve() / 'ckpt'}"
+    typed = ["speculative(draft=hf:ckpt)", "speculative(draft=hf(dtype=auto):ckpt, k=4)"]  # k=4: the default
+    typed.append(f"speculative(draft='{absolute}')")
+    assert [canonical_stage("strategy", t) for t in typed] == [f"speculative(draft={absolute!r})"] * 3
+    assert canonical_stage("strategy", "speculative(draft=hf(dtype = float16):ckpt, k=3)") == (
+        f"speculative(draft={canonical_model('hf(dtype=float16):ckpt')!r}, k=3)"
+    )
+    assert canonical_stage("strategy", "speculative(draft=ngram, k=8)") == "speculative(k=8)"  # no model: as is
+    assert canonical_stage("strategy", "speculative(draft=no-such-model)") == "speculative(draft='no-such-model')"

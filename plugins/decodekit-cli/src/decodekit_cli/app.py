@@ -141,7 +141,7 @@ CacheOption = Annotated[
     typer.Option(
         "--cache",
         help="KV-cache backend: none (recompute every step), dense, gqa, or any installed backend. "
-        "Default: dense when installed, else none.",
+        "Default: dense when installed, else none (with a note saying how to install dense).",
     ),
 ]
 IgnoreEosOption = Annotated[

@@ -21,7 +21,7 @@ from decodekit_cli.batch_job import BatchJob, line_of, plural, run_local
 from decodekit_cli.batch_output import OutputLock, check_output, existing_records
 from decodekit_cli.batch_records import Record
 from decodekit_cli.batch_settings import BatchSettings
-from decodekit_cli.canonical import canonical_model
+from decodekit_cli.canonical import canonical_model, canonical_stage
 from decodekit_cli.errors import CliError, report_error, report_warning
 from decodekit_cli.install_hints import install_hint
 from decodekit_cli.options import chain_text, check_stop, resolve_strategy
@@ -114,7 +114,7 @@ def run_batch(request: BatchRequest) -> int:
         seed=sampling.seed,
         cache=cache,
         stop=sampling.stop,
-        strategy=request.strategy,
+        strategy=canonical_stage("strategy", request.strategy),  # a draft's path as the model's: absolute
         replace_unknown=sampling.replace_unknown,
         ignore_eos=sampling.ignore_eos,
         threads=sampling.threads,

@@ -1,9 +1,12 @@
 """One spelling for each thing a batch job's record names, so `--resume` compares what was meant, not what was
-typed: `hf(dtype = auto):ckpt` is `hf:ckpt`, `window(64)` is `window(size=64)`."""
+typed: `hf(dtype = auto):ckpt` is `hf:ckpt`, `window(64)` is `window(size=64)`, a strategy's draft model is spelt
+as the model is."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 from decodekit.chain_string import StageCall, parse_model, parse_stage
 from decodekit.params import Params
@@ -15,8 +18,24 @@ __all__ = ["canonical_model", "canonical_stage"]
 
 def _call_text(name: str, params: Params) -> str:
     """`name(key=value, ...)`, the values as the chain's string form writes them, defaults left out."""
-    values = ", ".join(f"{k}={v!r}" for k, v in params.model_dump(exclude_defaults=True).items())
+    values = ", ".join(f"{k}={v!r}" for k, v in _given(params).items())
     return f"{name}({values})" if values else name
+
+
+def _given(params: Params) -> dict[str, Any]:
+    """The values other than the defaults; a parameter that names a registered model (marked
+    `json_schema_extra={"format": "model"}`, as speculative's `draft`) spelt as `canonical_model` spells it."""
+    values = params.model_dump(exclude_defaults=True)
+    for key, value in values.items():
+        extra = type(params).model_fields[key].json_schema_extra
+        if isinstance(extra, dict) and extra.get("format") == "model" and _registered_model(value):
+            values[key] = canonical_model(value)
+    return values
+
+
+def _registered_model(value: object) -> bool:
+    """Whether `value` is a model string whose name is registered (a marked parameter may take other values)."""
+    return isinstance(value, str) and re.split(r"[(:]", value, maxsplit=1)[0] in get_registry().models
 
 
 def _validated(category: Category, call: StageCall) -> Params:

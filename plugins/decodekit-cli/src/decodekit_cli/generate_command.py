@@ -205,8 +205,8 @@ def run_generate(request: GenerateRequest) -> int:
     """Run the command; return its exit status."""
     sampling = request.sampling
     check_stop(sampling.stop)
+    strategy = resolve_strategy(request.strategy)  # before check(), whose note on the cache would precede its error
     name, cache = sampling.check()
-    strategy = resolve_strategy(request.strategy)
     chain = build_chain(sampling.chain, sampling.flags)
     prompt = prompt_text(request.prompt)
     model = sampling.load_model(name)

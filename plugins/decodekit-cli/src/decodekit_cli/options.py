@@ -19,7 +19,7 @@ from decodekit.errors import ChainSpecError, CompileError, ContextLengthError, D
 from decodekit.plugins import get_registry, load_model
 from decodekit_cli.catalogue import STANDARD_PLUGINS
 from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
-from decodekit_cli.errors import EXIT_FAILURE, CliError
+from decodekit_cli.errors import EXIT_FAILURE, CliError, report_warning
 from decodekit_cli.install_hints import install_hint
 
 if TYPE_CHECKING:
@@ -152,10 +152,17 @@ def load_named_model(name: str) -> Any:
 
 
 def resolve_cache(name: str | None) -> str:
-    """`--cache` checked against the registry (a name or "name(args)"); default: dense when installed, else none."""
+    """`--cache` checked against the registry (a name or "name(args)"); default: dense when installed, else none
+    (the same tokens, so the command still runs, with a note on stderr: it is many times slower)."""
     caches = get_registry().caches
     if name is None:
-        return "dense" if "dense" in caches else "none"
+        if "dense" in caches:
+            return "dense"
+        report_warning(
+            "no --cache given, and the default, dense, is not installed: running without a cache (as --cache none: "
+            f"the same tokens, many times slower); to install it: {install_hint([STANDARD_PLUGINS['dense']])}"
+        )
+        return "none"
     if name == "none":
         return name
     from decodekit.chain_string import parse_stage
