@@ -100,10 +100,11 @@ class WindowCache:
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         try:
-            start, T = self._lengths[layer], k.shape[2]
+            start = self._lengths[layer]
         except IndexError:  # a layer past the spec's: refused naming n_layers
             check_keys(self.spec, layer, k)
             raise
+        T = k.shape[2]
         if self.slack >= T:
             # The ring keeps `size - 1 + slack` recent tokens: the first new query still finds its window.
             self._write(layer, start, k, v)
