@@ -10,6 +10,7 @@ hand one token at a time; every cache that keeps each token, beam search of one 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -205,3 +206,57 @@ def test_logits_of_another_shape_than_the_spec_are_refused_at_the_first_forward(
             with pytest.raises(dk.ParameterError) as refused:
                 dk.decode(make(), PROMPTS, strategy=strategy, chain="greedy", max_new_tokens=NEW, cache=cache)
             assert str(refused.value) == said
+
+
+class CountingForwards(OwnLlama):
+    """`OwnLlama` that counts its forwards: a refusal at the first forward (the prefill) leaves `forwards == 1`."""
+
+    forwards = 0
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: KVCache | None) -> Tensor:
+        self.forwards += 1
+        return super().forward(input_ids, positions, cache)
+
+
+FED = "the model's layer 0 fed cache.update keys of 2 kv-heads of 8 dims ([B, H_kv, T, D])"  # OwnLlama's
+WRONG_SPECS = {
+    "n_kv_heads=4": f"ModelSpec: n_kv_heads=4 is invalid: {FED}; allowed: n_kv_heads=2, as the model feeds them",
+    "head_dim=16": f"ModelSpec: head_dim=16 is invalid: {FED}; allowed: head_dim=8, as the model feeds them",
+    "n_layers=1": "ModelSpec: n_layers=1 is invalid: the model fed cache.update(layer=1); allowed: n_layers > 1, "
+    "one per layer that feeds the cache",
+    "n_layers=3": "ModelSpec: n_layers=3 is invalid: after the prompt the cache's last layer holds no token: model "
+    "CountingForwards fed fewer to cache.update; allowed: the layers it feeds",
+}
+
+
+@pytest.mark.parametrize("cache", ["dense", "gqa", "int8", "window(size=8, sinks=2)", "h2o(budget=16)"])
+@pytest.mark.parametrize("wrong", WRONG_SPECS)
+def test_a_spec_that_does_not_match_the_model_is_refused_at_the_first_forward(wrong: str, cache: str) -> None:
+    """Before: a torch RuntimeError from inside the storage (n_kv_heads, head_dim), an IndexError (too few layers),
+    or no error at all (too many layers)."""
+    if wrong == "n_layers=1" and cache.startswith("h2o"):
+        pytest.skip("the scored caches index their layers before the storage sees them (left: IndexError)")
+    model = CountingForwards()
+    field, value = wrong.split("=")
+    model.spec = dataclasses.replace(model.spec, **{field: int(value)})
+    with pytest.raises(dk.ParameterError) as refused:
+        dk.generate(model, PROMPTS, chain="greedy", max_new_tokens=NEW, cache=cache)
+    assert str(refused.value) == WRONG_SPECS[wrong]
+    assert model.forwards == 1
+
+
+@pytest.mark.parametrize("cache", ["gqa", "int8", "window(size=8, sinks=2)", "h2o(budget=16)"])
+def test_keys_in_another_dtype_than_the_cache_are_refused_saying_so(
+    cache: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bfloat16 model whose rotary embedding upcasts q and k to float32 and does not cast them back. Before:
+    torch's "Expected query, key, and value to have the same dtype" from inside SDPA."""
+    half = rotate_half
+    monkeypatch.setattr(sys.modules[__name__], "rotate_half", lambda x, positions: half(x.float(), positions))
+    model = OwnLlama().to(torch.bfloat16)
+    with pytest.raises(dk.ParameterError) as refused:
+        dk.generate(model, PROMPTS, chain="greedy", max_new_tokens=NEW, cache=cache)
+    assert str(refused.value) == (
+        "cached_attention: queries in torch.float32 are invalid: cache.update returns keys and values in the cache's "
+        "dtype, torch.bfloat16 (the model's); allowed: queries in torch.bfloat16 (cast a float32 rotary embedding back)"
+    )

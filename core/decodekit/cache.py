@@ -13,7 +13,7 @@ from torch import Tensor
 
 from decodekit.errors import CacheCapacityError, ParameterError
 from decodekit.spec import CacheSpec
-from decodekit.storage import FloatStorage, StorageFactory, check_memory, float_slot_bytes
+from decodekit.storage import FloatStorage, StorageFactory, check_keys, check_memory, float_slot_bytes
 
 __all__ = [
     "Croppable",
@@ -206,6 +206,11 @@ def cached_attention(
 
     scale: the model's softmax scale (None: `1/sqrt(D)`). Caches without `observe` pay one getattr.
     """
+    if q.dtype != k.dtype:  # e.g. a rotary embedding in float32, not cast back: torch's error would not say why
+        raise ParameterError(
+            f"cached_attention: queries in {q.dtype} are invalid: cache.update returns keys and values in the cache's "
+            f"dtype, {k.dtype} (the model's); allowed: queries in {k.dtype} (cast a float32 rotary embedding back)"
+        )
     mask = cache.attention_mask(layer, positions)  # [B, 1 or H, T, S]
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=k.shape[1] != q.shape[1])
     if (observe := getattr(cache, "observe", None)) is not None:
@@ -246,7 +251,11 @@ class PreallocatedKVCache:
         return self.store.nbytes
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        start = self._lengths[layer]
+        try:
+            start = self._lengths[layer]
+        except IndexError:  # a layer past the spec's: refused naming n_layers
+            check_keys(self.spec, layer, k)
+            raise
         end = start + k.shape[2]
         if end > self.spec.capacity:
             raise capacity_error(type(self).__name__, layer, start, k.shape[2], self.spec.capacity)

@@ -19,6 +19,7 @@ __all__ = [
     "SlotWritable",
     "Storage",
     "StorageFactory",
+    "check_keys",
     "check_memory",
     "float_slot_bytes",
     "lookup_storage",
@@ -81,6 +82,8 @@ class FloatStorage:
         return x
 
     def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> None:
+        if start == 0:  # a layer's first write: checked once
+            check_keys(self.spec, layer, k)
         end = start + k.shape[2]
         self.keys[layer][:, :, start:end].copy_(self._stored(k))
         self.values[layer][:, :, start:end].copy_(self._stored(v))
@@ -115,6 +118,23 @@ def take_slots(buffers: Sequence[Tensor], source: Tensor, stop: int) -> None:
     for buf in buffers:
         index = source[:, None, :, None].expand(-1, buf.shape[1], -1, buf.shape[3])
         buf[:, :, :n] = buf[:, :, :stop].gather(2, index)
+
+
+def check_keys(spec: CacheSpec, layer: int, k: Tensor) -> None:
+    """Refuse keys a model feeds `update` where its `ModelSpec` says otherwise, naming the field (else a torch error
+    deep inside a cache, or none): storages call it on a layer's first write (slot 0), caches on a layer too many."""
+    if not 0 <= layer < spec.n_layers:
+        raise ParameterError(
+            f"ModelSpec: n_layers={spec.n_layers} is invalid: the model fed cache.update(layer={layer}); allowed: "
+            f"n_layers > {layer}, one per layer that feeds the cache"
+        )
+    for name, said, at in (("n_kv_heads", spec.n_kv_heads, 1), ("head_dim", spec.head_dim, 3)):
+        if k.dim() == 4 and (fed := k.shape[at]) != said:
+            raise ParameterError(
+                f"ModelSpec: {name}={said} is invalid: the model's layer {layer} fed cache.update keys of "
+                f"{k.shape[1]} kv-heads of {k.shape[3]} dims ([B, H_kv, T, D]); allowed: {name}={fed}, as the model "
+                "feeds them"
+            )
 
 
 def float_slot_bytes(spec: CacheSpec) -> int:

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from decodekit.cache import PreallocatedKVCache
 from decodekit.spec import CacheSpec
-from decodekit.storage import take_slots
+from decodekit.storage import check_keys, take_slots
 
 __all__ = ["Int8Cache", "Int8Storage", "dequantise", "quantise"]
 
@@ -60,6 +60,8 @@ class Int8Storage:
         return sum(t.numel() * t.element_size() for layer in self.tensors for t in layer)
 
     def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> None:
+        if start == 0:  # a layer's first write: checked once
+            check_keys(self.spec, layer, k)
         end = start + k.shape[2]
         kq, ks, vq, vs = self.tensors[layer]
         for x, q, s in ((k, kq, ks), (v, vq, vs)):

@@ -26,7 +26,7 @@ from decodekit.cache import row_index, slot_mask
 from decodekit.errors import ParameterError
 from decodekit.rope import apply_rope, rope_angles, rotate
 from decodekit.spec import CacheSpec
-from decodekit.storage import lookup_storage
+from decodekit.storage import check_keys, lookup_storage
 from decodekit_cache_window.params import WindowParams
 from decodekit_cache_window.sizes import layer_sizes
 
@@ -99,7 +99,12 @@ class WindowCache:
             i += n
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        start, T = self._lengths[layer], k.shape[2]
+        try:
+            start = self._lengths[layer]
+        except IndexError:  # a layer past the spec's: refused naming n_layers
+            check_keys(self.spec, layer, k)
+            raise
+        T = k.shape[2]
         if self.slack >= T:
             # The ring keeps `size - 1 + slack` recent tokens: the first new query still finds its window.
             self._write(layer, start, k, v)
