@@ -601,9 +601,8 @@ def test_resume_reports_only_the_bad_lines_it_still_has_to_do(tmp_path: Path) ->
         assert out.read_text() == written
 
 
-def test_resume_in_another_directory_refuses_a_relative_model_path_naming_other_files(tmp_path: Path) -> None:
-    """`--model tiny-shakespeare:w.safetensors` resumed in another directory loaded that directory's file, and the
-    output held two models' results; the record now names the file absolutely (so do Ray actors, elsewhere)."""
+def _two_folders_with_weights(tmp_path: Path) -> list[str]:
+    """Folders a and b, each with tiny-shakespeare's weights as w.safetensors; a job's arguments (2 prompts)."""
     import shutil
 
     import decodekit_shakespeare
@@ -614,7 +613,13 @@ def test_resume_in_another_directory_refuses_a_relative_model_path_naming_other_
         shutil.copy(weights, tmp_path / folder / "w.safetensors")
     prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="a"), _json(prompt="b")])
     out = tmp_path / "out.jsonl"
-    args = ["generate", "--input", str(prompts), "--output", str(out), "--max-new-tokens", "3", "--seed", "1"]
+    return ["generate", "--input", str(prompts), "--output", str(out), "--max-new-tokens", "3", "--seed", "1"]
+
+
+def test_resume_in_another_directory_refuses_a_relative_model_path_naming_other_files(tmp_path: Path) -> None:
+    """`--model tiny-shakespeare:w.safetensors` resumed in another directory loaded that directory's file, and the
+    output held two models' results; the record now names the file absolutely (so do Ray actors, elsewhere)."""
+    args = _two_folders_with_weights(tmp_path)
     model = ["--model", "tiny-shakespeare:w.safetensors"]
     assert run_cli([*args, *model], cwd=tmp_path / "a").returncode == 0
     recorded = json.loads((tmp_path / "out.jsonl.settings.json").read_text())["model"]
@@ -628,17 +633,7 @@ def test_resume_in_another_directory_refuses_a_relative_model_path_naming_other_
 def test_resume_in_another_directory_refuses_a_relative_draft_path_naming_other_files(tmp_path: Path) -> None:
     """`--strategy 'speculative(draft=tiny-shakespeare:w.safetensors)'` was recorded as typed: resumed in another
     directory it loaded that directory's draft, and fixed-seed records differed from an uninterrupted run's."""
-    import shutil
-
-    import decodekit_shakespeare
-
-    weights = Path(decodekit_shakespeare.__file__).parent / "tiny_shakespeare.safetensors"
-    for folder in ("a", "b"):
-        (tmp_path / folder).mkdir()
-        shutil.copy(weights, tmp_path / folder / "w.safetensors")
-    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="a"), _json(prompt="b")])
-    out = tmp_path / "out.jsonl"
-    args = ["generate", "--input", str(prompts), "--output", str(out), "--max-new-tokens", "3", "--seed", "1"]
+    args = _two_folders_with_weights(tmp_path)
     strategy = ["--strategy", "speculative(draft=tiny-shakespeare:w.safetensors, k=2)"]
     assert run_cli([*args, *strategy], cwd=tmp_path / "a").returncode == 0
     recorded = json.loads((tmp_path / "out.jsonl.settings.json").read_text())["strategy"]
