@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from compile_counting import count_graphs
 from decodekit_cli.batch_settings import parsed_chain
 from test_batch import _json, _run, _write_lines
 
@@ -35,21 +36,8 @@ BATCHES = [[[1, 2, 3], [4, 5]], [[6, 7, 8, 9, 10, 11], [12]], [[13, 14], [15, 16
 @pytest.fixture
 def graphs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[torch.fx.GraphModule]]:
     """The graphs `torch.compile` compiles from here on, counted by a backend in place of inductor."""
-    compiled: list[torch.fx.GraphModule] = []
-    real = torch.compile
-
-    def counting(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-        compiled.append(gm)
-        return gm.forward
-
-    def compile_(fn: Any, **options: Any) -> Any:
-        inductor = options.pop("options", {})  # inductor's, but for the guards dynamo keeps (the chain's step)
-        dynamo = {k: v for k, v in inductor.items() if k == "guard_filter_fn"}
-        return real(fn, backend=counting, options=dynamo or None, **options)
-
-    torch._dynamo.reset()  # forget what earlier compiles learnt (which sizes change)
-    parsed_chain.cache_clear()  # and the chains a batch job keeps, each with the step an earlier test compiled
-    monkeypatch.setattr(torch, "compile", compile_)
+    parsed_chain.cache_clear()  # the chains a batch job keeps, each with the step an earlier test compiled
+    compiled = count_graphs(monkeypatch)
     yield compiled
     torch._dynamo.reset()
 

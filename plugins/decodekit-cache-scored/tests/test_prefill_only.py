@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from compile_counting import count_graphs
 from decodekit_beam.search import beam_search
 from decodekit_gpt.gpt import GPT
 
@@ -249,20 +250,8 @@ def test_compile_traces_every_step_after_the_prompt_in_two_graphs(
     chain's step once, with no graph break: a break inside the model's loop over its layers makes torch skip
     compiling that loop. Counted with a backend that records each graph dynamo hands it, as traced. An object
     made inside the first trace (its counts unseen as inputs there) cost one more recompile."""
-    compiled: list[torch.fx.GraphModule] = []
-    real = torch.compile
-
-    def counting(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-        compiled.append(gm)
-        return gm.forward
-
-    def compile_(fn: Any, **options: Any) -> Any:
-        dynamo = {k: v for k, v in options.pop("options", {}).items() if k == "guard_filter_fn"}
-        return real(fn, backend=counting, options=dynamo or None, **options)
-
-    torch._dynamo.reset()
+    compiled = count_graphs(monkeypatch)
     torch._dynamo.utils.counters.clear()
-    monkeypatch.setattr(torch, "compile", compile_)
     spec = f"{cache}(budget=6, sinks=1, recent=2, prefill_only=True)"
     eager = dk.generate(model, PROMPTS, chain="greedy", cache=spec, max_new_tokens=10).tokens
     assert dk.generate(model, PROMPTS, chain="greedy", cache=spec, max_new_tokens=10, compile=True).tokens == eager
