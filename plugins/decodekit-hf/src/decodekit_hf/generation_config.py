@@ -68,7 +68,7 @@ def _config_of(source: Any) -> Any:
         if not path.is_dir():
             raise ParameterError(f"generation_chain: {str(source)!r} is not a directory; allowed: a checkpoint folder")
         if not (path / "generation_config.json").is_file():
-            return GenerationConfig()  # generate() on such a checkpoint runs on the defaults alone
+            return GenerationConfig()  # type: ignore[no-untyped-call]  # generate() runs on the defaults alone
         return GenerationConfig.from_pretrained(str(path), local_files_only=True)
     model = getattr(source, "hf", source)  # an HFModel holds the transformers model
     config = getattr(model, "generation_config", None)
@@ -103,7 +103,8 @@ _STRATEGIES = "a decoding strategy, not a chain stage"
 
 def _refuse_unexpressible(c: Any) -> None:
     if c.num_beams > 1:
-        strategy = f"beam(num_beams={c.num_beams}, length_penalty={c.length_penalty}, early_stopping={c.early_stopping!r})"
+        stopping = f"length_penalty={c.length_penalty}, early_stopping={c.early_stopping!r}"
+        strategy = f"beam(num_beams={c.num_beams}, {stopping})"
         if c.do_sample:
             raise _refused("num_beams", c.num_beams, "beam sampling (do_sample=true with beams) has no decodekit form")
         raise _refused(
