@@ -163,7 +163,8 @@ ReplaceUnknownOption = Annotated[
 
 FLAGS_HELP = (
     "The sampling flags build the chain in Hugging Face's order: repetition_penalty, temperature, "
-    f"top_k, top_p, then sample. With neither --chain nor flags the chain is `{DEFAULT_CHAIN} | sample`."
+    f"top_k, top_p, then sample. With neither --chain nor flags the chain is the model's own (an hf: checkpoint's "
+    f"generation_config; the flags set over it one by one) or else `{DEFAULT_CHAIN} | sample`."
 )
 
 
