@@ -192,8 +192,8 @@ def _min_new_tokens(c: Any, prompt_length: int | None) -> int:
     if prompt_length is None:
         raise ParameterError(
             f"generation_chain: the generation config's min_length={c.min_length} counts the prompt, so the chain "
-            "depends on its length; allowed: generation_chain(source, prompt_length=N), or min_new_tokens in the "
-            "config (or a chain of your own with min_new_tokens(n, [eos]))"
+            "depends on its length; allowed: generation_chain(source, prompt_length=N), min_new_tokens in the config "
+            "instead, or a chain of your own with min_new_tokens(n, [eos]) (on the command line --chain)"
         )
     return max(int(c.min_length) - int(prompt_length), 0)
 
