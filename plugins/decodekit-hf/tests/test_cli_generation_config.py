@@ -208,3 +208,9 @@ def test_resume_of_an_output_written_with_the_old_default_is_refused_clearly(
 def test_the_model_attribute_is_what_the_cli_reads(own: Path) -> None:
     model = dk.load_model(f"hf:{own}")
     assert isinstance(model, HFModel) and model.default_chain == OWN_CHAIN
+
+
+def test_a_grammar_goes_first_in_the_checkpoints_chain(own: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report, err = generate(capsys, own, "--regex", "x[0-9]*")
+    assert report["chain"] == canonical(f"regex(pattern='x[0-9]*') | {OWN_CHAIN}")
+    assert "model's own chain" in err
