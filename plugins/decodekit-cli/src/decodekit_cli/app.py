@@ -163,7 +163,8 @@ ReplaceUnknownOption = Annotated[
 
 FLAGS_HELP = (
     "The sampling flags build the chain in Hugging Face's order: repetition_penalty, temperature, "
-    f"top_k, top_p, then sample. With neither --chain nor flags the chain is `{DEFAULT_CHAIN} | sample`."
+    f"top_k, top_p, then sample. With neither --chain nor flags the chain is the model's own (an hf: checkpoint's "
+    f"generation_config; the flags set over it one by one) or else `{DEFAULT_CHAIN} | sample`."
 )
 
 
@@ -311,9 +312,8 @@ def generate(
     ] = 0.0,
 ) -> None:
     flags = _flags(temperature, top_k, top_p, repetition_penalty)
-    from decodekit_cli.grammar_options import grammar_stage, with_grammar  # a grammar stage first in the chain
+    from decodekit_cli.grammar_options import grammar_stage  # a grammar stage first in the chain
 
-    chain, flags = with_grammar(chain, flags, grammar_stage(json_schema, regex, grammar_file))
     sampling = _sampling(
         model,
         chain,
@@ -326,6 +326,7 @@ def generate(
         threads=threads,
         compile=compile,
         ignore_eos=ignore_eos,
+        grammar=grammar_stage(json_schema, regex, grammar_file),
     )
     if input_file is not None or output is not None or ray is not None:
         from decodekit_cli.batch_command import batch_request, ray_request, run_batch
@@ -508,6 +509,7 @@ def _sampling(
     threads: int | None = None,
     compile: bool = False,
     ignore_eos: bool = False,
+    grammar: str | None = None,
 ) -> SamplingOptions:
     """The options `generate` and `explain` take alike (explain's steps are its new tokens)."""
     from decodekit_cli.sampling_options import SamplingOptions
@@ -524,6 +526,7 @@ def _sampling(
         replace_unknown=replace_unknown,
         compile=compile,
         ignore_eos=ignore_eos,
+        grammar=grammar,
     )
 
 

@@ -11,7 +11,7 @@ reported; with `skip` each gets an error record. The job then runs here (`batch_
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -24,7 +24,7 @@ from decodekit_cli.batch_settings import BatchSettings
 from decodekit_cli.canonical import canonical_model, canonical_stage
 from decodekit_cli.errors import CliError, report_error, report_warning
 from decodekit_cli.install_hints import install_hint
-from decodekit_cli.options import chain_text, check_stop, resolve_strategy
+from decodekit_cli.options import check_stop, resolve_strategy
 from decodekit_cli.sampling_options import SamplingOptions, eos_tokens
 
 __all__ = ["BatchRequest", "RayRequest", "batch_request", "ray_request", "run_batch"]
@@ -109,7 +109,7 @@ def run_batch(request: BatchRequest) -> int:
     check_stop(sampling.stop)
     settings = BatchSettings(
         model=name,
-        chain=chain_text(sampling.chain, sampling.flags),
+        chain=sampling.chain_text(),
         max_new_tokens=sampling.max_new_tokens,
         seed=sampling.seed,
         cache=cache,
@@ -123,10 +123,18 @@ def run_batch(request: BatchRequest) -> int:
     ray = _ray_plugin() if request.ray is not None else None
     check_output(request.output, request.input, resume=request.resume, ray=request.ray is not None)
     data = read_input(request.input)
-    recorded = settings.recorded(file_digest(data))  # parses the default chain: a bad --chain fails here
+    digest = file_digest(data)
+    recorded = settings.recorded(digest)  # parses the default chain: a bad --chain fails here
     with OutputLock.acquire(request.output) as lock:
+        model = None
+        if sampling.chain is None:  # the model may offer its own chain (a checkpoint's), which the settings record
+            model = sampling.load_model(name)
+            own = sampling.model_chain(model)
+            if own is not None:
+                settings = replace(settings, chain=own)
+                recorded = settings.recorded(digest)
         eos_refusal = lock.check_resume(recorded) if request.resume else None
-        model = sampling.load_model(name)
+        model = sampling.load_model(name) if model is None else model
         if eos_refusal is not None and eos_tokens(model, ignore_eos=False):
             raise CliError(eos_refusal)
         checked = check_lines(model, settings, input_lines(data))

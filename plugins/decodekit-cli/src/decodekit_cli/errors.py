@@ -11,6 +11,7 @@ __all__ = [
     "EXIT_USAGE",
     "CliError",
     "report_error",
+    "report_note",
     "report_warning",
 ]
 
@@ -40,3 +41,8 @@ def report_warning(message: str) -> None:
     text = _one_line(message)
     text = text.removeprefix("decodekit: ")
     print(f"decodekit: warning: {text}", file=sys.stderr)
+
+
+def report_note(message: str) -> None:
+    """What the command chose for the user, without a problem (the model's own chain)."""
+    print(f"decodekit: note: {_one_line(message)}", file=sys.stderr)

@@ -43,12 +43,14 @@ def run_explain(request: ExplainRequest) -> int:
         check_plot_path(request.plot)
     sampling = request.sampling
     name, cache = sampling.check()
-    chain = build_chain(sampling.chain, sampling.flags)
+    chain = build_chain(sampling.chain_text(), sampling.chain)
     text = prompt_text(request.prompt)  # "-" reads stdin, as generate does
     from decodekit_cli.explain import explain_steps, stage_label
     from decodekit_cli.explain_render import plot_step, render_steps, steps_json
 
     model = load_named_model(name)  # on torch's threads, as before: --threads is generate's
+    own = sampling.model_chain(model)
+    chain = chain if own is None else build_chain(own)
     prompt = sampling.encode(model, text)
     text = sampling.seen_prompt(model, text, prompt)
     with cli_hints(length_option="--steps"):

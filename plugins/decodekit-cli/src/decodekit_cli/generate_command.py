@@ -207,9 +207,11 @@ def run_generate(request: GenerateRequest) -> int:
     check_stop(sampling.stop)
     strategy = resolve_strategy(request.strategy)  # before check(), whose note on the cache would precede its error
     name, cache = sampling.check()
-    chain = build_chain(sampling.chain, sampling.flags)
+    chain = build_chain(sampling.chain_text(), sampling.chain)  # a bad chain or flag fails before the model loads
     prompt = prompt_text(request.prompt)
     model = sampling.load_model(name)
+    own = sampling.model_chain(model)
+    chain = chain if own is None else build_chain(own)
     from decodekit.engine import PREALLOCATED_COLUMNS, check_rows  # torch is loaded by now
 
     encoded = sampling.encode(model, prompt)

@@ -1,6 +1,7 @@
 """`generate --json-schema FILE`, `--regex PATTERN`, `--grammar FILE`, and an `--input` line's `json_schema`,
 `regex` or `grammar`: a grammar stage (decodekit-grammar) put first in the chain, written as the chain
-string's own stage so every path that reads a chain (the batch mode's default, records, `--json`) sees it."""
+string's own stage (`SamplingOptions.grammar`, put first in whatever chain the options give) so every path that
+reads a chain (the batch mode's default, records, `--json`) sees it."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ import json
 from pathlib import Path
 
 from decodekit_cli.errors import CliError
-from decodekit_cli.options import chain_text
 
-__all__ = ["grammar_stage", "line_chain", "with_grammar"]
+__all__ = ["grammar_stage", "line_chain"]
 
 
 def _read(path: Path, option: str) -> str:
@@ -56,12 +56,3 @@ def line_chain(chain: str, json_schema: object, regex: str | None, grammar: str 
     schema = json.dumps(json_schema) if isinstance(json_schema, dict | bool) else json_schema
     stage = _stage(None if schema is None else str(schema), regex, grammar)
     return chain if stage is None else f"{stage} | {chain}"
-
-
-def with_grammar(
-    chain: str | None, flags: dict[str, float | int | None], stage: str | None
-) -> tuple[str | None, dict[str, float | int | None]]:
-    """`--chain` and the sampling flags with the grammar stage first (the flags then written into the chain)."""
-    if stage is None:
-        return chain, flags
-    return f"{stage} | {chain_text(chain, flags)}", dict.fromkeys(flags)

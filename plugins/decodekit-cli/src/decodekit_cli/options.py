@@ -34,6 +34,7 @@ __all__ = [
     "cli_hints",
     "compile_failure",
     "encode_prompt",
+    "flags_over",
     "is_spec",
     "load_named_model",
     "model_name",
@@ -53,8 +54,9 @@ FLAT_STAGES = (
 )
 
 
-def chain_text(chain: str | None, flags: Mapping[str, float | int | None]) -> str:
-    """The chain string from `--chain`, or built from the flat flags, or the default chain."""
+def chain_text(chain: str | None, flags: Mapping[str, float | int | None], default: str | None = None) -> str:
+    """The chain string from `--chain`; else the model's own chain (`default`, a model's `default_chain`) with the
+    flat flags set over it; else the chain the flags build; else decodekit's default chain."""
     given = [flag for flag, _, _ in FLAT_STAGES if flags.get(flag) is not None]
     if chain is not None and given:
         raise CliError(
@@ -63,9 +65,38 @@ def chain_text(chain: str | None, flags: Mapping[str, float | int | None]) -> st
         )
     if chain is not None:
         return spec_text(chain, "--chain") if is_spec(chain) else chain
+    if default is not None:
+        return flags_over(default, flags) if given else default
     if given:
         return " | ".join(f"{name}({param}={flags[flag]!r})" for flag, name, param in FLAT_STAGES if flag in given)
     return DEFAULT_CHAIN
+
+
+def flags_over(chain: str, flags: Mapping[str, float | int | None]) -> str:
+    """`chain` (a model's own) with the flat flags set over it one option at a time, as transformers'
+    `generate(temperature=...)` and vLLM override a checkpoint's settings: a stage the chain has takes the flag's
+    value; a stage it lacks goes where the flags' order puts it among the flat stages the chain has (after the
+    nearest one before it in that order, else before the nearest one after it), else just before the selector."""
+    from decodekit.chain import Chain
+
+    spec = Chain.parse(chain).to_spec()
+    order = [name for _, name, _ in FLAT_STAGES]
+    for flag, name, param in FLAT_STAGES:
+        value = flags.get(flag)
+        if value is None:
+            continue
+        stages = [stage for stage in spec[:-1] if stage["name"] == name]
+        for stage in stages:
+            stage["params"][param] = value
+        if stages:
+            continue
+        rank = order.index(name)
+        names = [stage["name"] for stage in spec[:-1]]
+        before = [i + 1 for i, n in enumerate(names) if n in order[:rank]]
+        after = [i for i, n in enumerate(names) if n in order[rank + 1 :]]
+        at = before[-1] if before else after[0] if after else len(spec) - 1
+        spec.insert(at, {"name": name, "params": {param: value}})
+    return str(Chain.from_spec(spec))
 
 
 def is_spec(chain: str) -> bool:
@@ -86,9 +117,9 @@ def spec_text(spec: str | list[Any] | dict[str, Any], name: str) -> str:
         raise CliError(f"{name} {text!r}: {exc}") from None
 
 
-def build_chain(chain: str | None, flags: Mapping[str, float | int | None]) -> Chain:
-    """Parse the chain the options describe; a bad stage or value raises a `DecodekitError`."""
-    text = chain_text(chain, flags)
+def build_chain(text: str, chain: str | None = None) -> Chain:
+    """Parse a chain string (`chain_text`'s); `chain`: the `--chain` given, named where it is a file. A bad stage or
+    value raises a `DecodekitError`."""
     from decodekit.chain import Chain
 
     try:

@@ -10,8 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from decodekit_cli.errors import CliError
-from decodekit_cli.options import check_installed, encode_prompt, load_named_model, model_name, resolve_cache
+from decodekit_cli.errors import CliError, report_note, report_warning
+from decodekit_cli.options import (
+    FLAT_STAGES,
+    chain_text,
+    check_installed,
+    encode_prompt,
+    load_named_model,
+    model_name,
+    resolve_cache,
+)
 
 __all__ = ["SamplingOptions", "eos_tokens", "set_threads"]
 
@@ -60,12 +68,39 @@ class SamplingOptions:
     replace_unknown: bool = False
     compile: bool = False  # the model's forward and the chain's step under torch.compile: the same tokens, faster
     ignore_eos: bool = False  # go on past the model's stop tokens (vLLM's name)
+    grammar: str | None = None  # a grammar stage (--json-schema, --regex, --grammar), first in the chain
 
     def check(self) -> tuple[str, str]:
         """Check what is installed and the cache before any model loads; return the model's name and the cache."""
-        check_installed(self.model, self.chain, self.flags)
+        if self.grammar is None:
+            check_installed(self.model, self.chain, self.flags)
+        else:
+            check_installed(self.model, self.chain_text(), {})
         cache = resolve_cache(self.cache)
         return model_name(self.model), cache
+
+    def chain_text(self, default: str | None = None) -> str:
+        """The chain string of the options (`options.chain_text`; `default`: the model's own chain), with the
+        grammar stage first."""
+        text = chain_text(self.chain, self.flags, default)
+        return text if self.grammar is None else f"{self.grammar} | {text}"
+
+    def model_chain(self, model: object) -> str | None:
+        """Without --chain, the chain string from the model's own `default_chain` (an hf: checkpoint's
+        generation_config), with the sampling flags set over it, said on stderr; None when there is a --chain or the
+        model offers none (then decodekit's default chain, or the flags', stands)."""
+        if self.chain is not None:
+            return None
+        default = getattr(model, "default_chain", None)  # optional: a plugin's model may offer its own
+        if default is None:
+            return None
+        text = self.chain_text(str(default))
+        check_installed(self.model, text, {})
+        given = [flag for flag, _, _ in FLAT_STAGES if self.flags.get(flag) is not None]
+        over = f", with {', '.join(given)} set over it" if given else ""
+        report_note(f"sampling with the model's own chain {str(default)!r}{over}; --chain replaces it")
+        _warn_unpicked(text, given)
+        return text
 
     def load_model(self, name: str) -> Any:
         """Load the model `check` named, on `--threads` CPU threads."""
@@ -86,3 +121,16 @@ class SamplingOptions:
         if not self.replace_unknown or tokenizer is None or isinstance(encoded, str):
             return prompt
         return str(tokenizer.decode(encoded))  # the replaced characters shown as what replaced them
+
+
+def _warn_unpicked(text: str, given: list[str]) -> None:
+    """A flag that reshapes the distribution does nothing to a greedy pick (transformers, too, ignores temperature
+    when its config does not sample): say so rather than leave the user wondering."""
+    from decodekit_cli.batch_settings import parsed_chain
+
+    shaping = [flag for flag in given if flag != "--repetition-penalty"]
+    if shaping and getattr(parsed_chain(text).selector, "name", None) == "greedy":
+        report_warning(
+            f"the model's own chain ends in greedy, whose pick {', '.join(shaping)} cannot change; to sample, give "
+            "the whole chain: --chain '... | sample'"
+        )

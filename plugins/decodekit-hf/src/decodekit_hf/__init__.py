@@ -3,6 +3,8 @@
 - `HFModel(model, tokenizer=None)` adapts any `AutoModelForCausalLM` to decodekit's model
   protocol; decodekit's cache backends serve it through `DecodekitCache`, a transformers `Cache`.
 - `as_logits_processor(chain)` runs a decodekit chain inside `model.generate(logits_processor=[...])`.
+- `generation_chain(config_or_model_or_dir)` is the chain that does what `generate()` does with a checkpoint's
+  generation config (`HFModel.default_chain`, which `decodekit generate` samples with when given no chain).
 - `dk.load_model("hf:/path")` loads a local checkpoint (registered by `decodekit_hf.plugin`).
 
 Importing this package is light: torch and transformers load on first use of a name.
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from decodekit_hf.cache_bridge import DecodekitCache
+    from decodekit_hf.generation_config import generation_chain
     from decodekit_hf.model import HFModel, load_hf, model_spec
     from decodekit_hf.processor import ChainLogitsProcessor, as_logits_processor
     from decodekit_hf.tokenizer import HFTokenizer
@@ -25,6 +28,7 @@ __all__ = [
     "HFModel",
     "HFTokenizer",
     "as_logits_processor",
+    "generation_chain",
     "load_hf",
     "model_spec",
 ]
@@ -37,6 +41,7 @@ _LAZY = {
     "ChainLogitsProcessor": "decodekit_hf.processor",
     "as_logits_processor": "decodekit_hf.processor",
     "HFTokenizer": "decodekit_hf.tokenizer",
+    "generation_chain": "decodekit_hf.generation_config",
 }
 
 

@@ -30,6 +30,7 @@ from decodekit.cache import KVCache, evicts, observes
 from decodekit.errors import ParameterError
 from decodekit.spec import ModelSpec
 from decodekit_hf.cache_bridge import ATTENTION, CacheAttention, DecodekitCache, cache_attention, register_attention
+from decodekit_hf.generation_config import generation_chain, sets_sampling
 from decodekit_hf.params import HFParams
 from decodekit_hf.placement import torch_device
 from decodekit_hf.tokenizer import HFTokenizer, eos_token_ids
@@ -210,6 +211,16 @@ class HFModel(nn.Module):
         params = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._keeps_logits = "logits_to_keep" in params
+
+    @property
+    def default_chain(self) -> str | None:
+        """The checkpoint's own chain (`generation_chain` of its generation config), or None where that config sets
+        no sampling option (a checkpoint without a `generation_config.json`): what `decodekit generate` samples with
+        when given no chain. An option no chain expresses (`num_beams=4`) raises a `ParameterError` naming it."""
+        config = getattr(self.hf, "generation_config", None)
+        if config is None or not sets_sampling(config):
+            return None
+        return generation_chain(config)
 
     def forward(
         self, input_ids: Tensor, positions: Tensor, cache: KVCache | None = None, *, last_only: bool = False

@@ -1,0 +1,235 @@
+"""`generation_chain(source)`: a checkpoint's `GenerationConfig` as the decodekit chain string that does what
+transformers' `generate()` does with it.
+
+transformers 5 fills every option the config leaves unset from `GenerationConfig._get_default_generation_params()`
+(`do_sample=False`, `top_k=50`, ...), then `_get_logits_processor` appends its processors in a fixed order: the
+ones that run under every strategy (sequence bias, repetition penalty, no-repeat n-grams, bad words, minimum
+lengths, length decay, suppressions), then, with `do_sample=True` only, the warpers (temperature, top-k, top-p,
+min-p, typical, epsilon, eta). The chain here lists the same stages in that order and ends in `sample` or
+`greedy`. Options that no chain can express (beam search, classifier-free guidance, watermarking, ...) are a
+`ParameterError` naming the option, its value and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from decodekit.errors import ParameterError
+
+__all__ = ["CHAIN_OPTIONS", "generation_chain", "sets_sampling"]
+
+# The options that choose the chain: a config that sets none of them leaves a model's default chain to the caller.
+CHAIN_OPTIONS = (
+    *("do_sample", "temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h"),
+    *("repetition_penalty", "no_repeat_ngram_size", "bad_words_ids", "sequence_bias", "suppress_tokens"),
+    *("begin_suppress_tokens", "min_new_tokens", "min_length", "exponential_decay_length_penalty", "num_beams"),
+    *("guidance_scale", "watermarking_config", "forced_bos_token_id", "forced_eos_token_id", "penalty_alpha"),
+    *("encoder_repetition_penalty", "encoder_no_repeat_ngram_size", "dola_layers", "diversity_penalty"),
+    *("num_beam_groups", "renormalize_logits", "remove_invalid_values"),
+)
+
+
+def sets_sampling(config: Any) -> bool:
+    """Whether `config` (a `GenerationConfig`) sets any option that chooses the chain (`CHAIN_OPTIONS`).
+    A config derived from the model's config (no `generation_config.json`) usually sets none."""
+    return any(getattr(config, name, None) is not None for name in CHAIN_OPTIONS)
+
+
+def generation_chain(source: Any, *, prompt_length: int | None = None) -> str:
+    """The chain string that applies what transformers' `generate()` applies for `source`'s generation config.
+
+    source: a `transformers.GenerationConfig`, a transformers model or an `HFModel` (their `generation_config`), or a
+    checkpoint directory (its `generation_config.json`; a directory without one gives `generate()`'s defaults:
+    greedy). prompt_length: the prompt's width, needed only for a config with `min_length`, which counts the prompt.
+
+    The stop tokens that end a row are the config's `eos_token_id`: pass them to `dk.generate(stop_tokens=...)`
+    (an `HFModel`'s `stop_tokens`). Stages that name them here (`min_new_tokens`, `exponential_decay`) take the
+    same ids. Raises `ParameterError` for an option no decodekit chain expresses."""
+    config = _filled(_config_of(source))
+    eos = _ids(config.eos_token_id)
+    _refuse_unexpressible(config)
+    stages = _processors(config, eos, prompt_length)
+    if config.do_sample:
+        stages += _warpers(config)
+    stages.append("sample" if config.do_sample else "greedy")
+    return " | ".join(stages)
+
+
+def _config_of(source: Any) -> Any:
+    from transformers import GenerationConfig
+
+    if isinstance(source, GenerationConfig):
+        return source
+    if isinstance(source, (str, Path)):
+        path = Path(source).expanduser()
+        if not path.is_dir():
+            raise ParameterError(f"generation_chain: {str(source)!r} is not a directory; allowed: a checkpoint folder")
+        if not (path / "generation_config.json").is_file():
+            return GenerationConfig()  # type: ignore[no-untyped-call]  # generate() runs on the defaults alone
+        return GenerationConfig.from_pretrained(str(path), local_files_only=True)
+    model = getattr(source, "hf", source)  # an HFModel holds the transformers model
+    config = getattr(model, "generation_config", None)
+    if isinstance(config, GenerationConfig):
+        return config
+    raise ParameterError(
+        f"generation_chain: source={type(source).__name__} is invalid; allowed: a transformers GenerationConfig, a "
+        "transformers model or HFModel (its generation_config), or a checkpoint directory"
+    )
+
+
+def _filled(config: Any) -> Any:
+    """A copy with every unset option at transformers' default, as `_prepare_generation_config` fills it."""
+    import copy
+
+    out = copy.deepcopy(config)
+    out.update(**type(config)._get_default_generation_params(), defaults_only=True)
+    return out
+
+
+def _ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]
+
+
+# Options that change what generate() does in a way no chain of decodekit's stages can: (why, what to do).
+_STRATEGIES = "a decoding strategy, not a chain stage"
+
+
+def _refuse_unexpressible(c: Any) -> None:
+    if c.num_beams > 1:
+        stopping = f"length_penalty={c.length_penalty}, early_stopping={c.early_stopping!r}"
+        strategy = f"beam(num_beams={c.num_beams}, {stopping})"
+        if c.do_sample:
+            raise _refused("num_beams", c.num_beams, "beam sampling (do_sample=true with beams) has no decodekit form")
+        raise _refused(
+            "num_beams",
+            c.num_beams,
+            f"beam search is {_STRATEGIES}; decode with strategy={strategy!r} (on the command line --strategy "
+            f"'{strategy}') and the chain this config gives with num_beams=1",
+        )
+    checks: list[tuple[str, Callable[[Any], bool], str]] = [
+        ("guidance_scale", lambda v: v is not None and v != 1, "classifier-free guidance needs a second forward pass"),
+        ("watermarking_config", lambda v: v is not None, "watermarking has no decodekit stage"),
+        ("top_h", lambda v: v is not None, "top-H has no decodekit stage"),
+        ("penalty_alpha", lambda v: v is not None and v > 0, f"contrastive search is {_STRATEGIES}"),
+        ("dola_layers", lambda v: v is not None, f"DoLa is {_STRATEGIES}"),
+        ("num_beam_groups", lambda v: v is not None and v > 1, f"group beam search is {_STRATEGIES}"),
+        ("diversity_penalty", lambda v: v is not None and v != 0, "group beam search's penalty has no decodekit stage"),
+        ("forced_bos_token_id", lambda v: v is not None, "a forced first token has no decodekit stage"),
+        ("forced_eos_token_id", lambda v: v is not None, "forcing EOS at max_length needs the length, not a stage"),
+        (
+            "encoder_repetition_penalty",
+            lambda v: v is not None and v != 1,
+            "the penalty on the prompt's tokens has no decodekit stage",
+        ),
+        ("encoder_no_repeat_ngram_size", lambda v: v is not None and v > 0, "it has no decodekit stage"),
+    ]
+    for name, is_set, why in checks:
+        value = getattr(c, name, None)
+        if is_set(value):
+            raise _refused(name, value, why)
+
+
+def _refused(name: str, value: Any, why: str) -> ParameterError:
+    return ParameterError(
+        f"generation_chain: the generation config's {name}={value!r} cannot be expressed as a decodekit chain: {why}; "
+        "allowed: a config without it, or a chain of your own (dk.generate(chain=...), on the command line --chain)"
+    )
+
+
+def _processors(c: Any, eos: list[int], prompt_length: int | None) -> list[str]:
+    """The stages transformers runs under every strategy, in `_get_logits_processor`'s order."""
+    out: list[str] = []
+    if c.sequence_bias is not None:
+        out.append(f"sequence_bias({_literal(_bias_list(c.sequence_bias))})")
+    if c.repetition_penalty is not None and c.repetition_penalty != 1.0:
+        out.append(f"repetition_penalty({c.repetition_penalty!r})")
+    if c.no_repeat_ngram_size is not None and c.no_repeat_ngram_size > 0:
+        out.append(f"no_repeat_ngram({c.no_repeat_ngram_size})")
+    if c.bad_words_ids is not None:
+        words = [list(w) for w in c.bad_words_ids if not (len(w) == 1 and w[0] in eos)]  # as transformers: EOS stays
+        if words:
+            out.append(f"bad_words({_literal(words)})")
+    out += _lengths(c, eos, prompt_length)
+    if c.suppress_tokens:  # transformers' SuppressTokensLogitsProcessor: -inf at every step
+        out.append(f"bad_words({_literal([[int(t)] for t in c.suppress_tokens])})")
+    if c.begin_suppress_tokens:  # -inf at the first new token only (decoder-only: begin_index is the prompt width)
+        out.append(f"min_new_tokens(1, {_literal([int(t) for t in c.begin_suppress_tokens])})")
+    return out
+
+
+def _lengths(c: Any, eos: list[int], prompt_length: int | None) -> list[str]:
+    """min_length / min_new_tokens, then the length decay: transformers applies them only with an EOS id."""
+    out: list[str] = []
+    minimum = _min_new_tokens(c, prompt_length) if eos else 0
+    if minimum > 0:
+        out.append(f"min_new_tokens({minimum}, {_literal(eos)})")
+    if c.exponential_decay_length_penalty is not None:
+        start, factor = c.exponential_decay_length_penalty
+        if not eos:
+            raise _refused(
+                "exponential_decay_length_penalty",
+                c.exponential_decay_length_penalty,
+                "it raises the EOS token, and the config has no eos_token_id",
+            )
+        out.append(f"exponential_decay({int(start)}, {float(factor)!r}, {_literal(eos)})")
+    return out
+
+
+def _min_new_tokens(c: Any, prompt_length: int | None) -> int:
+    """New tokens before EOS may come: `min_new_tokens` wins over `min_length` (which counts the prompt), as in
+    transformers' `_prepare_generated_length`."""
+    if c.min_new_tokens is not None:
+        return int(c.min_new_tokens)
+    if not c.min_length:
+        return 0
+    if prompt_length is None:
+        raise ParameterError(
+            f"generation_chain: the generation config's min_length={c.min_length} counts the prompt, so the chain "
+            "depends on its length; allowed: generation_chain(source, prompt_length=N), min_new_tokens in the config "
+            "instead, or a chain of your own with min_new_tokens(n, [eos]) (on the command line --chain)"
+        )
+    return max(int(c.min_length) - int(prompt_length), 0)
+
+
+def _warpers(c: Any) -> list[str]:
+    """The stages transformers runs with `do_sample=True`, in its order (top-H is refused before)."""
+    out: list[str] = []
+    if c.temperature is not None and c.temperature != 1.0:
+        if not c.temperature > 0:
+            raise _refused(
+                "temperature",
+                c.temperature,
+                "with do_sample=true transformers refuses a temperature <= 0 (do_sample=false is its greedy)",
+            )
+        out.append(f"temperature({float(c.temperature)!r})")
+    if c.top_k is not None and c.top_k != 0:
+        out.append(f"top_k({int(c.top_k)})")
+    if c.top_p is not None and c.top_p < 1.0:
+        out.append(f"top_p({float(c.top_p)!r})")
+    if c.min_p is not None:
+        out.append(f"min_p({float(c.min_p)!r})")
+    if c.typical_p is not None and c.typical_p < 1.0:
+        out.append(f"typical({float(c.typical_p)!r})")
+    if c.epsilon_cutoff is not None and 0.0 < c.epsilon_cutoff < 1.0:
+        out.append(f"epsilon({float(c.epsilon_cutoff)!r})")
+    if c.eta_cutoff is not None and 0.0 < c.eta_cutoff < 1.0:
+        out.append(f"eta({float(c.eta_cutoff)!r})")
+    return out
+
+
+def _bias_list(bias: Any) -> list[list[Any]]:
+    """transformers' `sequence_bias`, a list of `[[ids], bias]` or (older) a dict of `{(ids): bias}`."""
+    items = bias.items() if isinstance(bias, dict) else bias
+    return [[[int(t) for t in seq], float(b)] for seq, b in items]
+
+
+def _literal(value: Sequence[Any]) -> str:
+    """A list as the chain string writes it (JSON's form is a Python literal for ints, floats and lists)."""
+    return json.dumps(value)

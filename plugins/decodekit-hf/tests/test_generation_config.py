@@ -1,0 +1,263 @@
+"""`generation_chain` against transformers itself: for hand-picked and random generation configs, the scores
+of the `LogitsProcessorList` that `generate()` builds for the config (captured from a real `generate()` call, so
+transformers' own filling of defaults, special tokens and lengths is in it) equal the derived chain's
+`chain.process` on random logits and histories; greedy `generate()` equals `dk.generate` with the derived chain."""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+import torch
+from decodekit_hf import HFModel, generation_chain
+from transformers import GenerationConfig
+
+import decodekit as dk
+
+VOCAB = 96  # conftest's tiny models
+EOS = VOCAB - 1
+PROMPT = 6  # the prompt's width in the processor comparisons
+STEPS = (0, 1, 2, 4, 7)  # tokens generated before the compared step
+ALPHABET = [*range(8), EOS]  # histories from few ids, so n-grams, sequences and penalties meet them
+
+
+@pytest.fixture(scope="module")
+def model(build_gpt2: Callable[..., Any]) -> Any:
+    return build_gpt2(seed=3)
+
+
+@contextmanager
+def generation_config(model: Any, config: GenerationConfig) -> Iterator[None]:
+    saved = model.generation_config
+    model.generation_config = config
+    try:
+        yield
+    finally:
+        model.generation_config = saved
+
+
+def hf_processors(model: Any, config: GenerationConfig) -> Any:
+    """The `LogitsProcessorList` transformers' `generate()` builds for a model whose generation config is `config`
+    and a prompt of `PROMPT` tokens, taken from `_get_logits_processor` during a one-token `generate()`."""
+    captured: list[Any] = []
+    original = model._get_logits_processor
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        captured.append(original(*args, **kwargs))
+        return captured[-1]
+
+    prompt = torch.tensor([[1, 2, 3, 4, 5, 6][:PROMPT]])
+    patched = mock.patch.object(model, "_get_logits_processor", spy)
+    with generation_config(model, config), patched, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=1, pad_token_id=0)
+    return captured[0]
+
+
+def histories(seed: int, step: int, rows: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(tokens [rows, PROMPT + step], logits [rows, VOCAB])` at random; a row of tokens from `ALPHABET`."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.tensor(ALPHABET)[torch.randint(len(ALPHABET), (rows, PROMPT + step), generator=g)]
+    logits = torch.randn(rows, VOCAB, generator=g) * 3
+    logits[:, :8] += 2  # the alphabet's tokens among the likely ones, so that what they are dealt matters
+    return tokens, logits
+
+
+def assert_same_scores(ours: torch.Tensor, theirs: torch.Tensor) -> None:
+    """The same removed tokens (-inf) and the kept scores to float32 rounding."""
+    removed = torch.isneginf(theirs)
+    assert torch.equal(torch.isneginf(ours), removed), (ours, theirs)
+    torch.testing.assert_close(ours[~removed], theirs[~removed], rtol=1e-5, atol=1e-5)
+
+
+def check_config(model: Any, options: dict[str, Any], seed: int = 0) -> str:
+    """Compare transformers' processors for `options` with the derived chain at every step of `STEPS`."""
+    config = GenerationConfig(**options)
+    text = generation_chain(config, prompt_length=PROMPT)
+    chain = dk.Chain.parse(text)
+    processors = hf_processors(model, config)
+    for step in STEPS:
+        tokens, logits = histories(seed * 100 + step, step)
+        theirs = processors(tokens, logits.clone())
+        ours = chain.process(logits, dk.DecodeContext(tokens=tokens, step=step))
+        if config.renormalize_logits:  # transformers log-softmaxes at the end; decodekit's sample normalises itself
+            ours = ours.log_softmax(-1)
+        assert_same_scores(ours, theirs)
+    return text
+
+
+# Each option alone, under do_sample=True and False (the warpers then do nothing, as in transformers).
+ALONE: list[dict[str, Any]] = [
+    {},
+    {"temperature": 0.6},
+    {"temperature": 1.7},
+    {"top_k": 5},
+    {"top_k": 0},
+    {"top_p": 0.7},
+    {"min_p": 0.1},
+    {"typical_p": 0.5},
+    {"epsilon_cutoff": 0.01},
+    {"eta_cutoff": 0.05},
+    {"repetition_penalty": 1.4},
+    {"repetition_penalty": 0.7},
+    {"no_repeat_ngram_size": 2},
+    {"no_repeat_ngram_size": 1},
+    {"bad_words_ids": [[3], [1, 2], [4, 5, 6], [EOS]]},
+    {"sequence_bias": [[[2], -2.5], [[1, 3], 4.0], [[5, 6, 7], -1.0]]},
+    {"suppress_tokens": [0, 4, EOS]},
+    {"begin_suppress_tokens": [2, EOS]},
+    {"min_new_tokens": 3},
+    {"min_length": PROMPT + 4},
+    {"exponential_decay_length_penalty": (2, 1.6)},
+    {"exponential_decay_length_penalty": (0, 0.8)},
+    {"renormalize_logits": True, "top_k": 4},
+]
+
+
+@pytest.mark.parametrize("do_sample", [True, False])
+@pytest.mark.parametrize("options", ALONE, ids=lambda o: ",".join(o) or "defaults")
+def test_each_option_alone_matches_transformers(model: Any, options: dict[str, Any], do_sample: bool) -> None:
+    check_config(model, {"do_sample": do_sample, "eos_token_id": EOS, **options})
+
+
+def test_combined_options_match_transformers(model: Any) -> None:
+    options = {name: value for alone in ALONE[1:] for name, value in alone.items()}
+    options |= {"temperature": 0.8, "top_k": 40, "repetition_penalty": 1.3, "no_repeat_ngram_size": 3}
+    text = check_config(model, {"do_sample": True, "eos_token_id": [EOS, 7], **options})
+    assert [stage.split("(")[0] for stage in text.split(" | ")] == [
+        *("sequence_bias", "repetition_penalty", "no_repeat_ngram", "bad_words", "min_new_tokens"),
+        *("exponential_decay", "bad_words", "min_new_tokens", "temperature", "top_k", "top_p", "min_p", "typical"),
+        *("epsilon", "eta", "sample"),
+    ]
+
+
+def random_options(rng: random.Random) -> dict[str, Any]:
+    """A generation config at random: each option set with chance 0.4, from values that matter on `histories`."""
+
+    def words(longest: int) -> list[list[int]]:
+        return [[rng.choice(ALPHABET) for _ in range(rng.randint(1, longest))] for _ in range(rng.randint(1, 3))]
+
+    choices: dict[str, Callable[[], Any]] = {
+        "temperature": lambda: rng.choice([0.3, 0.7, 1.0, 1.5]),
+        "top_k": lambda: rng.choice([0, 1, 3, 10, 50, 200]),
+        "top_p": lambda: rng.choice([0.2, 0.6, 0.9, 1.0]),
+        "min_p": lambda: rng.choice([0.0, 0.02, 0.3]),
+        "typical_p": lambda: rng.choice([0.3, 0.9, 1.0]),
+        "epsilon_cutoff": lambda: rng.choice([0.0, 0.003, 0.03]),
+        "eta_cutoff": lambda: rng.choice([0.0, 0.004, 0.08]),
+        "repetition_penalty": lambda: rng.choice([0.8, 1.0, 1.2, 2.0]),
+        "no_repeat_ngram_size": lambda: rng.choice([0, 1, 2, 3]),
+        "bad_words_ids": lambda: words(3),
+        "sequence_bias": lambda: list({tuple(w): [w, rng.uniform(-4, 4)] for w in words(3)}.values()),
+        "suppress_tokens": lambda: rng.sample(ALPHABET, rng.randint(1, 3)),
+        "begin_suppress_tokens": lambda: rng.sample(ALPHABET, rng.randint(1, 3)),
+        "min_new_tokens": lambda: rng.choice([0, 1, 3, 8]),
+        "min_length": lambda: rng.choice([0, PROMPT + 1, PROMPT + 5]),
+        "exponential_decay_length_penalty": lambda: (rng.choice([0, 1, 3]), rng.choice([0.6, 1.3, 2.5])),
+    }
+    options = {name: make() for name, make in choices.items() if rng.random() < 0.4}
+    options["do_sample"] = rng.random() < 0.7
+    options["eos_token_id"] = rng.choice([EOS, [EOS, 3]])
+    return options
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_random_configs_match_transformers(model: Any, seed: int) -> None:
+    check_config(model, random_options(random.Random(seed)), seed)
+
+
+def test_the_chains_read_as_transformers_fills_defaults() -> None:
+    """transformers 5 gives an unset top_k its default 50 when sampling: a chain without it would be another."""
+    chain = generation_chain(GenerationConfig(do_sample=True, temperature=0.6, top_p=0.9, eos_token_id=EOS))
+    assert chain == "temperature(0.6) | top_k(50) | top_p(0.9) | sample"
+    assert generation_chain(GenerationConfig(do_sample=True, top_k=0)) == "sample"
+    assert generation_chain(GenerationConfig(temperature=0.6, top_p=0.9)) == "greedy"  # do_sample unset: False
+    assert generation_chain(GenerationConfig()) == "greedy"
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"num_beams": 4}, r"num_beams=4 .*strategy='beam\(num_beams=4, length_penalty=1.0, early_stopping=False\)'"),
+        ({"num_beams": 3, "do_sample": True}, r"num_beams=3 .*beam sampling"),
+        ({"guidance_scale": 1.5}, r"guidance_scale=1.5 .*second forward pass"),
+        ({"top_h": 0.4, "do_sample": True}, r"top_h=0.4"),
+        ({"penalty_alpha": 0.6, "top_k": 4}, r"penalty_alpha=0.6 .*contrastive search"),
+        ({"forced_eos_token_id": EOS}, r"forced_eos_token_id=95"),
+        ({"encoder_repetition_penalty": 1.2}, r"encoder_repetition_penalty=1.2"),
+        ({"do_sample": True, "temperature": 0.0}, r"temperature=0.0 .*do_sample=false is its greedy"),
+        ({"exponential_decay_length_penalty": (2, 1.5)}, r"exponential_decay_length_penalty=\(2, 1.5\) .*no eos_"),
+    ],
+)
+def test_an_option_no_chain_expresses_is_refused_naming_it(options: dict[str, Any], named: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = GenerationConfig(**options)
+    with pytest.raises(dk.ParameterError, match=rf"generation_chain: the generation config's {named}"):
+        generation_chain(config)
+
+
+def test_min_length_needs_the_prompt_length() -> None:
+    config = GenerationConfig(min_length=10, eos_token_id=EOS)
+    with pytest.raises(dk.ParameterError, match=r"min_length=10 counts the prompt.*prompt_length=N"):
+        generation_chain(config)
+    assert generation_chain(config, prompt_length=4) == f"min_new_tokens(6, [{EOS}]) | greedy"
+    assert generation_chain(config, prompt_length=12) == "greedy"
+    both = GenerationConfig(min_length=10, min_new_tokens=2, eos_token_id=EOS)  # min_new_tokens wins, as in HF
+    assert generation_chain(both) == f"min_new_tokens(2, [{EOS}]) | greedy"
+
+
+def test_a_directory_a_model_and_an_hfmodel_give_their_config(tmp_path: Path, build_gpt2: Callable[..., Any]) -> None:
+    hf = build_gpt2(seed=1)
+    assert generation_chain(tmp_path) == "greedy"  # no generation_config.json: generate()'s defaults
+    hf.generation_config = GenerationConfig(do_sample=True, temperature=0.7, top_k=20, eos_token_id=EOS)
+    hf.save_pretrained(tmp_path)
+    expected = "temperature(0.7) | top_k(20) | sample"
+    assert generation_chain(tmp_path) == generation_chain(hf) == generation_chain(HFModel(hf)) == expected
+    assert HFModel(hf).default_chain == expected
+    with pytest.raises(dk.ParameterError, match="is not a directory"):
+        generation_chain(tmp_path / "missing")
+    with pytest.raises(dk.ParameterError, match="source=int is invalid"):
+        generation_chain(3)
+
+
+def test_default_chain_is_none_without_sampling_options(build_gpt2: Callable[..., Any]) -> None:
+    """A model whose generation config only carries token ids (derived from its config, as for a checkpoint
+    without generation_config.json) leaves the caller's default; one that refuses raises on reading."""
+    hf = build_gpt2(seed=1)
+    assert HFModel(hf).default_chain is None
+    hf.generation_config = GenerationConfig(num_beams=2, eos_token_id=EOS)
+    with pytest.raises(dk.ParameterError, match="num_beams=2"):
+        _ = HFModel(hf).default_chain
+
+
+GREEDY: list[dict[str, Any]] = [
+    {"repetition_penalty": 1.8},
+    {"no_repeat_ngram_size": 2, "sequence_bias": [[[5, 17], -3.0], [[9], 2.5]]},
+    {"bad_words_ids": [[3], [8, 9]], "suppress_tokens": [44, 60], "begin_suppress_tokens": [2]},
+    {"min_new_tokens": 12, "exponential_decay_length_penalty": (4, 1.5), "repetition_penalty": 1.2},
+    {"temperature": 0.5, "top_k": 3, "top_p": 0.5},  # do_sample=False: the warpers are not applied
+]
+
+
+@pytest.mark.parametrize("options", GREEDY, ids=lambda o: ",".join(o))
+def test_greedy_generate_equals_dk_generate(build_gpt2: Callable[..., Any], options: dict[str, Any]) -> None:
+    hf = build_gpt2(seed=2)
+    eos = [EOS, 60]
+    config = GenerationConfig(do_sample=False, eos_token_id=eos, pad_token_id=0, max_new_tokens=40, **options)
+    prompt = [5, 17, 3, 9, 44, 2, 8, 8, 9, 60]
+    with generation_config(hf, config), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
+    model = HFModel(hf)
+    with generation_config(hf, config):
+        text = model.default_chain
+    assert text is not None
+    ours = dk.generate(model, [prompt], chain=text, max_new_tokens=40, stop_tokens=eos, cache="dense")
+    assert ours.tokens[0] == theirs[0, len(prompt) :].tolist()
