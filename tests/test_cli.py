@@ -266,7 +266,9 @@ def test_a_mistyped_value_names_it_and_the_close_choice(capsys: pytest.CaptureFi
     assert "'--top-p': 'abc': Input should be a valid number" in err[3]
 
 
-def test_samplers_shows_a_parameters_pattern(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_samplers_shows_a_parameters_pattern(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A parameter whose only constraint is a regex (`Field(pattern=...)`) was listed with no bounds at all."""
     from decodekit_cli import main
 
