@@ -17,8 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import Field
+
 from decodekit import hookimpl
 from decodekit.hookspecs import Registrar
+from decodekit.params import Params
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -98,3 +101,29 @@ class DuplicatePlugin:
 
 
 duplicate = DuplicatePlugin()
+
+
+class PatternParams(Params):
+    word: str = Field("top", pattern=r"^[a-z]+(_[a-z]+)*$", description="a lower-case word")
+
+
+class Unchanged:
+    """A processor that returns the logits as they are (its parameter only has to be listed)."""
+
+    def __init__(self, params: PatternParams | None = None, /, **kwargs: Any) -> None:
+        self.params = params
+
+    def __call__(self, logits: Tensor, ctx: object) -> Tensor:
+        return logits
+
+
+class PatternPlugin:
+    """Registers `test_pattern`, whose parameter allows what a regex matches and nothing else says so
+    (`DECODEKIT_EXTRA_PLUGINS=cli_testplugin:pattern`)."""
+
+    @hookimpl
+    def register_samplers(self, register: object) -> None:
+        register("test_pattern", f"{__name__}:Unchanged", PatternParams, "returns the logits", kind="processor")  # type: ignore[operator]
+
+
+pattern = PatternPlugin()

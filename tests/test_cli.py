@@ -266,6 +266,25 @@ def test_a_mistyped_value_names_it_and_the_close_choice(capsys: pytest.CaptureFi
     assert "'--top-p': 'abc': Input should be a valid number" in err[3]
 
 
+def test_samplers_shows_a_parameters_pattern(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parameter whose only constraint is a regex (`Field(pattern=...)`) was listed with no bounds at all."""
+    from decodekit_cli import main
+
+    monkeypatch.setenv("DECODEKIT_EXTRA_PLUGINS", "cli_testplugin:pattern")
+    dk.reload_plugins()
+    try:
+        assert main(["samplers", "--json", "test_pattern"]) == 0
+        (word,) = json.loads(capsys.readouterr().out)["samplers"][0]["params"]
+        assert word["bounds"] == "matches '^[a-z]+(_[a-z]+)*$'"
+        assert main(["samplers", "test_pattern"]) == 0
+        assert "    word  str  matches '^[a-z]+(_[a-z]+)*$'  default 'top'\n" in capsys.readouterr().out
+    finally:
+        monkeypatch.delenv("DECODEKIT_EXTRA_PLUGINS")
+        dk.reload_plugins()
+
+
 def test_samplers_lists_the_models_with_their_parameters(capsys: pytest.CaptureFixture[str]) -> None:
     """`decodekit samplers hf`: a model's parameters, as a sampler's are shown (the bounds its errors use)."""
     from decodekit_cli import main

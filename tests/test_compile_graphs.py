@@ -91,9 +91,20 @@ def test_a_chain_with_dry_compiles_one_step_graph_without_breaks(graphs: list[to
     compiled = dk.generate(model, prompts, compile=True, **options).tokens
     assert compiled == eager
     assert sum(torch._dynamo.utils.counters["graph_break"].values()) == 0
-    # The model's two graphs, and the step's two: a ragged row's length reads `ctx.step`, an int, which dynamo
-    # takes as a constant at step 0 and as a symbol from step 1 on; 12 tokens, histories of 5 to 16, no more.
-    assert len(graphs) == 4
+    # The model's two graphs, and the step's one: a ragged row's length reads `ctx.step`, a symbol from the first
+    # graph on (`test_a_stage_that_reads_the_step_compiles_no_graph_for_step_0`); histories of 5 to 16, no more.
+    assert len(graphs) == 3
+
+
+def test_a_stage_that_reads_the_step_compiles_no_graph_for_step_0(graphs: list[torch.fx.GraphModule]) -> None:
+    """`min_new_tokens` branches on `ctx.step`: one step graph while the stop tokens are removed, one after, and
+    none for step 0 alone. Before: the step was a plain int, which dynamo takes as a constant in a function's first
+    graph and as a symbol once it changed, so step 0 had a graph of its own (3 step graphs, 5 in all)."""
+    model = tiny_gpt()
+    options: dict[str, Any] = {"chain": "min_new_tokens(3, [0]) | greedy", "max_new_tokens": 8, "cache": "dense"}
+    eager = dk.generate(model, BATCHES[0], **options).tokens
+    assert dk.generate(model, BATCHES[0], compile=True, **options).tokens == eager
+    assert len(graphs) == 4  # the model's two; the step's at steps 0-2 (stop tokens removed), then at 3 on
 
 
 def test_a_ray_actor_compiles_as_many_graphs_whatever_its_last_batch(

@@ -40,8 +40,12 @@ def test_a_parameters_own_bounds_name_it() -> None:
         p: float = Field(gt=0, le=1, allow_inf_nan=False)
         tokens: tuple[TokenId, ...] = Field(min_length=1)
         k: int = Field(1, ge=1)
+        word: str = Field("a", pattern=r"^[a-z]+\d?$", min_length=1)
+        compiled: str = Field("x", pattern=re.compile("x+"))
 
     fields = P.model_fields
+    assert bounds_text(fields["word"].metadata, "word") == r"non-empty, matches '^[a-z]+\d?$'"  # before: only non-empty
+    assert bounds_text(fields["compiled"].metadata, "compiled") == "matches 'x+'"
     assert bounds_text(fields["p"].metadata, "p") == "0 < p ≤ 1, finite"
     assert bounds_text(fields["tokens"].metadata, "tokens") == "non-empty"
     assert bounds_text(fields["k"].metadata, "k") == "1 ≤ k"

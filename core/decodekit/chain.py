@@ -11,6 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
+from torch.fx.experimental.sym_node import DynamicInt  # torch's int that compiles as a symbol (not in `torch.`)
 
 from decodekit import compiling
 from decodekit.chain_string import parse_chain_string
@@ -242,9 +243,15 @@ class Chain:
             step = compiling.compiled(self._select, "the chain's step", dynamic=None, options=options)
 
             def select(logits: Tensor, ctx: DecodeContext) -> Tensor:
-                # The history grows a column a step: dynamic from the first graph, not recompiled at the second step.
+                # The history grows a column a step, and `ctx.step` counts: both dynamic from the first graph, not
+                # recompiled at the second step (dynamo takes a plain int as a constant in its first graph).
                 torch._dynamo.maybe_mark_dynamic(ctx.tokens, 1)
-                return step(logits, ctx)
+                count = ctx.step
+                ctx.step = DynamicInt(count)
+                try:
+                    return step(logits, ctx)
+                finally:
+                    ctx.step = count
 
             twin._select = select  # type: ignore[method-assign]
             self._compiled = twin

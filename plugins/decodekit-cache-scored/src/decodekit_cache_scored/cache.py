@@ -34,7 +34,7 @@ from torch import Tensor
 from decodekit.cache import capacity_error, row_index
 from decodekit.errors import ParameterError, PluginError
 from decodekit.spec import CacheSpec
-from decodekit.storage import SlotWritable, check_memory, float_slot_bytes, lookup_storage
+from decodekit.storage import SlotWritable, check_keys, check_memory, float_slot_bytes, lookup_storage
 from decodekit_cache_scored.params import ScoredParams
 from decodekit_cache_scored.policies import Policy
 from decodekit_cache_scored.prefill_only import PrefillOnly
@@ -179,8 +179,13 @@ class ScoredCache:
         mode = self._prefill_only
         if mode is None:
             return self._update(layer, k, v)
+        try:
+            st = self._layers[layer]
+        except IndexError:  # a layer past the spec's: refused naming n_layers (`_update` too)
+            check_keys(self.spec, layer, k)
+            raise
         # Checked before any work, the prompt too: a prompt past the capacity leaves no room for a token.
-        held = self._layers[layer].length + mode.appended[layer]
+        held = st.length + mode.appended[layer]
         if held + k.shape[2] > self.spec.capacity:
             raise capacity_error(f"{self.name}(prefill_only=True)", layer, held, k.shape[2], self.spec.capacity)
         if held == 0:  # the prompt, compressed as every scored cache compresses it
@@ -191,7 +196,11 @@ class ScoredCache:
 
     @_eager
     def _update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        st = self._layers[layer]
+        try:
+            st = self._layers[layer]
+        except IndexError:  # a layer past the spec's: refused naming n_layers, as every cache refuses it
+            check_keys(self.spec, layer, k)
+            raise
         if not st.observed:
             raise PluginError(
                 f"{self.name}: layer {layer} was fed again before the model handed its queries to observe(); "

@@ -27,6 +27,7 @@ from decodekit_cli.errors import (
     report_error,
     report_warning,
 )
+from decodekit_cli.torch_logs import torch_warnings_in_one_line
 
 if TYPE_CHECKING:
     from decodekit_cli.sampling_options import SamplingOptions
@@ -622,7 +623,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     previous = warnings.showwarning
     warnings.showwarning = _show_warning
     try:
-        status = typer.main.get_command(app).main(args=args, prog_name="decodekit", standalone_mode=False)
+        with torch_warnings_in_one_line():
+            status = typer.main.get_command(app).main(args=args, prog_name="decodekit", standalone_mode=False)
         sys.stdout.flush()  # here, not at exit, where a closed pipe is "Exception ignored" and status 120
     except (_BrokenPipeError, BrokenPipeError):
         return _quiet_after_broken_pipe()

@@ -83,7 +83,8 @@ def _param_report(name: str, field: FieldInfo, schema: dict[str, Any]) -> dict[s
 
 
 def bounds_text(metadata: Iterable[object], name: str) -> str:
-    """A parameter's own constraints: `0 < p ≤ 1, finite`, `non-empty`; empty when it has none."""
+    """A parameter's own constraints: `0 < p ≤ 1, finite`, `non-empty`, `matches '^[a-z]+$'`; empty when it has
+    none."""
     found = [interval_text(metadata, name)]
     for m in constraints(metadata):
         if isinstance(m, annotated_types.MinLen) and m.min_length > 0:
@@ -92,6 +93,8 @@ def bounds_text(metadata: Iterable[object], name: str) -> str:
             found.append(f"at most {m.max_length} items")
         elif getattr(m, "allow_inf_nan", None) is False:
             found.append("finite")
+        if (pattern := getattr(m, "pattern", None)) is not None:  # Field(pattern=...): a str or a compiled regex
+            found.append(f"matches '{getattr(pattern, 'pattern', pattern)}'")
     return ", ".join(filter(None, found))
 
 

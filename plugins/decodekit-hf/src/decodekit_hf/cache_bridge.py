@@ -17,16 +17,16 @@ know only contiguous slots. Such a forward runs through the `decodekit` attentio
 with SDPA and hands the queries to `observe` (`decodekit.cache.cached_attention`, as the
 reference GPT does). The bridge then tells transformers' mask code that the block sees only
 itself (`get_mask_sizes`), so transformers builds no mask at all. The forward's cache reaches
-the function through a context variable (`cache_attention`), not a keyword: several decoder
+the function through a thread-local (`cache_attention`), not a keyword: several decoder
 layers (StableLM, Nemotron, ...) drop the keywords they are given before they call attention.
 Outside `cache_attention` the function is transformers' own SDPA attention.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,17 +67,25 @@ class CacheAttention:
         return cached_attention(self.kv, layer, q, k, v, self.positions, scale=scale)
 
 
-_ACTIVE: ContextVar[CacheAttention | None] = ContextVar("decodekit_cache_attention", default=None)
+class _Active(threading.local):
+    """The `CacheAttention` of this thread's forward (None outside `cache_attention`). Not a ContextVar: dynamo
+    cannot trace its `get`, which broke the graph in every attention layer under `compile=True`, and each layer's
+    attention, a frame of its own, then recompiled per layer (`layer_idx`) up to dynamo's limit, with its warning."""
+
+    attention: CacheAttention | None = None
+
+
+_ACTIVE = _Active()
 
 
 @contextmanager
 def cache_attention(attention: CacheAttention) -> Iterator[None]:
     """Within this block `decodekit_attention` attends through `attention` (one forward of `HFModel`)."""
-    token = _ACTIVE.set(attention)
+    outer, _ACTIVE.attention = _ACTIVE.attention, attention
     try:
         yield
     finally:
-        _ACTIVE.reset(token)
+        _ACTIVE.attention = outer
 
 
 def decodekit_attention(
@@ -92,7 +100,7 @@ def decodekit_attention(
 ) -> tuple[Tensor, None]:
     """transformers' attention interface: `[B, T, H, D]`, through the decodekit cache inside `cache_attention`,
     else transformers' SDPA attention unchanged."""
-    attention = _ACTIVE.get()
+    attention = _ACTIVE.attention
     if attention is None:
         out: tuple[Tensor, None] = sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
