@@ -11,7 +11,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
-from torch.fx.experimental.sym_node import DynamicInt  # torch's int that compiles as a symbol (not in `torch.`)
+
+try:
+    from torch.fx.experimental.sym_node import DynamicInt as _DynamicInt
+except ImportError:  # torch before 2.9
+    _DynamicInt = None  # type: ignore[assignment, misc]
 
 from decodekit import compiling
 from decodekit.chain_string import parse_chain_string
@@ -247,7 +251,7 @@ class Chain:
                 # recompiled at the second step (dynamo takes a plain int as a constant in its first graph).
                 torch._dynamo.maybe_mark_dynamic(ctx.tokens, 1)
                 count = ctx.step
-                ctx.step = DynamicInt(count)
+                ctx.step = _dynamic_int(count)
                 try:
                     return step(logits, ctx)
                 finally:
@@ -322,6 +326,12 @@ class Picked:
 
 
 _CODE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
+
+
+def _dynamic_int(value: int) -> int:
+    """`value` as torch's `DynamicInt` (compiled as a symbol; 2.9 on, not in `torch.`), else the plain int, whose
+    first graph then takes it as a constant (one graph more)."""
+    return value if _DynamicInt is None else _DynamicInt(value)
 
 
 def _guards_on_the_inputs(entries: Sequence[Any]) -> list[bool]:
