@@ -45,5 +45,13 @@ class TestTopA(_Truncation):
     spec = ("top_a", {"a": 0.5})
 
 
+class TestTopH(_Truncation):
+    spec = ("top_h", {"h": 0.5})
+
+
+class TestTopHFewCandidates(_Truncation):
+    spec = ("top_h", {"h": 1.0, "top_n": 3})
+
+
 class TestXTC(_Truncation):
     spec = ("xtc", {"probability": 0.5, "threshold": 0.05})
