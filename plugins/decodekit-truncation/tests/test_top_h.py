@@ -60,7 +60,7 @@ def test_rows_an_earlier_stage_cut_match_transformers(h: float) -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("h", H)
 @pytest.mark.parametrize("seed", range(6))
-def test_edge_rows_keep_transformers_set_and_the_ties_of_its_last_token(seed: int, h: float, dtype: torch.dtype) -> None:
+def test_edge_rows_keep_transformers_set_and_its_last_tokens_ties(seed: int, h: float, dtype: torch.dtype) -> None:
     """Ties, all-equal and one-hot rows, one finite token, half-removed rows: ours is transformers' kept set
     plus exactly the tokens tied with its least probable kept one (which `topk` lists in any order)."""
     x = edge_logits(300, seed=seed, dtype=dtype)
