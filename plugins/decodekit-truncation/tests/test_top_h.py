@@ -128,3 +128,35 @@ def test_a_row_does_not_depend_on_its_batch() -> None:
     together = ours(x, 0.5)
     assert torch.equal(together, torch.cat([ours(x[b : b + 1], 0.5) for b in range(8)]))
     assert torch.equal(together[2:5], ours(x[2:5], 0.5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("text", ["top_h(0.4)", "top_k(60) | top_h(0.9)", "top_h(1.0, 30) | top_p(0.9)"])
+def test_the_candidate_fast_path_is_the_dense_result(text: str, dtype: torch.dtype) -> None:
+    """Continuous and tied rows: the chain's candidates (rows that do not fit them are NaN, redone densely)
+    are what `process` gives densely, and the fast path keeps at most 2 * top_n tokens."""
+    from decodekit.stage import Candidates, densify
+
+    chain = dk.Chain.parse(text)
+    for ties in (False, True):
+        x = random_logits(16, 4000, seed=9, ties=ties, dtype=dtype)
+        ctx = dk.DecodeContext(tokens=torch.zeros(16, 1).long())
+        fast = chain._process_fast(x.clone(), ctx)
+        assert isinstance(fast, Candidates) and fast.values.shape[1] <= 200
+        held = ~torch.isnan(fast.values).any(-1)
+        assert int(held.sum()) >= (16 if not ties else 1)
+        assert torch.equal(densify(fast, 4000)[held], chain.process(x, ctx)[held].to(dtype))
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("compile")  # as tests/test_step_sync_free.py: inductor once per worker
+def test_compiles_as_one_graph_dense_and_on_candidates() -> None:
+    """fullgraph=True fails on any graph break, a host read included."""
+    x = random_logits(2, 5000, seed=1)
+    ctx = dk.DecodeContext(tokens=torch.zeros(2, 1).long())
+    top_h = dk.create("top_h", h=0.6)
+    assert torch.equal(torch.compile(top_h, fullgraph=True)(x, ctx), top_h(x, ctx))
+    chain = dk.Chain.parse("temperature(0.8) | top_h(0.6) | top_p(0.95)")
+    got, expected = torch.compile(chain._process_fast, fullgraph=True)(x, ctx), chain._process_fast(x, ctx)
+    assert isinstance(got, dk.Candidates) and isinstance(expected, dk.Candidates)
+    assert torch.equal(got.indices[torch.isfinite(got.values)], expected.indices[torch.isfinite(expected.values)])

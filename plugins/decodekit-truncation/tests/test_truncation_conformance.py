@@ -49,8 +49,12 @@ class TestTopH(_Truncation):
     spec = ("top_h", {"h": 0.5})
 
 
-class TestTopHFewCandidates(_Truncation):
+class TestTopHFewCandidates(_Truncation):  # 2 * top_n < V = 64: the fast path is taken
     spec = ("top_h", {"h": 1.0, "top_n": 3})
+
+
+class TestTopHFastPath(_Truncation):
+    spec = ("top_h", {"h": 0.7, "top_n": 20})
 
 
 class TestXTC(_Truncation):
