@@ -43,7 +43,7 @@ def register_samplers(register: SamplerRegistrar) -> None:
         "top_h",
         "decodekit_truncation.top_h:TopH",
         TopHParams,
-        "Top-H: keep the most probable tokens while their entropy stays within h times the top-100 entropy",
+        "Top-H: keep the most probable tokens while their entropy terms stay within h times the top-n entropy",
     )
     register(
         "xtc",
