@@ -21,6 +21,14 @@ def test_registered_by_this_distribution() -> None:
         check_registered(name, distribution="decodekit-adaptive", kind=kind)
 
 
+def test_every_sampler_of_this_distribution_is_checked_here() -> None:
+    """A sampler added to the distribution joins the parametrized checks of this file (and is named here)."""
+    from decodekit import get_registry
+
+    registered = {name for name, entry in get_registry().samplers.items() if entry.distribution == "decodekit-adaptive"}
+    assert registered == set(CHAINS)
+
+
 @pytest.mark.parametrize("name", CHAINS)
 def test_chain_string_fills_parameters_in_order_and_round_trips(name: str) -> None:
     check_chain_string(*CHAINS[name])

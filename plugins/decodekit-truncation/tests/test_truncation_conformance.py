@@ -59,3 +59,17 @@ class TestTopHFastPath(_Truncation):
 
 class TestXTC(_Truncation):
     spec = ("xtc", {"probability": 0.5, "threshold": 0.05})
+
+
+def test_every_sampler_of_this_distribution_has_a_suite() -> None:
+    from decodekit import get_registry
+
+    suites = {
+        cls.spec[0]
+        for cls in globals().values()
+        if isinstance(cls, type) and issubclass(cls, _Truncation) and isinstance(getattr(cls, "spec", None), tuple)
+    }
+    registered = {
+        name for name, entry in get_registry().samplers.items() if entry.distribution == "decodekit-truncation"
+    }
+    assert registered == suites
