@@ -41,3 +41,18 @@ class TestMirostatV2(SelectorConformance):
         p = logits.double().softmax(-1)
         p = torch.where(p >= 2.0**-4, p, 0.0)
         return p / p.sum(-1, keepdim=True)
+
+
+class TestMirostat(SelectorConformance):
+    """A fresh context per draw, mu = 2 * tau = 2 bits. On the default row (logits 2, 1, 0.5, -inf, -1, 1) the
+    Zipf estimate is s = 1.507 and k = (0.507 * 2^2 / (1 - 6^-0.507))^(1/1.507) = 2.25: the top two, and the
+    token tied with the second."""
+
+    def make(self) -> Any:
+        return dk.create("mirostat", tau=1.0, eta=0.1)
+
+    def distribution(self, logits: Tensor) -> Tensor:
+        x = logits.double()
+        cut = x.sort(-1, descending=True).values[:, 1:2]
+        p = torch.where(x >= cut, x.softmax(-1), 0.0)
+        return p / p.sum(-1, keepdim=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from decodekit_gpt.gpt import GPT, GPTConfig
 
@@ -16,8 +17,9 @@ def tiny_gpt() -> GPT:
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
 
 
-def test_mirostat_state_resets_each_generation() -> None:
-    model, chain = tiny_gpt(), dk.Chain.parse("mirostat_v2(3.0, 0.5)")
+@pytest.mark.parametrize("text", ["mirostat(3.0, 0.5)", "mirostat_v2(3.0, 0.5)"])
+def test_mirostat_state_resets_each_generation(text: str) -> None:
+    model, chain = tiny_gpt(), dk.Chain.parse(text)
     first = dk.generate(model, PROMPTS, chain=chain, max_new_tokens=12, cache="none", seed=3)
     second = dk.generate(model, PROMPTS, chain=chain, max_new_tokens=12, cache="none", seed=3)
     assert first.tokens == second.tokens  # same chain object: mu started at 2 * tau both times
@@ -26,7 +28,7 @@ def test_mirostat_state_resets_each_generation() -> None:
 def test_first_row_alone_equals_the_first_row_of_a_ragged_batch() -> None:
     # Row 0's generator comes from (seed, row 0) whatever the batch; its mu is its own.
     model = tiny_gpt()
-    for text in ("mirostat_v2(3.0, 0.5)", "dynamic_temperature(1.0, 0.5) | gumbel"):
+    for text in ("mirostat(3.0, 0.5)", "mirostat_v2(3.0, 0.5)", "dynamic_temperature(1.0, 0.5) | gumbel"):
         batch = dk.generate(model, PROMPTS, chain=text, max_new_tokens=12, cache="none", seed=5)
         alone = dk.generate(model, PROMPTS[:1], chain=text, max_new_tokens=12, cache="none", seed=5)
         assert alone.tokens[0] == batch.tokens[0], text

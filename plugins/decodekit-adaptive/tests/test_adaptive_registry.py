@@ -9,15 +9,24 @@ from decodekit.testing.registry import check_bad_parameters, check_chain_string,
 
 CHAINS = {
     "dynamic_temperature": ("dynamic_temperature(1.0, 0.5)", {"temp": 1.0, "delta": 0.5, "exponent": 1.0}),
+    "mirostat": ("mirostat(5.0, 0.1, 50)", {"tau": 5.0, "eta": 0.1, "m": 50}),
     "mirostat_v2": ("mirostat_v2(5.0, 0.1)", {"tau": 5.0, "eta": 0.1}),
     "gumbel": ("gumbel", {}),
 }
-KINDS = {"dynamic_temperature": "processor", "mirostat_v2": "selector", "gumbel": "selector"}
+KINDS = {"dynamic_temperature": "processor", "mirostat": "selector", "mirostat_v2": "selector", "gumbel": "selector"}
 
 
 def test_registered_by_this_distribution() -> None:
     for name, kind in KINDS.items():
         check_registered(name, distribution="decodekit-adaptive", kind=kind)
+
+
+def test_every_sampler_of_this_distribution_is_checked_here() -> None:
+    """A sampler added to the distribution joins the parametrized checks of this file (and is named here)."""
+    from decodekit import get_registry
+
+    registered = {name for name, entry in get_registry().samplers.items() if entry.distribution == "decodekit-adaptive"}
+    assert registered == set(CHAINS)
 
 
 @pytest.mark.parametrize("name", CHAINS)
@@ -38,6 +47,9 @@ def test_selectors_end_a_chain() -> None:
         ("dynamic_temperature", {"temp": -1.0, "delta": 0.5}, ["temp=-1.0", "0 <= temp"]),
         ("dynamic_temperature", {"temp": 1.0, "delta": -0.5}, ["delta=-0.5", "0 <= delta"]),
         ("dynamic_temperature", {"temp": 1.0, "delta": 0.5, "exponent": -1.0}, ["exponent=-1.0", "0 <= exponent"]),
+        ("mirostat", {"tau": -1.0}, ["mirostat", "tau=-1.0", "0 <= tau <= 10000.0"]),
+        ("mirostat", {"eta": 1.5}, ["eta=1.5", "0 <= eta <= 1"]),
+        ("mirostat", {"m": 1}, ["m=1", "2 <= m"]),
         ("mirostat_v2", {"tau": -1.0}, ["tau=-1.0", "0 <= tau"]),
         ("mirostat_v2", {"eta": 1.5}, ["eta=1.5", "0 <= eta <= 1"]),
         ("gumbel", {"temperature": 1.0}, ["unknown parameter temperature=1.0", "none"]),

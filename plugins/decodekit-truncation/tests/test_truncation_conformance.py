@@ -45,5 +45,31 @@ class TestTopA(_Truncation):
     spec = ("top_a", {"a": 0.5})
 
 
+class TestTopH(_Truncation):
+    spec = ("top_h", {"h": 0.5})
+
+
+class TestTopHFewCandidates(_Truncation):  # 2 * top_n < V = 64: the fast path is taken
+    spec = ("top_h", {"h": 1.0, "top_n": 3})
+
+
+class TestTopHFastPath(_Truncation):
+    spec = ("top_h", {"h": 0.7, "top_n": 20})
+
+
 class TestXTC(_Truncation):
     spec = ("xtc", {"probability": 0.5, "threshold": 0.05})
+
+
+def test_every_sampler_of_this_distribution_has_a_suite() -> None:
+    from decodekit import get_registry
+
+    suites = {
+        cls.spec[0]
+        for cls in globals().values()
+        if isinstance(cls, type) and issubclass(cls, _Truncation) and isinstance(getattr(cls, "spec", None), tuple)
+    }
+    registered = {
+        name for name, entry in get_registry().samplers.items() if entry.distribution == "decodekit-truncation"
+    }
+    assert registered == suites

@@ -42,6 +42,7 @@ CASES: list[tuple[str, dict[str, Any], Callable[[], Any]]] = [
     ),
     ("eta", {"epsilon": 3e-4}, lambda: logits_process.EtaLogitsWarper(3e-4)),
     ("eta", {"epsilon": 4e-3, "min_keep": 4}, lambda: logits_process.EtaLogitsWarper(4e-3, min_tokens_to_keep=4)),
+    ("top_h", {"h": 0.4}, lambda: logits_process.TopHLogitsWarper(0.4)),
 ]
 
 

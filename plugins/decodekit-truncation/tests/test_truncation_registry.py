@@ -13,6 +13,7 @@ CHAINS = {
     "eta": ("eta(0.002)", {"epsilon": 0.002, "min_keep": 1}),
     "top_n_sigma": ("top_n_sigma(1.0)", {"n": 1.0}),
     "top_a": ("top_a(0.2)", {"a": 0.2, "min_keep": 1}),
+    "top_h": ("top_h(0.4, 50)", {"h": 0.4, "top_n": 50}),
     "xtc": ("xtc(0.5, 0.1)", {"probability": 0.5, "threshold": 0.1, "min_keep": 1}),
 }
 
@@ -20,6 +21,16 @@ CHAINS = {
 def test_registered_by_this_distribution() -> None:
     for name in CHAINS:
         check_registered(name, distribution="decodekit-truncation", kind="processor")
+
+
+def test_every_sampler_of_this_distribution_is_checked_here() -> None:
+    """A sampler added to the distribution joins the parametrized checks of this file (and is named here)."""
+    from decodekit import get_registry
+
+    registered = {
+        name for name, entry in get_registry().samplers.items() if entry.distribution == "decodekit-truncation"
+    }
+    assert registered == set(CHAINS)
 
 
 @pytest.mark.parametrize("name", CHAINS)
@@ -37,6 +48,9 @@ def test_chain_string_fills_parameters_in_order_and_round_trips(name: str) -> No
         ("eta", {"epsilon": -0.1}, ["epsilon=-0.1", "0 < epsilon < 1"]),
         ("top_n_sigma", {"n": -1.0}, ["n=-1.0", "0 <= n"]),
         ("top_a", {"a": 2.0}, ["a=2.0", "0 <= a <= 1"]),
+        ("top_h", {"h": 0.0}, ["top_h", "h=0.0", "0 < h <= 1"]),
+        ("top_h", {"h": 1.5}, ["h=1.5", "0 < h <= 1"]),
+        ("top_h", {"h": 0.4, "top_n": 0}, ["top_n=0", "1 <= top_n"]),
         ("xtc", {"probability": 1.5}, ["probability=1.5", "0 <= probability <= 1"]),
         ("xtc", {"probability": 0.5, "threshold": -0.1}, ["threshold=-0.1", "0 <= threshold <= 1"]),
         ("min_p", {"p": 0.1, "k": 3}, ["unknown parameter k=3", "p, min_keep"]),

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from decodekit.stage import SelectorBase
+from decodekit_adaptive._mirostat import draw_kept, steer
 from decodekit_adaptive.params import MirostatV2Params
 
 if TYPE_CHECKING:
@@ -40,15 +41,6 @@ class MirostatV2(SelectorBase[MirostatV2Params]):
         floor = torch.minimum(torch.exp2(-mu).to(p.device)[:, None], p.amax(-1, keepdim=True))  # [B, 1]
         # p where p >= floor, else 0; branch-free (min with +-inf, then clamp), as truncation's remove_below.
         kept = torch.minimum(p, torch.copysign(torch.tensor(torch.inf, device=p.device), p - floor)).clamp_(min=0.0)
-        # Inverse CDF of the kept tokens, renormalised, at one uniform per row from the row's generator
-        # (as decodekit.sample.inverse_cdf); removed tokens have zero width and are never drawn.
-        cdf = kept.cumsum_(-1)
-        mass = cdf[:, -1:]  # [B, 1] probability kept
-        u = ctx.uniform().to(p.device)[:, None]
-        target = torch.minimum(u * mass, torch.nextafter(mass, torch.zeros_like(mass)))
-        tokens = torch.searchsorted(cdf, target, right=True).clamp_(max=p.shape[-1] - 1)  # NaN rows land past the end
-        surprise = -torch.log2(p.gather(-1, tokens) / mass).squeeze(-1)  # of the renormalised probability
-        # A row that cannot be sampled (the chain reports it) keeps its mu.
-        step = self.params.eta * (surprise.to(mu.device, mu.dtype) - self.params.tau)
-        mu.sub_(torch.where(torch.isfinite(step), step, 0.0))
+        tokens, surprise = draw_kept(p, kept, ctx)
+        steer(mu, surprise, self.params.tau, self.params.eta)
         return tokens.squeeze(-1)

@@ -6,7 +6,7 @@ from pydantic import Field
 
 from decodekit.params import NoParams, Params
 
-__all__ = ["DynamicTemperatureParams", "GumbelParams", "MirostatV2Params"]
+__all__ = ["DynamicTemperatureParams", "GumbelParams", "MirostatParams", "MirostatV2Params"]
 
 
 class DynamicTemperatureParams(Params):
@@ -22,6 +22,16 @@ class DynamicTemperatureParams(Params):
     )
     exponent: float = Field(
         1.0, ge=0, allow_inf_nan=False, description="temperature = low + (high - low) * normalised_entropy ** exponent"
+    )
+
+
+class MirostatParams(Params):
+    tau: float = Field(
+        5.0, ge=0, le=1e4, allow_inf_nan=False, description="target surprise in bits; mu starts at 2 * tau"
+    )
+    eta: float = Field(0.1, ge=0, le=1, allow_inf_nan=False, description="learning rate of mu")
+    m: int = Field(
+        100, ge=2, description="the Zipf exponent is estimated from the m most probable tokens (llama.cpp: 100)"
     )
 
 

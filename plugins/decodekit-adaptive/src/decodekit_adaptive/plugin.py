@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decodekit import hookimpl
 from decodekit.hookspecs import SamplerRegistrar
-from decodekit_adaptive.params import DynamicTemperatureParams, GumbelParams, MirostatV2Params
+from decodekit_adaptive.params import DynamicTemperatureParams, GumbelParams, MirostatParams, MirostatV2Params
 
 
 @hookimpl
@@ -14,6 +14,13 @@ def register_samplers(register: SamplerRegistrar) -> None:
         "decodekit_adaptive.dynamic_temperature:DynamicTemperature",
         DynamicTemperatureParams,
         "Temperature scaled by the normalised entropy, within temp +- delta (llama.cpp temp_ext)",
+    )
+    register(
+        "mirostat",
+        "decodekit_adaptive.mirostat:Mirostat",
+        MirostatParams,
+        "Mirostat (v1): keep a top-k sized from the estimated Zipf exponent and mu, sample, steer mu towards tau",
+        kind="selector",
     )
     register(
         "mirostat_v2",

@@ -14,6 +14,7 @@ __all__ = [
     "EtaParams",
     "MinPParams",
     "TopAParams",
+    "TopHParams",
     "TopNSigmaParams",
     "TypicalParams",
     "XTCParams",
@@ -61,6 +62,16 @@ class TopAParams(Params):
         ge=0, le=1, allow_inf_nan=False, description="keep tokens with probability >= a * p_max**2 (0: no-op)"
     )
     min_keep: int = Field(1, ge=1, description=_MIN_KEEP)
+
+
+class TopHParams(Params):
+    h: float = Field(
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="keep the most probable tokens while their entropy terms sum to <= h * the top_n entropy",
+    )
+    top_n: int = Field(100, ge=1, description="the candidates: the top_n most probable tokens (transformers: 100)")
 
 
 class XTCParams(Params):

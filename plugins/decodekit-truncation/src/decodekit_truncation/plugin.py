@@ -9,6 +9,7 @@ from decodekit_truncation.params import (
     EtaParams,
     MinPParams,
     TopAParams,
+    TopHParams,
     TopNSigmaParams,
     TypicalParams,
     XTCParams,
@@ -38,6 +39,12 @@ def register_samplers(register: SamplerRegistrar) -> None:
         "Keep tokens whose logit is >= max - n * std of the logits",
     )
     register("top_a", "decodekit_truncation.top_a:TopA", TopAParams, "Keep tokens with p >= a * p_max**2")
+    register(
+        "top_h",
+        "decodekit_truncation.top_h:TopH",
+        TopHParams,
+        "Top-H: keep the most probable tokens while their entropy terms stay within h times the top-n entropy",
+    )
     register(
         "xtc",
         "decodekit_truncation.xtc:XTC",

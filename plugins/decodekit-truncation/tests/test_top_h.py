@@ -1,0 +1,162 @@
+"""top_h against transformers 5's `TopHLogitsWarper`, by hand, and row by row.
+
+Exact on continuous logits (the same arithmetic on the float32 copy). Chosen and pinned here: every token
+tied with the last one kept stays, where transformers keeps those its `torch.topk` lists first (its choice
+depends on the sort, and the device); half-precision logits are judged in float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import Tensor
+
+import decodekit as dk
+from decodekit.testing.inputs import edge_logits, random_logits
+
+logits_process = pytest.importorskip("transformers.generation.logits_process")
+
+H = (0.05, 0.4, 0.9, 1.0)
+
+
+def ours(x: Tensor, h: float, **params: object) -> Tensor:
+    out: Tensor = dk.create("top_h", h=h, **params)(x.clone(), dk.DecodeContext(tokens=torch.zeros(len(x), 1).long()))
+    return out
+
+
+def theirs(x: Tensor, h: float) -> Tensor:
+    """transformers' result on the float32 copy of `x`."""
+    out: Tensor = logits_process.TopHLogitsWarper(top_h=h)(torch.zeros(len(x), 1).long(), x.float())
+    return out
+
+
+def kept(probs: list[float], h: float, **params: object) -> list[int]:
+    return torch.isfinite(ours(torch.tensor([probs]).log(), h, **params)[0]).nonzero().flatten().tolist()
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("h", H)
+def test_many_continuous_rows_match_transformers(seed: int, h: float) -> None:
+    """512 rows from flat to peaked, a vocabulary of 4,000: the same kept set, token for token."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(512, 4000, generator=g) * torch.linspace(0.3, 8.0, 512)[:, None]
+    out = ours(x, h)
+    assert torch.equal(torch.isneginf(out), torch.isneginf(theirs(x, h)))
+    assert torch.equal(out[torch.isfinite(out)], x[torch.isfinite(out)])
+    assert 1 < int(torch.isfinite(out).sum(-1).max()) <= 100
+
+
+@pytest.mark.parametrize("h", H)
+def test_rows_an_earlier_stage_cut_match_transformers(h: float) -> None:
+    """A quarter of each row removed, and rows with fewer finite tokens than the 100 candidates."""
+    x = random_logits(64, 500, seed=3)
+    x[32:] = torch.where(torch.rand(32, 500, generator=torch.Generator().manual_seed(4)) < 0.9, -math.inf, x[32:])
+    assert int(torch.isfinite(x[32:]).sum(-1).min()) < 100
+    assert torch.equal(torch.isneginf(ours(x, h)), torch.isneginf(theirs(x, h)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("h", H)
+@pytest.mark.parametrize("seed", range(6))
+def test_edge_rows_keep_transformers_set_and_its_last_tokens_ties(seed: int, h: float, dtype: torch.dtype) -> None:
+    """Ties, all-equal and one-hot rows, one finite token, half-removed rows: ours is transformers' kept set
+    plus exactly the tokens tied with its least probable kept one (which `topk` lists in any order)."""
+    x = edge_logits(300, seed=seed, dtype=dtype)
+    out, reference = ours(x, h), theirs(x, h)
+    assert out.dtype == dtype
+    last = x.float().masked_fill(torch.isneginf(reference), math.inf).amin(-1, keepdim=True)  # its last kept
+    assert torch.equal(torch.isfinite(out), torch.isfinite(x) & (x.float() >= last))
+    assert torch.equal(out[torch.isfinite(out)], x[torch.isfinite(out)])  # values untouched, nothing revived
+    assert bool(torch.isfinite(out).any(-1).all())
+
+
+def test_edge_rows_do_reach_the_tie_difference() -> None:
+    """Row 6 is all-equal: transformers keeps 30 of its 300 tied tokens at h = 0.3 (by topk's order), ours all."""
+    x = edge_logits(300, seed=0)
+    assert int(torch.isfinite(theirs(x, 0.3)[6]).sum()) == 30
+    assert int(torch.isfinite(ours(x, 0.3)[6]).sum()) == 300
+
+
+def test_half_precision_transformers_in_its_dtype_differs() -> None:
+    """Why the half-precision reference is the float32 copy: transformers' own cut moves with the dtype."""
+    moved = 0
+    for seed in range(6):
+        x = random_logits(64, 300, seed=seed, dtype=torch.bfloat16)
+        for h in H:
+            in_dtype = logits_process.TopHLogitsWarper(top_h=h)(torch.zeros(64, 1).long(), x.clone())
+            moved += int((torch.isneginf(in_dtype) != torch.isneginf(theirs(x, h))).sum())
+    assert moved > 0
+
+
+P4 = [0.1, 0.2, 0.3, 0.4]
+
+
+@pytest.mark.parametrize(
+    ("h", "expected"),
+    [
+        # q = p (4 tokens < 100); terms -q ln q in order 0.4, 0.3, 0.2, 0.1: 0.3665, 0.3612, 0.3219, 0.2303;
+        # summed 0.3665, 0.7277, 1.0496, 1.2799 = H.
+        (0.2, [3]),  # tau 0.2560: not even the first term fits; the most probable stays
+        (0.6, [2, 3]),  # tau 0.7679
+        (0.85, [1, 2, 3]),  # tau 1.0879
+        (0.99, [1, 2, 3]),  # tau 1.2671 < 1.2799
+    ],
+)
+def test_hand_worked(h: float, expected: list[int]) -> None:
+    assert kept(P4, h) == expected
+
+
+def test_top_n_renormalises_over_the_candidates() -> None:
+    # top_n = 3: q = (0.4, 0.3, 0.2) / 0.9, terms 0.3604, 0.3662, 0.3342, H = 1.0609; tau at h = 0.6 is 0.6365:
+    # only the first fits (top_n = 100 keeps two: tau 0.7679 >= 0.7277). The token outside the three goes.
+    assert kept(P4, 0.6, top_n=3) == [3]
+    assert kept(P4, 0.7, top_n=3) == [2, 3]  # tau 0.7426 >= 0.3604 + 0.3662 = 0.7266
+    assert kept(P4, 1.0, top_n=1) == [3]
+
+
+def test_ties_with_the_last_kept_token_all_stay() -> None:
+    # p = (0.3, 0.3, 0.2, 0.2): terms 0.3612 each for the 0.3s; h = 0.3 gives tau 0.4098: one 0.3 fits,
+    # and its tie stays (transformers keeps the one its topk lists first).
+    assert kept([0.3, 0.3, 0.2, 0.2], 0.3) == [0, 1]
+    assert int(torch.isfinite(theirs(torch.tensor([[0.3, 0.3, 0.2, 0.2]]).log(), 0.3)).sum()) == 1
+
+
+def test_a_row_does_not_depend_on_its_batch() -> None:
+    x = random_logits(8, 3000, seed=5)
+    together = ours(x, 0.5)
+    assert torch.equal(together, torch.cat([ours(x[b : b + 1], 0.5) for b in range(8)]))
+    assert torch.equal(together[2:5], ours(x[2:5], 0.5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("text", ["top_h(0.4)", "top_k(60) | top_h(0.9)", "top_h(1.0, 30) | top_p(0.9)"])
+def test_the_candidate_fast_path_is_the_dense_result(text: str, dtype: torch.dtype) -> None:
+    """Continuous and tied rows: the chain's candidates (rows that do not fit them are NaN, redone densely)
+    are what `process` gives densely, and the fast path keeps at most 2 * top_n tokens."""
+    from decodekit.stage import Candidates, densify
+
+    chain = dk.Chain.parse(text)
+    for ties in (False, True):
+        x = random_logits(16, 4000, seed=9, ties=ties, dtype=dtype)
+        ctx = dk.DecodeContext(tokens=torch.zeros(16, 1).long())
+        fast = chain._process_fast(x.clone(), ctx)
+        assert isinstance(fast, Candidates) and fast.values.shape[1] <= 200
+        held = ~torch.isnan(fast.values).any(-1)
+        assert int(held.sum()) >= (16 if not ties else 1)
+        assert torch.equal(densify(fast, 4000)[held], chain.process(x, ctx)[held].to(dtype))
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("compile")  # as tests/test_step_sync_free.py: inductor once per worker
+def test_compiles_as_one_graph_dense_and_on_candidates() -> None:
+    """fullgraph=True fails on any graph break, a host read included."""
+    x = random_logits(2, 5000, seed=1)
+    ctx = dk.DecodeContext(tokens=torch.zeros(2, 1).long())
+    top_h = dk.create("top_h", h=0.6)
+    assert torch.equal(torch.compile(top_h, fullgraph=True)(x, ctx), top_h(x, ctx))
+    chain = dk.Chain.parse("temperature(0.8) | top_h(0.6) | top_p(0.95)")
+    got, expected = torch.compile(chain._process_fast, fullgraph=True)(x, ctx), chain._process_fast(x, ctx)
+    assert isinstance(got, dk.Candidates) and isinstance(expected, dk.Candidates)
+    assert torch.equal(got.indices[torch.isfinite(got.values)], expected.indices[torch.isfinite(expected.values)])
