@@ -46,7 +46,12 @@ def inputs() -> dict[str, Any]:
     history = rng.integers(0, V, 34)
     history[-12:] = history[-24:-12]  # a repeat, so counts reach 2 and 3
     return {
-        "rows": {"plain": f32(plain), "peaked": f32(peaked), "ties": f32(ties)},
+        "rows": {
+            "plain": f32(plain),
+            "peaked": f32(peaked),
+            "ties": f32(ties),
+            "at_threshold": f32(np.log(np.float32([0.5, 0.25, 0.25]))),  # p exactly 0.5, 0.25, 0.25 in float32
+        },
         "history": [int(t) for t in history],
     }
 
@@ -124,6 +129,12 @@ def cases() -> list[dict[str, Any]]:
             "name": "xtc_special_least",
             "row": "peaked",
             "sampler": {"temp": 1.0, "xtc_probability": 1.0, "xtc_threshold": 0.08, "xtc_special_tokens": [30]},
+        },
+        {
+            "name": "xtc_probability_at_threshold",
+            "row": "at_threshold",
+            "sampler": {"temp": 1.0, "xtc_probability": 1.0, "xtc_threshold": 0.25},
+            "differs": "xtc_threshold_is_strict",
         },
         {"name": "logit_bias", "row": "plain", "processors": {"logit_bias": {3: 2.5, 7: -1.0, 11: 10.0}}},
         {"name": "repetition_penalty", "row": "plain", "processors": {"repetition_penalty": 1.5, **ctx20}},
