@@ -157,6 +157,11 @@ def cases() -> list[dict[str, Any]]:
             "row": "ties",
             "processors": {"frequency_penalty": -0.5, "frequency_context_size": 5},
         },
+        {
+            "name": "penalties_default_windows",  # each context size left at mlx-lm's default, 20
+            "row": "ties",
+            "processors": {"repetition_penalty": 1.2, "presence_penalty": 0.3, "frequency_penalty": 0.2},
+        },
         # Chains.
         {
             "name": "chain_hf_like",
