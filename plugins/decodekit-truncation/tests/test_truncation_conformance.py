@@ -47,3 +47,7 @@ class TestTopA(_Truncation):
 
 class TestXTC(_Truncation):
     spec = ("xtc", {"probability": 0.5, "threshold": 0.05})
+
+
+class TestXTCSpecialTokens(_Truncation):
+    spec = ("xtc", {"probability": 0.5, "threshold": 0.05, "special_tokens": [0, 3]})
