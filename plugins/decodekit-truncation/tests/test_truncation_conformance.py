@@ -61,6 +61,10 @@ class TestXTC(_Truncation):
     spec = ("xtc", {"probability": 0.5, "threshold": 0.05})
 
 
+class TestXTCSpecialTokens(_Truncation):
+    spec = ("xtc", {"probability": 0.5, "threshold": 0.05, "special_tokens": [0, 3]})
+
+
 def test_every_sampler_of_this_distribution_has_a_suite() -> None:
     from decodekit import get_registry
 

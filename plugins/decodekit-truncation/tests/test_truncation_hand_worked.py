@@ -130,6 +130,32 @@ def test_xtc_min_keep() -> None:
     assert kept("xtc", [0.4, 0.3, 0.2, 0.1], probability=1.0, threshold=0.19, min_keep=2) == [2, 3]
 
 
+@pytest.mark.parametrize(
+    ("threshold", "special", "expected"),
+    [
+        # mlx-lm's xtc_special_tokens: never removed, still top choices (p = [0.4, 0.3, 0.2, 0.1])
+        (0.19, [0], [0, 2, 3]),  # 0.4 is special: only 0.3 goes; 0.2 is still the least top choice
+        (0.09, [3], [3]),  # the least top choice is special anyway
+        (0.19, [2], [2, 3]),  # the least top choice is special: 0.4 and 0.3 go as without it
+        (0.29, [0, 1], [0, 1, 2, 3]),  # the only removable top choice would be 0.4: special, so no change
+    ],
+)
+def test_xtc_special_tokens_are_never_removed(threshold: float, special: list[int], expected: list[int]) -> None:
+    assert kept("xtc", [0.4, 0.3, 0.2, 0.1], probability=1.0, threshold=threshold, special_tokens=special) == expected
+
+
+def test_xtc_special_tokens_count_for_min_keep() -> None:
+    # Without the special token 0.4 would go and min_keep 4 forbids it; 0.4 special, only 0.3 goes: 3 left.
+    kw = {"probability": 1.0, "threshold": 0.19}
+    assert kept("xtc", [0.4, 0.3, 0.2, 0.1], min_keep=3, special_tokens=[0], **kw) == [0, 2, 3]
+    assert kept("xtc", [0.4, 0.3, 0.2, 0.1], min_keep=4, special_tokens=[0], **kw) == [0, 1, 2, 3]
+
+
+def test_xtc_special_token_outside_the_vocabulary_is_refused() -> None:
+    with pytest.raises(dk.ParameterError, match=r"special_tokens holds token id 4, .* 0 <= token id < 4"):
+        kept("xtc", [0.4, 0.3, 0.2, 0.1], probability=0.0, special_tokens=[1, 4])
+
+
 def first_uniform(seed: int) -> float:
     """The first draw `ctx.uniform()` makes from a row generator seeded `seed`."""
     g = torch.Generator().manual_seed(seed)

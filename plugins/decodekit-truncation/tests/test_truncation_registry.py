@@ -14,7 +14,10 @@ CHAINS = {
     "top_n_sigma": ("top_n_sigma(1.0)", {"n": 1.0}),
     "top_a": ("top_a(0.2)", {"a": 0.2, "min_keep": 1}),
     "top_h": ("top_h(0.4, 50)", {"h": 0.4, "top_n": 50}),
-    "xtc": ("xtc(0.5, 0.1)", {"probability": 0.5, "threshold": 0.1, "min_keep": 1}),
+    "xtc": (
+        "xtc(0.5, 0.1, 1, [198, 2])",
+        {"probability": 0.5, "threshold": 0.1, "min_keep": 1, "special_tokens": (198, 2)},
+    ),
 }
 
 

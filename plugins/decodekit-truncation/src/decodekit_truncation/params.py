@@ -5,6 +5,8 @@ The main parameter comes first, so `Chain.parse("min_p(0.05)")` fills it by posi
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
 from decodekit.params import Params
@@ -84,3 +86,6 @@ class XTCParams(Params):
         description="tokens with probability >= threshold are the top choices (> 0.5: no-op)",
     )
     min_keep: int = Field(1, ge=1, description="apply only if at least this many tokens remain")
+    special_tokens: tuple[Annotated[int, Field(ge=0, lt=2**63)], ...] = Field(
+        (), description="token ids XTC never removes (mlx-lm's xtc_special_tokens: its newline and eos ids)"
+    )
