@@ -101,6 +101,8 @@ ALONE: list[dict[str, Any]] = [
     {"top_k": 0},
     {"top_p": 0.7},
     {"min_p": 0.1},
+    {"top_h": 0.4},
+    {"top_h": 1.0},
     {"typical_p": 0.5},
     {"epsilon_cutoff": 0.01},
     {"eta_cutoff": 0.05},
@@ -132,8 +134,8 @@ def test_combined_options_match_transformers(model: Any) -> None:
     text = check_config(model, {"do_sample": True, "eos_token_id": [EOS, 7], **options})
     assert [stage.split("(")[0] for stage in text.split(" | ")] == [
         *("sequence_bias", "repetition_penalty", "no_repeat_ngram", "bad_words", "min_new_tokens"),
-        *("exponential_decay", "bad_words", "min_new_tokens", "temperature", "top_k", "top_p", "min_p", "typical"),
-        *("epsilon", "eta", "sample"),
+        *("exponential_decay", "bad_words", "min_new_tokens", "temperature", "top_h", "top_k", "top_p", "min_p"),
+        *("typical", "epsilon", "eta", "sample"),
     ]
 
 
@@ -148,6 +150,7 @@ def random_options(rng: random.Random) -> dict[str, Any]:
         "top_k": lambda: rng.choice([0, 1, 3, 10, 50, 200]),
         "top_p": lambda: rng.choice([0.2, 0.6, 0.9, 1.0]),
         "min_p": lambda: rng.choice([0.0, 0.02, 0.3]),
+        "top_h": lambda: rng.choice([0.2, 0.5, 0.9]),
         "typical_p": lambda: rng.choice([0.3, 0.9, 1.0]),
         "epsilon_cutoff": lambda: rng.choice([0.0, 0.003, 0.03]),
         "eta_cutoff": lambda: rng.choice([0.0, 0.004, 0.08]),
@@ -187,7 +190,6 @@ def test_the_chains_read_as_transformers_fills_defaults() -> None:
         ({"num_beams": 4}, r"num_beams=4 .*strategy='beam\(num_beams=4, length_penalty=1.0, early_stopping=False\)'"),
         ({"num_beams": 3, "do_sample": True}, r"num_beams=3 .*beam sampling"),
         ({"guidance_scale": 1.5}, r"guidance_scale=1.5 .*second forward pass"),
-        ({"top_h": 0.4, "do_sample": True}, r"top_h=0.4"),
         ({"penalty_alpha": 0.6, "top_k": 4}, r"penalty_alpha=0.6 .*contrastive search"),
         ({"forced_eos_token_id": EOS}, r"forced_eos_token_id=95"),
         ({"encoder_repetition_penalty": 1.2}, r"encoder_repetition_penalty=1.2"),

@@ -4,8 +4,8 @@ transformers' `generate()` does with it.
 transformers 5 fills every option the config leaves unset from `GenerationConfig._get_default_generation_params()`
 (`do_sample=False`, `top_k=50`, ...), then `_get_logits_processor` appends its processors in a fixed order: the
 ones that run under every strategy (sequence bias, repetition penalty, no-repeat n-grams, bad words, minimum
-lengths, length decay, suppressions), then, with `do_sample=True` only, the warpers (temperature, top-k, top-p,
-min-p, typical, epsilon, eta). The chain here lists the same stages in that order and ends in `sample` or
+lengths, length decay, suppressions), then, with `do_sample=True` only, the warpers (temperature, top-H, top-k,
+top-p, min-p, typical, epsilon, eta). The chain here lists the same stages in that order and ends in `sample` or
 `greedy`. Options that no chain can express (beam search, classifier-free guidance, watermarking, ...) are a
 `ParameterError` naming the option, its value and what to do.
 """
@@ -116,7 +116,6 @@ def _refuse_unexpressible(c: Any) -> None:
     checks: list[tuple[str, Callable[[Any], bool], str]] = [
         ("guidance_scale", lambda v: v is not None and v != 1, "classifier-free guidance needs a second forward pass"),
         ("watermarking_config", lambda v: v is not None, "watermarking has no decodekit stage"),
-        ("top_h", lambda v: v is not None, "top-H has no decodekit stage"),
         ("penalty_alpha", lambda v: v is not None and v > 0, f"contrastive search is {_STRATEGIES}"),
         ("dola_layers", lambda v: v is not None, f"DoLa is {_STRATEGIES}"),
         ("num_beam_groups", lambda v: v is not None and v > 1, f"group beam search is {_STRATEGIES}"),
@@ -199,7 +198,7 @@ def _min_new_tokens(c: Any, prompt_length: int | None) -> int:
 
 
 def _warpers(c: Any) -> list[str]:
-    """The stages transformers runs with `do_sample=True`, in its order (top-H is refused before)."""
+    """The stages transformers runs with `do_sample=True`, in its order."""
     out: list[str] = []
     if c.temperature is not None and c.temperature != 1.0:
         if not c.temperature > 0:
@@ -209,6 +208,8 @@ def _warpers(c: Any) -> list[str]:
                 "with do_sample=true transformers refuses a temperature <= 0 (do_sample=false is its greedy)",
             )
         out.append(f"temperature({float(c.temperature)!r})")
+    if c.top_h is not None:
+        out.append(f"top_h({float(c.top_h)!r})")
     if c.top_k is not None and c.top_k != 0:
         out.append(f"top_k({int(c.top_k)})")
     if c.top_p is not None and c.top_p < 1.0:
