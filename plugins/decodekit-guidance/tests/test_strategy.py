@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import torch
 from decodekit_guidance.strategy import cfg
-from decodekit.testing.tiny_lm import TinyLM
 
 import decodekit as dk
+from decodekit.testing.tiny_lm import TinyLM
 
 PROMPTS = [[1, 2, 3, 4, 5, 6], [7, 8], [9, 10, 11, 12]]
 NEGATIVES = [[20, 21, 22], [30, 31, 32, 33, 34, 35, 36, 37], [38]]

@@ -25,19 +25,19 @@ def negative_rows(
         return [row] * len(prompts)
     if len(negative) != len(prompts):
         raise ParameterError(
-            f"cfg: negative: {len(negative)} negative prompts for {len(prompts)} prompts; allowed: one for all "
-            "prompts (text or a list of token ids) or one per prompt"
+            f"strategy cfg: negative: {len(negative)} negative prompts for {len(prompts)} prompts; allowed: one "
+            "for all prompts (text or a list of token ids) or one per prompt"
         )
     return [_row(f"negative[{b}]", item, tokenizer, vocab_size) for b, item in enumerate(negative)]
 
 
 def _row(name: str, item: object, tokenizer: Tokenizer | None, vocab_size: int) -> list[int]:
     """One negative prompt as checked token ids."""
-    if isinstance(item, str):
-        if tokenizer is None:
-            raise ParameterError(f"cfg: {name}={item!r} is text, but the model has no tokenizer; allowed: token ids")
-        item = tokenizer.encode(item)
-    ids = token_ids(f"cfg: {name}", item, vocab_size)
+    if isinstance(item, str) and tokenizer is None:
+        raise ParameterError(
+            f"strategy cfg: {name}={item!r} is text, but the model has no tokenizer; allowed: token ids"
+        )
+    ids = token_ids(f"strategy cfg: {name}", tokenizer.encode(item) if isinstance(item, str) else item, vocab_size)
     if not ids:
-        raise ParameterError(f"cfg: {name}={item!r} is empty; allowed: at least one token ({ALLOWED})")
+        raise ParameterError(f"strategy cfg: {name}={item!r} is empty; allowed: at least one token ({ALLOWED})")
     return ids
