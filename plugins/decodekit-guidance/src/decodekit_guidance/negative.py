@@ -33,11 +33,12 @@ def negative_rows(
 
 def _row(name: str, item: object, tokenizer: Tokenizer | None, vocab_size: int) -> list[int]:
     """One negative prompt as checked token ids."""
-    if isinstance(item, str) and tokenizer is None:
-        raise ParameterError(
-            f"strategy cfg: {name}={item!r} is text, but the model has no tokenizer; allowed: token ids"
-        )
-    ids = token_ids(f"strategy cfg: {name}", tokenizer.encode(item) if isinstance(item, str) else item, vocab_size)
+    shown = item
+    if isinstance(item, str):
+        if tokenizer is None:
+            raise ParameterError(f"strategy cfg: {name}={item!r} is text, but the model has no tokenizer; allowed: ids")
+        item = tokenizer.encode(item)  # checked below as given ids are
+    ids = token_ids(f"strategy cfg: {name}", item, vocab_size)
     if not ids:
-        raise ParameterError(f"strategy cfg: {name}={item!r} is empty; allowed: at least one token ({ALLOWED})")
+        raise ParameterError(f"strategy cfg: {name}={shown!r} is empty; allowed: at least one token ({ALLOWED})")
     return ids
