@@ -7,10 +7,10 @@ import re
 
 import pytest
 import torch
-from decodekit.testing.tiny_lm import TinyLM
 from decodekit_guidance.strategy import cfg
 
 import decodekit as dk
+from decodekit.testing.tiny_lm import TinyLM
 
 PATTERN = r"(thou|thee|the|my|sir) [a-z]{1,6}[.!?]"
 
