@@ -73,3 +73,17 @@ def test_registered_through_the_entry_point() -> None:
     entry = dk.get_registry().strategies["cfg"]
     assert entry.distribution == "decodekit-guidance"
     assert strategy_params("cfg(scale=2, negative='no')").model_dump() == {"scale": 2.0, "negative": "no"}
+
+
+def test_rows_that_cannot_fit_are_refused_by_the_number_of_prompts(
+    model: TinyLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two rows per prompt: the most prompts that fit is half what `sample` could take."""
+    import decodekit.engine
+
+    monkeypatch.setattr(decodekit.engine, "device_memory", lambda device: 30_000)
+    assert dk.generate(model, PROMPTS * 4, max_new_tokens=2).tokens  # 8 rows fit
+    with pytest.raises(
+        dk.ParameterError, match=r"^strategy cfg: batch size=8 is invalid: its 16 rows .* batch size <= 6 here"
+    ):
+        dk.stream(model, PROMPTS * 4, strategy="cfg", max_new_tokens=2)

@@ -24,7 +24,7 @@ from torch import Tensor
 from typing_extensions import Unpack
 
 from decodekit.chain import Chain, Picked
-from decodekit.engine import Decoding, sample_steps
+from decodekit.engine import PREALLOCATED_COLUMNS, Decoding, check_rows, sample_steps
 from decodekit.model import Model
 from decodekit.params import Params
 from decodekit.prompts import Prompts
@@ -78,6 +78,9 @@ def _open_pairs(d: Decoding, negatives: list[list[int]]) -> Decoding:
         seed=0,  # nothing is drawn; a fixed seed leaves torch's global generator alone
         logprobs=None,
     )
+    # Two rows per prompt: refused by the number of prompts the caller gave, before the pairs' own check.
+    columns = max(map(len, rows)) + min(request.max_new_tokens, PREALLOCATED_COLUMNS)
+    check_rows(f"strategy {d.strategy}", "batch size", len(d.prompts), len(rows), columns, d.model)
     pairs = type(d)(pair_request, d.strategy, events=False)  # the same kind: `dk.validate`'s stops at the model
     pairs.open()
     d.request = replace(request, cache=None)
