@@ -9,6 +9,7 @@ import pytest
 from decodekit_guidance.strategy import cfg
 
 import decodekit as dk
+from decodekit.engine import check_rows
 from decodekit.strategies import strategy_params
 from decodekit.testing.tiny_lm import TinyLM
 
@@ -79,9 +80,8 @@ def test_rows_that_cannot_fit_are_refused_by_the_number_of_prompts(
     model: TinyLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two rows per prompt: the most prompts that fit is half what `sample` could take."""
-    import decodekit.engine
-
-    monkeypatch.setattr(decodekit.engine, "device_memory", lambda device: 30_000)
+    # The engine's `device_memory`, where the strategy's `check_rows` and the pairs' `open` look it up.
+    monkeypatch.setitem(check_rows.__globals__, "device_memory", lambda device: 30_000)
     assert dk.generate(model, PROMPTS * 4, max_new_tokens=2).tokens  # 8 rows fit
     with pytest.raises(
         dk.ParameterError, match=r"^strategy cfg: batch size=8 is invalid: its 16 rows .* batch size <= 6 here"
