@@ -246,7 +246,7 @@ def test_bad_plot_cache_and_strategy_strings_fail_before_the_model_loads(
     assert "cache gqa: unknown parameter size=4; allowed parameters: none" in err[2]
     assert "--cache 'gqa((': at position 5: expected ')' to close the '(' at position 4" in err[3]
     assert "strategy beam: num_beams=0 is invalid" in err[4]
-    assert "unknown strategy 'bream'; installed: beam, sample" in err[5] and "did you mean 'beam'" in err[5]
+    assert "unknown strategy 'bream'; installed: beam, cfg, sample" in err[5] and "did you mean 'beam'" in err[5]
 
 
 def test_a_mistyped_value_names_it_and_the_close_choice(capsys: pytest.CaptureFixture[str]) -> None:

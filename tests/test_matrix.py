@@ -1,7 +1,7 @@
 """Every strategy × every cache × every option: each cell works, or is refused before any token.
 
-Strategies: sample, beam, speculative with a model draft and with prompt lookup, and the
-new-plugin template's best-of-n. Caches: none, dense, gqa, int8, window(size=8),
+Strategies: sample, beam, speculative with a model draft and with prompt lookup, the
+new-plugin template's best-of-n, and classifier-free guidance. Caches: none, dense, gqa, int8, window(size=8),
 window(size="auto") and window over int8 storage. Options: streaming, stop strings, logprobs, a
 ragged batch, and a run to four times the model's context. Where greedy speculative decoding
 runs, it gives `dk.generate`'s tokens exactly.
@@ -29,6 +29,7 @@ STRATEGIES = {
     "speculative-model": "speculative(k=3)",  # draft: the fixture's model, given by keyword
     "speculative-ngram": "speculative(draft=ngram, k=3)",
     "best-of-n": "best_of_n(n=2)",
+    "cfg": "cfg(scale=1.5)",  # two rows per prompt: the prompt and its last token
 }
 CACHES = ["none", "dense", "gqa", "int8", "window(size=8)", 'window(size="auto")', "window(size=8, store='int8')"]
 OPTIONS = ["stream", "stop_strings", "logprobs", "ragged", "past_context"]

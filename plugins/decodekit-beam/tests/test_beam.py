@@ -293,7 +293,7 @@ def test_decode_dispatches_to_the_registered_strategy() -> None:
     assert registry.plugins["decodekit"].strategies == ["sample"]
     assert registry.plugins["decodekit-beam"].strategies == ["beam"]
     with pytest.raises(
-        dk.UnknownNameError, match="unknown strategy 'beem'; installed: beam, sample[^;]*; did you mean 'beam'"
+        dk.UnknownNameError, match="unknown strategy 'beem'; installed: beam, cfg, sample[^;]*; did you mean 'beam'"
     ):
         dk.decode(m, PROMPTS, strategy="beem")
 

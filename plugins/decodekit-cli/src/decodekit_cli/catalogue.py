@@ -21,6 +21,7 @@ STANDARD_PLUGINS: dict[str, str] = {
     "window": "decodekit-cache-window",
     "beam": "decodekit-beam",
     "speculative": "decodekit-speculative",
+    "cfg": "decodekit-guidance",
     "tiny-shakespeare": "decodekit-shakespeare",
     "tiny-shakespeare-draft": "decodekit-shakespeare",
     "tiny-shakespeare-llama": "decodekit-shakespeare-llama",

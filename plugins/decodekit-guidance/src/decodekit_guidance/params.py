@@ -1,0 +1,32 @@
+"""The parameter model of the `cfg` strategy (pydantic only, so listing strategies imports no torch)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from decodekit.params import Params
+
+__all__ = ["GuidanceParams", "Negative"]
+
+Negative = str | list[str] | list[int] | list[list[int]] | None
+"""A negative prompt: text or token ids for every prompt, or a list of them, one per prompt."""
+
+
+class GuidanceParams(Params):
+    """The options of classifier-free guidance besides those every strategy shares (transformers' names:
+    `guidance_scale`, `negative_prompt_ids`)."""
+
+    scale: float = Field(
+        1.5,
+        allow_inf_nan=False,
+        description="guided = scale * (cond - uncond) + uncond, on log-probabilities; 1: no guidance, "
+        "> 1 further from the negative prompt, < 1 towards it",
+    )
+    negative: Negative = Field(
+        None,
+        description="the unconditional prompt: text or token ids for all prompts, or one per prompt; "
+        "None: each prompt's last token",
+        json_schema_extra={
+            "allowed": "None, text or a list of token ids (for every prompt), or a list of them (one per prompt)"
+        },
+    )
