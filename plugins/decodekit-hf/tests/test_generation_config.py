@@ -189,7 +189,7 @@ def test_the_chains_read_as_transformers_fills_defaults() -> None:
     [
         ({"num_beams": 4}, r"num_beams=4 .*strategy='beam\(num_beams=4, length_penalty=1.0, early_stopping=False\)'"),
         ({"num_beams": 3, "do_sample": True}, r"num_beams=3 .*beam sampling"),
-        ({"guidance_scale": 1.5}, r"guidance_scale=1.5 .*second forward pass"),
+        ({"guidance_scale": 1.5}, r"guidance_scale=1.5 .*strategy='cfg\(scale=1.5\)'"),
         ({"penalty_alpha": 0.6, "top_k": 4}, r"penalty_alpha=0.6 .*contrastive search"),
         ({"forced_eos_token_id": EOS}, r"forced_eos_token_id=95"),
         ({"encoder_repetition_penalty": 1.2}, r"encoder_repetition_penalty=1.2"),

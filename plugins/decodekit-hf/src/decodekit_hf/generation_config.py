@@ -113,8 +113,15 @@ def _refuse_unexpressible(c: Any) -> None:
             f"beam search is {_STRATEGIES}; decode with strategy={strategy!r} (on the command line --strategy "
             f"'{strategy}') and the chain this config gives with num_beams=1",
         )
+    if c.guidance_scale is not None and c.guidance_scale != 1:
+        strategy = f"cfg(scale={c.guidance_scale!r})"
+        raise _refused(
+            "guidance_scale",
+            c.guidance_scale,
+            f"classifier-free guidance is {_STRATEGIES} (decodekit-guidance); decode with strategy={strategy!r} (on "
+            f"the command line --strategy '{strategy}') and the chain this config gives without guidance_scale",
+        )
     checks: list[tuple[str, Callable[[Any], bool], str]] = [
-        ("guidance_scale", lambda v: v is not None and v != 1, "classifier-free guidance needs a second forward pass"),
         ("watermarking_config", lambda v: v is not None, "watermarking has no decodekit stage"),
         ("penalty_alpha", lambda v: v is not None and v > 0, f"contrastive search is {_STRATEGIES}"),
         ("dola_layers", lambda v: v is not None, f"DoLa is {_STRATEGIES}"),
