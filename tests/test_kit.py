@@ -350,11 +350,13 @@ STANDARD = {
     "eta": {"epsilon": 0.01},
     "top_n_sigma": {"n": 1.0},
     "top_a": {"a": 0.2},
+    "top_h": {"h": 0.5},
     "xtc": {"threshold": 0.1, "probability": 0.5},
     "dynamic_temperature": {"temp": 1.0, "delta": 0.5},
     "sample": {},
     "greedy": {},
     "gumbel": {},
+    "mirostat": {"tau": 3.0, "eta": 0.1},
     "mirostat_v2": {},
 }
 
