@@ -13,6 +13,7 @@ top-p, min-p, typical, epsilon, eta). The chain here lists the same stages in th
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -153,7 +154,7 @@ def _processors(c: Any, eos: list[int], prompt_length: int | None) -> list[str]:
     """The stages transformers runs under every strategy, in `_get_logits_processor`'s order."""
     out: list[str] = []
     if c.sequence_bias is not None:
-        out.append(f"sequence_bias({_literal(_bias_list(c.sequence_bias))})")
+        out += _sequence_bias(_bias_list(c.sequence_bias))
     if c.repetition_penalty is not None and c.repetition_penalty != 1.0:
         out.append(f"repetition_penalty({c.repetition_penalty!r})")
     if c.no_repeat_ngram_size is not None and c.no_repeat_ngram_size > 0:
@@ -230,6 +231,17 @@ def _warpers(c: Any) -> list[str]:
     if c.eta_cutoff is not None and 0.0 < c.eta_cutoff < 1.0:
         out.append(f"eta({float(c.eta_cutoff)!r})")
     return out
+
+
+def _sequence_bias(biases: list[list[Any]]) -> list[str]:
+    """A bias of -inf bans its sequence's last token after the rest: `bad_words` (transformers' bad words are this
+    processor with -inf); a finite bias stays. Both only add to scores, so their order does not matter."""
+    banned = [ids for ids, bias in biases if bias == float("-inf")]
+    kept = [[ids, bias] for ids, bias in biases if bias != float("-inf")]
+    for ids, bias in kept:
+        if not math.isfinite(bias):
+            raise _refused("sequence_bias", [ids, bias], "a bias of NaN or +inf makes every score invalid")
+    return [f"sequence_bias({_literal(kept)})"] * bool(kept) + [f"bad_words({_literal(banned)})"] * bool(banned)
 
 
 def _bias_list(bias: Any) -> list[list[Any]]:
