@@ -12,6 +12,7 @@ top-p, min-p, typical, epsilon, eta). The chain here lists the same stages in th
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -49,9 +50,12 @@ def generation_chain(source: Any, *, prompt_length: int | None = None) -> str:
     The stop tokens that end a row are the config's `eos_token_id`: pass them to `dk.generate(stop_tokens=...)`
     (an `HFModel`'s `stop_tokens`). Stages that name them here (`min_new_tokens`, `exponential_decay`) take the
     same ids. Raises `ParameterError` for an option no decodekit chain expresses."""
-    config = _filled(_config_of(source))
+    return _chain(_filled(_config_of(source)), prompt_length)
+
+
+def _chain(config: Any, prompt_length: int | None) -> str:
     eos = _ids(config.eos_token_id)
-    _refuse_unexpressible(config)
+    _refuse_unexpressible(config, prompt_length)
     stages = _processors(config, eos, prompt_length)
     if config.do_sample:
         stages += _warpers(config)
@@ -83,8 +87,6 @@ def _config_of(source: Any) -> Any:
 
 def _filled(config: Any) -> Any:
     """A copy with every unset option at transformers' default, as `_prepare_generation_config` fills it."""
-    import copy
-
     out = copy.deepcopy(config)
     out.update(**type(config)._get_default_generation_params(), defaults_only=True)
     return out
@@ -102,7 +104,19 @@ def _ids(value: Any) -> list[int]:
 _STRATEGIES = "a decoding strategy, not a chain stage"
 
 
-def _refuse_unexpressible(c: Any) -> None:
+def _advice(c: Any, strategy: str, prompt_length: int | None, **unset: Any) -> str:
+    """What to decode with instead: `strategy` and the chain of `c` with `unset` (spelled when it has one), as
+    arguments and as a command line that runs as written (--strategy alone would meet this refusal again)."""
+    other = copy.deepcopy(c)
+    other.update(**unset)
+    try:
+        chain = _chain(other, prompt_length)
+    except ParameterError:  # the config has another option no chain expresses: that error says what to do
+        return f"strategy={strategy!r} (on the command line --strategy '{strategy}') and --chain"
+    return f"strategy={strategy!r}, chain={chain!r} (on the command line --strategy '{strategy}' --chain '{chain}')"
+
+
+def _refuse_unexpressible(c: Any, prompt_length: int | None = None) -> None:
     if c.num_beams > 1:
         stopping = f"length_penalty={c.length_penalty}, early_stopping={c.early_stopping!r}"
         strategy = f"beam(num_beams={c.num_beams}, {stopping})"
@@ -111,16 +125,15 @@ def _refuse_unexpressible(c: Any) -> None:
         raise _refused(
             "num_beams",
             c.num_beams,
-            f"beam search is {_STRATEGIES}; decode with strategy={strategy!r} (on the command line --strategy "
-            f"'{strategy}') and the chain this config gives with num_beams=1",
+            f"beam search is {_STRATEGIES}; decode with {_advice(c, strategy, prompt_length, num_beams=1)}",
         )
     if c.guidance_scale is not None and c.guidance_scale != 1:
         strategy = f"cfg(scale={c.guidance_scale!r})"
         raise _refused(
             "guidance_scale",
             c.guidance_scale,
-            f"classifier-free guidance is {_STRATEGIES} (decodekit-guidance); decode with strategy={strategy!r} (on "
-            f"the command line --strategy '{strategy}') and the chain this config gives without guidance_scale",
+            f"classifier-free guidance is {_STRATEGIES} (decodekit-guidance); decode with "
+            f"{_advice(c, strategy, prompt_length, guidance_scale=None)}",
         )
     checks: list[tuple[str, Callable[[Any], bool], str]] = [
         ("watermarking_config", lambda v: v is not None, "watermarking has no decodekit stage"),
