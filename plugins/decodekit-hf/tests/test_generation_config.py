@@ -266,3 +266,23 @@ def test_greedy_generate_equals_dk_generate(build_gpt2: Callable[..., Any], opti
     assert text is not None
     ours = dk.generate(model, [prompt], chain=text, max_new_tokens=40, stop_tokens=eos, cache="dense")
     assert ours.tokens[0] == theirs[0, len(prompt) :].tolist()
+
+
+def test_suppressed_ids_past_the_vocabulary_are_dropped_as_transformers_ignores_them(model: Any) -> None:
+    """transformers' suppressions mask `isin(vocabulary, ids)`: an id past the vocabulary does nothing, where a
+    bad_words stage would refuse it. A source that knows its vocabulary (a model, a directory) drops it."""
+    config = GenerationConfig(suppress_tokens=[1, VOCAB + 5], begin_suppress_tokens=[2, VOCAB], eos_token_id=EOS)
+    with generation_config(model, config):
+        text = generation_chain(model)
+        assert (
+            text
+            == generation_chain(HFModel(model))
+            == HFModel(model).default_chain
+            == "bad_words([[1]]) | min_new_tokens(1, [2]) | greedy"
+        )
+        processors = hf_processors(model, config)
+    chain = dk.Chain.parse(text)
+    for step in STEPS:
+        tokens, logits = histories(step, step)
+        ours = chain.process(logits, dk.DecodeContext(tokens=tokens, step=step))
+        assert_same_scores(ours, processors(tokens, logits.clone()))

@@ -50,13 +50,13 @@ def generation_chain(source: Any, *, prompt_length: int | None = None) -> str:
     The stop tokens that end a row are the config's `eos_token_id`: pass them to `dk.generate(stop_tokens=...)`
     (an `HFModel`'s `stop_tokens`). Stages that name them here (`min_new_tokens`, `exponential_decay`) take the
     same ids. Raises `ParameterError` for an option no decodekit chain expresses."""
-    return _chain(_filled(_config_of(source)), prompt_length)
+    return _chain(_filled(_config_of(source)), prompt_length, _vocab_size(source))
 
 
-def _chain(config: Any, prompt_length: int | None) -> str:
+def _chain(config: Any, prompt_length: int | None, vocab_size: int | None = None) -> str:
     eos = _ids(config.eos_token_id)
     _refuse_unexpressible(config, prompt_length)
-    stages = _processors(config, eos, prompt_length)
+    stages = _processors(config, eos, prompt_length, vocab_size)
     if config.do_sample:
         stages += _warpers(config)
     stages.append("sample" if config.do_sample else "greedy")
@@ -83,6 +83,16 @@ def _config_of(source: Any) -> Any:
         f"generation_chain: source={type(source).__name__} is invalid; allowed: a transformers GenerationConfig, a "
         "transformers model or HFModel (its generation_config), or a checkpoint directory"
     )
+
+
+def _vocab_size(source: Any) -> int | None:
+    """The vocabulary of a model or a checkpoint directory (its config.json); None for a bare GenerationConfig."""
+    if isinstance(source, (str, Path)):
+        path = Path(source).expanduser() / "config.json"
+        vocab = json.loads(path.read_text()).get("vocab_size") if path.is_file() else None
+    else:
+        vocab = getattr(getattr(getattr(source, "hf", source), "config", None), "vocab_size", None)
+    return vocab if isinstance(vocab, int) else None
 
 
 def _filled(config: Any) -> Any:
@@ -163,9 +173,12 @@ def _refused(name: str, value: Any, why: str) -> ParameterError:
     )
 
 
-def _processors(c: Any, eos: list[int], prompt_length: int | None) -> list[str]:
+def _processors(c: Any, eos: list[int], prompt_length: int | None, vocab_size: int | None) -> list[str]:
     """The stages transformers runs under every strategy, in `_get_logits_processor`'s order."""
     out: list[str] = []
+    # transformers' suppressions mask `isin(vocabulary, ids)`: an id past the vocabulary does nothing
+    suppress = [int(t) for t in c.suppress_tokens or () if vocab_size is None or 0 <= int(t) < vocab_size]
+    begin = [int(t) for t in c.begin_suppress_tokens or () if vocab_size is None or 0 <= int(t) < vocab_size]
     if c.sequence_bias is not None:
         out += _sequence_bias(_bias_list(c.sequence_bias))
     if c.repetition_penalty is not None and c.repetition_penalty != 1.0:
@@ -177,10 +190,10 @@ def _processors(c: Any, eos: list[int], prompt_length: int | None) -> list[str]:
         if words:
             out.append(f"bad_words({_literal(words)})")
     out += _lengths(c, eos, prompt_length)
-    if c.suppress_tokens:  # transformers' SuppressTokensLogitsProcessor: -inf at every step
-        out.append(f"bad_words({_literal([[int(t)] for t in c.suppress_tokens])})")
-    if c.begin_suppress_tokens:  # -inf at the first new token only (decoder-only: begin_index is the prompt width)
-        out.append(f"min_new_tokens(1, {_literal([int(t) for t in c.begin_suppress_tokens])})")
+    if suppress:  # transformers' SuppressTokensLogitsProcessor: -inf at every step
+        out.append(f"bad_words({_literal([[t] for t in suppress])})")
+    if begin:  # -inf at the first new token only (decoder-only: begin_index is the prompt width)
+        out.append(f"min_new_tokens(1, {_literal(begin)})")
     return out
 
 
