@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -214,3 +216,27 @@ def test_a_grammar_goes_first_in_the_checkpoints_chain(own: Path, capsys: pytest
     report, err = generate(capsys, own, "--regex", "x[0-9]*")
     assert report["chain"] == canonical(f"regex(pattern='x[0-9]*') | {OWN_CHAIN}")
     assert "model's own chain" in err
+
+
+@pytest.mark.parametrize(
+    ("config", "strategy"),
+    [
+        (OWN | {"guidance_scale": 2.0}, "cfg(scale=2.0)"),
+        ({"num_beams": 3, "repetition_penalty": 1.3, "eos_token_id": EOS}, "beam(num_beams=3"),
+    ],
+)
+def test_the_refusals_command_line_runs_as_written(
+    tmp_path: Path, gpt2: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str], config: Any, strategy: str
+) -> None:
+    """The error spells the strategy and the chain (the config's without that option): `--strategy` alone still
+    fails, since the checkpoint's chain is refused again, so the chain must be in the advice."""
+    checkpoint = save(tmp_path, gpt2, char_tokenizer, GenerationConfig(**config))
+    base = ["generate", "Hi", "--model", f"hf:{checkpoint}", "--max-new-tokens", "4", "--seed", "0"]
+    status, _, err = cli(capsys, *base)
+    assert status == 2
+    [advice] = re.findall(r"on the command line (--strategy '[^']*' --chain '[^']*')", err)
+    assert strategy in advice
+    without = {k: v for k, v in config.items() if k not in ("guidance_scale", "num_beams")}
+    assert f"--chain '{generation_chain(GenerationConfig(**without))}'" in advice
+    status, _, err = cli(capsys, *base, *shlex.split(advice))
+    assert status == 0, err

@@ -111,6 +111,8 @@ ALONE: list[dict[str, Any]] = [
     {"no_repeat_ngram_size": 2},
     {"no_repeat_ngram_size": 1},
     {"bad_words_ids": [[3], [1, 2], [4, 5, 6], [EOS]]},
+    {"sequence_bias": [[[2], float("-inf")], [[1, 3], -float("inf")], [[4], 1.5]]},  # -inf bans, as bad words do
+    {"sequence_bias": [[[5, 6], float("-inf")]]},
     {"sequence_bias": [[[2], -2.5], [[1, 3], 4.0], [[5, 6, 7], -1.0]]},
     {"suppress_tokens": [0, 4, EOS]},
     {"begin_suppress_tokens": [2, EOS]},
@@ -195,6 +197,7 @@ def test_the_chains_read_as_transformers_fills_defaults() -> None:
         ({"encoder_repetition_penalty": 1.2}, r"encoder_repetition_penalty=1.2"),
         ({"do_sample": True, "temperature": 0.0}, r"temperature=0.0 .*do_sample=false is its greedy"),
         ({"exponential_decay_length_penalty": (2, 1.5)}, r"exponential_decay_length_penalty=\(2, 1.5\) .*no eos_"),
+        ({"sequence_bias": [[[3], float("inf")]]}, r"sequence_bias=\[\[3\], inf\] .*NaN or \+inf"),
     ],
 )
 def test_an_option_no_chain_expresses_is_refused_naming_it(options: dict[str, Any], named: str) -> None:
@@ -263,3 +266,23 @@ def test_greedy_generate_equals_dk_generate(build_gpt2: Callable[..., Any], opti
     assert text is not None
     ours = dk.generate(model, [prompt], chain=text, max_new_tokens=40, stop_tokens=eos, cache="dense")
     assert ours.tokens[0] == theirs[0, len(prompt) :].tolist()
+
+
+def test_suppressed_ids_past_the_vocabulary_are_dropped_as_transformers_ignores_them(model: Any) -> None:
+    """transformers' suppressions mask `isin(vocabulary, ids)`: an id past the vocabulary does nothing, where a
+    bad_words stage would refuse it. A source that knows its vocabulary (a model, a directory) drops it."""
+    config = GenerationConfig(suppress_tokens=[1, VOCAB + 5], begin_suppress_tokens=[2, VOCAB], eos_token_id=EOS)
+    with generation_config(model, config):
+        text = generation_chain(model)
+        assert (
+            text
+            == generation_chain(HFModel(model))
+            == HFModel(model).default_chain
+            == "bad_words([[1]]) | min_new_tokens(1, [2]) | greedy"
+        )
+        processors = hf_processors(model, config)
+    chain = dk.Chain.parse(text)
+    for step in STEPS:
+        tokens, logits = histories(step, step)
+        ours = chain.process(logits, dk.DecodeContext(tokens=tokens, step=step))
+        assert_same_scores(ours, processors(tokens, logits.clone()))

@@ -12,7 +12,9 @@ top-p, min-p, typical, epsilon, eta). The chain here lists the same stages in th
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,10 +50,13 @@ def generation_chain(source: Any, *, prompt_length: int | None = None) -> str:
     The stop tokens that end a row are the config's `eos_token_id`: pass them to `dk.generate(stop_tokens=...)`
     (an `HFModel`'s `stop_tokens`). Stages that name them here (`min_new_tokens`, `exponential_decay`) take the
     same ids. Raises `ParameterError` for an option no decodekit chain expresses."""
-    config = _filled(_config_of(source))
+    return _chain(_filled(_config_of(source)), prompt_length, _vocab_size(source))
+
+
+def _chain(config: Any, prompt_length: int | None, vocab_size: int | None = None) -> str:
     eos = _ids(config.eos_token_id)
-    _refuse_unexpressible(config)
-    stages = _processors(config, eos, prompt_length)
+    _refuse_unexpressible(config, prompt_length)
+    stages = _processors(config, eos, prompt_length, vocab_size)
     if config.do_sample:
         stages += _warpers(config)
     stages.append("sample" if config.do_sample else "greedy")
@@ -80,10 +85,18 @@ def _config_of(source: Any) -> Any:
     )
 
 
+def _vocab_size(source: Any) -> int | None:
+    """The vocabulary of a model or a checkpoint directory (its config.json); None for a bare GenerationConfig."""
+    if isinstance(source, (str, Path)):
+        path = Path(source).expanduser() / "config.json"
+        vocab = json.loads(path.read_text()).get("vocab_size") if path.is_file() else None
+    else:
+        vocab = getattr(getattr(getattr(source, "hf", source), "config", None), "vocab_size", None)
+    return vocab if isinstance(vocab, int) else None
+
+
 def _filled(config: Any) -> Any:
     """A copy with every unset option at transformers' default, as `_prepare_generation_config` fills it."""
-    import copy
-
     out = copy.deepcopy(config)
     out.update(**type(config)._get_default_generation_params(), defaults_only=True)
     return out
@@ -101,7 +114,19 @@ def _ids(value: Any) -> list[int]:
 _STRATEGIES = "a decoding strategy, not a chain stage"
 
 
-def _refuse_unexpressible(c: Any) -> None:
+def _advice(c: Any, strategy: str, prompt_length: int | None, **unset: Any) -> str:
+    """What to decode with instead: `strategy` and the chain of `c` with `unset` (spelled when it has one), as
+    arguments and as a command line that runs as written (--strategy alone would meet this refusal again)."""
+    other = copy.deepcopy(c)
+    other.update(**unset)
+    try:
+        chain = _chain(other, prompt_length)
+    except ParameterError:  # the config has another option no chain expresses: that error says what to do
+        return f"strategy={strategy!r} (on the command line --strategy '{strategy}') and --chain"
+    return f"strategy={strategy!r}, chain={chain!r} (on the command line --strategy '{strategy}' --chain '{chain}')"
+
+
+def _refuse_unexpressible(c: Any, prompt_length: int | None = None) -> None:
     if c.num_beams > 1:
         stopping = f"length_penalty={c.length_penalty}, early_stopping={c.early_stopping!r}"
         strategy = f"beam(num_beams={c.num_beams}, {stopping})"
@@ -110,16 +135,15 @@ def _refuse_unexpressible(c: Any) -> None:
         raise _refused(
             "num_beams",
             c.num_beams,
-            f"beam search is {_STRATEGIES}; decode with strategy={strategy!r} (on the command line --strategy "
-            f"'{strategy}') and the chain this config gives with num_beams=1",
+            f"beam search is {_STRATEGIES}; decode with {_advice(c, strategy, prompt_length, num_beams=1)}",
         )
     if c.guidance_scale is not None and c.guidance_scale != 1:
         strategy = f"cfg(scale={c.guidance_scale!r})"
         raise _refused(
             "guidance_scale",
             c.guidance_scale,
-            f"classifier-free guidance is {_STRATEGIES} (decodekit-guidance); decode with strategy={strategy!r} (on "
-            f"the command line --strategy '{strategy}') and the chain this config gives without guidance_scale",
+            f"classifier-free guidance is {_STRATEGIES} (decodekit-guidance); decode with "
+            f"{_advice(c, strategy, prompt_length, guidance_scale=None)}",
         )
     checks: list[tuple[str, Callable[[Any], bool], str]] = [
         ("watermarking_config", lambda v: v is not None, "watermarking has no decodekit stage"),
@@ -149,11 +173,14 @@ def _refused(name: str, value: Any, why: str) -> ParameterError:
     )
 
 
-def _processors(c: Any, eos: list[int], prompt_length: int | None) -> list[str]:
+def _processors(c: Any, eos: list[int], prompt_length: int | None, vocab_size: int | None) -> list[str]:
     """The stages transformers runs under every strategy, in `_get_logits_processor`'s order."""
     out: list[str] = []
+    # transformers' suppressions mask `isin(vocabulary, ids)`: an id past the vocabulary does nothing
+    suppress = [int(t) for t in c.suppress_tokens or () if vocab_size is None or 0 <= int(t) < vocab_size]
+    begin = [int(t) for t in c.begin_suppress_tokens or () if vocab_size is None or 0 <= int(t) < vocab_size]
     if c.sequence_bias is not None:
-        out.append(f"sequence_bias({_literal(_bias_list(c.sequence_bias))})")
+        out += _sequence_bias(_bias_list(c.sequence_bias))
     if c.repetition_penalty is not None and c.repetition_penalty != 1.0:
         out.append(f"repetition_penalty({c.repetition_penalty!r})")
     if c.no_repeat_ngram_size is not None and c.no_repeat_ngram_size > 0:
@@ -163,10 +190,10 @@ def _processors(c: Any, eos: list[int], prompt_length: int | None) -> list[str]:
         if words:
             out.append(f"bad_words({_literal(words)})")
     out += _lengths(c, eos, prompt_length)
-    if c.suppress_tokens:  # transformers' SuppressTokensLogitsProcessor: -inf at every step
-        out.append(f"bad_words({_literal([[int(t)] for t in c.suppress_tokens])})")
-    if c.begin_suppress_tokens:  # -inf at the first new token only (decoder-only: begin_index is the prompt width)
-        out.append(f"min_new_tokens(1, {_literal([int(t) for t in c.begin_suppress_tokens])})")
+    if suppress:  # transformers' SuppressTokensLogitsProcessor: -inf at every step
+        out.append(f"bad_words({_literal([[t] for t in suppress])})")
+    if begin:  # -inf at the first new token only (decoder-only: begin_index is the prompt width)
+        out.append(f"min_new_tokens(1, {_literal(begin)})")
     return out
 
 
@@ -230,6 +257,17 @@ def _warpers(c: Any) -> list[str]:
     if c.eta_cutoff is not None and 0.0 < c.eta_cutoff < 1.0:
         out.append(f"eta({float(c.eta_cutoff)!r})")
     return out
+
+
+def _sequence_bias(biases: list[list[Any]]) -> list[str]:
+    """A bias of -inf bans its sequence's last token after the rest: `bad_words` (transformers' bad words are this
+    processor with -inf); a finite bias stays. Both only add to scores, so their order does not matter."""
+    banned = [ids for ids, bias in biases if bias == float("-inf")]
+    kept = [[ids, bias] for ids, bias in biases if bias != float("-inf")]
+    for ids, bias in kept:
+        if not math.isfinite(bias):
+            raise _refused("sequence_bias", [ids, bias], "a bias of NaN or +inf makes every score invalid")
+    return [f"sequence_bias({_literal(kept)})"] * bool(kept) + [f"bad_words({_literal(banned)})"] * bool(banned)
 
 
 def _bias_list(bias: Any) -> list[list[Any]]:

@@ -220,7 +220,7 @@ class HFModel(nn.Module):
         config = getattr(self.hf, "generation_config", None)
         if config is None or not sets_sampling(config):
             return None
-        return generation_chain(config)
+        return generation_chain(self)  # with its vocabulary, which suppressed ids must be within
 
     def forward(
         self, input_ids: Tensor, positions: Tensor, cache: KVCache | None = None, *, last_only: bool = False
