@@ -342,6 +342,17 @@ def test_resume_refuses_another_input_or_other_settings(tmp_path: Path) -> None:
     assert r.returncode == 0 and "0 results written" in r.stderr and "2 already there" in r.stderr, r.stderr
 
 
+def test_resume_of_an_output_without_settings_leaves_no_empty_settings_file(tmp_path: Path) -> None:
+    """Before: the refusal left behind the empty settings file the lock had created beside the output."""
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="a")])
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"id": "1", "tokens": [1]}\n')  # records another tool (or a lost settings file) left
+    r = _run(prompts, out, *ARGS, "--resume")
+    assert r.returncode == 2 and "has no readable settings" in r.stderr, r.stderr
+    assert not (tmp_path / "out.jsonl.settings.json").exists()
+    assert out.read_text() == '{"id": "1", "tokens": [1]}\n'
+
+
 def test_resume_continues_a_format_1_output_of_a_model_without_stop_tokens(tmp_path: Path) -> None:
     """Format 1 (before `ignore_eos` was recorded) went on past EOS; cli-test-gpt has no stop tokens, so a run
     without --ignore-eos gives the same records: --resume continues it (it was refused before)."""

@@ -129,8 +129,9 @@ class OutputLock:
         os.fsync(self._fd)
 
     def release(self) -> None:
-        """Unlock; settings that describe no records (nothing was written) are removed."""
-        if not _holds_records(self.output):
+        """Unlock; settings that describe no records (nothing was written), or that were never written (the run was
+        refused before it recorded them), are removed."""
+        if os.fstat(self._fd).st_size == 0 or not _holds_records(self.output):
             self.path.unlink(missing_ok=True)
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
