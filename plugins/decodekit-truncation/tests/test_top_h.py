@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+from decodekit_truncation._keep import remove_below
 from torch import Tensor
 
 import decodekit as dk
@@ -160,3 +161,15 @@ def test_compiles_as_one_graph_dense_and_on_candidates() -> None:
     got, expected = torch.compile(chain._process_fast, fullgraph=True)(x, ctx), chain._process_fast(x, ctx)
     assert isinstance(got, dk.Candidates) and isinstance(expected, dk.Candidates)
     assert torch.equal(got.indices[torch.isfinite(got.values)], expected.indices[torch.isfinite(expected.values)])
+
+
+def test_a_negative_zero_logit_tied_with_a_positive_zero_cut_stays() -> None:
+    """-0.0 - 0.0 is -0.0: a sign test on the margin removed the tie, so the dense row kept fewer tokens than
+    the candidate path (found with a batch whose cut was +0.0 and a tied logit -0.0)."""
+    x = torch.tensor([[1.0, 0.0, -0.0, -1.0]])
+    assert (
+        torch.isfinite(dk.create("min_p", p=math.exp(-1.0))(x.clone(), dk.DecodeContext(tokens=x[:, :1].long()))).sum()
+        == 3
+    )
+    ties = torch.tensor([[2.0, 0.0, -0.0, 0.0]])
+    assert torch.isfinite(remove_below(ties, ties, torch.zeros(1, 1))).sum() == 4

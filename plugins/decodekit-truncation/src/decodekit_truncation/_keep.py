@@ -39,10 +39,11 @@ def remove_below(logits: Tensor, score: Tensor, threshold: Tensor) -> Tensor:
 def keep_where_nonnegative(logits: Tensor, margin: Tensor) -> Tensor:
     """`logits` where `margin` >= 0, -inf where it is < 0.
 
-    Branch-free: min(logits, +-inf) with the sign of the margin (x - x is +0 in IEEE arithmetic,
-    so a tie is kept), faster on a CPU than `masked_fill` (docs/benchmarks.md). NaN stays NaN.
+    min(logits, +-inf) by the margin's comparison with 0 (a tie is kept, -0.0 too), faster on a CPU
+    than `masked_fill` (docs/benchmarks.md). NaN stays NaN.
     """
-    cap = torch.copysign(torch.tensor(torch.inf, device=margin.device), margin)
+    # Not copysign(inf, margin): a tie of -0.0 with a cut of +0.0 has the margin -0.0, whose sign is negative.
+    cap = torch.where(margin < 0, float("-inf"), float("inf"))
     return torch.minimum(logits, cap if cap.dtype == logits.dtype else cap.to(logits.dtype))
 
 
