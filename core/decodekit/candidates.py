@@ -34,7 +34,7 @@ def _plan_grid(vocab_size: int, n: int) -> tuple[int, int]:
     one, so that no token lies past the grid."""
     best = max(1, round(math.sqrt(vocab_size / (n + 1))))
     near = [r for r in range(max(1, best * 2 // 3), best * 4 // 3 + 1) if vocab_size % r == 0]
-    R = min(near, key=lambda r: abs(r - best)) if near else best
+    R = min([(abs(r - best), r) for r in near])[1] if near else best  # no key=: dynamo cannot trace min(key=)
     return R, vocab_size // R
 
 
