@@ -60,16 +60,19 @@ def test_scale_one_is_sample(model: TinyLM) -> None:
 def test_logprobs_raw_is_the_conditional_model_processed_the_chain_on_the_guided_scores(
     model: TinyLM, reference_first_step: Callable[..., Any]
 ) -> None:
-    out = cfg(
-        model,
-        PROMPTS[:1],
-        scale=3.0,
-        negative=NEGATIVES[0],
-        chain="temperature(0.5)",
-        max_new_tokens=1,
-        seed=0,
-        logprobs=3,
-    )
+    def first_token(logprobs: int) -> Any:
+        return cfg(
+            model,
+            PROMPTS[:1],
+            scale=3.0,
+            negative=NEGATIVES[0],
+            chain="temperature(0.5)",
+            max_new_tokens=1,
+            seed=0,
+            logprobs=logprobs,
+        )
+
+    out = first_token(3)
     [lp] = out.logprobs[0]  # type: ignore[index]
     token = out.tokens[0][0]
     cond, guided = reference_first_step(model, PROMPTS[0], NEGATIVES[0], 3.0)
@@ -80,16 +83,7 @@ def test_logprobs_raw_is_the_conditional_model_processed_the_chain_on_the_guided
     assert [i for i, _ in lp.processed_top] == processed.topk(3).indices.tolist()
     assert lp.raw_top[0][1] == pytest.approx(float(cond.max()), abs=1e-5)
     assert abs(lp.raw - lp.processed) > 0.01  # the two differ here
-    bare = cfg(
-        model,
-        PROMPTS[:1],
-        scale=3.0,
-        negative=NEGATIVES[0],
-        chain="temperature(0.5)",
-        max_new_tokens=1,
-        seed=0,
-        logprobs=0,
-    )
+    bare = first_token(0)
     [lp0] = bare.logprobs[0]  # type: ignore[index]
     assert (lp0.raw, lp0.processed, lp0.raw_top, lp0.processed_top) == (lp.raw, lp.processed, [], [])
 

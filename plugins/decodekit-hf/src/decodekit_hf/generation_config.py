@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from decodekit.errors import ParameterError
+from decodekit_hf.tokenizer import as_ids
 
 __all__ = ["CHAIN_OPTIONS", "generation_chain", "sets_sampling"]
 
@@ -54,7 +55,7 @@ def generation_chain(source: Any, *, prompt_length: int | None = None) -> str:
 
 
 def _chain(config: Any, prompt_length: int | None, vocab_size: int | None = None) -> str:
-    eos = _ids(config.eos_token_id)
+    eos = as_ids(config.eos_token_id)
     _refuse_unexpressible(config, prompt_length)
     stages = _processors(config, eos, prompt_length, vocab_size)
     if config.do_sample:
@@ -100,14 +101,6 @@ def _filled(config: Any) -> Any:
     out = copy.deepcopy(config)
     out.update(**type(config)._get_default_generation_params(), defaults_only=True)
     return out
-
-
-def _ids(value: Any) -> list[int]:
-    if value is None:
-        return []
-    if isinstance(value, int):
-        return [value]
-    return [int(v) for v in value]
 
 
 # Options that change what generate() does in a way no chain of decodekit's stages can: (why, what to do).

@@ -9,7 +9,7 @@ from typing import Any
 
 from decodekit.errors import ParameterError
 
-__all__ = ["HFTokenizer", "byte_level_alphabet", "eos_token_ids"]
+__all__ = ["HFTokenizer", "as_ids", "byte_level_alphabet", "eos_token_ids"]
 
 
 class HFTokenizer:
@@ -32,7 +32,7 @@ class HFTokenizer:
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
         """The tokenizer's end-of-sequence ids (none: empty)."""
-        return tuple(_as_ids(getattr(self.hf, "eos_token_id", None)))
+        return tuple(as_ids(getattr(self.hf, "eos_token_id", None)))
 
     def token_bytes(self) -> list[bytes | None]:
         """Each id's bytes, None for a special token (it has no text): what a grammar reads (`decodekit_grammar`).
@@ -99,7 +99,8 @@ def _speller(decoder: Any) -> Callable[[str], bytes]:
     return spell
 
 
-def _as_ids(value: Any) -> list[int]:
+def as_ids(value: Any) -> list[int]:
+    """Token ids as transformers configs give them: None, one id, or a list."""
     if value is None:
         return []
     if isinstance(value, int):
@@ -118,7 +119,7 @@ def eos_token_ids(model: Any, tokenizer: Any, vocab_size: int) -> tuple[int, ...
         getattr(tokenizer, "eos_token_id", None),
     )
     for source in sources:
-        ids = [i for i in _as_ids(source) if 0 <= i < vocab_size]
+        ids = [i for i in as_ids(source) if 0 <= i < vocab_size]
         if ids:
             return tuple(dict.fromkeys(ids))
     return ()
