@@ -100,6 +100,7 @@ ALONE: list[dict[str, Any]] = [
     {"top_k": 5},
     {"top_k": 0},
     {"top_p": 0.7},
+    {"top_p": 0.0},  # transformers' top-p keeps its one token to keep: the top token
     {"min_p": 0.1},
     {"top_h": 0.4},
     {"top_h": 1.0},
@@ -115,6 +116,7 @@ ALONE: list[dict[str, Any]] = [
     {"sequence_bias": [[[5, 6], float("-inf")]]},
     {"sequence_bias": [[[2], -2.5], [[1, 3], 4.0], [[5, 6, 7], -1.0]]},
     {"suppress_tokens": [0, 4, EOS]},
+    {"suppress_tokens": [-3, 4]},  # an id below the vocabulary does nothing in transformers
     {"begin_suppress_tokens": [2, EOS]},
     {"min_new_tokens": 3},
     {"min_length": PROMPT + 4},
@@ -132,7 +134,7 @@ def test_each_option_alone_matches_transformers(model: Any, options: dict[str, A
 
 def test_combined_options_match_transformers(model: Any) -> None:
     options = {name: value for alone in ALONE[1:] for name, value in alone.items()}
-    options |= {"temperature": 0.8, "top_k": 40, "repetition_penalty": 1.3, "no_repeat_ngram_size": 3}
+    options |= {"temperature": 0.8, "top_k": 40, "top_p": 0.7, "repetition_penalty": 1.3, "no_repeat_ngram_size": 3}
     text = check_config(model, {"do_sample": True, "eos_token_id": [EOS, 7], **options})
     assert [stage.split("(")[0] for stage in text.split(" | ")] == [
         *("sequence_bias", "repetition_penalty", "no_repeat_ngram", "bad_words", "min_new_tokens"),
@@ -206,6 +208,33 @@ def test_an_option_no_chain_expresses_is_refused_naming_it(options: dict[str, An
         config = GenerationConfig(**options)
     with pytest.raises(dk.ParameterError, match=rf"generation_chain: the generation config's {named}"):
         generation_chain(config)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "allowed"),
+    [
+        ("top_k", -1, "an integer >= 1, or 0 for no top-k"),
+        ("top_k", 2.5, "an integer >= 1, or 0 for no top-k"),
+        ("top_p", -0.1, r"a float in \[0, 1\] \(1: no top-p\)"),
+        ("min_p", 1.5, r"a float in \[0, 1\]"),
+        ("typical_p", 0.0, r"a float in \(0, 1\] \(1: no typical sampling\)"),
+        ("top_h", 0.0, r"a float in \(0, 1\]"),
+        ("top_h", 1.5, r"a float in \(0, 1\]"),
+        ("repetition_penalty", 0.0, r"a float > 0 \(1: no penalty\)"),
+    ],
+)
+def test_a_value_transformers_refuses_is_refused_naming_the_option(
+    model: Any, option: str, value: Any, allowed: str
+) -> None:
+    """Named as the config's option, not as the chain stage it would become; transformers refuses it too."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = GenerationConfig(do_sample=True, eos_token_id=EOS, **{option: value})
+    named = rf"generation_chain: the generation config's {option}={value!r} is invalid, as transformers' generate"
+    with pytest.raises(dk.ParameterError, match=rf"{named}.*; allowed: {allowed}$"):
+        generation_chain(config)
+    with pytest.raises(ValueError):
+        hf_processors(model, config)
 
 
 def test_min_length_needs_the_prompt_length() -> None:
