@@ -223,9 +223,21 @@ def _min_new_tokens(c: Any, prompt_length: int | None) -> int:
         raise ParameterError(
             f"generation_chain: the generation config's min_length={c.min_length} counts the prompt, so the chain "
             "depends on its length; allowed: generation_chain(source, prompt_length=N), min_new_tokens in the config "
-            "instead, or a chain of your own with min_new_tokens(n, [eos]) (on the command line --chain)"
+            f"instead, or a chain of your own: {_without_the_prompt(c)}"
         )
     return max(int(c.min_length) - int(prompt_length), 0)
+
+
+def _without_the_prompt(c: Any) -> str:
+    """The chain with the prompt counted as none, spelled as a command line, which has no prompt length to give."""
+    try:
+        chain = _chain(c, 0)
+    except ParameterError:  # another option no chain expresses: that error comes with its own advice
+        return "--chain with min_new_tokens(n, [eos])"
+    return (
+        f"on the command line --chain '{chain}' (it runs as written; to count the prompt as min_length does, lower its "
+        f"{c.min_length} by the prompt's tokens)"
+    )
 
 
 def _warpers(c: Any) -> list[str]:
