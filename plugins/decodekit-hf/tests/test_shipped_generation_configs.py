@@ -61,6 +61,19 @@ SHIPPED: dict[str, tuple[str, int, dict[str, Any]]] = {
             "top_k": 20,
         },
     ),
+    "Qwen/Qwen3-8B": (
+        "qwen3",
+        151936,
+        {
+            "bos_token_id": 151643,
+            "do_sample": True,
+            "eos_token_id": [151645, 151643],
+            "pad_token_id": 151643,
+            "temperature": 0.6,
+            "top_k": 20,
+            "top_p": 0.95,
+        },
+    ),
     "google/gemma-2-9b-it": (
         "gemma2",
         256000,
@@ -145,6 +158,7 @@ CHAINS = {
     "meta-llama/Meta-Llama-3-8B-Instruct": "temperature(0.6) | top_k(50) | top_p(0.9) | sample",
     "meta-llama/Llama-3.1-8B-Instruct": "temperature(0.6) | top_k(50) | top_p(0.9) | sample",
     "Qwen/Qwen2.5-7B-Instruct": "repetition_penalty(1.05) | temperature(0.7) | top_k(20) | top_p(0.8) | sample",
+    "Qwen/Qwen3-8B": "temperature(0.6) | top_k(20) | top_p(0.95) | sample",
     "google/gemma-3-1b-it": "top_k(64) | top_p(0.95) | sample",
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": "temperature(0.6) | top_k(50) | top_p(0.95) | sample",
     "deepseek-ai/DeepSeek-R1-Distill-Llama-8B": "temperature(0.6) | top_k(50) | top_p(0.95) | sample",
