@@ -100,7 +100,6 @@ ALONE: list[dict[str, Any]] = [
     {"top_k": 5},
     {"top_k": 0},
     {"top_p": 0.7},
-    {"top_p": 0.0},  # transformers' top-p keeps its one token to keep: the top token
     {"min_p": 0.1},
     {"top_h": 0.4},
     {"top_h": 1.0},
@@ -134,7 +133,7 @@ def test_each_option_alone_matches_transformers(model: Any, options: dict[str, A
 
 def test_combined_options_match_transformers(model: Any) -> None:
     options = {name: value for alone in ALONE[1:] for name, value in alone.items()}
-    options |= {"temperature": 0.8, "top_k": 40, "top_p": 0.7, "repetition_penalty": 1.3, "no_repeat_ngram_size": 3}
+    options |= {"temperature": 0.8, "top_k": 40, "repetition_penalty": 1.3, "no_repeat_ngram_size": 3}
     text = check_config(model, {"do_sample": True, "eos_token_id": [EOS, 7], **options})
     assert [stage.split("(")[0] for stage in text.split(" | ")] == [
         *("sequence_bias", "repetition_penalty", "no_repeat_ngram", "bad_words", "min_new_tokens"),
@@ -200,6 +199,7 @@ def test_the_chains_read_as_transformers_fills_defaults() -> None:
         ({"do_sample": True, "temperature": 0.0}, r"temperature=0.0 .*do_sample=false is its greedy"),
         ({"exponential_decay_length_penalty": (2, 1.5)}, r"exponential_decay_length_penalty=\(2, 1.5\) .*no eos_"),
         ({"sequence_bias": [[[3], float("inf")]]}, r"sequence_bias=\[\[3\], inf\] .*NaN or \+inf"),
+        ({"do_sample": True, "top_p": 0.0}, r"top_p=0.0 cannot .*only the likeliest token .*top_p takes p > 0"),
     ],
 )
 def test_an_option_no_chain_expresses_is_refused_naming_it(options: dict[str, Any], named: str) -> None:

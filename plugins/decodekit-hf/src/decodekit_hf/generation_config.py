@@ -259,8 +259,11 @@ def _warpers(c: Any) -> list[str]:
         out.append(f"top_k({int(c.top_k)})")
     if c.top_p is not None and c.top_p < 1.0:
         _check(c, "top_p", lambda p: p >= 0, "a float in [0, 1] (1: no top-p)")
-        # transformers' top-p at 0 keeps the one token it must keep: the likeliest, as top_k(1) does
-        out.append(f"top_p({float(c.top_p)!r})" if c.top_p > 0 else "top_k(1)")
+        if c.top_p == 0:  # top_k(1) in its place would take the --top-p and --top-k flags wrongly
+            raise _refused(
+                "top_p", c.top_p, "transformers keeps only the likeliest token with it, decodekit's top_p takes p > 0"
+            )
+        out.append(f"top_p({float(c.top_p)!r})")
     if c.min_p is not None:
         _check(c, "min_p", lambda p: 0 <= p <= 1, "a float in [0, 1]")
         out.append(f"min_p({float(c.min_p)!r})")
