@@ -140,3 +140,14 @@ def test_validate_runs_the_checks_without_the_model(model: TinyLM) -> None:
     assert request.cache is not None  # the caller's request, with its cache
     with pytest.raises(dk.ContextLengthError, match=r"exceeds the model's context of 96"):
         dk.validate(model, PROMPTS, strategy="cfg", negative=[1] * 90, max_new_tokens=8)
+
+
+@pytest.mark.parametrize("negative", [[1] * 90, [[1] * 90, [2, 3]]], ids=["one for all", "one each"])
+def test_a_negative_prompt_past_the_context_is_named(model: TinyLM, negative: Any) -> None:
+    """The pairs decode each negative prompt beside its prompt: one too long is named, not called the prompt."""
+    name = "negative" if isinstance(negative[0], int) else r"negative\[0\]"
+    match = rf"strategy cfg: {name} of 90 tokens \(its prompt: 3\) \+ max_new_tokens=8 = 98 tokens exceeds the model's"
+    with pytest.raises(dk.ContextLengthError, match=match):
+        dk.validate(model, [[1, 2, 3], [4, 5]], strategy="cfg", negative=negative, max_new_tokens=8)
+    with pytest.raises(dk.ContextLengthError, match=match):
+        cfg(model, [[1, 2, 3], [4, 5]], negative=negative, max_new_tokens=8)

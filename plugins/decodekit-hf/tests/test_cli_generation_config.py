@@ -240,3 +240,22 @@ def test_the_refusals_command_line_runs_as_written(
     assert f"--chain '{generation_chain(GenerationConfig(**without))}'" in advice
     status, _, err = cli(capsys, *base, *shlex.split(advice))
     assert status == 0, err
+
+
+def test_min_length_is_refused_with_a_command_line_that_runs(
+    tmp_path: Path, gpt2: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """min_length counts the prompt, and the command line has no prompt_length=: the error spells the --chain that
+    runs as written (the prompt counted as none) and says to lower the minimum by the prompt's tokens."""
+    config = OWN | {"min_length": 12}
+    checkpoint = save(tmp_path, gpt2, char_tokenizer, GenerationConfig(**config))
+    base = ["generate", "Hi", "--model", f"hf:{checkpoint}", "--max-new-tokens", "4", "--seed", "0"]
+    status, _, err = cli(capsys, *base)
+    assert status == 2
+    [line] = err.splitlines()
+    [chain] = re.findall(r"on the command line --chain '([^']*)'", line)
+    assert chain == generation_chain(GenerationConfig(**config), prompt_length=0)
+    assert f"min_new_tokens(12, [{EOS}])" in chain and "lower its 12 by the prompt's tokens" in line
+    assert "prompt_length" not in line.split("on the command line")[1]
+    status, _, err = cli(capsys, *base, "--chain", chain)
+    assert status == 0, err

@@ -115,6 +115,7 @@ ALONE: list[dict[str, Any]] = [
     {"sequence_bias": [[[5, 6], float("-inf")]]},
     {"sequence_bias": [[[2], -2.5], [[1, 3], 4.0], [[5, 6, 7], -1.0]]},
     {"suppress_tokens": [0, 4, EOS]},
+    {"suppress_tokens": [-3, 4]},  # an id below the vocabulary does nothing in transformers
     {"begin_suppress_tokens": [2, EOS]},
     {"min_new_tokens": 3},
     {"min_length": PROMPT + 4},
@@ -198,6 +199,7 @@ def test_the_chains_read_as_transformers_fills_defaults() -> None:
         ({"do_sample": True, "temperature": 0.0}, r"temperature=0.0 .*do_sample=false is its greedy"),
         ({"exponential_decay_length_penalty": (2, 1.5)}, r"exponential_decay_length_penalty=\(2, 1.5\) .*no eos_"),
         ({"sequence_bias": [[[3], float("inf")]]}, r"sequence_bias=\[\[3\], inf\] .*NaN or \+inf"),
+        ({"do_sample": True, "top_p": 0.0}, r"top_p=0.0 cannot .*only the likeliest token .*top_p takes p > 0"),
     ],
 )
 def test_an_option_no_chain_expresses_is_refused_naming_it(options: dict[str, Any], named: str) -> None:
@@ -206,6 +208,33 @@ def test_an_option_no_chain_expresses_is_refused_naming_it(options: dict[str, An
         config = GenerationConfig(**options)
     with pytest.raises(dk.ParameterError, match=rf"generation_chain: the generation config's {named}"):
         generation_chain(config)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "allowed"),
+    [
+        ("top_k", -1, "an integer >= 1, or 0 for no top-k"),
+        ("top_k", 2.5, "an integer >= 1, or 0 for no top-k"),
+        ("top_p", -0.1, r"a float in \[0, 1\] \(1: no top-p\)"),
+        ("min_p", 1.5, r"a float in \[0, 1\]"),
+        ("typical_p", 0.0, r"a float in \(0, 1\] \(1: no typical sampling\)"),
+        ("top_h", 0.0, r"a float in \(0, 1\]"),
+        ("top_h", 1.5, r"a float in \(0, 1\]"),
+        ("repetition_penalty", 0.0, r"a float > 0 \(1: no penalty\)"),
+    ],
+)
+def test_a_value_transformers_refuses_is_refused_naming_the_option(
+    model: Any, option: str, value: Any, allowed: str
+) -> None:
+    """Named as the config's option, not as the chain stage it would become; transformers refuses it too."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = GenerationConfig(do_sample=True, eos_token_id=EOS, **{option: value})
+    named = rf"generation_chain: the generation config's {option}={value!r} is invalid, as transformers' generate"
+    with pytest.raises(dk.ParameterError, match=rf"{named}.*; allowed: {allowed}$"):
+        generation_chain(config)
+    with pytest.raises(ValueError):
+        hf_processors(model, config)
 
 
 def test_min_length_needs_the_prompt_length() -> None:

@@ -25,6 +25,7 @@ from typing_extensions import Unpack
 
 from decodekit.chain import Chain, Picked
 from decodekit.engine import PREALLOCATED_COLUMNS, Decoding, check_rows, sample_steps
+from decodekit.errors import ContextLengthError
 from decodekit.model import Model
 from decodekit.params import Params
 from decodekit.prompts import Prompts
@@ -82,10 +83,27 @@ def _open_pairs(d: Decoding, negatives: list[list[int]]) -> Decoding:
     columns = max(map(len, rows)) + min(request.max_new_tokens, PREALLOCATED_COLUMNS)
     check_rows(f"strategy {d.strategy}", "batch size", len(d.prompts), len(rows), columns, d.model)
     pairs = type(d)(pair_request, d.strategy, events=False)  # the same kind: `dk.validate`'s stops at the model
-    pairs.open()
+    try:
+        pairs.open()
+    except ContextLengthError as error:  # it names a prompt: the row too long may be a negative prompt
+        raise _negative_too_long(d, negatives) or error from error
     d.request = replace(request, cache=None)
     d.open()
     return pairs
+
+
+def _negative_too_long(d: Decoding, negatives: list[list[int]]) -> ContextLengthError | None:
+    """The error naming the longest negative prompt, where it is longer than every prompt and past the context."""
+    b = max(range(len(negatives)), key=lambda row: len(negatives[row]))
+    width, new, context = len(negatives[b]), d.request.max_new_tokens, d.spec.max_positions
+    if width <= max(map(len, d.prompts)) or width + new <= context:
+        return None
+    name = "negative" if all(row == negatives[0] for row in negatives) else f"negative[{b}]"
+    return ContextLengthError(
+        f"strategy cfg: {name} of {width} tokens (its prompt: {len(d.prompts[b])}) + max_new_tokens={new} = "
+        f"{width + new} tokens exceeds the model's context of {context} positions (the negative prompt is decoded "
+        "beside its prompt); shorten the negative prompt or lower max_new_tokens"
+    )
 
 
 def _steps(d: Decoding, pairs: Decoding, scale: float) -> Iterator[None]:

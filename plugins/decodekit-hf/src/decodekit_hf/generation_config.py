@@ -169,12 +169,11 @@ def _refused(name: str, value: Any, why: str) -> ParameterError:
 def _processors(c: Any, eos: list[int], prompt_length: int | None, vocab_size: int | None) -> list[str]:
     """The stages transformers runs under every strategy, in `_get_logits_processor`'s order."""
     out: list[str] = []
-    # transformers' suppressions mask `isin(vocabulary, ids)`: an id past the vocabulary does nothing
-    suppress = [int(t) for t in c.suppress_tokens or () if vocab_size is None or 0 <= int(t) < vocab_size]
-    begin = [int(t) for t in c.begin_suppress_tokens or () if vocab_size is None or 0 <= int(t) < vocab_size]
+    suppress, begin = _in_vocabulary(c.suppress_tokens, vocab_size), _in_vocabulary(c.begin_suppress_tokens, vocab_size)
     if c.sequence_bias is not None:
         out += _sequence_bias(_bias_list(c.sequence_bias))
     if c.repetition_penalty is not None and c.repetition_penalty != 1.0:
+        _check(c, "repetition_penalty", lambda v: v > 0, "a float > 0 (1: no penalty)")
         out.append(f"repetition_penalty({c.repetition_penalty!r})")
     if c.no_repeat_ngram_size is not None and c.no_repeat_ngram_size > 0:
         out.append(f"no_repeat_ngram({c.no_repeat_ngram_size})")
@@ -188,6 +187,11 @@ def _processors(c: Any, eos: list[int], prompt_length: int | None, vocab_size: i
     if begin:  # -inf at the first new token only (decoder-only: begin_index is the prompt width)
         out.append(f"min_new_tokens(1, {_literal(begin)})")
     return out
+
+
+def _in_vocabulary(ids: Sequence[int] | None, vocab_size: int | None) -> list[int]:
+    """transformers' suppressions mask `isin(vocabulary, ids)`: an id outside the vocabulary does nothing."""
+    return [int(t) for t in ids or () if int(t) >= 0 and (vocab_size is None or int(t) < vocab_size)]
 
 
 def _lengths(c: Any, eos: list[int], prompt_length: int | None) -> list[str]:
@@ -219,9 +223,21 @@ def _min_new_tokens(c: Any, prompt_length: int | None) -> int:
         raise ParameterError(
             f"generation_chain: the generation config's min_length={c.min_length} counts the prompt, so the chain "
             "depends on its length; allowed: generation_chain(source, prompt_length=N), min_new_tokens in the config "
-            "instead, or a chain of your own with min_new_tokens(n, [eos]) (on the command line --chain)"
+            f"instead, or a chain of your own: {_without_the_prompt(c)}"
         )
     return max(int(c.min_length) - int(prompt_length), 0)
+
+
+def _without_the_prompt(c: Any) -> str:
+    """The chain with the prompt counted as none, spelled as a command line, which has no prompt length to give."""
+    try:
+        chain = _chain(c, 0)
+    except ParameterError:  # another option no chain expresses: that error comes with its own advice
+        return "--chain with min_new_tokens(n, [eos])"
+    return (
+        f"on the command line --chain '{chain}' (it runs as written; to count the prompt as min_length does, lower its "
+        f"{c.min_length} by the prompt's tokens)"
+    )
 
 
 def _warpers(c: Any) -> list[str]:
@@ -236,20 +252,40 @@ def _warpers(c: Any) -> list[str]:
             )
         out.append(f"temperature({float(c.temperature)!r})")
     if c.top_h is not None:
+        _check(c, "top_h", lambda h: 0 < h <= 1, "a float in (0, 1]")
         out.append(f"top_h({float(c.top_h)!r})")
     if c.top_k is not None and c.top_k != 0:
+        _check(c, "top_k", lambda k: isinstance(k, int) and k > 0, "an integer >= 1, or 0 for no top-k")
         out.append(f"top_k({int(c.top_k)})")
     if c.top_p is not None and c.top_p < 1.0:
+        _check(c, "top_p", lambda p: p >= 0, "a float in [0, 1] (1: no top-p)")
+        if c.top_p == 0:  # top_k(1) in its place would take the --top-p and --top-k flags wrongly
+            raise _refused(
+                "top_p", c.top_p, "transformers keeps only the likeliest token with it, decodekit's top_p takes p > 0"
+            )
         out.append(f"top_p({float(c.top_p)!r})")
     if c.min_p is not None:
+        _check(c, "min_p", lambda p: 0 <= p <= 1, "a float in [0, 1]")
         out.append(f"min_p({float(c.min_p)!r})")
     if c.typical_p is not None and c.typical_p < 1.0:
+        _check(c, "typical_p", lambda p: p > 0, "a float in (0, 1] (1: no typical sampling)")
         out.append(f"typical({float(c.typical_p)!r})")
     if c.epsilon_cutoff is not None and 0.0 < c.epsilon_cutoff < 1.0:
         out.append(f"epsilon({float(c.epsilon_cutoff)!r})")
     if c.eta_cutoff is not None and 0.0 < c.eta_cutoff < 1.0:
         out.append(f"eta({float(c.eta_cutoff)!r})")
     return out
+
+
+def _check(c: Any, name: str, valid: Callable[[Any], bool], allowed: str) -> None:
+    """Refuse, naming the option, a value that transformers' processor for it refuses when `generate()` builds it
+    (the chain stage would refuse it too, but under the stage's name)."""
+    value = getattr(c, name)
+    if not valid(value):
+        raise ParameterError(
+            f"generation_chain: the generation config's {name}={value!r} is invalid, as transformers' generate() "
+            f"finds it too; allowed: {allowed}"
+        )
 
 
 def _sequence_bias(biases: list[list[Any]]) -> list[str]:
