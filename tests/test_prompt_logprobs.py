@@ -167,3 +167,32 @@ def test_a_strategy_that_never_prefills_is_told() -> None:
         pass
     with pytest.raises(dk.PluginError, match=r"strategy own: was asked for prompt_logprobs and never prefilled"):
         d.generation()
+
+
+def test_the_cli_puts_them_in_the_json_document() -> None:
+    """`decodekit generate --prompt-logprobs N --json`: the model's own (tiny-shakespeare), by hand; without --json,
+    in batch mode or past the vocabulary, one line of error."""
+    import json
+
+    from cli_runner import run_cli
+
+    model = dk.load_model("tiny-shakespeare")
+    ids = model.tokenizer.encode("ROMEO:")
+    run = run_cli(["generate", "ROMEO:", "--max-new-tokens", "0", "--prompt-logprobs", "2", "--json"])
+    assert run.returncode == 0, run.stderr
+    records = json.loads(run.stdout)["prompt_logprobs"]
+    with torch.no_grad():
+        lp = torch.log_softmax(model(torch.tensor([ids]), torch.arange(len(ids))[None], None)[0].float(), -1)
+    assert records[0] is None and [r["token"] for r in records[1:]] == ids[1:]
+    assert [r["logprob"] for r in records[1:]] == pytest.approx([lp[i - 1, ids[i]].item() for i in range(1, len(ids))])
+    assert [[t for t, _ in r["top"]] for r in records[1:]] == [
+        lp[i].topk(2).indices.tolist() for i in range(len(ids) - 1)
+    ]
+    for argv, message in [
+        (["--prompt-logprobs", "2"], "--prompt-logprobs 2: reported in the JSON document; add --json"),
+        (["--prompt-logprobs", "2", "--json", "--strategy", "speculative"], "speculative: prompt_logprobs=2 is not"),
+        (["--prompt-logprobs", "900", "--json"], "prompt_logprobs=900 is invalid; allowed: None or an integer"),
+        (["--prompt-logprobs", "2", "--input", "x.jsonl", "--output", "y.jsonl"], "--input cannot be combined with"),
+    ]:
+        run = run_cli(["generate", "ROMEO:", "--max-new-tokens", "1", *argv])
+        assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr, run.stderr
