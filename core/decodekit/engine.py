@@ -176,7 +176,7 @@ class Decoding:
     def prefill(self) -> Tensor:
         """Logits `[R, V]` after each row's prompt (left padding puts every row's last token in column P-1); through
         a cache that evicts, in blocks of at most the model's context, so a long prompt needs bounded memory. With
-        `prompt_logprobs`, every column's logits, for `prompt_logprobs` (`score_prompts`)."""
+        `prompt_logprobs`, every column's logits, scored into `self.prompt_logprobs`."""
         n = self.request.prompt_logprobs
         if self.kv is None and n is None:
             return uncached_logits(self.model, self.buf, self.positions, self.P)
@@ -188,10 +188,10 @@ class Decoding:
             logits = self.model(self.buf[:, start:end], self.positions[:, start:end], self.kv, **columns)
             last = last_column(self.model, logits)
             if n is not None:
-                self.score_prompts(logits, start, n)
+                self._score_prompts(logits, start, n)
         return last
 
-    def score_prompts(self, logits: Tensor, start: int, n: int) -> None:
+    def _score_prompts(self, logits: Tensor, start: int, n: int) -> None:
         """Add to `prompt_logprobs` the prompt tokens the logits `[R, T, V]` of columns `start ..` predict: each
         prompt's own columns (one row per prompt: its copies are the same), never its padding."""
         if start == 0:

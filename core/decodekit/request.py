@@ -201,11 +201,13 @@ def _logprobs(logprobs: object, vocab_size: int, name: str = "logprobs") -> int 
     return None if logprobs is None else _integer(name, logprobs, lambda n: 0 <= n <= vocab_size, allowed)
 
 
-def _prompt_logprobs(n: object, model: Any, rows: list[list[int]], cache: CacheFactory | None) -> int | None:
+def _prompt_logprobs(
+    n: object, vocab: int, context: int, rows: list[list[int]], cache: CacheFactory | None
+) -> int | None:
     """Without a cache the prefill is one forward over the whole prompt, which must fit the model's context (past
     it, generation crops the context, and the prompt's first tokens would have no logits)."""
-    checked = _logprobs(n, _vocab_size(model), "prompt_logprobs")
-    longest, context = max(map(len, rows)), model.spec.max_positions
+    checked = _logprobs(n, vocab, "prompt_logprobs")
+    longest = max(map(len, rows))
     if checked is not None and cache is None and longest > context:
         raise ParameterError(
             f"prompt_logprobs={checked} is invalid with cache='none' and a prompt of {longest} tokens, past the "
@@ -237,5 +239,5 @@ def decode_request(model: Any, prompts: Prompts, /, **options: Unpack[DecodeOpti
         seed=_seed(options.get("seed"), len(rows)),
         logprobs=_logprobs(options.get("logprobs"), V),
         compile=_flag("compile", options.get("compile", False)),
-        prompt_logprobs=_prompt_logprobs(options.get("prompt_logprobs"), model, rows, cache),
+        prompt_logprobs=_prompt_logprobs(options.get("prompt_logprobs"), V, model.spec.max_positions, rows, cache),
     )
