@@ -23,7 +23,7 @@ from decodekit.outputs import RowOutput
 from decodekit.params import Params
 from decodekit.prompts import left_pad
 from decodekit.request import DecodeRequest
-from decodekit.results import Generation, TokenEvent
+from decodekit.results import Generation, PromptLogprobs, TokenEvent, prompt_logprobs
 from decodekit.spec import CacheSpec, ModelSpec
 from decodekit.storage import device_memory
 from decodekit.text import TextTracker
@@ -66,6 +66,8 @@ class Decoding:
         self.extras: dict[str, list[Any]] = {}  # ... with these per-prompt fields
         self._events: list[TokenEvent] | None = [] if events else None
         self._finished: list[RowOutput | None] = [None] * len(request.prompts)
+        # per prompt, once `prefill` has run with `prompt_logprobs` (a policy prefilling otherwise may set them)
+        self.prompt_logprobs: list[list[PromptLogprobs | None]] | None = None
         self.copies = 0  # set by `open`
 
     # -- set-up ----------------------------------------------------------------------------
@@ -173,14 +175,33 @@ class Decoding:
 
     def prefill(self) -> Tensor:
         """Logits `[R, V]` after each row's prompt (left padding puts every row's last token in column P-1); through
-        a cache that evicts, in blocks of at most the model's context, so a long prompt needs bounded memory."""
-        if self.kv is None:
+        a cache that evicts, in blocks of at most the model's context, so a long prompt needs bounded memory. With
+        `prompt_logprobs`, every column's logits, scored into `self.prompt_logprobs`."""
+        n = self.request.prompt_logprobs
+        if self.kv is None and n is None:
             return uncached_logits(self.model, self.buf, self.positions, self.P)
-        block = self.P if not evicts(self.kv) else self.spec.max_positions
+        # without a cache the prompt fits the context (`decode_request` checked): one block, its positions as they are
+        block = self.spec.max_positions if self.kv is not None and evicts(self.kv) else self.P
+        columns = last_only(self.model) if n is None else {}
         for start in range(0, self.P, block):
             end = min(start + block, self.P)
-            logits = self.model(self.buf[:, start:end], self.positions[:, start:end], self.kv, **last_only(self.model))
-        return last_column(self.model, logits)
+            logits = self.model(self.buf[:, start:end], self.positions[:, start:end], self.kv, **columns)
+            last = last_column(self.model, logits)
+            if n is not None:
+                self._score_prompts(logits, start, n)
+        return last
+
+    def _score_prompts(self, logits: Tensor, start: int, n: int) -> None:
+        """Add to `prompt_logprobs` the prompt tokens the logits `[R, T, V]` of columns `start ..` predict: each
+        prompt's own columns (one row per prompt: its copies are the same), never its padding."""
+        if start == 0:
+            self.prompt_logprobs = [[None] for _ in self.prompts]
+        assert self.prompt_logprobs is not None
+        for b, scores in enumerate(self.prompt_logprobs):
+            row, first = b * self.copies, self.P - len(self.prompts[b])  # the prompt's first column
+            lo, hi = max(start, first), min(start + logits.shape[1], self.P - 1)  # columns that predict a token
+            if lo < hi:
+                scores += prompt_logprobs(logits[row, lo - start : hi - start], self.buf[row, lo + 1 : hi + 1], n)
 
     def forward(self) -> Tensor:
         """Logits `[R, V]` after the last column written (the token `advance` or `append` just wrote)."""
@@ -360,6 +381,12 @@ class Decoding:
 
     def generation(self) -> Generation:
         """The result, once `run` is over."""
+        if self.request.prompt_logprobs is not None and self.prompt_logprobs is None:
+            raise PluginError(
+                f"strategy {self.strategy}: was asked for prompt_logprobs and never prefilled through "
+                "decoding.prefill(), which computes them; allowed: a strategy that does, or refuses prompt_logprobs "
+                "with a ParameterError before any model work"
+            )
         outs = [out for out in self._finished if out is not None]
         return self.result_type(
             tokens=[out.tokens for out in outs],
@@ -368,6 +395,7 @@ class Decoding:
             text=None if self.request.tokenizer is None else [out.text or "" for out in outs],
             logprobs=None if self.request.logprobs is None else [out.logprobs for out in outs],
             stopped_by=[out.stopped_by for out in outs],
+            prompt_logprobs=self.prompt_logprobs,
             **self.extras,
         )
 

@@ -39,6 +39,8 @@ class DecodeOptions(TypedDict, total=False):
         row, or None (the default: fresh seeds).
     logprobs: also report the chosen token's log-probability and the top-n alternatives, raw
         and after the chain (default None: not reported).
+    prompt_logprobs: also report, for each prompt token after the first, its log-probability under the model
+        given the tokens before it, its rank and the model's top-n (vLLM's `prompt_logprobs`; default None).
     compile: run the model's decode step and the chain's step under `torch.compile` (default False).
     """
 
@@ -49,6 +51,7 @@ class DecodeOptions(TypedDict, total=False):
     stop_strings: str | Sequence[str]
     seed: int | Sequence[int] | None
     logprobs: int | None
+    prompt_logprobs: int | None
     compile: bool
 
 
@@ -68,6 +71,7 @@ class DecodeRequest:
     seed: int | tuple[int, ...] | None
     logprobs: int | None
     compile: bool = False  # the model's decode step and the chain's step under torch.compile
+    prompt_logprobs: int | None = None  # report the prompt tokens' logprobs, with the top n
 
     @property
     def batch_size(self) -> int:
@@ -192,9 +196,24 @@ def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
     return _integer("seed", seed, lambda n: 0 <= n < MAX_SEED, allowed)
 
 
-def _logprobs(logprobs: object, vocab_size: int) -> int | None:
-    allowed = f"None or an integer, 0 <= logprobs <= {vocab_size}"
-    return None if logprobs is None else _integer("logprobs", logprobs, lambda n: 0 <= n <= vocab_size, allowed)
+def _logprobs(logprobs: object, vocab_size: int, name: str = "logprobs") -> int | None:
+    allowed = f"None or an integer, 0 <= {name} <= {vocab_size}"
+    return None if logprobs is None else _integer(name, logprobs, lambda n: 0 <= n <= vocab_size, allowed)
+
+
+def _prompt_logprobs(
+    n: object, vocab: int, context: int, rows: list[list[int]], cache: CacheFactory | None
+) -> int | None:
+    """Without a cache the prefill is one forward over the whole prompt, which must fit the model's context (past
+    it, generation crops the context, and the prompt's first tokens would have no logits)."""
+    checked = _logprobs(n, vocab, "prompt_logprobs")
+    longest = max(map(len, rows))
+    if checked is not None and cache is None and longest > context:
+        raise ParameterError(
+            f"prompt_logprobs={checked} is invalid with cache='none' and a prompt of {longest} tokens, past the "
+            f"model's context of {context} positions; allowed: prompts of at most {context} tokens, or a cache"
+        )
+    return checked
 
 
 def decode_request(model: Any, prompts: Prompts, /, **options: Unpack[DecodeOptions]) -> DecodeRequest:
@@ -208,15 +227,17 @@ def decode_request(model: Any, prompts: Prompts, /, **options: Unpack[DecodeOpti
     for check in (getattr(stage, "check_prompts", None) for stage in (*chain.processors, chain.selector)):
         if callable(check):
             check(len(rows))
+    cache = _cache(options["cache"]) if "cache" in options else _default_cache()
     return DecodeRequest(
         model=model,
         prompts=rows,
         chain=chain,
         max_new_tokens=max_new,
-        cache=_cache(options["cache"]) if "cache" in options else _default_cache(),
+        cache=cache,
         stop_tokens=_stop_tokens(options.get("stop_tokens", ()), len(rows), V),
         stop_strings=_stop_strings(options.get("stop_strings", ()), getattr(model, "tokenizer", None)),
         seed=_seed(options.get("seed"), len(rows)),
         logprobs=_logprobs(options.get("logprobs"), V),
         compile=_flag("compile", options.get("compile", False)),
+        prompt_logprobs=_prompt_logprobs(options.get("prompt_logprobs"), V, model.spec.max_positions, rows, cache),
     )

@@ -1,4 +1,4 @@
-"""What decoding returns: `Generation` (per row), `TokenEvent` (per token), `TokenLogprobs`."""
+"""What decoding returns: `Generation` (per row), `TokenEvent` (per token), `TokenLogprobs`, `PromptLogprobs`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,15 @@ from torch import Tensor
 
 from decodekit.stage import Candidates
 
-__all__ = ["FinishReason", "Generation", "TokenEvent", "TokenLogprobs", "token_logprobs"]
+__all__ = [
+    "FinishReason",
+    "Generation",
+    "PromptLogprobs",
+    "TokenEvent",
+    "TokenLogprobs",
+    "prompt_logprobs",
+    "token_logprobs",
+]
 
 FinishReason = Literal["stop", "length"]
 
@@ -23,6 +31,16 @@ class TokenLogprobs:
     processed: float
     raw_top: list[tuple[int, float]]  # the model's n most likely tokens
     processed_top: list[tuple[int, float]]  # the n most likely after the chain
+
+
+@dataclass(frozen=True, slots=True)
+class PromptLogprobs:
+    """One prompt token's log-probability under the model given the tokens before it (no chain: nothing was
+    sampled), its rank among the vocabulary (1: the most likely; ties share the best rank), as vLLM's."""
+
+    logprob: float
+    rank: int
+    top: list[tuple[int, float]]  # the model's n most likely tokens at this position
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +67,8 @@ class Generation:
     text: list[str] | None = None
     logprobs: list[list[TokenLogprobs]] | None = None
     stopped_by: list[int | str | None] = field(default_factory=list)  # the stop token or string
+    # per prompt token (None for the first, which has no context), when asked for with `prompt_logprobs`
+    prompt_logprobs: list[list[PromptLogprobs | None]] | None = None
 
 
 def token_logprobs(raw: Tensor, processed: Tensor | Candidates, tokens: Tensor, n: int) -> list[TokenLogprobs]:
@@ -71,3 +91,16 @@ def token_logprobs(raw: Tensor, processed: Tensor | Candidates, tokens: Tensor, 
         pt = [(i, v) for i, v in zip(top_i[b].tolist(), top_v[b].tolist()) if v != float("-inf")]
         out.append(TokenLogprobs(raw_chosen[b], token_lp, rt, pt))
     return out
+
+
+def prompt_logprobs(logits: Tensor, tokens: Tensor, n: int) -> list[PromptLogprobs]:
+    """Per position, the log-probability of the next prompt token `tokens` `[T]` under `logits` `[T, V]` (the raw
+    log_softmax in float32), its rank and the top `n`."""
+    lp = torch.log_softmax(logits.float(), -1)
+    chosen = lp.gather(1, tokens[:, None])
+    ranks = (lp > chosen).sum(-1) + 1  # vLLM's: one plus the tokens strictly more likely
+    top_v, top_i = lp.topk(n, -1) if n else (lp[:, :0], tokens[:, None][:, :0])
+    return [
+        PromptLogprobs(c, r, list(zip(i, v)))
+        for c, r, i, v in zip(chosen[:, 0].tolist(), ranks.tolist(), top_i.tolist(), top_v.tolist())
+    ]

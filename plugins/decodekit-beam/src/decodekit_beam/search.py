@@ -111,8 +111,8 @@ def beam_policy(d: Decoding, params: Params) -> Iterator[None]:
 def _beam_rounds(d: Decoding, params: BeamParams) -> Iterator[None]:
     """The rounds of a beam search on an opened decoding, then its results."""
     search = _Search(d, params)
-    if d.request.max_new_tokens > 0:
-        logits = d.prefill()
+    if d.request.max_new_tokens > 0 or d.request.prompt_logprobs is not None:
+        logits = d.prefill()  # and the prompt's logprobs, when asked for
         for step in range(d.request.max_new_tokens):
             if search.step(logits, step):
                 break

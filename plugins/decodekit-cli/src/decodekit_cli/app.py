@@ -222,6 +222,16 @@ def generate(
         list[str] | None, typer.Option("--stop", help="Stop a sample when its text contains this (repeatable).")
     ] = None,
     json_output: JsonOption = False,
+    prompt_logprobs: Annotated[
+        int | None,
+        typer.Option(
+            "--prompt-logprobs",
+            min=0,
+            metavar="N",
+            help="Put in the --json document each prompt token's log-probability under the model, its rank and the "
+            "N most likely tokens (vLLM's prompt_logprobs); with --max-new-tokens 0, scoring alone.",
+        ),
+    ] = None,
     json_schema: Annotated[
         Path | None,
         typer.Option("--json-schema", help="Generate JSON valid under this JSON Schema file.", rich_help_panel=GRAMMAR),
@@ -336,6 +346,7 @@ def generate(
             "PROMPT": prompt is not None,
             "--num-samples": num_samples != 1,
             "--json": json_output,
+            "--prompt-logprobs": prompt_logprobs is not None,
         }
         batch = batch_request(
             input_file,
@@ -358,6 +369,7 @@ def generate(
         json_output=json_output,
         echo=echo,
         strategy=strategy,
+        prompt_logprobs=prompt_logprobs,
     )
     raise typer.Exit(run_generate(request))
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import decodekit as dk
-from decodekit_cli.errors import EXIT_INTERRUPTED
+from decodekit_cli.errors import EXIT_INTERRUPTED, CliError
 from decodekit_cli.json_output import print_json
 from decodekit_cli.live_text import SampleWriter, TextOutput
 from decodekit_cli.options import build_chain, check_stop, cli_hints, prompt_rows, prompt_text, resolve_strategy
@@ -41,6 +41,7 @@ class GenerateRequest:
     json_output: bool
     echo: bool
     strategy: str | None = None
+    prompt_logprobs: int | None = None  # --prompt-logprobs N, reported in the JSON document
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class SampleSpec:
     stop: tuple[str, ...]
     compile: bool = False
     stop_tokens: tuple[int, ...] = ()  # the model's EOS, unless --ignore-eos
+    prompt_logprobs: int | None = None
 
 
 class SampleSink(Protocol):
@@ -93,6 +95,7 @@ class StreamResult:
     seconds: float
     interrupted: bool
     acceptance_rate: float | None = None  # a speculative strategy's accepted / drafted tokens
+    prompt_logprobs: list[dict[str, Any] | None] | None = None  # the prompt's (the samples share it), when asked
 
     @property
     def num_tokens(self) -> int:
@@ -125,6 +128,7 @@ def stream_samples(
         stop_tokens=spec.stop_tokens,
         seed=spec.seed,
         compile=spec.compile,
+        prompt_logprobs=spec.prompt_logprobs,
     )
     try:
         with torch.inference_mode():
@@ -151,7 +155,8 @@ def stream_samples(
         if sample.finish_reason is None:
             sample.seconds = seconds
     rate = getattr(events.result, "acceptance_rate", None)  # a speculative strategy's, once it is done
-    return StreamResult(samples, seconds, interrupted, acceptance_rate=rate)
+    scored = None if events.result is None else _prompt_records(events.result)
+    return StreamResult(samples, seconds, interrupted, rate, scored)
 
 
 def _ended_without_tokens(samples: list[SampleResult], result: Any) -> None:
@@ -198,13 +203,27 @@ def _json_document(
         "seconds": round(result.seconds, 4),
         "interrupted": result.interrupted,
         **({} if result.acceptance_rate is None else {"acceptance_rate": round(result.acceptance_rate, 4)}),
+        **({} if result.prompt_logprobs is None else {"prompt_logprobs": result.prompt_logprobs}),
     }
+
+
+def _prompt_records(result: dk.Generation) -> list[dict[str, Any] | None] | None:
+    """`--prompt-logprobs`, of the first sample (all share the prompt): per prompt token, None for the first (no
+    context), else its id, log-probability, rank and the top N as [id, logprob] pairs."""
+    if result.prompt_logprobs is None:
+        return None
+    return [
+        None if s is None else {"token": t, "logprob": s.logprob, "rank": s.rank, "top": [list(p) for p in s.top]}
+        for t, s in zip(result.prompt_tokens[0], result.prompt_logprobs[0])
+    ]
 
 
 def run_generate(request: GenerateRequest) -> int:
     """Run the command; return its exit status."""
     sampling = request.sampling
     check_stop(sampling.stop)
+    if request.prompt_logprobs is not None and not request.json_output:
+        raise CliError(f"--prompt-logprobs {request.prompt_logprobs}: reported in the JSON document; add --json")
     strategy = resolve_strategy(request.strategy)  # before check(), whose note on the cache would precede its error
     name, cache = sampling.check()
     chain = build_chain(sampling.chain_text(), sampling.chain)  # a bad chain or flag fails before the model loads
@@ -229,6 +248,7 @@ def run_generate(request: GenerateRequest) -> int:
         stop=sampling.stop,
         compile=sampling.compile,
         stop_tokens=eos_tokens(model, sampling.ignore_eos),
+        prompt_logprobs=request.prompt_logprobs,
     )
 
     with TextOutput(text=not request.json_output) as out, cli_hints():

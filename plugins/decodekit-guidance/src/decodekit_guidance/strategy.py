@@ -48,7 +48,8 @@ def cfg(
         from the negative prompt, < 1 towards it.
     negative: transformers' `negative_prompt_ids`: text or token ids for every prompt, or one per prompt; None
         (the default): each prompt's last token.
-    options: `dk.generate`'s (chain, max_new_tokens, cache, stop_tokens, stop_strings, seed, logprobs, compile).
+    options: `dk.generate`'s (chain, max_new_tokens, cache, stop_tokens, stop_strings, seed, logprobs,
+        prompt_logprobs, compile).
     """
     return run_decode(model, prompts, "cfg", {"scale": scale, "negative": negative, **options}, "cfg")
 
@@ -109,6 +110,8 @@ def _negative_too_long(d: Decoding, negatives: list[list[int]]) -> ContextLength
 def _steps(d: Decoding, pairs: Decoding, scale: float) -> Iterator[None]:
     """`sample_steps` with the model's logits replaced by the guided scores of each pair."""
     logits = pairs.prefill()
+    if pairs.prompt_logprobs is not None:  # the model's, as under `sample`: the prompts' rows, not the negatives'
+        d.prompt_logprobs = pairs.prompt_logprobs[0::2]
     while True:
         cond, uncond = logits[0::2], logits[1::2]
         picked = d.pick(guided_scores(cond, uncond, scale))

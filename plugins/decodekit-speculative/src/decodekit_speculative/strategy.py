@@ -106,6 +106,11 @@ def speculative(model: Model, prompts: Any, **options: Any) -> SpeculativeGenera
 def speculative_policy(d: Decoding, params: Params) -> Iterator[None]:
     """The registered strategy (see the module docstring)."""
     assert isinstance(params, SpeculativeParams)
+    if d.request.prompt_logprobs is not None:  # its rounds feed the prompt with the first drafts, not by `prefill`
+        raise ParameterError(
+            f"speculative: prompt_logprobs={d.request.prompt_logprobs} is not supported; allowed: None (a prompt's "
+            "logprobs are the model's under every strategy: 'sample' with max_new_tokens=0 gives them)"
+        )
     draft = resolve_draft(params.draft, d.model)
     d.open(lookahead=_lookahead(d, params.k), needs=("crop",), recompute=False)
     _check_rollback(d, params.k)

@@ -1,0 +1,198 @@
+"""`prompt_logprobs=n` (vLLM's): each prompt token's log-probability under the model given the tokens before it, its
+rank and the top n, pinned by a full forward of each prompt alone with `torch.log_softmax` by hand."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from decodekit_gpt.gpt import GPT
+
+import decodekit as dk
+from decodekit.results import PromptLogprobs
+from tinymodels import tiny_gpt
+
+PROMPTS = [[5, 17, 3, 9, 44, 2, 8, 8, 9, 60], [7, 8], [83, 1, 33, 33, 12]]  # ragged: rows 1 and 2 left-padded
+CACHES = [
+    *("dense", "gqa", "int8", "window(size=16)", "none"),
+    *("h2o(budget=6, recent=2)", "snapkv(budget=6, window=2, sinks=0, recent=2)"),  # prompts past the budget
+]
+
+
+@torch.no_grad()
+def by_hand(model: GPT, prompt: list[int], n: int) -> list[PromptLogprobs | None]:
+    """The prompt alone, one full forward, log_softmax in float32; the rank counts the tokens strictly more likely."""
+    logits = model(torch.tensor([prompt]), torch.arange(len(prompt))[None], None)[0]
+    lp = torch.log_softmax(logits.float(), -1)
+    out: list[PromptLogprobs | None] = [None]
+    for i in range(1, len(prompt)):
+        row, token = lp[i - 1], prompt[i]
+        top = row.topk(n)
+        rank = 1 + sum(1 for v in row.tolist() if v > row[token].item())
+        out.append(PromptLogprobs(row[token].item(), rank, list(zip(top.indices.tolist(), top.values.tolist()))))
+    return out
+
+
+def assert_same(got: list[PromptLogprobs | None], want: list[PromptLogprobs | None], tol: float = 1e-5) -> None:
+    assert len(got) == len(want) and got[0] is None and want[0] is None
+    for g, w in zip(got[1:], want[1:]):
+        assert g is not None and w is not None
+        assert g.logprob == pytest.approx(w.logprob, abs=tol) and g.rank == w.rank
+        assert [i for i, _ in g.top] == [i for i, _ in w.top]
+        assert [v for _, v in g.top] == pytest.approx([v for _, v in w.top], abs=tol)
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_a_ragged_batch_equals_each_prompt_alone_by_hand(model: GPT, cache: str) -> None:
+    """Every cache: the prefill's logits are the full forward's (a scored cache compresses after it; the prompts fit
+    the window), and left padding never reaches a row's values."""
+    out = dk.generate(model, PROMPTS, cache=cache, chain="greedy", max_new_tokens=2, prompt_logprobs=3)
+    assert out.prompt_logprobs is not None and len(out.prompt_logprobs) == len(PROMPTS)
+    tol = 2e-3 if cache == "int8" else 1e-5  # int8 keys and values, as generation attends them
+    for prompt, got in zip(PROMPTS, out.prompt_logprobs):
+        assert_same(got, by_hand(model, prompt, 3), tol)
+
+
+def test_compiled_and_n_zero_and_the_vocabulary() -> None:
+    model = tiny_gpt()
+    V = model.spec.vocab_size
+    out = dk.generate(model, PROMPTS, chain="greedy", max_new_tokens=2, prompt_logprobs=0, compile=True)
+    assert out.prompt_logprobs is not None
+    for prompt, got in zip(PROMPTS, out.prompt_logprobs):
+        assert_same(got, by_hand(model, prompt, 0))
+    whole = dk.generate(model, PROMPTS[:1], max_new_tokens=0, prompt_logprobs=V).prompt_logprobs
+    assert whole is not None and whole[0][1] is not None
+    assert math.fsum(math.exp(v) for _, v in whole[0][1].top) == pytest.approx(1.0, abs=1e-5)
+
+
+class Uniform(torch.nn.Module):
+    """Equal logits everywhere: every token has log-probability -log V and rank 1 (all tie)."""
+
+    spec = dk.ModelSpec(n_layers=1, n_heads=1, n_kv_heads=1, head_dim=4, vocab_size=8, max_positions=32)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
+        return torch.zeros(*input_ids.shape, 8)
+
+
+def test_hand_worked_ties() -> None:
+    out = dk.generate(Uniform(), [[1, 2, 3]], cache="none", max_new_tokens=0, prompt_logprobs=2)
+    assert out.tokens == [[]] and out.prompt_logprobs is not None
+    assert len(out.prompt_logprobs[0]) == 3 and out.prompt_logprobs[0][0] is None
+    for entry in out.prompt_logprobs[0][1:]:
+        assert entry is not None and entry.logprob == pytest.approx(-math.log(8)) and entry.rank == 1
+        assert [v for _, v in entry.top] == pytest.approx([-math.log(8)] * 2)
+
+
+@pytest.mark.parametrize("cache", ["dense", "window(size=16)", "none"])
+def test_scoring_a_continuation_gives_generation_s_raw_logprobs(model: GPT, cache: str) -> None:
+    """The prompt followed by what the model generated scores each generated token as generation reported it (not
+    under a scored cache: generation attends its compressed prompt, scoring the whole text)."""
+    gen = dk.generate(model, PROMPTS, cache=cache, max_new_tokens=4, seed=0, logprobs=0)
+    assert gen.logprobs is not None
+    full = [p + t for p, t in zip(PROMPTS, gen.tokens)]
+    scored = dk.generate(model, full, cache=cache, max_new_tokens=0, prompt_logprobs=0).prompt_logprobs
+    assert scored is not None
+    for prompt, lps, entries in zip(PROMPTS, gen.logprobs, scored):
+        got = [e.logprob for e in entries[len(prompt) :] if e is not None]
+        assert got == pytest.approx([lp.raw for lp in lps], abs=1e-5)
+
+
+def test_off_the_prefill_projects_the_last_column_only() -> None:
+    """No cost when off: the prefill asks for `last_only`; on, for every column."""
+    model, asked = tiny_gpt(), []
+    forward = model.forward
+
+    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
+        asked.append(kwargs.get("last_only", False))
+        return forward(*args, **kwargs)
+
+    model.forward = spy  # type: ignore[method-assign]
+    assert dk.generate(model, PROMPTS, max_new_tokens=1).prompt_logprobs is None
+    dk.generate(model, PROMPTS, max_new_tokens=1, prompt_logprobs=1)
+    assert asked == [True, False]
+
+
+def test_streamed_beam_and_cfg_give_them_speculative_refuses(model: GPT) -> None:
+    want = [by_hand(model, p, 2) for p in PROMPTS]
+    events = dk.stream(model, PROMPTS, max_new_tokens=2, prompt_logprobs=2)
+    list(events)
+    assert events.result is not None and events.result.prompt_logprobs is not None
+    for strategy in ["beam(num_beams=3)", "cfg(scale=1.5)", "cfg(scale=1)"]:
+        for max_new in (0, 3):
+            out = dk.decode(model, PROMPTS, strategy=strategy, max_new_tokens=max_new, prompt_logprobs=2)
+            assert out.prompt_logprobs is not None, strategy
+            for got, w in zip(out.prompt_logprobs, want):
+                assert_same(got, w)
+    with pytest.raises(dk.ParameterError, match=r"speculative: prompt_logprobs=2 is not supported; allowed: None"):
+        dk.decode(model, PROMPTS, strategy="speculative", max_new_tokens=3, prompt_logprobs=2)
+    with pytest.raises(dk.ParameterError, match=r"prompt_logprobs"):
+        dk.validate(model, PROMPTS, strategy="speculative", max_new_tokens=3, prompt_logprobs=2)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (-1, r"prompt_logprobs=-1 is invalid; allowed: None or an integer, 0 <= prompt_logprobs <= 101"),
+        (102, r"prompt_logprobs=102 is invalid"),
+        (1.5, r"prompt_logprobs=1.5 is invalid"),
+        ("2", r"prompt_logprobs='2' is invalid"),
+    ],
+)
+def test_bad_values(value: object, message: str) -> None:
+    with pytest.raises(dk.ParameterError, match=message):
+        dk.generate(tiny_gpt(), PROMPTS, prompt_logprobs=value)  # type: ignore[arg-type]
+
+
+def test_no_cache_refuses_a_prompt_past_the_context() -> None:
+    """Without a cache, generation crops the context; the prompt's first tokens would have no logits."""
+    model = tiny_gpt(block_size=16)
+    with pytest.raises(dk.ParameterError, match=r"prompt_logprobs=1 is invalid with cache='none' and a prompt of 20"):
+        dk.generate(model, [list(range(20))], cache="none", prompt_logprobs=1)
+    assert dk.generate(model, [list(range(20))], cache="none", max_new_tokens=1).tokens  # without it: cropped
+
+
+def test_a_strategy_that_never_prefills_is_told() -> None:
+    """A plugin's strategy that feeds its prompts itself, and neither computes them nor refuses: a PluginError."""
+    from decodekit.engine import Decoding
+
+    def policy(d: Decoding, params: Any) -> None:
+        d.open()
+        for row in range(len(d.rows)):
+            d.emit(row, 0)
+
+    d = Decoding(dk.validate(tiny_gpt(), [[1, 2]], max_new_tokens=1, prompt_logprobs=1), "own", events=False)
+    for _ in d.run(policy, None, per_round=False):  # type: ignore[arg-type]
+        pass
+    with pytest.raises(dk.PluginError, match=r"strategy own: was asked for prompt_logprobs and never prefilled"):
+        d.generation()
+
+
+def test_the_cli_puts_them_in_the_json_document() -> None:
+    """`decodekit generate --prompt-logprobs N --json`: the model's own (tiny-shakespeare), by hand; without --json,
+    in batch mode or past the vocabulary, one line of error."""
+    import json
+
+    from cli_runner import run_cli
+
+    model = dk.load_model("tiny-shakespeare")
+    ids = model.tokenizer.encode("ROMEO:")
+    run = run_cli(["generate", "ROMEO:", "--max-new-tokens", "0", "--prompt-logprobs", "2", "--json"])
+    assert run.returncode == 0, run.stderr
+    records = json.loads(run.stdout)["prompt_logprobs"]
+    with torch.no_grad():
+        lp = torch.log_softmax(model(torch.tensor([ids]), torch.arange(len(ids))[None], None)[0].float(), -1)
+    assert records[0] is None and [r["token"] for r in records[1:]] == ids[1:]
+    assert [r["logprob"] for r in records[1:]] == pytest.approx([lp[i - 1, ids[i]].item() for i in range(1, len(ids))])
+    assert [[t for t, _ in r["top"]] for r in records[1:]] == [
+        lp[i].topk(2).indices.tolist() for i in range(len(ids) - 1)
+    ]
+    for argv, message in [
+        (["--prompt-logprobs", "2"], "--prompt-logprobs 2: reported in the JSON document; add --json"),
+        (["--prompt-logprobs", "2", "--json", "--strategy", "speculative"], "speculative: prompt_logprobs=2 is not"),
+        (["--prompt-logprobs", "900", "--json"], "prompt_logprobs=900 is invalid; allowed: None or an integer"),
+        (["--prompt-logprobs", "2", "--input", "x.jsonl", "--output", "y.jsonl"], "--input cannot be combined with"),
+    ]:
+        run = run_cli(["generate", "ROMEO:", "--max-new-tokens", "1", *argv])
+        assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr, run.stderr
