@@ -4,8 +4,9 @@ table calls safe (docs/speculative.md): random (`xtc`), truncating, history-depe
 Per chain, one batched call of each: ROWS seeded rows of speculative decoding with a draft that differs from the
 target (it both accepts and rejects), PLAIN_ROWS of `dk.generate`; a two-sample chi-square test of the joint
 distribution of the first two tokens, and of the first three, each at ALPHA. A correct implementation fails a
-chain's test with probability at most 2 * ALPHA (Bonferroni), so all of them at most 2 * ALPHA * len(CHAINS) < 2%;
-the seeds are fixed, so the outcome is too. The last tests break the rule on purpose and see it fail."""
+chain's test with probability at most 2 * ALPHA (Bonferroni, to the chi-square's approximation), so any of them at
+most 2 * ALPHA * len(CHAINS) = 1.6%; the seeds are fixed, so the outcome is too. The last tests break the rule
+on purpose and see it fail."""
 
 from __future__ import annotations
 
