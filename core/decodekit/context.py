@@ -63,7 +63,7 @@ class DecodeContext:
     generators: Sequence[torch.Generator] | None = None  # one per row, for stochastic stages
     state: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # id(stage) -> (stage, state)
     draws: Tensor | None = None  # [B, n]: this step's first uniforms, drawn ahead (`draw_uniforms`)
-    drawn: int = 0  # how many columns of `draws` the step has used
+    drawn: int = 0  # uniforms the step has taken, from `draws` or not (the next `draw_uniforms` may draw as many)
     tokenizer: Tokenizer | None = None  # the model's, for stages that read text (a grammar); None: none
     prompt_index: Sequence[int] | None = None  # [B] the prompt each row serves; None: row b serves prompt b
 
@@ -119,6 +119,7 @@ class DecodeContext:
             u = self.draws[:, self.drawn]
             self.drawn += 1
             return u.view(shape)
+        self.drawn += 1
         return self._draw(1).view(shape)
 
     def _draw(self, n: int) -> Tensor:
@@ -128,14 +129,16 @@ class DecodeContext:
         return draws
 
     def _refill(self, draws: Tensor) -> None:
-        """`draws` `[B, n]` refilled with uniforms, row b's from its own generator."""
-        if self.generators is None:
-            draws.uniform_()
-        elif len(self.generators) == 1:
-            draws.uniform_(generator=self.generators[0])
-        else:
-            for row, g in zip(draws, self.generators):
-                row.uniform_(generator=g)
+        """`draws` `[B, n]` refilled with uniforms, row b's from its own generator, a column at a time: the numbers
+        n calls of `uniform` would give (on CUDA one call for n numbers gives other numbers than n calls for one)."""
+        for column in (draws,) if draws.shape[1] == 1 else [draws[:, j : j + 1] for j in range(draws.shape[1])]:
+            if self.generators is None:
+                column.uniform_()
+            elif len(self.generators) == 1:
+                column.uniform_(generator=self.generators[0])
+            else:
+                for row, g in zip(column, self.generators):
+                    row.uniform_(generator=g)
 
     def state_for(self, stage: Any) -> Any:
         """The state of a stateful `stage` for this generation, made by `stage.init_state(ctx)` before the first step

@@ -231,8 +231,8 @@ class Decoding:
     def pick(self, logits: Tensor, *, logprobs: int | None = None) -> Picked:
         """The chain's step on every row (`Chain.step`); `logprobs`, or the request's, also reports them."""
         n = self.request.logprobs if logprobs is None else logprobs
-        if self.request.compile:
-            self.ctx.draw_uniforms()
+        if self.request.compile:  # as many uniforms as the last step took: a draw inside the graph would split it
+            self.ctx.draw_uniforms(max(1, self.ctx.drawn))
         return self.chain.step(logits, self.ctx, live=self.live, logprobs=n)
 
     def append(self, tokens: Tensor) -> None:

@@ -53,3 +53,30 @@ def rope_pair() -> tuple[GPT, GPT]:
     """A rotary-position target and its noisy draft."""
     model = tiny(position="rope", seed=3)
     return model, noisy_copy(model, 0.03)
+
+
+class Letters:
+    """A tokenizer of the letters a..z, one id each (a grammar reads its tokens' bytes)."""
+
+    def __init__(self, size: int) -> None:
+        self.letters = "abcdefghijklmnopqrstuvwxyz"[:size]
+
+    def encode(self, text: str) -> list[int]:
+        return [self.letters.index(c) for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.letters[i] for i in ids)
+
+    def token_bytes(self) -> list[bytes]:
+        return [c.encode() for c in self.letters]
+
+
+@pytest.fixture(scope="module")
+def small_pair() -> tuple[GPT, GPT]:
+    """A target over 12 letters, peaked enough that the joint of three tokens fills a few hundred cells, and a
+    draft that differs from it (accepted about half the time under a sampled chain)."""
+    model = tiny(vocab_size=12)
+    model.tokenizer = Letters(12)  # type: ignore[assignment]  # a plain attribute, as a loaded model's
+    twin = noisy_copy(model, 0.1)
+    twin.tokenizer = model.tokenizer  # type: ignore[assignment]
+    return model, twin

@@ -1,0 +1,59 @@
+"""`xtc | sample` under `compile=True`: the step takes two uniforms per row (xtc's, then sample's). The engine
+draws as many ahead as the last step took, so from the second step on the step is one graph; the tokens are
+the eager ones."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+import torch
+
+import decodekit as dk
+from tinymodels import tiny_gpt
+
+CHAIN = "xtc(0.5, 0.1) | sample"
+
+
+def graph_runs(monkeypatch: pytest.MonkeyPatch) -> Counter[int]:
+    """From here on, how many times each graph `torch.compile` compiles runs (graph i: the i-th compiled), run as
+    traced (no inductor)."""
+    runs: Counter[int] = Counter()
+    real = torch.compile
+
+    def counting(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        index = len(runs)
+        runs[index] = 0
+
+        def run(*args: Any) -> Any:
+            runs[index] += 1
+            return gm.forward(*args)
+
+        return run
+
+    def compile_(fn: Any, **options: Any) -> Any:
+        inductor = options.pop("options", {})  # inductor's, but for the guards dynamo keeps (the chain's step)
+        dynamo = {k: v for k, v in inductor.items() if k == "guard_filter_fn"}
+        return real(fn, backend=counting, options=dynamo or None, **options)
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch, "compile", compile_)
+    return runs
+
+
+@pytest.mark.xdist_group("compile")
+def test_xtc_then_sample_steps_in_one_graph_with_the_eager_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: one uniform per row drawn ahead, which xtc took, so `sample` drew from the generators inside the
+    step and split its graph at every step (three graphs a step, the model's forward aside)."""
+    model, prompts = tiny_gpt(), [[1, 2, 3], [4, 5]]
+    options: dict[str, Any] = {"chain": CHAIN, "max_new_tokens": 8, "cache": "dense", "seed": 3}
+    eager = dk.generate(model, prompts, **options).tokens
+    runs = graph_runs(monkeypatch)
+    assert dk.generate(model, prompts, compile=True, **options).tokens == eager
+    compiled = dk.generate(model, prompts, compile=True, **options)
+    assert compiled.tokens == eager
+    # The first step of a decode does not know yet how many uniforms a step takes: its graph splits, as before at
+    # every step. Steps 1-7 of both decodes run the whole step's graph (14 times); before, its four pieces ran at
+    # every step (16 times each).
+    assert 14 in runs.values() and 16 not in runs.values()
