@@ -55,16 +55,17 @@ def dynamo_warnings() -> Iterator[list[str]]:
     logger.removeHandler(handler)
 
 
+@pytest.mark.parametrize("cache", ["h2o(budget=8, recent=2, slack=4)", "knorm(budget=8, recent=2, slack=4)"])
 def test_a_scored_cache_compiles_a_deep_model_in_a_few_graphs(
-    build_arch: Any, graphs: list[torch.fx.GraphModule], dynamo_warnings: list[str]
+    build_arch: Any, graphs: list[torch.fx.GraphModule], dynamo_warnings: list[str], cache: str
 ) -> None:
     """Before: each layer's attention called the cache's eager steps (update, mask, observe) from compiled code,
-    and the frame dynamo resumed after a break was specialised on the layer (`self.layer_idx == 7`), so it was
-    recompiled per layer until dynamo's limit, with its warning (18 graphs, 62 breaks here). Now a layer's whole
-    attention through the cache is one eager call: the same graphs for every layer, and for any depth."""
+        and the frame dynamo resumed after a break was specialised on the layer (`self.layer_idx == 7`), so it was
+        recompiled per layer until dynamo's limit, with its warning (18 graphs, 62 breaks here). Now a layer's whole
+        attention through the cache is one eager call: the same graphs for every layer, and for any depth. `h2o`
+    observes, `knorm` does not; the 10-token prompt evicts at once."""
     llama = build_arch("llama", num_hidden_layers=LAYERS, num_key_value_heads=2)
     model, prompts = HFModel(llama), [[5, 17, 3, 9, 44, 2, 8, 8, 9, 60], [7, 8]]
-    cache = "h2o(budget=8, recent=2, slack=4)"  # the 10-token prompt evicts at once
     for chain in ("greedy", "temperature(0.8) | top_k(20)"):
         eager = dk.generate(model, prompts, chain=chain, max_new_tokens=12, cache=cache, seed=3).tokens
         compiled = dk.generate(model, prompts, chain=chain, max_new_tokens=12, cache=cache, seed=3, compile=True)
