@@ -96,6 +96,10 @@ class ScoredCache:
 
     name = "scored"
     policy: Policy
+    # Its steps run outside a compiled graph (`_eager`), so a model may make them one eager call per layer
+    # (decodekit-hf does: each call from compiled code would break the graph, specialised on the layer). A settled
+    # `prefill_only` cache's traced steps too: their host-side counts per layer would specialise it as well.
+    runs_eagerly = True
 
     def __init__(self, spec: CacheSpec, params: ScoredParams | None = None) -> None:
         params = ScoredParams() if params is None else params

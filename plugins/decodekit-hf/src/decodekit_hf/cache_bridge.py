@@ -19,17 +19,20 @@ reference GPT does). The bridge then tells transformers' mask code that the bloc
 itself (`get_mask_sizes`), so transformers builds no mask at all. The forward's cache reaches
 the function through a thread-local (`cache_attention`), not a keyword: several decoder
 layers (StableLM, Nemotron, ...) drop the keywords they are given before they call attention.
-Outside `cache_attention` the function is transformers' own SDPA attention.
+Outside `cache_attention` the function is transformers' own SDPA attention. A cache whose steps run
+eagerly (the scored caches: `runs_eagerly`) is written by that function rather than by `cache.update`, the
+write and the attention one eager call per layer, so that `compile=True` compiles the same graphs for every layer.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -106,8 +109,39 @@ def decodekit_attention(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
         return out
+    if runs_eagerly(attention.kv):  # the whole layer in one eager call: see `runs_eagerly`
+        layer_call = _whole_layer if not torch.compiler.is_compiling() else _eager_whole_layer()
+        return layer_call(attention, module, query, key, value, scaling), None
     y = attention(int(getattr(module, "layer_idx")), query, key, value, scaling)  # noqa: B009  # [B, H, T, D]
     return y.transpose(1, 2).contiguous(), None
+
+
+def runs_eagerly(kv: object) -> bool:
+    """Whether `kv`'s steps run outside a compiled graph (`runs_eagerly = True`: the scored caches). Its keys are
+    then written by `decodekit_attention`, not by `cache.update`, and with the attention in one eager call per
+    layer: the cache's steps called from compiled code would each break the graph, and the frame dynamo resumes
+    after a break is specialised on the layer (`self.layer_idx == 3`), recompiled per layer up to dynamo's limit."""
+    return bool(getattr(kv, "runs_eagerly", False))
+
+
+def _whole_layer(
+    attention: CacheAttention, module: nn.Module, q: Tensor, k: Tensor, v: Tensor, scale: float | None
+) -> Tensor:
+    """Layer `module`'s new keys written to the cache, then its attention through it: `[B, T, H, D]`. The layer
+    index is read here, so no compiled code is specialised on it."""
+    layer = int(getattr(module, "layer_idx"))  # noqa: B009
+    k, v = attention.kv.update(layer, k, v)
+    return attention(layer, q, k, v, scale).transpose(1, 2).contiguous()
+
+
+_EAGER: list[Callable[..., Tensor]] = []
+
+
+def _eager_whole_layer() -> Callable[..., Tensor]:
+    """`_whole_layer` outside any compiled graph, made at the first compiled call (it imports torch's compiler)."""
+    if not _EAGER:
+        _EAGER.append(torch.compiler.disable(_whole_layer))  # type: ignore[no-untyped-call]  # untyped in torch 2.13
+    return _EAGER[0]
 
 
 def register_attention() -> None:
@@ -174,6 +208,14 @@ class DecodekitCache(Cache):  # type: ignore[misc]
         layers: list[Any] = [DecodekitLayer(kv, layer, masks_itself) for layer in range(count)]
         super().__init__(layers=layers)
         self.kv = kv
+        self.written_by_attention = masks_itself and runs_eagerly(kv)
+
+    def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> Any:
+        """The new keys and values as they are when `decodekit_attention` writes them (`runs_eagerly`): the layer
+        index is then not read here, in compiled code."""
+        if self.written_by_attention:
+            return key_states, value_states
+        return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
     def reset(self) -> None:
         self.kv.reset()
