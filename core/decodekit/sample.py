@@ -13,12 +13,12 @@ from decodekit.stage import Candidates, SelectorBase
 if TYPE_CHECKING:
     from decodekit.context import DecodeContext
 
-__all__ = ["LOG2_E", "Sample", "inverse_cdf", "sorted_position"]
+__all__ = ["Sample", "inverse_cdf", "sorted_position"]
 
 _BELOW_ONE = 1.0 - 2.0**-23
 # exp(z) as 2**(z·log2 e): on x86 CPUs aten's exp takes a slow path for -inf and z below about -87, which every
 # truncated row and a low temperature give (4-90x at [8, 50257]; exp2 stays fast: docs/benchmarks.md)
-LOG2_E = 1.4426950408889634
+_LOG2_E = 1.4426950408889634
 
 
 def sorted_position(cum: Tensor, target: Tensor, *, right: bool = False) -> Tensor:
@@ -34,7 +34,7 @@ def inverse_cdf(logits: Tensor, u: Tensor) -> Tensor:
     in [0, 1) times the total, summed in float32 at least. A -inf token has zero width, never drawn;
     on a row that cannot be sampled (NaN, +inf, none finite) the position is in range but meaningless."""
     x = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
-    cdf = (x - x.amax(-1, keepdim=True)).mul_(LOG2_E).exp2_().cumsum(-1)  # the max adds 2**0: the total is >= 1
+    cdf = (x - x.amax(-1, keepdim=True)).mul_(_LOG2_E).exp2_().cumsum(-1)  # the max adds 2**0: the total is >= 1
     # u < 1 - 2**-24; scaled by 1 - 2**-23 its product with a total >= 1 rounds strictly below the
     # total, so the first entry above it has a non-empty step of the CDF, never a removed token's.
     target = cdf[:, -1:] * (u * _BELOW_ONE)
