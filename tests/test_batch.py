@@ -538,7 +538,8 @@ def test_input_from_a_terminal_says_how_to_end_it(
 
 def test_batch_options_are_checked_before_loading(tmp_path: Path) -> None:
     prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="a")])
-    batch = ["generate", "--input", str(prompts), "--output", str(tmp_path / "o.jsonl"), "-m", "batch-test-unloadable"]
+    unloadable = "batch-test-unloadable"
+    batch = ["generate", "--input", str(prompts), "--output", str(tmp_path / "o.jsonl"), "-m", unloadable]
     cases = {
         "no output": (["generate", "--input", "p.jsonl", "-m", MODEL], "--output is missing"),
         "with a prompt": (["generate", "ROMEO", "--input", "p", "--output", "o", "-m", MODEL], "with PROMPT"),
@@ -546,6 +547,12 @@ def test_batch_options_are_checked_before_loading(tmp_path: Path) -> None:
         "no file": (["generate", "--input", "/nonexistent.jsonl", "--output", "o", "-m", MODEL], "cannot read it"),
         "--ray alone": (["generate", "--ray", "-m", MODEL], "--output is missing"),
         "an actor size": ([*batch, "--ray-actors", "2"], "--ray-actors size the actors of --ray"),
+        "--resume alone": (["generate", "a", "--resume", "-m", unloadable], "--resume: a batch job's option; allowed:"),
+        "batch options alone": (
+            ["generate", "a", "--batch-size", "3", "--on-error", "skip", "-m", unloadable],
+            "--batch-size, --on-error: a batch job's option; allowed: with --input FILE --output FILE",
+        ),
+        "an actor size alone": (["generate", "a", "--ray-actor-cpus", "2", "-m", unloadable], "--ray-actor-cpus size"),
     }
     for (name, (_, expected)), r in zip(cases.items(), cli_many(*(args for args, _ in cases.values()), **PLUGINS)):
         assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, (name, r.stderr)

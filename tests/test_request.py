@@ -57,6 +57,9 @@ BAD_PROMPTS = [
     (5, r"prompts=5 is invalid"),
     ([[1], [None]], r"prompts: row 1: token id None \(NoneType\)"),
     ([], r"prompts: no rows"),
+    (b"\x01\x02", r"prompts=b'\\x01\\x02' is bytes; allowed: text \(decode the bytes first\) or token ids"),
+    (bytearray(b"\x01"), r"prompts=bytearray\(b'\\x01'\) is bytes"),
+    ([bytearray(b"\x01")], r"prompts: row 0: bytearray\(b'\\x01'\) is invalid; allowed: a sequence of token ids"),
 ]
 
 

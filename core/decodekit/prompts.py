@@ -35,6 +35,8 @@ def prompt_rows(model: Any, prompts: Prompts) -> list[list[int]]:
         rows: list[Any] = prompts.tolist()
     elif isinstance(prompts, str):
         rows = [prompts]
+    elif isinstance(prompts, (bytes, bytearray)):  # a Sequence of ints, which would pass for token ids
+        raise ParameterError(f"prompts={prompts!r} is bytes; allowed: text (decode the bytes first) or token ids")
     elif isinstance(prompts, Sequence):
         rows = list(prompts)
         if rows and not isinstance(rows[0], (str, Sequence, Tensor)):  # one prompt of ids
@@ -73,7 +75,7 @@ def left_pad(rows: Sequence[Sequence[int]], total: int, device: torch.device | s
 def token_ids(name: str, values: object, vocab_size: int) -> list[int]:
     """`values` (a sequence or a tensor) as a list of token ids, each an int in [0, V)."""
     items = values.tolist() if hasattr(values, "tolist") and not isinstance(values, list) else values
-    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+    if isinstance(items, (str, bytes, bytearray)) or not isinstance(items, Sequence):
         raise ParameterError(f"{name}: {values!r} is invalid; allowed: a sequence of token ids")
     ids = []
     for t in items:

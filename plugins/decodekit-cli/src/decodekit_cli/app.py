@@ -360,8 +360,14 @@ def generate(
             ray=ray_request(ray, ray_actors, ray_actor_cpus, ray_actor_gpus),
         )
         raise typer.Exit(run_batch(batch))
+    from decodekit_cli.batch_command import ray_request
     from decodekit_cli.generate_command import GenerateRequest, run_generate
 
+    # Without --input a batch option would be ignored: `--resume` would start over, silently.
+    batch_only = {"--batch-size": batch_size != 8, "--resume": resume, "--on-error": on_error is not OnError.fail}
+    if stray := [name for name, is_given in batch_only.items() if is_given]:
+        raise CliError(f"{', '.join(stray)}: a batch job's option; allowed: with --input FILE --output FILE")
+    ray_request(None, ray_actors, ray_actor_cpus, ray_actor_gpus)  # an actor size without --ray is an error
     request = GenerateRequest(
         prompt=prompt,
         sampling=sampling,
