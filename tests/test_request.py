@@ -239,3 +239,10 @@ def test_an_unknown_keyword_names_the_entry_point_and_all_it_takes() -> None:
         r"early_stopping, num_return_sequences, chain, max_new_tokens",
     ):
         beam_search(model, [[1]], temprature=0.7)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("returned", [None, "dense", 3])
+def test_a_cache_factory_that_returns_no_cache_is_named(returned: Any) -> None:
+    """A factory's slip (a missing `return`) decoded with no cache at all, many times slower and silently."""
+    with pytest.raises(dk.ParameterError, match=rf"cache=.* returned {returned!r}; allowed: a factory"):
+        dk.generate(tiny_gpt(), [[1, 2, 3]], max_new_tokens=2, cache=lambda spec: returned)

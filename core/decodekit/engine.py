@@ -140,6 +140,10 @@ class Decoding:
         kv = factory(
             CacheSpec.for_model(spec, batch_size=batch_size, capacity=capacity, dtype=self.dtype, device=self.device)
         )
+        if not callable(getattr(kv, "update", None)):  # a factory's slip (None) would otherwise decode uncached
+            raise ParameterError(
+                f"cache={factory!r} returned {kv!r}; allowed: a factory (CacheSpec) -> KVCache, or cache='none'"
+            )
         for need in needs:
             if (error := capability_error(kv, need, self.strategy)) is not None:
                 raise error
