@@ -10,7 +10,9 @@ its recompiles, are those inductor gets, and nothing needs a C++ compiler.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -128,3 +130,17 @@ def test_a_ray_actor_compiles_as_many_graphs_whatever_its_last_batch(
     assert len(graphs) == compiled == 3
     eager = LineDecoder(dataclasses.replace(settings, compile=False), batch_size=2)(batch(2, 3))
     assert list(last["record"]) == list(eager["record"])  # one record: the copy's is dropped
+
+
+def test_a_compiled_model_and_its_weights_die_when_the_caller_drops_it(graphs: list[torch.fx.GraphModule]) -> None:
+    """A sweep or a server that swaps models compiles each in turn: decodekit must not keep the ones it dropped."""
+
+    def decoded_and_dropped(seed: int) -> list[weakref.ref[Any]]:
+        model = tiny_gpt(seed=seed)
+        eager = dk.generate(model, BATCHES[0], max_new_tokens=4, cache="dense", seed=5).tokens
+        assert dk.generate(model, BATCHES[0], max_new_tokens=4, cache="dense", seed=5, compile=True).tokens == eager
+        return [weakref.ref(model), weakref.ref(model.lm_head.weight)]
+
+    dropped = [ref for seed in range(2) for ref in decoded_and_dropped(seed)]
+    gc.collect()
+    assert [ref() for ref in dropped] == [None] * len(dropped)

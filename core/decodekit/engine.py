@@ -44,8 +44,9 @@ ROW_BYTES = 2048
 
 Policy = Callable[["Decoding", Params], "Iterator[None] | None"]
 _END = object()  # a policy's rounds are over
-# id(model) -> (a weak reference to it, its compiled form): by identity, as a model's == may call two models equal;
-# the reference tells a model from a later one given the same id.
+# id(model) -> (a weak reference to it, its compiled forward): by identity, as a model's == may call two models
+# equal; the reference tells a model from a later one given the same id and drops the entry when the model dies.
+# The forward takes the model as an argument, so that nothing here keeps a model (and its weights) alive.
 _COMPILED: dict[int, tuple[weakref.ref[Any], Callable[..., Tensor]]] = {}
 
 
@@ -119,11 +120,11 @@ class Decoding:
         if not self.request.compile:
             return model
         if (known := _COMPILED.get(id(model))) is not None and known[0]() is model:
-            return known[1]
-        compiled = _per_cache_type(model)
+            return functools.partial(known[1], model)
+        forward, key = _per_cache_type(), id(model)
         with contextlib.suppress(TypeError):  # a model no weak reference can hold is compiled for this decode only
-            _COMPILED[id(model)] = (weakref.ref(model), compiled)
-        return compiled
+            _COMPILED[key] = (weakref.ref(model, lambda _: _COMPILED.pop(key, None)), forward)
+        return functools.partial(forward, model)
 
     def open_cache(self, model: Model, batch_size: int, total: int, needs: Sequence[str] = ()) -> KVCache | None:
         """A cache of the request's backend for `model`, `batch_size` rows of up to `total` tokens, checked
@@ -428,21 +429,27 @@ def sample_steps(
         logits = d.forward()
 
 
-def _per_cache_type(model: Model) -> Callable[..., Tensor]:
-    """`model` compiled once per type of cache it is called with, each counting its own recompiles: dynamo's
-    limit (8 a function) then holds per cache backend, not across them (5 backends in one process met it)."""
+def _per_cache_type() -> Callable[..., Tensor]:
+    """A model's forward, `run(model, ...)`, compiled once per type of cache it is called with, each counting its
+    own recompiles: dynamo's limit (8 a function) then holds per cache backend, not across them (5 backends in one
+    process met it). The model is an argument, not held: torch keeps its graphs, not the model (docs/concepts.md)."""
     graphs: dict[type, Callable[..., Tensor]] = {}
 
-    def run(input_ids: Tensor, positions: Tensor, cache: KVCache, **options: Any) -> Tensor:
+    def run(model: Model, input_ids: Tensor, positions: Tensor, cache: KVCache, **options: Any) -> Tensor:
         if (graph := graphs.get(type(cache))) is None:
             # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
             # unbound size for a repeated-heads (`dense`) cache past 2 layers.
             graph = graphs[type(cache)] = compiling.compiled(
-                model, "the model's forward", dynamic=None, isolate_recompiles=True
+                _forward, "the model's forward", dynamic=None, isolate_recompiles=True
             )
-        return graph(input_ids, positions, cache, **options)
+        return graph(model, input_ids, positions, cache, **options)
 
     return run
+
+
+def _forward(model: Model, input_ids: Tensor, positions: Tensor, cache: KVCache | None, **options: Any) -> Tensor:
+    """`model`'s forward, the function `_per_cache_type` compiles."""
+    return model(input_ids, positions, cache, **options)
 
 
 def uncached_logits(model: Model, buf: Tensor, positions: Tensor, filled: int) -> Tensor:
