@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -359,3 +360,14 @@ def test_a_stage_given_params_twice_or_of_another_model_names_what_is_allowed() 
         match=r"top_k: params of type TopPParams is invalid; allowed: a TopKParams, or keyword parameters",
     ):
         TopK(TopPParams(p=0.5))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("shape", [(30,), (2, 30), (1, 1, 30)])
+@pytest.mark.parametrize("call", ["__call__", "step", "distribution", "process", "trace"])
+def test_logits_of_the_wrong_shape_are_named(shape: tuple[int, ...], call: str) -> None:
+    """1-D logits were an IndexError (step) or a TypeError (distribution); two rows for one were taken silently."""
+    chain = dk.Chain.parse("top_k(5) | sample")
+    with pytest.raises(
+        dk.ParameterError, match=rf"logits of shape {re.escape(str(shape))} are invalid for a context of 1 rows"
+    ):
+        getattr(chain, call)(torch.zeros(shape), ctx_for(1))

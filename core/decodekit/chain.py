@@ -20,7 +20,7 @@ except ImportError:  # torch before 2.9
 from decodekit import compiling
 from decodekit.chain_string import parse_chain_string
 from decodekit.context import DecodeContext
-from decodekit.errors import ChainSpecError, NumericsError
+from decodekit.errors import ChainSpecError, NumericsError, ParameterError
 from decodekit.plugins import create, sampler_entry
 from decodekit.results import TokenLogprobs, token_logprobs
 from decodekit.sample import Sample
@@ -156,7 +156,7 @@ class Chain:
 
     def process(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         """Run every processor on the full vocabulary, in float32 at least as `step` does: `[B, V] -> [B, V]`."""
-        logits = _at_least_float32(logits)
+        logits = _raw(logits, ctx)
         for p in self.processors:
             logits = p(logits, ctx)
         return logits
@@ -164,7 +164,7 @@ class Chain:
     def trace(self, logits: Tensor, ctx: DecodeContext) -> list[tuple[str, Tensor]]:
         """The logits after each stage, starting with the input: `[("input", x), (str(stage), x'), ...]`;
         in float32 at least, as `process`."""
-        logits = _at_least_float32(logits)
+        logits = _raw(logits, ctx)
         out = [("input", logits)]
         for p in self.processors:
             logits = p(logits, ctx)
@@ -178,7 +178,7 @@ class Chain:
         the selector give (docs/concepts.md, "The fast path"). A live row that cannot be sampled is a `NumericsError`;
         a row not `live` is never checked and gets token 0. `logprobs`: also the chosen token's log-probability and
         the top-n, raw and after the chain."""
-        raw = _at_least_float32(logits)
+        raw = _raw(logits, ctx)
         before = ctx.fork() if self.may_redo else None  # where a redo of the step starts
         if logprobs is None:
             processed: Tensor | Candidates | None = None
@@ -207,7 +207,7 @@ class Chain:
 
         For callers that pick themselves (beam search, speculative, transformers' `generate`); a live row
         that cannot be sampled is a `NumericsError`, as in `step`."""
-        raw = _at_least_float32(logits)
+        raw = _raw(logits, ctx)
         before = ctx.fork() if self.may_redo else None
         x = self._process_fast(raw, ctx)
         out = densify(x, raw.shape[-1]) if isinstance(x, Candidates) else x
@@ -340,6 +340,16 @@ def _guards_on_the_inputs(entries: Sequence[Any]) -> list[bool]:
     A global value a processor reads (the README's `newline_id`) is a constant in the graph: unguarded,
     a new value would run the old graph."""
     return [not (entry.is_global and entry.has_value and isinstance(entry.value, _CODE)) for entry in entries]
+
+
+def _raw(logits: Tensor, ctx: DecodeContext) -> Tensor:
+    """`logits` `[B, V]` for the context's B rows, in float32 at least."""
+    if logits.dim() != 2 or logits.shape[0] != ctx.tokens.shape[0]:
+        raise ParameterError(
+            f"logits of shape {tuple(logits.shape)} are invalid for a context of {ctx.tokens.shape[0]} rows; "
+            f"allowed: [{ctx.tokens.shape[0]}, vocab_size]"
+        )
+    return _at_least_float32(logits)
 
 
 def _at_least_float32(logits: Tensor) -> Tensor:
