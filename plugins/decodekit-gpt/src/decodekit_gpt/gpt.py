@@ -9,6 +9,7 @@ padding tokens negative positions, so row ``b``'s first real token sits in slot
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -117,9 +118,9 @@ class CausalSelfAttention(nn.Module):
             qk = apply_rope(qk, *inputs.rope)
         q, k = qk.split([H, H_kv], dim=1)  # [B, H, T, D], [B, H_kv, T, D]
         if cache is not None and inputs.positions is not None:
-            k, v = cache.update(self.layer, k, v)  # [B, H_kv or H, S, D], in the cache's order
-            y = cached_attention(cache, self.layer, q, k, v, inputs.positions)  # the cache's mask; observe
-            return self._project(y)
+            eager = torch.compiler.is_compiling() and _runs_eagerly(cache)  # one eager call: see `_runs_eagerly`
+            through = _eager_through_cache() if eager else _through_cache
+            return self._project(through(self, cache, q, k, v, inputs.positions))
         y = F.scaled_dot_product_attention(
             q,
             k,
@@ -136,6 +137,35 @@ class CausalSelfAttention(nn.Module):
         B, H, T, D = y.shape
         out: Tensor = self.c_proj(y.transpose(1, 2).reshape(B, T, H * D))
         return out
+
+
+def _through_cache(
+    attn: CausalSelfAttention, cache: KVCache, q: Tensor, k: Tensor, v: Tensor, positions: Tensor
+) -> Tensor:
+    """Layer `attn`'s new keys written to `cache`, then its attention through it (the cache's mask; observe):
+    `[B, H, T, D]`. The layer index is read here, so under `_eager_through_cache` no compiled code reads it."""
+    k, v = cache.update(attn.layer, k, v)  # [B, H_kv or H, S, D], in the cache's order
+    return cached_attention(cache, attn.layer, q, k, v, positions)
+
+
+def _runs_eagerly(cache: KVCache) -> bool:
+    """Whether `cache`'s steps run outside a compiled graph (`runs_eagerly = True`: the scored caches). Called from
+    compiled code each would break the graph, and the frame dynamo resumes after a break is specialised on the
+    layer (`self.layer == 7`): recompiled per layer up to dynamo's limit. So the layer's write and attention
+    through such a cache are one eager call, `_eager_through_cache`, the same for every layer. Not with
+    `prefill_only`: its steps after the prompt are traced, and this forward, with no break, is one graph."""
+    prefill_only = getattr(getattr(cache, "params", None), "prefill_only", False)
+    return bool(getattr(cache, "runs_eagerly", False)) and not prefill_only
+
+
+_EAGER: list[Callable[..., Tensor]] = []
+
+
+def _eager_through_cache() -> Callable[..., Tensor]:
+    """`_through_cache` outside any compiled graph, made at the first compiled call (it imports torch's compiler)."""
+    if not _EAGER:
+        _EAGER.append(torch.compiler.disable(_through_cache))  # type: ignore[no-untyped-call]  # untyped in torch 2.13
+    return _EAGER[0]
 
 
 class MLP(nn.Module):
