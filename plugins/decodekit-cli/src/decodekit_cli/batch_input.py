@@ -51,18 +51,18 @@ class PromptLine(Params):
     id: str | int | None = Field(None, description="names the result; default: the line number")
     seed: int | None = Field(None, description="this prompt's own seed; default: derived from --seed")
     max_new_tokens: int | None = Field(None, description="default: --max-new-tokens")
-    logprobs: int | None = Field(
-        None, description="the generated tokens' logprobs, with the top n; default: --logprobs"
-    )
-    prompt_logprobs: int | None = Field(
-        None, description="the prompt tokens' logprobs, with the top n; default: --prompt-logprobs"
-    )
     chain: str | list[Any] | dict[str, Any] | None = Field(
         None,
         description="a chain string or a JSON chain spec (its list, or its JSON text); default: --chain (or the flags)",
         json_schema_extra={
             "allowed": "a chain string, or a JSON chain spec (a list of stage objects, or its JSON text)"
         },
+    )
+    logprobs: int | None = Field(
+        None, description="the generated tokens' logprobs, with the top n; default: --logprobs"
+    )
+    prompt_logprobs: int | None = Field(
+        None, description="the prompt tokens' logprobs, with the top n; default: --prompt-logprobs"
     )
     # decodekit-grammar: a grammar this line's text follows, put first in its chain (at most one of them)
     json_schema: dict[str, Any] | StrictBool | str | None = Field(
