@@ -81,6 +81,7 @@ LINES = [  # one batch of 8 rows at most: the lines asking for other values are 
     {"prompt": "ROMEO:", "seed": 1},
     {"prompt": "JULIET: Ah", "seed": 2, "logprobs": 0},
     {"prompt": "First Citizen:", "seed": 3, "prompt_logprobs": 3, "logprobs": 1},
+    {"prompt": "KING RICHARD III:", "seed": 5, "prompt_logprobs": 3, "logprobs": 1},  # with line 3, left-padded
     {"prompt": "KING", "seed": 4},
 ]
 
@@ -100,7 +101,7 @@ def test_batch_records_carry_them_as_the_library_gives_them(model: Any, tmp_path
         else:
             assert_close(record["prompt_logprobs"], prompt_records(want.prompt_tokens[0], want.prompt_logprobs[0]))
             assert record["prompt_logprobs"][0] is None and len(record["prompt_logprobs"][1]["top"]) == 3
-    assert [len(r["logprobs"][0]["top"]) for r in records] == [2, 0, 1, 2]
+    assert [len(r["logprobs"][0]["top"]) for r in records] == [2, 0, 1, 1, 2]
     settings = json.loads((tmp_path / "o.jsonl.settings.json").read_text())
     assert (settings["logprobs"], settings["prompt_logprobs"]) == (2, None)
 

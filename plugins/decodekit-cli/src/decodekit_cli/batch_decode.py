@@ -181,8 +181,6 @@ def _stream(model: Any, settings: BatchSettings, rows: Sequence[Pending]) -> Ite
     def record(i: int, reason: str, stopped_by: int | str | None) -> tuple[int, Record]:
         p, text = rows[i], texts[i]
         assert p.seed is not None
-        result = events.result  # set once the stream is done
-        scored = None if result is None or result.prompt_logprobs is None else result.prompt_logprobs[i]
         return i, result_record(
             id=p.id,
             line=p.line,
@@ -195,10 +193,14 @@ def _stream(model: Any, settings: BatchSettings, rows: Sequence[Pending]) -> Ite
             chain=p.chain,
             max_new_tokens=p.max_new_tokens,
             logprobs=scores[i],
-            prompt_logprobs=None
-            if result is None or scored is None
-            else prompt_records(result.prompt_tokens[i], scored),
+            prompt_logprobs=prompt_scores(i),
         )
+
+    def prompt_scores(i: int) -> list[dict[str, Any] | None] | None:
+        result = events.result  # set once the stream is done: records with prompt_logprobs wait for it
+        if result is None or result.prompt_logprobs is None:
+            return None
+        return prompt_records(result.prompt_tokens[i], result.prompt_logprobs[i])
 
     ended: list[tuple[str, int | str | None] | None] = [None] * n
     for ev in events:
