@@ -171,7 +171,7 @@ def test_a_strategy_that_never_prefills_is_told() -> None:
 
 def test_the_cli_puts_them_in_the_json_document() -> None:
     """`decodekit generate --prompt-logprobs N --json`: the model's own (tiny-shakespeare), by hand; without --json,
-    in batch mode or past the vocabulary, one line of error."""
+    past the vocabulary or with another strategy, one line of error (batch jobs: test_cli_logprobs.py)."""
     import json
 
     from cli_runner import run_cli
@@ -192,7 +192,7 @@ def test_the_cli_puts_them_in_the_json_document() -> None:
         (["--prompt-logprobs", "2"], "--prompt-logprobs 2: reported in the JSON document; add --json"),
         (["--prompt-logprobs", "2", "--json", "--strategy", "speculative"], "speculative: prompt_logprobs=2 is not"),
         (["--prompt-logprobs", "900", "--json"], "prompt_logprobs=900 is invalid; allowed: None or an integer"),
-        (["--prompt-logprobs", "2", "--input", "x.jsonl", "--output", "y.jsonl"], "--input cannot be combined with"),
+        (["--prompt-logprobs", "2", "--json", "--input", "x.jsonl", "--output", "y"], "--input cannot be combined"),
     ]:
         run = run_cli(["generate", "ROMEO:", "--max-new-tokens", "1", *argv])
         assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr, run.stderr

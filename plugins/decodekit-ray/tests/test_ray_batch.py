@@ -49,7 +49,7 @@ BAD = {  # line -> what it holds: each must become the same error record on Ray 
 
 
 def _line(i: int) -> bytes:
-    """Line i (1-based): prompts of several lengths; some with their own id, seed, length or chain. Those
+    """Line i (1-based): prompts of several lengths; some with their own id, seed, length, chain or logprobs. Those
     after line 10 (after the first two batches) hold a "~": with $DECODEKIT_TEST_HOLD, they wait."""
     if i in BAD:
         return BAD[i]
@@ -62,6 +62,10 @@ def _line(i: int) -> bytes:
         line["max_new_tokens"] = 3
     if i % 29 == 0:
         line["chain"] = "fail_on(token=2) | top_k(5)"
+    if i % 6 == 0:
+        line["logprobs"] = 2
+    if i % 8 == 0:
+        line["prompt_logprobs"] = 1  # line 24: both, in a batch of its own
     if i == 2:
         line["id"] = "x\u2028y"  # a raw line separator: one line all the same
     return json.dumps(line, ensure_ascii=False).encode()
@@ -169,6 +173,8 @@ def test_reference_has_every_kind_of_record(reference: tuple[Path, str, list[str
         25: "NumericsError",  # on decoding: its batch is retried row by row, the others are results
     }
     assert records[1]["id"] == "x\u2028y" and records[6]["seed"] == 2**64 - 7
+    assert [r["line"] for r in records if "logprobs" in r] == [6, 12, 18, 24, 30, 36]
+    assert [r["line"] for r in records if "prompt_logprobs" in r] == [8, 16, 24, 32, 40]
 
 
 def test_on_ray_killed_resumed_and_an_actor_killed_equals_local(

@@ -229,7 +229,19 @@ def generate(
             min=0,
             metavar="N",
             help="Put in the --json document each prompt token's log-probability under the model, its rank and the "
-            "N most likely tokens (vLLM's prompt_logprobs); with --max-new-tokens 0, scoring alone.",
+            "N most likely tokens (vLLM's prompt_logprobs); with --max-new-tokens 0, scoring alone. With --input: "
+            "in every record (a line's own prompt_logprobs overrides it).",
+        ),
+    ] = None,
+    logprobs: Annotated[
+        int | None,
+        typer.Option(
+            "--logprobs",
+            min=0,
+            metavar="N",
+            help="Put in the --json document each generated token's log-probability under the model and after the "
+            "chain, each with the N most likely tokens (vLLM's logprobs). With --input: in every record (a line's "
+            "own logprobs overrides it).",
         ),
     ] = None,
     json_schema: Annotated[
@@ -271,8 +283,8 @@ def generate(
         typer.Option(
             "--input",
             help="JSONL of prompts, one object per line: prompt, and optionally id, seed, max_new_tokens, "
-            "chain, and one of json_schema, regex, grammar; '-' reads them from stdin. Needs --output; the "
-            "options give the defaults.",
+            "chain, logprobs, prompt_logprobs, and one of json_schema, regex, grammar; '-' reads them from "
+            "stdin. Needs --output; the options give the defaults.",
             rich_help_panel=BATCH,
         ),
     ] = None,
@@ -346,7 +358,6 @@ def generate(
             "PROMPT": prompt is not None,
             "--num-samples": num_samples != 1,
             "--json": json_output,
-            "--prompt-logprobs": prompt_logprobs is not None,
         }
         batch = batch_request(
             input_file,
@@ -358,6 +369,8 @@ def generate(
             on_error=on_error.value,
             strategy=strategy,
             ray=ray_request(ray, ray_actors, ray_actor_cpus, ray_actor_gpus),
+            logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
         )
         raise typer.Exit(run_batch(batch))
     from decodekit_cli.batch_command import ray_request
@@ -376,6 +389,7 @@ def generate(
         echo=echo,
         strategy=strategy,
         prompt_logprobs=prompt_logprobs,
+        logprobs=logprobs,
     )
     raise typer.Exit(run_generate(request))
 

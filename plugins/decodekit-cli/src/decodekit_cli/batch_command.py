@@ -64,6 +64,8 @@ class BatchRequest:
     on_error: str
     strategy: str = "sample"  # every line decoded with it
     ray: RayRequest | None = None
+    logprobs: int | None = None  # every line's default (a line's own overrides it)
+    prompt_logprobs: int | None = None
 
 
 def batch_request(
@@ -77,6 +79,8 @@ def batch_request(
     on_error: str,
     strategy: str | None = None,
     ray: RayRequest | None = None,
+    logprobs: int | None = None,
+    prompt_logprobs: int | None = None,
 ) -> BatchRequest:
     """Check that the batch options go together; `exclusive`: options that make no sense with --input."""
     if input_file is None or output is None:
@@ -98,6 +102,8 @@ def batch_request(
         on_error=on_error,
         strategy=resolve_strategy(strategy),
         ray=ray,
+        logprobs=logprobs,
+        prompt_logprobs=prompt_logprobs,
     )
 
 
@@ -119,6 +125,8 @@ def run_batch(request: BatchRequest) -> int:
         ignore_eos=sampling.ignore_eos,
         threads=sampling.threads,
         compile=sampling.compile,
+        logprobs=request.logprobs,
+        prompt_logprobs=request.prompt_logprobs,
     )
     ray = _ray_plugin() if request.ray is not None else None
     check_output(request.output, request.input, resume=request.resume, ray=request.ray is not None)

@@ -24,6 +24,7 @@ from decodekit_cli.batch_records import Record, error_record, result_record
 from decodekit_cli.batch_settings import BatchSettings, parsed_chain
 from decodekit_cli.errors import CliError
 from decodekit_cli.grammar_options import line_chain
+from decodekit_cli.logprob_records import prompt_records, token_records
 from decodekit_cli.options import encode_prompt, is_spec, prompt_rows, spec_text
 from decodekit_cli.sampling_options import eos_tokens
 
@@ -41,6 +42,12 @@ class Pending:
     seed: int | None  # None: no --seed and none of its own, so a fresh one when decoded
     max_new_tokens: int
     chain: str
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+
+    def options(self) -> tuple[str, int, int | None, int | None]:
+        """What the rows of one decode share."""
+        return self.chain, self.max_new_tokens, self.logprobs, self.prompt_logprobs
 
 
 def check_lines(
@@ -68,14 +75,17 @@ def check_lines(
 def _check(model: Any, settings: BatchSettings, number: int, key: str | int, item: PromptLine) -> Pending:
     max_new = item.max_new_tokens if item.max_new_tokens is not None else settings.max_new_tokens
     seed = item.seed if item.seed is not None else _derived_seed(settings.seed, number)
+    logprobs = item.logprobs if item.logprobs is not None else settings.logprobs
+    prompt_logprobs = item.prompt_logprobs if item.prompt_logprobs is not None else settings.prompt_logprobs
     try:
         chain = settings.chain if item.chain is None else _own_chain(item.chain)
         chain = line_chain(chain, item.json_schema, item.regex, item.grammar)  # decodekit-grammar: the line's own
         ids = encode_prompt(model, item.prompt, settings.replace_unknown)
-        dk.validate(model, prompt_rows([ids]), **_options(model, settings, chain, max_new), seed=seed)
+        pending = Pending(number, key, item.prompt, ids, seed, max_new, chain, logprobs, prompt_logprobs)
+        dk.validate(model, prompt_rows([ids]), **_options(model, settings, pending), seed=seed)
     except (CliError, dk.DecodekitError) as exc:
         raise LineError.of(exc) from None
-    return Pending(number, key, item.prompt, ids, seed, max_new, chain)
+    return pending
 
 
 def _own_chain(chain: str | list[Any] | dict[str, Any]) -> str:
@@ -90,11 +100,13 @@ def _derived_seed(seed: int | None, number: int) -> int | None:
     return None if seed is None else mix_seed(seed, number - 1)
 
 
-def _options(model: Any, settings: BatchSettings, chain: str, max_new_tokens: int) -> dict[str, Any]:
+def _options(model: Any, settings: BatchSettings, line: Pending) -> dict[str, Any]:
     return {
         "strategy": settings.strategy,
-        "chain": parsed_chain(chain),
-        "max_new_tokens": max_new_tokens,
+        "chain": parsed_chain(line.chain),
+        "max_new_tokens": line.max_new_tokens,
+        "logprobs": line.logprobs,
+        "prompt_logprobs": line.prompt_logprobs,
         "cache": settings.cache,
         "stop_strings": settings.stop,
         "stop_tokens": eos_tokens(model, settings.ignore_eos),
@@ -103,15 +115,15 @@ def _options(model: Any, settings: BatchSettings, chain: str, max_new_tokens: in
 
 
 def batches(pending: Sequence[Pending], size: int) -> Iterator[list[Pending]]:
-    """Runs of consecutive prompts sharing chain and length, `size` at most: one decode each."""
-    for _, group in itertools.groupby(pending, key=lambda p: (p.chain, p.max_new_tokens)):
+    """Runs of consecutive prompts sharing chain, length and logprobs asked, `size` at most: one decode each."""
+    for _, group in itertools.groupby(pending, key=Pending.options):
         rows = list(group)
         for i in range(0, len(rows), size):
             yield rows[i : i + size]
 
 
 def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending], *, rows: int = 0) -> Iterator[Record]:
-    """Decode one batch (one chain and length), yielding each row's record as the row ends.
+    """Decode one batch (one chain, length and logprobs asked), yielding each row's record as the row ends.
 
     rows: under `--compile`, a smaller batch is decoded with copies of its last row up to this many (their
     records dropped), so that the job's last batch runs the same compiled graphs as the others.
@@ -156,17 +168,15 @@ def _exact_when_padded(cache: str) -> bool:
 
 
 def _stream(model: Any, settings: BatchSettings, rows: Sequence[Pending]) -> Iterator[tuple[int, Record]]:
-    """`dk.stream` over the rows; (row index, record) as each row ends."""
+    """`dk.stream` over the rows; (row index, record) as each row ends (with prompt_logprobs, once all have: the
+    stream's result holds them)."""
     n = len(rows)
     tokens: list[list[int]] = [[] for _ in range(n)]
     texts: list[list[str] | None] = [[] if getattr(model, "tokenizer", None) else None for _ in range(n)]
     first = rows[0]
-    events = dk.stream(
-        model,
-        prompt_rows([p.ids for p in rows]),
-        **_options(model, settings, first.chain, first.max_new_tokens),
-        seed=[p.seed for p in rows],
-    )
+    scores: list[list[dict[str, Any]] | None] = [None if first.logprobs is None else [] for _ in range(n)]
+    options = _options(model, settings, first)
+    events = dk.stream(model, prompt_rows([p.ids for p in rows]), **options, seed=[p.seed for p in rows])
 
     def record(i: int, reason: str, stopped_by: int | str | None) -> tuple[int, Record]:
         p, text = rows[i], texts[i]
@@ -182,17 +192,28 @@ def _stream(model: Any, settings: BatchSettings, rows: Sequence[Pending]) -> Ite
             seed=p.seed,
             chain=p.chain,
             max_new_tokens=p.max_new_tokens,
+            logprobs=scores[i],
+            prompt_logprobs=prompt_scores(i),
         )
 
-    ended = [False] * n
+    def prompt_scores(i: int) -> list[dict[str, Any] | None] | None:
+        result = events.result  # set once the stream is done: records with prompt_logprobs wait for it
+        if result is None or result.prompt_logprobs is None:
+            return None
+        return prompt_records(result.prompt_tokens[i], result.prompt_logprobs[i])
+
+    ended: list[tuple[str, int | str | None] | None] = [None] * n
     for ev in events:
         tokens[ev.row].append(ev.token)
-        row_text = texts[ev.row]
+        row_text, row_scores = texts[ev.row], scores[ev.row]
         if ev.text is not None and row_text is not None:
             row_text.append(ev.text)
+        if ev.logprobs is not None and row_scores is not None:
+            row_scores += token_records([ev.token], [ev.logprobs])
         if ev.finish_reason is not None:
-            ended[ev.row] = True
-            yield record(ev.row, ev.finish_reason, ev.stopped_by)
-    for i in range(n):  # max_new_tokens=0: the loop yields nothing, and every row ends by length
-        if not ended[i]:
-            yield record(i, "length", None)
+            ended[ev.row] = (ev.finish_reason, ev.stopped_by)
+            if first.prompt_logprobs is None:
+                yield record(ev.row, ev.finish_reason, ev.stopped_by)
+    for i, end in enumerate(ended):  # max_new_tokens=0: the loop yields nothing, and every row ends by length
+        if end is None or first.prompt_logprobs is not None:
+            yield record(i, *(end or ("length", None)))

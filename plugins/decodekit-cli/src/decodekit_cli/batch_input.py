@@ -43,7 +43,8 @@ STDIN_HINT = (
 class PromptLine(Params):
     """One line of the input file; what it leaves out comes from the command's options.
 
-    seed and max_new_tokens are checked by `dk.validate`, whose bounds are the decoder's own.
+    seed, max_new_tokens, logprobs and prompt_logprobs are checked by `dk.validate`, whose bounds are the decoder's
+    own.
     """
 
     prompt: str = Field(min_length=1, description="text to continue")
@@ -56,6 +57,12 @@ class PromptLine(Params):
         json_schema_extra={
             "allowed": "a chain string, or a JSON chain spec (a list of stage objects, or its JSON text)"
         },
+    )
+    logprobs: int | None = Field(
+        None, description="the generated tokens' logprobs, with the top n; default: --logprobs"
+    )
+    prompt_logprobs: int | None = Field(
+        None, description="the prompt tokens' logprobs, with the top n; default: --prompt-logprobs"
     )
     # decodekit-grammar: a grammar this line's text follows, put first in its chain (at most one of them)
     json_schema: dict[str, Any] | StrictBool | str | None = Field(

@@ -27,7 +27,10 @@ def result_record(
     seed: int,
     chain: str,
     max_new_tokens: int,
+    logprobs: list[dict[str, Any]] | None = None,
+    prompt_logprobs: list[dict[str, Any] | None] | None = None,
 ) -> Record:
+    """A decoded line; `logprobs` and `prompt_logprobs` (see logprob_records) only when the line asks for them."""
     return {
         "id": id,
         "line": line,
@@ -39,6 +42,8 @@ def result_record(
         "seed": seed,
         "chain": chain,
         "max_new_tokens": max_new_tokens,
+        **({} if logprobs is None else {"logprobs": logprobs}),
+        **({} if prompt_logprobs is None else {"prompt_logprobs": prompt_logprobs}),
     }
 
 

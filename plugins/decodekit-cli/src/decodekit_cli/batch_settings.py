@@ -1,9 +1,11 @@
 """What every line of a batch job is decoded with, and the record of it kept beside the output.
 
 `--resume` compares the recorded settings with its own and refuses to mix: a different input
-file, model, chain, cache, strategy, seed, length, stop string, `--ignore-eos` or prompt encoding would give
+file, model, chain, cache, strategy, seed, length, stop string, `--ignore-eos`, prompt encoding, `--logprobs` or
+`--prompt-logprobs` would give
 results that an uninterrupted run would not. Settings of format 1 (before `ignore_eos` was recorded) are read as
-format 2 reads them: those jobs went on past the model's EOS, as `--ignore-eos` does now.
+format 2 reads them: those jobs went on past the model's EOS, as `--ignore-eos` does now. Settings without
+`logprobs` and `prompt_logprobs` (recorded since) read as None: those jobs asked for none.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class BatchSettings:
     ignore_eos: bool = False  # go on past the model's stop tokens (those follow from `model`)
     threads: int | None = None  # not recorded: no result depends on it
     compile: bool = False  # not recorded: no result depends on it (--resume with or without it continues)
+    logprobs: int | None = None  # every line's default: the generated tokens' logprobs in its record
+    prompt_logprobs: int | None = None  # the prompt tokens'
 
     def __post_init__(self) -> None:
         if self.seed is not None and not 0 <= self.seed < MAX_SEED:
@@ -68,6 +72,8 @@ class BatchSettings:
             "stop": list(self.stop),
             "replace_unknown": self.replace_unknown,
             "ignore_eos": self.ignore_eos,
+            "logprobs": self.logprobs,
+            "prompt_logprobs": self.prompt_logprobs,
         }
 
 

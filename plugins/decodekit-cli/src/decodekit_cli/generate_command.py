@@ -17,6 +17,7 @@ import decodekit as dk
 from decodekit_cli.errors import EXIT_INTERRUPTED, CliError
 from decodekit_cli.json_output import print_json
 from decodekit_cli.live_text import SampleWriter, TextOutput
+from decodekit_cli.logprob_records import prompt_records, token_records
 from decodekit_cli.options import build_chain, check_stop, cli_hints, prompt_rows, prompt_text, resolve_strategy
 from decodekit_cli.sampling_options import SamplingOptions, eos_tokens
 
@@ -42,6 +43,7 @@ class GenerateRequest:
     echo: bool
     strategy: str | None = None
     prompt_logprobs: int | None = None  # --prompt-logprobs N, reported in the JSON document
+    logprobs: int | None = None  # --logprobs N: the generated tokens', reported in the JSON document
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class SampleSpec:
     compile: bool = False
     stop_tokens: tuple[int, ...] = ()  # the model's EOS, unless --ignore-eos
     prompt_logprobs: int | None = None
+    logprobs: int | None = None
 
 
 class SampleSink(Protocol):
@@ -87,6 +90,7 @@ class SampleResult:
     finish_reason: str | None = None  # "stop", "length", or None when interrupted first
     stopped_by: int | str | None = None
     seconds: float = 0.0  # from the start until this sample ended
+    logprobs: list[dict[str, Any]] | None = None  # per token, when asked (see logprob_records)
 
 
 @dataclass
@@ -113,7 +117,10 @@ def stream_samples(
     import torch
 
     has_text = getattr(model, "tokenizer", None) is not None
-    samples = [SampleResult(text="" if has_text else None) for _ in range(spec.num_samples)]
+    logprobs = spec.logprobs is not None
+    samples = [
+        SampleResult(text="" if has_text else None, logprobs=[] if logprobs else None) for _ in range(spec.num_samples)
+    ]
     start = time.perf_counter()
     total = 0
     interrupted = False
@@ -129,12 +136,15 @@ def stream_samples(
         seed=spec.seed,
         compile=spec.compile,
         prompt_logprobs=spec.prompt_logprobs,
+        logprobs=spec.logprobs,
     )
     try:
         with torch.inference_mode():
             for ev in events:
                 sample = samples[ev.row]
                 sample.tokens.append(ev.token)
+                if sample.logprobs is not None and ev.logprobs is not None:
+                    sample.logprobs += token_records([ev.token], [ev.logprobs])
                 total += 1
                 if ev.text is not None:
                     sample.text = (sample.text or "") + ev.text
@@ -196,6 +206,7 @@ def _json_document(
                 "finish_reason": s.finish_reason,
                 "stopped_by": s.stopped_by,
                 "tokens_per_second": round(_rate(len(s.tokens), s.seconds), 2),
+                **({} if request.logprobs is None else {"logprobs": s.logprobs}),
             }
             for s in result.samples
         ],
@@ -208,22 +219,19 @@ def _json_document(
 
 
 def _prompt_records(result: dk.Generation) -> list[dict[str, Any] | None] | None:
-    """`--prompt-logprobs`, of the first sample (all share the prompt): per prompt token, None for the first (no
-    context), else its id, log-probability, rank and the top N as [id, logprob] pairs."""
+    """`--prompt-logprobs`, of the first sample (all share the prompt)."""
     if result.prompt_logprobs is None:
         return None
-    return [
-        None if s is None else {"token": t, "logprob": s.logprob, "rank": s.rank, "top": [list(p) for p in s.top]}
-        for t, s in zip(result.prompt_tokens[0], result.prompt_logprobs[0])
-    ]
+    return prompt_records(result.prompt_tokens[0], result.prompt_logprobs[0])
 
 
 def run_generate(request: GenerateRequest) -> int:
     """Run the command; return its exit status."""
     sampling = request.sampling
     check_stop(sampling.stop)
-    if request.prompt_logprobs is not None and not request.json_output:
-        raise CliError(f"--prompt-logprobs {request.prompt_logprobs}: reported in the JSON document; add --json")
+    for flag, n in (("--logprobs", request.logprobs), ("--prompt-logprobs", request.prompt_logprobs)):
+        if n is not None and not request.json_output:
+            raise CliError(f"{flag} {n}: reported in the JSON document; add --json")
     strategy = resolve_strategy(request.strategy)  # before check(), whose note on the cache would precede its error
     name, cache = sampling.check()
     chain = build_chain(sampling.chain_text(), sampling.chain)  # a bad chain or flag fails before the model loads
@@ -249,6 +257,7 @@ def run_generate(request: GenerateRequest) -> int:
         compile=sampling.compile,
         stop_tokens=eos_tokens(model, sampling.ignore_eos),
         prompt_logprobs=request.prompt_logprobs,
+        logprobs=request.logprobs,
     )
 
     with TextOutput(text=not request.json_output) as out, cli_hints():
