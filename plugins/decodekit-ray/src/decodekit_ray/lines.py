@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import ray.data
-from decodekit_cli.batch_input import input_lines
+from decodekit_cli.batch_input import PromptLine, input_lines
 
 from decodekit.errors import ParameterError
 
 __all__ = ["FIELDS", "from_fields", "read_prompt_lines"]
 
-FIELDS = ("prompt", "id", "seed", "max_new_tokens", "chain")  # what a line of the input file may hold
+FIELDS = tuple(PromptLine.model_fields)  # what a line of the input file may hold
 
 
 def read_prompt_lines(path: str | Path, *, keep: Collection[int] | None = None) -> ray.data.Dataset:
@@ -47,8 +47,8 @@ def _split(batch: dict[str, Any], keep: frozenset[int] | None) -> dict[str, Any]
 
 
 def from_fields(ds: ray.data.Dataset) -> ray.data.Dataset:
-    """Rows of a line's fields (`prompt`, `id`, `seed`, `max_new_tokens`, `chain`, as `read_json` or
-    `read_parquet` gives them) and its `line` number, as prompt lines: each row becomes the JSON
+    """Rows of a line's fields (`FIELDS`: `prompt`, and optionally `id`, `seed`, `max_new_tokens`, `chain`, ..., as
+    `read_json` or `read_parquet` gives them) and its `line` number, as prompt lines: each row becomes the JSON
     line it stands for (null fields left out), so it is checked as the file's lines are."""
     try:
         columns: list[str] | None = ds.columns()
