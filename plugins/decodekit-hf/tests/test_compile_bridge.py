@@ -3,13 +3,12 @@ whole, with no graph break at each attention layer, so a deep model compiles a f
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
-from compile_counting import count_graphs
+from compile_counting import check_compiles_like_eager, count_graphs
 from decodekit_hf import HFModel
 
 import decodekit as dk
@@ -43,21 +42,9 @@ def test_an_evicting_cache_compiles_the_forward_without_a_break_per_layer(
     assert len(graphs) <= 5  # the chain's step; the forward at the prompt, its first steps, then every later one
 
 
-@pytest.fixture
-def dynamo_warnings() -> Iterator[list[str]]:
-    """The warnings dynamo logs from here on (its logger does not propagate to pytest's)."""
-    records: list[str] = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
-    logger = logging.getLogger("torch._dynamo")
-    logger.addHandler(handler)
-    yield records
-    logger.removeHandler(handler)
-
-
 @pytest.mark.parametrize("cache", ["h2o(budget=8, recent=2, slack=4)", "knorm(budget=8, recent=2, slack=4)"])
 def test_a_scored_cache_compiles_a_deep_model_in_a_few_graphs(
-    build_arch: Any, graphs: list[torch.fx.GraphModule], dynamo_warnings: list[str], cache: str
+    build_arch: Any, graphs: list[torch.fx.GraphModule], cache: str
 ) -> None:
     """Before: each layer's attention called the cache's eager steps (update, mask, observe) from compiled code,
         and the frame dynamo resumed after a break was specialised on the layer (`self.layer_idx == 7`), so it was
@@ -65,10 +52,4 @@ def test_a_scored_cache_compiles_a_deep_model_in_a_few_graphs(
         attention through the cache is one eager call: the same graphs for every layer, and for any depth. `h2o`
     observes, `knorm` does not; the 10-token prompt evicts at once."""
     llama = build_arch("llama", num_hidden_layers=LAYERS, num_key_value_heads=2)
-    model, prompts = HFModel(llama), [[5, 17, 3, 9, 44, 2, 8, 8, 9, 60], [7, 8]]
-    for chain in ("greedy", "temperature(0.8) | top_k(20)"):
-        eager = dk.generate(model, prompts, chain=chain, max_new_tokens=12, cache=cache, seed=3).tokens
-        compiled = dk.generate(model, prompts, chain=chain, max_new_tokens=12, cache=cache, seed=3, compile=True)
-        assert compiled.tokens == eager, chain
-    assert [w for w in dynamo_warnings if "recompile_limit" in w] == []
-    assert len(graphs) <= 10  # the chains' steps and the model's few pieces, the same at 4, 12 or 20 layers
+    check_compiles_like_eager(HFModel(llama), cache, graphs, most=10)  # the same at 4, 12 or 20 layers

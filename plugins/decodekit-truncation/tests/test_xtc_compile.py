@@ -4,42 +4,15 @@ the eager ones."""
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import pytest
-import torch
+from compile_counting import graph_runs
 
 import decodekit as dk
 from tinymodels import tiny_gpt
 
 CHAIN = "xtc(0.5, 0.1) | sample"
-
-
-def graph_runs(monkeypatch: pytest.MonkeyPatch) -> Counter[int]:
-    """From here on, how many times each graph `torch.compile` compiles runs (graph i: the i-th compiled), run as
-    traced (no inductor)."""
-    runs: Counter[int] = Counter()
-    real = torch.compile
-
-    def counting(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-        index = len(runs)
-        runs[index] = 0
-
-        def run(*args: Any) -> Any:
-            runs[index] += 1
-            return gm.forward(*args)
-
-        return run
-
-    def compile_(fn: Any, **options: Any) -> Any:
-        inductor = options.pop("options", {})  # inductor's, but for the guards dynamo keeps (the chain's step)
-        dynamo = {k: v for k, v in inductor.items() if k == "guard_filter_fn"}
-        return real(fn, backend=counting, options=dynamo or None, **options)
-
-    torch._dynamo.reset()
-    monkeypatch.setattr(torch, "compile", compile_)
-    return runs
 
 
 @pytest.mark.xdist_group("compile")
