@@ -143,14 +143,14 @@ def test_a_flag_that_cannot_change_a_greedy_pick_is_said(
 def test_an_option_no_chain_expresses_is_one_error_line(
     tmp_path: Path, gpt2: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    beams = save(tmp_path, gpt2, char_tokenizer, GenerationConfig(num_beams=4, eos_token_id=EOS))
-    status, _, err = cli(capsys, "generate", "Hi", "--model", f"hf:{beams}", "--max-new-tokens", "4")
+    config = GenerationConfig(do_sample=True, penalty_alpha=0.6, top_k=4, eos_token_id=EOS)  # contrastive search
+    checkpoint = save(tmp_path, gpt2, char_tokenizer, config)
+    status, _, err = cli(capsys, "generate", "Hi", "--model", f"hf:{checkpoint}", "--max-new-tokens", "4")
     assert status == 2
     [line] = err.splitlines()
-    assert line.startswith("decodekit: error: generation_chain: the generation config's num_beams=4 cannot")
-    assert "--strategy 'beam(num_beams=4" in line and "--chain" in line
+    assert line.startswith("decodekit: error: generation_chain: the generation config's penalty_alpha=0.6 cannot")
     status, _, err = cli(
-        capsys, "generate", "Hi", "--model", f"hf:{beams}", "--max-new-tokens", "4", "--chain", "greedy"
+        capsys, "generate", "Hi", "--model", f"hf:{checkpoint}", "--max-new-tokens", "4", "--chain", "greedy"
     )
     assert status == 0, err
 
@@ -225,21 +225,26 @@ def test_a_grammar_goes_first_in_the_checkpoints_chain(own: Path, capsys: pytest
         ({"num_beams": 3, "repetition_penalty": 1.3, "eos_token_id": EOS}, "beam(num_beams=3"),
     ],
 )
-def test_the_refusals_command_line_runs_as_written(
+def test_the_command_line_decodes_as_generation_chains_advice(
     tmp_path: Path, gpt2: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str], config: Any, strategy: str
 ) -> None:
-    """The error spells the strategy and the chain (the config's without that option): `--strategy` alone still
-    fails, since the checkpoint's chain is refused again, so the chain must be in the advice."""
+    """generation_chain still refuses beams and guidance, spelling the strategy and the chain (the config's without
+    that option) as a command line; the command line given no --strategy and --chain now picks exactly those."""
     checkpoint = save(tmp_path, gpt2, char_tokenizer, GenerationConfig(**config))
-    base = ["generate", "Hi", "--model", f"hf:{checkpoint}", "--max-new-tokens", "4", "--seed", "0"]
-    status, _, err = cli(capsys, *base)
-    assert status == 2
-    [advice] = re.findall(r"on the command line (--strategy '[^']*' --chain '[^']*')", err)
+    with pytest.raises(dk.ParameterError) as refused:
+        generation_chain(checkpoint)
+    [advice] = re.findall(r"on the command line (--strategy '[^']*' --chain '[^']*')", str(refused.value))
     assert strategy in advice
     without = {k: v for k, v in config.items() if k not in ("guidance_scale", "num_beams")}
     assert f"--chain '{generation_chain(GenerationConfig(**without))}'" in advice
-    status, _, err = cli(capsys, *base, *shlex.split(advice))
-    assert status == 0, err
+    base = ["generate", "Hi", "--model", f"hf:{checkpoint}", "--max-new-tokens", "4", "--seed", "0", "--json"]
+    status, own, err = cli(capsys, *base)
+    assert status == 0 and strategy in err, err
+    status, advised, err = cli(capsys, *base, *shlex.split(advice))
+    assert status == 0 and err == "", err
+    for key in ("chain", "strategy"):
+        assert json.loads(own)[key] == json.loads(advised)[key]
+    assert [s["tokens"] for s in json.loads(own)["samples"]] == [s["tokens"] for s in json.loads(advised)["samples"]]
 
 
 def test_min_length_is_refused_with_a_command_line_that_runs(

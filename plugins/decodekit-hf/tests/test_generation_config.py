@@ -266,7 +266,7 @@ def test_default_chain_is_none_without_sampling_options(build_gpt2: Callable[...
     without generation_config.json) leaves the caller's default; one that refuses raises on reading."""
     hf = build_gpt2(seed=1)
     assert HFModel(hf).default_chain is None
-    hf.generation_config = GenerationConfig(num_beams=2, eos_token_id=EOS)
+    hf.generation_config = GenerationConfig(num_beams=2, do_sample=True, eos_token_id=EOS)
     with pytest.raises(dk.ParameterError, match="num_beams=2"):
         _ = HFModel(hf).default_chain
 

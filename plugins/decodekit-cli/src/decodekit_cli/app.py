@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
 import typer
 
 from decodekit_cli.bare_ray_flag import bare_ray_flag
-from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
+from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MAX_NEW_TOKENS, DEFAULT_MODEL
 from decodekit_cli.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILURE,
@@ -203,8 +203,15 @@ def generate(
     top_p: TopPOption = None,
     repetition_penalty: RepetitionPenaltyOption = None,
     max_new_tokens: Annotated[
-        int, typer.Option("--max-new-tokens", min=0, help="Tokens to generate per sample.")
-    ] = 100,
+        int | None,
+        typer.Option(
+            "--max-new-tokens",
+            min=0,
+            help="Tokens to generate per sample. Default: the model's own (an hf: checkpoint's generation config), "
+            f"else {DEFAULT_MAX_NEW_TOKENS}.",
+            show_default=False,
+        ),
+    ] = None,
     seed: SeedOption = None,
     cache: CacheOption = None,
     strategy: Annotated[
@@ -344,7 +351,8 @@ def generate(
         seed,
         cache,
         replace_unknown,
-        max_new_tokens=max_new_tokens,
+        max_new_tokens=DEFAULT_MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens,
+        length_given=max_new_tokens is not None,
         stop=stop,
         threads=threads,
         compile=compile,
@@ -543,6 +551,7 @@ def _sampling(
     compile: bool = False,
     ignore_eos: bool = False,
     grammar: str | None = None,
+    length_given: bool = True,
 ) -> SamplingOptions:
     """The options `generate` and `explain` take alike (explain's steps are its new tokens)."""
     from decodekit_cli.sampling_options import SamplingOptions
@@ -560,6 +569,7 @@ def _sampling(
         compile=compile,
         ignore_eos=ignore_eos,
         grammar=grammar,
+        length_given=length_given,
     )
 
 

@@ -62,7 +62,7 @@ class BatchRequest:
     batch_size: int
     resume: bool
     on_error: str
-    strategy: str = "sample"  # every line decoded with it
+    strategy: str | None = None  # every line decoded with it (None: not given, the model's own or sample)
     ray: RayRequest | None = None
     logprobs: int | None = None  # every line's default (a line's own overrides it)
     prompt_logprobs: int | None = None
@@ -100,7 +100,7 @@ def batch_request(
         batch_size=batch_size,
         resume=resume,
         on_error=on_error,
-        strategy=resolve_strategy(strategy),
+        strategy=None if strategy is None else resolve_strategy(strategy),
         ray=ray,
         logprobs=logprobs,
         prompt_logprobs=prompt_logprobs,
@@ -120,7 +120,7 @@ def run_batch(request: BatchRequest) -> int:
         seed=sampling.seed,
         cache=cache,
         stop=sampling.stop,
-        strategy=canonical_stage("strategy", request.strategy),  # a draft's path as the model's: absolute
+        strategy=canonical_stage("strategy", request.strategy or "sample"),  # a draft's path as the model's: absolute
         replace_unknown=sampling.replace_unknown,
         ignore_eos=sampling.ignore_eos,
         threads=sampling.threads,
@@ -135,12 +135,13 @@ def run_batch(request: BatchRequest) -> int:
     recorded = settings.recorded(digest)  # parses the default chain: a bad --chain fails here
     with OutputLock.acquire(request.output) as lock:
         model = None
-        if sampling.chain is None:  # the model may offer its own chain (a checkpoint's), which the settings record
-            model = sampling.load_model(name)
-            own = sampling.model_chain(model)
-            if own is not None:
-                settings = replace(settings, chain=own)
-                recorded = settings.recorded(digest)
+        if sampling.chain is None or request.strategy is None or not sampling.length_given:
+            model = sampling.load_model(name)  # it may offer its own (a checkpoint's), which the settings record
+            own = sampling.model_settings(model, request.strategy)  # no prompt length: each line has its own
+            strategy = settings.strategy if own.strategy is None else canonical_stage("strategy", own.strategy)
+            chain = settings.chain if own.chain is None else own.chain
+            settings = replace(settings, chain=chain, strategy=strategy, max_new_tokens=own.sampling.max_new_tokens)
+            recorded = settings.recorded(digest)
         eos_refusal = lock.check_resume(recorded) if request.resume else None
         model = sampling.load_model(name) if model is None else model
         if eos_refusal is not None and eos_tokens(model, ignore_eos=False):

@@ -49,8 +49,8 @@ def run_explain(request: ExplainRequest) -> int:
     from decodekit_cli.explain_render import plot_step, render_steps, steps_json
 
     model = load_named_model(name)  # on torch's threads, as before: --threads is generate's
-    own = sampling.model_chain(model)
-    chain = chain if own is None else build_chain(own)
+    own = sampling.model_settings(model, "sample")  # explain traces the chain alone, over --steps
+    chain = chain if own.chain is None else build_chain(own.chain)
     prompt = sampling.encode(model, text)
     text = sampling.seen_prompt(model, text, prompt)
     with cli_hints(length_option="--steps"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import decodekit as dk
@@ -237,12 +237,14 @@ def run_generate(request: GenerateRequest) -> int:
     chain = build_chain(sampling.chain_text(), sampling.chain)  # a bad chain or flag fails before the model loads
     prompt = prompt_text(request.prompt)
     model = sampling.load_model(name)
-    own = sampling.model_chain(model)
-    chain = chain if own is None else build_chain(own)
     from decodekit.engine import PREALLOCATED_COLUMNS, check_rows  # torch is loaded by now
 
     encoded = sampling.encode(model, prompt)
     prompt = sampling.seen_prompt(model, prompt, encoded)
+    own = sampling.model_settings(model, request.strategy, None if isinstance(encoded, str) else len(encoded))
+    chain = chain if own.chain is None else build_chain(own.chain)
+    strategy, sampling = own.strategy or strategy, own.sampling
+    request = replace(request, sampling=sampling, strategy=strategy)  # what the JSON document records
     # Sized before anything holds a sample: -n far past the memory hung (or overflowed) building the lists.
     columns = len(encoded) + min(sampling.max_new_tokens, PREALLOCATED_COLUMNS)
     check_rows("generate", "--num-samples", request.num_samples, request.num_samples, columns, model)

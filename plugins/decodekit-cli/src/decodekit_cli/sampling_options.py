@@ -7,7 +7,7 @@ explained prompt are then checked, loaded and encoded the same way. Nothing here
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from decodekit_cli.errors import CliError, report_note, report_warning
@@ -19,9 +19,10 @@ from decodekit_cli.options import (
     load_named_model,
     model_name,
     resolve_cache,
+    resolve_strategy,
 )
 
-__all__ = ["SamplingOptions", "eos_tokens", "set_threads"]
+__all__ = ["ModelSettings", "SamplingOptions", "eos_tokens", "set_threads"]
 
 
 def set_threads(model: object, threads: int | None) -> None:
@@ -69,6 +70,7 @@ class SamplingOptions:
     compile: bool = False  # the model's forward and the chain's step under torch.compile: the same tokens, faster
     ignore_eos: bool = False  # go on past the model's stop tokens (vLLM's name)
     grammar: str | None = None  # a grammar stage (--json-schema, --regex, --grammar), first in the chain
+    length_given: bool = True  # False: no --max-new-tokens, so a model's own length may replace max_new_tokens
 
     def check(self) -> tuple[str, str]:
         """Check what is installed and the cache before any model loads; return the model's name and the cache."""
@@ -85,22 +87,40 @@ class SamplingOptions:
         text = chain_text(self.chain, self.flags, default)
         return text if self.grammar is None else f"{self.grammar} | {text}"
 
-    def model_chain(self, model: object) -> str | None:
-        """Without --chain, the chain string from the model's own `default_chain` (an hf: checkpoint's
-        generation_config), with the sampling flags set over it, said on stderr; None when there is a --chain or the
-        model offers none (then decodekit's default chain, or the flags', stands)."""
+    def model_settings(self, model: object, strategy: str | None, prompt_length: int | None = None) -> ModelSettings:
+        """What the model offers for the options not given (`--chain`, `--strategy`, `--max-new-tokens`), said in one
+        line on stderr: its optional `default_chain` (the sampling flags set over it), `default_strategy` and
+        `default_max_new_tokens(prompt_length)` (an hf: checkpoint's generation config). `strategy`: `--strategy`
+        as given (None: not given)."""
+        chain, what = self._model_chain(model)
+        own = getattr(model, "default_strategy", None) if strategy is None else None  # optional, as each here
+        length = getattr(model, "default_max_new_tokens", None) if not self.length_given else None
+        length = length(prompt_length) if callable(length) else length
+        said = [(what, "--chain")] if chain is not None else []
+        said += [(f"strategy {str(own)!r}", "--strategy")] if own is not None else []
+        said += [(f"max_new_tokens {length}", "--max-new-tokens")] if length is not None else []
+        if said:
+            verb = "sampling" if own is None else "decoding"
+            flags = ", ".join(flag for _, flag in said)
+            verbs = "replaces it" if len(said) == 1 else "replace them"
+            report_note(f"{verb} with the model's own {', '.join(part for part, _ in said)}; {flags} {verbs}")
+        if chain is not None:
+            _warn_unpicked(chain, [flag for flag, _, _ in FLAT_STAGES if self.flags.get(flag) is not None])
+        options = self if length is None else replace(self, max_new_tokens=int(length))
+        return ModelSettings(chain, None if own is None else resolve_strategy(str(own)), options)
+
+    def _model_chain(self, model: object) -> tuple[str | None, str]:
+        """Without --chain, the model's own `default_chain` with the sampling flags set over it, and what says so."""
         if self.chain is not None:
-            return None
+            return None, ""
         default = getattr(model, "default_chain", None)  # optional: a plugin's model may offer its own
         if default is None:
-            return None
+            return None, ""
         text = self.chain_text(str(default))
         check_installed(self.model, text, {})
         given = [flag for flag, _, _ in FLAT_STAGES if self.flags.get(flag) is not None]
         over = f", with {', '.join(given)} set over it" if given else ""
-        report_note(f"sampling with the model's own chain {str(default)!r}{over}; --chain replaces it")
-        _warn_unpicked(text, given)
-        return text
+        return text, f"chain {str(default)!r}{over}"
 
     def load_model(self, name: str) -> Any:
         """Load the model `check` named, on `--threads` CPU threads."""
@@ -121,6 +141,16 @@ class SamplingOptions:
         if not self.replace_unknown or tokenizer is None or isinstance(encoded, str):
             return prompt
         return str(tokenizer.decode(encoded))  # the replaced characters shown as what replaced them
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """What a model's own settings replace: its chain string and strategy (None: the options' stand) and the
+    options with its length."""
+
+    chain: str | None
+    strategy: str | None
+    sampling: SamplingOptions
 
 
 def _warn_unpicked(text: str, given: list[str]) -> None:

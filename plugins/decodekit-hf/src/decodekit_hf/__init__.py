@@ -4,7 +4,8 @@
   protocol; decodekit's cache backends serve it through `DecodekitCache`, a transformers `Cache`.
 - `as_logits_processor(chain)` runs a decodekit chain inside `model.generate(logits_processor=[...])`.
 - `generation_chain(config_or_model_or_dir)` is the chain that does what `generate()` does with a checkpoint's
-  generation config (`HFModel.default_chain`, which `decodekit generate` samples with when given no chain).
+  generation config (`HFModel.default_chain`, which `decodekit generate` samples with when given no chain);
+  `generation_options(...)` is all of it as `dk.decode` keyword arguments: strategy (beam, cfg), chain, length, stops.
 - `dk.load_model("hf:/path")` loads a local checkpoint (registered by `decodekit_hf.plugin`).
 
 Importing this package is light: torch and transformers load on first use of a name.
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from decodekit_hf.cache_bridge import DecodekitCache
+    from decodekit_hf.checkpoint_options import generation_options
     from decodekit_hf.generation_config import generation_chain
     from decodekit_hf.model import HFModel, load_hf, model_spec
     from decodekit_hf.processor import ChainLogitsProcessor, as_logits_processor
@@ -29,6 +31,7 @@ __all__ = [
     "HFTokenizer",
     "as_logits_processor",
     "generation_chain",
+    "generation_options",
     "load_hf",
     "model_spec",
 ]
@@ -42,6 +45,7 @@ _LAZY = {
     "as_logits_processor": "decodekit_hf.processor",
     "HFTokenizer": "decodekit_hf.tokenizer",
     "generation_chain": "decodekit_hf.generation_config",
+    "generation_options": "decodekit_hf.checkpoint_options",
 }
 
 

@@ -30,7 +30,8 @@ from decodekit.cache import KVCache, evicts, observes
 from decodekit.errors import ParameterError
 from decodekit.spec import ModelSpec
 from decodekit_hf.cache_bridge import ATTENTION, CacheAttention, DecodekitCache, cache_attention, register_attention
-from decodekit_hf.generation_config import generation_chain, sets_sampling
+from decodekit_hf.checkpoint_options import decoding_chain, max_new_tokens_of, strategy_of
+from decodekit_hf.generation_config import sets_sampling
 from decodekit_hf.params import HFParams
 from decodekit_hf.placement import torch_device
 from decodekit_hf.tokenizer import HFTokenizer, eos_token_ids
@@ -214,13 +215,29 @@ class HFModel(nn.Module):
 
     @property
     def default_chain(self) -> str | None:
-        """The checkpoint's own chain (`generation_chain` of its generation config), or None where that config sets
+        """The checkpoint's own chain (`generation_options(self)["chain"]`), or None where its generation config sets
         no sampling option (a checkpoint without a `generation_config.json`): what `decodekit generate` samples with
-        when given no chain. An option no chain expresses (`num_beams=4`) raises a `ParameterError` naming it."""
+        when given no chain. Under beam search or guidance, the chain without them (`default_strategy` holds them).
+        An option with no decodekit form (beam sampling) raises a `ParameterError` naming it."""
         config = getattr(self.hf, "generation_config", None)
         if config is None or not sets_sampling(config):
             return None
-        return generation_chain(self)  # with its vocabulary, which suppressed ids must be within
+        return decoding_chain(self)  # with its vocabulary, which suppressed ids must be within
+
+    @property
+    def default_strategy(self) -> str | None:
+        """The checkpoint's strategy where it is not `sample`: `beam(num_beams=..., length_penalty=...,
+        early_stopping=...)` for `num_beams > 1`, `cfg(scale=...)` for `guidance_scale`; what `decodekit generate`
+        decodes with when given no `--strategy`."""
+        config = getattr(self.hf, "generation_config", None)
+        return None if config is None else strategy_of(config)
+
+    def default_max_new_tokens(self, prompt_length: int | None = None) -> int | None:
+        """Where `generate()` stops: the config's `max_new_tokens`, else its `max_length` less `prompt_length`
+        (None without one), else None (the config sets no length); `decodekit generate` uses it without
+        `--max-new-tokens`."""
+        config = getattr(self.hf, "generation_config", None)
+        return None if config is None else max_new_tokens_of(config, prompt_length)
 
     def forward(
         self, input_ids: Tensor, positions: Tensor, cache: KVCache | None = None, *, last_only: bool = False

@@ -1,0 +1,166 @@
+"""`decodekit generate --model hf:DIR` without --chain, --strategy or --max-new-tokens decodes with what the
+checkpoint's generation config implies (`HFModel.default_chain`, `default_strategy`, `default_max_new_tokens`): beam
+search as `model.generate()` runs it, the config's length; one stderr line says so, each flag replaces its option,
+a batch job records what it used, and an option with no decodekit form is still one error line naming it."""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+import decodekit as dk
+
+EOS = 95
+STOPS = [77, 13, 67, 58, EOS]  # ids the beams meet early, so hypotheses end at different lengths
+BEAM = dict(num_beams=3, length_penalty=0.6, early_stopping=True, max_new_tokens=12, eos_token_id=STOPS)
+BEAM_STRATEGY = "beam(num_beams=3, length_penalty=0.6, early_stopping=True)"
+SAMPLING = dict(do_sample=True, temperature=0.7, top_k=20, eos_token_id=EOS)
+SAMPLING_CHAIN = "temperature(0.7) | top_k(20) | sample"
+
+
+def save(tmp_path: Path, hf: Any, tokenizer: Any, config: GenerationConfig, name: str = "ckpt") -> Path:
+    model = copy.deepcopy(hf)
+    model.generation_config = config
+    model.save_pretrained(tmp_path / name)
+    tokenizer.save_pretrained(tmp_path / name)
+    return tmp_path / name
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    from decodekit_cli import main
+
+    capsys.readouterr()  # what came before (save_pretrained's progress bar) is not the command's
+    status = main(list(args))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def generate(capsys: pytest.CaptureFixture[str], checkpoint: Path, *extra: str) -> tuple[dict[str, Any], str]:
+    status, out, err = cli(capsys, "generate", "Hi", "--model", f"hf:{checkpoint}", "--seed", "3", "--json", *extra)
+    assert status == 0, err
+    return json.loads(out), err
+
+
+@pytest.fixture
+def beam(tmp_path: Path, build_gpt2: Any, char_tokenizer: Any) -> Path:
+    return save(tmp_path, build_gpt2(seed=2), char_tokenizer, GenerationConfig(**BEAM), "beam")
+
+
+@pytest.fixture
+def seven(tmp_path: Path, gpt2: Any, char_tokenizer: Any) -> Path:
+    """A sampling checkpoint that stops at 7 new tokens."""
+    return save(tmp_path, gpt2, char_tokenizer, GenerationConfig(**SAMPLING, max_new_tokens=7), "seven")
+
+
+def hf_generate(checkpoint: Path, prompt: str) -> list[int]:
+    """`model.generate()` on the saved checkpoint with its own generation config: the new tokens up to the stop."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf = AutoModelForCausalLM.from_pretrained(str(checkpoint), local_files_only=True).eval()
+    ids = torch.tensor([AutoTokenizer.from_pretrained(str(checkpoint)).encode(prompt)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        row = hf.generate(ids, attention_mask=torch.ones_like(ids))[0, ids.shape[1] :].tolist()
+    stops = hf.generation_config.eos_token_id
+    end = next((i for i, t in enumerate(row) if t in stops), len(row) - 1)
+    return list(row[: end + 1])
+
+
+def test_a_beam_checkpoint_decodes_as_generate_does_and_says_so(beam: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report, err = generate(capsys, beam)
+    assert report["strategy"] == BEAM_STRATEGY and report["max_new_tokens"] == 12 and report["chain"] == "greedy"
+    assert report["samples"][0]["tokens"] == hf_generate(beam, "Hi")
+    assert err.splitlines() == [
+        f"decodekit: note: decoding with the model's own chain 'greedy', strategy {BEAM_STRATEGY!r}, max_new_tokens "
+        "12; --chain, --strategy, --max-new-tokens replace them"
+    ]
+
+
+def test_a_checkpoints_max_new_tokens_stops_at_it(seven: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report, err = generate(capsys, seven, "--ignore-eos")
+    [sample] = report["samples"]
+    assert len(sample["tokens"]) == 7 and sample["finish_reason"] == "length" and report["max_new_tokens"] == 7
+    assert err.splitlines() == [
+        f"decodekit: note: sampling with the model's own chain {SAMPLING_CHAIN!r}, max_new_tokens 7; --chain, "
+        "--max-new-tokens replace them"
+    ]
+    model = dk.load_model(f"hf:{seven}")
+    ours = dk.generate(model, ["Hi"], chain=SAMPLING_CHAIN, max_new_tokens=7, seed=3)
+    assert sample["tokens"] == ours.tokens[0]
+
+
+def test_a_checkpoints_max_length_counts_the_prompt(
+    tmp_path: Path, gpt2: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoint = save(tmp_path, gpt2, char_tokenizer, GenerationConfig(max_length=2 + 5, eos_token_id=EOS))
+    report, err = generate(capsys, checkpoint, "--ignore-eos")  # "Hi": two tokens
+    assert len(report["samples"][0]["tokens"]) == 5 and "max_new_tokens 5" in err
+
+
+def test_each_flag_replaces_its_option(beam: Path, seven: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report, err = generate(capsys, seven, "--ignore-eos", "--max-new-tokens", "3")
+    assert len(report["samples"][0]["tokens"]) == 3 and "max_new_tokens" not in err
+    report, err = generate(capsys, beam, "--strategy", "sample")  # the checkpoint's chain (greedy) and length stay
+    model = dk.load_model(f"hf:{beam}")
+    greedy = dk.generate(model, ["Hi"], chain="greedy", max_new_tokens=12, stop_tokens=model.stop_tokens)
+    assert report["strategy"] == "sample" and report["samples"][0]["tokens"] == greedy.tokens[0]
+    assert greedy.tokens[0] != hf_generate(beam, "Hi")  # the checkpoint's beams decode otherwise
+    assert "strategy" not in err and "max_new_tokens 12" in err
+    flags = ["--strategy", "beam(num_beams=2)", "--chain", "greedy", "--max-new-tokens", "4"]
+    report, err = generate(capsys, beam, *flags)
+    assert report["strategy"] == "beam(num_beams=2)" and report["max_new_tokens"] == 4 and err == ""
+
+
+def test_an_option_without_a_decodekit_form_is_still_one_error_line(
+    tmp_path: Path, gpt2: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoint = save(tmp_path, gpt2, char_tokenizer, GenerationConfig(num_beams=2, do_sample=True, eos_token_id=EOS))
+    status, _, err = cli(capsys, "generate", "Hi", "--model", f"hf:{checkpoint}", "--max-new-tokens", "4")
+    assert status == 2
+    [line] = err.splitlines()
+    assert line.startswith("decodekit: error: generation_options: the generation config's num_beams=2: beam sampling")
+    args = ["--max-new-tokens", "4", "--strategy", "sample", "--chain", "greedy"]
+    status, _, err = cli(capsys, "generate", "Hi", "--model", f"hf:{checkpoint}", *args)
+    assert status == 0, err
+
+
+def test_explain_traces_a_beam_checkpoints_chain(beam: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = cli(capsys, "explain", "Hi", "--model", f"hf:{beam}", "--steps", "2", "--json")
+    assert status == 0, err
+    assert json.loads(out)["chain"] == "greedy" and "strategy" not in err
+
+
+def run_batch(
+    capsys: pytest.CaptureFixture[str], checkpoint: Path, tmp_path: Path, *extra: str
+) -> tuple[int, str, Path]:
+    source, output = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["Hi", "ab"]))
+    cmd = ["generate", "--model", f"hf:{checkpoint}", "--seed", "1", "--input", str(source), "--output", str(output)]
+    status, _, err = cli(capsys, *cmd, *extra)
+    return status, err, output
+
+
+def test_a_batch_job_decodes_with_and_records_the_checkpoints_settings(
+    beam: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, err, output = run_batch(capsys, beam, tmp_path)
+    assert status == 0, err
+    assert f"strategy {BEAM_STRATEGY!r}, max_new_tokens 12" in err
+    settings = json.loads(output.with_name("out.jsonl.settings.json").read_text())
+    assert settings["strategy"] == BEAM_STRATEGY and settings["max_new_tokens"] == 12 and settings["chain"] == "greedy"
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [r["tokens"] for r in records] == [hf_generate(beam, "Hi"), hf_generate(beam, "ab")]
+    first, _ = output.read_text().splitlines()
+    output.write_text(first + "\n")  # as if interrupted after one record
+    status, err, _ = run_batch(capsys, beam, tmp_path, "--resume", "--max-new-tokens", "5")
+    assert status == 2 and "max_new_tokens=12 (this run: 5)" in err
+    status, err, _ = run_batch(capsys, beam, tmp_path, "--resume")
+    assert status == 0, err
+    assert len(output.read_text().splitlines()) == 2
