@@ -143,7 +143,7 @@ def row_index(cache: str, index: object, batch_size: int) -> Tensor:
 
 
 def evicts(cache: object) -> bool:
-    """Whether `cache` (an instance or its class) drops tokens: it states its `reach` (`Evicting`)."""
+    """Whether `cache` (an instance or its class; None, no cache, does not) drops tokens: it states its `reach`."""
     return callable(getattr(cache, "reach", None))
 
 

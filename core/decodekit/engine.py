@@ -187,7 +187,7 @@ class Decoding:
         if self.kv is None and n is None:
             return uncached_logits(self.model, self.buf, self.positions, self.P)
         # without a cache the prompt fits the context (`decode_request` checked): one block, its positions as they are
-        block = self.spec.max_positions if self.kv is not None and evicts(self.kv) else self.P
+        block = self.spec.max_positions if evicts(self.kv) else self.P
         columns = last_only(self.model) if n is None else {}
         for start in range(0, self.P, block):
             end = min(start + block, self.P)
@@ -222,7 +222,7 @@ class Decoding:
     def room(self, length: int) -> int:
         """Tokens a row of `length` may still feed: up to `total`, and within the model's context unless the
         cache evicts (a look-ahead past the context would present positions the model never saw)."""
-        limit = self.total if self.kv is not None and evicts(self.kv) else min(self.total, self.spec.max_positions)
+        limit = self.total if evicts(self.kv) else min(self.total, self.spec.max_positions)
         return limit - length
 
     @property
