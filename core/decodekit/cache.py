@@ -84,13 +84,9 @@ class RowCroppable(Protocol):
     """A cache that can also roll rows back by different amounts (speculative decoding, batched)."""
 
     def crop_rows(self, ends: Sequence[int], length: int) -> None:
-        """Keep row `b`'s slots before `ends[b]`, moved so that they end at slot `length`, the new length.
-
-        Rows stay right-aligned: what a row then holds before its own tokens is padding, which the
-        model masks by positions (the slots `length - ends[b]` further left or right hold the same
-        keys and values, since they depend on positions, not slots). The caller keeps every row's
-        real tokens: `length` is at least each row's count of them.
-        """
+        """Keep row `b`'s slots before `ends[b]`, moved so that they end at slot `length`, the new length (at least
+        each row's count of real tokens): rows stay right-aligned, what a row holds before its own tokens is padding
+        that the model masks by positions (docs/speculative.md, "Batches: rows that advance unevenly")."""
 
 
 @runtime_checkable
@@ -147,7 +143,7 @@ def row_index(cache: str, index: object, batch_size: int) -> Tensor:
 
 
 def evicts(cache: object) -> bool:
-    """Whether `cache` (an instance or its class) drops tokens: it states its `reach` (`Evicting`)."""
+    """Whether `cache` (an instance or its class; None, no cache, does not) drops tokens: it states its `reach`."""
     return callable(getattr(cache, "reach", None))
 
 

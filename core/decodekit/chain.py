@@ -248,10 +248,11 @@ class Chain:
 
             def select(logits: Tensor, ctx: DecodeContext) -> Tensor:
                 # The history grows a column a step, and `ctx.step` counts: both dynamic from the first graph, not
-                # recompiled at the second step (dynamo takes a plain int as a constant in its first graph).
+                # recompiled at the second step (dynamo takes a plain int as a constant in its first graph; torch
+                # before 2.9 has no `DynamicInt`, and compiles one graph more).
                 torch._dynamo.maybe_mark_dynamic(ctx.tokens, 1)
                 count = ctx.step
-                ctx.step = _dynamic_int(count)
+                ctx.step = count if _DynamicInt is None else _DynamicInt(count)
                 try:
                     return step(logits, ctx)
                 finally:
@@ -326,12 +327,6 @@ class Picked:
 
 
 _CODE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
-
-
-def _dynamic_int(value: int) -> int:
-    """`value` as torch's `DynamicInt` (compiled as a symbol; 2.9 on, not in `torch.`), else the plain int, whose
-    first graph then takes it as a constant (one graph more)."""
-    return value if _DynamicInt is None else _DynamicInt(value)
 
 
 def _guards_on_the_inputs(entries: Sequence[Any]) -> list[bool]:

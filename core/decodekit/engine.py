@@ -135,9 +135,10 @@ class Decoding:
         spec = model.spec
         impl = getattr(factory, "impl", None)
         needed = self.P + self.request.max_new_tokens
-        if impl is not None and not evicts(impl):  # keeps every token: check before allocating any
+        keeps_every_token = impl is not None and not evicts(impl)
+        if keeps_every_token:  # check before allocating any
             self._check_reach(spec, needed, None)
-        capacity = total if impl is None or evicts(impl) else self._sized(total)  # more slots: never fed
+        capacity = self._sized(total) if keeps_every_token else total  # more slots: never fed
         kv = factory(
             CacheSpec.for_model(spec, batch_size=batch_size, capacity=capacity, dtype=self.dtype, device=self.device)
         )
@@ -149,25 +150,25 @@ class Decoding:
             if (error := capability_error(kv, need, self.strategy)) is not None:
                 raise error
         self._check_reach(spec, needed, kv)
-        if evicts(kv) and spec.rope_base is None and needed > spec.max_positions:
-            raise ContextLengthError(
-                f"prompt + max_new_tokens = {needed} tokens exceeds the model's context of {spec.max_positions} "
-                f"positions, and {spec.rope_note or 'its positions are absolute (not rotary)'}: an evicting cache "
-                "cannot take it further; use cache='none' (it crops the context) or fewer tokens"
-            )
         return kv
 
     def _check_reach(self, spec: ModelSpec, total: int, kv: KVCache | None) -> None:
-        """The widest query-key distance the whole decode presents must be one the model knows."""
+        """The widest query-key distance the whole decode presents must be one the model knows; past the context,
+        only rotary keys can move (an evicting cache keeps absolute positions no further)."""
         if kv is not None and evicts(kv):
             if (reach := kv.reach(total)) > spec.max_positions:  # type: ignore[attr-defined]
                 raise ContextLengthError(
                     f"cache {self.request.cache}: a query would attend across {reach} positions, past the model's "
                     f"context of {spec.max_positions}; allowed: a cache whose window fits the context"
                 )
+            if spec.rope_base is None and total > spec.max_positions:
+                raise ContextLengthError(
+                    f"prompt + max_new_tokens = {total} tokens exceeds the model's context of {spec.max_positions} "
+                    f"positions, and {spec.rope_note or 'its positions are absolute (not rotary)'}: an evicting cache "
+                    "cannot take it further; use cache='none' (it crops the context) or fewer tokens"
+                )
         elif total > spec.max_positions:
             none = ", or cache='none', which crops the context" if self._recompute else ""
-            # only rotary keys can move: with absolute positions an evicting cache is refused too (open_cache)
             size = '"auto"' if spec.attention_windows is not None or spec.calibration is not None else "N"
             evict = f", or use a cache that evicts (cache='window(size={size})')" if spec.rope_base is not None else ""
             raise ContextLengthError(
@@ -186,7 +187,7 @@ class Decoding:
         if self.kv is None and n is None:
             return uncached_logits(self.model, self.buf, self.positions, self.P)
         # without a cache the prompt fits the context (`decode_request` checked): one block, its positions as they are
-        block = self.spec.max_positions if self.kv is not None and evicts(self.kv) else self.P
+        block = self.spec.max_positions if evicts(self.kv) else self.P
         columns = last_only(self.model) if n is None else {}
         for start in range(0, self.P, block):
             end = min(start + block, self.P)
@@ -221,7 +222,7 @@ class Decoding:
     def room(self, length: int) -> int:
         """Tokens a row of `length` may still feed: up to `total`, and within the model's context unless the
         cache evicts (a look-ahead past the context would present positions the model never saw)."""
-        limit = self.total if self.kv is not None and evicts(self.kv) else min(self.total, self.spec.max_positions)
+        limit = self.total if evicts(self.kv) else min(self.total, self.spec.max_positions)
         return limit - length
 
     @property

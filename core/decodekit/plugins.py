@@ -206,8 +206,7 @@ def _check_installed(variable: str, named: set[str], entry_points: list[metadata
     """Every name in DECODEKIT_LOAD_PLUGINS or DECODEKIT_DISABLE_PLUGINS is an installed distribution (or an
     extra or in-code plugin's name): a typo would load, or disable, nothing, silently."""
     installed = {CORE_DISTRIBUTION} | {canonical_name(ep.dist.name) for ep in entry_points if ep.dist is not None}
-    extras = {canonical_name(s) for s in os.environ.get("DECODEKIT_EXTRA_PLUGINS", "").split(",") if s.strip()}
-    extras |= {canonical_name(label) for _, label in _code_plugins}
+    extras = (_env_names("DECODEKIT_EXTRA_PLUGINS") or set()) | {canonical_name(label) for _, label in _code_plugins}
     unknown = sorted(named - installed - extras)  # extras always load, or are disabled by their name
     if unknown:
         names = ", ".join(repr(n) for n in unknown)

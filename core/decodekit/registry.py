@@ -232,8 +232,7 @@ class Registry:
         new: list[Conflict] = []
         for entry in entries:
             section = self.section(entry.category)
-            key = (entry.category, entry.name)
-            conflict = next((c for c in self.conflicts if (c.category, c.name) == key), None)
+            conflict = next((c for c in self.conflicts if (c.category, c.name) == (entry.category, entry.name)), None)
             if conflict is None and entry.name in section:  # the name's first holder becomes a conflict
                 conflict = Conflict(entry.category, entry.name, [section.pop(entry.name).distribution])
                 self.conflicts.append(conflict)

@@ -25,7 +25,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
     out = x * cos + rotated * sin
-    return out if out.dtype == x.dtype else out.to(x.dtype)
+    return out.to(x.dtype)  # itself when the dtypes agree
 
 
 def rotate(x: Tensor, delta: int | Tensor, base: float) -> Tensor:

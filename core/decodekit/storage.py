@@ -172,7 +172,7 @@ def lookup_storage(name: str) -> StorageFactory:
     if name not in registry.caches:
         storages = sorted(n for n, e in registry.caches.items() if getattr(e.load(), "storage", None) is not None)
         raise ParameterError(f"store={name!r} is invalid; allowed: a storage backend ({', '.join(storages)})")
-    storage: StorageFactory | None = getattr(registry.lookup("cache backend", name).load(), "storage", None)
+    storage: StorageFactory | None = getattr(registry.caches[name].load(), "storage", None)
     if storage is None:
         raise ParameterError(
             f"store={name!r} is invalid: cache backend {name!r} keeps no storage of its own (its implementation "

@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
+from typing import Annotated, Any, Protocol, cast
 
 import typer
 
@@ -28,9 +28,6 @@ from decodekit_cli.errors import (
     report_warning,
 )
 from decodekit_cli.torch_logs import torch_warnings_in_one_line
-
-if TYPE_CHECKING:
-    from decodekit_cli.sampling_options import SamplingOptions
 
 __all__ = ["app", "run"]
 
@@ -341,20 +338,20 @@ def generate(
         float, typer.Option("--ray-actor-gpus", min=0, help="GPUs each Ray actor holds.", rich_help_panel=BATCH)
     ] = 0.0,
 ) -> None:
-    flags = _flags(temperature, top_k, top_p, repetition_penalty)
     from decodekit_cli.grammar_options import grammar_stage  # a grammar stage first in the chain
+    from decodekit_cli.sampling_options import SamplingOptions
 
-    sampling = _sampling(
-        model,
-        chain,
-        flags,
-        seed,
-        cache,
-        replace_unknown,
+    sampling = SamplingOptions(
+        model=model,
+        chain=chain,
+        flags=_flags(temperature, top_k, top_p, repetition_penalty),
         max_new_tokens=DEFAULT_MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens,
         length_given=max_new_tokens is not None,
-        stop=stop,
+        seed=seed,
+        cache=cache,
+        stop=tuple(stop or ()),
         threads=threads,
+        replace_unknown=replace_unknown,
         compile=compile,
         ignore_eos=ignore_eos,
         grammar=grammar_stage(json_schema, regex, grammar_file),
@@ -362,11 +359,7 @@ def generate(
     if input_file is not None or output is not None or ray is not None:
         from decodekit_cli.batch_command import batch_request, ray_request, run_batch
 
-        given = {
-            "PROMPT": prompt is not None,
-            "--num-samples": num_samples != 1,
-            "--json": json_output,
-        }
+        given = {"PROMPT": prompt is not None, "--num-samples": num_samples != 1, "--json": json_output}
         batch = batch_request(
             input_file,
             output,
@@ -431,9 +424,19 @@ def explain(
     json_output: JsonOption = False,
 ) -> None:
     from decodekit_cli.explain_command import ExplainRequest, run_explain
+    from decodekit_cli.sampling_options import SamplingOptions
 
-    flags = _flags(temperature, top_k, top_p, repetition_penalty)
-    sampling = _sampling(model, chain, flags, seed, cache, replace_unknown, max_new_tokens=steps, ignore_eos=ignore_eos)
+    sampling = SamplingOptions(
+        model=model,
+        chain=chain,
+        flags=_flags(temperature, top_k, top_p, repetition_penalty),
+        max_new_tokens=steps,  # explain's steps are its new tokens
+        seed=seed,
+        cache=cache,
+        stop=(),
+        replace_unknown=replace_unknown,
+        ignore_eos=ignore_eos,
+    )
     request = ExplainRequest(prompt, sampling, top=top, plot=plot, plot_step=plot_step, json_output=json_output)
     raise typer.Exit(run_explain(request))
 
@@ -535,42 +538,6 @@ def new_plugin(
     from decodekit_cli.new_plugin import write_plugin
 
     raise typer.Exit(write_plugin(name, kind.value, directory, force=force))
-
-
-def _sampling(
-    model: str | None,
-    chain: str | None,
-    flags: dict[str, float | int | None],
-    seed: int | None,
-    cache: str | None,
-    replace_unknown: bool,
-    *,
-    max_new_tokens: int,
-    stop: Sequence[str] | None = None,
-    threads: int | None = None,
-    compile: bool = False,
-    ignore_eos: bool = False,
-    grammar: str | None = None,
-    length_given: bool = True,
-) -> SamplingOptions:
-    """The options `generate` and `explain` take alike (explain's steps are its new tokens)."""
-    from decodekit_cli.sampling_options import SamplingOptions
-
-    return SamplingOptions(
-        model=model,
-        chain=chain,
-        flags=flags,
-        max_new_tokens=max_new_tokens,
-        seed=seed,
-        cache=cache,
-        stop=tuple(stop or ()),
-        threads=threads,
-        replace_unknown=replace_unknown,
-        compile=compile,
-        ignore_eos=ignore_eos,
-        grammar=grammar,
-        length_given=length_given,
-    )
 
 
 def _flags(

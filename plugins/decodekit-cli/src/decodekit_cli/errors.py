@@ -38,9 +38,8 @@ def report_error(message: str) -> None:
 
 
 def report_warning(message: str) -> None:
-    text = _one_line(message)
-    text = text.removeprefix("decodekit: ")
-    print(f"decodekit: warning: {text}", file=sys.stderr)
+    # a library warning already says "decodekit: "
+    print(f"decodekit: warning: {_one_line(message).removeprefix('decodekit: ')}", file=sys.stderr)
 
 
 def report_note(message: str) -> None:

@@ -108,14 +108,6 @@ def _params_report(model: type[Params]) -> list[dict[str, Any]]:
     return [_param_report(k, f, properties.get(k, {})) for k, f in model.model_fields.items()]
 
 
-def _kind(entry: Entry) -> tuple[str | None, str | None]:
-    """(kind, error): the kind needs the implementation when the plugin did not declare it."""
-    try:
-        return entry.kind, None
-    except PluginError as exc:
-        return None, str(exc)
-
-
 def samplers_report(names: Sequence[str] = ()) -> dict[str, Any]:
     """Every registered sampler, cache backend, strategy and model with its parameters, or only those named."""
     registry = get_registry()
@@ -124,29 +116,14 @@ def samplers_report(names: Sequence[str] = ()) -> dict[str, Any]:
         if name not in registry.caches and name not in registry.strategies and name not in registry.models:
             _check_sampler(name, registry)
 
-    def chosen(section: Mapping[str, Entry]) -> list[str]:
-        return [n for n in names if n in section] if names else sorted(section)
+    def listed(section: Mapping[str, Entry]) -> list[dict[str, Any]]:
+        return [_entry_report(section[n]) for n in names or sorted(section) if n in section]
 
-    samplers = []
-    for name in chosen(registry.samplers):
-        entry = registry.samplers[name]
-        kind, error = _kind(entry)
-        item: dict[str, Any] = {
-            "name": name,
-            "kind": kind,
-            "description": entry.description,
-            "distribution": entry.distribution,
-            "version": entry.version,
-            "params": _params_report(entry.params_model),
-        }
-        if error is not None:
-            item["error"] = error
-        samplers.append(item)
     return {
-        "samplers": samplers,
-        "cache_backends": _entries(registry.caches[n] for n in chosen(registry.caches)),
-        "strategies": _entries(registry.strategies[n] for n in chosen(registry.strategies)),
-        "models": _entries(registry.models[n] for n in chosen(registry.models)),
+        "samplers": listed(registry.samplers),
+        "cache_backends": listed(registry.caches),
+        "strategies": listed(registry.strategies),
+        "models": listed(registry.models),
     }
 
 
@@ -164,17 +141,16 @@ def _check_sampler(name: str, registry: Registry) -> None:
         ) from None
 
 
-def _entries(entries: Iterable[Entry]) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": e.name,
-            "description": e.description,
-            "distribution": e.distribution,
-            "version": e.version,
-            "params": _params_report(e.params_model),
-        }
-        for e in entries
-    ]
+def _entry_report(e: Entry) -> dict[str, Any]:
+    """One registered thing; a sampler's kind (declared at registration) after its name."""
+    return {
+        "name": e.name,
+        **({"kind": e.kind} if e.category == "sampler" else {}),
+        "description": e.description,
+        "distribution": e.distribution,
+        "version": e.version,
+        "params": _params_report(e.params_model),
+    }
 
 
 def _plain(*cells: str) -> list[Text]:
@@ -284,5 +260,4 @@ def render_samplers(report: dict[str, Any], every: bool = True) -> None:
             console.print()
         console.print(Text(title, style="bold"))
         for item in items:
-            kind = (item["kind"] or f"kind unknown: {item['error']}") if title == "Samplers" else None
-            _render_block(console, _header(item, kind or ""), item)
+            _render_block(console, _header(item, item.get("kind", "")), item)
