@@ -144,3 +144,50 @@ def test_a_compiled_model_and_its_weights_die_when_the_caller_drops_it(graphs: l
     dropped = [ref for seed in range(2) for ref in decoded_and_dropped(seed)]
     gc.collect()
     assert [ref() for ref in dropped] == [None] * len(dropped)
+
+
+def test_xtc_then_sample_compiles_one_step_graph_from_the_first_step(graphs: list[torch.fx.GraphModule]) -> None:
+    """The step takes two uniforms per row (xtc's, then sample's). A decode's first step runs eagerly and counts
+    them, so every compiled step has both drawn ahead. Before: the first compiled step had one drawn ahead, so
+    `sample` drew inside the graph and split it (4 breaks, 7 graphs)."""
+    model = tiny_gpt()
+    options: dict[str, Any] = {"chain": "xtc(0.5, 0.1) | sample", "max_new_tokens": 8, "cache": "dense", "seed": 3}
+    eager = dk.generate(model, BATCHES[0], **options).tokens
+    torch._dynamo.utils.counters.clear()
+    assert dk.generate(model, BATCHES[0], compile=True, **options).tokens == eager
+    assert sum(torch._dynamo.utils.counters["graph_break"].values()) == 0
+    assert len(graphs) == 3  # the model's two; the step's one
+
+
+def test_gumbel_draws_outside_the_step_in_one_break(graphs: list[torch.fx.GraphModule]) -> None:
+    """gumbel draws a uniform per token from each row's generator, which dynamo cannot trace: the draw runs
+    eagerly (`torch.compiler.disable`), the step's graph split there alone. Before: traced, the draw split the
+    step into four graphs and left the division after it eager; breaks for generator calls."""
+    model = tiny_gpt()
+    options: dict[str, Any] = {"chain": "xtc(0.5, 0.1) | gumbel", "max_new_tokens": 8, "cache": "dense", "seed": 3}
+    eager = dk.generate(model, BATCHES[0], **options).tokens
+    torch._dynamo.utils.counters.clear()
+    assert dk.generate(model, BATCHES[0], compile=True, **options).tokens == eager
+    assert [reason.splitlines()[0] for reason in torch._dynamo.utils.counters["graph_break"]] == [
+        "Skip calling `torch.compiler.disable()`d function"
+    ]
+    # The model's two; the step's: up to the draw (xtc, then softmax in each frame the break passes through), after
+    assert len(graphs) == 6
+
+
+class _EarlyNoise(dk.ProcessorBase[dk.NoParams]):
+    """Takes one uniform per row for the first 3 steps, then none: a step that takes fewer than the one before."""
+
+    def __call__(self, logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
+        return logits + ctx.uniform(keepdim=True) if ctx.step < 3 else logits
+
+
+def test_a_step_that_takes_fewer_uniforms_than_the_last_keeps_the_eager_tokens(
+    graphs: list[torch.fx.GraphModule],
+) -> None:
+    """The uniforms drawn ahead that a step leaves are the rows' next numbers: the next step takes them first.
+    Before: they were dropped, so from step 3 every row's draws were one number ahead of eager's."""
+    chain = dk.Chain([_EarlyNoise()], dk.create("sample"))
+    options: dict[str, Any] = {"chain": chain, "max_new_tokens": 10, "cache": "dense", "seed": 3}
+    eager = dk.generate(tiny_gpt(), BATCHES[0], **options).tokens
+    assert dk.generate(tiny_gpt(), BATCHES[0], compile=True, **options).tokens == eager

@@ -8,7 +8,7 @@ import functools
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -237,9 +237,26 @@ class Decoding:
     def pick(self, logits: Tensor, *, logprobs: int | None = None) -> Picked:
         """The chain's step on every row (`Chain.step`); `logprobs`, or the request's, also reports them."""
         n = self.request.logprobs if logprobs is None else logprobs
-        if self.request.compile:  # as many uniforms as the last step took: a draw inside the graph would split it
-            self.ctx.draw_uniforms(max(1, self.ctx.drawn))
-        return self.chain.step(logits, self.ctx, live=self.live, logprobs=n)
+        chain = self.chain
+        if self.request.compile and self.ctx.step == 0:  # eager: counts the uniforms a step takes (`ctx.drawn`)
+            chain = self.request.chain
+        elif self.request.compile:  # as many as the last step took: a draw inside the graph would split it
+            self._draw_ahead(max(1, self.ctx.drawn))
+        return chain.step(logits, self.ctx, live=self.live, logprobs=n)
+
+    def _draw_ahead(self, n: int) -> None:
+        """`n` uniforms per row for the next step, those the last step left first: they are the rows' next numbers,
+        so the draws stay eager's when a step takes fewer than the one before (lost, they shifted every later one)."""
+        ctx = self.ctx
+        left = None if ctx.draws is None else ctx.draws[:, ctx.drawn :]
+        if left is None or left.shape[1] == 0:
+            ctx.draw_uniforms(n)
+        elif left.shape[1] >= n:
+            ctx.draws, ctx.drawn = left, 0
+        else:
+            left = left.clone()  # it views the last tensor, which the draw may refill
+            ctx.draw_uniforms(n - left.shape[1])
+            ctx.draws = torch.cat([left, cast(Tensor, ctx.draws)], 1)
 
     def append(self, tokens: Tensor) -> None:
         """Write one token per row `[R]` as the next history column."""

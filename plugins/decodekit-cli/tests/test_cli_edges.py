@@ -99,7 +99,7 @@ def test_threads_beyond_the_cpus_is_an_error_not_a_crash() -> None:
 
 
 COMPILE_FAILED = (
-    "decodekit: error: --compile: torch.compile failed on the chain's step: InvalidCxxCompiler: No working C++ "
+    "decodekit: error: --compile: torch.compile failed on the model's forward: InvalidCxxCompiler: No working C++ "
     "compiler found in torch._inductor.config.cpp.cxx: (None, 'g++'); run without --compile (the same output)"
 )
 

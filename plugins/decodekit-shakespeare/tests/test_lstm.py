@@ -3,8 +3,11 @@ and as a draft the speculative strategy gives `dk.generate`'s tokens."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
+from compile_counting import count_graphs
 from decodekit_gpt.gpt import GPT, GPTConfig
 from decodekit_shakespeare.lstm import LSTMConfig, LSTMModel
 
@@ -75,3 +78,34 @@ def test_an_evicting_cache_is_refused(lstm: LSTMModel) -> None:
     cache = dk.create_cache("window(size=8)", dk.CacheSpec.for_model(lstm.spec, batch_size=1, capacity=40))
     with pytest.raises(dk.ParameterError, match="keeps every token"):
         lstm(torch.tensor([[1, 2]]), torch.tensor([[0, 1]]), cache)
+
+
+def test_the_steps_read_the_weights_the_lstm_holds_after_a_load_or_a_move() -> None:
+    """The cached steps read `cell_weights`, not the `nn.LSTM`: they follow a load that replaces the tensors
+    (`assign=True`) and a move to another dtype."""
+    torch.manual_seed(3)
+    model = LSTMModel(LSTMConfig(vocab_size=30, block_size=64, n_layer=2, n_embd=16, n_input=8)).eval()
+    other = LSTMModel(model.config).eval()
+    model.load_state_dict(other.state_dict(), assign=True)
+    ids = torch.randint(0, 30, (2, 6), generator=torch.Generator().manual_seed(4))
+    with torch.inference_mode():
+        for m in (model, model.double()):
+            cached = m(ids, torch.arange(6).expand(2, -1), cache_for(m, 2))
+            torch.testing.assert_close(cached, m(ids))
+            torch.testing.assert_close(cached.float(), other.double()(ids).float())
+
+
+@pytest.mark.xdist_group("compile")
+def test_a_cached_forward_compiles_without_a_break(lstm: LSTMModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under compile=True the LSTM's steps trace: before, `int(positions.min())` broke the graph and dynamo
+    refused the `nn.LSTM` the steps read their weights from, so each forward ran eagerly after 2 breaks."""
+    graphs = count_graphs(monkeypatch)
+    options: dict[str, Any] = {"chain": "temperature(0.9) | top_k(20)", "max_new_tokens": 8, "cache": "dense"}
+    options["seed"] = 1
+    prompts = [[3, 4, 5, 6], [9, 2]]  # left padding: a row starts afresh inside the prompt
+    eager = dk.generate(lstm, prompts, **options).tokens
+    torch._dynamo.utils.counters.clear()
+    assert dk.generate(lstm, prompts, compile=True, **options).tokens == eager
+    assert sum(torch._dynamo.utils.counters["graph_break"].values()) == 0
+    assert len(graphs) == 3  # the chain's step; the forward's prompt, then every later step
+    torch._dynamo.reset()

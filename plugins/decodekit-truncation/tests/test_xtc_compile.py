@@ -1,6 +1,6 @@
-"""`xtc | sample` under `compile=True`: the step takes two uniforms per row (xtc's, then sample's). The engine
-draws as many ahead as the last step took, so from the second step on the step is one graph; the tokens are
-the eager ones."""
+"""`xtc | sample` under `compile=True`: the step takes two uniforms per row (xtc's, then sample's). A decode's
+first step runs eagerly and counts them; the engine draws as many ahead as the last step took, so every compiled
+step is one graph; the tokens are the eager ones."""
 
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ def test_xtc_then_sample_steps_in_one_graph_with_the_eager_tokens(monkeypatch: p
     assert dk.generate(model, prompts, compile=True, **options).tokens == eager
     compiled = dk.generate(model, prompts, compile=True, **options)
     assert compiled.tokens == eager
-    # The first step of a decode does not know yet how many uniforms a step takes: its graph splits, as before at
-    # every step. Steps 1-7 of both decodes run the whole step's graph (14 times); before, its four pieces ran at
-    # every step (16 times each).
+    # Steps 1-7 of both decodes run the whole step's graph (14 times; step 0 is eager); before, its four pieces ran
+    # at every step (16 times each).
     assert 14 in runs.values() and 16 not in runs.values()

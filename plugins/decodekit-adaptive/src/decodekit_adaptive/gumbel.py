@@ -9,10 +9,15 @@ token (p = 0) gives 0 or -0, which never wins either. It costs one random number
 vocabulary entry, by definition (on a CPU, drawing 50,257 of them costs several softmaxes).
 There is no candidate fast path: it would draw fewer numbers than the dense call and so could
 not pick the same token from the same seeds.
+
+Under `compile=True` the draws run eagerly, one graph break a step: a row's generator cannot be traced, and
+traced the draw split the step into four graphs.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -43,6 +48,21 @@ def uniforms(shape: torch.Size, ctx: DecodeContext, device: torch.device) -> Ten
     return u
 
 
+_EAGER: list[Callable[..., Tensor]] = []
+
+
+def _uniforms(shape: torch.Size, ctx: DecodeContext, device: torch.device) -> Tensor:
+    """`uniforms`, outside any compiled graph. Its disabled form is made on an eager call once torch's compiler
+    is loaded (a compiled decode's first step is eager): made inside a trace, it split that trace once more."""
+    if not torch.compiler.is_compiling():
+        if not _EAGER and "torch._dynamo" in sys.modules:  # loaded: making it costs nothing
+            _EAGER.append(torch.compiler.disable(uniforms))  # type: ignore[no-untyped-call]  # untyped in torch 2.13
+        return uniforms(shape, ctx, device)
+    if not _EAGER:
+        _EAGER.append(torch.compiler.disable(uniforms))  # type: ignore[no-untyped-call]
+    return _EAGER[0](shape, ctx, device)
+
+
 class Gumbel(SelectorBase[GumbelParams]):
     """Pick argmax(logits + Gumbel noise): a categorical draw from softmax(logits)."""
 
@@ -51,4 +71,5 @@ class Gumbel(SelectorBase[GumbelParams]):
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         x = logits if logits.dtype == torch.float64 else logits.float()  # float64 beyond float32's range
         p = x.softmax(-1)  # the race is scale-free: normalised or not, the same winner
-        return p.div_(uniforms(p.shape, ctx, p.device).log_().to(p.dtype)).argmin(-1)
+        u = _uniforms(p.shape, ctx, p.device)  # drawn before `p.div_` is named: a break after would leave it eager
+        return p.div_(u.log_().to(p.dtype)).argmin(-1)

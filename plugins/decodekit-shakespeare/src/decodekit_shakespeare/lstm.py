@@ -7,11 +7,16 @@ one head of `hidden` wide), so `crop` rolls the state back to any earlier token,
 decoding needs. Position 0 (a row's first token) and padding (negative positions) start from the
 zero state. Needs a cache that keeps every token (`dense`, `gqa`; `int8` rounds the state): the state
 of the last slot is read back with an update of zero tokens.
+
+Under `compile=True` a cached forward traces whole: dynamo refuses any access to an `nn.LSTM`, so the steps
+read its weights from `cell_weights`, and no host read decides whether a row starts afresh.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -37,6 +42,11 @@ class LSTMConfig:
         return {"arch": "lstm", **asdict(self)}
 
 
+def _reread_weights(model: LSTMModel, incompatible: object) -> None:
+    """After `load_state_dict`: with `assign=True` it replaced the LSTM's tensors."""
+    model.cell_weights = model._read_weights()
+
+
 class LSTMModel(nn.Module):
     """Embedding, LSTM, linear head: `model(input_ids [B, T], positions [B, T], cache) -> logits [B, T, V]`."""
 
@@ -48,6 +58,18 @@ class LSTMModel(nn.Module):
         self.wte = nn.Embedding(config.vocab_size, config.n_input)
         self.rnn = nn.LSTM(config.n_input, config.n_embd, num_layers=config.n_layer, batch_first=True)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size)
+        self.cell_weights = self._read_weights()
+        self.register_load_state_dict_post_hook(_reread_weights)  # type: ignore[no-untyped-call]
+
+    def _read_weights(self) -> list[list[Tensor]]:
+        """Per layer `w_ih, w_hh, b_ih, b_hh`: the LSTM's own tensors, so compiled steps read them without
+        touching the `nn.LSTM` (refreshed, as nn.LSTM refreshes its flat weights, when they may be replaced)."""
+        return [list(weights) for weights in self.rnn.all_weights]
+
+    def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> LSTMModel:  # .to(), .half(), ...
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # untyped in torch 2.13
+        self.cell_weights = self._read_weights()
+        return self
 
     @property
     def spec(self) -> ModelSpec:
@@ -93,17 +115,16 @@ class LSTMModel(nn.Module):
             )
         B, T, _ = x.shape
         empty = x.new_empty(B, 1, 0, self.config.n_embd)
-        # [T, B, 1]: 0 where a row starts (position 0) or is padding; None when no row does (a decode step)
-        keep = (positions > 0).to(x.dtype).T[:, :, None] if int(positions.min()) <= 0 else None
+        # [T, B, 1]: 0 where a row starts (position 0) or is padding; a mask of ones (exact) rather than a host read
+        keep = (positions > 0).to(x.dtype).T[:, :, None]
         y = x
         for layer in range(self.config.n_layer):
             k, v = cache.update(layer, empty, empty)  # [B, 1, S, H]: this layer's states so far
             h, c = (k[:, 0, -1], v[:, 0, -1]) if k.shape[2] else (empty.new_zeros(B, empty.shape[3]),) * 2
-            weights = self.rnn.all_weights[layer]  # w_ih, w_hh, b_ih, b_hh
+            weights = self.cell_weights[layer]
             hs = []
             for t in range(T):
-                if keep is not None:
-                    h, c = h * keep[t], c * keep[t]
+                h, c = h * keep[t], c * keep[t]
                 h, c = torch.lstm_cell(y[:, t], (h, c), *weights)
                 hs.append(h)
                 # Each state goes on as the cache gives it back: a lossy store (int8) then rounds every state
