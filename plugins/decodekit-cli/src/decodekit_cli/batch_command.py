@@ -140,7 +140,10 @@ def run_batch(request: BatchRequest) -> int:
             own = sampling.model_settings(model, request.strategy)  # no prompt length: each line has its own
             strategy = settings.strategy if own.strategy is None else canonical_stage("strategy", own.strategy)
             chain = settings.chain if own.chain is None else own.chain
-            settings = replace(settings, chain=chain, strategy=strategy, max_new_tokens=own.sampling.max_new_tokens)
+            length = own.sampling.max_new_tokens
+            settings = replace(
+                settings, chain=chain, strategy=strategy, max_new_tokens=length, max_length=own.max_length
+            )
             recorded = settings.recorded(digest)
         eos_refusal = lock.check_resume(recorded) if request.resume else None
         model = sampling.load_model(name) if model is None else model
