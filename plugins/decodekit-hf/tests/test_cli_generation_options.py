@@ -245,3 +245,30 @@ def test_a_sampling_flag_over_beams_says_what_beam_search_does_with_it(
     assert report["samples"][0]["tokens"] == ours.tokens[0]
     _, err = generate(capsys, beam, "--temperature", "0.5", "--strategy", "sample")
     assert "whose pick --temperature cannot change" in err
+
+
+def test_a_checkpoints_stop_strings_stop_generate_and_a_batch_job(
+    tmp_path: Path, build_gpt2: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """generate() stops at the config's stop_strings (given the tokenizer): so does the command line without --stop,
+    and a batch job records them; --stop replaces them."""
+    hf = build_gpt2(seed=2)
+    config = GenerationConfig(do_sample=False, max_new_tokens=8, stop_strings=["w"], eos_token_id=EOS)
+    checkpoint = save(tmp_path, hf, char_tokenizer, config)
+    ids = torch.tensor([char_tokenizer.encode("Hi")])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = hf.generate(
+            ids, attention_mask=torch.ones_like(ids), generation_config=config, tokenizer=char_tokenizer
+        )
+    expected = theirs[0, ids.shape[1] :].tolist()
+    assert len(expected) < 8  # the stop string ends it early
+    report, err = generate(capsys, checkpoint)
+    assert report["samples"][0]["tokens"] == expected and report["stop"] == ["w"]
+    assert "stop strings ['w']" in err and "--stop replace" in err
+    report, err = generate(capsys, checkpoint, "--stop", "GG")
+    assert report["stop"] == ["GG"] and "stop strings" not in err
+    status, err, output = run_batch(capsys, checkpoint, tmp_path)
+    assert status == 0, err
+    assert json.loads(output.with_name("out.jsonl.settings.json").read_text())["stop"] == ["w"]
+    assert json.loads(output.read_text().splitlines()[0])["tokens"] == expected

@@ -88,11 +88,12 @@ class SamplingOptions:
         return text if self.grammar is None else f"{self.grammar} | {text}"
 
     def model_settings(self, model: object, strategy: str | None, prompt_length: int | None = None) -> ModelSettings:
-        """What the model offers for the options not given (`--chain`, `--strategy`, `--max-new-tokens`), said in one
-        line on stderr: its optional `default_chain` (the sampling flags set over it; `default_chain_for(prompt_length)`
-        where it has one), `default_strategy` and `default_max_new_tokens(prompt_length)` (an hf: checkpoint's
-        generation config). `strategy`: `--strategy` as given (None: not given). `prompt_length`: None for a batch
-        job, whose lines each have their own (a length that counts the prompt is then `ModelSettings.max_length`)."""
+        """What the model offers for the options not given (`--chain`, `--strategy`, `--max-new-tokens`, `--stop`),
+        said in one line on stderr: its optional `default_chain` (the sampling flags set over it;
+        `default_chain_for(prompt_length)` where it has one), `default_strategy`,
+        `default_max_new_tokens(prompt_length)` and `default_stop_strings` (an hf: checkpoint's generation config).
+        `strategy`: `--strategy` as given (None: not given). `prompt_length`: None for a batch job, whose lines each
+        have their own (a length that counts the prompt is then `ModelSettings.max_length`)."""
         chain, what = self._model_chain(model, prompt_length)
         own = getattr(model, "default_strategy", None) if strategy is None else None  # optional, as each here
         length, total = self._model_length(model, prompt_length)
@@ -100,6 +101,8 @@ class SamplingOptions:
         said += [(f"strategy {str(own)!r}", "--strategy")] if own is not None else []
         said += [(f"max_new_tokens {length}", "--max-new-tokens")] if length is not None else []
         said += [(f"max_length {total} less each prompt's tokens", "--max-new-tokens")] if total is not None else []
+        stops = None if self.stop else getattr(model, "default_stop_strings", None)
+        said += [(f"stop strings {list(stops)!r}", "--stop")] if stops else []
         if said:
             verb = "sampling" if own is None else "decoding"
             flags = ", ".join(flag for _, flag in said)
@@ -109,6 +112,7 @@ class SamplingOptions:
             given = [flag for flag, _, _ in FLAT_STAGES if self.flags.get(flag) is not None]
             _warn_unpicked(chain, given, str(own) if own is not None else strategy)
         options = self if length is None else replace(self, max_new_tokens=int(length))
+        options = replace(options, stop=tuple(str(stop) for stop in stops)) if stops else options
         return ModelSettings(chain, None if own is None else resolve_strategy(str(own)), options, total)
 
     def _model_chain(self, model: object, prompt_length: int | None) -> tuple[str | None, str]:

@@ -238,6 +238,13 @@ class HFModel(nn.Module):
         config = getattr(self.hf, "generation_config", None)
         return None if config is None else strategy_of(config)
 
+    @property
+    def default_stop_strings(self) -> list[str] | None:
+        """The config's `stop_strings` (where `generate()` stops, given the tokenizer), or None: what `decodekit
+        generate` stops at when given no `--stop`."""
+        stops = getattr(getattr(self.hf, "generation_config", None), "stop_strings", None)
+        return ([stops] if isinstance(stops, str) else list(stops)) if stops else None
+
     def default_max_new_tokens(self, prompt_length: int | None = None) -> int | None:
         """Where `generate()` stops: the config's `max_new_tokens`, else its `max_length` less `prompt_length`
         (None without one), else None (the config sets no length); `decodekit generate` uses it without
