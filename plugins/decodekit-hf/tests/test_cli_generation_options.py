@@ -224,25 +224,27 @@ def test_a_min_length_checkpoint_decodes_as_generate_does(
 def test_a_sampling_flag_over_beams_says_what_beam_search_does_with_it(
     beam: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Beam search ranks beams by the chain's log-probabilities: --temperature changes them (the tokens are those of
-    the beam strategy over `temperature(0.5) | greedy`); the warning says so, not that a greedy pick ignores it."""
-    report, err = generate(capsys, beam, "--temperature", "0.5")
-    warning = [line for line in err.splitlines() if "warning" in line]
-    assert len(warning) == 1 and "beam search ranks its beams" in warning[0] and "--temperature" in warning[0]
-    assert "whose pick" not in err
+    """Beam search ranks beams by their summed processed log-probabilities: a temperature last in the chain scales
+    them all alike (the beams' tokens are the same at any temperature, as transformers' generate() ignores it), so
+    --temperature alone is refused; --top-k drops candidates (its tokens are those of `top_k(1) | greedy`, not the
+    checkpoint's), which the warning says, not that a greedy pick ignores it."""
     model = dk.load_model(f"hf:{beam}")
-    ours = dk.decode(
-        model,
-        ["Hi"],
-        strategy="beam",
-        num_beams=3,
-        length_penalty=0.6,
-        early_stopping=True,
-        chain="temperature(0.5) | greedy",
-        max_new_tokens=12,
-        stop_tokens=model.stop_tokens,
+    beam_options = dict(strategy="beam", num_beams=3, length_penalty=0.6, early_stopping=True, max_new_tokens=12)
+
+    def decode(chain: str) -> dk.Generation:
+        return dk.decode(model, ["Hi"], chain=chain, stop_tokens=model.stop_tokens, **beam_options)
+
+    assert (
+        decode("temperature(0.5) | greedy").tokens
+        == decode("greedy").tokens
+        == decode("temperature(3.0) | greedy").tokens
     )
-    assert report["samples"][0]["tokens"] == ours.tokens[0]
+    status, _, err = cli(capsys, "generate", "Hi", "--model", f"hf:{beam}", "--temperature", "0.5")
+    assert status == 2 and err.splitlines()[-1].startswith("decodekit: error: --temperature 0.5: beam search ranks")
+    report, err = generate(capsys, beam, "--top-k", "1")
+    [warning] = [line for line in err.splitlines() if "warning" in line]
+    assert "--top-k changes which it keeps" in warning and "whose pick" not in err
+    assert report["samples"][0]["tokens"] == decode("top_k(1) | greedy").tokens[0] != decode("greedy").tokens[0]
     _, err = generate(capsys, beam, "--temperature", "0.5", "--strategy", "sample")
     assert "whose pick --temperature cannot change" in err
 

@@ -109,7 +109,7 @@ class SamplingOptions:
             verbs = "replaces it" if len(said) == 1 else "replace them"
             report_note(f"{verb} with the model's own {', '.join(part for part, _ in said)}; {flags} {verbs}")
         if chain is not None:
-            given = [flag for flag, _, _ in FLAT_STAGES if self.flags.get(flag) is not None]
+            given = {flag: self.flags[flag] for flag, _, _ in FLAT_STAGES if self.flags.get(flag) is not None}
             _warn_unpicked(chain, given, str(own) if own is not None else strategy)
         options = self if length is None else replace(self, max_new_tokens=int(length))
         options = replace(options, stop=tuple(str(stop) for stop in stops)) if stops else options
@@ -172,11 +172,12 @@ class ModelSettings:
     max_length: int | None = None
 
 
-def _warn_unpicked(text: str, given: list[str], strategy: str | None) -> None:
+def _warn_unpicked(text: str, given: dict[str, Any], strategy: str | None) -> None:
     """A flag that reshapes the distribution does nothing to a greedy pick (transformers, too, ignores temperature
-    when its config does not sample): say so rather than leave the user wondering. Beam search picks by no
-    selector: the flag reshapes the log-probabilities its beams are ranked by, which transformers' beams (without
-    do_sample) would not do."""
+    when its config does not sample): say so rather than leave the user wondering. Beam search picks by no selector
+    and ranks beams by their summed processed log-probabilities: a temperature last among the stages scales every
+    score alike, so it can change nothing (refused); a truncation (top-k, top-p, ...) drops candidates, which
+    transformers' beams (without do_sample) would keep."""
     from decodekit.chain_string import parse_stage
     from decodekit_cli.batch_settings import parsed_chain
 
@@ -185,10 +186,17 @@ def _warn_unpicked(text: str, given: list[str], strategy: str | None) -> None:
         return
     flags = ", ".join(shaping)
     if strategy is not None and parse_stage(strategy, what="--strategy").name == "beam":
+        last = [getattr(stage, "name", None) for stage in parsed_chain(text).processors][-1:]
+        if shaping == ["--temperature"] and last == ["temperature"]:  # no stage after it that its scale could move
+            raise CliError(
+                f"--temperature {given['--temperature']}: beam search ranks its beams by their summed "
+                "log-probabilities, which a last temperature scales alike, so it cannot change them (transformers' "
+                "generate() ignores it too without do_sample); allowed: no --temperature, or --strategy sample"
+            )
         report_warning(
-            f"beam search ranks its beams by the log-probabilities after the chain's stages, so {flags} reshapes "
-            "those scores; transformers' generate() does not apply it to beams that do not sample (beam sampling "
-            "has no decodekit form); to sample, give --strategy sample and the whole chain: --chain '... | sample'"
+            f"beam search ranks its candidates by the log-probabilities after the chain's stages, so {flags} changes "
+            "which it keeps, where transformers' generate() (without do_sample) ignores it; to sample instead, give "
+            "--strategy sample and the whole chain: --chain '... | sample'"
         )
     elif getattr(parsed_chain(text).selector, "name", None) == "greedy":
         report_warning(
