@@ -164,3 +164,113 @@ def test_a_batch_job_decodes_with_and_records_the_checkpoints_settings(
     status, err, _ = run_batch(capsys, beam, tmp_path, "--resume")
     assert status == 0, err
     assert len(output.read_text().splitlines()) == 2
+
+
+def test_a_batch_job_gives_each_line_max_length_less_its_prompt(
+    tmp_path: Path, gpt2: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """max_length counts the prompt: each line gets what generate() gives that prompt alone (a line's own
+    max_new_tokens still wins); the settings record it, so --resume with another length is refused."""
+    checkpoint = save(tmp_path, gpt2, char_tokenizer, GenerationConfig(max_length=9, eos_token_id=EOS))
+    source, output = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines = [{"prompt": "Hi"}, {"prompt": "abcd"}, {"prompt": "abc", "max_new_tokens": 2}, {"prompt": "123456789"}]
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    cmd = ["generate", "--model", f"hf:{checkpoint}", "--ignore-eos", "--input", str(source), "--output", str(output)]
+    status, _, err = cli(capsys, *cmd, "--on-error", "skip")
+    assert status == 0, err
+    assert "max_length 9 less each prompt's tokens" in err
+    assert "line 4: the model's max_length=9 counts the prompt, and this prompt has 9 tokens" in err
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [len(r["tokens"]) for r in records[:3]] == [9 - 2, 9 - 4, 2]
+    assert [r["max_new_tokens"] for r in records[:3]] == [7, 5, 2] and "error" in records[3]
+    settings_path = output.with_name("out.jsonl.settings.json")
+    settings = json.loads(settings_path.read_text())
+    assert settings["max_length"] == 9 and settings["max_new_tokens"] is None
+    output.write_text(output.read_text().splitlines()[0] + "\n")  # as if interrupted after one record
+    status, _, err = cli(capsys, *cmd, "--on-error", "skip", "--resume", "--max-new-tokens", "7")
+    assert status == 2 and "max_new_tokens=None (this run: 7); max_length=9 (this run: None)" in err, err
+    status, _, err = cli(capsys, *cmd, "--on-error", "skip", "--resume")
+    assert status == 0, err
+    assert [len(json.loads(r)["tokens"]) for r in output.read_text().splitlines()[:3]] == [7, 5, 2]
+    # An output recorded before max_length was: every line got 100 tokens, which this run would not continue.
+    old = {k: v for k, v in settings.items() if k != "max_length"} | {"max_new_tokens": 100}
+    settings_path.write_text(json.dumps(old))
+    status, _, err = cli(capsys, *cmd, "--on-error", "skip", "--resume")
+    assert status == 2 and "max_new_tokens=100 (this run: None); max_length=None (this run: 9)" in err, err
+    status, _, err = cli(capsys, *cmd, "--on-error", "skip", "--resume", "--max-new-tokens", "100")
+    assert status == 0, err
+
+
+MIN_EOS = [87, EOS]  # the third token greedy picks after "Hi"
+
+
+def test_a_min_length_checkpoint_decodes_as_generate_does(
+    tmp_path: Path, build_gpt2: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """min_length counts the prompt, whose length the command line knows: the chain's minimum is min_length less
+    the prompt, and the tokens are generate()'s (which would stop earlier without it)."""
+    hf = build_gpt2(seed=2)
+    early = save(tmp_path, hf, char_tokenizer, GenerationConfig(max_new_tokens=14, eos_token_id=MIN_EOS), "early")
+    config = GenerationConfig(min_length=2 + 9, max_new_tokens=14, eos_token_id=MIN_EOS)
+    checkpoint = save(tmp_path, hf, char_tokenizer, config)
+    assert len(hf_generate(early, "Hi")) < 9  # the minimum changes what generate() gives
+    report, err = generate(capsys, checkpoint)
+    assert report["chain"] == str(dk.Chain.parse(f"min_new_tokens(9, {MIN_EOS}) | greedy")) and "(9, [87" in err
+    assert report["samples"][0]["tokens"] == hf_generate(checkpoint, "Hi")
+    status, out, err = cli(capsys, "explain", "Hi", "--model", f"hf:{checkpoint}", "--steps", "2", "--json")
+    assert status == 0 and json.loads(out)["chain"] == report["chain"], err
+
+
+def test_a_sampling_flag_over_beams_says_what_beam_search_does_with_it(
+    beam: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Beam search ranks beams by their summed processed log-probabilities: a temperature last in the chain scales
+    them all alike (the beams' tokens are the same at any temperature, as transformers' generate() ignores it), so
+    --temperature alone is refused; --top-k drops candidates (its tokens are those of `top_k(1) | greedy`, not the
+    checkpoint's), which the warning says, not that a greedy pick ignores it."""
+    model = dk.load_model(f"hf:{beam}")
+    beam_options = dict(strategy="beam", num_beams=3, length_penalty=0.6, early_stopping=True, max_new_tokens=12)
+
+    def decode(chain: str) -> dk.Generation:
+        return dk.decode(model, ["Hi"], chain=chain, stop_tokens=model.stop_tokens, **beam_options)
+
+    assert (
+        decode("temperature(0.5) | greedy").tokens
+        == decode("greedy").tokens
+        == decode("temperature(3.0) | greedy").tokens
+    )
+    status, _, err = cli(capsys, "generate", "Hi", "--model", f"hf:{beam}", "--temperature", "0.5")
+    assert status == 2 and err.splitlines()[-1].startswith("decodekit: error: --temperature 0.5: beam search ranks")
+    report, err = generate(capsys, beam, "--top-k", "1")
+    [warning] = [line for line in err.splitlines() if "warning" in line]
+    assert "--top-k changes which it keeps" in warning and "whose pick" not in err
+    assert report["samples"][0]["tokens"] == decode("top_k(1) | greedy").tokens[0] != decode("greedy").tokens[0]
+    _, err = generate(capsys, beam, "--temperature", "0.5", "--strategy", "sample")
+    assert "whose pick --temperature cannot change" in err
+
+
+def test_a_checkpoints_stop_strings_stop_generate_and_a_batch_job(
+    tmp_path: Path, build_gpt2: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """generate() stops at the config's stop_strings (given the tokenizer): so does the command line without --stop,
+    and a batch job records them; --stop replaces them."""
+    hf = build_gpt2(seed=2)
+    config = GenerationConfig(do_sample=False, max_new_tokens=8, stop_strings=["w"], eos_token_id=EOS)
+    checkpoint = save(tmp_path, hf, char_tokenizer, config)
+    ids = torch.tensor([char_tokenizer.encode("Hi")])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = hf.generate(
+            ids, attention_mask=torch.ones_like(ids), generation_config=config, tokenizer=char_tokenizer
+        )
+    expected = theirs[0, ids.shape[1] :].tolist()
+    assert len(expected) < 8  # the stop string ends it early
+    report, err = generate(capsys, checkpoint)
+    assert report["samples"][0]["tokens"] == expected and report["stop"] == ["w"]
+    assert "stop strings ['w']" in err and "--stop replace" in err
+    report, err = generate(capsys, checkpoint, "--stop", "GG")
+    assert report["stop"] == ["GG"] and "stop strings" not in err
+    status, err, output = run_batch(capsys, checkpoint, tmp_path)
+    assert status == 0, err
+    assert json.loads(output.with_name("out.jsonl.settings.json").read_text())["stop"] == ["w"]
+    assert json.loads(output.read_text().splitlines()[0])["tokens"] == expected

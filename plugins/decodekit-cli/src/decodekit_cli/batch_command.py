@@ -135,12 +135,20 @@ def run_batch(request: BatchRequest) -> int:
     recorded = settings.recorded(digest)  # parses the default chain: a bad --chain fails here
     with OutputLock.acquire(request.output) as lock:
         model = None
-        if sampling.chain is None or request.strategy is None or not sampling.length_given:
+        if sampling.chain is None or request.strategy is None or not sampling.length_given or not sampling.stop:
             model = sampling.load_model(name)  # it may offer its own (a checkpoint's), which the settings record
             own = sampling.model_settings(model, request.strategy)  # no prompt length: each line has its own
             strategy = settings.strategy if own.strategy is None else canonical_stage("strategy", own.strategy)
             chain = settings.chain if own.chain is None else own.chain
-            settings = replace(settings, chain=chain, strategy=strategy, max_new_tokens=own.sampling.max_new_tokens)
+            length = own.sampling.max_new_tokens
+            settings = replace(
+                settings,
+                chain=chain,
+                strategy=strategy,
+                max_new_tokens=length,
+                max_length=own.max_length,
+                stop=own.sampling.stop,  # a checkpoint's stop_strings without --stop
+            )
             recorded = settings.recorded(digest)
         eos_refusal = lock.check_resume(recorded) if request.resume else None
         model = sampling.load_model(name) if model is None else model

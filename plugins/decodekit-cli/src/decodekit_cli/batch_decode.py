@@ -73,7 +73,6 @@ def check_lines(
 
 
 def _check(model: Any, settings: BatchSettings, number: int, key: str | int, item: PromptLine) -> Pending:
-    max_new = item.max_new_tokens if item.max_new_tokens is not None else settings.max_new_tokens
     seed = item.seed if item.seed is not None else _derived_seed(settings.seed, number)
     logprobs = item.logprobs if item.logprobs is not None else settings.logprobs
     prompt_logprobs = item.prompt_logprobs if item.prompt_logprobs is not None else settings.prompt_logprobs
@@ -81,11 +80,26 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
         chain = settings.chain if item.chain is None else _own_chain(item.chain)
         chain = line_chain(chain, item.json_schema, item.regex, item.grammar)  # decodekit-grammar: the line's own
         ids = encode_prompt(model, item.prompt, settings.replace_unknown)
+        max_new = item.max_new_tokens if item.max_new_tokens is not None else _default_length(settings, ids)
         pending = Pending(number, key, item.prompt, ids, seed, max_new, chain, logprobs, prompt_logprobs)
         dk.validate(model, prompt_rows([ids]), **_options(model, settings, pending), seed=seed)
     except (CliError, dk.DecodekitError) as exc:
         raise LineError.of(exc) from None
     return pending
+
+
+def _default_length(settings: BatchSettings, ids: str | list[int]) -> int:
+    """A line's max_new_tokens without its own: the settings', or a `max_length` less the prompt's tokens, as
+    `generate()` counts it (and refuses a prompt that leaves nothing to generate)."""
+    if settings.max_length is None or isinstance(ids, str):  # a model without a tokenizer: no length counts
+        return settings.max_new_tokens
+    if len(ids) >= settings.max_length:
+        raise CliError(
+            f"the model's max_length={settings.max_length} counts the prompt, and this prompt has {len(ids)} tokens, "
+            "so nothing is left to generate; allowed: a shorter prompt, or the line's own max_new_tokens (or "
+            "--max-new-tokens N for every line)"
+        )
+    return settings.max_length - len(ids)
 
 
 def _own_chain(chain: str | list[Any] | dict[str, Any]) -> str:

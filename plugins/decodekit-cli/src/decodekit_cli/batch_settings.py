@@ -1,11 +1,12 @@
 """What every line of a batch job is decoded with, and the record of it kept beside the output.
 
 `--resume` compares the recorded settings with its own and refuses to mix: a different input
-file, model, chain, cache, strategy, seed, length, stop string, `--ignore-eos`, prompt encoding, `--logprobs` or
-`--prompt-logprobs` would give
+file, model, chain, cache, strategy, seed, length (a model's `max_length`, which counts each line's prompt, too),
+stop string, `--ignore-eos`, prompt encoding, `--logprobs` or `--prompt-logprobs` would give
 results that an uninterrupted run would not. Settings of format 1 (before `ignore_eos` was recorded) are read as
 format 2 reads them: those jobs went on past the model's EOS, as `--ignore-eos` does now. Settings without
-`logprobs` and `prompt_logprobs` (recorded since) read as None: those jobs asked for none.
+`logprobs` and `prompt_logprobs` (recorded since) read as None: those jobs asked for none; without `max_length`, as
+None too: those jobs' lines had `max_new_tokens`.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class BatchSettings:
     compile: bool = False  # not recorded: no result depends on it (--resume with or without it continues)
     logprobs: int | None = None  # every line's default: the generated tokens' logprobs in its record
     prompt_logprobs: int | None = None  # the prompt tokens'
+    # A length that counts the prompt (a checkpoint's max_length): a line's default max_new_tokens is it less the
+    # line's prompt tokens, as generate() gives each prompt; then max_new_tokens is no line's and recorded as None.
+    max_length: int | None = None
 
     def __post_init__(self) -> None:
         if self.seed is not None and not 0 <= self.seed < MAX_SEED:
@@ -68,7 +72,8 @@ class BatchSettings:
             "cache": canonical_stage("cache backend", self.cache),  # window(64) and window(size=64) are one cache
             "strategy": canonical_stage("strategy", self.strategy),
             "seed": self.seed,
-            "max_new_tokens": self.max_new_tokens,
+            "max_new_tokens": self.max_new_tokens if self.max_length is None else None,
+            "max_length": self.max_length,  # absent from settings recorded before it: None, as it was
             "stop": list(self.stop),
             "replace_unknown": self.replace_unknown,
             "ignore_eos": self.ignore_eos,

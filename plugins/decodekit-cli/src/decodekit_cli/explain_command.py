@@ -49,9 +49,10 @@ def run_explain(request: ExplainRequest) -> int:
     from decodekit_cli.explain_render import plot_step, render_steps, steps_json
 
     model = load_named_model(name)  # on torch's threads, as before: --threads is generate's
-    own = sampling.model_settings(model, "sample")  # explain traces the chain alone, over --steps
-    chain = chain if own.chain is None else build_chain(own.chain)
     prompt = sampling.encode(model, text)
+    length = None if isinstance(prompt, str) else len(prompt)  # a checkpoint's min_length counts the prompt
+    own = sampling.model_settings(model, "sample", length)  # explain traces the chain alone, over --steps
+    chain = chain if own.chain is None else build_chain(own.chain)
     text = sampling.seen_prompt(model, text, prompt)
     with cli_hints(length_option="--steps"):
         # The steps generate would take: it ends at the model's EOS too (the last step says so), unless --ignore-eos.

@@ -88,39 +88,57 @@ class SamplingOptions:
         return text if self.grammar is None else f"{self.grammar} | {text}"
 
     def model_settings(self, model: object, strategy: str | None, prompt_length: int | None = None) -> ModelSettings:
-        """What the model offers for the options not given (`--chain`, `--strategy`, `--max-new-tokens`), said in one
-        line on stderr: its optional `default_chain` (the sampling flags set over it), `default_strategy` and
-        `default_max_new_tokens(prompt_length)` (an hf: checkpoint's generation config). `strategy`: `--strategy`
-        as given (None: not given)."""
-        chain, what = self._model_chain(model)
+        """What the model offers for the options not given (`--chain`, `--strategy`, `--max-new-tokens`, `--stop`),
+        said in one line on stderr: its optional `default_chain` (the sampling flags set over it;
+        `default_chain_for(prompt_length)` where it has one), `default_strategy`,
+        `default_max_new_tokens(prompt_length)` and `default_stop_strings` (an hf: checkpoint's generation config).
+        `strategy`: `--strategy` as given (None: not given). `prompt_length`: None for a batch job, whose lines each
+        have their own (a length that counts the prompt is then `ModelSettings.max_length`)."""
+        chain, what = self._model_chain(model, prompt_length)
         own = getattr(model, "default_strategy", None) if strategy is None else None  # optional, as each here
-        length = getattr(model, "default_max_new_tokens", None) if not self.length_given else None
-        length = length(prompt_length) if callable(length) else length
+        length, total = self._model_length(model, prompt_length)
         said = [(what, "--chain")] if chain is not None else []
         said += [(f"strategy {str(own)!r}", "--strategy")] if own is not None else []
         said += [(f"max_new_tokens {length}", "--max-new-tokens")] if length is not None else []
+        said += [(f"max_length {total} less each prompt's tokens", "--max-new-tokens")] if total is not None else []
+        stops = None if self.stop else getattr(model, "default_stop_strings", None)
+        said += [(f"stop strings {list(stops)!r}", "--stop")] if stops else []
         if said:
             verb = "sampling" if own is None else "decoding"
             flags = ", ".join(flag for _, flag in said)
             verbs = "replaces it" if len(said) == 1 else "replace them"
             report_note(f"{verb} with the model's own {', '.join(part for part, _ in said)}; {flags} {verbs}")
         if chain is not None:
-            _warn_unpicked(chain, [flag for flag, _, _ in FLAT_STAGES if self.flags.get(flag) is not None])
+            given = {flag: self.flags[flag] for flag, _, _ in FLAT_STAGES if self.flags.get(flag) is not None}
+            _warn_unpicked(chain, given, str(own) if own is not None else strategy)
         options = self if length is None else replace(self, max_new_tokens=int(length))
-        return ModelSettings(chain, None if own is None else resolve_strategy(str(own)), options)
+        options = replace(options, stop=tuple(str(stop) for stop in stops)) if stops else options
+        return ModelSettings(chain, None if own is None else resolve_strategy(str(own)), options, total)
 
-    def _model_chain(self, model: object) -> tuple[str | None, str]:
+    def _model_chain(self, model: object, prompt_length: int | None) -> tuple[str | None, str]:
         """Without --chain, the model's own `default_chain` with the sampling flags set over it, and what says so."""
         if self.chain is not None:
             return None, ""
-        default = getattr(model, "default_chain", None)  # optional: a plugin's model may offer its own
-        if default is None:
+        for_prompt = getattr(model, "default_chain_for", None)  # optional: a chain that depends on the prompt's length
+        default = for_prompt(prompt_length) if callable(for_prompt) else getattr(model, "default_chain", None)
+        if default is None:  # optional too: a plugin's model may offer its own
             return None, ""
         text = self.chain_text(str(default))
         check_installed(self.model, text, {})
         given = [flag for flag, _, _ in FLAT_STAGES if self.flags.get(flag) is not None]
         over = f", with {', '.join(given)} set over it" if given else ""
         return text, f"chain {str(default)!r}{over}"
+
+    def _model_length(self, model: object, prompt_length: int | None) -> tuple[int | None, int | None]:
+        """Without --max-new-tokens, the model's `default_max_new_tokens`: (its length, None); or, where it counts
+        the prompt and no prompt length is known (a batch job), (None, the total: what it leaves an empty prompt)."""
+        own = getattr(model, "default_max_new_tokens", None) if not self.length_given else None
+        if not callable(own):
+            return own, None
+        length = own(prompt_length)
+        if length is not None or prompt_length is not None:
+            return length, None
+        return None, own(0)  # None at None but a length at 0: a checkpoint's max_length, which counts the prompt
 
     def load_model(self, name: str) -> Any:
         """Load the model `check` named, on `--threads` CPU threads."""
@@ -145,22 +163,43 @@ class SamplingOptions:
 
 @dataclass(frozen=True)
 class ModelSettings:
-    """What a model's own settings replace: its chain string and strategy (None: the options' stand) and the
-    options with its length."""
+    """What a model's own settings replace: its chain string and strategy (None: the options' stand), the options
+    with its length and, for a batch job, a length that counts each prompt (a checkpoint's `max_length`)."""
 
     chain: str | None
     strategy: str | None
     sampling: SamplingOptions
+    max_length: int | None = None
 
 
-def _warn_unpicked(text: str, given: list[str]) -> None:
+def _warn_unpicked(text: str, given: dict[str, Any], strategy: str | None) -> None:
     """A flag that reshapes the distribution does nothing to a greedy pick (transformers, too, ignores temperature
-    when its config does not sample): say so rather than leave the user wondering."""
+    when its config does not sample): say so rather than leave the user wondering. Beam search picks by no selector
+    and ranks beams by their summed processed log-probabilities: a temperature last among the stages scales every
+    score alike, so it can change nothing (refused); a truncation (top-k, top-p, ...) drops candidates, which
+    transformers' beams (without do_sample) would keep."""
+    from decodekit.chain_string import parse_stage
     from decodekit_cli.batch_settings import parsed_chain
 
     shaping = [flag for flag in given if flag != "--repetition-penalty"]
-    if shaping and getattr(parsed_chain(text).selector, "name", None) == "greedy":
+    if not shaping:
+        return
+    flags = ", ".join(shaping)
+    if strategy is not None and parse_stage(strategy, what="--strategy").name == "beam":
+        last = [getattr(stage, "name", None) for stage in parsed_chain(text).processors][-1:]
+        if shaping == ["--temperature"] and last == ["temperature"]:  # no stage after it that its scale could move
+            raise CliError(
+                f"--temperature {given['--temperature']}: beam search ranks its beams by their summed "
+                "log-probabilities, which a last temperature scales alike, so it cannot change them (transformers' "
+                "generate() ignores it too without do_sample); allowed: no --temperature, or --strategy sample"
+            )
         report_warning(
-            f"the model's own chain ends in greedy, whose pick {', '.join(shaping)} cannot change; to sample, give "
+            f"beam search ranks its candidates by the log-probabilities after the chain's stages, so {flags} changes "
+            "which it keeps, where transformers' generate() (without do_sample) ignores it; to sample instead, give "
+            "--strategy sample and the whole chain: --chain '... | sample'"
+        )
+    elif getattr(parsed_chain(text).selector, "name", None) == "greedy":
+        report_warning(
+            f"the model's own chain ends in greedy, whose pick {flags} cannot change; to sample, give "
             "the whole chain: --chain '... | sample'"
         )

@@ -218,11 +218,17 @@ class HFModel(nn.Module):
         """The checkpoint's own chain (`generation_options(self)["chain"]`), or None where its generation config sets
         no sampling option (a checkpoint without a `generation_config.json`): what `decodekit generate` samples with
         when given no chain. Under beam search or guidance, the chain without them (`default_strategy` holds them).
-        An option with no decodekit form (beam sampling) raises a `ParameterError` naming it."""
+        An option with no decodekit form (beam sampling) raises a `ParameterError` naming it, as does `min_length`,
+        which counts the prompt: `default_chain_for(prompt_length)` takes it."""
+        return self.default_chain_for(None)
+
+    def default_chain_for(self, prompt_length: int | None) -> str | None:
+        """`default_chain` for a prompt of `prompt_length` tokens: a config's `min_length` counts the prompt, so its
+        chain's `min_new_tokens` stage is `min_length` less the prompt, as `generate()` applies it."""
         config = getattr(self.hf, "generation_config", None)
         if config is None or not sets_sampling(config):
             return None
-        return decoding_chain(self)  # with its vocabulary, which suppressed ids must be within
+        return decoding_chain(self, prompt_length=prompt_length)  # with its vocabulary: suppressed ids are within
 
     @property
     def default_strategy(self) -> str | None:
@@ -231,6 +237,13 @@ class HFModel(nn.Module):
         decodes with when given no `--strategy`."""
         config = getattr(self.hf, "generation_config", None)
         return None if config is None else strategy_of(config)
+
+    @property
+    def default_stop_strings(self) -> list[str] | None:
+        """The config's `stop_strings` (where `generate()` stops, given the tokenizer), or None: what `decodekit
+        generate` stops at when given no `--stop`."""
+        stops = getattr(getattr(self.hf, "generation_config", None), "stop_strings", None)
+        return ([stops] if isinstance(stops, str) else list(stops)) if stops else None
 
     def default_max_new_tokens(self, prompt_length: int | None = None) -> int | None:
         """Where `generate()` stops: the config's `max_new_tokens`, else its `max_length` less `prompt_length`
