@@ -358,6 +358,7 @@ def generate(
             "PROMPT": prompt is not None,
             "--num-samples": num_samples != 1,
             "--json": json_output,
+            "--no-echo": not echo,  # records hold the prompt and the text apart: nothing is echoed
         }
         batch = batch_request(
             input_file,
