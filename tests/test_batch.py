@@ -544,6 +544,8 @@ def test_batch_options_are_checked_before_loading(tmp_path: Path) -> None:
         "no output": (["generate", "--input", "p.jsonl", "-m", MODEL], "--output is missing"),
         "with a prompt": (["generate", "ROMEO", "--input", "p", "--output", "o", "-m", MODEL], "with PROMPT"),
         "with --json": (["generate", "--input", "p", "--output", "o", "--json", "-m", MODEL], "with --json"),
+        # was accepted and did nothing: a record is never echoed
+        "with --no-echo": (["generate", "--input", "p", "--output", "o", "--no-echo", "-m", MODEL], "with --no-echo"),
         "no file": (["generate", "--input", "/nonexistent.jsonl", "--output", "o", "-m", MODEL], "cannot read it"),
         "--ray alone": (["generate", "--ray", "-m", MODEL], "--output is missing"),
         "an actor size": ([*batch, "--ray-actors", "2"], "--ray-actors size the actors of --ray"),

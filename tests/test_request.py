@@ -36,6 +36,9 @@ BAD_ARGUMENTS = [
     ({"stop_tokens": [[1], ["a"]]}, r"2 per-row lists for 1 rows"),
     ({"stop_strings": 7}, r"stop_strings=7 is invalid; allowed: a string or a list of strings"),
     ({"stop_strings": ["a", 3]}, r"stop_strings=\['a', 3\] is invalid"),
+    # were dropped without a word, while the command line refuses `--stop ''`
+    ({"stop_strings": ""}, r"stop_strings='': an empty string would end every row at once; allowed: non-empty"),
+    ({"stop_strings": ["\n", ""]}, r"stop_strings=\['\\n', ''\]: an empty string would end every row at once"),
     ({"max_new_tokens": 2.0}, r"max_new_tokens=2.0 is invalid; allowed: an integer >= 0"),
     ({"max_new_tokens": True}, r"max_new_tokens=True is invalid"),
     ({"chain": 5}, r"chain=5 is invalid; allowed: a Chain \(stage objects: dk.Chain\(\[...\]\)\), a chain string, "),

@@ -179,7 +179,11 @@ def _stop_strings(stop_strings: object, tokenizer: object) -> tuple[str, ...]:
     items = (stop_strings,) if isinstance(stop_strings, str) else stop_strings
     if not isinstance(items, Sequence) or not all(isinstance(s, str) for s in items):
         raise ParameterError(f"stop_strings={stop_strings!r} is invalid; allowed: a string or a list of strings")
-    strings = tuple(s for s in items if s)
+    if "" in items:  # every text contains it (the command line's `--stop ''` is refused alike)
+        raise ParameterError(
+            f"stop_strings={stop_strings!r}: an empty string would end every row at once; allowed: non-empty strings"
+        )
+    strings = tuple(items)
     if strings and tokenizer is None:
         raise ParameterError("stop_strings: the model has no tokenizer to decode text with; use stop_tokens")
     return strings

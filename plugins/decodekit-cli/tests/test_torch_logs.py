@@ -50,3 +50,38 @@ def test_dynamos_recompile_limit_is_one_warning_line(
         "(modeling_llama.py:232); it runs that function eagerly from here (the same tokens)\n"
     )
     assert not logging.getLogger(DYNAMO_LOGGER).filters  # the command's filter went with it
+
+
+# dynamo's graph break on `Tensor.item()` (torch 2.13, variables/tensor.py), as `--compile` on an `hf:` Llama with a
+# ragged batch under the dense cache met it: seventeen lines, torch's header on each
+ITEM_LOGGER = "torch._dynamo.variables.tensor"
+ITEM = (
+    "Graph break from `Tensor.item()`, consider setting:\n    torch._dynamo.config.capture_scalar_outputs = True\n"
+    "or:\n    env TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1\nto include these operations in the captured graph.\n\n"
+    'Graph break: from user code at:\n  File "/x/decodekit_hf/model.py", line 246, in forward\n'
+    "    if int(first.min()) < past:\n"
+)
+
+
+def test_a_graph_break_on_item_is_one_warning_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: only the recompile limit's logger was filtered, and torch's handler printed all of these lines."""
+    real, reached = listing.samplers_report, Collected()
+    logging.getLogger(ITEM_LOGGER).addHandler(reached)
+
+    def warned(*args: Any, **kwargs: Any) -> Any:
+        logging.getLogger(ITEM_LOGGER).warning(ITEM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(listing, "samplers_report", warned)
+    try:
+        assert run(["samplers", "greedy"]) == 0
+    finally:
+        logging.getLogger(ITEM_LOGGER).removeHandler(reached)
+    assert reached.records == []
+    assert capsys.readouterr().err == (
+        'decodekit: warning: --compile: Graph break from `Tensor.item()` (File "/x/decodekit_hf/model.py", line 246, '
+        "in forward); that part runs eagerly (the same tokens)\n"
+    )
+    assert not logging.getLogger(ITEM_LOGGER).filters

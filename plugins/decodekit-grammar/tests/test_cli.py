@@ -131,3 +131,25 @@ def test_explain_says_when_a_grammar_ended_the_decode(capsys: pytest.CaptureFixt
     assert capsys.readouterr().err == (
         "decodekit: error: --plot-step 3: the decode ended after 2 steps (stopped by regex); allowed: 0 <= step < 2\n"
     )
+
+
+def test_input_lines_a_grammar_left_unfinished_are_named_each(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Before: the engine's "1 of 1 rows ended with regex incomplete: rows 0 (length)", a row of a batch no line
+    is, and once for the two lines (their batches differ by length; Python shows one text once)."""
+    lines = [
+        {"prompt": "ROMEO:", "id": "a", "regex": "[a-z]{30}", "max_new_tokens": 5},
+        {"prompt": "ROMEO:", "id": "b", "max_new_tokens": 5},
+        {"prompt": "JULIET:", "id": "c", "regex": "[a-z]{30}", "max_new_tokens": 6},
+    ]
+    source, output = tmp_path / "prompts.jsonl", tmp_path / "results.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert main(["generate", "--input", str(source), "--output", str(output), "--seed", "0"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "incomplete" in line]
+    assert said == [
+        "decodekit: warning: --input line 1 (id 'a') ended with regex incomplete (length)",
+        "decodekit: warning: --input line 3 (id 'c') ended with regex incomplete (length)",
+    ]
+    records = [json.loads(text) for text in output.read_text().splitlines()]
+    assert [r["finish_reason"] for r in records] == ["length"] * 3  # what the warnings say of lines a and c

@@ -359,7 +359,12 @@ def generate(
     if input_file is not None or output is not None or ray is not None:
         from decodekit_cli.batch_command import batch_request, ray_request, run_batch
 
-        given = {"PROMPT": prompt is not None, "--num-samples": num_samples != 1, "--json": json_output}
+        given = {
+            "PROMPT": prompt is not None,
+            "--num-samples": num_samples != 1,
+            "--json": json_output,
+            "--no-echo": not echo,  # records hold the prompt and the text apart: nothing is echoed
+        }
         batch = batch_request(
             input_file,
             output,

@@ -22,6 +22,7 @@ from decodekit.plugins import cache_factory
 from decodekit_cli.batch_input import InputLine, LineError, PromptLine, parse_line
 from decodekit_cli.batch_records import Record, error_record, result_record
 from decodekit_cli.batch_settings import BatchSettings, parsed_chain
+from decodekit_cli.batch_warnings import said_of_lines
 from decodekit_cli.errors import CliError
 from decodekit_cli.grammar_options import line_chain
 from decodekit_cli.logprob_records import prompt_records, token_records
@@ -217,7 +218,7 @@ def _stream(model: Any, settings: BatchSettings, rows: Sequence[Pending]) -> Ite
         return prompt_records(result.prompt_tokens[i], result.prompt_logprobs[i])
 
     ended: list[tuple[str, int | str | None] | None] = [None] * n
-    for ev in events:
+    for ev in said_of_lines(iter(events), rows):
         tokens[ev.row].append(ev.token)
         row_text, row_scores = texts[ev.row], scores[ev.row]
         if ev.text is not None and row_text is not None:
