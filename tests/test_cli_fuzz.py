@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -32,198 +32,222 @@ STATUSES = {0, 1, 2}  # docs/cli.md, "Errors and exit status" (130 and 141 need 
 TIME_LIMIT = 60  # seconds one command may take: a hang is a finding
 
 HUGE = ["18446744073709551616", "9223372036854775808", "100000000000000000000000000000"]
-INTS = ["-1", "0", "1", "2", "3", "-0", "+2", " 2", "2.0", "1e3", "0x10", "nan", "inf", "", "abc", "\u0663", *HUGE]
-FLOATS = ["nan", "inf", "-inf", "-1", "0", "-0.0", "0.5", "1", "1.5", "1e308", "1e309", "5e-324", "", "x", "1e-320"]
-SAMPLERS = [
-    "top_k",
-    "top_p",
-    "temperature",
-    "top_h",
-    "mirostat",
-    "mirostat_v2",
-    "min_p",
-    "typical",
-    "xtc",
-    "repetition_penalty",
-    "dry",
-    "logit_bias",
-    "bad_words",
-    "top_n_sigma",
-    "greedy",
-    "sample",
-    "nope",
-    "",
-]
-VALUES = ["", "1", "0", "-1", "0.5", "nan", "inf", "1e309", "2**64", "k=3", "h=0.5", "tau=nan", "x=1", "'a'", "[1]",
-          "{1: 2}", "{[1]: 2}", "(", "None", "True", "18446744073709551616"]  # fmt: skip
-CHAINS = ["top_k(5) | sample", "greedy", "top_h(0.5) | sample", "mirostat", "temperature(0.7) | mirostat(tau=3)", "|",
-          "top_k(", "sample | top_k(3)", "[", "{}", "[]", '[{"name": "top_k", "params": {"k": -1}}]', '"greedy"',
-          '[{"name": "top_p", "params": {"p": NaN}}]', "top_k(5) |", "top_k(5) | | greedy", "-" * 3000]  # fmt: skip
-STRATEGIES = ["sample", "beam(num_beams=2)", "beam(num_beams=0)", "beam(num_beams=2, num_return_sequences=3)",
-              "cfg", "cfg(scale=nan)", "cfg(scale=1e308)", "cfg(negative='')", "cfg(negative=[])", "cfg(negative=[-1])",
-              "cfg(negative=[[1], [2]])", "speculative", "speculative(k=0)", "speculative(draft='nope')",
-              "speculative(draft=ngram, k=64, ngram_size=64)", "speculative(draft='cli-test-gpt')", "nope", "", "beam(",
-              "sample(x=1)"]  # fmt: skip
-CACHES = ["dense", "gqa", "int8", "none", "window(size=4)", "window(size=0)", "h2o(budget=2)", "nope", "", "dense("]
-MODELS = [MODEL] * 8 + ["", "nope", f"{MODEL}(n_layer=-1)", f"{MODEL}(", "hf:", "hf:/nonexistent", "hf:<dir>"]
+BAD_INTS = ["-1", "-0", "+2", " 2", "2.0", "1e3", "0x10", "nan", "inf", "", "abc", "\u0663", *HUGE]
+BAD_FLOATS = ["nan", "inf", "-inf", "-1", "-0.0", "1e308", "1e309", "5e-324", "", "x", "1e-320", "0x1p3"]
+BAD_VALUES = ["", "-1", "nan", "inf", "1e309", "2**64", "x=1", "'a'", "[1]", "{1: 2}", "{[1]: 2}", "(", "None", "True",
+              "18446744073709551616", "0", "1e-320"]  # fmt: skip
+STAGES = {  # sampler: valid arguments (the first of each list is used when no argument is written)
+    "top_k": ["5", "k=1", "40"], "top_p": ["0.9", "p=1"], "temperature": ["0.7", "0", "1e4"], "top_h": ["0.5", "h=1"],
+    "mirostat": ["", "tau=3", "tau=0, eta=1"], "mirostat_v2": ["", "tau=1e4"], "min_p": ["0.1"], "typical": ["0.9"],
+    "xtc": ["threshold=0.1, probability=0.5"], "repetition_penalty": ["1.3", "1e4"], "top_n_sigma": ["1"],
+    "dry": ["multiplier=0.8"], "logit_bias": ["{1: 2.0}"], "bad_words": ["[[1, 2]]"], "greedy": [""], "sample": [""],
+}  # fmt: skip
+BAD_CHAINS = ["|", "top_k(", "sample | top_k(3)", "[", "{}", "[]", '[{"name": "top_k", "params": {"k": -1}}]', "nope",
+              '"greedy"', '[{"name": "top_p", "params": {"p": NaN}}]', "top_k(5) |", "top_k(5) | | greedy", "-" * 3000,
+              ""]  # fmt: skip
+STRATEGIES = (
+    ["sample", "beam(num_beams=2)", "beam(num_beams=2, num_return_sequences=2)", "cfg", "cfg(scale=3, negative='a')",
+     "cfg(scale=-2, negative=[[1], [2]])", "speculative", "speculative(k=2, ngram_size=1)",
+     "speculative(draft='cli-test-gpt', k=2)"],
+    ["beam(num_beams=0)", "beam(num_beams=2, num_return_sequences=3)", "cfg(scale=nan)", "cfg(scale=1e308)",
+     "cfg(negative='')", "cfg(negative=[])", "cfg(negative=[-1])", "speculative(k=0)", "speculative(draft='nope')",
+     "speculative(k=65)", "nope", "", "beam(", "sample(x=1)", "cfg(negative=[[1], [2], [3], [4]])"],
+)  # fmt: skip
+CACHES = (["dense", "gqa", "int8", "none", "window(size=4)", "h2o(budget=4)", "streaming", "snapkv", "tova"],
+          ["window(size=0)", "nope", "", "dense(", "dense(x=1)", "h2o(budget=-1)"])  # fmt: skip
+MODELS = ([MODEL], ["", "nope", f"{MODEL}(n_layer=-1)", f"{MODEL}(", "hf:", "hf:/nonexistent", "hf:<dir>"])
+PROMPTS = (["ROMEO: ", "a", "Hello, world\n", "{", "12 34"], ["", "-", "--", "\u2665", "\n", "-x"])
+COUNTS = ["0", "1", "2", "3"]
 TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
 
 
 @dataclass(frozen=True)
 class Case:
     """argv with `<dir>` (a directory), `<missing>` (a path to nothing) and `<file:N>` (`files[N]`'s path) made
-    real in a fresh directory; stdin; whether the command prints JSON or writes an `--output` file to check."""
+    real in a fresh directory; stdin; whether the command prints JSON to check."""
 
     argv: tuple[str, ...]
     files: tuple[bytes, ...] = ()
     stdin: str = ""
     json: bool = False
-    output: bool = False
-    notes: tuple[str, ...] = field(default=(), compare=False)
 
 
-def _pick(draw: st.DrawFn, values: Sequence[str], other: st.SearchStrategy[str] = TEXT) -> str:
-    """A listed value most of the time, else any text."""
-    return draw(st.one_of(st.sampled_from(values), other) if draw(st.integers(0, 9)) == 0 else st.sampled_from(values))
+class Draw:
+    """hypothesis's `draw` and the case's hostility: the chance in ten that a value is a bad one (0: a case that
+    must run, so that the commands' whole path is fuzzed, not their first check)."""
+
+    def __init__(self, draw: st.DrawFn, rate: int | None = None) -> None:
+        self.draw = draw
+        self.rate = draw(st.sampled_from([0, 0, 1, 3])) if rate is None else rate
+
+    def __call__(self, strategy: st.SearchStrategy[Any]) -> Any:
+        return self.draw(strategy)
+
+    def bad(self) -> bool:
+        return bool(self.draw(st.integers(0, 9)) < self.rate)
+
+    def pick(self, ok: Sequence[Any], bad: Sequence[Any], text: bool = False) -> Any:
+        """A good value, or (at the case's rate) a bad one, sometimes any text at all."""
+        if not self.bad():
+            return self(st.sampled_from(ok))
+        return self(st.one_of(st.sampled_from(bad), TEXT) if text else st.sampled_from(bad))
+
+    def flag(self, name: str, ok: Sequence[str], bad: Sequence[str], text: bool = False) -> list[str]:
+        """The flag with a value a third of the time."""
+        return [name, self.pick(ok, bad, text)] if self(st.integers(0, 2)) == 0 else []
 
 
-def _chain(draw: st.DrawFn) -> str:
-    if draw(st.booleans()):
-        return _pick(draw, CHAINS)
-    stages = draw(st.lists(st.tuples(st.sampled_from(SAMPLERS), st.sampled_from(VALUES)), min_size=1, max_size=3))
-    return " | ".join(f"{name}({value})" if value or draw(st.booleans()) else name for name, value in stages)
+def _chain(d: Draw) -> str:
+    if d.bad() and d(st.booleans()):
+        return str(d(st.sampled_from(BAD_CHAINS)))
+    names = d(st.lists(st.sampled_from(sorted(STAGES)), min_size=1, max_size=3))
+    stages = [f"{n}({d.pick(STAGES[n], BAD_VALUES)})" if STAGES[n][0] or d(st.booleans()) else n for n in names]
+    if d.bad():
+        stages[-1] = d(st.sampled_from(["", "nope", "top_k(5", "top_k(5))", "🙂"]))
+    return " | ".join(stages)
 
 
-def _flag(draw: st.DrawFn, name: str, values: Sequence[str]) -> list[str]:
-    return [name, _pick(draw, values)] if draw(st.integers(0, 2)) == 0 else []
-
-
-def _steps(draw: st.DrawFn, name: str, cache: list[str]) -> list[str]:
-    """A small count, or a hostile one; never a huge one under `--cache none`, which crops the context and would
+def _steps(d: Draw, name: str, cache: list[str]) -> list[str]:
+    """A small count, or a bad one; never a huge one under `--cache none`, which crops the context and would
     (rightly) generate that many tokens."""
-    value = draw(st.sampled_from(["0", "1", "2", "3"]) if draw(st.integers(0, 2)) else st.sampled_from(INTS))
+    value = str(d.pick(COUNTS, BAD_INTS))
     if value.strip().lstrip("+").isdigit() and int(value) > 8 and cache[-1:] == ["none"]:
         value = "3"
     return [name, value]
 
 
-def _sampling(draw: st.DrawFn) -> list[str]:
-    args = ["--chain", _chain(draw)] if draw(st.integers(0, 2)) == 0 else []
-    for name, values in (
-        ("--temperature", FLOATS),
-        ("--top-k", INTS),
-        ("--top-p", FLOATS),
-        ("--repetition-penalty", FLOATS),
-    ):
-        args += _flag(draw, name, values)
-    return args
+def _sampling(d: Draw) -> list[str]:
+    if d(st.integers(0, 2)) == 0:
+        return ["--chain", _chain(d)] + d.flag("--temperature", ["0.7"], ["0.7"]) * d.bad()  # both: refused
+    args = d.flag("--temperature", ["0", "0.7", "1.5"], BAD_FLOATS, text=True)
+    args += d.flag("--top-k", ["1", "5", "40", "96", "1000"], BAD_INTS, text=True)
+    args += d.flag("--top-p", ["0.5", "0.9", "1"], [*BAD_FLOATS, "0", "1.5"])
+    return args + d.flag("--repetition-penalty", ["1", "1.3"], [*BAD_FLOATS, "0"])
 
 
-def _common(draw: st.DrawFn) -> tuple[list[str], list[str]]:
+def _common(d: Draw) -> tuple[list[str], list[str]]:
     """Model, seed, cache and sampling flags (shared by generate and explain), and the cache flag alone."""
-    model = _pick(draw, MODELS)
-    cache = _flag(draw, "--cache", CACHES)
-    args = ["-m", model] if model or draw(st.booleans()) else []
-    args += _flag(draw, "--seed", INTS) + cache + _sampling(draw)
-    args += ["--replace-unknown"] * draw(st.booleans()) + ["--ignore-eos"] * draw(st.booleans())
+    args = ["-m", d.pick(*MODELS, text=True)] if not d.bad() or d(st.booleans()) else []
+    cache = d.flag("--cache", *CACHES)
+    args += d.flag("--seed", ["0", "7", "18446744073709551615"], BAD_INTS) + cache + _sampling(d)
+    # cli-test-gpt's tokenizer has no errors= (nor token_bytes, which --regex/--grammar/--json-schema need): rare
+    args += ["--replace-unknown"] * (d.bad() and d(st.booleans())) + ["--ignore-eos"] * d(st.booleans())
     return args, cache
 
 
-def _prompt(draw: st.DrawFn) -> tuple[str, str]:
+def _prompt(d: Draw) -> tuple[str, str]:
     """The prompt argument and stdin ('-' reads it)."""
-    prompt = draw(st.one_of(st.sampled_from(["ROMEO: ", "a", "", "-", "--", "\u2665", "\n"]), TEXT))
-    return prompt, (draw(TEXT) if prompt == "-" else "")
+    prompt = str(d.pick(*PROMPTS, text=True))
+    return prompt, (d(st.sampled_from(["ROMEO", "", "\n", "a\n\n"])) if prompt == "-" else "")
 
 
-_LINE_FIELDS: dict[str, list[Any]] = {
-    "prompt": ["ROMEO", "", 5, None, ["a"], "\u2665", "a" * 200],
-    "id": ["x", 1, -1, 1.5, None, [], {}, True, "x"],
-    "seed": [0, -1, 2**64, 1.5, "3", None, True, math.nan],
-    "max_new_tokens": [0, 1, 3, -1, 2**64, 1.5, "3", None, 10**6],
-    "chain": ["greedy", "top_k(", [], {}, [{"name": "top_h", "params": {"h": 2}}], 5, "mirostat(tau=-1)"],
-    "logprobs": [0, 2, -1, 96, 97, 2**63, 1.5, True, None, "1"],
-    "prompt_logprobs": [0, 1, 96, 97, -1, 2**63, 2.5, True, None, "1"],
-    "json_schema": [{"type": "integer"}, {"type": "nope"}, "not json", True, False, 5, "{}"],
-    "regex": ["[0-9]+", "(", "a**", "", 5],
-    "grammar": ["start: 'a'", "start: ", "", 5],
-    "unknown": [1],
-}
+_LINE_FIELDS: dict[str, tuple[list[Any], list[Any]]] = {
+    "prompt": (["ROMEO", "a b", "{}"], ["", 5, None, ["a"], "\u2665", "a" * 200]),
+    "id": (["x", 1, "y"], [-1, 1.5, None, [], {}, True, "x"]),
+    "seed": ([0, 5, 2**64 - 1], [-1, 2**64, 1.5, "3", True, math.nan]),
+    "max_new_tokens": ([0, 1, 3], [-1, 2**64, 1.5, "3", None, 10**6]),
+    "chain": (["greedy", "top_h(0.5) | sample", [{"name": "top_k", "params": {"k": 3}}], "mirostat(tau=2)"],
+              ["top_k(", [], {}, [{"name": "top_h", "params": {"h": 2}}], 5, "mirostat(tau=-1)"]),
+    "logprobs": ([0, 2, 96], [-1, 97, 2**63, 1.5, True, "1"]),
+    "prompt_logprobs": ([0, 1, 96], [97, -1, 2**63, 2.5, True, "1"]),
+    "json_schema": ([{"type": "integer"}, "{}", True], [{"type": "nope"}, "not json", False, 5]),
+    "regex": (["[0-9]+", "a|b"], ["(", "a**", "", 5]),
+    "grammar": (["start: \"a\"+"], ["start: ", "", 5]),
+    "unknown": ([], [1]),
+}  # fmt: skip
 _BAD_LINES = [b"", b"   ", b"[]", b"5", b'"x"', b"null", b"{", b'{"prompt": "a"', b"\xff\xfe", b"\xef\xbb\xbf{}",
               b'{"prompt": "\\ud800"}', b'{"prompt": "a", "prompt": "b"}', b"{}" * 3]  # fmt: skip
 
 
 @st.composite
-def _lines(draw: st.DrawFn) -> bytes:
-    if draw(st.integers(0, 5)) == 0:
-        return draw(st.sampled_from(_BAD_LINES))
-    line: dict[str, Any] = {"prompt": "ROMEO"} if draw(st.integers(0, 3)) else {}
-    names = draw(st.lists(st.sampled_from(sorted(_LINE_FIELDS)), max_size=3, unique=True))
-    line.update({name: draw(st.sampled_from(_LINE_FIELDS[name])) for name in names})
+def _lines(draw: st.DrawFn, rate: int) -> bytes:
+    d = Draw(draw, rate)
+    if d.bad() and d(st.booleans()):
+        return bytes(d(st.sampled_from(_BAD_LINES)))
+    line: dict[str, Any] = {}
+    names = d(st.lists(st.sampled_from(sorted(_LINE_FIELDS)), max_size=3, unique=True))
+    for name in ["prompt", *names]:
+        ok, bad = _LINE_FIELDS[name]
+        if name != "prompt" or not d.bad():  # a line without its prompt, at the case's rate
+            line[name] = d.pick(ok or bad, bad)
     if line.get("max_new_tokens") in (2**64, 10**6):
         line["max_new_tokens"] = 3  # a huge length runs (rightly) under --cache none: a hang, not a finding
+    if len({"json_schema", "regex", "grammar"} & line.keys()) > 1 and not d.bad():
+        line.pop("regex", None), line.pop("grammar", None)  # one of them, unless the case is hostile
     return json.dumps(line).encode()
 
 
-def _batch(draw: st.DrawFn, cache: list[str]) -> tuple[list[str], list[bytes], str]:
+def _batch(d: Draw) -> tuple[list[str], list[bytes], str]:
     """`--input FILE --output FILE` (or a directory, a missing file, stdin) with hostile lines."""
-    lines = draw(st.lists(_lines(), max_size=5))
-    source = draw(st.sampled_from(["<file:0>"] * 6 + ["<dir>", "<missing>", "-", ""]))
+    lines = d(st.lists(_lines(d.rate), max_size=5))
+    source = d.pick(["<file:0>", "-"], ["<dir>", "<missing>", "", "<file:1>"])
     stdin = b"\n".join(lines).decode(errors="replace") if source == "-" else ""
-    args = ["--input", source, "--output", draw(st.sampled_from(["<missing>"] * 6 + ["<dir>", "<file:0>", ""]))]
-    args += _flag(draw, "--batch-size", INTS) + _flag(draw, "--on-error", ["skip", "fail", "", "nope"])
-    args += ["--resume"] * (draw(st.integers(0, 4)) == 0)
-    return args, lines, stdin
+    args = ["--input", source, "--output", d.pick(["<missing>"], ["<dir>", "<file:0>", "", "<dir>/x/y"])]
+    args += d.flag("--batch-size", ["1", "2", "8"], BAD_INTS) + d.flag("--on-error", ["skip", "fail"], ["", "nope"])
+    return args + ["--resume"] * (d(st.integers(0, 4)) == 0), lines, stdin
+
+
+def _structured(d: Draw) -> tuple[list[str], bytes]:
+    """One of --json-schema FILE, --grammar FILE, --regex TEXT (rarely), or more than one; the file's content."""
+    kind = d(st.sampled_from(["", "--json-schema", "--grammar", "--regex"])) if d(st.integers(0, 5)) == 0 else ""
+    if kind == "--regex":
+        return ["--regex", d.pick(["[a-z]+", "a|b", "[0-9]{1,3}"], ["(", "a**", "", ".*", "\\"])], b""
+    if not kind:
+        return [], b""
+    content = {"--json-schema": [b'{"type": "integer"}', b"true"], "--grammar": [b'start: "a"+']}[kind]
+    bad = [b"{", b"[]", b"start:", b"\xff", b"", b'{"type": "nope"}']
+    args = [kind, d.pick(["<file:1>"], ["<dir>", "<missing>", ""])] + ["--regex", "a"] * (d.bad() and d(st.booleans()))
+    return args, d.pick(content, bad)
 
 
 @st.composite
 def generate_cases(draw: st.DrawFn) -> Case:
-    common, cache = _common(draw)
-    steps = _steps(draw, "--max-new-tokens", cache) if draw(st.integers(0, 4)) else []
+    d = Draw(draw)
+    common, cache = _common(d)
+    steps = _steps(d, "--max-new-tokens", cache) if d(st.integers(0, 4)) else []
     if not steps and cache[-1:] == ["none"]:
         steps = ["--max-new-tokens", "3"]  # the default, 100, is long for a fuzz case under --cache none
-    args = common + steps + _flag(draw, "--strategy", STRATEGIES) + _flag(draw, "-n", INTS)
-    args += _flag(draw, "--logprobs", INTS) + _flag(draw, "--prompt-logprobs", INTS) + _flag(draw, "--threads", INTS)
-    args += ["--stop", _pick(draw, ["a", "", "\n", "ROMEO"])] * draw(st.integers(0, 2))
-    args += ["--no-echo"] * draw(st.booleans())
-    structured = draw(st.sampled_from([[], [], [], ["--json-schema"], ["--grammar"], ["--regex"]]))
-    files: list[bytes] = []
-    if structured == ["--regex"]:
-        args += ["--regex", _pick(draw, ["[a-z]+", "(", "a**", "", ".*"])]
-    elif structured:
-        args += [*structured, draw(st.sampled_from(["<file:1>", "<file:1>", "<dir>", "<missing>", ""]))]
-        files.append(b"")  # file 0, the --input, is written even when unused
-        files.append(draw(st.sampled_from([b'{"type": "integer"}', b"{", b"[]", b"start: 'a'", b"start:", b"\xff"])))
-    if draw(st.integers(0, 3)) == 0:
-        batch, lines, stdin = _batch(draw, cache)
-        files[:1] = [b"\n".join(lines) + b"\n" * draw(st.booleans())]
-        argv = ["generate", *batch, *args]
-        return Case(tuple(argv), tuple(files), stdin, output=True)
-    prompt, stdin = _prompt(draw)
-    json_out = draw(st.integers(0, 3)) > 0
-    argv = ["generate", *([prompt] if prompt or draw(st.booleans()) else []), *args, *["--json"] * json_out]
-    return Case(tuple(argv), tuple(files), stdin, json=json_out)
+    args = common + steps + d.flag("--strategy", *STRATEGIES) + d.flag("-n", ["1", "2", "3"], ["0", *BAD_INTS])
+    args += d.flag("--logprobs", ["0", "2", "96"], ["97", *BAD_INTS])
+    args += d.flag("--prompt-logprobs", ["0", "1", "96"], ["97", *BAD_INTS])
+    args += d.flag("--threads", ["1"], ["0", "3", *BAD_INTS])
+    args += ["--stop", d.pick(["a", "\n", "ROMEO"], ["", "-"])] * d(st.integers(0, 2))
+    args += ["--no-echo"] * d(st.booleans())
+    structured, content = _structured(d)
+    args += structured
+    if d(st.integers(0, 3)) == 0:
+        batch, lines, stdin = _batch(d)
+        files = (b"\n".join(lines) + b"\n" * d(st.booleans()), content)
+        return Case(("generate", *batch, *args, *["--json"] * (d.bad() and d(st.booleans()))), files, stdin)
+    prompt, stdin = _prompt(d)
+    json_out = d(st.integers(0, 3)) > 0
+    argv = ("generate", *([prompt] if prompt or d(st.booleans()) else []), *args, *["--json"] * json_out)
+    return Case(argv, (b"", content), stdin, json=json_out)
 
 
 @st.composite
 def explain_cases(draw: st.DrawFn) -> Case:
-    common, cache = _common(draw)
-    prompt, stdin = _prompt(draw)
-    args = [prompt, *common, *(_steps(draw, "--steps", cache) if draw(st.integers(0, 3)) else ["--steps", "2"])]
-    args += _flag(draw, "--top", INTS) + _flag(draw, "--plot-step", INTS)
-    args += _flag(draw, "--plot", ["<dir>", "<missing>", "<missing>.png", "<dir>/x.png", "", "x.nope"])
-    json_out = draw(st.integers(0, 3)) > 0
+    d = Draw(draw)
+    common, cache = _common(d)
+    prompt, stdin = _prompt(d)
+    args = [prompt, *common, *(_steps(d, "--steps", cache) if d(st.integers(0, 3)) else ["--steps", "2"])]
+    args += d.flag("--top", ["1", "5", "96", "1000"], ["0", *BAD_INTS]) + d.flag("--plot-step", COUNTS, BAD_INTS)
+    args += d.flag("--plot", ["<missing>.png", "<missing>.svg"], ["<dir>", "<missing>", "<dir>/x/y.png", "", "x.nope"])
+    json_out = d(st.integers(0, 3)) > 0
     return Case(("explain", *args, *["--json"] * json_out), (), stdin, json=json_out)
 
 
 @st.composite
 def samplers_cases(draw: st.DrawFn) -> Case:
-    names = draw(st.lists(st.one_of(st.sampled_from([*SAMPLERS, "cfg", "speculative", "dense", MODEL]), TEXT)))
-    json_out = draw(st.booleans())
+    d = Draw(draw)
+    known = [*STAGES, "cfg", "speculative", "beam", "dense", "int8", MODEL]
+    names = [d.pick(known, ["nope", "", "top-k", "TOP_K", "-"], text=True) for _ in range(d(st.integers(0, 3)))]
+    json_out = d(st.booleans())
     return Case(("samplers", *names, *["--json"] * json_out), json=json_out)
 
 
 def _cases() -> st.SearchStrategy[Case]:
-    return st.one_of(generate_cases(), generate_cases(), explain_cases(), samplers_cases())
+    return st.one_of(generate_cases(), generate_cases(), generate_cases(), explain_cases(), samplers_cases())
 
 
 class _Hang(BaseException):  # not an Exception: the CLI's own handlers cannot swallow it
@@ -245,7 +269,7 @@ def _time_limit(seconds: float) -> Iterator[None]:
 
 
 def _real(arg: str, root: Path) -> str:
-    for mark, path in (("<dir>", root / "d"), ("<missing>", root / "missing"), ("<file:0>", root / "f0.jsonl"),
+    for mark, path in (("<dir>", root / "d"), ("<missing>", root / "new"), ("<file:0>", root / "f0"),
                        ("<file:1>", root / "f1")):  # fmt: skip
         arg = arg.replace(mark, str(path))
     return arg
@@ -257,20 +281,17 @@ def run_case(case: Case) -> tuple[subprocess.CompletedProcess[str], list[str]]:
         root = Path(tmp)
         (root / "d").mkdir()
         for i, content in enumerate(case.files):
-            (root / ("f0.jsonl" if i == 0 else f"f{i}")).write_bytes(content)
+            (root / f"f{i}").write_bytes(content)
         argv = [_real(arg, root) for arg in case.argv]
         with _time_limit(TIME_LIMIT):
             result = run_cli(argv, _env(), stdin=case.stdin, cwd=root)
-        problems = _problems(case, result, _output(argv))
+        problems = _problems(case, result, _output(argv, root))
     return result, problems
 
 
-def _output(argv: list[str]) -> Path | None:
-    """The --output file to check: not when it is the --input file (then it holds the prompts, not records)."""
-    if "--output" not in argv:
-        return None
-    output = argv[argv.index("--output") + 1]
-    return None if not output or output == argv[argv.index("--input") + 1] else Path(output)
+def _output(argv: list[str], root: Path) -> Path | None:
+    """The --output file to check: one the command made (a file there before holds something else)."""
+    return root / "new" if "--output" in argv and argv[argv.index("--output") + 1] == str(root / "new") else None
 
 
 def _problems(case: Case, result: subprocess.CompletedProcess[str], output: Path | None) -> list[str]:

@@ -149,6 +149,21 @@ def test_the_candidate_fast_path_is_the_dense_result(text: str, dtype: torch.dty
         assert torch.equal(densify(fast, 4000)[held], chain.process(x, ctx)[held].to(dtype))
 
 
+def test_the_candidate_fast_path_keeps_float64_rows_dense_keeps() -> None:
+    """Found by the fuzzer: the candidates compared their float64 values with the float32 cut, which rounds the
+    last kept logit up about half the time, and so dropped that token; the dense row compares in float32."""
+    from decodekit.stage import Candidates, densify
+
+    chain = dk.Chain.parse("top_h(0.32, top_n=32)")
+    x = torch.randn(64, 130, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    ctx = dk.DecodeContext(tokens=torch.zeros(64, 1).long())
+    fast = chain._process_fast(x.clone(), ctx)
+    assert isinstance(fast, Candidates)
+    held = ~torch.isnan(fast.values).any(-1)
+    assert int(held.sum()) == 64
+    assert torch.equal(densify(fast, 130), chain.process(x, ctx))
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("compile")  # as tests/test_step_sync_free.py: inductor once per worker
 def test_compiles_as_one_graph_dense_and_on_candidates() -> None:
@@ -173,3 +188,11 @@ def test_a_negative_zero_logit_tied_with_a_positive_zero_cut_stays() -> None:
     )
     ties = torch.tensor([[2.0, 0.0, -0.0, 0.0]])
     assert torch.isfinite(remove_below(ties, ties, torch.zeros(1, 1))).sum() == 4
+
+
+@pytest.mark.parametrize("top_n", [2**20 + 1, 2**53 + 1, 2**64])
+def test_a_top_n_past_any_vocabulary_is_refused(top_n: int) -> None:
+    """Found by the fuzzer: the cut pads the top logits to top_n, so 2**53 + 1 tried to allocate that many floats
+    (RuntimeError) and 2**64 overflowed `pad` (TypeError)."""
+    with pytest.raises(dk.ParameterError, match=rf"^top_h: top_n={top_n} is invalid: .*allowed: int 1 <= top_n <= "):
+        dk.Chain.parse(f"top_h(0.5, top_n={top_n})")

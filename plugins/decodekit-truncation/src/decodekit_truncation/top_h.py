@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from decodekit.candidates import keep_at_least, top_candidates
+from decodekit.candidates import top_candidates
 from decodekit.stage import Candidates, ProcessorBase
 from decodekit_truncation._keep import as_float32, remove_below
 from decodekit_truncation.params import TopHParams
@@ -64,8 +64,15 @@ class TopH(ProcessorBase[TopHParams]):
             return None  # the whole row: nothing saved
         c, bound = top_candidates(logits, n)
         cut = self._cut(c.values)
-        return keep_at_least(c, cut, cut > bound)  # ties at a cut of the bound may reach past: redone densely
+        return _keep_at_least(c, cut, cut > bound)  # ties at a cut of the bound may reach past: redone densely
 
     def on_candidates(self, c: Candidates, ctx: DecodeContext) -> Candidates:
         cut = self._cut(c.values)  # every token not listed is removed: the candidates hold the whole row
-        return keep_at_least(c, cut, torch.ones_like(cut, dtype=torch.bool))
+        return _keep_at_least(c, cut, torch.ones_like(cut, dtype=torch.bool))
+
+
+def _keep_at_least(c: Candidates, cut: Tensor, held: Tensor) -> Candidates:
+    """`decodekit.candidates.keep_at_least` comparing in float32, as the dense row does: float64 values against the
+    float32 cut would drop the last kept token whenever the cut rounded up."""
+    values = c.values.masked_fill(as_float32(c.values) < cut, float("-inf"))
+    return Candidates(torch.where(held, values, float("nan")), c.indices)
