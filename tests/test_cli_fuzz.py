@@ -304,11 +304,45 @@ def _problems(case: Case, result: subprocess.CompletedProcess[str], output: Path
         problems.append("failed and said nothing on stderr")
     if case.json and result.returncode == 0:
         try:
-            json.loads(result.stdout)
+            doc = json.loads(result.stdout, parse_constant=_no_constant)
         except ValueError as exc:
             problems.append(f"--json printed what is not JSON ({exc})")
+        else:
+            problems += _generate_problems(case.argv, doc) if case.argv[0] == "generate" else []
     if output is not None and output.is_file():
         problems += _record_problems(output.read_text(errors="replace"))
+    return problems
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")  # Python's json writes NaN and Infinity; JSON has neither
+
+
+def _option(argv: Sequence[str], name: str) -> int | None:
+    """The value of the option's last occurrence, as an int (the command accepted it)."""
+    values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == name]
+    return int(values[-1]) if values else None
+
+
+def _generate_problems(argv: Sequence[str], doc: Any) -> list[str]:
+    """--json of generate: every sample's tokens at most --max-new-tokens, with one logprobs entry per token and
+    top lists of --logprobs; the prompt's scores one per token, the first null, ranks in [1, 96], --prompt-logprobs
+    long."""
+    problems = []
+    steps, n, prompt_n = (_option(argv, name) for name in ("--max-new-tokens", "--logprobs", "--prompt-logprobs"))
+    for sample in doc["samples"]:
+        if steps is not None and len(sample["tokens"]) > steps:
+            problems.append(f"{len(sample['tokens'])} tokens, --max-new-tokens {steps}")
+        if n is not None and len(sample["logprobs"]) != len(sample["tokens"]):
+            problems.append(f"{len(sample['logprobs'])} logprobs for {len(sample['tokens'])} tokens")
+        if n is not None and any(len(lp["top"]) != n or len(lp["processed_top"]) > n for lp in sample["logprobs"]):
+            problems.append(f"a logprobs top list not {n} long")
+    if prompt_n is not None:
+        scores = doc["prompt_logprobs"]
+        if not scores or scores[0] is not None:
+            problems.append(f"prompt_logprobs {str(scores)[:80]}: not a list whose first entry is null")
+        elif any(not 1 <= s["rank"] <= 96 or len(s["top"]) != prompt_n for s in scores[1:]):
+            problems.append(f"prompt_logprobs: a rank outside [1, 96] or a top list not {prompt_n} long")
     return problems
 
 

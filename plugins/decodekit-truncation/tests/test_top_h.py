@@ -164,6 +164,18 @@ def test_the_candidate_fast_path_keeps_float64_rows_dense_keeps() -> None:
     assert torch.equal(densify(fast, 130), chain.process(x, ctx))
 
 
+def test_a_float64_chain_picks_only_what_process_keeps() -> None:
+    """The fuzzer's case (seed 777) of the bug above, through the chain's call: the fast path had lost top_h's last
+    kept token, and `temperature(0)` then picked a token `chain.process` removed."""
+    from decodekit.testing.fuzz.inputs import History, Logits, Row
+
+    x = Logits(rows=(Row(scale=1.0),), vocab_size=4096, dtype="float64", seed=9).tensor()
+    ctx = History(batch_size=1, length=8, id_limit=4096, seed=15).context()
+    chain = dk.Chain.parse("top_h(1.0) | typical(1e-45) | bad_words([[0, 1]]) | temperature(0) | sample")
+    token = int(chain(x, ctx)[0])
+    assert chain.process(x, ctx)[0, token] > float("-inf")
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("compile")  # as tests/test_step_sync_free.py: inductor once per worker
 def test_compiles_as_one_graph_dense_and_on_candidates() -> None:
