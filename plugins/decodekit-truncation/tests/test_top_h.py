@@ -164,6 +164,23 @@ def test_the_candidate_fast_path_keeps_float64_rows_dense_keeps() -> None:
     assert torch.equal(densify(fast, 130), chain.process(x, ctx))
 
 
+@pytest.mark.parametrize(("scale", "shift"), [(1.0, 3e38), (3e38, 0.0)])
+def test_float64_rows_past_float32s_range_are_cut_in_float64(scale: float, shift: float) -> None:
+    """Found by the fuzzer (seed 4242): in float32 these rows round into ties (3e38 + N(0, 1)) or overflow to inf
+    (3e38 * N(0, 1)), so the dense row lost its cut (NaN: unsampleable) or kept other ties than the candidates."""
+    from decodekit.stage import Candidates, densify
+
+    x = torch.randn(16, 600, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * scale + shift
+    ctx = dk.DecodeContext(tokens=torch.zeros(16, 1).long())
+    for chain in (dk.Chain.parse("top_h(0.96)"), dk.Chain.parse("top_h(1e-38, top_n=3)")):
+        dense = chain.process(x, ctx)
+        assert not dense.isnan().any() and (dense > float("-inf")).any(-1).all()
+        fast = chain._process_fast(x.clone(), ctx)
+        assert isinstance(fast, Candidates)
+        held = ~torch.isnan(fast.values).any(-1)
+        assert torch.equal(densify(fast, 600)[held], dense[held])
+
+
 def test_a_float64_chain_picks_only_what_process_keeps() -> None:
     """The fuzzer's case (seed 777) of the bug above, through the chain's call: the fast path had lost top_h's last
     kept token, and `temperature(0)` then picked a token `chain.process` removed."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from decodekit.candidates import top_candidates
+from decodekit.candidates import keep_at_least, top_candidates
 from decodekit.stage import Candidates, ProcessorBase
 from decodekit_truncation._keep import as_float32, remove_below
 from decodekit_truncation.params import TopHParams
@@ -40,6 +40,12 @@ def top_h_cut(top: Tensor, h: float) -> Tensor:
     return top.gather(-1, (kept - 1).clamp_(min=0))  # the most probable token always stays
 
 
+def _working(logits: Tensor) -> Tensor:
+    """The logits in float32 for the arithmetic, as transformers', but float64 kept: in float32 its logits round
+    (the candidates, compared in float64, then lost the token at the cut) or overflow to inf (the row NaN)."""
+    return logits if logits.dtype == torch.float64 else as_float32(logits)
+
+
 class TopH(ProcessorBase[TopHParams]):
     """Keep the most probable tokens whose summed entropy terms stay within `h` times the top-n entropy."""
 
@@ -47,13 +53,13 @@ class TopH(ProcessorBase[TopHParams]):
         """The cut `[B, 1]` from a row's largest logits, sorted: the first top_n of them, -inf past the row's end,
         so that the dense row and its candidates reach the cut by the same arithmetic."""
         n = self.params.top_n
-        head = as_float32(largest[:, :n])
+        head = _working(largest[:, :n])
         if head.shape[-1] < n:
             head = torch.nn.functional.pad(head, (0, n - head.shape[-1]), value=float("-inf"))
         return top_h_cut(head.contiguous(), self.params.h)
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        x = as_float32(logits)
+        x = _working(logits)
         top = top_candidates(x, min(self.params.top_n, x.shape[-1]))[0].values  # sorted descending
         # Every token tied with the last one kept stays (transformers keeps those its topk lists first).
         return remove_below(logits, x, self._cut(top))
@@ -64,15 +70,8 @@ class TopH(ProcessorBase[TopHParams]):
             return None  # the whole row: nothing saved
         c, bound = top_candidates(logits, n)
         cut = self._cut(c.values)
-        return _keep_at_least(c, cut, cut > bound)  # ties at a cut of the bound may reach past: redone densely
+        return keep_at_least(c, cut, cut > bound)  # ties at a cut of the bound may reach past: redone densely
 
     def on_candidates(self, c: Candidates, ctx: DecodeContext) -> Candidates:
         cut = self._cut(c.values)  # every token not listed is removed: the candidates hold the whole row
-        return _keep_at_least(c, cut, torch.ones_like(cut, dtype=torch.bool))
-
-
-def _keep_at_least(c: Candidates, cut: Tensor, held: Tensor) -> Candidates:
-    """`decodekit.candidates.keep_at_least` comparing in float32, as the dense row does: float64 values against the
-    float32 cut would drop the last kept token whenever the cut rounded up."""
-    values = c.values.masked_fill(as_float32(c.values) < cut, float("-inf"))
-    return Candidates(torch.where(held, values, float("nan")), c.indices)
+        return keep_at_least(c, cut, torch.ones_like(cut, dtype=torch.bool))
