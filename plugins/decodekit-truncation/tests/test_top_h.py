@@ -181,6 +181,20 @@ def test_float64_rows_past_float32s_range_are_cut_in_float64(scale: float, shift
         assert torch.equal(densify(fast, 600)[held], dense[held])
 
 
+@pytest.mark.parametrize("text", ["top_h(5e-324, top_n=1) | temperature(0.5)", "top_k(60) | top_h(1.0, top_n=3)"])
+def test_a_row_holding_inf_is_unsampleable_on_the_fast_path_too(text: str) -> None:
+    """Found by the fuzzer (seed 9001): densely the cut of +inf removes every token (inf - inf is NaN), so the row
+    cannot be sampled; the candidates kept the +inf one (inf >= inf), `temperature` made it finite, and the chain
+    sampled a row `chain.process` leaves empty."""
+    x = torch.full((1, 64), float("-inf"))
+    x[0, [3, 9, 20]] = torch.tensor([6e-8, float("inf"), 65504.0])
+    ctx = dk.DecodeContext(tokens=torch.zeros(1, 1).long())
+    chain = dk.Chain.parse(text)
+    assert not (chain.process(x, ctx) > float("-inf")).any()
+    with pytest.raises(dk.NumericsError):
+        chain(x, ctx)
+
+
 def test_a_float64_chain_picks_only_what_process_keeps() -> None:
     """The fuzzer's case (seed 777) of the bug above, through the chain's call: the fast path had lost top_h's last
     kept token, and `temperature(0)` then picked a token `chain.process` removed."""

@@ -70,8 +70,10 @@ class TopH(ProcessorBase[TopHParams]):
             return None  # the whole row: nothing saved
         c, bound = top_candidates(logits, n)
         cut = self._cut(c.values)
-        return keep_at_least(c, cut, cut > bound)  # ties at a cut of the bound may reach past: redone densely
+        # ties at a cut of the bound may reach past, and a cut of +inf (a row holding +inf) removes the token at it
+        # densely (inf - inf is NaN): both redone densely
+        return keep_at_least(c, cut, (cut > bound) & (cut < float("inf")))
 
     def on_candidates(self, c: Candidates, ctx: DecodeContext) -> Candidates:
         cut = self._cut(c.values)  # every token not listed is removed: the candidates hold the whole row
-        return keep_at_least(c, cut, torch.ones_like(cut, dtype=torch.bool))
+        return keep_at_least(c, cut, cut < float("inf"))
