@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from torch import Tensor
 
 import decodekit as dk
+from decodekit.results import Generation
 from decodekit.testing.fuzz import (
     ACCEPTED,
     TARGETS,
@@ -28,8 +30,17 @@ from decodekit.testing.fuzz import (
     spec_cases,
 )
 from decodekit.testing.fuzz.chains import check_tokens
+from decodekit.testing.fuzz.generation import ModelKey, check_prompt_scores, check_result, tiny_model
 from decodekit.testing.fuzz.inputs import History, Logits, Row
-from decodekit.testing.fuzz.outcomes import MUTATED, REVIVED, UNFLAGGED, UNTYPED, exception_finding
+from decodekit.testing.fuzz.outcomes import (
+    MALFORMED,
+    MISMATCH,
+    MUTATED,
+    REVIVED,
+    UNFLAGGED,
+    UNTYPED,
+    exception_finding,
+)
 
 settings.register_profile(
     "decodekit-fuzz",
@@ -119,3 +130,57 @@ def test_half_logits_are_checked_in_float32_as_the_chain_runs_them() -> None:
     report = Report()
     check_logits(dk.Chain.parse("temperature(7549) | temperature(0) | greedy"), x, History(1, 3, 130).context(), report)
     assert report.findings == []
+
+
+def _scored(n: int) -> Generation:
+    return dk.generate(tiny_model(ModelKey(7)), [[1, 2, 3], [4, 5]], max_new_tokens=1, prompt_logprobs=n, logprobs=n)
+
+
+def _result_findings(g: Generation, n: int = 2) -> set[str]:
+    report = Report()
+    check_result(g, n, n, 7, report)
+    check_prompt_scores(tiny_model(ModelKey(7)), g, report)
+    return {f.kind for f in report.findings}
+
+
+def test_a_generation_of_the_promised_shape_passes() -> None:
+    assert _result_findings(_scored(2)) == set()
+    assert _result_findings(_scored(0), 0) == set()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda s: s[1:],  # no None first
+        lambda s: [*s, s[-1]],  # one entry too many
+        lambda s: [None, replace(s[1], rank=0), *s[2:]],
+        lambda s: [None, replace(s[1], rank=8), *s[2:]],
+        lambda s: [None, replace(s[1], top=[*s[1].top, (0, -9.0)]), *s[2:]],  # longer than asked
+        lambda s: [None, replace(s[1], top=s[1].top[::-1]), *s[2:]],  # not sorted
+        lambda s: [None, replace(s[1], logprob=math.nan), *s[2:]],
+        lambda s: [None, replace(s[1], rank=1, logprob=s[1].top[1][1] - 1.0), *s[2:]],  # rank 1 below the top
+    ],
+)
+def test_a_malformed_prompt_score_is_caught(change: Any) -> None:
+    g = _scored(2)
+    assert g.prompt_logprobs is not None
+    broken = replace(g, prompt_logprobs=[change(g.prompt_logprobs[0]), g.prompt_logprobs[1]])
+    assert MALFORMED in _result_findings(broken)
+
+
+def test_prompt_scores_unlike_a_full_forward_are_caught() -> None:
+    g = _scored(2)
+    assert g.prompt_logprobs is not None
+    first = g.prompt_logprobs[0]
+    assert first[1] is not None
+    shifted = [None, replace(first[1], logprob=first[1].logprob - 0.01), *first[2:]]
+    assert _result_findings(replace(g, prompt_logprobs=[shifted, g.prompt_logprobs[1]])) == {MISMATCH}
+
+
+def test_missing_or_extra_logprobs_are_caught() -> None:
+    g = _scored(2)
+    assert MALFORMED in _result_findings(replace(g, prompt_logprobs=None))
+    assert MALFORMED in _result_findings(replace(g, logprobs=None))
+    assert g.logprobs is not None
+    long_top = [[replace(lp, raw_top=[*lp.raw_top, (0, -1.0)]) for lp in row] for row in g.logprobs]
+    assert MALFORMED in _result_findings(replace(g, logprobs=long_top))

@@ -28,5 +28,6 @@ def test_a_bad_scale_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["generate", "ROMEO:", "--strategy", "cfg(scale=nan)", *ARGS]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert (
-        line == "decodekit: error: strategy cfg: scale=nan is invalid: Input should be a finite number; allowed: float"
+        line == "decodekit: error: strategy cfg: scale=nan is invalid: Input should be a finite number; allowed: "
+        "float -10000.0 <= scale <= 10000.0"
     )

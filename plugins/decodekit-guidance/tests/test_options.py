@@ -27,6 +27,9 @@ PROMPTS = [[1, 2, 3], [4, 5]]
             {"scale": float("inf")},
             "strategy cfg: scale=inf is invalid: Input should be a finite number; allowed: float",
         ),
+        # found by the fuzzer: 1e300 times a log-probability gap overflowed to +inf, a NumericsError naming no option
+        ({"scale": 1e300}, "strategy cfg: scale=1e+300 is invalid: Input should be less than or equal to 10000"),
+        ({"scale": -1e300}, "strategy cfg: scale=-1e+300 is invalid: Input should be greater than or equal to -10000"),
         ({"scale": "2"}, "strategy cfg: scale='2' is invalid"),
         ({"scale": True}, "strategy cfg: scale=True is invalid"),
         (

@@ -149,6 +149,64 @@ def test_the_candidate_fast_path_is_the_dense_result(text: str, dtype: torch.dty
         assert torch.equal(densify(fast, 4000)[held], chain.process(x, ctx)[held].to(dtype))
 
 
+def test_the_candidate_fast_path_keeps_float64_rows_dense_keeps() -> None:
+    """Found by the fuzzer: the candidates compared their float64 values with the float32 cut, which rounds the
+    last kept logit up about half the time, and so dropped that token; the dense row compares in float32."""
+    from decodekit.stage import Candidates, densify
+
+    chain = dk.Chain.parse("top_h(0.32, top_n=32)")
+    x = torch.randn(64, 130, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    ctx = dk.DecodeContext(tokens=torch.zeros(64, 1).long())
+    fast = chain._process_fast(x.clone(), ctx)
+    assert isinstance(fast, Candidates)
+    held = ~torch.isnan(fast.values).any(-1)
+    assert int(held.sum()) == 64
+    assert torch.equal(densify(fast, 130), chain.process(x, ctx))
+
+
+@pytest.mark.parametrize(("scale", "shift"), [(1.0, 3e38), (3e38, 0.0)])
+def test_float64_rows_past_float32s_range_are_cut_in_float64(scale: float, shift: float) -> None:
+    """Found by the fuzzer (seed 4242): in float32 these rows round into ties (3e38 + N(0, 1)) or overflow to inf
+    (3e38 * N(0, 1)), so the dense row lost its cut (NaN: unsampleable) or kept other ties than the candidates."""
+    from decodekit.stage import Candidates, densify
+
+    x = torch.randn(16, 600, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * scale + shift
+    ctx = dk.DecodeContext(tokens=torch.zeros(16, 1).long())
+    for chain in (dk.Chain.parse("top_h(0.96)"), dk.Chain.parse("top_h(1e-38, top_n=3)")):
+        dense = chain.process(x, ctx)
+        assert not dense.isnan().any() and (dense > float("-inf")).any(-1).all()
+        fast = chain._process_fast(x.clone(), ctx)
+        assert isinstance(fast, Candidates)
+        held = ~torch.isnan(fast.values).any(-1)
+        assert torch.equal(densify(fast, 600)[held], dense[held])
+
+
+@pytest.mark.parametrize("text", ["top_h(5e-324, top_n=1) | temperature(0.5)", "top_k(60) | top_h(1.0, top_n=3)"])
+def test_a_row_holding_inf_is_unsampleable_on_the_fast_path_too(text: str) -> None:
+    """Found by the fuzzer (seed 9001): densely the cut of +inf removes every token (inf - inf is NaN), so the row
+    cannot be sampled; the candidates kept the +inf one (inf >= inf), `temperature` made it finite, and the chain
+    sampled a row `chain.process` leaves empty."""
+    x = torch.full((1, 64), float("-inf"))
+    x[0, [3, 9, 20]] = torch.tensor([6e-8, float("inf"), 65504.0])
+    ctx = dk.DecodeContext(tokens=torch.zeros(1, 1).long())
+    chain = dk.Chain.parse(text)
+    assert not (chain.process(x, ctx) > float("-inf")).any()
+    with pytest.raises(dk.NumericsError):
+        chain(x, ctx)
+
+
+def test_a_float64_chain_picks_only_what_process_keeps() -> None:
+    """The fuzzer's case (seed 777) of the bug above, through the chain's call: the fast path had lost top_h's last
+    kept token, and `temperature(0)` then picked a token `chain.process` removed."""
+    from decodekit.testing.fuzz.inputs import History, Logits, Row
+
+    x = Logits(rows=(Row(scale=1.0),), vocab_size=4096, dtype="float64", seed=9).tensor()
+    ctx = History(batch_size=1, length=8, id_limit=4096, seed=15).context()
+    chain = dk.Chain.parse("top_h(1.0) | typical(1e-45) | bad_words([[0, 1]]) | temperature(0) | sample")
+    token = int(chain(x, ctx)[0])
+    assert chain.process(x, ctx)[0, token] > float("-inf")
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("compile")  # as tests/test_step_sync_free.py: inductor once per worker
 def test_compiles_as_one_graph_dense_and_on_candidates() -> None:
@@ -173,3 +231,11 @@ def test_a_negative_zero_logit_tied_with_a_positive_zero_cut_stays() -> None:
     )
     ties = torch.tensor([[2.0, 0.0, -0.0, 0.0]])
     assert torch.isfinite(remove_below(ties, ties, torch.zeros(1, 1))).sum() == 4
+
+
+@pytest.mark.parametrize("top_n", [2**20 + 1, 2**53 + 1, 2**64])
+def test_a_top_n_past_any_vocabulary_is_refused(top_n: int) -> None:
+    """Found by the fuzzer: the cut pads the top logits to top_n, so 2**53 + 1 tried to allocate that many floats
+    (RuntimeError) and 2**64 overflowed `pad` (TypeError)."""
+    with pytest.raises(dk.ParameterError, match=rf"^top_h: top_n={top_n} is invalid: .*allowed: int 1 <= top_n <= "):
+        dk.Chain.parse(f"top_h(0.5, top_n={top_n})")

@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 
 import decodekit as dk
 from decodekit.plugins import get_registry
+from decodekit.results import Generation
 from decodekit.testing.fuzz.catalogue import SamplerInfo, params_model, registered_samplers
 from decodekit.testing.fuzz.chains import ChainDraw, chain_draws
-from decodekit.testing.fuzz.outcomes import MUTATED, OUT_OF_RANGE, REVIVED, UNFLAGGED, Report
+from decodekit.testing.fuzz.outcomes import MALFORMED, MISMATCH, MUTATED, OUT_OF_RANGE, REVIVED, UNFLAGGED, Report
 from decodekit.testing.fuzz.values import params_dicts
 from decodekit.testing.tiny_lm import Letters, TinyLM
 
@@ -175,6 +176,12 @@ def _kwargs(vocab_size: int, rows: int) -> dict[str, st.SearchStrategy[Arg]]:
             st.integers(0, V).map(Arg),
             _choices((None, Y), (V + 1, N), (-1, N), (2.5, N), ("1", N), (True, E), (2**63, N)),
         ),
+        "prompt_logprobs": st.one_of(
+            st.integers(0, V).map(Arg),
+            _choices(
+                (None, Y), (V + 1, N), (-1, N), (2.5, N), ("1", N), (True, E), (2**63, N), (math.nan, N), ([1], N)
+            ),
+        ),
     }
 
 
@@ -198,6 +205,8 @@ def generate_cases(draw: st.DrawFn, samplers: Sequence[SamplerInfo] | None = Non
     if strict:  # half the cases run: edge and wrong values dropped, the chain's coverage kept
         kwargs = {k: a for k, a in kwargs.items() if a.valid}
         kwargs.setdefault("max_new_tokens", Arg(draw(st.integers(0, _MAX_STEPS))))
+        if draw(st.booleans()):  # scored prompts in more of the cases that run: their result is checked
+            kwargs.setdefault("prompt_logprobs", Arg(draw(st.integers(0, V))))
         prompts = prompts if prompts.valid else Arg([[0]] * rows)
     cache, steps = kwargs.get("cache"), kwargs.get("max_new_tokens")
     if cache is not None and cache.value == "none" and steps is not None and isinstance(steps.value, int):
@@ -237,7 +246,9 @@ def check_generate_case(case: GenerateCase, report: Report) -> None:
     prompts = case.prompts.value
     before = prompts.clone() if isinstance(prompts, torch.Tensor) else None
     if case.api == "stream":
-        tokens = [(e.token, e.logprobs) for e in dk.stream(model, prompts, chain=chain, **kwargs)]
+        events = dk.stream(model, prompts, chain=chain, **kwargs)
+        tokens = [(e.token, e.logprobs) for e in events]
+        g = events.result
     else:
         strategy = case.api.partition("decode:")[2]
         if strategy:
@@ -246,6 +257,11 @@ def check_generate_case(case: GenerateCase, report: Report) -> None:
             g = dk.generate(model, prompts, chain=chain, **kwargs)
         lps: list[list[Any]] = g.logprobs or [[None] * len(row) for row in g.tokens]
         tokens = [pair for row, row_lps in zip(g.tokens, lps) for pair in zip(row, row_lps)]
+    if g is None:
+        report.add(MALFORMED, f"{case.api}: no result once the stream ended")
+    else:
+        check_result(g, kwargs.get("logprobs"), kwargs.get("prompt_logprobs"), case.model.vocab_size, report)
+        check_prompt_scores(model, g, report)
     V = case.model.vocab_size
     for token, lp in tokens:
         if not isinstance(token, int) or not 0 <= token < V:
@@ -258,3 +274,61 @@ def check_generate_case(case: GenerateCase, report: Report) -> None:
         report.add(MUTATED, f"{case.api}: prompts")
     for arg in case.invalid():
         report.add(ACCEPTED_BAD, arg)
+
+
+def check_result(
+    g: Generation, logprobs: int | None, prompt_logprobs: int | None, vocab_size: int, report: Report
+) -> None:
+    """The shapes a `Generation` promises: per row one `TokenLogprobs` per token, each top list `logprobs` long
+    (after the chain: at most); per prompt token one `PromptLogprobs`, the first None, ranks in [1, vocab_size]."""
+    if (g.logprobs is None) != (logprobs is None):
+        report.add(MALFORMED, f"logprobs={logprobs!r}, yet the result's logprobs is {_short(g.logprobs)}")
+    for row, row_lps in zip(g.tokens, g.logprobs or []):
+        if len(row_lps) != len(row):
+            report.add(MALFORMED, f"logprobs: {len(row_lps)} for {len(row)} tokens")
+        for lp in row_lps:
+            if logprobs is not None and (len(lp.raw_top) != logprobs or len(lp.processed_top) > logprobs):
+                report.add(MALFORMED, f"logprobs={logprobs}: top lists of {len(lp.raw_top)}, {len(lp.processed_top)}")
+    if (g.prompt_logprobs is None) != (prompt_logprobs is None):
+        report.add(MALFORMED, f"prompt_logprobs={prompt_logprobs!r}, yet the result's is {_short(g.prompt_logprobs)}")
+    if g.prompt_logprobs is None or prompt_logprobs is None:
+        return
+    if len(g.prompt_logprobs) != len(g.prompt_tokens):
+        report.add(MALFORMED, f"prompt_logprobs: {len(g.prompt_logprobs)} rows for {len(g.prompt_tokens)} prompts")
+    for prompt, scores in zip(g.prompt_tokens, g.prompt_logprobs):
+        if len(scores) != len(prompt) or (scores and scores[0] is not None):
+            report.add(MALFORMED, f"prompt_logprobs: {len(scores)} entries for {len(prompt)} tokens, first not None")
+        for token, p in zip(prompt[1:], scores[1:]):
+            for problem in _prompt_score_problems(token, p, prompt_logprobs, vocab_size):
+                report.add(MALFORMED, f"prompt_logprobs: {problem}")
+
+
+@torch.no_grad()
+def check_prompt_scores(model: TinyLM, g: Generation, report: Report) -> None:
+    """Each prompt's scores against one uncached forward of that prompt alone (a second implementation: no cache,
+    no padding, no strategy); within the model dtype's rounding."""
+    tol = 1e-3 if next(model.parameters()).dtype == torch.float32 else 0.1
+    for prompt, scores in zip(g.prompt_tokens, g.prompt_logprobs or []):
+        ids = torch.tensor([prompt])
+        lp = torch.log_softmax(model(ids, torch.arange(len(prompt))[None])[0].float(), -1)
+        for i, p in enumerate(scores[1 : len(prompt)], 1):
+            if p is not None and abs(p.logprob - lp[i - 1, prompt[i]].item()) > tol:
+                report.add(MISMATCH, f"prompt_logprobs: {p.logprob} where one forward gives {lp[i - 1, prompt[i]]}")
+
+
+def _prompt_score_problems(token: int, p: Any, n: int, vocab_size: int) -> list[str]:
+    """What is wrong with one prompt token's score (rank, top list, values); nothing when it holds."""
+    if p is None:
+        return ["None past the first token"]
+    values = [v for _, v in p.top]
+    problems = [
+        f"rank {p.rank} outside [1, {vocab_size}]" * (not 1 <= p.rank <= vocab_size),
+        f"top list of {len(p.top)}, {n} asked" * (len(p.top) != n),
+        f"logprob {p.logprob} not finite or > 0" * (not -math.inf < p.logprob <= 1e-5),
+        "top not sorted" * (values != sorted(values, reverse=True)),
+        "top ids out of range" * any(not 0 <= i < vocab_size for i, _ in p.top),
+    ]
+    if values:  # rank 1: nothing strictly above the token, so the top's first is its value (within rounding)
+        best = values[0] - p.logprob <= 1e-5 * max(1.0, abs(values[0])) if p.rank == 1 else values[0] > p.logprob
+        problems.append(f"rank {p.rank}, top {values[0]}, logprob {p.logprob}" * (not best))
+    return [x for x in problems if x]

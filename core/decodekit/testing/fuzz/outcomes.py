@@ -13,6 +13,7 @@ __all__ = [
     "CONTRACT",
     "DECODEKIT_ERROR",
     "INF_MADE",
+    "MALFORMED",
     "MISMATCH",
     "MUTATED",
     "NAN_MADE",
@@ -41,6 +42,7 @@ INF_MADE = "+inf made"  # a processor overflowed a finite row to +inf (the row c
 CONTRACT = "contract"  # a processor changed shape or dtype, a selector returned a bad shape or dtype
 ROUND_TRIP = "round-trip mismatch"  # to_spec/from_spec or str/parse does not rebuild the chain
 TIMEOUT = "timeout"  # a case ran past its time limit
+MALFORMED = "malformed result"  # a Generation's logprobs or prompt_logprobs of the wrong length, rank or order
 
 ACCEPTED = frozenset({OK, DECODEKIT_ERROR})
 """The outcomes that are not failures."""

@@ -18,6 +18,8 @@ class GuidanceParams(Params):
 
     scale: float = Field(
         1.5,
+        ge=-1e4,  # far past any useful guidance; from ~1e37 the guided scores overflow to +inf (nothing to pick)
+        le=1e4,
         allow_inf_nan=False,
         description="guided = scale * (cond - uncond) + uncond, on log-probabilities; 1: no guidance, "
         "> 1 further from the negative prompt, < 1 towards it",

@@ -44,7 +44,7 @@ def cfg(
 ) -> Generation:
     """`dk.decode(model, prompts, strategy="cfg", scale=scale, negative=negative, **options)`.
 
-    scale: transformers' `guidance_scale`, any finite float; 1 is plain `sample` (no second row), > 1 steers away
+    scale: transformers' `guidance_scale`, -1e4 <= scale <= 1e4; 1 is plain `sample` (no second row), > 1 steers away
         from the negative prompt, < 1 towards it.
     negative: transformers' `negative_prompt_ids`: text or token ids for every prompt, or one per prompt; None
         (the default): each prompt's last token.

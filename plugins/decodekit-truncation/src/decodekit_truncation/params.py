@@ -73,7 +73,10 @@ class TopHParams(Params):
         allow_inf_nan=False,
         description="keep the most probable tokens while their entropy terms sum to <= h * the top_n entropy",
     )
-    top_n: int = Field(100, ge=1, description="the candidates: the top_n most probable tokens (transformers: 100)")
+    # the cut pads the top logits to top_n floats per row: 2**20 is past any vocabulary, and bounds that padding
+    top_n: int = Field(
+        100, ge=1, le=2**20, description="the candidates: the top_n most probable tokens (transformers: 100)"
+    )
 
 
 class XTCParams(Params):

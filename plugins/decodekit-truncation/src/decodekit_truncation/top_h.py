@@ -40,6 +40,12 @@ def top_h_cut(top: Tensor, h: float) -> Tensor:
     return top.gather(-1, (kept - 1).clamp_(min=0))  # the most probable token always stays
 
 
+def _working(logits: Tensor) -> Tensor:
+    """The logits in float32 for the arithmetic, as transformers', but float64 kept: in float32 its logits round
+    (the candidates, compared in float64, then lost the token at the cut) or overflow to inf (the row NaN)."""
+    return logits if logits.dtype == torch.float64 else as_float32(logits)
+
+
 class TopH(ProcessorBase[TopHParams]):
     """Keep the most probable tokens whose summed entropy terms stay within `h` times the top-n entropy."""
 
@@ -47,13 +53,13 @@ class TopH(ProcessorBase[TopHParams]):
         """The cut `[B, 1]` from a row's largest logits, sorted: the first top_n of them, -inf past the row's end,
         so that the dense row and its candidates reach the cut by the same arithmetic."""
         n = self.params.top_n
-        head = as_float32(largest[:, :n])
+        head = _working(largest[:, :n])
         if head.shape[-1] < n:
             head = torch.nn.functional.pad(head, (0, n - head.shape[-1]), value=float("-inf"))
         return top_h_cut(head.contiguous(), self.params.h)
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        x = as_float32(logits)
+        x = _working(logits)
         top = top_candidates(x, min(self.params.top_n, x.shape[-1]))[0].values  # sorted descending
         # Every token tied with the last one kept stays (transformers keeps those its topk lists first).
         return remove_below(logits, x, self._cut(top))
@@ -64,8 +70,10 @@ class TopH(ProcessorBase[TopHParams]):
             return None  # the whole row: nothing saved
         c, bound = top_candidates(logits, n)
         cut = self._cut(c.values)
-        return keep_at_least(c, cut, cut > bound)  # ties at a cut of the bound may reach past: redone densely
+        # ties at a cut of the bound may reach past, and a cut of +inf (a row holding +inf) removes the token at it
+        # densely (inf - inf is NaN): both redone densely
+        return keep_at_least(c, cut, (cut > bound) & (cut < float("inf")))
 
     def on_candidates(self, c: Candidates, ctx: DecodeContext) -> Candidates:
         cut = self._cut(c.values)  # every token not listed is removed: the candidates hold the whole row
-        return keep_at_least(c, cut, torch.ones_like(cut, dtype=torch.bool))
+        return keep_at_least(c, cut, cut < float("inf"))

@@ -1,0 +1,376 @@
+"""Fuzz of the command line: `decodekit generate`, `explain` and `samplers` with hypothesis-drawn argv (hostile
+numbers, names, chain strings, paths that are directories or missing, `--input` JSONL lines with hostile fields).
+
+Whatever the argv, the command ends with a status docs/cli.md documents (0, 1 or 2), never a traceback, and with
+`--json` (or `--output`) what it wrote is well-formed JSON. The commands run in this process (`cli_runner.run_cli`,
+as tests/test_cli.py runs them) on `cli-test-gpt`, each under a time limit. The cases are the same on every run
+(`derandomize`); DECODEKIT_CLI_FUZZ_EXAMPLES=2000 runs more (the suite runs 40, under a minute).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from cli_runner import run_cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_cli import MODEL, _env
+
+EXAMPLES = int(os.environ.get("DECODEKIT_CLI_FUZZ_EXAMPLES", "40"))
+STATUSES = {0, 1, 2}  # docs/cli.md, "Errors and exit status" (130 and 141 need a signal; none is sent here)
+TIME_LIMIT = 60  # seconds one command may take: a hang is a finding
+
+HUGE = ["18446744073709551616", "9223372036854775808", "100000000000000000000000000000"]
+BAD_INTS = ["-1", "-0", "+2", " 2", "2.0", "1e3", "0x10", "nan", "inf", "", "abc", "\u0663", *HUGE]
+BAD_FLOATS = ["nan", "inf", "-inf", "-1", "-0.0", "1e308", "1e309", "5e-324", "", "x", "1e-320", "0x1p3"]
+BAD_VALUES = ["", "-1", "nan", "inf", "1e309", "2**64", "x=1", "'a'", "[1]", "{1: 2}", "{[1]: 2}", "(", "None", "True",
+              "18446744073709551616", "0", "1e-320"]  # fmt: skip
+STAGES = {  # sampler: valid arguments (the first of each list is used when no argument is written)
+    "top_k": ["5", "k=1", "40"], "top_p": ["0.9", "p=1"], "temperature": ["0.7", "0", "1e4"], "top_h": ["0.5", "h=1"],
+    "mirostat": ["", "tau=3", "tau=0, eta=1"], "mirostat_v2": ["", "tau=1e4"], "min_p": ["0.1"], "typical": ["0.9"],
+    "xtc": ["threshold=0.1, probability=0.5"], "repetition_penalty": ["1.3", "1e4"], "top_n_sigma": ["1"],
+    "dry": ["multiplier=0.8"], "logit_bias": ["{1: 2.0}"], "bad_words": ["[[1, 2]]"], "greedy": [""], "sample": [""],
+}  # fmt: skip
+BAD_CHAINS = ["|", "top_k(", "sample | top_k(3)", "[", "{}", "[]", '[{"name": "top_k", "params": {"k": -1}}]', "nope",
+              '"greedy"', '[{"name": "top_p", "params": {"p": NaN}}]', "top_k(5) |", "top_k(5) | | greedy", "-" * 3000,
+              ""]  # fmt: skip
+STRATEGIES = (
+    ["sample", "beam(num_beams=2)", "beam(num_beams=2, num_return_sequences=2)", "cfg", "cfg(scale=3, negative='a')",
+     "cfg(scale=-2, negative=[[1], [2]])", "speculative", "speculative(k=2, ngram_size=1)",
+     "speculative(draft='cli-test-gpt', k=2)"],
+    ["beam(num_beams=0)", "beam(num_beams=2, num_return_sequences=3)", "cfg(scale=nan)", "cfg(scale=1e308)",
+     "cfg(negative='')", "cfg(negative=[])", "cfg(negative=[-1])", "speculative(k=0)", "speculative(draft='nope')",
+     "speculative(k=65)", "nope", "", "beam(", "sample(x=1)", "cfg(negative=[[1], [2], [3], [4]])"],
+)  # fmt: skip
+CACHES = (["dense", "gqa", "int8", "none", "window(size=4)", "h2o(budget=4)", "streaming", "snapkv", "tova"],
+          ["window(size=0)", "nope", "", "dense(", "dense(x=1)", "h2o(budget=-1)"])  # fmt: skip
+MODELS = ([MODEL], ["", "nope", f"{MODEL}(n_layer=-1)", f"{MODEL}(", "hf:", "hf:/nonexistent", "hf:<dir>"])
+PROMPTS = (["ROMEO: ", "a", "Hello, world\n", "{", "12 34"], ["", "-", "--", "\u2665", "\n", "-x"])
+COUNTS = ["0", "1", "2", "3"]
+TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
+
+
+@dataclass(frozen=True)
+class Case:
+    """argv with `<dir>` (a directory), `<missing>` (a path to nothing) and `<file:N>` (`files[N]`'s path) made
+    real in a fresh directory; stdin; whether the command prints JSON to check."""
+
+    argv: tuple[str, ...]
+    files: tuple[bytes, ...] = ()
+    stdin: str = ""
+    json: bool = False
+
+
+class Draw:
+    """hypothesis's `draw` and the case's hostility: the chance in ten that a value is a bad one (0: a case that
+    must run, so that the commands' whole path is fuzzed, not their first check)."""
+
+    def __init__(self, draw: st.DrawFn, rate: int | None = None) -> None:
+        self.draw = draw
+        self.rate = draw(st.sampled_from([0, 0, 1, 3])) if rate is None else rate
+
+    def __call__(self, strategy: st.SearchStrategy[Any]) -> Any:
+        return self.draw(strategy)
+
+    def bad(self) -> bool:
+        return bool(self.draw(st.integers(0, 9)) < self.rate)
+
+    def pick(self, ok: Sequence[Any], bad: Sequence[Any], text: bool = False) -> Any:
+        """A good value, or (at the case's rate) a bad one, sometimes any text at all."""
+        if not self.bad():
+            return self(st.sampled_from(ok))
+        return self(st.one_of(st.sampled_from(bad), TEXT) if text else st.sampled_from(bad))
+
+    def flag(self, name: str, ok: Sequence[str], bad: Sequence[str], text: bool = False) -> list[str]:
+        """The flag with a value a third of the time."""
+        return [name, self.pick(ok, bad, text)] if self(st.integers(0, 2)) == 0 else []
+
+
+def _chain(d: Draw) -> str:
+    if d.bad() and d(st.booleans()):
+        return str(d(st.sampled_from(BAD_CHAINS)))
+    names = d(st.lists(st.sampled_from(sorted(STAGES)), min_size=1, max_size=3))
+    stages = [f"{n}({d.pick(STAGES[n], BAD_VALUES)})" if STAGES[n][0] or d(st.booleans()) else n for n in names]
+    if d.bad():
+        stages[-1] = d(st.sampled_from(["", "nope", "top_k(5", "top_k(5))", "🙂"]))
+    return " | ".join(stages)
+
+
+def _steps(d: Draw, name: str, cache: list[str]) -> list[str]:
+    """A small count, or a bad one; never a huge one under `--cache none`, which crops the context and would
+    (rightly) generate that many tokens."""
+    value = str(d.pick(COUNTS, BAD_INTS))
+    if value.strip().lstrip("+").isdigit() and int(value) > 8 and cache[-1:] == ["none"]:
+        value = "3"
+    return [name, value]
+
+
+def _sampling(d: Draw) -> list[str]:
+    if d(st.integers(0, 2)) == 0:
+        return ["--chain", _chain(d)] + d.flag("--temperature", ["0.7"], ["0.7"]) * d.bad()  # both: refused
+    args = d.flag("--temperature", ["0", "0.7", "1.5"], BAD_FLOATS, text=True)
+    args += d.flag("--top-k", ["1", "5", "40", "96", "1000"], BAD_INTS, text=True)
+    args += d.flag("--top-p", ["0.5", "0.9", "1"], [*BAD_FLOATS, "0", "1.5"])
+    return args + d.flag("--repetition-penalty", ["1", "1.3"], [*BAD_FLOATS, "0"])
+
+
+def _common(d: Draw) -> tuple[list[str], list[str]]:
+    """Model, seed, cache and sampling flags (shared by generate and explain), and the cache flag alone."""
+    args = ["-m", d.pick(*MODELS, text=True)] if not d.bad() or d(st.booleans()) else []
+    cache = d.flag("--cache", *CACHES)
+    args += d.flag("--seed", ["0", "7", "18446744073709551615"], BAD_INTS) + cache + _sampling(d)
+    # cli-test-gpt's tokenizer has no errors= (nor token_bytes, which --regex/--grammar/--json-schema need): rare
+    args += ["--replace-unknown"] * (d.bad() and d(st.booleans())) + ["--ignore-eos"] * d(st.booleans())
+    return args, cache
+
+
+def _prompt(d: Draw) -> tuple[str, str]:
+    """The prompt argument and stdin ('-' reads it)."""
+    prompt = str(d.pick(*PROMPTS, text=True))
+    return prompt, (d(st.sampled_from(["ROMEO", "", "\n", "a\n\n"])) if prompt == "-" else "")
+
+
+_LINE_FIELDS: dict[str, tuple[list[Any], list[Any]]] = {
+    "prompt": (["ROMEO", "a b", "{}"], ["", 5, None, ["a"], "\u2665", "a" * 200]),
+    "id": (["x", 1, "y"], [-1, 1.5, None, [], {}, True, "x"]),
+    "seed": ([0, 5, 2**64 - 1], [-1, 2**64, 1.5, "3", True, math.nan]),
+    "max_new_tokens": ([0, 1, 3], [-1, 2**64, 1.5, "3", None, 10**6]),
+    "chain": (["greedy", "top_h(0.5) | sample", [{"name": "top_k", "params": {"k": 3}}], "mirostat(tau=2)"],
+              ["top_k(", [], {}, [{"name": "top_h", "params": {"h": 2}}], 5, "mirostat(tau=-1)"]),
+    "logprobs": ([0, 2, 96], [-1, 97, 2**63, 1.5, True, "1"]),
+    "prompt_logprobs": ([0, 1, 96], [97, -1, 2**63, 2.5, True, "1"]),
+    "json_schema": ([{"type": "integer"}, "{}", True], [{"type": "nope"}, "not json", False, 5]),
+    "regex": (["[0-9]+", "a|b"], ["(", "a**", "", 5]),
+    "grammar": (["start: \"a\"+"], ["start: ", "", 5]),
+    "unknown": ([], [1]),
+}  # fmt: skip
+_BAD_LINES = [b"", b"   ", b"[]", b"5", b'"x"', b"null", b"{", b'{"prompt": "a"', b"\xff\xfe", b"\xef\xbb\xbf{}",
+              b'{"prompt": "\\ud800"}', b'{"prompt": "a", "prompt": "b"}', b"{}" * 3]  # fmt: skip
+
+
+@st.composite
+def _lines(draw: st.DrawFn, rate: int) -> bytes:
+    d = Draw(draw, rate)
+    if d.bad() and d(st.booleans()):
+        return bytes(d(st.sampled_from(_BAD_LINES)))
+    line: dict[str, Any] = {}
+    names = d(st.lists(st.sampled_from(sorted(_LINE_FIELDS)), max_size=3, unique=True))
+    for name in ["prompt", *names]:
+        ok, bad = _LINE_FIELDS[name]
+        if name != "prompt" or not d.bad():  # a line without its prompt, at the case's rate
+            line[name] = d.pick(ok or bad, bad)
+    if line.get("max_new_tokens") in (2**64, 10**6):
+        line["max_new_tokens"] = 3  # a huge length runs (rightly) under --cache none: a hang, not a finding
+    if len({"json_schema", "regex", "grammar"} & line.keys()) > 1 and not d.bad():
+        line.pop("regex", None), line.pop("grammar", None)  # one of them, unless the case is hostile
+    return json.dumps(line).encode()
+
+
+def _batch(d: Draw) -> tuple[list[str], list[bytes], str]:
+    """`--input FILE --output FILE` (or a directory, a missing file, stdin) with hostile lines."""
+    lines = d(st.lists(_lines(d.rate), max_size=5))
+    source = d.pick(["<file:0>", "-"], ["<dir>", "<missing>", "", "<file:1>"])
+    stdin = b"\n".join(lines).decode(errors="replace") if source == "-" else ""
+    args = ["--input", source, "--output", d.pick(["<missing>"], ["<dir>", "<file:0>", "", "<dir>/x/y"])]
+    args += d.flag("--batch-size", ["1", "2", "8"], BAD_INTS) + d.flag("--on-error", ["skip", "fail"], ["", "nope"])
+    return args + ["--resume"] * (d(st.integers(0, 4)) == 0), lines, stdin
+
+
+def _structured(d: Draw) -> tuple[list[str], bytes]:
+    """One of --json-schema FILE, --grammar FILE, --regex TEXT (rarely), or more than one; the file's content."""
+    kind = d(st.sampled_from(["", "--json-schema", "--grammar", "--regex"])) if d(st.integers(0, 5)) == 0 else ""
+    if kind == "--regex":
+        return ["--regex", d.pick(["[a-z]+", "a|b", "[0-9]{1,3}"], ["(", "a**", "", ".*", "\\"])], b""
+    if not kind:
+        return [], b""
+    content = {"--json-schema": [b'{"type": "integer"}', b"true"], "--grammar": [b'start: "a"+']}[kind]
+    bad = [b"{", b"[]", b"start:", b"\xff", b"", b'{"type": "nope"}']
+    args = [kind, d.pick(["<file:1>"], ["<dir>", "<missing>", ""])] + ["--regex", "a"] * (d.bad() and d(st.booleans()))
+    return args, d.pick(content, bad)
+
+
+@st.composite
+def generate_cases(draw: st.DrawFn) -> Case:
+    d = Draw(draw)
+    common, cache = _common(d)
+    steps = _steps(d, "--max-new-tokens", cache) if d(st.integers(0, 4)) else []
+    if not steps and cache[-1:] == ["none"]:
+        steps = ["--max-new-tokens", "3"]  # the default, 100, is long for a fuzz case under --cache none
+    args = common + steps + d.flag("--strategy", *STRATEGIES) + d.flag("-n", ["1", "2", "3"], ["0", *BAD_INTS])
+    args += d.flag("--logprobs", ["0", "2", "96"], ["97", *BAD_INTS])
+    args += d.flag("--prompt-logprobs", ["0", "1", "96"], ["97", *BAD_INTS])
+    args += d.flag("--threads", ["1"], ["0", "3", *BAD_INTS])
+    args += ["--stop", d.pick(["a", "\n", "ROMEO"], ["", "-"])] * d(st.integers(0, 2))
+    args += ["--no-echo"] * d(st.booleans())
+    structured, content = _structured(d)
+    args += structured
+    if d(st.integers(0, 3)) == 0:
+        batch, lines, stdin = _batch(d)
+        files = (b"\n".join(lines) + b"\n" * d(st.booleans()), content)
+        return Case(("generate", *batch, *args, *["--json"] * (d.bad() and d(st.booleans()))), files, stdin)
+    prompt, stdin = _prompt(d)
+    json_out = d(st.integers(0, 3)) > 0
+    argv = ("generate", *([prompt] if prompt or d(st.booleans()) else []), *args, *["--json"] * json_out)
+    return Case(argv, (b"", content), stdin, json=json_out)
+
+
+@st.composite
+def explain_cases(draw: st.DrawFn) -> Case:
+    d = Draw(draw)
+    common, cache = _common(d)
+    prompt, stdin = _prompt(d)
+    args = [prompt, *common, *(_steps(d, "--steps", cache) if d(st.integers(0, 3)) else ["--steps", "2"])]
+    args += d.flag("--top", ["1", "5", "96", "1000"], ["0", *BAD_INTS]) + d.flag("--plot-step", COUNTS, BAD_INTS)
+    args += d.flag("--plot", ["<missing>.png", "<missing>.svg"], ["<dir>", "<missing>", "<dir>/x/y.png", "", "x.nope"])
+    json_out = d(st.integers(0, 3)) > 0
+    return Case(("explain", *args, *["--json"] * json_out), (), stdin, json=json_out)
+
+
+@st.composite
+def samplers_cases(draw: st.DrawFn) -> Case:
+    d = Draw(draw)
+    known = [*STAGES, "cfg", "speculative", "beam", "dense", "int8", MODEL]
+    names = [d.pick(known, ["nope", "", "top-k", "TOP_K", "-"], text=True) for _ in range(d(st.integers(0, 3)))]
+    json_out = d(st.booleans())
+    return Case(("samplers", *names, *["--json"] * json_out), json=json_out)
+
+
+def _cases() -> st.SearchStrategy[Case]:
+    return st.one_of(generate_cases(), generate_cases(), generate_cases(), explain_cases(), samplers_cases())
+
+
+class _Hang(BaseException):  # not an Exception: the CLI's own handlers cannot swallow it
+    pass
+
+
+@contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise _Hang(f"over {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _real(arg: str, root: Path) -> str:
+    for mark, path in (("<dir>", root / "d"), ("<missing>", root / "new"), ("<file:0>", root / "f0"),
+                       ("<file:1>", root / "f1")):  # fmt: skip
+        arg = arg.replace(mark, str(path))
+    return arg
+
+
+def run_case(case: Case) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run the case in a fresh directory; its result, and what is wrong with it (nothing, when it holds)."""
+    with tempfile.TemporaryDirectory(prefix="cli-fuzz-") as tmp:
+        root = Path(tmp)
+        (root / "d").mkdir()
+        for i, content in enumerate(case.files):
+            (root / f"f{i}").write_bytes(content)
+        argv = [_real(arg, root) for arg in case.argv]
+        with _time_limit(TIME_LIMIT):
+            result = run_cli(argv, _env(), stdin=case.stdin, cwd=root)
+        problems = _problems(case, result, _output(argv, root))
+    return result, problems
+
+
+def _output(argv: list[str], root: Path) -> Path | None:
+    """The --output file to check: one the command made (a file there before holds something else)."""
+    return root / "new" if "--output" in argv and argv[argv.index("--output") + 1] == str(root / "new") else None
+
+
+def _problems(case: Case, result: subprocess.CompletedProcess[str], output: Path | None) -> list[str]:
+    problems = []
+    if result.returncode not in STATUSES:
+        problems.append(f"exit status {result.returncode}")
+    if "Traceback" in result.stderr or "Traceback" in result.stdout:
+        problems.append("a traceback")
+    if result.returncode != 0 and not result.stderr.strip():
+        problems.append("failed and said nothing on stderr")
+    if case.json and result.returncode == 0:
+        try:
+            doc = json.loads(result.stdout, parse_constant=_no_constant)
+        except ValueError as exc:
+            problems.append(f"--json printed what is not JSON ({exc})")
+        else:
+            problems += _generate_problems(case.argv, doc) if case.argv[0] == "generate" else []
+    if output is not None and output.is_file():
+        problems += _record_problems(output.read_text(errors="replace"))
+    return problems
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")  # Python's json writes NaN and Infinity; JSON has neither
+
+
+def _option(argv: Sequence[str], name: str) -> int | None:
+    """The value of the option's last occurrence, as an int (the command accepted it)."""
+    values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == name]
+    return int(values[-1]) if values else None
+
+
+def _generate_problems(argv: Sequence[str], doc: Any) -> list[str]:
+    """--json of generate: every sample's tokens at most --max-new-tokens, with one logprobs entry per token and
+    top lists of --logprobs; the prompt's scores one per token, the first null, ranks in [1, 96], --prompt-logprobs
+    long."""
+    problems = []
+    steps, n, prompt_n = (_option(argv, name) for name in ("--max-new-tokens", "--logprobs", "--prompt-logprobs"))
+    for sample in doc["samples"]:
+        if steps is not None and len(sample["tokens"]) > steps:
+            problems.append(f"{len(sample['tokens'])} tokens, --max-new-tokens {steps}")
+        if n is not None and len(sample["logprobs"]) != len(sample["tokens"]):
+            problems.append(f"{len(sample['logprobs'])} logprobs for {len(sample['tokens'])} tokens")
+        if n is not None and any(len(lp["top"]) != n or len(lp["processed_top"]) > n for lp in sample["logprobs"]):
+            problems.append(f"a logprobs top list not {n} long")
+    if prompt_n is not None:
+        scores = doc["prompt_logprobs"]
+        if not scores or scores[0] is not None:
+            problems.append(f"prompt_logprobs {str(scores)[:80]}: not a list whose first entry is null")
+        elif any(not 1 <= s["rank"] <= 96 or len(s["top"]) != prompt_n for s in scores[1:]):
+            problems.append(f"prompt_logprobs: a rank outside [1, 96] or a top list not {prompt_n} long")
+    return problems
+
+
+def _record_problems(text: str) -> list[str]:
+    """Every --output line a JSON object naming its input line, with a result or an error; lines in order."""
+    numbers = []
+    for raw in text.splitlines():
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            return [f"--output line not JSON: {raw[:80]!r}"]
+        if not isinstance(record, dict) or "line" not in record or not ({"tokens", "error"} & record.keys()):
+            return [f"--output record without line, tokens or error: {raw[:80]!r}"]
+        numbers.append(record["line"])
+    return [] if numbers == sorted(set(numbers)) else [f"--output lines out of order or twice: {numbers}"]
+
+
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    derandomize=True,  # the same cases on every run: a failure is a regression, never luck
+    database=None,
+    deadline=None,  # two shared cores: a slow command is not a failure
+    suppress_health_check=list(HealthCheck),
+)
+
+
+@FUZZ
+@given(_cases())
+def test_the_command_line_never_crashes(case: Case) -> None:
+    result, problems = run_case(case)
+    assert not problems, f"{problems}\n{case!r}\nstatus {result.returncode}\nstderr: {result.stderr[-2000:]}"
