@@ -1,6 +1,6 @@
 """`decodekit generate --model hf:DIR` without --chain samples with the checkpoint's own chain (its
-generation_config, `HFModel.default_chain`), says so in one stderr line and records it like any chain; the sampling
-flags override it one option at a time, as transformers' `generate(**kwargs)` does; a checkpoint without a
+generation_config, `HFModel.generation_defaults`), says so in one stderr line and records it like any chain; the
+sampling flags override it one option at a time, as transformers' `generate(**kwargs)` does; a checkpoint without a
 generation config keeps decodekit's default chain."""
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def test_resume_of_an_output_written_with_the_old_default_is_refused_clearly(
 
 def test_the_model_attribute_is_what_the_cli_reads(own: Path) -> None:
     model = dk.load_model(f"hf:{own}")
-    assert isinstance(model, HFModel) and model.default_chain == OWN_CHAIN
+    assert isinstance(model, HFModel) and model.generation_defaults(None, ["chain"]) == {"chain": OWN_CHAIN}
 
 
 def test_a_grammar_goes_first_in_the_checkpoints_chain(own: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,5 +1,5 @@
 """`decodekit generate --model hf:DIR` without --chain, --strategy or --max-new-tokens decodes with what the
-checkpoint's generation config implies (`HFModel.default_chain`, `default_strategy`, `default_max_new_tokens`): beam
+checkpoint's generation config implies (`HFModel.generation_defaults`): beam
 search as `model.generate()` runs it, the config's length; one stderr line says so, each flag replaces its option,
 a batch job records what it used, and an option with no decodekit form is still one error line naming it."""
 
@@ -274,3 +274,20 @@ def test_a_checkpoints_stop_strings_stop_generate_and_a_batch_job(
     assert status == 0, err
     assert json.loads(output.with_name("out.jsonl.settings.json").read_text())["stop"] == ["w"]
     assert json.loads(output.read_text().splitlines()[0])["tokens"] == expected
+
+
+def test_a_given_max_new_tokens_never_meets_the_checkpoints_max_length(
+    tmp_path: Path, gpt2: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The model is asked only for the options not given: a prompt past the config's max_length is an error without
+    --max-new-tokens, and no error with it (the checkpoint's chain still applies)."""
+    checkpoint = save(
+        tmp_path, gpt2, char_tokenizer, GenerationConfig(max_length=3, do_sample=True, top_k=4, eos_token_id=EOS)
+    )
+    status, _, err = cli(capsys, "generate", "Hello", "--model", f"hf:{checkpoint}")
+    assert status == 2 and "max_length=3 counts the prompt, and the prompt has 5 tokens" in err
+    args = ["--max-new-tokens", "2", "--ignore-eos", "--json"]
+    status, out, err = cli(capsys, "generate", "Hello", "--model", f"hf:{checkpoint}", *args)
+    assert status == 0, err
+    report = json.loads(out)
+    assert len(report["samples"][0]["tokens"]) == 2 and report["chain"] == "top_k(k=4) | sample", err

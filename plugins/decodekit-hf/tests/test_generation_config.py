@@ -254,21 +254,21 @@ def test_a_directory_a_model_and_an_hfmodel_give_their_config(tmp_path: Path, bu
     hf.save_pretrained(tmp_path)
     expected = "temperature(0.7) | top_k(20) | sample"
     assert generation_chain(tmp_path) == generation_chain(hf) == generation_chain(HFModel(hf)) == expected
-    assert HFModel(hf).default_chain == expected
+    assert HFModel(hf).generation_defaults(None, ["chain"]) == {"chain": expected}
     with pytest.raises(dk.ParameterError, match="is not a directory"):
         generation_chain(tmp_path / "missing")
     with pytest.raises(dk.ParameterError, match="source=int is invalid"):
         generation_chain(3)
 
 
-def test_default_chain_is_none_without_sampling_options(build_gpt2: Callable[..., Any]) -> None:
+def test_no_default_chain_without_sampling_options(build_gpt2: Callable[..., Any]) -> None:
     """A model whose generation config only carries token ids (derived from its config, as for a checkpoint
     without generation_config.json) leaves the caller's default; one that refuses raises on reading."""
     hf = build_gpt2(seed=1)
-    assert HFModel(hf).default_chain is None
+    assert HFModel(hf).generation_defaults(None, ["chain"]) == {}
     hf.generation_config = GenerationConfig(num_beams=2, do_sample=True, eos_token_id=EOS)
     with pytest.raises(dk.ParameterError, match="num_beams=2"):
-        _ = HFModel(hf).default_chain
+        HFModel(hf).generation_defaults(None, ["chain"])
 
 
 GREEDY: list[dict[str, Any]] = [
@@ -291,7 +291,7 @@ def test_greedy_generate_equals_dk_generate(build_gpt2: Callable[..., Any], opti
         theirs = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
     model = HFModel(hf)
     with generation_config(hf, config):
-        text = model.default_chain
+        text = model.generation_defaults(None, ["chain"])["chain"]
     assert text is not None
     ours = dk.generate(model, [prompt], chain=text, max_new_tokens=40, stop_tokens=eos, cache="dense")
     assert ours.tokens[0] == theirs[0, len(prompt) :].tolist()
@@ -306,7 +306,7 @@ def test_suppressed_ids_past_the_vocabulary_are_dropped_as_transformers_ignores_
         assert (
             text
             == generation_chain(HFModel(model))
-            == HFModel(model).default_chain
+            == HFModel(model).generation_defaults(None, ["chain"])["chain"]
             == "bad_words([[1]]) | min_new_tokens(1, [2]) | greedy"
         )
         processors = hf_processors(model, config)

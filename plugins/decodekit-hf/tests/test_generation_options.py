@@ -84,9 +84,11 @@ def test_the_options_of_a_beam_config(build_gpt2: Callable[..., Any]) -> None:
     hf = build_gpt2(seed=1)
     hf.generation_config = config
     model = HFModel(hf)
-    assert model.default_chain == "repetition_penalty(1.2) | greedy"
-    assert model.default_strategy == "beam(num_beams=3, length_penalty=0.6, early_stopping=True)"
-    assert model.default_max_new_tokens() == 9
+    assert model.generation_defaults(None, ["chain", "strategy", "max_new_tokens"]) == {
+        "chain": "repetition_penalty(1.2) | greedy",
+        "strategy": "beam(num_beams=3, length_penalty=0.6, early_stopping=True)",
+        "max_new_tokens": 9,
+    }
 
 
 def test_guidance_scale_is_the_cfg_strategy(build_gpt2: Callable[..., Any]) -> None:
@@ -100,7 +102,7 @@ def test_guidance_scale_is_the_cfg_strategy(build_gpt2: Callable[..., Any]) -> N
         "chain": "greedy",
     }
     assert dk.decode(HFModel(hf), [PROMPT], **options).tokens == theirs
-    assert HFModel(hf).default_strategy == "cfg(scale=1.5)"
+    assert HFModel(hf).generation_defaults(None, ["strategy"]) == {"strategy": "cfg(scale=1.5)"}
 
 
 def test_max_new_tokens_stops_where_generate_stops(build_gpt2: Callable[..., Any]) -> None:
@@ -120,7 +122,8 @@ def test_max_length_counts_the_prompt(build_gpt2: Callable[..., Any]) -> None:
     theirs = hf_generate(hf, config)
     assert len(theirs[0]) == 4 and generation_options(hf, prompt_length=len(PROMPT))["max_new_tokens"] == 4
     assert "max_new_tokens" not in generation_options(hf)  # it counts a prompt that was not given
-    assert HFModel(hf).default_max_new_tokens(len(PROMPT)) == 4 and HFModel(hf).default_max_new_tokens() is None
+    assert HFModel(hf).generation_defaults(len(PROMPT), ["max_new_tokens"]) == {"max_new_tokens": 4}
+    assert HFModel(hf).generation_defaults(None, ["max_new_tokens"]) == {"max_length": 4 + len(PROMPT)}
     both = GenerationConfig(max_length=30, max_new_tokens=6)
     assert generation_options(both, prompt_length=10)["max_new_tokens"] == 6
     with pytest.raises(dk.ParameterError, match=r"max_length=14 counts the prompt, and the prompt has 14 tokens"):
@@ -134,7 +137,7 @@ def test_a_config_without_a_length_gives_none(build_gpt2: Callable[..., Any]) ->
         "chain": "top_k(5) | sample",
     }
     hf = build_gpt2(seed=1)
-    assert HFModel(hf).default_max_new_tokens(10) is None and HFModel(hf).default_strategy is None
+    assert HFModel(hf).generation_defaults(10, ["strategy", "max_new_tokens"]) == {}
 
 
 @pytest.mark.parametrize(
@@ -159,4 +162,38 @@ def test_generation_chain_still_refuses_beams(build_gpt2: Callable[..., Any]) ->
         generation_chain(GenerationConfig(num_beams=2))
     hf = build_gpt2(seed=1)
     hf.generation_config = GenerationConfig(num_beams=2, eos_token_id=EOS)
-    assert HFModel(hf).default_chain == "greedy"
+    assert HFModel(hf).generation_defaults(None, ["chain"]) == {"chain": "greedy"}
+
+
+def test_generation_defaults_work_out_only_the_keys_asked(build_gpt2: Callable[..., Any]) -> None:
+    """The command line asks only for the options it is not given: a config setting its refuses (beam sampling,
+    min_length without a prompt, a prompt past max_length) is refused for the key that needs it alone."""
+    hf = build_gpt2(seed=1)
+    model = HFModel(hf)
+    hf.generation_config = GenerationConfig(num_beams=2, do_sample=True, max_new_tokens=5, stop_strings=".")
+    assert model.generation_defaults(None, ["max_new_tokens", "stop_strings"]) == {
+        "max_new_tokens": 5,
+        "stop_strings": ["."],
+    }
+    for key in ("chain", "strategy"):
+        with pytest.raises(dk.ParameterError, match="num_beams=2"):
+            model.generation_defaults(None, [key])
+    hf.generation_config = GenerationConfig(do_sample=True, top_k=5, min_length=12, max_length=14, eos_token_id=EOS)
+    assert model.generation_defaults(None, ["strategy", "max_new_tokens"]) == {"max_length": 14}
+    with pytest.raises(dk.ParameterError, match="min_length"):
+        model.generation_defaults(None, ["chain"])
+    assert model.generation_defaults(10, ["chain"]) == {"chain": f"min_new_tokens(2, [{EOS}]) | top_k(5) | sample"}
+    assert model.generation_defaults(20, ["chain"]) == {"chain": "top_k(5) | sample"}  # 12 already past
+    with pytest.raises(dk.ParameterError, match="max_length=14 counts the prompt"):
+        model.generation_defaults(20, ["max_new_tokens"])
+
+
+def test_generation_defaults_leave_num_return_sequences_to_the_caller(build_gpt2: Callable[..., Any]) -> None:
+    """generation_options refuses num_return_sequences without beams (a decode draws one sample per prompt); the
+    command line draws -n samples of its own, so its defaults name the chain and no count."""
+    hf = build_gpt2(seed=1)
+    hf.generation_config = GenerationConfig(do_sample=True, top_k=5, num_return_sequences=2)
+    with pytest.raises(dk.ParameterError, match="num_return_sequences"):
+        generation_options(hf)
+    keys = ["chain", "strategy", "max_new_tokens", "stop_strings"]
+    assert HFModel(hf).generation_defaults(3, keys) == {"chain": "top_k(5) | sample"}

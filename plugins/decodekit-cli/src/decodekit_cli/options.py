@@ -55,8 +55,9 @@ FLAT_STAGES = (
 
 
 def chain_text(chain: str | None, flags: Mapping[str, float | int | None], default: str | None = None) -> str:
-    """The chain string from `--chain`; else the model's own chain (`default`, a model's `default_chain`) with the
-    flat flags set over it; else the chain the flags build; else decodekit's default chain."""
+    """The chain string from `--chain`; else the model's own chain (`default`: the `chain` of a model's
+    `generation_defaults`) with the flat flags set over it; else the chain the flags build; else decodekit's default
+    chain."""
     given = [flag for flag, _, _ in FLAT_STAGES if flags.get(flag) is not None]
     if chain is not None and given:
         raise CliError(

@@ -7,6 +7,7 @@ explained prompt are then checked, loaded and encoded the same way. Nothing here
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -89,19 +90,19 @@ class SamplingOptions:
 
     def model_settings(self, model: object, strategy: str | None, prompt_length: int | None = None) -> ModelSettings:
         """What the model offers for the options not given (`--chain`, `--strategy`, `--max-new-tokens`, `--stop`),
-        said in one line on stderr: its optional `default_chain` (the sampling flags set over it;
-        `default_chain_for(prompt_length)` where it has one), `default_strategy`,
-        `default_max_new_tokens(prompt_length)` and `default_stop_strings` (an hf: checkpoint's generation config).
-        `strategy`: `--strategy` as given (None: not given). `prompt_length`: None for a batch job, whose lines each
-        have their own (a length that counts the prompt is then `ModelSettings.max_length`)."""
-        chain, what = self._model_chain(model, prompt_length)
-        own = getattr(model, "default_strategy", None) if strategy is None else None  # optional, as each here
-        length, total = self._model_length(model, prompt_length)
+        said in one line on stderr: its optional `generation_defaults(prompt_length, keys)` (an hf: checkpoint's
+        generation config), asked for those options alone, the sampling flags set over its chain. `strategy`:
+        `--strategy` as given (None: not given). `prompt_length`: None for a batch job, whose lines each have their
+        own (a length that counts the prompt is then `ModelSettings.max_length`)."""
+        defaults = self._model_defaults(model, strategy, prompt_length)
+        chain, what = self._model_chain(defaults.get("chain"))
+        own, length, total, stops = (
+            defaults.get(key) for key in ("strategy", "max_new_tokens", "max_length", "stop_strings")
+        )
         said = [(what, "--chain")] if chain is not None else []
         said += [(f"strategy {str(own)!r}", "--strategy")] if own is not None else []
         said += [(f"max_new_tokens {length}", "--max-new-tokens")] if length is not None else []
         said += [(f"max_length {total} less each prompt's tokens", "--max-new-tokens")] if total is not None else []
-        stops = None if self.stop else getattr(model, "default_stop_strings", None)
         said += [(f"stop strings {list(stops)!r}", "--stop")] if stops else []
         if said:
             verb = "sampling" if own is None else "decoding"
@@ -115,30 +116,28 @@ class SamplingOptions:
         options = replace(options, stop=tuple(str(stop) for stop in stops)) if stops else options
         return ModelSettings(chain, None if own is None else resolve_strategy(str(own)), options, total)
 
-    def _model_chain(self, model: object, prompt_length: int | None) -> tuple[str | None, str]:
-        """Without --chain, the model's own `default_chain` with the sampling flags set over it, and what says so."""
-        if self.chain is not None:
-            return None, ""
-        for_prompt = getattr(model, "default_chain_for", None)  # optional: a chain that depends on the prompt's length
-        default = for_prompt(prompt_length) if callable(for_prompt) else getattr(model, "default_chain", None)
-        if default is None:  # optional too: a plugin's model may offer its own
+    def _model_defaults(self, model: object, strategy: str | None, prompt_length: int | None) -> Mapping[str, Any]:
+        """The model's optional `generation_defaults`, asked only for the options not given: a checkpoint's own
+        setting that it refuses (beam sampling, `min_length` in a batch job) is then no error beside its flag."""
+        wanted = {
+            "chain": self.chain is None,
+            "strategy": strategy is None,
+            "max_new_tokens": not self.length_given,
+            "stop_strings": not self.stop,
+        }
+        keys = [key for key, want in wanted.items() if want]
+        defaults = getattr(model, "generation_defaults", None)  # optional: a plugin's model may offer its own
+        return (defaults(prompt_length, keys) if keys and callable(defaults) else None) or {}
+
+    def _model_chain(self, default: object) -> tuple[str | None, str]:
+        """The model's own chain (None: it has none) with the sampling flags set over it, and what says so."""
+        if default is None:
             return None, ""
         text = self.chain_text(str(default))
         check_installed(self.model, text, {})
         given = [flag for flag, _, _ in FLAT_STAGES if self.flags.get(flag) is not None]
         over = f", with {', '.join(given)} set over it" if given else ""
         return text, f"chain {str(default)!r}{over}"
-
-    def _model_length(self, model: object, prompt_length: int | None) -> tuple[int | None, int | None]:
-        """Without --max-new-tokens, the model's `default_max_new_tokens`: (its length, None); or, where it counts
-        the prompt and no prompt length is known (a batch job), (None, the total: what it leaves an empty prompt)."""
-        own = getattr(model, "default_max_new_tokens", None) if not self.length_given else None
-        if not callable(own):
-            return own, None
-        length = own(prompt_length)
-        if length is not None or prompt_length is not None:
-            return length, None
-        return None, own(0)  # None at None but a length at 0: a checkpoint's max_length, which counts the prompt
 
     def load_model(self, name: str) -> Any:
         """Load the model `check` named, on `--threads` CPU threads."""

@@ -4,7 +4,7 @@
   protocol; decodekit's cache backends serve it through `DecodekitCache`, a transformers `Cache`.
 - `as_logits_processor(chain)` runs a decodekit chain inside `model.generate(logits_processor=[...])`.
 - `generation_chain(config_or_model_or_dir)` is the chain that does what `generate()` does with a checkpoint's
-  generation config (`HFModel.default_chain`, which `decodekit generate` samples with when given no chain);
+  generation config (`HFModel.generation_defaults`, which `decodekit generate` samples with when given no chain);
   `generation_options(...)` is all of it as `dk.decode` keyword arguments: strategy (beam, cfg), chain, length, stops.
 - `dk.load_model("hf:/path")` loads a local checkpoint (registered by `decodekit_hf.plugin`).
 

@@ -12,13 +12,14 @@ everywhere, as a default of transformers' own, not the checkpoint's).
 from __future__ import annotations
 
 import copy
+from collections.abc import Collection
 from typing import Any
 
 from decodekit.errors import ParameterError
-from decodekit_hf.generation_config import _chain, _config_of, _filled, _vocab_size
+from decodekit_hf.generation_config import _chain, _config_of, _filled, _vocab_size, sets_sampling
 from decodekit_hf.tokenizer import as_ids
 
-__all__ = ["decoding_chain", "generation_options", "max_new_tokens_of", "strategy_of"]
+__all__ = ["generation_defaults", "generation_options", "max_new_tokens_of"]
 
 
 def generation_options(source: Any, *, prompt_length: int | None = None) -> dict[str, Any]:
@@ -48,26 +49,38 @@ def generation_options(source: Any, *, prompt_length: int | None = None) -> dict
         out["max_new_tokens"] = new
     if eos := as_ids(filled.eos_token_id):
         out["stop_tokens"] = eos
-    if filled.stop_strings:
-        stops = filled.stop_strings
-        out["stop_strings"] = [stops] if isinstance(stops, str) else list(stops)
+    if stops := _stop_strings(filled):
+        out["stop_strings"] = stops
     return out
 
 
-def strategy_of(source: Any) -> str | None:
-    """The strategy string (`beam(num_beams=4, length_penalty=1.0, early_stopping=False)`, `cfg(scale=1.5)`) of a
-    config that decodes with one other than `sample`, else None: what `HFModel.default_strategy` offers the command
-    line, which prints one hypothesis per sample (so no `num_return_sequences`)."""
-    strategy, params = _strategy(_filled(_config_of(source)))
-    if strategy == "sample":
-        return None
-    return f"{strategy}({', '.join(f'{name}={value!r}' for name, value in params.items())})"
+def generation_defaults(source: Any, prompt_length: int | None, keys: Collection[str]) -> dict[str, Any]:
+    """The part of `generation_options` a command line takes for the options among `keys` it is not given
+    (`HFModel.generation_defaults`), each key only where the config sets it: `chain` (where it sets a sampling
+    option), `strategy` (a strategy string with its parameters where it is not `sample`, such as
+    `beam(num_beams=4, length_penalty=1.0, early_stopping=False)`; no `num_return_sequences`: the command line
+    prints one hypothesis per sample), `max_new_tokens` (or `max_length`, what the config's `max_length` leaves an
+    empty prompt, where it counts the prompt and `prompt_length` is None) and `stop_strings`.
 
-
-def decoding_chain(source: Any, *, prompt_length: int | None = None) -> str:
-    """The chain of `generation_options` alone (no length): under `beam` or `cfg`, the config's chain without
-    `num_beams` or `guidance_scale`; otherwise `generation_chain`'s."""
-    return _decoding(_filled(_config_of(source)), prompt_length, _vocab_size(source))[2]
+    Only the keys asked are worked out: an option given on the command line never meets the refusal of the
+    config's own (`min_length` without a prompt length, beam sampling, a prompt past `max_length`)."""
+    config = _config_of(source)
+    filled = _filled(config)
+    out: dict[str, Any] = {}
+    if "chain" in keys and sets_sampling(config):  # a config without one leaves the caller's default chain
+        out["chain"] = _decoding(filled, prompt_length, _vocab_size(source))[2]
+    strategy, params = _strategy(filled) if "strategy" in keys else ("sample", {})
+    if strategy != "sample":
+        out["strategy"] = f"{strategy}({', '.join(f'{name}={value!r}' for name, value in params.items())})"
+    if "max_new_tokens" in keys:
+        new = max_new_tokens_of(config, prompt_length)
+        if new is not None:
+            out["max_new_tokens"] = new
+        elif prompt_length is None and (total := max_new_tokens_of(config, 0)) is not None:
+            out["max_length"] = total  # a max_length counts the prompt: what it leaves an empty one
+    if "stop_strings" in keys and (stops := _stop_strings(filled)):
+        out["stop_strings"] = stops
+    return out
 
 
 def max_new_tokens_of(source: Any, prompt_length: int | None = None) -> int | None:
@@ -117,6 +130,12 @@ def _strategy(c: Any) -> tuple[str, dict[str, Any]]:
     if guided:
         return "cfg", {"scale": float(c.guidance_scale)}
     return "sample", {}
+
+
+def _stop_strings(c: Any) -> list[str] | None:
+    """A filled config's `stop_strings` as a list (a config may hold one string), or None."""
+    stops = c.stop_strings
+    return ([stops] if isinstance(stops, str) else list(stops)) if stops else None
 
 
 def _refused(name: str, value: Any, why: str, allowed: str) -> ParameterError:

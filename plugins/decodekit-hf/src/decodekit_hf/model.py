@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from numbers import Integral
@@ -30,8 +30,7 @@ from decodekit.cache import KVCache, evicts, observes
 from decodekit.errors import ParameterError
 from decodekit.spec import ModelSpec
 from decodekit_hf.cache_bridge import ATTENTION, CacheAttention, DecodekitCache, cache_attention, register_attention
-from decodekit_hf.checkpoint_options import decoding_chain, max_new_tokens_of, strategy_of
-from decodekit_hf.generation_config import sets_sampling
+from decodekit_hf.checkpoint_options import generation_defaults
 from decodekit_hf.params import HFParams
 from decodekit_hf.placement import torch_device
 from decodekit_hf.tokenizer import HFTokenizer, eos_token_ids
@@ -213,44 +212,15 @@ class HFModel(nn.Module):
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._keeps_logits = "logits_to_keep" in params
 
-    @property
-    def default_chain(self) -> str | None:
-        """The checkpoint's own chain (`generation_options(self)["chain"]`), or None where its generation config sets
-        no sampling option (a checkpoint without a `generation_config.json`): what `decodekit generate` samples with
-        when given no chain. Under beam search or guidance, the chain without them (`default_strategy` holds them).
-        An option with no decodekit form (beam sampling) raises a `ParameterError` naming it, as does `min_length`,
-        which counts the prompt: `default_chain_for(prompt_length)` takes it."""
-        return self.default_chain_for(None)
-
-    def default_chain_for(self, prompt_length: int | None) -> str | None:
-        """`default_chain` for a prompt of `prompt_length` tokens: a config's `min_length` counts the prompt, so its
-        chain's `min_new_tokens` stage is `min_length` less the prompt, as `generate()` applies it."""
-        config = getattr(self.hf, "generation_config", None)
-        if config is None or not sets_sampling(config):
+    def generation_defaults(self, prompt_length: int | None, keys: Collection[str]) -> dict[str, Any] | None:
+        """What the checkpoint's generation config offers `decodekit generate` (its batch job, `explain`) for the
+        options among `keys` it is not given: `chain`, `strategy`, `max_new_tokens` (`max_length` where it counts
+        the prompt and `prompt_length`, a prompt's tokens, is None) and `stop_strings`, each where the config sets
+        it (`checkpoint_options.generation_defaults`); None without a generation config. An option with no
+        decodekit form (beam sampling) raises a `ParameterError` naming it."""
+        if getattr(self.hf, "generation_config", None) is None:
             return None
-        return decoding_chain(self, prompt_length=prompt_length)  # with its vocabulary: suppressed ids are within
-
-    @property
-    def default_strategy(self) -> str | None:
-        """The checkpoint's strategy where it is not `sample`: `beam(num_beams=..., length_penalty=...,
-        early_stopping=...)` for `num_beams > 1`, `cfg(scale=...)` for `guidance_scale`; what `decodekit generate`
-        decodes with when given no `--strategy`."""
-        config = getattr(self.hf, "generation_config", None)
-        return None if config is None else strategy_of(config)
-
-    @property
-    def default_stop_strings(self) -> list[str] | None:
-        """The config's `stop_strings` (where `generate()` stops, given the tokenizer), or None: what `decodekit
-        generate` stops at when given no `--stop`."""
-        stops = getattr(getattr(self.hf, "generation_config", None), "stop_strings", None)
-        return ([stops] if isinstance(stops, str) else list(stops)) if stops else None
-
-    def default_max_new_tokens(self, prompt_length: int | None = None) -> int | None:
-        """Where `generate()` stops: the config's `max_new_tokens`, else its `max_length` less `prompt_length`
-        (None without one), else None (the config sets no length); `decodekit generate` uses it without
-        `--max-new-tokens`."""
-        config = getattr(self.hf, "generation_config", None)
-        return None if config is None else max_new_tokens_of(config, prompt_length)
+        return generation_defaults(self, prompt_length, keys)  # self: its vocabulary bounds suppressed ids
 
     def forward(
         self, input_ids: Tensor, positions: Tensor, cache: KVCache | None = None, *, last_only: bool = False
