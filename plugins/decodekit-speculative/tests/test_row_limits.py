@@ -14,7 +14,9 @@ SEEDS = [21, 22, 23, 24]
 
 @pytest.mark.parametrize("which", ["ngram", "model"])
 @pytest.mark.parametrize("chain", ["greedy", "top_k(6) | temperature(0.7)"])
-def test_each_prompt_gets_what_it_gets_alone_with_its_own_limit(target: GPT, draft: GPT, which: str, chain: str) -> None:
+def test_each_prompt_gets_what_it_gets_alone_with_its_own_limit(
+    target: GPT, draft: GPT, which: str, chain: str
+) -> None:
     options = {"strategy": "speculative", "draft": draft if which == "model" else "ngram", "k": 4, "chain": chain}
     out = dk.decode(target, PROMPTS, max_new_tokens=LIMITS, seed=SEEDS, stop_tokens=[], **options)
     assert [len(t) for t in out.tokens] == LIMITS  # no stop tokens: each row runs to its own limit, not past it
