@@ -700,9 +700,10 @@ def test_mixed_lengths_in_one_batch_equal_each_line_alone(tmp_path: Path, strate
 def test_lines_that_fit_the_context_alone_and_not_together_decode_apart() -> None:
     """A long prompt with a short limit beside a short prompt with a long one (a checkpoint's max_length): each fits
     the context alone, together the decode would not; each length is decoded apart, and each record is as alone."""
-    import decodekit as dk
     from decodekit_cli.batch_decode import Pending, decode_records
     from decodekit_cli.batch_settings import BatchSettings
+
+    import decodekit as dk
     from tinymodels import tiny_gpt
 
     model = tiny_gpt()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 import decodekit as dk
 from decodekit.testing.tiny_lm import TinyLM
 
