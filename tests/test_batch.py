@@ -663,3 +663,63 @@ def test_resume_in_another_directory_refuses_a_relative_draft_path_naming_other_
     assert elsewhere.returncode == 2 and "was written with strategy=" in elsewhere.stderr, elsewhere.stderr
     same = run_cli([*args, "--strategy", f"speculative(draft={draft!r}, k=2)", "--resume"], cwd=tmp_path)
     assert same.returncode == 0 and "2 already there" in same.stderr, same.stderr
+
+
+def test_lines_that_differ_only_in_max_new_tokens_share_a_decode() -> None:
+    """Before: `batches` split runs by length too, so a job of mixed max_new_tokens (or a checkpoint's max_length,
+    one length per prompt length) decoded nearly one line per decode."""
+    from decodekit_cli.batch_decode import Pending, batches
+
+    lines = [Pending(i, i, "p", [1, 2], i, n, "greedy") for i, n in enumerate([3, 7, 0, 5], start=1)]
+    other = Pending(5, 5, "p", [1, 2], 5, 3, "top_k(5) | sample")
+    assert [[p.line for p in b] for b in batches([*lines, other], 8)] == [[1, 2, 3, 4], [5]]
+
+
+@pytest.mark.parametrize("strategy", ["sample", "beam(num_beams=2)", "speculative(draft=ngram)"])
+def test_mixed_lengths_in_one_batch_equal_each_line_alone(tmp_path: Path, strategy: str) -> None:
+    """Each line's limit reaches its own row (beam, which takes one, decodes each length apart): the records of a
+    batch of mixed max_new_tokens equal those of `--batch-size 1`."""
+    prompts = tmp_path / "prompts.jsonl"
+    lengths = [3, 7, 0, 5, 7, 2]
+    prompts.write_text(
+        "".join(
+            json.dumps({"prompt": "Line: " + "abcdefgh"[:i], "max_new_tokens": n}) + "\n" for i, n in enumerate(lengths)
+        )
+    )
+    args = ["-m", MODEL, "--seed", "3", "--temperature", "1.5", "--ignore-eos", "--strategy", strategy]
+    alone, together = tmp_path / "alone.jsonl", tmp_path / "together.jsonl"
+    runs = cli_many(
+        ["generate", "--input", str(prompts), "--output", str(alone), "--batch-size", "1", *args],
+        ["generate", "--input", str(prompts), "--output", str(together), "--batch-size", "6", *args],
+    )
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    assert _records(together) == _records(alone)
+    assert [len(r["tokens"]) for r in _records(alone)] == lengths
+
+
+def test_lines_that_fit_the_context_alone_and_not_together_decode_apart() -> None:
+    """A long prompt with a short limit beside a short prompt with a long one (a checkpoint's max_length): each fits
+    the context alone, together the decode would not; each length is decoded apart, and each record is as alone."""
+    from decodekit_cli.batch_decode import Pending, decode_records
+    from decodekit_cli.batch_settings import BatchSettings
+
+    import decodekit as dk
+    from tinymodels import tiny_gpt
+
+    model = tiny_gpt()
+    context = model.spec.max_positions
+    rows = [
+        Pending(1, 1, "long", [1] * (context - 4), 1, 4, "greedy"),
+        Pending(2, 2, "short", [2], 2, context - 1, "greedy"),
+    ]
+    with pytest.raises(dk.ContextLengthError):
+        dk.validate(model, [p.ids for p in rows], max_new_tokens=[4, context - 1])
+    settings = BatchSettings(model="tiny", chain="greedy", max_new_tokens=4, seed=None, cache="dense")
+    together = {r["line"]: r for r in decode_records(model, settings, rows)}
+    for p in rows:
+        [alone] = decode_records(model, settings, [p])
+        assert (
+            together[p.line] == alone
+            and alone["finish_reason"] == "length"
+            and len(alone["tokens"]) == p.max_new_tokens
+        )

@@ -313,7 +313,7 @@ class Decoding:
         if not out.done:
             raise PluginError(
                 f"strategy {self.strategy}: prompt {prompt} ended after {len(out.tokens)} tokens, without a stop "
-                f"token, a stop string or max_new_tokens={self.request.max_new_tokens}"
+                f"token, a stop string or max_new_tokens={out.limit}"
             )
         self._finished[prompt] = out
 
@@ -323,7 +323,7 @@ class Decoding:
         tracker = None if request.tokenizer is None else TextTracker(request.tokenizer, request.stop_strings)
         ended = functools.partial(self.chain.ended, prompt) if self.chain.ends_rows else None  # beams share it
         ends = frozenset(getattr(request.tokenizer, "eos_token_ids", ()) if ended else ())
-        return RowOutput(request.max_new_tokens, request.stop_tokens[prompt], tracker, ended, ends)
+        return RowOutput(request.limit(prompt), request.stop_tokens[prompt], tracker, ended, ends)
 
     def _push(self, out: RowOutput, token: int, logprobs: Any, row: int, record: bool = True) -> None:
         """Check `token` and add it to `out` (with `logprobs` if the request asks); keep its event if `record`."""
@@ -382,7 +382,7 @@ class Decoding:
                 if not out.done:
                     raise PluginError(
                         f"strategy {self.strategy}: returned with row {row} unfinished after {len(out.tokens)} "
-                        f"tokens (no stop token, stop string or max_new_tokens={self.request.max_new_tokens})"
+                        f"tokens (no stop token, stop string or max_new_tokens={out.limit})"
                     )
             self._finished = list(self.outputs)
         if missing := [b for b, out in enumerate(self._finished) if out is None]:

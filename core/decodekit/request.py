@@ -29,7 +29,8 @@ class DecodeOptions(TypedDict, total=False):
     a strategy's own function), all keyword-only and optional; `decode_request` checks them.
 
     chain: a `Chain`, a chain string, or a spec list; None (the default) samples from softmax(logits).
-    max_new_tokens: new tokens per row at most (default 64).
+    max_new_tokens: new tokens per row at most (default 64): one int for every prompt, or one per prompt (vLLM's
+        per-request max_tokens; a prompt's copies share its limit), each >= 0.
     cache: a registered cache backend name or its string form ("window(size=128)"), a factory
         `(CacheSpec) -> KVCache`, or "none" to recompute the context every step (default "dense").
     stop_tokens: ids that end a row (one list for all rows, or one per row); the stop token is
@@ -45,7 +46,7 @@ class DecodeOptions(TypedDict, total=False):
     """
 
     chain: Chain | str | Sequence[Any] | None
-    max_new_tokens: int
+    max_new_tokens: int | Sequence[int]
     cache: str | CacheFactory
     stop_tokens: Sequence[int] | Sequence[Sequence[int]]
     stop_strings: str | Sequence[str]
@@ -59,7 +60,8 @@ class DecodeOptions(TypedDict, total=False):
 class DecodeRequest:
     """The checked arguments of one decode, as a strategy's policy reads them (`decoding.request`): `prompts` ids
     per row (ints in [0, vocab_size), no row empty), `cache` a factory `(CacheSpec) -> KVCache` or None (recompute
-    the context every step), `stop_tokens` the ids that end each row, `seed` one int, one per row, or None."""
+    the context every step), `stop_tokens` the ids that end each row, `seed` one int, one per row, or None;
+    `max_new_tokens` the largest limit (what a policy sizes by), `limits` each prompt's when given per prompt."""
 
     model: Any
     prompts: list[list[int]]
@@ -72,6 +74,11 @@ class DecodeRequest:
     logprobs: int | None
     compile: bool = False  # the model's decode step and the chain's step under torch.compile
     prompt_logprobs: int | None = None  # report the prompt tokens' logprobs, with the top n
+    limits: tuple[int, ...] | None = None  # max_new_tokens per prompt; None: max_new_tokens for every prompt
+
+    def limit(self, prompt: int) -> int:
+        """Prompt `prompt`'s max_new_tokens."""
+        return self.max_new_tokens if self.limits is None else self.limits[prompt]
 
     @property
     def batch_size(self) -> int:
@@ -200,6 +207,20 @@ def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
     return _integer("seed", seed, lambda n: 0 <= n < MAX_SEED, allowed)
 
 
+def _max_new_tokens(value: object, batch: int) -> tuple[int, tuple[int, ...] | None]:
+    """(the largest limit, one per prompt or None) from one int for all prompts or one per prompt."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        if len(value) != batch:
+            raise ParameterError(
+                f"max_new_tokens: {len(value)} limits given for {batch} prompts; allowed: one int, or one per prompt"
+            )
+        limits = tuple(
+            _integer(f"max_new_tokens[{b}]", n, lambda n: n >= 0, "an integer >= 0") for b, n in enumerate(value)
+        )
+        return max(limits, default=0), limits
+    return _integer("max_new_tokens", value, lambda n: n >= 0, "an integer >= 0"), None
+
+
 def _logprobs(logprobs: object, vocab_size: int, name: str = "logprobs") -> int | None:
     allowed = f"None or an integer, 0 <= {name} <= {vocab_size}"
     return None if logprobs is None else _integer(name, logprobs, lambda n: 0 <= n <= vocab_size, allowed)
@@ -224,8 +245,8 @@ def decode_request(model: Any, prompts: Prompts, /, **options: Unpack[DecodeOpti
     """Check every shared option (`DecodeOptions`) and build the request; an unknown option is refused
     before it, where the strategy's own are told apart (`decodekit.strategies.resolve_strategy`)."""
     V = _vocab_size(model)
-    max_new = _integer("max_new_tokens", options.get("max_new_tokens", 64), lambda n: n >= 0, "an integer >= 0")
     rows = prompt_rows(model, prompts)
+    max_new, limits = _max_new_tokens(options.get("max_new_tokens", 64), len(rows))
     chain = _chain(options.get("chain"))
     # A stage taking one value per prompt (a grammar each) checks it has as many here, where every strategy passes.
     for check in (getattr(stage, "check_prompts", None) for stage in (*chain.processors, chain.selector)):
@@ -237,6 +258,7 @@ def decode_request(model: Any, prompts: Prompts, /, **options: Unpack[DecodeOpti
         prompts=rows,
         chain=chain,
         max_new_tokens=max_new,
+        limits=limits,
         cache=cache,
         stop_tokens=_stop_tokens(options.get("stop_tokens", ()), len(rows), V),
         stop_strings=_stop_strings(options.get("stop_strings", ()), getattr(model, "tokenizer", None)),

@@ -102,6 +102,11 @@ def beam_policy(d: Decoding, params: Params) -> Iterator[None]:
             f"num_return_sequences={params.num_return_sequences} is invalid; "
             f"allowed: an integer, 1 <= num_return_sequences <= num_beams={params.num_beams}"
         )
+    if len(set(d.request.limits or ())) > 1:  # every beam's last step is the one max_new_tokens
+        raise ParameterError(
+            f"strategy beam: max_new_tokens={list(d.request.limits or ())} differ between prompts; allowed: one int "
+            "for every prompt (decode prompts with different limits apart)"
+        )
     # `open` refuses rows that cannot fit (naming num_beams); hypotheses, like outputs, grow only as generated.
     # It runs now, not in a generator: `stream` refuses at its call.
     d.open(copies=params.num_beams, needs=("reorder",), copies_option="num_beams")

@@ -46,9 +46,9 @@ class Pending:
     logprobs: int | None = None
     prompt_logprobs: int | None = None
 
-    def options(self) -> tuple[str, int, int | None, int | None]:
-        """What the rows of one decode share."""
-        return self.chain, self.max_new_tokens, self.logprobs, self.prompt_logprobs
+    def options(self) -> tuple[str, int | None, int | None]:
+        """What the rows of one decode share (not max_new_tokens: one per prompt, unless the strategy refuses it)."""
+        return self.chain, self.logprobs, self.prompt_logprobs
 
 
 def check_lines(
@@ -130,7 +130,7 @@ def _options(model: Any, settings: BatchSettings, line: Pending) -> dict[str, An
 
 
 def batches(pending: Sequence[Pending], size: int) -> Iterator[list[Pending]]:
-    """Runs of consecutive prompts sharing chain, length and logprobs asked, `size` at most: one decode each."""
+    """Runs of consecutive prompts sharing chain and logprobs asked, `size` at most: one decode each."""
     for _, group in itertools.groupby(pending, key=Pending.options):
         rows = list(group)
         for i in range(0, len(rows), size):
@@ -138,7 +138,7 @@ def batches(pending: Sequence[Pending], size: int) -> Iterator[list[Pending]]:
 
 
 def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending], *, rows: int = 0) -> Iterator[Record]:
-    """Decode one batch (one chain, length and logprobs asked), yielding each row's record as the row ends.
+    """Decode one batch (one chain and logprobs asked), yielding each row's record as the row ends.
 
     rows: under `--compile`, a smaller batch is decoded with copies of its last row up to this many (their
     records dropped), so that the job's last batch runs the same compiled graphs as the others.
@@ -146,7 +146,7 @@ def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending]
     If decoding fails, the rows not yet ended are decoded again one at a time (with the same
     seeds, so the same results): only a row that fails on its own gets an error record. Under a cache
     whose padded rows decode otherwise than alone (`exact_when_padded = False`: window), each prompt
-    length is decoded apart.
+    length is decoded apart; under a strategy that refuses one max_new_tokens per prompt (beam), each length.
     """
     lengths = {len(p.ids) for p in batch}
     if len(lengths) > 1 and not _exact_when_padded(settings.cache):
@@ -165,6 +165,13 @@ def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending]
     except CompileError:  # no row's fault: every row would fail again (the job stops, saying --compile)
         raise
     except Exception as exc:  # a sampler or model failing on one row must not cost the others
+        limits = sorted({p.max_new_tokens for p in seeded})
+        # Every line passed alone: limits that differ are refused (beam), or the longest prompt and the largest limit
+        # together pass the context (a max_length's lines); each length apart, as before they shared a decode.
+        if isinstance(exc, (dk.ParameterError, dk.ContextLengthError)) and not ended and len(limits) > 1:
+            for limit in limits:
+                yield from decode_records(model, settings, [p for p in seeded if p.max_new_tokens == limit], rows=rows)
+            return
         if len(seeded) == 1:
             error = LineError.of(exc)
             yield error_record(seeded[0].id, seeded[0].line, error.kind, str(error))
@@ -191,6 +198,7 @@ def _stream(model: Any, settings: BatchSettings, rows: Sequence[Pending]) -> Ite
     first = rows[0]
     scores: list[list[dict[str, Any]] | None] = [None if first.logprobs is None else [] for _ in range(n)]
     options = _options(model, settings, first)
+    options["max_new_tokens"] = [p.max_new_tokens for p in rows]
     events = dk.stream(model, prompt_rows([p.ids for p in rows]), **options, seed=[p.seed for p in rows])
 
     def record(i: int, reason: str, stopped_by: int | str | None) -> tuple[int, Record]:

@@ -79,6 +79,7 @@ def _open_pairs(d: Decoding, negatives: list[list[int]]) -> Decoding:
         stop_strings=(),
         seed=0,  # nothing is drawn; a fixed seed leaves torch's global generator alone
         logprobs=None,
+        limits=None,  # per prompt, not per pair row: `d`'s rows apply them
     )
     # Two rows per prompt: refused by the number of prompts the caller gave, before the pairs' own check.
     columns = max(map(len, rows)) + min(request.max_new_tokens, PREALLOCATED_COLUMNS)

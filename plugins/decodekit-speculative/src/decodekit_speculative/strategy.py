@@ -290,8 +290,8 @@ class _Rounds:
             active = [not x for x in done]
             room = d.room(max(n for n, a in zip(self.lengths, active) if a))  # the target's block must fit
             budgets = [
-                min(self.k, d.request.max_new_tokens - self.generated[i] - 1, room) if active[i] else 0
-                for i in range(len(rows))
+                min(self.k, d.outputs[b].limit - self.generated[i] - 1, room) if active[i] else 0
+                for i, b in enumerate(rows)
             ]
             qs = self.drafter.propose(self.buf, self.lengths, budgets, active, self._pick)
             counts = [len(q) for q in qs]
