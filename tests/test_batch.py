@@ -723,3 +723,15 @@ def test_lines_that_fit_the_context_alone_and_not_together_decode_apart() -> Non
             and alone["finish_reason"] == "length"
             and len(alone["tokens"]) == p.max_new_tokens
         )
+
+
+def test_replace_unknown_with_a_tokenizer_without_errors_is_one_error_not_one_per_line(tmp_path: Path) -> None:
+    """cli-test-gpt's tokenizer takes no errors= option: --replace-unknown is refused once, before any line is
+    checked, not as an error record (or a bad line) for every line of the job."""
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="a"), _json(prompt="b"), _json(prompt="c")])
+    out = tmp_path / "o.jsonl"
+    for on_error in ("fail", "skip"):
+        r = _run(prompts, out, *ARGS, "--replace-unknown", "--on-error", on_error)
+        assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+        assert "--replace-unknown: the model's tokenizer has no errors= option" in r.stderr
+        assert "line" not in r.stderr and (not out.exists() or out.read_text() == "")

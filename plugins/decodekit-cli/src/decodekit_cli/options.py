@@ -30,6 +30,7 @@ __all__ = [
     "build_chain",
     "chain_text",
     "check_installed",
+    "check_replace_unknown",
     "check_stop",
     "cli_hints",
     "compile_failure",
@@ -284,6 +285,18 @@ def prompt_rows(prompts: Sequence[str | list[int]]) -> list[str] | list[list[int
     return texts if len(texts) == len(prompts) else [p for p in prompts if not isinstance(p, str)]
 
 
+def _takes_errors(tokenizer: Any) -> bool:
+    return "errors" in inspect.signature(tokenizer.encode).parameters
+
+
+def check_replace_unknown(model: Any) -> None:
+    """`--replace-unknown` needs a tokenizer whose `encode` takes `errors=`: checked once for a job, where every
+    line would fail alike (a model without a tokenizer is refused where its prompt is encoded)."""
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is not None and not _takes_errors(tokenizer):
+        raise CliError("--replace-unknown: the model's tokenizer has no errors= option; remove the characters")
+
+
 def encode_prompt(model: Any, prompt: str, replace_unknown: bool) -> str | list[int]:
     """The prompt as the model's tokenizer encodes it; `--replace-unknown` passes `errors="replace"`.
 
@@ -295,9 +308,9 @@ def encode_prompt(model: Any, prompt: str, replace_unknown: bool) -> str | list[
             "the model has no tokenizer, and the command line takes text prompts; allowed: a model with one "
             "(hf:DIR: a directory with its tokenizer files), or token ids from Python: dk.generate(model, [[1, 2, 3]])"
         )
-    accepts_errors = "errors" in inspect.signature(tokenizer.encode).parameters
-    if replace_unknown and not accepts_errors:
-        raise CliError("--replace-unknown: the model's tokenizer has no errors= option; remove the characters")
+    accepts_errors = _takes_errors(tokenizer)
+    if replace_unknown:
+        check_replace_unknown(model)
     try:
         ids: list[int] = tokenizer.encode(prompt, errors="replace") if replace_unknown else tokenizer.encode(prompt)
     except DecodekitError as exc:

@@ -16,6 +16,7 @@ from decodekit_cli.options import (
     FLAT_STAGES,
     chain_text,
     check_installed,
+    check_replace_unknown,
     encode_prompt,
     load_named_model,
     model_name,
@@ -142,6 +143,8 @@ class SamplingOptions:
     def load_model(self, name: str) -> Any:
         """Load the model `check` named, on `--threads` CPU threads."""
         model = load_named_model(name)
+        if self.replace_unknown:
+            check_replace_unknown(model)
         set_threads(model, self.threads)
         return model
 
