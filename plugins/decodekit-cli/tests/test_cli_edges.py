@@ -241,11 +241,14 @@ def test_samplers_lists_a_name_given_twice_once() -> None:
     assert [s["name"] for s in json.loads(result.stdout)["samplers"]] == ["top_k", "sample"]
 
 
-def test_explain_past_the_context_says_the_option_too() -> None:
-    # generate added "(on the command line: --cache none)" to the library's cache='none'; explain did not.
-    result = run_cli(["explain", "ROMEO: ", "-m", MODEL, "--steps", "100000"], _env())
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.endswith("cache='none', which crops the context (on the command line: --cache none)\n")
+@pytest.mark.parametrize(("command", "length"), [("explain", "--steps"), ("generate", "--max-new-tokens")])
+def test_past_the_context_the_advice_is_in_flags(command: str, length: str) -> None:
+    # generate added "(on the command line: --cache none)" to the library's cache='none'; explain did not. Both
+    # then advised the Python spelling cache='window(size=...)' beside the flag.
+    result = run_cli([command, "ROMEO: ", "-m", "tiny-shakespeare", length, "100000", "--cache", "dense"], _env())
+    assert result.returncode == 2 and "Traceback" not in result.stderr  # rotary: an evicting cache is advised
+    assert "a cache that evicts (--cache 'window(size=" in result.stderr and "cache='" not in result.stderr
+    assert result.stderr.endswith("or --cache none, which crops the context\n")
 
 
 @pytest.mark.parametrize(("command", "option"), [("explain", "--steps"), ("generate", "--max-new-tokens")])
@@ -254,7 +257,7 @@ def test_past_the_context_names_the_length_option_the_command_has(command: str, 
     result = run_cli([command, "ROMEO: ", "-m", MODEL, option, "100000"], _env())
     assert result.returncode == 2 and "max_new_tokens" not in result.stderr, result.stderr
     assert result.stderr.startswith(f"decodekit: error: prompt of 7 tokens + {option} 100000 = 100007 tokens exceeds ")
-    assert f"shorten the prompt, lower {option}, or cache='none'" in result.stderr
+    assert f"shorten the prompt, lower {option}, or --cache none" in result.stderr
 
 
 def test_output_dash_is_refused_not_a_file_named_dash(tmp_path: Path) -> None:

@@ -263,8 +263,8 @@ def cli_hints(length_option: str = "--max-new-tokens") -> Iterator[None]:
         yield
     except ContextLengthError as exc:
         message = str(exc).replace("max_new_tokens=", f"{length_option} ").replace("max_new_tokens", length_option)
-        hint = " (on the command line: --cache none)" if "cache='none'" in message else ""
-        raise CliError(f"{message}{hint}") from None
+        message = message.replace("cache='none'", "--cache none")
+        raise CliError(re.sub(r"\bcache='([^']*)'", r"--cache '\1'", message)) from None  # the flags' spelling
     except CompileError as exc:
         raise CliError(compile_failure(exc), exit_code=EXIT_FAILURE) from None
 
