@@ -115,6 +115,20 @@ def test_the_dense_call_and_the_candidates_equal_the_reference(exponent: float) 
         assert bool(c.values.isnan().all())
 
 
+def test_a_vocabulary_within_room_lists_the_whole_row_and_keeps_nan_visible() -> None:
+    """V <= ROOM: every token is a candidate (no bound to test against), each finite row's nucleus is
+    the reference's, and a row's NaN stays visible (the sampler marks the row)."""
+    x = torch.randn(3, 84, generator=torch.Generator().manual_seed(5)) * 3
+    x[1, 7] = float("nan")
+    x[2, 20:] = NEG  # fewer finite tokens than the nucleus would take
+    c = TopP(p=0.9).to_candidates(x, ctx_for(3))
+    assert c is not None and c.values.shape == (3, 84)
+    dense = densify(c, 84)
+    assert bool(dense[1, 7].isnan()) and not bool(dense[[0, 2]].isnan().any())
+    for r in (0, 2):
+        assert torch.equal(dense[r : r + 1], reference(x[r : r + 1], 0.9))
+
+
 def test_does_not_sort_the_vocabulary_when_a_partial_topk_suffices(monkeypatch: pytest.MonkeyPatch) -> None:
     x = peaked(50_257, 1.5, seed=0)
     expected = reference(x, 0.9)

@@ -31,11 +31,16 @@ ROOM = 256
 """Tokens searched for the nucleus before sorting the whole row."""
 
 
-def _last_kept(values: Tensor, total: Tensor | None, p: float, min_keep: int) -> Tensor:
+def _as_float(x: Tensor) -> Tensor:
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
+def _last_kept(values: Tensor, total: Tensor | None, p: float, min_keep: int, top: Tensor | None = None) -> Tensor:
     """Position `[B, 1]` in sorted `values` `[B, K]` of the last token kept (K when the cut lies past
-    them), given each row's `total` unnormalised mass `exp(x - max)` (None: the values' own)."""
-    x = values if values.dtype in (torch.float32, torch.float64) else values.float()
-    cum = (x - x[:, :1]).exp().cumsum(-1)  # [B, K]
+    them), given each row's `total` unnormalised mass `exp(x - max)` (None: the values' own) and
+    `top`, the float values' first column if the caller has it."""
+    x = _as_float(values)
+    cum = (x - (x[:, :1] if top is None else top)).exp().cumsum(-1)  # [B, K]
     target = cum[:, -1:] * p if total is None else total * p
     pos = sorted_position(cum, target)  # the first token whose own cum reaches the target
     return pos.clamp(min=min_keep - 1) if min_keep > 1 else pos
@@ -72,11 +77,15 @@ class TopP(ProcessorBase[TopPParams]):
         whether the nucleus is known from them `[B, 1]` (the cut among them, no tie past them)."""
         V = logits.shape[-1]
         min_keep = min(self.params.min_keep, V)
-        c, bound = top_candidates(logits, max(room, min_keep))
+        n = max(room, min_keep)
+        c, bound = top_candidates(logits, n)
         K = c.values.shape[1]
-        x = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
-        total = (x - c.values[:, :1].to(x.dtype)).exp_().sum(-1, keepdim=True)
-        pos = _last_kept(c.values, total, self.params.p, min_keep)
+        x = _as_float(logits)
+        top = _as_float(c.values[:, :1])  # the row's max, shared by the total and the prefix sums
+        total = (x - top).exp_().sum(-1, keepdim=True)
+        pos = _last_kept(c.values, total, self.params.p, min_keep, top)
         # A row with fewer finite logits than min_keep keeps just those; NaN stays NaN.
         floor = c.values.gather(1, pos.clamp(max=K - 1)).clamp(min=torch.finfo(logits.dtype).min)
+        if n >= V:  # the whole row is listed (bound -inf): known but in a NaN row, whose floor is NaN
+            return c, floor, floor > bound
         return c, floor, ((pos < K) | torch.isneginf(bound)) & (floor > bound)
