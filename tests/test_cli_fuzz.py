@@ -12,20 +12,19 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from cli_runner import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_cli import MODEL, _env
+
+from decodekit.testing.fuzz.run import time_limit
 
 EXAMPLES = int(os.environ.get("DECODEKIT_CLI_FUZZ_EXAMPLES", "40"))
 STATUSES = {0, 1, 2}  # docs/cli.md, "Errors and exit status" (130 and 141 need a signal; none is sent here)
@@ -250,24 +249,6 @@ def _cases() -> st.SearchStrategy[Case]:
     return st.one_of(generate_cases(), generate_cases(), generate_cases(), explain_cases(), samplers_cases())
 
 
-class _Hang(BaseException):  # not an Exception: the CLI's own handlers cannot swallow it
-    pass
-
-
-@contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise _Hang(f"over {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _real(arg: str, root: Path) -> str:
     for mark, path in (("<dir>", root / "d"), ("<missing>", root / "new"), ("<file:0>", root / "f0"),
                        ("<file:1>", root / "f1")):  # fmt: skip
@@ -283,7 +264,7 @@ def run_case(case: Case) -> tuple[subprocess.CompletedProcess[str], list[str]]:
         for i, content in enumerate(case.files):
             (root / f"f{i}").write_bytes(content)
         argv = [_real(arg, root) for arg in case.argv]
-        with _time_limit(TIME_LIMIT):
+        with time_limit(TIME_LIMIT):  # a hang fails the case: CaseTimeout
             result = run_cli(argv, _env(), stdin=case.stdin, cwd=root)
         problems = _problems(case, result, _output(argv, root))
     return result, problems

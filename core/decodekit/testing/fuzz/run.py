@@ -24,7 +24,7 @@ from decodekit.testing.fuzz.generation import check_generate_case, generate_case
 from decodekit.testing.fuzz.outcomes import ACCEPTED, TIMEOUT, Finding, Report, exception_finding
 from decodekit.testing.fuzz.specs import check_spec_case, spec_cases
 
-__all__ = ["TARGETS", "Tally", "Target", "fuzz", "memory_limit", "run_case"]
+__all__ = ["TARGETS", "CaseTimeout", "Tally", "Target", "fuzz", "memory_limit", "run_case", "time_limit"]
 
 _MEMORY_HEADROOM = 8 * 2**30  # address space a case may map beyond what the process maps already
 
@@ -45,14 +45,16 @@ TARGETS: dict[str, Target] = {
 }
 
 
-class _Timeout(BaseException):  # not an Exception: code under test that catches those cannot swallow it
+class CaseTimeout(BaseException):  # not an Exception: code under test that catches those cannot swallow it
     pass
 
 
 @contextlib.contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise `CaseTimeout` in this (the main) thread once `seconds` have passed inside the block."""
+
     def expire(signum: int, frame: FrameType | None) -> None:
-        raise _Timeout
+        raise CaseTimeout(f"over {seconds:g} s")
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -93,9 +95,9 @@ def run_case(target: Target, case: Any, timeout: float = 20.0) -> list[Finding]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            with _time_limit(timeout):
+            with time_limit(timeout):
                 target.check(case, report)
-        except _Timeout:
+        except CaseTimeout:
             report.add(TIMEOUT, f"over {timeout:g} s")
         except Exception as exc:
             report.findings.append(exception_finding(exc))
