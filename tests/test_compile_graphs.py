@@ -191,3 +191,26 @@ def test_a_step_that_takes_fewer_uniforms_than_the_last_keeps_the_eager_tokens(
     options: dict[str, Any] = {"chain": chain, "max_new_tokens": 10, "cache": "dense", "seed": 3}
     eager = dk.generate(tiny_gpt(), BATCHES[0], **options).tokens
     assert dk.generate(tiny_gpt(), BATCHES[0], compile=True, **options).tokens == eager
+
+
+def test_cached_attention_traces_with_dynamic_head_counts() -> None:
+    """Under dynamic shapes (as dynamo marks a size that changed between compiles) `k.shape[1] != q.shape[1]` is a
+    SymBool, which SDPA's `enable_gqa` refused: a graph break in every model's attention (seen in speculative
+    decoding's recompiles). A branch makes dynamo guard it instead."""
+    from decodekit.cache import cached_attention
+
+    class NoMask:
+        def attention_mask(self, layer: int, positions: torch.Tensor) -> None:
+            return None
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return cached_attention(NoMask(), 0, q, k, v, torch.arange(q.shape[2])) * 2  # type: ignore[arg-type]
+
+    q, k, v = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    for x in (q, k, v):
+        torch._dynamo.maybe_mark_dynamic(x, 1)
+    explained = torch._dynamo.explain(attend)(q, k, v)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    torch.testing.assert_close(
+        attend(q, k, v), 2 * torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    )

@@ -208,7 +208,8 @@ def cached_attention(
             f"dtype, {k.dtype} (the model's); allowed: queries in {k.dtype} (cast a float32 rotary embedding back)"
         )
     mask = cache.attention_mask(layer, positions)  # [B, 1 or H, T, S]
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=k.shape[1] != q.shape[1])
+    gqa = True if k.shape[1] != q.shape[1] else False  # noqa: SIM210  # a branch: dynamo guards a SymBool it cannot pass
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
     if (observe := getattr(cache, "observe", None)) is not None:
         D = q.shape[-1]
         observe(layer, q if scale is None or scale == D**-0.5 else q * (scale * D**0.5))
