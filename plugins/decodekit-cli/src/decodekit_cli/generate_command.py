@@ -311,7 +311,7 @@ def run_generate(request: GenerateRequest) -> int:
             out.status("compiling the model and the chain (--compile) ...")
         result = stream_samples(model, spec, strategy, sink, on_token)
         if writer is not None:
-            writer.close(None if result.interrupted else len(result.samples))
+            writer.close(len(result.samples))  # a beam search interrupted, or of no steps: one sample
 
     if request.json_output:
         print_json(_json_document(request, name, prompt, chain, cache, result))
