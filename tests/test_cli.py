@@ -348,18 +348,6 @@ def test_a_chain_file_given_as_the_chain_says_to_pass_its_text(
     assert err[1].endswith("expected '|' or the end, found '.'")
 
 
-def test_beam_hypotheses_the_command_line_cannot_show_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    from decodekit_cli import main
-
-    # it printed the best hypothesis alone, dropping the others without a word
-    assert main(["generate", PROMPT, "-m", MODEL, "--strategy", "beam(num_beams=3, num_return_sequences=2)"]) == 2
-    [line] = capsys.readouterr().err.splitlines()
-    assert line == (
-        "decodekit: error: --strategy 'beam(num_beams=3, num_return_sequences=2)': the command line shows one "
-        "hypothesis per sample, the best; allowed: num_return_sequences=1 (every hypothesis: dk.decode(...).sequences)"
-    )
-
-
 def test_a_model_without_a_tokenizer_says_the_command_line_needs_one(capsys: pytest.CaptureFixture[str]) -> None:
     from decodekit_cli import main
 

@@ -407,6 +407,30 @@ def test_text_prompts_and_text_without_the_stop_token() -> None:
     assert out.finish_reasons[0] == "stop" or len(out.tokens[0]) == 8
 
 
+def test_every_returned_hypothesis_has_its_text_finish_reason_and_logprobs() -> None:
+    """A caller showing every hypothesis (the command line's -n) gets each one's text, finish reason, stop token and
+    logprobs as the best one's row reports them; the best one's equal its row's."""
+    text_model = tiny_gpt(2, vocab_size=95)
+    text_model.tokenizer = CharTokenizer()  # type: ignore[assignment]
+    stop = beam_search(text_model, ["To be"], num_beams=3, max_new_tokens=8).tokens[0][2]
+    out = beam_search(
+        text_model, ["To be"], num_beams=3, max_new_tokens=8, stop_tokens=[stop], num_return_sequences=3, logprobs=0
+    )
+    assert out.sequence_texts[0][0] == out.text[0] and out.sequence_finish_reasons[0][0] == out.finish_reasons[0]
+    assert out.sequence_logprobs[0][0] == out.logprobs[0]
+    for tokens, text, reason, by, lps in zip(
+        out.sequences[0],
+        out.sequence_texts[0],
+        out.sequence_finish_reasons[0],
+        out.sequence_stopped_by[0],
+        out.sequence_logprobs[0],
+    ):
+        assert (reason, by) == (("stop", stop) if tokens[-1] == stop else ("length", None))
+        assert text == CharTokenizer().decode(tokens[:-1] if reason == "stop" else tokens)
+        assert lps is not None and len(lps) == len(tokens)
+    assert "stop" in out.sequence_finish_reasons[0]  # the stop token ended one at least
+
+
 def test_dk_generate_stays_the_function_after_beam_search() -> None:
     """The decode loop's module is not named `generate`, so importing it can't hide `dk.generate`."""
     importlib.import_module("decodekit.loop")

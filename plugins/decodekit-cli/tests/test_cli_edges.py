@@ -208,7 +208,10 @@ def test_zero_new_tokens_end_with_length_not_as_if_interrupted(strategy: str) ->
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["interrupted"] is False
-    assert [(s["tokens"], s["finish_reason"]) for s in doc["samples"]] == [([], "length")] * 2
+    count = 2 if strategy == "sample" else 1  # -n 2 under beam: its 2 best beams; a search of no steps has one
+    assert [(s["tokens"], s["finish_reason"]) for s in doc["samples"]] == [([], "length")] * count
+    shown = _generate("--max-new-tokens", "0", "-n", "2", "--strategy", strategy)
+    assert shown.stdout.count("--- sample") == (count if count > 1 else 0), shown.stdout  # one sample: no header
 
 
 def _limit_file_size() -> None:

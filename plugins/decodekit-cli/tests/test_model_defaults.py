@@ -48,7 +48,7 @@ def test_the_model_is_asked_once_for_the_options_not_given(monkeypatch: pytest.M
     calls = _offering(monkeypatch, {"chain": "greedy", "max_new_tokens": 2, "strategy": "beam(num_beams=2)"})
     result = _generate("--strategy", "sample", "--stop", "zz")
     assert result.returncode == 0, result.stderr
-    assert calls == [(len("ROMEO"), ["chain", "max_new_tokens"])]  # a character per token
+    assert calls == [(len("ROMEO"), ["chain", "max_new_tokens", "num_return_sequences"])]  # a character per token
     assert result.stderr == (
         "decodekit: note: sampling with the model's own chain 'greedy', max_new_tokens 2; --chain, --max-new-tokens "
         "replace them\n"
@@ -60,7 +60,7 @@ def test_the_model_is_asked_once_for_the_options_not_given(monkeypatch: pytest.M
 
 def test_a_model_given_every_option_is_not_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _offering(monkeypatch, {"chain": "greedy"})
-    flags = ["--chain", "top_k(3) | sample", "--strategy", "sample", "--max-new-tokens", "2", "--stop", "zz"]
+    flags = ["--chain", "top_k(3) | sample", "--strategy", "sample", "--max-new-tokens", "2", "--stop", "zz", "-n", "1"]
     result = _generate(*flags)
     assert result.returncode == 0 and result.stderr == "" and calls == []
     assert json.loads(result.stdout)["chain"] == "top_k(k=3) | sample"

@@ -291,3 +291,53 @@ def test_a_given_max_new_tokens_never_meets_the_checkpoints_max_length(
     assert status == 0, err
     report = json.loads(out)
     assert len(report["samples"][0]["tokens"]) == 2 and report["chain"] == "top_k(k=4) | sample", err
+
+
+def hf_sequences(checkpoint: Path, prompt: str) -> list[list[int]]:
+    """Every sequence `model.generate()` returns for `prompt` with the checkpoint's config, each up to its stop."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf = AutoModelForCausalLM.from_pretrained(str(checkpoint), local_files_only=True).eval()
+    ids = torch.tensor([AutoTokenizer.from_pretrained(str(checkpoint)).encode(prompt)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rows = hf.generate(ids, attention_mask=torch.ones_like(ids))[:, ids.shape[1] :].tolist()
+    stops = hf.generation_config.eos_token_id
+    ends = [next((i for i, t in enumerate(row) if t in stops), len(row) - 1) for row in rows]
+    return [row[: end + 1] for row, end in zip(rows, ends)]
+
+
+def test_a_checkpoints_num_return_sequences_is_every_beam_or_sample(
+    tmp_path: Path, build_gpt2: Any, gpt2: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """generate() returns num_return_sequences per prompt: the beams, best first, or that many samples; the
+    command line showed one (it never asked the checkpoint for the count)."""
+    config = GenerationConfig(**BEAM, num_return_sequences=2)
+    beams = save(tmp_path, build_gpt2(seed=2), char_tokenizer, config, "beams")
+    report, err = generate(capsys, beams)
+    assert report["strategy"] == f"{BEAM_STRATEGY[:-1]}, num_return_sequences=2)"
+    assert [s["tokens"] for s in report["samples"]] == hf_sequences(beams, "Hi")
+    assert "num_return_sequences 2; --chain, --strategy, --max-new-tokens, -n replace them" in err
+    report, _ = generate(capsys, beams, "-n", "1")
+    assert len(report["samples"]) == 1
+    status, _, err = cli(capsys, "generate", "Hi", "--model", f"hf:{beams}", "-n", "4")
+    assert status == 2 and "-n 4: beam search returns at most its num_beams=3 best hypotheses" in err
+
+    sampling = save(tmp_path, gpt2, char_tokenizer, GenerationConfig(**SAMPLING, num_return_sequences=3), "three")
+    report, err = generate(capsys, sampling, "--max-new-tokens", "5")
+    flags = ["--max-new-tokens", "5", "--chain", SAMPLING_CHAIN, "-n", "3"]
+    given = generate(capsys, sampling, *flags)[0]["samples"]
+    assert [s["tokens"] for s in report["samples"]] == [s["tokens"] for s in given] and len(given) == 3
+    assert "num_return_sequences 3" in err
+
+
+def test_a_batch_job_writes_one_of_a_checkpoints_sequences_and_says_so(
+    tmp_path: Path, build_gpt2: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = GenerationConfig(**BEAM, num_return_sequences=2)
+    beams = save(tmp_path, build_gpt2(seed=2), char_tokenizer, config, "beams")
+    status, err, output = run_batch(capsys, beams, tmp_path)
+    assert status == 0, err
+    assert "the model's own num_return_sequences=2 is not used: a batch job writes one record per line" in err
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [r["tokens"] for r in records] == [hf_sequences(beams, "Hi")[0], hf_sequences(beams, "ab")[0]]

@@ -190,10 +190,11 @@ def test_generation_defaults_work_out_only_the_keys_asked(build_gpt2: Callable[.
 
 def test_generation_defaults_leave_num_return_sequences_to_the_caller(build_gpt2: Callable[..., Any]) -> None:
     """generation_options refuses num_return_sequences without beams (a decode draws one sample per prompt); the
-    command line draws -n samples of its own, so its defaults name the chain and no count."""
+    command line draws -n samples of its own, so its defaults give the count only when asked for it (no -n)."""
     hf = build_gpt2(seed=1)
     hf.generation_config = GenerationConfig(do_sample=True, top_k=5, num_return_sequences=2)
     with pytest.raises(dk.ParameterError, match="num_return_sequences"):
         generation_options(hf)
     keys = ["chain", "strategy", "max_new_tokens", "stop_strings"]
     assert HFModel(hf).generation_defaults(3, keys) == {"chain": "top_k(5) | sample"}
+    assert HFModel(hf).generation_defaults(3, ["num_return_sequences"]) == {"num_return_sequences": 2}

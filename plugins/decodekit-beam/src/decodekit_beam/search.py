@@ -50,10 +50,16 @@ _NEG_INF = float("-inf")
 class BeamGeneration(Generation):
     """A `Generation` whose row `b` is the best hypothesis of prompt `b`, plus, per prompt, the best
     `num_return_sequences` hypotheses (`sequences[b]`, best first) and their `scores[b]`
-    (sum of log-probabilities / generated length ** length_penalty)."""
+    (sum of log-probabilities / generated length ** length_penalty); each hypothesis's text, finish reason, stop
+    token or string and logprobs as `Generation` reports a row's (`sequence_texts[b]`, ...: a caller showing every
+    hypothesis, as the command line does, needs them as much as the best one's)."""
 
     sequences: list[list[list[int]]] = field(default_factory=list)
     scores: list[list[float]] = field(default_factory=list)
+    sequence_texts: list[list[str | None]] = field(default_factory=list)
+    sequence_finish_reasons: list[list[str | None]] = field(default_factory=list)
+    sequence_stopped_by: list[list[int | str | None]] = field(default_factory=list)
+    sequence_logprobs: list[list[list[Any] | None]] = field(default_factory=list)
 
 
 def beam_search(
@@ -123,14 +129,20 @@ def _beam_rounds(d: Decoding, params: BeamParams) -> Iterator[None]:
                 break
             logits = d.forward()
             yield
-    sequences, scores = [], []
-    for b, kept in enumerate(search.finished):
-        best = kept[: params.num_return_sequences] or [(0.0, RowOutput(0, frozenset(), None))]
+    empty = [(0.0, RowOutput(0, frozenset(), None))]
+    kept = [entries[: params.num_return_sequences] or empty for entries in search.finished]
+    for b, best in enumerate(kept):
         d.finish(b, best[0][1].tokens, best[0][1].logprobs)
-        sequences.append([out.tokens for _, out in best])
-        scores.append([score for score, _ in best])
     d.result_type = BeamGeneration
-    d.extras = {"sequences": sequences, "scores": scores}
+    logprobs = d.request.logprobs is not None
+    d.extras = {
+        "sequences": [[out.tokens for _, out in best] for best in kept],
+        "scores": [[score for score, _ in best] for best in kept],
+        "sequence_texts": [[out.text for _, out in best] for best in kept],
+        "sequence_finish_reasons": [[out.finish_reason for _, out in best] for best in kept],
+        "sequence_stopped_by": [[out.stopped_by for _, out in best] for best in kept],
+        "sequence_logprobs": [[out.logprobs if logprobs else None for _, out in best] for best in kept],
+    }
 
 
 class _Search:

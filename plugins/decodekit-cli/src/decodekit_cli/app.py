@@ -220,8 +220,16 @@ def generate(
         ),
     ] = None,
     num_samples: Annotated[
-        int, typer.Option("--num-samples", "-n", min=1, help="Samples of the same prompt, each with its own seed.")
-    ] = 1,
+        int | None,
+        typer.Option(
+            "--num-samples",
+            "-n",
+            min=1,
+            help="Samples of the same prompt, each with its own seed; under beam search its N best beams "
+            "(num_return_sequences=N, N <= num_beams). Default: the model's own num_return_sequences, else 1.",
+            show_default=False,
+        ),
+    ] = None,
     stop: Annotated[
         list[str] | None, typer.Option("--stop", help="Stop a sample when its text contains this (repeatable).")
     ] = None,
@@ -361,7 +369,7 @@ def generate(
 
         given = {
             "PROMPT": prompt is not None,
-            "--num-samples": num_samples != 1,
+            "--num-samples": num_samples not in (None, 1),
             "--json": json_output,
             "--no-echo": not echo,  # records hold the prompt and the text apart: nothing is echoed
         }

@@ -100,11 +100,39 @@ def batch_request(
         batch_size=batch_size,
         resume=resume,
         on_error=on_error,
-        strategy=None if strategy is None else resolve_strategy(strategy),
+        strategy=None if strategy is None else _one_sequence(resolve_strategy(strategy)),
         ray=ray,
         logprobs=logprobs,
         prompt_logprobs=prompt_logprobs,
     )
+
+
+def _one_sequence(strategy: str) -> str:
+    """A batch job writes one record per line, of one sequence: a strategy returning several is refused."""
+    from decodekit.strategies import strategy_params
+
+    if (count := getattr(strategy_params(strategy), "num_return_sequences", 1)) > 1:
+        raise CliError(
+            f"--strategy {strategy!r}: a batch job writes one record per line, of one sequence, and "
+            f"num_return_sequences={count} returns {count}; allowed: num_return_sequences=1 (every hypothesis of a "
+            f"prompt: decodekit generate PROMPT -n {count} --strategy ...)"
+        )
+    return strategy
+
+
+def _warn_model_sequences(model: object) -> None:
+    """A checkpoint's num_return_sequences (transformers' generate() returns that many per prompt) is not
+    dropped without a word: a batch job writes one sequence per line, the best beam or one sample."""
+    defaults = getattr(model, "generation_defaults", None)
+    count = ((defaults(None, ["num_return_sequences"]) if callable(defaults) else None) or {}).get(
+        "num_return_sequences"
+    )
+    if count is not None:
+        report_warning(
+            f"the model's own num_return_sequences={count} is not used: a batch job writes one record per line, of "
+            f"one sequence (the best beam, or one sample); for {count} sequences of a prompt: decodekit generate "
+            f"PROMPT -n {count}, or the line {count} times when sampling"
+        )
 
 
 def run_batch(request: BatchRequest) -> int:
@@ -152,6 +180,7 @@ def run_batch(request: BatchRequest) -> int:
             recorded = settings.recorded(digest)
         eos_refusal = lock.check_resume(recorded) if request.resume else None
         model = sampling.load_model(name) if model is None else model
+        _warn_model_sequences(model)
         if eos_refusal is not None and eos_tokens(model, ignore_eos=False):
             raise CliError(eos_refusal)
         checked = check_lines(model, settings, input_lines(data))

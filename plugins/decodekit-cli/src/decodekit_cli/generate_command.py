@@ -19,6 +19,7 @@ from decodekit_cli.json_output import print_json
 from decodekit_cli.live_text import SampleWriter, TextOutput
 from decodekit_cli.logprob_records import prompt_records, token_records
 from decodekit_cli.options import build_chain, check_stop, cli_hints, prompt_rows, prompt_text, resolve_strategy
+from decodekit_cli.returned_sequences import plan_sequences
 from decodekit_cli.sampling_options import SamplingOptions, eos_tokens
 
 __all__ = [
@@ -38,7 +39,7 @@ class GenerateRequest:
 
     prompt: str | None
     sampling: SamplingOptions
-    num_samples: int
+    num_samples: int | None  # -n N; None: not given (the model's own num_return_sequences, else 1)
     json_output: bool
     echo: bool
     strategy: str | None = None
@@ -91,6 +92,7 @@ class SampleResult:
     stopped_by: int | str | None = None
     seconds: float = 0.0  # from the start until this sample ended
     logprobs: list[dict[str, Any]] | None = None  # per token, when asked (see logprob_records)
+    score: float | None = None  # a beam's: its sum of log-probabilities / length ** length_penalty
 
 
 @dataclass
@@ -164,9 +166,36 @@ def stream_samples(
     for sample in samples:
         if sample.finish_reason is None:
             sample.seconds = seconds
+    if not interrupted:
+        samples = _with_hypotheses(samples, events.result, sink)
     rate = getattr(events.result, "acceptance_rate", None)  # a speculative strategy's, once it is done
     scored = None if events.result is None else _prompt_records(events.result)
     return StreamResult(samples, seconds, interrupted, rate, scored)
+
+
+def _with_hypotheses(samples: list[SampleResult], result: Any, sink: SampleSink) -> list[SampleResult]:
+    """A beam search's samples: the streamed best hypothesis, then the others it returned, best first (each shown
+    once the search is done), each with its score. Another strategy's samples are as streamed."""
+    scores = getattr(result, "scores", None)
+    if not scores or len(samples) != 1:  # not a beam search (a beam search decodes one copy of the prompt)
+        return samples
+    best = replace(samples[0], score=scores[0][0])
+    others = []
+    for row in range(1, len(scores[0])):
+        tokens, lps = result.sequences[0][row], result.sequence_logprobs[0][row]
+        sample = SampleResult(
+            tokens=list(tokens),
+            text=result.sequence_texts[0][row],
+            finish_reason=result.sequence_finish_reasons[0][row],
+            stopped_by=result.sequence_stopped_by[0][row],
+            seconds=best.seconds,
+            logprobs=None if best.logprobs is None or lps is None else token_records(tokens, lps),
+            score=scores[0][row],
+        )
+        sink.text(row, sample.text if sample.text is not None else "".join(f"{token} " for token in tokens))
+        sink.finish(row)
+        others.append(sample)
+    return [best, *others]
 
 
 def _ended_without_tokens(samples: list[SampleResult], result: Any) -> None:
@@ -207,6 +236,7 @@ def _json_document(
                 "stopped_by": s.stopped_by,
                 "tokens_per_second": round(_rate(len(s.tokens), s.seconds), 2),
                 **({} if request.logprobs is None else {"logprobs": s.logprobs}),
+                **({} if s.score is None else {"score": s.score}),
             }
             for s in result.samples
         ],
@@ -233,6 +263,8 @@ def run_generate(request: GenerateRequest) -> int:
         if n is not None and not request.json_output:
             raise CliError(f"{flag} {n}: reported in the JSON document; add --json")
     strategy = resolve_strategy(request.strategy)  # before check(), whose note on the cache would precede its error
+    asked = None if request.num_samples is None else f"-n {request.num_samples}"
+    plan_sequences(strategy, request.num_samples or 1, asked)  # -n past num_beams fails before the model loads
     name, cache = sampling.check()
     chain = build_chain(sampling.chain_text(), sampling.chain)  # a bad chain or flag fails before the model loads
     prompt = prompt_text(request.prompt)
@@ -241,17 +273,23 @@ def run_generate(request: GenerateRequest) -> int:
 
     encoded = sampling.encode(model, prompt)
     prompt = sampling.seen_prompt(model, prompt, encoded)
-    own = sampling.model_settings(model, request.strategy, None if isinstance(encoded, str) else len(encoded))
+    length = None if isinstance(encoded, str) else len(encoded)
+    own = sampling.model_settings(model, request.strategy, length, samples_given=asked is not None)
     chain = chain if own.chain is None else build_chain(own.chain)
     strategy, sampling = own.strategy or strategy, own.sampling
-    request = replace(request, sampling=sampling, strategy=strategy)  # what the JSON document records
+    if own.num_samples is not None:  # the checkpoint's num_return_sequences: as if -n N were given
+        asked = f"the model's own num_return_sequences={own.num_samples} (-n replaces it)"
+    plan = plan_sequences(strategy, own.num_samples or request.num_samples or 1, asked, own.num_samples is not None)
+    strategy = plan.strategy
+    shown = plan.copies * plan.hypotheses  # the sequences shown: samples, or beams
+    request = replace(request, sampling=sampling, strategy=strategy, num_samples=shown)  # as the JSON records
     # Sized before anything holds a sample: -n far past the memory hung (or overflowed) building the lists.
     columns = len(encoded) + min(sampling.max_new_tokens, PREALLOCATED_COLUMNS)
-    check_rows("generate", "--num-samples", request.num_samples, request.num_samples, columns, model)
+    check_rows("generate", "--num-samples", plan.copies, plan.copies, columns, model)
     spec = SampleSpec(
         prompt=encoded,
         chain=chain,
-        num_samples=request.num_samples,
+        num_samples=plan.copies,
         max_new_tokens=sampling.max_new_tokens,
         cache=cache,
         seed=sampling.seed,
@@ -263,23 +301,23 @@ def run_generate(request: GenerateRequest) -> int:
     )
 
     with TextOutput(text=not request.json_output) as out, cli_hints():
-        writer = None if request.json_output else SampleWriter(out, request.num_samples, prompt if request.echo else "")
+        writer = None if request.json_output else SampleWriter(out, shown, prompt if request.echo else "")
         sink: SampleSink = writer if writer is not None else _NoSink()
 
         def on_token(tokens: int, seconds: float) -> None:
-            out.status(_status_line(tokens, seconds, request.num_samples))
+            out.status(_status_line(tokens, seconds, shown))
 
         if spec.compile:  # the first tokens wait for torch's compiler: say why nothing shows yet
             out.status("compiling the model and the chain (--compile) ...")
         result = stream_samples(model, spec, strategy, sink, on_token)
         if writer is not None:
-            writer.close()
+            writer.close(len(result.samples))  # a beam search interrupted, or of no steps: one sample
 
     if request.json_output:
         print_json(_json_document(request, name, prompt, chain, cache, result))
     if out.show_status:
         out.console.print(
-            _status_line(result.num_tokens, result.seconds, request.num_samples, result.acceptance_rate),
+            _status_line(result.num_tokens, result.seconds, shown, result.acceptance_rate),
             style="dim",
             highlight=False,
         )

@@ -125,8 +125,10 @@ class SampleWriter:
             if self.current < self.n:
                 self._begin()
 
-    def close(self) -> None:
-        """Print every sample not printed yet (after Ctrl-C, with what it had so far)."""
+    def close(self, count: int | None = None) -> None:
+        """Print every sample not printed yet (after Ctrl-C, with what it had so far). count: the samples there
+        are, where a strategy returned fewer than `n` (a beam search of no steps has one hypothesis)."""
+        self.n = self.n if count is None else min(count, self.n)
         for row in range(self.n):
             self.finish(row)
 

@@ -89,13 +89,16 @@ class SamplingOptions:
         text = chain_text(self.chain, self.flags, default)
         return text if self.grammar is None else f"{self.grammar} | {text}"
 
-    def model_settings(self, model: object, strategy: str | None, prompt_length: int | None = None) -> ModelSettings:
-        """What the model offers for the options not given (`--chain`, `--strategy`, `--max-new-tokens`, `--stop`),
+    def model_settings(
+        self, model: object, strategy: str | None, prompt_length: int | None = None, samples_given: bool = True
+    ) -> ModelSettings:
+        """What the model offers for the options not given (`--chain`, `--strategy`, `--max-new-tokens`, `--stop`,
+        `-n` where `samples_given` is False: its `num_return_sequences`, samples or beams),
         said in one line on stderr: its optional `generation_defaults(prompt_length, keys)` (an hf: checkpoint's
         generation config), asked for those options alone, the sampling flags set over its chain. `strategy`:
         `--strategy` as given (None: not given). `prompt_length`: None for a batch job, whose lines each have their
         own (a length that counts the prompt is then `ModelSettings.max_length`)."""
-        defaults = self._model_defaults(model, strategy, prompt_length)
+        defaults = self._model_defaults(model, strategy, prompt_length, samples_given)
         chain, what = self._model_chain(defaults.get("chain"))
         own, length, total, stops = (
             defaults.get(key) for key in ("strategy", "max_new_tokens", "max_length", "stop_strings")
@@ -105,6 +108,7 @@ class SamplingOptions:
         said += [(f"max_new_tokens {length}", "--max-new-tokens")] if length is not None else []
         said += [(f"max_length {total} less each prompt's tokens", "--max-new-tokens")] if total is not None else []
         said += [(f"stop strings {list(stops)!r}", "--stop")] if stops else []
+        said += [(f"num_return_sequences {count}", "-n")] if (count := defaults.get("num_return_sequences")) else []
         if said:
             verb = "sampling" if own is None else "decoding"
             flags = ", ".join(flag for _, flag in said)
@@ -115,9 +119,12 @@ class SamplingOptions:
             _warn_unpicked(chain, given, str(own) if own is not None else strategy)
         options = self if length is None else replace(self, max_new_tokens=int(length))
         options = replace(options, stop=tuple(str(stop) for stop in stops)) if stops else options
-        return ModelSettings(chain, None if own is None else resolve_strategy(str(own)), options, total)
+        strategy = None if own is None else resolve_strategy(str(own))
+        return ModelSettings(chain, strategy, options, total, None if count is None else int(count))
 
-    def _model_defaults(self, model: object, strategy: str | None, prompt_length: int | None) -> Mapping[str, Any]:
+    def _model_defaults(
+        self, model: object, strategy: str | None, prompt_length: int | None, samples_given: bool
+    ) -> Mapping[str, Any]:
         """The model's optional `generation_defaults`, asked only for the options not given: a checkpoint's own
         setting that it refuses (beam sampling, `min_length` in a batch job) is then no error beside its flag."""
         wanted = {
@@ -125,6 +132,7 @@ class SamplingOptions:
             "strategy": strategy is None,
             "max_new_tokens": not self.length_given,
             "stop_strings": not self.stop,
+            "num_return_sequences": not samples_given,
         }
         keys = [key for key, want in wanted.items() if want]
         defaults = getattr(model, "generation_defaults", None)  # optional: a plugin's model may offer its own
@@ -166,12 +174,14 @@ class SamplingOptions:
 @dataclass(frozen=True)
 class ModelSettings:
     """What a model's own settings replace: its chain string and strategy (None: the options' stand), the options
-    with its length and, for a batch job, a length that counts each prompt (a checkpoint's `max_length`)."""
+    with its length and, for a batch job, a length that counts each prompt (a checkpoint's `max_length`); the
+    sequences it returns per prompt (None: one, or the options' `-n`)."""
 
     chain: str | None
     strategy: str | None
     sampling: SamplingOptions
     max_length: int | None = None
+    num_samples: int | None = None  # the model's num_return_sequences: samples, or beams returned (`-n`)
 
 
 def _warn_unpicked(text: str, given: dict[str, Any], strategy: str | None) -> None:

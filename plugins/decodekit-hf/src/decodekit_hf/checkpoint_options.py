@@ -58,9 +58,10 @@ def generation_defaults(source: Any, prompt_length: int | None, keys: Collection
     """The part of `generation_options` a command line takes for the options among `keys` it is not given
     (`HFModel.generation_defaults`), each key only where the config sets it: `chain` (where it sets a sampling
     option), `strategy` (a strategy string with its parameters where it is not `sample`, such as
-    `beam(num_beams=4, length_penalty=1.0, early_stopping=False)`; no `num_return_sequences`: the command line
-    prints one hypothesis per sample), `max_new_tokens` (or `max_length`, what the config's `max_length` leaves an
-    empty prompt, where it counts the prompt and `prompt_length` is None) and `stop_strings`.
+    `beam(num_beams=4, length_penalty=1.0, early_stopping=False)`), `num_return_sequences` (where it is above 1: the
+    sequences `generate()` returns per prompt, samples or beams; the command line's `-n`), `max_new_tokens` (or
+    `max_length`, what the config's `max_length` leaves an empty prompt, where it counts the prompt and
+    `prompt_length` is None) and `stop_strings`.
 
     Only the keys asked are worked out: an option given on the command line never meets the refusal of the
     config's own (`min_length` without a prompt length, beam sampling, a prompt past `max_length`)."""
@@ -72,6 +73,8 @@ def generation_defaults(source: Any, prompt_length: int | None, keys: Collection
     strategy, params = _strategy(filled) if "strategy" in keys else ("sample", {})
     if strategy != "sample":
         out["strategy"] = f"{strategy}({', '.join(f'{name}={value!r}' for name, value in params.items())})"
+    if "num_return_sequences" in keys and filled.num_return_sequences > 1:
+        out["num_return_sequences"] = int(filled.num_return_sequences)
     if "max_new_tokens" in keys:
         new = max_new_tokens_of(config, prompt_length)
         if new is not None:

@@ -1,0 +1,61 @@
+"""How many sequences of one prompt `decodekit generate` decodes: `-n N` samples, or the N best beams.
+
+Beam search is deterministic, so N copies of a prompt would decode N identical beams. Under a strategy that returns
+hypotheses (beam's `num_return_sequences`), `-n N` (or a checkpoint's `num_return_sequences`) asks for the N best
+hypotheses of one decoded prompt instead; they must fit among its `num_beams`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from decodekit_cli.errors import CliError
+
+__all__ = ["Sequences", "plan_sequences"]
+
+
+@dataclass(frozen=True)
+class Sequences:
+    """The strategy to run (with its `num_return_sequences` set), the prompt copies it decodes, and the hypotheses
+    each copy returns (1 for a sampler; `copies * hypotheses` sequences are shown)."""
+
+    strategy: str
+    copies: int
+    hypotheses: int = 1
+
+
+def plan_sequences(strategy: str, n: int, source: str | None, from_model: bool = False) -> Sequences:
+    """`n` sequences under `strategy`. source: how `n` was asked ("-n 3", the model's own ...), None: not at all
+    (n is 1, and a beam strategy returns its own `num_return_sequences`). from_model: `n` is a model's default,
+    which a `num_return_sequences` given in `--strategy` overrides."""
+    from decodekit.chain_string import parse_stage
+    from decodekit.strategies import strategy_params
+
+    params = strategy_params(strategy)
+    own = getattr(params, "num_return_sequences", None)
+    if own is None:  # a sampler draws each sample from its own copy of the prompt
+        return Sequences(strategy, n)
+    given = "num_return_sequences" in parse_stage(strategy, what="--strategy").kwargs
+    if source is None or (given and from_model):
+        return Sequences(strategy, 1, int(own))
+    if given and own != n:
+        raise CliError(
+            f"{source} and --strategy {strategy!r}: two counts of the hypotheses beam search returns; allowed: one of "
+            f"them (-n N sets num_return_sequences=N)"
+        )
+    beams = int(getattr(params, "num_beams", own))
+    if n > beams:
+        raise CliError(
+            f"{source}: beam search returns at most its num_beams={beams} best hypotheses (num_return_sequences <= "
+            f"num_beams); allowed: -n N with N <= {beams}, or more beams: --strategy 'beam(num_beams={n})'"
+        )
+    return Sequences(strategy if given else _with_count(strategy, n), 1, n)
+
+
+def _with_count(strategy: str, n: int) -> str:
+    """`strategy` with `num_return_sequences=n` added: "beam" -> "beam(num_return_sequences=3)"."""
+    text = strategy.strip()
+    if not text.endswith(")"):
+        return f"{text}(num_return_sequences={n})"
+    head = text[:-1].rstrip()
+    return f"{head}{'' if head.endswith('(') else ', '}num_return_sequences={n})"

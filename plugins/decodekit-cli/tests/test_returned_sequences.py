@@ -1,0 +1,150 @@
+"""Several sequences of one prompt on the command line: `-n N` under beam search is its N best beams (not N copies
+of the one deterministic beam), `--strategy 'beam(num_return_sequences=N)'` shows all N, a model's own
+`num_return_sequences` is `-n`, and a batch job, one record per line, refuses several.
+
+The commands run in this process (`cli_runner.run_cli`) on `cli-test-gpt` (`tests/cli_testplugin.py`); each beam's
+score is checked against the model's log-probabilities of its tokens, worked out here by teacher forcing."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import cli_testplugin
+import pytest
+import torch
+from cli_runner import run_cli
+from decodekit_cli import sampling_options
+
+MODEL = cli_testplugin.MODEL_NAME
+PROMPT = "ROMEO"
+FLAGS = ["--chain", "greedy", "--max-new-tokens", "6", "--ignore-eos"]  # every beam runs 6 tokens: length 6
+
+
+def _cli(*args: str) -> Any:
+    env = dict(os.environ, DECODEKIT_EXTRA_PLUGINS="cli_testplugin")
+    env.pop("DECODEKIT_LOAD_PLUGINS", None)
+    return run_cli(list(args), env, fresh_plugins=True)
+
+
+def _generate(*extra: str) -> Any:
+    return _cli("generate", PROMPT, "-m", MODEL, *FLAGS, *extra)
+
+
+def _score(tokens: list[int]) -> float:
+    """A finished beam's score, length_penalty 1: the sum of its tokens' log-probabilities over its length."""
+    model = cli_testplugin.load_model()
+    ids = [*model.tokenizer.encode(PROMPT), *tokens]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids]))[0].float(), -1)
+    start = len(ids) - len(tokens)
+    return sum(float(logp[start - 1 + i, t]) for i, t in enumerate(tokens)) / len(tokens)
+
+
+def test_n_under_beam_search_is_its_n_best_beams_with_their_scores() -> None:
+    # it decoded 3 copies of the prompt: 3 identical beams, without a word
+    result = _generate("--strategy", "beam(num_beams=4)", "-n", "3", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["strategy"] == "beam(num_beams=4, num_return_sequences=3)"
+    samples = report["samples"]
+    tokens = [s["tokens"] for s in samples]
+    assert len(tokens) == 3 and len({tuple(t) for t in tokens}) == 3  # three different beams
+    tokenizer = cli_testplugin.load_model().tokenizer
+    for sample in samples:
+        assert sample["score"] == pytest.approx(_score(sample["tokens"]), abs=1e-4)
+        assert sample["text"] == tokenizer.decode(sample["tokens"]) and sample["finish_reason"] == "length"
+    scores = [s["score"] for s in samples]
+    assert scores == sorted(scores, reverse=True)  # best first, as beam_search returns them
+
+
+def test_a_strategy_returning_several_beams_prints_each_as_a_sample() -> None:
+    # it was refused: "the command line shows one hypothesis per sample, the best"
+    strategy = "beam(num_beams=3, num_return_sequences=2)"
+    shown = _generate("--strategy", strategy)
+    report = json.loads(_generate("--strategy", strategy, "--json").stdout)
+    assert shown.returncode == 0, shown.stderr
+    texts = [s["text"] for s in report["samples"]]
+    assert len(texts) == 2 and texts[0] != texts[1]
+    assert shown.stdout == f"--- sample 1/2 ---\n{PROMPT}{texts[0]}\n--- sample 2/2 ---\n{PROMPT}{texts[1]}\n"
+
+
+def test_n_past_the_beams_or_beside_another_count_is_refused_naming_both() -> None:
+    for strategy, n, message in [
+        (
+            "beam(num_beams=2)",
+            "3",
+            "-n 3: beam search returns at most its num_beams=2 best hypotheses (num_return_sequences <= num_beams); "
+            "allowed: -n N with N <= 2, or more beams: --strategy 'beam(num_beams=3)'",
+        ),
+        (
+            "beam(num_beams=4, num_return_sequences=2)",
+            "3",
+            "-n 3 and --strategy 'beam(num_beams=4, num_return_sequences=2)': two counts of the hypotheses beam "
+            "search returns; allowed: one of them (-n N sets num_return_sequences=N)",
+        ),
+    ]:
+        result = _generate("--strategy", strategy, "-n", n)
+        assert (result.returncode, result.stdout, result.stderr) == (2, "", f"decodekit: error: {message}\n")
+    same = json.loads(_generate("--strategy", "beam(num_beams=4, num_return_sequences=2)", "-n", "2", "--json").stdout)
+    assert len(same["samples"]) == 2
+
+
+def test_a_batch_job_refuses_several_sequences_naming_the_option(tmp_path: Path) -> None:
+    (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO"}\n')
+    strategy = "beam(num_beams=3, num_return_sequences=2)"
+    io = ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]
+    result = _cli("generate", "-m", MODEL, *FLAGS, "--strategy", strategy, *io)
+    assert result.returncode == 2 and not (tmp_path / "out.jsonl").exists()
+    assert result.stderr == (
+        f"decodekit: error: --strategy {strategy!r}: a batch job writes one record per line, of one sequence, and "
+        "num_return_sequences=2 returns 2; allowed: num_return_sequences=1 (every hypothesis of a prompt: "
+        "decodekit generate PROMPT -n 2 --strategy ...)\n"
+    )
+
+
+def _offering(monkeypatch: pytest.MonkeyPatch, offer: dict[str, Any]) -> None:
+    """The test model with a `generation_defaults` offering `offer` (as an hf: checkpoint's generation config)."""
+    load = sampling_options.load_named_model
+
+    def loaded(name: str) -> Any:
+        model = load(name)
+        model.generation_defaults = lambda length, keys: {k: v for k, v in offer.items() if k in keys}
+        return model
+
+    monkeypatch.setattr(sampling_options, "load_named_model", loaded)
+
+
+def test_the_models_num_return_sequences_is_n_samples_or_beams(monkeypatch: pytest.MonkeyPatch) -> None:
+    # it was never asked for: one sample where transformers' generate() returns 3
+    _offering(monkeypatch, {"num_return_sequences": 3})
+    result = _cli("generate", PROMPT, "-m", MODEL, "--max-new-tokens", "4", "--seed", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["samples"]) == 3
+    assert result.stderr == "decodekit: note: sampling with the model's own num_return_sequences 3; -n replaces it\n"
+    given = _cli("generate", PROMPT, "-m", MODEL, "--max-new-tokens", "4", "-n", "1", "--json")
+    assert len(json.loads(given.stdout)["samples"]) == 1 and given.stderr == ""
+
+    _offering(monkeypatch, {"num_return_sequences": 2, "strategy": "beam(num_beams=3)"})
+    beams = json.loads(_generate("--json").stdout)
+    assert beams["strategy"] == "beam(num_beams=3, num_return_sequences=2)" and len(beams["samples"]) == 2
+    own = json.loads(_generate("--strategy", "beam(num_beams=3, num_return_sequences=1)", "--json").stdout)
+    assert len(own["samples"]) == 1  # --strategy's own count replaces the model's
+
+
+def test_a_batch_job_says_it_writes_one_of_the_models_sequences(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _offering(monkeypatch, {"num_return_sequences": 3})
+    (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO"}\n')
+    io = ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]
+    result = _cli("generate", "-m", MODEL, *FLAGS, *io)
+    assert result.returncode == 0, result.stderr
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 1
+    assert (
+        "decodekit: warning: the model's own num_return_sequences=3 is not used: a batch job writes one record per "
+        "line, of one sequence (the best beam, or one sample); for 3 sequences of a prompt: decodekit generate "
+        "PROMPT -n 3, or the line 3 times when sampling\n"
+    ) in result.stderr
