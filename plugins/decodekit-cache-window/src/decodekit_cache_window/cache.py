@@ -37,6 +37,10 @@ class WindowCache:
     # The sinks are the batch's first slots, so a left-padded row decodes otherwise than alone: batch jobs
     # (decodekit generate --input) decode rows of one prompt length together.
     exact_when_padded = False
+    # Under compile=True each layer's update and attention run as one eager call (decodekit.cache's
+    # `runs_eagerly`): traced, the ring's host-side bookkeeping (`_lengths`, `_oldest`, `_turn`, `_masks`)
+    # became guards that each prompt length of a batch job failed, a recompile per length up to dynamo's limit.
+    runs_eagerly = True
 
     def __init__(self, spec: CacheSpec, params: WindowParams | None = None) -> None:
         params = WindowParams() if params is None else params

@@ -20,7 +20,7 @@ itself (`get_mask_sizes`), so transformers builds no mask at all. The forward's 
 the function through a thread-local (`cache_attention`), not a keyword: several decoder
 layers (StableLM, Nemotron, ...) drop the keywords they are given before they call attention.
 Outside `cache_attention` the function is transformers' own SDPA attention. A cache whose steps run
-eagerly (the scored caches: `runs_eagerly`) is written by that function rather than by `cache.update`, the
+eagerly (the scored caches, `window`: `runs_eagerly`) is written by that function rather than by `cache.update`, the
 write and the attention one eager call per layer, so that `compile=True` compiles the same graphs for every layer.
 """
 
@@ -117,8 +117,8 @@ def decodekit_attention(
 
 
 def runs_eagerly(kv: object) -> bool:
-    """Whether `kv`'s steps run outside a compiled graph (`runs_eagerly = True`: the scored caches). Its keys are
-    then written by `decodekit_attention`, not by `cache.update`, and with the attention in one eager call per
+    """Whether `kv`'s steps run outside a compiled graph (`runs_eagerly = True`: the scored caches, `window`). Its keys
+    are then written by `decodekit_attention`, not by `cache.update`, and with the attention in one eager call per
     layer: the cache's steps called from compiled code would each break the graph, and the frame dynamo resumes
     after a break is specialised on the layer (`self.layer_idx == 3`), recompiled per layer up to dynamo's limit."""
     return bool(getattr(kv, "runs_eagerly", False))

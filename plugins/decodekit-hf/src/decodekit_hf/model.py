@@ -243,7 +243,9 @@ class HFModel(nn.Module):
             past = 0 if cache is None else cache.length
             T = input_ids.shape[1]
             first = positions[:, :1]  # [B, 1] position of each row's first new query, in slot `past`
-            if int(first.min()) < past:  # slot - position = the row's padding slots (one host read)
+            # slot - position = the row's padding slots (one host read, eagerly). Compiled, the mask is always built:
+            # the read would break the graph, and an all-ones mask attends as no mask.
+            if torch.compiler.is_compiling() or int(first.min()) < past:
                 slots = torch.arange(past + T, device=input_ids.device)  # [S]
                 attention_mask = (slots >= past - first).long()  # [B, S]: 0 on padding
                 positions = positions.clamp(min=0)
@@ -284,8 +286,11 @@ class HFModel(nn.Module):
             )
         # A text no longer than the model's window is attended whole: its sliding-window layers mask nothing.
         # The text is the slots the loop will feed (`spec.capacity`), or more where a caller feeds past them.
+        # Read only for such a model: compiled, a read of the capacity is a guard that a job's next length fails.
+        if self._sliding_window is None:
+            return
         text = max(cache.spec.capacity, cache.length + new)
-        if self._sliding_window is not None and text > self._sliding_window:
+        if text > self._sliding_window:
             raise ParameterError(
                 f"HFModel: cache {name} evicts or observes attention, and this model's sliding-window layers "
                 f"(sliding_window={self._sliding_window}) mask a text of {text} tokens by transformers' rules, which "
