@@ -18,10 +18,11 @@ import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import decodekit.plugins
 
-__all__ = ["run_cli"]
+__all__ = ["cli_captured", "run_cli"]
 
 # What the registry is built from (`decodekit.plugins`): a change means another registry.
 PLUGIN_VARIABLES = (
@@ -112,3 +113,15 @@ def run_cli(
         except SystemExit as exc:  # as `python -m decodekit_cli` would exit
             status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return subprocess.CompletedProcess(list(argv), status, out.getvalue(), "" if merge else err.getvalue())
+
+
+def cli_captured(capsys: Any, *args: str) -> tuple[int, str, str]:
+    """`decodekit ARGS` in this process under pytest's `capsys` (no environment of its own: a new process would
+    cost seconds and test nothing more): its exit status, stdout and stderr, without what was printed before it
+    (a checkpoint's `save_pretrained` progress bar)."""
+    from decodekit_cli import main
+
+    capsys.readouterr()
+    status = main(list(args))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from cli_runner import cli_captured as cli
 
 EOS = 95  # the fixtures' <eos>: the character tokenizer's and the config's
 MAX_NEW = 12
@@ -39,14 +40,6 @@ def reference(model: Any, prompt: str, **options: Any) -> list[int]:
     ids = torch.tensor([[ord(c) - 32 for c in prompt]])
     out = model.generate(ids, do_sample=False, max_new_tokens=MAX_NEW, pad_token_id=EOS, **options)
     return [int(t) for t in out[0, ids.shape[1] :]]
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from decodekit_cli import main
-
-    status = main(list(args))  # in this process: a new one would cost seconds and test nothing more
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 def generate_json(capsys: pytest.CaptureFixture[str], checkpoint: Path, prompt: str, *extra: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import cli_captured as cli
 from decodekit_cli.defaults import DEFAULT_CHAIN
 from decodekit_cli.options import flags_over
 from decodekit_hf import HFModel, generation_chain
@@ -42,15 +43,6 @@ def save(tmp_path: Path, gpt2: Any, tokenizer: Any, config: GenerationConfig | N
 def own(tmp_path: Path, gpt2: Any, char_tokenizer: Any) -> Path:
     """A checkpoint whose generation config samples: temperature 0.7, top-p 0.9 (top-k 50 unset), penalty 1.2."""
     return save(tmp_path, gpt2, char_tokenizer, GenerationConfig(**OWN))
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from decodekit_cli import main
-
-    capsys.readouterr()  # what came before (save_pretrained's progress bar) is not the command's
-    status = main(list(args))
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 def generate(capsys: pytest.CaptureFixture[str], checkpoint: Path, *extra: str) -> tuple[dict[str, Any], str]:

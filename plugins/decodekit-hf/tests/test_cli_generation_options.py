@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from cli_runner import cli_captured as cli
 from transformers import GenerationConfig
 
 import decodekit as dk
@@ -31,15 +32,6 @@ def save(tmp_path: Path, hf: Any, tokenizer: Any, config: GenerationConfig, name
     model.save_pretrained(tmp_path / name)
     tokenizer.save_pretrained(tmp_path / name)
     return tmp_path / name
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from decodekit_cli import main
-
-    capsys.readouterr()  # what came before (save_pretrained's progress bar) is not the command's
-    status = main(list(args))
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 def generate(capsys: pytest.CaptureFixture[str], checkpoint: Path, *extra: str) -> tuple[dict[str, Any], str]:
