@@ -17,7 +17,7 @@ from decodekit import compiling
 from decodekit.cache import KVCache, capability_error, evicts
 from decodekit.chain import Chain, Picked
 from decodekit.context import DecodeContext, row_generators, row_seeds
-from decodekit.errors import ContextLengthError, ParameterError, PluginError
+from decodekit.errors import ContextLengthError, ParameterError, PluginError, UnfinishedRowsWarning
 from decodekit.model import Model, last_only, model_device_dtype
 from decodekit.outputs import RowOutput
 from decodekit.params import Params
@@ -393,14 +393,16 @@ class Decoding:
     def _warn_unfinished(self) -> None:
         """One warning naming the rows that ended while a stage that ends rows (a grammar) says they are
         unfinished (`Chain.unfinished`): run out of `max_new_tokens`, or stopped by a stop string or token."""
-        said: dict[str, list[str]] = {}
+        said: dict[str, list[tuple[int, str | None]]] = {}
         for b, out in enumerate(self._finished):
             assert out is not None
             for what in self.chain.unfinished(b, out.tokens):
-                said.setdefault(what, []).append(f"{b} ({out.finish_reason})")
+                said.setdefault(what, []).append((b, out.finish_reason))
         for what, rows in said.items():
-            shown = ", ".join(rows[:10]) + (f" and {len(rows) - 10} more" if len(rows) > 10 else "")
-            warnings.warn(f"{len(rows)} of {len(self._finished)} rows ended with {what}: rows {shown}", stacklevel=2)
+            shown = ", ".join(f"{b} ({reason})" for b, reason in rows[:10])
+            shown += f" and {len(rows) - 10} more" if len(rows) > 10 else ""
+            message = f"{len(rows)} of {len(self._finished)} rows ended with {what}: rows {shown}"
+            warnings.warn(UnfinishedRowsWarning(message, what, rows), stacklevel=2)
 
     def generation(self) -> Generation:
         """The result, once `run` is over."""

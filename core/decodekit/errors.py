@@ -15,6 +15,7 @@ __all__ = [
     "NumericsError",
     "ParameterError",
     "PluginError",
+    "UnfinishedRowsWarning",
     "UnknownNameError",
 ]
 
@@ -71,3 +72,12 @@ def did_you_mean(name: str, names: Iterable[str]) -> str:
     by_lower = {n.lower(): n for n in names}  # `Top_K` is closest to top_k, not to top_p
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
     return f"; did you mean {by_lower[close[0]]!r}?" if close else ""
+
+
+class UnfinishedRowsWarning(UserWarning):
+    """Rows that ended while a stage that ends rows (a grammar) says they are unfinished: `what` it says, and
+    `rows` (row, finish reason) of the decode, for a caller that says it of its own rows (a batch job's lines)."""
+
+    def __init__(self, message: str, what: str, rows: list[tuple[int, str | None]]) -> None:
+        super().__init__(message)
+        self.what, self.rows = what, rows

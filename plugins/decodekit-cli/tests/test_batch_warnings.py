@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from decodekit_cli.batch_warnings import said_of_lines
 
+from decodekit.errors import UnfinishedRowsWarning
+
 
 @dataclass(frozen=True)
 class Line:
@@ -20,36 +22,35 @@ class Event:
     finish_reason: str | None
 
 
-def decode(message: str, rows: int) -> Iterator[Event]:
-    """One event a row, each ending it, then the engine's warning as it warns: when the decode ends."""
+def decode(what: str, rows: int, ended: int | None = None) -> Iterator[Event]:
+    """One event a row, each ending it, then the engine's warning as it warns, when the decode ends: the first
+    `ended` rows (all: None) ended with `what` unfinished, by length."""
     yield from [Event("length")] * rows
-    warnings.warn(message, stacklevel=1)
+    said = [(b, "length") for b in range(rows if ended is None else ended)] or [(0, "length")]
+    warnings.warn(UnfinishedRowsWarning(f"the engine's text, not shown: {what}", what, said), stacklevel=1)
     warnings.warn("another warning", RuntimeWarning, stacklevel=1)
 
 
-def test_rows_are_lines_copies_are_dropped_and_the_rest_counted() -> None:
+def test_rows_are_lines_each_said_and_other_warnings_pass() -> None:
     lines = [Line(7 + i, f"p{i}") for i in range(12)]
-    rows = ", ".join(f"{b} (length)" for b in range(10))  # the engine names ten rows at most
-    message = f"12 of 12 rows ended with regex incomplete: rows {rows} and 2 more"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert len(list(said_of_lines(decode(message, 12), lines))) == 12
+        assert len(list(said_of_lines(decode("regex incomplete", 12, ended=11), lines))) == 12
     said = [str(w.message) for w in caught]
     assert said[:2] == [
         "--input line 7 (id 'p0') ended with regex incomplete (length)",
         "--input line 8 (id 'p1') ended with regex incomplete (length)",
     ]
-    assert said[10:] == ["--input lines 7-18: 2 more ended with regex incomplete", "another warning"]
-    assert caught[-1].category is RuntimeWarning
+    assert len(said) == 12 and said[10] == "--input line 17 (id 'p10') ended with regex incomplete (length)"
+    assert said[11] == "another warning" and caught[-1].category is RuntimeWarning
 
 
 def test_a_copy_of_the_last_line_is_not_said_again() -> None:
     """Under --compile a short batch is filled with copies of its last line: 1 line, 3 rows."""
     last = Line(4, "p3")
-    message = "3 of 3 rows ended with json_schema incomplete: rows 0 (length), 1 (length), 2 (length)"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        list(said_of_lines(decode(message, 3), [last, last, last]))
+        list(said_of_lines(decode("json_schema incomplete", 3), [last, last, last]))
     assert [str(w.message) for w in caught if w.category is UserWarning] == [
         "--input line 4 (id 'p3') ended with json_schema incomplete (length)"
     ]
@@ -57,8 +58,7 @@ def test_a_copy_of_the_last_line_is_not_said_again() -> None:
 
 def test_a_decode_with_nothing_to_generate_warns_at_once() -> None:
     """`max_new_tokens` 0: no event, and the engine's warning comes with the first (and only) step."""
-    message = "1 of 1 rows ended with regex incomplete: rows 0 (length)"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert list(said_of_lines(decode(message, 0), [Line(2, "b")])) == []
+        assert list(said_of_lines(decode("regex incomplete", 0), [Line(2, "b")])) == []
     assert str(caught[0].message) == "--input line 2 (id 'b') ended with regex incomplete (length)"

@@ -1,21 +1,21 @@
 """The engine's warning about rows a grammar left unfinished, said of a batch job's lines.
 
-The engine names rows of its decode ("1 of 1 rows ended with json_schema incomplete: rows 0 (length)"): in a batch
-job that is no line of the input, a copy added under `--compile` counts as a row, and Python shows one text once, so
-of three lines that ended alike one warning was shown. Here each line that ended so is one warning of its own.
+The engine names rows of its decode (`UnfinishedRowsWarning`: "1 of 1 rows ended with json_schema incomplete: rows 0
+(length)"): in a batch job that is no line of the input, a copy added under `--compile` counts as a row, and Python
+shows one text once, so of three lines that ended alike one warning was shown. Here each line that ended so is one
+warning of its own.
 """
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Protocol, TypeVar
 
+from decodekit.errors import UnfinishedRowsWarning
+
 __all__ = ["said_of_lines"]
 
-_UNFINISHED = re.compile(r"(?P<count>\d+) of \d+ rows ended with (?P<what>.+?): rows (?P<rows>.*)")
-_ROW = re.compile(r"(\d+) \((\w+)\)")
 E = TypeVar("E", bound="Event")
 
 
@@ -53,18 +53,13 @@ def said_of_lines(events: Iterator[E], lines: Sequence[Line]) -> Iterator[E]:
 
 
 def _rewarn(warning: warnings.WarningMessage, lines: Sequence[Line]) -> None:
-    said = _UNFINISHED.fullmatch(str(warning.message))
-    if said is None:
-        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    said = warning.message
+    if not isinstance(said, UnfinishedRowsWarning):
+        warnings.warn_explicit(said, warning.category, warning.filename, warning.lineno)
         return
-    rows = [(int(row), reason) for row, reason in _ROW.findall(said["rows"])]
     seen: set[int] = set()
-    for row, reason in rows:
+    for row, reason in said.rows:
         line = lines[row]
         if line.line not in seen:  # not a copy of it added to fill a compiled batch
             seen.add(line.line)
-            said_of_one = f"--input line {line.line} (id {line.id!r}) ended with {said['what']} ({reason})"
-            warnings.warn(said_of_one, stacklevel=2)
-    if (more := int(said["count"]) - len(rows)) > 0:  # the engine names ten rows at most
-        span = f"{lines[0].line}-{lines[-1].line}"
-        warnings.warn(f"--input lines {span}: {more} more ended with {said['what']}", stacklevel=2)
+            warnings.warn(f"--input line {line.line} (id {line.id!r}) ended with {said.what} ({reason})", stacklevel=2)
