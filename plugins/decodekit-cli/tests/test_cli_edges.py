@@ -419,3 +419,12 @@ def test_plugins_lists_an_installed_plugin_without_an_entry_point(
             "[project.entry-points.decodekit], then pip install it again",
         }
     ]
+
+
+@pytest.mark.parametrize("k", ["0", "-1"])
+def test_top_k_off_as_vllm_and_llama_cpp_spell_it_is_told_how_here(k: str) -> None:
+    # vLLM's top_k=-1 and llama.cpp's --top-k 0 turn it off; here the error named the stage's k and said nothing of it.
+    for command in (["generate", "ROMEO: "], ["explain", "ROMEO: "]):
+        result = run_cli([*command, "-m", MODEL, "--top-k", k], _env())
+        assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+        assert result.stderr.startswith(f"decodekit: error: --top-k {k}: ") and "leave --top-k out" in result.stderr

@@ -60,6 +60,11 @@ def chain_text(chain: str | None, flags: Mapping[str, float | int | None], defau
     `generation_defaults`) with the flat flags set over it; else the chain the flags build; else decodekit's default
     chain."""
     given = [flag for flag, _, _ in FLAT_STAGES if flags.get(flag) is not None]
+    if (k := flags.get("--top-k")) is not None and k < 1:
+        raise CliError(
+            f"--top-k {k}: keeps the k most likely tokens, k >= 1; to turn top-k off (vLLM's -1, llama.cpp's 0), "
+            "leave --top-k out"
+        )
     if chain is not None and given:
         raise CliError(
             f"--chain cannot be combined with {', '.join(given)}; put those stages in the chain, "
