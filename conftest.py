@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
+pytest_plugins = ["compile_counting"]  # tests/compile_counting.py: the `graphs` fixture of the compile tests
+
 _HOME = pytest.StashKey[str]()
 
 

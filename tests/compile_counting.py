@@ -1,5 +1,6 @@
 """`torch.compile` with a backend that records each graph dynamo hands it, as traced (no inductor): tests count
-graphs, recompiles and runs with it, and dynamo's warnings."""
+graphs, recompiles and runs with it, and dynamo's warnings. A pytest plugin of the whole suite (the root conftest
+loads it), so its `graphs` fixture serves the core's and the plugins' tests alike."""
 
 from __future__ import annotations
 
@@ -13,6 +14,15 @@ import pytest
 import torch
 
 import decodekit as dk
+
+
+@pytest.fixture
+def graphs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[torch.fx.GraphModule]]:
+    """The graphs `torch.compile` compiles during the test, counted by a backend in place of inductor; dynamo's
+    state reset after it."""
+    compiled = count_graphs(monkeypatch)
+    yield compiled
+    torch._dynamo.reset()
 
 
 def count_graphs(monkeypatch: pytest.MonkeyPatch) -> list[torch.fx.GraphModule]:

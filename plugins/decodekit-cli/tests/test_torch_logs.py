@@ -28,28 +28,36 @@ class Collected(logging.Handler):
         self.records.append(record)
 
 
-def test_dynamos_recompile_limit_is_one_warning_line(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Before: torch's handler printed the ten lines, each prefixed with its logger's header."""
+def logged_in_a_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], logger: str, message: str, *args: Any
+) -> str:
+    """What a command's stderr shows when torch logs `message % args` to `logger` in its middle (as dynamo logs);
+    torch's own handler on that logger must get nothing, and the command's filter goes with it."""
     real, reached = listing.samplers_report, Collected()
-    logging.getLogger(DYNAMO_LOGGER).addHandler(reached)  # where torch's handler would get the record
+    logging.getLogger(logger).addHandler(reached)  # where torch's handler would get the record
 
-    def warned(*args: Any, **kwargs: Any) -> Any:  # as dynamo logs it in the middle of a command
-        logging.getLogger(DYNAMO_LOGGER).warning(LIMIT, *ARGS)
-        return real(*args, **kwargs)
+    def warned(*call: Any, **kwargs: Any) -> Any:
+        logging.getLogger(logger).warning(message, *args)
+        return real(*call, **kwargs)
 
     monkeypatch.setattr(listing, "samplers_report", warned)
     try:
         assert run(["samplers", "greedy"]) == 0
     finally:
-        logging.getLogger(DYNAMO_LOGGER).removeHandler(reached)
+        logging.getLogger(logger).removeHandler(reached)
     assert reached.records == []
-    assert capsys.readouterr().err == (
+    assert not logging.getLogger(logger).filters
+    return capsys.readouterr().err
+
+
+def test_dynamos_recompile_limit_is_one_warning_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: torch's handler printed the ten lines, each prefixed with its logger's header."""
+    assert logged_in_a_command(monkeypatch, capsys, DYNAMO_LOGGER, LIMIT, *ARGS) == (
         "decodekit: warning: --compile: torch._dynamo hit config.recompile_limit (8), function: 'forward' "
         "(modeling_llama.py:232); it runs that function eagerly from here (the same tokens)\n"
     )
-    assert not logging.getLogger(DYNAMO_LOGGER).filters  # the command's filter went with it
 
 
 # dynamo's graph break on `Tensor.item()` (torch 2.13, variables/tensor.py), as `--compile` on an `hf:` Llama with a
@@ -67,21 +75,7 @@ def test_a_graph_break_on_item_is_one_warning_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before: only the recompile limit's logger was filtered, and torch's handler printed all of these lines."""
-    real, reached = listing.samplers_report, Collected()
-    logging.getLogger(ITEM_LOGGER).addHandler(reached)
-
-    def warned(*args: Any, **kwargs: Any) -> Any:
-        logging.getLogger(ITEM_LOGGER).warning(ITEM)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(listing, "samplers_report", warned)
-    try:
-        assert run(["samplers", "greedy"]) == 0
-    finally:
-        logging.getLogger(ITEM_LOGGER).removeHandler(reached)
-    assert reached.records == []
-    assert capsys.readouterr().err == (
+    assert logged_in_a_command(monkeypatch, capsys, ITEM_LOGGER, ITEM) == (
         'decodekit: warning: --compile: Graph break from `Tensor.item()` (File "/x/decodekit_hf/model.py", line 246, '
         "in forward); that part runs eagerly (the same tokens)\n"
     )
-    assert not logging.getLogger(ITEM_LOGGER).filters

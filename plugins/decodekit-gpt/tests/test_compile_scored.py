@@ -3,24 +3,15 @@ attention are one eager call, so a deep model compiles a few graphs, not one per
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
-from compile_counting import check_compiles_like_eager, count_graphs
+from compile_counting import check_compiles_like_eager
 
 from tinymodels import tiny_gpt
 
 pytestmark = pytest.mark.xdist_group("compile")  # with the compiling tests: dynamo's state is per process
 
 LAYERS = 10  # past dynamo's limit of 8 recompiles a function, had each layer a graph of its own
-
-
-@pytest.fixture
-def graphs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[torch.fx.GraphModule]]:
-    compiled = count_graphs(monkeypatch)
-    yield compiled
-    torch._dynamo.reset()
 
 
 @pytest.mark.parametrize("cache", ["h2o(budget=8, recent=2, slack=4)", "knorm(budget=8, recent=2, slack=4)"])

@@ -4,7 +4,6 @@ and a batch job of many prompt lengths compiles as many as one of a few."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,13 +16,6 @@ import decodekit as dk
 pytestmark = pytest.mark.xdist_group("compile")  # with the compiling tests: dynamo's state is per process
 
 LAYERS = 10  # past dynamo's limit of 8 recompiles a function, had each layer a graph of its own
-
-
-@pytest.fixture
-def graphs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[torch.fx.GraphModule]]:
-    compiled = count_graphs(monkeypatch)
-    yield compiled
-    torch._dynamo.reset()
 
 
 def test_an_evicting_cache_compiles_the_same_graphs_for_every_layer(
