@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from draws import uniform_draws
 from torch import Tensor
 
 import decodekit as dk
@@ -14,12 +15,6 @@ from decodekit.context import row_generators
 from decodekit.testing.inputs import random_logits
 
 INF = float("-inf")
-
-
-def draws(seed: int, n: int) -> list[float]:
-    """The first n draws `ctx.uniform()` makes from a row generator seeded `seed`."""
-    g = torch.Generator().manual_seed(seed)
-    return [float(torch.empty(1).uniform_(generator=g)) for _ in range(n)]
 
 
 def context(seeds: list[int]) -> dk.DecodeContext:
@@ -86,8 +81,8 @@ def test_mu_update_over_two_steps() -> None:
     # Step 2:
     #   mu = 2.464036: k = sqrt(5.5176 / 0.75) = 2.712 -> {1, 3} again: token 1 -> 2.828072, token 3 -> 1.828072
     #   mu = 1.464036: k = sqrt(2.7588 / 0.75) = 1.918 -> token 1 alone, surprise 0: mu = 1.464036 + 0.525 = 1.989036
-    seed_a = next(s for s in range(100) if draws(s, 1)[0] < 0.8)  # row A picks token 1 first
-    seed_b = next(s for s in range(100) if draws(s, 1)[0] >= 0.8)  # row B picks token 3 first
+    seed_a = next(s for s in range(100) if uniform_draws(s, 1)[0] < 0.8)  # row A picks token 1 first
+    seed_b = next(s for s in range(100) if uniform_draws(s, 1)[0] >= 0.8)  # row B picks token 3 first
     ctx = context([seed_a, seed_b])
     mirostat = dk.create("mirostat", tau=TAU, eta=ETA)
     x = ZIPF.expand(2, -1)
@@ -96,7 +91,7 @@ def test_mu_update_over_two_steps() -> None:
     mu = ctx.state_for(mirostat)
     assert torch.allclose(mu, torch.tensor([2.464036, 1.464036]), atol=1e-5)
 
-    a_picks_1 = draws(seed_a, 2)[1] < 0.8
+    a_picks_1 = uniform_draws(seed_a, 2)[1] < 0.8
     assert mirostat(x, ctx).tolist() == [1 if a_picks_1 else 3, 1]
     assert torch.allclose(mu, torch.tensor([2.828072 if a_picks_1 else 1.828072, 1.989036]), atol=1e-5)
 
@@ -118,7 +113,7 @@ def test_matches_the_reference_from_llama_cpp(
     """Twelve steps on eight rows: each row's token and mu as llama.cpp's algorithm gives them (with our draw)."""
     rows, steps = 8, 12
     seeds = list(range(40, 40 + rows))
-    uniforms = [draws(s, steps) for s in seeds]
+    uniforms = [uniform_draws(s, steps) for s in seeds]
     mirostat = dk.create("mirostat", tau=tau, eta=eta, m=m)
     ctx = context(seeds)
     mus = [2 * tau] * rows

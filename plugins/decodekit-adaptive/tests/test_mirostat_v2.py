@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+from draws import uniform_draws
 
 import decodekit as dk
 from decodekit.context import row_generators
@@ -13,12 +14,6 @@ from decodekit.context import row_generators
 # (not exactly 2, so no surprise sits on the cut).
 LOGITS = torch.tensor([[0.5, 0.25, 0.125, 0.125]]).log()
 TAU, ETA = 1.05, 0.5
-
-
-def draws(seed: int, n: int) -> list[float]:
-    """The first n draws `ctx.uniform()` makes from a row generator seeded `seed`."""
-    g = torch.Generator().manual_seed(seed)
-    return [float(torch.empty(1).uniform_(generator=g)) for _ in range(n)]
 
 
 def test_mu_update_over_two_steps() -> None:
@@ -30,8 +25,8 @@ def test_mu_update_over_two_steps() -> None:
     #   mu = 2.332519: {0, 1} stay again; token 0 -> mu = 2.565037, token 1 -> mu = 2.065037
     #   mu = 1.832519: only {0} stays (surprise 2 > mu), renormalised p = 1, surprise 0:
     #                  mu = 1.832519 - 0.5 * (0 - 1.05) = 2.357519
-    seed_a = next(s for s in range(100) if draws(s, 1)[0] < 2 / 3)  # row A picks token 0 first
-    seed_b = next(s for s in range(100) if draws(s, 1)[0] >= 2 / 3)  # row B picks token 1 first
+    seed_a = next(s for s in range(100) if uniform_draws(s, 1)[0] < 2 / 3)  # row A picks token 0 first
+    seed_b = next(s for s in range(100) if uniform_draws(s, 1)[0] >= 2 / 3)  # row B picks token 1 first
     ctx = dk.DecodeContext(tokens=torch.zeros(2, 1, dtype=torch.long), generators=row_generators([seed_a, seed_b], 2))
     mirostat = dk.create("mirostat_v2", tau=TAU, eta=ETA)
     x = LOGITS.expand(2, -1)
@@ -41,7 +36,7 @@ def test_mu_update_over_two_steps() -> None:
     assert torch.allclose(mu, torch.tensor([2.332519, 1.832519]), atol=1e-5)
 
     second = mirostat(x, ctx).tolist()
-    a_picks_0 = draws(seed_a, 2)[1] < 2 / 3
+    a_picks_0 = uniform_draws(seed_a, 2)[1] < 2 / 3
     assert second == [0 if a_picks_0 else 1, 0]
     assert torch.allclose(mu, torch.tensor([2.565037 if a_picks_0 else 2.065037, 2.357519]), atol=1e-5)
 

@@ -14,6 +14,7 @@ from decodekit_beam.search import beam_search
 from decodekit_gpt.gpt import GPT
 
 import decodekit as dk
+from decodekit.prompts import left_pad
 from decodekit.testing.scored_caches import ScoredCacheConformance
 
 CACHES = ["h2o", "tova", "snapkv", "knorm", "streaming"]
@@ -21,11 +22,8 @@ PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [7, 8, 9]]
 
 
 def _padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded ids and positions (negative on padding), as the engine feeds a ragged batch."""
-    P = max(len(p) for p in prompts)
-    ids = torch.tensor([[0] * (P - len(p)) + p for p in prompts])
-    positions = torch.stack([torch.arange(P) - (P - len(p)) for p in prompts])
-    return ids, positions
+    """Left-padded ids and positions (negative on padding): the engine's `left_pad`, no wider than the prompts."""
+    return left_pad(prompts, max(len(p) for p in prompts), "cpu")
 
 
 @torch.no_grad()

@@ -13,7 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 from decodekit_beam.search import beam_search
-from scipy.stats import chi2_contingency
+from draws import two_sample_p
 
 import decodekit as dk
 
@@ -56,20 +56,6 @@ SAMPLED = dk.Chain([dk.create("regex", pattern=PATTERN), dk.create("temperature"
 
 def joint(tokens: list[list[int]]) -> Counter[tuple[int, ...]]:
     return Counter(tuple(t[:4]) for t in tokens)
-
-
-def two_sample_p(a: Counter[tuple[int, ...]], b: Counter[tuple[int, ...]], min_count: int = 10) -> float:
-    """Chi-square p-value that two samples come from one distribution; cells seen < min_count times pooled."""
-    keys = sorted(set(a) | set(b))
-    big = [key for key in keys if a[key] + b[key] >= min_count]
-    rest = [key for key in keys if a[key] + b[key] < min_count]
-    table = [
-        [a[key] for key in big] + [sum(a[key] for key in rest)],
-        [b[key] for key in big] + [sum(b[key] for key in rest)],
-    ]
-    if not rest:
-        table = [row[:-1] for row in table]
-    return float(chi2_contingency(table).pvalue)
 
 
 # Four tokens are rarely a whole line: the rows end at max_new_tokens, and the engine's warning says so.

@@ -19,7 +19,7 @@ import torch
 from decodekit_gpt.gpt import GPT
 from decodekit_speculative import strategy
 from decodekit_speculative.strategy import speculative
-from scipy.stats import chi2_contingency
+from draws import two_sample_p
 
 import decodekit as dk
 
@@ -38,22 +38,12 @@ CHAINS = [
 ]
 
 
-def chi_square_p(a: Counter[tuple[int, ...]], b: Counter[tuple[int, ...]], min_count: int = 15) -> float:
-    """p-value that two samples come from one distribution; cells seen fewer than `min_count` times are pooled
-    (15 over both samples: about 5 expected in the smaller)."""
-    keys = sorted(set(a) | set(b))
-    big = [key for key in keys if a[key] + b[key] >= min_count]
-    rest = [key for key in keys if a[key] + b[key] < min_count]
-    table = [[s[key] for key in big] + [sum(s[key] for key in rest)] for s in (a, b)]
-    if sum(row[-1] for row in table) == 0:
-        table = [row[:-1] for row in table]
-    return float(chi2_contingency(table).pvalue)
-
-
 def smallest_p(tokens: list[list[int]], plain: list[list[int]]) -> float:
-    """The smaller p-value of the joint of the first two tokens and of the first three."""
+    """The smaller p-value of the joint of the first two tokens and of the first three (outcomes seen fewer than 15
+    times over both samples pooled: about 5 expected in the smaller)."""
     return min(
-        chi_square_p(Counter(tuple(t[:n]) for t in tokens), Counter(tuple(t[:n]) for t in plain)) for n in (2, 3)
+        two_sample_p(Counter(tuple(t[:n]) for t in tokens), Counter(tuple(t[:n]) for t in plain), min_count=15)
+        for n in (2, 3)
     )
 
 

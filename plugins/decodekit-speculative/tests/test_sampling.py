@@ -10,7 +10,7 @@ import pytest
 import torch
 from decodekit_gpt.gpt import GPT
 from decodekit_speculative.strategy import speculative
-from scipy.stats import chi2_contingency
+from draws import two_sample_p
 
 import decodekit as dk
 from tinymodels import Counting
@@ -23,20 +23,6 @@ ROWS = 2000  # rows decode independently (each its own generator): one call give
 
 def joint(tokens: list[list[int]]) -> Counter[tuple[int, ...]]:
     return Counter(tuple(t[:3]) for t in tokens)
-
-
-def two_sample_p(a: Counter[tuple[int, ...]], b: Counter[tuple[int, ...]], min_count: int = 10) -> float:
-    """Chi-square p-value that two samples come from one distribution; cells seen < min_count times pooled."""
-    keys = sorted(set(a) | set(b))
-    big = [key for key in keys if a[key] + b[key] >= min_count]
-    rest = [key for key in keys if a[key] + b[key] < min_count]
-    table = [
-        [a[key] for key in big] + [sum(a[key] for key in rest)],
-        [b[key] for key in big] + [sum(b[key] for key in rest)],
-    ]
-    if not rest:
-        table = [row[:-1] for row in table]
-    return float(chi2_contingency(table).pvalue)
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from draws import uniform_draws
 from torch import Tensor
 
 import decodekit as dk
@@ -156,17 +157,11 @@ def test_xtc_special_token_outside_the_vocabulary_is_refused() -> None:
         kept("xtc", [0.4, 0.3, 0.2, 0.1], probability=0.0, special_tokens=[1, 4])
 
 
-def first_uniform(seed: int) -> float:
-    """The first draw `ctx.uniform()` makes from a row generator seeded `seed`."""
-    g = torch.Generator().manual_seed(seed)
-    return float(torch.empty(1).uniform_(generator=g))
-
-
 def test_xtc_applies_per_row_with_the_rows_own_draw() -> None:
     # Two identical rows, probability 0.5: a row applies XTC iff its own draw u < 0.5.
     seeds = list(range(50))
-    low = next(s for s in seeds if first_uniform(s) < 0.5)  # this row's draw applies XTC
-    high = next(s for s in seeds if first_uniform(s) >= 0.5)  # this one's does not
+    low = next(s for s in seeds if uniform_draws(s, 1)[0] < 0.5)  # this row's draw applies XTC
+    high = next(s for s in seeds if uniform_draws(s, 1)[0] >= 0.5)  # this one's does not
     x = logits_of([0.4, 0.3, 0.2, 0.1]).expand(2, -1)
     gens = row_generators([low, high], 2)
     ctx = dk.DecodeContext(tokens=torch.zeros(2, 1, dtype=torch.long), generators=gens)

@@ -20,5 +20,5 @@ class BeamParams(Params):
     length_penalty: float = Field(
         1.0, ge=-10.0, le=10.0, description="finished hypotheses score sum_logprobs / length ** length_penalty"
     )
-    early_stopping: bool | Literal["never"] = Field(False, description="True, False (HF's heuristic) or 'never'")
+    early_stopping: EarlyStopping = Field(False, description="True, False (HF's heuristic) or 'never'")
     num_return_sequences: int = Field(1, ge=1, description="hypotheses returned per prompt, <= num_beams")

@@ -373,11 +373,6 @@ class ScoredCache:
             score = score.masked_fill(slots >= length - self.recent, math.inf)
         return keep_top(score, alive, slots, self.budget if budget is None else budget)
 
-    def _settle(self, layer: int, st: LayerState) -> None:
-        """Compress a long block left pending by the last forward."""
-        if st.pending is not None:
-            self._finalize(layer, st)
-
     def _compress(self, st: LayerState, length: int, budget: int) -> None:
         """The held set down to `budget` (the lazy step: before a forward writes)."""
         if st.held <= budget:
@@ -548,10 +543,12 @@ class ScoredCache:
         order = slot_order(block.slots, keep)
         return keep, order[..., : self.budget], score
 
-    def _finalize(self, layer: int, st: LayerState) -> None:
-        """Compress a long block and what was held into the budget, rewritten from storage slot 0 in slot order."""
+    def _settle(self, layer: int, st: LayerState) -> None:
+        """Compress a long block left pending by the last forward, and what was held, into the budget, rewritten
+        from storage slot 0 in slot order."""
         block = st.pending
-        assert block is not None
+        if block is None:
+            return
         keep, order, score = self._select(block)
         keys, values = (_gathered(torch.cat(parts, 2), order) for parts in (block.keys, block.values))
         self.store.write(layer, 0, keys, values)

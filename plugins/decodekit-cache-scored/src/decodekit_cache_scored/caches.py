@@ -67,10 +67,10 @@ class SnapKVCache(ObservingScoredCache):
         return max(self.policy.rows(tokens), min(self.window, tokens))
 
     def _selection(self, block: Block, score: Tensor, weights: Tensor | None) -> Tensor:
-        T = block.slots.shape[-1] - self.slots
-        w = min(self.window, T)  # a block no longer than the window is all window
         if weights is None:
             return score
+        T = block.slots.shape[-1] - self.slots
+        w = min(self.window, T)  # a block no longer than the window is all window
         B, _, r, S = weights.shape  # the block's last r >= w queries
         observed = weights[:, :, r - w :].mean(2).view(B, self.spec.n_kv_heads, -1, S).mean(2)  # [B, H_kv, S]
         window = block.slots >= block.start + T - w

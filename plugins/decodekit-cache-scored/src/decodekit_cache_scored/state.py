@@ -27,8 +27,8 @@ class Forward:
     alive: Tensor
     score: Tensor
     freed_at: Tensor
-    index: Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))
-    initial: Tensor = field(default_factory=lambda: torch.empty(0))
+    index: Tensor
+    initial: Tensor
     contributions: Tensor | None = None
 
 

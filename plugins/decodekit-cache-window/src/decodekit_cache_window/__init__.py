@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from decodekit_cache_window.params import WindowParams  # pydantic only: cheap
+
 if TYPE_CHECKING:
     from decodekit_cache_window.cache import WindowCache
-    from decodekit_cache_window.params import WindowParams
 
 __all__ = ["WindowCache", "WindowParams"]
 
@@ -19,8 +20,4 @@ def __getattr__(name: str) -> Any:
         from decodekit_cache_window.cache import WindowCache
 
         return WindowCache
-    if name == "WindowParams":
-        from decodekit_cache_window.params import WindowParams
-
-        return WindowParams
     raise AttributeError(f"module 'decodekit_cache_window' has no attribute {name!r}")

@@ -52,11 +52,6 @@ class WindowCache:
         self._storage = lookup_storage(params.store)
         self.store = self._storage(spec, [self.sinks + ring for ring in self.rings])
         self._slots = [torch.full((self.sinks + r,), -1, dtype=torch.long, device=spec.device) for r in self.rings]
-        self._lengths = [0] * spec.n_layers
-        self._filled = [0] * spec.n_layers  # storage slots ever written since the last reset
-        # Per layer, the oldest stream slot the ring still holds (host-side: crop reads it without a sync).
-        # Not `length - ring`: a crop empties ring slots whose older tokens the cropped writes had evicted.
-        self._oldest = [self.sinks] * spec.n_layers
         # What the last update of each layer returned: each key's slot, and for a moved copy of a
         # sink the new query it belongs to (-1: every query may see it).
         self._returned: list[Tensor] = [self._slots[layer][:0] for layer in range(spec.n_layers)]
@@ -65,6 +60,7 @@ class WindowCache:
         # masks by size, (first slot, positions) -> mask; the sinks' rotation by its offset.
         self._masks: dict[int, tuple[int, Tensor, Tensor]] = {}
         self._turn: tuple[int, tuple[Tensor, Tensor]] | None = None
+        self.reset()
 
     @property
     def length(self) -> int:
@@ -178,7 +174,9 @@ class WindowCache:
     def reset(self) -> None:
         self._masks.clear()
         self._lengths = [0] * self.spec.n_layers
-        self._filled = [0] * self.spec.n_layers
+        self._filled = [0] * self.spec.n_layers  # storage slots ever written since the last reset
+        # Per layer, the oldest stream slot the ring still holds (host-side: crop reads it without a sync).
+        # Not `length - ring`: a crop empties ring slots whose older tokens the cropped writes had evicted.
         self._oldest = [self.sinks] * self.spec.n_layers
         for slots in self._slots:
             slots.fill_(-1)

@@ -27,7 +27,7 @@ def _not_a_bool(value: object) -> object:
 
 # A torch.long; ids >= V fail when the vocabulary is known.
 TokenId = Annotated[int, Field(ge=0, lt=2**63)]
-KeyTokenId = Annotated[int, Field(ge=0, lt=2**63), BeforeValidator(_not_a_bool)]  # JSON keys are strings
+KeyTokenId = Annotated[TokenId, BeforeValidator(_not_a_bool)]  # JSON keys are strings
 TokenSequence = Annotated[tuple[TokenId, ...], Field(min_length=1)]
 LogitBiasValue = Annotated[float, Field(ge=-100, le=100, allow_inf_nan=False)]
 SequenceBiasValue = Annotated[float, Field(ge=-1e4, le=1e4, allow_inf_nan=False)]

@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-import numpy as np
-
+from decodekit_grammar.bitmask import Words
 from decodekit_grammar.vocabulary import TokenTable
 
 __all__ = ["Grammar", "GrammarEngine", "Matcher"]
@@ -51,7 +50,7 @@ class Matcher(Protocol):
         """The parse after one more token (in `error` if the grammar forbids it); raises `ValueError` with the
         reason if the engine gives up on a token the grammar allows (a limit of its own)."""
 
-    def fill_mask(self, words: np.ndarray[Any, np.dtype[np.int32]]) -> None:
+    def fill_mask(self, words: Words) -> None:
         """Write the tokens that may follow into `words` (int32, `(size + 31) // 32` of them for a vocabulary
         of `size` ids, end-of-sequence ids included); raises `ValueError` with the reason if the engine gives up
         on the grammar here (a limit of its own, a rule that can never end)."""

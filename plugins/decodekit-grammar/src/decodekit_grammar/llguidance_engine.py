@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import llguidance
-import numpy as np
 
+from decodekit_grammar.bitmask import Words, empty
 from decodekit_grammar.engine import Grammar
 from decodekit_grammar.vocabulary import TokenTable
 
@@ -51,11 +51,11 @@ class _Matcher:
 
     def _allows(self, token: int) -> bool:
         """Whether the mask here keeps `token` (asked only when consuming it failed: a rare path), on a copy."""
-        words = np.zeros((self._size + 31) // 32, dtype=np.int32)
+        words = empty(self._size)
         self._m.deep_copy().unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
         return bool(words[token // 32] >> (token % 32) & 1)
 
-    def fill_mask(self, words: np.ndarray[Any, np.dtype[np.int32]]) -> None:
+    def fill_mask(self, words: Words) -> None:
         self._m.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
         if self._m.is_error():  # no token was consumed: llguidance gave up on the grammar here
             raise ValueError(_gave_up(self._m))

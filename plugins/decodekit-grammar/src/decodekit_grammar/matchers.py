@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from decodekit_grammar.bitmask import Words
 from decodekit_grammar.engine import Matcher
 
 __all__ = ["Ended", "Matchers", "key_of"]
@@ -85,5 +86,5 @@ class Ended:
     def advance(self, token: int) -> Matcher:
         return self
 
-    def fill_mask(self, words: np.ndarray[Any, np.dtype[np.int32]]) -> None:
+    def fill_mask(self, words: Words) -> None:
         self.parse.fill_mask(words)

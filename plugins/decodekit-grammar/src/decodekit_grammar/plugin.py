@@ -16,26 +16,22 @@ def register_samplers(register: SamplerRegistrar) -> None:
         f"{_STAGES}:JsonSchema",
         JsonSchemaParams,
         "Keep only tokens that continue a JSON value valid under a JSON Schema; end the row when it is complete",
-        kind="processor",
     )
     register(
         "json",
         f"{_STAGES}:Json",
         JsonParams,
         "Keep only tokens that continue a JSON value; end the row when it is complete",
-        kind="processor",
     )
     register(
         "regex",
         f"{_STAGES}:Regex",
         RegexParams,
         "Keep only tokens that continue a match of a regular expression; end the row when no more can follow",
-        kind="processor",
     )
     register(
         "grammar",
         f"{_STAGES}:Lark",
         GrammarParams,
         "Keep only tokens that continue a sentence of a Lark grammar; end the row when it is complete",
-        kind="processor",
     )

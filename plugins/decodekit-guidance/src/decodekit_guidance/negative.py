@@ -6,11 +6,9 @@ from collections.abc import Sequence
 
 from decodekit.errors import ParameterError
 from decodekit.prompts import Tokenizer, token_ids
-from decodekit_guidance.params import Negative
+from decodekit_guidance.params import NEGATIVE_ALLOWED, Negative
 
 __all__ = ["negative_rows"]
-
-ALLOWED = "None, text or a list of token ids (for every prompt), or a list of them (one per prompt)"
 
 
 def negative_rows(
@@ -40,5 +38,7 @@ def _row(name: str, item: object, tokenizer: Tokenizer | None, vocab_size: int) 
         item = tokenizer.encode(item)  # checked below as given ids are
     ids = token_ids(f"strategy cfg: {name}", item, vocab_size)
     if not ids:
-        raise ParameterError(f"strategy cfg: {name}={shown!r} is empty; allowed: at least one token ({ALLOWED})")
+        raise ParameterError(
+            f"strategy cfg: {name}={shown!r} is empty; allowed: at least one token ({NEGATIVE_ALLOWED})"
+        )
     return ids

@@ -11,6 +11,9 @@ __all__ = ["GuidanceParams", "Negative"]
 Negative = str | list[str] | list[int] | list[list[int]] | None
 """A negative prompt: text or token ids for every prompt, or a list of them, one per prompt."""
 
+NEGATIVE_ALLOWED = "None, text or a list of token ids (for every prompt), or a list of them (one per prompt)"
+"""What `negative` allows, as the listing and the errors write it."""
+
 
 class GuidanceParams(Params):
     """The options of classifier-free guidance besides those every strategy shares (transformers' names:
@@ -28,7 +31,5 @@ class GuidanceParams(Params):
         None,
         description="the unconditional prompt: text or token ids for all prompts, or one per prompt; "
         "None: each prompt's last token",
-        json_schema_extra={
-            "allowed": "None, text or a list of token ids (for every prompt), or a list of them (one per prompt)"
-        },
+        json_schema_extra={"allowed": NEGATIVE_ALLOWED},
     )

@@ -5,10 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-try:  # the core's error type, when the core is importable
-    from decodekit.errors import ParameterError as _BaseError
-except ImportError:  # pragma: no cover - only without the core
-    _BaseError = ValueError  # type: ignore[misc,assignment]
+from decodekit.errors import ParameterError
 
 __all__ = ["REPLACEMENT_CHAR", "CharTokenizer", "UnknownCharacterError"]
 
@@ -16,8 +13,8 @@ __all__ = ["REPLACEMENT_CHAR", "CharTokenizer", "UnknownCharacterError"]
 REPLACEMENT_CHAR = " "
 
 
-class UnknownCharacterError(_BaseError):
-    """`encode` met characters outside the tokenizer's alphabet (a `ValueError`)."""
+class UnknownCharacterError(ParameterError):
+    """`encode` met characters outside the tokenizer's alphabet (a `ParameterError`, so a `ValueError`)."""
 
 
 class CharTokenizer:
@@ -30,9 +27,9 @@ class CharTokenizer:
 
     def __init__(self, alphabet: str) -> None:
         if not alphabet:
-            raise _BaseError("CharTokenizer: alphabet is empty; allowed: a non-empty string")
+            raise ParameterError("CharTokenizer: alphabet is empty; allowed: a non-empty string")
         if len(set(alphabet)) != len(alphabet):
-            raise _BaseError("CharTokenizer: alphabet has repeated characters; allowed: distinct ones")
+            raise ParameterError("CharTokenizer: alphabet has repeated characters; allowed: distinct ones")
         self._alphabet = alphabet
         self._index = {ch: i for i, ch in enumerate(alphabet)}
 
@@ -71,7 +68,7 @@ class CharTokenizer:
             fill = index.get(REPLACEMENT_CHAR, 0)
             return [index.get(ch, fill) for ch in text]
         if errors != "strict":
-            raise _BaseError(f"CharTokenizer.encode: errors={errors!r} is invalid; allowed: 'strict', 'replace'")
+            raise ParameterError(f"CharTokenizer.encode: errors={errors!r} is invalid; allowed: 'strict', 'replace'")
         first: dict[str, int] = {}
         for pos, ch in enumerate(text):
             if ch not in index and ch not in first:
@@ -92,7 +89,7 @@ class CharTokenizer:
         for pos, i in enumerate(ids):
             i = int(i)
             if not 0 <= i < n:
-                raise _BaseError(f"CharTokenizer.decode: id {i} at position {pos} is invalid; allowed: 0..{n - 1}")
+                raise ParameterError(f"CharTokenizer.decode: id {i} at position {pos} is invalid; allowed: 0..{n - 1}")
             out.append(alphabet[i])
         return "".join(out)
 

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from decodekit.cache import KVCache, evicts
+from decodekit.model import last_only
 from decodekit_speculative.row_cache import RowCache
 
 __all__ = ["Drafter", "ModelDrafter", "NgramDrafter", "Pick", "fed_block", "feed"]
@@ -94,8 +95,7 @@ class ModelDrafter:
         F = self.rows.prepare(lengths, active)
         lengths_t = torch.tensor(lengths, device=buf.device)
         ids, positions = fed_block(buf, lengths_t, lengths_t, F, F)
-        extra = {"last_only": True} if getattr(self.model, "supports_last_only", False) else {}
-        logits = feed(self.model, ids, positions, self.rows.cache, 1, **extra)[:, -1]  # [B, V]
+        logits = feed(self.model, ids, positions, self.rows.cache, 1, **last_only(self.model))[:, -1]  # [B, V]
         picked = [0] * len(lengths)  # each row's draft just picked (0 for a row that drafts no more)
         for j in range(K):
             if j > 0:  # feed the drafts just picked (history index lengths + j - 1), built on the host
