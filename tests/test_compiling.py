@@ -19,6 +19,7 @@ from torch._inductor.exc import InductorError
 
 import decodekit as dk
 from decodekit import engine
+from decodekit.compiling import eager
 from tinymodels import tiny_gpt
 
 NO_CXX = RuntimeError("No working C++ compiler found in torch._inductor.config.cpp.cxx: (None, '/bin/false')\nmore")
@@ -95,3 +96,32 @@ def test_a_compile_error_survives_pickling() -> None:
     again = pickle.loads(pickle.dumps(error))
     assert (type(again), str(again)) == (dk.CompileError, str(error))
     assert (again.what, again.reason) == (error.what, error.reason)
+
+
+@pytest.mark.xdist_group("compile")
+def test_an_eager_function_runs_outside_the_graph_that_calls_it() -> None:
+    """Traced, `is_compiling()` would read True (and be folded into the graph); run outside, False on every call."""
+    seen: list[bool] = []
+
+    def host_side(x: torch.Tensor) -> torch.Tensor:
+        seen.append(torch.compiler.is_compiling())
+        return x + 1
+
+    outside = eager(host_side)
+    step = torch.compile(lambda x: outside(x * 2) - 1, backend="eager")
+    assert [int(step(torch.tensor(n))) for n in range(3)] == [0, 2, 4]
+    assert seen == [False, False, False]
+    assert eager(host_side)(torch.tensor(1)) == 2 and seen[-1] is False  # called eagerly: the function itself
+
+
+def test_an_eager_function_called_eagerly_loads_no_compiler() -> None:
+    """Making the disabled form imports torch's compiler (~1 s): an eager decode never does."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch; from decodekit.compiling import eager; "
+        "assert eager(lambda x: x + 1)(torch.tensor(1)) == 2; print('torch._dynamo' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

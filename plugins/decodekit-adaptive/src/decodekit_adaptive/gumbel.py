@@ -16,13 +16,12 @@ traced the draw split the step into four graphs.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
+from decodekit.compiling import eager
 from decodekit.stage import SelectorBase
 from decodekit_adaptive.params import GumbelParams
 
@@ -48,19 +47,7 @@ def uniforms(shape: torch.Size, ctx: DecodeContext, device: torch.device) -> Ten
     return u
 
 
-_EAGER: list[Callable[..., Tensor]] = []
-
-
-def _uniforms(shape: torch.Size, ctx: DecodeContext, device: torch.device) -> Tensor:
-    """`uniforms`, outside any compiled graph. Its disabled form is made on an eager call once torch's compiler
-    is loaded (a compiled decode's first step is eager): made inside a trace, it split that trace once more."""
-    if not torch.compiler.is_compiling():
-        if not _EAGER and "torch._dynamo" in sys.modules:  # loaded: making it costs nothing
-            _EAGER.append(torch.compiler.disable(uniforms))  # type: ignore[no-untyped-call]  # untyped in torch 2.13
-        return uniforms(shape, ctx, device)
-    if not _EAGER:
-        _EAGER.append(torch.compiler.disable(uniforms))  # type: ignore[no-untyped-call]
-    return _EAGER[0](shape, ctx, device)
+_uniforms = eager(uniforms)  # one break a compiled step: the per-row generators are host objects
 
 
 class Gumbel(SelectorBase[GumbelParams]):

@@ -22,16 +22,15 @@ traced it recompiled each step, and torch 2.13's inductor could emit an unbound 
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
-from collections.abc import Callable
-from typing import TypeVar, cast
+from typing import cast
 
 import torch
 from torch import Tensor
 
 from decodekit.cache import capacity_error, row_index
+from decodekit.compiling import eager
 from decodekit.errors import ParameterError, PluginError
 from decodekit.spec import CacheSpec
 from decodekit.storage import SlotWritable, check_keys, check_memory, float_slot_bytes, lookup_storage
@@ -51,24 +50,7 @@ from decodekit_cache_scored.state import Block, LayerState, Step
 
 __all__ = ["ObservingScoredCache", "ScoredCache", "resolve_budget"]
 
-_F = TypeVar("_F", bound=Callable[..., object])
 _STATE = ("slots", "written", "score", "freed_at")  # a layer's state, as `Step` names it after the write
-
-
-def _eager(step: _F) -> _F:
-    """`step` run outside any `torch.compile` graph (see the module's docstring). Its disabled form is made at
-    the first compiled call: making it imports torch's compiler (~1 s), which an eager decode never needs."""
-    disabled: list[_F] = []
-
-    @functools.wraps(step)
-    def run(*args: object, **kwargs: object) -> object:
-        if not torch.compiler.is_compiling():
-            return step(*args, **kwargs)
-        if not disabled:
-            disabled.append(torch.compiler.disable(step))  # type: ignore[no-untyped-call]  # untyped in torch 2.13
-        return disabled[0](*args, **kwargs)
-
-    return cast(_F, run)
 
 
 def resolve_budget(name: str, params: ScoredParams, spec: CacheSpec) -> int:
@@ -96,9 +78,10 @@ class ScoredCache:
 
     name = "scored"
     policy: Policy
-    # Its steps run outside a compiled graph (`_eager`), so a model may make them one eager call per layer
-    # (decodekit-hf does: each call from compiled code would break the graph, specialised on the layer). A settled
-    # `prefill_only` cache's traced steps too: their host-side counts per layer would specialise it as well.
+    # Its steps run outside a compiled graph (`decodekit.compiling.eager`), so a model may make them one eager
+    # call per layer (decodekit-hf does: each call from compiled code would break the graph, specialised on the
+    # layer). A settled `prefill_only` cache's traced steps too: their host-side counts per layer would specialise
+    # it as well.
     runs_eagerly = True
 
     def __init__(self, spec: CacheSpec, params: ScoredParams | None = None) -> None:
@@ -198,7 +181,7 @@ class ScoredCache:
             self._settle_prompt(mode)
         return mode.update(layer, k, v)
 
-    @_eager
+    @eager
     def _update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         try:
             st = self._layers[layer]
@@ -237,7 +220,7 @@ class ScoredCache:
             return after.attention_mask(layer, positions)
         return self._scored_mask(layer, positions)
 
-    @_eager
+    @eager
     def _scored_mask(self, layer: int, positions: Tensor) -> Tensor:
         st = self._layers[layer]
         query, row_start, st.valid = self._queries(st.length - positions.shape[1], positions)
@@ -569,7 +552,7 @@ class ObservingScoredCache(ScoredCache):
         if self._after_prompt is None:  # after a prefill_only cache's prompt nothing is scored
             self._observe(layer, queries)
 
-    @_eager
+    @eager
     def _observe(self, layer: int, queries: Tensor) -> None:
         st = self._layers[layer]
         if st.pending is not None:  # compressed before the next forward (crop may cut it first)

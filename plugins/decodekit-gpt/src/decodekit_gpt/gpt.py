@@ -9,7 +9,6 @@ padding tokens negative positions, so row ``b``'s first real token sits in slot
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -19,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from decodekit.cache import KVCache, cached_attention, evicts, slot_mask
+from decodekit.compiling import eager
 from decodekit.errors import ContextLengthError, ParameterError
 from decodekit.rope import apply_rope, rope_angles
 from decodekit.spec import ModelSpec
@@ -118,8 +118,8 @@ class CausalSelfAttention(nn.Module):
             qk = apply_rope(qk, *inputs.rope)
         q, k = qk.split([H, H_kv], dim=1)  # [B, H, T, D], [B, H_kv, T, D]
         if cache is not None and inputs.positions is not None:
-            eager = torch.compiler.is_compiling() and _runs_eagerly(cache)  # one eager call: see `_runs_eagerly`
-            through = _eager_through_cache() if eager else _through_cache
+            eager_call = torch.compiler.is_compiling() and _runs_eagerly(cache)  # one eager call: see `_runs_eagerly`
+            through = _eager_through_cache if eager_call else _through_cache
             return self._project(through(self, cache, q, k, v, inputs.positions))
         y = F.scaled_dot_product_attention(
             q,
@@ -148,6 +148,9 @@ def _through_cache(
     return cached_attention(cache, attn.layer, q, k, v, positions)
 
 
+_eager_through_cache = eager(_through_cache)
+
+
 def _runs_eagerly(cache: KVCache) -> bool:
     """Whether `cache`'s steps run outside a compiled graph (`runs_eagerly = True`: the scored caches). Called from
     compiled code each would break the graph, and the frame dynamo resumes after a break is specialised on the
@@ -156,16 +159,6 @@ def _runs_eagerly(cache: KVCache) -> bool:
     `prefill_only`: its steps after the prompt are traced, and this forward, with no break, is one graph."""
     prefill_only = getattr(getattr(cache, "params", None), "prefill_only", False)
     return bool(getattr(cache, "runs_eagerly", False)) and not prefill_only
-
-
-_EAGER: list[Callable[..., Tensor]] = []
-
-
-def _eager_through_cache() -> Callable[..., Tensor]:
-    """`_through_cache` outside any compiled graph, made at the first compiled call (it imports torch's compiler)."""
-    if not _EAGER:
-        _EAGER.append(torch.compiler.disable(_through_cache))  # type: ignore[no-untyped-call]  # untyped in torch 2.13
-    return _EAGER[0]
 
 
 class MLP(nn.Module):

@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from decodekit.compiling import eager
 from decodekit.context import DecodeContext
 from decodekit.errors import ParameterError
 from decodekit.params import Params
@@ -77,8 +78,7 @@ class GrammarStage(ProcessorBase[P]):
     # -- the mask ---------------------------------------------------------------------------------
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        masked = _eager_masked() if torch.compiler.is_compiling() else _masked  # the parser: out of a compiled graph
-        return masked(self, logits, ctx)
+        return _masked(self, logits, ctx)
 
     def allowed(self, ctx: DecodeContext, vocab_size: int) -> Tensor:
         """`[B, V]` bool: True where the token may follow row b's generated tokens under its grammar."""
@@ -206,6 +206,7 @@ class GrammarStage(ProcessorBase[P]):
         return f"{self._label} {'violated' if state.error else 'incomplete'}"
 
 
+@eager  # the parser: out of a compiled graph
 def _masked(stage: GrammarStage[Any], logits: Tensor, ctx: DecodeContext) -> Tensor:
     """`logits` with -inf where the stage's grammar removes a token: their minimum with the caps (-inf even
     where a logit was +inf; NaN stays NaN), a third of `masked_fill`'s cost on a CPU at 50,000 tokens."""
@@ -214,17 +215,6 @@ def _masked(stage: GrammarStage[Any], logits: Tensor, ctx: DecodeContext) -> Ten
     if logits.dtype == torch.float32 and logits.device.type == "cpu" and not logits.requires_grad:
         return torch.from_numpy(np.minimum(logits.numpy(), bounds, out=bounds))  # into the caps: one array less
     return torch.minimum(logits, torch.from_numpy(bounds).to(logits.device, logits.dtype))
-
-
-_EAGER_MASKED: list[Callable[[GrammarStage[Any], Tensor, DecodeContext], Tensor]] = []
-
-
-def _eager_masked() -> Callable[[GrammarStage[Any], Tensor, DecodeContext], Tensor]:
-    """`_masked` outside the graph (compile=True), made at the first compiled call: making it imports torch's
-    compiler (~1 s), which an eager decode never needs."""
-    if not _EAGER_MASKED:
-        _EAGER_MASKED.append(torch.compiler.disable(_masked))  # type: ignore[no-untyped-call]  # untyped in torch 2.13
-    return _EAGER_MASKED[0]
 
 
 _BOOLEAN = {"true": True, "false": False}  # JSON Schema's boolean schemas, as JSON text

@@ -27,12 +27,11 @@ write and the attention one eager call per layer, so that `compile=True` compile
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -40,6 +39,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 from decodekit.cache import Croppable, KVCache, Reorderable, cached_attention, capability_error
+from decodekit.compiling import eager
 from decodekit.errors import ParameterError
 
 __all__ = [
@@ -110,8 +110,7 @@ def decodekit_attention(
         )
         return out
     if runs_eagerly(attention.kv):  # the whole layer in one eager call: see `runs_eagerly`
-        layer_call = _whole_layer if not torch.compiler.is_compiling() else _eager_whole_layer()
-        return layer_call(attention, module, query, key, value, scaling), None
+        return _whole_layer(attention, module, query, key, value, scaling), None
     y = attention(int(getattr(module, "layer_idx")), query, key, value, scaling)  # noqa: B009  # [B, H, T, D]
     return y.transpose(1, 2).contiguous(), None
 
@@ -124,6 +123,7 @@ def runs_eagerly(kv: object) -> bool:
     return bool(getattr(kv, "runs_eagerly", False))
 
 
+@eager  # see `runs_eagerly`
 def _whole_layer(
     attention: CacheAttention, module: nn.Module, q: Tensor, k: Tensor, v: Tensor, scale: float | None
 ) -> Tensor:
@@ -132,16 +132,6 @@ def _whole_layer(
     layer = int(getattr(module, "layer_idx"))  # noqa: B009
     k, v = attention.kv.update(layer, k, v)
     return attention(layer, q, k, v, scale).transpose(1, 2).contiguous()
-
-
-_EAGER: list[Callable[..., Tensor]] = []
-
-
-def _eager_whole_layer() -> Callable[..., Tensor]:
-    """`_whole_layer` outside any compiled graph, made at the first compiled call (it imports torch's compiler)."""
-    if not _EAGER:
-        _EAGER.append(torch.compiler.disable(_whole_layer))  # type: ignore[no-untyped-call]  # untyped in torch 2.13
-    return _EAGER[0]
 
 
 def register_attention() -> None:
