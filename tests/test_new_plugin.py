@@ -90,9 +90,11 @@ def test_bad_requests_fail_in_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["new-plugin", "Soft-Cap", "--dir", str(tmp_path / "a")]) == 2
     assert main(["new-plugin", "softcap", "--kind", "tokenizer", "--dir", str(tmp_path / "b")]) == 2
     assert main(["new-plugin", "softcap", "--dir", str(tmp_path / "taken")]) == 2
+    assert main(["new-plugin", "softcap", "--dir", str(tmp_path / "taken" / "file")]) == 2  # it said "not empty"
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 3 and all(line.startswith("decodekit: error: ") for line in err)
+    assert len(err) == 4 and all(line.startswith("decodekit: error: ") for line in err)
     assert "'Soft-Cap' is invalid" in err[0] and "'tokenizer'" in err[1] and "not empty" in err[2]
+    assert err[3].endswith("file' is a file; allowed: a new or empty folder (--dir)"), err[3]
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 

@@ -63,7 +63,8 @@ def write_plugin(name: str, kind: str, directory: Path | None, *, force: bool = 
 def _write(target: Path, files: dict[str, str]) -> None:
     """Write `files` under `target`, a new or empty folder."""
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise CliError(f"new-plugin: {str(target)!r} exists and is not empty; allowed: a new or empty folder (--dir)")
+        what = "exists and is not empty" if target.is_dir() else "is a file"
+        raise CliError(f"new-plugin: {str(target)!r} {what}; allowed: a new or empty folder (--dir)")
     for path, text in files.items():
         file = target / path
         file.parent.mkdir(parents=True, exist_ok=True)
