@@ -91,11 +91,17 @@ def test_bad_requests_fail_in_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["new-plugin", "softcap", "--kind", "tokenizer", "--dir", str(tmp_path / "b")]) == 2
     assert main(["new-plugin", "softcap", "--dir", str(tmp_path / "taken")]) == 2
     assert main(["new-plugin", "softcap", "--dir", str(tmp_path / "taken" / "file")]) == 2  # it said "not empty"
+    # its implementation, plugin.py, overwrote the hook's module: a plugin that failed to load and its own tests
+    assert main(["new-plugin", "plugin", "--dir", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 4 and all(line.startswith("decodekit: error: ") for line in err)
+    assert len(err) == 5 and all(line.startswith("decodekit: error: ") for line in err)
     assert "'Soft-Cap' is invalid" in err[0] and "'tokenizer'" in err[1] and "not empty" in err[2]
     assert err[3].endswith("file' is a file; allowed: a new or empty folder (--dir)"), err[3]
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert err[4] == (
+        "decodekit: error: new-plugin: NAME 'plugin' would name its implementation plugin.py, the hook's "
+        "module; allowed: another name"
+    )
+    assert not any((tmp_path / d).exists() for d in "abc")
 
 
 def test_a_name_in_use_is_refused_with_the_reason_unless_forced(

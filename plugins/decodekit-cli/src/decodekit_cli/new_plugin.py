@@ -29,6 +29,11 @@ def write_plugin(name: str, kind: str, directory: Path | None, *, force: bool = 
         )
     if keyword.iskeyword(name):  # the module `decodekit_NAME.NAME` could not be imported by its own tests
         raise CliError(f"new-plugin: NAME {name!r} is a Python keyword; allowed: a name that is not one")
+    if name == "plugin":  # `$name.py` and the hook's `plugin.py` would be one file
+        raise CliError(
+            "new-plugin: NAME 'plugin' would name its implementation plugin.py, the hook's module; "
+            "allowed: another name"
+        )
     if kind not in KINDS:
         raise CliError(f"new-plugin: --kind {kind!r} is invalid; allowed: {', '.join(KINDS)}")
     dist = "decodekit-" + name.replace("_", "-")
