@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,17 @@ def test_the_command_checks_every_argument_before_the_run(
 
     assert run(["cache", "calibrate", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_plot_without_matplotlib_names_what_to_install(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It said `pip install 'decodekit[plot]'`: the core has no such extra, so pip installed nothing."""
+    from decodekit_cli.app import run
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    assert run(["cache", "calibrate", "--plot", str(tmp_path / "a.png")]) == 2
+    assert capsys.readouterr().err == "decodekit: error: --plot needs matplotlib: pip install matplotlib\n"
 
 
 def test_a_text_that_is_not_utf8_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -226,6 +226,18 @@ def test_generate_without_the_default_cache_says_it_runs_without_one() -> None:
     assert none.stderr == ""  # asked for: no note
 
 
+def test_plot_without_matplotlib_fails_before_the_model_loads(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make run` installs no matplotlib: explain printed its whole trace, then failed on --plot."""
+    from decodekit_cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    assert main(["explain", PROMPT, "-m", "no-such-model", "--plot", str(tmp_path / "x.png")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == "decodekit: error: --plot needs matplotlib: pip install matplotlib\n"
+
+
 def test_bad_plot_cache_and_strategy_strings_fail_before_the_model_loads(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -61,6 +61,13 @@ def test_a_grammar_unfinished_at_the_length_is_a_warning(capsys: pytest.CaptureF
     [
         (["--regex", "a(b"], r"^decodekit: error: regex: pattern is invalid: .*unclosed group"),
         (["--json-schema", "missing.json"], r"^decodekit: error: --json-schema 'missing.json': cannot read it"),
+        # the schema's text itself, as an --input line takes it: the error says where that goes
+        (
+            ["--json-schema", '{"type": "integer"}'],
+            r"""^decodekit: error: --json-schema '{"type": "integer"}': cannot read it: No such file or directory; """
+            r"""allowed: a file that holds it \(the text itself goes in --chain: "json_schema\(schema='\.\.\.'\)"\)$""",
+        ),
+        (["--grammar", 'start: "a"'], r"""^decodekit: error: .* goes in --chain: "grammar\(lark='\.\.\.'\)"\)$"""),
         (["--regex", "a", "--grammar", "x.lark"], r"^decodekit: error: --regex and --grammar cannot be combined"),
     ],
 )

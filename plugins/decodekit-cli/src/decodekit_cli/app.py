@@ -539,7 +539,14 @@ def calibrate(
 )
 def new_plugin(
     name: Annotated[str, typer.Argument(help="The name it registers (lowercase, digits, _): softcap, my_cache.")],
-    kind: Annotated[PluginKind, typer.Option("--kind", help="What the plugin provides.")] = PluginKind.sampler,
+    kind: Annotated[
+        PluginKind,
+        typer.Option(
+            "--kind",
+            help="What the plugin provides. sampler: a processor; a selector is a sampler registered with "
+            "kind='selector' (docs/plugins.md).",
+        ),
+    ] = PluginKind.sampler,
     directory: Annotated[
         Path | None, typer.Option("--dir", help="Where to write it. Default: ./decodekit-NAME.", show_default=False)
     ] = None,

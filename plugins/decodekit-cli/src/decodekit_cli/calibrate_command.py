@@ -49,10 +49,9 @@ def read_text(request: CalibrateRequest) -> tuple[str, str]:
         folder = request.plot.parent
         if not folder.is_dir() or not os.access(folder, os.W_OK):
             raise CliError(f"--plot {request.plot}: folder {folder} does not exist or is not writable")
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise CliError("--plot needs matplotlib: pip install 'decodekit[plot]'") from None
+        from decodekit_cli.explain_render import require_matplotlib
+
+        require_matplotlib()
     path = request.text or default_text()
     option = f"--text {path}" if request.text is not None else f"the default text {path}"
     try:

@@ -23,7 +23,7 @@ def plot_calibration(result: Calibration, path: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise CliError("--plot needs matplotlib: pip install 'decodekit[plot]'") from exc
+        raise CliError("--plot needs matplotlib: pip install matplotlib") from exc
     fig, ax = plt.subplots(figsize=(7, 4.5))
     T = result.context
     for fit, profile in zip(result.layers, result.profile):

@@ -18,14 +18,32 @@ from decodekit_cli.explain import StepReport
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["PLOT_FORMATS", "check_plot_path", "plot_step", "render_steps", "step_figure", "steps_json", "token_label"]
+__all__ = [
+    "PLOT_FORMATS",
+    "check_plot_path",
+    "plot_step",
+    "render_steps",
+    "require_matplotlib",
+    "step_figure",
+    "steps_json",
+    "token_label",
+]
 
 # What matplotlib's Agg-based canvases write, by file suffix.
 PLOT_FORMATS = ("eps", "jpeg", "jpg", "pdf", "png", "ps", "svg", "svgz", "tif", "tiff", "webp")
 
 
+def require_matplotlib() -> None:
+    """`--plot`'s one dependency, which `make run` and the README's installs leave out: checked before any work."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise CliError("--plot needs matplotlib: pip install matplotlib") from None
+
+
 def check_plot_path(path: Path) -> None:
     """Fail before any work when `--plot` names a format matplotlib cannot write or a place it cannot write to."""
+    require_matplotlib()
     suffix = path.suffix.lower().lstrip(".")
     if suffix not in PLOT_FORMATS:
         raise CliError(f"--plot {str(path)!r}: unknown image format {suffix!r}; allowed: {', '.join(PLOT_FORMATS)}")

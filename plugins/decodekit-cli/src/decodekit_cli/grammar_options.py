@@ -13,11 +13,16 @@ from decodekit_cli.errors import CliError
 __all__ = ["grammar_stage", "line_chain"]
 
 
-def _read(path: Path, option: str) -> str:
+def _read(path: Path, option: str, stage: str) -> str:
     try:
         return path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        raise CliError(f"{option} {str(path)!r}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
+        reason = getattr(exc, "strerror", None) or exc
+        # an --input line takes the text itself, so a user may pass it here too: say where it goes
+        raise CliError(
+            f"{option} {str(path)!r}: cannot read it: {reason}; allowed: a file that holds it "
+            f'(the text itself goes in --chain: "{stage}")'
+        ) from None
 
 
 def _one(**given: object) -> None:
@@ -39,13 +44,13 @@ def _stage(schema: str | None, regex: str | None, lark: str | None) -> str | Non
 def grammar_stage(json_schema: Path | None, regex: str | None, grammar: Path | None) -> str | None:
     """The stage the grammar options ask for, in chain-string form; None without them."""
     _one(**{"--json-schema": json_schema, "--regex": regex, "--grammar": grammar})
-    schema = None if json_schema is None else _read(json_schema, "--json-schema")
+    schema = None if json_schema is None else _read(json_schema, "--json-schema", "json_schema(schema='...')")
     if schema is not None:
         try:
             json.loads(schema)
         except ValueError as exc:
             raise CliError(f"--json-schema {str(json_schema)!r}: not JSON: {exc}") from None
-    lark = None if grammar is None else _read(grammar, "--grammar")
+    lark = None if grammar is None else _read(grammar, "--grammar", "grammar(lark='...')")
     return _stage(schema, regex, lark)
 
 

@@ -29,6 +29,11 @@ def write_plugin(name: str, kind: str, directory: Path | None, *, force: bool = 
         )
     if keyword.iskeyword(name):  # the module `decodekit_NAME.NAME` could not be imported by its own tests
         raise CliError(f"new-plugin: NAME {name!r} is a Python keyword; allowed: a name that is not one")
+    if name == "plugin":  # `$name.py` and the hook's `plugin.py` would be one file
+        raise CliError(
+            "new-plugin: NAME 'plugin' would name its implementation plugin.py, the hook's module; "
+            "allowed: another name"
+        )
     if kind not in KINDS:
         raise CliError(f"new-plugin: --kind {kind!r} is invalid; allowed: {', '.join(KINDS)}")
     dist = "decodekit-" + name.replace("_", "-")
@@ -63,7 +68,8 @@ def write_plugin(name: str, kind: str, directory: Path | None, *, force: bool = 
 def _write(target: Path, files: dict[str, str]) -> None:
     """Write `files` under `target`, a new or empty folder."""
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise CliError(f"new-plugin: {str(target)!r} exists and is not empty; allowed: a new or empty folder (--dir)")
+        what = "exists and is not empty" if target.is_dir() else "is a file"
+        raise CliError(f"new-plugin: {str(target)!r} {what}; allowed: a new or empty folder (--dir)")
     for path, text in files.items():
         file = target / path
         file.parent.mkdir(parents=True, exist_ok=True)

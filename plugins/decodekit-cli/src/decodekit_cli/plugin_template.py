@@ -335,11 +335,9 @@ def test_parameters_shape_the_model():
 
 
 def test_cache_and_recompute_agree():
-    if "dense" not in dk.get_registry().caches:
-        pytest.skip("needs the dense cache backend: pip install decodekit-cache-dense (from a checkout: "
-                    "pip install /path/to/decodekit/plugins/decodekit-cache-dense)")
     model = dk.load_model("$name")
-    cached = dk.generate(model, ["Hello", "Hi"], max_new_tokens=8, seed=0, cache="dense")
+    # the core's cache, which keeps every token: no cache plugin needed
+    cached = dk.generate(model, ["Hello", "Hi"], max_new_tokens=8, seed=0, cache=dk.PreallocatedKVCache)
     recomputed = dk.generate(model, ["Hello", "Hi"], max_new_tokens=8, seed=0, cache="none")
     assert cached.tokens == recomputed.tokens
 
@@ -355,31 +353,36 @@ from decodekit.context import mix_seed
 from decodekit.testing.strategies import StrategyConformance
 from decodekit.testing.tiny_lm import TinyLM
 
+CACHE = dk.PreallocatedKVCache  # the core's cache, which keeps every token: no cache plugin needed
+
 
 class TestConformance(StrategyConformance):
     """The kit's rules for every strategy: rows, ids, lengths, stops, seeds, batches, the stream."""
 
     strategy = "$name(n=3)"
 
+    def options(self):
+        return {"cache": CACHE}
+
 
 def test_keeps_the_most_likely_of_n_samples():
     model = TinyLM(64)
     prompts, seeds = [[1, 2, 3], [4, 5]], [11, 22]
-    out = dk.decode(model, prompts, strategy="$name", n=3, max_new_tokens=6, seed=seeds)
+    out = dk.decode(model, prompts, strategy="$name", n=3, max_new_tokens=6, seed=seeds, cache=CACHE)
     for prompt, seed, tokens in zip(prompts, seeds, out.tokens):
         # the prompt's n samples: copy i is seeded with mix_seed(the prompt's seed, i)
         copies = [mix_seed(seed, i) for i in range(3)]
-        samples = dk.generate(model, [prompt] * 3, max_new_tokens=6, seed=copies, logprobs=0)
+        samples = dk.generate(model, [prompt] * 3, max_new_tokens=6, seed=copies, logprobs=0, cache=CACHE)
         scores = {tuple(t): sum(lp.raw for lp in lps) for t, lps in zip(samples.tokens, samples.logprobs)}
         assert tuple(tokens) in scores and scores[tuple(tokens)] == max(scores.values())
-    alone = dk.decode(model, [prompts[1]], strategy="$name", n=3, max_new_tokens=6, seed=[22])
+    alone = dk.decode(model, [prompts[1]], strategy="$name", n=3, max_new_tokens=6, seed=[22], cache=CACHE)
     assert alone.tokens == out.tokens[1:]  # a prompt's result does not depend on its batch
 
 
 def test_too_many_samples_are_refused_at_the_streams_call():
     """The policy opens its decoding before it returns its rounds: dk.stream refuses n now, not at the first event."""
     try:
-        dk.stream(TinyLM(64), [[1]], strategy="$name", n=2**40, max_new_tokens=4)
+        dk.stream(TinyLM(64), [[1]], strategy="$name", n=2**40, max_new_tokens=4, cache=CACHE)
     except dk.ParameterError as exc:
         assert str(exc).startswith("strategy $name: n=1099511627776 is invalid: its 1,099,511,627,776 rows")
     else:
