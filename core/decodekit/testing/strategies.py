@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from decodekit.cache import PreallocatedKVCache
 from decodekit.model import Model
 from decodekit.results import Generation
 from decodekit.strategies import decode
@@ -39,7 +40,8 @@ def kit_model() -> Model:
 
 class StrategyConformance:
     """pytest suite for a decode strategy: set `strategy` ("name" or "name(args)"); override `options`
-    to decode with options of your own (a chain, a cache, a draft) and `make_model` with another model."""
+    to decode with options of your own (a chain, a cache: the core's `PreallocatedKVCache` by default, a draft)
+    and `make_model` with another model."""
 
     strategy: ClassVar[str] = ""
     max_new_tokens: ClassVar[int] = 12
@@ -51,10 +53,14 @@ class StrategyConformance:
         """Options every check decodes with (beside its own)."""
         return {}
 
+    def _given(self) -> dict[str, Any]:
+        # The core's cache unless `options` names one: the kit needs no cache plugin (`dense` is one).
+        return {"max_new_tokens": self.max_new_tokens, "cache": PreallocatedKVCache, **self.options()}
+
     def _decode(self, prompts: Sequence[Sequence[int]], **options: Any) -> Generation:
         if not self.strategy:
             raise NotImplementedError(f"{type(self).__name__} must set strategy = 'name' or 'name(args)'")
-        given = {"max_new_tokens": self.max_new_tokens, **self.options(), **options}
+        given = {**self._given(), **options}
         return decode(self.make_model(), [list(p) for p in prompts], strategy=self.strategy, **given)
 
     def _where(self, check: str, row: int | None = None) -> str:
@@ -116,9 +122,8 @@ class StrategyConformance:
 
         out = self._decode(PROMPTS, seed=SEEDS)
         rows: list[list[int]] = [[] for _ in PROMPTS]
-        given = {"max_new_tokens": self.max_new_tokens, **self.options()}
         with torch.no_grad():
-            events = list(stream(self.make_model(), PROMPTS, strategy=self.strategy, seed=SEEDS, **given))
+            events = list(stream(self.make_model(), PROMPTS, strategy=self.strategy, seed=SEEDS, **self._given()))
         for event in events:
             assert event.step == len(rows[event.row]), self._where(f"event step {event.step}", event.row)
             rows[event.row].append(event.token)

@@ -361,9 +361,6 @@ class TestConformance(StrategyConformance):
 
     strategy = "$name(n=3)"
 
-    def options(self):
-        return {"cache": CACHE}
-
 
 def test_keeps_the_most_likely_of_n_samples():
     model = TinyLM(64)
