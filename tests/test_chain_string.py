@@ -139,6 +139,14 @@ def test_bare_words_are_strings_so_a_command_line_needs_no_inner_quotes() -> Non
     assert parse_chain_string("f(-inf, True, None, x)")[0].args == [float("-inf"), True, None, "x"]
 
 
+def test_json_pasted_into_a_chain_string_reads_as_json() -> None:
+    """`json_schema(schema={... "additionalProperties": false})` read `false` as the string 'false' (a bare word)."""
+    schema = {"type": "object", "properties": {"a": {"type": ["integer", "null"]}}, "additionalProperties": False}
+    [call] = parse_chain_string(f"json_schema(schema={json.dumps(schema)})")
+    assert call.kwargs == {"schema": schema}
+    assert parse_chain_string("f(true, false, null, [null], {'k': true})")[0].args == [True, False, None, [None], {"k": True}]
+
+
 def test_nan_is_read_as_python_spells_it_as_inf_is() -> None:
     [call] = parse_chain_string("f(nan, -nan, x=nan)")
     assert all(math.isnan(v) for v in [*call.args, call.kwargs["x"]])

@@ -2,7 +2,7 @@
 
 A small recursive-descent parser over Python literal syntax (numbers, strings, True, False,
 None, lists, tuples, dicts, unary signs, bare words as strings; also `inf`, as `repr` writes it, so `-inf` can ban a
-token in `logit_bias({5: -inf})`): no `eval`, a bounded nesting depth, and every
+token in `logit_bias({5: -inf})`, and JSON's `true`, `false` and `null`, so JSON pasted in reads as JSON): no `eval`, a bounded nesting depth, and every
 malformed input a `ChainSpecError` naming the position and what was expected there.
 """
 
@@ -32,6 +32,7 @@ _HYPHENATED = re.compile(r"[A-Za-z0-9_-]*")  # always matches
 _NUMBER = re.compile(r"(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d(?:_?\d)*)?")
 _STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
 _CONSTANTS: dict[str, Any] = {"True": True, "False": False, "None": None, "inf": float("inf"), "nan": float("nan")}
+_CONSTANTS |= {"true": True, "false": False, "null": None}  # JSON's
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
 
 
