@@ -144,7 +144,13 @@ def test_json_pasted_into_a_chain_string_reads_as_json() -> None:
     schema = {"type": "object", "properties": {"a": {"type": ["integer", "null"]}}, "additionalProperties": False}
     [call] = parse_chain_string(f"json_schema(schema={json.dumps(schema)})")
     assert call.kwargs == {"schema": schema}
-    assert parse_chain_string("f(true, false, null, [null], {'k': true})")[0].args == [True, False, None, [None], {"k": True}]
+    assert parse_chain_string("f(true, false, null, [null], {'k': true})")[0].args == [
+        True,
+        False,
+        None,
+        [None],
+        {"k": True},
+    ]
 
 
 def test_nan_is_read_as_python_spells_it_as_inf_is() -> None:

@@ -244,6 +244,13 @@ def test_an_unknown_keyword_names_the_entry_point_and_all_it_takes() -> None:
         beam_search(model, [[1]], temprature=0.7)  # type: ignore[call-arg]
 
 
+def test_a_strategy_given_to_generate_is_told_where_a_strategy_goes() -> None:
+    with pytest.raises(
+        dk.ParameterError, match=r"; a strategy is chosen with dk\.decode\(model, prompts, strategy=\.\.\.\)$"
+    ):
+        dk.generate(tiny_gpt(2), [[1]], strategy="beam")  # type: ignore[call-arg]
+
+
 @pytest.mark.parametrize("returned", [None, "dense", 3])
 def test_a_cache_factory_that_returns_no_cache_is_named(returned: Any) -> None:
     """A factory's slip (a missing `return`) decoded with no cache at all, many times slower and silently."""

@@ -1,9 +1,9 @@
 """The one-line string form of chains, cache backends, strategies and models: `"name(arg, key=value) | name"`.
 
-A small recursive-descent parser over Python literal syntax (numbers, strings, True, False,
-None, lists, tuples, dicts, unary signs, bare words as strings; also `inf`, as `repr` writes it, so `-inf` can ban a
-token in `logit_bias({5: -inf})`, and JSON's `true`, `false` and `null`, so JSON pasted in reads as JSON): no `eval`, a bounded nesting depth, and every
-malformed input a `ChainSpecError` naming the position and what was expected there.
+A small recursive-descent parser over Python literal syntax (numbers, strings, True, False, None, lists, tuples,
+dicts, unary signs, bare words as strings; also `inf`, as `repr` writes it, so `-inf` can ban a token in
+`logit_bias({5: -inf})`, and JSON's `true`, `false` and `null`, so JSON pasted in reads as JSON): no `eval`, a
+bounded nesting depth, and every malformed input a `ChainSpecError` naming the position and what was expected there.
 """
 
 from __future__ import annotations

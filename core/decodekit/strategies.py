@@ -130,9 +130,10 @@ def resolve_strategy(strategy: str, own: Mapping[str, Any], what: str = "") -> S
             raise ParameterError(f"{owner}: parameter {key} given both in {strategy!r} and by keyword")
         if key not in entry.params_model.model_fields:
             names = [*entry.params_model.model_fields, *SHARED_OPTIONS]
+            hint = "; a strategy is chosen with dk.decode(model, prompts, strategy=...)" if key == "strategy" else ""
             raise ParameterError(
                 f"{owner}: unknown parameter {key}={own[key]!r}; allowed parameters: {', '.join(names)}"
-                + did_you_mean(key, names)
+                + (hint or did_you_mean(key, names))
             )
     params = bind_arguments(owner, entry.params_model, tuple(args), {**kwargs, **own})
     return Strategy(name, entry.load(), params)
