@@ -42,7 +42,12 @@ def test_bad_options(target: GPT, options: dict[str, object], message: str) -> N
 
 
 def test_unknown_draft_name_lists_models(target: GPT) -> None:
-    with pytest.raises(dk.UnknownNameError, match="unknown model 'no-such-draft'; installed: .*tiny-shakespeare"):
+    """It said only "unknown model 'no-such-draft'", not that the draft was meant."""
+    with pytest.raises(
+        dk.UnknownNameError,
+        match=r"^speculative: draft='no-such-draft': unknown model 'no-such-draft'; installed: .*tiny-shakespeare.*; "
+        r"or 'ngram' \(drafts from the prompt\)$",
+    ):
         speculative(target, [PROMPT], draft="no-such-draft", max_new_tokens=8)
 
 

@@ -25,7 +25,7 @@ from torch import Tensor
 from decodekit.cache import Croppable, KVCache, PreallocatedKVCache, RowCroppable, evicts
 from decodekit.context import DecodeContext
 from decodekit.engine import PREALLOCATED_COLUMNS, Decoding
-from decodekit.errors import DecodekitError, NumericsError, ParameterError
+from decodekit.errors import DecodekitError, NumericsError, ParameterError, UnknownNameError
 from decodekit.model import Model, model_device_dtype
 from decodekit.params import Params
 from decodekit.plugins import load_model
@@ -66,7 +66,10 @@ def named_draft(name: str) -> Model:
 
 def resolve_draft(draft: object, target: Model) -> Model | None:
     """The draft model for `draft` (a registered name or a model object); None for "ngram"."""
-    model = (None if draft == NGRAM else named_draft(draft)) if isinstance(draft, str) else draft
+    try:
+        model = (None if draft == NGRAM else named_draft(draft)) if isinstance(draft, str) else draft
+    except UnknownNameError as exc:  # said of the draft: the target's name is fine
+        raise UnknownNameError(f"speculative: draft={draft!r}: {exc}; or 'ngram' (drafts from the prompt)") from None
     if model is None:
         return None
     shown = repr(draft) if isinstance(draft, str) else f"<{type(draft).__name__}>"  # a module's repr is its layers
