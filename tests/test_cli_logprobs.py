@@ -126,8 +126,8 @@ def test_resume_refuses_other_logprobs(tmp_path: Path) -> None:
     assert run_cli([*base, "--logprobs", "2"]).returncode == 0
     for extra, message in [
         (["--logprobs", "3"], "logprobs=2 (this run: 3)"),
-        ([], "logprobs=2 (this run: None)"),
-        (["--logprobs", "2", "--prompt-logprobs", "1"], "prompt_logprobs=None (this run: 1)"),
+        ([], "logprobs=2 (this run: not set)"),
+        (["--logprobs", "2", "--prompt-logprobs", "1"], "prompt_logprobs=not set (this run: 1)"),
     ]:
         run = run_cli([*base, *extra, "--resume"])
         assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr, run.stderr

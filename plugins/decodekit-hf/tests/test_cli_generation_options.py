@@ -180,7 +180,7 @@ def test_a_batch_job_gives_each_line_max_length_less_its_prompt(
     assert settings["max_length"] == 9 and settings["max_new_tokens"] is None
     output.write_text(output.read_text().splitlines()[0] + "\n")  # as if interrupted after one record
     status, _, err = cli(capsys, *cmd, "--on-error", "skip", "--resume", "--max-new-tokens", "7")
-    assert status == 2 and "max_new_tokens=None (this run: 7); max_length=9 (this run: None)" in err, err
+    assert status == 2 and "max_new_tokens=not set (this run: 7); max_length=9 (this run: not set)" in err, err
     status, _, err = cli(capsys, *cmd, "--on-error", "skip", "--resume")
     assert status == 0, err
     assert [len(json.loads(r)["tokens"]) for r in output.read_text().splitlines()[:3]] == [7, 5, 2]
@@ -188,7 +188,7 @@ def test_a_batch_job_gives_each_line_max_length_less_its_prompt(
     old = {k: v for k, v in settings.items() if k != "max_length"} | {"max_new_tokens": 100}
     settings_path.write_text(json.dumps(old))
     status, _, err = cli(capsys, *cmd, "--on-error", "skip", "--resume")
-    assert status == 2 and "max_new_tokens=100 (this run: None); max_length=None (this run: 9)" in err, err
+    assert status == 2 and "max_new_tokens=100 (this run: not set); max_length=not set (this run: 9)" in err, err
     status, _, err = cli(capsys, *cmd, "--on-error", "skip", "--resume", "--max-new-tokens", "100")
     assert status == 0, err
 

@@ -108,5 +108,9 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
         if key == "input_sha256":
             found.append(f"another input (sha256 {str(old)[:12]}…; this input: {str(new)[:12]}…)")
         else:
-            found.append(f"{key}={old!r} (this run: {new!r})")
+            found.append(f"{key}={_shown(old)} (this run: {_shown(new)})")
     return found
+
+
+def _shown(value: Any) -> str:
+    return "not set" if value is None else repr(value)  # not Python's None: a setting the run was not given
