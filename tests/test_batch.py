@@ -555,6 +555,8 @@ def test_batch_options_are_checked_before_loading(tmp_path: Path) -> None:
             "--batch-size, --on-error: a batch job's option; allowed: with --input FILE --output FILE",
         ),
         "an actor size alone": (["generate", "a", "--ray-actor-cpus", "2", "-m", unloadable], "--ray-actor-cpus size"),
+        # was accepted and did nothing: the document holds the prompt and the text apart
+        "--no-echo with --json": (["generate", "a", "--json", "--no-echo", "-m", unloadable], "--no-echo does nothing"),
     }
     for (name, (_, expected)), r in zip(cases.items(), cli_many(*(args for args, _ in cases.values()), **PLUGINS)):
         assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, (name, r.stderr)

@@ -394,6 +394,8 @@ def generate(
     batch_only = {"--batch-size": batch_size != 8, "--resume": resume, "--on-error": on_error is not OnError.fail}
     if stray := [name for name, is_given in batch_only.items() if is_given]:
         raise CliError(f"{', '.join(stray)}: a batch job's option; allowed: with --input FILE --output FILE")
+    if json_output and not echo:  # the document holds the prompt and the text apart: nothing is echoed
+        raise CliError("--no-echo does nothing with --json (its document holds the prompt and the text apart)")
     ray_request(None, ray_actors, ray_actor_cpus, ray_actor_gpus)  # an actor size without --ray is an error
     request = GenerateRequest(
         prompt=prompt,
