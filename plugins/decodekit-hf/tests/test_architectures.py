@@ -97,7 +97,8 @@ def refusal(model_type: str, cache: str) -> str | None:
         return None
     if model_type == "gemma2":
         return EAGER
-    return SLIDING if cache.startswith("h2o") and ARCHS[model_type][1] is not None else None
+    scored = not cache.startswith("window")
+    return SLIDING if scored and ARCHS[model_type][1] is not None else None
 
 
 def decode(model_type: str, hf: Any, prompts: list[list[int]], cache: str, **options: Any) -> dk.Generation | None:
@@ -111,7 +112,7 @@ def decode(model_type: str, hf: Any, prompts: list[list[int]], cache: str, **opt
     return None
 
 
-@pytest.mark.parametrize("cache", ["dense", "gqa", "own_window", "h2o(budget=40)"])
+@pytest.mark.parametrize("cache", ["dense", "gqa", "own_window", "h2o(budget=40)", "snapkv(budget=40)"])
 @pytest.mark.parametrize("batch", sorted(BATCHES))
 def test_greedy_tokens_equal_generate(arch: tuple[str, Any, dict[str, Any]], cache: str, batch: str) -> None:
     model_type, hf, greedy = arch
