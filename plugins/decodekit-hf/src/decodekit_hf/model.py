@@ -64,14 +64,15 @@ def _rope(config: Any) -> tuple[float | None, str | None]:
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     if not isinstance(rope, dict):
         return None, None
+    if any(isinstance(value, dict) for value in rope.values()):  # Gemma 3: {"sliding_attention": {...}, ...}
+        return None, f"its rotary embedding per layer type ({', '.join(map(str, rope))}) is not supported for " + _KEPT
     theta = rope.get("rope_theta", getattr(config, "rope_theta", None))
     model_type = getattr(config, "model_type", None)
     if model_type not in _ROTATE_HALF:  # absolute positions (GPT-2), or a rotary layout of its own
+        rotary = theta is not None or getattr(config, "rotary_dim", None) is not None  # GPT-J: rotary_dim alone
         return (
             None,
-            None
-            if theta is None
-            else f"its rotary embedding ({model_type}'s own layout) is not supported for " + _KEPT,
+            f"its rotary embedding ({model_type}'s own layout) is not supported for " + _KEPT if rotary else None,
         )
     # transformers 5 keeps the factor in `rope_parameters` (Phi-4-mini, a phi3, has 0.75).
     partial = rope.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0))
@@ -92,6 +93,24 @@ def _sliding_window(config: Any) -> int | None:
     if "sliding_attention" in (getattr(config, "layer_types", None) or ()):
         return int(window or 0)
     return int(window) if window is not None and bool(getattr(config, "use_sliding_window", True)) else None
+
+
+def _sliding_layers(config: Any) -> tuple[int, ...]:
+    """The layers that mask the sliding window: those of type `sliding_attention`, every layer (Mistral) where the
+    config names no layer types."""
+    types = getattr(config, "layer_types", None)
+    if types:
+        return tuple(i for i, kind in enumerate(types) if kind == "sliding_attention")
+    return tuple(range(int(config.num_hidden_layers)))
+
+
+def _window_within(cache: KVCache, window: int, layers: Collection[int]) -> bool:
+    """Whether `cache` is a window without sinks (`window(size=..., sinks=0)`) no wider than `window` on `layers`:
+    it hides every key those layers' sliding window hides, so a query sees no key transformers would mask."""
+    sizes, sinks = getattr(cache, "sizes", None), getattr(cache, "sinks", None)
+    if not isinstance(sizes, (list, tuple)) or sinks != 0:
+        return False
+    return all(sizes[layer] <= window for layer in layers if layer < len(sizes))
 
 
 def _not_served(c: Any) -> str | None:
@@ -200,6 +219,7 @@ class HFModel(nn.Module):
             model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
         )
         self._sliding_window = _sliding_window(config)
+        self._sliding_layers = _sliding_layers(config)
         self._hf_layers = int(config.num_hidden_layers)  # the cache's layers, and those that share theirs
         self._alibi = bool(getattr(config, "alibi", False))  # Falcon's ALiBi biases ride in the attention mask
         if model.config._attn_implementation in ("sdpa", ATTENTION):
@@ -290,13 +310,23 @@ class HFModel(nn.Module):
         if self._sliding_window is None:
             return
         text = max(cache.spec.capacity, cache.length + new)
-        if text > self._sliding_window:
+        window = self._sliding_window
+        if text > window and not _window_within(cache, window, self._sliding_layers):
             raise ParameterError(
                 f"HFModel: cache {name} evicts or observes attention, and this model's sliding-window layers "
-                f"(sliding_window={self._sliding_window}) mask a text of {text} tokens by transformers' rules, which "
-                "a cache that evicts cannot follow; allowed: a text of at most sliding_window tokens (prompt + "
-                "max_new_tokens), or a cache that keeps every token (dense, gqa, int8)"
+                f"(sliding_window={window}) mask a text of {text} tokens by transformers' rules, which this cache "
+                "cannot follow; allowed: a text of at most sliding_window tokens (prompt + max_new_tokens), the "
+                f"model's own window {self._own_window()} (a size at most {window} on the sliding layers), or a "
+                "cache that keeps every token (dense, gqa, int8)"
             )
+
+    def _own_window(self) -> str:
+        """The `window` cache that masks as this sliding-window model does: its window on the sliding layers, its
+        context on the others."""
+        window, sliding = self._sliding_window, self._sliding_layers
+        assert window is not None  # asked of a sliding-window model only
+        sizes = [window if layer in sliding else self.spec.max_positions for layer in range(self.spec.n_layers)]
+        return f"window(size={sizes if len(set(sizes)) > 1 else window}, sinks=0)"
 
     def _check_attended(self, attention: CacheAttention) -> None:
         """Every layer must have attended through the cache: one that attends by its own code saw keys the
