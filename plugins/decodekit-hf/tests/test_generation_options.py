@@ -198,3 +198,35 @@ def test_generation_defaults_leave_num_return_sequences_to_the_caller(build_gpt2
     keys = ["chain", "strategy", "max_new_tokens", "stop_strings"]
     assert HFModel(hf).generation_defaults(3, keys) == {"chain": "top_k(5) | sample"}
     assert HFModel(hf).generation_defaults(3, ["num_return_sequences"]) == {"num_return_sequences": 2}
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (dict(guidance_scale=float("nan")), r"guidance_scale=nan: strategy cfg: scale=nan is invalid"),
+        (dict(guidance_scale=1e300), r"guidance_scale=1e\+300: .*; allowed: float -10000.0 <= scale <= 10000.0$"),
+        (dict(num_beams=2, length_penalty=float("inf")), r"length_penalty=inf: strategy beam"),
+        (dict(num_beams=2, num_return_sequences=0), r"num_return_sequences=0: transformers' generate\(\) fails"),
+        (dict(num_beams=0), r"num_beams=0: transformers' generate\(\) fails on it; allowed: an integer >= 1$"),
+        (dict(num_beams=-1), r"num_beams=-1"),
+        (dict(num_return_sequences=0), r"num_return_sequences=0"),
+    ],
+)
+def test_a_value_the_strategy_refuses_is_named_as_the_configs_option(options: dict[str, Any], named: str) -> None:
+    """From the generation-config fuzz: these went through, then the decode named the strategy's parameter (`scale`,
+    not `guidance_scale`), or (a count below one, on which generate() divides by zero) decoded greedily."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = GenerationConfig(**options)
+    with pytest.raises(dk.ParameterError, match=rf"generation_options: the generation config's {named}"):
+        generation_options(config)
+
+
+def test_eos_ids_outside_the_vocabulary_are_not_stop_tokens(build_gpt2: Callable[..., Any]) -> None:
+    """From the generation-config fuzz: as HFModel.stop_tokens, ids outside the vocabulary are left out (generate()
+    never meets them); they were passed on as stop_tokens, which the decode refused."""
+    hf = build_gpt2(seed=1)
+    hf.generation_config = GenerationConfig(eos_token_id=[EOS, 96, -1], max_new_tokens=3, pad_token_id=0)
+    options = generation_options(hf)
+    assert options["stop_tokens"] == [EOS]
+    assert dk.decode(HFModel(hf), [PROMPT], **options).tokens == hf_generate(hf, hf.generation_config)

@@ -16,7 +16,8 @@ from collections.abc import Collection
 from typing import Any
 
 from decodekit.errors import ParameterError
-from decodekit_hf.generation_config import _chain, _config_of, _filled, _vocab_size, sets_sampling
+from decodekit.strategies import strategy_params
+from decodekit_hf.generation_config import _chain, _config_of, _filled, _in_vocabulary, _vocab_size, sets_sampling
 from decodekit_hf.tokenizer import as_ids
 
 __all__ = ["generation_defaults", "generation_options", "max_new_tokens_of"]
@@ -41,13 +42,14 @@ def generation_options(source: Any, *, prompt_length: int | None = None) -> dict
             "a decode draws one sample per prompt",
             "each prompt repeated that many times (on the command line -n N)",
         )
-    out: dict[str, Any] = {"strategy": strategy, **params, "chain": chain}
     if strategy == "beam":
-        out["num_return_sequences"] = int(filled.num_return_sequences)
+        params["num_return_sequences"] = int(filled.num_return_sequences)
+    out: dict[str, Any] = {"strategy": strategy, **_checked(strategy, params), "chain": chain}
     new = max_new_tokens_of(config, prompt_length)
     if new is not None:
         out["max_new_tokens"] = new
-    if eos := as_ids(filled.eos_token_id):
+    # As HFModel.stop_tokens: an id outside the vocabulary never ends generate()'s rows (nor may it be a stop token)
+    if eos := _in_vocabulary(as_ids(filled.eos_token_id), _vocab_size(source)):
         out["stop_tokens"] = eos
     if stops := _stop_strings(filled):
         out["stop_strings"] = stops
@@ -113,6 +115,10 @@ def _decoding(c: Any, prompt_length: int | None, vocab_size: int | None) -> tupl
 
 def _strategy(c: Any) -> tuple[str, dict[str, Any]]:
     """The strategy of a filled config and its parameters; the chain's options are not looked at."""
+    for name in ("num_beams", "num_return_sequences"):  # generate() fails on 0 or less (a division, a repeat)
+        value = getattr(c, name)
+        if not isinstance(value, int) or value < 1:
+            raise _refused(name, value, "transformers' generate() fails on it", "an integer >= 1")
     beams = c.num_beams > 1
     guided = c.guidance_scale is not None and c.guidance_scale != 1
     if beams and (c.do_sample or guided):  # beam sampling, guided beams: neither has a decodekit strategy
@@ -133,6 +139,20 @@ def _strategy(c: Any) -> tuple[str, dict[str, Any]]:
     if guided:
         return "cfg", {"scale": float(c.guidance_scale)}
     return "sample", {}
+
+
+_PARAMETER_OPTIONS = {"scale": "guidance_scale"}  # a strategy's parameter -> the config option it comes from
+
+
+def _checked(strategy: str, params: dict[str, Any]) -> dict[str, Any]:
+    """`params`, refused naming the config's option where the strategy refuses them (`guidance_scale=nan`)."""
+    try:
+        strategy_params(strategy, **params)
+    except ParameterError as exc:
+        name = next(p for p in params if f"{p}=" in str(exc))
+        why, _, allowed = str(exc).partition("; allowed: ")
+        raise _refused(_PARAMETER_OPTIONS.get(name, name), params[name], why, allowed) from None
+    return params
 
 
 def _stop_strings(c: Any) -> list[str] | None:

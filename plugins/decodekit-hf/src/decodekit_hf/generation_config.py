@@ -55,7 +55,7 @@ def generation_chain(source: Any, *, prompt_length: int | None = None) -> str:
 
 
 def _chain(config: Any, prompt_length: int | None, vocab_size: int | None = None) -> str:
-    eos = as_ids(config.eos_token_id)
+    eos = _in_vocabulary(as_ids(config.eos_token_id), vocab_size)  # transformers' masks never meet the others
     _refuse_unexpressible(config, prompt_length)
     stages = _processors(config, eos, prompt_length, vocab_size)
     if config.do_sample:
@@ -178,7 +178,10 @@ def _processors(c: Any, eos: list[int], prompt_length: int | None, vocab_size: i
     if c.no_repeat_ngram_size is not None and c.no_repeat_ngram_size > 0:
         out.append(f"no_repeat_ngram({c.no_repeat_ngram_size})")
     if c.bad_words_ids is not None:
-        words = [list(w) for w in c.bad_words_ids if not (len(w) == 1 and w[0] in eos)]  # as transformers: EOS stays
+        top = vocab_size or 2**63  # transformers refuses a negative id and one past the vocabulary
+        _check(c, "bad_words_ids", lambda ws: all(_ids_below(w, top) for w in ws), f"lists of ids in [0, {top})")
+        # As transformers: EOS alone stays allowed, an empty word bans nothing.
+        words = [list(w) for w in c.bad_words_ids if w and not (len(w) == 1 and w[0] in eos)]
         if words:
             out.append(f"bad_words({_literal(words)})")
     out += _lengths(c, eos, prompt_length)
@@ -187,6 +190,10 @@ def _processors(c: Any, eos: list[int], prompt_length: int | None, vocab_size: i
     if begin:  # -inf at the first new token only (decoder-only: begin_index is the prompt width)
         out.append(f"min_new_tokens(1, {_literal(begin)})")
     return out
+
+
+def _ids_below(ids: Sequence[Any], top: int) -> bool:
+    return all(isinstance(t, int) and 0 <= t < top for t in ids)
 
 
 def _in_vocabulary(ids: Sequence[int] | None, vocab_size: int | None) -> list[int]:
