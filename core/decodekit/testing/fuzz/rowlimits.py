@@ -80,7 +80,7 @@ def _options(api: str, vocab_size: int) -> st.SearchStrategy[dict[str, Any]]:
 def row_limits_cases(draw: st.DrawFn, samplers: Sequence[SamplerInfo] | None = None) -> RowLimitsCase:
     V = draw(st.sampled_from((2, 7, 40)))
     dtype = draw(st.sampled_from(("float32", "float32", "bfloat16")))
-    model = ModelKey(V, dtype, draw(st.sampled_from(("learned", "rope"))))
+    model = ModelKey(V, dtype, draw(st.sampled_from(("learned", "rope"))), tokenizer=draw(st.booleans()))
     rows = draw(st.integers(1, 4))
     prompts = draw(st.lists(st.lists(st.integers(0, V - 1), min_size=1, max_size=5), min_size=rows, max_size=rows))
     seeds = draw(
@@ -98,6 +98,8 @@ def row_limits_cases(draw: st.DrawFn, samplers: Sequence[SamplerInfo] | None = N
     kwargs: dict[str, Any] = {}
     if draw(st.booleans()):
         kwargs["stop_tokens"] = draw(st.lists(st.integers(0, V - 1), max_size=2))
+    if model.tokenizer and draw(st.booleans()):  # letters: a stop string ends a row before its limit, or not
+        kwargs["stop_strings"] = draw(st.sampled_from([["a"], ["b"], ["ab", "ba"], ["c"]]))
     if draw(st.booleans()):
         kwargs["logprobs"] = draw(st.integers(0, min(V, 3)))
     limits = draw(_limits(rows))
