@@ -341,7 +341,12 @@ def _no_constant(name: str) -> None:
 def _option(argv: Sequence[str], name: str) -> int | None:
     """The value of the option's last occurrence, as an int (the command accepted it)."""
     values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == name]
-    return int(values[-1]) if values else None
+    if not values:
+        return None
+    try:
+        return int(values[-1])
+    except ValueError:  # "2.0": the command line reads an integral float as that int, as pydantic does
+        return int(float(values[-1]))
 
 
 def _generate_problems(argv: Sequence[str], doc: Any) -> list[str]:
