@@ -5,6 +5,7 @@ prompt), the stops; options without a decodekit form still refused by name."""
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -230,3 +231,16 @@ def test_eos_ids_outside_the_vocabulary_are_not_stop_tokens(build_gpt2: Callable
     options = generation_options(hf)
     assert options["stop_tokens"] == [EOS]
     assert dk.decode(HFModel(hf), [PROMPT], **options).tokens == hf_generate(hf, hf.generation_config)
+
+
+@pytest.mark.parametrize("stops", [5, ["ab", 5], [["a"]]])
+def test_stop_strings_that_are_not_strings_are_refused_by_name(build_gpt2: Callable[..., Any], stops: Any) -> None:
+    """From the generation-config fuzz, a checkpoint's generation_config.json written by hand: `stop_strings: 5` was
+    the command line's "unexpected TypeError: 'int' object is not iterable", `["ab", 5]` stopped at the text "5"."""
+    hf = build_gpt2(seed=1)
+    hf.generation_config = GenerationConfig(max_new_tokens=3)
+    hf.generation_config.stop_strings = stops  # as loaded from a file: GenerationConfig does not check it
+    named = f"generation config's stop_strings={stops!r}: transformers' generate() fails on it; allowed: a string or"
+    for read in (lambda: generation_options(hf), lambda: HFModel(hf).generation_defaults(None, ["stop_strings"])):
+        with pytest.raises(dk.ParameterError, match=re.escape(named)):
+            read()

@@ -17,8 +17,7 @@ from typing import Any
 
 from decodekit.errors import ParameterError
 from decodekit.strategies import strategy_params
-from decodekit_hf.generation_config import _chain, _config_of, _filled, _in_vocabulary, _vocab_size, sets_sampling
-from decodekit_hf.tokenizer import as_ids
+from decodekit_hf.generation_config import _chain, _config_of, _filled, _vocab_size, sets_sampling, token_ids
 
 __all__ = ["generation_defaults", "generation_options", "max_new_tokens_of"]
 
@@ -49,7 +48,7 @@ def generation_options(source: Any, *, prompt_length: int | None = None) -> dict
     if new is not None:
         out["max_new_tokens"] = new
     # As HFModel.stop_tokens: an id outside the vocabulary never ends generate()'s rows (nor may it be a stop token)
-    if eos := _in_vocabulary(as_ids(filled.eos_token_id), _vocab_size(source)):
+    if eos := token_ids(filled, "eos_token_id", _vocab_size(source)):
         out["stop_tokens"] = eos
     if stops := _stop_strings(filled):
         out["stop_strings"] = stops
@@ -158,7 +157,10 @@ def _checked(strategy: str, params: dict[str, Any]) -> dict[str, Any]:
 def _stop_strings(c: Any) -> list[str] | None:
     """A filled config's `stop_strings` as a list (a config may hold one string), or None."""
     stops = c.stop_strings
-    return ([stops] if isinstance(stops, str) else list(stops)) if stops else None
+    listed = [stops] if isinstance(stops, str) else stops
+    if stops and not (isinstance(listed, (list, tuple)) and all(isinstance(s, str) for s in listed)):
+        raise _refused("stop_strings", stops, "transformers' generate() fails on it", "a string or a list of strings")
+    return list(listed) if stops else None
 
 
 def _refused(name: str, value: Any, why: str, allowed: str) -> ParameterError:

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from decodekit.errors import ParameterError
-from decodekit_hf.tokenizer import as_ids
 
 __all__ = ["CHAIN_OPTIONS", "generation_chain", "sets_sampling"]
 
@@ -55,7 +54,7 @@ def generation_chain(source: Any, *, prompt_length: int | None = None) -> str:
 
 
 def _chain(config: Any, prompt_length: int | None, vocab_size: int | None = None) -> str:
-    eos = _in_vocabulary(as_ids(config.eos_token_id), vocab_size)  # transformers' masks never meet the others
+    eos = token_ids(config, "eos_token_id", vocab_size)
     _refuse_unexpressible(config, prompt_length)
     stages = _processors(config, eos, prompt_length, vocab_size)
     if config.do_sample:
@@ -169,7 +168,7 @@ def _refused(name: str, value: Any, why: str) -> ParameterError:
 def _processors(c: Any, eos: list[int], prompt_length: int | None, vocab_size: int | None) -> list[str]:
     """The stages transformers runs under every strategy, in `_get_logits_processor`'s order."""
     out: list[str] = []
-    suppress, begin = _in_vocabulary(c.suppress_tokens, vocab_size), _in_vocabulary(c.begin_suppress_tokens, vocab_size)
+    suppress, begin = token_ids(c, "suppress_tokens", vocab_size), token_ids(c, "begin_suppress_tokens", vocab_size)
     if c.sequence_bias is not None:
         out += _sequence_bias(_bias_list(c.sequence_bias))
     if c.repetition_penalty is not None and c.repetition_penalty != 1.0:
@@ -179,7 +178,8 @@ def _processors(c: Any, eos: list[int], prompt_length: int | None, vocab_size: i
         out.append(f"no_repeat_ngram({c.no_repeat_ngram_size})")
     if c.bad_words_ids is not None:
         top = vocab_size or 2**63  # transformers refuses a negative id and one past the vocabulary
-        _check(c, "bad_words_ids", lambda ws: all(_ids_below(w, top) for w in ws), f"lists of ids in [0, {top})")
+        in_range = f"a list of lists of ids in [0, {top})"
+        _check(c, "bad_words_ids", lambda ws: _listed(ws) and all(_ids_below(w, top) for w in ws), in_range)
         # As transformers: EOS alone stays allowed, an empty word bans nothing.
         words = [list(w) for w in c.bad_words_ids if w and not (len(w) == 1 and w[0] in eos)]
         if words:
@@ -192,8 +192,21 @@ def _processors(c: Any, eos: list[int], prompt_length: int | None, vocab_size: i
     return out
 
 
-def _ids_below(ids: Sequence[Any], top: int) -> bool:
-    return all(isinstance(t, int) and 0 <= t < top for t in ids)
+def _ids_below(ids: Any, top: int) -> bool:
+    return _listed(ids) and all(isinstance(t, int) and 0 <= t < top for t in ids)
+
+
+def _listed(value: Any) -> bool:
+    return isinstance(value, (list, tuple))
+
+
+def token_ids(c: Any, name: str, vocab_size: int | None) -> list[int]:
+    """The config's ids under `name` (None, one id or a list) that are in the vocabulary: transformers' masks and
+    stopping never meet the others. A value of another type ("3", 1.5: a file written by hand) is refused by name."""
+    value = getattr(c, name)
+    ids = [] if value is None else [value] if isinstance(value, int) else value
+    _check(c, name, lambda _: _listed(ids) and all(type(t) is int for t in ids), "a token id or a list of token ids")
+    return _in_vocabulary(ids, vocab_size)
 
 
 def _in_vocabulary(ids: Sequence[int] | None, vocab_size: int | None) -> list[int]:
@@ -223,6 +236,7 @@ def _min_new_tokens(c: Any, prompt_length: int | None) -> int:
     """New tokens before EOS may come: `min_new_tokens` wins over `min_length` (which counts the prompt), as in
     transformers' `_prepare_generated_length`."""
     if c.min_new_tokens is not None:
+        _check(c, "min_new_tokens", lambda n: isinstance(n, int), "an integer >= 0")
         return int(c.min_new_tokens)
     if not c.min_length:
         return 0
