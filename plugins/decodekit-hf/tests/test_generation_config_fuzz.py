@@ -11,12 +11,12 @@ DECODEKIT_HF_CONFIG_FUZZ_EXAMPLES=2000 runs more (the suite runs 150 configs and
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,12 +37,13 @@ DEFAULT_NEW = 10  # what generate()'s own max_length=20 leaves the prompt: the l
 
 NAN, INF = math.nan, math.inf
 ID = st.sampled_from([0, 3, 8, 9, EOS, VOCAB, -1, 2**63, 10**10])
+WRONG = st.sampled_from(["3", 1.5, [1.5], None, True])  # values of the wrong type, as a hand-written file may hold
 IDS = st.lists(ID, max_size=3)
 FLOAT = [NAN, INF, -INF, -1.0, 0.0, 1e-300, 5e-324, 1e308]
 # option: values from usual to hostile (transformers refuses to build some configs: those cases end there)
 OPTIONS: dict[str, st.SearchStrategy[Any]] = {
     "do_sample": st.booleans(),
-    "num_beams": st.sampled_from([1, 2, 3, 0, -1]),
+    "num_beams": st.sampled_from([1, 2, 3, 0, -1, 2.5, "2"]),
     "temperature": st.sampled_from([0.7, 1.0, 1.5, 1e4, *FLOAT]),
     "top_k": st.sampled_from([1, 5, 50, 0, -1, 10**9, 2**63]),
     "top_p": st.sampled_from([0.5, 0.9, 1.0, 1.5, *FLOAT]),
@@ -55,20 +56,22 @@ OPTIONS: dict[str, st.SearchStrategy[Any]] = {
     "encoder_repetition_penalty": st.sampled_from([1.0, 1.3]),
     "encoder_no_repeat_ngram_size": st.sampled_from([0, 2]),
     "min_length": st.sampled_from([0, 5, 12, 15, -1, 10**9]),
-    "min_new_tokens": st.sampled_from([0, 1, 3, -1, 10**9]),
+    "min_new_tokens": st.sampled_from([0, 1, 3, -1, 10**9, 1.5]),
     "max_length": st.sampled_from([11, 14, 18, 10, 5, 0, -1, 10**9]),
-    "max_new_tokens": st.sampled_from([0, 1, 4, 8, -1, 10**9]),
-    "bad_words_ids": st.one_of(st.lists(st.lists(ID, min_size=1, max_size=2), min_size=1, max_size=2), st.just([[]])),
-    "suppress_tokens": IDS,
+    "max_new_tokens": st.sampled_from([0, 1, 4, 8, -1, 10**9, 2.5, "4"]),
+    "bad_words_ids": st.one_of(
+        st.lists(st.lists(ID, min_size=1, max_size=2), min_size=1, max_size=2), st.sampled_from([[[]], [3, 4], [[1.5]]])
+    ),
+    "suppress_tokens": st.one_of(IDS, WRONG),
     "begin_suppress_tokens": IDS,
     "forced_bos_token_id": ID,
     "forced_eos_token_id": ID,
     "guidance_scale": st.sampled_from([1.0, 1.5, 3.0, 0.0, -2.0, NAN, INF, 1e300]),
     "num_return_sequences": st.sampled_from([1, 2, 3, 0, -1]),
-    "stop_strings": st.sampled_from(["a", ["a", "b"], ".", [""], [], ["ab", 5]]),
+    "stop_strings": st.sampled_from(["a", ["a", "b"], ".", [""], [], ["ab", 5], 5, [["a"]]]),
     "early_stopping": st.sampled_from([True, False, "never", "sometimes", 2]),
     "length_penalty": st.sampled_from([1.0, 0.0, -0.5, 2.0, NAN, INF]),
-    "eos_token_id": st.one_of(ID, IDS, st.none()),
+    "eos_token_id": st.one_of(ID, IDS, st.none(), WRONG),
     "pad_token_id": st.sampled_from([0, EOS, None]),
 }
 
@@ -172,27 +175,31 @@ def test_a_generation_config_decodes_as_generate_or_is_refused_by_name(
 # -- the command line: the config saved with a checkpoint ------------------------------------------------------------
 
 CLI_EXAMPLES = max(1, EXAMPLES // 10)
+CLI_FLAGS = [[], ["-n", "2"], ["--strategy", "beam(num_beams=2)"], ["--temperature", "0.7"], ["--max-new-tokens", "4"]]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(build_gpt2: Callable[..., Any], char_tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model (not `hf`, whose config the cases above set) and tokenizer saved; each case writes its own
+    generation_config.json."""
+    path = tmp_path_factory.mktemp("ckpt")
+    build_gpt2(seed=2).save_pretrained(path)
+    char_tokenizer.save_pretrained(path)
+    return path
+
+
+def write_config(checkpoint: Path, options: dict[str, Any]) -> None:
+    """The options as a checkpoint's generation_config.json, written by hand: save_pretrained would validate them
+    (a file from elsewhere need not have been), and JSON takes NaN and Infinity as Python writes them."""
+    (checkpoint / "generation_config.json").write_text(json.dumps(options))
 
 
 @settings(FUZZ, max_examples=CLI_EXAMPLES)
-@given(configs(), st.sampled_from([[], ["-n", "2"], ["--strategy", "beam(num_beams=2)"], ["--temperature", "0.7"]]))
+@given(configs(), st.sampled_from(CLI_FLAGS))
 def test_the_command_line_with_a_checkpoints_config_never_crashes(
-    hf: Any, char_tokenizer: Any, tmp_path_factory: pytest.TempPathFactory, capsys: Any, options: dict[str, Any],
-    flags: list[str],
-) -> None:  # fmt: skip
-    config = build(options)
-    if config is None:
-        return
-    model = copy.deepcopy(hf)
-    model.generation_config = config
-    checkpoint = tmp_path_factory.mktemp("ckpt")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            model.save_pretrained(checkpoint)
-        except ValueError:  # transformers validates strictly on saving: such a config is never a checkpoint's
-            return
-    char_tokenizer.save_pretrained(checkpoint)
+    checkpoint: Path, capsys: Any, options: dict[str, Any], flags: list[str]
+) -> None:
+    write_config(checkpoint, options)
     status, out, err = cli_captured(capsys, "generate", "Hi", "-m", f"hf:{checkpoint}", "--json", *flags)
     assert status in (0, 1, 2) and "Traceback" not in err, f"{options!r} {flags}\nstatus {status}\n{err[-2000:]}"
     if status == 0:
