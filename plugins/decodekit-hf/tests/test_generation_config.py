@@ -353,7 +353,7 @@ def test_a_value_of_the_wrong_type_is_refused_naming_the_option(option: str, val
     generate() fails on them."""
     config = GenerationConfig(eos_token_id=EOS, min_new_tokens=2)
     setattr(config, option, value)  # as loaded from a file: GenerationConfig does not check the type
-    named = f"the generation config's {option}={value!r} is invalid, as transformers' generate() finds it too"
+    named = re.escape(f"the generation config's {option}={value!r} is invalid")
     for read in (generation_chain, generation_options):
-        with pytest.raises(dk.ParameterError, match=re.escape(f"{named}; allowed: {allowed}")):
+        with pytest.raises(dk.ParameterError, match=rf"{named}.*; allowed: {re.escape(allowed)}$"):
             read(config)

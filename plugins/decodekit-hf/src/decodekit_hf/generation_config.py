@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from decodekit.errors import ParameterError
+from decodekit_hf.tokenizer import as_ids
 
 __all__ = ["CHAIN_OPTIONS", "generation_chain", "sets_sampling"]
 
@@ -203,10 +204,7 @@ def _listed(value: Any) -> bool:
 def token_ids(c: Any, name: str, vocab_size: int | None) -> list[int]:
     """The config's ids under `name` (None, one id or a list) that are in the vocabulary: transformers' masks and
     stopping never meet the others. A value of another type ("3", 1.5: a file written by hand) is refused by name."""
-    value = getattr(c, name)
-    ids = [] if value is None else [value] if isinstance(value, int) else value
-    _check(c, name, lambda _: _listed(ids) and all(type(t) is int for t in ids), "a token id or a list of token ids")
-    return _in_vocabulary(ids, vocab_size)
+    return _in_vocabulary(as_ids(getattr(c, name), f"generation_chain: the generation config's {name}"), vocab_size)
 
 
 def _in_vocabulary(ids: Sequence[int] | None, vocab_size: int | None) -> list[int]:
