@@ -213,14 +213,21 @@ def test_generation_defaults_leave_num_return_sequences_to_the_caller(build_gpt2
         (dict(num_return_sequences=0), r"num_return_sequences=0"),
     ],
 )
-def test_a_value_the_strategy_refuses_is_named_as_the_configs_option(options: dict[str, Any], named: str) -> None:
+def test_a_value_the_strategy_refuses_is_named_as_the_configs_option(
+    build_gpt2: Callable[..., Any], options: dict[str, Any], named: str
+) -> None:
     """From the generation-config fuzz: these went through, then the decode named the strategy's parameter (`scale`,
-    not `guidance_scale`), or (a count below one, on which generate() divides by zero) decoded greedily."""
+    not `guidance_scale`), or (a count below one, on which generate() divides by zero) decoded greedily; the command
+    line's defaults too (`decodekit generate -m hf:DIR` said "strategy cfg: scale=inf is invalid")."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         config = GenerationConfig(**options)
     with pytest.raises(dk.ParameterError, match=rf"generation_options: the generation config's {named}"):
         generation_options(config)
+    hf = build_gpt2(seed=1)
+    hf.generation_config = config
+    with pytest.raises(dk.ParameterError, match=rf"generation_options: the generation config's {named}"):
+        HFModel(hf).generation_defaults(None, ["strategy"])
 
 
 def test_eos_ids_outside_the_vocabulary_are_not_stop_tokens(build_gpt2: Callable[..., Any]) -> None:

@@ -187,7 +187,7 @@ def test_stop_tokens_outside_the_vocabulary_are_dropped() -> None:
     assert HFModel(m).stop_tokens == ()
 
 
-@pytest.mark.parametrize("eos", [1.5, "3", [1.5], [3, "4"]])
+@pytest.mark.parametrize("eos", [1.5, "3", [1.5], [3, "4"], True])
 def test_an_eos_id_of_the_wrong_type_is_refused_naming_it(build_gpt2: Any, eos: Any) -> None:
     """From the generation-config fuzz (a generation_config.json written by hand): 1.5 failed the model's loading with
     "TypeError: 'float' object is not iterable", naming nothing; "3" and [1.5] became stop tokens 3 and 1."""

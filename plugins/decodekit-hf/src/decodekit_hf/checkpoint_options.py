@@ -72,6 +72,7 @@ def generation_defaults(source: Any, prompt_length: int | None, keys: Collection
     if "chain" in keys and sets_sampling(config):  # a config without one leaves the caller's default chain
         out["chain"] = _decoding(filled, prompt_length, _vocab_size(source))[2]
     strategy, params = _strategy(filled) if "strategy" in keys else ("sample", {})
+    params = _checked(strategy, params) if strategy != "sample" else params
     if strategy != "sample":
         out["strategy"] = f"{strategy}({', '.join(f'{name}={value!r}' for name, value in params.items())})"
     if "num_return_sequences" in keys and filled.num_return_sequences > 1:
