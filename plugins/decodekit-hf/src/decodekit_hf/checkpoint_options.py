@@ -149,7 +149,9 @@ def _checked(strategy: str, params: dict[str, Any]) -> dict[str, Any]:
     try:
         strategy_params(strategy, **params)
     except ParameterError as exc:
-        name = next(p for p in params if f"{p}=" in str(exc))
+        name = next((p for p in params if f"{p}=" in str(exc)), None)
+        if name is None:  # no one parameter named: the strategy's own words
+            raise
         why, _, allowed = str(exc).partition("; allowed: ")
         raise _refused(_PARAMETER_OPTIONS.get(name, name), params[name], why, allowed) from None
     return params

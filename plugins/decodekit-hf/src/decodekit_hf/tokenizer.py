@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from numbers import Integral
 from typing import Any
 
 from decodekit.errors import ParameterError
@@ -102,8 +103,8 @@ def _speller(decoder: Any) -> Callable[[str], bytes]:
 def as_ids(value: Any, name: str = "token ids") -> list[int]:
     """Token ids as transformers configs give them: None, one id, or a list; another value (a float, a string: a
     config file written by hand) is a `ParameterError` naming `name`, never an id read into it."""
-    ids = [] if value is None else [value] if isinstance(value, int) else value  # True too: refused below
-    if not isinstance(ids, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in ids):
+    ids = [] if value is None else [value] if isinstance(value, Integral) else value  # True too: refused below
+    if not isinstance(ids, (list, tuple)) or not all(isinstance(v, Integral) and not isinstance(v, bool) for v in ids):
         raise ParameterError(f"{name}={value!r} is invalid; allowed: a token id or a list of token ids")
     return [int(v) for v in ids]
 
