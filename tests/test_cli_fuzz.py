@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -47,10 +48,13 @@ BAD_CHAINS = ["|", "top_k(", "sample | top_k(3)", "[", "{}", "[]", '[{"name": "t
 STRATEGIES = (
     ["sample", "beam(num_beams=2)", "beam(num_beams=2, num_return_sequences=2)", "cfg", "cfg(scale=3, negative='a')",
      "cfg(scale=-2, negative=[[1], [2]])", "speculative", "speculative(k=2, ngram_size=1)",
-     "speculative(draft='cli-test-gpt', k=2)"],
+     "speculative(draft='cli-test-gpt', k=2)", "beam", "beam(num_beams=3, early_stopping='never')",
+     "beam(num_beams=3, length_penalty=-1, num_return_sequences=3)", "beam(num_beams=2, early_stopping=True)"],
     ["beam(num_beams=0)", "beam(num_beams=2, num_return_sequences=3)", "cfg(scale=nan)", "cfg(scale=1e308)",
      "cfg(negative='')", "cfg(negative=[])", "cfg(negative=[-1])", "speculative(k=0)", "speculative(draft='nope')",
-     "speculative(k=65)", "nope", "", "beam(", "sample(x=1)", "cfg(negative=[[1], [2], [3], [4]])"],
+     "speculative(k=65)", "nope", "", "beam(", "sample(x=1)", "cfg(negative=[[1], [2], [3], [4]])",
+     "beam(num_beams=2, length_penalty=nan)", "beam(early_stopping='x')", "beam(num_beams=2**70)",
+     "beam(num_return_sequences=0)"],
 )  # fmt: skip
 CACHES = (["dense", "gqa", "int8", "none", "window(size=4)", "h2o(budget=4)", "streaming", "snapkv", "tova"],
           ["window(size=0)", "nope", "", "dense(", "dense(x=1)", "h2o(budget=-1)"])  # fmt: skip
@@ -144,7 +148,7 @@ _LINE_FIELDS: dict[str, tuple[list[Any], list[Any]]] = {
     "prompt": (["ROMEO", "a b", "{}"], ["", 5, None, ["a"], "\u2665", "a" * 200]),
     "id": (["x", 1, "y"], [-1, 1.5, None, [], {}, True, "x"]),
     "seed": ([0, 5, 2**64 - 1], [-1, 2**64, 1.5, "3", True, math.nan]),
-    "max_new_tokens": ([0, 1, 3], [-1, 2**64, 1.5, "3", None, 10**6]),
+    "max_new_tokens": ([0, 1, 3, 2.0], [-1, 2**64, 1.5, "3", None, 10**6, True, [], {}, 2**63, -(2**63), "0x3"]),
     "chain": (["greedy", "top_h(0.5) | sample", [{"name": "top_k", "params": {"k": 3}}], "mirostat(tau=2)"],
               ["top_k(", [], {}, [{"name": "top_h", "params": {"h": 2}}], 5, "mirostat(tau=-1)"]),
     "logprobs": ([0, 2, 96], [-1, 97, 2**63, 1.5, True, "1"]),
@@ -206,7 +210,8 @@ def generate_cases(draw: st.DrawFn) -> Case:
     steps = _steps(d, "--max-new-tokens", cache) if d(st.integers(0, 4)) else []
     if not steps and cache[-1:] == ["none"]:
         steps = ["--max-new-tokens", "3"]  # the default, 100, is long for a fuzz case under --cache none
-    args = common + steps + d.flag("--strategy", *STRATEGIES) + d.flag("-n", ["1", "2", "3"], ["0", *BAD_INTS])
+    args = common + steps + d.flag("--strategy", *STRATEGIES)
+    args += d.flag("-n", ["1", "2", "3", "4"], ["0", "5", *BAD_INTS])
     args += d.flag("--logprobs", ["0", "2", "96"], ["97", *BAD_INTS])
     args += d.flag("--prompt-logprobs", ["0", "1", "96"], ["97", *BAD_INTS])
     args += d.flag("--threads", ["1"], ["0", "3", *BAD_INTS])
@@ -266,8 +271,42 @@ def run_case(case: Case) -> tuple[subprocess.CompletedProcess[str], list[str]]:
         argv = [_real(arg, root) for arg in case.argv]
         with time_limit(TIME_LIMIT):  # a hang fails the case: CaseTimeout
             result = run_cli(argv, _env(), stdin=case.stdin, cwd=root)
-        problems = _problems(case, result, _output(argv, root))
+        output = _output(argv, root)
+        problems = _problems(case, result, output)
+        if output is not None and output.is_file() and not problems and "--resume" not in argv:
+            problems += _alone_problems(argv, root, output, _input_lines(case))
     return result, problems
+
+
+def _input_lines(case: Case) -> list[bytes]:
+    """The --input lines the command read (a file's or stdin's)."""
+    source = case.argv[case.argv.index("--input") + 1]
+    data = case.stdin.encode() if source == "-" else case.files[0] if source == "<file:0>" else b""
+    return data.split(b"\n")
+
+
+def _alone_problems(argv: list[str], root: Path, output: Path, lines: list[bytes]) -> list[str]:
+    """A batch job's first two results are what their lines give alone, with the seed the record names (lines that
+    differ only in max_new_tokens share a decode, each row ending at its own limit)."""
+    records = [json.loads(raw) for raw in output.read_text().splitlines()]
+    problems = []
+    for record in [r for r in records if "tokens" in r][:2]:
+        try:
+            line = json.loads(lines[record["line"] - 1])
+        except (IndexError, ValueError):
+            continue
+        if not isinstance(line, dict):
+            continue
+        (root / "alone").write_text(json.dumps(line | {"seed": record["seed"]}) + "\n")
+        again = [a for a in argv if a != "--resume"]
+        again[again.index("--input") + 1], again[again.index("--output") + 1] = str(root / "alone"), str(root / "out1")
+        (root / "out1").unlink(missing_ok=True)
+        with time_limit(TIME_LIMIT):
+            run_cli(again, _env(), cwd=root)
+        alone = json.loads((root / "out1").read_text().splitlines()[0]) if (root / "out1").is_file() else {}
+        if alone.get("tokens") != record["tokens"]:
+            problems.append(f"--input line {record['line']}: {record['tokens']} in the job, alone {alone}"[:300])
+    return problems
 
 
 def _output(argv: list[str], root: Path) -> Path | None:
@@ -302,7 +341,12 @@ def _no_constant(name: str) -> None:
 def _option(argv: Sequence[str], name: str) -> int | None:
     """The value of the option's last occurrence, as an int (the command accepted it)."""
     values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == name]
-    return int(values[-1]) if values else None
+    if not values:
+        return None
+    try:
+        return int(values[-1])
+    except ValueError:  # "2.0": the command line reads an integral float as that int, as pydantic does
+        return int(float(values[-1]))
 
 
 def _generate_problems(argv: Sequence[str], doc: Any) -> list[str]:
@@ -318,12 +362,35 @@ def _generate_problems(argv: Sequence[str], doc: Any) -> list[str]:
             problems.append(f"{len(sample['logprobs'])} logprobs for {len(sample['tokens'])} tokens")
         if n is not None and any(len(lp["top"]) != n or len(lp["processed_top"]) > n for lp in sample["logprobs"]):
             problems.append(f"a logprobs top list not {n} long")
+    problems += _sample_problems(argv, doc, steps)
     if prompt_n is not None:
         scores = doc["prompt_logprobs"]
         if not scores or scores[0] is not None:
             problems.append(f"prompt_logprobs {str(scores)[:80]}: not a list whose first entry is null")
         elif any(not 1 <= s["rank"] <= 96 or len(s["top"]) != prompt_n for s in scores[1:]):
             problems.append(f"prompt_logprobs: a rank outside [1, 96] or a top list not {prompt_n} long")
+    return problems
+
+
+def _sample_problems(argv: Sequence[str], doc: Any, steps: int | None) -> list[str]:
+    """-n N (or a beam's num_return_sequences): N samples (a beam search: at most N), each one's logprobs for its own
+    tokens; a beam's scores finite, best first. A beam search of no steps (or interrupted) prints its one sample."""
+    samples, strategy = doc["samples"], str(doc.get("strategy") or "")
+    beam = strategy.startswith("beam")
+    returned = re.search(r"num_return_sequences=(\d+)", strategy)
+    n = _option(argv, "-n") or (int(returned.group(1)) if returned else 1)
+    if beam and (steps == 0 or doc["interrupted"]):
+        n = 1
+    # A beam search finds fewer where the chain leaves fewer continuations (strategies.md; the CLI says so).
+    fits = 1 <= len(samples) <= n if beam else len(samples) == n
+    problems = [f"{len(samples)} samples, {n} asked ({strategy})"] * (not fits)
+    for sample in samples:
+        if sample.get("logprobs") is not None and [lp["token"] for lp in sample["logprobs"]] != sample["tokens"]:
+            problems.append("a sample's logprobs are not of its own tokens")
+    scores = [sample.get("score") for sample in samples]
+    ranked = all(isinstance(x, float) and math.isfinite(x) for x in scores) and scores == sorted(scores)[::-1]
+    if beam and n > 1 and not ranked:
+        problems.append(f"beam scores {scores}: not finite, best first")
     return problems
 
 
@@ -338,6 +405,9 @@ def _record_problems(text: str) -> list[str]:
         if not isinstance(record, dict) or "line" not in record or not ({"tokens", "error"} & record.keys()):
             return [f"--output record without line, tokens or error: {raw[:80]!r}"]
         numbers.append(record["line"])
+        tokens, limit = record.get("tokens", []), record.get("max_new_tokens")
+        if isinstance(limit, int) and len(tokens) > limit:
+            return [f"--output line {record['line']}: {len(tokens)} tokens, max_new_tokens {limit}"]
     return [] if numbers == sorted(set(numbers)) else [f"--output lines out of order or twice: {numbers}"]
 
 

@@ -30,17 +30,19 @@ from decodekit.testing.fuzz import (
     spec_cases,
 )
 from decodekit.testing.fuzz.chains import check_tokens
-from decodekit.testing.fuzz.generation import ModelKey, check_prompt_scores, check_result, tiny_model
+from decodekit.testing.fuzz.generation import Arg, ModelKey, check_prompt_scores, check_result, tiny_model
 from decodekit.testing.fuzz.inputs import History, Logits, Row
 from decodekit.testing.fuzz.outcomes import (
     MALFORMED,
     MISMATCH,
     MUTATED,
     REVIVED,
+    ROW_MISMATCH,
     UNFLAGGED,
     UNTYPED,
     exception_finding,
 )
+from decodekit.testing.fuzz.rowlimits import RowLimitsCase, _compare_alone, row_limits_cases
 
 settings.register_profile(
     "decodekit-fuzz",
@@ -80,6 +82,12 @@ def test_chain_strings_and_specs(case: Any) -> None:
 @settings(FUZZ, max_examples=_examples(100))
 def test_generate_and_stream(case: Any) -> None:
     _assert_holds("generate", case)
+
+
+@given(row_limits_cases())
+@settings(FUZZ, max_examples=_examples(100))
+def test_max_new_tokens_per_prompt(case: Any) -> None:
+    _assert_holds("rowlimits", case)
 
 
 # -- the harness itself: a broken stage is caught ---------------------------------------
@@ -184,3 +192,15 @@ def test_missing_or_extra_logprobs_are_caught() -> None:
     assert g.logprobs is not None
     long_top = [[replace(lp, raw_top=[*lp.raw_top, (0, -1.0)]) for lp in row] for row in g.logprobs]
     assert MALFORMED in _result_findings(replace(g, logprobs=long_top))
+
+
+def test_a_row_unlike_its_prompt_alone_is_caught() -> None:
+    prompts, limits = [[1, 2], [3]], [2, 3]
+    case = RowLimitsCase(ModelKey(7), "generate", ((1, 2), (3,)), Arg(limits), (5, 6), "greedy")
+    g = dk.generate(tiny_model(ModelKey(7)), prompts, max_new_tokens=limits, seed=[5, 6], chain="greedy")
+    report = Report()
+    _compare_alone(case, g, prompts, limits, report)
+    assert report.findings == []
+    last = g.tokens[1][-1]
+    _compare_alone(case, replace(g, tokens=[g.tokens[0], [*g.tokens[1][:-1], (last + 1) % 7]]), prompts, limits, report)
+    assert {f.kind for f in report.findings} == {ROW_MISMATCH}

@@ -71,6 +71,18 @@ def test_a_strategy_returning_several_beams_prints_each_as_a_sample() -> None:
     assert shown.stdout == f"--- sample 1/2 ---\n{PROMPT}{texts[0]}\n--- sample 2/2 ---\n{PROMPT}{texts[1]}\n"
 
 
+def test_a_search_finding_fewer_beams_than_asked_shows_those_and_says_so() -> None:
+    """From the command-line fuzz: a chain that keeps one token a step leaves one hypothesis of the 2 asked; it printed
+    an empty `--- sample 2/2 ---` header for the beam never returned, and said nothing."""
+    flags = ["--strategy", "beam(num_beams=2)", "-n", "2", "--chain", "top_k(1) | greedy"]
+    shown, report = _generate(*flags), json.loads(_generate(*flags, "--json").stdout)
+    assert shown.returncode == 0, shown.stderr
+    [sample] = report["samples"]
+    assert shown.stdout == f"--- sample 1/2 ---\n{PROMPT}{sample['text']}\n"
+    note = "decodekit: note: the beam search found 1 of the 2 hypotheses asked: the chain removes every other"
+    assert shown.stderr.startswith(note)
+
+
 def test_n_past_the_beams_or_beside_another_count_is_refused_naming_both() -> None:
     for strategy, n, message in [
         (

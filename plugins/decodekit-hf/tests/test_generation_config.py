@@ -6,6 +6,7 @@ transformers' own filling of defaults, special tokens and lengths is in it) equa
 from __future__ import annotations
 
 import random
+import re
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,7 +16,7 @@ from unittest import mock
 
 import pytest
 import torch
-from decodekit_hf import HFModel, generation_chain
+from decodekit_hf import HFModel, generation_chain, generation_options
 from transformers import GenerationConfig
 
 import decodekit as dk
@@ -315,3 +316,44 @@ def test_suppressed_ids_past_the_vocabulary_are_dropped_as_transformers_ignores_
         tokens, logits = histories(step, step)
         ours = chain.process(logits, dk.DecodeContext(tokens=tokens, step=step))
         assert_same_scores(ours, processors(tokens, logits.clone()))
+
+
+def test_ids_past_the_models_vocabulary_are_named_or_dropped_as_transformers_takes_them(model: Any) -> None:
+    """From the generation-config fuzz: a bad word past the vocabulary or negative (transformers refuses both) is
+    refused as the config's bad_words_ids, not as the chain's bad_words stage; an empty one, which transformers
+    ignores, bans nothing (the stage refused it); an EOS id outside the vocabulary, which transformers' masks never
+    meet, is left out of the length stages (its min_new_tokens stage refused it)."""
+    for words, top in (([[3], [VOCAB]], VOCAB), ([[3, -1]], 2**63)):
+        model.generation_config = GenerationConfig(bad_words_ids=words, eos_token_id=EOS)
+        named = f"the generation config's bad_words_ids={words!r} is invalid, as transformers' generate() finds it too"
+        allowed = f"allowed: a list of lists of ids in [0, {top})"
+        with pytest.raises(dk.ParameterError, match=re.escape(f"{named}; {allowed}")):
+            generation_chain(model if top == VOCAB else model.generation_config)  # a bare config: no vocabulary
+        with pytest.raises(ValueError):
+            hf_processors(model, model.generation_config)
+    assert generation_chain(GenerationConfig(bad_words_ids=[[], [4]], eos_token_id=EOS)) == "bad_words([[4]]) | greedy"
+    model.generation_config = GenerationConfig(min_new_tokens=2, eos_token_id=[EOS, VOCAB, -1])
+    assert generation_chain(model) == f"min_new_tokens(2, [{EOS}]) | greedy"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "allowed"),
+    [
+        ("bad_words_ids", [3, 4], "a list of lists of ids in [0, 9223372036854775808)"),
+        ("eos_token_id", 1.5, "a token id or a list of token ids"),
+        ("eos_token_id", "3", "a token id or a list of token ids"),
+        ("suppress_tokens", "3", "a token id or a list of token ids"),
+        ("begin_suppress_tokens", [1.5], "a token id or a list of token ids"),
+        ("min_new_tokens", 1.5, "an integer >= 0"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_refused_naming_the_option(option: str, value: Any, allowed: str) -> None:
+    """From the generation-config fuzz (a generation_config.json written by hand): a flat bad_words_ids or an EOS id of
+    1.5 crashed with a TypeError; '3' as EOS or as suppressed ids, min_new_tokens=1.5 were read as 3 and 1, where
+    generate() fails on them."""
+    config = GenerationConfig(eos_token_id=EOS, min_new_tokens=2)
+    setattr(config, option, value)  # as loaded from a file: GenerationConfig does not check the type
+    named = re.escape(f"the generation config's {option}={value!r} is invalid")
+    for read in (generation_chain, generation_options):
+        with pytest.raises(dk.ParameterError, match=rf"{named}.*; allowed: {re.escape(allowed)}$"):
+            read(config)

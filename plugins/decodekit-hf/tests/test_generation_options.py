@@ -5,6 +5,7 @@ prompt), the stops; options without a decodekit form still refused by name."""
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -198,3 +199,55 @@ def test_generation_defaults_leave_num_return_sequences_to_the_caller(build_gpt2
     keys = ["chain", "strategy", "max_new_tokens", "stop_strings"]
     assert HFModel(hf).generation_defaults(3, keys) == {"chain": "top_k(5) | sample"}
     assert HFModel(hf).generation_defaults(3, ["num_return_sequences"]) == {"num_return_sequences": 2}
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (dict(guidance_scale=float("nan")), r"guidance_scale=nan: strategy cfg: scale=nan is invalid"),
+        (dict(guidance_scale=1e300), r"guidance_scale=1e\+300: .*; allowed: float -10000.0 <= scale <= 10000.0$"),
+        (dict(num_beams=2, length_penalty=float("inf")), r"length_penalty=inf: strategy beam"),
+        (dict(num_beams=2, num_return_sequences=0), r"num_return_sequences=0: transformers' generate\(\) fails"),
+        (dict(num_beams=0), r"num_beams=0: transformers' generate\(\) fails on it; allowed: an integer >= 1$"),
+        (dict(num_beams=-1), r"num_beams=-1"),
+        (dict(num_return_sequences=0), r"num_return_sequences=0"),
+    ],
+)
+def test_a_value_the_strategy_refuses_is_named_as_the_configs_option(
+    build_gpt2: Callable[..., Any], options: dict[str, Any], named: str
+) -> None:
+    """From the generation-config fuzz: these went through, then the decode named the strategy's parameter (`scale`,
+    not `guidance_scale`), or (a count below one, on which generate() divides by zero) decoded greedily; the command
+    line's defaults too (`decodekit generate -m hf:DIR` said "strategy cfg: scale=inf is invalid")."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = GenerationConfig(**options)
+    with pytest.raises(dk.ParameterError, match=rf"generation_options: the generation config's {named}"):
+        generation_options(config)
+    hf = build_gpt2(seed=1)
+    hf.generation_config = config
+    with pytest.raises(dk.ParameterError, match=rf"generation_options: the generation config's {named}"):
+        HFModel(hf).generation_defaults(None, ["strategy"])
+
+
+def test_eos_ids_outside_the_vocabulary_are_not_stop_tokens(build_gpt2: Callable[..., Any]) -> None:
+    """From the generation-config fuzz: as HFModel.stop_tokens, ids outside the vocabulary are left out (generate()
+    never meets them); they were passed on as stop_tokens, which the decode refused."""
+    hf = build_gpt2(seed=1)
+    hf.generation_config = GenerationConfig(eos_token_id=[EOS, 96, -1], max_new_tokens=3, pad_token_id=0)
+    options = generation_options(hf)
+    assert options["stop_tokens"] == [EOS]
+    assert dk.decode(HFModel(hf), [PROMPT], **options).tokens == hf_generate(hf, hf.generation_config)
+
+
+@pytest.mark.parametrize("stops", [5, ["ab", 5], [["a"]]])
+def test_stop_strings_that_are_not_strings_are_refused_by_name(build_gpt2: Callable[..., Any], stops: Any) -> None:
+    """From the generation-config fuzz, a checkpoint's generation_config.json written by hand: `stop_strings: 5` was
+    the command line's "unexpected TypeError: 'int' object is not iterable", `["ab", 5]` stopped at the text "5"."""
+    hf = build_gpt2(seed=1)
+    hf.generation_config = GenerationConfig(max_new_tokens=3)
+    hf.generation_config.stop_strings = stops  # as loaded from a file: GenerationConfig does not check it
+    named = f"generation config's stop_strings={stops!r}: transformers' generate() fails on it; allowed: a string or"
+    for read in (lambda: generation_options(hf), lambda: HFModel(hf).generation_defaults(None, ["stop_strings"])):
+        with pytest.raises(dk.ParameterError, match=re.escape(named)):
+            read()

@@ -4,6 +4,7 @@ the cache bridge allocates nothing, the tokenizer and stop tokens."""
 from __future__ import annotations
 
 import copy
+import re
 from types import SimpleNamespace
 from typing import Any
 
@@ -184,6 +185,17 @@ def test_stop_tokens_outside_the_vocabulary_are_dropped() -> None:
     m = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=40, n_positions=16))
     assert m.config.eos_token_id == 50256  # GPT-2's default, outside this vocabulary
     assert HFModel(m).stop_tokens == ()
+
+
+@pytest.mark.parametrize("eos", [1.5, "3", [1.5], [3, "4"], True])
+def test_an_eos_id_of_the_wrong_type_is_refused_naming_it(build_gpt2: Any, eos: Any) -> None:
+    """From the generation-config fuzz (a generation_config.json written by hand): 1.5 failed the model's loading with
+    "TypeError: 'float' object is not iterable", naming nothing; "3" and [1.5] became stop tokens 3 and 1."""
+    hf = build_gpt2(seed=1)
+    hf.generation_config.eos_token_id = eos
+    named = f"the generation config's eos_token_id={eos!r} is invalid; allowed: a token id or a list of token ids"
+    with pytest.raises(dk.ParameterError, match=re.escape(named)):
+        HFModel(hf)
 
 
 def _mistral(sliding_window: int) -> Any:

@@ -21,6 +21,7 @@ __all__ = [
     "OUT_OF_RANGE",
     "REVIVED",
     "ROUND_TRIP",
+    "ROW_MISMATCH",
     "TIMEOUT",
     "UNFLAGGED",
     "UNTYPED",
@@ -41,6 +42,7 @@ NAN_MADE = "NaN made"  # a processor turned a logit of a finite row into NaN
 INF_MADE = "+inf made"  # a processor overflowed a finite row to +inf (the row can no longer be sampled)
 CONTRACT = "contract"  # a processor changed shape or dtype, a selector returned a bad shape or dtype
 ROUND_TRIP = "round-trip mismatch"  # to_spec/from_spec or str/parse does not rebuild the chain
+ROW_MISMATCH = "row unlike alone"  # a prompt's row of a batch differs from the prompt decoded alone
 TIMEOUT = "timeout"  # a case ran past its time limit
 MALFORMED = "malformed result"  # a Generation's logprobs or prompt_logprobs of the wrong length, rank or order
 

@@ -22,6 +22,7 @@ from decodekit.testing.fuzz.catalogue import SamplerInfo
 from decodekit.testing.fuzz.chains import chain_cases, check_chain_case
 from decodekit.testing.fuzz.generation import check_generate_case, generate_cases
 from decodekit.testing.fuzz.outcomes import ACCEPTED, TIMEOUT, Finding, Report, exception_finding
+from decodekit.testing.fuzz.rowlimits import check_row_limits_case, row_limits_cases
 from decodekit.testing.fuzz.specs import check_spec_case, spec_cases
 
 __all__ = ["TARGETS", "CaseTimeout", "Tally", "Target", "fuzz", "memory_limit", "run_case", "time_limit"]
@@ -42,6 +43,7 @@ TARGETS: dict[str, Target] = {
     "chains": Target(chain_cases, check_chain_case, 6),
     "specs": Target(spec_cases, check_spec_case, 1),
     "generate": Target(generate_cases, check_generate_case, 3),
+    "rowlimits": Target(row_limits_cases, check_row_limits_case, 1),
 }
 
 

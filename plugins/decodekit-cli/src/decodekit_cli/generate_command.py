@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import decodekit as dk
-from decodekit_cli.errors import EXIT_INTERRUPTED, CliError
+from decodekit_cli.errors import EXIT_INTERRUPTED, CliError, report_note
 from decodekit_cli.json_output import print_json
 from decodekit_cli.live_text import SampleWriter, TextOutput
 from decodekit_cli.logprob_records import prompt_records, token_records
@@ -312,6 +312,11 @@ def run_generate(request: GenerateRequest) -> int:
         result = stream_samples(model, spec, strategy, sink, on_token)
         if writer is not None:
             writer.close(len(result.samples))  # a beam search interrupted, or of no steps: one sample
+    if plan.hypotheses > 1 and not result.interrupted and spec.max_new_tokens > 0 and len(result.samples) < shown:
+        report_note(
+            f"the beam search found {len(result.samples)} of the {shown} hypotheses asked: the chain removes every "
+            "other continuation (a chain that keeps more tokens, such as --chain greedy, lets it find them)"
+        )
 
     if request.json_output:
         print_json(_json_document(request, name, prompt, chain, cache, result))

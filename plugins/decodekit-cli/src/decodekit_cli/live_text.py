@@ -107,22 +107,21 @@ class SampleWriter:
         self.at_line_start = True
 
     def text(self, row: int, delta: str) -> None:
-        if not self.started:
-            self._begin()
         if row == self.current:
+            self._begin()
             self._emit(delta)
         else:
             self.held[row] += delta
 
     def finish(self, row: int) -> None:
-        if not self.started:
-            self._begin()
         self.finished[row] = True
         while self.current < self.n and self.finished[self.current]:
+            self._begin()  # a sample without text still shows its header
             if not self.at_line_start:
                 self._emit("\n")
             self.current += 1
-            if self.current < self.n:
+            self.started = False
+            if self.current < self.n and self.held[self.current]:
                 self._begin()
 
     def close(self, count: int | None = None) -> None:
@@ -133,6 +132,10 @@ class SampleWriter:
             self.finish(row)
 
     def _begin(self) -> None:
+        """The current sample's header and held text, once: not before its first text, so that a sample a strategy
+        never returns (a beam search with fewer hypotheses than asked) has no header."""
+        if self.started:
+            return
         self.started = True
         if self.n > 1:
             self._emit(f"--- sample {self.current + 1}/{self.n} ---\n")

@@ -16,8 +16,8 @@ from collections.abc import Collection
 from typing import Any
 
 from decodekit.errors import ParameterError
-from decodekit_hf.generation_config import _chain, _config_of, _filled, _vocab_size, sets_sampling
-from decodekit_hf.tokenizer import as_ids
+from decodekit.strategies import strategy_params
+from decodekit_hf.generation_config import _chain, _config_of, _filled, _vocab_size, sets_sampling, token_ids
 
 __all__ = ["generation_defaults", "generation_options", "max_new_tokens_of"]
 
@@ -41,13 +41,14 @@ def generation_options(source: Any, *, prompt_length: int | None = None) -> dict
             "a decode draws one sample per prompt",
             "each prompt repeated that many times (on the command line -n N)",
         )
-    out: dict[str, Any] = {"strategy": strategy, **params, "chain": chain}
     if strategy == "beam":
-        out["num_return_sequences"] = int(filled.num_return_sequences)
+        params["num_return_sequences"] = int(filled.num_return_sequences)
+    out: dict[str, Any] = {"strategy": strategy, **_checked(strategy, params), "chain": chain}
     new = max_new_tokens_of(config, prompt_length)
     if new is not None:
         out["max_new_tokens"] = new
-    if eos := as_ids(filled.eos_token_id):
+    # As HFModel.stop_tokens: an id outside the vocabulary never ends generate()'s rows (nor may it be a stop token)
+    if eos := token_ids(filled, "eos_token_id", _vocab_size(source)):
         out["stop_tokens"] = eos
     if stops := _stop_strings(filled):
         out["stop_strings"] = stops
@@ -71,6 +72,7 @@ def generation_defaults(source: Any, prompt_length: int | None, keys: Collection
     if "chain" in keys and sets_sampling(config):  # a config without one leaves the caller's default chain
         out["chain"] = _decoding(filled, prompt_length, _vocab_size(source))[2]
     strategy, params = _strategy(filled) if "strategy" in keys else ("sample", {})
+    params = _checked(strategy, params) if strategy != "sample" else params
     if strategy != "sample":
         out["strategy"] = f"{strategy}({', '.join(f'{name}={value!r}' for name, value in params.items())})"
     if "num_return_sequences" in keys and filled.num_return_sequences > 1:
@@ -113,6 +115,10 @@ def _decoding(c: Any, prompt_length: int | None, vocab_size: int | None) -> tupl
 
 def _strategy(c: Any) -> tuple[str, dict[str, Any]]:
     """The strategy of a filled config and its parameters; the chain's options are not looked at."""
+    for name in ("num_beams", "num_return_sequences"):  # generate() fails on 0 or less (a division, a repeat)
+        value = getattr(c, name)
+        if not isinstance(value, int) or value < 1:
+            raise _refused(name, value, "transformers' generate() fails on it", "an integer >= 1")
     beams = c.num_beams > 1
     guided = c.guidance_scale is not None and c.guidance_scale != 1
     if beams and (c.do_sample or guided):  # beam sampling, guided beams: neither has a decodekit strategy
@@ -135,10 +141,29 @@ def _strategy(c: Any) -> tuple[str, dict[str, Any]]:
     return "sample", {}
 
 
+_PARAMETER_OPTIONS = {"scale": "guidance_scale"}  # a strategy's parameter -> the config option it comes from
+
+
+def _checked(strategy: str, params: dict[str, Any]) -> dict[str, Any]:
+    """`params`, refused naming the config's option where the strategy refuses them (`guidance_scale=nan`)."""
+    try:
+        strategy_params(strategy, **params)
+    except ParameterError as exc:
+        name = next((p for p in params if f"{p}=" in str(exc)), None)
+        if name is None:  # no one parameter named: the strategy's own words
+            raise
+        why, _, allowed = str(exc).partition("; allowed: ")
+        raise _refused(_PARAMETER_OPTIONS.get(name, name), params[name], why, allowed) from None
+    return params
+
+
 def _stop_strings(c: Any) -> list[str] | None:
     """A filled config's `stop_strings` as a list (a config may hold one string), or None."""
     stops = c.stop_strings
-    return ([stops] if isinstance(stops, str) else list(stops)) if stops else None
+    listed = [stops] if isinstance(stops, str) else stops
+    if stops and not (isinstance(listed, (list, tuple)) and all(isinstance(s, str) for s in listed)):
+        raise _refused("stop_strings", stops, "transformers' generate() fails on it", "a string or a list of strings")
+    return list(listed) if stops else None
 
 
 def _refused(name: str, value: Any, why: str, allowed: str) -> ParameterError:

@@ -55,7 +55,7 @@ def generation_chain(source: Any, *, prompt_length: int | None = None) -> str:
 
 
 def _chain(config: Any, prompt_length: int | None, vocab_size: int | None = None) -> str:
-    eos = as_ids(config.eos_token_id)
+    eos = token_ids(config, "eos_token_id", vocab_size)
     _refuse_unexpressible(config, prompt_length)
     stages = _processors(config, eos, prompt_length, vocab_size)
     if config.do_sample:
@@ -169,7 +169,7 @@ def _refused(name: str, value: Any, why: str) -> ParameterError:
 def _processors(c: Any, eos: list[int], prompt_length: int | None, vocab_size: int | None) -> list[str]:
     """The stages transformers runs under every strategy, in `_get_logits_processor`'s order."""
     out: list[str] = []
-    suppress, begin = _in_vocabulary(c.suppress_tokens, vocab_size), _in_vocabulary(c.begin_suppress_tokens, vocab_size)
+    suppress, begin = token_ids(c, "suppress_tokens", vocab_size), token_ids(c, "begin_suppress_tokens", vocab_size)
     if c.sequence_bias is not None:
         out += _sequence_bias(_bias_list(c.sequence_bias))
     if c.repetition_penalty is not None and c.repetition_penalty != 1.0:
@@ -178,7 +178,11 @@ def _processors(c: Any, eos: list[int], prompt_length: int | None, vocab_size: i
     if c.no_repeat_ngram_size is not None and c.no_repeat_ngram_size > 0:
         out.append(f"no_repeat_ngram({c.no_repeat_ngram_size})")
     if c.bad_words_ids is not None:
-        words = [list(w) for w in c.bad_words_ids if not (len(w) == 1 and w[0] in eos)]  # as transformers: EOS stays
+        top = vocab_size or 2**63  # transformers refuses a negative id and one past the vocabulary
+        in_range = f"a list of lists of ids in [0, {top})"
+        _check(c, "bad_words_ids", lambda ws: _listed(ws) and all(_ids_below(w, top) for w in ws), in_range)
+        # As transformers: EOS alone stays allowed, an empty word bans nothing.
+        words = [list(w) for w in c.bad_words_ids if w and not (len(w) == 1 and w[0] in eos)]
         if words:
             out.append(f"bad_words({_literal(words)})")
     out += _lengths(c, eos, prompt_length)
@@ -187,6 +191,20 @@ def _processors(c: Any, eos: list[int], prompt_length: int | None, vocab_size: i
     if begin:  # -inf at the first new token only (decoder-only: begin_index is the prompt width)
         out.append(f"min_new_tokens(1, {_literal(begin)})")
     return out
+
+
+def _ids_below(ids: Any, top: int) -> bool:
+    return _listed(ids) and all(isinstance(t, int) and 0 <= t < top for t in ids)
+
+
+def _listed(value: Any) -> bool:
+    return isinstance(value, (list, tuple))
+
+
+def token_ids(c: Any, name: str, vocab_size: int | None) -> list[int]:
+    """The config's ids under `name` (None, one id or a list) that are in the vocabulary: transformers' masks and
+    stopping never meet the others. A value of another type ("3", 1.5: a file written by hand) is refused by name."""
+    return _in_vocabulary(as_ids(getattr(c, name), f"generation_chain: the generation config's {name}"), vocab_size)
 
 
 def _in_vocabulary(ids: Sequence[int] | None, vocab_size: int | None) -> list[int]:
@@ -216,6 +234,7 @@ def _min_new_tokens(c: Any, prompt_length: int | None) -> int:
     """New tokens before EOS may come: `min_new_tokens` wins over `min_length` (which counts the prompt), as in
     transformers' `_prepare_generated_length`."""
     if c.min_new_tokens is not None:
+        _check(c, "min_new_tokens", lambda n: isinstance(n, int), "an integer >= 0")
         return int(c.min_new_tokens)
     if not c.min_length:
         return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from numbers import Integral
 from typing import Any
 
 from decodekit.errors import ParameterError
@@ -99,13 +100,13 @@ def _speller(decoder: Any) -> Callable[[str], bytes]:
     return spell
 
 
-def as_ids(value: Any) -> list[int]:
-    """Token ids as transformers configs give them: None, one id, or a list."""
-    if value is None:
-        return []
-    if isinstance(value, int):
-        return [value]
-    return [int(v) for v in value]
+def as_ids(value: Any, name: str = "token ids") -> list[int]:
+    """Token ids as transformers configs give them: None, one id, or a list; another value (a float, a string: a
+    config file written by hand) is a `ParameterError` naming `name`, never an id read into it."""
+    ids = [] if value is None else [value] if isinstance(value, Integral) else value  # True too: refused below
+    if not isinstance(ids, (list, tuple)) or not all(isinstance(v, Integral) and not isinstance(v, bool) for v in ids):
+        raise ParameterError(f"{name}={value!r} is invalid; allowed: a token id or a list of token ids")
+    return [int(v) for v in ids]
 
 
 def eos_token_ids(model: Any, tokenizer: Any, vocab_size: int) -> tuple[int, ...]:
@@ -113,13 +114,13 @@ def eos_token_ids(model: Any, tokenizer: Any, vocab_size: int) -> tuple[int, ...
 
     Ids outside the vocabulary (a random-init config keeps GPT-2's 50256 with a small vocab) are dropped.
     """
-    sources = (
-        getattr(getattr(model, "generation_config", None), "eos_token_id", None),
-        getattr(getattr(model, "config", None), "eos_token_id", None),
-        getattr(tokenizer, "eos_token_id", None),
-    )
-    for source in sources:
-        ids = [i for i in as_ids(source) if 0 <= i < vocab_size]
+    owners = {
+        "the generation config's": getattr(model, "generation_config", None),
+        "the model config's": getattr(model, "config", None),
+        "the tokenizer's": tokenizer,
+    }
+    for owner, source in owners.items():
+        ids = [i for i in as_ids(getattr(source, "eos_token_id", None), f"{owner} eos_token_id") if 0 <= i < vocab_size]
         if ids:
             return tuple(dict.fromkeys(ids))
     return ()
