@@ -94,3 +94,19 @@ def test_without_its_soft_cap_gemma2_generates_other_tokens(build_arch: Any, gen
         ids, mask = left_pad(PROMPTS)
         tokens.append(hf.generate(ids, attention_mask=mask, generation_config=gen_config(max_new_tokens=NEW)).tolist())
     assert tokens[0] != tokens[1]
+
+
+# Eager attention of their own code, not transformers' attention interface (MPT and Bloom: ALiBi; GPT-Neo: unscaled).
+OWN_EAGER = {
+    "xglm": dict(d_model=32, ffn_dim=64, attention_heads=4),
+    "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=8),
+    "mpt": dict(d_model=32, n_heads=4, n_layers=2),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(OWN_EAGER))
+def test_other_eager_attention_is_refused_naming_what_is_served(build_arch: Any, model_type: str) -> None:
+    hf = build_arch(model_type, **OWN_EAGER[model_type])
+    with pytest.raises(dk.ParameterError, match=r"attn_implementation='eager'.*allowed: .*dense.*gemma2, vaultgemma"):
+        dk.generate(HFModel(hf), [[1, 2, 3]], cache="h2o(budget=40)", max_new_tokens=3)
+    assert len(dk.generate(HFModel(hf), [[1, 2, 3]], cache="dense", max_new_tokens=3).tokens[0]) == 3  # dense: served

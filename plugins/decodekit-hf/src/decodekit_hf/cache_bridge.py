@@ -159,24 +159,15 @@ def decodekit_attention(
 
 
 def decodekit_eager_attention(
-    module: nn.Module,
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attention_mask: Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    **kwargs: Any,
+    module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None, **kwargs: Any
 ) -> tuple[Tensor, Tensor | None]:
     """`decodekit_attention` for a model of `EAGER_SERVED`: outside `cache_attention` its own eager function under
     transformers' eager mask, unchanged."""
     attention = _ACTIVE.attention
     if attention is None:
-        own: tuple[Tensor, Tensor | None] = _eager_function(module)(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
+        own: tuple[Tensor, Tensor | None] = _eager_function(module)(module, query, key, value, attention_mask, **kwargs)
         return own
-    return _through_cache(attention, module, query, key, value, scaling, kwargs), None
+    return _through_cache(attention, module, query, key, value, kwargs.get("scaling"), kwargs), None
 
 
 def _eager_function(module: nn.Module) -> Any:

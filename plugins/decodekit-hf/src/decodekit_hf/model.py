@@ -305,8 +305,11 @@ class HFModel(nn.Module):
             keep_all = "a cache that keeps every token (dense, gqa, int8)"
             if self.hf._supports_sdpa:
                 allowed = f"a model loaded with attn_implementation='sdpa' (the default), or {keep_all}"
-            else:  # an architecture with eager attention only (Bloom): no other way to load it
-                allowed = f"{keep_all}; {type(self.hf).__name__} has no sdpa attention to load it with"
+            else:  # an architecture with eager attention only (Bloom, XGLM, GPT-Neo, MPT): no other way to load it
+                allowed = (
+                    f"{keep_all}; {type(self.hf).__name__} has no sdpa attention to load it with, and decodekit "
+                    f"reproduces the eager attention of {', '.join(EAGER_SERVED)} only"
+                )
             raise ParameterError(
                 f"HFModel: cache {name} evicts or observes attention, which needs decodekit's attention function; "
                 f"this model runs attn_implementation={self.hf.config._attn_implementation!r}; allowed: {allowed}"
