@@ -2,8 +2,9 @@
 `generate()`: greedy tokens (one prompt and a left-padded ragged batch) with `dense`, `gqa`, a sliding-window
 model's own window (`window(size=W, sinks=0)` on its sliding layers) and a scored cache before it evicts; a
 sampled chain's distribution at every step (decodekit's `logprobs` against `generate()`'s `output_scores` on the
-same text); `prompt_logprobs` against a full forward's log_softmax. Where decodekit's attention cannot serve a
-cache (Gemma 2's eager attention, a scored cache past a sliding window) the refusal is checked instead."""
+same text); `prompt_logprobs` against a full forward's log_softmax. Gemma 2, VaultGemma (soft-capped logits) and
+gpt-oss (sink logits) run eager attention in transformers, through the cache the same terms. Where decodekit's
+attention cannot serve a cache (a scored cache past a sliding window) the refusal is checked instead."""
 
 from __future__ import annotations
 
@@ -25,11 +26,19 @@ SHARED: dict[str, Any] = dict(
     vocab_size=V, max_position_embeddings=CONTEXT, bos_token_id=V - 1, eos_token_id=V - 1, pad_token_id=V - 1
 )
 _SLIDES = dict(sliding_window=WINDOW)
+_GEMMA = dict(num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8)  # as conftest's Gemma 2
+# gpt-oss: 4 experts, and its yarn stretched from 2 positions to this context (its 4096 x 32 would warn that the
+# factor disagrees)
+_GPT_OSS = dict(num_key_value_heads=2, head_dim=8, num_local_experts=4, num_experts_per_tok=2) | dict(
+    rope_parameters=dict(rope_type="yarn", factor=32.0, rope_theta=150000.0, original_max_position_embeddings=2)
+)
 # model_type -> its config fields besides conftest's (`make_arch`), and the layers that slide (None: no window).
 ARCHS: dict[str, tuple[dict[str, Any], tuple[int, ...] | None]] = {
     "qwen2": (_SLIDES | dict(use_sliding_window=True, max_window_layers=1), (1,)),  # layer 0 global, layer 1 slides
     "qwen3": ({}, None),
     "gemma2": (_SLIDES, (0,)),  # eager attention, softcapping; layers sliding and global by turns
+    "vaultgemma": (_SLIDES | _GEMMA, (0,)),  # Gemma 2's attention (eager, softcapping)
+    "gpt_oss": (_SLIDES | _GPT_OSS, (0,)),  # eager attention with a sink logit per head
     "gemma3_text": (_SLIDES | dict(layer_types=["sliding_attention", "full_attention"]), (0,)),
     "olmo2": ({}, None),
     "starcoder2": (_SLIDES, (0, 1)),
@@ -72,15 +81,13 @@ def own_window(model_type: str) -> str:
     return f"window(size={sizes if len(set(sizes)) > 1 else WINDOW}, sinks=0)"  # as the refusals spell it
 
 
-# The reason each refusal names: Gemma 2 attends by eager code only, and a scored cache cannot follow a window.
-EAGER, SLIDING = r"attn_implementation='eager'", r"sliding-window layers \(sliding_window=6\)"
+# The reason each refusal names: a scored cache cannot follow a window.
+SLIDING = r"sliding-window layers \(sliding_window=6\)"
 
 
 def refusal(model_type: str, cache: str) -> str | None:
     if cache in ("dense", "gqa"):
         return None
-    if model_type == "gemma2":
-        return EAGER
     scored = not cache.startswith("window")
     return SLIDING if scored and ARCHS[model_type][1] is not None else None
 
@@ -190,6 +197,8 @@ POSITIONS = {
     "starcoder2": None,
     "mixtral": None,
     "gemma2": "its rotary embedding (gemma2's own layout)",
+    "vaultgemma": "its rotary embedding (vaultgemma's own layout)",
+    "gpt_oss": "its rotary embedding (gpt_oss's own layout)",
     "gemma3_text": "its rotary embedding per layer type (sliding_attention, full_attention)",
     "gptj": "its rotary embedding (gptj's own layout)",
     "cohere": "its rotary embedding (cohere's own layout)",

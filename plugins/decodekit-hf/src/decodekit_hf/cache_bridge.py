@@ -22,21 +22,29 @@ layers (StableLM, Nemotron, ...) drop the keywords they are given before they ca
 Outside `cache_attention` the function is transformers' own SDPA attention. A cache whose steps run
 eagerly (the scored caches, `window`: `runs_eagerly`) is written by that function rather than by `cache.update`, the
 write and the attention one eager call per layer, so that `compile=True` compiles the same graphs for every layer.
+
+A model that transformers runs on eager attention because SDPA cannot compute it (`EAGER_SERVED`: Gemma 2 and
+VaultGemma soft-cap the attention logits, gpt-oss adds a learned sink logit per head) is switched to
+`EAGER_ATTENTION`: transformers' eager masks, and outside `cache_attention` the model's own eager function, so a
+cache that keeps every token runs as before; through the cache, `softcap` and `s_aux` (the sinks) are applied to
+the cache's mask by `eager_terms_attention`, the same arithmetic as transformers' eager functions.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache, CacheLayerMixin
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask, sdpa_mask
 
 from decodekit.cache import Croppable, KVCache, Reorderable, cached_attention, capability_error
 from decodekit.compiling import eager
@@ -44,15 +52,23 @@ from decodekit.errors import ParameterError
 
 __all__ = [
     "ATTENTION",
+    "EAGER_ATTENTION",
+    "EAGER_SERVED",
     "CacheAttention",
     "DecodekitCache",
     "DecodekitLayer",
     "cache_attention",
     "decodekit_attention",
+    "decodekit_eager_attention",
+    "eager_terms_attention",
     "register_attention",
 ]
 
 ATTENTION = "decodekit"  # the attn_implementation name HFModel gives a model
+EAGER_ATTENTION = "decodekit_eager"  # the name it gives a model of `EAGER_SERVED`
+# Models on eager attention whose eager function is scaled dot products plus what `eager_terms_attention` applies:
+# soft-capping (Gemma 2, VaultGemma: `softcap`), a learned sink logit per head (gpt-oss: `s_aux`).
+EAGER_SERVED = ("gemma2", "vaultgemma", "gpt_oss")
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,9 +81,39 @@ class CacheAttention:
     positions: Tensor
     attended: set[int] = field(default_factory=set)
 
-    def __call__(self, layer: int, q: Tensor, k: Tensor, v: Tensor, scale: float | None) -> Tensor:
+    def __call__(
+        self, layer: int, q: Tensor, k: Tensor, v: Tensor, scale: float | None, terms: dict[str, Any] | None = None
+    ) -> Tensor:
+        """`[B, H, T, D]`; terms: the attention function's keywords, whose `softcap` / `s_aux` SDPA cannot apply."""
         self.attended.add(layer)
-        return cached_attention(self.kv, layer, q, k, v, self.positions, scale=scale)
+        softcap, sinks = (None, None) if terms is None else (terms.get("softcap"), terms.get("s_aux"))
+        if softcap is None and sinks is None:
+            return cached_attention(self.kv, layer, q, k, v, self.positions, scale=scale)
+        y = eager_terms_attention(q, k, v, self.kv.attention_mask(layer, self.positions), scale, softcap, sinks)
+        if (observe := getattr(self.kv, "observe", None)) is not None:  # as `cached_attention` hands them over
+            D = q.shape[-1]
+            observe(layer, q if scale is None or scale == D**-0.5 else q * (scale * D**0.5))
+        return y
+
+
+def eager_terms_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float | None, softcap: float | None, sinks: Tensor | None
+) -> Tensor:
+    """transformers' eager attention of Gemma 2 / gpt-oss under decodekit's bool `mask` `[B, 1 or H, T, S]`:
+    scores soft-capped (`softcap · tanh(s / softcap)`) before the mask; `sinks` `[H]`, one logit per head that joins
+    the softmax and whose weight is dropped. q `[B, H, T, D]`, k and v `[B, H or H_kv, S, D]`; `[B, H, T, D]`."""
+    if k.shape[1] != q.shape[1]:  # kv-head h serves query heads h·g ... h·g + g - 1, as transformers' `repeat_kv`
+        k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+    scores = (q @ k.transpose(2, 3)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)  # eager adds this minimum: the same weights
+    if sinks is None:
+        weights = scores.softmax(-1, dtype=torch.float32).to(q.dtype)
+    else:  # gpt-oss's order: the sink column, the row's maximum off, softmax in the scores' dtype
+        logits = torch.cat([scores, sinks.to(scores.dtype).reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)], -1)
+        weights = (logits - logits.amax(-1, keepdim=True)).softmax(-1)[..., :-1].to(v.dtype)
+    return weights @ v
 
 
 class _Active(threading.local):
@@ -109,10 +155,34 @@ def decodekit_attention(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
         return out
+    return _through_cache(attention, module, query, key, value, scaling, kwargs), None
+
+
+def decodekit_eager_attention(
+    module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None, **kwargs: Any
+) -> tuple[Tensor, Tensor | None]:
+    """`decodekit_attention` for a model of `EAGER_SERVED`: outside `cache_attention` its own eager function under
+    transformers' eager mask, unchanged."""
+    attention = _ACTIVE.attention
+    if attention is None:
+        own: tuple[Tensor, Tensor | None] = _eager_function(module)(module, query, key, value, attention_mask, **kwargs)
+        return own
+    return _through_cache(attention, module, query, key, value, kwargs.get("scaling"), kwargs), None
+
+
+def _eager_function(module: nn.Module) -> Any:
+    """The `eager_attention_forward` of `module`'s modeling file (each model family defines its own)."""
+    return getattr(sys.modules[type(module).__module__], "eager_attention_forward")  # noqa: B009
+
+
+def _through_cache(
+    attention: CacheAttention, module: nn.Module, q: Tensor, k: Tensor, v: Tensor, scale: float | None, terms: Any
+) -> Tensor:
+    """`[B, T, H, D]`: layer `module`'s attention through the cache (`terms`: the attention function's keywords)."""
     if runs_eagerly(attention.kv):  # the whole layer in one eager call: see `runs_eagerly`
-        return _whole_layer(attention, module, query, key, value, scaling), None
-    y = attention(int(getattr(module, "layer_idx")), query, key, value, scaling)  # noqa: B009  # [B, H, T, D]
-    return y.transpose(1, 2).contiguous(), None
+        return _whole_layer(attention, module, q, k, v, scale, terms)
+    y = attention(int(getattr(module, "layer_idx")), q, k, v, scale, terms)  # noqa: B009  # [B, H, T, D]
+    return y.transpose(1, 2).contiguous()
 
 
 def runs_eagerly(kv: object) -> bool:
@@ -125,19 +195,22 @@ def runs_eagerly(kv: object) -> bool:
 
 @eager  # see `runs_eagerly`
 def _whole_layer(
-    attention: CacheAttention, module: nn.Module, q: Tensor, k: Tensor, v: Tensor, scale: float | None
+    attention: CacheAttention, module: nn.Module, q: Tensor, k: Tensor, v: Tensor, scale: float | None, terms: Any
 ) -> Tensor:
     """Layer `module`'s new keys written to the cache, then its attention through it: `[B, T, H, D]`. The layer
     index is read here, so no compiled code is specialised on it."""
     layer = int(getattr(module, "layer_idx"))  # noqa: B009
     k, v = attention.kv.update(layer, k, v)
-    return attention(layer, q, k, v, scale).transpose(1, 2).contiguous()
+    return attention(layer, q, k, v, scale, terms).transpose(1, 2).contiguous()
 
 
 def register_attention() -> None:
-    """Register `decodekit_attention` (and SDPA's masks for it) under `ATTENTION` with transformers (idempotent)."""
+    """Register `decodekit_attention` (and SDPA's masks for it) under `ATTENTION`, `decodekit_eager_attention` (and
+    eager's masks) under `EAGER_ATTENTION` with transformers (idempotent)."""
     AttentionInterface.register(ATTENTION, decodekit_attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, sdpa_mask)
+    AttentionInterface.register(EAGER_ATTENTION, decodekit_eager_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(EAGER_ATTENTION, eager_mask)
 
 
 class DecodekitLayer(CacheLayerMixin):  # type: ignore[misc,no-untyped-call]  # transformers is untyped

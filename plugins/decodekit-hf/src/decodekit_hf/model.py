@@ -29,7 +29,15 @@ from torch import Tensor, nn
 from decodekit.cache import KVCache, evicts, observes
 from decodekit.errors import ParameterError
 from decodekit.spec import ModelSpec
-from decodekit_hf.cache_bridge import ATTENTION, CacheAttention, DecodekitCache, cache_attention, register_attention
+from decodekit_hf.cache_bridge import (
+    ATTENTION,
+    EAGER_ATTENTION,
+    EAGER_SERVED,
+    CacheAttention,
+    DecodekitCache,
+    cache_attention,
+    register_attention,
+)
 from decodekit_hf.checkpoint_options import generation_defaults
 from decodekit_hf.params import HFParams
 from decodekit_hf.placement import torch_device
@@ -201,7 +209,8 @@ class HFModel(nn.Module):
     context: the context length, at most the config's (`model_spec`); None: the config's.
 
     A model on transformers' SDPA attention is switched to `decodekit_hf.cache_bridge.ATTENTION`,
-    which is that same SDPA attention unless a forward's cache evicts or observes.
+    which is that same SDPA attention unless a forward's cache evicts or observes; one on eager attention of
+    `EAGER_SERVED` (Gemma 2, VaultGemma, gpt-oss) to `EAGER_ATTENTION`, its eager attention likewise.
     """
 
     spec: ModelSpec
@@ -222,9 +231,13 @@ class HFModel(nn.Module):
         self._sliding_layers = _sliding_layers(config)
         self._hf_layers = int(config.num_hidden_layers)  # the cache's layers, and those that share theirs
         self._alibi = bool(getattr(config, "alibi", False))  # Falcon's ALiBi biases ride in the attention mask
-        if model.config._attn_implementation in ("sdpa", ATTENTION):
+        implementation = model.config._attn_implementation
+        if implementation in ("sdpa", ATTENTION):
             register_attention()
             model.set_attn_implementation(ATTENTION)
+        elif implementation in ("eager", EAGER_ATTENTION) and getattr(config, "model_type", None) in EAGER_SERVED:
+            register_attention()  # its eager attention, and through an evicting cache the same terms
+            model.set_attn_implementation(EAGER_ATTENTION)
         self.tokenizer = None if tokenizer is None else HFTokenizer(tokenizer)
         self.stop_tokens = eos_token_ids(model, tokenizer, self.spec.vocab_size)
         # transformers 5.x renamed forward's `past_key_values` to `cache`; ask the signature once.
@@ -288,12 +301,15 @@ class HFModel(nn.Module):
     def _check_masks_itself(self, cache: KVCache, new: int) -> None:
         """A cache that evicts or observes needs the `decodekit` attention function and decodekit's mask."""
         name = type(cache).__name__
-        if self.hf.config._attn_implementation != ATTENTION:
+        if self.hf.config._attn_implementation not in (ATTENTION, EAGER_ATTENTION):
             keep_all = "a cache that keeps every token (dense, gqa, int8)"
             if self.hf._supports_sdpa:
                 allowed = f"a model loaded with attn_implementation='sdpa' (the default), or {keep_all}"
-            else:  # an architecture with eager attention only (Bloom): no other way to load it
-                allowed = f"{keep_all}; {type(self.hf).__name__} has no sdpa attention to load it with"
+            else:  # an architecture with eager attention only (Bloom, XGLM, GPT-Neo, MPT): no other way to load it
+                allowed = (
+                    f"{keep_all}; {type(self.hf).__name__} has no sdpa attention to load it with, and decodekit "
+                    f"reproduces the eager attention of {', '.join(EAGER_SERVED)} only"
+                )
             raise ParameterError(
                 f"HFModel: cache {name} evicts or observes attention, which needs decodekit's attention function; "
                 f"this model runs attn_implementation={self.hf.config._attn_implementation!r}; allowed: {allowed}"
