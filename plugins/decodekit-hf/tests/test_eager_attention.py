@@ -110,3 +110,20 @@ def test_other_eager_attention_is_refused_naming_what_is_served(build_arch: Any,
     with pytest.raises(dk.ParameterError, match=r"attn_implementation='eager'.*allowed: .*dense.*gemma2, vaultgemma"):
         dk.generate(HFModel(hf), [[1, 2, 3]], cache="h2o(budget=40)", max_new_tokens=3)
     assert len(dk.generate(HFModel(hf), [[1, 2, 3]], cache="dense", max_new_tokens=3).tokens[0]) == 3  # dense: served
+
+
+class _OwnGemma2Attention(modeling_gemma2.Gemma2Attention):
+    """A user's subclass, defined in a module without an `eager_attention_forward`."""
+
+
+def test_a_subclassed_attention_module_runs_its_base_classes_eager_function(
+    build_arch: Any, gen_config: Any, left_pad: Any
+) -> None:
+    """The eager function was looked up in the attention class's own module only (an AttributeError here)."""
+    hf = build_arch("gemma2", **(SHARED | MODELS["gemma2"]))
+    ids, mask = left_pad(PROMPTS)
+    greedy = hf.generate(ids, attention_mask=mask, generation_config=gen_config(max_new_tokens=NEW))
+    for layer in hf.model.layers:
+        layer.self_attn.__class__ = _OwnGemma2Attention
+    out = dk.generate(HFModel(hf), PROMPTS, cache="dense", chain="greedy", max_new_tokens=NEW)
+    assert out.tokens == greedy[:, ids.shape[1] :].tolist()

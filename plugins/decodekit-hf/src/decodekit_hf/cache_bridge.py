@@ -171,8 +171,16 @@ def decodekit_eager_attention(
 
 
 def _eager_function(module: nn.Module) -> Any:
-    """The `eager_attention_forward` of `module`'s modeling file (each model family defines its own)."""
-    return getattr(sys.modules[type(module).__module__], "eager_attention_forward")  # noqa: B009
+    """The `eager_attention_forward` of `module`'s modeling file (each model family defines its own), or of the
+    first base class's (a subclass of the attention defined elsewhere, by a user)."""
+    for cls in type(module).__mro__:
+        found = getattr(sys.modules.get(cls.__module__), "eager_attention_forward", None)
+        if found is not None:
+            return found
+    raise ParameterError(
+        f"HFModel: attention module {type(module).__name__} has no eager_attention_forward in its modeling file or "
+        "its base classes'; allowed: a subclass of a transformers attention module"
+    )
 
 
 def _through_cache(
