@@ -80,9 +80,9 @@ class CacheDraw:
         if self.name in _KEEP_ALL or (self.name != "none" and p.get("store") == "int8"):
             return self.name in _KEEP_ALL
         if self.name == "window":
-            return p["size"] + p["sinks"] >= slots
+            return int(p.get("size", 0)) + int(p.get("sinks", 0)) >= slots  # bare: size="auto"
         if self.name in _SCORED:
-            return p["budget"] >= slots
+            return int(p.get("budget", 0)) >= slots  # bare: a compression, not a budget
         return self.name == "none"
 
 
