@@ -152,9 +152,8 @@ def _caches() -> st.SearchStrategy[CacheDraw]:
         **{name: scored for name in _SCORED if name != "snapkv"},
     }
     bare = st.sampled_from(names).map(CacheDraw)  # the scored ones' default budget is refused on a tiny context
-    params = st.sampled_from([n for n in names if n in drawn]).flatmap(
-        lambda n: drawn[n].map(lambda p: CacheDraw(n, p))
-    )
+    weighed = [n for n in names if n in drawn] + ["window"] * 2  # one of six, yet the most promised of: weighed up
+    params = st.sampled_from(weighed).flatmap(lambda n: drawn[n].map(lambda p: CacheDraw(n, p)))
     return st.integers(0, 9).flatmap(
         lambda i: bare if i == 0 else st.sampled_from([*_KEEP_ALL, "int8", "none"]).map(CacheDraw) if i < 5 else params
     )
