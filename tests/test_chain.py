@@ -371,3 +371,16 @@ def test_logits_of_the_wrong_shape_are_named(shape: tuple[int, ...], call: str) 
         dk.ParameterError, match=rf"logits of shape {re.escape(str(shape))} are invalid for a context of 1 rows"
     ):
         getattr(chain, call)(torch.zeros(shape), ctx_for(1))
+
+
+def test_distribution_gives_a_row_that_is_not_live_as_process_does() -> None:
+    """A row the candidate path marks (top_k(3) over two finite tokens) is redone densely even when the caller
+    says it is not live: beam search adds -inf to a dead beam's row, and NaN + -inf ranked first in its topk,
+    which closed the prompt with no hypothesis (a PluginError; found by the compose fuzz with xtc | top_k)."""
+    inf = float("inf")
+    x = torch.tensor([[-1.6, -2.2, -2.2, -1.9, -1.4, -3.0, -2.0], [-inf, -2.2, -inf, -inf, -inf, -3.0, -inf]])
+    chain = dk.Chain.parse("top_k(3)")
+    ctx = dk.DecodeContext(torch.tensor([[3, 4]] * 2))
+    out = chain.distribution(x, ctx, live=[True, False])
+    assert torch.equal(out, chain.process(x, dk.DecodeContext(torch.tensor([[3, 4]] * 2))))
+    assert not out.isnan().any()

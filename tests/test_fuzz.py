@@ -30,9 +30,11 @@ from decodekit.testing.fuzz import (
     spec_cases,
 )
 from decodekit.testing.fuzz.chains import check_tokens
+from decodekit.testing.fuzz.compose import CacheDraw, ComposeCase, _compare, compose_cases, compose_model
 from decodekit.testing.fuzz.generation import Arg, ModelKey, check_prompt_scores, check_result, tiny_model
 from decodekit.testing.fuzz.inputs import History, Logits, Row
 from decodekit.testing.fuzz.outcomes import (
+    CACHE_MISMATCH,
     MALFORMED,
     MISMATCH,
     MUTATED,
@@ -88,6 +90,85 @@ def test_generate_and_stream(case: Any) -> None:
 @settings(FUZZ, max_examples=_examples(100))
 def test_max_new_tokens_per_prompt(case: Any) -> None:
     _assert_holds("rowlimits", case)
+
+
+@given(compose_cases())
+@settings(FUZZ, max_examples=_examples(100))
+def test_strategies_caches_chains_and_options_composed(case: Any) -> None:
+    _assert_holds("compose", case)
+
+
+_ROPE = ModelKey(7, position="rope")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # beam over xtc | top_k: a dead beam's row came back NaN from Chain.distribution, and beam closed the prompt
+        # with no hypothesis (PluginError "ended after 0 tokens")
+        ComposeCase(
+            ModelKey(7),
+            "beam",
+            {"num_beams": 3, "length_penalty": 1.0, "early_stopping": False},
+            CacheDraw(
+                "streaming", {"budget": 13, "sinks": 2, "recent": 0, "slack": 3, "store": "dense", "prefill_only": True}
+            ),
+            "xtc(threshold=0.1, probability=0.5) | presence_penalty(0.5) | top_k(3) | greedy",
+            ((3, 4), (2,)),
+            4,
+            222350,
+            {"prompt_logprobs": 0, "stop_tokens": [3, 4]},
+        ),
+        # scored caches that observe on the kit's TinyLM: refused at the second forward (PluginError) before
+        ComposeCase(
+            _ROPE,
+            "sample",
+            {},
+            CacheDraw(
+                "h2o", {"budget": 12, "sinks": 1, "recent": 1, "slack": 2, "store": "gqa", "prefill_only": False}
+            ),
+            "repetition_penalty(1.3) | greedy",
+            ((1, 2, 3), (4,)),
+            5,
+            (7, 8),
+            {"logprobs": 2},
+        ),
+        ComposeCase(
+            _ROPE,
+            "speculative",
+            {"draft": "model", "k": 2, "ngram_size": 2},
+            CacheDraw("window", {"size": 12, "sinks": 2, "slack": 3, "store": "gqa"}),
+            "greedy",
+            ((1, 2, 3), (4, 5, 6)),
+            6,
+            None,
+        ),
+        ComposeCase(
+            _ROPE,
+            "beam",
+            {"num_beams": 1, "length_penalty": 1.0, "early_stopping": True},
+            CacheDraw("gqa"),
+            "top_k(3) | greedy",
+            ((1, 2), (3,)),
+            4,
+            (1, 2),
+            {"logprobs": 1},
+        ),
+    ],
+)
+def test_compose_cases_found_by_the_campaigns(case: ComposeCase) -> None:
+    _assert_holds("compose", case)
+
+
+def test_a_composition_unlike_its_reference_is_caught() -> None:
+    case = ComposeCase(_ROPE, "sample", {}, CacheDraw("gqa"), "greedy", ((1, 2, 3), (4,)), 4, (1, 2))
+    g = dk.decode(compose_model(case.model), [[1, 2, 3], [4]], chain="greedy", cache="gqa", max_new_tokens=4)
+    report = Report()
+    _compare(case, g, report, CACHE_MISMATCH, "gqa unlike dense", cache="dense")
+    assert report.findings == []
+    other = [(t + 1) % 7 for t in g.tokens[1]]  # no near-tie at the first token: the reference's top two differ
+    _compare(case, replace(g, tokens=[g.tokens[0], other]), report, CACHE_MISMATCH, "gqa unlike dense", cache="dense")
+    assert {f.kind for f in report.findings} == {CACHE_MISMATCH}
 
 
 # -- the harness itself: a broken stage is caught ---------------------------------------

@@ -372,3 +372,16 @@ def test_the_standard_samplers_read_nothing_back(name: str) -> None:
     kind = dk.get_registry().samplers[name].kind
     check = check_selector_reads_nothing if kind == "selector" else check_processor_reads_nothing
     each_fake_case(KitSettings(vocab_size=6), lambda x, h, f: check(stage, x, h, f))
+
+
+@pytest.mark.parametrize("cache", ["h2o", "tova", "snapkv"])
+def test_the_tiny_model_hands_its_queries_to_a_cache_that_observes(cache: str) -> None:
+    """TinyLM decodes "through any cache": a scored cache that is never handed its queries refuses the next
+    forward (found by the compose fuzz). With room for the whole text nothing is evicted: dense's tokens."""
+    from decodekit.testing.tiny_lm import TinyLM
+
+    model, prompts = TinyLM(40, n_kv_heads=1), [[1, 2, 3], [4, 5]]
+    scored = dk.generate(
+        model, prompts, chain="greedy", max_new_tokens=6, cache=f"{cache}(budget=12, sinks=1, recent=1)"
+    )
+    assert scored.tokens == dk.generate(model, prompts, chain="greedy", max_new_tokens=6).tokens

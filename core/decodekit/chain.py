@@ -211,11 +211,12 @@ class Chain:
         before = ctx.fork() if self.may_redo else None
         x = self._process_fast(raw, ctx)
         out = densify(x, raw.shape[-1]) if isinstance(x, Candidates) else x
-        bad = [row for row, ok in enumerate(_finite(out.amax(-1)).tolist()) if not ok and (live is None or live[row])]
-        if bad and before is not None:  # a candidate set may have marked it: redo the step densely
+        marked = [row for row, ok in enumerate(_finite(out.amax(-1)).tolist()) if not ok]
+        if marked and before is not None:  # a candidate set may have marked it (a dead row too: NaN): redo densely
             out = self.process(raw, before)
             ctx.adopt(before)
-            bad = [row for row, ok in enumerate(_finite(out.amax(-1)).tolist()) if not ok and row in bad]
+            marked = [row for row, ok in enumerate(_finite(out.amax(-1)).tolist()) if not ok and row in marked]
+        bad = [row for row in marked if live is None or live[row]]
         if bad:
             raise numerics_error(raw, out, bad[0], ctx.step, self._removers(raw, bad[0], before or ctx))
         return out

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from decodekit.cache import KVCache, slot_mask
+from decodekit.cache import KVCache, cached_attention, slot_mask
 from decodekit.rope import apply_rope, rope_angles
 from decodekit.spec import ModelSpec
 
@@ -56,10 +56,10 @@ class _Block(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         if cache is None:
             mask = slot_mask(torch.arange(T, device=x.device), positions, 0)
-        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=H_kv != H)
+        else:  # through cached_attention: a cache that scores by attention (h2o, tova, snapkv) is handed the queries
             k, v = cache.update(layer, k, v)
-            mask = cache.attention_mask(layer, positions)
-        y = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, enable_gqa=k.shape[1] != H)
+            y = cached_attention(cache, layer, q, k.to(q.dtype), v.to(q.dtype), positions)
         x = x + self.out(y.transpose(1, 2).reshape(B, T, C))
         out: Tensor = x + self.mlp(self.norm2(x))
         return out

@@ -15,6 +15,7 @@ Plugin authors fuzz their own samplers, alone or mixed with every other installe
 
 from decodekit.testing.fuzz.catalogue import SamplerInfo, registered_samplers
 from decodekit.testing.fuzz.chains import ChainCase, chain_cases, check_chain_case, check_logits
+from decodekit.testing.fuzz.compose import ComposeCase, check_compose_case, compose_cases
 from decodekit.testing.fuzz.generation import GenerateCase, check_generate_case, generate_cases
 from decodekit.testing.fuzz.outcomes import ACCEPTED, Finding, Report
 from decodekit.testing.fuzz.run import TARGETS, Tally, Target, fuzz, memory_limit, run_case
@@ -24,6 +25,7 @@ __all__ = [
     "ACCEPTED",
     "TARGETS",
     "ChainCase",
+    "ComposeCase",
     "Finding",
     "GenerateCase",
     "Report",
@@ -33,9 +35,11 @@ __all__ = [
     "Target",
     "chain_cases",
     "check_chain_case",
+    "check_compose_case",
     "check_generate_case",
     "check_logits",
     "check_spec_case",
+    "compose_cases",
     "fuzz",
     "generate_cases",
     "memory_limit",

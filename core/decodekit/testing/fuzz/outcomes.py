@@ -10,6 +10,7 @@ from decodekit.errors import DecodekitError
 
 __all__ = [
     "ACCEPTED",
+    "CACHE_MISMATCH",
     "CONTRACT",
     "DECODEKIT_ERROR",
     "INF_MADE",
@@ -22,6 +23,7 @@ __all__ = [
     "REVIVED",
     "ROUND_TRIP",
     "ROW_MISMATCH",
+    "SPEC_MISMATCH",
     "TIMEOUT",
     "UNFLAGGED",
     "UNTYPED",
@@ -43,6 +45,8 @@ INF_MADE = "+inf made"  # a processor overflowed a finite row to +inf (the row c
 CONTRACT = "contract"  # a processor changed shape or dtype, a selector returned a bad shape or dtype
 ROUND_TRIP = "round-trip mismatch"  # to_spec/from_spec or str/parse does not rebuild the chain
 ROW_MISMATCH = "row unlike alone"  # a prompt's row of a batch differs from the prompt decoded alone
+CACHE_MISMATCH = "cache unlike dense"  # a cache keeping every token the text needs gave other tokens than `dense`
+SPEC_MISMATCH = "strategy unlike reference"  # speculation unlike `sample`, beam(1) unlike greedy, or not repeatable
 TIMEOUT = "timeout"  # a case ran past its time limit
 MALFORMED = "malformed result"  # a Generation's logprobs or prompt_logprobs of the wrong length, rank or order
 

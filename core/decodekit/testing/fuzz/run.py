@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from decodekit.testing.fuzz.catalogue import SamplerInfo
 from decodekit.testing.fuzz.chains import chain_cases, check_chain_case
+from decodekit.testing.fuzz.compose import check_compose_case, compose_cases
 from decodekit.testing.fuzz.generation import check_generate_case, generate_cases
 from decodekit.testing.fuzz.outcomes import ACCEPTED, TIMEOUT, Finding, Report, exception_finding
 from decodekit.testing.fuzz.rowlimits import check_row_limits_case, row_limits_cases
@@ -44,6 +45,7 @@ TARGETS: dict[str, Target] = {
     "specs": Target(spec_cases, check_spec_case, 1),
     "generate": Target(generate_cases, check_generate_case, 3),
     "rowlimits": Target(row_limits_cases, check_row_limits_case, 1),
+    "compose": Target(compose_cases, check_compose_case, 2),
 }
 
 
