@@ -320,6 +320,30 @@ def test_samplers_lists_the_models_with_their_parameters(capsys: pytest.CaptureF
     assert "\nModels\n" in capsys.readouterr().out
 
 
+def test_samplers_of_an_unknown_name_names_the_plugins_that_failed_to_load(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its error said only 'unknown name', though the name may be one a plugin that failed to load would register."""
+    from decodekit_cli import main
+
+    class Broken:
+        @dk.hookimpl(specname="register_samplers")
+        def register_samplers(self, register: Any) -> None:
+            raise RuntimeError("its hook is broken")
+
+    monkeypatch.setattr("decodekit.plugins._code_plugins", [*dk.plugins._code_plugins, (Broken(), "oops")])
+    with pytest.warns(RuntimeWarning):
+        dk.reload_plugins()
+    try:
+        assert main(["samplers", "oops_shift"]) == 2
+        [err] = capsys.readouterr().err.splitlines()
+        assert err.startswith("decodekit: error: unknown name 'oops_shift'; allowed: ")
+        assert err.endswith("lists them; oops failed to load: `decodekit plugins` says why"), err
+    finally:
+        monkeypatch.undo()
+        dk.reload_plugins()
+
+
 def test_samplers_names_select_cache_backends_and_strategies_too(capsys: pytest.CaptureFixture[str]) -> None:
     from decodekit_cli import main
 

@@ -217,12 +217,13 @@ class Registry:
             f"unknown {category} {name!r}; installed: {', '.join(names) or 'none'}"
             + (f"; also accepted: {', '.join(also)}" if also else "")
             + did_you_mean(name, [*names, *also])
-            + f" (no installed plugin distribution registers it{self._unregistered})"
+            + f" (no installed plugin distribution registers it{self.unregistered})"
         )
 
     @cached_property
-    def _unregistered(self) -> str:
-        """Plugins whose names the registry lacks: those that failed to load, those without an entry point."""
+    def unregistered(self) -> str:
+        """Plugins whose names the registry lacks, as a clause (`; NAME failed to load: ...`; empty if none): those
+        that failed to load, those without an entry point."""
         failed = ", ".join(dict.fromkeys(f.distribution for f in self.failures))
         said = f"; {failed} failed to load: `decodekit plugins` says why" if failed else ""
         return said + "".join(f"; {dist} {NO_ENTRY_POINT}" for dist in without_entry_point())

@@ -135,9 +135,10 @@ def _check_sampler(name: str, registry: Registry) -> None:
         if name in STANDARD_PLUGINS:  # a standard name, not installed: how to install it, not a close name
             raise UnknownNameError(f"{name!r} is not installed; {install_hint([STANDARD_PLUGINS[name]])}") from None
         known = [*registry.samplers, *registry.caches, *registry.strategies, *registry.models]
+        # A plugin that failed to load registered nothing: said here too, as the name may be one of its.
         raise UnknownNameError(
             f"unknown name {name!r}; allowed: a sampler, cache backend, strategy or model, as `decodekit samplers` "
-            f"lists them{did_you_mean(name, known)}"
+            f"lists them{registry.unregistered}{did_you_mean(name, known)}"
         ) from None
 
 
