@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -68,34 +69,23 @@ def _assert_holds(target: str, case: Any) -> None:
     assert not failures, f"{'; '.join(failures)}\n{case!r}"
 
 
-@given(chain_cases())
-@settings(FUZZ, max_examples=_examples(300))
-def test_chains_on_adversarial_logits(case: Any) -> None:
-    _assert_holds("chains", case)
+def _holds_on(target: str, cases: Any, examples: int) -> Callable[..., None]:
+    """A test that runs `examples` of the target's drawn cases (times DECODEKIT_FUZZ_SCALE), each holding."""
+
+    @given(cases)
+    @settings(FUZZ, max_examples=_examples(examples))
+    def test(case: Any) -> None:
+        _assert_holds(target, case)
+
+    held: Callable[..., None] = test  # hypothesis's decorators are untyped
+    return held
 
 
-@given(spec_cases())
-@settings(FUZZ, max_examples=_examples(100))
-def test_chain_strings_and_specs(case: Any) -> None:
-    _assert_holds("specs", case)
-
-
-@given(generate_cases())
-@settings(FUZZ, max_examples=_examples(100))
-def test_generate_and_stream(case: Any) -> None:
-    _assert_holds("generate", case)
-
-
-@given(row_limits_cases())
-@settings(FUZZ, max_examples=_examples(100))
-def test_max_new_tokens_per_prompt(case: Any) -> None:
-    _assert_holds("rowlimits", case)
-
-
-@given(compose_cases())
-@settings(FUZZ, max_examples=_examples(100))
-def test_strategies_caches_chains_and_options_composed(case: Any) -> None:
-    _assert_holds("compose", case)
+test_chains_on_adversarial_logits = _holds_on("chains", chain_cases(), 300)
+test_chain_strings_and_specs = _holds_on("specs", spec_cases(), 100)
+test_generate_and_stream = _holds_on("generate", generate_cases(), 100)
+test_max_new_tokens_per_prompt = _holds_on("rowlimits", row_limits_cases(), 100)
+test_strategies_caches_chains_and_options_composed = _holds_on("compose", compose_cases(), 100)
 
 
 _ROPE = ModelKey(7, position="rope")
