@@ -197,7 +197,7 @@ HOSTILE_ERRORS = [
         6,
         6,
         "ParameterError",
-        "prompt line: unknown parameter temp=2; allowed parameters: prompt, id, seed, max_new_tokens, chain, "
+        "prompt line: unknown parameter temp=2; allowed parameters: prompt, id, seed, max_new_tokens, n, chain, "
         "logprobs, prompt_logprobs, json_schema, regex, grammar",
     ),
     (7, 7, "ParameterError", "top_k: k=0 is invalid: Input should be greater than or equal to 1; allowed: int 1 <= k"),

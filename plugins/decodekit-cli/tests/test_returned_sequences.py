@@ -1,6 +1,6 @@
 """Several sequences of one prompt on the command line: `-n N` under beam search is its N best beams (not N copies
 of the one deterministic beam), `--strategy 'beam(num_return_sequences=N)'` shows all N, a model's own
-`num_return_sequences` is `-n`, and a batch job, one record per line, refuses several.
+`num_return_sequences` is `-n`, in a batch job too (docs/cli.md; test_batch_samples.py: a line's own `n`).
 
 The commands run in this process (`cli_runner.run_cli`) on `cli-test-gpt` (`tests/cli_testplugin.py`); each beam's
 score is checked against the model's log-probabilities of its tokens, worked out here by teacher forcing."""
@@ -104,16 +104,21 @@ def test_n_past_the_beams_or_beside_another_count_is_refused_naming_both() -> No
     assert len(same["samples"]) == 2
 
 
-def test_a_batch_job_refuses_several_sequences_naming_the_option(tmp_path: Path) -> None:
+def test_a_batch_job_writes_every_beam_a_strategy_returns(tmp_path: Path) -> None:
+    # it was refused: "a batch job writes one record per line, of one sequence"
     (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO"}\n')
     strategy = "beam(num_beams=3, num_return_sequences=2)"
     io = ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]
     result = _cli("generate", "-m", MODEL, *FLAGS, "--strategy", strategy, *io)
-    assert result.returncode == 2 and not (tmp_path / "out.jsonl").exists()
-    assert result.stderr == (
-        f"decodekit: error: --strategy {strategy!r}: a batch job writes one record per line, of one sequence, and "
-        "num_return_sequences=2 returns 2; allowed: num_return_sequences=1 (every hypothesis of a prompt: "
-        "decodekit generate PROMPT -n 2 --strategy ...)\n"
+    assert result.returncode == 0, result.stderr
+    [record] = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    beams = json.loads(_generate("--strategy", strategy, "--json").stdout)["samples"]
+    assert record["n"] == 2 and [s["tokens"] for s in record["samples"]] == [b["tokens"] for b in beams]
+    other = ["--output", str(tmp_path / "other.jsonl")]
+    twice = _cli("generate", "-m", MODEL, *FLAGS, "--strategy", strategy, "-n", "3", *io[:2], *other)
+    assert twice.returncode == 2 and twice.stderr == (
+        f"decodekit: error: -n 3 and --strategy {strategy!r}: two counts of the hypotheses beam search returns; "
+        "allowed: one of them (-n N sets num_return_sequences=N)\n"
     )
 
 
@@ -146,17 +151,15 @@ def test_the_models_num_return_sequences_is_n_samples_or_beams(monkeypatch: pyte
     assert len(own["samples"]) == 1  # --strategy's own count replaces the model's
 
 
-def test_a_batch_job_says_it_writes_one_of_the_models_sequences(
+def test_a_batch_job_writes_the_models_sequences_for_every_line(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    # it wrote one sequence a line, with a warning that the model's count was not used
     _offering(monkeypatch, {"num_return_sequences": 3})
-    (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO"}\n')
+    (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO"}\n{"prompt": "KING", "n": 1}\n')
     io = ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]
     result = _cli("generate", "-m", MODEL, *FLAGS, *io)
     assert result.returncode == 0, result.stderr
-    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 1
-    assert (
-        "decodekit: warning: the model's own num_return_sequences=3 is not used: a batch job writes one record per "
-        "line, of one sequence (the best beam, or one sample); for 3 sequences of a prompt: decodekit generate "
-        "PROMPT -n 3, or the line 3 times when sampling\n"
-    ) in result.stderr
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [r.get("n") for r in records] == [3, None] and len(records[0]["samples"]) == 3
+    assert "sampling with the model's own num_return_sequences 3; -n replaces it" in result.stderr

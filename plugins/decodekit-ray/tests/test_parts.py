@@ -12,7 +12,7 @@ import pytest
 from decodekit_cli.batch_decode import Pending
 from decodekit_cli.batch_job import BatchJob
 from decodekit_cli.batch_output import parts_path
-from decodekit_cli.batch_records import dumps, error_record, result_record
+from decodekit_cli.batch_records import dumps, error_record, result_record, sequence
 from decodekit_cli.batch_settings import BatchSettings
 from decodekit_ray.job import RayOptions, run_job
 
@@ -23,10 +23,8 @@ def _record(line: int) -> str:
             id=line,
             line=line,
             prompt="p",
-            text="t",
-            tokens=[1],
-            finish_reason="length",
-            stopped_by=None,
+            sequences=[sequence(text="t", tokens=[1], finish_reason="length", stopped_by=None)],
+            n=1,
             seed=line,
             chain="greedy",
             max_new_tokens=1,

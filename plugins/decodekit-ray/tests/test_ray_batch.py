@@ -49,7 +49,7 @@ BAD = {  # line -> what it holds: each must become the same error record on Ray 
 
 
 def _line(i: int) -> bytes:
-    """Line i (1-based): prompts of several lengths; some with their own id, seed, length, chain or logprobs. Those
+    """Line i (1-based): prompts of several lengths; some with their own id, seed, length, chain, logprobs or n. Those
     after line 10 (after the first two batches) hold a "~": with $DECODEKIT_TEST_HOLD, they wait."""
     if i in BAD:
         return BAD[i]
@@ -66,6 +66,8 @@ def _line(i: int) -> bytes:
         line["logprobs"] = 2
     if i % 8 == 0:
         line["prompt_logprobs"] = 1  # line 24: both, in a batch of its own
+    if i % 10 == 3:
+        line["n"] = 2  # two samples in one record (line 33 of 3 tokens)
     if i == 2:
         line["id"] = "x\u2028y"  # a raw line separator: one line all the same
     return json.dumps(line, ensure_ascii=False).encode()
@@ -175,6 +177,7 @@ def test_reference_has_every_kind_of_record(reference: tuple[Path, str, list[str
     assert records[1]["id"] == "x\u2028y" and records[6]["seed"] == 2**64 - 7
     assert [r["line"] for r in records if "logprobs" in r] == [6, 12, 18, 24, 30, 36]
     assert [r["line"] for r in records if "prompt_logprobs" in r] == [8, 16, 24, 32, 40]
+    assert [(r["line"], len(r["samples"])) for r in records if "samples" in r] == [(3, 2), (23, 2), (33, 2)]
 
 
 def test_on_ray_killed_resumed_and_an_actor_killed_equals_local(
@@ -244,7 +247,9 @@ def test_generate_over_a_dataset_of_fields(
     assert sorted(r["line"] for r in records) == [row["line"] for row in rows]
     by_line = {r["line"]: r["record"] for r in records}
     assert [by_line[row["line"]] for row in rows] == [expected[row["line"] - 1] for row in rows]
-    assert sum(r["tokens"] for r in every) == sum(len(json.loads(r["record"]).get("tokens", ())) for r in every)
+    held = [json.loads(r["record"]) for r in every]
+    sequences = [s for record in held for s in record.get("samples", [record])]  # a line of n: its samples' tokens
+    assert sum(r["tokens"] for r in every) == sum(len(s.get("tokens", ())) for s in sequences)
 
 
 def test_generate_over_a_chain_column_of_strings_and_json_specs(

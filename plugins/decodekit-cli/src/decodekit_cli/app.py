@@ -226,7 +226,8 @@ def generate(
             "-n",
             min=1,
             help="Samples of the same prompt, each with its own seed; under beam search its N best beams "
-            "(num_return_sequences=N, N <= num_beams). Default: the model's own num_return_sequences, else 1.",
+            "(num_return_sequences=N, N <= num_beams); with --input, every line's (a line's own n wins). "
+            "Default: the model's own num_return_sequences, else 1.",
             show_default=False,
         ),
     ] = None,
@@ -309,7 +310,13 @@ def generate(
         ),
     ] = None,
     batch_size: Annotated[
-        int, typer.Option("--batch-size", min=1, help="Prompts generated together.", rich_help_panel=BATCH)
+        int,
+        typer.Option(
+            "--batch-size",
+            min=1,
+            help="Sequences generated together (a line of n samples counts n).",
+            rich_help_panel=BATCH,
+        ),
     ] = 8,
     resume: Annotated[
         bool,
@@ -369,7 +376,6 @@ def generate(
 
         given = {
             "PROMPT": prompt is not None,
-            "--num-samples": num_samples not in (None, 1),
             "--json": json_output,
             "--no-echo": not echo,  # records hold the prompt and the text apart: nothing is echoed
         }
@@ -385,6 +391,7 @@ def generate(
             ray=ray_request(ray, ray_actors, ray_actor_cpus, ray_actor_gpus),
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
+            n=num_samples,
         )
         raise typer.Exit(run_batch(batch))
     from decodekit_cli.batch_command import ray_request

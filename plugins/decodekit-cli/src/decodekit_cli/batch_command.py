@@ -25,6 +25,7 @@ from decodekit_cli.canonical import canonical_model, canonical_stage
 from decodekit_cli.errors import CliError, report_error, report_warning
 from decodekit_cli.install_hints import install_hint
 from decodekit_cli.options import check_stop, resolve_strategy
+from decodekit_cli.returned_sequences import plan_sequences
 from decodekit_cli.sampling_options import SamplingOptions, eos_tokens
 
 __all__ = ["BatchRequest", "RayRequest", "batch_request", "ray_request", "run_batch"]
@@ -66,6 +67,7 @@ class BatchRequest:
     ray: RayRequest | None = None
     logprobs: int | None = None  # every line's default (a line's own overrides it)
     prompt_logprobs: int | None = None
+    n: int | None = None  # -n: every line's default sequences (None: not given, the model's own or one)
 
 
 def batch_request(
@@ -81,6 +83,7 @@ def batch_request(
     ray: RayRequest | None = None,
     logprobs: int | None = None,
     prompt_logprobs: int | None = None,
+    n: int | None = None,
 ) -> BatchRequest:
     """Check that the batch options go together; `exclusive`: options that make no sense with --input."""
     if input_file is None or output is None:
@@ -100,39 +103,12 @@ def batch_request(
         batch_size=batch_size,
         resume=resume,
         on_error=on_error,
-        strategy=None if strategy is None else _one_sequence(resolve_strategy(strategy)),
+        strategy=None if strategy is None else resolve_strategy(strategy),
+        n=n,
         ray=ray,
         logprobs=logprobs,
         prompt_logprobs=prompt_logprobs,
     )
-
-
-def _one_sequence(strategy: str) -> str:
-    """A batch job writes one record per line, of one sequence: a strategy returning several is refused."""
-    from decodekit.strategies import strategy_params
-
-    if (count := getattr(strategy_params(strategy), "num_return_sequences", 1)) > 1:
-        raise CliError(
-            f"--strategy {strategy!r}: a batch job writes one record per line, of one sequence, and "
-            f"num_return_sequences={count} returns {count}; allowed: num_return_sequences=1 (every hypothesis of a "
-            f"prompt: decodekit generate PROMPT -n {count} --strategy ...)"
-        )
-    return strategy
-
-
-def _warn_model_sequences(model: object) -> None:
-    """A checkpoint's num_return_sequences (transformers' generate() returns that many per prompt) is not
-    dropped without a word: a batch job writes one sequence per line, the best beam or one sample."""
-    defaults = getattr(model, "generation_defaults", None)
-    count = ((defaults(None, ["num_return_sequences"]) if callable(defaults) else None) or {}).get(
-        "num_return_sequences"
-    )
-    if count is not None:
-        report_warning(
-            f"the model's own num_return_sequences={count} is not used: a batch job writes one record per line, of "
-            f"one sequence (the best beam, or one sample); for {count} sequences of a prompt: decodekit generate "
-            f"PROMPT -n {count}, or the line {count} times when sampling"
-        )
 
 
 def run_batch(request: BatchRequest) -> int:
@@ -163,9 +139,12 @@ def run_batch(request: BatchRequest) -> int:
     recorded = settings.recorded(digest)  # parses the default chain: a bad --chain fails here
     with OutputLock.acquire(request.output) as lock:
         model = None
-        if sampling.chain is None or request.strategy is None or not sampling.length_given or not sampling.stop:
+        own_needed = request.strategy is None or not sampling.length_given or not sampling.stop or request.n is None
+        if sampling.chain is None or own_needed:
             model = sampling.load_model(name)  # it may offer its own (a checkpoint's), which the settings record
-            own = sampling.model_settings(model, request.strategy)  # no prompt length: each line has its own
+            # no prompt length: each line has its own
+            counted = request.n is not None or _counts_sequences(request.strategy)  # a model's count replaces neither
+            own = sampling.model_settings(model, request.strategy, samples_given=counted)
             strategy = settings.strategy if own.strategy is None else canonical_stage("strategy", own.strategy)
             chain = settings.chain if own.chain is None else own.chain
             length = own.sampling.max_new_tokens
@@ -176,11 +155,13 @@ def run_batch(request: BatchRequest) -> int:
                 max_new_tokens=length,
                 max_length=own.max_length,
                 stop=own.sampling.stop,  # a checkpoint's stop_strings without --stop
+                n=request.n if own.num_samples is None else own.num_samples,  # a checkpoint's num_return_sequences
             )
             recorded = settings.recorded(digest)
+        n = settings.n
+        plan_sequences(settings.strategy, n or 1, None if n is None else f"-n {n}")  # -n beside beam's own count
         eos_refusal = lock.check_resume(recorded) if request.resume else None
         model = sampling.load_model(name) if model is None else model
-        _warn_model_sequences(model)
         if eos_refusal is not None and eos_tokens(model, ignore_eos=False):
             raise CliError(eos_refusal)
         checked = check_lines(model, settings, input_lines(data))
@@ -200,6 +181,13 @@ def run_batch(request: BatchRequest) -> int:
         if ray is not None and request.ray is not None:
             return int(ray.run_job(job, ray.RayOptions(**vars(request.ray))))
         return run_local(model, job)
+
+
+def _counts_sequences(strategy: str | None) -> bool:
+    """Whether `--strategy` names its own num_return_sequences."""
+    from decodekit.chain_string import parse_stage
+
+    return strategy is not None and "num_return_sequences" in parse_stage(strategy, what="--strategy").kwargs
 
 
 def _report_bad_lines(request: BatchRequest, errors: list[Record]) -> None:

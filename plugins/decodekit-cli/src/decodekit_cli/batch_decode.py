@@ -3,7 +3,9 @@
 The local job and every Ray actor run these same functions, so a line gets the same record
 wherever it is decoded. Each prompt has its own seed: the line's `seed`, else the stream that row
 `line - 1` of one batch of the whole file would get from `--seed`; batch-invariant seeding then
-makes a result independent of the batch it shares, of `--batch-size`, of resuming and of Ray.
+makes a result independent of the batch it shares, of `--batch-size`, of resuming and of Ray. A line's `n`
+samples are `n` rows of its prompt, sample `k` drawn from `mix_seed(seed, k)` (as `dk.generate([prompt] * n,
+seed=seed)` draws them); under beam search `n` is the search's best beams (`num_return_sequences`).
 """
 
 from __future__ import annotations
@@ -16,17 +18,19 @@ from functools import lru_cache
 from typing import Any
 
 import decodekit as dk
-from decodekit.context import mix_seed
+from decodekit.context import mix_seed, row_seeds
+from decodekit.engine import PREALLOCATED_COLUMNS, check_rows
 from decodekit.errors import CompileError
 from decodekit.plugins import cache_factory
 from decodekit_cli.batch_input import InputLine, LineError, PromptLine, parse_line
-from decodekit_cli.batch_records import Record, error_record, result_record
+from decodekit_cli.batch_records import Record, error_record, result_record, sequence
 from decodekit_cli.batch_settings import BatchSettings, parsed_chain
 from decodekit_cli.batch_warnings import said_of_lines
 from decodekit_cli.errors import CliError
 from decodekit_cli.grammar_options import line_chain
 from decodekit_cli.logprob_records import prompt_records, token_records
 from decodekit_cli.options import encode_prompt, is_spec, prompt_rows, spec_text
+from decodekit_cli.returned_sequences import plan_sequences
 from decodekit_cli.sampling_options import eos_tokens
 
 __all__ = ["Pending", "batches", "check_lines", "decode_records"]
@@ -45,10 +49,18 @@ class Pending:
     chain: str
     logprobs: int | None = None
     prompt_logprobs: int | None = None
+    strategy: str = "sample"  # under beam search with the line's num_return_sequences
+    copies: int = 1  # rows of the prompt: its samples
+    hypotheses: int = 1  # sequences each row returns: beam search's best beams
 
-    def options(self) -> tuple[str, int | None, int | None]:
+    def options(self) -> tuple[str, int | None, int | None, str]:
         """What the rows of one decode share (not max_new_tokens: one per prompt, unless the strategy refuses it)."""
-        return self.chain, self.logprobs, self.prompt_logprobs
+        return self.chain, self.logprobs, self.prompt_logprobs, self.strategy
+
+    def row_seeds(self) -> list[int]:
+        """Each copy's seed: the line's own for one, else copy `k` gets `mix_seed(seed, k)`."""
+        assert self.seed is not None
+        return row_seeds([self.seed], 1, self.copies) or []
 
 
 def check_lines(
@@ -82,8 +94,14 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
         chain = line_chain(chain, item.json_schema, item.regex, item.grammar)  # decodekit-grammar: the line's own
         ids = encode_prompt(model, item.prompt, settings.replace_unknown)
         max_new = item.max_new_tokens if item.max_new_tokens is not None else _default_length(settings, ids)
+        n = item.n if item.n is not None else settings.n
+        plan = plan_sequences(settings.strategy, n or 1, None if n is None else f"n={n}")
+        # Sized before the rows are listed: an n far past the memory would hang building them.
+        check_rows("prompt line", "n", plan.copies, plan.copies, len(ids) + min(max_new, PREALLOCATED_COLUMNS), model)
         pending = Pending(number, key, item.prompt, ids, seed, max_new, chain, logprobs, prompt_logprobs)
-        dk.validate(model, prompt_rows([ids]), **_options(model, settings, pending), seed=seed)
+        pending = replace(pending, strategy=plan.strategy, copies=plan.copies, hypotheses=plan.hypotheses)
+        # the seed of a batch of the copies: copy k gets mix_seed(seed, k), as `Pending.row_seeds` gives it
+        dk.validate(model, prompt_rows([ids] * plan.copies), **_options(model, settings, pending), seed=seed)
     except (CliError, dk.DecodekitError) as exc:
         raise LineError.of(exc) from None
     return pending
@@ -117,7 +135,7 @@ def _derived_seed(seed: int | None, number: int) -> int | None:
 
 def _options(model: Any, settings: BatchSettings, line: Pending) -> dict[str, Any]:
     return {
-        "strategy": settings.strategy,
+        "strategy": line.strategy,
         "chain": parsed_chain(line.chain),
         "max_new_tokens": line.max_new_tokens,
         "logprobs": line.logprobs,
@@ -130,11 +148,17 @@ def _options(model: Any, settings: BatchSettings, line: Pending) -> dict[str, An
 
 
 def batches(pending: Sequence[Pending], size: int) -> Iterator[list[Pending]]:
-    """Runs of consecutive prompts sharing chain and logprobs asked, `size` at most: one decode each."""
+    """Runs of consecutive prompts sharing chain, logprobs asked and strategy, of `size` rows at most (a line of `n`
+    samples takes `n`; one line, however many): one decode each."""
     for _, group in itertools.groupby(pending, key=Pending.options):
-        rows = list(group)
-        for i in range(0, len(rows), size):
-            yield rows[i : i + size]
+        batch: list[Pending] = []
+        for line in group:
+            if batch and sum(p.copies for p in batch) + line.copies > size:
+                yield batch
+                batch = []
+            batch.append(line)
+        if batch:
+            yield batch
 
 
 def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending], *, rows: int = 0) -> Iterator[Record]:
@@ -154,7 +178,8 @@ def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending]
             yield from decode_records(model, settings, [p for p in batch if len(p.ids) == length])
         return
     seeded = [p if p.seed is not None else replace(p, seed=secrets.randbits(63)) for p in batch]
-    padded = [*seeded, *seeded[-1:] * (rows - len(seeded) if settings.compile else 0)]
+    padding = rows - sum(p.copies for p in seeded) if settings.compile else 0
+    padded = [*seeded, *[replace(seeded[-1], copies=1)] * padding]
     ended: set[int] = set()
     try:
         for i, record in _stream(model, settings, padded):
@@ -189,44 +214,59 @@ def _exact_when_padded(cache: str) -> bool:
     return bool(getattr(cache_factory(cache).impl, "exact_when_padded", True))
 
 
-def _stream(model: Any, settings: BatchSettings, rows: Sequence[Pending]) -> Iterator[tuple[int, Record]]:
-    """`dk.stream` over the rows; (row index, record) as each row ends (with prompt_logprobs, once all have: the
-    stream's result holds them)."""
-    n = len(rows)
+def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending]) -> Iterator[tuple[int, Record]]:
+    """`dk.stream` over the lines' rows (a row per sample); (line index, record) as each line's rows have ended (with
+    prompt_logprobs or beam search's several beams, once all have: the stream's result holds them)."""
+    line_of = [i for i, p in enumerate(lines) for _ in range(p.copies)]
+    first_row = list(itertools.accumulate((p.copies for p in lines), initial=0))  # line i: rows first_row[i] ..
+    left = [p.copies for p in lines]  # rows of each line still decoding
+    n = len(line_of)
     tokens: list[list[int]] = [[] for _ in range(n)]
     texts: list[list[str] | None] = [[] if getattr(model, "tokenizer", None) else None for _ in range(n)]
-    first = rows[0]
+    first = lines[0]
     scores: list[list[dict[str, Any]] | None] = [None if first.logprobs is None else [] for _ in range(n)]
     options = _options(model, settings, first)
-    options["max_new_tokens"] = [p.max_new_tokens for p in rows]
-    events = dk.stream(model, prompt_rows([p.ids for p in rows]), **options, seed=[p.seed for p in rows])
+    options["max_new_tokens"] = [lines[i].max_new_tokens for i in line_of]
+    seeds = [seed for p in lines for seed in p.row_seeds()]
+    events = dk.stream(model, prompt_rows([lines[i].ids for i in line_of]), **options, seed=seeds)
+    wait = first.prompt_logprobs is not None or first.hypotheses > 1  # what the stream's result holds
+    ended: list[tuple[str, int | str | None] | None] = [None] * n
 
-    def record(i: int, reason: str, stopped_by: int | str | None) -> tuple[int, Record]:
-        p, text = rows[i], texts[i]
+    def record(i: int) -> tuple[int, Record]:
+        p, rows = lines[i], range(first_row[i], first_row[i + 1])
+        own_seeds = p.row_seeds() if p.copies > 1 else [None]  # a sample's own, when it is one of several
+        found = [
+            sequence(
+                text="".join(text) if (text := texts[r]) is not None else None,
+                tokens=tokens[r],
+                finish_reason=(ended[r] or ("length", None))[0],  # max_new_tokens=0: no event ends the row
+                stopped_by=(ended[r] or ("length", None))[1],
+                logprobs=scores[r],
+                seed=own_seeds[k],
+            )
+            for k, r in enumerate(rows)
+        ]
+        found = _beams(events.result, rows[0], p.logprobs is not None) if p.hypotheses > 1 else found
         assert p.seed is not None
         return i, result_record(
             id=p.id,
             line=p.line,
             prompt=p.prompt,
-            text="".join(text) if text is not None else None,
-            tokens=tokens[i],
-            finish_reason=reason,
-            stopped_by=stopped_by,
+            sequences=found,
+            n=p.copies * p.hypotheses,
             seed=p.seed,
             chain=p.chain,
             max_new_tokens=p.max_new_tokens,
-            logprobs=scores[i],
-            prompt_logprobs=prompt_scores(i),
+            prompt_logprobs=prompt_scores(rows[0]),
         )
 
-    def prompt_scores(i: int) -> list[dict[str, Any] | None] | None:
+    def prompt_scores(row: int) -> list[dict[str, Any] | None] | None:
         result = events.result  # set once the stream is done: records with prompt_logprobs wait for it
         if result is None or result.prompt_logprobs is None:
             return None
-        return prompt_records(result.prompt_tokens[i], result.prompt_logprobs[i])
+        return prompt_records(result.prompt_tokens[row], result.prompt_logprobs[row])
 
-    ended: list[tuple[str, int | str | None] | None] = [None] * n
-    for ev in said_of_lines(iter(events), rows):
+    for ev in said_of_lines(iter(events), [lines[i] for i in line_of]):
         tokens[ev.row].append(ev.token)
         row_text, row_scores = texts[ev.row], scores[ev.row]
         if ev.text is not None and row_text is not None:
@@ -235,8 +275,27 @@ def _stream(model: Any, settings: BatchSettings, rows: Sequence[Pending]) -> Ite
             row_scores += token_records([ev.token], [ev.logprobs])
         if ev.finish_reason is not None:
             ended[ev.row] = (ev.finish_reason, ev.stopped_by)
-            if first.prompt_logprobs is None:
-                yield record(ev.row, ev.finish_reason, ev.stopped_by)
-    for i, end in enumerate(ended):  # max_new_tokens=0: the loop yields nothing, and every row ends by length
-        if end is None or first.prompt_logprobs is not None:
-            yield record(i, *(end or ("length", None)))
+            left[line_of[ev.row]] -= 1
+            if not wait and left[line_of[ev.row]] == 0:
+                yield record(line_of[ev.row])
+    for i in range(len(lines)):  # max_new_tokens=0: the loop yields nothing, and every row ends by length
+        if wait or left[i] > 0:
+            yield record(i)
+
+
+def _beams(result: Any, row: int, logprobs: bool) -> list[Record]:
+    """The sequences a beam search returned for the prompt of `row`, best first, each with its score."""
+    found = []
+    for h, score in enumerate(result.scores[row]):
+        tokens, lps = list(result.sequences[row][h]), result.sequence_logprobs[row][h]
+        found.append(
+            sequence(
+                text=result.sequence_texts[row][h],
+                tokens=tokens,
+                finish_reason=result.sequence_finish_reasons[row][h],
+                stopped_by=result.sequence_stopped_by[row][h],
+                logprobs=token_records(tokens, lps) if logprobs and lps is not None else None,
+                score=score,
+            )
+        )
+    return found

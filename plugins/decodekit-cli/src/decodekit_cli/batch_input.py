@@ -43,14 +43,17 @@ STDIN_HINT = (
 class PromptLine(Params):
     """One line of the input file; what it leaves out comes from the command's options.
 
-    seed, max_new_tokens, logprobs and prompt_logprobs are checked by `dk.validate`, whose bounds are the decoder's
-    own.
+    seed, max_new_tokens, n, logprobs and prompt_logprobs are checked by `dk.validate`, whose bounds are the
+    decoder's own.
     """
 
     prompt: str = Field(min_length=1, description="text to continue")
     id: str | int | None = Field(None, description="names the result; default: the line number")
     seed: int | None = Field(None, description="this prompt's own seed; default: derived from --seed")
     max_new_tokens: int | None = Field(None, description="default: --max-new-tokens")
+    n: int | None = Field(
+        None, ge=1, description="sequences of this prompt: samples, or beam search's best beams; default: -n"
+    )
     chain: str | list[Any] | dict[str, Any] | None = Field(
         None,
         description="a chain string or a JSON chain spec (its list, or its JSON text); default: --chain (or the flags)",

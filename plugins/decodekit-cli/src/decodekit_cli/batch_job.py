@@ -17,7 +17,7 @@ from decodekit.errors import CompileError
 from decodekit_cli.batch_decode import Pending, batches, decode_records
 from decodekit_cli.batch_output import OrderedWriter, RecordWriteError
 from decodekit_cli.batch_progress import BatchProgress
-from decodekit_cli.batch_records import Record, is_error
+from decodekit_cli.batch_records import Record, is_error, record_tokens
 from decodekit_cli.batch_settings import BatchSettings
 from decodekit_cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error
 from decodekit_cli.options import compile_failure
@@ -67,7 +67,7 @@ def run_local(model: Any, job: BatchJob) -> int:
                     keep = job.keeps(record)
                     failed += [] if keep else [record]
                     written = writer.put(record["line"], record if keep else None)
-                    progress.advance(written, len(record.get("tokens", ())))
+                    progress.advance(written, record_tokens(record))
         except KeyboardInterrupt:
             records = plural(writer.written, "record")
             progress.say(f"decodekit: interrupted; {records} written to {job.output} (--resume continues)")

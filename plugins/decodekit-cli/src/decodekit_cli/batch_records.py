@@ -1,5 +1,8 @@
 """The records of a batch job's output: one JSON line per input line, a result or an error.
 
+A line asking for one sequence holds it at the top level (`text`, `tokens`, ...); a line asking for `n` of them
+(samples, or beam search's best beams) holds them in `samples`, as `decodekit generate --json` does.
+
 Every record names its input `line`, so `--resume` knows what is done even when two lines share an
 id (the second one's record is the error that says so). JSON is written with ASCII escapes, so a
 record is always one line of valid UTF-8 whatever its text holds.
@@ -10,9 +13,32 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["Record", "dumps", "error_record", "is_error", "record_line", "result_record"]
+__all__ = ["Record", "dumps", "error_record", "is_error", "record_line", "record_tokens", "result_record", "sequence"]
 
 Record = dict[str, Any]
+
+
+def sequence(
+    *,
+    text: str | None,
+    tokens: list[int],
+    finish_reason: str,
+    stopped_by: int | str | None,
+    logprobs: list[dict[str, Any]] | None = None,
+    seed: int | None = None,
+    score: float | None = None,
+) -> Record:
+    """One generated sequence; `logprobs` only when asked for, a sample's own `seed` and a beam's `score` (its
+    ranking) only in `samples`."""
+    return {
+        "text": text,
+        "tokens": tokens,
+        "finish_reason": finish_reason,
+        "stopped_by": stopped_by,
+        **({} if seed is None else {"seed": seed}),
+        **({} if score is None else {"score": score}),
+        **({} if logprobs is None else {"logprobs": logprobs}),
+    }
 
 
 def result_record(
@@ -20,31 +46,36 @@ def result_record(
     id: str | int,
     line: int,
     prompt: str,
-    text: str | None,
-    tokens: list[int],
-    finish_reason: str,
-    stopped_by: int | str | None,
+    sequences: list[Record],
+    n: int,
     seed: int,
     chain: str,
     max_new_tokens: int,
-    logprobs: list[dict[str, Any]] | None = None,
     prompt_logprobs: list[dict[str, Any] | None] | None = None,
 ) -> Record:
-    """A decoded line; `logprobs` and `prompt_logprobs` (see logprob_records) only when the line asks for them."""
+    """A decoded line: with `n` 1 its sequence's fields, else `n` and the sequences as `samples` (see `sequence`);
+    `prompt_logprobs` (see logprob_records) only when the line asks for them."""
+    if n == 1:
+        (only,) = sequences
+        found: Record = {key: value for key, value in only.items() if key != "logprobs"}
+    else:
+        found = {"n": n, "samples": sequences}
     return {
         "id": id,
         "line": line,
         "prompt": prompt,
-        "text": text,
-        "tokens": tokens,
-        "finish_reason": finish_reason,
-        "stopped_by": stopped_by,
+        **found,
         "seed": seed,
         "chain": chain,
         "max_new_tokens": max_new_tokens,
-        **({} if logprobs is None else {"logprobs": logprobs}),
+        **({"logprobs": sequences[0]["logprobs"]} if n == 1 and "logprobs" in sequences[0] else {}),
         **({} if prompt_logprobs is None else {"prompt_logprobs": prompt_logprobs}),
     }
+
+
+def record_tokens(record: Record) -> int:
+    """The tokens a record holds, over all its samples (for the progress bar's rate)."""
+    return sum(len(s["tokens"]) for s in record.get("samples", [record]) if "tokens" in s)
 
 
 def error_record(id: str | int, line: int, kind: str, message: str) -> Record:

@@ -6,7 +6,7 @@ stop string, `--ignore-eos`, prompt encoding, `--logprobs` or `--prompt-logprobs
 results that an uninterrupted run would not. Settings of format 1 (before `ignore_eos` was recorded) are read as
 format 2 reads them: those jobs went on past the model's EOS, as `--ignore-eos` does now. Settings without
 `logprobs` and `prompt_logprobs` (recorded since) read as None: those jobs asked for none; without `max_length`, as
-None too: those jobs' lines had `max_new_tokens`.
+None too: those jobs' lines had `max_new_tokens`; without `n`, as None: one sequence a line.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class BatchSettings:
     # A length that counts the prompt (a checkpoint's max_length): a line's default max_new_tokens is it less the
     # line's prompt tokens, as generate() gives each prompt; then max_new_tokens is no line's and recorded as None.
     max_length: int | None = None
+    n: int | None = None  # every line's default sequences (-n, or the model's own); None: one, or beam's own count
 
     def __post_init__(self) -> None:
         if self.seed is not None and not 0 <= self.seed < MAX_SEED:
@@ -79,6 +80,7 @@ class BatchSettings:
             "ignore_eos": self.ignore_eos,
             "logprobs": self.logprobs,
             "prompt_logprobs": self.prompt_logprobs,
+            "n": self.n,  # absent from settings recorded before it: None, as it was
         }
 
 

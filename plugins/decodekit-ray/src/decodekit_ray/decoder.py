@@ -10,7 +10,7 @@ import numpy as np
 import ray
 from decodekit_cli.batch_decode import Pending, batches, check_lines, decode_records
 from decodekit_cli.batch_input import InputLine
-from decodekit_cli.batch_records import Record, dumps
+from decodekit_cli.batch_records import Record, dumps, record_tokens
 from decodekit_cli.batch_settings import BatchSettings
 from decodekit_cli.options import load_named_model
 from decodekit_cli.sampling_options import set_threads
@@ -52,12 +52,12 @@ class LineDecoder:
         checked = check_lines(self.model, self.settings, lines, unique_ids=False)
         records: list[Record] = [item for item in checked if not isinstance(item, Pending)]
         pending = [item for item in checked if isinstance(item, Pending)]
-        for group in batches(pending, max(1, len(pending))):
+        for group in batches(pending, max(1, sum(p.copies for p in pending))):  # the block: one decode a chain
             records += decode_records(self.model, self.settings, group, rows=self.batch_size)
         return {
             "line": np.array([r["line"] for r in records], dtype=np.int64),
             "record": np.array([dumps(r) for r in records], dtype=object),
-            "tokens": np.array([len(r.get("tokens", ())) for r in records], dtype=np.int64),
+            "tokens": np.array([record_tokens(r) for r in records], dtype=np.int64),
         }
 
 

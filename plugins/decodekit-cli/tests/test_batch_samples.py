@@ -1,0 +1,140 @@
+"""Several sequences of a prompt in a batch job: a line's `n` (or `-n N` for every line) is `n` samples, or under beam
+search its `n` best beams, in one record (`"n"`, `"samples"`), as vLLM's `n` per request and transformers'
+`num_return_sequences` give them. Before, `-n` with `--input` was refused and a line's `n` was an unknown field.
+
+Each sample is checked against `dk.generate` on the same model with the seed the record names, each beam against
+`decodekit generate PROMPT -n N --json`, and a record against itself decoded in batches of other sizes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import cli_testplugin
+import pytest
+from cli_runner import run_cli
+
+import decodekit as dk
+from decodekit.context import mix_seed
+
+MODEL = cli_testplugin.MODEL_NAME
+FLAGS = ["-m", MODEL, "--max-new-tokens", "5", "--ignore-eos", "--seed", "3"]
+CHAIN = "temperature(0.9) | top_k(40)"
+LINES = [
+    {"prompt": "ROMEO"},
+    {"prompt": "JULIET", "n": 3},
+    {"prompt": "KING", "n": 2, "max_new_tokens": 3},
+    {"prompt": "QUEEN", "n": 1},
+]
+
+
+def _cli(*args: str) -> Any:
+    env = dict(os.environ, DECODEKIT_EXTRA_PLUGINS="cli_testplugin")
+    env.pop("DECODEKIT_LOAD_PLUGINS", None)
+    return run_cli(list(args), env, fresh_plugins=True)
+
+
+def _batch(tmp_path: Path, lines: list[dict[str, Any]], *extra: str, name: str = "out") -> list[dict[str, Any]]:
+    source, output = tmp_path / "in.jsonl", tmp_path / f"{name}.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = _cli("generate", *FLAGS, "--chain", CHAIN, "--input", str(source), "--output", str(output), *extra)
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in output.read_text().splitlines()]
+
+
+def _alone(prompt: str, seed: int | list[int], copies: int, max_new_tokens: int) -> list[list[int]]:
+    model = cli_testplugin.load_model()
+    ids = model.tokenizer.encode(prompt)
+    out = dk.generate(model, [ids] * copies, chain=CHAIN, max_new_tokens=max_new_tokens, seed=seed)
+    return [list(map(int, tokens)) for tokens in out.tokens]
+
+
+def test_a_lines_n_samples_are_the_prompts_rows_each_reproducible_from_its_seed(tmp_path: Path) -> None:
+    records = _batch(tmp_path, LINES)
+    assert [r.get("n") for r in records] == [None, 3, 2, None]  # one sequence: the record as before, no "samples"
+    assert "samples" not in records[0] and "samples" not in records[3]
+    for record in records[1:3]:
+        samples, seed, length = record["samples"], record["seed"], record["max_new_tokens"]
+        assert len(samples) == record["n"] and length == LINES[record["line"] - 1].get("max_new_tokens", 5)
+        # sample k is row k of dk.generate([prompt] * n, seed=seed): copy k's stream mix_seed(seed, k)
+        assert [s["seed"] for s in samples] == [mix_seed(seed, k) for k in range(len(samples))]
+        assert [s["tokens"] for s in samples] == _alone(record["prompt"], seed, len(samples), length)
+        for sample in samples:
+            assert [sample["tokens"]] == _alone(record["prompt"], [sample["seed"]], 1, length)
+            assert sample["finish_reason"] == "length" and sample["stopped_by"] is None
+            assert sample["text"] == cli_testplugin.load_model().tokenizer.decode(sample["tokens"])
+        assert len({tuple(s["tokens"]) for s in samples}) > 1  # samples differ
+    assert [records[0]["tokens"]] == _alone("ROMEO", [records[0]["seed"]], 1, 5)
+
+
+def test_samples_do_not_depend_on_the_batch_size_or_their_neighbours(tmp_path: Path) -> None:
+    whole = _batch(tmp_path, LINES, "--batch-size", "8", name="eight")
+    assert _batch(tmp_path, LINES, "--batch-size", "1", name="one") == whole  # a line of 3 alone in a batch of 1
+    assert _batch(tmp_path, LINES, "--batch-size", "3", name="three") == whole
+    alone = _batch(tmp_path, [{**LINES[1], "seed": whole[1]["seed"]}], name="alone")
+    assert alone[0]["samples"] == whole[1]["samples"]
+
+
+def test_dash_n_is_every_lines_count_and_a_lines_own_n_wins(tmp_path: Path) -> None:
+    records = _batch(tmp_path, LINES, "-n", "2", "--logprobs", "1")
+    assert [r.get("n") for r in records] == [2, 3, 2, None]
+    for record in records[:3]:
+        for sample in record["samples"]:
+            assert [lp["token"] for lp in sample["logprobs"]] == sample["tokens"]  # each sample's own logprobs
+        assert "logprobs" not in record and "text" not in record
+    assert [lp["token"] for lp in records[3]["logprobs"]] == records[3]["tokens"]
+
+
+def test_under_beam_search_n_is_the_n_best_beams_of_one_search(tmp_path: Path) -> None:
+    strategy = "beam(num_beams=3)"
+    records = _batch(tmp_path, LINES[:3], "--strategy", strategy, "--chain", "greedy")
+    assert [r.get("n") for r in records] == [None, 3, 2]
+    for record in records[1:]:
+        length = str(record["max_new_tokens"])
+        shown = _cli(
+            "generate", record["prompt"], *FLAGS, "--chain", "greedy", "--strategy", strategy,
+            "-n", str(record["n"]), "--max-new-tokens", length, "--json",
+        )  # fmt: skip
+        beams = json.loads(shown.stdout)["samples"]
+        assert [(s["tokens"], s["score"]) for s in record["samples"]] == [(b["tokens"], b["score"]) for b in beams]
+        assert "seed" not in record["samples"][0]  # a beam has no stream of its own
+    too_many = _batch(tmp_path, [{"prompt": "ROMEO", "n": 4}], "--strategy", strategy, "--on-error", "skip", name="x")
+    assert too_many[0]["error"]["message"] == (
+        "n=4: beam search returns at most its num_beams=3 best hypotheses (num_return_sequences <= num_beams); "
+        "allowed: -n N with N <= 3, or more beams: --strategy 'beam(num_beams=4)'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("n", "message"),
+    [
+        (0, "prompt line: n=0 is invalid: Input should be greater than or equal to 1; allowed: None, or int 1 <= n"),
+        (
+            True,
+            "prompt line: n=True is invalid: Input should be a number, not a bool or a string; allowed: None, or int",
+        ),
+        (2**62, "prompt line: n=4611686018427387904 is invalid: its 4,611,686,018,427,387,904 rows of 10 tokens"),
+    ],
+)
+def test_a_bad_n_is_the_lines_error_before_anything_is_generated(tmp_path: Path, n: object, message: str) -> None:
+    # n = 2**62 hung listing its rows before it was sized against the memory
+    source, output = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_text(json.dumps({"prompt": "ROMEO", "n": n}) + "\n" + json.dumps({"prompt": "KING"}) + "\n")
+    result = _cli("generate", *FLAGS, "--input", str(source), "--output", str(output))
+    assert result.returncode == 2 and not output.exists()
+    assert result.stderr.startswith(f"decodekit: error: --input in.jsonl line 1: {message}")
+
+
+def test_resume_refuses_another_n_and_continues_the_same(tmp_path: Path) -> None:
+    records = _batch(tmp_path, LINES, "-n", "2")
+    output = tmp_path / "out.jsonl"
+    kept = output.read_text().splitlines()[:2]
+    output.write_text("\n".join(kept) + "\n")  # as a run stopped after two lines
+    io = ["--input", str(tmp_path / "in.jsonl"), "--output", str(output), "--chain", CHAIN, "--resume"]
+    other = _cli("generate", *FLAGS, *io, "-n", "3")
+    assert other.returncode == 2 and "n=2 (this run: 3)" in other.stderr
+    same = _cli("generate", *FLAGS, *io, "-n", "2")
+    assert same.returncode == 0, same.stderr
+    assert [json.loads(line) for line in output.read_text().splitlines()] == records
