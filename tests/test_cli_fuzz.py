@@ -151,6 +151,7 @@ _LINE_FIELDS: dict[str, tuple[list[Any], list[Any]]] = {
     "max_new_tokens": ([0, 1, 3, 2.0], [-1, 2**64, 1.5, "3", None, 10**6, True, [], {}, 2**63, -(2**63), "0x3"]),
     "chain": (["greedy", "top_h(0.5) | sample", [{"name": "top_k", "params": {"k": 3}}], "mirostat(tau=2)"],
               ["top_k(", [], {}, [{"name": "top_h", "params": {"h": 2}}], 5, "mirostat(tau=-1)"]),
+    "n": ([1, 2, 3], [0, -1, 2**64, 10**9, 1.5, True, "2"]),
     "logprobs": ([0, 2, 96], [-1, 97, 2**63, 1.5, True, "1"]),
     "prompt_logprobs": ([0, 1, 96], [97, -1, 2**63, 2.5, True, "1"]),
     "json_schema": ([{"type": "integer"}, "{}", True], [{"type": "nope"}, "not json", False, 5]),
@@ -290,7 +291,7 @@ def _alone_problems(argv: list[str], root: Path, output: Path, lines: list[bytes
     differ only in max_new_tokens share a decode, each row ending at its own limit)."""
     records = [json.loads(raw) for raw in output.read_text().splitlines()]
     problems = []
-    for record in [r for r in records if "tokens" in r][:2]:
+    for record in [r for r in records if "error" not in r][:2]:
         try:
             line = json.loads(lines[record["line"] - 1])
         except (IndexError, ValueError):
@@ -304,8 +305,8 @@ def _alone_problems(argv: list[str], root: Path, output: Path, lines: list[bytes
         with time_limit(TIME_LIMIT):
             run_cli(again, _env(), cwd=root)
         alone = json.loads((root / "out1").read_text().splitlines()[0]) if (root / "out1").is_file() else {}
-        if alone.get("tokens") != record["tokens"]:
-            problems.append(f"--input line {record['line']}: {record['tokens']} in the job, alone {alone}"[:300])
+        if _sequences(alone) != _sequences(record):
+            problems.append(f"--input line {record['line']}: {_sequences(record)} in the job, alone {alone}"[:300])
     return problems
 
 
@@ -394,6 +395,11 @@ def _sample_problems(argv: Sequence[str], doc: Any, steps: int | None) -> list[s
     return problems
 
 
+def _sequences(record: dict[str, Any]) -> list[list[int]]:
+    """A record's token lists: its one sequence's, or each of its samples'."""
+    return [s.get("tokens", []) for s in record.get("samples", [record])]
+
+
 def _record_problems(text: str) -> list[str]:
     """Every --output line a JSON object naming its input line, with a result or an error; lines in order."""
     numbers = []
@@ -402,12 +408,14 @@ def _record_problems(text: str) -> list[str]:
             record = json.loads(raw)
         except ValueError:
             return [f"--output line not JSON: {raw[:80]!r}"]
-        if not isinstance(record, dict) or "line" not in record or not ({"tokens", "error"} & record.keys()):
-            return [f"--output record without line, tokens or error: {raw[:80]!r}"]
+        if not isinstance(record, dict) or "line" not in record or not ({"tokens", "samples", "error"} & record.keys()):
+            return [f"--output record without line, tokens, samples or error: {raw[:80]!r}"]
         numbers.append(record["line"])
-        tokens, limit = record.get("tokens", []), record.get("max_new_tokens")
-        if isinstance(limit, int) and len(tokens) > limit:
-            return [f"--output line {record['line']}: {len(tokens)} tokens, max_new_tokens {limit}"]
+        limit = record.get("max_new_tokens")
+        if isinstance(limit, int) and any(len(tokens) > limit for tokens in _sequences(record)):
+            return [f"--output line {record['line']}: more tokens than max_new_tokens {limit}"]
+        if "samples" in record and not 1 <= len(record["samples"]) <= record["n"]:  # a beam search may find fewer
+            return [f"--output line {record['line']}: {len(record['samples'])} samples of n={record['n']}"]
     return [] if numbers == sorted(set(numbers)) else [f"--output lines out of order or twice: {numbers}"]
 
 
