@@ -14,7 +14,6 @@ import re
 from typing import Any
 
 import pytest
-import torch
 from decodekit_hf import HFModel
 from decodekit_hf.model import model_spec
 from transformers import AutoConfig
@@ -108,14 +107,34 @@ def test_greedy_tokens_equal_generate(arch: tuple[str, Any, dict[str, Any]], cac
     assert len({tuple(t) for t in out.tokens}) == len(BATCHES[batch])  # the rows differ: padding is per row
 
 
-def test_a_chunked_model_takes_any_cache_for_a_text_within_its_chunk(build_arch: Any, gen_config: Any) -> None:
-    """Llama 4's chunks mask nothing in a text of one chunk: a scored cache is served there, with its tokens."""
-    hf = build_arch("llama4_text", **(SHARED | ARCHS["llama4_text"][0] | dict(attention_chunk_size=CONTEXT)))
-    prompt = BATCHES["single"]
-    out = hf.generate(torch.tensor(prompt), generation_config=gen_config(max_new_tokens=NEW))
-    want = out[:, len(prompt[0]) :].tolist()
+# Past the context an evicting cache goes on where decodekit re-rotates the keys (Llama's rotary embedding on every
+# layer); elsewhere it is refused up front, naming the positions: NoPE layers (SmolLM3, Flint, Llama 4), a base
+# per layer (Gemma 4, Granite SWA's `layer_rope_theta`), GLM-4's partial interleaved rotation.
+RE_ROTATED = ("granite", "phi3", "qwen3_moe")
+
+
+@pytest.mark.parametrize("model_type", sorted(ARCHS))
+def test_a_window_past_the_context_goes_on_only_where_keys_are_re_rotated(build_arch: Any, model_type: str) -> None:
+    hf = build_arch(model_type, **(SHARED | ARCHS[model_type][0]))
+    cache = "window(size=4, sinks=0)" if ARCHS[model_type][2] == "sliding" else "window(size=4, sinks=2)"
+    if model_type in RE_ROTATED:
+        assert len(dk.generate(HFModel(hf), [[1, 2, 3]], max_new_tokens=CONTEXT, cache=cache).tokens[0]) == CONTEXT
+        return
+    with pytest.raises(dk.ContextLengthError, match=r"its rotary embedding .*not supported for re-rotating kept keys"):
+        dk.generate(HFModel(hf), [[1, 2, 3]], max_new_tokens=CONTEXT, cache=cache)
+
+
+# A window (chunk) as long as the context: the texts fit it, so its layers mask nothing and every cache is served.
+WITHIN = {"gemma4_text": dict(sliding_window=CONTEXT), "llama4_text": dict(attention_chunk_size=CONTEXT)}
+
+
+@pytest.mark.parametrize("model_type", sorted(WITHIN))
+def test_a_text_within_the_window_or_chunk_takes_any_cache(build_arch: Any, hf_greedy: Any, model_type: str) -> None:
+    """Before they evict, the scored caches and a `window` with sinks give `generate()`'s tokens."""
+    hf = build_arch(model_type, **(SHARED | ARCHS[model_type][0] | WITHIN[model_type]))
+    greedy = hf_greedy(hf, {"ragged": PROMPTS}, NEW)["ragged"]
     for cache in ("h2o(budget=40)", "snapkv(budget=40)", "window(size=30, sinks=2)"):
-        assert dk.generate(HFModel(hf), prompt, cache=cache, chain="greedy", max_new_tokens=NEW).tokens == want
+        assert dk.generate(HFModel(hf), PROMPTS, cache=cache, chain="greedy", max_new_tokens=NEW).tokens == greedy
 
 
 _LATENT = dict(kv_lora_rank=8, q_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=8, v_head_dim=8)
