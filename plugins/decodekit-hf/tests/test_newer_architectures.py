@@ -137,6 +137,32 @@ def test_a_text_within_the_window_or_chunk_takes_any_cache(build_arch: Any, hf_g
         assert dk.generate(HFModel(hf), PROMPTS, cache=cache, chain="greedy", max_new_tokens=NEW).tokens == greedy
 
 
+# Models whose last 2 of 4 layers attend over an earlier layer's keys (`num_kv_shared_layers`): Gemma 3n, and the
+# small Gemma 4 checkpoints (E2B, E4B); a window as long as the context, so only the sharing is in question.
+SHARING = dict(num_hidden_layers=4, num_kv_shared_layers=2, layer_types=["sliding_attention", "full_attention"] * 2)
+SHARING_MODELS = {
+    "gemma4_text": ARCHS["gemma4_text"][0] | SHARING | dict(sliding_window=CONTEXT),
+    "gemma3n_text": _KV | SHARING | dict(sliding_window=CONTEXT) | dict(hidden_size_per_layer_input=8),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(SHARING_MODELS))
+def test_layers_that_share_keys_refuse_an_evicting_cache(build_arch: Any, hf_greedy: Any, model_type: str) -> None:
+    """A shared layer attends over the keys its source layer's `cache.update` returned, which a cache written by
+    decodekit's attention does not hand back: the error named `n_layers` of a `ModelSpec` the user never wrote. It
+    names the shared layers now; a cache that keeps every token gives `generate()`'s tokens."""
+    hf = build_arch(model_type, **(SHARED | dict(vocab_size_per_layer_input=V) | SHARING_MODELS[model_type]))
+    greedy = hf_greedy(hf, {"ragged": PROMPTS}, NEW)["ragged"]
+    assert dk.generate(HFModel(hf), PROMPTS, cache="gqa", chain="greedy", max_new_tokens=NEW).tokens == greedy
+    for cache in ("h2o(budget=40)", "window(size=30, sinks=2)"):
+        with pytest.raises(
+            dk.ParameterError,
+            match=r"model.s last 2 layers \(num_kv_shared_layers=2\) attend over all of an "
+            r"earlier layer's keys.*allowed: a cache that keeps every token",
+        ):
+            dk.generate(HFModel(hf), PROMPTS, cache=cache, chain="greedy", max_new_tokens=NEW)
+
+
 _LATENT = dict(kv_lora_rank=8, q_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=8, v_head_dim=8)
 # model_type -> (config fields besides conftest's, what the refusal at load says)
 REFUSED_AT_LOAD: dict[str, tuple[dict[str, Any], str]] = {

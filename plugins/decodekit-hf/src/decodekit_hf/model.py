@@ -348,6 +348,13 @@ class HFModel(nn.Module):
                 f"HFModel: cache {name} evicts or observes attention, which needs decodekit's attention function; "
                 f"this model runs attn_implementation={self.hf.config._attn_implementation!r}; allowed: {allowed}"
             )
+        if self._hf_layers > self.spec.n_layers:  # Gemma 3n, Gemma 4 E2B/E4B
+            shared = self._hf_layers - self.spec.n_layers
+            raise ParameterError(
+                f"HFModel: cache {name} evicts or observes attention, and this model's last {shared} layers "
+                f"(num_kv_shared_layers={shared}) attend over all of an earlier layer's keys, which a cache that "
+                "evicts or observes does not hand back; allowed: a cache that keeps every token (dense, gqa, int8)"
+            )
         if self._alibi:
             raise ParameterError(
                 f"HFModel: cache {name} evicts or observes attention, and this model adds its ALiBi position biases "
