@@ -24,10 +24,11 @@ eagerly (the scored caches, `window`: `runs_eagerly`) is written by that functio
 write and the attention one eager call per layer, so that `compile=True` compiles the same graphs for every layer.
 
 A model that transformers runs on eager attention because SDPA cannot compute it (`EAGER_SERVED`: Gemma 2 and
-VaultGemma soft-cap the attention logits, gpt-oss adds a learned sink logit per head) is switched to
-`EAGER_ATTENTION`: transformers' eager masks, and outside `cache_attention` the model's own eager function, so a
-cache that keeps every token runs as before; through the cache, `softcap` and `s_aux` (the sinks) are applied to
-the cache's mask by `eager_terms_attention`, the same arithmetic as transformers' eager functions.
+VaultGemma soft-cap the attention logits, gpt-oss, Flint and the Granite SWA models add a learned sink logit per
+head) is switched to `EAGER_ATTENTION`: transformers' eager masks, and outside `cache_attention` the model's own
+eager function, so a cache that keeps every token runs as before; through the cache, `softcap` and `s_aux` (the
+sinks) are applied to the cache's mask by `eager_terms_attention`, the same arithmetic as transformers' eager
+functions.
 """
 
 from __future__ import annotations

@@ -241,7 +241,8 @@ class HFModel(nn.Module):
 
     A model on transformers' SDPA attention is switched to `decodekit_hf.cache_bridge.ATTENTION`,
     which is that same SDPA attention unless a forward's cache evicts or observes; one on eager attention of
-    `EAGER_SERVED` (Gemma 2, VaultGemma, gpt-oss) to `EAGER_ATTENTION`, its eager attention likewise.
+    `EAGER_SERVED` (soft-capped or sink attention: Gemma 2, gpt-oss, ...) to `EAGER_ATTENTION`, its eager
+    attention likewise.
     """
 
     spec: ModelSpec
