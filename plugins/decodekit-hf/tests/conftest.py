@@ -167,6 +167,22 @@ def left_pad() -> LeftPad:
     return left_padded
 
 
+def greedy_per_batch(model: Any, batches: dict[str, list[list[int]]], new: int) -> dict[str, list[list[int]]]:
+    """transformers' greedy tokens, `new` per row, for each named batch left-padded (`generate(do_sample=False)`)."""
+    greedy = {}
+    for name, prompts in batches.items():
+        ids, mask = left_padded(prompts)
+        out = model.generate(ids, attention_mask=mask, generation_config=greedy_generation_config(max_new_tokens=new))
+        greedy[name] = out[:, ids.shape[1] :].tolist()
+    return greedy
+
+
+@pytest.fixture(scope="session")
+def hf_greedy() -> Callable[..., dict[str, list[list[int]]]]:
+    """`greedy_per_batch(model, batches, new)`."""
+    return greedy_per_batch
+
+
 @pytest.fixture
 def saved_gpt2(tmp_path: Path, gpt2: Any, char_tokenizer: Any) -> Path:
     """A local checkpoint directory: the GPT-2 fixture and the character tokenizer."""

@@ -58,16 +58,10 @@ def make(build_arch: Callable[..., Any], model_type: str) -> Any:
 
 
 @pytest.fixture(scope="module", params=sorted(ARCHS))
-def arch(
-    request: pytest.FixtureRequest, build_arch: Any, gen_config: Any, left_pad: Any
-) -> tuple[str, Any, dict[str, Any]]:
+def arch(request: pytest.FixtureRequest, build_arch: Any, hf_greedy: Any) -> tuple[str, Any, dict[str, Any]]:
     """(model_type, model, transformers' greedy tokens per batch)."""
     model = make(build_arch, request.param)
-    greedy = {}
-    for name, prompts in BATCHES.items():
-        ids, mask = left_pad(prompts)
-        out = model.generate(ids, attention_mask=mask, generation_config=gen_config(max_new_tokens=NEW))
-        greedy[name] = out[:, ids.shape[1] :].tolist()
+    greedy = hf_greedy(model, BATCHES, NEW)
     return request.param, model, greedy
 
 

@@ -11,8 +11,11 @@ import pytest
 import torch
 from decodekit_hf import HFModel
 from decodekit_hf.cache_bridge import eager_terms_attention
+from transformers.models.flint import modeling_flint
 from transformers.models.gemma2 import modeling_gemma2
 from transformers.models.gpt_oss import modeling_gpt_oss
+from transformers.models.granite_swa import modeling_granite_swa
+from transformers.models.granitemoe_swa import modeling_granitemoe_swa
 
 import decodekit as dk
 
@@ -30,6 +33,21 @@ MODELS: dict[str, dict[str, Any]] = {
     "gpt_oss": _GQA
     | dict(sliding_window=CONTEXT, num_local_experts=4, num_experts_per_tok=2)
     | dict(rope_parameters=dict(rope_type="yarn", factor=32.0, rope_theta=1e5, original_max_position_embeddings=2)),
+    # sinks as gpt-oss's (Flint), or as an output scale sigmoid(logsumexp - sink) (Granite SWA, Granite-MoE SWA)
+    "flint": _GQA
+    | dict(sliding_window=CONTEXT, layer_types=["sliding_attention", "full_attention"], num_experts=4)
+    | dict(num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16),
+    "granite_swa": _GQA | dict(sliding_window=CONTEXT, layer_types=["sliding_attention", "full_attention"]),
+    "granitemoe_swa": _GQA
+    | dict(sliding_window=CONTEXT, layer_types=["sliding_attention", "full_attention"], num_local_experts=4),
+}
+# The eager function of each model of `EAGER_SERVED` with its term: a soft cap, or a sink logit per head.
+EAGER: dict[str, tuple[Any, str]] = {
+    "gemma2": (modeling_gemma2.eager_attention_forward, "softcap"),
+    "gpt_oss": (modeling_gpt_oss.eager_attention_forward, "sinks"),
+    "flint": (modeling_flint.eager_attention_forward, "sinks"),
+    "granite_swa": (modeling_granite_swa.eager_attention_forward, "sinks"),
+    "granitemoe_swa": (modeling_granitemoe_swa.eager_attention_forward, "sinks"),
 }
 
 
@@ -44,11 +62,12 @@ class _Heads(torch.nn.Module):
         self.sinks = torch.nn.Parameter(torch.randn(heads))
 
 
-@pytest.mark.parametrize("kind", ["softcap", "sinks"])
+@pytest.mark.parametrize("model_type", sorted(EAGER))
 @pytest.mark.parametrize("stored", ["kv_heads", "query_heads"])  # a gqa cache's keys, a dense cache's (repeated)
-def test_eager_terms_attention_equals_transformers_eager(kind: str, stored: str) -> None:
-    """Gemma 2's and gpt-oss's eager functions under the additive mask transformers builds from the same bool mask,
+def test_eager_terms_attention_equals_transformers_eager(model_type: str, stored: str) -> None:
+    """Each served model's eager function under the additive mask transformers builds from the same bool mask,
     for random queries, keys and a mask that hides a random half of the keys (never a whole row)."""
+    function, kind = EAGER[model_type]
     torch.manual_seed(0)
     B, H, H_kv, T, S = 2, 4, 2, 3, 7
     q, k, v = torch.randn(B, H, T, 8) * 3, torch.randn(B, H_kv, S, 8) * 3, torch.randn(B, H_kv, S, 8)
@@ -56,10 +75,7 @@ def test_eager_terms_attention_equals_transformers_eager(kind: str, stored: str)
     mask[..., 0] = True
     additive = torch.zeros(B, 1, T, S).masked_fill(~mask, torch.finfo(torch.float32).min)
     module = _Heads(H, H // H_kv)
-    if kind == "softcap":
-        want, _ = modeling_gemma2.eager_attention_forward(module, q, k, v, additive, scaling=0.3, softcap=2.0)
-    else:
-        want, _ = modeling_gpt_oss.eager_attention_forward(module, q, k, v, additive, scaling=0.3)
+    want, _ = function(module, q, k, v, additive, scaling=0.3, softcap=2.0 if kind == "softcap" else None)
     if stored == "query_heads":
         k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
     softcap, sinks = (2.0, None) if kind == "softcap" else (None, module.sinks)

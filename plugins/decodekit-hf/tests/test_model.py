@@ -393,7 +393,8 @@ def test_gemma3n_layers_that_share_keys_take_no_cache_and_decode_as_transformers
     """Gemma 3n's last `num_kv_shared_layers` layers attend over an earlier layer's keys and never write the cache:
     the decodekit cache had a layer for each, left empty, so its length (its last layer's) stayed 0 and the tokens
     were wrong. The cache now holds the layers that keep keys; the shared ones only answer transformers' mask
-    sizes. Sliding layers with a 4-token window, shorter than the sequence (so an evicting cache is refused)."""
+    sizes. Sliding layers with a 4-token window, shorter than the sequence; an evicting cache is refused (for the
+    shared layers: test_newer_architectures.py)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(0)
@@ -423,5 +424,6 @@ def test_gemma3n_layers_that_share_keys_take_no_cache_and_decode_as_transformers
         out = dk.generate(model, PROMPTS, chain="greedy", max_new_tokens=16, cache=cache)
         assert out.tokens == want.tolist()
     assert model.spec.n_layers == 2  # the layers that keep keys
-    with pytest.raises(dk.ParameterError, match=r"sliding-window layers.*allowed: "):
+    # refused for the shared layers first: the sliding layers' own window would be refused for them too
+    with pytest.raises(dk.ParameterError, match=r"num_kv_shared_layers=2.*allowed: a cache that keeps every token"):
         dk.generate(model, PROMPTS, max_new_tokens=2, cache="window(size=8)")

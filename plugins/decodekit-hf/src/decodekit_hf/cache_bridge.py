@@ -24,10 +24,11 @@ eagerly (the scored caches, `window`: `runs_eagerly`) is written by that functio
 write and the attention one eager call per layer, so that `compile=True` compiles the same graphs for every layer.
 
 A model that transformers runs on eager attention because SDPA cannot compute it (`EAGER_SERVED`: Gemma 2 and
-VaultGemma soft-cap the attention logits, gpt-oss adds a learned sink logit per head) is switched to
-`EAGER_ATTENTION`: transformers' eager masks, and outside `cache_attention` the model's own eager function, so a
-cache that keeps every token runs as before; through the cache, `softcap` and `s_aux` (the sinks) are applied to
-the cache's mask by `eager_terms_attention`, the same arithmetic as transformers' eager functions.
+VaultGemma soft-cap the attention logits, gpt-oss, Flint and the Granite SWA models add a learned sink logit per
+head) is switched to `EAGER_ATTENTION`: transformers' eager masks, and outside `cache_attention` the model's own
+eager function, so a cache that keeps every token runs as before; through the cache, `softcap` and `s_aux` (the
+sinks) are applied to the cache's mask by `eager_terms_attention`, the same arithmetic as transformers' eager
+functions.
 """
 
 from __future__ import annotations
@@ -67,8 +68,10 @@ __all__ = [
 ATTENTION = "decodekit"  # the attn_implementation name HFModel gives a model
 EAGER_ATTENTION = "decodekit_eager"  # the name it gives a model of `EAGER_SERVED`
 # Models on eager attention whose eager function is scaled dot products plus what `eager_terms_attention` applies:
-# soft-capping (Gemma 2, VaultGemma: `softcap`), a learned sink logit per head (gpt-oss: `s_aux`).
-EAGER_SERVED = ("gemma2", "vaultgemma", "gpt_oss")
+# soft-capping (Gemma 2, VaultGemma: `softcap`), a learned sink logit per head (gpt-oss, Flint: `s_aux`; Granite SWA
+# and Granite-MoE SWA scale the output by sigmoid(logsumexp - sink), the same weights). A list, not a rule read off
+# the model: an eager function is code, and each one here is checked against `eager_terms_attention`.
+EAGER_SERVED = ("gemma2", "vaultgemma", "gpt_oss", "flint", "granite_swa", "granitemoe_swa")
 
 
 @dataclass(frozen=True, eq=False)
@@ -273,20 +276,37 @@ class DecodekitCache(Cache):  # type: ignore[misc]
     Whole-cache operations (reset, crop, reorder) go to `kv` once, not once per layer.
     """
 
-    def __init__(self, kv: KVCache, masks_itself: bool = False, n_layers: int | None = None) -> None:
+    def __init__(
+        self, kv: KVCache, masks_itself: bool = False, n_layers: int | None = None, model: str = "the model"
+    ) -> None:
         # n_layers: the model's, when its last layers reuse earlier keys (Gemma 3n): theirs only answer mask sizes.
         count = kv.spec.n_layers if n_layers is None else n_layers
         layers: list[Any] = [DecodekitLayer(kv, layer, masks_itself) for layer in range(count)]
         super().__init__(layers=layers)
         self.kv = kv
+        self.model = model  # its class name, for the refusal of a layer of another shape
         self.written_by_attention = masks_itself and runs_eagerly(kv)
 
     def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> Any:
         """The new keys and values as they are when `decodekit_attention` writes them (`runs_eagerly`): the layer
         index is then not read here, in compiled code."""
+        self._check_shape(key_states, value_states, layer_idx)
         if self.written_by_attention:
             return key_states, value_states
         return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
+    def _check_shape(self, k: Tensor, v: Tensor, layer: int) -> None:
+        """Refuse a layer whose keys or values are not `[B, n_kv_heads, T, head_dim]` as the config states them
+        (MiMo-V2-Flash's sliding layers cache twice its `num_key_value_heads`): the cache has one shape for all."""
+        spec = self.kv.spec
+        if k.shape[1] == v.shape[1] == spec.n_kv_heads and k.shape[3] == v.shape[3] == spec.head_dim:
+            return
+        raise ParameterError(
+            f"HFModel: layer {layer} of {self.model} caches keys of {k.shape[1]} kv-heads of {k.shape[3]} dims and "
+            f"values of {v.shape[1]} of {v.shape[3]}, not the {spec.n_kv_heads} of head_dim={spec.head_dim} its "
+            "config states; decodekit's caches hold one shape for every layer; allowed: a model whose every layer "
+            f"caches num_key_value_heads={spec.n_kv_heads} kv-heads of head_dim={spec.head_dim} dimensions"
+        )
 
     def reset(self) -> None:
         self.kv.reset()

@@ -47,9 +47,9 @@ __all__ = ["CALIBRATION_NAME", "HFModel", "load_hf", "model_spec", "rope_base"]
 
 CALIBRATION_NAME = "calibration.json"  # `decodekit cache calibrate --json`, next to the weights
 
-# Layer types whose cache is plain keys and values: full attention, or a sliding window that the
+# Layer types whose cache is plain keys and values: full attention, or a sliding window or chunks (Llama 4) that the
 # mask applies over keys the decodekit cache keeps in full.
-_ATTENTION_LAYERS = ("full_attention", "sliding_attention")
+_ATTENTION_LAYERS = ("full_attention", "sliding_attention", "chunked_attention")
 # Architectures whose rotary embedding is decodekit.rope's (rotate-half over the whole head, angles
 # position · base^(-2i/D)) on the cached keys (any key norm before it), so a cache may move their keys:
 # Llama's `apply_rotary_pos_emb`. Each is checked by moving the window's sinks (test_evicting_caches).
@@ -97,10 +97,18 @@ _KEPT = "re-rotating kept keys"
 
 def _sliding_window(config: Any) -> int | None:
     """The window some layer of the model masks (transformers' mask, not the cache's; 0 if unstated), or None."""
-    window = getattr(config, "sliding_window", None)
+    window = _per_layer(config, "sliding_window")
     if "sliding_attention" in (getattr(config, "layer_types", None) or ()):
         return int(window or 0)
     return int(window) if window is not None and bool(getattr(config, "use_sliding_window", True)) else None
+
+
+def _chunk(config: Any) -> int | None:
+    """The chunk length of a model with `chunked_attention` layers (Llama 4: a query sees the keys of its own chunk
+    of `attention_chunk_size` tokens), or None."""
+    if "chunked_attention" not in (getattr(config, "layer_types", None) or ()):
+        return None
+    return int(_per_layer(config, "attention_chunk_size"))
 
 
 def _sliding_layers(config: Any) -> tuple[int, ...]:
@@ -121,9 +129,25 @@ def _window_within(cache: KVCache, window: int, layers: Collection[int]) -> bool
     return all(sizes[layer] <= window for layer in layers if layer < len(sizes))
 
 
+def _per_layer(c: Any, name: str) -> Any:
+    """`c.<name>` (None if absent); on a heterogeneous config (Gemma 4's `per_layer_config`), where transformers
+    refuses the global read of a per-layer field, each layer's, which must agree: decodekit's caches hold one shape
+    for every layer."""
+    if name not in (getattr(c, "per_layer_attributes", None) or ()):
+        return getattr(c, name, None)
+    values = [getattr(layer, name, None) for layer in c.per_layer_config]
+    if len(set(values)) > 1:
+        differ = ", ".join(f"{value} on layer {values.index(value)}" for value in dict.fromkeys(values))
+        raise ParameterError(
+            f"HFModel: {type(c).__name__} is not served: its layers differ in {name} ({differ}); decodekit's caches "
+            f"hold one shape and one mask rule for every layer; allowed: a model whose layers share {name}"
+        )
+    return values[0]
+
+
 def _not_served(c: Any) -> str | None:
     """Why decodekit's caches cannot hold this model's state, or None (the layer types are checked apart)."""
-    if getattr(c, "num_attention_heads", None) is None:
+    if _per_layer(c, "num_attention_heads") is None:
         return (
             "it has no attention heads (a state-space or recurrent model: Mamba, RWKV, ...), whose state needs "
             "transformers' own caches; allowed: a model of attention layers"
@@ -153,21 +177,28 @@ def model_spec(config: Any, context: int | None = None) -> ModelSpec:
     why = _not_served(c)
     if why is not None:
         raise ParameterError(f"HFModel: {type(c).__name__} is not served: {why}")
-    n_heads = int(c.num_attention_heads)
-    head_dim = int(getattr(c, "head_dim", None) or c.hidden_size // n_heads)
+    n_heads = int(_per_layer(c, "num_attention_heads"))
+    head_dim = int(_per_layer(c, "head_dim") or c.hidden_size // n_heads)
     max_positions = _context(c, context)
     layer_types = getattr(c, "layer_types", None) or ()
     other = sorted(set(layer_types) - set(_ATTENTION_LAYERS))
     if other:
         raise ParameterError(
-            f"HFModel: layer type {other[0]!r} of {type(c).__name__} is not served; decodekit caches hold "
-            f"keys and values of attention layers ({', '.join(_ATTENTION_LAYERS)})"
+            f"HFModel: layer type {other[0]!r} of {type(c).__name__} is not served: its state is not keys and "
+            f"values; allowed: a model whose layers are attention layers ({', '.join(_ATTENTION_LAYERS)})"
+        )
+    value_dim = _per_layer(c, "v_head_dim")  # MiMo-V2-Flash: values narrower than keys
+    if value_dim is not None and int(value_dim) != head_dim:
+        raise ParameterError(
+            f"HFModel: {type(c).__name__} is not served: its values have v_head_dim={value_dim} dimensions, its keys "
+            f"head_dim={head_dim}; decodekit's caches hold keys and values of one width; allowed: a model whose "
+            "values have head_dim dimensions"
         )
     return ModelSpec(
         # Gemma 3n's last `num_kv_shared_layers` layers attend over earlier keys: nothing of their own to cache.
         n_layers=int(c.num_hidden_layers) - int(getattr(c, "num_kv_shared_layers", 0) or 0),
         n_heads=n_heads,
-        n_kv_heads=int(getattr(c, "num_key_value_heads", None) or n_heads),
+        n_kv_heads=int(_per_layer(c, "num_key_value_heads") or n_heads),
         head_dim=head_dim,
         vocab_size=int(c.vocab_size),
         max_positions=int(max_positions),
@@ -210,7 +241,8 @@ class HFModel(nn.Module):
 
     A model on transformers' SDPA attention is switched to `decodekit_hf.cache_bridge.ATTENTION`,
     which is that same SDPA attention unless a forward's cache evicts or observes; one on eager attention of
-    `EAGER_SERVED` (Gemma 2, VaultGemma, gpt-oss) to `EAGER_ATTENTION`, its eager attention likewise.
+    `EAGER_SERVED` (soft-capped or sink attention: Gemma 2, gpt-oss, ...) to `EAGER_ATTENTION`, its eager
+    attention likewise.
     """
 
     spec: ModelSpec
@@ -229,6 +261,7 @@ class HFModel(nn.Module):
         )
         self._sliding_window = _sliding_window(config)
         self._sliding_layers = _sliding_layers(config)
+        self._chunk = _chunk(config)
         self._hf_layers = int(config.num_hidden_layers)  # the cache's layers, and those that share theirs
         self._alibi = bool(getattr(config, "alibi", False))  # Falcon's ALiBi biases ride in the attention mask
         implementation = model.config._attn_implementation
@@ -282,7 +315,9 @@ class HFModel(nn.Module):
                 slots = torch.arange(past + T, device=input_ids.device)  # [S]
                 attention_mask = (slots >= past - first).long()  # [B, S]: 0 on padding
                 positions = positions.clamp(min=0)
-        kwargs[self._cache_arg] = None if cache is None else DecodekitCache(cache, masks_itself, self._hf_layers)
+        kwargs[self._cache_arg] = (
+            None if cache is None else DecodekitCache(cache, masks_itself, self._hf_layers, type(self.hf).__name__)
+        )
         if last_only and self._keeps_logits:
             kwargs["logits_to_keep"] = 1
         with torch.no_grad(), cache_attention(attention) if attention is not None else nullcontext():
@@ -314,18 +349,34 @@ class HFModel(nn.Module):
                 f"HFModel: cache {name} evicts or observes attention, which needs decodekit's attention function; "
                 f"this model runs attn_implementation={self.hf.config._attn_implementation!r}; allowed: {allowed}"
             )
+        if self._hf_layers > self.spec.n_layers:  # Gemma 3n, Gemma 4 E2B/E4B
+            shared = self._hf_layers - self.spec.n_layers
+            raise ParameterError(
+                f"HFModel: cache {name} evicts or observes attention, and this model's last {shared} layers "
+                f"(num_kv_shared_layers={shared}) attend over all of an earlier layer's keys, which a cache that "
+                "evicts or observes does not hand back; allowed: a cache that keeps every token (dense, gqa, int8)"
+            )
         if self._alibi:
             raise ParameterError(
                 f"HFModel: cache {name} evicts or observes attention, and this model adds its ALiBi position biases "
                 "to transformers' attention mask, which decodekit's attention function does not read; allowed: a "
                 "cache that keeps every token (dense, gqa, int8)"
             )
-        # A text no longer than the model's window is attended whole: its sliding-window layers mask nothing.
-        # The text is the slots the loop will feed (`spec.capacity`), or more where a caller feeds past them.
+        # A text no longer than the model's window (chunk) is attended whole: its sliding (chunked) layers mask
+        # nothing. The text is the slots the loop will feed (`spec.capacity`), or more where a caller feeds past them.
         # Read only for such a model: compiled, a read of the capacity is a guard that a job's next length fails.
-        if self._sliding_window is None:
+        if self._sliding_window is None and self._chunk is None:
             return
         text = max(cache.spec.capacity, cache.length + new)
+        if self._chunk is not None and text > self._chunk:  # a chunk's first query sees itself alone: no window does
+            raise ParameterError(
+                f"HFModel: cache {name} evicts or observes attention, and this model's chunked-attention layers "
+                f"(attention_chunk_size={self._chunk}) mask a text of {text} tokens by transformers' rules, which this "
+                f"cache cannot follow; allowed: a text of at most {self._chunk} tokens (prompt + max_new_tokens), or a "
+                "cache that keeps every token (dense, gqa, int8)"
+            )
+        if self._sliding_window is None:
+            return
         window = self._sliding_window
         if text > window and not _window_within(cache, window, self._sliding_layers):
             raise ParameterError(
