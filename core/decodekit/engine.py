@@ -335,7 +335,10 @@ class Decoding:
             self._events.append(event)
 
     def take_events(self) -> list[TokenEvent]:
-        events, self._events = self._events or [], [] if self._events is not None else None
+        """The events kept since the last call (none when the decoding keeps no events)."""
+        if self._events is None:
+            return []
+        events, self._events = self._events, []
         return events
 
     # -- running a policy ----------------------------------------------------------------
@@ -432,9 +435,10 @@ def sample_steps(
     before: Callable[[Tensor], None] | None = None,
     after: Callable[[Picked], None] | None = None,
 ) -> Iterator[None]:
-    """The decode loop of the notes on an opened decoding: prefill, then one token per row per step
-    from the chain, until every row has ended. `before(logits)` sees each step's logits before the
-    chain runs (`d.ctx` as the chain will see it), `after(picked)` what it picked (with `logprobs`)."""
+    """The loop of the "sample" strategy, and of any that picks by the chain, on an opened decoding: prefill,
+    then one token per row per step from the chain, until every row has ended. `before(logits)` sees each step's
+    logits before the chain runs (`d.ctx` as the chain will see it), `after(picked)` what it picked (with
+    `logprobs`)."""
     logits = d.prefill()
     while True:
         if before is not None:
@@ -474,7 +478,7 @@ def _forward(model: Model, input_ids: Tensor, positions: Tensor, cache: KVCache 
 
 def uncached_logits(model: Model, buf: Tensor, positions: Tensor, filled: int) -> Tensor:
     """Last-column logits `[B, V]` recomputed from `buf[:, :filled]`, cropped to the model's last
-    `max_positions` columns, positions re-based so each row's window starts at 0 (the notes' crop)."""
+    `max_positions` columns, positions re-based so each row's window starts at 0 (`cache="none"`)."""
     start = max(0, filled - model.spec.max_positions)
     pos = positions[:, start:filled]
     return last_column(model, model(buf[:, start:filled], pos - pos[:, :1].clamp(min=0), None, **last_only(model)))
