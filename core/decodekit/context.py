@@ -1,4 +1,4 @@
-"""`DecodeContext`: what a processor or selector may read at one decode step."""
+"""`DecodeContext`: what a processor or selector may read at one decode step; and each row's seed and generator."""
 
 from __future__ import annotations
 
