@@ -334,7 +334,7 @@ class Decoding:
         if self._events is not None and record:
             self._events.append(event)
 
-    def take_events(self) -> list[TokenEvent]:
+    def _take_events(self) -> list[TokenEvent]:
         """The events kept since the last call (none when the decoding keeps no events)."""
         if self._events is None:
             return []
@@ -371,9 +371,9 @@ class Decoding:
                     with each_round():
                         if next(steps, _END) is _END:
                             break
-                    yield from self.take_events()
+                    yield from self._take_events()
             self._check_complete()
-            yield from self.take_events()
+            yield from self._take_events()
 
         return events()
 
