@@ -167,7 +167,7 @@ def _stop_tokens(stop_tokens: object, batch: int, vocab_size: int) -> list[froze
     items = stop_tokens.tolist() if hasattr(stop_tokens, "tolist") else stop_tokens
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
         raise ParameterError(
-            f"stop_tokens={stop_tokens!r} is invalid; allowed: a list of token ids, or one list per row"
+            f"stop_tokens={stop_tokens!r} is invalid; allowed: a list of token ids, or one list per prompt"
         )
     first = items[0] if items else None
     if (isinstance(first, Sequence) and not isinstance(first, str)) or (
@@ -175,8 +175,8 @@ def _stop_tokens(stop_tokens: object, batch: int, vocab_size: int) -> list[froze
     ):
         if len(items) != batch:
             raise ParameterError(
-                f"stop_tokens: {len(items)} per-row lists for {batch} rows; "
-                "allowed: one list for all rows or one per row"
+                f"stop_tokens: {len(items)} lists given for {batch} prompts; "
+                "allowed: one list for every prompt, or one per prompt"
             )
         return [frozenset(token_ids(f"stop_tokens[{b}]", row, vocab_size)) for b, row in enumerate(items)]
     return [frozenset(token_ids("stop_tokens", items, vocab_size))] * batch
@@ -202,7 +202,9 @@ def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
         return None
     if isinstance(seed, Sequence) and not isinstance(seed, str):
         if len(seed) != batch:
-            raise ParameterError(f"seed: {len(seed)} per-row seeds given; allowed: one int, or one per row ({batch})")
+            raise ParameterError(
+                f"seed: {len(seed)} seeds given for {batch} prompts; allowed: one int, or one per prompt ({batch})"
+            )
         return tuple(_integer(f"seed[{b}]", s, lambda n: 0 <= n < MAX_SEED, allowed) for b, s in enumerate(seed))
     return _integer("seed", seed, lambda n: 0 <= n < MAX_SEED, allowed)
 
