@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
@@ -44,10 +43,6 @@ ROW_BYTES = 2048
 
 Policy = Callable[["Decoding", Params], "Iterator[None] | None"]
 _END = object()  # a policy's rounds are over
-# id(model) -> (a weak reference to it, its compiled forward): by identity, as a model's == may call two models
-# equal; the reference tells a model from a later one given the same id and drops the entry when the model dies.
-# The forward takes the model as an argument, so that nothing here keeps a model (and its weights) alive.
-_COMPILED: dict[int, tuple[weakref.ref[Any], Callable[..., Tensor]]] = {}
 
 
 class Decoding:
@@ -115,16 +110,8 @@ class Decoding:
 
     def runs(self, model: Model) -> Callable[..., Tensor]:
         """`model` as this decode calls it: under `torch.compile` with `compile=True` (a policy's own forwards,
-        a draft model's, go through this too), else as it is; compiled once per model and type of cache (a new
-        wrapper compiles anew)."""
-        if not self.request.compile:
-            return model
-        if (known := _COMPILED.get(id(model))) is not None and known[0]() is model:
-            return functools.partial(known[1], model)
-        forward, key = _per_cache_type(), id(model)
-        with contextlib.suppress(TypeError):  # a model no weak reference can hold is compiled for this decode only
-            _COMPILED[key] = (weakref.ref(model, lambda _: _COMPILED.pop(key, None)), forward)
-        return functools.partial(forward, model)
+        a draft model's, go through this too), else as it is (`compiling.compiled_forward`)."""
+        return compiling.compiled_forward(model) if self.request.compile else model
 
     def open_cache(self, model: Model, batch_size: int, total: int, needs: Sequence[str] = ()) -> KVCache | None:
         """A cache of the request's backend for `model`, `batch_size` rows of up to `total` tokens, checked
@@ -451,29 +438,6 @@ def sample_steps(
         if d.done:
             return
         logits = d.forward()
-
-
-def _per_cache_type() -> Callable[..., Tensor]:
-    """A model's forward, `run(model, ...)`, compiled once per type of cache it is called with, each counting its
-    own recompiles: dynamo's limit (8 a function) then holds per cache backend, not across them (5 backends in one
-    process met it). The model is an argument, not held: torch keeps its graphs, not the model (docs/concepts.md)."""
-    graphs: dict[type, Callable[..., Tensor]] = {}
-
-    def run(model: Model, input_ids: Tensor, positions: Tensor, cache: KVCache, **options: Any) -> Tensor:
-        if (graph := graphs.get(type(cache))) is None:
-            # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
-            # unbound size for a repeated-heads (`dense`) cache past 2 layers.
-            graph = graphs[type(cache)] = compiling.compiled(
-                _forward, "the model's forward", dynamic=None, isolate_recompiles=True
-            )
-        return graph(model, input_ids, positions, cache, **options)
-
-    return run
-
-
-def _forward(model: Model, input_ids: Tensor, positions: Tensor, cache: KVCache | None, **options: Any) -> Tensor:
-    """`model`'s forward, the function `_per_cache_type` compiles."""
-    return model(input_ids, positions, cache, **options)
 
 
 def uncached_logits(model: Model, buf: Tensor, positions: Tensor, filled: int) -> Tensor:
