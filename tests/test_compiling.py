@@ -18,7 +18,7 @@ from torch._dynamo.exc import TorchDynamoException
 from torch._inductor.exc import InductorError
 
 import decodekit as dk
-from decodekit import engine
+from decodekit import compiling
 from decodekit.compiling import eager
 from tinymodels import tiny_gpt
 
@@ -40,7 +40,7 @@ def _failing_compile(fails: Callable[[Any], bool], error: Exception) -> Callable
 
 
 def _is_model(fn: Any) -> bool:
-    return fn is engine._forward  # the model's forward, which takes the model as an argument
+    return fn is compiling._forward  # the model's forward, which takes the model as an argument
 
 
 def _generate(compile: bool) -> list[list[int]]:

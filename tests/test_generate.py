@@ -182,7 +182,7 @@ def test_bad_prompts_and_parameters() -> None:
         dk.generate(m, [[1]], max_new_tokens=-1)
     with pytest.raises(dk.UnknownNameError, match="unknown cache backend 'paged'; installed: .*dense.*gqa"):
         dk.generate(m, [[1]], max_new_tokens=4, cache="paged")
-    with pytest.raises(dk.ParameterError, match="3 per-row lists for 1 rows"):
+    with pytest.raises(dk.ParameterError, match="3 lists given for 1 prompts"):
         dk.generate(m, [[1]], max_new_tokens=4, stop_tokens=[[1], [2], [3]])
 
 

@@ -23,17 +23,17 @@ BAD_ARGUMENTS = [
     ({"seed": True}, r"seed=True is invalid"),
     ({"seed": -1}, r"seed=-1 is invalid"),
     ({"seed": [2**64]}, r"seed\[0\]=18446744073709551616 is invalid; allowed: an integer, 0 <= seed < 2\*\*64"),
-    ({"seed": [1, 2]}, r"seed: 2 per-row seeds given; allowed: one int, or one per row \(1\)"),
+    ({"seed": [1, 2]}, r"seed: 2 seeds given for 1 prompts; allowed: one int, or one per prompt \(1\)"),
     ({"seed": "7"}, r"seed='7' is invalid"),
     ({"logprobs": 2.5}, r"logprobs=2.5 is invalid; allowed: None or an integer, 0 <= logprobs <= 101"),
     ({"logprobs": V + 1}, r"logprobs=102 is invalid"),
     ({"cache": None}, r"cache=None is invalid; allowed: a cache backend name, 'name\(args\)', 'none', or a factory"),
     ({"cache": 5}, r"cache=5 is invalid"),
-    ({"stop_tokens": None}, r"stop_tokens=None is invalid; allowed: a list of token ids, or one list per row"),
+    ({"stop_tokens": None}, r"stop_tokens=None is invalid; allowed: a list of token ids, or one list per prompt"),
     ({"stop_tokens": 3}, r"stop_tokens=3 is invalid"),
     ({"stop_tokens": [1.0]}, r"stop_tokens: token id 1.0 \(float\) is invalid; allowed: an int"),
     ({"stop_tokens": [V]}, r"stop_tokens: token id 101 is invalid; allowed: 0 <= id < vocab_size=101"),
-    ({"stop_tokens": [[1], ["a"]]}, r"2 per-row lists for 1 rows"),
+    ({"stop_tokens": [[1], ["a"]]}, r"2 lists given for 1 prompts"),
     ({"stop_strings": 7}, r"stop_strings=7 is invalid; allowed: a string or a list of strings"),
     ({"stop_strings": ["a", 3]}, r"stop_strings=\['a', 3\] is invalid"),
     # were dropped without a word, while the command line refuses `--stop ''`
@@ -256,3 +256,12 @@ def test_a_cache_factory_that_returns_no_cache_is_named(returned: Any) -> None:
     """A factory's slip (a missing `return`) decoded with no cache at all, many times slower and silently."""
     with pytest.raises(dk.ParameterError, match=rf"cache=.* returned {returned!r}; allowed: a factory"):
         dk.generate(tiny_gpt(), [[1, 2, 3]], max_new_tokens=2, cache=lambda spec: returned)
+
+
+def test_a_wrong_count_of_seeds_or_stop_lists_is_counted_in_prompts_not_rows() -> None:
+    """Beam search decodes num_beams rows a prompt: a count said in rows ("one per row (2)" of 4 rows) misleads."""
+    model, prompts = tiny_gpt(2), [[1, 2], [3]]
+    with pytest.raises(dk.ParameterError, match=r"^seed: 3 seeds given for 2 prompts; allowed: one int, or one per "):
+        beam_search(model, prompts, num_beams=2, max_new_tokens=2, seed=[1, 2, 3])
+    with pytest.raises(dk.ParameterError, match=r"^stop_tokens: 3 lists given for 2 prompts; allowed: one list for "):
+        beam_search(model, prompts, num_beams=2, max_new_tokens=2, stop_tokens=[[1], [2], [3]])

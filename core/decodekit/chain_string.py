@@ -138,27 +138,9 @@ class _Parser:
         if char in _CLOSE:
             return self.bracketed(char, depth)
         if char in "'\"":
-            match = _STRING.match(self.text, self.pos)
-            if match is None:
-                raise self.error("a closed string literal")
-            try:
-                with warnings.catch_warnings():  # an unknown escape ("\d") stays as written
-                    warnings.simplefilter("ignore")
-                    value = ast.literal_eval(match.group())
-            except (SyntaxError, ValueError) as exc:  # a malformed escape ("\x1")
-                raise self.error(
-                    f"a string with valid escapes ({exc.msg if isinstance(exc, SyntaxError) else exc})"
-                ) from None
-            self.pos = match.end()
-            return value
-        match = _NUMBER.match(self.text, self.pos)
-        if match is not None:
-            self.pos = match.end()
-            token = match.group()
-            try:
-                return float(token) if any(c in token for c in ".eE") else int(token)
-            except ValueError:  # an int of more digits than Python converts
-                raise self.error("a number of at most 4,300 digits", start) from None
+            return self.string()
+        if (match := _NUMBER.match(self.text, self.pos)) is not None:
+            return self.number(match)
         match = _NAME.match(self.text, self.pos)
         if match is not None and match.group() in _CONSTANTS:
             self.pos = match.end()
@@ -174,6 +156,30 @@ class _Parser:
         raise self.error(
             "a literal (a number, inf, nan, a string or bare word, True, False, None, a list, a tuple or a dict)"
         )
+
+    def string(self) -> str:
+        """The quoted string at `pos`, its escapes read as Python reads them."""
+        match = _STRING.match(self.text, self.pos)
+        if match is None:
+            raise self.error("a closed string literal")
+        try:
+            with warnings.catch_warnings():  # an unknown escape ("\d") stays as written
+                warnings.simplefilter("ignore")
+                value: str = ast.literal_eval(match.group())
+        except (SyntaxError, ValueError) as exc:  # a malformed escape ("\x1")
+            raise self.error(
+                f"a string with valid escapes ({exc.msg if isinstance(exc, SyntaxError) else exc})"
+            ) from None
+        self.pos = match.end()
+        return value
+
+    def number(self, match: re.Match[str]) -> int | float:
+        """The unsigned number `match` found at `pos`: an int, or a float if it has a point or an exponent."""
+        self.pos, token = match.end(), match.group()
+        try:
+            return float(token) if any(c in token for c in ".eE") else int(token)
+        except ValueError:  # an int of more digits than Python converts
+            raise self.error("a number of at most 4,300 digits", match.start()) from None
 
     def bracketed(self, opening: str, depth: int) -> Any:
         items: list[Any] = []

@@ -1,19 +1,27 @@
 """`compile=True`: a function under `torch.compile`, whose compiler's failures (dynamo, inductor, its C++
-compiler: on the first call, mid-decode) are a `CompileError` naming what it compiled; and a function a
-compiled graph calls eagerly (host-side work a plugin cannot trace)."""
+compiler: on the first call, mid-decode) are a `CompileError` naming what it compiled; a model's forward, compiled
+once per model and type of cache; and a function a compiled graph calls eagerly (host-side work a plugin cannot
+trace)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
+import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
+from torch import Tensor
 
 from decodekit.errors import CompileError
 
-__all__ = ["compiled", "eager"]
+if TYPE_CHECKING:
+    from decodekit.cache import KVCache
+    from decodekit.model import Model
+
+__all__ = ["compiled", "compiled_forward", "eager"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -35,6 +43,46 @@ def compiled(fn: Callable[..., T], what: str, **options: Any) -> Callable[..., T
             raise CompileError(what, reason) from exc
 
     return run
+
+
+# id(model) -> (a weak reference to it, its compiled forward): by identity, as a model's == may call two models
+# equal; the reference tells a model from a later one given the same id and drops the entry when the model dies.
+# The forward takes the model as an argument, so that nothing here keeps a model (and its weights) alive.
+_COMPILED: dict[int, tuple[weakref.ref[Any], Callable[..., Tensor]]] = {}
+
+
+def compiled_forward(model: Model) -> Callable[..., Tensor]:
+    """`model(input_ids, positions, cache, **options)` under `torch.compile`: compiled once per model and type of
+    cache while the model lives (a new wrapper of it compiles anew)."""
+    if (known := _COMPILED.get(id(model))) is not None and known[0]() is model:
+        return functools.partial(known[1], model)
+    forward, key = _per_cache_type(), id(model)
+    with contextlib.suppress(TypeError):  # a model no weak reference can hold is compiled for this decode only
+        _COMPILED[key] = (weakref.ref(model, lambda _: _COMPILED.pop(key, None)), forward)
+    return functools.partial(forward, model)
+
+
+def _per_cache_type() -> Callable[..., Tensor]:
+    """A model's forward, `run(model, ...)`, compiled once per type of cache it is called with, each counting its
+    own recompiles: dynamo's limit (8 a function) then holds per cache backend, not across them (5 backends in one
+    process met it). The model is an argument, not held: torch keeps its graphs, not the model (docs/concepts.md)."""
+    graphs: dict[type, Callable[..., Tensor]] = {}
+
+    def run(model: Model, input_ids: Tensor, positions: Tensor, cache: KVCache, **options: Any) -> Tensor:
+        if (graph := graphs.get(type(cache))) is None:
+            # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
+            # unbound size for a repeated-heads (`dense`) cache past 2 layers.
+            graph = graphs[type(cache)] = compiled(
+                _forward, "the model's forward", dynamic=None, isolate_recompiles=True
+            )
+        return graph(model, input_ids, positions, cache, **options)
+
+    return run
+
+
+def _forward(model: Model, input_ids: Tensor, positions: Tensor, cache: KVCache | None, **options: Any) -> Tensor:
+    """`model`'s forward, the function `_per_cache_type` compiles."""
+    return model(input_ids, positions, cache, **options)
 
 
 def eager(fn: F) -> F:

@@ -1,4 +1,4 @@
-"""`DecodeContext`: what a processor or selector may read at one decode step."""
+"""`DecodeContext`: what a processor or selector may read at one decode step; and each row's seed and generator."""
 
 from __future__ import annotations
 
@@ -40,15 +40,14 @@ def row_generators(
 ) -> list[torch.Generator]:
     """One generator per row, row `b`'s from `seeds` and `b` alone (docs/concepts.md, "Seeds"): one int (row `b`
     gets `mix_seed(seed, b)`), one int per row (used as is), or None (fresh nondeterministic seeds)."""
-    if seeds is None:
-        row_seeds_ = [int(torch.randint(0, 2**62, ()).item()) for _ in range(batch_size)]
-    else:
-        row_seeds_ = row_seeds(seeds, batch_size) or []
-        if len(row_seeds_) != batch_size:
-            raise ParameterError(
-                f"seed: {len(row_seeds_)} per-row seeds given; allowed: one int, or one seed per row ({batch_size})"
-            )
-    return [torch.Generator(device=device).manual_seed(s) for s in row_seeds_]
+    per_row = row_seeds(seeds, batch_size)
+    if per_row is None:
+        per_row = [int(torch.randint(0, 2**62, ()).item()) for _ in range(batch_size)]
+    elif len(per_row) != batch_size:
+        raise ParameterError(
+            f"seed: {len(per_row)} per-row seeds given; allowed: one int, or one seed per row ({batch_size})"
+        )
+    return [torch.Generator(device=device).manual_seed(s) for s in per_row]
 
 
 @dataclass(eq=False)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
@@ -44,10 +43,6 @@ ROW_BYTES = 2048
 
 Policy = Callable[["Decoding", Params], "Iterator[None] | None"]
 _END = object()  # a policy's rounds are over
-# id(model) -> (a weak reference to it, its compiled forward): by identity, as a model's == may call two models
-# equal; the reference tells a model from a later one given the same id and drops the entry when the model dies.
-# The forward takes the model as an argument, so that nothing here keeps a model (and its weights) alive.
-_COMPILED: dict[int, tuple[weakref.ref[Any], Callable[..., Tensor]]] = {}
 
 
 class Decoding:
@@ -115,16 +110,8 @@ class Decoding:
 
     def runs(self, model: Model) -> Callable[..., Tensor]:
         """`model` as this decode calls it: under `torch.compile` with `compile=True` (a policy's own forwards,
-        a draft model's, go through this too), else as it is; compiled once per model and type of cache (a new
-        wrapper compiles anew)."""
-        if not self.request.compile:
-            return model
-        if (known := _COMPILED.get(id(model))) is not None and known[0]() is model:
-            return functools.partial(known[1], model)
-        forward, key = _per_cache_type(), id(model)
-        with contextlib.suppress(TypeError):  # a model no weak reference can hold is compiled for this decode only
-            _COMPILED[key] = (weakref.ref(model, lambda _: _COMPILED.pop(key, None)), forward)
-        return functools.partial(forward, model)
+        a draft model's, go through this too), else as it is (`compiling.compiled_forward`)."""
+        return compiling.compiled_forward(model) if self.request.compile else model
 
     def open_cache(self, model: Model, batch_size: int, total: int, needs: Sequence[str] = ()) -> KVCache | None:
         """A cache of the request's backend for `model`, `batch_size` rows of up to `total` tokens, checked
@@ -334,8 +321,11 @@ class Decoding:
         if self._events is not None and record:
             self._events.append(event)
 
-    def take_events(self) -> list[TokenEvent]:
-        events, self._events = self._events or [], [] if self._events is not None else None
+    def _take_events(self) -> list[TokenEvent]:
+        """The events kept since the last call (none when the decoding keeps no events)."""
+        if self._events is None:
+            return []
+        events, self._events = self._events, []
         return events
 
     # -- running a policy ----------------------------------------------------------------
@@ -368,9 +358,9 @@ class Decoding:
                     with each_round():
                         if next(steps, _END) is _END:
                             break
-                    yield from self.take_events()
+                    yield from self._take_events()
             self._check_complete()
-            yield from self.take_events()
+            yield from self._take_events()
 
         return events()
 
@@ -432,9 +422,10 @@ def sample_steps(
     before: Callable[[Tensor], None] | None = None,
     after: Callable[[Picked], None] | None = None,
 ) -> Iterator[None]:
-    """The decode loop of the notes on an opened decoding: prefill, then one token per row per step
-    from the chain, until every row has ended. `before(logits)` sees each step's logits before the
-    chain runs (`d.ctx` as the chain will see it), `after(picked)` what it picked (with `logprobs`)."""
+    """The loop of the "sample" strategy, and of any that picks by the chain, on an opened decoding: prefill,
+    then one token per row per step from the chain, until every row has ended. `before(logits)` sees each step's
+    logits before the chain runs (`d.ctx` as the chain will see it), `after(picked)` what it picked (with
+    `logprobs`)."""
     logits = d.prefill()
     while True:
         if before is not None:
@@ -449,32 +440,9 @@ def sample_steps(
         logits = d.forward()
 
 
-def _per_cache_type() -> Callable[..., Tensor]:
-    """A model's forward, `run(model, ...)`, compiled once per type of cache it is called with, each counting its
-    own recompiles: dynamo's limit (8 a function) then holds per cache backend, not across them (5 backends in one
-    process met it). The model is an argument, not held: torch keeps its graphs, not the model (docs/concepts.md)."""
-    graphs: dict[type, Callable[..., Tensor]] = {}
-
-    def run(model: Model, input_ids: Tensor, positions: Tensor, cache: KVCache, **options: Any) -> Tensor:
-        if (graph := graphs.get(type(cache))) is None:
-            # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
-            # unbound size for a repeated-heads (`dense`) cache past 2 layers.
-            graph = graphs[type(cache)] = compiling.compiled(
-                _forward, "the model's forward", dynamic=None, isolate_recompiles=True
-            )
-        return graph(model, input_ids, positions, cache, **options)
-
-    return run
-
-
-def _forward(model: Model, input_ids: Tensor, positions: Tensor, cache: KVCache | None, **options: Any) -> Tensor:
-    """`model`'s forward, the function `_per_cache_type` compiles."""
-    return model(input_ids, positions, cache, **options)
-
-
 def uncached_logits(model: Model, buf: Tensor, positions: Tensor, filled: int) -> Tensor:
     """Last-column logits `[B, V]` recomputed from `buf[:, :filled]`, cropped to the model's last
-    `max_positions` columns, positions re-based so each row's window starts at 0 (the notes' crop)."""
+    `max_positions` columns, positions re-based so each row's window starts at 0 (`cache="none"`)."""
     start = max(0, filled - model.spec.max_positions)
     pos = positions[:, start:filled]
     return last_column(model, model(buf[:, start:filled], pos - pos[:, :1].clamp(min=0), None, **last_only(model)))

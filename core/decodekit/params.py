@@ -9,7 +9,7 @@ from typing import Any
 import annotated_types
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from decodekit.errors import ParameterError, did_you_mean
 from decodekit.param_types import type_text
@@ -127,27 +127,32 @@ def validate_params(owner: str, model: type[Params], values: Mapping[str, Any]) 
     for err in errors:
         if any(len(other) > len(err["loc"]) > 0 and other[: len(err["loc"])] == err["loc"] for other in locs):
             continue  # a list that came out short because an item of it failed: the item's error says why
-        loc = ".".join(str(p) for p in err["loc"])
-        key = str(err["loc"][0]) if err["loc"] else ""
-        field = fields.get(key)
-        if not err["loc"]:  # a validator across parameters: name them, and its rule
-            given = ", ".join(f"{k}={v!r}" for k, v in values.items()) or "the defaults"
-            rule = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
-            problems[loc] = f"{given} {'is invalid' if len(values) == 1 else 'are invalid together'}: {rule}"
-        elif err["type"] == "missing":
-            problems[loc] = f"missing required parameter {loc}"
-        elif field is not None and _is_union_member(err["loc"], field):
-            problems[key] = f"{key}={values.get(key)!r} is invalid; allowed: {allowed_values(key, field)}"
-        else:
-            # An item of a list or dict parameter (`breakers.0.1`; a dict key's own error `bias key`) is
-            # described by the parameter's whole type, its items' bounds written in it.
-            nested = len(err["loc"]) > 1
-            if err["loc"][-1] == "[key]":
-                loc = loc.removesuffix(f".{err['loc'][-2]}.[key]") + " key"
-            allowed = "" if field is None else f"; allowed: {f'{key}: ' if nested else ''}{allowed_values(key, field)}"
-            msg = str(err["msg"]).removeprefix("Value error, ")
-            problems[loc] = f"{loc}={err.get('input')!r} is invalid: {msg}{allowed}"
+        where, problem = _problem(err, fields, values)
+        problems[where] = problem
     raise ParameterError(f"{owner}: " + "; ".join(problems.values())) from None
+
+
+def _problem(err: ErrorDetails, fields: Mapping[str, FieldInfo], values: Mapping[str, Any]) -> tuple[str, str]:
+    """One of pydantic's errors as (where, what is wrong and what is allowed); a union's members share a where."""
+    loc = ".".join(str(p) for p in err["loc"])
+    key = str(err["loc"][0]) if err["loc"] else ""
+    field = fields.get(key)
+    if not err["loc"]:  # a validator across parameters: name them, and its rule
+        given = ", ".join(f"{k}={v!r}" for k, v in values.items()) or "the defaults"
+        rule = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        return loc, f"{given} {'is invalid' if len(values) == 1 else 'are invalid together'}: {rule}"
+    if err["type"] == "missing":
+        return loc, f"missing required parameter {loc}"
+    if field is not None and _is_union_member(err["loc"], field):
+        return key, f"{key}={values.get(key)!r} is invalid; allowed: {allowed_values(key, field)}"
+    # An item of a list or dict parameter (`breakers.0.1`; a dict key's own error `bias key`) is
+    # described by the parameter's whole type, its items' bounds written in it.
+    nested = len(err["loc"]) > 1
+    if err["loc"][-1] == "[key]":
+        loc = loc.removesuffix(f".{err['loc'][-2]}.[key]") + " key"
+    allowed = "" if field is None else f"; allowed: {f'{key}: ' if nested else ''}{allowed_values(key, field)}"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return loc, f"{loc}={err.get('input')!r} is invalid: {msg}{allowed}"
 
 
 def _is_union_member(loc: tuple[int | str, ...], field: FieldInfo) -> bool:

@@ -33,11 +33,11 @@ class DecodeOptions(TypedDict, total=False):
         per-request max_tokens; a prompt's copies share its limit), each >= 0.
     cache: a registered cache backend name or its string form ("window(size=128)"), a factory
         `(CacheSpec) -> KVCache`, or "none" to recompute the context every step (default "dense").
-    stop_tokens: ids that end a row (one list for all rows, or one per row); the stop token is
+    stop_tokens: ids that end a row (one list for every prompt, or one per prompt); the stop token is
         the row's last token. stop_strings: end a row when its decoded text contains one (needs
         a tokenizer).
-    seed: one int in [0, 2**64) (row b gets its own stream derived from it and b), one seed per
-        row, or None (the default: fresh seeds).
+    seed: one int in [0, 2**64) (prompt b gets its own stream derived from it and b), one seed per
+        prompt, or None (the default: fresh seeds).
     logprobs: also report the chosen token's log-probability and the top-n alternatives, raw
         and after the chain (default None: not reported).
     prompt_logprobs: also report, for each prompt token after the first, its log-probability under the model
@@ -59,8 +59,8 @@ class DecodeOptions(TypedDict, total=False):
 @dataclass(frozen=True)
 class DecodeRequest:
     """The checked arguments of one decode, as a strategy's policy reads them (`decoding.request`): `prompts` ids
-    per row (ints in [0, vocab_size), no row empty), `cache` a factory `(CacheSpec) -> KVCache` or None (recompute
-    the context every step), `stop_tokens` the ids that end each row, `seed` one int, one per row, or None;
+    per prompt (ints in [0, vocab_size), none empty), `cache` a factory `(CacheSpec) -> KVCache` or None (recompute
+    the context every step), `stop_tokens` the ids that end each prompt's rows, `seed` one int, one per prompt, or None;
     `max_new_tokens` the largest limit (what a policy sizes by), `limits` each prompt's when given per prompt."""
 
     model: Any
@@ -167,7 +167,7 @@ def _stop_tokens(stop_tokens: object, batch: int, vocab_size: int) -> list[froze
     items = stop_tokens.tolist() if hasattr(stop_tokens, "tolist") else stop_tokens
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
         raise ParameterError(
-            f"stop_tokens={stop_tokens!r} is invalid; allowed: a list of token ids, or one list per row"
+            f"stop_tokens={stop_tokens!r} is invalid; allowed: a list of token ids, or one list per prompt"
         )
     first = items[0] if items else None
     if (isinstance(first, Sequence) and not isinstance(first, str)) or (
@@ -175,8 +175,8 @@ def _stop_tokens(stop_tokens: object, batch: int, vocab_size: int) -> list[froze
     ):
         if len(items) != batch:
             raise ParameterError(
-                f"stop_tokens: {len(items)} per-row lists for {batch} rows; "
-                "allowed: one list for all rows or one per row"
+                f"stop_tokens: {len(items)} lists given for {batch} prompts; "
+                "allowed: one list for every prompt, or one per prompt"
             )
         return [frozenset(token_ids(f"stop_tokens[{b}]", row, vocab_size)) for b, row in enumerate(items)]
     return [frozenset(token_ids("stop_tokens", items, vocab_size))] * batch
@@ -202,7 +202,9 @@ def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
         return None
     if isinstance(seed, Sequence) and not isinstance(seed, str):
         if len(seed) != batch:
-            raise ParameterError(f"seed: {len(seed)} per-row seeds given; allowed: one int, or one per row ({batch})")
+            raise ParameterError(
+                f"seed: {len(seed)} seeds given for {batch} prompts; allowed: one int, or one per prompt ({batch})"
+            )
         return tuple(_integer(f"seed[{b}]", s, lambda n: 0 <= n < MAX_SEED, allowed) for b, s in enumerate(seed))
     return _integer("seed", seed, lambda n: 0 <= n < MAX_SEED, allowed)
 

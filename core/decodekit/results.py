@@ -74,7 +74,7 @@ class Generation:
 def token_logprobs(raw: Tensor, processed: Tensor | Candidates, tokens: Tensor, n: int) -> list[TokenLogprobs]:
     """Chosen-token and top-`n` log-probabilities per row, before and after the chain."""
     raw_lp = torch.log_softmax(raw.float(), -1)
-    raw_top = raw_lp.topk(n, -1) if n else None
+    raw_v, raw_i = _top(raw_lp, n)
     if isinstance(processed, Candidates):
         lse = torch.logsumexp(processed.values, -1, keepdim=True)
         hit = processed.indices == tokens[:, None]
@@ -83,14 +83,13 @@ def token_logprobs(raw: Tensor, processed: Tensor | Candidates, tokens: Tensor, 
     else:
         lp = torch.log_softmax(processed, -1)
         chosen = lp.gather(1, tokens[:, None])[:, 0]
-        top_v, top_i = lp.topk(n, -1) if n else (lp[:, :0], tokens[:, None][:, :0])
-    raw_chosen = raw_lp.gather(1, tokens[:, None])[:, 0].tolist()
-    out = []
-    for b, token_lp in enumerate(chosen.tolist()):
-        rt = list(zip(raw_top.indices[b].tolist(), raw_top.values[b].tolist())) if raw_top is not None else []
-        pt = [(i, v) for i, v in zip(top_i[b].tolist(), top_v[b].tolist()) if v != float("-inf")]
-        out.append(TokenLogprobs(raw_chosen[b], token_lp, rt, pt))
-    return out
+        top_v, top_i = _top(lp, n)
+    raw_chosen = raw_lp.gather(1, tokens[:, None])[:, 0]
+    rows = zip(raw_chosen.tolist(), chosen.tolist(), raw_i.tolist(), raw_v.tolist(), top_i.tolist(), top_v.tolist())
+    return [
+        TokenLogprobs(rc, c, list(zip(ri, rv)), [(i, v) for i, v in zip(ti, tv) if v != float("-inf")])
+        for rc, c, ri, rv, ti, tv in rows
+    ]
 
 
 def prompt_logprobs(logits: Tensor, tokens: Tensor, n: int) -> list[PromptLogprobs]:
@@ -99,8 +98,13 @@ def prompt_logprobs(logits: Tensor, tokens: Tensor, n: int) -> list[PromptLogpro
     lp = torch.log_softmax(logits.float(), -1)
     chosen = lp.gather(1, tokens[:, None])
     ranks = (lp > chosen).sum(-1) + 1  # vLLM's: one plus the tokens strictly more likely
-    top_v, top_i = lp.topk(n, -1) if n else (lp[:, :0], tokens[:, None][:, :0])
+    top_v, top_i = _top(lp, n)
     return [
         PromptLogprobs(c, r, list(zip(i, v)))
         for c, r, i, v in zip(chosen[:, 0].tolist(), ranks.tolist(), top_i.tolist(), top_v.tolist())
     ]
+
+
+def _top(lp: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """The `n` largest log-probabilities of each row of `lp` `[B, V]` and their ids, `[B, n]` each."""
+    return lp.topk(n, -1) if n else (lp[:, :0], lp[:, :0].long())

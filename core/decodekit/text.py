@@ -25,7 +25,7 @@ class TextTracker:
 
     def __init__(self, tokenizer: Tokenizer, stop_strings: Sequence[str]) -> None:
         self.tokenizer = tokenizer
-        self.stop_strings = [s for s in stop_strings if s]
+        self.stop_strings = list(stop_strings)  # non-empty: `decode_request` refuses ""
         self.tokens: list[int] = []
         self.prefix = 0  # tokens[prefix:read]: the left context of the next decode
         self.read = 0  # tokens[:read] are rendered in `text`
