@@ -23,7 +23,7 @@ from decodekit_ray.cluster import actor_failures_unlogged
 from decodekit_ray.decoder import LineDecoder
 from test_cli import MODEL, cli
 
-import decodekit.engine
+import decodekit.compiling
 import decodekit.plugins
 from decodekit.errors import CompileError
 
@@ -63,7 +63,7 @@ def test_compile_reaches_the_actors_decode(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setattr(decodekit.plugins, "_registry", None)  # built again with the test plugin, put back after
     batch = {"line": np.array([1, 2]), "data": np.array(LINES, dtype=object)}
     compiled = LineDecoder(job.settings)(batch)
-    assert decodekit.engine._forward in given  # the actor's model's forward went through torch.compile
+    assert decodekit.compiling._forward in given  # the actor's model's forward went through torch.compile
     eager = LineDecoder(dataclasses.replace(job.settings, compile=False))(batch)
     assert list(compiled["record"]) == list(eager["record"])
 
