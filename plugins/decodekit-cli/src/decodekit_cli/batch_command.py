@@ -169,12 +169,14 @@ def run_batch(request: BatchRequest) -> int:
         # A bad line the output already holds a record for is done: neither reported again nor a reason to stop.
         _report_bad_lines(request, [item for item in checked if isinstance(item, dict) and item["line"] not in done])
         lock.record(recorded)
+        todo = [item for item in checked if line_of(item) not in done]
         job = BatchJob(
             input=request.input,
             output=request.output,
             settings=settings,
-            todo=[item for item in checked if line_of(item) not in done],
+            todo=todo,
             already_done=len(done),
+            reorder=bool(todo and done) and line_of(todo[0]) < max(done),  # a gap before a record already there
             batch_size=request.batch_size,
             on_error=request.on_error,
         )
