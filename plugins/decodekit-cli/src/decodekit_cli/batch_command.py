@@ -86,6 +86,8 @@ def batch_request(
     n: int | None = None,
 ) -> BatchRequest:
     """Check that the batch options go together; `exclusive`: options that make no sense with --input."""
+    if input_file is None and output is None:  # only --ray: it runs a batch job, not one prompt
+        raise CliError("--ray: a batch job's option; allowed: with --input FILE --output FILE")
     if input_file is None or output is None:
         raise CliError(f"{'--output' if output is None else '--input'} is missing; --input and --output go together")
     given = [name for name, is_given in exclusive.items() if is_given]
