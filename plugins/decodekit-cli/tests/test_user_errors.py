@@ -27,3 +27,15 @@ def test_ray_without_a_batch_job_names_ray_and_what_it_needs(prompt: list[str]) 
     result = _cli("generate", *prompt, *FLAGS, "--ray")
     assert result.returncode == 2
     assert result.stderr == "decodekit: error: --ray: a batch job's option; allowed: with --input FILE --output FILE\n"
+
+
+def test_an_empty_prompt_line_says_a_non_empty_string_is_allowed(tmp_path: Path) -> None:
+    # it said "allowed: str", which the empty string is
+    source, output = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_text(json.dumps({"prompt": ""}) + "\n")
+    result = _cli("generate", *FLAGS, "--input", str(source), "--output", str(output))
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        "decodekit: error: --input in.jsonl line 1: prompt line: prompt='' is invalid: String should have at least "
+        "1 character; allowed: a non-empty string\n"
+    )

@@ -47,12 +47,16 @@ class PromptLine(Params):
     decoder's own.
     """
 
-    prompt: str = Field(min_length=1, description="text to continue")
+    # "allowed" as a JSON line writes it: pydantic's bounds would read "str" and "None, or int"
+    prompt: str = Field(min_length=1, description="text to continue", json_schema_extra={"allowed": "a non-empty string"})
     id: str | int | None = Field(None, description="names the result; default: the line number")
     seed: int | None = Field(None, description="this prompt's own seed; default: derived from --seed")
     max_new_tokens: int | None = Field(None, description="default: --max-new-tokens")
     n: int | None = Field(
-        None, ge=1, description="sequences of this prompt: samples, or beam search's best beams; default: -n"
+        None,
+        ge=1,
+        description="sequences of this prompt: samples, or beam search's best beams; default: -n",
+        json_schema_extra={"allowed": "an integer n >= 1, or null (-n's count)"},
     )
     chain: str | list[Any] | dict[str, Any] | None = Field(
         None,
