@@ -29,13 +29,24 @@ def test_ray_without_a_batch_job_names_ray_and_what_it_needs(prompt: list[str]) 
     assert result.stderr == "decodekit: error: --ray: a batch job's option; allowed: with --input FILE --output FILE\n"
 
 
-def test_an_empty_prompt_line_says_a_non_empty_string_is_allowed(tmp_path: Path) -> None:
-    # it said "allowed: str", which the empty string is
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [
+        # "allowed: str", which the empty string is
+        ({"prompt": ""}, "prompt='' is invalid: String should have at least 1 character; allowed: a non-empty string"),
+        # "allowed: None, or int": a JSON line writes null, and the bounds were left out
+        (
+            {"seed": "x"},
+            "seed='x' is invalid: Input should be a number, not a bool or a string; allowed: an integer "
+            "0 <= seed < 2**64, or null (from --seed)",
+        ),
+    ],
+)
+def test_a_bad_field_of_a_line_says_what_a_json_line_may_hold(
+    tmp_path: Path, field: dict[str, Any], message: str
+) -> None:
     source, output = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
-    source.write_text(json.dumps({"prompt": ""}) + "\n")
+    source.write_text(json.dumps({"prompt": "ROMEO"} | field) + "\n")
     result = _cli("generate", *FLAGS, "--input", str(source), "--output", str(output))
     assert result.returncode == 2
-    assert result.stderr.startswith(
-        "decodekit: error: --input in.jsonl line 1: prompt line: prompt='' is invalid: String should have at least "
-        "1 character; allowed: a non-empty string\n"
-    )
+    assert result.stderr.startswith(f"decodekit: error: --input in.jsonl line 1: prompt line: {message}\n")
