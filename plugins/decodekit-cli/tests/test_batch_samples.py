@@ -110,7 +110,11 @@ def test_under_beam_search_n_is_the_n_best_beams_of_one_search(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("n", "message"),
     [
-        (0, "prompt line: n=0 is invalid: Input should be greater than or equal to 1; allowed: an integer n >= 1, or null"),
+        (
+            0,
+            "prompt line: n=0 is invalid: Input should be greater than or equal to 1; "
+            "allowed: an integer n >= 1, or null",
+        ),
         (
             True,
             "prompt line: n=True is invalid: Input should be a number, not a bool or a string; allowed: an integer",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 import ray
 from decodekit_cli.errors import CliError
-
 from decodekit_ray import cluster
 
 RAY_SAYS = "Please specify the one to connect to by setting `--address` flag or `RAY_ADDRESS` environment variable."

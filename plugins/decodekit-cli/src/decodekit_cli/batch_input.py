@@ -55,7 +55,9 @@ class PromptLine(Params):
     # Each "allowed" as a JSON line writes it: pydantic's types would read "str" (for "") and "None, or int".
     prompt: str = Field(min_length=1, description="text to continue", json_schema_extra=_allows("a non-empty string"))
     id: str | int | None = Field(
-        None, description="names the result; default: the line number", json_schema_extra=_allows("a string or an integer")
+        None,
+        description="names the result; default: the line number",
+        json_schema_extra=_allows("a string or an integer"),
     )
     seed: int | None = Field(
         None,
