@@ -133,6 +133,7 @@ def run_batch(request: BatchRequest) -> int:
         compile=sampling.compile,
         logprobs=request.logprobs,
         prompt_logprobs=request.prompt_logprobs,
+        n=request.n,  # the model's own count replaces it below where -n is not given
     )
     ray = _ray_plugin() if request.ray is not None else None
     check_output(request.output, request.input, resume=request.resume, ray=request.ray is not None)
@@ -161,7 +162,8 @@ def run_batch(request: BatchRequest) -> int:
             )
             recorded = settings.recorded(digest)
         n = settings.n
-        plan_sequences(settings.strategy, n or 1, None if n is None else f"-n {n}")  # -n beside beam's own count
+        asked = f"-n {n}" if request.n is not None else f"the model's own num_return_sequences={n} (-n replaces it)"
+        plan_sequences(settings.strategy, n or 1, None if n is None else asked)  # -n beside beam's own count
         eos_refusal = lock.check_resume(recorded) if request.resume else None
         model = sampling.load_model(name) if model is None else model
         if eos_refusal is not None and eos_tokens(model, ignore_eos=False):
