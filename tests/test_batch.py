@@ -547,7 +547,7 @@ def test_batch_options_are_checked_before_loading(tmp_path: Path) -> None:
         # was accepted and did nothing: a record is never echoed
         "with --no-echo": (["generate", "--input", "p", "--output", "o", "--no-echo", "-m", MODEL], "with --no-echo"),
         "no file": (["generate", "--input", "/nonexistent.jsonl", "--output", "o", "-m", MODEL], "cannot read it"),
-        "--ray alone": (["generate", "--ray", "-m", MODEL], "--output is missing"),
+        "--ray alone": (["generate", "--ray", "-m", MODEL], "--ray: a batch job's option; allowed: with --input FILE"),
         "an actor size": ([*batch, "--ray-actors", "2"], "--ray-actors size the actors of --ray"),
         "--resume alone": (["generate", "a", "--resume", "-m", unloadable], "--resume: a batch job's option; allowed:"),
         "batch options alone": (

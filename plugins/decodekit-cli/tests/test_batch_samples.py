@@ -103,17 +103,21 @@ def test_under_beam_search_n_is_the_n_best_beams_of_one_search(tmp_path: Path) -
     too_many = _batch(tmp_path, [{"prompt": "ROMEO", "n": 4}], "--strategy", strategy, "--on-error", "skip", name="x")
     assert too_many[0]["error"]["message"] == (
         "n=4: beam search returns at most its num_beams=3 best hypotheses (num_return_sequences <= num_beams); "
-        "allowed: -n N with N <= 3, or more beams: --strategy 'beam(num_beams=4)'"
+        "allowed: a line's \"n\" <= 3, or more beams: --strategy 'beam(num_beams=4)'"
     )
 
 
 @pytest.mark.parametrize(
     ("n", "message"),
     [
-        (0, "prompt line: n=0 is invalid: Input should be greater than or equal to 1; allowed: None, or int 1 <= n"),
+        (
+            0,
+            "prompt line: n=0 is invalid: Input should be greater than or equal to 1; "
+            "allowed: an integer n >= 1, or null",
+        ),
         (
             True,
-            "prompt line: n=True is invalid: Input should be a number, not a bool or a string; allowed: None, or int",
+            "prompt line: n=True is invalid: Input should be a number, not a bool or a string; allowed: an integer",
         ),
         (2**62, "prompt line: n=4611686018427387904 is invalid: its 4,611,686,018,427,387,904 rows of 10 tokens"),
     ],

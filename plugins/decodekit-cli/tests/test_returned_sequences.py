@@ -163,3 +163,32 @@ def test_a_batch_job_writes_the_models_sequences_for_every_line(
     records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [r.get("n") for r in records] == [3, None] and len(records[0]["samples"]) == 3
     assert "sampling with the model's own num_return_sequences 3; -n replaces it" in result.stderr
+
+
+def test_a_batch_jobs_n_counts_when_every_other_option_is_given(tmp_path: Path) -> None:
+    # with --chain, --strategy, --max-new-tokens and --stop all given the model's own settings were not asked for,
+    # and -n went with them: one sequence a line, and "n": null in the settings
+    (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO"}\n')
+    io = ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]
+    given = ["--strategy", "sample", "--stop", "QQ", "-n", "2", "--seed", "0"]
+    result = _cli("generate", "-m", MODEL, *FLAGS, *given, *io)
+    assert result.returncode == 0, result.stderr
+    record = json.loads((tmp_path / "out.jsonl").read_text())
+    assert record["n"] == 2 and len(record["samples"]) == 2
+    assert json.loads((tmp_path / "out.jsonl.settings.json").read_text())["n"] == 2
+
+
+def test_the_models_count_past_the_beams_is_named_as_the_models_in_a_batch_job(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # it said "-n 2", which the user never gave
+    _offering(monkeypatch, {"num_return_sequences": 2})
+    (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO"}\n')
+    io = ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]
+    result = _cli("generate", "-m", MODEL, *FLAGS, "--strategy", "beam(num_beams=1)", *io)
+    assert result.returncode == 2
+    assert result.stderr.endswith(
+        "decodekit: error: the model's own num_return_sequences=2 (-n replaces it): beam search returns at most its "
+        "num_beams=1 best hypotheses (num_return_sequences <= num_beams); allowed: -n N with N <= 1, or more beams: "
+        "--strategy 'beam(num_beams=2)'\n"
+    )

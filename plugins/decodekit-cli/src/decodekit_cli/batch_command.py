@@ -86,6 +86,8 @@ def batch_request(
     n: int | None = None,
 ) -> BatchRequest:
     """Check that the batch options go together; `exclusive`: options that make no sense with --input."""
+    if input_file is None and output is None:  # only --ray: it runs a batch job, not one prompt
+        raise CliError("--ray: a batch job's option; allowed: with --input FILE --output FILE")
     if input_file is None or output is None:
         raise CliError(f"{'--output' if output is None else '--input'} is missing; --input and --output go together")
     given = [name for name, is_given in exclusive.items() if is_given]
@@ -131,6 +133,7 @@ def run_batch(request: BatchRequest) -> int:
         compile=sampling.compile,
         logprobs=request.logprobs,
         prompt_logprobs=request.prompt_logprobs,
+        n=request.n,  # the model's own count replaces it below where -n is not given
     )
     ray = _ray_plugin() if request.ray is not None else None
     check_output(request.output, request.input, resume=request.resume, ray=request.ray is not None)
@@ -159,7 +162,8 @@ def run_batch(request: BatchRequest) -> int:
             )
             recorded = settings.recorded(digest)
         n = settings.n
-        plan_sequences(settings.strategy, n or 1, None if n is None else f"-n {n}")  # -n beside beam's own count
+        asked = f"-n {n}" if request.n is not None else f"the model's own num_return_sequences={n} (-n replaces it)"
+        plan_sequences(settings.strategy, n or 1, None if n is None else asked)  # -n beside beam's own count
         eos_refusal = lock.check_resume(recorded) if request.resume else None
         model = sampling.load_model(name) if model is None else model
         if eos_refusal is not None and eos_tokens(model, ignore_eos=False):
@@ -169,12 +173,14 @@ def run_batch(request: BatchRequest) -> int:
         # A bad line the output already holds a record for is done: neither reported again nor a reason to stop.
         _report_bad_lines(request, [item for item in checked if isinstance(item, dict) and item["line"] not in done])
         lock.record(recorded)
+        todo = [item for item in checked if line_of(item) not in done]
         job = BatchJob(
             input=request.input,
             output=request.output,
             settings=settings,
-            todo=[item for item in checked if line_of(item) not in done],
+            todo=todo,
             already_done=len(done),
+            reorder=bool(todo and done) and line_of(todo[0]) < max(done),  # a gap before a record already there
             batch_size=request.batch_size,
             on_error=request.on_error,
         )

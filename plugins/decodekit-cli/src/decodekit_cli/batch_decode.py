@@ -95,7 +95,7 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
         ids = encode_prompt(model, item.prompt, settings.replace_unknown)
         max_new = item.max_new_tokens if item.max_new_tokens is not None else _default_length(settings, ids)
         n = item.n if item.n is not None else settings.n
-        plan = plan_sequences(settings.strategy, n or 1, None if n is None else f"n={n}")
+        plan = plan_sequences(settings.strategy, n or 1, None if n is None else f"n={n}", count='a line\'s "n"')
         # Sized before the rows are listed: an n far past the memory would hang building them.
         check_rows("prompt line", "n", plan.copies, plan.copies, len(ids) + min(max_new, PREALLOCATED_COLUMNS), model)
         pending = Pending(number, key, item.prompt, ids, seed, max_new, chain, logprobs, prompt_logprobs)

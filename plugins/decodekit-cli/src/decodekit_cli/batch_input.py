@@ -40,6 +40,11 @@ STDIN_HINT = (
 )
 
 
+def _allows(text: str) -> dict[str, Any]:
+    """What a field's error says is allowed (`decodekit.params.allowed_values` reads it)."""
+    return {"allowed": text}
+
+
 class PromptLine(Params):
     """One line of the input file; what it leaves out comes from the command's options.
 
@@ -47,34 +52,54 @@ class PromptLine(Params):
     decoder's own.
     """
 
-    prompt: str = Field(min_length=1, description="text to continue")
-    id: str | int | None = Field(None, description="names the result; default: the line number")
-    seed: int | None = Field(None, description="this prompt's own seed; default: derived from --seed")
-    max_new_tokens: int | None = Field(None, description="default: --max-new-tokens")
+    # Each "allowed" as a JSON line writes it: pydantic's types would read "str" (for "") and "None, or int".
+    prompt: str = Field(min_length=1, description="text to continue", json_schema_extra=_allows("a non-empty string"))
+    id: str | int | None = Field(
+        None,
+        description="names the result; default: the line number",
+        json_schema_extra=_allows("a string or an integer"),
+    )
+    seed: int | None = Field(
+        None,
+        description="this prompt's own seed; default: derived from --seed",
+        json_schema_extra=_allows("an integer 0 <= seed < 2**64, or null (from --seed)"),
+    )
+    max_new_tokens: int | None = Field(
+        None, description="default: --max-new-tokens", json_schema_extra=_allows("an integer >= 0, or null")
+    )
     n: int | None = Field(
-        None, ge=1, description="sequences of this prompt: samples, or beam search's best beams; default: -n"
+        None,
+        ge=1,
+        description="sequences of this prompt: samples, or beam search's best beams; default: -n",
+        json_schema_extra=_allows("an integer n >= 1, or null (-n's count)"),
     )
     chain: str | list[Any] | dict[str, Any] | None = Field(
         None,
         description="a chain string or a JSON chain spec (its list, or its JSON text); default: --chain (or the flags)",
-        json_schema_extra={
-            "allowed": "a chain string, or a JSON chain spec (a list of stage objects, or its JSON text)"
-        },
+        json_schema_extra=_allows("a chain string, or a JSON chain spec (a list of stage objects, or its JSON text)"),
     )
     logprobs: int | None = Field(
-        None, description="the generated tokens' logprobs, with the top n; default: --logprobs"
+        None,
+        description="the generated tokens' logprobs, with the top n; default: --logprobs",
+        json_schema_extra=_allows("an integer >= 0, or null"),
     )
     prompt_logprobs: int | None = Field(
-        None, description="the prompt tokens' logprobs, with the top n; default: --prompt-logprobs"
+        None,
+        description="the prompt tokens' logprobs, with the top n; default: --prompt-logprobs",
+        json_schema_extra=_allows("an integer >= 0, or null"),
     )
     # decodekit-grammar: a grammar this line's text follows, put first in its chain (at most one of them)
     json_schema: dict[str, Any] | StrictBool | str | None = Field(
         None,
         description="a JSON Schema (an object or true, or its JSON text)",
-        json_schema_extra={"allowed": "a JSON Schema (an object or true, or its JSON text)"},
+        json_schema_extra=_allows("a JSON Schema (an object or true, or its JSON text)"),
     )
-    regex: str | None = Field(None, description="a regular expression the whole text matches")
-    grammar: str | None = Field(None, description="a Lark grammar (its rule `start`)")
+    regex: str | None = Field(
+        None, description="a regular expression the whole text matches", json_schema_extra=_allows("a string")
+    )
+    grammar: str | None = Field(
+        None, description="a Lark grammar (its rule `start`)", json_schema_extra=_allows("a string (Lark's grammar)")
+    )
 
 
 @dataclass(frozen=True)

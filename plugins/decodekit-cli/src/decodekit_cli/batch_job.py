@@ -15,7 +15,7 @@ from typing import Any
 from decodekit import errors as _errors
 from decodekit.errors import CompileError
 from decodekit_cli.batch_decode import Pending, batches, decode_records
-from decodekit_cli.batch_output import OrderedWriter, RecordWriteError
+from decodekit_cli.batch_output import OrderedWriter, RecordWriteError, sort_output
 from decodekit_cli.batch_progress import BatchProgress
 from decodekit_cli.batch_records import Record, is_error, record_tokens
 from decodekit_cli.batch_settings import BatchSettings
@@ -38,6 +38,8 @@ class BatchJob:
     already_done: int  # records the output already holds (--resume)
     batch_size: int
     on_error: str  # "skip": a line that fails while decoding gets an error record; "fail": none
+    # --resume over an output with a gap (an interrupted --ray run's): records appended after it are out of order
+    reorder: bool = False
 
     @property
     def pending(self) -> list[Pending]:
@@ -54,6 +56,14 @@ def line_of(item: Pending | Record) -> int:
 
 def run_local(model: Any, job: BatchJob) -> int:
     """Decode the job's prompts here, `batch_size` at a time; return the exit status."""
+    try:
+        return _decode_here(model, job)
+    finally:
+        if job.reorder:
+            sort_output(job.output)
+
+
+def _decode_here(model: Any, job: BatchJob) -> int:
     progress = BatchProgress(len(job.todo))
     failed: list[Record] = []
     with progress, job.output.open("ab", buffering=0) as out:

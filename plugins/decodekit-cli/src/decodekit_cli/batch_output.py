@@ -29,7 +29,9 @@ __all__ = [
     "check_output",
     "existing_records",
     "parts_path",
+    "replace_output",
     "settings_path",
+    "sort_output",
 ]
 
 
@@ -182,6 +184,25 @@ def existing_records(output: Path) -> dict[int, str]:
                 "allowed: an output this version of decodekit wrote (or a new --output)"
             ) from None
     return found
+
+
+def replace_output(output: Path, records: dict[int, str]) -> None:
+    """Write `records` sorted by line to a new file and rename it over `output` (atomic on POSIX)."""
+    new = output.with_name(output.name + ".new")
+    with new.open("w", encoding="ascii") as f:
+        f.writelines(records[line] for line in sorted(records))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(new, output)
+
+
+def sort_output(output: Path) -> None:
+    """Put the output's records in input order, where appending after a gap left them out of it. Where the
+    disk cannot take the copy, the records stay as they are: the next `--resume` sorts them."""
+    try:
+        replace_output(output, existing_records(output))
+    except OSError:
+        output.with_name(output.name + ".new").unlink(missing_ok=True)
 
 
 class OrderedWriter:

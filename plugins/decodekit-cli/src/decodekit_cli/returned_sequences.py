@@ -24,10 +24,12 @@ class Sequences:
     hypotheses: int = 1
 
 
-def plan_sequences(strategy: str, n: int, source: str | None, from_model: bool = False) -> Sequences:
+def plan_sequences(
+    strategy: str, n: int, source: str | None, from_model: bool = False, count: str = "-n N with N"
+) -> Sequences:
     """`n` sequences under `strategy`. source: how `n` was asked ("-n 3", the model's own ...), None: not at all
     (n is 1, and a beam strategy returns its own `num_return_sequences`). from_model: `n` is a model's default,
-    which a `num_return_sequences` given in `--strategy` overrides."""
+    which a `num_return_sequences` given in `--strategy` overrides. count: how the user writes it, for the error."""
     from decodekit.chain_string import parse_stage
     from decodekit.strategies import strategy_params
 
@@ -47,7 +49,7 @@ def plan_sequences(strategy: str, n: int, source: str | None, from_model: bool =
     if n > beams:
         raise CliError(
             f"{source}: beam search returns at most its num_beams={beams} best hypotheses (num_return_sequences <= "
-            f"num_beams); allowed: -n N with N <= {beams}, or more beams: --strategy 'beam(num_beams={n})'"
+            f"num_beams); allowed: {count} <= {beams}, or more beams: --strategy 'beam(num_beams={n})'"
         )
     return Sequences(strategy if given else _with_count(strategy, n), 1, n)
 

@@ -22,6 +22,9 @@ from decodekit.errors import DecodekitError, ParameterError
 __all__ = ["LOCAL", "actor_count", "actor_failures_unlogged", "connect", "job_env", "without_restart_note"]
 
 LOCAL = "local"  # `--ray` without an address: start Ray in this process, or join $RAY_ADDRESS
+RAY_OWN_ADVICE = (
+    "Please specify the one to connect to by setting `--address` flag or `RAY_ADDRESS` environment variable."
+)
 
 
 def job_env() -> dict[str, str]:
@@ -44,10 +47,12 @@ def connect(address: str) -> bool:
             include_dashboard=None if joined else False,  # only a cluster started here takes it
         )
     except ConnectionError as exc:
+        why = str(exc).replace(RAY_OWN_ADVICE, "").strip().rstrip(".")  # Ray's `--address` flag is not decodekit's
         raise CliError(
-            f"--ray {address}: cannot join the Ray cluster there: {exc}; a cluster with token authentication "
-            "(Ray's default) also needs RAY_AUTH_MODE=token and its token (`ray get-auth-token` on the head node) "
-            "here, in ~/.ray/auth_token or RAY_AUTH_TOKEN"
+            f"--ray {address}: cannot join the Ray cluster there: {why}; allowed: a running cluster's address "
+            "(`ray start --head` starts one here, which --ray auto joins), or --ray alone, which starts Ray for "
+            "this job; a cluster with token authentication (Ray's default) also needs RAY_AUTH_MODE=token and its "
+            "token (`ray get-auth-token` on the head node) here, in ~/.ray/auth_token or RAY_AUTH_TOKEN"
         ) from None
     logging.getLogger("ray.data").setLevel(logging.ERROR)  # its execution notes go to Ray's log files only
     return True

@@ -16,7 +16,7 @@ import ray
 import ray.data
 from decodekit_cli.batch_decode import Pending
 from decodekit_cli.batch_job import BatchJob, failed_lines, plural, summary
-from decodekit_cli.batch_output import existing_records, parts_path
+from decodekit_cli.batch_output import existing_records, parts_path, replace_output
 from decodekit_cli.batch_progress import BatchProgress
 from decodekit_cli.batch_records import dumps, is_error
 from decodekit_cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError
@@ -27,7 +27,7 @@ from decodekit_ray.cluster import LOCAL, actor_failures_unlogged, connect, witho
 from decodekit_ray.dataset import generate_lines
 from decodekit_ray.decoder import ActorSetupError
 from decodekit_ray.lines import read_prompt_lines
-from decodekit_ray.parts import PartsWatcher, part_records, replace_output
+from decodekit_ray.parts import PartsWatcher, part_records
 
 __all__ = ["RayOptions", "run_job"]
 

@@ -10,7 +10,6 @@ a new output that replaces the old one in one rename: nothing is lost and no lin
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -19,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from decodekit_cli.batch_records import is_error
 
-__all__ = ["PartsWatcher", "part_records", "replace_output"]
+__all__ = ["PartsWatcher", "part_records"]
 
 
 def _read(path: Path, columns: list[str]) -> pa.Table | None:
@@ -80,13 +79,3 @@ class PartsWatcher:
         self._stop.set()
         self._thread.join()
         self.poll()
-
-
-def replace_output(output: Path, records: dict[int, str]) -> None:
-    """Write `records` sorted by line to a new file and rename it over `output` (atomic on POSIX)."""
-    new = output.with_name(output.name + ".new")
-    with new.open("w", encoding="ascii") as f:
-        f.writelines(records[line] for line in sorted(records))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(new, output)
