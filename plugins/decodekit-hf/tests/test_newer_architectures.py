@@ -273,7 +273,7 @@ def test_latent_attention_sampled_chain_sees_generates_distribution(
 def test_values_narrower_than_keys_are_served(build_arch: Any, hf_greedy: Any) -> None:
     """MiMo-V2-Flash's values have v_head_dim=4 dims, its keys head_dim=8 (`value_dim`): refused at load until
     2026-12-04; with layers of one shape (no sliding layers, whose kv-heads differ) `dense` and `gqa` give
-    `generate()`'s tokens."""
+    `generate()`'s tokens; an evicting cache is refused for its eager attention, as before."""
     fields = _KV | dict(v_head_dim=4, layer_types=["full_attention"] * LAYERS, n_routed_experts=4) | _EXPERTS
     hf = build_arch("mimo_v2_flash", **(SHARED | fields))
     assert HFModel(hf).spec.value_dim == 4
@@ -282,6 +282,8 @@ def test_values_narrower_than_keys_are_served(build_arch: Any, hf_greedy: Any) -
         for batch, prompts in BATCHES.items():
             out = dk.generate(HFModel(hf), prompts, cache=cache, chain="greedy", max_new_tokens=NEW)
             assert out.tokens == greedy[batch], (cache, batch)
+    with pytest.raises(dk.ParameterError, match=r"runs attn_implementation='eager'; allowed: a cache that keeps every"):
+        dk.generate(HFModel(hf), PROMPTS, cache="h2o(budget=40)", max_new_tokens=NEW)  # its eager attention (sinks)
 
 
 @pytest.mark.parametrize("model_type", LATENT)
