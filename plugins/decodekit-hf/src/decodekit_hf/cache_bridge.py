@@ -299,11 +299,8 @@ class DecodekitCache(Cache):  # type: ignore[misc]
         """Refuse a layer whose keys or values are not `[B, n_kv_heads, T, head_dim]` (values: `value_width`) as the
         config states them (MiMo-V2-Flash's sliding layers cache twice its `num_key_value_heads`): the cache has one
         shape for all."""
-        spec = self.kv.spec
-        if k.shape[1] == v.shape[1] == spec.n_kv_heads and (k.shape[3], v.shape[3]) == (
-            spec.head_dim,
-            spec.value_width,
-        ):
+        spec, widths = self.kv.spec, (k.shape[3], v.shape[3])
+        if k.shape[1] == v.shape[1] == spec.n_kv_heads and widths == (spec.head_dim, spec.value_width):
             return
         raise ParameterError(
             f"HFModel: layer {layer} of {self.model} caches keys of {k.shape[1]} kv-heads of {k.shape[3]} dims and "
