@@ -78,3 +78,53 @@ def greedy_generation_config(**overrides: Any) -> Any:
         use_cache=True,
     )
     return GenerationConfig(**(base | overrides))  # type: ignore[no-untyped-call]
+
+
+SAMPLED_CHAIN = "repetition_penalty(1.3) | temperature(0.7) | top_k(20) | top_p(0.9) | sample"
+SAMPLED = dict(do_sample=True, repetition_penalty=1.3, temperature=0.7, top_k=20, top_p=0.9)  # its generate() form
+
+
+def generate_step(hf: Any, text: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """`generate()`'s raw and processed log-probabilities `[V]` for the token after `text` under `SAMPLED` (the row
+    alone: its repetition penalty would count a padded batch's pad ids)."""
+    out = hf.generate(
+        torch.tensor([text]),
+        generation_config=greedy_generation_config(max_new_tokens=1, **SAMPLED),
+        output_scores=True,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+    return torch.log_softmax(out.logits[0][0].float(), -1), torch.log_softmax(out.scores[0][0].float(), -1)
+
+
+def assert_sampled_chain_sees_generate(hf: Any, model: Any, prompts: list[list[int]], what: str, new: int = 5) -> None:
+    """A seeded `SAMPLED_CHAIN` decode of `prompts` by `model` (decodekit's `HFModel` of the transformers model
+    `hf`): at each step the chain's kept tokens and their log-probabilities (top 20: all `top_k(20)` leaves) and the
+    model's raw ones are `generate()`'s with the same processors on the same text, and top_p cuts in more than one
+    place (the distributions compared are not all alike)."""
+    import pytest
+
+    import decodekit as dk
+
+    out = dk.generate(model, prompts, chain=SAMPLED_CHAIN, max_new_tokens=new, seed=1, logprobs=20)
+    assert out.logprobs is not None
+    kept_counts = set()
+    for prompt, tokens, logprobs in zip(prompts, out.tokens, out.logprobs):
+        for step, (token, lp) in enumerate(zip(tokens, logprobs)):
+            raw, processed = generate_step(hf, prompt + tokens[:step])
+            kept = torch.isfinite(processed).nonzero()[:, 0].tolist()
+            assert sorted(i for i, _ in lp.processed_top) == kept, (what, step)
+            kept_counts.add(len(kept))
+            for i, value in lp.processed_top:
+                assert value == pytest.approx(processed[i].item(), abs=1e-5)
+            assert lp.raw == pytest.approx(raw[token].item(), abs=1e-5)
+            assert lp.processed == pytest.approx(processed[token].item(), abs=1e-5)
+    assert len(kept_counts) > 1, what
+
+
+def int8_round_trip(x: torch.Tensor) -> torch.Tensor:
+    """Symmetric int8 per (row, head, token) as decodekit's `int8` storage keeps `x`, written apart from it (a second
+    implementation): scale `max|x| / 127` (1 for a zero vector), codes rounded and clamped to -127..127."""
+    scale = x.float().abs().amax(-1, keepdim=True) / 127
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return ((x.float() / scale).round().clamp(-127, 127) * scale).to(x.dtype)

@@ -14,17 +14,23 @@ __all__ = ["CacheSpec", "ModelSpec"]
 
 def _check_shape(owner: str, spec: ModelSpec | CacheSpec, positive: tuple[str, ...]) -> None:
     for name in positive:
-        if not isinstance(value := getattr(spec, name), int) or isinstance(value, bool) or value < 1:
-            raise ParameterError(f"{owner}: {name}={value!r} is invalid; allowed: an integer >= 1")
+        _check_shape_field(owner, name, getattr(spec, name), "an integer >= 1")
     if spec.n_heads % spec.n_kv_heads != 0:
         raise ParameterError(
             f"{owner}: n_kv_heads={spec.n_kv_heads} is invalid; allowed: a divisor of n_heads={spec.n_heads}"
         )
+    if spec.value_dim is not None:
+        _check_shape_field(owner, "value_dim", spec.value_dim, "None (head_dim) or an integer >= 1")
+
+
+def _check_shape_field(owner: str, name: str, value: object, allowed: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ParameterError(f"{owner}: {name}={value!r} is invalid; allowed: {allowed}")
 
 
 _HEADS = ("n_layers", "n_heads", "n_kv_heads", "head_dim")
 # What a cache takes from its model's spec.
-_FROM_MODEL = (*_HEADS, "rope_base", "max_positions", "attention_windows", "calibration")
+_FROM_MODEL = (*_HEADS, "value_dim", "rope_base", "max_positions", "attention_windows", "calibration")
 
 
 @dataclass(frozen=True)
@@ -32,7 +38,9 @@ class ModelSpec:
     """What the decode loop and the cache backends need to know about a model. `rope_base`, `attention_windows`
     and `calibration` pass to its caches (docs/caches.md, `CacheSpec`); `rope_note`: why `rope_base` is None when
     that is not absolute positions (e.g. "its rotary scaling 'llama3' is not supported for re-rotating kept
-    keys"), so an error says what is true."""
+    keys"), so an error says what is true; `value_dim`: the width of the values the model caches where it is not
+    `head_dim` (DeepSeek's latent attention caches latents of `kv_lora_rank` and rotary keys of `qk_rope_head_dim`),
+    None: `head_dim`."""
 
     n_layers: int
     n_heads: int
@@ -44,6 +52,7 @@ class ModelSpec:
     attention_windows: tuple[int, ...] | None = None
     calibration: Path | None = None
     rope_note: str | None = None
+    value_dim: int | None = None
 
     def __post_init__(self) -> None:
         _check_shape("ModelSpec", self, (*_HEADS, "vocab_size", "max_positions"))
@@ -51,7 +60,7 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class CacheSpec:
-    """Everything a cache backend needs to preallocate its buffers, and to move or drop keys; the last four
+    """Everything a cache backend needs to preallocate its buffers, and to move or drop keys; the last five
     come from the model (`for_model`). docs/caches.md (`CacheSpec`) says what each field is."""
 
     n_layers: int
@@ -66,11 +75,17 @@ class CacheSpec:
     max_positions: int | None = None
     attention_windows: tuple[int, ...] | None = None
     calibration: Path | None = None
+    value_dim: int | None = None
 
     def __post_init__(self) -> None:
         _check_shape("CacheSpec", self, (*_HEADS, "batch_size", "capacity"))
         if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
             raise ParameterError(f"CacheSpec: dtype={self.dtype!r} is invalid; allowed: a floating torch.dtype")
+
+    @property
+    def value_width(self) -> int:
+        """The width of a stored value: `value_dim`, or `head_dim` where it is None."""
+        return self.head_dim if self.value_dim is None else self.value_dim
 
     @classmethod
     def for_model(

@@ -40,7 +40,8 @@ class Storage(Protocol):
         """Heads stored per slot (`n_kv_heads`, or `n_heads` for a storage that repeats them)."""
 
     def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> None:
-        """Store the model's kv-heads `k`, `v` `[B, H_kv, T, D]` in slots `start .. start + T - 1`."""
+        """Store the model's kv-heads `k` `[B, H_kv, T, D]`, `v` `[B, H_kv, T, spec.value_width]` in slots
+        `start .. start + T - 1`."""
 
     def read(self, layer: int, start: int, stop: int) -> tuple[Tensor, Tensor]:
         """Keys and values of slots `start .. stop - 1`, `[B, heads, stop - start, D]` in `spec.dtype`."""
@@ -62,13 +63,17 @@ StorageFactory = Callable[[CacheSpec, Sequence[int]], Storage]
 
 
 class FloatStorage:
-    """Keys and values in `spec.dtype`, one buffer `[B, H_kv, slots, D]` per layer; `read` is a view."""
+    """Keys and values in `spec.dtype`, one buffer `[B, H_kv, slots, D]` per layer (values: `spec.value_width`
+    wide); `read` is a view."""
 
     def __init__(self, spec: CacheSpec, slots: Sequence[int]) -> None:
         self.spec = spec
-        shapes = [(spec.batch_size, self.heads, n, spec.head_dim) for n in slots]
-        self.keys = [torch.zeros(s, dtype=spec.dtype, device=spec.device) for s in shapes]
-        self.values = [torch.zeros(s, dtype=spec.dtype, device=spec.device) for s in shapes]
+        self.keys = [self._buffer(n, spec.head_dim) for n in slots]
+        self.values = [self._buffer(n, spec.value_width) for n in slots]
+
+    def _buffer(self, slots: int, width: int) -> Tensor:
+        spec = self.spec
+        return torch.zeros(spec.batch_size, self.heads, slots, width, dtype=spec.dtype, device=spec.device)
 
     @property
     def heads(self) -> int:
@@ -83,7 +88,7 @@ class FloatStorage:
 
     def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> None:
         if start == 0:  # a layer's first write: checked once
-            check_keys(self.spec, layer, k)
+            check_keys(self.spec, layer, k, v)
         end = start + k.shape[2]
         self.keys[layer][:, :, start:end].copy_(self._stored(k))
         self.values[layer][:, :, start:end].copy_(self._stored(v))
@@ -91,9 +96,9 @@ class FloatStorage:
     def write_at(self, layer: int, index: Tensor, k: Tensor, v: Tensor) -> None:
         repeat = self.heads // index.shape[1]
         where = index.repeat_interleave(repeat, 1) if repeat > 1 else index
-        where = where.unsqueeze(-1).expand(-1, -1, -1, self.spec.head_dim)  # [B, heads, T, D]
-        self.keys[layer].scatter_(2, where, self._stored(k))
-        self.values[layer].scatter_(2, where, self._stored(v))
+        where = where.unsqueeze(-1)  # [B, heads, T, 1]
+        for buf, x in ((self.keys[layer], k), (self.values[layer], v)):
+            buf.scatter_(2, where.expand(-1, -1, -1, buf.shape[3]), self._stored(x))
 
     def read(self, layer: int, start: int, stop: int) -> tuple[Tensor, Tensor]:
         if start == 0 and stop == self.keys[layer].shape[2]:
@@ -120,9 +125,10 @@ def take_slots(buffers: Sequence[Tensor], source: Tensor, stop: int) -> None:
         buf[:, :, :n] = buf[:, :, :stop].gather(2, index)
 
 
-def check_keys(spec: CacheSpec, layer: int, k: Tensor) -> None:
-    """Refuse keys a model feeds `update` where its `ModelSpec` says otherwise, naming the field (else a torch error
-    deep inside a cache, or none): storages call it on a layer's first write (slot 0), caches on a layer too many."""
+def check_keys(spec: CacheSpec, layer: int, k: Tensor, v: Tensor | None = None) -> None:
+    """Refuse keys (and values) a model feeds `update` where its `ModelSpec` says otherwise, naming the field (else a
+    torch error deep inside a cache, or none): storages call it on a layer's first write (slot 0), caches on a layer
+    too many."""
     if not 0 <= layer < spec.n_layers:
         raise ParameterError(
             f"ModelSpec: n_layers={spec.n_layers} is invalid: the model fed cache.update(layer={layer}); allowed: "
@@ -135,11 +141,17 @@ def check_keys(spec: CacheSpec, layer: int, k: Tensor) -> None:
                 f"{k.shape[1]} kv-heads of {k.shape[3]} dims ([B, H_kv, T, D]); allowed: {name}={fed}, as the model "
                 "feeds them"
             )
+    if v is not None and v.dim() == 4 and (width := v.shape[3]) != spec.value_width:
+        raise ParameterError(
+            f"ModelSpec: value_dim={spec.value_dim} is invalid: the model's layer {layer} fed cache.update values of "
+            f"{width} dims ([B, H_kv, T, value_dim]), keys of head_dim={spec.head_dim}; allowed: "
+            f"value_dim={None if width == spec.head_dim else width}, as the model feeds them (None: head_dim)"
+        )
 
 
 def float_slot_bytes(spec: CacheSpec) -> int:
     """Bytes of one slot of one layer in `spec.dtype`: a key and a value per row and kv-head."""
-    return 2 * spec.batch_size * spec.n_kv_heads * spec.head_dim * spec.dtype.itemsize
+    return spec.batch_size * spec.n_kv_heads * (spec.head_dim + spec.value_width) * spec.dtype.itemsize
 
 
 def device_memory(device: torch.device | str) -> int | None:

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from decodekit.cache import Croppable, Evicting, KVCache, Reorderable, RowCroppable, Sized, evicts, observes
-from decodekit.errors import CacheCapacityError, DecodekitError
+from decodekit.errors import CacheCapacityError, DecodekitError, ParameterError
 from decodekit.spec import CacheSpec
 
 __all__ = ["CacheConformance", "check_cache"]
@@ -36,7 +36,9 @@ LENGTH = "the slots fed per row, the slot the next token goes to (an evicting ca
 CONFIGS = ((4, 4, torch.float32), (4, 2, torch.float32), (4, 1, torch.float32), (4, 2, torch.float16))
 
 
-def kit_spec(n_heads: int = 4, n_kv_heads: int = 2, dtype: torch.dtype = torch.float32) -> CacheSpec:
+def kit_spec(
+    n_heads: int = 4, n_kv_heads: int = 2, dtype: torch.dtype = torch.float32, value_dim: int | None = None
+) -> CacheSpec:
     """The kit's cache shape: 2 layers, 2 rows, head_dim 8, rotary positions, a 32-position context."""
     return CacheSpec(
         n_layers=2,
@@ -48,6 +50,7 @@ def kit_spec(n_heads: int = 4, n_kv_heads: int = 2, dtype: torch.dtype = torch.f
         dtype=dtype,
         rope_base=ROPE_BASE,
         max_positions=32,
+        value_dim=value_dim,
     )
 
 
@@ -127,9 +130,9 @@ def _fill(cache: KVCache, T: int) -> None:  # noqa: N803
     """`T` random tokens through every layer, as a model feeds them: the mask asked, the queries observed."""
     spec, g = cache.spec, torch.Generator().manual_seed(cache.length)
     positions = _positions([0] * spec.batch_size, cache.length, T)
-    heads = (spec.n_kv_heads, spec.n_kv_heads, spec.n_heads)  # keys, values, queries
+    shapes = ((spec.n_kv_heads, spec.head_dim), (spec.n_kv_heads, spec.value_width), (spec.n_heads, spec.head_dim))
     for layer in range(spec.n_layers):
-        k, v, q = (torch.randn(spec.batch_size, h, T, spec.head_dim, generator=g).to(spec.dtype) for h in heads)
+        k, v, q = (torch.randn(spec.batch_size, h, T, d, generator=g).to(spec.dtype) for h, d in shapes)
         cache.update(layer, k, v)
         cache.attention_mask(layer, positions)
         if observes(cache):
@@ -216,7 +219,8 @@ class CacheConformance:
     def nbytes(self, spec: CacheSpec) -> int:
         """Exact bytes the cache holds, by its own formula."""
         item = torch.empty((), dtype=spec.dtype).element_size()
-        return 2 * spec.n_layers * spec.batch_size * spec.capacity * self.stored_heads(spec) * spec.head_dim * item
+        width = spec.head_dim + spec.value_width  # a key and a value
+        return spec.n_layers * spec.batch_size * spec.capacity * self.stored_heads(spec) * width * item
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -229,7 +233,7 @@ class CacheConformance:
             shape = (spec.batch_size, spec.n_kv_heads, T, spec.head_dim)
             u = torch.randn(shape, generator=g, dtype=torch.float64)
             k = self._at(u, positions)
-            v = torch.randn(shape, generator=g, dtype=torch.float64)
+            v = torch.randn(*shape[:3], spec.value_width, generator=g, dtype=torch.float64)
             k, v = k.to(spec.dtype), v.to(spec.dtype)
             history.keys[layer].append(k)
             history.values[layer].append(v)
@@ -273,7 +277,7 @@ class CacheConformance:
     ) -> Tensor:
         k_all, v_all = history.all(layer)
         k_all, v_all = self.round_trip_keys(k_all).double(), self.round_trip_values(v_all).double()
-        out = torch.zeros_like(q)
+        out = q.new_zeros(*q.shape[:3], v_all.shape[3])  # [B, H, T, value width]
         rows, queries, slots, shifts = [], [], [], []  # what each real query sees, from `kept`, in Python
         for r, row in enumerate(positions.tolist()):
             pad = first - row[0]  # slots before the row's first token
@@ -331,6 +335,20 @@ class CacheConformance:
             cache, history = self.make(spec), _History(spec)
             self._run(cache, history, SCHEDULE, g, config)
             assert cache.length == sum(SCHEDULE), f"{config}: length {cache.length} after {sum(SCHEDULE)} tokens"
+
+    def test_values_of_another_width(self) -> None:
+        """A spec whose values are narrower or wider than the keys (`value_dim`: DeepSeek's latent attention caches
+        them so): attention over what `update` returns == the reference; or the cache refuses the spec at creation,
+        a `ParameterError` naming value_dim."""
+        for value_dim in (4, 12):
+            spec = kit_spec(4, 1, torch.float32, value_dim=value_dim)
+            try:
+                cache = self.make(spec)
+            except ParameterError as exc:
+                assert "value_dim" in str(exc), f"value_dim={value_dim}: refused without naming value_dim: {exc}"
+                return
+            what = f"4 heads / 1 kv-head, values of value_dim={value_dim}"
+            self._run(cache, _History(spec), SCHEDULE, torch.Generator().manual_seed(9), what)
 
     def test_keeps_all_returns_every_token(self) -> None:
         """A cache that does not evict (no `reach`) returns every token fed, in slot order (cached == recomputation)."""
@@ -444,7 +462,7 @@ class CacheConformance:
         z = torch.zeros(spec.batch_size, spec.n_kv_heads, 0, spec.head_dim, dtype=spec.dtype)
         g, history = torch.Generator().manual_seed(6), _History(spec)
         self._run(cache, history, (1,) * 60, g, "streaming")
-        widths = {cache.update(layer, z, z)[0].shape[2] for layer in range(spec.n_layers)}
+        widths = {cache.update(layer, z, z[..., : spec.value_width])[0].shape[2] for layer in range(spec.n_layers)}
         stated = max(len(self.kept(spec, layer, cache.length - 1, cache.length - 1)) for layer in range(2))
         assert max(widths) < 60, f"after 60 tokens the cache returns {max(widths)} keys: it evicts nothing"
         assert max(widths) >= stated, f"the cache returns {max(widths)} keys but states it keeps {stated}"

@@ -27,7 +27,8 @@ class TestInt8Conformance(CacheConformance):
 
     def nbytes(self, spec: dk.CacheSpec) -> int:
         # int8 entries plus one float32 scale per (row, head, token), for keys and values
-        return 2 * spec.n_layers * spec.batch_size * spec.capacity * spec.n_kv_heads * (spec.head_dim + 4)
+        width = spec.head_dim + 4 + spec.value_width + 4
+        return spec.n_layers * spec.batch_size * spec.capacity * spec.n_kv_heads * width
 
 
 def test_hand_worked_quantisation() -> None:

@@ -17,6 +17,7 @@ import torch
 from decodekit_hf import HFModel
 
 import decodekit as dk
+from tinymodels import assert_sampled_chain_sees_generate
 
 V = 256
 WINDOW = 6  # the sliding window of the models that have one: far shorter than the texts below
@@ -122,46 +123,12 @@ def test_a_window_wider_than_the_models_is_refused(build_arch: Any, cache: str) 
         dk.generate(HFModel(hf), PROMPTS, cache=cache, max_new_tokens=NEW)
 
 
-CHAIN = "repetition_penalty(1.3) | temperature(0.7) | top_k(20) | top_p(0.9) | sample"
-SAMPLED = dict(do_sample=True, repetition_penalty=1.3, temperature=0.7, top_k=20, top_p=0.9)
-SAMPLED_NEW = 5
-
-
-def generate_step(hf: Any, text: list[int], gen_config: Callable[..., Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    """`generate()`'s raw and processed log-probabilities `[V]` for the token after `text` (the row alone: its
-    repetition penalty would count a padded batch's pad ids)."""
-    out = hf.generate(
-        torch.tensor([text]),
-        generation_config=gen_config(max_new_tokens=1, **SAMPLED),
-        output_scores=True,
-        output_logits=True,
-        return_dict_in_generate=True,
-    )
-    return torch.log_softmax(out.logits[0][0].float(), -1), torch.log_softmax(out.scores[0][0].float(), -1)
-
-
 @pytest.mark.parametrize("batch", sorted(BATCHES))
-def test_a_sampled_chain_sees_generates_distribution(
-    arch: tuple[str, Any, dict[str, Any]], gen_config: Any, batch: str
-) -> None:
+def test_a_sampled_chain_sees_generates_distribution(arch: tuple[str, Any, dict[str, Any]], batch: str) -> None:
     """At each step of a seeded decode, the chain's kept tokens and their log-probabilities (top 20: all that
     `top_k(20)` leaves) and the model's raw ones are `generate()`'s with the same processors, on the same text."""
     model_type, hf, _ = arch
-    prompts = BATCHES[batch]
-    out = dk.generate(HFModel(hf), prompts, chain=CHAIN, max_new_tokens=SAMPLED_NEW, seed=1, logprobs=20)
-    assert out.logprobs is not None
-    kept_counts = set()
-    for prompt, tokens, logprobs in zip(prompts, out.tokens, out.logprobs):
-        for step, (token, lp) in enumerate(zip(tokens, logprobs)):
-            raw, processed = generate_step(hf, prompt + tokens[:step], gen_config)
-            kept = torch.isfinite(processed).nonzero()[:, 0].tolist()
-            assert sorted(i for i, _ in lp.processed_top) == kept, (model_type, step)
-            kept_counts.add(len(kept))
-            for i, value in lp.processed_top:
-                assert value == pytest.approx(processed[i].item(), abs=1e-5)
-            assert lp.raw == pytest.approx(raw[token].item(), abs=1e-5)
-            assert lp.processed == pytest.approx(processed[token].item(), abs=1e-5)
-    assert len(kept_counts) > 1  # top_p cuts at different places: the distributions compared are not all alike
+    assert_sampled_chain_sees_generate(hf, HFModel(hf), BATCHES[batch], model_type)
 
 
 @pytest.mark.parametrize("cache", ["dense", "own_window"])

@@ -68,14 +68,15 @@ def test_spec_rejects_non_attention_layers() -> None:
         ("mamba", {}, r"MambaConfig is not served: it has no attention heads"),
         ("rwkv", {}, r"RwkvConfig is not served: it has no attention heads"),
         ("recurrent_gemma", {}, r"RecurrentGemmaConfig is not served: its 'recurrent' blocks"),
-        ("deepseek_v3", {"kv_lora_rank": 16}, r"multi-head latent attention \(kv_lora_rank=16\)"),
+        ("deepseek_v32", {"kv_lora_rank": 16}, r"DeepseekV32Config is not served: its sparse-attention indexer"),
     ],
 )
 def test_spec_refuses_a_model_whose_state_decodekit_caches_cannot_hold(
     model_type: str, config: dict[str, Any], message: str
 ) -> None:
     """Mamba and RWKV were an AttributeError, RecurrentGemma blamed a missing context length, DeepSeek's latent
-    attention a shape error in the cache: each is now a ParameterError saying what is not served."""
+    attention a shape error in the cache (served since 2026-12-04, but for V3.2's indexer): each is now a
+    ParameterError saying what is not served."""
     from transformers import AutoConfig
 
     base = {"num_hidden_layers": 4, "hidden_size": 32, "vocab_size": 96}

@@ -3,22 +3,27 @@ transformers' own `generate()`, as test_architectures.py does for the older ones
 left-padded ragged batch) with `dense`, `gqa`, the model's own window where it has one and a scored cache; where
 decodekit cannot follow the model's mask the refusal is checked instead. Served: sink-logit models on eager
 attention (Granite SWA, Granite-MoE SWA, Flint), Gemma 4 text (its layers of one shape), SmolLM3 and Llama 4 text
-(NoPE layers; Llama 4's chunked attention), GLM-4, Granite, Phi-3, Qwen3-MoE. Refused, naming the architecture
-and what is served: latent attention (DeepSeek V3, HY V4), compressed attention (DeepSeek V4), values of another
-width or layers of other shapes (MiMo-V2-Flash, a Gemma 4 whose global layers are wider), linear-attention and
-state-space layers (Qwen3-Next, Jamba, Falcon-H1, Mamba)."""
+(NoPE layers; Llama 4's chunked attention), GLM-4, Granite, Phi-3, Qwen3-MoE, multi-head latent attention (DeepSeek
+V2 and V3: caches that keep every token, `int8` too), values narrower than keys (MiMo-V2-Flash's layers of one
+shape). Refused, naming the architecture and what is served: a sparse-attention indexer (HY V4, DeepSeek V3.2),
+compressed attention (DeepSeek V4), layers of other shapes (MiMo-V2-Flash's sliding layers, a Gemma 4 whose global
+layers are wider), linear-attention and state-space layers (Qwen3-Next, Jamba, Falcon-H1, Mamba)."""
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
 import pytest
+import torch
 from decodekit_hf import HFModel
 from decodekit_hf.model import model_spec
-from transformers import AutoConfig
+from torch import Tensor
+from transformers import AutoConfig, DynamicCache
 
 import decodekit as dk
+from tinymodels import assert_sampled_chain_sees_generate, greedy_generation_config, int8_round_trip, left_padded
 
 # test_architectures.py's texts and sizes: a vocabulary of 256, a context of 64, a window of 6 that the texts pass
 V, CONTEXT, WINDOW, NEW, LAYERS = 256, 64, 6, 12, 2
@@ -30,6 +35,10 @@ BATCHES = {"single": PROMPTS[:1], "ragged": PROMPTS}
 _KV = dict(num_key_value_heads=2, head_dim=8)
 _SLIDE_FIRST = dict(sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"])
 _EXPERTS = dict(num_experts_per_tok=2, moe_intermediate_size=16)
+# Multi-head latent attention: each layer caches one latent per token, "keys" of kv_lora_rank dims and "values" (its
+# rotary keys) of qk_rope_head_dim (`CacheSpec.value_dim`), and attends over keys and values expanded from them.
+_LATENT = dict(kv_lora_rank=8, q_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=8, v_head_dim=8)
+_DEEPSEEK = _LATENT | _EXPERTS | dict(n_routed_experts=4, n_group=1, topk_group=1)
 # model_type -> (its config fields besides conftest's, the layers whose mask decodekit's attention cannot follow past
 # WINDOW tokens, and the kind of layer they are: sliding (the model's own `window` cache follows it) or chunked).
 ARCHS: dict[str, tuple[dict[str, Any], tuple[int, ...], str | None]] = {
@@ -61,6 +70,9 @@ ARCHS: dict[str, tuple[dict[str, Any], tuple[int, ...], str | None]] = {
     ),
     "phi3": (_KV, (), None),
     "qwen3_moe": (_KV | _EXPERTS | dict(num_experts=4), (), None),
+    # latent attention: V3 with its low-rank queries and interleaved rotary embedding, V2 with full-rank queries
+    "deepseek_v3": (_DEEPSEEK, (), "latent"),
+    "deepseek_v2": (_DEEPSEEK | dict(q_lora_rank=None), (), "latent"),
 }
 CACHES = ["dense", "gqa", "own_window", "h2o(budget=40)", "snapkv(budget=40)"]
 
@@ -87,6 +99,8 @@ def refusal(model_type: str, cache: str) -> str | None:
     kind = ARCHS[model_type][2]
     if cache in ("dense", "gqa") or kind is None or (kind == "sliding" and cache.startswith("window")):
         return None
+    if kind == "latent":
+        return LATENT_REFUSAL
     if kind == "sliding":
         return rf"sliding-window layers \(sliding_window={WINDOW}\).*allowed: .*" + re.escape(own_window(model_type))
     return rf"chunked-attention layers \(attention_chunk_size={WINDOW}\).*allowed: a text of at most {WINDOW} tokens"
@@ -163,20 +177,11 @@ def test_layers_that_share_keys_refuse_an_evicting_cache(build_arch: Any, hf_gre
             dk.generate(HFModel(hf), PROMPTS, cache=cache, chain="greedy", max_new_tokens=NEW)
 
 
-_LATENT = dict(kv_lora_rank=8, q_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=8, v_head_dim=8)
 # model_type -> (config fields besides conftest's, what the refusal at load says)
 REFUSED_AT_LOAD: dict[str, tuple[dict[str, Any], str]] = {
-    "deepseek_v3": (
-        _LATENT | dict(n_routed_experts=4, n_group=1, topk_group=1),
-        r"DeepseekV3Config is not served: its "
-        r"multi-head latent attention \(kv_lora_rank=8\)",
-    ),
-    "hy_v4": ({}, r"HYV4Config is not served: its multi-head latent attention \(kv_lora_rank=512\)"),
+    "hy_v4": ({}, r"HYV4Config is not served: its sparse-attention indexer \(index_topk=2048\) caches keys of its own"),
+    "deepseek_v32": (_LATENT, r"DeepseekV32Config is not served: its sparse-attention indexer \(index_topk=2048\)"),
     "deepseek_v4": ({}, r"layer type 'heavily_compressed_attention' of DeepseekV4Config is not served"),
-    "mimo_v2_flash": (
-        _KV | _SLIDE_FIRST | dict(v_head_dim=4),
-        r"MiMoV2FlashConfig is not served: its values have v_head_dim=4 dimensions, its keys head_dim=8",
-    ),
     "gemma4_text": (
         _KV | _SLIDE_FIRST | dict(global_head_dim=16),
         r"Gemma4TextConfig is not served: its layers differ in head_dim \(8 on layer 0, 16 on layer 1\)",
@@ -202,7 +207,7 @@ def test_layers_that_cache_other_shapes_are_refused_at_first_use(build_arch: Any
     """MiMo-V2-Flash's sliding layers cache twice the kv-heads its config states (its full layers as many): the
     first forward's keys say so, naming the layer and the shapes, before a cache is written."""
     hf = build_arch(
-        "mimo_v2_flash", **(SHARED | _KV | _SLIDE_FIRST | dict(v_head_dim=8, n_routed_experts=4) | _EXPERTS)
+        "mimo_v2_flash", **(SHARED | _KV | _SLIDE_FIRST | dict(v_head_dim=4, n_routed_experts=4) | _EXPERTS)
     )
     with pytest.raises(
         dk.ParameterError,
@@ -210,3 +215,98 @@ def test_layers_that_cache_other_shapes_are_refused_at_first_use(build_arch: Any
         r"allowed: a model whose every layer caches num_key_value_heads=2 kv-heads",
     ):
         dk.generate(HFModel(hf), BATCHES["single"], cache="dense", max_new_tokens=2)
+
+
+LATENT_REFUSAL = (
+    r"multi-head latent attention \(kv_lora_rank=8\) caches latents, not the keys and values it attends over.*"
+    r"allowed: a cache that keeps every token \(dense, gqa, int8\)"
+)
+LATENT = sorted(name for name, (_, _, kind) in ARCHS.items() if kind == "latent")
+
+
+def test_a_latent_attention_spec_holds_the_latents() -> None:
+    """What DeepSeek's layers cache (`cache.update(kv_nope, k_rot)`): one kv-head, keys of kv_lora_rank dims and
+    values of qk_rope_head_dim (`value_dim`); a `gqa` cache of it holds 1 · (8 + 4) floats per token and layer."""
+    shape = dict(num_hidden_layers=LAYERS, hidden_size=32, num_attention_heads=4)
+    config = AutoConfig.for_model("deepseek_v3", **(SHARED | shape | _DEEPSEEK))
+    spec = model_spec(config)
+    assert (spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.value_dim) == (4, 1, 8, 4)
+    cache = dk.create_cache("gqa", dk.CacheSpec.for_model(spec, batch_size=3, capacity=10))
+    assert cache.nbytes == LAYERS * 3 * 10 * (8 + 4) * 4  # type: ignore[attr-defined]
+
+
+class Int8Latents(DynamicCache):
+    """transformers' own cache, keeping each latent as int8 gives it back: what `generate()` sees through it is what
+    decodekit's `int8` cache hands the model (a token's scale is final when it is written)."""
+
+    def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> Any:
+        return super().update(int8_round_trip(key_states), int8_round_trip(value_states), layer_idx, *args, **kwargs)
+
+
+@pytest.mark.parametrize("model_type", LATENT)
+def test_latent_attention_through_int8_equals_generate_over_int8_latents(build_arch: Any, model_type: str) -> None:
+    """`int8` rounds the latents it keeps: its greedy tokens are `generate()`'s through a cache that rounds them
+    alike, one prompt and a ragged batch; they are not all plain `generate()`'s (the rounding shows)."""
+    hf = build_arch(model_type, **(SHARED | ARCHS[model_type][0]))
+    differs = False
+    for prompts in BATCHES.values():
+        ids, mask = left_padded(prompts)
+        config = greedy_generation_config(max_new_tokens=NEW)
+        want = hf.generate(ids, attention_mask=mask, generation_config=config, cache=Int8Latents())
+        plain = hf.generate(ids, attention_mask=mask, generation_config=config)
+        out = dk.generate(HFModel(hf), prompts, cache="int8", chain="greedy", max_new_tokens=NEW)
+        assert out.tokens == want[:, ids.shape[1] :].tolist(), (model_type, len(prompts))
+        differs |= out.tokens != plain[:, ids.shape[1] :].tolist()
+    assert differs, f"{model_type}: int8's tokens equal float's everywhere; the reference tells nothing apart"
+
+
+@pytest.mark.parametrize("model_type", LATENT)
+@pytest.mark.parametrize("batch", sorted(BATCHES))
+def test_latent_attention_sampled_chain_sees_generates_distribution(
+    build_arch: Any, model_type: str, batch: str
+) -> None:
+    """As test_architectures.py checks the older architectures: every step's kept tokens and log-probabilities."""
+    hf = build_arch(model_type, **(SHARED | ARCHS[model_type][0]))
+    assert_sampled_chain_sees_generate(hf, HFModel(hf), BATCHES[batch], model_type)
+
+
+def test_values_narrower_than_keys_are_served(build_arch: Any, hf_greedy: Any) -> None:
+    """MiMo-V2-Flash's values have v_head_dim=4 dims, its keys head_dim=8 (`value_dim`): refused at load until
+    2026-12-04; with layers of one shape (no sliding layers, whose kv-heads differ) `dense` and `gqa` give
+    `generate()`'s tokens; an evicting cache is refused for its eager attention, as before."""
+    fields = _KV | dict(v_head_dim=4, layer_types=["full_attention"] * LAYERS, n_routed_experts=4) | _EXPERTS
+    hf = build_arch("mimo_v2_flash", **(SHARED | fields))
+    assert HFModel(hf).spec.value_dim == 4
+    greedy = hf_greedy(hf, BATCHES, NEW)
+    for cache in ("dense", "gqa"):
+        for batch, prompts in BATCHES.items():
+            out = dk.generate(HFModel(hf), prompts, cache=cache, chain="greedy", max_new_tokens=NEW)
+            assert out.tokens == greedy[batch], (cache, batch)
+    with pytest.raises(dk.ParameterError, match=r"runs attn_implementation='eager'; allowed: a cache that keeps every"):
+        dk.generate(HFModel(hf), PROMPTS, cache="h2o(budget=40)", max_new_tokens=NEW)  # its eager attention (sinks)
+
+
+@pytest.mark.parametrize("model_type", LATENT)
+def test_latent_attention_speculation_crops_the_latents(build_arch: Any, hf_greedy: Any, model_type: str) -> None:
+    """Speculative decoding takes back rejected drafts from the latent caches of the model and of its draft (a noisy
+    copy): `generate()`'s greedy tokens, one prompt and a ragged batch (rows cropped apart: `crop_rows`)."""
+    hf = build_arch(model_type, **(SHARED | ARCHS[model_type][0]))
+    noisy = copy.deepcopy(hf)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for weight in noisy.parameters():
+            weight.add_(0.3 * torch.randn_like(weight) * weight.std())
+    greedy = hf_greedy(hf, BATCHES, NEW)
+    for batch, prompts in BATCHES.items():
+        out = dk.decode(
+            HFModel(hf),
+            prompts,
+            strategy="speculative",
+            draft=HFModel(noisy),
+            k=3,
+            chain="greedy",
+            cache="gqa",
+            max_new_tokens=NEW,
+        )
+        assert out.tokens == greedy[batch], batch
+        assert 0 < sum(out.accepted) < sum(out.drafted), (batch, out.accepted, out.drafted)  # drafts taken back

@@ -7,7 +7,8 @@ KIVI (Liu et al. 2024) quantises keys per channel instead, because a few key cha
 carry outliers, which matters at 2 bits; at 8 bits the per-token error is already small
 (docs/caches.md has the measured loss), and a token's scale is final when it is written,
 so no float residual of recent tokens is kept. Bytes per token and head: `2 · (D + 4)`,
-against `2 · 4 · D` in float32 (0.29x for D = 24, 0.26x for D = 64).
+against `2 · 4 · D` in float32 (0.29x for D = 24, 0.26x for D = 64); values of another width
+(`CacheSpec.value_dim`): `D + 4 + value_dim + 4`.
 """
 
 from __future__ import annotations
@@ -37,19 +38,21 @@ def dequantise(q: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 class Int8Storage:
-    """Per layer: `q` int8 `[B, H_kv, slots, D]` and `scale` float32 `[B, H_kv, slots, 1]`, for keys and values."""
+    """Per layer: `q` int8 `[B, H_kv, slots, D]` and `scale` float32 `[B, H_kv, slots, 1]`, for keys and values
+    (values `spec.value_width` wide)."""
 
     def __init__(self, spec: CacheSpec, slots: Sequence[int]) -> None:
         self.spec = spec
-        B, H, D = spec.batch_size, spec.n_kv_heads, spec.head_dim
+        B, H = spec.batch_size, spec.n_kv_heads
 
-        def q(n: int) -> Tensor:
-            return torch.zeros(B, H, n, D, dtype=torch.int8, device=spec.device)
+        def q(n: int, width: int) -> Tensor:
+            return torch.zeros(B, H, n, width, dtype=torch.int8, device=spec.device)
 
         def s(n: int) -> Tensor:
             return torch.ones(B, H, n, 1, dtype=torch.float32, device=spec.device)
 
-        self.tensors = [[q(n), s(n), q(n), s(n)] for n in slots]  # k, k scale, v, v scale
+        # k, k scale, v, v scale
+        self.tensors = [[q(n, spec.head_dim), s(n), q(n, spec.value_width), s(n)] for n in slots]
 
     @property
     def heads(self) -> int:
@@ -61,7 +64,7 @@ class Int8Storage:
 
     def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> None:
         if start == 0:  # a layer's first write: checked once
-            check_keys(self.spec, layer, k)
+            check_keys(self.spec, layer, k, v)
         end = start + k.shape[2]
         kq, ks, vq, vs = self.tensors[layer]
         for x, q, s in ((k, kq, ks), (v, vq, vs)):

@@ -296,16 +296,18 @@ class DecodekitCache(Cache):  # type: ignore[misc]
         return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
     def _check_shape(self, k: Tensor, v: Tensor, layer: int) -> None:
-        """Refuse a layer whose keys or values are not `[B, n_kv_heads, T, head_dim]` as the config states them
-        (MiMo-V2-Flash's sliding layers cache twice its `num_key_value_heads`): the cache has one shape for all."""
-        spec = self.kv.spec
-        if k.shape[1] == v.shape[1] == spec.n_kv_heads and k.shape[3] == v.shape[3] == spec.head_dim:
+        """Refuse a layer whose keys or values are not `[B, n_kv_heads, T, head_dim]` (values: `value_width`) as the
+        config states them (MiMo-V2-Flash's sliding layers cache twice its `num_key_value_heads`): the cache has one
+        shape for all."""
+        spec, widths = self.kv.spec, (k.shape[3], v.shape[3])
+        if k.shape[1] == v.shape[1] == spec.n_kv_heads and widths == (spec.head_dim, spec.value_width):
             return
         raise ParameterError(
             f"HFModel: layer {layer} of {self.model} caches keys of {k.shape[1]} kv-heads of {k.shape[3]} dims and "
-            f"values of {v.shape[1]} of {v.shape[3]}, not the {spec.n_kv_heads} of head_dim={spec.head_dim} its "
-            "config states; decodekit's caches hold one shape for every layer; allowed: a model whose every layer "
-            f"caches num_key_value_heads={spec.n_kv_heads} kv-heads of head_dim={spec.head_dim} dimensions"
+            f"values of {v.shape[1]} of {v.shape[3]}, not the {spec.n_kv_heads} of head_dim={spec.head_dim} "
+            f"(values: {spec.value_width}) its config states; decodekit's caches hold one shape for every layer; "
+            f"allowed: a model whose every layer caches num_key_value_heads={spec.n_kv_heads} kv-heads of "
+            f"head_dim={spec.head_dim} dimensions"
         )
 
     def reset(self) -> None:  # transformers' Cache API; decodekit's caches need not offer it (a new one per decode)

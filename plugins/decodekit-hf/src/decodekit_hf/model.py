@@ -155,12 +155,19 @@ def _not_served(c: Any) -> str | None:
     blocks = sorted(set(getattr(c, "block_types", None) or ()) - {"attention"})
     if blocks:  # RecurrentGemma
         return f"its {blocks[0]!r} blocks keep a state that needs transformers' own caches; allowed: attention layers"
-    if getattr(c, "kv_lora_rank", None) is not None:  # DeepSeek V2/V3: keys and values of other widths than head_dim
-        return (
-            f"its multi-head latent attention (kv_lora_rank={c.kv_lora_rank}) caches keys and values of other widths "
-            "than one head_dim; allowed: a model whose keys and values have head_dim dimensions per head"
+    if _latent(c) is not None and getattr(c, "index_topk", None) is not None:  # DeepSeek V3.2, HY V4, GLM-5
+        return (  # its indexer writes `cache.update_indexer`
+            f"its sparse-attention indexer (index_topk={c.index_topk}) caches keys of its own beside the attention's, "
+            "which decodekit's caches do not hold; allowed: a model whose layers cache keys and values only"
         )
     return None
+
+
+def _latent(c: Any) -> int | None:
+    """`kv_lora_rank` of a model of multi-head latent attention (DeepSeek V2/V3), else None. Its layers cache one
+    latent "kv-head" per token: "keys" of `kv_lora_rank` dims, "values" (its rotary keys) of `qk_rope_head_dim`."""
+    rank = getattr(c, "kv_lora_rank", None)
+    return None if rank is None else int(rank)
 
 
 # Where a config keeps its context length: most configs, GPT-2's family, MPT's.
@@ -178,7 +185,6 @@ def model_spec(config: Any, context: int | None = None) -> ModelSpec:
     if why is not None:
         raise ParameterError(f"HFModel: {type(c).__name__} is not served: {why}")
     n_heads = int(_per_layer(c, "num_attention_heads"))
-    head_dim = int(_per_layer(c, "head_dim") or c.hidden_size // n_heads)
     max_positions = _context(c, context)
     layer_types = getattr(c, "layer_types", None) or ()
     other = sorted(set(layer_types) - set(_ATTENTION_LAYERS))
@@ -187,24 +193,29 @@ def model_spec(config: Any, context: int | None = None) -> ModelSpec:
             f"HFModel: layer type {other[0]!r} of {type(c).__name__} is not served: its state is not keys and "
             f"values; allowed: a model whose layers are attention layers ({', '.join(_ATTENTION_LAYERS)})"
         )
-    value_dim = _per_layer(c, "v_head_dim")  # MiMo-V2-Flash: values narrower than keys
-    if value_dim is not None and int(value_dim) != head_dim:
-        raise ParameterError(
-            f"HFModel: {type(c).__name__} is not served: its values have v_head_dim={value_dim} dimensions, its keys "
-            f"head_dim={head_dim}; decodekit's caches hold keys and values of one width; allowed: a model whose "
-            "values have head_dim dimensions"
-        )
+    n_kv_heads, head_dim, value_dim = _cached_shape(c, n_heads)
     return ModelSpec(
         # Gemma 3n's last `num_kv_shared_layers` layers attend over earlier keys: nothing of their own to cache.
         n_layers=int(c.num_hidden_layers) - int(getattr(c, "num_kv_shared_layers", 0) or 0),
         n_heads=n_heads,
-        n_kv_heads=int(_per_layer(c, "num_key_value_heads") or n_heads),
+        n_kv_heads=n_kv_heads,
         head_dim=head_dim,
+        value_dim=value_dim,
         vocab_size=int(c.vocab_size),
         max_positions=int(max_positions),
         rope_base=rope_base(c),
         rope_note=_rope(c)[1],
     )
+
+
+def _cached_shape(c: Any, n_heads: int) -> tuple[int, int, int | None]:
+    """`(n_kv_heads, head_dim, value_dim)` of what each layer caches: its kv-heads, or one latent (`_latent`)."""
+    if (rank := _latent(c)) is not None:
+        return 1, rank, int(c.qk_rope_head_dim)
+    head_dim = int(_per_layer(c, "head_dim") or c.hidden_size // n_heads)
+    value_dim = _per_layer(c, "v_head_dim")  # MiMo-V2-Flash: values narrower than keys
+    kv_heads = int(_per_layer(c, "num_key_value_heads") or n_heads)
+    return kv_heads, head_dim, None if value_dim is None or int(value_dim) == head_dim else int(value_dim)
 
 
 def _context(c: Any, context: int | None) -> int:
@@ -264,6 +275,7 @@ class HFModel(nn.Module):
         self._chunk = _chunk(config)
         self._hf_layers = int(config.num_hidden_layers)  # the cache's layers, and those that share theirs
         self._alibi = bool(getattr(config, "alibi", False))  # Falcon's ALiBi biases ride in the attention mask
+        self._latent = _latent(config)
         implementation = model.config._attn_implementation
         if implementation in ("sdpa", ATTENTION):
             register_attention()
@@ -355,6 +367,13 @@ class HFModel(nn.Module):
                 f"HFModel: cache {name} evicts or observes attention, and this model's last {shared} layers "
                 f"(num_kv_shared_layers={shared}) attend over all of an earlier layer's keys, which a cache that "
                 "evicts or observes does not hand back; allowed: a cache that keeps every token (dense, gqa, int8)"
+            )
+        if self._latent is not None:
+            raise ParameterError(
+                f"HFModel: cache {name} evicts or observes attention, and this model's multi-head latent attention "
+                f"(kv_lora_rank={self._latent}) caches latents, not the keys and values it attends over (it expands "
+                "them from the latents in its own code), so such a cache could neither score nor mask what it holds; "
+                "allowed: a cache that keeps every token (dense, gqa, int8)"
             )
         if self._alibi:
             raise ParameterError(
