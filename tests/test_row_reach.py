@@ -72,6 +72,17 @@ def test_cache_none_crops_each_row_as_alone(name: str) -> None:
     _each_as_alone(MODELS[name](), [LONG, SHORT], LIMITS, cache="none", chain="top_k(8)")
 
 
+@pytest.mark.parametrize("name", ["gpt-rope", "gpt-learned"])
+@pytest.mark.parametrize("draft", ["ngram", "model"])
+def test_speculative_decodes_each_row_as_alone(name: str, draft: str) -> None:
+    from decodekit_speculative.strategy import speculative
+
+    model = MODELS[name]()
+    drafter = "ngram" if draft == "ngram" else _gpt(name.split("-")[1], seed=1)
+    for chain, cache in [("greedy", "dense"), ("top_k(8)", "dense"), ("top_k(8)", "none")]:
+        _each_as_alone(model, [LONG, SHORT], LIMITS, speculative, draft=drafter, k=3, chain=chain, cache=cache)
+
+
 def test_beam_still_refuses_limits_that_differ() -> None:
     with pytest.raises(dk.ParameterError, match="differ between prompts"):
         dk.decode(MODELS["gpt-rope"](), [LONG, SHORT], strategy="beam(num_beams=2)", max_new_tokens=LIMITS)
