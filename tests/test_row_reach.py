@@ -83,6 +83,19 @@ def test_speculative_decodes_each_row_as_alone(name: str, draft: str) -> None:
         _each_as_alone(model, [LONG, SHORT], LIMITS, speculative, draft=drafter, k=3, chain=chain, cache=cache)
 
 
+@pytest.mark.parametrize("name", ["gpt-rope", "gpt-learned"])
+def test_cfg_decodes_each_row_as_alone(name: str) -> None:
+    """The pair rows (prompt, negative) took the largest limit each: refused as past the context."""
+    model, negatives = MODELS[name](), [[9], [10, 11]]
+    options: dict[str, Any] = {"strategy": "cfg", "scale": 2.0, "chain": "top_k(8)", "stop_tokens": []}
+    out = dk.decode(model, [LONG, SHORT], negative=negatives, max_new_tokens=LIMITS, seed=SEEDS, **options)
+    for b, prompt in enumerate([LONG, SHORT]):
+        alone = dk.decode(
+            model, [prompt], negative=[negatives[b]], max_new_tokens=LIMITS[b], seed=[SEEDS[b]], **options
+        )
+        assert out.tokens[b] == alone.tokens[0], f"row {b}"
+
+
 def test_beam_still_refuses_limits_that_differ() -> None:
     with pytest.raises(dk.ParameterError, match="differ between prompts"):
         dk.decode(MODELS["gpt-rope"](), [LONG, SHORT], strategy="beam(num_beams=2)", max_new_tokens=LIMITS)
@@ -99,6 +112,25 @@ def test_beam_still_refuses_limits_that_differ() -> None:
 def test_a_prompt_past_the_context_is_refused_by_name(name: str, limits: Any, message: str) -> None:
     with pytest.raises(dk.ContextLengthError, match=re.escape(message)):
         dk.generate(MODELS[name](), [LONG, SHORT], max_new_tokens=limits)
+
+
+@pytest.mark.parametrize(
+    ("negative", "limits", "message"),
+    [
+        ([[9], [10, 11]], [3, CONTEXT - 1], "prompt 1 of 2 tokens + max_new_tokens[1]=15 = 17 tokens exceeds"),
+        (
+            [[9], [1] * 7],
+            [3, CONTEXT - 6],
+            "strategy cfg: negative[1] of 7 tokens (its prompt: 2) + max_new_tokens[1]=10",
+        ),
+    ],
+)
+def test_cfg_names_the_prompt_or_the_negative_past_the_context(
+    negative: list[list[int]], limits: list[int], message: str
+) -> None:
+    """The pairs' check named its pair row ("prompt 3"), not the prompt or its negative."""
+    with pytest.raises(dk.ContextLengthError, match=re.escape(message)):
+        dk.decode(MODELS["gpt-rope"](), [LONG, SHORT], strategy="cfg", negative=negative, max_new_tokens=limits)
 
 
 def test_compiled_rows_past_the_context_in_slots_break_no_graph(graphs: list[Any]) -> None:
