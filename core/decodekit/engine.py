@@ -209,7 +209,7 @@ class Decoding:
         if self.kv is None:
             return uncached_logits(self.model, self.buf, self.positions, w)
         positions = self.positions[:, w - 1 : w]
-        spec = self.spec  # past the context, but for rotary keys an evicting cache moves, only ended rows (`_furthest`):
+        spec = self.spec  # past the context (but rotary keys an evicting cache moves) only ended rows (`_furthest`):
         if self.total > spec.max_positions and (spec.rope_base is None or not evicts(self.kv)):
             positions = positions.clamp(max=spec.max_positions - 1)  # their tokens are never emitted
         logits: Tensor = self.call_model(self.buf[:, w - 1 : w], positions, self.kv)
