@@ -121,10 +121,9 @@ class Decoding:
             return None
         spec = model.spec
         impl = getattr(factory, "impl", None)
-        needed = self.P + self.request.max_new_tokens
         keeps_every_token = impl is not None and not evicts(impl)
         if keeps_every_token:  # check before allocating any
-            self._check_reach(spec, needed, None)
+            self._check_reach(spec, None)
         capacity = self._sized(total) if keeps_every_token else total  # more slots: never fed
         kv = factory(
             CacheSpec.for_model(spec, batch_size=batch_size, capacity=capacity, dtype=self.dtype, device=self.device)
@@ -136,32 +135,40 @@ class Decoding:
         for need in needs:
             if (error := capability_error(kv, need, self.strategy)) is not None:
                 raise error
-        self._check_reach(spec, needed, kv)
+        self._check_reach(spec, kv)
         return kv
 
-    def _check_reach(self, spec: ModelSpec, total: int, kv: KVCache | None) -> None:
-        """The widest query-key distance the whole decode presents must be one the model knows; past the context,
-        only rotary keys can move (an evicting cache keeps absolute positions no further)."""
+    def _furthest(self) -> tuple[int, str]:
+        """The positions the furthest-reaching prompt needs, its own length + its own limit (rows are left-padded,
+        each from position 0: the slots `total` may pass the context where no row's positions do), and its words."""
+        request, many = self.request, len(self.prompts) > 1
+        n, b = max((len(p) + request.limit(b), b) for b, p in enumerate(self.prompts))
+        limit = f"max_new_tokens{f'[{b}]' if request.limits is not None else ''}={request.limit(b)}"
+        return n, f"prompt{f' {b}' if many else ''} of {len(self.prompts[b])} tokens + {limit} = {n} tokens"
+
+    def _check_reach(self, spec: ModelSpec, kv: KVCache | None) -> None:
+        """The widest query-key distance any row presents must be one the model knows; past the context, only
+        rotary keys can move (an evicting cache keeps absolute positions no further)."""
+        needed, words = self._furthest()
         if kv is not None and evicts(kv):
-            if (reach := kv.reach(total)) > spec.max_positions:  # type: ignore[attr-defined]
+            if (reach := kv.reach(needed)) > spec.max_positions:  # type: ignore[attr-defined]
                 raise ContextLengthError(
                     f"cache {self.request.cache}: a query would attend across {reach} positions, past the model's "
                     f"context of {spec.max_positions}; allowed: a cache whose window fits the context"
                 )
-            if spec.rope_base is None and total > spec.max_positions:
+            if spec.rope_base is None and needed > spec.max_positions:
                 raise ContextLengthError(
-                    f"prompt + max_new_tokens = {total} tokens exceeds the model's context of {spec.max_positions} "
-                    f"positions, and {spec.rope_note or 'its positions are absolute (not rotary)'}: an evicting cache "
-                    "cannot take it further; use cache='none' (it crops the context) or fewer tokens"
+                    f"{words} exceeds the model's context of {spec.max_positions} positions, and "
+                    f"{spec.rope_note or 'its positions are absolute (not rotary)'}: an evicting cache cannot take it "
+                    "further; use cache='none' (it crops the context) or fewer tokens"
                 )
-        elif total > spec.max_positions:
+        elif needed > spec.max_positions:
             none = ", or cache='none', which crops the context" if self._recompute else ""
             size = '"auto"' if spec.attention_windows is not None or spec.calibration is not None else "N"
             evict = f", or use a cache that evicts (cache='window(size={size})')" if spec.rope_base is not None else ""
             raise ContextLengthError(
-                f"prompt of {self.P} tokens + max_new_tokens={self.request.max_new_tokens} = {total} tokens exceeds "
-                f"the model's context of {spec.max_positions} positions; shorten the prompt, lower max_new_tokens"
-                f"{evict}{none}"
+                f"{words} exceeds the model's context of {spec.max_positions} positions; shorten the prompt, lower "
+                f"max_new_tokens{evict}{none}"
             )
 
     # -- the model ------------------------------------------------------------------------
@@ -201,7 +208,11 @@ class Decoding:
         w = self.width
         if self.kv is None:
             return uncached_logits(self.model, self.buf, self.positions, w)
-        logits: Tensor = self.call_model(self.buf[:, w - 1 : w], self.positions[:, w - 1 : w], self.kv)
+        positions = self.positions[:, w - 1 : w]
+        spec = self.spec  # past the context (but rotary keys an evicting cache moves) only ended rows (`_furthest`):
+        if self.total > spec.max_positions and (spec.rope_base is None or not evicts(self.kv)):
+            positions = positions.clamp(max=spec.max_positions - 1)  # their tokens are never emitted
+        logits: Tensor = self.call_model(self.buf[:, w - 1 : w], positions, self.kv)
         return logits[:, -1]
 
     # -- the chain and the history ----------------------------------------------------------

@@ -230,9 +230,9 @@ def test_a_scaled_rotary_model_past_its_context_is_refused_naming_its_scaling() 
     with pytest.raises(dk.ContextLengthError) as info:
         dk.generate(model, [[1, 2, 3]], max_new_tokens=40, cache="window(size=8, sinks=2)")
     assert str(info.value) == (
-        "prompt + max_new_tokens = 43 tokens exceeds the model's context of 32 positions, and its rotary scaling "
-        "'llama3' is not supported for re-rotating kept keys: an evicting cache cannot take it further; use "
-        "cache='none' (it crops the context) or fewer tokens"
+        "prompt of 3 tokens + max_new_tokens=40 = 43 tokens exceeds the model's context of 32 positions, and its "
+        "rotary scaling 'llama3' is not supported for re-rotating kept keys: an evicting cache cannot take it further; "
+        "use cache='none' (it crops the context) or fewer tokens"
     )
 
 

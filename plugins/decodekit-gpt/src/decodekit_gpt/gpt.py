@@ -188,6 +188,13 @@ class Block(nn.Module):
         return out
 
 
+def _last_position(slots: int, positions: Tensor | None) -> int:
+    """1 + the largest position a forward over `slots` slots presents (0: not read, compiled)."""
+    if positions is None:
+        return slots
+    return 0 if torch.compiler.is_compiling() else int(positions.max()) + 1
+
+
 class GPT(nn.Module):
     """A GPT-2-style decoder with tied input/output embeddings; it has no weights of its own."""
 
@@ -250,7 +257,7 @@ class GPT(nn.Module):
         the last column only (what a prefill needs).
         """
         T = input_ids.shape[1]
-        self._check_context(T, cache)
+        self._check_context(T, cache, positions)
         mask = None  # with a cache, each layer asks the cache for its mask
         if positions is None:
             if cache is not None:
@@ -276,12 +283,14 @@ class GPT(nn.Module):
         out: Tensor = self.lm_head(self.ln_f(x))
         return out
 
-    def _check_context(self, new: int, cache: KVCache | None) -> None:
+    def _check_context(self, new: int, cache: KVCache | None, positions: Tensor | None) -> None:
         """Refuse a forward that needs a position or a distance the model was never trained on.
 
         Learned positions end at `block_size` whatever the cache keeps. Rotary attention depends
         only on query-key distances, so a cache that evicts decides: `cache.reach(new)` is the
-        widest distance (plus one) the forward will present.
+        widest distance (plus one) the forward will present. Slots past the context are padding of rows
+        that start later (each row's positions start at 0): the positions decide, read only then (compiled,
+        not at all: the read would break the graph, and the engine checked each row's reach).
         """
         block = self.config.block_size
         held = 0 if cache is None else cache.length
@@ -292,8 +301,8 @@ class GPT(nn.Module):
                     f"GPT: {new} new tokens on {held} cached would attend across {reach} positions, past the "
                     f"context of block_size={block}; use a cache that evicts, e.g. cache='window(size=auto)'"
                 )
-        elif held + new > block:
+        elif held + new > block and (last := _last_position(held + new, positions)) > block:
             raise ContextLengthError(
-                f"GPT: {held + new} tokens (cached {held} + new {new}) exceed the context of block_size={block}"
+                f"GPT: {last} positions (cached {held} + new {new} slots) exceed the context of block_size={block}"
                 + ("" if self.wpe is None else " (learned positions end there, whatever the cache keeps)")
             )

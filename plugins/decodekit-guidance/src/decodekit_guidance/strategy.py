@@ -79,7 +79,8 @@ def _open_pairs(d: Decoding, negatives: list[list[int]]) -> Decoding:
         stop_strings=(),
         seed=0,  # nothing is drawn; a fixed seed leaves torch's global generator alone
         logprobs=None,
-        limits=None,  # per prompt, not per pair row: `d`'s rows apply them
+        # each pair row its prompt's limit: the context is checked per row (`d`'s rows end them)
+        limits=None if request.limits is None else tuple(n for n in request.limits for _ in range(2)),
     )
     # Two rows per prompt: refused by the number of prompts the caller gave, before the pairs' own check.
     columns = max(map(len, rows)) + min(request.max_new_tokens, PREALLOCATED_COLUMNS)
@@ -87,22 +88,30 @@ def _open_pairs(d: Decoding, negatives: list[list[int]]) -> Decoding:
     pairs = type(d)(pair_request, d.strategy, events=False)  # the same kind: `dk.validate`'s stops at the model
     try:
         pairs.open()
-    except ContextLengthError as error:  # it names a prompt: the row too long may be a negative prompt
-        raise _negative_too_long(d, negatives) or error from error
+    except ContextLengthError as error:  # it names a pair row: name the negative prompt, or the prompt by `d`'s check
+        if (negative := _negative_too_long(d, negatives)) is not None:
+            raise negative from error
+        d.open()  # refuses as the pairs did, naming the prompt by its index
+        raise
     d.request = replace(request, cache=None)
     d.open()
     return pairs
 
 
 def _negative_too_long(d: Decoding, negatives: list[list[int]]) -> ContextLengthError | None:
-    """The error naming the longest negative prompt, where it is longer than every prompt and past the context."""
-    b = max(range(len(negatives)), key=lambda row: len(negatives[row]))
-    width, new, context = len(negatives[b]), d.request.max_new_tokens, d.spec.max_positions
-    if width <= max(map(len, d.prompts)) or width + new <= context:
+    """The error naming the negative prompt that reaches furthest (its length + its prompt's limit), where it is past
+    the context and every prompt fits (the pairs' own error names a pair row, not a prompt)."""
+    limit, context = d.request.limit, d.spec.max_positions
+    if any(len(p) + limit(b) > context for b, p in enumerate(d.prompts)):
+        return None
+    b = max(range(len(negatives)), key=lambda row: len(negatives[row]) + limit(row))
+    width, new = len(negatives[b]), limit(b)
+    if width + new <= context:
         return None
     name = "negative" if all(row == negatives[0] for row in negatives) else f"negative[{b}]"
+    limits = "max_new_tokens" if d.request.limits is None else f"max_new_tokens[{b}]"
     return ContextLengthError(
-        f"strategy cfg: {name} of {width} tokens (its prompt: {len(d.prompts[b])}) + max_new_tokens={new} = "
+        f"strategy cfg: {name} of {width} tokens (its prompt: {len(d.prompts[b])}) + {limits}={new} = "
         f"{width + new} tokens exceeds the model's context of {context} positions (the negative prompt is decoded "
         "beside its prompt); shorten the negative prompt or lower max_new_tokens"
     )

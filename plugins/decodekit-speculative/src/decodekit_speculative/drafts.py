@@ -87,7 +87,10 @@ class ModelDrafter:
     ) -> list[list[Tensor | None]]:
         # K - 1 forwards after the first, which leaves the longest row's history in the cache; rows that ended
         # are fed too (junk at their last position), so they count.
-        K = min(max(budgets), self.capacity - max(lengths), self.reach + 1 - max(lengths))
+        # Each row's drafts within the draft's context by its own length, as alone; a row past it (one that ended
+        # may be) drafts nothing and is fed at the context's last position, junk it never drafts from.
+        budgets = [max(0, min(budget, self.reach + 1 - n)) for budget, n in zip(budgets, lengths)]
+        K = min(max(budgets), self.capacity - max(lengths))
         qs: list[list[Tensor | None]] = [[] for _ in lengths]
         self._lengths, self._forwards = list(lengths), K
         if K <= 0:
@@ -95,6 +98,7 @@ class ModelDrafter:
         F = self.rows.prepare(lengths, active)
         lengths_t = torch.tensor(lengths, device=buf.device)
         ids, positions = fed_block(buf, lengths_t, lengths_t, F, F)
+        positions = positions.clamp(max=self.reach - 1)
         logits = feed(self.model, ids, positions, self.rows.cache, 1, **last_only(self.model))[:, -1]  # [B, V]
         picked = [0] * len(lengths)  # each row's draft just picked (0 for a row that drafts no more)
         for j in range(K):
@@ -102,7 +106,8 @@ class ModelDrafter:
                 ids = torch.tensor([[t] for t in picked], device=buf.device)
                 # A row that drafts no more feeds a junk token at its last position (cropped later).
                 at = torch.tensor(
-                    [[n + j - 1 if j <= b else n - 1] for n, b in zip(lengths, budgets)], device=buf.device
+                    [[min(n + j - 1 if j <= b else n - 1, self.reach - 1)] for n, b in zip(lengths, budgets)],
+                    device=buf.device,
                 )
                 logits = self.call(ids, at, self.rows.cache)[:, -1]
             for b, budget in enumerate(budgets):

@@ -145,8 +145,8 @@ def _lookahead(d: Decoding, k: int) -> int:
 
 def _check_rollback(d: Decoding, k: int) -> None:
     """What a round may take back must be what the cache can; without a cache, the context must hold it all."""
-    if d.kv is None:
-        needed = d.P + d.request.max_new_tokens
+    if d.kv is None:  # each row from position 0: its own prompt and limit
+        needed = max(len(p) + d.request.limit(b) for b, p in enumerate(d.prompts))
         if needed > d.model.spec.max_positions:
             raise ParameterError(
                 f"speculative: cache='none' cannot go past the model's context of {d.model.spec.max_positions} "
@@ -237,8 +237,10 @@ class _Rounds:
                 cache = None
             if isinstance(cache, Croppable) and usable(cache):
                 return cache
-        # Never fed past the draft's context (`ModelDrafter`): no more slots than that, whatever max_new_tokens.
-        return PreallocatedKVCache(replace(spec, capacity=min(spec.capacity, draft.spec.max_positions)))
+        # Never fed past the draft's context (`ModelDrafter`): no more slots than that, whatever max_new_tokens;
+        # without a target cache every prompt fits the context, so the batch's slots (twice it at most) keep rows apart.
+        slots = spec.capacity if factory is None else min(spec.capacity, draft.spec.max_positions)
+        return PreallocatedKVCache(replace(spec, capacity=slots))
 
     # -- the chain at one drafted position ---------------------------------------------------
 
@@ -291,9 +293,8 @@ class _Rounds:
         while not all(done):
             self._grow()
             active = [not x for x in done]
-            room = d.room(max(n for n, a in zip(self.lengths, active) if a))  # the target's block must fit
-            budgets = [
-                min(self.k, d.outputs[b].limit - self.generated[i] - 1, room) if active[i] else 0
+            budgets = [  # each row's block within the context, by its own length (as alone)
+                min(self.k, d.outputs[b].limit - self.generated[i] - 1, d.room(self.lengths[i])) if active[i] else 0
                 for i, b in enumerate(rows)
             ]
             qs = self.drafter.propose(self.buf, self.lengths, budgets, active, self._pick)
