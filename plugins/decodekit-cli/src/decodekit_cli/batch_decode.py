@@ -191,8 +191,8 @@ def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending]
         raise
     except Exception as exc:  # a sampler or model failing on one row must not cost the others
         limits = sorted({p.max_new_tokens for p in seeded})
-        # Every line passed alone: limits that differ are refused (beam), or the longest prompt and the largest limit
-        # together pass the context (a max_length's lines); each length apart, as before they shared a decode.
+        # Every line passed alone: limits that differ are refused (beam), or a model that counts the batch's slots
+        # (an HF sliding-window model's rule for evicting caches) refuses their width; each limit apart, then.
         if isinstance(exc, (dk.ParameterError, dk.ContextLengthError)) and not ended and len(limits) > 1:
             for limit in limits:
                 yield from decode_records(model, settings, [p for p in seeded if p.max_new_tokens == limit], rows=rows)
