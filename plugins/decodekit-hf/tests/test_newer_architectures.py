@@ -224,15 +224,17 @@ LATENT_REFUSAL = (
 LATENT = sorted(name for name, (_, _, kind) in ARCHS.items() if kind == "latent")
 
 
-def test_a_latent_attention_spec_holds_the_latents() -> None:
-    """What DeepSeek's layers cache (`cache.update(kv_nope, k_rot)`): one kv-head, keys of kv_lora_rank dims and
-    values of qk_rope_head_dim (`value_dim`); a `gqa` cache of it holds 1 · (8 + 4) floats per token and layer."""
+@pytest.mark.parametrize("cache", ["dense", "gqa"])
+def test_a_latent_attention_spec_holds_the_latents(cache: str) -> None:
+    """What DeepSeek's layers cache (`cache.update(kv_nope, k_rot)`): one latent per token, keys of kv_lora_rank dims
+    and values of qk_rope_head_dim (`value_dim`), one head (not one per attention head: each expands its own keys
+    from it); `dense`, as `gqa`, holds 1 · (8 + 4) floats per token and layer (it held a copy per head: 4 times)."""
     shape = dict(num_hidden_layers=LAYERS, hidden_size=32, num_attention_heads=4)
     config = AutoConfig.for_model("deepseek_v3", **(SHARED | shape | _DEEPSEEK))
     spec = model_spec(config)
-    assert (spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.value_dim) == (4, 1, 8, 4)
-    cache = dk.create_cache("gqa", dk.CacheSpec.for_model(spec, batch_size=3, capacity=10))
-    assert cache.nbytes == LAYERS * 3 * 10 * (8 + 4) * 4  # type: ignore[attr-defined]
+    assert (spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.value_dim) == (1, 1, 8, 4)
+    kv = dk.create_cache(cache, dk.CacheSpec.for_model(spec, batch_size=3, capacity=10))
+    assert kv.nbytes == LAYERS * 3 * 10 * (8 + 4) * 4  # type: ignore[attr-defined]
 
 
 class Int8Latents(DynamicCache):

@@ -193,7 +193,7 @@ def model_spec(config: Any, context: int | None = None) -> ModelSpec:
             f"HFModel: layer type {other[0]!r} of {type(c).__name__} is not served: its state is not keys and "
             f"values; allowed: a model whose layers are attention layers ({', '.join(_ATTENTION_LAYERS)})"
         )
-    n_kv_heads, head_dim, value_dim = _cached_shape(c, n_heads)
+    n_heads, n_kv_heads, head_dim, value_dim = _cached_shape(c, n_heads)
     return ModelSpec(
         # Gemma 3n's last `num_kv_shared_layers` layers attend over earlier keys: nothing of their own to cache.
         n_layers=int(c.num_hidden_layers) - int(getattr(c, "num_kv_shared_layers", 0) or 0),
@@ -208,14 +208,16 @@ def model_spec(config: Any, context: int | None = None) -> ModelSpec:
     )
 
 
-def _cached_shape(c: Any, n_heads: int) -> tuple[int, int, int | None]:
-    """`(n_kv_heads, head_dim, value_dim)` of what each layer caches: its kv-heads, or one latent (`_latent`)."""
+def _cached_shape(c: Any, n_heads: int) -> tuple[int, int, int, int | None]:
+    """`(n_heads, n_kv_heads, head_dim, value_dim)` of what each layer caches: its heads and kv-heads, or one latent
+    (`_latent`) as one head: every attention head expands keys of its own from it in the model's code, so a cache
+    that stores a copy per head (`dense`) would hold n_heads copies of the latent for nothing."""
     if (rank := _latent(c)) is not None:
-        return 1, rank, int(c.qk_rope_head_dim)
+        return 1, 1, rank, int(c.qk_rope_head_dim)
     head_dim = int(_per_layer(c, "head_dim") or c.hidden_size // n_heads)
     value_dim = _per_layer(c, "v_head_dim")  # MiMo-V2-Flash: values narrower than keys
     kv_heads = int(_per_layer(c, "num_key_value_heads") or n_heads)
-    return kv_heads, head_dim, None if value_dim is None or int(value_dim) == head_dim else int(value_dim)
+    return n_heads, kv_heads, head_dim, None if value_dim is None or int(value_dim) == head_dim else int(value_dim)
 
 
 def _context(c: Any, context: int | None) -> int:
