@@ -34,4 +34,3 @@ def test_json_stages_are_the_chain_strings_and_a_stop_token_is_its_id_with_its_t
     assert "│ top_p(p=0.95) " in text and "min_keep" not in text
     expected = f"ended after step 0: stopped by token {stop} ({cli_testplugin.ALPHABET[stop]!r})"
     assert text.rstrip().endswith(expected)
-
