@@ -64,8 +64,8 @@ def test_allowed_carries_the_length_bounds_samplers_shows() -> None:
     with pytest.raises(dk.ParameterError) as info:
         dk.create("allowed_tokens", tokens=[])
     assert str(info.value) == (
-        "allowed_tokens: tokens=[] is invalid: should have at least 1 item, not 0; allowed: list[int in [0, 2**63)], "
-        "non-empty"
+        "allowed_tokens: tokens=[] is invalid: Input should have at least 1 item, not 0; allowed: "
+        "list[int in [0, 2**63)], non-empty"
     )
 
     class P(dk.Params):
@@ -80,7 +80,7 @@ def test_allowed_carries_the_length_bounds_samplers_shows() -> None:
         ),
         (
             {"pairs": [1, 2]},
-            "p: pairs=[1, 2] is invalid: should have at most 1 item, not 2; allowed: list[int], at most 1 item",
+            "p: pairs=[1, 2] is invalid: Input should have at most 1 item, not 2; allowed: list[int], at most 1 item",
         ),
         ({"pairs": 3}, "p: pairs=3 is invalid: Input should be a list; allowed: list[int], at most 1 item"),
     ]:

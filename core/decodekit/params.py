@@ -184,7 +184,7 @@ def _message(err: ErrorDetails) -> str:
         short = err["type"] == "too_short"
         most, n = ("at least", ctx.get("min_length")) if short else ("at most", ctx.get("max_length"))
         got = "" if ctx.get("actual_length") is None else f", not {ctx['actual_length']}"
-        return f"should have {most} {n} item{'' if n == 1 else 's'}{got}"
+        return f"Input should have {most} {n} item{'' if n == 1 else 's'}{got}"
     if err["type"] in ("tuple_type", "set_type", "frozen_set_type"):
         return "Input should be a list"
     return str(err["msg"]).removeprefix("Value error, ")
