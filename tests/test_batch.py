@@ -171,8 +171,10 @@ SEED_MESSAGE = f"seed={2**64} is invalid; allowed: an integer, 0 <= seed < 2**64
 def _context_message(prompt_tokens: int, max_new: int) -> str:
     return (
         f"prompt of {prompt_tokens} tokens + max_new_tokens={max_new} = {prompt_tokens + max_new} tokens exceeds the "
-        f"model's context of {CONTEXT} positions; shorten the prompt, lower max_new_tokens, or cache='none', which "
-        "crops the context"  # learned positions: no evicting cache takes this model further
+        f"model's context of {CONTEXT} positions; shorten the prompt, lower max_new_tokens to "
+        f"{CONTEXT - prompt_tokens} or fewer (the context less the prompt's {prompt_tokens} tokens), or cache='none', "
+        "which crops the context"
+        # learned positions: no evicting cache takes this model further
     )
 
 

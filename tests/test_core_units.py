@@ -97,7 +97,7 @@ def test_param_errors_name_parameter_value_and_range() -> None:
             "sequence_bias",
             {"biases": [[[1], "a"]]},
             "sequence_bias: biases.0.1='a' is invalid: Input should be a number, not a bool or a string; "
-            "allowed: biases: list[tuple[list[int in [0, 2**63)], float in [-10000, 10000]]]",
+            "allowed: biases: list[tuple[list[int in [0, 2**63)], float in [-10000, 10000]]], non-empty",
         ),
         (  # pydantic locates a dict key's error as bias.-1.[key]
             "logit_bias",

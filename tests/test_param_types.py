@@ -6,12 +6,13 @@ import re
 from typing import Annotated, Literal
 
 import pytest
-from decodekit_cli.listing import bounds_text
+from decodekit_cli.listing import bounds_text, samplers_report
 from decodekit_speculative.params import ModelObject
 from pydantic import Field
 
 import decodekit as dk
 from decodekit.param_types import type_text
+from decodekit.params import validate_params
 
 TokenId = Annotated[int, Field(ge=0)]
 
@@ -52,8 +53,45 @@ def test_a_parameters_own_bounds_name_it() -> None:
 
 
 def test_error_messages_read_the_same_types() -> None:
-    with pytest.raises(dk.ParameterError, match=r"allowed: list\[int in \[0, 2\*\*63\)\]$"):
+    with pytest.raises(dk.ParameterError, match=r"allowed: list\[int in \[0, 2\*\*63\)\], non-empty$"):
         dk.create("allowed_tokens", tokens=[])
+
+
+def test_allowed_carries_the_length_bounds_samplers_shows() -> None:
+    """`tokens=[]` was refused with "Tuple should have at least 1 item after validation, not 0; allowed:
+    list[int in [0, 2**63)]": a type the user never wrote, and no "non-empty", which `decodekit samplers` shows.
+    A str with min_length=1 said "allowed: str"."""
+    with pytest.raises(dk.ParameterError) as info:
+        dk.create("allowed_tokens", tokens=[])
+    assert str(info.value) == (
+        "allowed_tokens: tokens=[] is invalid: Input should have at least 1 item, not 0; allowed: "
+        "list[int in [0, 2**63)], non-empty"
+    )
+
+    class P(dk.Params):
+        name: str = Field("ab", min_length=2, max_length=4)
+        pairs: tuple[int, ...] = Field((1,), max_length=1)
+
+    for values, expected in [
+        (
+            {"name": "a"},
+            "p: name='a' is invalid: String should have at least 2 characters; allowed: str, at least "
+            "2 characters, at most 4 characters",
+        ),
+        (
+            {"pairs": [1, 2]},
+            "p: pairs=[1, 2] is invalid: Input should have at most 1 item, not 2; allowed: list[int], at most 1 item",
+        ),
+        ({"pairs": 3}, "p: pairs=3 is invalid: Input should be a list; allowed: list[int], at most 1 item"),
+    ]:
+        with pytest.raises(dk.ParameterError) as info:
+            validate_params("p", P, values)
+        assert str(info.value) == expected
+    with pytest.raises(dk.ParameterError) as info:  # "finite" where an interval leaves it open: said "0 <= multiplier"
+        dk.create("dry", multiplier=float("inf"))
+    assert str(info.value).endswith("; allowed: float 0 <= multiplier, finite")
+    report = samplers_report(["allowed_tokens"])["samplers"][0]["params"][0]
+    assert (report["bounds"], report["allowed"]) == ("non-empty", "list[int in [0, 2**63)], non-empty")
 
 
 def test_a_model_parameter_takes_a_model_object_and_refuses_the_rest() -> None:

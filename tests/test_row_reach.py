@@ -143,3 +143,44 @@ def test_compiled_rows_past_the_context_in_slots_break_no_graph(graphs: list[Any
         out = dk.generate(model, [LONG, SHORT], compile=True, **options)
     assert out.tokens == dk.generate(model, [LONG, SHORT], **options).tokens
     assert [w for w in warnings if "Graph break" in w] == []
+
+
+@pytest.mark.parametrize(
+    ("prompts", "limits", "cache", "message"),
+    [
+        (  # "shorten the prompt, lower max_new_tokens": no number, the user had to work out 16 - 2
+            [LONG, SHORT],
+            [3, CONTEXT - 1],
+            "dense",
+            "prompt 1 of 2 tokens + max_new_tokens[1]=15 = 17 tokens exceeds the model's context of 16 positions; "
+            "shorten the prompt, lower max_new_tokens to 14 or fewer (the context less the prompt's 2 tokens), or use "
+            "a cache that evicts (cache='window(size=N)'), or cache='none', which crops the context",
+        ),
+        (  # a prompt the context cannot hold: lowering max_new_tokens cannot help
+            [list(range(CONTEXT)), SHORT],
+            1,
+            "dense",
+            "prompt 0 of 16 tokens + max_new_tokens=1 = 17 tokens exceeds the model's context of 16 positions; "
+            "shorten the prompt to fewer than 16 tokens, or use a cache that evicts (cache='window(size=N)'), or "
+            "cache='none', which crops the context",
+        ),
+        (  # learned positions through an evicting cache: "or fewer tokens", how many not said
+            [SHORT, LONG],
+            [3, 6],
+            "window(size=8, sinks=2)",
+            "prompt 1 of 12 tokens + max_new_tokens[1]=6 = 18 tokens exceeds the model's context of 16 positions, and "
+            "its positions are absolute (not rotary): an evicting cache cannot take it further; use cache='none' (it "
+            "crops the context) or fewer tokens: lower max_new_tokens to 4 or fewer (the context less the prompt's 12 "
+            "tokens)",
+        ),
+    ],
+)
+def test_past_the_context_says_how_many_tokens_fit(prompts: Any, limits: Any, cache: str, message: str) -> None:
+    model = MODELS["gpt-rope" if cache == "dense" else "gpt-learned"]()
+    with pytest.raises(dk.ContextLengthError) as info:
+        dk.generate(model, prompts, max_new_tokens=limits, cache=cache)
+    assert str(info.value) == message
+    if isinstance(limits, list):  # the number given is the most that fits: with it, the named prompt decodes
+        most = int(message.split("to ")[-1].split()[0])
+        fitted = [most if b == int(message.split()[1]) else n for b, n in enumerate(limits)]
+        assert len(dk.generate(model, prompts, max_new_tokens=fitted, cache=cache).tokens) == 2

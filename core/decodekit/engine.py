@@ -45,6 +45,13 @@ Policy = Callable[["Decoding", Params], "Iterator[None] | None"]
 _END = object()  # a policy's rounds are over
 
 
+def _fits(context: int, length: int) -> str:
+    """What fits in a `context` of positions after a prompt of `length` tokens, as a number to use."""
+    if length >= context:
+        return f"shorten the prompt to fewer than {context} tokens"
+    return f"lower max_new_tokens to {context - length} or fewer (the context less the prompt's {length} tokens)"
+
+
 class Decoding:
     """One decode of a batch of prompts, driven by a strategy's policy (its members: docs/strategies.md). The rows
     are left-padded to a common width `P` in `buf` `[R, P + new]`; `width` columns are filled, every row's last
@@ -138,18 +145,21 @@ class Decoding:
         self._check_reach(spec, kv)
         return kv
 
-    def _furthest(self) -> tuple[int, str]:
+    def _furthest(self) -> tuple[int, str, int]:
         """The positions the furthest-reaching prompt needs, its own length + its own limit (rows are left-padded,
-        each from position 0: the slots `total` may pass the context where no row's positions do), and its words."""
+        each from position 0: the slots `total` may pass the context where no row's positions do), its words, and
+        its length."""
         request, many = self.request, len(self.prompts) > 1
         n, b = max((len(p) + request.limit(b), b) for b, p in enumerate(self.prompts))
         limit = f"max_new_tokens{f'[{b}]' if request.limits is not None else ''}={request.limit(b)}"
-        return n, f"prompt{f' {b}' if many else ''} of {len(self.prompts[b])} tokens + {limit} = {n} tokens"
+        length = len(self.prompts[b])
+        return n, f"prompt{f' {b}' if many else ''} of {length} tokens + {limit} = {n} tokens", length
 
     def _check_reach(self, spec: ModelSpec, kv: KVCache | None) -> None:
         """The widest query-key distance any row presents must be one the model knows; past the context, only
         rotary keys can move (an evicting cache keeps absolute positions no further)."""
-        needed, words = self._furthest()
+        needed, words, length = self._furthest()
+        fits = _fits(spec.max_positions, length)
         if kv is not None and evicts(kv):
             if (reach := kv.reach(needed)) > spec.max_positions:  # type: ignore[attr-defined]
                 raise ContextLengthError(
@@ -160,15 +170,15 @@ class Decoding:
                 raise ContextLengthError(
                     f"{words} exceeds the model's context of {spec.max_positions} positions, and "
                     f"{spec.rope_note or 'its positions are absolute (not rotary)'}: an evicting cache cannot take it "
-                    "further; use cache='none' (it crops the context) or fewer tokens"
+                    f"further; use cache='none' (it crops the context) or fewer tokens: {fits}"
                 )
         elif needed > spec.max_positions:
             none = ", or cache='none', which crops the context" if self._recompute else ""
             size = '"auto"' if spec.attention_windows is not None or spec.calibration is not None else "N"
             evict = f", or use a cache that evicts (cache='window(size={size})')" if spec.rope_base is not None else ""
             raise ContextLengthError(
-                f"{words} exceeds the model's context of {spec.max_positions} positions; shorten the prompt, lower "
-                f"max_new_tokens{evict}{none}"
+                f"{words} exceeds the model's context of {spec.max_positions} positions; "
+                f"{'shorten the prompt, ' if length < spec.max_positions else ''}{fits}{evict}{none}"
             )
 
     # -- the model ------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import annotated_types
@@ -12,9 +12,9 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from decodekit.errors import ParameterError, did_you_mean
-from decodekit.param_types import type_text
+from decodekit.param_types import constraints, type_text
 
-__all__ = ["NoParams", "Params", "allowed_values", "validate_params"]
+__all__ = ["NoParams", "Params", "allowed_values", "bound_words", "validate_params"]
 
 
 class Params(BaseModel):
@@ -88,8 +88,9 @@ def _not_numbers(ann: object, value: object, loc: tuple[Any, ...]) -> list[tuple
 
 
 def allowed_values(name: str, field: FieldInfo) -> str:
-    """A human description of what `field` accepts, built from its declared bounds, or the field's own
-    (`json_schema_extra={"allowed": ...}`) where its type reads as Python, not as what a user writes."""
+    """A human description of what `field` accepts, built from its declared bounds (`float 0 < p <= 1`,
+    `list[int], non-empty`), or the field's own (`json_schema_extra={"allowed": ...}`) where its type reads as
+    Python, not as what a user writes."""
     own = field.json_schema_extra.get("allowed") if isinstance(field.json_schema_extra, dict) else None
     if isinstance(own, str):
         return own
@@ -106,7 +107,28 @@ def allowed_values(name: str, field: FieldInfo) -> str:
     type_name = type_text(field.annotation)
     if type_name.endswith(" | None"):
         type_name = f"None, or {type_name[: -len(' | None')]}"
-    return f"{type_name} {lower}{name}{upper}" if lower or upper else type_name
+    allowed = f"{type_name} {lower}{name}{upper}" if lower or upper else type_name
+    # Between two bounds "finite" says nothing more: nan and ±inf lie outside any such interval.
+    words = [w for w in bound_words(field.metadata, field.annotation) if not (w == "finite" and lower and upper)]
+    return ", ".join([allowed, *words])
+
+
+def bound_words(metadata: Iterable[object], annotation: object) -> list[str]:
+    """The constraints no interval shows, as `decodekit samplers` and errors write them: `non-empty`, `at least
+    2 items`, `at most 8 characters`, `finite`, `matches '^[a-z]+$'`."""
+    unit = "character" if str in _members(annotation) else "item"
+    found = []
+    for m in constraints(metadata):
+        if isinstance(m, annotated_types.MinLen) and m.min_length > 0:
+            n = m.min_length
+            found.append("non-empty" if n == 1 else f"at least {n} {unit}s")
+        elif isinstance(m, annotated_types.MaxLen):
+            found.append(f"at most {m.max_length} {unit}{'' if m.max_length == 1 else 's'}")
+        elif getattr(m, "allow_inf_nan", None) is False:
+            found.append("finite")
+        if (pattern := getattr(m, "pattern", None)) is not None:  # Field(pattern=...): a str or a compiled regex
+            found.append(f"matches '{getattr(pattern, 'pattern', pattern)}'")
+    return found
 
 
 def validate_params(owner: str, model: type[Params], values: Mapping[str, Any]) -> Params:
@@ -151,8 +173,21 @@ def _problem(err: ErrorDetails, fields: Mapping[str, FieldInfo], values: Mapping
     if err["loc"][-1] == "[key]":
         loc = loc.removesuffix(f".{err['loc'][-2]}.[key]") + " key"
     allowed = "" if field is None else f"; allowed: {f'{key}: ' if nested else ''}{allowed_values(key, field)}"
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    return loc, f"{loc}={err.get('input')!r} is invalid: {msg}{allowed}"
+    return loc, f"{loc}={err.get('input')!r} is invalid: {_message(err)}{allowed}"
+
+
+def _message(err: ErrorDetails) -> str:
+    """Pydantic's message in a user's words: a tuple or set parameter is a list in JSON and chain strings
+    ("Tuple should have at least 1 item after validation" named a type the user never wrote)."""
+    ctx = err.get("ctx") or {}
+    if err["type"] in ("too_short", "too_long"):
+        short = err["type"] == "too_short"
+        most, n = ("at least", ctx.get("min_length")) if short else ("at most", ctx.get("max_length"))
+        got = "" if ctx.get("actual_length") is None else f", not {ctx['actual_length']}"
+        return f"Input should have {most} {n} item{'' if n == 1 else 's'}{got}"
+    if err["type"] in ("tuple_type", "set_type", "frozen_set_type"):
+        return "Input should be a list"
+    return str(err["msg"]).removeprefix("Value error, ")
 
 
 def _is_union_member(loc: tuple[int | str, ...], field: FieldInfo) -> bool:

@@ -260,7 +260,10 @@ def test_past_the_context_names_the_length_option_the_command_has(command: str, 
     result = run_cli([command, "ROMEO: ", "-m", MODEL, option, "100000"], _env())
     assert result.returncode == 2 and "max_new_tokens" not in result.stderr, result.stderr
     assert result.stderr.startswith(f"decodekit: error: prompt of 7 tokens + {option} 100000 = 100007 tokens exceeds ")
-    assert f"shorten the prompt, lower {option}, or --cache none" in result.stderr
+    assert (
+        f"shorten the prompt, lower {option} to 121 or fewer (the context less the prompt's 7 tokens), or --cache "
+        "none" in result.stderr
+    )  # the context of 128 less the 7 tokens: said, not left to work out
 
 
 def test_output_dash_is_refused_not_a_file_named_dash(tmp_path: Path) -> None:

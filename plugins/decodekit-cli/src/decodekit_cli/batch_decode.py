@@ -115,8 +115,8 @@ def _default_length(settings: BatchSettings, ids: str | list[int]) -> int:
     if len(ids) >= settings.max_length:
         raise CliError(
             f"the model's max_length={settings.max_length} counts the prompt, and this prompt has {len(ids)} tokens, "
-            "so nothing is left to generate; allowed: a shorter prompt, or the line's own max_new_tokens (or "
-            "--max-new-tokens N for every line)"
+            f"so nothing is left to generate; allowed: a prompt of at most {settings.max_length - 1} tokens, or the "
+            "line's own max_new_tokens (or --max-new-tokens N for every line)"
         )
     return settings.max_length - len(ids)
 

@@ -52,18 +52,20 @@ class StepReport:
     candidates: list[int]  # each stage's top tokens and the picked one, most likely input token first
     texts: list[str | None]  # their text (None without a tokenizer)
     stages: list[StageReport]
-    ended_by: str | None = None  # what ended the row with this step (a stage's name, a stop token); None: went on
+    # What ended the row with this step, as generate's `stopped_by`: a stage's name or a stop token's id; None: went on.
+    ended_by: int | str | None = None
 
     @property
     def text(self) -> str | None:
         return self.texts[self.candidates.index(self.token)]
 
 
-def stage_label(stage: object) -> str:
-    """A stage as in a chain string, with only the parameters that differ from their defaults."""
+def stage_label(stage: object, every: bool = False) -> str:
+    """A stage as in a chain string, with only the parameters that differ from their defaults (the tables'
+    short form), or (`every`) with all of them, as `str(chain)` writes it (what `--json` records)."""
     if isinstance(stage, Stage):
-        args = ", ".join(f"{k}={v!r}" for k, v in stage.params.model_dump(exclude_defaults=True).items())
-        return f"{stage.name}({args})" if args else stage.name
+        params = stage.params.model_dump(exclude_defaults=not every)
+        return f"{stage.name}({', '.join(f'{k}={v!r}' for k, v in params.items())})" if params else stage.name
     return repr(stage)
 
 
@@ -107,14 +109,14 @@ def explain_steps(
         pass
     generation = decoding.generation()
     tokens, ended_by = generation.tokens[0], generation.stopped_by[0]
-    names = ["input", *(stage_label(p) for p in chain.processors)]
+    names = ["input", *(stage_label(p, every=True) for p in chain.processors)]  # as `str(chain)` writes them
     tokenizer = getattr(model, "tokenizer", None)
     reports = [
         _step_report(step, token, [(name, logits) for name, (_, logits) in zip(names, trace)], top, tokenizer)
         for step, (token, trace) in enumerate(zip(tokens, traces))
     ]
     if reports and ended_by is not None:  # a stage (a grammar), a stop token: fewer steps than asked
-        reports[-1] = dataclasses.replace(reports[-1], ended_by=str(ended_by))
+        reports[-1] = dataclasses.replace(reports[-1], ended_by=ended_by)
     return reports
 
 

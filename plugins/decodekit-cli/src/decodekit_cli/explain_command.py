@@ -46,7 +46,7 @@ def run_explain(request: ExplainRequest) -> int:
     chain = build_chain(sampling.chain_text(), sampling.chain)
     text = prompt_text(request.prompt)  # "-" reads stdin, as generate does
     from decodekit_cli.explain import explain_steps, stage_label
-    from decodekit_cli.explain_render import plot_step, render_steps, steps_json
+    from decodekit_cli.explain_render import ended_text, plot_step, render_steps, steps_json
 
     model = load_named_model(name)  # on torch's threads, as before: --threads is generate's
     prompt = sampling.encode(model, text)
@@ -70,8 +70,9 @@ def run_explain(request: ExplainRequest) -> int:
     if request.plot is not None and request.plot_step >= len(reports):  # the row ended before it (a grammar)
         raise CliError(
             f"--plot-step {request.plot_step}: the decode ended after {len(reports)} steps (stopped by "
-            f"{reports[-1].ended_by}); allowed: 0 <= step < {len(reports)}"
+            f"{ended_text(reports[-1])}); allowed: 0 <= step < {len(reports)}"
         )
+    short = ["input", *(stage_label(s) for s in chain.processors)]  # the tables' and plot's; --json: the chain's
     if request.json_output:
         header = {"model": name, "prompt": text, "chain": str(chain), "cache": cache, "seed": sampling.seed}
         header["ignore_eos"] = sampling.ignore_eos  # beside the other settings, as generate --json records it
@@ -80,9 +81,9 @@ def run_explain(request: ExplainRequest) -> int:
         console = stdout_console()
         stages = " | ".join(stage_label(s) for s in (*chain.processors, chain.selector))
         console.print(Text.assemble(("model ", "bold"), name, ("   chain ", "bold"), stages))
-        render_steps(console, reports, request.top)
+        render_steps(console, reports, request.top, short)
     if request.plot is not None:
-        plot_step(reports[request.plot_step], request.plot)
+        plot_step(reports[request.plot_step], request.plot, short)
         if not request.json_output:
             Console(stderr=True).print(Text(f"wrote {request.plot}"))
     return 0

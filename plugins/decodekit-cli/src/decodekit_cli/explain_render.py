@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PLOT_FORMATS",
     "check_plot_path",
+    "ended_text",
     "plot_step",
     "render_steps",
     "require_matplotlib",
@@ -58,7 +59,17 @@ def token_label(token: int, text: str | None) -> str:
     return repr(text) if text else f"#{token}"
 
 
-def render_steps(console: Console, reports: list[StepReport], top: int) -> None:
+def ended_text(report: StepReport) -> str:
+    """What ended the row, as the text says it: a stage's name, or the stop token's id with its text (the row's
+    last token: `generate --json`'s `stopped_by` is the id, its `tokens` end with it)."""
+    if not isinstance(report.ended_by, int):
+        return str(report.ended_by)
+    text = report.text if report.token == report.ended_by else None
+    return f"token {report.ended_by} ({text!r})" if text else f"token {report.ended_by}"
+
+
+def render_steps(console: Console, reports: list[StepReport], top: int, names: list[str] | None = None) -> None:
+    """A table per step; `names` name the stages ("input" first) in place of the reports' chain-string forms."""
     for r in reports:
         final = r.stages[-1]
         p = final.probs[r.candidates.index(r.token)]
@@ -72,32 +83,31 @@ def render_steps(console: Console, reports: list[StepReport], top: int) -> None:
         table.add_column("entropy", justify="right", no_wrap=True)
         table.add_column(f"top {top} (probability)", ratio=1)
         labels = dict(zip(r.candidates, (token_label(t, x) for t, x in zip(r.candidates, r.texts))))
-        for stage in r.stages:
+        for stage, name in zip(r.stages, names or [s.stage for s in r.stages]):
             cells = [
                 Text(f"{labels[token]} {prob:.3f}", style="bold green" if token == r.token else "", no_wrap=True)
                 for token, prob in stage.top(r.candidates, top)
             ]
-            table.add_row(
-                Text(stage.stage), str(stage.survivors), f"{stage.entropy:.3f}", Columns(cells, padding=(0, 2))
-            )
+            table.add_row(Text(name), str(stage.survivors), f"{stage.entropy:.3f}", Columns(cells, padding=(0, 2)))
         console.print(table)
         if r.ended_by is not None:
-            console.print(Text(f"ended after step {r.step}: stopped by {r.ended_by}"))
+            console.print(Text(f"ended after step {r.step}: stopped by {ended_text(r)}"))
 
 
 def steps_json(reports: list[StepReport], **header: Any) -> dict[str, Any]:
     return {**header, "steps": [{**asdict(r), "text": r.text} for r in reports]}
 
 
-def plot_step(report: StepReport, path: Path) -> None:
-    """Write a PNG: for each candidate token, one bar per stage with its probability after that stage."""
+def plot_step(report: StepReport, path: Path, names: list[str] | None = None) -> None:
+    """Write a PNG: for each candidate token, one bar per stage (named by `names`, as `render_steps`) with its
+    probability after that stage."""
     try:
-        step_figure(report).savefig(path, dpi=110)
+        step_figure(report, names).savefig(path, dpi=110)
     except (OSError, ValueError) as exc:
         raise CliError(f"--plot {str(path)!r}: cannot write it: {exc}", exit_code=1) from None
 
 
-def step_figure(report: StepReport) -> Figure:
+def step_figure(report: StepReport, names: list[str] | None = None) -> Figure:
     """The figure `plot_step` writes; its legend, one stage per line, sits inside it on the right."""
     try:
         from matplotlib.figure import Figure  # the object API: no pyplot state, renders with Agg
@@ -109,10 +119,10 @@ def step_figure(report: StepReport) -> Figure:
     bars = max(5.0, 0.35 * n_tokens * max(2, n_stages) ** 0.5 + 1)  # inches for the bars; the legend's on top
     fig = Figure(figsize=(bars + 4.0, 4.8), layout="constrained")
     ax = fig.add_subplot()
-    for s, stage in enumerate(report.stages):
+    for s, (stage, name) in enumerate(zip(report.stages, names or [s.stage for s in report.stages])):
         xs = [i + (s - (n_stages - 1) / 2) * width for i in range(n_tokens)]
         tokens = "1 token" if stage.survivors == 1 else f"{stage.survivors} tokens"
-        ax.bar(xs, stage.probs, width=width, label=f"{stage.stage} ({tokens})")
+        ax.bar(xs, stage.probs, width=width, label=f"{name} ({tokens})")
     ax.set_xticks(range(n_tokens))
     labels = [token_label(t, x) for t, x in zip(report.candidates, report.texts)]
     ax.set_xticklabels(labels, rotation=45 if n_tokens > 10 else 0, ha="right" if n_tokens > 10 else "center")

@@ -12,7 +12,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-import annotated_types
 from pydantic.fields import FieldInfo
 from rich.console import Console, RenderableType
 from rich.padding import Padding
@@ -20,8 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from decodekit.errors import PluginError, UnknownNameError, did_you_mean
-from decodekit.param_types import constraints, interval_text, type_text
-from decodekit.params import Params, allowed_values
+from decodekit.param_types import interval_text, type_text
+from decodekit.params import Params, allowed_values, bound_words
 from decodekit.plugins import get_registry, sampler_entry
 from decodekit.registry import CATEGORIES, NO_ENTRY_POINT, Entry, Registry, without_entry_point
 from decodekit_cli.catalogue import STANDARD_PLUGINS
@@ -69,7 +68,7 @@ def _param_report(name: str, field: FieldInfo, schema: dict[str, Any]) -> dict[s
     kind = type_text(field.annotation)
     own = field.json_schema_extra.get("allowed") if isinstance(field.json_schema_extra, dict) else None
     # A field's own `allowed` says what a check no bound shows (hf's device pattern) allows, as its errors do.
-    bounds = own if isinstance(own, str) else bounds_text(field.metadata, name)
+    bounds = own if isinstance(own, str) else bounds_text(field.metadata, name, field.annotation)
     return {
         "name": name,
         "type": kind,
@@ -82,20 +81,10 @@ def _param_report(name: str, field: FieldInfo, schema: dict[str, Any]) -> dict[s
     }
 
 
-def bounds_text(metadata: Iterable[object], name: str) -> str:
+def bounds_text(metadata: Iterable[object], name: str, annotation: object = None) -> str:
     """A parameter's own constraints: `0 < p ≤ 1, finite`, `non-empty`, `matches '^[a-z]+$'`; empty when it has
-    none."""
-    found = [interval_text(metadata, name)]
-    for m in constraints(metadata):
-        if isinstance(m, annotated_types.MinLen) and m.min_length > 0:
-            found.append("non-empty" if m.min_length == 1 else f"at least {m.min_length} items")
-        elif isinstance(m, annotated_types.MaxLen):
-            found.append(f"at most {m.max_length} items")
-        elif getattr(m, "allow_inf_nan", None) is False:
-            found.append("finite")
-        if (pattern := getattr(m, "pattern", None)) is not None:  # Field(pattern=...): a str or a compiled regex
-            found.append(f"matches '{getattr(pattern, 'pattern', pattern)}'")
-    return ", ".join(filter(None, found))
+    none. The words after the interval are the ones its errors give (`bound_words`)."""
+    return ", ".join(filter(None, [interval_text(metadata, name), *bound_words(metadata, annotation)]))
 
 
 def _as_list(value: Any) -> Any:

@@ -1,0 +1,36 @@
+"""`decodekit explain`'s data says what the rest of decodekit says: a stage as the chain string writes it, and a
+stop token as `generate --json`'s `stopped_by` (its id), shown in the text with the token's text."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from decodekit_cli.explain import explain_steps
+from decodekit_cli.explain_render import render_steps, steps_json
+from rich.console import Console
+
+import decodekit as dk
+
+sys.path.insert(0, str(Path(__file__).parent))
+import cli_testplugin
+
+
+def test_json_stages_are_the_chain_strings_and_a_stop_token_is_its_id_with_its_text() -> None:
+    """--json wrote "top_p(p=0.95)" beside a chain "top_p(p=0.95, min_keep=1) | sample"; `ended_by` was the
+    string "95" where generate's `stopped_by` is 95, and the text said "stopped by 95"."""
+    model, chain = cli_testplugin.load_model(), dk.Chain.parse("top_p(0.95) | sample")
+    every = list(range(model.spec.vocab_size))  # the first token picked ends the row
+    [step] = explain_steps(model, "ROMEO:", chain, steps=3, seed=0, stop_tokens=every)
+    doc = json.loads(json.dumps(steps_json([step], chain=str(chain))))
+    [stop] = dk.generate(model, "ROMEO:", chain=chain, max_new_tokens=3, seed=0, stop_tokens=every).stopped_by
+    assert [s["stage"] for s in doc["steps"][0]["stages"]] == ["input", "top_p(p=0.95, min_keep=1)"]
+    assert doc["chain"].startswith("top_p(p=0.95, min_keep=1) | ")
+    assert doc["steps"][0]["ended_by"] == stop == step.token and isinstance(stop, int)
+    console = Console(record=True, width=200)
+    render_steps(console, [step], 3, ["input", "top_p(p=0.95)"])  # the tables keep the short form
+    text = console.export_text()
+    assert "│ top_p(p=0.95) " in text and "min_keep" not in text
+    expected = f"ended after step 0: stopped by token {stop} ({cli_testplugin.ALPHABET[stop]!r})"
+    assert text.rstrip().endswith(expected)
