@@ -232,7 +232,8 @@ def test_a_scaled_rotary_model_past_its_context_is_refused_naming_its_scaling() 
     assert str(info.value) == (
         "prompt of 3 tokens + max_new_tokens=40 = 43 tokens exceeds the model's context of 32 positions, and its "
         "rotary scaling 'llama3' is not supported for re-rotating kept keys: an evicting cache cannot take it further; "
-        "use cache='none' (it crops the context) or fewer tokens"
+        "use cache='none' (it crops the context) or fewer tokens: lower max_new_tokens to 29 or fewer (the context "
+        "less the prompt's 3 tokens)"
     )
 
 
