@@ -104,11 +104,16 @@ def test_n_past_the_beams_or_beside_another_count_is_refused_naming_both() -> No
     assert len(same["samples"]) == 2
 
 
+def _batch_files(tmp_path: Path, lines: str) -> list[str]:
+    """`--input` and `--output` of a batch job over `lines` (JSONL text), in `tmp_path`."""
+    (tmp_path / "in.jsonl").write_text(lines)
+    return ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]
+
+
 def test_a_batch_job_writes_every_beam_a_strategy_returns(tmp_path: Path) -> None:
     # it was refused: "a batch job writes one record per line, of one sequence"
-    (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO"}\n')
     strategy = "beam(num_beams=3, num_return_sequences=2)"
-    io = ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]
+    io = _batch_files(tmp_path, '{"prompt": "ROMEO"}\n')
     result = _cli("generate", "-m", MODEL, *FLAGS, "--strategy", strategy, *io)
     assert result.returncode == 0, result.stderr
     [record] = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
@@ -156,8 +161,7 @@ def test_a_batch_job_writes_the_models_sequences_for_every_line(
 ) -> None:
     # it wrote one sequence a line, with a warning that the model's count was not used
     _offering(monkeypatch, {"num_return_sequences": 3})
-    (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO"}\n{"prompt": "KING", "n": 1}\n')
-    io = ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]
+    io = _batch_files(tmp_path, '{"prompt": "ROMEO"}\n{"prompt": "KING", "n": 1}\n')
     result = _cli("generate", "-m", MODEL, *FLAGS, *io)
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
@@ -168,8 +172,7 @@ def test_a_batch_job_writes_the_models_sequences_for_every_line(
 def test_a_batch_jobs_n_counts_when_every_other_option_is_given(tmp_path: Path) -> None:
     # with --chain, --strategy, --max-new-tokens and --stop all given the model's own settings were not asked for,
     # and -n went with them: one sequence a line, and "n": null in the settings
-    (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO"}\n')
-    io = ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]
+    io = _batch_files(tmp_path, '{"prompt": "ROMEO"}\n')
     given = ["--strategy", "sample", "--stop", "QQ", "-n", "2", "--seed", "0"]
     result = _cli("generate", "-m", MODEL, *FLAGS, *given, *io)
     assert result.returncode == 0, result.stderr
@@ -183,8 +186,7 @@ def test_the_models_count_past_the_beams_is_named_as_the_models_in_a_batch_job(
 ) -> None:
     # it said "-n 2", which the user never gave
     _offering(monkeypatch, {"num_return_sequences": 2})
-    (tmp_path / "in.jsonl").write_text('{"prompt": "ROMEO"}\n')
-    io = ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]
+    io = _batch_files(tmp_path, '{"prompt": "ROMEO"}\n')
     result = _cli("generate", "-m", MODEL, *FLAGS, "--strategy", "beam(num_beams=1)", *io)
     assert result.returncode == 2
     assert result.stderr.endswith(
