@@ -63,7 +63,9 @@ def test_the_stream_refuses_at_its_call(model: TinyLM) -> None:
     """The policy checks and opens its decodings before it returns its rounds."""
     with pytest.raises(dk.ParameterError, match=r"negative: 3 negative prompts for 2 prompts"):
         dk.stream(model, PROMPTS, strategy="cfg", negative=[[1], [2], [3]], max_new_tokens=4)
-    with pytest.raises(dk.ContextLengthError, match=r"exceeds the model's context of 96 positions"):
+    # it said "shorten the negative prompt or lower max_new_tokens", with no number
+    fits = r"shorten the negative prompt to at most 88 tokens, or lower max_new_tokens to 6 or fewer$"
+    with pytest.raises(dk.ContextLengthError, match=r"exceeds the model's context of 96 positions.*" + fits):
         dk.stream(model, PROMPTS, strategy="cfg", negative=[1] * 90, max_new_tokens=8)
 
 

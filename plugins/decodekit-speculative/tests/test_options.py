@@ -24,7 +24,11 @@ PROMPT = [5, 17, 3]
             {"k": 1, "cache": "streaming(budget=12, slack=1)"},
             r"k=1 is invalid with cache streaming.*at most 1 \(its rollback\); allowed: a cache that can take back",
         ),
-        ({"cache": "none", "max_new_tokens": 62}, r"cache='none' cannot go past the model's context of 64"),
+        (  # "allowed: fewer tokens" said no number
+            {"cache": "none", "max_new_tokens": 62},
+            r"cache='none' cannot go past the model's context of 64 .*allowed: max_new_tokens <= 61 \(the context "
+            r"less the prompt's 3 tokens\)",
+        ),
         ({"max_new_tokens": -1}, r"max_new_tokens=-1 is invalid; allowed: an integer >= 0"),
         ({"draft": 3}, r"draft=3 is invalid; allowed: str \| Model"),
         ({"draft": None}, r"draft=None is invalid; allowed: str \| Model"),  # once ran prompt lookup silently

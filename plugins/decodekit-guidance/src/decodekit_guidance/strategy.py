@@ -113,7 +113,8 @@ def _negative_too_long(d: Decoding, negatives: list[list[int]]) -> ContextLength
     return ContextLengthError(
         f"strategy cfg: {name} of {width} tokens (its prompt: {len(d.prompts[b])}) + {limits}={new} = "
         f"{width + new} tokens exceeds the model's context of {context} positions (the negative prompt is decoded "
-        "beside its prompt); shorten the negative prompt or lower max_new_tokens"
+        f"beside its prompt); shorten the negative prompt to at most {context - new} tokens, or lower {limits} to "
+        f"{context - width} or fewer"
     )
 
 

@@ -146,12 +146,15 @@ def _lookahead(d: Decoding, k: int) -> int:
 def _check_rollback(d: Decoding, k: int) -> None:
     """What a round may take back must be what the cache can; without a cache, the context must hold it all."""
     if d.kv is None:  # each row from position 0: its own prompt and limit
-        needed = max(len(p) + d.request.limit(b) for b, p in enumerate(d.prompts))
-        if needed > d.model.spec.max_positions:
+        needed, b = max((len(p) + d.request.limit(b), b) for b, p in enumerate(d.prompts))
+        context, length = d.model.spec.max_positions, len(d.prompts[b])
+        if needed > context:
+            limit = "max_new_tokens" if d.request.limits is None else f"max_new_tokens[{b}]"
             raise ParameterError(
-                f"speculative: cache='none' cannot go past the model's context of {d.model.spec.max_positions} "
-                f"positions (here {needed}): one forward verifies every draft, and each would need a crop of its "
-                "own; allowed: fewer tokens, or a cache (one that evicts, such as window, goes past the context)"
+                f"speculative: cache='none' cannot go past the model's context of {context} positions (here "
+                f"{needed}): one forward verifies every draft, and each would need a crop of its own; allowed: "
+                f"{limit} <= {context - length} (the context less the prompt's {length} tokens), or a cache (one "
+                "that evicts, such as window, goes past the context)"
             )
         return
     assert isinstance(d.kv, Croppable)  # open(needs=("crop",)) checked it
