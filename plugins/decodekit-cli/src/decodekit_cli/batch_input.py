@@ -40,9 +40,10 @@ STDIN_HINT = (
 )
 
 
-def _allows(text: str) -> dict[str, Any]:
-    """What a field's error says is allowed (`decodekit.params.allowed_values` reads it)."""
-    return {"allowed": text}
+def _optional(description: str, allowed: str, **bounds: Any) -> Any:
+    """A line's optional field (null: the command's option) and what its error says is allowed, as a JSON line
+    writes it (pydantic's types would read "None, or int"; `decodekit.params.allowed_values` reads it)."""
+    return Field(None, description=description, json_schema_extra={"allowed": allowed}, **bounds)
 
 
 class PromptLine(Params):
@@ -52,54 +53,35 @@ class PromptLine(Params):
     decoder's own.
     """
 
-    # Each "allowed" as a JSON line writes it: pydantic's types would read "str" (for "") and "None, or int".
-    prompt: str = Field(min_length=1, description="text to continue", json_schema_extra=_allows("a non-empty string"))
-    id: str | int | None = Field(
-        None,
-        description="names the result; default: the line number",
-        json_schema_extra=_allows("a string or an integer"),
+    prompt: str = Field(
+        min_length=1, description="text to continue", json_schema_extra={"allowed": "a non-empty string"}
     )
-    seed: int | None = Field(
-        None,
-        description="this prompt's own seed; default: derived from --seed",
-        json_schema_extra=_allows("an integer 0 <= seed < 2**64, or null (from --seed)"),
+    id: str | int | None = _optional("names the result; default: the line number", "a string or an integer")
+    seed: int | None = _optional(
+        "this prompt's own seed; default: derived from --seed", "an integer 0 <= seed < 2**64, or null (from --seed)"
     )
-    max_new_tokens: int | None = Field(
-        None, description="default: --max-new-tokens", json_schema_extra=_allows("an integer >= 0, or null")
-    )
-    n: int | None = Field(
-        None,
+    max_new_tokens: int | None = _optional("default: --max-new-tokens", "an integer >= 0, or null")
+    n: int | None = _optional(
+        "sequences of this prompt: samples, or beam search's best beams; default: -n",
+        "an integer n >= 1, or null (-n's count)",
         ge=1,
-        description="sequences of this prompt: samples, or beam search's best beams; default: -n",
-        json_schema_extra=_allows("an integer n >= 1, or null (-n's count)"),
     )
-    chain: str | list[Any] | dict[str, Any] | None = Field(
-        None,
-        description="a chain string or a JSON chain spec (its list, or its JSON text); default: --chain (or the flags)",
-        json_schema_extra=_allows("a chain string, or a JSON chain spec (a list of stage objects, or its JSON text)"),
+    chain: str | list[Any] | dict[str, Any] | None = _optional(
+        "a chain string or a JSON chain spec (its list, or its JSON text); default: --chain (or the flags)",
+        "a chain string, or a JSON chain spec (a list of stage objects, or its JSON text)",
     )
-    logprobs: int | None = Field(
-        None,
-        description="the generated tokens' logprobs, with the top n; default: --logprobs",
-        json_schema_extra=_allows("an integer >= 0, or null"),
+    logprobs: int | None = _optional(
+        "the generated tokens' logprobs, with the top n; default: --logprobs", "an integer >= 0, or null"
     )
-    prompt_logprobs: int | None = Field(
-        None,
-        description="the prompt tokens' logprobs, with the top n; default: --prompt-logprobs",
-        json_schema_extra=_allows("an integer >= 0, or null"),
+    prompt_logprobs: int | None = _optional(
+        "the prompt tokens' logprobs, with the top n; default: --prompt-logprobs", "an integer >= 0, or null"
     )
     # decodekit-grammar: a grammar this line's text follows, put first in its chain (at most one of them)
-    json_schema: dict[str, Any] | StrictBool | str | None = Field(
-        None,
-        description="a JSON Schema (an object or true, or its JSON text)",
-        json_schema_extra=_allows("a JSON Schema (an object or true, or its JSON text)"),
+    json_schema: dict[str, Any] | StrictBool | str | None = _optional(
+        "a JSON Schema (an object or true, or its JSON text)", "a JSON Schema (an object or true, or its JSON text)"
     )
-    regex: str | None = Field(
-        None, description="a regular expression the whole text matches", json_schema_extra=_allows("a string")
-    )
-    grammar: str | None = Field(
-        None, description="a Lark grammar (its rule `start`)", json_schema_extra=_allows("a string (Lark's grammar)")
-    )
+    regex: str | None = _optional("a regular expression the whole text matches", "a string")
+    grammar: str | None = _optional("a Lark grammar (its rule `start`)", "a string (Lark's grammar)")
 
 
 @dataclass(frozen=True)
