@@ -316,7 +316,7 @@ class HFModel(nn.Module):
         attention = None
         if masks_itself:  # the cache's mask, through the `decodekit` attention function
             assert cache is not None
-            self._check_masks_itself(cache, input_ids.shape[1])
+            self._check_masks_itself(cache)
             attention = CacheAttention(cache, positions)
             positions = positions.clamp(min=0)
         else:
@@ -347,7 +347,16 @@ class HFModel(nn.Module):
         logits: Tensor = out.logits
         return logits[:, -1:] if last_only else logits
 
-    def _check_masks_itself(self, cache: KVCache, new: int) -> None:
+    def check_cache(self, cache: KVCache, reach: int) -> None:
+        """Refuse, before any forward, a cache this model cannot decode `reach` positions through (the furthest
+        prompt's length + its max_new_tokens: every decode asks, `dk.validate` too): one that evicts or observes needs
+        decodekit's attention function and mask, and a window of the model's own where its sliding-window (chunked)
+        layers would hide keys (docs/concepts.md, "Models")."""
+        if evicts(cache) or observes(cache):
+            self._check_masks_itself(cache)
+            self._check_text(cache, reach)
+
+    def _check_masks_itself(self, cache: KVCache) -> None:
         """A cache that evicts or observes needs the `decodekit` attention function and decodekit's mask."""
         name = type(cache).__name__
         if self.hf.config._attn_implementation not in (ATTENTION, EAGER_ATTENTION):
@@ -383,12 +392,12 @@ class HFModel(nn.Module):
                 "to transformers' attention mask, which decodekit's attention function does not read; allowed: a "
                 "cache that keeps every token (dense, gqa, int8)"
             )
-        # A text no longer than the model's window (chunk) is attended whole: its sliding (chunked) layers mask
-        # nothing. The text is the slots the loop will feed (`spec.capacity`), or more where a caller feeds past them.
-        # Read only for such a model: compiled, a read of the capacity is a guard that a job's next length fails.
-        if self._sliding_window is None and self._chunk is None:
-            return
-        text = max(cache.spec.capacity, cache.length + new)
+
+    def _check_text(self, cache: KVCache, text: int) -> None:
+        """A text (a row's positions) no longer than the model's window (chunk) is attended whole: its sliding
+        (chunked) layers mask nothing; past it, only the model's own window masks as they do. Rows are left-padded,
+        so a row's slots are as far apart as its positions: the batch's width does not count."""
+        name = type(cache).__name__
         if self._chunk is not None and text > self._chunk:  # a chunk's first query sees itself alone: no window does
             raise ParameterError(
                 f"HFModel: cache {name} evicts or observes attention, and this model's chunked-attention layers "
