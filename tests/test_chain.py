@@ -384,3 +384,16 @@ def test_distribution_gives_a_row_that_is_not_live_as_process_does() -> None:
     out = chain.distribution(x, ctx, live=[True, False])
     assert torch.equal(out, chain.process(x, dk.DecodeContext(torch.tensor([[3, 4]] * 2))))
     assert not out.isnan().any()
+
+
+def test_a_stage_is_labelled_one_way_in_the_chain_string_its_trace_and_explain() -> None:
+    """`str(chain)`, `Chain.trace` and `explain` each spelled a stage their own way (`trace` wrote a parameterless
+    stage `name()`, the chain string `name`); one function, `stage_label`, writes them all."""
+    from decodekit.chain import stage_label
+
+    chain = dk.Chain.parse("temperature(0.5) | top_k(k=5) | greedy")
+    trace = chain.trace(torch.randn(1, 130), ctx_for(1))
+    assert [name for name, _ in trace[1:]] == str(chain).split(" | ")[:-1]
+    assert str(chain) == "temperature(value=0.5) | top_k(k=5) | greedy"
+    assert stage_label(chain.processors[1], every=False) == "top_k(k=5)"  # k has no default: always shown
+    assert stage_label(dk.Chain.parse("top_p(p=0.9, min_keep=1)").processors[0], every=False) == "top_p(p=0.9)"

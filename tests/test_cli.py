@@ -24,6 +24,7 @@ import pytest
 import torch
 
 import decodekit as dk
+from decodekit.chain import stage_label
 from decodekit.context import DecodeContext
 
 TESTS = Path(__file__).resolve().parent
@@ -753,7 +754,7 @@ def test_tiny_shakespeare_is_the_default_model(shakespeare: Any) -> None:
 
 
 def test_explain_plot_keeps_a_long_chains_legend_inside_the_figure() -> None:
-    from decodekit_cli.explain import explain_steps, stage_label
+    from decodekit_cli.explain import explain_steps
     from decodekit_cli.explain_render import step_figure
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -761,7 +762,7 @@ def test_explain_plot_keeps_a_long_chains_legend_inside_the_figure() -> None:
         "repetition_penalty(1.1) | frequency_penalty(0.5) | temperature(0.8) | min_p(0.02) | top_k(20) | top_p(0.9)"
     )
     [report] = explain_steps(cli_testplugin.load_model(), PROMPT, chain, steps=1, top=8, seed=0)
-    fig = step_figure(report, ["input", *(stage_label(s) for s in chain.processors)])
+    fig = step_figure(report, ["input", *(stage_label(s, every=False) for s in chain.processors)])
     FigureCanvasAgg(fig).draw()
     [legend] = fig.legends
     box, inside = legend.get_window_extent(), fig.bbox

@@ -26,7 +26,7 @@ from decodekit.results import TokenLogprobs, token_logprobs
 from decodekit.sample import Sample
 from decodekit.stage import Candidates, SelectorBase, Stage, densify
 
-__all__ = ["Chain", "Picked", "Processor", "Selector", "parse_chain_string"]
+__all__ = ["Chain", "Picked", "Processor", "Selector", "parse_chain_string", "stage_label"]
 
 
 @runtime_checkable
@@ -47,6 +47,15 @@ _ToCandidates = Callable[[Tensor, DecodeContext], "Candidates | None"]
 _OnCandidates = Callable[[Candidates, DecodeContext], Candidates]
 _SelectCandidates = Callable[[Candidates, DecodeContext], Tensor]
 _Verdict = Callable[[int, Sequence[int]], "str | None"]  # a stage's `ends_row` or `unfinished`
+
+
+def stage_label(stage: object, *, every: bool = True) -> str:
+    """A stage as a chain string writes it: `name(k=v, ...)` with every parameter, or (`every=False`) only those
+    that differ from their defaults; its name alone where that leaves none; a plain callable by its `__name__`."""
+    if isinstance(stage, Stage):
+        params = stage.params.model_dump(exclude_defaults=not every)
+        return f"{stage.name}({', '.join(f'{k}={v!r}' for k, v in params.items())})" if params else stage.name
+    return getattr(stage, "__name__", repr(stage))
 
 
 class Chain:
@@ -128,10 +137,7 @@ class Chain:
 
     def __str__(self) -> str:
         """The one-line form, e.g. `temperature(value=0.8) | sample`; `Chain.parse` reads it back."""
-        return " | ".join(
-            (repr(s) if s.params.model_dump() else s.name) if isinstance(s, Stage) else getattr(s, "__name__", repr(s))
-            for s in (*self.processors, self.selector)
-        )
+        return " | ".join(stage_label(s) for s in (*self.processors, self.selector))
 
     def __repr__(self) -> str:
         return f"Chain({str(self)!r})"
@@ -168,7 +174,7 @@ class Chain:
         out = [("input", logits)]
         for p in self.processors:
             logits = p(logits, ctx)
-            out.append((str(p) if isinstance(p, Stage) else getattr(p, "__name__", repr(p)), logits))
+            out.append((stage_label(p), logits))
         return out
 
     def step(
@@ -305,7 +311,7 @@ class Chain:
         for i, p in enumerate(self.processors):
             x = p(x, fork)
             now = int((x[row] > float("-inf")).sum())
-            name = f"stage {i} ({getattr(p, 'name', None) or getattr(p, '__name__', type(p).__name__)})"
+            name = f"stage {i} ({p.name if isinstance(p, Stage) else stage_label(p)})"
             if now == 0 and left > 0:
                 return f"{name} removed the {left} left" + (f" by {narrowed}" if narrowed else "")
             if now < left:

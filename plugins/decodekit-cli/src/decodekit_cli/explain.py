@@ -17,15 +17,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from decodekit.chain import Chain
+from decodekit.chain import Chain, stage_label
 from decodekit.engine import Decoding, Policy, sample_steps
 from decodekit.errors import ParameterError
 from decodekit.model import Model
 from decodekit.params import NoParams, Params
 from decodekit.request import decode_request
-from decodekit.stage import Stage
 
-__all__ = ["StageReport", "StepReport", "explain_policy", "explain_steps", "stage_label", "stage_stats"]
+__all__ = ["StageReport", "StepReport", "explain_policy", "explain_steps", "stage_stats"]
 
 
 @dataclass(frozen=True)
@@ -58,15 +57,6 @@ class StepReport:
     @property
     def text(self) -> str | None:
         return self.texts[self.candidates.index(self.token)]
-
-
-def stage_label(stage: object, every: bool = False) -> str:
-    """A stage as in a chain string, with only the parameters that differ from their defaults (the tables'
-    short form), or (`every`) with all of them, as `str(chain)` writes it (what `--json` records)."""
-    if isinstance(stage, Stage):
-        params = stage.params.model_dump(exclude_defaults=not every)
-        return f"{stage.name}({', '.join(f'{k}={v!r}' for k, v in params.items())})" if params else stage.name
-    return repr(stage)
 
 
 def stage_stats(logits: Tensor) -> tuple[int, float, Tensor]:
@@ -109,7 +99,7 @@ def explain_steps(
         pass
     generation = decoding.generation()
     tokens, ended_by = generation.tokens[0], generation.stopped_by[0]
-    names = ["input", *(stage_label(p, every=True) for p in chain.processors)]  # as `str(chain)` writes them
+    names = ["input", *map(stage_label, chain.processors)]  # as `str(chain)` writes them
     tokenizer = getattr(model, "tokenizer", None)
     reports = [
         _step_report(step, token, [(name, logits) for name, (_, logits) in zip(names, trace)], top, tokenizer)

@@ -45,7 +45,8 @@ def run_explain(request: ExplainRequest) -> int:
     name, cache = sampling.check()
     chain = build_chain(sampling.chain_text(), sampling.chain)
     text = prompt_text(request.prompt)  # "-" reads stdin, as generate does
-    from decodekit_cli.explain import explain_steps, stage_label
+    from decodekit.chain import stage_label
+    from decodekit_cli.explain import explain_steps
     from decodekit_cli.explain_render import ended_text, plot_step, render_steps, steps_json
 
     model = load_named_model(name)  # on torch's threads, as before: --threads is generate's
@@ -72,14 +73,15 @@ def run_explain(request: ExplainRequest) -> int:
             f"--plot-step {request.plot_step}: the decode ended after {len(reports)} steps (stopped by "
             f"{ended_text(reports[-1])}); allowed: 0 <= step < {len(reports)}"
         )
-    short = ["input", *(stage_label(s) for s in chain.processors)]  # the tables' and plot's; --json: the chain's
+    # the tables' and plot's, parameters at their defaults left out; --json: the chain's
+    short = ["input", *(stage_label(s, every=False) for s in chain.processors)]
     if request.json_output:
         header = {"model": name, "prompt": text, "chain": str(chain), "cache": cache, "seed": sampling.seed}
         header["ignore_eos"] = sampling.ignore_eos  # beside the other settings, as generate --json records it
         print_json(steps_json(reports, **header))
     else:
         console = stdout_console()
-        stages = " | ".join(stage_label(s) for s in (*chain.processors, chain.selector))
+        stages = " | ".join(stage_label(s, every=False) for s in (*chain.processors, chain.selector))
         console.print(Text.assemble(("model ", "bold"), name, ("   chain ", "bold"), stages))
         render_steps(console, reports, request.top, short)
     if request.plot is not None:
