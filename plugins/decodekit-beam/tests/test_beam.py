@@ -396,7 +396,7 @@ def test_zero_new_tokens() -> None:
 
 @pytest.mark.parametrize("stage", ["logit_bias({101: 1.0})", "allowed_tokens([3, 150])"])
 def test_zero_new_tokens_refuses_a_chain_past_the_vocabulary_as_sample_does(stage: str) -> None:
-    """With no new tokens beam search ran no chain, so accepted a stage `sample` refuses (its ids past the 101 tokens)."""
+    """With no new tokens beam search ran no chain, so took a stage `sample` refuses (ids past the 101 tokens)."""
     model = tiny_gpt(2)
     with pytest.raises(dk.ParameterError) as refused:
         dk.generate(model, PROMPTS, chain=stage, max_new_tokens=0)
