@@ -195,6 +195,7 @@ class _Search:
         return over or not bool(self.open_rows.any()) or (self.early_stopping is True and full)
 
     def log_probs(self, raw: Tensor, step: int) -> Tensor:
+        """`[B*N, V]`: log_softmax of the raw logits after the chain's processors (HF's order)."""
         logp = torch.log_softmax(raw, -1)
         if not self.d.chain.processors:
             _check_numerics(raw, logp, self.running, step)
