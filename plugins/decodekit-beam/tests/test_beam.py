@@ -394,6 +394,18 @@ def test_zero_new_tokens() -> None:
     assert out.tokens == [[], [], []] and out.finish_reasons == ["length"] * 3
 
 
+@pytest.mark.parametrize("stage", ["logit_bias({101: 1.0})", "allowed_tokens([3, 150])"])
+def test_zero_new_tokens_refuses_a_chain_past_the_vocabulary_as_sample_does(stage: str) -> None:
+    """With no new tokens beam search ran no chain, so took a stage `sample` refuses (ids past the 101 tokens)."""
+    model = tiny_gpt(2)
+    with pytest.raises(dk.ParameterError) as refused:
+        dk.generate(model, PROMPTS, chain=stage, max_new_tokens=0)
+    assert "outside the vocabulary of 101 tokens" in str(refused.value)
+    with pytest.raises(dk.ParameterError) as info:
+        beam_search(model, PROMPTS, chain=stage, max_new_tokens=0)
+    assert str(info.value) == str(refused.value)
+
+
 def test_text_prompts_and_text_without_the_stop_token() -> None:
     text_model = tiny_gpt(2, vocab_size=95)
     text_model.tokenizer = CharTokenizer()  # type: ignore[assignment]

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import pytest
 import torch
 from decodekit_gpt.gpt import GPT, GPTConfig
 
 
-def tiny(vocab_size: int = 101, *, seed: int = 0, position: str = "learned") -> GPT:
+def tiny(vocab_size: int = 101, *, seed: int = 0, position: str = "learned", block_size: int = 64) -> GPT:
     """A random reference GPT whose (tied) embedding is scaled up 3x: peaked enough distributions that a
     noisy copy agrees with it often but not always (a plain random init is nearly uniform)."""
     torch.manual_seed(seed)
     config = GPTConfig(
-        vocab_size=vocab_size, block_size=64, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, position=position
+        vocab_size=vocab_size, block_size=block_size, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, position=position
     )  # type: ignore[arg-type]
     model = GPT(config).eval()
     with torch.no_grad():
@@ -30,6 +31,12 @@ def noisy_copy(model: GPT, scale: float, seed: int = 1) -> GPT:
         for p in twin.parameters():
             p.add_(torch.randn(p.shape, generator=g) * scale)
     return twin.eval()
+
+
+@pytest.fixture(scope="module")
+def make_tiny() -> Callable[..., GPT]:
+    """`tiny` itself, for a test that needs models of its own contexts."""
+    return tiny
 
 
 @pytest.fixture(scope="module")

@@ -80,6 +80,21 @@ def test_zero_new_tokens(target: GPT) -> None:
     assert out.tokens == [[], []] and out.acceptance_rate == 0.0
 
 
+@pytest.mark.parametrize("which", ["ngram", "model"])
+@pytest.mark.parametrize("stage", ["logit_bias({101: 1.0})", "allowed_tokens([3, 150])"])
+def test_zero_new_tokens_refuses_a_chain_past_the_vocabulary_as_sample_does(
+    target: GPT, draft: GPT, stage: str, which: str
+) -> None:
+    """With no new tokens no round ran the chain, so a stage `sample` refuses (ids past the 101 tokens) was accepted."""
+    chain = f"{stage} | top_k(5)"
+    with pytest.raises(dk.ParameterError) as refused:
+        dk.generate(target, [PROMPT, [1]], chain=chain, max_new_tokens=0)
+    assert "outside the vocabulary of 101 tokens" in str(refused.value)
+    with pytest.raises(dk.ParameterError) as info:
+        speculative(target, [PROMPT, [1]], draft=draft if which == "model" else "ngram", chain=chain, max_new_tokens=0)
+    assert str(info.value) == str(refused.value)
+
+
 def test_plugin_registers_by_import_path_without_torch() -> None:
     registered = check_hook_imports_no_torch("decodekit_speculative.plugin", "register_strategies")
     assert ("speculative", "decodekit_speculative.strategy:speculative_policy") in registered

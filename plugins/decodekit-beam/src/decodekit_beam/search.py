@@ -122,13 +122,14 @@ def beam_policy(d: Decoding, params: Params) -> Iterator[None]:
 def _beam_rounds(d: Decoding, params: BeamParams) -> Iterator[None]:
     """The rounds of a beam search on an opened decoding, then its results."""
     search = _Search(d, params)
-    if d.request.max_new_tokens > 0 or d.request.prompt_logprobs is not None:
-        logits = d.prefill()  # and the prompt's logprobs, when asked for
-        for step in range(d.request.max_new_tokens):
-            if search.step(logits, step):
-                break
-            logits = d.forward()
-            yield
+    logits = d.prefill()  # and the prompt's logprobs, when asked for
+    if d.request.max_new_tokens == 0:  # the chain still runs once, as `sample`'s: a chain it refuses is refused here
+        search.log_probs(logits.float(), 0)
+    for step in range(d.request.max_new_tokens):
+        if search.step(logits, step):
+            break
+        logits = d.forward()
+        yield
     empty = [(0.0, RowOutput(0, frozenset(), None))]
     kept = [entries[: params.num_return_sequences] or empty for entries in search.finished]
     for b, best in enumerate(kept):
@@ -170,7 +171,7 @@ class _Search:
         """Extend the beams by one token; True when the search is over."""
         d, B, N, K = self.d, self.B, self.N, self.K
         raw = logits.float()
-        logp = self._log_probs(raw, step)  # [B*N, V]
+        logp = self.log_probs(raw, step)  # [B*N, V]
         V = logp.shape[-1]
         # The K best (beam, token) continuations of each prompt, by cumulative log-prob.
         cand = (logp.view(B, N, V) + self.running[:, :, None]).view(B, N * V)
@@ -193,7 +194,8 @@ class _Search:
         full = all(len(f) == N for f in self.finished)
         return over or not bool(self.open_rows.any()) or (self.early_stopping is True and full)
 
-    def _log_probs(self, raw: Tensor, step: int) -> Tensor:
+    def log_probs(self, raw: Tensor, step: int) -> Tensor:
+        """`[B*N, V]`: log_softmax of the raw logits after the chain's processors (HF's order)."""
         logp = torch.log_softmax(raw, -1)
         if not self.d.chain.processors:
             _check_numerics(raw, logp, self.running, step)

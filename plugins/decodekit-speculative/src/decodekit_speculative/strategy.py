@@ -24,7 +24,7 @@ from torch import Tensor
 
 from decodekit.cache import Croppable, KVCache, PreallocatedKVCache, RowCroppable, evicts
 from decodekit.context import DecodeContext
-from decodekit.engine import PREALLOCATED_COLUMNS, Decoding
+from decodekit.engine import PREALLOCATED_COLUMNS, Decoding, sample_steps
 from decodekit.errors import DecodekitError, NumericsError, ParameterError, UnknownNameError
 from decodekit.model import Model, model_device_dtype
 from decodekit.params import Params
@@ -126,6 +126,9 @@ def _rounds(d: Decoding, draft: Model | None, params: SpeculativeParams, kind: K
     B = len(d.rows)
     d.result_type = SpeculativeGeneration
     d.extras = {"drafted": [0] * B, "accepted": [0] * B}
+    if d.request.max_new_tokens == 0:  # no round: `sample`'s loop runs the chain once, so refuses what it refuses
+        yield from sample_steps(d)
+        return
     if B == 1 or d.kv is None or isinstance(d.kv, RowCroppable):
         yield from _Rounds(d, draft, params, kind, list(range(B)), d.kv).run()
         return
