@@ -139,8 +139,7 @@ def _rounds(d: Decoding, draft: Model | None, params: SpeculativeParams, kind: K
 
 def _lookahead(d: Decoding, k: int) -> int:
     """Slots a round may feed past a row's text: the junk columns of a batch right-aligned by `crop_rows` (at most
-    k + 1). A cache without it runs its rows one at a time, never past their text, so its capacity is the text,
-    which a model may check it against (a sliding window that must cover the text)."""
+    k + 1). A cache without it runs its rows one at a time, never past their text: it needs no more slots."""
     impl = getattr(d.request.cache, "impl", None)
     one_at_a_time = impl is not None and not callable(getattr(impl, "crop_rows", None))
     return 0 if one_at_a_time else k + 1
