@@ -107,3 +107,23 @@ def test_a_batch_job_skips_the_line_with_an_error_record(
     assert f"sliding_window={WINDOW}) mask a text of 41 tokens" in records[1]["error"]["message"]
     for record, prompt in ((records[0], "a" * 10), (records[2], "c" * 5)):
         assert record["tokens"] == _greedy_alone(mistral, [ord(c) - 32 for c in prompt], 30)
+
+
+def test_a_draft_whose_rules_refuse_the_targets_cache_keeps_every_token(llama: Any) -> None:
+    """A draft on eager attention cannot decode through an evicting cache: speculation failed at the draft's first
+    forward, though what a draft keeps never changes the output. Its `check_cache` now gives it a keep-all cache."""
+    import copy
+
+    twin = copy.deepcopy(llama)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(1)) * 0.03)
+    twin.set_attn_implementation("eager")
+    model, draft, cache = HFModel(llama), HFModel(twin), "window(size=8, sinks=2, slack=8)"
+    with pytest.raises(dk.ParameterError, match="attn_implementation='eager'"):
+        dk.generate(draft, [SHORT], chain="greedy", max_new_tokens=4, cache=cache)
+    want = dk.generate(model, [SHORT], chain="greedy", max_new_tokens=20, cache=cache).tokens
+    out = dk.decode(
+        model, [SHORT], strategy="speculative", draft=draft, k=3, chain="greedy", max_new_tokens=20, cache=cache
+    )
+    assert out.tokens == want and sum(out.accepted) > 0

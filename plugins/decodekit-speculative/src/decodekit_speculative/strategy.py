@@ -169,6 +169,17 @@ def _check_rollback(d: Decoding, k: int) -> None:
         )
 
 
+def _draft_takes(draft: Model, cache: KVCache, reach: int) -> bool:
+    """Whether the draft's own rules (its `check_cache`: an HF model on eager attention and an evicting cache) let
+    it decode `reach` positions through `cache`; where not, it keeps every token, which never changes the output."""
+    try:
+        if callable(check := getattr(draft, "check_cache", None)):
+            check(cache, reach)
+    except ParameterError:
+        return False
+    return True
+
+
 class _Recompute:
     """`RowCache`'s interface without a cache: every row feeds its whole history each round."""
 
@@ -240,7 +251,7 @@ class _Rounds:
                 cache = factory(spec)
             except DecodekitError:  # e.g. window(size="auto") for a draft without a calibration
                 cache = None
-            if isinstance(cache, Croppable) and usable(cache):
+            if isinstance(cache, Croppable) and usable(cache) and _draft_takes(draft, cache, d.total):
                 return cache
         # Never fed past the draft's context (`ModelDrafter`): no more slots than that, whatever max_new_tokens;
         # without a target cache every prompt fits the context, so the batch's slots (twice it at most) keep rows apart.
