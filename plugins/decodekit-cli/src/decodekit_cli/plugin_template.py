@@ -58,7 +58,7 @@ $summary. A decodekit plugin: installed, it registers the $kind `$name`.
 
 ```bash
 pip install -e '.[test]'  # from this folder; decodekit finds it through its entry point; [test] brings pytest
-pytest                    # the tests: decodekit's conformance kit, run on this plugin
+pytest                    # the tests: $checked
 decodekit plugins         # lists $dist
 ```
 
@@ -430,6 +430,13 @@ SUMMARY = {
     "strategy": "Best-of-n decoding: the most likely of n samples per prompt",
 }
 
+CHECKED = {  # what the README says `pytest` runs (decodekit has no conformance kit for models)
+    "sampler": "decodekit's conformance kit, run on this plugin",
+    "cache": "decodekit's conformance kit, run on this plugin",
+    "model": "it loads by name, and decodes the same with and without a cache",
+    "strategy": "decodekit's conformance kit, run on this plugin",
+}
+
 USAGE = {
     "sampler": 'Use it by name: `dk.Chain.parse("$name(20) | temperature(0.8)")`, '
     '`decodekit generate "Hello" --chain "$name(20)"`.',
@@ -454,6 +461,7 @@ def files_for(kind: str, name: str) -> dict[str, str]:
         "cls": "".join(part.capitalize() for part in name.split("_")),
         "module": name,
         "summary": SUMMARY[kind],
+        "checked": CHECKED[kind],
         "dependencies": ", ".join(
             f'"{d}"' for d in ("decodekit>=0.1", "torch>=2.5", *(f"{n}>=0.1" for n in NEEDS[kind]))
         ),

@@ -1,5 +1,5 @@
-"""`decodekit new-plugin`'s files pass the linters a plugin author runs on them as written: ruff (with the
-generated pyproject's settings) and mypy --strict over the package."""
+"""`decodekit new-plugin`'s files as written: they pass ruff (with the generated pyproject's settings) and mypy
+--strict over the package, and the README says what the tests check."""
 
 from __future__ import annotations
 
@@ -37,3 +37,10 @@ def test_mypy_strict_passes_on_every_kinds_package(tmp_path: Path) -> None:
     pytest.importorskip("mypy")
     sources = [str(_write(tmp_path / kind, kind) / "src") for kind in KINDS]
     assert _run("mypy", "--strict", "--no-incremental", *sources, cwd=tmp_path) == ""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_readme_claims_the_conformance_kit_only_where_the_tests_run_it(kind: str) -> None:
+    files = files_for(kind, f"my_{kind}")
+    runs_kit = "Conformance" in files[f"tests/test_my_{kind}.py"]
+    assert ("conformance kit" in files["README.md"]) == runs_kit, files["README.md"]
