@@ -58,7 +58,7 @@ $summary. A decodekit plugin: installed, it registers the $kind `$name`.
 
 ```bash
 pip install -e '.[test]'  # from this folder; decodekit finds it through its entry point; [test] brings pytest
-pytest                    # the tests: $checked
+pytest                    # the tests: decodekit's conformance kit, run on this plugin
 decodekit plugins         # lists $dist
 ```
 
@@ -332,10 +332,11 @@ def test_registered_through_the_entry_point():
     assert dk.get_registry().caches["$name"].distribution == "$dist"
 ''',
     "model": '''\
-"""The `$name` model: loads by name, and decodes the same with and without a cache."""
+"""The `$name` model: the conformance kit, and loading by name."""
 
 import decodekit as dk
 import pytest
+from decodekit.testing import ModelConformance
 
 
 def test_loads_by_name_and_generates():
@@ -357,12 +358,9 @@ def test_parameters_shape_the_model():
         raise AssertionError("n_layer=0 was accepted")
 
 
-def test_cache_and_recompute_agree():
-    model = dk.load_model("$name")
-    # the core's cache, which keeps every token: no cache plugin needed
-    cached = dk.generate(model, ["Hello", "Hi"], max_new_tokens=8, seed=0, cache=dk.PreallocatedKVCache)
-    recomputed = dk.generate(model, ["Hello", "Hi"], max_new_tokens=8, seed=0, cache="none")
-    assert cached.tokens == recomputed.tokens
+class Test${cls}(ModelConformance):  # the kit: rows independent of their padding, the cache agreeing with a forward
+    def make(self):
+        return dk.load_model("$name")
 
 
 def test_registered_through_the_entry_point():
@@ -430,13 +428,6 @@ SUMMARY = {
     "strategy": "Best-of-n decoding: the most likely of n samples per prompt",
 }
 
-CHECKED = {  # what the README says `pytest` runs (decodekit has no conformance kit for models)
-    "sampler": "decodekit's conformance kit, run on this plugin",
-    "cache": "decodekit's conformance kit, run on this plugin",
-    "model": "it loads by name, and decodes the same with and without a cache",
-    "strategy": "decodekit's conformance kit, run on this plugin",
-}
-
 USAGE = {
     "sampler": 'Use it by name: `dk.Chain.parse("$name(20) | temperature(0.8)")`, '
     '`decodekit generate "Hello" --chain "$name(20)"`.',
@@ -461,7 +452,6 @@ def files_for(kind: str, name: str) -> dict[str, str]:
         "cls": "".join(part.capitalize() for part in name.split("_")),
         "module": name,
         "summary": SUMMARY[kind],
-        "checked": CHECKED[kind],
         "dependencies": ", ".join(
             f'"{d}"' for d in ("decodekit>=0.1", "torch>=2.5", *(f"{n}>=0.1" for n in NEEDS[kind]))
         ),
