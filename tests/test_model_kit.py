@@ -39,14 +39,7 @@ class OwnLM(nn.Module):
         self.embed, self.pos = nn.Embedding(vocab, width), nn.Embedding(context, width)
         self.qkv = nn.ModuleList(nn.Linear(width, 3 * width) for _ in range(layers))
         self.head = nn.Linear(width, vocab)
-        self.spec = dk.ModelSpec(
-            n_layers=layers,
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=width // heads,
-            vocab_size=vocab,
-            max_positions=context,
-        )
+        self.spec = dk.ModelSpec(layers, heads, heads, width // heads, vocab, context)  # MHA, learned positions
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor) -> Tensor:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=slot_mask(torch.arange(q.shape[2]), positions, 0))
