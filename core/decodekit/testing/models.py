@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from decodekit.cache import PreallocatedKVCache
+from decodekit.model import model_device_dtype
 from decodekit.spec import CacheSpec
 
 __all__ = ["ModelConformance", "check_model", "check_model_cache", "check_model_rows"]
@@ -48,8 +49,8 @@ class _Batch:
     then `_NEW` tokens each; `positions` negative on padding, as the decode loop gives them."""
 
     def __init__(self, model: Any, seed: int) -> None:
-        params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
-        device = params[0].device if params else torch.device("cpu")
+        self.device, self.dtype = model_device_dtype(model)  # as the decode loop builds its caches
+        device = self.device
         longest = max(_LENGTHS)
         self.total = longest + _NEW
         g = torch.Generator().manual_seed(seed)
@@ -74,7 +75,10 @@ def check_model_cache(model: Any, *, seed: int = 0, tolerance: float = 1e-4) -> 
     """Fed through a cache that keeps every token, block by block, each block's logits equal a fresh forward
     over the whole sequence without a cache."""
     batch = _Batch(model, seed)
-    cache = PreallocatedKVCache(CacheSpec.for_model(model.spec, batch_size=len(_LENGTHS), capacity=batch.total))
+    spec = CacheSpec.for_model(
+        model.spec, batch_size=len(_LENGTHS), capacity=batch.total, dtype=batch.dtype, device=batch.device
+    )
+    cache = PreallocatedKVCache(spec)
     start = 0
     for size in batch.blocks:
         stop = start + size
