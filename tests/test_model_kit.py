@@ -81,6 +81,7 @@ class LastPositionOnly(TinyLM):
 SOUND = {
     "TinyLM rope": lambda: TinyLM(64),
     "TinyLM learned, GQA": lambda: TinyLM(64, n_heads=4, n_kv_heads=2, position="learned"),
+    "TinyLM in float64": lambda: TinyLM(64).double(),  # its cache in the model's dtype, as the decode loop's
     "the reference GPT": lambda: GPT(GPTConfig(vocab_size=64, n_layer=2, n_head=4, n_kv_head=2, n_embd=32)).eval(),
     "tiny-shakespeare": lambda: dk.load_model("tiny-shakespeare"),
     "docs/concepts.md's own model": OwnLM,
