@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
+from decodekit.context import DecodeContext
 from decodekit.stage import Candidates
 
-__all__ = ["NEW_TENSOR", "assert_candidates_valid", "assert_same_logits", "first_rows"]
+__all__ = ["NEW_TENSOR", "assert_candidates_valid", "assert_same_logits", "first_rows", "history_kept"]
 
 NEW_TENSOR = "a new tensor (out-of-place ops: masked_fill, not masked_fill_; never x[...] = ...)"  # what to return
+
+
+def history_kept(ctx: DecodeContext) -> Callable[[str], None]:
+    """A check that `ctx`'s token history and prompt lengths are still what they are now: a stage reads them,
+    and the chain's later stages and the decode loop read them after it."""
+    saved = {name: t.clone() for name in ("tokens", "prompt_lengths") if (t := getattr(ctx, name)) is not None}
+
+    def check(what: str) -> None:
+        for name, before in saved.items():
+            assert torch.equal(getattr(ctx, name), before), (
+                f"{what}: modified ctx.{name} in place; allowed: reading it (the chain's later stages and the "
+                "decode loop read it after this stage)"
+            )
+
+    return check
 
 
 def first_rows(mask: Tensor) -> str:

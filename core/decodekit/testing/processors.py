@@ -21,7 +21,13 @@ from typing_extensions import Unpack
 
 from decodekit.context import DecodeContext
 from decodekit.stage import Candidates, densify
-from decodekit.testing.assertions import NEW_TENSOR, assert_candidates_valid, assert_same_logits, first_rows
+from decodekit.testing.assertions import (
+    NEW_TENSOR,
+    assert_candidates_valid,
+    assert_same_logits,
+    first_rows,
+    history_kept,
+)
 from decodekit.testing.host_reads import assert_reads_nothing
 from decodekit.testing.inputs import NEG, ContextFactory, TokenHistory, candidates_from, has_ties, tolerance
 from decodekit.testing.suite import (
@@ -47,8 +53,10 @@ __all__ = [
 def check_processor_contract(processor: Any, logits: Tensor, make_ctx: Callable[[], DecodeContext]) -> Tensor:
     """Shape, dtype and device kept; input untouched; -inf kept; no NaN; repeatable. Returns the output."""
     what = f"{processor!r} on {logits.dtype} logits {tuple(logits.shape)}"
-    before = logits.clone()
-    out = processor(logits, make_ctx())
+    before, ctx = logits.clone(), make_ctx()
+    kept = history_kept(ctx)
+    out = processor(logits, ctx)
+    kept(what)
     assert isinstance(out, Tensor), f"{what}: returned {type(out).__name__}, expected a Tensor"
     assert out.shape == logits.shape, f"{what}: output shape {tuple(out.shape)}, expected {tuple(logits.shape)}"
     assert out.dtype == logits.dtype, f"{what}: output dtype {out.dtype}, expected {logits.dtype}"
@@ -113,7 +121,10 @@ def check_candidates(processor: Any, logits: Tensor, history: TokenHistory, fact
     to_candidates = getattr(processor, "to_candidates", None)
     if to_candidates is not None:
         what = f"{processor!r}.to_candidates on {'tied ' if tied else ''}{logits.dtype} logits"
-        c = to_candidates(logits.clone(), history.context(factory))
+        ctx = history.context(factory)
+        kept = history_kept(ctx)
+        c = to_candidates(logits.clone(), ctx)
+        kept(what)
         if c is not None:
             assert_candidates_valid(c, B, V, logits.dtype, what)
             held = ~torch.isnan(c.values).any(-1)
@@ -126,8 +137,10 @@ def check_candidates(processor: Any, logits: Tensor, history: TokenHistory, fact
         what = f"{processor!r}.on_candidates on {'tied ' if tied else ''}{logits.dtype} candidates"
         values, indices = candidates_from(logits, max(2, V // 4))
         values[0, values.shape[1] // 2 :] = NEG  # input candidates may end in -inf
-        given = Candidates(values.clone(), indices.clone())
-        c = on_candidates(given, history.context(factory))
+        given, ctx = Candidates(values.clone(), indices.clone()), history.context(factory)
+        kept = history_kept(ctx)
+        c = on_candidates(given, ctx)
+        kept(what)
         unchanged = torch.equal(given.values, values) and torch.equal(given.indices, indices)
         assert unchanged, f"{what}: modified the input candidates in place; allowed: {NEW_TENSOR}"
         assert_candidates_valid(c, B, V, logits.dtype, what)

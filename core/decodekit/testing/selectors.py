@@ -19,7 +19,7 @@ from typing_extensions import Unpack
 
 from decodekit.context import DecodeContext, row_generators
 from decodekit.stage import Candidates, densify
-from decodekit.testing.assertions import NEW_TENSOR, first_rows
+from decodekit.testing.assertions import NEW_TENSOR, first_rows, history_kept
 from decodekit.testing.host_reads import assert_reads_nothing
 from decodekit.testing.inputs import (
     DISTRIBUTION_LOGITS,
@@ -58,8 +58,10 @@ def check_selector_contract(selector: Any, logits: Tensor, history: TokenHistory
     """LongTensor `[B]` in range, never a removed token, repeatable, rows independent. Returns the tokens."""
     B, V = logits.shape
     what = f"{selector!r} on {logits.dtype} logits {tuple(logits.shape)}"
-    before = logits.clone()
-    tokens = selector(logits, history.context(factory))
+    before, ctx = logits.clone(), history.context(factory)
+    kept = history_kept(ctx)
+    tokens = selector(logits, ctx)
+    kept(what)
     assert torch.equal(logits, before), f"{what}: modified its input in place; allowed: {NEW_TENSOR}"
     assert isinstance(tokens, Tensor) and tokens.dtype == torch.long, (
         f"{what}: returned {tokens!r}, expected a LongTensor"
@@ -94,7 +96,10 @@ def check_selector_candidates(selector: Any, logits: Tensor, history: TokenHisto
     c = candidates_from(logits, max(2, V // 4))
     tied = "tied " if has_ties(logits) else ""
     what = f"{selector!r}.select_candidates on {tied}{logits.dtype} candidates {tuple(c.values.shape)}"
-    fast = select_candidates(c, history.context(factory))
+    ctx = history.context(factory)
+    kept = history_kept(ctx)
+    fast = select_candidates(c, ctx)
+    kept(what)
     assert isinstance(fast, Tensor) and fast.dtype == torch.long and fast.shape == (B,), (
         f"{what}: returned {fast!r}, expected a LongTensor [{B}]"
     )

@@ -1,0 +1,116 @@
+"""Conformance checks for a model (`model(input_ids [B, T], positions [B, T], cache) -> logits [B, T, V]` and
+`model.spec`) and their pytest suite: what the decode loop relies on, on a left-padded ragged batch of token ids.
+
+- **Rows independent of padding**: each row's logits in the batch (its positions start at 0 after its padding,
+  which holds arbitrary ids) equal its logits fed alone; a model that reads slots for positions, or attends to
+  padding, gives each row's text a dependence on the rest of its batch.
+- **The cache holds what a forward recomputes**: fed through a cache that keeps every token, in blocks of several
+  sizes (the prompt in two, then tokens one by one), every block's logits equal a fresh forward over the whole
+  sequence without a cache (`cache=None`, the path `cache="none"` decodes with).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from decodekit.cache import PreallocatedKVCache
+from decodekit.model import model_device_dtype
+from decodekit.spec import CacheSpec
+
+__all__ = ["ModelConformance", "check_model", "check_model_cache", "check_model_rows"]
+
+_LENGTHS = (6, 2, 4)  # prompt lengths of the ragged batch
+_NEW = 5  # tokens fed one at a time after the prompts
+
+
+def _forward(model: Any, ids: Tensor, positions: Tensor, cache: Any) -> Tensor:
+    with torch.no_grad():
+        logits = model(ids, positions, cache)
+    B, T = ids.shape
+    V = model.spec.vocab_size
+    assert isinstance(logits, Tensor) and tuple(logits.shape) == (B, T, V), (
+        f"model: logits of shape {tuple(getattr(logits, 'shape', ()))} for input_ids {(B, T)}; "
+        f"allowed: [B, T, vocab_size] = {(B, T, V)}, every position's logits"
+    )
+    return logits.double()
+
+
+def _assert_close(actual: Tensor, expected: Tensor, what: str, allowed: str, tolerance: float) -> None:
+    worst = float((actual - expected).abs().max())
+    scale = max(1.0, float(expected.abs().max()))
+    assert worst <= tolerance * scale, f"{what}: logits differ by {worst:.3g} > {tolerance:g}; allowed: {allowed}"
+
+
+class _Batch:
+    """The ragged batch the checks feed: prompts of `_LENGTHS` left-padded (random ids in the padding too),
+    then `_NEW` tokens each; `positions` negative on padding, as the decode loop gives them."""
+
+    def __init__(self, model: Any, seed: int) -> None:
+        self.device, self.dtype = model_device_dtype(model)  # as the decode loop builds its caches
+        device = self.device
+        longest = max(_LENGTHS)
+        self.total = longest + _NEW
+        g = torch.Generator().manual_seed(seed)
+        self.ids = torch.randint(0, model.spec.vocab_size, (len(_LENGTHS), self.total), generator=g).to(device)
+        self.pads = [longest - n for n in _LENGTHS]
+        self.positions = (torch.arange(self.total)[None] - torch.tensor(self.pads)[:, None]).to(device)
+        self.blocks = (2, longest - 2, *[1] * (_NEW - 3), 3)  # the prompts in two blocks, one by one, then 3
+
+
+def check_model_rows(model: Any, *, seed: int = 0, tolerance: float = 1e-4) -> None:
+    """Each row's logits in the left-padded batch equal its logits fed alone."""
+    batch = _Batch(model, seed)
+    full = _forward(model, batch.ids, batch.positions, None)
+    for b, pad in enumerate(batch.pads):
+        alone = _forward(model, batch.ids[b : b + 1, pad:], batch.positions[b : b + 1, pad:], None)
+        what = f"model: row {b} (a prompt of {_LENGTHS[b]} tokens after {pad} of padding) in the batch vs alone"
+        allowed = "the same logits (positions are the model's argument, not its slots; padding is never attended)"
+        _assert_close(full[b : b + 1, pad:], alone, what, allowed, tolerance)
+
+
+def check_model_cache(model: Any, *, seed: int = 0, tolerance: float = 1e-4) -> None:
+    """Fed through a cache that keeps every token, block by block, each block's logits equal a fresh forward
+    over the whole sequence without a cache."""
+    batch = _Batch(model, seed)
+    spec = CacheSpec.for_model(
+        model.spec, batch_size=len(_LENGTHS), capacity=batch.total, dtype=batch.dtype, device=batch.device
+    )
+    cache = PreallocatedKVCache(spec)
+    start = 0
+    for size in batch.blocks:
+        stop = start + size
+        ids, positions = batch.ids[:, :stop], batch.positions[:, :stop]
+        cached = _forward(model, ids[:, start:], positions[:, start:], cache)
+        fresh = _forward(model, ids, positions, None)[:, start:]
+        real = (positions[:, start:] >= 0)[..., None]  # padding's logits are nobody's
+        what = f"model: slots {start}..{stop - 1} fed through {type(cache).__name__} vs a forward without a cache"
+        allowed = "the same logits (each layer feeds cache.update its new keys and attends over what it returns)"
+        _assert_close(cached * real, fresh * real, what, allowed, tolerance)
+        start = stop
+
+
+def check_model(model: Any, *, seed: int = 0, tolerance: float = 1e-4) -> None:
+    """Every model check, on prompts of 6, 2 and 4 random ids below `spec.vocab_size`, left-padded, then 5 more
+    tokens each; raises `AssertionError` naming the rows or slots and how far the logits are apart (relative to
+    the largest logit, at most `tolerance`)."""
+    check_model_rows(model, seed=seed, tolerance=tolerance)
+    check_model_cache(model, seed=seed, tolerance=tolerance)
+
+
+class ModelConformance:
+    """Subclass and define `make()` returning the model (`dk.load_model("name")` for a registered one)."""
+
+    seed: int = 0
+    tolerance: float = 1e-4
+
+    def make(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must define make() returning the model")
+
+    def test_rows_do_not_depend_on_padding(self) -> None:
+        check_model_rows(self.make(), seed=self.seed, tolerance=self.tolerance)
+
+    def test_cache_matches_a_forward_without_one(self) -> None:
+        check_model_cache(self.make(), seed=self.seed, tolerance=self.tolerance)

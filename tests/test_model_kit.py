@@ -1,0 +1,114 @@
+"""The model kit (`decodekit.testing.check_model`) passes the models decodekit decodes and fails each flaw a model
+author can make that the decode loop does not see itself: positions read from slots, padding attended, a cache
+that is fed but not attended over, the last position's logits only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from decodekit_gpt.gpt import GPT, GPTConfig
+from torch import Tensor, nn
+
+import decodekit as dk
+from decodekit.cache import cached_attention, slot_mask
+from decodekit.testing import ModelConformance, check_model
+from decodekit.testing.models import check_model_cache, check_model_rows
+from decodekit.testing.tiny_lm import TinyLM
+
+
+class SlotPositions(TinyLM):
+    """Numbers its tokens by slot, not by the positions it is given: consistent with and without a cache, so
+    the two decode alike, but a left-padded row sees other positions than alone."""
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: Any = None) -> Tensor:
+        start = 0 if cache is None else cache.length
+        slots = torch.arange(start, start + positions.shape[1]).expand_as(positions)
+        return super().forward(input_ids, slots.where(positions >= 0, positions), cache)
+
+
+class OwnLM(nn.Module):
+    """docs/concepts.md's model of one's own: learned positions, attention through the cache or `slot_mask`."""
+
+    def __init__(self, vocab: int = 64, width: int = 16, heads: int = 2, layers: int = 2, context: int = 32) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.pos = nn.Embedding(vocab, width), nn.Embedding(context, width)
+        self.qkv = nn.ModuleList(nn.Linear(width, 3 * width) for _ in range(layers))
+        self.head = nn.Linear(width, vocab)
+        self.spec = dk.ModelSpec(layers, heads, heads, width // heads, vocab, context)  # MHA, learned positions
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor) -> Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=slot_mask(torch.arange(q.shape[2]), positions, 0))
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: Any = None) -> Tensor:
+        B, T = input_ids.shape
+        x = self.embed(input_ids) + self.pos(positions.clamp(min=0))
+        for layer, qkv in enumerate(self.qkv):
+            q, k, v = qkv(x).view(B, T, 3, self.spec.n_heads, -1).permute(2, 0, 3, 1, 4)
+            if cache is None:
+                y = self.attend(q, k, v, positions)
+            else:
+                k, v = cache.update(layer, k, v)
+                y = cached_attention(cache, layer, q, k, v, positions)
+            x = x + y.transpose(1, 2).reshape(B, T, -1)
+        out: Tensor = self.head(x)
+        return out
+
+
+class AttendsPadding(OwnLM):
+    """Without a cache, a plain causal mask: a left-padded row attends to its padding."""
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor) -> Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class IgnoresTheCache(TinyLM):
+    """Attends over the tokens of each call only: every decode step forgets the prompt."""
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: Any = None) -> Tensor:
+        return super().forward(input_ids, positions, None)
+
+
+class LastPositionOnly(TinyLM):
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: Any = None) -> Tensor:
+        return super().forward(input_ids, positions, cache)[:, -1:]
+
+
+SOUND = {
+    "TinyLM rope": lambda: TinyLM(64),
+    "TinyLM learned, GQA": lambda: TinyLM(64, n_heads=4, n_kv_heads=2, position="learned"),
+    "TinyLM in float64": lambda: TinyLM(64).double(),  # its cache in the model's dtype, as the decode loop's
+    "the reference GPT": lambda: GPT(GPTConfig(vocab_size=64, n_layer=2, n_head=4, n_kv_head=2, n_embd=32)).eval(),
+    "tiny-shakespeare": lambda: dk.load_model("tiny-shakespeare"),
+    "docs/concepts.md's own model": OwnLM,
+}
+
+
+@pytest.mark.parametrize("make", SOUND.values(), ids=SOUND.keys())
+def test_the_kit_passes_the_models_decodekit_decodes(make: Callable[[], Any]) -> None:
+    check_model(make())
+
+
+FLAWS = [
+    pytest.param(check_model_rows, SlotPositions, "row 1 .* in the batch vs alone: logits differ", id="slots"),
+    pytest.param(check_model_rows, AttendsPadding, "padding is never attended", id="padding"),
+    pytest.param(check_model_cache, IgnoresTheCache, "slots 2..5 fed through PreallocatedKVCache", id="no cache"),
+    pytest.param(
+        check_model, LastPositionOnly, r"logits of shape \(3, 1, 64\).*allowed: \[B, T, vocab_size\]", id="shape"
+    ),
+]
+
+
+@pytest.mark.parametrize(("check", "broken", "message"), FLAWS)
+def test_the_kit_fails_each_flaw(check: Callable[[Any], None], broken: type[nn.Module], message: str) -> None:
+    with pytest.raises(AssertionError, match=message):
+        check(broken(64).eval())
+
+
+class TestTinyLM(ModelConformance):
+    def make(self) -> TinyLM:
+        return TinyLM(64)
