@@ -122,7 +122,7 @@ class Decoding:
 
     def open_cache(self, model: Model, batch_size: int, total: int, needs: Sequence[str] = ()) -> KVCache | None:
         """A cache of the request's backend for `model`, `batch_size` rows of up to `total` tokens, checked
-        for the capabilities `needs`, against the model's context and by the model's `check_cache`; None for
+        for the capabilities `needs`, against the model's context and by the model's `validate_cache`; None for
         `cache="none"`."""
         factory = self.request.cache
         if factory is None:  # recomputed every step, cropped to the model's context: any length
@@ -144,7 +144,7 @@ class Decoding:
             if (error := capability_error(kv, need, self.strategy)) is not None:
                 raise error
         self._check_reach(spec, kv)
-        if callable(check := getattr(model, "check_cache", None)):  # the model's own rules (docs/concepts.md, Models)
+        if callable(check := getattr(model, "validate_cache", None)):  # its own rules (docs/concepts.md, Models)
             check(kv, self._furthest()[0])
         return kv
 

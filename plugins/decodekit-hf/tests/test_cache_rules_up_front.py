@@ -1,5 +1,5 @@
-"""A model's own rules about caches (`HFModel.check_cache`: a sliding-window model's text past its window through an
-evicting cache) run when the cache opens, before any forward, on each row's own text: `dk.validate` and a batch job's
+"""A model's own rules about caches (`HFModel.validate_cache`: a sliding-window model's text past its window
+through an evicting cache) run when the cache opens, before any forward, on each row's own text: `dk.validate` and a batch job's
 up-front check refuse such a line before any model work, and a ragged batch whose slots pass the window while no
 row's text does is served."""
 
@@ -111,7 +111,7 @@ def test_a_batch_job_skips_the_line_with_an_error_record(
 
 def test_a_draft_whose_rules_refuse_the_targets_cache_keeps_every_token(llama: Any) -> None:
     """A draft on eager attention cannot decode through an evicting cache: speculation failed at the draft's first
-    forward, though what a draft keeps never changes the output. Its `check_cache` now gives it a keep-all cache."""
+    forward, though what a draft keeps never changes the output. Its `validate_cache` now gives it a keep-all cache."""
     import copy
 
     twin = copy.deepcopy(llama)

@@ -347,7 +347,7 @@ class HFModel(nn.Module):
         logits: Tensor = out.logits
         return logits[:, -1:] if last_only else logits
 
-    def check_cache(self, cache: KVCache, reach: int) -> None:
+    def validate_cache(self, cache: KVCache, reach: int) -> None:
         """Refuse, before any forward, a cache this model cannot decode `reach` positions through (the furthest
         prompt's length + its max_new_tokens: every decode asks, `dk.validate` too): one that evicts or observes needs
         decodekit's attention function and mask, and a window of the model's own where its sliding-window (chunked)

@@ -170,10 +170,10 @@ def _check_rollback(d: Decoding, k: int) -> None:
 
 
 def _draft_takes(draft: Model, cache: KVCache, reach: int) -> bool:
-    """Whether the draft's own rules (its `check_cache`: an HF model on eager attention and an evicting cache) let
+    """Whether the draft's own rules (its `validate_cache`: an HF model on eager attention and an evicting cache) let
     it decode `reach` positions through `cache`; where not, it keeps every token, which never changes the output."""
     try:
-        if callable(check := getattr(draft, "check_cache", None)):
+        if callable(check := getattr(draft, "validate_cache", None)):
             check(cache, reach)
     except ParameterError:
         return False
