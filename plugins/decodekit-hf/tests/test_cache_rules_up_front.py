@@ -1,7 +1,7 @@
 """A model's own rules about caches (`HFModel.validate_cache`: a sliding-window model's text past its window
-through an evicting cache) run when the cache opens, before any forward, on each row's own text: `dk.validate` and a batch job's
-up-front check refuse such a line before any model work, and a ragged batch whose slots pass the window while no
-row's text does is served."""
+through an evicting cache) run when the cache opens, before any forward, on each row's own text: `dk.validate`
+and a batch job's up-front check refuse such a line before any model work, and a ragged batch whose slots pass
+the window while no row's text does is served."""
 
 from __future__ import annotations
 
