@@ -107,10 +107,13 @@ class _History:
         """Row b keeps its first `ends[b]` slots, moved right to end at `length`; the slots before them pad it."""
         self.pads = [pad + length - end for pad, end in zip(self.pads, ends)]
         source = (torch.arange(length)[None, :] + torch.tensor(ends)[:, None] - length).clamp(min=0)  # [B, length]
+
+        def take(x: Tensor) -> Tensor:  # keys and values each at their own width (`value_dim`)
+            return x.gather(2, source[:, None, :, None].expand(x.shape[0], x.shape[1], -1, x.shape[3]))
+
         for layer in range(self.spec.n_layers):
             k, v = self.all(layer)
-            index = source[:, None, :, None].expand(k.shape[0], k.shape[1], length, k.shape[3])
-            self.keys[layer], self.values[layer] = [k.gather(2, index)], [v.gather(2, index)]
+            self.keys[layer], self.values[layer] = [take(k)], [take(v)]
 
     def reorder(self, index: Tensor) -> None:
         self.pads = [self.pads[i] for i in index.tolist()]
@@ -367,15 +370,25 @@ class CacheConformance:
     def test_layers_of_other_shapes(self) -> None:
         """A spec whose layers cache other shapes (`layer_shapes`: Gemma 4's full-attention layers have wider keys
         than its sliding ones, MiMo-V2-Flash's sliding layers more kv-heads): attention over what `update` returns ==
-        the reference on every layer; or the cache refuses the spec at creation, a `ParameterError` naming
-        layer_shapes."""
+        the reference on every layer, also after a beam step's `reorder` and (a cache that keeps all) `crop_rows`;
+        or the cache refuses the spec at creation, a `ParameterError` naming layer_shapes."""
         spec = replace(kit_spec(4, 2, torch.float32), layer_shapes=LAYER_SHAPES)
         try:
             cache = self.make(spec)
         except ParameterError as exc:
             assert "layer_shapes" in str(exc), f"layer_shapes={LAYER_SHAPES}: refused, not naming layer_shapes: {exc}"
             return
-        self._run(cache, _History(spec), SCHEDULE, torch.Generator().manual_seed(10), f"layer_shapes={LAYER_SHAPES}")
+        g, history, what = torch.Generator().manual_seed(10), _History(spec), f"layer_shapes={LAYER_SHAPES}"
+        self._run(cache, history, SCHEDULE, g, what)
+        if isinstance(cache, Reorderable):
+            cache.reorder(torch.tensor([1, 1]))
+            history.reorder(torch.tensor([1, 1]))
+            self._run(cache, history, (1, 2), g, f"{what}, after reorder([1, 1])")
+        if isinstance(cache, RowCroppable) and not evicts(cache):
+            n = cache.length
+            cache.crop_rows([n - 3, n - 1], n - 1)
+            history.crop_rows([n - 3, n - 1], n - 1)
+            self._run(cache, history, (1, 2), g, f"{what}, after crop_rows")
 
     def test_keeps_all_returns_every_token(self) -> None:
         """A cache that does not evict (no `reach`) returns every token fed, in slot order (cached == recomputation)."""

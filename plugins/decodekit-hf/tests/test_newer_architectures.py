@@ -276,12 +276,17 @@ def test_values_narrower_than_keys_are_served(build_arch: Any, hf_greedy: Any) -
 def test_latent_attention_speculation_crops_the_latents(build_arch: Any, hf_greedy: Any, model_type: str) -> None:
     """Speculative decoding takes back rejected drafts from the latent caches of the model and of its draft (a noisy
     copy): `generate()`'s greedy tokens, one prompt and a ragged batch (rows cropped apart: `crop_rows`)."""
-    hf = build_arch(model_type, **(SHARED | ARCHS[model_type][0]))
+    assert_speculation_gives_generate(build_arch(model_type, **(SHARED | ARCHS[model_type][0])), hf_greedy)
+
+
+def assert_speculation_gives_generate(hf: Any, hf_greedy: Any, noise: float = 0.3) -> None:
+    """Speculative decoding of `hf` with a noisy copy as its draft (`noise` · each weight's spread added), `gqa`
+    caches: `generate()`'s greedy tokens, one prompt and a ragged batch, some drafts taken back and some kept."""
     noisy = copy.deepcopy(hf)
     torch.manual_seed(0)
     with torch.no_grad():
         for weight in noisy.parameters():
-            weight.add_(0.3 * torch.randn_like(weight) * weight.std())
+            weight.add_(noise * torch.randn_like(weight) * weight.std())
     greedy = hf_greedy(hf, BATCHES, NEW)
     for batch, prompts in BATCHES.items():
         out = dk.decode(
@@ -405,3 +410,12 @@ def test_a_layer_that_caches_another_shape_than_its_spec_states_is_refused_at_fi
         r"of head_dim=8 \(values: 4\) its config states for that layer; allowed: ",
     ):
         dk.generate(model, BATCHES["single"], cache="dense", max_new_tokens=2)
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS_DIFFER))
+def test_layers_of_other_shapes_speculation_takes_back_drafts(build_arch: Any, hf_greedy: Any, name: str) -> None:
+    """Speculative decoding takes back rejected drafts, rows apart (`crop_rows`), from caches whose layers differ
+    in shape, the model's and its draft's: `generate()`'s greedy tokens (MiMo's draft at 0.3 kept none of a prompt)."""
+    model_type, fields, _, _ = LAYERS_DIFFER[name]
+    noise = 0.1 if model_type == "mimo_v2_flash" else 0.3
+    assert_speculation_gives_generate(build_arch(model_type, **(SHARED | fields)), hf_greedy, noise)
