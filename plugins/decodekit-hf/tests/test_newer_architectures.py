@@ -184,6 +184,11 @@ REFUSED_AT_LOAD: dict[str, tuple[dict[str, Any], str]] = {
     "hy_v4": ({}, r"HYV4Config is not served: its sparse-attention indexer \(index_topk=2048\) caches keys of its own"),
     "deepseek_v32": (_LATENT, r"DeepseekV32Config is not served: its sparse-attention indexer \(index_topk=2048\)"),
     "deepseek_v4": ({}, r"layer type 'heavily_compressed_attention' of DeepseekV4Config is not served"),
+    # layers that differ in a field other than what they cache (a Gemma 4 whose layers differ in head_dim is served)
+    "gemma4_text": (
+        _KV | dict(num_attention_heads=4, per_layer_config={1: {"num_attention_heads": 2}}),
+        r"Gemma4TextConfig is not served: its layers differ in num_attention_heads \(4 on layer 0, 2 on layer 1\)",
+    ),
     "qwen3_next": (_KV, r"layer type 'linear_attention' of Qwen3NextConfig is not served"),
     "jamba": ({}, r"layer type 'linear_attention' of JambaConfig is not served"),
     "falcon_h1": ({}, r"layer type 'hybrid' of FalconH1Config is not served"),
