@@ -300,7 +300,9 @@ class DecodekitCache(Cache):  # type: ignore[misc]
         config states them for that layer (`CacheSpec.layer_shape`), before the cache is written; a layer past the
         spec's is refused by the cache, naming n_layers."""
         spec = self.kv.spec
-        if layer >= spec.n_layers:
+        # Compared with the layer only where layers differ: compiled, a branch on `layer` is a guard that each layer's
+        # resumed frame fails (a recompile per layer past dynamo's limit under an evicting cache).
+        if spec.layer_shapes is not None and layer >= spec.n_layers:
             return
         heads, head_dim, width = spec.layer_shape(layer)
         if k.shape[1] == v.shape[1] == heads and (k.shape[3], v.shape[3]) == (head_dim, width):
