@@ -71,9 +71,9 @@ class RecentCache:
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         start, T = self.lengths[layer], k.shape[2]
         held = min(start, self.n)
-        scratch = self.storage(self.spec, [T])  # the block as the storage will give it back
-        scratch.write(0, 0, k, v)
-        new_k, new_v = scratch.read(0, 0, T)
+        scratch = self.storage(self.spec, [0] * layer + [T])  # the block as the storage will give it back, in the
+        scratch.write(layer, 0, k, v)  # layer's shape (its slots on `layer` alone: layers may differ, layer_shapes)
+        new_k, new_v = scratch.read(layer, 0, T)
         old_k, old_v = self.store.read(layer, 0, held)  # a read may be a view of the ring: ...
         keys, values = torch.cat([old_k, new_k], 2), torch.cat([old_v, new_v], 2)  # ... copied before it is overwritten
         self.returned[layer] = torch.cat([self.slots[layer][:held], torch.arange(start, start + T)])

@@ -24,6 +24,8 @@ class Int4Storage:
     def __init__(self, spec: dk.CacheSpec, slots: Sequence[int]) -> None:
         if spec.value_dim not in (None, spec.head_dim):  # what a storage that holds one width says (the kit checks it)
             raise dk.ParameterError(f"int4: value_dim={spec.value_dim} is invalid; allowed: None (head_dim)")
+        if spec.layer_shapes is not None:  # and one that holds one shape for every layer
+            raise dk.ParameterError(f"int4: layer_shapes={spec.layer_shapes} is invalid; allowed: None")
         self.spec = spec
         B, H, D = spec.batch_size, spec.n_kv_heads, spec.head_dim
         self.packed = [[torch.zeros(B, H, n, D // 2, dtype=torch.uint8) for _ in "kv"] for n in slots]

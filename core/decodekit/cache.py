@@ -13,7 +13,7 @@ from torch import Tensor
 
 from decodekit.errors import CacheCapacityError, ParameterError
 from decodekit.spec import CacheSpec
-from decodekit.storage import FloatStorage, StorageFactory, check_keys, check_memory, float_slot_bytes
+from decodekit.storage import FloatStorage, StorageFactory, check_keys, check_memory, float_bytes
 
 __all__ = [
     "Croppable",
@@ -222,9 +222,10 @@ class PreallocatedKVCache:
 
     def __init__(self, spec: CacheSpec, params: object = None) -> None:
         self.spec = spec
-        nbytes = spec.n_layers * spec.capacity * float_slot_bytes(spec)  # the kv-heads in spec.dtype
+        slots = [spec.capacity] * spec.n_layers
+        nbytes = float_bytes(spec, slots)  # the kv-heads in spec.dtype
         check_memory(type(self).__name__, f"capacity={spec.capacity}", nbytes, spec.device)
-        self.store = type(self).storage(spec, [spec.capacity] * spec.n_layers)
+        self.store = type(self).storage(spec, slots)
         # Slots fed per layer; host-side, so reading it never syncs with the device.
         self._lengths = [0] * spec.n_layers
         self._mask_for: tuple[int, Tensor] | None = None  # (first slot, positions) of `_mask`

@@ -21,7 +21,7 @@ __all__ = [
     "StorageFactory",
     "check_keys",
     "check_memory",
-    "float_slot_bytes",
+    "float_bytes",
     "lookup_storage",
     "take_slots",
 ]
@@ -37,7 +37,8 @@ class Storage(Protocol):
 
     @property
     def heads(self) -> int:
-        """Heads stored per slot (`n_kv_heads`, or `n_heads` for a storage that repeats them)."""
+        """Heads stored per slot (`n_kv_heads`, or `n_heads` for a storage that repeats them); where
+        `spec.layer_shapes` is set, a layer's own kv-heads stand for `n_kv_heads`."""
 
     def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> None:
         """Store the model's kv-heads `k` `[B, H_kv, T, D]`, `v` `[B, H_kv, T, spec.value_width]` in slots
@@ -64,20 +65,25 @@ StorageFactory = Callable[[CacheSpec, Sequence[int]], Storage]
 
 class FloatStorage:
     """Keys and values in `spec.dtype`, one buffer `[B, H_kv, slots, D]` per layer (values: `spec.value_width`
-    wide); `read` is a view."""
+    wide; each layer's own where `spec.layer_shapes` says); `read` is a view."""
 
     def __init__(self, spec: CacheSpec, slots: Sequence[int]) -> None:
         self.spec = spec
-        self.keys = [self._buffer(n, spec.head_dim) for n in slots]
-        self.values = [self._buffer(n, spec.value_width) for n in slots]
+        shapes = [spec.layer_shape(layer) for layer in range(len(slots))]
+        self.keys = [self._buffer(n, self._heads(h), d) for n, (h, d, _) in zip(slots, shapes)]
+        self.values = [self._buffer(n, self._heads(h), w) for n, (h, _, w) in zip(slots, shapes)]
 
-    def _buffer(self, slots: int, width: int) -> Tensor:
+    def _buffer(self, slots: int, heads: int, width: int) -> Tensor:
         spec = self.spec
-        return torch.zeros(spec.batch_size, self.heads, slots, width, dtype=spec.dtype, device=spec.device)
+        return torch.zeros(spec.batch_size, heads, slots, width, dtype=spec.dtype, device=spec.device)
+
+    def _heads(self, kv_heads: int) -> int:
+        """Heads stored per slot on a layer of `kv_heads` kv-heads."""
+        return kv_heads
 
     @property
     def heads(self) -> int:
-        return self.spec.n_kv_heads
+        return self._heads(self.spec.n_kv_heads)
 
     @property
     def nbytes(self) -> int:
@@ -94,7 +100,7 @@ class FloatStorage:
         self.values[layer][:, :, start:end].copy_(self._stored(v))
 
     def write_at(self, layer: int, index: Tensor, k: Tensor, v: Tensor) -> None:
-        repeat = self.heads // index.shape[1]
+        repeat = self.keys[layer].shape[1] // index.shape[1]
         where = index.repeat_interleave(repeat, 1) if repeat > 1 else index
         where = where.unsqueeze(-1)  # [B, heads, T, 1]
         for buf, x in ((self.keys[layer], k), (self.values[layer], v)):
@@ -134,6 +140,9 @@ def check_keys(spec: CacheSpec, layer: int, k: Tensor, v: Tensor | None = None) 
             f"ModelSpec: n_layers={spec.n_layers} is invalid: the model fed cache.update(layer={layer}); allowed: "
             f"n_layers > {layer}, one per layer that feeds the cache"
         )
+    if spec.layer_shapes is not None:
+        _check_layer(spec, layer, k, v)
+        return
     for name, said, at in (("n_kv_heads", spec.n_kv_heads, 1), ("head_dim", spec.head_dim, 3)):
         if k.dim() == 4 and (fed := k.shape[at]) != said:
             raise ParameterError(
@@ -149,9 +158,24 @@ def check_keys(spec: CacheSpec, layer: int, k: Tensor, v: Tensor | None = None) 
         )
 
 
-def float_slot_bytes(spec: CacheSpec) -> int:
-    """Bytes of one slot of one layer in `spec.dtype`: a key and a value per row and kv-head."""
-    return spec.batch_size * spec.n_kv_heads * (spec.head_dim + spec.value_width) * spec.dtype.itemsize
+def _check_layer(spec: CacheSpec, layer: int, k: Tensor, v: Tensor | None) -> None:
+    """`check_keys` where layers differ in shape (`spec.layer_shapes`): the layer's own, named by its index."""
+    if k.dim() != 4 or (v is not None and v.dim() != 4):
+        return
+    said = spec.layer_shape(layer)
+    fed = (k.shape[1], k.shape[3], said[2] if v is None else v.shape[3])
+    if fed != said:
+        raise ParameterError(
+            f"ModelSpec: layer_shapes[{layer}]={said} is invalid: the model's layer {layer} fed cache.update keys of "
+            f"{fed[0]} kv-heads of {fed[1]} dims and values of {fed[2]} ((kv-heads, head_dim, value width)); "
+            f"allowed: layer_shapes[{layer}]={fed}, as the model feeds them"
+        )
+
+
+def float_bytes(spec: CacheSpec, slots: Sequence[int]) -> int:
+    """Bytes of keys and values in `spec.dtype` of `slots[l]` slots per row and kv-head on layer `l`."""
+    widths = [h * (d + w) for h, d, w in map(spec.layer_shape, range(len(slots)))]
+    return spec.batch_size * sum(n * width for n, width in zip(slots, widths)) * spec.dtype.itemsize
 
 
 def device_memory(device: torch.device | str) -> int | None:

@@ -18,7 +18,7 @@ import functools
 import math
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -34,6 +34,9 @@ SCHEDULE = (6, 1, 1, 3, 1, 1, 1, 1, 2, 1, 1, 7, 1, 1, 1, 1, 1, 1, 1, 1)  # token
 PAD = 3  # row 1 of the batch is left-padded by this many slots
 LENGTH = "the slots fed per row, the slot the next token goes to (an evicting cache keeps counting)"
 CONFIGS = ((4, 4, torch.float32), (4, 2, torch.float32), (4, 1, torch.float32), (4, 2, torch.float16))
+# Layers of other shapes (`CacheSpec.layer_shapes`), (kv-heads, head_dim, value width): layer 1 has fewer and wider
+# kv-heads, and values of another width, as a Gemma 4 full-attention layer after a sliding one.
+LAYER_SHAPES = ((2, 8, 8), (1, 16, 12))
 
 
 def kit_spec(
@@ -104,10 +107,13 @@ class _History:
         """Row b keeps its first `ends[b]` slots, moved right to end at `length`; the slots before them pad it."""
         self.pads = [pad + length - end for pad, end in zip(self.pads, ends)]
         source = (torch.arange(length)[None, :] + torch.tensor(ends)[:, None] - length).clamp(min=0)  # [B, length]
+
+        def take(x: Tensor) -> Tensor:  # keys and values each at their own width (`value_dim`)
+            return x.gather(2, source[:, None, :, None].expand(x.shape[0], x.shape[1], -1, x.shape[3]))
+
         for layer in range(self.spec.n_layers):
             k, v = self.all(layer)
-            index = source[:, None, :, None].expand(k.shape[0], k.shape[1], length, k.shape[3])
-            self.keys[layer], self.values[layer] = [k.gather(2, index)], [v.gather(2, index)]
+            self.keys[layer], self.values[layer] = [take(k)], [take(v)]
 
     def reorder(self, index: Tensor) -> None:
         self.pads = [self.pads[i] for i in index.tolist()]
@@ -122,6 +128,14 @@ def _positions(pads: list[int], first: int, new: int) -> Tensor:
     return slots[None, :] - torch.tensor(pads)[:, None]
 
 
+def _layer_spec(spec: CacheSpec, layer: int) -> CacheSpec:
+    """`spec` as `layer` sees it: its shape in the scalar fields (what a suite's `stored_heads` reads)."""
+    if spec.layer_shapes is None:
+        return spec
+    h, d, w = spec.layer_shape(layer)
+    return replace(spec, n_kv_heads=h, head_dim=d, value_dim=w, layer_shapes=None)
+
+
 def _expand(x: Tensor, heads: int) -> Tensor:
     return x.repeat_interleave(heads // x.shape[1], dim=1)
 
@@ -130,8 +144,9 @@ def _fill(cache: KVCache, T: int) -> None:  # noqa: N803
     """`T` random tokens through every layer, as a model feeds them: the mask asked, the queries observed."""
     spec, g = cache.spec, torch.Generator().manual_seed(cache.length)
     positions = _positions([0] * spec.batch_size, cache.length, T)
-    shapes = ((spec.n_kv_heads, spec.head_dim), (spec.n_kv_heads, spec.value_width), (spec.n_heads, spec.head_dim))
     for layer in range(spec.n_layers):
+        kv_heads, head_dim, width = spec.layer_shape(layer)
+        shapes = ((kv_heads, head_dim), (kv_heads, width), (spec.n_heads, head_dim))
         k, v, q = (torch.randn(spec.batch_size, h, T, d, generator=g).to(spec.dtype) for h, d in shapes)
         cache.update(layer, k, v)
         cache.attention_mask(layer, positions)
@@ -230,21 +245,23 @@ class CacheConformance:
         first = cache.length
         positions = _positions(history.pads, first, T)
         for layer in range(spec.n_layers):
-            shape = (spec.batch_size, spec.n_kv_heads, T, spec.head_dim)
+            kv_heads, head_dim, width = spec.layer_shape(layer)
+            shape = (spec.batch_size, kv_heads, T, head_dim)
             u = torch.randn(shape, generator=g, dtype=torch.float64)
             k = self._at(u, positions)
-            v = torch.randn(*shape[:3], spec.value_width, generator=g, dtype=torch.float64)
+            v = torch.randn(*shape[:3], width, generator=g, dtype=torch.float64)
             k, v = k.to(spec.dtype), v.to(spec.dtype)
             history.keys[layer].append(k)
             history.values[layer].append(v)
             keys, values = cache.update(layer, k, v)
             where = f"{what}, layer {layer}, slots {first}..{first + T - 1}, returned keys {tuple(keys.shape)}"
-            assert keys.shape[1] == self.stored_heads(spec), f"{where}: {keys.shape[1]} heads returned"
+            heads = self.stored_heads(_layer_spec(spec, layer))
+            assert keys.shape[1] == heads, f"{where}: {keys.shape[1]} heads returned, not {heads}"
             assert keys.dtype == spec.dtype, f"{where}: keys of dtype {keys.dtype}, not {spec.dtype}"
             mask = cache.attention_mask(layer, positions)
             want_shape = (spec.batch_size, 1, T, keys.shape[2])
             assert tuple(mask.shape) == want_shape, f"{where}: mask of shape {tuple(mask.shape)}, not {want_shape}"
-            q = torch.randn(spec.batch_size, spec.n_heads, T, spec.head_dim, generator=g, dtype=torch.float64)
+            q = torch.randn(spec.batch_size, spec.n_heads, T, head_dim, generator=g, dtype=torch.float64)
             got = self._attend(q, keys.double(), values.double(), mask)
             want = self._reference(spec, history, layer, q, first, positions)
             real = positions >= 0  # padding queries see only themselves; compare the real ones
@@ -349,6 +366,29 @@ class CacheConformance:
                 return
             what = f"4 heads / 1 kv-head, values of value_dim={value_dim}"
             self._run(cache, _History(spec), SCHEDULE, torch.Generator().manual_seed(9), what)
+
+    def test_layers_of_other_shapes(self) -> None:
+        """A spec whose layers cache other shapes (`layer_shapes`: Gemma 4's full-attention layers have wider keys
+        than its sliding ones, MiMo-V2-Flash's sliding layers more kv-heads): attention over what `update` returns ==
+        the reference on every layer, also after a beam step's `reorder` and (a cache that keeps all) `crop_rows`;
+        or the cache refuses the spec at creation, a `ParameterError` naming layer_shapes."""
+        spec = replace(kit_spec(4, 2, torch.float32), layer_shapes=LAYER_SHAPES)
+        try:
+            cache = self.make(spec)
+        except ParameterError as exc:
+            assert "layer_shapes" in str(exc), f"layer_shapes={LAYER_SHAPES}: refused, not naming layer_shapes: {exc}"
+            return
+        g, history, what = torch.Generator().manual_seed(10), _History(spec), f"layer_shapes={LAYER_SHAPES}"
+        self._run(cache, history, SCHEDULE, g, what)
+        if isinstance(cache, Reorderable):
+            cache.reorder(torch.tensor([1, 1]))
+            history.reorder(torch.tensor([1, 1]))
+            self._run(cache, history, (1, 2), g, f"{what}, after reorder([1, 1])")
+        if isinstance(cache, RowCroppable) and not evicts(cache):
+            n = cache.length
+            cache.crop_rows([n - 3, n - 1], n - 1)
+            history.crop_rows([n - 3, n - 1], n - 1)
+            self._run(cache, history, (1, 2), g, f"{what}, after crop_rows")
 
     def test_keeps_all_returns_every_token(self) -> None:
         """A cache that does not evict (no `reach`) returns every token fed, in slot order (cached == recomputation)."""

@@ -20,6 +20,7 @@ The kit is the model: after attending it hands its queries to `observe` when the
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,9 +29,19 @@ import torch
 from torch import Tensor
 
 from decodekit.cache import KVCache, observes
-from decodekit.errors import DecodekitError
+from decodekit.errors import DecodekitError, ParameterError
 from decodekit.spec import CacheSpec
-from decodekit.testing.caches import CONFIGS, _at, _check_capacity, _expand, _History, _positions, _rotate, kit_spec
+from decodekit.testing.caches import (
+    CONFIGS,
+    LAYER_SHAPES,
+    _at,
+    _check_capacity,
+    _expand,
+    _History,
+    _positions,
+    _rotate,
+    kit_spec,
+)
 
 __all__ = ["Draws", "Replay", "ScoredCacheConformance", "Seen"]
 
@@ -403,6 +414,18 @@ class ScoredCacheConformance:
         """A stated `capacity` is where the cache refuses (`prefill_only`); one that never refuses is fed past
         `spec.capacity` by `test_past_the_context`."""
         _check_capacity(self.make, kit_spec())
+
+    def test_layers_of_other_shapes_are_refused(self) -> None:
+        """A spec whose layers cache other shapes (`layer_shapes`) is refused at creation, a `ParameterError` naming
+        layer_shapes: this kit's reference holds one shape for every layer, so it could not check a cache that
+        served one (CacheConformance checks the caches that keep every token, and `window`, over such specs)."""
+        spec = dataclasses.replace(kit_spec(), layer_shapes=LAYER_SHAPES)
+        try:
+            self.make(spec)
+        except ParameterError as exc:
+            assert "layer_shapes" in str(exc), f"layer_shapes={LAYER_SHAPES}: refused, not naming layer_shapes: {exc}"
+        else:
+            raise AssertionError(f"layer_shapes={LAYER_SHAPES}: served, but this kit checks one shape per spec only")
 
     def test_past_the_context(self) -> None:
         """66 tokens through a 32-position context: every check above holds, and `reach` stays within it."""

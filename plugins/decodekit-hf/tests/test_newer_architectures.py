@@ -2,17 +2,19 @@
 transformers' own `generate()`, as test_architectures.py does for the older ones: greedy tokens (one prompt and a
 left-padded ragged batch) with `dense`, `gqa`, the model's own window where it has one and a scored cache; where
 decodekit cannot follow the model's mask the refusal is checked instead. Served: sink-logit models on eager
-attention (Granite SWA, Granite-MoE SWA, Flint), Gemma 4 text (its layers of one shape), SmolLM3 and Llama 4 text
-(NoPE layers; Llama 4's chunked attention), GLM-4, Granite, Phi-3, Qwen3-MoE, multi-head latent attention (DeepSeek
-V2 and V3: caches that keep every token, `int8` too), values narrower than keys (MiMo-V2-Flash's layers of one
-shape). Refused, naming the architecture and what is served: a sparse-attention indexer (HY V4, DeepSeek V3.2),
-compressed attention (DeepSeek V4), layers of other shapes (MiMo-V2-Flash's sliding layers, a Gemma 4 whose global
-layers are wider), linear-attention and state-space layers (Qwen3-Next, Jamba, Falcon-H1, Mamba)."""
+attention (Granite SWA, Granite-MoE SWA, Flint), Gemma 4 text, SmolLM3 and Llama 4 text (NoPE layers; Llama 4's
+chunked attention), GLM-4, Granite, Phi-3, Qwen3-MoE, multi-head latent attention (DeepSeek V2 and V3: caches that
+keep every token, `int8` too), values narrower than keys (MiMo-V2-Flash), layers that cache other shapes
+(`layer_shapes`: a Gemma 4 whose full-attention layers are wider, with fewer kv-heads under `attention_k_eq_v`;
+MiMo-V2-Flash's sliding layers, twice the kv-heads: refused until 2026-12-05). Refused, naming the architecture and
+what is served: a sparse-attention indexer (HY V4, DeepSeek V3.2), compressed attention (DeepSeek V4), linear-attention
+and state-space layers (Qwen3-Next, Jamba, Falcon-H1, Mamba)."""
 
 from __future__ import annotations
 
 import copy
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -182,9 +184,10 @@ REFUSED_AT_LOAD: dict[str, tuple[dict[str, Any], str]] = {
     "hy_v4": ({}, r"HYV4Config is not served: its sparse-attention indexer \(index_topk=2048\) caches keys of its own"),
     "deepseek_v32": (_LATENT, r"DeepseekV32Config is not served: its sparse-attention indexer \(index_topk=2048\)"),
     "deepseek_v4": ({}, r"layer type 'heavily_compressed_attention' of DeepseekV4Config is not served"),
+    # layers that differ in a field other than what they cache (a Gemma 4 whose layers differ in head_dim is served)
     "gemma4_text": (
-        _KV | _SLIDE_FIRST | dict(global_head_dim=16),
-        r"Gemma4TextConfig is not served: its layers differ in head_dim \(8 on layer 0, 16 on layer 1\)",
+        _KV | dict(num_attention_heads=4, per_layer_config={1: {"num_attention_heads": 2}}),
+        r"Gemma4TextConfig is not served: its layers differ in num_attention_heads \(4 on layer 0, 2 on layer 1\)",
     ),
     "qwen3_next": (_KV, r"layer type 'linear_attention' of Qwen3NextConfig is not served"),
     "jamba": ({}, r"layer type 'linear_attention' of JambaConfig is not served"),
@@ -196,25 +199,11 @@ REFUSED_AT_LOAD: dict[str, tuple[dict[str, Any], str]] = {
 @pytest.mark.parametrize("model_type", sorted(REFUSED_AT_LOAD))
 def test_a_model_whose_state_decodekit_caches_cannot_hold_is_refused_at_load(model_type: str) -> None:
     """`HFModel` reads the spec first (`model_spec`): the config alone is refused, naming the architecture and what
-    is served (Gemma 4 was an AmbiguousGlobalPerLayerAttributeError from transformers, MiMo a shape error later)."""
+    is served."""
     fields, message = REFUSED_AT_LOAD[model_type]
     config = AutoConfig.for_model(model_type, **(SHARED | dict(num_hidden_layers=LAYERS, hidden_size=32) | fields))
     with pytest.raises(dk.ParameterError, match=message + r".*allowed: "):
         model_spec(config)
-
-
-def test_layers_that_cache_other_shapes_are_refused_at_first_use(build_arch: Any) -> None:
-    """MiMo-V2-Flash's sliding layers cache twice the kv-heads its config states (its full layers as many): the
-    first forward's keys say so, naming the layer and the shapes, before a cache is written."""
-    hf = build_arch(
-        "mimo_v2_flash", **(SHARED | _KV | _SLIDE_FIRST | dict(v_head_dim=4, n_routed_experts=4) | _EXPERTS)
-    )
-    with pytest.raises(
-        dk.ParameterError,
-        match=r"layer 0 of MiMoV2FlashForCausalLM caches keys of 4 kv-heads .*"
-        r"allowed: a model whose every layer caches num_key_value_heads=2 kv-heads",
-    ):
-        dk.generate(HFModel(hf), BATCHES["single"], cache="dense", max_new_tokens=2)
 
 
 LATENT_REFUSAL = (
@@ -237,9 +226,9 @@ def test_a_latent_attention_spec_holds_the_latents(cache: str) -> None:
     assert kv.nbytes == LAYERS * 3 * 10 * (8 + 4) * 4  # type: ignore[attr-defined]
 
 
-class Int8Latents(DynamicCache):
-    """transformers' own cache, keeping each latent as int8 gives it back: what `generate()` sees through it is what
-    decodekit's `int8` cache hands the model (a token's scale is final when it is written)."""
+class Int8Rounded(DynamicCache):
+    """transformers' own cache, keeping each key and value (latent) as int8 gives it back: what `generate()` sees
+    through it is what decodekit's `int8` cache hands the model (a token's scale is final when it is written)."""
 
     def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> Any:
         return super().update(int8_round_trip(key_states), int8_round_trip(value_states), layer_idx, *args, **kwargs)
@@ -254,7 +243,7 @@ def test_latent_attention_through_int8_equals_generate_over_int8_latents(build_a
     for prompts in BATCHES.values():
         ids, mask = left_padded(prompts)
         config = greedy_generation_config(max_new_tokens=NEW)
-        want = hf.generate(ids, attention_mask=mask, generation_config=config, cache=Int8Latents())
+        want = hf.generate(ids, attention_mask=mask, generation_config=config, cache=Int8Rounded())
         plain = hf.generate(ids, attention_mask=mask, generation_config=config)
         out = dk.generate(HFModel(hf), prompts, cache="int8", chain="greedy", max_new_tokens=NEW)
         assert out.tokens == want[:, ids.shape[1] :].tolist(), (model_type, len(prompts))
@@ -292,12 +281,17 @@ def test_values_narrower_than_keys_are_served(build_arch: Any, hf_greedy: Any) -
 def test_latent_attention_speculation_crops_the_latents(build_arch: Any, hf_greedy: Any, model_type: str) -> None:
     """Speculative decoding takes back rejected drafts from the latent caches of the model and of its draft (a noisy
     copy): `generate()`'s greedy tokens, one prompt and a ragged batch (rows cropped apart: `crop_rows`)."""
-    hf = build_arch(model_type, **(SHARED | ARCHS[model_type][0]))
+    assert_speculation_gives_generate(build_arch(model_type, **(SHARED | ARCHS[model_type][0])), hf_greedy)
+
+
+def assert_speculation_gives_generate(hf: Any, hf_greedy: Any, noise: float = 0.3) -> None:
+    """Speculative decoding of `hf` with a noisy copy as its draft (`noise` · each weight's spread added), `gqa`
+    caches: `generate()`'s greedy tokens, one prompt and a ragged batch, some drafts taken back and some kept."""
     noisy = copy.deepcopy(hf)
     torch.manual_seed(0)
     with torch.no_grad():
         for weight in noisy.parameters():
-            weight.add_(0.3 * torch.randn_like(weight) * weight.std())
+            weight.add_(noise * torch.randn_like(weight) * weight.std())
     greedy = hf_greedy(hf, BATCHES, NEW)
     for batch, prompts in BATCHES.items():
         out = dk.decode(
@@ -312,3 +306,121 @@ def test_latent_attention_speculation_crops_the_latents(build_arch: Any, hf_gree
         )
         assert out.tokens == greedy[batch], batch
         assert 0 < sum(out.accepted) < sum(out.drafted), (batch, out.accepted, out.drafted)  # drafts taken back
+
+
+# Layers that cache other shapes (`ModelSpec.layer_shapes`): name -> (model_type, its config fields, each layer's
+# (kv-heads, head_dim, value width) worked from them, whether its masks let an evicting cache in).
+LAYERS_DIFFER: dict[str, tuple[str, dict[str, Any], tuple[tuple[int, int, int], ...], bool]] = {
+    # full-attention layer 1 keys of global_head_dim=16 (values as wide: Gemma 4 projects both to head_dim)
+    "gemma4_wide": ("gemma4_text", ARCHS["gemma4_text"][0] | dict(global_head_dim=16), ((2, 8, 8), (2, 16, 16)), True),
+    # and one kv-head there (num_global_key_value_heads under attention_k_eq_v: its values are its keys)
+    "gemma4_k_eq_v": (
+        "gemma4_text",
+        ARCHS["gemma4_text"][0] | dict(global_head_dim=16, num_global_key_value_heads=1, attention_k_eq_v=True),
+        ((2, 8, 8), (1, 16, 16)),
+        True,
+    ),
+    # sliding layer 0 caches twice num_key_value_heads=2 (its attention's code), values of v_head_dim=4 everywhere;
+    # eager attention with sinks: no evicting cache
+    "mimo_v2_flash": (
+        "mimo_v2_flash",
+        _KV | _SLIDE_FIRST | dict(v_head_dim=4, n_routed_experts=4) | _EXPERTS,
+        ((4, 8, 4), (2, 8, 4)),
+        False,
+    ),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(LAYERS_DIFFER))
+def differ(request: pytest.FixtureRequest, build_arch: Any) -> tuple[str, Any]:
+    model_type, fields, _, _ = LAYERS_DIFFER[request.param]
+    return request.param, build_arch(model_type, **(SHARED | fields))
+
+
+def test_the_spec_holds_each_layers_shape(differ: tuple[str, Any]) -> None:
+    """`model_spec` reads each layer's shape from the config (refused at load, or at the first forward, until
+    2026-12-05); the scalar fields are layer 0's; a `gqa` cache allocates each layer's: bytes worked by hand."""
+    name, hf = differ
+    spec = HFModel(hf).spec
+    shapes = LAYERS_DIFFER[name][2]
+    assert spec.layer_shapes == shapes
+    assert (spec.n_kv_heads, spec.head_dim, spec.value_dim) == (shapes[0][0], 8, None if shapes[0][2] == 8 else 4)
+    kv = dk.create_cache("gqa", dk.CacheSpec.for_model(spec, batch_size=3, capacity=10))
+    assert kv.nbytes == 3 * 10 * sum(h * (d + w) for h, d, w in shapes) * 4  # type: ignore[attr-defined]
+
+
+def differ_caches(name: str) -> list[str]:
+    """The caches each model is checked with: those that keep every token, and the model's own window where its
+    masks allow one (Gemma 4: window 6 on its sliding layer 0, the context on layer 1)."""
+    own = [f"window(size=[{WINDOW}, {CONTEXT}], sinks=0)"] if LAYERS_DIFFER[name][3] else []
+    return ["dense", "gqa", "int8", *own]
+
+
+@pytest.mark.parametrize("batch", sorted(BATCHES))
+def test_layers_of_other_shapes_give_generates_tokens(differ: tuple[str, Any], batch: str) -> None:
+    """Greedy tokens equal `generate()`'s, one prompt and a ragged batch, with every cache of `differ_caches`: `int8`
+    against `generate()` through a cache that rounds keys and values alike (and not all plain `generate()`'s)."""
+    name, hf = differ
+    ids, mask = left_padded(BATCHES[batch])
+    config = greedy_generation_config(max_new_tokens=NEW)
+    plain = hf.generate(ids, attention_mask=mask, generation_config=config)[:, ids.shape[1] :].tolist()
+    rounded = hf.generate(ids, attention_mask=mask, generation_config=config, cache=Int8Rounded())
+    for cache in differ_caches(name):
+        want = rounded[:, ids.shape[1] :].tolist() if cache == "int8" else plain
+        out = dk.generate(HFModel(hf), BATCHES[batch], cache=cache, chain="greedy", max_new_tokens=NEW)
+        assert out.tokens == want, (name, cache)
+    assert len({tuple(t) for t in plain}) == len(BATCHES[batch])  # the rows differ: padding is per row
+
+
+def test_int8_rounds_each_layer_as_the_reference_does(differ: tuple[str, Any]) -> None:
+    """The int8 reference above has the power to fail: on a prompt the logits through `int8` are those of the model
+    through a cache that rounds alike, and differ from the float ones (the greedy tokens alone may not show it)."""
+    name, hf = differ
+    ids = torch.tensor([PROMPTS[0]])
+    model = HFModel(hf)
+    kv = dk.create_cache("int8", dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=ids.shape[1]))
+    got = model(ids, torch.arange(ids.shape[1])[None], kv)
+    with torch.no_grad():
+        plain = hf(input_ids=ids).logits
+        rounded = hf(input_ids=ids, cache=Int8Rounded(), use_cache=True).logits
+    torch.testing.assert_close(got, rounded, rtol=0, atol=1e-5)
+    assert (got - plain).abs().max() > 1e-4, f"{name}: int8's logits equal float's; the reference tells nothing apart"
+
+
+@pytest.mark.parametrize("batch", sorted(BATCHES))
+def test_layers_of_other_shapes_sampled_chain_sees_generates_distribution(differ: tuple[str, Any], batch: str) -> None:
+    """As test_architectures.py checks the older architectures: every step's kept tokens and log-probabilities."""
+    name, hf = differ
+    assert_sampled_chain_sees_generate(hf, HFModel(hf), BATCHES[batch], name)
+
+
+def test_layers_of_other_shapes_refuse_a_scored_cache(differ: tuple[str, Any]) -> None:
+    """A scored cache holds one shape for every layer: refused when it is made, naming layer_shapes and what is
+    allowed (MiMo-V2-Flash's eager attention refuses it too, later: the cache is made first)."""
+    _, hf = differ
+    with pytest.raises(dk.ParameterError, match=r"h2o: layer_shapes=\(\(.*is invalid.*allowed: .*dense, gqa, int8"):
+        dk.generate(HFModel(hf), PROMPTS, cache="h2o(budget=40)", max_new_tokens=NEW)
+
+
+def test_a_layer_that_caches_another_shape_than_its_spec_states_is_refused_at_first_use(build_arch: Any) -> None:
+    """MiMo-V2-Flash's sliding layer 0 caches twice num_key_value_heads, which a spec of one shape (as `model_spec`
+    read it until 2026-12-05) misstates: the first forward's keys say so, naming the layer and the shapes, before a
+    cache is written."""
+    hf = build_arch("mimo_v2_flash", **(SHARED | LAYERS_DIFFER["mimo_v2_flash"][1]))
+    model = HFModel(hf)
+    model.spec = replace(model.spec, n_kv_heads=2, layer_shapes=None)
+    with pytest.raises(
+        dk.ParameterError,
+        match=r"layer 0 of MiMoV2FlashForCausalLM caches keys of 4 kv-heads of 8 dims and values of 4 of 4, not the 2 "
+        r"of head_dim=8 \(values: 4\) its config states for that layer; allowed: ",
+    ):
+        dk.generate(model, BATCHES["single"], cache="dense", max_new_tokens=2)
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS_DIFFER))
+def test_layers_of_other_shapes_speculation_takes_back_drafts(build_arch: Any, hf_greedy: Any, name: str) -> None:
+    """Speculative decoding takes back rejected drafts, rows apart (`crop_rows`), from caches whose layers differ
+    in shape, the model's and its draft's: `generate()`'s greedy tokens (MiMo's draft at 0.3 kept none of a prompt)."""
+    model_type, fields, _, _ = LAYERS_DIFFER[name]
+    noise = 0.1 if model_type == "mimo_v2_flash" else 0.3
+    assert_speculation_gives_generate(build_arch(model_type, **(SHARED | fields)), hf_greedy, noise)

@@ -16,13 +16,12 @@ from decodekit.storage import FloatStorage
 class RepeatedFloatStorage(FloatStorage):
     """`FloatStorage` with each kv-head repeated to every query head of its group (a plain MHA cache)."""
 
-    @property
-    def heads(self) -> int:
+    def _heads(self, kv_heads: int) -> int:
         return self.spec.n_heads
 
     def _stored(self, x: Tensor) -> Tensor:
-        # [B, H_kv, T, D] -> [B, H, T, D]: query head h reads kv-head h // repeat.
-        repeat = self.spec.n_heads // self.spec.n_kv_heads
+        # [B, H_kv, T, D] -> [B, H, T, D]: query head h reads kv-head h // repeat (the layer's kv-heads: x's).
+        repeat = self.spec.n_heads // x.shape[1]
         return x if repeat == 1 else x.repeat_interleave(repeat, dim=1)
 
 

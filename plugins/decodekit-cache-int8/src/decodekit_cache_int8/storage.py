@@ -43,16 +43,17 @@ class Int8Storage:
 
     def __init__(self, spec: CacheSpec, slots: Sequence[int]) -> None:
         self.spec = spec
-        B, H = spec.batch_size, spec.n_kv_heads
+        B = spec.batch_size
 
-        def q(n: int, width: int) -> Tensor:
-            return torch.zeros(B, H, n, width, dtype=torch.int8, device=spec.device)
+        def q(n: int, heads: int, width: int) -> Tensor:
+            return torch.zeros(B, heads, n, width, dtype=torch.int8, device=spec.device)
 
-        def s(n: int) -> Tensor:
-            return torch.ones(B, H, n, 1, dtype=torch.float32, device=spec.device)
+        def s(n: int, heads: int) -> Tensor:
+            return torch.ones(B, heads, n, 1, dtype=torch.float32, device=spec.device)
 
-        # k, k scale, v, v scale
-        self.tensors = [[q(n, spec.head_dim), s(n), q(n, spec.value_width), s(n)] for n in slots]
+        # k, k scale, v, v scale; each layer's shape (`spec.layer_shape`)
+        shapes = [spec.layer_shape(layer) for layer in range(len(slots))]
+        self.tensors = [[q(n, h, d), s(n, h), q(n, h, w), s(n, h)] for n, (h, d, w) in zip(slots, shapes)]
 
     @property
     def heads(self) -> int:

@@ -33,7 +33,7 @@ from decodekit.cache import capacity_error, row_index
 from decodekit.compiling import eager
 from decodekit.errors import ParameterError, PluginError
 from decodekit.spec import CacheSpec
-from decodekit.storage import SlotWritable, check_keys, check_memory, float_slot_bytes, lookup_storage
+from decodekit.storage import SlotWritable, check_keys, check_memory, float_bytes, lookup_storage
 from decodekit_cache_scored.params import ScoredParams
 from decodekit_cache_scored.policies import Policy
 from decodekit_cache_scored.prefill_only import PrefillOnly
@@ -86,6 +86,12 @@ class ScoredCache:
 
     def __init__(self, spec: CacheSpec, params: ScoredParams | None = None) -> None:
         params = ScoredParams() if params is None else params
+        if spec.layer_shapes is not None:  # its scores, groups and slot tables are sized by one kv-head count
+            raise ParameterError(
+                f"{self.name}: layer_shapes={spec.layer_shapes} is invalid: this cache scores every layer's tokens "
+                "in one shape; allowed: None (a model whose layers cache one shape), or for this model a cache that "
+                "keeps every token (dense, gqa, int8) or window"
+            )
         self.spec, self.params = spec, params
         self.budget = resolve_budget(self.name, params, spec)
         self.sinks, self.recent, self.slack = params.sinks, params.recent, params.slack
@@ -95,7 +101,7 @@ class ScoredCache:
         # prefill_only: the capacity sizes the storage too, so the refusal names it
         later = f", prefill_only=True, capacity={spec.capacity}" if params.prefill_only else ""
         what = f"budget={self.budget}, slack={self.slack}{later}"
-        check_memory(self.name, what, spec.n_layers * stored * float_slot_bytes(spec), spec.device)
+        check_memory(self.name, what, float_bytes(spec, [stored] * spec.n_layers), spec.device)
         self._storage = lookup_storage(params.store)
         self.store = self._storage(spec, [stored] * spec.n_layers)
         if not isinstance(self.store, SlotWritable):

@@ -113,9 +113,9 @@ class WindowCache:
         else:
             # A long block (a prefill): attend over what is held plus the whole block, then keep its tail.
             # The block goes through a scratch storage too, so every key attended was stored once.
-            scratch = self._storage(self.spec, [T])
-            scratch.write(0, 0, k, v)
-            new_k, new_v = scratch.read(0, 0, T)
+            scratch = self._storage(self.spec, [0] * layer + [T])  # slots on `layer` alone: its shape (layer_shapes)
+            scratch.write(layer, 0, k, v)
+            new_k, new_v = scratch.read(layer, 0, T)
             old_k, old_v = self.store.read(layer, 0, self._filled[layer])
             keys, values = torch.cat([old_k, new_k], 2), torch.cat([old_v, new_v], 2)
             new_slots = torch.arange(start, start + T, device=self._slots[layer].device)

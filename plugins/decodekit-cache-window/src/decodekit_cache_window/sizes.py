@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decodekit.errors import ParameterError
 from decodekit.spec import CacheSpec
-from decodekit.storage import check_memory, float_slot_bytes
+from decodekit.storage import check_memory, float_bytes
 from decodekit_cache_window.params import WindowParams
 
 __all__ = ["auto_sizes", "layer_sizes"]
@@ -51,7 +51,7 @@ def layer_sizes(params: WindowParams, spec: CacheSpec) -> list[int]:
                 f"window: size={size} (layer {layer}) + sinks={params.sinks} is invalid: queries would reach "
                 f"{size + params.sinks} positions back, past the model's context; allowed: size + sinks <= {top}"
             )
-    slots = sum(params.sinks + size + params.slack - 1 for size in sizes)
+    slots = [params.sinks + size + params.slack - 1 for size in sizes]
     what = f"size={params.size!r}, sinks={params.sinks}, slack={params.slack}"
-    check_memory("window", what, slots * float_slot_bytes(spec), spec.device)
+    check_memory("window", what, float_bytes(spec, slots), spec.device)
     return sizes

@@ -296,18 +296,22 @@ class DecodekitCache(Cache):  # type: ignore[misc]
         return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
     def _check_shape(self, k: Tensor, v: Tensor, layer: int) -> None:
-        """Refuse a layer whose keys or values are not `[B, n_kv_heads, T, head_dim]` (values: `value_width`) as the
-        config states them (MiMo-V2-Flash's sliding layers cache twice its `num_key_value_heads`): the cache has one
-        shape for all."""
-        spec, widths = self.kv.spec, (k.shape[3], v.shape[3])
-        if k.shape[1] == v.shape[1] == spec.n_kv_heads and widths == (spec.head_dim, spec.value_width):
+        """Refuse a layer whose keys or values are not `[B, kv-heads, T, head_dim]` (values: their width) as the
+        config states them for that layer (`CacheSpec.layer_shape`), before the cache is written; a layer past the
+        spec's is refused by the cache, naming n_layers."""
+        spec = self.kv.spec
+        # Compared with the layer only where layers differ: compiled, a branch on `layer` is a guard that each layer's
+        # resumed frame fails (a recompile per layer past dynamo's limit under an evicting cache).
+        if spec.layer_shapes is not None and layer >= spec.n_layers:
+            return
+        heads, head_dim, width = spec.layer_shape(layer)
+        if k.shape[1] == v.shape[1] == heads and (k.shape[3], v.shape[3]) == (head_dim, width):
             return
         raise ParameterError(
             f"HFModel: layer {layer} of {self.model} caches keys of {k.shape[1]} kv-heads of {k.shape[3]} dims and "
-            f"values of {v.shape[1]} of {v.shape[3]}, not the {spec.n_kv_heads} of head_dim={spec.head_dim} "
-            f"(values: {spec.value_width}) its config states; decodekit's caches hold one shape for every layer; "
-            f"allowed: a model whose every layer caches num_key_value_heads={spec.n_kv_heads} kv-heads of "
-            f"head_dim={spec.head_dim} dimensions"
+            f"values of {v.shape[1]} of {v.shape[3]}, not the {heads} of head_dim={head_dim} (values: {width}) its "
+            f"config states for that layer; allowed: a model whose layers cache what its config states "
+            f"(num_key_value_heads, head_dim, v_head_dim, or Gemma 4's per_layer_config)"
         )
 
     def reset(self) -> None:  # transformers' Cache API; decodekit's caches need not offer it (a new one per decode)

@@ -131,18 +131,26 @@ def _window_within(cache: KVCache, window: int, layers: Collection[int]) -> bool
 
 def _per_layer(c: Any, name: str) -> Any:
     """`c.<name>` (None if absent); on a heterogeneous config (Gemma 4's `per_layer_config`), where transformers
-    refuses the global read of a per-layer field, each layer's, which must agree: decodekit's caches hold one shape
-    for every layer."""
+    refuses the global read of a per-layer field, each layer's, which must agree (a field of the model's masks or
+    heads: the shapes a layer caches are read by `_each_layer`)."""
     if name not in (getattr(c, "per_layer_attributes", None) or ()):
         return getattr(c, name, None)
-    values = [getattr(layer, name, None) for layer in c.per_layer_config]
+    values = _each_layer(c, name)
     if len(set(values)) > 1:
         differ = ", ".join(f"{value} on layer {values.index(value)}" for value in dict.fromkeys(values))
         raise ParameterError(
             f"HFModel: {type(c).__name__} is not served: its layers differ in {name} ({differ}); decodekit's caches "
-            f"hold one shape and one mask rule for every layer; allowed: a model whose layers share {name}"
+            f"hold one mask rule and one head count for every layer; allowed: a model whose layers share {name}"
         )
     return values[0]
+
+
+def _each_layer(c: Any, name: str) -> list[Any]:
+    """`c.<name>` of every layer (None where absent): its own on a heterogeneous config (Gemma 4's
+    `per_layer_config`), else the config's."""
+    if name not in (getattr(c, "per_layer_attributes", None) or ()):
+        return [getattr(c, name, None)] * int(c.num_hidden_layers)
+    return [getattr(layer, name, None) for layer in c.per_layer_config]
 
 
 def _not_served(c: Any) -> str | None:
@@ -193,14 +201,17 @@ def model_spec(config: Any, context: int | None = None) -> ModelSpec:
             f"HFModel: layer type {other[0]!r} of {type(c).__name__} is not served: its state is not keys and "
             f"values; allowed: a model whose layers are attention layers ({', '.join(_ATTENTION_LAYERS)})"
         )
-    n_heads, n_kv_heads, head_dim, value_dim = _cached_shape(c, n_heads)
+    # Gemma 3n's last `num_kv_shared_layers` layers attend over earlier keys: nothing of their own to cache.
+    n_layers = int(c.num_hidden_layers) - int(getattr(c, "num_kv_shared_layers", 0) or 0)
+    n_heads, shapes = _cached_shape(c, n_heads)
+    n_kv_heads, head_dim, width = shapes[0]  # the scalar fields: the first layer's (all layers' where they agree)
     return ModelSpec(
-        # Gemma 3n's last `num_kv_shared_layers` layers attend over earlier keys: nothing of their own to cache.
-        n_layers=int(c.num_hidden_layers) - int(getattr(c, "num_kv_shared_layers", 0) or 0),
+        n_layers=n_layers,
         n_heads=n_heads,
         n_kv_heads=n_kv_heads,
         head_dim=head_dim,
-        value_dim=value_dim,
+        value_dim=None if width == head_dim else width,
+        layer_shapes=None if len(set(shapes[:n_layers])) == 1 else shapes[:n_layers],
         vocab_size=int(c.vocab_size),
         max_positions=int(max_positions),
         rope_base=rope_base(c),
@@ -208,16 +219,25 @@ def model_spec(config: Any, context: int | None = None) -> ModelSpec:
     )
 
 
-def _cached_shape(c: Any, n_heads: int) -> tuple[int, int, int, int | None]:
-    """`(n_heads, n_kv_heads, head_dim, value_dim)` of what each layer caches: its heads and kv-heads, or one latent
-    (`_latent`) as one head: every attention head expands keys of its own from it in the model's code, so a cache
-    that stores a copy per head (`dense`) would hold n_heads copies of the latent for nothing."""
+# Models whose attention code caches twice `num_key_value_heads` on its sliding layers (MiMo-V2-Flash).
+_SLIDING_KV_DOUBLED = ("mimo_v2_flash",)
+
+
+def _cached_shape(c: Any, n_heads: int) -> tuple[int, tuple[tuple[int, int, int], ...]]:
+    """`n_heads` and each layer's `(kv-heads, head_dim, value width)` (`ModelSpec.layer_shapes`): its heads and
+    kv-heads, or one latent (`_latent`) as one head: every attention head expands keys of its own from it in the
+    model's code, so a cache that stores a copy per head (`dense`) would hold n_heads copies of the latent for nothing.
+    Layers differ in Gemma 4 (`per_layer_config`: its full-attention layers' `global_head_dim`, and
+    `num_global_key_value_heads` under `attention_k_eq_v`) and MiMo-V2-Flash (`_SLIDING_KV_DOUBLED`)."""
+    layers = int(c.num_hidden_layers)
     if (rank := _latent(c)) is not None:
-        return 1, 1, rank, int(c.qk_rope_head_dim)
-    head_dim = int(_per_layer(c, "head_dim") or c.hidden_size // n_heads)
-    value_dim = _per_layer(c, "v_head_dim")  # MiMo-V2-Flash: values narrower than keys
-    kv_heads = int(_per_layer(c, "num_key_value_heads") or n_heads)
-    return n_heads, kv_heads, head_dim, None if value_dim is None or int(value_dim) == head_dim else int(value_dim)
+        return 1, ((1, rank, int(c.qk_rope_head_dim)),) * layers
+    dims = [int(d or c.hidden_size // n_heads) for d in _each_layer(c, "head_dim")]
+    heads = [int(h or n_heads) for h in _each_layer(c, "num_key_value_heads")]
+    if getattr(c, "model_type", None) in _SLIDING_KV_DOUBLED:
+        heads = [2 * h if kind == "sliding_attention" else h for h, kind in zip(heads, c.layer_types)]
+    values = [int(w or d) for w, d in zip(_each_layer(c, "v_head_dim"), dims)]  # MiMo-V2-Flash: narrower than keys
+    return n_heads, tuple(zip(heads, dims, values))
 
 
 def _context(c: Any, context: int | None) -> int:
