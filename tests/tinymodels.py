@@ -128,3 +128,12 @@ def int8_round_trip(x: torch.Tensor) -> torch.Tensor:
     scale = x.float().abs().amax(-1, keepdim=True) / 127
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     return ((x.float() / scale).round().clamp(-127, 127) * scale).to(x.dtype)
+
+
+def greedy_recomputed(hf: Any, prompt: list[int], n: int) -> list[int]:
+    """transformers' greedy tokens for `prompt` alone, its forward over the whole text at every step (no cache)."""
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        for _ in range(n):
+            ids = torch.cat([ids, hf(ids).logits[:, -1:].argmax(-1)], 1)
+    return ids[0, len(prompt) :].tolist()

@@ -15,38 +15,15 @@ from cli_runner import cli_captured as cli
 from decodekit_hf import HFModel
 
 import decodekit as dk
+from tinymodels import greedy_recomputed
 
 WINDOW = 40
 SHORT, LONG = [5, 17, 33, 2, 60, 8, 41, 12, 70, 3], [(7 * i + 3) % 90 for i in range(25)]
 
 
 @pytest.fixture(scope="module")
-def mistral() -> Any:
-    from transformers import MistralConfig, MistralForCausalLM
-
-    torch.manual_seed(0)
-    config = MistralConfig(
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        hidden_size=32,
-        intermediate_size=64,
-        vocab_size=96,
-        max_position_embeddings=128,
-        sliding_window=WINDOW,
-        initializer_range=0.2,
-        eos_token_id=95,
-    )
-    return MistralForCausalLM(config).eval()  # type: ignore[no-untyped-call]
-
-
-def _greedy_alone(hf: Any, prompt: list[int], n: int) -> list[int]:
-    """transformers' greedy tokens for `prompt` alone, its forward over the whole text at every step."""
-    ids = torch.tensor([prompt])
-    with torch.no_grad():
-        for _ in range(n):
-            ids = torch.cat([ids, hf(ids).logits[:, -1:].argmax(-1)], 1)
-    return ids[0, len(prompt) :].tolist()
+def mistral(build_arch: Any) -> Any:
+    return build_arch("mistral", num_key_value_heads=2, sliding_window=WINDOW)
 
 
 def test_validate_refuses_a_text_past_the_window_before_any_forward(mistral: Any) -> None:
@@ -62,7 +39,7 @@ def test_a_ragged_batch_whose_rows_fit_the_window_is_served(mistral: Any, cache:
     """Rows of 10 + 30 and 25 + 15 tokens, each within the window of 40, fill 25 + 30 = 55 slots: refused before
     ("mask a text of 55 tokens"), though each row is its prompt alone."""
     out = dk.generate(HFModel(mistral), [SHORT, LONG], chain="greedy", max_new_tokens=[30, 15], cache=cache)
-    assert out.tokens == [_greedy_alone(mistral, SHORT, 30), _greedy_alone(mistral, LONG, 15)]
+    assert out.tokens == [greedy_recomputed(mistral, SHORT, 30), greedy_recomputed(mistral, LONG, 15)]
     with pytest.raises(dk.ParameterError, match=r"prompt \+ max_new_tokens"):  # one row past it: refused
         dk.generate(HFModel(mistral), [SHORT, LONG], chain="greedy", max_new_tokens=[31, 15], cache=cache)
 
@@ -106,7 +83,7 @@ def test_a_batch_job_skips_the_line_with_an_error_record(
     assert [("error" in r) for r in records] == [False, True, False]
     assert f"sliding_window={WINDOW}) mask a text of 41 tokens" in records[1]["error"]["message"]
     for record, prompt in ((records[0], "a" * 10), (records[2], "c" * 5)):
-        assert record["tokens"] == _greedy_alone(mistral, [ord(c) - 32 for c in prompt], 30)
+        assert record["tokens"] == greedy_recomputed(mistral, [ord(c) - 32 for c in prompt], 30)
 
 
 def test_a_draft_whose_rules_refuse_the_targets_cache_keeps_every_token(llama: Any) -> None:

@@ -14,6 +14,7 @@ from decodekit_hf.cache_bridge import DecodekitCache
 from decodekit_hf.model import HFModel, model_spec, rope_base
 
 import decodekit as dk
+from tinymodels import greedy_recomputed
 
 PROMPTS = [[5, 17, 3, 9, 44, 2, 8, 8, 9, 60], [7, 8], [83, 1, 33, 33, 12]]
 
@@ -270,22 +271,13 @@ def test_an_evicting_cache_is_refused_where_transformers_masks_a_sliding_window(
         dk.generate(model, [[1, 2, 3]], cache="window(size=8)", max_new_tokens=3)  # 6 tokens past a window of 5
 
 
-def _greedy_recomputed(hf: Any, prompt: list[int], n: int) -> list[int]:
-    """transformers' greedy tokens, its forward over the whole text at every step (no cache)."""
-    ids = torch.tensor([prompt])
-    with torch.no_grad():
-        for _ in range(n):
-            ids = torch.cat([ids, hf(ids).logits[:, -1:].argmax(-1)], 1)
-    return ids[0, len(prompt) :].tolist()
-
-
 def test_an_evicting_cache_serves_a_sliding_window_model_whose_window_covers_the_text() -> None:
     """Mistral's default sliding_window=4096 refused every evicting cache, though a model attends to the whole
     of a text no longer than its window: refused only where the text (prompt + max_new_tokens) can pass it."""
     mistral = _mistral(sliding_window=40)
     model = HFModel(mistral)
     prompt = PROMPTS[0]  # 10 tokens + 30 new: the whole window
-    want = _greedy_recomputed(mistral, prompt, 30)
+    want = greedy_recomputed(mistral, prompt, 30)
     assert len(set(want)) > 3  # not one token repeated: the caches' agreement means something
     for cache in ("dense", "window(size=48, sinks=0)", "h2o(budget=48)"):
         assert dk.generate(model, [prompt], chain="greedy", max_new_tokens=30, cache=cache).tokens == [want]
@@ -306,7 +298,7 @@ def test_mpt_context_is_its_max_seq_len() -> None:
     model = HFModel(mpt)
     assert model.spec.max_positions == 24
     prompt = PROMPTS[0]
-    want = _greedy_recomputed(mpt, prompt, 14)
+    want = greedy_recomputed(mpt, prompt, 14)
     assert len(set(want)) > 3
     assert dk.generate(model, [prompt], chain="greedy", max_new_tokens=14, cache="gqa").tokens == [want]
     with pytest.raises(dk.ContextLengthError, match="= 25 tokens exceeds the model's context of 24 positions"):
