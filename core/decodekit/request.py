@@ -11,6 +11,7 @@ import torch
 from typing_extensions import Unpack
 
 from decodekit.errors import ParameterError, UnknownNameError
+from decodekit.param_types import shown, words
 from decodekit.prompts import as_index, prompt_rows, token_ids
 
 if TYPE_CHECKING:
@@ -91,14 +92,14 @@ class DecodeRequest:
 
 def _flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
-        raise ParameterError(f"{name}={value!r} is invalid; allowed: True or False")
+        raise ParameterError(f"{name}={shown(value)} is invalid; allowed: {words('True or False', 'true or false')}")
     return value
 
 
 def _integer(name: str, value: object, ok: Callable[[int], bool], allowed: str) -> int:
     n = as_index(value)
     if n is None or not ok(n):
-        raise ParameterError(f"{name}={value!r} is invalid; allowed: {allowed}")
+        raise ParameterError(f"{name}={shown(value)} is invalid; allowed: {allowed}")
     return n
 
 
@@ -224,7 +225,7 @@ def _max_new_tokens(value: object, batch: int) -> tuple[int, tuple[int, ...] | N
 
 
 def _logprobs(logprobs: object, vocab_size: int, name: str = "logprobs") -> int | None:
-    allowed = f"None or an integer, 0 <= {name} <= {vocab_size}"
+    allowed = f"an integer 0 <= {name} <= {vocab_size}, or {words('None', 'null')}"
     return None if logprobs is None else _integer(name, logprobs, lambda n: 0 <= n <= vocab_size, allowed)
 
 

@@ -23,7 +23,7 @@ from decodekit.param_types import interval_text, type_text
 from decodekit.params import Params, allowed_values, bound_words
 from decodekit.plugins import get_registry, sampler_entry
 from decodekit.registry import CATEGORIES, NO_ENTRY_POINT, Entry, Registry, without_entry_point
-from decodekit_cli.catalogue import STANDARD_PLUGINS
+from decodekit.standard_plugins import STANDARD_PLUGINS
 from decodekit_cli.console import stdout_console
 from decodekit_cli.install_hints import install_hint
 
