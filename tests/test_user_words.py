@@ -7,8 +7,8 @@ line."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
