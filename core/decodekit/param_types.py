@@ -143,11 +143,11 @@ def _counted(one: str, many: str, metadata: list[object], annotation: object) ->
     """`one` and `many` with the bounds `metadata` declares: `a non-empty list of ...`, `a finite number ≥ 0`."""
     interval = interval_text(metadata)
     said = [w for w in bound_words(metadata, annotation) if not (w == "finite" and interval.startswith("in "))]
-    before = " ".join(w for w in said if w in ("non-empty", "finite"))  # nan and ±inf lie outside an interval
-    after = "".join(f" {w}" for w in [interval, *(f"({w})" for w in said if w not in before)] if w)
-    one = f"{before} {one}" if before else one
-    article = "an" if one[0] in "aeiou" else "a"
-    return _Noun(f"{article} {one}{after}", f"{before + ' ' if before else ''}{many}{after}")
+    before = "".join(f"{w} " for w in said if w in ("non-empty", "finite"))  # nan and ±inf lie outside an interval
+    rest = ", ".join(w for w in said if w not in ("non-empty", "finite"))
+    after = "".join(f" {w}" for w in [interval, rest and f"({rest})"] if w)
+    article = "an" if (before or one)[0] in "aeiou" else "a"
+    return _Noun(f"{article} {before}{one}{after}", f"{before}{many}{after}")
 
 
 def _values(annotation: Any) -> list[str]:
@@ -169,7 +169,7 @@ def _noun(annotation: Any, metadata: list[object]) -> _Noun:
     if annotation is None or annotation is type(None):
         null = words("None", "null")
         return _Noun(null, f"{null}s")
-    if origin in _SEQUENCES:
+    if origin in _SEQUENCES or annotation in _SEQUENCES:
         if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):  # a fixed-length pair
             items = [_noun(a, []) for a in args]
             if len({n.many for n in items}) == 1:
@@ -183,8 +183,8 @@ def _noun(annotation: Any, metadata: list[object]) -> _Noun:
     elif origin in (dict, Mapping) or annotation in (dict, Mapping):
         kind = words("dict", "object")
         if len(args) == 2 and args[1] is not Any:
-            keys, values = (_noun(a, []).many for a in args)
-            one, many = f"{kind} mapping {keys} to {values}", f"{kind}s mapping {keys} to {values}"
+            keys, targets = (_noun(a, []).many for a in args)
+            one, many = f"{kind} mapping {keys} to {targets}", f"{kind}s mapping {keys} to {targets}"
         else:
             one, many = kind, f"{kind}s"
     elif annotation is Any:
