@@ -129,21 +129,27 @@ def test_samplers_shows_the_same_words_as_the_errors() -> None:
     assert params["biases"]["allowed"] == (
         "a list of pairs [a non-empty list of integers in [0, 2**63), a number in [-10000, 10000]], non-empty"
     )
+    text = _cli("samplers", "repetition_penalty").stdout  # was "last_n  int | None  1 ≤ last_n  default None"
+    assert "    last_n  an integer or null  1 ≤ last_n  default null\n" in text
+    assert "    include_prompt  true or false  default true\n" in text
 
 
-INTEGER_FLAGS = {  # each integer option, with the command and the bound that its refusal names
-    "--max-new-tokens": ("generate", " >= 0"),
-    "-n": ("generate", " >= 1"),
-    "--logprobs": ("generate", " >= 0"),
-    "--prompt-logprobs": ("generate", " >= 0"),
-    "--threads": ("generate", " >= 1"),
-    "--batch-size": ("generate", " >= 1"),
-    "--ray-actors": ("generate", " >= 1"),
-    "--top-k": ("generate", ""),
-    "--seed": ("generate", ""),
-    "--steps": ("explain", " >= 1"),
-    "--top": ("explain", " >= 1"),
-    "--plot-step": ("explain", " >= 0"),
+GENERATE, EXPLAIN, CALIBRATE = ("generate", "ROMEO"), ("explain", "ROMEO"), ("cache", "calibrate")
+INTEGER_FLAGS = {  # each integer option: a command it belongs to, and the bound its refusal names
+    "--max-new-tokens": (GENERATE, " >= 0"),
+    "-n": (GENERATE, " >= 1"),
+    "--logprobs": (GENERATE, " >= 0"),
+    "--prompt-logprobs": (GENERATE, " >= 0"),
+    "--threads": (GENERATE, " >= 1"),
+    "--batch-size": (GENERATE, " >= 1"),
+    "--ray-actors": (GENERATE, " >= 1"),
+    "--top-k": (GENERATE, ""),
+    "--seed": (GENERATE, ""),
+    "--steps": (EXPLAIN, " >= 1"),
+    "--top": (EXPLAIN, " >= 1"),
+    "--plot-step": (EXPLAIN, " >= 0"),
+    "--sinks": (CALIBRATE, ""),
+    "--windows": (CALIBRATE, ""),
 }
 
 
@@ -152,7 +158,7 @@ INTEGER_FLAGS = {  # each integer option, with the command and the bound that it
 def test_an_integer_flag_takes_an_integer(flag: str, value: str) -> None:
     """`--max-new-tokens 2.0` generated 2 tokens (typer's pydantic reads "2.0" as 2)."""
     command, bound = INTEGER_FLAGS[flag]
-    result = _cli(command, "ROMEO", *FLAGS[:2], flag, value)
+    result = _cli(*command, *FLAGS[:2], flag, value)
     assert result.returncode == 2
     assert f"'{flag}'" in result.stderr and f"'{value}': allowed: an integer{bound} (see" in result.stderr
 
