@@ -216,3 +216,13 @@ def test_validate_params_names_a_json_value_in_json() -> None:
 
     with json_words(), pytest.raises(dk.ParameterError, match=r"flags\.1=null is invalid"):
         validate_params("p", P, {"flags": [True, None]})
+
+
+def test_a_json_chain_specs_refusal_is_in_json() -> None:
+    """`--chain '[{"name": "top_k", "x": true}]'` said "stage 0 is {'name': 'top_k', 'x': True}; allowed: {'name': str,
+    'params': {...}}": Python's dict, True and str for what the user wrote as JSON."""
+    result = _cli("generate", "ROMEO", *FLAGS, "--chain", '[{"name": "top_k", "x": true}]')
+    assert result.returncode == 2
+    assert 'stage 0 is {"name": "top_k", "x": true}; allowed: {"name": a string, "params": an object}' in result.stderr
+    with pytest.raises(dk.ChainSpecError, match=re.escape("name is None; allowed: a string ({'name': str, 'params'")):
+        dk.Chain.from_spec([{"name": None}])  # Python's words in Python
