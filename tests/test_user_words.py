@@ -223,6 +223,8 @@ def test_a_json_chain_specs_refusal_is_in_json() -> None:
     'params': {...}}": Python's dict, True and str for what the user wrote as JSON."""
     result = _cli("generate", "ROMEO", *FLAGS, "--chain", '[{"name": "top_k", "x": true}]')
     assert result.returncode == 2
-    assert 'stage 0 is {"name": "top_k", "x": true}; allowed: {"name": a string, "params": an object}' in result.stderr
+    assert (
+        "stage 0 is {'name': 'top_k', 'x': true}; allowed: {\"name\": a string, \"params\": an object}" in result.stderr
+    )
     with pytest.raises(dk.ChainSpecError, match=re.escape("name is None; allowed: a string ({'name': str, 'params'")):
         dk.Chain.from_spec([{"name": None}])  # Python's words in Python

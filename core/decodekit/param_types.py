@@ -11,7 +11,6 @@ null, true, false and objects; Python writes None, True, False and dicts: the co
 from __future__ import annotations
 
 import contextlib
-import json
 import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
@@ -53,8 +52,8 @@ def words(python: str, json: str) -> str:
 
 
 def shown(value: object) -> str:
-    """A value as an error shows it: its repr; where the user writes JSON, as JSON writes it (null, true, "text",
-    a list where Python has a tuple; inf and nan as chain strings write them)."""
+    """A value as an error shows it: its repr; where the user writes JSON, with null, true and false and a list
+    where Python has a tuple (strings quoted as pydantic's messages quote them, which chain strings read too)."""
     if not _JSON_WORDS.get():
         return repr(value)
     if value is None or isinstance(value, bool):
@@ -63,7 +62,7 @@ def shown(value: object) -> str:
         return f"[{', '.join(map(shown, value))}]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{shown(k)}: {shown(v)}" for k, v in value.items()) + "}"
-    return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else repr(value)
+    return repr(value)
 
 
 def constraints(metadata: Iterable[object]) -> list[object]:
