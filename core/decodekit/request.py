@@ -13,6 +13,7 @@ from typing_extensions import Unpack
 from decodekit.errors import ParameterError, UnknownNameError
 from decodekit.param_types import shown, words
 from decodekit.prompts import as_index, prompt_rows, token_ids
+from decodekit.standard_plugins import STANDARD_PLUGINS, install_hint
 
 if TYPE_CHECKING:
     from decodekit.chain import Chain
@@ -158,9 +159,9 @@ def _default_cache() -> CacheFactory:
     except UnknownNameError:
         installed = ", ".join(sorted(get_registry().caches)) or "none installed"
         raise UnknownNameError(
-            "no cache given, and no installed plugin registers the default cache backend 'dense'; allowed: pip "
-            "install decodekit-cache-dense (from a checkout of decodekit: pip install plugins/decodekit-cache-dense), "
-            f"another backend ({installed}), or cache='none' to recompute the whole context every step (slower)"
+            "no cache given, and no installed plugin registers the default cache backend 'dense'; allowed: "
+            f"{install_hint([STANDARD_PLUGINS['dense']])}, another backend ({installed}), or cache='none' to recompute "
+            "the whole context every step (slower)"
         ) from None
 
 
