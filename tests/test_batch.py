@@ -202,7 +202,12 @@ HOSTILE_ERRORS = [
         "prompt line: unknown parameter temp=2; allowed parameters: prompt, id, seed, max_new_tokens, n, chain, "
         "logprobs, prompt_logprobs, json_schema, regex, grammar",
     ),
-    (7, 7, "ParameterError", "top_k: k=0 is invalid: Input should be greater than or equal to 1; allowed: int 1 <= k"),
+    (
+        7,
+        7,
+        "ParameterError",
+        "top_k: k=0 is invalid: Input should be greater than or equal to 1; allowed: an integer 1 <= k",
+    ),
     (8, 8, "ParameterError", "a JSON list; allowed: an object with a 'prompt'"),
     (1, 9, "ParameterError", "id 1 is also the id of line 1; allowed: one per line"),
 ]

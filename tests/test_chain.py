@@ -143,8 +143,8 @@ def test_a_sampler_not_installed_lists_the_installed_ones(only_greedy_installed:
     with pytest.raises(dk.UnknownNameError) as e:
         dk.Chain.parse("top_k(5) | greedy")
     msg = str(e.value)
-    assert "unknown sampler 'top_k'" in msg and "installed: greedy, sample" in msg
-    assert "no installed plugin distribution registers it" in msg
+    assert "sampler 'top_k' is not installed" in msg and "installed: greedy, sample" in msg
+    assert "decodekit-top-k registers it: pip install decodekit-top-k (" in msg  # a standard name
 
 
 def test_an_unknown_sampler_lists_the_installed_ones() -> None:

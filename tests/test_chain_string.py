@@ -161,7 +161,7 @@ def test_nan_is_read_as_python_spells_it_as_inf_is() -> None:
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_a_non_finite_value_gets_one_answer_from_a_chain_string_a_spec_and_create(value: str) -> None:
     """`top_p(nan)` said "not a bool or a string": the bare word was read as the string 'nan'."""
-    expected = rf"top_p: p={value} is invalid: Input should be a finite number; allowed: float 0 < p <= 1"
+    expected = rf"top_p: p={value} is invalid: Input should be a finite number; allowed: a number 0 < p <= 1"
     spec = json.loads(json.dumps([{"name": "top_p", "params": {"p": float(value)}}]))  # JSON's NaN, Infinity
     for build in (
         lambda: dk.Chain.parse(f"top_p({value})"),

@@ -26,6 +26,7 @@ import torch
 import decodekit as dk
 from decodekit.chain import stage_label
 from decodekit.context import DecodeContext
+from decodekit.param_types import json_words, shown
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
@@ -275,7 +276,7 @@ def test_a_mistyped_value_names_it_and_the_close_choice(capsys: pytest.CaptureFi
     assert err[0].endswith("allowed: none, " + ", ".join(sorted(dk.get_registry().caches)) + "; did you mean 'dense'?")
     assert "'--kind': 'samplr' is not one of 'sampler', 'cache', 'model', 'strategy'; did you mean 'sampler'?" in err[1]
     assert "Value error" not in err[1]
-    assert "'--max-new-tokens': '-3': Input should be greater than or equal to 0" in err[2]
+    assert "'--max-new-tokens': '-3': allowed: an integer >= 0" in err[2]
     assert "'--top-p': 'abc': Input should be a valid number" in err[3]
 
 
@@ -292,7 +293,7 @@ def test_samplers_shows_a_parameters_pattern(
         (word,) = json.loads(capsys.readouterr().out)["samplers"][0]["params"]
         assert word["bounds"] == "matches '^[a-z]+(_[a-z]+)*$'"
         assert main(["samplers", "test_pattern"]) == 0
-        assert "    word  str  matches '^[a-z]+(_[a-z]+)*$'  default 'top'\n" in capsys.readouterr().out
+        assert "    word  a string  matches '^[a-z]+(_[a-z]+)*$'  default 'top'\n" in capsys.readouterr().out
     finally:
         monkeypatch.delenv("DECODEKIT_EXTRA_PLUGINS")
         dk.reload_plugins()
@@ -315,8 +316,11 @@ def test_samplers_lists_the_models_with_their_parameters(capsys: pytest.CaptureF
     assert [p["allowed"] for p in hf["params"]][1] == device
     assert main(["samplers", "hf"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("Models\nhf  decodekit-hf ") and "    context  int | None  1 ≤ context  default None" in text
-    assert f"    device  str  {device}  default 'cpu'" in text
+    assert (
+        text.startswith("Models\nhf  decodekit-hf ")
+        and "    context  an integer or null  1 ≤ context  default null" in text
+    )
+    assert f"    device  a string  {device}  default 'cpu'" in text
     assert main(["samplers"]) == 0
     assert "\nModels\n" in capsys.readouterr().out
 
@@ -533,7 +537,7 @@ def test_plugins_and_samplers_listings() -> None:
     assert samplers["sample"]["kind"] == samplers["greedy"]["kind"] == "selector"
     assert samplers["temperature"]["kind"] == samplers["top_p"]["kind"] == "processor"
     top_p = {p["name"]: p for p in samplers["top_p"]["params"]}
-    assert top_p["p"]["required"] is True and top_p["p"]["type"] == "float"
+    assert top_p["p"]["required"] is True and top_p["p"]["type"] == "a number"
     assert top_p["p"]["bounds"] == "0 < p ≤ 1, finite"
     assert top_p["p"]["schema"] == {
         **dk.get_registry().samplers["top_p"].params_model.model_json_schema()["properties"]["p"]
@@ -548,11 +552,14 @@ def test_plugins_and_samplers_listings() -> None:
 
 
 READABLE_TYPES = {
-    ("allowed_tokens", "tokens"): "list[int in [0, 2**63)]",
-    ("bad_words", "sequences"): "list[list[int in [0, 2**63)]]",
-    ("logit_bias", "bias"): "dict[int in [0, 2**63), float in [-100, 100]]",
-    ("sequence_bias", "biases"): "list[tuple[list[int in [0, 2**63)], float in [-10000, 10000]]]",
-    ("repetition_penalty", "last_n"): "int | None",
+    ("allowed_tokens", "tokens"): "a list of integers in [0, 2**63)",
+    ("bad_words", "sequences"): "a list of non-empty lists of integers in [0, 2**63)",
+    ("logit_bias", "bias"): "an object mapping integers in [0, 2**63) to numbers in [-100, 100]",
+    (
+        "sequence_bias",
+        "biases",
+    ): "a list of pairs [a non-empty list of integers in [0, 2**63), a number in [-10000, 10000]]",
+    ("repetition_penalty", "last_n"): "an integer or null",
 }
 
 
@@ -573,16 +580,17 @@ def test_samplers_listing_is_readable_at_any_width(columns: int) -> None:
     for s in [*samplers.values(), *report["cache_backends"], *report["strategies"]]:
         assert " ".join(s["description"].split()) in words
         for p in s["params"]:
-            default = "required" if p["required"] else f"default {p['default']!r}"
-            shown = " ".join(filter(None, [p["name"], p["type"], p["bounds"], default]))
-            assert " ".join(shown.split()) in words, (s["name"], shown)
+            with json_words():  # as the command line shows a default: null, true
+                default = "required" if p["required"] else f"default {shown(p['default'])}"
+            listed = " ".join(filter(None, [p["name"], p["type"], p["bounds"], default]))
+            assert " ".join(listed.split()) in words, (s["name"], listed)
             assert " ".join(p["description"].split()) in words
             assert p["schema"]["description"] == p["description"] if p["description"] else True
     for (sampler, param), expected in READABLE_TYPES.items():
         assert {p["name"]: p["type"] for p in samplers[sampler]["params"]}[param] == expected
     strategies = {s["name"]: s for s in report["strategies"]}
     if "speculative" in strategies:  # a model parameter: once listed as `Any`
-        assert {p["name"]: p["type"] for p in strategies["speculative"]["params"]}["draft"] == "str | Model"
+        assert {p["name"]: p["type"] for p in strategies["speculative"]["params"]}["draft"] == "a string or a Model"
 
 
 def test_piped_listings_and_tables_end_no_line_in_spaces(

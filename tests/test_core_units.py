@@ -71,9 +71,9 @@ class KParams(dk.Params):
 
 
 def test_param_errors_name_parameter_value_and_range() -> None:
-    with pytest.raises(dk.ParameterError, match=r"^demo: k=0 is invalid: .*; allowed: int 1 <= k <= 100$"):
+    with pytest.raises(dk.ParameterError, match=r"^demo: k=0 is invalid: .*; allowed: an integer 1 <= k <= 100$"):
         validate_params("demo", KParams, {"k": 0})
-    with pytest.raises(dk.ParameterError, match=r"scale=-2.0 is invalid.*allowed: float 0 < scale"):
+    with pytest.raises(dk.ParameterError, match=r"scale=-2.0 is invalid.*allowed: a number 0 < scale"):
         validate_params("demo", KParams, {"k": 3, "scale": -2.0})
     with pytest.raises(dk.ParameterError, match="unknown parameter q=3; allowed parameters: k, scale"):
         validate_params("demo", KParams, {"k": 3, "q": 3})
@@ -91,24 +91,25 @@ def test_param_errors_name_parameter_value_and_range() -> None:
             "dry",
             {"multiplier": 1, "sequence_breakers": [[-1]]},
             "dry: sequence_breakers.0.0=-1 is invalid: Input should be greater than or equal to 0; "
-            "allowed: sequence_breakers: list[list[int in [0, 2**63)]]",
+            "allowed: sequence_breakers: a list of non-empty lists of integers in [0, 2**63)",
         ),
         (
             "sequence_bias",
             {"biases": [[[1], "a"]]},
             "sequence_bias: biases.0.1='a' is invalid: Input should be a number, not a bool or a string; "
-            "allowed: biases: list[tuple[list[int in [0, 2**63)], float in [-10000, 10000]]], non-empty",
+            "allowed: biases: a list of pairs [a non-empty list of integers in [0, 2**63), a number in "
+            "[-10000, 10000]], non-empty",
         ),
         (  # pydantic locates a dict key's error as bias.-1.[key]
             "logit_bias",
             {"bias": {-1: 1.0}},
             "logit_bias: bias key=-1 is invalid: Input should be greater than or equal to 0; "
-            "allowed: bias: dict[int in [0, 2**63), float in [-100, 100]]",
+            "allowed: bias: a dict mapping integers in [0, 2**63) to numbers in [-100, 100]",
         ),
         (  # it added "pattern.list[nullable[str]].1=3 is invalid: ...", pydantic's tag for the union's member
             "regex",
             {"pattern": ["a", 3]},
-            "regex: pattern=['a', 3] is invalid; allowed: str | list[str | None]",
+            "regex: pattern=['a', 3] is invalid; allowed: a string or a list of strings or Nones",
         ),
     ],
 )
@@ -235,7 +236,7 @@ def test_nested_number_parameters_take_numbers_only() -> None:
             dk.create_cache("window", spec, size=[8, 8, 8, value])
         assert str(info.value) == (
             f"cache window: size.3={value!r} is invalid: Input should be a number, not a bool or a string; "
-            "allowed: size: int | list[int] | 'auto'"
+            "allowed: size: an integer, a list of integers or 'auto'"
         )
     with pytest.raises(dk.ParameterError, match=r"^p: sizes.1=False is invalid: Input should be a number.*; "):
         validate_params("p", NestedNumbers, {"sizes": [1, False]})

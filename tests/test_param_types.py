@@ -20,16 +20,19 @@ TokenId = Annotated[int, Field(ge=0)]
 @pytest.mark.parametrize(
     ("annotation", "expected"),
     [
-        (float, "float"),
-        (int | None, "int | None"),
-        (Annotated[int, Field(ge=0, lt=2**63)], "int in [0, 2**63)"),
-        (tuple[TokenId, ...], "list[int ≥ 0]"),
-        (tuple[Annotated[tuple[TokenId, ...], Field(min_length=1)], ...], "list[list[int ≥ 0]]"),
-        (dict[TokenId, Annotated[float, Field(ge=-100, le=100)]], "dict[int ≥ 0, float in [-100, 100]]"),
-        (tuple[tuple[TokenId, ...], float], "tuple[list[int ≥ 0], float]"),
-        (Annotated[float, Field(gt=0, lt=1)], "float in (0, 1)"),
-        (bool | Literal["never"], "bool | 'never'"),
-        (str | ModelObject, "str | Model"),
+        (float, "a number"),
+        (int | None, "an integer or None"),
+        (Annotated[int, Field(ge=0, lt=2**63)], "an integer in [0, 2**63)"),
+        (tuple[TokenId, ...], "a list of integers ≥ 0"),
+        (tuple[Annotated[tuple[TokenId, ...], Field(min_length=1)], ...], "a list of non-empty lists of integers ≥ 0"),
+        (
+            dict[TokenId, Annotated[float, Field(ge=-100, le=100)]],
+            "a dict mapping integers ≥ 0 to numbers in [-100, 100]",
+        ),
+        (tuple[tuple[TokenId, ...], float], "a pair [a list of integers ≥ 0, a number]"),
+        (Annotated[float, Field(gt=0, lt=1)], "a number in (0, 1)"),
+        (bool | Literal["never"], "True, False or 'never'"),
+        (str | ModelObject, "a string or a Model"),
     ],
 )
 def test_readable_types(annotation: object, expected: str) -> None:
@@ -53,7 +56,7 @@ def test_a_parameters_own_bounds_name_it() -> None:
 
 
 def test_error_messages_read_the_same_types() -> None:
-    with pytest.raises(dk.ParameterError, match=r"allowed: list\[int in \[0, 2\*\*63\)\], non-empty$"):
+    with pytest.raises(dk.ParameterError, match=r"allowed: a list of integers in \[0, 2\*\*63\), non-empty$"):
         dk.create("allowed_tokens", tokens=[])
 
 
@@ -65,7 +68,7 @@ def test_allowed_carries_the_length_bounds_samplers_shows() -> None:
         dk.create("allowed_tokens", tokens=[])
     assert str(info.value) == (
         "allowed_tokens: tokens=[] is invalid: Input should have at least 1 item, not 0; allowed: "
-        "list[int in [0, 2**63)], non-empty"
+        "a list of integers in [0, 2**63), non-empty"
     )
 
     class P(dk.Params):
@@ -75,23 +78,24 @@ def test_allowed_carries_the_length_bounds_samplers_shows() -> None:
     for values, expected in [
         (
             {"name": "a"},
-            "p: name='a' is invalid: String should have at least 2 characters; allowed: str, at least "
+            "p: name='a' is invalid: String should have at least 2 characters; allowed: a string, at least "
             "2 characters, at most 4 characters",
         ),
         (
             {"pairs": [1, 2]},
-            "p: pairs=[1, 2] is invalid: Input should have at most 1 item, not 2; allowed: list[int], at most 1 item",
+            "p: pairs=[1, 2] is invalid: Input should have at most 1 item, not 2; allowed: a list of integers, "
+            "at most 1 item",
         ),
-        ({"pairs": 3}, "p: pairs=3 is invalid: Input should be a list; allowed: list[int], at most 1 item"),
+        ({"pairs": 3}, "p: pairs=3 is invalid: Input should be a list; allowed: a list of integers, at most 1 item"),
     ]:
         with pytest.raises(dk.ParameterError) as info:
             validate_params("p", P, values)
         assert str(info.value) == expected
     with pytest.raises(dk.ParameterError) as info:  # "finite" where an interval leaves it open: said "0 <= multiplier"
         dk.create("dry", multiplier=float("inf"))
-    assert str(info.value).endswith("; allowed: float 0 <= multiplier, finite")
+    assert str(info.value).endswith("; allowed: a number 0 <= multiplier, finite")
     report = samplers_report(["allowed_tokens"])["samplers"][0]["params"][0]
-    assert (report["bounds"], report["allowed"]) == ("non-empty", "list[int in [0, 2**63)], non-empty")
+    assert (report["bounds"], report["allowed"]) == ("non-empty", "a list of integers in [0, 2**63), non-empty")
 
 
 def test_a_model_parameter_takes_a_model_object_and_refuses_the_rest() -> None:
@@ -106,6 +110,8 @@ def test_a_model_parameter_takes_a_model_object_and_refuses_the_rest() -> None:
     model = Model()
     assert P(model=model).model is model and P().model == "tiny"
     for bad in (None, 3, [model], print):  # not a model: not callable, or no spec
-        with pytest.raises(dk.ParameterError, match=re.escape(f"model={bad!r} is invalid; allowed: str | Model")):
+        with pytest.raises(
+            dk.ParameterError, match=re.escape(f"model={bad!r} is invalid; allowed: a string or a Model")
+        ):
             dk.params.validate_params("p", P, {"model": bad})
     assert "Model" in str(P.model_json_schema()["properties"]["model"])  # the listing's JSON Schema

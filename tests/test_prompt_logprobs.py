@@ -134,7 +134,7 @@ def test_streamed_beam_and_cfg_give_them_speculative_refuses(model: GPT) -> None
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        (-1, r"prompt_logprobs=-1 is invalid; allowed: None or an integer, 0 <= prompt_logprobs <= 101"),
+        (-1, r"prompt_logprobs=-1 is invalid; allowed: an integer 0 <= prompt_logprobs <= 101, or None"),
         (102, r"prompt_logprobs=102 is invalid"),
         (1.5, r"prompt_logprobs=1.5 is invalid"),
         ("2", r"prompt_logprobs='2' is invalid"),
@@ -191,7 +191,10 @@ def test_the_cli_puts_them_in_the_json_document() -> None:
     for argv, message in [
         (["--prompt-logprobs", "2"], "--prompt-logprobs 2: reported in the JSON document; add --json"),
         (["--prompt-logprobs", "2", "--json", "--strategy", "speculative"], "speculative: prompt_logprobs=2 is not"),
-        (["--prompt-logprobs", "900", "--json"], "prompt_logprobs=900 is invalid; allowed: None or an integer"),
+        (
+            ["--prompt-logprobs", "900", "--json"],
+            "prompt_logprobs=900 is invalid; allowed: an integer 0 <= prompt_logprobs",
+        ),
         (["--prompt-logprobs", "2", "--json", "--input", "x.jsonl", "--output", "y"], "--input cannot be combined"),
     ]:
         run = run_cli(["generate", "ROMEO:", "--max-new-tokens", "1", *argv])

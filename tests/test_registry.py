@@ -169,7 +169,9 @@ def test_cache_backend_parameters_in_every_form(registered: Callable[..., Plugin
         dk.create_cache("capped(16)", spec, sinks=4),
     ):
         assert isinstance(cache, CappedCache) and cache.params == CappedParams(size=16, sinks=4)
-    with pytest.raises(dk.ParameterError, match=r"cache capped: size=0 is invalid: .*allowed: int 1 <= size <= 1024"):
+    with pytest.raises(
+        dk.ParameterError, match=r"cache capped: size=0 is invalid: .*allowed: an integer 1 <= size <= 1024"
+    ):
         dk.create_cache("capped(size=0)", spec)
     with pytest.raises(dk.ParameterError, match="missing required parameter size"):
         dk.create_cache("capped", spec)
@@ -184,8 +186,8 @@ def test_cache_backend_parameters_in_every_form(registered: Callable[..., Plugin
         dk.create_cache("capped(size=3", spec)
     [listed] = [c for c in samplers_report()["cache_backends"] if c["name"] == "capped"]
     assert [(p["name"], p["allowed"], p["required"]) for p in listed["params"]] == [
-        ("size", "int 1 <= size <= 1024", True),
-        ("sinks", "int 0 <= sinks", False),
+        ("size", "an integer 1 <= size <= 1024", True),
+        ("sinks", "an integer 0 <= sinks", False),
     ]
 
 

@@ -25,7 +25,7 @@ BAD_ARGUMENTS = [
     ({"seed": [2**64]}, r"seed\[0\]=18446744073709551616 is invalid; allowed: an integer, 0 <= seed < 2\*\*64"),
     ({"seed": [1, 2]}, r"seed: 2 seeds given for 1 prompts; allowed: one int, or one per prompt \(1\)"),
     ({"seed": "7"}, r"seed='7' is invalid"),
-    ({"logprobs": 2.5}, r"logprobs=2.5 is invalid; allowed: None or an integer, 0 <= logprobs <= 101"),
+    ({"logprobs": 2.5}, r"logprobs=2.5 is invalid; allowed: an integer 0 <= logprobs <= 101, or None"),
     ({"logprobs": V + 1}, r"logprobs=102 is invalid"),
     ({"cache": None}, r"cache=None is invalid; allowed: a cache backend name, 'name\(args\)', 'none', or a factory"),
     ({"cache": 5}, r"cache=5 is invalid"),

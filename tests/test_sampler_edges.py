@@ -65,7 +65,7 @@ def test_edge_parameters_work_and_never_revive(text: str, dtype: torch.dtype) ->
 def test_a_tiny_temperature_is_greedy_and_bounds_name_the_range() -> None:
     x = torch.tensor([[0.0, 2.0, NEG, 2.0 - 1e-6]])
     assert torch.equal(dk.create("temperature", value=5e-324)(x, ctx_for()), torch.tensor([[NEG, 2.0, NEG, NEG]]))
-    with pytest.raises(dk.ParameterError, match=r"value=3.4e\+38.*value <= 10000.0"):
+    with pytest.raises(dk.ParameterError, match=r"value=3.4e\+38.*value <= 10000$"):
         dk.create("temperature", value=3.4e38)
 
 

@@ -21,6 +21,7 @@ from decodekit import compiling
 from decodekit.chain_string import parse_chain_string
 from decodekit.context import DecodeContext
 from decodekit.errors import ChainSpecError, NumericsError, ParameterError
+from decodekit.param_types import shown, words
 from decodekit.plugins import create, sampler_entry
 from decodekit.results import TokenLogprobs, token_logprobs
 from decodekit.sample import Sample
@@ -108,7 +109,7 @@ class Chain:
             except RecursionError:  # json nests by recursion; Python's limit is the depth limit
                 raise ChainSpecError("chain spec: JSON nested too deeply; allowed: a list of stage objects") from None
         if not isinstance(spec, Sequence) or isinstance(spec, str):
-            raise ChainSpecError(f"chain spec: {spec!r}; allowed: a list of stage objects")
+            raise ChainSpecError(f"chain spec: {shown(spec)}; allowed: a list of stage objects")
         return cls._from_stages([_spec_stage(i, item) for i, item in enumerate(spec)])
 
     @classmethod
@@ -381,14 +382,14 @@ def _spec_stage(i: int, item: object) -> Any:
     """Build stage `i` of a spec: `"name"` or `{"name": str, "params": {str: value}}`."""
     if isinstance(item, str):
         item = {"name": item}
-    allowed = "{'name': str, 'params': {...}}"
+    allowed = words("{'name': str, 'params': {...}}", '{"name": a string, "params": an object}')
     if not isinstance(item, dict) or "name" not in item or set(item) - {"name", "params"}:
         # a list of stage objects, as transformers' LogitsProcessorList would be, wants dk.Chain
         obj, wrap = (", a stage object", " (stage objects: dk.Chain([...]))") if callable(item) else ("", "")
-        raise ChainSpecError(f"chain spec: stage {i} is {item!r}{obj}; allowed: {allowed}{wrap}")
+        raise ChainSpecError(f"chain spec: stage {i} is {shown(item)}{obj}; allowed: {allowed}{wrap}")
     name, params = item["name"], item.get("params") or {}
     if not isinstance(name, str):
-        raise ChainSpecError(f"chain spec: stage {i} name is {name!r}; allowed: a string ({allowed})")
+        raise ChainSpecError(f"chain spec: stage {i} name is {shown(name)}; allowed: a string ({allowed})")
     if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
-        raise ChainSpecError(f"chain spec: stage {i} params is {params!r}; allowed: an object with string keys")
+        raise ChainSpecError(f"chain spec: stage {i} params is {shown(params)}; allowed: an object with string keys")
     return create(name, **params)

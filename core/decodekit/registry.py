@@ -16,6 +16,7 @@ from decodekit.chain_string import MODEL_NAME
 from decodekit.errors import PLUGIN_FAILURES, PluginError, UnknownNameError, did_you_mean
 from decodekit.hookspecs import CORE_DISTRIBUTION, ENTRY_POINT_GROUP
 from decodekit.params import NoParams, Params
+from decodekit.standard_plugins import STANDARD_PLUGINS, install_hint
 
 __all__ = [
     "CATEGORIES",
@@ -213,11 +214,15 @@ class Registry:
             if conflict.category == category and conflict.name == name:
                 raise PluginError(conflict.message())
         names = sorted(self.section(category))
+        listed = f"installed: {', '.join(names) or 'none'}" + (f"; also accepted: {', '.join(also)}" if also else "")
+        if (dist := STANDARD_PLUGINS.get(name)) is not None and not any(name in self.section(c) for c in CATEGORIES):
+            raise UnknownNameError(  # a standard name: how to install it, not a close name
+                f"{category} {name!r} is not installed; {listed}; {dist} registers it: {install_hint([dist])}"
+                f"{self.unregistered}"
+            )
         raise UnknownNameError(
-            f"unknown {category} {name!r}; installed: {', '.join(names) or 'none'}"
-            + (f"; also accepted: {', '.join(also)}" if also else "")
-            + did_you_mean(name, [*names, *also])
-            + f" (no installed plugin distribution registers it{self.unregistered})"
+            f"unknown {category} {name!r}; {listed}{did_you_mean(name, [*names, *also])} (no installed plugin "
+            f"distribution registers it{self.unregistered})"
         )
 
     @cached_property

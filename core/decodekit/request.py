@@ -11,7 +11,9 @@ import torch
 from typing_extensions import Unpack
 
 from decodekit.errors import ParameterError, UnknownNameError
+from decodekit.param_types import shown, words
 from decodekit.prompts import as_index, prompt_rows, token_ids
+from decodekit.standard_plugins import STANDARD_PLUGINS, install_hint
 
 if TYPE_CHECKING:
     from decodekit.chain import Chain
@@ -91,14 +93,14 @@ class DecodeRequest:
 
 def _flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
-        raise ParameterError(f"{name}={value!r} is invalid; allowed: True or False")
+        raise ParameterError(f"{name}={shown(value)} is invalid; allowed: {words('True or False', 'true or false')}")
     return value
 
 
 def _integer(name: str, value: object, ok: Callable[[int], bool], allowed: str) -> int:
     n = as_index(value)
     if n is None or not ok(n):
-        raise ParameterError(f"{name}={value!r} is invalid; allowed: {allowed}")
+        raise ParameterError(f"{name}={shown(value)} is invalid; allowed: {allowed}")
     return n
 
 
@@ -157,9 +159,9 @@ def _default_cache() -> CacheFactory:
     except UnknownNameError:
         installed = ", ".join(sorted(get_registry().caches)) or "none installed"
         raise UnknownNameError(
-            "no cache given, and no installed plugin registers the default cache backend 'dense'; allowed: pip "
-            "install decodekit-cache-dense (from a checkout of decodekit: pip install plugins/decodekit-cache-dense), "
-            f"another backend ({installed}), or cache='none' to recompute the whole context every step (slower)"
+            "no cache given, and no installed plugin registers the default cache backend 'dense'; allowed: "
+            f"{install_hint([STANDARD_PLUGINS['dense']])}, another backend ({installed}), or cache='none' to recompute "
+            "the whole context every step (slower)"
         ) from None
 
 
@@ -224,7 +226,7 @@ def _max_new_tokens(value: object, batch: int) -> tuple[int, tuple[int, ...] | N
 
 
 def _logprobs(logprobs: object, vocab_size: int, name: str = "logprobs") -> int | None:
-    allowed = f"None or an integer, 0 <= {name} <= {vocab_size}"
+    allowed = f"an integer 0 <= {name} <= {vocab_size}, or {words('None', 'null')}"
     return None if logprobs is None else _integer(name, logprobs, lambda n: 0 <= n <= vocab_size, allowed)
 
 

@@ -47,7 +47,7 @@ def test_selectors_end_a_chain() -> None:
         ("dynamic_temperature", {"temp": -1.0, "delta": 0.5}, ["temp=-1.0", "0 <= temp"]),
         ("dynamic_temperature", {"temp": 1.0, "delta": -0.5}, ["delta=-0.5", "0 <= delta"]),
         ("dynamic_temperature", {"temp": 1.0, "delta": 0.5, "exponent": -1.0}, ["exponent=-1.0", "0 <= exponent"]),
-        ("mirostat", {"tau": -1.0}, ["mirostat", "tau=-1.0", "0 <= tau <= 10000.0"]),
+        ("mirostat", {"tau": -1.0}, ["mirostat", "tau=-1.0", "0 <= tau <= 10000"]),
         ("mirostat", {"eta": 1.5}, ["eta=1.5", "0 <= eta <= 1"]),
         ("mirostat", {"m": 1}, ["m=1", "2 <= m"]),
         ("mirostat_v2", {"tau": -1.0}, ["tau=-1.0", "0 <= tau"]),

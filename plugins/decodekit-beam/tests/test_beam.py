@@ -359,15 +359,15 @@ def test_two_plugins_registering_one_strategy_name_is_an_error_naming_both() -> 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"num_beams": 0}, r"num_beams=0 is invalid: .*; allowed: int 1 <= num_beams"),
+        ({"num_beams": 0}, r"num_beams=0 is invalid: .*; allowed: an integer 1 <= num_beams"),
         ({"num_beams": 2, "num_return_sequences": 3}, r"num_return_sequences=3 .* <= num_beams=2"),
         (
             {"length_penalty": float("inf")},
-            r"length_penalty=inf is invalid: .*allowed: float -10.0 <= length_penalty <= 10.0",
+            r"length_penalty=inf is invalid: .*allowed: a number -10 <= length_penalty <= 10",
         ),
         ({"length_penalty": 700}, r"length_penalty=700 is invalid"),
         ({"length_penalty": float("nan")}, r"length_penalty=nan is invalid"),
-        ({"early_stopping": "sometimes"}, r"early_stopping='sometimes' is invalid; allowed: bool \| 'never'"),
+        ({"early_stopping": "sometimes"}, r"early_stopping='sometimes' is invalid; allowed: True, False or 'never'"),
         ({"seed": 1.5}, r"seed=1.5 is invalid; allowed: an integer, 0 <= seed < 2\*\*64"),
         ({"cache": None}, r"cache=None is invalid"),
         ({"max_new_tokens": -1}, r"max_new_tokens=-1 is invalid"),

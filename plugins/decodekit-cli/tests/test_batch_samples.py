@@ -117,7 +117,7 @@ def test_under_beam_search_n_is_the_n_best_beams_of_one_search(tmp_path: Path) -
         ),
         (
             True,
-            "prompt line: n=True is invalid: Input should be a number, not a bool or a string; allowed: an integer",
+            "prompt line: n=true is invalid: Input should be a number, not a bool or a string; allowed: an integer",
         ),
         (2**62, "prompt line: n=4611686018427387904 is invalid: its 4,611,686,018,427,387,904 rows of 10 tokens"),
     ],

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import tomllib
 from decodekit_cli import install_hints
-from decodekit_cli.catalogue import STANDARD_PLUGINS
+
+from decodekit.standard_plugins import STANDARD_PLUGINS
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: plugins/decodekit-cli/tests/ -> the repository
 

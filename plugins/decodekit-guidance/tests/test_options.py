@@ -21,11 +21,11 @@ PROMPTS = [[1, 2, 3], [4, 5]]
     [
         (
             {"scale": float("nan")},
-            "strategy cfg: scale=nan is invalid: Input should be a finite number; allowed: float",
+            "strategy cfg: scale=nan is invalid: Input should be a finite number; allowed: a number",
         ),
         (
             {"scale": float("inf")},
-            "strategy cfg: scale=inf is invalid: Input should be a finite number; allowed: float",
+            "strategy cfg: scale=inf is invalid: Input should be a finite number; allowed: a number",
         ),
         # found by the fuzzer: 1e300 times a log-probability gap overflowed to +inf, a NumericsError naming no option
         ({"scale": 1e300}, "strategy cfg: scale=1e+300 is invalid: Input should be less than or equal to 10000"),

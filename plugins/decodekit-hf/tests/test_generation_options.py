@@ -205,7 +205,7 @@ def test_generation_defaults_leave_num_return_sequences_to_the_caller(build_gpt2
     ("options", "named"),
     [
         (dict(guidance_scale=float("nan")), r"guidance_scale=nan: strategy cfg: scale=nan is invalid"),
-        (dict(guidance_scale=1e300), r"guidance_scale=1e\+300: .*; allowed: float -10000.0 <= scale <= 10000.0$"),
+        (dict(guidance_scale=1e300), r"guidance_scale=1e\+300: .*; allowed: a number -10000 <= scale <= 10000$"),
         (dict(num_beams=2, length_penalty=float("inf")), r"length_penalty=inf: strategy beam"),
         (dict(num_beams=2, num_return_sequences=0), r"num_return_sequences=0: transformers' generate\(\) fails"),
         (dict(num_beams=0), r"num_beams=0: transformers' generate\(\) fails on it; allowed: an integer >= 1$"),

@@ -74,11 +74,11 @@ def test_a_device_torch_cannot_use_is_refused_saying_what_is(saved_gpt2: Path, d
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ("dtype=float64", r"dtype='float64' is invalid.*allowed: 'auto' \| 'float32' \| 'bfloat16' \| 'float16'"),
+        ("dtype=float64", r"dtype='float64' is invalid.*allowed: 'auto', 'float32', 'bfloat16' or 'float16'"),
         ("device=gpu", r"device='gpu' is invalid.*allowed: cpu, cuda, cuda:N \(N = 0, 1, \.\.\.\), mps"),
         ("device='cuda:x'", r"device='cuda:x' is invalid.*allowed: cpu, cuda, cuda:N"),
-        ("context=0", r"context=0 is invalid.*allowed: None, or int 1 <= context"),
-        ("context=2.5", r"context=2.5 is invalid.*allowed: None, or int 1 <= context"),
+        ("context=0", r"context=0 is invalid.*allowed: an integer 1 <= context, or None"),
+        ("context=2.5", r"context=2.5 is invalid.*allowed: an integer 1 <= context, or None"),
         (
             "context=129",
             r"context=129 is more than GPT2Config's max_position_embeddings=128; allowed: 1 <= context <= 128",

@@ -31,4 +31,4 @@ def test_draft_none_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -
 
     assert main(["generate", "ROMEO:", "--strategy", "speculative(draft=None)", "--max-new-tokens", "4"]) == 2
     [line] = capsys.readouterr().err.splitlines()
-    assert line == "decodekit: error: strategy speculative: draft=None is invalid; allowed: str | Model"
+    assert line == "decodekit: error: strategy speculative: draft=null is invalid; allowed: a string or a Model"

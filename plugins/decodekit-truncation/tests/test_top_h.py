@@ -237,5 +237,7 @@ def test_a_negative_zero_logit_tied_with_a_positive_zero_cut_stays() -> None:
 def test_a_top_n_past_any_vocabulary_is_refused(top_n: int) -> None:
     """Found by the fuzzer: the cut pads the top logits to top_n, so 2**53 + 1 tried to allocate that many floats
     (RuntimeError) and 2**64 overflowed `pad` (TypeError)."""
-    with pytest.raises(dk.ParameterError, match=rf"^top_h: top_n={top_n} is invalid: .*allowed: int 1 <= top_n <= "):
+    with pytest.raises(
+        dk.ParameterError, match=rf"^top_h: top_n={top_n} is invalid: .*allowed: an integer 1 <= top_n <= "
+    ):
         dk.Chain.parse(f"top_h(0.5, top_n={top_n})")

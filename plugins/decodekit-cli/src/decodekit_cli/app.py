@@ -7,6 +7,7 @@ This module imports no torch: each command imports what it needs when it runs, s
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -95,6 +96,21 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+
+def integer(least: int | None = None) -> dict[str, Any]:
+    """An integer option's arguments to `typer.Option`: its value is digits with an optional sign, at least `least`
+    (typer reads through pydantic, which takes "2.0" as 2; a parser replaces that reading, and its `min` check)."""
+
+    def parse(text: str | int) -> int:
+        if isinstance(text, int):  # the option's default
+            return text
+        if not re.fullmatch(r"[+-]?[0-9]+", text.strip()) or (least is not None and int(text) < least):
+            raise ValueError(f"allowed: an integer{'' if least is None else f' >= {least}'}")
+        return int(text)
+
+    return {"parser": parse, "min": least}  # min: the help's "[x>=1]"
+
+
 # Options shared by `generate` and `explain`.
 ModelOption = Annotated[
     str | None,
@@ -120,7 +136,7 @@ TemperatureOption = Annotated[
     float | None, typer.Option("--temperature", help="Divide logits by T (0: greedy).", rich_help_panel=SAMPLING)
 ]
 TopKOption = Annotated[
-    int | None, typer.Option("--top-k", help="Keep the k most likely tokens.", rich_help_panel=SAMPLING)
+    int | None, typer.Option("--top-k", **integer(), help="Keep the k most likely tokens.", rich_help_panel=SAMPLING)
 ]
 TopPOption = Annotated[
     float | None,
@@ -132,7 +148,9 @@ RepetitionPenaltyOption = Annotated[
         "--repetition-penalty", help="Penalise tokens already in the context (1: none).", rich_help_panel=SAMPLING
     ),
 ]
-SeedOption = Annotated[int | None, typer.Option("--seed", "-s", help="Random seed; the same seed gives the same text.")]
+SeedOption = Annotated[
+    int | None, typer.Option("--seed", "-s", **integer(), help="Random seed; the same seed gives the same text.")
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 CacheOption = Annotated[
     str | None,
@@ -203,7 +221,7 @@ def generate(
         int | None,
         typer.Option(
             "--max-new-tokens",
-            min=0,
+            **integer(least=0),
             help="Tokens to generate per sample. Default: the model's own (an hf: checkpoint's generation config), "
             f"else {DEFAULT_MAX_NEW_TOKENS}.",
             show_default=False,
@@ -224,7 +242,7 @@ def generate(
         typer.Option(
             "--num-samples",
             "-n",
-            min=1,
+            **integer(least=1),
             help="Samples of the same prompt, each with its own seed; under beam search its N best beams "
             "(num_return_sequences=N, N <= num_beams); with --input, every line's (a line's own n wins). "
             "Default: the model's own num_return_sequences, else 1.",
@@ -239,7 +257,7 @@ def generate(
         int | None,
         typer.Option(
             "--prompt-logprobs",
-            min=0,
+            **integer(least=0),
             metavar="N",
             help="Put in the --json document each prompt token's log-probability under the model, its rank and the "
             "N most likely tokens (vLLM's prompt_logprobs); with --max-new-tokens 0, scoring alone. With --input: "
@@ -250,7 +268,7 @@ def generate(
         int | None,
         typer.Option(
             "--logprobs",
-            min=0,
+            **integer(least=0),
             metavar="N",
             help="Put in the --json document each generated token's log-probability under the model and after the "
             "chain, each with the N most likely tokens (vLLM's logprobs). With --input: in every record (a line's "
@@ -274,7 +292,7 @@ def generate(
         int | None,
         typer.Option(
             "--threads",
-            min=1,
+            **integer(least=1),
             help="CPU threads for torch, at most the CPUs this process can use. Default: 1 for models under "
             "20M parameters (their per-token work is too small to split, and a busy second core stalls every "
             "step), else torch's default.",
@@ -313,7 +331,7 @@ def generate(
         int,
         typer.Option(
             "--batch-size",
-            min=1,
+            **integer(least=1),
             help="Sequences generated together (a line of n samples counts n).",
             rich_help_panel=BATCH,
         ),
@@ -343,7 +361,10 @@ def generate(
     ray_actors: Annotated[
         int | None,
         typer.Option(
-            "--ray-actors", min=1, help="Ray actors, each with a model (default: all that fit).", rich_help_panel=BATCH
+            "--ray-actors",
+            **integer(least=1),
+            help="Ray actors, each with a model (default: all that fit).",
+            rich_help_panel=BATCH,
         ),
     ] = None,
     ray_actor_cpus: Annotated[
@@ -432,8 +453,8 @@ def explain(
     top_k: TopKOption = None,
     top_p: TopPOption = None,
     repetition_penalty: RepetitionPenaltyOption = None,
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Tokens to generate and explain.")] = 5,
-    top: Annotated[int, typer.Option("--top", min=1, help="Candidates to show per stage.")] = 5,
+    steps: Annotated[int, typer.Option("--steps", **integer(least=1), help="Tokens to generate and explain.")] = 5,
+    top: Annotated[int, typer.Option("--top", **integer(least=1), help="Candidates to show per stage.")] = 5,
     seed: SeedOption = None,
     cache: CacheOption = None,
     replace_unknown: ReplaceUnknownOption = False,
@@ -442,7 +463,7 @@ def explain(
         Path | None,
         typer.Option("--plot", help="Write a PNG: top-candidate probabilities after each stage at --plot-step."),
     ] = None,
-    plot_step: Annotated[int, typer.Option("--plot-step", min=0, help="The step --plot draws.")] = 0,
+    plot_step: Annotated[int, typer.Option("--plot-step", **integer(least=0), help="The step --plot draws.")] = 0,
     json_output: JsonOption = False,
 ) -> None:
     from decodekit_cli.explain_command import ExplainRequest, run_explain
@@ -527,9 +548,10 @@ def calibrate(
     text: Annotated[
         Path | None, typer.Option("--text", help="Held-out UTF-8 text (default: the shipped Hamlet).")
     ] = None,
-    sinks: Annotated[int, typer.Option("--sinks", help="Leading positions reported apart as sinks.")] = 4,
+    sinks: Annotated[int, typer.Option("--sinks", **integer(), help="Leading positions reported apart as sinks.")] = 4,
     windows: Annotated[
-        int | None, typer.Option("--windows", help="Measure at most this many contexts, spread over the text.")
+        int | None,
+        typer.Option("--windows", **integer(), help="Measure at most this many contexts, spread over the text."),
     ] = None,
     json_output: JsonOption = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="Draw a(d), the fits and D_f to a PNG.")] = None,
@@ -656,12 +678,13 @@ def _quiet_after_broken_pipe() -> int:
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status. Errors are one line on stderr, never a traceback."""
     from decodekit.errors import DecodekitError
+    from decodekit.param_types import json_words
 
     args = bare_ray_flag(list(sys.argv[1:] if argv is None else argv) or ["--help"])
     previous = warnings.showwarning
     warnings.showwarning = _show_warning
-    try:
-        with torch_warnings_in_one_line():
+    try:  # its users write JSON lines, JSON specs and chain strings: its errors say null, true, false
+        with torch_warnings_in_one_line(), json_words():
             status = typer.main.get_command(app).main(args=args, prog_name="decodekit", standalone_mode=False)
         sys.stdout.flush()  # here, not at exit, where a closed pipe is "Exception ignored" and status 120
     except (_BrokenPipeError, BrokenPipeError):

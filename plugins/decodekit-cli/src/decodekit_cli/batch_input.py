@@ -41,8 +41,9 @@ STDIN_HINT = (
 
 
 def _optional(description: str, allowed: str, **bounds: Any) -> Any:
-    """A line's optional field (null: the command's option) and what its error says is allowed, as a JSON line
-    writes it (pydantic's types would read "None, or int"; `decodekit.params.allowed_values` reads it)."""
+    """A line's optional field (null: the command's option) and what its error says is allowed: the bounds that
+    `dk.validate` checks, and what null means, which its type alone cannot say (`decodekit.params.allowed_values`
+    reads it)."""
     return Field(None, description=description, json_schema_extra={"allowed": allowed}, **bounds)
 
 

@@ -19,11 +19,11 @@ from rich.table import Table
 from rich.text import Text
 
 from decodekit.errors import PluginError, UnknownNameError, did_you_mean
-from decodekit.param_types import interval_text, type_text
+from decodekit.param_types import interval_text, shown, type_text
 from decodekit.params import Params, allowed_values, bound_words
 from decodekit.plugins import get_registry, sampler_entry
 from decodekit.registry import CATEGORIES, NO_ENTRY_POINT, Entry, Registry, without_entry_point
-from decodekit_cli.catalogue import STANDARD_PLUGINS
+from decodekit.standard_plugins import STANDARD_PLUGINS
 from decodekit_cli.console import stdout_console
 from decodekit_cli.install_hints import install_hint
 
@@ -203,7 +203,7 @@ def _problem_table(title: str, columns: tuple[str, ...], rows: list[dict[str, An
 
 
 def _default(p: dict[str, Any]) -> str:
-    return "required" if p["required"] else f"default {p['default']!r}"
+    return "required" if p["required"] else f"default {shown(p['default'])}"  # null, true: as its type says
 
 
 def _indented(renderable: RenderableType, by: int) -> Padding:

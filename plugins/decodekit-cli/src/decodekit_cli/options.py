@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from decodekit.errors import ChainSpecError, CompileError, ContextLengthError, DecodekitError, did_you_mean
 from decodekit.plugins import get_registry, load_model
-from decodekit_cli.catalogue import STANDARD_PLUGINS
+from decodekit.standard_plugins import STANDARD_PLUGINS
 from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
 from decodekit_cli.errors import EXIT_FAILURE, CliError, report_warning
 from decodekit_cli.install_hints import install_hint

@@ -1,0 +1,77 @@
+"""The plugin distributions of this repository, by the names they register: what an unknown name's error (the
+registry's, the command line's) tells a user to install when the name is a standard one."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Iterable
+from importlib import metadata
+from pathlib import Path
+
+__all__ = ["PLUGIN_NEEDS", "STANDARD_PLUGINS", "folders", "install_hint", "installed", "with_needs"]
+
+STANDARD_PLUGINS: dict[str, str] = {
+    "greedy": "decodekit-greedy",
+    "temperature": "decodekit-temperature",
+    "top_k": "decodekit-top-k",
+    "top_p": "decodekit-top-p",
+    "repetition_penalty": "decodekit-repetition-penalty",
+    "json_schema": "decodekit-grammar",
+    "json": "decodekit-grammar",
+    "regex": "decodekit-grammar",
+    "grammar": "decodekit-grammar",
+    "dense": "decodekit-cache-dense",
+    "gqa": "decodekit-cache-gqa",
+    "int8": "decodekit-cache-int8",
+    "window": "decodekit-cache-window",
+    "beam": "decodekit-beam",
+    "speculative": "decodekit-speculative",
+    "cfg": "decodekit-guidance",
+    "tiny-shakespeare": "decodekit-shakespeare",
+    "tiny-shakespeare-draft": "decodekit-shakespeare",
+    "tiny-shakespeare-llama": "decodekit-shakespeare-llama",
+    "gpt2": "decodekit-gpt",
+    "hf": "decodekit-hf",
+}
+
+# The plugins each plugin needs at run time (its pyproject's dependencies): from a checkout, pip finds
+# them on no index, so an install hint names their folders too.
+PLUGIN_NEEDS: dict[str, tuple[str, ...]] = {
+    "decodekit-shakespeare": ("decodekit-gpt", "decodekit-cache-window"),
+    "decodekit-shakespeare-llama": ("decodekit-hf",),
+    "decodekit-ray": ("decodekit-cli",),
+}
+
+
+def installed(distribution: str) -> bool:
+    try:
+        metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def with_needs(distributions: Iterable[str], is_installed: Callable[[str], bool] = installed) -> list[str]:
+    """The distributions and the plugins they need, in turn, that are not installed."""
+    local = set(distributions)
+    while needed := {n for d in local for n in PLUGIN_NEEDS.get(d, ()) if not is_installed(n)} - local:
+        local |= needed
+    return sorted(local)
+
+
+def folders(
+    distributions: Iterable[str], checkout: Path | None = None, is_installed: Callable[[str], bool] = installed
+) -> str:
+    """The plugins' folders and those they need, quoted for a shell (a checkout may sit in "my checkout")."""
+    prefix = f"{checkout}/" if checkout else ""
+    return " ".join(shlex.quote(f"{prefix}plugins/{d}") for d in with_needs(distributions, is_installed))
+
+
+def install_hint(
+    distributions: Iterable[str], checkout: Path | None = None, is_installed: Callable[[str], bool] = installed
+) -> str:
+    """Both ways: `pip install NAMES` from an index; from a checkout (whose plugins no index knows), their folders
+    and those of the plugins they need that are not installed: absolute ones in `checkout`, where it is known."""
+    names = sorted(set(distributions))
+    where = "from a checkout" if checkout else "from a checkout of decodekit, in its folder"
+    return f"pip install {' '.join(names)} ({where}: pip install {folders(names, checkout, is_installed)})"
