@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from decodekit.errors import CacheCapacityError, ParameterError
+from decodekit.errors import CacheCapacityError, DecodekitError, ParameterError
 from decodekit.spec import CacheSpec
 from decodekit.storage import FloatStorage, StorageFactory, check_keys, check_memory, float_bytes
+
+if TYPE_CHECKING:
+    from decodekit.registry import Entry
 
 __all__ = [
     "Croppable",
@@ -151,14 +154,29 @@ def observes(cache: object) -> bool:
 
 def capability_error(cache: object, need: str, who: str) -> ParameterError | None:
     """None when `cache` has capability `need` ("crop", "crop_rows", "reorder", "nbytes"), else the error
-    that refuses it, saying what `who` (a strategy) needs it for."""
+    that refuses it, naming the cache as the user did, what `who` (a strategy) needs it for, and the installed
+    backends that offer it."""
     protocol, why = _CAPABILITIES[need]
     if isinstance(cache, protocol):
         return None
+    from decodekit.plugins import get_registry  # the registry: read only to word a refusal
+
+    caches, cls = get_registry().caches, type(cache)
+    path = f"{cls.__module__}:{cls.__qualname__}"  # how a plugin registers its class, without importing it
+    name = next((n for n, e in caches.items() if e.impl is cls or e.impl == path), cls.__name__)
     return ParameterError(
-        f"{who}: cache {type(cache).__name__} cannot be used: {who} needs a cache that {why}; "
-        f"allowed: a cache backend with {need}"
+        f"{who}: cache {name} cannot be used: {who} needs a cache that {why}; allowed: a cache backend with "
+        f"{need} (installed: {', '.join(sorted(n for n, e in caches.items() if _offers(e, protocol))) or 'none'})"
     )
+
+
+def _offers(entry: Entry, protocol: type) -> bool:
+    """Whether the backend of `entry` has `protocol`'s members, read from its class as `evicts(impl)` reads it (no
+    cache is created); one whose plugin fails to import does not."""
+    try:
+        return isinstance(entry.load(), protocol)
+    except DecodekitError:
+        return False
 
 
 def capacity_error(cache: str, layer: int, held: int, new: int, capacity: int) -> CacheCapacityError:
