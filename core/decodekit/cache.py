@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from decodekit.errors import CacheCapacityError, DecodekitError, ParameterError
+from decodekit.errors import CacheCapacityError, ParameterError
 from decodekit.spec import CacheSpec
-from decodekit.storage import FloatStorage, StorageFactory, check_keys, check_memory, float_bytes
-
-if TYPE_CHECKING:
-    from decodekit.registry import Entry
+from decodekit.storage import FloatStorage, StorageFactory, check_keys, check_memory, float_bytes, loaded
 
 __all__ = [
     "Croppable",
@@ -155,7 +152,7 @@ def observes(cache: object) -> bool:
 def capability_error(cache: object, need: str, who: str) -> ParameterError | None:
     """None when `cache` has capability `need` ("crop", "crop_rows", "reorder", "nbytes"), else the error
     that refuses it, naming the cache as the user did, what `who` (a strategy) needs it for, and the installed
-    backends that offer it."""
+    backends that offer it, read from their classes as `evicts(impl)` reads one (no cache is created)."""
     protocol, why = _CAPABILITIES[need]
     if isinstance(cache, protocol):
         return None
@@ -164,19 +161,11 @@ def capability_error(cache: object, need: str, who: str) -> ParameterError | Non
     caches, cls = get_registry().caches, type(cache)
     path = f"{cls.__module__}:{cls.__qualname__}"  # how a plugin registers its class, without importing it
     name = next((n for n, e in caches.items() if e.impl is cls or e.impl == path), cls.__name__)
+    offering = sorted(n for n, e in caches.items() if isinstance(loaded(e), protocol))
     return ParameterError(
         f"{who}: cache {name} cannot be used: {who} needs a cache that {why}; allowed: a cache backend with "
-        f"{need} (installed: {', '.join(sorted(n for n, e in caches.items() if _offers(e, protocol))) or 'none'})"
+        f"{need} (installed: {', '.join(offering) or 'none'})"
     )
-
-
-def _offers(entry: Entry, protocol: type) -> bool:
-    """Whether the backend of `entry` has `protocol`'s members, read from its class as `evicts(impl)` reads it (no
-    cache is created); one whose plugin fails to import does not."""
-    try:
-        return isinstance(entry.load(), protocol)
-    except DecodekitError:
-        return False
 
 
 def capacity_error(cache: str, layer: int, held: int, new: int, capacity: int) -> CacheCapacityError:
