@@ -177,9 +177,13 @@ def _length(cache: KVCache, what: str) -> int:
     return _int(cache.length, f"{what}: cache.length is", f"an int property, {LENGTH}")
 
 
-def _in_place(returned: object, call: str) -> None:
-    """A method that changes the cache (crop, crop_rows, reorder) returns None: a copy it returned would go unused."""
-    assert returned is None, f"{call} returned {_shown(returned)}; allowed: None (it changes the cache in place)"
+def _in_place(method: Callable[..., object], *args: object) -> None:
+    """Call `method` (crop, crop_rows, reorder), which changes the cache: a copy it returned would go unused."""
+    returned, shown = method(*args), ", ".join(str(a.tolist() if isinstance(a, Tensor) else a) for a in args)
+    assert returned is None, (
+        f"{getattr(method, '__name__', method)}({shown}) returned {_shown(returned)}; allowed: None (it changes the "
+        "cache in place)"
+    )
 
 
 def _update(cache: KVCache, layer: int, k: Tensor, v: Tensor, where: str) -> tuple[Tensor, Tensor]:
@@ -439,12 +443,12 @@ class CacheConformance:
         g, history, what = torch.Generator().manual_seed(10), _History(spec), f"layer_shapes={LAYER_SHAPES}"
         self._run(cache, history, SCHEDULE, g, what)
         if isinstance(cache, Reorderable):
-            _in_place(cache.reorder(torch.tensor([1, 1])), "reorder([1, 1])")
+            _in_place(cache.reorder, torch.tensor([1, 1]))
             history.reorder(torch.tensor([1, 1]))
             self._run(cache, history, (1, 2), g, f"{what}, after reorder([1, 1])")
         if isinstance(cache, RowCroppable) and not evicts(cache):
             n = cache.length
-            _in_place(cache.crop_rows([n - 3, n - 1], n - 1), f"crop_rows({[n - 3, n - 1]}, {n - 1})")
+            _in_place(cache.crop_rows, [n - 3, n - 1], n - 1)
             history.crop_rows([n - 3, n - 1], n - 1)
             self._run(cache, history, (1, 2), g, f"{what}, after crop_rows")
 
@@ -459,7 +463,8 @@ class CacheConformance:
         for step, T in enumerate(SCHEDULE[:6]):
             self._feed(cache, history, T, g, f"step {step}")
             for layer in range(spec.n_layers):
-                keys, values = _update(cache, layer, *(x[:, :, :0] for x in history.all(layer)), f"step {step}")
+                none = [x[:, :, :0] for x in history.all(layer)]  # no new token: what the cache holds
+                keys, values = _update(cache, layer, none[0], none[1], f"step {step}")
                 k_all, v_all = history.all(layer)
                 want_k, want_v = self.round_trip_keys(k_all), self.round_trip_values(v_all)
                 where = f"step {step}, layer {layer}, keys {tuple(keys.shape)}"
@@ -498,7 +503,7 @@ class CacheConformance:
         allowed = self.rollback(spec)
         back = 3 if allowed is None else min(3, allowed)
         n = cache.length - back
-        _in_place(cache.crop(n), f"crop({n})")
+        _in_place(cache.crop, n)
         history.crop(n)
         assert cache.length == n, f"crop({n}): length {cache.length}"
         self._run(cache, history, (1, 2, 1), g, f"after crop({n})")
@@ -521,7 +526,7 @@ class CacheConformance:
         self._run(cache, history, SCHEDULE[:12], g, "before crop_rows")
         n = cache.length
         ends, length = [n - 3, n - 1], n - 1  # row 0 takes back 3 slots, row 1 one: row 0 moves 2 to the right
-        _in_place(cache.crop_rows(ends, length), f"crop_rows({ends}, {length})")
+        _in_place(cache.crop_rows, ends, length)
         history.crop_rows(ends, length)
         assert cache.length == length, f"crop_rows({ends}, {length}): length {cache.length}; allowed: {LENGTH}"
         self._run(cache, history, (1, 2, 1), g, f"after crop_rows({ends}, {length})")
@@ -534,7 +539,7 @@ class CacheConformance:
             if not isinstance(cache, Reorderable):
                 return
             self._run(cache, history, SCHEDULE[:12], g, "before reorder")
-            _in_place(cache.reorder(torch.tensor(index)), f"reorder({index})")
+            _in_place(cache.reorder, torch.tensor(index))
             history.reorder(torch.tensor(index))
             self._run(cache, history, (1, 2, 1, 1), g, f"after reorder({index})")
 

@@ -341,7 +341,7 @@ class ScoredCacheConformance:
             draws, cache, history = Draws(4), self.make(spec), _History(spec)
             self._run(cache, history, SCHEDULE[:15], draws, "before crop")  # it ends in a block of 3
             n = cache.length - back
-            _in_place(cache.crop(n), f"crop({n})")  # type: ignore[attr-defined]
+            _in_place(cache.crop, n)  # type: ignore[attr-defined]
             history.crop(n)
             assert cache.length == n, f"crop({n}): length {cache.length}"
             twin, twin_history = self.make(spec), _History(spec)
@@ -382,7 +382,7 @@ class ScoredCacheConformance:
             spec = kit_spec()
             draws, cache, history = Draws(6), self.make(spec), _History(spec)
             self._run(cache, history, SCHEDULE[:12], draws, "before reorder")
-            _in_place(cache.reorder(torch.tensor(index)), f"reorder({index})")  # type: ignore[attr-defined]
+            _in_place(cache.reorder, torch.tensor(index))  # type: ignore[attr-defined]
             history.reorder(torch.tensor(index))
             self._run(cache, history, (1, 2, 1, 1), draws, f"after reorder({index})")
             cache.reorder(torch.tensor(index))  # type: ignore[attr-defined]
