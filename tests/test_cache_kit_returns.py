@@ -94,52 +94,6 @@ class ReachForgetsToReturn(WindowCache):
         super().reach(new)
 
 
-@pytest.mark.parametrize(
-    ("factory", "check", "message"),
-    [
-        (
-            AdditiveMask,
-            "test_attention_matches_reference",
-            r"layer 0, slots 0\.\.5: attention_mask returned a torch\.float32 tensor \(2, 1, 6, 6\); allowed: a "
-            r"bool tensor \[B, 1 or H, T, S\] = \(2, 1 or 4, 6, 6\), True where a query may attend "
-            r"\(an additive float mask: return mask == 0\)",
-        ),
-        (
-            MaskOneKeyShort,
-            "test_attention_matches_reference",
-            r"attention_mask returned a torch\.bool tensor \(2, 1, 6, 5",
-        ),
-        (
-            UpdateReturnsKeysOnly,
-            "test_attention_matches_reference",
-            r"slots 0\.\.5: update returned a torch\.float32 tensor \(2, 4, 6, 8\); allowed: \(keys, values\), "
-            r"\[B, H_stored, S, D\] = \(2, H_stored, S, 8\) and \[\.\., 8\], in torch\.float32",
-        ),
-        (ValuesInFloat64, "test_attention_matches_reference", r"update returned values of dtype torch\.float64"),
-        (KeysOneDimShort, "test_attention_matches_reference", r"update returned keys \(2, 4, 6, 7\) and values"),
-        (LengthAMethod, "test_attention_matches_reference", r"cache\.length is a method; allowed: an int property"),
-        (LengthAMethod, "test_capacity_or_eviction", r"cache\.length is a method; allowed: an int property"),
-        (LengthAMethod, "test_protocol", r"cache\.length is a method; allowed: an int property"),
-        (RollbackAMethod, "test_protocol", r"cache\.rollback is a method; allowed: an int property"),
-        (NbytesAMethod, "test_nbytes_exact", r"cache\.nbytes is a method; allowed: an int property"),
-        (ReorderReturnsACopy, "test_reorder", r"reorder\(\[1, 0\]\) returned a GQACache; allowed: None"),
-        (CropRowsReturnsTheLength, "test_crop_rows", r"crop_rows\(\[23, 25\], 25\) returned an int; allowed: None"),
-    ],
-)
-def test_a_wrong_return_fails_naming_the_method(factory: type, check: str, message: str) -> None:
-    with pytest.raises(AssertionError, match=message):
-        getattr(suite(factory), check)()
-
-
-def test_a_reach_that_returns_nothing_fails_naming_it() -> None:
-    with pytest.raises(AssertionError, match=r"step 0: cache\.reach\(6\) returned None; allowed: an int"):
-        suite(ReachForgetsToReturn, window=True).test_reach()
-
-
-def test_a_mask_per_query_head_passes() -> None:
-    suite(PerHeadMask).test_attention_matches_reference()
-
-
 class ScoredAdditiveMask(TOVACache):
     def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
         allowed = super().attention_mask(layer, positions)
@@ -171,17 +125,54 @@ def scored(factory: type) -> ScoredCacheConformance:
     return Suite()
 
 
+def kit(factory: type) -> Any:
+    """The kit for `factory`: the scored one for a scored cache, else `CacheConformance` (a window's stated)."""
+    return scored(factory) if issubclass(factory, TOVACache) else suite(factory, issubclass(factory, WindowCache))
+
+
 @pytest.mark.parametrize(
     ("factory", "check", "message"),
     [
+        (
+            AdditiveMask,
+            "test_attention_matches_reference",
+            r"layer 0, slots 0\.\.5: attention_mask returned a torch\.float32 tensor \(2, 1, 6, 6\); allowed: a "
+            r"bool tensor \[B, 1 or H, T, S\] = \(2, 1 or 4, 6, 6\), True where a query may attend "
+            r"\(an additive float mask: return mask == 0\)",
+        ),
+        (
+            MaskOneKeyShort,
+            "test_attention_matches_reference",
+            r"attention_mask returned a torch\.bool tensor \(2, 1, 6, 5",
+        ),
+        (
+            UpdateReturnsKeysOnly,
+            "test_attention_matches_reference",
+            r"slots 0\.\.5: update returned a torch\.float32 tensor \(2, 4, 6, 8\); allowed: \(keys, values\), "
+            r"\[B, H_stored, S, D\] = \(2, H_stored, S, 8\) and \[\.\., 8\], in torch\.float32",
+        ),
+        (ValuesInFloat64, "test_attention_matches_reference", r"update returned values of dtype torch\.float64"),
+        (KeysOneDimShort, "test_attention_matches_reference", r"update returned keys \(2, 4, 6, 7\) and values"),
+        (LengthAMethod, "test_attention_matches_reference", r"cache\.length is a method; allowed: an int property"),
+        (LengthAMethod, "test_capacity_or_eviction", r"cache\.length is a method; allowed: an int property"),
+        (LengthAMethod, "test_protocol", r"cache\.length is a method; allowed: an int property"),
+        (RollbackAMethod, "test_protocol", r"cache\.rollback is a method; allowed: an int property"),
+        (NbytesAMethod, "test_nbytes_exact", r"cache\.nbytes is a method; allowed: an int property"),
+        (ReorderReturnsACopy, "test_reorder", r"reorder\(\[1, 0\]\) returned a GQACache; allowed: None"),
+        (CropRowsReturnsTheLength, "test_crop_rows", r"crop_rows\(\[23, 25\], 25\) returned an int; allowed: None"),
+        (ReachForgetsToReturn, "test_reach", r"step 0: cache\.reach\(6\) returned None; allowed: an int"),
         (ScoredAdditiveMask, "test_attention_over_the_kept_entries", r"slots 0\.\.2: attention_mask returned a torch"),
         (ScoredValuesInFloat64, "test_attention_over_the_kept_entries", r"update returned values of dtype"),
         (ScoredNbytesAMethod, "test_nbytes_fixed", r"cache\.nbytes is a method; allowed: an int property"),
     ],
 )
-def test_the_scored_kit_names_the_method_too(factory: type, check: str, message: str) -> None:
+def test_a_wrong_return_fails_naming_the_method(factory: type, check: str, message: str) -> None:
     with pytest.raises(AssertionError, match=message):
-        getattr(scored(factory), check)()
+        getattr(kit(factory), check)()
+
+
+def test_a_mask_per_query_head_passes() -> None:
+    suite(PerHeadMask).test_attention_matches_reference()
 
 
 def test_a_window_cache_passes_the_reach_check() -> None:
