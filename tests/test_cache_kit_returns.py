@@ -72,6 +72,11 @@ class NbytesAMethod(GQACache):
         return self.store.nbytes
 
 
+class CapacityAMethod(GQACache):
+    def capacity(self) -> int:  # type: ignore[override]
+        return self.spec.capacity
+
+
 class ReorderReturnsACopy(GQACache):
     """Reorders a copy and returns it, leaving itself as it was."""
 
@@ -158,6 +163,7 @@ def kit(factory: type) -> Any:
         (LengthAMethod, "test_protocol", r"cache\.length is a method; allowed: an int property"),
         (RollbackAMethod, "test_protocol", r"cache\.rollback is a method; allowed: an int property"),
         (NbytesAMethod, "test_nbytes_exact", r"cache\.nbytes is a method; allowed: an int property"),
+        (CapacityAMethod, "test_capacity_or_eviction", r"cache\.capacity is a method; allowed: an int property"),
         (ReorderReturnsACopy, "test_reorder", r"reorder\(\[1, 0\]\) returned a GQACache; allowed: None"),
         (CropRowsReturnsTheLength, "test_crop_rows", r"crop_rows\(\[23, 25\], 25\) returned an int; allowed: None"),
         (ReachForgetsToReturn, "test_reach", r"step 0: cache\.reach\(6\) returned None; allowed: an int"),

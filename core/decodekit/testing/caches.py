@@ -223,7 +223,8 @@ def _check_capacity(make: Callable[[CacheSpec], KVCache], spec: CacheSpec) -> in
     (a prompt, a block, a token), one more is refused, each refusal a `CacheCapacityError` naming it. Unbounded
     (`sys.maxsize`): a prompt and a token at a time, past `spec.capacity`, all taken. Returns the capacity."""
     cache = make(spec)
-    capacity: int = getattr(cache, "capacity", sys.maxsize if evicts(cache) else spec.capacity)
+    stated = getattr(cache, "capacity", sys.maxsize if evicts(cache) else spec.capacity)
+    capacity = _int(stated, "cache.capacity is", "an int property, where update refuses (sys.maxsize: never)")
 
     def taken(T: int) -> None:  # noqa: N803
         try:
