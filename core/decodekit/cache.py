@@ -13,7 +13,7 @@ from torch import Tensor
 
 from decodekit.errors import CacheCapacityError, ParameterError
 from decodekit.spec import CacheSpec
-from decodekit.storage import FloatStorage, StorageFactory, check_keys, check_memory, float_bytes
+from decodekit.storage import FloatStorage, StorageFactory, check_keys, check_memory, float_bytes, loaded
 
 __all__ = [
     "Croppable",
@@ -151,13 +151,20 @@ def observes(cache: object) -> bool:
 
 def capability_error(cache: object, need: str, who: str) -> ParameterError | None:
     """None when `cache` has capability `need` ("crop", "crop_rows", "reorder", "nbytes"), else the error
-    that refuses it, saying what `who` (a strategy) needs it for."""
+    that refuses it, naming the cache as the user did, what `who` (a strategy) needs it for, and the installed
+    backends that offer it, read from their classes as `evicts(impl)` reads one (no cache is created)."""
     protocol, why = _CAPABILITIES[need]
     if isinstance(cache, protocol):
         return None
+    from decodekit.plugins import get_registry  # the registry: read only to word a refusal
+
+    caches, cls = get_registry().caches, type(cache)
+    path = f"{cls.__module__}:{cls.__qualname__}"  # how a plugin registers its class, without importing it
+    name = next((n for n, e in caches.items() if e.impl is cls or e.impl == path), cls.__name__)
+    offering = sorted(n for n, e in caches.items() if isinstance(loaded(e), protocol))
     return ParameterError(
-        f"{who}: cache {type(cache).__name__} cannot be used: {who} needs a cache that {why}; "
-        f"allowed: a cache backend with {need}"
+        f"{who}: cache {name} cannot be used: {who} needs a cache that {why}; allowed: a cache backend with "
+        f"{need} (installed: {', '.join(offering) or 'none'})"
     )
 
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
-from decodekit.errors import ParameterError
+from decodekit.errors import DecodekitError, ParameterError
 from decodekit.spec import CacheSpec
+
+if TYPE_CHECKING:
+    from decodekit.registry import Entry
 
 __all__ = [
     "FloatStorage",
@@ -200,18 +203,26 @@ def check_memory(owner: str, what: str, nbytes: int, device: torch.device | str)
         )
 
 
-def lookup_storage(name: str) -> StorageFactory:
-    """The storage of the registered cache backend `name` (its implementation's `storage` attribute)."""
+def lookup_storage(name: str, cache: str | None = None) -> StorageFactory:
+    """The storage of the registered cache backend `name` (its implementation's `storage` attribute), for the
+    `store=` parameter of `cache` (a backend's name, which a refusal starts with)."""
     from decodekit.plugins import get_registry
 
-    registry = get_registry()
-    if name not in registry.caches:
-        storages = sorted(n for n, e in registry.caches.items() if getattr(e.load(), "storage", None) is not None)
-        raise ParameterError(f"store={name!r} is invalid; allowed: a storage backend ({', '.join(storages)})")
-    storage: StorageFactory | None = getattr(registry.caches[name].load(), "storage", None)
-    if storage is None:
-        raise ParameterError(
-            f"store={name!r} is invalid: cache backend {name!r} keeps no storage of its own (its implementation "
-            "has no `storage` attribute); allowed: a backend that stores every token, e.g. gqa or int8"
-        )
-    return storage
+    entries = get_registry().caches
+    storage: StorageFactory | None = getattr(entries[name].load(), "storage", None) if name in entries else None
+    if storage is not None:
+        return storage
+    own = f": cache backend {name!r} keeps no storage of its own (no `storage` attribute)" if name in entries else ""
+    storages = [n for n, e in entries.items() if getattr(loaded(e), "storage", None) is not None]
+    raise ParameterError(
+        f"{'' if cache is None else f'cache {cache}: '}store={name!r} is invalid{own}; allowed: a storage "
+        f"backend ({', '.join(sorted(storages)) or 'none'})"
+    )
+
+
+def loaded(entry: Entry) -> object:
+    """The implementation of `entry`, for a listing of what is installed: None where its plugin fails to import."""
+    try:
+        return entry.load()
+    except DecodekitError:
+        return None

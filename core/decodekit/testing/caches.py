@@ -9,7 +9,8 @@ over exactly the stated tokens, built from its own record of what it fed: the st
 round trip applied (`round_trip`, or `round_trip_keys` and `round_trip_values`), moved keys
 rotated by the kit's own rotary code.
 
-Failures name the check, the configuration (heads, dtype), the layer, the step and the shapes.
+Failures name the check, the configuration (heads, dtype), the layer, the step and the shapes; a method that
+returns what the protocol does not allow (a float mask, a length that is a method) is named, with what is allowed.
 """
 
 from __future__ import annotations
@@ -142,16 +143,78 @@ def _expand(x: Tensor, heads: int) -> Tensor:
 
 def _fill(cache: KVCache, T: int) -> None:  # noqa: N803
     """`T` random tokens through every layer, as a model feeds them: the mask asked, the queries observed."""
-    spec, g = cache.spec, torch.Generator().manual_seed(cache.length)
-    positions = _positions([0] * spec.batch_size, cache.length, T)
+    spec, first = cache.spec, _length(cache, f"{T} tokens fed")
+    g, positions = torch.Generator().manual_seed(first), _positions([0] * spec.batch_size, first, T)
     for layer in range(spec.n_layers):
         kv_heads, head_dim, width = spec.layer_shape(layer)
         shapes = ((kv_heads, head_dim), (kv_heads, width), (spec.n_heads, head_dim))
         k, v, q = (torch.randn(spec.batch_size, h, T, d, generator=g).to(spec.dtype) for h, d in shapes)
-        cache.update(layer, k, v)
-        cache.attention_mask(layer, positions)
+        at = f"{T} tokens fed from slot {first}, layer {layer}"
+        _mask(cache, layer, positions, _update(cache, layer, k, v, at)[0].shape[2], at)
         if observes(cache):
             cache.observe(layer, q)  # type: ignore[attr-defined]
+
+
+def _shown(x: object) -> str:
+    """What a cache's method or property gave, for a failure: a tensor's dtype and shape, else its kind."""
+    if isinstance(x, Tensor):
+        return f"a {x.dtype} tensor {tuple(x.shape)}"
+    if x is None:
+        return "None"
+    if callable(x):  # a method where the protocol has a property
+        return "a method"
+    name = type(x).__name__
+    return f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
+
+
+def _int(value: object, what: str, allowed: str) -> int:
+    """`value`, what `what` ("cache.length is") gave, checked to be an int: else a failure naming it."""
+    assert isinstance(value, int) and not isinstance(value, bool), f"{what} {_shown(value)}; allowed: {allowed}"
+    return value
+
+
+def _length(cache: KVCache, what: str) -> int:
+    return _int(cache.length, f"{what}: cache.length is", f"an int property, {LENGTH}")
+
+
+def _in_place(method: Callable[..., object], *args: object) -> None:
+    """Call `method` (crop, crop_rows, reorder), which changes the cache: a copy it returned would go unused."""
+    returned, shown = method(*args), ", ".join(str(a.tolist() if isinstance(a, Tensor) else a) for a in args)
+    assert returned is None, (
+        f"{getattr(method, '__name__', method)}({shown}) returned {_shown(returned)}; allowed: None (it changes the "
+        "cache in place)"
+    )
+
+
+def _update(cache: KVCache, layer: int, k: Tensor, v: Tensor, where: str) -> tuple[Tensor, Tensor]:
+    """`cache.update(layer, k, v)`, what it returns checked: keys and values as the protocol says."""
+    spec, got = cache.spec, cache.update(layer, k, v)
+    B, D, W = k.shape[0], k.shape[3], v.shape[3]
+    allowed = f"allowed: (keys, values), [B, H_stored, S, D] = ({B}, H_stored, S, {D}) and [.., {W}], in {spec.dtype}"
+    assert isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(x, Tensor) for x in got), (
+        f"{where}: update returned {_shown(got)}; {allowed}"
+    )
+    keys, values = got
+    shapes = keys.dim() == values.dim() == 4 and keys.shape[:3] == values.shape[:3]
+    assert shapes and keys.shape[0] == B and (keys.shape[3], values.shape[3]) == (D, W), (
+        f"{where}: update returned keys {tuple(keys.shape)} and values {tuple(values.shape)}; {allowed}"
+    )
+    for name, x in (("keys", keys), ("values", values)):
+        assert x.dtype == spec.dtype, f"{where}: update returned {name} of dtype {x.dtype}; {allowed}"
+    return keys, values
+
+
+def _mask(cache: KVCache, layer: int, positions: Tensor, S: int, where: str) -> Tensor:  # noqa: N803
+    """`cache.attention_mask(layer, positions)` for `S` keys, checked: a bool mask as the protocol says."""
+    mask, (B, T), H = cache.attention_mask(layer, positions), positions.shape, cache.spec.n_heads
+    ok = isinstance(mask, Tensor) and mask.dtype == torch.bool and tuple(mask.shape) in {(B, 1, T, S), (B, H, T, S)}
+    additive = isinstance(mask, Tensor) and mask.is_floating_point()
+    assert ok, (
+        f"{where}: attention_mask returned {_shown(mask)}; allowed: a bool tensor [B, 1 or H, T, S] = "
+        f"({B}, 1 or {H}, {T}, {S}), True where a query may attend"
+        + (" (an additive float mask: return mask == 0)" if additive else "")
+    )
+    return mask
 
 
 def _check_capacity(make: Callable[[CacheSpec], KVCache], spec: CacheSpec) -> int:
@@ -160,7 +223,8 @@ def _check_capacity(make: Callable[[CacheSpec], KVCache], spec: CacheSpec) -> in
     (a prompt, a block, a token), one more is refused, each refusal a `CacheCapacityError` naming it. Unbounded
     (`sys.maxsize`): a prompt and a token at a time, past `spec.capacity`, all taken. Returns the capacity."""
     cache = make(spec)
-    capacity: int = getattr(cache, "capacity", sys.maxsize if evicts(cache) else spec.capacity)
+    stated = getattr(cache, "capacity", sys.maxsize if evicts(cache) else spec.capacity)
+    capacity = _int(stated, "cache.capacity is", "an int property, where update refuses (sys.maxsize: never)")
 
     def taken(T: int) -> None:  # noqa: N803
         try:
@@ -242,7 +306,7 @@ class CacheConformance:
     def _feed(self, cache: KVCache, history: _History, T: int, g: torch.Generator, what: str) -> None:  # noqa: N803
         """Feed `T` new tokens to every layer and compare each layer's attention with the reference."""
         spec = cache.spec
-        first = cache.length
+        first = _length(cache, what)
         positions = _positions(history.pads, first, T)
         for layer in range(spec.n_layers):
             kv_heads, head_dim, width = spec.layer_shape(layer)
@@ -253,14 +317,12 @@ class CacheConformance:
             k, v = k.to(spec.dtype), v.to(spec.dtype)
             history.keys[layer].append(k)
             history.values[layer].append(v)
-            keys, values = cache.update(layer, k, v)
-            where = f"{what}, layer {layer}, slots {first}..{first + T - 1}, returned keys {tuple(keys.shape)}"
+            at = f"{what}, layer {layer}, slots {first}..{first + T - 1}"
+            keys, values = _update(cache, layer, k, v, at)
+            where = f"{at}, returned keys {tuple(keys.shape)}"
             heads = self.stored_heads(_layer_spec(spec, layer))
-            assert keys.shape[1] == heads, f"{where}: {keys.shape[1]} heads returned, not {heads}"
-            assert keys.dtype == spec.dtype, f"{where}: keys of dtype {keys.dtype}, not {spec.dtype}"
-            mask = cache.attention_mask(layer, positions)
-            want_shape = (spec.batch_size, 1, T, keys.shape[2])
-            assert tuple(mask.shape) == want_shape, f"{where}: mask of shape {tuple(mask.shape)}, not {want_shape}"
+            assert keys.shape[1] == heads, f"{where}: {keys.shape[1]} heads returned, not {heads} (`stored_heads`)"
+            mask = _mask(cache, layer, positions, keys.shape[2], at)
             q = torch.randn(spec.batch_size, spec.n_heads, T, head_dim, generator=g, dtype=torch.float64)
             got = self._attend(q, keys.double(), values.double(), mask)
             want = self._reference(spec, history, layer, q, first, positions)
@@ -273,8 +335,9 @@ class CacheConformance:
                     "over exactly the tokens `kept` states, stored as `round_trip_keys` and `round_trip_values` "
                     "state, within `tolerance`"
                 )
-        assert cache.length == first + T, (
-            f"{what}: after {T} tokens fed from slot {first}, cache.length is {cache.length}, not {first + T}; "
+        length = _length(cache, what)
+        assert length == first + T, (
+            f"{what}: after {T} tokens fed from slot {first}, cache.length is {length}, not {first + T}; "
             f"allowed: {LENGTH}"
         )
 
@@ -338,10 +401,10 @@ class CacheConformance:
     def test_protocol(self) -> None:
         cache = self.make(kit_spec())
         assert isinstance(cache, KVCache), f"{type(cache).__name__} lacks members of the KVCache protocol"
-        assert cache.length == 0, f"a new cache has length {cache.length}"
+        assert _length(cache, "a new cache") == 0, f"a new cache has length {cache.length}"
         if isinstance(cache, Croppable):
             stated = self.rollback(cache.spec)
-            claimed = cache.rollback
+            claimed = _int(cache.rollback, "cache.rollback is", "an int property (sys.maxsize: crop takes back any)")
             want = sys.maxsize if stated is None else stated
             assert claimed == want, f"rollback is {claimed}; the suite states {want}"
 
@@ -381,12 +444,12 @@ class CacheConformance:
         g, history, what = torch.Generator().manual_seed(10), _History(spec), f"layer_shapes={LAYER_SHAPES}"
         self._run(cache, history, SCHEDULE, g, what)
         if isinstance(cache, Reorderable):
-            cache.reorder(torch.tensor([1, 1]))
+            _in_place(cache.reorder, torch.tensor([1, 1]))
             history.reorder(torch.tensor([1, 1]))
             self._run(cache, history, (1, 2), g, f"{what}, after reorder([1, 1])")
         if isinstance(cache, RowCroppable) and not evicts(cache):
             n = cache.length
-            cache.crop_rows([n - 3, n - 1], n - 1)
+            _in_place(cache.crop_rows, [n - 3, n - 1], n - 1)
             history.crop_rows([n - 3, n - 1], n - 1)
             self._run(cache, history, (1, 2), g, f"{what}, after crop_rows")
 
@@ -401,7 +464,8 @@ class CacheConformance:
         for step, T in enumerate(SCHEDULE[:6]):
             self._feed(cache, history, T, g, f"step {step}")
             for layer in range(spec.n_layers):
-                keys, values = cache.update(layer, *(x[:, :, :0] for x in history.all(layer)))
+                none = [x[:, :, :0] for x in history.all(layer)]  # no new token: what the cache holds
+                keys, values = _update(cache, layer, none[0], none[1], f"step {step}")
                 k_all, v_all = history.all(layer)
                 want_k, want_v = self.round_trip_keys(k_all), self.round_trip_values(v_all)
                 where = f"step {step}, layer {layer}, keys {tuple(keys.shape)}"
@@ -425,6 +489,7 @@ class CacheConformance:
             if not isinstance(cache, Sized):
                 return
             want = self.nbytes(spec)
+            _int(cache.nbytes, f"{config}: cache.nbytes is", "an int property, the bytes the cache holds")
             assert cache.nbytes == want, f"{config}: nbytes {cache.nbytes} != the formula's {want}"
             self._run(cache, _History(spec), SCHEDULE, torch.Generator().manual_seed(2), config)
             assert cache.nbytes == want, f"{config}: nbytes {cache.nbytes} after {cache.length} tokens, was {want}"
@@ -439,7 +504,7 @@ class CacheConformance:
         allowed = self.rollback(spec)
         back = 3 if allowed is None else min(3, allowed)
         n = cache.length - back
-        cache.crop(n)
+        _in_place(cache.crop, n)
         history.crop(n)
         assert cache.length == n, f"crop({n}): length {cache.length}"
         self._run(cache, history, (1, 2, 1), g, f"after crop({n})")
@@ -462,7 +527,7 @@ class CacheConformance:
         self._run(cache, history, SCHEDULE[:12], g, "before crop_rows")
         n = cache.length
         ends, length = [n - 3, n - 1], n - 1  # row 0 takes back 3 slots, row 1 one: row 0 moves 2 to the right
-        cache.crop_rows(ends, length)
+        _in_place(cache.crop_rows, ends, length)
         history.crop_rows(ends, length)
         assert cache.length == length, f"crop_rows({ends}, {length}): length {cache.length}; allowed: {LENGTH}"
         self._run(cache, history, (1, 2, 1), g, f"after crop_rows({ends}, {length})")
@@ -475,7 +540,7 @@ class CacheConformance:
             if not isinstance(cache, Reorderable):
                 return
             self._run(cache, history, SCHEDULE[:12], g, "before reorder")
-            cache.reorder(torch.tensor(index))
+            _in_place(cache.reorder, torch.tensor(index))
             history.reorder(torch.tensor(index))
             self._run(cache, history, (1, 2, 1, 1), g, f"after reorder({index})")
 
@@ -502,7 +567,8 @@ class CacheConformance:
         z = torch.zeros(spec.batch_size, spec.n_kv_heads, 0, spec.head_dim, dtype=spec.dtype)
         g, history = torch.Generator().manual_seed(6), _History(spec)
         self._run(cache, history, (1,) * 60, g, "streaming")
-        widths = {cache.update(layer, z, z[..., : spec.value_width])[0].shape[2] for layer in range(spec.n_layers)}
+        v = z[..., : spec.value_width]
+        widths = {_update(cache, layer, z, v, "after streaming")[0].shape[2] for layer in range(spec.n_layers)}
         stated = max(len(self.kept(spec, layer, cache.length - 1, cache.length - 1)) for layer in range(2))
         assert max(widths) < 60, f"after 60 tokens the cache returns {max(widths)} keys: it evicts nothing"
         assert max(widths) >= stated, f"the cache returns {max(widths)} keys but states it keeps {stated}"
@@ -514,7 +580,8 @@ class CacheConformance:
         if not isinstance(cache, Evicting):
             return
         for step, T in enumerate(SCHEDULE):
-            first, reach = cache.length, cache.reach(T)
+            first = cache.length
+            reach = _int(cache.reach(T), f"step {step}: cache.reach({T}) returned", "an int, the widest distance + 1")
             widest = max(
                 query - min(self.kept(spec, layer, query, first).values()) + 1
                 for layer in range(spec.n_layers)

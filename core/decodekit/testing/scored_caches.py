@@ -38,8 +38,13 @@ from decodekit.testing.caches import (
     _check_capacity,
     _expand,
     _History,
+    _in_place,
+    _int,
+    _length,
+    _mask,
     _positions,
     _rotate,
+    _update,
     kit_spec,
 )
 
@@ -130,7 +135,7 @@ class ScoredCacheConformance:
     def _feed(self, cache: KVCache, history: _History, T: int, draws: Source, what: str) -> list[Tensor]:  # noqa: N803
         """Feed `T` tokens to every layer, check each layer's attention, and return the outputs."""
         spec = cache.spec
-        first = cache.length
+        first = _length(cache, what)
         positions = _positions(history.pads, first, T)
         outs = []
         for layer in range(spec.n_layers):
@@ -139,9 +144,10 @@ class ScoredCacheConformance:
             k, v = k.to(spec.dtype), v.to(spec.dtype)
             history.keys[layer].append(k)
             history.values[layer].append(v)
-            keys, values = cache.update(layer, k, v)
-            mask = cache.attention_mask(layer, positions)
-            where = f"{what}, layer {layer}, slots {first}..{first + T - 1}, returned keys {tuple(keys.shape)}"
+            at = f"{what}, layer {layer}, slots {first}..{first + T - 1}"
+            keys, values = _update(cache, layer, k, v, at)
+            mask = _mask(cache, layer, positions, keys.shape[2], at)
+            where = f"{at}, returned keys {tuple(keys.shape)}"
             got = self._attend(q, keys.double(), values.double(), mask)
             self._check_layer(spec, history, layer, (keys, values, mask), q, got, first, positions, where)
             if observes(cache):
@@ -335,7 +341,7 @@ class ScoredCacheConformance:
             draws, cache, history = Draws(4), self.make(spec), _History(spec)
             self._run(cache, history, SCHEDULE[:15], draws, "before crop")  # it ends in a block of 3
             n = cache.length - back
-            cache.crop(n)  # type: ignore[attr-defined]
+            _in_place(cache.crop, n)  # type: ignore[attr-defined]
             history.crop(n)
             assert cache.length == n, f"crop({n}): length {cache.length}"
             twin, twin_history = self.make(spec), _History(spec)
@@ -376,7 +382,7 @@ class ScoredCacheConformance:
             spec = kit_spec()
             draws, cache, history = Draws(6), self.make(spec), _History(spec)
             self._run(cache, history, SCHEDULE[:12], draws, "before reorder")
-            cache.reorder(torch.tensor(index))  # type: ignore[attr-defined]
+            _in_place(cache.reorder, torch.tensor(index))  # type: ignore[attr-defined]
             history.reorder(torch.tensor(index))
             self._run(cache, history, (1, 2, 1, 1), draws, f"after reorder({index})")
             cache.reorder(torch.tensor(index))  # type: ignore[attr-defined]
@@ -406,6 +412,7 @@ class ScoredCacheConformance:
             spec = kit_spec(n_heads, n_kv, dtype)
             cache = self.make(spec)
             want = self.nbytes(spec)
+            _int(cache.nbytes, "cache.nbytes is", "an int property, the bytes the cache holds")  # type: ignore[attr-defined]
             assert cache.nbytes == want, f"nbytes {cache.nbytes} != the formula's {want}"  # type: ignore[attr-defined]
             self._run(cache, _History(spec), SCHEDULE, Draws(9), "feeding")
             assert cache.nbytes == want, f"nbytes {cache.nbytes} after {cache.length} tokens, was {want}"  # type: ignore[attr-defined]
@@ -432,7 +439,7 @@ class ScoredCacheConformance:
         spec = kit_spec()
         draws, cache, history = Draws(10), self.make(spec), _History(spec)
         for step, T in enumerate((*SCHEDULE, *SCHEDULE)):
-            reach = cache.reach(T)  # type: ignore[attr-defined]
+            reach = _int(cache.reach(T), f"step {step}: cache.reach({T}) returned", "an int")  # type: ignore[attr-defined]
             assert spec.max_positions is not None and reach <= spec.max_positions, f"step {step}: reach {reach}"
             self._feed(cache, history, T, draws, f"step {step}")
 

@@ -58,16 +58,17 @@ def resolve_budget(name: str, params: ScoredParams, spec: CacheSpec) -> int:
     M = spec.max_positions
     if params.budget is not None:
         return params.budget
+    compression = 0.5 if params.compression is None else params.compression
+    default = "" if params.compression is not None else " (the default)"
     if M is None:
         raise ParameterError(
-            f"{name}: compression needs the model's context (CacheSpec.max_positions); allowed: budget=N"
+            f"cache {name}: compression={compression}{default} is invalid for this model: a ratio of its context, "
+            "which it does not state (CacheSpec.max_positions is None); allowed: budget=N (tokens)"
         )
-    compression = 0.5 if params.compression is None else params.compression
     budget = max(1, int(M * (1 - compression)))
     if budget < params.sinks + params.recent:
-        default = "" if params.compression is not None else " (the default)"
         raise ParameterError(
-            f"{name}: compression={compression}{default} keeps {budget} of {M} entries, fewer than "
+            f"cache {name}: compression={compression}{default} keeps {budget} of {M} entries, fewer than "
             f"sinks={params.sinks} + recent={params.recent}; allowed: budget >= sinks + recent"
         )
     return budget
@@ -101,12 +102,12 @@ class ScoredCache:
         # prefill_only: the capacity sizes the storage too, so the refusal names it
         later = f", prefill_only=True, capacity={spec.capacity}" if params.prefill_only else ""
         what = f"budget={self.budget}, slack={self.slack}{later}"
-        check_memory(self.name, what, float_bytes(spec, [stored] * spec.n_layers), spec.device)
-        self._storage = lookup_storage(params.store)
+        check_memory(f"cache {self.name}", what, float_bytes(spec, [stored] * spec.n_layers), spec.device)
+        self._storage = lookup_storage(params.store, self.name)
         self.store = self._storage(spec, [stored] * spec.n_layers)
         if not isinstance(self.store, SlotWritable):
             raise ParameterError(
-                f"{self.name}: store={params.store!r} is invalid: its storage cannot write each row and head to "
+                f"cache {self.name}: store={params.store!r} is invalid: its storage cannot write each row and head to "
                 "slots of its own (write_at); allowed: a storage with write_at (gqa, dense, int8)"
             )
         self.groups = spec.n_heads // spec.n_kv_heads

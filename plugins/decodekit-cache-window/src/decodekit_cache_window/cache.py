@@ -49,7 +49,7 @@ class WindowCache:
         self.sizes = layer_sizes(params, spec)
         self.sinks, self.slack = params.sinks, params.slack
         self.rings = [size + params.slack - 1 for size in self.sizes]
-        self._storage = lookup_storage(params.store)
+        self._storage = lookup_storage(params.store, "window")
         self.store = self._storage(spec, [self.sinks + ring for ring in self.rings])
         self._slots = [torch.full((self.sinks + r,), -1, dtype=torch.long, device=spec.device) for r in self.rings]
         # What the last update of each layer returned: each key's slot, and for a moved copy of a

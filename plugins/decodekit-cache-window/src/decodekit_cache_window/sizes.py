@@ -16,7 +16,7 @@ def auto_sizes(spec: CacheSpec) -> list[int]:
         return list(spec.attention_windows)
     if spec.calibration is None:
         raise ParameterError(
-            "window: size='auto' is invalid for this model: it ships no calibration (ModelSpec.attention_windows "
+            "cache window: size='auto' is invalid for this model: it ships no calibration (ModelSpec.attention_windows "
             "is None); allowed: a number or one per layer, or calibrate it (decodekit cache calibrate --model NAME)"
         )
     from decodekit_cache_window.calibration import Calibration  # reads the file only when "auto" needs it
@@ -41,17 +41,17 @@ def layer_sizes(params: WindowParams, spec: CacheSpec) -> list[int]:
     else:
         sizes = list(params.size)
     if len(sizes) != L:
-        raise ParameterError(f"window: size={params.size!r} is invalid; allowed: one size per layer ({L} layers)")
+        raise ParameterError(f"cache window: size={params.size!r} is invalid; allowed: one size per layer ({L} layers)")
     for layer, size in enumerate(sizes):
         if size < 1:
-            raise ParameterError(f"window: size={params.size!r} is invalid at layer {layer}; allowed: sizes >= 1")
+            raise ParameterError(f"cache window: size={params.size!r} is invalid at layer {layer}; allowed: sizes >= 1")
         top = spec.max_positions
         if top is not None and spec.rope_base is not None and size + params.sinks > top:
             raise ParameterError(
-                f"window: size={size} (layer {layer}) + sinks={params.sinks} is invalid: queries would reach "
+                f"cache window: size={size} (layer {layer}) + sinks={params.sinks} is invalid: queries would reach "
                 f"{size + params.sinks} positions back, past the model's context; allowed: size + sinks <= {top}"
             )
     slots = [params.sinks + size + params.slack - 1 for size in sizes]
     what = f"size={params.size!r}, sinks={params.sinks}, slack={params.slack}"
-    check_memory("window", what, float_bytes(spec, slots), spec.device)
+    check_memory("cache window", what, float_bytes(spec, slots), spec.device)
     return sizes
