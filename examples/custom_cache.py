@@ -52,7 +52,7 @@ class RecentCache:
 
     def __init__(self, spec: dk.CacheSpec, params: RecentParams) -> None:
         self.spec, self.n = spec, params.n
-        self.storage = lookup_storage(params.store)
+        self.storage = lookup_storage(params.store, "recent")  # errors say "cache recent: store=..."
         self.store = self.storage(spec, [params.n] * spec.n_layers)
         self.slots = [torch.full((params.n,), -1) for _ in range(spec.n_layers)]  # stream slot in each ring slot
         self.lengths = [0] * spec.n_layers
