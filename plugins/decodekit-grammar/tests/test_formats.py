@@ -1,0 +1,51 @@
+"""JSON Schema's `format` keyword: a format llguidance does not know is refused naming the formats it does,
+and what to write instead."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import decodekit as dk
+
+
+def _refusal(fmt: str) -> str:
+    with pytest.raises(dk.ParameterError) as error:
+        dk.create("json_schema", schema={"type": "string", "format": fmt})
+    return str(error.value)
+
+
+@pytest.mark.parametrize("fmt", ["password", "uri-reference", "binary"])  # pydantic's SecretStr, JSON Schema's, bytes
+def test_an_unknown_format_names_the_formats_allowed_and_what_to_change(fmt: str) -> None:
+    message = _refusal(fmt)
+    found = re.fullmatch(
+        rf"json_schema: schema is invalid: Unknown format: {fmt}; allowed formats: (?P<known>[a-z0-9, -]+) "
+        r"\(JSON Schema's others are refused\); drop the format, or state the text with a pattern",
+        message,
+    )
+    assert found, message
+    known = found["known"].split(", ")
+    assert {"date", "date-time", "email", "uuid"} <= set(known) and fmt not in known
+    for name in known:  # every format the message names is taken
+        dk.create("json_schema", schema={"type": "string", "format": name})
+
+
+def _admits(model: object, schema: dict[str, str], text: str) -> bool:
+    """Whether `schema` lets `text` be written: the schema's stage and a regex of `text` alone, intersected."""
+    chain = dk.Chain(
+        [dk.create("json_schema", schema=schema), dk.create("regex", pattern=re.escape(text))], dk.create("greedy")
+    )
+    try:
+        return dk.generate(model, ["x"], chain=chain, max_new_tokens=len(text) + 1).text[0] == text
+    except dk.NumericsError:  # the two grammars leave the row no token: the schema refuses the text
+        return False
+
+
+def test_the_date_format_takes_29_february_of_every_year_as_the_docs_say(shakespeare: object) -> None:
+    """The gap docs/grammar.md states: llguidance's `date` checks a day against its month, not its year."""
+    date = {"type": "string", "format": "date"}
+    assert _admits(shakespeare, date, '"2024-02-29"') and _admits(shakespeare, date, '"2023-02-28"')
+    assert not _admits(shakespeare, date, '"2023-02-30"') and not _admits(shakespeare, date, '"2023-04-31"')
+    assert _admits(shakespeare, date, '"2023-02-29"')  # 2023 is no leap year: a strict parser refuses it
+    assert _admits(shakespeare, {"type": "string", "format": "date-time"}, '"2023-02-29T00:00:00Z"')
