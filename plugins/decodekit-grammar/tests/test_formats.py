@@ -49,3 +49,19 @@ def test_the_date_format_takes_29_february_of_every_year_as_the_docs_say(shakesp
     assert not _admits(shakespeare, date, '"2023-02-30"') and not _admits(shakespeare, date, '"2023-04-31"')
     assert _admits(shakespeare, date, '"2023-02-29"')  # 2023 is no leap year: a strict parser refuses it
     assert _admits(shakespeare, {"type": "string", "format": "date-time"}, '"2023-02-29T00:00:00Z"')
+
+
+@pytest.mark.parametrize(
+    ("schema", "keys"),
+    [
+        ({"type": "array", "uniqueItems": True}, '["uniqueItems"]'),
+        ({"properties": {"a": {"not": {"type": "null"}}}}, '["not"]'),  # nested: llguidance names the key alone
+    ],
+)
+def test_an_unimplemented_keyword_is_refused_saying_what_to_change(schema: dict[str, object], keys: str) -> None:
+    with pytest.raises(dk.ParameterError) as error:
+        dk.create("json_schema", schema=schema)
+    assert str(error.value) == (
+        f"json_schema: schema is invalid: Unimplemented keys: {keys}; allowed: a schema without them "
+        "(llguidance implements none of them, and ignores none: check what they say after decoding)"
+    )
