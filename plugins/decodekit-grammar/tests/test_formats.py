@@ -1,5 +1,7 @@
-"""JSON Schema's `format` keyword: a format llguidance does not know is refused naming the formats it does,
-and what to write instead."""
+"""What a schema or pattern means where llguidance and the standards part: JSON Schema's `format` (a format
+llguidance does not know is refused naming those it does; `date` takes 29 February of every year), a keyword it
+does not implement (refused saying what to change), and `\\d` in `regex` (Unicode's digits) and in a schema's
+`pattern` (ECMA-262's: 0-9)."""
 
 from __future__ import annotations
 
@@ -31,13 +33,13 @@ def test_an_unknown_format_names_the_formats_allowed_and_what_to_change(fmt: str
         dk.create("json_schema", schema={"type": "string", "format": name})
 
 
-def _admits(model: object, schema: dict[str, str], text: str) -> bool:
-    """Whether `schema` lets `text` be written: the schema's stage and a regex of `text` alone, intersected."""
-    chain = dk.Chain(
-        [dk.create("json_schema", schema=schema), dk.create("regex", pattern=re.escape(text))], dk.create("greedy")
-    )
+def _admits(model: object, schema: dict[str, str], text: str, stage: str = "json_schema") -> bool:
+    """Whether `schema` (`stage`'s parameters) lets `text` be written: the stage and a regex of `text` alone,
+    intersected."""
+    grammar = dk.create(stage, **schema) if stage != "json_schema" else dk.create(stage, schema=schema)
+    chain = dk.Chain([grammar, dk.create("regex", pattern=re.escape(text))], dk.create("greedy"))
     try:
-        return dk.generate(model, ["x"], chain=chain, max_new_tokens=len(text) + 1).text[0] == text
+        return dk.generate(model, ["x"], chain=chain, max_new_tokens=len(text.encode()) + 1).text[0] == text
     except dk.NumericsError:  # the two grammars leave the row no token: the schema refuses the text
         return False
 
@@ -65,3 +67,13 @@ def test_an_unimplemented_keyword_is_refused_saying_what_to_change(schema: dict[
         f"json_schema: schema is invalid: Unimplemented keys: {keys}; allowed: a schema without them "
         "(llguidance implements none of them, and ignores none: check what they say after decoding)"
     )
+
+
+def test_a_digit_is_any_unicode_digit_in_regex_and_0_to_9_in_a_schemas_pattern(bpe_model: object) -> None:
+    """`regex` reads `\\d` as Rust's and Python's `re` do (fullwidth and Arabic-Indic digits too); a schema's
+    `pattern` as ECMA-262, JSON Schema's dialect, does. docs/grammar.md says so and to write `[0-9]`."""
+    for digits in ["12", "\uff11\uff12", "\u0661\u0662"]:
+        assert _admits(bpe_model, {"pattern": r"\d{2}"}, digits, stage="regex")
+        assert re.fullmatch(r"\d{2}", digits)  # Python's re agrees
+        assert _admits(bpe_model, {"type": "string", "pattern": r"^\d{2}$"}, f'"{digits}"') == (digits == "12")
+    assert not _admits(bpe_model, {"pattern": "[0-9]{2}"}, "\uff11\uff12", stage="regex")
