@@ -3,8 +3,8 @@ grammars, a token mask computed in Rust from a trie of the vocabulary's bytes.""
 
 from __future__ import annotations
 
-import json
 import functools
+import json
 import re
 import weakref
 from collections.abc import Sequence
