@@ -3,6 +3,7 @@ grammars, a token mask computed in Rust from a trie of the vocabulary's bytes.""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import weakref
@@ -73,11 +74,27 @@ def _gave_up(m: llguidance.LLMatcher) -> str:
 _REGEX_DRAWING = re.compile(r"regex parse error:\n.*?^error: ", re.S | re.M)
 _ONE_OF = "oneOf constraints are not supported"  # llguidance names an option of its own a stage does not offer
 _LARK_PLACE = re.compile(r"^at \d+\(\d+\): | \(in regex\)")  # a regex's place in the Lark rule it is wrapped in
+_UNKNOWN_FORMAT = "Unknown format: "
+_UNIMPLEMENTED = "Unimplemented keys: "
+# JSON Schema 2020-12's formats (section 7.3), which llguidance takes some of: it is asked which (`_known_formats`).
+_FORMATS = (
+    "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname", "ipv4", "ipv6",
+    "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template", "json-pointer", "relative-json-pointer",
+    "regex",
+)  # fmt: skip
+
+
+@functools.cache
+def _known_formats() -> tuple[str, ...]:
+    """The formats of `_FORMATS` this llguidance builds a grammar for (it refuses the others as unknown)."""
+    texts = (llguidance.LLMatcher.grammar_from_json_schema(json.dumps({"format": f})) for f in _FORMATS)
+    return tuple(f for f, t in zip(_FORMATS, texts) if not llguidance.LLMatcher.validate_grammar(t))
 
 
 def _message(grammar: Grammar, message: str) -> str:
     """llguidance's reason for refusing `grammar`, in the user's terms: one line for a regex (not the Lark rule
-    llguidance wraps it in), a regex error's reason without its drawing, oneOf's limit without llguidance's option."""
+    llguidance wraps it in), a regex error's reason without its drawing, oneOf's limit without llguidance's option,
+    and for a keyword or format it lacks, what to write instead."""
     message = _REGEX_DRAWING.sub("regex parse error: ", message.strip())
     if message.startswith(_ONE_OF):
         return (
@@ -86,6 +103,16 @@ def _message(grammar: Grammar, message: str) -> str:
         )
     if grammar.kind == "regex":
         return _LARK_PLACE.sub("", message.splitlines()[0])
+    if message.startswith(_UNIMPLEMENTED):
+        return (
+            f"{message}; allowed: a schema without them (llguidance implements none of them, and ignores none: "
+            "check what they say after decoding)"
+        )
+    if message.startswith(_UNKNOWN_FORMAT):  # pydantic writes some ("password", "binary"): say what is taken
+        return (
+            f"{message}; allowed formats: {', '.join(_known_formats())} (JSON Schema's others are refused); "
+            "drop the format, or state the text with a pattern"
+        )
     return message
 
 
