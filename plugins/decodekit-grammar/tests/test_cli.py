@@ -160,3 +160,36 @@ def test_input_lines_a_grammar_left_unfinished_are_named_each(
     ]
     records = [json.loads(text) for text in output.read_text().splitlines()]
     assert [r["finish_reason"] for r in records] == ["length"] * 3  # what the warnings say of lines a and c
+
+
+def test_a_lines_grammar_replaces_the_commands(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`--json-schema` for the job and a line's own `regex` gave that line both grammars, whose overlap was empty: a
+    NumericsError at decode time naming both. A line's grammar now stands in for the command's (a sample follows one
+    grammar), as a line's `chain` stands in for the command's chain; lines without one keep the command's."""
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(SCHEMA))
+    lines = [
+        {"prompt": "JULIET:", "id": "own", "regex": "(thou|thee) [a-z]{1,8}[.!]"},
+        {"prompt": "ROMEO:", "id": "job"},
+    ]
+    source, output = tmp_path / "prompts.jsonl", tmp_path / "results.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = ["generate", "--input", str(source), "--output", str(output), "--seed", "0", "--max-new-tokens", "60"]
+    assert main([*args, "--json-schema", str(schema), "--chain", "top_k(k=20)"]) == 0, capsys.readouterr().err
+    records = {r["id"]: r for r in map(json.loads, output.read_text().splitlines())}
+    assert re.fullmatch(r"(thou|thee) [a-z]{1,8}[.!]", records["own"]["text"])
+    assert records["own"]["chain"] == "regex(pattern='(thou|thee) [a-z]{1,8}[.!]') | top_k(k=20) | sample"
+    jsonschema.validate(json.loads(records["job"]["text"]), SCHEMA)
+    assert records["job"]["chain"].startswith("json_schema(") and records["job"]["chain"].endswith(" | top_k(k=20)")
+
+
+def test_one_line_failing_while_decoding_is_told_in_the_singular(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A line's two grammars with no text in common fail at its first step; the job said "1 line ... have no
+    record ... retries them"."""
+    source, output = tmp_path / "prompts.jsonl", tmp_path / "results.jsonl"
+    source.write_text(json.dumps({"prompt": "ROMEO:", "chain": "regex(pattern='a+') | regex(pattern='b+')"}) + "\n")
+    assert main(["generate", "--input", str(source), "--output", str(output), "--max-new-tokens", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "1 line failed while decoding and has no record; the others are written. --resume retries it;" in err

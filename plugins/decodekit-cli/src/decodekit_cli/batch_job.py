@@ -115,7 +115,8 @@ def failed_lines(failed: list[Record]) -> int:
         report_error(f"line {record['line']} (id {record['id']!r}): {error['type']}: {error['message']}")
     usage = all(r["error"]["type"] in DECODEKIT_ERRORS for r in failed)  # else a plugin's own failure
     raise CliError(
-        f"{plural(len(failed), 'line')} failed while decoding and have no record; the others are written. "
-        "--resume retries them; --on-error skip writes an error record instead",
+        f"{plural(len(failed), 'line')} failed while decoding and {'has' if len(failed) == 1 else 'have'} no record; "
+        f"the others are written. --resume retries {'it' if len(failed) == 1 else 'them'}; --on-error skip writes an "
+        "error record instead",
         exit_code=EXIT_USAGE if usage else EXIT_FAILURE,
     )

@@ -54,10 +54,24 @@ def grammar_stage(json_schema: Path | None, regex: str | None, grammar: Path | N
     return _stage(schema, regex, lark)
 
 
+# decodekit-grammar's stages: a line's own grammar stands in for these in the job's chain.
+GRAMMARS = ("json_schema", "json", "regex", "grammar")
+
+
 def line_chain(chain: str, json_schema: object, regex: str | None, grammar: str | None) -> str:
     """An `--input` line's chain with the line's own grammar first: `json_schema` (an object, or its JSON
-    text), `regex`, or `grammar` (Lark text); the chain as it is without one."""
+    text), `regex`, or `grammar` (Lark text), in place of the chain's grammar stages (`--json-schema`: a sample
+    follows one grammar, and two have no text in common); the chain as it is without one."""
     _one(json_schema=json_schema, regex=regex, grammar=grammar)
     schema = json.dumps(json_schema) if isinstance(json_schema, dict | bool) else json_schema
     stage = _stage(None if schema is None else str(schema), regex, grammar)
-    return chain if stage is None else f"{stage} | {chain}"
+    if stage is None:
+        return chain
+    from decodekit.chain import stage_label  # torch: imported only for a line with a grammar
+    from decodekit_cli.batch_settings import parsed_chain
+
+    parsed = parsed_chain(chain)
+    if not any(getattr(s, "name", None) in GRAMMARS for s in parsed.processors):
+        return f"{stage} | {chain}"  # the chain as written
+    rest = [s for s in (*parsed.processors, parsed.selector) if getattr(s, "name", None) not in GRAMMARS]
+    return " | ".join([stage, *map(stage_label, rest)])
