@@ -43,6 +43,7 @@ class Arch:
 
     fields: dict[str, Any]
     slides: tuple[int, ...] = ()
+    model_type: str | None = None  # where the name is not the model type (a variant)
 
 
 # The architectures docs/hf.md's tables serve, each as test_architectures.py / test_newer_architectures.py build it.
@@ -88,6 +89,13 @@ ARCHS: dict[str, Arch] = {
     "deepseek_v2": Arch(_LATENT | _DEEPSEEK | dict(q_lora_rank=None)),
     "mimo_v2_flash": Arch(_KV | _EXPERTS | dict(v_head_dim=4, layer_types=["full_attention"] * 2, n_routed_experts=4)),
     # its last 2 of 4 layers attend over an earlier layer's keys (num_kv_shared_layers); a window as long as the context
+    # eager attention (soft caps, sinks) with a window as long as the context: every cache is served on every text
+    "gemma2_wide": Arch(dict(sliding_window=CONTEXT, attn_logit_softcapping=1.0), model_type="gemma2"),
+    "gpt_oss_wide": Arch(
+        _KV | dict(sliding_window=CONTEXT, num_local_experts=4, num_experts_per_tok=2, rope_parameters=_YARN),
+        model_type="gpt_oss",
+    ),
+    "granite_swa_wide": Arch(_KV | _SLIDE_FIRST | dict(sliding_window=CONTEXT), model_type="granite_swa"),
     "gemma3n_text": Arch(
         _KV
         | dict(num_hidden_layers=4, num_kv_shared_layers=2, layer_types=["sliding_attention", "full_attention"] * 2)
@@ -96,7 +104,7 @@ ARCHS: dict[str, Arch] = {
 }
 # Refuse a cache that evicts or observes: latent attention, a chunk (longer than the texts), shared keys, MiMo's sinks.
 MASKS_OF_ITS_OWN = ("deepseek_v2", "deepseek_v3", "llama4_text", "gemma3n_text", "mimo_v2_flash")
-KEEP_ALL = ("dense", "gqa", "none")
+KEEP_ALL = ("dense", "gqa", "none", "int8")
 SCORED = ("h2o", "tova", "knorm", "streaming", "snapkv")
 
 
@@ -107,14 +115,15 @@ class Cache:
     sinks: int = 0
     recent: int = 0
     slack: int = 1
+    observed: int = 4  # snapkv: the prompt's last queries that score the rest (its `window`)
 
     def __str__(self) -> str:
-        if self.name in KEEP_ALL + ("int8",):
+        if self.name in KEEP_ALL:
             return self.name
         if self.name == "window":
             size = list(self.size) if isinstance(self.size, tuple) else self.size
             return f"window(size={size}, sinks={self.sinks}, slack={self.slack})"
-        extra = ", window=4" if self.name == "snapkv" else ""
+        extra = f", window={self.observed}" if self.name == "snapkv" else ""
         return f"{self.name}(budget={self.size}, sinks={self.sinks}, recent={self.recent}, slack={self.slack}{extra})"
 
     def sizes(self) -> tuple[int, ...]:
@@ -133,14 +142,28 @@ class Case:
     length_penalty: float = 1.0
     early_stopping: bool | str = False
     stop_at: int | None = None  # beam: the stop token is this step's token of transformers' greedy text
-    draft: str = "ngram"  # speculative: "ngram" or "noisy"
+    draft: str = "ngram"  # speculative: "ngram", "noisy" (a noisy copy) or "other" (another architecture)
     k: int = 1
     compile_off: bool = False
+
+    @property
+    def per_prompt(self) -> list[int]:
+        return self.limits if isinstance(self.limits, list) else [self.limits] * len(self.prompts)
+
+    @property
+    def texts(self) -> list[int]:
+        """Each prompt's own text: its length + its max_new_tokens."""
+        return [len(p) + n for p, n in zip(self.prompts, self.per_prompt)]
+
+    @property
+    def slots(self) -> int:
+        """The cache slots a batch fills: its rows left-padded to the longest prompt, then the longest limit."""
+        return max(len(p) for p in self.prompts) + max(self.per_prompt)
 
 
 _sizes = st.sampled_from(range(1, 41))
 _caches = st.one_of(
-    st.sampled_from([Cache(name) for name in KEEP_ALL + ("int8",)]),
+    st.sampled_from([Cache(name) for name in KEEP_ALL]),
     st.builds(
         Cache,
         st.just("window"),
@@ -151,7 +174,15 @@ _caches = st.one_of(
     ),
     # a sliding model's own window (as its refusals spell it): its mask, past the window too
     st.builds(Cache, st.just("window"), st.sampled_from([WINDOW, (WINDOW, CONTEXT)]), slack=st.integers(1, 8)),
-    st.builds(Cache, st.sampled_from(SCORED), _sizes, st.integers(0, 4), st.integers(0, 8), st.integers(1, 8)),
+    st.builds(
+        Cache,
+        st.sampled_from(SCORED),
+        _sizes,
+        st.integers(0, 4),
+        st.integers(0, 8),
+        st.integers(1, 8),
+        st.integers(1, 8),
+    ),
 )
 
 
@@ -173,7 +204,7 @@ def cases(draw: st.DrawFn) -> Case:
             stop_at=draw(st.one_of(st.none(), st.integers(0, 5))),
         )
     elif strategy == "speculative":
-        options = dict(draft=draw(st.sampled_from(["ngram", "noisy"])), k=draw(st.integers(1, 4)))
+        options = dict(draft=draw(st.sampled_from(["ngram", "noisy", "other"])), k=draw(st.integers(1, 4)))
     arch = draw(st.permutations(sorted(ARCHS)))[0]  # evenly: sampled_from favours the first
     seed, cache, compile_off = draw(st.integers(0, 3)), draw(_caches), draw(st.booleans())
     return Case(arch, seed, prompts, limits, cache, strategy, compile_off=compile_off, **options)
@@ -185,7 +216,7 @@ _MODELS: dict[tuple[str, int], tuple[Any, HFModel, HFModel]] = {}
 def models(build_arch: Callable[..., Any], arch: str, seed: int) -> tuple[Any, HFModel, HFModel]:
     """(transformers model, its HFModel, a noisy copy's HFModel: a draft that agrees often, not always)."""
     if (arch, seed) not in _MODELS:
-        hf = build_arch(arch, seed=seed, **(SHARED | ARCHS[arch].fields))
+        hf = build_arch(ARCHS[arch].model_type or arch, seed=seed, **(SHARED | ARCHS[arch].fields))
         noisy = copy.deepcopy(hf)
         torch.manual_seed(seed + 100)
         with torch.no_grad():
@@ -214,61 +245,60 @@ def forward_logprobs(hf: Any, prompt: list[int], tokens: list[int]) -> list[floa
     if not tokens:
         return []
     logits = hf(torch.tensor([prompt + tokens[:-1]])).logits[0, len(prompt) - 1 :].float()
-    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens)[:, None])[:, 0].tolist()  # type: ignore[no-any-return]
+    picked = torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens)[:, None])[:, 0]
+    return [float(x) for x in picked]
 
 
-def holds_every_key(case: Case, texts: list[int], slots: int) -> bool:
+def holds_every_key(case: Case) -> bool:
     """Whether the cache keeps every key the model attends to, for every row and step (so its tokens are
-    `generate()`'s): a cache that keeps all; a `window` as wide as each row's text on each layer, or the model's own
-    window on a sliding layer; `none` within the context; a scored cache whose budget holds every slot of the batch (and a speculative step's
-    drafts)."""
-    cache = case.cache
-    if cache.name == "none":  # past the context it crops the oldest tokens (caches.md): not generate()'s
-        return max(texts) <= CONTEXT
-    if cache.name in KEEP_ALL + ("int8",):  # int8: against itself, each prompt alone
-        return True
+    `generate()`'s): one that keeps all (`none` within the context: past it, it crops the oldest tokens); a `window`
+    as wide as each row's text on each layer, or the model's own window on a sliding layer; a scored cache whose
+    budget holds every slot of the batch (and a speculative round's drafts) within the context (past it, it moves
+    the keys it keeps within the context, caches.md: a query's distances are no longer generate()'s)."""
+    cache, text = case.cache, max(case.texts)
+    if cache.name in KEEP_ALL:
+        return cache.name != "none" or text <= CONTEXT
     if cache.name == "window":
-        own = [cache.sinks == 0 and size == WINDOW and layer in ARCHS[case.arch].slides for layer, size in
-               enumerate(cache.sizes())]  # fmt: skip
-        return all(mine or max(texts) <= size for mine, size in zip(own, cache.sizes()))
+        slides = ARCHS[case.arch].slides
+        own = [cache.sinks == 0 and size == WINDOW and layer in slides for layer, size in enumerate(cache.sizes())]
+        return all(mine or text <= size for mine, size in zip(own, cache.sizes()))
     look_ahead = case.k + 1 if case.strategy == "speculative" else 0
-    return cache.name in SCORED and slots + look_ahead <= int(cache.size)
+    return case.slots + look_ahead <= int(cache.size) and text <= CONTEXT
 
 
 def comparable(case: Case, stop: int | None) -> bool:
     """Whether transformers' `generate()` searches as decodekit's strategy does. Not: beams through `int8` (no
-    transformers cache rounds as it does: its lengths are checked); one beam that a stop token ends, with `length_penalty > 0` and `early_stopping` False or
-    "never": `generate(num_beams=1)` is transformers' greedy search, whose row ends at its first stop token, where
-    decodekit's beam search keeps the next candidate running, as transformers' `_beam_search` would (a longer
-    hypothesis may score better once divided by its length)."""
+    transformers cache rounds as it does: their lengths are checked); one beam that a stop token ends, with
+    `length_penalty > 0` and `early_stopping` False or "never": `generate(num_beams=1)` is transformers' greedy
+    search, whose row ends at its first stop token, where decodekit's beam search keeps the next candidate running,
+    as transformers' `_beam_search` would (a longer hypothesis may score better once divided by its length)."""
     if case.strategy != "beam":
         return True
     one_beam_goes_on = case.num_beams == 1 and stop is not None and case.length_penalty > 0
     return case.cache.name != "int8" and not (one_beam_goes_on and case.early_stopping is not True)
 
 
-def served(case: Case, texts: list[int]) -> bool:
+def served(case: Case) -> bool:
     """Whether docs/hf.md promises to serve the case: a text within the context (beams: one `max_new_tokens` for
     all) through a cache that keeps every token, or through a valid evicting one that evicts nothing, on a model
     whose mask decodekit's attention follows for this text (within a sliding window; not latent attention, chunks,
     shared keys or MiMo's sinks)."""
-    slots = max(len(p) for p in case.prompts) + max(texts[b] - len(p) for b, p in enumerate(case.prompts))
-    if max(texts) > CONTEXT or (case.strategy == "beam" and isinstance(case.limits, list) and len(set(case.limits)) > 1):
+    cache, text = case.cache, max(case.texts)
+    if text > CONTEXT or (case.strategy == "beam" and len(set(case.per_prompt)) > 1):
         return False
-    cache = case.cache
-    if cache.name in KEEP_ALL + ("int8",):
+    if cache.name in KEEP_ALL:
         return True
-    follows = case.arch not in MASKS_OF_ITS_OWN and (not ARCHS[case.arch].slides or max(texts) <= WINDOW)
+    follows = case.arch not in MASKS_OF_ITS_OWN and (not ARCHS[case.arch].slides or text <= WINDOW)
     if cache.name == "window":
         valid = all(size + cache.sinks <= CONTEXT for size in cache.sizes())
     else:
         valid = int(cache.size) >= cache.sinks + cache.recent
     if case.strategy == "speculative":  # a round takes back up to k + 1 tokens: the slack must allow it
         valid = valid and cache.slack >= case.k + 1
-    return follows and valid and holds_every_key(case, texts, slots)
+    return follows and valid and holds_every_key(case)
 
 
-def decode(case: Case, model: HFModel, draft: HFModel, stop: int | None) -> dk.Generation:
+def decode(case: Case, model: HFModel, draft: HFModel, other: HFModel, stop: int | None) -> dk.Generation:
     options: dict[str, Any] = dict(max_new_tokens=case.limits, cache=str(case.cache), chain="greedy")
     if case.compile_off:
         options["compile"] = False
@@ -277,7 +307,7 @@ def decode(case: Case, model: HFModel, draft: HFModel, stop: int | None) -> dk.G
         return dk.decode(model, case.prompts, strategy="beam", stop_tokens=[] if stop is None else [stop], **beam,
                          **options)  # fmt: skip
     if case.strategy == "speculative":
-        chosen = draft if case.draft == "noisy" else "ngram"
+        chosen = {"noisy": draft, "other": other}.get(case.draft, "ngram")
         return dk.decode(model, case.prompts, strategy="speculative", draft=chosen, k=case.k, **options)
     return dk.generate(model, case.prompts, logprobs=1, **options)
 
@@ -285,42 +315,39 @@ def decode(case: Case, model: HFModel, draft: HFModel, stop: int | None) -> dk.G
 def reference(case: Case, hf: Any, model: HFModel, stop: int | None) -> list[list[int]]:
     """Each prompt alone: transformers' greedy or beam tokens; through `int8`, decodekit's own greedy decode through
     `int8` alone (it rounds what it keeps: test_composition.py's reference)."""
-    limits = case.limits if isinstance(case.limits, list) else [case.limits] * len(case.prompts)
+    alone = list(zip(case.prompts, case.per_prompt))
     if case.cache.name == "int8":
-        return [dk.generate(model, [p], max_new_tokens=n, cache="int8", chain="greedy").tokens[0]
-                for p, n in zip(case.prompts, limits)]  # fmt: skip
+        return [dk.generate(model, [p], max_new_tokens=n, cache="int8", chain="greedy").tokens[0] for p, n in alone]
     if case.strategy != "beam":
-        return [transformers_alone(hf, p, n) for p, n in zip(case.prompts, limits)]
+        return [transformers_alone(hf, p, n) for p, n in alone]
     beam = dict(num_beams=case.num_beams, length_penalty=case.length_penalty, early_stopping=case.early_stopping)
-    return [transformers_alone(hf, p, n, eos_token_id=stop, **beam) for p, n in zip(case.prompts, limits)]
+    return [transformers_alone(hf, p, n, eos_token_id=stop, **beam) for p, n in alone]
 
 
 def check(case: Case, build_arch: Callable[..., Any]) -> str:
     """Runs the case; returns what it ended in ("error", "equal" or "lengths"), failing on anything else."""
     hf, model, draft = models(build_arch, case.arch, case.seed)
-    limits = case.limits if isinstance(case.limits, list) else [case.limits] * len(case.prompts)
     stop = None
     if case.strategy == "beam" and case.stop_at is not None:
-        room = min(max(limits), CONTEXT - len(case.prompts[0]))  # transformers' learned positions end at the context
+        room = min(max(case.per_prompt), CONTEXT - len(case.prompts[0]))  # learned positions end at the context
         greedy = transformers_alone(hf, case.prompts[0], room) if room > 0 else case.prompts[0]
         stop = greedy[min(case.stop_at, len(greedy) - 1)]
-    texts = [len(p) + n for p, n in zip(case.prompts, limits)]
     try:
-        out = decode(case, model, draft, stop)
+        other = models(build_arch, "llama" if case.arch == "gpt2" else "gpt2", case.seed)[1]  # the same vocabulary
+        out = decode(case, model, draft, other, stop)
     except dk.DecodekitError as error:
         message = str(error)
         assert re.search(r"\w+(\[\d+\])?=\S", message), (case, message)  # it names a parameter and its value
-        assert not served(case, texts), (case, message)
+        assert not served(case), (case, message)
         return "error"
-    slots = max(len(p) for p in case.prompts) + max(limits)
-    if comparable(case, stop) and holds_every_key(case, texts, slots):
+    if comparable(case, stop) and holds_every_key(case):
         assert out.tokens == reference(case, hf, model, stop), case
         if out.logprobs is not None and case.cache.name != "int8":
             for prompt, tokens, logprobs in zip(case.prompts, out.tokens, out.logprobs):
                 want = forward_logprobs(hf, prompt, tokens)
                 assert [lp.raw for lp in logprobs] == pytest.approx(want, abs=1e-4), case
         return "equal"
-    for tokens, n in zip(out.tokens, limits):  # evicted (or int8's beams): its own tokens, as many as asked
+    for tokens, n in zip(out.tokens, case.per_prompt):  # evicted (or int8's beams): its own tokens, as many as asked
         assert len(tokens) == n or (stop is not None and len(tokens) <= n and tokens[-1] == stop), case
     return "lengths"
 
