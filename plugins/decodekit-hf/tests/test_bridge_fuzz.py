@@ -127,7 +127,12 @@ class Cache:
         return f"{self.name}(budget={self.size}, sinks={self.sinks}, recent={self.recent}, slack={self.slack}{extra})"
 
     def sizes(self) -> tuple[int, ...]:
-        return self.size if isinstance(self.size, tuple) else (int(self.size),) * LAYERS
+        return self.size if isinstance(self.size, tuple) else (self.size,) * LAYERS
+
+    @property
+    def budget(self) -> int:
+        assert isinstance(self.size, int)
+        return self.size
 
 
 @dataclass(frozen=True)
@@ -141,7 +146,7 @@ class Case:
     num_beams: int = 1
     length_penalty: float = 1.0
     early_stopping: bool | str = False
-    stop_at: int | None = None  # beam: the stop token is this step's token of transformers' greedy text
+    stop_at: int | None = None  # the stop token: this step's token of transformers' greedy text of the first prompt
     draft: str = "ngram"  # speculative: "ngram", "noisy" (a noisy copy) or "other" (another architecture)
     k: int = 1
     compile_off: bool = False
@@ -201,13 +206,13 @@ def cases(draw: st.DrawFn) -> Case:
             num_beams=draw(st.integers(1, 3)),
             length_penalty=draw(st.sampled_from([1.0, 0.0, -1.0, 0.6, 2.0])),
             early_stopping=draw(st.sampled_from([False, True, "never"])),
-            stop_at=draw(st.one_of(st.none(), st.integers(0, 5))),
         )
     elif strategy == "speculative":
         options = dict(draft=draw(st.sampled_from(["ngram", "noisy", "other"])), k=draw(st.integers(1, 4)))
     arch = draw(st.permutations(sorted(ARCHS)))[0]  # evenly: sampled_from favours the first
     seed, cache, compile_off = draw(st.integers(0, 3)), draw(_caches), draw(st.booleans())
-    return Case(arch, seed, prompts, limits, cache, strategy, compile_off=compile_off, **options)
+    stop_at = draw(st.one_of(st.none(), st.integers(0, 5)))
+    return Case(arch, seed, prompts, limits, cache, strategy, stop_at=stop_at, compile_off=compile_off, **options)
 
 
 _MODELS: dict[tuple[str, int], tuple[Any, HFModel, HFModel]] = {}
@@ -263,7 +268,7 @@ def holds_every_key(case: Case) -> bool:
         own = [cache.sinks == 0 and size == WINDOW and layer in slides for layer, size in enumerate(cache.sizes())]
         return all(mine or text <= size for mine, size in zip(own, cache.sizes()))
     look_ahead = case.k + 1 if case.strategy == "speculative" else 0
-    return case.slots + look_ahead <= int(cache.size) and text <= CONTEXT
+    return case.slots + look_ahead <= cache.budget and text <= CONTEXT
 
 
 def comparable(case: Case, stop: int | None) -> bool:
@@ -292,7 +297,7 @@ def served(case: Case) -> bool:
     if cache.name == "window":
         valid = all(size + cache.sinks <= CONTEXT for size in cache.sizes())
     else:
-        valid = int(cache.size) >= cache.sinks + cache.recent
+        valid = cache.budget >= cache.sinks + cache.recent
     if case.strategy == "speculative":  # a round takes back up to k + 1 tokens: the slack must allow it
         valid = valid and cache.slack >= case.k + 1
     return follows and valid and holds_every_key(case)
@@ -300,12 +305,12 @@ def served(case: Case) -> bool:
 
 def decode(case: Case, model: HFModel, draft: HFModel, other: HFModel, stop: int | None) -> dk.Generation:
     options: dict[str, Any] = dict(max_new_tokens=case.limits, cache=str(case.cache), chain="greedy")
+    options["stop_tokens"] = [] if stop is None else [stop]
     if case.compile_off:
         options["compile"] = False
     if case.strategy == "beam":
         beam = dict(num_beams=case.num_beams, length_penalty=case.length_penalty, early_stopping=case.early_stopping)
-        return dk.decode(model, case.prompts, strategy="beam", stop_tokens=[] if stop is None else [stop], **beam,
-                         **options)  # fmt: skip
+        return dk.decode(model, case.prompts, strategy="beam", **beam, **options)
     if case.strategy == "speculative":
         chosen = {"noisy": draft, "other": other}.get(case.draft, "ngram")
         return dk.decode(model, case.prompts, strategy="speculative", draft=chosen, k=case.k, **options)
@@ -315,11 +320,12 @@ def decode(case: Case, model: HFModel, draft: HFModel, other: HFModel, stop: int
 def reference(case: Case, hf: Any, model: HFModel, stop: int | None) -> list[list[int]]:
     """Each prompt alone: transformers' greedy or beam tokens; through `int8`, decodekit's own greedy decode through
     `int8` alone (it rounds what it keeps: test_composition.py's reference)."""
-    alone = list(zip(case.prompts, case.per_prompt))
+    alone, stops = list(zip(case.prompts, case.per_prompt)), [] if stop is None else [stop]
     if case.cache.name == "int8":
-        return [dk.generate(model, [p], max_new_tokens=n, cache="int8", chain="greedy").tokens[0] for p, n in alone]
+        greedy = dict(cache="int8", chain="greedy", stop_tokens=stops)
+        return [dk.generate(model, [p], max_new_tokens=n, **greedy).tokens[0] for p, n in alone]
     if case.strategy != "beam":
-        return [transformers_alone(hf, p, n) for p, n in alone]
+        return [transformers_alone(hf, p, n, eos_token_id=stop) for p, n in alone]
     beam = dict(num_beams=case.num_beams, length_penalty=case.length_penalty, early_stopping=case.early_stopping)
     return [transformers_alone(hf, p, n, eos_token_id=stop, **beam) for p, n in alone]
 
@@ -328,7 +334,7 @@ def check(case: Case, build_arch: Callable[..., Any]) -> str:
     """Runs the case; returns what it ended in ("error", "equal" or "lengths"), failing on anything else."""
     hf, model, draft = models(build_arch, case.arch, case.seed)
     stop = None
-    if case.strategy == "beam" and case.stop_at is not None:
+    if case.stop_at is not None:
         room = min(max(case.per_prompt), CONTEXT - len(case.prompts[0]))  # learned positions end at the context
         greedy = transformers_alone(hf, case.prompts[0], room) if room > 0 else case.prompts[0]
         stop = greedy[min(case.stop_at, len(greedy) - 1)]
