@@ -150,6 +150,7 @@ class Case:
     draft: str = "ngram"  # speculative: "ngram", "noisy" (a noisy copy) or "other" (another architecture)
     k: int = 1
     compile_off: bool = False
+    bfloat16: bool = False  # the model (and its drafts) in bfloat16: its rounding is not generate()'s, lengths only
 
     @property
     def per_prompt(self) -> list[int]:
@@ -199,7 +200,7 @@ def cases(draw: st.DrawFn) -> Case:
     prompts = [draw(st.lists(st.integers(0, V - 2), min_size=m, max_size=m)) for m in lengths]
     per_prompt = draw(st.lists(st.sampled_from(range(27)), min_size=n, max_size=n))
     limits: list[int] | int = per_prompt if draw(st.booleans()) else per_prompt[0]
-    strategy = draw(st.sampled_from(["greedy", "beam", "speculative"]))
+    strategy = draw(st.permutations(["greedy", "beam", "speculative"]))[0]  # evenly: sampled_from favours the first
     options: dict[str, Any] = {}
     if strategy == "beam":
         options = dict(
@@ -209,26 +210,33 @@ def cases(draw: st.DrawFn) -> Case:
         )
     elif strategy == "speculative":
         options = dict(draft=draw(st.sampled_from(["ngram", "noisy", "other"])), k=draw(st.integers(1, 4)))
-    arch = draw(st.permutations(sorted(ARCHS)))[0]  # evenly: sampled_from favours the first
+    arch = draw(st.permutations(sorted(ARCHS)))[0]
     seed, cache, compile_off = draw(st.integers(0, 3)), draw(_caches), draw(st.booleans())
-    stop_at = draw(st.one_of(st.none(), st.integers(0, 5)))
-    return Case(arch, seed, prompts, limits, cache, strategy, stop_at=stop_at, compile_off=compile_off, **options)
+    stop_at, bfloat16 = draw(st.one_of(st.none(), st.integers(0, 5))), draw(st.booleans())
+    flags = dict(stop_at=stop_at, compile_off=compile_off, bfloat16=bfloat16)
+    return Case(arch, seed, prompts, limits, cache, strategy, **flags, **options)
 
 
-_MODELS: dict[tuple[str, int], tuple[Any, HFModel, HFModel]] = {}
+_MODELS: dict[tuple[str, int, bool], tuple[Any, HFModel, HFModel]] = {}
 
 
-def models(build_arch: Callable[..., Any], arch: str, seed: int) -> tuple[Any, HFModel, HFModel]:
+def models(build_arch: Callable[..., Any], arch: str, seed: int, bf16: bool) -> tuple[Any, HFModel, HFModel]:
     """(transformers model, its HFModel, a noisy copy's HFModel: a draft that agrees often, not always)."""
-    if (arch, seed) not in _MODELS:
+    if bf16:
+        if (arch, seed, bf16) not in _MODELS:
+            hf, _, noisy = models(build_arch, arch, seed, False)
+            low = copy.deepcopy(hf).to(torch.bfloat16)
+            _MODELS[arch, seed, bf16] = low, HFModel(low), HFModel(copy.deepcopy(noisy.hf).to(torch.bfloat16))
+        return _MODELS[arch, seed, bf16]
+    if (arch, seed, bf16) not in _MODELS:
         hf = build_arch(ARCHS[arch].model_type or arch, seed=seed, **(SHARED | ARCHS[arch].fields))
         noisy = copy.deepcopy(hf)
         torch.manual_seed(seed + 100)
         with torch.no_grad():
             for weight in noisy.parameters():
                 weight.add_(0.03 * torch.randn_like(weight))
-        _MODELS[arch, seed] = hf, HFModel(hf), HFModel(noisy)
-    return _MODELS[arch, seed]
+        _MODELS[arch, seed, bf16] = hf, HFModel(hf), HFModel(noisy)
+    return _MODELS[arch, seed, bf16]
 
 
 def transformers_alone(hf: Any, prompt: list[int], new: int, **options: Any) -> list[int]:
@@ -272,11 +280,14 @@ def holds_every_key(case: Case) -> bool:
 
 
 def comparable(case: Case, stop: int | None) -> bool:
-    """Whether transformers' `generate()` searches as decodekit's strategy does. Not: beams through `int8` (no
+    """Whether transformers' `generate()` searches as decodekit's strategy does. Not: a bfloat16 model (decodekit's
+    attention rounds apart from transformers' kernels: a near tie may go another way); beams through `int8` (no
     transformers cache rounds as it does: their lengths are checked); one beam that a stop token ends, with
     `length_penalty > 0` and `early_stopping` False or "never": `generate(num_beams=1)` is transformers' greedy
     search, whose row ends at its first stop token, where decodekit's beam search keeps the next candidate running,
     as transformers' `_beam_search` would (a longer hypothesis may score better once divided by its length)."""
+    if case.bfloat16:
+        return False
     if case.strategy != "beam":
         return True
     one_beam_goes_on = case.num_beams == 1 and stop is not None and case.length_penalty > 0
@@ -332,14 +343,15 @@ def reference(case: Case, hf: Any, model: HFModel, stop: int | None) -> list[lis
 
 def check(case: Case, build_arch: Callable[..., Any]) -> str:
     """Runs the case; returns what it ended in ("error", "equal" or "lengths"), failing on anything else."""
-    hf, model, draft = models(build_arch, case.arch, case.seed)
+    hf, model, draft = models(build_arch, case.arch, case.seed, case.bfloat16)
     stop = None
     if case.stop_at is not None:
         room = min(max(case.per_prompt), CONTEXT - len(case.prompts[0]))  # learned positions end at the context
         greedy = transformers_alone(hf, case.prompts[0], room) if room > 0 else case.prompts[0]
         stop = greedy[min(case.stop_at, len(greedy) - 1)]
     try:
-        other = models(build_arch, "llama" if case.arch == "gpt2" else "gpt2", case.seed)[1]  # the same vocabulary
+        other_arch = "llama" if case.arch == "gpt2" else "gpt2"  # the same vocabulary
+        other = models(build_arch, other_arch, case.seed, case.bfloat16)[1]
         out = decode(case, model, draft, other, stop)
     except dk.DecodekitError as error:
         message = str(error)
