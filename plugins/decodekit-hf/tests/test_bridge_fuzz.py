@@ -151,6 +151,7 @@ class Case:
     k: int = 1
     compile_off: bool = False
     bfloat16: bool = False  # the model (and its drafts) in bfloat16: its rounding is not generate()'s, lengths only
+    context: int = CONTEXT  # `HFModel(model, context=...)`: the config's, or less
 
     @property
     def per_prompt(self) -> list[int]:
@@ -213,7 +214,8 @@ def cases(draw: st.DrawFn) -> Case:
     arch = draw(st.permutations(sorted(ARCHS)))[0]
     seed, cache, compile_off = draw(st.integers(0, 3)), draw(_caches), draw(st.booleans())
     stop_at, bfloat16 = draw(st.one_of(st.none(), st.integers(0, 5))), draw(st.booleans())
-    flags = dict(stop_at=stop_at, compile_off=compile_off, bfloat16=bfloat16)
+    context = draw(st.sampled_from([CONTEXT] * 3 + list(range(8, CONTEXT))))  # mostly the config's
+    flags = dict(stop_at=stop_at, compile_off=compile_off, bfloat16=bfloat16, context=context)
     return Case(arch, seed, prompts, limits, cache, strategy, **flags, **options)
 
 
@@ -221,13 +223,8 @@ _MODELS: dict[tuple[str, int, bool], tuple[Any, HFModel, HFModel]] = {}
 
 
 def models(build_arch: Callable[..., Any], arch: str, seed: int, bf16: bool) -> tuple[Any, HFModel, HFModel]:
-    """(transformers model, its HFModel, a noisy copy's HFModel: a draft that agrees often, not always)."""
-    if bf16:
-        if (arch, seed, bf16) not in _MODELS:
-            hf, _, noisy = models(build_arch, arch, seed, False)
-            low = copy.deepcopy(hf).to(torch.bfloat16)
-            _MODELS[arch, seed, bf16] = low, HFModel(low), HFModel(copy.deepcopy(noisy.hf).to(torch.bfloat16))
-        return _MODELS[arch, seed, bf16]
+    """(the transformers model, its attention untouched: the reference; an `HFModel` of a copy, which runs
+    decodekit's attention function; a noisy copy's `HFModel`: a draft that agrees often, not always)."""
     if (arch, seed, bf16) not in _MODELS:
         hf = build_arch(ARCHS[arch].model_type or arch, seed=seed, **(SHARED | ARCHS[arch].fields))
         noisy = copy.deepcopy(hf)
@@ -235,7 +232,9 @@ def models(build_arch: Callable[..., Any], arch: str, seed: int, bf16: bool) -> 
         with torch.no_grad():
             for weight in noisy.parameters():
                 weight.add_(0.03 * torch.randn_like(weight))
-        _MODELS[arch, seed, bf16] = hf, HFModel(hf), HFModel(noisy)
+        if bf16:
+            hf, noisy = hf.to(torch.bfloat16), noisy.to(torch.bfloat16)
+        _MODELS[arch, seed, bf16] = hf, HFModel(copy.deepcopy(hf)), HFModel(noisy)
     return _MODELS[arch, seed, bf16]
 
 
@@ -270,13 +269,13 @@ def holds_every_key(case: Case) -> bool:
     the keys it keeps within the context, caches.md: a query's distances are no longer generate()'s)."""
     cache, text = case.cache, max(case.texts)
     if cache.name in KEEP_ALL:
-        return cache.name != "none" or text <= CONTEXT
+        return cache.name != "none" or text <= case.context
     if cache.name == "window":
         slides = ARCHS[case.arch].slides
         own = [cache.sinks == 0 and size == WINDOW and layer in slides for layer, size in enumerate(cache.sizes())]
         return all(mine or text <= size for mine, size in zip(own, cache.sizes()))
     look_ahead = case.k + 1 if case.strategy == "speculative" else 0
-    return case.slots + look_ahead <= cache.budget and text <= CONTEXT
+    return case.slots + look_ahead <= cache.budget and text <= case.context
 
 
 def comparable(case: Case, stop: int | None) -> bool:
@@ -300,13 +299,13 @@ def served(case: Case) -> bool:
     whose mask decodekit's attention follows for this text (within a sliding window; not latent attention, chunks,
     shared keys or MiMo's sinks)."""
     cache, text = case.cache, max(case.texts)
-    if text > CONTEXT or (case.strategy == "beam" and len(set(case.per_prompt)) > 1):
+    if text > case.context or (case.strategy == "beam" and len(set(case.per_prompt)) > 1):
         return False
     if cache.name in KEEP_ALL:
         return True
     follows = case.arch not in MASKS_OF_ITS_OWN and (not ARCHS[case.arch].slides or text <= WINDOW)
     if cache.name == "window":
-        valid = all(size + cache.sinks <= CONTEXT for size in cache.sizes())
+        valid = all(size + cache.sinks <= case.context for size in cache.sizes())
     else:
         valid = cache.budget >= cache.sinks + cache.recent
     if case.strategy == "speculative":  # a round takes back up to k + 1 tokens: the slack must allow it
@@ -344,6 +343,8 @@ def reference(case: Case, hf: Any, model: HFModel, stop: int | None) -> list[lis
 def check(case: Case, build_arch: Callable[..., Any]) -> str:
     """Runs the case; returns what it ended in ("error", "equal" or "lengths"), failing on anything else."""
     hf, model, draft = models(build_arch, case.arch, case.seed, case.bfloat16)
+    if case.context != CONTEXT:
+        model = HFModel(model.hf, context=case.context)
     stop = None
     if case.stop_at is not None:
         room = min(max(case.per_prompt), CONTEXT - len(case.prompts[0]))  # learned positions end at the context
