@@ -336,8 +336,10 @@ def reference(case: Case, hf: Any, model: HFModel, stop: int | None) -> list[lis
     `int8` alone (it rounds what it keeps: test_composition.py's reference)."""
     alone, stops = list(zip(case.prompts, case.per_prompt)), [] if stop is None else [stop]
     if case.cache.name == "int8":
-        greedy = dict(cache="int8", chain="greedy", stop_tokens=stops)
-        return [dk.generate(model, [p], max_new_tokens=n, **greedy).tokens[0] for p, n in alone]
+        int8 = [
+            dk.generate(model, [p], max_new_tokens=n, chain="greedy", cache="int8", stop_tokens=stops) for p, n in alone
+        ]
+        return [out.tokens[0] for out in int8]
     if case.strategy != "beam":
         return [transformers_alone(hf, p, n, eos_token_id=stop) for p, n in alone]
     beam = dict(num_beams=case.num_beams, length_penalty=case.length_penalty, early_stopping=case.early_stopping)
