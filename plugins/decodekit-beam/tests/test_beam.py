@@ -161,14 +161,21 @@ def _argmax(logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
     return logits.argmax(-1)
 
 
-@pytest.mark.parametrize("cache", ["none", "dense", "gqa"])
-def test_one_beam_is_greedy(cache: str) -> None:
+@pytest.mark.parametrize(
+    ("cache", "length_penalty", "early_stopping"),
+    [("none", 1.0, False), ("dense", 1.0, False), ("gqa", 1.0, False), ("dense", 2.0, "never"), ("dense", 2.0, False)],
+)
+def test_one_beam_is_greedy(cache: str, length_penalty: float, early_stopping: Any) -> None:
+    """transformers runs greedy search for num_beams=1: a row ends at the first stop token it picks. With a length
+    penalty > 0 and early_stopping "never" (or False), one beam went on past it with its second-best token, as a
+    search of several beams does, and ended elsewhere (found by the HF bridge's fuzz)."""
     model = tiny_gpt(2)
     greedy = dk.Chain([], selector=_argmax)
     free = dk.generate(model, PROMPTS, chain=greedy, max_new_tokens=12, cache=cache)
     stop = free.tokens[0][4]
     ref = dk.generate(model, PROMPTS, chain=greedy, max_new_tokens=12, cache=cache, stop_tokens=[stop])
-    out = beam_search(model, PROMPTS, num_beams=1, max_new_tokens=12, cache=cache, stop_tokens=[stop])
+    options = dict(length_penalty=length_penalty, early_stopping=early_stopping)
+    out = beam_search(model, PROMPTS, num_beams=1, max_new_tokens=12, cache=cache, stop_tokens=[stop], **options)
     assert out.tokens == ref.tokens
     assert out.finish_reasons == ref.finish_reasons
     assert out.finish_reasons[0] == "stop"

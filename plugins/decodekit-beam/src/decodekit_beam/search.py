@@ -153,6 +153,8 @@ class _Search:
         self.d = d
         self.B, self.N, self.M = len(d.prompts), params.num_beams, d.request.max_new_tokens
         self.length_penalty, self.early_stopping = params.length_penalty, params.early_stopping
+        if self.N == 1:  # greedy search, as transformers runs num_beams=1: the first stop token picked ends the row
+            self.early_stopping = True
         stops = d.request.stop_tokens
         V = d.model.spec.vocab_size
         self.stop_mask = torch.zeros(self.B, V, dtype=torch.bool, device=d.device)  # [B, V]: True at a stop token
