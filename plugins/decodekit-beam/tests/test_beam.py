@@ -487,3 +487,15 @@ def test_validate_refuses_too_many_beams_as_decode_does(monkeypatch: pytest.Monk
     monkeypatch.setattr(model, "forward", no_model_calls)
     request = dk.validate(model, [[1, 2]], strategy="beam", num_beams=4, max_new_tokens=64)
     assert request.max_new_tokens == 64
+
+
+def test_scores_that_overflow_are_a_numerics_error() -> None:
+    """`exponential_decay` with a factor near float's maximum gives the stop token a "log-probability" of 3.4e38,
+    and the beams' sums reach +inf, which ranks nothing: every hypothesis was dropped and the search ended with
+    an empty row, a PluginError blaming the strategy (found by the fuzz, seed 1902)."""
+    from decodekit.testing.fuzz.generation import ModelKey, tiny_model
+
+    model = tiny_model(ModelKey(vocab_size=2, dtype="bfloat16", tokenizer=True))
+    decay = dk.create("exponential_decay", start=2, factor=1.5e308, stop_tokens=[0])
+    with pytest.raises(dk.NumericsError, match=r"step 4, prompt 0: the beams' cumulative log-probabilities reached"):
+        beam_search(model, [[0, 1, 0, 0, 1, 0]], chain=dk.Chain([decay]), length_penalty=0.0, max_new_tokens=6)

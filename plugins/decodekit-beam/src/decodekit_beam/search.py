@@ -178,6 +178,7 @@ class _Search:
         # The K best (beam, token) continuations of each prompt, by cumulative log-prob.
         cand = (logp.view(B, N, V) + self.running[:, :, None]).view(B, N * V)
         top_scores, top_idx = cand.topk(K, dim=-1)  # [B, K], best first
+        _check_sums(top_scores[:, 0], self.open_rows, step)
         src, tok = top_idx // V, top_idx % V  # the beam each extends, and the new token
         hits = self.stop_mask.gather(1, tok)
         if d.request.stop_strings or d.chain.ends_rows:
@@ -272,6 +273,19 @@ class _Search:
         full = torch.tensor([len(f) == self.N for f in self.finished], device=self.running.device)
         can_improve = ~full | (best_possible > worst)
         self.open_rows &= can_improve & self.running[:, 0].isfinite()
+
+
+def _check_sums(best: Tensor, open_rows: Tensor, step: int) -> None:
+    """Each open prompt's best cumulative score `[B]` must be a number: a stage whose values lie far above 0 (not
+    log-probabilities) can overflow the sums to +inf, which ranks no hypothesis (topk puts NaN first too)."""
+    bad = open_rows & (torch.isnan(best) | torch.isposinf(best))
+    if bool(bad.any()):
+        b = int(bad.nonzero()[0, 0])
+        raise NumericsError(
+            f"step {step}, prompt {b}: the beams' cumulative log-probabilities reached {float(best[b])}: a stage of "
+            "the chain gave values far above 0; allowed: a chain whose values stay log-probabilities within float "
+            "range (beam search adds them up)"
+        )
 
 
 def _check_numerics(raw: Tensor, logp: Tensor, running: Tensor, step: int) -> None:
