@@ -275,3 +275,16 @@ def test_a_row_unlike_its_prompt_alone_is_caught() -> None:
     last = g.tokens[1][-1]
     _compare_alone(case, replace(g, tokens=[g.tokens[0], [*g.tokens[1][:-1], (last + 1) % 7]]), prompts, limits, report)
     assert {f.kind for f in report.findings} == {ROW_MISMATCH}
+
+
+def test_a_plugin_error_is_a_finding_not_an_accepted_error() -> None:
+    """A PluginError is decodekit's own error type, but raised where a plugin of this repository broke its contract
+    with the engine (beam's empty row, seed 1902): the fuzz counted it among the accepted decodekit errors."""
+    from decodekit.errors import PluginError
+    from decodekit.testing.fuzz.outcomes import ACCEPTED, PLUGIN_BROKE, exception_finding
+
+    try:
+        raise PluginError("strategy beam: prompt 0 ended after 0 tokens")
+    except PluginError as exc:
+        finding = exception_finding(exc)
+    assert finding.kind == PLUGIN_BROKE and finding.kind not in ACCEPTED

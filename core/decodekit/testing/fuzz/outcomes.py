@@ -6,7 +6,7 @@ import traceback
 from dataclasses import dataclass, field
 from types import TracebackType
 
-from decodekit.errors import DecodekitError
+from decodekit.errors import DecodekitError, PluginError
 
 __all__ = [
     "ACCEPTED",
@@ -20,6 +20,7 @@ __all__ = [
     "NAN_MADE",
     "OK",
     "OUT_OF_RANGE",
+    "PLUGIN_BROKE",
     "REVIVED",
     "ROUND_TRIP",
     "ROW_MISMATCH",
@@ -35,6 +36,7 @@ __all__ = [
 OK = "ok"
 DECODEKIT_ERROR = "decodekit error"  # raised on purpose: an accepted outcome
 UNTYPED = "untyped exception"  # anything else escaping decodekit
+PLUGIN_BROKE = "plugin error"  # a PluginError: a standard plugin broke its contract with decodekit
 REVIVED = "revived token"  # -inf in a processor's input, not -inf in its output; or a removed token picked
 UNFLAGGED = "unflagged unsampleable row"  # NaN, +inf or all-removed row, yet a token came back
 OUT_OF_RANGE = "out-of-range token"  # a token id outside [0, V) (or -1 where marking is allowed)
@@ -86,7 +88,10 @@ class Report:
 
 
 def exception_finding(exc: BaseException) -> Finding:
-    """`decodekit error: ParameterError`, or `untyped exception: TypeError at module:function`."""
+    """`decodekit error: ParameterError`, `plugin error at module:function`, or `untyped exception: TypeError at
+    module:function`."""
+    if isinstance(exc, PluginError):  # raised on purpose, but at a plugin of this repository: a bug in it
+        return Finding(PLUGIN_BROKE, f"at {blame(exc.__traceback__)}")
     if isinstance(exc, DecodekitError):
         return Finding(DECODEKIT_ERROR, type(exc).__name__)
     return Finding(UNTYPED, f"{type(exc).__name__} at {blame(exc.__traceback__)}")
