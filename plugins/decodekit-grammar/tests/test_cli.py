@@ -85,6 +85,23 @@ def test_a_schema_file_that_is_not_json(capsys: pytest.CaptureFixture[str], tmp_
     assert status == 2 and "not JSON: Expecting property name" in err
 
 
+@pytest.mark.parametrize(
+    ("option", "text", "problem"),
+    [("--json-schema", '{"type": "strin"}', "Invalid type: strin"), ("--grammar", 'start: "a" WORD\n', "WORD")],
+)
+def test_an_invalid_grammar_file_is_named(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, option: str, text: str, problem: str
+) -> None:
+    """A file that reads (and is JSON) but holds no valid grammar: the error named the stage alone
+    ("json_schema: schema is invalid: ..."), not the option and file the unreadable file's error names."""
+    path = tmp_path / "bad.grammar"
+    path.write_text(text)
+    status, _, err = generate(capsys, option, str(path))
+    assert status == 2
+    [line] = err.splitlines()
+    assert line.startswith(f"decodekit: error: {option} {str(path)!r}: ") and problem in line, line
+
+
 def test_the_stages_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plugins"]) == 0
     assert "decodekit-grammar" in capsys.readouterr().out

@@ -41,16 +41,33 @@ def _stage(schema: str | None, regex: str | None, lark: str | None) -> str | Non
     return None if lark is None else f"grammar(lark={lark!r})"
 
 
+def _check(path: Path, option: str, stage: str, **params: str) -> None:
+    """Build the file's stage once, so that a grammar it refuses is said of the option and file; the chain's own
+    build would name the stage alone ("json_schema: schema is invalid: ...")."""
+    from decodekit.errors import DecodekitError
+    from decodekit.plugins import create, get_registry
+
+    if stage not in get_registry().samplers:
+        return  # decodekit-grammar missing: the options' check (`SamplingOptions.check`) says what to install
+    try:
+        create(stage, **params)
+    except DecodekitError as exc:
+        raise CliError(f"{option} {str(path)!r}: {exc}") from None
+
+
 def grammar_stage(json_schema: Path | None, regex: str | None, grammar: Path | None) -> str | None:
     """The stage the grammar options ask for, in chain-string form; None without them."""
     _one(**{"--json-schema": json_schema, "--regex": regex, "--grammar": grammar})
     schema = None if json_schema is None else _read(json_schema, "--json-schema", "json_schema(schema='...')")
-    if schema is not None:
+    if schema is not None and json_schema is not None:
         try:
             json.loads(schema)
         except ValueError as exc:
             raise CliError(f"--json-schema {str(json_schema)!r}: not JSON: {exc}") from None
+        _check(json_schema, "--json-schema", "json_schema", schema=schema)
     lark = None if grammar is None else _read(grammar, "--grammar", "grammar(lark='...')")
+    if lark is not None and grammar is not None:
+        _check(grammar, "--grammar", "grammar", lark=lark)
     return _stage(schema, regex, lark)
 
 
