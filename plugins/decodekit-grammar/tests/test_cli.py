@@ -157,6 +157,31 @@ def test_explain_says_when_a_grammar_ended_the_decode(capsys: pytest.CaptureFixt
     )
 
 
+@pytest.mark.parametrize(
+    ("option", "text", "stage", "pattern"),
+    [
+        ("--json-schema", '{"type": "boolean"}', "json_schema", r"true|false"),
+        ("--regex", None, "regex", r"(thou|thee) [a-z]{1,8}[.!]"),
+        ("--grammar", 'start: "[" WORD ("," WORD){0,2} "]"\nWORD: /[a-z]{1,5}/\n', "grammar", r"\[[a-z]{1,5}(,[a-z]{1,5}){0,2}\]"),
+    ],
+)
+def test_explain_takes_the_grammar_options(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, option: str, text: str | None, stage: str, pattern: str
+) -> None:
+    """`explain` had no --json-schema, --regex or --grammar (only --chain): its steps are generate's, grammar first."""
+    value = pattern if text is None else str(tmp_path / "grammar")
+    if text is not None:
+        (tmp_path / "grammar").write_text(text)
+    explain = ["explain", "ROMEO:", option, value, "--chain", "top_k(5) | greedy", "--steps", "30", "--json"]
+    assert main(explain) == 0, capsys.readouterr().err
+    document = json.loads(capsys.readouterr().out)
+    assert document["chain"].startswith(f"{stage}(") and document["chain"].endswith("top_k(k=5) | greedy")
+    steps = document["steps"]
+    assert re.fullmatch(pattern, "".join(s["text"] for s in steps)) and steps[-1]["ended_by"] == stage
+    assert main(["generate", "ROMEO:", option, value, "--chain", "top_k(5) | greedy", "--no-echo"]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == "".join(s["text"] for s in steps)  # the steps generate takes
+
+
 def test_input_lines_a_grammar_left_unfinished_are_named_each(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

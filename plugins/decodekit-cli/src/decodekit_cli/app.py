@@ -176,6 +176,18 @@ ReplaceUnknownOption = Annotated[
         "instead of failing.",
     ),
 ]
+# generate's and explain's: a grammar stage first in the chain (grammar_options.grammar_stage)
+JsonSchemaOption = Annotated[
+    Path | None,
+    typer.Option("--json-schema", help="Generate JSON valid under this JSON Schema file.", rich_help_panel=GRAMMAR),
+]
+RegexOption = Annotated[
+    str | None, typer.Option("--regex", help="Generate text this regular expression matches.", rich_help_panel=GRAMMAR)
+]
+GrammarOption = Annotated[
+    Path | None,
+    typer.Option("--grammar", help="Generate a sentence of this Lark grammar file.", rich_help_panel=GRAMMAR),
+]
 
 FLAGS_HELP = (
     "The sampling flags build the chain in Hugging Face's order: repetition_penalty, temperature, "
@@ -275,18 +287,9 @@ def generate(
             "own logprobs overrides it).",
         ),
     ] = None,
-    json_schema: Annotated[
-        Path | None,
-        typer.Option("--json-schema", help="Generate JSON valid under this JSON Schema file.", rich_help_panel=GRAMMAR),
-    ] = None,
-    regex: Annotated[
-        str | None,
-        typer.Option("--regex", help="Generate text this regular expression matches.", rich_help_panel=GRAMMAR),
-    ] = None,
-    grammar_file: Annotated[
-        Path | None,
-        typer.Option("--grammar", help="Generate a sentence of this Lark grammar file.", rich_help_panel=GRAMMAR),
-    ] = None,
+    json_schema: JsonSchemaOption = None,
+    regex: RegexOption = None,
+    grammar_file: GrammarOption = None,
     echo: Annotated[bool, typer.Option("--echo/--no-echo", help="Print the prompt before the generated text.")] = True,
     threads: Annotated[
         int | None,
@@ -465,8 +468,12 @@ def explain(
     ] = None,
     plot_step: Annotated[int, typer.Option("--plot-step", **integer(least=0), help="The step --plot draws.")] = 0,
     json_output: JsonOption = False,
+    json_schema: JsonSchemaOption = None,
+    regex: RegexOption = None,
+    grammar_file: GrammarOption = None,
 ) -> None:
     from decodekit_cli.explain_command import ExplainRequest, run_explain
+    from decodekit_cli.grammar_options import grammar_stage
     from decodekit_cli.sampling_options import SamplingOptions
 
     sampling = SamplingOptions(
@@ -479,6 +486,7 @@ def explain(
         stop=(),
         replace_unknown=replace_unknown,
         ignore_eos=ignore_eos,
+        grammar=grammar_stage(json_schema, regex, grammar_file),
     )
     request = ExplainRequest(prompt, sampling, top=top, plot=plot, plot_step=plot_step, json_output=json_output)
     raise typer.Exit(run_explain(request))
