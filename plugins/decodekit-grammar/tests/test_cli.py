@@ -19,6 +19,9 @@ SCHEMA = {
 }
 
 
+LIST_GRAMMAR = 'start: "[" WORD ("," WORD){0,2} "]"\nWORD: /[a-z]{1,5}/\n'
+
+
 def generate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     status = main(["generate", "ROMEO:", "--seed", "0", "--max-new-tokens", "40", *args])
     out = capsys.readouterr()
@@ -162,7 +165,7 @@ def test_explain_says_when_a_grammar_ended_the_decode(capsys: pytest.CaptureFixt
     [
         ("--json-schema", '{"type": "boolean"}', "json_schema", r"true|false"),
         ("--regex", None, "regex", r"(thou|thee) [a-z]{1,8}[.!]"),
-        ("--grammar", 'start: "[" WORD ("," WORD){0,2} "]"\nWORD: /[a-z]{1,5}/\n', "grammar", r"\[[a-z]{1,5}(,[a-z]{1,5}){0,2}\]"),
+        ("--grammar", LIST_GRAMMAR, "grammar", r"\[[a-z]{1,5}(,[a-z]{1,5}){0,2}\]"),
     ],
 )
 def test_explain_takes_the_grammar_options(
