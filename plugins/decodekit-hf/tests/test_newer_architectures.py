@@ -5,10 +5,11 @@ decodekit cannot follow the model's mask the refusal is checked instead. Served:
 attention (Granite SWA, Granite-MoE SWA, Flint), Gemma 4 text, SmolLM3 and Llama 4 text (NoPE layers; Llama 4's
 chunked attention), GLM-4, Granite, Phi-3, Qwen3-MoE, multi-head latent attention (DeepSeek V2 and V3: caches that
 keep every token, `int8` too), values narrower than keys (MiMo-V2-Flash), layers that cache other shapes
-(`layer_shapes`: a Gemma 4 whose full-attention layers are wider, with fewer kv-heads under `attention_k_eq_v`;
-MiMo-V2-Flash's sliding layers, twice the kv-heads: refused until 2026-12-05). Refused, naming the architecture and
-what is served: a sparse-attention indexer (HY V4, DeepSeek V3.2), compressed attention (DeepSeek V4), linear-attention
-and state-space layers (Qwen3-Next, Jamba, Falcon-H1, Mamba)."""
+(`layer_shapes`: a Gemma 4 whose full-attention layers are wider, with fewer kv-heads under `attention_k_eq_v`, and
+with its last layers sharing an earlier layer's keys as E2B/E4B do; MiMo-V2-Flash's sliding layers, twice the
+kv-heads: refused until 2026-12-05). Refused, naming the architecture and what is served: a sparse-attention indexer
+(HY V4, DeepSeek V3.2), compressed attention (DeepSeek V4), linear-attention and state-space layers (Qwen3-Next,
+Jamba, Falcon-H1, Mamba)."""
 
 from __future__ import annotations
 
@@ -308,8 +309,14 @@ def assert_speculation_gives_generate(hf: Any, hf_greedy: Any, noise: float = 0.
         assert 0 < sum(out.accepted) < sum(out.drafted), (batch, out.accepted, out.drafted)  # drafts taken back
 
 
-# Layers that cache other shapes (`ModelSpec.layer_shapes`): name -> (model_type, its config fields, each layer's
-# (kv-heads, head_dim, value width) worked from them, whether its masks let an evicting cache in).
+# Layers that cache other shapes (`ModelSpec.layer_shapes`): name -> (model_type, its config fields, each cached
+# layer's (kv-heads, head_dim, value width) worked from them, whether its masks let an evicting cache in).
+# Gemma 4 E2B/E4B as their checkpoints are: wider full-attention layers and a last 2 of 5 layers that attend over an
+# earlier layer's keys (`num_kv_shared_layers`): layer 3 (sliding) over layer 1's, the last sliding one before the
+# shared layers (not layer 0), layer 4 (full) over layer 2's; only layers 0-2 are cached.
+_SLIDING, _FULL = "sliding_attention", "full_attention"
+_GEMMA4_E = ARCHS["gemma4_text"][0] | dict(global_head_dim=16, num_hidden_layers=5, num_kv_shared_layers=2)
+_GEMMA4_E |= dict(layer_types=[_SLIDING, _SLIDING, _FULL, _SLIDING, _FULL])
 LAYERS_DIFFER: dict[str, tuple[str, dict[str, Any], tuple[tuple[int, int, int], ...], bool]] = {
     # full-attention layer 1 keys of global_head_dim=16 (values as wide: Gemma 4 projects both to head_dim)
     "gemma4_wide": ("gemma4_text", ARCHS["gemma4_text"][0] | dict(global_head_dim=16), ((2, 8, 8), (2, 16, 16)), True),
@@ -319,6 +326,13 @@ LAYERS_DIFFER: dict[str, tuple[str, dict[str, Any], tuple[tuple[int, int, int], 
         ARCHS["gemma4_text"][0] | dict(global_head_dim=16, num_global_key_value_heads=1, attention_k_eq_v=True),
         ((2, 8, 8), (1, 16, 16)),
         True,
+    ),
+    "gemma4_e_shared_wide": ("gemma4_text", _GEMMA4_E, ((2, 8, 8), (2, 8, 8), (2, 16, 16)), False),
+    "gemma4_e_shared_k_eq_v": (
+        "gemma4_text",
+        _GEMMA4_E | dict(num_global_key_value_heads=1, attention_k_eq_v=True),
+        ((2, 8, 8), (2, 8, 8), (1, 16, 16)),
+        False,
     ),
     # sliding layer 0 caches twice num_key_value_heads=2 (its attention's code), values of v_head_dim=4 everywhere;
     # eager attention with sinks: no evicting cache
@@ -402,6 +416,52 @@ def test_layers_of_other_shapes_refuse_a_scored_cache(differ: tuple[str, Any]) -
         dk.generate(HFModel(hf), PROMPTS, cache="h2o(budget=40)", max_new_tokens=NEW)
 
 
+def test_each_cached_layer_has_the_shape_transformers_caches(differ: tuple[str, Any]) -> None:
+    """A second reading of `layer_shapes`: the layers transformers' own cache fills on a forward (a shared layer
+    fills none) are as many as decodekit's cache holds, each of the (kv-heads, head_dim, value width) read for it."""
+    _, hf = differ
+    theirs = DynamicCache(config=hf.config)
+    with torch.no_grad():
+        hf(input_ids=torch.tensor([PROMPTS[0]]), cache=theirs, use_cache=True)
+    filled = [(layer.keys, layer.values) for layer in theirs.layers if layer.keys is not None]
+    assert all(k.shape[1] == v.shape[1] for k, v in filled)  # values of as many kv-heads as keys
+    assert tuple((k.shape[1], k.shape[3], v.shape[3]) for k, v in filled) == HFModel(hf).spec.layer_shapes
+
+
+SHARES_KEYS = sorted(name for name, (_, fields, _, _) in LAYERS_DIFFER.items() if "num_kv_shared_layers" in fields)
+
+
+@pytest.mark.parametrize("name", SHARES_KEYS)
+def test_shared_wider_layers_refuse_an_evicting_cache(build_arch: Any, name: str) -> None:
+    """Gemma 4 E2B/E4B: a `window` (the model's own too) is refused naming num_kv_shared_layers, as where layers are
+    of one shape (a scored cache already at creation, naming layer_shapes: above). Layers 3 and 4 read the keys that
+    layers 1 and 2 store (transformers' `kv_sharing_modes`), as the comment on `_GEMMA4_E` says."""
+    model_type, fields, _, _ = LAYERS_DIFFER[name]
+    hf = build_arch(model_type, **(SHARED | fields))
+    assert hf.config.kv_sharing_modes == [None, "store", "store", "reuse", "reuse"]
+    for cache in (f"window(size=[{WINDOW}, {WINDOW}, {CONTEXT}], sinks=0)", "window(size=30, sinks=2)"):
+        with pytest.raises(
+            dk.ParameterError,
+            match=r"model.s last 2 layers \(num_kv_shared_layers=2\) attend over all of an "
+            r"earlier layer's keys.*allowed: a cache that keeps every token \(dense, gqa, int8\)",
+        ):
+            dk.generate(HFModel(hf), PROMPTS, cache=cache, chain="greedy", max_new_tokens=NEW)
+
+
+def test_gemma4_e2bs_config_caches_its_first_15_layers_each_in_its_shape() -> None:
+    """Gemma 4 E2B's config (35 layers, four sliding then one full; the last 20 share keys; one kv-head of 256 dims,
+    512 on the full layers): a cache of layers 0-14, the full ones (4, 9, 14) wider, worked by hand from the config.
+    The shared layers read layer 13's keys (the last sliding layer that keeps any) or layer 14's."""
+    types = ([_SLIDING] * 4 + [_FULL]) * 7
+    fields = dict(num_hidden_layers=35, num_kv_shared_layers=20, layer_types=types, hidden_size=1536)
+    fields |= dict(num_attention_heads=8, num_key_value_heads=1, head_dim=256, global_head_dim=512)
+    config = AutoConfig.for_model("gemma4_text", **(SHARED | fields))
+    spec = model_spec(config)
+    assert spec.n_layers == 15
+    assert spec.layer_shapes == tuple((1, 512, 512) if layer in (4, 9, 14) else (1, 256, 256) for layer in range(15))
+    assert [layer for layer, mode in enumerate(config.kv_sharing_modes) if mode == "store"] == [13, 14]
+
+
 def test_a_layer_that_caches_another_shape_than_its_spec_states_is_refused_at_first_use(build_arch: Any) -> None:
     """MiMo-V2-Flash's sliding layer 0 caches twice num_key_value_heads, which a spec of one shape (as `model_spec`
     read it until 2026-12-05) misstates: the first forward's keys say so, naming the layer and the shapes, before a
@@ -420,7 +480,8 @@ def test_a_layer_that_caches_another_shape_than_its_spec_states_is_refused_at_fi
 @pytest.mark.parametrize("name", sorted(LAYERS_DIFFER))
 def test_layers_of_other_shapes_speculation_takes_back_drafts(build_arch: Any, hf_greedy: Any, name: str) -> None:
     """Speculative decoding takes back rejected drafts, rows apart (`crop_rows`), from caches whose layers differ
-    in shape, the model's and its draft's: `generate()`'s greedy tokens (MiMo's draft at 0.3 kept none of a prompt)."""
+    in shape, the model's and its draft's: `generate()`'s greedy tokens (MiMo's draft at 0.3 kept none of a prompt,
+    nor the shared Gemma 4's)."""
     model_type, fields, _, _ = LAYERS_DIFFER[name]
-    noise = 0.1 if model_type == "mimo_v2_flash" else 0.3
+    noise = 0.3 if name in ("gemma4_wide", "gemma4_k_eq_v") else 0.1
     assert_speculation_gives_generate(build_arch(model_type, **(SHARED | fields)), hf_greedy, noise)
