@@ -34,3 +34,15 @@ def test_json_stages_are_the_chain_strings_and_a_stop_token_is_its_id_with_its_t
     assert "│ top_p(p=0.95) " in text and "min_keep" not in text
     expected = f"ended after step 0: stopped by token {stop} ({cli_testplugin.ALPHABET[stop]!r})"
     assert text.rstrip().endswith(expected)
+
+
+def test_a_single_survivors_entropy_is_zero_not_minus_zero() -> None:
+    """One token left (a grammar's only continuation): -sum(p log p) is -0.0, which the table showed as "-0.000"."""
+    import math
+
+    import torch
+    from decodekit_cli.explain import stage_stats
+
+    survivors, entropy, _ = stage_stats(torch.tensor([float("-inf"), 2.5, float("-inf")]))
+    assert (survivors, entropy, math.copysign(1.0, entropy)) == (1, 0.0, 1.0)
+    assert f"{entropy:.3f}" == "0.000"

@@ -65,7 +65,7 @@ def stage_stats(logits: Tensor) -> tuple[int, float, Tensor]:
     logp = torch.log_softmax(logits.float(), -1)
     probs = logp.exp()
     entropy = -torch.where(finite, probs * logp, torch.zeros_like(probs)).sum()
-    return int(finite.sum()), float(entropy), probs
+    return int(finite.sum()), max(0.0, float(entropy)), probs  # one survivor: -0.0, shown "-0.000"
 
 
 def explain_steps(
