@@ -149,6 +149,15 @@ def observes(cache: object) -> bool:
     return callable(getattr(cache, "observe", None))
 
 
+def cache_name(cls: type) -> str:
+    """How a user names the cache backend `cls` (`cache="gqa"`): the name a plugin registered it under, else its
+    class's name."""
+    from decodekit.plugins import get_registry  # the registry: read only to word a message
+
+    path = f"{cls.__module__}:{cls.__qualname__}"  # how a plugin registers its class, without importing it
+    return next((n for n, e in get_registry().caches.items() if e.impl is cls or e.impl == path), cls.__name__)
+
+
 def capability_error(cache: object, need: str, who: str) -> ParameterError | None:
     """None when `cache` has capability `need` ("crop", "crop_rows", "reorder", "nbytes"), else the error
     that refuses it, naming the cache as the user did, what `who` (a strategy) needs it for, and the installed
@@ -158,13 +167,10 @@ def capability_error(cache: object, need: str, who: str) -> ParameterError | Non
         return None
     from decodekit.plugins import get_registry  # the registry: read only to word a refusal
 
-    caches, cls = get_registry().caches, type(cache)
-    path = f"{cls.__module__}:{cls.__qualname__}"  # how a plugin registers its class, without importing it
-    name = next((n for n, e in caches.items() if e.impl is cls or e.impl == path), cls.__name__)
-    offering = sorted(n for n, e in caches.items() if isinstance(loaded(e), protocol))
+    offering = sorted(n for n, e in get_registry().caches.items() if isinstance(loaded(e), protocol))
     return ParameterError(
-        f"{who}: cache {name} cannot be used: {who} needs a cache that {why}; allowed: a cache backend with "
-        f"{need} (installed: {', '.join(offering) or 'none'})"
+        f"{who}: cache {cache_name(type(cache))} cannot be used: {who} needs a cache that {why}; allowed: a cache "
+        f"backend with {need} (installed: {', '.join(offering) or 'none'})"
     )
 
 
@@ -231,7 +237,7 @@ class PreallocatedKVCache:
         self.spec = spec
         slots = [spec.capacity] * spec.n_layers
         nbytes = float_bytes(spec, slots)  # the kv-heads in spec.dtype
-        check_memory(type(self).__name__, f"capacity={spec.capacity}", nbytes, spec.device)
+        check_memory(f"cache {cache_name(type(self))}", f"capacity={spec.capacity}", nbytes, spec.device)
         self.store = type(self).storage(spec, slots)
         # Slots fed per layer; host-side, so reading it never syncs with the device.
         self._lengths = [0] * spec.n_layers
