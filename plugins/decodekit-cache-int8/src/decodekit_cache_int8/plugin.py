@@ -9,6 +9,6 @@ def register_cache_backends(register: Registrar) -> None:
     register(
         "int8",
         "decodekit_cache_int8.storage:Int8Cache",
-        description="Keys/values per kv-head in int8, one float32 scale per token and head: "
-        "2·L·T·n_kv_heads·(head_dim+4) bytes",
+        description="Keys/values per kv-head in int8, one float32 scale per token and head each: "
+        "L·T·n_kv_heads·(head_dim+value width+8) bytes",
     )
