@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -125,3 +126,14 @@ def cli_captured(capsys: Any, *args: str) -> tuple[int, str, str]:
     status = main(list(args))
     captured = capsys.readouterr()
     return status, captured.out, captured.err
+
+
+def batch_captured(
+    capsys: Any, tmp_path: Path, lines: Sequence[Mapping[str, Any]], *args: str
+) -> tuple[int, str, Path]:
+    """`decodekit generate --input in.jsonl --output out.jsonl ARGS` over `lines` (one JSON object each) under
+    pytest's `capsys`: its exit status, stderr and the output's path."""
+    source, output = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    status, _, err = cli_captured(capsys, "generate", "--input", str(source), "--output", str(output), *args)
+    return status, err, output

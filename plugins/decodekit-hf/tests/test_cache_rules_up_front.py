@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from cli_runner import cli_captured as cli
+from cli_runner import batch_captured
 from decodekit_hf import HFModel
 
 import decodekit as dk
@@ -54,12 +54,8 @@ def checkpoint(tmp_path: Path, mistral: Any, char_tokenizer: Any) -> Path:
 def _job(capsys: pytest.CaptureFixture[str], checkpoint: Path, tmp_path: Path, *extra: str) -> tuple[int, str, Path]:
     """A batch job of three lines; the second's text (10 + 31 tokens) passes the window."""
     lines = [{"prompt": "a" * 10}, {"prompt": "b" * 10, "max_new_tokens": 31}, {"prompt": "c" * 5}]
-    source, output = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
-    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    cmd = ["generate", "--model", f"hf:{checkpoint}", "--chain", "greedy", "--max-new-tokens", "30", "--ignore-eos"]
-    cmd += ["--cache", "window(size=48)", "--input", str(source), "--output", str(output)]
-    status, _, err = cli(capsys, *cmd, *extra)
-    return status, err, output
+    cmd = ["--model", f"hf:{checkpoint}", "--chain", "greedy", "--max-new-tokens", "30", "--ignore-eos"]
+    return batch_captured(capsys, tmp_path, lines, *cmd, "--cache", "window(size=48)", *extra)
 
 
 def test_a_batch_job_refuses_the_line_before_any_model_work(

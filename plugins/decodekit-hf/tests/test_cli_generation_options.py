@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from cli_runner import batch_captured
 from cli_runner import cli_captured as cli
 from transformers import GenerationConfig
 
@@ -132,11 +133,8 @@ def test_explain_traces_a_beam_checkpoints_chain(beam: Path, capsys: pytest.Capt
 def run_batch(
     capsys: pytest.CaptureFixture[str], checkpoint: Path, tmp_path: Path, *extra: str
 ) -> tuple[int, str, Path]:
-    source, output = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
-    source.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["Hi", "ab"]))
-    cmd = ["generate", "--model", f"hf:{checkpoint}", "--seed", "1", "--input", str(source), "--output", str(output)]
-    status, _, err = cli(capsys, *cmd, *extra)
-    return status, err, output
+    lines = [{"prompt": p} for p in ["Hi", "ab"]]
+    return batch_captured(capsys, tmp_path, lines, "--model", f"hf:{checkpoint}", "--seed", "1", *extra)
 
 
 def test_a_batch_job_decodes_with_and_records_the_checkpoints_settings(
