@@ -16,6 +16,7 @@ from decodekit_cli.options import load_named_model
 from decodekit_cli.sampling_options import set_threads
 
 from decodekit.errors import DecodekitError
+from decodekit.param_types import json_words
 
 __all__ = ["ActorSetupError", "LineDecoder"]
 
@@ -47,6 +48,10 @@ class LineDecoder:
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         if self.failure is not None:
             raise self.failure
+        with json_words():  # a record's error says what the command's would: its lines are JSON
+            return self._records(batch)
+
+    def _records(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         lines = [InputLine(int(n), bytes(d)) for n, d in zip(batch["line"], batch["data"])]
         # Ids are not compared across rows here: each actor sees only its batches (the command checks them).
         checked = check_lines(self.model, self.settings, lines, unique_ids=False)
