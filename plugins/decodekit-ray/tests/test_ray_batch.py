@@ -117,7 +117,7 @@ def _on_ray(prompts: Path, out: Path, address: str, *extra: str, hold: Path | No
     return _popen(args, _env(DECODEKIT_EXTRA_PLUGINS=PLUGINS, **held))
 
 
-def _wait_for_parts(out: Path, job: subprocess.Popen[str], at_least: int = 1) -> int:
+def _wait_for_parts(out: Path, job: subprocess.Popen[str], hold: Path, at_least: int = 1) -> int:
     """Wait until the job has written `at_least` part files; how many it has."""
     parts = out.with_name(out.name + ".parts")
     deadline, count = time.monotonic() + 240, 0
@@ -126,13 +126,20 @@ def _wait_for_parts(out: Path, job: subprocess.Popen[str], at_least: int = 1) ->
         if count >= at_least:
             return count
         time.sleep(0.05)
-    _stalled(job, f"the job wrote {count} of {at_least} parts")
+    _stalled(job, f"the job wrote {count} of {at_least} parts", hold)
 
 
-def _stalled(job: subprocess.Popen[str], what: str) -> NoReturn:
-    job.kill()  # what it said, to tell a stalled job from a failed one
+def _stalled(job: subprocess.Popen[str], what: str, hold: Path) -> NoReturn:
+    """Fail, saying what the job printed and where its actors were: at the hold with a batch in hand (a test
+    whose unheld batches went elsewhere), or not (a job stalled on its own)."""
+    from ray._private.state import actors
+
+    pool = sorted((a["State"], a["Pid"]) for a in actors().values() if "LineDecoder" in a["ActorClassName"])
+    held = sorted(int(path.suffix[1:]) for path in hold.parent.glob(hold.name + ".*"))
+    job.kill()
     _, err = job.communicate(timeout=60)
-    raise AssertionError(f"{what} (exit status {job.returncode}): {err[-3000:]}")
+    where = f"decoding actors (state, pid) {pool}; pids that waited at the hold {held}"
+    raise AssertionError(f"{what} (exit status {job.returncode}); {where}: {err[-3000:]}")
 
 
 def _job_ids() -> set[str]:
@@ -159,7 +166,7 @@ def _held_actors(hold: Path, job: subprocess.Popen[str], not_of: Collection[str]
         if len(held) == 2:
             return held
         time.sleep(0.05)
-    _stalled(job, "the job's two actors never both waited at the hold")
+    _stalled(job, "the job's two actors never both waited at the hold", hold)
 
 
 def test_reference_has_every_kind_of_record(reference: tuple[Path, str, list[str]]) -> None:
@@ -196,7 +203,7 @@ def test_on_ray_killed_resumed_and_an_actor_killed_equals_local(
     hold.touch()  # the first two batches are decoded and written, the others wait
     job = _on_ray(prompts, out, cluster, "--ray-actors", "2", hold=hold)
     # One part at least: Ray Data may hand both unheld batches to one actor in one task, which writes one part.
-    _wait_for_parts(out, job, at_least=1)
+    _wait_for_parts(out, job, hold, at_least=1)
     job.send_signal(signal.SIGKILL)
     job.communicate(timeout=60)
     old_jobs = _job_ids()  # before the resumed run starts: its actors are the ones of no job here
