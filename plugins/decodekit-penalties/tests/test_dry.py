@@ -217,6 +217,16 @@ def test_a_base_past_float_max_penalises_at_least_as_much_as_a_smaller_one(base:
     assert out.tolist() == [[0.0, pytest.approx(expected, rel=1e-6), 0.0]]
 
 
+def test_a_base_past_float_max_removes_the_token_under_a_multiplier_float32_rounds_to_zero() -> None:
+    # Multiplier 1e-300, 0 in float32. Context 1 2 1 2 (as above): token 1 would extend a repeat of length 2, penalty
+    # 1e-300 * 1e39**1, whose power overflows float32: removed (the fuzz found NaN: 0 * inf). Context 0 2 1 2: token 1
+    # would extend "2" alone, length 1 = allowed_length, penalty 1e-300 * 1e39**0, 0 in float32: unchanged.
+    dry = dk.create("dry", multiplier=1e-300, base=1e39, allowed_length=1)
+    x = torch.zeros(2, 3)
+    out = dry(x, dk.DecodeContext(tokens=torch.tensor([[1, 2, 1, 2], [0, 2, 1, 2]])))
+    assert out.tolist() == [[0.0, -math.inf, 0.0], [0.0, 0.0, 0.0]]
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_repeats_longer_than_the_blocks_match_the_port_in_a_ragged_batch(seed: int) -> None:
     # Rows looping over a short phrase for hundreds of tokens: repeats far past the 64 offsets

@@ -74,7 +74,10 @@ class DRY(ProcessorBase[DRYParams]):
         if not torch.compiler.is_compiling() and not bool(penalised.any()):
             return logits
         exponent = (z - prm.allowed_length).clamp(min=0, max=self._max_exponent).float()
-        penalty = torch.where(penalised, prm.multiplier * torch.pow(prm.base, exponent), 0.0)  # [B, T-1]
+        power = torch.pow(prm.base, exponent)
+        # An overflowed power removes the token whatever the multiplier: one below float32's least (1e-300) is 0
+        # there, and 0 * inf would be NaN.
+        penalty = torch.where(penalised, torch.where(power.isinf(), power, prm.multiplier * power), 0.0)  # [B, T-1]
         # The repeat ending k tokens before the end was followed by r[k-1]: that token would extend it.
         # Each token takes its longest repeat, i.e. the smallest `logit - penalty` among its
         # repeats (subtraction is monotone, so that is `logit - largest penalty` exactly); a
