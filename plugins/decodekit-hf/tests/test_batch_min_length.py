@@ -20,13 +20,16 @@ EOS = [87, 95]  # 87: the third token greedy picks after "Hi"
 PROMPTS = ["Hi", "Hi there", "Hi there, you", "ab", "Hi there, you all"]
 
 
+def saved(folder: Path, hf: Any, tokenizer: Any, **config: Any) -> Path:
+    hf.generation_config = GenerationConfig(min_length=2 + 9, max_new_tokens=14, eos_token_id=EOS, **config)
+    hf.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture
 def checkpoint(tmp_path: Path, build_gpt2: Any, char_tokenizer: Any) -> Path:
-    hf = build_gpt2(seed=2)
-    hf.generation_config = GenerationConfig(min_length=2 + 9, max_new_tokens=14, eos_token_id=EOS)
-    hf.save_pretrained(tmp_path / "ckpt")
-    char_tokenizer.save_pretrained(tmp_path / "ckpt")
-    return tmp_path / "ckpt"
+    return saved(tmp_path / "ckpt", build_gpt2(seed=2), char_tokenizer)
 
 
 def alone(checkpoint: Path, tokenizer: Any, prompt: str, **config: Any) -> list[int]:
@@ -95,3 +98,13 @@ def test_the_flags_are_set_over_each_lines_chain(
     assert status == 0, err
     want = [alone(checkpoint, char_tokenizer, p, repetition_penalty=1.3) for p in PROMPTS]
     assert [r["tokens"] for r in records] == want
+
+
+def test_min_new_tokens_beside_it_takes_precedence(
+    tmp_path: Path, build_gpt2: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoint = saved(tmp_path / "ckpt", build_gpt2(seed=2), char_tokenizer, min_new_tokens=4)
+    status, err, records = batch(capsys, checkpoint)
+    assert status == 0, err
+    assert [r["tokens"] for r in records] == [alone(checkpoint, char_tokenizer, p) for p in PROMPTS]
+    assert {r["chain"] for r in records} == {"min_new_tokens(4, [87, 95]) | greedy"}
