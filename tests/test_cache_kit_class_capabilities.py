@@ -4,11 +4,13 @@ instance only, naming it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from decodekit_cache_gqa.cache import GQACache
 from decodekit_cache_scored.caches import H2OCache
 from decodekit_cache_scored.params import ScoredParams
-from torch import Tensor
+from test_capability_words import Lru
 
 import decodekit as dk
 from decodekit.testing import CacheConformance
@@ -17,61 +19,42 @@ from decodekit.testing.scored_caches import ScoredCacheConformance
 PARAMS = ScoredParams(budget=5, sinks=1, recent=1, slack=3)
 
 
-class ReorderOnInstance:
-    """A gqa cache behind a class without `reorder`, which each instance sets on itself."""
+class ReorderOnInstance(Lru):
+    """A cache whose class has no `reorder`, which each instance sets on itself."""
 
     def __init__(self, spec: dk.CacheSpec) -> None:
-        self.spec, self._inner = spec, GQACache(spec)
+        super().__init__(spec)
         self.reorder = self._inner.reorder
-
-    @property
-    def length(self) -> int:
-        return self._inner.length
-
-    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        return self._inner.update(layer, k, v)
-
-    def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
-        return self._inner.attention_mask(layer, positions)
 
 
 class CropRowsOnInstance(H2OCache):
-    def __init__(self, spec: dk.CacheSpec, params: ScoredParams | None = None) -> None:
-        super().__init__(spec, params)
+    def __init__(self, spec: dk.CacheSpec) -> None:
+        super().__init__(spec, PARAMS)
         self.crop_rows = lambda ends, length: None
 
 
-class Kit(CacheConformance):
-    def make(self, spec: dk.CacheSpec) -> dk.KVCache:
-        return ReorderOnInstance(spec)
-
-
-class ScoredKit(ScoredCacheConformance):
-    def make(self, spec: dk.CacheSpec) -> dk.KVCache:
-        return CropRowsOnInstance(spec, PARAMS)
+def kit(base: type, make: Callable[[dk.CacheSpec], dk.KVCache]) -> CacheConformance | ScoredCacheConformance:
+    suite = type("Suite", (base,), {"make": lambda self, spec: make(spec)})
+    return suite()  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize(
-    ("kit", "member", "protocol"),
-    [(Kit, "ReorderOnInstance.reorder", "Reorderable"), (ScoredKit, "CropRowsOnInstance.crop_rows", "RowCroppable")],
+    ("base", "make", "said"),
+    [
+        (CacheConformance, ReorderOnInstance, "ReorderOnInstance.reorder is set on the instance only"),
+        (ScoredCacheConformance, CropRowsOnInstance, "CropRowsOnInstance.crop_rows is set on the instance only"),
+    ],
 )
-def test_a_capability_set_on_the_instance_only_fails_the_kit(kit: type, member: str, protocol: str) -> None:
-    with pytest.raises(
-        AssertionError,
-        match=rf"^{member} is set on the instance only; allowed: a member of the class "
-        rf"\(a method or property: decodekit reads {protocol} from the class, creating no cache\)$",
-    ):
-        kit().test_protocol()
+def test_a_capability_set_on_the_instance_only_fails_the_kit(base: type, make: type, said: str) -> None:
+    protocol = "Reorderable" if make is ReorderOnInstance else "RowCroppable"
+    with pytest.raises(AssertionError) as info:
+        kit(base, make).test_protocol()
+    assert str(info.value).splitlines()[0] == (
+        f"{said}; allowed: a member of the class (a method or property: decodekit reads {protocol} from the class, "
+        "creating no cache)"
+    )
 
 
 def test_a_capability_of_the_class_passes() -> None:
-    class Honest(CacheConformance):
-        def make(self, spec: dk.CacheSpec) -> dk.KVCache:
-            return GQACache(spec)
-
-    class HonestScored(ScoredCacheConformance):
-        def make(self, spec: dk.CacheSpec) -> dk.KVCache:
-            return H2OCache(spec, PARAMS)
-
-    Honest().test_protocol()
-    HonestScored().test_protocol()
+    kit(CacheConformance, GQACache).test_protocol()
+    kit(ScoredCacheConformance, lambda spec: H2OCache(spec, PARAMS)).test_protocol()
