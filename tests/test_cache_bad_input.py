@@ -17,7 +17,8 @@ import decodekit as dk
 
 @pytest.fixture(scope="module")
 def spec() -> dk.CacheSpec:
-    return dk.CacheSpec.for_model(dk.load_model("tiny-shakespeare").spec, batch_size=1, capacity=16)
+    # a text that can pass the context of 256: a window wider than the context is refused only then
+    return dk.CacheSpec.for_model(dk.load_model("tiny-shakespeare").spec, batch_size=1, capacity=300)
 
 
 @pytest.mark.parametrize(

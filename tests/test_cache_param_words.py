@@ -4,6 +4,7 @@ allowed, as pydantic's refusals through `validate_params` do (`store=` had no pr
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -13,6 +14,7 @@ from decodekit.plugins import get_registry
 SPEC = dk.CacheSpec(
     n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, batch_size=1, capacity=16, max_positions=64, rope_base=1e4
 )
+LONG_TEXT = replace(SPEC, capacity=65)  # a text that can pass the context: a window wider than it is refused
 NO_CONTEXT = dk.CacheSpec(n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, batch_size=1, capacity=16)
 
 
@@ -49,7 +51,7 @@ def test_a_store_without_storage_says_so_and_lists_those_with_one() -> None:
 @pytest.mark.parametrize(
     ("cache", "spec", "said"),
     [
-        ("window(size=100)", SPEC, "size=100 (layer 0) + sinks=4 is invalid"),
+        ("window(size=100)", LONG_TEXT, "size=100 (layer 0) + sinks=4 is invalid"),
         ("window(size=[4])", SPEC, "size=[4] is invalid; allowed: one size per layer (2 layers)"),
         ("window(size=[4, 0])", SPEC, "size=[4, 0] is invalid at layer 1; allowed: sizes >= 1"),
         ("window(size='auto')", SPEC, "size='auto' is invalid for this model"),

@@ -79,9 +79,12 @@ def test_full_cache_stops_at_the_context_and_window_goes_on() -> None:
 
 
 def test_window_wider_than_the_context_is_refused() -> None:
+    """Where the text can pass the context (a capacity past it); a shorter one never meets the window's edge."""
     model = rope_gpt(n_layer=2, block_size=32)
+    spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=33)
     with pytest.raises(dk.ParameterError, match=r"size \+ sinks <= 32"):
-        window(model, 30, 4)
+        WindowCache(spec, WindowParams(size=30, sinks=4, slack=4))
+    window(model, 30, 4)  # a capacity of 1
 
 
 @torch.no_grad()

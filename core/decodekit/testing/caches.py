@@ -24,11 +24,21 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
-from decodekit.cache import Croppable, Evicting, KVCache, Reorderable, RowCroppable, Sized, evicts, observes
+from decodekit.cache import (
+    Croppable,
+    Evicting,
+    KVCache,
+    Observing,
+    Reorderable,
+    RowCroppable,
+    Sized,
+    evicts,
+    observes,
+)
 from decodekit.errors import CacheCapacityError, DecodekitError, ParameterError
 from decodekit.spec import CacheSpec
 
-__all__ = ["CacheConformance", "check_cache"]
+__all__ = ["CacheConformance", "check_cache", "check_class_capabilities"]
 
 ROPE_BASE = 10000.0
 SCHEDULE = (6, 1, 1, 3, 1, 1, 1, 1, 2, 1, 1, 7, 1, 1, 1, 1, 1, 1, 1, 1)  # tokens per update: 33 in all
@@ -165,6 +175,17 @@ def _shown(x: object) -> str:
         return "a method"
     name = type(x).__name__
     return f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
+
+
+def check_class_capabilities(cache: object) -> None:
+    """Every capability member the cache has is its class's: decodekit reads them from the class without creating
+    a cache (`evicts(impl)`, a capability error's list of the installed backends that offer one)."""
+    for protocol in (Evicting, Croppable, RowCroppable, Reorderable, Sized, Observing):
+        for member in (name for name in vars(protocol) if not name.startswith("_")):
+            assert not hasattr(cache, member) or hasattr(type(cache), member), (
+                f"{type(cache).__name__}.{member} is set on the instance only; allowed: a member of the class "
+                f"(a method or property: decodekit reads {protocol.__name__} from the class, creating no cache)"
+            )
 
 
 def _int(value: object, what: str, allowed: str) -> int:
@@ -402,6 +423,7 @@ class CacheConformance:
         cache = self.make(kit_spec())
         assert isinstance(cache, KVCache), f"{type(cache).__name__} lacks members of the KVCache protocol"
         assert _length(cache, "a new cache") == 0, f"a new cache has length {cache.length}"
+        check_class_capabilities(cache)
         if isinstance(cache, Croppable):
             stated = self.rollback(cache.spec)
             claimed = _int(cache.rollback, "cache.rollback is", "an int property (sys.maxsize: crop takes back any)")

@@ -45,6 +45,7 @@ from decodekit.testing.caches import (
     _positions,
     _rotate,
     _update,
+    check_class_capabilities,
     kit_spec,
 )
 
@@ -416,6 +417,9 @@ class ScoredCacheConformance:
             assert cache.nbytes == want, f"nbytes {cache.nbytes} != the formula's {want}"  # type: ignore[attr-defined]
             self._run(cache, _History(spec), SCHEDULE, Draws(9), "feeding")
             assert cache.nbytes == want, f"nbytes {cache.nbytes} after {cache.length} tokens, was {want}"  # type: ignore[attr-defined]
+
+    def test_protocol(self) -> None:
+        check_class_capabilities(self.make(kit_spec()))
 
     def test_capacity(self) -> None:
         """A stated `capacity` is where the cache refuses (`prefill_only`); one that never refuses is fed past

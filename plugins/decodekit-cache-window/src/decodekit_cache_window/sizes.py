@@ -32,7 +32,8 @@ def auto_sizes(spec: CacheSpec) -> list[int]:
 
 def layer_sizes(params: WindowParams, spec: CacheSpec) -> list[int]:
     """One size per layer, checked against the model (a query never reaches past its trained context) and
-    against the device's memory, before anything is allocated."""
+    against the device's memory, before anything is allocated. A window wider than the context is refused only
+    where the text can pass the context: a query reaches no further than the `spec.capacity` slots fed."""
     L = spec.n_layers
     if params.size == "auto":
         sizes = auto_sizes(spec)
@@ -46,7 +47,7 @@ def layer_sizes(params: WindowParams, spec: CacheSpec) -> list[int]:
         if size < 1:
             raise ParameterError(f"cache window: size={params.size!r} is invalid at layer {layer}; allowed: sizes >= 1")
         top = spec.max_positions
-        if top is not None and spec.rope_base is not None and size + params.sinks > top:
+        if top is not None and spec.rope_base is not None and min(size + params.sinks, spec.capacity) > top:
             raise ParameterError(
                 f"cache window: size={size} (layer {layer}) + sinks={params.sinks} is invalid: queries would reach "
                 f"{size + params.sinks} positions back, past the model's context; allowed: size + sinks <= {top}"

@@ -159,6 +159,7 @@ def run_batch(request: BatchRequest) -> int:
                 max_length=own.max_length,
                 stop=own.sampling.stop,  # a checkpoint's stop_strings without --stop
                 n=request.n if own.num_samples is None else own.num_samples,  # a checkpoint's num_return_sequences
+                chain_over=None if own.chain is None else sampling,
             )
             recorded = settings.recorded(digest)
         n = settings.n

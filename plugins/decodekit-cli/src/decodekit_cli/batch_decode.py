@@ -90,9 +90,9 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
     logprobs = item.logprobs if item.logprobs is not None else settings.logprobs
     prompt_logprobs = item.prompt_logprobs if item.prompt_logprobs is not None else settings.prompt_logprobs
     try:
-        chain = settings.chain if item.chain is None else _own_chain(item.chain)
-        chain = line_chain(chain, item.json_schema, item.regex, item.grammar)  # decodekit-grammar: the line's own
         ids = encode_prompt(model, item.prompt, settings.replace_unknown)
+        chain = _models_chain(model, settings, ids) if item.chain is None else _own_chain(item.chain)
+        chain = line_chain(chain, item.json_schema, item.regex, item.grammar)  # decodekit-grammar: the line's own
         max_new = item.max_new_tokens if item.max_new_tokens is not None else _default_length(settings, ids)
         n = item.n if item.n is not None else settings.n
         plan = plan_sequences(settings.strategy, n or 1, None if n is None else f"n={n}", count='a line\'s "n"')
@@ -119,6 +119,15 @@ def _default_length(settings: BatchSettings, ids: str | list[int]) -> int:
             "line's own max_new_tokens (or --max-new-tokens N for every line)"
         )
     return settings.max_length - len(ids)
+
+
+def _models_chain(model: Any, settings: BatchSettings, ids: str | list[int]) -> str:
+    """The job's chain; where it is the model's own, the one the model gives this prompt (a checkpoint's min_length
+    counts it: `generate()` of this line alone), the command's options set over it as over the job's."""
+    if settings.chain_over is None or isinstance(ids, str):  # a model without a tokenizer: no length counts
+        return settings.chain
+    own = (model.generation_defaults(len(ids), ["chain"]) or {}).get("chain")  # a checkpoint's: 0.2 ms
+    return settings.chain if own is None else settings.chain_over.chain_text(str(own))
 
 
 def _own_chain(chain: str | list[Any] | dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from decodekit_cli.errors import CliError
 
 if TYPE_CHECKING:
     from decodekit.chain import Chain
+    from decodekit_cli.sampling_options import SamplingOptions
 
 __all__ = ["FORMAT", "BatchSettings", "differences", "parsed_chain", "upgraded"]
 
@@ -58,6 +59,9 @@ class BatchSettings:
     # line's prompt tokens, as generate() gives each prompt; then max_new_tokens is no line's and recorded as None.
     max_length: int | None = None
     n: int | None = None  # every line's default sequences (-n, or the model's own); None: one, or beam's own count
+    # `chain` is the model's own (an empty prompt's): a line without its own asks the model for its prompt's (a
+    # checkpoint's min_length counts it), these options set over it as they set the job's. Not recorded: `chain` is.
+    chain_over: SamplingOptions | None = None
 
     def __post_init__(self) -> None:
         if self.seed is not None and not 0 <= self.seed < MAX_SEED:

@@ -136,7 +136,14 @@ class SamplingOptions:
         }
         keys = [key for key, want in wanted.items() if want]
         defaults = getattr(model, "generation_defaults", None)  # optional: a plugin's model may offer its own
-        return (defaults(prompt_length, keys) if keys and callable(defaults) else None) or {}
+        if not keys or not callable(defaults):
+            return {}
+        if prompt_length is not None or "chain" not in keys:
+            return defaults(prompt_length, keys) or {}
+        # A batch job: the chain an empty prompt gets (a checkpoint's min_length counts the prompt), which it records;
+        # each line's is asked for its own prompt (`BatchSettings.chain_over`).
+        rest = [key for key in keys if key != "chain"]
+        return {**((defaults(None, rest) if rest else None) or {}), **(defaults(0, ["chain"]) or {})}
 
     def _model_chain(self, default: object) -> tuple[str | None, str]:
         """The model's own chain (None: it has none) with the sampling flags set over it, and what says so."""
