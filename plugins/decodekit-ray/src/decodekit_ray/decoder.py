@@ -37,11 +37,12 @@ class LineDecoder:
         try:
             self.model = _on_gpu(load_named_model(settings.model))
         except Exception as exc:
-            node = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
-            self.failure = ActorSetupError(
-                f"--ray: an actor on node {node} cannot load the model: {exc}; every node needs the model "
-                "and the plugins the job uses (docs/scale-out.md, 'What every node needs')"
-            )
+            self.failure = _setup_error("load the model", exc)
+            return
+        try:  # a sampler, cache or strategy of a plugin only the command's machine has: no line could decode here
+            settings.recorded("")
+        except DecodekitError as exc:
+            self.failure = _setup_error("build the job's chain, cache and strategy", exc)
             return
         set_threads(self.model, settings.threads)  # one thread for a small model: its step is too small to split
 
@@ -64,6 +65,15 @@ class LineDecoder:
             "record": np.array([dumps(r) for r in records], dtype=object),
             "tokens": np.array([record_tokens(r) for r in records], dtype=np.int64),
         }
+
+
+def _setup_error(what: str, exc: Exception) -> ActorSetupError:
+    """The job's one line for an actor that cannot run it on its node."""
+    node = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    return ActorSetupError(
+        f"--ray: an actor on node {node} cannot {what}: {exc}; every node needs the model and the plugins the job "
+        "uses (docs/scale-out.md, 'What every node needs')"
+    )
 
 
 def _on_gpu(model: Any) -> Any:
