@@ -51,9 +51,10 @@ def generate_lines(
     actor_gpus: float = 0.0,
 ) -> ray.data.Dataset:
     """`generate` over raw prompt lines, rows `{"line", "data"}` (`read_prompt_lines`)."""
+    size = actor_count(actors, actor_cpus, actor_gpus)  # first: an actor no node can hold is refused before any work
     blocks = lines.repartition(target_num_rows_per_block=batch_size).materialize()
     # No more actors than blocks: an actor without one would only load the model (and Ray Data warns).
-    pool = min(actor_count(actors, actor_cpus, actor_gpus), max(1, blocks.num_blocks()))
+    pool = min(size, max(1, blocks.num_blocks()))
     records: ray.data.Dataset = blocks.map_batches(
         LineDecoder,
         fn_constructor_kwargs={"settings": settings, "batch_size": batch_size},
