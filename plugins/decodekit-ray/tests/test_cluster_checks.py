@@ -47,6 +47,18 @@ def test_an_address_where_nothing_listens_is_refused_before_ray_tries(no_ray: li
     assert "allowed: the address `ray start --head` printed" in str(caught.value)
 
 
+def test_rays_own_address_variable_is_named_as_the_address(
+    no_ray: list[dict[str, object]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `--ray` alone joins $RAY_ADDRESS: the error said "--ray local", a value the user never wrote.
+    port = _closed_port()
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    with pytest.raises(CliError) as caught:
+        cluster.connect(cluster.LOCAL)
+    assert str(caught.value).startswith(f"--ray (RAY_ADDRESS=127.0.0.1:{port}): no Ray cluster answers at ")
+    assert "or --ray alone with RAY_ADDRESS unset, which starts Ray for this job" in str(caught.value)
+
+
 def test_rays_log_lines_while_joining_are_not_shown(
     monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:

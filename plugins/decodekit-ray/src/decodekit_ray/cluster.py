@@ -49,8 +49,9 @@ def connect(address: str) -> bool:
     if ray.is_initialized():
         return False
     joined = os.environ.get("RAY_ADDRESS") if address == LOCAL else address
+    given = f"--ray (RAY_ADDRESS={joined})" if address == LOCAL else f"--ray {address}"  # as the user wrote it
     if joined:
-        _check_listening(address, joined)
+        _check_listening(given, joined)
     try:
         # While Ray tries to join a cluster, its C++ client logs each failed try on stderr (a wrong token: one a
         # second for 20 s); the command's one line below says what failed. (Not around a start: Ray's daemons
@@ -64,11 +65,11 @@ def connect(address: str) -> bool:
                 include_dashboard=None if joined else False,  # only a cluster started here takes it
             )
     except ValueError as exc:  # an address Ray cannot parse; ray:// without Ray Client installed
-        raise CliError(f"--ray {address}: {exc}") from None
+        raise CliError(f"{given}: {exc}") from None
     except ConnectionError as exc:
         why = str(exc).replace(RAY_OWN_ADVICE, "").strip().rstrip(".")  # Ray's `--address` flag is not decodekit's
         raise CliError(
-            f"--ray {address}: cannot join the Ray cluster there: {why}; allowed: a running cluster's address "
+            f"{given}: cannot join the Ray cluster there: {why}; allowed: a running cluster's address "
             "(`ray start --head` starts one here, which --ray auto joins), or --ray alone, which starts Ray for "
             "this job; a cluster with token authentication (Ray's default) also needs RAY_AUTH_MODE=token and its "
             "token (`ray get-auth-token` on the head node) here, in ~/.ray/auth_token or RAY_AUTH_TOKEN"
@@ -77,7 +78,7 @@ def connect(address: str) -> bool:
     return True
 
 
-def _check_listening(address: str, joined: str) -> None:
+def _check_listening(given: str, joined: str) -> None:
     """Refuse at once an address where nothing listens: Ray would try it for minutes, logging each try."""
     if joined == "auto" or "://" in joined:  # `ray start`'s own record; Ray Client's server
         return
@@ -88,9 +89,9 @@ def _check_listening(address: str, joined: str) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
     except OSError as exc:
         raise CliError(
-            f"--ray {address}: no Ray cluster answers at {joined} ({exc.strerror or exc}); allowed: the address "
-            "`ray start --head` printed (HOST:6379 by default), --ray auto on a node of the cluster, or --ray alone, "
-            "which starts Ray for this job"
+            f"{given}: no Ray cluster answers at {joined} ({exc.strerror or exc}); allowed: the address "
+            "`ray start --head` printed (HOST:6379 by default), --ray auto on a node of the cluster, or --ray alone "
+            "with RAY_ADDRESS unset, which starts Ray for this job"
         ) from None
 
 
