@@ -10,7 +10,7 @@ import numpy as np
 import ray
 from decodekit_cli.batch_decode import Pending, batches, check_lines, decode_records
 from decodekit_cli.batch_input import InputLine
-from decodekit_cli.batch_records import Record, dumps, record_tokens
+from decodekit_cli.batch_records import Record, dumps, is_error, record_tokens
 from decodekit_cli.batch_settings import BatchSettings
 from decodekit_cli.options import load_named_model
 from decodekit_cli.sampling_options import set_threads
@@ -30,9 +30,11 @@ class ActorSetupError(DecodekitError):
 class LineDecoder:
     """Called on batches `{"line", "data"}`; returns `{"line", "record", "tokens"}`, one row per line."""
 
-    def __init__(self, settings: BatchSettings, batch_size: int = 0) -> None:
+    def __init__(self, settings: BatchSettings, batch_size: int = 0, checked: bool = False) -> None:
         self.settings = settings
         self.batch_size = batch_size  # the job's: under --compile a smaller batch is padded to it, as locally
+        # The command checked every line with its plugins: a name unknown here is this node's lack, not the line's.
+        self.checked = checked
         self.failure: ActorSetupError | None = None
         try:
             self.model = _on_gpu(load_named_model(settings.model))
@@ -60,6 +62,8 @@ class LineDecoder:
         pending = [item for item in checked if isinstance(item, Pending)]
         for group in batches(pending, max(1, sum(p.copies for p in pending))):  # the block: one decode a chain
             records += decode_records(self.model, self.settings, group, rows=self.batch_size)
+        if self.checked:
+            _refuse_unknown_names(records)
         return {
             "line": np.array([r["line"] for r in records], dtype=np.int64),
             "record": np.array([dumps(r) for r in records], dtype=object),
@@ -67,7 +71,15 @@ class LineDecoder:
         }
 
 
-def _setup_error(what: str, exc: Exception) -> ActorSetupError:
+def _refuse_unknown_names(records: list[Record]) -> None:
+    """A line's own chain names a sampler (or strategy) the command has and this node lacks: the job stops, as for
+    its model, rather than write an error record the local job would not."""
+    for record in records:
+        if is_error(record) and record["error"]["type"] == "UnknownNameError":
+            raise _setup_error(f"decode line {record['line']}", record["error"]["message"])
+
+
+def _setup_error(what: str, exc: object) -> ActorSetupError:
     """The job's one line for an actor that cannot run it on its node."""
     node = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
     return ActorSetupError(
