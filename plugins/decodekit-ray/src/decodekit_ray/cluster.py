@@ -10,27 +10,18 @@ import contextlib
 import logging
 import math
 import os
-import re
 import socket
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import ray
 from decodekit_cli.errors import CliError
 
 from decodekit.errors import DecodekitError, ParameterError
+from decodekit_ray.ray_output import RAY_LOG_LINE, stderr_without
 
-__all__ = [
-    "LOCAL",
-    "actor_count",
-    "actor_failures_unlogged",
-    "connect",
-    "job_env",
-    "stderr_without",
-    "without_restart_note",
-]
+__all__ = ["LOCAL", "actor_count", "actor_failures_unlogged", "connect", "job_env"]
 
 LOCAL = "local"  # `--ray` without an address: start Ray in this process, or join $RAY_ADDRESS
 RAY_OWN_ADVICE = (
@@ -123,11 +114,6 @@ def _check_fits(nodes: list[dict[str, Any]], cpus: float, gpus: float) -> None:
     )
 
 
-RESTART_NOTE = b"ray-project/ray/issues/53727"  # the one line `without_restart_note` drops
-# A line of Ray's C++ logger: "[2026-12-05 02:59:03,713 W 31607 31607] gcs_client.cc:210: ..."
-RAY_LOG_LINE = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z] \d+ \d+\] ")
-
-
 class _NotADecodekitError(logging.Filter):
     """Passes a record unless it is about a `DecodekitError` (its own exception, or the one being handled)."""
 
@@ -148,51 +134,3 @@ def actor_failures_unlogged() -> Iterator[None]:
     finally:
         for handler in handlers:
             handler.removeFilter(quiet)
-
-
-@contextlib.contextmanager
-def without_restart_note() -> Iterator[None]:
-    """Drop Ray's core-worker ERROR line "... has constructor arguments in the object store and max_restarts > 0"
-    from this process's stderr while the block runs.
-
-    Ray Data always passes an actor pool's map function by reference (`ray.put`, not our arguments) with
-    max_restarts=-1, and holds that reference for the whole job, so a restarted actor finds it: the line
-    (ray-project/ray#53727) is noise on every run."""
-    with stderr_without(lambda line: RESTART_NOTE in line):
-        yield
-
-
-@contextlib.contextmanager
-def stderr_without(drop: Callable[[bytes], object]) -> Iterator[None]:
-    """Drop the lines `drop` is true of from this process's stderr while the block runs.
-
-    Ray's C++ logger writes to file descriptor 2 with no switch of its own, so fd 2 goes through a filter;
-    Python's `sys.stderr` keeps the terminal (the progress bar).
-    """
-    sys.stderr.flush()
-    terminal = os.dup(2)
-    read, write = os.pipe()
-    os.dup2(write, 2)
-    os.close(write)
-    python_stderr = sys.stderr
-    sys.stderr = open(os.dup(terminal), "w", encoding=python_stderr.encoding, errors="backslashreplace")  # noqa: SIM115
-    copier = threading.Thread(target=_copy_lines, args=(read, terminal, drop), daemon=True)
-    copier.start()
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        sys.stderr.close()
-        sys.stderr = python_stderr
-        os.dup2(terminal, 2)  # the pipe's last writer closes: the copier reads its end and stops
-        copier.join(timeout=5)
-        os.close(terminal)
-
-
-def _copy_lines(read: int, to: int, drop: Callable[[bytes], object]) -> None:
-    """Copy the lines of the pipe `read` to the descriptor `to`, but those `drop` is true of."""
-    with open(read, "rb") as pipe, open(to, "wb", closefd=False) as out:
-        for line in pipe:
-            if not drop(line):
-                out.write(line)
-                out.flush()

@@ -23,11 +23,12 @@ from decodekit_cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError
 from decodekit_cli.options import compile_failure
 
 from decodekit.errors import CompileError
-from decodekit_ray.cluster import LOCAL, actor_failures_unlogged, connect, without_restart_note
+from decodekit_ray.cluster import LOCAL, actor_failures_unlogged, connect
 from decodekit_ray.dataset import generate_lines
 from decodekit_ray.decoder import ActorSetupError
 from decodekit_ray.lines import read_prompt_lines
 from decodekit_ray.parts import PartsWatcher, part_records
+from decodekit_ray.ray_output import without_raylet_notes, without_restart_note
 
 __all__ = ["RayOptions", "run_job"]
 
@@ -59,7 +60,8 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
         try:
             with PartsWatcher(parts, progress.advance, lines={p.line for p in job.pending}):
                 if todo:
-                    _decode(job, options, todo, str(parts.resolve()))
+                    with without_raylet_notes():
+                        _decode(job, options, todo, str(parts.resolve()))
         except KeyboardInterrupt:
             interrupted = True
         except (CompileError, ActorSetupError) as exc:  # an actor's, as Ray raises it: a RayTaskError that is one too
