@@ -32,9 +32,11 @@ def generate(
     ds: rows of a prompt line's fields (`decodekit_ray.lines.FIELDS`: `prompt`, and optionally `id`, `seed`,
     `max_new_tokens`, `chain`, `logprobs`, ...; null is left out) and its `line` number (the default id and seed
     derive from it).
-    Returns rows `{"line": int, "record": str, "tokens": int}`: the record is the JSON line
+    Returns rows `{"line": int, "record": str, "tokens": int, "warnings": str}`: the record is the JSON line
     `decodekit generate --input` writes for that line (a result or an error record), `tokens` how
-    many tokens it generated. Ids are not compared across rows (the command does).
+    many tokens it generated, `warnings` what the decode of the line's block warned, one a line (the command
+    prints them: a line a grammar left incomplete), on the block's first row, else "". Ids are not compared
+    across rows (the command does).
     """
     return generate_lines(
         from_fields(ds), settings, batch_size=batch_size, actors=actors, actor_cpus=actor_cpus, actor_gpus=actor_gpus

@@ -4,6 +4,7 @@ where it was decoded."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ class ActorSetupError(DecodekitError):
 
 
 class LineDecoder:
-    """Called on batches `{"line", "data"}`; returns `{"line", "record", "tokens"}`, one row per line."""
+    """Called on batches `{"line", "data"}`; returns `{"line", "record", "tokens", "warnings"}`, one row per line."""
 
     def __init__(self, settings: BatchSettings, batch_size: int = 0, checked: bool = False) -> None:
         self.settings = settings
@@ -51,8 +52,14 @@ class LineDecoder:
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         if self.failure is not None:
             raise self.failure
-        with json_words():  # a record's error says what the command's would: its lines are JSON
-            return self._records(batch)
+        with json_words(), warnings.catch_warnings(record=True) as caught:  # json_words: its lines are JSON
+            warnings.simplefilter("always")
+            rows = self._records(batch)
+        # What the decode warned (a line a grammar left incomplete), for the command to print as the local job
+        # does: here it would reach only the actor's log. Each text once, on the block's first row.
+        said = "\n".join(dict.fromkeys(str(w.message) for w in caught))
+        rows["warnings"] = np.array([said if i == 0 else "" for i in range(len(rows["line"]))], dtype=object)
+        return rows
 
     def _records(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         lines = [InputLine(int(n), bytes(d)) for n, d in zip(batch["line"], batch["data"])]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from dataclasses import dataclass
 
 import ray
@@ -27,7 +28,7 @@ from decodekit_ray.cluster import LOCAL, actor_failures_unlogged, connect
 from decodekit_ray.dataset import generate_lines
 from decodekit_ray.decoder import ActorSetupError
 from decodekit_ray.lines import read_prompt_lines
-from decodekit_ray.parts import PartsWatcher, part_records
+from decodekit_ray.parts import PartsWatcher, part_records, part_warnings
 from decodekit_ray.ray_output import without_raylet_notes, without_restart_note
 
 __all__ = ["RayOptions", "run_job"]
@@ -67,6 +68,8 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
         except (CompileError, ActorSetupError) as exc:  # an actor's, as Ray raises it: a RayTaskError that is one too
             failed = _failure(getattr(exc, "cause", exc))
     made = {line: json.loads(text) for line, text in part_records(parts).items() if line not in before}
+    for said in part_warnings(parts, made):  # the actors' warnings, which the local job prints as it decodes
+        warnings.warn(said, stacklevel=1)
     new = {**checked, **{line: record for line, record in made.items() if job.keeps(record)}}
     replace_output(job.output, {**{line: dumps(record) for line, record in new.items()}, **before})
     shutil.rmtree(parts, ignore_errors=True)
