@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 
 import pytest
 import ray
@@ -114,3 +115,36 @@ def test_an_actor_one_node_holds_is_counted(monkeypatch: pytest.MonkeyPatch) -> 
     assert cluster.actor_count(None, 1.0, 0.0) == 2
     assert cluster.actor_count(None, 2.0, 0.0) == 1
     assert cluster.actor_count(5, 0.5, 0.0) == 5
+
+
+@pytest.mark.parametrize(
+    ("mode", "token", "said"),
+    [
+        (None, True, " (here a token is, but RAY_AUTH_MODE is not token: export RAY_AUTH_MODE=token)"),
+        (None, False, " (here RAY_AUTH_MODE is not token, and no token is)"),
+        ("token", True, ""),
+    ],
+)
+def test_a_refused_join_says_what_token_authentication_lacks_here(
+    no_ray: list[dict[str, object]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    mode: str | None,
+    token: bool,
+    said: str,
+) -> None:
+    # `ray start` writes ~/.ray/auth_token but the command needs RAY_AUTH_MODE=token too: the usual miss, which the
+    # error listed among everything a token needs.
+    monkeypatch.setattr(cluster, "_check_listening", lambda given, joined: None)
+    monkeypatch.setattr(Path, "home", lambda: tmp_path)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    if mode is None:
+        monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    else:
+        monkeypatch.setenv("RAY_AUTH_MODE", mode)
+    if token:
+        (tmp_path / ".ray").mkdir()
+        (tmp_path / ".ray" / "auth_token").write_text("0123")
+    with pytest.raises(CliError) as caught:
+        cluster.connect("10.0.0.7:6379")
+    assert str(caught.value).endswith(f"in ~/.ray/auth_token or RAY_AUTH_TOKEN{said}")

@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -63,10 +64,20 @@ def connect(address: str) -> bool:
             f"{given}: cannot join the Ray cluster there: {why}; allowed: a running cluster's address "
             "(`ray start --head` starts one here, which --ray auto joins), or --ray alone, which starts Ray for "
             "this job; a cluster with token authentication (Ray's default) also needs RAY_AUTH_MODE=token and its "
-            "token (`ray get-auth-token` on the head node) here, in ~/.ray/auth_token or RAY_AUTH_TOKEN"
+            f"token (`ray get-auth-token` on the head node) here, in ~/.ray/auth_token or RAY_AUTH_TOKEN{_auth_hint()}"
         ) from None
     logging.getLogger("ray.data").setLevel(logging.ERROR)  # its execution notes go to Ray's log files only
     return True
+
+
+def _auth_hint() -> str:
+    """What the environment lacks for token authentication, when it lacks something (the usual miss: the token is
+    here, as `ray start` wrote it, but RAY_AUTH_MODE is not set)."""
+    if os.environ.get("RAY_AUTH_MODE") == "token":
+        return ""
+    if os.environ.get("RAY_AUTH_TOKEN") or (Path.home() / ".ray" / "auth_token").is_file():
+        return " (here a token is, but RAY_AUTH_MODE is not token: export RAY_AUTH_MODE=token)"
+    return " (here RAY_AUTH_MODE is not token, and no token is)"
 
 
 def _check_listening(given: str, joined: str) -> None:
