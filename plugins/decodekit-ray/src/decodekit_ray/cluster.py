@@ -10,16 +10,19 @@ import contextlib
 import logging
 import math
 import os
+import socket
 import sys
-import threading
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import ray
 from decodekit_cli.errors import CliError
 
 from decodekit.errors import DecodekitError, ParameterError
+from decodekit_ray.ray_output import RAY_LOG_LINE, stderr_without
 
-__all__ = ["LOCAL", "actor_count", "actor_failures_unlogged", "connect", "job_env", "without_restart_note"]
+__all__ = ["LOCAL", "actor_count", "actor_failures_unlogged", "connect", "job_env"]
 
 LOCAL = "local"  # `--ray` without an address: start Ray in this process, or join $RAY_ADDRESS
 RAY_OWN_ADVICE = (
@@ -38,31 +41,70 @@ def connect(address: str) -> bool:
     if ray.is_initialized():
         return False
     joined = os.environ.get("RAY_ADDRESS") if address == LOCAL else address
+    given = f"--ray (RAY_ADDRESS={joined})" if address == LOCAL else f"--ray {address}"  # as the user wrote it
+    if joined:
+        _check_listening(given, joined)
     try:
-        ray.init(
-            address=joined or "local",  # "local": a new cluster, never one that happens to run here
-            runtime_env={"env_vars": job_env()},
-            log_to_driver=False,  # the workers' logs stay in Ray's log files; the terminal shows the progress bar
-            logging_level=logging.ERROR,  # not Ray's notes on starting up: the command reports what matters
-            include_dashboard=None if joined else False,  # only a cluster started here takes it
-        )
+        # While Ray tries to join a cluster, its C++ client logs each failed try on stderr (a wrong token: one a
+        # second for 20 s); the command's one line below says what failed. (Not around a start: Ray's daemons
+        # would inherit the pipe.)
+        with stderr_without(RAY_LOG_LINE.match) if joined else contextlib.nullcontext():
+            ray.init(
+                address=joined or "local",  # "local": a new cluster, never one that happens to run here
+                runtime_env={"env_vars": job_env()},
+                log_to_driver=False,  # the workers' logs stay in Ray's log files; the terminal shows the progress bar
+                logging_level=logging.ERROR,  # not Ray's notes on starting up: the command reports what matters
+                include_dashboard=None if joined else False,  # only a cluster started here takes it
+            )
+    except ValueError as exc:  # an address Ray cannot parse; ray:// without Ray Client installed
+        raise CliError(f"{given}: {exc}") from None
     except ConnectionError as exc:
         why = str(exc).replace(RAY_OWN_ADVICE, "").strip().rstrip(".")  # Ray's `--address` flag is not decodekit's
         raise CliError(
-            f"--ray {address}: cannot join the Ray cluster there: {why}; allowed: a running cluster's address "
+            f"{given}: cannot join the Ray cluster there: {why}; allowed: a running cluster's address "
             "(`ray start --head` starts one here, which --ray auto joins), or --ray alone, which starts Ray for "
             "this job; a cluster with token authentication (Ray's default) also needs RAY_AUTH_MODE=token and its "
-            "token (`ray get-auth-token` on the head node) here, in ~/.ray/auth_token or RAY_AUTH_TOKEN"
+            f"token (`ray get-auth-token` on the head node) here, in ~/.ray/auth_token or RAY_AUTH_TOKEN{_auth_hint()}"
         ) from None
     logging.getLogger("ray.data").setLevel(logging.ERROR)  # its execution notes go to Ray's log files only
     return True
 
 
+def _auth_hint() -> str:
+    """What the environment lacks for token authentication, when it lacks something (the usual miss: the token is
+    here, as `ray start` wrote it, but RAY_AUTH_MODE is not set)."""
+    if os.environ.get("RAY_AUTH_MODE") == "token":
+        return ""
+    if os.environ.get("RAY_AUTH_TOKEN") or (Path.home() / ".ray" / "auth_token").is_file():
+        return " (here a token is, but RAY_AUTH_MODE is not token: export RAY_AUTH_MODE=token)"
+    return " (here RAY_AUTH_MODE is not token, and no token is)"
+
+
+def _check_listening(given: str, joined: str) -> None:
+    """Refuse at once an address where nothing listens: Ray would try it for minutes, logging each try."""
+    if joined == "auto" or "://" in joined:  # `ray start`'s own record; Ray Client's server
+        return
+    host, _, port = joined.rpartition(":")
+    if not port.isdigit():
+        return  # Ray's own error names what it cannot parse
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as exc:
+        raise CliError(
+            f"{given}: no Ray cluster answers at {joined} ({exc.strerror or exc}); allowed: the address "
+            "`ray start --head` printed (HOST:6379 by default), --ray auto on a node of the cluster, or --ray alone "
+            "with RAY_ADDRESS unset, which starts Ray for this job"
+        ) from None
+
+
 def actor_count(actors: int | None, actor_cpus: float, actor_gpus: float) -> int:
-    """`actors`, or as many actors of that size as the cluster holds (at least one)."""
+    """`actors`, or as many actors of that size as the cluster holds (at least one).
+
+    An actor that no node of the cluster can hold would wait for one forever: that is an error here."""
+    if actors is not None and actors < 1:
+        raise ParameterError(f"actors={actors} is invalid; allowed: an integer >= 1")
+    _check_fits(ray.nodes(), actor_cpus, actor_gpus)  # type: ignore[no-untyped-call]
     if actors is not None:
-        if actors < 1:
-            raise ParameterError(f"actors={actors} is invalid; allowed: an integer >= 1")
         return actors
     resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
     sizes = (("CPU", actor_cpus), ("GPU", actor_gpus))
@@ -70,7 +112,17 @@ def actor_count(actors: int | None, actor_cpus: float, actor_gpus: float) -> int
     return max(1, min(fits, default=1))
 
 
-RESTART_NOTE = b"ray-project/ray/issues/53727"  # the one line `without_restart_note` drops
+def _check_fits(nodes: list[dict[str, Any]], cpus: float, gpus: float) -> None:
+    """Refuse an actor size that no live node has (Ray would keep the actors pending, and the job would hang)."""
+    sizes = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
+    if any(r.get("CPU", 0.0) >= cpus and r.get("GPU", 0.0) >= gpus for r in sizes):
+        return
+    have = ", ".join(sorted({f"{r.get('CPU', 0.0):g} CPUs and {r.get('GPU', 0.0):g} GPUs" for r in sizes})) or "none"
+    raise ParameterError(
+        f"actor_cpus={cpus:g}, actor_gpus={gpus:g} (--ray-actor-cpus, --ray-actor-gpus): no node of the Ray cluster "
+        f"has that much, so no actor could start (its nodes: {have}); allowed: at most one node's CPUs and GPUs, "
+        "or add a node that has them to the cluster first"
+    )
 
 
 class _NotADecodekitError(logging.Filter):
@@ -93,42 +145,3 @@ def actor_failures_unlogged() -> Iterator[None]:
     finally:
         for handler in handlers:
             handler.removeFilter(quiet)
-
-
-@contextlib.contextmanager
-def without_restart_note() -> Iterator[None]:
-    """Drop Ray's core-worker ERROR line "... has constructor arguments in the object store and max_restarts > 0"
-    from this process's stderr while the block runs.
-
-    Ray Data always passes an actor pool's map function by reference (`ray.put`, not our arguments) with
-    max_restarts=-1, and holds that reference for the whole job, so a restarted actor finds it: the line
-    (ray-project/ray#53727) is noise on every run. Ray's C++ logger writes it to file descriptor 2 with no
-    switch of its own, so fd 2 goes through a filter; Python's `sys.stderr` keeps the terminal (the progress bar).
-    """
-    sys.stderr.flush()
-    terminal = os.dup(2)
-    read, write = os.pipe()
-    os.dup2(write, 2)
-    os.close(write)
-    python_stderr = sys.stderr
-    sys.stderr = open(os.dup(terminal), "w", encoding=python_stderr.encoding, errors="backslashreplace")  # noqa: SIM115
-    copier = threading.Thread(target=_copy_lines, args=(read, terminal), daemon=True)
-    copier.start()
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        sys.stderr.close()
-        sys.stderr = python_stderr
-        os.dup2(terminal, 2)  # the pipe's last writer closes: the copier reads its end and stops
-        copier.join(timeout=5)
-        os.close(terminal)
-
-
-def _copy_lines(read: int, to: int) -> None:
-    """Copy the lines of the pipe `read` to the descriptor `to`, but Ray's restart note."""
-    with open(read, "rb") as pipe, open(to, "wb", closefd=False) as out:
-        for line in pipe:
-            if RESTART_NOTE not in line:
-                out.write(line)
-                out.flush()

@@ -32,9 +32,11 @@ def generate(
     ds: rows of a prompt line's fields (`decodekit_ray.lines.FIELDS`: `prompt`, and optionally `id`, `seed`,
     `max_new_tokens`, `chain`, `logprobs`, ...; null is left out) and its `line` number (the default id and seed
     derive from it).
-    Returns rows `{"line": int, "record": str, "tokens": int}`: the record is the JSON line
+    Returns rows `{"line": int, "record": str, "tokens": int, "warnings": str}`: the record is the JSON line
     `decodekit generate --input` writes for that line (a result or an error record), `tokens` how
-    many tokens it generated. Ids are not compared across rows (the command does).
+    many tokens it generated, `warnings` what the decode of the line's block warned, one a line (the command
+    prints them: a line a grammar left incomplete), on the block's first row, else "". Ids are not compared
+    across rows (the command does).
     """
     return generate_lines(
         from_fields(ds), settings, batch_size=batch_size, actors=actors, actor_cpus=actor_cpus, actor_gpus=actor_gpus
@@ -49,14 +51,19 @@ def generate_lines(
     actors: int | None = None,
     actor_cpus: float = 1.0,
     actor_gpus: float = 0.0,
+    checked: bool = False,
 ) -> ray.data.Dataset:
-    """`generate` over raw prompt lines, rows `{"line", "data"}` (`read_prompt_lines`)."""
+    """`generate` over raw prompt lines, rows `{"line", "data"}` (`read_prompt_lines`).
+
+    checked: every line passed the caller's check (the command's), so a name an actor does not know stops the job
+    (`ActorSetupError`: its node lacks a plugin) instead of making that line an error record."""
+    size = actor_count(actors, actor_cpus, actor_gpus)  # first: an actor no node can hold is refused before any work
     blocks = lines.repartition(target_num_rows_per_block=batch_size).materialize()
     # No more actors than blocks: an actor without one would only load the model (and Ray Data warns).
-    pool = min(actor_count(actors, actor_cpus, actor_gpus), max(1, blocks.num_blocks()))
+    pool = min(size, max(1, blocks.num_blocks()))
     records: ray.data.Dataset = blocks.map_batches(
         LineDecoder,
-        fn_constructor_kwargs={"settings": settings, "batch_size": batch_size},
+        fn_constructor_kwargs={"settings": settings, "batch_size": batch_size, "checked": checked},
         batch_size=batch_size,
         compute=ray.data.ActorPoolStrategy(size=pool),
         num_cpus=actor_cpus,

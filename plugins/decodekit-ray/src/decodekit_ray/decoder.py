@@ -4,13 +4,14 @@ where it was decoded."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 import ray
 from decodekit_cli.batch_decode import Pending, batches, check_lines, decode_records
 from decodekit_cli.batch_input import InputLine
-from decodekit_cli.batch_records import Record, dumps, record_tokens
+from decodekit_cli.batch_records import Record, dumps, is_error, record_tokens
 from decodekit_cli.batch_settings import BatchSettings
 from decodekit_cli.options import load_named_model
 from decodekit_cli.sampling_options import set_threads
@@ -28,28 +29,37 @@ class ActorSetupError(DecodekitError):
 
 
 class LineDecoder:
-    """Called on batches `{"line", "data"}`; returns `{"line", "record", "tokens"}`, one row per line."""
+    """Called on batches `{"line", "data"}`; returns `{"line", "record", "tokens", "warnings"}`, one row per line."""
 
-    def __init__(self, settings: BatchSettings, batch_size: int = 0) -> None:
+    def __init__(self, settings: BatchSettings, batch_size: int = 0, checked: bool = False) -> None:
         self.settings = settings
         self.batch_size = batch_size  # the job's: under --compile a smaller batch is padded to it, as locally
+        # The command checked every line with its plugins: a name unknown here is this node's lack, not the line's.
+        self.checked = checked
         self.failure: ActorSetupError | None = None
         try:
             self.model = _on_gpu(load_named_model(settings.model))
         except Exception as exc:
-            node = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
-            self.failure = ActorSetupError(
-                f"--ray: an actor on node {node} cannot load the model: {exc}; every node needs the model "
-                "and the plugins the job uses (docs/scale-out.md, 'What every node needs')"
-            )
+            self.failure = _setup_error("load the model", exc)
+            return
+        try:  # a sampler, cache or strategy of a plugin only the command's machine has: no line could decode here
+            settings.recorded("")
+        except DecodekitError as exc:
+            self.failure = _setup_error("build the job's chain, cache and strategy", exc)
             return
         set_threads(self.model, settings.threads)  # one thread for a small model: its step is too small to split
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         if self.failure is not None:
             raise self.failure
-        with json_words():  # a record's error says what the command's would: its lines are JSON
-            return self._records(batch)
+        with json_words(), warnings.catch_warnings(record=True) as caught:  # json_words: its lines are JSON
+            warnings.simplefilter("always")
+            rows = self._records(batch)
+        # What the decode warned (a line a grammar left incomplete), for the command to print as the local job
+        # does: here it would reach only the actor's log. Each text once, on the block's first row.
+        said = "\n".join(dict.fromkeys(str(w.message) for w in caught))
+        rows["warnings"] = np.array([said if i == 0 else "" for i in range(len(rows["line"]))], dtype=object)
+        return rows
 
     def _records(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         lines = [InputLine(int(n), bytes(d)) for n, d in zip(batch["line"], batch["data"])]
@@ -59,11 +69,30 @@ class LineDecoder:
         pending = [item for item in checked if isinstance(item, Pending)]
         for group in batches(pending, max(1, sum(p.copies for p in pending))):  # the block: one decode a chain
             records += decode_records(self.model, self.settings, group, rows=self.batch_size)
+        if self.checked:
+            _refuse_unknown_names(records)
         return {
             "line": np.array([r["line"] for r in records], dtype=np.int64),
             "record": np.array([dumps(r) for r in records], dtype=object),
             "tokens": np.array([record_tokens(r) for r in records], dtype=np.int64),
         }
+
+
+def _refuse_unknown_names(records: list[Record]) -> None:
+    """A line's own chain names a sampler (or strategy) the command has and this node lacks: the job stops, as for
+    its model, rather than write an error record the local job would not."""
+    for record in records:
+        if is_error(record) and record["error"]["type"] == "UnknownNameError":
+            raise _setup_error(f"decode line {record['line']}", record["error"]["message"])
+
+
+def _setup_error(what: str, exc: object) -> ActorSetupError:
+    """The job's one line for an actor that cannot run it on its node."""
+    node = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    return ActorSetupError(
+        f"--ray: an actor on node {node} cannot {what}: {exc}; every node needs the model and the plugins the job "
+        "uses (docs/scale-out.md, 'What every node needs')"
+    )
 
 
 def _on_gpu(model: Any) -> Any:

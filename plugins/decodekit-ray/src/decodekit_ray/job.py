@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from dataclasses import dataclass
 
 import ray
@@ -23,11 +24,12 @@ from decodekit_cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError
 from decodekit_cli.options import compile_failure
 
 from decodekit.errors import CompileError
-from decodekit_ray.cluster import LOCAL, actor_failures_unlogged, connect, without_restart_note
+from decodekit_ray.cluster import LOCAL, actor_failures_unlogged, connect
 from decodekit_ray.dataset import generate_lines
 from decodekit_ray.decoder import ActorSetupError
 from decodekit_ray.lines import read_prompt_lines
-from decodekit_ray.parts import PartsWatcher, part_records
+from decodekit_ray.parts import PartsWatcher, part_records, part_warnings
+from decodekit_ray.ray_output import without_raylet_notes, without_restart_note
 
 __all__ = ["RayOptions", "run_job"]
 
@@ -59,12 +61,15 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
         try:
             with PartsWatcher(parts, progress.advance, lines={p.line for p in job.pending}):
                 if todo:
-                    _decode(job, options, todo, str(parts.resolve()))
+                    with without_raylet_notes():
+                        _decode(job, options, todo, str(parts.resolve()))
         except KeyboardInterrupt:
             interrupted = True
         except (CompileError, ActorSetupError) as exc:  # an actor's, as Ray raises it: a RayTaskError that is one too
             failed = _failure(getattr(exc, "cause", exc))
     made = {line: json.loads(text) for line, text in part_records(parts).items() if line not in before}
+    for said in part_warnings(parts, made):  # the actors' warnings, which the local job prints as it decodes
+        warnings.warn(said, stacklevel=1)
     new = {**checked, **{line: record for line, record in made.items() if job.keeps(record)}}
     replace_output(job.output, {**{line: dumps(record) for line, record in new.items()}, **before})
     shutil.rmtree(parts, ignore_errors=True)
@@ -94,6 +99,7 @@ def _decode(job: BatchJob, options: RayOptions, lines: list[int], parts: str) ->
             actors=options.actors,
             actor_cpus=options.actor_cpus,
             actor_gpus=options.actor_gpus,
+            checked=True,
         )
         # Writing takes no CPU (the actors may hold every one) and one worker: a task free of CPUs
         # would otherwise start a Python process of its own for each block.

@@ -70,6 +70,12 @@ def _as_line_rows(table: pa.Table) -> dict[str, Any]:
     if "line" not in table.column_names:
         raise _no_line(table.column_names)
     rows = table.to_pylist()  # exact Python ints: a seed near 2**64 survives, which NumPy's floats would not
+    if bad := [row["line"] for row in rows if not isinstance(row["line"], int) or row["line"] < 1]:
+        # A 0-based numbering (enumerate(prompts)) would decode every row with its neighbour's default seed.
+        raise ParameterError(
+            f"line={bad[0]!r} is invalid; allowed: an integer >= 1, the row's line number counted from 1 "
+            "(its default id and seed are those of that line of a file)"
+        )
     return {
         "line": np.array([row.pop("line") for row in rows], dtype=np.int64),
         "data": np.array(

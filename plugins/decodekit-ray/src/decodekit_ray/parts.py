@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from decodekit_cli.batch_records import is_error
 
-__all__ = ["PartsWatcher", "part_records"]
+__all__ = ["PartsWatcher", "part_records", "part_warnings"]
 
 
 def _read(path: Path, columns: list[str]) -> pa.Table | None:
@@ -40,6 +40,19 @@ def part_records(folder: Path) -> dict[int, str]:
                 if line not in records or (is_error(json.loads(records[line])) and not is_error(json.loads(record))):
                     records[line] = record
     return records
+
+
+def part_warnings(folder: Path, lines: Collection[int]) -> list[str]:
+    """The warnings the actors' decodes of `lines` raised, by the complete parts of `folder` (a retried block's once),
+    in the order of their lines. Parts written before the column existed have none."""
+    said: dict[str, int] = {}
+    for path in sorted(folder.glob("*.parquet")):
+        table = _read(path, ["line", "warnings"])
+        if table is not None:
+            for line, text in zip(table.column("line").to_pylist(), table.column("warnings").to_pylist()):
+                if line in lines and text:
+                    said.update((t, line) for t in text.split("\n") if t not in said)
+    return sorted(said, key=said.__getitem__)
 
 
 class PartsWatcher:
