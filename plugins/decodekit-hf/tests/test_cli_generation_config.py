@@ -237,22 +237,3 @@ def test_the_command_line_decodes_as_generation_chains_advice(
     for key in ("chain", "strategy"):
         assert json.loads(own)[key] == json.loads(advised)[key]
     assert [s["tokens"] for s in json.loads(own)["samples"]] == [s["tokens"] for s in json.loads(advised)["samples"]]
-
-
-def test_min_length_is_refused_in_a_batch_job_with_a_command_line_that_runs(
-    tmp_path: Path, gpt2: Any, char_tokenizer: Any, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """min_length counts the prompt, and a batch job's lines each have their own (a single prompt's chain is
-    test_a_min_length_checkpoint_decodes_as_generate_does): the error spells the --chain that runs as written (the
-    prompt counted as none) and says to lower the minimum by the prompt's tokens."""
-    config = OWN | {"min_length": 12}
-    checkpoint = save(tmp_path, gpt2, char_tokenizer, GenerationConfig(**config))
-    status, err, _ = run_batch(capsys, checkpoint, tmp_path)
-    assert status == 2
-    [line] = err.splitlines()
-    [chain] = re.findall(r"on the command line --chain '([^']*)'", line)
-    assert chain == generation_chain(GenerationConfig(**config), prompt_length=0)
-    assert f"min_new_tokens(12, [{EOS}])" in chain and "lower its 12 by the prompt's tokens" in line
-    assert "prompt_length" not in line.split("on the command line")[1]
-    status, err, _ = run_batch(capsys, checkpoint, tmp_path, "--chain", chain)
-    assert status == 0, err

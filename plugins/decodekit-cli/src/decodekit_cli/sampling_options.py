@@ -126,7 +126,7 @@ class SamplingOptions:
         self, model: object, strategy: str | None, prompt_length: int | None, samples_given: bool
     ) -> Mapping[str, Any]:
         """The model's optional `generation_defaults`, asked only for the options not given: a checkpoint's own
-        setting that it refuses (beam sampling, `min_length` in a batch job) is then no error beside its flag."""
+        setting that it refuses (beam sampling, a prompt past `max_length`) is then no error beside its flag."""
         wanted = {
             "chain": self.chain is None,
             "strategy": strategy is None,
