@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from typing import TextIO
 
@@ -70,13 +71,20 @@ def _copy_lines(read: int, to: int, drop: Callable[[bytes], object]) -> None:
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+WORKER_DIED = "A worker died or was killed"  # the raylet's note on a dead actor, the one of its notes said here
+DIED = (
+    "--ray: a decoding actor's process died (killed, out of memory, or its node lost); Ray starts it again and "
+    "retries its blocks, so every line is still written once; its node's Ray logs say why (docs/scale-out.md, "
+    "'Faults'; later deaths are not said here)"
+)
 
 
 @contextlib.contextmanager
 def without_raylet_notes() -> Iterator[None]:
     """While the block runs, drop the raylet's notes Ray's driver prints on `sys.stdout`, coloured ("(raylet) A
     worker died ...", "Task ... failed. There are infinite retries remaining"): a batch job writes nothing there,
-    and Ray retries a dead actor's blocks as the docs promise. Any other line is printed."""
+    and Ray retries a dead actor's blocks as the docs promise. The first death is one warning (an actor that dies
+    on every try, out of memory, would otherwise stall the job in silence). Any other line is printed."""
     stdout = sys.stdout
     sys.stdout = _WithoutRayletNotes(stdout)  # type: ignore[assignment]
     try:
@@ -89,13 +97,17 @@ class _WithoutRayletNotes:
     """A text stream that passes each complete line to `out`, but the raylet's."""
 
     def __init__(self, out: TextIO) -> None:
-        self.out, self.pending = out, ""
+        self.out, self.pending, self.died = out, "", False
 
     def write(self, text: str) -> int:
         *lines, self.pending = (self.pending + text).split("\n")
         for line in lines:
-            if not ANSI.sub("", line).startswith("(raylet)"):
+            plain = ANSI.sub("", line)
+            if not plain.startswith("(raylet)"):
                 self.out.write(line + "\n")
+            elif WORKER_DIED in plain and not self.died:
+                self.died = True
+                warnings.warn(DIED, stacklevel=1)
         return len(text)
 
     def flush(self) -> None:
