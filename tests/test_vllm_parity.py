@@ -69,9 +69,10 @@ def vllm_logits(x: torch.Tensor, prompt: list[int], output: list[int], sp: Param
     x *= torch.where(x > 0, 1.0 / penalties, penalties)
     x -= sp.frequency_penalty * counts
     x -= sp.presence_penalty * (counts > 0).float()
-    if sp.temperature < 1e-5:
+    T = max(sp.temperature, 1e-2) if sp.temperature > 0 else 0.0  # SamplingParams raises 0 < T < 0.01 to 0.01
+    if T < 1e-5:  # the sampler's greedy rule: only T = 0 reaches it
         return x
-    x /= max(sp.temperature, 1e-2)  # SamplingParams raises 0 < T < 0.01 to 0.01
+    x /= T
     if sp.min_p > 0:
         probs = x.softmax(-1)
         x[probs < probs.max() * sp.min_p] = NEG_INF
@@ -105,7 +106,7 @@ def chain_for(sp: Params) -> str:
         stages.append(f"frequency_penalty({sp.frequency_penalty})")
     if sp.presence_penalty:
         stages.append(f"presence_penalty({sp.presence_penalty})")
-    if sp.temperature < 1e-5:
+    if sp.temperature == 0:
         stages.append("temperature(0)")
     else:
         stages.append(f"temperature({max(sp.temperature, 1e-2)})")
@@ -145,6 +146,7 @@ HOLD_BACK: dict[str, Any] = dict(min_tokens=8, stop_token_ids=[0])
 CASES = {
     "temperature": Params(temperature=0.7),
     "temperature_below_0.01": Params(temperature=0.004),
+    "temperature_below_1e-5": Params(temperature=1e-6),  # 0.01 in vLLM, not greedy
     "top_k": Params(top_k=5),
     "top_k_0_off": Params(top_k=0),
     "top_p": Params(top_p=0.6),
