@@ -248,6 +248,14 @@ def test_top_p_ties_differ_by_design() -> None:
     assert int(torch.isfinite(ours).sum()) == 4
 
 
+def test_top_k_keeps_ties_as_vllm_pytorch_path() -> None:
+    # Logits 3, 2, 2, 2, 1 under top_k = 2: the k-th value is 2, and all three 2s stay in both.
+    x = torch.tensor([3.0, 2.0, 2.0, 2.0, 1.0])
+    expected = [3.0, 2.0, 2.0, 2.0, NEG_INF]
+    assert vllm_logits(x, [0], [], Params(top_k=2)).tolist() == expected
+    assert decodekit_logits(x, [0], [], Params(top_k=2)).tolist() == expected
+
+
 def test_logit_bias_past_100_is_refused_not_clamped() -> None:
     # vLLM's SamplingParams.from_optional clamps a bias to [-100, 100]; decodekit refuses it, naming it.
     with pytest.raises(dk.ParameterError, match="bias"):
