@@ -347,3 +347,13 @@ def test_structured_outputs_rows(chain: str, valid: Callable[[str], bool]) -> No
     lm.tokenizer = ByteCharTokenizer()  # type: ignore[attr-defined]
     out = dk.generate(lm, ["q"] * 4, chain=chain, max_new_tokens=8, seed=[1, 2, 3, 4], stop_tokens=[])
     assert all(valid(t) for t in out.text), out.text
+
+
+def test_stop_strings_are_not_held_back_by_min_new_tokens(model: TinyLM) -> None:
+    # Pinned difference: vLLM looks for stop strings only after min_tokens tokens; here min_new_tokens removes the
+    # stop tokens alone, and a stop string in the first tokens still ends the row.
+    free = dk.generate(model, ["ab"], chain="greedy", max_new_tokens=12, stop_tokens=[]).text[0]
+    at = next(i for i in range(1, len(free)) if free[i] not in free[:i])
+    chain = "min_new_tokens(8, [94]) | greedy"
+    out = dk.generate(model, ["ab"], chain=chain, max_new_tokens=12, stop_tokens=[], stop_strings=[free[at]])
+    assert len(free) > 8 and out.text == [free[:at]] and at < 8
