@@ -9,7 +9,7 @@ from decodekit.testing.registry import check_bad_parameters, check_chain_string,
 CHAINS = {
     "logit_bias": ("logit_bias({50256: -100.0, 3: 2.5})", {"bias": {50256: -100.0, 3: 2.5}}),
     "sequence_bias": ("sequence_bias([[[10, 45], -2.0], [[64], -7.5]])", {"biases": (((10, 45), -2.0), ((64,), -7.5))}),
-    "bad_words": ("bad_words([[5], [6, 7]])", {"sequences": ((5,), (6, 7))}),
+    "bad_words": ("bad_words([[5], [6, 7]], false)", {"sequences": ((5,), (6, 7)), "include_prompt": False}),
     "allowed_tokens": ("allowed_tokens([1, 2, 3])", {"tokens": (1, 2, 3)}),
     "min_new_tokens": ("min_new_tokens(8, [50256])", {"n": 8, "stop_tokens": (50256,)}),
     "exponential_decay": ("exponential_decay(15, 1.6, [50256])", {"start": 15, "factor": 1.6, "stop_tokens": (50256,)}),

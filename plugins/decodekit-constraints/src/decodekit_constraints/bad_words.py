@@ -1,7 +1,7 @@
 """Bad words (HF `NoBadWordsLogitsProcessor`): never generate any of the given token sequences.
 
 A one-token sequence is always removed; a longer one's last token is removed when the
-context ends with the rest of it.
+context ends with the rest of it (with `include_prompt=False`, when the generated tokens do: vLLM's rule).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class BadWords(ProcessorBase[BadWordsParams]):
         check_token_ids(self.name, "sequences", self._table.max_id, V)
         out = logits.clone()
         out[:, self._table.single_ids.to(logits.device)] = float("-inf")
-        for c in self._table.completions(ctx):
+        for c in self._table.completions(ctx, generated_only=not self.params.include_prompt):
             # -inf where the row completes the sequence, +inf (no change under amin) where it does not;
             # amin, so that two sequences ending in the same token cannot undo each other.
             ban = torch.where(c.matched, float("-inf"), float("inf")).to(logits.device, logits.dtype)  # [B, S]

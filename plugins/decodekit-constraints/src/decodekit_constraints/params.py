@@ -53,6 +53,10 @@ class BadWordsParams(Params):
         description="token-id sequences never to generate (HF bad_words_ids): the last token is removed "
         "when the context ends with the others",
     )
+    include_prompt: bool = Field(
+        True,
+        description="False: a longer sequence's other tokens must all be generated ones (vLLM bad_words)",
+    )
 
 
 class AllowedTokensParams(Params):

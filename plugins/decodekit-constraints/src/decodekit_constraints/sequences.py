@@ -70,8 +70,9 @@ class SequenceTable:
             for group in by_length.values()
         ]
 
-    def completions(self, ctx: DecodeContext) -> list[Completions]:
-        """For each group of multi-token sequences, which ones each row's context can complete."""
+    def completions(self, ctx: DecodeContext, generated_only: bool = False) -> list[Completions]:
+        """For each group of multi-token sequences, which ones each row's context can complete;
+        `generated_only`: only a prefix made of generated tokens counts (vLLM's bad_words)."""
         tokens = ctx.tokens
         T = tokens.shape[1]
         lengths = real_lengths(ctx)
@@ -79,7 +80,7 @@ class SequenceTable:
         out = []
         for prefixes, last, values in self.groups:
             m = prefixes.shape[1]
-            if m > T:  # the prefix is longer than the context
+            if m > T or (generated_only and m > ctx.step):  # the prefix is longer than what counts
                 continue
             matched = (tokens[:, None, T - m :] == prefixes.to(device)[None]).all(-1)  # [B, S]
             if lengths is not None:

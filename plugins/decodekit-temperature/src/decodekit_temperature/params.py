@@ -9,8 +9,9 @@ from decodekit.params import Params
 __all__ = ["GREEDY_BELOW", "TemperatureParams"]
 
 GREEDY_BELOW = 1e-5
-"""A temperature below this is greedy (vLLM's rule): dividing by it would overflow any logit
-above ~3e33, and it underflows half precision's range."""
+"""A temperature below this is greedy (vLLM's sampler's rule; vLLM's SamplingParams first raises 0 < T < 0.01
+to 0.01, so there only 0 is): dividing by it would overflow any logit above ~3e33, and it underflows half
+precision's range."""
 
 
 class TemperatureParams(Params):
