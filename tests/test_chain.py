@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -14,8 +13,10 @@ from decodekit_repetition_penalty.repetition_penalty import RepetitionPenalty
 from decodekit_temperature.temperature import Temperature
 from decodekit_top_k.top_k import TopK
 from decodekit_top_p.top_p import TopP
+from uninstalled import uninstall
 
 import decodekit as dk
+import decodekit.plugins
 from decodekit.sample import Sample
 from decodekit.stage import Candidates, densify
 from decodekit.testing import NEG, ctx_for
@@ -130,21 +131,26 @@ def test_temperature_and_top_k_commute() -> None:
 # -- errors --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def only_greedy_installed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", "decodekit-greedy")
-    dk.reload_plugins()
-    yield
-    monkeypatch.delenv("DECODEKIT_LOAD_PLUGINS")
-    dk.reload_plugins()
-
-
-def test_a_sampler_not_installed_lists_the_installed_ones(only_greedy_installed: None) -> None:
+def test_a_sampler_not_installed_lists_the_installed_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", "decodekit-greedy")  # the others installed, left out
+    uninstall(monkeypatch, "decodekit-top-k")
     with pytest.raises(dk.UnknownNameError) as e:
         dk.Chain.parse("top_k(5) | greedy")
     msg = str(e.value)
     assert "sampler 'top_k' is not installed" in msg and "installed: greedy, sample" in msg
     assert "decodekit-top-k registers it: pip install decodekit-top-k (" in msg  # a standard name
+
+
+def test_a_sampler_installed_but_left_out_says_how_to_enable_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said "is not installed ... pip install decodekit-top-k" of a plugin DECODEKIT_LOAD_PLUGINS left out."""
+    monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", "decodekit-greedy")
+    monkeypatch.setattr(decodekit.plugins, "_registry", None)  # rebuilt from the variable on first use
+    with pytest.raises(dk.UnknownNameError) as e:
+        dk.Chain.parse("top_k(5) | greedy")
+    assert str(e.value) == (
+        "sampler 'top_k' is installed but disabled: DECODEKIT_LOAD_PLUGINS does not list decodekit-top-k; add it to "
+        "DECODEKIT_LOAD_PLUGINS (or unset DECODEKIT_LOAD_PLUGINS) to enable it"
+    )
 
 
 def test_an_unknown_sampler_lists_the_installed_ones() -> None:

@@ -32,6 +32,7 @@ TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 import cli_testplugin  # noqa: E402
 from cli_runner import run_cli  # noqa: E402
+from uninstalled import uninstall  # noqa: E402
 
 MODEL = cli_testplugin.MODEL_NAME
 PROMPT = "ROMEO: "
@@ -211,13 +212,12 @@ def test_checks_that_need_no_model_run_in_process(capsys: pytest.CaptureFixture[
     assert not png.exists()
 
 
-def test_generate_without_the_default_cache_says_it_runs_without_one() -> None:
+def test_generate_without_the_default_cache_says_it_runs_without_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: with decodekit-cache-dense not installed, generate fell back to --cache none without a word (the
     whole context recomputed every step: many times slower)."""
     args = ("--temperature", "0.9", "--top-k", "20", "--seed", "3", "--max-new-tokens", "6")
-    absent, none = cli_many(
-        generate_args(*args), generate_args(*args, "--cache", "none"), DECODEKIT_DISABLE_PLUGINS="decodekit-cache-dense"
-    )
+    uninstall(monkeypatch, "decodekit-cache-dense")
+    absent, none = cli_many(generate_args(*args), generate_args(*args, "--cache", "none"))
     assert [ok_json(r)["samples"][0]["tokens"] for r in (absent, none)] == [ok_json(none)["samples"][0]["tokens"]] * 2
     assert ok_json(absent)["cache"] == "none"
     assert absent.stderr.splitlines() == [
@@ -226,6 +226,18 @@ def test_generate_without_the_default_cache_says_it_runs_without_one() -> None:
         f"(from a checkout: pip install {TESTS.parent}/plugins/decodekit-cache-dense)"
     ]
     assert none.stderr == ""  # asked for: no note
+
+
+def test_generate_with_the_default_cache_disabled_says_how_to_enable_it() -> None:
+    """It said "is not installed ... pip install decodekit-cache-dense" of a plugin DECODEKIT_DISABLE_PLUGINS left
+    out."""
+    r = cli(*generate_args("--max-new-tokens", "2"), DECODEKIT_DISABLE_PLUGINS="decodekit-cache-dense")
+    assert ok_json(r)["cache"] == "none"
+    assert r.stderr.splitlines() == [
+        "decodekit: warning: no --cache given, and the default, dense, is installed but disabled: running without a "
+        "cache (as --cache none: the same tokens, many times slower); DECODEKIT_DISABLE_PLUGINS lists "
+        "decodekit-cache-dense; remove it from DECODEKIT_DISABLE_PLUGINS to enable it"
+    ]
 
 
 def test_plot_without_matplotlib_fails_before_the_model_loads(
@@ -349,7 +361,9 @@ def test_samplers_of_an_unknown_name_names_the_plugins_that_failed_to_load(
         dk.reload_plugins()
 
 
-def test_samplers_names_select_cache_backends_and_strategies_too(capsys: pytest.CaptureFixture[str]) -> None:
+def test_samplers_names_select_cache_backends_and_strategies_too(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from decodekit_cli import main
 
     assert main(["samplers", "--json", "window", "beam", "top_k"]) == 0
@@ -368,7 +382,13 @@ def test_samplers_names_select_cache_backends_and_strategies_too(capsys: pytest.
         "decodekit: error: unknown name 'windw'; allowed: a sampler, cache backend, strategy or model, as "
         "`decodekit samplers` lists them; did you mean 'window'?"
     ]
-    absent = cli("samplers", "top_k", DECODEKIT_DISABLE_PLUGINS="decodekit-top-k")
+    disabled = cli("samplers", "top_k", DECODEKIT_DISABLE_PLUGINS="decodekit-top-k")
+    assert disabled.returncode == 2 and disabled.stderr == (
+        "decodekit: error: 'top_k' is installed but disabled: DECODEKIT_DISABLE_PLUGINS lists decodekit-top-k; "
+        "remove it from DECODEKIT_DISABLE_PLUGINS to enable it\n"
+    )  # not "is not installed; pip install decodekit-top-k"
+    uninstall(monkeypatch, "decodekit-top-k")
+    absent = cli("samplers", "top_k")
     assert absent.returncode == 2 and absent.stderr == (
         "decodekit: error: 'top_k' is not installed; pip install decodekit-top-k (from a checkout: pip install "
         f"{TESTS.parent}/plugins/decodekit-top-k)\n"
@@ -498,9 +518,12 @@ def test_missing_default_model_lists_installed_models() -> None:
 @pytest.mark.parametrize(
     ("model", "dist"), [("hf(dtype=float32):/ckpt", "decodekit-hf"), ("tiny-shakespeare", "decodekit-shakespeare")]
 )
-def test_a_standard_model_given_but_not_installed_says_what_to_install(model: str, dist: str) -> None:
+def test_a_standard_model_given_but_not_installed_says_what_to_install(
+    model: str, dist: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Only the default model had the hint: --model hf:DIR said 'unknown model', and --model tiny-shakespeare
     'did you mean tiny-shakespeare-llama?'."""
+    uninstall(monkeypatch, dist)
     r = cli("generate", PROMPT, "--model", model, DECODEKIT_LOAD_PLUGINS="decodekit-temperature,decodekit-top-p")
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
     name = model.partition("(")[0]
@@ -813,8 +836,9 @@ def test_prompt_options_stop_unknown_characters_and_stdin() -> None:
     assert ok_json(piped)["prompt"] == PROMPT and tokens[0] == tokens[1]
 
 
-def test_a_core_only_install_reports_every_missing_piece_at_once() -> None:
-    r = cli("generate", PROMPT, DECODEKIT_LOAD_PLUGINS="", DECODEKIT_EXTRA_PLUGINS="")
+def test_a_core_only_install_reports_every_missing_piece_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    uninstall(monkeypatch, "decodekit-shakespeare", "decodekit-temperature", "decodekit-top-p")
+    r = cli("generate", PROMPT, DECODEKIT_LOAD_PLUGINS="", DECODEKIT_EXTRA_PLUGINS="")  # the others: left out
     [line] = r.stderr.splitlines()
     assert r.returncode == 2 and line.startswith("decodekit: error: not installed: ")
     assert "default model 'tiny-shakespeare'" in line and "default chain 'temperature(0.8) | top_p(0.95)'" in line
@@ -826,13 +850,71 @@ def test_a_core_only_install_reports_every_missing_piece_at_once() -> None:
     assert ok.returncode == 0 and ok.stdout.startswith(PROMPT), ok.stderr
 
 
-def test_a_standard_strategy_not_installed_says_which_distribution_has_it() -> None:
+def test_a_standard_strategy_not_installed_says_which_distribution_has_it(monkeypatch: pytest.MonkeyPatch) -> None:
     flags = ["-m", MODEL, "--chain", "sample", "--max-new-tokens", "4", "--strategy", "beam(num_beams=2)"]
-    r = cli("generate", PROMPT, *flags, DECODEKIT_LOAD_PLUGINS="")
-    [line] = r.stderr.splitlines()
-    assert r.returncode == 2 and "--strategy 'beam(num_beams=2)': unknown strategy; allowed: sample; " in line
-    assert f"pip install decodekit-beam (from a checkout: pip install {TESTS.parent}/plugins/decodekit-beam)" in line
+    disabled = cli("generate", PROMPT, *flags, DECODEKIT_LOAD_PLUGINS="")
+    assert disabled.returncode == 2 and disabled.stderr == (
+        "decodekit: error: --strategy 'beam(num_beams=2)': unknown strategy; allowed: sample; beam is installed but "
+        "disabled: DECODEKIT_LOAD_PLUGINS does not list decodekit-beam; add it to DECODEKIT_LOAD_PLUGINS (or unset "
+        "DECODEKIT_LOAD_PLUGINS) to enable it\n"
+    )
     assert cli("generate", PROMPT, *flags).returncode == 0  # installed, it runs
+    uninstall(monkeypatch, "decodekit-beam")
+    r = cli("generate", PROMPT, *flags)
+    [line] = r.stderr.splitlines()
+    assert r.returncode == 2 and "--strategy 'beam(num_beams=2)': unknown strategy; allowed: cfg, sample, " in line
+    assert f"pip install decodekit-beam (from a checkout: pip install {TESTS.parent}/plugins/decodekit-beam)" in line
+
+
+def test_plugins_left_out_by_the_variables_are_named_as_disabled_with_how_to_enable_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`generate` said "not installed ... pip install" of plugins DECODEKIT_LOAD_PLUGINS or DECODEKIT_DISABLE_PLUGINS
+    left out; `decodekit plugins` did not list them."""
+    load = "DECODEKIT_LOAD_PLUGINS does not list"
+    r = cli("generate", PROMPT, DECODEKIT_LOAD_PLUGINS="", DECODEKIT_EXTRA_PLUGINS="")
+    assert r.returncode == 2 and r.stderr == (
+        "decodekit: error: installed but disabled: the default model 'tiny-shakespeare' (no --model given; installed "
+        "models: none); the default chain 'temperature(0.8) | top_p(0.95)' needs temperature, top_p. "
+        f"{load} decodekit-shakespeare, decodekit-temperature, decodekit-top-p; add them to DECODEKIT_LOAD_PLUGINS "
+        "(or unset DECODEKIT_LOAD_PLUGINS) to enable them; or give --model and a --chain of installed samplers\n"
+    )
+    r = cli("generate", PROMPT, "-m", MODEL, "--top-p", "0.9", DECODEKIT_DISABLE_PLUGINS="decodekit-top-p")
+    assert r.returncode == 2 and r.stderr == (
+        "decodekit: error: installed but disabled: the chain 'top_p(p=0.9)' needs top_p. DECODEKIT_DISABLE_PLUGINS "
+        "lists decodekit-top-p; remove it from DECODEKIT_DISABLE_PLUGINS to enable it; or give --model and a --chain "
+        "of installed samplers\n"
+    )
+    both = {"DECODEKIT_LOAD_PLUGINS": "decodekit-top-p", "DECODEKIT_DISABLE_PLUGINS": "decodekit-top-p"}
+    r = cli("generate", PROMPT, "-m", MODEL, "--top-p", "0.9", **both)
+    assert r.returncode == 2 and "needs top_p. DECODEKIT_DISABLE_PLUGINS lists decodekit-top-p; remove" in r.stderr
+    r = cli("generate", PROMPT, "-m", MODEL, "--cache", "window", "--chain", "sample", DECODEKIT_LOAD_PLUGINS="")
+    assert r.returncode == 2 and r.stderr == (
+        "decodekit: error: --cache 'window': unknown cache backend; allowed: none; window is installed but disabled: "
+        f"{load} decodekit-cache-window; add it to DECODEKIT_LOAD_PLUGINS (or unset DECODEKIT_LOAD_PLUGINS) to enable "
+        "it\n"
+    )
+    listed = ok_json(cli("plugins", "--json", DECODEKIT_DISABLE_PLUGINS="decodekit-beam,decodekit-top-p"))
+    assert listed["disabled"] == [
+        {
+            "distribution": d,
+            "version": "0.1.0",
+            "enable": f"DECODEKIT_DISABLE_PLUGINS lists {d}; remove it from DECODEKIT_DISABLE_PLUGINS to enable it",
+        }
+        for d in ("decodekit-beam", "decodekit-top-p")
+    ]
+    assert "decodekit-top-p" not in [p["distribution"] for p in listed["plugins"]]
+    table = cli("plugins", DECODEKIT_DISABLE_PLUGINS="decodekit-top-p").stdout
+    assert "Installed but disabled" in table and "remove it from DECODEKIT_DISABLE_PLUGINS to enable it" in table
+    assert "Installed but disabled" not in cli("plugins").stdout
+    # Some left out, some not installed: each said, with what to do.
+    uninstall(monkeypatch, "decodekit-shakespeare")
+    r = cli("generate", PROMPT, DECODEKIT_LOAD_PLUGINS="", DECODEKIT_EXTRA_PLUGINS="")
+    assert r.stderr.startswith("decodekit: error: not installed or disabled: the default model 'tiny-shakespeare'")
+    assert (
+        f"Install: pip install decodekit-shakespeare (from a checkout: pip install {TESTS.parent}/plugins/"
+        f"decodekit-shakespeare); {load} decodekit-temperature, decodekit-top-p; add them to" in r.stderr
+    )
 
 
 def test_explain_takes_the_cache_and_picks_what_generate_picks() -> None:

@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 from cli_runner import run_cli
 from decodekit_cli.plugin_template import files_for
+from uninstalled import uninstall
 
 import decodekit as dk
+import decodekit.plugins
 
 STANDARD_SAMPLER_DISTS = {
     "greedy": "decodekit-greedy",
@@ -254,22 +256,46 @@ def test_a_list_naming_no_installed_distribution_is_refused(
 def test_unknown_names_list_what_is_installed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", "")  # the core alone
-    try:
-        dk.reload_plugins()
+    monkeypatch.setenv("DECODEKIT_LOAD_PLUGINS", "")  # the core alone: the others installed, left out
+    uninstall(monkeypatch, "decodekit-top-k", "decodekit-cache-gqa")
+    with pytest.raises(dk.UnknownNameError) as err:
+        dk.Chain.parse("top_k(50) | sample")
+    assert "installed: sample" in str(err.value)
+    assert "; decodekit-top-k registers it: pip install decodekit-top-k (" in str(err.value)  # a standard name
+    with pytest.raises(
+        dk.UnknownNameError, match="cache backend 'gqa' is not installed; installed: none; decodekit-cache-gqa reg"
+    ):
+        dk.create_cache("gqa", dk.CacheSpec(1, 1, 1, 1, 1, 1))
+    with pytest.raises(dk.UnknownNameError, match="did you mean 'sample'"):
+        dk.create("sampel")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("DECODEKIT_DISABLE_PLUGINS", "{dist}", "DECODEKIT_DISABLE_PLUGINS lists {dist}; remove it from {variable}"),
+        ("DECODEKIT_LOAD_PLUGINS", "", "DECODEKIT_LOAD_PLUGINS does not list {dist}; add it to {variable} (or unset "),
+    ],
+)
+def test_a_standard_name_installed_but_left_out_says_how_to_enable_it(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, said: str
+) -> None:
+    """A sampler, cache backend or strategy left out by either variable was "not installed", with a pip install
+    that would change nothing: the words name the variable and what to change in it."""
+    spec = dk.CacheSpec(1, 1, 1, 1, 1, 1)
+    cases: list[tuple[str, str, Any]] = [
+        ("sampler 'top_p'", "decodekit-top-p", lambda: dk.create("top_p", 0.9)),
+        ("cache backend 'gqa'", "decodekit-cache-gqa", lambda: dk.create_cache("gqa", spec)),
+        ("strategy 'beam'", "decodekit-beam", lambda: decodekit.plugins.get_registry().lookup("strategy", "beam")),
+    ]
+    for what, dist, use in cases:
+        monkeypatch.setenv(variable, value.format(dist=dist))
+        monkeypatch.setattr(decodekit.plugins, "_registry", None)  # rebuilt from the variable on first use
         with pytest.raises(dk.UnknownNameError) as err:
-            dk.Chain.parse("top_k(50) | sample")
-        assert "installed: sample" in str(err.value)
-        assert "; decodekit-top-k registers it: pip install decodekit-top-k (" in str(err.value)  # a standard name
-        with pytest.raises(
-            dk.UnknownNameError, match="cache backend 'gqa' is not installed; installed: none; decodekit-cache-gqa reg"
-        ):
-            dk.create_cache("gqa", dk.CacheSpec(1, 1, 1, 1, 1, 1))
-        with pytest.raises(dk.UnknownNameError, match="did you mean 'sample'"):
-            dk.create("sampel")
-    finally:
-        monkeypatch.delenv("DECODEKIT_LOAD_PLUGINS")
-        dk.reload_plugins()
+            use()
+        message = str(err.value)
+        assert message.startswith(f"{what} is installed but disabled: {said.format(dist=dist, variable=variable)}")
+        assert message.endswith(" to enable it") and "pip install" not in message
 
 
 def test_register_plugin_in_code() -> None:
@@ -463,17 +489,12 @@ def test_the_default_cache_not_installed_says_what_to_install_or_to_ask_for_none
     asked for and not what to install."""
     from decodekit.testing.tiny_lm import TinyLM
 
-    monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "decodekit-cache-dense")
-    dk.reload_plugins()
-    try:
-        model = TinyLM(64)
-        with pytest.raises(dk.UnknownNameError) as err:
-            dk.generate(model, [[1, 2]], max_new_tokens=2, seed=0)
-        message = str(err.value)
-        assert "the default cache backend 'dense'" in message and "pip install decodekit-cache-dense" in message
-        assert "cache='none'" in message
-        none = dk.generate(model, [[1, 2]], max_new_tokens=2, seed=0, cache="none")  # as the error says
-        assert len(none.tokens[0]) == 2
-    finally:
-        monkeypatch.delenv("DECODEKIT_DISABLE_PLUGINS")
-        dk.reload_plugins()
+    uninstall(monkeypatch, "decodekit-cache-dense")
+    model = TinyLM(64)
+    with pytest.raises(dk.UnknownNameError) as err:
+        dk.generate(model, [[1, 2]], max_new_tokens=2, seed=0)
+    message = str(err.value)
+    assert "the default cache backend 'dense'" in message and "pip install decodekit-cache-dense" in message
+    assert "cache='none'" in message
+    none = dk.generate(model, [[1, 2]], max_new_tokens=2, seed=0, cache="none")  # as the error says
+    assert len(none.tokens[0]) == 2

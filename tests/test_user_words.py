@@ -16,11 +16,12 @@ import cli_testplugin
 import pytest
 from cli_runner import run_cli
 from pydantic import Field
+from uninstalled import uninstall
 
 import decodekit as dk
+import decodekit.plugins
 from decodekit.param_types import json_words, type_text
 from decodekit.params import validate_params
-from decodekit.plugins import reload_plugins
 
 FLAGS = ["-m", cli_testplugin.MODEL_NAME, "--max-new-tokens", "4", "--seed", "3"]
 PYTHON_WORDS = ("None", "True", "False", "dict", "tuple[", "list[", "int ", "float ")
@@ -194,20 +195,34 @@ def test_a_standard_sampler_that_is_not_installed_says_how_to_install_it_in_pyth
     """dk.generate(model, "x", chain="top_p(p=0.9)") without decodekit-top-p said "unknown sampler 'top_p'; ...; did
     you mean 'top_k'?"; the command line said `pip install decodekit-top-p`."""
     model = cli_testplugin.load_model()
-    monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "decodekit-top-p")  # installed, but not in the registry
-    try:
-        reload_plugins()
-        with pytest.raises(dk.UnknownNameError) as info:
-            dk.generate(model, "ROMEO", chain="top_p(p=0.9)", max_new_tokens=2)
-    finally:
-        monkeypatch.undo()
-        reload_plugins()
+    uninstall(monkeypatch, "decodekit-top-p")
+    with pytest.raises(dk.UnknownNameError) as info:
+        dk.generate(model, "ROMEO", chain="top_p(p=0.9)", max_new_tokens=2)
     message = str(info.value)
     assert "sampler 'top_p' is not installed;" in message and "did you mean" not in message
     hint = (
         "pip install decodekit-top-p (from a checkout of decodekit, in its folder: pip install plugins/decodekit-top-p)"
     )
     assert f"decodekit-top-p registers it: {hint}" in message
+
+
+def test_a_standard_sampler_that_is_disabled_says_how_to_enable_it_in_python_and_on_the_command_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Disabled by DECODEKIT_DISABLE_PLUGINS, decodekit-top-p was "not installed", with a pip install of what is
+    installed."""
+    model = cli_testplugin.load_model()
+    monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "decodekit-top-p")  # installed, but not in the registry
+    monkeypatch.setattr(decodekit.plugins, "_registry", None)  # rebuilt from the variable on first use
+    with pytest.raises(dk.UnknownNameError) as info:
+        dk.generate(model, "ROMEO", chain="top_p(p=0.9)", max_new_tokens=2)
+    words = "DECODEKIT_DISABLE_PLUGINS lists decodekit-top-p; remove it from DECODEKIT_DISABLE_PLUGINS to enable it"
+    assert str(info.value) == f"sampler 'top_p' is installed but disabled: {words}"
+    result = _cli("generate", "ROMEO", *FLAGS, "--top-p", "0.9", DECODEKIT_DISABLE_PLUGINS="decodekit-top-p")
+    assert result.returncode == 2 and result.stderr == (
+        f"decodekit: error: installed but disabled: the chain 'top_p(p=0.9)' needs top_p. {words}; or give --model "
+        "and a --chain of installed samplers\n"
+    )
 
 
 def test_validate_params_names_a_json_value_in_json() -> None:

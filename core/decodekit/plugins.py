@@ -19,6 +19,7 @@ from decodekit.errors import PLUGIN_FAILURES, ParameterError, PluginError, Unkno
 from decodekit.hookspecs import CORE_DISTRIBUTION, ENTRY_POINT_GROUP
 from decodekit.params import Params, validate_params
 from decodekit.registry import Category, Entry, PluginFailure, PluginInfo, Registry, import_object, make_entry
+from decodekit.standard_plugins import canonical_name, env_names
 
 if TYPE_CHECKING:
     from decodekit.cache import KVCache
@@ -49,17 +50,6 @@ HOOKS: tuple[tuple[str, Category], ...] = (
 )
 
 CacheFactory = Callable[["CacheSpec"], "KVCache"]
-
-
-def canonical_name(name: str) -> str:
-    """PEP 503 normalised distribution name."""
-    return re.sub(r"[-_.]+", "-", name.strip()).lower()
-
-
-def _env_names(name: str) -> set[str] | None:
-    """A comma-separated list of distribution names (None when the variable is unset)."""
-    raw = os.environ.get(name)
-    return None if raw is None else {canonical_name(n) for n in raw.split(",") if n.strip()}
 
 
 def _entry_points() -> list[metadata.EntryPoint]:
@@ -174,13 +164,14 @@ def _build() -> Registry:
 
     loader = _Loader()
     loader.add(_Builtin(), CORE_DISTRIBUTION, __version__, "builtin")
-    allowed, denied = _env_names("DECODEKIT_LOAD_PLUGINS"), _env_names("DECODEKIT_DISABLE_PLUGINS") or set()
+    allowed, denied = env_names("DECODEKIT_LOAD_PLUGINS"), env_names("DECODEKIT_DISABLE_PLUGINS") or set()
     entry_points = _entry_points()
     for variable, names in (("DECODEKIT_LOAD_PLUGINS", allowed), ("DECODEKIT_DISABLE_PLUGINS", denied)):
         _check_installed(variable, names or set(), entry_points)
     for ep in entry_points:  # one by one: `pm.load_setuptools_entrypoints` stops at the first failure
         dist, version = (canonical_name(ep.dist.name), ep.dist.version) if ep.dist is not None else ("?", "?")
         if (allowed is not None and dist not in allowed) or dist in denied:
+            loader.registry.disabled.setdefault(dist, version)
             continue  # decided from metadata: the module is never imported
         try:
             plugin = ep.load()
@@ -206,7 +197,7 @@ def _check_installed(variable: str, named: set[str], entry_points: list[metadata
     """Every name in DECODEKIT_LOAD_PLUGINS or DECODEKIT_DISABLE_PLUGINS is an installed distribution (or an
     extra or in-code plugin's name): a typo would load, or disable, nothing, silently."""
     installed = {CORE_DISTRIBUTION} | {canonical_name(ep.dist.name) for ep in entry_points if ep.dist is not None}
-    extras = (_env_names("DECODEKIT_EXTRA_PLUGINS") or set()) | {canonical_name(label) for _, label in _code_plugins}
+    extras = (env_names("DECODEKIT_EXTRA_PLUGINS") or set()) | {canonical_name(label) for _, label in _code_plugins}
     unknown = sorted(named - installed - extras)  # extras always load, or are disabled by their name
     if unknown:
         names = ", ".join(repr(n) for n in unknown)

@@ -16,7 +16,7 @@ from decodekit.chain_string import MODEL_NAME
 from decodekit.errors import PLUGIN_FAILURES, PluginError, UnknownNameError, did_you_mean
 from decodekit.hookspecs import CORE_DISTRIBUTION, ENTRY_POINT_GROUP
 from decodekit.params import NoParams, Params
-from decodekit.standard_plugins import STANDARD_PLUGINS, install_hint
+from decodekit.standard_plugins import STANDARD_PLUGINS, install_hint, switched_off
 
 __all__ = [
     "CATEGORIES",
@@ -193,6 +193,7 @@ class Registry:
     plugins: dict[str, PluginInfo] = field(default_factory=dict)
     failures: list[PluginFailure] = field(default_factory=list)
     conflicts: list[Conflict] = field(default_factory=list)
+    disabled: dict[str, str] = field(default_factory=dict)  # distribution: version, not loaded as the variables say
 
     @cached_property
     def sampler_names(self) -> dict[object, str]:
@@ -216,6 +217,8 @@ class Registry:
         names = sorted(self.section(category))
         listed = f"installed: {', '.join(names) or 'none'}" + (f"; also accepted: {', '.join(also)}" if also else "")
         if (dist := STANDARD_PLUGINS.get(name)) is not None and not any(name in self.section(c) for c in CATEGORIES):
+            if why := switched_off([dist]):  # installed: a pip install would change nothing
+                raise UnknownNameError(f"{category} {name!r} is installed but disabled: {why}")
             raise UnknownNameError(  # a standard name: how to install it, not a close name
                 f"{category} {name!r} is not installed; {listed}; {dist} registers it: {install_hint([dist])}"
                 f"{self.unregistered}"

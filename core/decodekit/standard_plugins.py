@@ -1,14 +1,27 @@
 """The plugin distributions of this repository, by the names they register: what an unknown name's error (the
-registry's, the command line's) tells a user to install when the name is a standard one."""
+registry's, the command line's) tells a user to install when the name is a standard one, or to enable when it is
+installed but switched off (DECODEKIT_LOAD_PLUGINS, DECODEKIT_DISABLE_PLUGINS)."""
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
 from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["PLUGIN_NEEDS", "STANDARD_PLUGINS", "folders", "install_hint", "installed", "with_needs"]
+__all__ = [
+    "PLUGIN_NEEDS",
+    "STANDARD_PLUGINS",
+    "canonical_name",
+    "env_names",
+    "folders",
+    "install_hint",
+    "installed",
+    "switched_off",
+    "with_needs",
+]
 
 STANDARD_PLUGINS: dict[str, str] = {
     "greedy": "decodekit-greedy",
@@ -43,6 +56,17 @@ PLUGIN_NEEDS: dict[str, tuple[str, ...]] = {
 }
 
 
+def canonical_name(name: str) -> str:
+    """PEP 503 normalised distribution name."""
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
+
+
+def env_names(name: str) -> set[str] | None:
+    """A comma-separated list of distribution names (None when the variable is unset)."""
+    raw = os.environ.get(name)
+    return None if raw is None else {canonical_name(n) for n in raw.split(",") if n.strip()}
+
+
 def installed(distribution: str) -> bool:
     try:
         metadata.distribution(distribution)
@@ -75,3 +99,26 @@ def install_hint(
     names = sorted(set(distributions))
     where = "from a checkout" if checkout else "from a checkout of decodekit, in its folder"
     return f"pip install {' '.join(names)} ({where}: pip install {folders(names, checkout, is_installed)})"
+
+
+def switched_off(distributions: Iterable[str]) -> str | None:
+    """How to enable those of `distributions` that are installed but left out by DECODEKIT_DISABLE_PLUGINS or
+    DECODEKIT_LOAD_PLUGINS (None: none is): a pip install would change nothing."""
+    names = sorted({canonical_name(d) for d in distributions if installed(d)})
+    allowed, denied = env_names("DECODEKIT_LOAD_PLUGINS"), env_names("DECODEKIT_DISABLE_PLUGINS") or set()
+    listed = [d for d in names if d in denied]
+    unlisted = [d for d in names if allowed is not None and d not in allowed]
+    words = []
+    if listed:
+        var, them = "DECODEKIT_DISABLE_PLUGINS", _them(listed)
+        words.append(f"{var} lists {', '.join(listed)}; remove {them} from {var} to enable {them}")
+    if unlisted:
+        var, them = "DECODEKIT_LOAD_PLUGINS", _them(unlisted)
+        words.append(
+            f"{var} does not list {', '.join(unlisted)}; add {them} to {var} (or unset {var}) to enable {them}"
+        )
+    return "; ".join(words) or None
+
+
+def _them(names: list[str]) -> str:
+    return "it" if len(names) == 1 else "them"

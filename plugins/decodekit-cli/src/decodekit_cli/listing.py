@@ -23,7 +23,7 @@ from decodekit.param_types import interval_text, shown, type_text
 from decodekit.params import Params, allowed_values, bound_words
 from decodekit.plugins import get_registry, sampler_entry
 from decodekit.registry import CATEGORIES, NO_ENTRY_POINT, Entry, Registry, without_entry_point
-from decodekit.standard_plugins import STANDARD_PLUGINS
+from decodekit.standard_plugins import STANDARD_PLUGINS, switched_off
 from decodekit_cli.console import stdout_console
 from decodekit_cli.install_hints import install_hint
 
@@ -40,6 +40,9 @@ def plugins_report(check: bool = False) -> dict[str, Any]:
         "failures": [asdict(failure) for failure in registry.failures],
         "conflicts": [{**asdict(c), "error": c.message()} for c in registry.conflicts],
         "no_entry_point": [{"distribution": d, "error": NO_ENTRY_POINT} for d in without_entry_point()],
+        "disabled": [
+            {"distribution": d, "version": v, "enable": switched_off([d])} for d, v in registry.disabled.items()
+        ],
     }
     if check:
         report["imported"], report["broken"] = check_imports(registry)
@@ -122,7 +125,10 @@ def _check_sampler(name: str, registry: Registry) -> None:
         sampler_entry(name)
     except UnknownNameError:
         if name in STANDARD_PLUGINS:  # a standard name, not installed: how to install it, not a close name
-            raise UnknownNameError(f"{name!r} is not installed; {install_hint([STANDARD_PLUGINS[name]])}") from None
+            dist = STANDARD_PLUGINS[name]
+            if why := switched_off([dist]):
+                raise UnknownNameError(f"{name!r} is installed but disabled: {why}") from None
+            raise UnknownNameError(f"{name!r} is not installed; {install_hint([dist])}") from None
         known = [*registry.samplers, *registry.caches, *registry.strategies, *registry.models]
         # A plugin that failed to load registered nothing: said here too, as the name may be one of its.
         raise UnknownNameError(
@@ -174,6 +180,9 @@ def render_plugins(report: dict[str, Any]) -> None:
     for title, columns, rows in problems:
         if rows:
             console.print(_problem_table(title, columns, rows))
+    if report["disabled"]:  # chosen, not a problem: no red
+        disabled = ("Installed but disabled", ("distribution", "version", "enable"), report["disabled"])
+        console.print(_problem_table(*disabled, style="bold"))
     if "imported" in report:
         console.print(_check_summary(report["imported"], report["broken"]))
 
@@ -191,11 +200,11 @@ def _check_summary(imported: list[dict[str, Any]], broken: list[dict[str, Any]])
     return text
 
 
-def _problem_table(title: str, columns: tuple[str, ...], rows: list[dict[str, Any]]) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold red")
+def _problem_table(title: str, columns: tuple[str, ...], rows: list[dict[str, Any]], style: str = "red") -> Table:
+    table = Table(title=title, title_justify="left", title_style=f"bold {style}")
     for column in columns[:-1]:
         table.add_column(column.replace("_", " "), no_wrap=True, style="bold")
-    table.add_column(columns[-1], style="red")
+    table.add_column(columns[-1], style=style)
     for row in rows:
         cells = [row.get(c) for c in columns]
         table.add_row(*_plain(*(", ".join(c) if isinstance(c, list) else str(c or "") for c in cells)))

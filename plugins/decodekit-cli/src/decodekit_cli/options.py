@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from decodekit.errors import ChainSpecError, CompileError, ContextLengthError, DecodekitError, did_you_mean
 from decodekit.plugins import get_registry, load_model
-from decodekit.standard_plugins import STANDARD_PLUGINS
+from decodekit.standard_plugins import STANDARD_PLUGINS, switched_off
 from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
 from decodekit_cli.errors import EXIT_FAILURE, CliError, report_warning
-from decodekit_cli.install_hints import install_hint
+from decodekit_cli.install_hints import install_hint, installed
 
 if TYPE_CHECKING:
     from decodekit.chain import Chain
@@ -171,7 +171,16 @@ def check_installed(model: str | None, chain: str | None, flags: Mapping[str, fl
         dists += [STANDARD_PLUGINS[n] for n in absent]
     if missing:
         alternative = "; or give --model and a --chain of installed samplers" if names and absent else ""
-        raise CliError(f"not installed: {'; '.join(missing)}. Install: {install_hint(dists)}{alternative}")
+        raise CliError(f"{_unavailable(dists, '; '.join(missing))}{alternative}")
+
+
+def _unavailable(dists: list[str], what: str) -> str:
+    """`what` is missing: not installed (how to install it), installed but disabled (how to enable it), or both."""
+    if (enable := switched_off(dists)) is None:
+        return f"not installed: {what}. Install: {install_hint(dists)}"
+    if absent := [d for d in dists if not installed(d)]:
+        return f"not installed or disabled: {what}. Install: {install_hint(absent)}; {enable}"
+    return f"installed but disabled: {what}. {enable}"  # the words start with the variable's name
 
 
 def model_name(name: str | None) -> str:
@@ -196,9 +205,13 @@ def resolve_cache(name: str | None) -> str:
     if name is None:
         if "dense" in caches:
             return "dense"
+        dense = STANDARD_PLUGINS["dense"]
+        enable = switched_off([dense])
+        said = "installed but disabled" if enable else "not installed"
+        fix = enable or f"to install it: {install_hint([dense])}"
         report_warning(
-            "no --cache given, and the default, dense, is not installed: running without a cache (as --cache none: "
-            f"the same tokens, many times slower); to install it: {install_hint([STANDARD_PLUGINS['dense']])}"
+            f"no --cache given, and the default, dense, is {said}: running without a cache (as --cache none: "
+            f"the same tokens, many times slower); {fix}"
         )
         return "none"
     if name == "none":
@@ -208,12 +221,19 @@ def resolve_cache(name: str | None) -> str:
 
     backend = parse_stage(name, what="--cache").name
     if backend not in caches:
-        hint = f"; {install_hint([STANDARD_PLUGINS[backend]])}" if backend in STANDARD_PLUGINS else ""
+        hint = f"; {_standard_hint(backend)}" if backend in STANDARD_PLUGINS else ""
         names = ["none", *sorted(caches)]
         hint = hint or did_you_mean(backend, names)
         raise CliError(f"--cache {name!r}: unknown cache backend; allowed: {', '.join(names)}{hint}")
     cache_factory(name)  # checks the parameters before the model loads
     return name
+
+
+def _standard_hint(name: str) -> str:
+    """How to make a standard name usable: enable its distribution, or install it."""
+    dist = STANDARD_PLUGINS[name]
+    enable = switched_off([dist])
+    return f"{name} is installed but disabled: {enable}" if enable else install_hint([dist])
 
 
 def resolve_strategy(text: str | None) -> str:
@@ -227,9 +247,7 @@ def resolve_strategy(text: str | None) -> str:
     name = parse_stage(text, what="--strategy").name
     if name not in strategies and name in STANDARD_PLUGINS:
         allowed = ", ".join(sorted(strategies))
-        raise CliError(
-            f"--strategy {text!r}: unknown strategy; allowed: {allowed}; {install_hint([STANDARD_PLUGINS[name]])}"
-        )
+        raise CliError(f"--strategy {text!r}: unknown strategy; allowed: {allowed}; {_standard_hint(name)}")
     strategy_params(text)  # its own parameters, checked before the model loads
     return text
 
