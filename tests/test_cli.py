@@ -512,7 +512,7 @@ def test_missing_default_model_lists_installed_models() -> None:
     # Load only the samplers of the default chain: tiny-shakespeare is absent, cli-test-gpt is there.
     r = cli("generate", PROMPT, DECODEKIT_LOAD_PLUGINS="decodekit-temperature,decodekit-top-p")
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
-    assert "tiny-shakespeare" in r.stderr and "installed models: cli-test-gpt" in r.stderr
+    assert "tiny-shakespeare" in r.stderr and "available models: cli-test-gpt" in r.stderr
 
 
 @pytest.mark.parametrize(
@@ -527,7 +527,7 @@ def test_a_standard_model_given_but_not_installed_says_what_to_install(
     r = cli("generate", PROMPT, "--model", model, DECODEKIT_LOAD_PLUGINS="decodekit-temperature,decodekit-top-p")
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
     name = model.partition("(")[0]
-    assert f"not installed: the model {name!r} (--model {model!r}; installed models: cli-test-gpt)" in r.stderr
+    assert f"not installed: the model {name!r} (--model {model!r}; available models: cli-test-gpt)" in r.stderr
     assert f"Install: pip install {dist} (from a checkout" in r.stderr
 
 
@@ -874,7 +874,7 @@ def test_plugins_left_out_by_the_variables_are_named_as_disabled_with_how_to_ena
     load = "DECODEKIT_LOAD_PLUGINS does not list"
     r = cli("generate", PROMPT, DECODEKIT_LOAD_PLUGINS="", DECODEKIT_EXTRA_PLUGINS="")
     assert r.returncode == 2 and r.stderr == (
-        "decodekit: error: installed but disabled: the default model 'tiny-shakespeare' (no --model given; installed "
+        "decodekit: error: installed but disabled: the default model 'tiny-shakespeare' (no --model given; available "
         "models: none); the default chain 'temperature(0.8) | top_p(0.95)' needs temperature, top_p. "
         f"{load} decodekit-shakespeare, decodekit-temperature, decodekit-top-p; add them to DECODEKIT_LOAD_PLUGINS "
         "(or unset DECODEKIT_LOAD_PLUGINS) to enable them; or give --model and a --chain of installed samplers\n"

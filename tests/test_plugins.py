@@ -498,3 +498,16 @@ def test_the_default_cache_not_installed_says_what_to_install_or_to_ask_for_none
     assert "cache='none'" in message
     none = dk.generate(model, [[1, 2]], max_new_tokens=2, seed=0, cache="none")  # as the error says
     assert len(none.tokens[0]) == 2
+
+
+def test_the_default_cache_disabled_says_how_to_enable_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installed but switched off: the variable to change, not a pip install that would change nothing."""
+    from decodekit.testing.tiny_lm import TinyLM
+
+    monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "decodekit-cache-dense")
+    monkeypatch.setattr(decodekit.plugins, "_registry", None)
+    with pytest.raises(dk.UnknownNameError) as err:
+        dk.generate(TinyLM(64), [[1, 2]], max_new_tokens=2, seed=0)
+    message = str(err.value)
+    assert "the default cache backend 'dense' is disabled" in message and "pip install" not in message
+    assert "remove it from DECODEKIT_DISABLE_PLUGINS to enable it" in message and "cache='none'" in message

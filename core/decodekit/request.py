@@ -13,7 +13,7 @@ from typing_extensions import Unpack
 from decodekit.errors import ParameterError, UnknownNameError
 from decodekit.param_types import shown, words
 from decodekit.prompts import as_index, prompt_rows, token_ids
-from decodekit.standard_plugins import STANDARD_PLUGINS, install_hint
+from decodekit.standard_plugins import STANDARD_PLUGINS, install_hint, switched_off
 
 if TYPE_CHECKING:
     from decodekit.chain import Chain
@@ -158,9 +158,11 @@ def _default_cache() -> CacheFactory:
         return cache_factory("dense")
     except UnknownNameError:
         installed = ", ".join(sorted(get_registry().caches)) or "none installed"
+        dense = STANDARD_PLUGINS["dense"]
+        enable = switched_off([dense])  # installed, but a variable left it out: a pip install would change nothing
         raise UnknownNameError(
-            "no cache given, and no installed plugin registers the default cache backend 'dense'; allowed: "
-            f"{install_hint([STANDARD_PLUGINS['dense']])}, another backend ({installed}), or cache='none' to recompute "
+            f"no cache given, and the default cache backend 'dense' is {'disabled' if enable else 'not installed'}; "
+            f"allowed: {enable or install_hint([dense])}, another backend ({installed}), or cache='none' to recompute "
             "the whole context every step (slower)"
         ) from None
 

@@ -153,7 +153,7 @@ def check_installed(model: str | None, chain: str | None, flags: Mapping[str, fl
         which, given = (
             ("the default model", "no --model given") if model is None else ("the model", f"--model {model!r}")
         )
-        missing.append(f"{which} {name!r} ({given}; installed models: {installed})")
+        missing.append(f"{which} {name!r} ({given}; available models: {installed})")
         dists.append(STANDARD_PLUGINS[name])
     text = chain_text(chain, flags)
     from decodekit.chain import parse_chain_string
