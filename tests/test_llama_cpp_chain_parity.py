@@ -8,8 +8,9 @@ chain docs/samplers.md names for it ("Coming from another library", llama.cpp), 
 candidate array that samplers shrink and sort, and takes probabilities by a softmax over what is left, so a later
 threshold reads renormalised probabilities. Its sorts are stable (ties by id): llama.cpp's `std::partial_sort` leaves
 the order of ties open, so the random cases have none and the tie tests pin both sides. llama.cpp itself is not
-imported. DRY is checked in plugins/decodekit-penalties/tests/test_dry.py, the penalties' window in
-test_parity_llama_cpp.py there.
+imported. `--mirostat 2`'s chain is checked by its first step's draws; DRY in
+plugins/decodekit-penalties/tests/test_dry.py, the penalties' window in test_parity_llama_cpp.py there, mirostat 1 in
+plugins/decodekit-adaptive/tests/test_mirostat.py.
 """
 
 from __future__ import annotations
@@ -406,3 +407,34 @@ def test_dynatemp_after_top_n_sigma_counts_llama_cpps_masked_tokens() -> None:
     # With a shrinking sampler between (top_k, top_p, min_p or typical) the arrays agree again.
     shrunk = replace(sp, top_k=3)
     assert_same(decodekit_probs(x, [], shrunk), llama_cpp_probs(x, [], shrunk))
+
+
+def llama_cpp_mirostat_v2_first_step(x: torch.Tensor, temp: float, tau: float) -> torch.Tensor:
+    """`--mirostat 2`'s chain (logit bias, `temp`, `mirostat_v2`; no penalties, DRY or truncations): what its first
+    step draws from. Sorted descending, the tokens up to the first whose surprise -log2 p exceeds mu = 2 tau stay
+    (at least one), renormalised."""
+    c = Cands(x.numpy().copy())
+    temp_impl(c, temp)
+    c.softmax(True)
+    over = np.flatnonzero(-np.log2(c.p) > 2 * tau)  # surprise ascends along the sorted array
+    c.take(np.arange(max(1, over[0]) if len(over) else len(c.id)))
+    c.softmax(True)
+    out = torch.zeros(x.shape[0])
+    out[torch.from_numpy(c.id)] = torch.from_numpy(c.p.astype(np.float32))
+    return out
+
+
+def test_mirostat_2_first_step_draws_from_llama_cpps_distribution() -> None:
+    # The table's chain `temperature(T) | mirostat_v2(tau, eta)`; mu = 2 tau = 3 bits keeps p >= 1/8 after T.
+    x = torch.tensor([2.0, 1.5, 1.2, 0.3, -0.5, -2.0])
+    theirs = llama_cpp_mirostat_v2_first_step(x, 0.8, 1.5)
+    assert (theirs > 0).tolist() == [True, True, True, False, False, False]
+    chain = dk.Chain.parse("temperature(0.8) | mirostat_v2(1.5, 0.1)")
+    n = 3000
+    counts = torch.zeros(6)
+    for seed in range(n):
+        ctx = dk.DecodeContext(tokens=torch.tensor([HISTORY]), generators=dk.context.row_generators([seed], 1))
+        counts[int(chain(x[None], ctx).item())] += 1
+    assert counts[3:].sum() == 0
+    sd = (n * theirs * (1 - theirs)).sqrt()
+    assert bool(((counts - n * theirs).abs() <= 5 * sd + 1e-9).all()), (counts / n, theirs)
