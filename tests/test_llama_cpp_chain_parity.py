@@ -249,9 +249,13 @@ def chain_for(sp: Params) -> str:
     return " | ".join(stages)
 
 
-def decodekit_probs(x: torch.Tensor, history: list[int], sp: Params, seed: int = 0) -> torch.Tensor:
+def decodekit_probs(
+    x: torch.Tensor, history: list[int], sp: Params, seed: int = 0, path: str = "process"
+) -> torch.Tensor:
+    """The chain's distribution: `process` (every stage on the whole row) or `distribution` (the candidate fast
+    path `dk.generate` takes where the stages offer one)."""
     ctx = dk.DecodeContext(tokens=torch.tensor([history or [0]]), generators=dk.context.row_generators([seed], 1))
-    return dk.Chain.parse(chain_for(sp)).process(x[None], ctx)[0].softmax(-1)
+    return getattr(dk.Chain.parse(chain_for(sp)), path)(x[None], ctx)[0].softmax(-1)
 
 
 def assert_same(ours: torch.Tensor, theirs: torch.Tensor) -> None:
@@ -313,12 +317,13 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("path", ["process", "distribution"])
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("seed", range(5))
-def test_chain_samples_what_llama_cpp_samples(name: str, seed: int) -> None:
+def test_chain_samples_what_llama_cpp_samples(name: str, seed: int, path: str) -> None:
     x = torch.randn(V, generator=torch.Generator().manual_seed(seed)) * 2.5
     sp = CASES[name]
-    assert_same(decodekit_probs(x, HISTORY, sp), llama_cpp_probs(x, HISTORY, sp))
+    assert_same(decodekit_probs(x, HISTORY, sp, path=path), llama_cpp_probs(x, HISTORY, sp))
 
 
 def test_xtc_chance_is_llama_cpps_per_row_and_step() -> None:
@@ -438,3 +443,13 @@ def test_mirostat_2_first_step_draws_from_llama_cpps_distribution() -> None:
     assert counts[3:].sum() == 0
     sd = (n * theirs * (1 - theirs)).sqrt()
     assert bool(((counts - n * theirs).abs() <= 5 * sd + 1e-9).all()), (counts / n, theirs)
+
+
+@pytest.mark.parametrize("path", ["process", "distribution"])
+@pytest.mark.parametrize(
+    "sp", [Params(), replace(OFF, top_p=0.99, min_p=1e-4, temp=0.7)], ids=["defaults", "wide_nucleus"]
+)
+def test_a_vocabulary_of_32000(sp: Params, path: str) -> None:
+    # Past llama.cpp's 1024-candidate bucket sort, and a nucleus (1917 tokens) past the fast path's 256-token search.
+    x = torch.randn(32000, generator=torch.Generator().manual_seed(7)) * 4
+    assert_same(decodekit_probs(x, HISTORY, sp, path=path), llama_cpp_probs(x, HISTORY, sp))
