@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch import Tensor
@@ -216,3 +217,67 @@ def test_hand_presence_and_frequency_penalties() -> None:
     assert hand({"frequency_penalty": 0.5, "frequency_context_size": 4}, {"temp": 1.0}, x) == hand(
         {}, {"temp": 1.0}, [0.0, -1.5, -0.5, 0.0]
     )
+
+
+# A second implementation of `make_sampler` (mlx_lm/sample_utils.py: apply_top_p, apply_min_p, apply_xtc,
+# apply_top_k, categorical_sampling), in numpy, for the options' off values and seeded rows the fixture lacks.
+
+
+def mlx_lm_probs(logits: Tensor, sampler: dict[str, Any], xtc_draw: float = 0.0) -> Tensor:
+    """What `make_sampler(**sampler)` samples from, given one row of logits (`generate_step` passes logprobs)."""
+    x = logits[0].double().log_softmax(-1).float().numpy()  # temp > 0 (temp 0 is argmax: the fixture's cases)
+    top_p = sampler.get("top_p", 0.0)
+    if 0 < top_p < 1:  # kept: ascending cumulative probability > 1 - top_p
+        order = np.argsort(x, kind="stable")
+        keep = np.empty(len(x), bool)
+        keep[order] = np.cumsum(np.exp(x)[order], dtype=np.float32) > 1 - top_p
+        x = np.where(keep, x, -np.inf)
+    if sampler.get("min_p", 0.0) != 0:
+        remove = x < x.max() + math.log(sampler["min_p"])
+        keep_n = sampler.get("min_tokens_to_keep", 1)
+        if keep_n > 1:
+            remove[np.argpartition(x, -keep_n)[-keep_n:]] = False
+        x = np.where(remove, -np.inf, x)
+    if sampler.get("xtc_probability", 0.0) > 0 and not xtc_draw > sampler["xtc_probability"]:
+        p = np.exp(x - x.max())
+        p /= p.sum()
+        mask = p > np.where(p > sampler.get("xtc_threshold", 0.1), p, np.inf).min()
+        mask[sampler.get("xtc_special_tokens") or []] = False
+        x = np.where(mask, -np.inf, x)
+    top_k = sampler.get("top_k", 0)
+    if top_k > 0:
+        x[np.argpartition(-x, top_k - 1)[top_k:]] = -np.inf
+    return torch.from_numpy(x).mul(1 / sampler["temp"]).softmax(-1)
+
+
+SAMPLERS = {
+    "top_p_0_off": {"temp": 0.9, "top_p": 0.0},
+    "top_p_1_off": {"temp": 0.9, "top_p": 1.0},
+    "min_p_0_off": {"temp": 1.3, "min_p": 0.0},
+    "top_k_0_off": {"temp": 0.7, "top_k": 0},
+    "xtc_0_off": {"temp": 1.0, "xtc_probability": 0.0, "xtc_threshold": 0.05},
+    "top_p": {"temp": 0.8, "top_p": 0.85},
+    "min_p_keep": {"temp": 1.0, "min_p": 0.3, "min_tokens_to_keep": 6},
+    "xtc": {"temp": 1.0, "xtc_probability": 1.0, "xtc_threshold": 0.05},
+    "top_k": {"temp": 1.5, "top_k": 9},
+    "together": {"temp": 0.6, "top_p": 0.9, "min_p": 0.02, "xtc_probability": 1.0, "xtc_threshold": 0.06, "top_k": 12},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+@pytest.mark.parametrize("seed", range(5))
+def test_chain_samples_what_make_sampler_samples(name: str, seed: int) -> None:
+    logits = torch.randn(1, 60, generator=torch.Generator().manual_seed(seed)) * 2.5
+    sampler = SAMPLERS[name]
+    ours = torch.softmax(mlx_lm_chain({}, sampler).process(logits, context(HISTORY)), -1)[0]
+    theirs = mlx_lm_probs(logits, sampler)
+    assert (ours > 0).tolist() == (theirs > 0).tolist()
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_top_p_keeps_ties_mlx_lm_keeps_those_its_sort_puts_last() -> None:
+    # Four tokens of 0.25, top_p 0.6: ascending cumulative 0.25, 0.5, 0.75, 1 > 0.4 keeps three in mlx-lm;
+    # here the third reaches 0.6 and every token tied with it stays (all four).
+    logits = torch.zeros(1, 4)
+    assert int((mlx_lm_probs(logits, {"temp": 1.0, "top_p": 0.6}) > 0).sum()) == 3
+    assert int((probabilities(mlx_lm_chain({}, {"temp": 1.0, "top_p": 0.6}), logits, HISTORY) > 0).sum()) == 4
