@@ -61,7 +61,7 @@ def test_generate_json_has_each_tokens_logprobs_as_the_library_gives_them(model:
     assert sample["tokens"] == want.tokens[0]
     assert_close(sample["logprobs"], token_records(want.tokens[0], want.logprobs[0]))
     first = sample["logprobs"][0]
-    assert list(first) == ["token", "logprob", "top", "processed_logprob", "processed_top"]
+    assert list(first) == ["token", "logprob", "rank", "top", "processed_logprob", "processed_top"]
     assert len(first["top"]) == 2 and len(first["top"][0]) == 2
     assert first["processed_logprob"] > first["logprob"]  # top_k(20) at 0.8 sharpens the model's distribution
     run = run_cli(["generate", "ROMEO:", *ARGS, "--logprobs", "2"])

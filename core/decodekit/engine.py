@@ -331,7 +331,8 @@ class Decoding:
     def _output(self, prompt: int, row: int) -> RowOutput:
         """A new output for row `row` (of prompt `prompt`), under the request's stop rules and the chain's."""
         request = self.request
-        tracker = None if request.tokenizer is None else TextTracker(request.tokenizer, request.stop_strings)
+        keep = request.include_stop_str_in_output
+        tracker = None if request.tokenizer is None else TextTracker(request.tokenizer, request.stop_strings, keep)
         ended = functools.partial(self.chain.ended, prompt) if self.chain.ends_rows else None  # beams share it
         ends = frozenset(getattr(request.tokenizer, "eos_token_ids", ()) if ended else ())
         return RowOutput(request.limit(prompt), request.stop_tokens[prompt], tracker, ended, ends)

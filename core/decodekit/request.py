@@ -37,7 +37,8 @@ class DecodeOptions(TypedDict, total=False):
         `(CacheSpec) -> KVCache`, or "none" to recompute the context every step (default "dense").
     stop_tokens: ids that end a row (one list for every prompt, or one per prompt); the stop token is
         the row's last token. stop_strings: end a row when its decoded text contains one (needs
-        a tokenizer).
+        a tokenizer). include_stop_str_in_output: keep the stop string that ended a row at the end of its text
+        (vLLM's; default False: the text ends before it).
     seed: one int in [0, 2**64) (prompt b gets its own stream derived from it and b), one seed per
         prompt, or None (the default: fresh seeds).
     logprobs: also report the chosen token's log-probability and the top-n alternatives, raw
@@ -52,6 +53,7 @@ class DecodeOptions(TypedDict, total=False):
     cache: str | CacheFactory
     stop_tokens: Sequence[int] | Sequence[Sequence[int]]
     stop_strings: str | Sequence[str]
+    include_stop_str_in_output: bool
     seed: int | Sequence[int] | None
     logprobs: int | None
     prompt_logprobs: int | None
@@ -77,6 +79,7 @@ class DecodeRequest:
     compile: bool = False  # the model's decode step and the chain's step under torch.compile
     prompt_logprobs: int | None = None  # report the prompt tokens' logprobs, with the top n
     limits: tuple[int, ...] | None = None  # max_new_tokens per prompt; None: max_new_tokens for every prompt
+    include_stop_str_in_output: bool = False  # the text keeps the stop string that ended its row
 
     def limit(self, prompt: int) -> int:
         """Prompt `prompt`'s max_new_tokens."""
@@ -268,6 +271,9 @@ def decode_request(model: Any, prompts: Prompts, /, **options: Unpack[DecodeOpti
         cache=cache,
         stop_tokens=_stop_tokens(options.get("stop_tokens", ()), len(rows), V),
         stop_strings=_stop_strings(options.get("stop_strings", ()), getattr(model, "tokenizer", None)),
+        include_stop_str_in_output=_flag(
+            "include_stop_str_in_output", options.get("include_stop_str_in_output", False)
+        ),
         seed=_seed(options.get("seed"), len(rows)),
         logprobs=_logprobs(options.get("logprobs"), V),
         compile=_flag("compile", options.get("compile", False)),

@@ -25,18 +25,21 @@ FinishReason = Literal["stop", "length"]
 
 @dataclass(frozen=True, slots=True)
 class TokenLogprobs:
-    """Log-probabilities of one sampled token, from the model (raw) and after the chain (processed)."""
+    """Log-probabilities of one sampled token, from the model (raw) and after the chain (processed), and its rank
+    under the model (as `PromptLogprobs.rank`: 1, the most likely; vLLM's and OpenAI's `rank`)."""
 
     raw: float
     processed: float
     raw_top: list[tuple[int, float]]  # the model's n most likely tokens
     processed_top: list[tuple[int, float]]  # the n most likely after the chain
+    rank: int
 
 
 @dataclass(frozen=True, slots=True)
 class PromptLogprobs:
     """One prompt token's log-probability under the model given the tokens before it (no chain: nothing was
-    sampled), its rank among the vocabulary (1: the most likely; ties share the best rank), as vLLM's."""
+    sampled), its rank among the vocabulary (1: the most likely; ties share the best rank, as vLLM's V0 counted:
+    V1 counts the tokens at least as likely, which differs only on exact ties)."""
 
     logprob: float
     rank: int
@@ -84,11 +87,14 @@ def token_logprobs(raw: Tensor, processed: Tensor | Candidates, tokens: Tensor, 
         lp = torch.log_softmax(processed, -1)
         chosen = lp.gather(1, tokens[:, None])[:, 0]
         top_v, top_i = _top(lp, n)
-    raw_chosen = raw_lp.gather(1, tokens[:, None])[:, 0]
-    rows = zip(raw_chosen.tolist(), chosen.tolist(), raw_i.tolist(), raw_v.tolist(), top_i.tolist(), top_v.tolist())
+    raw_chosen = raw_lp.gather(1, tokens[:, None])
+    ranks = _ranks(raw_lp, raw_chosen).tolist()
+    rows = zip(
+        raw_chosen[:, 0].tolist(), chosen.tolist(), raw_i.tolist(), raw_v.tolist(), top_i.tolist(), top_v.tolist()
+    )
     return [
-        TokenLogprobs(rc, c, list(zip(ri, rv)), [(i, v) for i, v in zip(ti, tv) if v != float("-inf")])
-        for rc, c, ri, rv, ti, tv in rows
+        TokenLogprobs(rc, c, list(zip(ri, rv)), [(i, v) for i, v in zip(ti, tv) if v != float("-inf")], r)
+        for (rc, c, ri, rv, ti, tv), r in zip(rows, ranks)
     ]
 
 
@@ -97,12 +103,17 @@ def prompt_logprobs(logits: Tensor, tokens: Tensor, n: int) -> list[PromptLogpro
     log_softmax in float32), its rank and the top `n`."""
     lp = torch.log_softmax(logits.float(), -1)
     chosen = lp.gather(1, tokens[:, None])
-    ranks = (lp > chosen).sum(-1) + 1  # vLLM's: one plus the tokens strictly more likely
+    ranks = _ranks(lp, chosen)
     top_v, top_i = _top(lp, n)
     return [
         PromptLogprobs(c, r, list(zip(i, v)))
         for c, r, i, v in zip(chosen[:, 0].tolist(), ranks.tolist(), top_i.tolist(), top_v.tolist())
     ]
+
+
+def _ranks(lp: Tensor, chosen: Tensor) -> Tensor:
+    """Per row of `lp` `[B, V]`, one plus the tokens strictly more likely than `chosen` `[B, 1]`."""
+    return (lp > chosen).sum(-1) + 1
 
 
 def _top(lp: Tensor, n: int) -> tuple[Tensor, Tensor]:

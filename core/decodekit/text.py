@@ -23,9 +23,10 @@ class TextTracker:
 
     _REPLACEMENT = "\ufffd"
 
-    def __init__(self, tokenizer: Tokenizer, stop_strings: Sequence[str]) -> None:
+    def __init__(self, tokenizer: Tokenizer, stop_strings: Sequence[str], keep_stop: bool = False) -> None:
         self.tokenizer = tokenizer
         self.stop_strings = list(stop_strings)  # non-empty: `decode_request` refuses ""
+        self.keep_stop = keep_stop  # the text ends after the stop string hit, not before it
         self.tokens: list[int] = []
         self.prefix = 0  # tokens[prefix:read]: the left context of the next decode
         self.read = 0  # tokens[:read] are rendered in `text`
@@ -46,9 +47,9 @@ class TextTracker:
             self.prefix, self.read = self.read, len(self.tokens)
         for s in self.stop_strings:
             if (i := self.text.find(s, max(0, self.emitted - len(s) + 1))) >= 0:
-                self.text = self.text[:i]
+                self.text = self.text[: i + len(s) * self.keep_stop]
                 return self._emit(len(self.text)), s
-        if final:
+        if final or self.keep_stop:  # a stop string kept is text: nothing to hold back while it may be one
             return self._emit(len(self.text)), None
         hold = max((k for s in self.stop_strings for k in range(1, len(s)) if self.text.endswith(s[:k])), default=0)
         return self._emit(len(self.text) - hold), None

@@ -264,6 +264,14 @@ def generate(
     stop: Annotated[
         list[str] | None, typer.Option("--stop", help="Stop a sample when its text contains this (repeatable).")
     ] = None,
+    include_stop: Annotated[
+        bool,
+        typer.Option(
+            "--include-stop",
+            help="Keep the stop string that ended a sample at the end of its text (vLLM's "
+            "include_stop_str_in_output). Default: the text ends before it.",
+        ),
+    ] = False,
     json_output: JsonOption = False,
     prompt_logprobs: Annotated[
         int | None,
@@ -389,6 +397,7 @@ def generate(
         seed=seed,
         cache=cache,
         stop=tuple(stop or ()),
+        include_stop=include_stop,
         threads=threads,
         replace_unknown=replace_unknown,
         compile=compile,

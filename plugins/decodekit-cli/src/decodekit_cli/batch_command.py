@@ -126,6 +126,7 @@ def run_batch(request: BatchRequest) -> int:
         seed=sampling.seed,
         cache=cache,
         stop=sampling.stop,
+        include_stop=sampling.include_stop,
         strategy=canonical_stage("strategy", request.strategy or "sample"),  # a draft's path as the model's: absolute
         replace_unknown=sampling.replace_unknown,
         ignore_eos=sampling.ignore_eos,

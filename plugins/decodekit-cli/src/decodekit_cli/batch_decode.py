@@ -151,6 +151,7 @@ def _options(model: Any, settings: BatchSettings, line: Pending) -> dict[str, An
         "prompt_logprobs": line.prompt_logprobs,
         "cache": settings.cache,
         "stop_strings": settings.stop,
+        "include_stop_str_in_output": settings.include_stop,
         "stop_tokens": eos_tokens(model, settings.ignore_eos),
         "compile": settings.compile,
     }

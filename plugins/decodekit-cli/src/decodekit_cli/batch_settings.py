@@ -2,11 +2,12 @@
 
 `--resume` compares the recorded settings with its own and refuses to mix: a different input
 file, model, chain, cache, strategy, seed, length (a model's `max_length`, which counts each line's prompt, too),
-stop string, `--ignore-eos`, prompt encoding, `--logprobs` or `--prompt-logprobs` would give
+stop string, `--include-stop`, `--ignore-eos`, prompt encoding, `--logprobs` or `--prompt-logprobs` would give
 results that an uninterrupted run would not. Settings of format 1 (before `ignore_eos` was recorded) are read as
 format 2 reads them: those jobs went on past the model's EOS, as `--ignore-eos` does now. Settings without
 `logprobs` and `prompt_logprobs` (recorded since) read as None: those jobs asked for none; without `max_length`, as
-None too: those jobs' lines had `max_new_tokens`; without `n`, as None: one sequence a line.
+None too: those jobs' lines had `max_new_tokens`; without `n`, as None: one sequence a line; without `include_stop`,
+as False: those jobs cut the stop string.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class BatchSettings:
     seed: int | None
     cache: str
     stop: tuple[str, ...] = ()
+    include_stop: bool = False  # the stop string that ended a line stays in its text
     strategy: str = "sample"
     replace_unknown: bool = False
     ignore_eos: bool = False  # go on past the model's stop tokens (those follow from `model`)
@@ -80,6 +82,7 @@ class BatchSettings:
             "max_new_tokens": self.max_new_tokens if self.max_length is None else None,
             "max_length": self.max_length,  # absent from settings recorded before it: None, as it was
             "stop": list(self.stop),
+            "include_stop": self.include_stop,  # absent from settings recorded before it: False, as it was
             "replace_unknown": self.replace_unknown,
             "ignore_eos": self.ignore_eos,
             "logprobs": self.logprobs,
@@ -93,6 +96,7 @@ def upgraded(recorded: dict[str, Any]) -> dict[str, Any]:
     model, cache and strategy were recorded as typed before they were recorded canonical."""
     if recorded.get("format") == 1 and "ignore_eos" not in recorded:
         recorded = {**recorded, "format": FORMAT, "ignore_eos": True}
+    recorded = {"include_stop": False, **recorded}  # recorded since --include-stop: before, the stop string was cut
     try:
         return {
             **recorded,

@@ -58,6 +58,7 @@ class SampleSpec:
     cache: str
     seed: int | None
     stop: tuple[str, ...]
+    include_stop: bool = False  # the stop string that ended a sample stays in its text
     compile: bool = False
     stop_tokens: tuple[int, ...] = ()  # the model's EOS, unless --ignore-eos
     prompt_logprobs: int | None = None
@@ -134,6 +135,7 @@ def stream_samples(
         max_new_tokens=spec.max_new_tokens,
         cache=spec.cache,
         stop_strings=spec.stop,
+        include_stop_str_in_output=spec.include_stop,
         stop_tokens=spec.stop_tokens,
         seed=spec.seed,
         compile=spec.compile,
@@ -294,6 +296,7 @@ def run_generate(request: GenerateRequest) -> int:
         cache=cache,
         seed=sampling.seed,
         stop=sampling.stop,
+        include_stop=sampling.include_stop,
         compile=sampling.compile,
         stop_tokens=eos_tokens(model, sampling.ignore_eos),
         prompt_logprobs=request.prompt_logprobs,

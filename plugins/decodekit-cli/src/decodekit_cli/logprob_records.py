@@ -1,5 +1,6 @@
 """Logprobs as JSON, alike in `generate --json` and in a batch job's records: per token its id, its log-probability
-under the model (`logprob`) and the model's N most likely tokens (`top`, as [id, logprob] pairs)."""
+under the model (`logprob`), its rank under the model (`rank`: 1, the most likely) and the model's N most likely
+tokens (`top`, as [id, logprob] pairs)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ __all__ = ["prompt_records", "token_records"]
 
 
 def token_records(tokens: Sequence[int], scores: Sequence[TokenLogprobs]) -> list[dict[str, Any]]:
-    """Per generated token: the model's `logprob` and `top`, and the same after the chain (`processed_*`)."""
+    """Per generated token: the model's `logprob`, `rank` and `top`, and the first and last after the chain
+    (`processed_*`)."""
     return [
         {
             "token": t,
             "logprob": s.raw,
+            "rank": s.rank,
             "top": [list(p) for p in s.raw_top],
             "processed_logprob": s.processed,
             "processed_top": [list(p) for p in s.processed_top],

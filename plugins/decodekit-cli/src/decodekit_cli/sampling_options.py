@@ -67,6 +67,7 @@ class SamplingOptions:
     seed: int | None
     cache: str | None
     stop: tuple[str, ...]
+    include_stop: bool = False  # the stop string that ended a sample stays in its text (vLLM's name is longer)
     threads: int | None = None
     replace_unknown: bool = False
     compile: bool = False  # the model's forward and the chain's step under torch.compile: the same tokens, faster
