@@ -13,7 +13,7 @@ __all__ = ["prompt_records", "token_records"]
 
 
 def token_records(tokens: Sequence[int], scores: Sequence[TokenLogprobs]) -> list[dict[str, Any]]:
-    """Per generated token: the model's `logprob`, `rank` and `top`, and the first and last after the chain
+    """Per generated token: the model's `logprob`, `rank` and `top`, and its `logprob` and `top` after the chain
     (`processed_*`)."""
     return [
         {
