@@ -34,8 +34,10 @@ def test_generate_prints_and_reports_the_stop_string_kept() -> None:
     kept = free[: free.find(stop) + 3]
     run = run_cli(["generate", "ROMEO:", *ARGS, "--seed", "7", "--stop", stop, "--include-stop", "--json"])
     assert run.returncode == 0, run.stderr
-    sample = json.loads(run.stdout)["samples"][0]
+    document = json.loads(run.stdout)
+    sample = document["samples"][0]
     assert sample["text"] == kept and sample["stopped_by"] == stop
+    assert document["include_stop"] is True  # the document says how its text was cut, as it says `stop`
     run = run_cli(["generate", "ROMEO:", *ARGS, "--seed", "7", "--stop", stop, "--include-stop"])
     assert run.returncode == 0 and kept in run.stdout, run.stderr
     run = run_cli(["generate", "ROMEO:", *ARGS, "--seed", "7", "--stop", stop, "--json"])

@@ -229,6 +229,7 @@ def _json_document(
         "seed": request.sampling.seed,
         "max_new_tokens": request.sampling.max_new_tokens,
         "stop": list(request.sampling.stop),
+        "include_stop": request.sampling.include_stop,
         "ignore_eos": request.sampling.ignore_eos,
         "samples": [
             {
