@@ -96,7 +96,7 @@ class ComposeCase:
     prompts: tuple[tuple[int, ...], ...]
     limits: int | tuple[int, ...]
     seeds: tuple[int, ...] | int | None
-    kwargs: dict[str, Any] = field(default_factory=dict)  # logprobs, prompt_logprobs, stop_tokens, stop_strings
+    kwargs: dict[str, Any] = field(default_factory=dict)  # logprobs, stop_tokens, stop_strings, ...
 
     def spec(self) -> list[dict[str, Any]]:
         """The chain's stages, its selector (`sample` when none is named) last; empty if it does not parse."""
@@ -219,6 +219,7 @@ def compose_cases(draw: st.DrawFn, samplers: Sequence[SamplerInfo] | None = None
             kwargs[name] = draw(values)
     if model.tokenizer and draw(st.booleans()):
         kwargs["stop_strings"] = draw(st.sampled_from((["a"], ["b"], ["ab", "ba"], ["c"])))
+        kwargs["include_stop_str_in_output"] = draw(st.booleans())
     if strategy == "speculative" and draw(st.integers(0, 3)):
         kwargs.pop("prompt_logprobs", None)  # refused by speculation (a refusal kept now and then)
     safe = strategy == "speculative" and draw(st.integers(0, 3))  # mostly selectors speculation takes

@@ -156,6 +156,7 @@ def _kwargs(vocab_size: int, rows: int) -> dict[str, st.SearchStrategy[Arg]]:
             ),
         ),
         "stop_strings": _choices(((), Y), (["a"], E), ("a", E), (7, N), (None, E), ([""], E), (["x", 5], N)),
+        "include_stop_str_in_output": _choices((False, Y), (True, Y), ("yes", N), (1, N), (None, N)),
         "seed": st.one_of(
             st.integers(0, 2**63 - 1).map(Arg),
             _choices(
