@@ -262,7 +262,8 @@ def check_generate_case(case: GenerateCase, report: Report) -> None:
         report.add(MALFORMED, f"{case.api}: no result once the stream ended")
     else:
         check_result(g, kwargs.get("logprobs"), kwargs.get("prompt_logprobs"), case.model.vocab_size, report)
-        check_prompt_scores(model, g, report)
+        if kwargs.get("cache") != "int8":  # int8's prompt attends over its quantized keys (docs/caches.md): not exact
+            check_prompt_scores(model, g, report)
     V = case.model.vocab_size
     for token, lp in tokens:
         if not isinstance(token, int) or not 0 <= token < V:
