@@ -243,3 +243,140 @@ def test_a_json_chain_specs_refusal_is_in_json() -> None:
     )
     with pytest.raises(dk.ChainSpecError, match=re.escape("name is None; allowed: a string ({'name': str, 'params'")):
         dk.Chain.from_spec([{"name": None}])  # Python's words in Python
+
+
+def test_a_disabled_standard_name_says_so_first_in_every_place_it_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--strategy beam` and `--cache window` of a disabled plugin said "unknown strategy" and "unknown cache
+    backend" before "installed but disabled": one sentence now, the registry's, in Python and on the command line
+    (generate, explain, samplers, a batch job's up-front check and its lines), with the option and what is allowed."""
+    monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "decodekit-beam,decodekit-cache-window,decodekit-top-k")
+    monkeypatch.setattr(decodekit.plugins, "_registry", None)  # rebuilt from the variable on first use
+
+    def disabled(what: str, dist: str) -> str:
+        return (
+            f"{what} is installed but disabled: DECODEKIT_DISABLE_PLUGINS lists {dist}; remove it from "
+            "DECODEKIT_DISABLE_PLUGINS to enable it"
+        )
+
+    beam, window = (
+        disabled("strategy 'beam'", "decodekit-beam"),
+        disabled("cache backend 'window'", "decodekit-cache-window"),
+    )
+    top_k = disabled("sampler 'top_k'", "decodekit-top-k")
+    model = cli_testplugin.load_model()
+    python = [
+        (beam, lambda: dk.decode(model, "ROMEO", strategy="beam", max_new_tokens=2)),
+        (window, lambda: dk.generate(model, "ROMEO", cache="window", max_new_tokens=2)),
+        (top_k, lambda: dk.generate(model, "ROMEO", chain="top_k(5) | sample", max_new_tokens=2)),
+        (beam, lambda: decodekit.plugins.get_registry().lookup("strategy", "beam")),
+    ]
+    for said, use in python:
+        with pytest.raises(dk.UnknownNameError) as info:
+            use()
+        assert str(info.value) == said
+    strategies = ", ".join(sorted(decodekit.plugins.get_registry().strategies))
+    caches = ", ".join(["none", *sorted(decodekit.plugins.get_registry().caches)])
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"prompt": "ROMEO"}\n')
+    batch = ["--input", str(source), "--output", str(tmp_path / "out.jsonl")]
+    commands = [
+        (f"--strategy 'beam': {beam}; allowed: {strategies}", ["generate", "ROMEO", *FLAGS, "--strategy", "beam"]),
+        (f"--strategy 'beam': {beam}; allowed: {strategies}", ["generate", *FLAGS, *batch, "--strategy", "beam"]),
+        (
+            f"--cache 'window': {window}; allowed: {caches}",
+            ["generate", "ROMEO", *FLAGS, "--cache", "window"],
+        ),
+        (f"--cache 'window': {window}; allowed: {caches}", ["generate", *FLAGS, *batch, "--cache", "window"]),
+        (
+            f"--cache 'window': {window}; allowed: {caches}",
+            ["explain", "ROMEO", *FLAGS[:2], "--cache", "window"],
+        ),
+        (disabled("'beam'", "decodekit-beam"), ["samplers", "beam"]),
+    ]
+    for said, args in commands:
+        result = _cli(*args)
+        assert (result.returncode, result.stderr) == (2, f"decodekit: error: {said}\n"), args
+    assert _line_error(tmp_path, {"prompt": "ROMEO", "chain": "top_k(5) | sample"}) == top_k
+
+
+def _broken_standard_plugin(site: Path, dist: str, entry_point: str, target: str, module: str | None = None) -> None:
+    """Install `dist` into `site` (ahead of the real one on sys.path) with one entry point `target`; `module`: the
+    source of a module `broken_<entry_point>` (None: the target names a module that does not exist)."""
+    info = site / f"{dist.replace('-', '_')}-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(f"[decodekit]\n{entry_point} = {target}\n")
+    if module is not None:
+        (site / f"broken_{entry_point}.py").write_text(module)
+
+
+def test_a_standard_plugin_installed_that_fails_to_load_says_so_with_its_error_not_pip_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standard plugin installed and enabled whose module raised ImportError (a missing dependency), or whose entry
+    point named no module, was "not installed", with a `pip install` of what is installed: in Python, for
+    `--strategy`, for a chain's sampler, `decodekit samplers` and the default cache."""
+    _broken_standard_plugin(tmp_path, "decodekit-beam", "beam", "broken_beam", "import words2_missing_dependency\n")
+    _broken_standard_plugin(tmp_path, "decodekit-top-p", "top_p", "words2_no_such_module:plugin")
+    _broken_standard_plugin(
+        tmp_path, "decodekit-cache-dense", "cache_dense", "broken_cache_dense", "raise ImportError('no dense')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))  # these distributions are found first: the real ones are hidden
+    monkeypatch.setattr(decodekit.plugins, "_registry", None)
+    monkeypatch.delenv("DECODEKIT_DISABLE_PLUGINS", raising=False)
+    monkeypatch.delenv("DECODEKIT_LOAD_PLUGINS", raising=False)
+    failed = "plugin {} 0.1.0 (entry point '{}') failed to load: {}"  # the registry's warning, word for word
+    beam = failed.format("decodekit-beam", "beam", "ModuleNotFoundError: No module named 'words2_missing_dependency'")
+    top_p = failed.format("decodekit-top-p", "top_p", "ModuleNotFoundError: No module named 'words2_no_such_module'")
+    dense = failed.format("decodekit-cache-dense", "cache_dense", "ImportError: no dense")
+    model = cli_testplugin.load_model()
+    with pytest.warns(RuntimeWarning) as caught:
+        decodekit.plugins.get_registry()
+    assert sorted(str(w.message) for w in caught) == [f"decodekit: {said}" for said in (beam, dense, top_p)]
+    python = [
+        (
+            f"strategy 'beam' is installed, but {beam}",
+            lambda: dk.decode(model, "ROMEO", strategy="beam", max_new_tokens=2),
+        ),
+        (f"sampler 'top_p' is installed, but {top_p}", lambda: dk.create("top_p", 0.9)),
+        (
+            f"cache backend 'dense' is installed, but {dense}",
+            lambda: dk.create_cache("dense", dk.CacheSpec(1, 1, 1, 1, 1, 1)),
+        ),
+    ]
+    for said, use in python:
+        with pytest.raises(dk.UnknownNameError) as info:
+            use()
+        assert str(info.value) == said
+    strategies = ", ".join(sorted(decodekit.plugins.get_registry().strategies))
+    commands = [
+        (
+            f"--strategy 'beam': strategy 'beam' is installed, but {beam}; allowed: {strategies}",
+            ["--strategy", "beam", "--cache", "none"],
+        ),
+        (
+            f"installed but failed to load: the chain 'top_p(p=0.9)' needs top_p. {top_p}; "
+            "or give --model and a --chain of installed samplers",
+            ["--top-p", "0.9", "--cache", "none"],
+        ),
+    ]
+    for said, args in commands:
+        result = _cli("generate", "ROMEO", *FLAGS, *args)
+        assert result.returncode == 2 and result.stderr.splitlines()[-1] == f"decodekit: error: {said}", args
+        assert "pip install" not in result.stderr and "not installed" not in result.stderr
+    result = _cli("samplers", "top_p")
+    assert (
+        result.returncode == 2
+        and result.stderr.splitlines()[-1] == f"decodekit: error: 'top_p' is installed, but {top_p}"
+    )
+    result = _cli("generate", "ROMEO", *FLAGS, "--chain", "sample")  # runs without a cache, and says why
+    assert (
+        result.returncode == 0
+        and (
+            "decodekit: warning: no --cache given, and the default, dense, is installed but failed to load: running "
+            f"without a cache (as --cache none: the same tokens, many times slower); {dense}"
+        )
+        in result.stderr.splitlines()
+    )

@@ -16,7 +16,7 @@ from decodekit.chain_string import MODEL_NAME
 from decodekit.errors import PLUGIN_FAILURES, PluginError, UnknownNameError, did_you_mean
 from decodekit.hookspecs import CORE_DISTRIBUTION, ENTRY_POINT_GROUP
 from decodekit.params import NoParams, Params
-from decodekit.standard_plugins import STANDARD_PLUGINS, install_hint, switched_off
+from decodekit.standard_plugins import STANDARD_PLUGINS, install_hint, installed_but
 
 __all__ = [
     "CATEGORIES",
@@ -217,8 +217,8 @@ class Registry:
         names = sorted(self.section(category))
         listed = f"installed: {', '.join(names) or 'none'}" + (f"; also accepted: {', '.join(also)}" if also else "")
         if (dist := STANDARD_PLUGINS.get(name)) is not None and not any(name in self.section(c) for c in CATEGORIES):
-            if why := switched_off([dist]):  # installed: a pip install would change nothing
-                raise UnknownNameError(f"{category} {name!r} is installed but disabled: {why}")
+            if why := installed_but(dist, self.failures):  # installed: a pip install would change nothing
+                raise UnknownNameError(f"{category} {name!r} is {why}")
             raise UnknownNameError(  # a standard name: how to install it, not a close name
                 f"{category} {name!r} is not installed; {listed}; {dist} registers it: {install_hint([dist])}"
                 f"{self.unregistered}"

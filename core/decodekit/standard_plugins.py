@@ -1,6 +1,6 @@
 """The plugin distributions of this repository, by the names they register: what an unknown name's error (the
-registry's, the command line's) tells a user to install when the name is a standard one, or to enable when it is
-installed but switched off (DECODEKIT_LOAD_PLUGINS, DECODEKIT_DISABLE_PLUGINS)."""
+registry's, the command line's) tells a user to install when the name is a standard one, to enable when it is
+installed but switched off (DECODEKIT_LOAD_PLUGINS, DECODEKIT_DISABLE_PLUGINS), or why it failed to load."""
 
 from __future__ import annotations
 
@@ -10,15 +10,21 @@ import shlex
 from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from decodekit.registry import PluginFailure
 
 __all__ = [
     "PLUGIN_NEEDS",
     "STANDARD_PLUGINS",
     "canonical_name",
     "env_names",
+    "failed_to_load",
     "folders",
     "install_hint",
     "installed",
+    "installed_but",
     "switched_off",
     "with_needs",
 ]
@@ -118,6 +124,23 @@ def switched_off(distributions: Iterable[str]) -> str | None:
             f"{var} does not list {', '.join(unlisted)}; add {them} to {var} (or unset {var}) to enable {them}"
         )
     return "; ".join(words) or None
+
+
+def failed_to_load(distributions: Iterable[str], failures: Iterable[PluginFailure]) -> str | None:
+    """The load errors (the registry's `failures`) of those of `distributions` that are installed and enabled but
+    failed to load (None: none did): a pip install would change nothing."""
+    names = {canonical_name(d) for d in distributions}
+    return "; ".join(f.message() for f in failures if f.distribution in names) or None
+
+
+def installed_but(distribution: str, failures: Iterable[PluginFailure]) -> str | None:
+    """Why an installed standard distribution's names are missing, as the words after "NAME is": disabled, with how
+    to enable it, or failed to load, with the error (None: neither, so it is to be installed)."""
+    if enable := switched_off([distribution]):
+        return f"installed but disabled: {enable}"
+    if failed := failed_to_load([distribution], failures):
+        return f"installed, but {failed}"
+    return None
 
 
 def _them(names: list[str]) -> str:

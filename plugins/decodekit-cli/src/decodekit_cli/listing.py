@@ -25,7 +25,7 @@ from decodekit.plugins import get_registry, sampler_entry
 from decodekit.registry import CATEGORIES, NO_ENTRY_POINT, Entry, Registry, without_entry_point
 from decodekit.standard_plugins import STANDARD_PLUGINS, switched_off
 from decodekit_cli.console import stdout_console
-from decodekit_cli.install_hints import install_hint
+from decodekit_cli.options import standard_words
 
 __all__ = ["bounds_text", "check_imports", "plugins_report", "render_plugins", "render_samplers", "samplers_report"]
 
@@ -124,11 +124,8 @@ def _check_sampler(name: str, registry: Registry) -> None:
     try:
         sampler_entry(name)
     except UnknownNameError:
-        if name in STANDARD_PLUGINS:  # a standard name, not installed: how to install it, not a close name
-            dist = STANDARD_PLUGINS[name]
-            if why := switched_off([dist]):
-                raise UnknownNameError(f"{name!r} is installed but disabled: {why}") from None
-            raise UnknownNameError(f"{name!r} is not installed; {install_hint([dist])}") from None
+        if name in STANDARD_PLUGINS:  # a standard name: why it is missing, not a close name
+            raise UnknownNameError(standard_words(name)) from None
         known = [*registry.samplers, *registry.caches, *registry.strategies, *registry.models]
         # A plugin that failed to load registered nothing: said here too, as the name may be one of its.
         raise UnknownNameError(

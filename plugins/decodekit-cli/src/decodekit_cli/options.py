@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from decodekit.errors import ChainSpecError, CompileError, ContextLengthError, DecodekitError, did_you_mean
 from decodekit.plugins import get_registry, load_model
-from decodekit.standard_plugins import STANDARD_PLUGINS, switched_off
+from decodekit.standard_plugins import STANDARD_PLUGINS, failed_to_load, installed_but, switched_off
 from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
 from decodekit_cli.errors import EXIT_FAILURE, CliError, report_warning
-from decodekit_cli.install_hints import install_hint, installed
+from decodekit_cli.install_hints import install_hint
 
 if TYPE_CHECKING:
     from decodekit.chain import Chain
@@ -44,6 +44,7 @@ __all__ = [
     "resolve_cache",
     "resolve_strategy",
     "spec_text",
+    "standard_words",
 ]
 
 # The flat flags in the order Hugging Face applies them: (flag, sampler, its parameter).
@@ -175,12 +176,24 @@ def check_installed(model: str | None, chain: str | None, flags: Mapping[str, fl
 
 
 def _unavailable(dists: list[str], what: str) -> str:
-    """`what` is missing: not installed (how to install it), installed but disabled (how to enable it), or both."""
-    if (enable := switched_off(dists)) is None:
-        return f"not installed: {what}. Install: {install_hint(dists)}"
-    if absent := [d for d in dists if not installed(d)]:
-        return f"not installed or disabled: {what}. Install: {install_hint(absent)}; {enable}"
-    return f"installed but disabled: {what}. {enable}"  # the words start with the variable's name
+    """`what` is missing: not installed (how to install it), installed but disabled (how to enable it), installed but
+    failed to load (the error), or several."""
+    lead, fix = _standing(dists, "Install: ")
+    return f"{lead}: {what}. {fix}"  # the words start with the variable's name, or the plugin's
+
+
+def _standing(dists: list[str], install: str) -> tuple[str, str]:
+    """Why standard distributions' names are missing ("not installed", "installed but disabled", "installed but
+    failed to load", or several: "not installed or disabled"), and what to do (`install` leads the pip install)."""
+    failures = get_registry().failures
+    absent = [d for d in dists if switched_off([d]) is None and failed_to_load([d], failures) is None]
+    ways = {
+        "not installed": absent and f"{install}{install_hint(absent)}",
+        "disabled": switched_off(dists),
+        "failed to load": failed_to_load(dists, failures),
+    }
+    said = " or ".join(way for way, fix in ways.items() if fix)
+    return said if absent else f"installed but {said}", "; ".join(fix for fix in ways.values() if fix)
 
 
 def model_name(name: str | None) -> str:
@@ -205,10 +218,7 @@ def resolve_cache(name: str | None) -> str:
     if name is None:
         if "dense" in caches:
             return "dense"
-        dense = STANDARD_PLUGINS["dense"]
-        enable = switched_off([dense])
-        said = "installed but disabled" if enable else "not installed"
-        fix = enable or f"to install it: {install_hint([dense])}"
+        said, fix = _standing([STANDARD_PLUGINS["dense"]], "to install it: ")
         report_warning(
             f"no --cache given, and the default, dense, is {said}: running without a cache (as --cache none: "
             f"the same tokens, many times slower); {fix}"
@@ -221,19 +231,22 @@ def resolve_cache(name: str | None) -> str:
 
     backend = parse_stage(name, what="--cache").name
     if backend not in caches:
-        hint = f"; {_standard_hint(backend)}" if backend in STANDARD_PLUGINS else ""
         names = ["none", *sorted(caches)]
-        hint = hint or did_you_mean(backend, names)
-        raise CliError(f"--cache {name!r}: unknown cache backend; allowed: {', '.join(names)}{hint}")
+        if backend in STANDARD_PLUGINS:  # not unknown: say what keeps it out
+            raise CliError(f"--cache {name!r}: {standard_words(backend, 'cache backend')}; allowed: {', '.join(names)}")
+        raise CliError(
+            f"--cache {name!r}: unknown cache backend; allowed: {', '.join(names)}{did_you_mean(backend, names)}"
+        )
     cache_factory(name)  # checks the parameters before the model loads
     return name
 
 
-def _standard_hint(name: str) -> str:
-    """How to make a standard name usable: enable its distribution, or install it."""
+def standard_words(name: str, category: str = "") -> str:
+    """Why a standard name is missing, as the registry says it (installed but disabled, installed but failed to
+    load), or that it is not installed and how to install it; `category` leads it ("strategy 'beam' is ...")."""
     dist = STANDARD_PLUGINS[name]
-    enable = switched_off([dist])
-    return f"{name} is installed but disabled: {enable}" if enable else install_hint([dist])
+    state = installed_but(dist, get_registry().failures) or f"not installed; {install_hint([dist])}"
+    return f"{category} {name!r} is {state}".lstrip()
 
 
 def resolve_strategy(text: str | None) -> str:
@@ -247,7 +260,7 @@ def resolve_strategy(text: str | None) -> str:
     name = parse_stage(text, what="--strategy").name
     if name not in strategies and name in STANDARD_PLUGINS:
         allowed = ", ".join(sorted(strategies))
-        raise CliError(f"--strategy {text!r}: unknown strategy; allowed: {allowed}; {_standard_hint(name)}")
+        raise CliError(f"--strategy {text!r}: {standard_words(name, 'strategy')}; allowed: {allowed}")
     strategy_params(text)  # its own parameters, checked before the model loads
     return text
 
