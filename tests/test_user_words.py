@@ -350,6 +350,14 @@ def test_a_standard_plugin_installed_that_fails_to_load_says_so_with_its_error_n
         with pytest.raises(dk.UnknownNameError) as info:
             use()
         assert str(info.value) == said
+    with pytest.raises(dk.UnknownNameError) as info:  # no cache given: the default's words
+        dk.generate(model, "ROMEO", max_new_tokens=2)
+    assert str(info.value).startswith(
+        f"no cache given, and the default cache backend 'dense' is installed, but {dense}; allowed: another backend ("
+    ), str(info.value)
+    assert "pip install" not in str(info.value) and str(info.value).endswith(
+        "or cache='none' to recompute the whole context every step (slower)"
+    )
     strategies = ", ".join(sorted(decodekit.plugins.get_registry().strategies))
     commands = [
         (

@@ -13,7 +13,7 @@ from typing_extensions import Unpack
 from decodekit.errors import ParameterError, UnknownNameError
 from decodekit.param_types import shown, words
 from decodekit.prompts import as_index, prompt_rows, token_ids
-from decodekit.standard_plugins import STANDARD_PLUGINS, install_hint, switched_off
+from decodekit.standard_plugins import STANDARD_PLUGINS, failed_to_load, install_hint, switched_off
 
 if TYPE_CHECKING:
     from decodekit.chain import Chain
@@ -160,13 +160,19 @@ def _default_cache() -> CacheFactory:
     try:
         return cache_factory("dense")
     except UnknownNameError:
-        installed = ", ".join(sorted(get_registry().caches)) or "none installed"
+        registry = get_registry()
+        installed = ", ".join(sorted(registry.caches)) or "none installed"
         dense = STANDARD_PLUGINS["dense"]
-        enable = switched_off([dense])  # installed, but a variable left it out: a pip install would change nothing
+        if enable := switched_off([dense]):  # installed, but a variable left it out: a pip install would change nothing
+            state, fixes = "disabled", [enable]
+        elif failed := failed_to_load([dense], registry.failures):  # nor would it here
+            state, fixes = f"installed, but {failed}", []
+        else:
+            state, fixes = "not installed", [install_hint([dense])]
+        fixes += [f"another backend ({installed})", "cache='none' to recompute the whole context every step (slower)"]
         raise UnknownNameError(
-            f"no cache given, and the default cache backend 'dense' is {'disabled' if enable else 'not installed'}; "
-            f"allowed: {enable or install_hint([dense])}, another backend ({installed}), or cache='none' to recompute "
-            "the whole context every step (slower)"
+            f"no cache given, and the default cache backend 'dense' is {state}; "
+            f"allowed: {', '.join(fixes[:-1])}, or {fixes[-1]}"
         ) from None
 
 
