@@ -7,11 +7,18 @@ model_executor/layers/utils.py `apply_penalties` and `_custom_ops.apply_repetiti
 logits_processor/builtin.py's min-p, logit-bias and min-tokens processors, ops/topk_topp_sampler.py
 `apply_top_k_top_p_pytorch`, sampling_params.py's clamps); vllm itself is not imported. Where decodekit
 deliberately differs (ties at the top-p cut) the test pins both sides.
+
+`vllm_stops` re-implements how vLLM V1 ends a request and cuts its text: vllm/v1/core/sched/utils.py `check_stop`
+(the eos or a stop_token_ids token ends it, FINISHED_STOPPED, stop_reason the id), vllm/v1/engine/detokenizer.py
+`BaseIncrementalDetokenizer.update(new_token_ids, stop_terminated)` (the stop token is detokenized only under
+include_stop_str_in_output, and the stop strings are looked for in the text as ever), `check_stop_strings` and
+`get_next_output_text` (a stream holds back max(len(stop)) - 1 characters while the stop string is cut).
 """
 
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -357,3 +364,134 @@ def test_stop_strings_are_not_held_back_by_min_new_tokens(model: TinyLM) -> None
     chain = "min_new_tokens(8, [94]) | greedy"
     out = dk.generate(model, ["ab"], chain=chain, max_new_tokens=12, stop_tokens=[], stop_strings=[free[at]])
     assert len(free) > 8 and out.text == [free[:at]] and at < 8
+
+
+# vLLM's stop handling (`vllm_stops`, module docstring) against dk.stream's, on rows whose tokens are known.
+
+
+@dataclass
+class Stops:
+    """The vLLM `SamplingParams` fields that end a request or cut its text."""
+
+    stop_token_ids: list[int]
+    stop: list[str]
+    include_stop_str_in_output: bool
+
+
+@dataclass
+class Ended:
+    """What vLLM returns for one request: `text` and `token_ids` (its last output), `stop_reason` (an id, a stop
+    string, or None: the length) and `deltas`, the text of each step's DELTA output."""
+
+    text: str
+    token_ids: list[int]
+    stop_reason: int | str | None
+    deltas: list[str]
+
+
+def check_stop_strings(text: str, new: int, stop: list[str], include: bool) -> tuple[str, int] | None:
+    """vLLM's: the first stop string (in `stop`'s order) in the text's last `new` characters, with where the text
+    ends (-1: where it ends now)."""
+    if not new:
+        return None
+    for s in stop:
+        at = text.find(s, 1 - new - len(s))
+        if at == -1:
+            continue
+        if include:
+            at += len(s)
+            if at >= len(text):
+                return s, -1
+        return s, at
+    return None
+
+
+def vllm_stops(sampled: list[int], special: list[int], sp: Stops) -> Ended:
+    """vLLM V1 on a request whose model samples `sampled` (max_tokens: its length), one token a step, streamed as
+    DELTA, through CharTokenizer: a token adds its character, a `special` one nothing (skip_special_tokens=True,
+    vLLM's default)."""
+    text, ids, deltas, sent = "", [], [], 0
+    reason: int | str | None = None
+    hold = max(map(len, sp.stop)) - 1 if sp.stop and not sp.include_stop_str_in_output else 0
+    for token in sampled:
+        ids.append(token)
+        stop_terminated = token in sp.stop_token_ids  # check_stop, min_tokens 0
+        reason = token if stop_terminated else None
+        if not stop_terminated or sp.include_stop_str_in_output:  # update(): a stop token skipped unless kept
+            before = len(text)
+            text += "" if token in special else chr(token + 32)
+            hit = check_stop_strings(text, len(text) - before, sp.stop, sp.include_stop_str_in_output)
+            if hit is not None:
+                reason, cut = hit
+                text = text if cut == -1 else text[:cut]
+        finished = reason is not None or len(ids) == len(sampled)
+        upto = len(text) - (0 if finished else hold)  # get_next_output_text(finished, delta=True)
+        deltas.append(text[sent:upto] if sent < upto else "")
+        sent = max(sent, upto)
+        if finished:
+            break
+    return Ended(text, ids, reason, deltas)
+
+
+class SpecialChars(CharTokenizer):
+    """CharTokenizer with special tokens: `decode` keeps their characters (as the HF bridge's, transformers'
+    default), `special_token_ids` names them (vLLM's skip_special_tokens leaves them out)."""
+
+    def __init__(self, special: list[int]) -> None:
+        self.special_token_ids = tuple(special)
+
+
+def stops_case(rng: random.Random, free: str) -> tuple[Stops, list[int]]:
+    """Stop tokens, strings and specials drawn around the text `free` the row makes without them: tokens first met
+    in it (some absent), strings cut from it (some ending on a stop token's character), specials among the tokens."""
+    enc = CharTokenizer().encode
+    firsts = [i for i in range(len(free)) if free[i] not in free[:i]]
+    tokens = [enc(free[i])[0] for i in rng.sample(firsts, rng.randint(0, 2))] + [94] * rng.randint(0, 1)  # 94: "~"
+    stop = []
+    for _ in range(rng.randint(0, 2)):
+        start = rng.randrange(len(free))
+        stop.append(free[start : start + rng.randint(1, 3)])
+    if tokens and rng.random() < 0.5:
+        at = free.find(chr(tokens[0] + 32))  # a string that the first stop token's character completes
+        stop.insert(0, free[max(0, at - rng.randint(1, 2)) : at + 1])
+    special = [t for t in tokens if rng.random() < 0.4]
+    return Stops(tokens, [s for s in stop if s], rng.random() < 0.5), special
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_stops_end_rows_and_cut_text_as_vllm(seed: int) -> None:
+    """25 cases per seed: the text, tokens, stop reason and (the stop string kept: nothing held back) each event's
+    text as vLLM's; cut, vLLM holds back a fixed max(len(stop)) - 1 characters and decodekit only what may start a
+    stop string, so there the streamed texts join to the same text."""
+    rng, lm = random.Random(seed), TinyLM(95)
+    prompt, chain, new = "ab", "temperature(1.5)", 24
+    for case in range(25):
+        lm.tokenizer = SpecialChars([])  # type: ignore[attr-defined]
+        sampled = dk.generate(lm, [prompt], chain=chain, max_new_tokens=new, seed=[case], stop_tokens=[]).tokens[0]
+        sp, special = stops_case(rng, CharTokenizer().decode(sampled))
+        lm.tokenizer = SpecialChars(special)  # type: ignore[attr-defined]
+        theirs = vllm_stops(sampled, special, sp)
+        events = list(
+            dk.stream(
+                lm,
+                [prompt],
+                chain=chain,
+                max_new_tokens=new,
+                seed=[case],
+                stop_tokens=sp.stop_token_ids,
+                stop_strings=sp.stop,
+                include_stop_str_in_output=sp.include_stop_str_in_output,
+            )
+        )
+        ours = Ended(
+            "".join(ev.text or "" for ev in events),
+            [ev.token for ev in events],
+            events[-1].stopped_by,
+            [ev.text or "" for ev in events],
+        )
+        what = f"seed {seed} case {case}: {sp}, special {special}"
+        assert (ours.text, ours.token_ids) == (theirs.text, theirs.token_ids), what
+        assert ours.stop_reason == theirs.stop_reason, what
+        assert events[-1].finish_reason == ("length" if theirs.stop_reason is None else "stop"), what
+        if sp.include_stop_str_in_output:
+            assert ours.deltas == theirs.deltas, what

@@ -334,8 +334,14 @@ class Decoding:
         keep = request.include_stop_str_in_output
         tracker = None if request.tokenizer is None else TextTracker(request.tokenizer, request.stop_strings, keep)
         ended = functools.partial(self.chain.ended, prompt) if self.chain.ends_rows else None  # beams share it
-        ends = frozenset(getattr(request.tokenizer, "eos_token_ids", ()) if ended else ())
-        return RowOutput(request.limit(prompt), request.stop_tokens[prompt], tracker, ended, ends)
+        return RowOutput(request.limit(prompt), request.stop_tokens[prompt], tracker, ended, self._textless)
+
+    @functools.cached_property
+    def _textless(self) -> frozenset[int]:
+        """The tokenizer's tokens without text: its `eos_token_ids` and `special_token_ids`, each optional (vLLM
+        decodes with skip_special_tokens=True: such a token that ends a row adds no text, kept or not)."""
+        tokenizer = self.request.tokenizer
+        return frozenset([*getattr(tokenizer, "eos_token_ids", ()), *getattr(tokenizer, "special_token_ids", ())])
 
     def _push(self, out: RowOutput, token: int, logprobs: Any, row: int, record: bool = True) -> None:
         """Check `token` and add it to `out` (with `logprobs` if the request asks); keep its event if `record`."""

@@ -22,7 +22,8 @@ class RowOutput:
     stop_tokens: frozenset[int]
     tracker: TextTracker | None
     ended: Callable[[Sequence[int]], str | None] | None = None  # a chain stage's verdict on the tokens so far
-    end_tokens: frozenset[int] = frozenset()  # the tokenizer's end of text: no text when a stage ends the row on one
+    # the tokenizer's end-of-text and special tokens: no text when one ends the row (vLLM's skip_special_tokens)
+    end_tokens: frozenset[int] = frozenset()
     tokens: list[int] = field(default_factory=list, init=False)
     texts: list[str] = field(default_factory=list, init=False)
     logprobs: list[TokenLogprobs] = field(default_factory=list, init=False)
@@ -54,9 +55,12 @@ class RowOutput:
             reason = "length"
         text = None
         if self.tracker is not None:
-            if isinstance(stopped_by, int) or (stopped_by is not None and token in self.end_tokens):
-                text = self.tracker.end()  # a stop token, or the end of text a stage ended on, is not text
-            else:
+            # The end of text or special token that ends a row has no text, nor has a stop token unless the text keeps
+            # what ended it (include_stop_str_in_output: vLLM renders the stop token then).
+            silent = token in self.end_tokens or (isinstance(stopped_by, int) and not self.tracker.keep_stop)
+            if stopped_by is not None and silent:
+                text = self.tracker.end()
+            else:  # a stop token kept may complete a stop string: vLLM then reports the string
                 text, hit = self.tracker.push(token, final=reason is not None)
                 if hit is not None:
                     reason, stopped_by = "stop", hit

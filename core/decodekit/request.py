@@ -37,8 +37,9 @@ class DecodeOptions(TypedDict, total=False):
         `(CacheSpec) -> KVCache`, or "none" to recompute the context every step (default "dense").
     stop_tokens: ids that end a row (one list for every prompt, or one per prompt); the stop token is
         the row's last token. stop_strings: end a row when its decoded text contains one (needs
-        a tokenizer). include_stop_str_in_output: keep the stop string that ended a row at the end of its text
-        (vLLM's; default False: the text ends before it).
+        a tokenizer). include_stop_str_in_output: keep the stop string, or the stop token's text, that ended a row at
+        the end of its text (vLLM's; default False: the text ends before it); a special token (the tokenizer's
+        `eos_token_ids`, `special_token_ids`) has no text, as vLLM's default skip_special_tokens=True renders it.
     seed: one int in [0, 2**64) (prompt b gets its own stream derived from it and b), one seed per
         prompt, or None (the default: fresh seeds).
     logprobs: also report the chosen token's log-probability and the top-n alternatives, raw
@@ -79,7 +80,7 @@ class DecodeRequest:
     compile: bool = False  # the model's decode step and the chain's step under torch.compile
     prompt_logprobs: int | None = None  # report the prompt tokens' logprobs, with the top n
     limits: tuple[int, ...] | None = None  # max_new_tokens per prompt; None: max_new_tokens for every prompt
-    include_stop_str_in_output: bool = False  # the text keeps the stop string that ended its row
+    include_stop_str_in_output: bool = False  # the text keeps the stop string (or stop token) that ended its row
 
     def limit(self, prompt: int) -> int:
         """Prompt `prompt`'s max_new_tokens."""

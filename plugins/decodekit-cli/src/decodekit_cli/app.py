@@ -268,8 +268,9 @@ def generate(
         bool,
         typer.Option(
             "--include-stop",
-            help="Keep the stop string that ended a sample at the end of its text (vLLM's "
-            "include_stop_str_in_output). Default: the text ends before it.",
+            help="Keep the stop string, or the stop token's text (none for a special token such as EOS), that "
+            "ended a sample at the end of its text (vLLM's include_stop_str_in_output). Default: the text ends "
+            "before it.",
         ),
     ] = False,
     json_output: JsonOption = False,

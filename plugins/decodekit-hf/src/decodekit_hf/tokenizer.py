@@ -35,6 +35,14 @@ class HFTokenizer:
         """The tokenizer's end-of-sequence ids (none: empty)."""
         return tuple(as_ids(getattr(self.hf, "eos_token_id", None)))
 
+    @property
+    def special_token_ids(self) -> tuple[int, ...]:
+        """The special tokens' ids (EOS, `<|im_end|>`, ...): `decode(..., skip_special_tokens=True)` leaves them out,
+        as vLLM decodes, so one that ends a row adds no text to it, even under include_stop_str_in_output."""
+        backend = getattr(self.hf, "backend_tokenizer", None)
+        added = {} if backend is None else backend.get_added_tokens_decoder()
+        return tuple(sorted({*self.hf.all_special_ids, *(i for i, token in added.items() if token.special)}))
+
     def token_bytes(self) -> list[bytes | None]:
         """Each id's bytes, None for a special token (it has no text): what a grammar reads (`decodekit_grammar`).
 
