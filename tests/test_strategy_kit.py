@@ -10,8 +10,9 @@ import torch
 
 import decodekit as dk
 from decodekit.engine import sample_steps
+from decodekit.model import Model
 from decodekit.params import NoParams
-from decodekit.testing.strategies import StrategyConformance, check_strategy
+from decodekit.testing.strategies import StrategyConformance, check_strategy, kit_model
 
 
 class TestSample(StrategyConformance):
@@ -143,3 +144,13 @@ def test_the_kit_passes_a_policy_written_on_the_engine() -> None:
         check_strategy("plain")
     finally:
         dk.unregister_plugin(plugin)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+class TestBeamOnTheGPU(StrategyConformance):
+    """The kit on a model on the GPU (its logprobs check fed the model CPU tensors)."""
+
+    strategy = "beam(num_beams=2)"
+
+    def make_model(self) -> Model:
+        return kit_model().to("cuda")  # type: ignore[attr-defined, no-any-return]

@@ -22,7 +22,7 @@ import torch
 
 from decodekit.cache import PreallocatedKVCache
 from decodekit.errors import ParameterError
-from decodekit.model import Model
+from decodekit.model import Model, model_device_dtype
 from decodekit.results import Generation
 from decodekit.strategies import decode
 from decodekit.testing.tiny_lm import Letters, TinyLM
@@ -131,14 +131,15 @@ class StrategyConformance:
             return
         assert out.logprobs is not None, self._where("logprobs=3 asked, but Generation.logprobs is None")
         model = self.make_model()
+        device = model_device_dtype(model)[0]
         for row, (prompt, tokens, lps) in enumerate(zip(PROMPTS, out.tokens, out.logprobs)):
             where = self._where(f"logprobs={n}", row)
             assert len(lps) == len(tokens), f"{where}: {len(lps)} TokenLogprobs for {len(tokens)} tokens"
             if not tokens:
                 continue
-            ids = torch.tensor([list(prompt) + tokens])
+            ids = torch.tensor([list(prompt) + tokens], device=device)
             with torch.no_grad():
-                logits = model(ids, torch.arange(ids.shape[1])[None], None)[0, len(prompt) - 1 : -1]
+                logits = model(ids, torch.arange(ids.shape[1], device=device)[None], None)[0, len(prompt) - 1 : -1]
             want = torch.log_softmax(logits.float(), -1)
             top = want.topk(n, -1).values.tolist()
             for i, (token, lp) in enumerate(zip(tokens, lps)):
