@@ -12,6 +12,7 @@ from decodekit_beam.search import beam_search
 from decodekit_hf.processor import as_logits_processor
 
 import decodekit as dk
+from decodekit.engine import sample_steps
 from decodekit.params import NoParams
 from decodekit.testing.tiny_lm import TinyLM
 
@@ -125,6 +126,21 @@ def _never_opens(d: dk.Decoding, params: NoParams) -> Iterator[None]:
     yield
 
 
+def _emits_before_opening(d: dk.Decoding, params: NoParams) -> None:
+    d.emit(0, 1)
+
+
+def _prefills_before_opening(d: dk.Decoding, params: NoParams) -> Iterator[None]:
+    d.prefill()  # a generator: it runs at the first event
+    yield
+
+
+def _reorders_to_fewer_rows(d: dk.Decoding, params: NoParams) -> Iterator[None]:
+    d.open(copies=2)
+    d.reorder([0])
+    yield from sample_steps(d)
+
+
 @pytest.mark.parametrize(
     ("policy", "prompts", "message"),
     [
@@ -134,6 +150,9 @@ def _never_opens(d: dk.Decoding, params: NoParams) -> Iterator[None]:
         (_too_many, [[1]], r"strategy rogue: emitted token 1 on row 0, which had already ended \(length after 3"),
         (_returns_a_generation, [[1]], r"strategy rogue: returned a Generation; allowed: a policy over the engine"),
         (_never_opens, [[1]], r"strategy rogue: returned without opening its decoding"),
+        (_emits_before_opening, [[1]], r"strategy rogue: used decoding.outputs before decoding.open\(\), which sets"),
+        (_prefills_before_opening, [[1]], r"strategy rogue: used decoding.kv before decoding.open\(\)"),
+        (_reorders_to_fewer_rows, [[1]], r"strategy rogue: reorder\(\[0\]\) is invalid; allowed: 2 row indices"),
     ],
 )
 def test_decode_holds_a_strategy_to_the_rules(policy: Any, prompts: list[list[int]], message: str) -> None:

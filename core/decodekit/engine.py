@@ -43,6 +43,7 @@ ROW_BYTES = 2048
 
 Policy = Callable[["Decoding", Params], "Iterator[None] | None"]
 _END = object()  # a policy's rounds are over
+_OPENED = frozenset({"P", "total", "rows", "kv", "buf", "positions", "width", "ctx", "outputs", "call_model"})
 
 
 def _fits(context: int, length: int) -> str:
@@ -288,6 +289,12 @@ class Decoding:
 
     def reorder(self, index: Sequence[int]) -> None:
         """Row `i` becomes a copy of row `index[i]`: its history, cache entries and output (beam search)."""
+        R = len(self.outputs)
+        if len(index) != R or not all(0 <= i < R for i in index):  # `cache="none"` would take any rows silently
+            raise PluginError(
+                f"strategy {self.strategy}: reorder({list(index)}) is invalid; allowed: {R} row indices, each in "
+                f"[0, {R})"
+            )
         rows = torch.tensor(index, device=self.device)
         self.buf, self.positions = self.buf.index_select(0, rows), self.positions.index_select(0, rows)
         self.ctx.tokens = self.buf[:, : self.width]
@@ -373,7 +380,7 @@ class Decoding:
             with torch.inference_mode(), threads(n):
                 yield
 
-        with settings():
+        with settings(), self._opened_first():
             steps = policy(self, params)
         if steps is not None and not isinstance(steps, Iterator):
             raise PluginError(
@@ -386,7 +393,7 @@ class Decoding:
             each_round = settings if per_round else contextlib.nullcontext
             with contextlib.nullcontext() if per_round else settings():
                 while steps is not None:
-                    with each_round():
+                    with each_round(), self._opened_first():
                         if next(steps, _END) is _END:
                             break
                     yield from self._take_events()
@@ -394,6 +401,20 @@ class Decoding:
             yield from self._take_events()
 
         return events()
+
+    @contextlib.contextmanager
+    def _opened_first(self) -> Iterator[None]:
+        """A policy that uses a member `open` sets before calling it gets a PluginError saying so, not the
+        AttributeError of a member that does not exist yet."""
+        try:
+            yield
+        except AttributeError as exc:
+            if self.copies or exc.obj is not self or exc.name not in _OPENED:
+                raise
+            raise PluginError(
+                f"strategy {self.strategy}: used decoding.{exc.name} before decoding.open(), which sets it; "
+                "allowed: a policy that calls decoding.open() first"
+            ) from exc
 
     def _check_complete(self) -> None:
         if not self.copies:

@@ -9,7 +9,8 @@ Every check decodes with `dk.decode` (and `dk.stream`) on the kit's `TinyLM` wit
 tokenizer, so stop strings and text are exercised too: one row per prompt, token ids in range,
 `max_new_tokens` respected, finish reasons that say what happened, stop tokens and strings
 honoured, a prompt's output the same alone as in its batch, seeds reproducible, the stream equal
-to the result. Failures name the strategy, the check and the row.
+to the result, `logprobs=n` reported for every token as the model gives them, and a `max_new_tokens` per
+prompt honoured (or refused). Failures name the strategy, the check and the row.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any, ClassVar
 import torch
 
 from decodekit.cache import PreallocatedKVCache
-from decodekit.model import Model
+from decodekit.errors import ParameterError
+from decodekit.model import Model, model_device_dtype
 from decodekit.results import Generation
 from decodekit.strategies import decode
 from decodekit.testing.tiny_lm import Letters, TinyLM
@@ -45,6 +47,7 @@ class StrategyConformance:
 
     strategy: ClassVar[str] = ""
     max_new_tokens: ClassVar[int] = 12
+    tolerance: ClassVar[float] = 1e-4  # reported log-probabilities agree this closely with one uncached forward
 
     def make_model(self) -> Model:
         return kit_model()
@@ -115,6 +118,58 @@ class StrategyConformance:
         """The same seed gives the same output."""
         first, second = self._decode(PROMPTS, seed=5), self._decode(PROMPTS, seed=5)
         assert first.tokens == second.tokens, self._where("seed=5 twice gave different tokens")
+
+    def test_logprobs_are_the_models(self) -> None:
+        """With `logprobs=n` every token has its `TokenLogprobs`: `raw` and the `n` of `raw_top` are the model's
+        on the returned text (one forward without a cache; the checks' cache keeps every token exactly). A strategy
+        that does not define them refuses `logprobs` with a ParameterError naming it."""
+        n = 3
+        try:
+            out = self._decode(PROMPTS, seed=SEEDS, logprobs=n, cache=PreallocatedKVCache)
+        except ParameterError as exc:
+            assert "logprobs" in str(exc), self._where(f"logprobs={n} refused without naming it")
+            return
+        assert out.logprobs is not None, self._where("logprobs=3 asked, but Generation.logprobs is None")
+        model = self.make_model()
+        device = model_device_dtype(model)[0]
+        for row, (prompt, tokens, lps) in enumerate(zip(PROMPTS, out.tokens, out.logprobs)):
+            where = self._where(f"logprobs={n}", row)
+            assert len(lps) == len(tokens), f"{where}: {len(lps)} TokenLogprobs for {len(tokens)} tokens"
+            if not tokens:
+                continue
+            ids = torch.tensor([list(prompt) + tokens], device=device)
+            with torch.no_grad():
+                logits = model(ids, torch.arange(ids.shape[1], device=device)[None], None)[0, len(prompt) - 1 : -1]
+            want = torch.log_softmax(logits.float(), -1)
+            top = want.topk(n, -1).values.tolist()
+            for i, (token, lp) in enumerate(zip(tokens, lps)):
+                at = f"{where}, token {i}"
+                assert len(lp.raw_top) == n, f"{at}: raw_top holds {len(lp.raw_top)} entries, not {n}"
+                assert abs(lp.raw - want[i, token].item()) <= self.tolerance, (
+                    f"{at}: raw={lp.raw:.6f}, but the model gives token {token} {want[i, token].item():.6f}"
+                )
+                got = [v for _, v in lp.raw_top]
+                assert max(abs(a - b) for a, b in zip(got, top[i])) <= self.tolerance, (
+                    f"{at}: raw_top {got} != {top[i]}"
+                )
+
+    def test_max_new_tokens_per_prompt(self) -> None:
+        """One `max_new_tokens` per prompt: each prompt's output ends by its own and equals its output alone with
+        that int; a strategy that cannot honour different limits refuses them with a ParameterError naming them."""
+        M = self.max_new_tokens
+        limits = [M, 2, M // 2, 0]
+        try:
+            out = self._decode(PROMPTS, seed=SEEDS, max_new_tokens=limits)
+        except ParameterError as exc:
+            assert "max_new_tokens" in str(exc), self._where(f"max_new_tokens={limits} refused without naming it")
+            return
+        for row, (prompt, seed, limit) in enumerate(zip(PROMPTS, SEEDS, limits)):
+            where = self._where(f"max_new_tokens={limits}", row)
+            tokens, reason = out.tokens[row], out.finish_reasons[row]
+            assert len(tokens) <= limit, f"{where}: {len(tokens)} tokens"
+            assert reason == "stop" or len(tokens) == limit, f"{where}: 'length' after {len(tokens)} tokens"
+            alone = self._decode([prompt], seed=[seed], max_new_tokens=limit)
+            assert alone.tokens[0] == tokens, f"{where}: alone with max_new_tokens={limit} != in the batch"
 
     def test_stream_equals_the_result(self) -> None:
         """`dk.stream` yields the result's tokens, row by row, each event's step counting the row's tokens."""

@@ -194,3 +194,18 @@ def test_the_models_count_past_the_beams_is_named_as_the_models_in_a_batch_job(
         "num_beams=1 best hypotheses (num_return_sequences <= num_beams); allowed: -n N with N <= 1, or more beams: "
         "--strategy 'beam(num_beams=2)'\n"
     )
+
+
+@pytest.mark.parametrize("json_output", [False, True])
+def test_a_plugin_strategy_with_scored_sequences_but_no_count_shows_the_one_it_streams(json_output: bool) -> None:
+    """Its result has beam search's fields (`scores`, `sequences`, ...) but its parameters no
+    `num_return_sequences`: one sequence is shown, not its others after it (an IndexError ended the command)."""
+    env = dict(os.environ, DECODEKIT_EXTRA_PLUGINS="cli_testplugin,cli_strategy_plugin")
+    env.pop("DECODEKIT_LOAD_PLUGINS", None)
+    args = ["generate", PROMPT, "-m", MODEL, *FLAGS, "--strategy", "two_scored", "--seed", "0"]
+    result = run_cli(args + ["--json"] * json_output, env, fresh_plugins=True)
+    assert result.returncode == 0, result.stderr
+    if json_output:
+        assert len(json.loads(result.stdout)["samples"]) == 1
+    else:
+        assert result.stdout.startswith(PROMPT) and "--- sample" not in result.stdout

@@ -114,9 +114,15 @@ def _rate(tokens: int, seconds: float) -> float:
 
 
 def stream_samples(
-    model: Any, spec: SampleSpec, strategy: str, sink: SampleSink, on_token: Callable[[int, float], None]
+    model: Any,
+    spec: SampleSpec,
+    strategy: str,
+    sink: SampleSink,
+    on_token: Callable[[int, float], None],
+    hypotheses: int = 1,
 ) -> StreamResult:
-    """Run `dk.stream` with `strategy` over the copies of the prompt; Ctrl-C ends it early, keeping the samples."""
+    """Run `dk.stream` with `strategy` over the copies of the prompt; Ctrl-C ends it early, keeping the samples.
+    hypotheses: the sequences the strategy returns for its one copy (`Sequences.hypotheses`), shown after it."""
     import torch
 
     has_text = getattr(model, "tokenizer", None) is not None
@@ -168,7 +174,7 @@ def stream_samples(
     for sample in samples:
         if sample.finish_reason is None:
             sample.seconds = seconds
-    if not interrupted:
+    if not interrupted and hypotheses > 1:  # a plugin's result may have `scores` without being asked for them
         samples = _with_hypotheses(samples, events.result, sink)
     rate = getattr(events.result, "acceptance_rate", None)  # a speculative strategy's, once it is done
     scored = None if events.result is None else _prompt_records(events.result)
@@ -313,7 +319,7 @@ def run_generate(request: GenerateRequest) -> int:
 
         if spec.compile:  # the first tokens wait for torch's compiler: say why nothing shows yet
             out.status("compiling the model and the chain (--compile) ...")
-        result = stream_samples(model, spec, strategy, sink, on_token)
+        result = stream_samples(model, spec, strategy, sink, on_token, plan.hypotheses)
         if writer is not None:
             writer.close(len(result.samples))  # a beam search interrupted, or of no steps: one sample
     if plan.hypotheses > 1 and not result.interrupted and spec.max_new_tokens > 0 and len(result.samples) < shown:

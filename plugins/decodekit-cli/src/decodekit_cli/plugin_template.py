@@ -260,11 +260,12 @@ def _rounds(d: dk.Decoding, n: int) -> Iterator[None]:
 
     def add(picked: Picked) -> None:
         live = d.live
-        for row, lp in enumerate(picked.logprobs or ()):  # logprobs=0: the chosen token's, every row
+        for row, lp in enumerate(picked.logprobs or ()):  # every row's chosen token, and its top n when asked
             if live[row]:
                 score[row] += lp.raw
 
-    yield from sample_steps(d, logprobs=0, after=add)
+    # At least the chosen tokens' logprobs (to score them); the request's top n, which `finish` reports, if it asks
+    yield from sample_steps(d, logprobs=d.request.logprobs or 0, after=add)
     for b in range(len(d.prompts)):
         best = max(range(b * n, (b + 1) * n), key=score.__getitem__)
         d.finish(b, d.outputs[best].tokens, d.outputs[best].logprobs)
