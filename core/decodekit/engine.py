@@ -380,8 +380,12 @@ class Decoding:
             with torch.inference_mode(), threads(n):
                 yield
 
-        with settings(), self._opened_first():
-            steps = policy(self, params)
+        try:
+            with settings():
+                steps = policy(self, params)
+        except AttributeError as exc:
+            self._check_opened(exc)
+            raise
         if steps is not None and not isinstance(steps, Iterator):
             raise PluginError(
                 f"strategy {self.strategy}: returned a {type(steps).__name__}; allowed: a policy over the "
@@ -392,25 +396,24 @@ class Decoding:
         def events() -> Iterator[TokenEvent]:
             each_round = settings if per_round else contextlib.nullcontext
             with contextlib.nullcontext() if per_round else settings():
-                while steps is not None:
-                    with each_round(), self._opened_first():
-                        if next(steps, _END) is _END:
-                            break
-                    yield from self._take_events()
+                try:  # not a context manager each round: a try costs nothing until it catches
+                    while steps is not None:
+                        with each_round():
+                            if next(steps, _END) is _END:
+                                break
+                        yield from self._take_events()
+                except AttributeError as exc:
+                    self._check_opened(exc)
+                    raise
             self._check_complete()
             yield from self._take_events()
 
         return events()
 
-    @contextlib.contextmanager
-    def _opened_first(self) -> Iterator[None]:
-        """A policy that uses a member `open` sets before calling it gets a PluginError saying so, not the
+    def _check_opened(self, exc: AttributeError) -> None:
+        """A policy that used a member `open` sets before calling it gets a PluginError saying so, not the
         AttributeError of a member that does not exist yet."""
-        try:
-            yield
-        except AttributeError as exc:
-            if self.copies or exc.obj is not self or exc.name not in _OPENED:
-                raise
+        if not self.copies and exc.obj is self and exc.name in _OPENED:
             raise PluginError(
                 f"strategy {self.strategy}: used decoding.{exc.name} before decoding.open(), which sets it; "
                 "allowed: a policy that calls decoding.open() first"
