@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from decodekit_cli.batch_settings import parsed_chain
+from decodekit_cli.batch_settings import parsed_chain_cache
 from test_batch import _json, _run, _write_lines
 
 import decodekit as dk
@@ -36,7 +36,7 @@ BATCHES = [[[1, 2, 3], [4, 5]], [[6, 7, 8, 9, 10, 11], [12]], [[13, 14], [15, 16
 @pytest.fixture
 def graphs(graphs: list[torch.fx.GraphModule]) -> list[torch.fx.GraphModule]:
     """compile_counting's, with the chains a batch job keeps forgotten: each holds the step an earlier test compiled."""
-    parsed_chain.cache_clear()
+    parsed_chain_cache.cache_clear()
     return graphs
 
 

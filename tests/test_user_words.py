@@ -301,6 +301,23 @@ def test_a_disabled_standard_name_says_so_first_in_every_place_it_is_named(
     assert _line_error(tmp_path, {"prompt": "ROMEO", "chain": "top_k(5) | sample"}) == top_k
 
 
+def test_a_batch_line_chain_is_parsed_again_by_another_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch job kept the chains it parsed for the rest of the process, whatever registry parsed them: a line's
+    `top_k` decoded after `decodekit-top-k` was disabled (CI met it when a test before this one had parsed that
+    chain in the same worker)."""
+    chain = {"prompt": "ROMEO", "chain": "top_k(5) | sample"}
+    source, output = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_text(json.dumps(chain) + "\n")
+    assert _cli("generate", *FLAGS, "--input", str(source), "--output", str(output)).returncode == 0
+    assert "error" not in json.loads(output.read_text())
+    output.unlink()
+    (tmp_path / "out.jsonl.settings.json").unlink(missing_ok=True)
+    monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "decodekit-top-k")
+    assert _line_error(tmp_path, chain).startswith("sampler 'top_k' is installed but disabled")
+
+
 def _broken_standard_plugin(site: Path, dist: str, entry_point: str, target: str, module: str | None = None) -> None:
     """Install `dist` into `site` (ahead of the real one on sys.path) with one entry point `target`; `module`: the
     source of a module `broken_<entry_point>` (None: the target names a module that does not exist)."""

@@ -182,7 +182,7 @@ class Conflict:
         )
 
 
-@dataclass
+@dataclass(eq=False)  # one registry is one set of plugins: compared and hashed by identity, so caches can key on it
 class Registry:
     """Everything the installed plugins registered, by category; plus their failures and name conflicts."""
 

@@ -118,11 +118,11 @@ def _compile_without_a_cxx(fn: Any, **options: Any) -> Any:
 def own_chains() -> Iterator[None]:
     """Chains parsed anew, and forgotten after: a batch job keeps each chain it parses, and a chain its
     compiled step (here a stand-in's), which a later `--compile` in this process would run."""
-    from decodekit_cli.batch_settings import parsed_chain
+    from decodekit_cli.batch_settings import parsed_chain_cache
 
-    parsed_chain.cache_clear()
+    parsed_chain_cache.cache_clear()
     yield
-    parsed_chain.cache_clear()
+    parsed_chain_cache.cache_clear()
 
 
 def test_a_compiler_failure_is_one_line_naming_compile(monkeypatch: pytest.MonkeyPatch) -> None:

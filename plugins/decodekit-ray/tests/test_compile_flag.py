@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 from decodekit_cli.batch_job import BatchJob
-from decodekit_cli.batch_settings import parsed_chain
+from decodekit_cli.batch_settings import parsed_chain_cache
 from decodekit_ray.cluster import actor_failures_unlogged
 from decodekit_ray.decoder import LineDecoder
 from test_cli import MODEL, cli
@@ -35,9 +35,9 @@ LINES = [b'{"prompt": "a"}', b'{"prompt": "bc"}']
 def own_chains() -> Iterator[None]:
     """Chains parsed anew, and forgotten after: a batch job keeps each chain it parses, and a chain its
     compiled step (here the eager stand-in's), which a later `--compile` in this process would run."""
-    parsed_chain.cache_clear()
+    parsed_chain_cache.cache_clear()
     yield
-    parsed_chain.cache_clear()
+    parsed_chain_cache.cache_clear()
 
 
 def test_compile_reaches_the_actors_decode(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, own_chains: None) -> None:

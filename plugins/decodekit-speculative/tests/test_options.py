@@ -142,7 +142,7 @@ def test_a_named_draft_is_loaded_once_for_every_check_and_decode(monkeypatch: py
     loads: list[str] = []
     load = strategy.load_model
     monkeypatch.setattr(strategy, "load_model", lambda name: loads.append(name) or load(name))
-    strategy.named_draft.cache_clear()
+    strategy._loaded_draft.cache_clear()
     target = dk.load_model("tiny-shakespeare")
     options = {"strategy": "speculative(draft=tiny-shakespeare-draft, k=2)", "chain": "greedy", "max_new_tokens": 3}
     for prompt in ("ROMEO:", "JULIET:", "HAMLET:"):
@@ -150,3 +150,17 @@ def test_a_named_draft_is_loaded_once_for_every_check_and_decode(monkeypatch: py
     first = dk.decode(target, ["ROMEO:"], **options).tokens
     assert dk.decode(target, ["ROMEO:"], **options).tokens == first
     assert loads == ["tiny-shakespeare-draft"]
+
+
+def test_a_named_draft_is_looked_up_again_in_another_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loaded drafts were kept by name for the rest of the process: a draft whose plugin was then disabled
+    still decoded."""
+    import decodekit.plugins
+
+    target = dk.load_model("tiny-shakespeare")
+    options = {"strategy": "speculative(draft=tiny-shakespeare-draft, k=2)", "chain": "greedy", "max_new_tokens": 3}
+    dk.decode(target, ["ROMEO:"], **options)
+    monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "decodekit-shakespeare")
+    monkeypatch.setattr(decodekit.plugins, "_registry", None)  # rebuilt from the variable on first use
+    with pytest.raises(dk.DecodekitError, match="'tiny-shakespeare-draft' is installed but disabled"):
+        dk.decode(target, ["ROMEO:"], **options)

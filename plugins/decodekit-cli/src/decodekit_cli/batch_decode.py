@@ -21,7 +21,7 @@ import decodekit as dk
 from decodekit.context import mix_seed, row_seeds
 from decodekit.engine import PREALLOCATED_COLUMNS, check_rows
 from decodekit.errors import CompileError
-from decodekit.plugins import cache_factory
+from decodekit.plugins import Registry, cache_factory, get_registry
 from decodekit_cli.batch_input import InputLine, LineError, PromptLine, parse_line
 from decodekit_cli.batch_records import Record, error_record, result_record, sequence
 from decodekit_cli.batch_settings import BatchSettings, parsed_chain
@@ -216,11 +216,14 @@ def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending]
                 yield from decode_records(model, settings, [row])
 
 
-@lru_cache(maxsize=16)
 def _exact_when_padded(cache: str) -> bool:
     """Whether a left-padded row decodes under `cache` as alone (not `window`: its sinks are the first slots)."""
-    if cache == "none":
-        return True
+    return cache == "none" or _padded_exactly(get_registry(), cache)
+
+
+@lru_cache(maxsize=16)
+def _padded_exactly(registry: Registry, cache: str) -> bool:
+    """Keyed by the registry too: another registry may name another backend `cache`."""
     return bool(getattr(cache_factory(cache).impl, "exact_when_padded", True))
 
 

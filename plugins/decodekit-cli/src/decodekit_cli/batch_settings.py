@@ -22,17 +22,25 @@ from decodekit_cli.errors import CliError
 
 if TYPE_CHECKING:
     from decodekit.chain import Chain
+    from decodekit.plugins import Registry
     from decodekit_cli.sampling_options import SamplingOptions
 
-__all__ = ["FORMAT", "BatchSettings", "differences", "parsed_chain", "upgraded"]
+__all__ = ["FORMAT", "BatchSettings", "differences", "parsed_chain", "parsed_chain_cache", "upgraded"]
 
 FORMAT = 2  # of the recorded settings; a change that alters results must change it (2: stops at the model's EOS)
 MAX_SEED = 2**64  # what dk.validate allows, checked here before a model loads
 
 
-@lru_cache(maxsize=64)
 def parsed_chain(text: str) -> Chain:
-    """A chain string, parsed once per process (every line of a file usually shares one)."""
+    """A chain string, parsed once per registry (every line of a file usually shares one)."""
+    from decodekit.plugins import get_registry
+
+    return parsed_chain_cache(get_registry(), text)
+
+
+@lru_cache(maxsize=64)
+def parsed_chain_cache(registry: Registry, text: str) -> Chain:
+    """Keyed by the registry too: a chain parsed where `top_k` was enabled is not one where it is disabled."""
     from decodekit.chain import Chain
 
     return Chain.parse(text)

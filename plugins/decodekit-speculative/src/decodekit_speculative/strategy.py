@@ -28,7 +28,7 @@ from decodekit.engine import PREALLOCATED_COLUMNS, Decoding, sample_steps
 from decodekit.errors import DecodekitError, NumericsError, ParameterError, UnknownNameError
 from decodekit.model import Model, model_device_dtype
 from decodekit.params import Params
-from decodekit.plugins import load_model
+from decodekit.plugins import Registry, get_registry, load_model
 from decodekit.results import Generation, TokenLogprobs, token_logprobs
 from decodekit.spec import CacheSpec
 from decodekit.strategies import run_decode
@@ -56,10 +56,15 @@ class SpeculativeGeneration(Generation):
         return sum(self.accepted) / total if total else 0.0
 
 
-@functools.lru_cache(maxsize=2)
 def named_draft(name: str) -> Model:
     """A draft model by its registered name, loaded once: a batch job checks each line (`dk.validate` runs the
     policy's set-up) and decodes each batch with the same draft. Only names are kept; drafts are never changed."""
+    return _loaded_draft(get_registry(), name)
+
+
+@functools.lru_cache(maxsize=2)
+def _loaded_draft(registry: Registry, name: str) -> Model:
+    """Keyed by the registry too: another registry may name another model `name`, or none."""
     model: Model = load_model(name)
     return model
 
