@@ -1,6 +1,8 @@
 """A test plugin for the CLI tests: registers `two_scored`, a strategy whose result carries several scored
 sequences per prompt (`scores`, `sequences`, ... as beam search's) but which has no `num_return_sequences`: the
-command line shows the one sequence per prompt it streams, not the others (tests/.../test_returned_sequences.py)."""
+command line shows the one sequence per prompt it streams, not the others; and `n_best`, vLLM V0's `best_of` as a
+plugin would write it: the `num_return_sequences` best of `best_of` samples, without beams
+(tests/.../test_returned_sequences.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import Field, model_validator
+
 import decodekit as dk
 from decodekit.engine import sample_steps
-from decodekit.params import NoParams
+from decodekit.params import NoParams, Params
 
 __all__ = ["register_strategies"]
 
@@ -43,6 +47,45 @@ def two_scored(d: dk.Decoding, params: NoParams) -> Iterator[None]:
     }
 
 
+class NBestParams(Params):
+    best_of: int = Field(default=2, ge=1)
+    num_return_sequences: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _fits(self) -> NBestParams:
+        if self.num_return_sequences > self.best_of:
+            raise ValueError(f"num_return_sequences={self.num_return_sequences} must be <= best_of={self.best_of}")
+        return self
+
+
+def n_best(d: dk.Decoding, params: NBestParams) -> Iterator[None]:
+    """`best_of` samples per prompt; the `num_return_sequences` of highest cumulative logprob, best first."""
+    k = params.best_of
+    d.open(copies=k, copies_option="best_of")
+    score = [0.0] * len(d.rows)
+
+    def add(picked: Any) -> None:
+        for row, (lp, live) in enumerate(zip(picked.logprobs, d.live)):
+            score[row] += lp.raw if live else 0.0
+
+    yield from sample_steps(d, logprobs=d.request.logprobs or 0, after=add)
+    picks = []  # each prompt's rows, best first
+    for b in range(len(d.prompts)):
+        picks.append(sorted(range(b * k, (b + 1) * k), key=lambda r: -score[r])[: params.num_return_sequences])
+        d.finish(b, d.outputs[picks[b][0]].tokens, d.outputs[picks[b][0]].logprobs)
+    kept = [[d.outputs[r] for r in rows] for rows in picks]
+    d.result_type = TwoScored
+    d.extras = {
+        "sequences": [[o.tokens for o in best] for best in kept],
+        "scores": [[score[r] for r in rows] for rows in picks],
+        "sequence_texts": [[o.text for o in best] for best in kept],
+        "sequence_finish_reasons": [[o.finish_reason for o in best] for best in kept],
+        "sequence_stopped_by": [[o.stopped_by for o in best] for best in kept],
+        "sequence_logprobs": [[o.logprobs for o in best] for best in kept],
+    }
+
+
 @dk.hookimpl
 def register_strategies(register: Any) -> None:
     register("two_scored", two_scored, NoParams, "two samples per prompt, both scored")
+    register("n_best", n_best, NBestParams, "the n best of best_of samples, by cumulative logprob")

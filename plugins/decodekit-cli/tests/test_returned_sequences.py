@@ -209,3 +209,41 @@ def test_a_plugin_strategy_with_scored_sequences_but_no_count_shows_the_one_it_s
         assert len(json.loads(result.stdout)["samples"]) == 1
     else:
         assert result.stdout.startswith(PROMPT) and "--- sample" not in result.stdout
+
+
+def _n_best(strategy: str, n: str, *extra: str) -> Any:
+    """`generate -n n --strategy strategy` with `n_best` (tests/cli_strategy_plugin.py: vLLM's best_of)."""
+    env = dict(os.environ, DECODEKIT_EXTRA_PLUGINS="cli_testplugin,cli_strategy_plugin")
+    env.pop("DECODEKIT_LOAD_PLUGINS", None)
+    flags = ["--max-new-tokens", "6", "--ignore-eos", "--seed", "0"]
+    return run_cli(
+        ["generate", PROMPT, "-m", MODEL, *flags, "--strategy", strategy, "-n", n, *extra], env, fresh_plugins=True
+    )
+
+
+def test_n_under_a_plugin_strategy_with_its_own_count_is_its_count_within_its_own_limits() -> None:
+    """A plugin strategy with `num_return_sequences` but no beams (vLLM's best_of): `-n 3` was refused in beam
+    search's words ("beam search returns at most its num_beams=1 best hypotheses"), its default count taken for
+    beams."""
+    result = _n_best("n_best(best_of=4)", "3", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["strategy"] == "n_best(best_of=4, num_return_sequences=3)"
+    samples = report["samples"]
+    assert len(samples) == 3
+    for sample in samples:  # each its cumulative log-probability under the model
+        assert sample["score"] == pytest.approx(_score(sample["tokens"]) * len(sample["tokens"]), abs=1e-4)
+    assert [s["score"] for s in samples] == sorted((s["score"] for s in samples), reverse=True)
+    for strategy, n, message in [
+        (
+            "n_best(best_of=4, num_return_sequences=3)",
+            "2",
+            "-n 2 and --strategy 'n_best(best_of=4, num_return_sequences=3)': two counts of the sequences strategy "
+            "'n_best' returns; allowed: one of them (-n N sets num_return_sequences=N)",
+        ),
+        ("n_best(best_of=4)", "5", "-n 5: "),
+    ]:
+        result = _n_best(strategy, n)
+        assert (result.returncode, result.stdout) == (2, ""), result.stderr
+        assert result.stderr.startswith(f"decodekit: error: {message}"), result.stderr
+        assert "beam" not in result.stderr

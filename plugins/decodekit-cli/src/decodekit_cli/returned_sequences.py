@@ -1,14 +1,16 @@
 """How many sequences of one prompt `decodekit generate` decodes: `-n N` samples, or the N best beams.
 
 Beam search is deterministic, so N copies of a prompt would decode N identical beams. Under a strategy that returns
-hypotheses (beam's `num_return_sequences`), `-n N` (or a checkpoint's `num_return_sequences`) asks for the N best
-hypotheses of one decoded prompt instead; they must fit among its `num_beams`.
+hypotheses (beam's `num_return_sequences`, or a plugin's, such as vLLM's `best_of`), `-n N` (or a checkpoint's
+`num_return_sequences`) asks for the N best of one decoded prompt instead; beam's must fit among its `num_beams`, a
+plugin's within its own limits.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from decodekit.errors import DecodekitError
 from decodekit_cli.errors import CliError
 
 __all__ = ["Sequences", "plan_sequences"]
@@ -28,7 +30,7 @@ def plan_sequences(
     strategy: str, n: int, source: str | None, from_model: bool = False, count: str = "-n N with N"
 ) -> Sequences:
     """`n` sequences under `strategy`. source: how `n` was asked ("-n 3", the model's own ...), None: not at all
-    (n is 1, and a beam strategy returns its own `num_return_sequences`). from_model: `n` is a model's default,
+    (n is 1, and a strategy with a `num_return_sequences` returns its own). from_model: `n` is a model's default,
     which a `num_return_sequences` given in `--strategy` overrides. count: how the user writes it, for the error."""
     from decodekit.chain_string import parse_stage
     from decodekit.strategies import strategy_params
@@ -37,21 +39,33 @@ def plan_sequences(
     own = getattr(params, "num_return_sequences", None)
     if own is None:  # a sampler draws each sample from its own copy of the prompt
         return Sequences(strategy, n)
-    given = "num_return_sequences" in parse_stage(strategy, what="--strategy").kwargs
+    name, _, kwargs = parse_stage(strategy, what="--strategy")
+    given = "num_return_sequences" in kwargs
     if source is None or (given and from_model):
         return Sequences(strategy, 1, int(own))
     if given and own != n:
         raise CliError(
-            f"{source} and --strategy {strategy!r}: two counts of the hypotheses beam search returns; allowed: one of "
-            f"them (-n N sets num_return_sequences=N)"
+            f"{source} and --strategy {strategy!r}: two counts of {_returned(name)}; allowed: one of them "
+            "(-n N sets num_return_sequences=N)"
         )
-    beams = int(getattr(params, "num_beams", own))
-    if n > beams:
+    beams = getattr(params, "num_beams", None)
+    if beams is not None and n > beams:
         raise CliError(
             f"{source}: beam search returns at most its num_beams={beams} best hypotheses (num_return_sequences <= "
             f"num_beams); allowed: {count} <= {beams}, or more beams: --strategy 'beam(num_beams={n})'"
         )
-    return Sequences(strategy if given else _with_count(strategy, n), 1, n)
+    if given:
+        return Sequences(strategy, 1, n)
+    counted = _with_count(strategy, n)
+    try:  # the strategy's own limits on its count (a plugin's best_of), in its words
+        strategy_params(counted)
+    except DecodekitError as exc:
+        raise CliError(f"{source}: {exc}") from None
+    return Sequences(counted, 1, n)
+
+
+def _returned(name: str) -> str:
+    return "the hypotheses beam search returns" if name == "beam" else f"the sequences strategy {name!r} returns"
 
 
 def _with_count(strategy: str, n: int) -> str:
