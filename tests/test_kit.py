@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from typing import Any
 
@@ -237,6 +238,16 @@ def test_the_checks_catch(check: Callable[[Any], None], sound: Any, broken: Any,
     check(sound)  # the stage it breaks passes
     with pytest.raises(AssertionError, match=message):
         check(broken)
+
+
+def test_a_print_is_placed_in_the_stage_not_in_a_library_that_wraps_print(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's progress bars replace `builtins.print` with a wrapper of their own: the kit said the stage printed a
+    tensor "at tqdm_ray.py:50: _print(*args, **kwargs)" (CI met it when a Ray test ran first in the worker)."""
+    library: dict[str, Any] = {"__name__": "progress_lib", "_print": builtins.print}
+    exec(compile("def print(*args, **kwargs):\n    _print(*args, **kwargs)\n", "progress_lib.py", "exec"), library)
+    monkeypatch.setattr(builtins, "print", library["print"])
+    with pytest.raises(AssertionError, match=r"printing a tensor at test_kit\.py:\d+: print\(logits"):
+        check_processor(PrintsTheLogits(k=3))
 
 
 def test_the_distribution_check_catches_a_wrong_distribution() -> None:

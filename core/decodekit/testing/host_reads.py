@@ -10,6 +10,7 @@ computes from one is checked like the rest.
 
 from __future__ import annotations
 
+import linecache
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -71,15 +72,16 @@ def find_host_read(call: Callable[..., object], *args: object) -> str | None:
     reads nothing. Raises `UncheckedError` when it cannot run on fake tensors for another reason."""
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [_fake(mode, a) for a in args]
+    package = str(getattr(call, "__module__", "")).partition(".")[0]
     try:
         with mode, _Calls():
             call(*fakes)
     except _ReadError as exc:
-        return f"{exc.args[0]} at {_where(exc)}"
+        return f"{exc.args[0]} at {_where(exc, package)}"
     except DataDependentOutputException as exc:
-        return f"a value ({exc.func}: .item(), int(), bool() of a tensor, torch.equal) at {_where(exc)}"
+        return f"a value ({exc.func}: .item(), int(), bool() of a tensor, torch.equal) at {_where(exc, package)}"
     except DynamicOutputShapeException as exc:
-        return f"a shape that depends on values ({exc.func}: nonzero, a boolean mask, unique) at {_where(exc)}"
+        return f"a shape that depends on values ({exc.func}: nonzero, a boolean mask, unique) at {_where(exc, package)}"
     except Exception as exc:
         raise UncheckedError(f"{type(exc).__name__}: {exc}") from exc
     return None
@@ -100,17 +102,19 @@ def _fake(mode: FakeTensorMode, arg: object) -> object:
     return arg
 
 
-def _where(exc: BaseException) -> str:
-    """The innermost line of the caller's code (neither torch's nor this module's) the read came from."""
+def _where(exc: BaseException, package: str) -> str:
+    """The innermost line of `package` (the stage's) the read came from, else of any code but torch's and this
+    module's: a library that wraps `print` (Ray's progress bars do) is not where the stage read."""
     frames = [
-        f
-        for f in traceback.extract_tb(exc.__traceback__)
-        if not Path(f.filename).is_relative_to(_TORCH) and f.filename != __file__
+        (frame.f_globals.get("__name__", ""), frame.f_code.co_filename, line)
+        for frame, line in traceback.walk_tb(exc.__traceback__)
+        if not Path(frame.f_code.co_filename).is_relative_to(_TORCH) and frame.f_code.co_filename != __file__
     ]
-    if not frames:
+    own = [f for f in frames if f[0].partition(".")[0] == package]
+    if not (own or frames):
         return "an unknown line"
-    f = frames[-1]
-    return f"{Path(f.filename).name}:{f.lineno}: {(f.line or '').strip()}"
+    _, filename, line = (own or frames)[-1]
+    return f"{Path(filename).name}:{line}: {linecache.getline(filename, line).strip()}"
 
 
 def assert_reads_nothing(stage: object, what: str, call: Callable[..., object], *args: object) -> None:
