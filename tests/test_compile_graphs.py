@@ -142,6 +142,20 @@ def test_a_compiled_model_and_its_weights_die_when_the_caller_drops_it(graphs: l
     assert [ref() for ref in dropped] == [None] * len(dropped)
 
 
+def test_a_second_vocabulary_size_compiles_its_own_step_graph_without_breaks(
+    graphs: list[torch.fx.GraphModule],
+) -> None:
+    """Dynamo makes a size that changes between calls a symbol: after a model of 3,000 tokens, a chain's step for
+    one of 2,000 planned top_k's candidate grid from a symbolic vocabulary and broke the graph every step."""
+    options: dict[str, Any] = {"chain": "top_k(5) | sample", "max_new_tokens": 4, "cache": "dense", "seed": 3}
+    for vocab_size in (3000, 2000):
+        model = tiny_gpt(vocab_size=vocab_size, n_layer=1)
+        eager = dk.generate(model, BATCHES[0], **options).tokens
+        torch._dynamo.utils.counters.clear()
+        assert dk.generate(model, BATCHES[0], compile=True, **options).tokens == eager
+        assert dict(torch._dynamo.utils.counters["graph_break"]) == {}, vocab_size
+
+
 def test_xtc_then_sample_compiles_one_step_graph_from_the_first_step(graphs: list[torch.fx.GraphModule]) -> None:
     """The step takes two uniforms per row (xtc's, then sample's). A decode's first step runs eagerly and counts
     them, so every compiled step has both drawn ahead. Before: the first compiled step had one drawn ahead, so

@@ -49,6 +49,7 @@ def test_the_full_chains_processors_compile_as_one_graph() -> None:
     chain = dk.Chain.parse(STANDARD[-1])
     x = torch.randn(2, 50_257, generator=torch.Generator().manual_seed(0))
     ctx = ctx_for(2, history=40, step=5)
+    torch._dynamo.mark_static(x, 1)  # as `Chain.compiled` does: another test's vocabulary made it a symbol
     compiled = torch.compile(chain._process_fast, fullgraph=True)
     got, expected = compiled(x, ctx), chain._process_fast(x, ctx)
     assert isinstance(got, dk.Candidates) and isinstance(expected, dk.Candidates)

@@ -259,6 +259,9 @@ class Chain:
                 # recompiled at the second step (dynamo takes a plain int as a constant in its first graph; torch
                 # before 2.9 has no `DynamicInt`, and compiles one graph more).
                 torch._dynamo.maybe_mark_dynamic(ctx.tokens, 1)
+                # The vocabulary stays a constant: a truncation plans from it, and a second vocabulary size in the
+                # process (another model) made it a symbol that the plan cannot trace (a graph break every step).
+                torch._dynamo.mark_static(logits, 1)
                 count = ctx.step
                 ctx.step = count if _DynamicInt is None else _DynamicInt(count)
                 try:

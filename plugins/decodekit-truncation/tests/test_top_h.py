@@ -212,6 +212,7 @@ def test_a_float64_chain_picks_only_what_process_keeps() -> None:
 def test_compiles_as_one_graph_dense_and_on_candidates() -> None:
     """fullgraph=True fails on any graph break, a host read included."""
     x = random_logits(2, 5000, seed=1)
+    torch._dynamo.mark_static(x, 1)  # as `Chain.compiled` does: another test's vocabulary made it a symbol
     ctx = dk.DecodeContext(tokens=torch.zeros(2, 1).long())
     top_h = dk.create("top_h", h=0.6)
     assert torch.equal(torch.compile(top_h, fullgraph=True)(x, ctx), top_h(x, ctx))
