@@ -7,11 +7,13 @@ strings in the text as ever; the token is the output's last token id either way.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 import decodekit as dk
+from decodekit.testing.tiny_lm import Letters, TinyLM
 
 OPTIONS: dict[str, Any] = {"chain": "temperature(0.9)", "max_new_tokens": 40, "seed": 7, "cache": "dense"}
 
@@ -106,3 +108,33 @@ def test_every_strategy_keeps_the_stop_token_alike(model: Any, strategy: str) ->
     assert kept.text == [model.tokenizer.decode(tokens)] and cut.text == [model.tokenizer.decode(tokens[:-1])]
     if strategy.startswith("speculative"):  # greedy drafts verified greedily: the greedy text, to its first "e"
         assert kept.text == [greedy[: greedy.index("e") + 1]]
+
+
+class _Ids(Letters):
+    """`Letters` with the optional members given set (the others absent)."""
+
+    def __init__(self, vocab_size: int, **members: object) -> None:
+        super().__init__(vocab_size)
+        for name, value in members.items():
+            setattr(self, name, value)
+
+
+@pytest.mark.parametrize("name", ["eos_token_ids", "special_token_ids"])
+def test_a_tokenizer_whose_optional_ids_are_none_has_none(name: str) -> None:
+    """None is a tokenizer's way to say it has none (transformers' eos_token_id): every decode raised TypeError ('Value
+    after * must be an iterable') once the row outputs read both members, with or without include_stop_str_in_output."""
+    lm = TinyLM(26)
+    options: dict[str, Any] = {"chain": "temperature(1.5)", "max_new_tokens": 12, "seed": 3, "cache": "none"}
+    lm.tokenizer = _Ids(26)  # type: ignore[assignment]
+    plain = dk.generate(lm, ["ab"], stop_tokens=[4], include_stop_str_in_output=True, **options)
+    lm.tokenizer = _Ids(26, **{name: None})  # type: ignore[assignment]
+    out = dk.generate(lm, ["ab"], stop_tokens=[4], include_stop_str_in_output=True, **options)
+    assert (out.text, out.tokens, out.stopped_by) == (plain.text, plain.tokens, plain.stopped_by)
+
+
+@pytest.mark.parametrize("value", [4, 0, "e", [4, "e"]])
+def test_a_tokenizer_whose_optional_ids_are_no_ids_is_refused_naming_them(value: object) -> None:
+    lm = TinyLM(26)
+    lm.tokenizer = _Ids(26, special_token_ids=value)  # type: ignore[assignment]
+    with pytest.raises(dk.PluginError, match=rf"special_token_ids={re.escape(repr(value))} is invalid; allowed: "):
+        dk.generate(lm, ["ab"], max_new_tokens=3, cache="none")

@@ -298,6 +298,28 @@ def test_a_standard_name_installed_but_left_out_says_how_to_enable_it(
         assert message.endswith(" to enable it") and "pip install" not in message
 
 
+def test_every_name_a_plugin_of_the_checkout_registers_is_a_standard_name() -> None:
+    """`STANDARD_PLUGINS` is how a missing name is known to be a standard one: it lacked 30 (min_p, dry, h2o, ...), so
+    each of those, disabled, was an "unknown sampler" with a close name, not installed but disabled."""
+    from decodekit.standard_plugins import STANDARD_PLUGINS
+
+    root = Path(__file__).resolve().parents[1]
+    registered = {
+        name: dist
+        for dist, info in decodekit.plugins.get_registry().plugins.items()
+        if (root / "plugins" / dist / "pyproject.toml").exists()
+        for name in [*info.samplers, *info.cache_backends, *info.models, *info.strategies]
+    }
+    assert {n: d for n, d in registered.items() if STANDARD_PLUGINS.get(n) != d} == {}
+
+
+def test_a_sampler_of_a_disabled_plugin_beyond_the_defaults_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "decodekit-penalties")
+    monkeypatch.setattr(decodekit.plugins, "_registry", None)  # rebuilt from the variable on first use
+    with pytest.raises(dk.UnknownNameError, match=r"^sampler 'frequency_penalty' is installed but disabled: "):
+        dk.Chain.parse("frequency_penalty(0.5)")
+
+
 def test_register_plugin_in_code() -> None:
     class MyPlugin:
         @dk.hookimpl

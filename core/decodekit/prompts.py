@@ -19,8 +19,8 @@ Prompts = str | Sequence[str] | Sequence[Sequence[int]] | Sequence[int] | Tensor
 
 class Tokenizer(Protocol):
     """What decodekit needs of a model's `tokenizer`. Optional members it reads where present: `eos_token_ids` and
-    `special_token_ids` (ids that render no text at the end of a row: docs/concepts.md), `token_bytes()` (grammars:
-    docs/grammar.md)."""
+    `special_token_ids` (ids that render no text at the end of a row, None: none; docs/concepts.md), `token_bytes()`
+    (grammars: docs/grammar.md)."""
 
     def encode(self, text: str) -> list[int]: ...
     def decode(self, ids: Sequence[int]) -> str: ...

@@ -62,7 +62,8 @@ class TokenEvent:
 @dataclass
 class Generation:
     """Per row: the generated suffix (a stop token that ended the row is its last token),
-    why the row stopped, and the text (stop token or stop string excluded) when there is a tokenizer."""
+    why the row stopped, and the text (stop token or stop string excluded, unless include_stop_str_in_output) when there
+    is a tokenizer."""
 
     tokens: list[list[int]]
     finish_reasons: list[FinishReason]

@@ -29,29 +29,32 @@ __all__ = [
     "with_needs",
 ]
 
-STANDARD_PLUGINS: dict[str, str] = {
-    "greedy": "decodekit-greedy",
-    "temperature": "decodekit-temperature",
-    "top_k": "decodekit-top-k",
-    "top_p": "decodekit-top-p",
-    "repetition_penalty": "decodekit-repetition-penalty",
-    "json_schema": "decodekit-grammar",
-    "json": "decodekit-grammar",
-    "regex": "decodekit-grammar",
-    "grammar": "decodekit-grammar",
-    "dense": "decodekit-cache-dense",
-    "gqa": "decodekit-cache-gqa",
-    "int8": "decodekit-cache-int8",
-    "window": "decodekit-cache-window",
-    "beam": "decodekit-beam",
-    "speculative": "decodekit-speculative",
-    "cfg": "decodekit-guidance",
-    "tiny-shakespeare": "decodekit-shakespeare",
-    "tiny-shakespeare-draft": "decodekit-shakespeare",
-    "tiny-shakespeare-llama": "decodekit-shakespeare-llama",
-    "gpt2": "decodekit-gpt",
-    "hf": "decodekit-hf",
+# What each plugin distribution of this repository registers: its samplers, cache backends, strategies and models.
+_REGISTERS: dict[str, str] = {
+    "decodekit-adaptive": "dynamic_temperature gumbel mirostat mirostat_v2",
+    "decodekit-beam": "beam",
+    "decodekit-cache-dense": "dense",
+    "decodekit-cache-gqa": "gqa",
+    "decodekit-cache-int8": "int8",
+    "decodekit-cache-scored": "h2o knorm snapkv streaming tova",
+    "decodekit-cache-window": "window",
+    "decodekit-constraints": "allowed_tokens bad_words exponential_decay logit_bias min_new_tokens sequence_bias",
+    "decodekit-gpt": "gpt2",
+    "decodekit-grammar": "grammar json json_schema regex",
+    "decodekit-greedy": "greedy",
+    "decodekit-guidance": "cfg",
+    "decodekit-hf": "hf",
+    "decodekit-penalties": "dry frequency_penalty no_repeat_ngram presence_penalty",
+    "decodekit-repetition-penalty": "repetition_penalty",
+    "decodekit-shakespeare": "tiny-shakespeare tiny-shakespeare-draft",
+    "decodekit-shakespeare-llama": "tiny-shakespeare-llama",
+    "decodekit-speculative": "speculative",
+    "decodekit-temperature": "temperature",
+    "decodekit-top-k": "top_k",
+    "decodekit-top-p": "top_p",
+    "decodekit-truncation": "epsilon eta min_p top_a top_h top_n_sigma typical xtc",
 }
+STANDARD_PLUGINS: dict[str, str] = {name: dist for dist, names in _REGISTERS.items() for name in names.split()}
 
 # The plugins each plugin needs at run time (its pyproject's dependencies): from a checkout, pip finds
 # them on no index, so an install hint names their folders too.
