@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
 import torch
@@ -20,7 +20,7 @@ from decodekit.errors import ContextLengthError, ParameterError, PluginError, Un
 from decodekit.model import Model, last_only, model_device_dtype
 from decodekit.outputs import RowOutput
 from decodekit.params import Params
-from decodekit.prompts import as_index, left_pad
+from decodekit.prompts import left_pad, tokenizer_ids
 from decodekit.request import DecodeRequest
 from decodekit.results import Generation, PromptLogprobs, TokenEvent, prompt_logprobs
 from decodekit.spec import CacheSpec, ModelSpec
@@ -348,7 +348,7 @@ class Decoding:
         """The tokenizer's tokens without text: its `eos_token_ids` and `special_token_ids`, each optional (vLLM
         decodes with skip_special_tokens=True: such a token that ends a row adds no text, kept or not)."""
         tokenizer = self.request.tokenizer
-        return frozenset([*_tokenizer_ids(tokenizer, "eos_token_ids"), *_tokenizer_ids(tokenizer, "special_token_ids")])
+        return frozenset([*tokenizer_ids(tokenizer, "eos_token_ids"), *tokenizer_ids(tokenizer, "special_token_ids")])
 
     def _push(self, out: RowOutput, token: int, logprobs: Any, row: int, record: bool = True) -> None:
         """Check `token` and add it to `out` (with `logprobs` if the request asks); keep its event if `record`."""
@@ -529,15 +529,3 @@ def check_rows(owner: str, option: str, value: int, rows: int, columns: int, mod
             f"{rows * per_row / 2**30:,.1f} GiB, more than the {memory / 2**30:,.1f} GiB of memory of "
             f"device {torch.device(device)}; allowed: {option} <= {memory // per_row // (rows // value):,} here"
         )
-
-
-def _tokenizer_ids(tokenizer: object, name: str) -> list[int]:
-    """The tokenizer's optional member `name`, token ids; absent or None (transformers' way): none."""
-    ids = getattr(tokenizer, name, None)
-    if ids is None:
-        return []
-    listed = isinstance(ids, Iterable) and not isinstance(ids, (str, bytes))
-    items = [as_index(i) for i in ids] if listed else [None]
-    if None in items:
-        raise PluginError(f"model tokenizer: {name}={ids!r} is invalid; allowed: a sequence of int token ids, or None")
-    return cast(list[int], items)

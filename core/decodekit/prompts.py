@@ -4,15 +4,15 @@ negative positions, so every row decodes as it would alone (docs/concepts.md, "M
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, cast
 
 import torch
 from torch import Tensor
 
-from decodekit.errors import ParameterError
+from decodekit.errors import ParameterError, PluginError
 
-__all__ = ["Prompts", "Tokenizer", "as_index", "left_pad", "prompt_rows", "token_ids"]
+__all__ = ["Prompts", "Tokenizer", "as_index", "left_pad", "prompt_rows", "token_ids", "tokenizer_ids"]
 
 Prompts = str | Sequence[str] | Sequence[Sequence[int]] | Sequence[int] | Tensor
 
@@ -100,3 +100,16 @@ def as_index(x: object) -> int | None:
         return operator.index(x)  # type: ignore[arg-type]
     except TypeError:
         return None
+
+
+def tokenizer_ids(tokenizer: object, name: str) -> list[int]:
+    """The tokenizer's optional member `name` (`eos_token_ids`, `special_token_ids`), token ids; absent or None
+    (transformers' way): none."""
+    ids = getattr(tokenizer, name, None)
+    if ids is None:
+        return []
+    listed = isinstance(ids, Iterable) and not isinstance(ids, (str, bytes))
+    items = [as_index(i) for i in ids] if listed else [None]
+    if None in items:
+        raise PluginError(f"model tokenizer: {name}={ids!r} is invalid; allowed: a sequence of int token ids, or None")
+    return cast(list[int], items)

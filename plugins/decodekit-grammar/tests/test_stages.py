@@ -77,6 +77,22 @@ def test_an_end_token_is_allowed_once_the_text_matches_and_forced_once_nothing_e
     assert stage.ends_row(0, [*WITH_EOS.encode("aa"), 0]) == "regex"  # the end token ends the grammar too
 
 
+def test_a_tokenizer_whose_end_tokens_are_none_has_none() -> None:
+    """None is transformers' way to say a tokenizer has no end token: the grammar's table raised TypeError ('NoneType'
+    object is not iterable); it constrains as a tokenizer without the member does, and other values are refused."""
+    none, absent = Chars("ab"), Chars("ab")
+    none.eos_token_ids = None  # type: ignore[assignment]
+    absent.eos_token_ids = ()
+    stage = dk.create("regex", pattern="a+b?")
+    # no end token to allow or force: a complete text leaves every id (0 included, which has no bytes here)
+    assert [allowed(stage, none, text, 3) for text in ("", "a", "ab")] == ["a", "ab", "<eos>ab"]
+    assert [allowed(stage, absent, text, 3) for text in ("", "a", "ab")] == ["a", "ab", "<eos>ab"]
+    broken = Chars("ba")  # another alphabet: a fresh token table
+    broken.eos_token_ids = "0"  # type: ignore[assignment]
+    with pytest.raises(dk.PluginError, match=r"eos_token_ids='0' is invalid; allowed: a sequence of int token ids"):
+        allowed(stage, broken, "", 3)
+
+
 def test_a_character_the_vocabulary_lacks_is_never_skipped(shakespeare: Any) -> None:
     """tiny-shakespeare has no "<" and no "ï": where the grammar needs one, no token of the vocabulary may
     follow (not the character after it, which llguidance's tokenizing of the bytes it forces would give)."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from decodekit.errors import DecodekitError, ParameterError
+from decodekit.prompts import tokenizer_ids
 
 __all__ = ["ByteTokenizer", "TokenTable", "token_table"]
 
@@ -89,5 +90,5 @@ def _table(tokenizer: object, vocab_size: int, stage: str) -> TokenTable:
             "allowed: bytes, or None for a special token"
         )
     tokens += [None] * (vocab_size - len(tokens))  # ids the model scores beyond the tokenizer's: never text
-    eos = tuple(int(i) for i in getattr(tokenizer, "eos_token_ids", ()) if 0 <= int(i) < vocab_size)
+    eos = tuple(i for i in tokenizer_ids(tokenizer, "eos_token_ids") if 0 <= i < vocab_size)
     return TokenTable(tuple(tokens), eos)
