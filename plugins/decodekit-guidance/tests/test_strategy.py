@@ -151,3 +151,22 @@ def test_a_negative_prompt_past_the_context_is_named(model: TinyLM, negative: An
         dk.validate(model, [[1, 2, 3], [4, 5]], strategy="cfg", negative=negative, max_new_tokens=8)
     with pytest.raises(dk.ContextLengthError, match=match):
         cfg(model, [[1, 2, 3], [4, 5]], negative=negative, max_new_tokens=8)
+
+
+def test_a_tokens_rank_is_its_rank_under_the_conditional_model(model: TinyLM) -> None:
+    """`raw` and `raw_top` were the conditional model's, but `rank` the guided scores' (seed 2: ranks 4 and 31
+    where the model gives 8 and 24): each generated token's rank is the one its prompt logprobs give after the
+    prompt and the tokens before it, under the model alone."""
+    options: dict[str, Any] = {"chain": "temperature(1.5)", "max_new_tokens": 8, "seed": 2, "logprobs": 0}
+    out = cfg(model, PROMPTS[:1], scale=3.0, negative=NEGATIVES[0], **options)
+    tokens = out.tokens[0]
+    scored = dk.generate(model, [PROMPTS[0] + tokens], max_new_tokens=1, prompt_logprobs=0, cache="none")
+    under_model = [p.rank for p in scored.prompt_logprobs[0][len(PROMPTS[0]) :]]  # type: ignore[index]
+    assert [lp.rank for lp in out.logprobs[0]] == under_model  # type: ignore[index]
+    assert (
+        [lp.raw for lp in out.logprobs[0]]
+        == pytest.approx(  # type: ignore[index]
+            [p.logprob for p in scored.prompt_logprobs[0][len(PROMPTS[0]) :]],
+            abs=1e-5,  # type: ignore[index]
+        )
+    )

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-import torch
 from torch import Tensor
 from typing_extensions import Unpack
 
@@ -30,7 +29,7 @@ from decodekit.model import Model
 from decodekit.params import Params
 from decodekit.prompts import Prompts
 from decodekit.request import DecodeOptions
-from decodekit.results import Generation
+from decodekit.results import Generation, prompt_logprobs
 from decodekit.strategies import run_decode
 from decodekit_guidance.negative import negative_rows
 from decodekit_guidance.params import GuidanceParams, Negative
@@ -135,14 +134,11 @@ def _steps(d: Decoding, pairs: Decoding, scale: float) -> Iterator[None]:
 
 
 def _raw_from_model(picked: Picked, cond: Tensor, n: int) -> Picked:
-    """`picked` with `raw` and `raw_top` the conditional model's (`log_softmax(cond)`, transformers' `output_logits`);
-    `processed` stays the chain's on the guided scores."""
+    """`picked` with `raw`, `raw_top` and `rank` the conditional model's (`log_softmax(cond)`, transformers'
+    `output_logits`); `processed` stays the chain's on the guided scores."""
     assert picked.logprobs is not None
-    lp = torch.log_softmax(cond.float(), -1)
-    chosen = lp.gather(1, picked.tokens[:, None])[:, 0].tolist()
-    top_v, top_i = lp.topk(n, -1) if n else (lp[:, :0], picked.tokens[:, None][:, :0])
+    model = prompt_logprobs(cond, picked.tokens, n)  # each token's log-probability, rank and top n under `cond`
     merged: list[Any] = [
-        replace(lps, raw=c, raw_top=list(zip(i, v)))
-        for lps, c, i, v in zip(picked.logprobs, chosen, top_i.tolist(), top_v.tolist())
+        replace(lps, raw=m.logprob, raw_top=m.top, rank=m.rank) for lps, m in zip(picked.logprobs, model)
     ]
     return Picked(picked.tokens, picked.ids, merged)
