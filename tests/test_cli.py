@@ -885,8 +885,8 @@ def test_plugins_left_out_by_the_variables_are_named_as_disabled_with_how_to_ena
     r = cli("generate", PROMPT, "-m", MODEL, "--top-p", "0.9", DECODEKIT_DISABLE_PLUGINS="decodekit-top-p")
     assert r.returncode == 2 and r.stderr == (
         "decodekit: error: installed but disabled: the chain 'top_p(p=0.9)' needs top_p. DECODEKIT_DISABLE_PLUGINS "
-        "lists decodekit-top-p; remove it from DECODEKIT_DISABLE_PLUGINS to enable it; or give --model and a --chain "
-        "of installed samplers\n"
+        "lists decodekit-top-p; remove it from DECODEKIT_DISABLE_PLUGINS to enable it; or give a --chain of installed "
+        "samplers\n"  # --model is given: only the chain to change (it said "give --model and a --chain")
     )
     both = {"DECODEKIT_LOAD_PLUGINS": "decodekit-top-p", "DECODEKIT_DISABLE_PLUGINS": "decodekit-top-p"}
     r = cli("generate", PROMPT, "-m", MODEL, "--top-p", "0.9", **both)

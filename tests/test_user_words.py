@@ -220,8 +220,8 @@ def test_a_standard_sampler_that_is_disabled_says_how_to_enable_it_in_python_and
     assert str(info.value) == f"sampler 'top_p' is installed but disabled: {words}"
     result = _cli("generate", "ROMEO", *FLAGS, "--top-p", "0.9", DECODEKIT_DISABLE_PLUGINS="decodekit-top-p")
     assert result.returncode == 2 and result.stderr == (
-        f"decodekit: error: installed but disabled: the chain 'top_p(p=0.9)' needs top_p. {words}; or give --model "
-        "and a --chain of installed samplers\n"
+        f"decodekit: error: installed but disabled: the chain 'top_p(p=0.9)' needs top_p. {words}; or give a "
+        "--chain of installed samplers\n"
     )
 
 
@@ -383,7 +383,7 @@ def test_a_standard_plugin_installed_that_fails_to_load_says_so_with_its_error_n
         ),
         (
             f"installed but failed to load: the chain 'top_p(p=0.9)' needs top_p. {top_p}; "
-            "or give --model and a --chain of installed samplers",
+            "or give a --chain of installed samplers",
             ["--top-p", "0.9", "--cache", "none"],
         ),
     ]

@@ -171,7 +171,8 @@ def check_installed(model: str | None, chain: str | None, flags: Mapping[str, fl
         missing.append(f"{which} {text!r} needs {', '.join(absent)}")
         dists += [STANDARD_PLUGINS[n] for n in absent]
     if missing:
-        alternative = "; or give --model and a --chain of installed samplers" if names and absent else ""
+        model_too = "--model and " if len(missing) > 1 else ""  # the model is missing as well as samplers
+        alternative = f"; or give {model_too}a --chain of installed samplers" if names and absent else ""
         raise CliError(f"{_unavailable(dists, '; '.join(missing))}{alternative}")
 
 
