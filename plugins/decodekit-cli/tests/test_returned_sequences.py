@@ -154,6 +154,10 @@ def test_the_models_num_return_sequences_is_n_samples_or_beams(monkeypatch: pyte
     assert beams["strategy"] == "beam(num_beams=3, num_return_sequences=2)" and len(beams["samples"]) == 2
     own = json.loads(_generate("--strategy", "beam(num_beams=3, num_return_sequences=1)", "--json").stdout)
     assert len(own["samples"]) == 1  # --strategy's own count replaces the model's
+    _offering(monkeypatch, {"num_return_sequences": 2})  # beam search given, not the model's: it said "sampling"
+    searched = _generate("--strategy", "beam(num_beams=3)", "--json")
+    assert len(json.loads(searched.stdout)["samples"]) == 2
+    assert searched.stderr == "decodekit: note: decoding with the model's own num_return_sequences 2; -n replaces it\n"
 
 
 def test_a_batch_job_writes_the_models_sequences_for_every_line(

@@ -111,7 +111,7 @@ class SamplingOptions:
         said += [(f"stop strings {list(stops)!r}", "--stop")] if stops else []
         said += [(f"num_return_sequences {count}", "-n")] if (count := defaults.get("num_return_sequences")) else []
         if said:
-            verb = "sampling" if own is None else "decoding"
+            verb = "sampling" if (own if own is not None else strategy) in (None, "sample") else "decoding"
             flags = ", ".join(flag for _, flag in said)
             verbs = "replaces it" if len(said) == 1 else "replace them"
             report_note(f"{verb} with the model's own {', '.join(part for part, _ in said)}; {flags} {verbs}")
