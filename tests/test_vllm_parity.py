@@ -459,6 +459,18 @@ def stops_case(rng: random.Random, free: str) -> tuple[Stops, list[int]]:
     return Stops(tokens, [s for s in stop if s], rng.random() < 0.5), special
 
 
+def streamed(lm: TinyLM, prompt: Any, chain: str, new: int, seed: int, sp: Stops) -> tuple[Ended, str | None]:
+    """dk.stream's row under `sp`, as `vllm_stops` gives vLLM's, and its finish reason."""
+    stops = dict(stop_tokens=sp.stop_token_ids, stop_strings=sp.stop)
+    options = dict(
+        chain=chain, max_new_tokens=new, seed=[seed], include_stop_str_in_output=sp.include_stop_str_in_output
+    )
+    events = list(dk.stream(lm, [prompt], **stops, **options))
+    texts = [ev.text or "" for ev in events]
+    ended = Ended("".join(texts), [ev.token for ev in events], events[-1].stopped_by, texts)
+    return ended, events[-1].finish_reason
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_stops_end_rows_and_cut_text_as_vllm(seed: int) -> None:
     """25 cases per seed: the text, tokens, stop reason and (the stop string kept: nothing held back) each event's
@@ -472,28 +484,11 @@ def test_stops_end_rows_and_cut_text_as_vllm(seed: int) -> None:
         sp, special = stops_case(rng, CharTokenizer().decode(sampled))
         lm.tokenizer = SpecialChars(special)  # type: ignore[attr-defined]
         theirs = vllm_stops(sampled, special, sp)
-        events = list(
-            dk.stream(
-                lm,
-                [prompt],
-                chain=chain,
-                max_new_tokens=new,
-                seed=[case],
-                stop_tokens=sp.stop_token_ids,
-                stop_strings=sp.stop,
-                include_stop_str_in_output=sp.include_stop_str_in_output,
-            )
-        )
-        ours = Ended(
-            "".join(ev.text or "" for ev in events),
-            [ev.token for ev in events],
-            events[-1].stopped_by,
-            [ev.text or "" for ev in events],
-        )
+        ours, reason = streamed(lm, prompt, chain, new, case, sp)
         what = f"seed {seed} case {case}: {sp}, special {special}"
         assert (ours.text, ours.token_ids) == (theirs.text, theirs.token_ids), what
         assert ours.stop_reason == theirs.stop_reason, what
-        assert events[-1].finish_reason == ("length" if theirs.stop_reason is None else "stop"), what
+        assert reason == ("length" if theirs.stop_reason is None else "stop"), what
         if sp.include_stop_str_in_output:
             assert ours.deltas == theirs.deltas, what
 
@@ -550,24 +545,7 @@ def test_kept_stops_on_bytes_end_rows_and_text_as_vllm(seed: int) -> None:
         free = SpecialBytes(special).decode(sampled)
         stop = [free[(at := rng.randrange(len(free))) : at + rng.randint(1, 3)] for _ in range(rng.randint(0, 2))]
         sp = Stops(tokens, [s for s in stop if s], True)
-        lm.tokenizer = tokenizer = SpecialBytes(special)  # type: ignore[attr-defined]
+        tokenizer = SpecialBytes(special)
+        lm.tokenizer = tokenizer  # type: ignore[attr-defined]
         theirs = vllm_stops(sampled, special, sp, VllmBytes(prompt, tokenizer))
-        events = list(
-            dk.stream(
-                lm,
-                [prompt],
-                chain=chain,
-                max_new_tokens=new,
-                seed=[case],
-                stop_tokens=sp.stop_token_ids,
-                stop_strings=sp.stop,
-                include_stop_str_in_output=True,
-            )
-        )
-        ours = Ended(
-            "".join(ev.text or "" for ev in events),
-            [ev.token for ev in events],
-            events[-1].stopped_by,
-            [ev.text or "" for ev in events],
-        )
-        assert ours == theirs, f"seed {seed} case {case}: {sp}, special {special}"
+        assert streamed(lm, prompt, chain, new, case, sp)[0] == theirs, f"seed {seed} case {case}: {sp}, {special}"
