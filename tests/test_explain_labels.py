@@ -6,12 +6,18 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 from decodekit_cli.explain import explain_steps
 from decodekit_cli.explain_render import render_steps, steps_json
+from hypothesis import HealthCheck, given, settings
 from rich.console import Console
 
 import decodekit as dk
+from decodekit.chain import stage_label
+from decodekit.plugins import get_registry
+from decodekit.testing.fuzz.values import params_dicts
 
 sys.path.insert(0, str(Path(__file__).parent))
 import cli_testplugin
@@ -46,3 +52,24 @@ def test_a_single_survivors_entropy_is_zero_not_minus_zero() -> None:
     survivors, entropy, _ = stage_stats(torch.tensor([float("-inf"), 2.5, float("-inf")]))
     assert (survivors, entropy, math.copysign(1.0, entropy)) == (1, 0.0, 1.0)
     assert f"{entropy:.3f}" == "0.000"
+
+
+@pytest.mark.parametrize("name", sorted(get_registry().samplers))
+def test_every_samplers_labels_parse_back_to_the_same_stage(name: str) -> None:
+    """Each value `explain` prints (its tables' short labels, --json's full ones and chain) is a Python literal
+    (`last_n=None`, `sequence_breakers=()`): it must read back through the chain parser as the same stage, for
+    any parameters the sampler takes (drawn from its declared types and bounds, the required ones given)."""
+    entry = get_registry().lookup("sampler", name)
+
+    @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(params_dicts(entry.params_model, 50))
+    def round_trip(params: dict[str, Any]) -> None:
+        try:
+            stage = dk.create(name, **params)
+        except dk.DecodekitError:  # one in twenty draws is invalid on purpose
+            return
+        alone = dk.Chain(selector=stage) if isinstance(stage, dk.SelectorBase) else dk.Chain([stage])
+        for label in (stage_label(stage), stage_label(stage, every=False), str(alone)):
+            assert dk.Chain.parse(json.loads(json.dumps(label))) == alone, label
+
+    round_trip()

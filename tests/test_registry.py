@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -477,3 +478,23 @@ def test_only_a_distribution_that_looks_like_a_plugin_is_listed_without_an_entry
         assert without_entry_point() == ["Decodekit_Underscored", "decodekit-cmd", "decodekit-noentry"]
     finally:
         monkeypatch.undo()
+
+
+def test_a_standard_plugins_implementation_that_fails_to_import_says_what_to_reinstall(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """decodekit-top-k registers top_k by its import path; its module failing at first use (a dependency removed, a
+    broken install) said "allowed: an import path 'package.module:attr' that imports in this environment
+    (decodekit-top-k's register call names it)", words for the plugin's author, not for whoever uses it."""
+    entry = dk.plugins.get_registry().lookup("sampler", "top_k")
+    assert entry.impl == "decodekit_top_k.top_k:TopK"  # registered by path: imported at first use
+    monkeypatch.setitem(sys.modules, "decodekit_top_k.top_k", None)  # its import fails: ModuleNotFoundError
+    with pytest.raises(dk.PluginError) as err:
+        dk.create("top_k", 5)
+    assert str(err.value) == (
+        f"sampler 'top_k' is installed, but decodekit-top-k {entry.version} failed to import it "
+        "('decodekit_top_k.top_k:TopK': ModuleNotFoundError: import of decodekit_top_k.top_k halted; None in "
+        "sys.modules): a broken install or a missing dependency; reinstall it: pip install --force-reinstall "
+        "decodekit-top-k (from a checkout of decodekit, in its folder: pip install --force-reinstall "
+        "plugins/decodekit-top-k)"
+    )

@@ -120,4 +120,44 @@ def test_a_stop_token_after_half_a_character_lets_it_out_as_the_replacement_char
     assert out.text == bytes([ord("a"), 0xE2, 0x82]).decode("utf-8", errors="replace")  # as decoding them all gives
     held = RowOutput(10, frozenset({256}), TextTracker(Bytes(), ["b\ufffd"]))  # the flushed text still stops
     assert [held.push(token).text for token in (ord("a"), ord("b"), 0xE2, 256)] == ["a", "", "", ""]
-    assert held.text == "a"
+    assert (held.text, held.stopped_by) == ("a", "b\ufffd")  # the string the flushed text hit
+
+
+class Pieces:
+    """Token 0 is "x", 1 the bytes "ab" and the first of "€" (e2 82 ac), 2 the last two, 3 an end-of-text token."""
+
+    PIECES = (b"x", b"ab\xe2", b"\x82\xac", b"")
+
+    def encode(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return b"".join(self.PIECES[i] for i in ids).decode("utf-8", errors="replace")
+
+
+def row(stops: Sequence[str], keep: bool, stop_tokens: Sequence[int] = (3,)) -> RowOutput:
+    return RowOutput(10, frozenset(stop_tokens), TextTracker(Pieces(), stops, keep), end_tokens=frozenset({3}))
+
+
+def test_a_stop_string_in_the_text_a_stop_token_lets_out_names_the_end() -> None:
+    """ "ab" waited with half a "€"; the end-of-text token let it out as "ab\ufffd", whose "a" cut the text there, but
+    stopped_by named the token: vLLM names the stop string found in a step's text, stop token or not."""
+    out = row(["a"], keep=False)
+    assert [out.push(token).text for token in (0, 1, 3)] == ["x", "", ""]
+    assert (out.text, out.finish_reason, out.stopped_by) == ("x", "stop", "a")
+
+
+def test_kept_the_end_shows_no_character_whose_bytes_never_came_as_vllm() -> None:
+    """Under include_stop_str_in_output the text is vLLM's incremental detokenizer's: the end-of-text token (no text:
+    skip_special_tokens) lets nothing out, so "ab" with half a "€" is not shown, nor cut at the stop string "a"
+    (it was "xa", stopped_by the token); a kept stop token that ends inside a character adds no U+FFFD."""
+    special = row(["a"], keep=True)
+    assert [special.push(token).text for token in (0, 1, 3)] == ["x", "", ""]
+    assert (special.text, special.finish_reason, special.stopped_by) == ("x", "stop", 3)
+    ordinary = row(["zz"], keep=True, stop_tokens=(1,))  # the stop token "ab" + half a "€": "ab\ufffd" before
+    assert [ordinary.push(token).text for token in (0, 1)] == ["x", ""]
+    assert (ordinary.text, ordinary.finish_reason, ordinary.stopped_by) == ("x", "stop", 1)
+    completed = row(["zz"], keep=True, stop_tokens=(2,))  # a kept stop token that completes the character shows it
+    assert [completed.push(token).text for token in (0, 1, 2)] == ["x", "", "ab€"]
+    length = RowOutput(2, frozenset(), TextTracker(Pieces(), ["zz"], keep_stop=True))  # nor at the length
+    assert [length.push(token).text for token in (0, 1)] == ["x", ""] and length.finish_reason == "length"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -406,10 +406,11 @@ def check_stop_strings(text: str, new: int, stop: list[str], include: bool) -> t
     return None
 
 
-def vllm_stops(sampled: list[int], special: list[int], sp: Stops) -> Ended:
+def vllm_stops(sampled: list[int], special: list[int], sp: Stops, render: Callable[[int], str] | None = None) -> Ended:
     """vLLM V1 on a request whose model samples `sampled` (max_tokens: its length), one token a step, streamed as
     DELTA, through CharTokenizer: a token adds its character, a `special` one nothing (skip_special_tokens=True,
-    vLLM's default)."""
+    vLLM's default); or the text each token adds is `render`'s (its incremental detokenizer's, `VllmBytes`)."""
+    render = render or (lambda token: "" if token in special else chr(token + 32))
     text, ids, deltas, sent = "", [], [], 0
     reason: int | str | None = None
     hold = max(map(len, sp.stop)) - 1 if sp.stop and not sp.include_stop_str_in_output else 0
@@ -419,7 +420,7 @@ def vllm_stops(sampled: list[int], special: list[int], sp: Stops) -> Ended:
         reason = token if stop_terminated else None
         if not stop_terminated or sp.include_stop_str_in_output:  # update(): a stop token skipped unless kept
             before = len(text)
-            text += "" if token in special else chr(token + 32)
+            text += render(token)
             hit = check_stop_strings(text, len(text) - before, sp.stop, sp.include_stop_str_in_output)
             if hit is not None:
                 reason, cut = hit
@@ -458,6 +459,18 @@ def stops_case(rng: random.Random, free: str) -> tuple[Stops, list[int]]:
     return Stops(tokens, [s for s in stop if s], rng.random() < 0.5), special
 
 
+def streamed(lm: TinyLM, prompt: Any, chain: str, new: int, seed: int, sp: Stops) -> tuple[Ended, str | None]:
+    """dk.stream's row under `sp`, as `vllm_stops` gives vLLM's, and its finish reason."""
+    stops = dict(stop_tokens=sp.stop_token_ids, stop_strings=sp.stop)
+    options = dict(
+        chain=chain, max_new_tokens=new, seed=[seed], include_stop_str_in_output=sp.include_stop_str_in_output
+    )
+    events = list(dk.stream(lm, [prompt], **stops, **options))
+    texts = [ev.text or "" for ev in events]
+    ended = Ended("".join(texts), [ev.token for ev in events], events[-1].stopped_by, texts)
+    return ended, events[-1].finish_reason
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_stops_end_rows_and_cut_text_as_vllm(seed: int) -> None:
     """25 cases per seed: the text, tokens, stop reason and (the stop string kept: nothing held back) each event's
@@ -471,27 +484,68 @@ def test_stops_end_rows_and_cut_text_as_vllm(seed: int) -> None:
         sp, special = stops_case(rng, CharTokenizer().decode(sampled))
         lm.tokenizer = SpecialChars(special)  # type: ignore[attr-defined]
         theirs = vllm_stops(sampled, special, sp)
-        events = list(
-            dk.stream(
-                lm,
-                [prompt],
-                chain=chain,
-                max_new_tokens=new,
-                seed=[case],
-                stop_tokens=sp.stop_token_ids,
-                stop_strings=sp.stop,
-                include_stop_str_in_output=sp.include_stop_str_in_output,
-            )
-        )
-        ours = Ended(
-            "".join(ev.text or "" for ev in events),
-            [ev.token for ev in events],
-            events[-1].stopped_by,
-            [ev.text or "" for ev in events],
-        )
+        ours, reason = streamed(lm, prompt, chain, new, case, sp)
         what = f"seed {seed} case {case}: {sp}, special {special}"
         assert (ours.text, ours.token_ids) == (theirs.text, theirs.token_ids), what
         assert ours.stop_reason == theirs.stop_reason, what
-        assert events[-1].finish_reason == ("length" if theirs.stop_reason is None else "stop"), what
+        assert reason == ("length" if theirs.stop_reason is None else "stop"), what
         if sp.include_stop_str_in_output:
             assert ours.deltas == theirs.deltas, what
+
+
+class SpecialBytes:
+    """Token i < 256 is byte i, decoded as a byte-level tokenizer does (a character whose bytes did not all come:
+    U+FFFD); `special` ones, 256 among them, have no text."""
+
+    def __init__(self, special: list[int]) -> None:
+        self.special_token_ids = (256, *special)
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode())
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(i for i in ids if i < 256 and i not in self.special_token_ids).decode(errors="replace")
+
+
+class VllmBytes:
+    """vLLM's slow incremental detokenizer over `SpecialBytes` (vllm/transformers_utils/detokenizer_utils.py
+    `detokenize_incrementally`, skip_special_tokens=True): a special token adds no token; a token adds the text its
+    window's decode gained, or nothing while that decode ends in U+FFFD (the last character's bytes may yet come)."""
+
+    def __init__(self, prompt: list[int], tokenizer: SpecialBytes) -> None:
+        self.tokens, self.tokenizer = list(prompt), tokenizer
+        self.prefix, self.read = max(len(prompt) - 5, 0), len(prompt)  # convert_prompt_ids_to_tokens' offsets
+
+    def __call__(self, token: int) -> str:
+        if token in self.tokenizer.special_token_ids:
+            return ""
+        self.tokens.append(token)
+        before = self.tokenizer.decode(self.tokens[self.prefix : self.read])
+        after = self.tokenizer.decode(self.tokens[self.prefix :])
+        if len(after) <= len(before) or after.endswith("\ufffd"):
+            return ""
+        self.prefix, self.read = self.read, len(self.tokens)
+        return after[len(before) :]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_kept_stops_on_bytes_end_rows_and_text_as_vllm(seed: int) -> None:
+    """Under include_stop_str_in_output, on a byte tokenizer whose text breaks characters: text, tokens, stop reason
+    and each event's text as vLLM's, stop and special tokens among bytes that start or end a character. A stop token
+    that ended inside a character showed U+FFFD; a special one let out a held, broken tail and cut the text at a
+    stop string in it while naming the token."""
+    rng, lm = random.Random(seed), TinyLM(257)
+    prompt, chain, new = [97, 98], "temperature(1.5)", 24
+    for case in range(25):
+        lm.tokenizer = SpecialBytes([])  # type: ignore[attr-defined]
+        sampled = dk.generate(lm, [prompt], chain=chain, max_new_tokens=new, seed=[case], stop_tokens=[]).tokens[0]
+        firsts = [t for i, t in enumerate(sampled) if t not in sampled[:i]]
+        tokens = rng.sample(firsts, min(len(firsts), rng.randint(0, 2))) + [256] * rng.randint(0, 1)
+        special = [t for t in tokens if t != 256 and rng.random() < 0.4]
+        free = SpecialBytes(special).decode(sampled)
+        stop = [free[(at := rng.randrange(len(free))) : at + rng.randint(1, 3)] for _ in range(rng.randint(0, 2))]
+        sp = Stops(tokens, [s for s in stop if s], True)
+        tokenizer = SpecialBytes(special)
+        lm.tokenizer = tokenizer  # type: ignore[attr-defined]
+        theirs = vllm_stops(sampled, special, sp, VllmBytes(prompt, tokenizer))
+        assert streamed(lm, prompt, chain, new, case, sp)[0] == theirs, f"seed {seed} case {case}: {sp}, {special}"

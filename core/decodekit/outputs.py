@@ -59,11 +59,11 @@ class RowOutput:
             # what ended it (include_stop_str_in_output: vLLM renders the stop token then).
             silent = token in self.end_tokens or (isinstance(stopped_by, int) and not self.tracker.keep_stop)
             if stopped_by is not None and silent:
-                text = self.tracker.end()
-            else:  # a stop token kept may complete a stop string: vLLM then reports the string
+                text, hit = self.tracker.end()
+            else:
                 text, hit = self.tracker.push(token, final=reason is not None)
-                if hit is not None:
-                    reason, stopped_by = "stop", hit
+            if hit is not None:  # the stop token's text, or the text it let out, has a stop string: vLLM names it
+                reason, stopped_by = "stop", hit
             self.texts.append(text)
         self.finish_reason, self.stopped_by = reason, stopped_by
         return TokenEvent(row, len(self.tokens) - 1, token, text, reason, logprobs, stopped_by)

@@ -77,11 +77,7 @@ class Entry:
             try:
                 impl = import_object(impl)
             except PLUGIN_FAILURES as exc:  # the plugin fails, not the caller
-                raise PluginError(
-                    f"{where}: cannot import {self.impl!r}: {type(exc).__name__}: {exc}; allowed: an import path "
-                    f"'package.module:attr' that imports in this environment ({self.distribution}'s register call "
-                    "names it)"
-                ) from exc
+                raise PluginError(self._not_imported(exc)) from exc
             if not callable(impl):
                 raise PluginError(f"{where}: {self.impl!r} is not callable")
         model = getattr(impl, "params_model", None)
@@ -103,6 +99,21 @@ class Entry:
                 f"with kind={kind!r} or subclass {str(self.kind).capitalize()}Base"
             )
         return impl
+
+    def _not_imported(self, exc: BaseException) -> str:
+        """Why `impl` did not import: to a standard plugin's user, what to reinstall; to a plugin's author, what the
+        register call must name."""
+        failed = f"{self.impl!r}: {type(exc).__name__}: {exc}"
+        if STANDARD_PLUGINS.get(self.name) == self.distribution:
+            return (
+                f"{self.category} {self.name!r} is installed, but {self.distribution} {self.version} failed to import "
+                f"it ({failed}): a broken install or a missing dependency; reinstall it: "
+                f"{install_hint([self.distribution], pip='pip install --force-reinstall')}"
+            )
+        return (
+            f"{self.category} {self.name!r} from {self.distribution}: cannot import {failed}; allowed: an import path "
+            f"'package.module:attr' that imports in this environment ({self.distribution}'s register call names it)"
+        )
 
 
 def without_entry_point() -> list[str]:

@@ -101,13 +101,17 @@ def folders(
 
 
 def install_hint(
-    distributions: Iterable[str], checkout: Path | None = None, is_installed: Callable[[str], bool] = installed
+    distributions: Iterable[str],
+    checkout: Path | None = None,
+    is_installed: Callable[[str], bool] = installed,
+    pip: str = "pip install",
 ) -> str:
     """Both ways: `pip install NAMES` from an index; from a checkout (whose plugins no index knows), their folders
-    and those of the plugins they need that are not installed: absolute ones in `checkout`, where it is known."""
+    and those of the plugins they need that are not installed: absolute ones in `checkout`, where it is known.
+    pip: the command ("pip install --force-reinstall": a broken install)."""
     names = sorted(set(distributions))
     where = "from a checkout" if checkout else "from a checkout of decodekit, in its folder"
-    return f"pip install {' '.join(names)} ({where}: pip install {folders(names, checkout, is_installed)})"
+    return f"{pip} {' '.join(names)} ({where}: {pip} {folders(names, checkout, is_installed)})"
 
 
 def switched_off(distributions: Iterable[str]) -> str | None:

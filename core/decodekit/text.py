@@ -18,7 +18,9 @@ class TextTracker:
 
     Each step decodes only the tokens since the last settled point, with the tokens before them as left
     context (a tokenizer may render a token differently at the start of a text), so a step costs the same
-    at token 10 and 10,000. Text ending in a split multi-byte character (U+FFFD) waits for the next token.
+    at token 10 and 10,000. Text ending in a split multi-byte character (U+FFFD) waits for the next token; at the
+    end it comes out as U+FFFD, as decoding the tokens gives, except under `keep_stop` (vLLM's
+    include_stop_str_in_output), where the text is vLLM's incremental detokenizer's, which never shows it.
     """
 
     _REPLACEMENT = "\ufffd"
@@ -42,7 +44,7 @@ class TextTracker:
         """Render the tokens not yet in `text` (all of them when `final`) and look for the stop strings."""
         context = self.tokenizer.decode(self.tokens[self.prefix : self.read])
         window = self.tokenizer.decode(self.tokens[self.prefix :])
-        if len(window) > len(context) and (final or not window.endswith(self._REPLACEMENT)):
+        if len(window) > len(context) and ((final and not self.keep_stop) or not window.endswith(self._REPLACEMENT)):
             self.text += window[len(context) :]
             self.prefix, self.read = self.read, len(self.tokens)
         for s in self.stop_strings:
@@ -60,10 +62,10 @@ class TextTracker:
         twin.tokens = list(self.tokens)
         return twin
 
-    def end(self) -> str:
-        """End the text on a token outside it (a stop token): the text held back for a stop string comes out, and
-        a character whose last bytes never came as U+FFFD (as decoding them all with errors="replace" gives)."""
-        return self._settle(final=True)[0]
+    def end(self) -> tuple[str, str | None]:
+        """End the text on a token outside it (a stop token): (the text held back for a stop string, and a
+        character whose last bytes never came as U+FFFD, as `push` at the end; the stop string that text hit)."""
+        return self._settle(final=True)
 
     def _emit(self, upto: int) -> str:
         upto = max(upto, self.emitted)

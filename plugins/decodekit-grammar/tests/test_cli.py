@@ -189,7 +189,8 @@ def test_input_lines_a_grammar_left_unfinished_are_named_each(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """Before: the engine's "1 of 1 rows ended with regex incomplete: rows 0 (length)", a row of a batch no line
-    is, and once for the two lines (their batches differ by length; Python shows one text once)."""
+    is, and once for the two lines (their batches differ by length; Python shows one text once); then without
+    naming the input file, as the job's other messages about a line do."""
     lines = [
         {"prompt": "ROMEO:", "id": "a", "regex": "[a-z]{30}", "max_new_tokens": 5},
         {"prompt": "ROMEO:", "id": "b", "max_new_tokens": 5},
@@ -200,8 +201,8 @@ def test_input_lines_a_grammar_left_unfinished_are_named_each(
     assert main(["generate", "--input", str(source), "--output", str(output), "--seed", "0"]) == 0
     said = [line for line in capsys.readouterr().err.splitlines() if "incomplete" in line]
     assert said == [
-        "decodekit: warning: --input line 1 (id 'a') ended with regex incomplete (length)",
-        "decodekit: warning: --input line 3 (id 'c') ended with regex incomplete (length)",
+        "decodekit: warning: --input prompts.jsonl line 1 (id 'a') ended with regex incomplete (length)",
+        "decodekit: warning: --input prompts.jsonl line 3 (id 'c') ended with regex incomplete (length)",
     ]
     records = [json.loads(text) for text in output.read_text().splitlines()]
     assert [r["finish_reason"] for r in records] == ["length"] * 3  # what the warnings say of lines a and c

@@ -108,3 +108,22 @@ def test_min_new_tokens_beside_it_takes_precedence(
     assert status == 0, err
     assert [r["tokens"] for r in records] == [alone(checkpoint, char_tokenizer, p) for p in PROMPTS]
     assert {r["chain"] for r in records} == {"min_new_tokens(4, [87, 95]) | greedy"}
+
+
+def test_the_note_says_min_length_counts_each_lines_prompt(
+    checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "sampling with the model's own chain 'min_new_tokens(11, [87, 95]) | greedy'": the chain of an empty
+    prompt, which no line decodes with (each line's minimum is min_length less its prompt's tokens)."""
+    status, err, records = batch(capsys, checkpoint)
+    assert status == 0, err
+    [note] = [line for line in err.splitlines() if "model's own" in line]
+    chain = "min_new_tokens(n=11 less the line's prompt tokens, stop_tokens=[87, 95]) | greedy"
+    assert (
+        note == f'decodekit: note: sampling with the model\'s own chain "{chain}" for each line, max_new_tokens 14; '
+        "--chain, --max-new-tokens replace them"
+    )
+    assert [r["chain"] for r in records][1] == "min_new_tokens(3, [87, 95]) | greedy"  # "Hi there": 11 - 8
+    (checkpoint.parent / "out.jsonl").unlink()
+    status, err, _ = batch(capsys, checkpoint, "--temperature", "0.5")  # the flags set over it are said too
+    assert status == 0 and "for each line, with --temperature set over it" in err, err

@@ -30,7 +30,7 @@ from decodekit_cli.errors import CliError
 from decodekit_cli.grammar_options import line_chain
 from decodekit_cli.logprob_records import prompt_records, token_records
 from decodekit_cli.options import encode_prompt, is_spec, prompt_rows, spec_text
-from decodekit_cli.returned_sequences import plan_sequences
+from decodekit_cli.returned_sequences import beams_room, plan_sequences
 from decodekit_cli.sampling_options import eos_tokens
 
 __all__ = ["Pending", "batches", "check_lines", "decode_records"]
@@ -95,9 +95,11 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
         chain = line_chain(chain, item.json_schema, item.regex, item.grammar)  # decodekit-grammar: the line's own
         max_new = item.max_new_tokens if item.max_new_tokens is not None else _default_length(settings, ids)
         n = item.n if item.n is not None else settings.n
-        plan = plan_sequences(settings.strategy, n or 1, None if n is None else f"n={n}", count='a line\'s "n"')
+        columns = len(ids) + min(max_new, PREALLOCATED_COLUMNS)
+        asked = None if n is None else f"n={n}"
+        plan = plan_sequences(settings.strategy, n or 1, asked, count='a line\'s "n"', room=beams_room(columns, model))
         # Sized before the rows are listed: an n far past the memory would hang building them.
-        check_rows("prompt line", "n", plan.copies, plan.copies, len(ids) + min(max_new, PREALLOCATED_COLUMNS), model)
+        check_rows("prompt line", "n", plan.copies, plan.copies, columns, model)
         pending = Pending(number, key, item.prompt, ids, seed, max_new, chain, logprobs, prompt_logprobs)
         pending = replace(pending, strategy=plan.strategy, copies=plan.copies, hypotheses=plan.hypotheses)
         # the seed of a batch of the copies: copy k gets mix_seed(seed, k), as `Pending.row_seeds` gives it
@@ -171,11 +173,14 @@ def batches(pending: Sequence[Pending], size: int) -> Iterator[list[Pending]]:
             yield batch
 
 
-def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending], *, rows: int = 0) -> Iterator[Record]:
+def decode_records(
+    model: Any, settings: BatchSettings, batch: Sequence[Pending], *, rows: int = 0, where: str = "--input"
+) -> Iterator[Record]:
     """Decode one batch (one chain and logprobs asked), yielding each row's record as the row ends.
 
     rows: under `--compile`, a smaller batch is decoded with copies of its last row up to this many (their
-    records dropped), so that the job's last batch runs the same compiled graphs as the others.
+    records dropped), so that the job's last batch runs the same compiled graphs as the others. where: the input,
+    as a warning about a line names it ("--input prompts.jsonl").
 
     If decoding fails, the rows not yet ended are decoded again one at a time (with the same
     seeds, so the same results): only a row that fails on its own gets an error record. Under a cache
@@ -185,14 +190,14 @@ def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending]
     lengths = {len(p.ids) for p in batch}
     if len(lengths) > 1 and not _exact_when_padded(settings.cache):
         for length in sorted(lengths):  # no row padded: each decodes as it would alone (and no copies added)
-            yield from decode_records(model, settings, [p for p in batch if len(p.ids) == length])
+            yield from decode_records(model, settings, [p for p in batch if len(p.ids) == length], where=where)
         return
     seeded = [p if p.seed is not None else replace(p, seed=secrets.randbits(63)) for p in batch]
     padding = rows - sum(p.copies for p in seeded) if settings.compile else 0
     padded = [*seeded, *[replace(seeded[-1], copies=1)] * padding]
     ended: set[int] = set()
     try:
-        for i, record in _stream(model, settings, padded):
+        for i, record in _stream(model, settings, padded, where):
             if i >= len(seeded):
                 continue
             ended.add(i)
@@ -205,7 +210,8 @@ def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending]
         # (an HF sliding-window model's rule for evicting caches) refuses their width; each limit apart, then.
         if isinstance(exc, (dk.ParameterError, dk.ContextLengthError)) and not ended and len(limits) > 1:
             for limit in limits:
-                yield from decode_records(model, settings, [p for p in seeded if p.max_new_tokens == limit], rows=rows)
+                same = [p for p in seeded if p.max_new_tokens == limit]
+                yield from decode_records(model, settings, same, rows=rows, where=where)
             return
         if len(seeded) == 1:
             error = LineError.of(exc)
@@ -213,7 +219,7 @@ def decode_records(model: Any, settings: BatchSettings, batch: Sequence[Pending]
             return
         for i, row in enumerate(seeded):
             if i not in ended:
-                yield from decode_records(model, settings, [row])
+                yield from decode_records(model, settings, [row], where=where)
 
 
 def _exact_when_padded(cache: str) -> bool:
@@ -227,7 +233,7 @@ def _padded_exactly(registry: Registry, cache: str) -> bool:
     return bool(getattr(cache_factory(cache).impl, "exact_when_padded", True))
 
 
-def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending]) -> Iterator[tuple[int, Record]]:
+def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where: str) -> Iterator[tuple[int, Record]]:
     """`dk.stream` over the lines' rows (a row per sample); (line index, record) as each line's rows have ended (with
     prompt_logprobs or beam search's several beams, once all have: the stream's result holds them)."""
     line_of = [i for i, p in enumerate(lines) for _ in range(p.copies)]
@@ -279,7 +285,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending]) -> It
             return None
         return prompt_records(result.prompt_tokens[row], result.prompt_logprobs[row])
 
-    for ev in said_of_lines(iter(events), [lines[i] for i in line_of]):
+    for ev in said_of_lines(iter(events), [lines[i] for i in line_of], where):
         tokens[ev.row].append(ev.token)
         row_text, row_scores = texts[ev.row], scores[ev.row]
         if ev.text is not None and row_text is not None:

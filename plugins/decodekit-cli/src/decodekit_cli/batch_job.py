@@ -73,7 +73,8 @@ def _decode_here(model: Any, job: BatchJob) -> int:
                 if not isinstance(item, Pending):
                     progress.advance(writer.put(item["line"], item), 0)
             for batch in batches(job.pending, job.batch_size):
-                for record in decode_records(model, job.settings, batch, rows=job.batch_size):
+                where = f"--input {job.input.name}"
+                for record in decode_records(model, job.settings, batch, rows=job.batch_size, where=where):
                     keep = job.keeps(record)
                     failed += [] if keep else [record]
                     written = writer.put(record["line"], record if keep else None)

@@ -32,10 +32,11 @@ class Line(Protocol):
     def id(self) -> str | int: ...
 
 
-def said_of_lines(events: Iterator[E], lines: Sequence[Line]) -> Iterator[E]:
+def said_of_lines(events: Iterator[E], lines: Sequence[Line], where: str = "--input") -> Iterator[E]:
     """`events` (a decode of `lines`: one row each, copies included), with the engine's unfinished-rows warning
-    said per line. The engine warns once every row has ended (or at once, with nothing to generate), so warnings
-    are caught around the first event and those after the last row's end only: catching costs ~5 us an event."""
+    said per line of the input `where` ("--input prompts.jsonl", as the job's other messages about a line). The
+    engine warns once every row has ended (or at once, with nothing to generate), so warnings are caught around the
+    first event and those after the last row's end only: catching costs ~5 us an event."""
     ended, first = 0, True
     while True:
         if first or ended >= len(lines):
@@ -43,7 +44,7 @@ def said_of_lines(events: Iterator[E], lines: Sequence[Line]) -> Iterator[E]:
                 warnings.simplefilter("always")
                 event = next(events, None)
             for warning in caught:
-                _rewarn(warning, lines)
+                _rewarn(warning, lines, where)
         else:
             event = next(events, None)
         if event is None:
@@ -52,7 +53,7 @@ def said_of_lines(events: Iterator[E], lines: Sequence[Line]) -> Iterator[E]:
         yield event
 
 
-def _rewarn(warning: warnings.WarningMessage, lines: Sequence[Line]) -> None:
+def _rewarn(warning: warnings.WarningMessage, lines: Sequence[Line], where: str) -> None:
     said = warning.message
     if not isinstance(said, UnfinishedRowsWarning):
         warnings.warn_explicit(said, warning.category, warning.filename, warning.lineno)
@@ -62,4 +63,4 @@ def _rewarn(warning: warnings.WarningMessage, lines: Sequence[Line]) -> None:
         line = lines[row]
         if line.line not in seen:  # not a copy of it added to fill a compiled batch
             seen.add(line.line)
-            warnings.warn(f"--input line {line.line} (id {line.id!r}) ended with {said.what} ({reason})", stacklevel=2)
+            warnings.warn(f"{where} line {line.line} (id {line.id!r}) ended with {said.what} ({reason})", stacklevel=2)

@@ -8,12 +8,17 @@ plugin's within its own limits.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from decodekit.errors import DecodekitError
 from decodekit_cli.errors import CliError
 
-__all__ = ["Sequences", "plan_sequences"]
+if TYPE_CHECKING:
+    from decodekit.params import Params
+
+__all__ = ["Sequences", "beams_room", "plan_sequences"]
 
 
 @dataclass(frozen=True)
@@ -27,11 +32,18 @@ class Sequences:
 
 
 def plan_sequences(
-    strategy: str, n: int, source: str | None, from_model: bool = False, count: str = "-n N with N"
+    strategy: str,
+    n: int,
+    source: str | None,
+    from_model: bool = False,
+    count: str = "-n N with N",
+    room: int | None = None,
 ) -> Sequences:
     """`n` sequences under `strategy`. source: how `n` was asked ("-n 3", the model's own ...), None: not at all
     (n is 1, and a strategy with a `num_return_sequences` returns its own). from_model: `n` is a model's default,
-    which a `num_return_sequences` given in `--strategy` overrides. count: how the user writes it, for the error."""
+    which a `num_return_sequences` given in `--strategy` overrides. count: how the user writes it, for the error.
+    room: the most beams of this prompt the loaded model's device holds (`beams_room`; None: not loaded yet,
+    and `n` past `num_beams` is left to the call that knows, whose refusal offers more beams only where they fit)."""
     from decodekit.chain_string import parse_stage
     from decodekit.strategies import strategy_params
 
@@ -49,10 +61,10 @@ def plan_sequences(
             "(-n N sets num_return_sequences=N)"
         )
     beams = getattr(params, "num_beams", None)
-    if beams is not None and n > beams:
+    if beams is not None and n > beams and room is not None:
         raise CliError(
             f"{source}: beam search returns at most its num_beams={beams} best hypotheses (num_return_sequences <= "
-            f"num_beams); allowed: {count} <= {beams}, or more beams: --strategy 'beam(num_beams={n})'"
+            f"num_beams); allowed: {count} <= {beams}{_more_beams(name, params, n, room)}"
         )
     if given:
         return Sequences(strategy, 1, n)
@@ -62,6 +74,30 @@ def plan_sequences(
     except DecodekitError as exc:
         raise CliError(f"{source}: {exc}") from None
     return Sequences(counted, 1, n)
+
+
+def beams_room(columns: int, model: object) -> int:
+    """`plan_sequences`' room: the most rows of `columns` history columns the model's device holds."""
+    from decodekit.engine import most_rows
+
+    most = most_rows(columns, model)  # type: ignore[arg-type]
+    return sys.maxsize if most is None else most  # None: the device's memory is not known, nor checked
+
+
+def _more_beams(name: str, params: Params, n: int, room: int) -> str:
+    """The refusal's other way out: `strategy` with `num_beams=n`, where its declared bounds take n and the
+    device holds that many rows; else why not."""
+    from decodekit.strategies import strategy_params
+
+    values = {"num_beams": n, **params.model_dump(exclude_defaults=True, exclude={"num_beams"})}
+    more = f"{name}({', '.join(f'{k}={v!r}' for k, v in values.items())})"
+    try:
+        strategy_params(more)
+    except DecodekitError as exc:
+        return f" ({exc})"
+    if n > room:
+        return f" (more beams: num_beams={n:,} would not fit in the device's memory, which holds {room:,} here)"
+    return f", or more beams: --strategy {more!r}"
 
 
 def _returned(name: str) -> str:

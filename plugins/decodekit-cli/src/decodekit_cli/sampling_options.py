@@ -100,7 +100,7 @@ class SamplingOptions:
         `--strategy` as given (None: not given). `prompt_length`: None for a batch job, whose lines each have their
         own (a length that counts the prompt is then `ModelSettings.max_length`)."""
         defaults = self._model_defaults(model, strategy, prompt_length, samples_given)
-        chain, what = self._model_chain(defaults.get("chain"))
+        chain, what = self._model_chain(defaults.get("chain"), defaults.get(_ONE_TOKEN))
         own, length, total, stops = (
             defaults.get(key) for key in ("strategy", "max_new_tokens", "max_length", "stop_strings")
         )
@@ -143,17 +143,22 @@ class SamplingOptions:
             return defaults(prompt_length, keys) or {}
         # A batch job: the chain an empty prompt gets (a checkpoint's min_length counts the prompt), which it records;
         # each line's is asked for its own prompt (`BatchSettings.chain_over`).
+        # A one-token prompt's chain too, which says what of it each line's prompt changes (for the note).
         rest = [key for key in keys if key != "chain"]
-        return {**((defaults(None, rest) if rest else None) or {}), **(defaults(0, ["chain"]) or {})}
+        one = _chain_of_one_token(defaults)
+        return {**((defaults(None, rest) if rest else None) or {}), **(defaults(0, ["chain"]) or {}), _ONE_TOKEN: one}
 
-    def _model_chain(self, default: object) -> tuple[str | None, str]:
-        """The model's own chain (None: it has none) with the sampling flags set over it, and what says so."""
+    def _model_chain(self, default: object, one_token: object = None) -> tuple[str | None, str]:
+        """The model's own chain (None: it has none) with the sampling flags set over it, and what says so
+        (`one_token`: a batch job's model's chain for a one-token prompt, where `default` is an empty prompt's)."""
         if default is None:
             return None, ""
         text = self.chain_text(str(default))
         check_installed(self.model, text, {})
         given = [flag for flag, _, _ in FLAT_STAGES if self.flags.get(flag) is not None]
         over = f", with {', '.join(given)} set over it" if given else ""
+        if one_token is not None and one_token != default:
+            return text, f"chain {_per_line(str(default), str(one_token))!r} for each line{over}"
         return text, f"chain {str(default)!r}{over}"
 
     def load_model(self, name: str) -> Any:
@@ -177,6 +182,42 @@ class SamplingOptions:
         if not self.replace_unknown or tokenizer is None or isinstance(encoded, str):
             return prompt
         return str(tokenizer.decode(encoded))  # the replaced characters shown as what replaced them
+
+
+_ONE_TOKEN = "chain of a one-token prompt"  # a batch job's key beside the model's defaults, for the note
+
+
+def _per_line(empty: str, one: str) -> str:
+    """The chain a model gives an empty prompt (`empty`), written as each line's: a number that a one-token
+    prompt's chain (`one`) lowers counts the prompt (a checkpoint's min_length): "n=11 less the line's prompt
+    tokens"."""
+    import decodekit as dk
+
+    ones = {stage["name"]: stage["params"] for stage in dk.Chain.parse(one).to_spec()}
+    stages = []
+    for stage in dk.Chain.parse(empty).to_spec():
+        name, theirs = stage["name"], ones.get(stage["name"], {})
+        params = [
+            f"{k}={v!r}" + (" less the line's prompt tokens" if _lowered(v, theirs.get(k)) else "")
+            for k, v in stage["params"].items()
+        ]
+        stages.append(f"{name}({', '.join(params)})" if params else name)
+    return " | ".join(stages)
+
+
+def _chain_of_one_token(defaults: Any) -> object:
+    """The model's chain for a one-token prompt; None where it refuses one (a checkpoint's max_length of 1)."""
+    from decodekit.errors import DecodekitError
+
+    try:
+        return (defaults(1, ["chain"]) or {}).get("chain")
+    except DecodekitError:
+        return None
+
+
+def _lowered(value: object, by_one_token: object) -> bool:
+    """Whether a number is lower under a one-token prompt (absent there: the prompt took it to nothing)."""
+    return type(value) is int and (by_one_token is None or (type(by_one_token) is int and by_one_token < value))
 
 
 @dataclass(frozen=True)
