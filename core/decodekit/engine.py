@@ -28,16 +28,7 @@ from decodekit.storage import device_memory
 from decodekit.text import TextTracker
 from decodekit.threads import decode_threads, threads
 
-__all__ = [
-    "PREALLOCATED_COLUMNS",
-    "ROW_BYTES",
-    "Decoding",
-    "Policy",
-    "check_rows",
-    "most_rows",
-    "sample_steps",
-    "uncached_logits",
-]
+__all__ = ["PREALLOCATED_COLUMNS", "ROW_BYTES", "Decoding", "Policy", "check_rows", "sample_steps", "uncached_logits"]
 
 PREALLOCATED_COLUMNS = 4096
 """New-token columns of history allocated up front; more are added by doubling, so a huge
@@ -530,7 +521,7 @@ def check_rows(owner: str, option: str, value: int, rows: int, columns: int, mod
     Counted, as a floor: `ROW_BYTES` a row, 16 bytes a history column (ids and positions) and 8 a vocabulary
     entry (the logits in float32, the model's and the chain's); a cache checks its own size (`check_memory`).
     """
-    per_row = _row_bytes(columns, model)
+    per_row = ROW_BYTES + 16 * columns + 8 * model.spec.vocab_size
     device = model_device_dtype(model)[0]
     if (memory := device_memory(device)) is not None and rows * per_row > memory:
         raise ParameterError(
@@ -538,14 +529,3 @@ def check_rows(owner: str, option: str, value: int, rows: int, columns: int, mod
             f"{rows * per_row / 2**30:,.1f} GiB, more than the {memory / 2**30:,.1f} GiB of memory of "
             f"device {torch.device(device)}; allowed: {option} <= {memory // per_row // (rows // value):,} here"
         )
-
-
-def most_rows(columns: int, model: Model) -> int | None:
-    """The most rows of `columns` history columns `check_rows` lets the model's device hold; None: its memory is
-    not known (nothing is checked)."""
-    memory = device_memory(model_device_dtype(model)[0])
-    return None if memory is None else memory // _row_bytes(columns, model)
-
-
-def _row_bytes(columns: int, model: Model) -> int:
-    return ROW_BYTES + 16 * columns + 8 * model.spec.vocab_size

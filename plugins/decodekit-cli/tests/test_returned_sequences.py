@@ -104,27 +104,24 @@ def test_n_past_the_beams_or_beside_another_count_is_refused_naming_both() -> No
     assert len(same["samples"]) == 2
 
 
-def test_the_hint_of_more_beams_offers_only_beams_that_fit_and_keeps_the_strategys_options(
+def test_the_hint_of_more_beams_keeps_the_strategys_options_and_the_run_names_the_most_that_fit(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """It offered beam(num_beams=N) for any -n N, dropping the strategy's other options, and the beams the device
-    could never hold were refused by the next run. A beam's row of 5 + 6 columns takes at least 2048 + 16 * 11 +
-    8 * 96 = 2992 bytes: 2**20 bytes hold 350 of them."""
+    """It offered beam(num_beams=N), dropping the strategy's other options. Whether N beams fit is the run's own
+    check, before any beam is built: a beam's row of 5 + 6 columns takes at least 2048 + 16 * 11 + 8 * 96 = 2992
+    bytes, so 2**20 bytes hold 350 of them."""
     monkeypatch.setattr("decodekit.engine.device_memory", lambda device: 2**20)
     head = "beam search returns at most its num_beams=2 best hypotheses (num_return_sequences <= num_beams); allowed: "
-    fits = _generate("--strategy", "beam(num_beams=2, length_penalty=0.5)", "-n", "350")
-    assert fits.stderr == (
-        f"decodekit: error: -n 350: {head}-n N with N <= 2, or more beams: "
-        "--strategy 'beam(num_beams=350, length_penalty=0.5)'\n"
+    hint = _generate("--strategy", "beam(num_beams=2, length_penalty=0.5)", "-n", "351")
+    assert hint.returncode == 2 and hint.stderr == (
+        f"decodekit: error: -n 351: {head}-n N with N <= 2, or more beams: "
+        "--strategy 'beam(num_beams=351, length_penalty=0.5)'\n"
     )
-    too_many = _generate("--strategy", "beam(num_beams=2)", "-n", "351")
-    assert too_many.returncode == 2 and too_many.stderr == (
-        f"decodekit: error: -n 351: {head}-n N with N <= 2 (more beams: num_beams=351 would not fit in the "
-        "device's memory, which holds 350 here)\n"
-    )
+    taken = _generate("--strategy", "beam(num_beams=351, length_penalty=0.5)", "-n", "351")
+    assert taken.returncode == 2 and "allowed: num_beams <= 350 here" in taken.stderr, taken.stderr
     io = _batch_files(tmp_path, '{"prompt": "ROMEO"}\n')
     job = _cli("generate", "-m", MODEL, *FLAGS, "--strategy", "beam(num_beams=2)", "-n", "100000000", *io)
-    assert job.returncode == 2 and "(more beams: num_beams=100,000,000 would not fit in the device's" in job.stderr
+    assert job.returncode == 2 and "or more beams: --strategy 'beam(num_beams=100000000)'" in job.stderr
 
 
 def _batch_files(tmp_path: Path, lines: str) -> list[str]:

@@ -25,7 +25,7 @@ from decodekit_cli.canonical import canonical_model, canonical_stage
 from decodekit_cli.errors import CliError, report_error, report_warning
 from decodekit_cli.install_hints import install_hint
 from decodekit_cli.options import check_stop, resolve_strategy
-from decodekit_cli.returned_sequences import beams_room, plan_sequences
+from decodekit_cli.returned_sequences import plan_sequences
 from decodekit_cli.sampling_options import SamplingOptions, eos_tokens
 
 __all__ = ["BatchRequest", "RayRequest", "batch_request", "ray_request", "run_batch"]
@@ -165,14 +165,9 @@ def run_batch(request: BatchRequest) -> int:
             recorded = settings.recorded(digest)
         n = settings.n
         asked = f"-n {n}" if request.n is not None else f"the model's own num_return_sequences={n} (-n replaces it)"
-        plan_sequences(settings.strategy, n or 1, None if n is None else asked)  # -n beside beam's own count, early
+        plan_sequences(settings.strategy, n or 1, None if n is None else asked)  # -n beside beam's own count
         eos_refusal = lock.check_resume(recorded) if request.resume else None
         model = sampling.load_model(name) if model is None else model
-        # -n past num_beams, now that the device says how many beams fit (counting no prompt: a line's, fewer)
-        from decodekit.engine import PREALLOCATED_COLUMNS  # torch is loaded by now
-
-        room = beams_room(min(settings.max_new_tokens, PREALLOCATED_COLUMNS), model)
-        plan_sequences(settings.strategy, n or 1, None if n is None else asked, room=room)
         if eos_refusal is not None and eos_tokens(model, ignore_eos=False):
             raise CliError(eos_refusal)
         checked = check_lines(model, settings, input_lines(data))

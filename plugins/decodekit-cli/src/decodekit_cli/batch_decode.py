@@ -30,7 +30,7 @@ from decodekit_cli.errors import CliError
 from decodekit_cli.grammar_options import line_chain
 from decodekit_cli.logprob_records import prompt_records, token_records
 from decodekit_cli.options import encode_prompt, is_spec, prompt_rows, spec_text
-from decodekit_cli.returned_sequences import beams_room, plan_sequences
+from decodekit_cli.returned_sequences import plan_sequences
 from decodekit_cli.sampling_options import eos_tokens
 
 __all__ = ["Pending", "batches", "check_lines", "decode_records"]
@@ -95,11 +95,9 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
         chain = line_chain(chain, item.json_schema, item.regex, item.grammar)  # decodekit-grammar: the line's own
         max_new = item.max_new_tokens if item.max_new_tokens is not None else _default_length(settings, ids)
         n = item.n if item.n is not None else settings.n
-        columns = len(ids) + min(max_new, PREALLOCATED_COLUMNS)
-        asked = None if n is None else f"n={n}"
-        plan = plan_sequences(settings.strategy, n or 1, asked, count='a line\'s "n"', room=beams_room(columns, model))
+        plan = plan_sequences(settings.strategy, n or 1, None if n is None else f"n={n}", count='a line\'s "n"')
         # Sized before the rows are listed: an n far past the memory would hang building them.
-        check_rows("prompt line", "n", plan.copies, plan.copies, columns, model)
+        check_rows("prompt line", "n", plan.copies, plan.copies, len(ids) + min(max_new, PREALLOCATED_COLUMNS), model)
         pending = Pending(number, key, item.prompt, ids, seed, max_new, chain, logprobs, prompt_logprobs)
         pending = replace(pending, strategy=plan.strategy, copies=plan.copies, hypotheses=plan.hypotheses)
         # the seed of a batch of the copies: copy k gets mix_seed(seed, k), as `Pending.row_seeds` gives it

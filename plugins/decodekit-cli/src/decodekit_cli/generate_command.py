@@ -19,7 +19,7 @@ from decodekit_cli.json_output import print_json
 from decodekit_cli.live_text import SampleWriter, TextOutput
 from decodekit_cli.logprob_records import prompt_records, token_records
 from decodekit_cli.options import build_chain, check_stop, cli_hints, prompt_rows, prompt_text, resolve_strategy
-from decodekit_cli.returned_sequences import beams_room, plan_sequences
+from decodekit_cli.returned_sequences import plan_sequences
 from decodekit_cli.sampling_options import SamplingOptions, eos_tokens
 
 __all__ = [
@@ -273,7 +273,7 @@ def run_generate(request: GenerateRequest) -> int:
             raise CliError(f"{flag} {n}: reported in the JSON document; add --json")
     strategy = resolve_strategy(request.strategy)  # before check(), whose note on the cache would precede its error
     asked = None if request.num_samples is None else f"-n {request.num_samples}"
-    plan_sequences(strategy, request.num_samples or 1, asked)  # two counts fail before the model loads
+    plan_sequences(strategy, request.num_samples or 1, asked)  # -n past num_beams fails before the model loads
     name, cache = sampling.check()
     chain = build_chain(sampling.chain_text(), sampling.chain)  # a bad chain or flag fails before the model loads
     prompt = prompt_text(request.prompt)
@@ -288,13 +288,12 @@ def run_generate(request: GenerateRequest) -> int:
     strategy, sampling = own.strategy or strategy, own.sampling
     if own.num_samples is not None:  # the checkpoint's num_return_sequences: as if -n N were given
         asked = f"the model's own num_return_sequences={own.num_samples} (-n replaces it)"
-    columns = len(encoded) + min(sampling.max_new_tokens, PREALLOCATED_COLUMNS)
-    n = own.num_samples or request.num_samples or 1
-    plan = plan_sequences(strategy, n, asked, own.num_samples is not None, room=beams_room(columns, model))
+    plan = plan_sequences(strategy, own.num_samples or request.num_samples or 1, asked, own.num_samples is not None)
     strategy = plan.strategy
     shown = plan.copies * plan.hypotheses  # the sequences shown: samples, or beams
     request = replace(request, sampling=sampling, strategy=strategy, num_samples=shown)  # as the JSON records
     # Sized before anything holds a sample: -n far past the memory hung (or overflowed) building the lists.
+    columns = len(encoded) + min(sampling.max_new_tokens, PREALLOCATED_COLUMNS)
     check_rows("generate", "--num-samples", plan.copies, plan.copies, columns, model)
     spec = SampleSpec(
         prompt=encoded,

@@ -8,7 +8,6 @@ plugin's within its own limits.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,7 +17,7 @@ from decodekit_cli.errors import CliError
 if TYPE_CHECKING:
     from decodekit.params import Params
 
-__all__ = ["Sequences", "beams_room", "plan_sequences"]
+__all__ = ["Sequences", "plan_sequences"]
 
 
 @dataclass(frozen=True)
@@ -37,13 +36,10 @@ def plan_sequences(
     source: str | None,
     from_model: bool = False,
     count: str = "-n N with N",
-    room: int | None = None,
 ) -> Sequences:
     """`n` sequences under `strategy`. source: how `n` was asked ("-n 3", the model's own ...), None: not at all
     (n is 1, and a strategy with a `num_return_sequences` returns its own). from_model: `n` is a model's default,
-    which a `num_return_sequences` given in `--strategy` overrides. count: how the user writes it, for the error.
-    room: the most beams of this prompt the loaded model's device holds (`beams_room`; None: not loaded yet,
-    and `n` past `num_beams` is left to the call that knows, whose refusal offers more beams only where they fit)."""
+    which a `num_return_sequences` given in `--strategy` overrides. count: how the user writes it, for the error."""
     from decodekit.chain_string import parse_stage
     from decodekit.strategies import strategy_params
 
@@ -61,10 +57,10 @@ def plan_sequences(
             "(-n N sets num_return_sequences=N)"
         )
     beams = getattr(params, "num_beams", None)
-    if beams is not None and n > beams and room is not None:
+    if beams is not None and n > beams:
         raise CliError(
             f"{source}: beam search returns at most its num_beams={beams} best hypotheses (num_return_sequences <= "
-            f"num_beams); allowed: {count} <= {beams}{_more_beams(name, params, n, room)}"
+            f"num_beams); allowed: {count} <= {beams}{_more_beams(name, params, n)}"
         )
     if given:
         return Sequences(strategy, 1, n)
@@ -76,17 +72,9 @@ def plan_sequences(
     return Sequences(counted, 1, n)
 
 
-def beams_room(columns: int, model: object) -> int:
-    """`plan_sequences`' room: the most rows of `columns` history columns the model's device holds."""
-    from decodekit.engine import most_rows
-
-    most = most_rows(columns, model)  # type: ignore[arg-type]
-    return sys.maxsize if most is None else most  # None: the device's memory is not known, nor checked
-
-
-def _more_beams(name: str, params: Params, n: int, room: int) -> str:
-    """The refusal's other way out: `strategy` with `num_beams=n`, where its declared bounds take n and the
-    device holds that many rows; else why not."""
+def _more_beams(name: str, params: Params, n: int) -> str:
+    """The refusal's other way out: the strategy with `num_beams=n` and its other options, where its declared
+    bounds take n, else why not (whether the device holds n beams is the run's own check, which names the most)."""
     from decodekit.strategies import strategy_params
 
     values = {"num_beams": n, **params.model_dump(exclude_defaults=True, exclude={"num_beams"})}
@@ -95,8 +83,6 @@ def _more_beams(name: str, params: Params, n: int, room: int) -> str:
         strategy_params(more)
     except DecodekitError as exc:
         return f" ({exc})"
-    if n > room:
-        return f" (more beams: num_beams={n:,} would not fit in the device's memory, which holds {room:,} here)"
     return f", or more beams: --strategy {more!r}"
 
 
