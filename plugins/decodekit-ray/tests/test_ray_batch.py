@@ -332,3 +332,25 @@ def test_a_model_no_actor_can_load_is_one_line(cluster: str, tmp_path: Path) -> 
         "the plugins the job uses (docs/scale-out.md, 'What every node needs'); 0 records written "
         "(--resume continues)\n",
     )
+
+
+def test_lines_failed_while_decoding_are_said_as_the_local_job_says_them(cluster: str, tmp_path: Path) -> None:
+    """`--on-error fail`: the lines that failed while decoding are one error line each, in line order, on Ray as in
+    one local process, byte for byte. They were said in the order their records came: on Ray the parts' (line 6
+    before line 3), locally the decode's (under a window cache, by prompt length: line 2 before line 1)."""
+    prompts = tmp_path / "p.jsonl"
+    lines = [{"prompt": f"line {i}{'!' * (i % 3 == 0)}", **({"id": f"x{i}"} if i % 4 == 0 else {})} for i in range(1, 17)]
+    lines[0]["prompt"] = "a prompt longer than the others!"  # fails, and decodes after line 2 under a window
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = [*ARGS[: ARGS.index("--cache")], "--cache", "window(size=16)", "--batch-size", "4", "--on-error", "fail"]
+    runs = []
+    for where in ([], ["--ray", cluster, "--ray-actors", "2"]):
+        out = tmp_path / f"out{len(runs)}.jsonl"
+        r = cli("generate", "--input", str(prompts), "--output", str(out), *args, *where, **PLUGIN_ENV)
+        runs.append((r.returncode, r.stderr.replace(str(out), "OUT"), out.read_text()))
+    assert runs[0] == runs[1]
+    failed = [line for line in runs[0][1].splitlines() if line.startswith("decodekit: error: line ")]
+    assert failed == [
+        f"decodekit: error: line {i} (id {i if i % 4 else repr(f'x{i}')}): NumericsError: fail_on: a prompt holds token 2"
+        for i in (1, 3, 6, 9, 12, 15)
+    ], runs[0][1]
