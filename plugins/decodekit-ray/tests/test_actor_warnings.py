@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from decodekit_cli.batch_settings import BatchSettings
 from decodekit_ray.decoder import LineDecoder
-from decodekit_ray.parts import part_warnings
+from decodekit_ray.parts import PartsWatcher
 
 SCHEMA = b'{"prompt": "A", "json_schema": {"type": "object"}}'  # 3 tokens cannot close an object's text
 
@@ -42,5 +42,9 @@ def test_the_parts_warnings_in_line_order_each_once(tmp_path: Path) -> None:
     part("b.parquet", [2, 3], ["w2", ""])
     part("c.parquet", [9, 10], ["w9\nw10", ""])  # a block Ray retried after its actor died, written twice
     pq.write_table(pa.table({"line": [1], "record": ["{}"], "tokens": [0]}), tmp_path / "d.parquet")  # older: none
-    assert part_warnings(tmp_path, {2, 3, 9, 10}) == ["w2", "w9", "w10"]
-    assert part_warnings(tmp_path, {2, 3}) == ["w2"]  # lines of an earlier run, already printed then
+    watcher = PartsWatcher(tmp_path, lambda records, tokens: None, lines=set())
+    watcher.poll()
+    parts = watcher.parts
+    assert parts.warnings_of({2, 3, 9, 10}) == ["w2", "w9", "w10"]
+    assert parts.warnings_of({2, 3}) == ["w2"]  # lines of an earlier run, already printed then
+    assert sorted(parts.records) == [1, 2, 3, 9, 10]

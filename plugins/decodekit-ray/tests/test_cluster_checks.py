@@ -12,6 +12,7 @@ import pytest
 import ray
 from decodekit_cli.errors import CliError
 from decodekit_ray import cluster
+from ray.exceptions import AuthenticationError
 
 from decodekit.errors import ParameterError
 
@@ -74,6 +75,37 @@ def test_rays_log_lines_while_joining_are_not_shown(
     with pytest.raises(CliError):
         cluster.connect("10.0.0.7:6379")
     assert capfd.readouterr().err == "a line of someone else\n"
+
+
+def test_a_cluster_refusing_the_token_is_refused_before_ray_tries(
+    no_ray: list[dict[str, object]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ray.init tried 20 times, a second apart, and then said only "Failed to connect to Ray cluster at ..."; its
+    # client says on the first try that the cluster refused the token.
+    def refused(address: str) -> None:
+        raise AuthenticationError(
+            f"RPC error: InvalidAuthToken: Authentication token is missing or incorrect ({address})"
+        )
+
+    monkeypatch.setattr(ray._raylet, "GcsClient", refused)
+    monkeypatch.setattr(cluster, "_check_listening", lambda address, joined: None)
+    with pytest.raises(CliError) as caught:
+        cluster.connect("10.0.0.7:6379")
+    assert not no_ray
+    assert str(caught.value).startswith(
+        "--ray 10.0.0.7:6379: cannot join the Ray cluster there: it refused this process's authentication token "
+        "(missing or incorrect); allowed: "
+    )
+
+
+def test_a_cluster_that_takes_the_token_is_joined(
+    no_ray: list[dict[str, object]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ray._raylet, "GcsClient", lambda address: None)
+    monkeypatch.setattr(cluster, "_check_listening", lambda address, joined: None)
+    with pytest.raises(CliError, match="Failed to connect to Ray cluster"):  # no_ray's init: it was tried
+        cluster.connect("10.0.0.7:6379")
+    assert len(no_ray) == 1
 
 
 def test_an_address_ray_rejects_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

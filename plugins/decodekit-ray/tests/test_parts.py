@@ -47,7 +47,7 @@ def test_resuming_over_parts_reads_each_part_a_few_times_not_once_per_line(
         pq.write_table(table, parts / f"part-{first:04d}.parquet")
     reads: list[Path] = []
     read = decodekit_ray.parts._read
-    monkeypatch.setattr(decodekit_ray.parts, "_read", lambda path, columns: reads.append(path) or read(path, columns))
+    monkeypatch.setattr(decodekit_ray.parts, "_read", lambda path: reads.append(path) or read(path))
     settings = BatchSettings(model="m", chain="greedy", max_new_tokens=1, seed=0, cache="dense")
     pending: list[Pending | dict[str, object]] = [Pending(n, n, "p", [1], n, 1, "greedy") for n in range(1, lines + 1)]
     job = BatchJob(tmp_path / "in.jsonl", output, settings, pending, 0, 8, "skip")
@@ -86,3 +86,30 @@ def test_resume_retries_a_line_that_failed_in_a_killed_runs_parts(
     assert run_job(job, RayOptions()) == 0
     assert asked == [[1, 3]]
     assert output.read_text() == "".join(_record(n) for n in (1, 2, 3))
+
+
+def test_the_end_of_a_job_reads_each_part_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the end of a job read every part twice, for its records and then for its warnings, after the progress
+    watcher had read it for its tokens; now the watcher's one read gives all three, the warnings printed as before."""
+    output = tmp_path / "out.jsonl"
+
+    def decode(job: BatchJob, options: RayOptions, lines: list[int], folder: str) -> None:  # Ray, as it writes parts
+        Path(folder).mkdir()
+        for first in lines[::2]:
+            block = [first, first + 1]
+            said = [f"--input line {first} warned\n--input line {first + 1} warned", ""]
+            table = pa.table({"line": block, "record": [_record(n) for n in block], "tokens": [1, 1], "warnings": said})
+            pq.write_table(table, Path(folder) / f"part-{first:04d}.parquet")
+
+    reads: list[str] = []
+    read = decodekit_ray.parts._read
+    monkeypatch.setattr(decodekit_ray.parts, "_read", lambda path: reads.append(path.name) or read(path))
+    monkeypatch.setattr(decodekit_ray.job, "_decode", decode)
+    settings = BatchSettings(model="m", chain="greedy", max_new_tokens=1, seed=0, cache="dense")
+    pending: list[Pending | dict[str, object]] = [Pending(n, n, "p", [1], n, 1, "greedy") for n in range(1, 7)]
+    job = BatchJob(tmp_path / "in.jsonl", output, settings, pending, 0, 8, "skip")
+    with pytest.warns(UserWarning) as said:
+        assert run_job(job, RayOptions()) == 0
+    assert [str(w.message) for w in said] == [f"--input line {n} warned" for n in range(1, 7)]
+    assert output.read_text() == "".join(_record(n) for n in range(1, 7))
+    assert sorted(reads) == ["part-0001.parquet", "part-0003.parquet", "part-0005.parquet"]

@@ -332,3 +332,47 @@ def test_a_model_no_actor_can_load_is_one_line(cluster: str, tmp_path: Path) -> 
         "the plugins the job uses (docs/scale-out.md, 'What every node needs'); 0 records written "
         "(--resume continues)\n",
     )
+
+
+def test_lines_failed_while_decoding_are_said_as_the_local_job_says_them(cluster: str, tmp_path: Path) -> None:
+    """`--on-error fail`: the lines that failed while decoding are one error line each, in line order, on Ray as in
+    one local process, byte for byte. They were said in the order their records came: on Ray the parts' (line 6
+    before line 3), locally the decode's (under a window cache, by prompt length: line 2 before line 1)."""
+    prompts = tmp_path / "p.jsonl"
+    lines = [
+        {"prompt": f"line {i}{'!' * (i % 3 == 0)}", **({"id": f"x{i}"} if i % 4 == 0 else {})} for i in range(1, 17)
+    ]
+    lines[0]["prompt"] = "a prompt longer than the others!"  # fails, and decodes after line 2 under a window
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = [*ARGS[: ARGS.index("--cache")], "--cache", "window(size=16)", "--batch-size", "4", "--on-error", "fail"]
+    runs = []
+    for where in ([], ["--ray", cluster, "--ray-actors", "2"]):
+        out = tmp_path / f"out{len(runs)}.jsonl"
+        r = cli("generate", "--input", str(prompts), "--output", str(out), *args, *where, **PLUGIN_ENV)
+        runs.append((r.returncode, r.stderr.replace(str(out), "OUT"), out.read_text()))
+    assert runs[0] == runs[1]
+    failed = [line for line in runs[0][1].splitlines() if line.startswith("decodekit: error: line ")]
+    said = "fail_on: a prompt holds token 2"
+    assert failed == [
+        f"decodekit: error: line {i} (id {i if i % 4 else repr(f'x{i}')}): NumericsError: {said}"
+        for i in (1, 3, 6, 9, 12, 15)
+    ], runs[0][1]
+
+
+def test_a_join_without_the_token_is_refused_at_once(cluster: str, tmp_path: Path) -> None:
+    """The test's cluster wants Ray's token authentication (ray.init's default); a command without RAY_AUTH_MODE
+    was refused after Ray's 20 tries, a second apart (23 s in all); Ray's client says so on its first."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "a"}\n')
+    env = _env(**PLUGIN_ENV, RAY_AUTH_MODE="disabled")
+    env.pop("RAY_AUTH_TOKEN", None)
+    args = ["generate", "--input", str(prompts), "--output", str(tmp_path / "o.jsonl"), "-m", MODEL, "--ray", cluster]
+    start = time.monotonic()
+    job = _popen(args, env)
+    _, err = job.communicate(timeout=120)
+    took = time.monotonic() - start
+    assert job.returncode == 2, err
+    assert err.startswith(f"decodekit: error: --ray {cluster}: cannot join the Ray cluster there: it refused this "), (
+        err
+    )
+    assert took < 15, took  # the command's own start, and one try: not 20 of them

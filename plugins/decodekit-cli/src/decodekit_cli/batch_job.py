@@ -108,10 +108,11 @@ def plural(count: int, noun: str) -> str:
 
 
 def failed_lines(failed: list[Record]) -> int:
-    """With --on-error fail: report the lines that failed while decoding (they have no record)."""
+    """With --on-error fail: report the lines that failed while decoding (they have no record), in line order
+    (they end in decode order: by prompt length under a window cache, by part on Ray)."""
     if not failed:
         return 0
-    for record in failed:
+    for record in sorted(failed, key=lambda record: int(record["line"])):
         error = record["error"]
         report_error(f"line {record['line']} (id {record['id']!r}): {error['type']}: {error['message']}")
     usage = all(r["error"]["type"] in DECODEKIT_ERRORS for r in failed)  # else a plugin's own failure

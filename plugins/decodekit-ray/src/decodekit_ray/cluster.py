@@ -45,10 +45,11 @@ def connect(address: str) -> bool:
     if joined:
         _check_listening(given, joined)
     try:
-        # While Ray tries to join a cluster, its C++ client logs each failed try on stderr (a wrong token: one a
-        # second for 20 s); the command's one line below says what failed. (Not around a start: Ray's daemons
-        # would inherit the pipe.)
+        # While Ray tries to join a cluster, its C++ client logs each failed try on stderr; the command's one line
+        # below says what failed. (Not around a start: Ray's daemons would inherit the pipe.)
         with stderr_without(RAY_LOG_LINE.match) if joined else contextlib.nullcontext():
+            if joined:
+                _check_authenticated(given, joined)
             ray.init(
                 address=joined or "local",  # "local": a new cluster, never one that happens to run here
                 runtime_env={"env_vars": job_env()},
@@ -60,14 +61,36 @@ def connect(address: str) -> bool:
         raise CliError(f"{given}: {exc}") from None
     except ConnectionError as exc:
         why = str(exc).replace(RAY_OWN_ADVICE, "").strip().rstrip(".")  # Ray's `--address` flag is not decodekit's
-        raise CliError(
-            f"{given}: cannot join the Ray cluster there: {why}; allowed: a running cluster's address "
-            "(`ray start --head` starts one here, which --ray auto joins), or --ray alone, which starts Ray for "
-            "this job; a cluster with token authentication (Ray's default) also needs RAY_AUTH_MODE=token and its "
-            f"token (`ray get-auth-token` on the head node) here, in ~/.ray/auth_token or RAY_AUTH_TOKEN{_auth_hint()}"
-        ) from None
+        raise _cannot_join(given, why) from None
     logging.getLogger("ray.data").setLevel(logging.ERROR)  # its execution notes go to Ray's log files only
     return True
+
+
+def _cannot_join(given: str, why: str) -> CliError:
+    return CliError(
+        f"{given}: cannot join the Ray cluster there: {why}; allowed: a running cluster's address "
+        "(`ray start --head` starts one here, which --ray auto joins), or --ray alone, which starts Ray for "
+        "this job; a cluster with token authentication (Ray's default) also needs RAY_AUTH_MODE=token and its "
+        f"token (`ray get-auth-token` on the head node) here, in ~/.ray/auth_token or RAY_AUTH_TOKEN{_auth_hint()}"
+    )
+
+
+def _check_authenticated(given: str, joined: str) -> None:
+    """Refuse at once a cluster that refuses this process's token. `ray.init` tries 20 times, a second apart, and
+    then says only that it failed to connect; one try of the client it tries with says why in ~10 ms."""
+    if joined == "auto" or "://" in joined:  # ray.init resolves these itself
+        return
+    try:
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]  # ray.init's own client for the join
+        from ray.exceptions import AuthenticationError
+    except ImportError:  # another Ray's layout: its own 20 s, then the error below
+        return
+    try:
+        GcsClient(address=joined)
+    except AuthenticationError:
+        raise _cannot_join(given, "it refused this process's authentication token (missing or incorrect)") from None
+    except Exception:  # not ready yet, or unreachable: ray.init tries again, and says so
+        return
 
 
 def _auth_hint() -> str:

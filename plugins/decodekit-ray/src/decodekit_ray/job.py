@@ -28,7 +28,7 @@ from decodekit_ray.cluster import LOCAL, actor_failures_unlogged, connect
 from decodekit_ray.dataset import generate_lines
 from decodekit_ray.decoder import ActorSetupError
 from decodekit_ray.lines import read_prompt_lines
-from decodekit_ray.parts import PartsWatcher, part_records, part_warnings
+from decodekit_ray.parts import PartsWatcher
 from decodekit_ray.ray_output import without_raylet_notes, without_restart_note
 
 __all__ = ["RayOptions", "run_job"]
@@ -54,12 +54,14 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
     failed: str | None = None  # an actor failed as a whole: the job stops, keeping what it wrote
     with progress:
         progress.advance(len(checked), 0)
-        # A killed run's parts are done (read once, not once per line), but for a failure this job does not
-        # keep (--on-error fail): --resume retries that line.
-        done = {line for line, text in part_records(parts).items() if job.keeps(json.loads(text))}
+        # Each part is read once, by the watcher: a killed run's parts first, which are done, but for a failure
+        # this job does not keep (--on-error fail): --resume retries that line.
+        watcher = PartsWatcher(parts, progress.advance, lines={p.line for p in job.pending})
+        watcher.poll()
+        done = {line for line, text in watcher.parts.records.items() if job.keeps(json.loads(text))}
         todo = [p.line for p in job.pending if p.line not in done]
         try:
-            with PartsWatcher(parts, progress.advance, lines={p.line for p in job.pending}):
+            with watcher:
                 if todo:
                     with without_raylet_notes():
                         _decode(job, options, todo, str(parts.resolve()))
@@ -67,8 +69,8 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
             interrupted = True
         except (CompileError, ActorSetupError) as exc:  # an actor's, as Ray raises it: a RayTaskError that is one too
             failed = _failure(getattr(exc, "cause", exc))
-    made = {line: json.loads(text) for line, text in part_records(parts).items() if line not in before}
-    for said in part_warnings(parts, made):  # the actors' warnings, which the local job prints as it decodes
+    made = {line: json.loads(text) for line, text in watcher.parts.records.items() if line not in before}
+    for said in watcher.parts.warnings_of(made):  # the actors' warnings, which the local job prints as it decodes
         warnings.warn(said, stacklevel=1)
     new = {**checked, **{line: record for line, record in made.items() if job.keeps(record)}}
     replace_output(job.output, {**{line: dumps(record) for line, record in new.items()}, **before})

@@ -18,51 +18,52 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from decodekit_cli.batch_records import is_error
 
-__all__ = ["PartsWatcher", "part_records", "part_warnings"]
+__all__ = ["Parts", "PartsWatcher"]
 
 
-def _read(path: Path, columns: list[str]) -> pa.Table | None:
-    """A part's columns, or None for a file still being written (or cut short)."""
+def _read(path: Path) -> pa.Table | None:
+    """A part, or None for a file still being written (or cut short)."""
     try:
-        return pq.read_table(path, columns=columns)
+        return pq.read_table(path)
     except (OSError, pa.ArrowException):
         return None
 
 
-def part_records(folder: Path) -> dict[int, str]:
-    """Every record in the complete parts of `folder`, by input line (a retried block's copy once; a result
-    over an error record, which a resumed run retried)."""
-    records: dict[int, str] = {}
-    for path in sorted(folder.glob("*.parquet")):
-        table = _read(path, ["line", "record"])
-        if table is not None:
-            for line, record in zip(table.column("line").to_pylist(), table.column("record").to_pylist()):
-                if line not in records or (is_error(json.loads(records[line])) and not is_error(json.loads(record))):
-                    records[line] = record
-    return records
+class Parts:
+    """What the complete parts read so far hold: a record per input line (a retried block's copy once; a result
+    over an error record, which a resumed run retried), and the warnings each block's decode raised, by the line
+    whose row carries them (the block's first)."""
 
+    def __init__(self) -> None:
+        self.records: dict[int, str] = {}
+        self.warnings: dict[int, list[str]] = {}
 
-def part_warnings(folder: Path, lines: Collection[int]) -> list[str]:
-    """The warnings the actors' decodes of `lines` raised, by the complete parts of `folder` (a retried block's once),
-    in the order of their lines. Parts written before the column existed have none."""
-    said: dict[str, int] = {}
-    for path in sorted(folder.glob("*.parquet")):
-        table = _read(path, ["line", "warnings"])
-        if table is not None:
-            for line, text in zip(table.column("line").to_pylist(), table.column("warnings").to_pylist()):
-                if line in lines and text:
-                    said.update((t, line) for t in text.split("\n") if t not in said)
-    return sorted(said, key=said.__getitem__)
+    def add(self, table: pa.Table) -> None:
+        """One part's rows (a part written before the `warnings` column existed has none)."""
+        said = table.column("warnings").to_pylist() if "warnings" in table.column_names else [""] * table.num_rows
+        for line, record, text in zip(table.column("line").to_pylist(), table.column("record").to_pylist(), said):
+            old = self.records.get(line)
+            if old is None or (is_error(json.loads(old)) and not is_error(json.loads(record))):
+                self.records[line] = record
+            if text:
+                self.warnings.setdefault(line, text.split("\n"))
+
+    def warnings_of(self, lines: Collection[int]) -> list[str]:
+        """What the decodes of `lines` warned, each text once, in the order of their lines."""
+        said = [text for line in sorted(self.warnings) if line in lines for text in self.warnings[line]]
+        return list(dict.fromkeys(said))
 
 
 class PartsWatcher:
-    """Polls `folder` while a job runs: `on_part(records, tokens)` for each complete part, counting
-    only `lines` (those the progress bar is over), each once."""
+    """Polls `folder` while a job runs, reading each complete part once: into `parts`, and `on_part(records,
+    tokens)` for it, counting only `lines` (those the progress bar is over), each once. Read `parts` once the
+    watcher has stopped (or before it starts: `poll()`)."""
 
     def __init__(
         self, folder: Path, on_part: Callable[[int, int], None], *, lines: Collection[int], every: float = 0.5
     ) -> None:
         self._folder, self._on_part, self._every = folder, on_part, every
+        self.parts = Parts()
         self._seen: set[str] = set()
         self._todo = set(lines)
         self._stop = threading.Event()
@@ -70,10 +71,11 @@ class PartsWatcher:
 
     def poll(self) -> None:
         for path in sorted(self._folder.glob("*.parquet")):
-            table = None if path.name in self._seen else _read(path, ["line", "tokens"])
+            table = None if path.name in self._seen else _read(path)
             if table is None:
                 continue
             self._seen.add(path.name)
+            self.parts.add(table)
             new = [(n, t) for n, t in zip(table.column("line").to_pylist(), table.column("tokens").to_pylist())]
             new = [(n, t) for n, t in new if n in self._todo]
             self._todo.difference_update(n for n, _ in new)
