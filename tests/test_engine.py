@@ -3,7 +3,10 @@ it replaces is a test here, and a strategy that breaks the rules is named."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -208,6 +211,35 @@ def test_rows_that_cannot_fit_in_memory_are_refused_before_any_allocation(monkey
         "than the 0.0 GiB of memory of device cpu; allowed: batch size <= 107 here"
     )
     assert len(dk.generate(TinyLM(40), [[1]] * 107, max_new_tokens=4).tokens) == 107
+
+
+_CAPPED_ALLOCATION = """
+import resource
+import decodekit as dk
+from decodekit.testing.tiny_lm import TinyLM
+
+model = TinyLM(max_positions=4096)
+size = int(next(line for line in open("/proc/self/status") if line.startswith("VmSize")).split()[1]) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (size + 2**30, size + 2**30))  # 1 GiB more than this process maps now
+try:
+    dk.generate(model, [[1, 2, 3]] * 2048, max_new_tokens=4000, cache="dense", seed=0)
+except dk.ParameterError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="the address space is read from Linux's /proc")
+def test_a_cache_the_device_cannot_allocate_now_is_a_parameter_error_naming_it() -> None:
+    """A cache that fits the device's memory in all but not what is free: torch's allocator raised a RuntimeError
+    (the CLI's "unexpected RuntimeError"; a batch job stopped at that line, --on-error skip or not). 2,048 rows of
+    4,003 slots, 2 heads of keys (and values) 8 wide in float32: 0.5 GiB a buffer, 4 of them past the 1 GiB left."""
+    done = subprocess.run([sys.executable, "-c", _CAPPED_ALLOCATION], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("cache 'dense': 2,048 rows of 4,0"), done.stdout
+    assert "slots are invalid: device cpu could not allocate them (" in done.stdout
+    assert done.stdout.rstrip().endswith(
+        "allowed: fewer rows (prompts, samples or beams) or tokens, or a cache that stores less (int8, window)"
+    )
 
 
 @pytest.mark.parametrize("strategy", ["sample", "beam", "speculative"])

@@ -134,9 +134,18 @@ class Decoding:
         if keeps_every_token:  # check before allocating any
             self._check_reach(spec, None)
         capacity = self._sized(total) if keeps_every_token else total  # more slots: never fed
-        kv = factory(
-            CacheSpec.for_model(spec, batch_size=batch_size, capacity=capacity, dtype=self.dtype, device=self.device)
-        )
+        device, dtype = self.device, self.dtype
+        asked = CacheSpec.for_model(spec, batch_size=batch_size, capacity=capacity, dtype=dtype, device=device)
+        try:
+            kv = factory(asked)
+        except RuntimeError as exc:  # the device holds it in all (the cache's own check) but not free now
+            if not _out_of_memory(exc):
+                raise
+            raise ParameterError(
+                f"cache {str(factory)!r}: {batch_size:,} rows of {capacity:,} slots are invalid: device "
+                f"{torch.device(device)} could not allocate them ({str(exc).splitlines()[0]}); allowed: fewer "
+                "rows (prompts, samples or beams) or tokens, or a cache that stores less (int8, window)"
+            ) from None
         if not callable(getattr(kv, "update", None)):  # a factory's slip (None) would otherwise decode uncached
             raise ParameterError(
                 f"cache={factory!r} returned {kv!r}; allowed: a factory (CacheSpec) -> KVCache, or cache='none'"
@@ -529,3 +538,8 @@ def check_rows(owner: str, option: str, value: int, rows: int, columns: int, mod
             f"{rows * per_row / 2**30:,.1f} GiB, more than the {memory / 2**30:,.1f} GiB of memory of "
             f"device {torch.device(device)}; allowed: {option} <= {memory // per_row // (rows // value):,} here"
         )
+
+
+def _out_of_memory(exc: RuntimeError) -> bool:
+    """torch's allocation failure: CUDA's `OutOfMemoryError`, or the CPU allocator's (a plain RuntimeError)."""
+    return isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in str(exc)
