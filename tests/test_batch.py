@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from cli_runner import run_cli
+from decodekit_cli.batch_input import InputLine, LineError, parse_line
 from test_cli import MODEL, TESTS, _env, _popen, cli, cli_many
 
 N = 200
@@ -208,9 +209,27 @@ HOSTILE_ERRORS = [
         "ParameterError",
         "top_k: k=0 is invalid: Input should be greater than or equal to 1; allowed: an integer 1 <= k",
     ),
-    (8, 8, "ParameterError", "a JSON list; allowed: an object with a 'prompt'"),
+    (8, 8, "ParameterError", "a JSON array; allowed: an object with a 'prompt'"),
     (1, 9, "ParameterError", "id 1 is also the id of line 1; allowed: one per line"),
 ]
+
+
+@pytest.mark.parametrize(
+    ("data", "kind"),
+    [
+        (b'["ROMEO"]', "array"),
+        (b'"ROMEO"', "string"),
+        (b"7", "number"),
+        (b"7.5", "number"),
+        (b"true", "boolean"),
+        (b"null", "null"),
+    ],
+)
+def test_a_line_that_is_not_an_object_is_named_in_jsons_words(data: bytes, kind: str) -> None:
+    """Python's names came out: "a JSON list", "a JSON str", "a JSON NoneType"."""
+    key, item = parse_line(InputLine(1, data))
+    assert key == 1 and isinstance(item, LineError)
+    assert str(item) == f"a JSON {kind}; allowed: an object with a 'prompt'"
 
 
 def test_every_bad_line_is_reported_before_any_generation(tmp_path: Path) -> None:

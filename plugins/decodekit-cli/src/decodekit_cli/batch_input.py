@@ -147,6 +147,10 @@ def input_lines(data: bytes) -> list[InputLine]:
     return [InputLine(n, raw) for n, raw in enumerate(data.split(b"\n"), 1) if raw.strip()]
 
 
+_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+"""What JSON calls the values a line may be that are not objects (`json.loads` gives these types)."""
+
+
 def parse_line(line: InputLine) -> tuple[str | int, PromptLine | LineError]:
     """The line's id (its own, or its number) and the prompt it asks for, or why it is not one."""
     try:
@@ -162,8 +166,9 @@ def parse_line(line: InputLine) -> tuple[str | int, PromptLine | LineError]:
         return line.number, LineError("JSONDecodeError", f"not JSON: {exc.msg} at column {exc.colno}")
     key = _own_id(value, line.number)
     if not isinstance(value, dict):
-        kind = "list" if isinstance(value, list) else type(value).__name__
-        return key, LineError("ParameterError", f"a JSON {kind}; allowed: an object with a 'prompt'")
+        return key, LineError(
+            "ParameterError", f"a JSON {_JSON_KINDS[type(value)]}; allowed: an object with a 'prompt'"
+        )
     try:
         item = validate_params("prompt line", PromptLine, value)
     except DecodekitError as exc:
