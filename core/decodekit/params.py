@@ -142,8 +142,9 @@ def _problem(err: ErrorDetails, fields: Mapping[str, FieldInfo], values: Mapping
         given = ", ".join(f"{k}={shown(v)}" for k, v in values.items()) or "the defaults"
         rule = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
         return loc, f"{given} {'is invalid' if len(values) == 1 else 'are invalid together'}: {rule}"
-    if err["type"] == "missing":
-        return loc, f"missing required parameter {loc}"
+    if err["type"] == "missing":  # a parameter's own (not an item's inside one) says what it takes
+        allowed = f"; allowed: {allowed_values(key, field)}" if field is not None and len(err["loc"]) == 1 else ""
+        return loc, f"missing required parameter {loc}{allowed}"
     if field is not None and _is_union_member(err["loc"], field):
         return key, f"{key}={shown(values.get(key))} is invalid; allowed: {allowed_values(key, field)}"
     # An item of a list or dict parameter (`breakers.0.1`; a dict key's own error `bias key`) is
