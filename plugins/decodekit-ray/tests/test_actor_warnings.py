@@ -24,10 +24,10 @@ def test_an_actors_rows_carry_what_its_decode_warned(monkeypatch: pytest.MonkeyP
         model="tiny-shakespeare", chain="temperature(0.8)", max_new_tokens=3, seed=0, cache="dense"
     )
     batch = {"line": np.array([4, 5, 6]), "data": np.array([b'{"prompt": "A"}', SCHEMA, SCHEMA], dtype=object)}
-    rows = LineDecoder(settings)(batch)
+    rows = LineDecoder(settings, where="--input prompts.jsonl")(batch)  # the command's file, as the local job names it
     assert list(rows["warnings"]) == [
-        "--input line 5 (id 5) ended with json_schema incomplete (length)\n"
-        "--input line 6 (id 6) ended with json_schema incomplete (length)",
+        "--input prompts.jsonl line 5 (id 5) ended with json_schema incomplete (length)\n"
+        "--input prompts.jsonl line 6 (id 6) ended with json_schema incomplete (length)",
         "",
         "",
     ]

@@ -52,18 +52,20 @@ def generate_lines(
     actor_cpus: float = 1.0,
     actor_gpus: float = 0.0,
     checked: bool = False,
+    where: str = "--input",
 ) -> ray.data.Dataset:
     """`generate` over raw prompt lines, rows `{"line", "data"}` (`read_prompt_lines`).
 
     checked: every line passed the caller's check (the command's), so a name an actor does not know stops the job
-    (`ActorSetupError`: its node lacks a plugin) instead of making that line an error record."""
+    (`ActorSetupError`: its node lacks a plugin) instead of making that line an error record. where: how a warning
+    names the lines' input ("--input prompts.jsonl")."""
     size = actor_count(actors, actor_cpus, actor_gpus)  # first: an actor no node can hold is refused before any work
     blocks = lines.repartition(target_num_rows_per_block=batch_size).materialize()
     # No more actors than blocks: an actor without one would only load the model (and Ray Data warns).
     pool = min(size, max(1, blocks.num_blocks()))
     records: ray.data.Dataset = blocks.map_batches(
         LineDecoder,
-        fn_constructor_kwargs={"settings": settings, "batch_size": batch_size, "checked": checked},
+        fn_constructor_kwargs={"settings": settings, "batch_size": batch_size, "checked": checked, "where": where},
         batch_size=batch_size,
         compute=ray.data.ActorPoolStrategy(size=pool),
         num_cpus=actor_cpus,

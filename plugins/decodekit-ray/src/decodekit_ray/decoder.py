@@ -31,9 +31,12 @@ class ActorSetupError(DecodekitError):
 class LineDecoder:
     """Called on batches `{"line", "data"}`; returns `{"line", "record", "tokens", "warnings"}`, one row per line."""
 
-    def __init__(self, settings: BatchSettings, batch_size: int = 0, checked: bool = False) -> None:
+    def __init__(
+        self, settings: BatchSettings, batch_size: int = 0, checked: bool = False, where: str = "--input"
+    ) -> None:
         self.settings = settings
         self.batch_size = batch_size  # the job's: under --compile a smaller batch is padded to it, as locally
+        self.where = where  # how a warning names the input ("--input prompts.jsonl line 4 ...")
         # The command checked every line with its plugins: a name unknown here is this node's lack, not the line's.
         self.checked = checked
         self.failure: ActorSetupError | None = None
@@ -68,7 +71,7 @@ class LineDecoder:
         records: list[Record] = [item for item in checked if not isinstance(item, Pending)]
         pending = [item for item in checked if isinstance(item, Pending)]
         for group in batches(pending, max(1, sum(p.copies for p in pending))):  # the block: one decode a chain
-            records += decode_records(self.model, self.settings, group, rows=self.batch_size)
+            records += decode_records(self.model, self.settings, group, rows=self.batch_size, where=self.where)
         if self.checked:
             _refuse_unknown_names(records)
         return {

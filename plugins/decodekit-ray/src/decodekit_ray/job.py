@@ -102,6 +102,7 @@ def _decode(job: BatchJob, options: RayOptions, lines: list[int], parts: str) ->
             actor_cpus=options.actor_cpus,
             actor_gpus=options.actor_gpus,
             checked=True,
+            where=f"--input {job.input.name}",
         )
         # Writing takes no CPU (the actors may hold every one) and one worker: a task free of CPUs
         # would otherwise start a Python process of its own for each block.
