@@ -84,3 +84,35 @@ def test_batch_records_carry_each_lines_drafted_and_accepted(
         expected = _decoded([record["prompt"]] * len(rows), seeds, record["max_new_tokens"])
         assert [s["tokens"] for s in rows] == expected.tokens
         assert [(s["drafted"], s["accepted"]) for s in rows] == list(zip(expected.drafted, expected.accepted))
+
+
+def test_an_output_written_before_drafted_and_accepted_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An output whose records an older decodekit wrote without the strategy's fields resumes: its records stay as
+    they are, the lines it lacks get theirs, each as an uninterrupted run writes it."""
+    prompts, whole, old = tmp_path / "in.jsonl", tmp_path / "whole.jsonl", tmp_path / "old.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("ROMEO:", "JULIET:", "KING:")))
+    args = [
+        "--strategy",
+        SPECULATIVE,
+        "--chain",
+        CHAIN,
+        "--max-new-tokens",
+        "10",
+        "--seed",
+        "3",
+        "--input",
+        str(prompts),
+    ]
+    assert main(["generate", *args, "--output", str(whole)]) == 0, capsys.readouterr().err
+    records = whole.read_text().splitlines(keepends=True)
+    first = json.loads(records[0])
+    before = {key: value for key, value in first.items() if key not in ("drafted", "accepted")}
+    assert len(before) == len(first) - 2
+    old.write_text(json.dumps(before) + "\n")
+    (tmp_path / "old.jsonl.settings.json").write_text((tmp_path / "whole.jsonl.settings.json").read_text())
+    capsys.readouterr()
+    assert main(["generate", *args, "--output", str(old), "--resume"]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == f"2 results written to {old}, 1 already there"
+    assert old.read_text().splitlines(keepends=True) == [json.dumps(before) + "\n", *records[1:]]
