@@ -1,8 +1,9 @@
 """A test plugin for the CLI tests: registers `two_scored`, a strategy whose result carries several scored
 sequences per prompt (`scores`, `sequences`, ... as beam search's) but which has no `num_return_sequences`: the
-command line shows the one sequence per prompt it streams, not the others; and `n_best`, vLLM V0's `best_of` as a
+command line shows the one sequence per prompt it streams, not the others; `n_best`, vLLM V0's `best_of` as a
 plugin would write it: the `num_return_sequences` best of `best_of` samples, without beams
-(tests/.../test_returned_sequences.py)."""
+(tests/.../test_returned_sequences.py); and `counted` and `clashing`, `sample` with result fields of their own, which
+`--json` and a batch job's records write or leave out (tests/.../test_result_fields.py)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,11 @@ def two_scored(d: dk.Decoding, params: NoParams) -> Iterator[None]:
     }
 
 
+@dataclass
+class NBest(TwoScored):
+    drawn: list[int] = field(default_factory=list)  # per prompt: the samples it drew (a field of its own)
+
+
 class NBestParams(Params):
     best_of: int = Field(default=2, ge=1)
     num_return_sequences: int = Field(default=1, ge=1)
@@ -74,8 +80,9 @@ def n_best(d: dk.Decoding, params: NBestParams) -> Iterator[None]:
         picks.append(sorted(range(b * k, (b + 1) * k), key=lambda r: -score[r])[: params.num_return_sequences])
         d.finish(b, d.outputs[picks[b][0]].tokens, d.outputs[picks[b][0]].logprobs)
     kept = [[d.outputs[r] for r in rows] for rows in picks]
-    d.result_type = TwoScored
+    d.result_type = NBest
     d.extras = {
+        "drawn": [k for _ in picks],
         "sequences": [[o.tokens for o in best] for best in kept],
         "scores": [[score[r] for r in rows] for rows in picks],
         "sequence_texts": [[o.text for o in best] for best in kept],
@@ -85,7 +92,57 @@ def n_best(d: dk.Decoding, params: NBestParams) -> Iterator[None]:
     }
 
 
+@dataclass
+class Counted(dk.Generation):
+    """A result with a field per row and one of the whole result, as a third-party strategy may add them."""
+
+    picks: list[int] = field(default_factory=list)  # per row: the chain's picks while the row was live
+    weight_used: float = 0.0  # the whole result's: the strategy's parameter
+
+
+class CountedParams(Params):
+    weight: float = Field(default=1.0, gt=0)
+
+
+def counted(d: dk.Decoding, params: CountedParams) -> Iterator[None]:
+    """`sample`, counting each row's picks."""
+    d.open()
+    picks = [0] * len(d.rows)
+
+    def add(picked: Any) -> None:
+        for row, live in enumerate(d.live):
+            picks[row] += live
+
+    d.result_type = Counted
+    d.extras = {"picks": picks, "weight_used": params.weight}
+    yield from sample_steps(d, after=add)
+
+
+@dataclass
+class Clashing(dk.Generation):
+    """Fields the output cannot write beside one it can: names it has (`seed` per row, `id` of the whole result),
+    a value JSON cannot hold (a tensor per row)."""
+
+    seed: list[int] = field(default_factory=list)
+    id: str = ""
+    state: list[Any] = field(default_factory=list)
+    prompt_length: list[int] = field(default_factory=list)  # per row: its prompt's tokens
+
+
+def clashing(d: dk.Decoding, params: NoParams) -> Iterator[None]:
+    import torch
+
+    d.open()
+    rows = range(len(d.rows))
+    d.result_type = Clashing
+    d.extras = {"seed": [-1 for _ in rows], "id": "clash", "state": [torch.zeros(1) for _ in rows]}
+    d.extras["prompt_length"] = [len(prompt) for prompt in d.prompts]
+    yield from sample_steps(d)
+
+
 @dk.hookimpl
 def register_strategies(register: Any) -> None:
+    register("counted", counted, CountedParams, "sample, with each row's picks and the weight as fields")
+    register("clashing", clashing, NoParams, "sample, with fields the command line cannot write")
     register("two_scored", two_scored, NoParams, "two samples per prompt, both scored")
     register("n_best", n_best, NBestParams, "the n best of best_of samples, by cumulative logprob")

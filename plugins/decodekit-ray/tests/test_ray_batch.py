@@ -3,8 +3,8 @@ a killed driver and `--resume`, and from Python over a Dataset.
 
 The tests start a Ray cluster of 2 CPUs on this machine and stop it. Its workers import the test
 plugins of the repository's `tests/` (`cli-test-gpt`, and `fail_on`, a sampler that fails while
-decoding the prompts that hold a "!"): the cluster is started with them on its PYTHONPATH, and the
-command sends DECODEKIT_EXTRA_PLUGINS with its job.
+decoding the prompts that hold a "!"; cli_strategy_plugin's strategies with result fields of their own): the cluster
+is started with them on its PYTHONPATH, and the command sends DECODEKIT_EXTRA_PLUGINS with its job.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ pytestmark = [
 
 PLUGINS = "cli_testplugin,batch_testplugin"
 PLUGIN_ENV = {"DECODEKIT_EXTRA_PLUGINS": PLUGINS}
+STRATEGY_ENV = {"DECODEKIT_EXTRA_PLUGINS": f"{PLUGINS},cli_strategy_plugin"}
 CHAIN = "fail_on(token=2) | temperature(1.5)"  # token 2 is "!"
 ARGS = ["-m", MODEL, "--seed", "5", "--max-new-tokens", "40", "--chain", CHAIN, "--cache", "dense"]
 ARGS += ["--batch-size", "4", "--on-error", "skip"]
@@ -87,7 +88,8 @@ def cluster() -> Iterator[str]:
             include_dashboard=False,
             log_to_driver=False,
             logging_level=logging.ERROR,
-            runtime_env={"env_vars": {"DECODEKIT_EXTRA_PLUGINS": PLUGINS}},
+            # a command run in this process joins as this driver, with its plugins: every test's
+            runtime_env={"env_vars": STRATEGY_ENV},
         )
     finally:  # ray.init also set RAY_AUTH_MODE=token here: the commands' processes join with it
         os.environ.pop("PYTHONPATH")
@@ -376,3 +378,33 @@ def test_a_join_without_the_token_is_refused_at_once(cluster: str, tmp_path: Pat
         err
     )
     assert took < 15, took  # the command's own start, and one try: not 20 of them
+
+
+@pytest.mark.parametrize("strategy", ["counted(weight=0.25)", "clashing"])
+def test_a_plugin_strategys_own_fields_are_written_on_ray_as_here(cluster: str, tmp_path: Path, strategy: str) -> None:
+    """A strategy's result fields of its own (tests/cli_strategy_plugin.py: `counted`'s `picks`, one per row, and
+    `weight_used`, the whole result's; `clashing`'s, which the output cannot write and says so) reach the records on
+    Ray as in one local process, byte for byte, with the same warnings. Before: neither job wrote them."""
+    prompts = tmp_path / "p.jsonl"
+    lines = [{"prompt": f"line {i}: " + "ab" * (i % 4), **({"n": 2} if i % 5 == 0 else {})} for i in range(1, 13)]
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = ["-m", MODEL, "--seed", "5", "--max-new-tokens", "12", "--chain", "top_k(5) | temperature(1.5)"]
+    args += ["--stop", "a", "--cache", "dense", "--batch-size", "4", "--strategy", strategy]
+    runs = []
+    for where in ([], ["--ray", cluster, "--ray-actors", "2"]):
+        out = tmp_path / f"out{len(runs)}.jsonl"
+        r = cli("generate", "--input", str(prompts), "--output", str(out), *args, *where, **STRATEGY_ENV)
+        assert r.returncode == 0, r.stderr
+        runs.append((r.stderr.replace(str(out), "OUT"), out.read_text()))
+    assert runs[0] == runs[1]
+    records = [json.loads(line) for line in runs[0][1].splitlines()]
+    rows = [row for record in records for row in record.get("samples", [record])]
+    assert len(rows) == len(lines) + 2
+    if strategy == "clashing":
+        assert runs[0][0].count("decodekit: warning: Clashing.") == 3
+        assert [row["prompt_length"] for row in rows] == [
+            len(r["prompt"]) for r in records for _ in r.get("samples", [r])
+        ]
+    else:
+        assert [r["weight_used"] for r in records] == [0.25] * len(lines)
+        assert [row["picks"] for row in rows] == [len(row["tokens"]) for row in rows]

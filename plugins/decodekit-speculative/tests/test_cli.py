@@ -1,8 +1,11 @@
-"""`decodekit generate --strategy "speculative(...)"`: the acceptance rate on the status line and in JSON."""
+"""`decodekit generate --strategy "speculative(...)"`: the acceptance rate on the status line and in JSON, and each
+row's `drafted` and `accepted` in `--json`'s samples and a batch job's records."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 from decodekit_cli import main
@@ -32,3 +35,84 @@ def test_draft_none_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -
     assert main(["generate", "ROMEO:", "--strategy", "speculative(draft=None)", "--max-new-tokens", "4"]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line == "decodekit: error: strategy speculative: draft=null is invalid; allowed: a string or a Model"
+
+
+SPECULATIVE = "speculative(draft='tiny-shakespeare-draft', k=3)"
+CHAIN = "temperature(1.2)"  # sampled: the draft is both accepted and rejected
+
+
+def _decoded(prompts: list[str], seed: int | list[int], max_new_tokens: int) -> Any:
+    """`dk.decode` of what the command runs: the speculative result whose drafted / accepted it must show."""
+    import decodekit as dk
+
+    model = dk.load_model("tiny-shakespeare")
+    return dk.decode(
+        model, prompts, strategy=SPECULATIVE, chain=CHAIN, max_new_tokens=max_new_tokens, seed=seed, cache="dense"
+    )
+
+
+def test_generate_json_reports_each_samples_drafted_and_accepted(capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: only the whole run's `acceptance_rate`, not each row's counts."""
+    command = ["generate", "ROMEO:", "--strategy", SPECULATIVE, "--chain", CHAIN, "--max-new-tokens", "30"]
+    status = main([*command, "-n", "3", "--seed", "7", "--json"])
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    document = json.loads(out.out)
+    expected = _decoded(["ROMEO:"] * 3, 7, 30)
+    assert [s["tokens"] for s in document["samples"]] == expected.tokens
+    assert [(s["drafted"], s["accepted"]) for s in document["samples"]] == list(
+        zip(expected.drafted, expected.accepted)
+    )
+    assert document["acceptance_rate"] == round(sum(expected.accepted) / sum(expected.drafted), 4)
+    assert 0 < sum(expected.accepted) < sum(expected.drafted)
+
+
+def test_batch_records_carry_each_lines_drafted_and_accepted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: a batch job's records held neither."""
+    prompts, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines = [{"prompt": "ROMEO:"}, {"prompt": "JULIET:", "max_new_tokens": 12}, {"prompt": "KING:", "n": 2}]
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = ["--strategy", SPECULATIVE, "--chain", CHAIN, "--max-new-tokens", "20", "--seed", "3"]
+    status = main(["generate", "--input", str(prompts), "--output", str(out), *args])
+    assert status == 0, capsys.readouterr().err
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    for record in records:
+        rows = record.get("samples", [record])
+        seeds = [s["seed"] for s in rows] if "samples" in record else [record["seed"]]
+        expected = _decoded([record["prompt"]] * len(rows), seeds, record["max_new_tokens"])
+        assert [s["tokens"] for s in rows] == expected.tokens
+        assert [(s["drafted"], s["accepted"]) for s in rows] == list(zip(expected.drafted, expected.accepted))
+
+
+def test_an_output_written_before_drafted_and_accepted_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An output whose records an older decodekit wrote without the strategy's fields resumes: its records stay as
+    they are, the lines it lacks get theirs, each as an uninterrupted run writes it."""
+    prompts, whole, old = tmp_path / "in.jsonl", tmp_path / "whole.jsonl", tmp_path / "old.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("ROMEO:", "JULIET:", "KING:")))
+    args = [
+        "--strategy",
+        SPECULATIVE,
+        "--chain",
+        CHAIN,
+        "--max-new-tokens",
+        "10",
+        "--seed",
+        "3",
+        "--input",
+        str(prompts),
+    ]
+    assert main(["generate", *args, "--output", str(whole)]) == 0, capsys.readouterr().err
+    records = whole.read_text().splitlines(keepends=True)
+    first = json.loads(records[0])
+    before = {key: value for key, value in first.items() if key not in ("drafted", "accepted")}
+    assert len(before) == len(first) - 2
+    old.write_text(json.dumps(before) + "\n")
+    (tmp_path / "old.jsonl.settings.json").write_text((tmp_path / "whole.jsonl.settings.json").read_text())
+    capsys.readouterr()
+    assert main(["generate", *args, "--output", str(old), "--resume"]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == f"2 results written to {old}, 1 already there"
+    assert old.read_text().splitlines(keepends=True) == [json.dumps(before) + "\n", *records[1:]]

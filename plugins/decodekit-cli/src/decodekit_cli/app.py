@@ -10,7 +10,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Protocol, cast
@@ -621,10 +621,19 @@ def _flags(
     }
 
 
-def _show_warning(
-    message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
-) -> None:
-    report_warning(str(message))
+def _each_text_once() -> Callable[..., None]:
+    """`warnings.showwarning` for one command: each text once (a batch job's decodes may warn alike, one a batch, and
+    the `catch_warnings` around them resets Python's own once per place; a Ray job says each text once too)."""
+    shown: set[str] = set()
+
+    def show(
+        message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
+    ) -> None:
+        if str(message) not in shown:
+            shown.add(str(message))
+            report_warning(str(message))
+
+    return show
 
 
 class _UsageError(Protocol):
@@ -700,7 +709,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
     args = bare_ray_flag(list(sys.argv[1:] if argv is None else argv) or ["--help"])
     previous = warnings.showwarning
-    warnings.showwarning = _show_warning
+    warnings.showwarning = _each_text_once()
     try:  # its users write JSON lines, JSON specs and chain strings: its errors say null, true, false
         with torch_warnings_in_one_line(), json_words():
             status = typer.main.get_command(app).main(args=args, prog_name="decodekit", standalone_mode=False)

@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 import decodekit as dk
+from decodekit.chain_string import parse_stage
 from decodekit.context import mix_seed, row_seeds
 from decodekit.engine import PREALLOCATED_COLUMNS, check_rows
 from decodekit.errors import CompileError
@@ -30,6 +31,7 @@ from decodekit_cli.errors import CliError
 from decodekit_cli.grammar_options import line_chain
 from decodekit_cli.logprob_records import prompt_records, token_records
 from decodekit_cli.options import encode_prompt, is_spec, prompt_rows, spec_text
+from decodekit_cli.result_fields import NO_FIELDS, OwnFields, own_fields
 from decodekit_cli.returned_sequences import plan_sequences
 from decodekit_cli.sampling_options import eos_tokens
 
@@ -233,7 +235,8 @@ def _padded_exactly(registry: Registry, cache: str) -> bool:
 
 def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where: str) -> Iterator[tuple[int, Record]]:
     """`dk.stream` over the lines' rows (a row per sample); (line index, record) as each line's rows have ended (with
-    prompt_logprobs or beam search's several beams, once all have: the stream's result holds them)."""
+    prompt_logprobs, beam search's several beams or any strategy but `sample`, whose result may have fields of its
+    own, once all have: the stream's result holds them)."""
     line_of = [i for i, p in enumerate(lines) for _ in range(p.copies)]
     first_row = list(itertools.accumulate((p.copies for p in lines), initial=0))  # line i: rows first_row[i] ..
     left = [p.copies for p in lines]  # rows of each line still decoding
@@ -246,10 +249,10 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
     options["max_new_tokens"] = [lines[i].max_new_tokens for i in line_of]
     seeds = [seed for p in lines for seed in p.row_seeds()]
     events = dk.stream(model, prompt_rows([lines[i].ids for i in line_of]), **options, seed=seeds)
-    wait = first.prompt_logprobs is not None or first.hypotheses > 1  # what the stream's result holds
+    wait = first.prompt_logprobs is not None or first.hypotheses > 1 or _own_result(first.strategy)
     ended: list[tuple[str, int | str | None] | None] = [None] * n
 
-    def record(i: int) -> tuple[int, Record]:
+    def record(i: int, own: OwnFields = NO_FIELDS) -> tuple[int, Record]:
         p, rows = lines[i], range(first_row[i], first_row[i + 1])
         own_seeds = p.row_seeds() if p.copies > 1 else [None]  # a sample's own, when it is one of several
         found = [
@@ -260,10 +263,11 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
                 stopped_by=(ended[r] or ("length", None))[1],
                 logprobs=scores[r],
                 seed=own_seeds[k],
+                fields=own.row(r),
             )
             for k, r in enumerate(rows)
         ]
-        found = _beams(events.result, rows[0], p.logprobs is not None) if p.hypotheses > 1 else found
+        found = _beams(events.result, rows[0], p.logprobs is not None, own.row(rows[0])) if p.hypotheses > 1 else found
         assert p.seed is not None
         return i, result_record(
             id=p.id,
@@ -275,6 +279,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
             chain=p.chain,
             max_new_tokens=p.max_new_tokens,
             prompt_logprobs=prompt_scores(rows[0]),
+            fields=own.whole,
         )
 
     def prompt_scores(row: int) -> list[dict[str, Any] | None] | None:
@@ -295,13 +300,20 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
             left[line_of[ev.row]] -= 1
             if not wait and left[line_of[ev.row]] == 0:
                 yield record(line_of[ev.row])
+    own = own_fields(events.result)
     for i in range(len(lines)):  # max_new_tokens=0: the loop yields nothing, and every row ends by length
         if wait or left[i] > 0:
-            yield record(i)
+            yield record(i, own)
 
 
-def _beams(result: Any, row: int, logprobs: bool) -> list[Record]:
-    """The sequences a beam search returned for the prompt of `row`, best first, each with its score."""
+def _own_result(strategy: str) -> bool:
+    """Whether `strategy`'s result may have fields of its own: any strategy's but the core's `sample`."""
+    return parse_stage(strategy, what="--strategy")[0] != "sample"
+
+
+def _beams(result: Any, row: int, logprobs: bool, fields: Record) -> list[Record]:
+    """The sequences a beam search returned for the prompt of `row`, best first, each with its score and the row's
+    entries of the strategy's own fields."""
     found = []
     for h, score in enumerate(result.scores[row]):
         tokens, lps = list(result.sequences[row][h]), result.sequence_logprobs[row][h]
@@ -313,6 +325,7 @@ def _beams(result: Any, row: int, logprobs: bool) -> list[Record]:
                 stopped_by=result.sequence_stopped_by[row][h],
                 logprobs=token_records(tokens, lps) if logprobs and lps is not None else None,
                 score=score,
+                fields=fields,
             )
         )
     return found

@@ -27,9 +27,10 @@ def sequence(
     logprobs: list[dict[str, Any]] | None = None,
     seed: int | None = None,
     score: float | None = None,
+    fields: Record | None = None,
 ) -> Record:
     """One generated sequence; `logprobs` only when asked for, a sample's own `seed` and a beam's `score` (its
-    ranking) only in `samples`."""
+    ranking) only in `samples`; `fields`: its row's entries of the strategy's own (result_fields)."""
     return {
         "text": text,
         "tokens": tokens,
@@ -37,6 +38,7 @@ def sequence(
         "stopped_by": stopped_by,
         **({} if seed is None else {"seed": seed}),
         **({} if score is None else {"score": score}),
+        **(fields or {}),
         **({} if logprobs is None else {"logprobs": logprobs}),
     }
 
@@ -52,9 +54,11 @@ def result_record(
     chain: str,
     max_new_tokens: int,
     prompt_logprobs: list[dict[str, Any] | None] | None = None,
+    fields: Record | None = None,
 ) -> Record:
     """A decoded line: with `n` 1 its sequence's fields, else `n` and the sequences as `samples` (see `sequence`);
-    `prompt_logprobs` (see logprob_records) only when the line asks for them."""
+    `prompt_logprobs` (see logprob_records) only when the line asks for them; `fields`: the strategy's own
+    whole-result values (result_fields)."""
     if n == 1:
         (only,) = sequences
         found: Record = {key: value for key, value in only.items() if key != "logprobs"}
@@ -70,6 +74,7 @@ def result_record(
         "max_new_tokens": max_new_tokens,
         **({"logprobs": sequences[0]["logprobs"]} if n == 1 and "logprobs" in sequences[0] else {}),
         **({} if prompt_logprobs is None else {"prompt_logprobs": prompt_logprobs}),
+        **(fields or {}),
     }
 
 

@@ -19,6 +19,7 @@ from decodekit_cli.json_output import print_json
 from decodekit_cli.live_text import SampleWriter, TextOutput
 from decodekit_cli.logprob_records import prompt_records, token_records
 from decodekit_cli.options import build_chain, check_stop, cli_hints, prompt_rows, prompt_text, resolve_strategy
+from decodekit_cli.result_fields import own_fields
 from decodekit_cli.returned_sequences import plan_sequences
 from decodekit_cli.sampling_options import SamplingOptions, eos_tokens
 
@@ -94,6 +95,7 @@ class SampleResult:
     seconds: float = 0.0  # from the start until this sample ended
     logprobs: list[dict[str, Any]] | None = None  # per token, when asked (see logprob_records)
     score: float | None = None  # a beam's: its sum of log-probabilities / length ** length_penalty
+    fields: dict[str, Any] = field(default_factory=dict)  # its row's entries of the strategy's own (result_fields)
 
 
 @dataclass
@@ -103,6 +105,7 @@ class StreamResult:
     interrupted: bool
     acceptance_rate: float | None = None  # a speculative strategy's accepted / drafted tokens
     prompt_logprobs: list[dict[str, Any] | None] | None = None  # the prompt's (the samples share it), when asked
+    fields: dict[str, Any] = field(default_factory=dict)  # the strategy's own whole-result values (result_fields)
 
     @property
     def num_tokens(self) -> int:
@@ -174,11 +177,13 @@ def stream_samples(
     for sample in samples:
         if sample.finish_reason is None:
             sample.seconds = seconds
+    own = own_fields(events.result)  # interrupted: no result, no fields
+    samples = [replace(sample, fields=own.row(r)) for r, sample in enumerate(samples)]
     if not interrupted and hypotheses > 1:  # a plugin's result may have `scores` without being asked for them
         samples = _with_hypotheses(samples, events.result, sink)
-    rate = getattr(events.result, "acceptance_rate", None)  # a speculative strategy's, once it is done
+    rate = getattr(events.result, "acceptance_rate", None)  # speculative's, a property (not a field): once it is done
     scored = None if events.result is None else _prompt_records(events.result)
-    return StreamResult(samples, seconds, interrupted, rate, scored)
+    return StreamResult(samples, seconds, interrupted, rate, scored, own.whole)
 
 
 def _with_hypotheses(samples: list[SampleResult], result: Any, sink: SampleSink) -> list[SampleResult]:
@@ -199,6 +204,7 @@ def _with_hypotheses(samples: list[SampleResult], result: Any, sink: SampleSink)
             seconds=best.seconds,
             logprobs=None if best.logprobs is None or lps is None else token_records(tokens, lps),
             score=scores[0][row],
+            fields=best.fields,  # the row's, which every hypothesis of it shares
         )
         sink.text(row, sample.text if sample.text is not None else "".join(f"{token} " for token in tokens))
         sink.finish(row)
@@ -246,6 +252,7 @@ def _json_document(
                 "tokens_per_second": round(_rate(len(s.tokens), s.seconds), 2),
                 **({} if request.logprobs is None else {"logprobs": s.logprobs}),
                 **({} if s.score is None else {"score": s.score}),
+                **s.fields,
             }
             for s in result.samples
         ],
@@ -254,6 +261,7 @@ def _json_document(
         "interrupted": result.interrupted,
         **({} if result.acceptance_rate is None else {"acceptance_rate": round(result.acceptance_rate, 4)}),
         **({} if result.prompt_logprobs is None else {"prompt_logprobs": result.prompt_logprobs}),
+        **result.fields,
     }
 
 
