@@ -120,13 +120,14 @@ def counted(d: dk.Decoding, params: CountedParams) -> Iterator[None]:
 
 @dataclass
 class Clashing(dk.Generation):
-    """Fields the output cannot write beside one it can: names it has (`seed` per row, `id` of the whole result),
-    a value JSON cannot hold (a tensor per row)."""
+    """Fields the output cannot write beside one it can: names it has (`seed` and `acceptance_rate` per row, `id` of
+    the whole result), a value JSON cannot hold (a tensor per row)."""
 
     seed: list[int] = field(default_factory=list)
     id: str = ""
     state: list[Any] = field(default_factory=list)
     prompt_length: list[int] = field(default_factory=list)  # per row: its prompt's tokens
+    acceptance_rate: list[float] = field(default_factory=list)  # per row, as speculative's whole-result property
 
 
 def clashing(d: dk.Decoding, params: NoParams) -> Iterator[None]:
@@ -137,6 +138,7 @@ def clashing(d: dk.Decoding, params: NoParams) -> Iterator[None]:
     d.result_type = Clashing
     d.extras = {"seed": [-1 for _ in rows], "id": "clash", "state": [torch.zeros(1) for _ in rows]}
     d.extras["prompt_length"] = [len(prompt) for prompt in d.prompts]
+    d.extras["acceptance_rate"] = [0.5 for _ in rows]
     yield from sample_steps(d)
 
 

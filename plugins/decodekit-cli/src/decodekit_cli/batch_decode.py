@@ -279,7 +279,6 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
             chain=p.chain,
             max_new_tokens=p.max_new_tokens,
             prompt_logprobs=prompt_scores(rows[0]),
-            fields=own.whole,
         )
 
     def prompt_scores(row: int) -> list[dict[str, Any] | None] | None:
@@ -300,7 +299,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
             left[line_of[ev.row]] -= 1
             if not wait and left[line_of[ev.row]] == 0:
                 yield record(line_of[ev.row])
-    own = own_fields(events.result)
+    own = own_fields(events.result, rows_only=True)  # a record is its line's: no value of the whole decode
     for i in range(len(lines)):  # max_new_tokens=0: the loop yields nothing, and every row ends by length
         if wait or left[i] > 0:
             yield record(i, own)

@@ -54,11 +54,9 @@ def result_record(
     chain: str,
     max_new_tokens: int,
     prompt_logprobs: list[dict[str, Any] | None] | None = None,
-    fields: Record | None = None,
 ) -> Record:
     """A decoded line: with `n` 1 its sequence's fields, else `n` and the sequences as `samples` (see `sequence`);
-    `prompt_logprobs` (see logprob_records) only when the line asks for them; `fields`: the strategy's own
-    whole-result values (result_fields)."""
+    `prompt_logprobs` (see logprob_records) only when the line asks for them."""
     if n == 1:
         (only,) = sequences
         found: Record = {key: value for key, value in only.items() if key != "logprobs"}
@@ -74,7 +72,6 @@ def result_record(
         "max_new_tokens": max_new_tokens,
         **({"logprobs": sequences[0]["logprobs"]} if n == 1 and "logprobs" in sequences[0] else {}),
         **({} if prompt_logprobs is None else {"prompt_logprobs": prompt_logprobs}),
-        **(fields or {}),
     }
 
 

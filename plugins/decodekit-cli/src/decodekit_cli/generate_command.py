@@ -181,9 +181,16 @@ def stream_samples(
     samples = [replace(sample, fields=own.row(r)) for r, sample in enumerate(samples)]
     if not interrupted and hypotheses > 1:  # a plugin's result may have `scores` without being asked for them
         samples = _with_hypotheses(samples, events.result, sink)
-    rate = getattr(events.result, "acceptance_rate", None)  # speculative's, a property (not a field): once it is done
+    rate = _acceptance_rate(events.result)
     scored = None if events.result is None else _prompt_records(events.result)
     return StreamResult(samples, seconds, interrupted, rate, scored, own.whole)
+
+
+def _acceptance_rate(result: object) -> float | None:
+    """Speculative decoding's, once it is done (a property, not a field); another strategy's field of that name is
+    not one (result_fields leaves it out)."""
+    rate = getattr(result, "acceptance_rate", None)
+    return float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else None
 
 
 def _with_hypotheses(samples: list[SampleResult], result: Any, sink: SampleSink) -> list[SampleResult]:

@@ -2,7 +2,8 @@
 
 A strategy may return a `Generation` subclass with dataclass fields of its own (speculative's `drafted` and
 `accepted`). Each is written under its name: a list with one entry per row of the result gives each row's sequences
-their entry, any other value is the whole result's. A name the output already uses, or a value JSON cannot hold, is
+their entry, any other value is the whole result's (`--json` only: a batch record is its line's alone, whatever lines
+shared its decode). A name the output already uses, or a value JSON cannot hold, is
 left out with a warning: the output never loses a key of its own, and a plugin author reads why. Beam search's
 fields of several sequences are shown as samples (`returned_sequences`), never as fields.
 """
@@ -50,9 +51,10 @@ class OwnFields:
 NO_FIELDS = OwnFields([], {})
 
 
-def own_fields(result: Generation | None) -> OwnFields:
+def own_fields(result: Generation | None, *, rows_only: bool = False) -> OwnFields:
     """The fields `type(result)` adds to `Generation` (beam search's aside), split into per-row entries (a list
-    with one entry per row) and whole-result values; what cannot be written is warned about and left out."""
+    with one entry per row) and whole-result values (none if `rows_only`); what cannot be written is warned about
+    and left out."""
     if result is None:
         return NO_FIELDS
     n = len(result.tokens)
@@ -60,12 +62,15 @@ def own_fields(result: Generation | None) -> OwnFields:
     whole: dict[str, Any] = {}
     what = type(result).__name__
     for name in _added_names(type(result)):
+        value = getattr(result, name)
+        per_row = isinstance(value, list) and len(value) == n
+        if rows_only and not per_row:
+            continue
         if name in TAKEN:
             said = f"{what}.{name} is left out of the output, which has a key {name!r} of its own"
             warnings.warn(f"{said}; allowed: a field of another name", stacklevel=2)
             continue
-        value = getattr(result, name)
-        if isinstance(value, list) and len(value) == n:
+        if per_row:
             for entries, entry in zip(rows, value):
                 if _writable(what, name, entry):
                     entries[name] = entry
