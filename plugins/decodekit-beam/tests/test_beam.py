@@ -306,7 +306,7 @@ def test_decode_dispatches_to_the_registered_strategy() -> None:
 
 
 class EchoParams(dk.Params):
-    times: int = Field(1, ge=1)
+    times: int = Field(default=1, ge=1)
 
 
 def _echo(d: dk.Decoding, params: EchoParams) -> None:

@@ -40,9 +40,11 @@ def _model_object(value: object) -> object:
 
 class SpeculativeParams(Params):
     draft: str | ModelObject = Field(
-        NGRAM,
+        default=NGRAM,
         description='a registered model name, a model object, or "ngram" (prompt lookup, the default)',
         json_schema_extra={"format": "model"},  # a model name: a batch job records it as it records its model
     )
-    k: int = Field(4, ge=1, le=64, description="tokens the draft proposes per step")
-    ngram_size: int = Field(3, ge=1, le=64, description='"ngram": length of the suffix looked up in the history')
+    k: int = Field(default=4, ge=1, le=64, description="tokens the draft proposes per step")
+    ngram_size: int = Field(
+        default=3, ge=1, le=64, description='"ngram": length of the suffix looked up in the history'
+    )
