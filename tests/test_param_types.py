@@ -30,6 +30,7 @@ from pydantic import Field
 import decodekit as dk
 from decodekit.param_types import type_text
 from decodekit.params import validate_params
+from tinymodels import tiny_gpt
 
 TokenId = Annotated[int, Field(ge=0)]
 
@@ -124,8 +125,10 @@ def test_a_model_parameter_takes_a_model_object_and_refuses_the_rest() -> None:
 
         def __call__(self) -> None: ...
 
-    model = Model()
-    assert P(model=model).model is model and P().model == "tiny"
+    model = Model()  # a stand-in: the check reads only that it is callable and has a spec, not what they are
+    assert P(model=model).model is model and P().model == "tiny"  # type: ignore[arg-type,comparison-overlap]
+    gpt = tiny_gpt()
+    assert SpeculativeParams(draft=gpt).draft is gpt  # a real model type-checks as one (mypy refused it before)
     for bad in (None, 3, [model], print):  # not a model: not callable, or no spec
         with pytest.raises(
             dk.ParameterError, match=re.escape(f"model={bad!r} is invalid; allowed: a string or a Model")
