@@ -93,7 +93,7 @@ def test_allowed_carries_the_length_bounds_samplers_shows() -> None:
         name: str = Field(default="ab", min_length=2, max_length=4)
         pairs: tuple[int, ...] = Field(default=(1,), max_length=1)
 
-    for values, expected in [
+    cases: list[tuple[dict[str, object], str]] = [
         (
             {"name": "a"},
             "p: name='a' is invalid: String should have at least 2 characters; allowed: a string, at least "
@@ -105,7 +105,8 @@ def test_allowed_carries_the_length_bounds_samplers_shows() -> None:
             "at most 1 item",
         ),
         ({"pairs": 3}, "p: pairs=3 is invalid: Input should be a list; allowed: a list of integers, at most 1 item"),
-    ]:
+    ]
+    for values, expected in cases:
         with pytest.raises(dk.ParameterError) as info:
             validate_params("p", P, values)
         assert str(info.value) == expected

@@ -137,7 +137,7 @@ def test_an_installed_bad_plugin_is_listed_with_its_reason_and_the_rest_work(
     assert conflict["name"] == "capped" and conflict["distributions"] == ["good", "bad"]
     with pytest.raises(dk.PluginError, match="good and bad.*DECODEKIT_DISABLE_PLUGINS=bad"):
         dk.create_cache("capped(size=4)", dk.CacheSpec(1, 1, 1, 1, 1, 1))
-    assert dk.create_cache("gqa", dk.CacheSpec(1, 1, 1, 1, 1, 1)).capacity == 1
+    assert dk.create_cache("gqa", dk.CacheSpec(1, 1, 1, 1, 1, 1)).capacity == 1  # type: ignore[attr-defined]  # a GQACache
     monkeypatch.undo()
     dk.reload_plugins()
 
