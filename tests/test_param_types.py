@@ -142,28 +142,29 @@ def test_a_shipped_params_model_is_built_from_its_required_fields_alone() -> Non
     """Each default is spelled `Field(default=...)`: mypy reads only the keyword as a default, so with
     `Field(1, ...)` a user's `TopPParams(p=0.5)` was a mypy error (missing "min_keep"). `make lint`
     type-checks these calls; they failed it before."""
-    built: list[tuple[dk.Params, dict[str, object]]] = [
-        (DynamicTemperatureParams(temp=1.0, delta=0.5), {"temp": 1.0, "delta": 0.5}),
-        (MirostatParams(), {}),
-        (MirostatV2Params(), {}),
-        (BeamParams(), {}),
-        (BadWordsParams(sequences=((1,),)), {"sequences": [[1]]}),
-        (JsonParams(), {}),
-        (GuidanceParams(), {}),
-        (FrequencyPenaltyParams(penalty=0.5), {"penalty": 0.5}),
-        (PresencePenaltyParams(penalty=0.5), {"penalty": 0.5}),
-        (NoRepeatNGramParams(ngram_size=2), {"ngram_size": 2}),
-        (DRYParams(multiplier=0.8), {"multiplier": 0.8}),
-        (RepetitionPenaltyParams(penalty=1.2), {"penalty": 1.2}),
-        (SpeculativeParams(), {}),
-        (TopPParams(p=0.5), {"p": 0.5}),
-        (MinPParams(p=0.1), {"p": 0.1}),
-        (TypicalParams(), {}),
-        (EpsilonParams(epsilon=0.01), {"epsilon": 0.01}),
-        (EtaParams(epsilon=0.01), {"epsilon": 0.01}),
-        (TopAParams(a=0.2), {"a": 0.2}),
-        (TopHParams(h=0.5), {"h": 0.5}),
-        (XTCParams(probability=0.5), {"probability": 0.5}),
+    built: list[dk.Params] = [
+        DynamicTemperatureParams(temp=1.0, delta=0.5),
+        MirostatParams(),
+        MirostatV2Params(),
+        BeamParams(),
+        BadWordsParams(sequences=((1,),)),
+        JsonParams(),
+        GuidanceParams(),
+        FrequencyPenaltyParams(penalty=0.5),
+        PresencePenaltyParams(penalty=0.5),
+        NoRepeatNGramParams(ngram_size=2),
+        DRYParams(multiplier=0.8),
+        RepetitionPenaltyParams(penalty=1.2),
+        SpeculativeParams(),
+        TopPParams(p=0.5),
+        MinPParams(p=0.1),
+        TypicalParams(),
+        EpsilonParams(epsilon=0.01),
+        EtaParams(epsilon=0.01),
+        TopAParams(a=0.2),
+        TopHParams(h=0.5),
+        XTCParams(probability=0.5),
     ]
-    for params, required in built:  # the constructor's defaults are those a chain string's params get
-        assert params == type(params).model_validate(required)
+    for params in built:  # the constructor's defaults are those validating its given fields alone fills in
+        given = {name: getattr(params, name) for name in params.model_fields_set}
+        assert params == type(params).model_validate(given)
