@@ -39,8 +39,8 @@ class HalfCache(PreallocatedKVCache):
 
 # 2. An eviction policy: the last `n` tokens of every layer, in a ring of `n` slots of any storage.
 class RecentParams(dk.Params):
-    n: int = Field(64, ge=1, description="tokens each query sees, itself included")
-    store: str = Field("gqa", description="the storage backend the ring lives in")
+    n: int = Field(default=64, ge=1, description="tokens each query sees, itself included")
+    store: str = Field(default="gqa", description="the storage backend the ring lives in")
 
 
 class RecentCache:

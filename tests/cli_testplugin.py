@@ -104,7 +104,7 @@ duplicate = DuplicatePlugin()
 
 
 class PatternParams(Params):
-    word: str = Field("top", pattern=r"^[a-z]+(_[a-z]+)*$", description="a lower-case word")
+    word: str = Field(default="top", pattern=r"^[a-z]+(_[a-z]+)*$", description="a lower-case word")
 
 
 class Unchanged:

@@ -134,7 +134,7 @@ def install_plugins(dists: list[Path], target: Path) -> None:
     """Build and install each example plugin (its metadata, so entry points work) into `target`."""
     if dists:
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", target]
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target)]
             + [str(d) for d in dists],
             check=True,
             capture_output=True,

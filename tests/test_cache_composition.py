@@ -3,7 +3,9 @@ runs under the standard `window` eviction, through the conformance kit and throu
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
+from typing import cast
 
 import pytest
 import torch
@@ -98,7 +100,9 @@ class TestWindowOverInt4(CacheConformance):
     tolerance = 1e-5
 
     def make(self, spec: dk.CacheSpec) -> WindowCache:
-        return dk.create_cache(f"window(size={SIZES}, sinks={SINKS}, slack={SLACK}, store='int4')", spec)
+        return cast(
+            WindowCache, dk.create_cache(f"window(size={SIZES}, sinks={SINKS}, slack={SLACK}, store='int4')", spec)
+        )
 
     def kept(self, spec: dk.CacheSpec, layer: int, query: int, first: int) -> dict[int, int]:
         size = SIZES[layer]
@@ -129,6 +133,6 @@ def test_int4_window_is_an_eighth_of_float32_plus_scales() -> None:
 def test_a_model_streams_through_window_over_int4() -> None:
     torch.manual_seed(0)
     config = GPTConfig(vocab_size=17, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=32)
-    model = GPT(GPTConfig(**{**config.to_dict(), "position": "rope"})).eval()
+    model = GPT(dataclasses.replace(config, position="rope")).eval()
     out = dk.generate(model, [[1, 2, 3]], cache="window(size=8, sinks=2, store='int4')", max_new_tokens=50)
     assert len(out.tokens[0]) == 50  # past the 16-position context

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 import torch
@@ -130,7 +130,7 @@ class SinksNotMoved(WindowCache):
         return keys, values
 
 
-def suite(factory: type, window: bool = False) -> CacheConformance:
+def suite(factory: Callable[..., dk.KVCache], window: bool = False) -> CacheConformance:
     class Suite(CacheConformance):
         def make(self, spec: dk.CacheSpec) -> dk.KVCache:
             return factory(spec, WindowParams(size=4, sinks=2, slack=3)) if window else factory(spec)

@@ -82,8 +82,8 @@ class ReorderReturnsACopy(GQACache):
 
     def reorder(self, index: Tensor) -> Any:
         other = GQACache(self.spec)
-        other.store.keys = [k.clone() for k in self.store.keys]
-        other.store.values = [v.clone() for v in self.store.values]
+        other.store.keys = [k.clone() for k in self.store.keys]  # type: ignore[attr-defined]  # a FloatStorage
+        other.store.values = [v.clone() for v in self.store.values]  # type: ignore[attr-defined]
         other._lengths = list(self._lengths)
         GQACache.reorder(other, index)
         return other
@@ -130,7 +130,7 @@ def scored(factory: type) -> ScoredCacheConformance:
     return Suite()
 
 
-def kit(factory: type) -> Any:
+def kit(factory: type[dk.KVCache]) -> Any:
     """The kit for `factory`: the scored one for a scored cache, else `CacheConformance` (a window's stated)."""
     return scored(factory) if issubclass(factory, TOVACache) else suite(factory, issubclass(factory, WindowCache))
 

@@ -19,7 +19,8 @@ REFUSED = (
 
 @pytest.fixture(scope="module")
 def model() -> dk.Model:
-    return dk.load_model("tiny-shakespeare")  # context 256, rotary
+    model: dk.Model = dk.load_model("tiny-shakespeare")  # context 256, rotary
+    return model
 
 
 def greedy(model: dk.Model, cache: str, max_new_tokens: int) -> list[int]:

@@ -7,6 +7,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 import torch
@@ -68,15 +69,20 @@ def test_a_flat_head_makes_its_layer_keep_the_whole_context() -> None:
     assert [h.window for h in fit.heads] == [58, T - SINKS] and fit.window == T - SINKS
 
 
+def _qkv(model: GPT, layer: int) -> torch.nn.Linear:
+    """The layer's query-key-value projection: its first n_embd output rows are the queries."""
+    return cast(torch.nn.Linear, model.get_submodule(f"h.{layer}.attn.c_attn"))
+
+
 def uniform_gpt(n_layer: int = 2, block: int = 16) -> GPT:
     """A rotary GPT whose queries are zero: every layer attends uniformly over the causal context."""
     model = GPT(
         GPTConfig(vocab_size=11, block_size=block, n_layer=n_layer, n_head=2, n_kv_head=1, n_embd=8, position="rope")
     )
     with torch.no_grad():
-        for block_ in model.h:
-            block_.attn.c_attn.weight[:8].zero_()
-            block_.attn.c_attn.bias[:8].zero_()
+        for layer in range(n_layer):
+            _qkv(model, layer).weight[:8].zero_()
+            _qkv(model, layer).bias[:8].zero_()
     return model.eval()
 
 
@@ -97,9 +103,9 @@ def test_the_profile_keeps_heads_apart() -> None:
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_kv_head=1, n_embd=8, position="rope"))
     with torch.no_grad():
-        model.h[0].attn.c_attn.weight[:4].zero_()  # head 0's query rows (head_dim 4)
-        model.h[0].attn.c_attn.bias[:4].zero_()
-        model.h[0].attn.c_attn.weight[4:8].mul_(20)  # head 1 attends sharply
+        _qkv(model, 0).weight[:4].zero_()  # head 0's query rows (head_dim 4)
+        _qkv(model, 0).bias[:4].zero_()
+        _qkv(model, 0).weight[4:8].mul_(20)  # head 1 attends sharply
     a, _ = attention_profile(model.eval(), torch.randint(0, 11, (3, 16)), 2)
     uniform = [sum(1 / (i + 1) for i in range(d + 2, 16)) / (16 - d - 2) for d in range(14)]
     assert a[0, 0].tolist() == pytest.approx(uniform)

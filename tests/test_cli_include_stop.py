@@ -16,7 +16,7 @@ ARGS = ["-m", "tiny-shakespeare", "--chain", "temperature(0.9)", "--cache", "den
 ARGS += ["--max-new-tokens", "40"]
 
 
-def _free(seed: object) -> str:
+def _free(seed: int | list[int]) -> str:
     """The text without a stop string, as the command generates it (`--seed 7`: 7; a batch line's 7: [7])."""
     model = dk.load_model("tiny-shakespeare")
     out: Any = dk.generate(model, ["ROMEO:"], chain="temperature(0.9)", max_new_tokens=40, seed=seed, cache="dense")

@@ -23,7 +23,7 @@ def model() -> Any:
     return dk.load_model("tiny-shakespeare")
 
 
-def library(model: Any, prompt: str, seed: object, logprobs: int | None, prompt_logprobs: int | None) -> Any:
+def library(model: Any, prompt: str, seed: int | list[int], logprobs: int | None, prompt_logprobs: int | None) -> Any:
     with torch.inference_mode():
         return dk.generate(
             model,
@@ -93,7 +93,7 @@ def test_batch_records_carry_them_as_the_library_gives_them(model: Any, tmp_path
     records = _records(out)
     for line, record in zip(LINES, records):
         n, scored = line.get("logprobs", 2), line.get("prompt_logprobs")
-        want = library(model, str(line["prompt"]), [line["seed"]], n, scored)  # type: ignore[arg-type]
+        want = library(model, str(line["prompt"]), [line["seed"]], n, scored)  # type: ignore[arg-type,list-item]
         assert record["tokens"] == want.tokens[0]
         assert_close(record["logprobs"], token_records(want.tokens[0], want.logprobs[0]))
         if scored is None:
@@ -135,7 +135,7 @@ def test_resume_refuses_other_logprobs(tmp_path: Path) -> None:
     assert run.returncode == 0 and "2 already there" in run.stderr, run.stderr
 
 
-BAD = [
+BAD: list[tuple[dict[str, object], str]] = [
     ({"prompt": "a", "logprobs": -1}, "logprobs=-1 is invalid"),
     ({"prompt": "b", "prompt_logprobs": 10**6}, "prompt_logprobs=1000000 is invalid"),
     ({"prompt": "c", "logprobs": "two"}, "logprobs"),

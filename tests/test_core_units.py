@@ -67,7 +67,7 @@ def test_training_path_equals_masked_path() -> None:
 
 class KParams(dk.Params):
     k: int = Field(ge=1, le=100, description="how many")
-    scale: float = Field(1.0, gt=0)
+    scale: float = Field(default=1.0, gt=0)
 
 
 def test_param_errors_name_parameter_value_and_range() -> None:

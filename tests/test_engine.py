@@ -272,7 +272,7 @@ def test_validate_stops_a_policy_that_calls_its_model_directly() -> None:
         d.open()
         assert d.model.spec.vocab_size == 64  # what a policy reads of its model still reads through
         d.model(d.buf[:, : d.width], d.positions[:, : d.width], d.kv)
-        d.model.forward(d.buf[:, : d.width], d.positions[:, : d.width], d.kv)
+        d.model.forward(d.buf[:, : d.width], d.positions[:, : d.width], d.kv)  # type: ignore[attr-defined]  # a Counted
         raise AssertionError("the policy ran on past its first model call")
 
     plugin = _register("direct", policy)

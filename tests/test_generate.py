@@ -114,7 +114,7 @@ def test_stream_events_match_generate(text_model: GPT) -> None:
         assert [e.step for e in row] == list(range(9))
         assert "".join(e.text or "" for e in row) == out.text[b]  # type: ignore[index]
         assert row[-1].finish_reason == "length" and all(e.finish_reason is None for e in row[:-1])
-    assert out.text == [text_model.tokenizer.decode(t) for t in out.tokens]  # type: ignore[attr-defined]
+    assert out.text == [text_model.tokenizer.decode(t) for t in out.tokens]  # type: ignore[union-attr,operator]
 
 
 def test_stop_strings_across_token_boundaries(text_model: GPT) -> None:
@@ -225,7 +225,7 @@ class NaNAtStep:
         self.spec = model.spec
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, cache: object = None) -> torch.Tensor:
-        logits = self.model(ids, positions, cache)
+        logits: torch.Tensor = self.model(ids, positions, cache)
         self.calls += 1
         if self.calls > self.at:
             logits[self.row] = float("nan")

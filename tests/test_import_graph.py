@@ -109,7 +109,8 @@ def test_the_registry_and_the_chain_stand_below_the_loop() -> None:
     graph = import_graph()
 
     def reachable(start: str) -> set[str]:
-        seen, todo = set(), [start]
+        seen: set[str] = set()
+        todo = [start]
         while todo:
             for m in graph[todo.pop()] - seen:
                 seen.add(m)

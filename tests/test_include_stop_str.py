@@ -26,7 +26,9 @@ def model() -> Any:
 @pytest.fixture(scope="module")
 def free(model: Any) -> str:
     """The text without stop strings: a stop string only cuts it, the tokens before it are the same."""
-    text = dk.generate(model, ["ROMEO:"], **OPTIONS).text[0]
+    texts = dk.generate(model, ["ROMEO:"], **OPTIONS).text
+    assert texts is not None
+    text = texts[0]
     assert len(text) == 40  # one character per token
     return text
 
@@ -57,7 +59,7 @@ def test_without_a_stop_string_hit_the_text_is_the_same(model: Any, free: str) -
 
 def test_a_value_other_than_a_bool_is_refused(model: Any) -> None:
     with pytest.raises(dk.ParameterError, match=r"include_stop_str_in_output='yes' is invalid; allowed: True or False"):
-        dk.generate(model, ["ROMEO:"], include_stop_str_in_output="yes")  # type: ignore[typeddict-item]
+        dk.generate(model, ["ROMEO:"], include_stop_str_in_output="yes")  # type: ignore[arg-type]
 
 
 def _first_new(text: str, start: int) -> int:
@@ -98,7 +100,9 @@ def test_a_stop_token_kept_that_completes_a_stop_string_reports_the_string(model
 @pytest.mark.parametrize("strategy", ["beam(num_beams=2)", "speculative(draft=ngram)"])
 def test_every_strategy_keeps_the_stop_token_alike(model: Any, strategy: str) -> None:
     """The strategies share the engine's row outputs: a row a stop token ended keeps its text, whatever chose it."""
-    greedy = dk.generate(model, ["ROMEO:"], chain="greedy", max_new_tokens=40, cache="dense").text[0]
+    texts = dk.generate(model, ["ROMEO:"], chain="greedy", max_new_tokens=40, cache="dense").text
+    assert texts is not None
+    greedy = texts[0]
     stop = model.tokenizer.encode("e")
     options: dict[str, Any] = {"chain": "greedy", "max_new_tokens": 40, "cache": "dense", "stop_tokens": stop}
     kept = dk.decode(model, ["ROMEO:"], strategy=strategy, include_stop_str_in_output=True, **options)

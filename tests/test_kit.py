@@ -341,7 +341,7 @@ def test_a_processor_calling_item_fails_the_kit_unless_it_says_why() -> None:
     assert outcome(Suite().test_contract_and_rows_independent) == "passed"  # the other checks do not see it
 
 
-STANDARD = {
+STANDARD: dict[str, dict[str, Any]] = {
     "temperature": {"value": 0.7},
     "top_k": {"k": 3},
     "top_p": {"p": 0.9},

@@ -6,6 +6,7 @@ say, as before."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -105,12 +106,12 @@ def test_a_scored_cache_refuses_layers_of_other_shapes(cache: str) -> None:
         ((2, 8, 8), (1, 16.0, 12)),
     ],
 )
-def test_layer_shapes_that_are_no_shapes_are_refused(shapes: object) -> None:
+def test_layer_shapes_that_are_no_shapes_are_refused(shapes: Any) -> None:  # Any: the run-time check refuses it
     allowed = (
         r"allowed: None \(every layer as n_kv_heads, head_dim and value_dim say\) or n_layers=2 \(kv-heads, head_dim, "
         r"value width\) tuples of integers >= 1, each kv-heads a divisor of n_heads=4"
     )
-    scalars = dict(n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8)
+    scalars: dict[str, Any] = dict(n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8)
     for owner, make in (
         ("CacheSpec", lambda: dk.CacheSpec(**scalars, batch_size=1, capacity=1, layer_shapes=shapes)),
         ("ModelSpec", lambda: dk.ModelSpec(**scalars, vocab_size=5, max_positions=4, layer_shapes=shapes)),

@@ -16,6 +16,7 @@ plugins/decodekit-adaptive/tests/test_mirostat.py.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -80,10 +81,10 @@ def penalties(c: Cands, history: list[int], sp: Params) -> None:
         return
     counts = Counter(history[-last_n:])
     for i, token in enumerate(c.id):
-        if counts[token]:
+        if counts[int(token)]:
             x = c.logit[i]
             x = x * F32(sp.penalty_repeat) if x <= 0 else x / F32(sp.penalty_repeat)
-            c.logit[i] = x - (F32(counts[token]) * F32(sp.penalty_freq) + F32(sp.penalty_present))
+            c.logit[i] = x - (F32(counts[int(token)]) * F32(sp.penalty_freq) + F32(sp.penalty_present))
     c.sorted = False
 
 
@@ -255,7 +256,8 @@ def decodekit_probs(
     """The chain's distribution: `process` (every stage on the whole row) or `distribution` (the candidate fast
     path `dk.generate` takes where the stages offer one)."""
     ctx = dk.DecodeContext(tokens=torch.tensor([history or [0]]), generators=dk.context.row_generators([seed], 1))
-    return getattr(dk.Chain.parse(chain_for(sp)), path)(x[None], ctx)[0].softmax(-1)
+    run: Callable[[torch.Tensor, dk.DecodeContext], torch.Tensor] = getattr(dk.Chain.parse(chain_for(sp)), path)
+    return run(x[None], ctx)[0].softmax(-1)
 
 
 def assert_same(ours: torch.Tensor, theirs: torch.Tensor) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -239,7 +240,8 @@ def test_a_spec_that_does_not_match_the_model_is_refused_at_the_first_forward(wr
     the scored caches' until 2026-12-04: they index their layers before the storage sees them)."""
     model = CountingForwards()
     field, value = wrong.split("=")
-    model.spec = dataclasses.replace(model.spec, **{field: int(value)})
+    changed: dict[str, Any] = {field: int(value)}
+    model.spec = dataclasses.replace(model.spec, **changed)
     with pytest.raises(dk.ParameterError) as refused:
         dk.generate(model, PROMPTS, chain="greedy", max_new_tokens=NEW, cache=cache)
     assert str(refused.value) == WRONG_SPECS[wrong]

@@ -34,7 +34,7 @@ class Shift(ProcessorBase[dk.NoParams]):
 
 class CappedParams(dk.Params):
     size: int = Field(..., ge=1, le=1024, description="tokens kept per row")
-    sinks: int = Field(0, ge=0, description="first tokens always kept")
+    sinks: int = Field(default=0, ge=0, description="first tokens always kept")
 
 
 class CappedCache(PreallocatedKVCache):
@@ -137,7 +137,7 @@ def test_an_installed_bad_plugin_is_listed_with_its_reason_and_the_rest_work(
     assert conflict["name"] == "capped" and conflict["distributions"] == ["good", "bad"]
     with pytest.raises(dk.PluginError, match="good and bad.*DECODEKIT_DISABLE_PLUGINS=bad"):
         dk.create_cache("capped(size=4)", dk.CacheSpec(1, 1, 1, 1, 1, 1))
-    assert dk.create_cache("gqa", dk.CacheSpec(1, 1, 1, 1, 1, 1)).capacity == 1
+    assert dk.create_cache("gqa", dk.CacheSpec(1, 1, 1, 1, 1, 1)).capacity == 1  # type: ignore[attr-defined]  # a GQACache
     monkeypatch.undo()
     dk.reload_plugins()
 
@@ -301,7 +301,7 @@ def test_strategy_parameters_are_listed_and_checked_by_decode() -> None:
 
 def test_model_loaders_receive_validated_parameters(registered: Callable[..., Plugin]) -> None:
     class WidthParams(dk.Params):
-        width: int = Field(8, ge=1, le=64)
+        width: int = Field(default=8, ge=1, le=64)
 
     seen: list[tuple[str | None, WidthParams]] = []
 

@@ -3,6 +3,8 @@ own int, and a bad list is refused naming it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import decodekit as dk
@@ -43,7 +45,7 @@ def test_streamed_rows_end_at_their_own_limits(model: TinyLM) -> None:
         ([3, 7, "x", 5], r"max_new_tokens\[2\]='x' is invalid"),
     ],
 )
-def test_a_bad_list_is_refused_naming_it(model: TinyLM, limits: list[object], message: str) -> None:
+def test_a_bad_list_is_refused_naming_it(model: TinyLM, limits: list[Any], message: str) -> None:
     for call in (dk.validate, dk.generate):
         with pytest.raises(dk.ParameterError, match=message):
             call(model, PROMPTS, max_new_tokens=limits)

@@ -6,8 +6,10 @@ tests/test_row_reach.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 import pytest
 from decodekit_gpt.gpt import GPT, GPTConfig
@@ -21,15 +23,15 @@ LIMITS = [3, CONTEXT - 6]  # reaches 15 and 12 positions, within 16; slots 12 + 
 SEEDS = [5, 6]
 
 
-def _gpt(position: str, seed: int = 0) -> GPT:
+def _gpt(position: Literal["learned", "rope"], seed: int = 0) -> GPT:
     import torch
 
     torch.manual_seed(seed)
     config = GPTConfig(vocab_size=40, block_size=CONTEXT, n_layer=2, n_head=4, n_kv_head=2, n_embd=32)
-    return GPT(GPTConfig(**{**config.__dict__, "position": position})).eval()
+    return GPT(dataclasses.replace(config, position=position)).eval()
 
 
-MODELS = {
+MODELS: dict[str, Callable[[], dk.Model]] = {
     "gpt-learned": lambda: _gpt("learned"),
     "gpt-rope": lambda: _gpt("rope"),
     "tinylm-learned": lambda: TinyLM(40, max_positions=CONTEXT, position="learned"),
@@ -78,7 +80,7 @@ def test_speculative_decodes_each_row_as_alone(name: str, draft: str) -> None:
     from decodekit_speculative.strategy import speculative
 
     model = MODELS[name]()
-    drafter = "ngram" if draft == "ngram" else _gpt(name.split("-")[1], seed=1)
+    drafter = "ngram" if draft == "ngram" else _gpt("rope" if name == "gpt-rope" else "learned", seed=1)
     for chain, cache in [("greedy", "dense"), ("top_k(8)", "dense"), ("top_k(8)", "none")]:
         _each_as_alone(model, [LONG, SHORT], LIMITS, speculative, draft=drafter, k=3, chain=chain, cache=cache)
 

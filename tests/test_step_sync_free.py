@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import torch
@@ -61,7 +61,7 @@ def test_the_full_chains_processors_compile_as_one_graph() -> None:
 @pytest.mark.xdist_group("compile")
 @pytest.mark.parametrize("position", ["learned", "rope"])  # 4 layers, rope, dense: once failed to compile
 @pytest.mark.parametrize("cache", ["dense", "gqa"])
-def test_generate_with_compile_gives_the_eager_tokens(position: str, cache: str) -> None:
+def test_generate_with_compile_gives_the_eager_tokens(position: Literal["learned", "rope"], cache: str) -> None:
     from decodekit_gpt.gpt import GPT, GPTConfig
 
     torch._dynamo.reset()  # GPT's automatic dynamic shapes as in a fresh process, whatever its group compiled before

@@ -58,7 +58,7 @@ def test_results_and_stream_rank_as_the_full_top_list_counts(model: Any) -> None
     assert sorted(streamed) == sorted(s.rank for scores in out.logprobs for s in scores)
 
 
-def _ranks(model: Any, seed: object) -> list[int]:
+def _ranks(model: Any, seed: int | list[int]) -> list[int]:
     want = dk.generate(
         model, ["ROMEO:"], chain="temperature(1.5)", cache="dense", max_new_tokens=8, seed=seed, logprobs=1
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -266,7 +267,7 @@ def test_a_disabled_standard_name_says_so_first_in_every_place_it_is_named(
     )
     top_k = disabled("sampler 'top_k'", "decodekit-top-k")
     model = cli_testplugin.load_model()
-    python = [
+    python: list[tuple[str, Callable[[], object]]] = [
         (beam, lambda: dk.decode(model, "ROMEO", strategy="beam", max_new_tokens=2)),
         (window, lambda: dk.generate(model, "ROMEO", cache="window", max_new_tokens=2)),
         (top_k, lambda: dk.generate(model, "ROMEO", chain="top_k(5) | sample", max_new_tokens=2)),
@@ -352,7 +353,7 @@ def test_a_standard_plugin_installed_that_fails_to_load_says_so_with_its_error_n
     with pytest.warns(RuntimeWarning) as caught:
         decodekit.plugins.get_registry()
     assert sorted(str(w.message) for w in caught) == [f"decodekit: {said}" for said in (beam, dense, top_p)]
-    python = [
+    python: list[tuple[str, Callable[[], object]]] = [
         (
             f"strategy 'beam' is installed, but {beam}",
             lambda: dk.decode(model, "ROMEO", strategy="beam", max_new_tokens=2),

@@ -292,7 +292,7 @@ def test_logprobs_are_vllm_raw_logprobs() -> None:
 @pytest.fixture(scope="module")
 def model() -> TinyLM:
     lm = TinyLM(95)
-    lm.tokenizer = CharTokenizer()  # type: ignore[attr-defined]
+    lm.tokenizer = CharTokenizer()  # type: ignore[attr-defined,assignment]
     return lm
 
 
@@ -319,7 +319,7 @@ def test_ignore_eos_is_the_eos_left_out_of_stop_tokens(model: TinyLM) -> None:
 
 def test_stop_strings_leave_the_stop_string_out_of_the_text(model: TinyLM) -> None:
     # vLLM's default include_stop_str_in_output=False: the text ends before the stop string.
-    free = dk.generate(model, ["ab"], chain="greedy", max_new_tokens=12, stop_tokens=[]).text[0]
+    free = dk.generate(model, ["ab"], chain="greedy", max_new_tokens=12, stop_tokens=[]).text[0]  # type: ignore[index]
     at = next(i for i in range(2, len(free)) if free[i] not in free[:i])
     out = dk.generate(model, ["ab"], chain="greedy", max_new_tokens=12, stop_tokens=[], stop_strings=[free[at]])
     assert out.text == [free[:at]] and out.finish_reasons == ["stop"]
@@ -351,15 +351,15 @@ class ByteCharTokenizer(CharTokenizer):
 def test_structured_outputs_rows(chain: str, valid: Callable[[str], bool]) -> None:
     pytest.importorskip("decodekit_grammar")
     lm = TinyLM(95)
-    lm.tokenizer = ByteCharTokenizer()  # type: ignore[attr-defined]
+    lm.tokenizer = ByteCharTokenizer()  # type: ignore[attr-defined,assignment]
     out = dk.generate(lm, ["q"] * 4, chain=chain, max_new_tokens=8, seed=[1, 2, 3, 4], stop_tokens=[])
-    assert all(valid(t) for t in out.text), out.text
+    assert out.text is not None and all(valid(t) for t in out.text), out.text
 
 
 def test_stop_strings_are_not_held_back_by_min_new_tokens(model: TinyLM) -> None:
     # Pinned difference: vLLM looks for stop strings only after min_tokens tokens; here min_new_tokens removes the
     # stop tokens alone, and a stop string in the first tokens still ends the row.
-    free = dk.generate(model, ["ab"], chain="greedy", max_new_tokens=12, stop_tokens=[]).text[0]
+    free = dk.generate(model, ["ab"], chain="greedy", max_new_tokens=12, stop_tokens=[]).text[0]  # type: ignore[index]
     at = next(i for i in range(1, len(free)) if free[i] not in free[:i])
     chain = "min_new_tokens(8, [94]) | greedy"
     out = dk.generate(model, ["ab"], chain=chain, max_new_tokens=12, stop_tokens=[], stop_strings=[free[at]])
@@ -461,8 +461,8 @@ def stops_case(rng: random.Random, free: str) -> tuple[Stops, list[int]]:
 
 def streamed(lm: TinyLM, prompt: Any, chain: str, new: int, seed: int, sp: Stops) -> tuple[Ended, str | None]:
     """dk.stream's row under `sp`, as `vllm_stops` gives vLLM's, and its finish reason."""
-    stops = dict(stop_tokens=sp.stop_token_ids, stop_strings=sp.stop)
-    options = dict(
+    stops: dict[str, Any] = dict(stop_tokens=sp.stop_token_ids, stop_strings=sp.stop)
+    options: dict[str, Any] = dict(
         chain=chain, max_new_tokens=new, seed=[seed], include_stop_str_in_output=sp.include_stop_str_in_output
     )
     events = list(dk.stream(lm, [prompt], **stops, **options))
@@ -479,10 +479,10 @@ def test_stops_end_rows_and_cut_text_as_vllm(seed: int) -> None:
     rng, lm = random.Random(seed), TinyLM(95)
     prompt, chain, new = "ab", "temperature(1.5)", 24
     for case in range(25):
-        lm.tokenizer = SpecialChars([])  # type: ignore[attr-defined]
+        lm.tokenizer = SpecialChars([])  # type: ignore[attr-defined,assignment]
         sampled = dk.generate(lm, [prompt], chain=chain, max_new_tokens=new, seed=[case], stop_tokens=[]).tokens[0]
         sp, special = stops_case(rng, CharTokenizer().decode(sampled))
-        lm.tokenizer = SpecialChars(special)  # type: ignore[attr-defined]
+        lm.tokenizer = SpecialChars(special)  # type: ignore[attr-defined,assignment]
         theirs = vllm_stops(sampled, special, sp)
         ours, reason = streamed(lm, prompt, chain, new, case, sp)
         what = f"seed {seed} case {case}: {sp}, special {special}"
@@ -537,7 +537,7 @@ def test_kept_stops_on_bytes_end_rows_and_text_as_vllm(seed: int) -> None:
     rng, lm = random.Random(seed), TinyLM(257)
     prompt, chain, new = [97, 98], "temperature(1.5)", 24
     for case in range(25):
-        lm.tokenizer = SpecialBytes([])  # type: ignore[attr-defined]
+        lm.tokenizer = SpecialBytes([])  # type: ignore[attr-defined,assignment]
         sampled = dk.generate(lm, [prompt], chain=chain, max_new_tokens=new, seed=[case], stop_tokens=[]).tokens[0]
         firsts = [t for i, t in enumerate(sampled) if t not in sampled[:i]]
         tokens = rng.sample(firsts, min(len(firsts), rng.randint(0, 2))) + [256] * rng.randint(0, 1)
@@ -546,6 +546,6 @@ def test_kept_stops_on_bytes_end_rows_and_text_as_vllm(seed: int) -> None:
         stop = [free[(at := rng.randrange(len(free))) : at + rng.randint(1, 3)] for _ in range(rng.randint(0, 2))]
         sp = Stops(tokens, [s for s in stop if s], True)
         tokenizer = SpecialBytes(special)
-        lm.tokenizer = tokenizer  # type: ignore[attr-defined]
+        lm.tokenizer = tokenizer  # type: ignore[attr-defined,assignment]
         theirs = vllm_stops(sampled, special, sp, VllmBytes(prompt, tokenizer))
         assert streamed(lm, prompt, chain, new, case, sp)[0] == theirs, f"seed {seed} case {case}: {sp}, {special}"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Literal
+
 import pytest
 import torch
 from decodekit_cache_window.cache import WindowCache
@@ -13,10 +16,10 @@ import decodekit as dk
 from decodekit.errors import ContextLengthError
 
 
-def rope_gpt(n_layer: int, block_size: int = 32, position: str = "rope") -> GPT:
+def rope_gpt(n_layer: int, block_size: int = 32, position: Literal["learned", "rope"] = "rope") -> GPT:
     torch.manual_seed(0)
     config = GPTConfig(vocab_size=17, block_size=block_size, n_layer=n_layer, n_head=4, n_kv_head=2, n_embd=32)
-    config = GPTConfig(**{**config.to_dict(), "position": position})
+    config = dataclasses.replace(config, position=position)
     return GPT(config).eval()
 
 
@@ -37,7 +40,7 @@ def test_one_layer_window_equals_recomputing_sinks_plus_window() -> None:
         got = model(ids[:, t : t + 1], torch.tensor([[t]]), cache)[:, -1]
         kept = [*range(min(sinks, max(0, t - size + 1))), *range(max(0, t - size + 1), t + 1)]
         want = model(ids[:, kept], torch.arange(len(kept))[None], None)[:, -1]
-        torch.testing.assert_close(got, want, atol=2e-5, rtol=0, msg=lambda m, t=t: f"step {t}: {m}")
+        torch.testing.assert_close(got, want, atol=2e-5, rtol=0, msg=lambda m, t=t: f"step {t}: {m}")  # type: ignore[misc]  # t=t binds the step
 
 
 @torch.no_grad()

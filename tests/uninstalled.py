@@ -21,7 +21,7 @@ def uninstall(monkeypatch: pytest.MonkeyPatch, *distributions: str) -> None:
     hidden = {canonical_name(d) for d in distributions}
     discover = metadata.Distribution.discover  # `distributions()`, `entry_points()` and `distribution()` go here
 
-    def visible(cls: type[metadata.Distribution], **kwargs: Any) -> Iterator[metadata.Distribution]:
+    def visible(cls: type[metadata.Distribution], /, **kwargs: Any) -> Iterator[metadata.Distribution]:
         return (d for d in discover(**kwargs) if canonical_name(d.metadata["Name"] or "") not in hidden)
 
     monkeypatch.setattr(metadata.Distribution, "discover", classmethod(visible))

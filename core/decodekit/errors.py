@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 __all__ = [
     "PLUGIN_FAILURES",
@@ -78,6 +78,6 @@ class UnfinishedRowsWarning(UserWarning):
     """Rows that ended while a stage that ends rows (a grammar) says they are unfinished: `what` it says, and
     `rows` (row, finish reason) of the decode, for a caller that says it of its own rows (a batch job's lines)."""
 
-    def __init__(self, message: str, what: str, rows: list[tuple[int, str | None]]) -> None:
+    def __init__(self, message: str, what: str, rows: Sequence[tuple[int, str | None]]) -> None:
         super().__init__(message)
-        self.what, self.rows = what, rows
+        self.what, self.rows = what, list(rows)

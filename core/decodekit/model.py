@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -23,7 +23,7 @@ class Model(Protocol):
     @property
     def spec(self) -> ModelSpec: ...  # read-only: an attribute or a property
 
-    def __call__(self, input_ids: Tensor, positions: Tensor, cache: KVCache | None, /, **kwargs: Any) -> Tensor: ...
+    def __call__(self, input_ids: Tensor, positions: Tensor, cache: KVCache | None, /) -> Tensor: ...
 
 
 def model_device_dtype(model: object) -> tuple[torch.device, torch.dtype]:

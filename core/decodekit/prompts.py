@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, SupportsIndex, cast
 
 import torch
 from torch import Tensor
 
 from decodekit.errors import ParameterError, PluginError
 
-__all__ = ["Prompts", "Tokenizer", "as_index", "left_pad", "prompt_rows", "token_ids", "tokenizer_ids"]
+__all__ = ["Prompts", "TokenIds", "Tokenizer", "as_index", "left_pad", "prompt_rows", "token_ids", "tokenizer_ids"]
 
-Prompts = str | Sequence[str] | Sequence[Sequence[int]] | Sequence[int] | Tensor
+TokenIds = Sequence[SupportsIndex] | Tensor
+"""Token ids as the checks read them: integers (Python's, NumPy's, 0-d tensors) in a sequence, or a tensor."""
+Prompts = str | TokenIds | Sequence[str | TokenIds]
+"""One prompt (text or ids) or several, each text or ids; a 2-D tensor is one prompt per row."""
 
 
 class Tokenizer(Protocol):

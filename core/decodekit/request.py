@@ -18,7 +18,7 @@ from decodekit.standard_plugins import STANDARD_PLUGINS, failed_to_load, install
 if TYPE_CHECKING:
     from decodekit.chain import Chain
     from decodekit.plugins import CacheFactory
-    from decodekit.prompts import Prompts, Tokenizer
+    from decodekit.prompts import Prompts, TokenIds, Tokenizer
 
 __all__ = ["MAX_SEED", "DecodeOptions", "DecodeRequest", "decode_request"]
 
@@ -52,7 +52,7 @@ class DecodeOptions(TypedDict, total=False):
     chain: Chain | str | Sequence[Any] | None
     max_new_tokens: int | Sequence[int]
     cache: str | CacheFactory
-    stop_tokens: Sequence[int] | Sequence[Sequence[int]]
+    stop_tokens: TokenIds | Sequence[TokenIds]
     stop_strings: str | Sequence[str]
     include_stop_str_in_output: bool
     seed: int | Sequence[int] | None

@@ -306,7 +306,7 @@ def test_decode_dispatches_to_the_registered_strategy() -> None:
 
 
 class EchoParams(dk.Params):
-    times: int = Field(1, ge=1)
+    times: int = Field(default=1, ge=1)
 
 
 def _echo(d: dk.Decoding, params: EchoParams) -> None:
@@ -435,6 +435,7 @@ def test_every_returned_hypothesis_has_its_text_finish_reason_and_logprobs() -> 
     out = beam_search(
         text_model, ["To be"], num_beams=3, max_new_tokens=8, stop_tokens=[stop], num_return_sequences=3, logprobs=0
     )
+    assert out.text is not None and out.logprobs is not None
     assert out.sequence_texts[0][0] == out.text[0] and out.sequence_finish_reasons[0][0] == out.finish_reasons[0]
     assert out.sequence_logprobs[0][0] == out.logprobs[0]
     for tokens, text, reason, by, lps in zip(

@@ -29,8 +29,8 @@ def test_registered_through_entry_point() -> None:
 
 @pytest.mark.parametrize(("n_heads", "n_kv_heads"), [(12, 12), (12, 4), (12, 1), (8, 2)])
 def test_gqa_is_n_heads_over_n_kv_heads_smaller_than_dense(n_heads: int, n_kv_heads: int) -> None:
-    dense = dk.create_cache("dense", spec(n_heads, n_kv_heads)).nbytes
-    gqa = dk.create_cache("gqa", spec(n_heads, n_kv_heads)).nbytes
+    dense = dk.create_cache("dense", spec(n_heads, n_kv_heads)).nbytes  # type: ignore[attr-defined]  # nbytes: not in KVCache
+    gqa = dk.create_cache("gqa", spec(n_heads, n_kv_heads)).nbytes  # type: ignore[attr-defined]  # nbytes: not in KVCache
     assert dense == gqa * (n_heads // n_kv_heads)
     # 2 · L · B · T · n_kv_heads · head_dim · bytes
     assert gqa == 2 * 12 * 2 * 100 * n_kv_heads * 64 * 2

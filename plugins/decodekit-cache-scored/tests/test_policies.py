@@ -4,6 +4,7 @@ entries a row keeps; hand-worked ties; SnapKV's prompt scores written out as kvp
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import pytest
 import torch
@@ -63,8 +64,9 @@ def top(held: list[int], score: dict[int, float], budget: int, sinks: int, recen
     return sorted(sorted(held, key=key, reverse=True)[:budget])
 
 
-def drive(cache: ScoredCache, blocks: list[tuple[torch.Tensor, torch.Tensor]]) -> list[set[int]]:
+def drive(made: dk.KVCache, blocks: list[tuple[torch.Tensor, torch.Tensor]]) -> list[set[int]]:
     """Feed `blocks` (positions 0, 1, ...) as a model would, and read what the cache keeps after each."""
+    cache = cast(ScoredCache, made)  # every cache here is a scored one
     out = []
     for k, q in blocks:
         T = k.shape[0]

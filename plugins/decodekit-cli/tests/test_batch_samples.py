@@ -22,7 +22,7 @@ from decodekit.context import mix_seed
 MODEL = cli_testplugin.MODEL_NAME
 FLAGS = ["-m", MODEL, "--max-new-tokens", "5", "--ignore-eos", "--seed", "3"]
 CHAIN = "temperature(0.9) | top_k(40)"
-LINES = [
+LINES: list[dict[str, Any]] = [
     {"prompt": "ROMEO"},
     {"prompt": "JULIET", "n": 3},
     {"prompt": "KING", "n": 2, "max_new_tokens": 3},

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -79,7 +80,7 @@ def test_a_checkout_in_a_folder_with_a_space_is_quoted(tmp_path: Path, monkeypat
         def read_text(self, name: str) -> str:
             return '{"url": "' + root.as_uri() + '", "dir_info": {}}'
 
-    monkeypatch.setattr(install_hints.metadata, "distribution", lambda name: Dist())
+    monkeypatch.setattr(metadata, "distribution", lambda name: Dist())  # the module install_hints reads
     monkeypatch.setattr(install_hints, "installed", lambda name: name == "decodekit-gpt")
     assert "%20" in root.as_uri() and install_hints.checkout() == root
     folders = [str(root / "plugins" / d) for d in ("decodekit-cache-window", "decodekit-shakespeare")]

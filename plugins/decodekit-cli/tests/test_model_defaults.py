@@ -21,7 +21,7 @@ MODEL = cli_testplugin.MODEL_NAME
 def _offering(monkeypatch: pytest.MonkeyPatch, offer: dict[str, Any]) -> list[tuple[int | None, list[str]]]:
     """Load the test model with a `generation_defaults` that offers `offer`; the calls it gets are returned."""
     calls: list[tuple[int | None, list[str]]] = []
-    load = sampling_options.load_named_model
+    from decodekit_cli.options import load_named_model as load  # what sampling_options imported
 
     def loaded(name: str) -> Any:
         model = load(name)

@@ -149,7 +149,7 @@ def test_a_batch_job_writes_every_beam_a_strategy_returns(tmp_path: Path) -> Non
 
 def _offering(monkeypatch: pytest.MonkeyPatch, offer: dict[str, Any]) -> None:
     """The test model with a `generation_defaults` offering `offer` (as an hf: checkpoint's generation config)."""
-    load = sampling_options.load_named_model
+    from decodekit_cli.options import load_named_model as load  # what sampling_options imported
 
     def loaded(name: str) -> Any:
         model = load(name)

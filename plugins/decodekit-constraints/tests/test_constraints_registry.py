@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from decodekit.testing.registry import check_bad_parameters, check_chain_string, check_registered
 
-CHAINS = {
+CHAINS: dict[str, tuple[str, dict[str, Any]]] = {
     "logit_bias": ("logit_bias({50256: -100.0, 3: 2.5})", {"bias": {50256: -100.0, 3: 2.5}}),
     "sequence_bias": ("sequence_bias([[[10, 45], -2.0], [[64], -7.5]])", {"biases": (((10, 45), -2.0), ((64,), -7.5))}),
     "bad_words": ("bad_words([[5], [6, 7]], false)", {"sequences": ((5,), (6, 7)), "include_prompt": False}),

@@ -95,6 +95,7 @@ def test_sampled_documents_validate(request: pytest.FixtureRequest, model: str, 
         request.getfixturevalue(model), ["ROMEO:\n"] * 8, chain=chain, max_new_tokens=120, seed=list(range(8))
     )
     validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    assert out.text is not None
     for text, reason in zip(out.text, out.finish_reasons):
         assert reason == "stop", (name, text)
         validator.validate(json.loads(text))

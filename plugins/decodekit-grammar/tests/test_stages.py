@@ -18,7 +18,7 @@ import decodekit as dk
 class Chars:
     """id 0 is the end of text (no bytes); ids 1.. are the characters of `alphabet`."""
 
-    eos_token_ids = (0,)
+    eos_token_ids: tuple[int, ...] = (0,)
 
     def __init__(self, alphabet: str) -> None:
         self.alphabet = alphabet
@@ -181,6 +181,7 @@ def test_generate_with_a_grammar_per_prompt(shakespeare: Any) -> None:
     out = dk.generate(shakespeare, ["ROMEO:", "JULIET:", "NURSE:"], chain=chain, max_new_tokens=12, seed=0)
     import re
 
+    assert out.text is not None
     assert re.fullmatch("[A-Z]{3}!", out.text[0]) and re.fullmatch("[a-z]{2} [0-9]{2}\\.", out.text[1])
     assert out.stopped_by[:2] == ["regex", "regex"] and out.finish_reasons[2] == "length"
 
@@ -419,6 +420,7 @@ def test_generation_over_a_byte_level_bpe(request: pytest.FixtureRequest, which:
     chain = dk.Chain([dk.create("json_schema", schema=BPE_SCHEMA), dk.create("temperature", value=1.0)])
     out = dk.generate(model, ["ROMEO:"] * 8, chain=chain, max_new_tokens=120, seed=0)
     assert out.stopped_by == ["json_schema"] * 8
+    assert out.text is not None
     for text in out.text:
         jsonschema.validate(json.loads(text), BPE_SCHEMA)
     pieces = [bpe.decode([t]) for tokens in out.tokens for t in tokens]
@@ -444,7 +446,7 @@ def test_the_end_token_a_grammar_ends_a_row_on_is_outside_its_text(bpe_model: An
     assert len(tokens) == 2 and tokens[-1] == 0 and (out.finish_reasons, out.stopped_by) == (["stop"], ["regex"])
     assert out.text == [bpe_model.tokenizer.decode(tokens[:1])] and out.text[0].isdigit()
     events = list(dk.stream(bpe_model, ["x"], strategy=strategy, chain=chain, max_new_tokens=5, seed=0))
-    assert "".join(e.text for e in events) == out.text[0] and events[-1].text == ""
+    assert "".join(e.text for e in events) == out.text[0] and events[-1].text == ""  # type: ignore[misc]  # all str
 
 
 def selectors() -> list[str]:
@@ -466,6 +468,7 @@ def test_a_grammar_anywhere_in_a_chain_with_every_selector(shakespeare: Any, sel
     }[at]
     chain = " | ".join([*stages, selector])
     out = dk.generate(shakespeare, ["ROMEO:\n", "JULIET:\n"], chain=chain, max_new_tokens=20, seed=0)
+    assert out.text is not None
     assert selectors() and all(re.fullmatch(pattern, text) for text in out.text), (chain, out.text)
     assert out.stopped_by == ["regex", "regex"]
 

@@ -13,6 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 from decodekit_beam.search import beam_search
+from decodekit_speculative.strategy import SpeculativeGeneration
 from draws import two_sample_p
 
 import decodekit as dk
@@ -45,9 +46,10 @@ def test_speculative_greedy_gives_generates_tokens(shakespeare: Any, which: str,
     assert spec.tokens == plain.tokens
     assert spec.finish_reasons == plain.finish_reasons and spec.stopped_by == plain.stopped_by
     if (which, draft) != ("regex", "ngram"):  # (short lines: no n-gram of theirs repeats, nothing drafted)
+        assert isinstance(spec, SpeculativeGeneration)
         assert sum(spec.accepted) < sum(spec.drafted)  # drafts were rejected: their grammar states abandoned
     if which != "penalised json":
-        assert set(spec.stopped_by) == {chain.processors[0].name}
+        assert set(spec.stopped_by) == {chain.processors[0].name}  # type: ignore[attr-defined]  # a grammar stage
 
 
 ROWS = 2000
@@ -80,6 +82,7 @@ def test_speculative_sampling_has_generates_distribution(
         max_new_tokens=4,
         seed=2,
     )
+    assert isinstance(out, SpeculativeGeneration)
     assert 0.1 * sum(out.drafted) < sum(out.accepted) < sum(out.drafted)  # accepts and rejects
     assert len(plain_sampled) > 20  # a spread of four-token beginnings
     assert two_sample_p(joint(out.tokens), plain_sampled) > 1e-3

@@ -39,7 +39,7 @@ class Stream:
         ids = torch.tensor([self.tokens[start:]])
         positions = torch.arange(start, len(self.tokens))[None]
         with torch.no_grad():
-            out = self.model(ids, positions, self.kv)[0, -1]
+            out: Tensor = self.model(ids, positions, self.kv)[0, -1]
         self.fed = len(self.tokens)
         return out
 

@@ -58,11 +58,14 @@ def gpt2() -> Any:
 def hf_guided(hf: Any, prompts: list[list[int]], scale: float, negatives: list[list[int]] | None = None) -> list[Any]:
     """transformers' greedy tokens with `guidance_scale=scale` (and `negative_prompt_ids`, left-padded)."""
     ids, mask = left_padded(prompts)
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     if negatives is not None:
         kwargs["negative_prompt_ids"], kwargs["negative_prompt_attention_mask"] = left_padded(negatives)
     config = greedy_generation_config(max_new_tokens=NEW, guidance_scale=scale)
-    return hf.generate(ids, attention_mask=mask, generation_config=config, **kwargs)[:, ids.shape[1] :].tolist()
+    tokens: list[Any] = hf.generate(ids, attention_mask=mask, generation_config=config, **kwargs)[
+        :, ids.shape[1] :
+    ].tolist()
+    return tokens
 
 
 @pytest.mark.parametrize("scale", [1.5, 3.0, 0.5, 0.0, -1.0])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import decodekit as dk
@@ -15,7 +17,7 @@ SEEDS = [31, 32, 33, 34]
 @pytest.mark.parametrize("scale", [1.0, 1.5])  # 1: cfg decodes as sample does; else the guided pairs
 @pytest.mark.parametrize("chain", ["greedy", "top_k(6) | temperature(0.7)"])
 def test_each_prompt_gets_what_it_gets_alone_with_its_own_limit(model: TinyLM, scale: float, chain: str) -> None:
-    options = {"strategy": "cfg", "scale": scale, "negative": [2, 2], "chain": chain, "stop_tokens": []}
+    options: dict[str, Any] = {"strategy": "cfg", "scale": scale, "negative": [2, 2], "chain": chain, "stop_tokens": []}
     out = dk.decode(model, PROMPTS, max_new_tokens=LIMITS, seed=SEEDS, **options)
     assert [len(t) for t in out.tokens] == LIMITS
     for b, (prompt, limit, seed) in enumerate(zip(PROMPTS, LIMITS, SEEDS)):

@@ -124,7 +124,7 @@ def test_stop_tokens_and_strings_end_the_pair_and_the_stream_equals_the_result(m
     stop = free.tokens[0][3]
     out = cfg(model, PROMPTS, scale=2.0, chain="greedy", max_new_tokens=NEW, stop_tokens=[stop])
     assert out.tokens[0] == free.tokens[0][: free.tokens[0].index(stop) + 1] and out.stopped_by[0] == stop
-    text = model.tokenizer.decode(free.tokens[2][4:6])  # type: ignore[union-attr]
+    text = model.tokenizer.decode(free.tokens[2][4:6])  # type: ignore[union-attr,operator]
     events = dk.stream(
         model, PROMPTS, strategy="cfg(scale=2.0)", chain="greedy", max_new_tokens=NEW, stop_strings=[text]
     )
@@ -161,12 +161,9 @@ def test_a_tokens_rank_is_its_rank_under_the_conditional_model(model: TinyLM) ->
     out = cfg(model, PROMPTS[:1], scale=3.0, negative=NEGATIVES[0], **options)
     tokens = out.tokens[0]
     scored = dk.generate(model, [PROMPTS[0] + tokens], max_new_tokens=1, prompt_logprobs=0, cache="none")
-    under_model = [p.rank for p in scored.prompt_logprobs[0][len(PROMPTS[0]) :]]  # type: ignore[index]
-    assert [lp.rank for lp in out.logprobs[0]] == under_model  # type: ignore[index]
-    assert (
-        [lp.raw for lp in out.logprobs[0]]
-        == pytest.approx(  # type: ignore[index]
-            [p.logprob for p in scored.prompt_logprobs[0][len(PROMPTS[0]) :]],
-            abs=1e-5,  # type: ignore[index]
-        )
-    )
+    assert scored.prompt_logprobs is not None and out.logprobs is not None
+    prompt_scores = scored.prompt_logprobs[0][len(PROMPTS[0]) :]  # each set: a prompt's first token alone has none
+    under_model = [p.rank for p in prompt_scores]  # type: ignore[union-attr]
+    assert [lp.rank for lp in out.logprobs[0]] == under_model
+    logprobs = [p.logprob for p in prompt_scores]  # type: ignore[union-attr]
+    assert [lp.raw for lp in out.logprobs[0]] == pytest.approx(logprobs, abs=1e-5)

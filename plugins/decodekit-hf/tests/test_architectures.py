@@ -143,10 +143,10 @@ def test_prompt_logprobs_equal_a_full_forward(arch: tuple[str, Any, dict[str, An
     for prompt, got in zip(PROMPTS, out.prompt_logprobs):
         lp = torch.log_softmax(hf(torch.tensor([prompt])).logits[0].float(), -1)
         want = lp[torch.arange(len(prompt) - 1), prompt[1:]]
-        assert got[0] is None
-        assert [g.logprob for g in got[1:]] == pytest.approx(want.tolist(), abs=1e-5)
-        assert [[i for i, _ in g.top] for g in got[1:]] == lp[:-1].topk(3).indices.tolist()
-        assert [g.rank for g in got[1:]] == ((lp[:-1] > want[:, None]).sum(-1) + 1).tolist()
+        assert got[0] is None  # the others are set: a first token alone has no score
+        assert [g.logprob for g in got[1:]] == pytest.approx(want.tolist(), abs=1e-5)  # type: ignore[union-attr]
+        assert [[i for i, _ in g.top] for g in got[1:]] == lp[:-1].topk(3).indices.tolist()  # type: ignore[union-attr]
+        assert [g.rank for g in got[1:]] == ((lp[:-1] > want[:, None]).sum(-1) + 1).tolist()  # type: ignore[union-attr]
 
 
 # What a cache that evicts past the context is told about each model's positions (None: decodekit re-rotates its

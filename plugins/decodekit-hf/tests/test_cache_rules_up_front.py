@@ -13,6 +13,7 @@ import pytest
 import torch
 from cli_runner import batch_captured
 from decodekit_hf import HFModel
+from decodekit_speculative.strategy import SpeculativeGeneration
 
 import decodekit as dk
 from tinymodels import greedy_recomputed
@@ -53,7 +54,11 @@ def checkpoint(tmp_path: Path, mistral: Any, char_tokenizer: Any) -> Path:
 
 def _job(capsys: pytest.CaptureFixture[str], checkpoint: Path, tmp_path: Path, *extra: str) -> tuple[int, str, Path]:
     """A batch job of three lines; the second's text (10 + 31 tokens) passes the window."""
-    lines = [{"prompt": "a" * 10}, {"prompt": "b" * 10, "max_new_tokens": 31}, {"prompt": "c" * 5}]
+    lines: list[dict[str, object]] = [
+        {"prompt": "a" * 10},
+        {"prompt": "b" * 10, "max_new_tokens": 31},
+        {"prompt": "c" * 5},
+    ]
     cmd = ["--model", f"hf:{checkpoint}", "--chain", "greedy", "--max-new-tokens", "30", "--ignore-eos"]
     return batch_captured(capsys, tmp_path, lines, *cmd, "--cache", "window(size=48)", *extra)
 
@@ -99,4 +104,4 @@ def test_a_draft_whose_rules_refuse_the_targets_cache_keeps_every_token(llama: A
     out = dk.decode(
         model, [SHORT], strategy="speculative", draft=draft, k=3, chain="greedy", max_new_tokens=20, cache=cache
     )
-    assert out.tokens == want and sum(out.accepted) > 0
+    assert isinstance(out, SpeculativeGeneration) and out.tokens == want and sum(out.accepted) > 0

@@ -219,7 +219,9 @@ def test_a_sampling_flag_over_beams_says_what_beam_search_does_with_it(
     --temperature alone is refused; --top-k drops candidates (its tokens are those of `top_k(1) | greedy`, not the
     checkpoint's), which the warning says, not that a greedy pick ignores it."""
     model = dk.load_model(f"hf:{beam}")
-    beam_options = dict(strategy="beam", num_beams=3, length_penalty=0.6, early_stopping=True, max_new_tokens=12)
+    beam_options: dict[str, Any] = dict(
+        strategy="beam", num_beams=3, length_penalty=0.6, early_stopping=True, max_new_tokens=12
+    )
 
     def decode(chain: str) -> dk.Generation:
         return dk.decode(model, ["Hi"], chain=chain, stop_tokens=model.stop_tokens, **beam_options)

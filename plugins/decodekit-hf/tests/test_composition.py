@@ -15,6 +15,7 @@ import pytest
 import torch
 from decodekit_beam.search import beam_search
 from decodekit_hf import HFModel
+from decodekit_speculative.strategy import SpeculativeGeneration
 from scipy.stats import chi2_contingency
 
 import decodekit as dk
@@ -47,7 +48,8 @@ def noisy_copy(hf: Any, scale: float = 0.03, seed: int = 1) -> Any:
 def transformers_greedy(hf: Any, prompts: list[list[int]], new: int) -> list[list[int]]:
     ids, mask = left_padded(prompts)
     out = hf.generate(ids, attention_mask=mask, generation_config=greedy_generation_config(max_new_tokens=new))
-    return out[:, ids.shape[1] :].tolist()
+    tokens: list[list[int]] = out[:, ids.shape[1] :].tolist()
+    return tokens
 
 
 def mistral(build_arch: Any, sliding_window: int) -> Any:
@@ -111,7 +113,7 @@ def test_a_sampled_chain_keeps_its_distribution_under_speculation(llama: Any) ->
     prompts = [[9, 44, 44, 44, 9, 44]] * 2000
     plain = joint(dk.generate(model, prompts, chain=chain, max_new_tokens=3, seed=1).tokens)
     out = dk.decode(model, prompts, strategy="speculative", draft=draft, k=2, chain=chain, max_new_tokens=3, seed=2)
-    assert 0.1 * sum(out.drafted) < sum(out.accepted) < sum(out.drafted)
+    assert isinstance(out, SpeculativeGeneration) and 0.1 * sum(out.drafted) < sum(out.accepted) < sum(out.drafted)
     assert two_sample_p(joint(out.tokens), plain) > 1e-3
     wrong = joint(dk.generate(draft, prompts, chain=chain, max_new_tokens=3, seed=3).tokens)
     assert two_sample_p(wrong, plain) < 1e-6

@@ -113,7 +113,7 @@ def test_without_its_soft_cap_gemma2_generates_other_tokens(build_arch: Any, gen
 
 
 # Eager attention of their own code, not transformers' attention interface (MPT and Bloom: ALiBi; GPT-Neo: unscaled).
-OWN_EAGER = {
+OWN_EAGER: dict[str, dict[str, Any]] = {
     "xglm": dict(d_model=32, ffn_dim=64, attention_heads=4),
     "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=8),
     "mpt": dict(d_model=32, n_heads=4, n_layers=2),

@@ -58,7 +58,7 @@ def test_one_layer_window_equals_recomputing_sinks_plus_window(build_arch: Any, 
         got = model(ids[:, t : t + 1], torch.tensor([[t]]), cache)[:, -1]
         kept = [*range(min(sinks, max(0, t - size + 1))), *range(max(0, t - size + 1), t + 1)]
         want = hf(ids[:, kept], position_ids=torch.arange(len(kept))[None]).logits[:, -1]
-        torch.testing.assert_close(got, want, atol=1e-4, rtol=0, msg=lambda m, t=t: f"step {t}: {m}")
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=0, msg=lambda m, t=t: f"step {t}: {m}")  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("arch", ["stablelm", "nemotron", "falcon", "opt", "cohere"])
@@ -80,7 +80,7 @@ def test_one_layer_window_keeps_positions_where_keys_cannot_move(build_arch: Any
         for i, t in enumerate(range(a, a + 4)):
             kept = [*range(min(sinks, max(0, t - size + 1))), *range(max(0, t - size + 1), t + 1)]
             want = hf(ids[:, kept], position_ids=torch.tensor([kept])).logits[:, -1]
-            torch.testing.assert_close(got[:, i], want, atol=1e-4, rtol=0, msg=lambda m, t=t: f"step {t}: {m}")
+            torch.testing.assert_close(got[:, i], want, atol=1e-4, rtol=0, msg=lambda m, t=t: f"step {t}: {m}")  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("cache", ["window(size=8, sinks=2, slack=4)", "h2o(budget=10, sinks=2, recent=3, slack=4)"])

@@ -292,7 +292,7 @@ def test_greedy_generate_equals_dk_generate(build_gpt2: Callable[..., Any], opti
         theirs = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
     model = HFModel(hf)
     with generation_config(hf, config):
-        text = model.generation_defaults(None, ["chain"])["chain"]
+        text = model.generation_defaults(None, ["chain"])["chain"]  # type: ignore[index]  # it has a config
     assert text is not None
     ours = dk.generate(model, [prompt], chain=text, max_new_tokens=40, stop_tokens=eos, cache="dense")
     assert ours.tokens[0] == theirs[0, len(prompt) :].tolist()
@@ -307,7 +307,7 @@ def test_suppressed_ids_past_the_vocabulary_are_dropped_as_transformers_ignores_
         assert (
             text
             == generation_chain(HFModel(model))
-            == HFModel(model).generation_defaults(None, ["chain"])["chain"]
+            == HFModel(model).generation_defaults(None, ["chain"])["chain"]  # type: ignore[index]
             == "bad_words([[1]]) | min_new_tokens(1, [2]) | greedy"
         )
         processors = hf_processors(model, config)

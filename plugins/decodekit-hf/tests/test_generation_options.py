@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from decodekit_beam.search import BeamGeneration
 from decodekit_hf import HFModel, generation_chain, generation_options
 from transformers import GenerationConfig
 
@@ -63,7 +64,9 @@ def test_a_beam_checkpoint_decodes_as_generate_does(build_gpt2: Callable[..., An
         assert options["strategy"] == "beam" and options["num_beams"] == 3
         assert options["length_penalty"] == config.length_penalty and options["early_stopping"] == config.early_stopping
         out = dk.decode(HFModel(hf), [PROMPT], **options)
-        assert [list(s) for s in out.sequences[0]] == [trimmed(row) for row in theirs]
+        assert isinstance(out, BeamGeneration) and [list(s) for s in out.sequences[0]] == [
+            trimmed(row) for row in theirs
+        ]
         assert out.tokens[0] == trimmed(theirs[0])
 
 
@@ -248,6 +251,10 @@ def test_stop_strings_that_are_not_strings_are_refused_by_name(build_gpt2: Calla
     hf.generation_config = GenerationConfig(max_new_tokens=3)
     hf.generation_config.stop_strings = stops  # as loaded from a file: GenerationConfig does not check it
     named = f"generation config's stop_strings={stops!r}: transformers' generate() fails on it; allowed: a string or"
-    for read in (lambda: generation_options(hf), lambda: HFModel(hf).generation_defaults(None, ["stop_strings"])):
+    reads: list[Callable[[], object]] = [
+        lambda: generation_options(hf),
+        lambda: HFModel(hf).generation_defaults(None, ["stop_strings"]),
+    ]
+    for read in reads:
         with pytest.raises(dk.ParameterError, match=re.escape(named)):
             read()

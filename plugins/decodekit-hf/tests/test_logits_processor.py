@@ -188,4 +188,4 @@ def test_a_grammar_stage_needs_the_tokenizer_and_runs_with_it(gpt2: Any, gen_con
     generated = theirs[0, len(prompt[0]) :].tolist()
     ours = dk.generate(HFModel(gpt2, char_tokenizer), prompt, chain=f"{chain} | greedy", max_new_tokens=8)
     assert generated == [*ours.tokens[0], 95]  # the grammar complete, only <eos> is left: transformers stops on it
-    assert char_tokenizer.decode(generated[:-1]) == ours.text[0] and len(ours.text[0]) == 4
+    assert ours.text is not None and char_tokenizer.decode(generated[:-1]) == ours.text[0] and len(ours.text[0]) == 4

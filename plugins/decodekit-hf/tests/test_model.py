@@ -41,13 +41,14 @@ def test_rope_base_only_for_rotation_decodekit_can_continue() -> None:
     """Llama's default rotary base is read; scaled frequencies, partial rotation or another family give None."""
     from transformers import GPTNeoXConfig, LlamaConfig, Phi3Config
 
-    base = {"num_hidden_layers": 1, "num_attention_heads": 2, "hidden_size": 8, "vocab_size": 10}
-    assert rope_base(LlamaConfig(**base, rope_theta=500.0)) == 500.0
+    base: dict[str, Any] = {"num_hidden_layers": 1, "num_attention_heads": 2, "hidden_size": 8, "vocab_size": 10}
+    # transformers' hints leave out the legacy keywords its configs still take through **kwargs
+    assert rope_base(LlamaConfig(**base, rope_theta=500.0)) == 500.0  # type: ignore[call-arg]
     scaled = LlamaConfig(**base, rope_parameters={"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0})
     assert rope_base(scaled) is None
     assert rope_base(GPTNeoXConfig(**base)) is None  # partial rotary, another layout
     assert rope_base(Phi3Config(**base)) == 10000.0  # Llama's rotary embedding
-    assert rope_base(Phi3Config(**base, partial_rotary_factor=0.75)) is None  # Phi-4-mini's: a quarter unrotated
+    assert rope_base(Phi3Config(**base, partial_rotary_factor=0.75)) is None  # type: ignore[call-arg]  # Phi-4-mini's: a quarter unrotated
 
 
 def test_spec_rejects_non_attention_layers() -> None:
@@ -149,7 +150,7 @@ def test_bridge_returns_views_of_the_decodekit_cache(request: pytest.FixtureRequ
     spec = HFModel(request.getfixturevalue(name)).spec
     kv = dk.create_cache(cache, dk.CacheSpec.for_model(spec, batch_size=2, capacity=16))
     stored = spec.n_heads if cache == "dense" else spec.n_kv_heads
-    assert kv.nbytes == 2 * spec.n_layers * 2 * 16 * stored * spec.head_dim * 4
+    assert kv.nbytes == 2 * spec.n_layers * 2 * 16 * stored * spec.head_dim * 4  # type: ignore[attr-defined]
     bridge = DecodekitCache(kv)
     k_new = torch.randn(2, spec.n_kv_heads, 3, spec.head_dim)
     v_new = torch.randn(2, spec.n_kv_heads, 3, spec.head_dim)

@@ -164,7 +164,7 @@ CHAINS = {
     "deepseek-ai/DeepSeek-R1-Distill-Llama-8B": "temperature(0.6) | top_k(50) | top_p(0.95) | sample",
 }
 # The small sizes every tiny model here shares: vocabularies of 30k-260k rows stay a few megabytes.
-TINY = dict(
+TINY: dict[str, Any] = dict(
     num_hidden_layers=2,
     num_attention_heads=2,
     num_key_value_heads=1,
@@ -175,11 +175,11 @@ TINY = dict(
     initializer_range=0.2,
 )
 # Gemma 2's tied output rows share the embeddings' large vector: its logit soft-cap would squash every logit alike.
-ARCH = {
+ARCH: dict[str, dict[str, Any]] = {
     "gemma2": dict(sliding_window=4, query_pre_attn_scalar=8, final_logit_softcapping=None),
     "gemma3_text": dict(sliding_window=4),
 }
-GPT2 = dict(n_layer=2, n_head=2, hidden_size=16, n_positions=64, initializer_range=0.2)
+GPT2: dict[str, Any] = dict(n_layer=2, n_head=2, hidden_size=16, n_positions=64, initializer_range=0.2)
 PROMPT = [5, 17, 3, 9, 44, 2]  # ids the character tokenizer has, too
 NAMES = sorted(SHIPPED)
 

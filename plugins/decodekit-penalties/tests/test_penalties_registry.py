@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from decodekit.testing.registry import check_bad_parameters, check_chain_string, check_registered
 
-CHAINS = {
+CHAINS: dict[str, tuple[str, dict[str, Any]]] = {
     "frequency_penalty": ("frequency_penalty(0.5)", {"penalty": 0.5, "last_n": None, "include_prompt": False}),
     "presence_penalty": ("presence_penalty(0.5, 64, true)", {"penalty": 0.5, "last_n": 64, "include_prompt": True}),
     "no_repeat_ngram": ("no_repeat_ngram(3)", {"ngram_size": 3, "last_n": None}),

@@ -47,7 +47,7 @@ def test_resuming_over_parts_reads_each_part_a_few_times_not_once_per_line(
         pq.write_table(table, parts / f"part-{first:04d}.parquet")
     reads: list[Path] = []
     read = decodekit_ray.parts._read
-    monkeypatch.setattr(decodekit_ray.parts, "_read", lambda path: reads.append(path) or read(path))
+    monkeypatch.setattr(decodekit_ray.parts, "_read", lambda path: reads.append(path) or read(path))  # type: ignore[func-returns-value]
     settings = BatchSettings(model="m", chain="greedy", max_new_tokens=1, seed=0, cache="dense")
     pending: list[Pending | dict[str, object]] = [Pending(n, n, "p", [1], n, 1, "greedy") for n in range(1, lines + 1)]
     job = BatchJob(tmp_path / "in.jsonl", output, settings, pending, 0, 8, "skip")
@@ -103,7 +103,7 @@ def test_the_end_of_a_job_reads_each_part_once(tmp_path: Path, monkeypatch: pyte
 
     reads: list[str] = []
     read = decodekit_ray.parts._read
-    monkeypatch.setattr(decodekit_ray.parts, "_read", lambda path: reads.append(path.name) or read(path))
+    monkeypatch.setattr(decodekit_ray.parts, "_read", lambda path: reads.append(path.name) or read(path))  # type: ignore[func-returns-value]
     monkeypatch.setattr(decodekit_ray.job, "_decode", decode)
     settings = BatchSettings(model="m", chain="greedy", max_new_tokens=1, seed=0, cache="dense")
     pending: list[Pending | dict[str, object]] = [Pending(n, n, "p", [1], n, 1, "greedy") for n in range(1, 7)]

@@ -347,7 +347,7 @@ def test_lines_failed_while_decoding_are_said_as_the_local_job_says_them(cluster
     lines[0]["prompt"] = "a prompt longer than the others!"  # fails, and decodes after line 2 under a window
     prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
     args = [*ARGS[: ARGS.index("--cache")], "--cache", "window(size=16)", "--batch-size", "4", "--on-error", "fail"]
-    runs = []
+    runs: list[tuple[int, str, str]] = []
     for where in ([], ["--ray", cluster, "--ray-actors", "2"]):
         out = tmp_path / f"out{len(runs)}.jsonl"
         r = cli("generate", "--input", str(prompts), "--output", str(out), *args, *where, **PLUGIN_ENV)

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import Literal
 
 import pytest
 import torch
 from decodekit_gpt.gpt import GPT, GPTConfig
 
 
-def tiny(vocab_size: int = 101, *, seed: int = 0, position: str = "learned", block_size: int = 64) -> GPT:
+def tiny(
+    vocab_size: int = 101, *, seed: int = 0, position: Literal["learned", "rope"] = "learned", block_size: int = 64
+) -> GPT:
     """A random reference GPT whose (tied) embedding is scaled up 3x: peaked enough distributions that a
     noisy copy agrees with it often but not always (a plain random init is nearly uniform)."""
     torch.manual_seed(seed)
     config = GPTConfig(
         vocab_size=vocab_size, block_size=block_size, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, position=position
-    )  # type: ignore[arg-type]
+    )
     model = GPT(config).eval()
     with torch.no_grad():
         model.wte.weight.mul_(3.0)

@@ -18,6 +18,7 @@ import pytest
 import torch
 from decodekit_gpt.gpt import GPT
 from decodekit_speculative import strategy
+from decodekit_speculative.rejection import draw
 from decodekit_speculative.strategy import speculative
 from draws import two_sample_p
 
@@ -73,7 +74,7 @@ def test_accepting_every_draft_is_seen(small_pair: tuple[GPT, GPT], monkeypatch:
     chain = CHAINS[2]
 
     def accept_all(drafts: Any, draft_probs: Any, p_at: Any, uniform: Any) -> tuple[int, int]:
-        return len(drafts), strategy.draw(p_at(len(drafts)), uniform())
+        return len(drafts), draw(p_at(len(drafts)), uniform())
 
     monkeypatch.setattr(strategy, "verify_softmax", accept_all)
     assert smallest_p(speculated(target, draft, chain).tokens, plain_tokens(target, chain)) < 1e-6

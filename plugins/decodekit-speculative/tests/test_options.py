@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from decodekit_gpt.gpt import GPT, GPTConfig
@@ -115,7 +117,7 @@ class NaNRow:
         self.model, self.spec, self.prompt_length = model, model.spec, prompt_length
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, cache: object, **kw: object) -> torch.Tensor:
-        logits = self.model(ids, positions, cache, **kw).clone()
+        logits: torch.Tensor = self.model(ids, positions, cache, **kw).clone()
         logits[1, positions[1] >= self.prompt_length] = float("nan")
         return logits
 
@@ -140,11 +142,17 @@ def test_a_named_draft_is_loaded_once_for_every_check_and_decode(monkeypatch: py
     import decodekit_speculative.strategy as strategy
 
     loads: list[str] = []
-    load = strategy.load_model
-    monkeypatch.setattr(strategy, "load_model", lambda name: loads.append(name) or load(name))
+    from decodekit.plugins import load_model as load  # what the strategy imported
+
+    def counted(name: str) -> Any:
+        loads.append(name)
+        return load(name)
+
+    monkeypatch.setattr(strategy, "load_model", counted)
     strategy._loaded_draft.cache_clear()
     target = dk.load_model("tiny-shakespeare")
-    options = {"strategy": "speculative(draft=tiny-shakespeare-draft, k=2)", "chain": "greedy", "max_new_tokens": 3}
+    options: dict[str, Any] = {"strategy": "speculative(draft=tiny-shakespeare-draft, k=2)", "chain": "greedy"}
+    options["max_new_tokens"] = 3
     for prompt in ("ROMEO:", "JULIET:", "HAMLET:"):
         dk.validate(target, [prompt], **options)
     first = dk.decode(target, ["ROMEO:"], **options).tokens
@@ -158,7 +166,8 @@ def test_a_named_draft_is_looked_up_again_in_another_registry(monkeypatch: pytes
     import decodekit.plugins
 
     target = dk.load_model("tiny-shakespeare")
-    options = {"strategy": "speculative(draft=tiny-shakespeare-draft, k=2)", "chain": "greedy", "max_new_tokens": 3}
+    options: dict[str, Any] = {"strategy": "speculative(draft=tiny-shakespeare-draft, k=2)", "chain": "greedy"}
+    options["max_new_tokens"] = 3
     dk.decode(target, ["ROMEO:"], **options)
     monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "decodekit-shakespeare")
     monkeypatch.setattr(decodekit.plugins, "_registry", None)  # rebuilt from the variable on first use

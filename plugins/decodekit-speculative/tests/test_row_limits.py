@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from decodekit_gpt.gpt import GPT
 
@@ -17,7 +19,8 @@ SEEDS = [21, 22, 23, 24]
 def test_each_prompt_gets_what_it_gets_alone_with_its_own_limit(
     target: GPT, draft: GPT, which: str, chain: str
 ) -> None:
-    options = {"strategy": "speculative", "draft": draft if which == "model" else "ngram", "k": 4, "chain": chain}
+    options: dict[str, Any] = {"strategy": "speculative", "k": 4, "chain": chain}
+    options["draft"] = draft if which == "model" else "ngram"
     out = dk.decode(target, PROMPTS, max_new_tokens=LIMITS, seed=SEEDS, stop_tokens=[], **options)
     assert [len(t) for t in out.tokens] == LIMITS  # no stop tokens: each row runs to its own limit, not past it
     for b, (prompt, limit, seed) in enumerate(zip(PROMPTS, LIMITS, SEEDS)):

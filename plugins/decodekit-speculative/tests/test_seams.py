@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import torch
@@ -12,11 +12,11 @@ from decodekit_speculative import strategy
 import decodekit as dk
 
 
-def _gpt(seed: int, block_size: int, position: str) -> GPT:
+def _gpt(seed: int, block_size: int, position: Literal["learned", "rope"]) -> GPT:
     torch.manual_seed(seed)
     config = GPTConfig(
         vocab_size=101, block_size=block_size, n_layer=1, n_head=2, n_kv_head=1, n_embd=16, position=position
-    )  # type: ignore[arg-type]
+    )
     model = GPT(config).eval()
     with torch.no_grad():
         model.wte.weight.mul_(3.0)
@@ -32,7 +32,7 @@ def _gpt(seed: int, block_size: int, position: str) -> GPT:
     ],
 )
 def test_a_draft_past_its_context_proposes_nothing_and_the_output_is_the_targets(
-    draft_context: int, draft_position: str, cache: str
+    draft_context: int, draft_position: Literal["learned", "rope"], cache: str
 ) -> None:
     """Before: the draft was fed past its context, and the decode failed mid-run (after 20-odd tokens had
     been streamed) with the draft's ContextLengthError; `dk.validate` passed. A draft never sees more
@@ -47,7 +47,7 @@ def test_a_draft_past_its_context_proposes_nothing_and_the_output_is_the_targets
         target, prompts, strategy="speculative", draft=draft, k=3, chain="greedy", max_new_tokens=new, cache=cache
     )
     assert out.tokens == ref.tokens
-    assert sum(out.drafted) > 0
+    assert isinstance(out, strategy.SpeculativeGeneration) and sum(out.drafted) > 0
 
 
 def test_a_row_that_ended_past_the_drafts_context_is_not_fed_past_it() -> None:

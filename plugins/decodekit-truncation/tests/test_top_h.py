@@ -8,6 +8,7 @@ depends on the sort, and the device); half-precision logits are judged in float3
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -215,7 +216,8 @@ def test_compiles_as_one_graph_dense_and_on_candidates() -> None:
     torch._dynamo.mark_static(x, 1)  # as `Chain.compiled` does: another test's vocabulary made it a symbol
     ctx = dk.DecodeContext(tokens=torch.zeros(2, 1).long())
     top_h = dk.create("top_h", h=0.6)
-    assert torch.equal(torch.compile(top_h, fullgraph=True)(x, ctx), top_h(x, ctx))
+    compiled: Any = torch.compile(top_h, fullgraph=True)  # torch.compile's result is untyped
+    assert torch.equal(compiled(x, ctx), top_h(x, ctx))
     chain = dk.Chain.parse("temperature(0.8) | top_h(0.6) | top_p(0.95)")
     got, expected = torch.compile(chain._process_fast, fullgraph=True)(x, ctx), chain._process_fast(x, ctx)
     assert isinstance(got, dk.Candidates) and isinstance(expected, dk.Candidates)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -147,7 +148,7 @@ def test_xtc_special_tokens_are_never_removed(threshold: float, special: list[in
 
 def test_xtc_special_tokens_count_for_min_keep() -> None:
     # Without the special token 0.4 would go and min_keep 4 forbids it; 0.4 special, only 0.3 goes: 3 left.
-    kw = {"probability": 1.0, "threshold": 0.19}
+    kw: dict[str, Any] = {"probability": 1.0, "threshold": 0.19}
     assert kept("xtc", [0.4, 0.3, 0.2, 0.1], min_keep=3, special_tokens=[0], **kw) == [0, 2, 3]
     assert kept("xtc", [0.4, 0.3, 0.2, 0.1], min_keep=4, special_tokens=[0], **kw) == [0, 1, 2, 3]
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from decodekit.testing.registry import check_bad_parameters, check_chain_string, check_registered
 
-CHAINS = {
+CHAINS: dict[str, tuple[str, dict[str, Any]]] = {
     "min_p": ("min_p(0.05)", {"p": 0.05, "min_keep": 1}),
     "typical": ("typical(0.95, 2)", {"mass": 0.95, "min_keep": 2}),
     "epsilon": ("epsilon(0.0003)", {"epsilon": 0.0003, "min_keep": 1}),

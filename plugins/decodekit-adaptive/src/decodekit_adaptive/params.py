@@ -21,25 +21,28 @@ class DynamicTemperatureParams(Params):
         description="the temperature ranges over [max(0, temp - delta), temp + delta]",
     )
     exponent: float = Field(
-        1.0, ge=0, allow_inf_nan=False, description="temperature = low + (high - low) * normalised_entropy ** exponent"
+        default=1.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="temperature = low + (high - low) * normalised_entropy ** exponent",
     )
 
 
 class MirostatParams(Params):
     tau: float = Field(
-        5.0, ge=0, le=1e4, allow_inf_nan=False, description="target surprise in bits; mu starts at 2 * tau"
+        default=5.0, ge=0, le=1e4, allow_inf_nan=False, description="target surprise in bits; mu starts at 2 * tau"
     )
-    eta: float = Field(0.1, ge=0, le=1, allow_inf_nan=False, description="learning rate of mu")
+    eta: float = Field(default=0.1, ge=0, le=1, allow_inf_nan=False, description="learning rate of mu")
     m: int = Field(
-        100, ge=2, description="the Zipf exponent is estimated from the m most probable tokens (llama.cpp: 100)"
+        default=100, ge=2, description="the Zipf exponent is estimated from the m most probable tokens (llama.cpp: 100)"
     )
 
 
 class MirostatV2Params(Params):
     tau: float = Field(
-        5.0, ge=0, le=1e4, allow_inf_nan=False, description="target surprise in bits; mu starts at 2 * tau"
+        default=5.0, ge=0, le=1e4, allow_inf_nan=False, description="target surprise in bits; mu starts at 2 * tau"
     )
-    eta: float = Field(0.1, ge=0, le=1, allow_inf_nan=False, description="learning rate of mu")
+    eta: float = Field(default=0.1, ge=0, le=1, allow_inf_nan=False, description="learning rate of mu")
 
 
 class GumbelParams(NoParams):

@@ -79,25 +79,25 @@ INIT = '''\
 PARAMS = {
     "sampler": """\
 class ${cls}Params(Params):
-    cap: float = Field(30.0, gt=0, description="logits are squashed into (-cap, cap)")
+    cap: float = Field(default=30.0, gt=0, description="logits are squashed into (-cap, cap)")
 """,
     "cache": """\
 class ${cls}Params(Params):
-    headroom: int = Field(0, ge=0, description="extra positions allocated beyond what the decode loop asks for")
+    headroom: int = Field(default=0, ge=0, description="extra positions allocated beyond what the decode loop asks for")
 """,
     "model": '''\
 class ${cls}Params(Params):
     """The model's shape: a small reference GPT."""
 
-    n_layer: int = Field(2, ge=1, description="transformer blocks")
-    n_head: int = Field(4, ge=1, description="attention heads")
-    n_kv_head: int = Field(2, ge=1, description="key/value heads (grouped-query attention)")
-    n_embd: int = Field(64, ge=1, description="width; a multiple of n_head")
-    block_size: int = Field(256, ge=1, description="the context, in tokens")
+    n_layer: int = Field(default=2, ge=1, description="transformer blocks")
+    n_head: int = Field(default=4, ge=1, description="attention heads")
+    n_kv_head: int = Field(default=2, ge=1, description="key/value heads (grouped-query attention)")
+    n_embd: int = Field(default=64, ge=1, description="width; a multiple of n_head")
+    block_size: int = Field(default=256, ge=1, description="the context, in tokens")
 ''',
     "strategy": """\
 class ${cls}Params(Params):
-    n: int = Field(4, ge=1, description="samples drawn per prompt; the most likely one is kept")
+    n: int = Field(default=4, ge=1, description="samples drawn per prompt; the most likely one is kept")
 """,
 }
 

@@ -54,7 +54,7 @@ class BadWordsParams(Params):
         "when the context ends with the others",
     )
     include_prompt: bool = Field(
-        True,
+        default=True,
         description="False: a longer sequence's other tokens must all be generated ones (vLLM bad_words)",
     )
 

@@ -29,11 +29,11 @@ with warnings.catch_warnings():  # pydantic: a field named `schema` shadows Base
             description="a JSON Schema (an object or true, or its JSON text), or a list of one per prompt (None: "
             "unconstrained)"
         )
-        whitespace: Whitespace = Field("compact", description=_WHITESPACE)
+        whitespace: Whitespace = Field(default="compact", description=_WHITESPACE)
 
 
 class JsonParams(Params):
-    whitespace: Whitespace = Field("compact", description=_WHITESPACE)
+    whitespace: Whitespace = Field(default="compact", description=_WHITESPACE)
 
 
 class RegexParams(Params):

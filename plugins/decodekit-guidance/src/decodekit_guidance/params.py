@@ -20,7 +20,7 @@ class GuidanceParams(Params):
     `guidance_scale`, `negative_prompt_ids`)."""
 
     scale: float = Field(
-        1.5,
+        default=1.5,
         ge=-1e4,  # far past any useful guidance; from ~1e37 the guided scores overflow to +inf (nothing to pick)
         le=1e4,
         allow_inf_nan=False,
@@ -28,7 +28,7 @@ class GuidanceParams(Params):
         "> 1 further from the negative prompt, < 1 towards it",
     )
     negative: Negative = Field(
-        None,
+        default=None,
         description="the unconditional prompt: text or token ids for all prompts, or one per prompt; "
         "None: each prompt's last token",
         json_schema_extra={"allowed": NEGATIVE_ALLOWED},

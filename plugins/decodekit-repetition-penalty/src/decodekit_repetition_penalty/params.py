@@ -18,5 +18,5 @@ class RepetitionPenaltyParams(Params):
         allow_inf_nan=False,
         description="positive logits are divided by it, negative ones multiplied; 1: no-op",
     )
-    last_n: int | None = Field(None, ge=1, description="only the last n tokens of the context count; None: all")
-    include_prompt: bool = Field(True, description="False: only the generated tokens count")
+    last_n: int | None = Field(default=None, ge=1, description="only the last n tokens of the context count; None: all")
+    include_prompt: bool = Field(default=True, description="False: only the generated tokens count")

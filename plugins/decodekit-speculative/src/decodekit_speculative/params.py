@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field, GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
@@ -16,20 +16,24 @@ NGRAM = "ngram"
 """The `draft` value for prompt lookup: no draft model, the history's own earlier continuation."""
 
 
-class ModelObject:
-    """The type of a parameter that takes a model object (`decodekit.Model`): anything callable with a
-    `spec`, the two members that protocol requires. Checked without importing torch, so a parameter model
-    that takes a model keeps listing plugins torch-free; listed as `Model`."""
+if TYPE_CHECKING:  # to a type checker a model object is a `decodekit.Model`, so `draft=my_model` type-checks
+    from decodekit.model import Model as ModelObject
+else:
 
-    shown_as: ClassVar[str] = "Model"
+    class ModelObject:
+        """The type of a parameter that takes a model object (`decodekit.Model`): anything callable with a
+        `spec`, the two members that protocol requires. Checked without importing torch, so a parameter model
+        that takes a model keeps listing plugins torch-free; listed as `Model`."""
 
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-        return core_schema.no_info_plain_validator_function(_model_object)
+        shown_as: ClassVar[str] = "Model"
 
-    @classmethod
-    def __get_pydantic_json_schema__(cls, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        return {"description": "a model object (decodekit.Model), given in code"}
+        @classmethod
+        def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+            return core_schema.no_info_plain_validator_function(_model_object)
+
+        @classmethod
+        def __get_pydantic_json_schema__(cls, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+            return {"description": "a model object (decodekit.Model), given in code"}
 
 
 def _model_object(value: object) -> object:
@@ -40,9 +44,11 @@ def _model_object(value: object) -> object:
 
 class SpeculativeParams(Params):
     draft: str | ModelObject = Field(
-        NGRAM,
+        default=NGRAM,
         description='a registered model name, a model object, or "ngram" (prompt lookup, the default)',
         json_schema_extra={"format": "model"},  # a model name: a batch job records it as it records its model
     )
-    k: int = Field(4, ge=1, le=64, description="tokens the draft proposes per step")
-    ngram_size: int = Field(3, ge=1, le=64, description='"ngram": length of the suffix looked up in the history')
+    k: int = Field(default=4, ge=1, le=64, description="tokens the draft proposes per step")
+    ngram_size: int = Field(
+        default=3, ge=1, le=64, description='"ngram": length of the suffix looked up in the history'
+    )

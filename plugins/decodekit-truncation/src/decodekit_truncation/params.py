@@ -29,30 +29,30 @@ class MinPParams(Params):
     p: float = Field(
         ge=0, le=1, allow_inf_nan=False, description="keep tokens with probability >= p * p_max (0: no-op)"
     )
-    min_keep: int = Field(1, ge=1, description=_MIN_KEEP)
+    min_keep: int = Field(default=1, ge=1, description=_MIN_KEEP)
 
 
 class TypicalParams(Params):
     mass: float = Field(
-        0.9,
+        default=0.9,
         gt=0,
         le=1,
         allow_inf_nan=False,
         description="probability mass of the most typical tokens to keep (1: no-op)",
     )
-    min_keep: int = Field(1, ge=1, description=_MIN_KEEP)
+    min_keep: int = Field(default=1, ge=1, description=_MIN_KEEP)
 
 
 class EpsilonParams(Params):
     epsilon: float = Field(gt=0, lt=1, allow_inf_nan=False, description="remove tokens with probability < epsilon")
-    min_keep: int = Field(1, ge=1, description=_MIN_KEEP)
+    min_keep: int = Field(default=1, ge=1, description=_MIN_KEEP)
 
 
 class EtaParams(Params):
     epsilon: float = Field(
         gt=0, lt=1, allow_inf_nan=False, description="eta = min(epsilon, sqrt(epsilon) * exp(-entropy))"
     )
-    min_keep: int = Field(1, ge=1, description=_MIN_KEEP)
+    min_keep: int = Field(default=1, ge=1, description=_MIN_KEEP)
 
 
 class TopNSigmaParams(Params):
@@ -63,7 +63,7 @@ class TopAParams(Params):
     a: float = Field(
         ge=0, le=1, allow_inf_nan=False, description="keep tokens with probability >= a * p_max**2 (0: no-op)"
     )
-    min_keep: int = Field(1, ge=1, description=_MIN_KEEP)
+    min_keep: int = Field(default=1, ge=1, description=_MIN_KEEP)
 
 
 class TopHParams(Params):
@@ -75,20 +75,20 @@ class TopHParams(Params):
     )
     # the cut pads the top logits to top_n floats per row: 2**20 is past any vocabulary, and bounds that padding
     top_n: int = Field(
-        100, ge=1, le=2**20, description="the candidates: the top_n most probable tokens (transformers: 100)"
+        default=100, ge=1, le=2**20, description="the candidates: the top_n most probable tokens (transformers: 100)"
     )
 
 
 class XTCParams(Params):
     probability: float = Field(ge=0, le=1, allow_inf_nan=False, description="chance per row and step that XTC applies")
     threshold: float = Field(
-        0.1,
+        default=0.1,
         ge=0,
         le=1,
         allow_inf_nan=False,
         description="tokens with probability >= threshold are the top choices (> 0.5: no-op)",
     )
-    min_keep: int = Field(1, ge=1, description="apply only if at least this many tokens remain")
+    min_keep: int = Field(default=1, ge=1, description="apply only if at least this many tokens remain")
     special_tokens: tuple[Annotated[int, Field(ge=0, lt=2**63)], ...] = Field(
-        (), description="token ids XTC never removes (mlx-lm's xtc_special_tokens: its newline and eos ids)"
+        default=(), description="token ids XTC never removes (mlx-lm's xtc_special_tokens: its newline and eos ids)"
     )
