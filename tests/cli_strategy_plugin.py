@@ -94,17 +94,12 @@ def n_best(d: dk.Decoding, params: NBestParams) -> Iterator[None]:
 
 @dataclass
 class Counted(dk.Generation):
-    """A result with a field per row and one of the whole result, as a third-party strategy may add them."""
+    """A result with a field of its own, one entry per row, as a third-party strategy may add it."""
 
     picks: list[int] = field(default_factory=list)  # per row: the chain's picks while the row was live
-    weight_used: float = 0.0  # the whole result's: the strategy's parameter
 
 
-class CountedParams(Params):
-    weight: float = Field(default=1.0, gt=0)
-
-
-def counted(d: dk.Decoding, params: CountedParams) -> Iterator[None]:
+def counted(d: dk.Decoding, params: NoParams) -> Iterator[None]:
     """`sample`, counting each row's picks."""
     d.open()
     picks = [0] * len(d.rows)
@@ -114,20 +109,21 @@ def counted(d: dk.Decoding, params: CountedParams) -> Iterator[None]:
             picks[row] += live
 
     d.result_type = Counted
-    d.extras = {"picks": picks, "weight_used": params.weight}
+    d.extras = {"picks": picks}
     yield from sample_steps(d, after=add)
 
 
 @dataclass
 class Clashing(dk.Generation):
-    """Fields the output cannot write beside one it can: names it has (`seed` and `acceptance_rate` per row, `id` of
-    the whole result), a value JSON cannot hold (a tensor per row)."""
+    """Fields the output cannot write beside one it can: names it has (`seed`, `id`, `acceptance_rate`), a value
+    JSON cannot hold (a tensor per row), one entry too many (`notes`)."""
 
     seed: list[int] = field(default_factory=list)
-    id: str = ""
+    id: list[str] = field(default_factory=list)
     state: list[Any] = field(default_factory=list)
-    prompt_length: list[int] = field(default_factory=list)  # per row: its prompt's tokens
-    acceptance_rate: list[float] = field(default_factory=list)  # per row, as speculative's whole-result property
+    notes: list[str] = field(default_factory=list)
+    prompt_length: list[int] = field(default_factory=list)  # per row: its prompt's tokens: written
+    acceptance_rate: list[float] = field(default_factory=list)  # not speculative's property of that name
 
 
 def clashing(d: dk.Decoding, params: NoParams) -> Iterator[None]:
@@ -136,7 +132,8 @@ def clashing(d: dk.Decoding, params: NoParams) -> Iterator[None]:
     d.open()
     rows = range(len(d.rows))
     d.result_type = Clashing
-    d.extras = {"seed": [-1 for _ in rows], "id": "clash", "state": [torch.zeros(1) for _ in rows]}
+    d.extras = {"seed": [-1 for _ in rows], "id": ["clash" for _ in rows], "state": [torch.zeros(1) for _ in rows]}
+    d.extras["notes"] = ["one more"] + ["note" for _ in rows]
     d.extras["prompt_length"] = [len(prompt) for prompt in d.prompts]
     d.extras["acceptance_rate"] = [0.5 for _ in rows]
     yield from sample_steps(d)
@@ -144,7 +141,7 @@ def clashing(d: dk.Decoding, params: NoParams) -> Iterator[None]:
 
 @dk.hookimpl
 def register_strategies(register: Any) -> None:
-    register("counted", counted, CountedParams, "sample, with each row's picks and the weight as fields")
+    register("counted", counted, NoParams, "sample, with each row's picks as a field")
     register("clashing", clashing, NoParams, "sample, with fields the command line cannot write")
     register("two_scored", two_scored, NoParams, "two samples per prompt, both scored")
     register("n_best", n_best, NBestParams, "the n best of best_of samples, by cumulative logprob")

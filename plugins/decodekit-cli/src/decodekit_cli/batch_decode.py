@@ -31,7 +31,7 @@ from decodekit_cli.errors import CliError
 from decodekit_cli.grammar_options import line_chain
 from decodekit_cli.logprob_records import prompt_records, token_records
 from decodekit_cli.options import encode_prompt, is_spec, prompt_rows, spec_text
-from decodekit_cli.result_fields import NO_FIELDS, OwnFields, own_fields
+from decodekit_cli.result_fields import own_fields
 from decodekit_cli.returned_sequences import plan_sequences
 from decodekit_cli.sampling_options import eos_tokens
 
@@ -252,8 +252,9 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
     wait = first.prompt_logprobs is not None or first.hypotheses > 1 or _own_result(first.strategy)
     ended: list[tuple[str, int | str | None] | None] = [None] * n
 
-    def record(i: int, own: OwnFields = NO_FIELDS) -> tuple[int, Record]:
+    def record(i: int, own: Sequence[Record] = ()) -> tuple[int, Record]:
         p, rows = lines[i], range(first_row[i], first_row[i + 1])
+        fields = [own[r] if own else {} for r in rows]  # none before the result, which holds them
         own_seeds = p.row_seeds() if p.copies > 1 else [None]  # a sample's own, when it is one of several
         found = [
             sequence(
@@ -263,11 +264,11 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
                 stopped_by=(ended[r] or ("length", None))[1],
                 logprobs=scores[r],
                 seed=own_seeds[k],
-                fields=own.row(r),
+                fields=fields[k],
             )
             for k, r in enumerate(rows)
         ]
-        found = _beams(events.result, rows[0], p.logprobs is not None, own.row(rows[0])) if p.hypotheses > 1 else found
+        found = _beams(events.result, rows[0], p.logprobs is not None, fields[0]) if p.hypotheses > 1 else found
         assert p.seed is not None
         return i, result_record(
             id=p.id,
@@ -299,7 +300,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
             left[line_of[ev.row]] -= 1
             if not wait and left[line_of[ev.row]] == 0:
                 yield record(line_of[ev.row])
-    own = own_fields(events.result, rows_only=True)  # a record is its line's: no value of the whole decode
+    own = own_fields(events.result)
     for i in range(len(lines)):  # max_new_tokens=0: the loop yields nothing, and every row ends by length
         if wait or left[i] > 0:
             yield record(i, own)

@@ -105,7 +105,6 @@ class StreamResult:
     interrupted: bool
     acceptance_rate: float | None = None  # a speculative strategy's accepted / drafted tokens
     prompt_logprobs: list[dict[str, Any] | None] | None = None  # the prompt's (the samples share it), when asked
-    fields: dict[str, Any] = field(default_factory=dict)  # the strategy's own whole-result values (result_fields)
 
     @property
     def num_tokens(self) -> int:
@@ -178,12 +177,12 @@ def stream_samples(
         if sample.finish_reason is None:
             sample.seconds = seconds
     own = own_fields(events.result)  # interrupted: no result, no fields
-    samples = [replace(sample, fields=own.row(r)) for r, sample in enumerate(samples)]
+    samples = [replace(sample, fields=own[r] if own else {}) for r, sample in enumerate(samples)]
     if not interrupted and hypotheses > 1:  # a plugin's result may have `scores` without being asked for them
         samples = _with_hypotheses(samples, events.result, sink)
     rate = _acceptance_rate(events.result)
     scored = None if events.result is None else _prompt_records(events.result)
-    return StreamResult(samples, seconds, interrupted, rate, scored, own.whole)
+    return StreamResult(samples, seconds, interrupted, rate, scored)
 
 
 def _acceptance_rate(result: object) -> float | None:
@@ -268,7 +267,6 @@ def _json_document(
         "interrupted": result.interrupted,
         **({} if result.acceptance_rate is None else {"acceptance_rate": round(result.acceptance_rate, 4)}),
         **({} if result.prompt_logprobs is None else {"prompt_logprobs": result.prompt_logprobs}),
-        **result.fields,
     }
 
 

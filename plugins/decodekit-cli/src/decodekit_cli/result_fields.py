@@ -1,11 +1,10 @@
 """A strategy's own result fields, as `generate --json` and a batch job's records write them.
 
-A strategy may return a `Generation` subclass with dataclass fields of its own (speculative's `drafted` and
-`accepted`). Each is written under its name: a list with one entry per row of the result gives each row's sequences
-their entry, any other value is the whole result's (`--json` only: a batch record is its line's alone, whatever lines
-shared its decode). A name the output already uses, or a value JSON cannot hold, is
-left out with a warning: the output never loses a key of its own, and a plugin author reads why. Beam search's
-fields of several sequences are shown as samples (`returned_sequences`), never as fields.
+A strategy may return a `Generation` subclass with fields of its own, one entry per prompt (`Decoding.extras`:
+speculative's `drafted` and `accepted`). Each row's entry is written under the field's name beside its sequence's
+own keys. A field that is not one entry per row, a name the output already uses, or an entry JSON cannot hold is
+left out with a warning: the output never loses a key of its own, and a plugin author reads why. Beam search's fields
+of several sequences are shown as samples (`returned_sequences`), never as fields.
 """
 
 from __future__ import annotations
@@ -13,12 +12,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
 from decodekit.results import Generation
 
-__all__ = ["HYPOTHESES", "NO_FIELDS", "TAKEN", "OwnFields", "own_fields"]
+__all__ = ["HYPOTHESES", "TAKEN", "own_fields"]
 
 # A strategy's several sequences per prompt, which the command line shows as samples (beam search's, a best_of's).
 HYPOTHESES = frozenset(
@@ -36,47 +34,17 @@ TAKEN = frozenset(
 JSON_VALUES = "null, booleans, finite numbers, strings, and lists and string-keyed objects of them"
 
 
-@dataclass(frozen=True)
-class OwnFields:
-    """A result's own fields to write: each row's entries of the per-row ones, and the whole result's values."""
-
-    rows: list[dict[str, Any]]
-    whole: dict[str, Any]
-
-    def row(self, r: int) -> dict[str, Any]:
-        """Row `r`'s entries (none for a result that had none, or was never finished)."""
-        return self.rows[r] if r < len(self.rows) else {}
-
-
-NO_FIELDS = OwnFields([], {})
-
-
-def own_fields(result: Generation | None, *, rows_only: bool = False) -> OwnFields:
-    """The fields `type(result)` adds to `Generation` (beam search's aside), split into per-row entries (a list
-    with one entry per row) and whole-result values (none if `rows_only`); what cannot be written is warned about
-    and left out."""
+def own_fields(result: Generation | None) -> list[dict[str, Any]]:
+    """Per row of `result`, its entries of the fields `type(result)` adds to `Generation` (beam search's aside);
+    none for no result (an interrupted run). What cannot be written is warned about and left out."""
     if result is None:
-        return NO_FIELDS
-    n = len(result.tokens)
-    rows: list[dict[str, Any]] = [{} for _ in range(n)]
-    whole: dict[str, Any] = {}
-    what = type(result).__name__
+        return []
+    rows: list[dict[str, Any]] = [{} for _ in result.tokens]
     for name in _added_names(type(result)):
-        value = getattr(result, name)
-        per_row = isinstance(value, list) and len(value) == n
-        if rows_only and not per_row:
-            continue
-        if name in TAKEN:
-            said = f"{what}.{name} is left out of the output, which has a key {name!r} of its own"
-            warnings.warn(f"{said}; allowed: a field of another name", stacklevel=2)
-            continue
-        if per_row:
-            for entries, entry in zip(rows, value):
-                if _writable(what, name, entry):
-                    entries[name] = entry
-        elif _writable(what, name, value):
-            whole[name] = value
-    return OwnFields(rows, whole)
+        if _writable(result, name):
+            for entries, entry in zip(rows, getattr(result, name)):
+                entries[name] = entry
+    return rows
 
 
 def _added_names(result_type: type[Generation]) -> list[str]:
@@ -85,15 +53,19 @@ def _added_names(result_type: type[Generation]) -> list[str]:
     return [f.name for f in dataclasses.fields(result_type) if f.name not in base and f.name not in HYPOTHESES]
 
 
-def _writable(what: str, name: str, value: object) -> bool:
-    if _is_json(value):
+def _writable(result: Generation, name: str) -> bool:
+    """Whether `result.name` is one JSON entry per row under a name of its own; if not, a warning says why."""
+    value, rows = getattr(result, name), len(result.tokens)
+    if name in TAKEN:
+        why, allowed = f"the output has a key {name!r} of its own", "a field of another name"
+    elif not isinstance(value, (list, tuple)) or len(value) != rows:  # said alike for every batch of a job
+        why, allowed = "it is not one entry per row", "a list with one entry per prompt (Decoding.extras)"
+    elif bad := [entry for entry in value if not _is_json(entry)]:
+        kind = repr(bad[0]) if isinstance(bad[0], float) else f"a {type(bad[0]).__name__}"
+        why, allowed = f"an entry is {kind}, which JSON cannot hold", JSON_VALUES
+    else:
         return True
-    kind = repr(value) if isinstance(value, float) else f"a {type(value).__name__}"
-    warnings.warn(
-        f"{what}.{name} is left out of the output where its value is {kind}, which JSON cannot hold; allowed: "
-        + JSON_VALUES,
-        stacklevel=3,
-    )
+    warnings.warn(f"{type(result).__name__}.{name} is left out: {why}; allowed: {allowed}", stacklevel=3)
     return False
 
 
