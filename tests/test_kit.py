@@ -235,6 +235,9 @@ FLAWS = [
 
 @pytest.mark.parametrize(("check", "sound", "broken", "message"), FLAWS)
 def test_the_checks_catch(check: Callable[[Any], None], sound: Any, broken: Any, message: str) -> None:
+    # A stage drawing from the global generator is caught by whichever check first sees two draws differ: which one
+    # depends on the generator's state, so it is fixed here (a random test order met the strided-view check first).
+    torch.manual_seed(0)
     check(sound)  # the stage it breaks passes
     with pytest.raises(AssertionError, match=message):
         check(broken)
