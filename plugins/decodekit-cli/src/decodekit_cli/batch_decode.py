@@ -254,7 +254,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
 
     def record(i: int, own: Sequence[Record] = ()) -> tuple[int, Record]:
         p, rows = lines[i], range(first_row[i], first_row[i + 1])
-        fields = [own[r] if own else {} for r in rows]  # none before the result, which holds them
+        fields = [own[r] if r < len(own) else {} for r in rows]  # none before the result, which holds them
         own_seeds = p.row_seeds() if p.copies > 1 else [None]  # a sample's own, when it is one of several
         found = [
             sequence(

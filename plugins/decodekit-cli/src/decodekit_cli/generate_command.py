@@ -177,7 +177,7 @@ def stream_samples(
         if sample.finish_reason is None:
             sample.seconds = seconds
     own = own_fields(events.result)  # interrupted: no result, no fields
-    samples = [replace(sample, fields=own[r] if own else {}) for r, sample in enumerate(samples)]
+    samples = [replace(sample, fields=own[r] if r < len(own) else {}) for r, sample in enumerate(samples)]
     if not interrupted and hypotheses > 1:  # a plugin's result may have `scores` without being asked for them
         samples = _with_hypotheses(samples, events.result, sink)
     rate = _acceptance_rate(events.result)
