@@ -52,6 +52,7 @@ lint: install-dev
 	$(BIN)/ruff format --check core plugins tests examples benchmarks conftest.py
 	rm -rf $(MYPY_TESTS) && mkdir -p $(MYPY_TESTS)
 	for t in plugins/*/tests; do p=$${t%/tests}; ln -s ../../$$t $(MYPY_TESTS)/$$(echo $${p#plugins/} | tr - _)_tests; done
+	ln -s ../../conftest.py $(MYPY_TESTS)/repository_conftest.py  # beside tests/conftest.py: a module name of its own
 	MYPYPATH=$$(echo $(MYPY_PATH) | tr ' ' :) $(BIN)/mypy --explicit-package-bases $(MYPY_PATH)
 
 bench: install-dev

@@ -16,24 +16,26 @@ NGRAM = "ngram"
 """The `draft` value for prompt lookup: no draft model, the history's own earlier continuation."""
 
 
+class _ModelObjectType:
+    """The type of a parameter that takes a model object (`decodekit.Model`): anything callable with a
+    `spec`, the two members that protocol requires. Checked without importing torch, so a parameter model
+    that takes a model keeps listing plugins torch-free; listed as `Model`."""
+
+    shown_as: ClassVar[str] = "Model"
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_plain_validator_function(_model_object)
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return {"description": "a model object (decodekit.Model), given in code"}
+
+
 if TYPE_CHECKING:  # to a type checker a model object is a `decodekit.Model`, so `draft=my_model` type-checks
     from decodekit.model import Model as ModelObject
 else:
-
-    class ModelObject:
-        """The type of a parameter that takes a model object (`decodekit.Model`): anything callable with a
-        `spec`, the two members that protocol requires. Checked without importing torch, so a parameter model
-        that takes a model keeps listing plugins torch-free; listed as `Model`."""
-
-        shown_as: ClassVar[str] = "Model"
-
-        @classmethod
-        def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-            return core_schema.no_info_plain_validator_function(_model_object)
-
-        @classmethod
-        def __get_pydantic_json_schema__(cls, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-            return {"description": "a model object (decodekit.Model), given in code"}
+    ModelObject = _ModelObjectType
 
 
 def _model_object(value: object) -> object:
