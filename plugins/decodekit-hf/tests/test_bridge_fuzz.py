@@ -106,8 +106,8 @@ ARCHS: dict[str, Arch] = {
         | dict(sliding_window=CONTEXT, hidden_size_per_layer_input=8, vocab_size_per_layer_input=V)
     ),
 }
-# Refuse a cache that evicts or observes: latent attention, a chunk (longer than the texts), shared keys, MiMo's sinks.
-MASKS_OF_ITS_OWN = ("deepseek_v2", "deepseek_v3", "llama4_text", "gemma3n_text", "mimo_v2_flash")
+# Refuse a cache that evicts or observes: latent attention, a chunk (longer than the texts), shared keys.
+MASKS_OF_ITS_OWN = ("deepseek_v2", "deepseek_v3", "llama4_text", "gemma3n_text")
 KEEP_ALL = ("dense", "gqa", "none", "int8")
 SCORED = ("h2o", "tova", "knorm", "streaming", "snapkv")
 

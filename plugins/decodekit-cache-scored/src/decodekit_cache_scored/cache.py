@@ -87,12 +87,6 @@ class ScoredCache:
 
     def __init__(self, spec: CacheSpec, params: ScoredParams | None = None) -> None:
         params = ScoredParams() if params is None else params
-        if spec.layer_shapes is not None:  # its scores, groups and slot tables are sized by one kv-head count
-            raise ParameterError(
-                f"{self.name}: layer_shapes={spec.layer_shapes} is invalid: this cache scores every layer's tokens "
-                "in one shape; allowed: None (a model whose layers cache one shape), or for this model a cache that "
-                "keeps every token (dense, gqa, int8) or window"
-            )
         self.spec, self.params = spec, params
         self.budget = resolve_budget(self.name, params, spec)
         self.sinks, self.recent, self.slack = params.sinks, params.recent, params.slack
@@ -110,10 +104,14 @@ class ScoredCache:
                 f"cache {self.name}: store={params.store!r} is invalid: its storage cannot write each row and head to "
                 "slots of its own (write_at); allowed: a storage with write_at (gqa, dense, int8)"
             )
-        self.groups = spec.n_heads // spec.n_kv_heads
         self._lowest_first = self.slots - torch.arange(self.slots, device=spec.device)  # free_slots' ranking
+        # Each layer holds its own kv-heads and head_dim (`spec.layer_shapes`: Gemma 4, MiMo-V2-Flash), so its state
+        # (`reset`) and its rotary frequencies are its own; the layers plan a short forward together if of one shape.
+        shapes = [spec.layer_shape(layer) for layer in range(spec.n_layers)]
+        self._one_shape = len(set(shapes)) == 1
         base = spec.rope_base
-        self._inv_freq = None if base is None else rope_frequencies(spec.head_dim, base, spec.device)
+        freqs = {d: None if base is None else rope_frequencies(d, base, spec.device) for _, d, _ in shapes}
+        self._inv_freq = [freqs[d] for _, d, _ in shapes]
         self.reset()
 
     # -- the protocol ------------------------------------------------------------------------
@@ -150,17 +148,16 @@ class ScoredCache:
 
     def reset(self) -> None:
         spec = self.spec
-        self._layers = [
-            LayerState.empty(spec.batch_size, spec.n_kv_heads, self.slots, spec.device) for _ in range(spec.n_layers)
-        ]
+        kv_heads = [spec.layer_shape(layer)[0] for layer in range(spec.n_layers)]
+        self._layers = [LayerState.empty(spec.batch_size, h, self.slots, spec.device) for h in kv_heads]
         # Each row's first real slot, [B, 1, 1] (as the [B, H, S] state broadcasts it), from the last forward.
         self._row_start = torch.zeros(spec.batch_size, 1, 1, dtype=torch.long, device=spec.device)
         self._forward: tuple[int, Tensor, Tensor, Tensor, Tensor] | None = None  # see `_queries`
-        self._new: tuple[int, int, Tensor] | None = None  # see `_new_slots`
+        self._new: tuple[int, torch.Size, Tensor] | None = None  # see `_new_slots`
         self._step: Step | None = None  # see `_planned`
         self._observed: dict[int, Tensor] = {}  # layer -> a short forward's queries, scored by `_score_observed`
         self._prefill_only = (
-            PrefillOnly(self.store, self.budget, self.groups, spec.n_layers) if self.params.prefill_only else None
+            PrefillOnly(self.store, self.budget, spec.n_heads, spec.n_layers) if self.params.prefill_only else None
         )
 
     @property
@@ -242,10 +239,12 @@ class ScoredCache:
         return st.mask
 
     def _mask(self, key_slots: Tensor, query: Tensor, row_start: Tensor) -> Tensor:
-        """`[..., B, n_heads, T, S']` from the key slots `[..., B, H_kv, S']`: `slot_mask`'s rule."""
+        """`[..., B, n_heads, T, S']` from the key slots `[..., B, H_kv, S']` (the layer's kv-heads): `slot_mask`'s
+        rule."""
         keys = key_slots.unsqueeze(-2)  # [..., B, H_kv, 1, S']
         mask = ((keys >= row_start) & (keys <= query)) | (keys == query)
-        return mask.repeat_interleave(self.groups, dim=-3) if self.groups > 1 else mask
+        groups = self.spec.n_heads // key_slots.shape[-2]
+        return mask.repeat_interleave(groups, dim=-3) if groups > 1 else mask
 
     def _queries(self, first: int, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The new queries' slots `[1, 1, T, 1]`, each one's row start `[B, 1, T, 1]` and whether it is real
@@ -259,11 +258,12 @@ class ScoredCache:
         return memo[2], memo[3], memo[4]
 
     def _new_slots(self, start: int, shape: torch.Size) -> Tensor:
-        """Stream slots `start ..` of a short block, `[B, H_kv, T]` (every layer of a forward asks: made once)."""
+        """Stream slots `start ..` of a short block, `[B, H_kv, T]` (every layer of a forward asks: made once per
+        shape)."""
         memo = self._new
-        if memo is None or memo[0] != start or memo[1] != shape[-1]:
+        if memo is None or memo[0] != start or memo[1] != shape:
             new = torch.arange(start, start + shape[-1], device=self.spec.device).expand(shape)
-            memo = self._new = (start, shape[-1], new)
+            memo = self._new = (start, shape, new)
         return memo[2]
 
     def crop(self, n: int) -> None:
@@ -386,7 +386,7 @@ class ScoredCache:
         """What a short forward from `start` does to every layer before it writes: the compression (`_compress`),
         the free slots and the written state, as `[L, ...]` tensors (once per forward, not per layer)."""
         layers, room = self._layers, self._room(start, new)
-        if any(st.length != start or st.pending is not None for st in layers):
+        if not self._one_shape or any(st.length != start or st.pending is not None for st in layers):
             return None
         compress = {st.held > room for st in layers}
         if len(compress) > 1:  # the layers' held counts disagree (never after a prompt): layer by layer
@@ -443,9 +443,9 @@ class ScoredCache:
             return self.budget
         return min(self.budget, M - new)
 
-    def _moved(self, keys: Tensor, slots: Tensor, held: Tensor, last: int) -> Tensor:
+    def _moved(self, layer: int, keys: Tensor, slots: Tensor, held: Tensor, last: int) -> Tensor:
         """Held keys as the query in slot `last` sees them: moved within the context if it is past it."""
-        M, inv_freq = self.spec.max_positions, self._inv_freq
+        M, inv_freq = self.spec.max_positions, self._inv_freq[layer]
         if inv_freq is None or M is None or last < M:
             return keys
         real = held & (slots >= self._row_start)  # padding is never seen: it takes no rank
@@ -478,14 +478,15 @@ class ScoredCache:
         st.held += T
         st.journal = [f for f in st.journal if f.start >= start + T - 2 * self.slack] + [forward]
         keys, values = self.store.read(layer, 0, self.slots)
-        return self._moved(keys, st.slots, forward.alive, start + T - 1), values
+        return self._moved(layer, keys, st.slots, forward.alive, start + T - 1), values
 
     def _long_block(self, layer: int, st: LayerState, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """A long block (a prompt): attended over the held entries and all of itself, compressed after."""
         start, T = st.length, k.shape[2]
-        scratch = self._storage(self.spec, [T])  # the block goes through the storage once, like every key
-        scratch.write(0, 0, k, v)
-        new_k, new_v = scratch.read(0, 0, T)
+        # The block goes through the storage once, like every key, in the layer's shape: slots on `layer` alone.
+        scratch = self._storage(self.spec, [0] * layer + [T])
+        scratch.write(layer, 0, k, v)
+        new_k, new_v = scratch.read(layer, 0, T)
         # Copies: views of the storage the compression rewrites aliased the graph's inputs, on which inductor
         # failed once `compile=True` traced a prefill_only cache's compression at a second budget.
         held_k, held_v = (x.clone() for x in self.store.read(layer, 0, self.slots))
@@ -500,7 +501,7 @@ class ScoredCache:
         )
         st.journal = []
         st.key_slots = torch.cat([torch.where(st.alive, st.slots, -1), new], -1)
-        moved = self._moved(held_k, st.slots, st.alive, start + T - 1)
+        moved = self._moved(layer, held_k, st.slots, st.alive, start + T - 1)
         return torch.cat([moved, new_k], 2), torch.cat([held_v, new_v], 2)
 
     def _selection(self, block: Block, score: Tensor, weights: Tensor | None) -> Tensor:
@@ -527,7 +528,7 @@ class ScoredCache:
         entries in slot order (the kept ones first), and the scores."""
         score, weights = block.score, self._block_weights(block)
         if weights is not None and self.policy.observes:  # SnapKV's key-norm rule reads its window only
-            score = self.policy.apply(score, self.policy.contributions(weights, self.spec.n_kv_heads))
+            score = self.policy.apply(score, self.policy.contributions(weights, block.slots.shape[1]))
         end = block.start + block.slots.shape[-1] - self.slots
         keep = self._keep(block.slots, block.alive, self._selection(block, score, weights), end)
         order = slot_order(block.slots, keep)
@@ -575,7 +576,7 @@ class ObservingScoredCache(ScoredCache):
         if not observed:
             return
         self._observed = {}
-        step, kv_heads = self._step, self.spec.n_kv_heads
+        step = self._step
         if (
             len(observed) == len(layers)
             and step is not None
@@ -585,7 +586,7 @@ class ObservingScoredCache(ScoredCache):
             keys = torch.stack([_float(st.keys) for st in layers])
             queries = torch.stack([observed[i] for i in range(len(layers))])
             weights = _weights(keys, queries, step.masks[2], layers[0].valid)
-            contributions = self.policy.contributions(weights, kv_heads)
+            contributions = self.policy.contributions(weights, layers[0].slots.shape[1])
             scores = self.policy.apply(self._stacked("score", [st.score for st in layers]), contributions)
             step.whole["score"], step.score = scores, scores.unbind(0)  # the next plan's, with no stack
             for st, c, score in zip(layers, contributions.unbind(0), step.score, strict=True):
@@ -594,7 +595,8 @@ class ObservingScoredCache(ScoredCache):
         for layer, queries in observed.items():
             st = self._layers[layer]
             forward = st.journal[-1]
-            forward.contributions = self.policy.contributions(_weights(st.keys, queries, st.mask, st.valid), kv_heads)
+            weights = _weights(st.keys, queries, st.mask, st.valid)
+            forward.contributions = self.policy.contributions(weights, st.slots.shape[1])  # the layer's kv-heads
             st.score = self.policy.apply(st.score, forward.contributions)
 
 
