@@ -12,6 +12,10 @@ Storage is per kv-head (`Storage.write_at`): `budget + 4·slack` slots per layer
 new tokens and the evicted entries `crop` may still bring back: any of the last `slack` slots, and back
 to the start of a long block not yet compressed (what speculative decoding's first round needs).
 
+Where layers cache other shapes (`CacheSpec.layer_shapes`: Gemma 4, MiMo-V2-Flash) each layer's state, scores and
+mask are in its own kv-heads, and its keys are moved by its own head_dim's rotary frequencies; the layers of one
+shape (kv-heads, head_dim) plan and score a short forward together (`Step`), as all layers do where they agree.
+
 With `prefill_only` (kvpress's semantics) only the prompt, the first forward, is compressed, into storage slots
 `[0, budget)`; from the next forward on, `PrefillOnly` (prefill_only.py) appends every later token after it.
 
@@ -106,12 +110,14 @@ class ScoredCache:
             )
         self._lowest_first = self.slots - torch.arange(self.slots, device=spec.device)  # free_slots' ranking
         # Each layer holds its own kv-heads and head_dim (`spec.layer_shapes`: Gemma 4, MiMo-V2-Flash), so its state
-        # (`reset`) and its rotary frequencies are its own; the layers plan a short forward together if of one shape.
-        shapes = [spec.layer_shape(layer) for layer in range(spec.n_layers)]
-        self._one_shape = len(set(shapes)) == 1
+        # (`reset`) and its rotary frequencies are its own; the layers of one shape plan a short forward together.
+        shapes = [spec.layer_shape(layer)[:2] for layer in range(spec.n_layers)]  # (kv-heads, head_dim)
+        kinds = list(dict.fromkeys(shapes))
+        self._group_of = [kinds.index(shape) for shape in shapes]
+        self._groups = [[i for i, g in enumerate(self._group_of) if g == group] for group in range(len(kinds))]
         base = spec.rope_base
-        freqs = {d: None if base is None else rope_frequencies(d, base, spec.device) for _, d, _ in shapes}
-        self._inv_freq = [freqs[d] for _, d, _ in shapes]
+        freqs = {d: None if base is None else rope_frequencies(d, base, spec.device) for _, d in shapes}
+        self._inv_freq = [freqs[d] for _, d in shapes]
         self.reset()
 
     # -- the protocol ------------------------------------------------------------------------
@@ -154,7 +160,7 @@ class ScoredCache:
         self._row_start = torch.zeros(spec.batch_size, 1, 1, dtype=torch.long, device=spec.device)
         self._forward: tuple[int, Tensor, Tensor, Tensor, Tensor] | None = None  # see `_queries`
         self._new: tuple[int, torch.Size, Tensor] | None = None  # see `_new_slots`
-        self._step: Step | None = None  # see `_planned`
+        self._steps: list[Step | None] = [None] * len(self._groups)  # each group's, see `_planned`
         self._observed: dict[int, Tensor] = {}  # layer -> a short forward's queries, scored by `_score_observed`
         self._prefill_only = (
             PrefillOnly(self.store, self.budget, spec.n_heads, spec.n_layers) if self.params.prefill_only else None
@@ -228,11 +234,11 @@ class ScoredCache:
     def _scored_mask(self, layer: int, positions: Tensor) -> Tensor:
         st = self._layers[layer]
         query, row_start, st.valid = self._queries(st.length - positions.shape[1], positions)
-        step = self._step
+        step = self._steps[self._group_of[layer]]
         if step is not None and st.key_slots is step.key_slots[layer]:  # every layer's mask at once
             if step.masks is None or step.masks[0] is not self._forward:
                 stacked = self._mask(step.stacked_keys, query, row_start)
-                step.masks = (self._forward, stacked.unbind(0), stacked)
+                step.masks = (self._forward, dict(zip(step.layers, stacked.unbind(0))), stacked)
             st.mask = step.masks[1][layer]
         else:
             st.mask = self._mask(st.key_slots, query, row_start)
@@ -286,7 +292,7 @@ class ScoredCache:
             after.crop(n)
             return
         self._score_observed()
-        self._step = None
+        self._steps = [None] * len(self._groups)
         for st in self._layers:
             if st.pending is not None:  # a long block, not compressed yet: cut it
                 st.pending.cut(n, self.slots)
@@ -327,7 +333,7 @@ class ScoredCache:
             after.reorder(index)
             return
         self._score_observed()
-        self._forward = self._step = None  # its row starts are the old rows'
+        self._forward, self._steps = None, [None] * len(self._groups)  # its row starts are the old rows'
         for layer, st in enumerate(self._layers):
             self._settle(layer, st)
         self.store.reorder(index, self.slots)
@@ -372,27 +378,30 @@ class ScoredCache:
         st.alive, st.held = keep, budget
 
     def _planned(self, layer: int, st: LayerState, new: int) -> Step | None:
-        """The plan of this short forward (`Step`) made at its first layer, or a new one if `layer` comes first;
-        None when the layers are not all before it (a layer fed twice, a long block pending)."""
-        step, start = self._step, st.length
+        """The plan of this short forward (`Step`) for the layers of `layer`'s shape, made at the first of them, or a
+        new one if `layer` comes first; None when those layers are not all before it (a layer fed twice, a long block
+        pending)."""
+        group = self._group_of[layer]
+        step, start = self._steps[group], st.length
         if step is not None and step.start == start and step.new == new:
             slots, alive, score, freed_at = step.before[layer]
             if slots is st.slots and alive is st.alive and score is st.score and freed_at is st.freed_at:
                 return step
-        self._step = step = self._plan(start, new)
+        self._steps[group] = step = self._plan(start, new, self._groups[group], step)
         return step
 
-    def _plan(self, start: int, new: int) -> Step | None:
-        """What a short forward from `start` does to every layer before it writes: the compression (`_compress`),
-        the free slots and the written state, as `[L, ...]` tensors (once per forward, not per layer)."""
-        layers, room = self._layers, self._room(start, new)
-        if not self._one_shape or any(st.length != start or st.pending is not None for st in layers):
+    def _plan(self, start: int, new: int, group: list[int], last: Step | None) -> Step | None:
+        """What a short forward from `start` does to the layers `group` (of one shape) before it writes: the
+        compression (`_compress`), the free slots and the written state, as `[L, ...]` tensors (once per forward,
+        not per layer). `last`: their last plan, whose stacked state the layers may still hold."""
+        layers, room = [self._layers[i] for i in group], self._room(start, new)
+        if any(st.length != start or st.pending is not None for st in layers):
             return None
         compress = {st.held > room for st in layers}
         if len(compress) > 1:  # the layers' held counts disagree (never after a prompt): layer by layer
             return None
         before = [(st.slots, st.alive, st.score, st.freed_at) for st in layers]
-        slots, alive, score, freed_at = (self._stacked(name, [x[i] for x in before]) for i, name in enumerate(_STATE))
+        slots, alive, score, freed_at = (_stacked(last, name, [x[i] for x in before]) for i, name in enumerate(_STATE))
         held = None
         if compress.pop():
             keep = self._keep(slots, alive, score, start, room)
@@ -406,33 +415,27 @@ class ScoredCache:
         whole = {"slots": written_slots, "written": written, "freed_at": freed_at}
         if initial is not None:
             whole["score"] = score = score.scatter(-1, index, initial)
+
+        def per_layer(x: Tensor) -> dict[int, Tensor]:
+            return dict(zip(group, x.unbind(0), strict=True))
+
         return Step(
             start=start,
             new=new,
-            before=before,
+            layers=group,
+            before=dict(zip(group, before, strict=True)),
             held=held,
-            alive=alive.unbind(0),
-            freed_at=freed_at.unbind(0),
-            index=index.unbind(0),
-            slots=written_slots.unbind(0),
-            written=written.unbind(0),
-            key_slots=key_slots.unbind(0),
+            alive=per_layer(alive),
+            freed_at=per_layer(freed_at),
+            index=per_layer(index),
+            slots=per_layer(written_slots),
+            written=per_layer(written),
+            key_slots=per_layer(key_slots),
             stacked_keys=key_slots,
-            initial=None if initial is None else initial.unbind(0),
-            score=None if initial is None else score.unbind(0),
+            initial=None if initial is None else per_layer(initial),
+            score=None if initial is None else per_layer(score),
             whole=whole,
         )
-
-    def _stacked(self, name: str, layers: list[Tensor]) -> Tensor:
-        """The layers' `name` state as one `[L, ...]` tensor: the last step's, when every layer still holds its
-        view of it (no copy), else stacked."""
-        step = self._step
-        whole = None if step is None else step.whole.get(name)
-        if step is None or whole is None:
-            return torch.stack(layers)
-        views = cast(tuple[Tensor, ...] | None, getattr(step, name))
-        same = views is not None and all(a is b for a, b in zip(views, layers, strict=True))
-        return whole if same else torch.stack(layers)
 
     def _room(self, start: int, new: int) -> int:
         """Entries a forward of `new` tokens from stream slot `start` may see besides its own: the budget, and
@@ -570,34 +573,50 @@ class ObservingScoredCache(ScoredCache):
         st.observed = True
 
     def _score_observed(self) -> None:
-        """The observed short forward's contributions and scores, for every layer in one batch when the forward
-        was planned for all of them (`Step`: the same key slots, masks and queries' validity), else per layer."""
-        observed, layers = self._observed, self._layers
+        """The observed short forward's contributions and scores: for the layers of one shape in one batch when the
+        forward was planned for all of them (`_score_together`), else per layer."""
+        observed = self._observed
         if not observed:
             return
         self._observed = {}
-        step = self._step
-        if (
-            len(observed) == len(layers)
-            and step is not None
-            and step.masks is not None
-            and all(st.mask is step.masks[1][i] and st.valid is layers[0].valid for i, st in enumerate(layers))
-        ):
-            keys = torch.stack([_float(st.keys) for st in layers])
-            queries = torch.stack([observed[i] for i in range(len(layers))])
-            weights = _weights(keys, queries, step.masks[2], layers[0].valid)
-            contributions = self.policy.contributions(weights, layers[0].slots.shape[1])
-            scores = self.policy.apply(self._stacked("score", [st.score for st in layers]), contributions)
-            step.whole["score"], step.score = scores, scores.unbind(0)  # the next plan's, with no stack
-            for st, c, score in zip(layers, contributions.unbind(0), step.score, strict=True):
-                st.journal[-1].contributions, st.score = c, score
-            return
+        for step in self._steps:
+            if step is not None:
+                self._score_together(step, observed)
         for layer, queries in observed.items():
             st = self._layers[layer]
             forward = st.journal[-1]
             weights = _weights(st.keys, queries, st.mask, st.valid)
             forward.contributions = self.policy.contributions(weights, st.slots.shape[1])  # the layer's kv-heads
             st.score = self.policy.apply(st.score, forward.contributions)
+
+    def _score_together(self, step: Step, observed: dict[int, Tensor]) -> None:
+        """Score the layers of `step` in one batch, taking their queries out of `observed`, if each was observed
+        under the step's mask (the same key slots, masks and queries' validity)."""
+        layers = [self._layers[i] for i in step.layers]
+        valid = layers[0].valid
+        masks = step.masks
+        if masks is None or not all(
+            i in observed and st.mask is masks[1][i] and st.valid is valid for i, st in zip(step.layers, layers)
+        ):
+            return
+        keys = torch.stack([_float(st.keys) for st in layers])
+        queries = torch.stack([observed.pop(i) for i in step.layers])
+        contributions = self.policy.contributions(_weights(keys, queries, masks[2], valid), layers[0].slots.shape[1])
+        scores = self.policy.apply(_stacked(step, "score", [st.score for st in layers]), contributions)
+        step.whole["score"], step.score = scores, dict(zip(step.layers, scores.unbind(0)))  # the next plan's, no stack
+        for st, c, score in zip(layers, contributions.unbind(0), step.score.values(), strict=True):
+            st.journal[-1].contributions, st.score = c, score
+
+
+def _stacked(step: Step | None, name: str, layers: list[Tensor]) -> Tensor:
+    """The layers' `name` state as one `[L, ...]` tensor: `step`'s, when every layer still holds its view of it (no
+    copy), else stacked."""
+    whole = None if step is None else step.whole.get(name)
+    if step is None or whole is None:
+        return torch.stack(layers)
+    views = cast(dict[int, Tensor] | None, getattr(step, name))
+    same = views is not None and all(a is b for a, b in zip(views.values(), layers, strict=True))
+    return whole if same else torch.stack(layers)
 
 
 def _gathered(x: Tensor, order: Tensor) -> Tensor:
