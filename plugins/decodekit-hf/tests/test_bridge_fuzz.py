@@ -297,7 +297,7 @@ def served(case: Case) -> bool:
     """Whether docs/hf.md promises to serve the case: a text within the context (beams: one `max_new_tokens` for
     all) through a cache that keeps every token, or through a valid evicting one that evicts nothing, on a model
     whose mask decodekit's attention follows for this text (within a sliding window; not latent attention, chunks,
-    shared keys or MiMo's sinks)."""
+    shared keys)."""
     cache, text = case.cache, max(case.texts)
     if text > case.context or (case.strategy == "beam" and len(set(case.per_prompt)) > 1):
         return False

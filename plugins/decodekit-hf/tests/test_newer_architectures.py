@@ -558,13 +558,18 @@ SHARES_KEYS = sorted(name for name, (_, fields, _, _) in LAYERS_DIFFER.items() i
 
 @pytest.mark.parametrize("name", SHARES_KEYS)
 def test_shared_wider_layers_refuse_an_evicting_cache(build_arch: Any, name: str) -> None:
-    """Gemma 4 E2B/E4B: a `window` (the model's own too) is refused naming num_kv_shared_layers, as where layers are
-    of one shape (a scored cache already at creation, naming layer_shapes: above). Layers 3 and 4 read the keys that
-    layers 1 and 2 store (transformers' `kv_sharing_modes`), as the comment on `_GEMMA4_E` says."""
+    """Gemma 4 E2B/E4B: a `window` (the model's own too) and a scored cache are refused naming num_kv_shared_layers,
+    as where layers are of one shape (the scored one was refused at creation, naming layer_shapes, until 2026-12-06).
+    Layers 3 and 4 read the keys that layers 1 and 2 store (transformers' `kv_sharing_modes`), as the comment on
+    `_GEMMA4_E` says."""
     model_type, fields, _, _ = LAYERS_DIFFER[name]
     hf = build_arch(model_type, **(SHARED | fields))
     assert hf.config.kv_sharing_modes == [None, "store", "store", "reuse", "reuse"]
-    for cache in (f"window(size=[{WINDOW}, {WINDOW}, {CONTEXT}], sinks=0)", "window(size=30, sinks=2)"):
+    for cache in (
+        f"window(size=[{WINDOW}, {WINDOW}, {CONTEXT}], sinks=0)",
+        "window(size=30, sinks=2)",
+        "h2o(budget=40)",
+    ):
         with pytest.raises(
             dk.ParameterError,
             match=r"model.s last 2 layers \(num_kv_shared_layers=2\) attend over all of an "
