@@ -57,7 +57,7 @@ def test_a_cache_that_evicts_more_than_it_must() -> None:
 
 
 def test_a_cache_that_leaves_keys_past_the_context(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ScoredCache, "_moved", lambda self, keys, slots, held, last: keys)
+    monkeypatch.setattr(ScoredCache, "_moved", lambda self, layer, keys, slots, held, last: keys)
     fails(Suite().test_past_the_context, r"(a returned key is off|attention differs)")
 
 
@@ -95,7 +95,7 @@ def test_a_cache_that_hides_its_own_block(monkeypatch: pytest.MonkeyPatch) -> No
         m = mask(self, layer, positions).clone()
         st = self._layers[layer]
         first = st.length - positions.shape[1]
-        hidden = (st.key_slots == first).repeat_interleave(self.groups, 1)  # [B, H, S']
+        hidden = (st.key_slots == first).repeat_interleave(self.spec.n_heads // st.key_slots.shape[1], 1)  # [B, H, S']
         m[:, :, 1:] &= ~hidden[:, :, None, :]
         st.mask = m
         return m

@@ -86,12 +86,22 @@ def test_a_layer_that_feeds_another_shape_is_refused_naming_its_layer_shape(cach
     )
 
 
-@pytest.mark.parametrize("cache", ["h2o(budget=16)", "tova(budget=16)", "snapkv(budget=16)", "knorm(budget=16)"])
-def test_a_scored_cache_refuses_layers_of_other_shapes(cache: str) -> None:
-    with pytest.raises(
-        dk.ParameterError, match=r": layer_shapes=\(\(2, 8, 8\), \(1, 16, 12\)\) is invalid: .*allowed: None"
-    ):
-        dk.create_cache(cache, dk.CacheSpec(**{**SPEC.__dict__, "max_positions": 6}))
+@pytest.mark.parametrize("cache", ["h2o", "tova", "snapkv", "knorm", "streaming"])
+def test_a_scored_cache_holds_each_layer_in_its_shape(cache: str) -> None:
+    """Refused at creation until 2026-12-06 (`layer_shapes=... is invalid`). A prompt of 4 then a token on each layer:
+    `update` returns its `budget + 4·slack` slots in the layer's shape (the prompt: and its own 4), the mask its
+    queries' own; the bytes are rows · slots · (layer 0 + layer 1) · float32. What each layer keeps:
+    decodekit-cache-scored's test_layer_shapes.py."""
+    kv: Any = dk.create_cache(f"{cache}(budget=16)", SPEC)  # slack 8: 48 slots
+    assert kv.nbytes == 2 * 48 * (2 * (8 + 8) + 1 * (16 + 12)) * 4
+    for T, first, S in ((4, 0, 48 + 4), (1, 4, 48)):
+        for layer, (h, d, w) in enumerate(SHAPES):
+            keys, values = kv.update(layer, fed(h, T, d, layer), fed(h, T, w, 10 + layer))
+            mask = kv.attention_mask(layer, torch.arange(first, first + T).expand(2, T))
+            assert keys.shape == (2, h, S, d) and values.shape == (2, h, S, w)
+            assert mask.shape == (2, 4, T, S)
+            if hasattr(kv, "observe"):
+                kv.observe(layer, fed(4, T, d, 20 + layer))
 
 
 @pytest.mark.parametrize(

@@ -67,10 +67,10 @@ class Draws:
 
     def __call__(self, layer: int, spec: CacheSpec, T: int) -> tuple[Tensor, Tensor, Tensor]:  # noqa: N803
         B = 1 if self.same_rows else spec.batch_size
-        kv = (B, spec.n_kv_heads, T, spec.head_dim)
-        u = torch.randn(kv, generator=self.g, dtype=torch.float64)
-        v = torch.randn(kv, generator=self.g, dtype=torch.float64)
-        q = torch.randn(B, spec.n_heads, T, spec.head_dim, generator=self.g, dtype=torch.float64)
+        kv_heads, D, width = spec.layer_shape(layer)
+        u = torch.randn(B, kv_heads, T, D, generator=self.g, dtype=torch.float64)
+        v = torch.randn(B, kv_heads, T, width, generator=self.g, dtype=torch.float64)
+        q = torch.randn(B, spec.n_heads, T, D, generator=self.g, dtype=torch.float64)
         drawn = tuple(x.expand(spec.batch_size, *x.shape[1:]) for x in (u, v, q))
         if layer == 0:
             self.log.append([])
@@ -180,9 +180,10 @@ class ScoredCacheConformance:
         keys, values, mask = returned
         k_all, v_all = history.all(layer)
         k_all, v_all = self.round_trip_keys(k_all).double(), self.round_trip_values(v_all).double()
-        group = spec.n_heads // spec.n_kv_heads
+        kv_heads = spec.layer_shape(layer)[0]
+        group = spec.n_heads // kv_heads
         T = positions.shape[1]
-        heads = mask.expand(-1, spec.n_heads, -1, -1).reshape(spec.batch_size, spec.n_kv_heads, group, T, -1)
+        heads = mask.expand(-1, spec.n_heads, -1, -1).reshape(spec.batch_size, kv_heads, group, T, -1)
         agree = (heads == heads[:, :, :1]).all(-1).all(2).tolist()  # [B, H_kv, T]
         visible = heads[:, :, 0].tolist()  # [B, H_kv, T, S]
         nearest, fed = self._nearest(values, v_all)
@@ -194,7 +195,7 @@ class ScoredCacheConformance:
                 for i in range(T):
                     if row[i] < 0:
                         continue
-                    for h in range(spec.n_kv_heads):
+                    for h in range(kv_heads):
                         assert agree[b][h][i], f"{where}: the query heads of kv-head {h} see different keys"
                         seen = self._identify(visible[b][h][i], nearest[b][h], fed[b][h], b, h, where)
                         slots = sorted(seen)
@@ -234,13 +235,13 @@ class ScoredCacheConformance:
             padded([x[5] for x in queries]),
         )
         real = torch.arange(width) < torch.tensor([len(x[3]) for x in queries])[:, None]  # [N, width]
-        n, d = slots.shape[0], spec.head_dim
+        n, (kv_heads, d) = slots.shape[0], (k_all.shape[1], k_all.shape[-1])  # the layer's
         moved = _rotate(k_all[b[:, None], h[:, None], slots].reshape(n * width, d), (at - slots).flatten())
         moved = moved.reshape(n, width, d)
-        stored = (h * keys.shape[1] // spec.n_kv_heads)[:, None]
+        stored = (h * keys.shape[1] // kv_heads)[:, None]
         off = (keys[b[:, None], stored, index].double() - moved).abs().amax(-1)  # [N, width]
         key_err = off.masked_fill(~real, 0).amax(-1).tolist()  # masked, not multiplied: a NaN pad stays out
-        group = spec.n_heads // spec.n_kv_heads
+        group = spec.n_heads // kv_heads
         heads = h[:, None] * group + torch.arange(group)  # [N, group]
         scores = q[b[:, None], heads, i[:, None]] @ moved.transpose(-1, -2) / math.sqrt(d)  # [N, group, width]
         w = torch.softmax(scores.masked_fill(~real[:, None], float("-inf")), -1)
@@ -426,17 +427,25 @@ class ScoredCacheConformance:
         `spec.capacity` by `test_past_the_context`."""
         _check_capacity(self.make, kit_spec())
 
-    def test_layers_of_other_shapes_are_refused(self) -> None:
-        """A spec whose layers cache other shapes (`layer_shapes`) is refused at creation, a `ParameterError` naming
-        layer_shapes: this kit's reference holds one shape for every layer, so it could not check a cache that
-        served one (CacheConformance checks the caches that keep every token, and `window`, over such specs)."""
+    def test_layers_of_other_shapes(self) -> None:
+        """A spec whose layers cache other shapes (`layer_shapes`: layer 1 fewer, wider kv-heads and values of another
+        width): a prompt, then decode past the context, every check above on each layer in its own shape, also after
+        a beam step's `reorder([1, 1])` and a `crop`; or the cache refuses the spec at creation, naming layer_shapes."""
         spec = dataclasses.replace(kit_spec(), layer_shapes=LAYER_SHAPES)
         try:
-            self.make(spec)
+            cache = self.make(spec)
         except ParameterError as exc:
             assert "layer_shapes" in str(exc), f"layer_shapes={LAYER_SHAPES}: refused, not naming layer_shapes: {exc}"
-        else:
-            raise AssertionError(f"layer_shapes={LAYER_SHAPES}: served, but this kit checks one shape per spec only")
+            return
+        draws, history, what = Draws(13), _History(spec), f"layer_shapes={LAYER_SHAPES}"
+        self._run(cache, history, (*LONG, *SCHEDULE[:12]), draws, what)  # 47 tokens through a 32-position context
+        _in_place(cache.reorder, torch.tensor([1, 1]))  # type: ignore[attr-defined]
+        history.reorder(torch.tensor([1, 1]))
+        self._run(cache, history, (1, 2, 1), draws, f"{what}, after reorder([1, 1])")
+        n = cache.length - min(2, self.rollback)
+        cache.crop(n)  # type: ignore[attr-defined]
+        history.crop(n)
+        self._run(cache, history, (1, 1), draws, f"{what}, after crop({n})")
 
     def test_past_the_context(self) -> None:
         """66 tokens through a 32-position context: every check above holds, and `reach` stays within it."""

@@ -106,8 +106,8 @@ ARCHS: dict[str, Arch] = {
         | dict(sliding_window=CONTEXT, hidden_size_per_layer_input=8, vocab_size_per_layer_input=V)
     ),
 }
-# Refuse a cache that evicts or observes: latent attention, a chunk (longer than the texts), shared keys, MiMo's sinks.
-MASKS_OF_ITS_OWN = ("deepseek_v2", "deepseek_v3", "llama4_text", "gemma3n_text", "mimo_v2_flash")
+# Refuse a cache that evicts or observes: latent attention, a chunk (longer than the texts), shared keys.
+MASKS_OF_ITS_OWN = ("deepseek_v2", "deepseek_v3", "llama4_text", "gemma3n_text")
 KEEP_ALL = ("dense", "gqa", "none", "int8")
 SCORED = ("h2o", "tova", "knorm", "streaming", "snapkv")
 
@@ -297,7 +297,7 @@ def served(case: Case) -> bool:
     """Whether docs/hf.md promises to serve the case: a text within the context (beams: one `max_new_tokens` for
     all) through a cache that keeps every token, or through a valid evicting one that evicts nothing, on a model
     whose mask decodekit's attention follows for this text (within a sliding window; not latent attention, chunks,
-    shared keys or MiMo's sinks)."""
+    shared keys)."""
     cache, text = case.cache, max(case.texts)
     if text > case.context or (case.strategy == "beam" and len(set(case.per_prompt)) > 1):
         return False

@@ -1,6 +1,6 @@
-"""Models that transformers runs on eager attention (Gemma 2 and VaultGemma: soft-capped attention logits; gpt-oss:
-a sink logit per head) through decodekit's caches: `eager_terms_attention` against transformers' own eager
-functions, and caches that evict or observe against `generate()` where the text fits the model's sliding window
+"""Models that transformers runs on eager attention (Gemma 2 and VaultGemma: soft-capped attention logits; gpt-oss,
+MiMo-V2-Flash: a sink logit per head) through decodekit's caches: `eager_terms_attention` against transformers' own
+eager functions, and caches that evict or observe against `generate()` where the text fits the model's sliding window
 (test_architectures.py has the window past it)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from transformers.models.gemma2 import modeling_gemma2
 from transformers.models.gpt_oss import modeling_gpt_oss
 from transformers.models.granite_swa import modeling_granite_swa
 from transformers.models.granitemoe_swa import modeling_granitemoe_swa
+from transformers.models.mimo_v2_flash import modeling_mimo_v2_flash
 
 import decodekit as dk
 
@@ -40,6 +41,10 @@ MODELS: dict[str, dict[str, Any]] = {
     "granite_swa": _GQA | dict(sliding_window=CONTEXT, layer_types=["sliding_attention", "full_attention"]),
     "granitemoe_swa": _GQA
     | dict(sliding_window=CONTEXT, layer_types=["sliding_attention", "full_attention"], num_local_experts=4),
+    # sinks as gpt-oss's on its sliding layer, which caches twice the kv-heads of its full one (`layer_shapes`)
+    "mimo_v2_flash": _GQA
+    | dict(sliding_window=CONTEXT, layer_types=["sliding_attention", "full_attention"], v_head_dim=4)
+    | dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16),
 }
 # The eager function of each model of `EAGER_SERVED` with its term: a soft cap, or a sink logit per head.
 EAGER: dict[str, tuple[Any, str]] = {
@@ -48,6 +53,7 @@ EAGER: dict[str, tuple[Any, str]] = {
     "flint": (modeling_flint.eager_attention_forward, "sinks"),
     "granite_swa": (modeling_granite_swa.eager_attention_forward, "sinks"),
     "granitemoe_swa": (modeling_granitemoe_swa.eager_attention_forward, "sinks"),
+    "mimo_v2_flash": (modeling_mimo_v2_flash.eager_attention_forward, "sinks"),
 }
 
 

@@ -14,6 +14,7 @@ Jamba, Falcon-H1, Mamba)."""
 from __future__ import annotations
 
 import copy
+import math
 import re
 from dataclasses import replace
 from typing import Any
@@ -265,18 +266,16 @@ def test_latent_attention_sampled_chain_sees_generates_distribution(
 
 def test_values_narrower_than_keys_are_served(build_arch: Any, hf_greedy: Any) -> None:
     """MiMo-V2-Flash's values have v_head_dim=4 dims, its keys head_dim=8 (`value_dim`): refused at load until
-    2026-12-04; with layers of one shape (no sliding layers, whose kv-heads differ) `dense` and `gqa` give
-    `generate()`'s tokens; an evicting cache is refused for its eager attention, as before."""
+    2026-12-04; with layers of one shape (no sliding layers, whose kv-heads differ) `dense`, `gqa` and, through its
+    eager attention (`EAGER_SERVED`; refused until 2026-12-06), a scored cache give `generate()`'s tokens."""
     fields = _KV | dict(v_head_dim=4, layer_types=["full_attention"] * LAYERS, n_routed_experts=4) | _EXPERTS
     hf = build_arch("mimo_v2_flash", **(SHARED | fields))
     assert HFModel(hf).spec.value_dim == 4
     greedy = hf_greedy(hf, BATCHES, NEW)
-    for cache in ("dense", "gqa"):
+    for cache in ("dense", "gqa", "h2o(budget=40)"):
         for batch, prompts in BATCHES.items():
             out = dk.generate(HFModel(hf), prompts, cache=cache, chain="greedy", max_new_tokens=NEW)
             assert out.tokens == greedy[batch], (cache, batch)
-    with pytest.raises(dk.ParameterError, match=r"runs attn_implementation='eager'; allowed: a cache that keeps every"):
-        dk.generate(HFModel(hf), PROMPTS, cache="h2o(budget=40)", max_new_tokens=NEW)  # its eager attention (sinks)
 
 
 @pytest.mark.parametrize("model_type", LATENT)
@@ -337,12 +336,12 @@ LAYERS_DIFFER: dict[str, tuple[str, dict[str, Any], tuple[tuple[int, int, int], 
         False,
     ),
     # sliding layer 0 caches twice num_key_value_heads=2 (its attention's code), values of v_head_dim=4 everywhere;
-    # eager attention with sinks: no evicting cache
+    # eager attention with a sink logit per head on its sliding layers (`EAGER_SERVED`)
     "mimo_v2_flash": (
         "mimo_v2_flash",
         _KV | _SLIDE_FIRST | dict(v_head_dim=4, n_routed_experts=4) | _EXPERTS,
         ((4, 8, 4), (2, 8, 4)),
-        False,
+        True,
     ),
 }
 
@@ -410,12 +409,135 @@ def test_layers_of_other_shapes_sampled_chain_sees_generates_distribution(differ
     assert_sampled_chain_sees_generate(hf, HFModel(hf), BATCHES[batch], name)
 
 
-def test_layers_of_other_shapes_refuse_a_scored_cache(differ: tuple[str, Any]) -> None:
-    """A scored cache holds one shape for every layer: refused when it is made, naming layer_shapes and what is
-    allowed (MiMo-V2-Flash's eager attention refuses it too, later: the cache is made first)."""
-    _, hf = differ
-    with pytest.raises(dk.ParameterError, match=r"h2o: layer_shapes=\(\(.*is invalid.*allowed: .*dense, gqa, int8"):
-        dk.generate(HFModel(hf), PROMPTS, cache="h2o(budget=40)", max_new_tokens=NEW)
+SCORED = ("h2o", "tova", "knorm", "streaming", "snapkv")
+# The models whose layers differ that take an evicting cache, each with a window as long as the context: the texts fit
+# it, so their sliding layers mask nothing and a scored cache is served.
+EVICTING = sorted(name for name, (_, _, _, evicts) in LAYERS_DIFFER.items() if evicts)
+
+
+@pytest.fixture(scope="module", params=EVICTING)
+def wide_window(request: pytest.FixtureRequest, build_arch: Any) -> Any:
+    model_type, fields, _, _ = LAYERS_DIFFER[request.param]
+    return build_arch(model_type, **(SHARED | fields | dict(sliding_window=CONTEXT)))
+
+
+def _logits(model: HFModel, cache: str, prompts: list[list[int]], after: Tensor, one_block: bool = False) -> Tensor:
+    """Logits `[B, 1 + T, V]`: at the prompts' last token (left-padded), then at each token of `after` `[B, T]`, fed
+    one at a time or as one block."""
+    ids, positions = dk.prompts.left_pad(prompts, max(map(len, prompts)), "cpu")
+    P, T = ids.shape[1], after.shape[1]
+    kv = dk.create_cache(cache, dk.CacheSpec.for_model(model.spec, batch_size=len(prompts), capacity=P + T))
+    out = [model(ids, positions, kv)[:, -1:]]
+    steps = positions[:, -1:] + 1 + torch.arange(T)
+    blocks = [slice(0, T)] if one_block else [slice(t, t + 1) for t in range(T)]
+    return torch.cat(out + [model(after[:, b], steps[:, b], kv) for b in blocks], 1)
+
+
+@pytest.mark.parametrize("cache", SCORED)
+def test_layers_of_other_shapes_a_scored_cache_within_its_budget_is_dense(wide_window: Any, cache: str) -> None:
+    """Each scored cache, with and without `prefill_only`, over each storage it takes, with a budget past the text:
+    the logits of `dense` (`int8`'s over int8) on a ragged batch, and its greedy tokens (refused at creation, naming
+    layer_shapes, until 2026-12-06)."""
+    model = HFModel(wide_window)
+    after = torch.randint(1, V - 1, (len(PROMPTS), 4), generator=torch.Generator().manual_seed(0))
+    kept_all = {store: _logits(model, store, PROMPTS, after) for store in ("dense", "int8")}
+    tokens = dk.generate(model, PROMPTS, cache="dense", chain="greedy", max_new_tokens=NEW).tokens
+    for prefill_only in (False, True):
+        for store in ("gqa", "int8", "dense"):
+            made = f"{cache}(budget=40, store={store!r}, prefill_only={prefill_only})"
+            got = _logits(model, made, PROMPTS, after)
+            torch.testing.assert_close(got, kept_all["int8" if store == "int8" else "dense"], rtol=1e-4, atol=1e-4)
+        made = f"{cache}(budget=40, prefill_only={prefill_only})"
+        assert dk.generate(model, PROMPTS, cache=made, chain="greedy", max_new_tokens=NEW).tokens == tokens, made
+
+
+@pytest.mark.parametrize("cache", SCORED)
+def test_layers_of_other_shapes_prefill_only_compresses_the_prompt_alone(wide_window: Any, cache: str) -> None:
+    """`prefill_only` once the prompt is compressed: each token after it sees the prompt's kept entries and every token
+    since, as the same cache without it given those tokens as one block (test_prefill_only.py's reference); the
+    evicting cache fed them one at a time is another cache."""
+    model, params = HFModel(wide_window), "budget=6, sinks=1, recent=2"
+    after = torch.randint(1, V - 1, (len(PROMPTS), 10), generator=torch.Generator().manual_seed(1))
+    steps = _logits(model, f"{cache}({params}, prefill_only=True)", PROMPTS, after)
+    block = _logits(model, f"{cache}({params})", PROMPTS, after, one_block=True)  # 10 > slack: one long block
+    torch.testing.assert_close(steps, block, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(steps, _logits(model, f"{cache}({params})", PROMPTS, after), atol=1e-3)
+
+
+def _rule_keeps(policy: str, k: Tensor, q: Tensor, prompt: int, budget: int, sinks: int, recent: int) -> list[set[int]]:
+    """Per kv-head, the slots one row of one layer keeps by docs/caches.md's rules, in float64, after a prompt of
+    `prompt` tokens (no more than the budget) and then one token per forward. k `[H_kv, S, D]`: the keys fed; q `[H,
+    S, D]`: the queries observed, each kv-head's group of query heads over its keys (snapkv decodes as h2o)."""
+    H_kv, S, D = k.shape
+    # Norms in float32, as the cache's: Gemma 4 normalises its keys, so they tie but for rounding.
+    norms = torch.linalg.vector_norm(k.float(), dim=-1).double()
+    G, k, q = q.shape[0] // H_kv, k.double(), q.double()
+    score = {
+        "knorm": -norms,
+        "streaming": torch.arange(S, dtype=torch.float64).expand(H_kv, S).clone(),
+    }.get(policy, torch.zeros(H_kv, S, dtype=torch.float64))
+    held = [list(range(prompt)) for _ in range(H_kv)]
+
+    def keep(h: int, length: int) -> None:  # the `budget` best: sinks and recent first, then score, the newer on a tie
+        ranked = sorted(held[h], key=lambda t: (math.inf if t < sinks or t >= length - recent else score[h, t], t))
+        held[h] = sorted(ranked[-budget:])
+
+    for i in range(S):
+        if i >= prompt:  # a forward of one token: the held set compressed (keep() is a no-op within budget), written
+            for h in range(H_kv):
+                keep(h, i)
+                held[h].append(i)
+        seen = [[t for t in held[h] if t <= i] for h in range(H_kv)]
+        w = [torch.softmax(q[h * G : (h + 1) * G, i] @ k[h, seen[h]].T / math.sqrt(D), -1) for h in range(H_kv)]
+        for h in range(H_kv):
+            if policy in ("h2o", "snapkv"):  # every query's attention, mean over the kv-head's query heads
+                score[h, seen[h]] += w[h].mean(0)
+            elif policy == "tova" and (i >= prompt or i == prompt - 1):  # the latest query's, mean over every head
+                score[h] = 0.0
+                score[h, seen[h]] = torch.cat(w).mean(0)
+    for h in range(H_kv):
+        keep(h, S)
+    return [set(x) for x in held]
+
+
+@pytest.mark.parametrize("cache", SCORED)
+def test_layers_of_other_shapes_each_layer_keeps_what_its_rule_says(
+    wide_window: Any, cache: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its budget, each layer, row and kv-head keeps the entries a float64 reference of the rule picks from the
+    keys that layer was fed and the queries it observed, in the layer's own kv-heads and head_dim."""
+    model = HFModel(wide_window)
+    budget, sinks, recent, prompt, S = 8, 2, 2, 6, 20
+    ids = torch.randint(1, V - 1, (2, S), generator=torch.Generator().manual_seed(2))
+    spec = dk.CacheSpec.for_model(model.spec, batch_size=2, capacity=S)
+    kv: Any = dk.create_cache(f"{cache}(budget={budget}, sinks={sinks}, recent={recent})", spec)
+    keys: list[list[Tensor]] = [[] for _ in range(spec.n_layers)]
+    queries: list[list[Tensor]] = [[] for _ in range(spec.n_layers)]
+    update, observe = kv.update, getattr(kv, "observe", None)
+
+    def recorded(layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        keys[layer].append(k)
+        return update(layer, k, v)  # type: ignore[no-any-return]
+
+    def observed(layer: int, q: Tensor) -> None:
+        queries[layer].append(q)
+        observe(layer, q)  # type: ignore[misc]  # set only where the cache observes
+
+    monkeypatch.setattr(kv, "update", recorded)
+    if observe is not None:
+        monkeypatch.setattr(kv, "observe", observed)
+    model(ids[:, :prompt], torch.arange(prompt).expand(2, -1), kv)
+    for t in range(prompt, S):
+        model(ids[:, t : t + 1], torch.full((2, 1), t), kv)
+    for layer, shape in enumerate(spec.layer_shapes or ()):
+        k = torch.cat(keys[layer], 2)
+        q = torch.cat(queries[layer], 2) if queries[layer] else torch.zeros(2, spec.n_heads, S, shape[1])
+        assert k.shape[1:] == (shape[0], S, shape[1])  # the layer's own kv-heads and head_dim
+        for row in range(2):
+            want = _rule_keeps(cache, k[row], q[row], prompt, budget, sinks, recent)
+            got = [set(x[x >= 0].tolist()) for x in kv.kept(layer)[row]]
+            assert got == want, (cache, layer, row)
+            assert all(len(x) == budget for x in got)
 
 
 def test_each_cached_layer_has_the_shape_transformers_caches(differ: tuple[str, Any]) -> None:
@@ -436,13 +558,18 @@ SHARES_KEYS = sorted(name for name, (_, fields, _, _) in LAYERS_DIFFER.items() i
 
 @pytest.mark.parametrize("name", SHARES_KEYS)
 def test_shared_wider_layers_refuse_an_evicting_cache(build_arch: Any, name: str) -> None:
-    """Gemma 4 E2B/E4B: a `window` (the model's own too) is refused naming num_kv_shared_layers, as where layers are
-    of one shape (a scored cache already at creation, naming layer_shapes: above). Layers 3 and 4 read the keys that
-    layers 1 and 2 store (transformers' `kv_sharing_modes`), as the comment on `_GEMMA4_E` says."""
+    """Gemma 4 E2B/E4B: a `window` (the model's own too) and a scored cache are refused naming num_kv_shared_layers,
+    as where layers are of one shape (the scored one was refused at creation, naming layer_shapes, until 2026-12-06).
+    Layers 3 and 4 read the keys that layers 1 and 2 store (transformers' `kv_sharing_modes`), as the comment on
+    `_GEMMA4_E` says."""
     model_type, fields, _, _ = LAYERS_DIFFER[name]
     hf = build_arch(model_type, **(SHARED | fields))
     assert hf.config.kv_sharing_modes == [None, "store", "store", "reuse", "reuse"]
-    for cache in (f"window(size=[{WINDOW}, {WINDOW}, {CONTEXT}], sinks=0)", "window(size=30, sinks=2)"):
+    for cache in (
+        f"window(size=[{WINDOW}, {WINDOW}, {CONTEXT}], sinks=0)",
+        "window(size=30, sinks=2)",
+        "h2o(budget=40)",
+    ):
         with pytest.raises(
             dk.ParameterError,
             match=r"model.s last 2 layers \(num_kv_shared_layers=2\) attend over all of an "

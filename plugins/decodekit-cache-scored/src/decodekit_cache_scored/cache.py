@@ -12,6 +12,10 @@ Storage is per kv-head (`Storage.write_at`): `budget + 4·slack` slots per layer
 new tokens and the evicted entries `crop` may still bring back: any of the last `slack` slots, and back
 to the start of a long block not yet compressed (what speculative decoding's first round needs).
 
+Where layers cache other shapes (`CacheSpec.layer_shapes`: Gemma 4, MiMo-V2-Flash) each layer's state, scores and
+mask are in its own kv-heads, and its keys are moved by its own head_dim's rotary frequencies; the layers of one
+shape (kv-heads, head_dim) plan and score a short forward together (`Step`), as all layers do where they agree.
+
 With `prefill_only` (kvpress's semantics) only the prompt, the first forward, is compressed, into storage slots
 `[0, budget)`; from the next forward on, `PrefillOnly` (prefill_only.py) appends every later token after it.
 
@@ -87,12 +91,6 @@ class ScoredCache:
 
     def __init__(self, spec: CacheSpec, params: ScoredParams | None = None) -> None:
         params = ScoredParams() if params is None else params
-        if spec.layer_shapes is not None:  # its scores, groups and slot tables are sized by one kv-head count
-            raise ParameterError(
-                f"{self.name}: layer_shapes={spec.layer_shapes} is invalid: this cache scores every layer's tokens "
-                "in one shape; allowed: None (a model whose layers cache one shape), or for this model a cache that "
-                "keeps every token (dense, gqa, int8) or window"
-            )
         self.spec, self.params = spec, params
         self.budget = resolve_budget(self.name, params, spec)
         self.sinks, self.recent, self.slack = params.sinks, params.recent, params.slack
@@ -110,10 +108,16 @@ class ScoredCache:
                 f"cache {self.name}: store={params.store!r} is invalid: its storage cannot write each row and head to "
                 "slots of its own (write_at); allowed: a storage with write_at (gqa, dense, int8)"
             )
-        self.groups = spec.n_heads // spec.n_kv_heads
         self._lowest_first = self.slots - torch.arange(self.slots, device=spec.device)  # free_slots' ranking
+        # Each layer holds its own kv-heads and head_dim (`spec.layer_shapes`: Gemma 4, MiMo-V2-Flash), so its state
+        # (`reset`) and its rotary frequencies are its own; the layers of one shape plan a short forward together.
+        shapes = [spec.layer_shape(layer)[:2] for layer in range(spec.n_layers)]  # (kv-heads, head_dim)
+        kinds = list(dict.fromkeys(shapes))
+        self._group_of = [kinds.index(shape) for shape in shapes]
+        self._groups = [[i for i, g in enumerate(self._group_of) if g == group] for group in range(len(kinds))]
         base = spec.rope_base
-        self._inv_freq = None if base is None else rope_frequencies(spec.head_dim, base, spec.device)
+        freqs = {d: None if base is None else rope_frequencies(d, base, spec.device) for _, d in shapes}
+        self._inv_freq = [freqs[d] for _, d in shapes]
         self.reset()
 
     # -- the protocol ------------------------------------------------------------------------
@@ -150,17 +154,16 @@ class ScoredCache:
 
     def reset(self) -> None:
         spec = self.spec
-        self._layers = [
-            LayerState.empty(spec.batch_size, spec.n_kv_heads, self.slots, spec.device) for _ in range(spec.n_layers)
-        ]
+        kv_heads = [spec.layer_shape(layer)[0] for layer in range(spec.n_layers)]
+        self._layers = [LayerState.empty(spec.batch_size, h, self.slots, spec.device) for h in kv_heads]
         # Each row's first real slot, [B, 1, 1] (as the [B, H, S] state broadcasts it), from the last forward.
         self._row_start = torch.zeros(spec.batch_size, 1, 1, dtype=torch.long, device=spec.device)
         self._forward: tuple[int, Tensor, Tensor, Tensor, Tensor] | None = None  # see `_queries`
-        self._new: tuple[int, int, Tensor] | None = None  # see `_new_slots`
-        self._step: Step | None = None  # see `_planned`
+        self._new: tuple[int, torch.Size, Tensor] | None = None  # see `_new_slots`
+        self._steps: list[Step | None] = [None] * len(self._groups)  # each group's, see `_planned`
         self._observed: dict[int, Tensor] = {}  # layer -> a short forward's queries, scored by `_score_observed`
         self._prefill_only = (
-            PrefillOnly(self.store, self.budget, self.groups, spec.n_layers) if self.params.prefill_only else None
+            PrefillOnly(self.store, self.budget, spec.n_heads, spec.n_layers) if self.params.prefill_only else None
         )
 
     @property
@@ -231,21 +234,23 @@ class ScoredCache:
     def _scored_mask(self, layer: int, positions: Tensor) -> Tensor:
         st = self._layers[layer]
         query, row_start, st.valid = self._queries(st.length - positions.shape[1], positions)
-        step = self._step
+        step = self._steps[self._group_of[layer]]
         if step is not None and st.key_slots is step.key_slots[layer]:  # every layer's mask at once
             if step.masks is None or step.masks[0] is not self._forward:
                 stacked = self._mask(step.stacked_keys, query, row_start)
-                step.masks = (self._forward, stacked.unbind(0), stacked)
+                step.masks = (self._forward, dict(zip(step.layers, stacked.unbind(0))), stacked)
             st.mask = step.masks[1][layer]
         else:
             st.mask = self._mask(st.key_slots, query, row_start)
         return st.mask
 
     def _mask(self, key_slots: Tensor, query: Tensor, row_start: Tensor) -> Tensor:
-        """`[..., B, n_heads, T, S']` from the key slots `[..., B, H_kv, S']`: `slot_mask`'s rule."""
+        """`[..., B, n_heads, T, S']` from the key slots `[..., B, H_kv, S']` (the layer's kv-heads): `slot_mask`'s
+        rule."""
         keys = key_slots.unsqueeze(-2)  # [..., B, H_kv, 1, S']
         mask = ((keys >= row_start) & (keys <= query)) | (keys == query)
-        return mask.repeat_interleave(self.groups, dim=-3) if self.groups > 1 else mask
+        groups = self.spec.n_heads // key_slots.shape[-2]
+        return mask.repeat_interleave(groups, dim=-3) if groups > 1 else mask
 
     def _queries(self, first: int, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The new queries' slots `[1, 1, T, 1]`, each one's row start `[B, 1, T, 1]` and whether it is real
@@ -259,11 +264,12 @@ class ScoredCache:
         return memo[2], memo[3], memo[4]
 
     def _new_slots(self, start: int, shape: torch.Size) -> Tensor:
-        """Stream slots `start ..` of a short block, `[B, H_kv, T]` (every layer of a forward asks: made once)."""
+        """Stream slots `start ..` of a short block, `[B, H_kv, T]` (every layer of a forward asks: made once per
+        shape)."""
         memo = self._new
-        if memo is None or memo[0] != start or memo[1] != shape[-1]:
+        if memo is None or memo[0] != start or memo[1] != shape:
             new = torch.arange(start, start + shape[-1], device=self.spec.device).expand(shape)
-            memo = self._new = (start, shape[-1], new)
+            memo = self._new = (start, shape, new)
         return memo[2]
 
     def crop(self, n: int) -> None:
@@ -286,7 +292,7 @@ class ScoredCache:
             after.crop(n)
             return
         self._score_observed()
-        self._step = None
+        self._steps = [None] * len(self._groups)
         for st in self._layers:
             if st.pending is not None:  # a long block, not compressed yet: cut it
                 st.pending.cut(n, self.slots)
@@ -327,7 +333,7 @@ class ScoredCache:
             after.reorder(index)
             return
         self._score_observed()
-        self._forward = self._step = None  # its row starts are the old rows'
+        self._forward, self._steps = None, [None] * len(self._groups)  # its row starts are the old rows'
         for layer, st in enumerate(self._layers):
             self._settle(layer, st)
         self.store.reorder(index, self.slots)
@@ -372,27 +378,30 @@ class ScoredCache:
         st.alive, st.held = keep, budget
 
     def _planned(self, layer: int, st: LayerState, new: int) -> Step | None:
-        """The plan of this short forward (`Step`) made at its first layer, or a new one if `layer` comes first;
-        None when the layers are not all before it (a layer fed twice, a long block pending)."""
-        step, start = self._step, st.length
+        """The plan of this short forward (`Step`) for the layers of `layer`'s shape, made at the first of them, or a
+        new one if `layer` comes first; None when those layers are not all before it (a layer fed twice, a long block
+        pending)."""
+        group = self._group_of[layer]
+        step, start = self._steps[group], st.length
         if step is not None and step.start == start and step.new == new:
             slots, alive, score, freed_at = step.before[layer]
             if slots is st.slots and alive is st.alive and score is st.score and freed_at is st.freed_at:
                 return step
-        self._step = step = self._plan(start, new)
+        self._steps[group] = step = self._plan(start, new, self._groups[group], step)
         return step
 
-    def _plan(self, start: int, new: int) -> Step | None:
-        """What a short forward from `start` does to every layer before it writes: the compression (`_compress`),
-        the free slots and the written state, as `[L, ...]` tensors (once per forward, not per layer)."""
-        layers, room = self._layers, self._room(start, new)
+    def _plan(self, start: int, new: int, group: list[int], last: Step | None) -> Step | None:
+        """What a short forward from `start` does to the layers `group` (of one shape) before it writes: the
+        compression (`_compress`), the free slots and the written state, as `[L, ...]` tensors (once per forward,
+        not per layer). `last`: their last plan, whose stacked state the layers may still hold."""
+        layers, room = [self._layers[i] for i in group], self._room(start, new)
         if any(st.length != start or st.pending is not None for st in layers):
             return None
         compress = {st.held > room for st in layers}
         if len(compress) > 1:  # the layers' held counts disagree (never after a prompt): layer by layer
             return None
         before = [(st.slots, st.alive, st.score, st.freed_at) for st in layers]
-        slots, alive, score, freed_at = (self._stacked(name, [x[i] for x in before]) for i, name in enumerate(_STATE))
+        slots, alive, score, freed_at = (_stacked(last, name, [x[i] for x in before]) for i, name in enumerate(_STATE))
         held = None
         if compress.pop():
             keep = self._keep(slots, alive, score, start, room)
@@ -406,33 +415,27 @@ class ScoredCache:
         whole = {"slots": written_slots, "written": written, "freed_at": freed_at}
         if initial is not None:
             whole["score"] = score = score.scatter(-1, index, initial)
+
+        def per_layer(x: Tensor) -> dict[int, Tensor]:
+            return dict(zip(group, x.unbind(0), strict=True))
+
         return Step(
             start=start,
             new=new,
-            before=before,
+            layers=group,
+            before=dict(zip(group, before, strict=True)),
             held=held,
-            alive=alive.unbind(0),
-            freed_at=freed_at.unbind(0),
-            index=index.unbind(0),
-            slots=written_slots.unbind(0),
-            written=written.unbind(0),
-            key_slots=key_slots.unbind(0),
+            alive=per_layer(alive),
+            freed_at=per_layer(freed_at),
+            index=per_layer(index),
+            slots=per_layer(written_slots),
+            written=per_layer(written),
+            key_slots=per_layer(key_slots),
             stacked_keys=key_slots,
-            initial=None if initial is None else initial.unbind(0),
-            score=None if initial is None else score.unbind(0),
+            initial=None if initial is None else per_layer(initial),
+            score=None if initial is None else per_layer(score),
             whole=whole,
         )
-
-    def _stacked(self, name: str, layers: list[Tensor]) -> Tensor:
-        """The layers' `name` state as one `[L, ...]` tensor: the last step's, when every layer still holds its
-        view of it (no copy), else stacked."""
-        step = self._step
-        whole = None if step is None else step.whole.get(name)
-        if step is None or whole is None:
-            return torch.stack(layers)
-        views = cast(tuple[Tensor, ...] | None, getattr(step, name))
-        same = views is not None and all(a is b for a, b in zip(views, layers, strict=True))
-        return whole if same else torch.stack(layers)
 
     def _room(self, start: int, new: int) -> int:
         """Entries a forward of `new` tokens from stream slot `start` may see besides its own: the budget, and
@@ -443,9 +446,9 @@ class ScoredCache:
             return self.budget
         return min(self.budget, M - new)
 
-    def _moved(self, keys: Tensor, slots: Tensor, held: Tensor, last: int) -> Tensor:
+    def _moved(self, layer: int, keys: Tensor, slots: Tensor, held: Tensor, last: int) -> Tensor:
         """Held keys as the query in slot `last` sees them: moved within the context if it is past it."""
-        M, inv_freq = self.spec.max_positions, self._inv_freq
+        M, inv_freq = self.spec.max_positions, self._inv_freq[layer]
         if inv_freq is None or M is None or last < M:
             return keys
         real = held & (slots >= self._row_start)  # padding is never seen: it takes no rank
@@ -478,14 +481,15 @@ class ScoredCache:
         st.held += T
         st.journal = [f for f in st.journal if f.start >= start + T - 2 * self.slack] + [forward]
         keys, values = self.store.read(layer, 0, self.slots)
-        return self._moved(keys, st.slots, forward.alive, start + T - 1), values
+        return self._moved(layer, keys, st.slots, forward.alive, start + T - 1), values
 
     def _long_block(self, layer: int, st: LayerState, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """A long block (a prompt): attended over the held entries and all of itself, compressed after."""
         start, T = st.length, k.shape[2]
-        scratch = self._storage(self.spec, [T])  # the block goes through the storage once, like every key
-        scratch.write(0, 0, k, v)
-        new_k, new_v = scratch.read(0, 0, T)
+        # The block goes through the storage once, like every key, in the layer's shape: slots on `layer` alone.
+        scratch = self._storage(self.spec, [0] * layer + [T])
+        scratch.write(layer, 0, k, v)
+        new_k, new_v = scratch.read(layer, 0, T)
         # Copies: views of the storage the compression rewrites aliased the graph's inputs, on which inductor
         # failed once `compile=True` traced a prefill_only cache's compression at a second budget.
         held_k, held_v = (x.clone() for x in self.store.read(layer, 0, self.slots))
@@ -500,7 +504,7 @@ class ScoredCache:
         )
         st.journal = []
         st.key_slots = torch.cat([torch.where(st.alive, st.slots, -1), new], -1)
-        moved = self._moved(held_k, st.slots, st.alive, start + T - 1)
+        moved = self._moved(layer, held_k, st.slots, st.alive, start + T - 1)
         return torch.cat([moved, new_k], 2), torch.cat([held_v, new_v], 2)
 
     def _selection(self, block: Block, score: Tensor, weights: Tensor | None) -> Tensor:
@@ -527,7 +531,7 @@ class ScoredCache:
         entries in slot order (the kept ones first), and the scores."""
         score, weights = block.score, self._block_weights(block)
         if weights is not None and self.policy.observes:  # SnapKV's key-norm rule reads its window only
-            score = self.policy.apply(score, self.policy.contributions(weights, self.spec.n_kv_heads))
+            score = self.policy.apply(score, self.policy.contributions(weights, block.slots.shape[1]))
         end = block.start + block.slots.shape[-1] - self.slots
         keep = self._keep(block.slots, block.alive, self._selection(block, score, weights), end)
         order = slot_order(block.slots, keep)
@@ -569,33 +573,50 @@ class ObservingScoredCache(ScoredCache):
         st.observed = True
 
     def _score_observed(self) -> None:
-        """The observed short forward's contributions and scores, for every layer in one batch when the forward
-        was planned for all of them (`Step`: the same key slots, masks and queries' validity), else per layer."""
-        observed, layers = self._observed, self._layers
+        """The observed short forward's contributions and scores: for the layers of one shape in one batch when the
+        forward was planned for all of them (`_score_together`), else per layer."""
+        observed = self._observed
         if not observed:
             return
         self._observed = {}
-        step, kv_heads = self._step, self.spec.n_kv_heads
-        if (
-            len(observed) == len(layers)
-            and step is not None
-            and step.masks is not None
-            and all(st.mask is step.masks[1][i] and st.valid is layers[0].valid for i, st in enumerate(layers))
-        ):
-            keys = torch.stack([_float(st.keys) for st in layers])
-            queries = torch.stack([observed[i] for i in range(len(layers))])
-            weights = _weights(keys, queries, step.masks[2], layers[0].valid)
-            contributions = self.policy.contributions(weights, kv_heads)
-            scores = self.policy.apply(self._stacked("score", [st.score for st in layers]), contributions)
-            step.whole["score"], step.score = scores, scores.unbind(0)  # the next plan's, with no stack
-            for st, c, score in zip(layers, contributions.unbind(0), step.score, strict=True):
-                st.journal[-1].contributions, st.score = c, score
-            return
+        for step in self._steps:
+            if step is not None:
+                self._score_together(step, observed)
         for layer, queries in observed.items():
             st = self._layers[layer]
             forward = st.journal[-1]
-            forward.contributions = self.policy.contributions(_weights(st.keys, queries, st.mask, st.valid), kv_heads)
+            weights = _weights(st.keys, queries, st.mask, st.valid)
+            forward.contributions = self.policy.contributions(weights, st.slots.shape[1])  # the layer's kv-heads
             st.score = self.policy.apply(st.score, forward.contributions)
+
+    def _score_together(self, step: Step, observed: dict[int, Tensor]) -> None:
+        """Score the layers of `step` in one batch, taking their queries out of `observed`, if each was observed
+        under the step's mask (the same key slots, masks and queries' validity)."""
+        layers = [self._layers[i] for i in step.layers]
+        valid = layers[0].valid
+        masks = step.masks
+        if masks is None or not all(
+            i in observed and st.mask is masks[1][i] and st.valid is valid for i, st in zip(step.layers, layers)
+        ):
+            return
+        keys = torch.stack([_float(st.keys) for st in layers])
+        queries = torch.stack([observed.pop(i) for i in step.layers])
+        contributions = self.policy.contributions(_weights(keys, queries, masks[2], valid), layers[0].slots.shape[1])
+        scores = self.policy.apply(_stacked(step, "score", [st.score for st in layers]), contributions)
+        step.whole["score"], step.score = scores, dict(zip(step.layers, scores.unbind(0)))  # the next plan's, no stack
+        for st, c, score in zip(layers, contributions.unbind(0), step.score.values(), strict=True):
+            st.journal[-1].contributions, st.score = c, score
+
+
+def _stacked(step: Step | None, name: str, layers: list[Tensor]) -> Tensor:
+    """The layers' `name` state as one `[L, ...]` tensor: `step`'s, when every layer still holds its view of it (no
+    copy), else stacked."""
+    whole = None if step is None else step.whole.get(name)
+    if step is None or whole is None:
+        return torch.stack(layers)
+    views = cast(dict[int, Tensor] | None, getattr(step, name))
+    same = views is not None and all(a is b for a, b in zip(views.values(), layers, strict=True))
+    return whole if same else torch.stack(layers)
 
 
 def _gathered(x: Tensor, order: Tensor) -> Tensor:

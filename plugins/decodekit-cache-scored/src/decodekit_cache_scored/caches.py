@@ -72,7 +72,7 @@ class SnapKVCache(ObservingScoredCache):
         T = block.slots.shape[-1] - self.slots
         w = min(self.window, T)  # a block no longer than the window is all window
         B, _, r, S = weights.shape  # the block's last r >= w queries
-        observed = weights[:, :, r - w :].mean(2).view(B, self.spec.n_kv_heads, -1, S).mean(2)  # [B, H_kv, S]
+        observed = weights[:, :, r - w :].mean(2).view(B, block.slots.shape[1], -1, S).mean(2)  # [B, H_kv, S]
         window = block.slots >= block.start + T - w
         observed = observed.masked_fill(window | ~block.alive, 0.0)
         order = slot_order(block.slots, block.alive)

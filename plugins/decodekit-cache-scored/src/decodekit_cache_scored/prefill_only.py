@@ -19,8 +19,8 @@ class PrefillOnly:
     """What a `prefill_only` cache holds once its prompt is compressed: the prompt's kept entries, then every
     token since. Made with the cache, so `compile=True` finds the count of tokens since from its first trace on."""
 
-    def __init__(self, store: Storage, budget: int, groups: int, layers: int) -> None:
-        self.store, self.budget, self.groups = store, budget, groups  # the store has `budget + capacity` slots
+    def __init__(self, store: Storage, budget: int, heads: int, layers: int) -> None:
+        self.store, self.budget, self.heads = store, budget, heads  # the store has `budget + capacity` slots
         self.settled = False  # whether the prompt is compressed (`settle`): every later token is then appended
         self.prompt = 0  # the prompt's length, once settled
         self.appended = [0] * layers  # per layer: tokens written after the prompt
@@ -53,7 +53,8 @@ class PrefillOnly:
         query = torch.arange(appended - T, appended, device=positions.device)[:, None]
         kept = self.holds[layer].unsqueeze(2)  # [B, H_kv, 1, budget]
         mask = torch.cat([kept.expand(-1, -1, T, -1), (later <= query).expand(*kept.shape[:2], T, -1)], -1)
-        return mask.repeat_interleave(self.groups, dim=1) if self.groups > 1 else mask
+        groups = self.heads // kept.shape[1]  # the query heads of each of the layer's kv-heads
+        return mask.repeat_interleave(groups, dim=1) if groups > 1 else mask
 
     def crop(self, n: int) -> None:
         """Take back every token from stream slot `n` on (`n` at least the prompt's length)."""

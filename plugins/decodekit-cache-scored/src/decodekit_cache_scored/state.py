@@ -60,25 +60,26 @@ class Block:
 
 @dataclass
 class Step:
-    """A short forward's compression, free slots and masks, decided at its first layer for every layer at once
-    (each depends only on a layer's state before the forward, recorded in `before`); per layer, views of
-    `[L, ...]` tensors."""
+    """A short forward's compression, free slots and masks, decided at its first layer for every layer of one shape
+    at once (`layers`; each depends only on a layer's state before the forward, recorded in `before`); per layer,
+    views of `[L, ...]` tensors (L: those layers)."""
 
     start: int
     new: int  # tokens fed
-    before: list[tuple[Tensor, Tensor, Tensor, Tensor]]  # each layer's (slots, alive, score, freed_at) used
+    layers: list[int]  # the layers planned, of one shape (kv-heads, head_dim)
+    before: dict[int, tuple[Tensor, Tensor, Tensor, Tensor]]  # each layer's (slots, alive, score, freed_at) used
     held: int | None  # alive entries after the compression (None: nothing compressed)
-    alive: tuple[Tensor, ...]  # [B, H, S] after the compression
-    freed_at: tuple[Tensor, ...]  # [B, H, S] after the compression
-    index: tuple[Tensor, ...]  # [B, H, T] where the new tokens go
-    slots: tuple[Tensor, ...]  # [B, H, S] after the write
-    written: tuple[Tensor, ...]  # [B, H, S] alive after the write
-    key_slots: tuple[Tensor, ...]  # [B, H, S] of the returned keys (-1: none)
+    alive: dict[int, Tensor]  # [B, H, S] after the compression
+    freed_at: dict[int, Tensor]  # [B, H, S] after the compression
+    index: dict[int, Tensor]  # [B, H, T] where the new tokens go
+    slots: dict[int, Tensor]  # [B, H, S] after the write
+    written: dict[int, Tensor]  # [B, H, S] alive after the write
+    key_slots: dict[int, Tensor]  # [B, H, S] of the returned keys (-1: none)
     stacked_keys: Tensor  # [L, B, H, S]: `key_slots` as one tensor
-    initial: tuple[Tensor, ...] | None  # [B, H, T] the new tokens' scores, when they need no keys (`Policy.at`)
-    score: tuple[Tensor, ...] | None  # [B, H, S] after the write (with `initial`)
+    initial: dict[int, Tensor] | None  # [B, H, T] the new tokens' scores, when they need no keys (`Policy.at`)
+    score: dict[int, Tensor] | None  # [B, H, S] after the write (with `initial`)
     whole: dict[str, Tensor]  # the `[L, ...]` tensors of slots, written, freed_at and score: the next step's
-    masks: tuple[object, tuple[Tensor, ...], Tensor] | None = None  # (`_queries`' memo, its masks, stacked)
+    masks: tuple[object, dict[int, Tensor], Tensor] | None = None  # (`_queries`' memo, its masks, stacked)
 
 
 @dataclass

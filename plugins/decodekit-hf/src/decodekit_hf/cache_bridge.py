@@ -24,9 +24,9 @@ eagerly (the scored caches, `window`: `runs_eagerly`) is written by that functio
 write and the attention one eager call per layer, so that `compile=True` compiles the same graphs for every layer.
 
 A model that transformers runs on eager attention because SDPA cannot compute it (`EAGER_SERVED`: Gemma 2 and
-VaultGemma soft-cap the attention logits, gpt-oss, Flint and the Granite SWA models add a learned sink logit per
-head) is switched to `EAGER_ATTENTION`: transformers' eager masks, and outside `cache_attention` the model's own
-eager function, so a cache that keeps every token runs as before; through the cache, `softcap` and `s_aux` (the
+VaultGemma soft-cap the attention logits, gpt-oss, Flint, MiMo-V2-Flash and the Granite SWA models add a learned sink
+logit per head) is switched to `EAGER_ATTENTION`: transformers' eager masks, and outside `cache_attention` the model's
+own eager function, so a cache that keeps every token runs as before; through the cache, `softcap` and `s_aux` (the
 sinks) are applied to the cache's mask by `eager_terms_attention`, the same arithmetic as transformers' eager
 functions.
 """
@@ -68,10 +68,11 @@ __all__ = [
 ATTENTION = "decodekit"  # the attn_implementation name HFModel gives a model
 EAGER_ATTENTION = "decodekit_eager"  # the name it gives a model of `EAGER_SERVED`
 # Models on eager attention whose eager function is scaled dot products plus what `eager_terms_attention` applies:
-# soft-capping (Gemma 2, VaultGemma: `softcap`), a learned sink logit per head (gpt-oss, Flint: `s_aux`; Granite SWA
-# and Granite-MoE SWA scale the output by sigmoid(logsumexp - sink), the same weights). A list, not a rule read off
-# the model: an eager function is code, and each one here is checked against `eager_terms_attention`.
-EAGER_SERVED = ("gemma2", "vaultgemma", "gpt_oss", "flint", "granite_swa", "granitemoe_swa")
+# soft-capping (Gemma 2, VaultGemma: `softcap`), a learned sink logit per head (gpt-oss, Flint, MiMo-V2-Flash's sliding
+# layers: `s_aux`; Granite SWA and Granite-MoE SWA scale the output by sigmoid(logsumexp - sink), the same weights). A
+# list, not a rule read off the model: an eager function is code, and each one here is checked against
+# `eager_terms_attention`.
+EAGER_SERVED = ("gemma2", "vaultgemma", "gpt_oss", "flint", "granite_swa", "granitemoe_swa", "mimo_v2_flash")
 
 
 @dataclass(frozen=True, eq=False)
