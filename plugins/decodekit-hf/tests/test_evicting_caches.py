@@ -254,7 +254,8 @@ def test_a_ragged_batch_through_window_decodes_each_row_as_alone(chain: str) -> 
     tokens differed from alone. Each row's own sinks now, moved by its own distance, through transformers' Llama."""
     model = HFModel(llama(n_layers=2, context=32))
     prompts = [[(3 * i) % 90 + 1 for i in range(19)], [(7 * i) % 90 + 2 for i in range(13)], [5, 6], [8, 9, 10, 11]]
-    seeds, options = [3, 4, 5, 6], {"cache": "window(size=6, sinks=2, slack=4)", "chain": chain, "logprobs": 0}
+    seeds = [3, 4, 5, 6]
+    options: dict[str, Any] = {"cache": "window(size=6, sinks=2, slack=4)", "chain": chain, "logprobs": 0}
     out = dk.decode(model, prompts, max_new_tokens=30, seed=seeds, stop_tokens=[], **options)
     for b, prompt in enumerate(prompts):
         alone = dk.decode(model, [prompt], max_new_tokens=30, seed=[seeds[b]], stop_tokens=[], **options)

@@ -73,6 +73,11 @@ class WindowCache:
         # masks by size, (first slot, positions) -> mask; the sinks' rotation by its offset.
         self._masks: dict[int, tuple[int, Tensor, Tensor]] = {}
         self._turn: tuple[int, tuple[Tensor, Tensor]] | None = None
+        self._indices: dict[int, tuple[tuple[int, int], Tensor, Tensor]] = {}  # see `_index`
+        # The first forward's block per layer, written once its mask says where each row starts (`_settle`).
+        self._pending: list[tuple[Tensor, Tensor] | None] = []
+        self._copies: list[_Copies | None] = []  # see `_Copies`
+        self._learned: Tensor | None = None  # the positions the rows' starts were read from
         self.reset()
 
     @property
@@ -98,7 +103,7 @@ class WindowCache:
         self._first_start, self._last_start = int(row_start.min()), int(row_start.max())
         self._turn = None
         self._masks.clear()
-        self._indices: dict[int, tuple[tuple[int, int], Tensor, Tensor]] = {}
+        self._indices.clear()
 
     def _write(self, layer: int, start: int, k: Tensor, v: Tensor) -> None:
         """Store the tokens of stream slots `start ..`, each row's in its own slots, `ring` at a time: a later
@@ -261,9 +266,7 @@ class WindowCache:
         # Per layer, the oldest stream slot the ring still holds (host-side: crop reads it without a sync).
         # Not `length - ring`: a crop empties ring slots whose older tokens the cropped writes had evicted.
         self._oldest = [self.sinks] * L
-        self._pending: list[tuple[Tensor, Tensor] | None] = [None] * L
-        self._copies: list[_Copies | None] = [None] * L
-        self._learned: Tensor | None = None
+        self._pending, self._copies, self._learned = [None] * L, [None] * L, None
         self._starts_at(torch.zeros(self.spec.batch_size, dtype=torch.long, device=self.spec.device))
         for slots in self._slots:
             slots.fill_(-1)
