@@ -239,7 +239,7 @@ class WindowCache:
     def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
         T, size = positions.shape[1], self.sizes[layer]
         first = self._lengths[layer] - T
-        if first == 0 and positions is not self._learned:  # the first forward: each row's start, once
+        if first == 0 < T and positions is not self._learned:  # the first forward: each row's start, once
             self._learned = positions
             self._starts_at(-positions[:, 0])
         self._settle(layer)
