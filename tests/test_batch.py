@@ -621,18 +621,34 @@ def test_a_strategy_decodes_every_line(tmp_path: Path) -> None:
 
 
 def test_a_window_cache_result_depends_on_neither_batch_size_nor_neighbours(tmp_path: Path) -> None:
-    """Before: with `--cache window(...)` a left-padded row's sinks were padding, so a line's tokens changed
-    with `--batch-size` (and with the lines it shared a batch with) once the window evicted."""
+    """Before: with `--cache window(...)` a left-padded row's sinks were padding, so a line's tokens changed with
+    `--batch-size` and its neighbours once the window evicted; a job then decoded only prompts of one length together
+    (`exact_when_padded`). Now lines of mixed prompt lengths share a batch, each decoded as alone (`--batch-size 1`)."""
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": "Line: " + "abcdefgh"[:i]}) + "\n" for i in range(6)))
-    args = ["-m", MODEL, "--seed", "3", "--max-new-tokens", "40", "--cache", "window(size=8, sinks=2, slack=4)"]
-    alone, together = tmp_path / "alone.jsonl", tmp_path / "together.jsonl"
+    lines = ["Line: " + "abcdefghijklmnop"[:i] for i in (0, 16, 2, 9, 5, 14)]  # 6 to 22 characters
+    prompts.write_text("".join(json.dumps({"prompt": line}) + "\n" for line in lines))
+    args = [
+        "-m",
+        "tiny-shakespeare",
+        "--seed",
+        "3",
+        "--max-new-tokens",
+        "40",
+        "--cache",
+        "window(size=8, sinks=2, slack=4)",
+    ]
+    outputs = [tmp_path / f"batch{size}.jsonl" for size in (1, 3, 6)]
     runs = cli_many(
-        ["generate", "--input", str(prompts), "--output", str(alone), "--batch-size", "1", *args],
-        ["generate", "--input", str(prompts), "--output", str(together), "--batch-size", "6", *args],
+        *[
+            ["generate", "--input", str(prompts), "--output", str(out), "--batch-size", str(size), *args]
+            for out, size in zip(outputs, (1, 3, 6))
+        ]
     )
     assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
-    assert _records(together) == _records(alone) and len(_records(alone)) == 6
+    alone = _records(outputs[0])
+    assert len(alone) == 6 and all(len(r["tokens"]) == 40 for r in alone)
+    assert _records(outputs[1]) == alone
+    assert _records(outputs[2]) == alone
 
 
 def test_resume_reports_only_the_bad_lines_it_still_has_to_do(tmp_path: Path) -> None:

@@ -50,6 +50,16 @@ class Int4Storage:
             self.packed[layer][i][:, :, start:end] = u[..., 0::2] | (u[..., 1::2] << 4)
             self.scales[layer][i][:, :, start:end] = scale
 
+    def write_at(self, layer: int, index: Tensor, k: Tensor, v: Tensor) -> None:
+        """Each row and head to slots of its own (`index` `[B, H, T]`): what `window` writes a ragged batch with."""
+        where = index.unsqueeze(-1)
+        for i, x in enumerate((k, v)):
+            q, scale = int4_quantise(x)
+            u = (q + 8).to(torch.uint8)
+            packed = u[..., 0::2] | (u[..., 1::2] << 4)
+            self.packed[layer][i].scatter_(2, where.expand(-1, -1, -1, packed.shape[-1]), packed)
+            self.scales[layer][i].scatter_(2, where, scale)
+
     def read(self, layer: int, start: int, stop: int) -> tuple[Tensor, Tensor]:
         out = []
         for i in range(2):
@@ -120,6 +130,38 @@ class TestWindowOverInt4(CacheConformance):
     def nbytes(self, spec: dk.CacheSpec) -> int:
         slots = sum(SINKS + size + SLACK - 1 for size in SIZES)
         return 2 * spec.batch_size * slots * spec.n_kv_heads * (spec.head_dim // 2 + 4)
+
+
+class SlotsInOrderOnly(Int4Storage):
+    """A storage that writes slots in order only, the same for every row."""
+
+    write_at = None  # type: ignore[assignment]  # None: not implemented (typing's rule for protocols)
+
+
+class SlotsInOrderOnlyCache(PreallocatedKVCache):
+    storage = SlotsInOrderOnly  # type: ignore[assignment]
+
+
+class InOrderPlugin:
+    @dk.hookimpl
+    def register_cache_backends(self, register: dk.hookspecs.Registrar) -> None:
+        register("in_order", SlotsInOrderOnlyCache, description="test-only: slots in order, no write_at")
+
+
+def test_a_storage_without_write_at_is_refused_naming_store() -> None:
+    """A window writes each row of a ragged batch to slots of its own; a storage that cannot is refused up front."""
+    plugin = InOrderPlugin()
+    dk.register_plugin(plugin, name="test-in-order")
+    spec = dk.CacheSpec(n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, batch_size=2, capacity=64)
+    try:
+        with pytest.raises(dk.ParameterError) as exc:
+            dk.create_cache("window(size=8, store='in_order')", spec)
+    finally:
+        dk.unregister_plugin(plugin)
+    assert str(exc.value) == (
+        "cache window: store='in_order' is invalid: its storage cannot write each row to slots of its own (write_at), "
+        "which rows of different prompt lengths need; allowed: a storage with write_at (gqa, dense, int8)"
+    )
 
 
 def test_int4_window_is_an_eighth_of_float32_plus_scales() -> None:

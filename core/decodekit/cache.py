@@ -199,7 +199,7 @@ def slot_mask(key_slots: Tensor, positions: Tensor, first: int, *, window: int |
         key_slots = key_slots.unsqueeze(1)  # [B, 1, S]
     mask = (key_slots >= row_start) & (key_slots <= q)  # [B, (H,) T, S]
     if window is not None:
-        mask &= (key_slots < sinks) | (key_slots > q - window)
+        mask &= (key_slots < row_start + sinks) | (key_slots > q - window)  # a row's sinks: its first tokens
     mask |= key_slots == q
     return mask if mask.dim() == 4 else mask.unsqueeze(1)
 

@@ -107,7 +107,7 @@ class FloatStorage:
         where = index.repeat_interleave(repeat, 1) if repeat > 1 else index
         where = where.unsqueeze(-1)  # [B, heads, T, 1]
         for buf, x in ((self.keys[layer], k), (self.values[layer], v)):
-            buf.scatter_(2, where.expand(-1, -1, -1, buf.shape[3]), self._stored(x))
+            buf.scatter_(2, where.expand(-1, -1, -1, buf.shape[3]), self._stored(x).to(buf.dtype))  # as `write` casts
 
     def read(self, layer: int, start: int, stop: int) -> tuple[Tensor, Tensor]:
         if start == 0 and stop == self.keys[layer].shape[2]:

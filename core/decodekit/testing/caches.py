@@ -2,7 +2,8 @@
 
 A backend states what it keeps; the kit holds it to that. `CacheConformance.kept(...)` is
 the statement: for a query in slot `q` (of an update whose first new slot is `first`),
-the slots it attends to and the position it sees each at. The kit feeds random keys,
+the slots it attends to and the position it sees each at, counted from its row's first token (a
+left-padded row is held to what it would see alone). The kit feeds random keys,
 rotated at their positions, and random values, and compares the cache's attention
 (the keys `update` returns, under `attention_mask`) with a float64 reference attention
 over exactly the stated tokens, built from its own record of what it fed: the storage's
@@ -297,7 +298,8 @@ class CacheConformance:
         return spec.n_kv_heads
 
     def kept(self, spec: CacheSpec, layer: int, query: int, first: int) -> dict[int, int]:
-        """{slot: position it is seen at} for the query in slot `query` of an update starting at `first`."""
+        """{slot: position it is seen at} for the query in slot `query` of an update starting at `first`, slots
+        counted from the row's first token (a left-padded row sees what it would alone)."""
         return {t: t for t in range(query + 1)}
 
     def round_trip(self, x: Tensor) -> Tensor:
@@ -385,7 +387,9 @@ class CacheConformance:
             for t in range(q.shape[2]):
                 if row[t] < 0:
                     continue
-                seen = {s: p for s, p in self.kept(spec, layer, first + t, first).items() if s >= pad}
+                # A row sees what it would alone: `kept` counts slots from the row's first token.
+                kept = self.kept(spec, layer, first + t - pad, first - pad)
+                seen = {s + pad: p + pad for s, p in kept.items()}
                 if seen:  # (no key: the query's output stays 0, as an empty softmax gave it)
                     rows.append(r)
                     queries.append(t)

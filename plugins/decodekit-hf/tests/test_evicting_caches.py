@@ -246,3 +246,20 @@ def test_another_rotary_layout_past_its_context_is_refused_naming_it(build_arch:
     assert "and its rotary embedding (cohere's own layout) is not supported for re-rotating kept keys:" in str(
         info.value
     )
+
+
+@pytest.mark.parametrize("chain", ["greedy", "top_k(20) | temperature(0.9)"])
+def test_a_ragged_batch_through_window_decodes_each_row_as_alone(chain: str) -> None:
+    """Before: a left-padded row's sinks were the batch's first slots, its padding, so once the window evicted its
+    tokens differed from alone. Each row's own sinks now, moved by its own distance, through transformers' Llama."""
+    model = HFModel(llama(n_layers=2, context=32))
+    prompts = [[(3 * i) % 90 + 1 for i in range(19)], [(7 * i) % 90 + 2 for i in range(13)], [5, 6], [8, 9, 10, 11]]
+    seeds = [3, 4, 5, 6]
+    options: dict[str, Any] = {"cache": "window(size=6, sinks=2, slack=4)", "chain": chain, "logprobs": 0}
+    out = dk.decode(model, prompts, max_new_tokens=30, seed=seeds, stop_tokens=[], **options)
+    for b, prompt in enumerate(prompts):
+        alone = dk.decode(model, [prompt], max_new_tokens=30, seed=[seeds[b]], stop_tokens=[], **options)
+        assert out.tokens[b] == alone.tokens[0], f"row {b}"
+        assert out.logprobs is not None and alone.logprobs is not None
+        got, want = ([t.raw for t in x] for x in (out.logprobs[b], alone.logprobs[0]))
+        torch.testing.assert_close(torch.tensor(got), torch.tensor(want), atol=1e-4, rtol=0)

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 import decodekit as dk
 from decodekit.errors import DecodekitError, ParameterError
-from decodekit.plugins import cache_factory
 from decodekit.results import Generation
 from decodekit.testing.fuzz.catalogue import SamplerInfo, registered_samplers
 from decodekit.testing.fuzz.chains import ChainDraw, chain_draws
@@ -154,13 +153,8 @@ def check_row_limits_case(case: RowLimitsCase, report: Report) -> None:
         if len(row) > limit:
             report.add(MALFORMED, f"{case.api}: {len(row)} tokens past max_new_tokens={limit}")
     comparable = isinstance(case.seeds, tuple)  # each row draws its own numbers (beam's chain too: xtc draws)
-    if comparable and (len(set(map(len, prompts))) == 1 or _exact_when_padded(case.kwargs.get("cache", "dense"))):
+    if comparable:
         _compare_alone(case, g, prompts, limits, report)
-
-
-def _exact_when_padded(cache: str) -> bool:
-    """Whether a left-padded row decodes as alone under `cache` (not `window` once it evicts: docs/caches.md)."""
-    return cache == "none" or bool(getattr(cache_factory(cache).impl, "exact_when_padded", True))
 
 
 def _compare_alone(

@@ -14,7 +14,6 @@ import itertools
 import secrets
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Any
 
 import decodekit as dk
@@ -22,7 +21,6 @@ from decodekit.chain_string import parse_stage
 from decodekit.context import mix_seed, row_seeds
 from decodekit.engine import PREALLOCATED_COLUMNS, check_rows
 from decodekit.errors import CompileError
-from decodekit.plugins import Registry, cache_factory, get_registry
 from decodekit_cli.batch_input import InputLine, LineError, PromptLine, parse_line
 from decodekit_cli.batch_records import Record, error_record, result_record, sequence
 from decodekit_cli.batch_settings import BatchSettings, parsed_chain
@@ -183,15 +181,9 @@ def decode_records(
     as a warning about a line names it ("--input prompts.jsonl").
 
     If decoding fails, the rows not yet ended are decoded again one at a time (with the same
-    seeds, so the same results): only a row that fails on its own gets an error record. Under a cache
-    whose padded rows decode otherwise than alone (`exact_when_padded = False`: window), each prompt
-    length is decoded apart; under a strategy that refuses one max_new_tokens per prompt (beam), each length.
+    seeds, so the same results): only a row that fails on its own gets an error record. Under a strategy that
+    refuses one max_new_tokens per prompt (beam), each length is decoded apart.
     """
-    lengths = {len(p.ids) for p in batch}
-    if len(lengths) > 1 and not _exact_when_padded(settings.cache):
-        for length in sorted(lengths):  # no row padded: each decodes as it would alone (and no copies added)
-            yield from decode_records(model, settings, [p for p in batch if len(p.ids) == length], where=where)
-        return
     seeded = [p if p.seed is not None else replace(p, seed=secrets.randbits(63)) for p in batch]
     padding = rows - sum(p.copies for p in seeded) if settings.compile else 0
     padded = [*seeded, *[replace(seeded[-1], copies=1)] * padding]
@@ -220,17 +212,6 @@ def decode_records(
         for i, row in enumerate(seeded):
             if i not in ended:
                 yield from decode_records(model, settings, [row], where=where)
-
-
-def _exact_when_padded(cache: str) -> bool:
-    """Whether a left-padded row decodes under `cache` as alone (not `window`: its sinks are the first slots)."""
-    return cache == "none" or _padded_exactly(get_registry(), cache)
-
-
-@lru_cache(maxsize=16)
-def _padded_exactly(registry: Registry, cache: str) -> bool:
-    """Keyed by the registry too: another registry may name another backend `cache`."""
-    return bool(getattr(cache_factory(cache).impl, "exact_when_padded", True))
 
 
 def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where: str) -> Iterator[tuple[int, Record]]:
