@@ -123,3 +123,18 @@ def test_crop_after_eviction_and_a_long_block() -> None:
         for step, (got, want) in enumerate(zip(batch, alone)):
             where = f"row {b}, step {step}"
             torch.testing.assert_close(got[b], want[0], atol=1e-4, rtol=0, msg=lambda m, w=where: f"{w}: {m}")  # type: ignore[misc]
+
+
+def test_the_sinks_room_is_nan_until_the_mask_is_asked() -> None:
+    """A block whose queries need moved sinks gets room for them in front of the keys, filled when the mask says where
+    each row starts: a model that attended before asking would see NaN (a NumericsError downstream), never zeros
+    (before: zeros, wrong attention without a sign). Asked, the room holds each row's sinks and no NaN is left."""
+    spec = dk.CacheSpec(n_layers=1, n_heads=2, n_kv_heads=2, head_dim=4, batch_size=2, capacity=1, rope_base=10000.0)
+    kv = dk.create_cache(CACHE, spec)
+    k, v = torch.randn(2, 2, 15, 4), torch.randn(2, 2, 15, 4)
+    keys, values = kv.update(0, k, v)
+    room = keys.shape[2] - 15
+    assert room > 0 and keys[:, :, :room].isnan().all() and values[:, :, :room].isnan().all()
+    positions = torch.arange(15)[None] - torch.tensor([[0], [4]])  # the second row padded by 4
+    kv.attention_mask(0, positions)
+    assert not keys.isnan().any() and not values.isnan().any()

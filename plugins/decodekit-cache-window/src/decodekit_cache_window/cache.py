@@ -192,10 +192,12 @@ class WindowCache:
         if not self._moves(layer, start, T):
             return keys, values
         # Room for one moved copy of the sinks per query, filled by `attention_mask`: the rows' starts, which say
-        # where each row's sinks are and how far they move, come with the positions.
+        # where each row's sinks are and how far they move, come with the positions. NaN until then, so a model
+        # that attends before asking the mask fails loudly (NumericsError) rather than attending to zeros.
         B, _, S, _ = keys.shape
         keys, values = (
-            torch.cat([x.new_zeros(B, x.shape[1], T * self.sinks, x.shape[3]), x], 2) for x in (keys, values)
+            torch.cat([x.new_full((B, x.shape[1], T * self.sinks, x.shape[3]), torch.nan), x], 2)
+            for x in (keys, values)
         )
         self._copies[layer] = (keys, values, self._returned[layer], start, None if short else S - T)
         return keys, values
