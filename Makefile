@@ -66,7 +66,7 @@ FUZZ_ARGS ?= --cases 10000 --seed 0
 fuzz: install-dev
 	nice $(BIN)/python benchmarks/fuzz.py $(FUZZ_ARGS)
 
-# The docs site into site/; --strict: a broken link, anchor or API reference fails the build.
+# The docs site into site/; --strict: a broken link or API reference fails the build (anchors: tests/test_docs.py).
 docs: $(VENV)/.installed-docs
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 

@@ -172,3 +172,31 @@ def test_a_pip_install_of_checkout_folders_names_the_folders_they_need() -> None
             need = set().union(*(_local_needs(f) for f in folders)) - folders
             missing += [f"{_rel(page)}: 'pip install {command.strip()}' lacks {sorted(need)}"] if need else []
     assert not missing, "\n".join(missing)
+
+
+_FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
+_LINK = re.compile(r"\]\(([\w./-]*\.md)?#([^)\s]+)\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    """The heading anchors mkdocs gives `page`: pymdownx's slugify (case: lower, as mkdocs.yml sets it), a repeated
+    heading's with `_1`, `_2`..."""
+    seen: dict[str, int] = {}
+    for title in re.findall(r"^#{1,6} (.+?)\s*$", _FENCE.sub("", page.read_text()), re.M):
+        text = re.sub(r"[^\w\s-]", "", re.sub(r"\[([^]]*)\]\([^)]*\)", r"\1", title)).strip().lower()
+        slug = re.sub(r"\s", "-", text)  # each space a hyphen: "a — b" is "a--b"
+        seen[slug] = seen.get(slug, -1) + 1
+    return {slug if i == 0 else f"{slug}_{i}" for slug, n in seen.items() for i in range(n + 1)}
+
+
+def test_every_anchor_link_names_a_heading() -> None:
+    """`mkdocs build --strict` (its `validation: anchors`) let `[below](#window)` through, where the heading's anchor
+    is `#window-attention-sinks-plus-a-sliding-window`: every `(#x)` and `(page.md#x)` in the docs names a heading."""
+    docs = dx.ROOT / "docs"
+    broken = []
+    for page in sorted(docs.glob("*.md")):
+        for target, anchor in _LINK.findall(_FENCE.sub("", page.read_text())):
+            linked = docs / target if target else page
+            if linked.exists() and anchor not in _anchors(linked):
+                broken.append(f"{page.name}: ({target}#{anchor})")
+    assert broken == []
