@@ -220,23 +220,6 @@ def test_strategies_on_the_trained_model(trained: Any, cache: str) -> None:
     assert len(evicting.tokens[0]) == 80
 
 
-def test_a_scaled_rotary_model_past_its_context_is_refused_naming_its_scaling() -> None:
-    """A Llama with llama3 rotary scaling has no rope_base: an evicting cache past its context was refused
-    saying its positions are absolute; the error names the scaling decodekit cannot re-rotate keys under."""
-    scaling = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0}
-    scaling |= {"high_freq_factor": 4.0, "original_max_position_embeddings": 16}
-    model = HFModel(llama(1, context=32, rope_parameters=scaling))
-    assert model.spec.rope_base is None
-    with pytest.raises(dk.ContextLengthError) as info:
-        dk.generate(model, [[1, 2, 3]], max_new_tokens=40, cache="window(size=8, sinks=2)")
-    assert str(info.value) == (
-        "prompt of 3 tokens + max_new_tokens=40 = 43 tokens exceeds the model's context of 32 positions, and its "
-        "rotary scaling 'llama3' is not supported for re-rotating kept keys: an evicting cache cannot take it further; "
-        "use cache='none' (it crops the context) or fewer tokens: lower max_new_tokens to 29 or fewer (the context "
-        "less the prompt's 3 tokens)"
-    )
-
-
 def test_another_rotary_layout_past_its_context_is_refused_naming_it(build_arch: Any) -> None:
     """Cohere rotates interleaved pairs, which decodekit.rope does not: the refusal said its positions were
     absolute (not rotary)."""
