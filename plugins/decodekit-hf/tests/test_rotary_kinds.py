@@ -75,6 +75,21 @@ def test_one_layer_window_moves_its_sinks_as_the_model_rotates(build_arch: Any, 
         torch.testing.assert_close(got, want, atol=1e-4, rtol=0, msg=lambda m, t=t: f"step {t}: {m}")  # type: ignore[misc]
 
 
+@pytest.mark.parametrize("name", ["partial", "gemma3", "mimo"])
+@torch.no_grad()
+def test_a_window_fed_in_blocks_moves_each_querys_sinks_as_single_steps_do(build_arch: Any, name: str) -> None:
+    """A block gives each query its own moved copy of the sinks (by each layer's frequencies, over a partial head's
+    first dims): two layers fed 4 tokens at a time give the logits they give one token at a time (which the test
+    above checks against transformers)."""
+    model = HFModel(build(build_arch, name))
+    ids = torch.randint(0, 96, (1, 60), generator=torch.Generator().manual_seed(2))
+    spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=1)
+    one, blocks = (dk.create_cache("window(size=8, sinks=2, slack=4)", spec) for _ in range(2))
+    singles = torch.cat([model(ids[:, t : t + 1], torch.tensor([[t]]), one) for t in range(60)], 1)
+    chunks = torch.cat([model(ids[:, a : a + 4], torch.arange(a, a + 4)[None], blocks) for a in range(0, 60, 4)], 1)
+    torch.testing.assert_close(chunks, singles, atol=1e-4, rtol=0)
+
+
 @pytest.mark.parametrize("name", [name for name, kind in KINDS.items() if kind[2] is not None])
 def test_each_layer_takes_its_own_types_frequencies(build_arch: Any, name: str) -> None:
     """The spec's frequencies of each layer are the ones transformers' rotary embedding holds for its type (Gemma 4's
