@@ -22,8 +22,8 @@ def frequencies(rotated: int, base: float, device: torch.device | str = "cpu") -
 def turns(positions: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
     """`cos`, `sin` `[*positions.shape, 2·len(inv_freq)]` (float32) of the angles `position · inv_freq`."""
     angles = positions.to(torch.float64).unsqueeze(-1) * inv_freq.to(positions.device, torch.float64)
-    angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos().float(), angles.sin().float()
+    cos, sin = angles.cos().float(), angles.sin().float()  # each pair's angle once, then for both its halves
+    return torch.cat([cos, cos], dim=-1), torch.cat([sin, sin], dim=-1)
 
 
 def rope_angles(positions: Tensor, head_dim: int, base: float) -> tuple[Tensor, Tensor]:
@@ -46,6 +46,17 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 def rotate(x: Tensor, delta: int | Tensor, inv_freq: Tensor) -> Tensor:
     """`x` `[..., D]`, rotated at some positions by `inv_freq`, moved `delta` positions on: an int, or a tensor that
-    broadcasts to `x.shape[:-1]` (`[T]` for `x` `[B, H, T, D]`)."""
-    cos, sin = turns(torch.as_tensor(delta, device=x.device), inv_freq)
-    return apply_rope(x, cos, sin)
+    broadcasts to `x.shape[:-1]` (`[T]` for `x` `[B, H, T, D]`). `apply_rope`'s arithmetic on each half of a pair
+    (the same floats), without its full-width angles and concatenations: a cache moves keys at every step."""
+    n = inv_freq.shape[-1]
+    angles = torch.as_tensor(delta, device=x.device).unsqueeze(-1).double() * inv_freq
+    cos, sin = angles.cos().float(), angles.sin().float()
+    if 2 * n < x.shape[-1]:  # a partial rotary embedding: the rest of the head passes
+        return torch.cat([_turn(x[..., : 2 * n], cos, sin), x[..., 2 * n :]], dim=-1)
+    return _turn(x, cos, sin)
+
+
+def _turn(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """`x` `[..., 2n]` turned by the angles of `cos`, `sin` `[..., n]`: pair `(x_i, x_{i+n})` as a 2-d vector."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
