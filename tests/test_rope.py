@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -74,7 +75,7 @@ def test_rotate_turns_the_first_dims_by_the_frequencies_and_passes_the_rest() ->
 
 def test_a_cache_spec_gives_each_layers_frequencies() -> None:
     """`CacheSpec.frequencies`: a layer's own (`rope_frequencies`), else `rope_base`'s default ones, else None."""
-    shape = dict(n_layers=2, n_heads=2, n_kv_heads=2, head_dim=8)
+    shape: dict[str, Any] = dict(n_layers=2, n_heads=2, n_kv_heads=2, head_dim=8)
     model = dk.ModelSpec(**shape, vocab_size=10, max_positions=16, rope_frequencies=((1.0, 0.5), (0.25, 0.0, 0.0, 0.0)))
     spec = dk.CacheSpec.for_model(model, batch_size=1, capacity=4)
     assert model.movable_keys and spec.movable_keys

@@ -51,13 +51,15 @@ def build(build_arch: Any, name: str, layer_types: list[str] | None = None, **ov
 
 
 # Each layer type of each kind, alone in a one-layer model.
-ONE_LAYER = [(name, None) for name, kind in KINDS.items() if kind[2] is None]
+ONE_LAYER: list[tuple[str, str | None]] = [(name, None) for name, kind in KINDS.items() if kind[2] is None]
 ONE_LAYER += [(name, kind) for name, (_, _, types) in KINDS.items() for kind in types or ()]
 
 
 @pytest.mark.parametrize(("name", "layer_type"), ONE_LAYER)
 @torch.no_grad()
-def test_one_layer_window_moves_its_sinks_as_the_model_rotates(build_arch: Any, name: str, layer_type: str) -> None:
+def test_one_layer_window_moves_its_sinks_as_the_model_rotates(
+    build_arch: Any, name: str, layer_type: str | None
+) -> None:
     """StreamingLLM's claim, exactly: with one layer the window through the cache equals transformers' forward over
     the sinks and the last `size` tokens at positions 0 .. S-1, far past the context. Before, these models had no
     rope_base: their sinks were not moved, and the logits differed from the first eviction on."""
