@@ -17,6 +17,7 @@ from decodekit_hf.model import HFModel
 
 import decodekit as dk
 from decodekit.cache import PreallocatedKVCache
+from tinymodels import assert_window_moves_sinks_as_transformers
 
 
 def llama(n_layers: int, seed: int = 0, context: int = 128, **overrides: Any) -> Any:
@@ -49,16 +50,7 @@ def test_one_layer_window_equals_recomputing_sinks_plus_window(build_arch: Any, 
         if arch == "llama"
         else build_arch(arch, num_hidden_layers=1, max_position_embeddings=32)
     )
-    model, size, sinks = HFModel(hf), 8, 2
-    ids = torch.randint(0, 96, (1, 100), generator=torch.Generator().manual_seed(1))
-    cache = dk.create_cache(
-        f"window(size={size}, sinks={sinks}, slack=4)", dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=1)
-    )
-    for t in range(100):
-        got = model(ids[:, t : t + 1], torch.tensor([[t]]), cache)[:, -1]
-        kept = [*range(min(sinks, max(0, t - size + 1))), *range(max(0, t - size + 1), t + 1)]
-        want = hf(ids[:, kept], position_ids=torch.arange(len(kept))[None]).logits[:, -1]
-        torch.testing.assert_close(got, want, atol=1e-4, rtol=0, msg=lambda m, t=t: f"step {t}: {m}")  # type: ignore[misc]
+    assert_window_moves_sinks_as_transformers(hf, HFModel(hf))
 
 
 @pytest.mark.parametrize("arch", ["stablelm", "nemotron", "falcon", "opt", "cohere"])

@@ -13,6 +13,7 @@ import torch
 from decodekit_hf.model import HFModel
 
 import decodekit as dk
+from tinymodels import assert_window_moves_sinks_as_transformers
 
 CONTEXT = 32
 _GEMMA3 = dict(num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8, sliding_window=128)
@@ -64,17 +65,9 @@ def test_one_layer_window_moves_its_sinks_as_the_model_rotates(
     the sinks and the last `size` tokens at positions 0 .. S-1, far past the context. Before, these models had no
     rope_base: their sinks were not moved, and the logits differed from the first eviction on."""
     hf = build(build_arch, name, None if layer_type is None else [layer_type], num_hidden_layers=1)
-    model, size, sinks = HFModel(hf), 8, 2
+    model = HFModel(hf)
     assert model.spec.rope_frequencies is not None and model.spec.rope_base is None
-    ids = torch.randint(0, 96, (1, 100), generator=torch.Generator().manual_seed(1))
-    cache = dk.create_cache(
-        f"window(size={size}, sinks={sinks}, slack=4)", dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=1)
-    )
-    for t in range(100):
-        got = model(ids[:, t : t + 1], torch.tensor([[t]]), cache)[:, -1]
-        kept = [*range(min(sinks, max(0, t - size + 1))), *range(max(0, t - size + 1), t + 1)]
-        want = hf(ids[:, kept], position_ids=torch.arange(len(kept))[None]).logits[:, -1]
-        torch.testing.assert_close(got, want, atol=1e-4, rtol=0, msg=lambda m, t=t: f"step {t}: {m}")  # type: ignore[misc]
+    assert_window_moves_sinks_as_transformers(hf, model)
 
 
 @pytest.mark.parametrize("name", ["partial", "gemma3", "mimo"])
