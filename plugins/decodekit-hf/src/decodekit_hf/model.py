@@ -61,8 +61,8 @@ _ROTATE_HALF = (
 # Of those, the ones whose attention rotates a partial rotary embedding's first dims and passes the rest (Phi-4-mini's
 # `partial_rotary_factor`); Llama's code would fail on it.
 _PARTIAL = ("phi3", "mimo_v2_flash")
-# transformers recomputes these frequencies with the sequence length (`dynamic_rope_update`), so a stored key's
-# rotation is not one a later step can continue.
+# Scalings whose frequencies transformers recomputes with the sequence length (`dynamic_rope_update`: any "dynamic"
+# type, "longrope"), so a stored key's rotation is not one a later step can continue.
 _BY_LENGTH = ("dynamic", "longrope")
 
 _Frequencies = tuple[tuple[float, ...], ...]
@@ -95,11 +95,10 @@ def _rope(config: Any, n_layers: int) -> tuple[float | None, _Frequencies | None
         )
     if not per_type and theta is None:
         return None, None, None
-    kinds = list(config.layer_types) if per_type else [None] * n_layers
+    kinds = list(config.layer_types)[:n_layers] if per_type else [None] * max(n_layers, 1)
     by_kind: dict[str | None, tuple[float, ...]] = {}
-    for kind in dict.fromkeys(kinds[:n_layers] if per_type else [None]):
-        params = rope[kind] if kind is not None else rope | {"rope_theta": theta}
-        freq = _frequencies(config, kind, params)
+    for kind in dict.fromkeys(kinds):
+        freq = _frequencies(config, kind, rope[kind] if kind is not None else rope | {"rope_theta": theta})
         if isinstance(freq, str):
             return None, None, freq
         by_kind[kind] = freq
@@ -119,7 +118,7 @@ def _frequencies(config: Any, kind: str | None, params: dict[str, Any]) -> tuple
 
     scaling = str(params.get("rope_type", params.get("type", "default")))
     partial = _partial(config, params)
-    if scaling in _BY_LENGTH or "dynamic" in scaling:
+    if any(kind in scaling for kind in _BY_LENGTH):
         return (
             f"its rotary scaling {scaling!r} recomputes its frequencies with the text's length: not supported for "
             + _KEPT
