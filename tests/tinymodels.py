@@ -137,3 +137,22 @@ def greedy_recomputed(hf: Any, prompt: list[int], n: int) -> list[int]:
         for _ in range(n):
             ids = torch.cat([ids, hf(ids).logits[:, -1:].argmax(-1)], 1)
     return ids[0, len(prompt) :].tolist()
+
+
+@torch.no_grad()
+def assert_window_moves_sinks_as_transformers(hf: Any, model: Any, steps: int = 100) -> None:
+    """StreamingLLM's claim, exactly, on a one-layer transformers model `hf` (`model`: its `HFModel`): token by token
+    through `window(size=8, sinks=2)`, far past a 32-position context, the logits transformers gives over the sinks
+    and the last 8 tokens at positions 0 .. S-1 (the oracle runs no decodekit rotary code)."""
+    import decodekit as dk
+
+    size, sinks = 8, 2
+    ids = torch.randint(0, 96, (1, steps), generator=torch.Generator().manual_seed(1))
+    cache = dk.create_cache(
+        f"window(size={size}, sinks={sinks}, slack=4)", dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=1)
+    )
+    for t in range(steps):
+        got = model(ids[:, t : t + 1], torch.tensor([[t]]), cache)[:, -1]
+        kept = [*range(min(sinks, max(0, t - size + 1))), *range(max(0, t - size + 1), t + 1)]
+        want = hf(ids[:, kept], position_ids=torch.arange(len(kept))[None]).logits[:, -1]
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=0, msg=lambda m, t=t: f"step {t}: {m}")  # type: ignore[misc]

@@ -179,7 +179,7 @@ class Decoding:
                     f"cache {self.request.cache}: a query would attend across {reach} positions, past the model's "
                     f"context of {spec.max_positions}; allowed: a cache whose window fits the context"
                 )
-            if spec.rope_base is None and needed > spec.max_positions:
+            if not spec.movable_keys and needed > spec.max_positions:
                 raise ContextLengthError(
                     f"{words} exceeds the model's context of {spec.max_positions} positions, and "
                     f"{spec.rope_note or 'its positions are absolute (not rotary)'}: an evicting cache cannot take it "
@@ -188,7 +188,7 @@ class Decoding:
         elif needed > spec.max_positions:
             none = ", or cache='none', which crops the context" if self._recompute else ""
             size = '"auto"' if spec.attention_windows is not None or spec.calibration is not None else "N"
-            evict = f", or use a cache that evicts (cache='window(size={size})')" if spec.rope_base is not None else ""
+            evict = f", or use a cache that evicts (cache='window(size={size})')" if spec.movable_keys else ""
             raise ContextLengthError(
                 f"{words} exceeds the model's context of {spec.max_positions} positions; "
                 f"{'shorten the prompt, ' if length < spec.max_positions else ''}{fits}{evict}{none}"
@@ -233,7 +233,7 @@ class Decoding:
             return uncached_logits(self.model, self.buf, self.positions, w)
         positions = self.positions[:, w - 1 : w]
         spec = self.spec  # past the context (but rotary keys an evicting cache moves) only ended rows (`_furthest`):
-        if self.total > spec.max_positions and (spec.rope_base is None or not evicts(self.kv)):
+        if self.total > spec.max_positions and (not spec.movable_keys or not evicts(self.kv)):
             positions = positions.clamp(max=spec.max_positions - 1)  # their tokens are never emitted
         logits: Tensor = self.call_model(self.buf[:, w - 1 : w], positions, self.kv)
         return logits[:, -1]

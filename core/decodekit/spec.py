@@ -6,8 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
 from decodekit.errors import ParameterError
+from decodekit.rope import frequencies
 
 __all__ = ["CacheSpec", "ModelSpec"]
 
@@ -23,6 +25,28 @@ def _check_shape(owner: str, spec: ModelSpec | CacheSpec, positive: tuple[str, .
         _check_shape_field(owner, "value_dim", spec.value_dim, "None (head_dim) or an integer >= 1")
     if spec.layer_shapes is not None:
         _check_layer_shapes(owner, spec)
+    if spec.rope_frequencies is not None:
+        _check_frequencies(owner, spec)
+
+
+def _check_frequencies(owner: str, spec: ModelSpec | CacheSpec) -> None:
+    freqs, dims = spec.rope_frequencies, [_head_dim(spec, layer) for layer in range(spec.n_layers)]
+    if isinstance(freqs, tuple) and len(freqs) == spec.n_layers and all(_is_freq(f, d) for f, d in zip(freqs, dims)):
+        return
+    raise ParameterError(
+        f"{owner}: rope_frequencies={freqs!r} is invalid; allowed: None (rope_base's) or n_layers={spec.n_layers} "
+        "tuples of floats >= 0, each at most half its layer's head_dim long"
+    )
+
+
+def _head_dim(spec: ModelSpec | CacheSpec, layer: int) -> int:
+    return spec.head_dim if spec.layer_shapes is None else spec.layer_shapes[layer][1]
+
+
+def _is_freq(freq: object, head_dim: int) -> bool:
+    if not isinstance(freq, tuple) or not 1 <= len(freq) <= head_dim // 2:
+        return False
+    return all(isinstance(f, float) and f >= 0 for f in freq)
 
 
 def _check_layer_shapes(owner: str, spec: ModelSpec | CacheSpec) -> None:
@@ -49,19 +73,37 @@ def _check_shape_field(owner: str, name: str, value: object, allowed: str) -> No
 
 _HEADS = ("n_layers", "n_heads", "n_kv_heads", "head_dim")
 # What a cache takes from its model's spec.
-_FROM_MODEL = (*_HEADS, "value_dim", "layer_shapes", "rope_base", "max_positions", "attention_windows", "calibration")
+_FROM_MODEL = (
+    *(*_HEADS, "value_dim", "layer_shapes", "rope_base", "rope_frequencies", "max_positions", "attention_windows"),
+    "calibration",
+)
+
+
+class _Rotary:
+    """What both specs say of how a model's keys rotate (`rope_base`, `rope_frequencies`)."""
+
+    rope_base: float | None
+    rope_frequencies: tuple[tuple[float, ...], ...] | None
+
+    @property
+    def movable_keys(self) -> bool:
+        """Whether a cache may move a key it keeps to another position (`decodekit.rope.rotate`): the model's
+        rotary frequencies are known."""
+        return self.rope_base is not None or self.rope_frequencies is not None
 
 
 @dataclass(frozen=True)
-class ModelSpec:
-    """What the decode loop and the cache backends need to know about a model. `rope_base`, `attention_windows`
-    and `calibration` pass to its caches (docs/caches.md, `CacheSpec`); `rope_note`: why `rope_base` is None when
-    that is not absolute positions (e.g. "its rotary scaling 'llama3' is not supported for re-rotating kept
-    keys"), so an error says what is true; `value_dim`: the width of the values the model caches where it is not
-    `head_dim` (DeepSeek's latent attention caches latents of `kv_lora_rank` and rotary keys of `qk_rope_head_dim`),
-    None: `head_dim`; `layer_shapes`: where layers cache other shapes (Gemma 4's full-attention layers wider keys,
-    MiMo-V2-Flash's sliding layers more kv-heads), each layer's `(kv-heads, head_dim, value width)`, which then
-    rule over the three scalar fields; None: every layer as they say."""
+class ModelSpec(_Rotary):
+    """What the decode loop and the cache backends need to know about a model. `rope_base`, `rope_frequencies`,
+    `attention_windows` and `calibration` pass to its caches (docs/caches.md, `CacheSpec`); `rope_note`: why both
+    rotary fields are None when that is not absolute positions (e.g. "its rotary scaling 'dynamic' changes its
+    frequencies with the sequence length"), so an error says what is true; `value_dim`: the width of the values the
+    model caches where it is not `head_dim` (DeepSeek's latent attention caches latents of `kv_lora_rank` and rotary
+    keys of `qk_rope_head_dim`), None: `head_dim`; `layer_shapes`: where layers cache other shapes (Gemma 4's
+    full-attention layers wider keys, MiMo-V2-Flash's sliding layers more kv-heads), each layer's `(kv-heads,
+    head_dim, value width)`, which then rule over the three scalar fields; None: every layer as they say;
+    `rope_frequencies`: where keys rotate by other frequencies than `rope_base`'s (scaled, partial, per layer type),
+    each layer's inverse frequencies (`decodekit.rope`), which rule over `rope_base`."""
 
     n_layers: int
     n_heads: int
@@ -75,15 +117,16 @@ class ModelSpec:
     rope_note: str | None = None
     value_dim: int | None = None
     layer_shapes: tuple[tuple[int, int, int], ...] | None = None
+    rope_frequencies: tuple[tuple[float, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         _check_shape("ModelSpec", self, (*_HEADS, "vocab_size", "max_positions"))
 
 
 @dataclass(frozen=True)
-class CacheSpec:
-    """Everything a cache backend needs to preallocate its buffers, and to move or drop keys; the last five
-    come from the model (`for_model`). docs/caches.md (`CacheSpec`) says what each field is."""
+class CacheSpec(_Rotary):
+    """Everything a cache backend needs to preallocate its buffers, and to move or drop keys; the fields after
+    `device` come from the model (`for_model`). docs/caches.md (`CacheSpec`) says what each field is."""
 
     n_layers: int
     n_heads: int
@@ -99,6 +142,7 @@ class CacheSpec:
     calibration: Path | None = None
     value_dim: int | None = None
     layer_shapes: tuple[tuple[int, int, int], ...] | None = None
+    rope_frequencies: tuple[tuple[float, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         _check_shape("CacheSpec", self, (*_HEADS, "batch_size", "capacity"))
@@ -115,6 +159,13 @@ class CacheSpec:
         if self.layer_shapes is None:
             return self.n_kv_heads, self.head_dim, self.value_width
         return self.layer_shapes[layer]
+
+    def frequencies(self, layer: int) -> Tensor | None:
+        """`layer`'s rotary inverse frequencies (float64, on `device`: `decodekit.rope.rotate` moves its keys by them):
+        `rope_frequencies[layer]`, else `rope_base`'s over its whole head_dim; None: its keys cannot move."""
+        if self.rope_frequencies is not None:
+            return torch.tensor(self.rope_frequencies[layer], dtype=torch.float64, device=self.device)
+        return None if self.rope_base is None else frequencies(self.layer_shape(layer)[1], self.rope_base, self.device)
 
     @classmethod
     def for_model(

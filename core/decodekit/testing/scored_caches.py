@@ -297,7 +297,7 @@ class ScoredCacheConformance:
         """The positions the entries `slots` (in order) are seen at by the query in slot `query` (see the module)."""
         held = [t for t in slots if t < first]
         M = spec.max_positions
-        capped = M is not None and spec.rope_base is not None and bool(held) and last - held[0] > M - 1
+        capped = M is not None and spec.movable_keys and bool(held) and last - held[0] > M - 1
         seen_at = []
         for t in slots:
             distance = last - t

@@ -11,7 +11,7 @@ from decodekit_beam.search import beam_search
 from decodekit_gpt.gpt import GPT
 
 import decodekit as dk
-from decodekit.rope import rotate
+from decodekit.rope import frequencies, rotate
 
 CACHES = ["h2o", "tova", "snapkv", "knorm", "streaming"]
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [7, 8, 9]]
@@ -144,11 +144,13 @@ def test_a_block_past_the_context_sees_every_key_within_it_and_none_twice(budget
     cache = dk.create_cache(f"streaming(budget={budget}, sinks=0, recent=0)", spec)
     e = torch.randn(1, 1, 1, D, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     candidates = torch.arange(-2 * M, 3 * M)
-    table = torch.cat([rotate(e, int(p), base) for p in candidates], 2)[0, 0]  # the key at each position
+    table = torch.cat([rotate(e, int(p), frequencies(D, base)) for p in candidates], 2)[
+        0, 0
+    ]  # the key at each position
 
     def feed(start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         positions = torch.arange(start, start + n)
-        k = torch.cat([rotate(e, int(p), base) for p in positions], 2)
+        k = torch.cat([rotate(e, int(p), frequencies(D, base)) for p in positions], 2)
         keys, _ = cache.update(0, k, k.clone())  # type: ignore[attr-defined]
         return keys[0, 0], cache.attention_mask(0, positions[None])[0, 0]  # type: ignore[attr-defined]
 

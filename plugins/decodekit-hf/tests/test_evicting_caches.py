@@ -17,6 +17,7 @@ from decodekit_hf.model import HFModel
 
 import decodekit as dk
 from decodekit.cache import PreallocatedKVCache
+from tinymodels import assert_window_moves_sinks_as_transformers
 
 
 def llama(n_layers: int, seed: int = 0, context: int = 128, **overrides: Any) -> Any:
@@ -49,16 +50,7 @@ def test_one_layer_window_equals_recomputing_sinks_plus_window(build_arch: Any, 
         if arch == "llama"
         else build_arch(arch, num_hidden_layers=1, max_position_embeddings=32)
     )
-    model, size, sinks = HFModel(hf), 8, 2
-    ids = torch.randint(0, 96, (1, 100), generator=torch.Generator().manual_seed(1))
-    cache = dk.create_cache(
-        f"window(size={size}, sinks={sinks}, slack=4)", dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=1)
-    )
-    for t in range(100):
-        got = model(ids[:, t : t + 1], torch.tensor([[t]]), cache)[:, -1]
-        kept = [*range(min(sinks, max(0, t - size + 1))), *range(max(0, t - size + 1), t + 1)]
-        want = hf(ids[:, kept], position_ids=torch.arange(len(kept))[None]).logits[:, -1]
-        torch.testing.assert_close(got, want, atol=1e-4, rtol=0, msg=lambda m, t=t: f"step {t}: {m}")  # type: ignore[misc]
+    assert_window_moves_sinks_as_transformers(hf, HFModel(hf))
 
 
 @pytest.mark.parametrize("arch", ["stablelm", "nemotron", "falcon", "opt", "cohere"])
@@ -218,23 +210,6 @@ def test_strategies_on_the_trained_model(trained: Any, cache: str) -> None:
         max_new_tokens=80,
     )
     assert len(evicting.tokens[0]) == 80
-
-
-def test_a_scaled_rotary_model_past_its_context_is_refused_naming_its_scaling() -> None:
-    """A Llama with llama3 rotary scaling has no rope_base: an evicting cache past its context was refused
-    saying its positions are absolute; the error names the scaling decodekit cannot re-rotate keys under."""
-    scaling = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0}
-    scaling |= {"high_freq_factor": 4.0, "original_max_position_embeddings": 16}
-    model = HFModel(llama(1, context=32, rope_parameters=scaling))
-    assert model.spec.rope_base is None
-    with pytest.raises(dk.ContextLengthError) as info:
-        dk.generate(model, [[1, 2, 3]], max_new_tokens=40, cache="window(size=8, sinks=2)")
-    assert str(info.value) == (
-        "prompt of 3 tokens + max_new_tokens=40 = 43 tokens exceeds the model's context of 32 positions, and its "
-        "rotary scaling 'llama3' is not supported for re-rotating kept keys: an evicting cache cannot take it further; "
-        "use cache='none' (it crops the context) or fewer tokens: lower max_new_tokens to 29 or fewer (the context "
-        "less the prompt's 3 tokens)"
-    )
 
 
 def test_another_rotary_layout_past_its_context_is_refused_naming_it(build_arch: Any) -> None:

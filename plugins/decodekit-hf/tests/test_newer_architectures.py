@@ -127,9 +127,10 @@ def test_greedy_tokens_equal_generate(arch: tuple[str, Any, dict[str, Any]], cac
 
 
 # Past the context an evicting cache goes on where decodekit re-rotates the keys (Llama's rotary embedding on every
-# layer); elsewhere it is refused up front, naming the positions: NoPE layers (SmolLM3, Flint, Llama 4), a base
-# per layer (Gemma 4, Granite SWA's `layer_rope_theta`), GLM-4's partial interleaved rotation.
-RE_ROTATED = ("granite", "phi3", "qwen3_moe")
+# layer, by each layer type's frequencies: Gemma 4's, refused until `rope_frequencies`); elsewhere it is refused up
+# front, naming the positions: NoPE layers (SmolLM3, Flint, Llama 4), Granite SWA's `layer_rope_theta`, GLM-4's
+# partial interleaved rotation.
+RE_ROTATED = ("gemma4_text", "granite", "phi3", "qwen3_moe")
 
 
 @pytest.mark.parametrize("model_type", sorted(ARCHS))

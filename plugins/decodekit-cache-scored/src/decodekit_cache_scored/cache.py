@@ -13,8 +13,9 @@ new tokens and the evicted entries `crop` may still bring back: any of the last 
 to the start of a long block not yet compressed (what speculative decoding's first round needs).
 
 Where layers cache other shapes (`CacheSpec.layer_shapes`: Gemma 4, MiMo-V2-Flash) each layer's state, scores and
-mask are in its own kv-heads, and its keys are moved by its own head_dim's rotary frequencies; the layers of one
-shape (kv-heads, head_dim) plan and score a short forward together (`Step`), as all layers do where they agree.
+mask are in its own kv-heads, and its keys are moved by its own rotary frequencies (`CacheSpec.frequencies`); the
+layers of one shape (kv-heads, head_dim) plan and score a short forward together (`Step`), as all layers do where
+they agree.
 
 With `prefill_only` (kvpress's semantics) only the prompt, the first forward, is compressed, into storage slots
 `[0, budget)`; from the next forward on, `PrefillOnly` (prefill_only.py) appends every later token after it.
@@ -46,7 +47,6 @@ from decodekit_cache_scored.selection import (
     capped_shift,
     free_slots,
     keep_top,
-    rope_frequencies,
     rotate_each,
     slot_order,
 )
@@ -115,9 +115,7 @@ class ScoredCache:
         kinds = list(dict.fromkeys(shapes))
         self._group_of = [kinds.index(shape) for shape in shapes]
         self._groups = [[i for i, g in enumerate(self._group_of) if g == group] for group in range(len(kinds))]
-        base = spec.rope_base
-        freqs = {d: None if base is None else rope_frequencies(d, base, spec.device) for _, d in shapes}
-        self._inv_freq = [freqs[d] for _, d in shapes]
+        self._inv_freq = [spec.frequencies(layer) for layer in range(spec.n_layers)]
         self.reset()
 
     # -- the protocol ------------------------------------------------------------------------
@@ -148,7 +146,7 @@ class ScoredCache:
         beyond the forward's own (`_room`). A forward feeds at most the context (`update` refuses more).
         With `prefill_only` every key stays at its own distance: no further than the context."""
         M = self.spec.max_positions
-        if self.spec.rope_base is None or M is None or self.params.prefill_only:
+        if not self.spec.movable_keys or M is None or self.params.prefill_only:
             return self.length + new
         return min(self.length + new, M)
 
@@ -442,7 +440,7 @@ class ScoredCache:
         past the context (rotary) no more than it leaves, since the held keys are then moved within it, beyond
         the block's (a block of the whole context sees only itself)."""
         M = self.spec.max_positions
-        if self.spec.rope_base is None or M is None or start + new <= M:
+        if not self.spec.movable_keys or M is None or start + new <= M:
             return self.budget
         return min(self.budget, M - new)
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["NEVER", "capped_shift", "free_slots", "keep_top", "rope_frequencies", "rotate_each", "slot_order"]
+from decodekit.rope import rotate
+
+__all__ = ["NEVER", "capped_shift", "free_slots", "keep_top", "rotate_each", "slot_order"]
 
 NEVER = -(2**62)  # `freed_at` of a storage slot that never held an evicted entry
 
@@ -44,19 +46,8 @@ def capped_shift(slots: Tensor, held: Tensor, last: int, context: int) -> Tensor
     return torch.where(held & (oldest > context - 1), distance - capped, 0)
 
 
-def rope_frequencies(head_dim: int, base: float, device: torch.device | str) -> Tensor:
-    """`base^(-2i / head_dim)` in float64 (`decodekit.rope`'s frequencies), `[head_dim / 2]`."""
-    return torch.tensor(base, dtype=torch.float64) ** (
-        -torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim
-    )
-
-
 def rotate_each(keys: Tensor, shift: Tensor, inv_freq: Tensor) -> Tensor:
     """`keys` `[B, H', S, D]` (rotated at their positions), each moved `shift` `[B, H, S]` positions on (H' a
-    multiple of H: a storage that repeats kv-heads), as `decodekit.rope.rotate` does (angles in float64).
-    Rotations compose, so the stored key is never changed."""
-    shift = shift.repeat_interleave(keys.shape[1] // shift.shape[1], dim=1)
-    angle = shift.unsqueeze(-1).double() * inv_freq  # [B, H', S, D/2]
-    cos, sin = angle.cos().to(keys.dtype), angle.sin().to(keys.dtype)
-    x1, x2 = keys.chunk(2, dim=-1)
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+    multiple of H: a storage that repeats kv-heads) by `decodekit.rope.rotate`. Rotations compose, so the stored
+    key is never changed."""
+    return rotate(keys, shift.repeat_interleave(keys.shape[1] // shift.shape[1], dim=1), inv_freq)

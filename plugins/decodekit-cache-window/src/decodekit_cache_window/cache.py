@@ -28,7 +28,7 @@ from torch import Tensor
 
 from decodekit.cache import row_index, slot_mask
 from decodekit.errors import ParameterError
-from decodekit.rope import apply_rope, rope_angles
+from decodekit.rope import apply_rope, rotate, turns
 from decodekit.spec import CacheSpec
 from decodekit.storage import SlotWritable, check_keys, lookup_storage
 from decodekit_cache_window.params import WindowParams
@@ -55,7 +55,10 @@ class WindowCache:
         self.sizes = layer_sizes(params, spec)
         self.sinks, self.slack = params.sinks, params.slack
         self.rings = [size + params.slack - 1 for size in self.sizes]
-        self._base = 0.0 if spec.rope_base is None else spec.rope_base  # learned positions: sinks never move
+        # Each layer's rotary frequencies (None: its sinks never move); layers that agree share one tensor (`_turn`).
+        shared: dict[object, Tensor | None] = {}
+        freqs = [spec.frequencies(layer) for layer in range(spec.n_layers)]
+        self._inv_freq = [shared.setdefault(None if f is None else tuple(f.tolist()), f) for f in freqs]
         self._storage = lookup_storage(params.store, "window")
         self.store = self._storage(spec, [self.sinks + ring for ring in self.rings])
         if not isinstance(self.store, SlotWritable):
@@ -71,9 +74,9 @@ class WindowCache:
         self._returned: list[Tensor] = [slots[:, :0] for slots in self._slots]
         self._owners: list[Tensor | None] = [None] * spec.n_layers
         # Layers of one size hold the same slots, so one forward asks them the same questions:
-        # masks by size, (first slot, positions) -> mask; the sinks' rotation by its offset.
+        # masks by size, (first slot, positions) -> mask; the sinks' rotation by its offset and frequencies.
         self._masks: dict[int, tuple[int, Tensor, Tensor]] = {}
-        self._turn: tuple[int, tuple[Tensor, Tensor]] | None = None
+        self._turn: tuple[int, Tensor, tuple[Tensor, Tensor]] | None = None
         self._indices: dict[int, tuple[tuple[int, int], Tensor, Tensor]] = {}  # see `_index`
         # The first forward's block per layer, written once its mask says where each row starts (`_settle`).
         self._pending: list[tuple[Tensor, Tensor] | None] = []
@@ -209,7 +212,7 @@ class WindowCache:
         return (
             T > 0
             and self.sinks > 0
-            and self.spec.rope_base is not None
+            and self._inv_freq[layer] is not None
             and start + T - 1 - self._first_start > reach_back
         )
 
@@ -222,11 +225,13 @@ class WindowCache:
         """One query: each row's sinks (storage slots `[0, sinks)`) rotated in place of the stored ones."""
         if not self._moves(layer, start, 1):
             return keys
-        held = min(self.sinks, self._filled[layer])
-        if self._turn is None or self._turn[0] != start - self.sizes[layer]:  # layers of one size share it
-            angles = rope_angles(self._shift(layer, start, 1), keys.shape[-1], self._base)
-            self._turn = (start - self.sizes[layer], angles)
-        moved = apply_rope(keys[:, :, :held], *self._turn[1])
+        held, inv_freq = min(self.sinks, self._filled[layer]), self._inv_freq[layer]
+        assert inv_freq is not None  # `_moves`
+        turn = self._turn  # layers of one size and frequencies share it
+        offset = start - self.sizes[layer]
+        if turn is None or turn[0] != offset or turn[1] is not inv_freq:
+            turn = self._turn = (offset, inv_freq, turns(self._shift(layer, start, 1)[:, None], inv_freq))
+        moved = apply_rope(keys[:, :, :held], *turn[2])
         return torch.cat([moved, keys[:, :, held:]], 2)
 
     def _fill_copies(self, layer: int) -> None:
@@ -248,7 +253,7 @@ class WindowCache:
             index = source[:, None, :, None].expand(-1, x.shape[1], -1, x.shape[3])
             x[:, :, :room] = x[:, :, room:].gather(2, index).repeat(1, 1, T, 1)
         shift = self._shift(layer, start, T).repeat_interleave(sinks, 1)  # [B, T * sinks]: copy i*sinks+j of query i
-        keys[:, :, :room] = apply_rope(keys[:, :, :room], *rope_angles(shift, keys.shape[-1], self._base))
+        keys[:, :, :room] = rotate(keys[:, :, :room], shift[:, None], self._inv_freq[layer])  # type: ignore[arg-type]  # `_moves`
         is_sink = (held >= self._row_start[:, None]) & (held < self._row_start[:, None] + sinks)
         self._returned[layer] = torch.cat([slots.repeat(1, T), held.masked_fill(is_sink, -1)], 1)
         owners = torch.full((keys.shape[2],), -1, dtype=torch.long, device=held.device)

@@ -172,9 +172,10 @@ def attention_profile(model: Any, windows: Tensor, sinks: int) -> tuple[Tensor, 
     once over them through a cache that observes its attention (docs/caches.md, `Observing`).
     """
     N, T = windows.shape
-    if model.spec.rope_base is None:
+    if not model.spec.movable_keys:
         raise ParameterError(
-            "calibrate: the model has learned positions (spec.rope_base is None); allowed: a rotary model, whose "
+            "calibrate: the model's keys cannot move (learned positions, or a rotary embedding decodekit does not "
+            "re-rotate: spec.movable_keys is False); allowed: a rotary model, whose "
             "windows a cache can move past the context"
         )
     cache = _ProfileCache(CacheSpec.for_model(model.spec, batch_size=N, capacity=T), sinks)

@@ -47,7 +47,7 @@ def layer_sizes(params: WindowParams, spec: CacheSpec) -> list[int]:
         if size < 1:
             raise ParameterError(f"cache window: size={params.size!r} is invalid at layer {layer}; allowed: sizes >= 1")
         top = spec.max_positions
-        if top is not None and spec.rope_base is not None and min(size + params.sinks, spec.capacity) > top:
+        if top is not None and spec.movable_keys and min(size + params.sinks, spec.capacity) > top:
             raise ParameterError(
                 f"cache window: size={size} (layer {layer}) + sinks={params.sinks} is invalid: queries would reach "
                 f"{size + params.sinks} positions back, past the model's context; allowed: size + sinks <= {top}"

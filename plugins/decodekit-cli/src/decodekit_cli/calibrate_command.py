@@ -91,7 +91,7 @@ def _encode(request: CalibrateRequest, model: Any, content: str) -> list[int]:
     """The text's ids, once the model is known to be one calibration can measure."""
     tokenizer = getattr(model, "tokenizer", None)
     spec = model.spec
-    if tokenizer is None or spec.rope_base is None:
+    if tokenizer is None or not spec.movable_keys:
         raise CliError(
             f"--model {request.model}: calibration measures a rotary model with a tokenizer (decodekit's GPT "
             "with position='rope', a Llama-family Hugging Face model); this model is not one"

@@ -50,46 +50,99 @@ CALIBRATION_NAME = "calibration.json"  # `decodekit cache calibrate --json`, nex
 # Layer types whose cache is plain keys and values: full attention, or a sliding window or chunks (Llama 4) that the
 # mask applies over keys the decodekit cache keeps in full.
 _ATTENTION_LAYERS = ("full_attention", "sliding_attention", "chunked_attention")
-# Architectures whose rotary embedding is decodekit.rope's (rotate-half over the whole head, angles
-# position · base^(-2i/D)) on the cached keys (any key norm before it), so a cache may move their keys:
-# Llama's `apply_rotary_pos_emb`. Each is checked by moving the window's sinks (test_evicting_caches).
+# Architectures whose rotary embedding is decodekit.rope's (rotate-half, angles position · inv_freq) on the cached keys
+# (any key norm before it), so a cache may move their keys: Llama's `apply_rotary_pos_emb`. Each is checked by moving
+# the window's sinks (test_evicting_caches).
 _ROTATE_HALF = (
     *("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "phi3", "phimoe"),
     *("olmo", "olmo2", "olmoe", "starcoder2", "granite", "granitemoe", "seed_oss", "arcee"),
+    *("gemma3_text", "gemma4_text", "mimo_v2_flash"),
 )
+# Of those, the ones whose attention rotates a partial rotary embedding's first dims and passes the rest (Phi-4-mini's
+# `partial_rotary_factor`); Llama's code would fail on it.
+_PARTIAL = ("phi3", "mimo_v2_flash")
+# Scalings whose frequencies transformers recomputes with the sequence length (`dynamic_rope_update`: any "dynamic"
+# type, "longrope"), so a stored key's rotation is not one a later step can continue.
+_BY_LENGTH = ("dynamic", "longrope")
+
+_Frequencies = tuple[tuple[float, ...], ...]
 
 
 def rope_base(config: Any) -> float | None:
-    """The rotary base of a config whose keys decodekit can rotate further (`decodekit.rope.rotate`), else None:
-    a Llama-family rotate-half embedding of the whole head with the default (unscaled) frequencies."""
-    return _rope(config)[0]
+    """The rotary base of a config whose keys decodekit can rotate further (`decodekit.rope.rotate`) by the default
+    frequencies over the whole head, else None (its frequencies are `ModelSpec.rope_frequencies`, or unknown)."""
+    return _rope(config, 0)[0]
 
 
-def _rope(config: Any) -> tuple[float | None, str | None]:
-    """`rope_base`, and when it is None for a rotary Llama-family model, why (`ModelSpec.rope_note`)."""
-    # transformers 5: `rope_parameters` {"rope_type", "rope_theta"} (`rope_scaling` is its alias); 4.x: `rope_theta`
-    # beside an optional `rope_scaling`.
+def _rope(config: Any, n_layers: int) -> tuple[float | None, _Frequencies | None, str | None]:
+    """How a model's keys rotate: `rope_base`, else each of its `n_layers` layers' inverse frequencies, exactly as
+    transformers computes them (`rope_frequencies`), else neither and why, for a rotary model (`rope_note`)."""
+    # transformers 5: `rope_parameters` {"rope_type", "rope_theta"} (`rope_scaling` is its alias), or one such per
+    # layer type (Gemma 3: {"sliding_attention": {...}, "full_attention": {...}}); 4.x: `rope_theta` beside an
+    # optional `rope_scaling`.
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     if not isinstance(rope, dict):
-        return None, None
-    if any(isinstance(value, dict) for value in rope.values()):  # Gemma 3: {"sliding_attention": {...}, ...}
-        return None, f"its rotary embedding per layer type ({', '.join(map(str, rope))}) is not supported for " + _KEPT
+        return None, None, None
+    per_type = any(isinstance(value, dict) for value in rope.values())
     theta = rope.get("rope_theta", getattr(config, "rope_theta", None))
     model_type = getattr(config, "model_type", None)
     if model_type not in _ROTATE_HALF:  # absolute positions (GPT-2), or a rotary layout of its own
-        rotary = theta is not None or getattr(config, "rotary_dim", None) is not None  # GPT-J: rotary_dim alone
+        rotary = per_type or theta is not None or getattr(config, "rotary_dim", None) is not None  # GPT-J: rotary_dim
         return (
+            None,
             None,
             f"its rotary embedding ({model_type}'s own layout) is not supported for " + _KEPT if rotary else None,
         )
-    # transformers 5 keeps the factor in `rope_parameters` (Phi-4-mini, a phi3, has 0.75).
-    partial = rope.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0))
-    if partial != 1.0:
-        return None, f"its partial rotary embedding (partial_rotary_factor={partial}) is not supported for " + _KEPT
-    kind = rope.get("rope_type", rope.get("type", "default"))
-    if kind != "default":  # scaled frequencies: decodekit.rope rotates by the default ones only
-        return None, f"its rotary scaling {kind!r} is not supported for " + _KEPT
-    return (float(theta), None) if isinstance(theta, (int, float)) else (None, None)
+    if not per_type and theta is None:
+        return None, None, None
+    kinds = list(config.layer_types)[:n_layers] if per_type else [None] * max(n_layers, 1)
+    by_kind: dict[str | None, tuple[float, ...]] = {}
+    for kind in dict.fromkeys(kinds):
+        freq = _frequencies(config, kind, rope[kind] if kind is not None else rope | {"rope_theta": theta})
+        if isinstance(freq, str):
+            return None, None, freq
+        by_kind[kind] = freq
+    if not per_type and rope.get("rope_type", rope.get("type", "default")) == "default" and _partial(config, rope) == 1:
+        return (float(theta), None, None) if isinstance(theta, (int, float)) else (None, None, None)
+    return None, tuple(by_kind[kind] for kind in kinds[:n_layers]), None
+
+
+def _partial(config: Any, params: dict[str, Any]) -> float:
+    """The share of the head a rotary embedding turns (transformers 5 keeps it in `rope_parameters`)."""
+    return float(params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None) or 1.0))
+
+
+def _frequencies(config: Any, kind: str | None, params: dict[str, Any]) -> tuple[float, ...] | str:
+    """The inverse frequencies of layers of type `kind` (None: every layer), or why decodekit cannot move their keys."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    scaling = str(params.get("rope_type", params.get("type", "default")))
+    partial = _partial(config, params)
+    if any(kind in scaling for kind in _BY_LENGTH):
+        return (
+            f"its rotary scaling {scaling!r} recomputes its frequencies with the text's length: not supported for "
+            + _KEPT
+        )
+    if partial != 1 and scaling != "proportional" and config.model_type not in _PARTIAL:  # proportional: whole head
+        return f"its partial rotary embedding (partial_rotary_factor={partial}) is not supported for " + _KEPT
+    if scaling == "default":  # each model's own default: `theta^(-2i/dim)` over its rotated dims, in float32
+        dim = int(_head_dim(config, kind) * partial)
+        inv_freq = 1.0 / (float(params["rope_theta"]) ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+    elif scaling in ROPE_INIT_FUNCTIONS:
+        inv_freq = ROPE_INIT_FUNCTIONS[scaling](config, "cpu", layer_type=kind)[0]
+    else:
+        return f"its rotary scaling {scaling!r} is not supported for " + _KEPT
+    return tuple(float(f) for f in inv_freq.tolist())
+
+
+def _head_dim(config: Any, kind: str | None) -> int:
+    """The head_dim of layers of type `kind` (Gemma 4's full-attention layers are wider: `per_layer_config`)."""
+    c = (
+        config.per_layer_config[kind]
+        if kind is not None and "head_dim" in (getattr(config, "per_layer_attributes", None) or ())
+        else config
+    )
+    return int(getattr(c, "head_dim", None) or config.hidden_size // config.num_attention_heads)
 
 
 _KEPT = "re-rotating kept keys"
@@ -205,6 +258,7 @@ def model_spec(config: Any, context: int | None = None) -> ModelSpec:
     n_layers = int(c.num_hidden_layers) - int(getattr(c, "num_kv_shared_layers", 0) or 0)
     n_heads, shapes = _cached_shape(c, n_heads)
     n_kv_heads, head_dim, width = shapes[0]  # the scalar fields: the first layer's (all layers' where they agree)
+    rope = _rope(c, n_layers)
     return ModelSpec(
         n_layers=n_layers,
         n_heads=n_heads,
@@ -214,8 +268,9 @@ def model_spec(config: Any, context: int | None = None) -> ModelSpec:
         layer_shapes=None if len(set(shapes[:n_layers])) == 1 else shapes[:n_layers],
         vocab_size=int(c.vocab_size),
         max_positions=int(max_positions),
-        rope_base=rope_base(c),
-        rope_note=_rope(c)[1],
+        rope_base=rope[0],
+        rope_frequencies=rope[1],
+        rope_note=rope[2],
     )
 
 

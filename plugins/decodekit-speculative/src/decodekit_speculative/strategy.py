@@ -249,7 +249,7 @@ class _Rounds:
         factory = d.request.cache
 
         def usable(cache: object) -> bool:
-            return not evicts(cache) or draft.spec.rope_base is not None
+            return not evicts(cache) or draft.spec.movable_keys
 
         if factory is not None and usable(getattr(factory, "impl", None)):
             try:
