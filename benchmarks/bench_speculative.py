@@ -10,11 +10,16 @@ on a shared machine moves both sides of a round. Writes a Markdown table to stdo
 
 `--draft` may be given more than once (e.g. `--draft tiny-shakespeare-draft --draft tiny-shakespeare-draft:DIR`,
 a draft export directory): the drafts are measured one after the other in this process, each against plain.
+
+`--window-batch SIZE` measures instead a batch of 8 ragged prompts through `window(size=SIZE)`, past eviction, with
+the (first) draft: verified in one forward (the window's `crop_rows`) against one row at a time (the same cache
+with `crop_rows` hidden, as the strategy runs a cache without it), alternating, the minimum of `--repeats` runs each.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -102,6 +107,57 @@ def forward_costs(target: Any, draft: Any, widths: list[int], repeats: int = 200
     return {label: statistics.median(t) * 1e6 for label, t in times.items()}
 
 
+BATCH_PROMPTS = [
+    "ROMEO:\n",
+    "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?\n",
+    "KING HENRY:\nOnce more unto the breach, dear friends, once more;\n",
+    "HAMLET:\n",
+    "First Citizen:\nBefore we proceed any further, hear me speak.\n",
+    "MENENIUS:\nWhat work's, my countrymen, in hand?\n",
+    "LADY MACBETH:\nOut, damned spot! out, I say!\n",
+    "DUKE VINCENTIO:\n",
+]
+
+
+def window_batch(target: Any, draft: Any, size: int, k: int, tokens: int, repeats: int) -> None:
+    """Tokens/s of the 8-prompt batch through `window(size=size)`: batched against one row at a time."""
+    from decodekit_cache_window import WindowCache, WindowParams
+
+    class RowByRow(WindowCache):
+        crop_rows = None  # type: ignore[assignment]  # hidden: the strategy decodes the rows one at a time
+
+    params = WindowParams(size=size)
+    runs = {
+        "one row at a time": functools.partial(RowByRow, params=params),
+        "batched": functools.partial(WindowCache, params=params),
+    }
+    outputs: dict[str, list[list[int]]] = {}
+    best: dict[str, float] = {}
+
+    def run(label: str) -> float:
+        options = {"draft": draft, "k": k, "chain": "greedy", "max_new_tokens": tokens, "stop_tokens": []}
+        seconds, out = timed(
+            lambda: dk.decode(target, BATCH_PROMPTS, strategy="speculative", cache=runs[label], **options)
+        )
+        outputs[label] = out.tokens
+        return seconds
+
+    for label in runs:  # warm-up
+        run(label)
+    for r in range(repeats):
+        for label in runs if r % 2 == 0 else list(runs)[::-1]:
+            best[label] = min(best.get(label, float("inf")), run(label))
+    assert outputs["batched"] == outputs["one row at a time"], "the two give different tokens"
+    new = len(BATCH_PROMPTS) * tokens
+    print(
+        f"window(size={size}), {len(BATCH_PROMPTS)} prompts, {tokens} new tokens each, k={k}, greedy, best of {repeats}"
+    )
+    print("| speculative, window | tokens/s |\n|---|---|")
+    for label, seconds in best.items():
+        print(f"| {label} | {new / seconds:.0f} |")
+    print(f"\nbatched / one row at a time: {best['one row at a time'] / best['batched']:.2f}x")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default="tiny-shakespeare")
@@ -110,11 +166,16 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--max-k", type=int, default=8)
+    p.add_argument("--window-batch", type=int, metavar="SIZE", help="measure a batch through window(size=SIZE)")
+    p.add_argument("--k", type=int, default=4, help="k of --window-batch")
     p.add_argument("--plot", type=Path, default=Path(__file__).resolve().parents[1] / "docs/img/speculative.png")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     names = args.draft or ["tiny-shakespeare-draft"]
     target, drafts = dk.load_model(args.target), {name: dk.load_model(name) for name in names}
+    if args.window_batch is not None:
+        window_batch(target, drafts[names[0]], args.window_batch, args.k, args.tokens, args.repeats)
+        return
     ks = list(range(1, args.max_k + 1))
     print(
         f"target {args.target}, draft {', '.join(names)}, {args.tokens} new tokens, batch 1, "

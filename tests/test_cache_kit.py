@@ -129,6 +129,23 @@ class SinksNotMoved(WindowCache):
         return torch.zeros(self.spec.batch_size, T, dtype=torch.long)
 
 
+class WindowCropRowsAsCrop(WindowCache):
+    """A window that refuses what the real one refuses, then takes every row back to `length`, as if all rows ended
+    together."""
+
+    def crop_rows(self, ends: Sequence[int], length: int) -> None:
+        self._check_rows(list(ends), length, [max(end - start, 0) for end, start in zip(ends, self._starts)])
+        self.crop(length)
+
+
+class WindowCropRowsPastTheSlack(WindowCache):
+    """A window whose crop_rows never refuses: a row taken back past its slack attends without the tokens its ring
+    overwrote."""
+
+    def _check_rows(self, ends: list[int], length: int, kept: list[int]) -> None:
+        pass
+
+
 def suite(factory: Callable[..., dk.KVCache], window: bool = False) -> CacheConformance:
     class Suite(CacheConformance):
         def make(self, spec: dk.CacheSpec) -> dk.KVCache:
@@ -195,3 +212,17 @@ def test_a_window_whose_sinks_sit_at_untrained_distances_fails_the_reference() -
     with pytest.raises(AssertionError, match="layer 0.*attention differs from the reference"):
         suite(SinksNotMoved, window=True).test_attention_matches_reference()
     suite(WindowCache, window=True).test_attention_matches_reference()  # the real one passes
+
+
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        (WindowCropRowsAsCrop, r"after crop_rows\(\[23, 25\], 25\): step 0, layer 0, slots 25\.\.25, .* row 0"),
+        (WindowCropRowsPastTheSlack, r"crop_rows\(\[26, 22\], 26\): row 1 beyond rollback=3 did not raise"),
+    ],
+)
+def test_a_window_that_crops_rows_wrongly_fails_the_kit(factory: type, message: str) -> None:
+    """The kit's crop_rows check runs on caches that evict too (before: only on caches that keep all)."""
+    with pytest.raises(AssertionError, match=message):
+        suite(factory, window=True).test_crop_rows()
+    suite(WindowCache, window=True).test_crop_rows()  # the real one passes

@@ -6,6 +6,7 @@ moves the keys it keeps within it)."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -63,3 +64,13 @@ def test_the_window_reads_the_capacity_the_spec_states(model: dk.Model) -> None:
     dk.create_cache("window(size=300)", dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=256))
     with pytest.raises(dk.ParameterError, match=f"^{re.escape(REFUSED)}$"):
         dk.create_cache("window(size=300)", dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=257))
+
+
+def test_speculative_decoding_of_a_batch_that_fills_the_context_through_a_wider_window(model: dk.Model) -> None:
+    """A window batch verifies in one forward, feeding up to k + 1 junk slots past a row's text, which repeat its last
+    position. Before the strategy sized a window for them (as for a cache that keeps every token), `window(size=300)`
+    was refused for a text that fills the 256-position context, which `dk.generate` takes."""
+    prompts = ["ROMEO:", "KING:"]  # 6 and 5 tokens: 6 + 250 fills the context
+    options: dict[str, Any] = {"chain": "greedy", "max_new_tokens": 250, "stop_tokens": []}
+    out = dk.decode(model, prompts, strategy="speculative(k=4)", cache="window(size=300)", **options)
+    assert out.tokens == dk.generate(model, prompts, cache="dense", **options).tokens

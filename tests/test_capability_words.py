@@ -85,7 +85,7 @@ def test_a_cache_no_plugin_registers_is_named_by_its_class() -> None:
 
 
 def test_a_registered_cache_is_named_by_its_registered_name() -> None:
-    window = dk.create_cache("window(size=4)", SPEC)
-    error = capability_error(window, "crop_rows", "speculative")
-    assert error is not None and str(error).startswith("speculative: cache window cannot be used:")
-    assert capability_error(window, "crop", "speculative") is None
+    h2o = dk.create_cache("h2o(budget=16)", SPEC)  # a scored cache: crop, but no crop_rows (window has both now)
+    error = capability_error(h2o, "crop_rows", "speculative")
+    assert error is not None and str(error).startswith("speculative: cache h2o cannot be used:")
+    assert capability_error(h2o, "crop", "speculative") is None

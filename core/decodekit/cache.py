@@ -29,6 +29,7 @@ __all__ = [
     "capacity_error",
     "evicts",
     "observes",
+    "row_ends",
     "row_index",
     "slot_mask",
 ]
@@ -137,6 +138,17 @@ def row_index(cache: str, index: object, batch_size: int) -> Tensor:
         f"{cache}.reorder: index {shown} is invalid; allowed: a 1-D integer tensor of {batch_size} rows, each in "
         f"[0, {batch_size})"
     )
+
+
+def row_ends(cache: str, ends: Sequence[int], length: int, n: int, batch_size: int) -> list[int]:
+    """`ends` and `length` of `crop_rows` on a cache of `n` slots, checked: `batch_size` ends and a length, each in
+    `0..n`."""
+    if not 0 <= length <= n or any(not 0 <= e <= n for e in ends) or len(ends) != batch_size:
+        raise ParameterError(
+            f"{cache}.crop_rows: ends={list(ends)}, length={length} are invalid; "
+            f"allowed: {batch_size} ends and a length, each in 0..{n}"
+        )
+    return list(ends)
 
 
 def evicts(cache: object) -> bool:
@@ -294,11 +306,7 @@ class PreallocatedKVCache:
 
     def crop_rows(self, ends: Sequence[int], length: int) -> None:
         n = self.length
-        if not 0 <= length <= n or any(not 0 <= e <= n for e in ends) or len(ends) != self.spec.batch_size:
-            raise ParameterError(
-                f"{type(self).__name__}.crop_rows: ends={list(ends)}, length={length} are invalid; "
-                f"allowed: {self.spec.batch_size} ends and a length, each in 0..{n}"
-            )
+        ends = row_ends(type(self).__name__, ends, length, n, self.spec.batch_size)
         if all(e == length for e in ends):  # every row kept the same count: a plain crop
             self.crop(length)
             return

@@ -473,7 +473,7 @@ class CacheConformance:
             _in_place(cache.reorder, torch.tensor([1, 1]))
             history.reorder(torch.tensor([1, 1]))
             self._run(cache, history, (1, 2), g, f"{what}, after reorder([1, 1])")
-        if isinstance(cache, RowCroppable) and not evicts(cache):
+        if isinstance(cache, RowCroppable):
             n = cache.length
             _in_place(cache.crop_rows, [n - 3, n - 1], n - 1)
             history.crop_rows([n - 3, n - 1], n - 1)
@@ -545,14 +545,24 @@ class CacheConformance:
 
     def test_crop_rows(self) -> None:
         """crop_rows(ends, length) takes back a different number of slots per row (batched speculative decoding):
-        what is fed next is attended as if each row had been fed only its kept tokens, right-aligned."""
+        what is fed next is attended as if each row had been fed only its kept tokens, right-aligned. A row taken
+        back past the rollback raises."""
         spec = kit_spec()
         g, cache, history = torch.Generator().manual_seed(8), self.make(spec), _History(spec)
-        if not isinstance(cache, RowCroppable) or evicts(cache):
+        if not isinstance(cache, RowCroppable):
             return
         self._run(cache, history, SCHEDULE[:12], g, "before crop_rows")
-        n = cache.length
-        ends, length = [n - 3, n - 1], n - 1  # row 0 takes back 3 slots, row 1 one: row 0 moves 2 to the right
+        n, allowed = cache.length, self.rollback(spec)
+        if allowed is not None:
+            too_far = [n, n - allowed - 1]
+            try:
+                cache.crop_rows(too_far, n)
+            except DecodekitError:
+                pass
+            else:
+                raise AssertionError(f"crop_rows({too_far}, {n}): row 1 beyond rollback={allowed} did not raise")
+        # Row 0 takes back 3 slots (or the rollback), row 1 one: row 0 moves 2 to the right.
+        ends, length = [n - (3 if allowed is None else min(3, allowed)), n - 1], n - 1
         _in_place(cache.crop_rows, ends, length)
         history.crop_rows(ends, length)
         assert cache.length == length, f"crop_rows({ends}, {length}): length {cache.length}; allowed: {LENGTH}"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 import torch
 from decodekit_cache_int8.storage import dequantise, quantise
 from decodekit_cache_window import WindowCache, WindowParams
@@ -104,3 +107,58 @@ def test_a_second_crop_is_refused_once_the_first_crop_lost_its_window() -> None:
     fresh = WindowCache(spec, params)
     _feed(fresh, 0, 27)
     assert torch.allclose(_feed(cache, 27, 1), _feed(fresh, 27, 1), atol=1e-6)
+
+
+def _feed_rows(cache: WindowCache, positions: list[int], count: int, seeds: list[int]) -> torch.Tensor:
+    """Feed each row `count` tokens one at a time from its own position on, its keys and values drawn from its own
+    seed and position; the last attention output `[B, H, 1, D]`."""
+    spec, out = cache.spec, torch.empty(0)
+    for i in range(count):
+        drawn = []
+        for p, s in zip(positions, seeds):
+            g = torch.Generator().manual_seed(1000 * s + p + i)
+            drawn.append([torch.randn(1, h, 1, spec.head_dim, generator=g) for h in (2, 2, spec.n_heads)])
+        k, v, q = (torch.cat(x) for x in zip(*drawn))
+        at = torch.tensor([[p + i] for p in positions])
+        for layer in range(spec.n_layers):
+            keys, values = cache.update(layer, k, v)
+            out = dk.cache.cached_attention(cache, layer, q, keys, values, at)
+    return out
+
+
+def test_crop_rows_takes_each_row_back_as_alone_within_its_slack() -> None:
+    """crop_rows: row 0 takes back 2 slots, row 1 three (moved one slot right); a row taken further back than its ring
+    holds is refused, naming the range; a row that keeps none of its tokens starts afresh. Each row then attends as a
+    row alone fed only what it kept."""
+    spec = dk.CacheSpec(
+        n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, batch_size=2, capacity=1, rope_base=10000.0, max_positions=32
+    )
+    params = WindowParams(size=4, sinks=2, slack=3)  # a ring of 6: after 30 tokens it holds slots 24 .. 29
+
+    def alone(seed: int, kept: int, then: int) -> torch.Tensor:
+        cache = WindowCache(dataclasses.replace(spec, batch_size=1), params)
+        _feed_rows(cache, [0], kept, [seed])
+        return _feed_rows(cache, [kept], then, [seed])[0]
+
+    cache = WindowCache(spec, params)
+    _feed_rows(cache, [0, 0], 30, [1, 2])
+    with pytest.raises(dk.ParameterError) as err:
+        cache.crop_rows([28, 26], 28)  # the query at 26 needs 23 .. 26: 23 is gone
+    assert str(err.value) == (
+        "WindowCache.crop_rows: ends[1]=26 is invalid: the window has evicted tokens row 1's query at slot 26 would "
+        "need (slack=3); allowed: 27 <= ends[1] <= 30, or ends[1] <= 0 (the row keeps none of its tokens)"
+    )
+    with pytest.raises(dk.ParameterError) as err:
+        cache.crop_rows([28, 27], 26)
+    assert str(err.value) == (
+        "WindowCache.crop_rows: ends=[28, 27], length=26 are invalid: row 0 keeps its 28 tokens (slots 0..27), more "
+        "than 26 slots hold; allowed: length >= 28"
+    )
+    cache.crop_rows([28, 27], 28)
+    assert cache.length == 28
+    out = _feed_rows(cache, [28, 27], 5, [1, 2])
+    torch.testing.assert_close(out[0], alone(1, 28, 5), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out[1], alone(2, 27, 5), atol=1e-5, rtol=0)
+    cache.crop_rows([33, 0], 33)  # row 1 keeps nothing: fed afresh from position 0
+    out = _feed_rows(cache, [33, 0], 9, [1, 3])
+    torch.testing.assert_close(out[1], alone(3, 0, 9), atol=1e-5, rtol=0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from decodekit_cache_window import WindowCache
 from decodekit_gpt.gpt import GPT
 from decodekit_speculative.strategy import SpeculativeGeneration, speculative
 
@@ -222,3 +223,36 @@ def test_a_row_that_goes_on_counts_every_draft_it_rejected(target: GPT, wrong_dr
     assert out.accepted == [0]  # the premise: 8 rounds of one token each
     # Round g (g tokens done) drafts min(k, 8 - g - 1): 3, 3, 3, 3, 3, 2, 1, 0.
     assert out.drafted == [18]
+
+
+@pytest.mark.parametrize("chain", [CHAINS[1], "top_k(20) | temperature(0.9)"])
+def test_a_window_batch_is_verified_in_one_forward(
+    rope_pair: tuple[GPT, GPT], chain: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: `window` had no crop_rows, so speculation decoded a batch one row at a time. Now a round verifies the
+    ragged batch in one forward, its rows taken back by different amounts, well past eviction (40 tokens through a
+    window of 8 + 2 sinks): each row's tokens alone, greedy and seeded, with a draft model (which shares the
+    window) and prompt lookup; greedy (penalised: plain greedy repeats one token here), also plain decoding's."""
+    target, rope_draft = rope_pair
+    calls: list[list[int]] = []
+    original = WindowCache.crop_rows
+
+    def spy(self: WindowCache, ends: list[int], length: int) -> None:
+        calls.append(list(ends))
+        original(self, ends, length)
+
+    monkeypatch.setattr(WindowCache, "crop_rows", spy)
+    seeds = [1, 2, 3]
+    options: dict[str, Any] = {"chain": chain, "max_new_tokens": 40, "cache": "window(size=8, sinks=2)"}
+    ref = dk.generate(target, PROMPTS, seed=seeds, stop_tokens=[], **options)
+    for d in (rope_draft, "ngram"):
+        out = speculative(target, PROMPTS, draft=d, k=4, seed=seeds, stop_tokens=[], **options)
+        alone = [
+            speculative(target, [p], draft=d, k=4, seed=[s], stop_tokens=[], **options).tokens[0]
+            for p, s in zip(PROMPTS, seeds)
+        ]
+        assert out.tokens == alone, d
+        if chain == CHAINS[1]:
+            assert out.tokens == ref.tokens
+        assert isinstance(out, SpeculativeGeneration) and (d == "ngram" or len(set(out.accepted)) > 1)
+    assert any(len(set(ends)) > 1 for ends in calls)

@@ -61,8 +61,8 @@ def test_a_row_that_ended_past_the_drafts_context_is_not_fed_past_it() -> None:
 
 
 def test_a_ragged_batch_through_a_window_gives_each_rows_tokens_alone() -> None:
-    """A window cannot crop rows unevenly, so speculation decodes its rows one at a time: each row's tokens
-    alone, which a ragged `dk.generate` batch parts from once the window evicts (padding takes its sinks)."""
+    """A window verifies a ragged batch in one forward, each row taken back by its own amount (`crop_rows`): each
+    row's tokens alone, past eviction, as a ragged `dk.generate` batch gives them."""
     target = _gpt(0, 32, "rope")
     prompts = [[5, 17, 3], [9, 44, 2, 7, 7, 1, 3, 5, 8]]
     cache = "window(size=8, sinks=2)"

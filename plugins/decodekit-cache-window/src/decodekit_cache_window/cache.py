@@ -17,16 +17,20 @@ and a query's window are gone, the sinks are moved, on the way out, to sit just 
 several queries each query gets its own moved copy of its row's sinks (visible to it alone), so a block of any
 length is attended exactly as one token at a time would be, and no query ever sees a distance of
 `size + sinks` or more.
+
+Rows roll back by different amounts (`crop_rows`, batched speculative decoding) without moving a stored token: a row
+moved right by `d` slots is the same tokens with a start `d` slots later, and its slot table counted `d` further.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from decodekit.cache import row_index, slot_mask
+from decodekit.cache import row_ends, row_index, slot_mask
 from decodekit.errors import ParameterError
 from decodekit.rope import apply_rope, rotate, turns
 from decodekit.spec import CacheSpec
@@ -101,10 +105,11 @@ class WindowCache:
         """`crop` can always take back the last `slack` slots: the ring holds them beyond the window."""
         return self.slack
 
-    def _starts_at(self, row_start: Tensor) -> None:
-        """Each row's first real slot `[B]` (its padding before it); host-side too, read without a sync."""
-        self._row_start = row_start
-        self._first_start, self._last_start = int(row_start.min()), int(row_start.max())
+    def _starts_at(self, starts: list[int]) -> None:
+        """Each row's first real slot (its padding before it), kept host-side too: read without a sync."""
+        self._starts = starts
+        self._row_start = torch.tensor(starts, dtype=torch.long, device=self.spec.device)
+        self._first_start, self._last_start = min(starts), max(starts)
         self._turn = None
         self._masks.clear()
         self._indices.clear()
@@ -165,8 +170,8 @@ class WindowCache:
         T, filled, ring = k.shape[2], self._filled[layer], self.rings[layer]
         self._lengths[layer] = start + T
         self._filled[layer] = max(filled, min(self.sinks + ring, start + T))  # storage slots ever written
-        if start + T > self.sinks:  # the row without padding evicts first
-            self._oldest[layer] = max(self._oldest[layer], start + T - ring)
+        if start + T > ring:  # slots of the stream before `start + T - ring` are overwritten in every row's ring
+            self._oldest[layer] = [max(first, start + T - ring) for first in self._oldest[layer]]
         self._owners[layer], self._copies[layer] = None, None
         short = start > 0 and start >= self._last_start and self.slack >= T
         if short:
@@ -265,7 +270,7 @@ class WindowCache:
         first = self._lengths[layer] - T
         if first == 0 < T and positions is not self._learned:  # the first forward: each row's start, once
             self._learned = positions
-            self._starts_at(-positions[:, 0])
+            self._starts_at((-positions[:, 0]).tolist())
         self._settle(layer)
         if self._copies[layer] is not None:
             self._fill_copies(layer)
@@ -284,24 +289,30 @@ class WindowCache:
         return min(self.length + new, max(self.sizes) + self.sinks)
 
     def reset(self) -> None:
-        L = self.spec.n_layers
+        L, B = self.spec.n_layers, self.spec.batch_size
         self._lengths = [0] * L
         self._filled = [0] * L  # storage slots ever written since the last reset
-        # Per layer, the oldest stream slot the ring still holds (host-side: crop reads it without a sync).
-        # Not `length - ring`: a crop empties ring slots whose older tokens the cropped writes had evicted.
-        self._oldest = [self.sinks] * L
+        # Per layer and row, the oldest stream slot its ring may still hold (host-side: crop reads it without a sync);
+        # the row has evicted once it is past the row's sinks. Not `length - ring`: a crop empties ring slots whose
+        # older tokens the cropped writes had evicted. Per row: `crop_rows` moves rows by different amounts.
+        self._oldest = [[0] * B for _ in range(L)]
         self._pending, self._copies, self._learned = [None] * L, [None] * L, None
-        self._starts_at(torch.zeros(self.spec.batch_size, dtype=torch.long, device=self.spec.device))
+        self._starts_at([0] * B)
         for slots in self._slots:
             slots.fill_(-1)
 
+    def _floors(self) -> list[int]:
+        """Per row, the smallest slot whose query's window every layer still holds (0 while the row evicted none)."""
+        floors = [0] * self.spec.batch_size
+        for size, oldest in zip(self.sizes, self._oldest):
+            for b, first in enumerate(oldest):
+                if first > self._starts[b] + self.sinks:  # the row evicted: the next query's window must be held
+                    floors[b] = max(floors[b], first + size - 1)
+        return floors
+
     def oldest_crop(self) -> int:
-        """The smallest `n` that `crop(n)` accepts: every layer still holds the window of slot `n`."""
-        n = 0
-        for size, first in zip(self.sizes, self._oldest):  # the oldest recent token held
-            if first > self.sinks:  # something was evicted: the next query's window must be held
-                n = max(n, first + size - 1)
-        return min(n, self.length)
+        """The smallest `n` that `crop(n)` accepts: every layer still holds every row's window of slot `n`."""
+        return min(max(self._floors()), self.length)
 
     def crop(self, n: int) -> None:
         low = self.oldest_crop()
@@ -315,16 +326,52 @@ class WindowCache:
         for layer in range(self.spec.n_layers):
             self._settle(layer)
         self._lengths = [n] * self.spec.n_layers
-        self._oldest = [min(first, n) for first in self._oldest]  # nothing older than n is held past a crop below it
+        # nothing older than n is held past a crop below it
+        self._oldest = [[min(first, n) for first in oldest] for oldest in self._oldest]
         self._masks.clear()
         for slots in self._slots:
             slots.masked_fill_(slots >= n, -1)  # taken back: never attended to again
+
+    def crop_rows(self, ends: Sequence[int], length: int) -> None:
+        """Row `b` keeps its slots before `ends[b]`, moved `length - ends[b]` slots right: no stored token moves, the
+        row starts that much later. A row whose window of slot `ends[b]` was evicted is refused, naming the range;
+        a row that keeps none of its tokens (`ends[b]` within its padding) starts afresh at `length`."""
+        ends = row_ends("WindowCache", ends, length, self.length, self.spec.batch_size)
+        for layer in range(self.spec.n_layers):
+            self._settle(layer)
+        kept = [max(end - start, 0) for end, start in zip(ends, self._starts)]  # each row's tokens it keeps
+        self._check_rows(ends, length, kept)
+        shifts = [length - end for end in ends]
+        self._oldest = [[min(first, e) + d for first, e, d in zip(oldest, ends, shifts)] for oldest in self._oldest]
+        device = self._row_start.device
+        end_t, shift_t = (torch.tensor(x, device=device)[:, None] for x in (ends, shifts))
+        self._slots = [torch.where((slots >= 0) & (slots < end_t), slots + shift_t, -1) for slots in self._slots]
+        self._lengths = [length] * self.spec.n_layers
+        self._starts_at([length - n for n in kept])
+
+    def _check_rows(self, ends: list[int], length: int, kept: list[int]) -> None:
+        """Refuse a row that keeps more tokens than `length` slots hold, or whose next query's window was evicted."""
+        n, floors = self.length, self._floors()
+        for b, (end, count, start) in enumerate(zip(ends, kept, self._starts)):
+            if count > length:
+                raise ParameterError(
+                    f"WindowCache.crop_rows: ends={ends}, length={length} are invalid: row {b} keeps its {count} "
+                    f"tokens (slots {start}..{end - 1}), more than {length} slots hold; allowed: length >= {count}"
+                )
+            if count > 0 and end < min(floors[b], n):
+                raise ParameterError(
+                    f"WindowCache.crop_rows: ends[{b}]={end} is invalid: the window has evicted tokens row {b}'s query "
+                    f"at slot {end} would need (slack={self.slack}); allowed: {min(floors[b], n)} <= ends[{b}] <= {n}, "
+                    f"or ends[{b}] <= {start} (the row keeps none of its tokens)"
+                )
 
     def reorder(self, index: Tensor) -> None:
         index = row_index("WindowCache", index, self.spec.batch_size)
         for layer in range(self.spec.n_layers):
             self._settle(layer)
         self.store.reorder(index, max(self._filled))
+        rows = index.tolist()
+        self._oldest = [[oldest[i] for i in rows] for oldest in self._oldest]
         index = index.to(self._row_start.device)
         self._slots = [slots.index_select(0, index) for slots in self._slots]
-        self._starts_at(self._row_start.index_select(0, index))
+        self._starts_at([self._starts[i] for i in rows])

@@ -6,6 +6,7 @@ target's block and the chain's contexts read them.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -56,9 +57,7 @@ def feed(call: Any, ids: Tensor, positions: Tensor, cache: KVCache | None, keep:
 
 
 class Drafter(Protocol):
-    def propose(
-        self, buf: Tensor, lengths: list[int], budgets: list[int], active: list[bool], pick: Pick
-    ) -> list[list[Tensor | None]]:
+    def propose(self, buf: Tensor, lengths: list[int], budgets: list[int], pick: Pick) -> list[list[Tensor | None]]:
         """Write up to `budgets[b]` drafts of row b into `buf[b, lengths[b]:]`; return their q's (one list per
         row, its length the number of drafts; None for a one-hot q)."""
         ...
@@ -75,27 +74,26 @@ class ModelDrafter:
         self.model = model
         self.call = call  # the model as the decode calls it (compiled or not)
         self.rows = RowCache(cache, batch_size)
-        self.capacity = cache.spec.capacity
-        # The slots its forwards may fill: a cache that keeps every token stops at the draft's context, as the
+        # The positions its forwards may reach: a cache that keeps every token stops at the draft's context, as the
         # engine stops the target (`Decoding.room`); past it the draft proposes nothing and the target goes on.
-        self.reach = self.capacity if evicts(cache) else model.spec.max_positions
+        self.reach = cache.spec.capacity if evicts(cache) else model.spec.max_positions
+        self.capacity = sys.maxsize if evicts(cache) else cache.spec.capacity  # its slots (one that evicts: no end)
         self._lengths: list[int] = [0] * batch_size
         self._forwards = 0
 
-    def propose(
-        self, buf: Tensor, lengths: list[int], budgets: list[int], active: list[bool], pick: Pick
-    ) -> list[list[Tensor | None]]:
-        # K - 1 forwards after the first, which leaves the longest row's history in the cache; rows that ended
-        # are fed too (junk at their last position), so they count.
+    def propose(self, buf: Tensor, lengths: list[int], budgets: list[int], pick: Pick) -> list[list[Tensor | None]]:
+        # K - 1 forwards after the first, which leaves the longest drafting row's history in the cache.
         # Each row's drafts within the draft's context by its own length, as alone; a row past it (one that ended
-        # may be) drafts nothing and is fed at the context's last position, junk it never drafts from.
+        # may be) drafts nothing, never again (a budget only shrinks): it keeps nothing in the cache and is fed
+        # junk at its last position (at most the context's), so the rows that draft alone bound the slots.
         budgets = [max(0, min(budget, self.reach + 1 - n)) for budget, n in zip(budgets, lengths)]
-        K = min(max(budgets), self.capacity - max(lengths))
+        drafting = [budget > 0 for budget in budgets]
+        K = min(max(budgets), self.capacity - max((n for n, d in zip(lengths, drafting) if d), default=0))
         qs: list[list[Tensor | None]] = [[] for _ in lengths]
         self._lengths, self._forwards = list(lengths), K
         if K <= 0:
             return qs
-        F = self.rows.prepare(lengths, active)
+        F = self.rows.prepare(lengths, drafting)
         lengths_t = torch.tensor(lengths, device=buf.device)
         ids, positions = fed_block(buf, lengths_t, lengths_t, F, F)
         positions = positions.clamp(max=self.reach - 1)
@@ -154,9 +152,7 @@ class NgramDrafter:
         for idx, prompt in zip(self.index, prompts):
             idx.extend(prompt)
 
-    def propose(
-        self, buf: Tensor, lengths: list[int], budgets: list[int], active: list[bool], pick: Pick
-    ) -> list[list[Tensor | None]]:
+    def propose(self, buf: Tensor, lengths: list[int], budgets: list[int], pick: Pick) -> list[list[Tensor | None]]:
         qs: list[list[Tensor | None]] = []
         for b, (idx, n, budget) in enumerate(zip(self.index, lengths, budgets)):
             idx.extend(buf[b, len(idx.tokens) : n].tolist())  # the tokens emitted since the last call

@@ -36,8 +36,9 @@ class RowCache:
         F = max(n - c for n, c, a in zip(lengths, self.correct, active) if a)
         keep = [max(n - F, 0) for n in lengths]
         length = max(m for m, a in zip(keep, active) if a)
-        n_slots = self.cache.length
-        ends = [e - (c - m) if a else min(length, n_slots) for e, c, m, a in zip(self.ends, self.correct, keep, active)]
+        # A row left out keeps nothing (ends 0, all padding): any cache can drop a row, while keeping its first
+        # `length` slots would ask a cache that evicts for tokens it dropped.
+        ends = [e - (c - m) if a else 0 for e, c, m, a in zip(self.ends, self.correct, keep, active)]
         if all(e == length for e in ends):
             assert isinstance(self.cache, Croppable)  # the strategy opened its decoding with needs=("crop",)
             self.cache.crop(length)

@@ -144,10 +144,12 @@ def _rounds(d: Decoding, draft: Model | None, params: SpeculativeParams, kind: K
 
 def _lookahead(d: Decoding, k: int) -> int:
     """Slots a round may feed past a row's text: the junk columns of a batch right-aligned by `crop_rows` (at most
-    k + 1). A cache without it runs its rows one at a time, never past their text: it needs no more slots."""
+    k + 1). A cache without it runs its rows one at a time, never past their text; one that evicts has no slots to
+    size, and junk repeats a row's last position (`fed_block`): neither needs more (a window wider than the context
+    takes a text that fills it, as `dk.generate` does)."""
     impl = getattr(d.request.cache, "impl", None)
-    one_at_a_time = impl is not None and not callable(getattr(impl, "crop_rows", None))
-    return 0 if one_at_a_time else k + 1
+    sized = impl is None or (callable(getattr(impl, "crop_rows", None)) and not evicts(impl))
+    return k + 1 if sized else 0
 
 
 def _check_rollback(d: Decoding, k: int) -> None:
@@ -258,9 +260,10 @@ class _Rounds:
                 cache = None
             if isinstance(cache, Croppable) and usable(cache) and _draft_takes(draft, cache, d.total):
                 return cache
-        # Never fed past the draft's context (`ModelDrafter`): no more slots than that, whatever max_new_tokens;
-        # without a target cache every prompt fits the context, so the batch's slots (twice it at most) keep rows apart.
-        slots = spec.capacity if factory is None else min(spec.capacity, draft.spec.max_positions)
+        # A row drafts only within the draft's context (`ModelDrafter`): rows right-aligned, the slots of the longest
+        # drafting row's history and a round's k drafts, whatever max_new_tokens; without a target cache every prompt
+        # fits the context, so the batch's slots (twice it at most) keep rows apart.
+        slots = spec.capacity if factory is None else min(spec.capacity, draft.spec.max_positions) + self.k + 1
         return PreallocatedKVCache(replace(spec, capacity=slots))
 
     # -- the chain at one drafted position ---------------------------------------------------
@@ -318,7 +321,7 @@ class _Rounds:
                 min(self.k, d.outputs[b].limit - self.generated[i] - 1, d.room(self.lengths[i])) if active[i] else 0
                 for i, b in enumerate(rows)
             ]
-            qs = self.drafter.propose(self.buf, self.lengths, budgets, active, self._pick)
+            qs = self.drafter.propose(self.buf, self.lengths, budgets, self._pick)
             counts = [len(q) for q in qs]
             F = self.kv.prepare(self.lengths, active)
             lengths_t = torch.tensor(self.lengths, device=d.device)
