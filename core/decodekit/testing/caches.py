@@ -56,6 +56,7 @@ ROPE_FREQUENCIES = (
     tuple(ROPE_BASE ** (-i / 6) for i in range(0, 6, 2)),
     tuple(1e6 ** (-i / 8) / 8 for i in range(0, 8, 2)),
 )
+FREQUENCIES_SHOWN = "rope_frequencies (layer 0 turns 6 of its 8 dims), keys moved by spec.frequencies(layer)"
 
 
 def kit_spec(
@@ -484,8 +485,7 @@ class CacheConformance:
         """A spec whose keys rotate by other frequencies than `rope_base`'s (`ROPE_FREQUENCIES`: a partial rotary on
         layer 0, another type of layer 1): `_another_spec`, the kit moving a kept key by its layer's frequencies."""
         spec = replace(kit_spec(4, 2, torch.float32), rope_frequencies=ROPE_FREQUENCIES)
-        what = "rope_frequencies (layer 0 turns 6 of its 8 dims), keys moved by spec.frequencies(layer)"
-        self._another_spec(spec, "rope_frequencies", 12, what)
+        self._another_spec(spec, "rope_frequencies", 12, FREQUENCIES_SHOWN)
 
     def _another_spec(self, spec: CacheSpec, name: str, seed: int, what: str) -> None:
         """Attention over what `update` returns == the reference on every layer of `spec`, also after a beam step's

@@ -33,6 +33,7 @@ from decodekit.errors import DecodekitError, ParameterError
 from decodekit.spec import CacheSpec
 from decodekit.testing.caches import (
     CONFIGS,
+    FREQUENCIES_SHOWN,
     LAYER_SHAPES,
     ROPE_FREQUENCIES,
     _at,
@@ -441,8 +442,7 @@ class ScoredCacheConformance:
         """A spec whose keys rotate by other frequencies than `rope_base`'s (`ROPE_FREQUENCIES`: a partial rotary on
         layer 0, another type of layer 1): `_another_spec`, held keys moved past the context by their layer's."""
         spec = dataclasses.replace(kit_spec(), rope_frequencies=ROPE_FREQUENCIES)
-        what = "rope_frequencies (layer 0 turns 6 of its 8 dims), keys moved by spec.frequencies(layer)"
-        self._another_spec(spec, "rope_frequencies", 14, what)
+        self._another_spec(spec, "rope_frequencies", 14, FREQUENCIES_SHOWN)
 
     def _another_spec(self, spec: CacheSpec, name: str, seed: int, what: str) -> None:
         """A prompt, then decode past the context, also after a beam step's `reorder([1, 1])` and a `crop`, every
