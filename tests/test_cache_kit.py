@@ -14,6 +14,7 @@ from torch import Tensor
 
 import decodekit as dk
 from decodekit.cache import PreallocatedKVCache
+from decodekit.rope import frequencies
 from decodekit.storage import FloatStorage
 from decodekit.testing import CacheConformance, check_cache
 
@@ -226,3 +227,32 @@ def test_a_window_that_crops_rows_wrongly_fails_the_kit(factory: type, message: 
     with pytest.raises(AssertionError, match=message):
         suite(factory, window=True).test_crop_rows()
     suite(WindowCache, window=True).test_crop_rows()  # the real one passes
+
+
+def layer_0s(spec: dk.CacheSpec) -> list[Tensor | None]:
+    """Every layer's keys moved by layer 0's frequencies (one turn for layers of one shape)."""
+    return [spec.frequencies(0)] * spec.n_layers
+
+
+def rope_bases(spec: dk.CacheSpec) -> list[Tensor | None]:
+    """Every layer's keys moved by `rope_base`'s frequencies over its whole head (a cache that reads `rope_base`)."""
+    assert spec.rope_base is not None
+    return [frequencies(spec.layer_shape(layer)[1], spec.rope_base) for layer in range(spec.n_layers)]
+
+
+@pytest.mark.parametrize(("wrong", "layer"), [(layer_0s, 1), (rope_bases, 0)])
+def test_a_window_that_moves_its_sinks_by_other_frequencies_fails_the_kit(
+    wrong: Callable[[dk.CacheSpec], list[Tensor | None]], layer: int
+) -> None:
+    """Before, the kit's specs had `rope_base` only: such a window passed every check and moved the sinks of Llama 3.x,
+    Phi-4-mini or Gemma 3 wrongly. The rest of the kit still passes it; `test_rotary_frequencies` names the layer."""
+
+    def make(spec: dk.CacheSpec, params: WindowParams) -> WindowCache:
+        cache = WindowCache(spec, params)
+        cache._inv_freq = wrong(spec)
+        return cache
+
+    suite(make, window=True).test_attention_matches_reference()  # the kit's rope_base spec: right by luck
+    with pytest.raises(AssertionError, match=rf"rope_frequencies .*: step \d+, layer {layer}, .*attention differs"):
+        suite(make, window=True).test_rotary_frequencies()
+    suite(WindowCache, window=True).test_rotary_frequencies()  # the real one passes

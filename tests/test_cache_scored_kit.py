@@ -9,7 +9,7 @@ import pytest
 import torch
 from decodekit_cache_scored.cache import ScoredCache
 from decodekit_cache_scored.state import LayerState
-from test_cache_kit import KeysInHalf
+from test_cache_kit import KeysInHalf, layer_0s, rope_bases
 from torch import Tensor
 
 import decodekit as dk
@@ -59,6 +59,24 @@ def test_a_cache_that_evicts_more_than_it_must() -> None:
 def test_a_cache_that_leaves_keys_past_the_context(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ScoredCache, "_moved", lambda self, layer, keys, slots, held, last: keys)
     fails(Suite().test_past_the_context, r"(a returned key is off|attention differs)")
+
+
+@pytest.mark.parametrize(("wrong", "layer"), [(layer_0s, 1), (rope_bases, 0)])
+def test_a_cache_that_moves_keys_by_other_frequencies(
+    wrong: Callable[[dk.CacheSpec], list[Tensor | None]], layer: int
+) -> None:
+    """Before, the kit's specs had `rope_base` only: such a cache passed every check. The rest of the kit still passes
+    it; `test_rotary_frequencies` names the layer whose keys are off."""
+
+    class Wrong(Suite):
+        def make(self, spec: dk.CacheSpec) -> dk.KVCache:
+            cache = super().make(spec)
+            cache._inv_freq = wrong(spec)  # type: ignore[attr-defined]
+            return cache
+
+    Wrong().test_past_the_context()  # the kit's rope_base spec: right by luck
+    fails(Wrong().test_rotary_frequencies, rf"rope_frequencies .*: step \d+, layer {layer}, .*a returned key is off")
+    Suite().test_rotary_frequencies()  # the real one passes
 
 
 def test_a_crop_that_forgets_the_scores_of_the_queries_it_keeps(monkeypatch: pytest.MonkeyPatch) -> None:

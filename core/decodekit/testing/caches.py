@@ -49,6 +49,14 @@ CONFIGS = ((4, 4, torch.float32), (4, 2, torch.float32), (4, 1, torch.float32), 
 # Layers of other shapes (`CacheSpec.layer_shapes`), (kv-heads, head_dim, value width): layer 1 has fewer and wider
 # kv-heads, and values of another width, as a Gemma 4 full-attention layer after a sliding one.
 LAYER_SHAPES = ((2, 8, 8), (1, 16, 12))
+# Keys that rotate by other frequencies than `rope_base`'s (`CacheSpec.rope_frequencies`, which rule over it): layer 0
+# turns the first 6 of its 8 dims (a partial rotary embedding, as Phi-4-mini's), layer 1 all 8 by another base, scaled
+# (a layer of another type, as Gemma 3's global ones: base 1e6, linear x8).
+ROPE_FREQUENCIES = (
+    tuple(ROPE_BASE ** (-i / 6) for i in range(0, 6, 2)),
+    tuple(1e6 ** (-i / 8) / 8 for i in range(0, 8, 2)),
+)
+FREQUENCIES_SHOWN = "rope_frequencies (layer 0 turns 6 of its 8 dims), keys moved by spec.frequencies(layer)"
 
 
 def kit_spec(
@@ -70,25 +78,35 @@ def kit_spec(
 
 
 @functools.cache
-def _inverse_frequencies(D: int) -> Tensor:  # noqa: N803
-    """The rotary frequencies of a head of `D` dimensions, float64 (made once: the kit rotates at every step)."""
-    return ROPE_BASE ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+def _inverse_frequencies(base: float, D: int) -> Tensor:  # noqa: N803
+    """`base`'s rotary frequencies over a head of `D` dimensions, float64 (made once: the kit rotates at every step)."""
+    return base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
 
 
-def _at(u: Tensor, positions: Tensor) -> Tensor:
-    """Keys `u` `[B, H, T, D]` rotated at `positions` `[B, T]` (clamped at 0, as the model does), in one call."""
+def _frequencies(spec: CacheSpec, layer: int) -> Tensor:
+    """`layer`'s rotary inverse frequencies by the kit's own code: `rope_frequencies[layer]`, else `rope_base`'s."""
+    if spec.rope_frequencies is not None:
+        return torch.tensor(spec.rope_frequencies[layer], dtype=torch.float64)
+    assert spec.rope_base is not None, "the kit's specs are rotary"
+    return _inverse_frequencies(spec.rope_base, spec.layer_shape(layer)[1])
+
+
+def _at(u: Tensor, positions: Tensor, freqs: Tensor) -> Tensor:
+    """Keys `u` `[B, H, T, D]` rotated by `freqs` at `positions` `[B, T]` (clamped at 0, as the model does), in one
+    call."""
     B, H, T, D = u.shape
     flat = u.transpose(0, 1).reshape(H, B * T, D)  # every row's tokens along one axis
-    return _rotate(flat, positions.clamp(min=0).flatten()).reshape(H, B, T, D).transpose(0, 1)
+    return _rotate(flat, positions.clamp(min=0).flatten(), freqs).reshape(H, B, T, D).transpose(0, 1)
 
 
-def _rotate(x: Tensor, delta: Tensor) -> Tensor:
-    """The kit's own rotary code (rotate-half), float64: `x` `[..., T, D]` moved `delta` `[T]` positions."""
-    D = x.shape[-1]
-    angle = delta.to(torch.float64)[:, None] * _inverse_frequencies(D)  # [T, D/2]
+def _rotate(x: Tensor, delta: Tensor, freqs: Tensor) -> Tensor:
+    """The kit's own rotary code (rotate-half), float64: `x` `[..., T, D]` moved `delta` `[T]` positions by the
+    frequencies `freqs` `[n]`, pair `(x_i, x_{i+n})` of its first `2n` dims (the rest pass: a partial rotary)."""
+    n = freqs.shape[0]
+    angle = delta.to(torch.float64)[:, None] * freqs  # [T, n]
     cos, sin = angle.cos(), angle.sin()
-    x1, x2 = x[..., : D // 2], x[..., D // 2 :]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+    x1, x2 = x[..., :n], x[..., n : 2 * n]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., 2 * n :]], -1)
 
 
 @dataclass
@@ -335,7 +353,7 @@ class CacheConformance:
             kv_heads, head_dim, width = spec.layer_shape(layer)
             shape = (spec.batch_size, kv_heads, T, head_dim)
             u = torch.randn(shape, generator=g, dtype=torch.float64)
-            k = self._at(u, positions)
+            k = self._at(u, positions, _frequencies(spec, layer))
             v = torch.randn(*shape[:3], width, generator=g, dtype=torch.float64)
             k, v = k.to(spec.dtype), v.to(spec.dtype)
             history.keys[layer].append(k)
@@ -365,9 +383,9 @@ class CacheConformance:
         )
 
     @staticmethod
-    def _at(u: Tensor, positions: Tensor) -> Tensor:
-        """Keys `u` `[B, H, T, D]` rotated at `positions` `[B, T]` (clamped at 0, as the model does)."""
-        return _at(u, positions)
+    def _at(u: Tensor, positions: Tensor, freqs: Tensor) -> Tensor:
+        """Keys `u` `[B, H, T, D]` rotated by `freqs` at `positions` `[B, T]` (clamped at 0, as the model does)."""
+        return _at(u, positions, freqs)
 
     @staticmethod
     def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
@@ -405,7 +423,8 @@ class CacheConformance:
         b, i = torch.tensor(rows), torch.tensor(queries)  # [N] each
         n, heads, d = len(rows), q.shape[1], q.shape[-1]
         k = k_all.transpose(1, 2)[b[:, None], slot]  # [N, W, H_kv, D]
-        k = _rotate(k.permute(2, 0, 1, 3).reshape(-1, n * width, d), shift.flatten())  # moved keys rotated on
+        k = k.permute(2, 0, 1, 3).reshape(-1, n * width, d)
+        k = _rotate(k, shift.flatten(), _frequencies(spec, layer))  # moved keys rotated on, by the layer's frequencies
         k = _expand(k.reshape(-1, n, width, d).transpose(0, 1), heads)  # [N, H, W, D]
         v = _expand(v_all.transpose(1, 2)[b[:, None], slot].permute(0, 2, 1, 3), heads)  # [N, H, W, D]
         scores = q[b, :, i][:, :, None] @ k.transpose(-1, -2)  # [N, H, 1, W]
@@ -458,16 +477,26 @@ class CacheConformance:
 
     def test_layers_of_other_shapes(self) -> None:
         """A spec whose layers cache other shapes (`layer_shapes`: Gemma 4's full-attention layers have wider keys
-        than its sliding ones, MiMo-V2-Flash's sliding layers more kv-heads): attention over what `update` returns ==
-        the reference on every layer, also after a beam step's `reorder` and (a cache that keeps all) `crop_rows`;
-        or the cache refuses the spec at creation, a `ParameterError` naming layer_shapes."""
+        than its sliding ones, MiMo-V2-Flash's sliding layers more kv-heads): `_another_spec`."""
         spec = replace(kit_spec(4, 2, torch.float32), layer_shapes=LAYER_SHAPES)
+        self._another_spec(spec, "layer_shapes", 10, f"layer_shapes={LAYER_SHAPES}")
+
+    def test_rotary_frequencies(self) -> None:
+        """A spec whose keys rotate by other frequencies than `rope_base`'s (`ROPE_FREQUENCIES`: a partial rotary on
+        layer 0, another type of layer 1): `_another_spec`, the kit moving a kept key by its layer's frequencies."""
+        spec = replace(kit_spec(4, 2, torch.float32), rope_frequencies=ROPE_FREQUENCIES)
+        self._another_spec(spec, "rope_frequencies", 12, FREQUENCIES_SHOWN)
+
+    def _another_spec(self, spec: CacheSpec, name: str, seed: int, what: str) -> None:
+        """Attention over what `update` returns == the reference on every layer of `spec`, also after a beam step's
+        `reorder` and (a cache that has it) `crop_rows`; or the cache refuses `spec` at creation, a `ParameterError`
+        naming the field `name`."""
         try:
             cache = self.make(spec)
         except ParameterError as exc:
-            assert "layer_shapes" in str(exc), f"layer_shapes={LAYER_SHAPES}: refused, not naming layer_shapes: {exc}"
+            assert name in str(exc), f"{what}: refused, not naming {name}: {exc}"
             return
-        g, history, what = torch.Generator().manual_seed(10), _History(spec), f"layer_shapes={LAYER_SHAPES}"
+        g, history = torch.Generator().manual_seed(seed), _History(spec)
         self._run(cache, history, SCHEDULE, g, what)
         if isinstance(cache, Reorderable):
             _in_place(cache.reorder, torch.tensor([1, 1]))

@@ -33,10 +33,13 @@ from decodekit.errors import DecodekitError, ParameterError
 from decodekit.spec import CacheSpec
 from decodekit.testing.caches import (
     CONFIGS,
+    FREQUENCIES_SHOWN,
     LAYER_SHAPES,
+    ROPE_FREQUENCIES,
     _at,
     _check_capacity,
     _expand,
+    _frequencies,
     _History,
     _in_place,
     _int,
@@ -141,7 +144,7 @@ class ScoredCacheConformance:
         outs = []
         for layer in range(spec.n_layers):
             u, v, q = draws(layer, spec, T)
-            k = _at(u, positions)
+            k = _at(u, positions, _frequencies(spec, layer))
             k, v = k.to(spec.dtype), v.to(spec.dtype)
             history.keys[layer].append(k)
             history.values[layer].append(v)
@@ -206,13 +209,14 @@ class ScoredCacheConformance:
         except AssertionError as failure:
             pending = failure  # raised after the checks of the queries before it
         if queries:
-            self._check_attention(spec, keys, k_all, v_all, q, got, queries, where)
+            self._check_attention(spec, layer, keys, k_all, v_all, q, got, queries, where)
         if pending is not None:
             raise pending
 
     def _check_attention(
         self,
         spec: CacheSpec,
+        layer: int,
         keys: Tensor,
         k_all: Tensor,
         v_all: Tensor,
@@ -236,7 +240,8 @@ class ScoredCacheConformance:
         )
         real = torch.arange(width) < torch.tensor([len(x[3]) for x in queries])[:, None]  # [N, width]
         n, (kv_heads, d) = slots.shape[0], (k_all.shape[1], k_all.shape[-1])  # the layer's
-        moved = _rotate(k_all[b[:, None], h[:, None], slots].reshape(n * width, d), (at - slots).flatten())
+        fed = k_all[b[:, None], h[:, None], slots].reshape(n * width, d)
+        moved = _rotate(fed, (at - slots).flatten(), _frequencies(spec, layer))  # by the layer's own frequencies
         moved = moved.reshape(n, width, d)
         stored = (h * keys.shape[1] // kv_heads)[:, None]
         off = (keys[b[:, None], stored, index].double() - moved).abs().amax(-1)  # [N, width]
@@ -429,15 +434,25 @@ class ScoredCacheConformance:
 
     def test_layers_of_other_shapes(self) -> None:
         """A spec whose layers cache other shapes (`layer_shapes`: layer 1 fewer, wider kv-heads and values of another
-        width): a prompt, then decode past the context, every check above on each layer in its own shape, also after
-        a beam step's `reorder([1, 1])` and a `crop`; or the cache refuses the spec at creation, naming layer_shapes."""
+        width): `_another_spec`, each layer in its own shape."""
         spec = dataclasses.replace(kit_spec(), layer_shapes=LAYER_SHAPES)
+        self._another_spec(spec, "layer_shapes", 13, f"layer_shapes={LAYER_SHAPES}")
+
+    def test_rotary_frequencies(self) -> None:
+        """A spec whose keys rotate by other frequencies than `rope_base`'s (`ROPE_FREQUENCIES`: a partial rotary on
+        layer 0, another type of layer 1): `_another_spec`, held keys moved past the context by their layer's."""
+        spec = dataclasses.replace(kit_spec(), rope_frequencies=ROPE_FREQUENCIES)
+        self._another_spec(spec, "rope_frequencies", 14, FREQUENCIES_SHOWN)
+
+    def _another_spec(self, spec: CacheSpec, name: str, seed: int, what: str) -> None:
+        """A prompt, then decode past the context, also after a beam step's `reorder([1, 1])` and a `crop`, every
+        check above on each layer of `spec`; or the cache refuses `spec` at creation, naming the field `name`."""
         try:
             cache = self.make(spec)
         except ParameterError as exc:
-            assert "layer_shapes" in str(exc), f"layer_shapes={LAYER_SHAPES}: refused, not naming layer_shapes: {exc}"
+            assert name in str(exc), f"{what}: refused, not naming {name}: {exc}"
             return
-        draws, history, what = Draws(13), _History(spec), f"layer_shapes={LAYER_SHAPES}"
+        draws, history = Draws(seed), _History(spec)
         self._run(cache, history, (*LONG, *SCHEDULE[:12]), draws, what)  # 47 tokens through a 32-position context
         _in_place(cache.reorder, torch.tensor([1, 1]))  # type: ignore[attr-defined]
         history.reorder(torch.tensor([1, 1]))
