@@ -33,7 +33,7 @@ def _forward(model: Any, ids: Tensor, positions: Tensor, cache: Any) -> Tensor:
     V = model.spec.vocab_size
     shape = tuple(logits.shape) if isinstance(logits, Tensor) else None
     got = f"logits of shape {shape}" if shape is not None else f"a {type(logits).__name__}, not a tensor,"
-    assert shape == (B, T, V), (
+    assert isinstance(logits, Tensor) and shape == (B, T, V), (
         f"model: {got} for input_ids {(B, T)}; allowed: [B, T, vocab_size] = {(B, T, V)}, every position's logits"
     )
     return logits.double()
