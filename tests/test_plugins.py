@@ -433,6 +433,22 @@ def test_a_second_plugin_object_of_the_same_name_is_refused_saying_so() -> None:
         dk.unregister_plugin(first)
 
 
+def test_a_plugin_class_registered_in_place_of_an_object_says_to_make_one() -> None:
+    """`dk.register_plugin(P)` for `dk.register_plugin(P())`: before, "TypeError: P.register_samplers() missing 1
+    required positional argument: 'register'" (the object was missing, not the register)."""
+    from decodekit.stage import ProcessorBase
+
+    class P:
+        @dk.hookimpl
+        def register_samplers(self, register: Any) -> None:
+            register("mine", ProcessorBase)
+
+    with pytest.raises(dk.PluginError) as refused:
+        dk.register_plugin(P)
+    assert str(refused.value) == "plugin 'P' is a class, whose hooks need an object; allowed: dk.register_plugin(P())"
+    assert "P" not in dk.get_registry().plugins
+
+
 def test_an_object_with_no_hooks_is_refused_not_registered_in_silence() -> None:
     """`dk.register_plugin(ban)`, the processor function itself: before, nothing was registered and nothing said."""
 
