@@ -254,7 +254,8 @@ def _unregistrable(plugin: object, label: str) -> str | None:
     entry point may have none), a class whose hooks need an object, or its name is taken (pluggy's error would list
     every plugin loaded)."""
     if isinstance(plugin, type) and any(inspect.isfunction(inspect.getattr_static(plugin, n, None)) for n, _ in HOOKS):
-        return f"plugin {label!r} is a class, whose hooks need an object; allowed: dk.register_plugin({plugin.__name__}())"
+        made = f"dk.register_plugin({plugin.__name__}())"
+        return f"plugin {label!r} is a class, whose hooks need an object; allowed: {made}"
     if not any(n in dict(HOOKS) or hasattr(getattr(plugin, n, None), f"{ENTRY_POINT_GROUP}_impl") for n in dir(plugin)):
         hooks = [n for n, _ in HOOKS]
         return (
