@@ -20,7 +20,8 @@ def no_token_zero(logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
 
 # 2. A named sampler with validated parameters: Gemma-style logit soft-capping, cap · tanh(x / cap).
 class SoftcapParams(dk.Params):
-    cap: float = Field(default=30.0, gt=0, description="logits are squashed into (-cap, cap)")
+    # le: a cap past float32's range is inf there, and inf * tanh(logits / inf) is NaN
+    cap: float = Field(default=30.0, gt=0, le=10_000, description="logits are squashed into (-cap, cap)")
 
 
 class Softcap(dk.ProcessorBase[SoftcapParams]):

@@ -379,6 +379,21 @@ def test_logits_of_the_wrong_shape_are_named(shape: tuple[int, ...], call: str) 
         getattr(chain, call)(torch.zeros(shape), ctx_for(1))
 
 
+@pytest.mark.parametrize("call", ["__call__", "step", "distribution", "process", "trace"])
+def test_a_context_that_is_none_or_transformers_input_ids_is_named(call: str) -> None:
+    """transformers' processors are called `(input_ids, scores)`: a chain called so, or without a context, was an
+    AttributeError ("'Tensor' object has no attribute 'tokens'")."""
+    chain, scores, input_ids = dk.Chain.parse("top_k(5) | sample"), torch.zeros(1, 30), torch.zeros(1, 4).long()
+    allowed = (
+        r"; allowed: a dk.DecodeContext \(dk.DecodeContext\(tokens=history \[B, T\]\)\); in transformers' "
+        r"generate\(\), decodekit_hf.processor.as_logits_processor\(chain\)$"
+    )
+    with pytest.raises(dk.ParameterError, match=r"^ctx=None is invalid" + allowed):
+        getattr(chain, call)(scores, None)
+    with pytest.raises(dk.ParameterError, match=r"^ctx of type Tensor is invalid" + allowed):
+        getattr(chain, call)(input_ids, scores)
+
+
 def test_distribution_gives_a_row_that_is_not_live_as_process_does() -> None:
     """A row the candidate path marks (top_k(3) over two finite tokens) is redone densely even when the caller
     says it is not live: beam search adds -inf to a dead beam's row, and NaN + -inf ranked first in its topk,

@@ -986,3 +986,17 @@ def test_explain_traces_a_float64_model_in_float64_as_the_step_runs() -> None:
     [report] = explain_steps(_NearTie(), [0], dk.Chain.parse("top_k(1)"), steps=1, top=2, seed=0)
     assert report.token == 1
     assert [stage.survivors for stage in report.stages] == [4, 1]
+
+
+@pytest.mark.parametrize("name", ["hf", "gpt2"])
+def test_a_checkpoint_model_without_a_path_says_how_in_the_callers_words(name: str) -> None:
+    """Before, `decodekit generate --model hf` answered in Python: "allowed: dk.load_model('hf:/path/...')"."""
+    with pytest.raises(
+        dk.ParameterError, match=rf"^{name}: no checkpoint path; allowed: dk.load_model\('{name}:/path/"
+    ):
+        dk.load_model(name)
+    result = cli("generate", "ROMEO:", "--model", name)
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"decodekit: error: {name}: no checkpoint path; allowed: --model {name}:/path/to/local/checkpoint\n",
+    )

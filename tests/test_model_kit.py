@@ -78,6 +78,13 @@ class LastPositionOnly(TinyLM):
         return super().forward(input_ids, positions, cache)[:, -1:]
 
 
+class InTuple(TinyLM):
+    """The logits in a tuple, as transformers' models return them with `return_dict=False`."""
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: Any = None) -> Any:
+        return (super().forward(input_ids, positions, cache),)
+
+
 SOUND = {
     "TinyLM rope": lambda: TinyLM(64),
     "TinyLM learned, GQA": lambda: TinyLM(64, n_heads=4, n_kv_heads=2, position="learned"),
@@ -99,6 +106,10 @@ FLAWS = [
     pytest.param(check_model_cache, IgnoresTheCache, "slots 2..5 fed through PreallocatedKVCache", id="no cache"),
     pytest.param(
         check_model, LastPositionOnly, r"logits of shape \(3, 1, 64\).*allowed: \[B, T, vocab_size\]", id="shape"
+    ),
+    # before: "logits of shape ()", as if the model had returned a scalar
+    pytest.param(
+        check_model, InTuple, r"a tuple, not a tensor, for input_ids .*allowed: \[B, T, vocab_size\]", id="tuple"
     ),
 ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -10,7 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import doc_examples as dx
 import pytest
+import torch
 from decodekit_cli import install_hints, main
 from decodekit_cli.plugin_template import KINDS, files_for
 
@@ -171,3 +174,42 @@ def test_the_next_line_quotes_a_folder_with_a_space(
         ["pip", "install", "-e", f"{folder}[test]"],
         ["pytest", str(folder)],
     ]
+
+
+def _softcap_sources() -> dict[str, tuple[dict[str, str], str, str]]:
+    """{source: (its files, the module of its stage, the stage's class)}: the template's and docs/plugins.md's."""
+    template = {p: t for p, t in files_for("sampler", "capped").items() if p.startswith("src/")}
+    docs = {p.split("/", 1)[1]: t for p, t in dx.plugin_files().items() if p.startswith("decodekit-softcap/src/")}
+    return {
+        "template": (template, "decodekit_capped.capped", "Capped"),
+        "docs": (docs, "decodekit_softcap.softcap", "Softcap"),
+    }
+
+
+@pytest.mark.parametrize("source", ["template", "docs"])
+def test_a_softcap_samplers_cap_makes_no_nan_at_any_value_it_accepts(
+    source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`benchmarks/fuzz.py` (docs/reliability.md) found NaN made by a new-plugin sampler: its cap had no upper bound,
+    and cap=2.87e177 (or inf) is inf in float32, where inf * tanh(logits / inf) = inf * 0 is NaN on every token.
+    docs/plugins.md's softcap is the same sampler."""
+    files, module, name = _softcap_sources()[source]
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    stage_class = getattr(importlib.import_module(module), name)
+    for cap in (2.87e177, float("inf")):
+        with pytest.raises(
+            dk.ParameterError, match=rf"cap={re.escape(f'{cap:g}')} is invalid: .*; allowed: a number 0 < cap <="
+        ):
+            stage_class(cap=cap)
+    largest = stage_class.params_model.model_json_schema()["properties"]["cap"]["maximum"]
+    logits = torch.linspace(-60, 60, 13)[None]  # finite logits, one removed
+    logits[0, 0] = float("-inf")
+    ctx = dk.DecodeContext(tokens=torch.zeros(1, 1, dtype=torch.long))
+    for cap in (largest, 1.0):
+        exact = (torch.tanh(logits.double() / cap) * cap).where(logits > -torch.inf, -torch.inf)  # in float64
+        for dtype in (torch.float16, torch.bfloat16, torch.float32):
+            out = stage_class(cap=cap)(logits.to(dtype), ctx)
+            torch.testing.assert_close(out.double(), exact.to(dtype).double(), rtol=1e-2, atol=1e-2)

@@ -175,6 +175,13 @@ class LastColumnOnly(OwnLlama):
         return super().forward(input_ids, positions, cache)[:, -1]
 
 
+class InTuple(OwnLlama):
+    """Another slip: the logits in a tuple (transformers' `return_dict=False`), where the protocol wants the tensor."""
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: KVCache | None) -> Any:
+        return (super().forward(input_ids, positions, cache),)
+
+
 def padded_vocabulary() -> OwnLlama:
     """nanoGPT's habit: a head wider than the tokenizer's vocabulary (GPT-2's 50,257 padded to 50,304)."""
     model = OwnLlama()
@@ -193,14 +200,19 @@ def padded_vocabulary() -> OwnLlama:
             LastColumnOnly,
             "model LastColumnOnly returned logits of shape ({rows}, 61); allowed: {shape} = [{rows}, tokens, 61]",
         ),
+        (
+            InTuple,
+            "model InTuple returned a tuple, not a tensor; allowed: logits {shape} = [rows, tokens, 61]",
+        ),
     ],
-    ids=["wide", "2-d"],
+    ids=["wide", "2-d", "tuple"],
 )
 def test_logits_of_another_shape_than_the_spec_are_refused_at_the_first_forward(
     make: Callable[[], OwnLlama], message: str
 ) -> None:
     """Before: the padded head failed only once a padded id was picked, blamed on the strategy ('strategy sample:
-    emitted token 59; allowed: an int in [0, 48)'), and the 2-d logits were a TypeError from inside the loop."""
+    emitted token 59; allowed: an int in [0, 48)'), the 2-d logits were a TypeError from inside the loop, and the
+    tuple an AttributeError ("'tuple' object has no attribute 'dim'")."""
     for strategy, rows in (("sample", 3), ("beam", 12)):  # beam: 4 rows a prompt
         said = message.format(rows=rows, shape="[rows, tokens, spec.vocab_size]")
         for cache in ("gqa", "none"):

@@ -382,6 +382,89 @@ def test_a_processor_function_registered_as_itself_says_what_impl_is() -> None:
     assert "ban" not in dk.get_registry().samplers
 
 
+def test_a_sampler_function_returning_a_plain_function_is_refused_at_create() -> None:
+    """A factory that returns a processor function, not a stage: before, dk.create returned it, and Chain.parse or
+    dk.generate(chain="ban") failed with "AttributeError: 'function' object has no attribute 'name'"."""
+
+    def ban(logits: object, ctx: object) -> object:
+        return logits
+
+    class Factory:
+        @dk.hookimpl
+        def register_samplers(self, register: Any) -> None:
+            register("ban", lambda params: ban)
+
+    plugin = Factory()
+    dk.register_plugin(plugin)
+    try:
+        said = (
+            r"^sampler 'ban' from Factory: impl\(params\) returned the function ban, not a stage; allowed: a "
+            r"ProcessorBase or SelectorBase instance \(a processor function goes in a dk.Chain as it is, "
+            r"unregistered\)$"
+        )
+        for make in (lambda: dk.create("ban"), lambda: dk.Chain.parse("ban | sample")):
+            with pytest.raises(dk.PluginError, match=said):
+                make()
+    finally:
+        dk.unregister_plugin(plugin)
+
+
+def test_a_second_plugin_object_of_the_same_name_is_refused_saying_so() -> None:
+    """A notebook cell that defines and registers a plugin, run twice: before, pluggy's "ValueError: Plugin name
+    already registered: Twice:register_plugin=<...>" followed by the repr of every loaded plugin."""
+    from decodekit.stage import ProcessorBase
+
+    class Twice:
+        @dk.hookimpl
+        def register_samplers(self, register: Any) -> None:
+            register("twice", ProcessorBase)
+
+    first = Twice()
+    dk.register_plugin(first)
+    try:
+        with pytest.raises(dk.PluginError) as refused:
+            dk.register_plugin(Twice())
+        assert str(refused.value) == (
+            "plugin 'Twice' is already registered from code, by another object; allowed: a name of its own, "
+            "dk.register_plugin(plugin, name=...), or dk.unregister_plugin(the first object) first"
+        )
+        dk.register_plugin(first)  # the same object again: nothing to do
+    finally:
+        dk.unregister_plugin(first)
+
+
+def test_a_plugin_class_registered_in_place_of_an_object_says_to_make_one() -> None:
+    """`dk.register_plugin(P)` for `dk.register_plugin(P())`: before, "TypeError: P.register_samplers() missing 1
+    required positional argument: 'register'" (the object was missing, not the register)."""
+    from decodekit.stage import ProcessorBase
+
+    class P:
+        @dk.hookimpl
+        def register_samplers(self, register: Any) -> None:
+            register("mine", ProcessorBase)
+
+    with pytest.raises(dk.PluginError) as refused:
+        dk.register_plugin(P)
+    assert str(refused.value) == "plugin 'P' is a class, whose hooks need an object; allowed: dk.register_plugin(P())"
+    assert "P" not in dk.get_registry().plugins
+
+
+def test_an_object_with_no_hooks_is_refused_not_registered_in_silence() -> None:
+    """`dk.register_plugin(ban)`, the processor function itself: before, nothing was registered and nothing said."""
+
+    def ban(logits: object, ctx: object) -> object:
+        return logits
+
+    with pytest.raises(dk.PluginError) as refused:
+        dk.register_plugin(ban)
+    assert str(refused.value) == (
+        "plugin 'ban' has no hook, so it registers nothing; allowed: a module or object with @decodekit.hookimpl "
+        "functions named register_samplers, register_cache_backends, register_models or register_strategies "
+        "(a processor function goes in a dk.Chain as it is, unregistered)"
+    )
+    assert "ban" not in dk.get_registry().plugins
+
+
 def test_an_in_code_plugin_taking_a_name_says_it_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     from decodekit.stage import ProcessorBase
 

@@ -116,6 +116,14 @@ def test_a_model_without_a_spec_is_named() -> None:
         dk.generate(object(), [[1]])  # type: ignore[arg-type]  # not a model: the run-time check names it
 
 
+def test_a_model_name_in_place_of_a_model_says_to_load_it() -> None:
+    """Before: "model str: no spec.vocab_size; allowed: a model with a decodekit.ModelSpec `spec`"."""
+    said = "model='tiny-shakespeare' is a name, not a model; allowed: a model object: dk.load_model('tiny-shakespeare')"
+    with pytest.raises(dk.ParameterError) as refused:
+        dk.generate("tiny-shakespeare", "ROMEO:")  # type: ignore[arg-type]
+    assert str(refused.value) == said
+
+
 def test_good_alternatives_are_accepted() -> None:
     """The forms the checks must not reject: tuples, ranges, tensors, one string, numpy-free ints."""
     model = tiny_gpt(2)

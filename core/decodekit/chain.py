@@ -350,6 +350,12 @@ def _guards_on_the_inputs(entries: Sequence[Any]) -> list[bool]:
 
 def _raw(logits: Tensor, ctx: DecodeContext) -> Tensor:
     """`logits` `[B, V]` for the context's B rows, in float32 at least."""
+    if not isinstance(ctx, DecodeContext):  # transformers' processors take (input_ids, scores): a slip to name
+        given = "ctx=None" if ctx is None else f"ctx of type {type(ctx).__name__}"
+        raise ParameterError(
+            f"{given} is invalid; allowed: a dk.DecodeContext (dk.DecodeContext(tokens=history [B, T])); in "
+            "transformers' generate(), decodekit_hf.processor.as_logits_processor(chain)"
+        )
     if logits.dim() != 2 or logits.shape[0] != ctx.tokens.shape[0]:
         raise ParameterError(
             f"logits of shape {tuple(logits.shape)} are invalid for a context of {ctx.tokens.shape[0]} rows; "

@@ -515,6 +515,11 @@ def uncached_logits(model: Model, buf: Tensor, positions: Tensor, filled: int) -
 def last_column(model: Model, logits: Tensor) -> Tensor:
     """`logits[:, -1]`, refused unless `[B, T, spec.vocab_size]`: a head wider than the vocabulary (nanoGPT pads
     GPT-2's) would otherwise fail only when a padded id is picked, and as the strategy's fault."""
+    if not isinstance(logits, Tensor):  # an output object or a tuple, as transformers' models return
+        raise ParameterError(
+            f"model {type(model).__name__} returned a {type(logits).__name__}, not a tensor; allowed: logits "
+            f"[rows, tokens, spec.vocab_size] = [rows, tokens, {model.spec.vocab_size}]"
+        )
     if logits.dim() != 3 or logits.shape[-1] != model.spec.vocab_size:
         raise ParameterError(
             f"model {type(model).__name__} returned logits of shape {tuple(logits.shape)}; allowed: "

@@ -3,6 +3,7 @@ load, fail and are chosen (each entry point on its own, each hook all-or-nothing
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import warnings
@@ -233,6 +234,8 @@ def register_plugin(plugin: object, name: str | None = None) -> None:
     label = name or getattr(plugin, "__name__", None) or type(plugin).__name__
     if any(p is plugin for p, _ in _code_plugins):
         return
+    if (problem := _unregistrable(plugin, label)) is not None:
+        raise PluginError(problem)
     _code_plugins.append((plugin, label))
     try:
         registry = _build()
@@ -244,6 +247,28 @@ def register_plugin(plugin: object, name: str | None = None) -> None:
         _code_plugins.pop()
         raise
     _install(registry)
+
+
+def _unregistrable(plugin: object, label: str) -> str | None:
+    """Why `plugin` cannot be registered from code: it has no hook (a processor function passed as the plugin; an
+    entry point may have none), a class whose hooks need an object, or its name is taken (pluggy's error would list
+    every plugin loaded)."""
+    if isinstance(plugin, type) and any(inspect.isfunction(inspect.getattr_static(plugin, n, None)) for n, _ in HOOKS):
+        made = f"dk.register_plugin({plugin.__name__}())"
+        return f"plugin {label!r} is a class, whose hooks need an object; allowed: {made}"
+    if not any(n in dict(HOOKS) or hasattr(getattr(plugin, n, None), f"{ENTRY_POINT_GROUP}_impl") for n in dir(plugin)):
+        hooks = [n for n, _ in HOOKS]
+        return (
+            f"plugin {label!r} has no hook, so it registers nothing; allowed: a module or object with "
+            f"@decodekit.hookimpl functions named {', '.join(hooks[:-1])} or {hooks[-1]} (a processor function goes in "
+            "a dk.Chain as it is, unregistered)"
+        )
+    if any(n == label for _, n in _code_plugins):
+        return (
+            f"plugin {label!r} is already registered from code, by another object; allowed: a name of its own, "
+            "dk.register_plugin(plugin, name=...), or dk.unregister_plugin(the first object) first"
+        )
+    return None
 
 
 def unregister_plugin(plugin: object) -> None:
@@ -302,7 +327,14 @@ def create(name: str, /, *args: Any, **params: Any) -> Any:
     if isinstance(name, str):  # a name that is not a string: the lookup says so
         name, args, params = _given_once("sampler", name, parse_stage(name, what="sampler"), args, params)
     entry = sampler_entry(name)
-    return entry.load()(bind_arguments(name, entry.params_model, args, params))
+    stage = entry.load()(bind_arguments(name, entry.params_model, args, params))
+    if not hasattr(stage, "name"):  # a Stage's, which a chain reads: a bare function failed there, saying less
+        got = f"the function {stage.__name__}" if inspect.isfunction(stage) else f"a {type(stage).__name__}"
+        raise PluginError(
+            f"sampler {name!r} from {entry.distribution}: impl(params) returned {got}, not a stage; allowed: a "
+            "ProcessorBase or SelectorBase instance (a processor function goes in a dk.Chain as it is, unregistered)"
+        )
+    return stage
 
 
 @dataclass(frozen=True)

@@ -112,10 +112,21 @@ def _vocab_size(model: object) -> int:
     spec = getattr(model, "spec", None)
     V = as_index(getattr(spec, "vocab_size", None))
     if V is None:
-        raise ParameterError(
-            f"model {type(model).__name__}: no spec.vocab_size; allowed: a model with a decodekit.ModelSpec `spec`"
-        )
+        raise ParameterError(_not_a_model(model))
     return V
+
+
+def _not_a_model(model: object) -> str:
+    """Why `model` is none, said for what a newcomer passes: a registered name, a bare transformers model."""
+    if isinstance(model, str):
+        return f"model={model!r} is a name, not a model; allowed: a model object: dk.load_model({model!r})"
+    allowed = "allowed: a model with a decodekit.ModelSpec `spec`"
+    if type(model).__module__.startswith("transformers."):  # checked by name: the core never imports transformers
+        return (
+            f"model {type(model).__name__}: a transformers model, with no decodekit spec; {allowed}: "
+            "decodekit_hf.model.HFModel(model, tokenizer) wraps it (docs/hf.md)"
+        )
+    return f"model {type(model).__name__}: no spec.vocab_size; {allowed}"
 
 
 def _chain(chain: object) -> Chain:

@@ -31,9 +31,10 @@ def _forward(model: Any, ids: Tensor, positions: Tensor, cache: Any) -> Tensor:
         logits = model(ids, positions, cache)
     B, T = ids.shape
     V = model.spec.vocab_size
-    assert isinstance(logits, Tensor) and tuple(logits.shape) == (B, T, V), (
-        f"model: logits of shape {tuple(getattr(logits, 'shape', ()))} for input_ids {(B, T)}; "
-        f"allowed: [B, T, vocab_size] = {(B, T, V)}, every position's logits"
+    shape = tuple(logits.shape) if isinstance(logits, Tensor) else None
+    got = f"logits of shape {shape}" if shape is not None else f"a {type(logits).__name__}, not a tensor,"
+    assert isinstance(logits, Tensor) and shape == (B, T, V), (
+        f"model: {got} for input_ids {(B, T)}; allowed: [B, T, vocab_size] = {(B, T, V)}, every position's logits"
     )
     return logits.double()
 

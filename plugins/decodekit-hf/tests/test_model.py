@@ -19,6 +19,17 @@ from tinymodels import greedy_recomputed
 PROMPTS = [[5, 17, 3, 9, 44, 2, 8, 8, 9, 60], [7, 8], [83, 1, 33, 33, 12]]
 
 
+def test_a_transformers_model_passed_as_it_is_says_to_wrap_it(llama: Any) -> None:
+    """Before: "model LlamaForCausalLM: no spec.vocab_size; allowed: a model with a decodekit.ModelSpec `spec`"."""
+    with pytest.raises(dk.ParameterError) as refused:
+        dk.generate(llama, [[1, 2, 3]], max_new_tokens=2)
+    assert str(refused.value) == (
+        "model LlamaForCausalLM: a transformers model, with no decodekit spec; allowed: a model with a "
+        "decodekit.ModelSpec `spec`: decodekit_hf.model.HFModel(model, tokenizer) wraps it (docs/hf.md)"
+    )
+    assert dk.generate(HFModel(llama), [[1, 2, 3]], max_new_tokens=2).finish_reasons == ["length"]
+
+
 def test_spec_from_gpt2_config(gpt2: Any) -> None:
     assert HFModel(gpt2).spec == dk.ModelSpec(
         n_layers=2, n_heads=4, n_kv_heads=4, head_dim=8, vocab_size=96, max_positions=128

@@ -79,7 +79,8 @@ INIT = '''\
 PARAMS = {
     "sampler": """\
 class ${cls}Params(Params):
-    cap: float = Field(default=30.0, gt=0, description="logits are squashed into (-cap, cap)")
+    # le: a cap past float32's range is inf there, and inf * tanh(logits / inf) is NaN
+    cap: float = Field(default=30.0, gt=0, le=10_000, description="logits are squashed into (-cap, cap)")
 """,
     "cache": """\
 class ${cls}Params(Params):

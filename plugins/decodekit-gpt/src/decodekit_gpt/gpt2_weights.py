@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from decodekit.errors import ParameterError
+from decodekit.param_types import words
 from decodekit_gpt.gpt import GPT, GPTConfig
 
 __all__ = ["gpt2_config", "load_gpt2", "load_gpt2_model"]
@@ -152,7 +153,8 @@ def load_gpt2(source: Any, *, dtype: torch.dtype = torch.float32, device: torch.
 def load_gpt2_model(argument: str | None, params: object = None) -> GPT:
     """The `gpt2` model loader: `dk.load_model("gpt2:/path")` reads a local `save_pretrained` directory."""
     if not argument:
-        raise ParameterError("gpt2: no checkpoint path; allowed: dk.load_model('gpt2:/path/to/local/checkpoint')")
+        how = words("dk.load_model('gpt2:/path/to/local/checkpoint')", "--model gpt2:/path/to/local/checkpoint")
+        raise ParameterError(f"gpt2: no checkpoint path; allowed: {how}")  # in the words of Python or the CLI
     path = Path(argument).expanduser()
     if not path.is_dir():
         raise ParameterError(f"gpt2: {argument!r} is not a directory; allowed: a save_pretrained directory")

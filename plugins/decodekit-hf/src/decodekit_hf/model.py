@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from decodekit.cache import KVCache, evicts, observes
 from decodekit.errors import ParameterError
+from decodekit.param_types import words
 from decodekit.spec import ModelSpec
 from decodekit_hf.cache_bridge import (
     ATTENTION,
@@ -543,7 +544,8 @@ def load_hf(argument: str | None, params: HFParams | None = None) -> HFModel:
     """
     params = params or HFParams()
     if not argument:
-        raise ParameterError("hf: no checkpoint path; allowed: dk.load_model('hf:/path/to/local/checkpoint')")
+        how = words("dk.load_model('hf:/path/to/local/checkpoint')", "--model hf:/path/to/local/checkpoint")
+        raise ParameterError(f"hf: no checkpoint path; allowed: {how}")  # in the words of Python or the CLI
     path = Path(argument).expanduser()
     if not path.is_dir():
         raise ParameterError(f"hf: {argument!r} is not a directory; allowed: a local checkpoint directory")
