@@ -426,11 +426,21 @@ def test_a_second_plugin_object_of_the_same_name_is_refused_saying_so() -> None:
             dk.register_plugin(Twice())
         assert str(refused.value) == (
             "plugin 'Twice' is already registered from code, by another object; allowed: a name of its own, "
-            "dk.register_plugin(plugin, name=...), or dk.unregister_plugin(the first object) first"
+            "dk.register_plugin(plugin, name=...), or dk.unregister_plugin('Twice') first"
         )
         dk.register_plugin(first)  # the same object again: nothing to do
+        dk.unregister_plugin("Twice")  # by its name: the cell run again holds only the second object
+        assert "twice" not in dk.get_registry().samplers
+        dk.register_plugin(Twice())
+        assert "twice" in dk.get_registry().samplers
     finally:
-        dk.unregister_plugin(first)
+        dk.unregister_plugin("Twice")
+
+
+def test_unregistering_a_name_never_registered_names_those_that_are() -> None:
+    with pytest.raises(dk.PluginError) as refused:
+        dk.unregister_plugin("Nowhere")
+    assert str(refused.value).startswith("dk.unregister_plugin: no plugin 'Nowhere' registered from code; allowed: ")
 
 
 def test_a_plugin_class_registered_in_place_of_an_object_says_to_make_one() -> None:

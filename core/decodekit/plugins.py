@@ -266,14 +266,24 @@ def _unregistrable(plugin: object, label: str) -> str | None:
     if any(n == label for _, n in _code_plugins):
         return (
             f"plugin {label!r} is already registered from code, by another object; allowed: a name of its own, "
-            "dk.register_plugin(plugin, name=...), or dk.unregister_plugin(the first object) first"
+            f"dk.register_plugin(plugin, name=...), or dk.unregister_plugin({label!r}) first"
         )
     return None
 
 
 def unregister_plugin(plugin: object) -> None:
-    """Undo `register_plugin`."""
-    _code_plugins[:] = [(p, n) for p, n in _code_plugins if p is not plugin]
+    """Undo `register_plugin`, given the object or the name it was registered under (a notebook cell run again no
+    longer holds the first object)."""
+    if isinstance(plugin, str):
+        names = [n for _, n in _code_plugins]
+        if plugin not in names:
+            raise PluginError(
+                f"dk.unregister_plugin: no plugin {plugin!r} registered from code; allowed: "
+                f"{', '.join(map(repr, names)) or 'none registered'}"
+            )
+        _code_plugins[:] = [(p, n) for p, n in _code_plugins if n != plugin]
+    else:
+        _code_plugins[:] = [(p, n) for p, n in _code_plugins if p is not plugin]
     reload_plugins()
 
 
