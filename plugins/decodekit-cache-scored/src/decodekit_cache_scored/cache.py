@@ -138,8 +138,9 @@ class ScoredCache:
 
     @property
     def rollback(self) -> int:
-        """`crop` can take back the last `slack` slots (and to the start of the last forward; not further back
-        than a long block's start); with `prefill_only`, any token after the prompt."""
+        """`crop` and `crop_rows` can take back the last `slack` slots (and to the start of the last forward; not
+        further back than a long block's start or the last `crop_rows`); with `prefill_only`, any token after the
+        prompt."""
         return sys.maxsize if self.params.prefill_only else self.slack
 
     def reach(self, new: int) -> int:
