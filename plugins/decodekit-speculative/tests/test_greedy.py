@@ -226,6 +226,19 @@ def test_a_row_that_goes_on_counts_every_draft_it_rejected(target: GPT, wrong_dr
     assert out.drafted == [18]
 
 
+def crop_rows_calls(monkeypatch: pytest.MonkeyPatch, cls: Any) -> list[list[int]]:
+    """The `ends` of every call of `cls.crop_rows` from now on."""
+    calls: list[list[int]] = []
+    original = cls.crop_rows
+
+    def spy(self: Any, ends: list[int], length: int) -> None:
+        calls.append(list(ends))
+        original(self, ends, length)
+
+    monkeypatch.setattr(cls, "crop_rows", spy)
+    return calls
+
+
 @pytest.mark.parametrize("chain", [CHAINS[1], "top_k(20) | temperature(0.9)"])
 def test_a_window_batch_is_verified_in_one_forward(
     rope_pair: tuple[GPT, GPT], chain: str, monkeypatch: pytest.MonkeyPatch
@@ -235,14 +248,7 @@ def test_a_window_batch_is_verified_in_one_forward(
     window of 8 + 2 sinks): each row's tokens alone, greedy and seeded, with a draft model (which shares the
     window) and prompt lookup; greedy (penalised: plain greedy repeats one token here), also plain decoding's."""
     target, rope_draft = rope_pair
-    calls: list[list[int]] = []
-    original = WindowCache.crop_rows
-
-    def spy(self: WindowCache, ends: list[int], length: int) -> None:
-        calls.append(list(ends))
-        original(self, ends, length)
-
-    monkeypatch.setattr(WindowCache, "crop_rows", spy)
+    calls = crop_rows_calls(monkeypatch, WindowCache)
     seeds = [1, 2, 3]
     options: dict[str, Any] = {"chain": chain, "max_new_tokens": 40, "cache": "window(size=8, sinks=2)"}
     ref = dk.generate(target, PROMPTS, seed=seeds, stop_tokens=[], **options)
@@ -273,14 +279,7 @@ def test_a_scored_batch_is_verified_in_one_forward(
     backend: each row's tokens alone, greedy and seeded. k = 1: the draft's prompt, not compressed yet, is taken back
     unevenly (its first round is one forward)."""
     target, rope_draft = rope_pair
-    calls: list[list[int]] = []
-    original = ScoredCache.crop_rows
-
-    def spy(self: ScoredCache, ends: list[int], length: int) -> None:
-        calls.append(list(ends))
-        original(self, ends, length)
-
-    monkeypatch.setattr(ScoredCache, "crop_rows", spy)
+    calls = crop_rows_calls(monkeypatch, ScoredCache)
     seeds = [1, 2, 3]
     options: dict[str, Any] = {"chain": chain, "max_new_tokens": 40, "cache": cache, "k": k, "stop_tokens": []}
     out = speculative(target, PROMPTS, draft=rope_draft, seed=seeds, **options)
