@@ -11,9 +11,10 @@ on a shared machine moves both sides of a round. Writes a Markdown table to stdo
 `--draft` may be given more than once (e.g. `--draft tiny-shakespeare-draft --draft tiny-shakespeare-draft:DIR`,
 a draft export directory): the drafts are measured one after the other in this process, each against plain.
 
-`--window-batch SIZE` measures instead a batch of 8 ragged prompts through `window(size=SIZE)`, past eviction, with
-the (first) draft: verified in one forward (the window's `crop_rows`) against one row at a time (the same cache
-with `crop_rows` hidden, as the strategy runs a cache without it), alternating, the minimum of `--repeats` runs each.
+`--batch-cache SPEC` measures instead a batch of 8 ragged prompts through the cache `SPEC` (`"window(size=64)"`,
+`"h2o(budget=64)"`: past eviction with 200 tokens), with the (first) draft: verified in one forward (the cache's
+`crop_rows`) against one row at a time (the same cache with `crop_rows` hidden, as the strategy runs a cache without
+it), alternating, the minimum of `--repeats` runs each. `--window-batch SIZE` is `--batch-cache "window(size=SIZE)"`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any, NamedTuple
 import torch
 
 import decodekit as dk
+from decodekit.plugins import cache_factory
 
 CHAINS = {"greedy": "greedy", "sampled": "temperature(0.8) | top_p(0.95)"}
 PROMPT = "ROMEO:\n"
@@ -119,17 +121,16 @@ BATCH_PROMPTS = [
 ]
 
 
-def window_batch(target: Any, draft: Any, size: int, k: int, tokens: int, repeats: int) -> None:
-    """Tokens/s of the 8-prompt batch through `window(size=size)`: batched against one row at a time."""
-    from decodekit_cache_window import WindowCache, WindowParams
-
-    class RowByRow(WindowCache):
-        crop_rows = None  # type: ignore[assignment]  # hidden: the strategy decodes the rows one at a time
-
-    params = WindowParams(size=size)
+def cache_batch(target: Any, draft: Any, cache: str, k: int, tokens: int, repeats: int) -> None:
+    """Tokens/s of the 8-prompt batch through `cache` (a cache's string form): batched against one row at a time."""
+    bound = cache_factory(cache)
+    impl: Any = bound.impl
+    if not callable(getattr(impl, "crop_rows", None)):
+        raise SystemExit(f"--batch-cache {cache!r}: {bound.entry.name} has no crop_rows; allowed: a cache with it")
+    row_by_row = type("RowByRow", (impl,), {"crop_rows": None})  # hidden: the strategy decodes rows one at a time
     runs = {
-        "one row at a time": functools.partial(RowByRow, params=params),
-        "batched": functools.partial(WindowCache, params=params),
+        "one row at a time": functools.partial(row_by_row, params=bound.params),
+        "batched": functools.partial(impl, params=bound.params),
     }
     outputs: dict[str, list[list[int]]] = {}
     best: dict[str, float] = {}
@@ -149,10 +150,8 @@ def window_batch(target: Any, draft: Any, size: int, k: int, tokens: int, repeat
             best[label] = min(best.get(label, float("inf")), run(label))
     assert outputs["batched"] == outputs["one row at a time"], "the two give different tokens"
     new = len(BATCH_PROMPTS) * tokens
-    print(
-        f"window(size={size}), {len(BATCH_PROMPTS)} prompts, {tokens} new tokens each, k={k}, greedy, best of {repeats}"
-    )
-    print("| speculative, window | tokens/s |\n|---|---|")
+    print(f"{cache}, {len(BATCH_PROMPTS)} prompts, {tokens} new tokens each, k={k}, greedy, best of {repeats}")
+    print(f"| speculative, {bound.entry.name} | tokens/s |\n|---|---|")
     for label, seconds in best.items():
         print(f"| {label} | {new / seconds:.0f} |")
     print(f"\nbatched / one row at a time: {best['one row at a time'] / best['batched']:.2f}x")
@@ -166,15 +165,17 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--max-k", type=int, default=8)
-    p.add_argument("--window-batch", type=int, metavar="SIZE", help="measure a batch through window(size=SIZE)")
-    p.add_argument("--k", type=int, default=4, help="k of --window-batch")
+    p.add_argument("--batch-cache", metavar="SPEC", help='measure a batch through a cache, e.g. "h2o(budget=64)"')
+    p.add_argument("--window-batch", type=int, metavar="SIZE", help='--batch-cache "window(size=SIZE)"')
+    p.add_argument("--k", type=int, default=4, help="k of --batch-cache")
     p.add_argument("--plot", type=Path, default=Path(__file__).resolve().parents[1] / "docs/img/speculative.png")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     names = args.draft or ["tiny-shakespeare-draft"]
     target, drafts = dk.load_model(args.target), {name: dk.load_model(name) for name in names}
-    if args.window_batch is not None:
-        window_batch(target, drafts[names[0]], args.window_batch, args.k, args.tokens, args.repeats)
+    batch = f"window(size={args.window_batch})" if args.window_batch is not None else args.batch_cache
+    if batch is not None:
+        cache_batch(target, drafts[names[0]], batch, args.k, args.tokens, args.repeats)
         return
     ks = list(range(1, args.max_k + 1))
     print(

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from decodekit_cache_scored.cache import ScoredCache
-from decodekit_cache_scored.state import LayerState
+from decodekit_cache_scored.state import Block, LayerState
 from test_cache_kit import KeysInHalf, layer_0s, rope_bases
 from torch import Tensor
 
@@ -165,3 +165,54 @@ def test_a_scored_cache_over_a_storage_that_rounds_keys_only_states_it_and_passe
             Suite.test_attention_over_the_kept_entries(type("Unstated", (Suite,), {"made": KeysInHalf.made})())
     finally:
         dk.unregister_plugin(plugin)
+
+
+def test_the_honest_crop_rows_passes() -> None:
+    Suite().test_crop_rows()
+
+
+def test_crop_rows_that_moves_every_row_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each row restored right, but every row moved by row 0's amount: row 1's entries sit at other slots."""
+    restore_rows = LayerState.restore_rows
+
+    def alike(self: LayerState, ends: list[int], length: int, empty: list[bool], apply: object) -> None:
+        restore_rows(self, ends, length, empty, apply)
+        undo = torch.tensor([end - ends[0] for end in ends])[:, None, None]  # each row's own move, then row 0's
+        self.slots = torch.where(self.slots >= 0, self.slots + undo, -1)
+
+    monkeypatch.setattr(LayerState, "restore_rows", alike)
+    fails(Suite().test_crop_rows, r"after crop_rows\(\[17, 19\], 19\): step 0, layer 0, .*holds \d+ of 16 ")  # row 1's
+
+
+def test_crop_rows_that_does_not_bring_back_what_was_evicted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row 0 is taken back over three single-token forwards, each of which evicted an entry: those come back."""
+    restore_rows = LayerState.restore_rows
+
+    def forgetful(self: LayerState, ends: list[int], length: int, empty: list[bool], apply: object) -> None:
+        alive = self.alive
+        restore_rows(self, ends, length, empty, apply)
+        self.alive = self.alive & alive
+
+    monkeypatch.setattr(LayerState, "restore_rows", forgetful)
+    fails(Suite().test_crop_rows, r"after crop_rows\(\[17, 19\], 19\): step 0, layer 0, .*query 19: holds \d+ of 17")
+
+
+def test_crop_rows_that_cuts_a_long_block_at_one_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prompt not compressed yet, its rows cut at one slot (the longest row's), not each at its own: row 0 keeps
+    a token it gave back."""
+    monkeypatch.setattr(Block, "align", lambda self, kept, held: self.cut(self.start + max(kept), held))
+    fails(Suite().test_crop_rows, r"a prompt, then crop_rows\(\[17, 19\], 19\): step \d+, .*row 0")
+
+
+def test_a_crop_rows_past_the_record_is_refused() -> None:
+    spec = dk.CacheSpec(n_layers=1, n_heads=2, n_kv_heads=1, head_dim=4, batch_size=2, capacity=64, max_positions=64)
+    cache = dk.create_cache("h2o(budget=5, sinks=1, recent=1, slack=3)", spec)
+    for T in (8, *[1] * 8):
+        cache.update(0, torch.randn(2, 1, T, 4), torch.randn(2, 1, T, 4))
+        cache.attention_mask(0, torch.arange(cache.length - T, cache.length).expand(2, T))
+        cache.observe(0, torch.randn(2, 2, T, 4))  # type: ignore[attr-defined]
+    allowed = r"allowed: 10 <= ends\[1\] <= 16, or ends\[1\] <= 0 \(the row keeps none of its tokens\)"
+    with pytest.raises(dk.ParameterError, match=rf"h2o.crop_rows: ends\[1\]=9 is invalid: .*{allowed}"):
+        cache.crop_rows([16, 9], 16)  # type: ignore[attr-defined]
+    cache.crop_rows([16, 10], 16)  # type: ignore[attr-defined]  # within the record
+    assert cache.length == 16

@@ -13,6 +13,8 @@ value, after the storage's round trip), and holds the cache to what a scored cac
   one is within the context; past it, the `j`-th oldest at most `context - 1 - j` back;
 - deterministic: the same inputs give the same entries, and identical rows keep identical entries;
 - `crop(n)` within the rollback equals a cache whose last forward ended at `n`; further back it raises;
+- `crop_rows(ends, length)` (a cache that has it): each row, taken back to `ends[b]` and moved to end at
+  `length`, attends as after `crop(ends[b])`; a row taken back past the rollback raises;
 - `reorder`, `reset`, `nbytes`, `reach`, bounded memory and a stated `capacity`, as for every cache.
 
 The kit is the model: after attending it hands its queries to `observe` when the cache has it.
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from decodekit.cache import KVCache, observes
+from decodekit.cache import KVCache, RowCroppable, observes
 from decodekit.errors import DecodekitError, ParameterError
 from decodekit.spec import CacheSpec
 from decodekit.testing.caches import (
@@ -384,6 +386,67 @@ class ScoredCacheConformance:
             err = max((p - q).abs().max().item() for p, q in zip(x, y))
             assert err <= 1e-5, f"crop({n}) into a long block, then step {step}: differs by {err:.2e}"
 
+    def test_crop_rows(self) -> None:
+        """A cache with `crop_rows` (batched speculative decoding): row 0 taken back over several forwards, whose
+        compressions evicted what it must bring back, and moved right (or row 1, left-padded, moved left), then fed
+        on, attends as a cache fed the same and cropped at that row's end (into a long block too); a row taken back
+        past the rollback raises."""
+        spec = kit_spec()
+        if not isinstance(self.make(spec), RowCroppable):
+            return
+        n = sum(SCHEDULE[:14])  # it ends in single tokens: each forward evicted one
+        back = min(3, self.rollback)
+        for ends, length in (([n - back, n - 1], n - 1), ([n - back, n - 1], n - back)):  # row 0 right, row 1 left
+            draws, cache, history = Draws(15), self.make(spec), _History(spec)
+            self._run(cache, history, SCHEDULE[:14], draws, "before crop_rows")
+            what = f"crop_rows({ends}, {length})"
+            _in_place(cache.crop_rows, ends, length)  # type: ignore[attr-defined]
+            _crop_rows(history, ends, length)
+            assert cache.length == length, f"{what}: length {cache.length}; allowed: {length}"
+            after = self._run(cache, history, (1, 2, *[1] * 8), Draws(16), f"after {what}")
+            for b, end in enumerate(ends):
+                twin, twin_history = self.make(spec), _History(spec)
+                self._run(twin, twin_history, SCHEDULE[:14], Replay(draws.log), "the same")
+                twin.crop(end)  # type: ignore[attr-defined]
+                twin_history.crop(end)
+                want = self._run(twin, twin_history, (1, 2, *[1] * 8), Draws(16), f"after crop({end})")
+                for step, (x, y) in enumerate(zip(after, want)):
+                    err = max((p[b] - q[b]).abs().max().item() for p, q in zip(x, y))
+                    assert err <= 1e-5, f"{what} then step {step}: row {b} differs from crop({end}) by {err:.2e}"
+        self._crop_rows_into_a_long_block(spec)
+        cache = self.make(spec)
+        self._run(cache, _History(spec), SCHEDULE[:14], Draws(15), "before")
+        too_far = [n, n - 4 * self.slack - 1]
+        try:
+            cache.crop_rows(too_far, n)  # type: ignore[attr-defined]
+        except DecodekitError:
+            pass
+        else:
+            raise AssertionError(
+                f"crop_rows({too_far}, {n}): row 1, far beyond rollback={self.rollback}, did not raise"
+            )
+
+    def _crop_rows_into_a_long_block(self, spec: CacheSpec) -> None:
+        """A prompt and drafts fed together, then the rows' drafts taken back unevenly: each row as if its prompt came
+        alone (each is compressed by its own last queries)."""
+        draws, cache, history = Draws(17), self.make(spec), _History(spec)
+        self._run(cache, history, LONG[:1], draws, "prompt")
+        n = LONG[0]
+        ends, length = [n - 3, n - 1], n - 1
+        _in_place(cache.crop_rows, ends, length)  # type: ignore[attr-defined]
+        _crop_rows(history, ends, length)
+        after = self._run(cache, history, (1, 2, *[1] * 6), Draws(18), f"a prompt, then crop_rows({ends}, {length})")
+        for b, end in enumerate(ends):
+            twin, twin_history = self.make(spec), _History(spec)
+            self._run(twin, twin_history, [end], Replay(draws.log), f"a prompt of {end}")
+            want = self._run(twin, twin_history, (1, 2, *[1] * 6), Draws(18), f"a prompt of {end}, then")
+            for step, (x, y) in enumerate(zip(after, want)):
+                err = max((p[b] - q[b]).abs().max().item() for p, q in zip(x, y))
+                assert err <= 1e-5, (
+                    f"crop_rows({ends}, {length}) into a long block, then step {step}: row {b} differs from a prompt "
+                    f"of {end} by {err:.2e}"
+                )
+
     def test_reorder(self) -> None:
         for index in ([1, 0], [1, 1]):
             spec = kit_spec()
@@ -445,8 +508,9 @@ class ScoredCacheConformance:
         self._another_spec(spec, "rope_frequencies", 14, FREQUENCIES_SHOWN)
 
     def _another_spec(self, spec: CacheSpec, name: str, seed: int, what: str) -> None:
-        """A prompt, then decode past the context, also after a beam step's `reorder([1, 1])` and a `crop`, every
-        check above on each layer of `spec`; or the cache refuses `spec` at creation, naming the field `name`."""
+        """A prompt, then decode past the context, also after a beam step's `reorder([1, 1])`, a `crop` and (a cache
+        that has it) `crop_rows`, every check above on each layer of `spec`; or the cache refuses `spec` at creation,
+        naming the field `name`."""
         try:
             cache = self.make(spec)
         except ParameterError as exc:
@@ -461,6 +525,12 @@ class ScoredCacheConformance:
         cache.crop(n)  # type: ignore[attr-defined]
         history.crop(n)
         self._run(cache, history, (1, 1), draws, f"{what}, after crop({n})")
+        if isinstance(cache, RowCroppable):
+            n = cache.length
+            ends, length = [n - min(2, self.rollback), n - 1], n - 1
+            _in_place(cache.crop_rows, ends, length)
+            _crop_rows(history, ends, length)
+            self._run(cache, history, (1, 2), draws, f"{what}, after crop_rows({ends}, {length})")
 
     def test_past_the_context(self) -> None:
         """66 tokens through a 32-position context: every check above holds, and `reach` stays within it."""
@@ -481,3 +551,11 @@ def _cut(schedule: Sequence[int], n: int) -> list[int]:
         out.append(min(T, n - fed))
         fed += out[-1]
     return out
+
+
+def _crop_rows(history: _History, ends: list[int], length: int) -> None:
+    """`history.crop_rows`, its new padding given values no token has: the kit knows an entry by its value."""
+    history.crop_rows(ends, length)
+    for values in history.values:
+        for b, pad in enumerate(history.pads):
+            values[0][b, :, :pad] = 1e9

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from decodekit_cache_scored.cache import ScoredCache
 from decodekit_cache_window import WindowCache
 from decodekit_gpt.gpt import GPT
 from decodekit_speculative.strategy import SpeculativeGeneration, speculative
@@ -225,6 +226,19 @@ def test_a_row_that_goes_on_counts_every_draft_it_rejected(target: GPT, wrong_dr
     assert out.drafted == [18]
 
 
+def crop_rows_calls(monkeypatch: pytest.MonkeyPatch, cls: Any) -> list[list[int]]:
+    """The `ends` of every call of `cls.crop_rows` from now on."""
+    calls: list[list[int]] = []
+    original = cls.crop_rows
+
+    def spy(self: Any, ends: list[int], length: int) -> None:
+        calls.append(list(ends))
+        original(self, ends, length)
+
+    monkeypatch.setattr(cls, "crop_rows", spy)
+    return calls
+
+
 @pytest.mark.parametrize("chain", [CHAINS[1], "top_k(20) | temperature(0.9)"])
 def test_a_window_batch_is_verified_in_one_forward(
     rope_pair: tuple[GPT, GPT], chain: str, monkeypatch: pytest.MonkeyPatch
@@ -234,14 +248,7 @@ def test_a_window_batch_is_verified_in_one_forward(
     window of 8 + 2 sinks): each row's tokens alone, greedy and seeded, with a draft model (which shares the
     window) and prompt lookup; greedy (penalised: plain greedy repeats one token here), also plain decoding's."""
     target, rope_draft = rope_pair
-    calls: list[list[int]] = []
-    original = WindowCache.crop_rows
-
-    def spy(self: WindowCache, ends: list[int], length: int) -> None:
-        calls.append(list(ends))
-        original(self, ends, length)
-
-    monkeypatch.setattr(WindowCache, "crop_rows", spy)
+    calls = crop_rows_calls(monkeypatch, WindowCache)
     seeds = [1, 2, 3]
     options: dict[str, Any] = {"chain": chain, "max_new_tokens": 40, "cache": "window(size=8, sinks=2)"}
     ref = dk.generate(target, PROMPTS, seed=seeds, stop_tokens=[], **options)
@@ -255,4 +262,28 @@ def test_a_window_batch_is_verified_in_one_forward(
         if chain == CHAINS[1]:
             assert out.tokens == ref.tokens
         assert isinstance(out, SpeculativeGeneration) and (d == "ngram" or len(set(out.accepted)) > 1)
+    assert any(len(set(ends)) > 1 for ends in calls)
+
+
+SCORED = ["h2o(budget=8, sinks=2, recent=2, slack=5)", "snapkv(budget=8, sinks=2, recent=2, slack=5, window=4)"]
+
+
+@pytest.mark.parametrize("cache", SCORED)
+@pytest.mark.parametrize("chain", [CHAINS[1], "top_k(20) | temperature(0.9)"])
+@pytest.mark.parametrize("k", [4, 1])
+def test_a_scored_batch_is_verified_in_one_forward(
+    rope_pair: tuple[GPT, GPT], cache: str, chain: str, k: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the scored caches had no crop_rows, so speculation decoded their batches one row at a time. Now a round
+    verifies the ragged batch in one forward, well past eviction (40 tokens through 8 entries), the draft sharing the
+    backend: each row's tokens alone, greedy and seeded. k = 1: the draft's prompt, not compressed yet, is taken back
+    unevenly (its first round is one forward)."""
+    target, rope_draft = rope_pair
+    calls = crop_rows_calls(monkeypatch, ScoredCache)
+    seeds = [1, 2, 3]
+    options: dict[str, Any] = {"chain": chain, "max_new_tokens": 40, "cache": cache, "k": k, "stop_tokens": []}
+    out = speculative(target, PROMPTS, draft=rope_draft, seed=seeds, **options)
+    alone = [speculative(target, [p], draft=rope_draft, seed=[s], **options).tokens[0] for p, s in zip(PROMPTS, seeds)]
+    assert out.tokens == alone
+    assert isinstance(out, SpeculativeGeneration) and len(set(out.accepted)) > 1
     assert any(len(set(ends)) > 1 for ends in calls)

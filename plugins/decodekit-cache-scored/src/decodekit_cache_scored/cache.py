@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from typing import cast
 
 import torch
 from torch import Tensor
 
-from decodekit.cache import capacity_error, row_index
+from decodekit.cache import capacity_error, row_ends, row_index
 from decodekit.compiling import eager
 from decodekit.errors import ParameterError, PluginError
 from decodekit.spec import CacheSpec
@@ -137,8 +138,9 @@ class ScoredCache:
 
     @property
     def rollback(self) -> int:
-        """`crop` can take back the last `slack` slots (and to the start of the last forward; not further back
-        than a long block's start); with `prefill_only`, any token after the prompt."""
+        """`crop` and `crop_rows` can take back the last `slack` slots (and to the start of the last forward; not
+        further back than a long block's start or the last `crop_rows`); with `prefill_only`, any token after the
+        prompt."""
         return sys.maxsize if self.params.prefill_only else self.slack
 
     def reach(self, new: int) -> int:
@@ -154,14 +156,19 @@ class ScoredCache:
         spec = self.spec
         kv_heads = [spec.layer_shape(layer)[0] for layer in range(spec.n_layers)]
         self._layers = [LayerState.empty(spec.batch_size, h, self.slots, spec.device) for h in kv_heads]
-        # Each row's first real slot, [B, 1, 1] (as the [B, H, S] state broadcasts it), from the last forward.
+        # Each row's first real slot, [B, 1, 1] (as the [B, H, S] state broadcasts it), from the first forward (moved
+        # by `crop_rows`).
         self._row_start = torch.zeros(spec.batch_size, 1, 1, dtype=torch.long, device=spec.device)
         self._forward: tuple[int, Tensor, Tensor, Tensor, Tensor] | None = None  # see `_queries`
         self._new: tuple[int, torch.Size, Tensor] | None = None  # see `_new_slots`
         self._steps: list[Step | None] = [None] * len(self._groups)  # each group's, see `_planned`
         self._observed: dict[int, Tensor] = {}  # layer -> a short forward's queries, scored by `_score_observed`
         self._prefill_only = (
-            PrefillOnly(self.store, self.budget, spec.n_heads, spec.n_layers) if self.params.prefill_only else None
+            PrefillOnly(
+                self.store, self.budget, spec.n_heads, spec.n_layers, spec.batch_size, torch.device(spec.device)
+            )
+            if self.params.prefill_only
+            else None
         )
 
     @property
@@ -180,7 +187,7 @@ class ScoredCache:
             check_keys(self.spec, layer, k)
             raise
         # Checked before any work, the prompt too: a prompt past the capacity leaves no room for a token.
-        held = st.length + mode.appended[layer]
+        held = mode.fed(layer) if mode.settled else st.length
         if held + k.shape[2] > self.spec.capacity:
             raise capacity_error(f"{self.name}(prefill_only=True)", layer, held, k.shape[2], self.spec.capacity)
         if held == 0:  # the prompt, compressed as every scored cache compresses it
@@ -257,7 +264,8 @@ class ScoredCache:
         if memo is None or memo[0] != first or memo[1] is not positions:
             query = torch.arange(first, first + positions.shape[1], device=positions.device)  # [T]
             row_start = (query - positions)[:, None, :, None]
-            self._row_start = row_start[:, :, 0]
+            if first == 0:  # each row's start, from its padding; later columns may be junk (speculation), not padding
+                self._row_start = row_start[:, :, 0]
             memo = self._forward = (first, positions, query[:, None], row_start, (positions >= 0)[:, None, :, None])
         return memo[2], memo[3], memo[4]
 
@@ -275,14 +283,9 @@ class ScoredCache:
         if not isinstance(n, int) or isinstance(n, bool):
             raise ParameterError(f"{self.name}.crop: n={n!r} is invalid; allowed: an int, {low} <= n <= {self.length}")
         if not low <= n <= self.length:
-            why = (
-                "prefill_only: the prompt is compressed, every token after it can be taken back"
-                if self._after_prompt is not None
-                else f"rollback={self.slack}, never before a block longer than slack"
-            )
             raise ParameterError(
                 f"{self.name}.crop: n={n} is invalid: the cache holds what it needs to take back slots from {low} on "
-                f"({why}); allowed: {low} <= n <= {self.length}"
+                f"({self._reach_back}); allowed: {low} <= n <= {self.length}"
             )
         if n == self.length:
             return
@@ -298,6 +301,61 @@ class ScoredCache:
                 continue
             forward = next(f for f in reversed(st.journal) if f.start <= n)
             st.restore(forward, n, self.policy.apply)
+
+    def crop_rows(self, ends: Sequence[int], length: int) -> None:
+        """Row `b` keeps its slots before `ends[b]`, as `crop(ends[b])` restores them, moved `length - ends[b]` slots
+        (its start with them: right-aligned, docs/speculative.md). A row needing a slot the record cannot restore
+        is refused, naming it and its range; one that keeps none of its tokens holds nothing. The record starts
+        afresh: a later `crop` takes back to `length` at most (what speculation asks: a round's own forward)."""
+        ends = row_ends(self.name, ends, length, self.length, self.spec.batch_size)
+        if all(e == length for e in ends):  # every row kept the same count: a plain crop
+            self.crop(length)
+            return
+        starts = self._row_start.flatten().tolist()  # each row's first real slot
+        kept = [max(end - start, 0) for end, start in zip(ends, starts)]
+        self._check_rows(ends, length, kept, starts)
+        if (after := self._after_prompt) is not None:
+            after.crop_rows(ends, length, [count == 0 for count in kept])
+        else:
+            self._score_observed()
+            for st in self._layers:
+                st.restore_rows(ends, length, [count == 0 for count in kept], self.policy.apply)
+        self._forward, self._steps = None, [None] * len(self._groups)
+        self._row_start = torch.tensor([length - count for count in kept], device=self.spec.device)[:, None, None]
+
+    def _check_rows(self, ends: list[int], length: int, kept: list[int], starts: list[int]) -> None:
+        """Refuse a row that keeps more tokens than `length` slots hold, or needs a slot the record cannot restore."""
+        n, after = self.length, self._after_prompt
+        lows = after.floors() if after is not None else [self.oldest_crop()] * len(ends)
+        # A long block not compressed yet is compressed by each row's last queries: a row keeping none of it has none.
+        block = next((st.pending.start for st in self._layers if st.pending is not None), None)
+        some = block is not None and any(end > block for end, count in zip(ends, kept) if count > 0)
+        for b, (end, count, start, low) in enumerate(zip(ends, kept, starts, lows)):
+            if count > length:
+                raise ParameterError(
+                    f"{self.name}.crop_rows: ends={ends}, length={length} are invalid: row {b} keeps its {count} "
+                    f"tokens (slots {start}..{end - 1}), more than {length} slots hold; allowed: length >= {count}"
+                )
+            if count > 0 and some and end == block:
+                raise ParameterError(
+                    f"{self.name}.crop_rows: ends[{b}]={end} is invalid: row {b} would keep none of the block from "
+                    f"slot {block} on, not compressed yet, which the other rows keep some of (each is compressed by "
+                    f"its last queries); allowed: {block} < ends[{b}] <= {n}, or ends[{b}] <= {start} (the row keeps "
+                    "none of its tokens)"
+                )
+            if count > 0 and end < low:
+                raise ParameterError(
+                    f"{self.name}.crop_rows: ends[{b}]={end} is invalid: the cache holds what it needs to take back "
+                    f"row {b}'s slots from {low} on ({self._reach_back}); allowed: {low} <= ends[{b}] <= {n}, or "
+                    f"ends[{b}] <= {start} (the row keeps none of its tokens)"
+                )
+
+    @property
+    def _reach_back(self) -> str:
+        """Why `crop` and `crop_rows` go back no further, for their refusals."""
+        if self._after_prompt is not None:
+            return "prefill_only: the prompt is compressed, every token after it can be taken back"
+        return f"rollback={self.slack}, never before a block longer than slack or the last crop_rows"
 
     def kept(self, layer: int) -> Tensor:
         """`[B, H_kv, budget + 4·slack]`: the stream slot of each entry `layer` holds for each row and kv-head
@@ -316,7 +374,7 @@ class ScoredCache:
     def oldest_crop(self) -> int:
         """The smallest `n` that `crop(n)` accepts."""
         if (after := self._after_prompt) is not None:
-            return after.prompt
+            return after.oldest()
 
         def oldest(st: LayerState) -> int:
             if st.pending is not None:

@@ -51,10 +51,12 @@ class KeyNorm(Policy):
 
 
 class Recent(Policy):
-    """StreamingLLM's rule (Xiao et al. 2024): keep the newest (with the sinks the cache always keeps)."""
+    """StreamingLLM's rule (Xiao et al. 2024): keep the newest (with the sinks the cache always keeps). Every score is
+    the same, so the newer entry wins each tie (`keep_top`): a score of the slot itself would have to move with a row
+    that `crop_rows` moves."""
 
     def at(self, slots: Tensor) -> Tensor:
-        return slots.float()
+        return torch.zeros(slots.shape, device=slots.device)
 
 
 class H2O(Policy):

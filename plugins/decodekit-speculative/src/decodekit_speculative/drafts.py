@@ -73,7 +73,11 @@ class ModelDrafter:
     def __init__(self, model: Any, cache: KVCache, batch_size: int, call: Any) -> None:
         self.model = model
         self.call = call  # the model as the decode calls it (compiled or not)
-        self.rows = RowCache(cache, batch_size)
+        # A row that accepted every draft re-feeds 2 tokens (the last draft never went through the draft), the others
+        # 1; padded to one count, a row would feed other blocks than alone, which a cache that evicts may keep
+        # otherwise (a scored one compresses before each forward): through one, every row re-feeds 2 (`propose`
+        # feeds a prompt's last token apart, so that it can be taken back).
+        self.rows = RowCache(cache, batch_size, refeed=2 if evicts(cache) else 1)
         # The positions its forwards may reach: a cache that keeps every token stops at the draft's context, as the
         # engine stops the target (`Decoding.room`); past it the draft proposes nothing and the target goes on.
         self.reach = cache.spec.capacity if evicts(cache) else model.spec.max_positions
@@ -97,7 +101,11 @@ class ModelDrafter:
         lengths_t = torch.tensor(lengths, device=buf.device)
         ids, positions = fed_block(buf, lengths_t, lengths_t, F, F)
         positions = positions.clamp(max=self.reach - 1)
-        logits = feed(self.model, ids, positions, self.rows.cache, 1, **last_only(self.model))[:, -1]  # [B, V]
+        cache, columns = self.rows.cache, last_only(self.model)
+        if self.rows.refeed > 1 and cache.length == 0:  # the prompt's last token apart: the next round re-feeds it
+            feed(self.model, ids[:, :-1], positions[:, :-1], cache, 1, **columns)
+            ids, positions = ids[:, -1:], positions[:, -1:]
+        logits = feed(self.model, ids, positions, cache, 1, **columns)[:, -1]  # [B, V]
         picked = [0] * len(lengths)  # each row's draft just picked (0 for a row that drafts no more)
         for j in range(K):
             if j > 0:  # feed the drafts just picked (history index lengths + j - 1), built on the host

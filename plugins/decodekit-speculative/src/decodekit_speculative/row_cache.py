@@ -21,8 +21,9 @@ __all__ = ["RowCache"]
 class RowCache:
     """Per row: how many leading history tokens the cache holds correctly, and the slot after them."""
 
-    def __init__(self, cache: KVCache, batch_size: int) -> None:
+    def __init__(self, cache: KVCache, batch_size: int, refeed: int = 1) -> None:
         self.cache = cache
+        self.refeed = refeed  # the fewest history tokens every row feeds (so each row feeds as many as alone)
         self.correct = [0] * batch_size  # leading history tokens held correctly
         self.ends = [0] * batch_size  # the slot after them
         self.start = 0  # the slot where the next fed block begins
@@ -33,7 +34,7 @@ class RowCache:
 
         Row b then feeds history indices `lengths[b] - F ... lengths[b] - 1` (negative: padding).
         """
-        F = max(n - c for n, c, a in zip(lengths, self.correct, active) if a)
+        F = max(self.refeed, *(n - c for n, c, a in zip(lengths, self.correct, active) if a))
         keep = [max(n - F, 0) for n in lengths]
         length = max(m for m, a in zip(keep, active) if a)
         # A row left out keeps nothing (ends 0, all padding): any cache can drop a row, while keeping its first

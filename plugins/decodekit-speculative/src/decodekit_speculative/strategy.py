@@ -15,6 +15,7 @@ a cache that cannot crop rows unevenly decodes them one at a time (the output is
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
@@ -134,12 +135,20 @@ def _rounds(d: Decoding, draft: Model | None, params: SpeculativeParams, kind: K
     if d.request.max_new_tokens == 0:  # no round: `sample`'s loop runs the chain once, so refuses what it refuses
         yield from sample_steps(d)
         return
-    if B == 1 or d.kv is None or isinstance(d.kv, RowCroppable):
+    if B == 1 or d.kv is None or _verifies_rows(d.kv):
         yield from _Rounds(d, draft, params, kind, list(range(B)), d.kv).run()
         return
-    for b in range(B):  # a cache that cannot crop rows unevenly: each row alone (the output is the same)
+    for b in range(B):  # a cache that cannot verify a batch in one forward: each row alone (the output is the same)
         kv = d.open_cache(d.model, 1, d.total, ("crop",))
         yield from _Rounds(d, draft, params, kind, [b], kv).run()
+
+
+def _verifies_rows(cache: KVCache) -> bool:
+    """Whether a round verifies every row in one forward: the cache crops rows unevenly, and has room for a batch's
+    junk columns (`_lookahead` sized one that evicts for the text alone, so it must never refuse: `prefill_only`,
+    which keeps every token after the prompt, states a capacity and runs its rows one at a time)."""
+    bounded = getattr(cache, "capacity", sys.maxsize) < sys.maxsize
+    return isinstance(cache, RowCroppable) and not (evicts(cache) and bounded)
 
 
 def _lookahead(d: Decoding, k: int) -> int:
