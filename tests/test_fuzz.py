@@ -133,6 +133,21 @@ _ROPE = ModelKey(7, position="rope")
             6,
             None,
         ),
+        # a prefill_only draft cache after a 1-token prompt: RuntimeError (a mask of 10 slots against 22 keys) before;
+        # the draft fed the prompt's last token apart (padding alone first), crop_rows took every later token back,
+        # and the next forward was compressed as a second prompt
+        ComposeCase(
+            ModelKey(40, position="rope", n_kv_head=1),
+            "speculative",
+            {"k": 1, "ngram_size": 3, "draft": "model"},
+            CacheDraw(
+                "tova", {"store": "gqa", "sinks": 0, "prefill_only": True, "slack": 3, "budget": 10, "recent": 2}
+            ),
+            "greedy",
+            ((17, 26, 26, 11, 39), (0,)),
+            (1, 6),
+            (139, 2**63 - 2),
+        ),
         ComposeCase(
             _ROPE,
             "beam",

@@ -190,10 +190,11 @@ class ScoredCache:
         held = mode.fed(layer) if mode.settled else st.length
         if held + k.shape[2] > self.spec.capacity:
             raise capacity_error(f"{self.name}(prefill_only=True)", layer, held, k.shape[2], self.spec.capacity)
+        if mode.settled:  # appended after the prompt, even where `crop_rows` took every later token back
+            return mode.update(layer, k, v)
         if held == 0:  # the prompt, compressed as every scored cache compresses it
             return self._update(layer, k, v)
-        if not mode.settled:  # the forward after it: the prompt compressed for good
-            self._settle_prompt(mode)
+        self._settle_prompt(mode)  # the forward after it: the prompt compressed for good
         return mode.update(layer, k, v)
 
     @eager
