@@ -287,3 +287,20 @@ def test_a_scored_batch_is_verified_in_one_forward(
     assert out.tokens == alone
     assert isinstance(out, SpeculativeGeneration) and len(set(out.accepted)) > 1
     assert any(len(set(ends)) > 1 for ends in calls)
+
+
+@pytest.mark.parametrize("cache", ["window(size=8, sinks=2, slack=5)", *SCORED])
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_batch_whose_longer_prompt_ends_first_goes_on_alone(rope_pair: tuple[GPT, GPT], cache: str, k: int) -> None:
+    """Before: ParameterError "crop_rows: ends=[0, 1], length=0 are invalid: row 0 keeps its 3 tokens (slots -3..-1)".
+    The row that ended is left out of the next round, fed junk at its last position; where that was a first forward
+    (the other row's one-token prompt is fed apart), its start fell before slot 0 and it seemed to keep tokens."""
+    target, rope_draft = rope_pair
+    prompts, limits, seeds = [[5, 17, 3, 9, 44], [7]], [1, 12], [1, 2]
+    options: dict[str, Any] = {"chain": "top_k(20) | temperature(0.9)", "cache": cache, "k": k, "stop_tokens": []}
+    out = speculative(target, prompts, draft=rope_draft, max_new_tokens=limits, seed=seeds, **options)
+    alone = [
+        speculative(target, [p], draft=rope_draft, max_new_tokens=n, seed=[s], **options).tokens[0]
+        for p, n, s in zip(prompts, limits, seeds)
+    ]
+    assert out.tokens == alone

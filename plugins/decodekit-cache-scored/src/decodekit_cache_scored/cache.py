@@ -312,7 +312,9 @@ class ScoredCache:
         if all(e == length for e in ends):  # every row kept the same count: a plain crop
             self.crop(length)
             return
-        starts = self._row_start.flatten().tolist()  # each row's first real slot
+        # Each row's first real slot; a row fed only junk at its last position in a first forward (left out of a
+        # speculative round) has a start before slot 0, and nothing to keep.
+        starts = [max(start, 0) for start in self._row_start.flatten().tolist()]
         kept = [max(end - start, 0) for end, start in zip(ends, starts)]
         self._check_rows(ends, length, kept, starts)
         if (after := self._after_prompt) is not None:

@@ -339,7 +339,9 @@ class WindowCache:
         ends = row_ends("WindowCache", ends, length, self.length, self.spec.batch_size)
         for layer in range(self.spec.n_layers):
             self._settle(layer)
-        kept = [max(end - start, 0) for end, start in zip(ends, self._starts)]  # each row's tokens it keeps
+        # Each row's tokens it keeps; a row fed only junk at its last position in a first forward (left out of a
+        # speculative round) has a start before slot 0, and nothing to keep.
+        kept = [max(end - max(start, 0), 0) for end, start in zip(ends, self._starts)]
         self._check_rows(ends, length, kept)
         shifts = [length - end for end in ends]
         self._oldest = [[min(first, e) + d for first, e, d in zip(oldest, ends, shifts)] for oldest in self._oldest]
