@@ -148,6 +148,18 @@ _ROPE = ModelKey(7, position="rope")
             (1, 6),
             (139, 2**63 - 2),
         ),
+        # the longer prompt's row ends first: refused by window's crop_rows ("row 0 keeps its 3 tokens (slots
+        # -3..-1)") where each prompt alone decodes; the batch's refusal is a finding since then
+        ComposeCase(
+            ModelKey(40, position="rope", n_kv_head=1),
+            "speculative",
+            {"k": 1, "ngram_size": 3, "draft": "model"},
+            CacheDraw("window", {"size": 10, "sinks": 2, "slack": 4, "store": "gqa"}),
+            "greedy",
+            ((17, 26, 26, 11, 39), (0,)),
+            (1, 6),
+            (139, 9),
+        ),
         ComposeCase(
             _ROPE,
             "beam",
