@@ -188,7 +188,7 @@ def _softcap_sources() -> dict[str, tuple[dict[str, str], str, str]]:
 
 @pytest.mark.parametrize("source", ["template", "docs"])
 def test_a_softcap_samplers_cap_makes_no_nan_at_any_value_it_accepts(
-    source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     """`benchmarks/fuzz.py` (docs/reliability.md) found NaN made by a new-plugin sampler: its cap had no upper bound,
     and cap=2.87e177 (or inf) is inf in float32, where inf * tanh(logits / inf) = inf * 0 is NaN on every token.
@@ -198,6 +198,10 @@ def test_a_softcap_samplers_cap_makes_no_nan_at_any_value_it_accepts(
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    # Imported modules outlive sys.path's restore: left in sys.modules, `decodekit new-plugin softcap` run in this
+    # process later (test_cli_edges) finds decodekit_softcap "importable already".
+    package = module.split(".")[0]
+    request.addfinalizer(lambda: [sys.modules.pop(m) for m in list(sys.modules) if m.split(".")[0] == package])
     stage_class = getattr(importlib.import_module(module), name)
     for cap in (2.87e177, float("inf")):
         with pytest.raises(
