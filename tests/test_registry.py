@@ -24,6 +24,8 @@ from decodekit.registry import without_entry_point
 from decodekit.stage import ProcessorBase
 from tinymodels import tiny_gpt
 
+ROOT = Path(__file__).resolve().parents[1]  # the checkout decodekit was installed from (`make install-dev`)
+
 
 class Shift(ProcessorBase[dk.NoParams]):
     name = "shift"
@@ -495,8 +497,7 @@ def test_a_standard_plugins_implementation_that_fails_to_import_says_what_to_rei
         f"sampler 'top_k' is installed, but decodekit-top-k {entry.version} failed to import it "
         "('decodekit_top_k.top_k:TopK': ModuleNotFoundError: import of decodekit_top_k.top_k halted; None in "
         "sys.modules): a broken install or a missing dependency; reinstall it: pip install --force-reinstall "
-        "decodekit-top-k (from a checkout of decodekit, in its folder: pip install --force-reinstall "
-        "plugins/decodekit-top-k)"
+        f"decodekit-top-k (from a checkout: pip install --force-reinstall {ROOT}/plugins/decodekit-top-k)"
     )
 
 

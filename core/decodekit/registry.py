@@ -16,7 +16,7 @@ from decodekit.chain_string import MODEL_NAME
 from decodekit.errors import PLUGIN_FAILURES, PluginError, UnknownNameError, did_you_mean
 from decodekit.hookspecs import CORE_DISTRIBUTION, ENTRY_POINT_GROUP
 from decodekit.params import NoParams, Params
-from decodekit.standard_plugins import STANDARD_PLUGINS, install_hint, installed_but
+from decodekit.standard_plugins import STANDARD_PLUGINS, checkout, install_hint, installed_but
 
 __all__ = [
     "CATEGORIES",
@@ -108,7 +108,7 @@ class Entry:
             return (
                 f"{self.category} {self.name!r} is installed, but {self.distribution} {self.version} failed to import "
                 f"it ({failed}): a broken install or a missing dependency; reinstall it: "
-                f"{install_hint([self.distribution], pip='pip install --force-reinstall')}"
+                f"{install_hint([self.distribution], checkout(), pip='pip install --force-reinstall')}"
             )
         return (
             f"{self.category} {self.name!r} from {self.distribution}: cannot import {failed}; allowed: an import path "
@@ -231,8 +231,8 @@ class Registry:
             if why := installed_but(dist, self.failures):  # installed: a pip install would change nothing
                 raise UnknownNameError(f"{category} {name!r} is {why}")
             raise UnknownNameError(  # a standard name: how to install it, not a close name
-                f"{category} {name!r} is not installed; {listed}; {dist} registers it: {install_hint([dist])}"
-                f"{self.unregistered}"
+                f"{category} {name!r} is not installed; {listed}; {dist} registers it: "
+                f"{install_hint([dist], checkout())}{self.unregistered}"
             )
         raise UnknownNameError(
             f"unknown {category} {name!r}; {listed}{did_you_mean(name, [*names, *also])} (no installed plugin "

@@ -13,7 +13,7 @@ from typing_extensions import Unpack
 from decodekit.errors import ParameterError, UnknownNameError
 from decodekit.param_types import shown, words
 from decodekit.prompts import as_index, prompt_rows, token_ids
-from decodekit.standard_plugins import STANDARD_PLUGINS, failed_to_load, install_hint, switched_off
+from decodekit.standard_plugins import STANDARD_PLUGINS, checkout, failed_to_load, install_hint, switched_off
 
 if TYPE_CHECKING:
     from decodekit.chain import Chain
@@ -180,7 +180,7 @@ def _default_cache() -> CacheFactory:
         elif failed := failed_to_load([dense], registry.failures):  # nor would it here
             state, fixes = f"installed, but {failed}", []
         else:
-            state, fixes = "not installed", [install_hint([dense])]
+            state, fixes = "not installed", [install_hint([dense], checkout())]
         fixes += [f"another backend ({installed})", "cache='none' to recompute the whole context every step (slower)"]
         raise UnknownNameError(
             f"no cache given, and the default cache backend 'dense' is {state}; "
