@@ -626,3 +626,35 @@ def test_the_default_cache_disabled_says_how_to_enable_it(monkeypatch: pytest.Mo
     message = str(err.value)
     assert "the default cache backend 'dense' is disabled" in message and "pip install" not in message
     assert "remove it from DECODEKIT_DISABLE_PLUGINS to enable it" in message and "cache='none'" in message
+
+
+def test_an_in_code_plugin_taking_a_name_another_in_code_plugin_has_is_told_to_unregister_that_one() -> None:
+    """Two plugins registered from code (a notebook's cells) registering one sampler name: the second's refusal said
+    DECODEKIT_DISABLE_PLUGINS=first, an environment variable for what `dk.unregister_plugin('first')` undoes."""
+    from decodekit.stage import ProcessorBase
+
+    class Mine(ProcessorBase[dk.NoParams]):
+        def __call__(self, logits: Any, ctx: Any) -> Any:
+            return logits
+
+    class Plugin:
+        @dk.hookimpl
+        def register_samplers(self, register: Any) -> None:
+            register("shift_mine", Mine)
+
+    first, second = Plugin(), Plugin()
+    dk.register_plugin(first, name="first")
+    try:
+        with pytest.raises(dk.PluginError) as err:
+            dk.register_plugin(second, name="second")
+        assert str(err.value) == (
+            "sampler name 'shift_mine' is registered by 2 distributions: first and second; second is not kept, so the "
+            "name stays first's (use another name, or dk.unregister_plugin('first') to take it)"
+        )
+        dk.unregister_plugin("first")  # the advice works
+        dk.register_plugin(second, name="second")
+        assert dk.get_registry().samplers["shift_mine"].distribution == "second"
+    finally:
+        for name in ("first", "second"):
+            if name in [n for _, n in dk.plugins._code_plugins]:
+                dk.unregister_plugin(name)

@@ -254,7 +254,8 @@ def register_plugin(plugin: object, name: str | None = None) -> None:
     try:
         registry = _build()
         problems = [f.message() for f in registry.failures if f.distribution == label]
-        problems += [c.message(label) for c in registry.conflicts if label in c.distributions]
+        in_code = [n for _, n in _code_plugins]
+        problems += [c.message(label, in_code) for c in registry.conflicts if label in c.distributions]
         if problems:
             raise PluginError("; ".join(problems))
     except PluginError:

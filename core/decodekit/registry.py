@@ -177,16 +177,19 @@ class Conflict:
     name: str
     distributions: list[str]
 
-    def message(self, refused: str | None = None) -> str:
-        """Why the name is unusable; or, `refused` naming an in-code plugin, why that plugin is not kept."""
+    def message(self, refused: str | None = None, in_code: Iterable[str] = ()) -> str:
+        """Why the name is unusable; or, `refused` naming an in-code plugin, why that plugin is not kept (taking the
+        name from others registered from code, `in_code`, is unregistering them: a notebook's way)."""
         dists = self.distributions
         said = f"{self.category} name {self.name!r} is registered by {len(dists)} distributions: {' and '.join(dists)}"
         if refused is not None:  # the registry stays as it was, so the name stays the others'
-            others = ",".join(d for d in dists if d != refused)
-            return (
-                f"{said}; {refused} is not kept, so the name stays {others}'s (use another name, or "
-                f"DECODEKIT_DISABLE_PLUGINS={others} to take it)"
-            )
+            others = [d for d in dists if d != refused]
+            if set(others) <= set(in_code):
+                take = " and ".join(f"dk.unregister_plugin({d!r})" for d in others)
+            else:
+                take = f"DECODEKIT_DISABLE_PLUGINS={','.join(others)}"
+            kept = f"{refused} is not kept, so the name stays {','.join(others)}'s"
+            return f"{said}; {kept} (use another name, or {take} to take it)"
         return (
             f"{said}; it is unusable until one is chosen: DECODEKIT_DISABLE_PLUGINS={','.join(dists[1:])} "
             f"keeps {dists[0]}'s (or uninstall all but one)"
