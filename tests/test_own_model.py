@@ -297,12 +297,16 @@ class InputIdsOnly(nn.Module):
     def forward(self, input_ids: Tensor, positions: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
         if self.raises:
             raise TypeError("the model's own bug")
-        return self.embed(input_ids) @ self.embed.weight.T
+        return self.embed.weight[input_ids] @ self.embed.weight.T
 
 
 class OnlyIds(InputIdsOnly):
     def forward(self, input_ids: Tensor) -> Tensor:  # type: ignore[override]
-        return self.embed(input_ids) @ self.embed.weight.T
+        return self.embed.weight[input_ids] @ self.embed.weight.T
+
+
+class LastOnly(InputIdsOnly):
+    supports_last_only = True  # so the engine passes last_only=True too, which this forward does not take
 
 
 def test_a_forward_that_takes_only_input_ids_is_told_what_decodekit_calls_it_with() -> None:
@@ -326,7 +330,5 @@ def test_a_forward_that_takes_only_input_ids_is_told_what_decodekit_calls_it_wit
     assert dk.generate(InputIdsOnly(), [[1, 2]], chain="greedy", max_new_tokens=2, cache="none").tokens
     with pytest.raises(TypeError, match="the model's own bug"):
         dk.generate(InputIdsOnly(raises=True), [[1, 2]], chain="greedy", max_new_tokens=2, cache="none")
-    last_only = OnlyIds()
-    last_only.supports_last_only = True  # type: ignore[attr-defined]  # the engine passes last_only=True too
     with pytest.raises(dk.ParameterError, match=r"forward\(input_ids, positions, cache, last_only=True\) \(its"):
-        dk.generate(last_only, [[1, 2]], chain="greedy", max_new_tokens=2, cache="none")
+        dk.generate(LastOnly(), [[1, 2]], chain="greedy", max_new_tokens=2, cache="none")
