@@ -215,3 +215,31 @@ def test_the_table_wraps_instead_of_cutting(
     assert "…" not in out and max(len(line) for line in out.splitlines()) <= 60
     padded = [line for line in out.splitlines() if line != line.rstrip()]  # a pipe keeps rich's padding
     assert not padded, padded[:3]
+
+
+def test_size_auto_on_a_model_built_in_code_says_how_to_calibrate_it_in_python() -> None:
+    """window(size="auto") on a model built in code pointed only to `decodekit cache calibrate --model NAME`, which
+    needs a registered name; Python's refusal now names the Python entry point, and following it works."""
+    from decodekit.param_types import json_words
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=50, block_size=32, n_layer=2, n_head=2, n_embd=16, position="rope")).eval()
+    with pytest.raises(dk.ParameterError) as err:
+        dk.generate(model, [[1, 2, 3]], chain="greedy", max_new_tokens=2, cache='window(size="auto")')
+    assert str(err.value).endswith(
+        "or calibrate it (in its ModelSpec, attention_windows=decodekit_cache_window.calibration.calibrate(model, "
+        "ids).attention_windows, ids at least 32 token ids of text; a registered model: decodekit cache calibrate "
+        "--model NAME)"
+    )
+    with json_words(), pytest.raises(dk.ParameterError) as err:  # the command line's models are registered
+        dk.create_cache('window(size="auto")', dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=8))
+    assert str(err.value).endswith("or calibrate it (decodekit cache calibrate --model NAME)")
+    model.attention_windows = calibrate(model, torch.randint(0, 50, (64,))).attention_windows  # GPT's spec field
+    out = dk.generate(model, [[1, 2, 3]], chain="greedy", max_new_tokens=2, cache='window(size="auto")')
+    assert out.tokens == dk.generate(model, [[1, 2, 3]], chain="greedy", max_new_tokens=2, cache="none").tokens
+    learned = GPT(GPTConfig(vocab_size=50, block_size=32, n_layer=1, n_head=2, n_embd=16)).eval()
+    with pytest.raises(dk.ParameterError) as err:  # calibrate would refuse it: not sent there
+        dk.generate(learned, [[1, 2, 3]], chain="greedy", max_new_tokens=2, cache='window(size="auto")')
+    assert str(err.value).endswith(
+        "one per layer (only a rotary model calibrates, and this one states no rotary embedding: ModelSpec.rope_base)"
+    )

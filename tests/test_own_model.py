@@ -284,3 +284,51 @@ def test_keys_in_another_dtype_than_the_cache_are_refused_saying_so(
         "cached_attention: queries in torch.float32 are invalid: cache.update returns keys and values in the cache's "
         "dtype, torch.bfloat16 (the model's); allowed: queries in torch.bfloat16 (cast a float32 rotary embedding back)"
     )
+
+
+class InputIdsOnly(nn.Module):
+    """A newcomer's first model: its forward takes the ids alone."""
+
+    def __init__(self, raises: bool = False) -> None:
+        super().__init__()
+        self.embed, self.raises = nn.Embedding(50, 8), raises
+        self.spec = dk.ModelSpec(n_layers=1, n_heads=1, n_kv_heads=1, head_dim=8, vocab_size=50, max_positions=32)
+
+    def forward(self, input_ids: Tensor, positions: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+        if self.raises:
+            raise TypeError("the model's own bug")
+        return self.embed.weight[input_ids] @ self.embed.weight.T
+
+
+class OnlyIds(InputIdsOnly):
+    def forward(self, input_ids: Tensor) -> Tensor:  # type: ignore[override]
+        return self.embed.weight[input_ids] @ self.embed.weight.T
+
+
+class LastOnly(InputIdsOnly):
+    supports_last_only = True  # so the engine passes last_only=True too, which this forward does not take
+
+
+def test_a_forward_that_takes_only_input_ids_is_told_what_decodekit_calls_it_with() -> None:
+    """`forward(self, input_ids)` got Python's "M.forward() takes 2 positional arguments but 4 were given" from the
+    engine's prefill; the signature is read once, so a TypeError raised inside a model stays the model's."""
+    from decodekit.testing import check_model
+
+    said = (
+        "model OnlyIds: its forward takes (input_ids), but decodekit calls it as "
+        "forward(input_ids, positions, cache); allowed: forward(input_ids [B, T], positions [B, T], cache) -> "
+        "logits [B, T, V], cache None or a KVCache (docs/concepts.md, Models)"
+    )
+    for call in (
+        lambda m: dk.generate(m, [[1, 2]], chain="greedy", max_new_tokens=2, cache="none"),
+        lambda m: dk.decode(m, [[1, 2]], strategy="beam(num_beams=2)", max_new_tokens=2, cache="dense"),
+        check_model,
+    ):
+        with pytest.raises(dk.ParameterError) as err:
+            call(OnlyIds())
+        assert str(err.value) == said
+    assert dk.generate(InputIdsOnly(), [[1, 2]], chain="greedy", max_new_tokens=2, cache="none").tokens
+    with pytest.raises(TypeError, match="the model's own bug"):
+        dk.generate(InputIdsOnly(raises=True), [[1, 2]], chain="greedy", max_new_tokens=2, cache="none")
+    with pytest.raises(dk.ParameterError, match=r"forward\(input_ids, positions, cache, last_only=True\) \(its"):
+        dk.generate(LastOnly(), [[1, 2]], chain="greedy", max_new_tokens=2, cache="none")

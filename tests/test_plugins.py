@@ -20,6 +20,7 @@ from uninstalled import uninstall
 
 import decodekit as dk
 import decodekit.plugins
+from decodekit.stage import ProcessorBase
 
 STANDARD_SAMPLER_DISTS = {
     "greedy": "decodekit-greedy",
@@ -475,18 +476,24 @@ def test_an_object_with_no_hooks_is_refused_not_registered_in_silence() -> None:
     assert "ban" not in dk.get_registry().plugins
 
 
-def test_an_in_code_plugin_taking_a_name_says_it_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    from decodekit.stage import ProcessorBase
+class Mine(ProcessorBase[dk.NoParams]):
+    def __call__(self, logits: Any, ctx: Any) -> Any:
+        return logits
 
-    class Mine(ProcessorBase[dk.NoParams]):
-        def __call__(self, logits: Any, ctx: Any) -> Any:
-            return logits
+
+def registering_mine(name: str) -> type:
+    """A plugin class whose objects register `Mine` as the sampler `name`."""
 
     class Plugin:
         @dk.hookimpl
         def register_samplers(self, register: Any) -> None:
-            register("top_k", Mine)
+            register(name, Mine)
 
+    return Plugin
+
+
+def test_an_in_code_plugin_taking_a_name_says_it_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    Plugin = registering_mine("top_k")
     # it said the name was "unusable until one is chosen", but top_k went on working
     with pytest.raises(
         dk.PluginError,
@@ -626,3 +633,25 @@ def test_the_default_cache_disabled_says_how_to_enable_it(monkeypatch: pytest.Mo
     message = str(err.value)
     assert "the default cache backend 'dense' is disabled" in message and "pip install" not in message
     assert "remove it from DECODEKIT_DISABLE_PLUGINS to enable it" in message and "cache='none'" in message
+
+
+def test_an_in_code_plugin_taking_a_name_another_in_code_plugin_has_is_told_to_unregister_that_one() -> None:
+    """Two plugins registered from code (a notebook's cells) registering one sampler name: the second's refusal said
+    DECODEKIT_DISABLE_PLUGINS=first, an environment variable for what `dk.unregister_plugin('first')` undoes."""
+    Plugin = registering_mine("shift_mine")
+    first, second = Plugin(), Plugin()
+    dk.register_plugin(first, name="first")
+    try:
+        with pytest.raises(dk.PluginError) as err:
+            dk.register_plugin(second, name="second")
+        assert str(err.value) == (
+            "sampler name 'shift_mine' is registered by 2 distributions: first and second; second is not kept, so the "
+            "name stays first's (use another name, or dk.unregister_plugin('first') to take it)"
+        )
+        dk.unregister_plugin("first")  # the advice works
+        dk.register_plugin(second, name="second")
+        assert dk.get_registry().samplers["shift_mine"].distribution == "second"
+    finally:
+        for name in ("first", "second"):
+            if name in [n for _, n in dk.plugins._code_plugins]:
+                dk.unregister_plugin(name)

@@ -24,6 +24,8 @@ from decodekit.registry import without_entry_point
 from decodekit.stage import ProcessorBase
 from tinymodels import tiny_gpt
 
+ROOT = Path(__file__).resolve().parents[1]  # the checkout decodekit was installed from (`make install-dev`)
+
 
 class Shift(ProcessorBase[dk.NoParams]):
     name = "shift"
@@ -495,6 +497,31 @@ def test_a_standard_plugins_implementation_that_fails_to_import_says_what_to_rei
         f"sampler 'top_k' is installed, but decodekit-top-k {entry.version} failed to import it "
         "('decodekit_top_k.top_k:TopK': ModuleNotFoundError: import of decodekit_top_k.top_k halted; None in "
         "sys.modules): a broken install or a missing dependency; reinstall it: pip install --force-reinstall "
-        "decodekit-top-k (from a checkout of decodekit, in its folder: pip install --force-reinstall "
-        "plugins/decodekit-top-k)"
+        f"decodekit-top-k (from a checkout: pip install --force-reinstall {ROOT}/plugins/decodekit-top-k)"
     )
+
+
+def test_an_extra_plugin_that_is_not_on_sys_path_says_how_to_put_it_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`DECODEKIT_EXTRA_PLUGINS=my_plugin` with a my_plugin.py in the current folder said only "No module named
+    'my_plugin'": a console script does not search the current folder, and nothing said so."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_plugin.py").write_text("")
+    (tmp_path / "needs_more.py").write_text("import no_such_dependency_of_it\n")
+    monkeypatch.setenv("DECODEKIT_EXTRA_PLUGINS", "my_plugin,needs_more")
+    with pytest.warns(RuntimeWarning):
+        failures = {f.distribution: f.error for f in dk.reload_plugins().failures}
+    assert failures["my_plugin"] == (
+        "ModuleNotFoundError: No module named 'my_plugin'; DECODEKIT_EXTRA_PLUGINS=my_plugin is not importable from "
+        "sys.path; allowed: importable modules, 'pkg.module' or 'pkg.module:attr' (a console script such as "
+        "decodekit does not search the current folder: for a my_plugin.py there, PYTHONPATH=. "
+        "DECODEKIT_EXTRA_PLUGINS=my_plugin)"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))  # found, so the module it imports is the one to blame
+    with pytest.warns(RuntimeWarning):
+        failures = {f.distribution: f.error for f in dk.reload_plugins().failures}
+    assert "my_plugin" not in failures
+    assert failures["needs_more"] == "ModuleNotFoundError: No module named 'no_such_dependency_of_it'"
+    monkeypatch.undo()
+    dk.reload_plugins()

@@ -194,16 +194,16 @@ def test_a_standard_sampler_that_is_not_installed_says_how_to_install_it_in_pyth
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """dk.generate(model, "x", chain="top_p(p=0.9)") without decodekit-top-p said "unknown sampler 'top_p'; ...; did
-    you mean 'top_k'?"; the command line said `pip install decodekit-top-p`."""
+    you mean 'top_k'?"; the command line said `pip install decodekit-top-p`. Then Python's folder was relative ("in
+    its folder: pip install plugins/decodekit-top-p"), the command line's the checkout's own."""
     model = cli_testplugin.load_model()
     uninstall(monkeypatch, "decodekit-top-p")
     with pytest.raises(dk.UnknownNameError) as info:
         dk.generate(model, "ROMEO", chain="top_p(p=0.9)", max_new_tokens=2)
     message = str(info.value)
     assert "sampler 'top_p' is not installed;" in message and "did you mean" not in message
-    hint = (
-        "pip install decodekit-top-p (from a checkout of decodekit, in its folder: pip install plugins/decodekit-top-p)"
-    )
+    root = Path(__file__).resolve().parents[1]  # the checkout decodekit was installed from (`make install-dev`)
+    hint = f"pip install decodekit-top-p (from a checkout: pip install {root}/plugins/decodekit-top-p)"  # as the CLI
     assert f"decodekit-top-p registers it: {hint}" in message
 
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Protocol, runtime_checkable
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from decodekit.cache import KVCache
+from decodekit.errors import ParameterError
 from decodekit.spec import ModelSpec
 
-__all__ = ["Model", "last_only", "model_device_dtype"]
+__all__ = ["Model", "check_call", "last_only", "model_device_dtype"]
 
 
 @runtime_checkable
@@ -37,3 +39,30 @@ def model_device_dtype(model: object) -> tuple[torch.device, torch.dtype]:
 def last_only(model: object) -> dict[str, bool]:
     """`{"last_only": True}` for a model that can return only the last column, else `{}`."""
     return {"last_only": True} if getattr(model, "supports_last_only", False) else {}
+
+
+def check_call(model: object) -> None:
+    """A model whose forward cannot take `(input_ids, positions, cache)` (a newcomer's `forward(input_ids)`) is a
+    `ParameterError` naming both, before any work: its signature is bound once, as TypeError caught from the call
+    would blame the model's own TypeErrors. One whose signature is unknown (a C function) passes."""
+    options = last_only(model)
+    if (signature := _forward_signature(model)) is None:
+        return
+    try:
+        signature.bind(None, None, None, **options)
+    except TypeError:
+        takes = inspect.Signature([p.replace(annotation=p.empty) for p in signature.parameters.values()])
+        called = "(input_ids, positions, cache, last_only=True) (its supports_last_only is True)" if options else ""
+        raise ParameterError(
+            f"model {type(model).__name__}: its forward takes {takes}, but decodekit calls it as "
+            f"forward{called or '(input_ids, positions, cache)'}; allowed: forward(input_ids [B, T], positions [B, T], "
+            "cache) -> logits [B, T, V], cache None or a KVCache (docs/concepts.md, Models)"
+        ) from None
+
+
+def _forward_signature(model: object) -> inspect.Signature | None:
+    forward = model.forward if isinstance(model, nn.Module) else model  # Module.__call__ takes (*args, **kwargs)
+    try:
+        return inspect.signature(forward) if callable(forward) else None
+    except (TypeError, ValueError):
+        return None

@@ -134,6 +134,20 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _extra_error(spec: str, exc: BaseException) -> str:
+    """Why a DECODEKIT_EXTRA_PLUGINS module did not import; where the module itself is not found (not a module it
+    imports), that it must be on sys.path, which a console script's current folder is not."""
+    module = spec.partition(":")[0]
+    name = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if not name or not (module == name or module.startswith(f"{name}.")):
+        return _error(exc)
+    return (
+        f"{_error(exc)}; DECODEKIT_EXTRA_PLUGINS={spec} is not importable from sys.path; allowed: importable modules, "
+        f"'pkg.module' or 'pkg.module:attr' (a console script such as decodekit does not search the current folder: "
+        f"for a {name}.py there, PYTHONPATH=. DECODEKIT_EXTRA_PLUGINS={spec})"
+    )
+
+
 class _Builtin:
     """The core's own registrations, made through the same hooks as any plugin."""
 
@@ -185,7 +199,7 @@ def _build() -> Registry:
             try:
                 extra = import_object(spec)
             except PLUGIN_FAILURES as exc:
-                loader.fail(PluginFailure(spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS", _error(exc)))
+                loader.fail(PluginFailure(spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS", _extra_error(spec, exc)))
                 continue
             loader.add(extra, spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS")
     for plugin, label in _code_plugins:
@@ -240,7 +254,8 @@ def register_plugin(plugin: object, name: str | None = None) -> None:
     try:
         registry = _build()
         problems = [f.message() for f in registry.failures if f.distribution == label]
-        problems += [c.message(label) for c in registry.conflicts if label in c.distributions]
+        in_code = [n for _, n in _code_plugins]
+        problems += [c.message(label, in_code) for c in registry.conflicts if label in c.distributions]
         if problems:
             raise PluginError("; ".join(problems))
     except PluginError:

@@ -16,7 +16,7 @@ from decodekit.chain_string import MODEL_NAME
 from decodekit.errors import PLUGIN_FAILURES, PluginError, UnknownNameError, did_you_mean
 from decodekit.hookspecs import CORE_DISTRIBUTION, ENTRY_POINT_GROUP
 from decodekit.params import NoParams, Params
-from decodekit.standard_plugins import STANDARD_PLUGINS, install_hint, installed_but
+from decodekit.standard_plugins import STANDARD_PLUGINS, checkout, install_hint, installed_but
 
 __all__ = [
     "CATEGORIES",
@@ -108,7 +108,7 @@ class Entry:
             return (
                 f"{self.category} {self.name!r} is installed, but {self.distribution} {self.version} failed to import "
                 f"it ({failed}): a broken install or a missing dependency; reinstall it: "
-                f"{install_hint([self.distribution], pip='pip install --force-reinstall')}"
+                f"{install_hint([self.distribution], checkout(), pip='pip install --force-reinstall')}"
             )
         return (
             f"{self.category} {self.name!r} from {self.distribution}: cannot import {failed}; allowed: an import path "
@@ -177,16 +177,19 @@ class Conflict:
     name: str
     distributions: list[str]
 
-    def message(self, refused: str | None = None) -> str:
-        """Why the name is unusable; or, `refused` naming an in-code plugin, why that plugin is not kept."""
+    def message(self, refused: str | None = None, in_code: Iterable[str] = ()) -> str:
+        """Why the name is unusable; or, `refused` naming an in-code plugin, why that plugin is not kept (taking the
+        name from others registered from code, `in_code`, is unregistering them: a notebook's way)."""
         dists = self.distributions
         said = f"{self.category} name {self.name!r} is registered by {len(dists)} distributions: {' and '.join(dists)}"
         if refused is not None:  # the registry stays as it was, so the name stays the others'
-            others = ",".join(d for d in dists if d != refused)
-            return (
-                f"{said}; {refused} is not kept, so the name stays {others}'s (use another name, or "
-                f"DECODEKIT_DISABLE_PLUGINS={others} to take it)"
-            )
+            others = [d for d in dists if d != refused]
+            if set(others) <= set(in_code):
+                take = " and ".join(f"dk.unregister_plugin({d!r})" for d in others)
+            else:
+                take = f"DECODEKIT_DISABLE_PLUGINS={','.join(others)}"
+            kept = f"{refused} is not kept, so the name stays {','.join(others)}'s"
+            return f"{said}; {kept} (use another name, or {take} to take it)"
         return (
             f"{said}; it is unusable until one is chosen: DECODEKIT_DISABLE_PLUGINS={','.join(dists[1:])} "
             f"keeps {dists[0]}'s (or uninstall all but one)"
@@ -231,8 +234,8 @@ class Registry:
             if why := installed_but(dist, self.failures):  # installed: a pip install would change nothing
                 raise UnknownNameError(f"{category} {name!r} is {why}")
             raise UnknownNameError(  # a standard name: how to install it, not a close name
-                f"{category} {name!r} is not installed; {listed}; {dist} registers it: {install_hint([dist])}"
-                f"{self.unregistered}"
+                f"{category} {name!r} is not installed; {listed}; {dist} registers it: "
+                f"{install_hint([dist], checkout())}{self.unregistered}"
             )
         raise UnknownNameError(
             f"unknown {category} {name!r}; {listed}{did_you_mean(name, [*names, *also])} (no installed plugin "

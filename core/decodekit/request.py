@@ -11,9 +11,10 @@ import torch
 from typing_extensions import Unpack
 
 from decodekit.errors import ParameterError, UnknownNameError
+from decodekit.model import check_call
 from decodekit.param_types import shown, words
 from decodekit.prompts import as_index, prompt_rows, token_ids
-from decodekit.standard_plugins import STANDARD_PLUGINS, failed_to_load, install_hint, switched_off
+from decodekit.standard_plugins import STANDARD_PLUGINS, checkout, failed_to_load, install_hint, switched_off
 
 if TYPE_CHECKING:
     from decodekit.chain import Chain
@@ -180,7 +181,7 @@ def _default_cache() -> CacheFactory:
         elif failed := failed_to_load([dense], registry.failures):  # nor would it here
             state, fixes = f"installed, but {failed}", []
         else:
-            state, fixes = "not installed", [install_hint([dense])]
+            state, fixes = "not installed", [install_hint([dense], checkout())]
         fixes += [f"another backend ({installed})", "cache='none' to recompute the whole context every step (slower)"]
         raise UnknownNameError(
             f"no cache given, and the default cache backend 'dense' is {state}; "
@@ -272,6 +273,7 @@ def decode_request(model: Any, prompts: Prompts, /, **options: Unpack[DecodeOpti
     """Check every shared option (`DecodeOptions`) and build the request; an unknown option is refused
     before it, where the strategy's own are told apart (`decodekit.strategies.resolve_strategy`)."""
     V = _vocab_size(model)
+    check_call(model)
     rows = prompt_rows(model, prompts)
     max_new, limits = _max_new_tokens(options.get("max_new_tokens", 64), len(rows))
     chain = _chain(options.get("chain"))

@@ -4,6 +4,7 @@ installed but switched off (DECODEKIT_LOAD_PLUGINS, DECODEKIT_DISABLE_PLUGINS), 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlparse
 
 if TYPE_CHECKING:
     from decodekit.registry import PluginFailure
@@ -19,6 +21,7 @@ __all__ = [
     "PLUGIN_NEEDS",
     "STANDARD_PLUGINS",
     "canonical_name",
+    "checkout",
     "env_names",
     "failed_to_load",
     "folders",
@@ -84,6 +87,17 @@ def installed(distribution: str) -> bool:
     return True
 
 
+def checkout() -> Path | None:
+    """The checkout decodekit was installed from (pip's direct_url.json, PEP 610), or None (an index, a wheel)."""
+    try:
+        url = json.loads(metadata.distribution("decodekit").read_text("direct_url.json") or "{}").get("url", "")
+    except (metadata.PackageNotFoundError, ValueError, AttributeError):
+        return None
+    parsed = urlparse(url)
+    root = Path(unquote(parsed.path))
+    return root if parsed.scheme == "file" and (root / "plugins").is_dir() else None
+
+
 def with_needs(distributions: Iterable[str], is_installed: Callable[[str], bool] = installed) -> list[str]:
     """The distributions and the plugins they need, in turn, that are not installed."""
     local = set(distributions)
@@ -102,16 +116,17 @@ def folders(
 
 def install_hint(
     distributions: Iterable[str],
-    checkout: Path | None = None,
+    root: Path | None,
     is_installed: Callable[[str], bool] = installed,
     pip: str = "pip install",
 ) -> str:
     """Both ways: `pip install NAMES` from an index; from a checkout (whose plugins no index knows), their folders
-    and those of the plugins they need that are not installed: absolute ones in `checkout`, where it is known.
+    and those of the plugins they need that are not installed: absolute ones in `root` (`checkout()`, passed by
+    every caller, so none gives relative folders where the checkout is known), else relative to it.
     pip: the command ("pip install --force-reinstall": a broken install)."""
     names = sorted(set(distributions))
-    where = "from a checkout" if checkout else "from a checkout of decodekit, in its folder"
-    return f"{pip} {' '.join(names)} ({where}: {pip} {folders(names, checkout, is_installed)})"
+    where = "from a checkout" if root else "from a checkout of decodekit, in its folder"
+    return f"{pip} {' '.join(names)} ({where}: {pip} {folders(names, root, is_installed)})"
 
 
 def switched_off(distributions: Iterable[str]) -> str | None:

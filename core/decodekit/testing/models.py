@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from decodekit.cache import PreallocatedKVCache
-from decodekit.model import model_device_dtype
+from decodekit.model import check_call, model_device_dtype
 from decodekit.spec import CacheSpec
 
 __all__ = ["ModelConformance", "check_model", "check_model_cache", "check_model_rows"]
@@ -50,6 +50,7 @@ class _Batch:
     then `_NEW` tokens each; `positions` negative on padding, as the decode loop gives them."""
 
     def __init__(self, model: Any, seed: int) -> None:
+        check_call(model)  # a forward(input_ids) is told so, not a TypeError from the first check's call
         self.device, self.dtype = model_device_dtype(model)  # as the decode loop builds its caches
         device = self.device
         longest = max(_LENGTHS)

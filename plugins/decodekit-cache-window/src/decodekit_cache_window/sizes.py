@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decodekit.errors import ParameterError
+from decodekit.param_types import words
 from decodekit.spec import CacheSpec
 from decodekit.storage import check_memory, float_bytes
 from decodekit_cache_window.params import WindowParams
@@ -17,7 +18,7 @@ def auto_sizes(spec: CacheSpec) -> list[int]:
     if spec.calibration is None:
         raise ParameterError(
             "cache window: size='auto' is invalid for this model: it ships no calibration (ModelSpec.attention_windows "
-            "is None); allowed: a number or one per layer, or calibrate it (decodekit cache calibrate --model NAME)"
+            f"is None); allowed: a number or one per layer{_calibrate_words(spec)}"
         )
     from decodekit_cache_window.calibration import Calibration  # reads the file only when "auto" needs it
 
@@ -28,6 +29,19 @@ def auto_sizes(spec: CacheSpec) -> list[int]:
             "allowed: the calibration of this model (decodekit cache calibrate --json)"
         )
     return windows
+
+
+def _calibrate_words(spec: CacheSpec) -> str:
+    """How to calibrate: the command line's models are registered by name; Python's may be built in code."""
+    if not spec.movable_keys:  # calibrate refuses it: its windows could never move past the context
+        return " (only a rotary model calibrates, and this one states no rotary embedding: ModelSpec.rope_base)"
+    command = "decodekit cache calibrate --model NAME"
+    context = spec.max_positions or "max_positions"
+    python = (
+        "in its ModelSpec, attention_windows=decodekit_cache_window.calibration.calibrate(model, ids)"
+        f".attention_windows, ids at least {context} token ids of text; a registered model: {command}"
+    )
+    return f", or calibrate it ({words(python, command)})"
 
 
 def layer_sizes(params: WindowParams, spec: CacheSpec) -> list[int]:
