@@ -144,9 +144,42 @@ def _reorders_to_fewer_rows(d: dk.Decoding, params: NoParams) -> Iterator[None]:
     yield from sample_steps(d)
 
 
+def _forwards_twice_a_step(d: dk.Decoding, params: NoParams) -> Iterator[None]:
+    d.open()
+    logits = d.prefill()
+    while True:
+        d.advance(d.pick(logits))
+        yield
+        if d.done:
+            return
+        d.forward()  # a first draft's slip: the cache is fed the same column twice
+        logits = d.forward()
+
+
+def _prefills_twice(d: dk.Decoding, params: NoParams) -> Iterator[None]:
+    d.open()
+    d.prefill()
+    return sample_steps(d)
+
+
+def _runs_past_max_new_tokens(d: dk.Decoding, params: NoParams) -> None:
+    d.open()
+    logits = d.prefill()
+    for _ in range(d.request.max_new_tokens + 5):  # ignores d.done: advance emits nothing on ended rows
+        d.advance(d.pick(logits))
+        logits = d.forward()
+
+
 @pytest.mark.parametrize(
     ("policy", "prompts", "message"),
     [
+        (_forwards_twice_a_step, [[1]], r"strategy rogue: forward\(\) would feed column 1 again: the cache holds 2"),
+        (_prefills_twice, [[1]], r"strategy rogue: prefill\(\) with 1 slots in the cache already"),
+        (
+            _runs_past_max_new_tokens,
+            [[1]],
+            r"strategy rogue: forward\(\) would feed column 4, past the decoding's 4 columns \(the prompts' 1 \+",
+        ),
         (_one_row_only, [[1], [2]], r"strategy rogue: returned with row 1 unfinished after 0 tokens"),
         (_bad_id(999), [[1]], r"strategy rogue: emitted token 999; allowed: an int in \[0, 64\)"),
         (_bad_id(-1), [[1]], r"strategy rogue: emitted token -1"),

@@ -201,6 +201,11 @@ class Decoding:
         a cache that evicts, in blocks of at most the model's context, so a long prompt needs bounded memory. With
         `prompt_logprobs`, every column's logits, scored into `self.prompt_logprobs`."""
         n = self.request.prompt_logprobs
+        if self.kv is not None and self.kv.length:  # a draft's slip the cache would report as its capacity
+            raise PluginError(
+                f"strategy {self.strategy}: prefill() with {self.kv.length} slots in the cache already; allowed: "
+                "one prefill, first, then forward() once per column appended"
+            )
         if self.kv is None and n is None:
             return uncached_logits(self.model, self.buf, self.positions, self.P)
         # without a cache the prompt fits the context (`decode_request` checked): one block, its positions as they are
@@ -231,6 +236,18 @@ class Decoding:
         w = self.width
         if self.kv is None:
             return uncached_logits(self.model, self.buf, self.positions, w)
+        if w > self.total:  # the cache would refuse, blaming its capacity
+            raise PluginError(
+                f"strategy {self.strategy}: forward() would feed column {w - 1}, past the decoding's {self.total} "
+                f"columns (the prompts' {self.P} + max_new_tokens={self.request.max_new_tokens} + lookahead "
+                f"{self.total - self.P - self.request.max_new_tokens}); allowed: stop once decoding.done, or "
+                "open(lookahead=...) for tokens fed past max_new_tokens"
+            )
+        if self.kv.length != w - 1:  # the cache holds every column but the one just written
+            raise PluginError(
+                f"strategy {self.strategy}: forward() would feed column {w - 1} again: the cache holds "
+                f"{self.kv.length} slots; allowed: one forward() per column appended (advance or append first)"
+            )
         positions = self.positions[:, w - 1 : w]
         spec = self.spec  # past the context (but rotary keys an evicting cache moves) only ended rows (`_furthest`):
         if self.total > spec.max_positions and (not spec.movable_keys or not evicts(self.kv)):
