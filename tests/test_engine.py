@@ -335,3 +335,18 @@ def test_past_the_context_the_hint_names_a_cache_that_takes_this_model_further()
     assert "evicts" not in hint(learned)  # an evicting cache is refused for absolute positions
     with pytest.raises(dk.ContextLengthError, match="its positions are absolute"):
         dk.generate(learned, [[1, 2]], max_new_tokens=40, cache="window(size=8)")
+
+
+class _ReachGrowsWithTheText(dk.PreallocatedKVCache):
+    """An evicting cache's first draft: its reach counts every token, as a cache that keeps all would."""
+
+    def reach(self, new: int) -> int:
+        return self.length + new
+
+
+def test_a_reach_past_the_context_names_the_call_and_the_text() -> None:
+    """Before, the refusal said only "a query would attend across 70 positions": a plugin's author could not tell
+    that the engine had asked their cache's reach about the whole text."""
+    message = r"reach\(70\) = 70 for the prompt of 6 tokens \+ max_new_tokens=64 = 70 tokens: a query would attend"
+    with pytest.raises(dk.ContextLengthError, match=message):
+        dk.generate(TinyLM(64), [[1] * 6], cache=_ReachGrowsWithTheText, max_new_tokens=64)

@@ -175,9 +175,10 @@ class Decoding:
         fits = _fits(spec.max_positions, length)
         if kv is not None and evicts(kv):
             if (reach := kv.reach(needed)) > spec.max_positions:  # type: ignore[attr-defined]
-                raise ContextLengthError(
-                    f"cache {self.request.cache}: a query would attend across {reach} positions, past the model's "
-                    f"context of {spec.max_positions}; allowed: a cache whose window fits the context"
+                raise ContextLengthError(  # name the call: a plugin's reach may be what is wrong
+                    f"cache {self.request.cache}: reach({needed}) = {reach} for the {words}: a query would attend "
+                    f"across {reach} positions, past the model's context of {spec.max_positions}; allowed: a cache "
+                    "whose window fits the context (reach(n) bounds the distances of n more tokens fed in any blocks)"
                 )
             if not spec.movable_keys and needed > spec.max_positions:
                 raise ContextLengthError(
