@@ -256,3 +256,17 @@ def test_a_window_that_moves_its_sinks_by_other_frequencies_fails_the_kit(
     with pytest.raises(AssertionError, match=rf"rope_frequencies .*: step \d+, layer {layer}, .*attention differs"):
         suite(make, window=True).test_rotary_frequencies()
     suite(WindowCache, window=True).test_rotary_frequencies()  # the real one passes
+
+
+class ReachAsIfKeepingAll(WindowCache):
+    """A window whose reach is a cache that keeps all's, `length + new`: right by every distance, yet the engine
+    refuses it past the context (`ContextLengthError`), the one thing a cache that evicts is for."""
+
+    def reach(self, new: int) -> int:
+        return self.length + new
+
+
+def test_a_reach_past_the_context_where_the_kept_tokens_are_within_it_fails_the_kit() -> None:
+    with pytest.raises(AssertionError, match=r"step \d+: reach\(\d\) = 3\d is past the context of 32, while the kept"):
+        suite(ReachAsIfKeepingAll, window=True).test_reach()
+    suite(WindowCache, window=True).test_reach()  # the real one passes

@@ -653,6 +653,12 @@ class CacheConformance:
                 for query in range(first, first + T)
             )
             assert reach >= widest, f"step {step}: reach({T}) = {reach} < the widest distance + 1 = {widest}"
+            context = spec.max_positions or reach  # past it, the engine refuses the cache: it evicts for nothing
+            assert reach <= max(widest, context), (
+                f"step {step}: reach({T}) = {reach} is past the context of {context}, while the kept tokens present "
+                f"at most {widest}; allowed: reach(new) = 1 + the widest distance the next update presents (not "
+                "length + new: the engine refuses a cache past the context by it)"
+            )
             self._feed(cache, history, T, g, f"step {step}")
 
 
