@@ -270,3 +270,21 @@ def test_a_reach_past_the_context_where_the_kept_tokens_are_within_it_fails_the_
     with pytest.raises(AssertionError, match=r"step \d+: reach\(\d\) = 3\d is past the context of 32, while the kept"):
         suite(ReachAsIfKeepingAll, window=True).test_reach()
     suite(WindowCache, window=True).test_reach()  # the real one passes
+
+
+
+class AssumesRotary(WindowCache):
+    """Reads every layer's frequencies as a tensor: a first draft that assumes every model is rotary."""
+
+    def __init__(self, spec: dk.CacheSpec, params: WindowParams) -> None:
+        super().__init__(spec, params)
+        self._inv_freq = [spec.frequencies(layer).clone() for layer in range(spec.n_layers)]  # type: ignore[union-attr]
+
+
+def test_a_cache_that_assumes_rotary_keys_fails_the_kit_on_learned_positions() -> None:
+    """Such a cache crashed on the first learned-position model it met (GPT-2); the kit's specs were all rotary, so
+    it passed every check."""
+    message = r"rope_base=None \(learned positions: .*\): AttributeError: .*; allowed: a cache that moves no key where"
+    with pytest.raises(AssertionError, match=message):
+        suite(AssumesRotary, window=True).test_learned_positions()
+    suite(WindowCache, window=True).test_learned_positions()  # the real one passes

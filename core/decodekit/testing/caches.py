@@ -87,7 +87,8 @@ def _frequencies(spec: CacheSpec, layer: int) -> Tensor:
     """`layer`'s rotary inverse frequencies by the kit's own code: `rope_frequencies[layer]`, else `rope_base`'s."""
     if spec.rope_frequencies is not None:
         return torch.tensor(spec.rope_frequencies[layer], dtype=torch.float64)
-    assert spec.rope_base is not None, "the kit's specs are rotary"
+    if spec.rope_base is None:  # learned positions: no key moves, a kept key is attended as fed
+        return torch.zeros(0, dtype=torch.float64)
     return _inverse_frequencies(spec.rope_base, spec.layer_shape(layer)[1])
 
 
@@ -486,6 +487,20 @@ class CacheConformance:
         layer 0, another type of layer 1): `_another_spec`, the kit moving a kept key by its layer's frequencies."""
         spec = replace(kit_spec(4, 2, torch.float32), rope_frequencies=ROPE_FREQUENCIES)
         self._another_spec(spec, "rope_frequencies", 12, FREQUENCIES_SHOWN)
+
+    def test_learned_positions(self) -> None:
+        """A spec whose keys cannot move (`rope_base` None: learned positions, as GPT-2's; `spec.frequencies(layer)`
+        is None): the stated tokens attended as they were fed, or a refusal at creation naming `rope_base`."""
+        spec = replace(kit_spec(4, 2, torch.float32), rope_base=None)
+        what = "rope_base=None (learned positions: spec.frequencies(layer) is None, keys cannot move)"
+        try:
+            self._another_spec(spec, "rope_base", 13, what)
+        except (AttributeError, TypeError) as exc:  # the cache's own code, handed a None it never expected
+            raise AssertionError(
+                f"{what}: {type(exc).__name__}: {exc}; allowed: a cache that moves no key where "
+                "spec.frequencies(layer) is None, or refuses such a spec at creation with a ParameterError naming "
+                "rope_base"
+            ) from exc
 
     def _another_spec(self, spec: CacheSpec, name: str, seed: int, what: str) -> None:
         """Attention over what `update` returns == the reference on every layer of `spec`, also after a beam step's
