@@ -272,7 +272,6 @@ def test_a_reach_past_the_context_where_the_kept_tokens_are_within_it_fails_the_
     suite(WindowCache, window=True).test_reach()  # the real one passes
 
 
-
 class AssumesRotary(WindowCache):
     """Reads every layer's frequencies as a tensor: a first draft that assumes every model is rotary."""
 
