@@ -173,8 +173,8 @@ def _runs_past_max_new_tokens(d: dk.Decoding, params: NoParams) -> None:
 @pytest.mark.parametrize(
     ("policy", "prompts", "message"),
     [
-        (_forwards_twice_a_step, [[1]], r"strategy rogue: forward\(\) would feed column 1 again: the cache holds 2"),
-        (_prefills_twice, [[1]], r"strategy rogue: prefill\(\) with 1 slots in the cache already"),
+        (_forwards_twice_a_step, [[1]], r"strategy rogue: forward\(\) would feed column 1 again \(the last prefill"),
+        (_prefills_twice, [[1]], r"strategy rogue: prefill\(\) called twice; allowed: one prefill"),
         (
             _runs_past_max_new_tokens,
             [[1]],

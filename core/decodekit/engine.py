@@ -73,6 +73,7 @@ class Decoding:
         # per prompt, once `prefill` has run with `prompt_logprobs` (a policy prefilling otherwise may set them)
         self.prompt_logprobs: list[list[PromptLogprobs | None]] | None = None
         self.copies = 0  # set by `open`
+        self._fed = 0  # the history columns the last prefill() or forward() fed the model
 
     # -- set-up ----------------------------------------------------------------------------
 
@@ -202,14 +203,16 @@ class Decoding:
         a cache that evicts, in blocks of at most the model's context, so a long prompt needs bounded memory. With
         `prompt_logprobs`, every column's logits, scored into `self.prompt_logprobs`."""
         n = self.request.prompt_logprobs
-        if self.kv is not None and self.kv.length:  # a draft's slip the cache would report as its capacity
+        if self._fed:  # a draft's slip the cache would report as its capacity
             raise PluginError(
-                f"strategy {self.strategy}: prefill() with {self.kv.length} slots in the cache already; allowed: "
-                "one prefill, first, then forward() once per column appended"
+                f"strategy {self.strategy}: prefill() called twice; allowed: one prefill, first, then forward() once "
+                "per column appended"
             )
         if self.kv is None and n is None:
+            self._fed = self.P
             return uncached_logits(self.model, self.buf, self.positions, self.P)
         # without a cache the prompt fits the context (`decode_request` checked): one block, its positions as they are
+        self._fed = self.P  # (after reading kv: before open(), that is the error a policy gets)
         block = self.spec.max_positions if evicts(self.kv) else self.P
         columns = last_only(self.model) if n is None else {}
         for start in range(0, self.P, block):
@@ -244,11 +247,12 @@ class Decoding:
                 f"{self.total - self.P - self.request.max_new_tokens}); allowed: stop once decoding.done, or "
                 "open(lookahead=...) for tokens fed past max_new_tokens"
             )
-        if self.kv.length != w - 1:  # the cache holds every column but the one just written
+        if self._fed == w:  # not the cache's length: a model may feed fewer layers than its spec states
             raise PluginError(
-                f"strategy {self.strategy}: forward() would feed column {w - 1} again: the cache holds "
-                f"{self.kv.length} slots; allowed: one forward() per column appended (advance or append first)"
+                f"strategy {self.strategy}: forward() would feed column {w - 1} again (the last prefill or forward "
+                "fed it); allowed: one forward() per column appended (advance or append first)"
             )
+        self._fed = w
         positions = self.positions[:, w - 1 : w]
         spec = self.spec  # past the context (but rotary keys an evicting cache moves) only ended rows (`_furthest`):
         if self.total > spec.max_positions and (not spec.movable_keys or not evicts(self.kv)):
