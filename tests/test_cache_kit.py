@@ -256,3 +256,34 @@ def test_a_window_that_moves_its_sinks_by_other_frequencies_fails_the_kit(
     with pytest.raises(AssertionError, match=rf"rope_frequencies .*: step \d+, layer {layer}, .*attention differs"):
         suite(make, window=True).test_rotary_frequencies()
     suite(WindowCache, window=True).test_rotary_frequencies()  # the real one passes
+
+
+class ReachAsIfKeepingAll(WindowCache):
+    """A window whose reach is a cache that keeps all's, `length + new`: right by every distance, yet the engine
+    refuses it past the context (`ContextLengthError`), the one thing a cache that evicts is for."""
+
+    def reach(self, new: int) -> int:
+        return self.length + new
+
+
+def test_a_reach_past_the_context_where_the_kept_tokens_are_within_it_fails_the_kit() -> None:
+    with pytest.raises(AssertionError, match=r"step \d+: reach\(\d\) = 3\d is past the context of 32, while the kept"):
+        suite(ReachAsIfKeepingAll, window=True).test_reach()
+    suite(WindowCache, window=True).test_reach()  # the real one passes
+
+
+class AssumesRotary(WindowCache):
+    """Reads every layer's frequencies as a tensor: a first draft that assumes every model is rotary."""
+
+    def __init__(self, spec: dk.CacheSpec, params: WindowParams) -> None:
+        super().__init__(spec, params)
+        self._inv_freq = [spec.frequencies(layer).clone() for layer in range(spec.n_layers)]  # type: ignore[union-attr]
+
+
+def test_a_cache_that_assumes_rotary_keys_fails_the_kit_on_learned_positions() -> None:
+    """Such a cache crashed on the first learned-position model it met (GPT-2); the kit's specs were all rotary, so
+    it passed every check."""
+    message = r"rope_base=None \(learned positions: .*\): AttributeError: .*; allowed: a cache that moves no key where"
+    with pytest.raises(AssertionError, match=message):
+        suite(AssumesRotary, window=True).test_learned_positions()
+    suite(WindowCache, window=True).test_learned_positions()  # the real one passes

@@ -144,9 +144,42 @@ def _reorders_to_fewer_rows(d: dk.Decoding, params: NoParams) -> Iterator[None]:
     yield from sample_steps(d)
 
 
+def _forwards_twice_a_step(d: dk.Decoding, params: NoParams) -> Iterator[None]:
+    d.open()
+    logits = d.prefill()
+    while True:
+        d.advance(d.pick(logits))
+        yield
+        if d.done:
+            return
+        d.forward()  # a first draft's slip: the cache is fed the same column twice
+        logits = d.forward()
+
+
+def _prefills_twice(d: dk.Decoding, params: NoParams) -> Iterator[None]:
+    d.open()
+    d.prefill()
+    return sample_steps(d)
+
+
+def _runs_past_max_new_tokens(d: dk.Decoding, params: NoParams) -> None:
+    d.open()
+    logits = d.prefill()
+    for _ in range(d.request.max_new_tokens + 5):  # ignores d.done: advance emits nothing on ended rows
+        d.advance(d.pick(logits))
+        logits = d.forward()
+
+
 @pytest.mark.parametrize(
     ("policy", "prompts", "message"),
     [
+        (_forwards_twice_a_step, [[1]], r"strategy rogue: forward\(\) would feed column 1 again \(the last prefill"),
+        (_prefills_twice, [[1]], r"strategy rogue: prefill\(\) called twice; allowed: one prefill"),
+        (
+            _runs_past_max_new_tokens,
+            [[1]],
+            r"strategy rogue: forward\(\) would feed column 4, past the decoding's 4 columns \(the prompts' 1 \+",
+        ),
         (_one_row_only, [[1], [2]], r"strategy rogue: returned with row 1 unfinished after 0 tokens"),
         (_bad_id(999), [[1]], r"strategy rogue: emitted token 999; allowed: an int in \[0, 64\)"),
         (_bad_id(-1), [[1]], r"strategy rogue: emitted token -1"),
@@ -302,3 +335,18 @@ def test_past_the_context_the_hint_names_a_cache_that_takes_this_model_further()
     assert "evicts" not in hint(learned)  # an evicting cache is refused for absolute positions
     with pytest.raises(dk.ContextLengthError, match="its positions are absolute"):
         dk.generate(learned, [[1, 2]], max_new_tokens=40, cache="window(size=8)")
+
+
+class _ReachGrowsWithTheText(dk.PreallocatedKVCache):
+    """An evicting cache's first draft: its reach counts every token, as a cache that keeps all would."""
+
+    def reach(self, new: int) -> int:
+        return self.length + new
+
+
+def test_a_reach_past_the_context_names_the_call_and_the_text() -> None:
+    """Before, the refusal said only "a query would attend across 70 positions": a plugin's author could not tell
+    that the engine had asked their cache's reach about the whole text."""
+    message = r"reach\(70\) = 70 for the prompt of 6 tokens \+ max_new_tokens=64 = 70 tokens: a query would attend"
+    with pytest.raises(dk.ContextLengthError, match=message):
+        dk.generate(TinyLM(64), [[1] * 6], cache=_ReachGrowsWithTheText, max_new_tokens=64)

@@ -73,6 +73,7 @@ class Decoding:
         # per prompt, once `prefill` has run with `prompt_logprobs` (a policy prefilling otherwise may set them)
         self.prompt_logprobs: list[list[PromptLogprobs | None]] | None = None
         self.copies = 0  # set by `open`
+        self._fed = 0  # the history columns the last prefill() or forward() fed the model
 
     # -- set-up ----------------------------------------------------------------------------
 
@@ -175,9 +176,10 @@ class Decoding:
         fits = _fits(spec.max_positions, length)
         if kv is not None and evicts(kv):
             if (reach := kv.reach(needed)) > spec.max_positions:  # type: ignore[attr-defined]
-                raise ContextLengthError(
-                    f"cache {self.request.cache}: a query would attend across {reach} positions, past the model's "
-                    f"context of {spec.max_positions}; allowed: a cache whose window fits the context"
+                raise ContextLengthError(  # name the call: a plugin's reach may be what is wrong
+                    f"cache {self.request.cache}: reach({needed}) = {reach} for the {words}: a query would attend "
+                    f"across {reach} positions, past the model's context of {spec.max_positions}; allowed: a cache "
+                    "whose window fits the context (reach(n) bounds the distances of n more tokens fed in any blocks)"
                 )
             if not spec.movable_keys and needed > spec.max_positions:
                 raise ContextLengthError(
@@ -201,9 +203,16 @@ class Decoding:
         a cache that evicts, in blocks of at most the model's context, so a long prompt needs bounded memory. With
         `prompt_logprobs`, every column's logits, scored into `self.prompt_logprobs`."""
         n = self.request.prompt_logprobs
+        if self._fed:  # a draft's slip the cache would report as its capacity
+            raise PluginError(
+                f"strategy {self.strategy}: prefill() called twice; allowed: one prefill, first, then forward() once "
+                "per column appended"
+            )
         if self.kv is None and n is None:
+            self._fed = self.P
             return uncached_logits(self.model, self.buf, self.positions, self.P)
         # without a cache the prompt fits the context (`decode_request` checked): one block, its positions as they are
+        self._fed = self.P  # (after reading kv: before open(), that is the error a policy gets)
         block = self.spec.max_positions if evicts(self.kv) else self.P
         columns = last_only(self.model) if n is None else {}
         for start in range(0, self.P, block):
@@ -231,6 +240,19 @@ class Decoding:
         w = self.width
         if self.kv is None:
             return uncached_logits(self.model, self.buf, self.positions, w)
+        if w > self.total:  # the cache would refuse, blaming its capacity
+            raise PluginError(
+                f"strategy {self.strategy}: forward() would feed column {w - 1}, past the decoding's {self.total} "
+                f"columns (the prompts' {self.P} + max_new_tokens={self.request.max_new_tokens} + lookahead "
+                f"{self.total - self.P - self.request.max_new_tokens}); allowed: stop once decoding.done, or "
+                "open(lookahead=...) for tokens fed past max_new_tokens"
+            )
+        if self._fed == w:  # not the cache's length: a model may feed fewer layers than its spec states
+            raise PluginError(
+                f"strategy {self.strategy}: forward() would feed column {w - 1} again (the last prefill or forward "
+                "fed it); allowed: one forward() per column appended (advance or append first)"
+            )
+        self._fed = w
         positions = self.positions[:, w - 1 : w]
         spec = self.spec  # past the context (but rotary keys an evicting cache moves) only ended rows (`_furthest`):
         if self.total > spec.max_positions and (not spec.movable_keys or not evicts(self.kv)):

@@ -87,7 +87,8 @@ def _frequencies(spec: CacheSpec, layer: int) -> Tensor:
     """`layer`'s rotary inverse frequencies by the kit's own code: `rope_frequencies[layer]`, else `rope_base`'s."""
     if spec.rope_frequencies is not None:
         return torch.tensor(spec.rope_frequencies[layer], dtype=torch.float64)
-    assert spec.rope_base is not None, "the kit's specs are rotary"
+    if spec.rope_base is None:  # learned positions: no key moves, a kept key is attended as fed
+        return torch.zeros(0, dtype=torch.float64)
     return _inverse_frequencies(spec.rope_base, spec.layer_shape(layer)[1])
 
 
@@ -487,6 +488,20 @@ class CacheConformance:
         spec = replace(kit_spec(4, 2, torch.float32), rope_frequencies=ROPE_FREQUENCIES)
         self._another_spec(spec, "rope_frequencies", 12, FREQUENCIES_SHOWN)
 
+    def test_learned_positions(self) -> None:
+        """A spec whose keys cannot move (`rope_base` None: learned positions, as GPT-2's; `spec.frequencies(layer)`
+        is None): the stated tokens attended as they were fed, or a refusal at creation naming `rope_base`."""
+        spec = replace(kit_spec(4, 2, torch.float32), rope_base=None)
+        what = "rope_base=None (learned positions: spec.frequencies(layer) is None, keys cannot move)"
+        try:
+            self._another_spec(spec, "rope_base", 13, what)
+        except (AttributeError, TypeError) as exc:  # the cache's own code, handed a None it never expected
+            raise AssertionError(
+                f"{what}: {type(exc).__name__}: {exc}; allowed: a cache that moves no key where "
+                "spec.frequencies(layer) is None, or refuses such a spec at creation with a ParameterError naming "
+                "rope_base"
+            ) from exc
+
     def _another_spec(self, spec: CacheSpec, name: str, seed: int, what: str) -> None:
         """Attention over what `update` returns == the reference on every layer of `spec`, also after a beam step's
         `reorder` and (a cache that has it) `crop_rows`; or the cache refuses `spec` at creation, a `ParameterError`
@@ -653,6 +668,12 @@ class CacheConformance:
                 for query in range(first, first + T)
             )
             assert reach >= widest, f"step {step}: reach({T}) = {reach} < the widest distance + 1 = {widest}"
+            context = spec.max_positions or reach  # past it, the engine refuses the cache: it evicts for nothing
+            assert reach <= max(widest, context), (
+                f"step {step}: reach({T}) = {reach} is past the context of {context}, while the kept tokens present "
+                f"at most {widest}; allowed: reach(new) = 1 + the widest distance the next update presents (not "
+                "length + new: the engine refuses a cache past the context by it)"
+            )
             self._feed(cache, history, T, g, f"step {step}")
 
 

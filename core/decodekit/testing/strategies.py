@@ -134,7 +134,10 @@ class StrategyConformance:
         device = model_device_dtype(model)[0]
         for row, (prompt, tokens, lps) in enumerate(zip(PROMPTS, out.tokens, out.logprobs)):
             where = self._where(f"logprobs={n}", row)
-            assert len(lps) == len(tokens), f"{where}: {len(lps)} TokenLogprobs for {len(tokens)} tokens"
+            assert len(lps) == len(tokens), (
+                f"{where}: {len(lps)} TokenLogprobs for {len(tokens)} tokens; allowed: one per token, handed on with "
+                "it: emit(row, token, picked.logprobs[row]) (advance does), finish(prompt, tokens, logprobs)"
+            )
             if not tokens:
                 continue
             ids = torch.tensor([list(prompt) + tokens], device=device)
@@ -144,7 +147,10 @@ class StrategyConformance:
             top = want.topk(n, -1).values.tolist()
             for i, (token, lp) in enumerate(zip(tokens, lps)):
                 at = f"{where}, token {i}"
-                assert len(lp.raw_top) == n, f"{at}: raw_top holds {len(lp.raw_top)} entries, not {n}"
+                assert len(lp.raw_top) == n, (
+                    f"{at}: raw_top holds {len(lp.raw_top)} entries, not {n}; allowed: the request's top n, picked "
+                    "with them: pick(logits, logprobs=d.request.logprobs or 0), sample_steps(d, logprobs=...) alike"
+                )
                 assert abs(lp.raw - want[i, token].item()) <= self.tolerance, (
                     f"{at}: raw={lp.raw:.6f}, but the model gives token {token} {want[i, token].item():.6f}"
                 )
