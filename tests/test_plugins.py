@@ -413,29 +413,23 @@ def test_a_sampler_function_returning_a_plain_function_is_refused_at_create() ->
 def test_a_second_plugin_object_of_the_same_name_is_refused_saying_so() -> None:
     """A notebook cell that defines and registers a plugin, run twice: before, pluggy's "ValueError: Plugin name
     already registered: Twice:register_plugin=<...>" followed by the repr of every loaded plugin."""
-    from decodekit.stage import ProcessorBase
-
-    class Twice:
-        @dk.hookimpl
-        def register_samplers(self, register: Any) -> None:
-            register("twice", ProcessorBase)
-
+    Twice = registering_mine("twice")  # labelled by its class's name, "Plugin"
     first = Twice()
     dk.register_plugin(first)
     try:
         with pytest.raises(dk.PluginError) as refused:
             dk.register_plugin(Twice())
         assert str(refused.value) == (
-            "plugin 'Twice' is already registered from code, by another object; allowed: a name of its own, "
-            "dk.register_plugin(plugin, name=...), or dk.unregister_plugin('Twice') first"
+            "plugin 'Plugin' is already registered from code, by another object; allowed: a name of its own, "
+            "dk.register_plugin(plugin, name=...), or dk.unregister_plugin('Plugin') first"
         )
         dk.register_plugin(first)  # the same object again: nothing to do
-        dk.unregister_plugin("Twice")  # by its name: the cell run again holds only the second object
+        dk.unregister_plugin("Plugin")  # by its name: the cell run again holds only the second object
         assert "twice" not in dk.get_registry().samplers
         dk.register_plugin(Twice())
         assert "twice" in dk.get_registry().samplers
     finally:
-        dk.unregister_plugin("Twice")
+        dk.unregister_plugin("Plugin")
 
 
 def test_unregistering_a_name_never_registered_names_those_that_are() -> None:
