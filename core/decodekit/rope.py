@@ -21,15 +21,16 @@ def frequencies(rotated: int, base: float, device: torch.device | str = "cpu") -
 
 def turns(positions: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
     """`cos`, `sin` `[*positions.shape, 2·len(inv_freq)]` (float32) of the angles `position · inv_freq`."""
-    angles = positions.to(torch.float64).unsqueeze(-1) * inv_freq.to(positions.device, torch.float64)
-    cos, sin = angles.cos().float(), angles.sin().float()  # each pair's angle once, then for both its halves
-    return torch.cat([cos, cos], dim=-1), torch.cat([sin, sin], dim=-1)
+    if inv_freq.dtype != torch.float64 or inv_freq.device != positions.device:  # a no-op Tensor.to still costs µs
+        inv_freq = inv_freq.to(positions.device, torch.float64)
+    angles = positions.to(torch.float64).unsqueeze(-1) * inv_freq
+    angles = torch.cat([angles, angles], dim=-1)  # both halves of a pair: one call fewer than cos and sin apart
+    return angles.cos().float(), angles.sin().float()
 
 
 def rope_angles(positions: Tensor, head_dim: int, base: float) -> tuple[Tensor, Tensor]:
     """`cos`, `sin` `[B, 1, T, head_dim]` (float32) of the angles `position · base^(-2i/head_dim)`."""
-    cos, sin = turns(positions, frequencies(head_dim, base, positions.device))
-    return cos.unsqueeze(1), sin.unsqueeze(1)
+    return turns(positions.unsqueeze(1), frequencies(head_dim, base, positions.device))
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -41,7 +42,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
     out = x * cos + rotated * sin
-    return out.to(x.dtype)  # itself when the dtypes agree
+    return out if out.dtype == x.dtype else out.to(x.dtype)  # a no-op Tensor.to costs µs, per layer and step
 
 
 def rotate(x: Tensor, delta: int | Tensor, inv_freq: Tensor) -> Tensor:
