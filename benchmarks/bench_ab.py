@@ -1,13 +1,15 @@
 """Two checkouts' per-token cost, interleaved A/B: each venv's python, a fresh process per measurement.
 
-    python benchmarks/bench_ab.py OLD_VENV NEW_VENV [--rounds 3] [--cases gen-b1 chain-b8 ...]
+    python benchmarks/bench_ab.py OLD_VENV NEW_VENV [--rounds 3] [--cases gen-b1 chain-b8 ...] [--counts]
 
 OLD_VENV, NEW_VENV: a checkout's virtual environment (`make install-dev` makes `.venv`), or its python. Every
 round runs each case once in each (the order alternating by round), `nice`d, on one torch thread. A
 measurement is the least CPU time of a few calls, per token (per call for a `chain-*` case), after a warm-up
 in its process: `time.thread_time` counts the thread's own time, not the time other jobs take on a shared
 machine. Reported: each side's median over rounds with its spread (min..max around the median), new/old,
-and the spread of the rounds' own ratios.
+and the spread of the rounds' own ratios. `--counts`: instead of times, the calls a token makes in each checkout,
+which no load disturbs (the eager `gen-*` cases: Python calls as cProfile counts them, torch calls as a
+`TorchFunctionMode` sees them, attribute reads such as `.dtype` included).
 
 Cases: `dk.generate` on tiny-shakespeare (`gen-*`: batch 1 or 8, 128 tokens, `temperature(0.8) | top_p(0.95) |
 sample` or greedy, eager or `compile=True`); a 200-token prompt's prefill at batch 8 (`prefill-b8`,
@@ -52,13 +54,14 @@ PROMPTS = ["ROMEO:", "JULIET:", "HAMLET:", "KING:", "Q:", "A", "First Citizen:",
 ENV = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "268435456", "MALLOC_TRIM_THRESHOLD_": "1073741824"}
 
 
-def case_call(name: str) -> tuple[Callable[[], object], int]:
-    """Case `name` as one call, and the tokens (or steps) it makes."""
+def case_call(name: str, new: int | None = None) -> tuple[Callable[[], object], int]:
+    """Case `name` as one call, and the tokens (or steps) it makes; `new` tokens instead of the case's."""
     import torch
 
     import decodekit as dk
 
-    kind, batch, chain, compile, new, _ = CASES[name]
+    kind, batch, chain, compile, default, _ = CASES[name]
+    new = default if new is None else new
     if kind == "chain":
         from decodekit.context import row_generators
 
@@ -108,6 +111,50 @@ def measure(name: str) -> float:
     return min(times)
 
 
+def count(name: str) -> tuple[float, float]:
+    """Python and torch calls per token of case `name`: a run of its length less one of half, so the fixed costs
+    (loading, the prefill) cancel."""
+    import cProfile
+    import pstats
+
+    from torch.overrides import TorchFunctionMode
+
+    class Counting(TorchFunctionMode):
+        calls = 0
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            Counting.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    def calls(new: int) -> tuple[int, int]:
+        call, _ = case_call(name, new)
+        call()  # warm-up: first calls import and cache
+        profile = cProfile.Profile()
+        profile.runcall(call)
+        Counting.calls = 0
+        with Counting():
+            call()
+        return pstats.Stats(profile).total_calls, Counting.calls  # type: ignore[attr-defined]
+
+    new = CASES[name][4]
+    (py_half, torch_half), (py_all, torch_all) = calls(new // 2), calls(new)
+    return (py_all - py_half) / (new - new // 2), (torch_all - torch_half) / (new - new // 2)
+
+
+def compare_counts(sides: dict[str, str], cases: list[str]) -> None:
+    """Each eager `gen-*` case's calls per token in both checkouts, once: the counts do not vary by run."""
+    print(f"{'case':22} {'python old':>11} {'new':>7} {'torch old':>10} {'new':>7}")
+    for case in [c for c in cases if CASES[c][0] == "gen" and not CASES[c][3]]:
+        got = {}
+        for side, python in sides.items():
+            out = subprocess.run([python, os.path.abspath(__file__), "--count", case], capture_output=True, text=True)
+            if out.returncode:
+                sys.exit(f"{side} {case}: {out.stderr[-2000:]}")
+            got[side] = json.loads(out.stdout.strip().splitlines()[-1])
+        (po, to), (pn, tn) = got["old"], got["new"]
+        print(f"{case:22} {po:11.1f} {pn:7.1f} {to:10.1f} {tn:7.1f}")
+
+
 def python_of(venv: str) -> str:
     """A venv's python, or the python given."""
     path = Path(venv)
@@ -123,13 +170,20 @@ def main() -> None:
     if sys.argv[1:2] == ["--worker"]:
         print(json.dumps(measure(sys.argv[2])))
         return
+    if sys.argv[1:2] == ["--count"]:
+        print(json.dumps(count(sys.argv[2])))
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("old")
     parser.add_argument("new")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--counts", action="store_true", help="calls per token instead of times")
     args = parser.parse_args()
     sides = {"old": python_of(args.old), "new": python_of(args.new)}
+    if args.counts:
+        compare_counts(sides, args.cases)
+        return
     t: dict[str, dict[str, list[float]]] = {c: {"old": [], "new": []} for c in args.cases}
     for r in range(args.rounds):
         for case in args.cases:
