@@ -14,6 +14,7 @@ from torch import Tensor
 
 import decodekit as dk
 from decodekit.cache import PreallocatedKVCache
+from decodekit.rope import frequencies
 from decodekit.testing.scored_caches import ScoredCacheConformance
 
 
@@ -77,6 +78,39 @@ def test_a_cache_that_moves_keys_by_other_frequencies(
     Wrong().test_past_the_context()  # the kit's rope_base spec: right by luck
     fails(Wrong().test_rotary_frequencies, rf"rope_frequencies .*: step \d+, layer {layer}, .*a returned key is off")
     Suite().test_rotary_frequencies()  # the real one passes
+
+
+def assumes_rotary(spec: dk.CacheSpec) -> list[Tensor | None]:
+    """Every layer's frequencies read as a tensor: a cache that assumes every model is rotary (crashes on None)."""
+    return [spec.frequencies(layer).clone() for layer in range(spec.n_layers)]  # type: ignore[union-attr]
+
+
+def default_base(spec: dk.CacheSpec) -> list[Tensor | None]:
+    """`rope_base` or Llama's 10000 when it is None: a cache that moves the keys of a learned-position model."""
+    return [frequencies(spec.layer_shape(layer)[1], spec.rope_base or 1e4) for layer in range(spec.n_layers)]
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (assumes_rotary, r"rope_base=None \(learned positions: .*\): AttributeError: .*; allowed: a cache that moves"),
+        (default_base, r"rope_base=None \(learned positions: .*\): step \d+, layer \d, .*a returned key is off"),
+    ],
+)
+def test_a_scored_cache_that_assumes_rotary_positions_fails_on_learned_ones(
+    wrong: Callable[[dk.CacheSpec], list[Tensor | None]], message: str
+) -> None:
+    """Before, the scored kit had no learned-position spec: both passed every check, and met GPT-2 unchecked."""
+
+    class Rotary(Suite):
+        def make(self, spec: dk.CacheSpec) -> dk.KVCache:
+            cache = super().make(spec)
+            cache._inv_freq = wrong(spec)  # type: ignore[attr-defined]
+            return cache
+
+    Rotary().test_past_the_context()  # the kit's rotary spec: right there
+    fails(Rotary().test_learned_positions, message)
+    Suite().test_learned_positions()  # the real one passes
 
 
 def test_a_crop_that_forgets_the_scores_of_the_queries_it_keeps(monkeypatch: pytest.MonkeyPatch) -> None:

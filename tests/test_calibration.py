@@ -217,6 +217,33 @@ def test_the_table_wraps_instead_of_cutting(
     assert not padded, padded[:3]
 
 
+FOLLOWED = (
+    "--json > calibration.json; an hf: model reads it beside its weights, a model loader of your own passes its path "
+    "as ModelSpec(calibration=...)"
+)
+
+
+def test_size_auto_says_where_a_loader_of_its_own_puts_the_calibration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`decodekit cache calibrate --json`'s file reaches only the loaders that read a calibration.json beside the
+    weights (hf:, tiny-shakespeare); a model of another loader was told only to run the command. Following what it
+    is told now works: the command's JSON, its path in the ModelSpec, window(size="auto") decodes."""
+    from decodekit_cli.app import run
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=50, block_size=32, n_layer=2, n_head=2, n_embd=16, position="rope")).eval()
+    ids = torch.randint(0, 50, (64,))
+    model.calibration = tmp_path / "calibration.json"  # the loader of one's own: ModelSpec(calibration=its path)
+    model.calibration.write_text(calibrate(model, ids).to_json())  # the JSON `cache calibrate --json` prints
+    out = dk.generate(model, [[1, 2, 3]], chain="greedy", max_new_tokens=2, cache='window(size="auto")')
+    assert out.tokens == dk.generate(model, [[1, 2, 3]], chain="greedy", max_new_tokens=2, cache="none").tokens
+    monkeypatch.setenv("COLUMNS", "400")  # one line: the phrase is not wrapped apart
+    assert run(["cache", "calibrate", "--help"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "ModelSpec(calibration=" in said, said  # the command's help says it too
+
+
 def test_size_auto_on_a_model_built_in_code_says_how_to_calibrate_it_in_python() -> None:
     """window(size="auto") on a model built in code pointed only to `decodekit cache calibrate --model NAME`, which
     needs a registered name; Python's refusal now names the Python entry point, and following it works."""
@@ -229,11 +256,11 @@ def test_size_auto_on_a_model_built_in_code_says_how_to_calibrate_it_in_python()
     assert str(err.value).endswith(
         "or calibrate it (in its ModelSpec, attention_windows=decodekit_cache_window.calibration.calibrate(model, "
         "ids).attention_windows, ids at least 32 token ids of text; a registered model: decodekit cache calibrate "
-        "--model NAME)"
+        f"--model NAME {FOLLOWED})"
     )
     with json_words(), pytest.raises(dk.ParameterError) as err:  # the command line's models are registered
         dk.create_cache('window(size="auto")', dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=8))
-    assert str(err.value).endswith("or calibrate it (decodekit cache calibrate --model NAME)")
+    assert str(err.value).endswith(f"or calibrate it (decodekit cache calibrate --model NAME {FOLLOWED})")
     model.attention_windows = calibrate(model, torch.randint(0, 50, (64,))).attention_windows  # GPT's spec field
     out = dk.generate(model, [[1, 2, 3]], chain="greedy", max_new_tokens=2, cache='window(size="auto")')
     assert out.tokens == dk.generate(model, [[1, 2, 3]], chain="greedy", max_new_tokens=2, cache="none").tokens

@@ -27,6 +27,7 @@ from decodekit.testing.fuzz import (
     check_logits,
     generate_cases,
     memory_limit,
+    rowlimits,
     run_case,
     spec_cases,
 )
@@ -45,7 +46,7 @@ from decodekit.testing.fuzz.outcomes import (
     UNTYPED,
     exception_finding,
 )
-from decodekit.testing.fuzz.rowlimits import RowLimitsCase, _compare_alone, row_limits_cases
+from decodekit.testing.fuzz.rowlimits import RowLimitsCase, _compare_alone, check_row_limits_case, row_limits_cases
 
 settings.register_profile(
     "decodekit-fuzz",
@@ -302,6 +303,29 @@ def test_a_row_unlike_its_prompt_alone_is_caught() -> None:
     last = g.tokens[1][-1]
     _compare_alone(case, replace(g, tokens=[g.tokens[0], [*g.tokens[1][:-1], (last + 1) % 7]]), prompts, limits, report)
     assert {f.kind for f in report.findings} == {ROW_MISMATCH}
+
+
+def test_a_batch_refused_where_each_prompt_alone_decodes_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rowlimits target had no such oracle (compose had): a batch with per-row limits and seeds refused while
+    each prompt alone decodes counted as an accepted decodekit error."""
+    decode = rowlimits._decode
+
+    def refuses_batches(case: RowLimitsCase, prompts: list[list[int]], limits: Any, seeds: Any) -> Any:
+        if len(prompts) > 1:
+            raise dk.ContextLengthError("a batch refused")
+        return decode(case, prompts, limits, seeds)
+
+    monkeypatch.setattr(rowlimits, "_decode", refuses_batches)
+    case = RowLimitsCase(ModelKey(7), "generate", ((1, 2), (3,)), Arg([2, 3]), (5, 6), "greedy")
+    report = Report()
+    check_row_limits_case(case, report)
+    assert [f.kind for f in report.findings] == [ROW_MISMATCH]
+    beam = {"num_beams": 2, "length_penalty": 1.0, "early_stopping": False}
+    # beam refuses limits that differ by design; one seed for the batch holds no row to its prompt alone
+    for accepted in (replace(case, api="decode:beam", options=beam), replace(case, seeds=5)):
+        with pytest.raises(dk.ContextLengthError):
+            check_row_limits_case(accepted, report := Report())
+        assert report.findings == []
 
 
 def test_a_plugin_error_is_a_finding_not_an_accepted_error() -> None:

@@ -501,6 +501,13 @@ def test_a_standard_plugins_implementation_that_fails_to_import_says_what_to_rei
     )
 
 
+def _extra_failures(monkeypatch: pytest.MonkeyPatch, value: str) -> dict[str, str]:
+    """Each failed DECODEKIT_EXTRA_PLUGINS entry's error, by its spec, with the variable set to `value`."""
+    monkeypatch.setenv("DECODEKIT_EXTRA_PLUGINS", value)
+    with pytest.warns(RuntimeWarning):
+        return {f.distribution: f.error for f in dk.reload_plugins().failures}
+
+
 def test_an_extra_plugin_that_is_not_on_sys_path_says_how_to_put_it_there(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -509,19 +516,60 @@ def test_an_extra_plugin_that_is_not_on_sys_path_says_how_to_put_it_there(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "my_plugin.py").write_text("")
     (tmp_path / "needs_more.py").write_text("import no_such_dependency_of_it\n")
-    monkeypatch.setenv("DECODEKIT_EXTRA_PLUGINS", "my_plugin,needs_more")
-    with pytest.warns(RuntimeWarning):
-        failures = {f.distribution: f.error for f in dk.reload_plugins().failures}
+    failures = _extra_failures(monkeypatch, "my_plugin,needs_more")
     assert failures["my_plugin"] == (
-        "ModuleNotFoundError: No module named 'my_plugin'; DECODEKIT_EXTRA_PLUGINS=my_plugin is not importable from "
-        "sys.path; allowed: importable modules, 'pkg.module' or 'pkg.module:attr' (a console script such as "
-        "decodekit does not search the current folder: for a my_plugin.py there, PYTHONPATH=. "
-        "DECODEKIT_EXTRA_PLUGINS=my_plugin)"
+        "PluginError: DECODEKIT_EXTRA_PLUGINS=my_plugin: module 'my_plugin' is not importable from sys.path "
+        "(ModuleNotFoundError: No module named 'my_plugin'); allowed: importable modules, 'pkg.module' or "
+        "'pkg.module:attr' (a console script such as decodekit does not search the current folder: for a "
+        "my_plugin.py there, PYTHONPATH=. DECODEKIT_EXTRA_PLUGINS=my_plugin)"
     )
     monkeypatch.syspath_prepend(str(tmp_path))  # found, so the module it imports is the one to blame
-    with pytest.warns(RuntimeWarning):
-        failures = {f.distribution: f.error for f in dk.reload_plugins().failures}
+    failures = _extra_failures(monkeypatch, "my_plugin,needs_more")
     assert "my_plugin" not in failures
-    assert failures["needs_more"] == "ModuleNotFoundError: No module named 'no_such_dependency_of_it'"
+    assert failures["needs_more"] == (
+        "PluginError: DECODEKIT_EXTRA_PLUGINS=needs_more: module 'needs_more' failed to import: ModuleNotFoundError: "
+        "No module named 'no_such_dependency_of_it'"
+    )
+    monkeypatch.undo()
+    dk.reload_plugins()
+
+
+def test_an_extra_plugin_spec_that_names_nothing_says_what_the_module_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: `spelt:Plugn` failed with Python's "AttributeError: module 'spelt' has no attribute 'Plugn'"
+    alone; `spelt:` loaded the module as the plugin (its Plugin object never registered, silently); `:Plugin`
+    said "ValueError: Empty module name"; a module raising on import showed its error with no word of the module."""
+    (tmp_path / "spelt.py").write_text(
+        "import decodekit\n\n\nclass MyPlugin:\n    @decodekit.hookimpl\n    def register_samplers(self, register):\n"
+        "        pass\n\n\nPlugin = MyPlugin()\nother = MyPlugin()\nhelper = 3\n"
+    )
+    (tmp_path / "hooks_of_its_own.py").write_text("def register_models(register):\n    pass\n")
+    (tmp_path / "explodes.py").write_text("raise ValueError('a bug at import')\n")
+    (tmp_path / "hookless.py").write_text("helper = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    specs = "spelt:Plugn,spelt:,:Plugin,spelt:Plugin.x,hooks_of_its_own:registr_models,explodes:Plugin,hookless:P"
+    failures = _extra_failures(monkeypatch, specs)
+    allowed = "allowed: 'pkg.module' or 'pkg.module:attr', comma-separated"
+    assert failures == {
+        "spelt:Plugn": "PluginError: DECODEKIT_EXTRA_PLUGINS=spelt:Plugn: module 'spelt' has no attribute "
+        "'Plugn'; allowed: its plugin objects (with a register_* hook) spelt:Plugin, spelt:other; did you "
+        "mean 'Plugin'?",
+        "spelt:": f"PluginError: DECODEKIT_EXTRA_PLUGINS=spelt: is invalid: an empty attribute; {allowed}",
+        ":Plugin": f"PluginError: DECODEKIT_EXTRA_PLUGINS=:Plugin is invalid: an empty module; {allowed}",
+        "spelt:Plugin.x": "PluginError: DECODEKIT_EXTRA_PLUGINS=spelt:Plugin.x: spelt:Plugin has no "
+        "attribute 'x'; allowed: its plugin objects (with a register_* hook) spelt:Plugin (itself)",
+        "hooks_of_its_own:registr_models": "PluginError: DECODEKIT_EXTRA_PLUGINS=hooks_of_its_own:registr_models: "
+        "module 'hooks_of_its_own' has no attribute 'registr_models'; allowed: its plugin objects (with a "
+        "register_* hook) hooks_of_its_own (itself)",
+        "explodes:Plugin": "PluginError: DECODEKIT_EXTRA_PLUGINS=explodes:Plugin: module 'explodes' failed to import: "
+        "ValueError: a bug at import",
+        "hookless:P": "PluginError: DECODEKIT_EXTRA_PLUGINS=hookless:P: module 'hookless' has no attribute 'P'; "
+        "allowed: an object with a register_samplers, register_cache_backends, register_models or "
+        "register_strategies hook, and hookless has none",
+    }
+    monkeypatch.setenv("DECODEKIT_STRICT_PLUGINS", "1")  # strict: the first one raised, in the same words
+    with pytest.raises(dk.PluginError, match=r"DECODEKIT_EXTRA_PLUGINS=spelt:Plugn: module 'spelt' has no"):
+        dk.reload_plugins()
     monkeypatch.undo()
     dk.reload_plugins()

@@ -41,10 +41,11 @@ def last_only(model: object) -> dict[str, bool]:
     return {"last_only": True} if getattr(model, "supports_last_only", False) else {}
 
 
-def check_call(model: object) -> None:
+def check_call(model: object, name: str = "") -> None:
     """A model whose forward cannot take `(input_ids, positions, cache)` (a newcomer's `forward(input_ids)`) is a
     `ParameterError` naming both, before any work: its signature is bound once, as TypeError caught from the call
-    would blame the model's own TypeErrors. One whose signature is unknown (a C function) passes."""
+    would blame the model's own TypeErrors. One whose signature is unknown (a C function) passes. `name`: how the
+    message names the model (a strategy's `"speculative: draft=<M>"`); by default `"model M"`."""
     options = last_only(model)
     if (signature := _forward_signature(model)) is None:
         return
@@ -54,7 +55,7 @@ def check_call(model: object) -> None:
         takes = inspect.Signature([p.replace(annotation=p.empty) for p in signature.parameters.values()])
         called = "(input_ids, positions, cache, last_only=True) (its supports_last_only is True)" if options else ""
         raise ParameterError(
-            f"model {type(model).__name__}: its forward takes {takes}, but decodekit calls it as "
+            f"{name or 'model ' + type(model).__name__}: its forward takes {takes}, but decodekit calls it as "
             f"forward{called or '(input_ids, positions, cache)'}; allowed: forward(input_ids [B, T], positions [B, T], "
             "cache) -> logits [B, T, V], cache None or a KVCache (docs/concepts.md, Models)"
         ) from None

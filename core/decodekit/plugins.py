@@ -3,6 +3,7 @@ load, fail and are chosen (each entry point on its own, each hook all-or-nothing
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import re
@@ -10,6 +11,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
+from inspect import getattr_static
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -19,7 +21,7 @@ from decodekit.chain_string import StageCall, parse_model, parse_stage
 from decodekit.errors import PLUGIN_FAILURES, ParameterError, PluginError, UnknownNameError, did_you_mean
 from decodekit.hookspecs import CORE_DISTRIBUTION, ENTRY_POINT_GROUP
 from decodekit.params import Params, validate_params
-from decodekit.registry import Category, Entry, PluginFailure, PluginInfo, Registry, import_object, make_entry
+from decodekit.registry import Category, Entry, PluginFailure, PluginInfo, Registry, make_entry
 from decodekit.standard_plugins import canonical_name, env_names
 
 if TYPE_CHECKING:
@@ -134,18 +136,60 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _extra_error(spec: str, exc: BaseException) -> str:
-    """Why a DECODEKIT_EXTRA_PLUGINS module did not import; where the module itself is not found (not a module it
-    imports), that it must be on sys.path, which a console script's current folder is not."""
-    module = spec.partition(":")[0]
+EXTRA = "DECODEKIT_EXTRA_PLUGINS"
+
+
+def _import_extra(spec: str) -> object:
+    """The plugin object `spec` in DECODEKIT_EXTRA_PLUGINS names; else a PluginError naming the variable and `spec`:
+    one part empty, the module not importing (with its own error), or an attribute it lacks (with what it has)."""
+    module_name, colon, attr = spec.partition(":")
+    parts = attr.split(".") if colon else []
+    if not module_name or not all(parts):
+        empty = "attribute" if module_name else "module"
+        raise PluginError(
+            f"{EXTRA}={spec} is invalid: an empty {empty}; allowed: 'pkg.module' or 'pkg.module:attr', comma-separated"
+        )
+    try:
+        value: object = importlib.import_module(module_name)
+    except PLUGIN_FAILURES as exc:
+        raise PluginError(_import_failure(spec, module_name, exc)) from exc
+    path = module_name  # the spec of `value`
+    for part in parts:
+        if not hasattr(value, part):
+            where = path if ":" in path else f"module {path!r}"
+            raise PluginError(f"{EXTRA}={spec}: {where} has no attribute {part!r}; {_plugins_in(value, path, part)}")
+        value, path = getattr(value, part), f"{path}{'.' if ':' in path else ':'}{part}"
+    return value
+
+
+def _import_failure(spec: str, module: str, exc: BaseException) -> str:
+    """Why the module did not import; where it is not found itself (not a module it imports), that it must be on
+    sys.path, which a console script's current folder is not."""
     name = exc.name if isinstance(exc, ModuleNotFoundError) else None
     if not name or not (module == name or module.startswith(f"{name}.")):
-        return _error(exc)
+        return f"{EXTRA}={spec}: module {module!r} failed to import: {_error(exc)}"
     return (
-        f"{_error(exc)}; DECODEKIT_EXTRA_PLUGINS={spec} is not importable from sys.path; allowed: importable modules, "
-        f"'pkg.module' or 'pkg.module:attr' (a console script such as decodekit does not search the current folder: "
-        f"for a {name}.py there, PYTHONPATH=. DECODEKIT_EXTRA_PLUGINS={spec})"
+        f"{EXTRA}={spec}: module {module!r} is not importable from sys.path ({_error(exc)}); allowed: importable "
+        f"modules, 'pkg.module' or 'pkg.module:attr' (a console script such as decodekit does not search the current "
+        f"folder: for a {name}.py there, PYTHONPATH=. {EXTRA}={spec})"
     )
+
+
+def _plugins_in(value: object, path: str, missing: str) -> str:
+    """What `value` (at spec `path`) holds that looks like a plugin: an object, not a class, with a hook. Read
+    statically: a module's lazy `__getattr__` (transformers') would import all it offers."""
+    hooks = [name for name, _ in HOOKS]
+    names = [n for n in dir(value) if not n.startswith("_") and _is_plugin(getattr_static(value, n, None), hooks)]
+    found = [f"{path}{'.' if ':' in path else ':'}{n}" for n in names]
+    if _is_plugin(value, hooks):  # a module with hooks of its own, say
+        found.insert(0, f"{path} (itself)")
+    if not found:
+        return f"allowed: an object with a {', '.join(hooks[:-1])} or {hooks[-1]} hook, and {path} has none"
+    return f"allowed: its plugin objects (with a register_* hook) {', '.join(found)}{did_you_mean(missing, names)}"
+
+
+def _is_plugin(obj: object, hooks: list[str]) -> bool:
+    return not isinstance(obj, type) and any(callable(getattr(obj, hook, None)) for hook in hooks)
 
 
 class _Builtin:
@@ -197,9 +241,9 @@ def _build() -> Registry:
     for spec in (s.strip() for s in os.environ.get("DECODEKIT_EXTRA_PLUGINS", "").split(",")):
         if spec and canonical_name(spec) not in denied:
             try:
-                extra = import_object(spec)
+                extra = _import_extra(spec)
             except PLUGIN_FAILURES as exc:
-                loader.fail(PluginFailure(spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS", _extra_error(spec, exc)))
+                loader.fail(PluginFailure(spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS", _error(exc)))
                 continue
             loader.add(extra, spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS")
     for plugin, label in _code_plugins:

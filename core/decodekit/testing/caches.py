@@ -110,6 +110,21 @@ def _rotate(x: Tensor, delta: Tensor, freqs: Tensor) -> Tensor:
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., 2 * n :]], -1)
 
 
+def _check_learned_positions(
+    another_spec: Callable[[CacheSpec, str, int, str], None], spec: CacheSpec, seed: int
+) -> None:
+    """`another_spec` on `spec` of learned positions (`rope_base` None): a cache's own AttributeError or TypeError,
+    handed a None it never expected, fails as what is allowed."""
+    what = "rope_base=None (learned positions: spec.frequencies(layer) is None, keys cannot move)"
+    try:
+        another_spec(spec, "rope_base", seed, what)
+    except (AttributeError, TypeError) as exc:
+        raise AssertionError(
+            f"{what}: {type(exc).__name__}: {exc}; allowed: a cache that moves no key where spec.frequencies(layer) "
+            "is None, or refuses such a spec at creation with a ParameterError naming rope_base"
+        ) from exc
+
+
 @dataclass
 class _History:
     """Everything the kit fed one cache, per layer: keys (rotated, as fed) and values `[B, H_kv, T, D]`."""
@@ -491,16 +506,7 @@ class CacheConformance:
     def test_learned_positions(self) -> None:
         """A spec whose keys cannot move (`rope_base` None: learned positions, as GPT-2's; `spec.frequencies(layer)`
         is None): the stated tokens attended as they were fed, or a refusal at creation naming `rope_base`."""
-        spec = replace(kit_spec(4, 2, torch.float32), rope_base=None)
-        what = "rope_base=None (learned positions: spec.frequencies(layer) is None, keys cannot move)"
-        try:
-            self._another_spec(spec, "rope_base", 13, what)
-        except (AttributeError, TypeError) as exc:  # the cache's own code, handed a None it never expected
-            raise AssertionError(
-                f"{what}: {type(exc).__name__}: {exc}; allowed: a cache that moves no key where "
-                "spec.frequencies(layer) is None, or refuses such a spec at creation with a ParameterError naming "
-                "rope_base"
-            ) from exc
+        _check_learned_positions(self._another_spec, replace(kit_spec(4, 2, torch.float32), rope_base=None), 13)
 
     def _another_spec(self, spec: CacheSpec, name: str, seed: int, what: str) -> None:
         """Attention over what `update` returns == the reference on every layer of `spec`, also after a beam step's

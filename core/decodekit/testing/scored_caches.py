@@ -40,6 +40,7 @@ from decodekit.testing.caches import (
     ROPE_FREQUENCIES,
     _at,
     _check_capacity,
+    _check_learned_positions,
     _expand,
     _frequencies,
     _History,
@@ -506,6 +507,11 @@ class ScoredCacheConformance:
         layer 0, another type of layer 1): `_another_spec`, held keys moved past the context by their layer's."""
         spec = dataclasses.replace(kit_spec(), rope_frequencies=ROPE_FREQUENCIES)
         self._another_spec(spec, "rope_frequencies", 14, FREQUENCIES_SHOWN)
+
+    def test_learned_positions(self) -> None:
+        """A spec whose keys cannot move (`rope_base` None: learned positions, as GPT-2's): `_another_spec`, a held key
+        seen at its own distance past the context (`seen`), the budget whole; or a refusal naming `rope_base`."""
+        _check_learned_positions(self._another_spec, dataclasses.replace(kit_spec(), rope_base=None), 15)
 
     def _another_spec(self, spec: CacheSpec, name: str, seed: int, what: str) -> None:
         """A prompt, then decode past the context, also after a beam step's `reorder([1, 1])`, a `crop` and (a cache

@@ -10,6 +10,8 @@ import pytest
 import torch
 from decodekit_gpt.gpt import GPT, GPTConfig
 
+from decodekit.spec import ModelSpec
+
 
 def tiny(
     vocab_size: int = 101, *, seed: int = 0, position: Literal["learned", "rope"] = "learned", block_size: int = 64
@@ -90,3 +92,21 @@ def small_pair() -> tuple[GPT, GPT]:
     twin = noisy_copy(model, 0.1)
     twin.tokenizer = model.tokenizer  # type: ignore[assignment]
     return model, twin
+
+
+class OnlyIds(torch.nn.Module):
+    """A newcomer's draft: its forward takes the ids alone."""
+
+    def __init__(self, vocab_size: int) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab_size, 8)
+        self.spec = ModelSpec(n_layers=1, n_heads=1, n_kv_heads=1, head_dim=8, vocab_size=vocab_size, max_positions=64)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.embed.weight[input_ids] @ self.embed.weight.T
+
+
+@pytest.fixture(scope="module")
+def ids_only() -> Callable[[int], torch.nn.Module]:
+    """`ids_only(vocab_size)`: a draft whose forward takes `input_ids` alone."""
+    return OnlyIds

@@ -4,10 +4,12 @@ row's `drafted` and `accepted` in `--json`'s samples and a batch job's records."
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from decodekit_cli import main
 from decodekit_cli.generate_command import _status_line
 
@@ -35,6 +37,32 @@ def test_draft_none_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -
     assert main(["generate", "ROMEO:", "--strategy", "speculative(draft=None)", "--max-new-tokens", "4"]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line == "decodekit: error: strategy speculative: draft=null is invalid; allowed: a string or a Model"
+
+
+def test_a_registered_draft_whose_forward_takes_only_input_ids_is_one_line(
+    capsys: pytest.CaptureFixture[str], ids_only: Callable[[int], torch.nn.Module]
+) -> None:
+    """Before: "unexpected TypeError: OnlyIds.forward() takes 2 positional arguments but 4 were given"."""
+    import decodekit as dk
+
+    vocab_size = dk.load_model("tiny-shakespeare").spec.vocab_size
+
+    class Plugin:
+        @dk.hookimpl
+        def register_models(self, register: Any) -> None:
+            register("ids-only", lambda argument, params: ids_only(vocab_size))
+
+    plugin = Plugin()
+    dk.register_plugin(plugin, name="ids-only-plugin")
+    try:
+        strategy = "speculative(draft='ids-only')"
+        assert main(["generate", "ROMEO:", "--strategy", strategy, "--max-new-tokens", "4"]) == 2
+    finally:
+        dk.unregister_plugin(plugin)
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        "decodekit: error: speculative: draft='ids-only': its forward takes (input_ids), but decodekit calls it as "
+    )
 
 
 SPECULATIVE = "speculative(draft='tiny-shakespeare-draft', k=3)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -66,6 +67,21 @@ def test_vocabulary_mismatch(target: GPT) -> None:
         "speculative: draft=<GPT> has a vocabulary of 50 tokens, the target 101; allowed: a draft sharing the "
         "target's vocabulary"
     )
+
+
+def test_a_draft_whose_forward_takes_only_input_ids_is_named_as_the_draft(
+    target: GPT, ids_only: Callable[[int], torch.nn.Module]
+) -> None:
+    """Before: Python's "OnlyIds.forward() takes 2 positional arguments but 4 were given" from the first draft
+    forward; the target got this check (`check_call`) before any work, the draft did not."""
+    for call in (dk.decode, dk.validate):
+        with pytest.raises(dk.ParameterError) as refused:
+            call(target, [PROMPT], strategy="speculative", draft=ids_only(101), max_new_tokens=8)
+        assert str(refused.value) == (
+            "speculative: draft=<OnlyIds>: its forward takes (input_ids), but decodekit calls it as "
+            "forward(input_ids, positions, cache); allowed: forward(input_ids [B, T], positions [B, T], cache) -> "
+            "logits [B, T, V], cache None or a KVCache (docs/concepts.md, Models)"
+        )
 
 
 def test_prompt_lookup_is_the_default_draft(target: GPT) -> None:

@@ -2,8 +2,9 @@
 prompt, through `generate`, `stream` and `dk.decode` under sample, beam, cfg and speculative.
 
 The property (a second implementation: the same call per prompt): each prompt's tokens and finish reason in the
-batch are those it gets decoded alone with its own seed and limit; no row runs past its limit. Beam search refuses
-limits that differ; a list that is not one valid limit per prompt must be refused naming `max_new_tokens`."""
+batch are those it gets decoded alone with its own seed and limit, and a batch is not refused where each prompt
+alone decodes (the compose target's oracle); no row runs past its limit. Beam search refuses limits that differ; a
+list that is not one valid limit per prompt must be refused naming `max_new_tokens`."""
 
 from __future__ import annotations
 
@@ -135,9 +136,12 @@ def check_row_limits_case(case: RowLimitsCase, report: Report) -> None:
     prompts = [list(p) for p in case.prompts]
     try:
         g = _decode(case, prompts, case.limits.value, case.seeds)
-    except ParameterError as exc:
-        if case.limits.valid is False and "max_new_tokens" not in str(exc):
+    except DecodekitError as exc:
+        if isinstance(exc, ParameterError) and case.limits.valid is False and "max_new_tokens" not in str(exc):
             report.add(MALFORMED, f"a bad max_new_tokens refused under another name: {str(exc)[:60]}")
+        elif _per_row(case) and _each_alone_runs(case, prompts):
+            report.add(ROW_MISMATCH, f"{case.api}: the batch raised {type(exc).__name__}")
+            return
         raise
     if case.limits.valid is False:
         report.add(ACCEPTED_BAD, f"max_new_tokens={case.limits.describe()}")
@@ -173,3 +177,24 @@ def _compare_alone(
         elif alone.finish_reasons[0] != g.finish_reasons[b]:
             reasons = f"{g.finish_reasons[b]}, alone {alone.finish_reasons[0]}"
             report.add(ROW_MISMATCH, f"{case.api}: finish reason {reasons}")
+
+
+def _per_row(case: RowLimitsCase) -> bool:
+    """Whether each row of the batch is held to its prompt alone (as `_compare_alone` holds a batch that ran): valid
+    limits and a seed per row; beam refuses limits that differ by design (one search)."""
+    if len(case.prompts) < 2 or not isinstance(case.seeds, tuple) or case.limits.valid is not True:
+        return False
+    return case.api != "decode:beam" or len(set(case.limits.value)) == 1
+
+
+def _each_alone_runs(case: RowLimitsCase, prompts: list[list[int]]) -> bool:
+    """Whether every prompt alone, with its own limit and seed, decodes without a decodekit error (a batch that
+    raises where each row alone runs refused what its rows' own calls accept)."""
+    assert isinstance(case.seeds, tuple)
+    limits = [int(n) for n in case.limits.value]
+    try:
+        for b, prompt in enumerate(prompts):
+            _decode(case, [prompt], limits[b], [case.seeds[b]])
+    except DecodekitError:
+        return False
+    return True

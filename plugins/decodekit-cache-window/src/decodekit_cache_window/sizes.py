@@ -35,7 +35,12 @@ def _calibrate_words(spec: CacheSpec) -> str:
     """How to calibrate: the command line's models are registered by name; Python's may be built in code."""
     if not spec.movable_keys:  # calibrate refuses it: its windows could never move past the context
         return " (only a rotary model calibrates, and this one states no rotary embedding: ModelSpec.rope_base)"
-    command = "decodekit cache calibrate --model NAME"
+    # Only the hf: and tiny-shakespeare loaders read a calibration.json beside the weights: another loader is told
+    # where its path goes.
+    command = (
+        "decodekit cache calibrate --model NAME --json > calibration.json; an hf: model reads it beside its weights, "
+        "a model loader of your own passes its path as ModelSpec(calibration=...)"
+    )
     context = spec.max_positions or "max_positions"
     python = (
         "in its ModelSpec, attention_windows=decodekit_cache_window.calibration.calibrate(model, ids)"

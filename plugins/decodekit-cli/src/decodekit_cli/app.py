@@ -559,7 +559,8 @@ app.add_typer(cache_app, name="cache")
     help="Measure each head's mean attention weight a(d) at distance d on held-out text, fit "
     "a(d) ≈ C·d^-γ (or an exponential, whichever fits the layer's mean better), and derive each layer's "
     "window D_f: the longest distance at which one of its heads' fits still gives a key 1/T. "
-    "--json prints the calibration a model ships next to its weights (calibration.json)."
+    '--json prints the calibration window(size="auto") reads: an hf: model\'s calibration.json beside its '
+    "weights; a model loader of your own passes the file's path as ModelSpec(calibration=...)."
 )
 def calibrate(
     model: ModelOption = None,

@@ -27,7 +27,7 @@ from decodekit.cache import Croppable, KVCache, PreallocatedKVCache, RowCroppabl
 from decodekit.context import DecodeContext
 from decodekit.engine import PREALLOCATED_COLUMNS, Decoding, sample_steps
 from decodekit.errors import DecodekitError, NumericsError, ParameterError, UnknownNameError
-from decodekit.model import Model, model_device_dtype
+from decodekit.model import Model, check_call, model_device_dtype
 from decodekit.params import Params
 from decodekit.plugins import Registry, get_registry, load_model
 from decodekit.results import Generation, TokenLogprobs, token_logprobs
@@ -84,6 +84,7 @@ def resolve_draft(draft: object, target: Model) -> Model | None:
         raise ParameterError(
             f"speculative: draft={shown} is invalid; allowed: a registered model name, a model object, or 'ngram'"
         )
+    check_call(model, f"speculative: draft={shown}")  # the draft's forward(input_ids) told so, not a TypeError
     if spec.vocab_size != target.spec.vocab_size:
         raise ParameterError(
             f"speculative: draft={shown} has a vocabulary of {spec.vocab_size} tokens, the target "
