@@ -25,6 +25,7 @@ from decodekit.testing.fuzz import (
     Report,
     chain_cases,
     check_logits,
+    compose,
     generate_cases,
     memory_limit,
     rowlimits,
@@ -32,7 +33,14 @@ from decodekit.testing.fuzz import (
     spec_cases,
 )
 from decodekit.testing.fuzz.chains import check_tokens
-from decodekit.testing.fuzz.compose import CacheDraw, ComposeCase, _compare, compose_cases, compose_model
+from decodekit.testing.fuzz.compose import (
+    CacheDraw,
+    ComposeCase,
+    _compare,
+    check_compose_case,
+    compose_cases,
+    compose_model,
+)
 from decodekit.testing.fuzz.generation import Arg, ModelKey, check_prompt_scores, check_result, tiny_model
 from decodekit.testing.fuzz.inputs import History, Logits, Row
 from decodekit.testing.fuzz.outcomes import (
@@ -326,6 +334,29 @@ def test_a_batch_refused_where_each_prompt_alone_decodes_is_caught(monkeypatch: 
         with pytest.raises(dk.ContextLengthError):
             check_row_limits_case(accepted, report := Report())
         assert report.findings == []
+
+
+def test_compose_catches_a_batch_refused_under_cfg_and_beam_with_equal_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """compose checked the refusal under sample and speculation only: cfg takes per-prompt limits, and beam refuses
+    only limits that differ (as rowlimits now has it)."""
+    decode = compose._decode
+
+    def refuses_batches(case: ComposeCase, prompts: Any = None, **changes: Any) -> Any:
+        if len(case.prompts if prompts is None else prompts) > 1:
+            raise dk.ContextLengthError("a batch refused")
+        return decode(case, prompts, **changes)
+
+    monkeypatch.setattr(compose, "_decode", refuses_batches)
+    cfg = ComposeCase(
+        _ROPE, "cfg", {"scale": 1.5, "negative": None}, CacheDraw("gqa"), "greedy", ((1, 2), (3,)), (2, 3), (5, 6)
+    )
+    beam = replace(cfg, strategy="beam", options={"num_beams": 2, "length_penalty": 1.0, "early_stopping": False})
+    for refused in (cfg, replace(beam, limits=3)):
+        check_compose_case(refused, report := Report())
+        assert [f.kind for f in report.findings] == [ROW_MISMATCH], refused.strategy
+    with pytest.raises(dk.ContextLengthError):  # beam refuses limits that differ by design
+        check_compose_case(beam, report := Report())
+    assert report.findings == []
 
 
 def test_a_plugin_error_is_a_finding_not_an_accepted_error() -> None:

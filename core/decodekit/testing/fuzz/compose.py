@@ -11,8 +11,8 @@ Besides "ok or a decodekit error", the properties the docs promise, each only wh
 - `beam` with `num_beams=1` gives greedy's tokens (docs/strategies.md) under a chain whose processors keep the
   argmax of log-probabilities and of logits alike;
 - with one seed per prompt, a row of the batch equals its prompt decoded alone, under every cache (`knorm`'s batch
-  dependence is documented: left out), and under `sample` and speculation a batch is not refused where each prompt
-  alone decodes;
+  dependence is documented: left out), and a batch is not refused where each prompt alone decodes (but `beam`'s
+  limits that differ, refused by design);
 - `logprobs` and `prompt_logprobs` well-formed, prompt scores those of one uncached forward.
 
 An argmax comparison that parts at a near-tie of the reference's top two (rounding, documented) is not counted."""
@@ -259,8 +259,9 @@ def check_compose_case(case: ComposeCase, report: Report) -> None:
     try:
         g = _decode(case)
     except DecodekitError as exc:
-        # beam and cfg refuse per-prompt limits by design (one search, one guidance schedule): not a row's refusal
-        per_row = case.strategy in ("sample", "speculative") and isinstance(case.seeds, tuple)
+        # beam refuses limits that differ by prompt by design (one search): not a row's refusal
+        differ = isinstance(case.limits, tuple) and len(set(case.limits)) > 1
+        per_row = isinstance(case.seeds, tuple) and not (case.strategy == "beam" and differ)
         if per_row and _batch_invariant(case) and _each_alone_runs(case):
             report.add(ROW_MISMATCH, f"{case.strategy} / {case.cache.name}: the batch raised {type(exc).__name__}")
             return
