@@ -304,6 +304,21 @@ def test_invalid_utf8_is_that_lines_error(tmp_path: Path) -> None:
     assert _error(records[1]) == (2, 2, "UnicodeDecodeError", message)
 
 
+@pytest.mark.parametrize(
+    ("data", "kind"),
+    [(b"PAR1\x15\x04\x15\x10\n\x00PAR1", "a Parquet file"), (b"\x1f\x8b\x08\x00\n\x00", "gzip-compressed")],
+)
+def test_an_input_that_is_no_text_is_refused_before_the_model_loads(tmp_path: Path, data: bytes, kind: str) -> None:
+    """Before: a Parquet or gzip file was split on its newline bytes into lines of garbage, each reported as
+    "not JSON" or "invalid UTF-8" (and with --on-error skip, written as error records)."""
+    prompts = tmp_path / "prompts.bin"
+    prompts.write_bytes(data)
+    out = tmp_path / "o.jsonl"
+    r = _run(prompts, out, "-m", "batch-test-unloadable", "--on-error", "skip")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert f"--input '{prompts}' is {kind}; allowed: a JSONL file" in r.stderr and not out.exists(), r.stderr
+
+
 def test_resume_reports_an_output_line_that_is_no_record(tmp_path: Path) -> None:
     """Before: a non-UTF-8 line in the output failed --resume with an unexpected UnicodeDecodeError."""
     prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="a"), _json(prompt="b")])
