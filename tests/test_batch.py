@@ -179,6 +179,7 @@ def _context_message(prompt_tokens: int, max_new: int) -> str:
     )
 
 
+NUMBER_AS_ID = "(its number: the id of a line that names no valid one of its own)"
 HOSTILE = [
     _json(prompt="a"),
     SEED_TOO_BIG,
@@ -210,7 +211,8 @@ HOSTILE_ERRORS = [
         "top_k: k=0 is invalid: Input should be greater than or equal to 1; allowed: an integer 1 <= k",
     ),
     (8, 8, "ParameterError", "a JSON array; allowed: an object with a 'prompt'"),
-    (1, 9, "ParameterError", "id 1 is also the id of line 1; allowed: one per line"),
+    # Before: without the parenthesis, which sent a user to a line 1 that names no id (or an invalid one)
+    (1, 9, "ParameterError", f"id 1 is also the id of line 1 {NUMBER_AS_ID}; allowed: one per line"),
 ]
 
 
