@@ -179,6 +179,7 @@ def _context_message(prompt_tokens: int, max_new: int) -> str:
     )
 
 
+NUMBER_AS_ID = "(its number: the id of a line that names no valid one of its own)"
 HOSTILE = [
     _json(prompt="a"),
     SEED_TOO_BIG,
@@ -210,7 +211,8 @@ HOSTILE_ERRORS = [
         "top_k: k=0 is invalid: Input should be greater than or equal to 1; allowed: an integer 1 <= k",
     ),
     (8, 8, "ParameterError", "a JSON array; allowed: an object with a 'prompt'"),
-    (1, 9, "ParameterError", "id 1 is also the id of line 1; allowed: one per line"),
+    # Before: without the parenthesis, which sent a user to a line 1 that names no id (or an invalid one)
+    (1, 9, "ParameterError", f"id 1 is also the id of line 1 {NUMBER_AS_ID}; allowed: one per line"),
 ]
 
 
@@ -302,6 +304,21 @@ def test_invalid_utf8_is_that_lines_error(tmp_path: Path) -> None:
     records = _records(tmp_path / "skip.jsonl")
     assert skip.returncode == 0 and [r["line"] for r in records] == [1, 2, 3]
     assert _error(records[1]) == (2, 2, "UnicodeDecodeError", message)
+
+
+@pytest.mark.parametrize(
+    ("data", "kind"),
+    [(b"PAR1\x15\x04\x15\x10\n\x00PAR1", "a Parquet file"), (b"\x1f\x8b\x08\x00\n\x00", "gzip-compressed")],
+)
+def test_an_input_that_is_no_text_is_refused_before_the_model_loads(tmp_path: Path, data: bytes, kind: str) -> None:
+    """Before: a Parquet or gzip file was split on its newline bytes into lines of garbage, each reported as
+    "not JSON" or "invalid UTF-8" (and with --on-error skip, written as error records)."""
+    prompts = tmp_path / "prompts.bin"
+    prompts.write_bytes(data)
+    out = tmp_path / "o.jsonl"
+    r = _run(prompts, out, "-m", "batch-test-unloadable", "--on-error", "skip")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert f"--input '{prompts}' is {kind}; allowed: a JSONL file" in r.stderr and not out.exists(), r.stderr
 
 
 def test_resume_reports_an_output_line_that_is_no_record(tmp_path: Path) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 from pathlib import Path
 
 import decodekit_ray.job
@@ -14,6 +17,8 @@ from decodekit_cli.batch_job import BatchJob
 from decodekit_cli.batch_output import parts_path
 from decodekit_cli.batch_records import dumps, error_record, result_record, sequence
 from decodekit_cli.batch_settings import BatchSettings
+from decodekit_cli.errors import CliError
+from decodekit_ray.cluster import actor_failures_unlogged
 from decodekit_ray.job import RayOptions, run_job
 
 
@@ -113,3 +118,67 @@ def test_the_end_of_a_job_reads_each_part_once(tmp_path: Path, monkeypatch: pyte
     assert [str(w.message) for w in said] == [f"--input line {n} warned" for n in range(1, 7)]
     assert output.read_text() == "".join(_record(n) for n in range(1, 7))
     assert sorted(reads) == ["part-0001.parquet", "part-0003.parquet", "part-0005.parquet"]
+
+
+class _RayWriteError(OSError):
+    """What Ray raises in the driver for a worker's OSError: an OSError whose message is the worker's traceback,
+    the worker's own exception its `cause`."""
+
+    def __init__(self, cause: OSError) -> None:
+        super().__init__(cause.errno, 'ray::Write() (pid=1)\n  File "parquet_datasink.py", line 395 ...')
+        self.cause = cause
+
+
+def test_a_full_disk_is_one_line_and_the_parts_stay_for_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a disk that filled while Ray wrote the parts ended the command with Ray's traceback as
+    'unexpected RayTaskError(OSError)', and one that filled while the parts were assembled with 'unexpected
+    OSError', leaving a half-written `out.jsonl.new` beside the parts. Now each is one line naming the output and
+    the disk's error; the parts stay for `--resume --ray`, and nothing half-written is left."""
+    output = tmp_path / "out.jsonl"
+    full = OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No space left on device")
+
+    def decode(job: BatchJob, options: RayOptions, lines: list[int], folder: str) -> None:  # a part, then full
+        Path(folder).mkdir()
+        table = pa.table({"line": lines[:1], "record": [_record(lines[0])], "tokens": [1]})
+        pq.write_table(table, Path(folder) / f"part-{lines[0]:04d}.parquet")
+        if lines[0] == 1:
+            raise _RayWriteError(full)
+
+    monkeypatch.setattr(decodekit_ray.job, "_decode", decode)
+    settings = BatchSettings(model="m", chain="greedy", max_new_tokens=1, seed=0, cache="dense")
+    pending: list[Pending | dict[str, object]] = [Pending(n, n, "p", [1], n, 1, "greedy") for n in (1, 2)]
+    job = BatchJob(tmp_path / "in.jsonl", output, settings, pending, 0, 8, "skip")
+    with pytest.raises(CliError) as wrote:
+        run_job(job, RayOptions())
+    written = "1 record written (--resume continues)"
+    assert str(wrote.value) == f"--output {str(output)!r}: cannot write a record: No space left on device; {written}"
+    assert output.read_text() == _record(1)
+
+    def no_room(fd: int) -> None:  # the disk takes the parts, but not the output assembled from them
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_room)
+    with pytest.raises(CliError) as assembled:
+        run_job(job, RayOptions())
+    assert str(assembled.value) == (
+        f"--output {str(output)!r}: cannot assemble the records of out.jsonl.parts into it: No space left on device; "
+        "they stay there, and --resume --ray continues once the disk has room for them twice"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "out.jsonl.parts"]
+    assert output.read_text() == _record(1)
+
+
+def test_ray_data_logs_no_traceback_of_a_full_disk() -> None:
+    """Before: beside the command's line, Ray Data logged its Write task's failure on a full disk with ~180 lines
+    of traceback, twice; the command says it in one line (above), so Ray Data logs none. Other OSErrors it logs."""
+    handlers = logging.getLogger("ray.data").handlers
+    assert handlers  # Ray Data's own: a file and stderr
+
+    def record(exc: BaseException) -> logging.LogRecord:
+        return logging.LogRecord("ray.data.x", logging.ERROR, __file__, 1, "failed", None, (type(exc), exc, None))
+
+    full = record(_RayWriteError(OSError(errno.ENOSPC, "No space left on device")))
+    other = record(_RayWriteError(OSError(errno.ECONNRESET, "Connection reset by peer")))
+    with actor_failures_unlogged():
+        assert not any(h.filter(full) for h in handlers)
+        assert all(h.filter(other) for h in handlers)

@@ -73,7 +73,9 @@ def check_lines(
     for line in lines:
         key, item = parse_line(line)
         if unique_ids and key in seen:
-            item = LineError("ParameterError", f"id {key!r} is also the id of line {seen[key]}; allowed: one per line")
+            item = LineError(
+                "ParameterError", f"id {key!r} is also the id of {_line_of(key, seen[key])}; allowed: one per line"
+            )
         seen.setdefault(key, line.number)
         if isinstance(item, PromptLine):
             try:
@@ -83,6 +85,15 @@ def check_lines(
                 item = exc
         checked.append(error_record(key, line.number, item.kind, str(item)))
     return checked
+
+
+def _line_of(key: str | int, number: int) -> str:
+    """The earlier line that has id `key`; where that is its number, that line may name no id, or an invalid one."""
+    return (
+        f"line {number} (its number: the id of a line that names no valid one of its own)"
+        if key == number
+        else f"line {number}"
+    )
 
 
 def _check(model: Any, settings: BatchSettings, number: int, key: str | int, item: PromptLine) -> Pending:

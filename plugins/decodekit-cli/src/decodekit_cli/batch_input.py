@@ -110,18 +110,39 @@ class LineError(Exception):
         return cls("ParameterError" if kind == "CliError" else kind, " ".join(str(exc).split()))
 
 
+# Files a data set often comes as that are no text: split on their newline bytes, they would be lines of garbage.
+NOT_TEXT = {
+    b"PAR1": (
+        "a Parquet file",
+        "its rows go through decodekit_ray.generate(ray.data.read_parquet(...)) in Python (docs/scale-out.md)",
+    ),
+    b"\x1f\x8b": ("gzip-compressed", "decompress it first (gunzip -k FILE)"),
+    b"\x28\xb5\x2f\xfd": ("zstd-compressed", "decompress it first (zstd -d FILE)"),
+}
+
+
 def read_input(path: Path) -> bytes:
     """The whole input file, or stdin for `-`; a path that cannot be read is a `CliError` naming it."""
     if is_stdin(path):
         if sys.stdin.isatty():  # a terminal waits for typed lines: say so, not a silent wait
             print(STDIN_HINT, file=sys.stderr)
-        return sys.stdin.buffer.read()  # bytes: lines are split and decoded one by one, as a file's are
-    try:
-        return path.read_bytes()
-    except IsADirectoryError:
-        raise CliError(f"--input {str(path)!r} is a directory; allowed: a JSONL file") from None
-    except OSError as exc:
-        raise CliError(f"--input {str(path)!r}: cannot read it: {exc.strerror}") from None
+        data = sys.stdin.buffer.read()  # bytes: lines are split and decoded one by one, as a file's are
+    else:
+        try:
+            data = path.read_bytes()
+        except IsADirectoryError:
+            raise CliError(f"--input {str(path)!r} is a directory; allowed: a JSONL file") from None
+        except OSError as exc:
+            raise CliError(f"--input {str(path)!r}: cannot read it: {exc.strerror}") from None
+    _refuse_not_text(path, data)
+    return data
+
+
+def _refuse_not_text(path: Path, data: bytes) -> None:
+    """A Parquet or compressed file, known by its first bytes, is one error, not an error per line of garbage."""
+    for magic, (kind, how) in NOT_TEXT.items():
+        if data.startswith(magic):
+            raise CliError(f"--input {str(path)!r} is {kind}; allowed: a JSONL file (one JSON object a line); {how}")
 
 
 def input_path(given: str) -> Path:

@@ -8,6 +8,7 @@ output itself is not the lock because the Ray job replaces it (atomically) when 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -187,22 +188,25 @@ def existing_records(output: Path) -> dict[int, str]:
 
 
 def replace_output(output: Path, records: dict[int, str]) -> None:
-    """Write `records` sorted by line to a new file and rename it over `output` (atomic on POSIX)."""
+    """Write `records` sorted by line to a new file and rename it over `output` (atomic on POSIX). Where the disk
+    cannot take the new file, the OSError is raised and the output is as it was, with no half-written copy beside."""
     new = output.with_name(output.name + ".new")
-    with new.open("w", encoding="ascii") as f:
-        f.writelines(records[line] for line in sorted(records))
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with new.open("w", encoding="ascii") as f:
+            f.writelines(records[line] for line in sorted(records))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        new.unlink(missing_ok=True)
+        raise
     os.replace(new, output)
 
 
 def sort_output(output: Path) -> None:
     """Put the output's records in input order, where appending after a gap left them out of it. Where the
     disk cannot take the copy, the records stay as they are: the next `--resume` sorts them."""
-    try:
+    with contextlib.suppress(OSError):
         replace_output(output, existing_records(output))
-    except OSError:
-        output.with_name(output.name + ".new").unlink(missing_ok=True)
 
 
 class OrderedWriter:

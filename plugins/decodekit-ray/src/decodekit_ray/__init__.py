@@ -4,7 +4,7 @@ from Python over a Ray Dataset:
     import ray.data, decodekit_ray
     settings = decodekit_ray.BatchSettings(model="tiny-shakespeare", chain="temperature(0.8)", max_new_tokens=64,
                                            seed=0, cache="dense")
-    records = decodekit_ray.generate(ray.data.read_parquet("prompts/"), settings, actors=4)
+    records = decodekit_ray.generate(ray.data.read_parquet("prompts/"), settings, actors=4)  # with a `line` column
 
 `import decodekit_ray` is light: Ray and torch load on first use of a name that needs them, so
 listing plugins (this distribution's entry point) stays fast.

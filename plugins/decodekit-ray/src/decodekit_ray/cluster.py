@@ -20,6 +20,7 @@ import ray
 from decodekit_cli.errors import CliError
 
 from decodekit.errors import DecodekitError, ParameterError
+from decodekit_ray.parts import disk_error
 from decodekit_ray.ray_output import RAY_LOG_LINE, stderr_without
 
 __all__ = ["LOCAL", "actor_count", "actor_failures_unlogged", "connect", "job_env"]
@@ -148,19 +149,21 @@ def _check_fits(nodes: list[dict[str, Any]], cpus: float, gpus: float) -> None:
     )
 
 
-class _NotADecodekitError(logging.Filter):
-    """Passes a record unless it is about a `DecodekitError` (its own exception, or the one being handled)."""
+class _NotTheCommands(logging.Filter):
+    """Passes a record unless it is about an error the command says in one line (its own exception, or the one being
+    handled): a `DecodekitError`, or a disk that cannot take the parts."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else sys.exc_info()[1]
-        return not isinstance(exc, DecodekitError)
+        return not (isinstance(exc, DecodekitError) or (exc is not None and disk_error(exc) is not None))
 
 
 @contextlib.contextmanager
 def actor_failures_unlogged() -> Iterator[None]:
     """Ray Data logs an actor's exception it does not know as its own failure, with the whole traceback; an
-    actor's DecodekitError (a CompileError, an ActorSetupError) is the command's to report, in one line."""
-    handlers, quiet = logging.getLogger("ray.data").handlers, _NotADecodekitError()
+    actor's DecodekitError (a CompileError, an ActorSetupError) and a full disk are the command's to report, in one
+    line."""
+    handlers, quiet = logging.getLogger("ray.data").handlers, _NotTheCommands()
     for handler in handlers:
         handler.addFilter(quiet)
     try:

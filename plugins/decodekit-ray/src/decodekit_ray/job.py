@@ -9,9 +9,11 @@ process writes. A killed run leaves its complete parts, and `--resume` counts th
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import ray
 import ray.data
@@ -28,7 +30,7 @@ from decodekit_ray.cluster import LOCAL, actor_failures_unlogged, connect
 from decodekit_ray.dataset import generate_lines
 from decodekit_ray.decoder import ActorSetupError
 from decodekit_ray.lines import read_prompt_lines
-from decodekit_ray.parts import PartsWatcher
+from decodekit_ray.parts import PartsWatcher, disk_error
 from decodekit_ray.ray_output import without_raylet_notes, without_restart_note
 
 __all__ = ["RayOptions", "run_job"]
@@ -69,12 +71,16 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
             interrupted = True
         except (CompileError, ActorSetupError) as exc:  # an actor's, as Ray raises it: a RayTaskError that is one too
             failed = _failure(getattr(exc, "cause", exc))
+        except OSError as exc:  # the parts' disk filled: the parts written so far are assembled, as for a failure
+            full = disk_error(exc)
+            if full is None:
+                raise
+            failed = f"--output {str(job.output)!r}: cannot write a record: {_reason(full)}"
     made = {line: json.loads(text) for line, text in watcher.parts.records.items() if line not in before}
     for said in watcher.parts.warnings_of(made):  # the actors' warnings, which the local job prints as it decodes
         warnings.warn(said, stacklevel=1)
     new = {**checked, **{line: record for line, record in made.items() if job.keeps(record)}}
-    replace_output(job.output, {**{line: dumps(record) for line, record in new.items()}, **before})
-    shutil.rmtree(parts, ignore_errors=True)
+    _assemble(job.output, {**{line: dumps(record) for line, record in new.items()}, **before})
     if interrupted:
         progress.say(f"decodekit: interrupted; {len(new)} records written to {job.output} (--resume continues)")
         return EXIT_INTERRUPTED
@@ -112,6 +118,28 @@ def _decode(job: BatchJob, options: RayOptions, lines: list[int], parts: str) ->
     finally:
         if started:
             ray.shutdown()
+
+
+def _assemble(output: Path, records: dict[int, str]) -> None:
+    """Write the output's records and remove the parts; where the disk cannot take the output, the parts stay."""
+    parts = parts_path(output)
+    try:
+        replace_output(output, records)
+    except OSError as exc:
+        full = disk_error(exc)
+        if full is None:
+            raise
+        raise CliError(
+            f"--output {str(output)!r}: cannot assemble the records of {parts.name} into it: {_reason(full)}; they "
+            "stay there, and --resume --ray continues once the disk has room for them twice",
+            EXIT_FAILURE,
+        ) from None
+    shutil.rmtree(parts, ignore_errors=True)
+
+
+def _reason(exc: OSError) -> str:
+    """What the disk said ("No space left on device"), without Arrow's wording around it."""
+    return os.strerror(exc.errno) if exc.errno else str(exc)
 
 
 def _failure(exc: CompileError | ActorSetupError) -> str:

@@ -56,7 +56,35 @@ def from_fields(ds: ray.data.Dataset) -> ray.data.Dataset:
         columns = None
     if columns is not None and "line" not in columns:
         raise _no_line(columns)
+    schema = ds.schema() if columns is not None else None
+    if schema is not None and isinstance(schema.base_schema, pa.Schema):  # known: refused before any work
+        _refuse_not_json(schema.base_schema)
     return ds.map_batches(_as_line_rows, batch_format="pyarrow", batch_size=None)
+
+
+def _refuse_not_json(schema: pa.Schema) -> None:
+    """A column JSON cannot hold (a timestamp, bytes, a decimal) would fail the conversion of every block."""
+    for field in schema:
+        if not _json_type(field.type):
+            raise ParameterError(
+                f"a dataset of prompts with column {field.name!r} of type {field.type}, which a prompt line (JSON) "
+                "cannot hold; allowed: columns of strings, integers, floats and booleans, and lists and structs of "
+                "them: drop it (ds.drop_columns) or convert it (ds.map_batches) first"
+            )
+
+
+def _json_type(kind: pa.DataType) -> bool:
+    """Whether Arrow's Python values of this type are JSON's."""
+    if isinstance(kind, pa.ExtensionType):  # Ray Data's column of Python objects (rows Arrow cannot type): as given
+        return True
+    if pa.types.is_dictionary(kind):
+        return _json_type(kind.value_type)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _json_type(kind.value_type)
+    if pa.types.is_struct(kind):
+        return all(_json_type(kind.field(i).type) for i in range(kind.num_fields))
+    scalar = (pa.types.is_null, pa.types.is_boolean, pa.types.is_integer, pa.types.is_float32, pa.types.is_float64)
+    return any(test(kind) for test in scalar) or pa.types.is_string(kind) or pa.types.is_large_string(kind)
 
 
 def _no_line(columns: list[str]) -> ParameterError:
@@ -69,6 +97,7 @@ def _no_line(columns: list[str]) -> ParameterError:
 def _as_line_rows(table: pa.Table) -> dict[str, Any]:
     if "line" not in table.column_names:
         raise _no_line(table.column_names)
+    _refuse_not_json(table.schema)
     rows = table.to_pylist()  # exact Python ints: a seed near 2**64 survives, which NumPy's floats would not
     if bad := [row["line"] for row in rows if not isinstance(row["line"], int) or row["line"] < 1]:
         # A 0-based numbering (enumerate(prompts)) would decode every row with its neighbour's default seed.

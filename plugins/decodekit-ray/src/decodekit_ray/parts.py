@@ -9,6 +9,7 @@ a new output that replaces the old one in one rename: nothing is lost and no lin
 
 from __future__ import annotations
 
+import errno
 import json
 import threading
 from collections.abc import Callable, Collection
@@ -18,7 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from decodekit_cli.batch_records import is_error
 
-__all__ = ["Parts", "PartsWatcher"]
+__all__ = ["Parts", "PartsWatcher", "disk_error"]
+
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})  # what no retry of Ray's can mend
 
 
 def _read(path: Path) -> pa.Table | None:
@@ -27,6 +30,13 @@ def _read(path: Path) -> pa.Table | None:
         return pq.read_table(path)
     except (OSError, pa.ArrowException):
         return None
+
+
+def disk_error(exc: BaseException) -> OSError | None:
+    """The full (or read-only) disk behind `exc`, where that is what failed: Ray raises a worker's OSError in the
+    driver as an OSError whose message is the worker's traceback and whose `cause` is the worker's exception."""
+    cause = getattr(exc, "cause", exc)
+    return cause if isinstance(cause, OSError) and cause.errno in DISK_FULL else None
 
 
 class Parts:
