@@ -134,15 +134,18 @@ def read_input(path: Path) -> bytes:
             raise CliError(f"--input {str(path)!r} is a directory; allowed: a JSONL file") from None
         except OSError as exc:
             raise CliError(f"--input {str(path)!r}: cannot read it: {exc.strerror}") from None
-    _refuse_not_text(path, data)
+    if (found := not_text(data)) is not None:  # one error, not an error per line of garbage
+        raise CliError(f"--input {str(path)!r} is {found}")
     return data
 
 
-def _refuse_not_text(path: Path, data: bytes) -> None:
-    """A Parquet or compressed file, known by its first bytes, is one error, not an error per line of garbage."""
+def not_text(head: bytes) -> str | None:
+    """Where a file starting with `head` is a Parquet or compressed file (its first bytes tell), what it is, what is
+    allowed and what to do; else None."""
     for magic, (kind, how) in NOT_TEXT.items():
-        if data.startswith(magic):
-            raise CliError(f"--input {str(path)!r} is {kind}; allowed: a JSONL file (one JSON object a line); {how}")
+        if head.startswith(magic):
+            return f"{kind}; allowed: a JSONL file (one JSON object a line); {how}"
+    return None
 
 
 def input_path(given: str) -> Path:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import ray.data
-from decodekit_cli.batch_input import PromptLine, input_lines
+from decodekit_cli.batch_input import PromptLine, input_lines, not_text
 
 from decodekit.errors import ParameterError
 
@@ -33,6 +33,10 @@ def read_prompt_lines(path: str | Path, *, keep: Collection[int] | None = None) 
             f"read_prompt_lines: path {str(path)!r} is not a file; allowed: one JSONL file, whose lines are "
             "numbered from 1 (a line's number is its default id and seed)"
         )
+    with open(path, "rb") as f:
+        found = not_text(f.read(4))
+    if found is not None:
+        raise ParameterError(f"read_prompt_lines: path {str(path)!r} is {found}")
     files = ray.data.read_binary_files(str(Path(path).resolve()))
     return files.map_batches(partial(_split, keep=None if keep is None else frozenset(keep)), batch_size=None)
 
