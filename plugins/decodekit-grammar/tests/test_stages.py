@@ -510,3 +510,18 @@ def test_a_match_only_a_missing_character_could_go_on_from_ends_there(shakespear
         out = dk.decode(shakespeare, ["ROMEO:\n", "JULIET:\n"], strategy=strategy, chain=chain, max_new_tokens=6)
     assert out.text == ["ab", "ab"]
     assert (out.finish_reasons, out.stopped_by) == (["stop", "stop"], ["regex", "regex"])
+
+
+def test_a_long_decode_holds_as_many_parse_states_at_400_tokens_as_at_200(shakespeare: Any) -> None:
+    """A held parse state keeps llguidance's history of the whole text, so holding one per token (up to thousands)
+    made a long decode's memory grow as tokens x held states (870 MB after 8,192 tokens, docs/benchmarks.md)."""
+    held: dict[int, int] = {}
+    texts: dict[int, str] = {}
+    for n in (200, 400):
+        chain = dk.Chain.parse('regex(pattern="[a-zA-Z ,.\\n]*") | temperature(0.8)')
+        out = dk.generate(shakespeare, "ROMEO:", chain=chain, cache="window(size=64)", max_new_tokens=n, seed=0)
+        assert len(out.tokens[0]) == n
+        held[n] = len(chain.processors[0]._latest.matchers[0])  # type: ignore[attr-defined]
+        texts[n] = out.text[0]  # type: ignore[index]
+    assert texts[400].startswith(texts[200])  # the same decode, run on
+    assert held[400] == held[200] < 200

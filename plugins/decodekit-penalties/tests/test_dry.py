@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -280,3 +281,29 @@ def test_the_compiled_steps_search_by_doubling_measures_as_the_eager_one(rounds:
     doubled = repeat_lengths_by_doubling(r, lengths, rounds)
     assert torch.equal(doubled, eager if rounds is None else eager.clamp(max=7))
     assert int(eager.max()) == 78  # the loop of "1 2" repeats far past 7
+
+
+def test_a_step_gathers_nothing_by_position_however_long_the_history() -> None:
+    """The blocks compare views of the history: before, each gathered it at [T-1, J] positions, a copy that grew
+    with it (DRY's step took 2.5x its time now at 8,200 tokens of Shakespeare, docs/benchmarks.md)."""
+    from torch.overrides import TorchFunctionMode
+
+    class Gathered(TorchFunctionMode):
+        elements = 0
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func is Tensor.__getitem__:
+                index = args[1] if isinstance(args[1], tuple) else (args[1],)
+                self.elements += sum(i.numel() for i in index if isinstance(i, Tensor))
+            return func(*args, **(kwargs or {}))
+
+    g = torch.Generator().manual_seed(0)
+    stage = dk.create("dry", 0.8, 1.75, 2)
+    gathered: dict[int, int] = {}
+    for T in (200, 2000):
+        phrases = [torch.randint(0, 8, (12,), generator=g) for _ in range(4)]  # repeats of up to 12+ tokens
+        tokens = torch.cat([phrases[int(i)] for i in torch.randint(0, 4, (T // 12 + 1,), generator=g)])[:T]
+        with Gathered() as mode:
+            stage(torch.zeros(1, 8), dk.DecodeContext(tokens=tokens[None]))
+        gathered[T] = mode.elements
+    assert gathered[2000] == gathered[200]

@@ -4,7 +4,8 @@ A row's state is a function of its generated tokens alone, found here rather tha
 state of the longest prefix held is advanced over the rest (usually the row's last step left its parent,
 so that is one token). Nothing advances on a guess, so nothing needs undoing: a speculative draft that is
 rejected, a beam that is dropped or copied, a step redone, a new generation — each simply asks for the
-tokens it has. Held states are a bounded LRU; one evicted is rebuilt from an ancestor, never wrong.
+tokens it has. Held states are a bounded LRU; one evicted is rebuilt from an ancestor, never wrong. It is small
+(a few steps of every row): each state keeps llguidance's history of its whole text, so states x tokens is memory.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def key_of(tokens: Any) -> bytes:
 class Matchers:
     """The states of one grammar's parse (see the module docstring); `capacity` states are held at least."""
 
-    def __init__(self, root: Matcher, capacity: int = 4096, ends: Callable[[Matcher], bool] | None = None) -> None:
+    def __init__(self, root: Matcher, capacity: int = 64, ends: Callable[[Matcher], bool] | None = None) -> None:
         self.root = root
         self.capacity = capacity
         self._ends = ends  # whether a parse the grammar would go on from ends the text all the same
