@@ -131,7 +131,9 @@ class Decoding:
             return None
         spec = model.spec
         impl = getattr(factory, "impl", None)
-        keeps_every_token = impl is not None and not evicts(impl)
+        # A registered class states whether it evicts; a registered function (one that picks a class) says so
+        # only through the cache it makes, checked below.
+        keeps_every_token = isinstance(impl, type) and not evicts(impl)
         if keeps_every_token:  # check before allocating any
             self._check_reach(spec, None)
         capacity = self._sized(total) if keeps_every_token else total  # more slots: never fed
