@@ -250,7 +250,10 @@ class PreallocatedKVCache:
         slots = [spec.capacity] * spec.n_layers
         nbytes = float_bytes(spec, slots)  # the kv-heads in spec.dtype
         check_memory(f"cache {cache_name(type(self))}", f"capacity={spec.capacity}", nbytes, spec.device)
-        self.store = type(self).storage(spec, slots)
+        # A subclass may pick its storage by a parameter, setting `self.storage` before this; the class's stays the
+        # default (what `store=NAME` names). Read from the class otherwise: a function there would bind as a method.
+        factory: StorageFactory = vars(self).get("storage", type(self).storage)
+        self.store = factory(spec, slots)
         # Slots fed per layer; host-side, so reading it never syncs with the device.
         self._lengths = [0] * spec.n_layers
         self._mask_for: tuple[int, Tensor] | None = None  # (first slot, positions) of `_mask`
