@@ -52,3 +52,27 @@ def test_a_function_that_makes_a_cache_that_keeps_all_is_refused_past_the_contex
     with pytest.raises(dk.ContextLengthError, match="exceeds the model's context of 256 positions"):
         greedy(model, "picked_gqa", 300)
     assert greedy(model, "picked_gqa", 40) == greedy(model, "gqa", 40)
+
+
+def returns_nothing(spec: dk.CacheSpec, params: dk.Params) -> None:  # forgot its return
+    pass
+
+
+class Forgetful:
+    @hookimpl
+    def register_cache_backends(self, register: Registrar) -> None:
+        register("returns_nothing", returns_nothing, description="a function that forgot its return")
+
+
+def test_a_registered_function_that_returns_no_cache_is_named_as_the_user_named_it(model: dk.Model) -> None:
+    """Until 2026-12-06 the refusal showed the bound cache's dataclass repr, entry and all."""
+    plugin = Forgetful()
+    dk.register_plugin(plugin, name="test-forgetful")
+    try:
+        with pytest.raises(dk.ParameterError) as refused:
+            greedy(model, "returns_nothing", 5)
+    finally:
+        dk.unregister_plugin(plugin)
+    assert str(refused.value) == (
+        "cache returns_nothing returned None; allowed: a factory (CacheSpec) -> KVCache, or cache='none'"
+    )
