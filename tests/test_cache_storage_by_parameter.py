@@ -67,6 +67,7 @@ SPEC = dk.CacheSpec(n_layers=1, n_heads=2, n_kv_heads=2, head_dim=4, batch_size=
 @pytest.mark.parametrize(("given", "stored"), [("lowp", torch.float32), ("lowp(dtype='float16')", torch.float16)])
 def test_the_parameter_picks_the_storage(given: str, stored: torch.dtype) -> None:
     cache = dk.create_cache(given, SPEC)
+    assert isinstance(cache, dk.cache.Sized)
     k = torch.full((1, 2, 1, 4), 1 / 3)
     keys, _ = cache.update(0, k, k)
     assert keys.dtype == torch.float32 and keys[0, 0, 0, 0].item() == k.to(stored).float()[0, 0, 0, 0].item()
@@ -76,4 +77,5 @@ def test_the_parameter_picks_the_storage(given: str, stored: torch.dtype) -> Non
 @pytest.mark.usefixtures("lowp")
 def test_the_class_default_is_still_a_store() -> None:
     window = dk.create_cache("window(size=4, sinks=0, store='lowp')", SPEC)
+    assert isinstance(window, dk.cache.Sized)
     assert window.nbytes > 0

@@ -38,7 +38,7 @@ from decodekit.cache import (
 )
 from decodekit.errors import CacheCapacityError, DecodekitError, ParameterError
 from decodekit.spec import CacheSpec
-from decodekit.storage import SlotWritable
+from decodekit.storage import SlotWritable, Storage
 
 __all__ = ["CacheConformance", "check_cache", "check_class_capabilities"]
 
@@ -566,7 +566,7 @@ class CacheConformance:
         T = 4  # slots written: within any storage the kit's specs make
         for config, spec in self._configs():
             store = getattr(self.make(spec), "store", None)
-            if not isinstance(store, SlotWritable):
+            if not (isinstance(store, SlotWritable) and isinstance(store, Storage)):
                 return
             g = torch.Generator().manual_seed(5)
             for layer in range(spec.n_layers):

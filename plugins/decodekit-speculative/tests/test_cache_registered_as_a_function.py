@@ -1,8 +1,8 @@
 """A batch through a cache backend registered as a function that picks a class (docs/plugins.md: a storage that
 depends on a parameter): the function states no capabilities of its own, so no room was sized for the junk columns
-a batch verified in one forward feeds past its text; until 2026-12-06 the cache it made crops rows unevenly all the same, so
-the batch ran past its capacity mid-decode (`CacheCapacityError: ... got 5 more tokens after 96, past its capacity
-of 99`). Its rows now run one at a time, each with the tokens it gets alone."""
+a batch verified in one forward feeds past its text; until 2026-12-06 the cache it made crops rows unevenly all the
+same, so the batch ran past its capacity mid-decode (`CacheCapacityError: ... got 5 more tokens after 96, past its
+capacity of 99`). Its rows now run one at a time, each with the tokens it gets alone."""
 
 from __future__ import annotations
 
@@ -39,6 +39,9 @@ def picker() -> Iterator[None]:
 def test_a_batch_through_a_function_that_makes_a_cache_that_keeps_all() -> None:
     model = dk.load_model("tiny-shakespeare")  # its text repeats: prompt lookup's drafts are taken, rows part
     prompts = ["ROMEO: what light through yonder window", "JULIET:"]
-    options = {"strategy": "speculative(k=4)", "chain": "greedy", "max_new_tokens": 60}
-    out = dk.decode(model, prompts, cache="picked_gqa", **options)
-    assert out.tokens == dk.decode(model, prompts, cache="gqa", **options).tokens
+    strategy = "speculative(k=4)"
+    out = dk.decode(model, prompts, strategy=strategy, cache="picked_gqa", chain="greedy", max_new_tokens=60)
+    assert (
+        out.tokens
+        == dk.decode(model, prompts, strategy=strategy, cache="gqa", chain="greedy", max_new_tokens=60).tokens
+    )
