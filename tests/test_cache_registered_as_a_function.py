@@ -74,5 +74,5 @@ def test_a_registered_function_that_returns_no_cache_is_named_as_the_user_named_
     finally:
         dk.unregister_plugin(plugin)
     assert str(refused.value) == (
-        "cache returns_nothing returned None; allowed: a factory (CacheSpec) -> KVCache, or cache='none'"
+        "cache=returns_nothing returned None; allowed: a factory (CacheSpec) -> KVCache, or cache='none'"
     )

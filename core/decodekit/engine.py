@@ -151,7 +151,7 @@ class Decoding:
             ) from None
         if not callable(getattr(kv, "update", None)):  # a factory's slip (None) would otherwise decode uncached
             raise ParameterError(
-                f"cache {factory} returned {kv!r}; allowed: a factory (CacheSpec) -> KVCache, or cache='none'"
+                f"cache={factory} returned {kv!r}; allowed: a factory (CacheSpec) -> KVCache, or cache='none'"
             )
         for need in needs:
             if (error := capability_error(kv, need, self.strategy)) is not None:
