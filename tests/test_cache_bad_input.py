@@ -158,3 +158,25 @@ def test_reorder_and_crop_refuse_what_is_not_a_row_index_or_a_length(cache: str)
             kv.crop(n)  # type: ignore[attr-defined]
     kv.reorder(torch.tensor([1, 0]))  # type: ignore[attr-defined]
     kv.crop(0)  # type: ignore[attr-defined]
+
+
+class _NoTakeSlots(dk.storage.FloatStorage):
+    take_slots = None  # type: ignore[assignment]  # a storage written to the protocol's first five members only
+
+
+class _NoTakeSlotsCache(dk.cache.PreallocatedKVCache):
+    storage = _NoTakeSlots
+
+
+def test_crop_rows_over_a_storage_without_take_slots_names_the_member_to_add() -> None:
+    spec = dk.CacheSpec(n_layers=1, n_heads=2, n_kv_heads=2, head_dim=4, batch_size=2, capacity=8)
+    cache = _NoTakeSlotsCache(spec)
+    k = torch.zeros(2, 2, 4, 4)
+    cache.update(0, k, k)
+    with pytest.raises(dk.ParameterError) as refused:
+        cache.crop_rows([3, 4], 4)
+    assert str(refused.value) == (
+        "_NoTakeSlotsCache.crop_rows: its storage _NoTakeSlots has no take_slots; allowed: a storage with "
+        "take_slots(source, stop), which moves each row's slots (decodekit.storage.take_slots does it for its "
+        "[B, H, slots, ...] buffers), as FloatStorage and Int8Storage have"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Sequence
 
@@ -287,3 +288,33 @@ def test_a_cache_that_assumes_rotary_keys_fails_the_kit_on_learned_positions() -
     with pytest.raises(AssertionError, match=message):
         suite(AssumesRotary, window=True).test_learned_positions()
     suite(WindowCache, window=True).test_learned_positions()  # the real one passes
+
+
+class WriteAtSwapsRows(FloatStorage):
+    """A storage whose `write_at` puts each row's entries in the other row's slots: a cache that keeps every token
+    in order never calls it, `window(store=...)` and the scored caches attend over the wrong row's keys."""
+
+    def write_at(self, layer: int, index: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        super().write_at(layer, index, k.flip(0), v.flip(0))
+
+
+class WriteAtSwapsRowsCache(PreallocatedKVCache):
+    storage = WriteAtSwapsRows
+
+
+def test_a_storage_whose_write_at_misplaces_entries_fails_the_kit() -> None:
+    """Until 2026-12-06 every check passed it: none wrote through `write_at`."""
+    with pytest.raises(AssertionError) as err:
+        suite(WriteAtSwapsRowsCache).test_write_at()
+    assert re.search(
+        r"^4 heads / 4 kv-heads, torch\.float32, layer 0: WriteAtSwapsRows\.write_at\(layer, index, k, v\), then "
+        r"read\(layer, 0, 4\): row 0, head \d, slot \d differs from what index put there by [\d.e+-]+ > 1e-05; "
+        r"allowed: each row and kv-head's k\[b, h, t\] and v\[b, h, t\] in slot index\[b, h, t\], stored as "
+        r"`round_trip_keys` and `round_trip_values` state",
+        str(err.value),
+    )
+
+
+def test_the_standard_storages_pass_the_write_at_check() -> None:
+    for backend in ("gqa", "dense"):  # int8's own suite runs it with its round trip
+        suite(lambda spec, b=backend: dk.create_cache(b, spec)).test_write_at()

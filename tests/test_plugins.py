@@ -649,3 +649,25 @@ def test_an_in_code_plugin_taking_a_name_another_in_code_plugin_has_is_told_to_u
         for name in ("first", "second"):
             if name in [n for _, n in dk.plugins._code_plugins]:
                 dk.unregister_plugin(name)
+
+
+def test_a_cache_backend_that_cannot_take_its_parameters_says_what_impl_is() -> None:
+    """A cache class whose `__init__` takes the spec alone: before, every use raised `TypeError: OnlySpec.__init__()
+    takes 2 positional arguments but 3 were given`, a traceback on the command line."""
+
+    class OnlySpec(dk.PreallocatedKVCache):
+        def __init__(self, spec: dk.CacheSpec) -> None:
+            super().__init__(spec)
+
+    class Direct:
+        @dk.hookimpl
+        def register_cache_backends(self, register: Any) -> None:
+            register("only_spec", OnlySpec)
+
+    with pytest.raises(dk.PluginError) as refused:
+        dk.register_plugin(Direct())
+    assert str(refused.value).endswith(
+        "cache backend 'only_spec' from Direct: OnlySpec(spec: 'dk.CacheSpec') -> 'None' is called as impl(spec, "
+        "params) and returns the cache; allowed: a class or function taking (spec, params=None)"
+    )
+    assert "only_spec" not in dk.get_registry().caches

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from decodekit.errors import CacheCapacityError, ParameterError
 from decodekit.spec import CacheSpec
-from decodekit.storage import FloatStorage, StorageFactory, check_keys, check_memory, float_bytes, loaded
+from decodekit.storage import FloatStorage, StorageFactory, check_keys, check_memory, float_bytes, loaded, no_take_slots
 
 __all__ = [
     "Croppable",
@@ -250,7 +250,10 @@ class PreallocatedKVCache:
         slots = [spec.capacity] * spec.n_layers
         nbytes = float_bytes(spec, slots)  # the kv-heads in spec.dtype
         check_memory(f"cache {cache_name(type(self))}", f"capacity={spec.capacity}", nbytes, spec.device)
-        self.store = type(self).storage(spec, slots)
+        # A subclass may pick its storage by a parameter, setting `self.storage` before this; the class's stays the
+        # default (what `store=NAME` names). Read from the class otherwise: a function there would bind as a method.
+        factory: StorageFactory = vars(self).get("storage", type(self).storage)
+        self.store = factory(spec, slots)
         # Slots fed per layer; host-side, so reading it never syncs with the device.
         self._lengths = [0] * spec.n_layers
         self._mask_for: tuple[int, Tensor] | None = None  # (first slot, positions) of `_mask`
@@ -312,10 +315,7 @@ class PreallocatedKVCache:
             return
         take = getattr(self.store, "take_slots", None)
         if take is None:
-            raise ParameterError(
-                f"{type(self).__name__}.crop_rows: its storage {type(self.store).__name__} has no take_slots; "
-                "allowed: a storage that can move slots per row (FloatStorage, Int8Storage)"
-            )
+            raise no_take_slots(f"{type(self).__name__}.crop_rows", self.store)
         # Slot s of row b takes old slot s + ends[b] - length; slots before the row's data (padding) read slot 0.
         shift = torch.tensor([e - length for e in ends], device=self.spec.device)[:, None]  # [B, 1]
         take((torch.arange(length, device=self.spec.device)[None, :] + shift).clamp_(min=0), n)

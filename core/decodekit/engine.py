@@ -131,7 +131,9 @@ class Decoding:
             return None
         spec = model.spec
         impl = getattr(factory, "impl", None)
-        keeps_every_token = impl is not None and not evicts(impl)
+        # A registered class states whether it evicts; a registered function (one that picks a class) says so
+        # only through the cache it makes, checked below.
+        keeps_every_token = isinstance(impl, type) and not evicts(impl)
         if keeps_every_token:  # check before allocating any
             self._check_reach(spec, None)
         capacity = self._sized(total) if keeps_every_token else total  # more slots: never fed
@@ -149,7 +151,7 @@ class Decoding:
             ) from None
         if not callable(getattr(kv, "update", None)):  # a factory's slip (None) would otherwise decode uncached
             raise ParameterError(
-                f"cache={factory!r} returned {kv!r}; allowed: a factory (CacheSpec) -> KVCache, or cache='none'"
+                f"cache={factory} returned {kv!r}; allowed: a factory (CacheSpec) -> KVCache, or cache='none'"
             )
         for need in needs:
             if (error := capability_error(kv, need, self.strategy)) is not None:

@@ -86,11 +86,16 @@ class Entry:
                 f"{where}: its class takes {getattr(model, '__name__', model)}, its registration "
                 f"{self.params_model.__name__}; allowed: the same parameter model"
             )
-        if self.category == "sampler" and not isinstance(impl, type) and not _takes_one_argument(impl):
+        if self.category == "sampler" and not isinstance(impl, type) and not _takes(impl, 1):
             raise PluginError(  # a processor function registered as itself: its TypeError said nothing of why
                 f"{where}: {getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))} is called as "
                 "impl(params) and returns the stage; allowed: a ProcessorBase or SelectorBase subclass, or a function "
                 "returning one (a processor function (logits, ctx) goes in a dk.Chain as it is, unregistered)"
+            )
+        if self.category == "cache backend" and not _takes(impl, 2):
+            raise PluginError(  # else a TypeError at every use, a traceback on the command line
+                f"{where}: {getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))} is called as "
+                "impl(spec, params) and returns the cache; allowed: a class or function taking (spec, params=None)"
             )
         kind = getattr(impl, "kind", None)
         if self.category == "sampler" and isinstance(impl, type) and kind is not None and kind != self.kind:
@@ -127,9 +132,10 @@ def without_entry_point() -> list[str]:
     return sorted(set(found))
 
 
-def _takes_one_argument(impl: Any) -> bool:
+def _takes(impl: Any, n: int) -> bool:
+    """Whether `impl` can be called with `n` positional arguments."""
     try:
-        inspect.signature(impl).bind(None)
+        inspect.signature(impl).bind(*[None] * n)
     except TypeError:
         return False
     except ValueError:  # no signature to read (a builtin): trust it

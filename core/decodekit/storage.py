@@ -26,6 +26,7 @@ __all__ = [
     "check_memory",
     "float_bytes",
     "lookup_storage",
+    "no_take_slots",
     "take_slots",
 ]
 
@@ -132,6 +133,15 @@ def take_slots(buffers: Sequence[Tensor], source: Tensor, stop: int) -> None:
     for buf in buffers:
         index = source[:, None, :, None].expand(-1, buf.shape[1], -1, buf.shape[3])
         buf[:, :, :n] = buf[:, :, :stop].gather(2, index)
+
+
+def no_take_slots(owner: str, store: object) -> ParameterError:
+    """The refusal of `owner`'s `crop_rows` over a storage without `take_slots` (an optional member: rows moved)."""
+    return ParameterError(
+        f"{owner}: its storage {type(store).__name__} has no take_slots; allowed: a storage with take_slots(source, "
+        "stop), which moves each row's slots (decodekit.storage.take_slots does it for its [B, H, slots, ...] "
+        "buffers), as FloatStorage and Int8Storage have"
+    )
 
 
 def check_keys(spec: CacheSpec, layer: int, k: Tensor, v: Tensor | None = None) -> None:

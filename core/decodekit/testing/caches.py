@@ -38,6 +38,7 @@ from decodekit.cache import (
 )
 from decodekit.errors import CacheCapacityError, DecodekitError, ParameterError
 from decodekit.spec import CacheSpec
+from decodekit.storage import SlotWritable, Storage
 
 __all__ = ["CacheConformance", "check_cache", "check_class_capabilities"]
 
@@ -557,6 +558,36 @@ class CacheConformance:
                     ptr = keys.untyped_storage().data_ptr()
                     first_ptr = ptr if first_ptr is None else first_ptr
                     assert ptr == first_ptr, f"{where}: update reallocated the key buffer (must write in place)"
+
+    def test_write_at(self) -> None:
+        """For a cache whose storage (`cache.store`) writes each row and kv-head to slots of its own (`write_at`, what
+        `window` and the scored caches write through over `store=`): every entry reads back from the slot it was
+        given, as `round_trip_keys` and `round_trip_values` state. Nothing else here writes through it."""
+        T = 4  # slots written: within any storage the kit's specs make
+        for config, spec in self._configs():
+            store = getattr(self.make(spec), "store", None)
+            if not (isinstance(store, SlotWritable) and isinstance(store, Storage)):
+                return
+            g = torch.Generator().manual_seed(5)
+            for layer in range(spec.n_layers):
+                kv_heads, head_dim, width = spec.layer_shape(layer)
+                index = torch.rand(spec.batch_size, kv_heads, T, generator=g).argsort(-1)  # a permutation per row, head
+                k = torch.randn(spec.batch_size, kv_heads, T, head_dim, generator=g).to(spec.dtype)
+                v = torch.randn(spec.batch_size, kv_heads, T, width, generator=g).to(spec.dtype)
+                store.write_at(layer, index, k, v)
+                got = store.read(layer, 0, T)
+                for x, read, trip in ((k, got[0], self.round_trip_keys), (v, got[1], self.round_trip_values)):
+                    where = index[..., None].expand_as(x)
+                    want = _expand(torch.empty_like(x).scatter_(2, where, trip(x)), read.shape[1]).double()
+                    err = (read.double() - want).abs().amax(-1)  # [B, heads, T]
+                    tol = self.tolerance if spec.dtype == torch.float32 else max(self.tolerance, 1e-2)
+                    b, h, t = (int(i) for i in torch.unravel_index(err.argmax(), err.shape))
+                    assert err[b, h, t] <= tol, (
+                        f"{config}, layer {layer}: {type(store).__name__}.write_at(layer, index, k, v), then "
+                        f"read(layer, 0, {T}): row {b}, head {h}, slot {t} differs from what index put there by "
+                        f"{err[b, h, t]:.2e} > {tol}; allowed: each row and kv-head's k[b, h, t] and v[b, h, t] in "
+                        "slot index[b, h, t], stored as `round_trip_keys` and `round_trip_values` state"
+                    )
 
     def test_nbytes_exact(self) -> None:
         """`nbytes` equals the backend's formula, and does not change as tokens are fed."""

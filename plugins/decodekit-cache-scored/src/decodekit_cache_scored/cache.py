@@ -92,6 +92,12 @@ class ScoredCache:
 
     def __init__(self, spec: CacheSpec, params: ScoredParams | None = None) -> None:
         params = ScoredParams() if params is None else params
+        if self.policy.observes and not callable(getattr(type(self), "observe", None)):
+            raise PluginError(
+                f"cache {self.name}: policy {type(self.policy).__name__} reads attention (observes=True), but "
+                f"{type(self).__name__} has no observe(), so no model hands it the queries; allowed: a subclass of "
+                "decodekit_cache_scored.cache.ObservingScoredCache"
+            )
         self.spec, self.params = spec, params
         self.budget = resolve_budget(self.name, params, spec)
         self.sinks, self.recent, self.slack = params.sinks, params.recent, params.slack
@@ -581,7 +587,9 @@ class ScoredCache:
             return None
         keys, queries, mask, valid = block.attention
         T = queries.shape[2]
-        first = T - self._rows(T)
+        if (rows := self._rows(T)) == 0:  # a policy that reads none (`Policy.rows`' default, key-norm's)
+            return None
+        first = T - rows
         weights = _weights(keys, queries[:, :, first:], mask[:, :, first:], valid[:, :, first:])
         return weights[..., : block.slots.shape[-1]]  # a crop's cut: the columns of the tokens kept
 

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from decodekit.errors import ParameterError
-from decodekit.storage import Storage
+from decodekit.storage import Storage, no_take_slots
 
 __all__ = ["PrefillOnly"]
 
@@ -82,10 +81,7 @@ class PrefillOnly:
         `empty[b]`); the first later slot drops where a row moved left needs it (its padding shrinks)."""
         take = getattr(self.store, "take_slots", None)
         if take is None:
-            raise ParameterError(
-                f"prefill_only.crop_rows: its storage {type(self.store).__name__} has no take_slots; allowed: a "
-                "storage that can move slots per row (gqa, dense, int8)"
-            )
+            raise no_take_slots("prefill_only.crop_rows", self.store)
         prompt, device = self.prompt, self._lead.device
         kept = [0 if none else end - prompt - lead for end, lead, none in zip(ends, self.lead, empty)]
         first = min(prompt, length - max(kept))  # the later tokens' first stream slot: every row's must fit

@@ -136,7 +136,7 @@ def _rounds(d: Decoding, draft: Model | None, params: SpeculativeParams, kind: K
     if d.request.max_new_tokens == 0:  # no round: `sample`'s loop runs the chain once, so refuses what it refuses
         yield from sample_steps(d)
         return
-    if B == 1 or d.kv is None or _verifies_rows(d.kv):
+    if B == 1 or d.kv is None or _verifies_rows(d.kv, sized=_lookahead(d, params.k) > 0):
         yield from _Rounds(d, draft, params, kind, list(range(B)), d.kv).run()
         return
     for b in range(B):  # a cache that cannot verify a batch in one forward: each row alone (the output is the same)
@@ -144,12 +144,13 @@ def _rounds(d: Decoding, draft: Model | None, params: SpeculativeParams, kind: K
         yield from _Rounds(d, draft, params, kind, [b], kv).run()
 
 
-def _verifies_rows(cache: KVCache) -> bool:
+def _verifies_rows(cache: KVCache, sized: bool) -> bool:
     """Whether a round verifies every row in one forward: the cache crops rows unevenly, and has room for a batch's
     junk columns (`_lookahead` sized one that evicts for the text alone, so it must never refuse: `prefill_only`,
-    which keeps every token after the prompt, states a capacity and runs its rows one at a time)."""
+    which keeps every token after the prompt, states a capacity and runs its rows one at a time; so does a bounded
+    cache of a registered function, whose class `_lookahead` could not see: `sized` False)."""
     bounded = getattr(cache, "capacity", sys.maxsize) < sys.maxsize
-    return isinstance(cache, RowCroppable) and not (evicts(cache) and bounded)
+    return isinstance(cache, RowCroppable) and not (evicts(cache) and bounded) and (sized or not bounded)
 
 
 def _lookahead(d: Decoding, k: int) -> int:
