@@ -36,9 +36,15 @@ import textwrap
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
+import pytest
 from cli_runner import run_cli
+from uninstalled import uninstall
+
+from decodekit.hookspecs import ENTRY_POINT_GROUP
+from decodekit.standard_plugins import canonical_name
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIP = re.compile(r"#\s*not tested:\s*(?P<reason>.+)")
@@ -338,7 +344,9 @@ def run_command(command: str, cwd: Path) -> str:
     sys.path[:0] = extra_path  # PYTHONPATH=tests: the test plugin, as a new process would find it
     try:
         piped = parsed.head is not None or parsed.tail is not None
-        r = run_cli(parsed.argv, env, cwd=cwd, merge=not piped, fresh_plugins=True)
+        with pytest.MonkeyPatch.context() as patch:
+            uninstall(patch, *third_party_plugins())  # the pages show a checkout's own plugins, not a user's extras
+            r = run_cli(parsed.argv, env, cwd=cwd, merge=not piped, fresh_plugins=True)
     finally:
         del sys.path[: len(extra_path)]
     lines = r.stdout.splitlines(keepends=True)
@@ -347,6 +355,13 @@ def run_command(command: str, cwd: Path) -> str:
     if parsed.tail is not None:  # tail prints once stdout ends: after what went to stderr
         return _clean(r.stderr + "".join(lines[max(0, len(lines) - parsed.tail) :]))
     return _clean(r.stdout)
+
+
+def third_party_plugins() -> list[str]:
+    """The installed plugin distributions this repository does not hold (a user's own, or one they installed)."""
+    own = {canonical_name(p.name) for p in (ROOT / "plugins").iterdir()} | {"decodekit"}
+    plugins = (d for d in metadata.distributions() if any(e.group == ENTRY_POINT_GROUP for e in d.entry_points))
+    return sorted({canonical_name(d.metadata["Name"] or "") for d in plugins} - own)
 
 
 def run_commands(shown: list[Shown], cwd: Path) -> list[str]:
