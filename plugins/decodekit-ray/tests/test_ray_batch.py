@@ -9,6 +9,7 @@ is started with them on its PYTHONPATH, and the command sends DECODEKIT_EXTRA_PL
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -21,10 +22,13 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import decodekit_ray
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import ray
 import ray.data
 from decodekit_ray import BatchSettings
+from decodekit_ray.parts import Parts
 from decodekit_ray.ray_output import DIED
 from test_cli import MODEL, TESTS, _env, _popen, cli
 
@@ -126,6 +130,15 @@ def _wait_for_a_part(out: Path, job: subprocess.Popen[str], hold: Path) -> None:
     """Wait until the job has written a part file."""
     parts = out.with_name(out.name + ".parts")
     _wait(job, hold, lambda: next(parts.glob("*.parquet"), None) if parts.exists() else None, "the job wrote no part")
+
+
+def _complete_parts(out: Path) -> dict[int, str]:
+    """The records of the job's complete part files, by line (a part cut short by a kill is not one)."""
+    parts = Parts()
+    for path in out.with_name(out.name + ".parts").glob("*.parquet"):
+        with contextlib.suppress(OSError, pa.ArrowException):
+            parts.add(pq.read_table(path))
+    return parts.records
 
 
 def _wait(job: subprocess.Popen[str], hold: Path, done: Callable[[], T | None], what: str) -> T:
@@ -238,6 +251,8 @@ def test_on_ray_killed_resumed_and_an_actor_killed_equals_local(
     job.communicate(timeout=60)
     old_jobs = _job_ids()  # before the resumed run starts: its actors are the ones of no job here
     assert out.with_name(out.name + ".parts").exists() and not out.exists()
+    left = _complete_parts(out)  # the killed run's records: already there for the resumed run
+    assert left
     # Without --resume the parts are not thrown away; refused before Ray is reached, so run in this process.
     refused = cli("generate", "--input", str(prompts), "--output", str(out), *ARGS, "--ray", cluster, **PLUGIN_ENV)
     assert refused.returncode == 2 and "--resume --ray continues it" in refused.stderr, refused.stderr
@@ -250,7 +265,9 @@ def test_on_ray_killed_resumed_and_an_actor_killed_equals_local(
     said = err.splitlines()
     died = f"decodekit: warning: {DIED}"
     assert said.count(died) <= 1, err
-    summary = f"{N - 6} results and 6 error records written to {out}"
+    left_errors = sum("error" in json.loads(record) for record in left.values())
+    results, errors = N - 6 - (len(left) - left_errors), 6 - left_errors  # lines 5-25 are error records
+    summary = f"{results} results and {errors} error records written to {out}, {len(left)} already there"
     assert [line for line in said if line != died] == [*warnings, summary], err
     assert out.read_text() == expected
     assert not out.with_name(out.name + ".parts").exists()

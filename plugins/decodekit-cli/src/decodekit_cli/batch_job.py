@@ -96,10 +96,12 @@ def _decode_here(model: Any, job: BatchJob) -> int:
     return failed_lines(failed)
 
 
-def summary(job: BatchJob, written: int, errors: int) -> str:
-    """The last line of a run: what it wrote, and what was there before."""
+def summary(job: BatchJob, written: int, errors: int, earlier: int = 0) -> str:
+    """The last line of a run: what it wrote, and what was there before (`earlier`: records a killed run left
+    beside the output, which it holds now)."""
     results = plural(written - errors, "result") + (f" and {plural(errors, 'error record')}" if errors else "")
-    before = f", {job.already_done} already there" if job.already_done else ""
+    there = job.already_done + earlier
+    before = f", {there} already there" if there else ""
     return f"{results} written to {job.output}{before}"
 
 

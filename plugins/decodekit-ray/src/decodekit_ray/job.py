@@ -81,13 +81,14 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
         warnings.warn(said, stacklevel=1)
     new = {**checked, **{line: record for line, record in made.items() if job.keeps(record)}}
     _assemble(job.output, {**{line: dumps(record) for line, record in new.items()}, **before})
+    ours = [record for line, record in new.items() if line not in done]  # a killed run's parts were there before
+    written = plural(len(ours), "record")
     if interrupted:
-        progress.say(f"decodekit: interrupted; {len(new)} records written to {job.output} (--resume continues)")
+        progress.say(f"decodekit: interrupted; {written} written to {job.output} (--resume continues)")
         return EXIT_INTERRUPTED
     if failed is not None:
-        written = f"{plural(len(new), 'record')} written (--resume continues)"
-        raise CliError(f"{failed}; {written}", EXIT_FAILURE)
-    progress.say(summary(job, len(new), sum(is_error(record) for record in new.values())))
+        raise CliError(f"{failed}; {written} written (--resume continues)", EXIT_FAILURE)
+    progress.say(summary(job, len(ours), sum(map(is_error, ours)), earlier=len(done)))
     return failed_lines([record for record in made.values() if not job.keeps(record)])
 
 
