@@ -173,8 +173,8 @@ def _context_message(prompt_tokens: int, max_new: int) -> str:
     return (
         f"prompt of {prompt_tokens} tokens + max_new_tokens={max_new} = {prompt_tokens + max_new} tokens exceeds the "
         f"model's context of {CONTEXT} positions; shorten the prompt, lower max_new_tokens to "
-        f"{CONTEXT - prompt_tokens} or fewer (the context less the prompt's {prompt_tokens} tokens), or cache='none', "
-        "which crops the context"
+        f"{CONTEXT - prompt_tokens} or fewer (the context less the prompt's {prompt_tokens} tokens), or --cache none, "
+        "which crops the context"  # the job's flag (the library says cache='none')
         # learned positions: no evicting cache takes this model further
     )
 

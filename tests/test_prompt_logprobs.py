@@ -153,6 +153,19 @@ def test_no_cache_refuses_a_prompt_past_the_context() -> None:
     assert dk.generate(model, [list(range(20))], cache="none", max_new_tokens=1).tokens  # without it: cropped
 
 
+@pytest.mark.parametrize("cache", ["dense", "window(size=8, sinks=2)"])
+def test_past_the_context_the_advice_leaves_out_the_no_cache_it_refuses(cache: str) -> None:
+    """Scoring a text past the context through a cache: the error advised cache='none', which then refuses
+    prompt_logprobs for that prompt (above); a prompt within the context may still take it."""
+    model = tiny_gpt(block_size=16)
+    with pytest.raises(dk.ContextLengthError) as refused:
+        dk.generate(model, [list(range(20))], cache=cache, max_new_tokens=0, prompt_logprobs=1)
+    assert "cache='none'" not in str(refused.value) and "fewer" in str(refused.value)
+    with pytest.raises(dk.ContextLengthError, match=r"cache='none'"):  # the prompt fits: cropping serves it
+        dk.generate(model, [list(range(12))], cache=cache, max_new_tokens=6, prompt_logprobs=1)
+    assert dk.generate(model, [list(range(12))], cache="none", max_new_tokens=6, prompt_logprobs=1).prompt_logprobs
+
+
 def test_a_strategy_that_never_prefills_is_told() -> None:
     """A plugin's strategy that feeds its prompts itself, and neither computes them nor refuses: a PluginError."""
     from decodekit.engine import Decoding

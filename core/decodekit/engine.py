@@ -184,19 +184,26 @@ class Decoding:
                     "whose window fits the context (reach(n) bounds the distances of n more tokens fed in any blocks)"
                 )
             if not spec.movable_keys and needed > spec.max_positions:
+                none = "cache='none' (it crops the context) or " if self._crops_serve(spec) else ""
                 raise ContextLengthError(
                     f"{words} exceeds the model's context of {spec.max_positions} positions, and "
                     f"{spec.rope_note or 'its positions are absolute (not rotary)'}: an evicting cache cannot take it "
-                    f"further; use cache='none' (it crops the context) or fewer tokens: {fits}"
+                    f"further; use {none}fewer tokens: {fits}"
                 )
         elif needed > spec.max_positions:
-            none = ", or cache='none', which crops the context" if self._recompute else ""
+            none = ", or cache='none', which crops the context" if self._crops_serve(spec) else ""
             size = '"auto"' if spec.attention_windows is not None or spec.calibration is not None else "N"
             evict = f", or use a cache that evicts (cache='window(size={size})')" if spec.movable_keys else ""
             raise ContextLengthError(
                 f"{words} exceeds the model's context of {spec.max_positions} positions; "
                 f"{'shorten the prompt, ' if length < spec.max_positions else ''}{fits}{evict}{none}"
             )
+
+    def _crops_serve(self, spec: ModelSpec) -> bool:
+        """Whether cache='none', which crops the context, would serve this decode: the strategy recomputes, and
+        prompt_logprobs, which need each whole prompt in one forward, are not asked past the context."""
+        longest = max(map(len, self.prompts))
+        return self._recompute and (self.request.prompt_logprobs is None or longest <= spec.max_positions)
 
     # -- the model ------------------------------------------------------------------------
 

@@ -50,3 +50,13 @@ def test_a_bad_field_of_a_line_says_what_a_json_line_may_hold(
     result = _cli("generate", *FLAGS, "--input", str(source), "--output", str(output))
     assert result.returncode == 2
     assert result.stderr.startswith(f"decodekit: error: --input in.jsonl line 1: prompt line: {message}\n")
+
+
+def test_a_line_past_the_context_is_advised_the_cache_flag(tmp_path: Path) -> None:
+    # a line's ContextLengthError advised "cache='none'", the library's spelling; `generate PROMPT` says --cache none
+    source, output = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_text(json.dumps({"prompt": "ROMEO " * 30}) + "\n")  # 180 characters, past the context of 128
+    result = _cli("generate", *FLAGS, "--cache", "dense", "--input", str(source), "--output", str(output))
+    assert result.returncode == 2 and "cache='" not in result.stderr
+    assert result.stderr.startswith("decodekit: error: --input in.jsonl line 1: prompt of 180 tokens + max_new_tokens=")
+    assert "or --cache none, which crops the context\n" in result.stderr

@@ -28,7 +28,7 @@ from decodekit_cli.batch_warnings import said_of_lines
 from decodekit_cli.errors import CliError
 from decodekit_cli.grammar_options import line_chain
 from decodekit_cli.logprob_records import prompt_records, token_records
-from decodekit_cli.options import encode_prompt, is_spec, prompt_rows, spec_text
+from decodekit_cli.options import cache_flag, encode_prompt, is_spec, prompt_rows, spec_text
 from decodekit_cli.result_fields import own_fields
 from decodekit_cli.returned_sequences import plan_sequences
 from decodekit_cli.sampling_options import eos_tokens
@@ -113,6 +113,8 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
         pending = replace(pending, strategy=plan.strategy, copies=plan.copies, hypotheses=plan.hypotheses)
         # the seed of a batch of the copies: copy k gets mix_seed(seed, k), as `Pending.row_seeds` gives it
         dk.validate(model, prompt_rows([ids] * plan.copies), **_options(model, settings, pending), seed=seed)
+    except dk.ContextLengthError as exc:  # its advice names the job's --cache (max_new_tokens: the line's or the job's)
+        raise LineError(type(exc).__name__, cache_flag(" ".join(str(exc).split()))) from None
     except (CliError, dk.DecodekitError) as exc:
         raise LineError.of(exc) from None
     return pending

@@ -296,10 +296,15 @@ def cli_hints(length_option: str = "--max-new-tokens") -> Iterator[None]:
         yield
     except ContextLengthError as exc:
         message = str(exc).replace("max_new_tokens=", f"{length_option} ").replace("max_new_tokens", length_option)
-        message = message.replace("cache='none'", "--cache none")
-        raise CliError(re.sub(r"\bcache='([^']*)'", r"--cache '\1'", message)) from None  # the flags' spelling
+        raise CliError(cache_flag(message)) from None
     except CompileError as exc:
         raise CliError(compile_failure(exc), exit_code=EXIT_FAILURE) from None
+
+
+def cache_flag(message: str) -> str:
+    """A library message's `cache='...'` in the flag's spelling: `--cache '...'` (`--cache none`)."""
+    message = message.replace("cache='none'", "--cache none")
+    return re.sub(r"\bcache='([^']*)'", r"--cache '\1'", message)
 
 
 def compile_failure(exc: CompileError) -> str:
