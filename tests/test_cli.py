@@ -133,6 +133,21 @@ def test_generate_text_streams_samples_and_seeds_reproduce(cache_runs: dict[str,
     assert ok_json(other)["samples"][0]["text"] != texts[0]
 
 
+def test_a_run_without_a_seed_records_the_seed_it_drew_which_reproduces_it() -> None:
+    """Without --seed every run differs, and --json records the seed each drew: given back, it gives the same text
+    (generate, -n, and explain's picks); `"seed": null` left a run that could not be reproduced."""
+    flags = ("--max-new-tokens", "12", "-n", "2")
+    first, second = (ok_json(r) for r in cli_many(generate_args(*flags), generate_args(*flags)))
+    assert isinstance(first["seed"], int) and first["seed"] != second["seed"]
+    again = ok_json(cli(*generate_args(*flags, "--seed", str(first["seed"]))))
+    assert [s["tokens"] for s in again["samples"]] == [s["tokens"] for s in first["samples"]]
+    explain = ["explain", PROMPT, "-m", MODEL, "--steps", "3", "--json"]
+    drawn = ok_json(cli(*explain))
+    assert isinstance(drawn["seed"], int)
+    replayed = ok_json(cli(*explain, "--seed", str(drawn["seed"])))
+    assert [s["token"] for s in replayed["steps"]] == [s["token"] for s in drawn["steps"]]
+
+
 def test_generate_stop_string_ends_the_sample(cache_runs: dict[str, Any]) -> None:
     full = cache_runs["dense"]["samples"][0]["text"]
     stop = full[4:6]

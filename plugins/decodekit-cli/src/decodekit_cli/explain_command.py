@@ -41,7 +41,7 @@ def run_explain(request: ExplainRequest) -> int:
         from decodekit_cli.explain_render import check_plot_path
 
         check_plot_path(request.plot)
-    sampling = request.sampling
+    sampling = request.sampling.seeded()
     name, cache = sampling.check()
     chain = build_chain(sampling.chain_text(), sampling.chain)
     text = prompt_text(request.prompt)  # "-" reads stdin, as generate does

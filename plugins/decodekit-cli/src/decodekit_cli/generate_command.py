@@ -279,7 +279,7 @@ def _prompt_records(result: dk.Generation) -> list[dict[str, Any] | None] | None
 
 def run_generate(request: GenerateRequest) -> int:
     """Run the command; return its exit status."""
-    sampling = request.sampling
+    sampling = request.sampling.seeded()
     check_stop(sampling.stop)
     for flag, n in (("--logprobs", request.logprobs), ("--prompt-logprobs", request.prompt_logprobs)):
         if n is not None and not request.json_output:

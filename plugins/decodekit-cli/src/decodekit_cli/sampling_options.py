@@ -7,6 +7,7 @@ explained prompt are then checked, loaded and encoded the same way. Nothing here
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -74,6 +75,11 @@ class SamplingOptions:
     ignore_eos: bool = False  # go on past the model's stop tokens (vLLM's name)
     grammar: str | None = None  # a grammar stage (--json-schema, --regex, --grammar), first in the chain
     length_given: bool = True  # False: no --max-new-tokens, so a model's own length may replace max_new_tokens
+
+    def seeded(self) -> SamplingOptions:
+        """These options with a seed: the one given, else one drawn now, so that `--json` records what reproduces
+        the run (a batch job draws one per line instead: its settings record the `--seed` as given)."""
+        return self if self.seed is not None else replace(self, seed=secrets.randbits(63))
 
     def check(self) -> tuple[str, str]:
         """Check what is installed and the cache before any model loads; return the model's name and the cache."""
