@@ -16,7 +16,7 @@ from typing import Any
 
 import cli_testplugin
 import pytest
-from cli_runner import run_cli
+from cli_runner import OWN_MODEL, main_with_model, run_cli
 from decodekit_cli.batch_input import InputLine, PromptLine, parse_line
 
 import decodekit as dk
@@ -161,20 +161,7 @@ def test_bad_ids_are_error_records_that_name_the_field_the_value_and_what_is_all
 
 
 def _main_with_model(loader: Any, *args: str) -> int:
-    """`decodekit generate -m own-model ARGS` in this process, `own-model` registered as `loader`."""
-    from decodekit_cli import main
-
-    class Plugin:
-        @dk.hookimpl
-        def register_models(self, register: Any) -> None:
-            register("own-model", loader)
-
-    plugin = Plugin()
-    dk.register_plugin(plugin)
-    try:
-        return main(["generate", "-m", "own-model", "--chain", CHAIN, *args])
-    finally:
-        dk.unregister_plugin(plugin)
+    return main_with_model(loader, "generate", "-m", OWN_MODEL, "--chain", CHAIN, *args)
 
 
 class ByteTokenizer(cli_testplugin.CharTokenizer):
