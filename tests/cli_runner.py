@@ -23,7 +23,7 @@ from typing import Any
 
 import decodekit.plugins
 
-__all__ = ["cli_captured", "run_cli"]
+__all__ = ["OWN_MODEL", "cli_captured", "main_with_model", "run_cli"]
 
 # What the registry is built from (`decodekit.plugins`): a change means another registry.
 PLUGIN_VARIABLES = (
@@ -137,3 +137,26 @@ def batch_captured(
     source.write_text("".join(json.dumps(line) + "\n" for line in lines))
     status, _, err = cli_captured(capsys, "generate", "--input", str(source), "--output", str(output), *args)
     return status, err, output
+
+
+OWN_MODEL = "own-model"  # the name `main_with_model` registers its model under
+
+
+def main_with_model(loader: Any, *args: str) -> int:
+    """`decodekit ARGS` in this process with `loader(argument, params)` registered as the model `own-model` (a
+    variation of a test model: without a tokenizer, with another one); its exit status."""
+    from decodekit_cli import main
+
+    import decodekit as dk
+
+    class Plugin:
+        @dk.hookimpl
+        def register_models(self, register: Any) -> None:
+            register(OWN_MODEL, loader)
+
+    plugin = Plugin()
+    dk.register_plugin(plugin)
+    try:
+        return main(list(args))
+    finally:
+        dk.unregister_plugin(plugin)

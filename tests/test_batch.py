@@ -201,8 +201,8 @@ HOSTILE_ERRORS = [
         6,
         6,
         "ParameterError",
-        "prompt line: unknown parameter temp=2; allowed parameters: prompt, id, seed, max_new_tokens, n, chain, "
-        "logprobs, prompt_logprobs, json_schema, regex, grammar",
+        "prompt line: unknown parameter temp=2; allowed parameters: prompt, prompt_token_ids, id, seed, "
+        "max_new_tokens, n, chain, logprobs, prompt_logprobs, json_schema, regex, grammar",
     ),
     (
         7,
@@ -210,7 +210,12 @@ HOSTILE_ERRORS = [
         "ParameterError",
         "top_k: k=0 is invalid: Input should be greater than or equal to 1; allowed: an integer 1 <= k",
     ),
-    (8, 8, "ParameterError", "a JSON array; allowed: an object with a 'prompt'"),
+    (
+        8,
+        8,
+        "ParameterError",
+        "a JSON array; allowed: an object with a 'prompt' (text) or a 'prompt_token_ids' (a list of token ids)",
+    ),
     # Before: without the parenthesis, which sent a user to a line 1 that names no id (or an invalid one)
     (1, 9, "ParameterError", f"id 1 is also the id of line 1 {NUMBER_AS_ID}; allowed: one per line"),
 ]
@@ -231,7 +236,8 @@ def test_a_line_that_is_not_an_object_is_named_in_jsons_words(data: bytes, kind:
     """Python's names came out: "a JSON list", "a JSON str", "a JSON NoneType"."""
     key, item = parse_line(InputLine(1, data))
     assert key == 1 and isinstance(item, LineError)
-    assert str(item) == f"a JSON {kind}; allowed: an object with a 'prompt'"
+    allowed = "an object with a 'prompt' (text) or a 'prompt_token_ids' (a list of token ids)"
+    assert str(item) == f"a JSON {kind}; allowed: {allowed}"
 
 
 def test_every_bad_line_is_reported_before_any_generation(tmp_path: Path) -> None:

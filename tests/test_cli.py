@@ -31,7 +31,7 @@ from decodekit.param_types import json_words, shown
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 import cli_testplugin  # noqa: E402
-from cli_runner import run_cli  # noqa: E402
+from cli_runner import OWN_MODEL, main_with_model, run_cli  # noqa: E402
 from uninstalled import uninstall  # noqa: E402
 
 MODEL = cli_testplugin.MODEL_NAME
@@ -426,24 +426,12 @@ def test_a_chain_file_given_as_the_chain_says_to_pass_its_text(
 
 
 def test_a_model_without_a_tokenizer_says_the_command_line_needs_one(capsys: pytest.CaptureFixture[str]) -> None:
-    from decodekit_cli import main
-
     def untokenized(argument: object, params: object) -> Any:
         model = cli_testplugin.load_model()
         model.tokenizer = None
         return model
 
-    class Plugin:
-        @dk.hookimpl
-        def register_models(self, register: Any) -> None:
-            register("no-tokenizer", untokenized)
-
-    plugin = Plugin()
-    dk.register_plugin(plugin)
-    try:
-        assert main(["generate", PROMPT, "-m", "no-tokenizer", "--max-new-tokens", "2"]) == 2
-    finally:
-        dk.unregister_plugin(plugin)
+    assert main_with_model(untokenized, "generate", PROMPT, "-m", OWN_MODEL, "--max-new-tokens", "2") == 2
     [line] = capsys.readouterr().err.splitlines()
     # it said "pass token ids", which a command line cannot
     assert line.startswith("decodekit: error: the model has no tokenizer, and the command line takes text prompts")

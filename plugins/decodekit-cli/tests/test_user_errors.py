@@ -33,7 +33,11 @@ def test_ray_without_a_batch_job_names_ray_and_what_it_needs(prompt: list[str]) 
     ("field", "message"),
     [
         # "allowed: str", which the empty string is
-        ({"prompt": ""}, "prompt='' is invalid: String should have at least 1 character; allowed: a non-empty string"),
+        (
+            {"prompt": ""},
+            "prompt='' is invalid: String should have at least 1 character; allowed: a non-empty string (token ids: "
+            "prompt_token_ids)",
+        ),
         # "allowed: None, or int": a JSON line writes null, and the bounds were left out
         (
             {"seed": "x"},

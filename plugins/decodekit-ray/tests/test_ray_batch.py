@@ -424,3 +424,31 @@ def test_a_plugin_strategys_own_fields_are_written_on_ray_as_here(cluster: str, 
         ]
     else:
         assert [row["picks"] for row in rows] == [len(row["tokens"]) for row in rows]
+
+
+def test_prompt_token_ids_from_a_file_and_a_parquet_column_give_the_local_jobs_records(
+    cluster: str, tmp_path: Path
+) -> None:
+    """Lines of token ids (`prompt_token_ids`) beside lines of text, read as a JSONL file and as Parquet columns
+    (ids: a `list<int64>` column, null where a row gives text): each row's record is the local job's."""
+    lines: list[dict[str, Any]] = [
+        {"prompt_token_ids": [53, 26, 22]},
+        {"prompt": "ROMEO: "},
+        {"prompt_token_ids": [51, 48], "n": 2, "prompt_logprobs": 1},
+        {"prompt_token_ids": [96]},  # past cli-test-gpt's 96 ids: an error record
+    ]
+    source, out = tmp_path / "prompts.jsonl", tmp_path / "local.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    flags = ["-m", MODEL, "--chain", "top_k(5) | sample", "--max-new-tokens", "4", "--seed", "5", "--cache", "dense"]
+    r = cli("generate", "--input", str(source), "--output", str(out), *flags, "--on-error", "skip")
+    assert r.returncode == 0, r.stderr
+    local = out.read_text().splitlines(keepends=True)
+    assert json.loads(local[0])["prompt_token_ids"] == [53, 26, 22]
+    columns = {key: [line.get(key) for line in lines] for key in ("prompt", "n", "prompt_logprobs")}
+    ids = pa.array([line.get("prompt_token_ids") for line in lines], pa.list_(pa.int64()))
+    pq.write_table(pa.table({"line": [1, 2, 3, 4], **columns, "prompt_token_ids": ids}), tmp_path / "p.parquet")
+    parquet = decodekit_ray.from_fields(ray.data.read_parquet(str(tmp_path / "p.parquet")))
+    settings = BatchSettings(model=MODEL, chain="top_k(5) | sample", max_new_tokens=4, seed=5, cache="dense")
+    rows = parquet.union(decodekit_ray.read_prompt_lines(source))  # one actor pool for both
+    records = decodekit_ray.generate_lines(rows, settings, batch_size=4, actors=1).take_all()
+    assert sorted((row["line"], row["record"]) for row in records) == sorted(2 * list(enumerate(local, 1)))

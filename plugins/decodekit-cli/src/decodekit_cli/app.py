@@ -325,9 +325,9 @@ def generate(
         str | None,
         typer.Option(
             "--input",
-            help="JSONL of prompts, one object per line: prompt, and optionally id, seed, max_new_tokens, "
-            "chain, logprobs, prompt_logprobs, and one of json_schema, regex, grammar; '-' reads them from "
-            "stdin. Needs --output; the options give the defaults.",
+            help="JSONL of prompts, one object per line: prompt (text) or prompt_token_ids (token ids), and "
+            "optionally id, seed, max_new_tokens, chain, logprobs, prompt_logprobs, and one of json_schema, regex, "
+            "grammar; '-' reads them from stdin. Needs --output; the options give the defaults.",
             rich_help_panel=BATCH,
         ),
     ] = None,

@@ -42,7 +42,7 @@ class Pending:
 
     line: int
     id: str | int
-    prompt: str
+    prompt: str | None  # None: the line gave token ids, `ids`
     ids: str | list[int]  # the prompt as the model encodes it
     seed: int | None  # None: no --seed and none of its own, so a fresh one when decoded
     max_new_tokens: int
@@ -101,7 +101,7 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
     logprobs = item.logprobs if item.logprobs is not None else settings.logprobs
     prompt_logprobs = item.prompt_logprobs if item.prompt_logprobs is not None else settings.prompt_logprobs
     try:
-        ids = encode_prompt(model, item.prompt, settings.replace_unknown)
+        ids = line_ids(model, item, settings.replace_unknown)
         chain = _models_chain(model, settings, ids) if item.chain is None else _own_chain(item.chain)
         chain = line_chain(chain, item.json_schema, item.regex, item.grammar)  # decodekit-grammar: the line's own
         max_new = item.max_new_tokens if item.max_new_tokens is not None else _default_length(settings, ids)
@@ -118,6 +118,21 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
     except (CliError, dk.DecodekitError) as exc:
         raise LineError.of(exc) from None
     return pending
+
+
+def line_ids(model: Any, item: PromptLine, replace_unknown: bool) -> str | list[int]:
+    """The line's prompt as token ids: its text encoded, or its own ids, each checked against the vocabulary."""
+    if item.prompt_token_ids is None:
+        assert item.prompt is not None  # `one_prompt`: the line gives one of them
+        return encode_prompt(model, item.prompt, replace_unknown)
+    vocab = model.spec.vocab_size
+    for i, token in enumerate(item.prompt_token_ids):
+        if not 0 <= token < vocab:
+            raise CliError(
+                f"prompt line: prompt_token_ids.{i}={token} is invalid; allowed: a token id, 0 <= id < the model's "
+                f"vocab_size={vocab}"
+            )
+    return item.prompt_token_ids
 
 
 def _default_length(settings: BatchSettings, ids: str | list[int]) -> int:
@@ -268,6 +283,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
             id=p.id,
             line=p.line,
             prompt=p.prompt,
+            prompt_token_ids=None if p.prompt is not None or isinstance(p.ids, str) else p.ids,
             sequences=found,
             n=p.copies * p.hypotheses,
             seed=p.seed,

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import Field, StrictBool
 
-from decodekit.errors import DecodekitError
+from decodekit.errors import DecodekitError, ParameterError
 from decodekit.params import Params, validate_params
 from decodekit_cli.errors import CliError
 
@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 BOM = b"\xef\xbb\xbf"
+PROMPT_FIELDS = "a 'prompt' (text) or a 'prompt_token_ids' (a list of token ids)"
 STDIN_HINT = (
     'reading prompt lines from standard input (one JSON object per line, such as {"prompt": "ROMEO:"}); end with Ctrl-D'
 )
@@ -54,8 +55,19 @@ class PromptLine(Params):
     decoder's own.
     """
 
-    prompt: str = Field(
-        min_length=1, description="text to continue", json_schema_extra={"allowed": "a non-empty string"}
+    # Exactly one of the two (`_one_prompt`); ids are a field of their own, as vLLM's `prompt_token_ids`, so a
+    # Parquet or Arrow column stays one type. Their range needs the model: `batch_decode` checks it.
+    prompt: str | None = Field(
+        None,
+        min_length=1,
+        description="text to continue",
+        json_schema_extra={"allowed": "a non-empty string (token ids: prompt_token_ids)"},
+    )
+    prompt_token_ids: list[int] | None = Field(
+        None,
+        min_length=1,
+        description="token ids to continue, as the model's tokenizer would give them (in place of prompt)",
+        json_schema_extra={"allowed": "a non-empty list of token ids (integers 0 <= id < the model's vocab_size)"},
     )
     id: str | int | None = _optional("names the result; default: the line number", "a string or an integer")
     seed: int | None = _optional(
@@ -191,14 +203,28 @@ def parse_line(line: InputLine) -> tuple[str | int, PromptLine | LineError]:
     key = _own_id(value, line.number)
     if not isinstance(value, dict):
         return key, LineError(
-            "ParameterError", f"a JSON {_JSON_KINDS[type(value)]}; allowed: an object with a 'prompt'"
+            "ParameterError", f"a JSON {_JSON_KINDS[type(value)]}; allowed: an object with {PROMPT_FIELDS}"
         )
     try:
         item = validate_params("prompt line", PromptLine, value)
+        assert isinstance(item, PromptLine)
+        _one_prompt(item)
     except DecodekitError as exc:
         return key, LineError.of(exc)
-    assert isinstance(item, PromptLine)
     return key, item
+
+
+def _one_prompt(item: PromptLine) -> None:
+    """A line gives its prompt as text or as token ids: one of them, not both."""
+    if item.prompt is not None and item.prompt_token_ids is not None:
+        raise ParameterError(
+            f"prompt line: prompt={item.prompt!r} and prompt_token_ids={item.prompt_token_ids} are both given; "
+            "allowed: one of them"
+        )
+    if item.prompt is None and item.prompt_token_ids is None:
+        raise ParameterError(
+            f"prompt line: missing required parameter prompt or prompt_token_ids; allowed: {PROMPT_FIELDS}, one of them"
+        )
 
 
 def _own_id(value: Any, number: int) -> str | int:

@@ -47,16 +47,18 @@ def result_record(
     *,
     id: str | int,
     line: int,
-    prompt: str,
+    prompt: str | None,
     sequences: list[Record],
     n: int,
     seed: int,
     chain: str,
     max_new_tokens: int,
     prompt_logprobs: list[dict[str, Any] | None] | None = None,
+    prompt_token_ids: list[int] | None = None,
 ) -> Record:
     """A decoded line: with `n` 1 its sequence's fields, else `n` and the sequences as `samples` (see `sequence`);
-    `prompt_logprobs` (see logprob_records) only when the line asks for them."""
+    `prompt_logprobs` (see logprob_records) only when the line asks for them. A line of token ids has them as
+    `prompt_token_ids` and `prompt` null (vLLM's way: a decoding of ids may not encode back to them)."""
     if n == 1:
         (only,) = sequences
         found: Record = {key: value for key, value in only.items() if key != "logprobs"}
@@ -66,6 +68,7 @@ def result_record(
         "id": id,
         "line": line,
         "prompt": prompt,
+        **({} if prompt_token_ids is None else {"prompt_token_ids": prompt_token_ids}),
         **found,
         "seed": seed,
         "chain": chain,

@@ -338,13 +338,14 @@ def check_replace_unknown(model: Any) -> None:
 def encode_prompt(model: Any, prompt: str, replace_unknown: bool) -> str | list[int]:
     """The prompt as the model's tokenizer encodes it; `--replace-unknown` passes `errors="replace"`.
 
-    A model without a tokenizer cannot take one: the library's "pass token ids" has no command-line form.
+    A model without a tokenizer cannot take one: token ids come as an --input line's `prompt_token_ids`.
     """
     tokenizer = getattr(model, "tokenizer", None)
     if tokenizer is None:
         raise CliError(
             "the model has no tokenizer, and the command line takes text prompts; allowed: a model with one "
-            "(hf:DIR: a directory with its tokenizer files), or token ids from Python: dk.generate(model, [[1, 2, 3]])"
+            "(hf:DIR: a directory with its tokenizer files), or token ids: an --input line's "
+            '"prompt_token_ids": [1, 2, 3], or dk.generate(model, [[1, 2, 3]]) from Python'
         )
     accepts_errors = _takes_errors(tokenizer)
     if replace_unknown:

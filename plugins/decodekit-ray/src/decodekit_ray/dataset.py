@@ -29,9 +29,9 @@ def generate(
 ) -> ray.data.Dataset:
     """Decode every prompt of `ds` on a pool of actors, each loading the model once.
 
-    ds: rows of a prompt line's fields (`decodekit_ray.lines.FIELDS`: `prompt`, and optionally `id`, `seed`,
-    `max_new_tokens`, `chain`, `logprobs`, ...; null is left out) and its `line` number (the default id and seed
-    derive from it).
+    ds: rows of a prompt line's fields (`decodekit_ray.lines.FIELDS`: `prompt` or `prompt_token_ids`, optionally
+    `id`, `seed`, `max_new_tokens`, `chain`, `logprobs`, ...; null is left out) and its `line` number (the default
+    id and seed derive from it).
     Returns rows `{"line": int, "record": str, "tokens": int, "warnings": str}`: the record is the JSON line
     `decodekit generate --input` writes for that line (a result or an error record), `tokens` how
     many tokens it generated, `warnings` what the decode of the line's block warned, one a line (the command

@@ -51,7 +51,7 @@ def _split(batch: dict[str, Any], keep: frozenset[int] | None) -> dict[str, Any]
 
 
 def from_fields(ds: ray.data.Dataset) -> ray.data.Dataset:
-    """Rows of a line's fields (`FIELDS`: `prompt`, and optionally `id`, `seed`, `max_new_tokens`, `chain`, ..., as
+    """Rows of a line's fields (`FIELDS`: `prompt` or `prompt_token_ids`, optionally `id`, `seed`, `chain`, ..., as
     `read_json` or `read_parquet` gives them) and its `line` number, as prompt lines: each row becomes the JSON
     line it stands for (null fields left out), so it is checked as the file's lines are."""
     try:
