@@ -28,7 +28,7 @@ from decodekit_cli.batch_warnings import said_of_lines
 from decodekit_cli.errors import CliError
 from decodekit_cli.grammar_options import line_chain
 from decodekit_cli.logprob_records import prompt_records, token_records
-from decodekit_cli.options import cache_flag, encode_prompt, is_spec, prompt_rows, spec_text
+from decodekit_cli.options import cache_flag, encode_prompt, is_spec, spec_text
 from decodekit_cli.result_fields import own_fields
 from decodekit_cli.returned_sequences import plan_sequences
 from decodekit_cli.sampling_options import eos_tokens
@@ -43,7 +43,7 @@ class Pending:
     line: int
     id: str | int
     prompt: str | None  # None: the line gave token ids, `ids`
-    ids: str | list[int]  # the prompt as the model encodes it
+    ids: list[int]  # the prompt as the model encodes it
     seed: int | None  # None: no --seed and none of its own, so a fresh one when decoded
     max_new_tokens: int
     chain: str
@@ -112,7 +112,7 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
         pending = Pending(number, key, item.prompt, ids, seed, max_new, chain, logprobs, prompt_logprobs)
         pending = replace(pending, strategy=plan.strategy, copies=plan.copies, hypotheses=plan.hypotheses)
         # the seed of a batch of the copies: copy k gets mix_seed(seed, k), as `Pending.row_seeds` gives it
-        dk.validate(model, prompt_rows([ids] * plan.copies), **_options(model, settings, pending), seed=seed)
+        dk.validate(model, [ids] * plan.copies, **_options(model, settings, pending), seed=seed)
     except dk.ContextLengthError as exc:  # its advice names the job's --cache (max_new_tokens: the line's or the job's)
         raise LineError(type(exc).__name__, cache_flag(" ".join(str(exc).split()))) from None
     except (CliError, dk.DecodekitError) as exc:
@@ -120,7 +120,7 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
     return pending
 
 
-def line_ids(model: Any, item: PromptLine, replace_unknown: bool) -> str | list[int]:
+def line_ids(model: Any, item: PromptLine, replace_unknown: bool) -> list[int]:
     """The line's prompt as token ids: its text encoded, or its own ids, each checked against the vocabulary."""
     if item.prompt_token_ids is None:
         assert item.prompt is not None  # `one_prompt`: the line gives one of them
@@ -135,10 +135,10 @@ def line_ids(model: Any, item: PromptLine, replace_unknown: bool) -> str | list[
     return item.prompt_token_ids
 
 
-def _default_length(settings: BatchSettings, ids: str | list[int]) -> int:
+def _default_length(settings: BatchSettings, ids: list[int]) -> int:
     """A line's max_new_tokens without its own: the settings', or a `max_length` less the prompt's tokens, as
     `generate()` counts it (and refuses a prompt that leaves nothing to generate)."""
-    if settings.max_length is None or isinstance(ids, str):  # a model without a tokenizer: no length counts
+    if settings.max_length is None:
         return settings.max_new_tokens
     if len(ids) >= settings.max_length:
         raise CliError(
@@ -149,10 +149,10 @@ def _default_length(settings: BatchSettings, ids: str | list[int]) -> int:
     return settings.max_length - len(ids)
 
 
-def _models_chain(model: Any, settings: BatchSettings, ids: str | list[int]) -> str:
+def _models_chain(model: Any, settings: BatchSettings, ids: list[int]) -> str:
     """The job's chain; where it is the model's own, the one the model gives this prompt (a checkpoint's min_length
     counts it: `generate()` of this line alone), the command's options set over it as over the job's."""
-    if settings.chain_over is None or isinstance(ids, str):  # a model without a tokenizer: no length counts
+    if settings.chain_over is None:
         return settings.chain
     own = (model.generation_defaults(len(ids), ["chain"]) or {}).get("chain")  # a checkpoint's: 0.2 ms
     return settings.chain if own is None else settings.chain_over.chain_text(str(own))
@@ -257,7 +257,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
     options = _options(model, settings, first)
     options["max_new_tokens"] = [lines[i].max_new_tokens for i in line_of]
     seeds = [seed for p in lines for seed in p.row_seeds()]
-    events = dk.stream(model, prompt_rows([lines[i].ids for i in line_of]), **options, seed=seeds)
+    events = dk.stream(model, [lines[i].ids for i in line_of], **options, seed=seeds)
     wait = first.prompt_logprobs is not None or first.hypotheses > 1 or _own_result(first.strategy)
     ended: list[tuple[str, int | str | None] | None] = [None] * n
 
@@ -283,7 +283,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
             id=p.id,
             line=p.line,
             prompt=p.prompt,
-            prompt_token_ids=None if p.prompt is not None or isinstance(p.ids, str) else p.ids,
+            prompt_token_ids=None if p.prompt is not None else p.ids,
             sequences=found,
             n=p.copies * p.hypotheses,
             seed=p.seed,

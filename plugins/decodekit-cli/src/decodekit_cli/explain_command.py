@@ -51,7 +51,7 @@ def run_explain(request: ExplainRequest) -> int:
 
     model = load_named_model(name)  # on torch's threads, as before: --threads is generate's
     prompt = sampling.encode(model, text)
-    length = None if isinstance(prompt, str) else len(prompt)  # a checkpoint's min_length counts the prompt
+    length = len(prompt)  # a checkpoint's min_length counts the prompt
     own = sampling.model_settings(model, "sample", length)  # explain traces the chain alone, over --steps
     chain = chain if own.chain is None else build_chain(own.chain)
     text = sampling.seen_prompt(model, text, prompt)

@@ -18,7 +18,7 @@ from decodekit_cli.errors import EXIT_INTERRUPTED, CliError, report_note
 from decodekit_cli.json_output import print_json
 from decodekit_cli.live_text import SampleWriter, TextOutput
 from decodekit_cli.logprob_records import prompt_records, token_records
-from decodekit_cli.options import build_chain, check_stop, cli_hints, prompt_rows, prompt_text, resolve_strategy
+from decodekit_cli.options import build_chain, check_stop, cli_hints, prompt_text, resolve_strategy
 from decodekit_cli.result_fields import own_fields
 from decodekit_cli.returned_sequences import plan_sequences
 from decodekit_cli.sampling_options import SamplingOptions, eos_tokens
@@ -52,7 +52,7 @@ class GenerateRequest:
 class SampleSpec:
     """What the sampling helpers run: `num_samples` copies of one prompt through one chain."""
 
-    prompt: str | list[int]
+    prompt: list[int]
     chain: dk.Chain
     num_samples: int
     max_new_tokens: int
@@ -137,7 +137,7 @@ def stream_samples(
     interrupted = False
     events = dk.stream(
         model,
-        prompt_rows([spec.prompt] * spec.num_samples),
+        [spec.prompt] * spec.num_samples,
         strategy=strategy,
         chain=spec.chain,
         max_new_tokens=spec.max_new_tokens,
@@ -295,7 +295,7 @@ def run_generate(request: GenerateRequest) -> int:
 
     encoded = sampling.encode(model, prompt)
     prompt = sampling.seen_prompt(model, prompt, encoded)
-    length = None if isinstance(encoded, str) else len(encoded)
+    length = len(encoded)
     own = sampling.model_settings(model, request.strategy, length, samples_given=asked is not None)
     chain = chain if own.chain is None else build_chain(own.chain)
     strategy, sampling = own.strategy or strategy, own.sampling

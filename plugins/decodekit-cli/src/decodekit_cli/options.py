@@ -11,7 +11,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,6 @@ __all__ = [
     "is_spec",
     "load_named_model",
     "model_name",
-    "prompt_rows",
     "prompt_text",
     "resolve_cache",
     "resolve_strategy",
@@ -317,12 +316,6 @@ def check_stop(stop: tuple[str, ...]) -> None:
         raise CliError("--stop '': an empty stop string would end every sample at once; allowed: non-empty text")
 
 
-def prompt_rows(prompts: Sequence[str | list[int]]) -> list[str] | list[list[int]]:
-    """Prompts as `dk.stream` takes them: all text (a model without a tokenizer) or all token ids."""
-    texts = [p for p in prompts if isinstance(p, str)]
-    return texts if len(texts) == len(prompts) else [p for p in prompts if not isinstance(p, str)]
-
-
 def _takes_errors(tokenizer: Any) -> bool:
     return "errors" in inspect.signature(tokenizer.encode).parameters
 
@@ -335,7 +328,7 @@ def check_replace_unknown(model: Any) -> None:
         raise CliError("--replace-unknown: the model's tokenizer has no errors= option; remove the characters")
 
 
-def encode_prompt(model: Any, prompt: str, replace_unknown: bool) -> str | list[int]:
+def encode_prompt(model: Any, prompt: str, replace_unknown: bool) -> list[int]:
     """The prompt as the model's tokenizer encodes it; `--replace-unknown` passes `errors="replace"`.
 
     A model without a tokenizer cannot take one: token ids come as an --input line's `prompt_token_ids`.

@@ -175,17 +175,17 @@ class SamplingOptions:
         set_threads(model, self.threads)
         return model
 
-    def encode(self, model: Any, prompt: str) -> str | list[int]:
+    def encode(self, model: Any, prompt: str) -> list[int]:
         """The prompt as the model's tokenizer encodes it (see `--replace-unknown`); at least one token."""
         encoded = encode_prompt(model, prompt, self.replace_unknown)
         if not encoded:  # the library would say "prompts: row 0 is empty", which names no option
             raise CliError(f"PROMPT {prompt!r} is empty (no tokens); allowed: text of at least one token")
         return encoded
 
-    def seen_prompt(self, model: Any, prompt: str, encoded: str | list[int]) -> str:
+    def seen_prompt(self, model: Any, prompt: str, encoded: list[int]) -> str:
         """The prompt as the model saw it, to echo and report: with `--replace-unknown`, its tokens' text."""
         tokenizer = getattr(model, "tokenizer", None)
-        if not self.replace_unknown or tokenizer is None or isinstance(encoded, str):
+        if not self.replace_unknown or tokenizer is None:
             return prompt
         return str(tokenizer.decode(encoded))  # the replaced characters shown as what replaced them
 
