@@ -78,6 +78,15 @@ def test_a_tokenizer_that_cannot_state_its_bytes_is_refused(tokenizer: Any, mess
         dk.generate(model, [[1, 2]], chain=chain, max_new_tokens=4)
 
 
+def test_dk_validate_refuses_a_tokenizer_that_cannot_state_its_bytes() -> None:
+    """Before any model work, as a batch job checks each line: it was found only at the first step (the job
+    decoded the other lines, then failed these)."""
+    model = TinyLM(64)
+    model.tokenizer = NoBytes()
+    with pytest.raises(dk.ParameterError, match=r"regex: tokenizer NoBytes cannot state its tokens' bytes"):
+        dk.validate(model, [[1, 2]], chain="regex('a+')", max_new_tokens=4)
+
+
 def test_a_wordpiece_tokenizer_is_refused_with_its_decoder() -> None:
     from decodekit_hf.tokenizer import HFTokenizer
     from tokenizers import Tokenizer, decoders, models

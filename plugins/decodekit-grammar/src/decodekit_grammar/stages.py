@@ -4,8 +4,8 @@ Each removes (sets to -inf) every token that would take a row's text out of its 
 end-of-sequence tokens once the text is a sentence of it, and only those once nothing else can follow
 (so an end is forced); `ends_row` ends the row as soon as the grammar is complete (finish reason "stop",
 `stopped_by` the stage's name). A row's mask is a function of its generated tokens alone (`matchers`):
-the stage keeps no per-generation state (`init_state` is None), which is what makes it exact under
-speculative decoding, beam search and a redone step, and new for every generation.
+the stage keeps no per-generation state (`init_state` checks the tokenizer and returns None), which is
+what makes it exact under speculative decoding, beam search and a redone step, and new for every generation.
 
 The model's tokenizer comes with the context (`DecodeContext.tokenizer`) and must state its tokens'
 bytes (`vocabulary`). A grammar parameter may give one grammar per prompt: row b follows the grammar of
@@ -35,7 +35,7 @@ from decodekit_grammar.engine import Grammar, GrammarEngine, Matcher
 from decodekit_grammar.llguidance_engine import LLGuidance
 from decodekit_grammar.matchers import key_of
 from decodekit_grammar.params import GrammarParams, JsonParams, JsonSchemaParams, RegexParams
-from decodekit_grammar.vocabulary import TokenTable, token_table
+from decodekit_grammar.vocabulary import TokenTable, check_tokenizer, token_table
 
 __all__ = ["GrammarStage", "Json", "JsonSchema", "Lark", "Regex"]
 
@@ -74,6 +74,11 @@ class GrammarStage(ProcessorBase[P]):
     def grammars(self) -> list[Grammar | None]:
         """One grammar, or one per prompt (None: unconstrained), from the parameters."""
         raise NotImplementedError
+
+    def init_state(self, ctx: DecodeContext) -> None:
+        """No state; a tokenizer that cannot state its bytes is refused here, before the first forward, so
+        `dk.validate` (a batch job's check of each line) finds it."""
+        check_tokenizer(ctx.tokenizer, self._label)
 
     # -- the mask ---------------------------------------------------------------------------------
 

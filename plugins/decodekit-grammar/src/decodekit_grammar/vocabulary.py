@@ -21,7 +21,7 @@ from typing import Protocol, runtime_checkable
 from decodekit.errors import DecodekitError, ParameterError
 from decodekit.prompts import tokenizer_ids
 
-__all__ = ["ByteTokenizer", "TokenTable", "token_table"]
+__all__ = ["ByteTokenizer", "TokenTable", "check_tokenizer", "token_table"]
 
 
 @runtime_checkable
@@ -62,7 +62,8 @@ def token_table(tokenizer: object, vocab_size: int, stage: str) -> TokenTable:
     return table
 
 
-def _table(tokenizer: object, vocab_size: int, stage: str) -> TokenTable:
+def check_tokenizer(tokenizer: object, stage: str) -> None:
+    """Refuse, naming `stage`, a tokenizer that cannot state its tokens' bytes (or none)."""
     if tokenizer is None:
         raise ParameterError(
             f"{stage}: the model has no tokenizer; a grammar constrains text, so it needs a tokenizer that "
@@ -74,6 +75,11 @@ def _table(tokenizer: object, vocab_size: int, stage: str) -> TokenTable:
             "allowed: a tokenizer with token_bytes() -> the bytes of each id, None for a special token "
             "(CharTokenizer, HFTokenizer)"
         )
+
+
+def _table(tokenizer: object, vocab_size: int, stage: str) -> TokenTable:
+    check_tokenizer(tokenizer, stage)
+    assert isinstance(tokenizer, ByteTokenizer)
     try:
         tokens = list(tokenizer.token_bytes())
     except DecodekitError as exc:
