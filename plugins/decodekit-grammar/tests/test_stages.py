@@ -279,9 +279,9 @@ def test_a_grammar_the_engine_gives_up_on_is_a_parameter_error_with_its_reason(
         dk.generate(shakespeare, ["ROMEO:\n"], chain=f"{chain} | greedy", max_new_tokens=4)
 
 
-def test_the_stage_keeps_no_per_generation_state() -> None:
+def test_the_stage_keeps_no_per_generation_state(shakespeare: Any) -> None:
     stage = dk.create("json")
-    assert stage.init_state(dk.DecodeContext(tokens=torch.tensor([[1]]))) is None
+    assert stage.init_state(dk.DecodeContext(tokens=torch.tensor([[1]]), tokenizer=shakespeare.tokenizer)) is None
 
 
 def test_a_grammar_unfinished_at_max_new_tokens_ends_with_length_and_a_warning(shakespeare: Any) -> None:
