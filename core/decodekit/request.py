@@ -48,7 +48,7 @@ class DecodeOptions(TypedDict, total=False):
         and after the chain (default None: not reported).
     prompt_logprobs: also report, for each prompt token after the first, its log-probability under the model
         given the tokens before it, its rank and the model's top-n (vLLM's `prompt_logprobs`; default None).
-    compile: run the model's decode step and the chain's step under `torch.compile` (default False).
+    compile: run the model's decode step and the chain's step under `torch.compile` (default False; torch >= 2.13).
     """
 
     chain: Chain | str | Sequence[Any] | None
