@@ -10,7 +10,7 @@ TORCH  ?= torch==2.13.0
 PROMPT ?= ROMEO:
 ARGS   ?= --max-new-tokens 240 --seed 0
 
-.PHONY: install install-dev run test lint bench fuzz docs docs-outputs dist dist-check clean
+.PHONY: install install-dev run test floors lint bench fuzz docs docs-outputs dist dist-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,20 @@ run: install
 TEST_WORKERS ?= auto
 test: install-dev
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+
+# The whole suite on the lowest versions the pyproject files admit (tests/floors.txt), in a venv of its own: ~4 GB
+# of downloads (torch from PyPI is the CUDA build) and ~25 min on 2 cores, so by hand, not in CI.
+FLOORS_VENV ?= build/floors-venv
+floors:
+	rm -rf $(FLOORS_VENV)
+	$(PYTHON) -m venv $(FLOORS_VENV)
+	$(FLOORS_VENV)/bin/python -m pip install -q --upgrade pip setuptools wheel
+	$(FLOORS_VENV)/bin/python -m pip install -q -r tests/floors.txt
+	sed 's/\[data\]//' tests/floors.txt > $(FLOORS_VENV)/constraints.txt  # pip takes no extras in a constraint
+	$(FLOORS_VENV)/bin/python -m pip install -q -c $(FLOORS_VENV)/constraints.txt --no-build-isolation \
+		-e . $(addprefix -e ,$(PLUGINS))
+	$(FLOORS_VENV)/bin/python -m pip check
+	$(FLOORS_VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # mypy checks everything, tests included, in one run. Each directory is a base its files are imported from;
 # each plugin's tests are a package of their own (build/mypy-tests/decodekit_beam_tests links to

@@ -73,3 +73,15 @@ def _in_its_xdist_group(request: pytest.FixtureRequest) -> None:
     mark = request.node.get_closest_marker("xdist_group")
     if mark is not None and getattr(request.config.option, "loadgroup", False):
         assert request.node.nodeid.endswith(f"@{mark.args[0]}"), f"{request.node.nodeid}: not in its xdist group"
+
+
+@pytest.fixture(autouse=True)
+def _compiled_where_torch_can(request: pytest.FixtureRequest) -> None:
+    """A compiling test (the `compile` xdist group, the `graphs` fixture) skips on a torch that refuses
+    compile=True (before 2.13: `make floors`); the refusal itself is tested (tests/test_request.py)."""
+    mark = request.node.get_closest_marker("xdist_group")
+    if (mark is not None and mark.args[0] == "compile") or "graphs" in request.fixturenames:
+        from decodekit import compiling
+
+        if (why := compiling.unsupported()) is not None:
+            pytest.skip(f"compile=True {why}")

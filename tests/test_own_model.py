@@ -163,6 +163,7 @@ def test_beam_of_one_and_speculation_decode_its_forward(model: OwnLlama, referen
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("compile")  # with the compiling tests (skipped where torch cannot compile)
 def test_compiled_decodes_its_forward(model: OwnLlama, reference: list[list[int]]) -> None:
     compiled = dk.generate(model, PROMPTS, chain="greedy", max_new_tokens=NEW, cache="gqa", compile=True)
     assert compiled.tokens == reference

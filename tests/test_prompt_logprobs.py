@@ -55,6 +55,7 @@ def test_a_ragged_batch_equals_each_prompt_alone_by_hand(model: GPT, cache: str)
         assert_same(got, by_hand(model, prompt, 3), tol)
 
 
+@pytest.mark.xdist_group("compile")  # with the compiling tests (skipped where torch cannot compile)
 def test_compiled_and_n_zero_and_the_vocabulary() -> None:
     model = tiny_gpt()
     V = model.spec.vocab_size

@@ -196,6 +196,28 @@ def test_every_strategy_takes_compile(strategy: str) -> None:
     assert compiled.tokens == eager.tokens
 
 
+def test_compile_is_refused_up_front_where_torch_compile_lacks_isolate_recompiles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch before 2.13 has no `torch.compile(isolate_recompiles=)`: compile=True was a TypeError from inside the
+    decode there (and the chain's `guard_filter_fn` a RuntimeError on torch 2.5), not an argument refused."""
+
+    def torch_2_5_compile(
+        model: Any = None, *, fullgraph: bool = False, dynamic: bool | None = None, backend: Any = "inductor",
+        mode: str | None = None, options: dict[str, Any] | None = None, disable: bool = False,
+    ) -> Any:  # fmt: skip
+        raise AssertionError("compiled, not refused")
+
+    monkeypatch.setattr(torch, "compile", torch_2_5_compile)
+    monkeypatch.setattr(torch, "__version__", "2.5.0")
+    with pytest.raises(
+        dk.ParameterError,
+        match=r"^compile=True needs torch 2\.13 or later \(torch\.compile's isolate_recompiles\); this is torch "
+        r"2\.5\.0; allowed: compile=False \(the same tokens, eagerly\)$",
+    ):
+        dk.generate(tiny_gpt(n_layer=1), [[1, 2]], chain="greedy", max_new_tokens=2, compile=True)
+
+
 @dataclass(frozen=True)
 class Named:
     """A model that is equal to another of its name (a dataclass), whatever its weights."""

@@ -80,6 +80,7 @@ def test_speculative_decoding_with_a_draft() -> None:
     each_as_alone(target, PROMPTS, 30, cache=CACHE, chain=SAMPLED, **options)
 
 
+@pytest.mark.xdist_group("compile")  # with the compiling tests (skipped where torch cannot compile)
 def test_compiled() -> None:
     each_as_alone(rope_gpt(5), PROMPTS[1:3], 30, cache=CACHE, chain="greedy", stop_tokens=[], compile=True)
 

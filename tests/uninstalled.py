@@ -25,4 +25,13 @@ def uninstall(monkeypatch: pytest.MonkeyPatch, *distributions: str) -> None:
         return (d for d in discover(**kwargs) if canonical_name(d.metadata["Name"] or "") not in hidden)
 
     monkeypatch.setattr(metadata.Distribution, "discover", classmethod(visible))
+    # Python 3.10's `distribution(name)` (Distribution.from_name) asks the finders itself, past `discover`.
+    from_name = metadata.Distribution.from_name
+
+    def found(cls: type[metadata.Distribution], name: str) -> metadata.Distribution:
+        if canonical_name(name) in hidden:
+            raise metadata.PackageNotFoundError(name)
+        return from_name(name)
+
+    monkeypatch.setattr(metadata.Distribution, "from_name", classmethod(found))
     monkeypatch.setattr(decodekit.plugins, "_registry", None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import sys
 import weakref
 from collections.abc import Callable
@@ -21,10 +22,20 @@ if TYPE_CHECKING:
     from decodekit.cache import KVCache
     from decodekit.model import Model
 
-__all__ = ["compiled", "compiled_forward", "eager"]
+__all__ = ["compiled", "compiled_forward", "eager", "unsupported"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def unsupported() -> str | None:
+    """Why this torch cannot run `compile=True`, or None: a model's forward is compiled once per cache type with
+    `torch.compile(isolate_recompiles=True)` (`_per_cache_type`), which torch 2.13 brought."""
+    taken = inspect.signature(torch.compile).parameters.values()
+    # A wrapper of torch.compile taking **options (a test's counting backend) passes it on.
+    if any(p.name == "isolate_recompiles" or p.kind is p.VAR_KEYWORD for p in taken):
+        return None
+    return f"needs torch 2.13 or later (torch.compile's isolate_recompiles); this is torch {torch.__version__}"
 
 
 def compiled(fn: Callable[..., T], what: str, **options: Any) -> Callable[..., T]:

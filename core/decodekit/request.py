@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import torch
 from typing_extensions import Unpack
 
+from decodekit import compiling
 from decodekit.errors import ParameterError, UnknownNameError
 from decodekit.model import check_call
 from decodekit.param_types import shown, words
@@ -47,7 +48,7 @@ class DecodeOptions(TypedDict, total=False):
         and after the chain (default None: not reported).
     prompt_logprobs: also report, for each prompt token after the first, its log-probability under the model
         given the tokens before it, its rank and the model's top-n (vLLM's `prompt_logprobs`; default None).
-    compile: run the model's decode step and the chain's step under `torch.compile` (default False).
+    compile: run the model's decode step and the chain's step under `torch.compile` (default False; torch >= 2.13).
     """
 
     chain: Chain | str | Sequence[Any] | None
@@ -100,6 +101,13 @@ def _flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ParameterError(f"{name}={shown(value)} is invalid; allowed: {words('True or False', 'true or false')}")
     return value
+
+
+def _compile(value: object) -> bool:
+    """`compile`, refused up front where this torch's `torch.compile` lacks what decodekit compiles with."""
+    if _flag("compile", value) and (why := compiling.unsupported()) is not None:
+        raise ParameterError(f"compile=True {why}; allowed: compile=False (the same tokens, eagerly)")
+    return bool(value)
 
 
 def _integer(name: str, value: object, ok: Callable[[int], bool], allowed: str) -> int:
@@ -296,6 +304,6 @@ def decode_request(model: Any, prompts: Prompts, /, **options: Unpack[DecodeOpti
         ),
         seed=_seed(options.get("seed"), len(rows)),
         logprobs=_logprobs(options.get("logprobs"), V),
-        compile=_flag("compile", options.get("compile", False)),
+        compile=_compile(options.get("compile", False)),
         prompt_logprobs=_prompt_logprobs(options.get("prompt_logprobs"), V, model.spec.max_positions, rows, cache),
     )

@@ -40,6 +40,7 @@ def test_an_evicting_cache_that_evicts_nothing_gives_the_same_tokens(model: Tiny
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("compile")  # with the compiling tests (skipped where torch cannot compile)
 def test_compile_gives_eager_tokens(model: TinyLM) -> None:
     options = dict(scale=2.0, negative=NEGATIVES, chain="temperature(0.8) | top_k(8)", max_new_tokens=8, seed=[1, 2, 3])
     eager = cfg(model, PROMPTS, **options)  # type: ignore[arg-type]

@@ -176,6 +176,7 @@ def test_speculation_serves_a_sliding_window_model_whose_window_covers_the_text(
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("compile")  # with the compiling tests (skipped where torch cannot compile)
 def test_compile_gives_eager_tokens_through_an_evicting_cache(llama: Any) -> None:
     """compile=True through `window` on a transformers Llama failed in dynamo (`CacheAttention`, a frozen dataclass
     hashed by its fields, was hashed before they were set): a CompileError. Now it gives eager's tokens; the
