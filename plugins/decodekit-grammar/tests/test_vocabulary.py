@@ -3,7 +3,7 @@ trained here), a tokenizers char-level BPE with a `Fuse` decoder; one that canno
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -81,8 +81,8 @@ def test_a_tokenizer_that_cannot_state_its_bytes_is_refused(tokenizer: Any, mess
 def test_dk_validate_refuses_a_tokenizer_that_cannot_state_its_bytes() -> None:
     """Before any model work, as a batch job checks each line: it was found only at the first step (the job
     decoded the other lines, then failed these)."""
-    model = TinyLM(64)
-    model.tokenizer = NoBytes()
+    model, tokenizer = TinyLM(64), NoBytes()
+    model.tokenizer = cast(Any, tokenizer)  # a module's attribute, as the test above sets it
     with pytest.raises(dk.ParameterError, match=r"regex: tokenizer NoBytes cannot state its tokens' bytes"):
         dk.validate(model, [[1, 2]], chain="regex('a+')", max_new_tokens=4)
 
