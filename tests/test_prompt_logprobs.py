@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from decodekit_gpt.gpt import GPT
+from decodekit_gpt.gpt import GPT, GPTConfig
 
 import decodekit as dk
 from decodekit.results import PromptLogprobs
@@ -115,7 +115,7 @@ def test_off_the_prefill_projects_the_last_column_only() -> None:
     assert asked == [True, False]
 
 
-def test_streamed_beam_and_cfg_give_them_speculative_refuses(model: GPT) -> None:
+def test_streamed_beam_and_cfg_give_them(model: GPT) -> None:
     want = [by_hand(model, p, 2) for p in PROMPTS]
     events = dk.stream(model, PROMPTS, max_new_tokens=2, prompt_logprobs=2)
     list(events)
@@ -126,10 +126,37 @@ def test_streamed_beam_and_cfg_give_them_speculative_refuses(model: GPT) -> None
             assert out.prompt_logprobs is not None, strategy
             for got, w in zip(out.prompt_logprobs, want):
                 assert_same(got, w)
-    with pytest.raises(dk.ParameterError, match=r"speculative: prompt_logprobs=2 is not supported; allowed: None"):
-        dk.decode(model, PROMPTS, strategy="speculative", max_new_tokens=3, prompt_logprobs=2)
-    with pytest.raises(dk.ParameterError, match=r"prompt_logprobs"):
-        dk.validate(model, PROMPTS, strategy="speculative", max_new_tokens=3, prompt_logprobs=2)
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("draft", ["ngram", "model"])
+def test_speculative_gives_them_from_its_first_round(model: GPT, cache: str, draft: str) -> None:
+    """Speculation feeds each prompt with its first drafts, not by `prefill`: that forward scores the prompts, for a
+    batch in one forward or each row alone (window), in blocks past the context, and for a row that emits nothing;
+    the tokens are those without prompt_logprobs."""
+    options: dict[str, Any] = {"strategy": "speculative", "k": 3, "cache": cache, "seed": 4}
+    options["draft"] = tiny_gpt(model.spec.n_kv_heads, seed=1) if draft == "model" else "ngram"
+    tol = 2e-3 if cache == "int8" else 1e-5
+    for limits in ([4, 6, 3], [4, 0, 3], [0, 5, 0]):
+        out = dk.decode(model, PROMPTS, max_new_tokens=limits, prompt_logprobs=3, **options)
+        assert out.prompt_logprobs is not None and len(out.prompt_logprobs) == len(PROMPTS)
+        for prompt, got in zip(PROMPTS, out.prompt_logprobs):
+            assert_same(got, by_hand(model, prompt, 3), tol)
+        assert out.tokens == dk.decode(model, PROMPTS, max_new_tokens=limits, **options).tokens
+
+
+def test_speculative_scores_a_prompt_past_the_context_as_generate_does() -> None:
+    """Through `window`, a prompt longer than the context goes in blocks of the context; speculation's blocks and
+    the engine's prefill give the same scores."""
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=101, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, position="rope")
+    model = GPT(config).eval()
+    prompt = [(7 * i) % 101 for i in range(40)]
+    options: dict[str, Any] = {"cache": "window(size=12)", "max_new_tokens": 3, "prompt_logprobs": 2}
+    want = dk.generate(model, [prompt], **options).prompt_logprobs
+    got = dk.decode(model, [prompt], strategy="speculative", draft="ngram", **options).prompt_logprobs
+    assert want is not None and got is not None and len(got[0]) == 40
+    assert_same(got[0], want[0])
 
 
 @pytest.mark.parametrize(
@@ -204,7 +231,6 @@ def test_the_cli_puts_them_in_the_json_document() -> None:
     ]
     for argv, message in [
         (["--prompt-logprobs", "2"], "--prompt-logprobs 2: reported in the JSON document; add --json"),
-        (["--prompt-logprobs", "2", "--json", "--strategy", "speculative"], "speculative: prompt_logprobs=2 is not"),
         (
             ["--prompt-logprobs", "900", "--json"],
             "prompt_logprobs=900 is invalid; allowed: an integer 0 <= prompt_logprobs",

@@ -221,8 +221,6 @@ def compose_cases(draw: st.DrawFn, samplers: Sequence[SamplerInfo] | None = None
     if model.tokenizer and draw(st.booleans()):
         kwargs["stop_strings"] = draw(st.sampled_from((["a"], ["b"], ["ab", "ba"], ["c"])))
         kwargs["include_stop_str_in_output"] = draw(st.booleans())
-    if strategy == "speculative" and draw(st.integers(0, 3)):
-        kwargs.pop("prompt_logprobs", None)  # refused by speculation (a refusal kept now and then)
     safe = strategy == "speculative" and draw(st.integers(0, 3))  # mostly selectors speculation takes
     selectors = _SELECTORS[:4] if safe else _SELECTORS
     chain = draw(_chain(tuple(samplers or registered_samplers()), V, model.tokenizer, selectors))

@@ -17,10 +17,13 @@ from decodekit.cache import KVCache, evicts
 from decodekit.model import last_only
 from decodekit_speculative.row_cache import RowCache
 
-__all__ = ["Drafter", "ModelDrafter", "NgramDrafter", "Pick", "fed_block", "feed"]
+__all__ = ["Drafter", "ModelDrafter", "NgramDrafter", "Pick", "Seen", "fed_block", "feed"]
 
 Pick = Callable[[int, int, Tensor], "tuple[int, Tensor | None]"]
 """`pick(row, j, draft_logits [V]) -> (token, q [V] or None for one-hot)`: the chain's choice at drafted position j."""
+
+Seen = Callable[[Tensor, int], None]
+"""`seen(logits [B, T, V], first)`: a forward's logits, their first column `first` of the block `feed` was given."""
 
 
 def fed_block(buf: Tensor, lengths: Tensor, ends: Tensor, first: int, width: int) -> tuple[Tensor, Tensor]:
@@ -32,8 +35,11 @@ def fed_block(buf: Tensor, lengths: Tensor, ends: Tensor, first: int, width: int
     return ids, torch.minimum(index, (ends - 1)[:, None])
 
 
-def feed(call: Any, ids: Tensor, positions: Tensor, cache: KVCache | None, keep: int, **extra: Any) -> Tensor:
-    """The logits of the last `keep` columns of `ids` fed through `call(ids, positions, cache)`.
+def feed(
+    call: Any, ids: Tensor, positions: Tensor, cache: KVCache | None, keep: int, seen: Seen | None = None, **extra: Any
+) -> Tensor:
+    """The logits of the last `keep` columns of `ids` fed through `call(ids, positions, cache)`; `seen`, when given,
+    gets every forward's logits with the column of `ids` they start at (the prompt's scores need them all).
 
     A cache that evicts gets the prompt alone as its first forward, as the engine's prefill feeds it (a
     `prefill_only` cache compresses its first forward), then the drafts; and at most the model's context
@@ -43,16 +49,22 @@ def feed(call: Any, ids: Tensor, positions: Tensor, cache: KVCache | None, keep:
     width = ids.shape[1]
     if block is not None and cache is not None and cache.length == 0 and keep > 1:
         head = width - keep + 1  # the history; the drafts after it
-        first = feed(call, ids[:, :head], positions[:, :head], cache, 1, **extra)
+        first = feed(call, ids[:, :head], positions[:, :head], cache, 1, seen, **extra)
         rest: Tensor = call(ids[:, head:], positions[:, head:], cache, **extra)
+        if seen is not None:
+            seen(rest, head)
         return torch.cat([first, rest], 1)
+    head = 0  # columns fed before the last block
     if block is not None and width > max(block, keep):
-        head = width - max(block, keep)  # columns fed before the last block
+        head = width - max(block, keep)
         for start in range(0, head, block):
             end = min(start + block, head)
-            call(ids[:, start:end], positions[:, start:end], cache, **extra)
-        ids, positions = ids[:, head:], positions[:, head:]
-    logits: Tensor = call(ids, positions, cache, **extra)
+            logits: Tensor = call(ids[:, start:end], positions[:, start:end], cache, **extra)
+            if seen is not None:
+                seen(logits, start)
+    logits = call(ids[:, head:], positions[:, head:], cache, **extra)
+    if seen is not None:
+        seen(logits, head)
     return logits[:, -keep:]
 
 

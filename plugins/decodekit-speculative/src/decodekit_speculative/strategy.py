@@ -30,7 +30,7 @@ from decodekit.errors import DecodekitError, NumericsError, ParameterError, Unkn
 from decodekit.model import Model, check_call, model_device_dtype
 from decodekit.params import Params
 from decodekit.plugins import Registry, get_registry, load_model
-from decodekit.results import Generation, TokenLogprobs, token_logprobs
+from decodekit.results import Generation, TokenLogprobs, prompt_logprobs, token_logprobs
 from decodekit.spec import CacheSpec
 from decodekit.strategies import run_decode
 from decodekit_speculative.drafts import Drafter, ModelDrafter, NgramDrafter, fed_block, feed
@@ -116,11 +116,6 @@ def speculative(model: Model, prompts: Any, **options: Any) -> SpeculativeGenera
 def speculative_policy(d: Decoding, params: Params) -> Iterator[None]:
     """The registered strategy (see the module docstring)."""
     assert isinstance(params, SpeculativeParams)
-    if d.request.prompt_logprobs is not None:  # its rounds feed the prompt with the first drafts, not by `prefill`
-        raise ParameterError(
-            f"speculative: prompt_logprobs={d.request.prompt_logprobs} is not supported; allowed: None (a prompt's "
-            "logprobs are the model's under every strategy: 'sample' with max_new_tokens=0 gives them)"
-        )
     draft = resolve_draft(params.draft, d.model)
     d.open(lookahead=_lookahead(d, params.k), needs=("crop",), recompute=False)
     _check_rollback(d, params.k)
@@ -325,7 +320,8 @@ class _Rounds:
     def run(self) -> Iterator[None]:
         d, rows = self.d, self.rows
         done = [d.outputs[b].done for b in rows]
-        while not all(done):
+        scoring = d.request.prompt_logprobs is not None  # the first round feeds every prompt whole: it scores them
+        while not all(done) or scoring:
             self._grow()
             active = [not x for x in done]
             budgets = [  # each row's block within the context, by its own length (as alone)
@@ -334,16 +330,32 @@ class _Rounds:
             ]
             qs = self.drafter.propose(self.buf, self.lengths, budgets, self._pick)
             counts = [len(q) for q in qs]
-            F = self.kv.prepare(self.lengths, active)
+            F = self.kv.prepare(self.lengths, [a or scoring for a in active])  # a row with nothing to emit is scored
             lengths_t = torch.tensor(self.lengths, device=d.device)
             ends = lengths_t + torch.tensor(counts, device=d.device)
             ids, positions = fed_block(self.buf, lengths_t, ends, F, F + max(counts))
+            seen = functools.partial(self._score_prompts, F=F) if scoring else None
             # [B, W + 1, V]: column j predicts history index lengths + j
-            logits = feed(d.call_model, ids, positions, self.kv.cache, ids.shape[1] - F + 1)
+            logits = feed(d.call_model, ids, positions, self.kv.cache, ids.shape[1] - F + 1, seen)
+            scoring = False
             for i, b in enumerate(rows):
                 if not done[i]:
                     done[i] = self._verify(i, b, logits[i], counts[i], qs[i])
             yield
+
+    def _score_prompts(self, logits: Tensor, first: int, F: int) -> None:
+        """The prompt logprobs the first round's logits `[B, T, V]` of fed columns `first ..` give: row i's column c
+        is its history index `lengths[i] - F + c` and predicts the next (the prompt's, never its drafts')."""
+        d, n = self.d, self.d.request.prompt_logprobs
+        assert n is not None
+        if d.prompt_logprobs is None:
+            d.prompt_logprobs = [[None] for _ in d.prompts]
+        for i, b in enumerate(self.rows):
+            start = self.lengths[i] - F + first  # the history index of column `first`
+            lo, hi = max(start, 0), min(start + logits.shape[1], self.lengths[i] - 1)
+            if lo < hi:
+                tokens = self.buf[i, lo + 1 : hi + 1]
+                d.prompt_logprobs[b] += prompt_logprobs(logits[i, lo - start : hi - start], tokens, n)
 
     def _grow(self) -> None:
         """Twice the history's columns when a round (k drafts and a token) might not fit."""
