@@ -334,7 +334,7 @@ class _Rounds:
             lengths_t = torch.tensor(self.lengths, device=d.device)
             ends = lengths_t + torch.tensor(counts, device=d.device)
             ids, positions = fed_block(self.buf, lengths_t, ends, F, F + max(counts))
-            seen = functools.partial(self._score_prompts, F=F) if scoring else None
+            seen = functools.partial(self._score_prompts, fed=F) if scoring else None
             # [B, W + 1, V]: column j predicts history index lengths + j
             logits = feed(d.call_model, ids, positions, self.kv.cache, ids.shape[1] - F + 1, seen)
             scoring = False
@@ -343,15 +343,15 @@ class _Rounds:
                     done[i] = self._verify(i, b, logits[i], counts[i], qs[i])
             yield
 
-    def _score_prompts(self, logits: Tensor, first: int, F: int) -> None:
+    def _score_prompts(self, logits: Tensor, first: int, fed: int) -> None:
         """The prompt logprobs the first round's logits `[B, T, V]` of fed columns `first ..` give: row i's column c
-        is its history index `lengths[i] - F + c` and predicts the next (the prompt's, never its drafts')."""
+        is its history index `lengths[i] - fed + c` and predicts the next (the prompt's, never its drafts')."""
         d, n = self.d, self.d.request.prompt_logprobs
         assert n is not None
         if d.prompt_logprobs is None:
             d.prompt_logprobs = [[None] for _ in d.prompts]
         for i, b in enumerate(self.rows):
-            start = self.lengths[i] - F + first  # the history index of column `first`
+            start = self.lengths[i] - fed + first  # the history index of column `first`
             lo, hi = max(start, 0), min(start + logits.shape[1], self.lengths[i] - 1)
             if lo < hi:
                 tokens = self.buf[i, lo + 1 : hi + 1]
