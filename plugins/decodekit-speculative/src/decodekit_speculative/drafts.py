@@ -36,7 +36,14 @@ def fed_block(buf: Tensor, lengths: Tensor, ends: Tensor, first: int, width: int
 
 
 def feed(
-    call: Any, ids: Tensor, positions: Tensor, cache: KVCache | None, keep: int, seen: Seen | None = None, **extra: Any
+    call: Any,
+    ids: Tensor,
+    positions: Tensor,
+    cache: KVCache | None,
+    keep: int,
+    *,
+    seen: Seen | None = None,
+    **extra: Any,
 ) -> Tensor:
     """The logits of the last `keep` columns of `ids` fed through `call(ids, positions, cache)`; `seen`, when given,
     gets every forward's logits with the column of `ids` they start at (the prompt's scores need them all).
@@ -49,7 +56,7 @@ def feed(
     width = ids.shape[1]
     if block is not None and cache is not None and cache.length == 0 and keep > 1:
         head = width - keep + 1  # the history; the drafts after it
-        first = feed(call, ids[:, :head], positions[:, :head], cache, 1, seen, **extra)
+        first = feed(call, ids[:, :head], positions[:, :head], cache, 1, seen=seen, **extra)
         rest: Tensor = call(ids[:, head:], positions[:, head:], cache, **extra)
         if seen is not None:
             seen(rest, head)

@@ -336,7 +336,7 @@ class _Rounds:
             ids, positions = fed_block(self.buf, lengths_t, ends, F, F + max(counts))
             seen = functools.partial(self._score_prompts, fed=F) if scoring else None
             # [B, W + 1, V]: column j predicts history index lengths + j
-            logits = feed(d.call_model, ids, positions, self.kv.cache, ids.shape[1] - F + 1, seen)
+            logits = feed(d.call_model, ids, positions, self.kv.cache, ids.shape[1] - F + 1, seen=seen)
             scoring = False
             for i, b in enumerate(rows):
                 if not done[i]:
