@@ -120,7 +120,8 @@ class ModelDrafter:
         lengths_t = torch.tensor(lengths, device=buf.device)
         ids, positions = fed_block(buf, lengths_t, lengths_t, F, F)
         positions = positions.clamp(max=self.reach - 1)
-        cache, columns = self.rows.cache, last_only(self.model)
+        cache = self.rows.cache
+        columns: dict[str, Any] = last_only(self.model)  # keywords the model takes (feed's own are not among them)
         if self.rows.refeed > 1 and cache.length == 0:  # the prompt's last token apart: the next round re-feeds it
             feed(self.model, ids[:, :-1], positions[:, :-1], cache, 1, **columns)
             ids, positions = ids[:, -1:], positions[:, -1:]
