@@ -246,6 +246,23 @@ def test_rows_that_cannot_fit_in_memory_are_refused_before_any_allocation(monkey
     assert len(dk.generate(TinyLM(40), [[1]] * 107, max_new_tokens=4).tokens) == 107
 
 
+def test_prompt_logprobs_count_the_prefill_s_logits_in_a_row_s_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scoring keeps a prefill's logits of every prompt column (float32: 4 bytes a vocabulary entry), which a batch
+    of long prompts may not fit where its rows alone would: 2048 + 16·61 + (8 + 4·60)·40 = 12,944 bytes a row, where
+    without them 2048 + 976 + 320 = 3,344 (30 rows: 100,320 bytes, within 256 KiB)."""
+    monkeypatch.setattr("decodekit.engine.device_memory", lambda device: 2**18)
+    prompts = [[1] * 60] * 30
+    assert len(dk.generate(TinyLM(40), prompts, max_new_tokens=1).tokens) == 30
+    with pytest.raises(dk.ParameterError) as info:
+        dk.generate(TinyLM(40), prompts, max_new_tokens=1, prompt_logprobs=0)
+    assert str(info.value) == (
+        "strategy sample: batch size=30 is invalid: its 30 rows of 61 tokens and the logits of 60 prompt columns "
+        "(prompt_logprobs) would take at least 0.0 GiB, more than the 0.0 GiB of memory of device cpu; allowed: "
+        "batch size <= 20 here"  # 2**18 // 12,944
+    )
+    assert dk.generate(TinyLM(40), prompts[:20], max_new_tokens=1, prompt_logprobs=0).prompt_logprobs is not None
+
+
 _CAPPED_ALLOCATION = """
 import resource
 import decodekit as dk

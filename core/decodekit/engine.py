@@ -95,7 +95,8 @@ class Decoding:
         self.total = P + request.max_new_tokens + lookahead
         columns = self._sized(P + min(self.total - P, PREALLOCATED_COLUMNS))
         option = (copies_option, copies) if copies > 1 else ("batch size", len(self.prompts))
-        check_rows(f"strategy {self.strategy}", *option, len(self.prompts) * copies, columns, self.model)
+        scored = 0 if request.prompt_logprobs is None else min(P, self.spec.max_positions)  # a prefill's block
+        check_rows(f"strategy {self.strategy}", *option, len(self.prompts) * copies, columns, self.model, scored)
         self.copies, self._recompute = copies, recompute
         self.rows = [p for p in self.prompts for _ in range(copies)]
         lens = [len(r) for r in self.rows]
@@ -559,19 +560,21 @@ def last_column(model: Model, logits: Tensor) -> Tensor:
     return logits[:, -1]
 
 
-def check_rows(owner: str, option: str, value: int, rows: int, columns: int, model: Model) -> None:
+def check_rows(owner: str, option: str, value: int, rows: int, columns: int, model: Model, scored: int = 0) -> None:
     """Refuse, before anything is allocated, `rows` rows (`option=value` asked for them) of `columns` history
     columns that the model's device could never hold: a `ParameterError` naming the option and its most.
 
-    Counted, as a floor: `ROW_BYTES` a row, 16 bytes a history column (ids and positions) and 8 a vocabulary
-    entry (the logits in float32, the model's and the chain's); a cache checks its own size (`check_memory`).
+    Counted, as a floor: `ROW_BYTES` a row, 16 bytes a history column (ids and positions), 8 a vocabulary
+    entry (the logits in float32, the model's and the chain's) and, for `prompt_logprobs`, the logits of the
+    `scored` prompt columns a prefill's forward returns at once; a cache checks its own size (`check_memory`).
     """
-    per_row = ROW_BYTES + 16 * columns + 8 * model.spec.vocab_size
-    device = model_device_dtype(model)[0]
+    device, dtype = model_device_dtype(model)
+    per_row = ROW_BYTES + 16 * columns + (8 + dtype.itemsize * scored) * model.spec.vocab_size
     if (memory := device_memory(device)) is not None and rows * per_row > memory:
+        logits = f" and the logits of {scored:,} prompt columns (prompt_logprobs)" if scored else ""
         raise ParameterError(
-            f"{owner}: {option}={value} is invalid: its {rows:,} rows of {columns:,} tokens would take at least "
-            f"{rows * per_row / 2**30:,.1f} GiB, more than the {memory / 2**30:,.1f} GiB of memory of "
+            f"{owner}: {option}={value} is invalid: its {rows:,} rows of {columns:,} tokens{logits} would take at "
+            f"least {rows * per_row / 2**30:,.1f} GiB, more than the {memory / 2**30:,.1f} GiB of memory of "
             f"device {torch.device(device)}; allowed: {option} <= {memory // per_row // (rows // value):,} here"
         )
 
