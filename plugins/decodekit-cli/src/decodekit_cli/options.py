@@ -172,14 +172,8 @@ def check_installed(model: str | None, chain: str | None, flags: Mapping[str, fl
     if missing:
         model_too = "--model and " if len(missing) > 1 else ""  # the model is missing as well as samplers
         alternative = f"; or give {model_too}a --chain of installed samplers" if names and absent else ""
-        raise CliError(f"{_unavailable(dists, '; '.join(missing))}{alternative}")
-
-
-def _unavailable(dists: list[str], what: str) -> str:
-    """`what` is missing: not installed (how to install it), installed but disabled (how to enable it), installed but
-    failed to load (the error), or several."""
-    lead, fix = _standing(dists, "Install: ")
-    return f"{lead}: {what}. {fix}"  # the words start with the variable's name, or the plugin's
+        lead, fix = _standing(dists, "Install: ")  # fix: how to install, enable or repair them
+        raise CliError(f"{lead}: {'; '.join(missing)}. {fix}{alternative}")
 
 
 def _standing(dists: list[str], install: str) -> tuple[str, str]:
