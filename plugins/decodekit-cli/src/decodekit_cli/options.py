@@ -38,7 +38,6 @@ __all__ = [
     "flags_over",
     "is_spec",
     "load_named_model",
-    "model_name",
     "prompt_text",
     "resolve_cache",
     "resolve_strategy",
@@ -188,11 +187,6 @@ def _standing(dists: list[str], install: str) -> tuple[str, str]:
     }
     said = " or ".join(way for way, fix in ways.items() if fix)
     return said if absent else f"installed but {said}", "; ".join(fix for fix in ways.values() if fix)
-
-
-def model_name(name: str | None) -> str:
-    """`--model`, or the default model (`check_installed` has made sure it is there)."""
-    return name if name is not None else DEFAULT_MODEL
 
 
 def load_named_model(name: str) -> Any:
