@@ -109,10 +109,8 @@ def plot_step(report: StepReport, path: Path, names: list[str] | None = None) ->
 
 def step_figure(report: StepReport, names: list[str] | None = None) -> Figure:
     """The figure `plot_step` writes; its legend, one stage per line, sits inside it on the right."""
-    try:
-        from matplotlib.figure import Figure  # the object API: no pyplot state, renders with Agg
-    except ImportError:
-        raise CliError("--plot needs matplotlib: pip install matplotlib") from None
+    require_matplotlib()
+    from matplotlib.figure import Figure  # the object API: no pyplot state, renders with Agg
 
     n_stages, n_tokens = len(report.stages), len(report.candidates)
     width = 0.8 / n_stages
