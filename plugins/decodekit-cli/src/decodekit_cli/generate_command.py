@@ -27,7 +27,6 @@ __all__ = [
     "GenerateRequest",
     "SampleResult",
     "SampleSink",
-    "SampleSpec",
     "StreamResult",
     "run_generate",
     "stream_samples",
@@ -46,24 +45,6 @@ class GenerateRequest:
     strategy: str | None = None
     prompt_logprobs: int | None = None  # --prompt-logprobs N, reported in the JSON document
     logprobs: int | None = None  # --logprobs N: the generated tokens', reported in the JSON document
-
-
-@dataclass(frozen=True)
-class SampleSpec:
-    """What the sampling helpers run: `num_samples` copies of one prompt through one chain."""
-
-    prompt: list[int]
-    chain: dk.Chain
-    num_samples: int
-    max_new_tokens: int
-    cache: str
-    seed: int | None
-    stop: tuple[str, ...]
-    include_stop: bool = False  # the stop string that ended a sample stays in its text
-    compile: bool = False
-    stop_tokens: tuple[int, ...] = ()  # the model's EOS, unless --ignore-eos
-    prompt_logprobs: int | None = None
-    logprobs: int | None = None
 
 
 class SampleSink(Protocol):
@@ -117,39 +98,23 @@ def _rate(tokens: int, seconds: float) -> float:
 
 def stream_samples(
     model: Any,
-    spec: SampleSpec,
-    strategy: str,
+    prompts: list[list[int]],
+    options: dict[str, Any],
     sink: SampleSink,
     on_token: Callable[[int, float], None],
     hypotheses: int = 1,
 ) -> StreamResult:
-    """Run `dk.stream` with `strategy` over the copies of the prompt; Ctrl-C ends it early, keeping the samples.
+    """Run `dk.stream(model, prompts, **options)` (copies of one prompt); Ctrl-C ends it early, keeping the samples.
     hypotheses: the sequences the strategy returns for its one copy (`Sequences.hypotheses`), shown after it."""
     import torch
 
     has_text = getattr(model, "tokenizer", None) is not None
-    logprobs = spec.logprobs is not None
-    samples = [
-        SampleResult(text="" if has_text else None, logprobs=[] if logprobs else None) for _ in range(spec.num_samples)
-    ]
+    logprobs = options.get("logprobs") is not None
+    samples = [SampleResult(text="" if has_text else None, logprobs=[] if logprobs else None) for _ in prompts]
     start = time.perf_counter()
     total = 0
     interrupted = False
-    events = dk.stream(
-        model,
-        [spec.prompt] * spec.num_samples,
-        strategy=strategy,
-        chain=spec.chain,
-        max_new_tokens=spec.max_new_tokens,
-        cache=spec.cache,
-        stop_strings=spec.stop,
-        include_stop_str_in_output=spec.include_stop,
-        stop_tokens=spec.stop_tokens,
-        seed=spec.seed,
-        compile=spec.compile,
-        prompt_logprobs=spec.prompt_logprobs,
-        logprobs=spec.logprobs,
-    )
+    events = dk.stream(model, prompts, **options)
     try:
         with torch.inference_mode():
             for ev in events:
@@ -308,20 +273,19 @@ def run_generate(request: GenerateRequest) -> int:
     # Sized before anything holds a sample: -n far past the memory hung (or overflowed) building the lists.
     columns = len(encoded) + min(sampling.max_new_tokens, PREALLOCATED_COLUMNS)
     check_rows("generate", "--num-samples", plan.copies, plan.copies, columns, model)
-    spec = SampleSpec(
-        prompt=encoded,
-        chain=chain,
-        num_samples=plan.copies,
-        max_new_tokens=sampling.max_new_tokens,
-        cache=cache,
-        seed=sampling.seed,
-        stop=sampling.stop,
-        include_stop=sampling.include_stop,
-        compile=sampling.compile,
-        stop_tokens=eos_tokens(model, sampling.ignore_eos),
-        prompt_logprobs=request.prompt_logprobs,
-        logprobs=request.logprobs,
-    )
+    options = {
+        "strategy": strategy,
+        "chain": chain,
+        "max_new_tokens": sampling.max_new_tokens,
+        "cache": cache,
+        "stop_strings": sampling.stop,
+        "include_stop_str_in_output": sampling.include_stop,
+        "stop_tokens": eos_tokens(model, sampling.ignore_eos),
+        "seed": sampling.seed,
+        "compile": sampling.compile,
+        "prompt_logprobs": request.prompt_logprobs,
+        "logprobs": request.logprobs,
+    }
 
     with TextOutput(text=not request.json_output) as out, cli_hints():
         writer = None if request.json_output else SampleWriter(out, shown, prompt if request.echo else "")
@@ -330,12 +294,12 @@ def run_generate(request: GenerateRequest) -> int:
         def on_token(tokens: int, seconds: float) -> None:
             out.status(_status_line(tokens, seconds, shown))
 
-        if spec.compile:  # the first tokens wait for torch's compiler: say why nothing shows yet
+        if sampling.compile:  # the first tokens wait for torch's compiler: say why nothing shows yet
             out.status("compiling the model and the chain (--compile) ...")
-        result = stream_samples(model, spec, strategy, sink, on_token, plan.hypotheses)
+        result = stream_samples(model, [encoded] * plan.copies, options, sink, on_token, plan.hypotheses)
         if writer is not None:
             writer.close(len(result.samples))  # a beam search interrupted, or of no steps: one sample
-    if plan.hypotheses > 1 and not result.interrupted and spec.max_new_tokens > 0 and len(result.samples) < shown:
+    if plan.hypotheses > 1 and not result.interrupted and sampling.max_new_tokens > 0 and len(result.samples) < shown:
         report_note(
             f"the beam search found {len(result.samples)} of the {shown} hypotheses asked: the chain removes every "
             "other continuation (a chain that keeps more tokens, such as --chain greedy, lets it find them)"
