@@ -406,9 +406,9 @@ def generate(
         ignore_eos=ignore_eos,
         grammar=grammar_stage(json_schema, regex, grammar_file),
     )
-    if input_file is not None or output is not None or ray is not None:
-        from decodekit_cli.batch_command import batch_request, ray_request, run_batch
+    from decodekit_cli.batch_command import batch_request, ray_request, run_batch
 
+    if input_file is not None or output is not None or ray is not None:
         given = {
             "PROMPT": prompt is not None,
             "--json": json_output,
@@ -429,7 +429,6 @@ def generate(
             n=num_samples,
         )
         raise typer.Exit(run_batch(batch))
-    from decodekit_cli.batch_command import ray_request
     from decodekit_cli.generate_command import GenerateRequest, run_generate
 
     # Without --input a batch option would be ignored: `--resume` would start over, silently.
