@@ -259,7 +259,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
     seeds = [seed for p in lines for seed in p.row_seeds()]
     events = dk.stream(model, [lines[i].ids for i in line_of], **options, seed=seeds)
     wait = first.prompt_logprobs is not None or first.hypotheses > 1 or _own_result(first.strategy)
-    ended: list[tuple[str, int | str | None] | None] = [None] * n
+    ended: list[tuple[str, int | str | None]] = [("length", None)] * n  # max_new_tokens=0: no event ends a row
 
     def record(i: int, own: Sequence[Record] = ()) -> tuple[int, Record]:
         p, rows = lines[i], range(first_row[i], first_row[i + 1])
@@ -269,8 +269,8 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
             sequence(
                 text="".join(text) if (text := texts[r]) is not None else None,
                 tokens=tokens[r],
-                finish_reason=(ended[r] or ("length", None))[0],  # max_new_tokens=0: no event ends the row
-                stopped_by=(ended[r] or ("length", None))[1],
+                finish_reason=ended[r][0],
+                stopped_by=ended[r][1],
                 logprobs=scores[r],
                 seed=own_seeds[k],
                 fields=fields[k],
