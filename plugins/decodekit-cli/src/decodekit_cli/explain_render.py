@@ -48,7 +48,7 @@ def check_plot_path(path: Path) -> None:
     suffix = path.suffix.lower().lstrip(".")
     if suffix not in PLOT_FORMATS:
         raise CliError(f"--plot {str(path)!r}: unknown image format {suffix!r}; allowed: {', '.join(PLOT_FORMATS)}")
-    folder = path.parent if str(path.parent) else Path(".")
+    folder = path.parent
     if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
         raise CliError(f"--plot {str(path)!r}: cannot write there (is {str(folder)!r} an existing, writable folder?)")
 
