@@ -30,7 +30,7 @@ from decodekit_cli.grammar_options import line_chain
 from decodekit_cli.logprob_records import prompt_records, token_records
 from decodekit_cli.options import cache_flag, encode_prompt, is_spec, spec_text
 from decodekit_cli.result_fields import own_fields
-from decodekit_cli.returned_sequences import plan_sequences
+from decodekit_cli.returned_sequences import hypotheses, plan_sequences
 from decodekit_cli.sampling_options import eos_tokens
 
 __all__ = ["Pending", "batches", "check_lines", "decode_records"]
@@ -277,7 +277,10 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
             )
             for k, r in enumerate(rows)
         ]
-        found = _beams(events.result, rows[0], p.logprobs is not None, fields[0]) if p.hypotheses > 1 else found
+        if p.hypotheses > 1:  # beam search's best beams, each with the row's entries of the strategy's own fields
+            found = [
+                sequence(**h, fields=fields[0]) for h in hypotheses(events.result, rows[0], p.logprobs is not None)
+            ]
         assert p.seed is not None
         return i, result_record(
             id=p.id,
@@ -319,23 +322,3 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
 def _own_result(strategy: str) -> bool:
     """Whether `strategy`'s result may have fields of its own: any strategy's but the core's `sample`."""
     return parse_stage(strategy, what="--strategy")[0] != "sample"
-
-
-def _beams(result: Any, row: int, logprobs: bool, fields: Record) -> list[Record]:
-    """The sequences a beam search returned for the prompt of `row`, best first, each with its score and the row's
-    entries of the strategy's own fields."""
-    found = []
-    for h, score in enumerate(result.scores[row]):
-        tokens, lps = list(result.sequences[row][h]), result.sequence_logprobs[row][h]
-        found.append(
-            sequence(
-                text=result.sequence_texts[row][h],
-                tokens=tokens,
-                finish_reason=result.sequence_finish_reasons[row][h],
-                stopped_by=result.sequence_stopped_by[row][h],
-                logprobs=token_records(tokens, lps) if logprobs and lps is not None else None,
-                score=score,
-                fields=fields,
-            )
-        )
-    return found

@@ -20,7 +20,7 @@ from decodekit_cli.live_text import SampleWriter, TextOutput
 from decodekit_cli.logprob_records import prompt_records, token_records
 from decodekit_cli.options import build_chain, check_stop, cli_hints, prompt_text, resolve_strategy
 from decodekit_cli.result_fields import own_fields
-from decodekit_cli.returned_sequences import plan_sequences
+from decodekit_cli.returned_sequences import hypotheses, plan_sequences
 from decodekit_cli.sampling_options import SamplingOptions, eos_tokens
 
 __all__ = [
@@ -164,22 +164,13 @@ def _with_hypotheses(samples: list[SampleResult], result: Any, sink: SampleSink)
     if not scores or len(samples) != 1:  # not a beam search (a beam search decodes one copy of the prompt)
         return samples
     best = replace(samples[0], score=scores[0][0])
-    others = []
-    for row in range(1, len(scores[0])):
-        tokens, lps = result.sequences[0][row], result.sequence_logprobs[0][row]
-        sample = SampleResult(
-            tokens=list(tokens),
-            text=result.sequence_texts[0][row],
-            finish_reason=result.sequence_finish_reasons[0][row],
-            stopped_by=result.sequence_stopped_by[0][row],
-            seconds=best.seconds,
-            logprobs=None if best.logprobs is None or lps is None else token_records(tokens, lps),
-            score=scores[0][row],
-            fields=best.fields,  # the row's, which every hypothesis of it shares
-        )
-        sink.text(row, sample.text if sample.text is not None else "".join(f"{token} " for token in tokens))
+    others = [  # the row's fields, which every hypothesis of it shares
+        SampleResult(**h, seconds=best.seconds, fields=best.fields)
+        for h in hypotheses(result, 0, best.logprobs is not None)[1:]
+    ]
+    for row, sample in enumerate(others, 1):
+        sink.text(row, sample.text if sample.text is not None else "".join(f"{token} " for token in sample.tokens))
         sink.finish(row)
-        others.append(sample)
     return [best, *others]
 
 
