@@ -199,7 +199,7 @@ def _json_document(
         "chain": str(chain),
         "chain_spec": chain.to_spec(),
         "cache": cache,
-        "strategy": resolve_strategy(request.strategy),
+        "strategy": request.strategy,  # run_generate has set the one it ran
         "seed": request.sampling.seed,
         "max_new_tokens": request.sampling.max_new_tokens,
         "stop": list(request.sampling.stop),
