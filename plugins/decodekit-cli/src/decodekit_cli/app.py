@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Protocol, cast
 
 import typer
+from typer.exceptions import TyperException
 
 from decodekit_cli.bare_ray_flag import bare_ray_flag
 from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MAX_NEW_TOKENS, DEFAULT_MODEL
@@ -405,9 +406,9 @@ def generate(
         ignore_eos=ignore_eos,
         grammar=grammar_stage(json_schema, regex, grammar_file),
     )
-    if input_file is not None or output is not None or ray is not None:
-        from decodekit_cli.batch_command import batch_request, ray_request, run_batch
+    from decodekit_cli.batch_command import batch_request, ray_request, run_batch
 
+    if input_file is not None or output is not None or ray is not None:
         given = {
             "PROMPT": prompt is not None,
             "--json": json_output,
@@ -428,7 +429,6 @@ def generate(
             n=num_samples,
         )
         raise typer.Exit(run_batch(batch))
-    from decodekit_cli.batch_command import ray_request
     from decodekit_cli.generate_command import GenerateRequest, run_generate
 
     # Without --input a batch option would be ignored: `--resume` would start over, silently.
@@ -644,19 +644,6 @@ class _UsageError(Protocol):
     def format_message(self) -> str: ...
 
 
-def _usage_errors() -> tuple[type[Exception], ...]:
-    """The usage-error base class of the click that typer runs on: its vendored copy (typer >= 0.2x)
-    or click itself (older typer). An except clause evaluates this only when an exception arrives."""
-    try:
-        from typer.exceptions import TyperException
-
-        return (TyperException,)
-    except ImportError:
-        import click
-
-        return (click.ClickException,)
-
-
 def _usage_message(usage: _UsageError) -> str:
     """A usage error in one line, pointing at the command's help."""
     ctx = getattr(usage, "ctx", None)
@@ -721,7 +708,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc.__context__, BrokenPipeError):
             return _quiet_after_broken_pipe()
         raise
-    except _usage_errors() as exc:
+    except TyperException as exc:  # the usage errors of the click typer vendors
         usage = cast(_UsageError, exc)
         report_error(_usage_message(usage))
         return usage.exit_code

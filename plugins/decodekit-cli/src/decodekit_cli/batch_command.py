@@ -149,14 +149,11 @@ def run_batch(request: BatchRequest) -> int:
             # no prompt length: each line has its own
             counted = request.n is not None or _counts_sequences(request.strategy)  # a model's count replaces neither
             own = sampling.model_settings(model, request.strategy, samples_given=counted)
-            strategy = settings.strategy if own.strategy is None else canonical_stage("strategy", own.strategy)
-            chain = settings.chain if own.chain is None else own.chain
-            length = own.sampling.max_new_tokens
             settings = replace(
                 settings,
-                chain=chain,
-                strategy=strategy,
-                max_new_tokens=length,
+                chain=settings.chain if own.chain is None else own.chain,
+                strategy=settings.strategy if own.strategy is None else canonical_stage("strategy", own.strategy),
+                max_new_tokens=own.sampling.max_new_tokens,
                 max_length=own.max_length,
                 stop=own.sampling.stop,  # a checkpoint's stop_strings without --stop
                 n=request.n if own.num_samples is None else own.num_samples,  # a checkpoint's num_return_sequences

@@ -30,7 +30,7 @@ from decodekit_cli.grammar_options import line_chain
 from decodekit_cli.logprob_records import prompt_records, token_records
 from decodekit_cli.options import cache_flag, encode_prompt, is_spec, spec_text
 from decodekit_cli.result_fields import own_fields
-from decodekit_cli.returned_sequences import plan_sequences
+from decodekit_cli.returned_sequences import hypotheses, plan_sequences
 from decodekit_cli.sampling_options import eos_tokens
 
 __all__ = ["Pending", "batches", "check_lines", "decode_records"]
@@ -259,7 +259,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
     seeds = [seed for p in lines for seed in p.row_seeds()]
     events = dk.stream(model, [lines[i].ids for i in line_of], **options, seed=seeds)
     wait = first.prompt_logprobs is not None or first.hypotheses > 1 or _own_result(first.strategy)
-    ended: list[tuple[str, int | str | None] | None] = [None] * n
+    ended: list[tuple[str, int | str | None]] = [("length", None)] * n  # max_new_tokens=0: no event ends a row
 
     def record(i: int, own: Sequence[Record] = ()) -> tuple[int, Record]:
         p, rows = lines[i], range(first_row[i], first_row[i + 1])
@@ -269,15 +269,18 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
             sequence(
                 text="".join(text) if (text := texts[r]) is not None else None,
                 tokens=tokens[r],
-                finish_reason=(ended[r] or ("length", None))[0],  # max_new_tokens=0: no event ends the row
-                stopped_by=(ended[r] or ("length", None))[1],
+                finish_reason=ended[r][0],
+                stopped_by=ended[r][1],
                 logprobs=scores[r],
                 seed=own_seeds[k],
                 fields=fields[k],
             )
             for k, r in enumerate(rows)
         ]
-        found = _beams(events.result, rows[0], p.logprobs is not None, fields[0]) if p.hypotheses > 1 else found
+        if p.hypotheses > 1:  # beam search's best beams, each with the row's entries of the strategy's own fields
+            found = [
+                sequence(**h, fields=fields[0]) for h in hypotheses(events.result, rows[0], p.logprobs is not None)
+            ]
         assert p.seed is not None
         return i, result_record(
             id=p.id,
@@ -319,23 +322,3 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
 def _own_result(strategy: str) -> bool:
     """Whether `strategy`'s result may have fields of its own: any strategy's but the core's `sample`."""
     return parse_stage(strategy, what="--strategy")[0] != "sample"
-
-
-def _beams(result: Any, row: int, logprobs: bool, fields: Record) -> list[Record]:
-    """The sequences a beam search returned for the prompt of `row`, best first, each with its score and the row's
-    entries of the strategy's own fields."""
-    found = []
-    for h, score in enumerate(result.scores[row]):
-        tokens, lps = list(result.sequences[row][h]), result.sequence_logprobs[row][h]
-        found.append(
-            sequence(
-                text=result.sequence_texts[row][h],
-                tokens=tokens,
-                finish_reason=result.sequence_finish_reasons[row][h],
-                stopped_by=result.sequence_stopped_by[row][h],
-                logprobs=token_records(tokens, lps) if logprobs and lps is not None else None,
-                score=score,
-                fields=fields,
-            )
-        )
-    return found

@@ -67,14 +67,23 @@ def read_text(request: CalibrateRequest) -> tuple[str, str]:
 def run_calibrate(request: CalibrateRequest) -> int:
     name, content = read_text(request)
     from decodekit_cache_window.calibration import calibrate
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     import decodekit as dk
     from decodekit.threads import threads
 
     model = dk.load_model(request.model)
     ids = _encode(request, model, content)
+    columns = (TextColumn("measuring attention"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    bar = Progress(*columns, console=Console(stderr=True), transient=True)  # on stderr while the windows are measured
+    task = bar.add_task("windows", total=None)
+
+    def advance(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
     # Whole contexts at once: enough work per op for a second thread; the caller's count given back after.
-    with threads(min(2, os.cpu_count() or 1)), _Progress() as advance:
+    with threads(min(2, os.cpu_count() or 1)), bar:
         result = calibrate(model, ids, sinks=request.sinks, max_windows=request.windows, text=name, progress=advance)
     if request.json_output:
         print(result.to_json())
@@ -103,33 +112,6 @@ def _encode(request: CalibrateRequest, model: Any, content: str) -> list[int]:
     if len(ids) < T:
         raise CliError(f"the text has {len(ids)} tokens; allowed: at least one context of {T} tokens")
     return ids
-
-
-class _Progress:
-    """A progress bar on stderr while the windows are measured (`advance(done, total)`)."""
-
-    def __enter__(self) -> Any:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.bar = Progress(
-            TextColumn("measuring attention"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        )
-        self.bar.start()
-        self.task = self.bar.add_task("windows", total=None)
-
-        def advance(done: int, total: int) -> None:
-            self.bar.update(self.task, completed=done, total=total)
-
-        return advance
-
-    def __exit__(self, *exc: object) -> None:
-        self.bar.stop()
 
 
 def _render(result: object) -> None:

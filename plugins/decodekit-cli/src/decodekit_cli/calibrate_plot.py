@@ -7,8 +7,6 @@ from pathlib import Path
 
 from decodekit_cache_window.calibration import Calibration
 
-from decodekit_cli.errors import CliError
-
 __all__ = ["plot_calibration"]
 
 
@@ -17,13 +15,11 @@ def _curve(law: str, c: float, rate: float, d: list[int]) -> list[float]:
 
 
 def plot_calibration(result: Calibration, path: Path) -> None:
-    try:
-        import matplotlib
+    import matplotlib  # calibrate_command.read_text has checked it is installed
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise CliError("--plot needs matplotlib: pip install matplotlib") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
     T = result.context
     for fit, profile in zip(result.layers, result.profile):

@@ -11,7 +11,7 @@ from rich.text import Text
 from decodekit_cli.console import stdout_console
 from decodekit_cli.errors import CliError
 from decodekit_cli.json_output import print_json
-from decodekit_cli.options import build_chain, cli_hints, load_named_model, prompt_text
+from decodekit_cli.options import build_chain, cli_hints, prompt_text
 from decodekit_cli.sampling_options import SamplingOptions, eos_tokens
 
 __all__ = ["ExplainRequest", "run_explain"]
@@ -49,7 +49,7 @@ def run_explain(request: ExplainRequest) -> int:
     from decodekit_cli.explain import explain_steps
     from decodekit_cli.explain_render import ended_text, plot_step, render_steps, steps_json
 
-    model = load_named_model(name)  # on torch's threads, as before: --threads is generate's
+    model = sampling.load_model(name)
     prompt = sampling.encode(model, text)
     length = len(prompt)  # a checkpoint's min_length counts the prompt
     own = sampling.model_settings(model, "sample", length)  # explain traces the chain alone, over --steps

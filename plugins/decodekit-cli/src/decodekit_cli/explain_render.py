@@ -48,7 +48,7 @@ def check_plot_path(path: Path) -> None:
     suffix = path.suffix.lower().lstrip(".")
     if suffix not in PLOT_FORMATS:
         raise CliError(f"--plot {str(path)!r}: unknown image format {suffix!r}; allowed: {', '.join(PLOT_FORMATS)}")
-    folder = path.parent if str(path.parent) else Path(".")
+    folder = path.parent
     if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
         raise CliError(f"--plot {str(path)!r}: cannot write there (is {str(folder)!r} an existing, writable folder?)")
 
@@ -109,10 +109,8 @@ def plot_step(report: StepReport, path: Path, names: list[str] | None = None) ->
 
 def step_figure(report: StepReport, names: list[str] | None = None) -> Figure:
     """The figure `plot_step` writes; its legend, one stage per line, sits inside it on the right."""
-    try:
-        from matplotlib.figure import Figure  # the object API: no pyplot state, renders with Agg
-    except ImportError:
-        raise CliError("--plot needs matplotlib: pip install matplotlib") from None
+    require_matplotlib()
+    from matplotlib.figure import Figure  # the object API: no pyplot state, renders with Agg
 
     n_stages, n_tokens = len(report.stages), len(report.candidates)
     width = 0.8 / n_stages

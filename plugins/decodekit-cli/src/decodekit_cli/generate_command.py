@@ -20,14 +20,13 @@ from decodekit_cli.live_text import SampleWriter, TextOutput
 from decodekit_cli.logprob_records import prompt_records, token_records
 from decodekit_cli.options import build_chain, check_stop, cli_hints, prompt_text, resolve_strategy
 from decodekit_cli.result_fields import own_fields
-from decodekit_cli.returned_sequences import plan_sequences
+from decodekit_cli.returned_sequences import hypotheses, plan_sequences
 from decodekit_cli.sampling_options import SamplingOptions, eos_tokens
 
 __all__ = [
     "GenerateRequest",
     "SampleResult",
     "SampleSink",
-    "SampleSpec",
     "StreamResult",
     "run_generate",
     "stream_samples",
@@ -46,24 +45,6 @@ class GenerateRequest:
     strategy: str | None = None
     prompt_logprobs: int | None = None  # --prompt-logprobs N, reported in the JSON document
     logprobs: int | None = None  # --logprobs N: the generated tokens', reported in the JSON document
-
-
-@dataclass(frozen=True)
-class SampleSpec:
-    """What the sampling helpers run: `num_samples` copies of one prompt through one chain."""
-
-    prompt: list[int]
-    chain: dk.Chain
-    num_samples: int
-    max_new_tokens: int
-    cache: str
-    seed: int | None
-    stop: tuple[str, ...]
-    include_stop: bool = False  # the stop string that ended a sample stays in its text
-    compile: bool = False
-    stop_tokens: tuple[int, ...] = ()  # the model's EOS, unless --ignore-eos
-    prompt_logprobs: int | None = None
-    logprobs: int | None = None
 
 
 class SampleSink(Protocol):
@@ -117,39 +98,23 @@ def _rate(tokens: int, seconds: float) -> float:
 
 def stream_samples(
     model: Any,
-    spec: SampleSpec,
-    strategy: str,
+    prompts: list[list[int]],
+    options: dict[str, Any],
     sink: SampleSink,
     on_token: Callable[[int, float], None],
     hypotheses: int = 1,
 ) -> StreamResult:
-    """Run `dk.stream` with `strategy` over the copies of the prompt; Ctrl-C ends it early, keeping the samples.
+    """Run `dk.stream(model, prompts, **options)` (copies of one prompt); Ctrl-C ends it early, keeping the samples.
     hypotheses: the sequences the strategy returns for its one copy (`Sequences.hypotheses`), shown after it."""
     import torch
 
     has_text = getattr(model, "tokenizer", None) is not None
-    logprobs = spec.logprobs is not None
-    samples = [
-        SampleResult(text="" if has_text else None, logprobs=[] if logprobs else None) for _ in range(spec.num_samples)
-    ]
+    logprobs = options.get("logprobs") is not None
+    samples = [SampleResult(text="" if has_text else None, logprobs=[] if logprobs else None) for _ in prompts]
     start = time.perf_counter()
     total = 0
     interrupted = False
-    events = dk.stream(
-        model,
-        [spec.prompt] * spec.num_samples,
-        strategy=strategy,
-        chain=spec.chain,
-        max_new_tokens=spec.max_new_tokens,
-        cache=spec.cache,
-        stop_strings=spec.stop,
-        include_stop_str_in_output=spec.include_stop,
-        stop_tokens=spec.stop_tokens,
-        seed=spec.seed,
-        compile=spec.compile,
-        prompt_logprobs=spec.prompt_logprobs,
-        logprobs=spec.logprobs,
-    )
+    events = dk.stream(model, prompts, **options)
     try:
         with torch.inference_mode():
             for ev in events:
@@ -199,22 +164,13 @@ def _with_hypotheses(samples: list[SampleResult], result: Any, sink: SampleSink)
     if not scores or len(samples) != 1:  # not a beam search (a beam search decodes one copy of the prompt)
         return samples
     best = replace(samples[0], score=scores[0][0])
-    others = []
-    for row in range(1, len(scores[0])):
-        tokens, lps = result.sequences[0][row], result.sequence_logprobs[0][row]
-        sample = SampleResult(
-            tokens=list(tokens),
-            text=result.sequence_texts[0][row],
-            finish_reason=result.sequence_finish_reasons[0][row],
-            stopped_by=result.sequence_stopped_by[0][row],
-            seconds=best.seconds,
-            logprobs=None if best.logprobs is None or lps is None else token_records(tokens, lps),
-            score=scores[0][row],
-            fields=best.fields,  # the row's, which every hypothesis of it shares
-        )
-        sink.text(row, sample.text if sample.text is not None else "".join(f"{token} " for token in tokens))
+    others = [  # the row's fields, which every hypothesis of it shares
+        SampleResult(**h, seconds=best.seconds, fields=best.fields)
+        for h in hypotheses(result, 0, best.logprobs is not None)[1:]
+    ]
+    for row, sample in enumerate(others, 1):
+        sink.text(row, sample.text if sample.text is not None else "".join(f"{token} " for token in sample.tokens))
         sink.finish(row)
-        others.append(sample)
     return [best, *others]
 
 
@@ -243,7 +199,7 @@ def _json_document(
         "chain": str(chain),
         "chain_spec": chain.to_spec(),
         "cache": cache,
-        "strategy": resolve_strategy(request.strategy),
+        "strategy": request.strategy,  # run_generate has set the one it ran
         "seed": request.sampling.seed,
         "max_new_tokens": request.sampling.max_new_tokens,
         "stop": list(request.sampling.stop),
@@ -308,20 +264,19 @@ def run_generate(request: GenerateRequest) -> int:
     # Sized before anything holds a sample: -n far past the memory hung (or overflowed) building the lists.
     columns = len(encoded) + min(sampling.max_new_tokens, PREALLOCATED_COLUMNS)
     check_rows("generate", "--num-samples", plan.copies, plan.copies, columns, model)
-    spec = SampleSpec(
-        prompt=encoded,
-        chain=chain,
-        num_samples=plan.copies,
-        max_new_tokens=sampling.max_new_tokens,
-        cache=cache,
-        seed=sampling.seed,
-        stop=sampling.stop,
-        include_stop=sampling.include_stop,
-        compile=sampling.compile,
-        stop_tokens=eos_tokens(model, sampling.ignore_eos),
-        prompt_logprobs=request.prompt_logprobs,
-        logprobs=request.logprobs,
-    )
+    options = {
+        "strategy": strategy,
+        "chain": chain,
+        "max_new_tokens": sampling.max_new_tokens,
+        "cache": cache,
+        "stop_strings": sampling.stop,
+        "include_stop_str_in_output": sampling.include_stop,
+        "stop_tokens": eos_tokens(model, sampling.ignore_eos),
+        "seed": sampling.seed,
+        "compile": sampling.compile,
+        "prompt_logprobs": request.prompt_logprobs,
+        "logprobs": request.logprobs,
+    }
 
     with TextOutput(text=not request.json_output) as out, cli_hints():
         writer = None if request.json_output else SampleWriter(out, shown, prompt if request.echo else "")
@@ -330,12 +285,12 @@ def run_generate(request: GenerateRequest) -> int:
         def on_token(tokens: int, seconds: float) -> None:
             out.status(_status_line(tokens, seconds, shown))
 
-        if spec.compile:  # the first tokens wait for torch's compiler: say why nothing shows yet
+        if sampling.compile:  # the first tokens wait for torch's compiler: say why nothing shows yet
             out.status("compiling the model and the chain (--compile) ...")
-        result = stream_samples(model, spec, strategy, sink, on_token, plan.hypotheses)
+        result = stream_samples(model, [encoded] * plan.copies, options, sink, on_token, plan.hypotheses)
         if writer is not None:
             writer.close(len(result.samples))  # a beam search interrupted, or of no steps: one sample
-    if plan.hypotheses > 1 and not result.interrupted and spec.max_new_tokens > 0 and len(result.samples) < shown:
+    if plan.hypotheses > 1 and not result.interrupted and sampling.max_new_tokens > 0 and len(result.samples) < shown:
         report_note(
             f"the beam search found {len(result.samples)} of the {shown} hypotheses asked: the chain removes every "
             "other continuation (a chain that keeps more tokens, such as --chain greedy, lets it find them)"

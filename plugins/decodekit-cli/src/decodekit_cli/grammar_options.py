@@ -58,15 +58,16 @@ def _check(path: Path, option: str, stage: str, **params: str) -> None:
 def grammar_stage(json_schema: Path | None, regex: str | None, grammar: Path | None) -> str | None:
     """The stage the grammar options ask for, in chain-string form; None without them."""
     _one(**{"--json-schema": json_schema, "--regex": regex, "--grammar": grammar})
-    schema = None if json_schema is None else _read(json_schema, "--json-schema", "json_schema(schema='...')")
-    if schema is not None and json_schema is not None:
+    schema = lark = None
+    if json_schema is not None:
+        schema = _read(json_schema, "--json-schema", "json_schema(schema='...')")
         try:
             json.loads(schema)
         except ValueError as exc:
             raise CliError(f"--json-schema {str(json_schema)!r}: not JSON: {exc}") from None
         _check(json_schema, "--json-schema", "json_schema", schema=schema)
-    lark = None if grammar is None else _read(grammar, "--grammar", "grammar(lark='...')")
-    if lark is not None and grammar is not None:
+    if grammar is not None:
+        lark = _read(grammar, "--grammar", "grammar(lark='...')")
         _check(grammar, "--grammar", "grammar", lark=lark)
     return _stage(schema, regex, lark)
 

@@ -152,10 +152,8 @@ def _plain(*cells: str) -> list[Text]:
 
 
 def _registers(p: dict[str, Any]) -> str:
-    kinds = (("samplers", "samplers"), ("cache_backends", "cache backends"), ("models", "models"))
-    lines = [f"{label}: {', '.join(p[key])}" for key, label in kinds if p[key]]
-    if p.get("strategies"):
-        lines.append(f"strategies: {', '.join(p['strategies'])}")
+    kinds = ("samplers", "cache_backends", "models", "strategies")
+    lines = [f"{key.replace('_', ' ')}: {', '.join(p[key])}" for key in kinds if p[key]]
     return "\n".join(lines) or "nothing"
 
 

@@ -124,10 +124,10 @@ class SampleWriter:
             if self.current < self.n and self.held[self.current]:
                 self._begin()
 
-    def close(self, count: int | None = None) -> None:
+    def close(self, count: int) -> None:
         """Print every sample not printed yet (after Ctrl-C, with what it had so far). count: the samples there
-        are, where a strategy returned fewer than `n` (a beam search of no steps has one hypothesis)."""
-        self.n = self.n if count is None else min(count, self.n)
+        are, fewer than `n` where a strategy returned fewer (a beam search of no steps has one hypothesis)."""
+        self.n = min(count, self.n)
         for row in range(self.n):
             self.finish(row)
 

@@ -38,7 +38,6 @@ __all__ = [
     "flags_over",
     "is_spec",
     "load_named_model",
-    "model_name",
     "prompt_text",
     "resolve_cache",
     "resolve_strategy",
@@ -172,14 +171,8 @@ def check_installed(model: str | None, chain: str | None, flags: Mapping[str, fl
     if missing:
         model_too = "--model and " if len(missing) > 1 else ""  # the model is missing as well as samplers
         alternative = f"; or give {model_too}a --chain of installed samplers" if names and absent else ""
-        raise CliError(f"{_unavailable(dists, '; '.join(missing))}{alternative}")
-
-
-def _unavailable(dists: list[str], what: str) -> str:
-    """`what` is missing: not installed (how to install it), installed but disabled (how to enable it), installed but
-    failed to load (the error), or several."""
-    lead, fix = _standing(dists, "Install: ")
-    return f"{lead}: {what}. {fix}"  # the words start with the variable's name, or the plugin's
+        lead, fix = _standing(dists, "Install: ")  # fix: how to install, enable or repair them
+        raise CliError(f"{lead}: {'; '.join(missing)}. {fix}{alternative}")
 
 
 def _standing(dists: list[str], install: str) -> tuple[str, str]:
@@ -194,11 +187,6 @@ def _standing(dists: list[str], install: str) -> tuple[str, str]:
     }
     said = " or ".join(way for way, fix in ways.items() if fix)
     return said if absent else f"installed but {said}", "; ".join(fix for fix in ways.values() if fix)
-
-
-def model_name(name: str | None) -> str:
-    """`--model`, or the default model (`check_installed` has made sure it is there)."""
-    return name if name is not None else DEFAULT_MODEL
 
 
 def load_named_model(name: str) -> Any:

@@ -9,15 +9,16 @@ plugin's within its own limits.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from decodekit.errors import DecodekitError
 from decodekit_cli.errors import CliError
+from decodekit_cli.logprob_records import token_records
 
 if TYPE_CHECKING:
     from decodekit.params import Params
 
-__all__ = ["Sequences", "plan_sequences"]
+__all__ = ["Sequences", "hypotheses", "plan_sequences"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,25 @@ def plan_sequences(
     except DecodekitError as exc:
         raise CliError(f"{source}: {exc}") from None
     return Sequences(counted, 1, n)
+
+
+def hypotheses(result: Any, row: int, logprobs: bool) -> list[dict[str, Any]]:
+    """The sequences the strategy returned for the prompt of `row`, best first, as the keywords of a record's
+    `sequence` and of a `SampleResult`, each with its score (`logprobs`: whether they were asked for)."""
+    found = []
+    for h, score in enumerate(result.scores[row]):
+        tokens, lps = list(result.sequences[row][h]), result.sequence_logprobs[row][h]
+        found.append(
+            {
+                "text": result.sequence_texts[row][h],
+                "tokens": tokens,
+                "finish_reason": result.sequence_finish_reasons[row][h],
+                "stopped_by": result.sequence_stopped_by[row][h],
+                "logprobs": token_records(tokens, lps) if logprobs and lps is not None else None,
+                "score": score,
+            }
+        )
+    return found
 
 
 def _more_beams(name: str, params: Params, n: int) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from decodekit_cli.defaults import DEFAULT_MODEL
 from decodekit_cli.errors import CliError, report_note, report_warning
 from decodekit_cli.options import (
     FLAT_STAGES,
@@ -20,7 +21,6 @@ from decodekit_cli.options import (
     check_replace_unknown,
     encode_prompt,
     load_named_model,
-    model_name,
     resolve_cache,
     resolve_strategy,
 )
@@ -88,7 +88,7 @@ class SamplingOptions:
         else:
             check_installed(self.model, self.chain_text(), {})
         cache = resolve_cache(self.cache)
-        return model_name(self.model), cache
+        return DEFAULT_MODEL if self.model is None else self.model, cache  # check_installed found it
 
     def chain_text(self, default: str | None = None) -> str:
         """The chain string of the options (`options.chain_text`; `default`: the model's own chain), with the
