@@ -94,6 +94,8 @@ def test_an_actors_compile_error_is_one_line_naming_compile(monkeypatch: pytest.
 
 def test_ray_data_logs_no_compile_error_while_the_job_runs() -> None:
     """Ray Data logs an exception it does not know with its whole traceback; a CompileError is the command's."""
+    import ray.data  # noqa: F401  # its import sets up its logging, as the job's (decodekit_ray.job) does
+
     handlers = logging.getLogger("ray.data").handlers
     assert handlers  # Ray Data's own: a file and stderr
 
