@@ -40,6 +40,7 @@ def own_chains() -> Iterator[None]:
     parsed_chain_cache.cache_clear()
 
 
+@pytest.mark.xdist_group("compile")  # with the compiling tests (skipped where torch refuses --compile)
 def test_compile_reaches_the_actors_decode(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, own_chains: None) -> None:
     jobs: list[BatchJob] = []
     monkeypatch.setattr("decodekit_ray.job._decode", lambda job, options, lines, parts: jobs.append(job))
@@ -68,6 +69,7 @@ def test_compile_reaches_the_actors_decode(monkeypatch: pytest.MonkeyPatch, tmp_
     assert list(compiled["record"]) == list(eager["record"])
 
 
+@pytest.mark.xdist_group("compile")  # with the compiling tests (skipped where torch refuses --compile)
 def test_an_actors_compile_error_is_one_line_naming_compile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Ray raises an actor's CompileError as a RayTaskError that is one too (`raise_original_map_exception`);
     the command reported it as "unexpected RayTaskError(UserCodeException)" with the actor's traceback."""
@@ -92,6 +94,8 @@ def test_an_actors_compile_error_is_one_line_naming_compile(monkeypatch: pytest.
 
 def test_ray_data_logs_no_compile_error_while_the_job_runs() -> None:
     """Ray Data logs an exception it does not know with its whole traceback; a CompileError is the command's."""
+    import ray.data  # noqa: F401  # its import sets up its logging, as the job's (decodekit_ray.job) does
+
     handlers = logging.getLogger("ray.data").handlers
     assert handlers  # Ray Data's own: a file and stderr
 
