@@ -178,7 +178,7 @@ def _check_rollback(d: Decoding, k: int) -> None:
         raise ParameterError(
             f"speculative: k={k} is invalid with cache {d.request.cache}: a round may take back k + 1 = {k + 1} "
             f"tokens, and the cache can take back at most {d.kv.rollback} (its rollback); allowed: "
-            f"{fits}a cache that can take back more (window and the scored caches: a larger slack)"
+            f"{fits}a cache that can take back {k + 1} (window and the scored caches: slack >= {k + 1})"
         )
 
 
