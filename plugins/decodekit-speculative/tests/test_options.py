@@ -22,7 +22,10 @@ PROMPT = [5, 17, 3]
     [
         ({"k": 0}, r"speculative: k=0 is invalid.*allowed: an integer 1 <= k <= 64"),
         ({"ngram_size": 0}, r"ngram_size=0 is invalid.*allowed: an integer 1 <= ngram_size"),
-        ({"k": 20, "cache": "window(size=8)"}, r"k=20 is invalid with cache window.*at most 16.*allowed: k <= 15, or .*slack >= 21\)$"),
+        (
+            {"k": 20, "cache": "window(size=8)"},
+            r"k=20 is invalid with cache window.*at most 16.*allowed: k <= 15, or .*slack >= 21\)$",
+        ),
         (  # no k fits: the message once suggested k <= 0
             {"k": 1, "cache": "streaming(budget=12, slack=1)"},
             r"k=1 is invalid with cache streaming.*at most 1 \(its rollback\); allowed: a cache that can take back "
