@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +51,22 @@ def test_bad_options(target: GPT, options: dict[str, object], message: str) -> N
     with pytest.raises(type(decoded.value)) as validated:
         dk.validate(target, [PROMPT], strategy="speculative", **kwargs)
     assert str(validated.value) == str(decoded.value)
+
+
+@pytest.mark.parametrize(
+    ("draft", "error", "says"),
+    [
+        ("tiny-shakespeare-draft(x=1)", dk.ParameterError, "model tiny-shakespeare-draft: unknown parameter x=1"),
+        ("tiny-shakespeare-draft:/nonexistent", dk.ParameterError, "tiny-shakespeare-draft: "),
+        ("tiny-shakespeare-draft(", dk.ChainSpecError, "model 'tiny-shakespeare-draft(': at position 23"),
+    ],
+)
+def test_a_draft_that_cannot_load_is_named_as_the_draft(
+    target: GPT, draft: str, error: type[Exception], says: str
+) -> None:
+    """A draft's bad path or parameters said only what the loader says, in the words a bad --model gets."""
+    with pytest.raises(error, match="^" + re.escape(f"speculative: draft={draft!r}: {says}")):
+        speculative(target, [PROMPT], draft=draft, max_new_tokens=8)
 
 
 def test_unknown_draft_name_lists_models(target: GPT) -> None:
