@@ -145,14 +145,16 @@ def test_speculative_gives_them_from_its_first_round(model: GPT, cache: str, dra
         assert out.tokens == dk.decode(model, PROMPTS, max_new_tokens=limits, **options).tokens
 
 
-def test_speculative_scores_a_prompt_past_the_context_as_generate_does() -> None:
-    """Through `window`, a prompt longer than the context goes in blocks of the context; speculation's blocks and
-    the engine's prefill give the same scores."""
+@pytest.mark.parametrize("cache", ["window(size=12)", "streaming(budget=12)", "h2o(budget=12)"])
+def test_speculative_scores_a_prompt_past_the_context_as_generate_does(cache: str) -> None:
+    """Through a cache that evicts, a prompt longer than the context goes in blocks of the context, from its first
+    token as the engine's prefill cuts them: the same scores (a cache that attends a block whole, streaming or h2o,
+    gave others when speculation cut its blocks from the end)."""
     torch.manual_seed(0)
     config = GPTConfig(vocab_size=101, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, position="rope")
     model = GPT(config).eval()
     prompt = [(7 * i) % 101 for i in range(40)]
-    options: dict[str, Any] = {"cache": "window(size=12)", "max_new_tokens": 3, "prompt_logprobs": 2}
+    options: dict[str, Any] = {"cache": cache, "max_new_tokens": 3, "prompt_logprobs": 2}
     want = dk.generate(model, [prompt], **options).prompt_logprobs
     got = dk.decode(model, [prompt], strategy="speculative", draft="ngram", **options).prompt_logprobs
     assert want is not None and got is not None and len(got[0]) == 40

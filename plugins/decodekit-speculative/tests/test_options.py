@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -22,10 +23,14 @@ PROMPT = [5, 17, 3]
     [
         ({"k": 0}, r"speculative: k=0 is invalid.*allowed: an integer 1 <= k <= 64"),
         ({"ngram_size": 0}, r"ngram_size=0 is invalid.*allowed: an integer 1 <= ngram_size"),
-        ({"k": 20, "cache": "window(size=8)"}, r"k=20 is invalid with cache window.*at most 16.*allowed: k <= 15"),
+        (
+            {"k": 20, "cache": "window(size=8)"},
+            r"k=20 is invalid with cache window.*at most 16.*allowed: k <= 15, or .*slack >= 21\)$",
+        ),
         (  # no k fits: the message once suggested k <= 0
             {"k": 1, "cache": "streaming(budget=12, slack=1)"},
-            r"k=1 is invalid with cache streaming.*at most 1 \(its rollback\); allowed: a cache that can take back",
+            r"k=1 is invalid with cache streaming.*at most 1 \(its rollback\); allowed: a cache that can take back "
+            r"2 \(window and the scored caches: slack >= 2\)$",
         ),
         (  # "allowed: fewer tokens" said no number
             {"cache": "none", "max_new_tokens": 62},
@@ -46,6 +51,22 @@ def test_bad_options(target: GPT, options: dict[str, object], message: str) -> N
     with pytest.raises(type(decoded.value)) as validated:
         dk.validate(target, [PROMPT], strategy="speculative", **kwargs)
     assert str(validated.value) == str(decoded.value)
+
+
+@pytest.mark.parametrize(
+    ("draft", "error", "says"),
+    [
+        ("tiny-shakespeare-draft(x=1)", dk.ParameterError, "model tiny-shakespeare-draft: unknown parameter x=1"),
+        ("tiny-shakespeare-draft:/nonexistent", dk.ParameterError, "tiny-shakespeare-draft: "),
+        ("tiny-shakespeare-draft(", dk.ChainSpecError, "model 'tiny-shakespeare-draft(': at position 23"),
+    ],
+)
+def test_a_draft_that_cannot_load_is_named_as_the_draft(
+    target: GPT, draft: str, error: type[Exception], says: str
+) -> None:
+    """A draft's bad path or parameters said only what the loader says, in the words a bad --model gets."""
+    with pytest.raises(error, match="^" + re.escape(f"speculative: draft={draft!r}: {says}")):
+        speculative(target, [PROMPT], draft=draft, max_new_tokens=8)
 
 
 def test_unknown_draft_name_lists_models(target: GPT) -> None:

@@ -50,7 +50,7 @@ def feed(
 
     A cache that evicts gets the prompt alone as its first forward, as the engine's prefill feeds it (a
     `prefill_only` cache compresses its first forward), then the drafts; and at most the model's context
-    per forward (as the engine's prefill), so a long history goes in blocks, the last holding the drafts.
+    per forward, cut from the first column as the engine's prefill cuts them, the last block holding the drafts.
     """
     block = cache.spec.max_positions if cache is not None and evicts(cache) else None
     width = ids.shape[1]
@@ -63,7 +63,11 @@ def feed(
         return torch.cat([first, rest], 1)
     head = 0  # columns fed before the last block
     if block is not None and width > max(block, keep):
-        head = width - max(block, keep)
+        # Blocks from the first column, as the engine's prefill cuts them: a cache that attends a block whole
+        # (streaming, h2o) gives a column other logits in another block. The last block must hold the kept columns.
+        head = (width - 1) // block * block
+        if width - head < keep:
+            head = width - max(block, keep)
         for start in range(0, head, block):
             end = min(start + block, head)
             logits: Tensor = call(ids[:, start:end], positions[:, start:end], cache, **extra)

@@ -26,7 +26,7 @@ from torch import Tensor
 from decodekit.cache import Croppable, KVCache, PreallocatedKVCache, RowCroppable, evicts
 from decodekit.context import DecodeContext
 from decodekit.engine import PREALLOCATED_COLUMNS, Decoding, sample_steps
-from decodekit.errors import DecodekitError, NumericsError, ParameterError, UnknownNameError
+from decodekit.errors import ChainSpecError, DecodekitError, NumericsError, ParameterError, UnknownNameError
 from decodekit.model import Model, check_call, model_device_dtype
 from decodekit.params import Params
 from decodekit.plugins import Registry, get_registry, load_model
@@ -76,6 +76,8 @@ def resolve_draft(draft: object, target: Model) -> Model | None:
         model = (None if draft == NGRAM else named_draft(draft)) if isinstance(draft, str) else draft
     except UnknownNameError as exc:  # said of the draft: the target's name is fine
         raise UnknownNameError(f"speculative: draft={draft!r}: {exc}; or 'ngram' (drafts from the prompt)") from None
+    except (ParameterError, ChainSpecError) as exc:  # a draft's path or parameters: the same words would blame --model
+        raise type(exc)(f"speculative: draft={draft!r}: {exc}") from None
     if model is None:
         return None
     shown = repr(draft) if isinstance(draft, str) else f"<{type(draft).__name__}>"  # a module's repr is its layers
@@ -178,7 +180,7 @@ def _check_rollback(d: Decoding, k: int) -> None:
         raise ParameterError(
             f"speculative: k={k} is invalid with cache {d.request.cache}: a round may take back k + 1 = {k + 1} "
             f"tokens, and the cache can take back at most {d.kv.rollback} (its rollback); allowed: "
-            f"{fits}a cache that can take back more (window and the scored caches: a larger slack)"
+            f"{fits}a cache that can take back {k + 1} (window and the scored caches: slack >= {k + 1})"
         )
 
 
