@@ -202,7 +202,7 @@ HOSTILE_ERRORS = [
         6,
         "ParameterError",
         "prompt line: unknown parameter temp=2; allowed parameters: prompt, prompt_token_ids, id, seed, "
-        "max_new_tokens, n, chain, logprobs, prompt_logprobs, json_schema, regex, grammar",
+        "max_new_tokens, n, chain, logprobs, prompt_logprobs, stop, json_schema, regex, grammar",
     ),
     (
         7,
@@ -801,3 +801,35 @@ def test_replace_unknown_with_a_tokenizer_without_errors_is_one_error_not_one_pe
         assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
         assert "--replace-unknown: the model's tokenizer has no errors= option" in r.stderr
         assert "line" not in r.stderr and (not out.exists() or out.read_text() == "")
+
+
+def test_a_lines_own_stop_strings_replace_stop_for_that_line(tmp_path: Path) -> None:
+    """vLLM's per-request `stop`, lm-eval's `until`: a line's `stop` (a string or a list) ends its text where the
+    first of them appears, as --stop ends the others; the text is the unstopped one cut before it."""
+    args = ["-m", MODEL, "--max-new-tokens", "24", "--temperature", "1.5", "--cache", "dense"]
+    free = _write_lines(tmp_path / "free.jsonl", [_json(prompt="ROMEO: ", seed=s) for s in (1, 2, 3)])
+    assert _run(free, tmp_path / "free.out", *args).returncode == 0
+    texts = [rec["text"] for rec in _records(tmp_path / "free.out")]
+    own, job = texts[0][5:7], texts[1][8:10]
+    lines = [
+        _json(prompt="ROMEO: ", seed=1, stop=[own, "never in it"]),
+        _json(prompt="ROMEO: ", seed=2),
+        _json(prompt="ROMEO: ", seed=3, stop="never in it"),
+        *(_json(prompt="ROMEO: ", seed=1, stop=bad) for bad in ("", [""], 3, ["a", 3])),
+    ]
+    out = tmp_path / "o.jsonl"
+    r = _run(_write_lines(tmp_path / "p.jsonl", lines), out, *args, "--stop", job, "--on-error", "skip")
+    assert r.returncode == 0, r.stderr
+    records = _records(out)
+    assert [(rec["text"], rec["finish_reason"], rec["stopped_by"]) for rec in records[:3]] == [
+        (texts[0][: texts[0].index(own)], "stop", own),
+        (texts[1][: texts[1].index(job)], "stop", job),
+        (texts[2], "length", None),
+    ]
+    allowed = "allowed: a non-empty string or a list of them, or null (--stop's)"
+    assert [_error(rec)[3] for rec in records[3:]] == [
+        'stop="" is invalid: an empty stop string would end every sample at once; allowed: non-empty strings',
+        'stop=[""] is invalid: an empty stop string would end every sample at once; allowed: non-empty strings',
+        f"prompt line: stop=3 is invalid; {allowed}",
+        f"prompt line: stop=['a', 3] is invalid; {allowed}",
+    ]

@@ -58,7 +58,8 @@ BAD = {  # line -> what it holds: each must become the same error record on Ray 
 
 
 def _line(i: int) -> bytes:
-    """Line i (1-based): prompts of several lengths; some with their own id, seed, length, chain, logprobs or n."""
+    """Line i (1-based): prompts of several lengths; some with their own id, seed, length, chain, logprobs, n or
+    stop."""
     if i in BAD:
         return BAD[i]
     line: dict[str, object] = {"prompt": f"Line {i}: " + "abcd"[: i % 5]}
@@ -76,6 +77,8 @@ def _line(i: int) -> bytes:
         line["prompt_logprobs"] = 1  # line 24: both, in a batch of its own
     if i % 10 == 3:
         line["n"] = 2  # two samples in one record (line 33 of 3 tokens)
+    if i % 9 == 4:
+        line["stop"] = ["e", " "] if i % 2 else "a"  # its own stop strings: in batches of their own
     if i == 2:
         line["id"] = "x\u2028y"  # a raw line separator: one line all the same
     return json.dumps(line, ensure_ascii=False).encode()
@@ -436,10 +439,11 @@ def test_prompt_token_ids_from_a_file_and_a_parquet_column_give_the_local_jobs_r
     cluster: str, tmp_path: Path
 ) -> None:
     """Lines of token ids (`prompt_token_ids`) beside lines of text, read as a JSONL file and as Parquet columns
-    (ids: a `list<int64>` column, null where a row gives text): each row's record is the local job's."""
+    (ids: a `list<int64>` column, null where a row gives text; a line's `stop`: `list<string>`): each row's record
+    is the local job's."""
     lines: list[dict[str, Any]] = [
         {"prompt_token_ids": [53, 26, 22]},
-        {"prompt": "ROMEO: "},
+        {"prompt": "ROMEO: ", "stop": ["e", "o"]},  # a list<string> column, null where a row has none
         {"prompt_token_ids": [51, 48], "n": 2, "prompt_logprobs": 1},
         {"prompt_token_ids": [96]},  # past cli-test-gpt's 96 ids: an error record
     ]
@@ -450,7 +454,7 @@ def test_prompt_token_ids_from_a_file_and_a_parquet_column_give_the_local_jobs_r
     assert r.returncode == 0, r.stderr
     local = out.read_text().splitlines(keepends=True)
     assert json.loads(local[0])["prompt_token_ids"] == [53, 26, 22]
-    columns = {key: [line.get(key) for line in lines] for key in ("prompt", "n", "prompt_logprobs")}
+    columns = {key: [line.get(key) for line in lines] for key in ("prompt", "n", "prompt_logprobs", "stop")}
     ids = pa.array([line.get("prompt_token_ids") for line in lines], pa.list_(pa.int64()))
     pq.write_table(pa.table({"line": [1, 2, 3, 4], **columns, "prompt_token_ids": ids}), tmp_path / "p.parquet")
     parquet = decodekit_ray.from_fields(ray.data.read_parquet(str(tmp_path / "p.parquet")))

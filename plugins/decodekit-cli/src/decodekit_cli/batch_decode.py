@@ -11,6 +11,7 @@ seed=seed)` draws them); under beam search `n` is the search's best beams (`num_
 from __future__ import annotations
 
 import itertools
+import json
 import secrets
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -49,13 +50,14 @@ class Pending:
     chain: str
     logprobs: int | None = None
     prompt_logprobs: int | None = None
+    stop: tuple[str, ...] = ()  # the line's own stop strings, else the job's
     strategy: str = "sample"  # under beam search with the line's num_return_sequences
     copies: int = 1  # rows of the prompt: its samples
     hypotheses: int = 1  # sequences each row returns: beam search's best beams
 
-    def options(self) -> tuple[str, int | None, int | None, str]:
+    def options(self) -> tuple[str, int | None, int | None, tuple[str, ...], str]:
         """What the rows of one decode share (not max_new_tokens: one per prompt, unless the strategy refuses it)."""
-        return self.chain, self.logprobs, self.prompt_logprobs, self.strategy
+        return self.chain, self.logprobs, self.prompt_logprobs, self.stop, self.strategy
 
     def row_seeds(self) -> list[int]:
         """Each copy's seed: the line's own for one, else copy `k` gets `mix_seed(seed, k)`."""
@@ -109,7 +111,13 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
         plan = plan_sequences(settings.strategy, n or 1, None if n is None else f"n={n}", count='a line\'s "n"')
         # Sized before the rows are listed: an n far past the memory would hang building them.
         check_rows("prompt line", "n", plan.copies, plan.copies, len(ids) + min(max_new, PREALLOCATED_COLUMNS), model)
-        pending = Pending(number, key, item.prompt, ids, seed, max_new, chain, logprobs, prompt_logprobs)
+        stop = settings.stop if item.stop is None else (item.stop,) if isinstance(item.stop, str) else tuple(item.stop)
+        if "" in stop:  # as --stop '' is refused
+            raise CliError(
+                f"stop={json.dumps(item.stop)} is invalid: an empty stop string would end every sample at once; "
+                "allowed: non-empty strings"
+            )
+        pending = Pending(number, key, item.prompt, ids, seed, max_new, chain, logprobs, prompt_logprobs, stop)
         pending = replace(pending, strategy=plan.strategy, copies=plan.copies, hypotheses=plan.hypotheses)
         # the seed of a batch of the copies: copy k gets mix_seed(seed, k), as `Pending.row_seeds` gives it
         dk.validate(model, [ids] * plan.copies, **_options(model, settings, pending), seed=seed)
@@ -178,7 +186,7 @@ def _options(model: Any, settings: BatchSettings, line: Pending) -> dict[str, An
         "logprobs": line.logprobs,
         "prompt_logprobs": line.prompt_logprobs,
         "cache": settings.cache,
-        "stop_strings": settings.stop,
+        "stop_strings": line.stop,
         "include_stop_str_in_output": settings.include_stop,
         "stop_tokens": eos_tokens(model, settings.ignore_eos),
         "compile": settings.compile,
@@ -186,8 +194,8 @@ def _options(model: Any, settings: BatchSettings, line: Pending) -> dict[str, An
 
 
 def batches(pending: Sequence[Pending], size: int) -> Iterator[list[Pending]]:
-    """Runs of consecutive prompts sharing chain, logprobs asked and strategy, of `size` rows at most (a line of `n`
-    samples takes `n`; one line, however many): one decode each."""
+    """Runs of consecutive prompts sharing chain, logprobs asked, stop strings and strategy, of `size` rows at most
+    (a line of `n` samples takes `n`; one line, however many): one decode each."""
     for _, group in itertools.groupby(pending, key=Pending.options):
         batch: list[Pending] = []
         for line in group:

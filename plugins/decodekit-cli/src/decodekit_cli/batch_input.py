@@ -89,6 +89,10 @@ class PromptLine(Params):
     prompt_logprobs: int | None = _optional(
         "the prompt tokens' logprobs, with the top n; default: --prompt-logprobs", "an integer >= 0, or null"
     )
+    stop: str | list[str] | None = _optional(
+        "stop strings ending this line's text (lm-eval's `until`, vLLM's per-request `stop`); default: --stop",
+        "a non-empty string or a list of them, or null (--stop's)",
+    )
     # decodekit-grammar: a grammar this line's text follows, put first in its chain (at most one of them)
     json_schema: dict[str, Any] | StrictBool | str | None = _optional(
         "a JSON Schema (an object or true, or its JSON text)", "a JSON Schema (an object or true, or its JSON text)"
