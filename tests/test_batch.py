@@ -833,3 +833,15 @@ def test_a_lines_own_stop_strings_replace_stop_for_that_line(tmp_path: Path) -> 
         f"prompt line: stop=3 is invalid; {allowed}",
         f"prompt line: stop=['a', 3] is invalid; {allowed}",
     ]
+
+
+def test_a_line_whose_prompt_the_tokenizer_cannot_encode_names_the_prompt_field(tmp_path: Path) -> None:
+    """The tokenizer's words name a position in the text; a line's error record names the field it is in."""
+    prompts = _write_lines(tmp_path / "in.jsonl", [_json(prompt="JULIET: \u00e9"), _json(prompt="ROMEO:")])
+    out = tmp_path / "out.jsonl"
+    r = _run(prompts, out, "-m", "tiny-shakespeare", "--max-new-tokens", "2", "--on-error", "skip")
+    assert r.returncode == 0, r.stderr
+    error = _records(out)[0]["error"]
+    assert error["type"] == "UnknownCharacterError"
+    assert error["message"].startswith("prompt: CharTokenizer.encode: 1 character(s) not in the alphabet: '\u00e9'")
+    assert "line 1: prompt: CharTokenizer.encode" in r.stderr

@@ -201,6 +201,7 @@ def test_a_model_without_a_tokenizer_takes_lines_of_ids(tmp_path: Path, capsys: 
     ids, text = [json.loads(line) for line in output.read_text().splitlines()]
     alone = dk.generate(untokenized(None, None), [[53, 26, 22]], chain=CHAIN, max_new_tokens=4, seed=[4])
     assert ids["text"] is None and ids["tokens"] == list(map(int, alone.tokens[0]))
-    assert text["error"]["message"].startswith("the model has no tokenizer, and the command line takes text prompts")
+    no_tokenizer = "prompt: the model has no tokenizer, and the command line takes text prompts"
+    assert text["error"]["message"].startswith(no_tokenizer)
     assert '"prompt_token_ids": [1, 2, 3]' in text["error"]["message"]
     assert "Traceback" not in capsys.readouterr().err

@@ -132,7 +132,11 @@ def line_ids(model: Any, item: PromptLine, replace_unknown: bool) -> list[int]:
     """The line's prompt as token ids: its text encoded, or its own ids, each checked against the vocabulary."""
     if item.prompt_token_ids is None:
         assert item.prompt is not None  # `one_prompt`: the line gives one of them
-        return encode_prompt(model, item.prompt, replace_unknown)
+        try:
+            return encode_prompt(model, item.prompt, replace_unknown)
+        except CliError as exc:  # the tokenizer's words name a position in the text: say which field holds it
+            refused = LineError.of(exc)
+            raise LineError(refused.kind, f"prompt: {refused}") from None
     vocab = model.spec.vocab_size
     for i, token in enumerate(item.prompt_token_ids):
         if not 0 <= token < vocab:
