@@ -827,9 +827,10 @@ def test_a_lines_own_stop_strings_replace_stop_for_that_line(tmp_path: Path) -> 
         (texts[2], "length", None),
     ]
     allowed = "allowed: a non-empty string or a list of them, or null (--stop's)"
+    empty = "an empty stop string would end every sample at once; allowed: non-empty strings"
     assert [_error(rec)[3] for rec in records[3:]] == [
-        'stop="" is invalid: an empty stop string would end every sample at once; allowed: non-empty strings',
-        'stop=[""] is invalid: an empty stop string would end every sample at once; allowed: non-empty strings',
+        f'prompt line: stop="" is invalid: {empty}',
+        f'prompt line: stop=[""] is invalid: {empty}',
         f"prompt line: stop=3 is invalid; {allowed}",
         f"prompt line: stop=['a', 3] is invalid; {allowed}",
     ]

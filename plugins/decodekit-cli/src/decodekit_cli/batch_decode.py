@@ -114,8 +114,8 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
         stop = settings.stop if item.stop is None else (item.stop,) if isinstance(item.stop, str) else tuple(item.stop)
         if "" in stop:  # as --stop '' is refused
             raise CliError(
-                f"stop={json.dumps(item.stop)} is invalid: an empty stop string would end every sample at once; "
-                "allowed: non-empty strings"
+                f"prompt line: stop={json.dumps(item.stop)} is invalid: an empty stop string would end every sample "
+                "at once; allowed: non-empty strings"
             )
         pending = Pending(number, key, item.prompt, ids, seed, max_new, chain, logprobs, prompt_logprobs, stop)
         pending = replace(pending, strategy=plan.strategy, copies=plan.copies, hypotheses=plan.hypotheses)
