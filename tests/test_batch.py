@@ -732,12 +732,16 @@ def test_resume_in_another_directory_refuses_a_relative_draft_path_naming_other_
     assert same.returncode == 0 and "2 already there" in same.stderr, same.stderr
 
 
-def test_lines_that_differ_only_in_max_new_tokens_share_a_decode() -> None:
+def test_lines_that_differ_only_in_max_new_tokens_or_stop_share_a_decode() -> None:
     """Before: `batches` split runs by length too, so a job of mixed max_new_tokens (or a checkpoint's max_length,
-    one length per prompt length) decoded nearly one line per decode."""
+    one length per prompt length) decoded nearly one line per decode; then by a line's own stop strings (an
+    evaluation's `until`, which differs per task) until `dk.generate` took them per prompt."""
     from decodekit_cli.batch_decode import Pending, batches
 
-    lines = [Pending(i, i, "p", [1, 2], i, n, "greedy") for i, n in enumerate([3, 7, 0, 5], start=1)]
+    stops: list[tuple[str, ...]] = [(), ("\n",), ("\n", "."), ()]
+    lines = [
+        Pending(i, i, "p", [1, 2], i, n, "greedy", stop=stop) for i, n, stop in zip(range(1, 5), [3, 7, 0, 5], stops)
+    ]
     other = Pending(5, 5, "p", [1, 2], 5, 3, "top_k(5) | sample")
     assert [[p.line for p in b] for b in batches([*lines, other], 8)] == [[1, 2, 3, 4], [5]]
 

@@ -132,6 +132,24 @@ def test_stop_strings_across_token_boundaries(text_model: GPT) -> None:
     assert streamed == text[:cut]  # streamed text never shows (a part of) the stop string
 
 
+def test_stop_strings_per_prompt_end_each_prompt_by_its_own(text_model: GPT) -> None:
+    """One list per prompt (vLLM's per-request `stop`): each prompt decodes as alone with its own strings."""
+    prompts, seeds = ["Hamlet", "To be", "or"], [4, 5, 6]
+    free = dk.generate(text_model, prompts, max_new_tokens=20, seed=seeds)
+    own = [[text[5:8]] for text in free.text or []]  # each row's own, from inside its free text
+    own[2] = []  # none: this row runs to its length
+    out = dk.generate(text_model, prompts, max_new_tokens=20, seed=seeds, stop_strings=own)
+    for b, prompt in enumerate(prompts):
+        alone = dk.generate(text_model, prompt, max_new_tokens=20, seed=[seeds[b]], stop_strings=own[b])
+        assert (out.text[b], out.finish_reasons[b], out.stopped_by[b]) == (  # type: ignore[index]
+            alone.text[0],  # type: ignore[index]
+            alone.finish_reasons[0],
+            alone.stopped_by[0],
+        )
+    assert out.finish_reasons == ["stop", "stop", "length"]
+    assert out.text == [t[: t.find(s[0])] for t, s in zip(free.text[:2], own)] + [free.text[2]]  # type: ignore[index]
+
+
 def test_logprobs_raw_and_processed(model: GPT) -> None:
     chain = dk.Chain([lambda x, ctx: x / 0.5])
     out = dk.generate(model, [PROMPTS[0]], chain=chain, max_new_tokens=4, seed=0, logprobs=3)

@@ -34,7 +34,11 @@ BAD_ARGUMENTS = [
     ({"stop_tokens": [1.0]}, r"stop_tokens: token id 1.0 \(float\) is invalid; allowed: an int"),
     ({"stop_tokens": [V]}, r"stop_tokens: token id 101 is invalid; allowed: 0 <= id < vocab_size=101"),
     ({"stop_tokens": [[1], ["a"]]}, r"2 lists given for 1 prompts"),
-    ({"stop_strings": 7}, r"stop_strings=7 is invalid; allowed: a string or a list of strings"),
+    ({"stop_strings": 7}, r"stop_strings=7 is invalid; allowed: a string, a list of strings, or one list per prompt"),
+    ({"stop_strings": [["a"], "b"]}, r"stop_strings=\[\['a'\], 'b'\] is invalid; allowed: a string, a list of "),
+    ({"stop_strings": [["a"], ["b"]]}, r"stop_strings: 2 lists given for 1 prompts; allowed: one list for every "),
+    ({"stop_strings": [["a", 3]]}, r"stop_strings\[0\]=\['a', 3\] is invalid; allowed: a string, a list of "),
+    ({"stop_strings": [("\n", "")]}, r"stop_strings\[0\]=\('\\n', ''\): an empty string would end every row"),
     ({"stop_strings": ["a", 3]}, r"stop_strings=\['a', 3\] is invalid"),
     # were dropped without a word, while the command line refuses `--stop ''`
     ({"stop_strings": ""}, r"stop_strings='': an empty string would end every row at once; allowed: non-empty"),

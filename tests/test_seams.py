@@ -65,6 +65,9 @@ def _request(rng: random.Random, model: GPT) -> tuple[list[str], dict[str, Any]]
     if texts and rng.random() < 0.6:  # stop strings inside the text: they end rows mid-round
         picks = [(t, rng.randrange(len(t))) for t in (rng.choice(texts) for _ in range(rng.randint(1, 2)))]
         options["stop_strings"] = [t[i : i + rng.randint(1, 3)] for t, i in picks]
+        if rng.random() < 0.5:  # or one list per prompt, each a part of the list
+            strings = options["stop_strings"]
+            options["stop_strings"] = [rng.sample(strings, rng.randint(0, len(strings))) for _ in prompts]
     if rng.random() < 0.4:
         options["stop_tokens"] = [rng.choice(row or [0]) for row in free.tokens]
     if rng.random() < 0.4:
@@ -120,10 +123,11 @@ def test_a_rows_output_does_not_depend_on_its_batch(models: tuple[GPT, GPT], str
             "max_new_tokens": 16,
             "cache": rng.choice(CACHES[:4]),
         }
-        options["stop_strings"] = [rng.choice(LETTERS)]
-        full = dk.decode(model, prompts, seed=seeds, **options, **extra)
+        stops = [[rng.choice(LETTERS)] for _ in prompts]  # each prompt its own
+        full = dk.decode(model, prompts, seed=seeds, stop_strings=stops, **options, **extra)
         some = sorted(rng.sample(range(len(prompts)), rng.randint(1, len(prompts) - 1)))
-        part = dk.decode(model, [prompts[i] for i in some], seed=[seeds[i] for i in some], **options, **extra)
+        alike: dict[str, Any] = {"seed": [seeds[i] for i in some], "stop_strings": [stops[i] for i in some]}
+        part = dk.decode(model, [prompts[i] for i in some], **alike, **options, **extra)
         assert tuple([row[i] for i in some] for row in _summary(full)) == _summary(part), f"case {case}: {options}"
 
 

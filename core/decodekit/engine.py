@@ -379,8 +379,8 @@ class Decoding:
     def _output(self, prompt: int, row: int) -> RowOutput:
         """A new output for row `row` (of prompt `prompt`), under the request's stop rules and the chain's."""
         request = self.request
-        keep = request.include_stop_str_in_output
-        tracker = None if request.tokenizer is None else TextTracker(request.tokenizer, request.stop_strings, keep)
+        stops, keep = request.stop_strings[prompt], request.include_stop_str_in_output
+        tracker = None if request.tokenizer is None else TextTracker(request.tokenizer, stops, keep)
         ended = functools.partial(self.chain.ended, prompt) if self.chain.ends_rows else None  # beams share it
         return RowOutput(request.limit(prompt), request.stop_tokens[prompt], tracker, ended, self._textless)
 

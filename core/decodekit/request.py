@@ -38,9 +38,10 @@ class DecodeOptions(TypedDict, total=False):
     cache: a registered cache backend name or its string form ("window(size=128)"), a factory
         `(CacheSpec) -> KVCache`, or "none" to recompute the context every step (default "dense").
     stop_tokens: ids that end a row (one list for every prompt, or one per prompt); the stop token is
-        the row's last token. stop_strings: end a row when its decoded text contains one (needs
-        a tokenizer). include_stop_str_in_output: keep the stop string, or the stop token's text, that ended a row at
-        the end of its text (vLLM's; default False: the text ends before it); a special token (the tokenizer's
+        the row's last token. stop_strings: end a row when its decoded text contains one (needs a tokenizer): a
+        string or a list for every prompt, or one list per prompt (vLLM's per-request `stop`).
+        include_stop_str_in_output: keep the stop string, or the stop token's text, that ended a row at the end of
+        its text (vLLM's; default False: the text ends before it); a special token (the tokenizer's
         `eos_token_ids`, `special_token_ids`) has no text, as vLLM's default skip_special_tokens=True renders it.
     seed: one int in [0, 2**64) (prompt b gets its own stream derived from it and b), one seed per
         prompt, or None (the default: fresh seeds).
@@ -55,7 +56,7 @@ class DecodeOptions(TypedDict, total=False):
     max_new_tokens: int | Sequence[int]
     cache: str | CacheFactory
     stop_tokens: TokenIds | Sequence[TokenIds]
-    stop_strings: str | Sequence[str]
+    stop_strings: str | Sequence[str] | Sequence[Sequence[str]]
     include_stop_str_in_output: bool
     seed: int | Sequence[int] | None
     logprobs: int | None
@@ -67,8 +68,9 @@ class DecodeOptions(TypedDict, total=False):
 class DecodeRequest:
     """The checked arguments of one decode, as a strategy's policy reads them (`decoding.request`): `prompts` ids
     per prompt (ints in [0, vocab_size), none empty), `cache` a factory `(CacheSpec) -> KVCache` or None (recompute
-    the context every step), `stop_tokens` the ids that end each prompt's rows, `seed` one int, one per prompt, or None;
-    `max_new_tokens` the largest limit (what a policy sizes by), `limits` each prompt's when given per prompt."""
+    the context every step), `stop_tokens` the ids and `stop_strings` the strings that end each prompt's rows, `seed`
+    one int, one per prompt, or None; `max_new_tokens` the largest limit (what a policy sizes by), `limits` each
+    prompt's when given per prompt."""
 
     model: Any
     prompts: list[list[int]]
@@ -76,7 +78,7 @@ class DecodeRequest:
     max_new_tokens: int
     cache: CacheFactory | None
     stop_tokens: list[frozenset[int]]
-    stop_strings: tuple[str, ...]
+    stop_strings: list[tuple[str, ...]]
     seed: int | tuple[int, ...] | None
     logprobs: int | None
     compile: bool = False  # the model's decode step and the chain's step under torch.compile
@@ -216,18 +218,34 @@ def _stop_tokens(stop_tokens: object, batch: int, vocab_size: int) -> list[froze
     return [frozenset(token_ids("stop_tokens", items, vocab_size))] * batch
 
 
-def _stop_strings(stop_strings: object, tokenizer: object) -> tuple[str, ...]:
+def _stop_strings(stop_strings: object, batch: int, tokenizer: object) -> list[tuple[str, ...]]:
+    allowed = "a string, a list of strings, or one list per prompt"
     items = (stop_strings,) if isinstance(stop_strings, str) else stop_strings
-    if not isinstance(items, Sequence) or not all(isinstance(s, str) for s in items):
-        raise ParameterError(f"stop_strings={stop_strings!r} is invalid; allowed: a string or a list of strings")
+    if not isinstance(items, Sequence):
+        raise ParameterError(f"stop_strings={stop_strings!r} is invalid; allowed: {allowed}")
+    if items and all(isinstance(s, Sequence) and not isinstance(s, str) for s in items):
+        if len(items) != batch:
+            raise ParameterError(
+                f"stop_strings: {len(items)} lists given for {batch} prompts; allowed: one list for every prompt, "
+                "or one per prompt"
+            )
+        rows = [_strings(f"stop_strings[{b}]", row, row, allowed) for b, row in enumerate(items)]
+    else:
+        rows = [_strings("stop_strings", stop_strings, items, allowed)] * batch
+    if any(rows) and tokenizer is None:
+        raise ParameterError("stop_strings: the model has no tokenizer to decode text with; use stop_tokens")
+    return rows
+
+
+def _strings(name: str, given: object, items: Sequence[Any], allowed: str) -> tuple[str, ...]:
+    """`items` (`given`, as the caller wrote it) as stop strings."""
+    if not all(isinstance(s, str) for s in items):
+        raise ParameterError(f"{name}={given!r} is invalid; allowed: {allowed}")
     if "" in items:  # every text contains it (the command line's `--stop ''` is refused alike)
         raise ParameterError(
-            f"stop_strings={stop_strings!r}: an empty string would end every row at once; allowed: non-empty strings"
+            f"{name}={given!r}: an empty string would end every row at once; allowed: non-empty strings"
         )
-    strings = tuple(items)
-    if strings and tokenizer is None:
-        raise ParameterError("stop_strings: the model has no tokenizer to decode text with; use stop_tokens")
-    return strings
+    return tuple(items)
 
 
 def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
@@ -298,7 +316,7 @@ def decode_request(model: Any, prompts: Prompts, /, **options: Unpack[DecodeOpti
         limits=limits,
         cache=cache,
         stop_tokens=_stop_tokens(options.get("stop_tokens", ()), len(rows), V),
-        stop_strings=_stop_strings(options.get("stop_strings", ()), getattr(model, "tokenizer", None)),
+        stop_strings=_stop_strings(options.get("stop_strings", ()), len(rows), getattr(model, "tokenizer", None)),
         include_stop_str_in_output=_flag(
             "include_stop_str_in_output", options.get("include_stop_str_in_output", False)
         ),

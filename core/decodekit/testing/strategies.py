@@ -107,6 +107,19 @@ class StrategyConformance:
             if reason == "stop" and isinstance(by, str):
                 assert by in strings, f"{where}: stopped_by {by!r} is not a stop string"
 
+    def test_stop_strings_per_prompt_end_only_their_rows(self) -> None:
+        """Stop strings given per prompt end each prompt's rows by its own strings, never another prompt's."""
+        free = self._decode(PROMPTS, seed=SEEDS)
+        assert free.text is not None, self._where("the kit's model has a tokenizer, but text is None")
+        own = [[t[1:3]] if len(t) >= 3 else ["\x00never"] for t in free.text]
+        out = self._decode(PROMPTS, seed=SEEDS, stop_strings=own)
+        assert out.text is not None
+        for row, (text, reason, by) in enumerate(zip(out.text, out.finish_reasons, out.stopped_by)):
+            where = self._where(f"stop_strings={own}", row)
+            assert own[row][0] not in text, f"{where}: text {text!r} contains its stop string {own[row][0]!r}"
+            if reason == "stop" and isinstance(by, str):
+                assert by in own[row], f"{where}: stopped_by {by!r}, not one of its prompt's {own[row]}"
+
     def test_a_prompt_alone_decodes_as_in_its_batch(self) -> None:
         """With one seed per prompt, a prompt's output does not depend on what else is in its batch."""
         batch = self._decode(PROMPTS, seed=SEEDS)

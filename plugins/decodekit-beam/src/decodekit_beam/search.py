@@ -181,7 +181,7 @@ class _Search:
         _check_sums(top_scores[:, 0], self.open_rows, step)
         src, tok = top_idx // V, top_idx % V  # the beam each extends, and the new token
         hits = self.stop_mask.gather(1, tok)
-        if d.request.stop_strings or d.chain.ends_rows:
+        if any(d.request.stop_strings) or d.chain.ends_rows:
             hits |= self._output_hits(src, tok)
         if step == self.M - 1:
             hits = torch.ones_like(hits)  # the last step finishes every candidate ("length")

@@ -55,9 +55,10 @@ class Pending:
     copies: int = 1  # rows of the prompt: its samples
     hypotheses: int = 1  # sequences each row returns: beam search's best beams
 
-    def options(self) -> tuple[str, int | None, int | None, tuple[str, ...], str]:
-        """What the rows of one decode share (not max_new_tokens: one per prompt, unless the strategy refuses it)."""
-        return self.chain, self.logprobs, self.prompt_logprobs, self.stop, self.strategy
+    def options(self) -> tuple[str, int | None, int | None, str]:
+        """What the rows of one decode share (not max_new_tokens nor stop strings: one per prompt, unless the
+        strategy refuses a limit per prompt)."""
+        return self.chain, self.logprobs, self.prompt_logprobs, self.strategy
 
     def row_seeds(self) -> list[int]:
         """Each copy's seed: the line's own for one, else copy `k` gets `mix_seed(seed, k)`."""
@@ -198,7 +199,7 @@ def _options(model: Any, settings: BatchSettings, line: Pending) -> dict[str, An
 
 
 def batches(pending: Sequence[Pending], size: int) -> Iterator[list[Pending]]:
-    """Runs of consecutive prompts sharing chain, logprobs asked, stop strings and strategy, of `size` rows at most
+    """Runs of consecutive prompts sharing chain, logprobs asked and strategy, of `size` rows at most
     (a line of `n` samples takes `n`; one line, however many): one decode each."""
     for _, group in itertools.groupby(pending, key=Pending.options):
         batch: list[Pending] = []
@@ -268,6 +269,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
     scores: list[list[dict[str, Any]] | None] = [None if first.logprobs is None else [] for _ in range(n)]
     options = _options(model, settings, first)
     options["max_new_tokens"] = [lines[i].max_new_tokens for i in line_of]
+    options["stop_strings"] = [lines[i].stop for i in line_of]
     seeds = [seed for p in lines for seed in p.row_seeds()]
     events = dk.stream(model, [lines[i].ids for i in line_of], **options, seed=seeds)
     wait = first.prompt_logprobs is not None or first.hypotheses > 1 or _own_result(first.strategy)

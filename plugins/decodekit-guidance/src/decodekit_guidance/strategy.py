@@ -75,7 +75,7 @@ def _open_pairs(d: Decoding, negatives: list[list[int]]) -> Decoding:
         prompts=rows,
         chain=Chain(),  # never run: `d`'s chain picks
         stop_tokens=[frozenset()] * len(rows),  # the pairs end when `d`'s rows do
-        stop_strings=(),
+        stop_strings=[()] * len(rows),
         seed=0,  # nothing is drawn; a fixed seed leaves torch's global generator alone
         logprobs=None,
         # each pair row its prompt's limit: the context is checked per row (`d`'s rows end them)
