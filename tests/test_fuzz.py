@@ -318,10 +318,10 @@ def test_a_batch_refused_where_each_prompt_alone_decodes_is_caught(monkeypatch: 
     each prompt alone decodes counted as an accepted decodekit error."""
     decode = rowlimits._decode
 
-    def refuses_batches(case: RowLimitsCase, prompts: list[list[int]], limits: Any, seeds: Any) -> Any:
+    def refuses_batches(case: RowLimitsCase, prompts: list[list[int]], *args: Any) -> Any:
         if len(prompts) > 1:
             raise dk.ContextLengthError("a batch refused")
-        return decode(case, prompts, limits, seeds)
+        return decode(case, prompts, *args)
 
     monkeypatch.setattr(rowlimits, "_decode", refuses_batches)
     case = RowLimitsCase(ModelKey(7), "generate", ((1, 2), (3,)), Arg([2, 3]), (5, 6), "greedy")

@@ -99,7 +99,8 @@ def row_limits_cases(draw: st.DrawFn, samplers: Sequence[SamplerInfo] | None = N
     if draw(st.booleans()):
         kwargs["stop_tokens"] = draw(st.lists(st.integers(0, V - 1), max_size=2))
     if model.tokenizer and draw(st.booleans()):  # letters: a stop string ends a row before its limit, or not
-        kwargs["stop_strings"] = draw(st.sampled_from([["a"], ["b"], ["ab", "ba"], ["c"]]))
+        letters = st.sampled_from([["a"], ["b"], ["ab", "ba"], ["c"], []])
+        kwargs["stop_strings"] = draw(st.one_of(letters, st.lists(letters, min_size=rows, max_size=rows)))
     if draw(st.booleans()):
         kwargs["logprobs"] = draw(st.integers(0, min(V, 3)))
     limits = draw(_limits(rows))
@@ -114,13 +115,19 @@ def _chain(case: RowLimitsCase) -> Any:
     return case.chain.text() if isinstance(case.chain, ChainDraw) else case.chain
 
 
-def _decode(case: RowLimitsCase, prompts: list[list[int]], limits: Any, seeds: Any) -> Generation | None:
-    """The case's call on `prompts` (a stream is drained: its result)."""
+def _decode(
+    case: RowLimitsCase, prompts: list[list[int]], limits: Any, seeds: Any, alone: int | None = None
+) -> Generation | None:
+    """The case's call on `prompts` (a stream is drained: its result); `alone`: the index of the case's one prompt
+    given, whose own stop strings it takes where they are given per prompt."""
     model = tiny_model(case.model)
     options = dict(case.options)
     if options.get("draft") == "model":  # another tiny model of the same vocabulary as the draft
         options["draft"] = tiny_model(ModelKey(case.model.vocab_size, position="rope"))
     kwargs = {"chain": _chain(case), "max_new_tokens": limits, "seed": seeds, **case.kwargs}
+    stops = kwargs.get("stop_strings")
+    if alone is not None and stops and all(isinstance(s, list) for s in stops):
+        kwargs["stop_strings"] = [stops[alone]]
     if case.api == "stream":
         events = dk.stream(model, prompts, **kwargs)
         for _ in events:
@@ -167,7 +174,7 @@ def _compare_alone(
     for b, prompt in enumerate(prompts):
         seed = [case.seeds[b]] if isinstance(case.seeds, tuple) else case.seeds
         try:
-            alone = _decode(case, [prompt], limits[b], seed)
+            alone = _decode(case, [prompt], limits[b], seed, b)
         except DecodekitError as exc:  # the batch ran: the prompt alone must too
             report.add(ROW_MISMATCH, f"{case.api}: alone, {type(exc).__name__}")
             continue
@@ -194,7 +201,7 @@ def _each_alone_runs(case: RowLimitsCase, prompts: list[list[int]]) -> bool:
     limits = [int(n) for n in case.limits.value]
     try:
         for b, prompt in enumerate(prompts):
-            _decode(case, [prompt], limits[b], [case.seeds[b]])
+            _decode(case, [prompt], limits[b], [case.seeds[b]], b)
     except DecodekitError:
         return False
     return True
