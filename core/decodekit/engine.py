@@ -16,6 +16,7 @@ from decodekit import compiling
 from decodekit.cache import KVCache, capability_error, evicts
 from decodekit.chain import Chain, Picked
 from decodekit.context import DecodeContext, row_generators, row_seeds
+from decodekit.copies import CopiesView, distinct_rows
 from decodekit.errors import ContextLengthError, ParameterError, PluginError, UnfinishedRowsWarning
 from decodekit.model import Model, last_only, model_device_dtype
 from decodekit.outputs import RowOutput
@@ -225,13 +226,17 @@ class Decoding:
         self._fed = self.P  # (after reading kv: before open(), that is the error a policy gets)
         block = self.spec.max_positions if evicts(self.kv) else self.P
         columns = last_only(self.model) if n is None else {}
+        tokens, positions, kv, copies = self.buf[:, : self.P], self.positions[:, : self.P], self.kv, None
+        if self.kv is not None and (alike := distinct_rows(tokens, positions)) is not None:
+            first, copies = alike  # a prompt's copies (samples, beams) computed once
+            tokens, positions, kv = tokens[first], positions[first], CopiesView(self.kv, first, copies)
         for start in range(0, self.P, block):
             end = min(start + block, self.P)
-            logits = self.model(self.buf[:, start:end], self.positions[:, start:end], self.kv, **columns)
+            logits = self.model(tokens[:, start:end], positions[:, start:end], kv, **columns)
             last = last_column(self.model, logits)
             if n is not None:
-                self._score_prompts(logits, start, n)
-        return last
+                self._score_prompts(logits if copies is None else logits[copies], start, n)
+        return last if copies is None else last[copies]
 
     def _score_prompts(self, logits: Tensor, start: int, n: int) -> None:
         """Add to `prompt_logprobs` the prompt tokens the logits `[R, T, V]` of columns `start ..` predict: each

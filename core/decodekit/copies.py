@@ -1,0 +1,68 @@
+"""A prompt's copies prefilled once: rows that repeat a prompt (`n` samples, beams, a prompt given twice) are computed
+as one row, each written to the cache rows of all its copies (docs/concepts.md, "The decode engine")."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from decodekit.cache import KVCache
+
+__all__ = ["CopiesView", "distinct_rows"]
+
+
+def distinct_rows(tokens: Tensor, positions: Tensor) -> tuple[Tensor, Tensor] | None:
+    """(the first row of each distinct prompt, each row's index among them), or None when every row is distinct.
+    Rows are alike when their tokens and positions are: the same prompt with the same padding."""
+    if tokens.shape[0] < 2:
+        return None
+    rows = torch.cat([tokens, positions.to(tokens.dtype)], dim=1)
+    unique, inverse = torch.unique(rows, dim=0, return_inverse=True)
+    if unique.shape[0] == rows.shape[0]:
+        return None
+    first = torch.full((unique.shape[0],), rows.shape[0], dtype=torch.long, device=rows.device)
+    first.scatter_reduce_(0, inverse, torch.arange(rows.shape[0], device=rows.device), reduce="amin")
+    return first, inverse
+
+
+class CopiesView:
+    """The cache as a model sees it in the prefill of distinct rows: what it writes goes to every copy's row; what it
+    reads back (keys, values, the mask) is the distinct rows'. Everything else is the cache's own."""
+
+    def __init__(self, kv: KVCache, first: Tensor, inverse: Tensor) -> None:
+        self.kv, self.first, self.inverse = kv, first, inverse
+        self.spec = dataclasses.replace(kv.spec, batch_size=len(first))
+        self._read: tuple[Tensor, Tensor, Tensor, Tensor] | None = None  # the last update's, every row's and ours
+        self._positions: tuple[Tensor, Tensor] | None = None
+
+    @property
+    def length(self) -> int:
+        return self.kv.length
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        keys, values = self.kv.update(layer, k[self.inverse], v[self.inverse])
+        self._read = (keys, values, keys[self.first], values[self.first])
+        return self._read[2], self._read[3]
+
+    def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
+        mask = self.kv.attention_mask(layer, self._every_row(positions))
+        if self._read is not None:  # a cache may complete what `update` returned here (window's moved sinks)
+            keys, values, ours_k, ours_v = self._read
+            ours_k.copy_(keys[self.first])
+            ours_v.copy_(values[self.first])
+        return mask[self.first] if mask.shape[0] == len(self.inverse) else mask  # a mask may broadcast over rows
+
+    def _every_row(self, positions: Tensor) -> Tensor:
+        """`positions` of every row, the same tensor for the same given one (a cache may memoize by identity)."""
+        if self._positions is None or self._positions[0] is not positions:
+            self._positions = (positions, positions[self.inverse])
+        return self._positions[1]
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.kv, name)  # an AttributeError keeps a capability the cache lacks absent here too
+        if name == "observe":  # a scoring cache scores each copy's row by its queries
+            return lambda layer, queries: found(layer, queries[self.inverse])
+        return found
