@@ -116,7 +116,8 @@ def test_prompt_lookup_is_the_default_draft(target: GPT) -> None:
 
 def test_zero_new_tokens(target: GPT) -> None:
     out = speculative(target, [PROMPT, [1]], draft="ngram", max_new_tokens=0)
-    assert out.tokens == [[], []] and out.acceptance_rate == 0.0
+    assert out.tokens == [[], []] and out.acceptance_rate is None and out.mean_acceptance_length is None
+    assert out.accepted_by_position == [[0] * 4, [0] * 4]
 
 
 @pytest.mark.parametrize("which", ["ngram", "model"])

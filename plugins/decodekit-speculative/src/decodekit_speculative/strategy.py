@@ -33,6 +33,7 @@ from decodekit.plugins import Registry, get_registry, load_model
 from decodekit.results import Generation, TokenLogprobs, prompt_logprobs, token_logprobs
 from decodekit.spec import CacheSpec
 from decodekit.strategies import run_decode
+from decodekit_speculative.acceptance import count_round, no_counts
 from decodekit_speculative.drafts import Drafter, ModelDrafter, NgramDrafter, fed_block, feed
 from decodekit_speculative.params import NGRAM, SpeculativeParams
 from decodekit_speculative.rejection import draw, probabilities, verify_argmax, verify_softmax
@@ -44,17 +45,30 @@ __all__ = ["SpeculativeGeneration", "resolve_draft", "speculative", "speculative
 
 @dataclass
 class SpeculativeGeneration(Generation):
-    """A `Generation` plus, per row, how many tokens the draft proposed and how many the target accepted
-    (up to and including the row's last token: drafts past its stop are not counted)."""
+    """A `Generation` plus, per row, how many tokens the draft proposed and how many the target accepted, in how
+    many rounds, and by position (up to and including the row's last token: drafts past its stop are not counted).
+
+    `draft_rounds[b]`: the rounds in which row b drafted at least one token (a round with no draft is a plain step).
+    `accepted_by_position[b][p]`: of those, the rounds that accepted draft p + 1 (so every draft before it); p from
+    0 to k - 1. Divided by `draft_rounds[b]` it is the acceptance by position that vLLM reports."""
 
     drafted: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
+    draft_rounds: list[int] = field(default_factory=list)
+    accepted_by_position: list[list[int]] = field(default_factory=list)
 
     @property
-    def acceptance_rate(self) -> float:
-        """Accepted drafts / proposed drafts over all rows (0 when nothing was proposed)."""
+    def acceptance_rate(self) -> float | None:
+        """Accepted drafts / proposed drafts over all rows; None when nothing was proposed (no rate, not 0)."""
         total = sum(self.drafted)
-        return sum(self.accepted) / total if total else 0.0
+        return sum(self.accepted) / total if total else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """Tokens a round that drafted emitted on average over all rows: its accepted drafts plus the target's own
+        token (vLLM's convention: 1 + accepted / rounds); None when no round drafted."""
+        rounds = sum(self.draft_rounds)
+        return 1 + sum(self.accepted) / rounds if rounds else None
 
 
 def named_draft(name: str) -> Model:
@@ -129,7 +143,7 @@ def _rounds(d: Decoding, draft: Model | None, params: SpeculativeParams, kind: K
     """The rounds of an opened speculative decoding."""
     B = len(d.rows)
     d.result_type = SpeculativeGeneration
-    d.extras = {"drafted": [0] * B, "accepted": [0] * B}
+    d.extras = no_counts(B, params.k)
     if d.request.max_new_tokens == 0:  # no round: `sample`'s loop runs the chain once, so refuses what it refuses
         yield from sample_steps(d)
         return
@@ -391,8 +405,7 @@ class _Rounds:
             if ended:
                 break
         # A row that ended at position j counts its drafts up to j: those after would have followed its end.
-        d.extras["drafted"][b] += min(count, j + 1) if ended else count
-        d.extras["accepted"][b] += min(n, j + 1)
+        count_round(d.extras, b, min(count, j + 1) if ended else count, min(n, j + 1))
         return ended
 
     def _logprobs(self, raw: Tensor, processed: Tensor, token: int) -> TokenLogprobs | None:
