@@ -18,7 +18,7 @@ from decodekit_speculative.acceptance import COUNTS
 
 def test_status_line_shows_acceptance() -> None:
     line = _status_line(40, 2.0, 1, Acceptance(0.8125, 3.4375))
-    assert line.endswith("20.0 tokens/s · 81% of drafted tokens accepted, mean acceptance length 3.44")
+    assert line.endswith("20.0 tokens/s · 81% of drafts accepted · 3.44 tokens per round")
     assert "accepted" not in _status_line(40, 2.0, 1)
     assert _status_line(1, 2.0, 1, Acceptance(None, None)).endswith(" · nothing drafted")  # not "0% accepted"
 

@@ -90,7 +90,9 @@ class Acceptance:
     def shown(self) -> str:
         if self.rate is None or self.mean_length is None:
             return "nothing drafted"
-        return f"{self.rate:.0%} of drafted tokens accepted, mean acceptance length {self.mean_length:.2f}"
+        return (
+            f"{self.rate:.0%} of drafts accepted · {self.mean_length:.2f} tokens per round"  # the line fits 80 columns
+        )
 
     names: ClassVar[tuple[str, str]] = ("acceptance_rate", "mean_acceptance_length")  # the result's, and the JSON's
 
