@@ -1,15 +1,18 @@
-"""Acceptance figures (`draft_rounds`, `accepted_by_position`, `mean_acceptance_length`) on a scripted draft whose
-counts are worked by hand."""
+"""Acceptance figures (`draft_rounds`, `accepted_by_position`, `mean_acceptance_length`) and the heuristic schedule
+of k, on a scripted draft whose counts are worked by hand, and on real drafts against `dk.generate`."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
 import torch
 from decodekit_gpt.gpt import GPT
 from decodekit_speculative import strategy
+from decodekit_speculative.acceptance import next_k
 from decodekit_speculative.strategy import SpeculativeGeneration, speculative
+from draws import two_sample_p
 
 import decodekit as dk
 
@@ -71,3 +74,47 @@ def test_a_round_with_no_draft_is_not_counted(monkeypatch: pytest.MonkeyPatch, t
     assert drafter.proposed == [0]
     assert (out.drafted, out.draft_rounds, out.accepted_by_position) == ([0], [0], [[0, 0, 0]])
     assert out.acceptance_rate is None and out.mean_acceptance_length is None
+
+
+def test_the_heuristic_schedule(monkeypatch: pytest.MonkeyPatch, target: GPT) -> None:
+    """k = 4, a draft right for 2 tokens a round, 16 tokens. Round by round (tokens done: drafted, accepted, next
+    k): 0: 4, 2, 3 | 3: 3, 2, 2 | 6: 2, 2 (all), 4 | 9: 4, 2, 3 | 12: 3 (16 - 12 - 1), 2, 2 | 15: 0 (one token
+    left), k stays. 16 drafted, 10 accepted, 5 rounds; position 3 accepted in none, 4 in none."""
+    out, drafter = scripted(monkeypatch, target, agree=2, max_new_tokens=16, k=4, schedule="heuristic")
+    assert drafter.proposed == [4, 3, 2, 4, 3, 0]
+    assert (out.drafted, out.accepted, out.draft_rounds) == ([16], [10], [5])
+    assert out.accepted_by_position == [[5, 5, 0, 0]]
+
+
+def test_next_k() -> None:
+    assert [next_k(4, 4, 4, 8), next_k(7, 7, 7, 8), next_k(4, 4, 3, 8), next_k(1, 1, 0, 8)] == [6, 8, 3, 1]
+    assert next_k(3, 0, 0, 8) == 3  # nothing drafted: nothing learned
+
+
+@pytest.mark.parametrize("which", ["model", "ngram"])
+def test_the_heuristic_schedule_gives_generates_greedy_tokens(target: GPT, draft: GPT, which: str) -> None:
+    """A batch of ragged prompts, each row moving its own k."""
+    prompts = [PROMPT, [7], [90, 1, 33, 4, 90, 1, 33, 4, 90, 1]]
+    d: Any = draft if which == "model" else "ngram"
+    ref = dk.generate(target, prompts, chain="greedy", max_new_tokens=30)
+    out = speculative(target, prompts, draft=d, k=6, schedule="heuristic", chain="greedy", max_new_tokens=30)
+    assert out.tokens == ref.tokens
+    assert all(sum(p) == a for p, a in zip(out.accepted_by_position, out.accepted))  # each accepted draft once
+
+
+@pytest.mark.slow
+def test_the_heuristic_schedule_keeps_the_distribution(target: GPT, draft: GPT) -> None:
+    """test_sampling's chi-square check, on the joint of tokens 6 to 8, where the schedule has moved k: at most 2,
+    1 after a rejection, back to 2 after a round that accepted every draft."""
+    chain, prompt, rows = "repetition_penalty(1.5) | top_k(6) | temperature(0.7)", [9, 44, 44, 44, 9, 44], 2000
+
+    def joint(tokens: list[list[int]]) -> Counter[tuple[int, ...]]:
+        return Counter(tuple(t[5:8]) for t in tokens)
+
+    plain = joint(dk.generate(target, [prompt] * rows, chain=chain, max_new_tokens=8, seed=1).tokens)
+    out = speculative(
+        target, [prompt] * rows, draft=draft, k=2, schedule="heuristic", chain=chain, max_new_tokens=8, seed=2
+    )
+    assert 0 < sum(out.accepted) < sum(out.drafted)
+    assert sum(out.drafted) < 2 * sum(out.draft_rounds)  # the premise: some rounds drafted one token
+    assert two_sample_p(joint(out.tokens), plain) > 1e-3

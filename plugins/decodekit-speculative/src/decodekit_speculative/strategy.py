@@ -33,7 +33,7 @@ from decodekit.plugins import Registry, get_registry, load_model
 from decodekit.results import Generation, TokenLogprobs, prompt_logprobs, token_logprobs
 from decodekit.spec import CacheSpec
 from decodekit.strategies import run_decode
-from decodekit_speculative.acceptance import count_round, no_counts
+from decodekit_speculative.acceptance import count_round, next_k, no_counts
 from decodekit_speculative.drafts import Drafter, ModelDrafter, NgramDrafter, fed_block, feed
 from decodekit_speculative.params import NGRAM, SpeculativeParams
 from decodekit_speculative.rejection import draw, probabilities, verify_argmax, verify_softmax
@@ -122,7 +122,8 @@ def speculative(model: Model, prompts: Any, **options: Any) -> SpeculativeGenera
 
     draft: a registered model name, a model object sharing the target's vocabulary, or "ngram"
     (prompt lookup of the last `ngram_size` tokens, the default). k: tokens proposed per row and
-    round. The other options are `dk.generate`'s.
+    round; schedule="heuristic" moves each row's within 1..k (+2 after a round that accepted every
+    draft, -1 otherwise). The other options are `dk.generate`'s.
     """
     out = run_decode(model, prompts, "speculative", options, "speculative")
     assert isinstance(out, SpeculativeGeneration)
@@ -234,6 +235,8 @@ class _Rounds:
         kv: KVCache | None,
     ) -> None:
         self.d, self.kind, self.k, self.rows, self.chain = d, kind, params.k, rows, d.chain
+        self.heuristic = params.schedule == "heuristic"
+        self.ks = [params.k] * len(rows)  # each row's k this round: `k` itself, unless the schedule moves it
         self.kv: RowCache | _Recompute = _Recompute() if kv is None else RowCache(kv, len(rows))
         prompts = [d.rows[b] for b in rows]
         self.lengths = [len(p) for p in prompts]  # history (prompt + emitted) per row
@@ -341,7 +344,7 @@ class _Rounds:
             self._grow()
             active = [not x for x in done]
             budgets = [  # each row's block within the context, by its own length (as alone)
-                min(self.k, d.outputs[b].limit - self.generated[i] - 1, d.room(self.lengths[i])) if active[i] else 0
+                min(self.ks[i], d.outputs[b].limit - self.generated[i] - 1, d.room(self.lengths[i])) if active[i] else 0
                 for i, b in enumerate(rows)
             ]
             qs = self.drafter.propose(self.buf, self.lengths, budgets, self._pick)
@@ -406,6 +409,8 @@ class _Rounds:
                 break
         # A row that ended at position j counts its drafts up to j: those after would have followed its end.
         count_round(d.extras, b, min(count, j + 1) if ended else count, min(n, j + 1))
+        if self.heuristic:
+            self.ks[i] = next_k(self.ks[i], count, n, self.k)
         return ended
 
     def _logprobs(self, raw: Tensor, processed: Tensor, token: int) -> TokenLogprobs | None:
