@@ -7,6 +7,10 @@ rounds of each round's ratio (plain time / speculative time for the same tokens)
 on a shared machine moves both sides of a round. Writes a Markdown table to stdout and a plot.
 
     python benchmarks/bench_speculative.py [--target tiny-shakespeare:DIR] [--draft NAME ...] [--repeats 5]
+        [--max-k 8] [--heuristic K ...] [--plot PATH]
+
+`--heuristic K` adds a row of `k=K, schedule="heuristic"` to every case (prompt lookup's too); with `--schedule-pairs`
+each case instead times `schedule="heuristic"` against `"constant"` at k = K, alternating, the ratio per pair.
 
 `--draft` may be given more than once (e.g. `--draft tiny-shakespeare-draft --draft tiny-shakespeare-draft:DIR`,
 a draft export directory): the drafts are measured one after the other in this process, each against plain.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -37,29 +42,41 @@ PROMPT = "ROMEO:\n"
 # The continuation of the second copy quotes the first: what prompt lookup is for.
 PASSAGE = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n"
 QUOTING_PROMPT = PASSAGE + "\nHAMLET:\n" + PASSAGE[:24]
+NGRAM_KS = [(k, "constant") for k in (1, 2, 3, 4, 8)]
 
 
 class Row(NamedTuple):
-    """One k: speculative tokens/s, the median ratio to plain (with quartiles), the acceptance rate."""
+    """One k (and schedule): speculative tokens/s, the median ratio to plain (with quartiles), the acceptance rate and
+    the mean acceptance length (tokens per round that drafted)."""
 
     k: int
+    schedule: str
     tokens_per_second: float
     ratio: float
     low: float
     high: float
     acceptance: float
+    length: float
+
+    @property
+    def label(self) -> str:
+        return str(self.k) if self.schedule == "constant" else f"{self.k}, {self.schedule}"
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = CLOCKS["wall"]  # `--clock cpu`: this process's CPU time, which another job on a shared machine moves less
 
 
 def timed(run: Callable[[], Any]) -> tuple[float, Any]:
-    start = time.perf_counter()
+    start = clock()
     out = run()
-    return time.perf_counter() - start, out
+    return clock() - start, out
 
 
 def measure(
-    target: Any, prompt: str, chain: str, draft: Any, ks: list[int], tokens: int, repeats: int
+    target: Any, prompt: str, chain: str, draft: Any, ks: list[tuple[int, str]], tokens: int, repeats: int
 ) -> tuple[float, list[Row]]:
-    """Plain tokens/s, and one `Row` per k."""
+    """Plain tokens/s, and one `Row` per (k, schedule)."""
 
     def plain() -> dk.Generation:
         return dk.generate(target, [prompt], chain=chain, max_new_tokens=tokens, seed=0)
@@ -67,14 +84,14 @@ def measure(
     plain()  # warm-up
     rows = []
     base_times: list[float] = []
-    for k in ks:
+    for k, schedule in ks:
 
-        def spec(k: int = k) -> dk.Generation:
-            options = {"draft": draft, "k": k, "chain": chain, "max_new_tokens": tokens, "seed": 0}
-            return dk.decode(target, [prompt], strategy="speculative", **options)
+        def spec(k: int = k, schedule: str = schedule) -> dk.Generation:
+            options = {"draft": draft, "k": k, "schedule": schedule, "chain": chain, "seed": 0}
+            return dk.decode(target, [prompt], strategy="speculative", max_new_tokens=tokens, **options)
 
         spec()
-        ratios, spec_times, rate = [], [], 0.0
+        ratios, spec_times, rate, length = [], [], 0.0, 0.0
         for r in range(repeats):
             pair = [plain, spec] if r % 2 == 0 else [spec, plain]
             (t_a, a), (t_b, b) = timed(pair[0]), timed(pair[1])
@@ -82,9 +99,10 @@ def measure(
             ratios.append(t_plain / t_spec)
             spec_times.append(t_spec)
             base_times.append(t_plain)
-            rate = out.acceptance_rate
+            rate, length = out.acceptance_rate or 0.0, out.mean_acceptance_length or 1.0  # None: nothing drafted
         q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
-        rows.append(Row(k, tokens / statistics.median(spec_times), statistics.median(ratios), q[0], q[2], rate))
+        speed = tokens / statistics.median(spec_times)
+        rows.append(Row(k, schedule, speed, statistics.median(ratios), q[0], q[2], rate, length))
     return tokens / statistics.median(base_times), rows
 
 
@@ -157,6 +175,29 @@ def cache_batch(target: Any, draft: Any, cache: str, k: int, tokens: int, repeat
     print(f"\nbatched / one row at a time: {best['one row at a time'] / best['batched']:.2f}x")
 
 
+def schedule_pair(target: Any, prompt: str, chain: str, draft: Any, k: int, tokens: int, repeats: int) -> str:
+    """`schedule="heuristic"` against `"constant"` at the same k, alternating call by call: the median (quartiles)
+    of each pair's time ratio, and each one's drafts and rounds (a table row's last cells)."""
+    outs: dict[str, Any] = {}
+
+    def run(schedule: str) -> float:
+        options = {"draft": draft, "k": k, "schedule": schedule, "chain": chain, "seed": 0}
+        seconds, outs[schedule] = timed(
+            lambda: dk.decode(target, [prompt], strategy="speculative", max_new_tokens=tokens, **options)
+        )
+        return seconds
+
+    run("constant"), run("heuristic")  # warm-up
+    ratios = []
+    for r in range(repeats):
+        order = ["constant", "heuristic"] if r % 2 == 0 else ["heuristic", "constant"]
+        times = {schedule: run(schedule) for schedule in order}
+        ratios.append(times["constant"] / times["heuristic"])
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    counts = " | ".join(f"{sum(o.drafted)} / {sum(o.draft_rounds)}" for o in (outs["constant"], outs["heuristic"]))
+    return f"**{statistics.median(ratios):.2f}x** ({q[0]:.2f}-{q[2]:.2f}) | {counts}"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default="tiny-shakespeare")
@@ -164,30 +205,38 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=200)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="cpu: the process's CPU time (1 thread)")
     p.add_argument("--max-k", type=int, default=8)
+    p.add_argument(
+        "--heuristic", type=int, action="append", metavar="K", help='also k=K, schedule="heuristic" (repeatable)'
+    )
+    p.add_argument(
+        "--schedule-pairs", action="store_true", help="--heuristic K against k=K constant, paired, instead of the table"
+    )
     p.add_argument("--batch-cache", metavar="SPEC", help='measure a batch through a cache, e.g. "h2o(budget=64)"')
     p.add_argument("--window-batch", type=int, metavar="SIZE", help='--batch-cache "window(size=SIZE)"')
     p.add_argument("--k", type=int, default=4, help="k of --batch-cache")
     p.add_argument("--plot", type=Path, default=Path(__file__).resolve().parents[1] / "docs/img/speculative.png")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    global clock
+    clock = CLOCKS[args.clock]
     names = args.draft or ["tiny-shakespeare-draft"]
     target, drafts = dk.load_model(args.target), {name: dk.load_model(name) for name in names}
     batch = f"window(size={args.window_batch})" if args.window_batch is not None else args.batch_cache
     if batch is not None:
         cache_batch(target, drafts[names[0]], batch, args.k, args.tokens, args.repeats)
         return
-    ks = list(range(1, args.max_k + 1))
+    heuristic = [(k, "heuristic") for k in args.heuristic or []]
+    ks = [(k, "constant") for k in range(1, args.max_k + 1)] + heuristic
     print(
         f"target {args.target}, draft {', '.join(names)}, {args.tokens} new tokens, batch 1, "
-        f"{args.repeats} rounds, {torch.get_num_threads()} thread(s)\n"
+        f"{args.repeats} rounds, {torch.get_num_threads()} thread(s), {args.clock} time\n"
     )
     for name, draft in drafts.items():
         costs = forward_costs(target, draft, [3, 5, 9])
         print("forward, 100 tokens cached: " + ", ".join(f"{label} {us:.0f} µs" for label, us in costs.items()))
         print(f"{name} / target cost c = {costs['draft'] / costs['target']:.2f}\n")
-    print("| chain | draft | k | tokens/s | speed-up (median, quartiles) | acceptance |")
-    print("|---|---|---|---|---|---|")
     results: dict[str, list[Row]] = {}
     cases = [
         (label if len(drafts) == 1 else f"{label}, {name}", PROMPT, chain, draft, name, ks, args.tokens)
@@ -195,16 +244,27 @@ def main() -> None:
         for name, draft in drafts.items()
     ]
     cases += [
-        (f"{label}, quoting prompt", QUOTING_PROMPT, chain, "ngram", "ngram", [2, 4, 8], 120)
+        (f"{label}, quoting prompt", QUOTING_PROMPT, chain, "ngram", "ngram", NGRAM_KS + heuristic, 120)
         for label, chain in CHAINS.items()
     ]
+    if args.schedule_pairs:
+        print(
+            "| chain | draft | k | heuristic / constant speed (median, quartiles) | constant: drafted / rounds "
+            "| heuristic: drafted / rounds |\n|---|---|---|---|---|---|"
+        )
+        for (label, prompt, chain, d, d_name, _, tokens), (k, _) in itertools.product(cases, heuristic):
+            print(f"| {label} | {d_name} | {k} | {schedule_pair(target, prompt, chain, d, k, tokens, args.repeats)} |")
+        return
+    print("| chain | draft | k | tokens/s | speed-up (median, quartiles) | acceptance | tokens per round |")
+    print("|---|---|---|---|---|---|---|")
     for label, prompt, chain, d, d_name, k_values, tokens in cases:
         base, rows = measure(target, prompt, chain, d, k_values, tokens, args.repeats)
-        print(f"| {label} | (plain dk.generate) | | {base:.0f} | 1.00x | |")
+        print(f"| {label} | (plain dk.generate) | | {base:.0f} | 1.00x | | |")
         for r in rows:
             ratio = f"**{r.ratio:.2f}x** ({r.low:.2f}-{r.high:.2f})"
-            print(f"| {label} | {d_name} | {r.k} | {r.tokens_per_second:.0f} | {ratio} | {r.acceptance:.2f} |")
-        results[label] = rows
+            speed, accepted = f"{r.tokens_per_second:.0f}", f"{r.acceptance:.2f} | {r.length:.2f}"
+            print(f"| {label} | {d_name} | {r.label} | {speed} | {ratio} | {accepted} |")
+        results[label] = [r for r in rows if r.schedule == "constant"]  # the plot's curves are over k
     plot(results, args.plot)
     print(f"\nplot: {args.plot}")
 

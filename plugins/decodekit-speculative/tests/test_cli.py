@@ -1,5 +1,6 @@
-"""`decodekit generate --strategy "speculative(...)"`: the acceptance rate on the status line and in JSON, and each
-row's `drafted` and `accepted` in `--json`'s samples and a batch job's records."""
+"""`decodekit generate --strategy "speculative(...)"`: the acceptance rate and mean acceptance length on the status
+line and in JSON, and each row's counts (`drafted`, `accepted`, `draft_rounds`, `accepted_by_position`) in `--json`'s
+samples and a batch job's records."""
 
 from __future__ import annotations
 
@@ -11,12 +12,28 @@ from typing import Any
 import pytest
 import torch
 from decodekit_cli import main
-from decodekit_cli.generate_command import _status_line
+from decodekit_cli.generate_command import Acceptance, _status_line
+from decodekit_speculative.acceptance import COUNTS
 
 
 def test_status_line_shows_acceptance() -> None:
-    assert _status_line(40, 2.0, 1, 0.8125).endswith("20.0 tokens/s · 81% of drafted tokens accepted")
+    line = _status_line(40, 2.0, 1, Acceptance(0.8125, 3.4375))
+    assert line.endswith("20.0 tokens/s · 81% of drafts accepted · 3.44 tokens per round")
     assert "accepted" not in _status_line(40, 2.0, 1)
+    assert _status_line(1, 2.0, 1, Acceptance(None, None)).endswith(" · nothing drafted")  # not "0% accepted"
+
+
+def test_generate_json_reports_null_when_nothing_was_drafted(capsys: pytest.CaptureFixture[str]) -> None:
+    """One new token: no round drafts. Before: `"acceptance_rate": 0.0`, as if every draft had been rejected."""
+    strategy = "speculative(draft='tiny-shakespeare-draft', k=3)"
+    command = ["generate", "ROMEO:", "--strategy", strategy, "--max-new-tokens", "1", "--json"]
+    status = main(command)
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    document = json.loads(out.out)
+    assert (document["acceptance_rate"], document["mean_acceptance_length"]) == (None, None)
+    [sample] = document["samples"]
+    assert [sample[name] for name in COUNTS] == [0, 0, 0, [0, 0, 0]]
 
 
 def test_generate_json_reports_acceptance(capsys: pytest.CaptureFixture[str]) -> None:
@@ -26,7 +43,7 @@ def test_generate_json_reports_acceptance(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr()
     assert status == 0, out.err
     document = json.loads(out.out)
-    assert 0.0 < document["acceptance_rate"] <= 1.0
+    assert 0.0 < document["acceptance_rate"] <= 1.0 and 1.0 <= document["mean_acceptance_length"] <= 4.0
     assert document["strategy"].startswith("speculative")
 
 
@@ -88,10 +105,11 @@ def test_generate_json_reports_each_samples_drafted_and_accepted(capsys: pytest.
     document = json.loads(out.out)
     expected = _decoded(["ROMEO:"] * 3, 7, 30)
     assert [s["tokens"] for s in document["samples"]] == expected.tokens
-    assert [(s["drafted"], s["accepted"]) for s in document["samples"]] == list(
-        zip(expected.drafted, expected.accepted)
+    assert [[s[name] for name in COUNTS] for s in document["samples"]] == list(
+        map(list, zip(*(getattr(expected, name) for name in COUNTS)))
     )
     assert document["acceptance_rate"] == round(sum(expected.accepted) / sum(expected.drafted), 4)
+    assert document["mean_acceptance_length"] == round(1 + sum(expected.accepted) / sum(expected.draft_rounds), 4)
     assert 0 < sum(expected.accepted) < sum(expected.drafted)
 
 
@@ -111,7 +129,9 @@ def test_batch_records_carry_each_lines_drafted_and_accepted(
         seeds = [s["seed"] for s in rows] if "samples" in record else [record["seed"]]
         expected = _decoded([record["prompt"]] * len(rows), seeds, record["max_new_tokens"])
         assert [s["tokens"] for s in rows] == expected.tokens
-        assert [(s["drafted"], s["accepted"]) for s in rows] == list(zip(expected.drafted, expected.accepted))
+        assert [[s[name] for name in COUNTS] for s in rows] == list(
+            map(list, zip(*(getattr(expected, name) for name in COUNTS)))
+        )
 
 
 def test_an_output_written_before_drafted_and_accepted_resumes(
@@ -136,8 +156,8 @@ def test_an_output_written_before_drafted_and_accepted_resumes(
     assert main(["generate", *args, "--output", str(whole)]) == 0, capsys.readouterr().err
     records = whole.read_text().splitlines(keepends=True)
     first = json.loads(records[0])
-    before = {key: value for key, value in first.items() if key not in ("drafted", "accepted")}
-    assert len(before) == len(first) - 2
+    before = {key: value for key, value in first.items() if key not in COUNTS}
+    assert len(before) == len(first) - len(COUNTS)
     old.write_text(json.dumps(before) + "\n")
     (tmp_path / "old.jsonl.settings.json").write_text((tmp_path / "whole.jsonl.settings.json").read_text())
     capsys.readouterr()

@@ -40,7 +40,8 @@ PROMPT = [5, 17, 3]
         ({"max_new_tokens": -1}, r"max_new_tokens=-1 is invalid; allowed: an integer >= 0"),
         ({"draft": 3}, r"draft=3 is invalid; allowed: a string or a Model"),
         ({"draft": None}, r"draft=None is invalid; allowed: a string or a Model"),  # once ran prompt lookup silently
-        ({"colour": 1}, r"unknown parameter colour=1; allowed parameters: draft, k, ngram_size, chain"),
+        ({"schedule": "fast"}, r"schedule='fast' is invalid.*allowed: 'constant' or 'heuristic'$"),
+        ({"colour": 1}, r"unknown parameter colour=1; allowed parameters: draft, k, schedule, ngram_size, chain"),
     ],
 )
 def test_bad_options(target: GPT, options: dict[str, object], message: str) -> None:
@@ -116,7 +117,8 @@ def test_prompt_lookup_is_the_default_draft(target: GPT) -> None:
 
 def test_zero_new_tokens(target: GPT) -> None:
     out = speculative(target, [PROMPT, [1]], draft="ngram", max_new_tokens=0)
-    assert out.tokens == [[], []] and out.acceptance_rate == 0.0
+    assert out.tokens == [[], []] and out.acceptance_rate is None and out.mean_acceptance_length is None
+    assert out.accepted_by_position == [[0] * 4, [0] * 4]
 
 
 @pytest.mark.parametrize("which", ["ngram", "model"])

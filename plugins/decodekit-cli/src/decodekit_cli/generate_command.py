@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import decodekit as dk
 from decodekit_cli.errors import EXIT_INTERRUPTED, CliError, report_note
@@ -79,12 +79,33 @@ class SampleResult:
     fields: dict[str, Any] = field(default_factory=dict)  # its row's entries of the strategy's own (result_fields)
 
 
+@dataclass(frozen=True)
+class Acceptance:
+    """A speculative run's figures over all samples (None: nothing was drafted): accepted / drafted tokens, and the
+    tokens a round that drafted emitted on average (its accepted drafts and the target's own token)."""
+
+    rate: float | None
+    mean_length: float | None
+
+    def shown(self) -> str:
+        if self.rate is None or self.mean_length is None:
+            return "nothing drafted"
+        return (
+            f"{self.rate:.0%} of drafts accepted · {self.mean_length:.2f} tokens per round"  # the line fits 80 columns
+        )
+
+    names: ClassVar[tuple[str, str]] = ("acceptance_rate", "mean_acceptance_length")  # the result's, and the JSON's
+
+    def records(self) -> dict[str, float | None]:
+        return dict(zip(self.names, (None if x is None else round(x, 4) for x in (self.rate, self.mean_length))))
+
+
 @dataclass
 class StreamResult:
     samples: list[SampleResult]
     seconds: float
     interrupted: bool
-    acceptance_rate: float | None = None  # a speculative strategy's accepted / drafted tokens
+    acceptance: Acceptance | None = None  # a speculative strategy's
     prompt_logprobs: list[dict[str, Any] | None] | None = None  # the prompt's (the samples share it), when asked
 
     @property
@@ -145,16 +166,21 @@ def stream_samples(
     samples = [replace(sample, fields=own[r] if r < len(own) else {}) for r, sample in enumerate(samples)]
     if not interrupted and hypotheses > 1:  # a plugin's result may have `scores` without being asked for them
         samples = _with_hypotheses(samples, events.result, sink)
-    rate = _acceptance_rate(events.result)
     scored = None if events.result is None else _prompt_records(events.result)
-    return StreamResult(samples, seconds, interrupted, rate, scored)
+    return StreamResult(samples, seconds, interrupted, _acceptance(events.result), scored)
 
 
-def _acceptance_rate(result: object) -> float | None:
-    """Speculative decoding's, once it is done (a property, not a field); another strategy's field of that name is
-    not one (result_fields leaves it out)."""
-    rate = getattr(result, "acceptance_rate", None)
-    return float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else None
+def _acceptance(result: object) -> Acceptance | None:
+    """Speculative decoding's, once it is done: properties of its result, not fields (another strategy's field named
+    `acceptance_rate` is not one: result_fields leaves it out); None for another strategy, or no result."""
+    if not all(isinstance(getattr(type(result), name, None), property) for name in Acceptance.names):
+        return None
+    rate, length = (getattr(result, name) for name in Acceptance.names)
+    return Acceptance(_number(rate), _number(length))
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _with_hypotheses(samples: list[SampleResult], result: Any, sink: SampleSink) -> list[SampleResult]:
@@ -184,9 +210,9 @@ def _ended_without_tokens(samples: list[SampleResult], result: Any) -> None:
             sample.finish_reason, sample.stopped_by = reason, stopped_by
 
 
-def _status_line(tokens: int, seconds: float, num_samples: int, acceptance_rate: float | None = None) -> str:
+def _status_line(tokens: int, seconds: float, num_samples: int, acceptance: Acceptance | None = None) -> str:
     rows = f" ({num_samples} samples)" if num_samples > 1 else ""
-    accepted = f" · {acceptance_rate:.0%} of drafted tokens accepted" if acceptance_rate is not None else ""
+    accepted = f" · {acceptance.shown()}" if acceptance is not None else ""
     return f"{tokens} tokens{rows} · {seconds:.1f} s · {_rate(tokens, seconds):.1f} tokens/s{accepted}"
 
 
@@ -221,7 +247,7 @@ def _json_document(
         "tokens_per_second": round(_rate(result.num_tokens, result.seconds), 2),
         "seconds": round(result.seconds, 4),
         "interrupted": result.interrupted,
-        **({} if result.acceptance_rate is None else {"acceptance_rate": round(result.acceptance_rate, 4)}),
+        **({} if result.acceptance is None else result.acceptance.records()),
         **({} if result.prompt_logprobs is None else {"prompt_logprobs": result.prompt_logprobs}),
     }
 
@@ -300,7 +326,7 @@ def run_generate(request: GenerateRequest) -> int:
         print_json(_json_document(request, name, prompt, chain, cache, result))
     if out.show_status:
         out.console.print(
-            _status_line(result.num_tokens, result.seconds, shown, result.acceptance_rate),
+            _status_line(result.num_tokens, result.seconds, shown, result.acceptance),
             style="dim",
             highlight=False,
         )

@@ -1,10 +1,10 @@
 """A strategy's own result fields, as `generate --json` and a batch job's records write them.
 
 A strategy may return a `Generation` subclass with fields of its own, one entry per prompt (`Decoding.extras`:
-speculative's `drafted` and `accepted`). Each row's entry is written under the field's name beside its sequence's
-own keys. A field that is not one entry per row, a name the output already uses, or an entry JSON cannot hold is
-left out with a warning: the output never loses a key of its own, and a plugin author reads why. Beam search's fields
-of several sequences are shown as samples (`returned_sequences`), never as fields.
+speculative's `drafted`, `accepted`, `draft_rounds` and `accepted_by_position`). Each row's entry is written under the
+field's name beside its sequence's own keys. A field that is not one entry per row, a name the output already uses, or
+an entry JSON cannot hold is left out with a warning: the output never loses a key of its own, and a plugin author reads
+why. Beam search's fields of several sequences are shown as samples (`returned_sequences`), never as fields.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ HYPOTHESES = frozenset(
 TAKEN = frozenset(
     {
         *("model", "prompt", "chain", "chain_spec", "cache", "strategy", "seed", "max_new_tokens", "stop"),
-        *("include_stop", "ignore_eos", "samples", "tokens_per_second", "seconds", "interrupted", "acceptance_rate"),
+        *("include_stop", "ignore_eos", "samples", "tokens_per_second", "seconds", "interrupted"),
+        *("acceptance_rate", "mean_acceptance_length"),
         *("prompt_logprobs", "text", "tokens", "finish_reason", "stopped_by", "logprobs", "score"),
         *("id", "line", "n", "error"),
     }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
@@ -50,7 +50,11 @@ class SpeculativeParams(Params):
         description='a registered model name, a model object, or "ngram" (prompt lookup, the default)',
         json_schema_extra={"format": "model"},  # a model name: a batch job records it as it records its model
     )
-    k: int = Field(default=4, ge=1, le=64, description="tokens the draft proposes per step")
+    k: int = Field(default=4, ge=1, le=64, description="tokens the draft proposes per step (the most, with a schedule)")
+    schedule: Literal["constant", "heuristic"] = Field(
+        default="constant",
+        description='"heuristic": each row from k, +2 after a round that accepted every draft, else -1, within 1..k',
+    )
     ngram_size: int = Field(
         default=3, ge=1, le=64, description='"ngram": length of the suffix looked up in the history'
     )

@@ -33,6 +33,7 @@ from decodekit.plugins import Registry, get_registry, load_model
 from decodekit.results import Generation, TokenLogprobs, prompt_logprobs, token_logprobs
 from decodekit.spec import CacheSpec
 from decodekit.strategies import run_decode
+from decodekit_speculative.acceptance import count_round, next_k, no_counts
 from decodekit_speculative.drafts import Drafter, ModelDrafter, NgramDrafter, fed_block, feed
 from decodekit_speculative.params import NGRAM, SpeculativeParams
 from decodekit_speculative.rejection import draw, probabilities, verify_argmax, verify_softmax
@@ -44,17 +45,30 @@ __all__ = ["SpeculativeGeneration", "resolve_draft", "speculative", "speculative
 
 @dataclass
 class SpeculativeGeneration(Generation):
-    """A `Generation` plus, per row, how many tokens the draft proposed and how many the target accepted
-    (up to and including the row's last token: drafts past its stop are not counted)."""
+    """A `Generation` plus, per row, how many tokens the draft proposed and how many the target accepted, in how
+    many rounds, and by position (up to and including the row's last token: drafts past its stop are not counted).
+
+    `draft_rounds[b]`: the rounds in which row b drafted at least one token (a round with no draft is a plain step).
+    `accepted_by_position[b][p]`: of those, the rounds that accepted draft p + 1 (so every draft before it); p from
+    0 to k - 1. Divided by `draft_rounds[b]` it is the acceptance by position that vLLM reports."""
 
     drafted: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
+    draft_rounds: list[int] = field(default_factory=list)
+    accepted_by_position: list[list[int]] = field(default_factory=list)
 
     @property
-    def acceptance_rate(self) -> float:
-        """Accepted drafts / proposed drafts over all rows (0 when nothing was proposed)."""
+    def acceptance_rate(self) -> float | None:
+        """Accepted drafts / proposed drafts over all rows; None when nothing was proposed (no rate, not 0)."""
         total = sum(self.drafted)
-        return sum(self.accepted) / total if total else 0.0
+        return sum(self.accepted) / total if total else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """Tokens a round that drafted emitted on average over all rows: its accepted drafts plus the target's own
+        token (vLLM's convention: 1 + accepted / rounds); None when no round drafted."""
+        rounds = sum(self.draft_rounds)
+        return 1 + sum(self.accepted) / rounds if rounds else None
 
 
 def named_draft(name: str) -> Model:
@@ -108,7 +122,8 @@ def speculative(model: Model, prompts: Any, **options: Any) -> SpeculativeGenera
 
     draft: a registered model name, a model object sharing the target's vocabulary, or "ngram"
     (prompt lookup of the last `ngram_size` tokens, the default). k: tokens proposed per row and
-    round. The other options are `dk.generate`'s.
+    round; schedule="heuristic" moves each row's within 1..k (+2 after a round that accepted every
+    draft, -1 otherwise). The other options are `dk.generate`'s.
     """
     out = run_decode(model, prompts, "speculative", options, "speculative")
     assert isinstance(out, SpeculativeGeneration)
@@ -129,7 +144,7 @@ def _rounds(d: Decoding, draft: Model | None, params: SpeculativeParams, kind: K
     """The rounds of an opened speculative decoding."""
     B = len(d.rows)
     d.result_type = SpeculativeGeneration
-    d.extras = {"drafted": [0] * B, "accepted": [0] * B}
+    d.extras = no_counts(B, params.k)
     if d.request.max_new_tokens == 0:  # no round: `sample`'s loop runs the chain once, so refuses what it refuses
         yield from sample_steps(d)
         return
@@ -220,6 +235,8 @@ class _Rounds:
         kv: KVCache | None,
     ) -> None:
         self.d, self.kind, self.k, self.rows, self.chain = d, kind, params.k, rows, d.chain
+        self.heuristic = params.schedule == "heuristic"
+        self.ks = [params.k] * len(rows)  # each row's k this round: `k` itself, unless the schedule moves it
         self.kv: RowCache | _Recompute = _Recompute() if kv is None else RowCache(kv, len(rows))
         prompts = [d.rows[b] for b in rows]
         self.lengths = [len(p) for p in prompts]  # history (prompt + emitted) per row
@@ -327,7 +344,7 @@ class _Rounds:
             self._grow()
             active = [not x for x in done]
             budgets = [  # each row's block within the context, by its own length (as alone)
-                min(self.k, d.outputs[b].limit - self.generated[i] - 1, d.room(self.lengths[i])) if active[i] else 0
+                min(self.ks[i], d.outputs[b].limit - self.generated[i] - 1, d.room(self.lengths[i])) if active[i] else 0
                 for i, b in enumerate(rows)
             ]
             qs = self.drafter.propose(self.buf, self.lengths, budgets, self._pick)
@@ -391,8 +408,9 @@ class _Rounds:
             if ended:
                 break
         # A row that ended at position j counts its drafts up to j: those after would have followed its end.
-        d.extras["drafted"][b] += min(count, j + 1) if ended else count
-        d.extras["accepted"][b] += min(n, j + 1)
+        count_round(d.extras, b, min(count, j + 1) if ended else count, min(n, j + 1))
+        if self.heuristic:
+            self.ks[i] = next_k(self.ks[i], count, n, self.k)
         return ended
 
     def _logprobs(self, raw: Tensor, processed: Tensor, token: int) -> TokenLogprobs | None:
