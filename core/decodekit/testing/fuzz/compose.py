@@ -198,6 +198,8 @@ def compose_cases(draw: st.DrawFn, samplers: Sequence[SamplerInfo] | None = None
                      tokenizer=draw(st.booleans()))  # fmt: skip
     rows = draw(st.integers(1, 3))
     prompts = draw(st.lists(st.lists(st.integers(0, V - 1), min_size=1, max_size=5), min_size=rows, max_size=rows))
+    if rows > 1 and draw(st.booleans()):  # a prompt's copy (n samples): the engine prefills it once
+        prompts[-1] = list(prompts[0])
     strategy = draw(st.sampled_from(("sample", "beam", "cfg", "speculative", "speculative")))
     per_row = st.lists(st.integers(0, 6), min_size=rows, max_size=rows).map(tuple)
     if strategy == "beam" and draw(st.integers(0, 3)):  # beam refuses limits that differ: mostly one for all
