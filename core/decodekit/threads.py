@@ -54,10 +54,12 @@ def usable_cpus() -> int:
 @contextlib.contextmanager
 def threads(n: int | None) -> Iterator[None]:
     """torch on `n` threads inside the block (None: as it is), the caller's setting restored after."""
-    if n is None or n == torch.get_num_threads():
+    # Read once: another thread's decode may set the count between two reads, and this one would then "restore"
+    # that decode's count for good.
+    before = torch.get_num_threads()
+    if n is None or n == before:
         yield
         return
-    before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
         yield

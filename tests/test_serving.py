@@ -1,0 +1,29 @@
+"""decodekit inside a service: decodes from several threads at once on one model, and streams a client leaves."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from decodekit import threads as threads_module
+
+
+def test_a_decode_entering_as_another_enters_restores_the_count_it_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """threads() read torch's count twice; another thread's decode setting 1 between the reads left the process on
+    1 thread for good (and decodekit then took it for the caller's choice). Another thread, simulated: its decode
+    enters just after this one's first read and leaves while this one runs."""
+    count = [2]
+    reads = [0]
+
+    def get_num_threads() -> int:
+        reads[0] += 1
+        found = count[0]
+        if reads[0] == 1:
+            count[0] = 1  # the other thread's decode enters now
+        return found
+
+    monkeypatch.setattr(torch, "get_num_threads", get_num_threads)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: count.__setitem__(0, n))
+    with threads_module.threads(1):
+        count[0] = 2  # the other decode leaves, restoring the 2 it found
+    assert count == [2]
