@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
 
 from decodekit import threads as threads_module
+from decodekit.registry import Registry
 
 
 def test_a_decode_entering_as_another_enters_restores_the_count_it_found(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,3 +31,28 @@ def test_a_decode_entering_as_another_enters_restores_the_count_it_found(monkeyp
     with threads_module.threads(1):
         count[0] = 2  # the other decode leaves, restoring the 2 it found
     assert count == [2]
+
+
+def test_the_first_requests_of_several_threads_build_the_registry_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight threads asking at once built eight registries (each scanning and importing every plugin), and each
+    thread's names came from a registry of its own."""
+    import decodekit.plugins as plugins
+
+    built: list[Registry] = []
+    build = plugins._build
+
+    def counted() -> Registry:
+        built.append(build())
+        return built[-1]
+
+    monkeypatch.setattr(plugins, "_build", counted)
+    monkeypatch.setattr(plugins, "_registry", None)
+    start = threading.Barrier(8)
+
+    def first_request(_: int) -> Registry:
+        start.wait()
+        return plugins.get_registry()
+
+    with ThreadPoolExecutor(8) as pool:
+        seen = list(pool.map(first_request, range(8)))
+    assert len(built) == 1 and all(r is built[0] for r in seen)
