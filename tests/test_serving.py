@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
+from tinymodels import tiny_gpt
 
+import decodekit as dk
 from decodekit import threads as threads_module
+from decodekit.cache import KVCache
 from decodekit.registry import Registry
+from decodekit.spec import CacheSpec
 
 
 def test_a_decode_entering_as_another_enters_restores_the_count_it_found(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,3 +61,23 @@ def test_the_first_requests_of_several_threads_build_the_registry_once(monkeypat
     with ThreadPoolExecutor(8) as pool:
         seen = list(pool.map(first_request, range(8)))
     assert len(built) == 1 and all(r is built[0] for r in seen)
+
+
+def test_closing_a_stream_frees_its_cache_while_the_stream_is_still_referenced() -> None:
+    """A server ends a stream whose client left with `close()`, as it would a generator's; EventStream had none (an
+    AttributeError), and its cache lived as long as the stream object (a handler's local, a traceback's frame)."""
+    kept: list[weakref.ref[KVCache]] = []
+
+    def dense(spec: CacheSpec) -> KVCache:
+        cache = dk.create_cache("dense", spec)
+        kept.append(weakref.ref(cache))
+        return cache
+
+    model = tiny_gpt(2)
+    stream = dk.stream(model, [[1, 2, 3]] * 2, cache=dense, max_new_tokens=30, seed=0)
+    firsts = [next(stream) for _ in range(4)]
+    assert kept[0]() is not None
+    stream.close()
+    assert kept[0]() is None and next(stream, None) is None and stream.result is None
+    again = dk.generate(model, [[1, 2, 3]] * 2, max_new_tokens=30, seed=0)  # the next call is untouched
+    assert [e.token for e in firsts] == [again.tokens[0][0], again.tokens[1][0], again.tokens[0][1], again.tokens[1][1]]
