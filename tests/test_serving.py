@@ -9,13 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from tinymodels import tiny_gpt
 
 import decodekit as dk
 from decodekit import threads as threads_module
 from decodekit.cache import KVCache
 from decodekit.registry import Registry
 from decodekit.spec import CacheSpec
+from tinymodels import tiny_gpt
 
 
 def test_a_decode_entering_as_another_enters_restores_the_count_it_found(monkeypatch: pytest.MonkeyPatch) -> None:
