@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import re
-import warnings
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -31,6 +30,9 @@ _WORD_TAIL = re.compile(r"[A-Za-z0-9_.:/-]*")  # always matches
 _HYPHENATED = re.compile(r"[A-Za-z0-9_-]*")  # always matches
 _NUMBER = re.compile(r"(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d(?:_?\d)*)?")
 _STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
+_ESCAPE = re.compile(r"\\(.)")  # a backslash and the character after it, pairs taken from the left
+# What follows a backslash in a Python string's escapes; any other (an unknown escape, "\d") stays as written.
+_ESCAPED = frozenset("\\'\"abfnrtv01234567xNuU")
 _CONSTANTS: dict[str, Any] = {"True": True, "False": False, "None": None, "inf": float("inf"), "nan": float("nan")}
 _CONSTANTS |= {"true": True, "false": False, "null": None}  # JSON's
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
@@ -163,9 +165,7 @@ class _Parser:
         if match is None:
             raise self.error("a closed string literal")
         try:
-            with warnings.catch_warnings():  # an unknown escape ("\d") stays as written
-                warnings.simplefilter("ignore")
-                value: str = ast.literal_eval(match.group())
+            value: str = ast.literal_eval(_ESCAPE.sub(_unknown_escape_kept, match.group()))
         except (SyntaxError, ValueError) as exc:  # a malformed escape ("\x1")
             raise self.error(
                 f"a string with valid escapes ({exc.msg if isinstance(exc, SyntaxError) else exc})"
@@ -225,3 +225,9 @@ def parse_model(text: str) -> tuple[StageCall, str | None]:
     if parser.peek():
         raise parser.error("':' or the end")
     return call, None
+
+
+def _unknown_escape_kept(escape: re.Match[str]) -> str:
+    """An unknown escape's backslash doubled, so Python reads it as written without a warning: silencing that
+    warning swapped the process's warning filters, and parses on several threads at once left them all ignored."""
+    return escape.group() if escape.group(1) in _ESCAPED else "\\" + escape.group()

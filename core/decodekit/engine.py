@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, cast
 
 import torch
@@ -414,7 +414,7 @@ class Decoding:
 
     # -- running a policy ----------------------------------------------------------------
 
-    def run(self, policy: Policy, params: Params, *, per_round: bool) -> Iterator[TokenEvent]:
+    def run(self, policy: Policy, params: Params, *, per_round: bool) -> Generator[TokenEvent, None, None]:
         """Call `policy` now (a policy that opens, then returns its rounds, is checked at this call) and
         return the events of its rounds, which run as they are asked for, in inference mode on the decode's
         threads (`decodekit.threads`). per_round: enter those around each round only, so the caller's code
@@ -439,7 +439,7 @@ class Decoding:
                 "None, its rounds (an iterator) or yields"
             )
 
-        def events() -> Iterator[TokenEvent]:
+        def events() -> Generator[TokenEvent, None, None]:
             each_round = settings if per_round else contextlib.nullcontext
             with contextlib.nullcontext() if per_round else settings():
                 try:  # not a context manager each round: a try costs nothing until it catches

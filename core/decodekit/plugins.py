@@ -7,6 +7,7 @@ import importlib
 import inspect
 import os
 import re
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -216,6 +217,9 @@ class _Builtin:
 # Plugins registered in code with register_plugin(): (object, label).
 _code_plugins: list[tuple[object, str]] = []
 _registry: Registry | None = None
+# A service's first requests come together: one thread builds the registry, the others wait for it (reentrant: a
+# plugin's import may ask for it).
+_building = threading.RLock()
 
 
 def _build() -> Registry:
@@ -277,8 +281,11 @@ def _install(registry: Registry) -> Registry:
 
 
 def get_registry() -> Registry:
-    """The registry, built from the installed plugins on first use."""
-    return _registry if _registry is not None else _install(_build())
+    """The registry, built from the installed plugins on first use (once, whatever the threads asking)."""
+    if _registry is not None:
+        return _registry
+    with _building:
+        return _registry if _registry is not None else _install(_build())
 
 
 def reload_plugins() -> Registry:

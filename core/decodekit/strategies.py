@@ -103,7 +103,7 @@ class EventStream(Iterator[TokenEvent]):
     `result` is the whole `Generation` (with a strategy's own fields, e.g. speculative's acceptance)."""
 
     def __init__(self, decoding: Decoding, strategy: Strategy) -> None:
-        self._decoding = decoding
+        self._decoding: Decoding | None = decoding
         self._events = decoding.run(strategy.policy, strategy.params, per_round=True)
         self.result: Generation | None = None
 
@@ -111,8 +111,15 @@ class EventStream(Iterator[TokenEvent]):
         try:
             return next(self._events)
         except StopIteration:
-            self.result = self._decoding.generation()
+            if self._decoding is not None:  # None once closed
+                self.result = self._decoding.generation()
             raise
+
+    def close(self) -> None:
+        """End the decode here, as a generator's `close` (a client that went away): its cache and rows are freed
+        now, not when the last reference to this stream goes; `next` then raises StopIteration, `result` None."""
+        self._events.close()
+        self._decoding = None
 
 
 def strategy_params(strategy: str, /, **options: Any) -> Params:
