@@ -74,6 +74,20 @@ def test_copies_are_prefilled_once_and_decode_as_every_row_computed(
         assert alone.tokens[0] == shared.tokens[b]
 
 
+@pytest.mark.parametrize("cache", ["window(size=8, sinks=2)", "snapkv(budget=16)"])
+def test_copies_spaced_unevenly_decode_as_every_row_computed(
+    gpt: GPT, cache: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copies at rows 0, 1 and 4 beside two prompts of their own: the view gathers the distinct rows (rows 0, 2, 3)
+    rather than handing out a slice of what the cache returns."""
+    prompts = [A, A, B, [1, 2, 3], A]
+    options: dict[str, Any] = {"max_new_tokens": 12, "seed": [1, 2, 3, 4, 5], "cache": cache, "logprobs": 2}
+    shared, rows = _prefill_rows(gpt, lambda: dk.generate(gpt, prompts, **options))
+    assert rows[0] == 3
+    _unshared(monkeypatch)
+    _assert_same(shared, dk.generate(gpt, prompts, **options))
+
+
 @pytest.mark.parametrize("cache", ["window(size=16)", "h2o(budget=16)", "streaming(budget=16)"])
 def test_copies_of_a_prompt_past_the_context_are_prefilled_once_in_each_block(
     cache: str, monkeypatch: pytest.MonkeyPatch
