@@ -11,6 +11,7 @@ from decodekit_gpt.gpt import GPT, GPTConfig
 
 import decodekit as dk
 import decodekit.engine
+from decodekit.results import prompt_logprobs
 from tinymodels import tiny_gpt
 
 A, B = [5, 17, 3, 9, 44, 2, 8], [7, 8]
@@ -111,6 +112,29 @@ def test_beams_share_their_prompts_prefill(gpt: GPT, monkeypatch: pytest.MonkeyP
     unshared, rows = _prefill_rows(gpt, lambda: dk.decode(gpt, [A, B], **options))
     assert rows[0] == 6
     assert shared.tokens == unshared.tokens
+
+
+def test_prompt_logprobs_of_copies_are_read_from_the_prefills_own_logits(
+    gpt: GPT, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the prefill's logits `[distinct rows, T, V]` were gathered to every row (`logits[copies]`) to be scored,
+    so 16 samples of a prompt held 17 rows of prompt logits where the forward made one."""
+    outputs: list[torch.Tensor] = []
+    hook = gpt.register_forward_hook(lambda module, args, out: outputs.append(out))
+    scored: list[torch.Tensor] = []
+
+    def spy(logits: torch.Tensor, *rest: Any) -> Any:
+        scored.append(logits)
+        return prompt_logprobs(logits, *rest)
+
+    monkeypatch.setattr(decodekit.engine, "prompt_logprobs", spy)
+    try:
+        out = dk.generate(gpt, [A] * 4 + [B] * 4, max_new_tokens=2, seed=0, prompt_logprobs=1)
+    finally:
+        hook.remove()
+    assert outputs[0].shape[0] == 2 and len(scored) == 8
+    assert {logits.untyped_storage().data_ptr() for logits in scored} == {outputs[0].untyped_storage().data_ptr()}
+    assert out.prompt_logprobs is not None and out.prompt_logprobs[0] == out.prompt_logprobs[3]
 
 
 def test_the_same_tokens_with_other_padding_are_not_copies(gpt: GPT) -> None:
