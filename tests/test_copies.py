@@ -3,6 +3,7 @@ prompt one time, and every result equals the decode that computes every row (the
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from decodekit_gpt.gpt import GPT, GPTConfig
 
 import decodekit as dk
 import decodekit.engine
+from decodekit.copies import CopiesView
 from decodekit.results import prompt_logprobs
 from tinymodels import tiny_gpt
 
@@ -150,3 +152,12 @@ def test_without_copies_the_prefill_is_the_batch_as_given(gpt: GPT) -> None:
     _, rows = _prefill_rows(gpt, lambda: dk.generate(gpt, [A, B, [1]], max_new_tokens=2, seed=0))
     assert rows[0] == 3
     assert torch.equal(torch.tensor(rows[1:]), torch.full((len(rows) - 1,), 3))
+
+
+def test_the_view_of_the_cache_copies_as_an_object_does(gpt: GPT) -> None:
+    """A model may copy what it is handed. Before: `copy.copy(view)` recursed without end ('RecursionError: maximum
+    recursion depth exceeded'): `__getattr__` read `kv` on the instance copy made before filling it."""
+    kv = dk.create_cache("dense", dk.CacheSpec.for_model(gpt.spec, batch_size=3, capacity=8))
+    view = CopiesView(kv, torch.tensor([0, 2]), torch.tensor([0, 0, 1]))
+    copied = copy.copy(view)
+    assert copied.kv is kv and copied.spec.batch_size == 2 and copied.length == 0

@@ -67,6 +67,8 @@ class CopiesView:
         return self._positions[1]
 
     def __getattr__(self, name: str) -> Any:
+        if name == "kv":  # not set yet: copy and pickle probe an instance before they fill it
+            raise AttributeError(name)
         found = getattr(self.kv, name)  # an AttributeError keeps a capability the cache lacks absent here too
         if name == "observe":  # a scoring cache scores each copy's row by its queries
             return lambda layer, queries: found(layer, queries[self.inverse])
