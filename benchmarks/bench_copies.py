@@ -1,8 +1,9 @@
 """A prompt's copies prefilled once against every row computed, side by side in one process.
 
 `n` seeded samples of one prompt (as `-n` and best-of-n decode them) and beam search's beams, on the shipped
-`tiny-shakespeare-llama`, with the engine's sharing on and off (`decodekit.engine.distinct_rows` replaced by a
-function that finds none); rounds interleaved, the best of each, tokens asserted equal.
+`tiny-shakespeare-llama` (and the LSTM `tiny-shakespeare-draft`; a batch without copies), with the engine's sharing
+on and off (`decodekit.engine.distinct_rows` replaced by a function that finds none); rounds interleaved, the best of
+each, tokens asserted equal.
 
     python benchmarks/bench_copies.py [--threads 1] [--rounds 5]
 """
@@ -62,6 +63,13 @@ def main() -> None:
             _compare(f"n={n}, prompt {length}, {new} new tokens", samples, rounds)
         beam = partial(dk.decode, model, [prompt], strategy="beam(num_beams=4)", max_new_tokens=32)
         _compare(f"beam(num_beams=4), prompt {length}, 32 new tokens", beam, rounds)
+    distinct = [PROMPT[i : i + 180] for i in range(8)]  # no copies: what finding none costs
+    every_other = partial(dk.generate, model, distinct, max_new_tokens=16, seed=list(range(8)))
+    _compare("8 distinct prompts of 180, 16 new tokens", every_other, rounds)
+    draft = dk.load_model("tiny-shakespeare-draft")  # an LSTM: one `update` per token, its "cache" the states
+    for n in (2, 16):
+        samples = partial(dk.generate, draft, [PROMPT[:180]] * n, max_new_tokens=16, seed=list(range(n)))
+        _compare(f"LSTM draft, n={n}, prompt 180, 16 new tokens", samples, rounds)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -145,6 +145,38 @@ def test_window_decodes_a_forward_over_the_tokens_it_keeps() -> None:
         assert kept != greedy_by_hand(one, prompt, 40)  # the eviction changes the tokens: the check can fail
         out = dk.generate(one, [prompt], chain="greedy", max_new_tokens=40, cache="window(size=8, sinks=2)")
         assert out.tokens[0] == kept
+
+
+class UpdatesEveryLayerFirst(OwnLlama):
+    """Every layer's keys from the embedding (a shared source, as in YOCO), all written before any layer attends:
+    each layer then asks its mask before attending over what its `update` returned, as the protocol asks."""
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: KVCache | None) -> Tensor:
+        assert cache is not None, "decoded through a cache only"
+        x, blocks = self.embed(input_ids), cast(list[Block], list(self.blocks))
+        B, T, C = x.shape
+        read = []
+        for layer, block in enumerate(blocks):
+            kv = block.wkv(block.attn_norm(x)).view(B, T, 2 * block.kv_heads, block.head_dim).transpose(1, 2)
+            k, v = kv.chunk(2, dim=1)
+            read.append(cache.update(layer, rotate_half(k, positions), v))
+        for layer, block in enumerate(blocks):
+            q = block.wq(block.attn_norm(x)).view(B, T, block.heads, block.head_dim).transpose(1, 2)
+            y = cached_attention(cache, layer, rotate_half(q, positions), *read[layer], positions)
+            x = x + block.wo(y.transpose(1, 2).reshape(B, T, C))
+        out: Tensor = self.head(self.norm(x))
+        return out
+
+
+def test_copies_prefilled_once_decode_a_model_that_updates_every_layer_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the prefill's view of the cache (a prompt's copies computed once) completed only the latest update's
+    keys when a mask was asked, so layer 0 attended over `window`'s unfilled moved sinks: 'NumericsError: step 0,
+    row 0: cannot pick a token: the model's logits contain NaN'."""
+    model, long, short = UpdatesEveryLayerFirst(context=32), PROMPTS[2] * 3, PROMPTS[1]
+    options: dict[str, Any] = {"max_new_tokens": 8, "seed": [1, 2, 3, 4], "cache": "window(size=8, sinks=2)"}
+    shared = dk.generate(model, [long, long, short, short], **options)
+    monkeypatch.setattr("decodekit.engine.distinct_rows", lambda tokens, positions: None)
+    assert shared.tokens == dk.generate(model, [long, long, short, short], **options).tokens
 
 
 def test_beam_of_one_and_speculation_decode_its_forward(model: OwnLlama, reference: list[list[int]]) -> None:

@@ -25,7 +25,10 @@ def distinct_rows(tokens: Tensor, positions: Tensor) -> tuple[Tensor, Tensor] | 
         return None
     first = torch.full((unique.shape[0],), rows.shape[0], dtype=torch.long, device=rows.device)
     first.scatter_reduce_(0, inverse, torch.arange(rows.shape[0], device=rows.device), reduce="amin")
-    return first, inverse
+    first, order = first.sort()  # in row order, not the tokens': copies side by side make a slice (`_evenly_spaced`)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order), device=order.device)
+    return first, rank[inverse]
 
 
 class CopiesView:
@@ -33,7 +36,7 @@ class CopiesView:
     reads back (keys, values, the mask) is the distinct rows'. Everything else is the cache's own."""
 
     def __init__(self, kv: KVCache, first: Tensor, inverse: Tensor) -> None:
-        self.kv, self.first, self.inverse = kv, first, inverse
+        self.kv, self.first, self.inverse = kv, _evenly_spaced(first), inverse
         self.spec = dataclasses.replace(kv.spec, batch_size=len(first))
         self._read: tuple[Tensor, Tensor, Tensor, Tensor] | None = None  # the last update's, every row's and ours
         self._positions: tuple[Tensor, Tensor] | None = None
@@ -44,6 +47,8 @@ class CopiesView:
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         keys, values = self.kv.update(layer, k[self.inverse], v[self.inverse])
+        if isinstance(self.first, slice):  # views: what the cache completes in place later is ours too
+            return keys[self.first], values[self.first]
         self._read = (keys, values, keys[self.first], values[self.first])
         return self._read[2], self._read[3]
 
@@ -62,7 +67,18 @@ class CopiesView:
         return self._positions[1]
 
     def __getattr__(self, name: str) -> Any:
+        if name == "kv":  # not set yet: copy and pickle probe an instance before they fill it
+            raise AttributeError(name)
         found = getattr(self.kv, name)  # an AttributeError keeps a capability the cache lacks absent here too
         if name == "observe":  # a scoring cache scores each copy's row by its queries
             return lambda layer, queries: found(layer, queries[self.inverse])
         return found
+
+
+def _evenly_spaced(first: Tensor) -> Tensor | slice:
+    """`first` as a slice where its rows are evenly spaced (each prompt's copies side by side, as the engine lays out
+    samples and beams): the view then hands out views of what the cache returns, neither copied nor re-copied."""
+    rows = first.tolist()
+    step = rows[1] - rows[0] if len(rows) > 1 else 1  # ascending: `distinct_rows` sorts them
+    evenly = slice(rows[0], rows[-1] + 1, step)
+    return evenly if rows == list(range(evenly.start, evenly.stop, step)) else first

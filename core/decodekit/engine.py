@@ -235,20 +235,22 @@ class Decoding:
             logits = self.model(tokens[:, start:end], positions[:, start:end], kv, **columns)
             last = last_column(self.model, logits)
             if n is not None:
-                self._score_prompts(logits if copies is None else logits[copies], start, n)
+                self._score_prompts(logits, start, n, copies)
         return last if copies is None else last[copies]
 
-    def _score_prompts(self, logits: Tensor, start: int, n: int) -> None:
+    def _score_prompts(self, logits: Tensor, start: int, n: int, copies: Tensor | None) -> None:
         """Add to `prompt_logprobs` the prompt tokens the logits `[R, T, V]` of columns `start ..` predict: each
-        prompt's own columns (one row per prompt: its copies are the same), never its padding."""
+        prompt's own columns (one row per prompt: its copies are the same), never its padding. `copies`: each row's
+        among the logits' rows where a prompt's copies were computed once (`distinct_rows`), read in place."""
         if start == 0:
             self.prompt_logprobs = [[None] for _ in self.prompts]
         assert self.prompt_logprobs is not None
         for b, scores in enumerate(self.prompt_logprobs):
             row, first = b * self.copies, self.P - len(self.prompts[b])  # the prompt's first column
             lo, hi = max(start, first), min(start + logits.shape[1], self.P - 1)  # columns that predict a token
+            at = row if copies is None else int(copies[row])
             if lo < hi:
-                scores += prompt_logprobs(logits[row, lo - start : hi - start], self.buf[row, lo + 1 : hi + 1], n)
+                scores += prompt_logprobs(logits[at, lo - start : hi - start], self.buf[row, lo + 1 : hi + 1], n)
 
     def forward(self) -> Tensor:
         """Logits `[R, V]` after the last column written (the token `advance` or `append` just wrote)."""

@@ -80,6 +80,19 @@ def test_an_evicting_cache_is_refused(lstm: LSTMModel) -> None:
         lstm(torch.tensor([[1, 2]]), torch.tensor([[0, 1]]), cache)
 
 
+def test_an_evicting_cache_is_refused_by_name_before_any_forward(lstm: LSTMModel) -> None:
+    """Before: a prompt given twice reached the forward through the prefill's view of the cache, and the refusal named
+    the view ('LSTMModel: cache CopiesView is invalid')."""
+    forwards: list[int] = []
+    hook = lstm.register_forward_pre_hook(lambda module, args: forwards.append(args[0].shape[0]))
+    try:
+        with pytest.raises(dk.ParameterError, match="cache WindowCache is invalid.*keeps every token"):
+            dk.generate(lstm, [[1, 2], [1, 2]], cache="window(size=8)", max_new_tokens=2)
+    finally:
+        hook.remove()
+    assert forwards == []
+
+
 def test_the_steps_read_the_weights_the_lstm_holds_after_a_load_or_a_move() -> None:
     """The cached steps read `cell_weights`, not the `nn.LSTM`: they follow a load that replaces the tensors
     (`assign=True`) and a move to another dtype."""

@@ -103,16 +103,17 @@ class LSTMModel(nn.Module):
         out: Tensor = self.lm_head(y)
         return out
 
+    def validate_cache(self, cache: KVCache, reach: int) -> None:
+        """Refuse an evicting cache when a decode opens, naming it: a forward may see it through a view (a prompt's
+        copies prefilled once: docs/caches.md, "The prefill's view of the cache")."""
+        _refuse_evicting(cache)
+
     def _cached(self, x: Tensor, positions: Tensor, cache: KVCache) -> Tensor:
         """One LSTM step per column from the state the cache holds for its last slot; every step's state is stored.
 
         Steps use `torch.lstm_cell`: nn.LSTM's fused CPU kernel costs more to set up per call than one step computes.
         """
-        if evicts(cache):  # an evicting cache would drop the state it must read back
-            raise ParameterError(
-                f"LSTMModel: cache {type(cache).__name__} is invalid; allowed: a cache that keeps every token "
-                "(dense, gqa, int8)"
-            )
+        _refuse_evicting(cache)
         B, T, _ = x.shape
         empty = x.new_empty(B, 1, 0, self.config.n_embd)
         # [T, B, 1]: 0 where a row starts (position 0) or is padding; a mask of ones (exact) rather than a host read
@@ -133,3 +134,11 @@ class LSTMModel(nn.Module):
                 h, c = k[:, 0, -1], v[:, 0, -1]
             y = torch.stack(hs, 1)  # [B, T, H]
         return y
+
+
+def _refuse_evicting(cache: KVCache) -> None:
+    if evicts(cache):  # an evicting cache would drop the state it must read back
+        raise ParameterError(
+            f"LSTMModel: cache {type(cache).__name__} is invalid; allowed: a cache that keeps every token "
+            "(dense, gqa, int8)"
+        )
