@@ -174,9 +174,12 @@ def test_copies_prefilled_once_decode_a_model_that_updates_every_layer_first(mon
     row 0: cannot pick a token: the model's logits contain NaN'."""
     model, long, short = UpdatesEveryLayerFirst(context=32), PROMPTS[2] * 3, PROMPTS[1]
     options: dict[str, Any] = {"max_new_tokens": 8, "seed": [1, 2, 3, 4], "cache": "window(size=8, sinks=2)"}
-    shared = dk.generate(model, [long, long, short, short], **options)
-    monkeypatch.setattr("decodekit.engine.distinct_rows", lambda tokens, positions: None)
-    assert shared.tokens == dk.generate(model, [long, long, short, short], **options).tokens
+    # side by side (the view hands out views), and spaced unevenly (it gathers, then follows the cache's completion)
+    for prompts in ([long, long, short, short], [long, short, short, PROMPTS[0] * 3]):
+        shared = dk.generate(model, prompts, **options)
+        with monkeypatch.context() as unshared:
+            unshared.setattr("decodekit.engine.distinct_rows", lambda tokens, positions: None)
+            assert shared.tokens == dk.generate(model, prompts, **options).tokens
 
 
 def test_beam_of_one_and_speculation_decode_its_forward(model: OwnLlama, reference: list[list[int]]) -> None:

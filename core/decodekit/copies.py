@@ -4,6 +4,7 @@ as one row, each written to the cache rows of all its copies (docs/concepts.md, 
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any
 
 import torch
@@ -38,7 +39,9 @@ class CopiesView:
     def __init__(self, kv: KVCache, first: Tensor, inverse: Tensor) -> None:
         self.kv, self.first, self.inverse = kv, _evenly_spaced(first), inverse
         self.spec = dataclasses.replace(kv.spec, batch_size=len(first))
-        self._read: tuple[Tensor, Tensor, Tensor, Tensor] | None = None  # the last update's, every row's and ours
+        # Per layer, until its mask is asked: what `update` returned for every row, and ours, held weakly (a cache
+        # that completes its keys later holds them; a model that attends later holds ours).
+        self._returned: dict[int, tuple[weakref.ref[Tensor], ...]] = {}
         self._positions: tuple[Tensor, Tensor] | None = None
 
     @property
@@ -49,13 +52,16 @@ class CopiesView:
         keys, values = self.kv.update(layer, k[self.inverse], v[self.inverse])
         if isinstance(self.first, slice):  # views: what the cache completes in place later is ours too
             return keys[self.first], values[self.first]
-        self._read = (keys, values, keys[self.first], values[self.first])
-        return self._read[2], self._read[3]
+        ours = keys[self.first], values[self.first]
+        self._returned[layer] = tuple(weakref.ref(x) for x in (keys, values, *ours))
+        return ours
 
     def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
+        # A cache may complete what `update` returned here (window's moved sinks): ours, gathered, follow. Held
+        # before the cache's call, which may drop its own hold.
+        keys, values, ours_k, ours_v = (ref() for ref in self._returned.pop(layer, (_dead,) * 4))
         mask = self.kv.attention_mask(layer, self._every_row(positions))
-        if self._read is not None:  # a cache may complete what `update` returned here (window's moved sinks)
-            keys, values, ours_k, ours_v = self._read
+        if keys is not None and values is not None and ours_k is not None and ours_v is not None:
             ours_k.copy_(keys[self.first])
             ours_v.copy_(values[self.first])
         return mask[self.first] if mask.shape[0] == len(self.inverse) else mask  # a mask may broadcast over rows
@@ -82,3 +88,7 @@ def _evenly_spaced(first: Tensor) -> Tensor | slice:
     step = rows[1] - rows[0] if len(rows) > 1 else 1  # ascending: `distinct_rows` sorts them
     evenly = slice(rows[0], rows[-1] + 1, step)
     return evenly if rows == list(range(evenly.start, evenly.stop, step)) else first
+
+
+def _dead() -> None:
+    """A weak reference whose tensor is gone: a layer with nothing to complete."""
