@@ -58,8 +58,8 @@ BAD = {  # line -> what it holds: each must become the same error record on Ray 
 
 
 def _line(i: int) -> bytes:
-    """Line i (1-based): prompts of several lengths; some with their own id, seed, length, chain, logprobs, n or
-    stop."""
+    """Line i (1-based): prompts of several lengths; some with their own id, seed, length, chain, logprobs, n,
+    stop or include_stop."""
     if i in BAD:
         return BAD[i]
     line: dict[str, object] = {"prompt": f"Line {i}: " + "abcd"[: i % 5]}
@@ -79,6 +79,8 @@ def _line(i: int) -> bytes:
         line["n"] = 2  # two samples in one record (line 33 of 3 tokens)
     if i % 9 == 4:
         line["stop"] = ["e", " "] if i % 2 else "a"  # its own stop strings: in batches of their own
+    if i % 18 == 13:
+        line["include_stop"] = True  # line 31 keeps the stop string that ends it (line 13 is bad)
     if i == 2:
         line["id"] = "x\u2028y"  # a raw line separator: one line all the same
     return json.dumps(line, ensure_ascii=False).encode()
@@ -228,6 +230,7 @@ def test_reference_has_every_kind_of_record(reference: tuple[Path, str, list[str
     assert [r["line"] for r in records if "logprobs" in r] == [6, 12, 18, 24, 30, 36]
     assert [r["line"] for r in records if "prompt_logprobs" in r] == [8, 16, 24, 32, 40]
     assert [(r["line"], len(r["samples"])) for r in records if "samples" in r] == [(3, 2), (23, 2), (33, 2)]
+    assert records[30]["stopped_by"] == " " and records[30]["text"].endswith(" ")  # its include_stop
 
 
 def test_on_ray_killed_resumed_and_an_actor_killed_equals_local(

@@ -51,6 +51,7 @@ class Pending:
     logprobs: int | None = None
     prompt_logprobs: int | None = None
     stop: tuple[str, ...] = ()  # the line's own stop strings, else the job's
+    include_stop: bool = False  # the line's own, else --include-stop: its text keeps the stop string that ended it
     strategy: str = "sample"  # under beam search with the line's num_return_sequences
     copies: int = 1  # rows of the prompt: its samples
     hypotheses: int = 1  # sequences each row returns: beam search's best beams
@@ -58,7 +59,7 @@ class Pending:
     def options(self) -> tuple[str, int | None, int | None, str]:
         """What the rows of one decode share (not max_new_tokens nor stop strings: one per prompt, unless the
         strategy refuses a limit per prompt)."""
-        return self.chain, self.logprobs, self.prompt_logprobs, self.strategy
+        return self.chain, self.logprobs, self.prompt_logprobs, self.strategy, self.include_stop
 
     def row_seeds(self) -> list[int]:
         """Each copy's seed: the line's own for one, else copy `k` gets `mix_seed(seed, k)`."""
@@ -118,8 +119,15 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
                 f"prompt line: stop={json.dumps(item.stop)} is invalid: an empty stop string would end every sample "
                 "at once; allowed: non-empty strings"
             )
+        include_stop = settings.include_stop if item.include_stop is None else item.include_stop
         pending = Pending(number, key, item.prompt, ids, seed, max_new, chain, logprobs, prompt_logprobs, stop)
-        pending = replace(pending, strategy=plan.strategy, copies=plan.copies, hypotheses=plan.hypotheses)
+        pending = replace(
+            pending,
+            include_stop=include_stop,
+            strategy=plan.strategy,
+            copies=plan.copies,
+            hypotheses=plan.hypotheses,
+        )
         # the seed of a batch of the copies: copy k gets mix_seed(seed, k), as `Pending.row_seeds` gives it
         dk.validate(model, [ids] * plan.copies, **_options(model, settings, pending), seed=seed)
     except dk.ContextLengthError as exc:  # its advice names the job's --cache (max_new_tokens: the line's or the job's)
@@ -192,14 +200,14 @@ def _options(model: Any, settings: BatchSettings, line: Pending) -> dict[str, An
         "prompt_logprobs": line.prompt_logprobs,
         "cache": settings.cache,
         "stop_strings": line.stop,
-        "include_stop_str_in_output": settings.include_stop,
+        "include_stop_str_in_output": line.include_stop,
         "stop_tokens": eos_tokens(model, settings.ignore_eos),
         "compile": settings.compile,
     }
 
 
 def batches(pending: Sequence[Pending], size: int) -> Iterator[list[Pending]]:
-    """Runs of consecutive prompts sharing chain, logprobs asked and strategy, of `size` rows at most
+    """Runs of consecutive prompts sharing chain, logprobs asked, strategy and include_stop, of `size` rows at most
     (a line of `n` samples takes `n`; one line, however many): one decode each."""
     for _, group in itertools.groupby(pending, key=Pending.options):
         batch: list[Pending] = []

@@ -93,6 +93,10 @@ class PromptLine(Params):
         "stop strings ending this line's text (lm-eval's `until`, vLLM's per-request `stop`); default: --stop",
         "a non-empty string or a list of them, or null (--stop's)",
     )
+    include_stop: StrictBool | None = _optional(
+        "keep the stop string that ended this line's text (vLLM's include_stop_str_in_output); default: --include-stop",
+        "true or false, or null (--include-stop's)",
+    )
     # decodekit-grammar: a grammar this line's text follows, put first in its chain (at most one of them)
     json_schema: dict[str, Any] | StrictBool | str | None = _optional(
         "a JSON Schema (an object or true, or its JSON text)", "a JSON Schema (an object or true, or its JSON text)"
