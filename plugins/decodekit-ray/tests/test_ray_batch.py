@@ -438,6 +438,27 @@ def test_a_plugin_strategys_own_fields_are_written_on_ray_as_here(cluster: str, 
         assert [row["picks"] for row in rows] == [len(row["tokens"]) for row in rows]
 
 
+def test_a_speculative_jobs_closing_line_on_ray_gives_the_local_jobs_acceptance(cluster: str, tmp_path: Path) -> None:
+    """The closing line's acceptance figures are the totals of the records the run wrote, on Ray as in one local
+    process: the same line, the same records. Before: neither job's line had them."""
+    prompts = tmp_path / "p.jsonl"
+    lines = [{"prompt": f"ROMEO {i}:", **({"n": 2} if i % 3 == 0 else {})} for i in range(1, 7)]
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = ["-m", "tiny-shakespeare", "--seed", "5", "--max-new-tokens", "12", "--chain", "temperature(1.2)"]
+    args += ["--strategy", "speculative(draft='tiny-shakespeare-draft', k=3)", "--batch-size", "2"]
+    runs: list[tuple[str, str]] = []
+    for where in ([], ["--ray", cluster, "--ray-actors", "2"]):
+        out = tmp_path / f"out{len(runs)}.jsonl"
+        r = cli("generate", "--input", str(prompts), "--output", str(out), *args, *where)
+        assert r.returncode == 0, r.stderr
+        runs.append((r.stderr.replace(str(out), "OUT"), out.read_text()))
+    assert runs[0] == runs[1]
+    assert (
+        runs[0][0].splitlines()[-1].startswith("6 results written to OUT · ")
+        and "% of drafts accepted · " in runs[0][0]
+    )
+
+
 def test_prompt_token_ids_from_a_file_and_a_parquet_column_give_the_local_jobs_records(
     cluster: str, tmp_path: Path
 ) -> None:

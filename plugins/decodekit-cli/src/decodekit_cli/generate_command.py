@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 import decodekit as dk
+from decodekit_cli.acceptance import Acceptance
 from decodekit_cli.errors import EXIT_INTERRUPTED, CliError, report_note
 from decodekit_cli.json_output import print_json
 from decodekit_cli.live_text import SampleWriter, TextOutput
@@ -77,27 +78,6 @@ class SampleResult:
     logprobs: list[dict[str, Any]] | None = None  # per token, when asked (see logprob_records)
     score: float | None = None  # a beam's: its sum of log-probabilities / length ** length_penalty
     fields: dict[str, Any] = field(default_factory=dict)  # its row's entries of the strategy's own (result_fields)
-
-
-@dataclass(frozen=True)
-class Acceptance:
-    """A speculative run's figures over all samples (None: nothing was drafted): accepted / drafted tokens, and the
-    tokens a round that drafted emitted on average (its accepted drafts and the target's own token)."""
-
-    rate: float | None
-    mean_length: float | None
-
-    def shown(self) -> str:
-        if self.rate is None or self.mean_length is None:
-            return "nothing drafted"
-        return (
-            f"{self.rate:.0%} of drafts accepted · {self.mean_length:.2f} tokens per round"  # the line fits 80 columns
-        )
-
-    names: ClassVar[tuple[str, str]] = ("acceptance_rate", "mean_acceptance_length")  # the result's, and the JSON's
-
-    def records(self) -> dict[str, float | None]:
-        return dict(zip(self.names, (None if x is None else round(x, 4) for x in (self.rate, self.mean_length))))
 
 
 @dataclass
