@@ -231,6 +231,7 @@ def test_reference_has_every_kind_of_record(reference: tuple[Path, str, list[str
     assert [r["line"] for r in records if "prompt_logprobs" in r] == [8, 16, 24, 32, 40]
     assert [(r["line"], len(r["samples"])) for r in records if "samples" in r] == [(3, 2), (23, 2), (33, 2)]
     assert records[30]["stopped_by"] == " " and records[30]["text"].endswith(" ")  # its include_stop
+    assert all("text" in e and "top_texts" in e for r in records for e in r.get("logprobs", []))
 
 
 def test_on_ray_killed_resumed_and_an_actor_killed_equals_local(

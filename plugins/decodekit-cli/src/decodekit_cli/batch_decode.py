@@ -28,7 +28,7 @@ from decodekit_cli.batch_settings import BatchSettings, parsed_chain
 from decodekit_cli.batch_warnings import said_of_lines
 from decodekit_cli.errors import CliError
 from decodekit_cli.grammar_options import line_chain
-from decodekit_cli.logprob_records import prompt_records, token_records
+from decodekit_cli.logprob_records import TokenTexts, prompt_records, token_records
 from decodekit_cli.options import cache_flag, encode_prompt, is_spec, spec_text
 from decodekit_cli.result_fields import own_fields
 from decodekit_cli.returned_sequences import hypotheses, plan_sequences
@@ -56,7 +56,7 @@ class Pending:
     copies: int = 1  # rows of the prompt: its samples
     hypotheses: int = 1  # sequences each row returns: beam search's best beams
 
-    def options(self) -> tuple[str, int | None, int | None, str]:
+    def options(self) -> tuple[str, int | None, int | None, str, bool]:
         """What the rows of one decode share (not max_new_tokens nor stop strings: one per prompt, unless the
         strategy refuses a limit per prompt)."""
         return self.chain, self.logprobs, self.prompt_logprobs, self.strategy, self.include_stop
@@ -273,6 +273,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
     n = len(line_of)
     tokens: list[list[int]] = [[] for _ in range(n)]
     texts: list[list[str] | None] = [[] if getattr(model, "tokenizer", None) else None for _ in range(n)]
+    token_texts = TokenTexts(getattr(model, "tokenizer", None))  # each logprob's token's, and its top's
     first = lines[0]
     scores: list[list[dict[str, Any]] | None] = [None if first.logprobs is None else [] for _ in range(n)]
     options = _options(model, settings, first)
@@ -301,7 +302,8 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
         ]
         if p.hypotheses > 1:  # beam search's best beams, each with the row's entries of the strategy's own fields
             found = [
-                sequence(**h, fields=fields[0]) for h in hypotheses(events.result, rows[0], p.logprobs is not None)
+                sequence(**h, fields=fields[0])
+                for h in hypotheses(events.result, rows[0], p.logprobs is not None, token_texts)
             ]
         assert p.seed is not None
         return i, result_record(
@@ -321,7 +323,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
         result = events.result  # set once the stream is done: records with prompt_logprobs wait for it
         if result is None or result.prompt_logprobs is None:
             return None
-        return prompt_records(result.prompt_tokens[row], result.prompt_logprobs[row])
+        return prompt_records(result.prompt_tokens[row], result.prompt_logprobs[row], token_texts)
 
     for ev in said_of_lines(iter(events), [lines[i] for i in line_of], where):
         tokens[ev.row].append(ev.token)
@@ -329,7 +331,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
         if ev.text is not None and row_text is not None:
             row_text.append(ev.text)
         if ev.logprobs is not None and row_scores is not None:
-            row_scores += token_records([ev.token], [ev.logprobs])
+            row_scores += token_records([ev.token], [ev.logprobs], token_texts)
         if ev.finish_reason is not None:
             ended[ev.row] = (ev.finish_reason, ev.stopped_by)
             left[line_of[ev.row]] -= 1
