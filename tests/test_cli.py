@@ -1039,3 +1039,14 @@ def test_caches_strategies_and_models_list_their_section_of_samplers(capsys: pyt
     assert "; also accepted: none; did you mean 'window'?" in err
     assert main(["strategies", "top_k"]) == 2  # a sampler is no strategy
     assert "unknown strategy 'top_k'" in capsys.readouterr().err
+
+
+def test_samplers_selects_the_cache_backend_none_it_lists(capsys: pytest.CaptureFixture[str]) -> None:
+    """`decodekit samplers` lists the cache backend `none`; named, it is shown as `decodekit caches none` shows it.
+    Before: "unknown name 'none'"."""
+    from decodekit_cli import main
+
+    assert main(["samplers", "none", "top_k"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Samplers\ntop_k  ") and "\nCache backends\nnone\n  No cache: recompute" in text
+    assert "\ndense" not in text

@@ -544,9 +544,9 @@ def samplers(
     ] = None,
     json_output: JsonOption = False,
 ) -> None:
-    from decodekit_cli.listing import samplers_report
+    from decodekit_cli.listing import NO_CACHE, samplers_report
 
-    _print_listing(samplers_report(names or ()), json_output, with_none=not names)
+    _print_listing(samplers_report(names or ()), json_output, with_none=not names or NO_CACHE in names)
 
 
 ListedNames = Annotated[

@@ -123,7 +123,8 @@ def samplers_report(names: Sequence[str] = ()) -> dict[str, Any]:
     registry = get_registry()
     names = list(dict.fromkeys(names))  # a name given twice is listed once, where it first appears
     for name in names:
-        if name not in registry.caches and name not in registry.strategies and name not in registry.models:
+        known = (registry.caches, registry.strategies, registry.models)
+        if name != NO_CACHE and not any(name in section for section in known):
             _check_sampler(name, registry)
 
     return {key: _listed(registry.section(category), names) for category, key in SECTIONS.items()}
