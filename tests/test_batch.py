@@ -850,3 +850,16 @@ def test_a_line_whose_prompt_the_tokenizer_cannot_encode_names_the_prompt_field(
     assert error["type"] == "UnknownCharacterError"
     assert error["message"].startswith("prompt: CharTokenizer.encode: 1 character(s) not in the alphabet: '\u00e9'")
     assert "line 1: prompt: CharTokenizer.encode" in r.stderr
+
+
+def test_a_lines_sampler_field_is_told_to_go_in_its_chain(tmp_path: Path) -> None:
+    """vLLM's per-request `temperature` and `top_p` are samplers here: the error record of a line naming them as
+    fields says where they go, the line's chain, written out; an unknown field that is no sampler says nothing more.
+    Before: only the list of allowed fields."""
+    lines = [_json(prompt="a", temperature=0.7, top_p=0.9), _json(prompt="b", max_tokens=5)]
+    prompts, out = _write_lines(tmp_path / "p.jsonl", lines), tmp_path / "out.jsonl"
+    assert _run(prompts, out, *ARGS, "--on-error", "skip").returncode == 0
+    first, second = (r["error"]["message"] for r in _records(out))
+    assert first.startswith("prompt line: unknown parameter temperature=0.7; allowed parameters: prompt, ")
+    assert first.endswith('; a sampler is a stage of the line\'s chain: "chain": "temperature(0.7) | top_p(0.9)"')
+    assert second.endswith("did you mean 'max_new_tokens'?")

@@ -218,8 +218,22 @@ def parse_line(line: InputLine) -> tuple[str | int, PromptLine | LineError]:
         assert isinstance(item, PromptLine)
         _one_prompt(item)
     except DecodekitError as exc:
-        return key, LineError.of(exc)
+        error = LineError.of(exc)
+        return key, LineError(error.kind, f"{error}{_chain_hint(value)}")
     return key, item
+
+
+def _chain_hint(value: dict[str, Any]) -> str:
+    """Where a line names a sampler as a field (vLLM's per-request `temperature`, `top_p`), where it goes: its chain."""
+    from decodekit.plugins import get_registry
+
+    samplers = get_registry().samplers
+    stages = [
+        f"{name}({json.dumps(v)})"
+        for name, v in value.items()
+        if name in samplers and name not in PromptLine.model_fields
+    ]
+    return f'; a sampler is a stage of the line\'s chain: "chain": {json.dumps(" | ".join(stages))}' if stages else ""
 
 
 def _one_prompt(item: PromptLine) -> None:
