@@ -202,7 +202,7 @@ HOSTILE_ERRORS = [
         6,
         "ParameterError",
         "prompt line: unknown parameter temp=2; allowed parameters: prompt, prompt_token_ids, id, seed, "
-        "max_new_tokens, n, chain, logprobs, prompt_logprobs, stop, json_schema, regex, grammar",
+        "max_new_tokens, n, chain, logprobs, prompt_logprobs, stop, include_stop, json_schema, regex, grammar",
     ),
     (
         7,
@@ -417,7 +417,7 @@ def test_resume_continues_a_format_1_output_of_a_model_without_stop_tokens(tmp_p
     r = _run(prompts, out, *ARGS, "--resume")
     assert r.returncode == 0 and "2 results written" in r.stderr and "1 already there" in r.stderr, r.stderr
     assert out.read_text() == expected
-    assert json.loads(settings.read_text())["format"] == 2  # recorded again as this run's
+    assert json.loads(settings.read_text())["format"] == 3  # recorded again as this run's
 
 
 def _locked(path: Path) -> bool:
@@ -850,3 +850,16 @@ def test_a_line_whose_prompt_the_tokenizer_cannot_encode_names_the_prompt_field(
     assert error["type"] == "UnknownCharacterError"
     assert error["message"].startswith("prompt: CharTokenizer.encode: 1 character(s) not in the alphabet: '\u00e9'")
     assert "line 1: prompt: CharTokenizer.encode" in r.stderr
+
+
+def test_a_lines_sampler_field_is_told_to_go_in_its_chain(tmp_path: Path) -> None:
+    """vLLM's per-request `temperature` and `top_p` are samplers here: the error record of a line naming them as
+    fields says where they go, the line's chain, written out; an unknown field that is no sampler says nothing more.
+    Before: only the list of allowed fields."""
+    lines = [_json(prompt="a", temperature=0.7, top_p=0.9), _json(prompt="b", max_tokens=5)]
+    prompts, out = _write_lines(tmp_path / "p.jsonl", lines), tmp_path / "out.jsonl"
+    assert _run(prompts, out, *ARGS, "--on-error", "skip").returncode == 0
+    first, second = (r["error"]["message"] for r in _records(out))
+    assert first.startswith("prompt line: unknown parameter temperature=0.7; allowed parameters: prompt, ")
+    assert first.endswith('; a sampler is a stage of the line\'s chain: "chain": "temperature(0.7) | top_p(0.9)"')
+    assert second.endswith("did you mean 'max_new_tokens'?")

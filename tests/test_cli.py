@@ -1005,3 +1005,48 @@ def test_a_checkpoint_model_without_a_path_says_how_in_the_callers_words(name: s
         2,
         f"decodekit: error: {name}: no checkpoint path; allowed: --model {name}:/path/to/local/checkpoint\n",
     )
+
+
+def test_caches_strategies_and_models_list_their_section_of_samplers(capsys: pytest.CaptureFixture[str]) -> None:
+    """`decodekit caches` (a newcomer's first guess for the cache backends), `strategies` and `models`: each lists its
+    section of `decodekit samplers`, parameters included, and checks its names as `--cache` and `--strategy` do.
+    Before: "No such command 'caches'"."""
+    from decodekit_cli import main
+
+    assert main(["samplers", "--json"]) == 0
+    every = json.loads(capsys.readouterr().out)
+    for command, key in (("caches", "cache_backends"), ("strategies", "strategies"), ("models", "models")):
+        assert main([command, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == {key: every[key]}
+    assert main(["caches"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Cache backends\nnone\n  No cache: recompute the whole context every step\ndense  ")
+    assert "\nwindow  decodekit-cache-window " in text and "\n    size  " in text and "Samplers" not in text
+    assert main(["caches", "window"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Cache backends\nwindow  ") and "\nnone" not in text and "\ndense" not in text
+    assert main(["caches", "none", "dense"]) == 0
+    assert [line for line in capsys.readouterr().out.splitlines() if not line.startswith(" ")] == [
+        "Cache backends",
+        "none",
+        "dense  decodekit-cache-dense 0.1.0",
+    ]
+    assert main(["strategies", "beam"]) == 0
+    assert capsys.readouterr().out.startswith("Decode strategies\nbeam  decodekit-beam 0.1.0\n")
+    assert main(["caches", "windw"]) == 2
+    [err] = capsys.readouterr().err.splitlines()
+    assert err.startswith("decodekit: error: unknown cache backend 'windw'; installed: dense, gqa, ")
+    assert "; also accepted: none; did you mean 'window'?" in err
+    assert main(["strategies", "top_k"]) == 2  # a sampler is no strategy
+    assert "unknown strategy 'top_k'" in capsys.readouterr().err
+
+
+def test_samplers_selects_the_cache_backend_none_it_lists(capsys: pytest.CaptureFixture[str]) -> None:
+    """`decodekit samplers` lists the cache backend `none`; named, it is shown as `decodekit caches none` shows it.
+    Before: "unknown name 'none'"."""
+    from decodekit_cli import main
+
+    assert main(["samplers", "none", "top_k"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Samplers\ntop_k  ") and "\nCache backends\nnone\n  No cache: recompute" in text
+    assert "\ndense" not in text

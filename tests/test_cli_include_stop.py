@@ -73,3 +73,31 @@ def test_resume_reads_settings_recorded_before_it_as_cutting_the_stop_string(fre
     assert run.returncode == 0 and "1 already there" in run.stderr, run.stderr
     run = run_cli([*base, "--include-stop", "--resume"])
     assert run.returncode == 2 and "include_stop=False (this run: True)" in run.stderr, run.stderr
+
+
+def test_a_line_sets_its_own_include_stop_over_the_jobs(free: str, tmp_path: Path) -> None:
+    """A line's `include_stop` wins over `--include-stop` (given or not), as its `stop` wins over `--stop`; a bad value
+    is that line's error record, naming the field and what is allowed. Before: an unknown field, an error record."""
+    stop = free[20:23]
+    kept, cut = free[: free.find(stop) + 3], free[: free.find(stop)]
+    prompts = tmp_path / "p.jsonl"
+    lines = [
+        {"prompt": "ROMEO:", "seed": 7, "include_stop": True},
+        {"prompt": "ROMEO:", "seed": 7, "include_stop": False},
+        {"prompt": "ROMEO:", "seed": 7},
+        {"prompt": "ROMEO:", "seed": 7, "include_stop": "yes"},
+        {"prompt": "ROMEO:", "seed": 7, "include_stop": None},
+    ]
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    for job, default in (([], cut), (["--include-stop"], kept)):
+        out = tmp_path / f"o{len(job)}.jsonl"
+        args = ["--input", str(prompts), "--output", str(out), *ARGS, "--stop", stop, *job, "--on-error", "skip"]
+        run = run_cli(["generate", *args])
+        assert run.returncode == 0, run.stderr
+        records = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [r.get("text") for r in records] == [kept, cut, default, None, default]
+        assert records[3]["error"] == {
+            "type": "ParameterError",
+            "message": "prompt line: include_stop='yes' is invalid: Input should be true or false; allowed: true or "
+            "false, or null (--include-stop's)",
+        }

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 from cli_runner import run_cli
-from decodekit_cli.logprob_records import prompt_records, token_records
+from decodekit_cli.logprob_records import TokenTexts, prompt_records, token_records
 
 import decodekit as dk
 
@@ -59,9 +59,12 @@ def test_generate_json_has_each_tokens_logprobs_as_the_library_gives_them(model:
     sample = json.loads(run.stdout)["samples"][0]
     want = library(model, "ROMEO:", 3, 2, None)
     assert sample["tokens"] == want.tokens[0]
-    assert_close(sample["logprobs"], token_records(want.tokens[0], want.logprobs[0]))
+    assert_close(sample["logprobs"], token_records(want.tokens[0], want.logprobs[0], TokenTexts(model.tokenizer)))
     first = sample["logprobs"][0]
-    assert list(first) == ["token", "logprob", "rank", "top", "processed_logprob", "processed_top"]
+    assert list(first) == [
+        *("token", "text", "logprob", "rank", "top", "top_texts"),
+        *("processed_logprob", "processed_top", "processed_top_texts"),
+    ]
     assert len(first["top"]) == 2 and len(first["top"][0]) == 2
     assert first["processed_logprob"] > first["logprob"]  # top_k(20) at 0.8 sharpens the model's distribution
     run = run_cli(["generate", "ROMEO:", *ARGS, "--logprobs", "2"])
@@ -95,11 +98,13 @@ def test_batch_records_carry_them_as_the_library_gives_them(model: Any, tmp_path
         n, scored = line.get("logprobs", 2), line.get("prompt_logprobs")
         want = library(model, str(line["prompt"]), [line["seed"]], n, scored)  # type: ignore[arg-type,list-item]
         assert record["tokens"] == want.tokens[0]
-        assert_close(record["logprobs"], token_records(want.tokens[0], want.logprobs[0]))
+        texts = TokenTexts(model.tokenizer)
+        assert_close(record["logprobs"], token_records(want.tokens[0], want.logprobs[0], texts))
         if scored is None:
             assert "prompt_logprobs" not in record
         else:
-            assert_close(record["prompt_logprobs"], prompt_records(want.prompt_tokens[0], want.prompt_logprobs[0]))
+            scored_records = prompt_records(want.prompt_tokens[0], want.prompt_logprobs[0], texts)
+            assert_close(record["prompt_logprobs"], scored_records)
             assert record["prompt_logprobs"][0] is None and len(record["prompt_logprobs"][1]["top"]) == 3
     assert [len(r["logprobs"][0]["top"]) for r in records] == [2, 0, 1, 1, 2]
     settings = json.loads((tmp_path / "o.jsonl.settings.json").read_text())
@@ -156,3 +161,69 @@ def test_bad_values_are_each_lines_error_before_any_decoding(tmp_path: Path) -> 
     records = _records(out)
     assert "error" not in records[0] and [r["error"]["type"] for r in records[1:]] == ["ParameterError"] * len(BAD)
     assert all(message in r["error"]["message"] for (_, message), r in zip(BAD, records[1:]))
+
+
+def test_each_logprob_gives_its_tokens_text_and_its_tops_texts(model: Any, tmp_path: Path) -> None:
+    """vLLM's `decoded_token`: a record's logprobs give the chosen token's `text` and each top's, in the top's order,
+    as `tokenizer.decode([id])`; the generated tokens' texts make the record's text (a character model), the prompt's
+    its prompt. Before: ids alone."""
+    prompts, out = _lines(tmp_path / "p.jsonl", *LINES), tmp_path / "o.jsonl"
+    args = ["--input", str(prompts), "--output", str(out), *ARGS, "--logprobs", "3", "--prompt-logprobs", "2"]
+    run = run_cli(["generate", *args])
+    assert run.returncode == 0, run.stderr
+
+    def decoded(top: list[list[Any]]) -> list[str]:
+        return [model.tokenizer.decode([token]) for token, _ in top]
+
+    for line, record in zip(LINES, _records(out)):
+        for entry in record["logprobs"]:
+            assert entry["text"] == model.tokenizer.decode([entry["token"]])
+            assert entry["top_texts"] == decoded(entry["top"]) and len(entry["top"]) == line.get("logprobs", 3)
+            assert entry["processed_top_texts"] == decoded(entry["processed_top"])
+        assert "".join(entry["text"] for entry in record["logprobs"]) == record["text"]
+        first, *scored = record["prompt_logprobs"]
+        assert first is None and "".join(entry["text"] for entry in scored) == str(line["prompt"])[1:]
+        assert all(entry["top_texts"] == decoded(entry["top"]) for entry in scored)
+
+
+def _untexted(record: dict[str, Any]) -> dict[str, Any]:
+    """A record as settings format 2 wrote it: logprobs without token texts."""
+
+    def entry(e: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if e is None else {k: v for k, v in e.items() if k != "text" and not k.endswith("top_texts")}
+
+    return {
+        **record,
+        **{key: [entry(e) for e in record[key]] for key in ("logprobs", "prompt_logprobs") if key in record},
+    }
+
+
+def test_resume_of_an_output_whose_logprobs_have_no_texts_is_refused(tmp_path: Path) -> None:
+    """Settings format 2 wrote logprobs without texts: `--resume` would append records with them after records
+    without, so it is refused, saying why and what to do; an output of format 2 with no logprobs in its records is
+    continued as an uninterrupted run writes it. Before: the output was continued, mixing the two."""
+    prompts, out = _lines(tmp_path / "p.jsonl", *LINES), tmp_path / "o.jsonl"
+    settings = tmp_path / "o.jsonl.settings.json"
+    base = ["generate", "--input", str(prompts), "--output", str(out), *ARGS]
+    assert run_cli(base).returncode == 0  # lines 2, 3 and 4 ask for logprobs: their records hold some
+    whole = out.read_text().splitlines(keepends=True)
+    older = {**json.loads(settings.read_text()), "format": 2}
+
+    settings.write_text(json.dumps(older))
+    out.write_text(whole[0])  # line 1 asks for none: its record is what format 3 writes
+    run = run_cli([*base, "--resume"])
+    assert run.returncode == 0 and "1 already there" in run.stderr, run.stderr
+    assert out.read_text() == "".join(whole)
+    assert json.loads(settings.read_text())["format"] == 3
+
+    settings.write_text(json.dumps(older))
+    out.write_text(whole[0] + json.dumps(_untexted(json.loads(whole[1])), ensure_ascii=True) + "\n")
+    run = run_cli([*base, "--resume"])
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr == (
+        f"decodekit: error: --resume: {out} was written by an older decodekit (settings format 2 or before), whose "
+        "logprobs give token ids without their texts, and its records hold logprobs; this version's records give the "
+        "texts too (text, top_texts), so the output would mix the two; allowed: a new --output (or the decodekit that "
+        "wrote it, to finish it)\n"
+    )
+    assert len(out.read_text().splitlines()) == 2  # nothing appended

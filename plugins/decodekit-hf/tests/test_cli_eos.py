@@ -184,7 +184,7 @@ def as_format_1(output: Path) -> None:
     on past EOS), and only its first record, as if killed there."""
     settings = output.with_name(output.name + ".settings.json")
     recorded = json.loads(settings.read_text())
-    assert recorded.pop("ignore_eos") is True and recorded["format"] == 2
+    assert recorded.pop("ignore_eos") is True and recorded["format"] == 3
     settings.write_text(json.dumps({**recorded, "format": 1}))
     output.write_text(output.read_text().splitlines(keepends=True)[0])
 

@@ -58,8 +58,8 @@ BAD = {  # line -> what it holds: each must become the same error record on Ray 
 
 
 def _line(i: int) -> bytes:
-    """Line i (1-based): prompts of several lengths; some with their own id, seed, length, chain, logprobs, n or
-    stop."""
+    """Line i (1-based): prompts of several lengths; some with their own id, seed, length, chain, logprobs, n,
+    stop or include_stop."""
     if i in BAD:
         return BAD[i]
     line: dict[str, object] = {"prompt": f"Line {i}: " + "abcd"[: i % 5]}
@@ -79,6 +79,8 @@ def _line(i: int) -> bytes:
         line["n"] = 2  # two samples in one record (line 33 of 3 tokens)
     if i % 9 == 4:
         line["stop"] = ["e", " "] if i % 2 else "a"  # its own stop strings: in batches of their own
+    if i % 18 == 13:
+        line["include_stop"] = True  # line 31 keeps the stop string that ends it (line 13 is bad)
     if i == 2:
         line["id"] = "x\u2028y"  # a raw line separator: one line all the same
     return json.dumps(line, ensure_ascii=False).encode()
@@ -228,6 +230,8 @@ def test_reference_has_every_kind_of_record(reference: tuple[Path, str, list[str
     assert [r["line"] for r in records if "logprobs" in r] == [6, 12, 18, 24, 30, 36]
     assert [r["line"] for r in records if "prompt_logprobs" in r] == [8, 16, 24, 32, 40]
     assert [(r["line"], len(r["samples"])) for r in records if "samples" in r] == [(3, 2), (23, 2), (33, 2)]
+    assert records[30]["stopped_by"] == " " and records[30]["text"].endswith(" ")  # its include_stop
+    assert all("text" in e and "top_texts" in e for r in records for e in r.get("logprobs", []))
 
 
 def test_on_ray_killed_resumed_and_an_actor_killed_equals_local(
@@ -433,6 +437,27 @@ def test_a_plugin_strategys_own_fields_are_written_on_ray_as_here(cluster: str, 
         ]
     else:
         assert [row["picks"] for row in rows] == [len(row["tokens"]) for row in rows]
+
+
+def test_a_speculative_jobs_closing_line_on_ray_gives_the_local_jobs_acceptance(cluster: str, tmp_path: Path) -> None:
+    """The closing line's acceptance figures are the totals of the records the run wrote, on Ray as in one local
+    process: the same line, the same records. Before: neither job's line had them."""
+    prompts = tmp_path / "p.jsonl"
+    lines = [{"prompt": f"ROMEO {i}:", **({"n": 2} if i % 3 == 0 else {})} for i in range(1, 7)]
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = ["-m", "tiny-shakespeare", "--seed", "5", "--max-new-tokens", "12", "--chain", "temperature(1.2)"]
+    args += ["--strategy", "speculative(draft='tiny-shakespeare-draft', k=3)", "--batch-size", "2"]
+    runs: list[tuple[str, str]] = []
+    for where in ([], ["--ray", cluster, "--ray-actors", "2"]):
+        out = tmp_path / f"out{len(runs)}.jsonl"
+        r = cli("generate", "--input", str(prompts), "--output", str(out), *args, *where)
+        assert r.returncode == 0, r.stderr
+        runs.append((r.stderr.replace(str(out), "OUT"), out.read_text()))
+    assert runs[0] == runs[1]
+    assert (
+        runs[0][0].splitlines()[-1].startswith("6 results written to OUT · ")
+        and "% of drafts accepted · " in runs[0][0]
+    )
 
 
 def test_prompt_token_ids_from_a_file_and_a_parquet_column_give_the_local_jobs_records(

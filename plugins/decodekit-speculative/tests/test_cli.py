@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import torch
 from decodekit_cli import main
-from decodekit_cli.generate_command import Acceptance, _status_line
+from decodekit_cli.acceptance import Acceptance
+from decodekit_cli.generate_command import _status_line
 from decodekit_speculative.acceptance import COUNTS
 
 
@@ -162,5 +163,25 @@ def test_an_output_written_before_drafted_and_accepted_resumes(
     (tmp_path / "old.jsonl.settings.json").write_text((tmp_path / "whole.jsonl.settings.json").read_text())
     capsys.readouterr()
     assert main(["generate", *args, "--output", str(old), "--resume"]) == 0
-    assert capsys.readouterr().err.splitlines()[-1] == f"2 results written to {old}, 1 already there"
+    said = capsys.readouterr().err.splitlines()[-1]  # the acceptance of the records this run wrote
+    assert said.startswith(f"2 results written to {old}, 1 already there · ") and said.endswith(" tokens per round")
     assert old.read_text().splitlines(keepends=True) == [json.dumps(before) + "\n", *records[1:]]
+
+
+def test_a_batch_jobs_closing_line_gives_its_acceptance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The closing line of a speculative batch job ends as `generate`'s status line does, with the job's acceptance:
+    accepted / drafted tokens and 1 + accepted / draft rounds over every sample of the records it wrote (a line of
+    two samples counts both); a job of another strategy says nothing of drafts. Before: neither figure."""
+    prompts, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines = [{"prompt": "ROMEO:"}, {"prompt": "JULIET:", "max_new_tokens": 12}, {"prompt": "KING:", "n": 2}]
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = ["--input", str(prompts), "--chain", CHAIN, "--max-new-tokens", "20", "--seed", "3"]
+    assert main(["generate", *args, "--output", str(out), "--strategy", SPECULATIVE]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = [row for record in records for row in record.get("samples", [record])]
+    drafted, accepted, rounds = (sum(row[name] for row in rows) for name in ("drafted", "accepted", "draft_rounds"))
+    assert len(rows) == 4 and 0 < accepted < drafted
+    figures = f"{accepted / drafted:.0%} of drafts accepted · {1 + accepted / rounds:.2f} tokens per round"
+    assert capsys.readouterr().err.splitlines()[-1] == f"3 results written to {out} · {figures}"
+    assert main(["generate", *args, "--output", str(tmp_path / "sampled.jsonl")]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == f"3 results written to {tmp_path / 'sampled.jsonl'}"

@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Protocol, cast
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
 
 import typer
 from typer.exceptions import TyperException
@@ -30,6 +30,9 @@ from decodekit_cli.errors import (
     report_warning,
 )
 from decodekit_cli.torch_logs import torch_warnings_in_one_line
+
+if TYPE_CHECKING:
+    from decodekit.registry import Category
 
 __all__ = ["app", "run"]
 
@@ -541,14 +544,47 @@ def samplers(
     ] = None,
     json_output: JsonOption = False,
 ) -> None:
-    from decodekit_cli.json_output import print_json
-    from decodekit_cli.listing import render_samplers, samplers_report
+    from decodekit_cli.listing import NO_CACHE, samplers_report
 
-    report = samplers_report(names or ())
+    _print_listing(samplers_report(names or ()), json_output, with_none=not names or NO_CACHE in names)
+
+
+ListedNames = Annotated[
+    list[str] | None, typer.Argument(help="Show only these, by name (default: all).", show_default=False)
+]
+
+
+@app.command(help="List the cache backends (--cache) and their parameters; with NAMES, only those.")
+def caches(names: ListedNames = None, json_output: JsonOption = False) -> None:
+    _list_section("cache backend", names or [], json_output)
+
+
+@app.command(help="List the strategies (--strategy) and their parameters; with NAMES, only those.")
+def strategies(names: ListedNames = None, json_output: JsonOption = False) -> None:
+    _list_section("strategy", names or [], json_output)
+
+
+@app.command(help="List the models (--model) and their parameters; with NAMES, only those.")
+def models(names: ListedNames = None, json_output: JsonOption = False) -> None:
+    _list_section("model", names or [], json_output)
+
+
+def _list_section(category: Category, names: list[str], json_output: bool) -> None:
+    """One section of `decodekit samplers`' listing."""
+    from decodekit_cli.listing import NO_CACHE, section_report
+
+    every_cache = category == "cache backend" and (not names or NO_CACHE in names)
+    _print_listing(section_report(category, names), json_output, with_none=every_cache)
+
+
+def _print_listing(report: dict[str, Any], json_output: bool, with_none: bool) -> None:
+    from decodekit_cli.json_output import print_json
+    from decodekit_cli.listing import render_samplers
+
     if json_output:
         print_json(report)
     else:
-        render_samplers(report, every=not names)
+        render_samplers(report, with_none=with_none)
 
 
 cache_app = typer.Typer(help="KV-cache tools: calibrate a model's attention windows.", no_args_is_help=True)

@@ -28,7 +28,7 @@ from decodekit_cli.batch_settings import BatchSettings, parsed_chain
 from decodekit_cli.batch_warnings import said_of_lines
 from decodekit_cli.errors import CliError
 from decodekit_cli.grammar_options import line_chain
-from decodekit_cli.logprob_records import prompt_records, token_records
+from decodekit_cli.logprob_records import TokenTexts, prompt_records, token_records
 from decodekit_cli.options import cache_flag, encode_prompt, is_spec, spec_text
 from decodekit_cli.result_fields import own_fields
 from decodekit_cli.returned_sequences import hypotheses, plan_sequences
@@ -51,14 +51,15 @@ class Pending:
     logprobs: int | None = None
     prompt_logprobs: int | None = None
     stop: tuple[str, ...] = ()  # the line's own stop strings, else the job's
+    include_stop: bool = False  # the line's own, else --include-stop: its text keeps the stop string that ended it
     strategy: str = "sample"  # under beam search with the line's num_return_sequences
     copies: int = 1  # rows of the prompt: its samples
     hypotheses: int = 1  # sequences each row returns: beam search's best beams
 
-    def options(self) -> tuple[str, int | None, int | None, str]:
+    def options(self) -> tuple[str, int | None, int | None, str, bool]:
         """What the rows of one decode share (not max_new_tokens nor stop strings: one per prompt, unless the
         strategy refuses a limit per prompt)."""
-        return self.chain, self.logprobs, self.prompt_logprobs, self.strategy
+        return self.chain, self.logprobs, self.prompt_logprobs, self.strategy, self.include_stop
 
     def row_seeds(self) -> list[int]:
         """Each copy's seed: the line's own for one, else copy `k` gets `mix_seed(seed, k)`."""
@@ -118,8 +119,15 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
                 f"prompt line: stop={json.dumps(item.stop)} is invalid: an empty stop string would end every sample "
                 "at once; allowed: non-empty strings"
             )
+        include_stop = settings.include_stop if item.include_stop is None else item.include_stop
         pending = Pending(number, key, item.prompt, ids, seed, max_new, chain, logprobs, prompt_logprobs, stop)
-        pending = replace(pending, strategy=plan.strategy, copies=plan.copies, hypotheses=plan.hypotheses)
+        pending = replace(
+            pending,
+            include_stop=include_stop,
+            strategy=plan.strategy,
+            copies=plan.copies,
+            hypotheses=plan.hypotheses,
+        )
         # the seed of a batch of the copies: copy k gets mix_seed(seed, k), as `Pending.row_seeds` gives it
         dk.validate(model, [ids] * plan.copies, **_options(model, settings, pending), seed=seed)
     except dk.ContextLengthError as exc:  # its advice names the job's --cache (max_new_tokens: the line's or the job's)
@@ -192,14 +200,14 @@ def _options(model: Any, settings: BatchSettings, line: Pending) -> dict[str, An
         "prompt_logprobs": line.prompt_logprobs,
         "cache": settings.cache,
         "stop_strings": line.stop,
-        "include_stop_str_in_output": settings.include_stop,
+        "include_stop_str_in_output": line.include_stop,
         "stop_tokens": eos_tokens(model, settings.ignore_eos),
         "compile": settings.compile,
     }
 
 
 def batches(pending: Sequence[Pending], size: int) -> Iterator[list[Pending]]:
-    """Runs of consecutive prompts sharing chain, logprobs asked and strategy, of `size` rows at most
+    """Runs of consecutive prompts sharing chain, logprobs asked, strategy and include_stop, of `size` rows at most
     (a line of `n` samples takes `n`; one line, however many): one decode each."""
     for _, group in itertools.groupby(pending, key=Pending.options):
         batch: list[Pending] = []
@@ -265,6 +273,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
     n = len(line_of)
     tokens: list[list[int]] = [[] for _ in range(n)]
     texts: list[list[str] | None] = [[] if getattr(model, "tokenizer", None) else None for _ in range(n)]
+    token_texts = TokenTexts(getattr(model, "tokenizer", None))  # each logprob's token's, and its top's
     first = lines[0]
     scores: list[list[dict[str, Any]] | None] = [None if first.logprobs is None else [] for _ in range(n)]
     options = _options(model, settings, first)
@@ -293,7 +302,8 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
         ]
         if p.hypotheses > 1:  # beam search's best beams, each with the row's entries of the strategy's own fields
             found = [
-                sequence(**h, fields=fields[0]) for h in hypotheses(events.result, rows[0], p.logprobs is not None)
+                sequence(**h, fields=fields[0])
+                for h in hypotheses(events.result, rows[0], p.logprobs is not None, token_texts)
             ]
         assert p.seed is not None
         return i, result_record(
@@ -313,7 +323,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
         result = events.result  # set once the stream is done: records with prompt_logprobs wait for it
         if result is None or result.prompt_logprobs is None:
             return None
-        return prompt_records(result.prompt_tokens[row], result.prompt_logprobs[row])
+        return prompt_records(result.prompt_tokens[row], result.prompt_logprobs[row], token_texts)
 
     for ev in said_of_lines(iter(events), [lines[i] for i in line_of], where):
         tokens[ev.row].append(ev.token)
@@ -321,7 +331,7 @@ def _stream(model: Any, settings: BatchSettings, lines: Sequence[Pending], where
         if ev.text is not None and row_text is not None:
             row_text.append(ev.text)
         if ev.logprobs is not None and row_scores is not None:
-            row_scores += token_records([ev.token], [ev.logprobs])
+            row_scores += token_records([ev.token], [ev.logprobs], token_texts)
         if ev.finish_reason is not None:
             ended[ev.row] = (ev.finish_reason, ev.stopped_by)
             left[line_of[ev.row]] -= 1

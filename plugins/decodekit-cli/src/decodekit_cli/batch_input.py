@@ -93,6 +93,10 @@ class PromptLine(Params):
         "stop strings ending this line's text (lm-eval's `until`, vLLM's per-request `stop`); default: --stop",
         "a non-empty string or a list of them, or null (--stop's)",
     )
+    include_stop: StrictBool | None = _optional(
+        "keep the stop string that ended this line's text (vLLM's include_stop_str_in_output); default: --include-stop",
+        "true or false, or null (--include-stop's)",
+    )
     # decodekit-grammar: a grammar this line's text follows, put first in its chain (at most one of them)
     json_schema: dict[str, Any] | StrictBool | str | None = _optional(
         "a JSON Schema (an object or true, or its JSON text)", "a JSON Schema (an object or true, or its JSON text)"
@@ -214,8 +218,22 @@ def parse_line(line: InputLine) -> tuple[str | int, PromptLine | LineError]:
         assert isinstance(item, PromptLine)
         _one_prompt(item)
     except DecodekitError as exc:
-        return key, LineError.of(exc)
+        error = LineError.of(exc)
+        return key, LineError(error.kind, f"{error}{_chain_hint(value)}")
     return key, item
+
+
+def _chain_hint(value: dict[str, Any]) -> str:
+    """Where a line names a sampler as a field (vLLM's per-request `temperature`, `top_p`), where it goes: its chain."""
+    from decodekit.plugins import get_registry
+
+    samplers = get_registry().samplers
+    stages = [
+        f"{name}({json.dumps(v)})"
+        for name, v in value.items()
+        if name in samplers and name not in PromptLine.model_fields
+    ]
+    return f'; a sampler is a stage of the line\'s chain: "chain": {json.dumps(" | ".join(stages))}' if stages else ""
 
 
 def _one_prompt(item: PromptLine) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from decodekit import errors as _errors
 from decodekit.errors import CompileError
+from decodekit_cli.acceptance import Acceptance, DraftTotals
 from decodekit_cli.batch_decode import Pending, batches, decode_records
 from decodekit_cli.batch_output import OrderedWriter, RecordWriteError, sort_output
 from decodekit_cli.batch_progress import BatchProgress
@@ -66,6 +67,7 @@ def run_local(model: Any, job: BatchJob) -> int:
 def _decode_here(model: Any, job: BatchJob) -> int:
     progress = BatchProgress(len(job.todo))
     failed: list[Record] = []
+    drafts = DraftTotals()
     with progress, job.output.open("ab", buffering=0) as out:
         writer = OrderedWriter(out, [line_of(item) for item in job.todo])
         try:
@@ -78,6 +80,7 @@ def _decode_here(model: Any, job: BatchJob) -> int:
                     keep = job.keeps(record)
                     failed += [] if keep else [record]
                     written = writer.put(record["line"], record if keep else None)
+                    drafts.add(record)
                     progress.advance(written, record_tokens(record))
         except KeyboardInterrupt:
             records = plural(writer.written, "record")
@@ -92,17 +95,19 @@ def _decode_here(model: Any, job: BatchJob) -> int:
         except CompileError as exc:
             records = plural(writer.written, "record")
             raise CliError(f"{compile_failure(exc)}; {records} written (--resume continues)", EXIT_FAILURE) from None
-    progress.say(summary(job, writer.written, writer.errors))
+    progress.say(summary(job, writer.written, writer.errors, acceptance=drafts.acceptance))
     return failed_lines(failed)
 
 
-def summary(job: BatchJob, written: int, errors: int, earlier: int = 0) -> str:
+def summary(job: BatchJob, written: int, errors: int, earlier: int = 0, acceptance: Acceptance | None = None) -> str:
     """The last line of a run: what it wrote, and what was there before (`earlier`: records a killed run left
-    beside the output, which it holds now)."""
+    beside the output, which it holds now); a speculative job's acceptance over the records this run wrote, as
+    `generate` ends its status line."""
     results = plural(written - errors, "result") + (f" and {plural(errors, 'error record')}" if errors else "")
     there = job.already_done + earlier
     before = f", {there} already there" if there else ""
-    return f"{results} written to {job.output}{before}"
+    accepted = "" if acceptance is None else f" · {acceptance.shown()}"
+    return f"{results} written to {job.output}{before}{accepted}"
 
 
 def plural(count: int, noun: str) -> str:

@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from decodekit_cli.batch_input import is_stdin
 from decodekit_cli.batch_records import Record, dumps, is_error, record_line
-from decodekit_cli.batch_settings import differences, upgraded
+from decodekit_cli.batch_settings import FORMAT, UNTEXTED_LOGPROBS, differences, upgraded
 from decodekit_cli.errors import CliError
 
 __all__ = [
@@ -116,6 +116,9 @@ class OutputLock:
                 "with is unknown; allowed: an output this version of decodekit wrote (or a new --output)"
             )
         written = upgraded(recorded)
+        if written.get("format") == UNTEXTED_LOGPROBS:  # its records are format 3's, unless they hold logprobs
+            self._refuse_untexted_logprobs()
+            written = {**written, "format": FORMAT}
         changed = differences(written, current)
         if differences({**written, "ignore_eos": current["ignore_eos"]}, current):  # more than ignore_eos
             raise CliError(
@@ -123,6 +126,20 @@ class OutputLock:
                 f"settings it was written with (recorded in {self.path.name}), or a new --output"
             )
         return _eos_refusal(self.output, recorded, current["ignore_eos"]) if changed else None
+
+    def _refuse_untexted_logprobs(self) -> None:
+        """An output of format 2 or before whose records hold logprobs (token ids without texts) is not continued:
+        the records this version appends would give texts, and the output would hold both kinds."""
+        holds = "the parts a killed --ray run left" if parts_path(self.output).exists() else None
+        if holds is None and self.output.exists() and _has_logprobs(self.output.read_bytes()):
+            holds = "its records hold logprobs"
+        if holds is not None:
+            raise CliError(
+                f"--resume: {self.output} was written by an older decodekit (settings format {UNTEXTED_LOGPROBS} or "
+                f"before), whose logprobs give token ids without their texts, and {holds}; this version's records "
+                "give the texts too (text, top_texts), so the output would mix the two; allowed: a new --output (or "
+                "the decodekit that wrote it, to finish it)"
+            )
 
     def record(self, settings: dict[str, Any]) -> None:
         """Write the settings before the first record, so an output never exists without them."""
@@ -157,6 +174,11 @@ def _eos_refusal(output: Path, recorded: dict[str, Any], ignore_eos: bool) -> st
         f"--resume: {output} was written {how}, and this model has stop tokens, so its lines would end "
         f"elsewhere; to continue it as it was written, {what} (or choose a new --output)"
     )
+
+
+def _has_logprobs(records: bytes) -> bool:
+    """Whether JSON lines `dumps` wrote hold a `logprobs` or `prompt_logprobs` key (a text's quotes are escaped)."""
+    return b'"logprobs": [' in records or b'"prompt_logprobs": [' in records
 
 
 def _holds_records(output: Path) -> bool:

@@ -4,7 +4,9 @@
 file, model, chain, cache, strategy, seed, length (a model's `max_length`, which counts each line's prompt, too),
 stop string, `--include-stop`, `--ignore-eos`, prompt encoding, `--logprobs` or `--prompt-logprobs` would give
 results that an uninterrupted run would not. Settings of format 1 (before `ignore_eos` was recorded) are read as
-format 2 reads them: those jobs went on past the model's EOS, as `--ignore-eos` does now. Settings without
+format 2 reads them: those jobs went on past the model's EOS, as `--ignore-eos` does now. Formats 1 and 2 wrote
+logprobs without token texts: an output whose records hold such logprobs is refused (`batch_output`), else continued
+as format 3 (its records are what format 3 writes). Settings without
 `logprobs` and `prompt_logprobs` (recorded since) read as None: those jobs asked for none; without `max_length`, as
 None too: those jobs' lines had `max_new_tokens`; without `n`, as None: one sequence a line; without `include_stop`,
 as False: those jobs cut the stop string.
@@ -25,9 +27,20 @@ if TYPE_CHECKING:
     from decodekit.plugins import Registry
     from decodekit_cli.sampling_options import SamplingOptions
 
-__all__ = ["FORMAT", "BatchSettings", "differences", "parsed_chain", "parsed_chain_cache", "upgraded"]
+__all__ = [
+    "FORMAT",
+    "UNTEXTED_LOGPROBS",
+    "BatchSettings",
+    "differences",
+    "parsed_chain",
+    "parsed_chain_cache",
+    "upgraded",
+]
 
-FORMAT = 2  # of the recorded settings; a change that alters results must change it (2: stops at the model's EOS)
+# Of the recorded settings; a change that alters results must change it (2: stops at the model's EOS; 3: logprobs
+# give each token's text, `text` and `top_texts`).
+FORMAT = 3
+UNTEXTED_LOGPROBS = 2  # the last format whose logprobs give token ids alone
 MAX_SEED = 2**64  # what dk.validate allows, checked here before a model loads
 
 
@@ -103,7 +116,7 @@ def upgraded(recorded: dict[str, Any]) -> dict[str, Any]:
     """Recorded settings as this format writes them: format 1 had no `ignore_eos` and went on past EOS, and the
     model, cache and strategy were recorded as typed before they were recorded canonical."""
     if recorded.get("format") == 1 and "ignore_eos" not in recorded:
-        recorded = {**recorded, "format": FORMAT, "ignore_eos": True}
+        recorded = {**recorded, "format": UNTEXTED_LOGPROBS, "ignore_eos": True}
     recorded = {"include_stop": False, **recorded}  # recorded since --include-stop: before, the stop string was cut
     try:
         return {

@@ -11,13 +11,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 import decodekit as dk
+from decodekit_cli.acceptance import Acceptance
 from decodekit_cli.errors import EXIT_INTERRUPTED, CliError, report_note
 from decodekit_cli.json_output import print_json
 from decodekit_cli.live_text import SampleWriter, TextOutput
-from decodekit_cli.logprob_records import prompt_records, token_records
+from decodekit_cli.logprob_records import TokenTexts, prompt_records, token_records
 from decodekit_cli.options import build_chain, check_stop, cli_hints, prompt_text, resolve_strategy
 from decodekit_cli.result_fields import own_fields
 from decodekit_cli.returned_sequences import hypotheses, plan_sequences
@@ -79,27 +80,6 @@ class SampleResult:
     fields: dict[str, Any] = field(default_factory=dict)  # its row's entries of the strategy's own (result_fields)
 
 
-@dataclass(frozen=True)
-class Acceptance:
-    """A speculative run's figures over all samples (None: nothing was drafted): accepted / drafted tokens, and the
-    tokens a round that drafted emitted on average (its accepted drafts and the target's own token)."""
-
-    rate: float | None
-    mean_length: float | None
-
-    def shown(self) -> str:
-        if self.rate is None or self.mean_length is None:
-            return "nothing drafted"
-        return (
-            f"{self.rate:.0%} of drafts accepted · {self.mean_length:.2f} tokens per round"  # the line fits 80 columns
-        )
-
-    names: ClassVar[tuple[str, str]] = ("acceptance_rate", "mean_acceptance_length")  # the result's, and the JSON's
-
-    def records(self) -> dict[str, float | None]:
-        return dict(zip(self.names, (None if x is None else round(x, 4) for x in (self.rate, self.mean_length))))
-
-
 @dataclass
 class StreamResult:
     samples: list[SampleResult]
@@ -130,6 +110,7 @@ def stream_samples(
     import torch
 
     has_text = getattr(model, "tokenizer", None) is not None
+    texts = TokenTexts(getattr(model, "tokenizer", None))  # each logprob's token's, and its top's
     logprobs = options.get("logprobs") is not None
     samples = [SampleResult(text="" if has_text else None, logprobs=[] if logprobs else None) for _ in prompts]
     start = time.perf_counter()
@@ -142,7 +123,7 @@ def stream_samples(
                 sample = samples[ev.row]
                 sample.tokens.append(ev.token)
                 if sample.logprobs is not None and ev.logprobs is not None:
-                    sample.logprobs += token_records([ev.token], [ev.logprobs])
+                    sample.logprobs += token_records([ev.token], [ev.logprobs], texts)
                 total += 1
                 if ev.text is not None:
                     sample.text = (sample.text or "") + ev.text
@@ -165,8 +146,8 @@ def stream_samples(
     own = own_fields(events.result)  # interrupted: no result, no fields
     samples = [replace(sample, fields=own[r] if r < len(own) else {}) for r, sample in enumerate(samples)]
     if not interrupted and hypotheses > 1:  # a plugin's result may have `scores` without being asked for them
-        samples = _with_hypotheses(samples, events.result, sink)
-    scored = None if events.result is None else _prompt_records(events.result)
+        samples = _with_hypotheses(samples, events.result, sink, texts)
+    scored = None if events.result is None else _prompt_records(events.result, texts)
     return StreamResult(samples, seconds, interrupted, _acceptance(events.result), scored)
 
 
@@ -183,7 +164,9 @@ def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _with_hypotheses(samples: list[SampleResult], result: Any, sink: SampleSink) -> list[SampleResult]:
+def _with_hypotheses(
+    samples: list[SampleResult], result: Any, sink: SampleSink, texts: TokenTexts
+) -> list[SampleResult]:
     """A beam search's samples: the streamed best hypothesis, then the others it returned, best first (each shown
     once the search is done), each with its score. Another strategy's samples are as streamed."""
     scores = getattr(result, "scores", None)
@@ -192,7 +175,7 @@ def _with_hypotheses(samples: list[SampleResult], result: Any, sink: SampleSink)
     best = replace(samples[0], score=scores[0][0])
     others = [  # the row's fields, which every hypothesis of it shares
         SampleResult(**h, seconds=best.seconds, fields=best.fields)
-        for h in hypotheses(result, 0, best.logprobs is not None)[1:]
+        for h in hypotheses(result, 0, best.logprobs is not None, texts)[1:]
     ]
     for row, sample in enumerate(others, 1):
         sink.text(row, sample.text if sample.text is not None else "".join(f"{token} " for token in sample.tokens))
@@ -252,11 +235,11 @@ def _json_document(
     }
 
 
-def _prompt_records(result: dk.Generation) -> list[dict[str, Any] | None] | None:
+def _prompt_records(result: dk.Generation, texts: TokenTexts) -> list[dict[str, Any] | None] | None:
     """`--prompt-logprobs`, of the first sample (all share the prompt)."""
     if result.prompt_logprobs is None:
         return None
-    return prompt_records(result.prompt_tokens[0], result.prompt_logprobs[0])
+    return prompt_records(result.prompt_tokens[0], result.prompt_logprobs[0], texts)
 
 
 def run_generate(request: GenerateRequest) -> int:

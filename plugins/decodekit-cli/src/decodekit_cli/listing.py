@@ -1,5 +1,6 @@
 """`decodekit plugins` and `decodekit samplers` (samplers, cache backends, strategies and models, each with its
-parameters): the registry as plain data, and as rich tables.
+parameters; `decodekit caches`, `strategies` and `models` list one of those sections): the registry as plain data, and
+as rich tables.
 
 Building the reports imports no torch (plugins register by import path); resolving a sampler's
 kind may import its module when the plugin did not declare it.
@@ -22,12 +23,29 @@ from decodekit.errors import PluginError, UnknownNameError, did_you_mean
 from decodekit.param_types import interval_text, shown, type_text
 from decodekit.params import Params, allowed_values, bound_words
 from decodekit.plugins import get_registry, sampler_entry
-from decodekit.registry import CATEGORIES, NO_ENTRY_POINT, Entry, Registry, without_entry_point
+from decodekit.registry import CATEGORIES, NO_ENTRY_POINT, Category, Entry, Registry, without_entry_point
 from decodekit.standard_plugins import STANDARD_PLUGINS, switched_off
 from decodekit_cli.console import stdout_console
 from decodekit_cli.options import standard_words
 
-__all__ = ["bounds_text", "check_imports", "plugins_report", "render_plugins", "render_samplers", "samplers_report"]
+__all__ = [
+    "bounds_text",
+    "check_imports",
+    "plugins_report",
+    "render_plugins",
+    "render_samplers",
+    "samplers_report",
+    "section_report",
+]
+
+SECTIONS: dict[Category, str] = {
+    "sampler": "samplers",
+    "cache backend": "cache_backends",
+    "strategy": "strategies",
+    "model": "models",
+}
+"""Each category's key in a report, in the order the listing shows them."""
+NO_CACHE = "none"  # a cache backend no plugin registers: --cache none recomputes the whole context
 
 
 def plugins_report(check: bool = False) -> dict[str, Any]:
@@ -105,18 +123,28 @@ def samplers_report(names: Sequence[str] = ()) -> dict[str, Any]:
     registry = get_registry()
     names = list(dict.fromkeys(names))  # a name given twice is listed once, where it first appears
     for name in names:
-        if name not in registry.caches and name not in registry.strategies and name not in registry.models:
+        known = (registry.caches, registry.strategies, registry.models)
+        if name != NO_CACHE and not any(name in section for section in known):
             _check_sampler(name, registry)
 
-    def listed(section: Mapping[str, Entry]) -> list[dict[str, Any]]:
-        return [_entry_report(section[n]) for n in names or sorted(section) if n in section]
+    return {key: _listed(registry.section(category), names) for category, key in SECTIONS.items()}
 
-    return {
-        "samplers": listed(registry.samplers),
-        "cache_backends": listed(registry.caches),
-        "strategies": listed(registry.strategies),
-        "models": listed(registry.models),
-    }
+
+def section_report(category: Category, names: Sequence[str] = ()) -> dict[str, Any]:
+    """One category's entries with their parameters (`decodekit caches`, `strategies`, `models`), or only those
+    named; a name the category lacks is an error listing the category's names, as `--cache` or `--strategy` says."""
+    registry = get_registry()
+    names = list(dict.fromkeys(names))
+    also = (NO_CACHE,) if category == "cache backend" else ()
+    for name in names:
+        if name not in also:
+            registry.lookup(category, name, also)
+    return {SECTIONS[category]: _listed(registry.section(category), names)}
+
+
+def _listed(section: Mapping[str, Entry], names: Sequence[str]) -> list[dict[str, Any]]:
+    """The section's entries named (all of them, by name, without names), in the order named."""
+    return [_entry_report(section[n]) for n in names or sorted(section) if n in section]
 
 
 def _check_sampler(name: str, registry: Registry) -> None:
@@ -238,16 +266,18 @@ def _header(item: dict[str, Any], kind: str = "") -> Text:
     return Text.assemble((item["name"], "bold cyan"), "  " + " · ".join(filter(None, [kind, where])))
 
 
-def render_samplers(report: dict[str, Any], every: bool = True) -> None:
+def render_samplers(report: dict[str, Any], with_none: bool = True) -> None:
     """One block per sampler, then per cache backend, decode strategy and model: those in the report, under
-    a title each; `every` (no names asked for) adds the cache backend `none`, which no plugin registers."""
+    a title each; `with_none` (every cache listed, or `none` named) adds the cache backend `none`, which no plugin
+    registers."""
     console = stdout_console()
-    none = {"name": "none", "description": "No cache: recompute the whole context every step", "distribution": ""}
+    none = {"name": NO_CACHE, "description": "No cache: recompute the whole context every step", "distribution": ""}
+    caches = report.get("cache_backends", [])
     sections = [
-        ("Samplers", report["samplers"]),
-        ("Cache backends", [none, *report["cache_backends"]] if every else report["cache_backends"]),
-        ("Decode strategies", report["strategies"]),
-        ("Models", report["models"]),
+        ("Samplers", report.get("samplers", [])),
+        ("Cache backends", [none, *caches] if with_none else caches),
+        ("Decode strategies", report.get("strategies", [])),
+        ("Models", report.get("models", [])),
     ]
     for i, (title, items) in enumerate((t, items) for t, items in sections if items):
         if i:

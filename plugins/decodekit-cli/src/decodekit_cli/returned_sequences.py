@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from decodekit.errors import DecodekitError
 from decodekit_cli.errors import CliError
-from decodekit_cli.logprob_records import token_records
+from decodekit_cli.logprob_records import TokenTexts, token_records
 
 if TYPE_CHECKING:
     from decodekit.params import Params
@@ -73,9 +73,10 @@ def plan_sequences(
     return Sequences(counted, 1, n)
 
 
-def hypotheses(result: Any, row: int, logprobs: bool) -> list[dict[str, Any]]:
+def hypotheses(result: Any, row: int, logprobs: bool, texts: TokenTexts) -> list[dict[str, Any]]:
     """The sequences the strategy returned for the prompt of `row`, best first, as the keywords of a record's
-    `sequence` and of a `SampleResult`, each with its score (`logprobs`: whether they were asked for)."""
+    `sequence` and of a `SampleResult`, each with its score (`logprobs`: whether they were asked for; `texts`: their
+    tokens' texts)."""
     found = []
     for h, score in enumerate(result.scores[row]):
         tokens, lps = list(result.sequences[row][h]), result.sequence_logprobs[row][h]
@@ -85,7 +86,7 @@ def hypotheses(result: Any, row: int, logprobs: bool) -> list[dict[str, Any]]:
                 "tokens": tokens,
                 "finish_reason": result.sequence_finish_reasons[row][h],
                 "stopped_by": result.sequence_stopped_by[row][h],
-                "logprobs": token_records(tokens, lps) if logprobs and lps is not None else None,
+                "logprobs": token_records(tokens, lps, texts) if logprobs and lps is not None else None,
                 "score": score,
             }
         )

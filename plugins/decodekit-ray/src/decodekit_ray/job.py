@@ -17,6 +17,7 @@ from pathlib import Path
 
 import ray
 import ray.data
+from decodekit_cli.acceptance import DraftTotals
 from decodekit_cli.batch_decode import Pending
 from decodekit_cli.batch_job import BatchJob, failed_lines, plural, summary
 from decodekit_cli.batch_output import existing_records, parts_path, replace_output
@@ -88,7 +89,8 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
         return EXIT_INTERRUPTED
     if failed is not None:
         raise CliError(f"{failed}; {written} written (--resume continues)", EXIT_FAILURE)
-    progress.say(summary(job, len(ours), sum(map(is_error, ours)), earlier=len(done)))
+    drafts = DraftTotals.of(ours).acceptance
+    progress.say(summary(job, len(ours), sum(map(is_error, ours)), earlier=len(done), acceptance=drafts))
     return failed_lines([record for record in made.values() if not job.keeps(record)])
 
 
