@@ -746,6 +746,51 @@ def test_lines_that_differ_only_in_max_new_tokens_or_stop_share_a_decode() -> No
     assert [[p.line for p in b] for b in batches([*lines, other], 8)] == [[1, 2, 3, 4], [5]]
 
 
+def test_lines_that_alternate_chains_fill_their_batches_and_wait_a_bounded_while() -> None:
+    """Before: only consecutive lines of the same options shared a decode, so a job whose lines alternate two chains
+    (a data set mixing two tasks, or vLLM's per-request sampling settings as chains) decoded one line per decode."""
+    from decodekit_cli.batch_decode import LOOKAHEAD_BATCHES, Pending, batches
+
+    chains = ["greedy", "top_k(5) | sample"]
+    lines = [Pending(i, i, "p", [1, 2], i, 4, chains[i % 2]) for i in range(20)]
+    assert [[p.line for p in b] for b in batches(lines, 4)] == [
+        [0, 2, 4, 6],
+        [1, 3, 5, 7],
+        [8, 10, 12, 14],
+        [9, 11, 13, 15],
+        [16, 18],
+        [17, 19],
+    ]
+    # A lone line of another chain is given once the lines after it reach LOOKAHEAD_BATCHES batches, not at the end:
+    # the records of the lines after it are held until its own is written.
+    size, many = 4, 4 * 4 * LOOKAHEAD_BATCHES
+    others = [Pending(i, i, "p", [1], i, 4, chains[1]) for i in range(1, many)]
+    lone = [Pending(0, 0, "p", [1], 0, 4, "greedy"), *others]
+    given = [[p.line for p in b] for b in batches(lone, size)]
+    before = next(n for n, b in enumerate(given) if b == [0])
+    assert sum(map(len, given[:before])) <= size * LOOKAHEAD_BATCHES
+    assert sorted(line for b in given for line in b) == list(range(many))
+
+
+def test_lines_that_alternate_chains_write_the_records_of_each_line_alone(tmp_path: Path) -> None:
+    """Lines of two chains decoded in batches of their own chain are written in input order, each record as with
+    `--batch-size 1`."""
+    prompts = tmp_path / "prompts.jsonl"
+    chains = ["greedy", "top_k(5) | sample"]
+    prompts.write_text(
+        "".join(json.dumps({"prompt": "Line: " + "abcd"[: i % 5], "chain": chains[i % 2]}) + "\n" for i in range(10))
+    )
+    args = ["-m", MODEL, "--seed", "3", "--max-new-tokens", "6", "--ignore-eos"]
+    alone, together = tmp_path / "alone.jsonl", tmp_path / "together.jsonl"
+    runs = cli_many(
+        ["generate", "--input", str(prompts), "--output", str(alone), "--batch-size", "1", *args],
+        ["generate", "--input", str(prompts), "--output", str(together), "--batch-size", "4", *args],
+    )
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    assert [r["line"] for r in _records(together)] == list(range(1, 11))
+    assert _records(together) == _records(alone)
+
+
 @pytest.mark.parametrize("strategy", ["sample", "beam(num_beams=2)", "speculative(draft=ngram)"])
 def test_mixed_lengths_in_one_batch_equal_each_line_alone(tmp_path: Path, strategy: str) -> None:
     """Each line's limit reaches its own row (beam, which takes one, decodes each length apart): the records of a

@@ -1,5 +1,5 @@
-"""The batch job on Ray Data: record for record what one local process writes, through a killed actor,
-a killed driver and `--resume`, and from Python over a Dataset.
+"""The batch job on Ray Data: record for record what one local process writes (a line's logprobs to the model's
+rounding), through a killed actor, a killed driver and `--resume`, and from Python over a Dataset.
 
 The tests start a Ray cluster of 2 CPUs on this machine and stop it. Its workers import the test
 plugins of the repository's `tests/` (`cli-test-gpt`, and `fail_on`, a sampler that fails while
@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -122,6 +123,34 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list
     *warnings, last = r.stderr.splitlines()
     assert last == f"{N - 6} results and 6 error records written to {out}", r.stderr
     return prompts, out.read_text(), warnings
+
+
+def _to_rounding(records: list[str]) -> list[Any]:
+    """The records as compared with the local job's: byte for byte, but a line asking for logprobs, whose batch
+    here may hold other lines than on Ray (the local job gathers a batch's lines from further ahead than a Ray
+    block holds), by its fields with each float to the model's rounding (a float32 model's a few 1e-6 apart)."""
+
+    def rounded(value: Any) -> Any:
+        if isinstance(value, float):
+            return _Close(value)
+        if isinstance(value, list):
+            return [rounded(v) for v in value]
+        return {k: rounded(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+    return [rounded(json.loads(r)) if '"logprobs": [' in r or '"prompt_logprobs": [' in r else r for r in records]
+
+
+class _Close:
+    """A float equal to any within 1e-5 (the repr shows it, for a failing assertion)."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Close) and math.isclose(self.value, other.value, rel_tol=1e-5, abs_tol=1e-5)
+
+    def __repr__(self) -> str:
+        return f"~{self.value!r}"
 
 
 def _on_ray(prompts: Path, out: Path, address: str, *extra: str, hold: Path | None = None) -> subprocess.Popen[str]:
@@ -282,7 +311,7 @@ def test_on_ray_killed_resumed_and_an_actor_killed_equals_local(
     assert found is not None, summary
     results, errors, already = int(found[1]), int(found[2]), int(found[4] or 0)
     assert results + errors + already == N and already >= len(left) and errors <= 6, summary
-    assert out.read_text() == expected
+    assert _to_rounding(out.read_text().splitlines()) == _to_rounding(expected.splitlines())
     assert not out.with_name(out.name + ".parts").exists()
 
 
@@ -318,7 +347,9 @@ def test_generate_over_a_dataset_of_fields(
     records = [r for r in every if r["line"] <= N]
     assert sorted(r["line"] for r in records) == [row["line"] for row in rows]
     by_line = {r["line"]: r["record"] for r in records}
-    assert [by_line[row["line"]] for row in rows] == [expected[row["line"] - 1] for row in rows]
+    assert _to_rounding([by_line[row["line"]] for row in rows]) == _to_rounding(
+        [expected[row["line"] - 1] for row in rows]
+    )
     held = [json.loads(r["record"]) for r in every]
     sequences = [s for record in held for s in record.get("samples", [record])]  # a line of n: its samples' tokens
     assert sum(r["tokens"] for r in every) == sum(len(s.get("tokens", ())) for s in sequences)

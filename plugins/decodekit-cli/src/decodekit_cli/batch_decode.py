@@ -206,18 +206,26 @@ def _options(model: Any, settings: BatchSettings, line: Pending) -> dict[str, An
     }
 
 
+LOOKAHEAD_BATCHES = 16  # how far a batch waits for lines of its options: records held until their turn, bounded
+
+
 def batches(pending: Sequence[Pending], size: int) -> Iterator[list[Pending]]:
-    """Runs of consecutive prompts sharing chain, logprobs asked, strategy and include_stop, of `size` rows at most
-    (a line of `n` samples takes `n`; one line, however many): one decode each."""
-    for _, group in itertools.groupby(pending, key=Pending.options):
-        batch: list[Pending] = []
-        for line in group:
-            if batch and sum(p.copies for p in batch) + line.copies > size:
-                yield batch
-                batch = []
-            batch.append(line)
-        if batch:
+    """Prompts sharing chain, logprobs asked, strategy and include_stop, of `size` rows at most (a line of `n` samples
+    takes `n`; one line, however many): one decode each. A batch gathers its lines from the next `LOOKAHEAD_BATCHES`
+    batches' worth of lines, so lines that alternate two chains still fill batches; a batch is given once full or once
+    its first line is that far behind, so the records held for the lines before them stay bounded."""
+    reach = size * LOOKAHEAD_BATCHES
+    open_batches: dict[tuple[Any, ...], tuple[int, list[Pending]]] = {}  # by options: its first line's index, lines
+    for i, line in enumerate(pending):
+        first, batch = open_batches.pop(line.options(), (i, []))
+        if batch and sum(p.copies for p in batch) + line.copies > size:
             yield batch
+            first, batch = i, []
+        batch.append(line)
+        open_batches[line.options()] = (first, batch)
+        stale = sorted((f, key) for key, (f, _) in open_batches.items() if f <= i - reach)
+        yield from (open_batches.pop(key)[1] for _, key in stale)
+    yield from (batch for _, batch in sorted(open_batches.values(), key=lambda entry: entry[0]))
 
 
 def decode_records(
