@@ -246,32 +246,37 @@ class Chain:
     def compiled(self) -> Chain:
         """This chain with its step under `torch.compile` (`compile=True`): one graph for the whole fast
         step (the uniforms are drawn before it), token for token the eager chain's."""
-        if self._compiled is None:  # once per chain: each new compiled function would compile anew
-            twin = object.__new__(type(self))
-            twin.__dict__.update(self.__dict__)
-            # Not dynamic=True: it breaks a truncation's plan, made from the vocabulary size. cpp_wrapper halves
-            # a small CPU step; the chain's guards stay, or another chain runs this graph (docs/benchmarks.md).
-            options: dict[str, Any] = {"cpp_wrapper": True, "guard_filter_fn": _guards_on_the_inputs}
-            step = compiling.compiled(self._select, "the chain's step", dynamic=None, options=options)
-
-            def select(logits: Tensor, ctx: DecodeContext) -> Tensor:
-                # The history grows a column a step, and `ctx.step` counts: both dynamic from the first graph, not
-                # recompiled at the second step (dynamo takes a plain int as a constant in its first graph; torch
-                # before 2.9 has no `DynamicInt`, and compiles one graph more).
-                torch._dynamo.maybe_mark_dynamic(ctx.tokens, 1)
-                # The vocabulary stays a constant: a truncation plans from it, and a second vocabulary size in the
-                # process (another model) made it a symbol that the plan cannot trace (a graph break every step).
-                torch._dynamo.mark_static(logits, 1)
-                count = ctx.step
-                ctx.step = count if _DynamicInt is None else _DynamicInt(count)
-                try:
-                    return step(logits, ctx)
-                finally:
-                    ctx.step = count
-
-            twin._select = select  # type: ignore[method-assign]
-            self._compiled = twin
+        if self._compiled is None:
+            with compiling.MAKING:  # once per chain, whatever the threads asking: each would compile anew
+                if self._compiled is None:
+                    self._compiled = self._compile()
         return self._compiled
+
+    def _compile(self) -> Chain:
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        # Not dynamic=True: it breaks a truncation's plan, made from the vocabulary size. cpp_wrapper halves
+        # a small CPU step; the chain's guards stay, or another chain runs this graph (docs/benchmarks.md).
+        options: dict[str, Any] = {"cpp_wrapper": True, "guard_filter_fn": _guards_on_the_inputs}
+        step = compiling.compiled(self._select, "the chain's step", dynamic=None, options=options)
+
+        def select(logits: Tensor, ctx: DecodeContext) -> Tensor:
+            # The history grows a column a step, and `ctx.step` counts: both dynamic from the first graph, not
+            # recompiled at the second step (dynamo takes a plain int as a constant in its first graph; torch
+            # before 2.9 has no `DynamicInt`, and compiles one graph more).
+            torch._dynamo.maybe_mark_dynamic(ctx.tokens, 1)
+            # The vocabulary stays a constant: a truncation plans from it, and a second vocabulary size in the
+            # process (another model) made it a symbol that the plan cannot trace (a graph break every step).
+            torch._dynamo.mark_static(logits, 1)
+            count = ctx.step
+            ctx.step = count if _DynamicInt is None else _DynamicInt(count)
+            try:
+                return step(logits, ctx)
+            finally:
+                ctx.step = count
+
+        twin._select = select  # type: ignore[method-assign]
+        return twin
 
     # -- the fast path, inside the step ------------------------------------------------------
 
