@@ -22,7 +22,9 @@ from decodekit.chain_string import parse_chain_string
 from decodekit.context import DecodeContext
 from decodekit.errors import ChainSpecError, NumericsError, ParameterError
 from decodekit.param_types import shown, words
-from decodekit.plugins import create, sampler_entry
+from decodekit.params import Params
+from decodekit.plugins import build_stage, create, get_registry, sampler_call, sampler_entry
+from decodekit.registry import Entry
 from decodekit.results import TokenLogprobs, token_logprobs
 from decodekit.sample import Sample
 from decodekit.stage import Candidates, SelectorBase, Stage, densify
@@ -114,8 +116,10 @@ class Chain:
 
     @classmethod
     def parse(cls, text: str) -> Chain:
-        """Build from `"name(arg, key=value) | name | ..."`; positional values fill parameters in order."""
-        return cls._from_stages([create(name, *args, **kwargs) for name, args, kwargs in parse_chain_string(text)])
+        """Build from `"name(arg, key=value) | name | ..."`; positional values fill parameters in order. A text is
+        parsed and its parameters checked once per registry (`Registry.built`); every chain gets new stages."""
+        calls = get_registry().built(("chain", text), lambda: _stage_calls(text)) if isinstance(text, str) else None
+        return cls._from_stages([build_stage(entry, params) for entry, params in calls or _stage_calls(text)])
 
     @classmethod
     def _from_stages(cls, stages: list[Any]) -> Chain:
@@ -390,6 +394,11 @@ def numerics_error(raw: Tensor, processed: Tensor, row: int, step: int, removers
     else:
         why = "every token was removed by the chain" + (f": {removers}" if removers else "")
     return NumericsError(f"step {step}, row {row}: cannot pick a token: {why}")
+
+
+def _stage_calls(text: str) -> list[tuple[Entry, Params]]:
+    """Each stage of a chain string: its sampler and checked parameters (`sampler_call`)."""
+    return [sampler_call(name, args, kwargs) for name, args, kwargs in parse_chain_string(text)]
 
 
 def _spec_stage(i: int, item: object) -> Any:
