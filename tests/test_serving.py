@@ -104,12 +104,15 @@ def test_the_threads_of_a_decode_are_decided_at_its_models_first_tensor_elsewher
     monkeypatch: pytest.MonkeyPatch, device: str, taken: int
 ) -> None:
     """Every call walked all of a model's parameters to decide its threads (1.5 ms a call over a 32-layer Llama's
-    291 tensors), even for a model whose first tensor is on a GPU; now it stops at the first tensor that decides."""
+    291 tensors), even for a model whose first tensor is on a GPU; now it stops at the first tensor that decides,
+    and the model's next calls read its first tensor only (the walk is kept per model and device)."""
     monkeypatch.delenv("DECODEKIT_THREADS", raising=False)
     monkeypatch.setattr(threads_module, "_STARTED_WITH", torch.get_num_threads())  # nobody chose a count
     model = _LazyParameters(device)
     assert threads_module.decode_threads(model) == (None if device == "meta" else 1)
     assert model.taken == taken
+    assert threads_module.decode_threads(model) == (None if device == "meta" else 1)
+    assert model.taken == taken + 1
 
 
 def _at_once(threads: int, call: Callable[[], object]) -> list[object]:

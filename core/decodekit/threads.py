@@ -11,6 +11,7 @@ decodekit (a count other than torch's first one is your choice, and decodekit ke
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
 
@@ -49,11 +50,12 @@ def _small_on_cpu(model: object, params: Callable[[], Iterator[torch.Tensor]]) -
     """Whether `model`'s parameters are all on the CPU and fewer than `SMALL_MODEL_PARAMETERS`: walked once per
     model and device of its first parameter (the walk took 0.26 ms a request on tiny-shakespeare), so a model
     moved whole (`model.to(device)`) is walked anew."""
-    first = next(iter(params()), None)
+    tensors = iter(params())
+    first = next(tensors, None)
     device = None if first is None else first.device
     if (known := _WALKED.get(model)) is not None and known[0] == device:
         return known[1]
-    small = _all_small_on_cpu(params())
+    small = _all_small_on_cpu(tensors if first is None else itertools.chain([first], tensors))
     _WALKED.put(model, (device, small))
     return small
 
