@@ -3,6 +3,7 @@ its step takes the candidate fast path, and gives what every stage on the full v
 
 from __future__ import annotations
 
+import functools
 import json
 import types
 from collections.abc import Callable, Iterable, Sequence
@@ -118,8 +119,9 @@ class Chain:
     def parse(cls, text: str) -> Chain:
         """Build from `"name(arg, key=value) | name | ..."`; positional values fill parameters in order. A text is
         parsed and its parameters checked once per registry (`Registry.built`); every chain gets new stages."""
-        calls = get_registry().built(("chain", text), lambda: _stage_calls(text)) if isinstance(text, str) else None
-        return cls._from_stages([build_stage(entry, params) for entry, params in calls or _stage_calls(text)])
+        read = functools.partial(_stage_calls, text)
+        calls = get_registry().built(("chain", text), read) if isinstance(text, str) else read()  # else: the error
+        return cls._from_stages([build_stage(entry, params) for entry, params in calls])
 
     @classmethod
     def _from_stages(cls, stages: list[Any]) -> Chain:
