@@ -11,9 +11,10 @@ prompt, its log-softmax and each next token's logprob gathered. decodekit runs w
 Each round calls every case `--calls` times back to back, each (model, n)'s bare loop among them, the order
 rotating round by round; a call is timed in CPU time of this process (steadier than wall time on a shared machine).
 Reported per case: the median over rounds of each round's median call (ms), of the overhead (the call less the bare
-loop's, ms) and of each round's ratio call / bare loop. `--threads 0` (the default) leaves torch's thread count, so
-decodekit picks as it does for a caller who chose none (one thread for a small CPU model), and the bare loop runs
-on the count it picked.
+loop's, ms) and of each round's ratio call / bare loop; and the fastest call of all rounds and the overhead between
+fastest calls (a quiet moment's figure: on a loaded machine the steadier). `--threads 0` (the default) leaves
+torch's thread count, so decodekit picks as it does for a caller who chose none (one thread for a small CPU model),
+and the bare loop runs on the count it picked.
 
 `--counts`: instead of timing, the Python-level calls of one warm call of each case (a profiler's "call" and
 "c_call" events), which no load on the machine disturbs.
@@ -115,13 +116,13 @@ def cases(model: Any, prompt: list[int]) -> dict[tuple[int, str], Callable[[], o
     return out
 
 
-def median_call(fn: Callable[[], object], calls: int) -> float:
+def timed_calls(fn: Callable[[], object], calls: int) -> list[float]:
     samples = []
     for _ in range(calls):
         start = time.process_time()
         fn()
         samples.append(time.process_time() - start)
-    return statistics.median(samples)
+    return samples
 
 
 def bench_model(name: str, rounds: int, calls: int) -> None:
@@ -134,25 +135,28 @@ def bench_model(name: str, rounds: int, calls: int) -> None:
         fn()
     keys = list(table)
     medians: dict[tuple[int, str], list[float]] = {k: [] for k in keys}
+    best = dict.fromkeys(keys, float("inf"))  # a quiet moment's call, in any round
     for r in range(rounds):
         for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
-            medians[key].append(median_call(table[key], calls))
+            samples = timed_calls(table[key], calls)
+            medians[key].append(statistics.median(samples))
+            best[key] = min(best[key], *samples)
     params = sum(p.numel() for p in model.parameters())
     print(f"\n{name} ({params / 1e6:.2f}M parameters, vocabulary {model.spec.vocab_size:,}), prompt {PROMPT} tokens:\n")
-    print("| new tokens | call | ms | overhead ms | ratio to bare | middle half |")
-    print("|---:|---|---:|---:|---:|---|")
+    print("| new tokens | call | ms | overhead ms | ratio to bare | middle half | fastest ms | fastest overhead ms |")
+    print("|---:|---|---:|---:|---:|---|---:|---:|")
     for new, label in keys:
         base = medians[new, "bare"]
-        ms = statistics.median(medians[new, label]) * 1e3
+        ms, fastest = statistics.median(medians[new, label]) * 1e3, best[new, label] * 1e3
         if label == "bare":
-            print(f"| {new} | bare forwards | {ms:.3f} | | | |")
+            print(f"| {new} | bare forwards | {ms:.3f} | | | | {fastest:.3f} | |")
             continue
         ratios = [a / b for a, b in zip(medians[new, label], base)]
         extra = statistics.median(a - b for a, b in zip(medians[new, label], base)) * 1e3
         q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
-        print(
-            f"| {new} | {label} | {ms:.3f} | {extra:+.3f} | {statistics.median(ratios):.2f}x | {q1:.2f}x – {q3:.2f}x |"
-        )
+        spread = f"{statistics.median(ratios):.2f}x | {q1:.2f}x – {q3:.2f}x"
+        quiet = f"{fastest:.3f} | {fastest - best[new, 'bare'] * 1e3:+.3f}"
+        print(f"| {new} | {label} | {ms:.3f} | {extra:+.3f} | {spread} | {quiet} |")
 
 
 def python_calls(fn: Callable[[], object]) -> int:
