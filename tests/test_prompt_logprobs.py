@@ -245,20 +245,3 @@ def test_the_cli_puts_them_in_the_json_document() -> None:
     ]:
         run = run_cli(["generate", "ROMEO:", "--max-new-tokens", "1", *argv])
         assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr, run.stderr
-
-
-def test_scoring_a_prompt_runs_no_chain() -> None:
-    """`max_new_tokens=0` (scoring, with `prompt_logprobs`) picked a token all the same: a chain step no one read."""
-    steps: list[int] = []
-
-    def counted(logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
-        steps.append(ctx.step)
-        return logits
-
-    model = tiny_gpt(n_layer=1)
-    scored = dk.generate(model, [[1, 2, 3]], chain=dk.Chain([counted]), max_new_tokens=0, prompt_logprobs=1)
-    assert steps == [] and scored.tokens == [[]]
-    assert (
-        scored.prompt_logprobs == dk.generate(model, [[1, 2, 3]], max_new_tokens=0, prompt_logprobs=1).prompt_logprobs
-    )
-    assert dk.generate(model, [[1, 2, 3]], chain=dk.Chain([counted]), max_new_tokens=1).tokens != [[]]

@@ -530,8 +530,6 @@ def sample_steps(
     logits before the chain runs (`d.ctx` as the chain will see it), `after(picked)` what it picked (with
     `logprobs`)."""
     logits = d.prefill()
-    if d.done:  # max_new_tokens=0 (scoring a prompt, `prompt_logprobs`): no token to pick
-        return
     while True:
         if before is not None:
             before(logits)
