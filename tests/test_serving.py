@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import threading
+import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 import torch
 
 import decodekit as dk
+from decodekit import compiling
 from decodekit import threads as threads_module
 from decodekit.cache import KVCache
 from decodekit.registry import Registry
@@ -101,9 +104,70 @@ def test_the_threads_of_a_decode_are_decided_at_its_models_first_tensor_elsewher
     monkeypatch: pytest.MonkeyPatch, device: str, taken: int
 ) -> None:
     """Every call walked all of a model's parameters to decide its threads (1.5 ms a call over a 32-layer Llama's
-    291 tensors), even for a model whose first tensor is on a GPU; now it stops at the first tensor that decides."""
+    291 tensors), even for a model whose first tensor is on a GPU; now it stops at the first tensor that decides,
+    and the model's next calls read its first tensor only (the walk is kept per model and device)."""
     monkeypatch.delenv("DECODEKIT_THREADS", raising=False)
     monkeypatch.setattr(threads_module, "_STARTED_WITH", torch.get_num_threads())  # nobody chose a count
     model = _LazyParameters(device)
     assert threads_module.decode_threads(model) == (None if device == "meta" else 1)
     assert model.taken == taken
+    assert threads_module.decode_threads(model) == (None if device == "meta" else 1)
+    assert model.taken == taken + 1
+
+
+def _at_once(threads: int, call: Callable[[], object]) -> list[object]:
+    """`call()` from `threads` threads, started together."""
+    start = threading.Barrier(threads)
+
+    def first(_: int) -> object:
+        start.wait()
+        return call()
+
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(first, range(threads)))
+
+
+def _slow_counting_compile(built: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`compiling.compiled`, noting what it compiles and taking a while to (torch.compile's set-up), so that
+    threads that check for a compiled function meanwhile would each build one; it compiles nothing."""
+
+    def compiled(fn: Callable[..., Any], what: str, **options: Any) -> Callable[..., Any]:
+        built.append(what)
+        time.sleep(0.05)
+        return fn
+
+    monkeypatch.setattr(compiling, "compiled", compiled)
+
+
+def test_the_first_compiled_requests_of_several_threads_compile_a_chain_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four threads' first `compile=True` requests with one chain each built its compiled step (`Chain.compiled`
+    checked, then set, unlocked): four compiled functions, each compiling the same graphs anew."""
+    built: list[str] = []
+    _slow_counting_compile(built, monkeypatch)
+    chain = dk.Chain.parse("top_k(5) | sample")
+    seen = _at_once(4, chain.compiled)
+    assert built == ["the chain's step"] and all(c is seen[0] for c in seen)
+
+
+def test_the_first_compiled_requests_of_several_threads_compile_a_model_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four threads' first `compile=True` forwards of one model each built a compiled forward (the per-model and
+    the per-cache-type ones were checked, then set, unlocked)."""
+    built: list[str] = []
+    _slow_counting_compile(built, monkeypatch)
+    per_cache_type = compiling._per_cache_type
+
+    def slow_per_cache_type() -> Callable[..., torch.Tensor]:
+        time.sleep(0.05)
+        return per_cache_type()
+
+    monkeypatch.setattr(compiling, "_per_cache_type", slow_per_cache_type)
+    model = tiny_gpt(n_layer=1)
+    ids, positions = torch.tensor([[1, 2, 3]]), torch.arange(3)[None]
+
+    def forward() -> object:
+        cache = dk.create_cache("dense", CacheSpec.for_model(model.spec, batch_size=1, capacity=8))
+        return compiling.compiled_forward(model)(ids, positions, cache).tolist()
+
+    with torch.inference_mode():
+        logits = _at_once(4, forward)
+    assert built == ["the model's forward"] and all(x == logits[0] for x in logits)

@@ -3,6 +3,7 @@ its step takes the candidate fast path, and gives what every stage on the full v
 
 from __future__ import annotations
 
+import functools
 import json
 import types
 from collections.abc import Callable, Iterable, Sequence
@@ -22,7 +23,9 @@ from decodekit.chain_string import parse_chain_string
 from decodekit.context import DecodeContext
 from decodekit.errors import ChainSpecError, NumericsError, ParameterError
 from decodekit.param_types import shown, words
-from decodekit.plugins import create, sampler_entry
+from decodekit.params import Params
+from decodekit.plugins import build_stage, create, get_registry, sampler_call, sampler_entry
+from decodekit.registry import Entry
 from decodekit.results import TokenLogprobs, token_logprobs
 from decodekit.sample import Sample
 from decodekit.stage import Candidates, SelectorBase, Stage, densify
@@ -114,8 +117,11 @@ class Chain:
 
     @classmethod
     def parse(cls, text: str) -> Chain:
-        """Build from `"name(arg, key=value) | name | ..."`; positional values fill parameters in order."""
-        return cls._from_stages([create(name, *args, **kwargs) for name, args, kwargs in parse_chain_string(text)])
+        """Build from `"name(arg, key=value) | name | ..."`; positional values fill parameters in order. A text is
+        parsed and its parameters checked once per registry (`Registry.built`); every chain gets new stages."""
+        read = functools.partial(_stage_calls, text)
+        calls = get_registry().built(("chain", text), read) if isinstance(text, str) else read()  # else: the error
+        return cls._from_stages([build_stage(entry, params) for entry, params in calls])
 
     @classmethod
     def _from_stages(cls, stages: list[Any]) -> Chain:
@@ -246,32 +252,37 @@ class Chain:
     def compiled(self) -> Chain:
         """This chain with its step under `torch.compile` (`compile=True`): one graph for the whole fast
         step (the uniforms are drawn before it), token for token the eager chain's."""
-        if self._compiled is None:  # once per chain: each new compiled function would compile anew
-            twin = object.__new__(type(self))
-            twin.__dict__.update(self.__dict__)
-            # Not dynamic=True: it breaks a truncation's plan, made from the vocabulary size. cpp_wrapper halves
-            # a small CPU step; the chain's guards stay, or another chain runs this graph (docs/benchmarks.md).
-            options: dict[str, Any] = {"cpp_wrapper": True, "guard_filter_fn": _guards_on_the_inputs}
-            step = compiling.compiled(self._select, "the chain's step", dynamic=None, options=options)
-
-            def select(logits: Tensor, ctx: DecodeContext) -> Tensor:
-                # The history grows a column a step, and `ctx.step` counts: both dynamic from the first graph, not
-                # recompiled at the second step (dynamo takes a plain int as a constant in its first graph; torch
-                # before 2.9 has no `DynamicInt`, and compiles one graph more).
-                torch._dynamo.maybe_mark_dynamic(ctx.tokens, 1)
-                # The vocabulary stays a constant: a truncation plans from it, and a second vocabulary size in the
-                # process (another model) made it a symbol that the plan cannot trace (a graph break every step).
-                torch._dynamo.mark_static(logits, 1)
-                count = ctx.step
-                ctx.step = count if _DynamicInt is None else _DynamicInt(count)
-                try:
-                    return step(logits, ctx)
-                finally:
-                    ctx.step = count
-
-            twin._select = select  # type: ignore[method-assign]
-            self._compiled = twin
+        if self._compiled is None:
+            with compiling.MAKING:  # once per chain, whatever the threads asking: each would compile anew
+                if self._compiled is None:
+                    self._compiled = self._compile()
         return self._compiled
+
+    def _compile(self) -> Chain:
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        # Not dynamic=True: it breaks a truncation's plan, made from the vocabulary size. cpp_wrapper halves
+        # a small CPU step; the chain's guards stay, or another chain runs this graph (docs/benchmarks.md).
+        options: dict[str, Any] = {"cpp_wrapper": True, "guard_filter_fn": _guards_on_the_inputs}
+        step = compiling.compiled(self._select, "the chain's step", dynamic=None, options=options)
+
+        def select(logits: Tensor, ctx: DecodeContext) -> Tensor:
+            # The history grows a column a step, and `ctx.step` counts: both dynamic from the first graph, not
+            # recompiled at the second step (dynamo takes a plain int as a constant in its first graph; torch
+            # before 2.9 has no `DynamicInt`, and compiles one graph more).
+            torch._dynamo.maybe_mark_dynamic(ctx.tokens, 1)
+            # The vocabulary stays a constant: a truncation plans from it, and a second vocabulary size in the
+            # process (another model) made it a symbol that the plan cannot trace (a graph break every step).
+            torch._dynamo.mark_static(logits, 1)
+            count = ctx.step
+            ctx.step = count if _DynamicInt is None else _DynamicInt(count)
+            try:
+                return step(logits, ctx)
+            finally:
+                ctx.step = count
+
+        twin._select = select  # type: ignore[method-assign]
+        return twin
 
     # -- the fast path, inside the step ------------------------------------------------------
 
@@ -385,6 +396,11 @@ def numerics_error(raw: Tensor, processed: Tensor, row: int, step: int, removers
     else:
         why = "every token was removed by the chain" + (f": {removers}" if removers else "")
     return NumericsError(f"step {step}, row {row}: cannot pick a token: {why}")
+
+
+def _stage_calls(text: str) -> list[tuple[Entry, Params]]:
+    """Each stage of a chain string: its sampler and checked parameters (`sampler_call`)."""
+    return [sampler_call(name, args, kwargs) for name, args, kwargs in parse_chain_string(text)]
 
 
 def _spec_stage(i: int, item: object) -> Any:

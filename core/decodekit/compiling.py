@@ -5,24 +5,24 @@ trace)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import inspect
 import sys
-import weakref
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 from torch import Tensor
 
+from decodekit.by_identity import ByIdentity
 from decodekit.errors import CompileError
+from decodekit.signatures import binds
 
 if TYPE_CHECKING:
     from decodekit.cache import KVCache
     from decodekit.model import Model
 
-__all__ = ["compiled", "compiled_forward", "eager", "unsupported"]
+__all__ = ["MAKING", "compiled", "compiled_forward", "eager", "unsupported"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -31,9 +31,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 def unsupported() -> str | None:
     """Why this torch cannot run `compile=True`, or None: a model's forward is compiled once per cache type with
     `torch.compile(isolate_recompiles=True)` (`_per_cache_type`), which torch 2.13 brought."""
-    taken = inspect.signature(torch.compile).parameters.values()
     # A wrapper of torch.compile taking **options (a test's counting backend) passes it on.
-    if any(p.name == "isolate_recompiles" or p.kind is p.VAR_KEYWORD for p in taken):
+    if binds(torch.compile, None, isolate_recompiles=True):
         return None
     return f"needs torch 2.13 or later (torch.compile's isolate_recompiles); this is torch {torch.__version__}"
 
@@ -56,20 +55,22 @@ def compiled(fn: Callable[..., T], what: str, **options: Any) -> Callable[..., T
     return run
 
 
-# id(model) -> (a weak reference to it, its compiled forward): by identity, as a model's == may call two models
-# equal; the reference tells a model from a later one given the same id and drops the entry when the model dies.
-# The forward takes the model as an argument, so that nothing here keeps a model (and its weights) alive.
-_COMPILED: dict[int, tuple[weakref.ref[Any], Callable[..., Tensor]]] = {}
+# Each model's compiled forward, while the model lives. The forward takes the model as an argument, so that nothing
+# here keeps a model (and its weights) alive.
+_COMPILED: ByIdentity[Callable[..., Tensor]] = ByIdentity()
+# A service's first compiled requests come together: one thread makes each compiled function, the others wait for it
+# (made twice, each would compile its graphs anew). Making one compiles nothing yet: the wait is short.
+MAKING = threading.Lock()
 
 
 def compiled_forward(model: Model) -> Callable[..., Tensor]:
     """`model(input_ids, positions, cache, **options)` under `torch.compile`: compiled once per model and type of
-    cache while the model lives (a new wrapper of it compiles anew)."""
-    if (known := _COMPILED.get(id(model))) is not None and known[0]() is model:
-        return functools.partial(known[1], model)
-    forward, key = _per_cache_type(), id(model)
-    with contextlib.suppress(TypeError):  # a model no weak reference can hold is compiled for this decode only
-        _COMPILED[key] = (weakref.ref(model, lambda _: _COMPILED.pop(key, None)), forward)
+    cache while the model lives (a new wrapper of it compiles anew; one no weak reference can hold, per decode)."""
+    if (forward := _COMPILED.get(model)) is None:
+        with MAKING:
+            if (forward := _COMPILED.get(model)) is None:
+                forward = _per_cache_type()
+                _COMPILED.put(model, forward)
     return functools.partial(forward, model)
 
 
@@ -79,13 +80,16 @@ def _per_cache_type() -> Callable[..., Tensor]:
     process met it). The model is an argument, not held: torch keeps its graphs, not the model (docs/concepts.md)."""
     graphs: dict[type, Callable[..., Tensor]] = {}
 
+    def graph_for(kind: type) -> Callable[..., Tensor]:
+        with MAKING:
+            if (graph := graphs.get(kind)) is None:
+                # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
+                # unbound size for a repeated-heads (`dense`) cache past 2 layers.
+                graph = graphs[kind] = compiled(_forward, "the model's forward", dynamic=None, isolate_recompiles=True)
+            return graph
+
     def run(model: Model, input_ids: Tensor, positions: Tensor, cache: KVCache, **options: Any) -> Tensor:
-        if (graph := graphs.get(type(cache))) is None:
-            # Not dynamic=True: marking every dimension dynamic makes torch 2.13's CPU compiler emit an
-            # unbound size for a repeated-heads (`dense`) cache past 2 layers.
-            graph = graphs[type(cache)] = compiled(
-                _forward, "the model's forward", dynamic=None, isolate_recompiles=True
-            )
+        graph = graphs.get(type(cache)) or graph_for(type(cache))
         return graph(model, input_ids, positions, cache, **options)
 
     return run

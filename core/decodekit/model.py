@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from decodekit.cache import KVCache
 from decodekit.errors import ParameterError
+from decodekit.signatures import binds
 from decodekit.spec import ModelSpec
 
 __all__ = ["Model", "check_call", "last_only", "model_device_dtype"]
@@ -47,23 +48,14 @@ def check_call(model: object, name: str = "") -> None:
     would blame the model's own TypeErrors. One whose signature is unknown (a C function) passes. `name`: how the
     message names the model (a strategy's `"speculative: draft=<M>"`); by default `"model M"`."""
     options = last_only(model)
-    if (signature := _forward_signature(model)) is None:
-        return
-    try:
-        signature.bind(None, None, None, **options)
-    except TypeError:
-        takes = inspect.Signature([p.replace(annotation=p.empty) for p in signature.parameters.values()])
-        called = "(input_ids, positions, cache, last_only=True) (its supports_last_only is True)" if options else ""
-        raise ParameterError(
-            f"{name or 'model ' + type(model).__name__}: its forward takes {takes}, but decodekit calls it as "
-            f"forward{called or '(input_ids, positions, cache)'}; allowed: forward(input_ids [B, T], positions [B, T], "
-            "cache) -> logits [B, T, V], cache None or a KVCache (docs/concepts.md, Models)"
-        ) from None
-
-
-def _forward_signature(model: object) -> inspect.Signature | None:
     forward = model.forward if isinstance(model, nn.Module) else model  # Module.__call__ takes (*args, **kwargs)
-    try:
-        return inspect.signature(forward) if callable(forward) else None
-    except (TypeError, ValueError):
-        return None
+    if not callable(forward) or binds(forward, None, None, None, **options):
+        return
+    read = inspect.signature(forward)  # readable: it refused the call
+    takes = inspect.Signature([p.replace(annotation=p.empty) for p in read.parameters.values()])
+    called = "(input_ids, positions, cache, last_only=True) (its supports_last_only is True)" if options else ""
+    raise ParameterError(
+        f"{name or 'model ' + type(model).__name__}: its forward takes {takes}, but decodekit calls it as "
+        f"forward{called or '(input_ids, positions, cache)'}; allowed: forward(input_ids [B, T], positions [B, T], "
+        "cache) -> logits [B, T, V], cache None or a KVCache (docs/concepts.md, Models)"
+    )

@@ -34,6 +34,7 @@ __all__ = [
     "CacheFactory",
     "Registry",
     "bind_arguments",
+    "build_stage",
     "cache_factory",
     "create",
     "create_cache",
@@ -42,6 +43,7 @@ __all__ = [
     "register_plugin",
     "registered_name",
     "reload_plugins",
+    "sampler_call",
     "sampler_entry",
     "unregister_plugin",
 ]
@@ -356,7 +358,12 @@ def unregister_plugin(plugin: object) -> None:
 def registered_name(cls: type) -> str:
     """The sampler name `cls` (or its nearest registered base class) is registered under; a class that
     no plugin registers is named after itself, in snake case (`MyShift` -> "my_shift")."""
-    names = get_registry().sampler_names
+    registry = get_registry()
+    return registry.built(("sampler name", cls), lambda: _sampler_name(registry, cls))  # a stage's name, often read
+
+
+def _sampler_name(registry: Registry, cls: type) -> str:
+    names = registry.sampler_names
     for klass in cls.__mro__:
         if (name := names.get(f"{klass.__module__}:{klass.__qualname__}") or names.get(klass)) is not None:
             return name
@@ -402,8 +409,19 @@ def create(name: str, /, *args: Any, **params: Any) -> Any:
     "window(size=128)"); positional values fill parameters in declared order."""
     if isinstance(name, str):  # a name that is not a string: the lookup says so
         name, args, params = _given_once("sampler", name, parse_stage(name, what="sampler"), args, params)
+    return build_stage(*sampler_call(name, args, params))
+
+
+def sampler_call(name: str, args: tuple[Any, ...] | list[Any], params: dict[str, Any]) -> tuple[Entry, Params]:
+    """The registered sampler `name` and its parameters, checked: what `build_stage` builds a stage from."""
     entry = sampler_entry(name)
-    stage = entry.load()(bind_arguments(name, entry.params_model, args, params))
+    return entry, bind_arguments(name, entry.params_model, tuple(args), params)
+
+
+def build_stage(entry: Entry, params: Params) -> Any:
+    """A new stage of the sampler `entry` with checked `params` (`sampler_call`)."""
+    name = entry.name
+    stage = entry.load()(params)
     if not hasattr(stage, "name"):  # a Stage's, which a chain reads: a bare function failed there, saying less
         got = f"the function {stage.__name__}" if inspect.isfunction(stage) else f"a {type(stage).__name__}"
         raise PluginError(
@@ -438,11 +456,18 @@ class _BoundCache:
 
 def cache_factory(cache: str, /, **params: Any) -> _BoundCache:
     """The backend named by `cache` ("gqa", or the string form "window(size=128, sinks=4)")
-    with its parameters validated once: a `(spec) -> KVCache` factory."""
+    with its parameters validated once: a `(spec) -> KVCache` factory, made once per text and registry."""
     if not isinstance(cache, str):
         raise ParameterError(f"cache={cache!r} is invalid; allowed: a cache backend name or 'name(args)'")
+    registry = get_registry()
+    if params:
+        return _bound_cache(registry, cache, params)
+    return registry.built(("cache", cache), lambda: _bound_cache(registry, cache, {}))
+
+
+def _bound_cache(registry: Registry, cache: str, params: dict[str, Any]) -> _BoundCache:
     name, args, kwargs = _given_once("cache", cache, parse_stage(cache, what="cache"), (), params)
-    entry = get_registry().lookup("cache backend", name)
+    entry = registry.lookup("cache backend", name)
     validated = bind_arguments(f"cache {name}", entry.params_model, args, kwargs)
     return _BoundCache(entry, entry.load(), validated)
 

@@ -6,19 +6,21 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import metadata
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 from decodekit.chain_string import MODEL_NAME
 from decodekit.errors import PLUGIN_FAILURES, PluginError, UnknownNameError, did_you_mean
 from decodekit.hookspecs import CORE_DISTRIBUTION, ENTRY_POINT_GROUP
 from decodekit.params import NoParams, Params
+from decodekit.signatures import binds
 from decodekit.standard_plugins import STANDARD_PLUGINS, checkout, install_hint, installed_but
 
 __all__ = [
+    "BUILT_KEPT",
     "CATEGORIES",
     "Category",
     "Conflict",
@@ -30,6 +32,11 @@ __all__ = [
     "make_entry",
     "without_entry_point",
 ]
+
+T = TypeVar("T")
+
+BUILT_KEPT = 256
+"""The most things a registry keeps built from its entries (`Registry.built`)."""
 
 Category = Literal["sampler", "cache backend", "model", "strategy"]
 CATEGORIES: tuple[Category, ...] = ("sampler", "cache backend", "model", "strategy")
@@ -86,13 +93,13 @@ class Entry:
                 f"{where}: its class takes {getattr(model, '__name__', model)}, its registration "
                 f"{self.params_model.__name__}; allowed: the same parameter model"
             )
-        if self.category == "sampler" and not isinstance(impl, type) and not _takes(impl, 1):
+        if self.category == "sampler" and not isinstance(impl, type) and not binds(impl, None):
             raise PluginError(  # a processor function registered as itself: its TypeError said nothing of why
                 f"{where}: {getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))} is called as "
                 "impl(params) and returns the stage; allowed: a ProcessorBase or SelectorBase subclass, or a function "
                 "returning one (a processor function (logits, ctx) goes in a dk.Chain as it is, unregistered)"
             )
-        if self.category == "cache backend" and not _takes(impl, 2):
+        if self.category == "cache backend" and not binds(impl, None, None):
             raise PluginError(  # else a TypeError at every use, a traceback on the command line
                 f"{where}: {getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))} is called as "
                 "impl(spec, params) and returns the cache; allowed: a class or function taking (spec, params=None)"
@@ -130,17 +137,6 @@ def without_entry_point() -> list[str]:
         if CORE_DISTRIBUTION in needs and plugin_named and not dist.entry_points.select(group=ENTRY_POINT_GROUP):
             found.append(dist.name)
     return sorted(set(found))
-
-
-def _takes(impl: Any, n: int) -> bool:
-    """Whether `impl` can be called with `n` positional arguments."""
-    try:
-        inspect.signature(impl).bind(*[None] * n)
-    except TypeError:
-        return False
-    except ValueError:  # no signature to read (a builtin): trust it
-        return True
-    return True
 
 
 @dataclass
@@ -219,6 +215,23 @@ class Registry:
     def sampler_names(self) -> dict[object, str]:
         """Each registered sampler's name, by its implementation (the object, or its import path)."""
         return {entry.impl: name for name, entry in reversed(self.samplers.items())}
+
+    def built(self, key: tuple[str, Hashable], build: Callable[[], T]) -> T:
+        """`build()`, kept under `key` (what, its text or class) while this registry lives: what a request builds
+        from its entries by name (a chain string's stages, a cache backend's factory) is built once, not on every
+        request. A registered or unregistered plugin makes a new registry, so nothing built from another set of
+        plugins is reused. Errors are not kept (raised anew each time); at most `BUILT_KEPT` things are."""
+        if (known := self._built.get(key)) is not None:
+            return cast(T, known)
+        value = build()
+        if len(self._built) >= BUILT_KEPT:  # a service making every request's chain text anew: start over
+            self._built.clear()
+        self._built[key] = value
+        return value
+
+    @cached_property
+    def _built(self) -> dict[tuple[str, Hashable], object]:
+        return {}
 
     def section(self, category: Category) -> dict[str, Entry]:
         """The entries of one category, by name."""

@@ -17,6 +17,7 @@ from decodekit.model import Model
 from decodekit.params import Params
 from decodekit.plugins import bind_arguments, get_registry
 from decodekit.prompts import Prompts
+from decodekit.registry import Registry
 from decodekit.request import DecodeOptions, DecodeRequest, decode_request
 from decodekit.results import Generation, TokenEvent
 
@@ -128,9 +129,17 @@ def strategy_params(strategy: str, /, **options: Any) -> Params:
 
 
 def resolve_strategy(strategy: str, own: Mapping[str, Any], what: str = "") -> Strategy:
-    """The registered strategy named by `strategy` ("beam" or "beam(num_beams=4)") with `own` options."""
+    """The registered strategy named by `strategy` ("beam" or "beam(num_beams=4)") with `own` options; without
+    them, resolved once per text and registry (`Registry.built`)."""
+    registry = get_registry()
+    if own or not isinstance(strategy, str):
+        return _resolved(registry, strategy, own, what)
+    return registry.built(("strategy", strategy), lambda: _resolved(registry, strategy, own, what))
+
+
+def _resolved(registry: Registry, strategy: str, own: Mapping[str, Any], what: str) -> Strategy:
     name, args, kwargs = parse_stage(strategy, what="strategy")
-    entry = get_registry().lookup("strategy", name)
+    entry = registry.lookup("strategy", name)
     owner = what or f"strategy {name}"
     for key in own:
         if key in kwargs:
