@@ -61,13 +61,14 @@ def context(batch: int) -> dk.DecodeContext:
     return dk.DecodeContext(tokens=tokens, step=HISTORY // 2, generators=row_generators(0, batch))
 
 
-def call_times(fn: Callable[[], object], calls: int) -> list[float]:
-    """Seconds of each of `calls` calls, timed one by one (so a preempted call is one outlier, not a mean)."""
+def call_times(fn: Callable[[], object], calls: int, clock: Callable[[], float] = time.perf_counter) -> list[float]:
+    """Seconds of each of `calls` calls, timed one by one (so a preempted call is one outlier, not a mean); `clock`:
+    wall time, or `time.process_time` for this process's CPU time (steadier on a shared machine)."""
     times = []
     for _ in range(calls):
-        start = time.perf_counter()
+        start = clock()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return times
 
 

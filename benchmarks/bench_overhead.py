@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from bench_chain import call_times
 
 import decodekit as dk
 from decodekit.threads import decode_threads, threads
@@ -116,15 +117,6 @@ def cases(model: Any, prompt: list[int]) -> dict[tuple[int, str], Callable[[], o
     return out
 
 
-def timed_calls(fn: Callable[[], object], calls: int) -> list[float]:
-    samples = []
-    for _ in range(calls):
-        start = time.process_time()
-        fn()
-        samples.append(time.process_time() - start)
-    return samples
-
-
 def bench_model(name: str, rounds: int, calls: int) -> None:
     model = load(name)
     g = torch.Generator().manual_seed(0)
@@ -138,7 +130,7 @@ def bench_model(name: str, rounds: int, calls: int) -> None:
     best = dict.fromkeys(keys, float("inf"))  # a quiet moment's call, in any round
     for r in range(rounds):
         for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
-            samples = timed_calls(table[key], calls)
+            samples = call_times(table[key], calls, clock=time.process_time)
             medians[key].append(statistics.median(samples))
             best[key] = min(best[key], *samples)
     params = sum(p.numel() for p in model.parameters())
