@@ -1041,6 +1041,28 @@ def test_caches_strategies_and_models_list_their_section_of_samplers(capsys: pyt
     assert "unknown strategy 'top_k'" in capsys.readouterr().err
 
 
+def test_json_listings_hold_the_cache_backend_none_the_text_listings_show(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--json` lists what the text listing shows: the cache backend `none` (which no plugin registers) first, named
+    or not. Before: `samplers --json` and `caches --json` left it out, and `caches --json none` listed nothing."""
+    from decodekit_cli import main
+
+    none = {
+        "name": "none",
+        "description": "No cache: recompute the whole context every step",
+        "distribution": "",
+        "version": "",
+        "params": [],
+    }
+    for command in (["samplers"], ["caches"]):
+        assert main([*command, "--json"]) == 0
+        caches = json.loads(capsys.readouterr().out)["cache_backends"]
+        assert caches[0] == none and [c["name"] for c in caches[1:3]] == ["dense", "gqa"]
+        assert main([*command, "--json", "dense", "none"]) == 0
+        assert [c["name"] for c in json.loads(capsys.readouterr().out)["cache_backends"]] == ["dense", "none"]
+    assert main(["samplers", "--json", "top_k"]) == 0
+    assert json.loads(capsys.readouterr().out)["cache_backends"] == []
+
+
 def test_samplers_selects_the_cache_backend_none_it_lists(capsys: pytest.CaptureFixture[str]) -> None:
     """`decodekit samplers` lists the cache backend `none`; named, it is shown as `decodekit caches none` shows it.
     Before: "unknown name 'none'"."""

@@ -544,9 +544,9 @@ def samplers(
     ] = None,
     json_output: JsonOption = False,
 ) -> None:
-    from decodekit_cli.listing import NO_CACHE, samplers_report
+    from decodekit_cli.listing import samplers_report
 
-    _print_listing(samplers_report(names or ()), json_output, with_none=not names or NO_CACHE in names)
+    _print_listing(samplers_report(names or ()), json_output)
 
 
 ListedNames = Annotated[
@@ -571,20 +571,19 @@ def models(names: ListedNames = None, json_output: JsonOption = False) -> None:
 
 def _list_section(category: Category, names: list[str], json_output: bool) -> None:
     """One section of `decodekit samplers`' listing."""
-    from decodekit_cli.listing import NO_CACHE, section_report
+    from decodekit_cli.listing import section_report
 
-    every_cache = category == "cache backend" and (not names or NO_CACHE in names)
-    _print_listing(section_report(category, names), json_output, with_none=every_cache)
+    _print_listing(section_report(category, names), json_output)
 
 
-def _print_listing(report: dict[str, Any], json_output: bool, with_none: bool) -> None:
+def _print_listing(report: dict[str, Any], json_output: bool) -> None:
     from decodekit_cli.json_output import print_json
     from decodekit_cli.listing import render_samplers
 
     if json_output:
         print_json(report)
     else:
-        render_samplers(report, with_none=with_none)
+        render_samplers(report)
 
 
 cache_app = typer.Typer(help="KV-cache tools: calibrate a model's attention windows.", no_args_is_help=True)

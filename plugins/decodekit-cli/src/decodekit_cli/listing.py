@@ -46,6 +46,13 @@ SECTIONS: dict[Category, str] = {
 }
 """Each category's key in a report, in the order the listing shows them."""
 NO_CACHE = "none"  # a cache backend no plugin registers: --cache none recomputes the whole context
+NO_CACHE_REPORT: dict[str, Any] = {
+    "name": NO_CACHE,
+    "description": "No cache: recompute the whole context every step",
+    "distribution": "",
+    "version": "",
+    "params": [],
+}
 
 
 def plugins_report(check: bool = False) -> dict[str, Any]:
@@ -127,7 +134,7 @@ def samplers_report(names: Sequence[str] = ()) -> dict[str, Any]:
         if name != NO_CACHE and not any(name in section for section in known):
             _check_sampler(name, registry)
 
-    return {key: _listed(registry.section(category), names) for category, key in SECTIONS.items()}
+    return {key: _listed(registry, category, names) for category, key in SECTIONS.items()}
 
 
 def section_report(category: Category, names: Sequence[str] = ()) -> dict[str, Any]:
@@ -139,12 +146,16 @@ def section_report(category: Category, names: Sequence[str] = ()) -> dict[str, A
     for name in names:
         if name not in also:
             registry.lookup(category, name, also)
-    return {SECTIONS[category]: _listed(registry.section(category), names)}
+    return {SECTIONS[category]: _listed(registry, category, names)}
 
 
-def _listed(section: Mapping[str, Entry], names: Sequence[str]) -> list[dict[str, Any]]:
-    """The section's entries named (all of them, by name, without names), in the order named."""
-    return [_entry_report(section[n]) for n in names or sorted(section) if n in section]
+def _listed(registry: Registry, category: Category, names: Sequence[str]) -> list[dict[str, Any]]:
+    """The category's entries named, in the order named (without names: all of them, by name); the cache
+    backends start with `none`, which no plugin registers but `--cache` takes."""
+    section: Mapping[str, Entry] = registry.section(category)
+    built_in = {NO_CACHE: NO_CACHE_REPORT} if category == "cache backend" else {}
+    listed = [n for n in names or [*built_in, *sorted(section)] if n in section or n in built_in]
+    return [built_in[n] if n in built_in else _entry_report(section[n]) for n in listed]
 
 
 def _check_sampler(name: str, registry: Registry) -> None:
@@ -266,16 +277,13 @@ def _header(item: dict[str, Any], kind: str = "") -> Text:
     return Text.assemble((item["name"], "bold cyan"), "  " + " · ".join(filter(None, [kind, where])))
 
 
-def render_samplers(report: dict[str, Any], with_none: bool = True) -> None:
+def render_samplers(report: dict[str, Any]) -> None:
     """One block per sampler, then per cache backend, decode strategy and model: those in the report, under
-    a title each; `with_none` (every cache listed, or `none` named) adds the cache backend `none`, which no plugin
-    registers."""
+    a title each."""
     console = stdout_console()
-    none = {"name": NO_CACHE, "description": "No cache: recompute the whole context every step", "distribution": ""}
-    caches = report.get("cache_backends", [])
     sections = [
         ("Samplers", report.get("samplers", [])),
-        ("Cache backends", [none, *caches] if with_none else caches),
+        ("Cache backends", report.get("cache_backends", [])),
         ("Decode strategies", report.get("strategies", [])),
         ("Models", report.get("models", [])),
     ]
