@@ -46,6 +46,7 @@ CHAINS = {"default chain": None, "4-stage chain": CHAIN}
 NEW_TOKENS = (0, 1, 8)
 PROMPT = 16
 MODELS = ("tiny-shakespeare", "tiny-shakespeare-llama", "hf-llama")
+BASELINES = {"bare": "bare forwards", "forward": "the forward alone"}  # label -> as the table names it
 
 
 def hf_llama() -> Any:
@@ -70,8 +71,9 @@ def load(name: str) -> Any:
     return hf_llama() if name == "hf-llama" else dk.load_model(name)
 
 
-def bare(model: Any, prompts: list[list[int]], new: int) -> Callable[[], object]:
-    """The forwards a request of `new` tokens needs, and nothing else (see the module docstring)."""
+def bare(model: Any, prompts: list[list[int]], new: int, *, scored: bool = True) -> Callable[[], object]:
+    """The forwards a request of `new` tokens needs, and nothing else (see the module docstring); `scored=False`:
+    for 0, the forward alone (what scoring costs beyond it)."""
     ids = torch.tensor(prompts)
     T = ids.shape[1]
     pos = torch.arange(T + max(new, 1))[None]
@@ -79,6 +81,8 @@ def bare(model: Any, prompts: list[list[int]], new: int) -> Callable[[], object]
 
     def score() -> object:
         logits = model(ids, pos[:, :T].expand(len(ids), T), None)
+        if not scored:
+            return logits
         return logits[:, :-1].log_softmax(-1).gather(2, ids[:, 1:, None]).tolist()
 
     def decode() -> object:
@@ -110,10 +114,12 @@ def request(model: Any, prompts: list[list[int]], new: int, chain: str | None, h
 
 
 def cases(model: Any, prompts: list[list[int]], news: Sequence[int]) -> dict[tuple[int, str], Callable[[], object]]:
-    """(new tokens, label) -> one call; label "bare" is the baseline of its n."""
+    """(new tokens, label) -> one call; label "bare" is the baseline of its n, "forward" scoring's forward alone."""
     out: dict[tuple[int, str], Callable[[], object]] = {}
     for new in news:
         out[new, "bare"] = bare(model, prompts, new)
+        if new == 0:
+            out[new, "forward"] = bare(model, prompts, new, scored=False)
         for how in ("generate", "stream"):
             for chain_name, chain in CHAINS.items():
                 out[new, f"dk.{how}, {chain_name}"] = request(model, prompts, new, chain, how)
@@ -150,8 +156,8 @@ def bench_model(name: str, rounds: int, calls: int, length: int, batch: int, new
     for new, label in keys:
         base = medians[new, "bare"]
         ms, fastest = statistics.median(medians[new, label]) * 1e3, best[new, label] * 1e3
-        if label == "bare":
-            print(f"| {new} | bare forwards | {ms:.3f} | | | | {fastest:.3f} | |")
+        if label in BASELINES:
+            print(f"| {new} | {BASELINES[label]} | {ms:.3f} | | | | {fastest:.3f} | |")
             continue
         ratios = [a / b for a, b in zip(medians[new, label], base)]
         extra = statistics.median(a - b for a, b in zip(medians[new, label], base)) * 1e3
@@ -187,7 +193,7 @@ def count_model(name: str, length: int, batch: int, news: Sequence[int]) -> None
         fn()
         n = python_calls(fn)
         base = python_calls(table[new, "bare"])
-        print(f"| {new} | {label} | {n:,} | {'' if label == 'bare' else f'{n - base:+,}'} |")
+        print(f"| {new} | {label} | {n:,} | {'' if label in BASELINES else f'{n - base:+,}'} |")
 
 
 def main() -> None:
