@@ -2,11 +2,13 @@
 tokens against the bare forwards they need, on the same model in the same process.
 
 Models: `tiny-shakespeare` (GPT), `tiny-shakespeare-llama`, and a random transformers Llama through `HFModel`
-(built from a config as docs/hf.md shows; skipped without transformers). One prompt of 16 tokens. The bare loop,
-for n new tokens: a prefill forward (the last column only, as decodekit asks) against a dense cache, then n - 1
-decode forwards, argmax each; for 0 (scoring: `max_new_tokens=0, prompt_logprobs=0`) one forward over the whole
-prompt, its log-softmax and each next token's logprob gathered. decodekit runs with the default chain (None:
-`sample`) and with a 4-stage chain string, given as a string on every call, as a service's request carries it.
+(built from a config as docs/hf.md shows; skipped without transformers). One prompt of 16 tokens (`--prompt`, cut to
+the model's context less the new tokens; `--batch` prompts of it, drawn at random). The bare loop, for n new tokens: a
+prefill forward (the last column only, as decodekit asks) against a dense cache, then n - 1 decode forwards, argmax
+each; for 0 (scoring: `max_new_tokens=0, prompt_logprobs=0`) one forward over the whole batch, its log-softmax and
+each next token's logprob gathered, as an evaluation harness writes it by hand (`--new 0`: scoring alone).
+decodekit runs with the default chain (None: `sample`) and with a 4-stage chain string, given as a string on every
+call, as a service's request carries it.
 
 Each round calls every case `--calls` times back to back, each (model, n)'s bare loop among them, the order
 rotating round by round; a call is timed in CPU time of this process (steadier than wall time on a shared machine).
@@ -20,6 +22,7 @@ and the bare loop runs on the count it picked.
 "c_call" events), which no load on the machine disturbs.
 
     python benchmarks/bench_overhead.py [--rounds 9] [--calls 20] [--threads 0] [--models tiny-shakespeare,...]
+    python benchmarks/bench_overhead.py --new 0 --prompt 512 --batch 8 --models hf-llama --rounds 3 --calls 2
     python benchmarks/bench_overhead.py --counts
 """
 
@@ -29,7 +32,7 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -43,6 +46,7 @@ CHAINS = {"default chain": None, "4-stage chain": CHAIN}
 NEW_TOKENS = (0, 1, 8)
 PROMPT = 16
 MODELS = ("tiny-shakespeare", "tiny-shakespeare-llama", "hf-llama")
+BASELINES = {"bare": "bare forwards", "forward": "the forward alone"}  # label -> as the table names it
 
 
 def hf_llama() -> Any:
@@ -67,24 +71,27 @@ def load(name: str) -> Any:
     return hf_llama() if name == "hf-llama" else dk.load_model(name)
 
 
-def bare(model: Any, prompt: list[int], new: int) -> Callable[[], object]:
-    """The forwards a request of `new` tokens needs, and nothing else (see the module docstring)."""
-    ids = torch.tensor([prompt])
+def bare(model: Any, prompts: list[list[int]], new: int, *, scored: bool = True) -> Callable[[], object]:
+    """The forwards a request of `new` tokens needs, and nothing else (see the module docstring); `scored=False`:
+    for 0, the forward alone (what scoring costs beyond it)."""
+    ids = torch.tensor(prompts)
     T = ids.shape[1]
     pos = torch.arange(T + max(new, 1))[None]
     options = {"last_only": True} if getattr(model, "supports_last_only", False) else {}
 
     def score() -> object:
-        logits = model(ids, pos[:, :T], None)
-        return logits[0, :-1].log_softmax(-1).gather(1, ids[0, 1:, None]).tolist()
+        logits = model(ids, pos[:, :T].expand(len(ids), T), None)
+        if not scored:
+            return logits
+        return logits[:, :-1].log_softmax(-1).gather(2, ids[:, 1:, None]).tolist()
 
     def decode() -> object:
-        spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=T + new)
+        spec = dk.CacheSpec.for_model(model.spec, batch_size=len(ids), capacity=T + new)
         cache = dk.create_cache("dense", spec)
-        tok = model(ids, pos[:, :T], cache, **options)[:, -1].argmax(-1, keepdim=True)
+        tok = model(ids, pos[:, :T].expand(len(ids), T), cache, **options)[:, -1].argmax(-1, keepdim=True)
         out = [tok]
         for t in range(T, T + new - 1):
-            tok = model(tok, pos[:, t : t + 1], cache)[:, -1].argmax(-1, keepdim=True)
+            tok = model(tok, pos[:, t : t + 1].expand(len(ids), 1), cache)[:, -1].argmax(-1, keepdim=True)
             out.append(tok)
         return torch.cat(out, 1).tolist()
 
@@ -97,31 +104,39 @@ def bare(model: Any, prompt: list[int], new: int) -> Callable[[], object]:
     return run
 
 
-def request(model: Any, prompt: list[int], new: int, chain: str | None, how: str) -> Callable[[], object]:
+def request(model: Any, prompts: list[list[int]], new: int, chain: str | None, how: str) -> Callable[[], object]:
     options: dict[str, Any] = {"chain": chain, "max_new_tokens": new, "seed": 0}
     if new == 0:
         options["prompt_logprobs"] = 0
     if how == "generate":
-        return lambda: dk.generate(model, [prompt], **options)
-    return lambda: list(dk.stream(model, [prompt], **options))
+        return lambda: dk.generate(model, prompts, **options)
+    return lambda: list(dk.stream(model, prompts, **options))
 
 
-def cases(model: Any, prompt: list[int]) -> dict[tuple[int, str], Callable[[], object]]:
-    """(new tokens, label) -> one call; label "bare" is the baseline of its n."""
+def cases(model: Any, prompts: list[list[int]], news: Sequence[int]) -> dict[tuple[int, str], Callable[[], object]]:
+    """(new tokens, label) -> one call; label "bare" is the baseline of its n, "forward" scoring's forward alone."""
     out: dict[tuple[int, str], Callable[[], object]] = {}
-    for new in NEW_TOKENS:
-        out[new, "bare"] = bare(model, prompt, new)
+    for new in news:
+        out[new, "bare"] = bare(model, prompts, new)
+        if new == 0:
+            out[new, "forward"] = bare(model, prompts, new, scored=False)
         for how in ("generate", "stream"):
             for chain_name, chain in CHAINS.items():
-                out[new, f"dk.{how}, {chain_name}"] = request(model, prompt, new, chain, how)
+                out[new, f"dk.{how}, {chain_name}"] = request(model, prompts, new, chain, how)
     return out
 
 
-def bench_model(name: str, rounds: int, calls: int) -> None:
-    model = load(name)
+def draw_prompts(model: Any, length: int, batch: int, room: int) -> list[list[int]]:
+    """`batch` prompts of `length` tokens (at most the model's context less `room`), drawn with seed 0."""
     g = torch.Generator().manual_seed(0)
-    prompt = torch.randint(0, model.spec.vocab_size, (PROMPT,), generator=g).tolist()
-    table = cases(model, prompt)
+    length = min(length, model.spec.max_positions - room)
+    return torch.randint(0, model.spec.vocab_size, (batch, length), generator=g).tolist()
+
+
+def bench_model(name: str, rounds: int, calls: int, length: int, batch: int, news: Sequence[int]) -> None:
+    model = load(name)
+    prompts = draw_prompts(model, length, batch, max(news))
+    table = cases(model, prompts, news)
     for fn in table.values():  # first calls: lazy imports, allocator, caches
         fn()
         fn()
@@ -134,14 +149,15 @@ def bench_model(name: str, rounds: int, calls: int) -> None:
             medians[key].append(statistics.median(samples))
             best[key] = min(best[key], *samples)
     params = sum(p.numel() for p in model.parameters())
-    print(f"\n{name} ({params / 1e6:.2f}M parameters, vocabulary {model.spec.vocab_size:,}), prompt {PROMPT} tokens:\n")
+    shape = f"prompt {len(prompts[0])} tokens" + (f" x {len(prompts)}" if len(prompts) > 1 else "")
+    print(f"\n{name} ({params / 1e6:.2f}M parameters, vocabulary {model.spec.vocab_size:,}), {shape}:\n")
     print("| new tokens | call | ms | overhead ms | ratio to bare | middle half | fastest ms | fastest overhead ms |")
     print("|---:|---|---:|---:|---:|---|---:|---:|")
     for new, label in keys:
         base = medians[new, "bare"]
         ms, fastest = statistics.median(medians[new, label]) * 1e3, best[new, label] * 1e3
-        if label == "bare":
-            print(f"| {new} | bare forwards | {ms:.3f} | | | | {fastest:.3f} | |")
+        if label in BASELINES:
+            print(f"| {new} | {BASELINES[label]} | {ms:.3f} | | | | {fastest:.3f} | |")
             continue
         ratios = [a / b for a, b in zip(medians[new, label], base)]
         extra = statistics.median(a - b for a, b in zip(medians[new, label], base)) * 1e3
@@ -167,11 +183,9 @@ def python_calls(fn: Callable[[], object]) -> int:
     return count[0]
 
 
-def count_model(name: str) -> None:
+def count_model(name: str, length: int, batch: int, news: Sequence[int]) -> None:
     model = load(name)
-    g = torch.Generator().manual_seed(0)
-    prompt = torch.randint(0, model.spec.vocab_size, (PROMPT,), generator=g).tolist()
-    table = cases(model, prompt)
+    table = cases(model, draw_prompts(model, length, batch, max(news)), news)
     print(f"\n{name}: Python calls per request (a warm call; the bare loop's, and the request's beyond them)\n")
     print("| new tokens | call | calls | beyond the bare loop |")
     print("|---:|---|---:|---:|")
@@ -179,7 +193,7 @@ def count_model(name: str) -> None:
         fn()
         n = python_calls(fn)
         base = python_calls(table[new, "bare"])
-        print(f"| {new} | {label} | {n:,} | {'' if label == 'bare' else f'{n - base:+,}'} |")
+        print(f"| {new} | {label} | {n:,} | {'' if label in BASELINES else f'{n - base:+,}'} |")
 
 
 def main() -> None:
@@ -189,11 +203,18 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's, decodekit picks)")
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--counts", action="store_true", help="count Python calls per request instead of timing")
+    parser.add_argument("--prompt", type=int, default=PROMPT, help="tokens per prompt (cut to the model's context)")
+    parser.add_argument("--batch", type=int, default=1, help="prompts per request")
+    parser.add_argument("--new", default=",".join(map(str, NEW_TOKENS)), help="comma-separated new-token counts")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    news = [int(n) for n in args.new.split(",")]
     for name in args.models.split(","):
-        (count_model(name.strip()) if args.counts else bench_model(name.strip(), args.rounds, args.calls))
+        if args.counts:
+            count_model(name.strip(), args.prompt, args.batch, news)
+        else:
+            bench_model(name.strip(), args.rounds, args.calls, args.prompt, args.batch, news)
 
 
 if __name__ == "__main__":

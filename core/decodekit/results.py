@@ -11,6 +11,7 @@ from torch import Tensor
 from decodekit.stage import Candidates
 
 __all__ = [
+    "SCORED_BLOCK",
     "FinishReason",
     "Generation",
     "PromptLogprobs",
@@ -21,6 +22,11 @@ __all__ = [
 ]
 
 FinishReason = Literal["stop", "length"]
+
+SCORED_BLOCK = 2**20
+"""Logits a prompt's scores take at once on a CPU (rows x vocabulary, 4 MB in float32): a block's log_softmax stays in
+the cache, where a whole prompt's (65 MB at 512 tokens x 32,000) took 2-3x as long. An accelerator takes the prompt
+whole: there each block's kernel launches would cost, not the memory traffic."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +83,7 @@ class Generation:
 
 def token_logprobs(raw: Tensor, processed: Tensor | Candidates, tokens: Tensor, n: int) -> list[TokenLogprobs]:
     """Chosen-token and top-`n` log-probabilities per row, before and after the chain."""
-    raw_lp = torch.log_softmax(raw.float(), -1)
-    raw_v, raw_i = _top(raw_lp, n)
+    raw_chosen, ranks, raw_v, raw_i = _raw_scores(raw, tokens, n)
     if isinstance(processed, Candidates):
         lse = torch.logsumexp(processed.values, -1, keepdim=True)
         hit = processed.indices == tokens[:, None]
@@ -88,35 +93,45 @@ def token_logprobs(raw: Tensor, processed: Tensor | Candidates, tokens: Tensor, 
         lp = torch.log_softmax(processed, -1)
         chosen = lp.gather(1, tokens[:, None])[:, 0]
         top_v, top_i = _top(lp, n)
-    raw_chosen = raw_lp.gather(1, tokens[:, None])
-    ranks = _ranks(raw_lp, raw_chosen).tolist()
-    rows = zip(
-        raw_chosen[:, 0].tolist(), chosen.tolist(), raw_i.tolist(), raw_v.tolist(), top_i.tolist(), top_v.tolist()
-    )
+    rows = zip(raw_chosen.tolist(), chosen.tolist(), raw_i.tolist(), raw_v.tolist(), top_i.tolist(), top_v.tolist())
     return [
         TokenLogprobs(rc, c, list(zip(ri, rv)), [(i, v) for i, v in zip(ti, tv) if v != float("-inf")], r)
-        for (rc, c, ri, rv, ti, tv), r in zip(rows, ranks)
+        for (rc, c, ri, rv, ti, tv), r in zip(rows, ranks.tolist())
     ]
 
 
 def prompt_logprobs(logits: Tensor, tokens: Tensor, n: int) -> list[PromptLogprobs]:
     """Per position, the log-probability of the next prompt token `tokens` `[T]` under `logits` `[T, V]` (the raw
-    log_softmax in float32), its rank and the top `n`."""
-    lp = torch.log_softmax(logits.float(), -1)
-    chosen = lp.gather(1, tokens[:, None])
-    ranks = _ranks(lp, chosen)
-    top_v, top_i = _top(lp, n)
+    log_softmax in float32), its rank and the top `n`; on a CPU in blocks of `SCORED_BLOCK` logits, read back once."""
+    rows = max(1, SCORED_BLOCK // logits.shape[-1]) if logits.device.type == "cpu" else max(len(logits), 1)
+    blocks = [_raw_scores(logits[i : i + rows], tokens[i : i + rows], n) for i in range(0, max(len(logits), 1), rows)]
+    chosen, ranks, top_v, top_i = blocks[0] if len(blocks) == 1 else (torch.cat(parts) for parts in zip(*blocks))
     return [
         PromptLogprobs(c, r, list(zip(i, v)))
-        for c, r, i, v in zip(chosen[:, 0].tolist(), ranks.tolist(), top_i.tolist(), top_v.tolist())
+        for c, r, i, v in zip(chosen.tolist(), ranks.tolist(), top_i.tolist(), top_v.tolist())
     ]
 
 
+def _raw_scores(logits: Tensor, tokens: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per row of `logits` `[B, V]`, under its log_softmax in float32: the log-probability of `tokens` `[B]`, its
+    rank, and the top `n` log-probabilities and their ids `[B, n]`."""
+    lp = torch.log_softmax(logits.float(), -1)
+    chosen = lp.gather(1, tokens[:, None])
+    top_v, top_i = _top(lp, n)
+    return chosen[:, 0], _ranks(lp, chosen), top_v, top_i  # the ranks last: they overwrite `lp`
+
+
 def _ranks(lp: Tensor, chosen: Tensor) -> Tensor:
-    """Per row of `lp` `[B, V]`, one plus the tokens strictly more likely than `chosen` `[B, 1]`."""
-    return (lp > chosen).sum(-1) + 1
+    """Per row of `lp` `[B, V]` (overwritten), one plus the tokens strictly more likely than `chosen` `[B, 1]`:
+    `lp > chosen` written over `lp` as 1.0 and 0.0 and summed in float, 2-4x faster on a CPU than a bool mask's sum
+    (exact: below 2**24 a float32 holds every count)."""
+    exact = torch.float32 if lp.shape[-1] < 2**24 else torch.float64
+    return torch.gt(lp, chosen, out=lp).sum(-1, dtype=exact).long() + 1
 
 
 def _top(lp: Tensor, n: int) -> tuple[Tensor, Tensor]:
     """The `n` largest log-probabilities of each row of `lp` `[B, V]` and their ids, `[B, n]` each."""
-    return lp.topk(n, -1) if n else (lp[:, :0], lp[:, :0].long())
+    if n:
+        return lp.topk(n, -1)
+    none = lp.new_empty(len(lp), 0)  # not a view: it would hold `lp`
+    return none, none.long()
