@@ -133,7 +133,7 @@ def without_entry_point() -> list[str]:
     found = []
     for dist in metadata.distributions():
         needs = {re.split(r"[^\w.-]", r, maxsplit=1)[0].lower() for r in dist.requires or () if "extra" not in r}
-        # A broken METADATA may lack a Name: `dist.name` warns there from Python 3.13 (a KeyError to come). Every
+        # A broken METADATA may lack a Name: `dist.name` warns there from Python 3.12 (a KeyError to come). Every
         # Python's metadata has .get (an email Message); typeshed's PackageMetadata does not say so.
         name = dist.metadata.get("Name") or ""  # type: ignore[attr-defined]
         plugin_named = re.match(rf"{CORE_DISTRIBUTION}[-_.]", name, re.IGNORECASE)  # not an application
