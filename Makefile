@@ -1,4 +1,4 @@
-# Two commands do all the set-up on a fresh machine (Python 3.10+):
+# Two commands do all the set-up on a fresh machine (Python 3.11+):
 #   make run    creates .venv, installs the core and every plugin, generates from tiny-shakespeare
 #   make test   installs the test tools too and runs the whole suite
 PYTHON ?= python3

@@ -448,7 +448,9 @@ def test_a_distribution_whose_metadata_has_no_name_is_not_listed(
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         dk.reload_plugins()
-        assert without_entry_point() == ["decodekit-noentry"]
+        with warnings.catch_warnings():  # from Python 3.12, `dist.name` warned: 'Implicit None on return values'
+            warnings.simplefilter("error", DeprecationWarning)
+            assert without_entry_point() == ["decodekit-noentry"]
         with pytest.raises(dk.UnknownNameError, match="decodekit-noentry requires decodekit and declares no entry"):
             dk.create("noentry")
     finally:

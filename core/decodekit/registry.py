@@ -133,9 +133,12 @@ def without_entry_point() -> list[str]:
     found = []
     for dist in metadata.distributions():
         needs = {re.split(r"[^\w.-]", r, maxsplit=1)[0].lower() for r in dist.requires or () if "extra" not in r}
-        plugin_named = re.match(rf"{CORE_DISTRIBUTION}[-_.]", dist.name or "", re.IGNORECASE)  # not an application
+        # A broken METADATA may lack a Name: `dist.name` warns there from Python 3.12 (a KeyError to come). Every
+        # Python's metadata has .get (an email Message); typeshed's PackageMetadata does not say so.
+        name = dist.metadata.get("Name") or ""  # type: ignore[attr-defined]
+        plugin_named = re.match(rf"{CORE_DISTRIBUTION}[-_.]", name, re.IGNORECASE)  # not an application
         if CORE_DISTRIBUTION in needs and plugin_named and not dist.entry_points.select(group=ENTRY_POINT_GROUP):
-            found.append(dist.name)
+            found.append(name)
     return sorted(set(found))
 
 

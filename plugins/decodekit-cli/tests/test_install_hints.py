@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 import shlex
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
 import pytest
-import tomllib
 from decodekit_cli import install_hints
 
 from decodekit.standard_plugins import STANDARD_PLUGINS

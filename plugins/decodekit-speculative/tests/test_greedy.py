@@ -11,7 +11,7 @@ from decodekit_gpt.gpt import GPT
 from decodekit_speculative.strategy import SpeculativeGeneration, speculative
 
 import decodekit as dk
-from decodekit.cache import PreallocatedKVCache
+from decodekit.cache import Croppable, PreallocatedKVCache, RowCroppable
 
 # Ragged rows; the third repeats itself, so prompt lookup has something to find.
 PROMPTS = [[5, 17, 3, 9, 44, 2], [7], [90, 1, 33, 4, 90, 1, 33, 4, 90, 1]]
@@ -85,17 +85,17 @@ def test_rows_advance_unevenly(target: GPT, draft: GPT, monkeypatch: pytest.Monk
     assert len(set(out.accepted)) > 1
 
 
-class CropOnly:
-    """A cache backend that can crop but not crop rows: the strategy then decodes rows one by one."""
+class CropOnly(PreallocatedKVCache):
+    """A cache backend that can crop but not crop rows: the strategy then decodes rows one by one. Its methods
+    are its class's: from Python 3.12, isinstance against a Protocol does not see those a `__getattr__` hands out
+    (a wrapper that forwarded to a dense cache was refused there: "cache crop_only cannot be used")."""
 
-    def __init__(self, spec: dk.CacheSpec, params: object = None) -> None:
-        self._inner = PreallocatedKVCache(spec, spec.n_kv_heads)
-        self.spec = spec
+    crop_rows = None  # type: ignore[assignment]  # a member set to None: not RowCroppable, on every Python
 
-    def __getattr__(self, name: str) -> Any:
-        if name == "crop_rows":
-            raise AttributeError(name)
-        return getattr(self._inner, name)
+
+def test_crop_only_can_crop_but_not_crop_rows() -> None:
+    cache = CropOnly(dk.CacheSpec(n_layers=1, n_heads=1, n_kv_heads=1, head_dim=2, batch_size=1, capacity=4))
+    assert isinstance(cache, Croppable) and not isinstance(cache, RowCroppable)
 
 
 def test_cache_without_crop_rows(target: GPT, draft: GPT) -> None:

@@ -11,7 +11,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from enum import Enum
+from enum import Enum, StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
 
@@ -41,12 +41,12 @@ BATCH = "Many prompts (--input FILE --output FILE)"
 GRAMMAR = "Structured output (decodekit-grammar; one of them)"
 
 
-class OnError(str, Enum):
+class OnError(StrEnum):
     skip = "skip"
     fail = "fail"
 
 
-class PluginKind(str, Enum):
+class PluginKind(StrEnum):
     sampler = "sampler"
     cache = "cache"
     model = "model"

@@ -25,7 +25,7 @@ name = "$dist"
 version = "0.1.0"
 description = "$summary"
 readme = "README.md"
-requires-python = ">=3.10"
+requires-python = ">=3.11"
 license = "MIT"
 dependencies = [$dependencies]
 
