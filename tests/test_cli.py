@@ -1041,6 +1041,19 @@ def test_caches_strategies_and_models_list_their_section_of_samplers(capsys: pyt
     assert "unknown strategy 'top_k'" in capsys.readouterr().err
 
 
+def test_the_cache_group_points_to_the_cache_listing(capsys: pytest.CaptureFixture[str]) -> None:
+    """`decodekit cache` (the calibration tools) sits one letter from `decodekit caches` (the listing): its help and
+    the top-level help say where the backends are listed. Before: "KV-cache tools: calibrate a model's attention
+    windows." only."""
+    from decodekit_cli import main
+
+    assert main(["cache"]) == 2
+    captured = capsys.readouterr()
+    assert "(decodekit caches lists the backends)" in " ".join((captured.out + captured.err).split())
+    assert main(["--help"]) == 0
+    assert "(decodekit caches lists the backends)" in " ".join(capsys.readouterr().out.replace("│", " ").split())
+
+
 def test_json_listings_hold_the_cache_backend_none_the_text_listings_show(capsys: pytest.CaptureFixture[str]) -> None:
     """`--json` lists what the text listing shows: the cache backend `none` (which no plugin registers) first, named
     or not. Before: `samplers --json` and `caches --json` left it out, and `caches --json none` listed nothing."""

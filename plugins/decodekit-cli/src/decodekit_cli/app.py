@@ -586,7 +586,10 @@ def _print_listing(report: dict[str, Any], json_output: bool) -> None:
         render_samplers(report)
 
 
-cache_app = typer.Typer(help="KV-cache tools: calibrate a model's attention windows.", no_args_is_help=True)
+cache_app = typer.Typer(
+    help="KV-cache tools: calibrate a model's attention windows (decodekit caches lists the backends).",
+    no_args_is_help=True,
+)
 app.add_typer(cache_app, name="cache")
 
 
