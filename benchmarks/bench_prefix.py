@@ -1,6 +1,7 @@
 """A prefix common to a batch's rows prefilled once against each row's whole prompt, side by side in one process.
 
-On the shipped `tiny-shakespeare-llama` (a character model: a token is a character, its context 256) and a random
+On the shipped `tiny-shakespeare-llama` (a character model: a token is a character, its context 256), the LSTM
+`tiny-shakespeare-draft` (its cache a state per token, moved by `crop_rows` as keys are) and a random
 transformers Llama built from a config (8 layers of 512, 8 heads sharing 2 kv-heads, a vocabulary of 32,000, a
 context of 1,024; `decodekit-hf`): rows sharing a few-shot block (0 and 16 new tokens), an evaluation's
 multiple-choice batch (`max_new_tokens=0`, `prompt_logprobs=0`, the harness's `loglikelihood` lines), and
@@ -85,6 +86,8 @@ def main() -> None:
     shakespeare = dk.load_model("tiny-shakespeare-llama")
     encode = shakespeare.tokenizer.encode
     _rows(shakespeare, "llama-shakespeare", encode, rng, (150, 100), args.rounds)
+    # an LSTM: its cache holds a state per token, each forward starting from the last slot's
+    _rows(dk.load_model("tiny-shakespeare-draft"), "LSTM draft", encode, rng, (150, 100), args.rounds)
     _rows(_random_llama(), "random Llama", lambda text: [ord(c) * 97 for c in text], rng, (400, 400), args.rounds)
     if args.sweep:
         for length in (8, 16, 32, 64, 128, 200):

@@ -32,7 +32,8 @@ def shared_prefix(kv: KVCache | None, prompts: Sequence[Sequence[int]]) -> int:
     length = min(len(p) for p in prompts) - 1
     first = prompts[0]
     for prompt in prompts[1:]:
-        length = next((i for i in range(length) if prompt[i] != first[i]), length)
+        if prompt[:length] != first[:length]:  # compared in C; token by token only to find where
+            length = next(i for i in range(length) if prompt[i] != first[i])
     return length if length * (len(prompts) - 1) >= MIN_SAVED else 0
 
 
