@@ -2,8 +2,8 @@
 
 On the shipped `tiny-shakespeare-llama` (a character model: a token is a character, its context 256), the LSTM
 `tiny-shakespeare-draft` (its cache a state per token, moved by `crop_rows` as keys are) and a random
-transformers Llama built from a config (8 layers of 512, 8 heads sharing 2 kv-heads, a vocabulary of 32,000, a
-context of 1,024; `decodekit-hf`): rows sharing a few-shot block (0 and 16 new tokens), an evaluation's
+transformers Llama built from a config (`bench_overhead.hf_llama`: 4 layers of 256, a vocabulary of 32,000;
+`decodekit-hf`): rows sharing a few-shot block (0 and 16 new tokens), an evaluation's
 multiple-choice batch (`max_new_tokens=0`, `prompt_logprobs=0`, the harness's `loglikelihood` lines), and
 `--sweep`: prefixes of 8-200 tokens shared by 2-8 rows, the sharing forced on (`decodekit.prefix.MIN_SAVED` set to
 1) to show where its second forward stops paying. Sharing off:
@@ -25,6 +25,7 @@ from typing import Any
 from unittest import mock
 
 import torch
+from bench_overhead import hf_llama
 
 import decodekit as dk
 
@@ -88,7 +89,7 @@ def main() -> None:
     _rows(shakespeare, "llama-shakespeare", encode, rng, (150, 100), args.rounds)
     # an LSTM: its cache holds a state per token, each forward starting from the last slot's
     _rows(dk.load_model("tiny-shakespeare-draft"), "LSTM draft", encode, rng, (150, 100), args.rounds)
-    _rows(_random_llama(), "random Llama", lambda text: [ord(c) * 97 for c in text], rng, (400, 400), args.rounds)
+    _rows(hf_llama(), "random Llama", lambda text: [ord(c) * 97 for c in text], rng, (400, 400), args.rounds)
     if args.sweep:
         for length in (8, 16, 32, 64, 128, 200):
             for rows in (2, 4, 8):
@@ -114,23 +115,6 @@ def _rows(
     choices = [question + encode(s) for s in _suffixes(rng, 4, 5, 20)]
     call = partial(dk.generate, model, choices, max_new_tokens=0, prompt_logprobs=0)
     _compare(f"{name}: 4 choices of 5-20 after a {lengths[1]}-token context, loglikelihood", call, rounds)
-
-
-def _random_llama() -> Any:
-    from decodekit_hf.model import HFModel
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        hidden_size=512,
-        intermediate_size=1536,
-        num_hidden_layers=8,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        vocab_size=32000,
-        max_position_embeddings=1024,
-    )
-    return HFModel(LlamaForCausalLM(config).eval())
 
 
 if __name__ == "__main__":

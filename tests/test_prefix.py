@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from decodekit_gpt.gpt import GPT
+from test_prompt_logprobs import assert_same as assert_same_scores
 
 import decodekit as dk
 import decodekit.engine
@@ -50,12 +51,7 @@ def assert_same(shared: dk.Generation, unshared: dk.Generation, tol: float = 1e-
         assert [lp.raw for lp in mine] == pytest.approx([lp.raw for lp in theirs], abs=tol)
     assert (shared.prompt_logprobs is None) == (unshared.prompt_logprobs is None)
     for mine_p, theirs_p in zip(shared.prompt_logprobs or [], unshared.prompt_logprobs or []):
-        assert len(mine_p) == len(theirs_p) and mine_p[0] is None and theirs_p[0] is None
-        for m, t in zip(mine_p[1:], theirs_p[1:]):
-            assert m is not None and t is not None
-            assert m.logprob == pytest.approx(t.logprob, abs=tol) and m.rank == t.rank
-            assert [i for i, _ in m.top] == [i for i, _ in t.top]
-            assert [v for _, v in m.top] == pytest.approx([v for _, v in t.top], abs=tol)
+        assert_same_scores(mine_p, theirs_p, tol)
 
 
 @pytest.mark.parametrize("cache", CACHES)
