@@ -212,7 +212,8 @@ class Decoding:
 
     def prefill(self) -> Tensor:
         """Logits `[R, V]` after each row's prompt (left padding puts every row's last token in column P-1); through
-        a cache that evicts, in blocks of at most the model's context, so a long prompt needs bounded memory. With
+        a cache that evicts, in blocks of at most the model's context, so a long prompt needs bounded memory; a
+        prompt's copies and a prefix the prompts share, once (`decodekit.copies`, `decodekit.prefix`). With
         `prompt_logprobs`, every column's logits, scored into `self.prompt_logprobs`."""
         n = self.request.prompt_logprobs
         if self._fed:  # a draft's slip the cache would report as its capacity
