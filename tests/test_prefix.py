@@ -142,6 +142,7 @@ def test_the_rule_counts_the_tokens_saved(gpt: GPT, monkeypatch: pytest.MonkeyPa
     prompts = [[1, 2, 3, 4, 5], [1, 2, 3, 9], [1, 2, 3, 4, 6]]
     monkeypatch.setattr(decodekit.prefix, "MIN_SAVED", 6)
     assert shared_prefix(kv, prompts) == 3
+    assert shared_prefix(kv, [(1, 2, 3, 4, 5), [1, 2, 3, 4, 6], [1, 2, 3, 4, 7]]) == 4  # a tuple beside lists
     assert shared_prefix(kv, [[1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 4, 6]]) == 0  # the shortest keeps a token: 2 x 2
     monkeypatch.setattr(decodekit.prefix, "MIN_SAVED", 4)
     assert shared_prefix(kv, [[1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 4, 6]]) == 2

@@ -33,7 +33,7 @@ def shared_prefix(kv: KVCache | None, prompts: Sequence[Sequence[int]]) -> int:
     first = prompts[0]
     for prompt in prompts[1:]:
         if prompt[:length] != first[:length]:  # compared in C; token by token only to find where
-            length = next(i for i in range(length) if prompt[i] != first[i])
+            length = next((i for i in range(length) if prompt[i] != first[i]), length)  # (a tuple beside a list)
     return length if length * (len(prompts) - 1) >= MIN_SAVED else 0
 
 
