@@ -21,6 +21,7 @@ from decodekit.errors import ContextLengthError, ParameterError, PluginError, Un
 from decodekit.model import Model, last_only, model_device_dtype
 from decodekit.outputs import RowOutput
 from decodekit.params import Params
+from decodekit.prefix import prefill_prefix, shared_prefix
 from decodekit.prompts import left_pad, tokenizer_ids
 from decodekit.request import DecodeRequest
 from decodekit.results import Generation, PromptLogprobs, TokenEvent, prompt_logprobs
@@ -211,7 +212,8 @@ class Decoding:
 
     def prefill(self) -> Tensor:
         """Logits `[R, V]` after each row's prompt (left padding puts every row's last token in column P-1); through
-        a cache that evicts, in blocks of at most the model's context, so a long prompt needs bounded memory. With
+        a cache that evicts, in blocks of at most the model's context, so a long prompt needs bounded memory; a
+        prompt's copies and a prefix the prompts share, once (`decodekit.copies`, `decodekit.prefix`). With
         `prompt_logprobs`, every column's logits, scored into `self.prompt_logprobs`."""
         n = self.request.prompt_logprobs
         if self._fed:  # a draft's slip the cache would report as its capacity
@@ -227,9 +229,13 @@ class Decoding:
         block = self.spec.max_positions if evicts(self.kv) else self.P
         columns = last_only(self.model) if n is None else {}
         tokens, positions, kv, copies = self.buf[:, : self.P], self.positions[:, : self.P], self.kv, None
-        if self.kv is not None and (alike := distinct_rows(tokens, positions)) is not None:
+        alike = None if self.kv is None else distinct_rows(tokens, positions)
+        distinct = self.rows if alike is None else [self.rows[i] for i in alike[0].tolist()]
+        if (shared := shared_prefix(self.kv, distinct)) > 0:
+            return self._prefill_prefix(distinct, alike, shared, n)
+        if alike is not None:
             first, copies = alike  # a prompt's copies (samples, beams) computed once
-            tokens, positions, kv = tokens[first], positions[first], CopiesView(self.kv, first, copies)
+            tokens, positions, kv = tokens[first], positions[first], CopiesView(cast(KVCache, self.kv), first, copies)
         for start in range(0, self.P, block):
             end = min(start + block, self.P)
             logits = self.model(tokens[:, start:end], positions[:, start:end], kv, **columns)
@@ -237,6 +243,36 @@ class Decoding:
             if n is not None:
                 self._score_prompts(logits, start, n, copies)
         return last if copies is None else last[copies]
+
+    def _prefill_prefix(
+        self, distinct: list[list[int]], alike: tuple[Tensor, Tensor] | None, length: int, n: int | None
+    ) -> Tensor:
+        """`prefill` of `distinct` prompts that share their first `length` tokens, the prefix computed once
+        (`decodekit.prefix`): each row's logits are its own suffix's last column."""
+        assert self.kv is not None  # `shared_prefix` shares through a cache only
+        prefix, suffixes = prefill_prefix(self.model, self.kv, distinct, alike, length, scored=n is not None)
+        last_column(self.model, prefix)  # checks both as the unshared prefill checks its logits
+        last_column(self.model, suffixes)
+        ends = torch.tensor([len(p) - length - 1 for p in distinct], device=suffixes.device)
+        last = suffixes[torch.arange(len(distinct), device=suffixes.device), ends]
+        copies = None if alike is None else alike[1]
+        if n is not None:
+            self._score_shared(prefix[0], suffixes, length, n, copies)
+        return last if copies is None else last[copies]
+
+    def _score_shared(self, prefix: Tensor, suffixes: Tensor, length: int, n: int, copies: Tensor | None) -> None:
+        """`prompt_logprobs` from a shared prefill: the prefix's logits `[length, V]`, scored once for the tokens
+        every prompt shares, then each prompt's own, from the prefix's last column on (`_score_prompts`' words)."""
+        first = self.P - len(self.prompts[0])  # prompt 0's first column: row 0's
+        shared = prompt_logprobs(prefix[: length - 1], self.buf[0, first + 1 : first + length], n)
+        self.prompt_logprobs = []
+        for b, prompt in enumerate(self.prompts):
+            row, own = b * self.copies, len(prompt) - length
+            at = row if copies is None else int(copies[row])
+            logits = torch.cat([prefix[length - 1 :], suffixes[at, : own - 1]])
+            self.prompt_logprobs.append(
+                [None, *shared, *prompt_logprobs(logits, self.buf[row, self.P - own : self.P], n)]
+            )
 
     def _score_prompts(self, logits: Tensor, start: int, n: int, copies: Tensor | None) -> None:
         """Add to `prompt_logprobs` the prompt tokens the logits `[R, T, V]` of columns `start ..` predict: each

@@ -1,0 +1,121 @@
+"""A prefix common to a batch's rows prefilled once against each row's whole prompt, side by side in one process.
+
+On the shipped `tiny-shakespeare-llama` (a character model: a token is a character, its context 256), the LSTM
+`tiny-shakespeare-draft` (its cache a state per token, moved by `crop_rows` as keys are) and a random
+transformers Llama built from a config (`bench_overhead.hf_llama`: 4 layers of 256, a vocabulary of 32,000;
+`decodekit-hf`): rows sharing a few-shot block (0 and 16 new tokens), an evaluation's
+multiple-choice batch (`max_new_tokens=0`, `prompt_logprobs=0`, the harness's `loglikelihood` lines), and
+`--sweep`: prefixes of 8-200 tokens shared by 2-8 rows, the sharing forced on (`decodekit.prefix.MIN_SAVED` set to
+1) to show where its second forward stops paying. Sharing off:
+`decodekit.engine.shared_prefix` replaced by a function that finds none. Rounds interleaved, the best of each, tokens
+and prompt logprobs asserted equal to float32 rounding.
+
+    python benchmarks/bench_prefix.py [--threads 1] [--rounds 5] [--sweep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import random
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+from unittest import mock
+
+import torch
+from bench_overhead import hf_llama
+
+import decodekit as dk
+
+TEXT = (
+    "ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. Arise, fair "
+    "sun, and kill the envious moon, who is already sick and pale with grief that thou her maid art far more fair "
+    "than she. JULIET: O Romeo, Romeo, wherefore art thou Romeo? Deny thy father and refuse thy name. "
+)
+
+
+@contextlib.contextmanager
+def _sharing(on: bool | None) -> Iterator[None]:
+    """None: the engine's own rule; True: every common prefix shared; False: none."""
+    if on is None:
+        yield
+    elif on:
+        with mock.patch("decodekit.prefix.MIN_SAVED", 1):
+            yield
+    else:
+        with mock.patch("decodekit.engine.shared_prefix", lambda kv, prompts: 0):
+            yield
+
+
+def _compare(name: str, call: Callable[[], Any], rounds: int, on: bool | None = None) -> float:
+    best = {True: float("inf"), False: float("inf")}
+    outs: dict[bool, Any] = {}
+    for _ in range(rounds):
+        for shared in (False, True):
+            with _sharing(on if shared else False):
+                start = time.perf_counter()
+                outs[shared] = call()
+                best[shared] = min(best[shared], time.perf_counter() - start)
+    _check_same(name, outs[True], outs[False])
+    ratio = best[False] / best[True]
+    print(f"| {name} | {best[False] * 1e3:.0f} | {best[True] * 1e3:.0f} | {ratio:.2f}x |", flush=True)
+    return ratio
+
+
+def _check_same(name: str, shared: dk.Generation, unshared: dk.Generation) -> None:
+    assert shared.tokens == unshared.tokens, f"{name}: the tokens differ"
+    for mine, theirs in zip(shared.prompt_logprobs or [], unshared.prompt_logprobs or []):
+        differ = [abs(a.logprob - b.logprob) for a, b in zip(mine[1:], theirs[1:]) if a and b]
+        assert max(differ, default=0.0) < 1e-4, f"{name}: the prompt logprobs differ by {max(differ)}"
+
+
+def _suffixes(rng: random.Random, rows: int, low: int, high: int) -> list[str]:
+    return [TEXT[(at := rng.randrange(len(TEXT) - high)) : at + rng.randint(low, high)] for _ in range(rows)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sweep", action="store_true", help="prefix lengths and row counts, sharing forced on")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print("| decode | every row, ms | prefix once, ms | speed-up |\n|---|---:|---:|---:|")
+    rng = random.Random(0)
+    shakespeare = dk.load_model("tiny-shakespeare-llama")
+    encode = shakespeare.tokenizer.encode
+    _rows(shakespeare, "llama-shakespeare", encode, rng, (150, 100), args.rounds)
+    # an LSTM: its cache holds a state per token, each forward starting from the last slot's
+    _rows(dk.load_model("tiny-shakespeare-draft"), "LSTM draft", encode, rng, (150, 100), args.rounds)
+    _rows(hf_llama(), "random Llama", lambda text: [ord(c) * 97 for c in text], rng, (400, 400), args.rounds)
+    if args.sweep:
+        for length in (8, 16, 32, 64, 128, 200):
+            for rows in (2, 4, 8):
+                shared = encode((TEXT * 2)[:length])
+                batch = [shared + encode(s) for s in _suffixes(rng, rows, 30, 30)]
+                call = partial(dk.generate, shakespeare, batch, max_new_tokens=0, prompt_logprobs=0)
+                _compare(f"sweep: {rows} rows, prefix {length} + 30, loglikelihood", call, args.rounds, on=True)
+
+
+def _rows(
+    model: Any, name: str, encode: Callable[[str], list[int]], rng: random.Random, lengths: tuple[int, int], rounds: int
+) -> None:
+    """8 rows after a few-shot prefix of `lengths[0]` tokens, 0 and 16 new tokens; 4 choices after a context of
+    `lengths[1]`."""
+    few_shot = encode((TEXT * 2)[: lengths[0]])
+    prompts = [few_shot + encode(s) for s in _suffixes(rng, 8, 20, 60)]
+    for new in (0, 16):
+        options: dict[str, Any] = {"max_new_tokens": new, "seed": list(range(8))}
+        options |= {"prompt_logprobs": 0} if new == 0 else {}
+        call = partial(dk.generate, model, prompts, **options)
+        _compare(f"{name}: 8 rows, a {lengths[0]}-token prefix + 20-60, {new} new tokens", call, rounds)
+    question = encode((TEXT * 2)[: lengths[1]])  # a question's context before each of its 4 choices (lm-eval's lines)
+    choices = [question + encode(s) for s in _suffixes(rng, 4, 5, 20)]
+    call = partial(dk.generate, model, choices, max_new_tokens=0, prompt_logprobs=0)
+    _compare(f"{name}: 4 choices of 5-20 after a {lengths[1]}-token context, loglikelihood", call, rounds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""A prefix common to a batch's prompts prefilled once (`decodekit.prefix`) through the bridge: the prefix's forward
+(one row, written to every row of the cache), the suffixes' (right-padded, against the prefix), then each row moved to
+end with the prompts. Every architecture gives the tokens, logprobs and prompt logprobs of the unshared prefill
+(each whole prompt left-padded), and the trained Llama each prompt's own greedy tokens decoded alone."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from decodekit_hf import HFModel
+
+import decodekit as dk
+import decodekit.engine
+
+RNG = random.Random(0)
+PREFIX = [RNG.randrange(1, 84) for _ in range(36)]  # 4 rows x 36: past the rule's 96 tokens saved
+PROMPTS = [PREFIX + s for s in ([7, 3, 9], [8, 1, 1, 5, 60, 2, 9, 4, 4], [9], [11, 12, 13, 14, 15])]
+
+
+def _decode(model: HFModel, prompts: list[list[int]], **options: Any) -> tuple[dk.Generation, list[tuple[int, int]]]:
+    """The result and the `[rows, tokens]` of each forward."""
+    shapes: list[tuple[int, int]] = []
+    hook = model.register_forward_pre_hook(lambda module, args: shapes.append(tuple(args[0].shape)))
+    try:
+        return dk.decode(model, prompts, **options), shapes
+    finally:
+        hook.remove()
+
+
+def _shared_and_not(
+    model: HFModel, monkeypatch: pytest.MonkeyPatch, prompts: list[list[int]], **options: Any
+) -> tuple[dk.Generation, dk.Generation]:
+    shared, shapes = _decode(model, prompts, **options)
+    assert shapes[:2] == [(1, 36), (len(PROMPTS), 9)]  # the prefix once, then the suffixes
+    with monkeypatch.context() as patch:
+        patch.setattr(decodekit.engine, "shared_prefix", lambda kv, prompts: 0)
+        unshared, shapes = _decode(model, prompts, **options)
+    assert shapes[0] == (len({tuple(p) for p in prompts}), 45)  # copies computed once
+    return shared, unshared
+
+
+def assert_same(shared: dk.Generation, unshared: dk.Generation, tol: float = 1e-5) -> None:
+    assert shared.tokens == unshared.tokens
+    for mine, theirs in zip(shared.logprobs or [], unshared.logprobs or []):
+        assert [lp.raw for lp in mine] == pytest.approx([lp.raw for lp in theirs], abs=tol)
+    assert (shared.prompt_logprobs is None) == (unshared.prompt_logprobs is None)
+    for mine_p, theirs_p in zip(shared.prompt_logprobs or [], unshared.prompt_logprobs or []):
+        assert [p and p.logprob for p in mine_p] == pytest.approx([p and p.logprob for p in theirs_p], abs=tol)
+        assert [p and p.rank for p in mine_p] == [p and p.rank for p in theirs_p]
+        assert [p and [i for i, _ in p.top] for p in mine_p] == [p and [i for i, _ in p.top] for p in theirs_p]
+
+
+@pytest.mark.parametrize("cache", ["dense", "int8"])
+def test_a_shared_prefix_gives_the_unshared_results(hf_model: Any, cache: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPT-2 and Llama at random, and the trained Llama: greedy, with logprobs and prompt logprobs."""
+    model = HFModel(hf_model)
+    options: dict[str, Any] = {"chain": "greedy", "max_new_tokens": 8, "cache": cache, "logprobs": 2}
+    shared, unshared = _shared_and_not(model, monkeypatch, PROMPTS, prompt_logprobs=2, **options)
+    assert_same(shared, unshared, 2e-3 if cache == "int8" else 1e-5)  # int8: a key a rounding off may quantize apart
+
+
+def test_copies_and_beams_of_prompts_sharing_a_prefix(llama: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = HFModel(llama)
+    samples = [p for p in PROMPTS for _ in range(2)]
+    assert_same(*_shared_and_not(model, monkeypatch, samples, max_new_tokens=6, seed=list(range(8)), logprobs=1))
+    beams = _shared_and_not(model, monkeypatch, PROMPTS, strategy="beam(num_beams=3)", max_new_tokens=6)
+    assert_same(*beams)
+
+
+def test_the_trained_llamas_rows_are_each_prompt_alone(trained: Any) -> None:
+    """A second implementation: each prompt decoded alone, no batch, nothing shared. Each row's next token is its
+    suffix's last column and its cache row is moved to end with the prompts: without either (the forward's last
+    column read, `crop_rows` skipped), rows decode other tokens."""
+    model = HFModel(trained)
+    out, shapes = _decode(model, PROMPTS, chain="greedy", max_new_tokens=12)
+    assert shapes[:2] == [(1, 36), (4, 9)]
+    alone = [dk.generate(model, [p], chain="greedy", max_new_tokens=12).tokens[0] for p in PROMPTS]
+    assert out.tokens == alone
+
+
+def test_every_architecture_gives_the_unshared_results(
+    arch_model: tuple[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sliding windows (Gemma 2, 3, Mistral-like), ALiBi (Falcon), learned positions (OPT), eager attention: the
+    bridge's cache that keeps every token, each model masking as it does."""
+    _, hf = arch_model
+    options: dict[str, Any] = {"chain": "greedy", "max_new_tokens": 6, "logprobs": 1, "prompt_logprobs": 1}
+    assert_same(*_shared_and_not(HFModel(hf), monkeypatch, PROMPTS, **options), tol=1e-4)

@@ -1,0 +1,160 @@
+"""A prefix common to a batch's prompts is prefilled once (`decodekit.prefix`): one forward of the prefix, one of the
+rows' suffixes, then each row moved to end at the prompts' last column; every result equals the decode that prefills
+each whole prompt (the engine with the sharing turned off), and each prompt decoded alone."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from decodekit_gpt.gpt import GPT
+from test_prompt_logprobs import assert_same as assert_same_scores
+
+import decodekit as dk
+import decodekit.engine
+import decodekit.prefix
+from decodekit.prefix import MIN_SAVED, shared_prefix
+from tinymodels import tiny_gpt
+
+RNG = random.Random(0)
+PREFIX = [RNG.randrange(1, 101) for _ in range(40)]  # 40 tokens shared by 4 rows: 120 saved, past MIN_SAVED
+SUFFIXES = [[7, 3, 9], [8, 1, 1, 5, 60, 2, 9, 4, 4], [9], [11, 12, 13, 14, 15]]  # ragged: 1 to 9 tokens
+PROMPTS = [PREFIX + s for s in SUFFIXES]
+CACHES = ["dense", "gqa", "int8"]
+
+
+@pytest.fixture(scope="module")
+def gpt() -> GPT:
+    return tiny_gpt(2, block_size=128)
+
+
+def _forwards(model: Any, call: Any) -> tuple[Any, list[tuple[int, int]]]:
+    """`call()`'s result and the `[rows, tokens]` of each forward it made."""
+    shapes: list[tuple[int, int]] = []
+    hook = model.register_forward_pre_hook(lambda module, args: shapes.append(tuple(args[0].shape)))
+    try:
+        return call(), shapes
+    finally:
+        hook.remove()
+
+
+def _unshared(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(decodekit.engine, "shared_prefix", lambda kv, prompts: 0)
+
+
+def assert_same(shared: dk.Generation, unshared: dk.Generation, tol: float = 1e-5) -> None:
+    """Tokens equal; logprobs and prompt logprobs (ranks and top ids too) within `tol`."""
+    assert shared.tokens == unshared.tokens
+    assert shared.finish_reasons == unshared.finish_reasons
+    for mine, theirs in zip(shared.logprobs or [], unshared.logprobs or []):
+        assert [lp.raw for lp in mine] == pytest.approx([lp.raw for lp in theirs], abs=tol)
+    assert (shared.prompt_logprobs is None) == (unshared.prompt_logprobs is None)
+    for mine_p, theirs_p in zip(shared.prompt_logprobs or [], unshared.prompt_logprobs or []):
+        assert_same_scores(mine_p, theirs_p, tol)
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_a_shared_prefix_is_prefilled_once_and_decodes_as_every_row_computed(
+    gpt: GPT, cache: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against two other implementations: the unshared prefill, and each prompt alone. Each row's next token is its
+    own suffix's last column, and its cache row is moved to end with the prompts: without either (the forward's last
+    column read, `crop_rows` skipped), the rows sample other tokens."""
+    options: dict[str, Any] = {"max_new_tokens": 10, "seed": [1, 2, 3, 4], "cache": cache, "logprobs": 2}
+    options["prompt_logprobs"] = 2
+    shared, shapes = _forwards(gpt, lambda: dk.generate(gpt, PROMPTS, **options))
+    assert shapes[:3] == [(1, 40), (4, 9), (4, 1)]  # the prefix once, the suffixes right-padded, then the steps
+    _unshared(monkeypatch)
+    unshared, shapes = _forwards(gpt, lambda: dk.generate(gpt, PROMPTS, **options))
+    assert shapes[0] == (4, 49)
+    assert_same(shared, unshared)
+    for b, prompt in enumerate(PROMPTS):  # each row as its prompt alone with its seed
+        alone = dk.generate(gpt, [prompt], **{**options, "seed": [b + 1]})
+        assert alone.tokens[0] == shared.tokens[b]
+
+
+def test_copies_of_prompts_sharing_a_prefix_stay_one_row(gpt: GPT, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Samples of each prompt (`n` copies) and a prompt given twice: the suffix forward computes the distinct ones."""
+    prompts = [p for p in PROMPTS for _ in range(3)] + [PROMPTS[1]]
+    options: dict[str, Any] = {"max_new_tokens": 8, "seed": list(range(13)), "logprobs": 1, "prompt_logprobs": 0}
+    shared, shapes = _forwards(gpt, lambda: dk.generate(gpt, prompts, **options))
+    assert shapes[:3] == [(1, 40), (4, 9), (13, 1)]
+    _unshared(monkeypatch)
+    assert_same(shared, dk.generate(gpt, prompts, **options))
+
+
+def test_beams_of_prompts_sharing_a_prefix(gpt: GPT, monkeypatch: pytest.MonkeyPatch) -> None:
+    options: dict[str, Any] = {"strategy": "beam(num_beams=3, num_return_sequences=2)", "max_new_tokens": 8}
+    options["prompt_logprobs"] = 1
+    shared, shapes = _forwards(gpt, lambda: dk.decode(gpt, PROMPTS, **options))
+    assert shapes[:2] == [(1, 40), (4, 9)]
+    _unshared(monkeypatch)
+    unshared = dk.decode(gpt, PROMPTS, **options)
+    assert_same(shared, unshared)
+    assert shared.sequences == unshared.sequences  # type: ignore[attr-defined]
+    for mine, theirs in zip(shared.scores, unshared.scores):  # type: ignore[attr-defined]
+        assert mine == pytest.approx(theirs, abs=1e-5)
+
+
+def test_loglikelihood_lines_score_as_every_row_computed(gpt: GPT, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An evaluation's lines: context + continuation, `max_new_tokens=0`, `prompt_logprobs=0`."""
+    options: dict[str, Any] = {"max_new_tokens": 0, "prompt_logprobs": 0}
+    shared, shapes = _forwards(gpt, lambda: dk.generate(gpt, PROMPTS, **options))
+    assert shapes == [(1, 40), (4, 9)]
+    _unshared(monkeypatch)
+    assert_same(shared, dk.generate(gpt, PROMPTS, **options))
+
+
+def test_a_prompt_that_is_the_prefix_keeps_its_last_token(gpt: GPT, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prompt the others extend: the prefix stops a token short of it, so its next token is a suffix's column."""
+    prompts = [PREFIX, *PROMPTS]
+    options: dict[str, Any] = {"max_new_tokens": 6, "chain": "greedy", "logprobs": 1, "prompt_logprobs": 1}
+    shared, shapes = _forwards(gpt, lambda: dk.generate(gpt, prompts, **options))
+    assert shapes[:2] == [(1, 39), (5, 10)]
+    _unshared(monkeypatch)
+    assert_same(shared, dk.generate(gpt, prompts, **options))
+
+
+def test_rows_without_a_common_prefix_take_the_unshared_prefill_bit_for_bit(
+    gpt: GPT, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three rows share the prefix, the fourth does not: one forward of every row, results exactly the unshared's."""
+    prompts = [*PROMPTS[:3], [3, *PREFIX]]
+    options: dict[str, Any] = {"max_new_tokens": 6, "seed": [1, 2, 3, 4], "logprobs": 1, "prompt_logprobs": 1}
+    shared, shapes = _forwards(gpt, lambda: dk.generate(gpt, prompts, **options))
+    assert shapes[0] == (4, 49)
+    _unshared(monkeypatch)
+    unshared = dk.generate(gpt, prompts, **options)
+    assert shared.tokens == unshared.tokens and shared.logprobs == unshared.logprobs
+    assert shared.prompt_logprobs == unshared.prompt_logprobs
+
+
+@pytest.mark.parametrize("cache", ["window(size=16)", "h2o(budget=60)", "streaming(budget=60)", "none"])
+def test_caches_that_evict_or_observe_or_none_prefill_every_row(gpt: GPT, cache: str) -> None:
+    _, shapes = _forwards(gpt, lambda: dk.generate(gpt, PROMPTS, max_new_tokens=2, cache=cache, seed=0))
+    assert shapes[0] == (4, 49)
+
+
+def test_the_rule_counts_the_tokens_saved(gpt: GPT, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hand-worked: prompts sharing 3 tokens, one of them shorter; the prefix saves 3 tokens per prompt but one."""
+    kv = dk.create_cache("dense", dk.CacheSpec.for_model(gpt.spec, batch_size=3, capacity=8))
+    prompts = [[1, 2, 3, 4, 5], [1, 2, 3, 9], [1, 2, 3, 4, 6]]
+    monkeypatch.setattr(decodekit.prefix, "MIN_SAVED", 6)
+    assert shared_prefix(kv, prompts) == 3
+    assert shared_prefix(kv, [(1, 2, 3, 4, 5), [1, 2, 3, 4, 6], [1, 2, 3, 4, 7]]) == 4  # a tuple beside lists
+    assert shared_prefix(kv, [[1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 4, 6]]) == 0  # the shortest keeps a token: 2 x 2
+    monkeypatch.setattr(decodekit.prefix, "MIN_SAVED", 4)
+    assert shared_prefix(kv, [[1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 4, 6]]) == 2
+    monkeypatch.setattr(decodekit.prefix, "MIN_SAVED", 7)
+    assert shared_prefix(kv, prompts) == 0
+    assert shared_prefix(kv, [[1, 2], [3, 4]]) == 0
+    assert shared_prefix(None, prompts) == 0
+    assert MIN_SAVED == 96  # docs/benchmarks.md measured it
+
+
+def test_a_storage_without_take_slots_is_not_shared(gpt: GPT) -> None:
+    kv = dk.create_cache("dense", dk.CacheSpec.for_model(gpt.spec, batch_size=4, capacity=64))
+    assert shared_prefix(kv, PROMPTS) == 40
+    kv.store = object()  # type: ignore[attr-defined]  # crop_rows would refuse: no take_slots
+    assert shared_prefix(kv, PROMPTS) == 0
