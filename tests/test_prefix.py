@@ -158,3 +158,18 @@ def test_a_storage_without_take_slots_is_not_shared(gpt: GPT) -> None:
     assert shared_prefix(kv, PROMPTS) == 40
     kv.store = object()  # type: ignore[attr-defined]  # crop_rows would refuse: no take_slots
     assert shared_prefix(kv, PROMPTS) == 0
+
+
+def test_long_suffixes_are_fed_in_blocks_of_bounded_logits(gpt: GPT, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without `prompt_logprobs` the unshared prefill asks for the last column's logits only; the suffixes' forward,
+    whose rows end in different columns, is cut into blocks of at most `SUFFIX_LOGITS` logits (a batch of long
+    suffixes over a large vocabulary would otherwise hold rows x columns x vocabulary of them), each row's last kept."""
+    monkeypatch.setattr(decodekit.prefix, "SUFFIX_LOGITS", 4 * gpt.spec.vocab_size * 2)  # 2 columns of 4 rows
+    options: dict[str, Any] = {"max_new_tokens": 6, "seed": [1, 2, 3, 4], "logprobs": 2}
+    shared, shapes = _forwards(gpt, lambda: dk.generate(gpt, PROMPTS, **options))
+    assert shapes[:7] == [(1, 40), (4, 2), (4, 2), (4, 2), (4, 2), (4, 1), (4, 1)]
+    scored, scored_shapes = _forwards(gpt, lambda: dk.generate(gpt, PROMPTS, **options, prompt_logprobs=0))
+    assert scored_shapes[:3] == [(1, 40), (4, 9), (4, 1)]  # scored: every column is read anyway
+    _unshared(monkeypatch)
+    assert_same(shared, dk.generate(gpt, PROMPTS, **options))
+    assert_same(scored, dk.generate(gpt, PROMPTS, **options, prompt_logprobs=0))

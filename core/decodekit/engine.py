@@ -252,11 +252,11 @@ class Decoding:
         assert self.kv is not None  # `shared_prefix` shares through a cache only
         prefix, suffixes = prefill_prefix(self.model, self.kv, distinct, alike, length, scored=n is not None)
         last_column(self.model, prefix)  # checks both as the unshared prefill checks its logits
-        last_column(self.model, suffixes)
-        ends = torch.tensor([len(p) - length - 1 for p in distinct], device=suffixes.device)
-        last = suffixes[torch.arange(len(distinct), device=suffixes.device), ends]
+        last = last_column(self.model, suffixes)  # without prompt_logprobs, each row's last column
         copies = None if alike is None else alike[1]
-        if n is not None:
+        if n is not None:  # every column: each row's last is its own
+            ends = torch.tensor([len(p) - length - 1 for p in distinct], device=suffixes.device)
+            last = suffixes[torch.arange(len(distinct), device=suffixes.device), ends]
             self._score_shared(prefix[0], suffixes, length, n, copies)
         return last if copies is None else last[copies]
 

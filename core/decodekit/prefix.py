@@ -13,11 +13,15 @@ from decodekit.cache import KVCache, RowCroppable, evicts, observes
 from decodekit.copies import CopiesView
 from decodekit.model import Model, last_only
 
-__all__ = ["MIN_SAVED", "prefill_prefix", "shared_prefix"]
+__all__ = ["MIN_SAVED", "SUFFIX_LOGITS", "prefill_prefix", "shared_prefix"]
 
 MIN_SAVED = 96
 """Prefix tokens the shared prefill must save (those of every distinct prompt but one) to be worth a second forward
 (docs/benchmarks.md, "a prefix common to a batch's rows")."""
+
+SUFFIX_LOGITS = 2**26
+"""Logits the suffixes' forward may return at once without `prompt_logprobs` (256 MB in float32): its rows end in
+different columns, so it cannot ask for the last column's only, as the unshared prefill does; longer goes in blocks."""
 
 
 def shared_prefix(kv: KVCache | None, prompts: Sequence[Sequence[int]]) -> int:
@@ -48,8 +52,9 @@ def prefill_prefix(
 ) -> tuple[Tensor, Tensor]:
     """Prefill the distinct `prompts` (`alike`: `distinct_rows` of the cache's rows, None where each is its own) that
     share their first `length` tokens: the model's logits of the prefix `[1, length or 1, V]` (every column where
-    `scored`, else the last) and of the suffixes `[len(prompts), S, V]`, right-padded to the longest `S`. The cache
-    then holds each row left-padded to end at slot `length + S`, as a prefill of the whole prompts leaves it."""
+    `scored`, else the last) and of the suffixes, right-padded to the longest `S`: `[len(prompts), S, V]` where
+    `scored`, else each row's last column `[len(prompts), 1, V]`. The cache then holds each row left-padded to end at
+    slot `length + S`, as a prefill of the whole prompts leaves it."""
     device = kv.spec.device
     rows = kv.spec.batch_size
     prefix = torch.tensor([prompts[0][:length]], device=device)
@@ -64,7 +69,28 @@ def prefill_prefix(
     suffixes = suffixes.to(device)
     positions = (length + torch.arange(suffixes.shape[1], device=device))[None].expand(len(prompts), -1)
     view = kv if alike is None else CopiesView(kv, *alike)
-    suffix_logits = model(suffixes, positions, view)
+    if scored:
+        suffix_logits = model(suffixes, positions, view)
+    else:
+        suffix_logits = _last_columns(model, suffixes, positions, view, torch.tensor(lengths, device=device) - 1)
     ends = lengths if alike is None else [lengths[i] for i in alike[1].tolist()]
     kv.crop_rows([length + e for e in ends], length + suffixes.shape[1])  # type: ignore[attr-defined]
     return prefix_logits, suffix_logits
+
+
+def _last_columns(model: Model, tokens: Tensor, positions: Tensor, kv: KVCache, last: Tensor) -> Tensor:
+    """The logits `[R, 1, V]` of each row's column `last[r]`, the forward fed in blocks of columns whose logits
+    number at most `SUFFIX_LOGITS`."""
+    R, S = tokens.shape
+    width = max(1, SUFFIX_LOGITS // (R * model.spec.vocab_size))
+    rows = torch.arange(R, device=tokens.device)
+    kept: Tensor | None = None
+    for start in range(0, S, width):
+        logits = model(tokens[:, start : start + width], positions[:, start : start + width], kv)
+        if not isinstance(logits, Tensor) or logits.dim() != 3:  # the engine's check names what is allowed
+            return logits
+        here = logits[rows, (last - start).clamp(0, logits.shape[1] - 1)][:, None]  # [R, 1, V]
+        inside = ((last >= start) & (last < start + width))[:, None, None]
+        kept = here if kept is None else torch.where(inside, here, kept)
+    assert kept is not None  # every row has a suffix token
+    return kept
