@@ -176,7 +176,9 @@ def test_beam_search_refuses_what_would_not_fit_in_memory() -> None:
 
 
 def test_stop_strings_need_a_tokenizer() -> None:
-    with pytest.raises(dk.ParameterError, match="stop_strings: the model has no tokenizer"):
+    # before: "stop_strings: the model has no tokenizer to decode text with; use stop_tokens" (no value, no allowed)
+    refusal = r"stop_strings=\['\\n'\] is invalid: the model has no tokenizer to decode text with; allowed: stop_tokens"
+    with pytest.raises(dk.ParameterError, match=refusal):
         dk.generate(tiny_gpt(2), [[1]], stop_strings=["\n"])
     model = tiny_gpt(2)
     model.tokenizer = __import__("tinymodels").CharTokenizer()  # type: ignore[assignment]

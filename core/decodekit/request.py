@@ -233,7 +233,10 @@ def _stop_strings(stop_strings: object, batch: int, tokenizer: object) -> list[t
     else:
         rows = [_strings("stop_strings", stop_strings, items, allowed)] * batch
     if any(rows) and tokenizer is None:
-        raise ParameterError("stop_strings: the model has no tokenizer to decode text with; use stop_tokens")
+        raise ParameterError(
+            f"stop_strings={stop_strings!r} is invalid: the model has no tokenizer to decode text with; allowed: "
+            "stop_tokens (token ids), or a model with a tokenizer (docs/concepts.md, Models)"
+        )
     return rows
 
 
