@@ -67,6 +67,8 @@ BAD_PROMPTS = [
     (b"\x01\x02", r"prompts=b'\\x01\\x02' is bytes; allowed: text \(decode the bytes first\) or token ids"),
     (bytearray(b"\x01"), r"prompts=bytearray\(b'\\x01'\) is bytes"),
     ([bytearray(b"\x01")], r"prompts: row 0: bytearray\(b'\\x01'\) is invalid; allowed: a sequence of token ids"),
+    # before: "prompts: row 1 is text, but the model has no tokenizer; pass token ids" (no value, no allowed)
+    ([[1], "ROMEO:"], r"prompts: row 1='ROMEO:' is text, but the model has no tokenizer; allowed: token ids"),
 ]
 
 
