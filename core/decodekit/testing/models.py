@@ -58,9 +58,10 @@ class _Batch:
     """The ragged batch the checks feed: prompts of `_LENGTHS` left-padded (random ids in the padding too),
     then `_NEW` tokens each; `positions` negative on padding, as the decode loop gives them."""
 
-    def __init__(self, model: Any, seed: int) -> None:
+    def __init__(self, model: Any, seed: int, tolerance: float | None) -> None:
         check_call(model)  # a forward(input_ids) is told so, not a TypeError from the first check's call
         self.device, self.dtype = model_device_dtype(model)  # as the decode loop builds its caches
+        self.tolerance = default_tolerance(self.dtype) if tolerance is None else tolerance
         device = self.device
         longest = max(_LENGTHS)
         self.total = longest + _NEW
@@ -71,23 +72,32 @@ class _Batch:
         self.blocks = (2, longest - 2, *[1] * (_NEW - 3), 3)  # the prompts in two blocks, one by one, then 3
 
 
+def _whole_batch(model: Any, batch: _Batch) -> Tensor:
+    """The batch's logits without a cache, the same when fed again: else each check would blame what it compares
+    (a model left in training mode draws its dropout anew in every forward)."""
+    first = _forward(model, batch.ids, batch.positions, None)
+    mode = " (it is in training mode: model.eval() turns dropout off)" if getattr(model, "training", False) else ""
+    again = _forward(model, batch.ids, batch.positions, None)
+    _assert_close(again, first, f"model: the same batch fed twice{mode}", "a forward that repeats", batch.tolerance)
+    return first
+
+
 def check_model_rows(model: Any, *, seed: int = 0, tolerance: float | None = None) -> None:
     """Each row's logits in the left-padded batch equal its logits fed alone."""
-    batch = _Batch(model, seed)
-    tolerance = default_tolerance(batch.dtype) if tolerance is None else tolerance
-    full = _forward(model, batch.ids, batch.positions, None)
+    batch = _Batch(model, seed, tolerance)
+    full = _whole_batch(model, batch)
     for b, pad in enumerate(batch.pads):
         alone = _forward(model, batch.ids[b : b + 1, pad:], batch.positions[b : b + 1, pad:], None)
         what = f"model: row {b} (a prompt of {_LENGTHS[b]} tokens after {pad} of padding) in the batch vs alone"
         allowed = "the same logits (positions are the model's argument, not its slots; padding is never attended)"
-        _assert_close(full[b : b + 1, pad:], alone, what, allowed, tolerance)
+        _assert_close(full[b : b + 1, pad:], alone, what, allowed, batch.tolerance)
 
 
 def check_model_cache(model: Any, *, seed: int = 0, tolerance: float | None = None) -> None:
     """Fed through a cache that keeps every token, block by block, each block's logits equal a fresh forward
     over the whole sequence without a cache."""
-    batch = _Batch(model, seed)
-    tolerance = default_tolerance(batch.dtype) if tolerance is None else tolerance
+    batch = _Batch(model, seed, tolerance)
+    _whole_batch(model, batch)
     spec = CacheSpec.for_model(
         model.spec, batch_size=len(_LENGTHS), capacity=batch.total, dtype=batch.dtype, device=batch.device
     )
@@ -101,7 +111,7 @@ def check_model_cache(model: Any, *, seed: int = 0, tolerance: float | None = No
         real = (positions[:, start:] >= 0)[..., None]  # padding's logits are nobody's
         what = f"model: slots {start}..{stop - 1} fed through {type(cache).__name__} vs a forward without a cache"
         allowed = "the same logits (each layer feeds cache.update its new keys and attends over what it returns)"
-        _assert_close(cached * real, fresh * real, what, allowed, tolerance)
+        _assert_close(cached * real, fresh * real, what, allowed, batch.tolerance)
         start = stop
 
 
