@@ -1,6 +1,8 @@
 """Conformance checks for a model (`model(input_ids [B, T], positions [B, T], cache) -> logits [B, T, V]` and
 `model.spec`) and their pytest suite: what the decode loop relies on, on a left-padded ragged batch of token ids.
 
+- **A forward that repeats**: the batch fed twice gives the same logits (a model left in training mode draws its
+  dropout anew, which each check below would blame on what it compares).
 - **Rows independent of padding**: each row's logits in the batch (its positions start at 0 after its padding,
   which holds arbitrary ids) equal its logits fed alone; a model that reads slots for positions, or attends to
   padding, gives each row's text a dependence on the rest of its batch.
