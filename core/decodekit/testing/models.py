@@ -44,7 +44,7 @@ def _forward(model: Any, ids: Tensor, positions: Tensor, cache: Any) -> Tensor:
 def default_tolerance(dtype: torch.dtype) -> float:
     """How far a sound model's logits part, relative to the largest: 1e-4, or 4 units of a half dtype's
     epsilon (bfloat16 0.031, float16 0.0039), its own rounding (a 12-layer model's reached 0.013 in bfloat16);
-    the flaws the kit finds part by 0.25 and more."""
+    the flaws the kit finds part by 0.24 and more."""
     return max(1e-4, 4 * torch.finfo(dtype).eps)
 
 
