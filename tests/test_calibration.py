@@ -150,6 +150,32 @@ def test_calibrate_refuses_learned_positions() -> None:
         calibrate(model, list(range(11)) * 4)
 
 
+def test_the_command_says_what_the_model_lacks(capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: 'calibration measures a rotary model with a tokenizer (...); this model is not one', for either."""
+    from cli_runner import OWN_MODEL, main_with_model
+    from cli_testplugin import load_model
+
+    def untokenized(argument: object, params: object) -> object:
+        model = load_model()
+        model.tokenizer = None
+        return model
+
+    for loader, lacks in [
+        (
+            load_model,
+            "its positions are not rotary (ModelSpec.rope_base and rope_frequencies are None)",
+        ),  # the test GPT: learned positions
+        (
+            untokenized,
+            "its positions are not rotary (ModelSpec.rope_base and rope_frequencies are None) and it has no tokenizer",
+        ),
+    ]:
+        assert main_with_model(loader, "cache", "calibrate", "--model", OWN_MODEL) == 2
+        assert f"--model {OWN_MODEL} is invalid for calibration: {lacks}; allowed: a rotary model with a tokenizer" in (
+            capsys.readouterr().err
+        )
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Literal
+import re
+from typing import Annotated, Any, Literal
 
 import pytest
 import torch
@@ -129,6 +130,19 @@ def test_specs_reject_bad_shapes() -> None:
         dk.CacheSpec(n_layers=1, n_heads=4, n_kv_heads=2, head_dim=8, batch_size=1, capacity=0)
     with pytest.raises(dk.ParameterError, match="n_kv_head=3 is invalid"):
         GPTConfig(n_head=4, n_kv_head=3, n_embd=32)
+
+
+@pytest.mark.parametrize("base", [-1.0, 0.0, float("nan"), float("inf"), "10000", True])
+def test_specs_reject_a_rope_base_whose_frequencies_are_not_finite(base: object) -> None:
+    """Before: accepted; a window past the context then moved its sinks to NaN, a NumericsError at step 18
+    ('the model's logits contain NaN', the service's fault), or a TypeError for the string."""
+    shape: dict[str, Any] = {"n_layers": 1, "n_heads": 4, "n_kv_heads": 2, "head_dim": 8}
+    refusal = rf"rope_base={re.escape(repr(base))} is invalid; allowed: None \(positions that are not rotary\) or a"
+    with pytest.raises(dk.ParameterError, match=f"^ModelSpec: {refusal}"):
+        dk.ModelSpec(**shape, vocab_size=10, max_positions=8, rope_base=base)  # type: ignore[arg-type]
+    with pytest.raises(dk.ParameterError, match=f"^CacheSpec: {refusal}"):
+        dk.CacheSpec(**shape, batch_size=1, capacity=4, rope_base=base)  # type: ignore[arg-type]
+    assert dk.ModelSpec(**shape, vocab_size=10, max_positions=8, rope_base=500000).rope_base == 500000  # an int
 
 
 def test_decode_context_defaults_and_views() -> None:

@@ -297,6 +297,20 @@ def test_a_spec_that_does_not_match_the_model_is_refused_at_the_first_forward(wr
     assert model.forwards == 1
 
 
+def test_a_spec_whose_n_heads_is_not_the_models_is_refused_at_the_first_forward() -> None:
+    """`dense` stores `n_heads` heads: 8 for OwnLlama's 4 query heads. Before: torch's RuntimeError from SDPA,
+    'Number of heads in key and value must divide the number of heads in query', naming no field."""
+    model = CountingForwards()
+    model.spec = dataclasses.replace(model.spec, n_heads=8)
+    with pytest.raises(dk.ParameterError) as refused:
+        dk.generate(model, PROMPTS, chain="greedy", max_new_tokens=NEW, cache="dense")
+    assert str(refused.value) == (
+        "ModelSpec: n_heads=8 is invalid: the model's layer 0 attends with queries of 4 heads ([B, H, T, D]) over "
+        "the 8 key heads cache.update returned; allowed: n_heads=4, as the model's queries"
+    )
+    assert model.forwards == 1
+
+
 def test_a_spec_with_more_layers_than_the_model_feeds_decodes_as_its_own() -> None:
     """Not refused: a model may feed the cache fewer layers than its spec (or none, as a model that ignores it);
     the unused layers cost memory only."""

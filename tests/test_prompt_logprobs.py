@@ -180,6 +180,16 @@ def test_no_cache_refuses_a_prompt_past_the_context() -> None:
     model = tiny_gpt(block_size=16)
     with pytest.raises(dk.ParameterError, match=r"prompt_logprobs=1 is invalid with cache='none' and a prompt of 20"):
         dk.generate(model, [list(range(20))], cache="none", prompt_logprobs=1)
+    # before: "allowed: prompts of at most 16 tokens, or a cache", which learned positions (tiny_gpt's) refuse past
+    # the context whatever it is; a rotary model's is one that evicts
+    learned = r"allowed: prompts of at most 16 tokens \(the model's positions are absolute: no cache scores past its"
+    with pytest.raises(dk.ParameterError, match=learned):
+        dk.generate(model, [list(range(20))], cache="none", prompt_logprobs=1)
+    torch.manual_seed(0)
+    rotary = GPT(GPTConfig(vocab_size=101, block_size=16, n_layer=2, n_head=4, n_embd=32, position="rope")).eval()
+    with pytest.raises(dk.ParameterError, match=r"16 tokens, or a cache that evicts \(cache='window\(size=N\)'\)"):
+        dk.generate(rotary, [list(range(20))], cache="none", prompt_logprobs=1)
+    assert dk.generate(rotary, [list(range(20))], cache="window(size=8)", prompt_logprobs=1, max_new_tokens=0)
     assert dk.generate(model, [list(range(20))], cache="none", max_new_tokens=1).tokens  # without it: cropped
 
 

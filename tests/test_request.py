@@ -67,6 +67,8 @@ BAD_PROMPTS = [
     (b"\x01\x02", r"prompts=b'\\x01\\x02' is bytes; allowed: text \(decode the bytes first\) or token ids"),
     (bytearray(b"\x01"), r"prompts=bytearray\(b'\\x01'\) is bytes"),
     ([bytearray(b"\x01")], r"prompts: row 0: bytearray\(b'\\x01'\) is invalid; allowed: a sequence of token ids"),
+    # before: "prompts: row 1 is text, but the model has no tokenizer; pass token ids" (no value, no allowed)
+    ([[1], "ROMEO:"], r"prompts: row 1='ROMEO:' is text, but the model has no tokenizer; allowed: token ids"),
 ]
 
 
@@ -176,7 +178,9 @@ def test_beam_search_refuses_what_would_not_fit_in_memory() -> None:
 
 
 def test_stop_strings_need_a_tokenizer() -> None:
-    with pytest.raises(dk.ParameterError, match="stop_strings: the model has no tokenizer"):
+    # before: "stop_strings: the model has no tokenizer to decode text with; use stop_tokens" (no value, no allowed)
+    refusal = r"stop_strings=\['\\n'\] is invalid: the model has no tokenizer to decode text with; allowed: stop_tokens"
+    with pytest.raises(dk.ParameterError, match=refusal):
         dk.generate(tiny_gpt(2), [[1]], stop_strings=["\n"])
     model = tiny_gpt(2)
     model.tokenizer = __import__("tinymodels").CharTokenizer()  # type: ignore[assignment]

@@ -186,3 +186,18 @@ def test_past_the_context_says_how_many_tokens_fit(prompts: Any, limits: Any, ca
         most = int(message.split("to ")[-1].split()[0])
         fitted = [most if b == int(message.split()[1]) else n for b, n in enumerate(limits)]
         assert len(dk.generate(model, prompts, max_new_tokens=fitted, cache=cache).tokens) == 2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core/decodekit/engine.py (helper prefix's file, reported): _check_reach asks an evicting cache's reach "
+    "before whether the model's keys can move, so a scored cache is blamed for what the positions forbid",
+)
+@pytest.mark.parametrize("cache", ["h2o(budget=12, sinks=2, recent=2)", "snapkv(budget=12, sinks=2, recent=2)"])
+def test_learned_positions_past_the_context_blame_the_positions_not_the_scored_cache(cache: str) -> None:
+    """A scored cache keeps absolute keys where they are, so its reach is the whole text; refused for that, the
+    user read 'allowed: a cache whose window fits the context', which no cache is for learned positions (the
+    window's refusal says why: its positions are absolute)."""
+    with pytest.raises(dk.ContextLengthError) as info:
+        dk.generate(MODELS["gpt-learned"](), [SHORT], max_new_tokens=3 * CONTEXT, cache=cache)
+    assert "its positions are absolute (not rotary): an evicting cache cannot take it further" in str(info.value)

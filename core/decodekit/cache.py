@@ -231,11 +231,29 @@ def cached_attention(
         )
     mask = cache.attention_mask(layer, positions)  # [B, 1 or H, T, S]
     gqa = True if k.shape[1] != q.shape[1] else False  # noqa: SIM210  # a branch: dynamo guards a SymBool it cannot pass
+    if gqa and q.shape[1] % k.shape[1]:  # SDPA's error would name no party
+        raise _heads_error(cache, layer, q.shape[1], k.shape[1])
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
     if (observe := getattr(cache, "observe", None)) is not None:
         D = q.shape[-1]
         observe(layer, q if scale is None or scale == D**-0.5 else q * (scale * D**0.5))
     return y
+
+
+def _heads_error(cache: KVCache, layer: int, q_heads: int, k_heads: int) -> ParameterError:
+    """Queries whose heads the returned keys' do not divide: a spec's n_heads that is not the model's (`dense` stores
+    n_heads), or a model whose kv-heads do not divide its query heads."""
+    n_heads = cache.spec.n_heads
+    if n_heads != q_heads:
+        return ParameterError(
+            f"ModelSpec: n_heads={n_heads} is invalid: the model's layer {layer} attends with queries of {q_heads} "
+            f"heads ([B, H, T, D]) over the {k_heads} key heads cache.update returned; allowed: n_heads={q_heads}, "
+            "as the model's queries"
+        )
+    return ParameterError(
+        f"cached_attention: queries of {q_heads} heads over {k_heads} key heads (layer {layer}) are invalid; allowed: "
+        "key heads that divide the query heads (grouped-query attention)"
+    )
 
 
 class PreallocatedKVCache:

@@ -4,6 +4,7 @@ negative positions, so every row decodes as it would alone (docs/concepts.md, "M
 from __future__ import annotations
 
 import operator
+import reprlib
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, SupportsIndex, cast
 
@@ -56,7 +57,10 @@ def prompt_rows(model: Any, prompts: Prompts) -> list[list[int]]:
     for b, row in enumerate(rows):
         if isinstance(row, str):
             if tokenizer is None:
-                raise ParameterError(f"prompts: row {b} is text, but the model has no tokenizer; pass token ids")
+                raise ParameterError(
+                    f"prompts: row {b}={reprlib.repr(row)} is text, but the model has no tokenizer; allowed: token ids "
+                    "(a list of ints per prompt)"
+                )
             row = tokenizer.encode(row)
         ids = token_ids(f"prompts: row {b}", row, V)
         if not ids:

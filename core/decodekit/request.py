@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from decodekit.chain import Chain
     from decodekit.plugins import CacheFactory
     from decodekit.prompts import Prompts, TokenIds, Tokenizer
+    from decodekit.spec import ModelSpec
 
 __all__ = ["MAX_SEED", "DecodeOptions", "DecodeRequest", "decode_request"]
 
@@ -233,7 +234,10 @@ def _stop_strings(stop_strings: object, batch: int, tokenizer: object) -> list[t
     else:
         rows = [_strings("stop_strings", stop_strings, items, allowed)] * batch
     if any(rows) and tokenizer is None:
-        raise ParameterError("stop_strings: the model has no tokenizer to decode text with; use stop_tokens")
+        raise ParameterError(
+            f"stop_strings={stop_strings!r} is invalid: the model has no tokenizer to decode text with; allowed: "
+            "stop_tokens (token ids), or a model with a tokenizer (docs/concepts.md, Models)"
+        )
     return rows
 
 
@@ -281,16 +285,22 @@ def _logprobs(logprobs: object, vocab_size: int, name: str = "logprobs") -> int 
 
 
 def _prompt_logprobs(
-    n: object, vocab: int, context: int, rows: list[list[int]], cache: CacheFactory | None
+    n: object, vocab: int, spec: ModelSpec, rows: list[list[int]], cache: CacheFactory | None
 ) -> int | None:
     """Without a cache the prefill is one forward over the whole prompt, which must fit the model's context (past
-    it, generation crops the context, and the prompt's first tokens would have no logits)."""
+    it, generation crops the context, and the prompt's first tokens would have no logits); through a cache that
+    evicts it goes in blocks, where the model's keys can move."""
     checked = _logprobs(n, vocab, "prompt_logprobs")
-    longest = max(map(len, rows))
+    longest, context = max(map(len, rows)), spec.max_positions
     if checked is not None and cache is None and longest > context:
+        further = (
+            ", or a cache that evicts (cache='window(size=N)'), which scores it in blocks"
+            if spec.movable_keys
+            else " (the model's positions are absolute: no cache scores past its context)"
+        )
         raise ParameterError(
             f"prompt_logprobs={checked} is invalid with cache='none' and a prompt of {longest} tokens, past the "
-            f"model's context of {context} positions; allowed: prompts of at most {context} tokens, or a cache"
+            f"model's context of {context} positions; allowed: prompts of at most {context} tokens{further}"
         )
     return checked
 
@@ -323,5 +333,5 @@ def decode_request(model: Any, prompts: Prompts, /, **options: Unpack[DecodeOpti
         seed=_seed(options.get("seed"), len(rows)),
         logprobs=_logprobs(options.get("logprobs"), V),
         compile=_compile(options.get("compile", False)),
-        prompt_logprobs=_prompt_logprobs(options.get("prompt_logprobs"), V, model.spec.max_positions, rows, cache),
+        prompt_logprobs=_prompt_logprobs(options.get("prompt_logprobs"), V, model.spec, rows, cache),
     )

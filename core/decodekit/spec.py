@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,17 @@ def _check_shape(owner: str, spec: ModelSpec | CacheSpec, positive: tuple[str, .
         _check_layer_shapes(owner, spec)
     if spec.rope_frequencies is not None:
         _check_frequencies(owner, spec)
+    if spec.rope_base is not None:
+        _check_rope_base(owner, spec.rope_base)
+
+
+def _check_rope_base(owner: str, base: object) -> None:
+    """A base whose frequencies are not finite moves a kept key to NaN: a NumericsError mid-decode otherwise."""
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not 0 < base < math.inf:
+        raise ParameterError(
+            f"{owner}: rope_base={base!r} is invalid; allowed: None (positions that are not rotary) or a finite number "
+            "> 0, the base of the rotary frequencies base^(-2i/head_dim) (10000.0 for Llama 2)"
+        )
 
 
 def _check_frequencies(owner: str, spec: ModelSpec | CacheSpec) -> None:

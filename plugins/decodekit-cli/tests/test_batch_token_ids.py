@@ -205,3 +205,16 @@ def test_a_model_without_a_tokenizer_takes_lines_of_ids(tmp_path: Path, capsys: 
     assert text["error"]["message"].startswith(no_tokenizer)
     assert '"prompt_token_ids": [1, 2, 3]' in text["error"]["message"]
     assert "Traceback" not in capsys.readouterr().err
+
+    # before: "stop_strings: the model has no tokenizer to decode text with; use stop_tokens", a library option
+    # that no line field nor flag sets
+    source.write_text('{"prompt_token_ids": [53, 26], "stop": ["a"]}\n{"prompt_token_ids": [53, 26]}\n')
+    refused = "is invalid: the model has no tokenizer to decode text with; allowed: no stop strings (a line of "
+    own, job = tmp_path / "own.jsonl", tmp_path / "job.jsonl"
+    options = ["--input", str(source), "--on-error", "skip", "--max-new-tokens", "4"]
+    assert _main_with_model(untokenized, *options, "--output", str(own)) == 0
+    assert _main_with_model(untokenized, *options, "--output", str(job), "--stop", "b") == 0
+    with_own, with_job = ([json.loads(text) for text in out.read_text().splitlines()] for out in (own, job))
+    assert with_own[0]["error"]["message"].startswith(f'prompt line: stop=["a"] {refused}')
+    assert "error" not in with_own[1]  # the line without stop strings decodes
+    assert with_job[1]["error"]["message"].startswith(f"--stop 'b' {refused}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import torch
@@ -212,3 +212,22 @@ def test_a_named_draft_is_looked_up_again_in_another_registry(monkeypatch: pytes
     monkeypatch.setattr(decodekit.plugins, "_registry", None)  # rebuilt from the variable on first use
     with pytest.raises(dk.DecodekitError, match="'tiny-shakespeare-draft' is installed but disabled"):
         dk.decode(target, ["ROMEO:"], **options)
+
+
+@pytest.mark.parametrize(
+    ("position", "allowed"),
+    [
+        ("learned", "a prompt of fewer than 64 tokens (the model's positions are absolute: no cache takes it past its"),
+        ("rope", "a prompt of fewer than 64 tokens, or a cache (one that evicts, such as window, goes past the"),
+    ],
+)
+def test_no_cache_past_the_context_advises_what_decodes(
+    make_tiny: Callable[..., GPT], position: Literal["learned", "rope"], allowed: str
+) -> None:
+    """Before, for a prompt of 70 tokens: 'allowed: max_new_tokens <= -6 (the context less the prompt's 70 tokens),
+    or a cache (one that evicts, such as window, goes past the context)', which learned positions refuse."""
+    with pytest.raises(dk.ParameterError) as refused:
+        dk.decode(
+            make_tiny(position=position), [list(range(70))], strategy="speculative", cache="none", max_new_tokens=4
+        )
+    assert str(refused.value).endswith(f"allowed: {allowed} context)")

@@ -113,12 +113,7 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
         plan = plan_sequences(settings.strategy, n or 1, None if n is None else f"n={n}", count='a line\'s "n"')
         # Sized before the rows are listed: an n far past the memory would hang building them.
         check_rows("prompt line", "n", plan.copies, plan.copies, len(ids) + min(max_new, PREALLOCATED_COLUMNS), model)
-        stop = settings.stop if item.stop is None else (item.stop,) if isinstance(item.stop, str) else tuple(item.stop)
-        if "" in stop:  # as --stop '' is refused
-            raise CliError(
-                f"prompt line: stop={json.dumps(item.stop)} is invalid: an empty stop string would end every sample "
-                "at once; allowed: non-empty strings"
-            )
+        stop = _line_stop(model, settings, item)
         include_stop = settings.include_stop if item.include_stop is None else item.include_stop
         pending = Pending(number, key, item.prompt, ids, seed, max_new, chain, logprobs, prompt_logprobs, stop)
         pending = replace(
@@ -135,6 +130,25 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
     except (CliError, dk.DecodekitError) as exc:
         raise LineError.of(exc) from None
     return pending
+
+
+def _line_stop(model: Any, settings: BatchSettings, item: PromptLine) -> tuple[str, ...]:
+    """The line's stop strings (its own, else the job's --stop), refused in the words of the field or flag that
+    gave them: the library's would name its stop_strings and stop_tokens, which no line field sets."""
+    stop = settings.stop if item.stop is None else (item.stop,) if isinstance(item.stop, str) else tuple(item.stop)
+    given = (
+        " ".join(f"--stop {s!r}" for s in stop) if item.stop is None else f"prompt line: stop={json.dumps(item.stop)}"
+    )
+    if "" in stop:  # as --stop '' is refused
+        raise CliError(
+            f"{given} is invalid: an empty stop string would end every sample at once; allowed: non-empty strings"
+        )
+    if stop and getattr(model, "tokenizer", None) is None:
+        raise CliError(
+            f"{given} is invalid: the model has no tokenizer to decode text with; allowed: no stop strings (a line "
+            "of prompt_token_ids ends at its max_new_tokens or at the model's stop_tokens)"
+        )
+    return stop
 
 
 def line_ids(model: Any, item: PromptLine, replace_unknown: bool) -> list[int]:

@@ -175,18 +175,30 @@ def _lookahead(d: Decoding, k: int) -> int:
     return k + 1 if sized else 0
 
 
+def _within(d: Decoding, b: int, context: int, length: int) -> str:
+    """What decodes prompt `b` of `length` tokens within the `context`, or past it: a cache that evicts, where the
+    model's keys can move (absolute positions end at the context whatever the cache)."""
+    limit = "max_new_tokens" if d.request.limits is None else f"max_new_tokens[{b}]"
+    fewer = (
+        f"{limit} <= {context - length} (the context less the prompt's {length} tokens)"
+        if length < context
+        else f"a prompt of fewer than {context} tokens"
+    )
+    if not d.model.spec.movable_keys:
+        return f"{fewer} (the model's positions are absolute: no cache takes it past its context)"
+    return f"{fewer}, or a cache (one that evicts, such as window, goes past the context)"
+
+
 def _check_rollback(d: Decoding, k: int) -> None:
     """What a round may take back must be what the cache can; without a cache, the context must hold it all."""
     if d.kv is None:  # each row from position 0: its own prompt and limit
         needed, b = max((len(p) + d.request.limit(b), b) for b, p in enumerate(d.prompts))
         context, length = d.model.spec.max_positions, len(d.prompts[b])
         if needed > context:
-            limit = "max_new_tokens" if d.request.limits is None else f"max_new_tokens[{b}]"
             raise ParameterError(
                 f"speculative: cache='none' cannot go past the model's context of {context} positions (here "
                 f"{needed}): one forward verifies every draft, and each would need a crop of its own; allowed: "
-                f"{limit} <= {context - length} (the context less the prompt's {length} tokens), or a cache (one "
-                "that evicts, such as window, goes past the context)"
+                f"{_within(d, b, context, length)}"
             )
         return
     assert isinstance(d.kv, Croppable)  # open(needs=("crop",)) checked it
