@@ -188,11 +188,6 @@ def test_past_the_context_says_how_many_tokens_fit(prompts: Any, limits: Any, ca
         assert len(dk.generate(model, prompts, max_new_tokens=fitted, cache=cache).tokens) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/decodekit/engine.py (helper prefix's file, reported): _check_reach asks an evicting cache's reach "
-    "before whether the model's keys can move, so a scored cache is blamed for what the positions forbid",
-)
 @pytest.mark.parametrize("cache", ["h2o(budget=12, sinks=2, recent=2)", "snapkv(budget=12, sinks=2, recent=2)"])
 def test_learned_positions_past_the_context_blame_the_positions_not_the_scored_cache(cache: str) -> None:
     """A scored cache keeps absolute keys where they are, so its reach is the whole text; refused for that, the

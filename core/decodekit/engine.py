@@ -180,18 +180,19 @@ class Decoding:
         needed, words, length = self._furthest()
         fits = _fits(spec.max_positions, length)
         if kv is not None and evicts(kv):
-            if (reach := kv.reach(needed)) > spec.max_positions:  # type: ignore[attr-defined]
-                raise ContextLengthError(  # name the call: a plugin's reach may be what is wrong
-                    f"cache {self.request.cache}: reach({needed}) = {reach} for the {words}: a query would attend "
-                    f"across {reach} positions, past the model's context of {spec.max_positions}; allowed: a cache "
-                    "whose window fits the context (reach(n) bounds the distances of n more tokens fed in any blocks)"
-                )
+            # first: no cache takes absolute positions further, however little it reaches
             if not spec.movable_keys and needed > spec.max_positions:
                 none = "cache='none' (it crops the context) or " if self._crops_serve(spec) else ""
                 raise ContextLengthError(
                     f"{words} exceeds the model's context of {spec.max_positions} positions, and "
                     f"{spec.rope_note or 'its positions are absolute (not rotary)'}: an evicting cache cannot take it "
                     f"further; use {none}fewer tokens: {fits}"
+                )
+            if (reach := kv.reach(needed)) > spec.max_positions:  # type: ignore[attr-defined]
+                raise ContextLengthError(  # name the call: a plugin's reach may be what is wrong
+                    f"cache {self.request.cache}: reach({needed}) = {reach} for the {words}: a query would attend "
+                    f"across {reach} positions, past the model's context of {spec.max_positions}; allowed: a cache "
+                    "whose window fits the context (reach(n) bounds the distances of n more tokens fed in any blocks)"
                 )
         elif needed > spec.max_positions:
             none = ", or cache='none', which crops the context" if self._crops_serve(spec) else ""

@@ -101,14 +101,11 @@ def _encode(request: CalibrateRequest, model: Any, content: str) -> list[int]:
     tokenizer = getattr(model, "tokenizer", None)
     spec = model.spec
     if tokenizer is None or not spec.movable_keys:
-        lacks = [
-            *(
-                ["its positions are not rotary (ModelSpec.rope_base and rope_frequencies are None)"]
-                if not spec.movable_keys
-                else []
-            ),
-            *(["it has no tokenizer"] if tokenizer is None else []),
-        ]
+        lacks = []
+        if not spec.movable_keys:
+            lacks.append("its positions are not rotary (ModelSpec.rope_base and rope_frequencies are None)")
+        if tokenizer is None:
+            lacks.append("it has no tokenizer")
         raise CliError(
             f"--model {request.model} is invalid for calibration: {' and '.join(lacks)}; allowed: a rotary model "
             "with a tokenizer (decodekit's GPT with position='rope', a Llama-family Hugging Face model)"
