@@ -5,6 +5,7 @@ a `ParameterError` naming the argument, the value and what is allowed; and a hug
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -305,3 +306,21 @@ def test_a_wrong_count_of_seeds_or_stop_lists_is_counted_in_prompts_not_rows() -
         beam_search(model, prompts, num_beams=2, max_new_tokens=2, seed=[1, 2, 3])
     with pytest.raises(dk.ParameterError, match=r"^stop_tokens: 3 lists given for 2 prompts; allowed: one list for "):
         beam_search(model, prompts, num_beams=2, max_new_tokens=2, stop_tokens=[[1], [2], [3]])
+
+
+@pytest.mark.parametrize(
+    ("option", "hint"),
+    [
+        ({"temperature": 0.7}, "; a sampler is a stage of the chain: chain='temperature(0.7)'"),
+        ({"top_p": 0.9}, "; a sampler is a stage of the chain: chain='top_p(0.9)'"),
+        ({"n": 4}, "; for n samples of each prompt, repeat it n times and seed the copies with "),
+    ],
+)
+def test_another_librarys_sampling_keyword_is_told_where_it_goes(option: dict[str, Any], hint: str) -> None:
+    """vLLM's and transformers' per-request `temperature`, `top_p` and `n` are not options here: the message says
+    what gives them (the chain; copies seeded by `row_seeds`), as a batch line's error does."""
+    with pytest.raises(dk.ParameterError, match=re.escape(hint)) as info:
+        dk.generate(tiny_gpt(2), [[1]], **option)
+    assert str(info.value).startswith(f"generate: unknown parameter {next(iter(option))}=")
+    with pytest.raises(dk.ParameterError, match=re.escape(hint)):
+        dk.stream(tiny_gpt(2), [[1]], **option)

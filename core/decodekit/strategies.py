@@ -137,6 +137,21 @@ def resolve_strategy(strategy: str, own: Mapping[str, Any], what: str = "") -> S
     return registry.built(("strategy", strategy), lambda: _resolved(registry, strategy, own, what))
 
 
+def _where_it_goes(registry: Registry, key: str, value: Any, names: list[str]) -> str:
+    """Where an option of another library's call goes here (vLLM's and transformers' `temperature`, `top_p`, `n`),
+    or the closest allowed name to a misspelt one."""
+    if key == "strategy":
+        return "; a strategy is chosen with dk.decode(model, prompts, strategy=...)"
+    if key == "n":
+        return (
+            "; for n samples of each prompt, repeat it n times and seed the copies with "
+            "decodekit.context.row_seeds (docs/concepts.md)"
+        )
+    if key in registry.samplers:
+        return f"; a sampler is a stage of the chain: chain='{key}({value!r})'"
+    return did_you_mean(key, names)
+
+
 def _resolved(registry: Registry, strategy: str, own: Mapping[str, Any], what: str) -> Strategy:
     name, args, kwargs = parse_stage(strategy, what="strategy")
     entry = registry.lookup("strategy", name)
@@ -146,10 +161,9 @@ def _resolved(registry: Registry, strategy: str, own: Mapping[str, Any], what: s
             raise ParameterError(f"{owner}: parameter {key} given both in {strategy!r} and by keyword")
         if key not in entry.params_model.model_fields:
             names = [*entry.params_model.model_fields, *SHARED_OPTIONS]
-            hint = "; a strategy is chosen with dk.decode(model, prompts, strategy=...)" if key == "strategy" else ""
             raise ParameterError(
                 f"{owner}: unknown parameter {key}={own[key]!r}; allowed parameters: {', '.join(names)}"
-                + (hint or did_you_mean(key, names))
+                + _where_it_goes(registry, key, own[key], names)
             )
     params = bind_arguments(owner, entry.params_model, tuple(args), {**kwargs, **own})
     return Strategy(name, entry.load(), params)
