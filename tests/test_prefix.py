@@ -160,16 +160,28 @@ def test_a_storage_without_take_slots_is_not_shared(gpt: GPT) -> None:
     assert shared_prefix(kv, PROMPTS) == 0
 
 
-def test_long_suffixes_are_fed_in_blocks_of_bounded_logits(gpt: GPT, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without `prompt_logprobs` the unshared prefill asks for the last column's logits only; the suffixes' forward,
-    whose rows end in different columns, is cut into blocks of at most `SUFFIX_LOGITS` logits (a batch of long
-    suffixes over a large vocabulary would otherwise hold rows x columns x vocabulary of them), each row's last kept."""
-    monkeypatch.setattr(decodekit.prefix, "SUFFIX_LOGITS", 4 * gpt.spec.vocab_size * 2)  # 2 columns of 4 rows
+def test_without_prompt_logprobs_only_each_rows_last_column_is_projected(
+    gpt: GPT, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unshared prefill asks the model for the last column's logits only; the suffixes end in columns of their
+    own, so all but each row's last token go first, the rows are moved to end together, and the last tokens follow in
+    one column: every forward asks for its last column only (a batch of long suffixes over a large vocabulary would
+    otherwise project rows x columns x vocabulary logits, all but one a row thrown away)."""
+    calls: list[tuple[tuple[int, int], bool]] = []
+    hook = gpt.register_forward_pre_hook(
+        lambda module, args, kwargs: calls.append((tuple(args[0].shape), kwargs.get("last_only", False))),
+        with_kwargs=True,
+    )
     options: dict[str, Any] = {"max_new_tokens": 6, "seed": [1, 2, 3, 4], "logprobs": 2}
-    shared, shapes = _forwards(gpt, lambda: dk.generate(gpt, PROMPTS, **options))
-    assert shapes[:7] == [(1, 40), (4, 2), (4, 2), (4, 2), (4, 2), (4, 1), (4, 1)]
-    scored, scored_shapes = _forwards(gpt, lambda: dk.generate(gpt, PROMPTS, **options, prompt_logprobs=0))
-    assert scored_shapes[:3] == [(1, 40), (4, 9), (4, 1)]  # scored: every column is read anyway
+    try:
+        shared = dk.generate(gpt, PROMPTS, **options)
+        scored = dk.generate(gpt, PROMPTS, **options, prompt_logprobs=0)
+    finally:
+        hook.remove()
+    assert gpt.supports_last_only
+    assert calls[:3] == [((1, 40), True), ((4, 8), True), ((4, 1), True)]  # suffixes of 3, 9, 1 and 5 tokens
+    second = calls.index(((1, 40), False))  # the scored decode's first forward
+    assert calls[second : second + 2] == [((1, 40), False), ((4, 9), False)]  # scored: every column is read
     _unshared(monkeypatch)
     assert_same(shared, dk.generate(gpt, PROMPTS, **options))
     assert_same(scored, dk.generate(gpt, PROMPTS, **options, prompt_logprobs=0))

@@ -1,5 +1,5 @@
 """A prefix common to a batch's prompts prefilled once (a few-shot block, a question before its choices): one
-forward of the prefix written to every row, one of the rows' own suffixes after it, then each row moved to end
+forward of the prefix written to every row, then the rows' own suffixes right-padded after it, each row moved to end
 where left padding puts it (docs/concepts.md, "The decode engine")."""
 
 from __future__ import annotations
@@ -13,15 +13,11 @@ from decodekit.cache import KVCache, RowCroppable, evicts, observes
 from decodekit.copies import CopiesView
 from decodekit.model import Model, last_only
 
-__all__ = ["MIN_SAVED", "SUFFIX_LOGITS", "prefill_prefix", "shared_prefix"]
+__all__ = ["MIN_SAVED", "prefill_prefix", "shared_prefix"]
 
 MIN_SAVED = 96
-"""Prefix tokens the shared prefill must save (those of every distinct prompt but one) to be worth a second forward
+"""Prefix tokens the shared prefill must save (those of every distinct prompt but one) to be worth its other forwards
 (docs/benchmarks.md, "a prefix common to a batch's rows")."""
-
-SUFFIX_LOGITS = 2**26
-"""Logits the suffixes' forward may return at once without `prompt_logprobs` (256 MB in float32): its rows end in
-different columns, so it cannot ask for the last column's only, as the unshared prefill does; longer goes in blocks."""
 
 
 def shared_prefix(kv: KVCache | None, prompts: Sequence[Sequence[int]]) -> int:
@@ -51,46 +47,50 @@ def prefill_prefix(
     scored: bool,
 ) -> tuple[Tensor, Tensor]:
     """Prefill the distinct `prompts` (`alike`: `distinct_rows` of the cache's rows, None where each is its own) that
-    share their first `length` tokens: the model's logits of the prefix `[1, length or 1, V]` (every column where
-    `scored`, else the last) and of the suffixes, right-padded to the longest `S`: `[len(prompts), S, V]` where
-    `scored`, else each row's last column `[len(prompts), 1, V]`. The cache then holds each row left-padded to end at
-    slot `length + S`, as a prefill of the whole prompts leaves it."""
+    share their first `length` tokens: the model's logits of the prefix `[1, length or 1, V]` and of the suffixes,
+    every column where `scored` (`[len(prompts), S, V]`, right-padded to the longest `S`), else the last
+    (`[len(prompts), 1, V]`, each row's own). The cache then holds each row left-padded to end at slot `length + S`,
+    as a prefill of the whole prompts leaves it."""
     device = kv.spec.device
-    rows = kv.spec.batch_size
-    prefix = torch.tensor([prompts[0][:length]], device=device)
     zero = torch.zeros(1, dtype=torch.long, device=device)
-    every_row = CopiesView(kv, zero, zero.expand(rows))  # one row computed, written to every row
+    every_row = CopiesView(kv, zero, zero.expand(kv.spec.batch_size))  # one row computed, written to every row
+    last = {} if scored else last_only(model)
     at = torch.arange(length, device=device)[None]
-    prefix_logits = model(prefix, at, every_row, **({} if scored else last_only(model)))
-    lengths = [len(p) - length for p in prompts]
-    suffixes = torch.zeros(len(prompts), max(lengths), dtype=torch.long)  # built here, moved once
-    for r, prompt in enumerate(prompts):  # right-padded: each row's own tokens from slot `length` on
-        suffixes[r, : lengths[r]] = torch.tensor(prompt[length:], dtype=torch.long)
-    suffixes = suffixes.to(device)
-    positions = (length + torch.arange(suffixes.shape[1], device=device))[None].expand(len(prompts), -1)
+    prefix_logits = model(torch.tensor([prompts[0][:length]], device=device), at, every_row, **last)
     view = kv if alike is None else CopiesView(kv, *alike)
+    suffixes = [p[length:] for p in prompts]
     if scored:
-        suffix_logits = model(suffixes, positions, view)
-    else:
-        suffix_logits = _last_columns(model, suffixes, positions, view, torch.tensor(lengths, device=device) - 1)
-    ends = lengths if alike is None else [lengths[i] for i in alike[1].tolist()]
-    kv.crop_rows([length + e for e in ends], length + suffixes.shape[1])  # type: ignore[attr-defined]
-    return prefix_logits, suffix_logits
+        every_column = _feed_right_padded(model, kv, view, suffixes, length, alike)
+        assert every_column is not None  # each prompt keeps a token of its own
+        return prefix_logits, every_column
+    # Each row ends in a column of its own, and a model returns every column's logits or the last one's: feed all
+    # but each row's last token, move the rows to end together, then the last tokens in one column.
+    _feed_right_padded(model, kv, view, [s[:-1] for s in suffixes], length, alike, **last)
+    tokens = torch.tensor([[s[-1]] for s in suffixes], device=device)
+    positions = torch.tensor([[length + len(s) - 1] for s in suffixes], device=device)
+    return prefix_logits, model(tokens, positions, view, **last)
 
 
-def _last_columns(model: Model, tokens: Tensor, positions: Tensor, kv: KVCache, last: Tensor) -> Tensor:
-    """The logits `[R, 1, V]` of each row's column `last[r]`, the forward fed in blocks of columns whose logits
-    number at most `SUFFIX_LOGITS`."""
-    R, S = tokens.shape
-    width = max(1, SUFFIX_LOGITS // (R * model.spec.vocab_size))
-    rows = torch.arange(R, device=tokens.device)
-    kept: Tensor | None = None
-    for start in range(0, S, width):
-        logits = model(tokens[:, start : start + width], positions[:, start : start + width], kv)
-        if not isinstance(logits, Tensor) or logits.dim() != 3:  # the engine's check names what is allowed
-            return logits
-        here = logits[rows, (last - start).clamp(0, logits.shape[1] - 1)][:, None]  # [R, 1, V]
-        inside = ((last >= start) & (last < start + width))[:, None, None]
-        kept = here if kept is None else torch.where(inside, here, kept)
-    assert kept is not None  # every row has a suffix token
-    return kept
+def _feed_right_padded(
+    model: Model,
+    kv: KVCache,
+    view: KVCache,
+    suffixes: Sequence[Sequence[int]],
+    length: int,
+    alike: tuple[Tensor, Tensor] | None,
+    **options: bool,
+) -> Tensor | None:
+    """The model's logits of `suffixes` fed right-padded after the `length` slots every row holds, at positions
+    `length ..` (None where each is empty); then each cache row moved to end at its longest suffix's end."""
+    width = max(map(len, suffixes))
+    if width == 0:
+        return None
+    device = kv.spec.device
+    tokens = torch.zeros(len(suffixes), width, dtype=torch.long)  # built here, moved once
+    for r, suffix in enumerate(suffixes):
+        tokens[r, : len(suffix)] = torch.tensor(suffix, dtype=torch.long)
+    positions = (length + torch.arange(width, device=device))[None].expand(len(suffixes), -1)
+    logits: Tensor = model(tokens.to(device), positions, view, **options)
+    ends = [len(s) for s in suffixes] if alike is None else [len(suffixes[i]) for i in alike[1].tolist()]
+    kv.crop_rows([length + e for e in ends], length + width)  # type: ignore[attr-defined]
+    return logits
