@@ -220,17 +220,26 @@ def test_guidance_whose_negative_shares_the_prefix(gpt: GPT, monkeypatch: pytest
     assert_same(shared, dk.decode(gpt, PROMPTS, chain="greedy", **options))
 
 
-@pytest.mark.xfail(strict=True, reason="the suffixes' forward projects every column's logits (docs/caches.md)")
 def test_the_suffixes_forward_projects_only_the_columns_it_keeps(gpt: GPT) -> None:
-    """Without `prompt_logprobs` the unshared prefill projects one column per row; the shared one projects every
-    suffix column of every row (`_last_columns` keeps one): 8 rows of 50-200 suffix tokens after 400 shared, on a
-    CPU, V=151936, n_embd=896, 6 layers: 7.1 s shared vs 9.7 s unshared, where the prefix's share is ~75% of the work
-    (n_embd=32: 18x slower than unshared). Allowed: one column per row and distinct suffix length."""
+    """Without `prompt_logprobs` the unshared prefill projects one column per row; so does the shared one (before,
+    every suffix column of every row: 8 rows of 50-200 suffix tokens after 400 shared, on a CPU, V=151936,
+    n_embd=896, 6 layers: 7.1 s shared vs 9.7 s unshared; n_embd=32: 18x slower than unshared)."""
     columns: list[int] = []
     hook = gpt.register_forward_hook(lambda module, args, out: columns.append(out.shape[0] * out.shape[1]))
     try:
         dk.generate(gpt, PROMPTS, max_new_tokens=1, seed=0)
     finally:
         hook.remove()
-    assert columns[0] == 1  # the prefix: its last column
-    assert sum(columns[1:]) <= len(PROMPTS) * len({len(s) for s in SUFFIXES})
+    assert columns == [1, len(PROMPTS), len(PROMPTS)]  # the prefix's last column, then each row's, twice
+
+
+def test_each_prompts_scores_of_the_shared_prefix_are_its_own(gpt: GPT) -> None:
+    """Scored once, the prefix's entries are still each prompt's own objects, as the unshared prefill's are: a caller
+    that edits one prompt's `top` list edits no other's."""
+    out = dk.generate(gpt, PROMPTS, max_new_tokens=0, prompt_logprobs=2)
+    assert out.prompt_logprobs is not None
+    first, second = out.prompt_logprobs[0][5], out.prompt_logprobs[1][5]
+    assert first is not None and second is not None
+    assert first == second and first is not second
+    first.top.append((0, 0.0))
+    assert len(second.top) == 2

@@ -4,6 +4,7 @@ is a policy over it (docs/concepts.md, "The decode engine"; every member: docs/s
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import warnings
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -271,9 +272,9 @@ class Decoding:
             row, own = b * self.copies, len(prompt) - length
             at = row if copies is None else int(copies[row])
             logits = torch.cat([prefix[length - 1 :], suffixes[at, : own - 1]])
-            self.prompt_logprobs.append(
-                [None, *shared, *prompt_logprobs(logits, self.buf[row, self.P - own : self.P], n)]
-            )
+            mine = [dataclasses.replace(e, top=list(e.top)) for e in shared]  # each prompt's own, as unshared
+            own_scores = prompt_logprobs(logits, self.buf[row, self.P - own : self.P], n)
+            self.prompt_logprobs.append([None, *mine, *own_scores])
 
     def _score_prompts(self, logits: Tensor, start: int, n: int, copies: Tensor | None) -> None:
         """Add to `prompt_logprobs` the prompt tokens the logits `[R, T, V]` of columns `start ..` predict: each
