@@ -5,8 +5,8 @@ On the shipped `tiny-shakespeare-llama` (a character model: a token is a charact
 transformers Llama built from a config (`bench_overhead.hf_llama`: 4 layers of 256, a vocabulary of 32,000;
 `decodekit-hf`): rows sharing a few-shot block (0 and 16 new tokens), an evaluation's
 multiple-choice batch (`max_new_tokens=0`, `prompt_logprobs=0`, the harness's `loglikelihood` lines), and
-`--sweep`: prefixes of 8-200 tokens shared by 2-8 rows, the sharing forced on (`decodekit.prefix.MIN_SAVED` set to
-1) to show where its second forward stops paying. Sharing off:
+`--sweep`: prefixes of 8-200 tokens shared by 2-8 rows, scored and with 1 new token, the sharing forced on
+(`decodekit.prefix.MIN_SAVED` set to 1) to show where its extra forwards stop paying. Sharing off:
 `decodekit.engine.shared_prefix` replaced by a function that finds none. Rounds interleaved, the best of each, tokens
 and prompt logprobs asserted equal to float32 rounding.
 
@@ -97,6 +97,8 @@ def main() -> None:
                 batch = [shared + encode(s) for s in _suffixes(rng, rows, 30, 30)]
                 call = partial(dk.generate, shakespeare, batch, max_new_tokens=0, prompt_logprobs=0)
                 _compare(f"sweep: {rows} rows, prefix {length} + 30, loglikelihood", call, args.rounds, on=True)
+                call = partial(dk.generate, shakespeare, batch, max_new_tokens=1, seed=0)  # each row's last column only
+                _compare(f"sweep: {rows} rows, prefix {length} + 30, 1 new token", call, args.rounds, on=True)
 
 
 def _rows(
