@@ -29,11 +29,18 @@ def _decode(model: HFModel, prompts: list[list[int]], **options: Any) -> tuple[d
         hook.remove()
 
 
+R = len(PROMPTS)
+_PREFILL = {  # the prefix once, then the suffixes (their last tokens after the rest, unless every column is scored)
+    True: [(1, 36), (R, 9), (R, 1)],
+    False: [(1, 36), (R, 8), (R, 1)],
+}
+
+
 def _shared_and_not(
     model: HFModel, monkeypatch: pytest.MonkeyPatch, prompts: list[list[int]], **options: Any
 ) -> tuple[dk.Generation, dk.Generation]:
     shared, shapes = _decode(model, prompts, **options)
-    assert shapes[:2] == [(1, 36), (len(PROMPTS), 9)]  # the prefix once, then the suffixes
+    assert shapes[:3] == _PREFILL[options.get("prompt_logprobs") is not None]
     with monkeypatch.context() as patch:
         patch.setattr(decodekit.engine, "shared_prefix", lambda kv, prompts: 0)
         unshared, shapes = _decode(model, prompts, **options)
@@ -75,7 +82,7 @@ def test_the_trained_llamas_rows_are_each_prompt_alone(trained: Any) -> None:
     column read, `crop_rows` skipped), rows decode other tokens."""
     model = HFModel(trained)
     out, shapes = _decode(model, PROMPTS, chain="greedy", max_new_tokens=12)
-    assert shapes[:2] == [(1, 36), (4, 9)]
+    assert shapes[:3] == _PREFILL[False]
     alone = [dk.generate(model, [p], chain="greedy", max_new_tokens=12).tokens[0] for p in PROMPTS]
     assert out.tokens == alone
 
