@@ -81,7 +81,7 @@ def _feed_right_padded(
     **options: bool,
 ) -> Tensor | None:
     """The model's logits of `suffixes` fed right-padded after the `length` slots every row holds, at positions
-    `length ..` (None where each is empty); then each cache row moved to end at its longest suffix's end."""
+    `length ..` (None where each is empty); then each cache row moved to end with the longest suffix."""
     width = max(map(len, suffixes))
     if width == 0:
         return None
