@@ -30,6 +30,7 @@ from decodekit.spec import CacheSpec, ModelSpec
 from decodekit.storage import device_memory
 from decodekit.text import TextTracker
 from decodekit.threads import decode_threads, threads
+from decodekit.training_mode import warn_if_training
 
 __all__ = ["PREALLOCATED_COLUMNS", "ROW_BYTES", "Decoding", "Policy", "check_rows", "sample_steps", "uncached_logits"]
 
@@ -123,7 +124,9 @@ class Decoding:
 
     def runs(self, model: Model) -> Callable[..., Tensor]:
         """`model` as this decode calls it: under `torch.compile` with `compile=True` (a policy's own forwards,
-        a draft model's, go through this too), else as it is (`compiling.compiled_forward`)."""
+        a draft model's, go through this too), else as it is (`compiling.compiled_forward`); warned about where
+        its dropout is in training mode."""
+        warn_if_training(model)
         return compiling.compiled_forward(model) if self.request.compile else model
 
     def open_cache(self, model: Model, batch_size: int, total: int, needs: Sequence[str] = ()) -> KVCache | None:

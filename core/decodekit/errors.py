@@ -15,6 +15,7 @@ __all__ = [
     "NumericsError",
     "ParameterError",
     "PluginError",
+    "TrainingModeWarning",
     "UnfinishedRowsWarning",
     "UnknownNameError",
 ]
@@ -81,3 +82,7 @@ class UnfinishedRowsWarning(UserWarning):
     def __init__(self, message: str, what: str, rows: Sequence[tuple[int, str | None]]) -> None:
         super().__init__(message)
         self.what, self.rows = what, list(rows)
+
+
+class TrainingModeWarning(UserWarning):
+    """A model decoded with a dropout layer in training mode (`model.eval()` turns it off)."""
