@@ -7,7 +7,7 @@ transformers Llama built from a config (`bench_overhead.hf_llama`: 4 layers of 2
 multiple-choice batch (`max_new_tokens=0`, `prompt_logprobs=0`, the harness's `loglikelihood` lines), and
 `--sweep`: prefixes of 8-200 tokens shared by 2-8 rows, scored and with 1 new token, the sharing forced on
 (`decodekit.prefix.MIN_SAVED` set to 1) to show where its extra forwards stop paying. Sharing off:
-`decodekit.engine.shared_prefix` replaced by a function that finds none. Rounds interleaved, the best of each, tokens
+`decodekit.engine.shared_prefixes` replaced by a function that finds none. Rounds interleaved, the best of each, tokens
 and prompt logprobs asserted equal to float32 rounding.
 
     python benchmarks/bench_prefix.py [--threads 1] [--rounds 5] [--sweep]
@@ -45,7 +45,7 @@ def _sharing(on: bool | None) -> Iterator[None]:
         with mock.patch("decodekit.prefix.MIN_SAVED", 1):
             yield
     else:
-        with mock.patch("decodekit.engine.shared_prefix", lambda kv, prompts: 0):
+        with mock.patch("decodekit.engine.shared_prefixes", lambda kv, prompts: None):
             yield
 
 

@@ -14,7 +14,7 @@ from test_prompt_logprobs import assert_same as assert_same_scores
 import decodekit as dk
 import decodekit.engine
 import decodekit.prefix
-from decodekit.prefix import MIN_SAVED, shared_prefix
+from decodekit.prefix import MIN_SAVED, Groups, shared_prefixes
 from tinymodels import tiny_gpt
 
 RNG = random.Random(0)
@@ -40,7 +40,7 @@ def _forwards(model: Any, call: Any) -> tuple[Any, list[tuple[int, int]]]:
 
 
 def _unshared(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(decodekit.engine, "shared_prefix", lambda kv, prompts: 0)
+    monkeypatch.setattr(decodekit.engine, "shared_prefixes", lambda kv, prompts: None)
 
 
 def assert_same(shared: dk.Generation, unshared: dk.Generation, tol: float = 1e-5) -> None:
@@ -136,28 +136,37 @@ def test_caches_that_evict_or_observe_or_none_prefill_every_row(gpt: GPT, cache:
     assert shapes[0] == (4, 49)
 
 
+def _shared(kv: Any, prompts: list[Any]) -> int:
+    """The prefix `shared_prefixes` finds every prompt shares (0: none), where it makes one group."""
+    groups = shared_prefixes(kv, prompts)
+    if groups is None:
+        return 0
+    assert groups.of == [0] * len(prompts)
+    return groups.width
+
+
 def test_the_rule_counts_the_tokens_saved(gpt: GPT, monkeypatch: pytest.MonkeyPatch) -> None:
     """Hand-worked: prompts sharing 3 tokens, one of them shorter; the prefix saves 3 tokens per prompt but one."""
     kv = dk.create_cache("dense", dk.CacheSpec.for_model(gpt.spec, batch_size=3, capacity=8))
     prompts = [[1, 2, 3, 4, 5], [1, 2, 3, 9], [1, 2, 3, 4, 6]]
     monkeypatch.setattr(decodekit.prefix, "MIN_SAVED", 6)
-    assert shared_prefix(kv, prompts) == 3
-    assert shared_prefix(kv, [(1, 2, 3, 4, 5), [1, 2, 3, 4, 6], [1, 2, 3, 4, 7]]) == 4  # a tuple beside lists
-    assert shared_prefix(kv, [[1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 4, 6]]) == 0  # the shortest keeps a token: 2 x 2
+    assert _shared(kv, prompts) == 3
+    assert _shared(kv, [(1, 2, 3, 4, 5), [1, 2, 3, 4, 6], [1, 2, 3, 4, 7]]) == 4  # a tuple beside lists
+    assert _shared(kv, [[1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 4, 6]]) == 0  # the shortest keeps a token: 2 x 2
     monkeypatch.setattr(decodekit.prefix, "MIN_SAVED", 4)
-    assert shared_prefix(kv, [[1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 4, 6]]) == 2
+    assert _shared(kv, [[1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 4, 6]]) == 2
     monkeypatch.setattr(decodekit.prefix, "MIN_SAVED", 7)
-    assert shared_prefix(kv, prompts) == 0
-    assert shared_prefix(kv, [[1, 2], [3, 4]]) == 0
-    assert shared_prefix(None, prompts) == 0
+    assert _shared(kv, prompts) == 0
+    assert _shared(kv, [[1, 2], [3, 4]]) == 0
+    assert _shared(None, prompts) == 0
     assert MIN_SAVED == 96  # docs/benchmarks.md measured it
 
 
 def test_a_storage_without_take_slots_is_not_shared(gpt: GPT) -> None:
     kv = dk.create_cache("dense", dk.CacheSpec.for_model(gpt.spec, batch_size=4, capacity=64))
-    assert shared_prefix(kv, PROMPTS) == 40
+    assert _shared(kv, PROMPTS) == 40
     kv.store = object()  # type: ignore[attr-defined]  # crop_rows would refuse: no take_slots
-    assert shared_prefix(kv, PROMPTS) == 0
+    assert _shared(kv, PROMPTS) == 0
 
 
 def test_without_prompt_logprobs_only_each_rows_last_column_is_projected(
@@ -191,11 +200,13 @@ def test_per_prompt_lengths_and_a_prefix_that_is_the_shortest_prompt_but_one_tok
     gpt: GPT, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`max_new_tokens` per prompt (0, and one that ends at the context) over prompts whose shortest keeps a single
-    token of its own, beside a suffix of 60: the shared prefix is that prompt less its last token."""
+    token of its own, beside a suffix of 60: the shared prefix is that prompt less its last token, and the long prompt
+    a group of its own (its 98 first tokens beside the prefix, left-padded: 2 x 98 + 4 x 2 tokens fed, not 40 + 4 x
+    60)."""
     prompts = [[*PREFIX, 5], [*PREFIX, 5, 6], [*PREFIX, *range(1, 61)], [*PREFIX, 9]]
     options: dict[str, Any] = {"max_new_tokens": [3, 0, 128 - 100, 7], "seed": [1, 2, 3, 4], "logprobs": 2}
     shared, shapes = _forwards(gpt, lambda: dk.generate(gpt, prompts, **options, prompt_logprobs=1))
-    assert shapes[:2] == [(1, 40), (4, 60)]
+    assert shapes[:2] == [(2, 98), (4, 2)]
     _unshared(monkeypatch)
     assert_same(shared, dk.generate(gpt, prompts, **options, prompt_logprobs=1))
 

@@ -42,7 +42,7 @@ def _shared_and_not(
     shared, shapes = _decode(model, prompts, **options)
     assert shapes[:3] == _PREFILL[options.get("prompt_logprobs") is not None]
     with monkeypatch.context() as patch:
-        patch.setattr(decodekit.engine, "shared_prefix", lambda kv, prompts: 0)
+        patch.setattr(decodekit.engine, "shared_prefixes", lambda kv, prompts: None)
         unshared, shapes = _decode(model, prompts, **options)
     assert shapes[0] == (len({tuple(p) for p in prompts}), 45)  # copies computed once
     return shared, unshared

@@ -27,7 +27,7 @@ def test_the_lstm_decodes_as_without_sharing_and_each_prompt_alone(cache: str, m
     hook.remove()
     assert shapes[:2] == [(1, len(PREFIX)), (4, max(map(len, SUFFIXES)))]
     alone = [dk.generate(model, [p], **options).tokens[0] for p in prompts]
-    monkeypatch.setattr(decodekit.engine, "shared_prefix", lambda kv, prompts: 0)
+    monkeypatch.setattr(decodekit.engine, "shared_prefixes", lambda kv, prompts: None)
     unshared = dk.generate(model, prompts, **options)
     assert shared.tokens == unshared.tokens == alone
     assert shared.prompt_logprobs is not None and unshared.prompt_logprobs is not None
