@@ -257,8 +257,8 @@ class Decoding:
         last = last_column(self.model, suffixes)  # without prompt_logprobs, each row's last column
         copies = None if alike is None else alike[1]
         if n is not None:  # every column: each row's last is its own
-            ends = [len(p) - groups.prefix(i) - 1 for i, p in enumerate(distinct)]
-            last = suffixes[torch.arange(len(distinct), device=suffixes.device), torch.tensor(ends, device=suffixes.device)]
+            ends = torch.tensor([len(p) - groups.prefix(i) - 1 for i, p in enumerate(distinct)], device=suffixes.device)
+            last = suffixes[torch.arange(len(distinct), device=suffixes.device), ends]
             self._score_shared(prefix, suffixes, distinct, groups, n, copies)
         return last if copies is None else last[copies]
 

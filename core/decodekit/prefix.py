@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from itertools import pairwise
 
 import torch
 from torch import Tensor
@@ -56,7 +57,7 @@ def shared_prefixes(kv: KVCache | None, prompts: Sequence[Sequence[int]]) -> Gro
         return None
     keys = [tuple(p) for p in prompts]  # compared in C (a tuple beside a list is never equal)
     order = sorted(range(len(keys)), key=keys.__getitem__)  # a group's members sit side by side
-    common = [_common(keys[a], keys[b]) for a, b in zip(order, order[1:])]
+    common = [_common(keys[a], keys[b]) for a, b in pairwise(order)]
     lengths = [len(keys[i]) for i in order]
     longest, saved, best = max(lengths), 0, None
     # The rows' prefixes end together and their suffixes start together, so with a longest suffix `s` the prefix
