@@ -104,7 +104,6 @@ def test_every_architecture_gives_the_unshared_results(
     assert_same(shared, dk.decode(HFModel(hf), QUESTIONS, **options), tol=1e-4)
 
 
-
 @pytest.mark.parametrize("model_name", ["gpt2", "llama"])
 def test_each_questions_context_is_prefilled_once(
     model_name: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
