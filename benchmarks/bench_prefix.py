@@ -11,7 +11,7 @@ multiple-choice batch (`max_new_tokens=0`, `prompt_logprobs=0`, the harness's `l
 and prompt logprobs asserted equal to float32 rounding. `--grouped`: batches whose prompts share prefixes in groups
 only (4 questions x 4 choices after contexts of their own, scored; 2 few-shot blocks x 4 questions, 0 and 16 new
 tokens), and the same questions as 4 batches of one question each against one batch, both sharing (the advice before
-groups: `--batch-size 4`).
+groups: `--batch-size 4`); with `--sweep`, questions and contexts of a few sizes, the sharing forced on.
 
     python benchmarks/bench_prefix.py [--threads 1] [--rounds 5] [--sweep] [--grouped]
 """
@@ -93,6 +93,8 @@ def main() -> None:
     if args.grouped:
         _groups(shakespeare, "llama-shakespeare", encode, rng, (100, 100), args.rounds)
         _groups(hf_llama(), "random Llama", lambda text: [ord(c) * 97 for c in text], rng, (300, 200), args.rounds)
+        if args.sweep:
+            _groups_sweep(shakespeare, encode, rng, args.rounds)
         return
     _rows(shakespeare, "llama-shakespeare", encode, rng, (150, 100), args.rounds)
     # an LSTM: its cache holds a state per token, each forward starting from the last slot's
@@ -157,6 +159,20 @@ def _groups(
         options |= {"prompt_logprobs": 0} if new == 0 else {}
         call = partial(dk.generate, model, prompts, **options)
         _compare(f"{name}: 2 few-shot blocks of {lengths[1]} x 4 questions of 20-60, {new} new tokens", call, rounds)
+
+
+def _groups_sweep(model: Any, encode: Callable[[str], list[int]], rng: random.Random, rounds: int) -> None:
+    """2 and 4 questions x 2 and 4 choices of 10 after contexts of 16-128 tokens, scored, the sharing forced on: the
+    tokens saved, `(D - G) x W`, where it stops paying."""
+    for questions in (2, 4):
+        for choices in (2, 4):
+            for length in (16, 32, 64, 128):
+                contexts = [encode((TEXT * 2)[at : at + length]) for at in range(0, 40 * questions, 40)]
+                lines = [c + encode(s) for s in _suffixes(rng, choices, 10, 10) for c in contexts]
+                saved = (len(lines) - questions) * length
+                words = f"sweep: {questions} questions x {choices} choices, contexts of {length}: {saved} saved"
+                call = partial(dk.generate, model, lines, max_new_tokens=0, prompt_logprobs=0)
+                _compare(words, call, rounds, on=True)
 
 
 def _call_each(calls: list[Callable[[], Any]]) -> list[Any]:
