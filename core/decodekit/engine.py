@@ -277,9 +277,9 @@ class Decoding:
         for b, prompt in enumerate(self.prompts):
             row = b * self.copies
             at = row if copies is None else int(copies[row])
-            g = groups.of[at]
-            own = len(prompt) - max(groups.prefixes[g], 1)  # the tokens its prefix's last column on predict
-            logits = torch.cat([heads[g][-1:], suffixes[at, : own - 1 if heads[g].shape[0] else own]])
+            g, c = groups.of[at], groups.prefix(at)
+            own = len(prompt) - max(c, 1)  # the tokens its prefix's last column on predict (an empty prefix: none)
+            logits = torch.cat([heads[g][-1:], suffixes[at, : len(prompt) - c - 1]])
             mine = [dataclasses.replace(e, top=list(e.top)) for e in shared[g]]  # each prompt's own, as unshared
             own_scores = prompt_logprobs(logits, self.buf[row, self.P - own : self.P], n)
             self.prompt_logprobs.append([None, *mine, *own_scores])
