@@ -379,10 +379,22 @@ def test_the_grouping_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
     tens = [[1] * 10 + [t] for t in (2, 3, 4, 5)] + [[7, 7, *range(20 + t, 40 + t)] for t in (0, 1)]
     assert _grouped(tens, 63, monkeypatch) == Groups(of=[0, 0, 0, 0, 1, 2], firsts=[0, 4, 5], prefixes=[10, 21, 21])
     assert _grouped(tens, 64, monkeypatch) is None
-    # a group whose prefix is longer than the width shares only the width: 3 x 7 tokens (8 would leave 2 + 8 = 10
-    # slots for a prompt of 9 beside a prompt of 8 + 1... ends past the longest prompt's column)
-    short = [[1] * 8 + [t] for t in (2, 3)] + [[4, 4, 5, 5, 5, 5, 5, 5, t] for t in (6, 7)]
-    assert _grouped(short, 1, monkeypatch) == Groups(of=[0, 0, 1, 1], firsts=[0, 2], prefixes=[8, 8])
+    # A (2 x 9 tokens) shares 8, B (5 x 9) shares 2 before 7 of each's own: both groups, 9 - 7 = 2 wide (A's prefix
+    # cut to 2), 5 rows spared: 10; B's prompts apart, 8 wide, 1 row: 8; A's apart, 2 wide, 4 rows: 8
+    cut = [[1] * 8 + [t] for t in (2, 3)] + [[4, 4, *range(10 * t, 10 * t + 7)] for t in range(1, 6)]
+    assert _grouped(cut, 1, monkeypatch) == Groups(of=[0, 0, 1, 1, 1, 1, 1], firsts=[0, 2], prefixes=[2, 2])
+
+
+def test_a_groups_prefix_past_the_width_is_cut(gpt: GPT, monkeypatch: pytest.MonkeyPatch) -> None:
+    """2 prompts share 40 tokens, 8 share 20 before 15 of their own: the prefixes' forward is 41 - 15 = 26 wide, the
+    first group's prefix cut to 26 (its rows' suffixes of 15 then end with the longest prompt): 8 x 26 saved, more
+    than either group apart (7 x 26, 1 x 40)."""
+    rng = random.Random(2)
+    prompts = [[*PREFIX, t] for t in (1, 2)] + [
+        [60, *PREFIX[:19], *(rng.randrange(1, 101) for _ in range(15))] for _ in range(8)
+    ]
+    options: dict[str, Any] = {"max_new_tokens": 5, "seed": list(range(10)), "logprobs": 1, "prompt_logprobs": 1}
+    _against_unshared_and_alone(gpt, monkeypatch, prompts, [(2, 26), (10, 15)], **options)
 
 
 def test_the_shortest_suffix_that_joins_a_run_is_tried(monkeypatch: pytest.MonkeyPatch) -> None:
