@@ -22,7 +22,7 @@ from decodekit.errors import ContextLengthError, ParameterError, PluginError, Un
 from decodekit.model import Model, last_only, model_device_dtype
 from decodekit.outputs import RowOutput
 from decodekit.params import Params
-from decodekit.prefix import prefill_prefix, shared_prefix
+from decodekit.prefix import Groups, prefill_prefixes, shared_prefixes
 from decodekit.prompts import left_pad, tokenizer_ids
 from decodekit.request import DecodeRequest
 from decodekit.results import Generation, PromptLogprobs, TokenEvent, prompt_logprobs
@@ -218,7 +218,7 @@ class Decoding:
     def prefill(self) -> Tensor:
         """Logits `[R, V]` after each row's prompt (left padding puts every row's last token in column P-1); through
         a cache that evicts, in blocks of at most the model's context, so a long prompt needs bounded memory; a
-        prompt's copies and a prefix the prompts share, once (`decodekit.copies`, `decodekit.prefix`). With
+        prompt's copies and the prefixes the prompts share, once (`decodekit.copies`, `decodekit.prefix`). With
         `prompt_logprobs`, every column's logits, scored into `self.prompt_logprobs`."""
         n = self.request.prompt_logprobs
         if self._fed:  # a draft's slip the cache would report as its capacity
@@ -236,8 +236,8 @@ class Decoding:
         tokens, positions, kv, copies = self.buf[:, : self.P], self.positions[:, : self.P], self.kv, None
         alike = None if self.kv is None else distinct_rows(tokens, positions)
         distinct = self.rows if alike is None else [self.rows[i] for i in alike[0].tolist()]
-        if (shared := shared_prefix(self.kv, distinct)) > 0:
-            return self._prefill_prefix(distinct, alike, shared, n)
+        if (groups := shared_prefixes(self.kv, distinct)) is not None:
+            return self._prefill_prefix(distinct, alike, groups, n)
         if alike is not None:
             first, copies = alike  # a prompt's copies (samples, beams) computed once
             tokens, positions, kv = tokens[first], positions[first], CopiesView(cast(KVCache, self.kv), first, copies)
@@ -250,32 +250,40 @@ class Decoding:
         return last if copies is None else last[copies]
 
     def _prefill_prefix(
-        self, distinct: list[list[int]], alike: tuple[Tensor, Tensor] | None, length: int, n: int | None
+        self, distinct: list[list[int]], alike: tuple[Tensor, Tensor] | None, groups: Groups, n: int | None
     ) -> Tensor:
-        """`prefill` of `distinct` prompts that share their first `length` tokens, the prefix computed once
+        """`prefill` of `distinct` prompts by the prefixes their `groups` share, each computed once
         (`decodekit.prefix`): each row's logits are its own suffix's last column."""
-        assert self.kv is not None  # `shared_prefix` shares through a cache only
-        prefix, suffixes = prefill_prefix(self.model, self.kv, distinct, alike, length, scored=n is not None)
+        assert self.kv is not None  # `shared_prefixes` shares through a cache only
+        prefix, suffixes = prefill_prefixes(self.model, self.kv, distinct, alike, groups, scored=n is not None)
         last_column(self.model, prefix)  # checks both as the unshared prefill checks its logits
         last = last_column(self.model, suffixes)  # without prompt_logprobs, each row's last column
         copies = None if alike is None else alike[1]
         if n is not None:  # every column: each row's last is its own
-            ends = torch.tensor([len(p) - length - 1 for p in distinct], device=suffixes.device)
+            ends = torch.tensor([len(p) - groups.prefix(i) - 1 for i, p in enumerate(distinct)], device=suffixes.device)
             last = suffixes[torch.arange(len(distinct), device=suffixes.device), ends]
-            self._score_shared(prefix[0], suffixes, length, n, copies)
+            self._score_shared(prefix, suffixes, distinct, groups, n, copies)
         return last if copies is None else last[copies]
 
-    def _score_shared(self, prefix: Tensor, suffixes: Tensor, length: int, n: int, copies: Tensor | None) -> None:
-        """`prompt_logprobs` from a shared prefill: the prefix's logits `[length, V]`, scored once for the tokens
-        every prompt shares, then each prompt's own, from the prefix's last column on (`_score_prompts`' words)."""
-        first = self.P - len(self.prompts[0])  # prompt 0's first column: row 0's
-        shared = prompt_logprobs(prefix[: length - 1], self.buf[0, first + 1 : first + length], n)
+    def _score_shared(
+        self, prefix: Tensor, suffixes: Tensor, distinct: list[list[int]], groups: Groups, n: int, copies: Tensor | None
+    ) -> None:
+        """`prompt_logprobs` from a shared prefill: each group's prefix logits (row g of `prefix` `[G, W, V]`, its
+        last columns), scored once for the tokens its members share, then each prompt's own, from its prefix's
+        last column on (`_score_prompts`' words)."""
+        heads = [prefix[g, groups.width - c :] for g, c in enumerate(groups.prefixes)]  # [C, V] each
+        shared = [
+            prompt_logprobs(head[: c - 1], torch.tensor(distinct[first][1:c], dtype=torch.long, device=head.device), n)
+            for head, first, c in zip(heads, groups.firsts, groups.prefixes)
+        ]
         self.prompt_logprobs = []
         for b, prompt in enumerate(self.prompts):
-            row, own = b * self.copies, len(prompt) - length
+            row = b * self.copies
             at = row if copies is None else int(copies[row])
-            logits = torch.cat([prefix[length - 1 :], suffixes[at, : own - 1]])
-            mine = [dataclasses.replace(e, top=list(e.top)) for e in shared]  # each prompt's own, as unshared
+            g, c = groups.of[at], groups.prefix(at)
+            own = len(prompt) - max(c, 1)  # the tokens its prefix's last column on predict (an empty prefix: none)
+            logits = torch.cat([heads[g][-1:], suffixes[at, : len(prompt) - c - 1]])
+            mine = [dataclasses.replace(e, top=list(e.top)) for e in shared[g]]  # each prompt's own, as unshared
             own_scores = prompt_logprobs(logits, self.buf[row, self.P - own : self.P], n)
             self.prompt_logprobs.append([None, *mine, *own_scores])
 

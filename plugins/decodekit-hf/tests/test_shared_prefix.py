@@ -1,6 +1,6 @@
-"""A prefix common to a batch's prompts prefilled once (`decodekit.prefix`) through the bridge: the prefix's forward
-(one row, written to every row of the cache), the suffixes' (right-padded, against the prefix), then each row moved to
-end with the prompts. Every architecture gives the tokens, logprobs and prompt logprobs of the unshared prefill
+"""Prefixes a batch's prompts share prefilled once (`decodekit.prefix`) through the bridge: the prefixes' forward (a
+row per group, written to its rows of the cache), the suffixes' (right-padded, against the prefixes), then each row
+moved to end with the prompts. Every architecture gives the tokens, logprobs and prompt logprobs of the unshared prefill
 (each whole prompt left-padded), and the trained Llama each prompt's own greedy tokens decoded alone."""
 
 from __future__ import annotations
@@ -17,6 +17,11 @@ import decodekit.engine
 RNG = random.Random(0)
 PREFIX = [RNG.randrange(1, 84) for _ in range(36)]  # 4 rows x 36: past the rule's 96 tokens saved
 PROMPTS = [PREFIX + s for s in ([7, 3, 9], [8, 1, 1, 5, 60, 2, 9, 4, 4], [9], [11, 12, 13, 14, 15])]
+# 3 questions (contexts of 20, 26 and 32 tokens, first tokens apart), 4 choices of 1-4 tokens each, a question's
+# choices apart: 3 prefixes in one forward (left-padded to 32), then 12 suffixes of up to 4.
+CONTEXTS = [[b + 1, *(RNG.randrange(1, 84) for _ in range(n - 1))] for b, n in enumerate((20, 26, 32))]
+QUESTIONS = [c + choice for choice in ([7], [8, 1], [9, 2, 3], [10, 4, 5, 6]) for c in CONTEXTS]
+GROUPED = [*QUESTIONS, [80], [81, 81]]  # and two short prompts that share nothing: a group with an empty prefix
 
 
 def _decode(model: HFModel, prompts: list[list[int]], **options: Any) -> tuple[dk.Generation, list[tuple[int, int]]]:
@@ -42,7 +47,7 @@ def _shared_and_not(
     shared, shapes = _decode(model, prompts, **options)
     assert shapes[:3] == _PREFILL[options.get("prompt_logprobs") is not None]
     with monkeypatch.context() as patch:
-        patch.setattr(decodekit.engine, "shared_prefix", lambda kv, prompts: 0)
+        patch.setattr(decodekit.engine, "shared_prefixes", lambda kv, prompts: None)
         unshared, shapes = _decode(model, prompts, **options)
     assert shapes[0] == (len({tuple(p) for p in prompts}), 45)  # copies computed once
     return shared, unshared
@@ -95,3 +100,29 @@ def test_every_architecture_gives_the_unshared_results(
     _, hf = arch_model
     options: dict[str, Any] = {"chain": "greedy", "max_new_tokens": 6, "logprobs": 1, "prompt_logprobs": 1}
     assert_same(*_shared_and_not(HFModel(hf), monkeypatch, PROMPTS, **options), tol=1e-4)
+    shared, shapes = _decode(HFModel(hf), GROUPED, **options)  # groups: a narrower prefix's rows left-padded
+    assert shapes[0] == (4, 32)
+    monkeypatch.setattr(decodekit.engine, "shared_prefixes", lambda kv, prompts: None)
+    assert_same(shared, dk.decode(HFModel(hf), GROUPED, **options), tol=1e-4)
+
+
+@pytest.mark.parametrize("model_name", ["gpt2", "llama"])
+def test_each_questions_context_is_prefilled_once(
+    model_name: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Groups of prompts, each group's prefix written to its rows: a row whose prefix is shorter than the widest
+    attends over padding the bridge's mask must hide, its suffix at its own positions (GPT-2's learned ones, Llama's
+    rotary ones). Two short prompts that share nothing make a group whose prefix is empty: its row of the prefixes'
+    forward is all padding, their whole prompts in the suffixes' forward."""
+    model = HFModel(request.getfixturevalue(model_name))
+    prompts = GROUPED
+    scored: dict[str, Any] = {"max_new_tokens": 0, "prompt_logprobs": 2}
+    options: dict[str, Any] = {"max_new_tokens": 6, "seed": list(range(14)), "logprobs": 1}
+    for opts, prefill in ((scored, [(4, 32), (14, 4)]), (options, [(4, 32), (14, 3), (14, 1)])):
+        shared, shapes = _decode(model, prompts, **opts)
+        assert shapes[: len(prefill)] == prefill
+        with monkeypatch.context() as patch:
+            patch.setattr(decodekit.engine, "shared_prefixes", lambda kv, prompts: None)
+            unshared, shapes = _decode(model, prompts, **opts)
+        assert shapes[0] == (14, 36)
+        assert_same(shared, unshared)
