@@ -41,7 +41,8 @@ def training_warnings(model: Any, **options: Any) -> list[str]:
 
 def test_a_model_left_in_training_mode_is_warned_about_and_told_the_fix() -> None:
     model = DropsOut()
-    first = dk.generate(model, PROMPT * 8, max_new_tokens=6, chain="greedy", cache="dense").tokens
+    with pytest.warns(TrainingModeWarning):
+        first = dk.generate(model, PROMPT * 8, max_new_tokens=6, chain="greedy", cache="dense").tokens
     assert len({tuple(row) for row in first}) > 1  # why it matters: one prompt, eight rows, greedy, apart
     messages = training_warnings(model)
     assert messages == [
