@@ -94,18 +94,17 @@ dist: $(BIN)/python
 	rm -rf dist
 	for p in . $(PLUGINS); do $(BIN)/python -m build -q --no-isolation --outdir dist $$p >/dev/null || exit 1; done
 
-# The wheels in a fresh venv (not editable, not from the tree), then a smoke test from elsewhere.
+# The wheels in a fresh venv (not editable, not from the tree): torch and the core wheel first, which must bring
+# exactly torch, pluggy, pydantic, typing-extensions and their dependencies; then every wheel beside them and a
+# smoke test from elsewhere. One venv, so torch is installed once (a second venv for the core cost a torch install).
 dist-check: dist
 	rm -rf build/dist-venv
 	$(PYTHON) -m venv build/dist-venv
-	build/dist-venv/bin/python -m pip install -q $(TORCH) dist/*.whl
+	build/dist-venv/bin/python -m pip install -q $(TORCH)
+	build/dist-venv/bin/python -m pip install -q dist/decodekit-*.whl
+	build/dist-venv/bin/python tests/core_deps.py
+	build/dist-venv/bin/python -m pip install -q dist/*.whl
 	cd build && dist-venv/bin/python ../tests/wheel_smoke.py ../dist
-	# The core wheel alone brings exactly torch, pluggy, pydantic, typing-extensions and their dependencies.
-	rm -rf build/core-venv
-	$(PYTHON) -m venv build/core-venv
-	build/core-venv/bin/python -m pip install -q $(TORCH)
-	build/core-venv/bin/python -m pip install -q dist/decodekit-*.whl
-	build/core-venv/bin/python tests/core_deps.py
 
 clean:
 	rm -rf $(VENV) build dist site core/*.egg-info plugins/*/src/*.egg-info
