@@ -9,6 +9,7 @@ import random
 from typing import Any
 
 import pytest
+import torch
 from decodekit_hf import HFModel
 
 import decodekit as dk
@@ -126,3 +127,30 @@ def test_each_questions_context_is_prefilled_once(
             unshared, shapes = _decode(model, prompts, **opts)
         assert shapes[0] == (14, 36)
         assert_same(shared, unshared)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="longrope (Phi-3's) picks its frequencies per forward by its largest position: the prefixes' forward "
+    "stays within original_max_position_embeddings and rotates by the short factors, the suffixes' goes past it and "
+    "rotates by the long ones, where the prefill of each whole prompt rotates every key by the long ones",
+)
+@torch.no_grad()
+def test_frequencies_chosen_by_the_forwards_length_give_the_unshared_results(
+    build_arch: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """6 prompts of 50-60 tokens share 20: the prefixes' forward reaches position 19, the suffixes' 59, past the
+    original context of 32. The oracle: transformers' own forward of each prompt alone (the unshared prefill's)."""
+    rope = {"rope_type": "longrope", "rope_theta": 100.0, "original_max_position_embeddings": 32}
+    rope |= {"short_factor": [1.0] * 4, "long_factor": [4.0, 5.0, 6.0, 7.0]}  # head_dim 8: 4 frequencies
+    hf = build_arch("phi3", rope_parameters=rope, original_max_position_embeddings=32)  # as Phi-3's config.json
+    rng = random.Random(3)
+    prefix = [rng.randrange(1, 84) for _ in range(20)]
+    prompts = [prefix + [rng.randrange(1, 84) for _ in range(n)] for n in (30, 33, 35, 36, 38, 40)]
+    out, shapes = _decode(HFModel(hf), prompts, max_new_tokens=0, prompt_logprobs=0)
+    assert shapes == [(1, 20), (6, 40)]  # the prefix alone, then the suffixes past position 32
+    assert out.prompt_logprobs is not None
+    for prompt, scores in zip(prompts, out.prompt_logprobs):
+        alone = hf(torch.tensor([prompt])).logits[0, :-1].log_softmax(-1)
+        expected = alone.gather(1, torch.tensor(prompt[1:])[:, None])[:, 0].tolist()
+        assert [s and s.logprob for s in scores[1:]] == pytest.approx(expected, abs=1e-4)
