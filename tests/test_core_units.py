@@ -145,6 +145,13 @@ def test_specs_reject_a_rope_base_whose_frequencies_are_not_finite(base: object)
     assert dk.ModelSpec(**shape, vocab_size=10, max_positions=8, rope_base=500000).rope_base == 500000  # an int
 
 
+@pytest.mark.parametrize("splittable", ["no", 0, None])
+def test_model_spec_rejects_a_splittable_that_is_not_a_bool(splittable: object) -> None:
+    """A truthy string would let the engine share a prefix the model computes otherwise."""
+    with pytest.raises(dk.ParameterError, match=rf"^ModelSpec: splittable={re.escape(repr(splittable))} is invalid; "):
+        dk.ModelSpec(1, 4, 2, 8, 10, 8, splittable=splittable)  # type: ignore[arg-type]
+
+
 def test_decode_context_defaults_and_views() -> None:
     tokens = torch.tensor([[0, 0, 5, 6, 9], [1, 2, 3, 4, 8]])
     ctx = dk.DecodeContext(tokens=tokens)

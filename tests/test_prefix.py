@@ -4,6 +4,7 @@ prefills each whole prompt (the engine with the sharing turned off), and each pr
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -62,6 +63,21 @@ def assert_same(shared: dk.Generation, unshared: dk.Generation, tol: float = 1e-
     assert (shared.prompt_logprobs is None) == (unshared.prompt_logprobs is None)
     for mine_p, theirs_p in zip(shared.prompt_logprobs or [], unshared.prompt_logprobs or []):
         assert_same_scores(mine_p, theirs_p, tol)
+
+
+def test_a_model_whose_forwards_extent_changes_its_logits_gets_each_prompt_whole(
+    gpt: GPT, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ModelSpec.splittable=False` (transformers' longrope picks its frequencies by a forward's largest position):
+    no prefix is shared, each prompt goes whole in one forward; its results are the unshared prefill's."""
+    options: dict[str, Any] = {"max_new_tokens": 4, "prompt_logprobs": 1, "seed": [1, 2, 3, 4]}
+    shared, shapes = _forwards(gpt, lambda: dk.generate(gpt, PROMPTS, **options))
+    assert shapes[0] == (1, 40)
+    spec = type(gpt).spec.fget  # type: ignore[attr-defined]
+    monkeypatch.setattr(type(gpt), "spec", property(lambda self: dataclasses.replace(spec(self), splittable=False)))
+    whole, shapes = _forwards(gpt, lambda: dk.generate(gpt, PROMPTS, **options))
+    assert shapes[0] == (4, 49)
+    assert_same(shared, whole)
 
 
 @pytest.mark.parametrize("cache", CACHES)

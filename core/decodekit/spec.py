@@ -115,7 +115,10 @@ class ModelSpec(_Rotary):
     full-attention layers wider keys, MiMo-V2-Flash's sliding layers more kv-heads), each layer's `(kv-heads,
     head_dim, value width)`, which then rule over the three scalar fields; None: every layer as they say;
     `rope_frequencies`: where keys rotate by other frequencies than `rope_base`'s (scaled, partial, per layer type),
-    each layer's inverse frequencies (`decodekit.rope`), which rule over `rope_base`."""
+    each layer's inverse frequencies (`decodekit.rope`), which rule over `rope_base`; `splittable`: False where a
+    prompt fed in several forwards gets other logits than from one forward over it, because a forward's own extent
+    changes them (transformers' `longrope` picks its frequencies by a forward's largest position): the engine then
+    prefills each prompt in one forward, sharing no prefix (docs/concepts.md, "The decode engine")."""
 
     n_layers: int
     n_heads: int
@@ -130,9 +133,12 @@ class ModelSpec(_Rotary):
     value_dim: int | None = None
     layer_shapes: tuple[tuple[int, int, int], ...] | None = None
     rope_frequencies: tuple[tuple[float, ...], ...] | None = None
+    splittable: bool = True
 
     def __post_init__(self) -> None:
         _check_shape("ModelSpec", self, (*_HEADS, "vocab_size", "max_positions"))
+        if not isinstance(self.splittable, bool):
+            raise ParameterError(f"ModelSpec: splittable={self.splittable!r} is invalid; allowed: True or False")
 
 
 @dataclass(frozen=True)

@@ -129,28 +129,50 @@ def test_each_questions_context_is_prefilled_once(
         assert_same(shared, unshared)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="longrope (Phi-3's) picks its frequencies per forward by its largest position: the prefixes' forward "
-    "stays within original_max_position_embeddings and rotates by the short factors, the suffixes' goes past it and "
-    "rotates by the long ones, where the prefill of each whole prompt rotates every key by the long ones",
-)
 @torch.no_grad()
-def test_frequencies_chosen_by_the_forwards_length_give_the_unshared_results(
-    build_arch: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """6 prompts of 50-60 tokens share 20: the prefixes' forward reaches position 19, the suffixes' 59, past the
-    original context of 32. The oracle: transformers' own forward of each prompt alone (the unshared prefill's)."""
+def test_frequencies_chosen_by_the_forwards_length_keep_each_prompt_whole(build_arch: Any) -> None:
+    """longrope (Phi-3's) picks its frequencies per forward by its largest position: 6 prompts of 50-60 tokens that
+    share 20 would put the prefixes' forward within the original context of 32 (the short factors) and the suffixes'
+    past it (the long ones), where each whole prompt's forward rotates every key by the long ones. The spec says so
+    (`splittable=False`) and the prompts are prefilled whole (shared, 48 of 49 prompt logprobs were off by up to 3.6).
+    The oracle: transformers' own forward of each prompt alone."""
     rope = {"rope_type": "longrope", "rope_theta": 100.0, "original_max_position_embeddings": 32}
     rope |= {"short_factor": [1.0] * 4, "long_factor": [4.0, 5.0, 6.0, 7.0]}  # head_dim 8: 4 frequencies
     hf = build_arch("phi3", rope_parameters=rope, original_max_position_embeddings=32)  # as Phi-3's config.json
     rng = random.Random(3)
     prefix = [rng.randrange(1, 84) for _ in range(20)]
     prompts = [prefix + [rng.randrange(1, 84) for _ in range(n)] for n in (30, 33, 35, 36, 38, 40)]
-    out, shapes = _decode(HFModel(hf), prompts, max_new_tokens=0, prompt_logprobs=0)
-    assert shapes == [(1, 20), (6, 40)]  # the prefix alone, then the suffixes past position 32
+    model = HFModel(hf)
+    assert model.spec.splittable is False
+    out, shapes = _decode(model, prompts, max_new_tokens=0, prompt_logprobs=0)
+    assert shapes == [(6, 60)]  # each prompt whole, left-padded
     assert out.prompt_logprobs is not None
     for prompt, scores in zip(prompts, out.prompt_logprobs):
         alone = hf(torch.tensor([prompt])).logits[0, :-1].log_softmax(-1)
         expected = alone.gather(1, torch.tensor(prompt[1:])[:, None])[:, 0].tolist()
         assert [s and s.logprob for s in scores[1:]] == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("rope", "splittable"),
+    [
+        ({"rope_type": "default", "rope_theta": 100.0}, True),
+        ({"rope_type": "linear", "rope_theta": 100.0, "factor": 2.0}, True),
+        ({"rope_type": "dynamic", "rope_theta": 100.0, "factor": 2.0}, False),
+    ],
+)
+def test_only_frequencies_chosen_by_length_keep_prompts_whole(build_arch: Any, rope: Any, splittable: bool) -> None:
+    assert HFModel(build_arch("llama", rope_parameters=rope)).spec.splittable is splittable
+
+
+def test_a_query_temperature_by_cache_slot_keeps_each_prompt_whole(build_arch: Any) -> None:
+    """Llama 4's query temperature on its NoPE layers counts cache slots (`get_seq_length()` plus an index), as
+    `generate()` does: a shared prefix's forward puts a prompt's tokens in other slots than its whole prompt's
+    (shared, its prompt logprobs moved by up to 0.39). The spec says so and the prompts go whole."""
+    config = dict(vocab_size=256, num_key_value_heads=2, head_dim=8, no_rope_layer_interval=2, floor_scale=4)
+    config |= dict(attention_chunk_size=6, attn_scale=0.5, num_local_experts=4, intermediate_size_mlp=64)
+    model = HFModel(build_arch("llama4_text", **config))  # test_newer_architectures.py's (floor_scale=4: it bites)
+    assert model.spec.splittable is False
+    options: dict[str, Any] = {"max_new_tokens": 0, "prompt_logprobs": 1}
+    _, shapes = _decode(model, GROUPED, **options)
+    assert shapes == [(14, 36)]  # each prompt whole, left-padded, as generate() lays them out

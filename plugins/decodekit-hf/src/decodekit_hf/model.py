@@ -108,6 +108,16 @@ def _rope(config: Any, n_layers: int) -> tuple[float | None, _Frequencies | None
     return None, tuple(by_kind[kind] for kind in kinds[:n_layers]), None
 
 
+def _by_length(config: Any) -> bool:
+    """Whether transformers picks the rotary frequencies by a forward's largest position (`_BY_LENGTH`): a prompt's
+    prefix fed alone would then rotate by others than the whole prompt's (`ModelSpec.splittable`)."""
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if not isinstance(rope, dict):
+        return False
+    params = [value for value in rope.values() if isinstance(value, dict)] or [rope]  # one per layer type, or one
+    return any(kind in str(p.get("rope_type", p.get("type", ""))) for p in params for kind in _BY_LENGTH)
+
+
 def _partial(config: Any, params: dict[str, Any]) -> float:
     """The share of the head a rotary embedding turns (transformers 5 keeps it in `rope_parameters`)."""
     return float(params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None) or 1.0))
@@ -272,6 +282,8 @@ def model_spec(config: Any, context: int | None = None) -> ModelSpec:
         rope_base=rope[0],
         rope_frequencies=rope[1],
         rope_note=rope[2],
+        # Llama 4's query temperature counts cache slots, which a shared prefix's forward puts elsewhere
+        splittable=not (_by_length(c) or getattr(c, "attn_temperature_tuning", False)),
     )
 
 
