@@ -169,8 +169,8 @@ def test_a_query_temperature_by_cache_slot_keeps_each_prompt_whole(build_arch: A
     """Llama 4's query temperature on its NoPE layers counts cache slots (`get_seq_length()` plus an index), as
     `generate()` does: a shared prefix's forward puts a prompt's tokens in other slots than its whole prompt's
     (shared, its prompt logprobs moved by up to 0.39). The spec says so and the prompts go whole."""
-    config = dict(vocab_size=256, num_key_value_heads=2, head_dim=8, no_rope_layer_interval=2, floor_scale=4)
-    config |= dict(attention_chunk_size=6, attn_scale=0.5, num_local_experts=4, intermediate_size_mlp=64)
+    config: dict[str, Any] = dict(vocab_size=256, num_key_value_heads=2, head_dim=8, no_rope_layer_interval=2)
+    config |= dict(floor_scale=4, attention_chunk_size=6, attn_scale=0.5, num_local_experts=4, intermediate_size_mlp=64)
     model = HFModel(build_arch("llama4_text", **config))  # test_newer_architectures.py's (floor_scale=4: it bites)
     assert model.spec.splittable is False
     options: dict[str, Any] = {"max_new_tokens": 0, "prompt_logprobs": 1}
