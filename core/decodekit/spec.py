@@ -116,9 +116,10 @@ class ModelSpec(_Rotary):
     head_dim, value width)`, which then rule over the three scalar fields; None: every layer as they say;
     `rope_frequencies`: where keys rotate by other frequencies than `rope_base`'s (scaled, partial, per layer type),
     each layer's inverse frequencies (`decodekit.rope`), which rule over `rope_base`; `splittable`: False where a
-    prompt fed in several forwards gets other logits than from one forward over it, because a forward's own extent
-    changes them (transformers' `longrope` picks its frequencies by a forward's largest position): the engine then
-    prefills each prompt in one forward, sharing no prefix (docs/concepts.md, "The decode engine")."""
+    prompt fed in several forwards gets other logits than from one forward over it (transformers' `longrope` picks
+    its frequencies by a forward's largest position; Llama 4's query temperature counts cache slots, which a shared
+    prefix's forward moves): the engine then prefills each prompt in one forward, sharing no prefix (docs/concepts.md,
+    "The decode engine")."""
 
     n_layers: int
     n_heads: int
