@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -121,6 +122,30 @@ def test_stage_objects_outside_a_chain_say_to_wrap_them() -> None:
 def test_a_model_without_a_spec_is_named() -> None:
     with pytest.raises(dk.ParameterError, match="model object: no spec.vocab_size; allowed: a model with a"):
         dk.generate(object(), [[1]])  # type: ignore[arg-type]  # not a model: the run-time check names it
+
+
+class LookAlikeSpec(torch.nn.Module):
+    """A model whose spec has a ModelSpec's required fields but is no ModelSpec (a namespace, a dict-like class)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(10, 10)
+        self.spec = SimpleNamespace(n_layers=1, n_heads=1, n_kv_heads=1, head_dim=4, vocab_size=10, max_positions=64)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: object) -> torch.Tensor:
+        embedded: torch.Tensor = self.embed(input_ids)
+        return embedded
+
+
+def test_a_spec_that_is_no_model_spec_is_named() -> None:
+    """Before: AttributeError: 'types.SimpleNamespace' object has no attribute 'value_dim', from inside the cache."""
+    said = (
+        "model LookAlikeSpec: its spec is a SimpleNamespace, not a decodekit.ModelSpec; allowed: a "
+        "decodekit.ModelSpec (it checks its fields and gives the optional ones their defaults)"
+    )
+    with pytest.raises(dk.ParameterError) as refused:
+        dk.generate(LookAlikeSpec().eval(), [[1, 2, 3]], max_new_tokens=2)  # type: ignore[arg-type]  # the point
+    assert str(refused.value) == said
 
 
 def test_a_model_name_in_place_of_a_model_says_to_load_it() -> None:

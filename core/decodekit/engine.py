@@ -236,8 +236,8 @@ class Decoding:
         tokens, positions, kv, copies = self.buf[:, : self.P], self.positions[:, : self.P], self.kv, None
         alike = None if self.kv is None else distinct_rows(tokens, positions)
         distinct = self.rows if alike is None else [self.rows[i] for i in alike[0].tolist()]
-        # a model whose forward's extent changes its logits gets each prompt whole (a duck-typed spec: splittable)
-        if getattr(self.spec, "splittable", True) and (groups := shared_prefixes(self.kv, distinct)) is not None:
+        # a model whose forward's extent changes its logits gets each prompt whole
+        if self.spec.splittable and (groups := shared_prefixes(self.kv, distinct)) is not None:
             return self._prefill_prefix(distinct, alike, groups, n)
         if alike is not None:
             first, copies = alike  # a prompt's copies (samples, beams) computed once

@@ -15,13 +15,13 @@ from decodekit.errors import ParameterError, UnknownNameError
 from decodekit.model import check_call
 from decodekit.param_types import shown, words
 from decodekit.prompts import as_index, prompt_rows, token_ids
+from decodekit.spec import ModelSpec
 from decodekit.standard_plugins import STANDARD_PLUGINS, checkout, failed_to_load, install_hint, switched_off
 
 if TYPE_CHECKING:
     from decodekit.chain import Chain
     from decodekit.plugins import CacheFactory
     from decodekit.prompts import Prompts, TokenIds, Tokenizer
-    from decodekit.spec import ModelSpec
 
 __all__ = ["MAX_SEED", "DecodeOptions", "DecodeRequest", "decode_request"]
 
@@ -122,10 +122,14 @@ def _integer(name: str, value: object, ok: Callable[[int], bool], allowed: str) 
 
 def _vocab_size(model: object) -> int:
     spec = getattr(model, "spec", None)
-    V = as_index(getattr(spec, "vocab_size", None))
-    if V is None:
-        raise ParameterError(_not_a_model(model))
-    return V
+    if isinstance(spec, ModelSpec):
+        return spec.vocab_size
+    if as_index(getattr(spec, "vocab_size", None)) is not None:  # a look-alike: its fields were never checked
+        raise ParameterError(
+            f"model {type(model).__name__}: its spec is a {type(spec).__name__}, not a decodekit.ModelSpec; "
+            "allowed: a decodekit.ModelSpec (it checks its fields and gives the optional ones their defaults)"
+        )
+    raise ParameterError(_not_a_model(model))
 
 
 def _not_a_model(model: object) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import pytest
@@ -89,6 +90,27 @@ def test_vocabulary_mismatch(target: GPT) -> None:
         "speculative: draft=<GPT> has a vocabulary of 50 tokens, the target 101; allowed: a draft sharing the "
         "target's vocabulary"
     )
+
+
+class LookAlikeSpec(GPT):
+    """A draft whose spec has a ModelSpec's required fields but is no ModelSpec."""
+
+    @property
+    def spec(self) -> Any:
+        real, fields = super().spec, ("n_layers", "n_heads", "n_kv_heads", "head_dim", "vocab_size", "max_positions")
+        return SimpleNamespace(**{name: getattr(real, name) for name in fields})
+
+
+def test_a_draft_whose_spec_is_no_model_spec_is_named_as_the_draft(target: GPT) -> None:
+    """Before: AttributeError: 'types.SimpleNamespace' object has no attribute 'value_dim', from the draft's cache."""
+    draft = LookAlikeSpec(GPTConfig(vocab_size=101, block_size=64, n_layer=1, n_head=2, n_embd=8))
+    for call in (dk.decode, dk.validate):
+        with pytest.raises(dk.ParameterError) as refused:
+            call(target, [PROMPT], strategy="speculative", draft=draft, max_new_tokens=8)
+        assert str(refused.value) == (
+            "speculative: draft=<LookAlikeSpec> is invalid; allowed: a registered model name, a model object with a "
+            "decodekit.ModelSpec `spec`, or 'ngram'"
+        )
 
 
 def test_a_draft_whose_forward_takes_only_input_ids_is_named_as_the_draft(

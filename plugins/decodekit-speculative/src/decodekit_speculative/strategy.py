@@ -31,7 +31,7 @@ from decodekit.model import Model, check_call, model_device_dtype
 from decodekit.params import Params
 from decodekit.plugins import Registry, get_registry, load_model
 from decodekit.results import Generation, TokenLogprobs, prompt_logprobs, token_logprobs
-from decodekit.spec import CacheSpec
+from decodekit.spec import CacheSpec, ModelSpec
 from decodekit.strategies import run_decode
 from decodekit_speculative.acceptance import count_round, next_k, no_counts
 from decodekit_speculative.drafts import Drafter, ModelDrafter, NgramDrafter, fed_block, feed
@@ -96,9 +96,10 @@ def resolve_draft(draft: object, target: Model) -> Model | None:
         return None
     shown = repr(draft) if isinstance(draft, str) else f"<{type(draft).__name__}>"  # a module's repr is its layers
     spec = getattr(model, "spec", None)
-    if spec is None or not callable(model):
+    if not isinstance(spec, ModelSpec) or not callable(model):
         raise ParameterError(
-            f"speculative: draft={shown} is invalid; allowed: a registered model name, a model object, or 'ngram'"
+            f"speculative: draft={shown} is invalid; allowed: a registered model name, a model object with a "
+            "decodekit.ModelSpec `spec`, or 'ngram'"
         )
     check_call(model, f"speculative: draft={shown}")  # the draft's forward(input_ids) told so, not a TypeError
     if spec.vocab_size != target.spec.vocab_size:
