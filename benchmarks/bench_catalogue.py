@@ -54,6 +54,7 @@ SAMPLERS: list[tuple[str, str]] = [
     ("dynamic_temperature(1.0, 0.5)", ""),
     ("mirostat(5.0, 0.1)", "selector: full sort (its top-k may be any size) + inverse-CDF draw"),
     ("mirostat_v2(5.0, 0.1)", "selector: truncation + inverse-CDF draw"),
+    ("adaptive_p(0.3, 0.9)", "selector: a reshape, a second softmax + inverse-CDF draw"),
     ("gumbel", "selector: one random number per vocabulary entry"),
     ("sample", "selector (core), for reference"),
     ("logit_bias({50256: -100.0, 13: 2.0, 198: -5.0})", ""),

@@ -372,6 +372,7 @@ STANDARD: dict[str, dict[str, Any]] = {
     "gumbel": {},
     "mirostat": {"tau": 3.0, "eta": 0.1},
     "mirostat_v2": {},
+    "adaptive_p": {"target": 0.3},
 }
 
 

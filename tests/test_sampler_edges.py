@@ -97,7 +97,7 @@ def test_token_ids_past_int64_are_parameter_errors() -> None:
 
 def test_a_selector_on_a_row_it_cannot_sample_is_a_numerics_error_in_generate() -> None:
     model = tiny_gpt(2)
-    for selector in ("mirostat_v2", "gumbel", "sample", "greedy"):
+    for selector in ("mirostat_v2", "adaptive_p(0.3)", "gumbel", "sample", "greedy"):
         with pytest.raises(dk.NumericsError, match=r"step \d+, row 0: .*every token was removed"):
             dk.generate(model, [[1, 2, 3]], chain=f"no_repeat_ngram(1) | {selector}", max_new_tokens=200, cache="none")
 

@@ -93,11 +93,13 @@ def test_a_compiled_step_reads_the_global_a_processor_reads_anew(monkeypatch: An
 
 
 @pytest.mark.xdist_group("compile")
-def test_a_compiled_step_with_two_draws_and_a_stateful_selector_picks_as_eager() -> None:
-    """`compile=True` draws one uniform per row ahead of the step: xtc takes it, mirostat's draw comes from the
-    generators inside the step, and mirostat's mu (state in the context) is updated in place; a ragged batch."""
+@pytest.mark.parametrize("text", ["xtc(0.5, 0.05) | mirostat_v2(3.0, 0.5)", "xtc(0.5, 0.05) | adaptive_p(0.2, 0.5)"])
+def test_a_compiled_step_with_two_draws_and_a_stateful_selector_picks_as_eager(text: str) -> None:
+    """`compile=True` draws one uniform per row ahead of the step: xtc takes it, the selector's draw comes from the
+    generators inside the step, and its state in the context (mirostat's mu, adaptive-p's average) is updated in
+    place; a ragged batch."""
     torch._dynamo.reset()  # as above: a step run eagerly past the recompile limit would prove nothing
-    chain = dk.Chain.parse("xtc(0.5, 0.05) | mirostat_v2(3.0, 0.5)")
+    chain = dk.Chain.parse(text)
     x = torch.randn(3, 101, generator=torch.Generator().manual_seed(0)) * 2
     ctx = ctx_for(3, history=8, step=2, seed=4)
     ctx.prompt_lengths = torch.tensor([6, 3, 5])
@@ -105,5 +107,5 @@ def test_a_compiled_step_with_two_draws_and_a_stateful_selector_picks_as_eager()
     for _ in range(6):
         ctx.draw_uniforms()
         assert compiled.step(x, ctx).ids == chain.step(x, eager).ids
-    # the same mu per row, to rounding: inductor's exp (in the softmax) differs from ATen's by 1 ulp (docs/samplers.md)
+    # the same state per row, to rounding: inductor's exp (in a softmax) differs from ATen's by 1 ulp (docs/samplers.md)
     torch.testing.assert_close(ctx.state_for(chain.selector), eager.state_for(chain.selector))

@@ -34,7 +34,7 @@ __all__ = [
 
 # What each plugin distribution of this repository registers: its samplers, cache backends, strategies and models.
 _REGISTERS: dict[str, str] = {
-    "decodekit-adaptive": "dynamic_temperature gumbel mirostat mirostat_v2",
+    "decodekit-adaptive": "adaptive_p dynamic_temperature gumbel mirostat mirostat_v2",
     "decodekit-beam": "beam",
     "decodekit-cache-dense": "dense",
     "decodekit-cache-gqa": "gqa",

@@ -43,6 +43,19 @@ class TestMirostatV2(SelectorConformance):
         return p / p.sum(-1, keepdim=True)
 
 
+class TestAdaptiveP(SelectorConformance):
+    """A fresh context per draw: the average starts at the target, so the adapted target is the target itself and
+    the draw is from softmax(5 - 10 d^2 / (1 + d)), d = |p - 0.3| / 0.3, over the tokens not removed."""
+
+    def make(self) -> Any:
+        return dk.create("adaptive_p", target=0.3, decay=0.9)
+
+    def distribution(self, logits: Tensor) -> Tensor:
+        x = logits.double()
+        d = (x.softmax(-1) - 0.3).abs() / 0.3
+        return torch.where(x == -torch.inf, -torch.inf, 5 - 10 * d * d / (1 + d)).softmax(-1)
+
+
 class TestMirostat(SelectorConformance):
     """A fresh context per draw, mu = 2 * tau = 2 bits. On the default row (logits 2, 1, 0.5, -inf, -1, 1) the
     Zipf estimate is s = 1.507 and k = (0.507 * 2^2 / (1 - 6^-0.507))^(1/1.507) = 2.25: the top two, and the

@@ -12,8 +12,15 @@ CHAINS = {
     "mirostat": ("mirostat(5.0, 0.1, 50)", {"tau": 5.0, "eta": 0.1, "m": 50}),
     "mirostat_v2": ("mirostat_v2(5.0, 0.1)", {"tau": 5.0, "eta": 0.1}),
     "gumbel": ("gumbel", {}),
+    "adaptive_p": ("adaptive_p(0.3, 0.5)", {"target": 0.3, "decay": 0.5}),
 }
-KINDS = {"dynamic_temperature": "processor", "mirostat": "selector", "mirostat_v2": "selector", "gumbel": "selector"}
+KINDS = {
+    "dynamic_temperature": "processor",
+    "mirostat": "selector",
+    "mirostat_v2": "selector",
+    "gumbel": "selector",
+    "adaptive_p": "selector",
+}
 
 
 def test_registered_by_this_distribution() -> None:
@@ -53,6 +60,10 @@ def test_selectors_end_a_chain() -> None:
         ("mirostat_v2", {"tau": -1.0}, ["tau=-1.0", "0 <= tau"]),
         ("mirostat_v2", {"eta": 1.5}, ["eta=1.5", "0 <= eta <= 1"]),
         ("gumbel", {"temperature": 1.0}, ["unknown parameter temperature=1.0", "none"]),
+        ("adaptive_p", {}, ["adaptive_p", "target", "required"]),
+        ("adaptive_p", {"target": 1.5}, ["target=1.5", "target <= 1"]),
+        ("adaptive_p", {"target": float("nan")}, ["target=nan"]),
+        ("adaptive_p", {"target": 0.5, "decay": 1.0}, ["decay=1.0", "0 <= decay <= 0.99"]),
     ],
 )
 def test_bad_parameters_name_parameter_value_and_range(

@@ -50,7 +50,7 @@ _PROCESSORS = (
     "typical(0.9)", "epsilon(0.01)", "sequence_bias([[[1, 2], -3.0]])", "top_n_sigma(1.0)",
 )  # fmt: skip
 _GRAMMARS = ("regex(pattern='[a-c]+')", 'grammar(lark=\'start: ("a" | "b")+\')', "json")
-_SELECTORS = ("greedy", "greedy", "sample", "gumbel", "mirostat(tau=2)", "mirostat_v2")
+_SELECTORS = ("greedy", "greedy", "sample", "gumbel", "mirostat(tau=2)", "mirostat_v2", "adaptive_p(0.3)")
 # Processors under which the argmax of log_softmax(x) and of x agree (beam scores log-probabilities).
 _SHIFT_SAFE = {"top_k", "top_p", "min_p", "temperature", "bad_words", "logit_bias", "allowed_tokens",
                "no_repeat_ngram", "min_new_tokens", "sequence_bias", "regex", "grammar", "json"}  # fmt: skip

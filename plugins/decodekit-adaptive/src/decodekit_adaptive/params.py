@@ -6,7 +6,7 @@ from pydantic import Field
 
 from decodekit.params import NoParams, Params
 
-__all__ = ["DynamicTemperatureParams", "GumbelParams", "MirostatParams", "MirostatV2Params"]
+__all__ = ["AdaptivePParams", "DynamicTemperatureParams", "GumbelParams", "MirostatParams", "MirostatV2Params"]
 
 
 class DynamicTemperatureParams(Params):
@@ -43,6 +43,19 @@ class MirostatV2Params(Params):
         default=5.0, ge=0, le=1e4, allow_inf_nan=False, description="target surprise in bits; mu starts at 2 * tau"
     )
     eta: float = Field(default=0.1, ge=0, le=1, allow_inf_nan=False, description="learning rate of mu")
+
+
+class AdaptivePParams(Params):
+    # Bounded as llama.cpp uses them: it clamps a decay past 0.99 (history ~ 1 / (1 - decay) tokens) and reads a
+    # target past 1 as 1 (but starts its average there), so here those are refused.
+    target: float = Field(
+        le=1,
+        allow_inf_nan=False,
+        description="the probability the sampled tokens aim at, on average (negative: off, plain sampling)",
+    )
+    decay: float = Field(
+        default=0.9, ge=0, le=0.99, allow_inf_nan=False, description="decay of the sampled probabilities' average"
+    )
 
 
 class GumbelParams(NoParams):

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from decodekit import hookimpl
 from decodekit.hookspecs import SamplerRegistrar
-from decodekit_adaptive.params import DynamicTemperatureParams, GumbelParams, MirostatParams, MirostatV2Params
+from decodekit_adaptive.params import (
+    AdaptivePParams,
+    DynamicTemperatureParams,
+    GumbelParams,
+    MirostatParams,
+    MirostatV2Params,
+)
 
 
 @hookimpl
@@ -27,6 +33,13 @@ def register_samplers(register: SamplerRegistrar) -> None:
         "decodekit_adaptive.mirostat_v2:MirostatV2",
         MirostatV2Params,
         "Mirostat v2: truncate by surprise > mu, sample, steer mu towards the target surprise tau",
+        kind="selector",
+    )
+    register(
+        "adaptive_p",
+        "decodekit_adaptive.adaptive_p:AdaptiveP",
+        AdaptivePParams,
+        "Adaptive-p: reshape around a target probability adapted to the recent picks, sample (llama.cpp adaptive_p)",
         kind="selector",
     )
     register(
