@@ -42,6 +42,7 @@ STAGES = {  # sampler: valid arguments (the first of each list is used when no a
     "xtc": ["threshold=0.1, probability=0.5"], "repetition_penalty": ["1.3", "1e4"], "top_n_sigma": ["1"],
     "dry": ["multiplier=0.8"], "logit_bias": ["{1: 2.0}"], "bad_words": ["[[1, 2]]"], "greedy": [""], "sample": [""],
     "adaptive_p": ["0.3", "target=-1", "target=1, decay=0"],
+    "reasoning_budget": ["2, [1], [2]", "0, [1, 2], [3], open=true"],
 }  # fmt: skip
 BAD_CHAINS = ["|", "top_k(", "sample | top_k(3)", "[", "{}", "[]", '[{"name": "top_k", "params": {"k": -1}}]', "nope",
               '"greedy"', '[{"name": "top_p", "params": {"p": NaN}}]', "top_k(5) |", "top_k(5) | | greedy", "-" * 3000,

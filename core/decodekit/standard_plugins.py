@@ -41,7 +41,9 @@ _REGISTERS: dict[str, str] = {
     "decodekit-cache-int8": "int8",
     "decodekit-cache-scored": "h2o knorm snapkv streaming tova",
     "decodekit-cache-window": "window",
-    "decodekit-constraints": "allowed_tokens bad_words exponential_decay logit_bias min_new_tokens sequence_bias",
+    "decodekit-constraints": (
+        "allowed_tokens bad_words exponential_decay logit_bias min_new_tokens reasoning_budget sequence_bias"
+    ),
     "decodekit-gpt": "gpt2",
     "decodekit-grammar": "grammar json json_schema regex",
     "decodekit-greedy": "greedy",

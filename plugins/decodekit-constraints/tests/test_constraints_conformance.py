@@ -36,3 +36,13 @@ class TestMinNewTokens(_Constraint):
 
 class TestExponentialDecay(_Constraint):
     spec = ("exponential_decay", {"start": 1, "factor": 1.5, "stop_tokens": [0, 4]})
+
+
+class TestReasoningBudget(_Constraint):
+    reads_back = "the state machine runs on the host, over each row's generated tokens (reasoning_budget.py)"
+    spec = ("reasoning_budget", {"budget": 2, "start": [1], "end": [2, 3], "forced": [4, 2, 3]})
+
+
+class TestReasoningBudgetOpen(_Constraint):
+    reads_back = TestReasoningBudget.reads_back
+    spec = ("reasoning_budget", {"budget": 1, "start": [1, 1], "end": [2], "open": True})

@@ -15,6 +15,10 @@ CHAINS: dict[str, tuple[str, dict[str, Any]]] = {
     "allowed_tokens": ("allowed_tokens([1, 2, 3])", {"tokens": (1, 2, 3)}),
     "min_new_tokens": ("min_new_tokens(8, [50256])", {"n": 8, "stop_tokens": (50256,)}),
     "exponential_decay": ("exponential_decay(15, 1.6, [50256])", {"start": 15, "factor": 1.6, "stop_tokens": (50256,)}),
+    "reasoning_budget": (
+        "reasoning_budget(100, [151667], [151668], [198, 151668], true)",
+        {"budget": 100, "start": (151667,), "end": (151668,), "forced": (198, 151668), "open": True},
+    ),
 }
 
 
@@ -48,6 +52,10 @@ def test_chain_string_fills_parameters_in_order_and_round_trips(name: str) -> No
         ("sequence_bias", {"biases": [[[1], True]]}, ["biases.0.1=True", "not a bool"]),
         ("logit_bias", {"bias": {True: 1.0}}, ["bias key=True", "not a bool"]),  # JSON's "3" is a key, True is not
         ("logit_bias", {"bias": {3: "2"}}, ["bias.3='2'", "not a bool or a string"]),
+        ("reasoning_budget", {"budget": -1, "start": [1], "end": [2]}, ["budget=-1", "0 <= budget"]),
+        ("reasoning_budget", {"budget": 5, "start": [], "end": [2]}, ["start=[]", "at least 1"]),
+        ("reasoning_budget", {"budget": 5, "start": [1], "end": [2], "forced": []}, ["forced=[]", "at least 1"]),
+        ("reasoning_budget", {"budget": 5, "start": [1]}, ["missing required parameter end"]),
     ],
 )
 def test_bad_parameters_name_parameter_value_and_range(

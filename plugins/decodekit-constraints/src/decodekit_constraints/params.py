@@ -14,6 +14,7 @@ __all__ = [
     "ExponentialDecayParams",
     "LogitBiasParams",
     "MinNewTokensParams",
+    "ReasoningBudgetParams",
     "SequenceBiasParams",
 ]
 
@@ -76,3 +77,15 @@ class ExponentialDecayParams(Params):
         gt=0, allow_inf_nan=False, description="growth per token past start (HF decay_factor; > 1 favours stopping)"
     )
     stop_tokens: tuple[TokenId, ...] = Field(min_length=1, description="the token ids that end a generation")
+
+
+class ReasoningBudgetParams(Params):
+    budget: int = Field(ge=0, lt=2**63, description="tokens a reasoning block may hold before its end is forced")
+    start: TokenSequence = Field(description="the token ids that open a reasoning block (e.g. <think>'s)")
+    end: TokenSequence = Field(description="the token ids that close it (e.g. </think>'s)")
+    forced: TokenSequence | None = Field(
+        default=None, description="the token ids forced when the budget runs out (llama.cpp: a message, then end)"
+    )
+    open: bool = Field(
+        default=False, description="the prompt ends inside a block (a template that opens <think>): count at once"
+    )

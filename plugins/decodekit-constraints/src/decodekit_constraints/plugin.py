@@ -10,6 +10,7 @@ from decodekit_constraints.params import (
     ExponentialDecayParams,
     LogitBiasParams,
     MinNewTokensParams,
+    ReasoningBudgetParams,
     SequenceBiasParams,
 )
 
@@ -51,4 +52,10 @@ def register_samplers(register: SamplerRegistrar) -> None:
         "decodekit_constraints.exponential_decay:ExponentialDecay",
         ExponentialDecayParams,
         "Raise the stop tokens' logits exponentially once `start` tokens have been generated",
+    )
+    register(
+        "reasoning_budget",
+        "decodekit_constraints.reasoning_budget:ReasoningBudget",
+        ReasoningBudgetParams,
+        "Force the end of a reasoning block (<think> ... </think>) once it holds `budget` tokens (llama.cpp)",
     )
