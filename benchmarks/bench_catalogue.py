@@ -64,6 +64,7 @@ SAMPLERS: list[tuple[str, str]] = [
     ("min_new_tokens(1000, [50256])", ""),
     ("exponential_decay(100, 1.01, [50256, 13])", ""),
     ("frequency_penalty(0.5, include_prompt=True)", ""),
+    ("watermark(2.0)", "a generator reseeded and a randperm of the vocabulary per row, as transformers draws them"),
 ]
 
 

@@ -93,7 +93,7 @@ def test_each_distributions_version_is_its_packages_version() -> None:
         distribution = text.split('name = "')[1].split('"')[0]
         assert importlib.metadata.version(distribution) == importlib.import_module(package).__version__
         checked += 1
-    assert checked == 21
+    assert checked == 22
 
 
 def test_a_plugin_that_fails_to_import_is_reported_and_the_rest_work(site: Path) -> None:

@@ -58,6 +58,7 @@ _REGISTERS: dict[str, str] = {
     "decodekit-top-k": "top_k",
     "decodekit-top-p": "top_p",
     "decodekit-truncation": "epsilon eta min_p top_a top_h top_n_sigma typical xtc",
+    "decodekit-watermark": "watermark",
 }
 STANDARD_PLUGINS: dict[str, str] = {name: dist for dist, names in _REGISTERS.items() for name in names.split()}
 

@@ -123,6 +123,9 @@ ALONE: list[dict[str, Any]] = [
     {"exponential_decay_length_penalty": (2, 1.6)},
     {"exponential_decay_length_penalty": (0, 0.8)},
     {"renormalize_logits": True, "top_k": 4},
+    {"watermarking_config": {"bias": 2.5}},
+    {"watermarking_config": {"bias": 1.5, "greenlist_ratio": 0.4, "seeding_scheme": "selfhash", "context_width": 3}},
+    {"watermarking_config": {"hashing_key": 7, "context_width": 2}, "top_k": 6},  # after the warpers
 ]
 
 
@@ -139,7 +142,7 @@ def test_combined_options_match_transformers(model: Any) -> None:
     assert [stage.split("(")[0] for stage in text.split(" | ")] == [
         *("sequence_bias", "repetition_penalty", "no_repeat_ngram", "bad_words", "min_new_tokens"),
         *("exponential_decay", "bad_words", "min_new_tokens", "temperature", "top_h", "top_k", "top_p", "min_p"),
-        *("typical", "epsilon", "eta", "sample"),
+        *("typical", "epsilon", "eta", "watermark", "sample"),
     ]
 
 
@@ -167,6 +170,11 @@ def random_options(rng: random.Random) -> dict[str, Any]:
         "min_new_tokens": lambda: rng.choice([0, 1, 3, 8]),
         "min_length": lambda: rng.choice([0, PROMPT + 1, PROMPT + 5]),
         "exponential_decay_length_penalty": lambda: (rng.choice([0, 1, 3]), rng.choice([0.6, 1.3, 2.5])),
+        "watermarking_config": lambda: {
+            "bias": rng.choice([0.5, 2.0]),
+            "seeding_scheme": rng.choice(["lefthash", "selfhash"]),
+            "context_width": rng.choice([1, 2]),
+        },
     }
     options = {name: make() for name, make in choices.items() if rng.random() < 0.4}
     options["do_sample"] = rng.random() < 0.7
@@ -201,6 +209,7 @@ def test_the_chains_read_as_transformers_fills_defaults() -> None:
         ({"exponential_decay_length_penalty": (2, 1.5)}, r"exponential_decay_length_penalty=\(2, 1.5\) .*no eos_"),
         ({"sequence_bias": [[[3], float("inf")]]}, r"sequence_bias=\[\[3\], inf\] .*NaN or \+inf"),
         ({"do_sample": True, "top_p": 0.0}, r"top_p=0.0 cannot .*only the likeliest token .*top_p takes p > 0"),
+        ({"watermarking_config": {"ngram_len": 5, "keys": [1, 2]}}, r"watermarking_config=.* SynthID"),
     ],
 )
 def test_an_option_no_chain_expresses_is_refused_naming_it(options: dict[str, Any], named: str) -> None:
@@ -278,6 +287,7 @@ GREEDY: list[dict[str, Any]] = [
     {"bad_words_ids": [[3], [8, 9]], "suppress_tokens": [44, 60], "begin_suppress_tokens": [2]},
     {"min_new_tokens": 12, "exponential_decay_length_penalty": (4, 1.5), "repetition_penalty": 1.2},
     {"temperature": 0.5, "top_k": 3, "top_p": 0.5},  # do_sample=False: the warpers are not applied
+    {"watermarking_config": {"bias": 4.0, "seeding_scheme": "selfhash", "context_width": 2}},
 ]
 
 

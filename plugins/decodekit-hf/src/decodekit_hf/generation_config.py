@@ -5,9 +5,9 @@ transformers 5 fills every option the config leaves unset from `GenerationConfig
 (`do_sample=False`, `top_k=50`, ...), then `_get_logits_processor` appends its processors in a fixed order: the
 ones that run under every strategy (sequence bias, repetition penalty, no-repeat n-grams, bad words, minimum
 lengths, length decay, suppressions), then, with `do_sample=True` only, the warpers (temperature, top-H, top-k,
-top-p, min-p, typical, epsilon, eta). The chain here lists the same stages in that order and ends in `sample` or
-`greedy`. Options that no chain can express (beam search, classifier-free guidance, watermarking, ...) are a
-`ParameterError` naming the option, its value and what to do.
+top-p, min-p, typical, epsilon, eta), then the watermark. The chain here lists the same stages in that order and ends
+in `sample` or `greedy`. Options that no chain can express (beam search, classifier-free guidance, SynthID, ...) are
+a `ParameterError` naming the option, its value and what to do.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ def _chain(config: Any, prompt_length: int | None, vocab_size: int | None = None
     stages = _processors(config, eos, prompt_length, vocab_size)
     if config.do_sample:
         stages += _warpers(config)
+    stages += _watermark(config)
     stages.append("sample" if config.do_sample else "greedy")
     return " | ".join(stages)
 
@@ -139,7 +140,6 @@ def _refuse_unexpressible(c: Any, prompt_length: int | None = None) -> None:
             f"{_advice(c, strategy, prompt_length, guidance_scale=None)}",
         )
     checks: list[tuple[str, Callable[[Any], bool], str]] = [
-        ("watermarking_config", lambda v: v is not None, "watermarking has no decodekit stage"),
         ("penalty_alpha", lambda v: v is not None and v > 0, f"contrastive search is {_STRATEGIES}"),
         ("dola_layers", lambda v: v is not None, f"DoLa is {_STRATEGIES}"),
         ("num_beam_groups", lambda v: v is not None and v > 1, f"group beam search is {_STRATEGIES}"),
@@ -157,6 +157,25 @@ def _refuse_unexpressible(c: Any, prompt_length: int | None = None) -> None:
         value = getattr(c, name, None)
         if is_set(value):
             raise _refused(name, value, why)
+
+
+def _watermark(c: Any) -> list[str]:
+    """transformers' watermark, after every other processor: decodekit-watermark's stage draws the same lists."""
+    from transformers import WatermarkingConfig
+
+    w = c.watermarking_config
+    if w is None:
+        return []
+    if not isinstance(w, WatermarkingConfig):
+        raise _refused("watermarking_config", w, "SynthID's tournament watermark has no decodekit stage")
+    try:
+        w.validate()
+    except ValueError as exc:
+        raise _refused("watermarking_config", w.to_dict(), f"transformers refuses it ({exc})") from None
+    return [
+        f"watermark(bias={float(w.bias)!r}, greenlist_ratio={float(w.greenlist_ratio)!r}, hashing_key="
+        f"{int(w.hashing_key)}, seeding_scheme={w.seeding_scheme!r}, context_width={int(w.context_width)})"
+    ]
 
 
 def _refused(name: str, value: Any, why: str) -> ParameterError:
