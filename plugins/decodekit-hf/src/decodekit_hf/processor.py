@@ -19,7 +19,8 @@ Text: a stage that reads text (a grammar, `needs_tokenizer`) needs `tokenizer=`,
 tokenizer of the model, which the context carries as the decode engine's does.
 
 Selection stays with transformers: `do_sample=False` takes the argmax of the processed
-scores, `do_sample=True` draws from their softmax. The chain's selector is not run.
+scores, `do_sample=True` draws from their softmax. The chain's selector is not run, so one that picks
+otherwise (`distribution` neither "softmax" nor "argmax": mirostat) is refused.
 """
 
 from __future__ import annotations
@@ -71,9 +72,16 @@ class ChainLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
         if lengths is None:
             return None
         if lengths.numel() != rows or int(lengths.max()) > width:
+            copies = rows // lengths.numel() if lengths.numel() and rows % lengths.numel() == 0 else 1
+            hint = (  # generate() repeats each prompt's row for its beams or samples, side by side
+                f" (generate() made {copies} rows of each prompt, for num_beams or num_return_sequences: pass "
+                f"prompt_lengths=attention_mask.sum(-1).repeat_interleave({copies}))"
+                if copies > 1
+                else ""
+            )
             raise ParameterError(
                 f"as_logits_processor: prompt_lengths={lengths.tolist()} is invalid for input_ids of {rows} rows and "
-                f"{width} columns; allowed: one length per row, each at most {width}"
+                f"{width} columns; allowed: one length per row, each at most {width}{hint}"
             )
         return lengths.to(device)
 
@@ -101,7 +109,20 @@ def as_logits_processor(
         raise ParameterError(
             f"as_logits_processor: chain={chain!r} is invalid; allowed: a Chain, a chain string or a spec list"
         )
+    _check_selector(chain.selector)
     return ChainLogitsProcessor(chain, _checked_lengths(prompt_lengths), _tokenizer_for(chain, tokenizer))
+
+
+def _check_selector(selector: object) -> None:
+    """Refuse a selector transformers cannot stand in for: it picks by softmax or argmax, so a selector that picks
+    otherwise (mirostat's own truncation and state) would be left out silently."""
+    if getattr(selector, "distribution", None) not in ("softmax", "argmax"):
+        name = getattr(selector, "name", type(selector).__name__)
+        raise ParameterError(
+            f"as_logits_processor: selector {name} picks by a rule of its own, and transformers picks the token itself "
+            "(do_sample=True: a draw from the softmax, False: the argmax), so it would not run; allowed: a chain "
+            "ending in sample, gumbel or greedy (or no selector), or decode with dk.generate to use it"
+        )
 
 
 def _tokenizer_for(chain: Chain, tokenizer: object) -> Any:
