@@ -7,6 +7,7 @@ a different chain apart, so it has the power to fail.
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from typing import Any
 
@@ -228,3 +229,50 @@ def test_a_selector_transformers_cannot_stand_in_for_is_refused(selector: str) -
     )
     for kept in ("top_k(40)", "top_k(40) | sample", "top_k(40) | gumbel", "top_k(40) | greedy"):
         as_logits_processor(kept)
+
+
+@pytest.mark.parametrize(
+    "chain",
+    [
+        "min_new_tokens(30, [1])",  # ' ' barred for 30 tokens
+        "repetition_penalty(1.5, include_prompt=False)",
+        "regex(pattern='(the ){3,}[a-z]+, [a-z]+ [a-z]+ [a-z]+ [a-z]+!')",
+    ],
+)
+@pytest.mark.parametrize("assisted", ["prompt_lookup_num_tokens", "assistant_model"])
+def test_assisted_decoding_gives_the_tokens_of_plain_decoding(
+    trained: Any, gen_config: Any, chain: str, assisted: str
+) -> None:
+    """Assisted decoding asks at each draft, then again from the drafts it kept: each such call started a new
+    generation at step 0, so the minimum length counted again, the penalised tokens were the last few and the grammar
+    began anew mid-text. Greedy, assisted decoding's tokens are plain decoding's."""
+    if chain.startswith("regex"):
+        pytest.importorskip("decodekit_grammar")
+    tokenizer = dk.load_model("tiny-shakespeare-llama").tokenizer
+    ids = torch.tensor([tokenizer.encode("ROMEO:\nthe the the the the the the\n")])
+    config = gen_config(max_new_tokens=40)
+    helper = (
+        {"prompt_lookup_num_tokens": 3}
+        if assisted == "prompt_lookup_num_tokens"
+        else {"assistant_model": copy.deepcopy(trained)}
+    )
+    plain, fast = (
+        trained.generate(
+            ids, generation_config=config, logits_processor=[as_logits_processor(chain, tokenizer=tokenizer)], **kw
+        )
+        for kw in ({}, helper)
+    )
+    assert fast.tolist() == plain.tolist()
+
+
+def test_assisted_decoding_going_back_over_a_stage_with_state_is_refused(trained: Any, gen_config: Any) -> None:
+    """Its state advanced on drafts that generate() dropped; it cannot follow generate() back."""
+    ids = torch.tensor([[60, 1, 60, 1, 60, 1, 60, 1, 60, 1]])
+    processor = as_logits_processor(dk.Chain([_Recorder()]))
+    with pytest.raises(dk.ParameterError, match=r"stage recorder keeps state across steps, and generate\(\) went back"):
+        trained.generate(
+            ids,
+            generation_config=gen_config(max_new_tokens=40),
+            logits_processor=[processor],
+            prompt_lookup_num_tokens=3,
+        )

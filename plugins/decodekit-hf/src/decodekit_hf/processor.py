@@ -8,7 +8,9 @@ stateful stages carry their state from token to token.
 
 A call that does not continue the current generation (a different batch size, or a width
 other than one more than the last call's) starts a new one: the same processor object can
-serve successive `generate()` calls. `reset()` forces a new start.
+serve successive `generate()` calls. `reset()` forces a new start. A call that goes back over
+tokens the generation has seen, past its prompt, is the same generation (assisted decoding
+verifies drafts, then goes on from those it kept): `step` follows it back.
 
 Padding: transformers left-pads a ragged batch with its own pad token, and `input_ids`
 holds those pads. Without `prompt_lengths`, every column counts as a real token (so, as with
@@ -60,11 +62,37 @@ class ChainLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
         if ctx is not None and ctx.batch_size == B and self._prompt_width + ctx.step + 1 == T:
             ctx.tokens, ctx.step = input_ids, ctx.step + 1
             return ctx
+        if ctx is not None and self._goes_back(ctx, input_ids):
+            self._check_stateless(ctx, self._prompt_width + ctx.step + 1 - T)
+            ctx.tokens, ctx.step = input_ids, T - self._prompt_width
+            return ctx
         lengths = self._lengths(B, T, input_ids.device)
         ctx = DecodeContext(tokens=input_ids, prompt_lengths=lengths, tokenizer=self.tokenizer)
         self.chain.init_state(ctx)
         self._ctx, self._prompt_width = ctx, T
         return ctx
+
+    def _goes_back(self, ctx: DecodeContext, input_ids: Tensor) -> bool:
+        """Whether `input_ids` goes back within the current generation: assisted decoding (`prompt_lookup_num_tokens`,
+        `assistant_model`) asks at each draft, then again from the drafts it kept, plus one token of its own."""
+        B, T = input_ids.shape
+        seen = ctx.tokens
+        return (
+            ctx.batch_size == B
+            and self._prompt_width < T <= seen.shape[1]
+            and torch.equal(input_ids[:, : T - 1], seen[:, : T - 1])
+        )
+
+    def _check_stateless(self, ctx: DecodeContext, back: int) -> None:
+        """Refuse going back with a stage that keeps state: it advanced on the drafts generate() then dropped."""
+        for stage, state in ctx.state.values():
+            if state is not None:
+                raise ParameterError(
+                    f"as_logits_processor: stage {getattr(stage, 'name', type(stage).__name__)} keeps state across "
+                    f"steps, and generate() went back {back} tokens (assisted decoding, prompt_lookup_num_tokens or "
+                    "assistant_model, dropped drafts the state had taken); allowed: stages without per-generation "
+                    "state, generate() without assisted decoding, or dk.decode(strategy='speculative(...)')"
+                )
 
     def _lengths(self, rows: int, width: int, device: torch.device) -> Tensor | None:
         """`prompt_lengths` on `device`, checked against the generation's first `input_ids` `[rows, width]`."""
