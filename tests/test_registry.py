@@ -576,3 +576,16 @@ def test_an_extra_plugin_spec_that_names_nothing_says_what_the_module_has(
         dk.reload_plugins()
     monkeypatch.undo()
     dk.reload_plugins()
+
+
+def test_a_checkpoint_directory_given_as_the_model_says_to_name_its_loader(tmp_path: Path) -> None:
+    """`dk.load_model("/models/llama")`, as transformers' from_pretrained takes it, said only "unknown model" and
+    listed the models, not that a checkpoint folder goes after its loader's name."""
+    with pytest.raises(dk.UnknownNameError) as refused:
+        dk.load_model(str(tmp_path))
+    assert str(refused.value) == (
+        f"model {str(tmp_path)!r} is a directory, not a model name; allowed: the name of the model that loads it "
+        f"before it, as 'hf:{tmp_path}' for a Hugging Face checkpoint"
+    )
+    with pytest.raises(dk.UnknownNameError, match=r"^unknown model 'no-such-folder'; installed: "):
+        dk.load_model("no-such-folder")  # not a directory: the usual error

@@ -486,6 +486,11 @@ def load_model(name: str, /, **params: Any) -> Any:
     # A model name holds no "(" or ":", so only a call form needs the parser (it finds where the call ends).
     call, loader_arg = parse_model(name) if "(" in prefix else (StageCall(prefix, [], {}), argument if sep else None)
     key, args, kwargs = _given_once("model", name, call, (), params)
+    if key not in get_registry().section("model") and os.path.isdir(name):  # as from_pretrained takes a checkpoint
+        raise UnknownNameError(
+            f"model {name!r} is a directory, not a model name; allowed: the name of the model that loads it before "
+            f"it, as 'hf:{name}' for a Hugging Face checkpoint"
+        )
     entry = get_registry().lookup("model", key)
     validated = bind_arguments(f"model {key}", entry.params_model, args, kwargs)
     return entry.load()(loader_arg, validated)

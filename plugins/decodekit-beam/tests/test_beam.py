@@ -416,6 +416,19 @@ def test_zero_new_tokens() -> None:
     assert out.tokens == [[], [], []] and out.finish_reasons == ["length"] * 3
 
 
+def test_zero_new_tokens_gives_each_prompt_one_empty_sequence_with_its_text() -> None:
+    """A sequence's fields are the row's: an empty text "" where the model has a tokenizer (a scoring line of a beam
+    job with -n showed `"text": null`), None without one."""
+    text_model = tiny_gpt(2, vocab_size=95)
+    text_model.tokenizer = CharTokenizer()  # type: ignore[assignment]
+    out = beam_search(text_model, ["To be", "or"], num_beams=3, num_return_sequences=2, max_new_tokens=0, logprobs=1)
+    assert out.text == ["", ""] and out.sequences == [[[]], [[]]] and out.scores == [[0.0], [0.0]]
+    assert out.sequence_texts == [[""], [""]] and out.sequence_logprobs == [[[]], [[]]]
+    assert out.sequence_finish_reasons == [["length"], ["length"]] and out.sequence_stopped_by == [[None], [None]]
+    ids = beam_search(tiny_gpt(2), PROMPTS, num_beams=2, num_return_sequences=2, max_new_tokens=0)
+    assert ids.text is None and ids.sequence_texts == [[None]] * 3
+
+
 @pytest.mark.parametrize("stage", ["logit_bias({101: 1.0})", "allowed_tokens([3, 150])"])
 def test_zero_new_tokens_refuses_a_chain_past_the_vocabulary_as_sample_does(stage: str) -> None:
     """With no new tokens beam search ran no chain, so took a stage `sample` refuses (ids past the 101 tokens)."""

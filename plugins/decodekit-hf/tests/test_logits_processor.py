@@ -7,6 +7,7 @@ a different chain apart, so it has the power to fail.
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from typing import Any
 
@@ -189,3 +190,89 @@ def test_a_grammar_stage_needs_the_tokenizer_and_runs_with_it(gpt2: Any, gen_con
     ours = dk.generate(HFModel(gpt2, char_tokenizer), prompt, chain=f"{chain} | greedy", max_new_tokens=8)
     assert generated == [*ours.tokens[0], 95]  # the grammar complete, only <eos> is left: transformers stops on it
     assert ours.text is not None and char_tokenizer.decode(generated[:-1]) == ours.text[0] and len(ours.text[0]) == 4
+
+
+def test_prompt_lengths_of_a_beam_search_say_to_repeat_them_and_then_decode_as_dk_beam(
+    hf_model: Any, gen_config: Any, left_pad: Any
+) -> None:
+    """generate() runs num_beams rows per prompt: `attention_mask.sum(-1)`, one per prompt, was refused with no word
+    of what to pass; repeated per beam it gives decodekit's own beam search over the ragged prompts."""
+    ids, mask = left_pad(PROMPTS)
+    config = gen_config(max_new_tokens=6, num_beams=2)
+    processor = as_logits_processor("repetition_penalty(1.3)", prompt_lengths=mask.sum(-1))
+    with pytest.raises(dk.ParameterError) as refused:
+        hf_model.generate(ids, attention_mask=mask, generation_config=config, logits_processor=[processor])
+    assert str(refused.value).endswith(
+        "for input_ids of 6 rows and 10 columns; allowed: one length per row, each at most 10 (generate() made 2 rows "
+        "of each prompt, for num_beams or num_return_sequences: pass "
+        "prompt_lengths=attention_mask.sum(-1).repeat_interleave(2))"
+    )
+    processor = as_logits_processor("repetition_penalty(1.3)", prompt_lengths=mask.sum(-1).repeat_interleave(2))
+    theirs = hf_model.generate(ids, attention_mask=mask, generation_config=config, logits_processor=[processor])
+    ours = dk.decode(
+        HFModel(hf_model), PROMPTS, strategy="beam", num_beams=2, chain="repetition_penalty(1.3)", max_new_tokens=6
+    )
+    assert theirs[:, ids.shape[1] :].tolist() == ours.tokens
+
+
+@pytest.mark.parametrize("selector", ["mirostat_v2(tau=3.0)", "mirostat(tau=5.0)"])
+def test_a_selector_transformers_cannot_stand_in_for_is_refused(selector: str) -> None:
+    """transformers picks the token, by softmax or argmax: mirostat's own pick was dropped without a word."""
+    pytest.importorskip("decodekit_adaptive")
+    with pytest.raises(dk.ParameterError) as refused:
+        as_logits_processor(f"top_k(40) | {selector}")
+    name = selector.split("(")[0]
+    assert str(refused.value) == (
+        f"as_logits_processor: selector {name} picks by a rule of its own, and transformers picks the token itself "
+        "(do_sample=True: a draw from the softmax, False: the argmax), so it would not run; allowed: a chain ending "
+        "in sample, gumbel or greedy (or no selector), or decode with dk.generate to use it"
+    )
+    for kept in ("top_k(40)", "top_k(40) | sample", "top_k(40) | gumbel", "top_k(40) | greedy"):
+        as_logits_processor(kept)
+
+
+@pytest.mark.parametrize(
+    "chain",
+    [
+        "min_new_tokens(30, [1])",  # ' ' barred for 30 tokens
+        "repetition_penalty(1.5, include_prompt=False)",
+        "regex(pattern='(the ){3,}[a-z]+, [a-z]+ [a-z]+ [a-z]+ [a-z]+!')",
+    ],
+)
+@pytest.mark.parametrize("assisted", ["prompt_lookup_num_tokens", "assistant_model"])
+def test_assisted_decoding_gives_the_tokens_of_plain_decoding(
+    trained: Any, gen_config: Any, chain: str, assisted: str
+) -> None:
+    """Assisted decoding asks at each draft, then again from the drafts it kept: each such call started a new
+    generation at step 0, so the minimum length counted again, the penalised tokens were the last few and the grammar
+    began anew mid-text. Greedy, assisted decoding's tokens are plain decoding's."""
+    if chain.startswith("regex"):
+        pytest.importorskip("decodekit_grammar")
+    tokenizer = dk.load_model("tiny-shakespeare-llama").tokenizer
+    ids = torch.tensor([tokenizer.encode("ROMEO:\nthe the the the the the the\n")])
+    config = gen_config(max_new_tokens=40)
+    helper = (
+        {"prompt_lookup_num_tokens": 3}
+        if assisted == "prompt_lookup_num_tokens"
+        else {"assistant_model": copy.deepcopy(trained)}
+    )
+    plain, fast = (
+        trained.generate(
+            ids, generation_config=config, logits_processor=[as_logits_processor(chain, tokenizer=tokenizer)], **kw
+        )
+        for kw in ({}, helper)
+    )
+    assert fast.tolist() == plain.tolist()
+
+
+def test_assisted_decoding_going_back_over_a_stage_with_state_is_refused(trained: Any, gen_config: Any) -> None:
+    """Its state advanced on drafts that generate() dropped; it cannot follow generate() back."""
+    ids = torch.tensor([[60, 1, 60, 1, 60, 1, 60, 1, 60, 1]])
+    processor = as_logits_processor(dk.Chain([_Recorder()]))
+    with pytest.raises(dk.ParameterError, match=r"stage recorder keeps state across steps, and generate\(\) went back"):
+        trained.generate(
+            ids,
+            generation_config=gen_config(max_new_tokens=40),
+            logits_processor=[processor],
+            prompt_lookup_num_tokens=3,
+        )

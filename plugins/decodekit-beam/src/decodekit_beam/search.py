@@ -130,8 +130,11 @@ def _beam_rounds(d: Decoding, params: BeamParams) -> Iterator[None]:
             break
         logits = d.forward()
         yield
-    empty = [(0.0, RowOutput(0, frozenset(), None))]
-    kept = [entries[: params.num_return_sequences] or empty for entries in search.finished]
+    # No hypothesis (max_new_tokens=0): the prompt's first row, untouched, is its one empty sequence, text and all.
+    kept = [
+        entries[: params.num_return_sequences] or [(0.0, d.outputs[b * params.num_beams])]
+        for b, entries in enumerate(search.finished)
+    ]
     for b, best in enumerate(kept):
         d.finish(b, best[0][1].tokens, best[0][1].logprobs)
     d.result_type = BeamGeneration

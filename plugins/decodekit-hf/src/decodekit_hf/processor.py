@@ -8,7 +8,9 @@ stateful stages carry their state from token to token.
 
 A call that does not continue the current generation (a different batch size, or a width
 other than one more than the last call's) starts a new one: the same processor object can
-serve successive `generate()` calls. `reset()` forces a new start.
+serve successive `generate()` calls. `reset()` forces a new start. A call that goes back over
+tokens the generation has seen, past its prompt, is the same generation (assisted decoding
+verifies drafts, then goes on from those it kept): `step` follows it back.
 
 Padding: transformers left-pads a ragged batch with its own pad token, and `input_ids`
 holds those pads. Without `prompt_lengths`, every column counts as a real token (so, as with
@@ -19,7 +21,8 @@ Text: a stage that reads text (a grammar, `needs_tokenizer`) needs `tokenizer=`,
 tokenizer of the model, which the context carries as the decode engine's does.
 
 Selection stays with transformers: `do_sample=False` takes the argmax of the processed
-scores, `do_sample=True` draws from their softmax. The chain's selector is not run.
+scores, `do_sample=True` draws from their softmax. The chain's selector is not run, so one that picks
+otherwise (`distribution` neither "softmax" nor "argmax": mirostat) is refused.
 """
 
 from __future__ import annotations
@@ -59,11 +62,37 @@ class ChainLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
         if ctx is not None and ctx.batch_size == B and self._prompt_width + ctx.step + 1 == T:
             ctx.tokens, ctx.step = input_ids, ctx.step + 1
             return ctx
+        if ctx is not None and self._goes_back(ctx, input_ids):
+            self._check_stateless(ctx, self._prompt_width + ctx.step + 1 - T)
+            ctx.tokens, ctx.step = input_ids, T - self._prompt_width
+            return ctx
         lengths = self._lengths(B, T, input_ids.device)
         ctx = DecodeContext(tokens=input_ids, prompt_lengths=lengths, tokenizer=self.tokenizer)
         self.chain.init_state(ctx)
         self._ctx, self._prompt_width = ctx, T
         return ctx
+
+    def _goes_back(self, ctx: DecodeContext, input_ids: Tensor) -> bool:
+        """Whether `input_ids` goes back within the current generation: assisted decoding (`prompt_lookup_num_tokens`,
+        `assistant_model`) asks at each draft, then again from the drafts it kept, plus one token of its own."""
+        B, T = input_ids.shape
+        seen = ctx.tokens
+        return (
+            ctx.batch_size == B
+            and self._prompt_width < T <= seen.shape[1]
+            and torch.equal(input_ids[:, : T - 1], seen[:, : T - 1])
+        )
+
+    def _check_stateless(self, ctx: DecodeContext, back: int) -> None:
+        """Refuse going back with a stage that keeps state: it advanced on the drafts generate() then dropped."""
+        for stage, state in ctx.state.values():
+            if state is not None:
+                raise ParameterError(
+                    f"as_logits_processor: stage {getattr(stage, 'name', type(stage).__name__)} keeps state across "
+                    f"steps, and generate() went back {back} tokens (assisted decoding, prompt_lookup_num_tokens or "
+                    "assistant_model, dropped drafts the state had taken); allowed: stages without per-generation "
+                    "state, generate() without assisted decoding, or dk.decode(strategy='speculative(...)')"
+                )
 
     def _lengths(self, rows: int, width: int, device: torch.device) -> Tensor | None:
         """`prompt_lengths` on `device`, checked against the generation's first `input_ids` `[rows, width]`."""
@@ -71,9 +100,16 @@ class ChainLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
         if lengths is None:
             return None
         if lengths.numel() != rows or int(lengths.max()) > width:
+            copies = rows // lengths.numel() if lengths.numel() and rows % lengths.numel() == 0 else 1
+            hint = (  # generate() repeats each prompt's row for its beams or samples, side by side
+                f" (generate() made {copies} rows of each prompt, for num_beams or num_return_sequences: pass "
+                f"prompt_lengths=attention_mask.sum(-1).repeat_interleave({copies}))"
+                if copies > 1
+                else ""
+            )
             raise ParameterError(
                 f"as_logits_processor: prompt_lengths={lengths.tolist()} is invalid for input_ids of {rows} rows and "
-                f"{width} columns; allowed: one length per row, each at most {width}"
+                f"{width} columns; allowed: one length per row, each at most {width}{hint}"
             )
         return lengths.to(device)
 
@@ -101,7 +137,20 @@ def as_logits_processor(
         raise ParameterError(
             f"as_logits_processor: chain={chain!r} is invalid; allowed: a Chain, a chain string or a spec list"
         )
+    _check_selector(chain.selector)
     return ChainLogitsProcessor(chain, _checked_lengths(prompt_lengths), _tokenizer_for(chain, tokenizer))
+
+
+def _check_selector(selector: object) -> None:
+    """Refuse a selector transformers cannot stand in for: it picks by softmax or argmax, so a selector that picks
+    otherwise (mirostat's own truncation and state) would be left out silently."""
+    if getattr(selector, "distribution", None) not in ("softmax", "argmax"):
+        name = getattr(selector, "name", type(selector).__name__)
+        raise ParameterError(
+            f"as_logits_processor: selector {name} picks by a rule of its own, and transformers picks the token itself "
+            "(do_sample=True: a draw from the softmax, False: the argmax), so it would not run; allowed: a chain "
+            "ending in sample, gumbel or greedy (or no selector), or decode with dk.generate to use it"
+        )
 
 
 def _tokenizer_for(chain: Chain, tokenizer: object) -> Any:
