@@ -6,7 +6,21 @@ Language Models"; transformers' `WatermarkLogitsProcessor` and `WatermarkDetecto
 the green tokens of a text and says how unlikely that many are without the watermark (a z-score).
 """
 
-from decodekit_watermark.detect import Detection, detect
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from decodekit_watermark.detection import Detection, detect
 
 __all__ = ["Detection", "detect"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """`detect` and `Detection` load torch on first use: listing plugins imports this package without it."""
+    if name in __all__:
+        from decodekit_watermark import detection
+
+        return getattr(detection, name)
+    raise AttributeError(f"module 'decodekit_watermark' has no attribute {name!r}")
