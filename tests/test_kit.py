@@ -129,7 +129,7 @@ class KeepsAValueDependentShape(TopK):
 
 class BadSpec(TopK):
     def spec(self) -> dict[str, Any]:
-        return {"name": "top_k", "params": {"k": self.params.k + 1}}
+        return {"name": self.name, "params": {"k": self.params.k + 1}}
 
 
 PROCESSOR_FLAWS: list[tuple[type[TopK], str]] = [
@@ -219,7 +219,10 @@ SELECTOR_FLAWS: list[tuple[type[Greedy], str]] = [
     (SelectCandidatesDisagree, "select_candidates"),
     (FirstCandidateOfTiedMaxima, "select_candidates"),
     (FailsOnUnsampleableRows, "cannot be sampled: raised"),
-    (SelectorReadsAValue, r"greedy\(\) on .* logits: reads back .* \(\.item\(\) or \.tolist\(\) at test_kit\.py"),
+    (
+        SelectorReadsAValue,
+        r"selector_reads_a_value\(\) on .* logits: reads back .* \(\.item\(\) or \.tolist\(\) at test_kit\.py",
+    ),
     (SelectCandidatesReadsBack, r"select_candidates on .* candidates: reads back .* at test_kit\.py:\d+: return"),
 ]
 

@@ -356,17 +356,16 @@ def unregister_plugin(plugin: object) -> None:
 
 
 def registered_name(cls: type) -> str:
-    """The sampler name `cls` (or its nearest registered base class) is registered under; a class that
-    no plugin registers is named after itself, in snake case (`MyShift` -> "my_shift")."""
+    """The sampler name `cls` is registered under; a class that no plugin registers is named after itself, in snake
+    case (`MyShift` -> "my_shift"), a subclass of a registered one too: its spec must not rebuild its base."""
     registry = get_registry()
     return registry.built(("sampler name", cls), lambda: _sampler_name(registry, cls))  # a stage's name, often read
 
 
 def _sampler_name(registry: Registry, cls: type) -> str:
     names = registry.sampler_names
-    for klass in cls.__mro__:
-        if (name := names.get(f"{klass.__module__}:{klass.__qualname__}") or names.get(klass)) is not None:
-            return name
+    if (name := names.get(f"{cls.__module__}:{cls.__qualname__}") or names.get(cls)) is not None:
+        return name
     return re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
 
 
