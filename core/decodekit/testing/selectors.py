@@ -19,7 +19,7 @@ from typing_extensions import Unpack
 
 from decodekit.context import DecodeContext, row_generators
 from decodekit.stage import Candidates, densify
-from decodekit.testing.assertions import NEW_TENSOR, first_rows, history_kept
+from decodekit.testing.assertions import NEW_TENSOR, ROW_DRAWS, first_rows, history_kept
 from decodekit.testing.host_reads import assert_reads_nothing
 from decodekit.testing.inputs import (
     DISTRIBUTION_LOGITS,
@@ -73,11 +73,14 @@ def check_selector_contract(selector: Any, logits: Tensor, history: TokenHistory
         f"{what}: picked a removed (-inf) token in rows {first_rows(removed)}: {tokens.tolist()}"
     )
     again = selector(logits.clone(), history.context(factory))
-    assert torch.equal(again, tokens), f"{what}: the same seeds gave {again.tolist()}, then {tokens.tolist()}"
+    assert torch.equal(again, tokens), (
+        f"{what}: the same seeds gave {again.tolist()}, then {tokens.tolist()}; allowed: the same picks ({ROW_DRAWS})"
+    )
     for b in range(B):
         alone = selector(logits[b : b + 1].clone(), history.context(factory, [b]))
         assert int(alone[0]) == int(tokens[b]), (
-            f"{what}: row {b} picks {int(alone[0])} alone but {int(tokens[b])} in a batch of {B} (same row seed)"
+            f"{what}: row {b} picks {int(alone[0])} alone but {int(tokens[b])} in a batch of {B} (same row seed); "
+            f"allowed: the same pick ({ROW_DRAWS})"
         )
     perm = list(range(B))[::-1]
     permuted = selector(logits[perm].clone(), history.context(factory, perm))
