@@ -435,6 +435,38 @@ def test_an_unknown_name_names_a_distribution_without_an_entry_point(
     )
 
 
+def test_an_entry_point_naming_a_package_without_hooks_fails_saying_which_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ratio = "dk_ratio"` in place of `"dk_ratio.plugin"`: the plugin was listed as registering nothing, no warning,
+    and its sampler's name was "unknown" with "no installed plugin distribution registers it"."""
+    package = tmp_path / "dk_ratio"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""A plugin whose hooks are in its plugin module."""\n')
+    (package / "plugin.py").write_text(
+        "from decodekit import hookimpl\n\n\n@hookimpl\ndef register_samplers(register):\n"
+        '    register("keep_ratio", "decodekit.sample:Sample", kind="selector")\n'
+    )
+    info = tmp_path / "decodekit_ratio-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: decodekit-ratio\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text("[decodekit]\nratio = dk_ratio\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.warns(RuntimeWarning) as warned:
+            dk.reload_plugins()
+        with pytest.raises(dk.UnknownNameError, match="decodekit-ratio failed to load: `decodekit plugins` says why"):
+            dk.create("keep_ratio")
+    finally:
+        monkeypatch.undo()
+        dk.reload_plugins()
+    [message] = [str(w.message) for w in warned if "decodekit-ratio" in str(w.message)]
+    assert message.endswith(
+        "plugin decodekit-ratio 0.1.0 (entry point 'ratio') failed to load: PluginError: dk_ratio is a package "
+        "without a register_* hook, so it registers nothing; allowed: the module with the @decodekit.hookimpl "
+        "functions (its modules: dk_ratio.plugin)"
+    )
+
 def test_a_distribution_whose_metadata_has_no_name_is_not_listed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import pkgutil
 import re
 import threading
+import types
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -123,9 +125,17 @@ class _Loader:
         return list(staged.values())
 
 
-def _hook_problems(plugin: object, hooks: list[str]) -> Iterator[tuple[str, str]]:
-    """What would make a plugin register nothing without a word: a hook name misspelt, or a hook not marked."""
+def _hook_problems(plugin: object, hooks: list[str]) -> Iterator[tuple[str, str | None]]:
+    """What would make a plugin register nothing without a word: a hook name misspelt, a hook not marked, or an entry
+    point naming a package without hooks (its `plugin` module has them), with the hook to blame (None: the plugin)."""
     names = [name for name, _ in HOOKS]
+    if not hooks and isinstance(plugin, types.ModuleType) and hasattr(plugin, "__path__"):
+        modules = ", ".join(f"{plugin.__name__}.{m.name}" for m in pkgutil.iter_modules(plugin.__path__))
+        yield (
+            f"{plugin.__name__} is a package without a register_* hook, so it registers nothing; allowed: the module "
+            f"with the @decodekit.hookimpl functions (its modules: {modules or 'none'})",
+            None,
+        )
     for h in hooks:
         if h not in names:
             yield f"unknown hook {h!r}; allowed: {', '.join(names)}{did_you_mean(h, names)}", h
