@@ -265,6 +265,36 @@ def test_the_distribution_check_catches_a_wrong_distribution() -> None:
         check_selector_distribution(dk.create("sample"), uniform_over_kept)
 
 
+class StatesSoftmaxDrawsColder(Greedy):
+    """Promises speculative decoding draws from softmax(logits), but draws from softmax(2 * logits)."""
+
+    distribution = "softmax"
+
+    def __call__(self, logits: Tensor, ctx: dk.DecodeContext) -> Tensor:
+        return dk.create("sample")(2 * logits, ctx)
+
+    select_candidates = None  # type: ignore[assignment]
+
+
+def suite_distribution(selector: Any) -> None:
+    """The pytest suite's chi-square test, with no distribution() of its own."""
+
+    class Suite(SelectorConformance):
+        def make(self) -> Any:
+            return selector
+
+    Suite().test_distribution()
+
+
+@pytest.mark.parametrize("check", [check_selector, suite_distribution])
+def test_a_selector_is_held_to_the_distribution_it_states(check: Callable[[Any], None]) -> None:
+    """Without the suite's distribution(), the chi-square test was skipped: a selector stating "softmax" that drew
+    otherwise passed the kit, and speculative decoding, trusting the attribute, sampled from the wrong distribution."""
+    check(Greedy())  # distribution = "argmax", and it is
+    with pytest.raises(AssertionError, match="do not fit .*; allowed: draws as its distribution = 'softmax' states"):
+        check(StatesSoftmaxDrawsColder())
+
+
 def test_the_distribution_check_takes_probabilities_summing_to_one_within_its_tolerance() -> None:
     """float32 probabilities sum to 1 only to ~1e-7 (0.9 + 0.1 is 1 - 2e-8): the kit accepts a sum
     within 1e-6 of 1, where scipy's chisquare alone raises a ValueError beyond 1.5e-8."""
