@@ -513,7 +513,6 @@ def test_plugins_lists_a_name_registered_twice_and_the_rest_works(
         dk.reload_plugins()
 
 
-
 def test_plugins_shows_the_whole_fix_for_a_name_registered_twice_on_80_columns(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -533,6 +532,7 @@ def test_plugins_shows_the_whole_fix_for_a_name_registered_twice_on_80_columns(
     assert "…" not in table
     flat = re.sub(r"[\s│]", "", table)  # the cells' lines, joined: a long word folds over several
     assert "DECODEKIT_DISABLE_PLUGINS=cli_testplugin:duplicatekeepsdecodekit-greedy's" in flat
+
 
 def test_missing_default_model_lists_installed_models() -> None:
     # Load only the samplers of the default chain: tiny-shakespeare is absent, cli-test-gpt is there.

@@ -467,6 +467,7 @@ def test_an_entry_point_naming_a_package_without_hooks_fails_saying_which_module
         "functions (its modules: dk_ratio.plugin)"
     )
 
+
 def test_a_distribution_whose_metadata_has_no_name_is_not_listed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
