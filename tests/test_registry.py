@@ -144,6 +144,30 @@ def test_an_installed_bad_plugin_is_listed_with_its_reason_and_the_rest_work(
     dk.reload_plugins()
 
 
+class CappedPlugin:
+    """A plugin class, whose hook needs an object: `module:CappedPlugin` named in place of an object of it."""
+
+    @dk.hookimpl
+    def register_cache_backends(self, register: Any) -> None:
+        _capped(register)
+
+
+def test_a_plugin_class_in_place_of_its_object_fails_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry point or DECODEKIT_EXTRA_PLUGINS naming the class failed with pluggy's call of its unbound hook:
+    `TypeError: CappedPlugin.register_cache_backends() missing 1 required positional argument: 'register'`."""
+    monkeypatch.setattr("decodekit.plugins._code_plugins", [*dk.plugins._code_plugins, (CappedPlugin, "classy")])
+    with pytest.warns(RuntimeWarning) as warned:
+        registry = dk.reload_plugins()
+    monkeypatch.undo()
+    dk.reload_plugins()
+    [message] = [str(w.message) for w in warned if "classy" in str(w.message)]
+    assert message.endswith(
+        "plugin classy (in code) (entry point 'register_plugin') failed to load: PluginError: CappedPlugin is a "
+        "class, whose hooks need an object; allowed: a module-level plugin = CappedPlugin(), named 'module:plugin'"
+    )
+    assert "capped" not in registry.caches
+
+
 def test_check_imports_every_path_and_reports_broken_ones(registered: Callable[..., Plugin]) -> None:
     def hook(register: Any) -> None:
         register("ghost", "decodekit_no_such_module.cache:Ghost", description="missing module")

@@ -86,6 +86,11 @@ class _Loader:
     def add(self, plugin: object, distribution: str, version: str, entry_point: str) -> None:
         info = self.registry.plugins.setdefault(distribution, PluginInfo(distribution, version))
         info.entry_points.append(entry_point)
+        if _is_plugin_class(plugin):  # pluggy would take its functions, then call each without an object
+            made = f"a module-level plugin = {plugin.__name__}(), named 'module:plugin'"
+            error = f"PluginError: {plugin.__name__} is a class, whose hooks need an object; allowed: {made}"
+            self.fail(PluginFailure(distribution, version, entry_point, error))
+            return
         try:
             self.pm.register(plugin, name=f"{distribution}:{entry_point}")
         except PLUGIN_FAILURES as exc:  # e.g. a hook implementation with the wrong arguments
@@ -327,11 +332,16 @@ def register_plugin(plugin: object, name: str | None = None) -> None:
     _install(registry)
 
 
+def _is_plugin_class(plugin: object) -> bool:
+    """A class with hook functions, given in place of an object of it."""
+    return isinstance(plugin, type) and any(inspect.isfunction(getattr_static(plugin, n, None)) for n, _ in HOOKS)
+
+
 def _unregistrable(plugin: object, label: str) -> str | None:
     """Why `plugin` cannot be registered from code: it has no hook (a processor function passed as the plugin; an
     entry point may have none), a class whose hooks need an object, or its name is taken (pluggy's error would list
     every plugin loaded)."""
-    if isinstance(plugin, type) and any(inspect.isfunction(inspect.getattr_static(plugin, n, None)) for n, _ in HOOKS):
+    if _is_plugin_class(plugin):
         made = f"dk.register_plugin({plugin.__name__}())"
         return f"plugin {label!r} is a class, whose hooks need an object; allowed: {made}"
     if not any(n in dict(HOOKS) or hasattr(getattr(plugin, n, None), f"{ENTRY_POINT_GROUP}_impl") for n in dir(plugin)):
