@@ -14,6 +14,7 @@ from torch import Tensor
 
 import decodekit as dk
 from decodekit.candidates import keep_at_least, top_candidates
+from decodekit.sample import Sample
 from decodekit.stage import Candidates
 from decodekit.testing import NEG, ProcessorConformance, SelectorConformance, check_processor, check_selector
 from decodekit.testing.selectors import check_selector_distribution
@@ -265,15 +266,13 @@ def test_the_distribution_check_catches_a_wrong_distribution() -> None:
         check_selector_distribution(dk.create("sample"), uniform_over_kept)
 
 
-class StatesSoftmaxDrawsColder(Greedy):
+class StatesSoftmaxDrawsColder(dk.SelectorBase[dk.NoParams]):
     """Promises speculative decoding draws from softmax(logits), but draws from softmax(2 * logits)."""
 
     distribution = "softmax"
 
     def __call__(self, logits: Tensor, ctx: dk.DecodeContext) -> Tensor:
-        return dk.create("sample")(2 * logits, ctx)
-
-    select_candidates = None  # type: ignore[assignment]
+        return Sample()(2 * logits, ctx)
 
 
 def suite_distribution(selector: Any) -> None:
