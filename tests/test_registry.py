@@ -10,6 +10,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -32,6 +33,11 @@ class Shift(ProcessorBase[dk.NoParams]):
 
     def __call__(self, logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
         return logits + 1.0
+
+
+TOY_MODEL = SimpleNamespace(
+    spec=dk.ModelSpec(1, 1, 1, 8, 10, 8)
+)  # what the toy loaders return: load_model reads its spec
 
 
 class CappedParams(dk.Params):
@@ -259,9 +265,9 @@ def test_a_model_takes_its_parameters_in_its_string_form_with_or_without_an_argu
     --model, Ray's workers and a speculative draft pass on; its argument, if any, after ':'."""
     loaded: list[tuple[str | None, CappedParams]] = []
 
-    def load(argument: str | None, params: CappedParams) -> str:
+    def load(argument: str | None, params: CappedParams) -> SimpleNamespace:
         loaded.append((argument, params))
-        return "model"
+        return TOY_MODEL
 
     registered("sized", register_models=lambda register: register("tiny-sized.v2", load, CappedParams))
     for name, params in [
@@ -326,18 +332,50 @@ def test_strategy_parameters_are_listed_and_checked_by_decode() -> None:
         dk.decode(model, [[1]], num_beams=2)
 
 
+class EncodeOnly:
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) % 50 for c in text]
+
+
+def _with_tokenizer(tokenizer: object) -> Any:
+    model = tiny_gpt()
+    model.tokenizer = tokenizer
+    return model
+
+
+@pytest.mark.parametrize(
+    ("model", "says"),
+    [
+        (None, "its loader returned None; allowed: a model, with a decodekit.ModelSpec `spec`"),
+        (
+            _with_tokenizer(EncodeOnly()),
+            "its loader returned a model whose tokenizer EncodeOnly lacks encode or decode; allowed: a tokenizer with "
+            "encode(text) -> list[int] and decode(ids) -> str, or tokenizer None",
+        ),
+    ],
+)
+def test_a_model_loader_that_returns_no_model_fails_naming_its_plugin(
+    registered: Callable[..., Plugin], model: object, says: str
+) -> None:
+    """A loader returning None was, on the command line, "the model has no tokenizer"; a tokenizer without decode an
+    "unexpected AttributeError"; in Python both surfaced far from the plugin at fault."""
+    registered("loaders", register_models=lambda register: register("broken", lambda argument, params: model))
+    with pytest.raises(dk.PluginError, match=re.escape(f"model 'broken' from loaders: {says}")):
+        dk.load_model("broken")
+
+
 def test_model_loaders_receive_validated_parameters(registered: Callable[..., Plugin]) -> None:
     class WidthParams(dk.Params):
         width: int = Field(default=8, ge=1, le=64)
 
     seen: list[tuple[str | None, WidthParams]] = []
 
-    def loader(argument: str | None, params: WidthParams) -> str:
+    def loader(argument: str | None, params: WidthParams) -> SimpleNamespace:
         seen.append((argument, params))
-        return "model"
+        return TOY_MODEL
 
     registered("loaders", register_models=lambda register: register("toy-model.v2", loader, WidthParams, "a toy"))
-    assert dk.load_model("toy-model.v2") == dk.load_model("toy-model.v2:extra", width=16) == "model"
+    assert dk.load_model("toy-model.v2") is dk.load_model("toy-model.v2:extra", width=16) is TOY_MODEL
     assert seen == [(None, WidthParams()), ("extra", WidthParams(width=16))]
     with pytest.raises(dk.ParameterError, match=r"model toy-model.v2: width=65 is invalid"):
         dk.load_model("toy-model.v2", width=65)

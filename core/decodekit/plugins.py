@@ -507,4 +507,22 @@ def load_model(name: str, /, **params: Any) -> Any:
     key, args, kwargs = _given_once("model", name, call, (), params)
     entry = get_registry().lookup("model", key)
     validated = bind_arguments(f"model {key}", entry.params_model, args, kwargs)
-    return entry.load()(loader_arg, validated)
+    return _checked_model(entry.load()(loader_arg, validated), entry)
+
+
+def _checked_model(model: Any, entry: Entry) -> Any:
+    """What a loader returned, if it has what every decode reads first; else the plugin's error (a loader returning
+    None was "the model has no tokenizer" on the command line, a tokenizer without decode an AttributeError)."""
+    where = f"model {entry.name!r} from {entry.distribution}: its loader returned"
+    if getattr(model, "spec", None) is None:
+        returned = "None" if model is None else f"a {type(model).__name__} without a spec"
+        raise PluginError(
+            f"{where} {returned}; allowed: a model, with a decodekit.ModelSpec `spec` (docs/concepts.md, Models)"
+        )
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is not None and not all(callable(getattr(tokenizer, m, None)) for m in ("encode", "decode")):
+        raise PluginError(
+            f"{where} a model whose tokenizer {type(tokenizer).__name__} lacks encode or decode; allowed: a tokenizer "
+            "with encode(text) -> list[int] and decode(ids) -> str, or tokenizer None (token-id prompts)"
+        )
+    return model
