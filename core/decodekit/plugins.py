@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from inspect import getattr_static
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import pluggy
 
@@ -332,7 +332,7 @@ def register_plugin(plugin: object, name: str | None = None) -> None:
     _install(registry)
 
 
-def _is_plugin_class(plugin: object) -> bool:
+def _is_plugin_class(plugin: object) -> TypeGuard[type]:
     """A class with hook functions, given in place of an object of it."""
     return isinstance(plugin, type) and any(inspect.isfunction(getattr_static(plugin, n, None)) for n, _ in HOOKS)
 
