@@ -337,10 +337,8 @@ class EncodeOnly:
         return [ord(c) % 50 for c in text]
 
 
-def _with_tokenizer(tokenizer: object) -> Any:
-    model = tiny_gpt()
-    model.tokenizer = tokenizer
-    return model
+def _with_tokenizer(tokenizer: object) -> SimpleNamespace:
+    return SimpleNamespace(spec=TOY_MODEL.spec, tokenizer=tokenizer)
 
 
 @pytest.mark.parametrize(
