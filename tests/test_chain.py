@@ -218,6 +218,19 @@ def test_an_unregistered_callable_does_not_serialise() -> None:
         chain.to_spec()
 
 
+class MyTopK(TopK):
+    """A third party's variant of a registered stage, itself unregistered (its own `__call__` left out here)."""
+
+
+def test_a_subclass_of_a_registered_stage_is_named_after_itself() -> None:
+    """It took its base's name: its spec rebuilt a plain `top_k`, and the two chains compared equal."""
+    mine = dk.Chain([MyTopK(k=2)])
+    assert str(mine) == "my_top_k(k=2) | sample"
+    assert mine != dk.Chain([TopK(k=2)])
+    with pytest.raises(dk.UnknownNameError, match="unknown sampler 'my_top_k'"):
+        dk.Chain.from_spec(mine.to_spec())
+
+
 # -- numerics --------------------------------------------------------------------------------
 
 

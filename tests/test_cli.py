@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -510,6 +511,27 @@ def test_plugins_lists_a_name_registered_twice_and_the_rest_works(
         monkeypatch.delenv("DECODEKIT_EXTRA_PLUGINS")
         monkeypatch.delenv("DECODEKIT_DISABLE_PLUGINS", raising=False)  # it names the extra: refused without it
         dk.reload_plugins()
+
+
+def test_plugins_shows_the_whole_fix_for_a_name_registered_twice_on_80_columns(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 80 columns (a pipe's width) the error column was cut: "DECODEKIT_…", the variable and its value lost."""
+    from decodekit_cli import main
+
+    monkeypatch.setenv("DECODEKIT_EXTRA_PLUGINS", "cli_testplugin:duplicate")
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.warns(RuntimeWarning, match="'greedy' is registered by 2 distributions"):
+        dk.reload_plugins()
+    try:
+        assert main(["plugins"]) == 0
+    finally:
+        monkeypatch.delenv("DECODEKIT_EXTRA_PLUGINS")
+        dk.reload_plugins()
+    table = capsys.readouterr().out.split("Names registered twice (unusable)")[1]
+    assert "…" not in table
+    flat = re.sub(r"[\s│]", "", table)  # the cells' lines, joined: a long word folds over several
+    assert "DECODEKIT_DISABLE_PLUGINS=cli_testplugin:duplicatekeepsdecodekit-greedy's" in flat
 
 
 def test_missing_default_model_lists_installed_models() -> None:

@@ -41,7 +41,12 @@ FLAWS = [
     pytest.param(
         check_processor, TopK(k=3), OnCandidatesClampsTheHistory(k=3), "on_candidates .*: modified ctx.tokens"
     ),
-    pytest.param(check_selector, Greedy(), SelectorMarksItsPick(), r"greedy\(\) on .*: modified ctx.tokens in place"),
+    pytest.param(
+        check_selector,
+        Greedy(),
+        SelectorMarksItsPick(),
+        r"selector_marks_its_pick\(\) on .*: modified ctx.tokens in place",
+    ),
 ]
 
 

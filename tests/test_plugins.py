@@ -671,3 +671,42 @@ def test_a_cache_backend_that_cannot_take_its_parameters_says_what_impl_is() -> 
         "params) and returns the cache; allowed: a class or function taking (spec, params=None)"
     )
     assert "only_spec" not in dk.get_registry().caches
+
+
+def _load(params: dk.Params) -> None:  # a model loader without the argument
+    """Never called."""
+
+
+def _policy(decoding: dk.Decoding) -> None:  # a strategy without its parameters
+    """Never called."""
+
+
+@pytest.mark.parametrize(
+    ("hook", "impl", "says"),
+    [
+        (
+            "register_models",
+            _load,
+            "model 'short' from Direct: _load(params: 'dk.Params') -> 'None' is called as "
+            "impl(argument, params) and returns the model; allowed: a function taking (argument, params)",
+        ),
+        (
+            "register_strategies",
+            _policy,
+            "strategy 'short' from Direct: _policy(decoding: 'dk.Decoding') -> 'None' is "
+            "called as policy(decoding, params); allowed: a function taking (decoding, params)",
+        ),
+    ],
+)
+def test_a_model_or_strategy_that_cannot_take_its_call_says_what_impl_is(hook: str, impl: object, says: str) -> None:
+    """As a cache backend's: before, dk.load_model or dk.decode raised `TypeError: _load() takes 1 positional argument
+    but 2 were given` from inside decodekit, a traceback in Python and an "unexpected TypeError" on the command line."""
+
+    class Direct:
+        pass
+
+    setattr(Direct, hook, dk.hookimpl(specname=hook)(lambda self, register: register("short", impl)))
+    with pytest.raises(dk.PluginError) as refused:
+        dk.register_plugin(Direct())
+    assert str(refused.value).endswith(says)
+    assert "short" not in dk.get_registry().models and "short" not in dk.get_registry().strategies

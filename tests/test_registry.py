@@ -10,6 +10,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -32,6 +33,11 @@ class Shift(ProcessorBase[dk.NoParams]):
 
     def __call__(self, logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
         return logits + 1.0
+
+
+TOY_MODEL = SimpleNamespace(
+    spec=dk.ModelSpec(1, 1, 1, 8, 10, 8)
+)  # what the toy loaders return: load_model reads its spec
 
 
 class CappedParams(dk.Params):
@@ -144,6 +150,30 @@ def test_an_installed_bad_plugin_is_listed_with_its_reason_and_the_rest_work(
     dk.reload_plugins()
 
 
+class CappedPlugin:
+    """A plugin class, whose hook needs an object: `module:CappedPlugin` named in place of an object of it."""
+
+    @dk.hookimpl
+    def register_cache_backends(self, register: Any) -> None:
+        _capped(register)
+
+
+def test_a_plugin_class_in_place_of_its_object_fails_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry point or DECODEKIT_EXTRA_PLUGINS naming the class failed with pluggy's call of its unbound hook:
+    `TypeError: CappedPlugin.register_cache_backends() missing 1 required positional argument: 'register'`."""
+    monkeypatch.setattr("decodekit.plugins._code_plugins", [*dk.plugins._code_plugins, (CappedPlugin, "classy")])
+    with pytest.warns(RuntimeWarning) as warned:
+        registry = dk.reload_plugins()
+    monkeypatch.undo()
+    dk.reload_plugins()
+    [message] = [str(w.message) for w in warned if "classy" in str(w.message)]
+    assert message.endswith(
+        "plugin classy (in code) (entry point 'register_plugin') failed to load: PluginError: CappedPlugin is a "
+        "class, whose hooks need an object; allowed: a module-level plugin = CappedPlugin(), named 'module:plugin'"
+    )
+    assert "capped" not in registry.caches
+
+
 def test_check_imports_every_path_and_reports_broken_ones(registered: Callable[..., Plugin]) -> None:
     def hook(register: Any) -> None:
         register("ghost", "decodekit_no_such_module.cache:Ghost", description="missing module")
@@ -235,9 +265,9 @@ def test_a_model_takes_its_parameters_in_its_string_form_with_or_without_an_argu
     --model, Ray's workers and a speculative draft pass on; its argument, if any, after ':'."""
     loaded: list[tuple[str | None, CappedParams]] = []
 
-    def load(argument: str | None, params: CappedParams) -> str:
+    def load(argument: str | None, params: CappedParams) -> SimpleNamespace:
         loaded.append((argument, params))
-        return "model"
+        return TOY_MODEL
 
     registered("sized", register_models=lambda register: register("tiny-sized.v2", load, CappedParams))
     for name, params in [
@@ -302,18 +332,48 @@ def test_strategy_parameters_are_listed_and_checked_by_decode() -> None:
         dk.decode(model, [[1]], num_beams=2)
 
 
+class EncodeOnly:
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) % 50 for c in text]
+
+
+def _with_tokenizer(tokenizer: object) -> SimpleNamespace:
+    return SimpleNamespace(spec=TOY_MODEL.spec, tokenizer=tokenizer)
+
+
+@pytest.mark.parametrize(
+    ("model", "says"),
+    [
+        (None, "its loader returned None; allowed: a model, with a decodekit.ModelSpec `spec`"),
+        (
+            _with_tokenizer(EncodeOnly()),
+            "its loader returned a model whose tokenizer EncodeOnly lacks encode or decode; allowed: a tokenizer with "
+            "encode(text) -> list[int] and decode(ids) -> str, or tokenizer None",
+        ),
+    ],
+)
+def test_a_model_loader_that_returns_no_model_fails_naming_its_plugin(
+    registered: Callable[..., Plugin], model: object, says: str
+) -> None:
+    """A loader returning None was, on the command line, "the model has no tokenizer"; a tokenizer without decode an
+    "unexpected AttributeError"; in Python both surfaced far from the plugin at fault."""
+    registered("loaders", register_models=lambda register: register("broken", lambda argument, params: model))
+    with pytest.raises(dk.PluginError, match=re.escape(f"model 'broken' from loaders: {says}")):
+        dk.load_model("broken")
+
+
 def test_model_loaders_receive_validated_parameters(registered: Callable[..., Plugin]) -> None:
     class WidthParams(dk.Params):
         width: int = Field(default=8, ge=1, le=64)
 
     seen: list[tuple[str | None, WidthParams]] = []
 
-    def loader(argument: str | None, params: WidthParams) -> str:
+    def loader(argument: str | None, params: WidthParams) -> SimpleNamespace:
         seen.append((argument, params))
-        return "model"
+        return TOY_MODEL
 
     registered("loaders", register_models=lambda register: register("toy-model.v2", loader, WidthParams, "a toy"))
-    assert dk.load_model("toy-model.v2") == dk.load_model("toy-model.v2:extra", width=16) == "model"
+    assert dk.load_model("toy-model.v2") is dk.load_model("toy-model.v2:extra", width=16) is TOY_MODEL
     assert seen == [(None, WidthParams()), ("extra", WidthParams(width=16))]
     with pytest.raises(dk.ParameterError, match=r"model toy-model.v2: width=65 is invalid"):
         dk.load_model("toy-model.v2", width=65)
@@ -432,6 +492,39 @@ def test_an_unknown_name_names_a_distribution_without_an_entry_point(
     assert str(err.value).endswith(
         "(no installed plugin distribution registers it; decodekit-noentry requires decodekit and declares no "
         "entry point: a plugin's pyproject.toml needs [project.entry-points.decodekit], then pip install it again)"
+    )
+
+
+def test_an_entry_point_naming_a_package_without_hooks_fails_saying_which_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ratio = "dk_ratio"` in place of `"dk_ratio.plugin"`: the plugin was listed as registering nothing, no warning,
+    and its sampler's name was "unknown" with "no installed plugin distribution registers it"."""
+    package = tmp_path / "dk_ratio"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""A plugin whose hooks are in its plugin module."""\n')
+    (package / "plugin.py").write_text(
+        "from decodekit import hookimpl\n\n\n@hookimpl\ndef register_samplers(register):\n"
+        '    register("keep_ratio", "decodekit.sample:Sample", kind="selector")\n'
+    )
+    info = tmp_path / "decodekit_ratio-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: decodekit-ratio\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text("[decodekit]\nratio = dk_ratio\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.warns(RuntimeWarning) as warned:
+            dk.reload_plugins()
+        with pytest.raises(dk.UnknownNameError, match="decodekit-ratio failed to load: `decodekit plugins` says why"):
+            dk.create("keep_ratio")
+    finally:
+        monkeypatch.undo()
+        dk.reload_plugins()
+    [message] = [str(w.message) for w in warned if "decodekit-ratio" in str(w.message)]
+    assert message.endswith(
+        "plugin decodekit-ratio 0.1.0 (entry point 'ratio') failed to load: PluginError: dk_ratio is a package "
+        "without a register_* hook, so it registers nothing; allowed: the module with the @decodekit.hookimpl "
+        "functions (its modules: dk_ratio.plugin)"
     )
 
 

@@ -6,14 +6,16 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import pkgutil
 import re
 import threading
+import types
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from inspect import getattr_static
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import pluggy
 
@@ -84,6 +86,11 @@ class _Loader:
     def add(self, plugin: object, distribution: str, version: str, entry_point: str) -> None:
         info = self.registry.plugins.setdefault(distribution, PluginInfo(distribution, version))
         info.entry_points.append(entry_point)
+        if _is_plugin_class(plugin):  # pluggy would take its functions, then call each without an object
+            made = f"a module-level plugin = {plugin.__name__}(), named 'module:plugin'"
+            error = f"PluginError: {plugin.__name__} is a class, whose hooks need an object; allowed: {made}"
+            self.fail(PluginFailure(distribution, version, entry_point, error))
+            return
         try:
             self.pm.register(plugin, name=f"{distribution}:{entry_point}")
         except PLUGIN_FAILURES as exc:  # e.g. a hook implementation with the wrong arguments
@@ -123,9 +130,17 @@ class _Loader:
         return list(staged.values())
 
 
-def _hook_problems(plugin: object, hooks: list[str]) -> Iterator[tuple[str, str]]:
-    """What would make a plugin register nothing without a word: a hook name misspelt, or a hook not marked."""
+def _hook_problems(plugin: object, hooks: list[str]) -> Iterator[tuple[str, str | None]]:
+    """What would make a plugin register nothing without a word: a hook name misspelt, a hook not marked, or an entry
+    point naming a package without hooks (its `plugin` module has them), with the hook to blame (None: the plugin)."""
     names = [name for name, _ in HOOKS]
+    if not hooks and isinstance(plugin, types.ModuleType) and hasattr(plugin, "__path__"):
+        modules = ", ".join(f"{plugin.__name__}.{m.name}" for m in pkgutil.iter_modules(plugin.__path__))
+        yield (
+            f"{plugin.__name__} is a package without a register_* hook, so it registers nothing; allowed: the module "
+            f"with the @decodekit.hookimpl functions (its modules: {modules or 'none'})",
+            None,
+        )
     for h in hooks:
         if h not in names:
             yield f"unknown hook {h!r}; allowed: {', '.join(names)}{did_you_mean(h, names)}", h
@@ -317,11 +332,16 @@ def register_plugin(plugin: object, name: str | None = None) -> None:
     _install(registry)
 
 
+def _is_plugin_class(plugin: object) -> TypeGuard[type]:
+    """A class with hook functions, given in place of an object of it."""
+    return isinstance(plugin, type) and any(inspect.isfunction(getattr_static(plugin, n, None)) for n, _ in HOOKS)
+
+
 def _unregistrable(plugin: object, label: str) -> str | None:
     """Why `plugin` cannot be registered from code: it has no hook (a processor function passed as the plugin; an
     entry point may have none), a class whose hooks need an object, or its name is taken (pluggy's error would list
     every plugin loaded)."""
-    if isinstance(plugin, type) and any(inspect.isfunction(inspect.getattr_static(plugin, n, None)) for n, _ in HOOKS):
+    if _is_plugin_class(plugin):
         made = f"dk.register_plugin({plugin.__name__}())"
         return f"plugin {label!r} is a class, whose hooks need an object; allowed: {made}"
     if not any(n in dict(HOOKS) or hasattr(getattr(plugin, n, None), f"{ENTRY_POINT_GROUP}_impl") for n in dir(plugin)):
@@ -356,17 +376,16 @@ def unregister_plugin(plugin: object) -> None:
 
 
 def registered_name(cls: type) -> str:
-    """The sampler name `cls` (or its nearest registered base class) is registered under; a class that
-    no plugin registers is named after itself, in snake case (`MyShift` -> "my_shift")."""
+    """The sampler name `cls` is registered under; a class that no plugin registers is named after itself, in snake
+    case (`MyShift` -> "my_shift"), a subclass of a registered one too: its spec must not rebuild its base."""
     registry = get_registry()
     return registry.built(("sampler name", cls), lambda: _sampler_name(registry, cls))  # a stage's name, often read
 
 
 def _sampler_name(registry: Registry, cls: type) -> str:
     names = registry.sampler_names
-    for klass in cls.__mro__:
-        if (name := names.get(f"{klass.__module__}:{klass.__qualname__}") or names.get(klass)) is not None:
-            return name
+    if (name := names.get(f"{cls.__module__}:{cls.__qualname__}") or names.get(cls)) is not None:
+        return name
     return re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
 
 
@@ -493,4 +512,22 @@ def load_model(name: str, /, **params: Any) -> Any:
         )
     entry = get_registry().lookup("model", key)
     validated = bind_arguments(f"model {key}", entry.params_model, args, kwargs)
-    return entry.load()(loader_arg, validated)
+    return _checked_model(entry.load()(loader_arg, validated), entry)
+
+
+def _checked_model(model: Any, entry: Entry) -> Any:
+    """What a loader returned, if it has what every decode reads first; else the plugin's error (a loader returning
+    None was "the model has no tokenizer" on the command line, a tokenizer without decode an AttributeError)."""
+    where = f"model {entry.name!r} from {entry.distribution}: its loader returned"
+    if getattr(model, "spec", None) is None:
+        returned = "None" if model is None else f"a {type(model).__name__} without a spec"
+        raise PluginError(
+            f"{where} {returned}; allowed: a model, with a decodekit.ModelSpec `spec` (docs/concepts.md, Models)"
+        )
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is not None and not all(callable(getattr(tokenizer, m, None)) for m in ("encode", "decode")):
+        raise PluginError(
+            f"{where} a model whose tokenizer {type(tokenizer).__name__} lacks encode or decode; allowed: a tokenizer "
+            "with encode(text) -> list[int] and decode(ids) -> str, or tokenizer None (token-id prompts)"
+        )
+    return model

@@ -49,6 +49,12 @@ NO_ENTRY_POINT = (  # what is wrong with a distribution `without_entry_point` li
     f"requires decodekit and declares no entry point: a plugin's pyproject.toml needs "
     f"[project.entry-points.{ENTRY_POINT_GROUP}], then pip install it again"
 )
+_CALLED_AS = {  # how an impl of each category is called, and what takes that call (a sampler's: `Entry.load`)
+    "cache backend": "impl(spec, params) and returns the cache; allowed: a class or function taking "
+    "(spec, params=None)",
+    "model": "impl(argument, params) and returns the model; allowed: a function taking (argument, params)",
+    "strategy": "policy(decoding, params); allowed: a function taking (decoding, params)",
+}
 _SECTIONS = {"sampler": "samplers", "cache backend": "caches", "model": "models", "strategy": "strategies"}
 _INFO_LISTS = {**_SECTIONS, "cache backend": "cache_backends"}  # PluginInfo's list of each category
 
@@ -99,10 +105,9 @@ class Entry:
                 "impl(params) and returns the stage; allowed: a ProcessorBase or SelectorBase subclass, or a function "
                 "returning one (a processor function (logits, ctx) goes in a dk.Chain as it is, unregistered)"
             )
-        if self.category == "cache backend" and not binds(impl, None, None):
+        if (call := _CALLED_AS.get(self.category)) is not None and not binds(impl, None, None):
             raise PluginError(  # else a TypeError at every use, a traceback on the command line
-                f"{where}: {getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))} is called as "
-                "impl(spec, params) and returns the cache; allowed: a class or function taking (spec, params=None)"
+                f"{where}: {getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))} is called as {call}"
             )
         kind = getattr(impl, "kind", None)
         if self.category == "sampler" and isinstance(impl, type) and kind is not None and kind != self.kind:

@@ -57,7 +57,7 @@ class Stage(Generic[P]):
 
     @property
     def name(self) -> str:
-        """The registered name of this stage's class (or of its nearest registered base class)."""
+        """The registered name of this stage's class, else the class's own name in snake case."""
         from decodekit.plugins import registered_name
 
         return registered_name(type(self))

@@ -10,9 +10,10 @@ from torch import Tensor
 from decodekit.context import DecodeContext
 from decodekit.stage import Candidates
 
-__all__ = ["NEW_TENSOR", "assert_candidates_valid", "assert_same_logits", "first_rows", "history_kept"]
+__all__ = ["NEW_TENSOR", "ROW_DRAWS", "assert_candidates_valid", "assert_same_logits", "first_rows", "history_kept"]
 
 NEW_TENSOR = "a new tensor (out-of-place ops: masked_fill, not masked_fill_; never x[...] = ...)"  # what to return
+ROW_DRAWS = "draws from the rows' generators, ctx.generators[b] or ctx.uniform(), never torch's global one"
 
 
 def history_kept(ctx: DecodeContext) -> Callable[[str], None]:

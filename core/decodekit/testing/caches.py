@@ -597,7 +597,11 @@ class CacheConformance:
                 return
             want = self.nbytes(spec)
             _int(cache.nbytes, f"{config}: cache.nbytes is", "an int property, the bytes the cache holds")
-            assert cache.nbytes == want, f"{config}: nbytes {cache.nbytes} != the formula's {want}"
+            assert cache.nbytes == want, (
+                f"{config}: nbytes {cache.nbytes} != the formula's {want}; allowed: the suite's nbytes(spec) (by "
+                "default every slot, stored_heads(spec) heads, keys and values in spec.dtype: a storage of its own "
+                "states its formula there)"
+            )
             self._run(cache, _History(spec), SCHEDULE, torch.Generator().manual_seed(2), config)
             assert cache.nbytes == want, f"{config}: nbytes {cache.nbytes} after {cache.length} tokens, was {want}"
 

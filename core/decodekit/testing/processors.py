@@ -23,6 +23,7 @@ from decodekit.context import DecodeContext
 from decodekit.stage import Candidates, densify
 from decodekit.testing.assertions import (
     NEW_TENSOR,
+    ROW_DRAWS,
     assert_candidates_valid,
     assert_same_logits,
     first_rows,
@@ -70,7 +71,9 @@ def check_processor_contract(processor: Any, logits: Tensor, make_ctx: Callable[
     made_nan = torch.isnan(out) & ~torch.isnan(logits)
     assert not bool(made_nan.any()), f"{what}: produced NaN in rows {first_rows(made_nan)}"
     again = processor(logits.clone(), make_ctx())
-    assert_same_logits(again, out, f"{what}: a second call on the same input", rtol=0.0, atol=0.0)
+    assert_same_logits(
+        again, out, f"{what}: a second call on the same input and seeds ({ROW_DRAWS})", rtol=0.0, atol=0.0
+    )
     return out
 
 

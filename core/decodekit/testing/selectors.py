@@ -4,7 +4,8 @@ What is checked, in every float dtype: token ids `[B]` in range that are never -
 tokens for the same per-row seeds, whatever the other rows; a view as input; `select_candidates`
 equal to the dense call; no failure on rows that cannot be sampled (which a chain then reports);
 what a decode step calls reads nothing back from the device (`host_reads`); and, given the
-distribution it should draw from, a chi-square goodness-of-fit test over many seeded draws.
+distribution it should draw from, or the one its `distribution` attribute states (speculative decoding
+relies on it), a chi-square goodness-of-fit test over many seeded draws.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing_extensions import Unpack
 
 from decodekit.context import DecodeContext, row_generators
 from decodekit.stage import Candidates, densify
-from decodekit.testing.assertions import NEW_TENSOR, first_rows, history_kept
+from decodekit.testing.assertions import NEW_TENSOR, ROW_DRAWS, first_rows, history_kept
 from decodekit.testing.host_reads import assert_reads_nothing
 from decodekit.testing.inputs import (
     DISTRIBUTION_LOGITS,
@@ -73,11 +74,14 @@ def check_selector_contract(selector: Any, logits: Tensor, history: TokenHistory
         f"{what}: picked a removed (-inf) token in rows {first_rows(removed)}: {tokens.tolist()}"
     )
     again = selector(logits.clone(), history.context(factory))
-    assert torch.equal(again, tokens), f"{what}: the same seeds gave {again.tolist()}, then {tokens.tolist()}"
+    assert torch.equal(again, tokens), (
+        f"{what}: the same seeds gave {again.tolist()}, then {tokens.tolist()}; allowed: the same picks ({ROW_DRAWS})"
+    )
     for b in range(B):
         alone = selector(logits[b : b + 1].clone(), history.context(factory, [b]))
         assert int(alone[0]) == int(tokens[b]), (
-            f"{what}: row {b} picks {int(alone[0])} alone but {int(tokens[b])} in a batch of {B} (same row seed)"
+            f"{what}: row {b} picks {int(alone[0])} alone but {int(tokens[b])} in a batch of {B} (same row seed); "
+            f"allowed: the same pick ({ROW_DRAWS})"
         )
     perm = list(range(B))[::-1]
     permuted = selector(logits[perm].clone(), history.context(factory, perm))
@@ -228,6 +232,30 @@ def check_selector_distribution(
         )
 
 
+def _stated(selector: object) -> Callable[[Tensor], Tensor] | None:
+    """The probabilities a selector's `distribution` attribute promises: softmax of the logits, or all on their first
+    maximum (argmax); None where it states none."""
+    stated = getattr(selector, "distribution", None)
+    if stated == "softmax":
+        return lambda logits: logits.double().softmax(-1)
+    if stated == "argmax":
+        return lambda logits: torch.zeros_like(logits, dtype=torch.double).scatter(
+            1, logits.argmax(-1, keepdim=True), 1
+        )
+    return None
+
+
+def _check_stated(selector: Any, distribution: Callable[[Tensor], Tensor], seed: int, factory: ContextFactory) -> None:
+    """The chi-square test against what the selector's `distribution` attribute states, which a failure names."""
+    try:
+        check_selector_distribution(selector, distribution, seed=seed, ctx_factory=factory)
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}; allowed: draws as its distribution = {selector.distribution!r} states (speculative decoding "
+            "relies on it), or distribution = None"
+        ) from None
+
+
 def _logits(settings: KitSettings, dtype: torch.dtype) -> Tensor:
     return selector_logits(settings.batch_size, settings.vocab_size, seed=settings.seed, dtype=dtype)
 
@@ -239,7 +267,8 @@ def check_selector(
     reads_back: str = "",
     **options: Unpack[KitOptions],
 ) -> None:
-    """Every selector check; the chi-square test too when `distribution` (logits -> probabilities) is given.
+    """Every selector check; the chi-square test too when `distribution` (logits -> probabilities) is given, or when
+    the selector's `distribution` attribute states one.
 
     options: as for `check_processor`, the fields of `KitSettings`; so is `reads_back`.
     """
@@ -259,10 +288,13 @@ def check_selector(
         warn_unchecked(lambda: each_fake_case(settings, partial(check_selector_reads_nothing, selector)))
     if distribution is not None:
         check_selector_distribution(selector, distribution, seed=settings.seed, ctx_factory=factory)
+    elif (stated := _stated(selector)) is not None:
+        _check_stated(selector, stated, settings.seed, factory)
 
 
 class SelectorConformance(Conformance):
-    """Subclass and define `make()` (and `distribution()` for the chi-square test)."""
+    """Subclass and define `make()` (and `distribution()` for the chi-square test, where the selector's `distribution`
+    attribute states none)."""
 
     def distribution(self, logits: Tensor) -> Tensor | None:
         """The probabilities `[1, V]` the selector should draw from on `logits`; None skips the test."""
@@ -302,9 +334,13 @@ class SelectorConformance(Conformance):
     def test_distribution(self) -> None:
         import pytest
 
-        if self.distribution(DISTRIBUTION_LOGITS) is None:
-            pytest.skip("distribution() is not defined")
-        check_selector_distribution(self.make(), self._distribution, seed=self.seed, ctx_factory=self.make_context)
+        selector = self.make()
+        if self.distribution(DISTRIBUTION_LOGITS) is not None:
+            check_selector_distribution(selector, self._distribution, seed=self.seed, ctx_factory=self.make_context)
+        elif (stated := _stated(selector)) is not None:
+            _check_stated(selector, stated, self.seed, self.make_context)
+        else:
+            pytest.skip("distribution() is not defined, nor the selector's distribution attribute")
 
     def _distribution(self, logits: Tensor) -> Tensor:
         probs = self.distribution(logits)

@@ -237,8 +237,8 @@ def _check_summary(imported: list[dict[str, Any]], broken: list[dict[str, Any]])
 def _problem_table(title: str, columns: tuple[str, ...], rows: list[dict[str, Any]], style: str = "red") -> Table:
     table = Table(title=title, title_justify="left", title_style=f"bold {style}")
     for column in columns[:-1]:
-        table.add_column(column.replace("_", " "), no_wrap=True, style="bold")
-    table.add_column(columns[-1], style=style)
+        table.add_column(column.replace("_", " "), style="bold", overflow="fold")
+    table.add_column(columns[-1], style=style, overflow="fold")  # a narrow terminal wraps the fix, never cuts it
     for row in rows:
         cells = [row.get(c) for c in columns]
         table.add_row(*_plain(*(", ".join(c) if isinstance(c, list) else str(c or "") for c in cells)))
