@@ -466,7 +466,8 @@ def test_a_grammar_anywhere_in_a_chain_with_every_selector(shakespeare: Any, sel
         "middle": ["repetition_penalty(1.2)", f"regex(pattern='{pattern}')", "top_p(0.95)"],
         "last": ["temperature(1.1)", "top_k(60)", f"regex(pattern='{pattern}')"],
     }[at]
-    chain = " | ".join([*stages, selector])
+    required = {"adaptive_p": "adaptive_p(0.5)"}  # a selector whose parameters have no defaults
+    chain = " | ".join([*stages, required.get(selector, selector)])
     out = dk.generate(shakespeare, ["ROMEO:\n", "JULIET:\n"], chain=chain, max_new_tokens=20, seed=0)
     assert out.text is not None
     assert selectors() and all(re.fullmatch(pattern, text) for text in out.text), (chain, out.text)
