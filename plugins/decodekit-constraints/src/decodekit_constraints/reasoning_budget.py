@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Budget", "Budgets", "Phase", "ReasoningBudget"]
 
+MAX_HELD = 4096  # states held at most: their keys are whole prefixes (memory)
+
 
 class Phase(Enum):
     IDLE = "idle"
@@ -107,9 +109,12 @@ class Budgets:
             state = self.first
         elif have == len(tokens):
             self._held.move_to_end(tokens.tobytes())
+            return state
+        if have < len(tokens) - 1:  # the parent was evicted: too few held for this decode (k drafts a row)
+            self.capacity = min(2 * self.capacity, MAX_HELD)
         for i in range(have, len(tokens)):
             state = state.after(int(tokens[i]), self.params)
-            self._hold(tokens[: i + 1].tobytes(), state)
+        self._hold(tokens.tobytes(), state)  # not every prefix rebuilt: those would evict other rows' states
         return state
 
     def _hold(self, key: bytes, state: Budget) -> None:
