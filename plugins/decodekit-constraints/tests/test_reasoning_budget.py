@@ -194,9 +194,18 @@ def test_speculative_decoding_with_many_drafts_advances_each_row_a_token_at_a_ti
     assert steps[0] <= 13 * generated  # one transition per new prefix: k + 1 a round, a round emits 1 token or more
 
 
-def test_token_ids_past_the_vocabulary_are_named() -> None:
-    with pytest.raises(dk.ParameterError, match=r"reasoning_budget: start, end and forced holds token id 99"):
-        dk.generate(tiny_gpt(), [[1]], chain="reasoning_budget(3, [99], [8])", max_new_tokens=2)
+@pytest.mark.parametrize(
+    ("chain", "said"),
+    [
+        ("reasoning_budget(3, [99], [8])", "start holds token id 99"),
+        ("reasoning_budget(3, [7], [8, 120])", "end holds token id 120"),
+        ("reasoning_budget(3, [7], [8], forced=[5, 64, 8])", "forced holds token id 64"),
+    ],
+)
+def test_token_ids_past_the_vocabulary_are_named(chain: str, said: str) -> None:
+    """Each parameter by its own name (all three were named together, whichever held the id)."""
+    with pytest.raises(dk.ParameterError, match=rf"reasoning_budget: {said}, outside the vocabulary of"):
+        dk.generate(tiny_gpt(), [[1]], chain=chain, max_new_tokens=2)
 
 
 @pytest.mark.xdist_group("compile")

@@ -131,10 +131,12 @@ class ReasoningBudget(ProcessorBase[ReasoningBudgetParams]):
         self._budgets = Budgets(self.params)
         self._lock = threading.Lock()  # one stage may serve decodes in several threads
         p = self.params
-        self._max_id = max(max(p.start), max(p.end), max(_forced(p)))
+        given = {"start": p.start, "end": p.end, "forced": p.forced or ()}
+        self._largest = [(name, max(ids)) for name, ids in given.items() if ids]  # each checked by its own name
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        check_token_ids(self.name, "start, end and forced", self._max_id, logits.shape[-1])
+        for name, largest in self._largest:
+            check_token_ids(self.name, name, largest, logits.shape[-1])
         forced = _forced_tokens(self, ctx)  # [B]: the token each row must take, -1 where none
         if not bool((forced >= 0).any()):
             return logits
