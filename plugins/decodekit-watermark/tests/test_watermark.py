@@ -26,6 +26,8 @@ SETTINGS = [
     {"context_width": 3},
     {"seeding_scheme": "selfhash"},
     {"seeding_scheme": "selfhash", "context_width": 2, "bias": 4.0, "greenlist_ratio": 0.1},
+    {"seeding_scheme": "selfhash", "hashing_key": -3},  # transformers takes a negative key (it was refused here)
+    {"hashing_key": -(2**63)},
 ]
 
 
