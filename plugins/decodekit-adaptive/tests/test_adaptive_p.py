@@ -112,6 +112,9 @@ def test_a_negative_target_samples_the_distribution_as_it_is() -> None:
     plain = dk.generate(model, prompts, chain="top_k(20) | sample", max_new_tokens=16, seed=4)
     on = dk.generate(model, prompts, chain="top_k(20) | adaptive_p(0.1)", max_new_tokens=16, seed=4)
     assert off.tokens == plain.tokens
+    # any negative is off, one past float32's range too (its average started there: a RuntimeError, untyped)
+    far = dk.generate(model, prompts, chain="top_k(20) | adaptive_p(-1e300)", max_new_tokens=16, seed=4)
+    assert far.tokens == plain.tokens
     assert on.tokens != plain.tokens
 
 

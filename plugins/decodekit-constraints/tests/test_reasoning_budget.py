@@ -168,9 +168,44 @@ def test_speculative_decoding_and_beam_search_keep_the_budget() -> None:
     assert all(length <= 3 for row in beams.tokens for length in blocks(row))
 
 
-def test_token_ids_past_the_vocabulary_are_named() -> None:
-    with pytest.raises(dk.ParameterError, match=r"reasoning_budget: start, end and forced holds token id 99"):
-        dk.generate(tiny_gpt(), [[1]], chain="reasoning_budget(3, [99], [8])", max_new_tokens=2)
+def test_speculative_decoding_with_many_drafts_advances_each_row_a_token_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """8 rows drafting k=12 tokens a round touch ~200 prefixes a round, more than the 64 states held at first:
+    each row's parent was evicted, and rebuilding it from the start held every prefix rebuilt, which evicted the
+    other rows' states in turn (384,000 state transitions for 1,600 tokens, quadratic in the length). The held
+    states now grow to what the decode touches, and a rebuild holds only its last state."""
+    import decodekit_constraints.reasoning_budget as rb
+
+    steps = [0]
+    after = rb.Budget.after
+
+    def counted(self: rb.Budget, token: int, p: ReasoningBudgetParams) -> rb.Budget:
+        steps[0] += 1
+        return after(self, token, p)
+
+    monkeypatch.setattr(rb.Budget, "after", counted)
+    model = dk.load_model("tiny-shakespeare")
+    prompts = ["ROMEO:", "JULIET:", "KING:", "HAMLET: O", "First", "Second Citizen", "A", "QUEEN MARGARET:"]
+    out = dk.decode(model, prompts, strategy="speculative", draft="tiny-shakespeare-draft", k=12, seed=list(range(8)),
+                    chain="reasoning_budget(1000, [60], [83, 83]) | sample", max_new_tokens=200)  # fmt: skip
+    generated = sum(len(t) for t in out.tokens)
+    assert generated == 1600
+    assert steps[0] <= 13 * generated  # one transition per new prefix: k + 1 a round, a round emits 1 token or more
+
+
+@pytest.mark.parametrize(
+    ("chain", "said"),
+    [
+        ("reasoning_budget(3, [99], [8])", "start holds token id 99"),
+        ("reasoning_budget(3, [7], [8, 120])", "end holds token id 120"),
+        ("reasoning_budget(3, [7], [8], forced=[5, 64, 8])", "forced holds token id 64"),
+    ],
+)
+def test_token_ids_past_the_vocabulary_are_named(chain: str, said: str) -> None:
+    """Each parameter by its own name (all three were named together, whichever held the id)."""
+    with pytest.raises(dk.ParameterError, match=rf"reasoning_budget: {said}, outside the vocabulary of"):
+        dk.generate(tiny_gpt(), [[1]], chain=chain, max_new_tokens=2)
 
 
 @pytest.mark.xdist_group("compile")

@@ -5,6 +5,7 @@ detector against transformers' `WatermarkDetector` and by its detection rates.""
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from typing import Any
 
@@ -25,6 +26,8 @@ SETTINGS = [
     {"context_width": 3},
     {"seeding_scheme": "selfhash"},
     {"seeding_scheme": "selfhash", "context_width": 2, "bias": 4.0, "greenlist_ratio": 0.1},
+    {"seeding_scheme": "selfhash", "hashing_key": -3},  # transformers takes a negative key (it was refused here)
+    {"hashing_key": -(2**63)},
 ]
 
 
@@ -147,17 +150,34 @@ def test_a_compiled_decode_marks_as_an_eager_one() -> None:
     assert compiled.tokens == eager.tokens
 
 
+def test_numpy_token_ids_are_detected_as_a_list_of_them() -> None:
+    """A row of a tokenizer's numpy array, or numpy integers in a list, are token ids (they were refused: 'tokens
+    hold np.int64(7); allowed: ... integers')."""
+    import numpy as np
+
+    ids = shakespeare("watermark | sample", seed=3, n=60)
+    expected = detect(ids, vocab_size=84)
+    assert expected.watermarked
+    assert detect(np.array(ids), vocab_size=84) == expected
+    assert detect([np.int64(t) for t in ids], vocab_size=84) == expected
+
+
 @pytest.mark.parametrize(
     ("call", "said"),
     [
         (lambda: detect([1, 2, 3], vocab_size=0), "detect: vocab_size=0 is invalid"),
         (lambda: detect([1, 2, 300], vocab_size=100), "detect: tokens hold 300; allowed: a sequence of token ids"),
         (lambda: detect([1, "2", 3], vocab_size=100), "detect: tokens hold '2'"),  # type: ignore[list-item]
+        (
+            lambda: detect(torch.tensor([[1, 2, 3]]), vocab_size=9),
+            "detect: tokens hold [1, 2, 3]; allowed: a sequence of token ids, integers in [0, 9) (one text: a batch's "
+            "row, tokens[0])",
+        ),
         (lambda: detect([1], vocab_size=100), "detect: tokens of length 1 is invalid; allowed: more than context_w"),
         (lambda: detect([1, 2], vocab_size=9, watermark="watermark"), "detect: watermark='watermark' is invalid"),  # type: ignore[arg-type]
         (lambda: detect([1, 2], vocab_size=9, z_threshold=math.nan), "detect: z_threshold=nan is invalid"),
     ],
 )
 def test_bad_detector_input_is_named(call: object, said: str) -> None:
-    with pytest.raises(dk.ParameterError, match="^" + said.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(dk.ParameterError, match="^" + re.escape(said)):
         call()  # type: ignore[operator]

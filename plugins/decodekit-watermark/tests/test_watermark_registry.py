@@ -30,7 +30,7 @@ def test_chain_string_fills_parameters_in_order_and_round_trips() -> None:
         ({"bias": float("inf")}, ["bias=inf", "finite"]),
         ({"seeding_scheme": "minhash"}, ["seeding_scheme='minhash'", "lefthash", "selfhash"]),
         ({"context_width": 0}, ["context_width=0", "1 <= context_width"]),
-        ({"hashing_key": -1}, ["hashing_key=-1", "0 <= hashing_key"]),
+        ({"hashing_key": -(2**63) - 1}, ["hashing_key=-9223372036854775809", "-9223372036854775808 <= hashing_key"]),
     ],
 )
 def test_bad_parameters_name_parameter_value_and_range(params: dict[str, object], expected: list[str]) -> None:

@@ -44,7 +44,8 @@ class AdaptiveP(SelectorBase[AdaptivePParams]):
 
     def init_state(self, ctx: DecodeContext) -> Tensor:
         """The moving average of the sampled tokens' probabilities `[B]`, one per row, starting at `target`."""
-        return torch.full((ctx.batch_size,), self.params.target, device=ctx.tokens.device)
+        start = max(self.params.target, 0.0)  # off (negative) never reads it, and -1e300 is no float32
+        return torch.full((ctx.batch_size,), start, device=ctx.tokens.device)
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         ema: Tensor = ctx.state_for(self)  # [B], updated in place below

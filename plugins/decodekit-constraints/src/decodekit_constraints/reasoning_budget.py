@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Budget", "Budgets", "Phase", "ReasoningBudget"]
 
+MAX_HELD = 4096  # states held at most: their keys are whole prefixes (memory)
+
 
 class Phase(Enum):
     IDLE = "idle"
@@ -107,9 +109,12 @@ class Budgets:
             state = self.first
         elif have == len(tokens):
             self._held.move_to_end(tokens.tobytes())
+            return state
+        if have < len(tokens) - 1:  # the parent was evicted: too few held for this decode (k drafts a row)
+            self.capacity = min(2 * self.capacity, MAX_HELD)
         for i in range(have, len(tokens)):
             state = state.after(int(tokens[i]), self.params)
-            self._hold(tokens[: i + 1].tobytes(), state)
+        self._hold(tokens.tobytes(), state)  # not every prefix rebuilt: those would evict other rows' states
         return state
 
     def _hold(self, key: bytes, state: Budget) -> None:
@@ -126,10 +131,12 @@ class ReasoningBudget(ProcessorBase[ReasoningBudgetParams]):
         self._budgets = Budgets(self.params)
         self._lock = threading.Lock()  # one stage may serve decodes in several threads
         p = self.params
-        self._max_id = max(max(p.start), max(p.end), max(_forced(p)))
+        given = {"start": p.start, "end": p.end, "forced": p.forced or ()}
+        self._largest = [(name, max(ids)) for name, ids in given.items() if ids]  # each checked by its own name
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
-        check_token_ids(self.name, "start, end and forced", self._max_id, logits.shape[-1])
+        for name, largest in self._largest:
+            check_token_ids(self.name, name, largest, logits.shape[-1])
         forced = _forced_tokens(self, ctx)  # [B]: the token each row must take, -1 where none
         if not bool((forced >= 0).any()):
             return logits

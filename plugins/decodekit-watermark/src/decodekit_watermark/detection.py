@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
+from numbers import Integral
+from typing import SupportsIndex
 
 import torch
 
@@ -39,7 +41,7 @@ class Detection:
 
 
 def detect(
-    tokens: Sequence[int] | torch.Tensor,
+    tokens: Iterable[SupportsIndex] | torch.Tensor,
     *,
     vocab_size: int,
     watermark: WatermarkParams | Watermark | None = None,
@@ -71,15 +73,20 @@ def detect(
     return Detection(scored, green, z, 0.5 * math.erfc(z / math.sqrt(2)), z > z_threshold)
 
 
-def _checked(tokens: Sequence[int] | torch.Tensor, vocab_size: int, params: WatermarkParams) -> list[int]:
+def _checked(tokens: Iterable[SupportsIndex] | torch.Tensor, vocab_size: int, params: WatermarkParams) -> list[int]:
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
         raise ParameterError(f"detect: vocab_size={vocab_size!r} is invalid; allowed: an integer >= 1")
     ids = tokens.tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
-    wrong = next((t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size), None)
+    # numpy's integers too (a row of a tokenizer's array); not bool, not float
+    wrong = next(
+        (t for t in ids if isinstance(t, bool) or not isinstance(t, Integral) or not 0 <= int(t) < vocab_size), None
+    )
     if wrong is not None:
         raise ParameterError(
             f"detect: tokens hold {wrong!r}; allowed: a sequence of token ids, integers in [0, {vocab_size})"
+            " (one text: a batch's row, tokens[0])"
         )
+    ids = [int(t) for t in ids]
     if len(ids) <= params.context_width:
         raise ParameterError(
             f"detect: tokens of length {len(ids)} is invalid; allowed: more than context_width="

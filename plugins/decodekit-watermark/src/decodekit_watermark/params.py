@@ -18,8 +18,8 @@ class WatermarkParams(Params):
     greenlist_ratio: float = Field(
         default=0.25, gt=0, lt=1, allow_inf_nan=False, description="the share of the vocabulary that is green"
     )
-    hashing_key: int = Field(
-        default=15485863, ge=0, lt=2**63, description="the secret key the green lists are drawn from"
+    hashing_key: int = Field(  # negative ones too, as transformers seeds torch's generator with them
+        default=15485863, ge=-(2**63), lt=2**63, description="the secret key the green lists are drawn from"
     )
     seeding_scheme: Literal["lefthash", "selfhash"] = Field(
         default="lefthash",
