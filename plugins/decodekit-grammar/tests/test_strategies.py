@@ -135,3 +135,29 @@ def test_a_list_of_grammars_not_one_per_prompt_is_refused_under_every_strategy(
     message = rf"^regex: {len(patterns)} grammars \(pattern\) for 2 prompts; allowed: one grammar, or one per prompt$"
     with pytest.raises(dk.ParameterError, match=message):
         dk.decode(shakespeare, ["A:", "B:"], strategy=strategy, chain=chain, max_new_tokens=2)
+
+
+def test_speculative_decoding_with_many_drafts_advances_each_row_a_token_at_a_time(
+    shakespeare: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """8 rows drafting k=12 tokens a round touch ~100 prefixes a round, more than the 64 parse states held at first:
+    each row's parent was evicted, and rebuilding it held every prefix rebuilt, evicting the other rows' states in
+    turn (208,642 advances for 8 x 150 tokens, quadratic in the length). The held states now grow to what a round
+    touches, and a rebuild holds only its last state."""
+    from decodekit_grammar import llguidance_engine
+
+    advances = [0]
+    advance = llguidance_engine._Matcher.advance
+
+    def counted(self: Any, token: int) -> Any:
+        advances[0] += 1
+        return advance(self, token)
+
+    monkeypatch.setattr(llguidance_engine._Matcher, "advance", counted)
+    prompts = ["ROMEO:", "JULIET:", "KING:", "HAMLET: O", "First", "Second Citizen", "A", "QUEEN MARGARET:"]
+    strategy = "speculative(draft=tiny-shakespeare-draft, k=12)"
+    out = dk.decode(shakespeare, prompts, strategy=strategy, chain="regex(pattern='[a-z ,.]*') | sample",
+                    seed=list(range(8)), max_new_tokens=150)  # fmt: skip
+    generated = sum(len(t) for t in out.tokens)
+    assert generated == 8 * 150
+    assert advances[0] <= 13 * generated  # one advance per new prefix: k + 1 a round, a round emits 1 token or more

@@ -5,7 +5,9 @@ state of the longest prefix held is advanced over the rest (usually the row's la
 so that is one token). Nothing advances on a guess, so nothing needs undoing: a speculative draft that is
 rejected, a beam that is dropped or copied, a step redone, a new generation — each simply asks for the
 tokens it has. Held states are a bounded LRU; one evicted is rebuilt from an ancestor, never wrong. It is small
-(a few steps of every row): each state keeps llguidance's history of its whole text, so states x tokens is memory.
+(a few steps of every row): each state keeps llguidance's history of its whole text, so states x tokens is memory;
+it doubles (to `MAX_HELD`) when a row's parent was evicted, as speculative drafts of many rows touch more prefixes
+a round than it held.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from decodekit_grammar.engine import Matcher
 __all__ = ["Ended", "Matchers", "key_of"]
 
 _TOKEN = 4  # bytes per token in a key (int32)
+MAX_HELD = 1024  # states held at most: each keeps llguidance's history of its text (memory)
 
 
 def key_of(tokens: Any) -> bytes:
@@ -50,6 +53,8 @@ class Matchers:
         have = max(n - 1, 0)  # tokens of the longest prefix held
         while have > 0 and key[: have * _TOKEN] not in held:
             have -= 1
+        if have < n - 1:  # the parent was evicted: fewer held than a step touches (speculative drafts, many rows)
+            self.capacity = max(self.capacity, min(2 * self.capacity, MAX_HELD))
         state = held[key[: have * _TOKEN]] if have else self.root
         tokens = np.frombuffer(key, dtype=np.int32)
         for i in range(have, n):
@@ -57,7 +62,7 @@ class Matchers:
                 state = state.advance(int(tokens[i]))
                 if self._ends is not None and not state.complete and self._ends(state):
                     state = Ended(state)
-            self._hold(key[: (i + 1) * _TOKEN], state)
+        self._hold(key, state)  # not every prefix rebuilt: those would evict other rows' states in turn
         return state
 
     def _hold(self, key: bytes, state: Matcher) -> None:
