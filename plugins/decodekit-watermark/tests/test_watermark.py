@@ -174,6 +174,7 @@ def test_numpy_token_ids_are_detected_as_a_list_of_them() -> None:
             "row, tokens[0])",
         ),
         (lambda: detect([1], vocab_size=100), "detect: tokens of length 1 is invalid; allowed: more than context_w"),
+        (lambda: detect(7, vocab_size=100), "detect: tokens=7 is invalid; allowed: a sequence of token ids"),  # type: ignore[arg-type]
         (lambda: detect([1, 2], vocab_size=9, watermark="watermark"), "detect: watermark='watermark' is invalid"),  # type: ignore[arg-type]
         (lambda: detect([1, 2], vocab_size=9, z_threshold=math.nan), "detect: z_threshold=nan is invalid"),
     ],

@@ -111,7 +111,7 @@ class Budgets:
             self._held.move_to_end(tokens.tobytes())
             return state
         if have < len(tokens) - 1:  # the parent was evicted: too few held for this decode (k drafts a row)
-            self.capacity = min(2 * self.capacity, MAX_HELD)
+            self.capacity = max(self.capacity, min(2 * self.capacity, MAX_HELD))
         for i in range(have, len(tokens)):
             state = state.after(int(tokens[i]), self.params)
         self._hold(tokens.tobytes(), state)  # not every prefix rebuilt: those would evict other rows' states

@@ -76,7 +76,10 @@ def detect(
 def _checked(tokens: Iterable[SupportsIndex] | torch.Tensor, vocab_size: int, params: WatermarkParams) -> list[int]:
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
         raise ParameterError(f"detect: vocab_size={vocab_size!r} is invalid; allowed: an integer >= 1")
-    ids = tokens.tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
+    try:
+        ids = tokens.tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
+    except TypeError:  # not iterable: one id, None
+        raise ParameterError(f"detect: tokens={tokens!r} is invalid; allowed: a sequence of token ids") from None
     # numpy's integers too (a row of a tokenizer's array); not bool, not float
     wrong = next(
         (t for t in ids if isinstance(t, bool) or not isinstance(t, Integral) or not 0 <= int(t) < vocab_size), None
