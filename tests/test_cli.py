@@ -17,7 +17,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -487,16 +488,27 @@ def test_plugins_check_reports_broken_paths(capsys: pytest.CaptureFixture[str]) 
     assert summary.endswith("; 1 did not (Broken implementations above)")
 
 
+@contextmanager
+def greedy_registered_twice(monkeypatch: pytest.MonkeyPatch, columns: int) -> Iterator[None]:
+    """The test plugin's second `greedy` loaded, the terminal `columns` wide; the plugins as they were after."""
+    monkeypatch.setenv("DECODEKIT_EXTRA_PLUGINS", "cli_testplugin:duplicate")
+    monkeypatch.setenv("COLUMNS", str(columns))
+    with pytest.warns(RuntimeWarning, match="'greedy' is registered by 2 distributions"):
+        dk.reload_plugins()
+    try:
+        yield
+    finally:
+        monkeypatch.delenv("DECODEKIT_EXTRA_PLUGINS")
+        monkeypatch.delenv("DECODEKIT_DISABLE_PLUGINS", raising=False)  # it names the extra: refused without it
+        dk.reload_plugins()
+
+
 def test_plugins_lists_a_name_registered_twice_and_the_rest_works(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from decodekit_cli import main
 
-    monkeypatch.setenv("DECODEKIT_EXTRA_PLUGINS", "cli_testplugin:duplicate")
-    monkeypatch.setenv("COLUMNS", "300")
-    with pytest.warns(RuntimeWarning, match="'greedy' is registered by 2 distributions"):
-        dk.reload_plugins()
-    try:
+    with greedy_registered_twice(monkeypatch, columns=300):
         assert main(["plugins"]) == 0
         out = capsys.readouterr().out
         assert "Names registered twice (unusable)" in out
@@ -507,10 +519,6 @@ def test_plugins_lists_a_name_registered_twice_and_the_rest_works(
         assert dk.Chain.parse("temperature(0.5) | sample").processors  # everything else works
         monkeypatch.setenv("DECODEKIT_DISABLE_PLUGINS", "cli_testplugin:duplicate")  # as the error says
         assert dk.reload_plugins().samplers["greedy"].distribution == "decodekit-greedy"
-    finally:
-        monkeypatch.delenv("DECODEKIT_EXTRA_PLUGINS")
-        monkeypatch.delenv("DECODEKIT_DISABLE_PLUGINS", raising=False)  # it names the extra: refused without it
-        dk.reload_plugins()
 
 
 def test_plugins_shows_the_whole_fix_for_a_name_registered_twice_on_80_columns(
@@ -519,15 +527,8 @@ def test_plugins_shows_the_whole_fix_for_a_name_registered_twice_on_80_columns(
     """At 80 columns (a pipe's width) the error column was cut: "DECODEKIT_…", the variable and its value lost."""
     from decodekit_cli import main
 
-    monkeypatch.setenv("DECODEKIT_EXTRA_PLUGINS", "cli_testplugin:duplicate")
-    monkeypatch.setenv("COLUMNS", "80")
-    with pytest.warns(RuntimeWarning, match="'greedy' is registered by 2 distributions"):
-        dk.reload_plugins()
-    try:
+    with greedy_registered_twice(monkeypatch, columns=80):
         assert main(["plugins"]) == 0
-    finally:
-        monkeypatch.delenv("DECODEKIT_EXTRA_PLUGINS")
-        dk.reload_plugins()
     table = capsys.readouterr().out.split("Names registered twice (unusable)")[1]
     assert "…" not in table
     flat = re.sub(r"[\s│]", "", table)  # the cells' lines, joined: a long word folds over several

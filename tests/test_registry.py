@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 import decodekit as dk
 from decodekit.cache import PreallocatedKVCache
-from decodekit.registry import without_entry_point
+from decodekit.registry import Registry, without_entry_point
 from decodekit.stage import ProcessorBase
 from tinymodels import tiny_gpt
 
@@ -150,6 +150,22 @@ def test_an_installed_bad_plugin_is_listed_with_its_reason_and_the_rest_work(
     dk.reload_plugins()
 
 
+def reload_failing(
+    monkeypatch: pytest.MonkeyPatch, label: str, while_loaded: Callable[[], None] = lambda: None
+) -> tuple[Registry, str]:
+    """Reload the plugins with what `monkeypatch` set (`while_loaded` runs then), then as they were: the registry
+    and the one warning that names `label`."""
+    try:
+        with pytest.warns(RuntimeWarning) as warned:
+            registry = dk.reload_plugins()
+        while_loaded()
+    finally:
+        monkeypatch.undo()
+        dk.reload_plugins()
+    [message] = [str(w.message) for w in warned if label in str(w.message)]
+    return registry, message
+
+
 class CappedPlugin:
     """A plugin class, whose hook needs an object: `module:CappedPlugin` named in place of an object of it."""
 
@@ -162,11 +178,7 @@ def test_a_plugin_class_in_place_of_its_object_fails_saying_so(monkeypatch: pyte
     """An entry point or DECODEKIT_EXTRA_PLUGINS naming the class failed with pluggy's call of its unbound hook:
     `TypeError: CappedPlugin.register_cache_backends() missing 1 required positional argument: 'register'`."""
     monkeypatch.setattr("decodekit.plugins._code_plugins", [*dk.plugins._code_plugins, (CappedPlugin, "classy")])
-    with pytest.warns(RuntimeWarning) as warned:
-        registry = dk.reload_plugins()
-    monkeypatch.undo()
-    dk.reload_plugins()
-    [message] = [str(w.message) for w in warned if "classy" in str(w.message)]
+    registry, message = reload_failing(monkeypatch, "classy")
     assert message.endswith(
         "plugin classy (in code) (entry point 'register_plugin') failed to load: PluginError: CappedPlugin is a "
         "class, whose hooks need an object; allowed: a module-level plugin = CappedPlugin(), named 'module:plugin'"
@@ -512,15 +524,12 @@ def test_an_entry_point_naming_a_package_without_hooks_fails_saying_which_module
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: decodekit-ratio\nVersion: 0.1.0\n")
     (info / "entry_points.txt").write_text("[decodekit]\nratio = dk_ratio\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    try:
-        with pytest.warns(RuntimeWarning) as warned:
-            dk.reload_plugins()
+
+    def unknown() -> None:
         with pytest.raises(dk.UnknownNameError, match="decodekit-ratio failed to load: `decodekit plugins` says why"):
             dk.create("keep_ratio")
-    finally:
-        monkeypatch.undo()
-        dk.reload_plugins()
-    [message] = [str(w.message) for w in warned if "decodekit-ratio" in str(w.message)]
+
+    _, message = reload_failing(monkeypatch, "decodekit-ratio", unknown)
     assert message.endswith(
         "plugin decodekit-ratio 0.1.0 (entry point 'ratio') failed to load: PluginError: dk_ratio is a package "
         "without a register_* hook, so it registers nothing; allowed: the module with the @decodekit.hookimpl "

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from draws import uniform_draws
+from draws import assert_rows_keep_their_own_state, uniform_draws
 
 import decodekit as dk
 from decodekit.context import row_generators
@@ -86,19 +86,7 @@ def test_tokens_match_llama_cpp_over_many_steps(target: float, decay: float) -> 
 def test_rows_keep_their_own_average() -> None:
     torch.manual_seed(0)
     steps = [torch.randn(3, 30) * 2 for _ in range(6)]
-    adaptive = dk.create("adaptive_p", 0.2, 0.8)
-    batch = dk.DecodeContext(tokens=torch.zeros(3, 1, dtype=torch.long), generators=row_generators([10, 11, 12], 3))
-    together = [adaptive(x, batch) for x in steps]
-    for b in range(3):
-        alone = dk.DecodeContext(tokens=torch.zeros(1, 1, dtype=torch.long), generators=row_generators([10 + b], 1))
-        assert [int(adaptive(x[b : b + 1], alone)) for x in steps] == [int(t[b]) for t in together]
-        mine, theirs = ctx_average(adaptive, alone), ctx_average(adaptive, batch)[b]
-        assert math.isclose(float(mine), float(theirs), rel_tol=1e-6)
-
-
-def ctx_average(stage: object, ctx: dk.DecodeContext) -> torch.Tensor:
-    average: torch.Tensor = ctx.state_for(stage)
-    return average
+    assert_rows_keep_their_own_state(dk.create("adaptive_p", 0.2, 0.8), steps, [10, 11, 12])
 
 
 def test_a_negative_target_samples_the_distribution_as_it_is() -> None:

@@ -7,8 +7,7 @@ import math
 
 import pytest
 import torch
-from draws import uniform_draws
-from torch import Tensor
+from draws import assert_rows_keep_their_own_state, uniform_draws
 
 import decodekit as dk
 from decodekit.context import row_generators
@@ -191,15 +190,7 @@ def test_rows_keep_their_own_mu_across_steps() -> None:
     # Five steps on a batch of three different rows equal five steps on each row alone.
     torch.manual_seed(0)
     steps = [torch.randn(3, 300) * 2 for _ in range(5)]
-    mirostat = dk.create("mirostat", 3.0, 0.3)
-    batch = context([10, 11, 12])
-    together = [mirostat(x, batch) for x in steps]
-    for b in range(3):
-        alone = context([10 + b])
-        assert [int(mirostat(x[b : b + 1], alone)) for x in steps] == [int(t[b]) for t in together]
-        mu_alone: Tensor = alone.state_for(mirostat)
-        mu_batch: Tensor = batch.state_for(mirostat)
-        assert math.isclose(float(mu_alone), float(mu_batch[b]), rel_tol=1e-6)
+    assert_rows_keep_their_own_state(dk.create("mirostat", 3.0, 0.3), steps, [10, 11, 12])
 
 
 def test_mu_starts_at_twice_tau_in_every_new_context() -> None:

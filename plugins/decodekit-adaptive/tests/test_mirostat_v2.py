@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
-from draws import uniform_draws
+from draws import assert_rows_keep_their_own_state, uniform_draws
 
 import decodekit as dk
 from decodekit.context import row_generators
@@ -55,19 +53,7 @@ def test_rows_keep_their_own_mu_across_steps() -> None:
     # Five steps on a batch of three different rows equal five steps on each row alone.
     torch.manual_seed(0)
     steps = [torch.randn(3, 30) * 2 for _ in range(5)]
-    mirostat = dk.create("mirostat_v2", 2.0, 0.3)
-    batch = dk.DecodeContext(tokens=torch.zeros(3, 1, dtype=torch.long), generators=row_generators([10, 11, 12], 3))
-    together = [mirostat(x, batch) for x in steps]
-    for b in range(3):
-        alone = dk.DecodeContext(tokens=torch.zeros(1, 1, dtype=torch.long), generators=row_generators([10 + b], 1))
-        picks = [int(mirostat(x[b : b + 1], alone)) for x in steps]
-        assert picks == [int(t[b]) for t in together]
-        assert math.isclose(float(ctx_mu(mirostat, alone)), float(ctx_mu(mirostat, batch)[b]), rel_tol=1e-6)
-
-
-def ctx_mu(stage: object, ctx: dk.DecodeContext) -> torch.Tensor:
-    mu: torch.Tensor = ctx.state_for(stage)
-    return mu
+    assert_rows_keep_their_own_state(dk.create("mirostat_v2", 2.0, 0.3), steps, [10, 11, 12])
 
 
 def test_removed_tokens_are_never_sampled() -> None:
