@@ -18,10 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import cli_testplugin
 import pytest
 from cli_runner import run_cli
 from decodekit_cli.batch_input import InputLine, LineError, parse_line
 from test_cli import MODEL, TESTS, _env, _popen, cli, cli_many
+
+import decodekit as dk
 
 N = 200
 ARGS = ["-m", MODEL, "--seed", "11", "--max-new-tokens", "6", "--temperature", "1.5", "--cache", "none"]
@@ -99,17 +102,16 @@ def test_results_name_their_prompt_line_and_request(reference: tuple[Path, str])
 
 
 def test_line_n_gets_row_n_of_one_batch_of_the_whole_file(tmp_path: Path) -> None:
-    """A line's stream is the one row `line - 1` gets from --seed in one batch: `-n 2` of one prompt."""
+    """A line's stream is the one row `line - 1` gets from --seed in one batch: two lines of one prompt are the
+    rows of `dk.generate([prompt] * 2, seed=11)` (not `generate -n 2`, whose samples are line 1's `n`)."""
     prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt="Line 1: a")] * 2)
     out = tmp_path / "o.jsonl"
-    batch, single = cli_many(
-        ["generate", "--input", str(prompts), "--output", str(out), "--batch-size", "1", *ARGS],
-        ["generate", "Line 1: a", "-n", "2", "--json", *ARGS],
-    )
-    assert batch.returncode == 0 and single.returncode == 0, (batch.stderr, single.stderr)
-    samples = json.loads(single.stdout)["samples"]
-    assert [r["tokens"] for r in _records(out)] == [s["tokens"] for s in samples]
-    assert samples[0]["tokens"] != samples[1]["tokens"]
+    batch = cli("generate", "--input", str(prompts), "--output", str(out), "--batch-size", "1", *ARGS)
+    assert batch.returncode == 0, batch.stderr
+    model = cli_testplugin.load_model()
+    rows = dk.generate(model, ["Line 1: a"] * 2, chain="temperature(1.5)", max_new_tokens=6, seed=11, cache="none")
+    assert [r["tokens"] for r in _records(out)] == rows.tokens
+    assert rows.tokens[0] != rows.tokens[1]
 
 
 def _interrupted_run(prompts: Path, out: Path, batch_size: int) -> int:

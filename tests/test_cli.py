@@ -27,7 +27,7 @@ import torch
 
 import decodekit as dk
 from decodekit.chain import stage_label
-from decodekit.context import DecodeContext
+from decodekit.context import DecodeContext, row_seeds
 from decodekit.param_types import json_words, shown
 
 TESTS = Path(__file__).resolve().parent
@@ -116,7 +116,8 @@ def test_generate_caches_agree_and_match_the_library(cache_runs: dict[str, Any])
     tokens = {c: [s["tokens"] for s in doc["samples"]] for c, doc in cache_runs.items()}
     assert tokens["none"] == tokens["dense"] == tokens["gqa"]
     model = cli_testplugin.load_model()
-    out = dk.generate(model, [PROMPT] * 2, chain="temperature(0.9) | top_k(20)", max_new_tokens=12, seed=5)
+    seeds = row_seeds(5, 1, 2)  # -n 2 --seed 5: the copies of one prompt seeded 5
+    out = dk.generate(model, [PROMPT] * 2, chain="temperature(0.9) | top_k(20)", max_new_tokens=12, seed=seeds)
     assert out.tokens == tokens["dense"]
 
 

@@ -27,12 +27,13 @@ def mix_seed(seed: int, index: int) -> int:
 
 
 def row_seeds(seed: int | Sequence[int] | None, prompts: int, copies: int = 1) -> list[int] | None:
-    """Each row's seed, for `copies` rows per prompt (None: fresh seeds): prompt `b` its own or `mix_seed(seed, b)`,
-    then its copy `i` `mix_seed(prompt_seed, i)`, so no row depends on its batch (docs/strategies.md)."""
+    """Each row's seed, for `copies` rows per prompt (None: fresh seeds): prompt `b` its own or `mix_seed(seed, b)`;
+    its copy 0 that seed, so the first of `n` samples is the one sample, and copy `i > 0` `mix_seed(prompt_seed, i)`.
+    No row depends on its batch (docs/strategies.md)."""
     if seed is None:
         return None
     per_prompt = [mix_seed(seed, b) for b in range(prompts)] if isinstance(seed, int) else [int(s) for s in seed]
-    return per_prompt if copies == 1 else [mix_seed(s, i) for s in per_prompt for i in range(copies)]
+    return [mix_seed(s, i) if i else s for s in per_prompt for i in range(copies)]
 
 
 def row_generators(

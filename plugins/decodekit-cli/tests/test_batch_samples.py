@@ -17,7 +17,7 @@ import pytest
 from cli_runner import run_cli
 
 import decodekit as dk
-from decodekit.context import mix_seed
+from decodekit.context import mix_seed, row_seeds
 
 MODEL = cli_testplugin.MODEL_NAME
 FLAGS = ["-m", MODEL, "--max-new-tokens", "5", "--ignore-eos", "--seed", "3"]
@@ -58,9 +58,11 @@ def test_a_lines_n_samples_are_the_prompts_rows_each_reproducible_from_its_seed(
     for record in records[1:3]:
         samples, seed, length = record["samples"], record["seed"], record["max_new_tokens"]
         assert len(samples) == record["n"] and length == LINES[record["line"] - 1].get("max_new_tokens", 5)
-        # sample k is row k of dk.generate([prompt] * n, seed=seed): copy k's stream mix_seed(seed, k)
-        assert [s["seed"] for s in samples] == [mix_seed(seed, k) for k in range(len(samples))]
-        assert [s["tokens"] for s in samples] == _alone(record["prompt"], seed, len(samples), length)
+        # sample 0's stream is the line's seed (its one sample without n), sample k's mix_seed(seed, k)
+        assert [s["seed"] for s in samples] == [seed] + [mix_seed(seed, k) for k in range(1, len(samples))]
+        assert [s["tokens"] for s in samples] == _alone(
+            record["prompt"], row_seeds([seed], 1, record["n"]) or [], record["n"], length
+        )
         for sample in samples:
             assert [sample["tokens"]] == _alone(record["prompt"], [sample["seed"]], 1, length)
             assert sample["finish_reason"] == "length" and sample["stopped_by"] is None
@@ -85,6 +87,21 @@ def test_dash_n_is_every_lines_count_and_a_lines_own_n_wins(tmp_path: Path) -> N
             assert [lp["token"] for lp in sample["logprobs"]] == sample["tokens"]  # each sample's own logprobs
         assert "logprobs" not in record and "text" not in record
     assert [lp["token"] for lp in records[3]["logprobs"]] == records[3]["tokens"]
+
+
+def test_line_one_with_dash_n_samples_as_generate_with_dash_n(tmp_path: Path) -> None:
+    """Line 1 with `--seed S -n N` gives what `decodekit generate PROMPT --seed S -n N` prints, as with one sample,
+    and in both the first of `N` samples is the one sample. Before, `generate` seeded its copies from `S` itself
+    (`mix_seed(S, k)`) and a batch job from line 1's seed (`mix_seed(mix_seed(S, 0), k)`): the same prompt, seed and
+    `-n` sampled differently, and a line's first sample of `n` differed from its sample without `n`."""
+    records = _batch(tmp_path, LINES[:1], "-n", "3")
+    shown = _cli("generate", "ROMEO", *FLAGS, "--chain", CHAIN, "-n", "3", "--json")
+    assert shown.returncode == 0, shown.stderr
+    samples = json.loads(shown.stdout)["samples"]
+    assert [s["tokens"] for s in samples] == [s["tokens"] for s in records[0]["samples"]]
+    one = json.loads(_cli("generate", "ROMEO", *FLAGS, "--chain", CHAIN, "--json").stdout)["samples"]
+    assert one[0]["tokens"] == _batch(tmp_path, LINES[:1], name="one")[0]["tokens"]  # as it was for -n 1
+    assert one[0]["tokens"] == samples[0]["tokens"]
 
 
 def test_under_beam_search_n_is_the_n_best_beams_of_one_search(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ from decodekit_cli.acceptance import Acceptance
 from decodekit_cli.generate_command import _status_line
 from decodekit_speculative.acceptance import COUNTS
 
+from decodekit.context import row_seeds
+
 
 def test_status_line_shows_acceptance() -> None:
     line = _status_line(40, 2.0, 1, Acceptance(0.8125, 3.4375))
@@ -104,7 +106,7 @@ def test_generate_json_reports_each_samples_drafted_and_accepted(capsys: pytest.
     out = capsys.readouterr()
     assert status == 0, out.err
     document = json.loads(out.out)
-    expected = _decoded(["ROMEO:"] * 3, 7, 30)
+    expected = _decoded(["ROMEO:"] * 3, row_seeds(7, 1, 3) or [], 30)  # -n 3 --seed 7: one prompt's copies
     assert [s["tokens"] for s in document["samples"]] == expected.tokens
     assert [[s[name] for name in COUNTS] for s in document["samples"]] == list(
         map(list, zip(*(getattr(expected, name) for name in COUNTS)))

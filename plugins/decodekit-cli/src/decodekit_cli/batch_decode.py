@@ -4,8 +4,8 @@ The local job and every Ray actor run these same functions, so a line gets the s
 wherever it is decoded. Each prompt has its own seed: the line's `seed`, else the stream that row
 `line - 1` of one batch of the whole file would get from `--seed`; batch-invariant seeding then
 makes a result independent of the batch it shares, of `--batch-size`, of resuming and of Ray. A line's `n`
-samples are `n` rows of its prompt, sample `k` drawn from `mix_seed(seed, k)` (as `dk.generate([prompt] * n,
-seed=seed)` draws them); under beam search `n` is the search's best beams (`num_return_sequences`).
+samples are `n` rows of its prompt seeded `row_seeds([seed], 1, n)`: sample 0 the line's one sample, as
+`decodekit generate PROMPT -n N` draws them; under beam search `n` is the search's best beams (`num_return_sequences`).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class Pending:
         return self.chain, self.logprobs, self.prompt_logprobs, self.strategy, self.include_stop
 
     def row_seeds(self) -> list[int]:
-        """Each copy's seed: the line's own for one, else copy `k` gets `mix_seed(seed, k)`."""
+        """Each copy's seed: copy 0 the line's own, copy `k > 0` `mix_seed(seed, k)`."""
         assert self.seed is not None
         return row_seeds([self.seed], 1, self.copies) or []
 
@@ -123,7 +123,7 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
             copies=plan.copies,
             hypotheses=plan.hypotheses,
         )
-        # the seed of a batch of the copies: copy k gets mix_seed(seed, k), as `Pending.row_seeds` gives it
+        # only checked here: the copies are seeded `Pending.row_seeds()` when decoded
         dk.validate(model, [ids] * plan.copies, **_options(model, settings, pending), seed=seed)
     except dk.ContextLengthError as exc:  # its advice names the job's --cache (max_new_tokens: the line's or the job's)
         raise LineError(type(exc).__name__, cache_flag(" ".join(str(exc).split()))) from None

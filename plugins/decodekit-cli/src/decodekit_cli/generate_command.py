@@ -256,7 +256,8 @@ def run_generate(request: GenerateRequest) -> int:
     chain = build_chain(sampling.chain_text(), sampling.chain)  # a bad chain or flag fails before the model loads
     prompt = prompt_text(request.prompt)
     model = sampling.load_model(name)
-    from decodekit.engine import PREALLOCATED_COLUMNS, check_rows  # torch is loaded by now
+    from decodekit.context import row_seeds  # torch is loaded by now
+    from decodekit.engine import PREALLOCATED_COLUMNS, check_rows
 
     encoded = sampling.encode(model, prompt)
     prompt = sampling.seen_prompt(model, prompt, encoded)
@@ -281,7 +282,8 @@ def run_generate(request: GenerateRequest) -> int:
         "stop_strings": sampling.stop,
         "include_stop_str_in_output": sampling.include_stop,
         "stop_tokens": eos_tokens(model, sampling.ignore_eos),
-        "seed": sampling.seed,
+        # the copies seeded from the prompt's seed, as a batch job's line 1 (`--input`) seeds its `n` samples
+        "seed": row_seeds(sampling.seed, 1, plan.copies),
         "compile": sampling.compile,
         "prompt_logprobs": request.prompt_logprobs,
         "logprobs": request.logprobs,

@@ -390,8 +390,8 @@ def test_keeps_the_most_likely_of_n_samples():
     prompts, seeds = [[1, 2, 3], [4, 5]], [11, 22]
     out = dk.decode(model, prompts, strategy="$name", n=3, max_new_tokens=6, seed=seeds, cache=CACHE)
     for prompt, seed, tokens in zip(prompts, seeds, out.tokens):
-        # the prompt's n samples: copy i is seeded with mix_seed(the prompt's seed, i)
-        copies = [mix_seed(seed, i) for i in range(3)]
+        # the prompt's n samples: copy 0 is seeded with the prompt's seed, copy i > 0 with mix_seed(it, i)
+        copies = [seed] + [mix_seed(seed, i) for i in range(1, 3)]
         samples = dk.generate(model, [prompt] * 3, max_new_tokens=6, seed=copies, logprobs=0, cache=CACHE)
         scores = {tuple(t): sum(lp.raw for lp in lps) for t, lps in zip(samples.tokens, samples.logprobs)}
         assert tuple(tokens) in scores and scores[tuple(tokens)] == max(scores.values())
