@@ -148,6 +148,25 @@ def test_a_spec_that_is_no_model_spec_is_named() -> None:
     assert str(refused.value) == said
 
 
+class EncodeOnly:
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) % 64 for c in text]
+
+
+@pytest.mark.parametrize("prompts", ["abc", [[1, 2, 3]]])
+def test_a_tokenizer_without_decode_is_named_before_the_model_runs(prompts: Any) -> None:
+    """Before: AttributeError: 'EncodeOnly' object has no attribute 'decode', after the first token was drawn."""
+    model = tiny_gpt(2)
+    model.tokenizer = EncodeOnly()  # type: ignore[assignment]
+    said = (
+        "model GPT: its tokenizer EncodeOnly has no decode; allowed: a tokenizer with encode(text) -> ids and "
+        "decode(ids) -> text (decodekit.prompts.Tokenizer), or tokenizer = None (token ids in and out)"
+    )
+    with pytest.raises(dk.ParameterError) as refused:
+        dk.generate(model, prompts, max_new_tokens=2, chain="greedy")
+    assert str(refused.value) == said
+
+
 def test_a_model_name_in_place_of_a_model_says_to_load_it() -> None:
     """Before: "model str: no spec.vocab_size; allowed: a model with a decodekit.ModelSpec `spec`"."""
     said = "model='tiny-shakespeare' is a name, not a model; allowed: a model object: dk.load_model('tiny-shakespeare')"

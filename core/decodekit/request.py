@@ -145,6 +145,18 @@ def _not_a_model(model: object) -> str:
     return f"model {type(model).__name__}: no spec.vocab_size; {allowed}"
 
 
+def _check_tokenizer(model: object) -> None:
+    """A model's tokenizer has what every result's text needs, checked before the model runs."""
+    tokenizer = getattr(model, "tokenizer", None)
+    lacking = [name for name in ("encode", "decode") if not callable(getattr(tokenizer, name, None))]
+    if tokenizer is not None and lacking:
+        raise ParameterError(
+            f"model {type(model).__name__}: its tokenizer {type(tokenizer).__name__} has no {' and no '.join(lacking)}"
+            "; allowed: a tokenizer with encode(text) -> ids and decode(ids) -> text (decodekit.prompts.Tokenizer), "
+            "or tokenizer = None (token ids in and out)"
+        )
+
+
 def _chain(chain: object) -> Chain:
     from decodekit.chain import Chain
 
@@ -314,6 +326,7 @@ def decode_request(model: Any, prompts: Prompts, /, **options: Unpack[DecodeOpti
     before it, where the strategy's own are told apart (`decodekit.strategies.resolve_strategy`)."""
     V = _vocab_size(model)
     check_call(model)
+    _check_tokenizer(model)
     rows = prompt_rows(model, prompts)
     max_new, limits = _max_new_tokens(options.get("max_new_tokens", 64), len(rows))
     chain = _chain(options.get("chain"))

@@ -313,7 +313,10 @@ def check_replace_unknown(model: Any) -> None:
     line would fail alike (a model without a tokenizer is refused where its prompt is encoded)."""
     tokenizer = getattr(model, "tokenizer", None)
     if tokenizer is not None and not _takes_errors(tokenizer):
-        raise CliError("--replace-unknown: the model's tokenizer has no errors= option; remove the characters")
+        raise CliError(
+            "--replace-unknown: the model's tokenizer has no errors= option; allowed: leave --replace-unknown out "
+            "(the tokenizer then encodes characters it does not know its own way, or names them)"
+        )
 
 
 def encode_prompt(model: Any, prompt: str, replace_unknown: bool) -> list[int]:
