@@ -210,6 +210,9 @@ def test_the_chains_read_as_transformers_fills_defaults() -> None:
         ({"sequence_bias": [[[3], float("inf")]]}, r"sequence_bias=\[\[3\], inf\] .*NaN or \+inf"),
         ({"do_sample": True, "top_p": 0.0}, r"top_p=0.0 cannot .*only the likeliest token .*top_p takes p > 0"),
         ({"watermarking_config": {"ngram_len": 5, "keys": [1, 2]}}, r"watermarking_config=.* SynthID"),
+        # transformers takes these; before, the chain's parse refused them, naming watermark's parameter
+        ({"watermarking_config": {"greenlist_ratio": 0.0}}, r"watermarking_config=.* greenlist_ratio=0.0 marks noth"),
+        ({"watermarking_config": {"greenlist_ratio": 1.0}}, r"watermarking_config=.* greenlist_ratio=1.0 marks noth"),
     ],
 )
 def test_an_option_no_chain_expresses_is_refused_naming_it(options: dict[str, Any], named: str) -> None:

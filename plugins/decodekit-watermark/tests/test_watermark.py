@@ -13,6 +13,7 @@ import pytest
 import torch
 from decodekit_watermark import detect
 from decodekit_watermark.params import WatermarkParams
+from decodekit_watermark.stage import Watermark
 
 import decodekit as dk
 
@@ -160,6 +161,20 @@ def test_numpy_token_ids_are_detected_as_a_list_of_them() -> None:
     assert expected.watermarked
     assert detect(np.array(ids), vocab_size=84) == expected
     assert detect([np.int64(t) for t in ids], vocab_size=84) == expected
+    assert detect(ids, vocab_size=84, device=torch.device("cpu")) == expected  # the device marked on: the CPU here
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_text_marked_on_a_gpu_is_detected_with_that_devices_lists() -> None:
+    """A CUDA `randperm` differs from a CPU one: text marked on a GPU scores as unmarked with the CPU's lists."""
+    stage = Watermark(WatermarkParams(bias=8.0))
+    logits = torch.zeros(1, 84, device="cuda")
+    ids = [1]
+    for step in range(120):
+        ctx = dk.DecodeContext(tokens=torch.tensor([ids], device="cuda"), step=step)
+        ids.append(int(stage(logits.clone(), ctx).argmax()))
+    assert detect(ids, vocab_size=84, watermark=stage, device="cuda").watermarked
+    assert detect(ids, vocab_size=84, watermark=stage).z_score < 3.0
 
 
 @pytest.mark.parametrize(
@@ -177,6 +192,8 @@ def test_numpy_token_ids_are_detected_as_a_list_of_them() -> None:
         (lambda: detect(7, vocab_size=100), "detect: tokens=7 is invalid; allowed: a sequence of token ids"),  # type: ignore[arg-type]
         (lambda: detect([1, 2], vocab_size=9, watermark="watermark"), "detect: watermark='watermark' is invalid"),  # type: ignore[arg-type]
         (lambda: detect([1, 2], vocab_size=9, z_threshold=math.nan), "detect: z_threshold=nan is invalid"),
+        (lambda: detect([1, 2], vocab_size=9, device="gpu"), "detect: device='gpu' is invalid (Expected one of cpu"),
+        (lambda: detect([1, 2], vocab_size=9, device="meta"), "detect: device='meta' is invalid (META device type"),
     ],
 )
 def test_bad_detector_input_is_named(call: object, said: str) -> None:

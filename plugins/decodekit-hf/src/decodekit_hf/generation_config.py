@@ -172,6 +172,11 @@ def _watermark(c: Any) -> list[str]:
         w.validate()
     except ValueError as exc:
         raise _refused("watermarking_config", w.to_dict(), f"transformers refuses it ({exc})") from None
+    if not 0 < w.greenlist_ratio < 1:  # transformers takes 0 and 1: no token green, or every one: nothing marked
+        why = (
+            f"its greenlist_ratio={w.greenlist_ratio!r} marks nothing (decodekit's watermark: 0 < greenlist_ratio < 1)"
+        )
+        raise _refused("watermarking_config", w.to_dict(), why)
     return [
         f"watermark(bias={float(w.bias)!r}, greenlist_ratio={float(w.greenlist_ratio)!r}, hashing_key="
         f"{int(w.hashing_key)}, seeding_scheme={w.seeding_scheme!r}, context_width={int(w.context_width)})"

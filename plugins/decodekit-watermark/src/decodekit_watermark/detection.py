@@ -47,10 +47,12 @@ def detect(
     watermark: WatermarkParams | Watermark | None = None,
     ignore_repeated_ngrams: bool = False,
     z_threshold: float = 3.0,
+    device: torch.device | str = "cpu",
 ) -> Detection:
     """Score `tokens` (the generated text's ids, without the prompt) against `watermark`'s green lists (the stage
-    it was generated with, or its parameters; None: the defaults) over a vocabulary of `vocab_size` tokens. Green
-    lists are drawn on the CPU: text marked on another device needs that device's lists (transformers' `device`)."""
+    it was generated with, or its parameters; None: the defaults) over a vocabulary of `vocab_size` tokens. The
+    lists are drawn on `device`, which must be the one the text was marked on: a CUDA draw differs from a CPU one
+    (transformers' `WatermarkDetector(device=...)`)."""
     params = watermark.params if isinstance(watermark, Watermark) else watermark or WatermarkParams()
     if not isinstance(params, WatermarkParams):
         raise ParameterError(
@@ -59,7 +61,7 @@ def detect(
     if not isinstance(z_threshold, (int, float)) or isinstance(z_threshold, bool) or not math.isfinite(z_threshold):
         raise ParameterError(f"detect: z_threshold={z_threshold!r} is invalid; allowed: a finite number")
     ids = _checked(tokens, vocab_size, params)
-    lists = Greenlists(params, vocab_size, torch.device("cpu"))
+    lists = Greenlists(params, vocab_size, _device(device))
     self_hash = params.seeding_scheme == "selfhash"
     n = params.context_width + (0 if self_hash else 1)  # selfhash's context holds the token itself
     ngrams = Counter(tuple(ids[i : i + n]) for i in range(len(ids) - n + 1))
@@ -71,6 +73,19 @@ def detect(
     gamma = params.greenlist_ratio
     z = (green - gamma * scored) / math.sqrt(scored * gamma * (1 - gamma))
     return Detection(scored, green, z, 0.5 * math.erfc(z / math.sqrt(2)), z > z_threshold)
+
+
+def _device(device: torch.device | str) -> torch.device:
+    """`device` if torch can draw a green list there (a generator of its own)."""
+    try:
+        torch.Generator(device=device)
+        return torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        why = str(exc).split(". ")[0].rstrip(".") or type(exc).__name__  # torch's first sentence
+        raise ParameterError(
+            f"detect: device={device!r} is invalid ({why}); allowed: a device torch draws on here, the one the text "
+            "was marked on ('cpu', 'cuda', 'cuda:1')"
+        ) from None
 
 
 def _checked(tokens: Iterable[SupportsIndex] | torch.Tensor, vocab_size: int, params: WatermarkParams) -> list[int]:
