@@ -4,7 +4,9 @@
 
 Per row, over its generated tokens, a state machine as llama.cpp's `accept`:
   idle     -- the start sequence completes --> counting (budget left: `budget`; forcing at once if it is 0)
-  counting -- the end sequence completes --> done; else one token of the budget spent; none left --> forcing
+  counting -- the end sequence completes --> done; else one token of the budget spent; none left --> forcing,
+              or waiting if the token leaves a UTF-8 character unfinished
+  waiting  -- the end sequence completes --> done; a token that ends a whole character --> forcing
   forcing  -- each forced token --> the next; after the last --> done
   done     -- a new start sequence --> counting again (a fresh budget: models may open several blocks)
 A sequence is matched as llama.cpp's `token_matcher` does: a token that breaks a partial match restarts it, at
@@ -13,9 +15,12 @@ ends its prompt with `<think>`): counting starts at the first generated token. W
 the one forced is removed.
 
 A row's state is a function of its generated tokens alone (`Budgets`), kept per token prefix as the grammar
-stages keep their parses, so speculative drafts, beams and a redone step need nothing undone. Unlike
-llama.cpp, the budget may run out inside a multi-byte character (llama.cpp waits for a token that completes
-one when it knows the vocabulary's bytes): the forced tokens follow at once.
+stages keep their parses, so speculative drafts, beams and a redone step need nothing undone.
+
+As llama.cpp, a token is judged by its own bytes (`utf8.ends_a_character`, from the tokenizer's `token_bytes()`),
+not by the text before it: a token of continuation bytes alone, the tail of a character begun before it, counts as
+unfinished too, so the wait lasts until a token ends with a whole character of its own. Without a tokenizer that
+states its bytes (ids only), every token counts as finished: the forced tokens follow at once.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from decodekit.compiling import eager
 from decodekit.stage import ProcessorBase
 from decodekit_constraints.params import ReasoningBudgetParams
 from decodekit_constraints.sequences import check_token_ids
+from decodekit_constraints.utf8 import unfinished_ids
 
 if TYPE_CHECKING:
     from decodekit.context import DecodeContext
@@ -46,6 +52,7 @@ MAX_HELD = 4096  # states held at most: their keys are whole prefixes (memory)
 class Phase(Enum):
     IDLE = "idle"
     COUNTING = "counting"
+    WAITING = "waiting"  # the budget ran out inside a UTF-8 character (llama.cpp's WAITING_UTF8)
     FORCING = "forcing"
     DONE = "done"
 
@@ -67,17 +74,22 @@ class Budget:
     left: int = 0  # tokens of the budget left while counting
     forced: int = 0  # forced tokens emitted while forcing
 
-    def after(self, token: int, p: ReasoningBudgetParams) -> Budget:
-        """The state after one more token."""
+    def after(self, token: int, p: ReasoningBudgetParams, unfinished: frozenset[int]) -> Budget:
+        """The state after one more token; `unfinished`: the ids whose bytes leave a character unfinished."""
         if self.phase in (Phase.IDLE, Phase.DONE):
             start_at, opened = matched(p.start, self.start_at, token)
             return _opened(p, start_at) if opened else replace(self, start_at=start_at)
-        if self.phase is Phase.COUNTING:
+        if self.phase in (Phase.COUNTING, Phase.WAITING):
             end_at, closed = matched(p.end, self.end_at, token)
             if closed:
                 return Budget(Phase.DONE, self.start_at)
+            if self.phase is Phase.WAITING:
+                return replace(self, end_at=end_at) if token in unfinished else Budget(Phase.FORCING, self.start_at)
             left = self.left - 1
-            return Budget(Phase.FORCING, self.start_at) if left <= 0 else replace(self, end_at=end_at, left=left)
+            if left > 0:
+                return replace(self, end_at=end_at, left=left)
+            # Out of budget: forcing, or (llama.cpp) waiting for a token that ends a whole character, the end anew.
+            return Budget(Phase.WAITING if token in unfinished else Phase.FORCING, self.start_at)
         forced = self.forced + 1
         return Budget(Phase.DONE, self.start_at) if forced >= len(_forced(p)) else replace(self, forced=forced)
 
@@ -93,10 +105,13 @@ def _forced(p: ReasoningBudgetParams) -> tuple[int, ...]:
 
 class Budgets:
     """The states of rows, keyed by their generated tokens (int32 bytes); the longest prefix held is advanced over
-    the rest (usually one token). A bounded LRU: a state evicted is rebuilt from an ancestor, never wrong."""
+    the rest (usually one token). A bounded LRU: a state evicted is rebuilt from an ancestor, never wrong.
+    `unfinished`: the vocabulary's ids that leave a UTF-8 character unfinished (none: ids only)."""
 
-    def __init__(self, params: ReasoningBudgetParams, capacity: int = 64) -> None:
-        self.params, self.capacity = params, capacity
+    def __init__(
+        self, params: ReasoningBudgetParams, unfinished: frozenset[int] = frozenset(), capacity: int = 64
+    ) -> None:
+        self.params, self.unfinished, self.capacity = params, unfinished, capacity
         self.first = _opened(params, 0) if params.open else Budget(Phase.IDLE)
         self._held: OrderedDict[bytes, Budget] = OrderedDict()
 
@@ -113,7 +128,7 @@ class Budgets:
         if have < len(tokens) - 1:  # the parent was evicted: too few held for this decode (k drafts a row)
             self.capacity = max(self.capacity, min(2 * self.capacity, MAX_HELD))
         for i in range(have, len(tokens)):
-            state = state.after(int(tokens[i]), self.params)
+            state = state.after(int(tokens[i]), self.params, self.unfinished)
         self._hold(tokens.tobytes(), state)  # not every prefix rebuilt: those would evict other rows' states
         return state
 
@@ -128,7 +143,7 @@ class ReasoningBudget(ProcessorBase[ReasoningBudgetParams]):
 
     def __init__(self, params: ReasoningBudgetParams | None = None, /, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
-        self._budgets = Budgets(self.params)
+        self._budgets: dict[frozenset[int], Budgets] = {}  # by the vocabulary's unfinished ids (one per tokenizer)
         self._lock = threading.Lock()  # one stage may serve decodes in several threads
         p = self.params
         given = {"start": p.start, "end": p.end, "forced": p.forced or ()}
@@ -152,9 +167,13 @@ class ReasoningBudget(ProcessorBase[ReasoningBudgetParams]):
         """Each row's state after its generated tokens."""
         history = (ctx.tokens if ctx.tokens.device.type == "cpu" else ctx.tokens.cpu()).numpy()
         generated = history[:, history.shape[1] - ctx.step :].astype(np.int32)  # [B, step]
+        unfinished = unfinished_ids(ctx.tokenizer)
         with self._lock:
-            self._budgets.capacity = max(self._budgets.capacity, 8 * len(generated))  # a few steps of every row
-            return [self._budgets.state(row) for row in generated]
+            budgets = self._budgets.get(unfinished)
+            if budgets is None:
+                budgets = self._budgets[unfinished] = Budgets(self.params, unfinished)
+            budgets.capacity = max(budgets.capacity, 8 * len(generated))  # a few steps of every row
+            return [budgets.state(row) for row in generated]
 
 
 @eager  # the states are host-side Python: one graph break a compiled step
