@@ -222,12 +222,25 @@ class MyTopK(TopK):
     """A third party's variant of a registered stage, itself unregistered (its own `__call__` left out here)."""
 
 
+class MySample(Sample):
+    """The same, of the core's own selector."""
+
+
 def test_a_subclass_of_a_registered_stage_is_named_after_itself() -> None:
     """It took its base's name: its spec rebuilt a plain `top_k`, and the two chains compared equal."""
     mine = dk.Chain([MyTopK(k=2)])
     assert str(mine) == "my_top_k(k=2) | sample"
     assert mine != dk.Chain([TopK(k=2)])
     with pytest.raises(dk.UnknownNameError, match="unknown sampler 'my_top_k'"):
+        dk.Chain.from_spec(mine.to_spec())
+
+
+def test_a_subclass_of_the_cores_sample_is_named_after_itself() -> None:
+    """`Sample` named itself "sample" in a class attribute, which its subclasses inherited."""
+    mine = dk.Chain([MySample()])
+    assert str(mine) == "my_sample" and mine.to_spec() == [{"name": "my_sample", "params": {}}]
+    assert str(dk.Chain([Sample()])) == "sample"
+    with pytest.raises(dk.UnknownNameError, match="unknown sampler 'my_sample'"):
         dk.Chain.from_spec(mine.to_spec())
 
 

@@ -44,7 +44,6 @@ def inverse_cdf(logits: Tensor, u: Tensor) -> Tensor:
 class Sample(SelectorBase[NoParams]):
     """Categorical draw from softmax(logits), from each row's own generator."""
 
-    name = "sample"
     distribution = "softmax"
 
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
