@@ -65,11 +65,13 @@ def block_starts(width: int, block: int) -> list[int]:
     return [max(0, start) for start in range(width - -(-width // block) * block, width, block)]
 
 
-def _fits(context: int, length: int) -> str:
-    """What fits in a `context` of positions after a prompt of `length` tokens, as a number to use."""
-    if length >= context:
-        return f"shorten the prompt to fewer than {context} tokens"
-    return f"lower max_new_tokens to {context - length} or fewer (the context less the prompt's {length} tokens)"
+def _fits(context: int, length: int, new: int) -> str:
+    """What fits in a `context` of positions with a prompt of `length` tokens and `new` more, as a number to use."""
+    if length < context:
+        return f"lower max_new_tokens to {context - length} or fewer (the context less the prompt's {length} tokens)"
+    if new < context:
+        return f"shorten the prompt to {context - new} tokens or fewer (the context less max_new_tokens={new})"
+    return f"shorten the prompt and lower max_new_tokens: together at most {context} tokens"
 
 
 class Decoding:
@@ -197,7 +199,7 @@ class Decoding:
         """The widest query-key distance any row presents must be one the model knows; past the context, only
         rotary keys can move (an evicting cache keeps absolute positions no further)."""
         needed, words, length = self._furthest()
-        fits = _fits(spec.max_positions, length)
+        fits = _fits(spec.max_positions, length, needed - length)
         if kv is not None and evicts(kv):
             # first: no cache takes absolute positions further, however little it reaches
             if not spec.movable_keys and needed > spec.max_positions:
