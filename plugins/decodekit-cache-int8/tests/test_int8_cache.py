@@ -47,6 +47,17 @@ def test_error_is_at_most_half_a_step() -> None:
     assert bool(((dequantise(q, s, torch.float32) - x).abs() <= s / 2 + 1e-7).all())
 
 
+def test_a_nan_key_reads_back_nan_as_in_a_float_cache() -> None:
+    """A NaN key (a float16 model that overflowed) stays NaN, so attention over it is NaN and the decode fails with
+    NumericsError as over a float storage. Its scale was replaced by 1, as an all-zero vector's is, and the vector
+    rounded at that step: NaN read back as 0, 0.3 as 0 (a transformers Llama with a NaN in a k_proj weight:
+    window(size=4) and h2o(budget=16) raised NumericsError, over store='int8' they gave tokens)."""
+    q, s = quantise(torch.tensor([[float("nan"), 0.3, -0.02], [0.0, 0.3, -0.02]]))
+    back = dequantise(q, s, torch.float32)
+    assert back[0].isnan().all()
+    torch.testing.assert_close(back[1], torch.tensor([0.0, 0.3, -0.02]), atol=0.3 / 254, rtol=0)  # the rest as ever
+
+
 def test_bytes_are_under_035x_of_float32_gqa_on_the_default_shape() -> None:
     spec = dk.CacheSpec(n_layers=4, n_heads=8, n_kv_heads=2, head_dim=24, batch_size=1, capacity=256)
     ratio = Int8Cache(spec).nbytes / dk.create_cache("gqa", spec).nbytes  # type: ignore[attr-defined]  # nbytes: not in KVCache
