@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from decodekit_cache_int8.storage import Int8Cache, dequantise, quantise
 
@@ -45,6 +46,20 @@ def test_error_is_at_most_half_a_step() -> None:
     x = torch.randn(4, 2, 50, 24) * torch.logspace(-3, 2, 24)  # channels of very different scales
     q, s = quantise(x)
     assert bool(((dequantise(q, s, torch.float32) - x).abs() <= s / 2 + 1e-7).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_in_half_precision_the_error_is_half_a_step_and_the_dtype_rounding(dtype: torch.dtype) -> None:
+    """docs/caches.md: `s/2`, then `q·s` rounded to the model's dtype (half a unit in its last place: bfloat16 has 8
+    bits, float16 11), which alone reaches 1.8x `s/2` in bfloat16."""
+    x = (torch.randn(1000, 64, generator=torch.Generator().manual_seed(0)) * torch.logspace(-3, 3, 1000)[:, None]).to(
+        dtype
+    )
+    q, s = quantise(x)
+    back = dequantise(q, s, dtype).float()
+    unit = 2.0 ** -(8 if dtype == torch.bfloat16 else 11)
+    assert bool(((back - x.float()).abs() <= s / 2 * (1 + 1e-6) + back.abs() * unit).all())
+    assert float(((back - x.float()).abs() / (s / 2)).max()) > 1.05  # the rounding shows: s/2 alone is not the bound
 
 
 def test_a_nan_key_reads_back_nan_as_in_a_float_cache() -> None:
