@@ -147,9 +147,9 @@ def test_speculative_gives_them_from_its_first_round(model: GPT, cache: str, dra
 
 @pytest.mark.parametrize("cache", ["window(size=12)", "streaming(budget=12)", "h2o(budget=12)"])
 def test_speculative_scores_a_prompt_past_the_context_as_generate_does(cache: str) -> None:
-    """Through a cache that evicts, a prompt longer than the context goes in blocks of the context, from its first
-    token as the engine's prefill cuts them: the same scores (a cache that attends a block whole, streaming or h2o,
-    gave others when speculation cut its blocks from the end)."""
+    """Through a cache that evicts, a prompt longer than the context goes in blocks of the context, as the engine's
+    prefill cuts them (`block_starts`): the same scores (a cache that attends a block whole, streaming or h2o, gave
+    others when speculation cut its blocks otherwise)."""
     torch.manual_seed(0)
     config = GPTConfig(vocab_size=101, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, position="rope")
     model = GPT(config).eval()

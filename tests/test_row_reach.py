@@ -163,8 +163,24 @@ def test_compiled_rows_past_the_context_in_slots_break_no_graph(graphs: list[Any
             1,
             "dense",
             "prompt 0 of 16 tokens + max_new_tokens=1 = 17 tokens exceeds the model's context of 16 positions; "
-            "shorten the prompt to fewer than 16 tokens, or use a cache that evicts (cache='window(size=N)'), or "
-            "cache='none', which crops the context",
+            "shorten the prompt to 15 tokens or fewer (the context less max_new_tokens=1), or use a cache that evicts "
+            "(cache='window(size=N)'), or cache='none', which crops the context",
+        ),
+        (  # it said "shorten the prompt to fewer than 16 tokens": 15 + 6 still does not fit
+            [list(range(CONTEXT + 4)), SHORT],
+            6,
+            "dense",
+            "prompt 0 of 20 tokens + max_new_tokens=6 = 26 tokens exceeds the model's context of 16 positions; "
+            "shorten the prompt to 10 tokens or fewer (the context less max_new_tokens=6), or use a cache that evicts "
+            "(cache='window(size=N)'), or cache='none', which crops the context",
+        ),
+        (  # and where max_new_tokens alone fills the context, no prompt fits
+            [list(range(CONTEXT + 4)), SHORT],
+            CONTEXT,
+            "dense",
+            "prompt 0 of 20 tokens + max_new_tokens=16 = 36 tokens exceeds the model's context of 16 positions; "
+            "shorten the prompt and lower max_new_tokens: together at most 16 tokens, or use a cache that evicts "
+            "(cache='window(size=N)'), or cache='none', which crops the context",
         ),
         (  # learned positions through an evicting cache: "or fewer tokens", how many not said
             [SHORT, LONG],

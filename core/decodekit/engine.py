@@ -32,7 +32,16 @@ from decodekit.text import TextTracker
 from decodekit.threads import decode_threads, threads
 from decodekit.training_mode import warn_if_training
 
-__all__ = ["PREALLOCATED_COLUMNS", "ROW_BYTES", "Decoding", "Policy", "check_rows", "sample_steps", "uncached_logits"]
+__all__ = [
+    "PREALLOCATED_COLUMNS",
+    "ROW_BYTES",
+    "Decoding",
+    "Policy",
+    "block_starts",
+    "check_rows",
+    "sample_steps",
+    "uncached_logits",
+]
 
 PREALLOCATED_COLUMNS = 4096
 """New-token columns of history allocated up front; more are added by doubling, so a huge
@@ -50,11 +59,19 @@ _END = object()  # a policy's rounds are over
 _OPENED = frozenset({"P", "total", "rows", "kv", "buf", "positions", "width", "ctx", "outputs", "call_model"})
 
 
-def _fits(context: int, length: int) -> str:
-    """What fits in a `context` of positions after a prompt of `length` tokens, as a number to use."""
-    if length >= context:
-        return f"shorten the prompt to fewer than {context} tokens"
-    return f"lower max_new_tokens to {context - length} or fewer (the context less the prompt's {length} tokens)"
+def block_starts(width: int, block: int) -> list[int]:
+    """The first columns of blocks of at most `block` that cut `width` left-padded columns, the last block ending at
+    `width`: every row ends there, so where a row's prompt is cut depends on its own length, not on its batch's."""
+    return [max(0, start) for start in range(width - -(-width // block) * block, width, block)]
+
+
+def _fits(context: int, length: int, new: int) -> str:
+    """What fits in a `context` of positions with a prompt of `length` tokens and `new` more, as a number to use."""
+    if length < context:
+        return f"lower max_new_tokens to {context - length} or fewer (the context less the prompt's {length} tokens)"
+    if new < context:
+        return f"shorten the prompt to {context - new} tokens or fewer (the context less max_new_tokens={new})"
+    return f"shorten the prompt and lower max_new_tokens: together at most {context} tokens"
 
 
 class Decoding:
@@ -182,7 +199,7 @@ class Decoding:
         """The widest query-key distance any row presents must be one the model knows; past the context, only
         rotary keys can move (an evicting cache keeps absolute positions no further)."""
         needed, words, length = self._furthest()
-        fits = _fits(spec.max_positions, length)
+        fits = _fits(spec.max_positions, length, needed - length)
         if kv is not None and evicts(kv):
             # first: no cache takes absolute positions further, however little it reaches
             if not spec.movable_keys and needed > spec.max_positions:
@@ -217,7 +234,8 @@ class Decoding:
 
     def prefill(self) -> Tensor:
         """Logits `[R, V]` after each row's prompt (left padding puts every row's last token in column P-1); through
-        a cache that evicts, in blocks of at most the model's context, so a long prompt needs bounded memory; a
+        a cache that evicts, in blocks of at most the model's context ending at column P (`block_starts`), so a long
+        prompt needs bounded memory and is cut alike in any batch; a
         prompt's copies and the prefixes the prompts share, once (`decodekit.copies`, `decodekit.prefix`). With
         `prompt_logprobs`, every column's logits, scored into `self.prompt_logprobs`."""
         n = self.request.prompt_logprobs
@@ -242,8 +260,8 @@ class Decoding:
         if alike is not None:
             first, copies = alike  # a prompt's copies (samples, beams) computed once
             tokens, positions, kv = tokens[first], positions[first], CopiesView(cast(KVCache, self.kv), first, copies)
-        for start in range(0, self.P, block):
-            end = min(start + block, self.P)
+        starts = block_starts(self.P, block)
+        for start, end in zip(starts, [*starts[1:], self.P]):
             logits = self.model(tokens[:, start:end], positions[:, start:end], kv, **columns)
             last = last_column(self.model, logits)
             if n is not None:

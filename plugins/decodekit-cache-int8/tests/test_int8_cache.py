@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from decodekit_cache_int8.storage import Int8Cache, dequantise, quantise
 
@@ -45,6 +46,31 @@ def test_error_is_at_most_half_a_step() -> None:
     x = torch.randn(4, 2, 50, 24) * torch.logspace(-3, 2, 24)  # channels of very different scales
     q, s = quantise(x)
     assert bool(((dequantise(q, s, torch.float32) - x).abs() <= s / 2 + 1e-7).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_in_half_precision_the_error_is_half_a_step_and_the_dtype_rounding(dtype: torch.dtype) -> None:
+    """docs/caches.md: `s/2`, then `q·s` rounded to the model's dtype (half a unit in its last place: bfloat16 has 8
+    bits, float16 11), which alone reaches 1.8x `s/2` in bfloat16."""
+    x = (torch.randn(1000, 64, generator=torch.Generator().manual_seed(0)) * torch.logspace(-3, 3, 1000)[:, None]).to(
+        dtype
+    )
+    q, s = quantise(x)
+    back = dequantise(q, s, dtype).float()
+    unit = 2.0 ** -(8 if dtype == torch.bfloat16 else 11)
+    assert bool(((back - x.float()).abs() <= s / 2 * (1 + 1e-6) + back.abs() * unit).all())
+    assert float(((back - x.float()).abs() / (s / 2)).max()) > 1.05  # the rounding shows: s/2 alone is not the bound
+
+
+def test_a_nan_key_reads_back_nan_as_in_a_float_cache() -> None:
+    """A NaN key (a float16 model that overflowed) stays NaN, so attention over it is NaN and the decode fails with
+    NumericsError as over a float storage. Its scale was replaced by 1, as an all-zero vector's is, and the vector
+    rounded at that step: NaN read back as 0, 0.3 as 0 (a transformers Llama with a NaN in a k_proj weight:
+    window(size=4) and h2o(budget=16) raised NumericsError, over store='int8' they gave tokens)."""
+    q, s = quantise(torch.tensor([[float("nan"), 0.3, -0.02], [0.0, 0.3, -0.02]]))
+    back = dequantise(q, s, torch.float32)
+    assert back[0].isnan().all()
+    torch.testing.assert_close(back[1], torch.tensor([0.0, 0.3, -0.02]), atol=0.3 / 254, rtol=0)  # the rest as ever
 
 
 def test_bytes_are_under_035x_of_float32_gqa_on_the_default_shape() -> None:

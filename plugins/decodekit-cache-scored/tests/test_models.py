@@ -25,6 +25,24 @@ def test_a_budget_above_everything_fed_equals_keeping_all(model: GPT, cache: str
 
 
 @pytest.mark.parametrize("cache", CACHES)
+def test_a_prompt_is_cut_into_the_same_blocks_whatever_its_batch(model: GPT, cache: str) -> None:
+    """A prompt past the context is prefilled in blocks of the context, which end at the prompts' last column: a
+    row's blocks depend on its own length. They were cut from the batch's first column, so a 20-token prompt beside
+    a 40-token one (context 32) went in as 12 + 8 tokens, alone as 20, and was compressed otherwise: its log-probs
+    differed by 1e-3 to 6e-3 (and on a transformers Llama its tokens, for every scored cache)."""
+    g = torch.Generator().manual_seed(0)
+    long, short = torch.randint(0, 29, (40,), generator=g).tolist(), torch.randint(0, 29, (20,), generator=g).tolist()
+    options: dict[str, Any] = {"chain": "greedy", "cache": f"{cache}(budget=6, sinks=1, recent=1)", "logprobs": 0}
+    together = dk.generate(model, [long, short], max_new_tokens=12, **options)
+    for row, prompt in enumerate((long, short)):
+        alone = dk.generate(model, [prompt], max_new_tokens=12, **options)
+        assert together.tokens[row] == alone.tokens[0]
+        assert together.logprobs is not None and alone.logprobs is not None
+        got, want = [lp.raw for lp in together.logprobs[row]], [lp.raw for lp in alone.logprobs[0]]
+        assert got == pytest.approx(want, abs=1e-5), f"row {row}"
+
+
+@pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("store", ["gqa", "int8"])
 def test_streams_far_past_the_context_in_fixed_memory(model: GPT, cache: str, store: str) -> None:
     held: list[dk.KVCache] = []

@@ -147,7 +147,8 @@ BAD_LINES: list[tuple[dict[str, Any], str]] = [
     (
         {"prompt_token_ids": [5] * 200},  # the context check, as for text: cli-test-gpt has 128 positions
         "prompt of 200 tokens + max_new_tokens=5 = 205 tokens exceeds the model's context of 128 positions; shorten "
-        "the prompt to fewer than 128 tokens, or --cache none, which crops the context",
+        "the prompt to 123 tokens or fewer (the context less max_new_tokens=5), or --cache none, which crops the "
+        "context",
     ),
 ]
 

@@ -29,7 +29,8 @@ def quantise(x: Tensor) -> tuple[Tensor, Tensor]:
     """`q` int8 `[..., D]` and `s` float32 `[..., 1]` with `x ≈ q · s`, `|x - q·s| <= s / 2`."""
     x = x.float()
     scale = x.abs().amax(-1, keepdim=True) / 127
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero vector stays exact
+    # an all-zero vector stays exact; a NaN scale stays NaN, so a NaN key is NaN read back, as in a float cache
+    scale = torch.where(scale != 0, scale, torch.ones_like(scale))
     return (x / scale).round_().clamp_(-127, 127).to(torch.int8), scale
 
 

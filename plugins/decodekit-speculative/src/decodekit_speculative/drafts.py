@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from decodekit.cache import KVCache, evicts
+from decodekit.engine import block_starts
 from decodekit.model import last_only
 from decodekit_speculative.row_cache import RowCache
 
@@ -50,7 +51,8 @@ def feed(
 
     A cache that evicts gets the prompt alone as its first forward, as the engine's prefill feeds it (a
     `prefill_only` cache compresses its first forward), then the drafts; and at most the model's context
-    per forward, cut from the first column as the engine's prefill cuts them, the last block holding the drafts.
+    per forward, cut as the engine's prefill cuts them (`block_starts`: blocks ending at the last block), the last
+    block holding the drafts.
     """
     block = cache.spec.max_positions if cache is not None and evicts(cache) else None
     width = ids.shape[1]
@@ -63,13 +65,11 @@ def feed(
         return torch.cat([first, rest], 1)
     head = 0  # columns fed before the last block
     if block is not None and width > max(block, keep):
-        # Blocks from the first column, as the engine's prefill cuts them: a cache that attends a block whole
+        # Blocks as the engine's prefill cuts them, ending at the last column: a cache that attends a block whole
         # (streaming, h2o) gives a column other logits in another block. The last block must hold the kept columns.
-        head = (width - 1) // block * block
-        if width - head < keep:
-            head = width - max(block, keep)
-        for start in range(0, head, block):
-            end = min(start + block, head)
+        head = width - max(block, keep)
+        starts = block_starts(head, block)
+        for start, end in zip(starts, [*starts[1:], head]):
             logits: Tensor = call(ids[:, start:end], positions[:, start:end], cache, **extra)
             if seen is not None:
                 seen(logits, start)
