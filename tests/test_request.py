@@ -358,11 +358,16 @@ def test_a_wrong_count_of_seeds_or_stop_lists_is_counted_in_prompts_not_rows() -
         ({"temperature": 0.7}, "; a sampler is a stage of the chain: chain='temperature(0.7)'"),
         ({"top_p": 0.9}, "; a sampler is a stage of the chain: chain='top_p(0.9)'"),
         ({"n": 4}, "; for n samples of each prompt, repeat it n times and seed the copies with "),
+        ({"num_return_sequences": 4}, "; for n samples of each prompt, repeat it n times and seed the copies with "),
+        ({"do_sample": False}, "; a chain samples (do_sample=True) unless it ends in another selector: do_sample=False "),
+        ({"stop": ["\n"]}, "; did you mean 'stop_strings'?"),
+        ({"eos_token_id": 2}, "; did you mean 'stop_tokens'?"),
     ],
 )
 def test_another_librarys_sampling_keyword_is_told_where_it_goes(option: dict[str, Any], hint: str) -> None:
     """vLLM's and transformers' per-request `temperature`, `top_p` and `n` are not options here: the message says
-    what gives them (the chain; copies seeded by `row_seeds`), as a batch line's error does."""
+    what gives them (the chain; copies seeded by `row_seeds`), as a batch line's error does. Their names for options
+    that are here under others say which (`do_sample` was "did you mean 'compile'?", `stop` had no hint)."""
     with pytest.raises(dk.ParameterError, match=re.escape(hint)) as info:
         dk.generate(tiny_gpt(2), [[1]], **option)
     assert str(info.value).startswith(f"generate: unknown parameter {next(iter(option))}=")

@@ -142,13 +142,17 @@ def _where_it_goes(registry: Registry, key: str, value: Any, names: list[str]) -
     or the closest allowed name to a misspelt one."""
     if key == "strategy":
         return "; a strategy is chosen with dk.decode(model, prompts, strategy=...)"
-    if key == "n":
+    if key in ("n", "num_return_sequences"):
         return (
             "; for n samples of each prompt, repeat it n times and seed the copies with "
             "decodekit.context.row_seeds (docs/concepts.md)"
         )
     if key in registry.samplers:
         return f"; a sampler is a stage of the chain: chain='{key}({value!r})'"
+    if key == "do_sample":
+        return "; a chain samples (do_sample=True) unless it ends in another selector: do_sample=False is chain='greedy'"
+    if key == "stop":  # vLLM's; difflib finds it as far from stop_strings as from stop_tokens
+        return "; did you mean 'stop_strings'?"
     return did_you_mean(key, names)
 
 
