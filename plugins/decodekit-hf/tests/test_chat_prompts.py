@@ -21,10 +21,10 @@ TEMPLATE = (
 MESSAGES = [{"role": "user", "content": "hi there"}]
 
 
-@pytest.fixture(scope="module")
-def chat_tokenizer() -> Any:
-    """Lower-case letters and a space, one id per character, after the specials; a BOS before every text, as a
-    Llama tokenizer adds it; and a chat template that writes the BOS itself, as Llama 3's does."""
+def make_tokenizer(adds_bos: bool) -> Any:
+    """Lower-case letters and a space, one id per character, after the specials; a BOS before every text where
+    `adds_bos`, as a Llama tokenizer adds it (GPT-2's adds none); and a chat template that writes the BOS itself, as
+    Llama 3's does."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -32,11 +32,17 @@ def chat_tokenizer() -> Any:
     tk = Tokenizer(models.WordLevel(vocab, unk_token="</s>"))
     tk.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     tk.add_special_tokens(SPECIALS)
-    tk.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    if adds_bos:
+        tk.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
     tk.decoder = decoders.Fuse()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>")  # type: ignore[no-untyped-call]
     tokenizer.chat_template = TEMPLATE
     return tokenizer
+
+
+@pytest.fixture(scope="module")
+def chat_tokenizer() -> Any:
+    return make_tokenizer(adds_bos=True)
 
 
 def test_the_templates_ids_decode_as_generate_decodes_them(llama: Any, chat_tokenizer: Any) -> None:
@@ -64,3 +70,11 @@ def test_a_batch_encoding_is_refused_saying_to_pass_its_input_ids(llama: Any, ch
     encoding = chat_tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True)
     with pytest.raises(dk.ParameterError, match=r"^prompts=.* is a mapping .*: pass its \['input_ids'\]$"):
         dk.generate(HFModel(llama, chat_tokenizer), encoding, max_new_tokens=2)
+
+
+def test_two_bos_the_text_holds_itself_are_not_warned_about(llama: Any) -> None:
+    """A tokenizer that adds no BOS (GPT-2's) passes the text's own ids: nothing was added, so nothing to say."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = dk.generate(HFModel(llama, make_tokenizer(adds_bos=False)), "<s><s>hi", max_new_tokens=1)
+    assert out.prompt_tokens[0] == [0, 0, 12, 13]

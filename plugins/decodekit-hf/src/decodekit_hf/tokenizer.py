@@ -28,7 +28,8 @@ class HFTokenizer:
     def encode(self, text: str) -> list[int]:
         ids = [int(i) for i in self.hf.encode(text)]
         bos = getattr(self.hf, "bos_token_id", None)
-        if bos is not None and ids[:2] == [bos, bos]:  # llama.cpp warns of it too
+        doubled = bos is not None and ids[:2] == [bos, bos]
+        if doubled and len(self.hf.encode(text, add_special_tokens=False)) < len(ids):  # one BOS added: llama.cpp warns
             warnings.warn(
                 f"decodekit: the prompt starts with two BOS tokens ({self.hf.bos_token!r}): its text holds one (a chat "
                 "template's) and encode adds the tokenizer's own, as tokenizer(text) does; pass the template's token "
