@@ -924,6 +924,6 @@ def test_another_librarys_request_field_says_what_gives_it(tmp_path: Path) -> No
                zip(said, ["messages", "stop_token_ids", "do_sample"]))  # fmt: skip
     assert said[0].endswith("; a chat goes through the model's chat template first: give the ids it returns as "
                             "prompt_token_ids")  # fmt: skip
-    assert said[1].endswith("; a line stops at the model's end-of-text ids (none under --ignore-eos) and at its "
+    assert said[1].endswith("; a line stops at the model's end-of-text ids (none under --ignore-eos) and its "
                             '"stop" strings')  # fmt: skip
     assert said[2].endswith('; do_sample false is the line\'s "chain": "greedy"')

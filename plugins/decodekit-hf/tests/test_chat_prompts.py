@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 import torch
+from decodekit_hf.model import HFModel
 
 import decodekit as dk
-from decodekit_hf.model import HFModel
 
 SPECIALS = ["<s>", "</s>", "<|user|>", "<|assistant|>"]
 TEMPLATE = (
@@ -60,7 +60,8 @@ def test_the_templates_text_encoded_again_starts_with_two_bos_and_says_so(llama:
     model was handed a prompt it never saw in training (llama.cpp warns of the same)."""
     text = chat_tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
     assert chat_tokenizer(text)["input_ids"][:3] == [0, 0, 2]
-    with pytest.warns(UserWarning, match=r"starts with two BOS tokens \('<s>'\).*apply_chat_template\(\.\.\.\)\['input_ids'\]"):
+    said = r"starts with two BOS tokens \('<s>'\).*apply_chat_template\(\.\.\.\)\['input_ids'\]"
+    with pytest.warns(UserWarning, match=said):
         out = dk.generate(HFModel(llama, chat_tokenizer), text, chain="greedy", max_new_tokens=2)
     assert out.prompt_tokens[0][:3] == [0, 0, 2]
 

@@ -40,7 +40,7 @@ PROMPT_FIELDS = "a 'prompt' (text) or a 'prompt_token_ids' (a list of token ids)
 # mean 'prompt_token_ids'?").
 OTHER_FIELDS = {
     "messages": "a chat goes through the model's chat template first: give the ids it returns as prompt_token_ids",
-    "stop_token_ids": 'a line stops at the model\'s end-of-text ids (none under --ignore-eos) and at its "stop" strings',
+    "stop_token_ids": 'a line stops at the model\'s end-of-text ids (none under --ignore-eos) and its "stop" strings',
     "do_sample": 'do_sample false is the line\'s "chain": "greedy"',
 }
 STDIN_HINT = (
