@@ -361,6 +361,7 @@ def test_a_wrong_count_of_seeds_or_stop_lists_is_counted_in_prompts_not_rows() -
         ({"num_return_sequences": 4}, "; for n samples of each prompt, repeat it n times and seed the copies with "),
         ({"do_sample": False}, "; a chain samples (do_sample=True) unless it ends in another selector; do_sample=F"),
         ({"stop": ["\n"]}, "; did you mean 'stop_strings'?"),
+        ({"attention_mask": [[1]]}, "; prompts are padded here: give each one's ids unpadded (a list of lists)"),
         ({"eos_token_id": 2}, "; did you mean 'stop_tokens'?"),
     ],
 )

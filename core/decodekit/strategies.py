@@ -151,6 +151,8 @@ def _where_it_goes(registry: Registry, key: str, value: Any, names: list[str]) -
         return f"; a sampler is a stage of the chain: chain='{key}({value!r})'"
     if key == "do_sample":
         return "; a chain samples (do_sample=True) unless it ends in another selector; do_sample=False: chain='greedy'"
+    if key == "attention_mask":  # transformers' generate(**tokenizer(prompts, padding=True))
+        return "; prompts are padded here: give each one's ids unpadded (a list of lists), not a padded batch"
     if key == "stop":  # vLLM's; difflib finds it as far from stop_strings as from stop_tokens
         return "; did you mean 'stop_strings'?"
     return did_you_mean(key, names)
