@@ -363,12 +363,19 @@ def test_a_wrong_count_of_seeds_or_stop_lists_is_counted_in_prompts_not_rows() -
         ({"stop": ["\n"]}, "; did you mean 'stop_strings'?"),
         ({"attention_mask": [[1]]}, "; prompts are padded here: give each one's ids unpadded (a list of lists)"),
         ({"eos_token_id": 2}, "; did you mean 'stop_tokens'?"),
+        ({"min_tokens": 3}, "; vLLM's min_tokens is a stage of the chain: chain='min_new_tokens(n, [eos ids])'"),
+        ({"pad_token_id": 0}, "; prompts are padded here: give each one's ids unpadded (a list of lists)"),
+        ({"num_beams": 4}, "; beam search is a strategy: dk.decode(model, prompts, strategy='beam', num_beams=...)"),
+        ({"max_length": 20}, "; max_new_tokens counts the new tokens alone (max_length less the prompt's)"),
+        ({"ignore_eos": True}, "; a row stops only at the stop_tokens given: leave the eos out of them"),
+        ({"generation_config": None}, "; decodekit_hf.generation_options(config) gives it as dk.decode's keywords"),
     ],
 )
 def test_another_librarys_sampling_keyword_is_told_where_it_goes(option: dict[str, Any], hint: str) -> None:
     """vLLM's and transformers' per-request `temperature`, `top_p` and `n` are not options here: the message says
     what gives them (the chain; copies seeded by `row_seeds`), as a batch line's error does. Their names for options
-    that are here under others say which (`do_sample` was "did you mean 'compile'?", `stop` had no hint)."""
+    that are here under others say which (`do_sample` was "did you mean 'compile'?", `min_tokens` "'max_new_tokens'?",
+    `pad_token_id` "'stop_tokens'?", `stop`, `num_beams` and `max_length` had no hint)."""
     with pytest.raises(dk.ParameterError, match=re.escape(hint)) as info:
         dk.generate(tiny_gpt(2), [[1]], **option)
     assert str(info.value).startswith(f"generate: unknown parameter {next(iter(option))}=")
