@@ -381,3 +381,20 @@ def test_another_librarys_sampling_keyword_is_told_where_it_goes(option: dict[st
     assert str(info.value).startswith(f"generate: unknown parameter {next(iter(option))}=")
     with pytest.raises(dk.ParameterError, match=re.escape(hint)):
         dk.stream(tiny_gpt(2), [[1]], **option)
+
+
+def test_row_seeds_takes_the_integers_dk_generate_takes_and_refuses_the_rest() -> None:
+    """concepts.md's pass@k recipe: a NumPy seed (a config's, `np.random.randint`'s) was "TypeError: 'numpy.int64'
+    object is not iterable", and a seed read as text ("11", an environment variable's) one seed per digit, 1 and 1."""
+    import numpy as np
+
+    from decodekit.context import row_seeds
+
+    model, n = tiny_gpt(2), 3
+    assert row_seeds(np.int64(11), 2, n) == row_seeds(torch.tensor(11), 2, n) == row_seeds(11, 2, n)
+    assert row_seeds([np.int64(11)], 1, n) == row_seeds([11], 1, n)
+    samples = dk.generate(model, [[1, 2]] * n, seed=row_seeds(np.int64(11), 1, n), max_new_tokens=4)
+    assert samples.tokens[0] == dk.generate(model, [[1, 2]], seed=np.int64(11), max_new_tokens=4).tokens[0]
+    for seed in ("11", 11.0, [1.5], True):
+        with pytest.raises(dk.ParameterError, match=r"^row_seeds: seed=.* is invalid; allowed: an integer, one per "):
+            row_seeds(seed, 1, n)  # type: ignore[arg-type]
