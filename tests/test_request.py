@@ -394,7 +394,8 @@ def test_row_seeds_takes_the_integers_dk_generate_takes_and_refuses_the_rest() -
     assert row_seeds(np.int64(11), 2, n) == row_seeds(torch.tensor(11), 2, n) == row_seeds(11, 2, n)
     assert row_seeds([np.int64(11)], 1, n) == row_seeds([11], 1, n)
     samples = dk.generate(model, [[1, 2]] * n, seed=row_seeds(np.int64(11), 1, n), max_new_tokens=4)
-    assert samples.tokens[0] == dk.generate(model, [[1, 2]], seed=np.int64(11), max_new_tokens=4).tokens[0]
+    alone = dk.generate(model, [[1, 2]], seed=np.int64(11), max_new_tokens=4)  # type: ignore[arg-type]
+    assert samples.tokens[0] == alone.tokens[0]
     for seed in ("11", 11.0, [1.5], True):
         with pytest.raises(dk.ParameterError, match=r"^row_seeds: seed=.* is invalid; allowed: an integer, one per "):
             row_seeds(seed, 1, n)  # type: ignore[arg-type]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, SupportsIndex, cast
 
 import torch
 from torch import Tensor
@@ -27,7 +27,7 @@ def mix_seed(seed: int, index: int) -> int:
     return ((seed * _SEED_MIX) ^ (index + 1) * 0xBF58476D1CE4E5B9) & _SEED_MASK
 
 
-def row_seeds(seed: int | Sequence[int] | None, prompts: int, copies: int = 1) -> list[int] | None:
+def row_seeds(seed: SupportsIndex | Sequence[SupportsIndex] | None, prompts: int, copies: int = 1) -> list[int] | None:
     """Each row's seed, for `copies` rows per prompt (None: fresh seeds): prompt `b` its own or `mix_seed(seed, b)`;
     its copy 0 that seed, so the first of `n` samples is the one sample, and copy `i > 0` `mix_seed(prompt_seed, i)`.
     No row depends on its batch (docs/strategies.md)."""
