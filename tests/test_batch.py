@@ -910,3 +910,23 @@ def test_a_lines_sampler_field_is_told_to_go_in_its_chain(tmp_path: Path) -> Non
     assert first.startswith("prompt line: unknown parameter temperature=0.7; allowed parameters: prompt, ")
     assert first.endswith('; a sampler is a stage of the line\'s chain: "chain": "temperature(0.7) | top_p(0.9)"')
     assert second.endswith("did you mean 'max_new_tokens'?")
+
+
+def test_another_librarys_request_field_says_what_gives_it(tmp_path: Path) -> None:
+    """An OpenAI batch line's `messages`, vLLM's `stop_token_ids` ("did you mean 'prompt_token_ids'?") and `min_tokens`
+    ("'max_new_tokens'?") and transformers' `do_sample` were refused with the allowed fields alone, or a misleading
+    one."""
+    messages = [{"role": "user", "content": "hi"}]
+    lines = [_json(messages=messages), _json(prompt="a", stop_token_ids=[1]), _json(prompt="a", do_sample=False),
+             _json(prompt="a", min_tokens=2)]  # fmt: skip
+    prompts, out = _write_lines(tmp_path / "p.jsonl", lines), tmp_path / "out.jsonl"
+    assert _run(prompts, out, *ARGS, "--on-error", "skip").returncode == 0
+    said = [r["error"]["message"] for r in _records(out)]
+    assert all(m.startswith(f"prompt line: unknown parameter {f}; allowed parameters: prompt, ") for m, f in
+               zip(said, ["messages", "stop_token_ids", "do_sample", "min_tokens"]))  # fmt: skip
+    assert said[0].endswith("; a chat goes through the model's chat template first: give the ids it returns as "
+                            "prompt_token_ids")  # fmt: skip
+    assert said[1].endswith("; a line stops at the model's end-of-text ids (none under --ignore-eos) and its "
+                            '"stop" strings')  # fmt: skip
+    assert said[2].endswith('; do_sample false is the line\'s "chain": "greedy"')
+    assert said[3].endswith('stage of the line\'s chain: "chain": "min_new_tokens(n, [eos ids])"')

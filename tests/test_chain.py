@@ -164,6 +164,15 @@ def test_an_unknown_sampler_lists_the_installed_ones() -> None:
         dk.Chain.from_spec([{"name": "topk", "params": {}}])
 
 
+@pytest.mark.parametrize(("stage", "said"), [("beam(num_beams=4)", "a strategy"), ("gqa", "a cache backend")])
+def test_a_strategy_or_cache_in_a_chain_is_said_to_be_one(stage: str, said: str) -> None:
+    """transformers' beam search is a strategy here: `beam` in a chain was "no installed plugin distribution registers
+    it", though decodekit-beam is installed and registers it."""
+    name = stage.split("(")[0]
+    with pytest.raises(dk.UnknownNameError, match=rf"^unknown sampler '{name}'; installed: .*; '{name}' is {said}, "):
+        dk.Chain.parse(f"temperature(0.7) | {stage}")
+
+
 @pytest.mark.parametrize(
     ("text", "match"),
     [

@@ -207,6 +207,8 @@ def test_bad_options_fail_with_one_line_and_status_2() -> None:
         "chain and flags": ([*generate, "--chain", "top_k(5)", "--temperature", "0.8"], "cannot be combined with"),
         "unknown cache": ([*generate, "--cache", "paged"], "--cache 'paged'"),
         "not a number": ([*generate, "--top-k", "many"], "Invalid value for '--top-k'"),
+        # was "not installed: ... Install: pip install decodekit-beam", which is installed
+        "a strategy in the chain": ([*generate, "--chain", "beam(num_beams=2)"], "'beam' is a strategy, not a sampler"),
     }
     results = cli_many(*(args for args, _ in cases.values()))
     for (name, (_, expected)), r in zip(cases.items(), results):
@@ -1061,8 +1063,9 @@ def test_caches_strategies_and_models_list_their_section_of_samplers(capsys: pyt
     [err] = capsys.readouterr().err.splitlines()
     assert err.startswith("decodekit: error: unknown cache backend 'windw'; installed: dense, gqa, ")
     assert "; also accepted: none; did you mean 'window'?" in err
-    assert main(["strategies", "top_k"]) == 2  # a sampler is no strategy
-    assert "unknown strategy 'top_k'" in capsys.readouterr().err
+    assert main(["strategies", "top_k"]) == 2  # a sampler is no strategy, and is said to be a sampler
+    assert "unknown strategy 'top_k'; installed: beam, " in (err := capsys.readouterr().err)
+    assert err.endswith("; 'top_k' is a sampler, not a strategy\n")
 
 
 def test_the_cache_group_points_to_the_cache_listing(capsys: pytest.CaptureFixture[str]) -> None:

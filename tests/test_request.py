@@ -358,13 +358,44 @@ def test_a_wrong_count_of_seeds_or_stop_lists_is_counted_in_prompts_not_rows() -
         ({"temperature": 0.7}, "; a sampler is a stage of the chain: chain='temperature(0.7)'"),
         ({"top_p": 0.9}, "; a sampler is a stage of the chain: chain='top_p(0.9)'"),
         ({"n": 4}, "; for n samples of each prompt, repeat it n times and seed the copies with "),
+        ({"num_return_sequences": 4}, "; for n samples of each prompt, repeat it n times and seed the copies with "),
+        ({"do_sample": False}, "; a chain samples (do_sample=True) unless it ends in another selector; do_sample=F"),
+        ({"stop": ["\n"]}, "; did you mean 'stop_strings'?"),
+        ({"attention_mask": [[1]]}, "; prompts are padded here: give each one's ids unpadded (a list of lists)"),
+        ({"eos_token_id": 2}, "; did you mean 'stop_tokens'?"),
+        ({"min_tokens": 3}, "; vLLM's min_tokens is a stage of the chain: chain='min_new_tokens(n, [eos ids])'"),
+        ({"pad_token_id": 0}, "; prompts are padded here: give each one's ids unpadded (a list of lists)"),
+        ({"num_beams": 4}, "; beam search is a strategy: dk.decode(model, prompts, strategy='beam', num_beams=...)"),
+        ({"max_length": 20}, "; max_new_tokens counts the new tokens alone (max_length less the prompt's)"),
+        ({"ignore_eos": True}, "; a row stops only at the stop_tokens given: leave the eos out of them"),
+        ({"generation_config": None}, "; decodekit_hf.generation_options(config) gives it as dk.decode's keywords"),
     ],
 )
 def test_another_librarys_sampling_keyword_is_told_where_it_goes(option: dict[str, Any], hint: str) -> None:
     """vLLM's and transformers' per-request `temperature`, `top_p` and `n` are not options here: the message says
-    what gives them (the chain; copies seeded by `row_seeds`), as a batch line's error does."""
+    what gives them (the chain; copies seeded by `row_seeds`), as a batch line's error does. Their names for options
+    that are here under others say which (`do_sample` was "did you mean 'compile'?", `min_tokens` "'max_new_tokens'?",
+    `pad_token_id` "'stop_tokens'?", `stop`, `num_beams` and `max_length` had no hint)."""
     with pytest.raises(dk.ParameterError, match=re.escape(hint)) as info:
         dk.generate(tiny_gpt(2), [[1]], **option)
     assert str(info.value).startswith(f"generate: unknown parameter {next(iter(option))}=")
     with pytest.raises(dk.ParameterError, match=re.escape(hint)):
         dk.stream(tiny_gpt(2), [[1]], **option)
+
+
+def test_row_seeds_takes_the_integers_dk_generate_takes_and_refuses_the_rest() -> None:
+    """concepts.md's pass@k recipe: a NumPy seed (a config's, `np.random.randint`'s) was "TypeError: 'numpy.int64'
+    object is not iterable", and a seed read as text ("11", an environment variable's) one seed per digit, 1 and 1."""
+    import numpy as np
+
+    from decodekit.context import row_seeds
+
+    model, n = tiny_gpt(2), 3
+    assert row_seeds(np.int64(11), 2, n) == row_seeds(torch.tensor(11), 2, n) == row_seeds(11, 2, n)
+    assert row_seeds([np.int64(11)], 1, n) == row_seeds([11], 1, n)
+    samples = dk.generate(model, [[1, 2]] * n, seed=row_seeds(np.int64(11), 1, n), max_new_tokens=4)
+    alone = dk.generate(model, [[1, 2]], seed=np.int64(11), max_new_tokens=4)  # type: ignore[arg-type]
+    assert samples.tokens[0] == alone.tokens[0]
+    for seed in ("11", 11.0, [1.5], True):
+        with pytest.raises(dk.ParameterError, match=r"^row_seeds: seed=.* is invalid; allowed: an integer, one per "):
+            row_seeds(seed, 1, n)  # type: ignore[arg-type]

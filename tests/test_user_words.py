@@ -146,7 +146,7 @@ INTEGER_FLAGS = {  # each integer option: a command it belongs to, and the bound
     "--batch-size": (GENERATE, " >= 1"),
     "--ray-actors": (GENERATE, " >= 1"),
     "--top-k": (GENERATE, ""),
-    "--seed": (GENERATE, ""),
+    "--seed": (GENERATE, ", 0 <= seed < 2**64; leave --seed out for a fresh seed each run (llama.cpp's -1)"),
     "--steps": (EXPLAIN, " >= 1"),
     "--top": (EXPLAIN, " >= 1"),
     "--plot-step": (EXPLAIN, " >= 0"),
@@ -163,6 +163,17 @@ def test_an_integer_flag_takes_an_integer(flag: str, value: str) -> None:
     result = _cli(*command, *FLAGS[:2], flag, value)
     assert result.returncode == 2
     assert f"'{flag}'" in result.stderr and f"'{value}': allowed: an integer{bound} (see" in result.stderr
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**64)])
+def test_a_seed_outside_dk_generates_range_is_refused(seed: str) -> None:
+    """`--seed -1` (llama.cpp's "a random seed") and `--seed 2**64` ran, each as one fixed seed, where dk.generate and a
+    batch line's "seed" refuse them."""
+    for command in (GENERATE, EXPLAIN):
+        result = _cli(*command, *FLAGS[:2], "--seed", seed)
+        assert result.returncode == 2
+        assert f"'--seed' / '-s': '{seed}': allowed: an integer, 0 <= seed < 2**64; leave --seed out" in result.stderr
+    assert _cli(*GENERATE, *FLAGS[:2], "--seed", str(2**64 - 1)).returncode == 0
 
 
 def test_an_integer_flag_still_takes_integers_and_its_bound() -> None:

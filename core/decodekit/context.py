@@ -5,12 +5,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsIndex, cast
 
 import torch
 from torch import Tensor
 
 from decodekit.errors import ParameterError
+from decodekit.prompts import as_index
 
 if TYPE_CHECKING:
     from decodekit.prompts import Tokenizer
@@ -26,13 +27,19 @@ def mix_seed(seed: int, index: int) -> int:
     return ((seed * _SEED_MIX) ^ (index + 1) * 0xBF58476D1CE4E5B9) & _SEED_MASK
 
 
-def row_seeds(seed: int | Sequence[int] | None, prompts: int, copies: int = 1) -> list[int] | None:
+def row_seeds(seed: SupportsIndex | Sequence[SupportsIndex] | None, prompts: int, copies: int = 1) -> list[int] | None:
     """Each row's seed, for `copies` rows per prompt (None: fresh seeds): prompt `b` its own or `mix_seed(seed, b)`;
     its copy 0 that seed, so the first of `n` samples is the one sample, and copy `i > 0` `mix_seed(prompt_seed, i)`.
     No row depends on its batch (docs/strategies.md)."""
     if seed is None:
         return None
-    per_prompt = [mix_seed(seed, b) for b in range(prompts)] if isinstance(seed, int) else [int(s) for s in seed]
+    if (one := as_index(seed)) is not None:  # NumPy's and 0-d tensors' integers too
+        per_prompt = [mix_seed(one, b) for b in range(prompts)]
+    else:
+        ids = [as_index(s) for s in seed] if isinstance(seed, Sequence) and not isinstance(seed, str) else [None]
+        if None in ids:  # a str was read as one seed per digit
+            raise ParameterError(f"row_seeds: seed={seed!r} is invalid; allowed: an integer, one per prompt, or None")
+        per_prompt = cast(list[int], ids)
     return [mix_seed(s, i) if i else s for s in per_prompt for i in range(copies)]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import operator
 import reprlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, SupportsIndex, cast
 
 import torch
@@ -49,6 +49,11 @@ def prompt_rows(model: Any, prompts: Prompts) -> list[list[int]]:
         rows = list(prompts)
         if rows and not isinstance(rows[0], (str, Sequence, Tensor)):  # one prompt of ids
             rows = [rows]
+    elif isinstance(prompts, Mapping) and "input_ids" in prompts:  # transformers' BatchEncoding
+        raise ParameterError(
+            f"prompts={reprlib.repr(prompts)} is a mapping (what a transformers tokenizer and apply_chat_template "
+            "return); allowed: text, a list of texts or of token-id lists: pass its ['input_ids']"
+        )
     else:
         raise ParameterError(f"prompts={prompts!r} is invalid; allowed: text, a list of texts or of token-id lists")
     tokenizer = getattr(model, "tokenizer", None)

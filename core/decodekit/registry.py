@@ -264,6 +264,8 @@ class Registry:
                 f"{category} {name!r} is not installed; {listed}; {dist} registers it: "
                 f"{install_hint([dist], checkout())}{self.unregistered}"
             )
+        if other := next((c for c in CATEGORIES if name in self.section(c)), None):  # `beam` in a chain
+            raise UnknownNameError(f"unknown {category} {name!r}; {listed}; {name!r} is a {other}, not a {category}")
         raise UnknownNameError(
             f"unknown {category} {name!r}; {listed}{did_you_mean(name, [*names, *also])} (no installed plugin "
             f"distribution registers it{self.unregistered})"

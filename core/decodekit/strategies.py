@@ -140,16 +140,30 @@ def resolve_strategy(strategy: str, own: Mapping[str, Any], what: str = "") -> S
 def _where_it_goes(registry: Registry, key: str, value: Any, names: list[str]) -> str:
     """Where an option of another library's call goes here (vLLM's and transformers' `temperature`, `top_p`, `n`),
     or the closest allowed name to a misspelt one."""
-    if key == "strategy":
-        return "; a strategy is chosen with dk.decode(model, prompts, strategy=...)"
-    if key == "n":
-        return (
-            "; for n samples of each prompt, repeat it n times and seed the copies with "
-            "decodekit.context.row_seeds (docs/concepts.md)"
-        )
+    if key in _ELSEWHERE:
+        return f"; {_ELSEWHERE[key]}"
     if key in registry.samplers:
         return f"; a sampler is a stage of the chain: chain='{key}({value!r})'"
     return did_you_mean(key, names)
+
+
+_N = "for n samples of each prompt, repeat it n times and seed the copies with decodekit.context.row_seeds"
+# vLLM's and transformers' options that are here under another name or elsewhere: a close name would mislead
+# (`min_tokens` was "did you mean 'max_new_tokens'?", `do_sample` "'compile'?", `pad_token_id` "'stop_tokens'?").
+_ELSEWHERE = {
+    "strategy": "a strategy is chosen with dk.decode(model, prompts, strategy=...)",
+    "n": _N,
+    "num_return_sequences": _N,
+    "do_sample": "a chain samples (do_sample=True) unless it ends in another selector; do_sample=False: chain='greedy'",
+    "attention_mask": "prompts are padded here: give each one's ids unpadded (a list of lists), not a padded batch",
+    "pad_token_id": "prompts are padded here: give each one's ids unpadded (a list of lists), not a padded batch",
+    "stop": "did you mean 'stop_strings'?",
+    "min_tokens": "vLLM's min_tokens is a stage of the chain: chain='min_new_tokens(n, [eos ids])'",
+    "ignore_eos": "a row stops only at the stop_tokens given: leave the eos out of them",
+    "max_length": "max_new_tokens counts the new tokens alone (max_length less the prompt's)",
+    "num_beams": "beam search is a strategy: dk.decode(model, prompts, strategy='beam', num_beams=...)",
+    "generation_config": "decodekit_hf.generation_options(config) gives it as dk.decode's keywords (docs/hf.md)",
+}
 
 
 def _resolved(registry: Registry, strategy: str, own: Mapping[str, Any], what: str) -> Strategy:

@@ -65,6 +65,19 @@ def test_step_and_state_follow_one_generation_and_restart_with_the_next(gpt2: An
         assert recorder.last == [(step, width + step, step) for step in range(5)]
 
 
+def test_a_next_generate_one_token_wider_than_the_last_still_starts_over(gpt2: Any, gen_config: Any) -> None:
+    """A processor told a new generate() from the next step by the width alone: prompts of 9 tokens after a
+    generation that ended at 8 took up its state and step (5: the last 5 prompt tokens counted as generated, so a
+    frequency penalty, min_new_tokens or a length decay read them wrong), an eval loop's chance coincidence."""
+    recorder = _Recorder()
+    processor = as_logits_processor(dk.Chain([recorder], selector=dk.create("greedy")))
+    for prompt in ([3, 4, 5, 6], [7, 8, 9, 10, 11, 12, 13, 14, 15]):  # 9 = 4 + 5 new tokens: the width a step has
+        gpt2.generate(
+            torch.tensor([prompt]), generation_config=gen_config(max_new_tokens=5), logits_processor=[processor]
+        )
+        assert recorder.last == [(step, len(prompt) + step, step) for step in range(5)]
+
+
 def test_prompt_lengths_mark_the_pads(gpt2: Any, gen_config: Any, left_pad: Any) -> None:
     seen = []
 

@@ -193,6 +193,21 @@ def test_tokenizer_text_and_stop_tokens(gpt2: Any, char_tokenizer: Any) -> None:
     assert out.text[0] == model.tokenizer.decode([t for t in out.tokens[0] if t != 95])
 
 
+@pytest.mark.parametrize("what", ["model", "tokenizer"])
+@pytest.mark.parametrize("given", ["path", "class"])
+def test_a_path_or_a_class_in_place_of_the_object_is_refused_at_construction(
+    llama: Any, char_tokenizer: Any, what: str, given: str
+) -> None:
+    """pipeline() takes paths; HFModel(model, "/path") decoded until the first prompt, then raised str.encode's
+    "LookupError: unknown encoding: <the prompt>" (and AutoTokenizer, the class, an AttributeError)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    wrong = "/models/my-llama" if given == "path" else {"model": AutoModelForCausalLM, "tokenizer": AutoTokenizer}[what]
+    args = {"model": llama, "tokenizer": char_tokenizer} | {what: wrong}
+    with pytest.raises(dk.ParameterError, match=rf"^HFModel: {what}=.* is invalid; allowed: a .*\.from_pretrained\("):
+        HFModel(args["model"], args["tokenizer"])
+
+
 def test_stop_tokens_outside_the_vocabulary_are_dropped() -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -115,6 +115,15 @@ def integer(least: int | None = None) -> dict[str, Any]:
     return {"parser": parse, "min": least}  # min: the help's "[x>=1]"
 
 
+def parse_seed(text: str | int) -> int:
+    """`--seed`: an integer in dk.generate's range, so that -1 (llama.cpp's "a random seed") is not a fixed one."""
+    if isinstance(text, str) and (not re.fullmatch(r"[+-]?[0-9]+", text.strip()) or not 0 <= int(text) < 2**64):
+        raise ValueError(
+            "allowed: an integer, 0 <= seed < 2**64; leave --seed out for a fresh seed each run (llama.cpp's -1)"
+        )
+    return int(text)
+
+
 # Options shared by `generate` and `explain`.
 ModelOption = Annotated[
     str | None,
@@ -153,7 +162,8 @@ RepetitionPenaltyOption = Annotated[
     ),
 ]
 SeedOption = Annotated[
-    int | None, typer.Option("--seed", "-s", **integer(), help="Random seed; the same seed gives the same text.")
+    int | None,
+    typer.Option("--seed", "-s", parser=parse_seed, min=0, help="Random seed; the same seed gives the same text."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 CacheOption = Annotated[

@@ -36,6 +36,15 @@ __all__ = [
 
 BOM = b"\xef\xbb\xbf"
 PROMPT_FIELDS = "a 'prompt' (text) or a 'prompt_token_ids' (a list of token ids)"
+# Other libraries' request fields that a line has no field for, and what gives them (`stop_token_ids` was "did you
+# mean 'prompt_token_ids'?", vLLM's `min_tokens` "'max_new_tokens'?").
+OTHER_FIELDS = {
+    "min_tokens": 'vLLM\'s min_tokens is a stage of the line\'s chain: "chain": "min_new_tokens(n, [eos ids])"',
+    "ignore_eos": "--ignore-eos, for every line",
+    "messages": "a chat goes through the model's chat template first: give the ids it returns as prompt_token_ids",
+    "stop_token_ids": 'a line stops at the model\'s end-of-text ids (none under --ignore-eos) and its "stop" strings',
+    "do_sample": 'do_sample false is the line\'s "chain": "greedy"',
+}
 STDIN_HINT = (
     'reading prompt lines from standard input (one JSON object per line, such as {"prompt": "ROMEO:"}); end with Ctrl-D'
 )
@@ -213,6 +222,10 @@ def parse_line(line: InputLine) -> tuple[str | int, PromptLine | LineError]:
         return key, LineError(
             "ParameterError", f"a JSON {_JSON_KINDS[type(value)]}; allowed: an object with {PROMPT_FIELDS}"
         )
+    if other := next((k for k in value if k in OTHER_FIELDS), None):  # before a close name misleads
+        allowed = ", ".join(PromptLine.model_fields)
+        message = f"prompt line: unknown parameter {other}; allowed parameters: {allowed}; {OTHER_FIELDS[other]}"
+        return key, LineError("ParameterError", message)
     try:
         item = validate_params("prompt line", PromptLine, value)
         assert isinstance(item, PromptLine)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from decodekit.errors import ChainSpecError, CompileError, ContextLengthError, DecodekitError, did_you_mean
 from decodekit.plugins import get_registry, load_model
+from decodekit.registry import CATEGORIES
 from decodekit.standard_plugins import STANDARD_PLUGINS, failed_to_load, installed_but, switched_off
 from decodekit_cli.defaults import DEFAULT_CHAIN, DEFAULT_MODEL
 from decodekit_cli.errors import EXIT_FAILURE, CliError, report_warning
@@ -161,9 +162,8 @@ def check_installed(model: str | None, chain: str | None, flags: Mapping[str, fl
         names = [name for name, _, _ in parse_chain_string(text)]
     except DecodekitError:
         names = []  # a syntax error: Chain.parse reports it
-    absent = [
-        n for n in names if n not in registry.samplers and n in STANDARD_PLUGINS and ("sampler", n) not in conflicted
-    ]
+    registered = {n for c in CATEGORIES for n in registry.section(c)}  # `beam` in a chain: Chain.parse says what it is
+    absent = [n for n in names if n not in registered and n in STANDARD_PLUGINS and ("sampler", n) not in conflicted]
     if absent:
         which = "the default chain" if chain is None and text == DEFAULT_CHAIN else "the chain"
         missing.append(f"{which} {text!r} needs {', '.join(absent)}")

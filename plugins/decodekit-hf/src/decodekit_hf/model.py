@@ -246,6 +246,16 @@ def _latent(c: Any) -> int | None:
 _CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_seq_len")
 
 
+def _check_objects(model: Any, tokenizer: Any) -> None:
+    """A model and a tokenizer object, not their path (pipeline's habit) nor a class: a path string's `encode` is
+    str.encode, which failed at the first prompt as "LookupError: unknown encoding"."""
+    load = "AutoModelForCausalLM and AutoTokenizer .from_pretrained(path), or dk.load_model('hf:PATH') for both"
+    if not hasattr(model, "config") or isinstance(model, type):
+        raise ParameterError(f"HFModel: model={model!r} is invalid; allowed: a transformers model object ({load})")
+    if tokenizer is not None and (isinstance(tokenizer, type) or not callable(getattr(tokenizer, "decode", None))):
+        raise ParameterError(f"HFModel: tokenizer={tokenizer!r} is invalid; allowed: a tokenizer object ({load})")
+
+
 def model_spec(config: Any, context: int | None = None) -> ModelSpec:
     """The `ModelSpec` of a transformers config (the decoder's, for a composite model).
 
@@ -355,6 +365,7 @@ class HFModel(nn.Module):
         self, model: Any, tokenizer: Any = None, *, calibration: Path | None = None, context: int | None = None
     ) -> None:
         super().__init__()
+        _check_objects(model, tokenizer)
         self.hf = model.eval()
         self.spec = replace(model_spec(model.config, context), calibration=calibration)
         config = (

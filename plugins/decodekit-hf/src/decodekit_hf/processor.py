@@ -6,7 +6,7 @@ transformers calls a `LogitsProcessor` once per generated token with `input_ids`
 at the first call of the generation, and one `state` dict for the whole generation, so
 stateful stages carry their state from token to token.
 
-A call that does not continue the current generation (a different batch size, or a width
+A call that does not continue the current generation (a different batch size, other prompts, or a width
 other than one more than the last call's) starts a new one: the same processor object can
 serve successive `generate()` calls. `reset()` forces a new start. A call that goes back over
 tokens the generation has seen, past its prompt, is the same generation (assisted decoding
@@ -50,7 +50,7 @@ class ChainLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
         self.prompt_lengths = prompt_lengths
         self.tokenizer = tokenizer  # a decodekit tokenizer (`HFTokenizer`), for stages that read text
         self._ctx: DecodeContext | None = None
-        self._prompt_width = 0  # T0: the width of input_ids at the generation's first call
+        self._prompts = torch.empty(0, 0)  # input_ids at the generation's first call [B, T0]
 
     def reset(self) -> None:
         """Forget the current generation; the next call starts a new one."""
@@ -59,7 +59,14 @@ class ChainLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
     def _context(self, input_ids: Tensor) -> DecodeContext:
         B, T = input_ids.shape
         ctx = self._ctx
-        if ctx is not None and ctx.batch_size == B and self._prompt_width + ctx.step + 1 == T:
+        # A step of this generation is one column wider and has its prompts (a beam search reorders rows only
+        # among a prompt's beams); another generate() may happen to have that width.
+        if (
+            ctx is not None
+            and ctx.batch_size == B
+            and self._prompt_width + ctx.step + 1 == T
+            and self._same_prompts(input_ids)
+        ):
             ctx.tokens, ctx.step = input_ids, ctx.step + 1
             return ctx
         if ctx is not None and self._goes_back(ctx, input_ids):
@@ -69,8 +76,15 @@ class ChainLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
         lengths = self._lengths(B, T, input_ids.device)
         ctx = DecodeContext(tokens=input_ids, prompt_lengths=lengths, tokenizer=self.tokenizer)
         self.chain.init_state(ctx)
-        self._ctx, self._prompt_width = ctx, T
+        self._ctx, self._prompts = ctx, input_ids
         return ctx
+
+    @property
+    def _prompt_width(self) -> int:
+        return self._prompts.shape[1]
+
+    def _same_prompts(self, input_ids: Tensor) -> bool:
+        return torch.equal(input_ids[:, : self._prompt_width], self._prompts)
 
     def _goes_back(self, ctx: DecodeContext, input_ids: Tensor) -> bool:
         """Whether `input_ids` goes back within the current generation: assisted decoding (`prompt_lookup_num_tokens`,

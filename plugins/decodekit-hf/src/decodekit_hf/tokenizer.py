@@ -4,6 +4,7 @@ each of its tokens stands for (what a grammar works on)."""
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from numbers import Integral
 from typing import Any
@@ -25,7 +26,18 @@ class HFTokenizer:
         self.hf = tokenizer
 
     def encode(self, text: str) -> list[int]:
-        return [int(i) for i in self.hf.encode(text)]
+        ids = [int(i) for i in self.hf.encode(text)]
+        bos = getattr(self.hf, "bos_token_id", None)
+        doubled = bos is not None and ids[:2] == [bos, bos]
+        if doubled and len(self.hf.encode(text, add_special_tokens=False)) < len(ids):  # one BOS added: llama.cpp warns
+            warnings.warn(
+                f"decodekit: the prompt starts with two BOS tokens ({self.hf.bos_token!r}): its text holds one (a chat "
+                "template's) and encode adds the tokenizer's own, as tokenizer(text) does; pass the template's token "
+                "ids instead (apply_chat_template(...)['input_ids']; a batch line's prompt_token_ids), or the text "
+                "without its BOS",
+                stacklevel=2,
+            )
+        return ids
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.hf.decode(list(ids)))
