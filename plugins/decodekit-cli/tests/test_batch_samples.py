@@ -99,9 +99,10 @@ def test_line_one_with_dash_n_samples_as_generate_with_dash_n(tmp_path: Path) ->
     assert shown.returncode == 0, shown.stderr
     samples = json.loads(shown.stdout)["samples"]
     assert [s["tokens"] for s in samples] == [s["tokens"] for s in records[0]["samples"]]
+    assert [s["seed"] for s in samples] == [s["seed"] for s in records[0]["samples"]]  # each sample names its own
     one = json.loads(_cli("generate", "ROMEO", *FLAGS, "--chain", CHAIN, "--json").stdout)["samples"]
     assert one[0]["tokens"] == _batch(tmp_path, LINES[:1], name="one")[0]["tokens"]  # as it was for -n 1
-    assert one[0]["tokens"] == samples[0]["tokens"]
+    assert one[0]["tokens"] == samples[0]["tokens"] and "seed" not in one[0]  # one sample: the document's seed
 
 
 def test_under_beam_search_n_is_the_n_best_beams_of_one_search(tmp_path: Path) -> None:

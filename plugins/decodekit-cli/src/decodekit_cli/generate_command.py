@@ -78,6 +78,7 @@ class SampleResult:
     logprobs: list[dict[str, Any]] | None = None  # per token, when asked (see logprob_records)
     score: float | None = None  # a beam's: its sum of log-probabilities / length ** length_penalty
     fields: dict[str, Any] = field(default_factory=dict)  # its row's entries of the strategy's own (result_fields)
+    seed: int | None = None  # its own, when it is one of several samples (a batch record's too)
 
 
 @dataclass
@@ -223,6 +224,7 @@ def _json_document(
                 "tokens_per_second": round(_rate(len(s.tokens), s.seconds), 2),
                 **({} if request.logprobs is None else {"logprobs": s.logprobs}),
                 **({} if s.score is None else {"score": s.score}),
+                **({} if s.seed is None else {"seed": s.seed}),
                 **s.fields,
             }
             for s in result.samples
@@ -274,6 +276,7 @@ def run_generate(request: GenerateRequest) -> int:
     # Sized before anything holds a sample: -n far past the memory hung (or overflowed) building the lists.
     columns = len(encoded) + min(sampling.max_new_tokens, PREALLOCATED_COLUMNS)
     check_rows("generate", "--num-samples", plan.copies, plan.copies, columns, model)
+    seeds = row_seeds(sampling.seed, 1, plan.copies)  # the copies', as a batch job's line 1 seeds its `n` samples
     options = {
         "strategy": strategy,
         "chain": chain,
@@ -282,8 +285,7 @@ def run_generate(request: GenerateRequest) -> int:
         "stop_strings": sampling.stop,
         "include_stop_str_in_output": sampling.include_stop,
         "stop_tokens": eos_tokens(model, sampling.ignore_eos),
-        # the copies seeded from the prompt's seed, as a batch job's line 1 (`--input`) seeds its `n` samples
-        "seed": row_seeds(sampling.seed, 1, plan.copies),
+        "seed": seeds,
         "compile": sampling.compile,
         "prompt_logprobs": request.prompt_logprobs,
         "logprobs": request.logprobs,
@@ -299,6 +301,9 @@ def run_generate(request: GenerateRequest) -> int:
         if sampling.compile:  # the first tokens wait for torch's compiler: say why nothing shows yet
             out.status("compiling the model and the chain (--compile) ...")
         result = stream_samples(model, [encoded] * plan.copies, options, sink, on_token, plan.hypotheses)
+        if plan.copies > 1 and seeds is not None:
+            for sample, seed in zip(result.samples, seeds):
+                sample.seed = seed
         if writer is not None:
             writer.close(len(result.samples))  # a beam search interrupted, or of no steps: one sample
     if plan.hypotheses > 1 and not result.interrupted and sampling.max_new_tokens > 0 and len(result.samples) < shown:
