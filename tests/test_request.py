@@ -393,9 +393,11 @@ def test_row_seeds_takes_the_integers_dk_generate_takes_and_refuses_the_rest() -
     model, n = tiny_gpt(2), 3
     assert row_seeds(np.int64(11), 2, n) == row_seeds(torch.tensor(11), 2, n) == row_seeds(11, 2, n)
     assert row_seeds([np.int64(11)], 1, n) == row_seeds([11], 1, n)
+    # one per prompt as an array or a tensor, as row_seeds took them before it took NumPy's integers
+    assert row_seeds(np.array([11, 12]), 2, n) == row_seeds(torch.tensor([11, 12]), 2, n) == row_seeds([11, 12], 2, n)
     samples = dk.generate(model, [[1, 2]] * n, seed=row_seeds(np.int64(11), 1, n), max_new_tokens=4)
     alone = dk.generate(model, [[1, 2]], seed=np.int64(11), max_new_tokens=4)  # type: ignore[arg-type]
     assert samples.tokens[0] == alone.tokens[0]
-    for seed in ("11", 11.0, [1.5], True):
+    for seed in ("11", 11.0, [1.5], True, np.array([1.5]), np.array([[11, 12]])):
         with pytest.raises(dk.ParameterError, match=r"^row_seeds: seed=.* is invalid; allowed: an integer, one per "):
             row_seeds(seed, 1, n)  # type: ignore[arg-type]
