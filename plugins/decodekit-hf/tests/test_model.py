@@ -217,7 +217,7 @@ def test_a_processor_in_place_of_its_tokenizer_is_refused_at_construction(llama:
         attributes: ClassVar[list[str]] = ["tokenizer"]
         tokenizer_class = "PreTrainedTokenizerFast"
 
-    processor = Processor(char_tokenizer)
+    processor = Processor(char_tokenizer)  # type: ignore[no-untyped-call]
     assert not hasattr(processor, "encode") and callable(processor.decode)
     with pytest.raises(dk.ParameterError) as refused:
         HFModel(llama, processor)
