@@ -272,7 +272,7 @@ def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
     allowed = "an integer, 0 <= seed < 2**64"
     if seed is None:
         return None
-    if hasattr(seed, "tolist") and getattr(seed, "ndim", 0):  # a NumPy array or a tensor of seeds, one per prompt
+    if getattr(seed, "ndim", 0) and hasattr(seed, "tolist"):  # a NumPy array or a tensor of seeds, one per prompt
         seed = seed.tolist()
     if isinstance(seed, Sequence) and not isinstance(seed, str):
         if len(seed) != batch:
