@@ -419,7 +419,7 @@ def test_resume_continues_a_format_1_output_of_a_model_without_stop_tokens(tmp_p
     r = _run(prompts, out, *ARGS, "--resume")
     assert r.returncode == 0 and "2 results written" in r.stderr and "1 already there" in r.stderr, r.stderr
     assert out.read_text() == expected
-    assert json.loads(settings.read_text())["format"] == 3  # recorded again as this run's
+    assert json.loads(settings.read_text())["format"] == 4  # recorded again as this run's
 
 
 def _locked(path: Path) -> bool:

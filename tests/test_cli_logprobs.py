@@ -214,7 +214,7 @@ def test_resume_of_an_output_whose_logprobs_have_no_texts_is_refused(tmp_path: P
     run = run_cli([*base, "--resume"])
     assert run.returncode == 0 and "1 already there" in run.stderr, run.stderr
     assert out.read_text() == "".join(whole)
-    assert json.loads(settings.read_text())["format"] == 3
+    assert json.loads(settings.read_text())["format"] == 4
 
     settings.write_text(json.dumps(older))
     out.write_text(whole[0] + json.dumps(_untexted(json.loads(whole[1])), ensure_ascii=True) + "\n")

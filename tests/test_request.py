@@ -383,6 +383,25 @@ def test_another_librarys_sampling_keyword_is_told_where_it_goes(option: dict[st
         dk.stream(tiny_gpt(2), [[1]], **option)
 
 
+def test_seeds_as_an_array_or_a_tensor_are_one_per_prompt_however_many() -> None:
+    """seed=torch.tensor([11]) for one prompt was read as the one seed 11 (a tensor of one element has __index__),
+    so its prompt drew from mix_seed(11, 0), not from 11 as seed=[11] gives it, and a tensor of two was refused."""
+    import numpy as np
+
+    from decodekit.context import row_seeds
+
+    model, prompts = tiny_gpt(2), [[1, 2], [3]]
+    listed = dk.generate(model, prompts[:1], seed=[11], max_new_tokens=8).tokens
+    assert dk.generate(model, prompts[:1], seed=11, max_new_tokens=8).tokens != listed  # the two readings differ
+    for seeds in (torch.tensor([11]), np.array([11])):
+        assert dk.generate(model, prompts[:1], seed=seeds, max_new_tokens=8).tokens == listed  # type: ignore[arg-type]
+        assert row_seeds(seeds, 1, 3) == row_seeds([11], 1, 3)
+    both = dk.generate(model, prompts, seed=[11, 12], max_new_tokens=8).tokens
+    assert dk.generate(model, prompts, seed=torch.tensor([11, 12]), max_new_tokens=8).tokens == both  # type: ignore[arg-type]
+    with pytest.raises(dk.ParameterError, match=r"^seed: 1 seeds given for 2 prompts"):
+        dk.generate(model, prompts, seed=torch.tensor([11]), max_new_tokens=8)  # type: ignore[arg-type]
+
+
 def test_row_seeds_takes_the_integers_dk_generate_takes_and_refuses_the_rest() -> None:
     """concepts.md's pass@k recipe: a NumPy seed (a config's, `np.random.randint`'s) was "TypeError: 'numpy.int64'
     object is not iterable", and a seed read as text ("11", an environment variable's) one seed per digit, 1 and 1."""
@@ -393,9 +412,11 @@ def test_row_seeds_takes_the_integers_dk_generate_takes_and_refuses_the_rest() -
     model, n = tiny_gpt(2), 3
     assert row_seeds(np.int64(11), 2, n) == row_seeds(torch.tensor(11), 2, n) == row_seeds(11, 2, n)
     assert row_seeds([np.int64(11)], 1, n) == row_seeds([11], 1, n)
+    # one per prompt as an array or a tensor, as row_seeds took them before it took NumPy's integers
+    assert row_seeds(np.array([11, 12]), 2, n) == row_seeds(torch.tensor([11, 12]), 2, n) == row_seeds([11, 12], 2, n)
     samples = dk.generate(model, [[1, 2]] * n, seed=row_seeds(np.int64(11), 1, n), max_new_tokens=4)
     alone = dk.generate(model, [[1, 2]], seed=np.int64(11), max_new_tokens=4)  # type: ignore[arg-type]
     assert samples.tokens[0] == alone.tokens[0]
-    for seed in ("11", 11.0, [1.5], True):
+    for seed in ("11", 11.0, [1.5], True, np.array([1.5]), np.array([[11, 12]])):
         with pytest.raises(dk.ParameterError, match=r"^row_seeds: seed=.* is invalid; allowed: an integer, one per "):
             row_seeds(seed, 1, n)  # type: ignore[arg-type]

@@ -36,7 +36,8 @@ def row_seeds(seed: SupportsIndex | Sequence[SupportsIndex] | None, prompts: int
     if (one := as_index(seed)) is not None:  # NumPy's and 0-d tensors' integers too
         per_prompt = [mix_seed(one, b) for b in range(prompts)]
     else:
-        ids = [as_index(s) for s in seed] if isinstance(seed, Sequence) and not isinstance(seed, str) else [None]
+        items = seed.tolist() if hasattr(seed, "tolist") else seed  # a NumPy array or a tensor of seeds
+        ids = [as_index(s) for s in items] if isinstance(items, Sequence) and not isinstance(items, str) else [None]
         if None in ids:  # a str was read as one seed per digit
             raise ParameterError(f"row_seeds: seed={seed!r} is invalid; allowed: an integer, one per prompt, or None")
         per_prompt = cast(list[int], ids)

@@ -106,7 +106,8 @@ def token_ids(name: str, values: object, vocab_size: int) -> list[int]:
 
 def as_index(x: object) -> int | None:
     """`x` as a Python int if it is an integer (an int, a NumPy or 0-d tensor integer), not a bool."""
-    if isinstance(x, bool) or getattr(x, "dtype", None) == torch.bool:
+    # a tensor of one element has __index__ too: tensor([11]) would be the integer 11 where [11] is a list of one
+    if isinstance(x, bool) or getattr(x, "dtype", None) == torch.bool or getattr(x, "ndim", 0) != 0:
         return None
     try:
         return operator.index(x)  # type: ignore[arg-type]

@@ -272,6 +272,8 @@ def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
     allowed = "an integer, 0 <= seed < 2**64"
     if seed is None:
         return None
+    if getattr(seed, "ndim", 0) and hasattr(seed, "tolist"):  # a NumPy array or a tensor of seeds, one per prompt
+        seed = seed.tolist()
     if isinstance(seed, Sequence) and not isinstance(seed, str):
         if len(seed) != batch:
             raise ParameterError(

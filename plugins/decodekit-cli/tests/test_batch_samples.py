@@ -160,3 +160,31 @@ def test_resume_refuses_another_n_and_continues_the_same(tmp_path: Path) -> None
     same = _cli("generate", *FLAGS, *io, "-n", "2")
     assert same.returncode == 0, same.stderr
     assert [json.loads(line) for line in output.read_text().splitlines()] == records
+
+
+def test_resume_of_an_output_whose_first_samples_were_seeded_otherwise_is_refused(tmp_path: Path) -> None:
+    """Settings format 3 drew a line's sample 0 from mix_seed(seed, 0), format 4 from the line's seed (as `generate
+    -n`): `--resume` of a format-3 output holding a line of n samples would seed its lines two ways, so it is refused;
+    one holding none, or beams (one search, no seeds of their own), continues. Before: continued, mixing the two."""
+    for name, extra in (("out", []), ("beams", ["--strategy", "beam(num_beams=3)", "--chain", "greedy"])):
+        _batch(tmp_path, LINES, *extra, name=name)
+        output, settings = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.jsonl.settings.json"
+        whole = output.read_text().splitlines(keepends=True)
+        older = {**json.loads(settings.read_text()), "format": 3}
+        resume = ["generate", *FLAGS, "--chain", CHAIN, *extra, "--input", str(tmp_path / "in.jsonl")]
+        resume += ["--output", str(output), "--resume"]
+        for kept in (1, 2):  # line 1: one sequence; line 2: three
+            settings.write_text(json.dumps(older))
+            output.write_text("".join(whole[:kept]))
+            run = _cli(*resume)
+            if name == "out" and kept == 2:
+                assert run.returncode == 2 and run.stderr == (
+                    f"decodekit: error: --resume: {output} was written by an older decodekit (settings format 3 or "
+                    "before), which drew a line's first sample from another seed, and its records hold lines of n "
+                    "samples; this version draws it from the line's own seed (as generate -n), so the output would "
+                    "mix the two; allowed: a new --output (or the decodekit that wrote it, to finish it)\n"
+                )
+                assert output.read_text() == "".join(whole[:2])  # nothing appended
+            else:
+                assert run.returncode == 0, run.stderr
+                assert output.read_text() == "".join(whole) and json.loads(settings.read_text())["format"] == 4

@@ -78,6 +78,22 @@ def test_a_next_generate_one_token_wider_than_the_last_still_starts_over(gpt2: A
         assert recorder.last == [(step, len(prompt) + step, step) for step in range(5)]
 
 
+def test_a_generate_continuing_the_last_output_is_its_next_step_until_reset(gpt2: Any, gen_config: Any) -> None:
+    """hf.md: generate(out), a conversation's next turn from the last output, cannot be told from that generation's
+    next step by its input_ids (its prompts, one column wider): it goes on at step 5 with the last one's state, and
+    starts over after processor.reset()."""
+    recorder = _Recorder()
+    processor = as_logits_processor(dk.Chain([recorder], selector=dk.create("greedy")))
+    config = gen_config(max_new_tokens=5)
+    out = gpt2.generate(torch.tensor([[3, 4, 5, 6]]), generation_config=config, logits_processor=[processor])
+    assert out.shape[1] == 9
+    gpt2.generate(out, generation_config=config, logits_processor=[processor])
+    assert recorder.last == [(step, 4 + step, step) for step in range(10)]  # one generation of 10 steps
+    processor.reset()
+    gpt2.generate(out, generation_config=config, logits_processor=[processor])
+    assert recorder.last == [(step, 9 + step, step) for step in range(5)]
+
+
 def test_prompt_lengths_mark_the_pads(gpt2: Any, gen_config: Any, left_pad: Any) -> None:
     seen = []
 

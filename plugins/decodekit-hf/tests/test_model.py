@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import re
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -206,6 +206,27 @@ def test_a_path_or_a_class_in_place_of_the_object_is_refused_at_construction(
     args = {"model": llama, "tokenizer": char_tokenizer} | {what: wrong}
     with pytest.raises(dk.ParameterError, match=rf"^HFModel: {what}=.* is invalid; allowed: a .*\.from_pretrained\("):
         HFModel(args["model"], args["tokenizer"])
+
+
+def test_a_processor_in_place_of_its_tokenizer_is_refused_at_construction(llama: Any, char_tokenizer: Any) -> None:
+    """A multimodal model's AutoProcessor decodes but has no encode: HFModel(model, processor) was built, then the
+    first prompt raised "AttributeError: ... has no attribute 'encode'"."""
+    from transformers import ProcessorMixin
+
+    class Processor(ProcessorMixin):  # type: ignore[misc]
+        attributes: ClassVar[list[str]] = ["tokenizer"]
+        tokenizer_class = "PreTrainedTokenizerFast"
+
+    processor = Processor(char_tokenizer)  # type: ignore[no-untyped-call]
+    assert not hasattr(processor, "encode") and callable(processor.decode)
+    with pytest.raises(dk.ParameterError) as refused:
+        HFModel(llama, processor)
+    assert str(refused.value) == (
+        "HFModel: tokenizer Processor has no encode; allowed: a tokenizer object (AutoModelForCausalLM and "
+        "AutoTokenizer .from_pretrained(path), or dk.load_model('hf:PATH') for both); a processor (AutoProcessor) "
+        "holds one: pass its .tokenizer"
+    )
+    assert dk.generate(HFModel(llama, processor.tokenizer), "ab", max_new_tokens=2).text
 
 
 def test_stop_tokens_outside_the_vocabulary_are_dropped() -> None:

@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import IO, Any
 
 from decodekit_cli.batch_input import is_stdin
 from decodekit_cli.batch_records import Record, dumps, is_error, record_line
-from decodekit_cli.batch_settings import FORMAT, UNTEXTED_LOGPROBS, differences, upgraded
+from decodekit_cli.batch_settings import FORMAT, MIXED_SAMPLE_0, UNTEXTED_LOGPROBS, differences, upgraded
 from decodekit_cli.errors import CliError
 
 __all__ = [
@@ -118,6 +119,9 @@ class OutputLock:
         written = upgraded(recorded)
         if written.get("format") == UNTEXTED_LOGPROBS:  # its records are format 3's, unless they hold logprobs
             self._refuse_untexted_logprobs()
+            written = {**written, "format": MIXED_SAMPLE_0}
+        if written.get("format") == MIXED_SAMPLE_0:  # its records are this format's, unless they hold samples
+            self._refuse_reseeded_samples(current["strategy"])
             written = {**written, "format": FORMAT}
         changed = differences(written, current)
         if differences({**written, "ignore_eos": current["ignore_eos"]}, current):  # more than ignore_eos
@@ -139,6 +143,25 @@ class OutputLock:
                 f"before), whose logprobs give token ids without their texts, and {holds}; this version's records "
                 "give the texts too (text, top_texts), so the output would mix the two; allowed: a new --output (or "
                 "the decodekit that wrote it, to finish it)"
+            )
+
+    def _refuse_reseeded_samples(self, strategy: str) -> None:
+        """An output of format 3 or before whose records hold a line's `n` samples is not continued: its sample 0
+        was drawn from mix_seed(seed, 0), this version's from the line's seed, so its lines would be seeded two ways.
+        Under a strategy that returns hypotheses (beam search) `n` is one copy's best beams, seeded as before."""
+        from decodekit.strategies import strategy_params
+
+        if getattr(strategy_params(strategy), "num_return_sequences", None) is not None:
+            return
+        holds = "the parts a killed --ray run left" if parts_path(self.output).exists() else None
+        if holds is None and self.output.exists() and _has_samples(self.output.read_bytes()):
+            holds = "its records hold lines of n samples"
+        if holds is not None:
+            raise CliError(
+                f"--resume: {self.output} was written by an older decodekit (settings format {MIXED_SAMPLE_0} or "
+                f"before), which drew a line's first sample from another seed, and {holds}; this version draws it "
+                "from the line's own seed (as generate -n), so the output would mix the two; allowed: a new --output "
+                "(or the decodekit that wrote it, to finish it)"
             )
 
     def record(self, settings: dict[str, Any]) -> None:
@@ -179,6 +202,12 @@ def _eos_refusal(output: Path, recorded: dict[str, Any], ignore_eos: bool) -> st
 def _has_logprobs(records: bytes) -> bool:
     """Whether JSON lines `dumps` wrote hold a `logprobs` or `prompt_logprobs` key (a text's quotes are escaped)."""
     return b'"logprobs": [' in records or b'"prompt_logprobs": [' in records
+
+
+def _has_samples(records: bytes) -> bool:
+    """Whether JSON lines `dumps` wrote hold a line of several samples, `"n": 2` or more (a text's quotes are
+    escaped)."""
+    return re.search(rb'"n": (?:[2-9]|[1-9][0-9])', records) is not None
 
 
 def _holds_records(output: Path) -> bool:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT",
+    "MIXED_SAMPLE_0",
     "UNTEXTED_LOGPROBS",
     "BatchSettings",
     "differences",
@@ -38,9 +39,10 @@ __all__ = [
 ]
 
 # Of the recorded settings; a change that alters results must change it (2: stops at the model's EOS; 3: logprobs
-# give each token's text, `text` and `top_texts`).
-FORMAT = 3
+# give each token's text, `text` and `top_texts`; 4: a line's sample 0 is drawn from the line's seed, as `generate -n`).
+FORMAT = 4
 UNTEXTED_LOGPROBS = 2  # the last format whose logprobs give token ids alone
+MIXED_SAMPLE_0 = 3  # the last format whose n samples were all drawn from mix_seed(seed, k), sample 0 too
 MAX_SEED = 2**64  # what dk.validate allows, checked here before a model loads
 
 

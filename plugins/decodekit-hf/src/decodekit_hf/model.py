@@ -252,8 +252,16 @@ def _check_objects(model: Any, tokenizer: Any) -> None:
     load = "AutoModelForCausalLM and AutoTokenizer .from_pretrained(path), or dk.load_model('hf:PATH') for both"
     if not hasattr(model, "config") or isinstance(model, type):
         raise ParameterError(f"HFModel: model={model!r} is invalid; allowed: a transformers model object ({load})")
-    if tokenizer is not None and (isinstance(tokenizer, type) or not callable(getattr(tokenizer, "decode", None))):
+    if tokenizer is None:
+        return
+    lacking = [name for name in ("encode", "decode") if not callable(getattr(tokenizer, name, None))]
+    if isinstance(tokenizer, type) or "decode" in lacking:  # a class, a path
         raise ParameterError(f"HFModel: tokenizer={tokenizer!r} is invalid; allowed: a tokenizer object ({load})")
+    if lacking:  # AutoProcessor's object decodes but does not encode: it failed at the first prompt
+        raise ParameterError(
+            f"HFModel: tokenizer {type(tokenizer).__name__} has no encode; allowed: a tokenizer object ({load}); "
+            "a processor (AutoProcessor) holds one: pass its .tokenizer"
+        )
 
 
 def model_spec(config: Any, context: int | None = None) -> ModelSpec:

@@ -8,7 +8,8 @@ stateful stages carry their state from token to token.
 
 A call that does not continue the current generation (a different batch size, other prompts, or a width
 other than one more than the last call's) starts a new one: the same processor object can
-serve successive `generate()` calls. `reset()` forces a new start. A call that goes back over
+serve successive `generate()` calls. `reset()` forces a new start: a `generate()` continuing the last one's output
+is that generation's next step by its `input_ids`. A call that goes back over
 tokens the generation has seen, past its prompt, is the same generation (assisted decoding
 verifies drafts, then goes on from those it kept): `step` follows it back.
 
