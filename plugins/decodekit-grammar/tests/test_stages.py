@@ -258,7 +258,10 @@ def test_a_token_the_grammar_forbids_empties_the_row_and_is_reported(shakespeare
 def test_a_grammar_no_first_token_can_begin_is_refused_with_the_reason(
     shakespeare: Any, chain: str, message: str
 ) -> None:
-    """tiny-shakespeare has no end-of-text token and no "é": a first step with no token left is known before it."""
+    """tiny-shakespeare has no end-of-text token and no "é": a first step with no token left is known before it,
+    by `dk.validate` too (a batch job's check of each line, before any model work)."""
+    with pytest.raises(dk.ParameterError, match=message):
+        dk.validate(shakespeare, ["ROMEO:\n", "JULIET:\n"], chain=f"{chain} | greedy", max_new_tokens=4)
     with pytest.raises(dk.ParameterError, match=message):
         dk.generate(shakespeare, ["ROMEO:\n", "JULIET:\n"], chain=f"{chain} | greedy", max_new_tokens=4)
 
