@@ -44,7 +44,7 @@ class TokenTable:
         return len(self.tokens)
 
 
-_TABLES: weakref.WeakKeyDictionary[object, dict[int, TokenTable]] = weakref.WeakKeyDictionary()
+_TABLES: weakref.WeakKeyDictionary[object, dict[int | None, TokenTable]] = weakref.WeakKeyDictionary()
 
 
 def token_table(tokenizer: object, vocab_size: int | None, stage: str) -> TokenTable:
