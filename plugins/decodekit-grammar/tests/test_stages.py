@@ -4,6 +4,7 @@ rows with different grammars, a row's mask as a function of its tokens alone, an
 from __future__ import annotations
 
 import random
+import re
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -389,6 +390,24 @@ def test_the_boolean_schema_false_is_refused_with_the_reason(schema: Any, messag
     """JSON Schema's `false` is valid under no value: no text could be generated, said when the stage is built."""
     with pytest.raises(dk.ParameterError, match=message):
         dk.create("json_schema", schema=schema)
+
+
+def test_a_gbnf_grammar_is_told_to_be_one_with_how_to_convert_it(shakespeare: Any) -> None:
+    """llama.cpp's GBNF (`root ::= ...`) was refused with Lark's parser error alone ("Expected token '_', found
+    '='"); the error now says it is GBNF and how to convert it, and the conversion it names gives a grammar that runs."""
+    from llguidance.gbnf_to_lark import gbnf_to_lark
+
+    gbnf = 'root ::= "thou " word | "thee " word\nword ::= [a-z] [a-z] [a-z]?'
+    with pytest.raises(dk.ParameterError) as error:
+        dk.create("grammar", lark=gbnf)
+    assert str(error.value).startswith("grammar: lark is invalid: 1(7): Expected token")
+    assert str(error.value).endswith(
+        "; this reads as GBNF (llama.cpp's `root ::= ...`); allowed: a Lark grammar (rule `start`): "
+        "llguidance.gbnf_to_lark.gbnf_to_lark(text) converts GBNF to one"
+    )
+    out = dk.generate(shakespeare, ["ROMEO:\n"] * 4, chain=f"grammar(lark={gbnf_to_lark(gbnf)!r}) | temperature(1.0)",
+                      max_new_tokens=8, seed=0)
+    assert all(re.fullmatch("(thou|thee) [a-z]{2,3}", text) for text in out.text), out.text
 
 
 def test_an_invalid_grammar_in_a_chain_string_fails_when_the_chain_is_built() -> None:
