@@ -323,6 +323,18 @@ def test_a_first_token_the_rest_of_the_chain_forbids_names_both_stages(
         dk.generate(shakespeare, ["ROMEO:"], chain=chain, max_new_tokens=4, seed=0)
 
 
+def _deep(depth: int) -> dict[str, Any]:
+    """An array of arrays, `depth` deep, of integers."""
+    schema: dict[str, Any] = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
+DEEP = _deep(3000)
+DEEP_TEXT = '{"type": "array", "items": ' * 3000 + '{"type": "integer"}' + "}" * 3000
+
+
 @pytest.mark.parametrize(
     ("name", "params", "message"),
     [
@@ -361,6 +373,13 @@ def test_a_first_token_the_rest_of_the_chain_forbids_names_both_stages(
         ("json_schema", {"schema": '{"const": NaN}'}, r"^json_schema: schema is invalid: expected value"),
         ("json_schema", {"schema": {"const": float("nan")}}, r"^json_schema: schema is not JSON: Out of range float"),
         ("json_schema", {"schema": [None, {"enum": {1, 2}}]}, r"^json_schema: schema\[1\] is not JSON: .* type set"),
+        # deeper than Python's json reads or writes: a RecursionError escaped, as a dict and as JSON text
+        ("json_schema", {"schema": DEEP}, r"^json_schema: schema is nested too deeply: maximum recursion .*; allowed"),
+        (
+            "json_schema",
+            {"schema": [None, DEEP_TEXT]},
+            r"^json_schema: schema\[1\] is invalid: nested too deeply: maximum recursion depth .*; allowed",
+        ),
     ],
 )
 def test_an_invalid_grammar_is_a_parameter_error_at_construction(name: str, params: Any, message: str) -> None:
@@ -394,7 +413,8 @@ def test_the_boolean_schema_false_is_refused_with_the_reason(schema: Any, messag
 
 def test_a_gbnf_grammar_is_told_to_be_one_with_how_to_convert_it(shakespeare: Any) -> None:
     """llama.cpp's GBNF (`root ::= ...`) was refused with Lark's parser error alone ("Expected token '_', found
-    '='"); the error now says it is GBNF and how to convert it, and the conversion it names gives a grammar that runs."""
+    '='"); the error now says it is GBNF and how to convert it, and the conversion it names gives a grammar that
+    runs."""
     from llguidance.gbnf_to_lark import gbnf_to_lark
 
     gbnf = 'root ::= "thou " word | "thee " word\nword ::= [a-z] [a-z] [a-z]?'
@@ -405,8 +425,13 @@ def test_a_gbnf_grammar_is_told_to_be_one_with_how_to_convert_it(shakespeare: An
         "; this reads as GBNF (llama.cpp's `root ::= ...`); allowed: a Lark grammar (rule `start`): "
         "llguidance.gbnf_to_lark.gbnf_to_lark(text) converts GBNF to one"
     )
-    out = dk.generate(shakespeare, ["ROMEO:\n"] * 4, chain=f"grammar(lark={gbnf_to_lark(gbnf)!r}) | temperature(1.0)",
-                      max_new_tokens=8, seed=0)
+    out = dk.generate(
+        shakespeare,
+        ["ROMEO:\n"] * 4,
+        chain=f"grammar(lark={gbnf_to_lark(gbnf)!r}) | temperature(1.0)",
+        max_new_tokens=8,
+        seed=0,
+    )
     assert all(re.fullmatch("(thou|thee) [a-z]{2,3}", text) for text in out.text), out.text
 
 

@@ -157,6 +157,8 @@ class LLGuidance:
         if grammar.kind == "json_schema":
             try:
                 schema = json.loads(grammar.source)
+            except RecursionError as exc:  # deeper than Python's json reads
+                return f"nested too deeply: {exc}; allowed: a schema nested less deeply (llguidance reads ~128 levels)"
             except ValueError as exc:
                 return f"not JSON: {exc}"
             if not isinstance(schema, dict):  # llguidance takes none but an object (a stage gives `true` as `{}`)

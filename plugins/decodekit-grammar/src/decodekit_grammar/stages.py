@@ -263,6 +263,10 @@ class JsonSchema(GrammarStage[JsonSchemaParams]):
             return schema
         try:
             return json.dumps(schema, allow_nan=False)
+        except RecursionError as exc:
+            raise ParameterError(
+                f"{self._label}: schema{which} is nested too deeply: {exc}; allowed: a schema nested less deeply"
+            ) from None
         except (TypeError, ValueError) as exc:
             raise ParameterError(
                 f"{self._label}: schema{which} is not JSON: {exc}; allowed: a JSON Schema of dicts, lists, str, "
