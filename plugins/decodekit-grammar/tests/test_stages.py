@@ -432,7 +432,7 @@ def test_a_gbnf_grammar_is_told_to_be_one_with_how_to_convert_it(shakespeare: An
         max_new_tokens=8,
         seed=0,
     )
-    assert all(re.fullmatch("(thou|thee) [a-z]{2,3}", text) for text in out.text), out.text
+    assert out.text is not None and all(re.fullmatch("(thou|thee) [a-z]{2,3}", text) for text in out.text), out.text
 
 
 def test_an_invalid_grammar_in_a_chain_string_fails_when_the_chain_is_built() -> None:
