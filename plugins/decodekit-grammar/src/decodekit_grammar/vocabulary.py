@@ -58,7 +58,10 @@ def token_table(tokenizer: object, vocab_size: int | None, stage: str) -> TokenT
         return cached
     table = _table(tokenizer, vocab_size, stage)
     with contextlib.suppress(TypeError):  # not weakly referenceable: not kept
-        _TABLES.setdefault(tokenizer, {})[vocab_size] = table
+        tables = _TABLES.setdefault(tokenizer, {})
+        if vocab_size is None:  # the tokenizer's own size: one table with a model of as many ids, whichever came first
+            table = tables.setdefault(table.size, table)
+        tables[vocab_size] = table
     return table
 
 
