@@ -239,3 +239,18 @@ def test_one_line_failing_while_decoding_is_told_in_the_singular(
     assert main(["generate", "--input", str(source), "--output", str(output), "--max-new-tokens", "4"]) == 2
     err = capsys.readouterr().err
     assert "1 line failed while decoding and has no record; the others are written. --resume retries it;" in err
+
+
+def test_a_line_whose_grammar_the_tokenizer_cannot_spell_is_refused_before_any_generation(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """tiny-shakespeare has no "é": the line's check (`dk.validate`) finds it, so `--on-error fail` stops the job
+    before any line is generated, as for any bad line. It was found at the line's first step: the other line was
+    written first, and with `--on-error skip` the line got an error record without a warning."""
+    source, output = tmp_path / "prompts.jsonl", tmp_path / "results.jsonl"
+    lines = [{"prompt": "ROMEO:", "regex": "[a-z]{3}"}, {"prompt": "JULIET:", "regex": "é+"}]
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert main(["generate", "--input", str(source), "--output", str(output), "--max-new-tokens", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "line 2: regex: the grammar cannot be used with this tokenizer: no token of it can begin" in err, err
+    assert not output.exists() or output.read_text() == ""

@@ -4,6 +4,7 @@ rows with different grammars, a row's mask as a function of its tokens alone, an
 from __future__ import annotations
 
 import random
+import re
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -258,7 +259,10 @@ def test_a_token_the_grammar_forbids_empties_the_row_and_is_reported(shakespeare
 def test_a_grammar_no_first_token_can_begin_is_refused_with_the_reason(
     shakespeare: Any, chain: str, message: str
 ) -> None:
-    """tiny-shakespeare has no end-of-text token and no "é": a first step with no token left is known before it."""
+    """tiny-shakespeare has no end-of-text token and no "é": a first step with no token left is known before it,
+    by `dk.validate` too (a batch job's check of each line, before any model work)."""
+    with pytest.raises(dk.ParameterError, match=message):
+        dk.validate(shakespeare, ["ROMEO:\n", "JULIET:\n"], chain=f"{chain} | greedy", max_new_tokens=4)
     with pytest.raises(dk.ParameterError, match=message):
         dk.generate(shakespeare, ["ROMEO:\n", "JULIET:\n"], chain=f"{chain} | greedy", max_new_tokens=4)
 
@@ -319,6 +323,18 @@ def test_a_first_token_the_rest_of_the_chain_forbids_names_both_stages(
         dk.generate(shakespeare, ["ROMEO:"], chain=chain, max_new_tokens=4, seed=0)
 
 
+def _deep(depth: int) -> dict[str, Any]:
+    """An array of arrays, `depth` deep, of integers."""
+    schema: dict[str, Any] = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
+DEEP = _deep(3000)
+DEEP_TEXT = '{"type": "array", "items": ' * 3000 + '{"type": "integer"}' + "}" * 3000
+
+
 @pytest.mark.parametrize(
     ("name", "params", "message"),
     [
@@ -357,6 +373,13 @@ def test_a_first_token_the_rest_of_the_chain_forbids_names_both_stages(
         ("json_schema", {"schema": '{"const": NaN}'}, r"^json_schema: schema is invalid: expected value"),
         ("json_schema", {"schema": {"const": float("nan")}}, r"^json_schema: schema is not JSON: Out of range float"),
         ("json_schema", {"schema": [None, {"enum": {1, 2}}]}, r"^json_schema: schema\[1\] is not JSON: .* type set"),
+        # deeper than Python's json reads or writes: a RecursionError escaped, as a dict and as JSON text
+        ("json_schema", {"schema": DEEP}, r"^json_schema: schema is nested too deeply: maximum recursion .*; allowed"),
+        (
+            "json_schema",
+            {"schema": [None, DEEP_TEXT]},
+            r"^json_schema: schema\[1\] is invalid: nested too deeply: maximum recursion depth .*; allowed",
+        ),
     ],
 )
 def test_an_invalid_grammar_is_a_parameter_error_at_construction(name: str, params: Any, message: str) -> None:
@@ -386,6 +409,30 @@ def test_the_boolean_schema_false_is_refused_with_the_reason(schema: Any, messag
     """JSON Schema's `false` is valid under no value: no text could be generated, said when the stage is built."""
     with pytest.raises(dk.ParameterError, match=message):
         dk.create("json_schema", schema=schema)
+
+
+def test_a_gbnf_grammar_is_told_to_be_one_with_how_to_convert_it(shakespeare: Any) -> None:
+    """llama.cpp's GBNF (`root ::= ...`) was refused with Lark's parser error alone ("Expected token '_', found
+    '='"); the error now says it is GBNF and how to convert it, and the conversion it names gives a grammar that
+    runs."""
+    from llguidance.gbnf_to_lark import gbnf_to_lark
+
+    gbnf = 'root ::= "thou " word | "thee " word\nword ::= [a-z] [a-z] [a-z]?'
+    with pytest.raises(dk.ParameterError) as error:
+        dk.create("grammar", lark=gbnf)
+    assert str(error.value).startswith("grammar: lark is invalid: 1(7): Expected token")
+    assert str(error.value).endswith(
+        "; this reads as GBNF (llama.cpp's `root ::= ...`); allowed: a Lark grammar (rule `start`): "
+        "llguidance.gbnf_to_lark.gbnf_to_lark(text) converts GBNF to one"
+    )
+    out = dk.generate(
+        shakespeare,
+        ["ROMEO:\n"] * 4,
+        chain=f"grammar(lark={gbnf_to_lark(gbnf)!r}) | temperature(1.0)",
+        max_new_tokens=8,
+        seed=0,
+    )
+    assert out.text is not None and all(re.fullmatch("(thou|thee) [a-z]{2,3}", text) for text in out.text), out.text
 
 
 def test_an_invalid_grammar_in_a_chain_string_fails_when_the_chain_is_built() -> None:

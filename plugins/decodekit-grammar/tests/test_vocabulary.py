@@ -103,3 +103,14 @@ def test_a_tokenizer_with_more_tokens_than_the_model_is_refused(bpe: Any) -> Non
     ctx = dk.DecodeContext(tokens=torch.tensor([[1]]), tokenizer=bpe)
     with pytest.raises(dk.ParameterError, match=r"json: tokenizer HFTokenizer states 46896 tokens for a model of 100"):
         dk.create("json")(torch.zeros(1, 100), ctx)
+
+
+def test_the_table_init_state_builds_serves_a_model_of_the_tokenizers_size(shakespeare: Any) -> None:
+    """`init_state` asks for the tokenizer's own table (the model's size is not known there); the step then asks
+    for the model's, which for a model of as many ids is the same object, so the grammar's vocabulary and book are
+    built once, and a model of more ids gets a table of its own, its extra ids special."""
+    tok = shakespeare.tokenizer
+    own = token_table(tok, None, "json")
+    assert own.size == 84 and token_table(tok, 84, "json") is own
+    wider = token_table(tok, 90, "json")
+    assert wider is not own and wider.tokens[:84] == own.tokens and wider.tokens[84:] == (None,) * 6

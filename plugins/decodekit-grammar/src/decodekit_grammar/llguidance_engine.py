@@ -76,6 +76,7 @@ _ONE_OF = "oneOf constraints are not supported"  # llguidance names an option of
 _LARK_PLACE = re.compile(r"^at \d+\(\d+\): | \(in regex\)")  # a regex's place in the Lark rule it is wrapped in
 _UNKNOWN_FORMAT = "Unknown format: "
 _UNIMPLEMENTED = "Unimplemented keys: "
+_GBNF_RULE = re.compile(r"^\s*[\w-]+\s*::=", re.M)  # llama.cpp's `root ::= ...`, which Lark's parser cannot read
 # JSON Schema 2020-12's formats (section 7.3), which llguidance takes some of: it is asked which (`_known_formats`).
 _FORMATS = (
     "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname", "ipv4", "ipv6",
@@ -103,6 +104,11 @@ def _message(grammar: Grammar, message: str) -> str:
         )
     if grammar.kind == "regex":
         return _LARK_PLACE.sub("", message.splitlines()[0])
+    if grammar.kind == "lark" and _GBNF_RULE.search(grammar.source):
+        return (
+            f"{message}; this reads as GBNF (llama.cpp's `root ::= ...`); allowed: a Lark grammar (rule `start`): "
+            "llguidance.gbnf_to_lark.gbnf_to_lark(text) converts GBNF to one"
+        )
     if message.startswith(_UNIMPLEMENTED):
         return (
             f"{message}; allowed: a schema without them (llguidance implements none of them, and ignores none: "
@@ -151,6 +157,8 @@ class LLGuidance:
         if grammar.kind == "json_schema":
             try:
                 schema = json.loads(grammar.source)
+            except RecursionError as exc:  # deeper than Python's json reads
+                return f"nested too deeply: {exc}; allowed: a schema nested less deeply (llguidance reads ~128 levels)"
             except ValueError as exc:
                 return f"not JSON: {exc}"
             if not isinstance(schema, dict):  # llguidance takes none but an object (a stage gives `true` as `{}`)

@@ -76,9 +76,10 @@ class GrammarStage(ProcessorBase[P]):
         raise NotImplementedError
 
     def init_state(self, ctx: DecodeContext) -> None:
-        """No state; a tokenizer that cannot state its bytes is refused here, before the first forward, so
-        `dk.validate` (a batch job's check of each line) finds it."""
+        """No state; a tokenizer that cannot state its bytes, or a grammar none of its tokens can begin, is refused
+        here, before the first forward, so `dk.validate` (a batch job's check of each line) finds it."""
         check_tokenizer(ctx.tokenizer, self._label)
+        self._book_of(token_table(ctx.tokenizer, None, self._label))  # the model's size is not known yet
 
     # -- the mask ---------------------------------------------------------------------------------
 
@@ -148,12 +149,15 @@ class GrammarStage(ProcessorBase[P]):
         return f"{self._parameter}[{grammar}]" if len(self._grammars) > 1 else self._parameter
 
     def _book(self, ctx: DecodeContext, vocab_size: int) -> Book:
-        table = token_table(ctx.tokenizer, vocab_size, self._label)
+        """The book of the model's vocabulary, which this thread's `ends_row` then answers for."""
+        self._local.book = book = self._book_of(token_table(ctx.tokenizer, vocab_size, self._label))
+        return book
+
+    def _book_of(self, table: TokenTable) -> Book:
         with self._lock:
             book = self._books.get(table)
             if book is None:
                 book = self._books[table] = Book(self.engine, table, self._grammars, self._label)
-            self._local.book = book
         return book
 
     def check_prompts(self, prompts: int) -> None:
@@ -259,6 +263,10 @@ class JsonSchema(GrammarStage[JsonSchemaParams]):
             return schema
         try:
             return json.dumps(schema, allow_nan=False)
+        except RecursionError as exc:
+            raise ParameterError(
+                f"{self._label}: schema{which} is nested too deeply: {exc}; allowed: a schema nested less deeply"
+            ) from None
         except (TypeError, ValueError) as exc:
             raise ParameterError(
                 f"{self._label}: schema{which} is not JSON: {exc}; allowed: a JSON Schema of dicts, lists, str, "

@@ -44,12 +44,12 @@ class TokenTable:
         return len(self.tokens)
 
 
-_TABLES: weakref.WeakKeyDictionary[object, dict[int, TokenTable]] = weakref.WeakKeyDictionary()
+_TABLES: weakref.WeakKeyDictionary[object, dict[int | None, TokenTable]] = weakref.WeakKeyDictionary()
 
 
-def token_table(tokenizer: object, vocab_size: int, stage: str) -> TokenTable:
-    """`tokenizer`'s table for a model with `vocab_size` logits (made once per tokenizer and size); a
-    `ParameterError` naming `stage` says why a tokenizer cannot serve."""
+def token_table(tokenizer: object, vocab_size: int | None, stage: str) -> TokenTable:
+    """`tokenizer`'s table for a model with `vocab_size` logits (None: as many as the tokenizer states), made once
+    per tokenizer and size; a `ParameterError` naming `stage` says why a tokenizer cannot serve."""
     try:
         cached = _TABLES.get(tokenizer, {}).get(vocab_size)
     except TypeError:  # not weakly referenceable: built every time
@@ -58,7 +58,10 @@ def token_table(tokenizer: object, vocab_size: int, stage: str) -> TokenTable:
         return cached
     table = _table(tokenizer, vocab_size, stage)
     with contextlib.suppress(TypeError):  # not weakly referenceable: not kept
-        _TABLES.setdefault(tokenizer, {})[vocab_size] = table
+        tables = _TABLES.setdefault(tokenizer, {})
+        if vocab_size is None:  # the tokenizer's own size: one table with a model of as many ids, whichever came first
+            table = tables.setdefault(table.size, table)
+        tables[vocab_size] = table
     return table
 
 
@@ -77,13 +80,14 @@ def check_tokenizer(tokenizer: object, stage: str) -> None:
         )
 
 
-def _table(tokenizer: object, vocab_size: int, stage: str) -> TokenTable:
+def _table(tokenizer: object, vocab_size: int | None, stage: str) -> TokenTable:
     check_tokenizer(tokenizer, stage)
     assert isinstance(tokenizer, ByteTokenizer)
     try:
         tokens = list(tokenizer.token_bytes())
     except DecodekitError as exc:
         raise ParameterError(f"{stage}: {exc}") from None
+    vocab_size = len(tokens) if vocab_size is None else vocab_size
     if len(tokens) > vocab_size:
         raise ParameterError(
             f"{stage}: tokenizer {type(tokenizer).__name__} states {len(tokens)} tokens for a model of "
