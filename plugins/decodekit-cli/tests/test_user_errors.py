@@ -64,3 +64,22 @@ def test_a_line_past_the_context_is_advised_the_cache_flag(tmp_path: Path) -> No
     assert result.returncode == 2 and "cache='" not in result.stderr
     assert result.stderr.startswith("decodekit: error: --input in.jsonl line 1: prompt of 180 tokens + max_new_tokens=")
     assert "or --cache none, which crops the context\n" in result.stderr
+
+
+DEEP = '{"type": "array", "items": ' * 3000 + "{}" + "}" * 3000  # past Python's recursion limit to read
+
+
+def test_json_nested_past_pythons_limit_is_the_lines_error_or_the_options(tmp_path: Path) -> None:
+    """Before: "unexpected RecursionError" for the whole job (a line) or the command (--json-schema FILE)."""
+    nesting = "JSON nested too deeply to read; allowed: JSON nested less deeply (llguidance takes a schema about 128"
+    schema, source, output = tmp_path / "deep.json", tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    schema.write_text(DEEP)
+    one = _cli("generate", "ROMEO", *FLAGS, "--json-schema", str(schema))
+    assert one.returncode == 2 and one.stderr.startswith(f"decodekit: error: --json-schema {str(schema)!r}: {nesting}")
+    source.write_text(json.dumps({"prompt": "ROMEO"}) + '\n{"prompt": "KING", "json_schema": ' + DEEP + "}\n")
+    job = _cli("generate", *FLAGS, "--input", str(source), "--output", str(output), "--on-error", "skip")
+    assert job.returncode == 0, job.stderr
+    good, bad = (json.loads(line) for line in output.read_text().splitlines())
+    assert good["line"] == 1 and "tokens" in good
+    assert bad["line"] == 2 and bad["error"]["type"] == "ParameterError"
+    assert bad["error"]["message"].startswith(nesting)

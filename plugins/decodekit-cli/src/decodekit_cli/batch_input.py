@@ -20,6 +20,7 @@ from pydantic import Field, StrictBool
 from decodekit.errors import DecodekitError, ParameterError
 from decodekit.params import Params, validate_params
 from decodekit_cli.errors import CliError
+from decodekit_cli.grammar_options import NESTING
 
 __all__ = [
     "BOM",
@@ -217,6 +218,8 @@ def parse_line(line: InputLine) -> tuple[str | int, PromptLine | LineError]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         return line.number, LineError("JSONDecodeError", f"not JSON: {exc.msg} at column {exc.colno}")
+    except RecursionError:  # Python's parser, past its recursion limit: this line's error, not the job's
+        return line.number, LineError("ParameterError", f"JSON nested too deeply to read; allowed: {NESTING}")
     key = _own_id(value, line.number)
     if not isinstance(value, dict):
         return key, LineError(

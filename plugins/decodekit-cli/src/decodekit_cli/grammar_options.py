@@ -12,6 +12,8 @@ from decodekit_cli.errors import CliError
 
 __all__ = ["grammar_stage", "line_chain"]
 
+NESTING = "JSON nested less deeply (llguidance takes a schema about 128 levels deep)"
+
 
 def _read(path: Path, option: str, stage: str) -> str:
     try:
@@ -65,6 +67,9 @@ def grammar_stage(json_schema: Path | None, regex: str | None, grammar: Path | N
             json.loads(schema)
         except ValueError as exc:
             raise CliError(f"--json-schema {str(json_schema)!r}: not JSON: {exc}") from None
+        except RecursionError:  # Python's parser, past its recursion limit
+            deep = f"--json-schema {str(json_schema)!r}: JSON nested too deeply to read; allowed: {NESTING}"
+            raise CliError(deep) from None
         _check(json_schema, "--json-schema", "json_schema", schema=schema)
     if grammar is not None:
         lark = _read(grammar, "--grammar", "grammar(lark='...')")
