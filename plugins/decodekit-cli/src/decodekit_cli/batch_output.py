@@ -14,7 +14,7 @@ import json
 import os
 import re
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -134,16 +134,13 @@ class OutputLock:
     def _refuse_untexted_logprobs(self) -> None:
         """An output of format 2 or before whose records hold logprobs (token ids without texts) is not continued:
         the records this version appends would give texts, and the output would hold both kinds."""
-        holds = "the parts a killed --ray run left" if parts_path(self.output).exists() else None
-        if holds is None and self.output.exists() and _has_logprobs(self.output.read_bytes()):
-            holds = "its records hold logprobs"
-        if holds is not None:
-            raise CliError(
-                f"--resume: {self.output} was written by an older decodekit (settings format {UNTEXTED_LOGPROBS} or "
-                f"before), whose logprobs give token ids without their texts, and {holds}; this version's records "
-                "give the texts too (text, top_texts), so the output would mix the two; allowed: a new --output (or "
-                "the decodekit that wrote it, to finish it)"
-            )
+        self._refuse_older(
+            UNTEXTED_LOGPROBS,
+            _has_logprobs,
+            "logprobs",
+            "whose logprobs give token ids without their texts",
+            "this version's records give the texts too (text, top_texts)",
+        )
 
     def _refuse_reseeded_samples(self, strategy: str) -> None:
         """An output of format 3 or before whose records hold a line's `n` samples is not continued: its sample 0
@@ -153,15 +150,25 @@ class OutputLock:
 
         if getattr(strategy_params(strategy), "num_return_sequences", None) is not None:
             return
+        self._refuse_older(
+            MIXED_SAMPLE_0,
+            _has_samples,
+            "lines of n samples",
+            "which drew a line's first sample from another seed",
+            "this version draws it from the line's own seed (as generate -n)",
+        )
+
+    def _refuse_older(self, format: int, holds_in: Callable[[bytes], bool], held: str, then: str, now: str) -> None:
+        """Refuse to continue an output of settings `format` or before whose records (or a killed --ray run's parts)
+        hold what this version writes otherwise: the output would mix the two."""
         holds = "the parts a killed --ray run left" if parts_path(self.output).exists() else None
-        if holds is None and self.output.exists() and _has_samples(self.output.read_bytes()):
-            holds = "its records hold lines of n samples"
+        if holds is None and self.output.exists() and holds_in(self.output.read_bytes()):
+            holds = f"its records hold {held}"
         if holds is not None:
             raise CliError(
-                f"--resume: {self.output} was written by an older decodekit (settings format {MIXED_SAMPLE_0} or "
-                f"before), which drew a line's first sample from another seed, and {holds}; this version draws it "
-                "from the line's own seed (as generate -n), so the output would mix the two; allowed: a new --output "
-                "(or the decodekit that wrote it, to finish it)"
+                f"--resume: {self.output} was written by an older decodekit (settings format {format} or before), "
+                f"{then}, and {holds}; {now}, so the output would mix the two; allowed: a new --output (or the "
+                "decodekit that wrote it, to finish it)"
             )
 
     def record(self, settings: dict[str, Any]) -> None:
