@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 from cli_runner import cli_captured as cli
+from decodekit_cli.batch_settings import FORMAT
 
 EOS = 95  # the fixtures' <eos>: the character tokenizer's and the config's
 MAX_NEW = 12
@@ -184,7 +185,7 @@ def as_format_1(output: Path) -> None:
     on past EOS), and only its first record, as if killed there."""
     settings = output.with_name(output.name + ".settings.json")
     recorded = json.loads(settings.read_text())
-    assert recorded.pop("ignore_eos") is True and recorded["format"] == 3
+    assert recorded.pop("ignore_eos") is True and recorded["format"] == FORMAT
     settings.write_text(json.dumps({**recorded, "format": 1}))
     output.write_text(output.read_text().splitlines(keepends=True)[0])
 
