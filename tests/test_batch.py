@@ -466,7 +466,8 @@ def test_a_second_writer_is_refused(reference: tuple[Path, str], tmp_path: Path)
 
 
 def test_a_line_that_fails_while_decoding_costs_no_other_line(tmp_path: Path) -> None:
-    """A failure inside a batch is retried row by row: only the failing line gets an error record."""
+    """A failure inside a batch is retried row by row: only the failing line gets an error record, said on stderr as
+    a line the check refuses is. Before: under --on-error skip it was written in silence (the summary counted it)."""
     bang = 2  # the test model's id of "!"
     prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt=p) for p in ("ab", "c!", "de", "fg")])
     args = ["-m", MODEL, "--seed", "11", "--max-new-tokens", "6", "--cache", "none"]
@@ -483,6 +484,8 @@ def test_a_line_that_fails_while_decoding_costs_no_other_line(tmp_path: Path) ->
     assert _error(records[1]) == (2, 2, "NumericsError", f"fail_on: a prompt holds token {bang}")
     assert [r["tokens"] for r in records[::2]] == [r["tokens"] for r in expected[::2]] and records[3]["line"] == 4
     assert fail.returncode == 2 and "line 2 (id 2): NumericsError" in fail.stderr
+    said = f"decodekit: warning: line 2 (id 2): NumericsError: fail_on: a prompt holds token {bang}; an error record is"
+    assert skip.stderr.splitlines() == [f"{said} written", f"3 results and 1 error record written to {skip_out}"]
     assert [r["line"] for r in _records(fail_out)] == [1, 3, 4]  # written; --resume retries line 2
 
 

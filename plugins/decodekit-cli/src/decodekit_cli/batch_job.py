@@ -20,10 +20,10 @@ from decodekit_cli.batch_output import OrderedWriter, RecordWriteError, sort_out
 from decodekit_cli.batch_progress import BatchProgress
 from decodekit_cli.batch_records import Record, is_error, record_tokens
 from decodekit_cli.batch_settings import BatchSettings
-from decodekit_cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error
+from decodekit_cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, report_error, report_warning
 from decodekit_cli.options import compile_failure
 
-__all__ = ["BatchJob", "failed_lines", "line_of", "plural", "run_local", "summary"]
+__all__ = ["BatchJob", "failed_lines", "line_of", "plural", "run_local", "summary", "warn_skipped"]
 
 DECODEKIT_ERRORS = frozenset(_errors.__all__)
 
@@ -66,6 +66,7 @@ def run_local(model: Any, job: BatchJob) -> int:
 
 def _decode_here(model: Any, job: BatchJob) -> int:
     progress = BatchProgress(len(job.todo))
+    kept: list[Record] = []
     failed: list[Record] = []
     drafts = DraftTotals()
     with progress, job.output.open("ab", buffering=0) as out:
@@ -78,7 +79,7 @@ def _decode_here(model: Any, job: BatchJob) -> int:
                 where = f"--input {job.input.name}"
                 for record in decode_records(model, job.settings, batch, rows=job.batch_size, where=where):
                     keep = job.keeps(record)
-                    failed += [] if keep else [record]
+                    (kept if keep else failed).append(record)
                     written = writer.put(record["line"], record if keep else None)
                     drafts.add(record)
                     progress.advance(written, record_tokens(record))
@@ -95,6 +96,7 @@ def _decode_here(model: Any, job: BatchJob) -> int:
         except CompileError as exc:
             records = plural(writer.written, "record")
             raise CliError(f"{compile_failure(exc)}; {records} written (--resume continues)", EXIT_FAILURE) from None
+    warn_skipped(kept)
     progress.say(summary(job, writer.written, writer.errors, acceptance=drafts.acceptance))
     return failed_lines(failed)
 
@@ -120,8 +122,7 @@ def failed_lines(failed: list[Record]) -> int:
     if not failed:
         return 0
     for record in sorted(failed, key=lambda record: int(record["line"])):
-        error = record["error"]
-        report_error(f"line {record['line']} (id {record['id']!r}): {error['type']}: {error['message']}")
+        report_error(_line_failure(record))
     usage = all(r["error"]["type"] in DECODEKIT_ERRORS for r in failed)  # else a plugin's own failure
     raise CliError(
         f"{plural(len(failed), 'line')} failed while decoding and {'has' if len(failed) == 1 else 'have'} no record; "
@@ -129,3 +130,16 @@ def failed_lines(failed: list[Record]) -> int:
         "error record instead",
         exit_code=EXIT_USAGE if usage else EXIT_FAILURE,
     )
+
+
+def warn_skipped(records: list[Record]) -> None:
+    """With --on-error skip: say each line that failed while decoding, in line order, as the check says a bad
+    line (its error record alone went unnoticed until someone read the output)."""
+    for record in sorted(records, key=lambda record: int(record["line"])):
+        if is_error(record):
+            report_warning(f"{_line_failure(record)}; an error record is written")
+
+
+def _line_failure(record: Record) -> str:
+    error = record["error"]
+    return f"line {record['line']} (id {record['id']!r}): {error['type']}: {error['message']}"

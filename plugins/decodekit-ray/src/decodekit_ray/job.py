@@ -19,7 +19,7 @@ import ray
 import ray.data
 from decodekit_cli.acceptance import DraftTotals
 from decodekit_cli.batch_decode import Pending
-from decodekit_cli.batch_job import BatchJob, failed_lines, plural, summary
+from decodekit_cli.batch_job import BatchJob, failed_lines, plural, summary, warn_skipped
 from decodekit_cli.batch_output import existing_records, parts_path, replace_output
 from decodekit_cli.batch_progress import BatchProgress
 from decodekit_cli.batch_records import dumps, is_error
@@ -82,6 +82,7 @@ def run_job(job: BatchJob, options: RayOptions) -> int:
         warnings.warn(said, stacklevel=1)
     new = {**checked, **{line: record for line, record in made.items() if job.keeps(record)}}
     _assemble(job.output, {**{line: dumps(record) for line, record in new.items()}, **before})
+    warn_skipped([record for record in made.values() if job.keeps(record)])
     ours = [record for line, record in new.items() if line not in done]  # a killed run's parts were there before
     written = plural(len(ours), "record")
     if interrupted:
