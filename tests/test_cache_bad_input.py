@@ -48,7 +48,7 @@ def spec() -> dk.CacheSpec:
         ),
         ("h2o(compression=1.5)", r"compression=1.5 is invalid.*allowed: a number 0 <= compression < 1, or None"),
         ("snapkv(kernel=4)", r"kernel must be odd"),
-        ("h2o(budget=1000000000)", r"h2o: budget=1000000000, slack=8 is invalid: the cache would allocate"),
+        ("h2o(budget=64, slack=1000000000)", r"h2o: budget=64, slack=1000000000 is invalid: the cache would allocate"),
         ("h2o(sinks=1000000)", r"compression=0.5 \(the default\) keeps 128 of 256 entries, fewer than sinks=1000000"),
         ("h2o(store='nope')", r"store='nope' is invalid; allowed: a storage backend"),
     ],

@@ -43,6 +43,22 @@ def test_a_prompt_is_cut_into_the_same_blocks_whatever_its_batch(model: GPT, cac
 
 
 @pytest.mark.parametrize("cache", CACHES)
+def test_a_budget_past_the_context_holds_the_context(model: GPT, cache: str) -> None:
+    """No row holds more than the context (past it, what is held moves within it): a larger budget is the context's.
+    Before: `budget=100` on this 32-position model stored 100 + 4·slack slots a layer, 68 of them never written."""
+    held: list[dk.KVCache] = []
+
+    def make(spec: dk.CacheSpec) -> dk.KVCache:
+        held.append(dk.create_cache(f"{cache}(budget=100)", spec))
+        return held[-1]
+
+    out = dk.generate(model, PROMPTS, chain="greedy", cache=make, max_new_tokens=60)
+    want = dk.generate(model, PROMPTS, chain="greedy", cache=f"{cache}(budget=32)", max_new_tokens=60)
+    assert out.tokens == want.tokens
+    assert held[0].nbytes == dk.create_cache(f"{cache}(budget=32)", held[0].spec).nbytes  # type: ignore[attr-defined]  # nbytes: not in KVCache
+
+
+@pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("store", ["gqa", "int8"])
 def test_streams_far_past_the_context_in_fixed_memory(model: GPT, cache: str, store: str) -> None:
     held: list[dk.KVCache] = []

@@ -59,10 +59,11 @@ _STATE = ("slots", "written", "score", "freed_at")  # a layer's state, as `Step`
 
 
 def resolve_budget(name: str, params: ScoredParams, spec: CacheSpec) -> int:
-    """Entries kept per row, kv-head and layer: `budget`, or the context less `compression` (0.5 by default)."""
+    """Entries kept per row, kv-head and layer: `budget` (at most the context: no row ever holds more), or the
+    context less `compression` (0.5 by default)."""
     M = spec.max_positions
     if params.budget is not None:
-        return params.budget
+        return params.budget if M is None else min(params.budget, M)
     compression = 0.5 if params.compression is None else params.compression
     default = "" if params.compression is not None else " (the default)"
     if M is None:
