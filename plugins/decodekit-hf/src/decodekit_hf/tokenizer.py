@@ -58,10 +58,11 @@ class HFTokenizer:
     def token_bytes(self) -> list[bytes | None]:
         """Each id's bytes, None for a special token (it has no text): what a grammar reads (`decodekit_grammar`).
 
-        Read from the fast tokenizer's vocabulary through its decoder: a byte-level BPE (GPT-2's scheme)
-        writes each byte as one character of `byte_level_alphabet`; `Fuse`, `Replace` and `ByteFallback`
-        (`<0x0A>`) decoders spell tokens as text. Another decoder (WordPiece's `##`, SentencePiece's
-        `Metaspace`, a `Strip` of the text's first space) is refused: a token's bytes would depend on its place.
+        Read from the fast tokenizer's vocabulary through its decoder, as llguidance reads it: a byte-level BPE
+        (GPT-2's scheme) writes each byte as one character of `byte_level_alphabet`; `Fuse`, `Replace`,
+        `ByteFallback` (`<0x0A>`) and SentencePiece's `Metaspace` (`▁` a space) spell tokens as text. A token's
+        bytes are those it adds inside a text: the space `Strip` or `Metaspace` drops at a text's start is kept,
+        as llguidance keeps it. Another decoder (WordPiece's `##`) is refused: its bytes would depend on its place.
         """
         backend = getattr(self.hf, "backend_tokenizer", None)
         if backend is None:
@@ -101,13 +102,15 @@ def _speller(decoder: Any) -> Callable[[str], bytes]:
     for step in steps:
         if step.get("type") == "Replace" and "String" in step.get("pattern", {}):
             replace.append((step["pattern"]["String"], step["content"]))
+        elif step.get("type") == "Metaspace":
+            replace.append((step["replacement"], " "))
         elif step.get("type") == "ByteFallback":
             fallback = True
-        elif step.get("type") != "Fuse":
+        elif step.get("type") != "Fuse" and not (step.get("type") == "Strip" and step.get("stop") == 0):
             raise ParameterError(
-                f"HFTokenizer.token_bytes: the tokenizer's decoder {step.get('type')!r} does not spell each token "
+                f"HFTokenizer.token_bytes: the tokenizer's decoder {_named(step)} does not spell each token "
                 "on its own, so its tokens' bytes are unknown; allowed: ByteLevel (a byte-level BPE), or "
-                "Fuse, Replace and ByteFallback"
+                "Fuse, Replace, ByteFallback, Metaspace and Strip of a text's start"
             )
 
     def spell(text: str) -> bytes:
@@ -118,6 +121,12 @@ def _speller(decoder: Any) -> Callable[[str], bytes]:
         return text.encode("utf-8")
 
     return spell
+
+
+def _named(step: Any) -> str:
+    """A decoder step as the refusal names it: its type, and a `Strip`'s end too (a text's end would change)."""
+    kind = step.get("type")
+    return f"'Strip' (stop={step.get('stop')})" if kind == "Strip" else repr(kind)
 
 
 def as_ids(value: Any, name: str = "token ids") -> list[int]:
