@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from numbers import Integral
 from typing import Any
 
@@ -19,7 +20,8 @@ class HFTokenizer:
 
     `encode` adds the special tokens the tokenizer adds by default (a Llama tokenizer's BOS,
     nothing for GPT-2), as `tokenizer(text)` does; `decode` keeps special tokens (transformers' default), so
-    a stop string can name one (`<|im_end|>` on a model whose EOS it is not).
+    a stop string can name one (`<|im_end|>` on a model whose EOS it is not), and the space a SentencePiece
+    tokenizer drops at a text's start (see `decode`).
     """
 
     def __init__(self, tokenizer: Any) -> None:
@@ -40,7 +42,24 @@ class HFTokenizer:
         return ids
 
     def decode(self, ids: Sequence[int]) -> str:
-        return str(self.hf.decode(list(ids)))
+        """The text `ids` add after the text before them (a generated row's after its prompt), as vLLM and llama.cpp
+        show it: a SentencePiece decoder (`Strip`, `Metaspace`) drops the space a whole text starts with, so
+        `ids` are decoded after a word of one token (`_anchor`) and that word cut off."""
+        if self._anchor is None:
+            return str(self.hf.decode(list(ids)))
+        word, text = self._anchor
+        return str(self.hf.decode([word, *ids]))[len(text) :]
+
+    @cached_property
+    def _anchor(self) -> tuple[int, str] | None:
+        """A word of one token (letters or digits: no space to drop) and its text, for a decoder that drops a text's
+        first space; None for any other, or a vocabulary without such a word (decoded as the tokenizer decodes)."""
+        backend = getattr(self.hf, "backend_tokenizer", None)
+        if backend is None or not _strips_start(json.loads(backend.to_str()).get("decoder")):
+            return None
+        words = (i for token, i in backend.get_vocab(with_added_tokens=False).items() if token.isalnum())
+        word = min(words, default=None)
+        return None if word is None else (word, str(self.hf.decode([word])))
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
@@ -58,10 +77,11 @@ class HFTokenizer:
     def token_bytes(self) -> list[bytes | None]:
         """Each id's bytes, None for a special token (it has no text): what a grammar reads (`decodekit_grammar`).
 
-        Read from the fast tokenizer's vocabulary through its decoder: a byte-level BPE (GPT-2's scheme)
-        writes each byte as one character of `byte_level_alphabet`; `Fuse`, `Replace` and `ByteFallback`
-        (`<0x0A>`) decoders spell tokens as text. Another decoder (WordPiece's `##`, SentencePiece's
-        `Metaspace`, a `Strip` of the text's first space) is refused: a token's bytes would depend on its place.
+        Read from the fast tokenizer's vocabulary through its decoder, as llguidance reads it: a byte-level BPE
+        (GPT-2's scheme) writes each byte as one character of `byte_level_alphabet`; `Fuse`, `Replace`,
+        `ByteFallback` (`<0x0A>`) and SentencePiece's `Metaspace` (`▁` a space) spell tokens as text. A token's
+        bytes are those it adds inside a text: the space `Strip` or `Metaspace` drops at a text's start is kept,
+        as `decode` keeps it. Another decoder (WordPiece's `##`) is refused: its bytes would depend on its place.
         """
         backend = getattr(self.hf, "backend_tokenizer", None)
         if backend is None:
@@ -101,13 +121,15 @@ def _speller(decoder: Any) -> Callable[[str], bytes]:
     for step in steps:
         if step.get("type") == "Replace" and "String" in step.get("pattern", {}):
             replace.append((step["pattern"]["String"], step["content"]))
+        elif step.get("type") == "Metaspace":
+            replace.append((step["replacement"], " "))
         elif step.get("type") == "ByteFallback":
             fallback = True
-        elif step.get("type") != "Fuse":
+        elif step.get("type") != "Fuse" and not (step.get("type") == "Strip" and step.get("stop") == 0):
             raise ParameterError(
-                f"HFTokenizer.token_bytes: the tokenizer's decoder {step.get('type')!r} does not spell each token "
+                f"HFTokenizer.token_bytes: the tokenizer's decoder {_named(step)} does not spell each token "
                 "on its own, so its tokens' bytes are unknown; allowed: ByteLevel (a byte-level BPE), or "
-                "Fuse, Replace and ByteFallback"
+                "Fuse, Replace, ByteFallback, Metaspace and Strip of a text's start"
             )
 
     def spell(text: str) -> bytes:
@@ -118,6 +140,21 @@ def _speller(decoder: Any) -> Callable[[str], bytes]:
         return text.encode("utf-8")
 
     return spell
+
+
+def _strips_start(decoder: Any) -> bool:
+    """Whether `decoder` (JSON) drops what a text starts with: `Strip` of its first spaces, `Metaspace`'s of its
+    first token (its `prepend_scheme` undone)."""
+    if decoder is None:
+        return False
+    steps = decoder.get("decoders", []) if decoder.get("type") == "Sequence" else [decoder]
+    return any(step.get("type") in ("Strip", "Metaspace") for step in steps)
+
+
+def _named(step: Any) -> str:
+    """A decoder step as the refusal names it: its type, and a `Strip`'s end too (a text's end would change)."""
+    kind = step.get("type")
+    return f"'Strip' (stop={step.get('stop')})" if kind == "Strip" else repr(kind)
 
 
 def as_ids(value: Any, name: str = "token ids") -> list[int]:
