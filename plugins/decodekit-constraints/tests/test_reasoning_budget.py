@@ -110,10 +110,10 @@ class TextOnly:
 
 
 class RefusesBytes(ByteTokens):
-    """`HFTokenizer`'s refusal, for a decoder that does not spell each token alone (SentencePiece's Metaspace)."""
+    """`HFTokenizer`'s refusal, for a decoder that does not spell each token alone (WordPiece's)."""
 
     def token_bytes(self) -> list[bytes | None]:
-        raise dk.ParameterError("HFTokenizer.token_bytes: the decoder 'Metaspace' does not spell each token alone")
+        raise dk.ParameterError("HFTokenizer.token_bytes: the decoder 'WordPiece' does not spell each token alone")
 
 
 @pytest.mark.parametrize("tokenizer", [TextOnly(), RefusesBytes(EMOJI_TOKENS.pieces)], ids=["text only", "refuses"])

@@ -43,7 +43,7 @@ def unfinished_ids(tokenizer: object) -> frozenset[int]:
 def _read(tokenizer: Any) -> frozenset[int]:
     try:
         pieces = tokenizer.token_bytes()
-    except DecodekitError:  # HFTokenizer's refusal of a decoder that does not spell each token alone (SentencePiece)
+    except DecodekitError:  # HFTokenizer's refusal of a decoder that does not spell each token alone (WordPiece's)
         return frozenset()
     # None: a special token, no text (llama.cpp's piece without specials is empty: complete)
     return frozenset(i for i, piece in enumerate(pieces) if isinstance(piece, bytes) and not ends_a_character(piece))
