@@ -942,7 +942,8 @@ def test_another_librarys_request_field_says_what_gives_it(tmp_path: Path) -> No
 def test_a_llama_server_field_says_what_gives_it(tmp_path: Path) -> None:
     """llama-server's /completion fields: `mirostat: 2` was told "chain": "mirostat(2)" (the mode read as mirostat's
     tau), `logit_bias` as llama.cpp's pairs a chain the sampler then refused, `cache_prompt` "did you mean 'prompt'?",
-    and `n_predict`, `n_probs` and `repeat_penalty` nothing but the allowed fields."""
+    and `n_predict`, `n_probs` and `repeat_penalty` nothing but the allowed fields; `seed: -1` (llama-server's fresh
+    seed) only its range."""
     fields: list[dict[str, Any]] = [
         {"mirostat": 2},
         {"logit_bias": [[5, 1.0]]},
@@ -951,6 +952,7 @@ def test_a_llama_server_field_says_what_gives_it(tmp_path: Path) -> None:
         {"n_probs": 3},
         {"repeat_penalty": 1.1},
         {"logit_bias": {"5": 1.0}},
+        {"seed": -1},
     ]
     lines = [_json(prompt="a", **field) for field in fields]
     prompts, out = _write_lines(tmp_path / "p.jsonl", lines), tmp_path / "out.jsonl"
@@ -967,3 +969,7 @@ def test_a_llama_server_field_says_what_gives_it(tmp_path: Path) -> None:
                             '"processed_top"')  # fmt: skip
     assert said[5].endswith('; llama.cpp\'s repeat_penalty is the line\'s "chain": "repetition_penalty(r, 64)"')
     assert said[6].endswith('; a sampler is a stage of the line\'s chain: "chain": "logit_bias({\\"5\\": 1.0})"')
+    assert said[7] == (
+        "prompt line: seed=-1 is invalid; allowed: an integer 0 <= seed < 2**64, or null (from --seed); llama.cpp's -1 "
+        "(a fresh seed) is leaving out the line's seed and --seed"
+    )

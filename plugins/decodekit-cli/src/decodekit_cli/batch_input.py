@@ -240,6 +240,12 @@ def parse_line(line: InputLine) -> tuple[str | int, PromptLine | LineError]:
         allowed = ", ".join(PromptLine.model_fields)
         message = f"prompt line: unknown parameter {other}; allowed parameters: {allowed}; {OTHER_FIELDS[other]}"
         return key, LineError("ParameterError", message)
+    if value.get("seed") == -1:  # llama-server's "a fresh seed": the decoder's range check alone would not say so
+        return key, LineError(
+            "ParameterError",
+            "prompt line: seed=-1 is invalid; allowed: an integer 0 <= seed < 2**64, or null (from --seed); "
+            "llama.cpp's -1 (a fresh seed) is leaving out the line's seed and --seed",
+        )
     try:
         item = validate_params("prompt line", PromptLine, value)
         assert isinstance(item, PromptLine)
