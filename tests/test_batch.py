@@ -940,3 +940,39 @@ def test_another_librarys_request_field_says_what_gives_it(tmp_path: Path) -> No
                             '"stop" strings')  # fmt: skip
     assert said[2].endswith('; do_sample false is the line\'s "chain": "greedy"')
     assert said[3].endswith('stage of the line\'s chain: "chain": "min_new_tokens(n, [eos ids])"')
+
+
+def test_a_llama_server_field_says_what_gives_it(tmp_path: Path) -> None:
+    """llama-server's /completion fields: `mirostat: 2` was told "chain": "mirostat(2)" (the mode read as mirostat's
+    tau), `logit_bias` as llama.cpp's pairs a chain the sampler then refused, `cache_prompt` "did you mean 'prompt'?",
+    and `n_predict`, `n_probs` and `repeat_penalty` nothing but the allowed fields; `seed: -1` (llama-server's fresh
+    seed) only its range."""
+    fields: list[dict[str, Any]] = [
+        {"mirostat": 2},
+        {"logit_bias": [[5, 1.0]]},
+        {"cache_prompt": True},
+        {"n_predict": 4},
+        {"n_probs": 3},
+        {"repeat_penalty": 1.1},
+        {"logit_bias": {"5": 1.0}},
+        {"seed": -1},
+    ]
+    lines = [_json(prompt="a", **field) for field in fields]
+    prompts, out = _write_lines(tmp_path / "p.jsonl", lines), tmp_path / "out.jsonl"
+    assert _run(prompts, out, *ARGS, "--on-error", "skip").returncode == 0
+    said = [r["error"]["message"] for r in _records(out)]
+    assert said[0].endswith('; llama.cpp\'s mirostat 1 is "chain": "temperature(t) | mirostat(tau, eta)", 2 '
+                            '"temperature(t) | mirostat_v2(tau, eta)"')  # fmt: skip
+    assert said[1].endswith('; a sampler is a stage of the line\'s chain: "chain": "logit_bias(...)", where '
+                            "logit_bias: bias=[[5, 1.0]] is invalid: Input should be an object; allowed: an object "
+                            "mapping integers in [0, 2**63) to numbers in [-100, 100]")  # fmt: skip
+    assert said[2].endswith("; a job prefills a prefix its lines share once, unasked")
+    assert said[3].endswith('; llama.cpp\'s n_predict is "max_new_tokens"')
+    assert said[4].endswith('; llama.cpp\'s n_probs is "logprobs": the record\'s "top"; its post_sampling_probs, '
+                            '"processed_top"')  # fmt: skip
+    assert said[5].endswith('; llama.cpp\'s repeat_penalty is the line\'s "chain": "repetition_penalty(r, 64)"')
+    assert said[6].endswith('; a sampler is a stage of the line\'s chain: "chain": "logit_bias({\\"5\\": 1.0})"')
+    assert said[7] == (
+        "prompt line: seed=-1 is invalid; allowed: an integer 0 <= seed < 2**64, or null (from --seed); llama.cpp's -1 "
+        "(a fresh seed) is leaving out the line's seed and --seed"
+    )

@@ -219,6 +219,29 @@ def test_bad_options_fail_with_one_line_and_status_2() -> None:
         assert r.stdout == "", name
 
 
+def test_llama_cpps_sampling_flags_say_what_gives_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """llama.cpp's flags got click's guess at a close name: `--n-predict` "Possible options: --no-echo", `--min-p`
+    "--input", `--mirostat` "--strategy", `--logit-bias` "--logprobs", `--samplers` "--compile, --num-samples"."""
+    from decodekit_cli import main
+
+    cases = {
+        "--n-predict": "is --max-new-tokens N (its -n; -n here is the number of samples)",
+        "--temp": "is --temperature T",
+        "--min-p": "is --chain '... | min_p(p) | temperature(t)'",
+        "--mirostat": "'temperature(t) | mirostat(tau, eta)' (mode 1) or 'temperature(t) | mirostat_v2(tau, eta)' (2)",
+        "--logit-bias": "is --chain 'logit_bias({id: bias}) | ...' (a ban, TOKEN-inf: bad_words([[id]]))",
+        "--samplers": "is --chain, the stages in that order",
+    }
+    for command in ("generate", "explain"):
+        for flag, expected in cases.items():
+            assert main([command, PROMPT, "-m", MODEL, flag, "1"]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith(f"decodekit: error: No such option: {flag}; llama.cpp's {flag} "), err
+            assert expected in err and "Possible options" not in err, err
+    assert main(["samplers", "--temp"]) == 2  # a command that samples nothing: click's own guess
+    assert "llama.cpp" not in capsys.readouterr().err
+
+
 def test_checks_that_need_no_model_run_in_process(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from decodekit_cli import main
 

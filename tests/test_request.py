@@ -369,13 +369,27 @@ def test_a_wrong_count_of_seeds_or_stop_lists_is_counted_in_prompts_not_rows() -
         ({"max_length": 20}, "; max_new_tokens counts the new tokens alone (max_length less the prompt's)"),
         ({"ignore_eos": True}, "; a row stops only at the stop_tokens given: leave the eos out of them"),
         ({"generation_config": None}, "; decodekit_hf.generation_options(config) gives it as dk.decode's keywords"),
+        ({"n_predict": 20}, "; llama.cpp's n_predict is max_new_tokens"),
+        ({"n_probs": 3}, "; llama.cpp's n_probs is logprobs=n: the model's top n (raw_top); post_sampling_probs: proc"),
+        ({"repeat_penalty": 1.1}, "; llama.cpp's repeat_penalty is a stage of the chain: chain='repetition_penalty(r,"),
+        ({"samplers": "top_k;temperature"}, "; llama.cpp's samplers are the chain's stages in that order"),
+        ({"mirostat": 2}, "; llama.cpp's mirostat 1 is chain='temperature(t) | mirostat(tau, eta)', 2 chain='temper"),
+        ({"typical_p": 0.9}, "; a sampler is a stage of the chain: chain='typical(mass)'"),
+        ({"logit_bias": {5: 1.0}}, "; a sampler is a stage of the chain: chain='logit_bias({5: 1.0})'"),
+        (
+            {"logit_bias": [[5, 1.0]]},
+            "; a sampler is a stage of the chain: chain='logit_bias(...)', where logit_bias: "
+            "bias=[[5, 1.0]] is invalid: Input should be a valid dictionary; allowed: a dict mapping integers",
+        ),
     ],
 )
 def test_another_librarys_sampling_keyword_is_told_where_it_goes(option: dict[str, Any], hint: str) -> None:
     """vLLM's and transformers' per-request `temperature`, `top_p` and `n` are not options here: the message says
     what gives them (the chain; copies seeded by `row_seeds`), as a batch line's error does. Their names for options
     that are here under others say which (`do_sample` was "did you mean 'compile'?", `min_tokens` "'max_new_tokens'?",
-    `pad_token_id` "'stop_tokens'?", `stop`, `num_beams` and `max_length` had no hint)."""
+    `pad_token_id` "'stop_tokens'?", `stop`, `num_beams` and `max_length` had no hint). llama.cpp's `mirostat=2` was
+    "chain='mirostat(2)'" (its mode read as mirostat's tau), its `logit_bias` pairs a chain the sampler then refused,
+    and `n_predict`, `n_probs`, `repeat_penalty` and `samplers` had no hint."""
     with pytest.raises(dk.ParameterError, match=re.escape(hint)) as info:
         dk.generate(tiny_gpt(2), [[1]], **option)
     assert str(info.value).startswith(f"generate: unknown parameter {next(iter(option))}=")

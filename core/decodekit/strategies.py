@@ -15,7 +15,7 @@ from decodekit.engine import Decoding, Policy
 from decodekit.errors import ParameterError, did_you_mean
 from decodekit.model import Model
 from decodekit.params import Params
-from decodekit.plugins import bind_arguments, get_registry
+from decodekit.plugins import bind_arguments, get_registry, sampler_call
 from decodekit.prompts import Prompts
 from decodekit.registry import Registry
 from decodekit.request import DecodeOptions, DecodeRequest, decode_request
@@ -143,13 +143,24 @@ def _where_it_goes(registry: Registry, key: str, value: Any, names: list[str]) -
     if key in _ELSEWHERE:
         return f"; {_ELSEWHERE[key]}"
     if key in registry.samplers:
-        return f"; a sampler is a stage of the chain: chain='{key}({value!r})'"
+        return _stage_hint(key, value)
     return did_you_mean(key, names)
 
 
+def _stage_hint(name: str, value: Any) -> str:
+    """The chain stage a sampler's value given as a keyword stands for; where the sampler takes no such value
+    (llama.cpp's `logit_bias` pairs), why, rather than a chain that fails in its turn."""
+    try:
+        sampler_call(name, (value,), {})
+    except ParameterError as exc:
+        return f"; a sampler is a stage of the chain: chain='{name}(...)', where {exc}"
+    return f"; a sampler is a stage of the chain: chain='{name}({value!r})'"
+
+
 _N = "for n samples of each prompt, repeat it n times and seed the copies with decodekit.context.row_seeds"
-# vLLM's and transformers' options that are here under another name or elsewhere: a close name would mislead
-# (`min_tokens` was "did you mean 'max_new_tokens'?", `do_sample` "'compile'?", `pad_token_id` "'stop_tokens'?").
+# vLLM's, transformers' and llama.cpp's options that are here under another name or elsewhere: a close name would
+# mislead (`min_tokens` was "did you mean 'max_new_tokens'?", `do_sample` "'compile'?", `pad_token_id` "'stop_tokens'?",
+# llama.cpp's `mirostat=2` "chain='mirostat(2)'", its mode read as mirostat's tau).
 _ELSEWHERE = {
     "strategy": "a strategy is chosen with dk.decode(model, prompts, strategy=...)",
     "n": _N,
@@ -163,6 +174,14 @@ _ELSEWHERE = {
     "max_length": "max_new_tokens counts the new tokens alone (max_length less the prompt's)",
     "num_beams": "beam search is a strategy: dk.decode(model, prompts, strategy='beam', num_beams=...)",
     "generation_config": "decodekit_hf.generation_options(config) gives it as dk.decode's keywords (docs/hf.md)",
+    "typical_p": "a sampler is a stage of the chain: chain='typical(mass)'",
+    "n_predict": "llama.cpp's n_predict is max_new_tokens",
+    "n_probs": "llama.cpp's n_probs is logprobs=n: the model's top n (raw_top); post_sampling_probs: processed_top",
+    "samplers": "llama.cpp's samplers are the chain's stages in that order (docs/samplers.md, llama.cpp)",
+    "repeat_penalty": "llama.cpp's repeat_penalty is a stage of the chain: chain='repetition_penalty(r, 64)'",
+    "repeat_last_n": "llama.cpp's repeat_last_n is the penalty stage's window: chain='repetition_penalty(r, n)'",
+    "mirostat": "llama.cpp's mirostat 1 is chain='temperature(t) | mirostat(tau, eta)', 2 chain='temperature(t) | "
+    "mirostat_v2(tau, eta)'",
 }
 
 

@@ -701,7 +701,19 @@ def _usage_message(usage: _UsageError) -> str:
     # message is empty (typer's own handler shows nothing for it either, by the class name).
     if type(usage).__name__ == "NoArgsIsHelpError":
         return f"'{ctx.command_path}' needs a command; allowed: {', '.join(ctx.command.list_commands(ctx))}"
-    return f"{_bad_value_message(usage) or usage.format_message()} (see '{ctx.command_path} --help')"
+    message = _other_flag_message(usage) or _bad_value_message(usage) or usage.format_message()
+    return f"{message} (see '{ctx.command_path} --help')"
+
+
+def _other_flag_message(usage: _UsageError) -> str | None:
+    """llama.cpp's sampling flag given to a command that samples (one with --chain): what gives it here, in place of
+    click's guess at a close name; None for any other usage error."""
+    from decodekit_cli.other_flags import other_flag_hint
+
+    flag, command = getattr(usage, "option_name", None), getattr(getattr(usage, "ctx", None), "command", None)
+    samples = any("--chain" in getattr(param, "opts", ()) for param in getattr(command, "params", ()))
+    hint = other_flag_hint(flag) if type(usage).__name__ == "NoSuchOption" and samples and flag else None
+    return None if hint is None else f"No such option: {flag}; {hint}"
 
 
 def _bad_value_message(usage: _UsageError) -> str | None:

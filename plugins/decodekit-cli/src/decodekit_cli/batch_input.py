@@ -38,13 +38,24 @@ __all__ = [
 BOM = b"\xef\xbb\xbf"
 PROMPT_FIELDS = "a 'prompt' (text) or a 'prompt_token_ids' (a list of token ids)"
 # Other libraries' request fields that a line has no field for, and what gives them (`stop_token_ids` was "did you
-# mean 'prompt_token_ids'?", vLLM's `min_tokens` "'max_new_tokens'?").
+# mean 'prompt_token_ids'?", vLLM's `min_tokens` "'max_new_tokens'?", llama-server's `cache_prompt` "'prompt'?" and its
+# `mirostat: 2` "chain": "mirostat(2)", the mode read as mirostat's tau).
 OTHER_FIELDS = {
     "min_tokens": 'vLLM\'s min_tokens is a stage of the line\'s chain: "chain": "min_new_tokens(n, [eos ids])"',
     "ignore_eos": "--ignore-eos, for every line",
     "messages": "a chat goes through the model's chat template first: give the ids it returns as prompt_token_ids",
     "stop_token_ids": 'a line stops at the model\'s end-of-text ids (none under --ignore-eos) and its "stop" strings',
     "do_sample": 'do_sample false is the line\'s "chain": "greedy"',
+    "typical_p": 'a sampler is a stage of the line\'s chain: "chain": "typical(mass)"',
+    "n_predict": 'llama.cpp\'s n_predict is "max_new_tokens"',
+    "n_probs": 'llama.cpp\'s n_probs is "logprobs": the record\'s "top"; its post_sampling_probs, "processed_top"',
+    "post_sampling_probs": 'the "logprobs" records hold both: "top" (the model\'s), "processed_top" (after the chain)',
+    "samplers": "llama.cpp's samplers are the stages of the line's \"chain\", in that order",
+    "repeat_penalty": 'llama.cpp\'s repeat_penalty is the line\'s "chain": "repetition_penalty(r, 64)"',
+    "repeat_last_n": 'llama.cpp\'s repeat_last_n is the penalty stage\'s window: "chain": "repetition_penalty(r, n)"',
+    "mirostat": 'llama.cpp\'s mirostat 1 is "chain": "temperature(t) | mirostat(tau, eta)", 2 "temperature(t) | '
+    'mirostat_v2(tau, eta)"',
+    "cache_prompt": "a job prefills a prefix its lines share once, unasked",
 }
 STDIN_HINT = (
     'reading prompt lines from standard input (one JSON object per line, such as {"prompt": "ROMEO:"}); end with Ctrl-D'
@@ -229,6 +240,12 @@ def parse_line(line: InputLine) -> tuple[str | int, PromptLine | LineError]:
         allowed = ", ".join(PromptLine.model_fields)
         message = f"prompt line: unknown parameter {other}; allowed parameters: {allowed}; {OTHER_FIELDS[other]}"
         return key, LineError("ParameterError", message)
+    if value.get("seed") == -1:  # llama-server's "a fresh seed": the decoder's range check alone would not say so
+        return key, LineError(
+            "ParameterError",
+            "prompt line: seed=-1 is invalid; allowed: an integer 0 <= seed < 2**64, or null (from --seed); "
+            "llama.cpp's -1 (a fresh seed) is leaving out the line's seed and --seed",
+        )
     try:
         item = validate_params("prompt line", PromptLine, value)
         assert isinstance(item, PromptLine)
@@ -241,15 +258,17 @@ def parse_line(line: InputLine) -> tuple[str | int, PromptLine | LineError]:
 
 def _chain_hint(value: dict[str, Any]) -> str:
     """Where a line names a sampler as a field (vLLM's per-request `temperature`, `top_p`), where it goes: its chain."""
-    from decodekit.plugins import get_registry
+    from decodekit.plugins import get_registry, sampler_call
 
     samplers = get_registry().samplers
-    stages = [
-        f"{name}({json.dumps(v)})"
-        for name, v in value.items()
-        if name in samplers and name not in PromptLine.model_fields
-    ]
-    return f'; a sampler is a stage of the line\'s chain: "chain": {json.dumps(" | ".join(stages))}' if stages else ""
+    given = {name: v for name, v in value.items() if name in samplers and name not in PromptLine.model_fields}
+    for name, v in given.items():  # a stage the sampler refuses (llama.cpp's logit_bias pairs): why, not that chain
+        try:
+            sampler_call(name, (v,), {})
+        except DecodekitError as exc:
+            return f'; a sampler is a stage of the line\'s chain: "chain": "{name}(...)", where {exc}'
+    stages = " | ".join(f"{name}({json.dumps(v)})" for name, v in given.items())
+    return f'; a sampler is a stage of the line\'s chain: "chain": {json.dumps(stages)}' if stages else ""
 
 
 def _one_prompt(item: PromptLine) -> None:
