@@ -416,6 +416,15 @@ def test_seeds_as_an_array_or_a_tensor_are_one_per_prompt_however_many() -> None
         dk.generate(model, prompts, seed=torch.tensor([11]), max_new_tokens=8)  # type: ignore[arg-type]
 
 
+def test_seed_minus_one_is_told_that_none_draws_a_fresh_seed() -> None:
+    """llama.cpp's -1 is "a fresh seed"; here that is None. Before: the range alone was said."""
+    said = "seed=-1 is invalid; allowed: an integer, 0 <= seed < 2**64, or None (a fresh seed each call: llama.cpp's -1)"
+    with pytest.raises(dk.ParameterError, match=f"^{re.escape(said)}$"):
+        dk.generate(tiny_gpt(2), [[1]], seed=-1, max_new_tokens=2)
+    with pytest.raises(dk.ParameterError, match=r"^seed=-2 is invalid; allowed: an integer, 0 <= seed < 2\*\*64$"):
+        dk.generate(tiny_gpt(2), [[1]], seed=-2, max_new_tokens=2)
+
+
 def test_row_seeds_takes_the_integers_dk_generate_takes_and_refuses_the_rest() -> None:
     """concepts.md's pass@k recipe: a NumPy seed (a config's, `np.random.randint`'s) was "TypeError: 'numpy.int64'
     object is not iterable", and a seed read as text ("11", an environment variable's) one seed per digit, 1 and 1."""

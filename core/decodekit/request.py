@@ -280,6 +280,8 @@ def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
                 f"seed: {len(seed)} seeds given for {batch} prompts; allowed: one int, or one per prompt ({batch})"
             )
         return tuple(_integer(f"seed[{b}]", s, lambda n: 0 <= n < MAX_SEED, allowed) for b, s in enumerate(seed))
+    if as_index(seed) == -1:  # llama.cpp's "a fresh seed", which is None here
+        allowed += ", or None (a fresh seed each call: llama.cpp's -1)"
     return _integer("seed", seed, lambda n: 0 <= n < MAX_SEED, allowed)
 
 
