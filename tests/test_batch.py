@@ -911,15 +911,21 @@ def test_a_line_whose_prompt_the_tokenizer_cannot_encode_names_the_prompt_field(
 
 def test_a_lines_sampler_field_is_told_to_go_in_its_chain(tmp_path: Path) -> None:
     """vLLM's per-request `temperature` and `top_p` are samplers here: the error record of a line naming them as
-    fields says where they go, the line's chain, written out; an unknown field that is no sampler says nothing more.
-    Before: only the list of allowed fields."""
-    lines = [_json(prompt="a", temperature=0.7, top_p=0.9), _json(prompt="b", max_tokens=5)]
+    fields says where they go, the line's chain, written out, and which of the job's stages that chain would drop (vLLM
+    keeps a model's other defaults; before, the hint did not say a line's chain replaces the job's); an unknown field
+    that is no sampler says nothing more. Before that: only the list of allowed fields."""
+    lines = [_json(prompt="a", temperature=0.7, top_p=0.9), _json(prompt="b", max_tokens=5), _json(prompt="c", top_k=3)]
     prompts, out = _write_lines(tmp_path / "p.jsonl", lines), tmp_path / "out.jsonl"
-    assert _run(prompts, out, *ARGS, "--on-error", "skip").returncode == 0
-    first, second = (r["error"]["message"] for r in _records(out))
+    assert _run(prompts, out, *ARGS, "--top-k", "20", "--on-error", "skip").returncode == 0
+    first, second, third = (r["error"]["message"] for r in _records(out))
     assert first.startswith("prompt line: unknown parameter temperature=0.7; allowed parameters: prompt, ")
-    assert first.endswith('; a sampler is a stage of the line\'s chain: "chain": "temperature(0.7) | top_p(0.9)"')
+    job = '"temperature(value=1.5) | top_k(k=20)"'
+    assert first.endswith(
+        f'; a sampler is a stage of the line\'s chain: "chain": "temperature(0.7) | top_p(0.9)" (it replaces the job\'s '
+        f"chain, {job}: give its top_k too)"
+    )
     assert second.endswith("did you mean 'max_new_tokens'?")
+    assert third.endswith(f'"chain": "top_k(3)" (it replaces the job\'s chain, {job}: give its temperature too)')
 
 
 def test_another_librarys_request_field_says_what_gives_it(tmp_path: Path) -> None:
@@ -971,7 +977,10 @@ def test_a_llama_server_field_says_what_gives_it(tmp_path: Path) -> None:
     assert said[4].endswith('; llama.cpp\'s n_probs is "logprobs": the record\'s "top"; its post_sampling_probs, '
                             '"processed_top"')  # fmt: skip
     assert said[5].endswith('; llama.cpp\'s repeat_penalty is the line\'s "chain": "repetition_penalty(r, 64)"')
-    assert said[6].endswith('; a sampler is a stage of the line\'s chain: "chain": "logit_bias({\\"5\\": 1.0})"')
+    assert said[6].endswith(
+        '; a sampler is a stage of the line\'s chain: "chain": "logit_bias({\\"5\\": 1.0})" (it replaces the job\'s chain, '
+        '"temperature(value=1.5)": give its temperature too)'
+    )
     assert said[7] == (
         "prompt line: seed=-1 is invalid; allowed: an integer 0 <= seed < 2**64, or null (from --seed); llama.cpp's -1 "
         "(a fresh seed) is leaving out the line's seed and --seed"

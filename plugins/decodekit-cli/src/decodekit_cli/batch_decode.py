@@ -75,7 +75,7 @@ def check_lines(
     seen: dict[str | int, int] = {}
     checked: list[Pending | Record] = []
     for line in lines:
-        key, item = parse_line(line)
+        key, item = parse_line(line, settings.chain)
         if unique_ids and key in seen:
             item = LineError(
                 "ParameterError", f"id {key!r} is also the id of {_line_of(key, seen[key])}; allowed: one per line"

@@ -216,8 +216,9 @@ _JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", boo
 """What JSON calls the values a line may be that are not objects (`json.loads` gives these types)."""
 
 
-def parse_line(line: InputLine) -> tuple[str | int, PromptLine | LineError]:
-    """The line's id (its own, or its number) and the prompt it asks for, or why it is not one."""
+def parse_line(line: InputLine, job_chain: str = "") -> tuple[str | int, PromptLine | LineError]:
+    """The line's id (its own, or its number) and the prompt it asks for, or why it is not one. job_chain: the
+    chain a line without its own gets, which a hint to write one names (a line's chain replaces it)."""
     try:
         text = line.data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -252,12 +253,13 @@ def parse_line(line: InputLine) -> tuple[str | int, PromptLine | LineError]:
         _one_prompt(item)
     except DecodekitError as exc:
         error = LineError.of(exc)
-        return key, LineError(error.kind, f"{error}{_chain_hint(value)}")
+        return key, LineError(error.kind, f"{error}{_chain_hint(value, job_chain)}")
     return key, item
 
 
-def _chain_hint(value: dict[str, Any]) -> str:
-    """Where a line names a sampler as a field (vLLM's per-request `temperature`, `top_p`), where it goes: its chain."""
+def _chain_hint(value: dict[str, Any], job_chain: str) -> str:
+    """Where a line names a sampler as a field (vLLM's per-request `temperature`, `top_p`), where it goes: its chain,
+    which replaces the job's (vLLM keeps a model's other defaults: here the line writes them)."""
     from decodekit.plugins import get_registry, sampler_call
 
     samplers = get_registry().samplers
@@ -268,7 +270,21 @@ def _chain_hint(value: dict[str, Any]) -> str:
         except DecodekitError as exc:
             return f'; a sampler is a stage of the line\'s chain: "chain": "{name}(...)", where {exc}'
     stages = " | ".join(f"{name}({json.dumps(v)})" for name, v in given.items())
-    return f'; a sampler is a stage of the line\'s chain: "chain": {json.dumps(stages)}' if stages else ""
+    if not stages:
+        return ""
+    others = [name for name in _stage_names(job_chain) if name not in given]
+    kept = f" (it replaces the job's chain, {json.dumps(job_chain)}: give its {', '.join(others)} too)" if others else ""
+    return f'; a sampler is a stage of the line\'s chain: "chain": {json.dumps(stages)}{kept}'
+
+
+def _stage_names(chain: str) -> list[str]:
+    """The stages of a chain string a line's own chain would replace (a plain `sample` selector goes without saying)."""
+    if not chain:
+        return []
+    from decodekit_cli.batch_settings import parsed_chain
+
+    parsed = parsed_chain(chain)
+    return [p.name for p in parsed.processors] + ([] if parsed.selector.name == "sample" else [parsed.selector.name])
 
 
 def _one_prompt(item: PromptLine) -> None:
