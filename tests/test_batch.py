@@ -921,8 +921,8 @@ def test_a_lines_sampler_field_is_told_to_go_in_its_chain(tmp_path: Path) -> Non
     assert first.startswith("prompt line: unknown parameter temperature=0.7; allowed parameters: prompt, ")
     job = '"temperature(value=1.5) | top_k(k=20)"'
     assert first.endswith(
-        f'; a sampler is a stage of the line\'s chain: "chain": "temperature(0.7) | top_p(0.9)" (it replaces the job\'s '
-        f"chain, {job}: give its top_k too)"
+        '; a sampler is a stage of the line\'s chain: "chain": "temperature(0.7) | top_p(0.9)" '
+        f"(it replaces the job's chain, {job}: give its top_k too)"
     )
     assert second.endswith("did you mean 'max_new_tokens'?")
     assert third.endswith(f'"chain": "top_k(3)" (it replaces the job\'s chain, {job}: give its temperature too)')
@@ -978,8 +978,8 @@ def test_a_llama_server_field_says_what_gives_it(tmp_path: Path) -> None:
                             '"processed_top"')  # fmt: skip
     assert said[5].endswith('; llama.cpp\'s repeat_penalty is the line\'s "chain": "repetition_penalty(r, 64)"')
     assert said[6].endswith(
-        '; a sampler is a stage of the line\'s chain: "chain": "logit_bias({\\"5\\": 1.0})" (it replaces the job\'s chain, '
-        '"temperature(value=1.5)": give its temperature too)'
+        '; a sampler is a stage of the line\'s chain: "chain": "logit_bias({\\"5\\": 1.0})" '
+        '(it replaces the job\'s chain, "temperature(value=1.5)": give its temperature too)'
     )
     assert said[7] == (
         "prompt line: seed=-1 is invalid; allowed: an integer 0 <= seed < 2**64, or null (from --seed); llama.cpp's -1 "

@@ -273,8 +273,10 @@ def _chain_hint(value: dict[str, Any], job_chain: str) -> str:
     if not stages:
         return ""
     others = [name for name in _stage_names(job_chain) if name not in given]
-    kept = f" (it replaces the job's chain, {json.dumps(job_chain)}: give its {', '.join(others)} too)" if others else ""
-    return f'; a sampler is a stage of the line\'s chain: "chain": {json.dumps(stages)}{kept}'
+    hint = f'; a sampler is a stage of the line\'s chain: "chain": {json.dumps(stages)}'
+    if not others:
+        return hint
+    return f"{hint} (it replaces the job's chain, {json.dumps(job_chain)}: give its {', '.join(others)} too)"
 
 
 def _stage_names(chain: str) -> list[str]:
