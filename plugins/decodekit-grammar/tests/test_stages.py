@@ -435,6 +435,18 @@ def test_a_gbnf_grammar_is_told_to_be_one_with_how_to_convert_it(shakespeare: An
     assert out.text is not None and all(re.fullmatch("(thou|thee) [a-z]{2,3}", text) for text in out.text), out.text
 
 
+def test_scoring_a_prompt_under_a_grammar_warns_of_no_unfinished_row(shakespeare: Any) -> None:
+    """max_new_tokens=0 generates nothing: the row warned "ended with regex incomplete" of a text it never began."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = dk.generate(shakespeare, ["ROMEO:"], chain="regex(pattern='ab') | greedy", max_new_tokens=0)
+    assert out.text == [""]
+    stage = dk.create("regex", pattern="ab")
+    stage.allowed(ctx_for(shakespeare.tokenizer, [""]), 84)  # the vocabulary `unfinished` answers in
+    assert stage.unfinished(0, []) is None
+    assert stage.unfinished(0, shakespeare.tokenizer.encode("a")) == "regex incomplete"  # one token in: it warns
+
+
 def test_an_invalid_grammar_in_a_chain_string_fails_when_the_chain_is_built() -> None:
     with pytest.raises(dk.ParameterError, match=r"^regex: pattern is invalid"):
         dk.Chain.parse("regex(pattern='[a-') | temperature(0.7)")

@@ -208,7 +208,10 @@ class GrammarStage(ProcessorBase[P]):
         return self._label if state is not None and state.complete else None
 
     def unfinished(self, row: int, generated: Sequence[int]) -> str | None:
-        """What a row that ended on `generated` lacks: its grammar incomplete (None: its text is a sentence)."""
+        """What a row that ended on `generated` lacks: its grammar incomplete (None: its text is a sentence, or
+        empty: a row of no tokens, `max_new_tokens=0`, scored its prompt and left no text to warn about)."""
+        if not generated:
+            return None
         state = self._state(row, generated)
         if state is None or state.accepting or state.complete:
             return None
