@@ -201,6 +201,17 @@ def test_a_grammar_no_token_of_the_vocabulary_begins_is_refused_before_decoding(
         dk.validate(model, ["ROMEO:"], chain=f"grammar(gbnf={JAPANESE!r})", max_new_tokens=4)
 
 
+def test_japanese_gbnf_on_a_vocabulary_that_spells_it() -> None:
+    """The mask after each text is what japanese.gbnf's regular expression lets follow (and the end once it matches)."""
+    tok = Chars("あア、一 x\n")
+    stage = dk.create("grammar", gbnf=JAPANESE)
+    for text in ["", "あ", "あ ", "一ア\n、"]:
+        follows = [c for c in tok.alphabet if regex.fullmatch(JAPANESE_RE, text + c, partial=True)]
+        end = ["<eos>"] if regex.fullmatch(JAPANESE_RE, text) else []
+        assert allowed(stage, tok, text) == "".join(end + follows), text
+    assert allowed(stage, tok, "あ") == "<eos>あア、一 \n"  # by hand: the end, and every character but "x"
+
+
 def test_spec_round_trip_and_chain_string() -> None:
     chain = dk.Chain.parse(f"grammar(gbnf={CHESS!r}) | temperature(0.7)")
     assert dk.Chain.from_spec(chain.to_spec()) == chain
