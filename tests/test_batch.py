@@ -211,7 +211,7 @@ HOSTILE_ERRORS = [
         6,
         "ParameterError",
         "prompt line: unknown parameter temp=2; allowed parameters: prompt, prompt_token_ids, id, seed, "
-        "max_new_tokens, n, chain, logprobs, prompt_logprobs, stop, include_stop, json_schema, regex, grammar",
+        "max_new_tokens, n, chain, logprobs, prompt_logprobs, stop, include_stop, json_schema, regex, grammar, gbnf",
     ),
     (
         7,

@@ -53,6 +53,25 @@ def test_regex_and_lark_grammar(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert re.fullmatch(r"\[[a-z]{1,5}(,[a-z]{1,5}){0,2}\]\n?", out), out
 
 
+LIST_GBNF = 'root ::= "[" word ("," word){0,2} "]"\nword ::= [a-z]{1,5}\n'
+
+
+def test_a_gbnf_file_is_read_as_gbnf(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """llama.cpp's extension: a `.gbnf` file is GBNF (it was read as Lark, and refused); another file is Lark."""
+    gbnf = tmp_path / "list.gbnf"
+    gbnf.write_text(LIST_GBNF)
+    status, out, err = generate(capsys, "--grammar", str(gbnf), "--chain", "top_k(5) | greedy", "--json")
+    assert status == 0, err
+    [sample] = json.loads(out)["samples"]
+    assert re.fullmatch(r"\[[a-z]{1,5}(,[a-z]{1,5}){0,2}\]", sample["text"]), sample
+    assert json.loads(out)["chain"].startswith(f"grammar(lark=None, gbnf={LIST_GBNF!r}) | top_k(")
+    other = tmp_path / "list.txt"
+    other.write_text(LIST_GBNF)
+    status, _, err = generate(capsys, "--grammar", str(other))
+    assert status == 2 and f"--grammar {str(other)!r}: grammar: lark is invalid: " in err
+    assert "or this one as gbnf= (grammar(gbnf=...); the command line reads a .gbnf file as GBNF)" in err
+
+
 def test_a_grammar_unfinished_at_the_length_is_a_warning(capsys: pytest.CaptureFixture[str]) -> None:
     status, _, err = generate(capsys, "--regex", "[a-z]{30}", "--max-new-tokens", "5")
     assert status == 0
@@ -89,15 +108,24 @@ def test_a_schema_file_that_is_not_json(capsys: pytest.CaptureFixture[str], tmp_
 
 
 @pytest.mark.parametrize(
-    ("option", "text", "problem"),
-    [("--json-schema", '{"type": "strin"}', "Invalid type: strin"), ("--grammar", 'start: "a" WORD\n', "WORD")],
+    ("option", "name", "text", "problem"),
+    [
+        ("--json-schema", "bad.json", '{"type": "strin"}', "Invalid type: strin"),
+        ("--grammar", "bad.lark", 'start: "a" WORD\n', "WORD"),
+        (
+            "--grammar",
+            "bad.gbnf",
+            "root ::= word\n",
+            "grammar: gbnf is invalid: not GBNF that llguidance's converter reads: Rule 'word' not found",
+        ),
+    ],
 )
 def test_an_invalid_grammar_file_is_named(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, option: str, text: str, problem: str
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, option: str, name: str, text: str, problem: str
 ) -> None:
     """A file that reads (and is JSON) but holds no valid grammar: the error named the stage alone
     ("json_schema: schema is invalid: ..."), not the option and file the unreadable file's error names."""
-    path = tmp_path / "bad.grammar"
+    path = tmp_path / name
     path.write_text(text)
     status, _, err = generate(capsys, option, str(path))
     assert status == 2
@@ -115,12 +143,15 @@ def test_the_stages_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_input_lines_with_their_own_grammars(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    """`--input` lines: `json_schema` (an object or its text), `regex`, `grammar`; a bad one is its error record."""
+    """`--input` lines: `json_schema` (an object or its text), `regex`, `grammar`, `gbnf`; a bad one is its error
+    record."""
     lines = [
         {"prompt": "ROMEO:", "id": "schema", "json_schema": SCHEMA},
         {"prompt": "ROMEO:", "id": "text", "json_schema": json.dumps(SCHEMA)},
         {"prompt": "JULIET:", "id": "regex", "regex": "(thou|thee) [a-z]{1,8}[.!]"},
         {"prompt": "NURSE:", "id": "lark", "grammar": 'start: "[" WORD ("," WORD){0,2} "]"\nWORD: /[a-z]{1,5}/'},
+        {"prompt": "NURSE:", "id": "gbnf", "gbnf": LIST_GBNF},
+        {"prompt": "NURSE:", "id": "bad gbnf", "gbnf": "root ::= word"},
         {"prompt": "NURSE:", "id": "plain", "max_new_tokens": 5},
         {"prompt": "NURSE:", "id": "two", "regex": "a", "grammar": 'start: "a"'},
         {"prompt": "NURSE:", "id": "bad", "regex": "a(b"},
@@ -137,6 +168,11 @@ def test_input_lines_with_their_own_grammars(capsys: pytest.CaptureFixture[str],
         assert records[key]["stopped_by"] == "json_schema" and records[key]["chain"].startswith("json_schema(")
     assert re.fullmatch(r"(thou|thee) [a-z]{1,8}[.!]", records["regex"]["text"])
     assert re.fullmatch(r"\[[a-z]{1,5}(,[a-z]{1,5}){0,2}\]", records["lark"]["text"])
+    assert re.fullmatch(r"\[[a-z]{1,5}(,[a-z]{1,5}){0,2}\]", records["gbnf"]["text"])
+    assert records["gbnf"]["chain"].startswith("grammar(gbnf=")
+    assert records["bad gbnf"]["error"]["message"] == (
+        "grammar: gbnf is invalid: not GBNF that llguidance's converter reads: Rule 'word' not found"
+    )
     assert records["plain"]["chain"] == "temperature(0.8) | top_p(0.95)"
     assert records["two"]["error"]["message"] == "regex and grammar cannot be combined; a sample follows one grammar"
     assert records["bad"]["error"]["type"] == "ParameterError"

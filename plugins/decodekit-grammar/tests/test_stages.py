@@ -411,28 +411,33 @@ def test_the_boolean_schema_false_is_refused_with_the_reason(schema: Any, messag
         dk.create("json_schema", schema=schema)
 
 
-def test_a_gbnf_grammar_is_told_to_be_one_with_how_to_convert_it(shakespeare: Any) -> None:
-    """llama.cpp's GBNF (`root ::= ...`) was refused with Lark's parser error alone ("Expected token '_', found
-    '='"); the error now says it is GBNF and how to convert it, and the conversion it names gives a grammar that
-    runs."""
-    from llguidance.gbnf_to_lark import gbnf_to_lark
-
+def test_a_gbnf_grammar_given_as_lark_is_told_to_be_one_and_where_it_goes(shakespeare: Any) -> None:
+    """llama.cpp's GBNF (`root ::= ...`) as lark= is refused with Lark's parser error and the parameter that takes it,
+    gbnf=, which gives a grammar that runs."""
     gbnf = 'root ::= "thou " word | "thee " word\nword ::= [a-z] [a-z] [a-z]?'
     with pytest.raises(dk.ParameterError) as error:
         dk.create("grammar", lark=gbnf)
     assert str(error.value).startswith("grammar: lark is invalid: 1(7): Expected token")
     assert str(error.value).endswith(
-        "; this reads as GBNF (llama.cpp's `root ::= ...`); allowed: a Lark grammar (rule `start`): "
-        "llguidance.gbnf_to_lark.gbnf_to_lark(text) converts GBNF to one"
+        "; this reads as GBNF (llama.cpp's `root ::= ...`); allowed: a Lark grammar (rule `start`), or this one as "
+        "gbnf= (grammar(gbnf=...); the command line reads a .gbnf file as GBNF)"
     )
     out = dk.generate(
-        shakespeare,
-        ["ROMEO:\n"] * 4,
-        chain=f"grammar(lark={gbnf_to_lark(gbnf)!r}) | temperature(1.0)",
-        max_new_tokens=8,
-        seed=0,
+        shakespeare, ["ROMEO:\n"] * 4, chain=f"grammar(gbnf={gbnf!r}) | temperature(1.0)", max_new_tokens=8, seed=0
     )
     assert out.text is not None and all(re.fullmatch("(thou|thee) [a-z]{2,3}", text) for text in out.text), out.text
+
+
+def test_scoring_a_prompt_under_a_grammar_warns_of_no_unfinished_row(shakespeare: Any) -> None:
+    """max_new_tokens=0 generates nothing: the row warned "ended with regex incomplete" of a text it never began."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = dk.generate(shakespeare, ["ROMEO:"], chain="regex(pattern='ab') | greedy", max_new_tokens=0)
+    assert out.text == [""]
+    stage = dk.create("regex", pattern="ab")
+    stage.allowed(ctx_for(shakespeare.tokenizer, [""]), 84)  # the vocabulary `unfinished` answers in
+    assert stage.unfinished(0, []) is None
+    assert stage.unfinished(0, shakespeare.tokenizer.encode("a")) == "regex incomplete"  # one token in: it warns
 
 
 def test_an_invalid_grammar_in_a_chain_string_fails_when_the_chain_is_built() -> None:

@@ -200,7 +200,11 @@ RegexOption = Annotated[
 ]
 GrammarOption = Annotated[
     Path | None,
-    typer.Option("--grammar", help="Generate a sentence of this Lark grammar file.", rich_help_panel=GRAMMAR),
+    typer.Option(
+        "--grammar",
+        help="Generate a sentence of this grammar file: GBNF (llama.cpp's) for a .gbnf file, else Lark.",
+        rich_help_panel=GRAMMAR,
+    ),
 ]
 
 FLAGS_HELP = (

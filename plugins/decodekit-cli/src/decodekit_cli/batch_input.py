@@ -124,6 +124,7 @@ class PromptLine(Params):
     )
     regex: str | None = _optional("a regular expression the whole text matches", "a string")
     grammar: str | None = _optional("a Lark grammar (its rule `start`)", "a string (Lark's grammar)")
+    gbnf: str | None = _optional("a GBNF grammar (llama.cpp's; its rule `root`)", "a string (GBNF's grammar)")
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,10 @@ class Grammar:
 
     json_schema: the schema's JSON text; `compact` forbids whitespace between JSON tokens.
     regex: a regular expression the whole text matches. lark: a Lark grammar whose rule is `start`.
+    gbnf: a GBNF grammar (llama.cpp's) whose rule is `root`.
     """
 
-    kind: Literal["json_schema", "regex", "lark"]
+    kind: Literal["json_schema", "regex", "lark", "gbnf"]
     source: str
     compact: bool = False
 

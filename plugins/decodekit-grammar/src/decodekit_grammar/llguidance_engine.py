@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import llguidance
+from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from decodekit_grammar.bitmask import Words, empty
 from decodekit_grammar.engine import Grammar
@@ -29,7 +30,17 @@ def _grammar_text(grammar: Grammar) -> str:
         return llguidance.LLMatcher.grammar_from_json_schema(grammar.source, overrides=overrides)
     if grammar.kind == "regex":
         return llguidance.LLMatcher.grammar_from_regex(grammar.source)
+    if grammar.kind == "gbnf":
+        return llguidance.LLMatcher.grammar_from_lark(_lark_of_gbnf(grammar.source))
     return llguidance.LLMatcher.grammar_from_lark(grammar.source)
+
+
+def _lark_of_gbnf(text: str) -> str:
+    """The Lark grammar llguidance's own converter makes of a GBNF one (`root` becomes `start`)."""
+    try:
+        return gbnf_to_lark(text)
+    except Exception as exc:  # the converter raises bare Exceptions ("Rule 'x' not found"), and an IndexError or two
+        raise ValueError(f"not GBNF that llguidance's converter reads: {exc}") from None
 
 
 class _Matcher:
@@ -106,8 +117,8 @@ def _message(grammar: Grammar, message: str) -> str:
         return _LARK_PLACE.sub("", message.splitlines()[0])
     if grammar.kind == "lark" and _GBNF_RULE.search(grammar.source):
         return (
-            f"{message}; this reads as GBNF (llama.cpp's `root ::= ...`); allowed: a Lark grammar (rule `start`): "
-            "llguidance.gbnf_to_lark.gbnf_to_lark(text) converts GBNF to one"
+            f"{message}; this reads as GBNF (llama.cpp's `root ::= ...`); allowed: a Lark grammar (rule `start`), "
+            "or this one as gbnf= (grammar(gbnf=...); the command line reads a .gbnf file as GBNF)"
         )
     if message.startswith(_UNIMPLEMENTED):
         return (

@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Literal
 
-from pydantic import Field, StrictBool
+from pydantic import Field, StrictBool, model_validator
 
 from decodekit import Params
 
@@ -43,6 +43,16 @@ class RegexParams(Params):
 
 
 class GrammarParams(Params):
-    lark: str | list[str | None] = Field(
-        description="a Lark grammar (rule `start`), or a list of one per prompt (None: unconstrained)"
+    lark: str | list[str | None] | None = Field(
+        default=None, description="a Lark grammar (rule `start`), or a list of one per prompt (None: unconstrained)"
     )
+    gbnf: str | list[str | None] | None = Field(
+        default=None,
+        description="a GBNF grammar (llama.cpp's; rule `root`), or a list of one per prompt (None: unconstrained)",
+    )
+
+    @model_validator(mode="after")
+    def _one_grammar(self) -> GrammarParams:
+        if (self.lark is None) == (self.gbnf is None):
+            raise ValueError("allowed: one grammar, lark (a Lark grammar) or gbnf (llama.cpp's GBNF)")
+        return self

@@ -33,5 +33,5 @@ def register_samplers(register: SamplerRegistrar) -> None:
         "grammar",
         f"{_STAGES}:Lark",
         GrammarParams,
-        "Keep only tokens that continue a sentence of a Lark grammar; end the row when it is complete",
+        "Keep only tokens that continue a sentence of a Lark or GBNF grammar; end the row when it is complete",
     )

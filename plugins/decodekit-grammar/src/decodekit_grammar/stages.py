@@ -1,4 +1,4 @@
-"""The grammar stages: `json_schema`, `json`, `regex`, `grammar` (Lark).
+"""The grammar stages: `json_schema`, `json`, `regex`, `grammar` (Lark or GBNF).
 
 Each removes (sets to -inf) every token that would take a row's text out of its grammar, keeping the
 end-of-sequence tokens once the text is a sentence of it, and only those once nothing else can follow
@@ -47,7 +47,11 @@ class GrammarStage(ProcessorBase[P]):
 
     engine: ClassVar[GrammarEngine] = LLGuidance()
     needs_tokenizer: ClassVar[bool] = True  # reads text (`ctx.tokenizer`): a host building contexts must give one
-    _parameter: ClassVar[str]  # the parameter that holds the grammars, as errors name it
+
+    @property
+    def _parameter(self) -> str:
+        """The parameter that holds the grammars, as errors name it."""
+        raise NotImplementedError
 
     def __init__(self, params: P | None = None, /, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
@@ -208,7 +212,10 @@ class GrammarStage(ProcessorBase[P]):
         return self._label if state is not None and state.complete else None
 
     def unfinished(self, row: int, generated: Sequence[int]) -> str | None:
-        """What a row that ended on `generated` lacks: its grammar incomplete (None: its text is a sentence)."""
+        """What a row that ended on `generated` lacks: its grammar incomplete (None: its text is a sentence, or
+        empty: a row of no tokens, `max_new_tokens=0`, scored its prompt and left no text to warn about)."""
+        if not generated:
+            return None
         state = self._state(row, generated)
         if state is None or state.accepting or state.complete:
             return None
@@ -293,9 +300,13 @@ class Regex(GrammarStage[RegexParams]):
 
 
 class Lark(GrammarStage[GrammarParams]):
-    """A sentence of the Lark grammar `lark` (its rule `start`)."""
+    """A sentence of the Lark grammar `lark` (its rule `start`), or of the GBNF grammar `gbnf` (its rule `root`)."""
 
-    _parameter = "lark"
+    @property
+    def _parameter(self) -> str:
+        return "lark" if self.params.lark is not None else "gbnf"
 
     def grammars(self) -> list[Grammar | None]:
-        return [None if g is None else Grammar("lark", g) for g in _per_prompt(self.params.lark)]
+        if self.params.lark is not None:
+            return [None if g is None else Grammar("lark", g) for g in _per_prompt(self.params.lark)]
+        return [None if g is None else Grammar("gbnf", g) for g in _per_prompt(self.params.gbnf)]
