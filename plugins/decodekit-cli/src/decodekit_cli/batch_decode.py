@@ -107,8 +107,7 @@ def _check(model: Any, settings: BatchSettings, number: int, key: str | int, ite
     try:
         ids = line_ids(model, item, settings.replace_unknown)
         chain = _models_chain(model, settings, ids) if item.chain is None else _own_chain(item.chain)
-        # decodekit-grammar: the line's own
-        chain = line_chain(chain, item.json_schema, item.regex, item.grammar, item.gbnf)
+        chain = line_chain(chain, item.json_schema, item.regex, item.grammar, item.gbnf)  # decodekit-grammar's
         max_new = item.max_new_tokens if item.max_new_tokens is not None else _default_length(settings, ids)
         n = item.n if item.n is not None else settings.n
         plan = plan_sequences(settings.strategy, n or 1, None if n is None else f"n={n}", count='a line\'s "n"')
