@@ -287,7 +287,8 @@ def _stage_names(chain: str) -> list[str]:
     from decodekit_cli.batch_settings import parsed_chain
 
     parsed = parsed_chain(chain)
-    return [p.name for p in parsed.processors] + ([] if parsed.selector.name == "sample" else [parsed.selector.name])
+    names = [getattr(stage, "name", "") for stage in (*parsed.processors, parsed.selector)]  # a string's: all Stages
+    return [name for name in names[:-1] if name] + ([] if names[-1] in ("", "sample") else [names[-1]])
 
 
 def _one_prompt(item: PromptLine) -> None:
