@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import regex
 import torch
+from char_tokenizer import Chars
 
 import decodekit as dk
 from decodekit.errors import UnfinishedRowsWarning
@@ -102,24 +103,6 @@ LIST_RE = r"(?:- [^\r\n\x0b\x0c\x85\u2028\u2029]+\n)+"
 _MOVE = r"(?:(?:[a-h]x)?[a-h][1-8](?:=[NBKQR])?|[NBKQR][a-h]?[1-8]?x?[a-h][1-8]|O-O(?:-O)?)[+#]?"
 CHESS_RE = rf"1\. {_MOVE} {_MOVE}\n(?:[1-9][0-9]?\. {_MOVE} {_MOVE}\n)+"
 JAPANESE_RE = r"[ぁ-ゟァ-ヿ、-〾一-鿿]+(?:[ \t\n][ぁ-ゟァ-ヿ、-〾一-鿿]+)*"
-
-
-class Chars:
-    """id 0 is the end of text (no bytes); ids 1.. are the characters of `alphabet`."""
-
-    eos_token_ids: tuple[int, ...] = (0,)
-
-    def __init__(self, alphabet: str) -> None:
-        self.alphabet = alphabet
-
-    def encode(self, text: str) -> list[int]:
-        return [self.alphabet.index(c) + 1 for c in text]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return "".join(self.alphabet[i - 1] if i else "<eos>" for i in ids)
-
-    def token_bytes(self) -> list[bytes | None]:
-        return [None, *(c.encode() for c in self.alphabet)]
 
 
 def allowed(stage: Any, tokenizer: Chars, text: str) -> str:

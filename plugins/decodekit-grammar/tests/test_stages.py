@@ -11,28 +11,10 @@ from typing import Any
 
 import pytest
 import torch
+from char_tokenizer import Chars
 from decodekit_grammar.stages import GrammarStage
 
 import decodekit as dk
-
-
-class Chars:
-    """id 0 is the end of text (no bytes); ids 1.. are the characters of `alphabet`."""
-
-    eos_token_ids: tuple[int, ...] = (0,)
-
-    def __init__(self, alphabet: str) -> None:
-        self.alphabet = alphabet
-
-    def encode(self, text: str) -> list[int]:
-        return [self.alphabet.index(c) + 1 for c in text]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return "".join(self.alphabet[i - 1] if i else "<eos>" for i in ids)
-
-    def token_bytes(self) -> list[bytes | None]:
-        return [None, *(c.encode() for c in self.alphabet)]
-
 
 WITH_EOS = Chars('ab{}":,0123456789 ')
 
