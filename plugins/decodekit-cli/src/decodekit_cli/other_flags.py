@@ -14,8 +14,12 @@ _DRY = "--chain 'dry(multiplier, base, allowed_length, last_n, breakers) | ...'"
 _XTC = "--chain '... | xtc(probability, threshold) | temperature(t)'"
 _DYNATEMP = "--chain '... | dynamic_temperature(t, range, exponent)' in temperature's place"
 
+_ADAPTIVE = "--chain '... | adaptive_p(target, decay)' in sample's place (llama.cpp appends it last)"
+
+# Each flag under every name llama.cpp's common/arg.cpp declares for it (`--typical-p` got click's "--top-p").
 OTHER_FLAGS = {
     "--n-predict": "--max-new-tokens N (its -n; -n here is the number of samples)",
+    "--predict": "--max-new-tokens N (its -n; -n here is the number of samples)",
     "--temp": "--temperature T",
     "--repeat-penalty": "--repetition-penalty R (over the whole context; over its 64 last tokens: "
     "--chain 'repetition_penalty(r, 64) | ...')",
@@ -27,6 +31,7 @@ OTHER_FLAGS = {
     "--sampler-seq": _SAMPLERS,
     "--min-p": "--chain '... | min_p(p) | temperature(t)'",
     "--typical": "--chain '... | typical(mass) | ...'",
+    "--typical-p": "--chain '... | typical(mass) | ...'",
     "--top-nsigma": "--chain 'top_n_sigma(n) | ...'",
     "--top-n-sigma": "--chain 'top_n_sigma(n) | ...'",
     "--xtc-probability": _XTC,
@@ -39,6 +44,8 @@ OTHER_FLAGS = {
     "--mirostat": _MIROSTAT,
     "--mirostat-lr": _MIROSTAT,
     "--mirostat-ent": _MIROSTAT,
+    "--adaptive-target": _ADAPTIVE,
+    "--adaptive-decay": _ADAPTIVE,
     "--dynatemp-range": _DYNATEMP,
     "--dynatemp-exp": _DYNATEMP,
     "--logit-bias": "--chain 'logit_bias({id: bias}) | ...' (a ban, TOKEN-inf: bad_words([[id]]))",
