@@ -513,7 +513,8 @@ def test_a_job_holds_no_record_it_has_written(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(batch_job, "decode_records", watched)
     prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt=p) for p in "abcdefgh"])
     out = tmp_path / "o.jsonl"
-    r = run_cli(["generate", "--input", str(prompts), "--output", str(out), "--on-error", "skip", *ARGS], _env(**PLUGINS))
+    args = ["generate", "--input", str(prompts), "--output", str(out), "--on-error", "skip", *ARGS]
+    r = run_cli(args, _env(**PLUGINS))
     assert r.returncode == 0, r.stderr
     assert len(_records(out)) == len(made) == 8
     assert max(alive) <= 1, alive  # the loop's last record, at most
