@@ -494,14 +494,13 @@ def test_a_line_that_fails_while_decoding_costs_no_other_line(tmp_path: Path) ->
 def test_a_job_holds_no_record_it_has_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Records are written as they come, so a job's memory does not grow with its lines. Before: under --on-error skip
     every record (texts, logprobs) was held to the run's end, to warn of the error records among them."""
-    import decodekit_cli.batch_job as batch_job
+    from decodekit_cli.batch_decode import decode_records
 
     class Held(dict[str, Any]):  # a record a weak reference can follow
         pass
 
     made: list[weakref.ref[Held]] = []
     alive: list[int] = []  # records still held when the next one comes
-    decode_records = batch_job.decode_records
 
     def watched(*args: Any, **kwargs: Any) -> Iterator[Held]:
         for record in decode_records(*args, **kwargs):
@@ -510,7 +509,7 @@ def test_a_job_holds_no_record_it_has_written(tmp_path: Path, monkeypatch: pytes
             made.append(weakref.ref(held))
             yield held
 
-    monkeypatch.setattr(batch_job, "decode_records", watched)
+    monkeypatch.setattr("decodekit_cli.batch_job.decode_records", watched)
     prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt=p) for p in "abcdefgh"])
     out = tmp_path / "o.jsonl"
     args = ["generate", "--input", str(prompts), "--output", str(out), "--on-error", "skip", *ARGS]
