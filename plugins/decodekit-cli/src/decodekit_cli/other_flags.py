@@ -20,7 +20,9 @@ _ADAPTIVE = "--chain '... | adaptive_p(target, decay)' in sample's place (llama.
 OTHER_FLAGS = {
     "--n-predict": "--max-new-tokens N (its -n; -n here is the number of samples)",
     "--predict": "--max-new-tokens N (its -n; -n here is the number of samples)",
-    "--temp": "--temperature T",
+    # The flat flags build vLLM's order, where llama.cpp truncates first (and by default): same flag, other tokens.
+    "--temp": "--temperature T, which comes before --top-k and --top-p here (vLLM's order); llama.cpp tempers last, "
+    "after its default truncations: --chain 'top_k(40) | top_p(0.95) | min_p(0.05) | temperature(t)'",
     "--repeat-penalty": "--repetition-penalty R (over the whole context; over its 64 last tokens: "
     "--chain 'repetition_penalty(r, 64) | ...')",
     "--repeat-last-n": "the penalty stage's window: --chain 'repetition_penalty(r, n) | ...'",
