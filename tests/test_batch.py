@@ -15,6 +15,8 @@ import json
 import os
 import signal
 import time
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -487,6 +489,34 @@ def test_a_line_that_fails_while_decoding_costs_no_other_line(tmp_path: Path) ->
     said = f"decodekit: warning: line 2 (id 2): NumericsError: fail_on: a prompt holds token {bang}; an error record is"
     assert skip.stderr.splitlines() == [f"{said} written", f"3 results and 1 error record written to {skip_out}"]
     assert [r["line"] for r in _records(fail_out)] == [1, 3, 4]  # written; --resume retries line 2
+
+
+def test_a_job_holds_no_record_it_has_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records are written as they come, so a job's memory does not grow with its lines. Before: under --on-error skip
+    every record (texts, logprobs) was held to the run's end, to warn of the error records among them."""
+    from decodekit_cli.batch_decode import decode_records
+
+    class Held(dict[str, Any]):  # a record a weak reference can follow
+        pass
+
+    made: list[weakref.ref[Held]] = []
+    alive: list[int] = []  # records still held when the next one comes
+
+    def watched(*args: Any, **kwargs: Any) -> Iterator[Held]:
+        for record in decode_records(*args, **kwargs):
+            alive.append(sum(ref() is not None for ref in made))
+            held = Held(record)
+            made.append(weakref.ref(held))
+            yield held
+
+    monkeypatch.setattr("decodekit_cli.batch_job.decode_records", watched)
+    prompts = _write_lines(tmp_path / "p.jsonl", [_json(prompt=p) for p in "abcdefgh"])
+    out = tmp_path / "o.jsonl"
+    args = ["generate", "--input", str(prompts), "--output", str(out), "--on-error", "skip", *ARGS]
+    r = run_cli(args, _env(**PLUGINS))
+    assert r.returncode == 0, r.stderr
+    assert len(_records(out)) == len(made) == 8
+    assert max(alive) <= 1, alive  # the loop's last record, at most
 
 
 def test_input_from_stdin(tmp_path: Path) -> None:

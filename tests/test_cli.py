@@ -226,11 +226,17 @@ def test_llama_cpps_sampling_flags_say_what_gives_them(capsys: pytest.CaptureFix
 
     cases = {
         "--n-predict": "is --max-new-tokens N (its -n; -n here is the number of samples)",
-        "--temp": "is --temperature T",
+        # --temperature goes before --top-k and --top-p (vLLM's order); llama.cpp tempers after its truncations
+        "--temp": "is --temperature T, which comes before --top-k and --top-p here (vLLM's order); llama.cpp tempers "
+        "last, after its default truncations: --chain 'top_k(40) | top_p(0.95) | min_p(0.05) | temperature(t)'",
         "--min-p": "is --chain '... | min_p(p) | temperature(t)'",
         "--mirostat": "'temperature(t) | mirostat(tau, eta)' (mode 1) or 'temperature(t) | mirostat_v2(tau, eta)' (2)",
         "--logit-bias": "is --chain 'logit_bias({id: bias}) | ...' (a ban, TOKEN-inf: bad_words([[id]]))",
         "--samplers": "is --chain, the stages in that order",
+        # the aliases llama.cpp declares beside them: `--typical-p` was "Possible options: --top-p", another sampler
+        "--typical-p": "is --chain '... | typical(mass) | ...'",
+        "--predict": "is --max-new-tokens N",
+        "--adaptive-target": "is --chain '... | adaptive_p(target, decay)' in sample's place",
     }
     for command in ("generate", "explain"):
         for flag, expected in cases.items():

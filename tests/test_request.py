@@ -418,8 +418,9 @@ def test_seeds_as_an_array_or_a_tensor_are_one_per_prompt_however_many() -> None
 
 def test_seed_minus_one_is_told_that_none_draws_a_fresh_seed() -> None:
     """llama.cpp's -1 is "a fresh seed"; here that is None. Before: the range alone was said."""
-    said = "seed=-1 is invalid; allowed: an integer, 0 <= seed < 2**64, or None (a fresh seed each call: llama.cpp's "
-    said += "-1)"
+    said = (
+        "seed=-1 is invalid; allowed: an integer, 0 <= seed < 2**64, or None (a fresh seed each call: llama.cpp's -1)"
+    )
     with pytest.raises(dk.ParameterError, match=f"^{re.escape(said)}$"):
         dk.generate(tiny_gpt(2), [[1]], seed=-1, max_new_tokens=2)
     with pytest.raises(dk.ParameterError, match=r"^seed=-2 is invalid; allowed: an integer, 0 <= seed < 2\*\*64$"):

@@ -66,7 +66,7 @@ def run_local(model: Any, job: BatchJob) -> int:
 
 def _decode_here(model: Any, job: BatchJob) -> int:
     progress = BatchProgress(len(job.todo))
-    kept: list[Record] = []
+    skipped: list[Record] = []  # error records written (--on-error skip); a job never holds the others
     failed: list[Record] = []
     drafts = DraftTotals()
     with progress, job.output.open("ab", buffering=0) as out:
@@ -79,7 +79,8 @@ def _decode_here(model: Any, job: BatchJob) -> int:
                 where = f"--input {job.input.name}"
                 for record in decode_records(model, job.settings, batch, rows=job.batch_size, where=where):
                     keep = job.keeps(record)
-                    (kept if keep else failed).append(record)
+                    if is_error(record):  # only a failure is kept: its line is said at the end
+                        (skipped if keep else failed).append(record)
                     written = writer.put(record["line"], record if keep else None)
                     drafts.add(record)
                     progress.advance(written, record_tokens(record))
@@ -96,7 +97,7 @@ def _decode_here(model: Any, job: BatchJob) -> int:
         except CompileError as exc:
             records = plural(writer.written, "record")
             raise CliError(f"{compile_failure(exc)}; {records} written (--resume continues)", EXIT_FAILURE) from None
-    warn_skipped(kept)
+    warn_skipped(skipped)
     progress.say(summary(job, writer.written, writer.errors, acceptance=drafts.acceptance))
     return failed_lines(failed)
 

@@ -14,9 +14,15 @@ _DRY = "--chain 'dry(multiplier, base, allowed_length, last_n, breakers) | ...'"
 _XTC = "--chain '... | xtc(probability, threshold) | temperature(t)'"
 _DYNATEMP = "--chain '... | dynamic_temperature(t, range, exponent)' in temperature's place"
 
+_ADAPTIVE = "--chain '... | adaptive_p(target, decay)' in sample's place (llama.cpp appends it last)"
+
+# Each flag under every name llama.cpp's common/arg.cpp declares for it (`--typical-p` got click's "--top-p").
 OTHER_FLAGS = {
     "--n-predict": "--max-new-tokens N (its -n; -n here is the number of samples)",
-    "--temp": "--temperature T",
+    "--predict": "--max-new-tokens N (its -n; -n here is the number of samples)",
+    # The flat flags build vLLM's order, where llama.cpp truncates first (and by default): same flag, other tokens.
+    "--temp": "--temperature T, which comes before --top-k and --top-p here (vLLM's order); llama.cpp tempers last, "
+    "after its default truncations: --chain 'top_k(40) | top_p(0.95) | min_p(0.05) | temperature(t)'",
     "--repeat-penalty": "--repetition-penalty R (over the whole context; over its 64 last tokens: "
     "--chain 'repetition_penalty(r, 64) | ...')",
     "--repeat-last-n": "the penalty stage's window: --chain 'repetition_penalty(r, n) | ...'",
@@ -27,6 +33,7 @@ OTHER_FLAGS = {
     "--sampler-seq": _SAMPLERS,
     "--min-p": "--chain '... | min_p(p) | temperature(t)'",
     "--typical": "--chain '... | typical(mass) | ...'",
+    "--typical-p": "--chain '... | typical(mass) | ...'",
     "--top-nsigma": "--chain 'top_n_sigma(n) | ...'",
     "--top-n-sigma": "--chain 'top_n_sigma(n) | ...'",
     "--xtc-probability": _XTC,
@@ -39,6 +46,8 @@ OTHER_FLAGS = {
     "--mirostat": _MIROSTAT,
     "--mirostat-lr": _MIROSTAT,
     "--mirostat-ent": _MIROSTAT,
+    "--adaptive-target": _ADAPTIVE,
+    "--adaptive-decay": _ADAPTIVE,
     "--dynatemp-range": _DYNATEMP,
     "--dynatemp-exp": _DYNATEMP,
     "--logit-bias": "--chain 'logit_bias({id: bias}) | ...' (a ban, TOKEN-inf: bad_words([[id]]))",
