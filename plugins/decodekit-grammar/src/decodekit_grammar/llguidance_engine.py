@@ -20,6 +20,10 @@ from decodekit_grammar.vocabulary import TokenTable
 
 __all__ = ["LLGuidance"]
 
+# llguidance pushes the bytes a grammar forces into its parse before a mask, and 1.9 does so without end where its
+# lexer forces a byte forever (`x x` with `x: /a+/`: greedy, the first x takes every "a"), under no limit of its own.
+# A Lark grammar's masks are computed without that forcing: the forced bytes' tokens are allowed by the trie walk.
+_NO_FORCING = '\n%llguidance {"no_forcing": true}\n'
 _QUIET = 0  # llguidance's log level: its warnings would print to stderr; a stage reports errors itself
 
 
@@ -30,9 +34,8 @@ def _grammar_text(grammar: Grammar) -> str:
         return llguidance.LLMatcher.grammar_from_json_schema(grammar.source, overrides=overrides)
     if grammar.kind == "regex":
         return llguidance.LLMatcher.grammar_from_regex(grammar.source)
-    if grammar.kind == "gbnf":
-        return llguidance.LLMatcher.grammar_from_lark(_lark_of_gbnf(grammar.source))
-    return llguidance.LLMatcher.grammar_from_lark(grammar.source)
+    lark = _lark_of_gbnf(grammar.source) if grammar.kind == "gbnf" else grammar.source
+    return llguidance.LLMatcher.grammar_from_lark(lark + _NO_FORCING)
 
 
 def _lark_of_gbnf(text: str) -> str:
