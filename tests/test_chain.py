@@ -361,6 +361,19 @@ def test_ties_past_the_candidates_room_are_redone_densely_with_the_same_draws() 
     assert torch.equal(ctx.uniform(), dense_ctx.uniform())
 
 
+def test_a_step_redone_densely_reports_logprobs_only_when_asked() -> None:
+    """A step the candidates could not hold (top_k(3) over 30 tied tokens) is redone densely; its logprobs were
+    scored (a log-softmax, ranks and a read-back over the vocabulary) and returned unasked, so a stream's event had
+    them at such a step and no other."""
+    x = torch.randn(2, 500, generator=torch.Generator().manual_seed(2))
+    x[1, 100:130] = 9.0  # more tied than top_k(3)'s room of 6: this row is redone
+    chain = dk.Chain.parse("top_k(3) | sample")
+    unasked = chain.step(x, ctx_for(2, seed=4))
+    asked = chain.step(x, ctx_for(2, seed=4), logprobs=0)
+    assert unasked.logprobs is None and asked.logprobs is not None
+    assert unasked.ids == asked.ids and 100 <= unasked.ids[1] < 130
+
+
 def test_select_leaves_the_logits_alone() -> None:
     def view_of_input(logits: torch.Tensor, ctx: dk.DecodeContext) -> torch.Tensor:
         return logits[:, :]  # a processor may return a view of its input

@@ -212,7 +212,8 @@ class Chain:
                     raise numerics_error(raw, dense, row, ctx.step, self._removers(raw, row, ctx))
             tokens = tokens.clamp(min=0)  # a finished row's token is never read
             ids = tokens.tolist()
-        lps = None if processed is None else token_logprobs(raw, processed, tokens, logprobs or 0)
+        # a step redone densely has `processed` whether or not logprobs were asked: scored only when they were
+        lps = None if processed is None or logprobs is None else token_logprobs(raw, processed, tokens, logprobs)
         return Picked(tokens, ids, lps)
 
     def distribution(self, logits: Tensor, ctx: DecodeContext, *, live: Sequence[bool] | None = None) -> Tensor:

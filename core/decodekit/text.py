@@ -51,7 +51,8 @@ class TextTracker:
             if (i := self.text.find(s, max(0, self.emitted - len(s) + 1))) >= 0:
                 self.text = self.text[: i + len(s) * self.keep_stop]
                 return self._emit(len(self.text)), s
-        if final or self.keep_stop:  # a stop string kept is text: nothing to hold back while it may be one
+        # nothing to hold back without stop strings, nor while one may start when a stop string kept is text
+        if final or self.keep_stop or not self.stop_strings:
             return self._emit(len(self.text)), None
         # Shown text never ends in the start of a stop string (it was held back), so no start reaches past the text
         # not yet shown; checking every prefix of a request's 100,000-character stop string took 4 s over 20 tokens.
