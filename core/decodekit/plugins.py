@@ -177,8 +177,13 @@ def _import_extra(spec: str) -> object:
         if not hasattr(value, part):
             where = path if ":" in path else f"module {path!r}"
             raise PluginError(f"{EXTRA}={spec}: {where} has no attribute {part!r}; {_plugins_in(value, path, part)}")
-        value, path = getattr(value, part), f"{path}{'.' if ':' in path else ':'}{part}"
+        value, path = getattr(value, part), _attribute_spec(path, part)
     return value
+
+
+def _attribute_spec(path: str, name: str) -> str:
+    """The spec of attribute `name` of the object at spec `path`: 'pkg.module:name', then 'pkg.module:attr.name'."""
+    return f"{path}{'.' if ':' in path else ':'}{name}"
 
 
 def _import_failure(spec: str, module: str, exc: BaseException) -> str:
@@ -198,7 +203,7 @@ def _plugins_in(value: object, path: str, missing: str) -> str:
     """What `value` (at spec `path`) holds that looks like a plugin: an object, not a class, with a hook. Read
     statically: a module's lazy `__getattr__` (transformers') would import all it offers."""
     names = [n for n in dir(value) if not n.startswith("_") and _is_plugin(getattr_static(value, n, None))]
-    found = [f"{path}{'.' if ':' in path else ':'}{n}" for n in names]
+    found = [_attribute_spec(path, n) for n in names]
     if _is_plugin(value):  # a module with hooks of its own, say
         found.insert(0, f"{path} (itself)")
     if not found:
