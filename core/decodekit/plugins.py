@@ -264,14 +264,14 @@ def _build() -> Registry:
             loader.fail(PluginFailure(dist, version, ep.name, _error(exc)))
             continue
         loader.add(plugin, dist, version, ep.name)
-    for spec in (s.strip() for s in os.environ.get("DECODEKIT_EXTRA_PLUGINS", "").split(",")):
+    for spec in (s.strip() for s in os.environ.get(EXTRA, "").split(",")):
         if spec and canonical_name(spec) not in denied:
             try:
                 extra = _import_extra(spec)
             except PLUGIN_FAILURES as exc:
-                loader.fail(PluginFailure(spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS", _error(exc)))
+                loader.fail(PluginFailure(spec, "(extra)", EXTRA, _error(exc)))
                 continue
-            loader.add(extra, spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS")
+            loader.add(extra, spec, "(extra)", EXTRA)
     for plugin, label in _code_plugins:
         if canonical_name(label) not in denied:
             loader.add(plugin, label, "(in code)", "register_plugin")
@@ -282,7 +282,7 @@ def _check_installed(variable: str, named: set[str], entry_points: list[metadata
     """Every name in DECODEKIT_LOAD_PLUGINS or DECODEKIT_DISABLE_PLUGINS is an installed distribution (or an
     extra or in-code plugin's name): a typo would load, or disable, nothing, silently."""
     installed = {CORE_DISTRIBUTION} | {canonical_name(ep.dist.name) for ep in entry_points if ep.dist is not None}
-    extras = (env_names("DECODEKIT_EXTRA_PLUGINS") or set()) | {canonical_name(label) for _, label in _code_plugins}
+    extras = (env_names(EXTRA) or set()) | {canonical_name(label) for _, label in _code_plugins}
     unknown = sorted(named - installed - extras)  # extras always load, or are disabled by their name
     if unknown:
         names = ", ".join(repr(n) for n in unknown)
