@@ -216,6 +216,14 @@ def _default_cache() -> CacheFactory:
         ) from None
 
 
+def _check_lists(name: str, lists: int, batch: int) -> None:
+    """`name` given as one list per prompt has one for each of the `batch` prompts."""
+    if lists != batch:
+        raise ParameterError(
+            f"{name}: {lists} lists given for {batch} prompts; allowed: one list for every prompt, or one per prompt"
+        )
+
+
 def _stop_tokens(stop_tokens: object, batch: int, vocab_size: int) -> list[frozenset[int]]:
     items = stop_tokens.tolist() if hasattr(stop_tokens, "tolist") else stop_tokens
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
@@ -226,11 +234,7 @@ def _stop_tokens(stop_tokens: object, batch: int, vocab_size: int) -> list[froze
     if (isinstance(first, Sequence) and not isinstance(first, str)) or (
         isinstance(first, torch.Tensor) and first.dim()
     ):
-        if len(items) != batch:
-            raise ParameterError(
-                f"stop_tokens: {len(items)} lists given for {batch} prompts; "
-                "allowed: one list for every prompt, or one per prompt"
-            )
+        _check_lists("stop_tokens", len(items), batch)
         return [frozenset(token_ids(f"stop_tokens[{b}]", row, vocab_size)) for b, row in enumerate(items)]
     return [frozenset(token_ids("stop_tokens", items, vocab_size))] * batch
 
@@ -241,11 +245,7 @@ def _stop_strings(stop_strings: object, batch: int, tokenizer: object) -> list[t
     if not isinstance(items, Sequence):
         raise ParameterError(f"stop_strings={stop_strings!r} is invalid; allowed: {allowed}")
     if items and all(isinstance(s, Sequence) and not isinstance(s, str) for s in items):
-        if len(items) != batch:
-            raise ParameterError(
-                f"stop_strings: {len(items)} lists given for {batch} prompts; allowed: one list for every prompt, "
-                "or one per prompt"
-            )
+        _check_lists("stop_strings", len(items), batch)
         rows = [_strings(f"stop_strings[{b}]", row, row, allowed) for b, row in enumerate(items)]
     else:
         rows = [_strings("stop_strings", stop_strings, items, allowed)] * batch
