@@ -252,9 +252,8 @@ class Registry:
             raise UnknownNameError(f"{category} name {name!r} is a {type(name).__name__}; allowed: a string")
         if (entry := self.section(category).get(name)) is not None:
             return entry
-        for conflict in self.conflicts:
-            if conflict.category == category and conflict.name == name:
-                raise PluginError(conflict.message())
+        if (conflict := self._conflict(category, name)) is not None:
+            raise PluginError(conflict.message())
         names = sorted(self.section(category))
         listed = f"installed: {', '.join(names) or 'none'}" + (f"; also accepted: {', '.join(also)}" if also else "")
         if (dist := STANDARD_PLUGINS.get(name)) is not None and not any(name in self.section(c) for c in CATEGORIES):
@@ -271,6 +270,10 @@ class Registry:
             f"distribution registers it{self.unregistered})"
         )
 
+    def _conflict(self, category: Category, name: str) -> Conflict | None:
+        """The conflict over `name` in `category`, where more than one distribution registered it."""
+        return next((c for c in self.conflicts if (c.category, c.name) == (category, name)), None)
+
     @cached_property
     def unregistered(self) -> str:
         """Plugins whose names the registry lacks, as a clause (`; NAME failed to load: ...`; empty if none): those
@@ -284,7 +287,7 @@ class Registry:
         new: list[Conflict] = []
         for entry in entries:
             section = self.section(entry.category)
-            conflict = next((c for c in self.conflicts if (c.category, c.name) == (entry.category, entry.name)), None)
+            conflict = self._conflict(entry.category, entry.name)
             if conflict is None and entry.name in section:  # the name's first holder becomes a conflict
                 conflict = Conflict(entry.category, entry.name, [section.pop(entry.name).distribution])
                 self.conflicts.append(conflict)
