@@ -101,13 +101,13 @@ class Entry:
             )
         if self.category == "sampler" and not isinstance(impl, type) and not binds(impl, None):
             raise PluginError(  # a processor function registered as itself: its TypeError said nothing of why
-                f"{where}: {getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))} is called as "
+                f"{where}: {_with_signature(impl)} is called as "
                 "impl(params) and returns the stage; allowed: a ProcessorBase or SelectorBase subclass, or a function "
                 "returning one (a processor function (logits, ctx) goes in a dk.Chain as it is, unregistered)"
             )
         if (call := _CALLED_AS.get(self.category)) is not None and not binds(impl, None, None):
             raise PluginError(  # else a TypeError at every use, a traceback on the command line
-                f"{where}: {getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))} is called as {call}"
+                f"{where}: {_with_signature(impl)} is called as {call}"
             )
         kind = getattr(impl, "kind", None)
         if self.category == "sampler" and isinstance(impl, type) and kind is not None and kind != self.kind:
@@ -131,6 +131,11 @@ class Entry:
             f"{self.category} {self.name!r} from {self.distribution}: cannot import {failed}; allowed: an import path "
             f"'package.module:attr' that imports in this environment ({self.distribution}'s register call names it)"
         )
+
+
+def _with_signature(impl: object) -> str:
+    """`impl` by its name and signature, `f(a, b)`, for a refusal of how it is called."""
+    return f"{getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))}"
 
 
 def without_entry_point() -> list[str]:
