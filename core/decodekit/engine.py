@@ -34,13 +34,11 @@ from decodekit.training_mode import warn_if_training
 
 __all__ = [
     "PREALLOCATED_COLUMNS",
-    "ROW_BYTES",
     "Decoding",
     "Policy",
     "block_starts",
     "check_rows",
     "sample_steps",
-    "uncached_logits",
 ]
 
 PREALLOCATED_COLUMNS = 4096

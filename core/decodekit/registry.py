@@ -20,7 +20,6 @@ from decodekit.signatures import binds
 from decodekit.standard_plugins import STANDARD_PLUGINS, checkout, install_hint, installed_but
 
 __all__ = [
-    "BUILT_KEPT",
     "CATEGORIES",
     "Category",
     "Conflict",
