@@ -260,15 +260,18 @@ class Registry:
             raise PluginError(conflict.message())
         names = sorted(self.section(category))
         listed = f"installed: {', '.join(names) or 'none'}" + (f"; also accepted: {', '.join(also)}" if also else "")
-        if (dist := STANDARD_PLUGINS.get(name)) is not None and not any(name in self.section(c) for c in CATEGORIES):
+        registered_as = next((c for c in CATEGORIES if name in self.section(c)), None)  # `beam` in a chain
+        if (dist := STANDARD_PLUGINS.get(name)) is not None and registered_as is None:
             if why := installed_but(dist, self.failures):  # installed: a pip install would change nothing
                 raise UnknownNameError(f"{category} {name!r} is {why}")
             raise UnknownNameError(  # a standard name: how to install it, not a close name
                 f"{category} {name!r} is not installed; {listed}; {dist} registers it: "
                 f"{install_hint([dist], checkout())}{self.unregistered}"
             )
-        if other := next((c for c in CATEGORIES if name in self.section(c)), None):  # `beam` in a chain
-            raise UnknownNameError(f"unknown {category} {name!r}; {listed}; {name!r} is a {other}, not a {category}")
+        if registered_as is not None:
+            raise UnknownNameError(
+                f"unknown {category} {name!r}; {listed}; {name!r} is a {registered_as}, not a {category}"
+            )
         raise UnknownNameError(
             f"unknown {category} {name!r}; {listed}{did_you_mean(name, [*names, *also])} (no installed plugin "
             f"distribution registers it{self.unregistered})"
