@@ -159,22 +159,10 @@ class Decoding:
         if keeps_every_token:  # check before allocating any
             self._check_reach(spec, None)
         capacity = self._sized(total) if keeps_every_token else total  # more slots: never fed
-        device, dtype = self.device, self.dtype
-        asked = CacheSpec.for_model(spec, batch_size=batch_size, capacity=capacity, dtype=dtype, device=device)
-        try:
-            kv = factory(asked)
-        except RuntimeError as exc:  # the device holds it in all (the cache's own check) but not free now
-            if not _out_of_memory(exc):
-                raise
-            raise ParameterError(
-                f"cache {str(factory)!r}: {batch_size:,} rows of {capacity:,} slots are invalid: device "
-                f"{torch.device(device)} could not allocate them ({str(exc).splitlines()[0]}); allowed: fewer "
-                "rows (prompts, samples or beams) or tokens, or a cache that stores less (int8, window)"
-            ) from None
-        if not callable(getattr(kv, "update", None)):  # a factory's slip (None) would otherwise decode uncached
-            raise ParameterError(
-                f"cache={factory} returned {kv!r}; allowed: a factory (CacheSpec) -> KVCache, or cache='none'"
-            )
+        asked = CacheSpec.for_model(
+            spec, batch_size=batch_size, capacity=capacity, dtype=self.dtype, device=self.device
+        )
+        kv = _allocate(factory, asked)
         for need in needs:
             if (error := capability_error(kv, need, self.strategy)) is not None:
                 raise error
@@ -650,6 +638,25 @@ def check_rows(owner: str, option: str, value: int, rows: int, columns: int, mod
             f"least {rows * per_row / 2**30:,.1f} GiB, more than the {memory / 2**30:,.1f} GiB of memory of "
             f"device {torch.device(device)}; allowed: {option} <= {memory // per_row // (rows // value):,} here"
         )
+
+
+def _allocate(factory: Callable[[CacheSpec], KVCache], asked: CacheSpec) -> KVCache:
+    """`factory(asked)`, a `ParameterError` where the device cannot allocate it now or the factory returns no cache."""
+    try:
+        kv = factory(asked)
+    except RuntimeError as exc:  # the device holds it in all (the cache's own check) but not free now
+        if not _out_of_memory(exc):
+            raise
+        raise ParameterError(
+            f"cache {str(factory)!r}: {asked.batch_size:,} rows of {asked.capacity:,} slots are invalid: device "
+            f"{torch.device(asked.device)} could not allocate them ({str(exc).splitlines()[0]}); allowed: fewer "
+            "rows (prompts, samples or beams) or tokens, or a cache that stores less (int8, window)"
+        ) from None
+    if not callable(getattr(kv, "update", None)):  # a factory's slip (None) would otherwise decode uncached
+        raise ParameterError(
+            f"cache={factory} returned {kv!r}; allowed: a factory (CacheSpec) -> KVCache, or cache='none'"
+        )
+    return kv
 
 
 def _out_of_memory(exc: RuntimeError) -> bool:
