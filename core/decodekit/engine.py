@@ -63,8 +63,8 @@ def block_starts(width: int, block: int) -> list[int]:
     return [max(0, start) for start in range(width - -(-width // block) * block, width, block)]
 
 
-def _fits(context: int, length: int, new: int) -> str:
-    """What fits in a `context` of positions with a prompt of `length` tokens and `new` more, as a number to use."""
+def _how_to_fit(context: int, length: int, new: int) -> str:
+    """How a prompt of `length` tokens and `new` more would fit a `context` of positions: the change, its number."""
     if length < context:
         return f"lower max_new_tokens to {context - length} or fewer (the context less the prompt's {length} tokens)"
     if new < context:
@@ -185,7 +185,7 @@ class Decoding:
         """The widest query-key distance any row presents must be one the model knows; past the context, only
         rotary keys can move (an evicting cache keeps absolute positions no further)."""
         needed, words, length = self._furthest()
-        fits = _fits(spec.max_positions, length, needed - length)
+        to_fit = _how_to_fit(spec.max_positions, length, needed - length)
         if kv is not None and evicts(kv):
             # first: no cache takes absolute positions further, however little it reaches
             if not spec.movable_keys and needed > spec.max_positions:
@@ -193,7 +193,7 @@ class Decoding:
                 raise ContextLengthError(
                     f"{words} exceeds the model's context of {spec.max_positions} positions, and "
                     f"{spec.rope_note or 'its positions are absolute (not rotary)'}: an evicting cache cannot take it "
-                    f"further; use {none}fewer tokens: {fits}"
+                    f"further; use {none}fewer tokens: {to_fit}"
                 )
             if (reach := kv.reach(needed)) > spec.max_positions:  # type: ignore[attr-defined]
                 raise ContextLengthError(  # name the call: a plugin's reach may be what is wrong
@@ -207,7 +207,7 @@ class Decoding:
             evict = f", or use a cache that evicts (cache='window(size={size})')" if spec.movable_keys else ""
             raise ContextLengthError(
                 f"{words} exceeds the model's context of {spec.max_positions} positions; "
-                f"{'shorten the prompt, ' if length < spec.max_positions else ''}{fits}{evict}{none}"
+                f"{'shorten the prompt, ' if length < spec.max_positions else ''}{to_fit}{evict}{none}"
             )
 
     def _crops_serve(self, spec: ModelSpec) -> bool:
