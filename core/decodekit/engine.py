@@ -233,8 +233,8 @@ class Decoding:
         if self.kv is None and n is None:
             self._fed = self.P
             return uncached_logits(self.model, self.buf, self.positions, self.P)
-        # without a cache the prompt fits the context (`decode_request` checked): one block, its positions as they are
         self._fed = self.P  # (after reading kv: before open(), that is the error a policy gets)
+        # without a cache the prompt fits the context (`decode_request` checked): one block, its positions as they are
         block = self.spec.max_positions if evicts(self.kv) else self.P
         columns = last_only(self.model) if n is None else {}
         tokens, positions, kv, copies = self.buf[:, : self.P], self.positions[:, : self.P], self.kv, None
