@@ -158,7 +158,7 @@ class Pieces:
 
 
 def row(stops: Sequence[str], keep: bool, stop_tokens: Sequence[int] = (3,)) -> RowOutput:
-    return RowOutput(10, frozenset(stop_tokens), TextTracker(Pieces(), stops, keep), end_tokens=frozenset({3}))
+    return RowOutput(10, frozenset(stop_tokens), TextTracker(Pieces(), stops, keep), textless=frozenset({3}))
 
 
 def test_a_stop_string_in_the_text_a_stop_token_lets_out_names_the_end() -> None:

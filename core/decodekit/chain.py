@@ -69,21 +69,7 @@ class Chain:
         procs = list(processors)
         if selector is None and procs and isinstance(procs[-1], SelectorBase):
             selector = procs.pop()
-        for i, p in enumerate(procs):
-            if isinstance(p, SelectorBase):
-                raise ChainSpecError(
-                    f"Chain: stage {i} ({p!r}) is a selector; a selector must be the last stage "
-                    "(or be given as selector=)"
-                )
-            if not callable(p):
-                raise ChainSpecError(f"Chain: stage {i} ({p!r}) is not callable; allowed: processor(logits, ctx)")
-        if selector is not None and not callable(selector):
-            raise ChainSpecError(f"Chain: selector {selector!r} is not callable; allowed: selector(logits, ctx)")
-        if isinstance(selector, Stage) and selector.kind != "selector":  # it would return logits, not tokens
-            raise ChainSpecError(
-                f"Chain: selector={selector!r} is a {selector.kind}; allowed: a selector (sample, greedy, ...), "
-                f"or None for sample; a {selector.kind} goes in the list of processors"
-            )
+        _check_stages(procs, selector)
         self.processors: tuple[Processor, ...] = tuple(procs)
         self.selector: Selector = selector if selector is not None else Sample()
         # The fast-path methods, looked up once here rather than on every step.
@@ -338,6 +324,24 @@ class Chain:
     def __call__(self, logits: Tensor, ctx: DecodeContext) -> Tensor:
         """Token ids `[B]`; raises `NumericsError` naming the row when a row cannot be sampled."""
         return self.step(logits, ctx).tokens
+
+
+def _check_stages(processors: Sequence[object], selector: object) -> None:
+    """Refuse a chain whose processors are not callables that return logits, or whose selector is not a selector."""
+    for i, p in enumerate(processors):
+        if isinstance(p, SelectorBase):
+            raise ChainSpecError(
+                f"Chain: stage {i} ({p!r}) is a selector; a selector must be the last stage (or be given as selector=)"
+            )
+        if not callable(p):
+            raise ChainSpecError(f"Chain: stage {i} ({p!r}) is not callable; allowed: processor(logits, ctx)")
+    if selector is not None and not callable(selector):
+        raise ChainSpecError(f"Chain: selector {selector!r} is not callable; allowed: selector(logits, ctx)")
+    if isinstance(selector, Stage) and selector.kind != "selector":  # it would return logits, not tokens
+        raise ChainSpecError(
+            f"Chain: selector={selector!r} is a {selector.kind}; allowed: a selector (sample, greedy, ...), "
+            f"or None for sample; a {selector.kind} goes in the list of processors"
+        )
 
 
 @dataclass(frozen=True)

@@ -34,13 +34,11 @@ from decodekit.training_mode import warn_if_training
 
 __all__ = [
     "PREALLOCATED_COLUMNS",
-    "ROW_BYTES",
     "Decoding",
     "Policy",
     "block_starts",
     "check_rows",
     "sample_steps",
-    "uncached_logits",
 ]
 
 PREALLOCATED_COLUMNS = 4096
@@ -65,8 +63,8 @@ def block_starts(width: int, block: int) -> list[int]:
     return [max(0, start) for start in range(width - -(-width // block) * block, width, block)]
 
 
-def _fits(context: int, length: int, new: int) -> str:
-    """What fits in a `context` of positions with a prompt of `length` tokens and `new` more, as a number to use."""
+def _how_to_fit(context: int, length: int, new: int) -> str:
+    """How a prompt of `length` tokens and `new` more would fit a `context` of positions: the change, its number."""
     if length < context:
         return f"lower max_new_tokens to {context - length} or fewer (the context less the prompt's {length} tokens)"
     if new < context:
@@ -161,22 +159,10 @@ class Decoding:
         if keeps_every_token:  # check before allocating any
             self._check_reach(spec, None)
         capacity = self._sized(total) if keeps_every_token else total  # more slots: never fed
-        device, dtype = self.device, self.dtype
-        asked = CacheSpec.for_model(spec, batch_size=batch_size, capacity=capacity, dtype=dtype, device=device)
-        try:
-            kv = factory(asked)
-        except RuntimeError as exc:  # the device holds it in all (the cache's own check) but not free now
-            if not _out_of_memory(exc):
-                raise
-            raise ParameterError(
-                f"cache {str(factory)!r}: {batch_size:,} rows of {capacity:,} slots are invalid: device "
-                f"{torch.device(device)} could not allocate them ({str(exc).splitlines()[0]}); allowed: fewer "
-                "rows (prompts, samples or beams) or tokens, or a cache that stores less (int8, window)"
-            ) from None
-        if not callable(getattr(kv, "update", None)):  # a factory's slip (None) would otherwise decode uncached
-            raise ParameterError(
-                f"cache={factory} returned {kv!r}; allowed: a factory (CacheSpec) -> KVCache, or cache='none'"
-            )
+        asked = CacheSpec.for_model(
+            spec, batch_size=batch_size, capacity=capacity, dtype=self.dtype, device=self.device
+        )
+        kv = _allocate(factory, asked)
         for need in needs:
             if (error := capability_error(kv, need, self.strategy)) is not None:
                 raise error
@@ -199,7 +185,7 @@ class Decoding:
         """The widest query-key distance any row presents must be one the model knows; past the context, only
         rotary keys can move (an evicting cache keeps absolute positions no further)."""
         needed, words, length = self._furthest()
-        fits = _fits(spec.max_positions, length, needed - length)
+        to_fit = _how_to_fit(spec.max_positions, length, needed - length)
         if kv is not None and evicts(kv):
             # first: no cache takes absolute positions further, however little it reaches
             if not spec.movable_keys and needed > spec.max_positions:
@@ -207,7 +193,7 @@ class Decoding:
                 raise ContextLengthError(
                     f"{words} exceeds the model's context of {spec.max_positions} positions, and "
                     f"{spec.rope_note or 'its positions are absolute (not rotary)'}: an evicting cache cannot take it "
-                    f"further; use {none}fewer tokens: {fits}"
+                    f"further; use {none}fewer tokens: {to_fit}"
                 )
             if (reach := kv.reach(needed)) > spec.max_positions:  # type: ignore[attr-defined]
                 raise ContextLengthError(  # name the call: a plugin's reach may be what is wrong
@@ -221,7 +207,7 @@ class Decoding:
             evict = f", or use a cache that evicts (cache='window(size={size})')" if spec.movable_keys else ""
             raise ContextLengthError(
                 f"{words} exceeds the model's context of {spec.max_positions} positions; "
-                f"{'shorten the prompt, ' if length < spec.max_positions else ''}{fits}{evict}{none}"
+                f"{'shorten the prompt, ' if length < spec.max_positions else ''}{to_fit}{evict}{none}"
             )
 
     def _crops_serve(self, spec: ModelSpec) -> bool:
@@ -247,8 +233,8 @@ class Decoding:
         if self.kv is None and n is None:
             self._fed = self.P
             return uncached_logits(self.model, self.buf, self.positions, self.P)
-        # without a cache the prompt fits the context (`decode_request` checked): one block, its positions as they are
         self._fed = self.P  # (after reading kv: before open(), that is the error a policy gets)
+        # without a cache the prompt fits the context (`decode_request` checked): one block, its positions as they are
         block = self.spec.max_positions if evicts(self.kv) else self.P
         columns = last_only(self.model) if n is None else {}
         tokens, positions, kv, copies = self.buf[:, : self.P], self.positions[:, : self.P], self.kv, None
@@ -652,6 +638,25 @@ def check_rows(owner: str, option: str, value: int, rows: int, columns: int, mod
             f"least {rows * per_row / 2**30:,.1f} GiB, more than the {memory / 2**30:,.1f} GiB of memory of "
             f"device {torch.device(device)}; allowed: {option} <= {memory // per_row // (rows // value):,} here"
         )
+
+
+def _allocate(factory: Callable[[CacheSpec], KVCache], asked: CacheSpec) -> KVCache:
+    """`factory(asked)`, a `ParameterError` where the device cannot allocate it now or the factory returns no cache."""
+    try:
+        kv = factory(asked)
+    except RuntimeError as exc:  # the device holds it in all (the cache's own check) but not free now
+        if not _out_of_memory(exc):
+            raise
+        raise ParameterError(
+            f"cache {str(factory)!r}: {asked.batch_size:,} rows of {asked.capacity:,} slots are invalid: device "
+            f"{torch.device(asked.device)} could not allocate them ({str(exc).splitlines()[0]}); allowed: fewer "
+            "rows (prompts, samples or beams) or tokens, or a cache that stores less (int8, window)"
+        ) from None
+    if not callable(getattr(kv, "update", None)):  # a factory's slip (None) would otherwise decode uncached
+        raise ParameterError(
+            f"cache={factory} returned {kv!r}; allowed: a factory (CacheSpec) -> KVCache, or cache='none'"
+        )
+    return kv
 
 
 def _out_of_memory(exc: RuntimeError) -> bool:

@@ -23,7 +23,7 @@ class RowOutput:
     tracker: TextTracker | None
     ended: Callable[[Sequence[int]], str | None] | None = None  # a chain stage's verdict on the tokens so far
     # the tokenizer's end-of-text and special tokens: no text when one ends the row (vLLM's skip_special_tokens)
-    end_tokens: frozenset[int] = frozenset()
+    textless: frozenset[int] = frozenset()
     tokens: list[int] = field(default_factory=list, init=False)
     texts: list[str] = field(default_factory=list, init=False)
     logprobs: list[TokenLogprobs] = field(default_factory=list, init=False)
@@ -57,7 +57,7 @@ class RowOutput:
         if self.tracker is not None:
             # The end of text or special token that ends a row has no text, nor has a stop token unless the text keeps
             # what ended it (include_stop_str_in_output: vLLM renders the stop token then).
-            silent = token in self.end_tokens or (isinstance(stopped_by, int) and not self.tracker.keep_stop)
+            silent = token in self.textless or (isinstance(stopped_by, int) and not self.tracker.keep_stop)
             if stopped_by is not None and silent:
                 text, hit = self.tracker.end()
             else:

@@ -56,6 +56,8 @@ HOOKS: tuple[tuple[str, Category], ...] = (
     ("register_models", "model"),
     ("register_strategies", "strategy"),
 )
+_HOOK_NAMES: tuple[str, ...] = tuple(name for name, _ in HOOKS)
+_HOOKS_IN_WORDS = f"{', '.join(_HOOK_NAMES[:-1])} or {_HOOK_NAMES[-1]}"
 
 CacheFactory = Callable[["CacheSpec"], "KVCache"]
 
@@ -133,7 +135,6 @@ class _Loader:
 def _hook_problems(plugin: object, hooks: list[str]) -> Iterator[tuple[str, str | None]]:
     """What would make a plugin register nothing without a word: a hook name misspelt, a hook not marked, or an entry
     point naming a package without hooks (its `plugin` module has them), with the hook to blame (None: the plugin)."""
-    names = [name for name, _ in HOOKS]
     if not hooks and isinstance(plugin, types.ModuleType) and hasattr(plugin, "__path__"):
         modules = ", ".join(f"{plugin.__name__}.{m.name}" for m in pkgutil.iter_modules(plugin.__path__))
         yield (
@@ -142,9 +143,9 @@ def _hook_problems(plugin: object, hooks: list[str]) -> Iterator[tuple[str, str 
             None,
         )
     for h in hooks:
-        if h not in names:
-            yield f"unknown hook {h!r}; allowed: {', '.join(names)}{did_you_mean(h, names)}", h
-    for name in names:  # a plugin may implement no hook (decodekit-cli is listed, registers nothing)
+        if h not in _HOOK_NAMES:
+            yield f"unknown hook {h!r}; allowed: {', '.join(_HOOK_NAMES)}{did_you_mean(h, _HOOK_NAMES)}", h
+    for name in _HOOK_NAMES:  # a plugin may implement no hook (decodekit-cli is listed, registers nothing)
         if name not in hooks and callable(getattr(plugin, name, None)):
             yield f"{name} is not marked @decodekit.hookimpl, so it is never called", name
 
@@ -176,8 +177,13 @@ def _import_extra(spec: str) -> object:
         if not hasattr(value, part):
             where = path if ":" in path else f"module {path!r}"
             raise PluginError(f"{EXTRA}={spec}: {where} has no attribute {part!r}; {_plugins_in(value, path, part)}")
-        value, path = getattr(value, part), f"{path}{'.' if ':' in path else ':'}{part}"
+        value, path = getattr(value, part), _attribute_spec(path, part)
     return value
+
+
+def _attribute_spec(path: str, name: str) -> str:
+    """The spec of attribute `name` of the object at spec `path`: 'pkg.module:name', then 'pkg.module:attr.name'."""
+    return f"{path}{'.' if ':' in path else ':'}{name}"
 
 
 def _import_failure(spec: str, module: str, exc: BaseException) -> str:
@@ -196,18 +202,17 @@ def _import_failure(spec: str, module: str, exc: BaseException) -> str:
 def _plugins_in(value: object, path: str, missing: str) -> str:
     """What `value` (at spec `path`) holds that looks like a plugin: an object, not a class, with a hook. Read
     statically: a module's lazy `__getattr__` (transformers') would import all it offers."""
-    hooks = [name for name, _ in HOOKS]
-    names = [n for n in dir(value) if not n.startswith("_") and _is_plugin(getattr_static(value, n, None), hooks)]
-    found = [f"{path}{'.' if ':' in path else ':'}{n}" for n in names]
-    if _is_plugin(value, hooks):  # a module with hooks of its own, say
+    names = [n for n in dir(value) if not n.startswith("_") and _is_plugin(getattr_static(value, n, None))]
+    found = [_attribute_spec(path, n) for n in names]
+    if _is_plugin(value):  # a module with hooks of its own, say
         found.insert(0, f"{path} (itself)")
     if not found:
-        return f"allowed: an object with a {', '.join(hooks[:-1])} or {hooks[-1]} hook, and {path} has none"
+        return f"allowed: an object with a {_HOOKS_IN_WORDS} hook, and {path} has none"
     return f"allowed: its plugin objects (with a register_* hook) {', '.join(found)}{did_you_mean(missing, names)}"
 
 
-def _is_plugin(obj: object, hooks: list[str]) -> bool:
-    return not isinstance(obj, type) and any(callable(getattr(obj, hook, None)) for hook in hooks)
+def _is_plugin(obj: object) -> bool:
+    return not isinstance(obj, type) and any(callable(getattr(obj, hook, None)) for hook in _HOOK_NAMES)
 
 
 class _Builtin:
@@ -259,14 +264,14 @@ def _build() -> Registry:
             loader.fail(PluginFailure(dist, version, ep.name, _error(exc)))
             continue
         loader.add(plugin, dist, version, ep.name)
-    for spec in (s.strip() for s in os.environ.get("DECODEKIT_EXTRA_PLUGINS", "").split(",")):
+    for spec in (s.strip() for s in os.environ.get(EXTRA, "").split(",")):
         if spec and canonical_name(spec) not in denied:
             try:
                 extra = _import_extra(spec)
             except PLUGIN_FAILURES as exc:
-                loader.fail(PluginFailure(spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS", _error(exc)))
+                loader.fail(PluginFailure(spec, "(extra)", EXTRA, _error(exc)))
                 continue
-            loader.add(extra, spec, "(extra)", "DECODEKIT_EXTRA_PLUGINS")
+            loader.add(extra, spec, "(extra)", EXTRA)
     for plugin, label in _code_plugins:
         if canonical_name(label) not in denied:
             loader.add(plugin, label, "(in code)", "register_plugin")
@@ -277,7 +282,7 @@ def _check_installed(variable: str, named: set[str], entry_points: list[metadata
     """Every name in DECODEKIT_LOAD_PLUGINS or DECODEKIT_DISABLE_PLUGINS is an installed distribution (or an
     extra or in-code plugin's name): a typo would load, or disable, nothing, silently."""
     installed = {CORE_DISTRIBUTION} | {canonical_name(ep.dist.name) for ep in entry_points if ep.dist is not None}
-    extras = (env_names("DECODEKIT_EXTRA_PLUGINS") or set()) | {canonical_name(label) for _, label in _code_plugins}
+    extras = (env_names(EXTRA) or set()) | {canonical_name(label) for _, label in _code_plugins}
     unknown = sorted(named - installed - extras)  # extras always load, or are disabled by their name
     if unknown:
         names = ", ".join(repr(n) for n in unknown)
@@ -334,7 +339,7 @@ def register_plugin(plugin: object, name: str | None = None) -> None:
 
 def _is_plugin_class(plugin: object) -> TypeGuard[type]:
     """A class with hook functions, given in place of an object of it."""
-    return isinstance(plugin, type) and any(inspect.isfunction(getattr_static(plugin, n, None)) for n, _ in HOOKS)
+    return isinstance(plugin, type) and any(inspect.isfunction(getattr_static(plugin, n, None)) for n in _HOOK_NAMES)
 
 
 def _unregistrable(plugin: object, label: str) -> str | None:
@@ -344,11 +349,10 @@ def _unregistrable(plugin: object, label: str) -> str | None:
     if _is_plugin_class(plugin):
         made = f"dk.register_plugin({plugin.__name__}())"
         return f"plugin {label!r} is a class, whose hooks need an object; allowed: {made}"
-    if not any(n in dict(HOOKS) or hasattr(getattr(plugin, n, None), f"{ENTRY_POINT_GROUP}_impl") for n in dir(plugin)):
-        hooks = [n for n, _ in HOOKS]
+    if not any(n in _HOOK_NAMES or hasattr(getattr(plugin, n, None), f"{ENTRY_POINT_GROUP}_impl") for n in dir(plugin)):
         return (
             f"plugin {label!r} has no hook, so it registers nothing; allowed: a module or object with "
-            f"@decodekit.hookimpl functions named {', '.join(hooks[:-1])} or {hooks[-1]} (a processor function goes in "
+            f"@decodekit.hookimpl functions named {_HOOKS_IN_WORDS} (a processor function goes in "
             "a dk.Chain as it is, unregistered)"
         )
     if any(n == label for _, n in _code_plugins):

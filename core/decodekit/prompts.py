@@ -33,6 +33,29 @@ class Tokenizer(Protocol):
 def prompt_rows(model: Any, prompts: Prompts) -> list[list[int]]:
     """One list of token ids per prompt: text is encoded with `model.tokenizer`, and every id
     must be an int in [0, vocab_size)."""
+    rows = _rows(prompts)
+    tokenizer = getattr(model, "tokenizer", None)
+    V = model.spec.vocab_size
+    out = []
+    for b, row in enumerate(rows):
+        if isinstance(row, str):
+            if tokenizer is None:
+                raise ParameterError(
+                    f"prompts: row {b}={reprlib.repr(row)} is text, but the model has no tokenizer; allowed: token ids "
+                    "(a list of ints per prompt)"
+                )
+            row = tokenizer.encode(row)
+        ids = token_ids(f"prompts: row {b}", row, V)
+        if not ids:
+            raise ParameterError(f"prompts: row {b} is empty; allowed: at least one token")
+        out.append(ids)
+    if not out:
+        raise ParameterError("prompts: no rows; allowed: at least one prompt")
+    return out
+
+
+def _rows(prompts: Prompts) -> list[Any]:
+    """`prompts` as one item per prompt, each text or ids, unchecked: one prompt or several, a 2-D tensor by row."""
     if isinstance(prompts, Tensor):
         if prompts.dim() == 1:
             prompts = prompts[None]
@@ -56,24 +79,7 @@ def prompt_rows(model: Any, prompts: Prompts) -> list[list[int]]:
         )
     else:
         raise ParameterError(f"prompts={prompts!r} is invalid; allowed: text, a list of texts or of token-id lists")
-    tokenizer = getattr(model, "tokenizer", None)
-    V = model.spec.vocab_size
-    out = []
-    for b, row in enumerate(rows):
-        if isinstance(row, str):
-            if tokenizer is None:
-                raise ParameterError(
-                    f"prompts: row {b}={reprlib.repr(row)} is text, but the model has no tokenizer; allowed: token ids "
-                    "(a list of ints per prompt)"
-                )
-            row = tokenizer.encode(row)
-        ids = token_ids(f"prompts: row {b}", row, V)
-        if not ids:
-            raise ParameterError(f"prompts: row {b} is empty; allowed: at least one token")
-        out.append(ids)
-    if not out:
-        raise ParameterError("prompts: no rows; allowed: at least one prompt")
-    return out
+    return rows
 
 
 def left_pad(rows: Sequence[Sequence[int]], total: int, device: torch.device | str) -> tuple[Tensor, Tensor]:

@@ -20,7 +20,6 @@ from decodekit.signatures import binds
 from decodekit.standard_plugins import STANDARD_PLUGINS, checkout, install_hint, installed_but
 
 __all__ = [
-    "BUILT_KEPT",
     "CATEGORIES",
     "Category",
     "Conflict",
@@ -101,13 +100,13 @@ class Entry:
             )
         if self.category == "sampler" and not isinstance(impl, type) and not binds(impl, None):
             raise PluginError(  # a processor function registered as itself: its TypeError said nothing of why
-                f"{where}: {getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))} is called as "
+                f"{where}: {_with_signature(impl)} is called as "
                 "impl(params) and returns the stage; allowed: a ProcessorBase or SelectorBase subclass, or a function "
                 "returning one (a processor function (logits, ctx) goes in a dk.Chain as it is, unregistered)"
             )
         if (call := _CALLED_AS.get(self.category)) is not None and not binds(impl, None, None):
             raise PluginError(  # else a TypeError at every use, a traceback on the command line
-                f"{where}: {getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))} is called as {call}"
+                f"{where}: {_with_signature(impl)} is called as {call}"
             )
         kind = getattr(impl, "kind", None)
         if self.category == "sampler" and isinstance(impl, type) and kind is not None and kind != self.kind:
@@ -131,6 +130,11 @@ class Entry:
             f"{self.category} {self.name!r} from {self.distribution}: cannot import {failed}; allowed: an import path "
             f"'package.module:attr' that imports in this environment ({self.distribution}'s register call names it)"
         )
+
+
+def _with_signature(impl: object) -> str:
+    """`impl` by its name and signature, `f(a, b)`, for a refusal of how it is called."""
+    return f"{getattr(impl, '__name__', impl)}{inspect.signature(cast(Any, impl))}"
 
 
 def without_entry_point() -> list[str]:
@@ -252,24 +256,30 @@ class Registry:
             raise UnknownNameError(f"{category} name {name!r} is a {type(name).__name__}; allowed: a string")
         if (entry := self.section(category).get(name)) is not None:
             return entry
-        for conflict in self.conflicts:
-            if conflict.category == category and conflict.name == name:
-                raise PluginError(conflict.message())
+        if (conflict := self._conflict(category, name)) is not None:
+            raise PluginError(conflict.message())
         names = sorted(self.section(category))
         listed = f"installed: {', '.join(names) or 'none'}" + (f"; also accepted: {', '.join(also)}" if also else "")
-        if (dist := STANDARD_PLUGINS.get(name)) is not None and not any(name in self.section(c) for c in CATEGORIES):
+        registered_as = next((c for c in CATEGORIES if name in self.section(c)), None)  # `beam` in a chain
+        if (dist := STANDARD_PLUGINS.get(name)) is not None and registered_as is None:
             if why := installed_but(dist, self.failures):  # installed: a pip install would change nothing
                 raise UnknownNameError(f"{category} {name!r} is {why}")
             raise UnknownNameError(  # a standard name: how to install it, not a close name
                 f"{category} {name!r} is not installed; {listed}; {dist} registers it: "
                 f"{install_hint([dist], checkout())}{self.unregistered}"
             )
-        if other := next((c for c in CATEGORIES if name in self.section(c)), None):  # `beam` in a chain
-            raise UnknownNameError(f"unknown {category} {name!r}; {listed}; {name!r} is a {other}, not a {category}")
+        if registered_as is not None:
+            raise UnknownNameError(
+                f"unknown {category} {name!r}; {listed}; {name!r} is a {registered_as}, not a {category}"
+            )
         raise UnknownNameError(
             f"unknown {category} {name!r}; {listed}{did_you_mean(name, [*names, *also])} (no installed plugin "
             f"distribution registers it{self.unregistered})"
         )
+
+    def _conflict(self, category: Category, name: str) -> Conflict | None:
+        """The conflict over `name` in `category`, where more than one distribution registered it."""
+        return next((c for c in self.conflicts if (c.category, c.name) == (category, name)), None)
 
     @cached_property
     def unregistered(self) -> str:
@@ -284,7 +294,7 @@ class Registry:
         new: list[Conflict] = []
         for entry in entries:
             section = self.section(entry.category)
-            conflict = next((c for c in self.conflicts if (c.category, c.name) == (entry.category, entry.name)), None)
+            conflict = self._conflict(entry.category, entry.name)
             if conflict is None and entry.name in section:  # the name's first holder becomes a conflict
                 conflict = Conflict(entry.category, entry.name, [section.pop(entry.name).distribution])
                 self.conflicts.append(conflict)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
 import torch
 from typing_extensions import Unpack
@@ -216,6 +216,19 @@ def _default_cache() -> CacheFactory:
         ) from None
 
 
+def _listed(value: object) -> TypeGuard[Sequence[Any]]:
+    """Whether `value` is a sequence other than a string: a list of values (one per prompt, or a row's)."""
+    return isinstance(value, Sequence) and not isinstance(value, str)
+
+
+def _check_lists(name: str, lists: int, batch: int) -> None:
+    """`name` given as one list per prompt has one for each of the `batch` prompts."""
+    if lists != batch:
+        raise ParameterError(
+            f"{name}: {lists} lists given for {batch} prompts; allowed: one list for every prompt, or one per prompt"
+        )
+
+
 def _stop_tokens(stop_tokens: object, batch: int, vocab_size: int) -> list[frozenset[int]]:
     items = stop_tokens.tolist() if hasattr(stop_tokens, "tolist") else stop_tokens
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
@@ -223,14 +236,8 @@ def _stop_tokens(stop_tokens: object, batch: int, vocab_size: int) -> list[froze
             f"stop_tokens={stop_tokens!r} is invalid; allowed: a list of token ids, or one list per prompt"
         )
     first = items[0] if items else None
-    if (isinstance(first, Sequence) and not isinstance(first, str)) or (
-        isinstance(first, torch.Tensor) and first.dim()
-    ):
-        if len(items) != batch:
-            raise ParameterError(
-                f"stop_tokens: {len(items)} lists given for {batch} prompts; "
-                "allowed: one list for every prompt, or one per prompt"
-            )
+    if _listed(first) or (isinstance(first, torch.Tensor) and first.dim()):
+        _check_lists("stop_tokens", len(items), batch)
         return [frozenset(token_ids(f"stop_tokens[{b}]", row, vocab_size)) for b, row in enumerate(items)]
     return [frozenset(token_ids("stop_tokens", items, vocab_size))] * batch
 
@@ -240,12 +247,8 @@ def _stop_strings(stop_strings: object, batch: int, tokenizer: object) -> list[t
     items = (stop_strings,) if isinstance(stop_strings, str) else stop_strings
     if not isinstance(items, Sequence):
         raise ParameterError(f"stop_strings={stop_strings!r} is invalid; allowed: {allowed}")
-    if items and all(isinstance(s, Sequence) and not isinstance(s, str) for s in items):
-        if len(items) != batch:
-            raise ParameterError(
-                f"stop_strings: {len(items)} lists given for {batch} prompts; allowed: one list for every prompt, "
-                "or one per prompt"
-            )
+    if items and all(_listed(s) for s in items):
+        _check_lists("stop_strings", len(items), batch)
         rows = [_strings(f"stop_strings[{b}]", row, row, allowed) for b, row in enumerate(items)]
     else:
         rows = [_strings("stop_strings", stop_strings, items, allowed)] * batch
@@ -274,7 +277,7 @@ def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
         return None
     if getattr(seed, "ndim", 0) and hasattr(seed, "tolist"):  # a NumPy array or a tensor of seeds, one per prompt
         seed = seed.tolist()
-    if isinstance(seed, Sequence) and not isinstance(seed, str):
+    if _listed(seed):
         if len(seed) != batch:
             raise ParameterError(
                 f"seed: {len(seed)} seeds given for {batch} prompts; allowed: one int, or one per prompt ({batch})"
@@ -287,7 +290,7 @@ def _seed(seed: object, batch: int) -> int | tuple[int, ...] | None:
 
 def _max_new_tokens(value: object, batch: int) -> tuple[int, tuple[int, ...] | None]:
     """(the largest limit, one per prompt or None) from one int for all prompts or one per prompt."""
-    if isinstance(value, Sequence) and not isinstance(value, str):
+    if _listed(value):
         if len(value) != batch:
             raise ParameterError(
                 f"max_new_tokens: {len(value)} limits given for {batch} prompts; allowed: one int, or one per prompt"

@@ -86,7 +86,13 @@ def _check_shape_field(owner: str, name: str, value: object, allowed: str) -> No
 _HEADS = ("n_layers", "n_heads", "n_kv_heads", "head_dim")
 # What a cache takes from its model's spec.
 _FROM_MODEL = (
-    *(*_HEADS, "value_dim", "layer_shapes", "rope_base", "rope_frequencies", "max_positions", "attention_windows"),
+    *_HEADS,
+    "value_dim",
+    "layer_shapes",
+    "rope_base",
+    "rope_frequencies",
+    "max_positions",
+    "attention_windows",
     "calibration",
 )
 

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from decodekit.registry import PluginFailure
 
 __all__ = [
-    "PLUGIN_NEEDS",
     "STANDARD_PLUGINS",
     "canonical_name",
     "checkout",
@@ -29,7 +28,6 @@ __all__ = [
     "installed",
     "installed_but",
     "switched_off",
-    "with_needs",
 ]
 
 # What each plugin distribution of this repository registers: its samplers, cache backends, strategies and models.

@@ -157,6 +157,7 @@ def _stage_hint(name: str, value: Any) -> str:
     return f"; a sampler is a stage of the chain: chain='{name}({value!r})'"
 
 
+_PADDED = "prompts are padded here: give each one's ids unpadded (a list of lists), not a padded batch"
 _N = "for n samples of each prompt, repeat it n times and seed the copies with decodekit.context.row_seeds"
 # vLLM's, transformers' and llama.cpp's options that are here under another name or elsewhere: a close name would
 # mislead (`min_tokens` was "did you mean 'max_new_tokens'?", `do_sample` "'compile'?", `pad_token_id` "'stop_tokens'?",
@@ -166,8 +167,8 @@ _ELSEWHERE = {
     "n": _N,
     "num_return_sequences": _N,
     "do_sample": "a chain samples (do_sample=True) unless it ends in another selector; do_sample=False: chain='greedy'",
-    "attention_mask": "prompts are padded here: give each one's ids unpadded (a list of lists), not a padded batch",
-    "pad_token_id": "prompts are padded here: give each one's ids unpadded (a list of lists), not a padded batch",
+    "attention_mask": _PADDED,
+    "pad_token_id": _PADDED,
     "stop": "did you mean 'stop_strings'?",
     "min_tokens": "vLLM's min_tokens is a stage of the chain: chain='min_new_tokens(n, [eos ids])'",
     "ignore_eos": "a row stops only at the stop_tokens given: leave the eos out of them",
