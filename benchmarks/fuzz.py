@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from decodekit.errors import UnknownNameError
 from decodekit.testing.fuzz import ACCEPTED, TARGETS, Tally, fuzz, registered_samplers
 
 _WIDTH = 100
@@ -64,7 +65,10 @@ def main() -> int:
     parser.add_argument("--samplers", nargs="+", help="fuzz only these registered samplers (default: all)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # tiny tensors: one thread is fastest, and kind to a shared machine
-    samplers = registered_samplers(tuple(args.samplers)) if args.samplers else None
+    try:
+        samplers = registered_samplers(tuple(args.samplers)) if args.samplers else None
+    except UnknownNameError as exc:
+        parser.error(f"--samplers: {exc}")
     tally = fuzz(args.cases, seed=args.seed, targets=args.targets, samplers=samplers, timeout=args.timeout)
     _print(tally, args.examples)
     if args.json:

@@ -370,3 +370,13 @@ def test_a_plugin_error_is_a_finding_not_an_accepted_error() -> None:
     except PluginError as exc:
         finding = exception_finding(exc)
     assert finding.kind == PLUGIN_BROKE and finding.kind not in ACCEPTED
+
+
+def test_the_samplers_to_fuzz_are_named_by_their_registered_names() -> None:
+    """A plugin author's `registered_samplers(("my_sampler", ...))` (docs/reliability.md), or `fuzz.py --samplers
+    top_hh`, dropped a name nothing registers without a word: the fuzz ran, passed, and never drew that sampler."""
+    from decodekit.testing.fuzz import registered_samplers
+
+    assert [s.name for s in registered_samplers(("top_k", "sample"))] == ["sample", "top_k"]
+    with pytest.raises(dk.UnknownNameError, match=r"unknown sampler 'top_hh'; installed: .*did you mean 'top_h'"):
+        registered_samplers(("top_hh", "sample"))

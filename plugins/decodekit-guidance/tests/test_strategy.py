@@ -31,6 +31,19 @@ def test_greedy_equals_each_stream_alone_through_every_cache_that_keeps_each_tok
     assert out.tokens != plain.tokens  # guidance changed the tokens: the comparison can fail
 
 
+@pytest.mark.parametrize("cache", ["window(size=4, sinks=1, slack=3)", "h2o(budget=8, sinks=2, recent=2, slack=3)"])
+def test_greedy_equals_each_stream_alone_through_a_cache_that_evicts(
+    model: TinyLM, reference_greedy: Callable[..., Any], cache: str
+) -> None:
+    """docs/strategies.md: a pair of streams of different lengths, padded to each other, is evicted as each alone
+    (the docs said until 2026-12-07 that window guides exactly only until it evicts)."""
+    out = cfg(model, PROMPTS, scale=2.5, negative=NEGATIVES, chain="greedy", max_new_tokens=NEW, cache=cache)
+    for b, prompt in enumerate(PROMPTS):
+        assert out.tokens[b] == reference_greedy(model, prompt, NEGATIVES[b], 2.5, NEW, cache), f"row {b}"
+    kept_all = cfg(model, PROMPTS, scale=2.5, negative=NEGATIVES, chain="greedy", max_new_tokens=NEW)
+    assert out.tokens != kept_all.tokens  # it evicted what mattered: the comparison can fail
+
+
 def test_an_evicting_cache_that_evicts_nothing_gives_the_same_tokens(model: TinyLM) -> None:
     want = cfg(model, PROMPTS, scale=2.5, negative=NEGATIVES, chain="greedy", max_new_tokens=NEW)
     got = cfg(

@@ -4,7 +4,7 @@ fast path equal to `Chain.process`, inputs never mutated.
 
 Plugin authors fuzz their own samplers, alone or mixed with every other installed one::
 
-    from decodekit.testing.fuzz import chain_cases, registered_samplers, run_case, TARGETS
+    from decodekit.testing.fuzz import ACCEPTED, TARGETS, chain_cases, registered_samplers, run_case
 
     @given(chain_cases(registered_samplers(("my_sampler", "top_k", "sample"))))
     def test_my_sampler(case):

@@ -32,9 +32,13 @@ def params_model(entry: object) -> type[BaseModel]:
 
 def registered_samplers(names: tuple[str, ...] | None = None) -> tuple[SamplerInfo, ...]:
     """Every registered sampler (or those in `names`), sorted by name; one whose kind cannot be resolved
-    (a broken import path) is left out: the registry reports it."""
+    (a broken import path) is left out: the registry reports it. A name nothing registers is an `UnknownNameError`:
+    dropped, it would leave a fuzz that passes without ever drawing the sampler meant."""
+    registry = get_registry()
+    for name in names or ():
+        registry.lookup("sampler", name)
     out = []
-    for name, entry in sorted(get_registry().samplers.items()):
+    for name, entry in sorted(registry.samplers.items()):
         if names is not None and name not in names:
             continue
         try:
