@@ -24,6 +24,7 @@ __all__ = [
     "Reorderable",
     "RowCroppable",
     "Sized",
+    "cache_name",
     "cached_attention",
     "capability_error",
     "capacity_error",

@@ -388,13 +388,16 @@ def test_bridge_refuses_crop_and_reorder_on_a_cache_without_them_saying_what_is_
 
 def test_an_evicting_cache_is_refused_on_an_alibi_model() -> None:
     """Falcon with ALiBi adds its position biases to transformers' attention mask, which decodekit's attention
-    function never reads: a window cache ran without them (wrong tokens, no error)."""
+    function never reads: a window cache ran without them (wrong tokens, no error). The refusal names the cache as the
+    user did (`window`; it said `WindowCache`, its class, where the core's refusals say the registered name)."""
     from transformers import FalconConfig, FalconForCausalLM
 
     config = FalconConfig(num_hidden_layers=1, num_attention_heads=2, hidden_size=16, vocab_size=96, alibi=True)
     model = HFModel(FalconForCausalLM(config).eval())  # type: ignore[no-untyped-call]
     assert dk.generate(model, [[1, 2, 3]], cache="gqa", max_new_tokens=2).tokens  # the mask carries the biases
-    with pytest.raises(dk.ParameterError, match=r"ALiBi position biases.*allowed: a cache that keeps every token"):
+    with pytest.raises(
+        dk.ParameterError, match=r"cache window evicts .*ALiBi position biases.*allowed: a cache that keep"
+    ):
         dk.generate(model, [[1, 2, 3]], cache="window(size=8)", max_new_tokens=2)
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from decodekit.cache import KVCache, evicts, observes
+from decodekit.cache import KVCache, cache_name, evicts, observes
 from decodekit.errors import ParameterError
 from decodekit.param_types import words
 from decodekit.spec import ModelSpec
@@ -465,7 +465,7 @@ class HFModel(nn.Module):
 
     def _check_masks_itself(self, cache: KVCache) -> None:
         """A cache that evicts or observes needs the `decodekit` attention function and decodekit's mask."""
-        name = type(cache).__name__
+        name = cache_name(type(cache))
         if self.hf.config._attn_implementation not in (ATTENTION, EAGER_ATTENTION):
             keep_all = "a cache that keeps every token (dense, gqa, int8)"
             if self.hf._supports_sdpa:
@@ -504,7 +504,7 @@ class HFModel(nn.Module):
         """A text (a row's positions) no longer than the model's window (chunk) is attended whole: its sliding
         (chunked) layers mask nothing; past it, only the model's own window masks as they do. Rows are left-padded,
         so a row's slots are as far apart as its positions: the batch's width does not count."""
-        name = type(cache).__name__
+        name = cache_name(type(cache))
         if self._chunk is not None and text > self._chunk:  # a chunk's first query sees itself alone: no window does
             raise ParameterError(
                 f"HFModel: cache {name} evicts or observes attention, and this model's chunked-attention layers "
@@ -537,8 +537,9 @@ class HFModel(nn.Module):
         cache may have evicted, under a mask transformers built for the new block only."""
         missed = sorted(set(range(self.spec.n_layers)) - attention.attended)
         if missed:
+            name = cache_name(type(attention.kv))
             raise ParameterError(
-                f"HFModel: cache {type(attention.kv).__name__} evicts or observes attention, and layer {missed[0]} of "
+                f"HFModel: cache {name} evicts or observes attention, and layer {missed[0]} of "
                 f"{type(self.hf).__name__} attends by its own code, not through transformers' attention interface; "
                 "allowed: a cache that keeps every token (dense, gqa, int8)"
             )
