@@ -1,6 +1,6 @@
 """The model kit (`decodekit.testing.check_model`) passes the models decodekit decodes and fails each flaw a model
 author can make that the decode loop does not see itself: positions read from slots, padding attended, a cache
-that is fed but not attended over, the last position's logits only."""
+that is fed but not attended over, keys taken for their slots by their index, the last position's logits only."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from decodekit_gpt.gpt import GPT, GPTConfig
 from torch import Tensor, nn
 
 import decodekit as dk
-from decodekit.cache import cached_attention, slot_mask
+from decodekit.cache import KVCache, cached_attention, evicts, slot_mask
 from decodekit.testing import ModelConformance, check_model
-from decodekit.testing.models import check_model_cache, check_model_rows, default_tolerance
+from decodekit.testing.models import check_model_cache, check_model_key_order, check_model_rows, default_tolerance
 from decodekit.testing.tiny_lm import TinyLM
 
 
@@ -66,6 +66,43 @@ class AttendsPadding(OwnLM):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
+class WindowByIndex(OwnLM):
+    """Attends over a sliding window of its own, reading each key's slot from its index in what `cache.update`
+    returned: right through a cache that keeps slot order (dense, gqa, int8), wrong without an error through one
+    that evicts (`window`'s ring, the scored caches)."""
+
+    window = 2
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: Any = None) -> Tensor:
+        B, T = input_ids.shape
+        x = self.embed(input_ids) + self.pos(positions.clamp(min=0))
+        for layer, qkv in enumerate(self.qkv):
+            q, k, v = qkv(x).view(B, T, 3, self.spec.n_heads, -1).permute(2, 0, 3, 1, 4)
+            if cache is None:
+                mask = slot_mask(torch.arange(T), positions, 0, window=self.window)
+            else:
+                k, v = cache.update(layer, k, v)
+                S = k.shape[2]  # the flaw: the returned keys taken for slots 0..S-1
+                mask = cache.attention_mask(layer, positions) & slot_mask(
+                    torch.arange(S), positions, S - T, window=self.window
+                )
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            x = x + y.transpose(1, 2).reshape(B, T, -1)
+        out: Tensor = self.head(x)
+        return out
+
+
+class WindowRefusingEviction(WindowByIndex):
+    """The same model, refusing the caches it cannot read (docs/concepts.md, Models)."""
+
+    def validate_cache(self, cache: KVCache, reach: int) -> None:
+        if evicts(cache):
+            raise dk.ParameterError(
+                f"WindowByIndex: cache {type(cache).__name__} is invalid: it evicts, and the model's window reads "
+                "key slots by index; allowed: dense, gqa, int8"
+            )
+
+
 class IgnoresTheCache(TinyLM):
     """Attends over the tokens of each call only: every decode step forgets the prompt."""
 
@@ -105,6 +142,7 @@ SOUND = {
     "the reference GPT": lambda: GPT(GPTConfig(vocab_size=64, n_layer=2, n_head=4, n_kv_head=2, n_embd=32)).eval(),
     "tiny-shakespeare": lambda: dk.load_model("tiny-shakespeare"),
     "docs/concepts.md's own model": OwnLM,
+    "a window by index, refusing caches that evict": WindowRefusingEviction,
 }
 
 
@@ -126,6 +164,10 @@ FLAWS = [
     pytest.param(check_model_rows, SlotPositions, "row 1 .* in the batch vs alone: logits differ", id="slots"),
     pytest.param(check_model_rows, AttendsPadding, "padding is never attended", id="padding"),
     pytest.param(check_model_cache, IgnoresTheCache, "slots 2..5 fed through PreallocatedKVCache", id="no cache"),
+    # before: passed, and the model decoded wrong through window and the scored caches without an error
+    pytest.param(
+        check_model, WindowByIndex, "fed through a cache that hands back its keys last slot first", id="key order"
+    ),
     # before: "row 0 (... after 0 of padding) in the batch vs alone: ... positions are the model's argument ...",
     # and ModelConformance's cache test blamed the cache
     pytest.param(
@@ -176,6 +218,12 @@ def test_a_tolerance_given_rules_over_the_dtypes(dtype: torch.dtype, flaw: float
         check_model(model, tolerance=tolerance)
     assert default_tolerance(torch.float32) == 1e-4
     assert default_tolerance(torch.bfloat16) == 4 * 2**-7 and default_tolerance(torch.float16) == 4 * 2**-10
+
+
+def test_a_model_that_refuses_caches_that_evict_is_not_held_to_their_key_order() -> None:
+    refusal = check_model_key_order(WindowRefusingEviction())
+    assert refusal is not None and "cache _KeysLastFirst is invalid: it evicts" in refusal
+    assert check_model_key_order(OwnLM()) is None  # checked: it attends under the cache's mask
 
 
 class TestTinyLM(ModelConformance):

@@ -9,6 +9,10 @@
 - **The cache holds what a forward recomputes**: fed through a cache that keeps every token, in blocks of several
   sizes (the prompt in two, then tokens one by one), every block's logits equal a fresh forward over the whole
   sequence without a cache (`cache=None`, the path `cache="none"` decodes with).
+- **Keys in any order**: the same through a cache that evicts nothing but hands its keys back last slot first,
+  as a cache that evicts may (`window`'s ring): a model that reads a key's position from its index in what
+  `update` returned (an ALiBi bias, a sliding window of its own) decodes wrong through `window` and the scored
+  caches without an error. Skipped where the model's `validate_cache` refuses such a cache.
 """
 
 from __future__ import annotations
@@ -18,11 +22,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from decodekit.cache import PreallocatedKVCache
+from decodekit.cache import KVCache, PreallocatedKVCache
+from decodekit.errors import ParameterError
 from decodekit.model import check_call, model_device_dtype
 from decodekit.spec import CacheSpec
 
-__all__ = ["ModelConformance", "check_model", "check_model_cache", "check_model_rows", "default_tolerance"]
+__all__ = [
+    "ModelConformance",
+    "check_model",
+    "check_model_cache",
+    "check_model_key_order",
+    "check_model_rows",
+    "default_tolerance",
+]
 
 _LENGTHS = (6, 2, 4)  # prompt lengths of the ragged batch
 _NEW = 5  # tokens fed one at a time after the prompts
@@ -95,15 +107,29 @@ def check_model_rows(model: Any, *, seed: int = 0, tolerance: float | None = Non
         _assert_close(full[b : b + 1, pad:], alone, what, allowed, batch.tolerance)
 
 
-def check_model_cache(model: Any, *, seed: int = 0, tolerance: float | None = None) -> None:
-    """Fed through a cache that keeps every token, block by block, each block's logits equal a fresh forward
-    over the whole sequence without a cache."""
-    batch = _Batch(model, seed, tolerance)
-    _whole_batch(model, batch)
-    spec = CacheSpec.for_model(
+class _KeysLastFirst(PreallocatedKVCache):
+    """Keeps every token, but hands the keys back last slot first, as a cache that evicts may (a ring buffer); it
+    states a `reach`, so a model that refuses such caches (`validate_cache`) refuses it."""
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        k, v = super().update(layer, k, v)
+        return k.flip(2), v.flip(2)
+
+    def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
+        return super().attention_mask(layer, positions).flip(-1)
+
+    def reach(self, new: int) -> int:
+        return self.length + new
+
+
+def _cache_spec(model: Any, batch: _Batch) -> CacheSpec:
+    return CacheSpec.for_model(
         model.spec, batch_size=len(_LENGTHS), capacity=batch.total, dtype=batch.dtype, device=batch.device
     )
-    cache = PreallocatedKVCache(spec)
+
+
+def _check_blocks(model: Any, batch: _Batch, cache: KVCache, fed: str, allowed: str) -> None:
+    """Fed through `cache` block by block, each block's logits equal a fresh forward over the whole sequence."""
     start = 0
     for size in batch.blocks:
         stop = start + size
@@ -111,10 +137,38 @@ def check_model_cache(model: Any, *, seed: int = 0, tolerance: float | None = No
         cached = _forward(model, ids[:, start:], positions[:, start:], cache)
         fresh = _forward(model, ids, positions, None)[:, start:]
         real = (positions[:, start:] >= 0)[..., None]  # padding's logits are nobody's
-        what = f"model: slots {start}..{stop - 1} fed through {type(cache).__name__} vs a forward without a cache"
-        allowed = "the same logits (each layer feeds cache.update its new keys and attends over what it returns)"
+        what = f"model: slots {start}..{stop - 1} fed through {fed} vs a forward without a cache"
         _assert_close(cached * real, fresh * real, what, allowed, batch.tolerance)
         start = stop
+
+
+def check_model_cache(model: Any, *, seed: int = 0, tolerance: float | None = None) -> None:
+    """Fed through a cache that keeps every token, block by block, each block's logits equal a fresh forward
+    over the whole sequence without a cache."""
+    batch = _Batch(model, seed, tolerance)
+    _whole_batch(model, batch)
+    allowed = "the same logits (each layer feeds cache.update its new keys and attends over what it returns)"
+    _check_blocks(model, batch, PreallocatedKVCache(_cache_spec(model, batch)), "PreallocatedKVCache", allowed)
+
+
+def check_model_key_order(model: Any, *, seed: int = 0, tolerance: float | None = None) -> str | None:
+    """The same as `check_model_cache` through a cache that hands its keys back last slot first; returns the
+    model's refusal (its `validate_cache`'s `ParameterError`) where it refuses such a cache, else None."""
+    batch = _Batch(model, seed, tolerance)
+    _whole_batch(model, batch)
+    cache = _KeysLastFirst(_cache_spec(model, batch))
+    if callable(validate := getattr(model, "validate_cache", None)):
+        try:
+            validate(cache, batch.total)
+        except ParameterError as exc:
+            return str(exc)
+    allowed = (
+        "the same logits (a cache that evicts hands back its keys in any order: attend under cache.attention_mask, "
+        "never by a key's index; a model that must, an ALiBi bias or a sliding window of its own, refuses caches "
+        "that evict in its validate_cache)"
+    )
+    _check_blocks(model, batch, cache, "a cache that hands back its keys last slot first", allowed)
+    return None
 
 
 def check_model(model: Any, *, seed: int = 0, tolerance: float | None = None) -> None:
@@ -123,6 +177,7 @@ def check_model(model: Any, *, seed: int = 0, tolerance: float | None = None) ->
     the largest logit, at most `tolerance`; None: `default_tolerance` of the model's dtype)."""
     check_model_rows(model, seed=seed, tolerance=tolerance)
     check_model_cache(model, seed=seed, tolerance=tolerance)
+    check_model_key_order(model, seed=seed, tolerance=tolerance)
 
 
 class ModelConformance:
@@ -139,3 +194,9 @@ class ModelConformance:
 
     def test_cache_matches_a_forward_without_one(self) -> None:
         check_model_cache(self.make(), seed=self.seed, tolerance=self.tolerance)
+
+    def test_keys_in_any_order(self) -> None:
+        if (refusal := check_model_key_order(self.make(), seed=self.seed, tolerance=self.tolerance)) is not None:
+            import pytest
+
+            pytest.skip(f"the model refuses a cache that evicts: {refusal}")
