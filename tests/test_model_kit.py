@@ -66,6 +66,23 @@ class AttendsPadding(OwnLM):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
+class MasklessStep(OwnLM):
+    """Attends a step of one token over every key the cache returned, without its mask (a single query needs no
+    causal mask): a left-padded row's step attends to its padding."""
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: Any = None) -> Tensor:
+        if cache is None or input_ids.shape[1] > 1:
+            return super().forward(input_ids, positions, cache)
+        B = input_ids.shape[0]
+        x = self.embed(input_ids) + self.pos(positions.clamp(min=0))
+        for layer, qkv in enumerate(self.qkv):
+            q, k, v = qkv(x).view(B, 1, 3, self.spec.n_heads, -1).permute(2, 0, 3, 1, 4)
+            k, v = cache.update(layer, k, v)
+            x = x + F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, 1, -1)
+        out: Tensor = self.head(x)
+        return out
+
+
 class WindowByIndex(OwnLM):
     """Attends over a sliding window of its own, reading each key's slot from its index in what `cache.update`
     returned: right through a cache that keeps slot order (dense, gqa, int8), wrong without an error through one
@@ -164,6 +181,10 @@ FLAWS = [
     pytest.param(check_model_rows, SlotPositions, "row 1 .* in the batch vs alone: logits differ", id="slots"),
     pytest.param(check_model_rows, AttendsPadding, "padding is never attended", id="padding"),
     pytest.param(check_model_cache, IgnoresTheCache, "slots 2..5 fed through PreallocatedKVCache", id="no cache"),
+    # before: "allowed: the same logits (each layer ... attends over what it returns)", which it did
+    pytest.param(
+        check_model_cache, MasklessStep, r"slots 6..6 .*under cache.attention_mask, a step of one token too", id="mask"
+    ),
     # before: passed, and the model decoded wrong through window and the scored caches without an error
     pytest.param(
         check_model, WindowByIndex, "fed through a cache that hands back its keys last slot first", id="key order"

@@ -147,7 +147,10 @@ def check_model_cache(model: Any, *, seed: int = 0, tolerance: float | None = No
     over the whole sequence without a cache."""
     batch = _Batch(model, seed, tolerance)
     _whole_batch(model, batch)
-    allowed = "the same logits (each layer feeds cache.update its new keys and attends over what it returns)"
+    allowed = (
+        "the same logits (each layer feeds cache.update its new keys and attends over what it returns under "
+        "cache.attention_mask, a step of one token too: a left-padded row's padding is among the keys)"
+    )
     _check_blocks(model, batch, PreallocatedKVCache(_cache_spec(model, batch)), "PreallocatedKVCache", allowed)
 
 
