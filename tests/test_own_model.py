@@ -21,7 +21,7 @@ from decodekit_speculative.strategy import SpeculativeGeneration
 from torch import Tensor, nn
 
 import decodekit as dk
-from decodekit.cache import KVCache, cached_attention, slot_mask
+from decodekit.cache import KVCache, cached_attention, observes, slot_mask
 
 BASE = 10000.0
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [3, 1, 4, 1, 5, 9, 2, 6]]  # ragged: decoded left-padded in one batch
@@ -145,6 +145,40 @@ def test_window_decodes_a_forward_over_the_tokens_it_keeps() -> None:
         assert kept != greedy_by_hand(one, prompt, 40)  # the eviction changes the tokens: the check can fail
         out = dk.generate(one, [prompt], chain="greedy", max_new_tokens=40, cache="window(size=8, sinks=2)")
         assert out.tokens[0] == kept
+
+
+class AttendsByHand(Block):
+    """Attends under the cache's mask with SDPA of its own, not `cached_attention`; `hands_queries`: it hands its
+    queries to a cache that observes, as docs/concepts.md ("Models") says."""
+
+    hands_queries = False
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, layer: int, positions: Tensor, cache: KVCache | None) -> Tensor:
+        if cache is None:
+            return super().attend(q, k, v, layer, positions, cache)
+        k, v = cache.update(layer, k, v)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=cache.attention_mask(layer, positions), enable_gqa=True)
+        if self.hands_queries and observes(cache):
+            cache.observe(layer, q)  # type: ignore[attr-defined]
+        return y
+
+
+class HandsItsQueries(AttendsByHand):
+    hands_queries = True
+
+
+@pytest.mark.parametrize("cache", ["h2o(budget=64)", "snapkv(budget=64)"])
+def test_a_model_that_attends_by_hand_decodes_through_a_cache_that_observes_when_it_hands_its_queries(
+    reference: list[list[int]], cache: str
+) -> None:
+    by_hand = OwnLlama()
+    for block in by_hand.blocks:
+        block.__class__ = HandsItsQueries
+    assert dk.generate(by_hand, PROMPTS, chain="greedy", max_new_tokens=NEW, cache=cache).tokens == reference
+    for block in by_hand.blocks:
+        block.__class__ = AttendsByHand
+    with pytest.raises(dk.PluginError, match="was fed again before the model handed its queries to observe"):
+        dk.generate(by_hand, PROMPTS, chain="greedy", max_new_tokens=NEW, cache=cache)
 
 
 class UpdatesEveryLayerFirst(OwnLlama):
