@@ -5,7 +5,7 @@ that is fed but not attended over, keys taken for their slots by their index, th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import torch
@@ -239,6 +239,14 @@ def test_a_tolerance_given_rules_over_the_dtypes(dtype: torch.dtype, flaw: float
         check_model(model, tolerance=tolerance)
     assert default_tolerance(torch.float32) == 1e-4
     assert default_tolerance(torch.bfloat16) == 4 * 2**-7 and default_tolerance(torch.float16) == 4 * 2**-10
+
+
+@pytest.mark.parametrize("position", ["learned", "rope"])
+def test_a_context_shorter_than_the_kits_rows_is_refused_naming_it(position: Literal["learned", "rope"]) -> None:
+    """Before: a learned table's bare `IndexError: index out of range in self`, and a rotary model checked at positions
+    past its context, which no decode feeds it."""
+    with pytest.raises(dk.ParameterError, match=r"max_positions=8 is invalid here: .* up to 11 positions"):
+        check_model(TinyLM(64, max_positions=8, position=position))
 
 
 def test_a_model_that_refuses_caches_that_evict_is_not_held_to_their_key_order() -> None:

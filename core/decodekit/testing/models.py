@@ -79,6 +79,11 @@ class _Batch:
         device = self.device
         longest = max(_LENGTHS)
         self.total = longest + _NEW
+        if (context := model.spec.max_positions) < self.total:  # positions past it: a learned table's IndexError
+            raise ParameterError(
+                f"model kit: ModelSpec.max_positions={context} is invalid here: the kit feeds rows of up to "
+                f"{self.total} positions; allowed: max_positions >= {self.total} (a model built with a longer context)"
+            )
         g = torch.Generator().manual_seed(seed)
         self.ids = torch.randint(0, model.spec.vocab_size, (len(_LENGTHS), self.total), generator=g).to(device)
         self.pads = [longest - n for n in _LENGTHS]
