@@ -48,6 +48,8 @@ class RMSNorm(nn.Module):
 
 
 class Block(nn.Module):
+    rotary = True  # False: no positional encoding (NoPE), the causal mask alone orders the tokens
+
     def __init__(self, dim: int, heads: int, kv_heads: int) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
@@ -71,7 +73,9 @@ class Block(nn.Module):
         q = self.wq(h).view(B, T, self.heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
         kv = self.wkv(h).view(B, T, 2 * self.kv_heads, self.head_dim).transpose(1, 2)
         k, v = kv.chunk(2, dim=1)  # each [B, H_kv, T, D]
-        y = self.attend(rotate_half(q, positions), rotate_half(k, positions), v, layer, positions, cache)
+        if self.rotary:
+            q, k = rotate_half(q, positions), rotate_half(k, positions)
+        y = self.attend(q, k, v, layer, positions, cache)
         x = x + self.wo(y.transpose(1, 2).reshape(B, T, C))
         h = self.mlp_norm(x)
         out: Tensor = x + self.down(F.silu(self.gate(h)) * self.up(h))
@@ -179,6 +183,25 @@ def test_a_model_that_attends_by_hand_decodes_through_a_cache_that_observes_when
         block.__class__ = AttendsByHand
     with pytest.raises(dk.PluginError, match="was fed again before the model handed its queries to observe"):
         dk.generate(by_hand, PROMPTS, chain="greedy", max_new_tokens=NEW, cache=cache)
+
+
+class NoPositions(Block):
+    rotary = False
+
+
+def test_a_model_without_positional_encoding_goes_past_its_context_through_a_cache_that_evicts() -> None:
+    """Its keys carry no position, so any cache may keep them anywhere: `rope_frequencies=((),)` says so. Before,
+    ModelSpec refused `()`, and without it the engine refused the decode ('its positions are absolute (not
+    rotary)')."""
+    nope = OwnLlama(layers=1, context=32)
+    nope.blocks[0].__class__ = NoPositions
+    nope.spec = dataclasses.replace(nope.spec, rope_base=None, rope_frequencies=((),))
+    for prompt in PROMPTS:
+        kept = greedy_by_hand(nope, prompt, 40, window=8, sinks=2)  # 48 tokens at most: past the context of 32
+        assert kept != greedy_by_hand(nope, prompt, 40)  # the eviction changes the tokens: the check can fail
+        out = dk.generate(nope, [prompt], chain="greedy", max_new_tokens=40, cache="window(size=8, sinks=2)")
+        assert out.tokens[0] == kept
+    assert len(dk.generate(nope, PROMPTS, chain="greedy", max_new_tokens=40, cache="h2o(budget=16)").tokens[2]) == 40
 
 
 class UpdatesEveryLayerFirst(OwnLlama):
