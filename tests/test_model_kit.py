@@ -254,6 +254,13 @@ def test_a_model_that_refuses_caches_that_evict_is_not_held_to_their_key_order()
     assert refusal is not None and "cache _KeysLastFirst is invalid: it evicts" in refusal
     assert check_model_key_order(OwnLM()) is None  # checked: it attends under the cache's mask
 
+    class Suite(ModelConformance):
+        def make(self) -> WindowRefusingEviction:
+            return WindowRefusingEviction()
+
+    with pytest.raises(pytest.skip.Exception, match="the model refuses a cache that evicts: WindowByIndex: cache"):
+        Suite().test_keys_in_any_order()  # skipped with the reason, never passed
+
 
 class TestTinyLM(ModelConformance):
     def make(self) -> TinyLM:
