@@ -262,6 +262,16 @@ def test_a_model_that_refuses_caches_that_evict_is_not_held_to_their_key_order()
         Suite().test_keys_in_any_order()  # skipped with the reason, never passed
 
 
+def test_the_docs_model_runs_on_another_device_than_the_cpu_without_a_cache() -> None:
+    """docs/concepts.md's model masks with `slot_mask(torch.arange(T), positions, 0)`, its key slots on the CPU; on
+    another device (meta stands in for a GPU) that was torch's `RuntimeError: Tensor on device meta is not on the
+    expected device cpu!` (on a GPU, 'Expected all tensors to be on the same device') for cache="none" and the kit."""
+    model = OwnLM().to("meta")
+    positions = (torch.arange(5) - torch.tensor([[0], [3]])).to("meta")  # a row left-padded by 3
+    logits = model(torch.zeros(2, 5, dtype=torch.long, device="meta"), positions, None)
+    assert logits.device.type == "meta" and logits.shape == (2, 5, 64)
+
+
 class TestTinyLM(ModelConformance):
     def make(self) -> TinyLM:
         return TinyLM(64)
