@@ -145,6 +145,17 @@ class LastPositionOnly(TinyLM):
         return super().forward(input_ids, positions, cache)[:, -1:]
 
 
+class FirstColumnForLast(TinyLM):
+    """Says `supports_last_only`, and projects the first column for it: every prefill then decodes from the logits
+    after a row's first token (padding, in a left-padded row)."""
+
+    supports_last_only = True
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: Any = None, last_only: bool = False) -> Tensor:
+        out = super().forward(input_ids, positions, cache)
+        return out[:, :1] if last_only else out
+
+
 class InTuple(TinyLM):
     """The logits in a tuple, as transformers' models return them with `return_dict=False`."""
 
@@ -199,6 +210,10 @@ FLAWS = [
     ),
     pytest.param(
         check_model, LastPositionOnly, r"logits of shape \(3, 1, 64\).*allowed: \[B, T, vocab_size\]", id="shape"
+    ),
+    # before: passed, and dk.generate decoded from each row's first column after the prefill
+    pytest.param(
+        check_model, FirstColumnForLast, r"last_only=True without a cache vs a forward's last column", id="last only"
     ),
     # before: "logits of shape ()", as if the model had returned a scalar
     pytest.param(

@@ -13,6 +13,8 @@
   as a cache that evicts may (`window`'s ring): a model that reads a key's position from its index in what
   `update` returned (an ALiBi bias, a sliding window of its own) decodes wrong through `window` and the scored
   caches without an error. Skipped where the model's `validate_cache` refuses such a cache.
+- **The last column alone**: where the model says `supports_last_only`, `last_only=True` gives a forward's last
+  column, `[B, 1, V]`, with and without a cache (every prefill without `prompt_logprobs` asks for it).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "check_model",
     "check_model_cache",
     "check_model_key_order",
+    "check_model_last_only",
     "check_model_rows",
     "default_tolerance",
 ]
@@ -40,15 +43,17 @@ _LENGTHS = (6, 2, 4)  # prompt lengths of the ragged batch
 _NEW = 5  # tokens fed one at a time after the prompts
 
 
-def _forward(model: Any, ids: Tensor, positions: Tensor, cache: Any) -> Tensor:
+def _forward(model: Any, ids: Tensor, positions: Tensor, cache: Any, *, last_only: bool = False) -> Tensor:
     with torch.no_grad():
-        logits = model(ids, positions, cache)
+        logits = model(ids, positions, cache, **({"last_only": True} if last_only else {}))
     B, T = ids.shape
     V = model.spec.vocab_size
     shape = tuple(logits.shape) if isinstance(logits, Tensor) else None
     got = f"logits of shape {shape}" if shape is not None else f"a {type(logits).__name__}, not a tensor,"
-    assert isinstance(logits, Tensor) and shape == (B, T, V), (
-        f"model: {got} for input_ids {(B, T)}; allowed: [B, T, vocab_size] = {(B, T, V)}, every position's logits"
+    asked, want = ("last_only=True", (B, 1, V)) if last_only else ("input_ids", (B, T, V))
+    which = "the last position's logits" if last_only else "every position's logits"
+    assert isinstance(logits, Tensor) and shape == want, (
+        f"model: {got} for {asked} {(B, T)}; allowed: [B, {'1' if last_only else 'T'}, vocab_size] = {want}, {which}"
     )
     return logits.double()
 
@@ -179,6 +184,22 @@ def check_model_key_order(model: Any, *, seed: int = 0, tolerance: float | None 
     return None
 
 
+def check_model_last_only(model: Any, *, seed: int = 0, tolerance: float | None = None) -> bool:
+    """Where the model says `supports_last_only`, `last_only=True` (what every prefill without `prompt_logprobs`
+    asks) gives the last column of a forward over the whole batch, without a cache and through one; returns whether
+    it was checked."""
+    if not getattr(model, "supports_last_only", False):
+        return False
+    batch = _Batch(model, seed, tolerance)
+    last = _whole_batch(model, batch)[:, -1:]
+    allowed = "the logits of the last column, [B, 1, V] (the output projection of the last position alone)"
+    for fed, cache in (("without a cache", None), ("through PreallocatedKVCache", _cache_spec(model, batch))):
+        kv = None if cache is None else PreallocatedKVCache(cache)
+        got = _forward(model, batch.ids, batch.positions, kv, last_only=True)
+        _assert_close(got, last, f"model: last_only=True {fed} vs a forward's last column", allowed, batch.tolerance)
+    return True
+
+
 def check_model(model: Any, *, seed: int = 0, tolerance: float | None = None) -> None:
     """Every model check, on prompts of 6, 2 and 4 random ids below `spec.vocab_size`, left-padded, then 5 more
     tokens each; raises `AssertionError` naming the rows or slots and how far the logits are apart (relative to
@@ -186,6 +207,7 @@ def check_model(model: Any, *, seed: int = 0, tolerance: float | None = None) ->
     check_model_rows(model, seed=seed, tolerance=tolerance)
     check_model_cache(model, seed=seed, tolerance=tolerance)
     check_model_key_order(model, seed=seed, tolerance=tolerance)
+    check_model_last_only(model, seed=seed, tolerance=tolerance)
 
 
 class ModelConformance:
@@ -208,3 +230,9 @@ class ModelConformance:
             import pytest
 
             pytest.skip(f"the model refuses a cache that evicts: {refusal}")
+
+    def test_last_only_is_the_last_column(self) -> None:
+        if not check_model_last_only(self.make(), seed=self.seed, tolerance=self.tolerance):
+            import pytest
+
+            pytest.skip("the model does not say supports_last_only: every forward returns every column's logits")
