@@ -83,6 +83,21 @@ class MasklessStep(OwnLM):
         return out
 
 
+class CacheAlone(OwnLM):
+    """Written for a cache alone: every layer calls `cache.update`, so `cache=None` (cache="none", the kit's
+    reference) is an AttributeError."""
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: Any = None) -> Tensor:
+        B, T = input_ids.shape
+        x = self.embed(input_ids) + self.pos(positions.clamp(min=0))
+        for layer, qkv in enumerate(self.qkv):
+            q, k, v = qkv(x).view(B, T, 3, self.spec.n_heads, -1).permute(2, 0, 3, 1, 4)
+            k, v = cache.update(layer, k, v)
+            x = x + cached_attention(cache, layer, q, k, v, positions).transpose(1, 2).reshape(B, T, -1)
+        out: Tensor = self.head(x)
+        return out
+
+
 class WindowByIndex(OwnLM):
     """Attends over a sliding window of its own, reading each key's slot from its index in what `cache.update`
     returned: right through a cache that keeps slot order (dense, gqa, int8), wrong without an error through one
@@ -210,6 +225,13 @@ FLAWS = [
     ),
     pytest.param(
         check_model, LastPositionOnly, r"logits of shape \(3, 1, 64\).*allowed: \[B, T, vocab_size\]", id="shape"
+    ),
+    # before: the model's own "AttributeError: 'NoneType' object has no attribute 'update'", from the kit
+    pytest.param(
+        check_model,
+        CacheAlone,
+        r"a forward without a cache \(cache=None\) raised AttributeError: 'NoneType' object has no attribute 'update'",
+        id="cache alone",
     ),
     # before: passed, and dk.generate decoded from each row's first column after the prefill
     pytest.param(

@@ -99,7 +99,16 @@ class _Batch:
 def _whole_batch(model: Any, batch: _Batch) -> Tensor:
     """The batch's logits without a cache, the same when fed again: else each check would blame what it compares
     (a model left in training mode draws its dropout anew in every forward)."""
-    first = _forward(model, batch.ids, batch.positions, None)
+    try:
+        first = _forward(model, batch.ids, batch.positions, None)
+    except (AssertionError, ParameterError):
+        raise
+    except Exception as exc:  # a model written for a cache alone: 'NoneType' object has no attribute 'update'
+        raise AssertionError(
+            f"model: a forward without a cache (cache=None) raised {type(exc).__name__}: {exc}; allowed: logits over "
+            "the tokens passed in, causal and padding-aware (cache='none' decodes so, and the kit checks every cache "
+            "against it: docs/concepts.md, Models)"
+        ) from exc
     mode = " (it is in training mode: model.eval() turns dropout off)" if getattr(model, "training", False) else ""
     again = _forward(model, batch.ids, batch.positions, None)
     _assert_close(again, first, f"model: the same batch fed twice{mode}", "a forward that repeats", batch.tolerance)
