@@ -50,10 +50,11 @@ def _forward(model: Any, ids: Tensor, positions: Tensor, cache: Any, *, last_onl
     V = model.spec.vocab_size
     shape = tuple(logits.shape) if isinstance(logits, Tensor) else None
     got = f"logits of shape {shape}" if shape is not None else f"a {type(logits).__name__}, not a tensor,"
-    asked, want = ("last_only=True", (B, 1, V)) if last_only else ("input_ids", (B, T, V))
+    asked, want = (" with last_only=True", (B, 1, V)) if last_only else ("", (B, T, V))
     which = "the last position's logits" if last_only else "every position's logits"
     assert isinstance(logits, Tensor) and shape == want, (
-        f"model: {got} for {asked} {(B, T)}; allowed: [B, {'1' if last_only else 'T'}, vocab_size] = {want}, {which}"
+        f"model: {got} for input_ids {(B, T)}{asked}; allowed: [B, {'1' if last_only else 'T'}, vocab_size] = {want}, "
+        f"{which}"
     )
     return logits.double()
 
@@ -202,9 +203,9 @@ def check_model_last_only(model: Any, *, seed: int = 0, tolerance: float | None 
     batch = _Batch(model, seed, tolerance)
     last = _whole_batch(model, batch)[:, -1:]
     allowed = "the logits of the last column, [B, 1, V] (the output projection of the last position alone)"
-    for fed, cache in (("without a cache", None), ("through PreallocatedKVCache", _cache_spec(model, batch))):
-        kv = None if cache is None else PreallocatedKVCache(cache)
-        got = _forward(model, batch.ids, batch.positions, kv, last_only=True)
+    fresh = PreallocatedKVCache(_cache_spec(model, batch))
+    for fed, cache in (("without a cache", None), ("through PreallocatedKVCache", fresh)):
+        got = _forward(model, batch.ids, batch.positions, cache, last_only=True)
         _assert_close(got, last, f"model: last_only=True {fed} vs a forward's last column", allowed, batch.tolerance)
     return True
 
