@@ -1,11 +1,11 @@
 """The model kit (`decodekit.testing.check_model`) passes the models decodekit decodes and fails each flaw a model
 author can make that the decode loop does not see itself: positions read from slots, padding attended, a cache
-that is fed but not attended over, the last position's logits only."""
+that is fed but not attended over, keys taken for their slots by their index, the last position's logits only."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import torch
@@ -14,9 +14,9 @@ from decodekit_gpt.gpt import GPT, GPTConfig
 from torch import Tensor, nn
 
 import decodekit as dk
-from decodekit.cache import cached_attention, slot_mask
+from decodekit.cache import KVCache, cached_attention, evicts, slot_mask
 from decodekit.testing import ModelConformance, check_model
-from decodekit.testing.models import check_model_cache, check_model_rows, default_tolerance
+from decodekit.testing.models import check_model_cache, check_model_key_order, check_model_rows, default_tolerance
 from decodekit.testing.tiny_lm import TinyLM
 
 
@@ -66,6 +66,75 @@ class AttendsPadding(OwnLM):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
+class MasklessStep(OwnLM):
+    """Attends a step of one token over every key the cache returned, without its mask (a single query needs no
+    causal mask): a left-padded row's step attends to its padding."""
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: Any = None) -> Tensor:
+        if cache is None or input_ids.shape[1] > 1:
+            return super().forward(input_ids, positions, cache)
+        B = input_ids.shape[0]
+        x = self.embed(input_ids) + self.pos(positions.clamp(min=0))
+        for layer, qkv in enumerate(self.qkv):
+            q, k, v = qkv(x).view(B, 1, 3, self.spec.n_heads, -1).permute(2, 0, 3, 1, 4)
+            k, v = cache.update(layer, k, v)
+            x = x + F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, 1, -1)
+        out: Tensor = self.head(x)
+        return out
+
+
+class CacheAlone(OwnLM):
+    """Written for a cache alone: every layer calls `cache.update`, so `cache=None` (cache="none", the kit's
+    reference) is an AttributeError."""
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: Any = None) -> Tensor:
+        B, T = input_ids.shape
+        x = self.embed(input_ids) + self.pos(positions.clamp(min=0))
+        for layer, qkv in enumerate(self.qkv):
+            q, k, v = qkv(x).view(B, T, 3, self.spec.n_heads, -1).permute(2, 0, 3, 1, 4)
+            k, v = cache.update(layer, k, v)
+            x = x + cached_attention(cache, layer, q, k, v, positions).transpose(1, 2).reshape(B, T, -1)
+        out: Tensor = self.head(x)
+        return out
+
+
+class WindowByIndex(OwnLM):
+    """Attends over a sliding window of its own, reading each key's slot from its index in what `cache.update`
+    returned: right through a cache that keeps slot order (dense, gqa, int8), wrong without an error through one
+    that evicts (`window`'s ring, the scored caches)."""
+
+    window = 2
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: Any = None) -> Tensor:
+        B, T = input_ids.shape
+        x = self.embed(input_ids) + self.pos(positions.clamp(min=0))
+        for layer, qkv in enumerate(self.qkv):
+            q, k, v = qkv(x).view(B, T, 3, self.spec.n_heads, -1).permute(2, 0, 3, 1, 4)
+            if cache is None:
+                mask = slot_mask(torch.arange(T), positions, 0, window=self.window)
+            else:
+                k, v = cache.update(layer, k, v)
+                S = k.shape[2]  # the flaw: the returned keys taken for slots 0..S-1
+                mask = cache.attention_mask(layer, positions) & slot_mask(
+                    torch.arange(S), positions, S - T, window=self.window
+                )
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            x = x + y.transpose(1, 2).reshape(B, T, -1)
+        out: Tensor = self.head(x)
+        return out
+
+
+class WindowRefusingEviction(WindowByIndex):
+    """The same model, refusing the caches it cannot read (docs/concepts.md, Models)."""
+
+    def validate_cache(self, cache: KVCache, reach: int) -> None:
+        if evicts(cache):
+            raise dk.ParameterError(
+                f"WindowByIndex: cache {type(cache).__name__} is invalid: it evicts, and the model's window reads "
+                "key slots by index; allowed: dense, gqa, int8"
+            )
+
+
 class IgnoresTheCache(TinyLM):
     """Attends over the tokens of each call only: every decode step forgets the prompt."""
 
@@ -91,6 +160,17 @@ class LastPositionOnly(TinyLM):
         return super().forward(input_ids, positions, cache)[:, -1:]
 
 
+class FirstColumnForLast(TinyLM):
+    """Says `supports_last_only`, and projects the first column for it: every prefill then decodes from the logits
+    after a row's first token (padding, in a left-padded row)."""
+
+    supports_last_only = True
+
+    def forward(self, input_ids: Tensor, positions: Tensor, cache: Any = None, last_only: bool = False) -> Tensor:
+        out = super().forward(input_ids, positions, cache)
+        return out[:, :1] if last_only else out
+
+
 class InTuple(TinyLM):
     """The logits in a tuple, as transformers' models return them with `return_dict=False`."""
 
@@ -105,6 +185,7 @@ SOUND = {
     "the reference GPT": lambda: GPT(GPTConfig(vocab_size=64, n_layer=2, n_head=4, n_kv_head=2, n_embd=32)).eval(),
     "tiny-shakespeare": lambda: dk.load_model("tiny-shakespeare"),
     "docs/concepts.md's own model": OwnLM,
+    "a window by index, refusing caches that evict": WindowRefusingEviction,
 }
 
 
@@ -126,6 +207,14 @@ FLAWS = [
     pytest.param(check_model_rows, SlotPositions, "row 1 .* in the batch vs alone: logits differ", id="slots"),
     pytest.param(check_model_rows, AttendsPadding, "padding is never attended", id="padding"),
     pytest.param(check_model_cache, IgnoresTheCache, "slots 2..5 fed through PreallocatedKVCache", id="no cache"),
+    # before: "allowed: the same logits (each layer ... attends over what it returns)", which it did
+    pytest.param(
+        check_model_cache, MasklessStep, r"slots 6..6 .*under cache.attention_mask, a step of one token too", id="mask"
+    ),
+    # before: passed, and the model decoded wrong through window and the scored caches without an error
+    pytest.param(
+        check_model, WindowByIndex, "fed through a cache that hands back its keys last slot first", id="key order"
+    ),
     # before: "row 0 (... after 0 of padding) in the batch vs alone: ... positions are the model's argument ...",
     # and ModelConformance's cache test blamed the cache
     pytest.param(
@@ -136,6 +225,17 @@ FLAWS = [
     ),
     pytest.param(
         check_model, LastPositionOnly, r"logits of shape \(3, 1, 64\).*allowed: \[B, T, vocab_size\]", id="shape"
+    ),
+    # before: the model's own "AttributeError: 'NoneType' object has no attribute 'update'", from the kit
+    pytest.param(
+        check_model,
+        CacheAlone,
+        r"a forward without a cache \(cache=None\) raised AttributeError: 'NoneType' object has no attribute 'update'",
+        id="cache alone",
+    ),
+    # before: passed, and dk.generate decoded from each row's first column after the prefill
+    pytest.param(
+        check_model, FirstColumnForLast, r"last_only=True without a cache vs a forward's last column", id="last only"
     ),
     # before: "logits of shape ()", as if the model had returned a scalar
     pytest.param(
@@ -176,6 +276,37 @@ def test_a_tolerance_given_rules_over_the_dtypes(dtype: torch.dtype, flaw: float
         check_model(model, tolerance=tolerance)
     assert default_tolerance(torch.float32) == 1e-4
     assert default_tolerance(torch.bfloat16) == 4 * 2**-7 and default_tolerance(torch.float16) == 4 * 2**-10
+
+
+@pytest.mark.parametrize("position", ["learned", "rope"])
+def test_a_context_shorter_than_the_kits_rows_is_refused_naming_it(position: Literal["learned", "rope"]) -> None:
+    """Before: a learned table's bare `IndexError: index out of range in self`, and a rotary model checked at positions
+    past its context, which no decode feeds it."""
+    with pytest.raises(dk.ParameterError, match=r"max_positions=8 is invalid here: .* up to 11 positions"):
+        check_model(TinyLM(64, max_positions=8, position=position))
+
+
+def test_a_model_that_refuses_caches_that_evict_is_not_held_to_their_key_order() -> None:
+    refusal = check_model_key_order(WindowRefusingEviction())
+    assert refusal is not None and "cache _KeysLastFirst is invalid: it evicts" in refusal
+    assert check_model_key_order(OwnLM()) is None  # checked: it attends under the cache's mask
+
+    class Suite(ModelConformance):
+        def make(self) -> WindowRefusingEviction:
+            return WindowRefusingEviction()
+
+    with pytest.raises(pytest.skip.Exception, match="the model refuses a cache that evicts: WindowByIndex: cache"):
+        Suite().test_keys_in_any_order()  # skipped with the reason, never passed
+
+
+def test_the_docs_model_runs_on_another_device_than_the_cpu_without_a_cache() -> None:
+    """docs/concepts.md's model masks with `slot_mask(torch.arange(T), positions, 0)`, its key slots on the CPU; on
+    another device (meta stands in for a GPU) that was torch's `RuntimeError: Tensor on device meta is not on the
+    expected device cpu!` (on a GPU, 'Expected all tensors to be on the same device') for cache="none" and the kit."""
+    model = OwnLM().to("meta")
+    positions = (torch.arange(5) - torch.tensor([[0], [3]])).to("meta")  # a row left-padded by 3
+    logits = model(torch.zeros(2, 5, dtype=torch.long, device="meta"), positions, None)
+    assert logits.device.type == "meta" and logits.shape == (2, 5, 64)
 
 
 class TestTinyLM(ModelConformance):

@@ -21,7 +21,7 @@ from decodekit_speculative.strategy import SpeculativeGeneration
 from torch import Tensor, nn
 
 import decodekit as dk
-from decodekit.cache import KVCache, cached_attention, slot_mask
+from decodekit.cache import KVCache, cached_attention, observes, slot_mask
 
 BASE = 10000.0
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [3, 1, 4, 1, 5, 9, 2, 6]]  # ragged: decoded left-padded in one batch
@@ -48,6 +48,8 @@ class RMSNorm(nn.Module):
 
 
 class Block(nn.Module):
+    rotary = True  # False: no positional encoding (NoPE), the causal mask alone orders the tokens
+
     def __init__(self, dim: int, heads: int, kv_heads: int) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
@@ -71,7 +73,9 @@ class Block(nn.Module):
         q = self.wq(h).view(B, T, self.heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
         kv = self.wkv(h).view(B, T, 2 * self.kv_heads, self.head_dim).transpose(1, 2)
         k, v = kv.chunk(2, dim=1)  # each [B, H_kv, T, D]
-        y = self.attend(rotate_half(q, positions), rotate_half(k, positions), v, layer, positions, cache)
+        if self.rotary:
+            q, k = rotate_half(q, positions), rotate_half(k, positions)
+        y = self.attend(q, k, v, layer, positions, cache)
         x = x + self.wo(y.transpose(1, 2).reshape(B, T, C))
         h = self.mlp_norm(x)
         out: Tensor = x + self.down(F.silu(self.gate(h)) * self.up(h))
@@ -145,6 +149,59 @@ def test_window_decodes_a_forward_over_the_tokens_it_keeps() -> None:
         assert kept != greedy_by_hand(one, prompt, 40)  # the eviction changes the tokens: the check can fail
         out = dk.generate(one, [prompt], chain="greedy", max_new_tokens=40, cache="window(size=8, sinks=2)")
         assert out.tokens[0] == kept
+
+
+class AttendsByHand(Block):
+    """Attends under the cache's mask with SDPA of its own, not `cached_attention`; `hands_queries`: it hands its
+    queries to a cache that observes, as docs/concepts.md ("Models") says."""
+
+    hands_queries = False
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, layer: int, positions: Tensor, cache: KVCache | None) -> Tensor:
+        if cache is None:
+            return super().attend(q, k, v, layer, positions, cache)
+        k, v = cache.update(layer, k, v)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=cache.attention_mask(layer, positions), enable_gqa=True)
+        if self.hands_queries and observes(cache):
+            cache.observe(layer, q)  # type: ignore[attr-defined]
+        return y
+
+
+class HandsItsQueries(AttendsByHand):
+    hands_queries = True
+
+
+@pytest.mark.parametrize("cache", ["h2o(budget=64)", "snapkv(budget=64)"])
+def test_a_model_that_attends_by_hand_decodes_through_a_cache_that_observes_when_it_hands_its_queries(
+    reference: list[list[int]], cache: str
+) -> None:
+    by_hand = OwnLlama()
+    for block in by_hand.blocks:
+        block.__class__ = HandsItsQueries
+    assert dk.generate(by_hand, PROMPTS, chain="greedy", max_new_tokens=NEW, cache=cache).tokens == reference
+    for block in by_hand.blocks:
+        block.__class__ = AttendsByHand
+    with pytest.raises(dk.PluginError, match="was fed again before the model handed its queries to observe"):
+        dk.generate(by_hand, PROMPTS, chain="greedy", max_new_tokens=NEW, cache=cache)
+
+
+class NoPositions(Block):
+    rotary = False
+
+
+def test_a_model_without_positional_encoding_goes_past_its_context_through_a_cache_that_evicts() -> None:
+    """Its keys carry no position, so any cache may keep them anywhere: `rope_frequencies=((),)` says so. Before,
+    ModelSpec refused `()`, and without it the engine refused the decode ('its positions are absolute (not
+    rotary)')."""
+    nope = OwnLlama(layers=1, context=32)
+    nope.blocks[0].__class__ = NoPositions
+    nope.spec = dataclasses.replace(nope.spec, rope_base=None, rope_frequencies=((),))
+    for prompt in PROMPTS:
+        kept = greedy_by_hand(nope, prompt, 40, window=8, sinks=2)  # 48 tokens at most: past the context of 32
+        assert kept != greedy_by_hand(nope, prompt, 40)  # the eviction changes the tokens: the check can fail
+        out = dk.generate(nope, [prompt], chain="greedy", max_new_tokens=40, cache="window(size=8, sinks=2)")
+        assert out.tokens[0] == kept
+    assert len(dk.generate(nope, PROMPTS, chain="greedy", max_new_tokens=40, cache="h2o(budget=16)").tokens[2]) == 40
 
 
 class UpdatesEveryLayerFirst(OwnLlama):

@@ -202,8 +202,10 @@ def capacity_error(cache: str, layer: int, held: int, new: int, capacity: int) -
 def slot_mask(key_slots: Tensor, positions: Tensor, first: int, *, window: int | None = None, sinks: int = 0) -> Tensor:
     """`[B, 1, T, S]` bool: may the query in slot `first + i` attend to the key in slot `key_slots[..., j]`?
     key_slots `[S]`, `[B, S]` or `[B, H, S]` (the mask then `[B, H, T, S]`), -1 for no key; the rule, `window`
-    and `sinks`: docs/caches.md (the model ↔ cache contract, *Masks*)."""
+    and `sinks`: docs/caches.md (the model ↔ cache contract, *Masks*). On `positions`' device (a model's
+    `torch.arange(T)` of key slots is on the CPU)."""
     T = positions.shape[1]
+    key_slots = key_slots.to(positions.device)  # no copy where it is there already
     q = torch.arange(first, first + T, device=positions.device)[:, None]  # [T, 1]
     row_start = (q[:, 0] - positions).unsqueeze(-1)  # [B, T, 1]
     if key_slots.dim() == 3:  # [B, H, S] -> [B, H, 1, S] against [B, 1, T, 1]

@@ -47,7 +47,8 @@ def _check_frequencies(owner: str, spec: ModelSpec | CacheSpec) -> None:
         return
     raise ParameterError(
         f"{owner}: rope_frequencies={freqs!r} is invalid; allowed: None (rope_base's) or n_layers={spec.n_layers} "
-        "tuples of floats >= 0, each at most half its layer's head_dim long"
+        "tuples of floats >= 0, each at most half its layer's head_dim long (() for a layer whose keys carry no "
+        "position)"
     )
 
 
@@ -56,7 +57,7 @@ def _head_dim(spec: ModelSpec | CacheSpec, layer: int) -> int:
 
 
 def _is_freq(freq: object, head_dim: int) -> bool:
-    if not isinstance(freq, tuple) or not 1 <= len(freq) <= head_dim // 2:
+    if not isinstance(freq, tuple) or len(freq) > head_dim // 2:  # (): keys that carry no position (NoPE)
         return False
     return all(isinstance(f, float) and f >= 0 for f in freq)
 
@@ -121,7 +122,8 @@ class ModelSpec(_Rotary):
     full-attention layers wider keys, MiMo-V2-Flash's sliding layers more kv-heads), each layer's `(kv-heads,
     head_dim, value width)`, which then rule over the three scalar fields; None: every layer as they say;
     `rope_frequencies`: where keys rotate by other frequencies than `rope_base`'s (scaled, partial, per layer type),
-    each layer's inverse frequencies (`decodekit.rope`), which rule over `rope_base`; `splittable`: False where a
+    each layer's inverse frequencies (`decodekit.rope`), which rule over `rope_base` (`()`: a layer without positional
+    encoding, whose keys any cache may move); `splittable`: False where a
     prompt fed in several forwards gets other logits than from one forward over it (transformers' `longrope` picks
     its frequencies by a forward's largest position; Llama 4's query temperature counts cache slots, which a shared
     prefix's forward moves): the engine then prefills each prompt in one forward, sharing no prefix (docs/concepts.md,

@@ -9,6 +9,12 @@
 - **The cache holds what a forward recomputes**: fed through a cache that keeps every token, in blocks of several
   sizes (the prompt in two, then tokens one by one), every block's logits equal a fresh forward over the whole
   sequence without a cache (`cache=None`, the path `cache="none"` decodes with).
+- **Keys in any order**: the same through a cache that evicts nothing but hands its keys back last slot first,
+  as a cache that evicts may (`window`'s ring): a model that reads a key's position from its index in what
+  `update` returned (an ALiBi bias, a sliding window of its own) decodes wrong through `window` and the scored
+  caches without an error. Skipped where the model's `validate_cache` refuses such a cache.
+- **The last column alone**: where the model says `supports_last_only`, `last_only=True` gives a forward's last
+  column, `[B, 1, V]`, with and without a cache (every prefill without `prompt_logprobs` asks for it).
 """
 
 from __future__ import annotations
@@ -18,25 +24,37 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from decodekit.cache import PreallocatedKVCache
+from decodekit.cache import KVCache, PreallocatedKVCache
+from decodekit.errors import ParameterError
 from decodekit.model import check_call, model_device_dtype
 from decodekit.spec import CacheSpec
 
-__all__ = ["ModelConformance", "check_model", "check_model_cache", "check_model_rows", "default_tolerance"]
+__all__ = [
+    "ModelConformance",
+    "check_model",
+    "check_model_cache",
+    "check_model_key_order",
+    "check_model_last_only",
+    "check_model_rows",
+    "default_tolerance",
+]
 
 _LENGTHS = (6, 2, 4)  # prompt lengths of the ragged batch
 _NEW = 5  # tokens fed one at a time after the prompts
 
 
-def _forward(model: Any, ids: Tensor, positions: Tensor, cache: Any) -> Tensor:
+def _forward(model: Any, ids: Tensor, positions: Tensor, cache: Any, *, last_only: bool = False) -> Tensor:
     with torch.no_grad():
-        logits = model(ids, positions, cache)
+        logits = model(ids, positions, cache, **({"last_only": True} if last_only else {}))
     B, T = ids.shape
     V = model.spec.vocab_size
     shape = tuple(logits.shape) if isinstance(logits, Tensor) else None
     got = f"logits of shape {shape}" if shape is not None else f"a {type(logits).__name__}, not a tensor,"
-    assert isinstance(logits, Tensor) and shape == (B, T, V), (
-        f"model: {got} for input_ids {(B, T)}; allowed: [B, T, vocab_size] = {(B, T, V)}, every position's logits"
+    asked, want = (" with last_only=True", (B, 1, V)) if last_only else ("", (B, T, V))
+    which = "the last position's logits" if last_only else "every position's logits"
+    assert isinstance(logits, Tensor) and shape == want, (
+        f"model: {got} for input_ids {(B, T)}{asked}; allowed: [B, {'1' if last_only else 'T'}, vocab_size] = {want}, "
+        f"{which}"
     )
     return logits.double()
 
@@ -67,6 +85,11 @@ class _Batch:
         device = self.device
         longest = max(_LENGTHS)
         self.total = longest + _NEW
+        if (context := model.spec.max_positions) < self.total:  # positions past it: a learned table's IndexError
+            raise ParameterError(
+                f"model kit: ModelSpec.max_positions={context} is invalid here: the kit feeds rows of up to "
+                f"{self.total} positions; allowed: max_positions >= {self.total} (a model built with a longer context)"
+            )
         g = torch.Generator().manual_seed(seed)
         self.ids = torch.randint(0, model.spec.vocab_size, (len(_LENGTHS), self.total), generator=g).to(device)
         self.pads = [longest - n for n in _LENGTHS]
@@ -77,7 +100,16 @@ class _Batch:
 def _whole_batch(model: Any, batch: _Batch) -> Tensor:
     """The batch's logits without a cache, the same when fed again: else each check would blame what it compares
     (a model left in training mode draws its dropout anew in every forward)."""
-    first = _forward(model, batch.ids, batch.positions, None)
+    try:
+        first = _forward(model, batch.ids, batch.positions, None)
+    except (AssertionError, ParameterError):
+        raise
+    except Exception as exc:  # a model written for a cache alone: 'NoneType' object has no attribute 'update'
+        raise AssertionError(
+            f"model: a forward without a cache (cache=None) raised {type(exc).__name__}: {exc}; allowed: logits over "
+            "the tokens passed in, causal and padding-aware (cache='none' decodes so, and the kit checks every cache "
+            "against it: docs/concepts.md, Models)"
+        ) from exc
     mode = " (it is in training mode: model.eval() turns dropout off)" if getattr(model, "training", False) else ""
     again = _forward(model, batch.ids, batch.positions, None)
     _assert_close(again, first, f"model: the same batch fed twice{mode}", "a forward that repeats", batch.tolerance)
@@ -95,15 +127,29 @@ def check_model_rows(model: Any, *, seed: int = 0, tolerance: float | None = Non
         _assert_close(full[b : b + 1, pad:], alone, what, allowed, batch.tolerance)
 
 
-def check_model_cache(model: Any, *, seed: int = 0, tolerance: float | None = None) -> None:
-    """Fed through a cache that keeps every token, block by block, each block's logits equal a fresh forward
-    over the whole sequence without a cache."""
-    batch = _Batch(model, seed, tolerance)
-    _whole_batch(model, batch)
-    spec = CacheSpec.for_model(
+class _KeysLastFirst(PreallocatedKVCache):
+    """Keeps every token, but hands the keys back last slot first, as a cache that evicts may (a ring buffer); it
+    states a `reach`, so a model that refuses such caches (`validate_cache`) refuses it."""
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        k, v = super().update(layer, k, v)
+        return k.flip(2), v.flip(2)
+
+    def attention_mask(self, layer: int, positions: Tensor) -> Tensor:
+        return super().attention_mask(layer, positions).flip(-1)
+
+    def reach(self, new: int) -> int:
+        return self.length + new
+
+
+def _cache_spec(model: Any, batch: _Batch) -> CacheSpec:
+    return CacheSpec.for_model(
         model.spec, batch_size=len(_LENGTHS), capacity=batch.total, dtype=batch.dtype, device=batch.device
     )
-    cache = PreallocatedKVCache(spec)
+
+
+def _check_blocks(model: Any, batch: _Batch, cache: KVCache, fed: str, allowed: str) -> None:
+    """Fed through `cache` block by block, each block's logits equal a fresh forward over the whole sequence."""
     start = 0
     for size in batch.blocks:
         stop = start + size
@@ -111,10 +157,57 @@ def check_model_cache(model: Any, *, seed: int = 0, tolerance: float | None = No
         cached = _forward(model, ids[:, start:], positions[:, start:], cache)
         fresh = _forward(model, ids, positions, None)[:, start:]
         real = (positions[:, start:] >= 0)[..., None]  # padding's logits are nobody's
-        what = f"model: slots {start}..{stop - 1} fed through {type(cache).__name__} vs a forward without a cache"
-        allowed = "the same logits (each layer feeds cache.update its new keys and attends over what it returns)"
+        what = f"model: slots {start}..{stop - 1} fed through {fed} vs a forward without a cache"
         _assert_close(cached * real, fresh * real, what, allowed, batch.tolerance)
         start = stop
+
+
+def check_model_cache(model: Any, *, seed: int = 0, tolerance: float | None = None) -> None:
+    """Fed through a cache that keeps every token, block by block, each block's logits equal a fresh forward
+    over the whole sequence without a cache."""
+    batch = _Batch(model, seed, tolerance)
+    _whole_batch(model, batch)
+    allowed = (
+        "the same logits (each layer feeds cache.update its new keys and attends over what it returns under "
+        "cache.attention_mask, a step of one token too: a left-padded row's padding is among the keys)"
+    )
+    _check_blocks(model, batch, PreallocatedKVCache(_cache_spec(model, batch)), "PreallocatedKVCache", allowed)
+
+
+def check_model_key_order(model: Any, *, seed: int = 0, tolerance: float | None = None) -> str | None:
+    """The same as `check_model_cache` through a cache that hands its keys back last slot first; returns the
+    model's refusal (its `validate_cache`'s `ParameterError`) where it refuses such a cache, else None."""
+    batch = _Batch(model, seed, tolerance)
+    _whole_batch(model, batch)
+    cache = _KeysLastFirst(_cache_spec(model, batch))
+    if callable(validate := getattr(model, "validate_cache", None)):
+        try:
+            validate(cache, batch.total)
+        except ParameterError as exc:
+            return str(exc)
+    allowed = (
+        "the same logits (a cache that evicts hands back its keys in any order: attend under cache.attention_mask, "
+        "never by a key's index; a model that must, an ALiBi bias or a sliding window of its own, refuses caches "
+        "that evict in its validate_cache)"
+    )
+    _check_blocks(model, batch, cache, "a cache that hands back its keys last slot first", allowed)
+    return None
+
+
+def check_model_last_only(model: Any, *, seed: int = 0, tolerance: float | None = None) -> bool:
+    """Where the model says `supports_last_only`, `last_only=True` (what every prefill without `prompt_logprobs`
+    asks) gives the last column of a forward over the whole batch, without a cache and through one; returns whether
+    it was checked."""
+    if not getattr(model, "supports_last_only", False):
+        return False
+    batch = _Batch(model, seed, tolerance)
+    last = _whole_batch(model, batch)[:, -1:]
+    allowed = "the logits of the last column, [B, 1, V] (the output projection of the last position alone)"
+    fresh = PreallocatedKVCache(_cache_spec(model, batch))
+    for fed, cache in (("without a cache", None), ("through PreallocatedKVCache", fresh)):
+        got = _forward(model, batch.ids, batch.positions, cache, last_only=True)
+        _assert_close(got, last, f"model: last_only=True {fed} vs a forward's last column", allowed, batch.tolerance)
+    return True
 
 
 def check_model(model: Any, *, seed: int = 0, tolerance: float | None = None) -> None:
@@ -123,6 +216,8 @@ def check_model(model: Any, *, seed: int = 0, tolerance: float | None = None) ->
     the largest logit, at most `tolerance`; None: `default_tolerance` of the model's dtype)."""
     check_model_rows(model, seed=seed, tolerance=tolerance)
     check_model_cache(model, seed=seed, tolerance=tolerance)
+    check_model_key_order(model, seed=seed, tolerance=tolerance)
+    check_model_last_only(model, seed=seed, tolerance=tolerance)
 
 
 class ModelConformance:
@@ -139,3 +234,15 @@ class ModelConformance:
 
     def test_cache_matches_a_forward_without_one(self) -> None:
         check_model_cache(self.make(), seed=self.seed, tolerance=self.tolerance)
+
+    def test_keys_in_any_order(self) -> None:
+        if (refusal := check_model_key_order(self.make(), seed=self.seed, tolerance=self.tolerance)) is not None:
+            import pytest
+
+            pytest.skip(f"the model refuses a cache that evicts: {refusal}")
+
+    def test_last_only_is_the_last_column(self) -> None:
+        if not check_model_last_only(self.make(), seed=self.seed, tolerance=self.tolerance):
+            import pytest
+
+            pytest.skip("the model does not say supports_last_only: every forward returns every column's logits")
