@@ -49,14 +49,16 @@ class OwnLM(nn.Module):
         x = self.embed(input_ids) + self.pos(positions.clamp(min=0))
         for layer, qkv in enumerate(self.qkv):
             q, k, v = qkv(x).view(B, T, 3, self.spec.n_heads, -1).permute(2, 0, 3, 1, 4)
-            if cache is None:
-                y = self.attend(q, k, v, positions)
-            else:
-                k, v = cache.update(layer, k, v)
-                y = cached_attention(cache, layer, q, k, v, positions)
-            x = x + y.transpose(1, 2).reshape(B, T, -1)
+            x = x + self.layer(layer, q, k, v, positions, cache).transpose(1, 2).reshape(B, T, -1)
         out: Tensor = self.head(x)
         return out
+
+    def layer(self, layer: int, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, cache: Any) -> Tensor:
+        """One layer's attention (each flawed model below changes this alone)."""
+        if cache is None:
+            return self.attend(q, k, v, positions)
+        k, v = cache.update(layer, k, v)
+        return cached_attention(cache, layer, q, k, v, positions)
 
 
 class AttendsPadding(OwnLM):
@@ -70,32 +72,20 @@ class MasklessStep(OwnLM):
     """Attends a step of one token over every key the cache returned, without its mask (a single query needs no
     causal mask): a left-padded row's step attends to its padding."""
 
-    def forward(self, input_ids: Tensor, positions: Tensor, cache: Any = None) -> Tensor:
-        if cache is None or input_ids.shape[1] > 1:
-            return super().forward(input_ids, positions, cache)
-        B = input_ids.shape[0]
-        x = self.embed(input_ids) + self.pos(positions.clamp(min=0))
-        for layer, qkv in enumerate(self.qkv):
-            q, k, v = qkv(x).view(B, 1, 3, self.spec.n_heads, -1).permute(2, 0, 3, 1, 4)
-            k, v = cache.update(layer, k, v)
-            x = x + F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, 1, -1)
-        out: Tensor = self.head(x)
-        return out
+    def layer(self, layer: int, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, cache: Any) -> Tensor:
+        if cache is None or q.shape[2] > 1:
+            return super().layer(layer, q, k, v, positions, cache)
+        k, v = cache.update(layer, k, v)
+        return F.scaled_dot_product_attention(q, k, v)
 
 
 class CacheAlone(OwnLM):
     """Written for a cache alone: every layer calls `cache.update`, so `cache=None` (cache="none", the kit's
     reference) is an AttributeError."""
 
-    def forward(self, input_ids: Tensor, positions: Tensor, cache: Any = None) -> Tensor:
-        B, T = input_ids.shape
-        x = self.embed(input_ids) + self.pos(positions.clamp(min=0))
-        for layer, qkv in enumerate(self.qkv):
-            q, k, v = qkv(x).view(B, T, 3, self.spec.n_heads, -1).permute(2, 0, 3, 1, 4)
-            k, v = cache.update(layer, k, v)
-            x = x + cached_attention(cache, layer, q, k, v, positions).transpose(1, 2).reshape(B, T, -1)
-        out: Tensor = self.head(x)
-        return out
+    def layer(self, layer: int, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, cache: Any) -> Tensor:
+        k, v = cache.update(layer, k, v)
+        return cached_attention(cache, layer, q, k, v, positions)
 
 
 class WindowByIndex(OwnLM):
@@ -105,23 +95,17 @@ class WindowByIndex(OwnLM):
 
     window = 2
 
-    def forward(self, input_ids: Tensor, positions: Tensor, cache: Any = None) -> Tensor:
-        B, T = input_ids.shape
-        x = self.embed(input_ids) + self.pos(positions.clamp(min=0))
-        for layer, qkv in enumerate(self.qkv):
-            q, k, v = qkv(x).view(B, T, 3, self.spec.n_heads, -1).permute(2, 0, 3, 1, 4)
-            if cache is None:
-                mask = slot_mask(torch.arange(T), positions, 0, window=self.window)
-            else:
-                k, v = cache.update(layer, k, v)
-                S = k.shape[2]  # the flaw: the returned keys taken for slots 0..S-1
-                mask = cache.attention_mask(layer, positions) & slot_mask(
-                    torch.arange(S), positions, S - T, window=self.window
-                )
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-            x = x + y.transpose(1, 2).reshape(B, T, -1)
-        out: Tensor = self.head(x)
-        return out
+    def layer(self, layer: int, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, cache: Any) -> Tensor:
+        T = q.shape[2]
+        if cache is None:
+            mask = slot_mask(torch.arange(T), positions, 0, window=self.window)
+        else:
+            k, v = cache.update(layer, k, v)
+            S = k.shape[2]  # the flaw: the returned keys taken for slots 0..S-1
+            mask = cache.attention_mask(layer, positions) & slot_mask(
+                torch.arange(S), positions, S - T, window=self.window
+            )
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 class WindowRefusingEviction(WindowByIndex):
