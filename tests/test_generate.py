@@ -179,6 +179,24 @@ def test_uncached_crops_to_the_context_beyond_max_positions() -> None:
         assert out.tokens[0][step] == int(logits.argmax())
 
 
+@pytest.mark.parametrize("prompt_length", [16, 13])
+def test_uncached_scores_past_the_context_come_from_exactly_the_last_max_positions_tokens(prompt_length: int) -> None:
+    """The crop's window is the last 16 tokens, not 15: each token's raw log-probability is the model's on them at
+    positions 0..15 (argmax tokens alone did not tell a window one token short from it)."""
+    m = tiny_gpt(2, block_size=16)
+    prompt = [(7 * i) % 101 for i in range(1, prompt_length + 1)]
+    chain = dk.Chain([], selector=_greedy_like())
+    out = dk.generate(m, [prompt], chain=chain, max_new_tokens=6, cache="none", logprobs=1)
+    assert out.logprobs is not None
+    history = prompt + out.tokens[0]
+    for step, (token, lp) in enumerate(zip(out.tokens[0], out.logprobs[0], strict=True)):
+        seen = history[: len(prompt) + step][-16:]
+        assert len(seen) == 16 or step + prompt_length < 16
+        with torch.no_grad():
+            reference = m(torch.tensor([seen]), torch.arange(len(seen))[None], None)[0, -1].float().log_softmax(-1)
+        assert lp.raw == pytest.approx(float(reference[token]), abs=1e-5), step
+
+
 @pytest.mark.parametrize("cache", ["dense", "gqa"])
 def test_context_overflow_is_a_clear_error(cache: str) -> None:
     m = tiny_gpt(2, block_size=16)

@@ -39,6 +39,16 @@ def test_mu_update_over_two_steps() -> None:
     assert torch.allclose(mu, torch.tensor([2.565037 if a_picks_0 else 2.065037, 2.357519]), atol=1e-5)
 
 
+def test_the_most_probable_token_stays_when_every_surprise_is_above_mu() -> None:
+    # tau = 0.2: mu = 0.4 bits, below every surprise [1, 2, 3, 3]; the most probable token stays (llama.cpp keeps
+    # one token when none is within mu), renormalised p = 1, surprise 0: mu = 0.4 - 0.5 * (0 - 0.2) = 0.5.
+    rows = 4
+    ctx = dk.DecodeContext(tokens=torch.zeros(rows, 1, dtype=torch.long), generators=row_generators(0, rows))
+    mirostat = dk.create("mirostat_v2", tau=0.2, eta=0.5)
+    assert mirostat(LOGITS.expand(rows, -1), ctx).tolist() == [0] * rows
+    assert torch.allclose(ctx.state_for(mirostat), torch.full((rows,), 0.5))
+
+
 def test_mu_starts_at_twice_tau_in_every_new_context() -> None:
     mirostat = dk.create("mirostat_v2", 3.0, 0.1)
     for _ in range(2):  # the decode loop builds a fresh context per generation

@@ -25,6 +25,20 @@ def test_matches_transformers(ngram_size: int, seed: int) -> None:
     assert torch.isneginf(ours).any()
 
 
+@pytest.mark.parametrize(
+    ("ngram_size", "context", "banned"), [(2, [5, 5], [5]), (3, [1, 1, 1], [1]), (3, [1, 2, 1], [])]
+)
+def test_a_context_exactly_one_ngram_long_is_that_ngram(ngram_size: int, context: list[int], banned: list[int]) -> None:
+    # The context is the one n-gram: (5, 5) starts with the last token, 5, so 5 would repeat it; (1, 2, 1)'s
+    # start (1, 2) is not the context's last two tokens (2, 1): nothing is banned.
+    ids = torch.tensor([context])
+    x = torch.zeros(1, VOCAB)
+    ours = dk.create("no_repeat_ngram", ngram_size)(x, dk.DecodeContext(tokens=ids))
+    theirs = logits_process.NoRepeatNGramLogitsProcessor(ngram_size)(ids, x.clone())
+    assert torch.isneginf(ours[0]).nonzero().flatten().tolist() == banned
+    assert torch.equal(torch.isneginf(ours), torch.isneginf(theirs))
+
+
 @pytest.mark.parametrize("ngram_size", [2, 3])
 def test_ragged_rows_match_transformers_on_each_unpadded_row(ngram_size: int) -> None:
     g = torch.Generator().manual_seed(7)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from decodekit_temperature.params import TemperatureParams
+from decodekit_temperature.params import GREEDY_BELOW, TemperatureParams
 from decodekit_temperature.temperature import Temperature
 
 import decodekit as dk
@@ -48,6 +48,18 @@ def test_zero_breaks_ties_by_the_lowest_token_id() -> None:
     assert on.values.tolist() == [[4.0]] and on.indices.tolist() == [[1]]
     to = Temperature(value=0.0).to_candidates(x, ctx_for())
     assert to is not None and to.indices.tolist() == [[1]] and to.values.tolist() == [[4.0]]
+
+
+def test_greedy_starts_strictly_below_the_bound() -> None:
+    # vLLM's sampler: T < 1e-5 is greedy, T = 1e-5 divides. At the bound two tied maxima both stay (divided:
+    # 2 / 1e-5 = 2e5, exact to float32's rounding), and a third token too; one float32 step below, the first alone.
+    x = torch.tensor([[2.0, 2.0, 0.0]])
+    at = Temperature(value=GREEDY_BELOW)(x, ctx_for())
+    assert torch.allclose(at, torch.tensor([[2e5, 2e5, 0.0]]))
+    below = float(
+        torch.nextafter(torch.tensor(GREEDY_BELOW, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64))
+    )
+    assert torch.equal(Temperature(value=below)(x, ctx_for()), torch.tensor([[2.0, NEG, NEG]]))
 
 
 def test_zero_then_sample_is_greedy() -> None:

@@ -61,6 +61,18 @@ def test_the_token_that_crosses_p_is_kept() -> None:
     assert kept(x, 0.96) == [0, 1, 2, 3]
 
 
+def test_the_token_that_brings_the_mass_exactly_to_p_is_the_last_kept() -> None:
+    # p = [0.5, 0.25, 0.125, 0.0625, 0.0625]: each exp(x - max) is a power of two, exact in float32, so the
+    # prefix sums are too: A + B = 0.75 exactly. At p = 0.75 the mass before C already reaches p: C goes.
+    # transformers' TopPLogitsWarper removes the tokens whose ascending cumulative mass is <= 1 - p = 0.25:
+    # the two 0.0625s and C, the same two kept.
+    x = log_probs(0.5, 0.25, 0.125, 0.0625, 0.0625)
+    assert (x - x.max()).exp().tolist() == [[1.0, 0.5, 0.25, 0.125, 0.125]]  # the exactness the case needs
+    assert kept(x, 0.75) == [0, 1]
+    assert torch.isfinite(reference(x, 0.75)[0]).nonzero().flatten().tolist() == [0, 1]
+    assert kept(x, 0.875) == [0, 1, 2]  # A + B + C = 0.875: the 0.0625s go
+
+
 def test_the_most_probable_token_is_never_removed() -> None:
     x = log_probs(0.6, 0.25, 0.1, 0.05)
     assert kept(x, 1e-6) == [0]

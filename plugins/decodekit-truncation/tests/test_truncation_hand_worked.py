@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 import pytest
@@ -68,6 +69,24 @@ def test_top_n_sigma_ignores_removed_tokens_in_mean_and_sigma() -> None:
     x = torch.tensor([[INF, math.log(0.1), math.log(0.2), INF, math.log(0.3), math.log(0.4)]])
     out = dk.create("top_n_sigma", n=1.0)(x, dk.DecodeContext(tokens=torch.zeros(1, 1, dtype=torch.long)))
     assert torch.isfinite(out[0]).nonzero().flatten().tolist() == [4, 5]
+    # n = 1.35: the cut is -0.9163 - 1.35 * 0.5206 = -1.6191, below ln 0.2 = -1.6094, which stays. Counting the
+    # two removed tokens as deviations of 0 would give a mean of -0.3945 and σ = 0.5085 (of x - max): a cut of
+    # -1.6028, which would remove it.
+    out = dk.create("top_n_sigma", n=1.35)(x, dk.DecodeContext(tokens=torch.zeros(1, 1, dtype=torch.long)))
+    assert torch.isfinite(out[0]).nonzero().flatten().tolist() == [2, 4, 5]
+
+
+def test_top_n_sigma_is_the_population_sigma_of_the_finite_logits() -> None:
+    # finite logits [0, -1, -2, -3]: mean -1.5, population σ = sqrt(1.25) = 1.1180; n = 1.75 cuts at -1.9566,
+    # so -2 goes. (Over all six entries, the removed ones as 0 after the shift by the max, σ would be 1.1547 and
+    # the cut -2.0207, keeping -2.)
+    x = torch.tensor([[0.0, -1.0, INF, -2.0, -3.0, INF]])
+    finite = [0.0, -1.0, -2.0, -3.0]
+    sigma = statistics.pstdev(finite)
+    assert math.isclose(sigma, math.sqrt(1.25))
+    expected = [i for i, v in enumerate(x[0].tolist()) if v >= max(finite) - 1.75 * sigma]
+    out = dk.create("top_n_sigma", n=1.75)(x, dk.DecodeContext(tokens=torch.zeros(1, 1, dtype=torch.long)))
+    assert torch.isfinite(out[0]).nonzero().flatten().tolist() == expected == [0, 1]
 
 
 @pytest.mark.parametrize(
@@ -115,6 +134,21 @@ def test_top_a_min_keep() -> None:
 )
 def test_xtc_llama_cpp_cases(threshold: float, expected: list[int]) -> None:
     assert kept("xtc", [0.4, 0.3, 0.2, 0.1], probability=1.0, threshold=threshold) == expected
+
+
+def test_xtc_a_token_exactly_at_the_threshold_is_a_top_choice() -> None:
+    # threshold = the probability of a 10.0 token: ln t + lse = 10 exactly (10 - lse is exact in float32 by
+    # Sterbenz' lemma, lse = 11.30 being within a factor 2 of 10, and ln t rounds back to it). Both 10.0s have
+    # p >= t, as llama.cpp's `p >= threshold`: three top choices, the least probable (the tied 10.0s) stay and
+    # the 10.5 goes. Were p == t not a top choice, the 10.5 alone would be one and nothing would go.
+    x = torch.tensor([[10.5, 10.0, 10.0, 5.0]])
+    lse = torch.logsumexp(x, -1)
+    threshold = math.exp(float(x[0, 1] - lse[0]))
+    assert torch.equal(torch.tensor(math.log(threshold), dtype=torch.float32) + lse, x[0, 1:2])
+    out = dk.create("xtc", probability=1.0, threshold=threshold)(
+        x, dk.DecodeContext(tokens=torch.zeros(1, 1, dtype=torch.long))
+    )
+    assert torch.isfinite(out[0]).nonzero().flatten().tolist() == [1, 2, 3]
 
 
 def test_xtc_threshold_zero_keeps_the_least_probable_candidate() -> None:
@@ -191,6 +225,20 @@ def test_typical_llama_cpp_cases() -> None:
     assert kept("typical", [0.4, 0.2, 0.2, 0.2], mass=0.5) == [1, 2, 3]
     # p = [0.97, 0.01, 0.01, 0.01]: H = 0.1677; |0.0305 - 0.1677| = 0.137 < |4.605 - 0.1677|: 0.97 alone.
     assert kept("typical", [0.97, 0.01, 0.01, 0.01], mass=0.5) == [0]
+
+
+def test_typical_stops_at_the_token_whose_cumulative_mass_equals_mass() -> None:
+    # p = [0.125, 0.125, 0.25, 0.5]: H = 1.75 ln 2 nats; |-ln p - H| = [1.25, 1.25, 0.25, 0.75] · ln 2. By
+    # typicality: the 0.25, the 0.5, then the 0.125s; cumulative mass 0.25, 0.75, 0.875, 1. A mass of exactly
+    # their first two (as float32 sums them) is reached at the 0.5 (HF: the first position whose cumulative mass
+    # is >= mass), so the 0.125s go; a float32 step more mass needs them.
+    probs = [0.125, 0.125, 0.25, 0.5]
+    p = logits_of(probs).log_softmax(-1).exp()[0]
+    mass = float(p[2] + p[3])
+    assert math.isclose(mass, 0.75, rel_tol=1e-6)
+    assert kept("typical", probs, mass=mass) == [2, 3]
+    more = float(torch.nextafter(torch.tensor(mass), torch.tensor(1.0)))
+    assert kept("typical", probs, mass=more) == [0, 1, 2, 3]
 
 
 def test_typical_min_keep_keeps_the_tokens_tied_with_the_last_kept() -> None:
