@@ -54,7 +54,7 @@ class ContextLengthError(DecodekitError, ValueError):
 
 
 class NumericsError(DecodekitError, FloatingPointError):
-    """NaN logits, or a row whose every token was removed by the chain."""
+    """A row that cannot be sampled: NaN or +inf logits (the model's or the chain's), or every token removed."""
 
 
 class CompileError(DecodekitError, RuntimeError):
