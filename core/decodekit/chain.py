@@ -175,8 +175,8 @@ class Chain:
     ) -> Picked:
         """One decode step: a token per row of `logits` `[B, V]`, read back once (`Picked.ids`), what `process` and
         the selector give (docs/concepts.md, "The fast path"). A live row that cannot be sampled is a `NumericsError`;
-        a row not `live` is never checked and gets token 0. `logprobs`: also the chosen token's log-probability and
-        the top-n, raw and after the chain."""
+        a row not `live` is never checked: its pick stands, or token 0 where it has none. `logprobs`: also the chosen
+        token's log-probability and the top-n, raw and after the chain."""
         raw = _raw(logits, ctx)
         before = ctx.fork() if self.may_redo else None  # where a redo of the step starts
         if logprobs is None:
