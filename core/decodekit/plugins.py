@@ -501,8 +501,9 @@ def create_cache(cache: str, spec: CacheSpec, /, **params: Any) -> KVCache:
 
 
 def load_model(name: str, /, **params: Any) -> Any:
-    """Load the registered model `name`, with parameters "name(n_layer=3)" (as a cache's "window(size=128)"),
-    and either with an argument for its loader, `name:argument` (e.g. "hf:/path/to/checkpoint")."""
+    """Load the registered model `name`, its parameters by keyword or in its string form (as a cache's
+    "window(size=128)"), and with an argument for its loader after a colon: "hf(dtype='bfloat16'):/path/to/checkpoint"
+    is `load_model("hf:/path/to/checkpoint", dtype="bfloat16")`."""
     if not isinstance(name, str):
         raise ParameterError(f"model name {name!r} is invalid; allowed: a registered model name")
     prefix, sep, argument = name.partition(":")
