@@ -63,7 +63,8 @@ def stage_label(stage: object, *, every: bool = True) -> str:
 
 
 class Chain:
-    """An ordered list of processors and one selector (default: `sample`)."""
+    """An ordered list of processors and one selector (default: `sample`; a `SelectorBase` last among `processors`
+    is taken as it: `Chain([top_k, greedy])`)."""
 
     def __init__(self, processors: Iterable[Processor] = (), selector: Selector | None = None) -> None:
         procs = list(processors)
@@ -89,7 +90,8 @@ class Chain:
 
     @classmethod
     def from_spec(cls, spec: Sequence[Any] | str) -> Chain:
-        """Build from a list of `{"name": ..., "params": {...}}` (a JSON string of one is accepted)."""
+        """Build from a list of `{"name": ..., "params": {...}}` or of names (`"greedy"`, params left out), or a JSON
+        string of one."""
         if isinstance(spec, str):
             try:
                 spec = json.loads(spec)
