@@ -316,8 +316,10 @@ def reload_plugins() -> Registry:
 
 
 def register_plugin(plugin: object, name: str | None = None) -> None:
-    """Register a plugin object (a module or an object with `@hookimpl` methods) from code; one that fails, or
-    takes a name already registered, raises `PluginError` and is not kept (docs/plugins.md, "Loading rules")."""
+    """Register a plugin object (a module or an object with `@hookimpl` methods) from code, as `name` (what errors
+    and `unregister_plugin` call it; default: its `__name__`, else its class's); the same object again is a no-op.
+    One that fails, or takes a name already registered, raises `PluginError` and is not kept (docs/plugins.md,
+    "Loading rules")."""
     label = name or getattr(plugin, "__name__", None) or type(plugin).__name__
     if any(p is plugin for p, _ in _code_plugins):
         return
