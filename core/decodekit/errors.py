@@ -30,7 +30,7 @@ class ParameterError(DecodekitError, ValueError):
 
 
 class UnknownNameError(DecodekitError, LookupError):
-    """A sampler, cache backend or model name that no installed plugin registers."""
+    """A sampler, cache backend, model or strategy name that no installed plugin registers."""
 
 
 class ChainSpecError(DecodekitError, ValueError):
