@@ -38,7 +38,8 @@ class ChainSpecError(DecodekitError, ValueError):
 
 
 class PluginError(DecodekitError):
-    """A plugin failed to load, or two plugins registered the same name."""
+    """A plugin failed to load, two plugins registered the same name, or one broke its contract (a loader that
+    returned no model, a strategy that emitted a token outside the vocabulary)."""
 
 
 # What a plugin raises is its failure (SystemExit too); Ctrl-C (KeyboardInterrupt) is the user's and goes through.
