@@ -26,7 +26,8 @@ class DecodekitError(Exception):
 
 
 class ParameterError(DecodekitError, ValueError):
-    """A sampler, cache or decode-loop parameter is out of its allowed range."""
+    """An argument out of its allowed range or of the wrong kind: a sampler's, cache's or strategy's parameter, or a
+    decode's own (its prompts and model too)."""
 
 
 class UnknownNameError(DecodekitError, LookupError):
