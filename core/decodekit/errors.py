@@ -35,7 +35,8 @@ class UnknownNameError(DecodekitError, LookupError):
 
 
 class ChainSpecError(DecodekitError, ValueError):
-    """A chain spec (JSON list or `a(1) | b` string) that cannot be parsed."""
+    """A chain (JSON list, `a(1) | b` string or `Chain([...])`) that cannot be parsed or built: a selector before
+    the last stage, a stage that is not callable."""
 
 
 class PluginError(DecodekitError):
