@@ -63,7 +63,8 @@ def stage_label(stage: object, *, every: bool = True) -> str:
 
 
 class Chain:
-    """An ordered list of processors and one selector (default: `sample`)."""
+    """An ordered list of processors and one selector (default: `sample`; a `SelectorBase` last among `processors`
+    is taken as it: `Chain([top_k, greedy])`)."""
 
     def __init__(self, processors: Iterable[Processor] = (), selector: Selector | None = None) -> None:
         procs = list(processors)
@@ -89,7 +90,8 @@ class Chain:
 
     @classmethod
     def from_spec(cls, spec: Sequence[Any] | str) -> Chain:
-        """Build from a list of `{"name": ..., "params": {...}}` (a JSON string of one is accepted)."""
+        """Build from a list of `{"name": ..., "params": {...}}` or of names (`"greedy"`, params left out), or a JSON
+        string of one."""
         if isinstance(spec, str):
             try:
                 spec = json.loads(spec)
@@ -175,8 +177,8 @@ class Chain:
     ) -> Picked:
         """One decode step: a token per row of `logits` `[B, V]`, read back once (`Picked.ids`), what `process` and
         the selector give (docs/concepts.md, "The fast path"). A live row that cannot be sampled is a `NumericsError`;
-        a row not `live` is never checked and gets token 0. `logprobs`: also the chosen token's log-probability and
-        the top-n, raw and after the chain."""
+        a row not `live` is never checked: its pick stands, or token 0 where it has none. `logprobs`: also the chosen
+        token's log-probability and the top-n, raw and after the chain."""
         raw = _raw(logits, ctx)
         before = ctx.fork() if self.may_redo else None  # where a redo of the step starts
         if logprobs is None:

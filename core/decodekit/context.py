@@ -94,7 +94,8 @@ class DecodeContext:
         return self.tokens[:, self.tokens.shape[1] - self.step :]
 
     def valid_mask(self) -> Tensor | None:
-        """Boolean `[B, T]`, True at real (non-padding) tokens; None when no row is padded."""
+        """Boolean `[B, T]`, True at real (non-padding) tokens; None when `prompt_lengths` is None (the engine's
+        context, where no row is padded)."""
         if self.prompt_lengths is None:
             return None
         T = self.tokens.shape[1]

@@ -74,8 +74,8 @@ def _how_to_fit(context: int, length: int, new: int) -> str:
 
 class Decoding:
     """One decode of a batch of prompts, driven by a strategy's policy (its members: docs/strategies.md). The rows
-    are left-padded to a common width `P` in `buf` `[R, P + new]`; `width` columns are filled, every row's last
-    token in column `width - 1`."""
+    are left-padded to a common width `P` in `buf` `[R, C]` (C: at least `width`, up to P + 4096 new columns up
+    front, doubled as they fill); `width` columns are filled, every row's last token in column `width - 1`."""
 
     def __init__(self, request: DecodeRequest, strategy: str = "sample", *, events: bool = True) -> None:
         self.request = request

@@ -26,19 +26,22 @@ class DecodekitError(Exception):
 
 
 class ParameterError(DecodekitError, ValueError):
-    """A sampler, cache or decode-loop parameter is out of its allowed range."""
+    """An argument out of its allowed range or of the wrong kind: a sampler's, cache's or strategy's parameter, or a
+    decode's own (its prompts and model too)."""
 
 
 class UnknownNameError(DecodekitError, LookupError):
-    """A sampler, cache backend or model name that no installed plugin registers."""
+    """A sampler, cache backend, model or strategy name that no installed plugin registers."""
 
 
 class ChainSpecError(DecodekitError, ValueError):
-    """A chain spec (JSON list or `a(1) | b` string) that cannot be parsed."""
+    """A chain (JSON list, `a(1) | b` string or `Chain([...])`) that cannot be parsed or built: a selector before
+    the last stage, a stage that is not callable."""
 
 
 class PluginError(DecodekitError):
-    """A plugin failed to load, or two plugins registered the same name."""
+    """A plugin failed to load, two plugins registered the same name, or one broke its contract (a loader that
+    returned no model, a strategy that emitted a token outside the vocabulary)."""
 
 
 # What a plugin raises is its failure (SystemExit too); Ctrl-C (KeyboardInterrupt) is the user's and goes through.
@@ -54,7 +57,7 @@ class ContextLengthError(DecodekitError, ValueError):
 
 
 class NumericsError(DecodekitError, FloatingPointError):
-    """NaN logits, or a row whose every token was removed by the chain."""
+    """A row that cannot be sampled: NaN or +inf logits (the model's or the chain's), or every token removed."""
 
 
 class CompileError(DecodekitError, RuntimeError):

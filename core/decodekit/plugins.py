@@ -316,8 +316,10 @@ def reload_plugins() -> Registry:
 
 
 def register_plugin(plugin: object, name: str | None = None) -> None:
-    """Register a plugin object (a module or an object with `@hookimpl` methods) from code; one that fails, or
-    takes a name already registered, raises `PluginError` and is not kept (docs/plugins.md, "Loading rules")."""
+    """Register a plugin object (a module or an object with `@hookimpl` methods) from code, as `name` (what errors
+    and `unregister_plugin` call it; default: its `__name__`, else its class's); the same object again is a no-op.
+    One that fails, or takes a name already registered, raises `PluginError` and is not kept (docs/plugins.md,
+    "Loading rules")."""
     label = name or getattr(plugin, "__name__", None) or type(plugin).__name__
     if any(p is plugin for p, _ in _code_plugins):
         return
@@ -501,8 +503,9 @@ def create_cache(cache: str, spec: CacheSpec, /, **params: Any) -> KVCache:
 
 
 def load_model(name: str, /, **params: Any) -> Any:
-    """Load the registered model `name`, with parameters "name(n_layer=3)" (as a cache's "window(size=128)"),
-    and either with an argument for its loader, `name:argument` (e.g. "hf:/path/to/checkpoint")."""
+    """Load the registered model `name`, its parameters by keyword or in its string form (as a cache's
+    "window(size=128)"), and with an argument for its loader after a colon: "hf(dtype='bfloat16'):/path/to/checkpoint"
+    is `load_model("hf:/path/to/checkpoint", dtype="bfloat16")`."""
     if not isinstance(name, str):
         raise ParameterError(f"model name {name!r} is invalid; allowed: a registered model name")
     prefix, sep, argument = name.partition(":")

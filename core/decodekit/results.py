@@ -54,7 +54,8 @@ class PromptLogprobs:
 
 @dataclass(frozen=True, slots=True)
 class TokenEvent:
-    """One generated token of one row. `text` is the new text it adds (None without a tokenizer)."""
+    """One generated token of one row: `step` is its index among the row's new tokens (0: the first); `text` is the
+    new text it adds (None without a tokenizer)."""
 
     row: int
     step: int
@@ -62,7 +63,7 @@ class TokenEvent:
     text: str | None = None
     finish_reason: FinishReason | None = None
     logprobs: TokenLogprobs | None = None
-    stopped_by: int | str | None = None  # the stop token or stop string that ended the row
+    stopped_by: int | str | None = None  # what ended the row: a stop token, a stop string or a stage's name (`regex`)
 
 
 @dataclass
@@ -76,7 +77,7 @@ class Generation:
     prompt_tokens: list[list[int]]
     text: list[str] | None = None
     logprobs: list[list[TokenLogprobs]] | None = None
-    stopped_by: list[int | str | None] = field(default_factory=list)  # the stop token or string
+    stopped_by: list[int | str | None] = field(default_factory=list)  # a stop token, a stop string or a stage's name
     # per prompt token (None for the first, which has no context), when asked for with `prompt_logprobs`
     prompt_logprobs: list[list[PromptLogprobs | None]] | None = None
 

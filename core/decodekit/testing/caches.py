@@ -318,8 +318,9 @@ def _check_capacity(make: Callable[[CacheSpec], KVCache], spec: CacheSpec) -> in
 class CacheConformance:
     """pytest suite for a cache backend: subclass, implement `make`, and state what it keeps.
 
-    Defaults describe a cache that keeps every token at its own position (`dense`, `gqa`);
-    an evicting or quantising backend overrides `kept`, `round_trip`, `rollback` and `nbytes`.
+    Defaults describe a cache that keeps every token at its own position and stores the kv-heads (`gqa`; `dense`,
+    which repeats them to `n_heads`, overrides `stored_heads`); an evicting or quantising backend overrides `kept`,
+    `round_trip`, `rollback` and `nbytes`.
     """
 
     in_place = True  # update returns views of buffers it writes in place (no copy of the past)

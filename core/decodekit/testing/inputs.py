@@ -43,8 +43,9 @@ DISTRIBUTION_LOGITS = torch.tensor([[2.0, 1.0, 0.5, NEG, -1.0, 1.0]])
 
 
 def ctx_for(batch: int = 1, *, seed: int | None = 0, step: int = 0, history: int = 1) -> DecodeContext:
-    """A context for a hand-made test: `history` token ids per row (`0, 1, 2, ...` mod 97), the last
-    `step` of them generated, and one generator per row from `seed` (None: no generators)."""
+    """A context for a hand-made test: `history` token ids per row, counting on across the rows (`0, 1, 2, ...` mod
+    97: row b starts at `b * history`), the last `step` of them generated, and one generator per row from `seed`
+    (None: no generators)."""
     tokens = torch.arange(batch * history).view(batch, history) % 97
     generators = None if seed is None else row_generators(seed, batch)
     return DecodeContext(tokens=tokens, step=step, generators=generators)

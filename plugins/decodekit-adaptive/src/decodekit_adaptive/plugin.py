@@ -19,7 +19,8 @@ def register_samplers(register: SamplerRegistrar) -> None:
         "dynamic_temperature",
         "decodekit_adaptive.dynamic_temperature:DynamicTemperature",
         DynamicTemperatureParams,
-        "Temperature scaled by the normalised entropy, within temp +- delta (llama.cpp temp_ext)",
+        "Temperature scaled by the normalised entropy, within [max(0, temp - delta), temp + delta] "
+        "(llama.cpp temp_ext)",
     )
     register(
         "mirostat",

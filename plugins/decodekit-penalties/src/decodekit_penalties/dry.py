@@ -186,7 +186,7 @@ def repeat_lengths_by_doubling(r: Tensor, lengths: Tensor, rounds: int | None) -
     """`[B, T-1]`: z_k = the longest common prefix of r and r[k:] within each row's real tokens, k = 1..T-1,
     exact up to `2**rounds - 1` (None: the whole context; a compiled step then recompiles as T doubles).
 
-    classes[m][b, i] names the window r[b, i : i + 2**m]: equal ids, equal windows. Padding and one column
+    `classes[m][b, i]` names the window `r[b, i : i + 2**m]`: equal ids, equal windows. Padding and one column
     past the end are tokens of their own, so a window reaching them equals no other. Then z_k grows by
     2**m, m from the largest down, wherever the window at z_k equals the one at k + z_k.
     """
