@@ -81,8 +81,9 @@ fuzz: install-dev
 	nice $(BIN)/python benchmarks/fuzz.py $(FUZZ_ARGS)
 
 # The docs site into site/; --strict: a broken link or API reference fails the build (anchors: tests/test_docs.py).
+# Not --quiet: it hides the warnings from --strict too, which then passes them.
 docs: $(VENV)/.installed-docs
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # Rerun every `$$ decodekit ...` command shown in README.md and docs/ and write what it prints.
 docs-outputs: install-dev
