@@ -419,3 +419,24 @@ def test_fuzz_py_refuses_a_sampler_two_plugins_register_without_a_traceback(
     assert "--samplers: sampler name 'top_k' is registered by 2 distributions: decodekit-top-k and second" in (
         capsys.readouterr().err
     )
+
+
+def test_a_sampler_whose_import_path_is_broken_is_fuzzed_and_found_broken() -> None:
+    """`registered_samplers` keeps it (its kind is its registration's, read without importing it), so the fuzz draws
+    it and reports the PluginError of its import; its docstring said such a sampler was left out."""
+    from decodekit.testing.fuzz import registered_samplers
+    from decodekit.testing.fuzz.outcomes import PLUGIN_BROKE, exception_finding
+
+    @dk.hookimpl(specname="register_samplers")
+    def broken(register: Any) -> None:
+        register("broken_path", "no_such_module_here:Stage", dk.params.NoParams, "an import path that fails")
+
+    plugin = type("Broken", (), {"register_samplers": staticmethod(broken)})()
+    dk.register_plugin(plugin, name="broken-path")
+    try:
+        assert [s.name for s in registered_samplers(("broken_path", "sample"))] == ["broken_path", "sample"]
+        with pytest.raises(dk.PluginError) as raised:
+            dk.Chain.parse("broken_path | sample")
+        assert exception_finding(raised.value).kind == PLUGIN_BROKE
+    finally:
+        dk.unregister_plugin(plugin)
