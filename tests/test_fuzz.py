@@ -440,3 +440,13 @@ def test_a_sampler_whose_import_path_is_broken_is_fuzzed_and_found_broken() -> N
         assert exception_finding(raised.value).kind == PLUGIN_BROKE
     finally:
         dk.unregister_plugin(plugin)
+
+
+def test_the_samplers_to_fuzz_given_as_one_string_are_refused_naming_the_parameter() -> None:
+    """`registered_samplers("mirostat_v2")`: a string is a sequence of names one letter long; it was read by letters
+    ('unknown sampler 'm''), and before today by substrings (it fuzzed `mirostat` too)."""
+    from decodekit.testing.fuzz import registered_samplers
+
+    with pytest.raises(dk.ParameterError, match=r"names='mirostat_v2' is a string; allowed: .*\('mirostat_v2',\)"):
+        registered_samplers("mirostat_v2")  # type: ignore[arg-type]
+    assert [s.name for s in registered_samplers(("mirostat_v2",))] == ["mirostat_v2"]

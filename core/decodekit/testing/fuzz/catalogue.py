@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from decodekit.errors import ParameterError
 from decodekit.params import NoParams
 from decodekit.plugins import get_registry
 
@@ -35,6 +36,10 @@ def registered_samplers(names: tuple[str, ...] | None = None) -> tuple[SamplerIn
     imported: one whose import path is broken is drawn, and the fuzz reports its `PluginError`). A name nothing
     registers is an `UnknownNameError`, one two plugins register a `PluginError`: dropped, it would leave a fuzz that
     passes without ever drawing the sampler meant."""
+    if isinstance(names, str):  # else read as names one letter long
+        raise ParameterError(
+            f"registered_samplers: names={names!r} is a string; allowed: a tuple of sampler names, ({names!r},)"
+        )
     registry = get_registry()
     for name in names or ():
         registry.lookup("sampler", name)
