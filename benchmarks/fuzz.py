@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from decodekit.errors import UnknownNameError
+from decodekit.errors import PluginError, UnknownNameError
 from decodekit.testing.fuzz import ACCEPTED, TARGETS, Tally, fuzz, registered_samplers
 
 _WIDTH = 100
@@ -67,7 +67,7 @@ def main() -> int:
     torch.set_num_threads(1)  # tiny tensors: one thread is fastest, and kind to a shared machine
     try:
         samplers = registered_samplers(tuple(args.samplers)) if args.samplers else None
-    except UnknownNameError as exc:
+    except (UnknownNameError, PluginError) as exc:  # a name nothing registers, or two plugins do
         parser.error(f"--samplers: {exc}")
     tally = fuzz(args.cases, seed=args.seed, targets=args.targets, samplers=samplers, timeout=args.timeout)
     _print(tally, args.examples)

@@ -200,3 +200,20 @@ def test_every_anchor_link_names_a_heading() -> None:
             if linked.exists() and anchor not in _anchors(linked):
                 broken.append(f"{page.name}: ({target}#{anchor})")
     assert broken == []
+
+
+def test_plugins_md_quotes_the_key_load_state_dict_misses_after_save_model(tmp_path: Path) -> None:
+    """plugins.md ("A model plugin") quoted `Missing key(s) in state_dict: "lm_head.weight"` for the template's
+    `load_state_dict(load_file(...))` of tied weights; `save_model` keeps the first of the tied names by sort order,
+    so the reference GPT the template builds misses `wte.weight` (a model's own names decide which)."""
+    from decodekit_gpt.gpt import GPT, GPTConfig
+    from safetensors.torch import load_file, save_model
+
+    config = GPTConfig(vocab_size=64, n_layer=1, n_head=2, n_embd=16)
+    save_model(GPT(config), str(tmp_path / "weights.safetensors"))
+    with pytest.raises(RuntimeError) as raised:
+        GPT(config).load_state_dict(load_file(str(tmp_path / "weights.safetensors")))
+    missing = re.search(r'Missing key\(s\) in state_dict: ("[^"]+")', str(raised.value))
+    assert missing is not None, str(raised.value)
+    page = " ".join((dx.ROOT / "docs" / "plugins.md").read_text().split())
+    assert f"Missing key(s) in state_dict: {missing[1]}" in page

@@ -380,3 +380,73 @@ def test_the_samplers_to_fuzz_are_named_by_their_registered_names() -> None:
     assert [s.name for s in registered_samplers(("top_k", "sample"))] == ["sample", "top_k"]
     with pytest.raises(dk.UnknownNameError, match=r"unknown sampler 'top_hh'; installed: .*did you mean 'top_h'"):
         registered_samplers(("top_hh", "sample"))
+
+
+def test_fuzz_py_refuses_a_sampler_two_plugins_register_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`benchmarks/fuzz.py --samplers top_k` where a second plugin registers `top_k` too: `registered_samplers` raises
+    the registry's PluginError (the name is unusable), which the script let out as a traceback; it caught only the
+    UnknownNameError of a name nothing registers."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from decodekit_top_k.params import TopKParams
+    from decodekit_top_k.top_k import TopK
+
+    @dk.hookimpl(specname="register_samplers")
+    def second_top_k(register: Any) -> None:
+        register("top_k", TopK, TopKParams, "a second top_k")
+
+    plugin = type("Second", (), {"register_samplers": staticmethod(second_top_k)})()
+    script = Path(__file__).parents[1] / "benchmarks" / "fuzz.py"
+    spec = importlib.util.spec_from_file_location("fuzz_script", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr("decodekit.plugins._code_plugins", [*dk.plugins._code_plugins, (plugin, "second")])
+    monkeypatch.setattr(sys, "argv", ["fuzz.py", "--cases", "1", "--samplers", "top_k", "sample"])
+    try:
+        with pytest.warns(RuntimeWarning, match="sampler name 'top_k' is registered by 2 distributions"):
+            dk.reload_plugins()
+        with pytest.raises(SystemExit) as exited:
+            module.main()
+    finally:
+        monkeypatch.undo()
+        dk.reload_plugins()
+    assert exited.value.code == 2  # argparse's usage error
+    assert "--samplers: sampler name 'top_k' is registered by 2 distributions: decodekit-top-k and second" in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_sampler_whose_import_path_is_broken_is_fuzzed_and_found_broken() -> None:
+    """`registered_samplers` keeps it (its kind is its registration's, read without importing it), so the fuzz draws
+    it and reports the PluginError of its import; its docstring said such a sampler was left out."""
+    from decodekit.testing.fuzz import registered_samplers
+    from decodekit.testing.fuzz.outcomes import PLUGIN_BROKE, exception_finding
+
+    @dk.hookimpl(specname="register_samplers")
+    def broken(register: Any) -> None:
+        register("broken_path", "no_such_module_here:Stage", dk.params.NoParams, "an import path that fails")
+
+    plugin = type("Broken", (), {"register_samplers": staticmethod(broken)})()
+    dk.register_plugin(plugin, name="broken-path")
+    try:
+        assert [s.name for s in registered_samplers(("broken_path", "sample"))] == ["broken_path", "sample"]
+        with pytest.raises(dk.PluginError) as raised:
+            dk.Chain.parse("broken_path | sample")
+        assert exception_finding(raised.value).kind == PLUGIN_BROKE
+    finally:
+        dk.unregister_plugin(plugin)
+
+
+def test_the_samplers_to_fuzz_given_as_one_string_are_refused_naming_the_parameter() -> None:
+    """`registered_samplers("mirostat_v2")`: a string is a sequence of names one letter long; it was read by letters
+    ('unknown sampler 'm''), and before today by substrings (it fuzzed `mirostat` too)."""
+    from decodekit.testing.fuzz import registered_samplers
+
+    with pytest.raises(dk.ParameterError, match=r"names='mirostat_v2' is a string; allowed: .*\('mirostat_v2',\)"):
+        registered_samplers("mirostat_v2")  # type: ignore[arg-type]
+    assert [s.name for s in registered_samplers(("mirostat_v2",))] == ["mirostat_v2"]

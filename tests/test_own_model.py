@@ -10,8 +10,10 @@ hand one token at a time; every cache that keeps each token, beam search of one 
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -171,7 +173,7 @@ class HandsItsQueries(AttendsByHand):
     hands_queries = True
 
 
-@pytest.mark.parametrize("cache", ["h2o(budget=64)", "snapkv(budget=64)"])
+@pytest.mark.parametrize("cache", ["h2o(budget=64)", "tova(budget=64)", "snapkv(budget=64)"])
 def test_a_model_that_attends_by_hand_decodes_through_a_cache_that_observes_when_it_hands_its_queries(
     reference: list[list[int]], cache: str
 ) -> None:
@@ -440,3 +442,14 @@ def test_a_forward_that_takes_only_input_ids_is_told_what_decodekit_calls_it_wit
         dk.generate(InputIdsOnly(raises=True), [[1, 2]], chain="greedy", max_new_tokens=2, cache="none")
     with pytest.raises(dk.ParameterError, match=r"forward\(input_ids, positions, cache, last_only=True\) \(its"):
         dk.generate(LastOnly(), [[1, 2]], chain="greedy", max_new_tokens=2, cache="none")
+
+
+def test_the_caches_concepts_md_says_take_the_queries_are_those_that_observe() -> None:
+    """docs/concepts.md ("Models") named `h2o` and `snapkv` as the caches handed the queries and said a model that
+    attends by hand works with the others: `tova` observes too, and refuses such a model at its second forward (the
+    test above, `tova` among its caches)."""
+    text = " ".join((Path(__file__).parents[1] / "docs" / "concepts.md").read_text().split())
+    named = re.search(r"hands the queries to the caches that score by attention \(([^)]*)\)", text)
+    assert named is not None, "the sentence moved: point this test at it"
+    observing = sorted(name for name, entry in dk.get_registry().caches.items() if observes(entry.load()))
+    assert sorted(re.findall(r"`(\w+)`", named[1])) == observing

@@ -412,6 +412,11 @@ def test_an_evicting_cache_is_refused_where_a_layer_attends_by_its_own_code(llam
     attention.config._attn_implementation = "sdpa"  # this layer alone: transformers' own SDPA
     with pytest.raises(dk.ParameterError, match=r"layer 1 of LlamaForCausalLM attends by its own code.*allowed: "):
         dk.generate(model, [[1, 2, 3]], cache=cache, max_new_tokens=2)
+    # a prompt given twice is prefilled once, through the engine's view of the cache: the refusal named the view
+    # ('cache CopiesView evicts or observes attention'), not the cache as the user did
+    name = cache.split("(")[0]
+    with pytest.raises(dk.ParameterError, match=rf"^HFModel: cache {name} evicts or observes attention, and layer 1 "):
+        dk.generate(model, [[1, 2, 3], [1, 2, 3]], cache=cache, max_new_tokens=2)
 
 
 @torch.no_grad()

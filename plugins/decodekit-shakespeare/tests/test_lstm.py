@@ -82,11 +82,12 @@ def test_an_evicting_cache_is_refused(lstm: LSTMModel) -> None:
 
 def test_an_evicting_cache_is_refused_by_name_before_any_forward(lstm: LSTMModel) -> None:
     """Before: a prompt given twice reached the forward through the prefill's view of the cache, and the refusal named
-    the view ('LSTMModel: cache CopiesView is invalid')."""
+    the view ('LSTMModel: cache CopiesView is invalid'), then the class ('cache WindowCache'): the cache is named as
+    the user did, as the core's and HFModel's refusals name it (`decodekit.cache.cache_name`)."""
     forwards: list[int] = []
     hook = lstm.register_forward_pre_hook(lambda module, args: forwards.append(args[0].shape[0]))
     try:
-        with pytest.raises(dk.ParameterError, match="cache WindowCache is invalid.*keeps every token"):
+        with pytest.raises(dk.ParameterError, match=r"LSTMModel: cache window is invalid; allowed: .*every token"):
             dk.generate(lstm, [[1, 2], [1, 2]], cache="window(size=8)", max_new_tokens=2)
     finally:
         hook.remove()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from decodekit.errors import ParameterError
 from decodekit.params import NoParams
 from decodekit.plugins import get_registry
 
@@ -31,19 +32,19 @@ def params_model(entry: object) -> type[BaseModel]:
 
 
 def registered_samplers(names: tuple[str, ...] | None = None) -> tuple[SamplerInfo, ...]:
-    """Every registered sampler (or those in `names`), sorted by name; one whose kind cannot be resolved
-    (a broken import path) is left out: the registry reports it. A name nothing registers is an `UnknownNameError`:
-    dropped, it would leave a fuzz that passes without ever drawing the sampler meant."""
+    """Every registered sampler (or those in `names`), sorted by name, its kind its registration's (nothing is
+    imported: one whose import path is broken is drawn, and the fuzz reports its `PluginError`). A name nothing
+    registers is an `UnknownNameError`, one two plugins register a `PluginError`: dropped, it would leave a fuzz that
+    passes without ever drawing the sampler meant."""
+    if isinstance(names, str):  # else read as names one letter long
+        raise ParameterError(
+            f"registered_samplers: names={names!r} is a string; allowed: a tuple of sampler names, ({names!r},)"
+        )
     registry = get_registry()
     for name in names or ():
         registry.lookup("sampler", name)
-    out = []
-    for name, entry in sorted(registry.samplers.items()):
-        if names is not None and name not in names:
-            continue
-        try:
-            kind = str(getattr(entry, "kind", "processor"))
-        except Exception:
-            continue
-        out.append(SamplerInfo(name, kind, params_model(entry)))
-    return tuple(out)
+    return tuple(
+        SamplerInfo(name, str(getattr(entry, "kind", "processor")), params_model(entry))
+        for name, entry in sorted(registry.samplers.items())
+        if names is None or name in names
+    )

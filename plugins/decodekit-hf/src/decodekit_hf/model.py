@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from decodekit.cache import KVCache, cache_name, evicts, observes
+from decodekit.copies import CopiesView
 from decodekit.errors import ParameterError
 from decodekit.param_types import words
 from decodekit.spec import ModelSpec
@@ -537,7 +538,8 @@ class HFModel(nn.Module):
         cache may have evicted, under a mask transformers built for the new block only."""
         missed = sorted(set(range(self.spec.n_layers)) - attention.attended)
         if missed:
-            name = cache_name(type(attention.kv))
+            kv = attention.kv.kv if isinstance(attention.kv, CopiesView) else attention.kv  # a prompt given twice
+            name = cache_name(type(kv))
             raise ParameterError(
                 f"HFModel: cache {name} evicts or observes attention, and layer {missed[0]} of "
                 f"{type(self.hf).__name__} attends by its own code, not through transformers' attention interface; "

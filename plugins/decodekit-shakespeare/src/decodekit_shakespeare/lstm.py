@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from decodekit.cache import KVCache, evicts
+from decodekit.cache import KVCache, cache_name, evicts
 from decodekit.errors import ParameterError
 from decodekit.spec import ModelSpec
 
@@ -139,6 +139,6 @@ class LSTMModel(nn.Module):
 def _refuse_evicting(cache: KVCache) -> None:
     if evicts(cache):  # an evicting cache would drop the state it must read back
         raise ParameterError(
-            f"LSTMModel: cache {type(cache).__name__} is invalid; allowed: a cache that keeps every token "
+            f"LSTMModel: cache {cache_name(type(cache))} is invalid; allowed: a cache that keeps every token "
             "(dense, gqa, int8)"
         )
