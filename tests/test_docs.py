@@ -217,3 +217,28 @@ def test_plugins_md_quotes_the_key_load_state_dict_misses_after_save_model(tmp_p
     assert missing is not None, str(raised.value)
     page = " ".join((dx.ROOT / "docs" / "plugins.md").read_text().split())
     assert f"Missing key(s) in state_dict: {missing[1]}" in page
+
+
+def _rendered(module: str) -> set[str] | None:
+    """The names of `module` the API reference (docs/api/*.md) renders: None for all of them (a `::: module` without
+    `members`), else those of its `members` lists; an empty set where no page renders it."""
+    names: set[str] = set()
+    for page in sorted((dx.ROOT / "docs" / "api").glob("*.md")):
+        for options in re.findall(rf"^::: {re.escape(module)}\n((?:    .*\n)*)", page.read_text(), re.M):
+            members = re.search(r"members: \[(.*?)\]", options)
+            if members is None:
+                return None
+            names |= {name.strip() for name in members[1].split(",")}
+    return names
+
+
+@pytest.mark.parametrize("module", ["decodekit.storage"])
+def test_the_api_reference_renders_the_modules_the_guides_send_cache_authors_to(module: str) -> None:
+    """docs/caches.md ("Storage and eviction are separate") and docs/plugins.md ("A cache plugin, complete") send a
+    storage's author to `decodekit.storage.Storage`, `take_slots`, `StorageFactory`, `lookup_storage`, `check_memory`,
+    none of which the API reference rendered: every public name of the module is rendered."""
+    import importlib
+
+    rendered = _rendered(module)
+    public = importlib.import_module(module).__all__
+    assert rendered is None or sorted(set(public) - rendered) == []
