@@ -268,7 +268,7 @@ def test_a_nan_row_is_an_error_naming_step_and_row(text: str) -> None:
     x = torch.randn(3, 100, generator=torch.Generator().manual_seed(0))
     x[1, 17] = math.nan
     with pytest.raises(dk.NumericsError, match=r"step 7, row 1: .*NaN"):
-        dk.Chain.parse(text)(x, ctx_for(3, step=7))
+        dk.Chain.parse(text)(x, ctx_for(3, step=7, history=8))
 
 
 @pytest.mark.parametrize(
@@ -287,7 +287,7 @@ def test_a_row_with_every_token_removed_is_an_error_naming_step_and_row(text: st
     chain = dk.Chain([remove_row_2, *parsed.processors], selector=parsed.selector)
     x = torch.randn(4, 100, generator=torch.Generator().manual_seed(0))
     with pytest.raises(dk.NumericsError, match=r"step 3, row 2: .*every token was removed"):
-        chain(x, ctx_for(4, step=3))
+        chain(x, ctx_for(4, step=3, history=4))
 
 
 # -- fast path == dense path -------------------------------------------------------------------

@@ -163,6 +163,15 @@ def test_decode_context_defaults_and_views() -> None:
         dk.DecodeContext(tokens=tokens[0])
 
 
+@pytest.mark.parametrize("step", [6, 9, -1])
+def test_a_context_whose_step_is_not_within_its_columns_is_refused_naming_it(step: int) -> None:
+    """`step=6` over 5 columns was accepted, and `generated` then gave 5 tokens where `step` counted 6 (-1: none)."""
+    tokens = torch.tensor([[0, 0, 5, 6, 9], [1, 2, 3, 4, 8]])
+    with pytest.raises(dk.ParameterError, match=rf"^DecodeContext: step={step} is invalid for tokens of 5 columns; "):
+        dk.DecodeContext(tokens=tokens, step=step)
+    assert dk.DecodeContext(tokens=tokens, step=5).generated.tolist() == tokens.tolist()  # every column generated
+
+
 def test_row_generators_are_batch_invariant() -> None:
     a = row_generators(42, 1)
     b = row_generators(42, 3)
@@ -192,7 +201,7 @@ def test_uniform_draws_are_each_generators_own_sequence() -> None:
 
 def test_fork_draws_what_the_context_will_and_changes_nothing_in_it() -> None:
     stage = Counting()
-    ctx = dk.DecodeContext(tokens=torch.zeros(2, 3, dtype=torch.long), step=4, generators=row_generators(3, 2))
+    ctx = dk.DecodeContext(tokens=torch.zeros(2, 5, dtype=torch.long), step=4, generators=row_generators(3, 2))
     ctx.state_for(stage)
     stage(torch.zeros(2, 5), ctx)
     ctx.uniform()

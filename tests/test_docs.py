@@ -15,6 +15,7 @@ from pathlib import Path
 
 import doc_examples as dx
 import pytest
+import torch
 
 
 def _rel(page: Path) -> str:
@@ -217,3 +218,55 @@ def test_plugins_md_quotes_the_key_load_state_dict_misses_after_save_model(tmp_p
     assert missing is not None, str(raised.value)
     page = " ".join((dx.ROOT / "docs" / "plugins.md").read_text().split())
     assert f"Missing key(s) in state_dict: {missing[1]}" in page
+
+
+def _rendered(module: str) -> set[str] | None:
+    """The names of `module` the API reference (docs/api/*.md) renders: None for all of them (a `::: module` without
+    `members`), else those of its `members` lists; an empty set where no page renders it."""
+    names: set[str] = set()
+    for page in sorted((dx.ROOT / "docs" / "api").glob("*.md")):
+        for options in re.findall(rf"^::: {re.escape(module)}\n((?:    .*\n)*)", page.read_text(), re.M):
+            members = re.search(r"members: \[(.*?)\]", options)
+            if members is None:
+                return None
+            names |= {name.strip() for name in members[1].split(",")}
+    return names
+
+
+@pytest.mark.parametrize("module", ["decodekit.storage"])
+def test_the_api_reference_renders_the_modules_the_guides_send_cache_authors_to(module: str) -> None:
+    """docs/caches.md ("Storage and eviction are separate") and docs/plugins.md ("A cache plugin, complete") send a
+    storage's author to `decodekit.storage.Storage`, `take_slots`, `StorageFactory`, `lookup_storage`, `check_memory`,
+    none of which the API reference rendered: every public name of the module is rendered."""
+    import importlib
+
+    rendered = _rendered(module)
+    public = importlib.import_module(module).__all__
+    assert rendered is None or sorted(set(public) - rendered) == []
+
+
+def test_the_cache_of_writing_a_cache_is_built_by_name_as_registered() -> None:
+    """docs/caches.md ("Writing a cache") said a cache is registered like a sampler, with a parameter model, and showed
+    a class taking `(spec, n=5, store="gqa")`, registering nothing: a backend is called `impl(spec, params)`, so the
+    class registered as the page said got `NoParams` for `n` (`TypeError` from `torch.zeros`). The page's block
+    registers its cache, which `dk.create_cache` builds by name with parameters."""
+    import decodekit as dk
+
+    page = dx.ROOT / "docs" / "caches.md"
+    text = page.read_text()
+    section = text.index("\n## Writing a cache\n")
+    end = text.index("\n## ", section + 1)
+    lines = text.count("\n", 0, section), text.count("\n", 0, end)
+    [block] = [b for b in dx.blocks(page) if b.lang == "python" and lines[0] < b.line < lines[1]]
+    body = block.body.replace("check_cache(RecentSuite())", "")  # the kit: the page's own run does it
+    try:
+        exec(compile(body, block.where, "exec"), {})
+        cache = dk.create_cache("recent(n=3, store='int8')", dk.CacheSpec(2, 4, 2, 8, 1, 64))
+        k = torch.randn(1, 2, 4, 8)
+        for layer in range(2):
+            keys = cache.update(layer, k, k)[0]
+        assert getattr(cache, "n", None) == 3 and cache.length == 4 and keys.shape == (1, 2, 4, 8)
+        assert cache.update(0, k[:, :, :1], k[:, :, :1])[0].shape == (1, 2, 4, 8)  # the ring's 3 and the new one
+    finally:
+        if "recent" in dk.plugins.get_registry().caches:
+            dk.unregister_plugin("recent")

@@ -119,6 +119,26 @@ class WindowRefusingEviction(WindowByIndex):
             )
 
 
+def _refuse_small_caches(cache: KVCache) -> None:
+    """A rule about something else than the key order, which the kit's caches (11 slots) all break."""
+    if cache.spec.capacity < 16:
+        raise dk.ParameterError(f"model: capacity={cache.spec.capacity} is invalid; allowed: at least 16 slots")
+
+
+class WindowRefusingSmallCaches(WindowByIndex):
+    """The flawed window, whose `validate_cache` refuses every cache of fewer than 16 slots (and none for evicting)."""
+
+    def validate_cache(self, cache: KVCache, reach: int) -> None:
+        _refuse_small_caches(cache)
+
+
+class OwnLMRefusingSmallCaches(OwnLM):
+    """docs/concepts.md's model (it attends under the cache's mask), refusing the same."""
+
+    def validate_cache(self, cache: KVCache, reach: int) -> None:
+        _refuse_small_caches(cache)
+
+
 class IgnoresTheCache(TinyLM):
     """Attends over the tokens of each call only: every decode step forgets the prompt."""
 
@@ -281,6 +301,22 @@ def test_a_model_that_refuses_caches_that_evict_is_not_held_to_their_key_order()
 
     with pytest.raises(pytest.skip.Exception, match="the model refuses a cache that evicts: WindowByIndex: cache"):
         Suite().test_keys_in_any_order()  # skipped with the reason, never passed
+
+
+def test_a_refusal_that_is_not_of_the_key_order_does_not_skip_its_check() -> None:
+    """Any `ParameterError` from `validate_cache` skipped the check: a model that reads key slots by index and refuses
+    small caches (the kit's too, whatever they do with keys) was never held to the key order. A refusal exempts the
+    model only where it takes the same spec's cache that keeps every token in slot order."""
+    with pytest.raises(AssertionError, match=r"last slot first.*capacity=11 is invalid.*so not for its key order"):
+        check_model_key_order(WindowRefusingSmallCaches())
+
+    class Suite(ModelConformance):
+        def make(self) -> WindowRefusingSmallCaches:
+            return WindowRefusingSmallCaches()
+
+    with pytest.raises(AssertionError, match="last slot first"):
+        Suite().test_keys_in_any_order()  # failed, not skipped
+    assert check_model_key_order(OwnLMRefusingSmallCaches()) is None  # checked, and it attends under the mask
 
 
 def test_the_docs_model_runs_on_another_device_than_the_cpu_without_a_cache() -> None:

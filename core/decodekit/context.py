@@ -63,7 +63,8 @@ def row_generators(
 class DecodeContext:
     """The history and per-row state a processor may read; only `tokens` is required (docs/concepts.md).
     `tokens` `[B, T]`: the prompts, left-padded, then what was generated; row `b`'s real tokens are its last
-    `prompt_lengths[b] + step` columns (`valid_mask()`), and the last `step` are every row's generated ones."""
+    `prompt_lengths[b] + step` columns (`valid_mask()`), and the last `step` are every row's generated ones (a `step`
+    outside `0 .. T` is refused, a `ParameterError`)."""
 
     tokens: Tensor
     prompt_lengths: Tensor | None = None  # [B] real prompt tokens per row; None: no padding
@@ -83,6 +84,14 @@ class DecodeContext:
             )
         if self.tokens.numel() and not self.tokens.is_meta and int(self.tokens.min()) < 0:  # read once, here
             raise ParameterError(f"DecodeContext: token id {int(self.tokens.min())}; allowed: ids >= 0")
+        # Built once a decode (the engine sets `step` and `tokens` on its context each step, unchecked): a context
+        # built by hand whose generated tokens would not all be in `tokens` is refused.
+        T = self.tokens.shape[1]
+        if not 0 <= self.step <= T:
+            raise ParameterError(
+                f"DecodeContext: step={self.step} is invalid for tokens of {T} columns; allowed: 0 <= step <= {T} "
+                "(the generated tokens are the last `step` columns of tokens)"
+            )
 
     @property
     def batch_size(self) -> int:

@@ -1,5 +1,6 @@
-"""Storage: how a cache holds its keys and values, apart from which tokens it keeps (eviction), so any
-policy runs over any storage: docs/caches.md, "Storage and eviction are separate"."""
+"""Storage: how a cache holds its keys and values, apart from which tokens it keeps (eviction), so a policy runs over
+any storage it can write (`window` and the scored caches: any with `write_at`, `SlotWritable`): docs/caches.md,
+"Storage and eviction are separate"."""
 
 from __future__ import annotations
 
@@ -41,15 +42,19 @@ class Storage(Protocol):
 
     @property
     def heads(self) -> int:
-        """Heads stored per slot (`n_kv_heads`, or `n_heads` for a storage that repeats them); where
-        `spec.layer_shapes` is set, a layer's own kv-heads stand for `n_kv_heads`."""
+        """Heads stored per slot: `spec.n_kv_heads`, or `spec.n_heads` for a storage that repeats them (`dense`'s).
+        One count for every layer: where `spec.layer_shapes` is set, each layer stores its own kv-heads and this
+        is the count for `spec.n_kv_heads` (layer 0's, as the Hugging Face bridge sets it). decodekit reads it
+        nowhere, but `isinstance(store, Storage)` (the kit's `test_write_at`) needs the member."""
 
     def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> None:
         """Store the model's kv-heads `k` `[B, H_kv, T, D]`, `v` `[B, H_kv, T, spec.value_width]` in slots
-        `start .. start + T - 1`."""
+        `start .. start + T - 1` (the standard storages check them with `check_keys` on a layer's first write,
+        `start == 0`)."""
 
     def read(self, layer: int, start: int, stop: int) -> tuple[Tensor, Tensor]:
-        """Keys and values of slots `start .. stop - 1`, `[B, heads, stop - start, D]` in `spec.dtype`."""
+        """Keys `[B, heads, stop - start, D]` and values `[B, heads, stop - start, spec.value_width]` of slots
+        `start .. stop - 1` (each layer in its own shape where `spec.layer_shapes` says), in `spec.dtype`."""
 
     def reorder(self, index: Tensor, stop: int) -> None:
         """Replace row `i` by row `index[i]` in slots `0 .. stop - 1`."""
@@ -57,10 +62,12 @@ class Storage(Protocol):
 
 @runtime_checkable
 class SlotWritable(Protocol):
-    """A storage that writes each row and head to slots of its own (caches that evict per head: h2o, knorm)."""
+    """A storage that writes each row and kv-head to slots of its own: `window` (each row's ring) and the scored
+    caches (`h2o`, `tova`, `snapkv`, `knorm`, `streaming`: per row and kv-head) refuse a `store=` without it."""
 
     def write_at(self, layer: int, index: Tensor, k: Tensor, v: Tensor) -> None:
-        """Store `k`, `v` `[B, H_kv, T, D]` in slots `index` `[B, H_kv, T]` (row b, kv-head h: slots index[b, h])."""
+        """Store `k` `[B, H_kv, T, D]`, `v` `[B, H_kv, T, spec.value_width]` in slots `index` `[B, H_kv, T]` (row
+        b, kv-head h: slots index[b, h]; a storage that repeats the kv-heads writes each one's copies there)."""
 
 
 StorageFactory = Callable[[CacheSpec, Sequence[int]], Storage]
@@ -68,8 +75,9 @@ StorageFactory = Callable[[CacheSpec, Sequence[int]], Storage]
 
 
 class FloatStorage:
-    """Keys and values in `spec.dtype`, one buffer `[B, H_kv, slots, D]` per layer (values: `spec.value_width`
-    wide; each layer's own where `spec.layer_shapes` says); `read` is a view."""
+    """Keys and values in `spec.dtype`, per layer a key buffer `[B, H_kv, slots, D]` and a value buffer (values:
+    `spec.value_width` wide; each layer's own shape where `spec.layer_shapes` says); `read` is a view of them, and
+    it has both optional members, `write_at` and `take_slots`."""
 
     def __init__(self, spec: CacheSpec, slots: Sequence[int]) -> None:
         self.spec = spec
@@ -123,12 +131,16 @@ class FloatStorage:
             buf[:, :, :stop] = buf[:, :, :stop].index_select(0, index)
 
     def take_slots(self, source: Tensor, stop: int) -> None:
-        """Slot `s` of row `b` becomes old slot `source[b, s]` (of slots `0 .. stop - 1`); see `take_slots`."""
+        """Slot `s` of row `b` becomes old slot `source[b, s]` (of slots `0 .. stop - 1`): the module's `take_slots`
+        over its buffers."""
         take_slots([*self.keys, *self.values], source, stop)
 
 
 def take_slots(buffers: Sequence[Tensor], source: Tensor, stop: int) -> None:
-    """For each `[B, H, S, X]` buffer: slot `s` of row `b` becomes old slot `source[b, s]` (per-row rollback)."""
+    """For each `[B, H, S, X]` buffer: slot `s` of row `b` becomes old slot `source[b, s]`, for `source` `[B, n]` of
+    slots `0 .. stop - 1` (slots from `n` on are left as they were): what a storage's optional `take_slots(source,
+    stop)` does, with which `crop_rows` moves rows (`PreallocatedKVCache`'s, a scored cache's under `prefill_only`:
+    speculative decoding of a batch, a shared prefix's layout)."""
     n = source.shape[1]
     for buf in buffers:
         index = source[:, None, :, None].expand(-1, buf.shape[1], -1, buf.shape[3])
@@ -136,7 +148,8 @@ def take_slots(buffers: Sequence[Tensor], source: Tensor, stop: int) -> None:
 
 
 def no_take_slots(owner: str, store: object) -> ParameterError:
-    """The refusal of `owner`'s `crop_rows` over a storage without `take_slots` (an optional member: rows moved)."""
+    """The refusal of `owner`'s `crop_rows` over a storage without `take_slots` (an optional member), where it would
+    move rows."""
     return ParameterError(
         f"{owner}: its storage {type(store).__name__} has no take_slots; allowed: a storage with take_slots(source, "
         "stop), which moves each row's slots (decodekit.storage.take_slots does it for its [B, H, slots, ...] "
@@ -215,7 +228,8 @@ def check_memory(owner: str, what: str, nbytes: int, device: torch.device | str)
 
 def lookup_storage(name: str, cache: str | None = None) -> StorageFactory:
     """The storage of the registered cache backend `name` (its implementation's `storage` attribute), for the
-    `store=` parameter of `cache` (a backend's name, which a refusal starts with)."""
+    `store=` parameter of `cache` (a backend's name, which a refusal starts with): a `ParameterError` where `name`
+    is no registered backend or one without a `storage`, naming the installed backends that have one."""
     from decodekit.plugins import get_registry
 
     entries = get_registry().caches

@@ -12,7 +12,8 @@
 - **Keys in any order**: the same through a cache that evicts nothing but hands its keys back last slot first,
   as a cache that evicts may (`window`'s ring): a model that reads a key's position from its index in what
   `update` returned (an ALiBi bias, a sliding window of its own) decodes wrong through `window` and the scored
-  caches without an error. Skipped where the model's `validate_cache` refuses such a cache.
+  caches without an error. Skipped where the model's `validate_cache` refuses such a cache and takes one that keeps
+  every token in slot order (a refusal of both is not of the key order: checked then).
 - **The last column alone**: where the model says `supports_last_only`, `last_only=True` gives a forward's last
   column, `[B, 1, V]`, with and without a cache (every prefill without `prompt_logprobs` asks for it).
 """
@@ -174,23 +175,42 @@ def check_model_cache(model: Any, *, seed: int = 0, tolerance: float | None = No
     _check_blocks(model, batch, PreallocatedKVCache(_cache_spec(model, batch)), "PreallocatedKVCache", allowed)
 
 
-def check_model_key_order(model: Any, *, seed: int = 0, tolerance: float | None = None) -> str | None:
-    """The same as `check_model_cache` through a cache that hands its keys back last slot first; returns the
-    model's refusal (its `validate_cache`'s `ParameterError`) where it refuses such a cache, else None."""
-    batch = _Batch(model, seed, tolerance)
-    _whole_batch(model, batch)
-    cache = _KeysLastFirst(_cache_spec(model, batch))
+def _refusal(model: Any, cache: KVCache, reach: int) -> str | None:
+    """The `ParameterError` of the model's `validate_cache` for `cache`, None where it takes it (or has none)."""
     if callable(validate := getattr(model, "validate_cache", None)):
         try:
-            validate(cache, batch.total)
+            validate(cache, reach)
         except ParameterError as exc:
             return str(exc)
+    return None
+
+
+def check_model_key_order(model: Any, *, seed: int = 0, tolerance: float | None = None) -> str | None:
+    """The same as `check_model_cache` through a cache that hands its keys back last slot first; returns the
+    model's refusal (its `validate_cache`'s `ParameterError`) where it refuses such a cache, else None.
+
+    Only a refusal of what such a cache is (it evicts, it moves keys) exempts the model: where `validate_cache` refuses
+    as well the same spec's `PreallocatedKVCache`, which keeps every token in slot order, it refused for something
+    else (the spec's rows, capacity, dtype; a list of caches by name), and the check runs."""
+    batch = _Batch(model, seed, tolerance)
+    _whole_batch(model, batch)
+    spec = _cache_spec(model, batch)
+    cache = _KeysLastFirst(spec)
+    refusal = _refusal(model, cache, batch.total)
+    also = refusal is not None and _refusal(model, PreallocatedKVCache(spec), batch.total) is not None
+    if refusal is not None and not also:
+        return refusal
     allowed = (
         "the same logits (a cache that evicts hands back its keys in any order: attend under cache.attention_mask, "
         "never by a key's index; a model that must, an ALiBi bias or a sliding window of its own, refuses caches "
-        "that evict in its validate_cache)"
+        "that evict in its validate_cache, as decodekit.cache.evicts(cache) says"
     )
-    _check_blocks(model, batch, cache, "a cache that hands back its keys last slot first", allowed)
+    if also:
+        allowed += (
+            f"; its validate_cache refused this cache, {refusal!r}, and as well one that keeps every token in slot "
+            "order, so not for its key order"
+        )
+    _check_blocks(model, batch, cache, "a cache that hands back its keys last slot first", allowed + ")")
     return None
 
 

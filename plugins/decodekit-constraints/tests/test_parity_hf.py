@@ -83,7 +83,7 @@ def test_exponential_decay_saturates_where_transformers_overflows() -> None:
     x = torch.tensor([[2.0, -1.0, 0.0, 3.0]])
     for generated in (200, 2000):
         out = dk.create("exponential_decay", 0, 1.6, [0, 2])(
-            x.clone(), dk.DecodeContext(tokens=torch.zeros(1, 1, dtype=torch.long), step=generated)
+            x.clone(), dk.DecodeContext(tokens=torch.zeros(1, generated + 1, dtype=torch.long), step=generated)
         )
         assert out[0].tolist() == [torch.finfo(torch.float32).max, -1.0, 0.0, 3.0]  # a logit of 0 stays 0, as HF
     hf = logits_process.ExponentialDecayLengthPenalty((0, 1.6), [0, 2], 1)

@@ -55,6 +55,28 @@ def test_rows_with_fewer_than_k_finite_tokens_keep_them() -> None:
     assert torch.equal(densify(on, 4), out)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_every_row_of_infinities_extremes_and_nan_is_the_definition(dtype: torch.dtype) -> None:
+    """`x_i` if not `x_i < x_(k)` else -inf, x_(k) the k-th largest with NaN above all (torch.topk's order), on every
+    row of 4 values from -inf, the dtype's lowest, -1, 0, +inf and NaN: rows of fewer than k finite logits (x_(k) is
+    -inf), of ties at the lowest, of NaN. A clamp of x_(k) to the dtype's lowest, once here, changed none of them."""
+    import itertools
+    import math
+
+    lowest = torch.finfo(dtype).min
+    values = [-math.inf, lowest, -1.0, 0.0, math.inf, math.nan]
+    rows = list(itertools.product(values, repeat=4))
+    x = torch.tensor(rows, dtype=dtype)
+    for k in (1, 2, 3):
+        want = []
+        for row in rows:
+            kth = sorted(row, key=lambda v: (not math.isnan(v), -v if not math.isnan(v) else 0.0))[k - 1]
+            want.append([v if math.isnan(v) or not v < kth else -math.inf for v in row])
+        got, expected = TopK(k=k)(x, ctx_for(len(rows))), torch.tensor(want, dtype=dtype)
+        assert torch.equal(got.isnan(), expected.isnan())
+        assert torch.equal(got.masked_fill(got.isnan(), 0.0), expected.masked_fill(expected.isnan(), 0.0))
+
+
 def test_nan_stays_visible() -> None:
     x = torch.tensor([[float("nan"), 1.0, 2.0, 0.0]])
     assert torch.isnan(TopK(k=2)(x, ctx_for())).any()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
 from torch import Tensor
 
 from decodekit.candidates import keep_at_least, top_candidates
@@ -20,12 +19,6 @@ TIE_ROOM = 8
 """Tokens tied with the k-th largest beyond the k that a candidate set holds."""
 
 
-def _floor(kth: Tensor) -> Tensor:
-    """The smallest logit kept: the k-th largest, or the smallest finite value in a row with fewer
-    than k finite logits (which keeps just those). NaN stays NaN."""
-    return kth.clamp(min=torch.finfo(kth.dtype).min)
-
-
 class TopK(ProcessorBase[TopKParams]):
     """`x_i` if `x_i >= x_(k)` (the row's k-th largest logit) else -inf; `k >= V` is a no-op."""
 
@@ -33,8 +26,10 @@ class TopK(ProcessorBase[TopKParams]):
         k = self.params.k
         if k >= logits.shape[-1]:
             return logits
-        kth = _floor(logits.topk(k).values[:, -1:])  # [B, 1]
-        return logits.masked_fill(logits < kth, float("-inf"))  # NaN is never < kth: it stays visible
+        kth = logits.topk(k).values[:, -1:]  # [B, 1]
+        # NaN is never < kth: it stays visible. A row of fewer than k finite logits has kth -inf: nothing is below it,
+        # so the row passes as it is, its finite logits kept and its -inf ones -inf.
+        return logits.masked_fill(logits < kth, float("-inf"))
 
     def to_candidates(self, logits: Tensor, ctx: DecodeContext) -> Candidates | None:
         """The kept tokens, with room for `TIE_ROOM` ties at the k-th value; None when k >= V."""
