@@ -231,7 +231,7 @@ def chain_for(sp: Params) -> str:
             stages.append(f"frequency_penalty({sp.penalty_freq}, {n}, true)")
         if sp.penalty_present:
             stages.append(f"presence_penalty({sp.penalty_present}, {n}, true)")
-    if sp.dry_multiplier:  # llama.cpp's defaults: base 1.75, allowed length 2, the last 64 tokens
+    if sp.dry_multiplier:  # llama.cpp's defaults: base 1.75, allowed length 2, the last 64 tokens (no breakers: ids)
         stages.append(f"dry({sp.dry_multiplier}, 1.75, 2, 64)")
     if sp.top_n_sigma > 0:
         stages.append(f"top_n_sigma({sp.top_n_sigma})")
