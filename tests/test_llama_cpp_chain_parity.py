@@ -1,16 +1,16 @@
 """llama.cpp's sampler chain (`common_params_sampling`, llama-cli / llama-server flags) against the decodekit
 chain docs/samplers.md names for it ("Coming from another library", llama.cpp), one option at a time and together.
 
-`llama_cpp_probs` re-implements what llama.cpp does to one row, written from its source: src/llama-sampling.cpp
-(`llama_sampler_{penalties,top_n_sigma,top_k,typical,top_p,min_p,xtc,temp_ext,dist}_apply`, `softmax_impl`,
-`temp_impl`) and common/sampling.cpp `common_sampler_init` (the chain: logit bias, then `--samplers`, default
-`penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature`, then `dist`). Like llama.cpp it works on a
-candidate array that samplers shrink and sort, and takes probabilities by a softmax over what is left, so a later
-threshold reads renormalised probabilities. Its sorts are stable (ties by id): llama.cpp's `std::partial_sort` leaves
-the order of ties open, so the random cases have none and the tie tests pin both sides. llama.cpp itself is not
-imported. `--mirostat 2`'s chain is checked by its first step's draws; DRY in
-plugins/decodekit-penalties/tests/test_dry.py, the penalties' window in test_parity_llama_cpp.py there, mirostat 1 in
-plugins/decodekit-adaptive/tests/test_mirostat.py.
+`llama_cpp_probs` re-implements what llama.cpp does to one row, written from its source: src/llama-sampler.cpp
+(llama-sampling.cpp before its rename: `llama_sampler_{penalties,top_n_sigma,top_k,typical,top_p,min_p,xtc,temp_ext,
+dist}_apply`, `softmax_impl`, `temp_impl`) and common/sampling.cpp `common_sampler_init` (the chain: logit bias,
+then `--samplers`, default `penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature`, then `dist`). Like
+llama.cpp it works on a candidate array that samplers shrink and sort, and takes probabilities by a softmax over
+what is left, so a later threshold reads renormalised probabilities. Its sorts are stable (ties by id): llama.cpp's
+`std::partial_sort` leaves the order of ties open, so the random cases have none and the tie tests pin both sides.
+llama.cpp itself is not imported. `--mirostat 2`'s chain is checked by its first step's draws; DRY in
+plugins/decodekit-penalties/tests/test_dry.py, the penalties' window in test_parity_llama_cpp.py there, mirostat 1
+in plugins/decodekit-adaptive/tests/test_mirostat.py.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Params:
     xtc_probability: float = 0.0
     xtc_threshold: float = 0.1
     min_keep: int = 0
-    penalty_last_n: int = 64  # -1: the context (common's argument parsing sets n_ctx), 0: off
+    penalty_last_n: int = 64  # 0: off; libllama clamps a negative to 0 (off), llama-cli and llama-server refuse one
     penalty_repeat: float = 1.0
     penalty_freq: float = 0.0
     penalty_present: float = 0.0
@@ -76,7 +76,9 @@ class Cands:
 
 
 def penalties(c: Cands, history: list[int], sp: Params) -> None:
-    last_n = len(history) if sp.penalty_last_n == -1 else sp.penalty_last_n
+    # llama_sampler_init_penalties: max(penalty_last_n, 0). Since llama.cpp PR 26524 (Aug 2026) -1 is no longer
+    # "the whole context": common refuses it, and libllama's clamp makes it 0, the sampler off.
+    last_n = max(sp.penalty_last_n, 0)
     if last_n == 0 or (sp.penalty_repeat == 1 and sp.penalty_freq == 0 and sp.penalty_present == 0):
         return
     counts = Counter(history[-last_n:])
@@ -221,16 +223,16 @@ def chain_for(sp: Params) -> str:
         stages.append("logit_bias({" + ", ".join(f"{t}: {b}" for t, b in bias.items()) + "})")
     if banned:
         stages.append(f"bad_words({banned})")
-    if sp.penalty_last_n != 0:
-        n = None if sp.penalty_last_n == -1 else sp.penalty_last_n
+    if sp.penalty_last_n > 0:  # 0 is off, and so is a negative n (refused by llama-cli, clamped to 0 by libllama)
+        n = sp.penalty_last_n
         if sp.penalty_repeat != 1:
             stages.append(f"repetition_penalty({sp.penalty_repeat}, {n})")
         if sp.penalty_freq:
             stages.append(f"frequency_penalty({sp.penalty_freq}, {n}, true)")
         if sp.penalty_present:
             stages.append(f"presence_penalty({sp.penalty_present}, {n}, true)")
-    if sp.dry_multiplier:
-        stages.append(f"dry({sp.dry_multiplier})")
+    if sp.dry_multiplier:  # llama.cpp's defaults: base 1.75, allowed length 2, the last 64 tokens (no breakers: ids)
+        stages.append(f"dry({sp.dry_multiplier}, 1.75, 2, 64)")
     if sp.top_n_sigma > 0:
         stages.append(f"top_n_sigma({sp.top_n_sigma})")
     if sp.top_k > 0:
@@ -290,7 +292,7 @@ CASES = {
     "dynatemp": replace(OFF, temp=0.9, dynatemp_range=0.5, dynatemp_exponent=1.5),
     "repeat_penalty": replace(OFF, penalty_repeat=1.4, penalty_last_n=8),
     "repeat_penalty_1_off": replace(OFF, penalty_repeat=1.0, penalty_last_n=8),
-    "penalties_whole_context": replace(
+    "penalties_negative_last_n_off": replace(
         OFF, penalty_repeat=1.3, penalty_freq=0.4, penalty_present=0.3, penalty_last_n=-1
     ),
     "penalties_last_n_0_off": replace(OFF, penalty_repeat=1.3, penalty_freq=0.4, penalty_present=0.3, penalty_last_n=0),

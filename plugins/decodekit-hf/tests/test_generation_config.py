@@ -203,6 +203,12 @@ def test_the_chains_read_as_transformers_fills_defaults() -> None:
         ({"num_beams": 3, "do_sample": True}, r"num_beams=3 .*beam sampling"),
         ({"guidance_scale": 1.5}, r"guidance_scale=1.5 .*strategy='cfg\(scale=1.5\)'"),
         ({"penalty_alpha": 0.6, "top_k": 4}, r"penalty_alpha=0.6 .*contrastive search"),
+        # transformers 5 runs constrained beam search for either (its hub's transformers-community/constrained-beam-
+        # search); before, the chain was the greedy one, as if they were not there
+        ({"force_words_ids": [[5], [7, 8]]}, r"force_words_ids=\[\[5\], \[7, 8\]\] .*constrained beam search"),
+        ({"constraints": ["a constraint"]}, r"constraints=\['a constraint'\] .*constrained beam search"),
+        # generate() rewrites the prompt's last tokens first (heal_tokens): the chain would sample from another prompt
+        ({"token_healing": True}, r"token_healing=True .*prompt"),
         ({"forced_eos_token_id": EOS}, r"forced_eos_token_id=95"),
         ({"encoder_repetition_penalty": 1.2}, r"encoder_repetition_penalty=1.2"),
         ({"do_sample": True, "temperature": 0.0}, r"temperature=0.0 .*do_sample=false is its greedy"),

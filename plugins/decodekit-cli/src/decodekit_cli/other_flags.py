@@ -10,7 +10,10 @@ __all__ = ["other_flag_hint"]
 
 _SAMPLERS = "--chain, the stages in that order (default: 'top_k(40) | top_p(0.95) | min_p(0.05) | temperature(0.8)')"
 _MIROSTAT = "--chain 'temperature(t) | mirostat(tau, eta)' (mode 1) or 'temperature(t) | mirostat_v2(tau, eta)' (2)"
-_DRY = "--chain 'dry(multiplier, base, allowed_length, last_n, breakers) | ...'"
+_DRY = (
+    "--chain 'dry(multiplier, base, allowed_length, last_n, breakers) | ...' (llama.cpp's defaults: "
+    'dry(multiplier, 1.75, 2, 64, the ids of its breakers \\n : " *); last_n None is the whole context)'
+)
 _XTC = "--chain '... | xtc(probability, threshold) | temperature(t)'"
 _DYNATEMP = "--chain '... | dynamic_temperature(t, range, exponent)' in temperature's place"
 

@@ -31,7 +31,8 @@ CHAIN_OPTIONS = (
     *("begin_suppress_tokens", "min_new_tokens", "min_length", "exponential_decay_length_penalty", "num_beams"),
     *("guidance_scale", "watermarking_config", "forced_bos_token_id", "forced_eos_token_id", "penalty_alpha"),
     *("encoder_repetition_penalty", "encoder_no_repeat_ngram_size", "dola_layers", "diversity_penalty"),
-    *("num_beam_groups", "renormalize_logits", "remove_invalid_values"),
+    *("num_beam_groups", "renormalize_logits", "remove_invalid_values", "force_words_ids", "constraints"),
+    "token_healing",
 )
 
 
@@ -141,6 +142,9 @@ def _refuse_unexpressible(c: Any, prompt_length: int | None = None) -> None:
         )
     checks: list[tuple[str, Callable[[Any], bool], str]] = [
         ("penalty_alpha", lambda v: v is not None and v > 0, f"contrastive search is {_STRATEGIES}"),
+        ("force_words_ids", lambda v: v is not None, f"constrained beam search is {_STRATEGIES}"),
+        ("constraints", lambda v: v is not None, f"constrained beam search is {_STRATEGIES}"),
+        ("token_healing", lambda v: bool(v), "generate() first rewrites the prompt's last tokens, which no stage does"),
         ("dola_layers", lambda v: v is not None, f"DoLa is {_STRATEGIES}"),
         ("num_beam_groups", lambda v: v is not None and v > 1, f"group beam search is {_STRATEGIES}"),
         ("diversity_penalty", lambda v: v is not None and v != 0, "group beam search's penalty has no decodekit stage"),
