@@ -172,6 +172,16 @@ def test_a_context_whose_step_is_not_within_its_columns_is_refused_naming_it(ste
     assert dk.DecodeContext(tokens=tokens, step=5).generated.tolist() == tokens.tolist()  # every column generated
 
 
+def test_the_kits_ctx_for_without_a_history_holds_its_step() -> None:
+    """`ctx_for(3, step=7)`, a plugin's hand-made test as the kit's docstring shows it, holds its 7 generated tokens
+    (one column before a context's step was checked against its columns)."""
+    from decodekit.testing import ctx_for
+
+    assert ctx_for(3, step=7).tokens.shape == (3, 7)
+    assert ctx_for(3, step=7).generated.tolist() == ctx_for(3, step=7, history=7).tokens.tolist()
+    assert ctx_for(2).tokens.shape == (2, 1)
+
+
 def test_row_generators_are_batch_invariant() -> None:
     a = row_generators(42, 1)
     b = row_generators(42, 3)

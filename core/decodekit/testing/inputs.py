@@ -42,10 +42,11 @@ DISTRIBUTION_LOGITS = torch.tensor([[2.0, 1.0, 0.5, NEG, -1.0, 1.0]])
 """The default row of the chi-square test: a tie, a removed token, probabilities from 0.03 to 0.5."""
 
 
-def ctx_for(batch: int = 1, *, seed: int | None = 0, step: int = 0, history: int = 1) -> DecodeContext:
-    """A context for a hand-made test: `history` token ids per row, counting on across the rows (`0, 1, 2, ...` mod
-    97: row b starts at `b * history`), the last `step` of them generated, and one generator per row from `seed`
-    (None: no generators)."""
+def ctx_for(batch: int = 1, *, seed: int | None = 0, step: int = 0, history: int | None = None) -> DecodeContext:
+    """A context for a hand-made test: `history` token ids per row (None: `max(step, 1)`), counting on across the rows
+    (`0, 1, 2, ...` mod 97: row b starts at `b * history`), the last `step` of them generated, and one generator per row
+    from `seed` (None: no generators)."""
+    history = max(step, 1) if history is None else history
     tokens = torch.arange(batch * history).view(batch, history) % 97
     generators = None if seed is None else row_generators(seed, batch)
     return DecodeContext(tokens=tokens, step=step, generators=generators)
