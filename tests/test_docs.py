@@ -342,3 +342,22 @@ def test_the_cache_of_writing_a_cache_is_built_by_name_as_registered() -> None:
     finally:
         if "recent" in dk.plugins.get_registry().caches:
             dk.unregister_plugin("recent")
+
+
+def test_the_pages_that_list_the_shared_decode_options_list_every_one() -> None:
+    """docs/strategies.md ("Adding a strategy from a plugin") listed the options every strategy shares as `chain`,
+    `max_new_tokens`, `cache`, `stop_tokens`, `stop_strings`, `seed`, `logprobs`, `compile`: a strategy's author
+    read nothing of `include_stop_str_in_output` and `prompt_logprobs`, which `dk.DecodeOptions` has too (and the
+    engine honours for a policy, or refuses it where it prefills otherwise). Every list after `dk.DecodeOptions` is
+    whole."""
+    import decodekit as dk
+
+    options = set(dk.DecodeOptions.__required_keys__ | dk.DecodeOptions.__optional_keys__)
+    lists = []
+    for page in sorted((dx.ROOT / "docs").glob("*.md")):
+        text = " ".join(page.read_text().split())
+        for run in re.findall(r"`dk\.DecodeOptions`[^:`]*(?:`[^`]*`[^:`]*)*?: ((?:`\w+`(?:, |;|\)|$))+)", text):
+            listed = set(re.findall(r"`(\w+)`", run))
+            lists.append(page.name)
+            assert sorted(options - listed) == [], f"{page.name}: dk.DecodeOptions listed as {sorted(listed)}"
+    assert sorted(lists) == ["concepts.md", "strategies.md"]  # the lists this test reads
