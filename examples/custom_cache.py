@@ -50,7 +50,9 @@ class RecentCache:
     the new block included: it goes through a scratch storage of the block's length.
     """
 
-    def __init__(self, spec: dk.CacheSpec, params: RecentParams) -> None:
+    def __init__(self, spec: dk.CacheSpec, params: RecentParams | None = None) -> None:
+        # A backend is called impl(spec, params); params=None (the defaults) makes the class a cache= factory too.
+        params = RecentParams() if params is None else params
         self.spec, self.n = spec, params.n
         self.storage = lookup_storage(params.store, "recent")  # errors say "cache recent: store=..."
         self.store = self.storage(spec, [params.n] * spec.n_layers)
@@ -123,6 +125,8 @@ def main() -> None:
     for cache in ("recent(n=16, store='half')", "recent(n=16, store='int8')", "window(size=12, sinks=4, store='half')"):
         out = dk.generate(model, [[1, 2, 3]], cache=cache, max_new_tokens=100, chain="greedy")
         print(f"{cache:42} {len(out.tokens[0])} tokens past a 32-position context")
+    out = dk.generate(model, [[1, 2, 3]], cache=RecentCache, max_new_tokens=20, chain="greedy")  # as a factory
+    print(f"{'cache=RecentCache (n=64, gqa)':42} {len(out.tokens[0])} tokens")
     spec = dk.CacheSpec.for_model(model.spec, batch_size=1, capacity=1)
     full, half = (dk.create_cache(c, spec) for c in ("recent(n=16)", "recent(n=16, store='half')"))
     assert isinstance(full, Sized) and isinstance(half, Sized)  # both report their bytes

@@ -315,6 +315,58 @@ def test_a_storage_whose_write_at_misplaces_entries_fails_the_kit() -> None:
     )
 
 
+class Headless:
+    """A storage without `heads` (nothing reads it): `window(store=...)` and the scored caches take it, as they take
+    any storage with `write_at`, but it is no `decodekit.storage.Storage`. Its `write_at` swaps the rows."""
+
+    def __init__(self, spec: dk.CacheSpec, slots: Sequence[int]) -> None:
+        self.inner = WriteAtSwapsRows(spec, slots)
+
+    @property
+    def nbytes(self) -> int:
+        return self.inner.nbytes
+
+    def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> None:
+        self.inner.write(layer, start, k, v)
+
+    def write_at(self, layer: int, index: Tensor, k: Tensor, v: Tensor) -> None:
+        self.inner.write_at(layer, index, k, v)
+
+    def read(self, layer: int, start: int, stop: int) -> tuple[Tensor, Tensor]:
+        return self.inner.read(layer, start, stop)
+
+    def reorder(self, index: Tensor, stop: int) -> None:
+        self.inner.reorder(index, stop)
+
+
+class HeadlessCache(PreallocatedKVCache):
+    storage = Headless  # type: ignore[assignment]  # no `heads`: not a Storage
+
+
+class Unreadable(Headless):
+    """A storage with `write_at` and no `read`: nothing the kit could read back what it wrote from."""
+
+    read = None  # type: ignore[assignment]
+
+
+class UnreadableCache(PreallocatedKVCache):
+    storage = Unreadable  # type: ignore[assignment]
+
+
+def test_the_write_at_check_runs_on_a_storage_that_is_not_a_full_storage() -> None:
+    """Until 2026-12-08 the check ran only on a `decodekit.storage.Storage`: a storage lacking `heads`, which
+    `window(store=...)` writes through all the same, passed it whatever its `write_at` did."""
+    with pytest.raises(AssertionError, match=r"^4 heads / 4 kv-heads, torch\.float32, layer 0: Headless\.write_at"):
+        suite(HeadlessCache).test_write_at()
+    message = (
+        r"^4 heads / 4 kv-heads, torch\.float32: the cache's storage Unreadable has write_at but no read\(layer, "
+        r"start, stop\), so the kit cannot read back what it wrote; it lacks heads, read; allowed: a "
+        r"decodekit\.storage\.Storage \(nbytes, heads, write, read, reorder\) with write_at"
+    )
+    with pytest.raises(AssertionError, match=message):
+        suite(UnreadableCache).test_write_at()
+
+
 def test_the_standard_storages_pass_the_write_at_check() -> None:
     for backend in ("gqa", "dense"):  # int8's own suite runs it with its round trip
         suite(lambda spec, b=backend: dk.create_cache(b, spec)).test_write_at()

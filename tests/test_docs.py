@@ -220,29 +220,101 @@ def test_plugins_md_quotes_the_key_load_state_dict_misses_after_save_model(tmp_p
     assert f"Missing key(s) in state_dict: {missing[1]}" in page
 
 
+def _directives() -> list[tuple[str, str]]:
+    """Every `::: module` of the API reference (docs/api/*.md), with its options block."""
+    found: list[tuple[str, str]] = []
+    for page in sorted((dx.ROOT / "docs" / "api").glob("*.md")):
+        found += re.findall(r"^::: ([\w.]+)\n((?:    .*\n)*)", page.read_text(), re.M)
+    return found
+
+
 def _rendered(module: str) -> set[str] | None:
     """The names of `module` the API reference (docs/api/*.md) renders: None for all of them (a `::: module` without
     `members`), else those of its `members` lists; an empty set where no page renders it."""
     names: set[str] = set()
-    for page in sorted((dx.ROOT / "docs" / "api").glob("*.md")):
-        for options in re.findall(rf"^::: {re.escape(module)}\n((?:    .*\n)*)", page.read_text(), re.M):
-            members = re.search(r"members: \[(.*?)\]", options)
-            if members is None:
-                return None
-            names |= {name.strip() for name in members[1].split(",")}
+    for name, options in _directives():
+        if name != module:
+            continue
+        members = re.search(r"members: \[(.*?)\]", options)
+        if members is None:
+            return None
+        names |= {name.strip() for name in members[1].split(",")}
     return names
 
 
-@pytest.mark.parametrize("module", ["decodekit.storage"])
+def _renders(module: str, name: str) -> bool:
+    """Whether the API reference renders `module`'s public `name`: as a member of `module` (the whole module, or its
+    `members`), of a package above it that shows its submodules, or of one that renders it re-exported (the
+    same object in its `__all__`, as `::: decodekit` renders `decodekit.cache.KVCache`)."""
+    import importlib
+
+    obj = getattr(importlib.import_module(module), name)
+    for shown, options in _directives():
+        members = _rendered(shown)
+        if shown == module and (members is None or name in members):
+            return True
+        if module.startswith(f"{shown}.") and members is None and "show_submodules: true" in options:
+            return True
+        package = importlib.import_module(shown)
+        exported = name in getattr(package, "__all__", ()) and getattr(package, name) is obj
+        if exported and (members is None or name in members):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("module", ["decodekit.storage", "decodekit.cache", "decodekit.copies"])
 def test_the_api_reference_renders_the_modules_the_guides_send_cache_authors_to(module: str) -> None:
     """docs/caches.md ("Storage and eviction are separate") and docs/plugins.md ("A cache plugin, complete") send a
     storage's author to `decodekit.storage.Storage`, `take_slots`, `StorageFactory`, `lookup_storage`, `check_memory`,
-    none of which the API reference rendered: every public name of the module is rendered."""
+    none of which the API reference rendered; the standard caches check `reorder` and `crop_rows` with
+    `decodekit.cache.row_index` and `row_ends` and name a cache with `cache_name`, which it did not render either,
+    nor docs/caches.md's `decodekit.copies.CopiesView`: every public name of the module is rendered (here or, the same
+    object, at the top level)."""
     import importlib
 
-    rendered = _rendered(module)
     public = importlib.import_module(module).__all__
-    assert rendered is None or sorted(set(public) - rendered) == []
+    assert [name for name in public if not _renders(module, name)] == []
+
+
+def _guides() -> list[Path]:
+    """The pages of the site's Guide and Plugins sections (mkdocs.yml's nav): where a reader is sent to the API."""
+    nav = (dx.ROOT / "mkdocs.yml").read_text().split("\nnav:\n", 1)[1]
+    pages, section = [], ""
+    for line in nav.splitlines():
+        if heading := re.fullmatch(r"  - ([\w ]+):", line):
+            section = heading[1]
+        elif section in ("Guide", "Plugins") and (page := re.search(r": (\S+\.md)$", line)):
+            pages.append(dx.ROOT / "docs" / page[1])
+    return pages
+
+
+def _imports(module: str) -> bool:
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def test_the_api_reference_renders_the_names_the_guides_send_readers_to() -> None:
+    """docs/caches.md sent a model's author to `decodekit.copies.CopiesView`, docs/strategies.md a strategy's to
+    `decodekit.engine.check_rows`, and the API reference rendered neither: every `decodekit.module.name` a guide
+    names exists and is rendered."""
+    import importlib
+
+    missing = []
+    for page in _guides():
+        for ref in sorted(set(re.findall(r"`(decodekit(?:\.\w+)+)", page.read_text()))):
+            parts = ref.split(".")
+            at = next(i for i in range(len(parts), 0, -1) if _imports(".".join(parts[:i])))
+            if at == len(parts):
+                continue  # a module: its page is what the guide names
+            module, name = ".".join(parts[:at]), parts[at]
+            if not hasattr(importlib.import_module(module), name) or not _renders(module, name):
+                missing.append(f"{page.name}: {module}.{name}")
+    assert missing == []
 
 
 def test_the_cache_of_writing_a_cache_is_built_by_name_as_registered() -> None:
@@ -270,3 +342,22 @@ def test_the_cache_of_writing_a_cache_is_built_by_name_as_registered() -> None:
     finally:
         if "recent" in dk.plugins.get_registry().caches:
             dk.unregister_plugin("recent")
+
+
+def test_the_pages_that_list_the_shared_decode_options_list_every_one() -> None:
+    """docs/strategies.md ("Adding a strategy from a plugin") listed the options every strategy shares as `chain`,
+    `max_new_tokens`, `cache`, `stop_tokens`, `stop_strings`, `seed`, `logprobs`, `compile`: a strategy's author
+    read nothing of `include_stop_str_in_output` and `prompt_logprobs`, which `dk.DecodeOptions` has too (and the
+    engine honours for a policy, or refuses it where it prefills otherwise). Every list after `dk.DecodeOptions` is
+    whole."""
+    import decodekit as dk
+
+    options = set(dk.DecodeOptions.__required_keys__ | dk.DecodeOptions.__optional_keys__)
+    lists = []
+    for page in sorted((dx.ROOT / "docs").glob("*.md")):
+        text = " ".join(page.read_text().split())
+        for run in re.findall(r"`dk\.DecodeOptions`[^:`]*(?:`[^`]*`[^:`]*)*?: ((?:`\w+`(?:, |;|\)|$))+)", text):
+            listed = set(re.findall(r"`(\w+)`", run))
+            lists.append(page.name)
+            assert sorted(options - listed) == [], f"{page.name}: dk.DecodeOptions listed as {sorted(listed)}"
+    assert sorted(lists) == ["concepts.md", "strategies.md"]  # the lists this test reads

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import decodekit as dk
+from decodekit.storage import lookup_storage
 from decodekit.testing import CacheConformance
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -70,7 +71,23 @@ def test_custom_sampler_numbers_and_registration() -> None:
 def test_custom_cache_script_runs() -> None:
     out = run_script("custom_cache")
     assert "recent(n=16, store='int8')                 100 tokens past a 32-position context" in out
+    assert "cache=RecentCache (n=64, gqa)              20 tokens" in out  # the class as a factory of its own
     assert "bytes: recent(n=16) 4096 half 2048" in out
+
+
+def test_the_example_recent_cache_takes_the_documented_backend_signature() -> None:
+    """docs/caches.md ("Writing a cache"): a backend class takes `(spec, params=None)`, and with `params=None` it is
+    a `cache=` factory of its own. The example's `RecentCache` took `(spec, params)`: as a factory, a `TypeError`
+    for the missing `params`."""
+    from decodekit_gpt.gpt import GPT, GPTConfig
+
+    ex = load("custom_cache")
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=50, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, position="rope")
+    out = dk.generate(GPT(config).eval(), [[1, 2, 3]], cache=ex.RecentCache, max_new_tokens=20, chain="greedy")
+    assert len(out.tokens[0]) == 20
+    cache = ex.RecentCache(dk.CacheSpec(2, 4, 2, 8, 1, 64))
+    assert cache.n == ex.RecentParams().n and cache.storage is lookup_storage("gqa")  # the parameters' defaults
 
 
 class TestExampleRecentCacheConformance(CacheConformance):

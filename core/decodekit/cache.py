@@ -123,7 +123,8 @@ _CAPABILITIES: dict[str, tuple[type, str]] = {
 
 
 def row_index(cache: str, index: object, batch_size: int) -> Tensor:
-    """`index` of `reorder`, checked: a 1-D integer tensor of `batch_size` rows, each in `[0, batch_size)`."""
+    """`index` of `reorder`, checked: a 1-D integer tensor of `batch_size` rows, each in `[0, batch_size)`, returned
+    as given; else a `ParameterError` naming `{cache}.reorder` (`cache`: the cache as the message names it)."""
     if (
         isinstance(index, Tensor)
         and index.dim() == 1
@@ -142,8 +143,10 @@ def row_index(cache: str, index: object, batch_size: int) -> Tensor:
 
 
 def row_ends(cache: str, ends: Sequence[int], length: int, n: int, batch_size: int) -> list[int]:
-    """`ends` and `length` of `crop_rows` on a cache of `n` slots, checked: `batch_size` ends and a length, each in
-    `0..n`."""
+    """`ends` and `length` of `crop_rows` on a cache whose `length` is `n` (the slots fed so far, which an evicting
+    cache keeps counting past the slots it holds), checked: `batch_size` ends and a length, each in `0..n`; the ends
+    returned as a list, else a `ParameterError` naming `{cache}.crop_rows` (`cache`: the cache as the message names
+    it)."""
     if not 0 <= length <= n or any(not 0 <= e <= n for e in ends) or len(ends) != batch_size:
         raise ParameterError(
             f"{cache}.crop_rows: ends={list(ends)}, length={length} are invalid; "

@@ -33,8 +33,12 @@ def distinct_rows(tokens: Tensor, positions: Tensor) -> tuple[Tensor, Tensor] | 
 
 
 class CopiesView:
-    """The cache as a model sees it in the prefill of distinct rows: what it writes goes to every copy's row; what it
-    reads back (keys, values, the mask) is the distinct rows'. Everything else is the cache's own."""
+    """The cache `kv` as a model sees it in the prefill of distinct rows (`first`, `inverse`: what `distinct_rows`
+    returns): `update` writes each distinct row's keys and values to every copy's row and hands back the distinct
+    rows' (views of what `kv` returned where the distinct rows are evenly spaced), `attention_mask` the distinct rows'
+    mask (one that broadcasts over rows as it is). Its `spec` is the cache's with the distinct rows' `batch_size`, and
+    its `observe` (where the cache has one) hands each copy's row its prompt's queries; everything else (`length`,
+    `reach`, ...) is the cache's own, and a member the cache lacks is absent here too."""
 
     def __init__(self, kv: KVCache, first: Tensor, inverse: Tensor) -> None:
         self.kv, self.first, self.inverse = kv, _evenly_spaced(first), inverse

@@ -622,12 +622,15 @@ def last_column(model: Model, logits: Tensor) -> Tensor:
 
 
 def check_rows(owner: str, option: str, value: int, rows: int, columns: int, model: Model, scored: int = 0) -> None:
-    """Refuse, before anything is allocated, `rows` rows (`option=value` asked for them) of `columns` history
-    columns that the model's device could never hold: a `ParameterError` naming the option and its most.
+    """Refuse, before anything is allocated, `rows` rows (`option=value` asked for them, `rows // value` for each
+    unit of it: `rows` is a multiple of `value`) of `columns` history columns that the model's device could never
+    hold, its total memory (nothing is refused where that is unknown): a `ParameterError` naming the option and the
+    most it may be there.
 
     Counted, as a floor: `ROW_BYTES` a row, 16 bytes a history column (ids and positions), 8 a vocabulary
     entry (the logits in float32, the model's and the chain's) and, for `prompt_logprobs`, the logits of the
-    `scored` prompt columns a prefill's forward returns at once; a cache checks its own size (`check_memory`).
+    `scored` prompt columns a prefill's forward returns at once, in the model's dtype; a cache checks its own size
+    (`check_memory`).
     """
     device, dtype = model_device_dtype(model)
     per_row = ROW_BYTES + 16 * columns + (8 + dtype.itemsize * scored) * model.spec.vocab_size

@@ -45,7 +45,8 @@ class Storage(Protocol):
         """Heads stored per slot: `spec.n_kv_heads`, or `spec.n_heads` for a storage that repeats them (`dense`'s).
         One count for every layer: where `spec.layer_shapes` is set, each layer stores its own kv-heads and this
         is the count for `spec.n_kv_heads` (layer 0's, as the Hugging Face bridge sets it). decodekit reads it
-        nowhere, but `isinstance(store, Storage)` (the kit's `test_write_at`) needs the member."""
+        nowhere: `window(store=...)` and the scored caches take a storage without it, and the kit's `test_write_at`
+        checks such a storage's `write_at` all the same."""
 
     def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> None:
         """Store the model's kv-heads `k` `[B, H_kv, T, D]`, `v` `[B, H_kv, T, spec.value_width]` in slots

@@ -38,7 +38,7 @@ from decodekit.cache import (
 )
 from decodekit.errors import CacheCapacityError, DecodekitError, ParameterError
 from decodekit.spec import CacheSpec
-from decodekit.storage import SlotWritable, Storage
+from decodekit.storage import SlotWritable
 
 __all__ = ["CacheConformance", "check_cache", "check_class_capabilities"]
 
@@ -57,6 +57,8 @@ ROPE_FREQUENCIES = (
     tuple(ROPE_BASE ** (-i / 6) for i in range(0, 6, 2)),
     tuple(1e6 ** (-i / 8) / 8 for i in range(0, 8, 2)),
 )
+# `decodekit.storage.Storage`'s members, then `SlotWritable`'s: what `test_write_at` names a storage without `read`.
+STORAGE_MEMBERS = ("nbytes", "heads", "write", "read", "reorder", "write_at")
 FREQUENCIES_SHOWN = "rope_frequencies (layer 0 turns 6 of its 8 dims), keys moved by spec.frequencies(layer)"
 
 
@@ -563,12 +565,22 @@ class CacheConformance:
     def test_write_at(self) -> None:
         """For a cache whose storage (`cache.store`) writes each row and kv-head to slots of its own (`write_at`, what
         `window` and the scored caches write through over `store=`): every entry reads back from the slot it was
-        given, as `round_trip_keys` and `round_trip_values` state. Nothing else here writes through it."""
+        given, as `round_trip_keys` and `round_trip_values` state. Nothing else here writes through it. Checked on
+        any storage with `write_at`, a full `Storage` or not (`window(store=...)` takes one without `heads`); one
+        without `read`, which the kit reads back with, fails, naming the members of `Storage` it lacks."""
         T = 4  # slots written: within any storage the kit's specs make
         for config, spec in self._configs():
             store = getattr(self.make(spec), "store", None)
-            if not (isinstance(store, SlotWritable) and isinstance(store, Storage)):
+            if not isinstance(store, SlotWritable):
                 return
+            read_back = getattr(store, "read", None)  # a Storage's member: a SlotWritable may lack it
+            if not callable(read_back):
+                lacks = [m for m in STORAGE_MEMBERS if m != "write_at" and getattr(store, m, None) is None]
+                raise AssertionError(
+                    f"{config}: the cache's storage {type(store).__name__} has write_at but no read(layer, start, "
+                    f"stop), so the kit cannot read back what it wrote; it lacks {', '.join(lacks)}; allowed: a "
+                    f"decodekit.storage.Storage ({', '.join(STORAGE_MEMBERS[:-1])}) with write_at"
+                )
             g = torch.Generator().manual_seed(5)
             for layer in range(spec.n_layers):
                 kv_heads, head_dim, width = spec.layer_shape(layer)
@@ -576,7 +588,7 @@ class CacheConformance:
                 k = torch.randn(spec.batch_size, kv_heads, T, head_dim, generator=g).to(spec.dtype)
                 v = torch.randn(spec.batch_size, kv_heads, T, width, generator=g).to(spec.dtype)
                 store.write_at(layer, index, k, v)
-                got = store.read(layer, 0, T)
+                got = read_back(layer, 0, T)
                 for x, read, trip in ((k, got[0], self.round_trip_keys), (v, got[1], self.round_trip_values)):
                     where = index[..., None].expand_as(x)
                     want = _expand(torch.empty_like(x).scatter_(2, where, trip(x)), read.shape[1]).double()
