@@ -485,6 +485,7 @@ class Decoding:
         threads (`decodekit.threads`). per_round: enter those around each round only, so the caller's code
         between events runs in its own (`stream`); False: once around the whole run (`generate`)."""
         n = decode_threads(self.model)
+        made = compiling.graphs_made() if self.request.compile else None  # the policy's prefill may compile
 
         @contextlib.contextmanager
         def settings() -> Iterator[None]:
@@ -506,7 +507,8 @@ class Decoding:
 
         def events() -> Generator[TokenEvent, None, None]:
             each_round = settings if per_round else contextlib.nullcontext
-            with contextlib.nullcontext() if per_round else settings():
+            freed = contextlib.nullcontext() if made is None else compiling.freed_after_compiling(made)
+            with freed, contextlib.nullcontext() if per_round else settings():
                 try:  # not a context manager each round: a try costs nothing until it catches
                     while steps is not None:
                         with each_round():
