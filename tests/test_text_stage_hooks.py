@@ -5,6 +5,7 @@ every token the chain removed explained by the stages that did it."""
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 import decodekit as dk
+from decodekit import engine
 from decodekit.testing.tiny_lm import TinyLM
 
 STRATEGIES = ["sample", "speculative(draft=ngram)", "beam(num_beams=2)"]
@@ -117,3 +119,38 @@ def test_a_stage_that_removes_everything_alone_is_named_alone() -> None:
     chain = dk.Chain([keep([])])
     with pytest.raises(dk.NumericsError, match=r"removed by the chain: stage 0 \(only\) removed the 64 left$"):
         dk.generate(TinyLM(64), [[1, 2]], chain=chain, max_new_tokens=2)
+
+
+def _remembered_warnings() -> int:
+    """Entries in every module's `__warningregistry__`: Python's memory of each text warned from a line."""
+    held = (getattr(module, "__warningregistry__", None) for module in list(sys.modules.values()))
+    return sum(len(registry) for registry in held if isinstance(registry, dict))
+
+
+def test_the_warnings_of_many_decodes_are_not_remembered_without_end() -> None:
+    """Under Python's default filters a warned text is remembered for its line (`__warningregistry__`) while the
+    process lives; the unfinished rows' warning names the decode's rows, so a service's texts differ from decode to
+    decode, and each was kept: 300 decodes, 300 entries. Those kept stay at a bounded number (the repeated text is
+    still shown once)."""
+
+    class Numbered(Spy):  # a text of its own at each decode, as the rows named make it in a service
+        calls = 0
+
+        def unfinished(self, row: int, generated: Sequence[int]) -> str | None:
+            return f"spy {Numbered.calls} incomplete"
+
+    model, shown = TinyLM(64), []
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("default")  # Python's own default action for a UserWarning: remembered per text
+        dk.generate(model, [[1]], chain=dk.Chain([Numbered(ends_at=9)]), max_new_tokens=1)
+        dk.generate(model, [[1]], chain=dk.Chain([Numbered(ends_at=9)]), max_new_tokens=1)
+        assert len(said) == 1  # the same text again: shown once
+        before = _remembered_warnings()
+        for n in range(1, 301):
+            Numbered.calls = n
+            dk.generate(model, [[1]], chain=dk.Chain([Numbered(ends_at=9)]), max_new_tokens=1)
+        shown = [str(w.message) for w in said]
+        grown = _remembered_warnings() - before
+    assert len(shown) == 301 and shown[-1] == "1 of 1 rows ended with spy 300 incomplete: rows 0 (length)"
+    assert grown <= engine.WARNED_KEPT, f"{grown} warned texts remembered after 300 decodes"
+    assert len(engine._warned) <= engine.WARNED_KEPT  # decodekit's own memory of them

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import sys
 import warnings
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, cast
@@ -34,6 +35,7 @@ from decodekit.training_mode import warn_if_training
 
 __all__ = [
     "PREALLOCATED_COLUMNS",
+    "WARNED_KEPT",
     "Decoding",
     "Policy",
     "block_starts",
@@ -52,9 +54,16 @@ of this: decodes of nearby lengths present the compiled forward the same sizes a
 ROW_BYTES = 2048
 """Memory a row takes at least, whatever its length: its random generator, output and text (about 3 KB on a CPU)."""
 
+WARNED_KEPT = 64
+"""The most texts of the unfinished rows' warning remembered (for the default filter's once per text and line); more
+and they are forgotten, so a text seen again is shown again."""
+
 Policy = Callable[["Decoding", Params], "Iterator[None] | None"]
 _END = object()  # a policy's rounds are over
 _OPENED = frozenset({"P", "total", "rows", "kv", "buf", "positions", "width", "ctx", "outputs", "call_model"})
+# The texts warned of unfinished rows, as `warnings.warn` remembers them in the module's `__warningregistry__`, which
+# Python never empties: the rows named differ from decode to decode, so a service's grew by a text a decode.
+_warned: dict[Any, Any] = {}
 
 
 def block_starts(width: int, block: int) -> list[int]:
@@ -476,6 +485,7 @@ class Decoding:
         threads (`decodekit.threads`). per_round: enter those around each round only, so the caller's code
         between events runs in its own (`stream`); False: once around the whole run (`generate`)."""
         n = decode_threads(self.model)
+        made = compiling.graphs_made() if self.request.compile else None  # the policy's prefill may compile
 
         @contextlib.contextmanager
         def settings() -> Iterator[None]:
@@ -497,7 +507,8 @@ class Decoding:
 
         def events() -> Generator[TokenEvent, None, None]:
             each_round = settings if per_round else contextlib.nullcontext
-            with contextlib.nullcontext() if per_round else settings():
+            freed = contextlib.nullcontext() if made is None else compiling.freed_after_compiling(made)
+            with freed, contextlib.nullcontext() if per_round else settings():
                 try:  # not a context manager each round: a try costs nothing until it catches
                     while steps is not None:
                         with each_round():
@@ -549,7 +560,7 @@ class Decoding:
             shown = ", ".join(f"{b} ({reason})" for b, reason in rows[:10])
             shown += f" and {len(rows) - 10} more" if len(rows) > 10 else ""
             message = f"{len(rows)} of {len(self._finished)} rows ended with {what}: rows {shown}"
-            warnings.warn(UnfinishedRowsWarning(message, what, rows), stacklevel=2)
+            _warn_from_caller(UnfinishedRowsWarning(message, what, rows))
 
     def generation(self) -> Generation:
         """The result, once `run` is over."""
@@ -570,6 +581,24 @@ class Decoding:
             prompt_logprobs=self.prompt_logprobs,
             **self.extras,
         )
+
+
+def _warn_from_caller(warning: Warning) -> None:
+    """`warnings.warn(warning, stacklevel=2)` from the caller of the caller, but remembering its text in `_warned`,
+    at most `WARNED_KEPT` texts, not in that module's registry (see `_warned`)."""
+    frame = sys._getframe(2)
+    if len(_warned) >= WARNED_KEPT:
+        _warned.clear()
+    where = frame.f_globals
+    warnings.warn_explicit(
+        warning,
+        type(warning),
+        frame.f_code.co_filename,
+        frame.f_lineno,
+        where.get("__name__", "<string>"),
+        _warned,
+        where,
+    )
 
 
 def sample_steps(
