@@ -75,3 +75,29 @@ def test_greedy_continuation_is_text(model: ShakespeareGPT) -> None:
 def test_plugin_registers_by_import_path_without_torch() -> None:
     registered = check_hook_imports_no_torch("decodekit_shakespeare.plugin", "register_models")
     assert ("tiny-shakespeare", "decodekit_shakespeare.model:load_tiny_shakespeare") in registered
+
+
+@pytest.mark.parametrize("name", ["tiny-shakespeare", "tiny-shakespeare-draft"])
+def test_loading_leaves_torchs_global_generator_as_it_was_and_the_weights_as_the_constructor_gives(name: str) -> None:
+    """Building the model ran its random init (then overwritten by the weights), so a user's draws after
+    `dk.load_model` differed from the same seed's without it. The model now equals, logit for logit, one built by its
+    constructor with the weights loaded over it (the tied head included)."""
+    import decodekit as dk
+    from decodekit_shakespeare.model import DRAFT_CONFIG_NAME, DRAFT_WEIGHTS_NAME, ShakespeareLSTM, load_config
+
+    torch.manual_seed(0)
+    expected = torch.rand(4)
+    torch.manual_seed(0)
+    model = dk.load_model(name)
+    assert torch.equal(torch.rand(4), expected)
+
+    draft = name.endswith("draft")
+    config, _ = load_config(None, DRAFT_CONFIG_NAME if draft else "config.json")
+    built = ShakespeareLSTM(config) if draft else ShakespeareGPT(config)  # type: ignore[arg-type]
+    state = load_file(str(WEIGHTS.parent / (DRAFT_WEIGHTS_NAME if draft else WEIGHTS_NAME)))
+    built.load_state_dict(state, strict=not isinstance(built, ShakespeareGPT))
+    ids = torch.tensor([[5, 9, 1, 40, 2, 7]])
+    with torch.no_grad():
+        assert torch.equal(model(ids, torch.arange(6)[None], None), built.eval()(ids, torch.arange(6)[None], None))
+    if not draft:
+        assert model.lm_head.weight is model.wte.weight
