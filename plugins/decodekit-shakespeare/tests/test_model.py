@@ -82,8 +82,9 @@ def test_loading_leaves_torchs_global_generator_as_it_was_and_the_weights_as_the
     """Building the model ran its random init (then overwritten by the weights), so a user's draws after
     `dk.load_model` differed from the same seed's without it. The model now equals, logit for logit, one built by its
     constructor with the weights loaded over it (the tied head included)."""
-    import decodekit as dk
     from decodekit_shakespeare.model import DRAFT_CONFIG_NAME, DRAFT_WEIGHTS_NAME, ShakespeareLSTM, load_config
+
+    import decodekit as dk
 
     torch.manual_seed(0)
     expected = torch.rand(4)
