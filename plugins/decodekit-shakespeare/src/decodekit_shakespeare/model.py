@@ -123,15 +123,14 @@ def _load(label: str, argument: str | None, weights_name: str, config_name: str)
     if not weights.is_file():
         raise ParameterError(f"{label}: weights file {weights} is missing")
     state = {k: v.float() if v.is_floating_point() else v for k, v in load_file(str(weights)).items()}
-    # Built without its random init, which every weight below overwrites, and which drew from torch's global
-    # generator: a user's own draws after loading a model were not those of the same seed without it.
+    # The random init, which every weight below overwrites, draws from a fork of torch's global generator: a user's
+    # own draws after loading a model are those of the same seed without it. (Not on the meta device: an nn.Embedding
+    # built there imports torch's compiler, ~1 s a command.)
     model: ShakespeareGPT | ShakespeareLSTM
-    with torch.device("meta"):
+    with torch.random.fork_rng(devices=[]):
         model = ShakespeareLSTM(config) if isinstance(config, LSTMConfig) else ShakespeareGPT(config)
-    model.to_empty(device="cpu")  # memory for each weight, none of it read before the load below fills it
     if isinstance(model, GPT):
-        state.pop("lm_head.weight", None)  # tied to wte.weight
-        model.lm_head.weight = model.wte.weight  # to_empty untied them
+        state.pop("lm_head.weight", None)  # tied to wte.weight; re-tied by the constructor
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing_keys = sorted(set(missing) - ({"lm_head.weight"} if isinstance(model, GPT) else set()))
     if missing_keys or unexpected:
